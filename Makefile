@@ -1,0 +1,76 @@
+# zorch: plain Makefile. `make` builds build/libzorch.{a,so}; `make test` runs the
+# suite (prove); `make check-asan` runs it under ASan and UBSan; `make bench`
+# prints JSON lines; `make demo` trains a small MLP.
+CC      ?= gcc
+comma   := ,
+BUILD   ?= build
+OPT     ?= -O2
+SAN     ?=
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -fopenmp -D_GNU_SOURCE \
+           -Iinclude -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
+LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
+LDLIBS  := -ldl -lm -lpthread
+
+LIB_SRC  := $(wildcard vm/*.c ops/*.c ops/cpu/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+DEPS_OK  := build/.deps-ok
+
+.PHONY: all lib test check-asan check-valgrind bench demo deps clean
+all: lib
+lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so
+
+# Installs missing Debian packages once (scripts/deps.sh says which).
+$(DEPS_OK): scripts/deps.sh
+	@scripts/deps.sh
+	@mkdir -p build && touch $@
+deps: $(DEPS_OK)
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libzorch.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libzorch.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/tap.h $(BUILD)/libzorch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ivm $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LDLIBS)
+
+# The suite: every tests/test_*.c is a TAP program; prove prints the summary.
+test: $(TEST_BIN)
+	@cd tests && prove -f --exec '' $(addprefix ../,$(TEST_BIN))
+
+check-asan:
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(MAKE) BUILD=build/asan SAN=1 OPT=-O1 test
+
+check-valgrind: $(TEST_BIN)
+	@cd tests && for t in $(addprefix ../,$(TEST_BIN)); do \
+	  OMP_NUM_THREADS=1 valgrind -q --error-exitcode=99 --leak-check=full $$t >/dev/null || exit 1; \
+	  echo "valgrind clean: $$t"; done
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libzorch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O3 $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LDLIBS)
+
+bench: $(BUILD)/bench/bench
+	@$(BUILD)/bench/bench
+	@python3 bench/torch_bench.py 2>/dev/null || echo '{"name": "torch/unavailable", "value": 0, "unit": "none"}'
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libzorch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LDLIBS)
+
+demo: $(BUILD)/examples/mlp_demo
+	$(BUILD)/examples/mlp_demo
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d)

@@ -1,0 +1,270 @@
+/* zorch.h: the public C API of zorch: tensors, autograd, ops and fused optimizer
+   kernels.
+
+   Conventions
+   - Functions that make a tensor return a new reference, or NULL on failure; then
+     zorch_last_status() says what kind of failure and zorch_last_error() says what
+     went wrong (op, argument, shapes). Functions that make nothing return a
+     zorch_status. The message is per thread and stays until the next failure.
+   - Every tensor handle is reference counted: zorch_tensor_retain() adds a
+     reference, zorch_tensor_free() drops one. Arguments are borrowed: an op never
+     takes ownership of its inputs.
+   - Dimensions and indices are 0-based in C; negative dimensions count from the end
+     (-1 is the last). The Lua layer maps its 1-based rule onto this one.
+   - Library code never aborts or exits. */
+#ifndef ZORCH_H
+#define ZORCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZORCH_VERSION "0.1.0"
+#define ZORCH_MAX_DIMS 8
+
+typedef enum {
+  ZORCH_OK = 0,
+  ZORCH_ERR_ARG,      /* bad argument: type, count, value out of range */
+  ZORCH_ERR_SHAPE,    /* shapes do not fit the op */
+  ZORCH_ERR_DTYPE,    /* dtype not supported by the op */
+  ZORCH_ERR_DEVICE,   /* device missing, or tensors on different devices */
+  ZORCH_ERR_OOM,      /* out of memory */
+  ZORCH_ERR_STATE,    /* e.g. a second backward through a freed graph */
+  ZORCH_ERR_IO,       /* file or library loading */
+  ZORCH_ERR_INTERNAL
+} zorch_status;
+
+typedef enum {
+  ZORCH_F32 = 0,
+  ZORCH_F64,
+  ZORCH_BF16,
+  ZORCH_F16,
+  ZORCH_I32,
+  ZORCH_I64,
+  ZORCH_U8,
+  ZORCH_BOOL,
+  ZORCH_NDTYPES
+} zorch_dtype;
+
+typedef enum { ZORCH_CPU = 0, ZORCH_CUDA = 1, ZORCH_NDEVICE_TYPES } zorch_device_type;
+
+typedef struct {
+  zorch_device_type type;
+  int index;
+} zorch_device;
+
+typedef struct zorch_tensor zorch_tensor;
+typedef struct zorch_generator zorch_generator;
+
+/* ---- errors ---------------------------------------------------------------- */
+zorch_status zorch_last_status(void);
+const char *zorch_last_error(void);
+void zorch_clear_error(void);
+
+/* ---- dtypes and devices ---------------------------------------------------- */
+size_t zorch_dtype_size(zorch_dtype dt);
+const char *zorch_dtype_name(zorch_dtype dt); /* "float32", "bfloat16", ... */
+/* Parses "float32"/"f32"/"float", ...; returns ZORCH_ERR_ARG for unknown names. */
+zorch_status zorch_dtype_parse(const char *name, zorch_dtype *out);
+bool zorch_dtype_is_float(zorch_dtype dt);
+/* Parses "cpu", "cuda", "cuda:1". */
+zorch_status zorch_device_parse(const char *name, zorch_device *out);
+/* Writes "cpu" or "cuda:N" into buf. */
+void zorch_device_name(zorch_device dev, char *buf, size_t n);
+/* True when a backend for this device type was built and has a device present. */
+bool zorch_device_available(zorch_device dev);
+
+/* ---- creation ---------------------------------------------------------------- */
+zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
+zorch_tensor *zorch_zeros(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
+zorch_tensor *zorch_ones(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
+zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value, zorch_dtype dt,
+                         zorch_device dev);
+/* [start, end) by step, like torch.arange. */
+zorch_tensor *zorch_arange(double start, double end, double step, zorch_dtype dt,
+                           zorch_device dev);
+/* Uniform [0, 1) and standard normal from a counter-based generator (NULL: the
+   default one). The same seed gives the same numbers on every device. */
+zorch_tensor *zorch_rand(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
+                         zorch_generator *gen);
+zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
+                          zorch_generator *gen);
+/* Copies `shape`'s worth of contiguous elements from a host buffer. */
+zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape,
+                                zorch_dtype dt);
+/* Wraps a host buffer without copying. `strides` in elements (NULL: contiguous). The
+   buffer must outlive every tensor that views it; `deleter(data, ctx)`, if given,
+   runs when the last view goes. */
+zorch_tensor *zorch_tensor_wrap(void *data, zorch_dtype dt, int ndim, const int64_t *shape,
+                                const int64_t *strides);
+zorch_tensor *zorch_tensor_wrap_owned(void *data, zorch_dtype dt, int ndim,
+                                      const int64_t *shape, const int64_t *strides,
+                                      void (*deleter)(void *data, void *ctx), void *ctx);
+
+/* ---- references and properties ------------------------------------------------ */
+zorch_tensor *zorch_tensor_retain(zorch_tensor *t);
+void zorch_tensor_free(zorch_tensor *t); /* drops one reference; NULL is fine */
+int zorch_tensor_refcount(const zorch_tensor *t);
+int zorch_tensor_ndim(const zorch_tensor *t);
+const int64_t *zorch_tensor_shape(const zorch_tensor *t);
+const int64_t *zorch_tensor_strides(const zorch_tensor *t); /* in elements */
+int64_t zorch_tensor_offset(const zorch_tensor *t);         /* in elements */
+int64_t zorch_tensor_numel(const zorch_tensor *t);
+zorch_dtype zorch_tensor_dtype(const zorch_tensor *t);
+zorch_device zorch_tensor_device(const zorch_tensor *t);
+bool zorch_tensor_is_contiguous(const zorch_tensor *t);
+/* Host pointer to the first element (NULL for device tensors). */
+void *zorch_tensor_data(const zorch_tensor *t);
+/* True when both views share one storage. */
+bool zorch_tensor_shares_storage(const zorch_tensor *a, const zorch_tensor *b);
+/* Copies the elements, converted to double, into out[numel] (row-major order). */
+zorch_status zorch_tensor_to_doubles(const zorch_tensor *t, double *out, int64_t n);
+/* Value of a one-element tensor. */
+zorch_status zorch_tensor_item(const zorch_tensor *t, double *out);
+/* Element at a multi-index (0-based, ndim entries). */
+zorch_status zorch_tensor_get(const zorch_tensor *t, const int64_t *index, double *out);
+/* PyTorch-style text; the caller frees the result with free(). */
+char *zorch_tensor_format(const zorch_tensor *t);
+
+/* ---- views (share storage; differentiable) ------------------------------------- */
+zorch_tensor *zorch_view(zorch_tensor *t, int ndim, const int64_t *shape); /* -1 infers */
+zorch_tensor *zorch_reshape(zorch_tensor *t, int ndim, const int64_t *shape);
+zorch_tensor *zorch_transpose(zorch_tensor *t, int d0, int d1);
+zorch_tensor *zorch_permute(zorch_tensor *t, const int *dims);
+zorch_tensor *zorch_narrow(zorch_tensor *t, int dim, int64_t start, int64_t length);
+zorch_tensor *zorch_select(zorch_tensor *t, int dim, int64_t index);
+zorch_tensor *zorch_expand(zorch_tensor *t, int ndim, const int64_t *shape); /* -1 keeps */
+zorch_tensor *zorch_unsqueeze(zorch_tensor *t, int dim);
+zorch_tensor *zorch_squeeze(zorch_tensor *t, int dim);
+zorch_tensor *zorch_flatten(zorch_tensor *t);
+/* ---- copies ------------------------------------------------------------------------- */
+zorch_tensor *zorch_contiguous(zorch_tensor *t); /* t itself (retained) when contiguous */
+zorch_tensor *zorch_clone(zorch_tensor *t);
+zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt); /* differentiable for floats */
+zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
+/* Copies src into dst (broadcast, dtype converted); not recorded by autograd. */
+zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
+zorch_status zorch_fill_(zorch_tensor *dst, double value);
+
+/* ---- elementwise ops (NumPy broadcasting, PyTorch type promotion) ------------------ */
+zorch_tensor *zorch_add(zorch_tensor *a, zorch_tensor *b);
+zorch_tensor *zorch_sub(zorch_tensor *a, zorch_tensor *b);
+zorch_tensor *zorch_mul(zorch_tensor *a, zorch_tensor *b);
+zorch_tensor *zorch_div(zorch_tensor *a, zorch_tensor *b);
+zorch_tensor *zorch_pow(zorch_tensor *a, zorch_tensor *b);
+zorch_tensor *zorch_add_scalar(zorch_tensor *a, double s);
+zorch_tensor *zorch_mul_scalar(zorch_tensor *a, double s);
+zorch_tensor *zorch_rsub_scalar(zorch_tensor *a, double s); /* s - a */
+zorch_tensor *zorch_rdiv_scalar(zorch_tensor *a, double s); /* s / a */
+zorch_tensor *zorch_pow_scalar(zorch_tensor *a, double exponent);
+zorch_tensor *zorch_neg(zorch_tensor *a);
+zorch_tensor *zorch_exp(zorch_tensor *a);
+zorch_tensor *zorch_log(zorch_tensor *a);
+zorch_tensor *zorch_sqrt(zorch_tensor *a);
+zorch_tensor *zorch_abs(zorch_tensor *a);
+zorch_tensor *zorch_relu(zorch_tensor *a);
+zorch_tensor *zorch_gelu(zorch_tensor *a, bool tanh_approx);
+zorch_tensor *zorch_tanh(zorch_tensor *a);
+zorch_tensor *zorch_sigmoid(zorch_tensor *a);
+zorch_tensor *zorch_clamp(zorch_tensor *a, double min, double max); /* +-INFINITY: open */
+/* Comparisons give ZORCH_BOOL tensors; no gradient. */
+zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b);
+zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b);
+zorch_tensor *zorch_gt(zorch_tensor *a, zorch_tensor *b);
+zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b);
+zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value);
+
+/* ---- reductions (dims: list of ndims entries; ndims 0 means all) ---------------------- */
+zorch_tensor *zorch_sum(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+zorch_tensor *zorch_mean(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+/* Values of the maximum; `indices` (optional out, int64, flat index within the reduced
+   dims) gets the first position of each maximum. */
+zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
+                        zorch_tensor **indices);
+zorch_tensor *zorch_softmax(zorch_tensor *a, int dim);
+zorch_tensor *zorch_log_softmax(zorch_tensor *a, int dim);
+
+/* ---- linear algebra and nn ------------------------------------------------------------- */
+zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b);
+/* x (..., in) · w (out, in)ᵀ + b (out); b may be NULL. */
+zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b);
+typedef enum { ZORCH_REDUCE_MEAN = 0, ZORCH_REDUCE_SUM, ZORCH_REDUCE_NONE } zorch_reduction;
+zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target, zorch_reduction r);
+/* logits (N, C) or (C); target int64 (N) or () of class indices in [0, C);
+   entries equal to ignore_index add nothing. */
+zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target,
+                                  zorch_reduction r, int64_t ignore_index);
+/* weight (V, D), idx int64 of any shape -> (*idx.shape, D). */
+zorch_tensor *zorch_embedding(zorch_tensor *weight, zorch_tensor *idx);
+/* Normalises over the last `nnorm` dims; weight and bias (their shape) may be NULL. */
+zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tensor *weight,
+                               zorch_tensor *bias, double eps);
+zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_generator *gen);
+zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
+zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
+zorch_tensor *zorch_index_select(zorch_tensor *a, int dim, zorch_tensor *idx);
+
+/* ---- autograd -------------------------------------------------------------------------- */
+zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on); /* leaves only */
+bool zorch_requires_grad(const zorch_tensor *t);
+bool zorch_is_leaf(const zorch_tensor *t);
+/* The accumulated gradient (borrowed reference, NULL when none). */
+zorch_tensor *zorch_grad(const zorch_tensor *t);
+/* Replaces .grad (NULL clears it); the tensor is retained. */
+zorch_status zorch_set_grad(zorch_tensor *t, zorch_tensor *grad);
+/* Name of the node that made t ("AddBackward", ...) or NULL for leaves. */
+const char *zorch_grad_fn_name(const zorch_tensor *t);
+/* Backward from t; `grad` may be NULL when t has one element. */
+zorch_status zorch_backward(zorch_tensor *t, zorch_tensor *grad, bool retain_graph);
+zorch_tensor *zorch_detach(zorch_tensor *t); /* shares storage, no history */
+/* Grad mode is per thread; returns the previous value. */
+bool zorch_set_grad_enabled(bool on);
+bool zorch_is_grad_enabled(void);
+/* Called on a leaf once its .grad is final for the current backward pass. A
+   non-OK return stops the backward pass with that error. */
+typedef zorch_status (*zorch_grad_hook)(zorch_tensor *leaf, void *ud);
+zorch_status zorch_set_grad_hook(zorch_tensor *leaf, zorch_grad_hook fn, void *ud);
+
+/* ---- random numbers (Philox4x32-10, counter based) -------------------------------------- */
+zorch_generator *zorch_generator_new(uint64_t seed);
+void zorch_generator_free(zorch_generator *g);
+void zorch_generator_seed(zorch_generator *g, uint64_t seed); /* also resets the offset */
+uint64_t zorch_generator_offset(const zorch_generator *g);
+void zorch_generator_set_offset(zorch_generator *g, uint64_t offset);
+zorch_generator *zorch_default_generator(void);
+void zorch_manual_seed(uint64_t seed); /* seeds the default generator */
+
+/* ---- fused optimizer updates: one pass, in place, PyTorch's formulas --------------------
+   param, grad and state tensors share a shape, dtype f32 or f64 and contiguity. */
+typedef struct {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled; /* AdamW: weight decay applied to the parameter, not the gradient */
+  bool amsgrad;   /* uses max_v */
+} zorch_adam_opts;
+zorch_status zorch_adam_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *m,
+                             zorch_tensor *v, zorch_tensor *max_v, int64_t step,
+                             const zorch_adam_opts *o);
+typedef struct {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+} zorch_sgd_opts;
+/* `buf` is the momentum buffer (NULL when momentum is 0); first_step copies the
+   gradient into it, as PyTorch does on its first step. */
+zorch_status zorch_sgd_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *buf,
+                            bool first_step, const zorch_sgd_opts *o);
+
+/* ---- runtime ------------------------------------------------------------------------------- */
+/* Number of threads CPU kernels use (and BLAS); 0 asks for the default (cores). */
+void zorch_set_num_threads(int n);
+int zorch_get_num_threads(void);
+/* BLAS in use: e.g. "OpenBLAS 0.3.21 SkylakeX"; "builtin" when none was found. */
+const char *zorch_blas_info(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,42 @@
+/* cpu.h: internals of the CPU backend: the strided iterator every elementwise
+   kernel runs on, threading, and value conversion. */
+#ifndef ZORCH_OPS_CPU_H
+#define ZORCH_OPS_CPU_H
+#include "../../vm/device.h"
+
+/* Elements below which a kernel stays on the calling thread: starting a parallel
+   region costs a few microseconds, which small tensors must not pay. */
+#define CPU_GRAIN 32768
+
+/* Hot loops are built for the baseline ISA and for AVX2/AVX-512, picked at load. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(ZORCH_NO_CLONES)
+#define CPU_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define CPU_CLONES
+#endif
+
+#define CPU_MAX_OPS 4
+
+/* Operands of one shape, with byte strides, coalesced to as few dims as possible. */
+typedef struct {
+  int ndim, nops;
+  int64_t numel;
+  int64_t shape[ZORCH_MAX_DIMS];
+  int64_t st[CPU_MAX_OPS][ZORCH_MAX_DIMS];
+  char *base[CPU_MAX_OPS];
+} cpu_iter;
+
+/* Inner loop over n elements: p[k] points at operand k, s[k] is its byte stride. */
+typedef void (*cpu_loop)(char **p, const int64_t *s, int64_t n, const double *prm);
+
+/* ts[0] gives the shape; the others must have it (stride 0 where broadcast). */
+void cpu_iter_init(cpu_iter *it, int nops, const zorch_tensor *const *ts);
+/* Runs fn over every element, on several threads when numel >= CPU_GRAIN. */
+void cpu_iter_run(const cpu_iter *it, cpu_loop fn, const double *prm);
+
+int cpu_threads(void);
+
+/* Value conversion through double, for the rare dtype pairs without a fast loop. */
+double cpu_load(const char *p, zorch_dtype dt);
+void cpu_store(char *p, zorch_dtype dt, double v);
+#endif

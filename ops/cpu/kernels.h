@@ -1,0 +1,43 @@
+/* kernels.h: the CPU kernels that fill the backend table (see vm/device.h for
+   what each one promises). */
+#ifndef ZORCH_OPS_CPU_KERNELS_H
+#define ZORCH_OPS_CPU_KERNELS_H
+#include "cpu.h"
+
+zorch_status cpu_copy(zorch_tensor *dst, const zorch_tensor *src);
+zorch_status cpu_fill(zorch_tensor *dst, double v);
+zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double p0, double p1);
+zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b,
+                        double p0, double p1);
+zorch_status cpu_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a,
+                       const zorch_tensor *b);
+zorch_status cpu_reduce(red_op op, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *a,
+                        int64_t outer, int64_t r, int64_t inner);
+zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
+                         int64_t outer, int64_t r, int64_t inner);
+zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
+                         int64_t inner, bool log);
+zorch_status cpu_gemm(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                      double beta, void *c, int64_t ldc);
+zorch_status cpu_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
+                              int64_t outer, int64_t n, int64_t inner);
+zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx,
+                           int64_t outer, int64_t n, int64_t inner);
+zorch_status cpu_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n,
+                     int64_t c, int64_t ignore);
+zorch_status cpu_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n,
+                         int64_t c, int64_t ignore);
+zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
+                            const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
+                            int64_t rows, int64_t cols, double eps);
+zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
+                                const zorch_tensor *g, const zorch_tensor *x,
+                                const zorch_tensor *mean, const zorch_tensor *rstd,
+                                const zorch_tensor *w, int64_t rows, int64_t cols);
+zorch_status cpu_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
+zorch_status cpu_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,
+                      zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
+zorch_status cpu_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
+                     const zorch_sgd_opts *o);
+#endif

@@ -1,0 +1,208 @@
+/* nn.c: CPU index, loss, normalisation and random-number kernels. */
+#include <math.h>
+#include <string.h>
+
+#include "../math.h"
+#include "cpu.h"
+
+static zorch_status bad_index(const char *op, int64_t v, int64_t n) {
+  return err_set(ZORCH_ERR_ARG, "%s: index %lld out of range for a dimension of size %lld", op,
+                 (long long)v, (long long)n);
+}
+
+zorch_status cpu_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
+                              int64_t outer, int64_t n, int64_t inner) {
+  const int64_t *ix = (const int64_t *)tensor_ptr(idx);
+  int64_t ni = shape_numel(idx->ndim, idx->shape);
+  for (int64_t k = 0; k < ni; k++)
+    if (ix[k] < 0 || ix[k] >= n) return bad_index("index_select", ix[k], n);
+  size_t row = (size_t)inner * dtype_sizes[a->dtype];
+  const char *src = tensor_ptr(a);
+  char *dst = tensor_ptr(out);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < ni; k++)
+      memcpy(dst + (size_t)(o * ni + k) * row, src + (size_t)(o * n + ix[k]) * row, row);
+  return ZORCH_OK;
+}
+
+#define INDEX_ADD(T)                                                   \
+  {                                                                    \
+    T *o_ = (T *)tensor_ptr(out);                                      \
+    const T *s_ = (const T *)tensor_ptr(src);                          \
+    for (int64_t o = 0; o < outer; o++)                                \
+      for (int64_t k = 0; k < ni; k++) {                               \
+        T *d = o_ + (o * n + ix[k]) * inner;                           \
+        const T *s = s_ + (o * ni + k) * inner;                        \
+        for (int64_t i = 0; i < inner; i++) d[i] += s[i];              \
+      }                                                                \
+  }
+
+zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx,
+                           int64_t outer, int64_t n, int64_t inner) {
+  const int64_t *ix = (const int64_t *)tensor_ptr(idx);
+  int64_t ni = shape_numel(idx->ndim, idx->shape);
+  for (int64_t k = 0; k < ni; k++)
+    if (ix[k] < 0 || ix[k] >= n) return bad_index("index_add", ix[k], n);
+  switch (out->dtype) {
+    case ZORCH_F32: INDEX_ADD(float) return ZORCH_OK;
+    case ZORCH_F64: INDEX_ADD(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "index_add: no CPU kernel for dtype %s",
+                            zorch_dtype_name(out->dtype));
+  }
+}
+
+#define NLL(T)                                                              \
+  {                                                                         \
+    T *l = (T *)tensor_ptr(loss);                                           \
+    const T *lp = (const T *)tensor_ptr(logp);                              \
+    for (int64_t i = 0; i < n; i++) l[i] = tg[i] == ignore ? (T)0 : -lp[i * c + tg[i]]; \
+  }
+#define NLL_BWD(T)                                                          \
+  {                                                                         \
+    T *gi = (T *)tensor_ptr(gin);                                           \
+    const T *gg = (const T *)tensor_ptr(g);                                 \
+    for (int64_t i = 0; i < n; i++)                                         \
+      if (tg[i] != ignore) gi[i * c + tg[i]] = -gg[i];                      \
+  }
+
+static zorch_status check_targets(const int64_t *tg, int64_t n, int64_t c, int64_t ignore) {
+  for (int64_t i = 0; i < n; i++)
+    if (tg[i] != ignore && (tg[i] < 0 || tg[i] >= c))
+      return err_set(ZORCH_ERR_ARG, "cross_entropy: target %lld out of range for %lld classes",
+                     (long long)tg[i], (long long)c);
+  return ZORCH_OK;
+}
+
+zorch_status cpu_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n,
+                     int64_t c, int64_t ignore) {
+  const int64_t *tg = (const int64_t *)tensor_ptr(t);
+  zorch_status st = check_targets(tg, n, c, ignore);
+  if (st) return st;
+  switch (logp->dtype) {
+    case ZORCH_F32: NLL(float) return ZORCH_OK;
+    case ZORCH_F64: NLL(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "nll: no CPU kernel for dtype %s",
+                            zorch_dtype_name(logp->dtype));
+  }
+}
+
+zorch_status cpu_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n,
+                         int64_t c, int64_t ignore) {
+  const int64_t *tg = (const int64_t *)tensor_ptr(t);
+  switch (gin->dtype) {
+    case ZORCH_F32: NLL_BWD(float) return ZORCH_OK;
+    case ZORCH_F64: NLL_BWD(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "nll: no CPU backward for dtype %s",
+                            zorch_dtype_name(gin->dtype));
+  }
+}
+
+/* Statistics in double; mean and rstd are stored per row in the input dtype. */
+#define LAYER_NORM(T)                                                             \
+  {                                                                               \
+    T *yp = (T *)tensor_ptr(y), *mp = (T *)tensor_ptr(mean), *rp = (T *)tensor_ptr(rstd); \
+    const T *xp = (const T *)tensor_ptr(x);                                       \
+    const T *wp = w ? (const T *)tensor_ptr(w) : NULL, *bp = b ? (const T *)tensor_ptr(b) : NULL; \
+    _Pragma("omp parallel for if (rows * cols >= CPU_GRAIN)")                     \
+    for (int64_t r = 0; r < rows; r++) {                                          \
+      const T *xr = xp + r * cols;                                                \
+      double s = 0, ss = 0;                                                       \
+      for (int64_t j = 0; j < cols; j++) s += xr[j];                              \
+      double mu = s / (double)cols;                                               \
+      for (int64_t j = 0; j < cols; j++) ss += ((double)xr[j] - mu) * ((double)xr[j] - mu); \
+      double rs = 1.0 / sqrt(ss / (double)cols + eps);                            \
+      mp[r] = (T)mu;                                                              \
+      rp[r] = (T)rs;                                                              \
+      for (int64_t j = 0; j < cols; j++) {                                        \
+        T v = (T)(((double)xr[j] - mu) * rs);                                     \
+        if (wp) v *= wp[j];                                                       \
+        if (bp) v += bp[j];                                                       \
+        yp[r * cols + j] = v;                                                     \
+      }                                                                           \
+    }                                                                             \
+  }
+
+zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
+                            const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
+                            int64_t rows, int64_t cols, double eps) {
+  switch (x->dtype) {
+    case ZORCH_F32: LAYER_NORM(float) return ZORCH_OK;
+    case ZORCH_F64: LAYER_NORM(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "layer_norm: no CPU kernel for dtype %s",
+                            zorch_dtype_name(x->dtype));
+  }
+}
+
+/* gx = rstd * (gh - mean(gh) - xh * mean(gh * xh)) with gh = g * w, xh the
+   normalised input; gw = sum over rows of g * xh; gb = sum over rows of g. */
+#define LAYER_NORM_BWD(T)                                                           \
+  {                                                                                 \
+    T *gxp = (T *)tensor_ptr(gx);                                                   \
+    const T *gp = (const T *)tensor_ptr(g), *xp = (const T *)tensor_ptr(x);         \
+    const T *mp = (const T *)tensor_ptr(mean), *rp = (const T *)tensor_ptr(rstd);   \
+    const T *wp = w ? (const T *)tensor_ptr(w) : NULL;                              \
+    _Pragma("omp parallel for if (rows * cols >= CPU_GRAIN)")                       \
+    for (int64_t r = 0; r < rows; r++) {                                            \
+      const T *gr = gp + r * cols, *xr = xp + r * cols;                             \
+      double mu = mp[r], rs = rp[r], s1 = 0, s2 = 0;                                \
+      for (int64_t j = 0; j < cols; j++) {                                          \
+        double gh = (double)gr[j] * (wp ? (double)wp[j] : 1.0);                     \
+        s1 += gh;                                                                   \
+        s2 += gh * ((double)xr[j] - mu) * rs;                                       \
+      }                                                                             \
+      s1 /= (double)cols;                                                           \
+      s2 /= (double)cols;                                                           \
+      for (int64_t j = 0; j < cols; j++) {                                          \
+        double gh = (double)gr[j] * (wp ? (double)wp[j] : 1.0);                     \
+        double xh = ((double)xr[j] - mu) * rs;                                      \
+        gxp[r * cols + j] = (T)(rs * (gh - s1 - xh * s2));                          \
+      }                                                                             \
+    }                                                                               \
+    if (gw || gb) {                                                                 \
+      T *gwp = gw ? (T *)tensor_ptr(gw) : NULL, *gbp = gb ? (T *)tensor_ptr(gb) : NULL; \
+      for (int64_t j = 0; j < cols; j++) {                                          \
+        double aw = 0, ab = 0;                                                      \
+        for (int64_t r = 0; r < rows; r++) {                                        \
+          double gv = gp[r * cols + j];                                             \
+          aw += gv * ((double)xp[r * cols + j] - (double)mp[r]) * (double)rp[r];    \
+          ab += gv;                                                                 \
+        }                                                                           \
+        if (gwp) gwp[j] = (T)aw;                                                    \
+        if (gbp) gbp[j] = (T)ab;                                                    \
+      }                                                                             \
+    }                                                                               \
+  }
+
+zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
+                                const zorch_tensor *g, const zorch_tensor *x,
+                                const zorch_tensor *mean, const zorch_tensor *rstd,
+                                const zorch_tensor *w, int64_t rows, int64_t cols) {
+  switch (x->dtype) {
+    case ZORCH_F32: LAYER_NORM_BWD(float) return ZORCH_OK;
+    case ZORCH_F64: LAYER_NORM_BWD(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "layer_norm: no CPU backward for dtype %s",
+                            zorch_dtype_name(x->dtype));
+  }
+}
+
+/* Element i of a stream: see zm_random_* in math.h for the mapping that every
+   backend shares. */
+zorch_status cpu_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal) {
+  int64_t n = shape_numel(out->ndim, out->shape);
+  char *p = tensor_ptr(out);
+  zorch_dtype dt = out->dtype;
+  if (!zorch_dtype_is_float(dt))
+    return err_set(ZORCH_ERR_DTYPE, "%s: needs a floating-point dtype, got %s",
+                   normal ? "randn" : "rand", zorch_dtype_name(dt));
+#pragma omp parallel for if (n >= CPU_GRAIN)
+  for (int64_t i = 0; i < n; i++) {
+    double v = normal ? zm_random_normal(seed, offset, i)
+                      : (dt == ZORCH_F64 ? zm_random_unit_f64(seed, offset, i)
+                                         : (double)zm_random_unit_f32(seed, offset, i));
+    if (dt == ZORCH_F32)
+      ((float *)p)[i] = (float)v;
+    else
+      cpu_store(p + i * (int64_t)dtype_sizes[dt], dt, v);
+  }
+  return ZORCH_OK;
+}

@@ -1,0 +1,179 @@
+/* reduce.c: CPU sum/max over the middle axis of (outer, r, inner), the max
+   gradient scatter, and softmax. Sums accumulate in double (int64 for integers)
+   in a fixed order, so results do not depend on the thread count. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+/* Sum of n contiguous floats with eight double accumulators. */
+CPU_CLONES static double sum_f32(const float *a, int64_t n) {
+  double acc[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) acc[k] += a[i + k];
+  double s = 0;
+  for (; i < n; i++) s += a[i];
+  for (int k = 0; k < 8; k++) s += acc[k];
+  return s;
+}
+CPU_CLONES static double sum_f64(const double *a, int64_t n) {
+  double acc[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) acc[k] += a[i + k];
+  double s = 0;
+  for (; i < n; i++) s += a[i];
+  for (int k = 0; k < 8; k++) s += acc[k];
+  return s;
+}
+
+#define MAX_BODY(T)                                                        \
+  for (int64_t o = 0; o < outer; o++)                                      \
+    for (int64_t i = 0; i < inner; i++) {                                  \
+      const T *p = a + o * r * inner + i;                                  \
+      T best = p[0];                                                       \
+      int64_t bi = 0;                                                      \
+      for (int64_t j = 1; j < r; j++) {                                    \
+        T v = p[j * inner];                                                \
+        if (v > best || (v != v && best == best)) {                        \
+          best = v;                                                        \
+          bi = j;                                                          \
+        }                                                                  \
+      }                                                                    \
+      out[o * inner + i] = best;                                           \
+      if (idx) idx[o * inner + i] = bi;                                    \
+    }
+
+#define SUM_PITCH(NAME, T, ACC)                                                   \
+  CPU_CLONES static void NAME(T *out, const T *a, int64_t r, int64_t w, int64_t pitch, ACC *acc) { \
+    for (int64_t i = 0; i < w; i++) acc[i] = 0;                                   \
+    for (int64_t j = 0; j < r; j++) {                                             \
+      const T *row = a + j * pitch;                                               \
+      for (int64_t i = 0; i < w; i++) acc[i] += row[i];                           \
+    }                                                                             \
+    for (int64_t i = 0; i < w; i++) out[i] = (T)acc[i];                           \
+  }
+SUM_PITCH(sum_pitch_f32, float, double)
+SUM_PITCH(sum_pitch_f64, double, double)
+SUM_PITCH(sum_pitch_i64, int64_t, int64_t)
+
+#define SUM_KERNEL(T, SUMFN, PITCHFN, ACC)                                      \
+  {                                                                             \
+    T *out = (T *)tensor_ptr(outt);                                             \
+    const T *a = (const T *)tensor_ptr(at);                                     \
+    if (inner == 1) {                                                           \
+      _Pragma("omp parallel for if (outer * r >= CPU_GRAIN && outer > 1)")      \
+      for (int64_t o = 0; o < outer; o++) out[o] = (T)SUMFN(a + o * r, r);      \
+    } else {                                                                    \
+      const int64_t blk = 512;                                                  \
+      int64_t nb = (inner + blk - 1) / blk;                                     \
+      _Pragma("omp parallel for collapse(2) if (outer * r * inner >= CPU_GRAIN)") \
+      for (int64_t o = 0; o < outer; o++)                                       \
+        for (int64_t b = 0; b < nb; b++) {                                      \
+          int64_t i0 = b * blk, w = inner - i0 < blk ? inner - i0 : blk;        \
+          ACC acc[512];                                                         \
+          PITCHFN(out + o * inner + i0, a + o * r * inner + i0, r, w, inner, acc); \
+        }                                                                       \
+    }                                                                           \
+  }
+
+static int64_t sum_i64(const int64_t *a, int64_t n) {
+  int64_t s = 0;
+  for (int64_t i = 0; i < n; i++) s += a[i];
+  return s;
+}
+
+zorch_status cpu_reduce(red_op op, zorch_tensor *outt, zorch_tensor *idxt, const zorch_tensor *at,
+                        int64_t outer, int64_t r, int64_t inner) {
+  int64_t *idx = idxt ? (int64_t *)tensor_ptr(idxt) : NULL;
+  if (op == RED_SUM) {
+    switch (at->dtype) {
+      case ZORCH_F32: SUM_KERNEL(float, sum_f32, sum_pitch_f32, double) return ZORCH_OK;
+      case ZORCH_F64: SUM_KERNEL(double, sum_f64, sum_pitch_f64, double) return ZORCH_OK;
+      case ZORCH_I64: SUM_KERNEL(int64_t, sum_i64, sum_pitch_i64, int64_t) return ZORCH_OK;
+      default: break;
+    }
+  } else if (r > 0) {
+    switch (at->dtype) {
+      case ZORCH_F32: {
+        float *out = (float *)tensor_ptr(outt);
+        const float *a = (const float *)tensor_ptr(at);
+        MAX_BODY(float)
+        return ZORCH_OK;
+      }
+      case ZORCH_F64: {
+        double *out = (double *)tensor_ptr(outt);
+        const double *a = (const double *)tensor_ptr(at);
+        MAX_BODY(double)
+        return ZORCH_OK;
+      }
+      case ZORCH_I64: {
+        int64_t *out = (int64_t *)tensor_ptr(outt);
+        const int64_t *a = (const int64_t *)tensor_ptr(at);
+        MAX_BODY(int64_t)
+        return ZORCH_OK;
+      }
+      default: break;
+    }
+  }
+  return err_set(ZORCH_ERR_DTYPE, "%s: no CPU kernel for dtype %s", op == RED_SUM ? "sum" : "max",
+                 zorch_dtype_name(at->dtype));
+}
+
+#define MAX_BWD(T)                                                          \
+  {                                                                         \
+    T *gi = (T *)tensor_ptr(gin);                                           \
+    const T *gg = (const T *)tensor_ptr(g);                                 \
+    for (int64_t o = 0; o < outer; o++)                                     \
+      for (int64_t i = 0; i < inner; i++) {                                 \
+        int64_t j = idx[o * inner + i];                                     \
+        gi[(o * r + j) * inner + i] += gg[o * inner + i];                   \
+      }                                                                     \
+  }
+
+zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idxt,
+                         int64_t outer, int64_t r, int64_t inner) {
+  const int64_t *idx = (const int64_t *)tensor_ptr(idxt);
+  (void)r;
+  switch (gin->dtype) {
+    case ZORCH_F32: MAX_BWD(float) return ZORCH_OK;
+    case ZORCH_F64: MAX_BWD(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "max: no CPU backward for dtype %s",
+                            zorch_dtype_name(gin->dtype));
+  }
+}
+
+#define SOFTMAX(T)                                                               \
+  {                                                                              \
+    T *y = (T *)tensor_ptr(out);                                                 \
+    const T *x = (const T *)tensor_ptr(a);                                       \
+    _Pragma("omp parallel for collapse(2) if (outer * c * inner >= CPU_GRAIN)")  \
+    for (int64_t o = 0; o < outer; o++)                                          \
+      for (int64_t i = 0; i < inner; i++) {                                      \
+        const T *xp = x + o * c * inner + i;                                     \
+        T *yp = y + o * c * inner + i;                                           \
+        T mx = -INFINITY;                                                        \
+        for (int64_t j = 0; j < c; j++)                                          \
+          if (xp[j * inner] > mx || xp[j * inner] != xp[j * inner]) mx = xp[j * inner]; \
+        double sum = 0;                                                          \
+        for (int64_t j = 0; j < c; j++) sum += exp(xp[j * inner] - mx);          \
+        if (log_) {                                                              \
+          T lse = (T)log(sum);                                                   \
+          for (int64_t j = 0; j < c; j++) yp[j * inner] = xp[j * inner] - mx - lse; \
+        } else {                                                                 \
+          T inv = (T)(1.0 / sum);                                                \
+          for (int64_t j = 0; j < c; j++) yp[j * inner] = exp(xp[j * inner] - mx) * inv; \
+        }                                                                        \
+      }                                                                          \
+  }
+
+zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
+                         int64_t inner, bool log_) {
+  switch (a->dtype) {
+    case ZORCH_F32: SOFTMAX(float) return ZORCH_OK;
+    case ZORCH_F64: SOFTMAX(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "softmax: no CPU kernel for dtype %s",
+                            zorch_dtype_name(a->dtype));
+  }
+}

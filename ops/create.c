@@ -1,0 +1,295 @@
+/* create.c: creation, copies, dtype and device conversion, element access. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+static const zorch_device cpu_dev = {ZORCH_CPU, 0};
+
+zorch_tensor *op_empty(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt) {
+  return tensor_new(ndim, shape, dt, like->st->device);
+}
+
+zorch_tensor *op_zeros(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt) {
+  return zorch_zeros(ndim, shape, dt, like->st->device);
+}
+
+void op_free(zorch_tensor *a, zorch_tensor *b, zorch_tensor *c, zorch_tensor *d) {
+  zorch_tensor_free(a);
+  zorch_tensor_free(b);
+  zorch_tensor_free(c);
+  zorch_tensor_free(d);
+}
+
+zorch_dtype op_compute_dtype(zorch_dtype dt) {
+  return dt == ZORCH_F64 ? ZORCH_F64 : ZORCH_F32;
+}
+
+zorch_tensor *op_cast(zorch_tensor *t, zorch_dtype dt) {
+  if (t->dtype == dt) return zorch_tensor_retain(t);
+  zorch_tensor *out = op_empty(t, t->ndim, t->shape, dt);
+  if (!out) return NULL;
+  zorch_status st = backend_of(t)->copy(out, t);
+  if (st) {
+    zorch_tensor_free(out);
+    return NULL;
+  }
+  return out;
+}
+
+zorch_tensor *op_contig(zorch_tensor *t) {
+  if (zorch_tensor_is_contiguous(t)) return zorch_tensor_retain(t);
+  zorch_tensor *out = tensor_new_like(t);
+  if (!out) return NULL;
+  if (backend_of(t)->copy(out, t)) {
+    zorch_tensor_free(out);
+    return NULL;
+  }
+  return out;
+}
+
+zorch_tensor *op_broadcast_view(const zorch_tensor *t, int ndim, const int64_t *shape) {
+  int64_t st[ZORCH_MAX_DIMS];
+  int lead = ndim - t->ndim;
+  for (int i = 0; i < ndim; i++) {
+    if (i < lead) {
+      st[i] = 0;
+    } else {
+      int j = i - lead;
+      st[i] = t->shape[j] == shape[i] ? t->strides[j] : 0;
+    }
+  }
+  return tensor_alias(t, ndim, shape, st, t->offset);
+}
+
+/* ---- creation ------------------------------------------------------------------- */
+zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev) {
+  return tensor_new(ndim, shape, dt, dev);
+}
+
+zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value, zorch_dtype dt,
+                         zorch_device dev) {
+  zorch_tensor *t = tensor_new(ndim, shape, dt, dev);
+  if (!t) return NULL;
+  if (backend_of(t)->fill(t, value)) {
+    zorch_tensor_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+zorch_tensor *zorch_zeros(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev) {
+  return zorch_full(ndim, shape, 0, dt, dev);
+}
+
+zorch_tensor *zorch_ones(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev) {
+  return zorch_full(ndim, shape, 1, dt, dev);
+}
+
+zorch_tensor *zorch_arange(double start, double end, double step, zorch_dtype dt,
+                           zorch_device dev) {
+  if (step == 0 || !isfinite(step) || !isfinite(start) || !isfinite(end))
+    return err_null(ZORCH_ERR_ARG, "arange: start, end and step must be finite and step nonzero "
+                                   "(got %g, %g, %g)", start, end, step);
+  if ((end - start) / step > 1e15)
+    return err_null(ZORCH_ERR_ARG, "arange: too many elements (%g to %g by %g)", start, end, step);
+  double nd = ceil((end - start) / step);
+  int64_t n = nd > 0 ? (int64_t)nd : 0;
+  zorch_tensor *host = tensor_new(1, &n, ZORCH_F64, cpu_dev);
+  if (!host) return NULL;
+  double *p = (double *)tensor_ptr(host);
+  for (int64_t i = 0; i < n; i++) p[i] = start + (double)i * step;
+  zorch_tensor *c = op_cast(host, dt);
+  zorch_tensor_free(host);
+  if (!c || dev.type == ZORCH_CPU) return c;
+  zorch_tensor *d = zorch_to_device(c, dev);
+  zorch_tensor_free(c);
+  return d;
+}
+
+static zorch_tensor *random_tensor(const char *op, int ndim, const int64_t *shape,
+                                   zorch_dtype dt, zorch_device dev, zorch_generator *gen,
+                                   bool normal) {
+  if (!zorch_dtype_is_float(dt))
+    return err_null(ZORCH_ERR_DTYPE, "%s: needs a floating-point dtype, got %s", op,
+                    zorch_dtype_name(dt));
+  zorch_tensor *t = tensor_new(ndim, shape, dt, dev);
+  if (!t) return NULL;
+  uint64_t seed;
+  int64_t n = zorch_tensor_numel(t);
+  uint64_t off = rng_reserve(gen, n, !normal && dt != ZORCH_F64, &seed);
+  if (backend_of(t)->random(t, seed, off, normal)) {
+    zorch_tensor_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+zorch_tensor *zorch_rand(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
+                         zorch_generator *gen) {
+  return random_tensor("rand", ndim, shape, dt, dev, gen, false);
+}
+
+zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
+                          zorch_generator *gen) {
+  return random_tensor("randn", ndim, shape, dt, dev, gen, true);
+}
+
+zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape,
+                                zorch_dtype dt) {
+  zorch_tensor *t = tensor_new(ndim, shape, dt, cpu_dev);
+  if (!t) return NULL;
+  size_t n = (size_t)zorch_tensor_numel(t) * dtype_sizes[dt];
+  if (n && !data) {
+    zorch_tensor_free(t);
+    return err_null(ZORCH_ERR_ARG, "from_buffer: data is NULL");
+  }
+  if (n) memcpy(tensor_ptr(t), data, n);
+  return t;
+}
+
+/* ---- copies ------------------------------------------------------------------------- */
+zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
+  char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
+  if (check_arg("copy_", "dst", dst) || check_arg("copy_", "src", src)) return zorch_last_status();
+  int n;
+  int64_t shape[ZORCH_MAX_DIMS];
+  if (shape_broadcast("copy_", dst->ndim, dst->shape, src->ndim, src->shape, &n, shape))
+    return zorch_last_status();
+  if (n != dst->ndim || memcmp(shape, dst->shape, sizeof(int64_t) * (size_t)n) != 0)
+    return err_set(ZORCH_ERR_SHAPE, "copy_: source shape %s does not broadcast to %s",
+                   SHAPE(src, a), SHAPE(dst, b));
+  zorch_tensor *s = src;
+  bool moved = false;
+  if (src->st->device.type != dst->st->device.type || src->st->device.index != dst->st->device.index) {
+    s = zorch_to_device(src, dst->st->device);
+    if (!s) return zorch_last_status();
+    moved = true;
+  }
+  zorch_tensor *v = op_broadcast_view(s, dst->ndim, dst->shape);
+  zorch_status st = v ? backend_of(dst)->copy(dst, v) : zorch_last_status();
+  zorch_tensor_free(v);
+  if (moved) zorch_tensor_free(s);
+  return st;
+}
+
+zorch_status zorch_fill_(zorch_tensor *dst, double value) {
+  if (check_arg("fill_", "dst", dst)) return zorch_last_status();
+  return backend_of(dst)->fill(dst, value);
+}
+
+static zorch_status identity_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  (void)n;
+  gin[0] = zorch_tensor_retain(g);
+  return ZORCH_OK;
+}
+
+zorch_tensor *zorch_contiguous(zorch_tensor *t) {
+  if (check_arg("contiguous", "input", t)) return NULL;
+  if (zorch_tensor_is_contiguous(t)) return zorch_tensor_retain(t);
+  return zorch_clone(t);
+}
+
+zorch_tensor *zorch_clone(zorch_tensor *t) {
+  if (check_arg("clone", "input", t)) return NULL;
+  zorch_tensor *out = tensor_new_like(t);
+  if (!out) return NULL;
+  if (backend_of(t)->copy(out, t)) {
+    zorch_tensor_free(out);
+    return NULL;
+  }
+  return ag_record(out, "CloneBackward", identity_bwd, 1, &t, 0, NULL, NULL);
+}
+
+/* The engine converts each gradient to its input's dtype, so the backward of a
+   dtype conversion passes the gradient through. */
+zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt) {
+  if (check_arg("to", "input", t)) return NULL;
+  if ((unsigned)dt >= ZORCH_NDTYPES) return err_null(ZORCH_ERR_DTYPE, "to: invalid dtype %d", (int)dt);
+  if (t->dtype == dt) return zorch_tensor_retain(t);
+  zorch_tensor *out = op_cast(t, dt);
+  if (!out || !zorch_dtype_is_float(dt)) return out;
+  return ag_record(out, "ToCopyBackward", identity_bwd, 1, &t, 0, NULL, NULL);
+}
+
+static zorch_status to_device_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_device dev = {(zorch_device_type)n->iv[0], (int)n->iv[1]};
+  gin[0] = zorch_to_device(g, dev);
+  return gin[0] ? ZORCH_OK : zorch_last_status();
+}
+
+zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev) {
+  if (check_arg("to", "input", t)) return NULL;
+  zorch_device from = t->st->device;
+  if (from.type == dev.type && from.index == dev.index) return zorch_tensor_retain(t);
+  zorch_tensor *c = op_contig(t);
+  if (!c) return NULL;
+  zorch_tensor *out = tensor_new(t->ndim, t->shape, t->dtype, dev);
+  if (!out) {
+    zorch_tensor_free(c);
+    return NULL;
+  }
+  size_t n = (size_t)zorch_tensor_numel(t) * dtype_sizes[t->dtype];
+  zorch_status st;
+  if (from.type == ZORCH_CPU)
+    st = backend_of(out)->from_host(tensor_ptr(out), tensor_ptr(c), n, dev.index);
+  else if (dev.type == ZORCH_CPU)
+    st = backend_of(c)->to_host(tensor_ptr(out), tensor_ptr(c), n, from.index);
+  else
+    st = err_set(ZORCH_ERR_DEVICE, "to: copies between two accelerators go through the CPU");
+  zorch_tensor_free(c);
+  if (st) {
+    zorch_tensor_free(out);
+    return NULL;
+  }
+  ag_node *node;
+  out = ag_record(out, "ToDeviceBackward", to_device_bwd, 1, &t, 0, NULL, &node);
+  if (node) {
+    node->iv[0] = from.type;
+    node->iv[1] = from.index;
+  }
+  return out;
+}
+
+/* ---- element access ------------------------------------------------------------------- */
+zorch_status zorch_tensor_to_doubles(const zorch_tensor *t, double *out, int64_t n) {
+  if (!t || !out) return err_set(ZORCH_ERR_ARG, "to_doubles: NULL argument");
+  int64_t numel = zorch_tensor_numel(t);
+  if (n < numel)
+    return err_set(ZORCH_ERR_ARG, "to_doubles: buffer of %lld for %lld elements", (long long)n,
+                   (long long)numel);
+  zorch_tensor *host = zorch_to_device((zorch_tensor *)t, cpu_dev);
+  if (!host) return zorch_last_status();
+  zorch_tensor *d = op_empty(host, t->ndim, t->shape, ZORCH_F64);
+  zorch_status st = d ? cpu_backend.copy(d, host) : zorch_last_status();
+  if (!st) memcpy(out, tensor_ptr(d), (size_t)numel * sizeof(double));
+  zorch_tensor_free(d);
+  zorch_tensor_free(host);
+  return st;
+}
+
+zorch_status zorch_tensor_item(const zorch_tensor *t, double *out) {
+  char a[ERR_SHAPE_BUF];
+  if (!t || !out) return err_set(ZORCH_ERR_ARG, "item: NULL argument");
+  if (zorch_tensor_numel(t) != 1)
+    return err_set(ZORCH_ERR_SHAPE, "item: a tensor with %lld elements (shape %s) cannot be "
+                   "converted to a number", (long long)zorch_tensor_numel(t), SHAPE(t, a));
+  return zorch_tensor_to_doubles(t, out, 1);
+}
+
+zorch_status zorch_tensor_get(const zorch_tensor *t, const int64_t *index, double *out) {
+  if (!t || !out || (t->ndim && !index)) return err_set(ZORCH_ERR_ARG, "get: NULL argument");
+  int64_t off = t->offset;
+  for (int i = 0; i < t->ndim; i++) {
+    if (index[i] < 0 || index[i] >= t->shape[i])
+      return err_set(ZORCH_ERR_ARG, "get: index %lld out of range for dim %d of size %lld",
+                     (long long)index[i], i, (long long)t->shape[i]);
+    off += index[i] * t->strides[i];
+  }
+  zorch_tensor *one = tensor_alias(t, 0, NULL, NULL, off);
+  if (!one) return zorch_last_status();
+  zorch_status st = zorch_tensor_to_doubles(one, out, 1);
+  zorch_tensor_free(one);
+  return st;
+}

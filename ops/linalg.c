@@ -1,0 +1,260 @@
+/* linalg.c: matmul (batched, broadcast over batch dims) and the fused linear
+   layer, on the backend's GEMM. Transposed views go to GEMM as transposes, not
+   copies. */
+#include <string.h>
+
+#include "ops.h"
+
+/* How a (rows, cols) matrix with strides (rs, cs) is passed to a row-major GEMM:
+   as is (ld = row stride) or transposed (ld = column stride). */
+static bool mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *trans,
+                       int64_t *ld) {
+  int64_t mc = cols > 1 ? cols : 1, mr = rows > 1 ? rows : 1;
+  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= mc)) {
+    *trans = false;
+    *ld = rows == 1 ? mc : rs;
+    return true;
+  }
+  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= mr)) {
+    *trans = true;
+    *ld = cols == 1 ? mr : cs;
+    return true;
+  }
+  return false;
+}
+
+/* Ensures the last two dims of t suit GEMM; returns t retained or a copy. */
+static zorch_tensor *gemm_ready(zorch_tensor *t) {
+  bool tr;
+  int64_t ld;
+  int n = t->ndim;
+  if (mat_layout(t->shape[n - 2], t->shape[n - 1], t->strides[n - 2], t->strides[n - 1], &tr, &ld))
+    return zorch_tensor_retain(t);
+  return op_contig(t);
+}
+
+/* out (batch..., m, n) = a (batch..., m, k) @ b (batch..., k, n); a and b
+   already broadcast to out's batch dims, same dtype. */
+static zorch_status bmm_into(zorch_tensor *out, zorch_tensor *a, zorch_tensor *b) {
+  int nd = out->ndim;
+  int64_t m = a->shape[nd - 2], k = a->shape[nd - 1], n = b->shape[nd - 1];
+  int64_t batch = 1;
+  for (int i = 0; i < nd - 2; i++) batch *= out->shape[i];
+  const backend *be = backend_of(out);
+  size_t es = dtype_sizes[out->dtype];
+  bool ta, tb;
+  int64_t lda, ldb;
+  mat_layout(m, k, a->strides[nd - 2], a->strides[nd - 1], &ta, &lda);
+  mat_layout(k, n, b->strides[nd - 2], b->strides[nd - 1], &tb, &ldb);
+  if (k == 0) return be->fill(out, 0);
+  /* b shared by every batch and a contiguous: one GEMM with batch * m rows */
+  bool b_shared = true;
+  for (int i = 0; i < nd - 2; i++) b_shared = b_shared && (b->strides[i] == 0 || b->shape[i] == 1);
+  if (b_shared && zorch_tensor_is_contiguous(a) && batch > 1)
+    return be->gemm(out->dtype, false, tb, batch * m, n, k, 1.0, tensor_ptr(a), k, tensor_ptr(b),
+                    ldb, 0.0, tensor_ptr(out), n);
+  int64_t idx[ZORCH_MAX_DIMS] = {0};
+  for (int64_t bi = 0; bi < batch; bi++) {
+    int64_t oa = 0, ob = 0;
+    for (int i = 0; i < nd - 2; i++) {
+      oa += idx[i] * a->strides[i];
+      ob += idx[i] * b->strides[i];
+    }
+    zorch_status st = be->gemm(out->dtype, ta, tb, m, n, k, 1.0, tensor_ptr(a) + oa * (int64_t)es,
+                               lda, tensor_ptr(b) + ob * (int64_t)es, ldb, 0.0,
+                               tensor_ptr(out) + bi * m * n * (int64_t)es, n);
+    if (st) return st;
+    for (int i = nd - 3; i >= 0; i--) {
+      if (++idx[i] < out->shape[i]) break;
+      idx[i] = 0;
+    }
+  }
+  return ZORCH_OK;
+}
+
+static zorch_status mm_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_tensor *a = n->saved[0], *b = n->saved[1];
+  if (ag_wants(n, 0)) {
+    zorch_tensor *bt = zorch_transpose(b, -1, -2);
+    gin[0] = bt ? zorch_matmul(g, bt) : NULL;
+    zorch_tensor_free(bt);
+    if (!gin[0]) return zorch_last_status();
+  }
+  if (ag_wants(n, 1)) {
+    zorch_tensor *at = zorch_transpose(a, -1, -2);
+    gin[1] = at ? zorch_matmul(at, g) : NULL;
+    zorch_tensor_free(at);
+    if (!gin[1]) return zorch_last_status();
+  }
+  return ZORCH_OK;
+}
+
+/* Both operands at least 2-D. */
+static zorch_tensor *matmul_nd(zorch_tensor *a, zorch_tensor *b) {
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
+  int na = a->ndim, nb = b->ndim;
+  int64_t m = a->shape[na - 2], k = a->shape[na - 1], n = b->shape[nb - 1];
+  if (b->shape[nb - 2] != k)
+    return err_null(ZORCH_ERR_SHAPE, "matmul: shapes %s and %s cannot be multiplied", SHAPE(a, s1),
+                    SHAPE(b, s2));
+  int nbatch;
+  int64_t shape[ZORCH_MAX_DIMS];
+  if (shape_broadcast("matmul", na - 2, a->shape, nb - 2, b->shape, &nbatch, shape)) {
+    return err_null(ZORCH_ERR_SHAPE, "matmul: batch dims of %s and %s cannot be broadcast",
+                    SHAPE(a, s1), SHAPE(b, s2));
+  }
+  int nd = nbatch + 2;
+  zorch_dtype dt = dtype_promote(a->dtype, b->dtype);
+  if (!zorch_dtype_is_float(dt))
+    return err_null(ZORCH_ERR_DTYPE, "matmul: needs floating-point tensors, got %s and %s",
+                    zorch_dtype_name(a->dtype), zorch_dtype_name(b->dtype));
+  zorch_dtype cd = op_compute_dtype(dt);
+  int64_t sa[ZORCH_MAX_DIMS], sb[ZORCH_MAX_DIMS];
+  memcpy(sa, shape, sizeof(int64_t) * (size_t)nbatch);
+  memcpy(sb, shape, sizeof(int64_t) * (size_t)nbatch);
+  sa[nd - 2] = m, sa[nd - 1] = k, sb[nd - 2] = k, sb[nd - 1] = n;
+  shape[nd - 2] = m, shape[nd - 1] = n;
+  zorch_tensor *ca = op_cast(a, cd), *cb = ca ? op_cast(b, cd) : NULL;
+  zorch_tensor *ra = cb ? gemm_ready(ca) : NULL, *rb = ra ? gemm_ready(cb) : NULL;
+  zorch_tensor *va = rb ? op_broadcast_view(ra, nd, sa) : NULL;
+  zorch_tensor *vb = va ? op_broadcast_view(rb, nd, sb) : NULL;
+  zorch_tensor *out = vb ? op_empty(a, nd, shape, cd) : NULL;
+  if (out && bmm_into(out, va, vb)) {
+    zorch_tensor_free(out);
+    out = NULL;
+  }
+  op_free(ca, cb, ra, rb);
+  op_free(va, vb, NULL, NULL);
+  if (out && cd != dt) {
+    zorch_tensor *r = op_cast(out, dt);
+    zorch_tensor_free(out);
+    out = r;
+  }
+  if (!out) {
+    err_prefix("matmul");
+    return NULL;
+  }
+  zorch_tensor *in[2] = {a, b};
+  return ag_record(out, "MmBackward", mm_bwd, 2, in, 2, in, NULL);
+}
+
+zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b) {
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
+  if (check_arg("matmul", "a", a) || check_arg("matmul", "b", b) ||
+      check_same_device("matmul", a, b))
+    return NULL;
+  if (a->ndim == 0 || b->ndim == 0)
+    return err_null(ZORCH_ERR_SHAPE, "matmul: both arguments need at least 1 dim, got %s and %s",
+                    SHAPE(a, s1), SHAPE(b, s2));
+  if (a->ndim >= 2 && b->ndim >= 2) return matmul_nd(a, b);
+  /* 1-D operands become matrices, and the added dim is dropped after */
+  zorch_tensor *a2 = a->ndim == 1 ? zorch_unsqueeze(a, 0) : zorch_tensor_retain(a);
+  zorch_tensor *b2 = b->ndim == 1 ? zorch_unsqueeze(b, 1) : zorch_tensor_retain(b);
+  zorch_tensor *r = a2 && b2 ? matmul_nd(a2, b2) : NULL;
+  if (r && r->ndim == 2 && a->ndim == 1 && b->ndim == 1) {
+    zorch_tensor *s = zorch_reshape(r, 0, NULL);
+    zorch_tensor_free(r);
+    r = s;
+  } else if (r) {
+    zorch_tensor *s = zorch_squeeze(r, a->ndim == 1 ? -2 : -1);
+    zorch_tensor_free(r);
+    r = s;
+  }
+  op_free(a2, b2, NULL, NULL);
+  if (!r) {
+    /* say it in terms of the caller's shapes */
+    if (zorch_last_status() == ZORCH_ERR_SHAPE)
+      err_set(ZORCH_ERR_SHAPE, "matmul: shapes %s and %s cannot be multiplied", SHAPE(a, s1),
+              SHAPE(b, s2));
+  }
+  return r;
+}
+
+/* ---- linear ------------------------------------------------------------------------- */
+static zorch_status linear_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_tensor *x = n->saved[0], *w = n->saved[1];
+  int64_t in_f = w->shape[1], out_f = w->shape[0];
+  int64_t s2[2] = {-1, out_f}, x2s[2] = {-1, in_f};
+  zorch_tensor *g2 = zorch_reshape(g, 2, s2);
+  if (!g2) return zorch_last_status();
+  zorch_status st = ZORCH_OK;
+  if (ag_wants(n, 0)) {
+    zorch_tensor *gx = zorch_matmul(g2, w);
+    gin[0] = gx ? zorch_reshape(gx, x->ndim, x->shape) : NULL;
+    zorch_tensor_free(gx);
+    if (!gin[0]) st = zorch_last_status();
+  }
+  if (!st && ag_wants(n, 1)) {
+    zorch_tensor *x2 = zorch_reshape(x, 2, x2s), *gt = x2 ? zorch_transpose(g2, 0, 1) : NULL;
+    gin[1] = gt ? zorch_matmul(gt, x2) : NULL;
+    op_free(x2, gt, NULL, NULL);
+    if (!gin[1]) st = zorch_last_status();
+  }
+  if (!st && n->nin > 2 && ag_wants(n, 2)) {
+    int d0 = 0;
+    if (!(gin[2] = zorch_sum(g2, 1, &d0, false))) st = zorch_last_status();
+  }
+  zorch_tensor_free(g2);
+  return st;
+}
+
+zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b) {
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF], s3[ERR_SHAPE_BUF];
+  if (check_arg("linear", "input", x) || check_arg("linear", "weight", w) ||
+      check_same_device("linear", x, w) || (b && check_same_device("linear", x, b)))
+    return NULL;
+  if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+    return err_null(ZORCH_ERR_SHAPE, "linear: input %s and weight %s do not fit (weight is "
+                    "(out_features, in_features) and the input's last dim is in_features)",
+                    SHAPE(x, s1), SHAPE(w, s2));
+  int64_t in_f = w->shape[1], out_f = w->shape[0];
+  if (b && (b->ndim != 1 || b->shape[0] != out_f))
+    return err_null(ZORCH_ERR_SHAPE, "linear: bias %s does not fit weight %s (expected (%lld,))",
+                    SHAPE(b, s3), SHAPE(w, s2), (long long)out_f);
+  zorch_dtype dt = dtype_promote(x->dtype, w->dtype);
+  if (b) dt = dtype_promote(dt, b->dtype);
+  if (!zorch_dtype_is_float(dt))
+    return err_null(ZORCH_ERR_DTYPE, "linear: needs floating-point tensors, got %s",
+                    zorch_dtype_name(dt));
+  zorch_dtype cd = op_compute_dtype(dt);
+  int64_t rows = in_f ? zorch_tensor_numel(x) / in_f : 0;
+  for (int i = 0; i < x->ndim - 1 && !in_f; i++) rows = (i ? rows : 1) * x->shape[i];
+  zorch_tensor *cx = op_cast(x, cd), *cw = cx ? op_cast(w, cd) : NULL;
+  zorch_tensor *cb = cw && b ? op_cast(b, cd) : NULL;
+  zorch_tensor *xc = cw && (!b || cb) ? op_contig(cx) : NULL;
+  zorch_tensor *wr = xc ? gemm_ready(cw) : NULL;
+  int64_t oshape[ZORCH_MAX_DIMS];
+  memcpy(oshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  oshape[x->ndim - 1] = out_f;
+  zorch_tensor *out = wr ? op_empty(x, x->ndim, oshape, cd) : NULL;
+  zorch_status st = out ? ZORCH_OK : zorch_last_status();
+  if (!st && cb) {
+    int64_t os2[2] = {rows, out_f};
+    zorch_tensor *o2 = tensor_alias(out, 2, os2, (int64_t[]){out_f, 1}, 0);
+    zorch_tensor *bv = o2 ? op_broadcast_view(cb, 2, os2) : NULL;
+    st = bv ? backend_of(out)->copy(o2, bv) : zorch_last_status();
+    op_free(o2, bv, NULL, NULL);
+  }
+  if (!st) {
+    bool tw;
+    int64_t ldw;
+    /* weight (out, in) used as its transpose (in, out) */
+    mat_layout(in_f, out_f, wr->strides[1], wr->strides[0], &tw, &ldw);
+    st = backend_of(out)->gemm(cd, false, tw, rows, out_f, in_f, 1.0, tensor_ptr(xc), in_f,
+                               tensor_ptr(wr), ldw, cb ? 1.0 : 0.0, tensor_ptr(out), out_f);
+  }
+  op_free(cx, cw, cb, xc);
+  zorch_tensor_free(wr);
+  if (st) {
+    zorch_tensor_free(out);
+    err_prefix("linear");
+    return NULL;
+  }
+  if (cd != dt) {
+    zorch_tensor *r = op_cast(out, dt);
+    zorch_tensor_free(out);
+    if (!(out = r)) return NULL;
+  }
+  zorch_tensor *in[3] = {x, w, b};
+  return ag_record(out, "LinearBackward", linear_bwd, b ? 3 : 2, in, 2, in, NULL);
+}

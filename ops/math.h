@@ -1,0 +1,165 @@
+/* math.h: per-element math shared by every backend. Each function is static
+   inline and, under nvcc, also __device__, so the CPU tests check the very
+   formulas the CUDA kernels run. Bodies are written once over a type T and
+   instantiated for float (_f32) and double (_f64); <tgmath.h> picks expf for float
+   in C, and CUDA's overloads do the same in device code. */
+#ifndef ZORCH_OPS_MATH_H
+#define ZORCH_OPS_MATH_H
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define ZM_INLINE __host__ __device__ static inline
+#else
+#include <tgmath.h>
+#define ZM_INLINE static inline
+#endif
+
+#define ZM_DEF1(name, body)                                    \
+  ZM_INLINE float name##_f32(float x) {                        \
+    typedef float T;                                           \
+    body                                                       \
+  }                                                            \
+  ZM_INLINE double name##_f64(double x) {                      \
+    typedef double T;                                          \
+    body                                                       \
+  }
+#define ZM_DEF2(name, body)                                    \
+  ZM_INLINE float name##_f32(float g, float x) {               \
+    typedef float T;                                           \
+    body                                                       \
+  }                                                            \
+  ZM_INLINE double name##_f64(double g, double x) {            \
+    typedef double T;                                          \
+    body                                                       \
+  }
+
+/* forward */
+ZM_DEF1(zm_relu, return x > (T)0 ? x : (T)0;)
+ZM_DEF1(zm_sigmoid, return (T)1 / ((T)1 + exp(-x));)
+/* gelu(x) = x * Phi(x), Phi the standard normal CDF (PyTorch's default). */
+ZM_DEF1(zm_gelu, return (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440));)
+/* The tanh approximation (PyTorch's approximate="tanh"). */
+ZM_DEF1(zm_gelu_tanh,
+        T u = (T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x);
+        return (T)0.5 * x * ((T)1 + tanh(u));)
+
+/* backward: g is the incoming gradient, x the input (or y the output, as named) */
+ZM_DEF2(zm_relu_bwd, return x > (T)0 ? g : (T)0;)
+ZM_DEF2(zm_gelu_bwd,
+        T cdf = (T)0.5 * ((T)1 + erf(x * (T)0.70710678118654752440));
+        T pdf = exp((T)-0.5 * x * x) * (T)0.39894228040143267794;
+        return g * (cdf + x * pdf);)
+ZM_DEF2(zm_gelu_tanh_bwd,
+        T k = (T)0.79788456080286535588;
+        T x2 = x * x;
+        T u = k * (x + (T)0.044715 * x2 * x);
+        T t = tanh(u);
+        T du = k * ((T)1 + (T)3 * (T)0.044715 * x2);
+        return g * ((T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * du);)
+ZM_DEF2(zm_tanh_bwd_y, return g * ((T)1 - x * x);)        /* x is y = tanh */
+ZM_DEF2(zm_sigmoid_bwd_y, return g * x * ((T)1 - x);)     /* x is y = sigmoid */
+ZM_DEF2(zm_sqrt_bwd_y, return g * (T)0.5 / x;)            /* x is y = sqrt */
+ZM_DEF2(zm_abs_bwd, return x > (T)0 ? g : (x < (T)0 ? -g : (T)0);)
+
+/* ---- 16-bit floats: round to nearest even, NaN kept quiet ---------------- */
+ZM_INLINE uint32_t zm_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+ZM_INLINE float zm_bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+ZM_INLINE uint16_t zm_f32_to_bf16(float f) {
+  uint32_t u = zm_f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+ZM_INLINE float zm_bf16_to_f32(uint16_t h) { return zm_bits_f32((uint32_t)h << 16); }
+
+ZM_INLINE float zm_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (exp == 0x1f) return zm_bits_f32(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    if (man == 0) return zm_bits_f32(sign);
+    /* subnormal: value = man * 2^-24 */
+    float v = (float)man * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return zm_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+ZM_INLINE uint16_t zm_f32_to_f16(float f) {
+  uint32_t u = zm_f32_bits(f);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);    /* NaN */
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);   /* rounds to inf */
+  if (a < 0x38800000u) {                                     /* subnormal or zero */
+    /* the magic-number trick: adding 0.5 aligns the mantissa at 2^-24 steps and
+       the FPU rounds to nearest even */
+    float v = zm_bits_f32(a) + 0.5f;
+    return (uint16_t)(sign | (uint16_t)(zm_f32_bits(v) - 0x3f000000u));
+  }
+  uint32_t mant_odd = (a >> 13) & 1u;
+  a += 0xc8000fffu + mant_odd; /* rebias exponent (-112 << 23) and round */
+  return (uint16_t)(sign | (uint16_t)(a >> 13));
+}
+
+/* ---- Philox4x32-10 (Salmon et al., SC'11): counter-based random numbers -------- */
+typedef struct {
+  uint32_t v[4];
+} zm_u32x4;
+
+ZM_INLINE zm_u32x4 zm_philox(uint64_t counter, uint64_t key64) {
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)key64, k1 = (uint32_t)(key64 >> 32);
+  for (int r = 0; r < 10; r++) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p1;
+    c3 = (uint32_t)p0;
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  zm_u32x4 out = {{c0, c1, c2, c3}};
+  return out;
+}
+/* Uniform in [0, 1) with 24 random bits. */
+ZM_INLINE float zm_u32_to_unit_f32(uint32_t x) { return (float)(x >> 8) * 5.9604644775390625e-8f; }
+/* Uniform in [0, 1) with 53 random bits. */
+ZM_INLINE double zm_u64_to_unit_f64(uint32_t lo, uint32_t hi) {
+  uint64_t x = ((uint64_t)hi << 32 | lo) >> 11;
+  return (double)x * 1.1102230246251565404e-16;
+}
+
+/* Stream layout, shared by every backend: uniform float32 element i takes lane
+   i % 4 of block offset + i / 4; uniform float64 and normal elements take half a
+   block each (two lanes), normal pairs (2j, 2j+1) come from one Box-Muller draw
+   on block offset + j. Blocks used: zm_random_blocks(). */
+ZM_INLINE float zm_random_unit_f32(uint64_t seed, uint64_t offset, int64_t i) {
+  zm_u32x4 r = zm_philox(offset + (uint64_t)i / 4, seed);
+  return zm_u32_to_unit_f32(r.v[i % 4]);
+}
+ZM_INLINE double zm_random_unit_f64(uint64_t seed, uint64_t offset, int64_t i) {
+  zm_u32x4 r = zm_philox(offset + (uint64_t)i / 2, seed);
+  int l = (int)(i % 2) * 2;
+  return zm_u64_to_unit_f64(r.v[l], r.v[l + 1]);
+}
+ZM_INLINE double zm_random_normal(uint64_t seed, uint64_t offset, int64_t i) {
+  zm_u32x4 r = zm_philox(offset + (uint64_t)i / 2, seed);
+  double u1 = 1.0 - zm_u64_to_unit_f64(r.v[0], r.v[1]); /* (0, 1] */
+  double u2 = zm_u64_to_unit_f64(r.v[2], r.v[3]);
+  double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586477 * u2;
+  return (i % 2) ? rad * sin(th) : rad * cos(th);
+}
+ZM_INLINE uint64_t zm_random_blocks(int64_t n, int f32_uniform) {
+  return f32_uniform ? (uint64_t)(n + 3) / 4 : (uint64_t)(n + 1) / 2;
+}
+#endif

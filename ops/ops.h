@@ -1,0 +1,40 @@
+/* ops.h: helpers shared by the op definitions in ops/. */
+#ifndef ZORCH_OPS_OPS_H
+#define ZORCH_OPS_OPS_H
+#include "../vm/autograd.h"
+#include "../vm/device.h"
+
+uint64_t rng_reserve(zorch_generator *g, int64_t n, bool f32_uniform, uint64_t *seed);
+
+/* A new contiguous tensor on `like`'s device. */
+zorch_tensor *op_empty(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt);
+zorch_tensor *op_zeros(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt);
+/* t converted to dt (a new reference; t itself when it already has dt). No autograd. */
+zorch_tensor *op_cast(zorch_tensor *t, zorch_dtype dt);
+/* Contiguous t (t itself, retained, when it is); no autograd. */
+zorch_tensor *op_contig(zorch_tensor *t);
+/* A view of t with `shape` (ndim >= t->ndim) through stride-0 broadcasting. */
+zorch_tensor *op_broadcast_view(const zorch_tensor *t, int ndim, const int64_t *shape);
+/* Computes in a float dtype wide enough for the math: f32/f64 as is, 16-bit
+   floats and integers through float32 (`*work` gets that dtype). */
+zorch_dtype op_compute_dtype(zorch_dtype dt);
+/* Frees up to four tensors; NULLs are fine. */
+void op_free(zorch_tensor *a, zorch_tensor *b, zorch_tensor *c, zorch_tensor *d);
+/* Canonical (outer, r, inner) form of a reduction over `dims`: a contiguous
+   tensor with the reduced dims moved together (perm says where each came from). */
+typedef struct {
+  int nred;
+  bool red[ZORCH_MAX_DIMS];
+  int perm[ZORCH_MAX_DIMS];
+  int64_t outer, r, inner;
+  int out_ndim;                     /* keepdim shape rank is the input's */
+  int64_t keep_shape[ZORCH_MAX_DIMS];
+  int64_t out_shape[ZORCH_MAX_DIMS];
+} red_plan;
+zorch_status red_plan_make(const char *op, const zorch_tensor *a, int ndims, const int *dims,
+                           bool keepdim, red_plan *p);
+/* a laid out as (outer, r, inner) per the plan (permuted and contiguous). */
+zorch_tensor *red_plan_layout(zorch_tensor *a, const red_plan *p);
+/* Inverse of red_plan_layout for a tensor in the plan's layout. */
+zorch_tensor *red_plan_unlayout(zorch_tensor *c, const zorch_tensor *like, const red_plan *p);
+#endif

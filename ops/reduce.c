@@ -1,0 +1,270 @@
+/* reduce.c: sum, mean and max over dims, softmax and log_softmax, with their
+   gradients. Every reduction runs on an (outer, r, inner) layout: the input
+   itself when the reduced dims are one contiguous block, else a permuted copy. */
+#include <string.h>
+
+#include "ops.h"
+
+zorch_status red_plan_make(const char *op, const zorch_tensor *a, int ndims, const int *dims,
+                           bool keepdim, red_plan *p) {
+  memset(p, 0, sizeof *p);
+  if (ndims < 0 || ndims > ZORCH_MAX_DIMS || (ndims > 0 && !dims))
+    return err_set(ZORCH_ERR_ARG, "%s: bad dims list (%d dims)", op, ndims);
+  for (int i = 0; i < ndims; i++) {
+    int d;
+    if (dim_wrap(op, dims[i], a->ndim, 0, &d)) return zorch_last_status();
+    if (a->ndim == 0) continue;
+    if (p->red[d]) return err_set(ZORCH_ERR_ARG, "%s: dim %d repeated", op, dims[i]);
+    p->red[d] = true;
+  }
+  if (ndims == 0)
+    for (int i = 0; i < a->ndim; i++) p->red[i] = true;
+  int first = -1, last = -1, k = 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (p->red[i]) {
+      p->nred++;
+      if (first < 0) first = i;
+      last = i;
+    }
+  bool block = zorch_tensor_is_contiguous(a) && (p->nred == 0 || last - first + 1 == p->nred);
+  p->outer = p->r = p->inner = 1;
+  if (block) {
+    for (int i = 0; i < a->ndim; i++) {
+      p->perm[i] = i;
+      if (p->red[i]) p->r *= a->shape[i];
+      else if (first >= 0 && i > last) p->inner *= a->shape[i];
+      else p->outer *= a->shape[i];
+    }
+  } else {
+    for (int i = 0; i < a->ndim; i++)
+      if (!p->red[i]) {
+        p->perm[k++] = i;
+        p->outer *= a->shape[i];
+      }
+    for (int i = 0; i < a->ndim; i++)
+      if (p->red[i]) {
+        p->perm[k++] = i;
+        p->r *= a->shape[i];
+      }
+  }
+  p->out_ndim = 0;
+  for (int i = 0; i < a->ndim; i++) {
+    p->keep_shape[i] = p->red[i] ? 1 : a->shape[i];
+    if (!p->red[i] || keepdim) p->out_shape[p->out_ndim++] = p->keep_shape[i];
+  }
+  return ZORCH_OK;
+}
+
+static bool plan_identity(const red_plan *p, int ndim) {
+  for (int i = 0; i < ndim; i++)
+    if (p->perm[i] != i) return false;
+  return true;
+}
+
+zorch_tensor *red_plan_layout(zorch_tensor *a, const red_plan *p) {
+  if (plan_identity(p, a->ndim)) return op_contig(a);
+  bool prev = zorch_set_grad_enabled(false);
+  zorch_tensor *v = zorch_permute(a, p->perm);
+  zorch_tensor *c = v ? op_contig(v) : NULL;
+  zorch_set_grad_enabled(prev);
+  zorch_tensor_free(v);
+  return c;
+}
+
+zorch_tensor *red_plan_unlayout(zorch_tensor *c, const zorch_tensor *like, const red_plan *p) {
+  int nd = like->ndim;
+  if (plan_identity(p, nd)) return zorch_reshape(c, nd, like->shape);
+  int64_t psh[ZORCH_MAX_DIMS];
+  int inv[ZORCH_MAX_DIMS];
+  for (int i = 0; i < nd; i++) {
+    psh[i] = like->shape[p->perm[i]];
+    inv[p->perm[i]] = i;
+  }
+  zorch_tensor *v = zorch_reshape(c, nd, psh);
+  zorch_tensor *b = v ? zorch_permute(v, inv) : NULL;
+  zorch_tensor *out = b ? op_contig(b) : NULL;
+  op_free(v, b, NULL, NULL);
+  return out;
+}
+
+/* Sum or max in the plan's layout; out has the plan's output shape. */
+static zorch_tensor *reduce_raw(const char *op, red_op k, zorch_tensor *a, const red_plan *p,
+                                zorch_tensor **idx) {
+  zorch_dtype dt = a->dtype;
+  zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype(dt) : ZORCH_I64;
+  if (k == RED_MAX && p->r == 0)
+    return err_null(ZORCH_ERR_SHAPE, "%s: cannot take the max over an empty dimension", op);
+  zorch_tensor *ca = op_cast(a, cd);
+  zorch_tensor *c = ca ? red_plan_layout(ca, p) : NULL;
+  zorch_tensor *out = c ? op_empty(a, p->out_ndim, p->out_shape, cd) : NULL;
+  zorch_tensor *ix = NULL;
+  if (out && idx && !(ix = op_empty(a, p->out_ndim, p->out_shape, ZORCH_I64))) {
+    zorch_tensor_free(out);
+    out = NULL;
+  }
+  if (out && backend_of(out)->reduce(k, out, ix, c, p->outer, p->r, p->inner)) {
+    op_free(out, ix, NULL, NULL);
+    out = ix = NULL;
+  }
+  op_free(ca, c, NULL, NULL);
+  if (idx) *idx = ix;
+  zorch_dtype want = (k == RED_SUM && !zorch_dtype_is_float(dt)) ? ZORCH_I64 : dt;
+  if (out && want != cd) {
+    zorch_tensor *r = op_cast(out, want);
+    zorch_tensor_free(out);
+    out = r;
+  }
+  if (!out) err_prefix(op);
+  return out;
+}
+
+/* sum and mean: the gradient is g (times 1/count) broadcast back; iv holds the
+   keepdim shape so g can be viewed with the reduced dims as 1. */
+static zorch_status sum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  ag_edge *e = &n->in[0];
+  zorch_tensor *gk = zorch_reshape(g, e->ndim, n->iv);
+  zorch_tensor *gs = gk && n->p[0] != 1 ? zorch_mul_scalar(gk, n->p[0]) : zorch_tensor_retain(gk);
+  gin[0] = gs ? zorch_expand(gs, e->ndim, e->shape) : NULL;
+  op_free(gk, gs, NULL, NULL);
+  return gin[0] ? ZORCH_OK : zorch_last_status();
+}
+
+static zorch_tensor *sum_mean(const char *op, const char *name, zorch_tensor *a, int ndims,
+                              const int *dims, bool keepdim, bool mean) {
+  if (check_arg(op, "input", a)) return NULL;
+  red_plan p;
+  if (red_plan_make(op, a, ndims, dims, keepdim, &p)) return NULL;
+  if (mean && !zorch_dtype_is_float(a->dtype))
+    return err_null(ZORCH_ERR_DTYPE, "mean: needs a floating-point input, got %s",
+                    zorch_dtype_name(a->dtype));
+  zorch_tensor *out = reduce_raw(op, RED_SUM, a, &p, NULL);
+  double scale = mean ? 1.0 / (double)p.r : 1.0;
+  if (out && mean) {
+    zorch_tensor *m = backend_of(out) ? op_empty(out, out->ndim, out->shape, out->dtype) : NULL;
+    if (m && backend_of(m)->unary(UOP_MUL_S, m, out, scale, 0)) {
+      zorch_tensor_free(m);
+      m = NULL;
+    }
+    zorch_tensor_free(out);
+    out = m;
+  }
+  ag_node *node;
+  out = ag_record(out, name, sum_bwd, 1, &a, 0, NULL, &node);
+  if (node) {
+    memcpy(node->iv, p.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
+    node->p[0] = scale;
+  }
+  return out;
+}
+
+zorch_tensor *zorch_sum(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
+  return sum_mean("sum", "SumBackward", a, ndims, dims, keepdim, false);
+}
+
+zorch_tensor *zorch_mean(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
+  return sum_mean("mean", "MeanBackward", a, ndims, dims, keepdim, true);
+}
+
+/* max: the gradient goes to the first maximum of each group. saved[0] holds the
+   indices; iv the dims list and keepdim, to rebuild the plan. */
+static zorch_status max_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  ag_edge *e = &n->in[0];
+  int dims[ZORCH_MAX_DIMS], nd = (int)n->iv[0];
+  for (int i = 0; i < nd; i++) dims[i] = (int)n->iv[2 + i];
+  zorch_tensor *like = op_empty(g, e->ndim, e->shape, g->dtype);
+  if (!like) return zorch_last_status();
+  red_plan p;
+  zorch_status st = red_plan_make("max", like, nd, dims, n->iv[1] != 0, &p);
+  zorch_tensor *gc = st ? NULL : op_contig(g);
+  int64_t lay[3] = {p.outer, p.r, p.inner};
+  zorch_tensor *z = gc ? op_zeros(g, 3, lay, g->dtype) : NULL;
+  if (z && (st = backend_of(z)->max_bwd(z, gc, n->saved[0], p.outer, p.r, p.inner)) == ZORCH_OK)
+    gin[0] = red_plan_unlayout(z, like, &p);
+  else if (!st)
+    st = zorch_last_status();
+  op_free(like, gc, z, NULL);
+  if (!st && !gin[0]) st = zorch_last_status();
+  return st;
+}
+
+zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
+                        zorch_tensor **indices) {
+  if (indices) *indices = NULL;
+  if (check_arg("max", "input", a)) return NULL;
+  red_plan p;
+  if (red_plan_make("max", a, ndims, dims, keepdim, &p)) return NULL;
+  zorch_tensor *idx = NULL;
+  zorch_tensor *out = reduce_raw("max", RED_MAX, a, &p, &idx);
+  ag_node *node;
+  out = ag_record(out, "MaxBackward", max_bwd, 1, &a, 1, &idx, &node);
+  if (node) {
+    node->iv[0] = ndims;
+    node->iv[1] = keepdim;
+    for (int i = 0; i < ndims; i++) node->iv[2 + i] = dims[i];
+  }
+  if (out && indices)
+    *indices = idx;
+  else
+    zorch_tensor_free(idx);
+  return out;
+}
+
+/* ---- softmax ------------------------------------------------------------------------ */
+/* softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g) */
+static zorch_status softmax_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_tensor *y = n->saved[0];
+  int dim = (int)n->iv[0];
+  zorch_tensor *t1 = NULL, *t2 = NULL, *t3 = NULL;
+  if (n->iv[1]) { /* log */
+    t1 = zorch_sum(g, 1, &dim, true);
+    t2 = t1 ? zorch_exp(y) : NULL;
+    t3 = t2 ? zorch_mul(t2, t1) : NULL;
+    gin[0] = t3 ? zorch_sub(g, t3) : NULL;
+  } else {
+    t1 = zorch_mul(g, y);
+    t2 = t1 ? zorch_sum(t1, 1, &dim, true) : NULL;
+    t3 = t2 ? zorch_sub(g, t2) : NULL;
+    gin[0] = t3 ? zorch_mul(y, t3) : NULL;
+  }
+  op_free(t1, t2, t3, NULL);
+  return gin[0] ? ZORCH_OK : zorch_last_status();
+}
+
+static zorch_tensor *softmax_op(const char *op, zorch_tensor *a, int dim, bool log_) {
+  if (check_arg(op, "input", a)) return NULL;
+  int d;
+  if (dim_wrap(op, dim, a->ndim, 0, &d)) return NULL;
+  zorch_dtype dt = dtype_to_float(a->dtype), cd = op_compute_dtype(dt);
+  zorch_tensor *ca = op_cast(a, cd), *c = ca ? op_contig(ca) : NULL;
+  zorch_tensor *out = c ? op_empty(a, a->ndim, a->shape, cd) : NULL;
+  int64_t outer = 1, inner = 1, cdim = a->ndim ? a->shape[d] : 1;
+  for (int i = 0; i < d; i++) outer *= a->shape[i];
+  for (int i = d + 1; i < a->ndim; i++) inner *= a->shape[i];
+  if (out && backend_of(out)->softmax(out, c, outer, cdim, inner, log_)) {
+    zorch_tensor_free(out);
+    out = NULL;
+  }
+  op_free(ca, c, NULL, NULL);
+  if (out && cd != dt) {
+    zorch_tensor *r = op_cast(out, dt);
+    zorch_tensor_free(out);
+    out = r;
+  }
+  if (!out) {
+    err_prefix(op);
+    return NULL;
+  }
+  ag_node *node;
+  out = ag_record(out, log_ ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bwd, 1, &a, 1,
+                  &out, &node);
+  if (node) {
+    node->iv[0] = d;
+    node->iv[1] = log_;
+  }
+  return out;
+}
+
+zorch_tensor *zorch_softmax(zorch_tensor *a, int dim) { return softmax_op("softmax", a, dim, false); }
+zorch_tensor *zorch_log_softmax(zorch_tensor *a, int dim) {
+  return softmax_op("log_softmax", a, dim, true);
+}

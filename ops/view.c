@@ -1,0 +1,294 @@
+/* view.c: views that share storage (view, reshape, transpose, permute, narrow,
+   select, expand, squeeze, unsqueeze), each with its backward. */
+#include <string.h>
+
+#include "ops.h"
+
+/* ---- backward formulas -------------------------------------------------------- */
+/* Reshape the gradient to the input's shape (view, reshape, squeeze, unsqueeze). */
+static zorch_status reshape_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  gin[0] = zorch_reshape(g, n->in[0].ndim, n->in[0].shape);
+  return gin[0] ? ZORCH_OK : zorch_last_status();
+}
+
+/* iv holds the forward permutation; the gradient goes through its inverse. */
+static zorch_status permute_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  int inv[ZORCH_MAX_DIMS];
+  for (int i = 0; i < g->ndim; i++) inv[n->iv[i]] = i;
+  gin[0] = zorch_permute(g, inv);
+  return gin[0] ? ZORCH_OK : zorch_last_status();
+}
+
+/* narrow (iv: dim, start) and select (iv: dim, index, and 1 in iv[2]) */
+static zorch_status narrow_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  ag_edge *e = &n->in[0];
+  int dim = (int)n->iv[0];
+  zorch_tensor *z = op_zeros(g, e->ndim, e->shape, g->dtype);
+  if (!z) return zorch_last_status();
+  int64_t len = n->iv[2] ? 1 : g->shape[dim];
+  zorch_tensor *part = zorch_narrow(z, dim, n->iv[1], len);
+  zorch_status st = part ? ZORCH_OK : zorch_last_status();
+  if (!st) {
+    zorch_tensor *gv = n->iv[2] ? zorch_unsqueeze(g, dim) : zorch_tensor_retain(g);
+    st = gv ? zorch_copy_(part, gv) : zorch_last_status();
+    zorch_tensor_free(gv);
+  }
+  zorch_tensor_free(part);
+  if (st) {
+    zorch_tensor_free(z);
+    return st;
+  }
+  gin[0] = z;
+  return ZORCH_OK;
+}
+
+/* The engine sums a gradient over broadcast dims, which is expand's backward. */
+static zorch_status expand_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  (void)n;
+  gin[0] = zorch_tensor_retain(g);
+  return ZORCH_OK;
+}
+
+static zorch_tensor *view_of(zorch_tensor *t, int ndim, const int64_t *shape, const int64_t *st,
+                             int64_t off, const char *name, ag_backward_fn fn, ag_node **node) {
+  zorch_tensor *v = tensor_alias(t, ndim, shape, st, off);
+  return ag_record(v, name, fn, 1, &t, 0, NULL, node);
+}
+
+/* Resolves one -1 and checks the element count. */
+static zorch_status infer_shape(const char *op, const zorch_tensor *t, int ndim,
+                                const int64_t *shape, int64_t *out) {
+  char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
+  if (ndim < 0 || ndim > ZORCH_MAX_DIMS || (ndim && !shape))
+    return err_set(ZORCH_ERR_ARG, "%s: bad shape (%d dims)", op, ndim);
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == -1) {
+      if (infer >= 0) return err_set(ZORCH_ERR_SHAPE, "%s: only one dimension can be -1", op);
+      infer = i;
+    } else if (shape[i] < 0) {
+      return err_set(ZORCH_ERR_SHAPE, "%s: invalid size %lld", op, (long long)shape[i]);
+    } else {
+      known *= shape[i];
+    }
+    out[i] = shape[i];
+  }
+  int64_t numel = zorch_tensor_numel(t);
+  if (infer >= 0) {
+    if (known == 0 || numel % known)
+      return err_set(ZORCH_ERR_SHAPE, "%s: shape %s is invalid for input of shape %s", op,
+                     err_shape_str(ndim, shape, a, sizeof a), SHAPE(t, b));
+    out[infer] = numel / known;
+  } else if (known != numel) {
+    return err_set(ZORCH_ERR_SHAPE, "%s: shape %s is invalid for input of shape %s (%lld elements)",
+                   op, err_shape_str(ndim, shape, a, sizeof a), SHAPE(t, b), (long long)numel);
+  }
+  return ZORCH_OK;
+}
+
+/* Strides for viewing t as `shape` without a copy, if the layout allows it.
+   Old dims are grouped into chunks that are contiguous among themselves; each
+   chunk must map onto a run of new dims with the same element count. */
+static bool view_strides(const zorch_tensor *t, int ndim, const int64_t *shape, int64_t *st) {
+  if (t->ndim == 0 || zorch_tensor_numel(t) == 0) {
+    shape_contig_strides(ndim, shape, st);
+    return true;
+  }
+  int vd = ndim - 1;
+  int64_t base = t->strides[t->ndim - 1], old_n = 1, new_n = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    old_n *= t->shape[d];
+    bool chunk_ends = d == 0 || (t->shape[d - 1] != 1 && t->strides[d - 1] != old_n * base);
+    if (!chunk_ends) continue;
+    while (vd >= 0 && (new_n < old_n || shape[vd] == 1)) {
+      st[vd] = new_n * base;
+      new_n *= shape[vd];
+      vd--;
+    }
+    if (new_n != old_n) return false;
+    if (d > 0) {
+      base = t->strides[d - 1];
+      old_n = new_n = 1;
+    }
+  }
+  return vd == -1;
+}
+
+zorch_tensor *zorch_view(zorch_tensor *t, int ndim, const int64_t *shape) {
+  char a[ERR_SHAPE_BUF];
+  if (check_arg("view", "input", t)) return NULL;
+  int64_t sh[ZORCH_MAX_DIMS], st[ZORCH_MAX_DIMS];
+  if (infer_shape("view", t, ndim, shape, sh)) return NULL;
+  if (!view_strides(t, ndim, sh, st))
+    return err_null(ZORCH_ERR_SHAPE,
+                    "view: the strides of input %s do not allow this view; use reshape",
+                    SHAPE(t, a));
+  return view_of(t, ndim, sh, st, t->offset, "ViewBackward", reshape_bwd, NULL);
+}
+
+zorch_tensor *zorch_reshape(zorch_tensor *t, int ndim, const int64_t *shape) {
+  if (check_arg("reshape", "input", t)) return NULL;
+  int64_t sh[ZORCH_MAX_DIMS], st[ZORCH_MAX_DIMS];
+  if (infer_shape("reshape", t, ndim, shape, sh)) return NULL;
+  if (view_strides(t, ndim, sh, st))
+    return view_of(t, ndim, sh, st, t->offset, "ViewBackward", reshape_bwd, NULL);
+  zorch_tensor *c = op_contig(t);
+  if (!c) return NULL;
+  shape_contig_strides(ndim, sh, st);
+  zorch_tensor *v = tensor_alias(c, ndim, sh, st, c->offset);
+  zorch_tensor_free(c);
+  return ag_record(v, "ReshapeBackward", reshape_bwd, 1, &t, 0, NULL, NULL);
+}
+
+zorch_tensor *zorch_flatten(zorch_tensor *t) {
+  int64_t n = -1;
+  return zorch_reshape(t, 1, &n);
+}
+
+zorch_tensor *zorch_permute(zorch_tensor *t, const int *dims) {
+  if (check_arg("permute", "input", t)) return NULL;
+  if (t->ndim && !dims) return err_null(ZORCH_ERR_ARG, "permute: dims is NULL");
+  int64_t sh[ZORCH_MAX_DIMS], st[ZORCH_MAX_DIMS];
+  bool seen[ZORCH_MAX_DIMS] = {0};
+  int d[ZORCH_MAX_DIMS];
+  for (int i = 0; i < t->ndim; i++) {
+    if (dim_wrap("permute", dims[i], t->ndim, 0, &d[i])) return NULL;
+    if (seen[d[i]]) return err_null(ZORCH_ERR_ARG, "permute: dim %d repeated", dims[i]);
+    seen[d[i]] = true;
+    sh[i] = t->shape[d[i]];
+    st[i] = t->strides[d[i]];
+  }
+  ag_node *node;
+  zorch_tensor *v = view_of(t, t->ndim, sh, st, t->offset, "PermuteBackward", permute_bwd, &node);
+  if (node)
+    for (int i = 0; i < t->ndim; i++) node->iv[i] = d[i];
+  return v;
+}
+
+zorch_tensor *zorch_transpose(zorch_tensor *t, int d0, int d1) {
+  if (check_arg("transpose", "input", t)) return NULL;
+  int a, b;
+  if (dim_wrap("transpose", d0, t->ndim, 0, &a) || dim_wrap("transpose", d1, t->ndim, 0, &b))
+    return NULL;
+  int perm[ZORCH_MAX_DIMS];
+  for (int i = 0; i < t->ndim; i++) perm[i] = i;
+  if (t->ndim) {
+    perm[a] = b;
+    perm[b] = a;
+  }
+  return zorch_permute(t, perm);
+}
+
+zorch_tensor *zorch_narrow(zorch_tensor *t, int dim, int64_t start, int64_t length) {
+  char a[ERR_SHAPE_BUF];
+  if (check_arg("narrow", "input", t)) return NULL;
+  int d;
+  if (t->ndim == 0) return err_null(ZORCH_ERR_SHAPE, "narrow: cannot narrow a 0-dimensional tensor");
+  if (dim_wrap("narrow", dim, t->ndim, 0, &d)) return NULL;
+  if (start < 0) start += t->shape[d];
+  if (start < 0 || length < 0 || start + length > t->shape[d])
+    return err_null(ZORCH_ERR_ARG, "narrow: start %lld and length %lld out of range for dim %d "
+                    "of input %s", (long long)start, (long long)length, dim, SHAPE(t, a));
+  int64_t sh[ZORCH_MAX_DIMS];
+  memcpy(sh, t->shape, sizeof sh);
+  sh[d] = length;
+  ag_node *node;
+  zorch_tensor *v = view_of(t, t->ndim, sh, t->strides, t->offset + start * t->strides[d],
+                            "NarrowBackward", narrow_bwd, &node);
+  if (node) {
+    node->iv[0] = d;
+    node->iv[1] = start;
+    node->iv[2] = 0;
+  }
+  return v;
+}
+
+zorch_tensor *zorch_select(zorch_tensor *t, int dim, int64_t index) {
+  char a[ERR_SHAPE_BUF];
+  if (check_arg("select", "input", t)) return NULL;
+  if (t->ndim == 0) return err_null(ZORCH_ERR_SHAPE, "select: cannot select from a 0-dimensional tensor");
+  int d;
+  if (dim_wrap("select", dim, t->ndim, 0, &d)) return NULL;
+  if (index < 0) index += t->shape[d];
+  if (index < 0 || index >= t->shape[d])
+    return err_null(ZORCH_ERR_ARG, "select: index %lld out of range for dim %d of input %s",
+                    (long long)index, dim, SHAPE(t, a));
+  int64_t sh[ZORCH_MAX_DIMS], st[ZORCH_MAX_DIMS];
+  int k = 0;
+  for (int i = 0; i < t->ndim; i++)
+    if (i != d) {
+      sh[k] = t->shape[i];
+      st[k++] = t->strides[i];
+    }
+  ag_node *node;
+  zorch_tensor *v = view_of(t, t->ndim - 1, sh, st, t->offset + index * t->strides[d],
+                            "SelectBackward", narrow_bwd, &node);
+  if (node) {
+    node->iv[0] = d;
+    node->iv[1] = index;
+    node->iv[2] = 1;
+  }
+  return v;
+}
+
+zorch_tensor *zorch_expand(zorch_tensor *t, int ndim, const int64_t *shape) {
+  char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
+  if (check_arg("expand", "input", t)) return NULL;
+  if (ndim < t->ndim || ndim > ZORCH_MAX_DIMS || !shape)
+    return err_null(ZORCH_ERR_SHAPE, "expand: cannot expand %s to %d dims", SHAPE(t, a), ndim);
+  int64_t sh[ZORCH_MAX_DIMS], st[ZORCH_MAX_DIMS];
+  int lead = ndim - t->ndim;
+  for (int i = 0; i < ndim; i++) {
+    int64_t want = shape[i];
+    if (i < lead) {
+      if (want < 0) goto bad;
+      sh[i] = want;
+      st[i] = 0;
+      continue;
+    }
+    int64_t have = t->shape[i - lead];
+    if (want == -1) want = have;
+    if (want != have && have != 1) goto bad;
+    sh[i] = want;
+    st[i] = want == have ? t->strides[i - lead] : 0;
+  }
+  return view_of(t, ndim, sh, st, t->offset, "ExpandBackward", expand_bwd, NULL);
+bad:
+  return err_null(ZORCH_ERR_SHAPE, "expand: cannot expand shape %s to %s", SHAPE(t, a),
+                  err_shape_str(ndim, shape, b, sizeof b));
+}
+
+zorch_tensor *zorch_unsqueeze(zorch_tensor *t, int dim) {
+  if (check_arg("unsqueeze", "input", t)) return NULL;
+  int d;
+  if (t->ndim >= ZORCH_MAX_DIMS)
+    return err_null(ZORCH_ERR_SHAPE, "unsqueeze: at most %d dims", ZORCH_MAX_DIMS);
+  if (dim_wrap("unsqueeze", dim, t->ndim, 1, &d)) return NULL;
+  int64_t sh[ZORCH_MAX_DIMS], st[ZORCH_MAX_DIMS];
+  for (int i = 0, k = 0; i <= t->ndim; i++) {
+    if (i == d) {
+      sh[i] = 1;
+      st[i] = d < t->ndim ? t->strides[d] * t->shape[d] : 1;
+    } else {
+      sh[i] = t->shape[k];
+      st[i] = t->strides[k++];
+    }
+  }
+  return view_of(t, t->ndim + 1, sh, st, t->offset, "UnsqueezeBackward", reshape_bwd, NULL);
+}
+
+zorch_tensor *zorch_squeeze(zorch_tensor *t, int dim) {
+  if (check_arg("squeeze", "input", t)) return NULL;
+  if (t->ndim == 0) return zorch_tensor_retain(t);
+  int d;
+  if (dim_wrap("squeeze", dim, t->ndim, 0, &d)) return NULL;
+  if (t->shape[d] != 1) return zorch_tensor_retain(t);
+  int64_t sh[ZORCH_MAX_DIMS], st[ZORCH_MAX_DIMS];
+  for (int i = 0, k = 0; i < t->ndim; i++)
+    if (i != d) {
+      sh[k] = t->shape[i];
+      st[k++] = t->strides[i];
+    }
+  return view_of(t, t->ndim - 1, sh, st, t->offset, "SqueezeBackward", reshape_bwd, NULL);
+}

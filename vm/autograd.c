@@ -1,0 +1,387 @@
+/* autograd.c: node recording, the backward pass, grad mode and hooks. */
+#include "autograd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+
+static _Thread_local bool grad_enabled = true;
+
+bool zorch_set_grad_enabled(bool on) {
+  bool prev = grad_enabled;
+  grad_enabled = on;
+  return prev;
+}
+bool zorch_is_grad_enabled(void) { return grad_enabled; }
+
+bool ag_needed(int n, zorch_tensor *const *in) {
+  if (!grad_enabled) return false;
+  for (int i = 0; i < n; i++)
+    if (in[i] && in[i]->requires_grad) return true;
+  return false;
+}
+
+zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
+                        zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
+                        ag_node **node) {
+  if (node) *node = NULL;
+  if (!out || !ag_needed(nin, in)) return out;
+  ag_node *n = calloc(1, sizeof *n);
+  ag_edge *edges = calloc((size_t)(nin > 0 ? nin : 1), sizeof *edges);
+  if (!n || !edges) {
+    free(n);
+    free(edges);
+    zorch_tensor_free(out);
+    return err_null(ZORCH_ERR_OOM, "%s: out of memory recording the graph", name);
+  }
+  n->refcount = 1;
+  n->name = name;
+  n->backward = fn;
+  n->nin = nin;
+  n->in = edges;
+  for (int i = 0; i < nin; i++) {
+    zorch_tensor *t = in[i];
+    if (!t) continue;
+    edges[i].ndim = t->ndim;
+    memcpy(edges[i].shape, t->shape, sizeof t->shape);
+    edges[i].dtype = t->dtype;
+    if (!t->requires_grad) continue;
+    if (t->grad_fn) {
+      edges[i].node = t->grad_fn;
+      t->grad_fn->refcount++;
+    } else {
+      edges[i].leaf = zorch_tensor_retain(t);
+    }
+  }
+  for (int i = 0; i < nsave && i < AG_MAX_SAVED; i++) {
+    if (!save[i]) continue;
+    n->saved[i] = tensor_detached(save[i]);
+    if (!n->saved[i]) {
+      ag_node_release(n);
+      zorch_tensor_free(out);
+      return NULL;
+    }
+  }
+  n->nsaved = nsave;
+  out->grad_fn = n;
+  out->requires_grad = true;
+  if (node) *node = n;
+  return out;
+}
+
+static void node_free_saved(ag_node *n) {
+  for (int i = 0; i < AG_MAX_SAVED; i++) {
+    zorch_tensor_free(n->saved[i]);
+    n->saved[i] = NULL;
+  }
+}
+
+/* Iterative, so a long chain of nodes does not recurse once per node. */
+void ag_node_release(ag_node *root) {
+  if (!root) return;
+  ag_node *small[64], **stack = small;
+  size_t top = 0, cap = 64;
+  stack[top++] = root;
+  while (top) {
+    ag_node *n = stack[--top];
+    if (--n->refcount > 0) continue;
+    for (int i = 0; i < n->nin; i++) {
+      zorch_tensor_free(n->in[i].leaf);
+      ag_node *next = n->in[i].node;
+      if (!next) continue;
+      if (top == cap) {
+        size_t ncap = cap * 2;
+        ag_node **grown = malloc(ncap * sizeof *grown);
+        if (!grown) { /* fall back to recursion rather than leak */
+          ag_node_release(next);
+          continue;
+        }
+        memcpy(grown, stack, top * sizeof *grown);
+        if (stack != small) free(stack);
+        stack = grown;
+        cap = ncap;
+      }
+      stack[top++] = next;
+    }
+    node_free_saved(n);
+    zorch_tensor_free(n->gacc);
+    free(n->in);
+    free(n);
+  }
+  if (stack != small) free(stack);
+}
+
+zorch_tensor *ag_sum_to(zorch_tensor *g, int ndim, const int64_t *shape) {
+  int lead = g->ndim - ndim;
+  int dims[ZORCH_MAX_DIMS], nd = 0;
+  if (lead < 0) goto bad;
+  for (int i = 0; i < g->ndim; i++) {
+    if (i < lead) {
+      dims[nd++] = i;
+    } else if (shape[i - lead] != g->shape[i]) {
+      if (shape[i - lead] != 1) goto bad;
+      dims[nd++] = i;
+    }
+  }
+  if (nd == 0) return zorch_tensor_retain(g);
+  zorch_tensor *s = zorch_sum(g, nd, dims, true);
+  if (!s) return NULL;
+  zorch_tensor *r = zorch_reshape(s, ndim, shape);
+  zorch_tensor_free(s);
+  return r;
+bad : {
+  char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
+  return err_null(ZORCH_ERR_INTERNAL, "backward: gradient of shape %s does not reduce to %s",
+                  SHAPE(g, a), err_shape_str(ndim, shape, b, sizeof b));
+}
+}
+
+/* Brings a gradient to its input's shape and dtype. Takes g. */
+static zorch_tensor *grad_fit(zorch_tensor *g, const ag_edge *e) {
+  bool same = g->ndim == e->ndim && memcmp(g->shape, e->shape, sizeof(int64_t) * (size_t)e->ndim) == 0;
+  if (!same) {
+    zorch_tensor *s = ag_sum_to(g, e->ndim, e->shape);
+    zorch_tensor_free(g);
+    if (!s) return NULL;
+    g = s;
+  }
+  if (g->dtype != e->dtype) {
+    zorch_tensor *c = zorch_to_dtype(g, e->dtype);
+    zorch_tensor_free(g);
+    g = c;
+  }
+  return g;
+}
+
+/* Adds g into leaf->grad (taking g), then runs the hook once all of the pass's
+   contributions have arrived. */
+static zorch_status leaf_accumulate(zorch_tensor *leaf, zorch_tensor *g) {
+  if (g) {
+    if (!leaf->grad) {
+      bool own = g->refcount == 1 && g->st->refcount == 1 && zorch_tensor_is_contiguous(g);
+      leaf->grad = own ? g : zorch_clone(g);
+      if (!own) zorch_tensor_free(g);
+      if (!leaf->grad) return zorch_last_status();
+    } else {
+      zorch_tensor *gg = g;
+      if (g->dtype != leaf->grad->dtype) {
+        gg = zorch_to_dtype(g, leaf->grad->dtype);
+        zorch_tensor_free(g);
+        if (!gg) return zorch_last_status();
+      }
+      zorch_status s = backend_of(leaf->grad)->binary(BOP_ADD, leaf->grad, leaf->grad, gg, 0, 0);
+      zorch_tensor_free(gg);
+      if (s) return s;
+    }
+  }
+  if (--leaf->ag_pending == 0 && leaf->hook.fn) return leaf->hook.fn(leaf, leaf->hook.ud);
+  return ZORCH_OK;
+}
+
+typedef struct {
+  ag_node **v;
+  size_t n, cap;
+} node_list;
+
+static bool list_push(node_list *l, ag_node *n) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 64;
+    ag_node **v = realloc(l->v, cap * sizeof *v);
+    if (!v) return false;
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = n;
+  return true;
+}
+
+static void pass_cleanup(node_list *all) {
+  for (size_t i = 0; i < all->n; i++) {
+    ag_node *n = all->v[i];
+    zorch_tensor_free(n->gacc);
+    n->gacc = NULL;
+    n->deps = 0;
+    n->visited = false;
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j].leaf) n->in[j].leaf->ag_pending = 0;
+  }
+}
+
+static zorch_status run_pass(ag_node *root, zorch_tensor *grad, bool retain, node_list *all) {
+  node_list stack = {0};
+  zorch_status st = ZORCH_OK;
+  /* collect the graph and count each node's incoming edges */
+  root->visited = true;
+  if (!list_push(all, root)) return err_set(ZORCH_ERR_OOM, "backward: out of memory");
+  for (size_t i = 0; i < all->n; i++) {
+    ag_node *n = all->v[i];
+    if (n->released)
+      return err_set(ZORCH_ERR_STATE,
+                     "backward: trying to backward through the graph a second time (%s's saved "
+                     "tensors were freed); pass retain_graph to the first backward",
+                     n->name);
+    for (int j = 0; j < n->nin; j++) {
+      ag_edge *e = &n->in[j];
+      if (e->leaf) e->leaf->ag_pending++;
+      if (!e->node) continue;
+      e->node->deps++;
+      if (!e->node->visited) {
+        e->node->visited = true;
+        if (!list_push(all, e->node)) return err_set(ZORCH_ERR_OOM, "backward: out of memory");
+      }
+    }
+  }
+  root->gacc = zorch_tensor_retain(grad);
+  if (!list_push(&stack, root)) return err_set(ZORCH_ERR_OOM, "backward: out of memory");
+  bool prev = zorch_set_grad_enabled(false);
+  zorch_tensor *small[8], **gin = small;
+  while (stack.n && !st) {
+    ag_node *n = stack.v[--stack.n];
+    zorch_tensor *g = n->gacc;
+    n->gacc = NULL;
+    if (n->nin > 8) {
+      gin = calloc((size_t)n->nin, sizeof *gin);
+      if (!gin) {
+        zorch_tensor_free(g);
+        st = err_set(ZORCH_ERR_OOM, "backward: out of memory");
+        break;
+      }
+    } else {
+      memset(small, 0, sizeof small);
+      gin = small;
+    }
+    if (g) {
+      st = n->backward(n, g, gin);
+      if (st) err_prefix(n->name);
+    }
+    zorch_tensor_free(g);
+    for (int j = 0; j < n->nin; j++) {
+      ag_edge *e = &n->in[j];
+      zorch_tensor *gi = gin[j];
+      gin[j] = NULL;
+      if (st || (!e->node && !e->leaf)) {
+        zorch_tensor_free(gi);
+        continue;
+      }
+      if (gi && !(gi = grad_fit(gi, e))) {
+        st = zorch_last_status();
+        continue;
+      }
+      if (e->leaf) {
+        st = leaf_accumulate(e->leaf, gi);
+        continue;
+      }
+      ag_node *next = e->node;
+      if (gi) {
+        if (!next->gacc) {
+          next->gacc = gi;
+        } else {
+          zorch_tensor *sum = zorch_add(next->gacc, gi);
+          zorch_tensor_free(gi);
+          if (!sum) {
+            st = zorch_last_status();
+            continue;
+          }
+          zorch_tensor_free(next->gacc);
+          next->gacc = sum;
+        }
+      }
+      if (--next->deps == 0 && !list_push(&stack, next))
+        st = err_set(ZORCH_ERR_OOM, "backward: out of memory");
+    }
+    if (gin != small) free(gin);
+    if (!retain) {
+      node_free_saved(n);
+      n->released = true;
+    }
+  }
+  zorch_set_grad_enabled(prev);
+  free(stack.v);
+  return st;
+}
+
+zorch_status zorch_backward(zorch_tensor *t, zorch_tensor *grad, bool retain_graph) {
+  char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
+  if (!t) return err_set(ZORCH_ERR_ARG, "backward: tensor is NULL");
+  if (!t->requires_grad)
+    return err_set(ZORCH_ERR_STATE,
+                   "backward: tensor of shape %s does not require grad and has no grad_fn",
+                   SHAPE(t, a));
+  zorch_tensor *g;
+  if (grad) {
+    if (!tensor_same_shape(grad, t))
+      return err_set(ZORCH_ERR_SHAPE, "backward: gradient shape %s does not match tensor shape %s",
+                     SHAPE(grad, a), SHAPE(t, b));
+    g = zorch_tensor_retain(grad);
+  } else {
+    if (zorch_tensor_numel(t) != 1)
+      return err_set(ZORCH_ERR_SHAPE,
+                     "backward: grad can be implicitly created only for one-element tensors, "
+                     "got shape %s",
+                     SHAPE(t, a));
+    g = zorch_ones(t->ndim, t->shape, t->dtype, t->st->device);
+    if (!g) return zorch_last_status();
+  }
+  zorch_status st;
+  if (!t->grad_fn) { /* a leaf: its gradient is the given one */
+    t->ag_pending = 1;
+    zorch_tensor *c = zorch_clone(g);
+    st = c ? leaf_accumulate(t, c) : zorch_last_status();
+    t->ag_pending = 0;
+  } else {
+    node_list all = {0};
+    st = run_pass(t->grad_fn, g, retain_graph, &all);
+    pass_cleanup(&all);
+    free(all.v);
+  }
+  zorch_tensor_free(g);
+  return st;
+}
+
+/* ---- leaf properties ---------------------------------------------------------- */
+zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on) {
+  if (!t) return err_set(ZORCH_ERR_ARG, "requires_grad: tensor is NULL");
+  if (t->grad_fn)
+    return err_set(ZORCH_ERR_STATE,
+                   "requires_grad: only leaf tensors can change requires_grad; use detach()");
+  if (on && !zorch_dtype_is_float(t->dtype))
+    return err_set(ZORCH_ERR_DTYPE,
+                   "requires_grad: only floating-point tensors can require grad, got %s",
+                   zorch_dtype_name(t->dtype));
+  t->requires_grad = on;
+  return ZORCH_OK;
+}
+
+bool zorch_requires_grad(const zorch_tensor *t) { return t && t->requires_grad; }
+bool zorch_is_leaf(const zorch_tensor *t) { return t && !t->grad_fn; }
+zorch_tensor *zorch_grad(const zorch_tensor *t) { return t ? t->grad : NULL; }
+const char *zorch_grad_fn_name(const zorch_tensor *t) {
+  return t && t->grad_fn ? t->grad_fn->name : NULL;
+}
+
+zorch_status zorch_set_grad(zorch_tensor *t, zorch_tensor *grad) {
+  char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
+  if (!t) return err_set(ZORCH_ERR_ARG, "set_grad: tensor is NULL");
+  if (grad && !tensor_same_shape(t, grad))
+    return err_set(ZORCH_ERR_SHAPE, "set_grad: gradient shape %s does not match tensor shape %s",
+                   SHAPE(grad, a), SHAPE(t, b));
+  zorch_tensor_retain(grad);
+  zorch_tensor_free(t->grad);
+  t->grad = grad;
+  return ZORCH_OK;
+}
+
+zorch_tensor *zorch_detach(zorch_tensor *t) {
+  if (!t) return err_null(ZORCH_ERR_ARG, "detach: tensor is NULL");
+  return tensor_detached(t);
+}
+
+zorch_status zorch_set_grad_hook(zorch_tensor *leaf, zorch_grad_hook fn, void *ud) {
+  if (!leaf) return err_set(ZORCH_ERR_ARG, "set_grad_hook: tensor is NULL");
+  if (leaf->grad_fn)
+    return err_set(ZORCH_ERR_STATE, "set_grad_hook: hooks go on leaf tensors only");
+  leaf->hook.fn = fn;
+  leaf->hook.ud = ud;
+  return ZORCH_OK;
+}

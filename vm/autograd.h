@@ -1,0 +1,57 @@
+/* autograd.h: the dynamic tape. Each op that sees an input requiring grad records
+   a node on its output; zorch_backward() walks the nodes once, in dependency
+   order, and frees what they saved unless the graph is retained. */
+#ifndef ZORCH_VM_AUTOGRAD_H
+#define ZORCH_VM_AUTOGRAD_H
+#include "tensor.h"
+
+#define AG_MAX_SAVED 4
+
+/* Where an input's gradient goes, and the input's shape and dtype so that the
+   engine can sum broadcast gradients and convert dtypes for every op alike. */
+typedef struct {
+  ag_node *node;      /* the input's own node (non-leaf), or */
+  zorch_tensor *leaf; /* the input itself (leaf requiring grad), or neither */
+  int ndim;
+  int64_t shape[ZORCH_MAX_DIMS];
+  zorch_dtype dtype;
+} ag_edge;
+
+/* Fills gin[i] (new references; NULL means zero) for each input from g. Runs with
+   grad mode off. */
+typedef zorch_status (*ag_backward_fn)(ag_node *n, zorch_tensor *g, zorch_tensor **gin);
+
+struct ag_node {
+  int refcount;
+  const char *name;
+  ag_backward_fn backward;
+  int nin;
+  ag_edge *in;
+  int nsaved;
+  zorch_tensor *saved[AG_MAX_SAVED];
+  double p[4];                       /* scalar arguments of the op */
+  int64_t iv[2 * ZORCH_MAX_DIMS + 2]; /* integer arguments of the op */
+  bool released;                     /* saved tensors freed by a backward pass */
+  /* scratch of a running backward pass */
+  zorch_tensor *gacc;
+  int deps;
+  bool visited;
+};
+
+/* True when grad mode is on and some input requires grad. */
+bool ag_needed(int n, zorch_tensor *const *in);
+/* Records a node named `name` on `out` for inputs `in`, saving `save` (detached
+   aliases, so saving an output makes no cycle). Returns out, or frees out and
+   returns NULL on failure. `node`, if given, receives the node (NULL when no
+   node was needed) so the op can store its arguments. */
+zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
+                        zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
+                        ag_node **node);
+/* True when input i of the node needs a gradient. */
+static inline bool ag_wants(const ag_node *n, int i) {
+  return n->in[i].node || n->in[i].leaf;
+}
+void ag_node_release(ag_node *n);
+/* Sums g over broadcast dims down to shape (ndim, shape). */
+zorch_tensor *ag_sum_to(zorch_tensor *g, int ndim, const int64_t *shape);
+#endif

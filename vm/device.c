@@ -1,0 +1,55 @@
+/* device.c: the backend registry and device names. */
+#include "device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const backend *backends[ZORCH_NDEVICE_TYPES] = {&cpu_backend, NULL};
+int (*device_cuda_count)(void) = NULL;
+
+const backend *backend_get(zorch_device_type type) {
+  return (unsigned)type < ZORCH_NDEVICE_TYPES ? backends[type] : NULL;
+}
+
+void backend_register(zorch_device_type type, const backend *b) {
+  if ((unsigned)type < ZORCH_NDEVICE_TYPES) backends[type] = b;
+}
+
+zorch_status zorch_device_parse(const char *name, zorch_device *out) {
+  if (!name) return err_set(ZORCH_ERR_ARG, "device: name is NULL");
+  if (strcmp(name, "cpu") == 0) {
+    *out = (zorch_device){ZORCH_CPU, 0};
+    return ZORCH_OK;
+  }
+  if (strncmp(name, "cuda", 4) == 0) {
+    int idx = 0;
+    if (name[4] == ':') {
+      char *end;
+      long v = strtol(name + 5, &end, 10);
+      if (end == name + 5 || *end || v < 0 || v > 1023)
+        return err_set(ZORCH_ERR_ARG, "device: bad device name '%s' (expected cuda:N)", name);
+      idx = (int)v;
+    } else if (name[4]) {
+      return err_set(ZORCH_ERR_ARG, "device: unknown device '%s' (expected cpu, cuda or cuda:N)",
+                     name);
+    }
+    *out = (zorch_device){ZORCH_CUDA, idx};
+    return ZORCH_OK;
+  }
+  return err_set(ZORCH_ERR_ARG, "device: unknown device '%s' (expected cpu, cuda or cuda:N)",
+                 name);
+}
+
+void zorch_device_name(zorch_device dev, char *buf, size_t n) {
+  if (dev.type == ZORCH_CPU)
+    snprintf(buf, n, "cpu");
+  else
+    snprintf(buf, n, "cuda:%d", dev.index);
+}
+
+bool zorch_device_available(zorch_device dev) {
+  if (dev.type == ZORCH_CPU) return dev.index == 0;
+  if (dev.type != ZORCH_CUDA || !backends[ZORCH_CUDA] || !device_cuda_count) return false;
+  return dev.index >= 0 && dev.index < device_cuda_count();
+}

@@ -1,0 +1,109 @@
+/* device.h: the backend table. Ops (the files in ops/) check shapes, allocate outputs and
+   record autograd; the kernels they call come from the backend of the tensors'
+   device. A CUDA backend fills the same table, so callers never change.
+
+   Kernel contracts (all tensors on the backend's device):
+   - copy: dst and src have one shape; any strides (src may broadcast with stride
+     0), any dtypes; converts.
+   - unary/binary/where: out has the broadcast shape and any strides; inputs are
+     views of that shape (stride 0 where broadcast) with out's dtype, except the
+     comparisons (out is bool) and `where`'s condition (bool).
+   - reduce, softmax, index ops, norms, optimizers: inputs contiguous, shapes given
+     in the (outer, n, inner) form the op layer computes. */
+#ifndef ZORCH_VM_DEVICE_H
+#define ZORCH_VM_DEVICE_H
+#include "tensor.h"
+
+typedef enum {
+  UOP_NEG, UOP_EXP, UOP_LOG, UOP_SQRT, UOP_ABS, UOP_RELU, UOP_GELU, UOP_GELU_TANH,
+  UOP_TANH, UOP_SIGMOID,
+  UOP_ADD_S,  /* x + p0 */
+  UOP_MUL_S,  /* x * p0 */
+  UOP_RSUB_S, /* p0 - x */
+  UOP_RDIV_S, /* p0 / x */
+  UOP_POW_S,  /* x ^ p0 */
+  UOP_CLAMP,  /* min(max(x, p0), p1) */
+  UOP_COUNT
+} uop;
+
+typedef enum {
+  BOP_ADD, BOP_SUB, BOP_MUL, BOP_DIV, BOP_POW,
+  BOP_EQ, BOP_LT, BOP_GT, /* out is bool */
+  /* gradients: a is the incoming gradient, b the saved input (or output: _Y) */
+  BOP_RELU_BWD, BOP_GELU_BWD, BOP_GELU_TANH_BWD, BOP_TANH_BWD_Y, BOP_SIGMOID_BWD_Y,
+  BOP_SQRT_BWD_Y, BOP_ABS_BWD,
+  BOP_POW_S_BWD, /* g * p0 * x^(p0-1) */
+  BOP_CLAMP_BWD, /* g where p0 <= x <= p1 */
+  BOP_COUNT
+} bop;
+
+typedef enum { RED_SUM, RED_MAX } red_op;
+
+typedef struct backend {
+  const char *name;
+  void *(*alloc)(int index, size_t nbytes);
+  void (*free)(int index, void *p);
+  zorch_status (*copy)(zorch_tensor *dst, const zorch_tensor *src);
+  zorch_status (*fill)(zorch_tensor *dst, double v);
+  zorch_status (*unary)(uop op, zorch_tensor *out, const zorch_tensor *a, double p0, double p1);
+  zorch_status (*binary)(bop op, zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b,
+                         double p0, double p1);
+  zorch_status (*where)(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a,
+                        const zorch_tensor *b);
+  /* out (outer, inner) = reduce over r of a (outer, r, inner); idx (int64, may be
+     NULL) gets the argmax for RED_MAX. */
+  zorch_status (*reduce)(red_op op, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *a,
+                         int64_t outer, int64_t r, int64_t inner);
+  /* gin (outer, r, inner), zero-filled, gets g (outer, inner) at idx. */
+  zorch_status (*max_bwd)(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
+                          int64_t outer, int64_t r, int64_t inner);
+  zorch_status (*softmax)(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
+                          int64_t inner, bool log);
+  /* Row-major C (m, n) = alpha * op(A) op(B) + beta * C on device pointers. */
+  zorch_status (*gemm)(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                       double beta, void *c, int64_t ldc);
+  /* out (outer, nidx, inner) = a (outer, n, inner) at idx (int64, nidx). */
+  zorch_status (*index_select)(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
+                               int64_t outer, int64_t n, int64_t inner);
+  /* out (outer, n, inner) += src (outer, nidx, inner) at idx, in index order. */
+  zorch_status (*index_add)(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx,
+                            int64_t outer, int64_t n, int64_t inner);
+  /* loss (n) = -logp[i, t[i]] (0 where t[i] == ignore); logp (n, c). */
+  zorch_status (*nll)(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t,
+                      int64_t n, int64_t c, int64_t ignore);
+  /* gin (n, c), zero-filled: gin[i, t[i]] = -g[i]. */
+  zorch_status (*nll_bwd)(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t,
+                          int64_t n, int64_t c, int64_t ignore);
+  /* y, mean, rstd over rows of cols; w, b (cols) may be NULL. */
+  zorch_status (*layer_norm)(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
+                             const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
+                             int64_t rows, int64_t cols, double eps);
+  /* gx; gw, gb (cols) may be NULL (then not computed). */
+  zorch_status (*layer_norm_bwd)(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
+                                 const zorch_tensor *g, const zorch_tensor *x,
+                                 const zorch_tensor *mean, const zorch_tensor *rstd,
+                                 const zorch_tensor *w, int64_t rows, int64_t cols);
+  /* Philox numbers for elements [0, numel) from block `offset` on. */
+  zorch_status (*random)(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
+  zorch_status (*adam)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,
+                       zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
+  zorch_status (*sgd)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
+                      const zorch_sgd_opts *o);
+  /* host <-> device copies of contiguous bytes (NULL on the CPU backend). */
+  zorch_status (*to_host)(void *dst, const void *src, size_t n, int index);
+  zorch_status (*from_host)(void *dst, const void *src, size_t n, int index);
+} backend;
+
+/* The backend of a device type, or NULL when it was not built. */
+const backend *backend_get(zorch_device_type type);
+/* The backend of a tensor (never NULL for a tensor that exists). */
+static inline const backend *backend_of(const zorch_tensor *t) {
+  return backend_get(t->st->device.type);
+}
+void backend_register(zorch_device_type type, const backend *b);
+/* The CPU backend, defined in ops/cpu. */
+extern const backend cpu_backend;
+/* Set by a CUDA build to report device count; NULL otherwise. */
+extern int (*device_cuda_count)(void);
+#endif

@@ -1,0 +1,267 @@
+/* tensor.c: storage, tensor handles, reference counting and geometry helpers. */
+#include "tensor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd.h"
+#include "device.h"
+
+static storage *storage_new(size_t nbytes, zorch_device dev) {
+  const backend *be = backend_get(dev.type);
+  if (!be) {
+    char name[32];
+    zorch_device_name(dev, name, sizeof name);
+    return err_null(ZORCH_ERR_DEVICE, "device %s: backend not built", name);
+  }
+  if (!zorch_device_available(dev)) {
+    char name[32];
+    zorch_device_name(dev, name, sizeof name);
+    return err_null(ZORCH_ERR_DEVICE, "device %s: not available", name);
+  }
+  storage *s = calloc(1, sizeof *s);
+  if (!s) return err_null(ZORCH_ERR_OOM, "out of memory");
+  s->data = be->alloc(dev.index, nbytes);
+  if (!s->data) {
+    free(s);
+    return err_null(ZORCH_ERR_OOM, "out of memory allocating %zu bytes", nbytes);
+  }
+  s->refcount = 1;
+  s->nbytes = nbytes;
+  s->device = dev;
+  return s;
+}
+
+static void storage_release(storage *s) {
+  if (!s || --s->refcount > 0) return;
+  if (s->deleter)
+    s->deleter(s->data, s->deleter_ctx);
+  else if (!s->borrowed)
+    backend_get(s->device.type)->free(s->device.index, s->data);
+  free(s);
+}
+
+int64_t shape_numel(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+void shape_contig_strides(int ndim, const int64_t *shape, int64_t *strides) {
+  int64_t s = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    strides[i] = s;
+    s *= shape[i] > 1 ? shape[i] : 1;
+  }
+}
+
+/* Validates a shape and returns its element count, or -1 with an error set. */
+static int64_t shape_check(const char *op, int ndim, const int64_t *shape, zorch_dtype dt) {
+  char buf[ERR_SHAPE_BUF];
+  if (ndim < 0 || ndim > ZORCH_MAX_DIMS) {
+    err_set(ZORCH_ERR_ARG, "%s: %d dimensions (at most %d)", op, ndim, ZORCH_MAX_DIMS);
+    return -1;
+  }
+  if ((unsigned)dt >= ZORCH_NDTYPES) {
+    err_set(ZORCH_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dt);
+    return -1;
+  }
+  if (ndim > 0 && !shape) {
+    err_set(ZORCH_ERR_ARG, "%s: shape is NULL", op);
+    return -1;
+  }
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) {
+      err_set(ZORCH_ERR_SHAPE, "%s: negative size in shape %s", op,
+              err_shape_str(ndim, shape, buf, sizeof buf));
+      return -1;
+    }
+    if (shape[i] && n > (INT64_MAX / 16) / shape[i]) {
+      err_set(ZORCH_ERR_OOM, "%s: shape %s is too large", op,
+              err_shape_str(ndim, shape, buf, sizeof buf));
+      return -1;
+    }
+    n *= shape[i];
+  }
+  return n;
+}
+
+static zorch_tensor *tensor_handle(storage *s, int ndim, const int64_t *shape,
+                                   const int64_t *strides, int64_t offset, zorch_dtype dt) {
+  zorch_tensor *t = calloc(1, sizeof *t);
+  if (!t) return err_null(ZORCH_ERR_OOM, "out of memory");
+  t->refcount = 1;
+  t->ndim = ndim;
+  t->dtype = dt;
+  if (ndim) {
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+  }
+  t->offset = offset;
+  t->st = s;
+  s->refcount++;
+  return t;
+}
+
+zorch_tensor *tensor_new(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev) {
+  int64_t n = shape_check("empty", ndim, shape, dt);
+  if (n < 0) return NULL;
+  storage *s = storage_new((size_t)n * dtype_sizes[dt], dev);
+  if (!s) {
+    if (zorch_last_status() == ZORCH_ERR_OOM) {
+      char buf[ERR_SHAPE_BUF];
+      err_set(ZORCH_ERR_OOM, "out of memory allocating %lld bytes for a %s tensor of shape %s",
+              (long long)(n * (int64_t)dtype_sizes[dt]), zorch_dtype_name(dt),
+              err_shape_str(ndim, shape, buf, sizeof buf));
+    }
+    return NULL;
+  }
+  int64_t strides[ZORCH_MAX_DIMS];
+  shape_contig_strides(ndim, shape, strides);
+  zorch_tensor *t = tensor_handle(s, ndim, shape, strides, 0, dt);
+  storage_release(s);
+  return t;
+}
+
+zorch_tensor *tensor_new_like(const zorch_tensor *t) {
+  return tensor_new(t->ndim, t->shape, t->dtype, t->st->device);
+}
+
+zorch_tensor *tensor_alias(const zorch_tensor *t, int ndim, const int64_t *shape,
+                           const int64_t *strides, int64_t offset) {
+  return tensor_handle(t->st, ndim, shape, strides, offset, t->dtype);
+}
+
+zorch_tensor *tensor_detached(const zorch_tensor *t) {
+  return tensor_alias(t, t->ndim, t->shape, t->strides, t->offset);
+}
+
+bool tensor_same_shape(const zorch_tensor *a, const zorch_tensor *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return false;
+  return true;
+}
+
+zorch_status dim_wrap(const char *op, int dim, int ndim, int extra, int *out) {
+  int n = ndim + extra;
+  int lo = n > 0 ? -n : -1, hi = n > 0 ? n - 1 : 0;
+  if (dim < lo || dim > hi)
+    return err_set(ZORCH_ERR_ARG, "%s: dim %d out of range for a %d-dimensional tensor", op, dim,
+                   ndim);
+  *out = dim < 0 ? dim + (n > 0 ? n : 1) : dim;
+  return ZORCH_OK;
+}
+
+zorch_status shape_broadcast(const char *op, int na, const int64_t *sa, int nb,
+                             const int64_t *sb, int *nout, int64_t *out) {
+  int n = na > nb ? na : nb;
+  for (int i = 0; i < n; i++) {
+    int64_t a = i < n - na ? 1 : sa[i - (n - na)];
+    int64_t b = i < n - nb ? 1 : sb[i - (n - nb)];
+    if (a != b && a != 1 && b != 1) {
+      char ba[ERR_SHAPE_BUF], bb[ERR_SHAPE_BUF];
+      return err_set(ZORCH_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast (dim %d: %lld vs %lld)",
+                     op, err_shape_str(na, sa, ba, sizeof ba), err_shape_str(nb, sb, bb, sizeof bb),
+                     i, (long long)a, (long long)b);
+    }
+    out[i] = a == 1 ? b : a;
+  }
+  *nout = n;
+  return ZORCH_OK;
+}
+
+zorch_status check_same_device(const char *op, const zorch_tensor *a, const zorch_tensor *b) {
+  if (a->st->device.type != b->st->device.type || a->st->device.index != b->st->device.index) {
+    char da[32], db[32];
+    zorch_device_name(a->st->device, da, sizeof da);
+    zorch_device_name(b->st->device, db, sizeof db);
+    return err_set(ZORCH_ERR_DEVICE, "%s: tensors on different devices (%s and %s)", op, da, db);
+  }
+  return ZORCH_OK;
+}
+
+zorch_status check_arg(const char *op, const char *arg, const zorch_tensor *t) {
+  if (!t) return err_set(ZORCH_ERR_ARG, "%s: argument '%s' is NULL", op, arg);
+  return ZORCH_OK;
+}
+
+/* ---- public handle API ----------------------------------------------------- */
+zorch_tensor *zorch_tensor_retain(zorch_tensor *t) {
+  if (t) t->refcount++;
+  return t;
+}
+
+void zorch_tensor_free(zorch_tensor *t) {
+  if (!t || --t->refcount > 0) return;
+  storage_release(t->st);
+  zorch_tensor_free(t->grad);
+  ag_node_release(t->grad_fn);
+  free(t);
+}
+
+int zorch_tensor_refcount(const zorch_tensor *t) { return t ? t->refcount : 0; }
+int zorch_tensor_ndim(const zorch_tensor *t) { return t->ndim; }
+const int64_t *zorch_tensor_shape(const zorch_tensor *t) { return t->shape; }
+const int64_t *zorch_tensor_strides(const zorch_tensor *t) { return t->strides; }
+int64_t zorch_tensor_offset(const zorch_tensor *t) { return t->offset; }
+int64_t zorch_tensor_numel(const zorch_tensor *t) { return shape_numel(t->ndim, t->shape); }
+zorch_dtype zorch_tensor_dtype(const zorch_tensor *t) { return t->dtype; }
+zorch_device zorch_tensor_device(const zorch_tensor *t) { return t->st->device; }
+bool zorch_tensor_shares_storage(const zorch_tensor *a, const zorch_tensor *b) {
+  return a && b && a->st == b->st;
+}
+
+bool zorch_tensor_is_contiguous(const zorch_tensor *t) {
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != 1 && t->strides[i] != s) return false;
+    s *= t->shape[i];
+  }
+  return true;
+}
+
+void *zorch_tensor_data(const zorch_tensor *t) {
+  if (!t || t->st->device.type != ZORCH_CPU) return NULL;
+  return tensor_ptr(t);
+}
+
+static zorch_tensor *wrap(void *data, zorch_dtype dt, int ndim, const int64_t *shape,
+                          const int64_t *strides, void (*deleter)(void *, void *), void *ctx) {
+  int64_t n = shape_check("tensor_wrap", ndim, shape, dt);
+  if (n < 0) return NULL;
+  if (!data && n > 0) return err_null(ZORCH_ERR_ARG, "tensor_wrap: data is NULL");
+  int64_t cs[ZORCH_MAX_DIMS];
+  shape_contig_strides(ndim, shape, cs);
+  /* the extent the strides reach, for the storage's size */
+  int64_t extent = n > 0 ? 1 : 0;
+  for (int i = 0; i < ndim && n > 0; i++) {
+    int64_t st = strides ? strides[i] : cs[i];
+    if (st < 0) return err_null(ZORCH_ERR_ARG, "tensor_wrap: negative stride at dim %d", i);
+    extent += (shape[i] - 1) * st;
+  }
+  storage *s = calloc(1, sizeof *s);
+  if (!s) return err_null(ZORCH_ERR_OOM, "out of memory");
+  s->refcount = 1;
+  s->data = data;
+  s->nbytes = (size_t)extent * dtype_sizes[dt];
+  s->device = (zorch_device){ZORCH_CPU, 0};
+  s->deleter = deleter;
+  s->deleter_ctx = ctx;
+  s->borrowed = deleter == NULL;
+  zorch_tensor *t = tensor_handle(s, ndim, shape, strides ? strides : cs, 0, dt);
+  storage_release(s);
+  return t;
+}
+
+zorch_tensor *zorch_tensor_wrap(void *data, zorch_dtype dt, int ndim, const int64_t *shape,
+                                const int64_t *strides) {
+  return wrap(data, dt, ndim, shape, strides, NULL, NULL);
+}
+
+zorch_tensor *zorch_tensor_wrap_owned(void *data, zorch_dtype dt, int ndim,
+                                      const int64_t *shape, const int64_t *strides,
+                                      void (*deleter)(void *, void *), void *ctx) {
+  return wrap(data, dt, ndim, shape, strides, deleter, ctx);
+}

@@ -1,0 +1,78 @@
+/* tensor.h: the tensor and storage structures shared by vm/ and ops/. */
+#ifndef ZORCH_VM_TENSOR_H
+#define ZORCH_VM_TENSOR_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "zorch.h"
+
+/* A reference-counted allocation on one device. `deleter` frees memory zorch
+   does not own (wrapped host buffers); otherwise the device's backend frees it. */
+typedef struct storage {
+  int refcount;
+  void *data;
+  size_t nbytes;
+  zorch_device device;
+  void (*deleter)(void *data, void *ctx);
+  void *deleter_ctx;
+  bool borrowed; /* wrapped without a deleter: never freed by zorch */
+} storage;
+
+typedef struct ag_node ag_node;
+
+typedef struct grad_hook {
+  zorch_grad_hook fn;
+  void *ud;
+} grad_hook;
+
+/* A view: shape, strides (elements) and offset over a storage. */
+struct zorch_tensor {
+  int refcount;
+  int ndim;
+  zorch_dtype dtype;
+  bool requires_grad;
+  int64_t shape[ZORCH_MAX_DIMS];
+  int64_t strides[ZORCH_MAX_DIMS];
+  int64_t offset;
+  storage *st;
+  /* autograd */
+  zorch_tensor *grad; /* accumulated gradient (leaves) */
+  ag_node *grad_fn;   /* the node that made this tensor (non-leaves) */
+  grad_hook hook;
+  int ag_pending;     /* edges still to deliver in the running backward pass */
+};
+
+/* Element size per dtype. */
+extern const size_t dtype_sizes[ZORCH_NDTYPES];
+
+/* ---- construction (no autograd) -------------------------------------------- */
+/* New contiguous tensor with uninitialised memory; checks sizes for overflow. */
+zorch_tensor *tensor_new(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
+zorch_tensor *tensor_new_like(const zorch_tensor *t);
+/* A new handle over t's storage with the given geometry. */
+zorch_tensor *tensor_alias(const zorch_tensor *t, int ndim, const int64_t *shape,
+                           const int64_t *strides, int64_t offset);
+/* Storage-sharing handle with no autograd history (what nodes save). */
+zorch_tensor *tensor_detached(const zorch_tensor *t);
+int64_t shape_numel(int ndim, const int64_t *shape);
+void shape_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
+bool tensor_same_shape(const zorch_tensor *a, const zorch_tensor *b);
+static inline char *tensor_ptr(const zorch_tensor *t) {
+  return (char *)t->st->data + t->offset * (int64_t)dtype_sizes[t->dtype];
+}
+/* Normalises a possibly negative dim; `extra` allows ndim+extra (unsqueeze). */
+zorch_status dim_wrap(const char *op, int dim, int ndim, int extra, int *out);
+/* Broadcasts two shapes (NumPy rules). */
+zorch_status shape_broadcast(const char *op, int na, const int64_t *sa, int nb,
+                             const int64_t *sb, int *nout, int64_t *out);
+zorch_dtype dtype_promote(zorch_dtype a, zorch_dtype b);
+/* Converts a dtype to the float type used for math on it (ints -> f32). */
+zorch_dtype dtype_to_float(zorch_dtype dt);
+/* Shape text of a tensor, for messages. */
+#define SHAPE(t, buf) err_shape_str((t)->ndim, (t)->shape, (buf), sizeof(buf))
+/* Checks a and b are on one device. */
+zorch_status check_same_device(const char *op, const zorch_tensor *a, const zorch_tensor *b);
+zorch_status check_arg(const char *op, const char *arg, const zorch_tensor *t);
+#endif
