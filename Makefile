@@ -47,7 +47,7 @@ test: $(TEST_BIN)
 	@cd tests && prove -f --exec '' $(addprefix ../,$(TEST_BIN))
 
 check-asan:
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(MAKE) BUILD=build/asan SAN=1 OPT=-O1 test
 
 check-valgrind: $(TEST_BIN)

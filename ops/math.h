@@ -115,21 +115,24 @@ typedef struct {
   uint32_t v[4];
 } zm_u32x4;
 
-ZM_INLINE zm_u32x4 zm_philox(uint64_t counter, uint64_t key64) {
-  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = (uint32_t)key64, k1 = (uint32_t)(key64 >> 32);
+/* Ten rounds on a 128-bit counter with a 64-bit key. */
+ZM_INLINE zm_u32x4 zm_philox4x32(zm_u32x4 c, uint32_t k0, uint32_t k1) {
   for (int r = 0; r < 10; r++) {
-    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-    c1 = (uint32_t)p1;
-    c3 = (uint32_t)p0;
-    c0 = n0;
-    c2 = n2;
+    uint64_t p0 = (uint64_t)0xD2511F53u * c.v[0], p1 = (uint64_t)0xCD9E8D57u * c.v[2];
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c.v[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c.v[3] ^ k1;
+    c.v[1] = (uint32_t)p1;
+    c.v[3] = (uint32_t)p0;
+    c.v[0] = n0;
+    c.v[2] = n2;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  zm_u32x4 out = {{c0, c1, c2, c3}};
-  return out;
+  return c;
+}
+/* zorch's streams: counter = block number (64 bits), key = seed. */
+ZM_INLINE zm_u32x4 zm_philox(uint64_t counter, uint64_t seed) {
+  zm_u32x4 c = {{(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0}};
+  return zm_philox4x32(c, (uint32_t)seed, (uint32_t)(seed >> 32));
 }
 /* Uniform in [0, 1) with 24 random bits. */
 ZM_INLINE float zm_u32_to_unit_f32(uint32_t x) { return (float)(x >> 8) * 5.9604644775390625e-8f; }

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Writes tests/golden/ops.txt: inputs, outputs and input gradients of zorch's ops
+computed by PyTorch, read by tests/test_golden.c.
+
+Each case is a line `case NAME`, then one line per tensor:
+`tensor ROLE DTYPE NDIM D1..Dn V1..Vk` with ROLE in0.., out, gout (the gradient
+fed to backward) and grad0.. (the gradients PyTorch computed for the inputs).
+Dimensions and indices are 0-based, as in zorch's C API.
+
+Usage: python3 tests/golden/gen_golden.py  (needs torch)
+"""
+import os
+
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(20241129)
+DT = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64", torch.bool: "bool"}
+lines = []
+
+
+def emit(role, t):
+    t = t.detach().cpu()
+    vals = t.reshape(-1).tolist()
+    if t.dtype == torch.bool:
+        vals = [int(v) for v in vals]
+    if t.dtype.is_floating_point:
+        vs = " ".join(repr(float(v)) for v in vals)
+    else:
+        vs = " ".join(str(int(v)) for v in vals)
+    lines.append(f"tensor {role} {DT[t.dtype]} {t.dim()} {' '.join(map(str, t.shape))} {vs}".strip())
+
+
+def case(name, fn, *inputs, grad=True):
+    lines.append(f"case {name}")
+    leaves = []
+    for i, x in enumerate(inputs):
+        emit(f"in{i}", x)
+        if grad and x.dtype.is_floating_point:
+            x = x.clone().requires_grad_(True)
+        leaves.append(x)
+    out = fn(*leaves)
+    emit("out", out)
+    if grad and out.dtype.is_floating_point:
+        gout = torch.randn(out.shape)
+        emit("gout", gout)
+        out.backward(gout)
+        for i, x in enumerate(leaves):
+            if x.dtype.is_floating_point and x.grad is not None:
+                emit(f"grad{i}", x.grad)
+
+
+r = torch.randn
+pos = lambda *s: torch.rand(*s) + 0.5
+case("add", torch.add, r(3, 4), r(4))
+case("sub", torch.sub, r(3, 1), r(1, 4))
+case("mul", torch.mul, r(2, 3, 4), r(3, 1))
+case("div", torch.div, r(3, 4), pos(4))
+case("pow", torch.pow, pos(3, 4), r(3, 4))
+case("pow_scalar", lambda x: x ** 2.5, pos(5))
+case("neg", torch.neg, r(5))
+case("exp", torch.exp, r(2, 3))
+case("log", torch.log, pos(2, 3))
+case("sqrt", torch.sqrt, pos(2, 3))
+case("abs", torch.abs, r(2, 3))
+case("relu", torch.relu, r(3, 4))
+case("gelu", F.gelu, r(3, 4))
+case("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), r(3, 4))
+case("tanh", torch.tanh, r(3, 4))
+case("sigmoid", torch.sigmoid, r(3, 4))
+case("clamp", lambda x: x.clamp(-0.5, 0.7), r(4, 4))
+case("softmax", lambda x: torch.softmax(x, 1), r(2, 5, 3))
+case("log_softmax", lambda x: torch.log_softmax(x, 0), r(4, 3))
+case("sum_dims", lambda x: x.sum((0, 2), keepdim=True), r(2, 3, 4))
+case("sum_all", lambda x: x.sum(), r(5, 7))
+case("mean_dim", lambda x: x.mean(1), r(2, 3, 4))
+case("max_dim", lambda x: x.max(-1).values, r(3, 5))
+case("matmul", torch.matmul, r(2, 1, 3, 4), r(3, 4, 2))
+case("matmul_vec", torch.matmul, r(4), r(2, 4, 3))
+case("linear", F.linear, r(2, 5, 3), r(4, 3), r(4))
+case("mse_loss", F.mse_loss, r(8, 2), r(8, 2))
+case("cross_entropy", lambda x, t: F.cross_entropy(x, t, ignore_index=1),
+     r(6, 5), torch.tensor([0, 1, 4, 2, 1, 3]))
+case("embedding", lambda w, i: F.embedding(i, w), r(5, 3), torch.tensor([[0, 4, 4], [1, 0, 2]]))
+case("layer_norm", lambda x, w, b: F.layer_norm(x, (5,), w, b, 1e-5), r(3, 5), r(5), r(5))
+case("where", lambda a, b, c: torch.where(c, a, b), r(3, 4), r(4), torch.randn(3, 4) > 0)
+case("masked_fill", lambda a, m: a.masked_fill(m, 2.0), r(3, 4), torch.randn(3, 4) > 0)
+case("cat", lambda a, b: torch.cat([a, b], 1), r(2, 1, 3), r(2, 4, 3))
+case("stack", lambda a, b: torch.stack([a, b], 1), r(2, 3), r(2, 3))
+case("index_select", lambda a, i: a.index_select(1, i), r(2, 4, 3), torch.tensor([3, 0, 3, 1]))
+case("mlp", lambda x, w1, b1, w2, b2: F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2),
+     r(64, 10), r(20, 10), r(20), r(2, 20), r(2))
+
+# 16-bit conversions: round trips through bfloat16 and float16, with edge values
+edge = torch.tensor([0.0, -0.0, 1.0, 1.00390625, 1.005859375, 65504.0, 65520.0, 70000.0,
+                     6.1e-5, 5.96e-8, 2.98e-8, 1e-40, -3.3895314e38, 3.4e38, 0.1, -2.5])
+mixed = torch.cat([edge, torch.randn(48) * 100])
+case("to_bf16", lambda x: x.to(torch.bfloat16).float(), mixed, grad=False)
+case("to_f16", lambda x: x.to(torch.float16).float(), mixed, grad=False)
+
+
+# optimizers: parameters after a few steps on fixed gradient sequences
+def optim_case(name, make):
+    p0 = torch.randn(7)
+    grads = [torch.randn(7) for _ in range(5)]
+    p = p0.clone().requires_grad_(True)
+    opt = make([p])
+    for g in grads:
+        p.grad = g.clone()
+        opt.step()
+    lines.append(f"case {name}")
+    emit("in0", p0)
+    for i, g in enumerate(grads):
+        emit(f"in{i + 1}", g)
+    emit("out", p)
+
+
+optim_case("adam", lambda ps: torch.optim.Adam(ps, lr=0.01, betas=(0.9, 0.999), eps=1e-8))
+optim_case("adam_wd", lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.1))
+optim_case("adam_amsgrad", lambda ps: torch.optim.Adam(ps, lr=0.01, amsgrad=True))
+optim_case("adamw", lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1))
+optim_case("sgd", lambda ps: torch.optim.SGD(ps, lr=0.1))
+optim_case("sgd_momentum", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.1,
+                                                      weight_decay=0.01))
+optim_case("sgd_nesterov", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True))
+
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops.txt")
+with open(out, "w") as f:
+    f.write(f"# generated by gen_golden.py with torch {torch.__version__}\n")
+    f.write("\n".join(lines) + "\n")
+print(f"wrote {out}: {sum(l.startswith('case') for l in lines)} cases")

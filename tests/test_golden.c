@@ -1,0 +1,197 @@
+/* Forward values and input gradients against PyTorch (tests/golden/ops.txt,
+   written by tests/golden/gen_golden.py), in float32. */
+#include "tap.h"
+
+#define MAXT 12
+typedef struct {
+  char name[64];
+  zorch_tensor *in[MAXT], *out, *gout, *grad[MAXT];
+  int nin;
+} gcase;
+
+static zorch_tensor *parse_tensor(char *line, char *role) {
+  char *save = NULL;
+  strtok_r(line, " \n", &save); /* "tensor" */
+  snprintf(role, 16, "%s", strtok_r(NULL, " \n", &save));
+  zorch_dtype dt;
+  if (zorch_dtype_parse(strtok_r(NULL, " \n", &save), &dt)) return NULL;
+  int nd = atoi(strtok_r(NULL, " \n", &save));
+  int64_t shape[8], n = 1;
+  for (int i = 0; i < nd; i++) n *= shape[i] = atoll(strtok_r(NULL, " \n", &save));
+  double *v = malloc((size_t)(n ? n : 1) * sizeof(double));
+  for (int64_t i = 0; i < n; i++) {
+    char *tok = strtok_r(NULL, " \n", &save);
+    v[i] = tok ? strtod(tok, NULL) : NAN;
+  }
+  zorch_tensor *t;
+  if (dt == ZORCH_I64) {
+    int64_t *iv = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++) iv[i] = (int64_t)v[i];
+    t = zorch_from_buffer(iv, nd, shape, ZORCH_I64);
+    free(iv);
+  } else {
+    t = from_doubles(v, nd, shape, dt);
+  }
+  free(v);
+  return t;
+}
+
+static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
+  const char *n = c->name;
+#define IS(s) (strcmp(n, s) == 0)
+  if (IS("add")) return zorch_add(x[0], x[1]);
+  if (IS("sub")) return zorch_sub(x[0], x[1]);
+  if (IS("mul")) return zorch_mul(x[0], x[1]);
+  if (IS("div")) return zorch_div(x[0], x[1]);
+  if (IS("pow")) return zorch_pow(x[0], x[1]);
+  if (IS("pow_scalar")) return zorch_pow_scalar(x[0], 2.5);
+  if (IS("neg")) return zorch_neg(x[0]);
+  if (IS("exp")) return zorch_exp(x[0]);
+  if (IS("log")) return zorch_log(x[0]);
+  if (IS("sqrt")) return zorch_sqrt(x[0]);
+  if (IS("abs")) return zorch_abs(x[0]);
+  if (IS("relu")) return zorch_relu(x[0]);
+  if (IS("gelu")) return zorch_gelu(x[0], false);
+  if (IS("gelu_tanh")) return zorch_gelu(x[0], true);
+  if (IS("tanh")) return zorch_tanh(x[0]);
+  if (IS("sigmoid")) return zorch_sigmoid(x[0]);
+  if (IS("clamp")) return zorch_clamp(x[0], -0.5, 0.7);
+  if (IS("softmax")) return zorch_softmax(x[0], 1);
+  if (IS("log_softmax")) return zorch_log_softmax(x[0], 0);
+  if (IS("sum_dims")) return zorch_sum(x[0], 2, (int[]){0, 2}, true);
+  if (IS("sum_all")) return zorch_sum(x[0], 0, NULL, false);
+  if (IS("mean_dim")) return zorch_mean(x[0], 1, (int[]){1}, false);
+  if (IS("max_dim")) return zorch_max(x[0], 1, (int[]){-1}, false, NULL);
+  if (IS("matmul") || IS("matmul_vec")) return zorch_matmul(x[0], x[1]);
+  if (IS("linear")) return zorch_linear(x[0], x[1], x[2]);
+  if (IS("mse_loss")) return zorch_mse_loss(x[0], x[1], ZORCH_REDUCE_MEAN);
+  if (IS("cross_entropy")) return zorch_cross_entropy(x[0], x[1], ZORCH_REDUCE_MEAN, 1);
+  if (IS("embedding")) return zorch_embedding(x[0], x[1]);
+  if (IS("layer_norm")) return zorch_layer_norm(x[0], 1, x[1], x[2], 1e-5);
+  if (IS("where")) return zorch_where(x[2], x[0], x[1]);
+  if (IS("masked_fill")) return zorch_masked_fill(x[0], x[1], 2.0);
+  if (IS("cat")) return zorch_cat(2, x, 1);
+  if (IS("stack")) return zorch_stack(2, x, 1);
+  if (IS("index_select")) return zorch_index_select(x[0], 1, x[1]);
+  if (IS("mlp")) {
+    zorch_tensor *h = zorch_linear(x[0], x[1], x[2]), *r = zorch_relu(h);
+    zorch_tensor *o = zorch_linear(r, x[3], x[4]);
+    zorch_tensor_free(h);
+    zorch_tensor_free(r);
+    return o;
+  }
+  if (IS("to_bf16") || IS("to_f16")) {
+    zorch_tensor *h = zorch_to_dtype(x[0], IS("to_bf16") ? ZORCH_BF16 : ZORCH_F16);
+    zorch_tensor *f = zorch_to_dtype(h, ZORCH_F32);
+    zorch_tensor_free(h);
+    return f;
+  }
+  if (strncmp(n, "adam", 4) == 0 || strncmp(n, "sgd", 3) == 0) {
+    zorch_tensor *p = zorch_clone(x[0]);
+    int64_t sz = zorch_tensor_numel(p);
+    zorch_tensor *m = zorch_zeros(1, &sz, ZORCH_F32, CPU), *v = zorch_zeros(1, &sz, ZORCH_F32, CPU);
+    zorch_tensor *vm = zorch_zeros(1, &sz, ZORCH_F32, CPU);
+    zorch_adam_opts ao = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    zorch_sgd_opts so = {.lr = 0.1};
+    if (IS("adam_wd")) ao.weight_decay = 0.1;
+    if (IS("adamw")) ao.weight_decay = 0.1, ao.decoupled = true;
+    if (IS("adam_amsgrad")) ao.amsgrad = true;
+    if (IS("sgd_momentum")) so.momentum = 0.9, so.dampening = 0.1, so.weight_decay = 0.01;
+    if (IS("sgd_nesterov")) so.momentum = 0.9, so.nesterov = true;
+    zorch_status st = ZORCH_OK;
+    for (int k = 1; k < c->nin && !st; k++)
+      st = n[0] == 'a' ? zorch_adam_step(p, x[k], m, v, vm, k, &ao)
+                       : zorch_sgd_step(p, x[k], m, k == 1, &so);
+    zorch_tensor_free(m);
+    zorch_tensor_free(v);
+    zorch_tensor_free(vm);
+    if (st) {
+      zorch_tensor_free(p);
+      return NULL;
+    }
+    return p;
+  }
+  return NULL;
+#undef IS
+}
+
+static void check_case(gcase *c) {
+  zorch_tensor *x[MAXT] = {0};
+  bool optim = strncmp(c->name, "adam", 4) == 0 || strncmp(c->name, "sgd", 3) == 0;
+  for (int i = 0; i < c->nin; i++) {
+    x[i] = zorch_clone(c->in[i]);
+    if (c->gout && zorch_dtype_is_float(zorch_tensor_dtype(x[i]))) zorch_set_requires_grad(x[i], true);
+  }
+  (void)optim;
+  zorch_tensor *out = run_op(c, x);
+  int64_t n = zorch_tensor_numel(c->out);
+  double *want = malloc((size_t)n * sizeof(double));
+  zorch_tensor_to_doubles(c->out, want, n);
+  bool exact = strncmp(c->name, "to_", 3) == 0;
+  double r = out ? close_ratio(out, want, n, exact ? 0 : 2e-5, exact ? 0 : 1e-6) : INFINITY;
+  ok(out && shape_is(out, zorch_tensor_ndim(c->out), zorch_tensor_shape(c->out)) && r <= 1,
+     "%s: forward matches PyTorch (ratio %.3g)", c->name, r);
+  free(want);
+  if (out && c->gout) {
+    ok(zorch_backward(out, c->gout, false) == ZORCH_OK, "%s: backward runs", c->name);
+    for (int i = 0; i < c->nin; i++) {
+      if (!c->grad[i]) continue;
+      int64_t gn = zorch_tensor_numel(c->grad[i]);
+      double *gw = malloc((size_t)gn * sizeof(double));
+      zorch_tensor_to_doubles(c->grad[i], gw, gn);
+      double gr = close_ratio(zorch_grad(x[i]), gw, gn, 2e-5, 1e-5);
+      ok(gr <= 1, "%s: gradient of input %d matches PyTorch (ratio %.3g)", c->name, i, gr);
+      free(gw);
+    }
+  }
+  zorch_tensor_free(out);
+  for (int i = 0; i < c->nin; i++) zorch_tensor_free(x[i]);
+}
+
+static void free_case(gcase *c) {
+  for (int i = 0; i < MAXT; i++) {
+    zorch_tensor_free(c->in[i]);
+    zorch_tensor_free(c->grad[i]);
+  }
+  zorch_tensor_free(c->out);
+  zorch_tensor_free(c->gout);
+  memset(c, 0, sizeof *c);
+}
+
+int main(void) {
+  FILE *f = fopen("golden/ops.txt", "r");
+  if (!f) f = fopen("tests/golden/ops.txt", "r");
+  if (!ok(f != NULL, "golden file opens")) return done_testing();
+  static char line[1 << 16];
+  gcase c = {0};
+  int ncases = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '#') continue;
+    if (strncmp(line, "case ", 5) == 0) {
+      if (c.name[0]) check_case(&c), ncases++;
+      free_case(&c);
+      snprintf(c.name, sizeof c.name, "%.63s", line + 5);
+      c.name[strcspn(c.name, "\n")] = 0;
+      continue;
+    }
+    char role[16];
+    zorch_tensor *t = parse_tensor(line, role);
+    if (!t) continue;
+    if (strncmp(role, "in", 2) == 0) {
+      int i = atoi(role + 2);
+      c.in[i] = t;
+      if (i + 1 > c.nin) c.nin = i + 1;
+    } else if (strcmp(role, "out") == 0) {
+      c.out = t;
+    } else if (strcmp(role, "gout") == 0) {
+      c.gout = t;
+    } else {
+      c.grad[atoi(role + 4)] = t;
+    }
+  }
+  if (c.name[0]) check_case(&c), ncases++;
+  free_case(&c);
+  fclose(f);
+  ok(ncases >= 40, "read %d golden cases", ncases);
+  return done_testing();
+}

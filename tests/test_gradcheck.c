@@ -1,0 +1,265 @@
+/* Every differentiable op against central finite differences in float64. */
+#include "tap.h"
+
+#define MAXIN 4
+typedef zorch_tensor *(*op_fn)(zorch_tensor **in);
+
+static zorch_generator *gen;
+
+/* A float64 leaf of normal numbers; `pos` makes them positive (|x| + 0.5). */
+static zorch_tensor *leaf(int ndim, const int64_t *shape, int pos) {
+  zorch_tensor *t = zorch_randn(ndim, shape, ZORCH_F64, CPU, gen);
+  if (pos) {
+    double *p = zorch_tensor_data(t);
+    for (int64_t i = 0; i < zorch_tensor_numel(t); i++) p[i] = fabs(p[i]) + 0.5;
+  }
+  zorch_set_requires_grad(t, true);
+  return t;
+}
+
+/* L = sum(f(in) * R) for fixed weights R. */
+static double loss_of(op_fn f, zorch_tensor **in, zorch_tensor **R, zorch_tensor **out_L) {
+  zorch_tensor *out = f(in);
+  if (!out) return NAN;
+  if (!*R) {
+    zorch_generator *g = zorch_generator_new(7);
+    *R = zorch_randn(zorch_tensor_ndim(out), zorch_tensor_shape(out), ZORCH_F64, CPU, g);
+    zorch_generator_free(g);
+  }
+  zorch_tensor *o64 = zorch_to_dtype(out, ZORCH_F64);
+  zorch_tensor *w = zorch_mul(o64, *R);
+  zorch_tensor *L = zorch_sum(w, 0, NULL, false);
+  double v = NAN;
+  zorch_tensor_item(L, &v);
+  zorch_tensor_free(out);
+  zorch_tensor_free(o64);
+  zorch_tensor_free(w);
+  if (out_L)
+    *out_L = L;
+  else
+    zorch_tensor_free(L);
+  return v;
+}
+
+static void gradcheck(const char *name, op_fn f, int nin, zorch_tensor **in) {
+  zorch_tensor *R = NULL, *L = NULL;
+  double l0 = loss_of(f, in, &R, &L);
+  if (!ok(!isnan(l0) && L && zorch_backward(L, NULL, false) == ZORCH_OK, "%s: forward and backward run", name)) {
+    zorch_tensor_free(L);
+    zorch_tensor_free(R);
+    return;
+  }
+  zorch_tensor_free(L);
+  const double h = 1e-6;
+  double worst = 0;
+  int64_t worst_i = -1;
+  int worst_in = -1;
+  bool prev = zorch_set_grad_enabled(false);
+  for (int k = 0; k < nin; k++) {
+    if (!in[k] || !zorch_requires_grad(in[k])) continue;
+    zorch_tensor *g = zorch_grad(in[k]);
+    double *x = zorch_tensor_data(in[k]);
+    int64_t n = zorch_tensor_numel(in[k]);
+    for (int64_t i = 0; i < n; i++) {
+      double keep = x[i];
+      x[i] = keep + h;
+      double lp = loss_of(f, in, &R, NULL);
+      x[i] = keep - h;
+      double lm = loss_of(f, in, &R, NULL);
+      x[i] = keep;
+      double num = (lp - lm) / (2 * h);
+      double ana = g ? at(g, i) : 0;
+      double err = fabs(num - ana) / (1e-6 + 1e-4 * fabs(num));
+      if (!(err <= worst)) {
+        worst = err;
+        worst_i = i;
+        worst_in = k;
+      }
+    }
+  }
+  zorch_set_grad_enabled(prev);
+  ok(worst <= 1, "%s: gradient matches finite differences (worst ratio %.3g at input %d elem %lld)",
+     name, worst, worst_in, (long long)worst_i);
+  zorch_tensor_free(R);
+}
+
+#define CHECK(name, nin, body, ...)                                 \
+  static zorch_tensor *fn_##name(zorch_tensor **in) {               \
+    (void)in;                                                       \
+    body                                                            \
+  }
+/* ---- the ops ----------------------------------------------------------------------- */
+CHECK(add, 2, return zorch_add(in[0], in[1]);)
+CHECK(sub, 2, return zorch_sub(in[0], in[1]);)
+CHECK(mul, 2, return zorch_mul(in[0], in[1]);)
+CHECK(div, 2, return zorch_div(in[0], in[1]);)
+CHECK(pow, 2, return zorch_pow(in[0], in[1]);)
+CHECK(pow_scalar, 1, return zorch_pow_scalar(in[0], 2.5);)
+CHECK(square, 1, return zorch_pow_scalar(in[0], 2);)
+CHECK(neg, 1, return zorch_neg(in[0]);)
+CHECK(exp, 1, return zorch_exp(in[0]);)
+CHECK(log, 1, return zorch_log(in[0]);)
+CHECK(sqrt, 1, return zorch_sqrt(in[0]);)
+CHECK(abs, 1, return zorch_abs(in[0]);)
+CHECK(relu, 1, return zorch_relu(in[0]);)
+CHECK(gelu, 1, return zorch_gelu(in[0], false);)
+CHECK(gelu_tanh, 1, return zorch_gelu(in[0], true);)
+CHECK(tanh, 1, return zorch_tanh(in[0]);)
+CHECK(sigmoid, 1, return zorch_sigmoid(in[0]);)
+CHECK(add_scalar, 1, return zorch_add_scalar(in[0], 3);)
+CHECK(mul_scalar, 1, return zorch_mul_scalar(in[0], -2.5);)
+CHECK(rsub_scalar, 1, return zorch_rsub_scalar(in[0], 1);)
+CHECK(rdiv_scalar, 1, return zorch_rdiv_scalar(in[0], 2);)
+CHECK(clamp, 1, return zorch_clamp(in[0], -0.5, 0.7);)
+CHECK(softmax0, 1, return zorch_softmax(in[0], 0);)
+CHECK(softmax1, 1, return zorch_softmax(in[0], -1);)
+CHECK(log_softmax, 1, return zorch_log_softmax(in[0], 1);)
+CHECK(sum_all, 1, return zorch_sum(in[0], 0, NULL, false);)
+CHECK(sum_dims, 1, return zorch_sum(in[0], 2, (int[]){0, 2}, true);)
+CHECK(mean_dim, 1, return zorch_mean(in[0], 1, (int[]){1}, false);)
+CHECK(max_dim, 1, return zorch_max(in[0], 1, (int[]){-1}, false, NULL);)
+CHECK(max_dims, 1, return zorch_max(in[0], 2, (int[]){0, 2}, true, NULL);)
+CHECK(max_all, 1, return zorch_max(in[0], 0, NULL, false, NULL);)
+CHECK(matmul, 2, return zorch_matmul(in[0], in[1]);)
+CHECK(linear, 3, return zorch_linear(in[0], in[1], in[2]);)
+CHECK(linear_nobias, 2, return zorch_linear(in[0], in[1], NULL);)
+CHECK(mse, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_MEAN);)
+CHECK(mse_sum, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_SUM);)
+CHECK(cross_entropy, 2, return zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_MEAN, 1);)
+CHECK(cross_entropy_none, 2, return zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_NONE, -100);)
+CHECK(embedding, 2, return zorch_embedding(in[0], in[1]);)
+CHECK(layer_norm, 3, return zorch_layer_norm(in[0], 1, in[1], in[2], 1e-5);)
+CHECK(layer_norm2, 1, return zorch_layer_norm(in[0], 2, NULL, NULL, 1e-5);)
+CHECK(dropout, 1, {
+  zorch_generator_seed(gen, 99);
+  return zorch_dropout(in[0], 0.3, true, gen);
+})
+CHECK(where, 3, return zorch_where(in[2], in[0], in[1]);)
+CHECK(masked_fill, 2, return zorch_masked_fill(in[0], in[1], 2.0);)
+CHECK(cat, 3, return zorch_cat(3, in, 1);)
+CHECK(stack, 2, return zorch_stack(2, in, 1);)
+CHECK(index_select, 2, return zorch_index_select(in[0], 1, in[1]);)
+CHECK(view, 1, return zorch_view(in[0], SHAPE(4, 3));)
+CHECK(reshape_t, 1, {
+  zorch_tensor *t = zorch_transpose(in[0], 0, 1);
+  zorch_tensor *r = zorch_reshape(t, SHAPE(-1));
+  zorch_tensor_free(t);
+  return r;
+})
+CHECK(permute, 1, return zorch_permute(in[0], (int[]){2, 0, 1});)
+CHECK(narrow, 1, return zorch_narrow(in[0], 1, 1, 2);)
+CHECK(select, 1, return zorch_select(in[0], 0, -1);)
+CHECK(expand, 1, return zorch_expand(in[0], SHAPE(2, 3, 4));)
+CHECK(unsqueeze, 1, return zorch_unsqueeze(in[0], 1);)
+CHECK(squeeze, 1, return zorch_squeeze(in[0], 1);)
+CHECK(contiguous, 1, {
+  zorch_tensor *t = zorch_transpose(in[0], 0, 1);
+  zorch_tensor *r = zorch_contiguous(t);
+  zorch_tensor_free(t);
+  return r;
+})
+CHECK(clone, 1, return zorch_clone(in[0]);)
+CHECK(chain, 2, {
+  /* a small network: relu(x W^T) summed with a shared leaf used twice */
+  zorch_tensor *h = zorch_linear(in[0], in[1], NULL);
+  zorch_tensor *r = zorch_tanh(h);
+  zorch_tensor *s = zorch_mul(r, r);
+  zorch_tensor *o = zorch_add(s, h);
+  zorch_tensor_free(h);
+  zorch_tensor_free(r);
+  zorch_tensor_free(s);
+  return o;
+})
+
+static void run(const char *name, op_fn f, int nin, zorch_tensor **in) {
+  gradcheck(name, f, nin, in);
+  for (int i = 0; i < nin; i++) zorch_tensor_free(in[i]);
+}
+#define RUN(name, ...)                                              \
+  do {                                                              \
+    zorch_tensor *in_[MAXIN] = {__VA_ARGS__};                       \
+    run(#name, fn_##name, (int)(sizeof((zorch_tensor *[]){__VA_ARGS__}) / sizeof(zorch_tensor *)), in_); \
+  } while (0)
+
+static zorch_tensor *ints(int ndim, const int64_t *shape, const int64_t *v) {
+  return zorch_from_buffer(v, ndim, shape, ZORCH_I64);
+}
+
+int main(void) {
+  gen = zorch_generator_new(1234);
+  RUN(add, leaf(SHAPE(3, 4), 0), leaf(SHAPE(4), 0));
+  RUN(sub, leaf(SHAPE(3, 1), 0), leaf(SHAPE(1, 4), 0));
+  RUN(mul, leaf(SHAPE(2, 3, 4), 0), leaf(SHAPE(3, 1), 0));
+  RUN(div, leaf(SHAPE(3, 4), 0), leaf(SHAPE(4), 1));
+  RUN(pow, leaf(SHAPE(3, 4), 1), leaf(SHAPE(3, 4), 0));
+  RUN(pow_scalar, leaf(SHAPE(5), 1));
+  RUN(square, leaf(SHAPE(5), 0));
+  RUN(neg, leaf(SHAPE(5), 0));
+  RUN(exp, leaf(SHAPE(2, 3), 0));
+  RUN(log, leaf(SHAPE(2, 3), 1));
+  RUN(sqrt, leaf(SHAPE(2, 3), 1));
+  RUN(abs, leaf(SHAPE(2, 3), 0));
+  RUN(relu, leaf(SHAPE(3, 4), 0));
+  RUN(gelu, leaf(SHAPE(3, 4), 0));
+  RUN(gelu_tanh, leaf(SHAPE(3, 4), 0));
+  RUN(tanh, leaf(SHAPE(3, 4), 0));
+  RUN(sigmoid, leaf(SHAPE(3, 4), 0));
+  RUN(add_scalar, leaf(SHAPE(3), 0));
+  RUN(mul_scalar, leaf(SHAPE(3), 0));
+  RUN(rsub_scalar, leaf(SHAPE(3), 0));
+  RUN(rdiv_scalar, leaf(SHAPE(3), 1));
+  RUN(clamp, leaf(SHAPE(4, 4), 0));
+  RUN(softmax0, leaf(SHAPE(3, 4), 0));
+  RUN(softmax1, leaf(SHAPE(2, 3, 4), 0));
+  RUN(log_softmax, leaf(SHAPE(2, 5, 3), 0));
+  RUN(sum_all, leaf(SHAPE(2, 3), 0));
+  RUN(sum_dims, leaf(SHAPE(2, 3, 4), 0));
+  RUN(mean_dim, leaf(SHAPE(2, 3, 4), 0));
+  RUN(max_dim, leaf(SHAPE(3, 5), 0));
+  RUN(max_dims, leaf(SHAPE(2, 3, 4), 0));
+  RUN(max_all, leaf(SHAPE(2, 3), 0));
+  RUN(matmul, leaf(SHAPE(3, 4), 0), leaf(SHAPE(4, 2), 0));
+  RUN(matmul, leaf(SHAPE(2, 3, 4), 0), leaf(SHAPE(4, 5), 0));
+  RUN(matmul, leaf(SHAPE(2, 1, 3, 4), 0), leaf(SHAPE(3, 4, 2), 0));
+  RUN(matmul, leaf(SHAPE(4), 0), leaf(SHAPE(4, 3), 0));
+  RUN(matmul, leaf(SHAPE(2, 3, 4), 0), leaf(SHAPE(4), 0));
+  RUN(matmul, leaf(SHAPE(4), 0), leaf(SHAPE(4), 0));
+  RUN(linear, leaf(SHAPE(5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
+  RUN(linear, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
+  RUN(linear_nobias, leaf(SHAPE(5, 3), 0), leaf(SHAPE(2, 3), 0));
+  RUN(mse, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
+  RUN(mse_sum, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
+  RUN(cross_entropy, leaf(SHAPE(4, 5), 0), ints(SHAPE(4), (int64_t[]){0, 1, 4, 2}));
+  RUN(cross_entropy_none, leaf(SHAPE(3, 4), 0), ints(SHAPE(3), (int64_t[]){3, 0, 1}));
+  RUN(cross_entropy, leaf(SHAPE(5), 0), ints(0, NULL, (int64_t[]){2}));
+  RUN(embedding, leaf(SHAPE(5, 3), 0), ints(SHAPE(2, 3), (int64_t[]){0, 4, 4, 1, 0, 2}));
+  RUN(layer_norm, leaf(SHAPE(3, 5), 0), leaf(SHAPE(5), 0), leaf(SHAPE(5), 0));
+  RUN(layer_norm2, leaf(SHAPE(2, 3, 4), 0));
+  RUN(dropout, leaf(SHAPE(4, 5), 0));
+  {
+    zorch_tensor *c0 = zorch_randn(SHAPE(3, 4), ZORCH_F64, CPU, gen);
+    zorch_tensor *z = zorch_zeros(0, NULL, ZORCH_F64, CPU);
+    zorch_tensor *cond = zorch_gt(c0, z);
+    zorch_tensor *mask = zorch_gt(c0, z);
+    RUN(where, leaf(SHAPE(3, 4), 0), leaf(SHAPE(4), 0), cond);
+    RUN(masked_fill, leaf(SHAPE(3, 4), 0), mask);
+    zorch_tensor_free(c0);
+    zorch_tensor_free(z);
+  }
+  RUN(cat, leaf(SHAPE(2, 1, 3), 0), leaf(SHAPE(2, 4, 3), 0), leaf(SHAPE(2, 2, 3), 0));
+  RUN(stack, leaf(SHAPE(2, 3), 0), leaf(SHAPE(2, 3), 0));
+  RUN(index_select, leaf(SHAPE(2, 4, 3), 0), ints(SHAPE(5), (int64_t[]){3, 0, 3, 1, 3}));
+  RUN(view, leaf(SHAPE(2, 6), 0));
+  RUN(reshape_t, leaf(SHAPE(3, 4), 0));
+  RUN(permute, leaf(SHAPE(2, 3, 4), 0));
+  RUN(narrow, leaf(SHAPE(3, 4), 0));
+  RUN(select, leaf(SHAPE(3, 4), 0));
+  RUN(expand, leaf(SHAPE(3, 1), 0));
+  RUN(unsqueeze, leaf(SHAPE(3, 4), 0));
+  RUN(squeeze, leaf(SHAPE(3, 1, 4), 0));
+  RUN(contiguous, leaf(SHAPE(3, 4), 0));
+  RUN(clone, leaf(SHAPE(3, 4), 0));
+  RUN(chain, leaf(SHAPE(4, 3), 0), leaf(SHAPE(5, 3), 0));
+  zorch_generator_free(gen);
+  return done_testing();
+}
