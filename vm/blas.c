@@ -59,11 +59,19 @@ static void blas_choose_core(void) {
   setenv("OPENBLAS_CORETYPE", best, 1);
 }
 
+/* The OpenMP build of OpenBLAS comes first: it shares zorch's OpenMP thread
+   pool, where the pthreads build keeps its own threads spinning after each call
+   and fights the elementwise kernels for the cores. ZORCH_BLAS_LIB names a
+   library to use instead. */
 static void blas_load(void) {
-  static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
+  static const char *const names[] = {
+      "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
+      "/usr/lib/aarch64-linux-gnu/openblas-openmp/libopenblas.so.0",
+      "libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
   blas_choose_core();
   void *h = NULL;
-  const char *which = NULL;
+  const char *which = getenv("ZORCH_BLAS_LIB");
+  if (which && *which) h = dlopen(which, RTLD_NOW | RTLD_LOCAL);
   for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) {
     h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     which = names[i];

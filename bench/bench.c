@@ -1,0 +1,172 @@
+/* bench.c: zorch's CPU benchmarks, one JSON object per line
+   ({"name", "value", "unit"}); bench/torch_bench.py prints the same figures
+   for PyTorch. Each figure is the best of several timed rounds. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "zorch.h"
+
+static const zorch_device CPU = {ZORCH_CPU, 0};
+#define SHAPE(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+typedef void (*bench_fn)(void *ctx);
+
+/* Seconds per call: best of 5 rounds, each at least `min_s` long. */
+static double time_it(bench_fn f, void *ctx, double min_s) {
+  f(ctx);
+  long reps = 1;
+  for (;;) {
+    double t0 = now();
+    for (long i = 0; i < reps; i++) f(ctx);
+    double dt = now() - t0;
+    if (dt >= min_s) break;
+    reps *= dt > 0 ? (long)(min_s / dt * 1.2) + 1 : 10;
+  }
+  double best = 1e30;
+  for (int r = 0; r < 5; r++) {
+    double t0 = now();
+    for (long i = 0; i < reps; i++) f(ctx);
+    double per = (now() - t0) / (double)reps;
+    if (per < best) best = per;
+  }
+  return best;
+}
+
+static void emit(const char *name, double value, const char *unit) {
+  printf("{\"name\": \"zorch/%s\", \"value\": %.4g, \"unit\": \"%s\"}\n", name, value, unit);
+  fflush(stdout);
+}
+
+static void check(const void *p) {
+  if (!p) {
+    fprintf(stderr, "bench: %s\n", zorch_last_error());
+    exit(1);
+  }
+}
+
+typedef struct {
+  zorch_tensor *a, *b;
+} pair;
+
+static void run_matmul(void *ctx) {
+  pair *p = ctx;
+  zorch_tensor *c = zorch_matmul(p->a, p->b);
+  check(c);
+  zorch_tensor_free(c);
+}
+
+static void run_add(void *ctx) {
+  pair *p = ctx;
+  zorch_tensor *c = zorch_add(p->a, p->b);
+  check(c);
+  zorch_tensor_free(c);
+}
+
+static void run_relu(void *ctx) {
+  pair *p = ctx;
+  zorch_tensor *c = zorch_relu(p->a);
+  check(c);
+  zorch_tensor_free(c);
+}
+
+/* A two-layer MLP step: forward, MSE loss, backward (no optimizer). */
+typedef struct {
+  zorch_tensor *x, *y, *w1, *b1, *w2, *b2;
+  zorch_tensor *m[4], *v[4];
+  int64_t step;
+  bool adam;
+} mlp;
+
+static void run_mlp(void *ctx) {
+  mlp *m = ctx;
+  zorch_tensor *h = zorch_linear(m->x, m->w1, m->b1), *r = zorch_relu(h);
+  zorch_tensor *o = zorch_linear(r, m->w2, m->b2);
+  zorch_tensor *l = zorch_mse_loss(o, m->y, ZORCH_REDUCE_MEAN);
+  check(l);
+  zorch_tensor *ps[4] = {m->w1, m->b1, m->w2, m->b2};
+  for (int i = 0; i < 4; i++) zorch_set_grad(ps[i], NULL);
+  if (zorch_backward(l, NULL, false)) check(NULL);
+  if (m->adam) {
+    zorch_adam_opts o = {.lr = 1.5e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    m->step++;
+    for (int i = 0; i < 4; i++)
+      if (zorch_adam_step(ps[i], zorch_grad(ps[i]), m->m[i], m->v[i], NULL, m->step, &o)) check(NULL);
+  }
+  zorch_tensor_free(h);
+  zorch_tensor_free(r);
+  zorch_tensor_free(o);
+  zorch_tensor_free(l);
+}
+
+static void mlp_init(mlp *m, int64_t batch, int64_t in, int64_t hid, int64_t out, bool adam) {
+  memset(m, 0, sizeof *m);
+  zorch_generator *g = zorch_generator_new(1);
+  m->x = zorch_randn(SHAPE(batch, in), ZORCH_F32, CPU, g);
+  m->y = zorch_randn(SHAPE(batch, out), ZORCH_F32, CPU, g);
+  m->w1 = zorch_randn(SHAPE(hid, in), ZORCH_F32, CPU, g);
+  m->b1 = zorch_zeros(SHAPE(hid), ZORCH_F32, CPU);
+  m->w2 = zorch_randn(SHAPE(out, hid), ZORCH_F32, CPU, g);
+  m->b2 = zorch_zeros(SHAPE(out), ZORCH_F32, CPU);
+  zorch_tensor *ps[4] = {m->w1, m->b1, m->w2, m->b2};
+  for (int i = 0; i < 4; i++) {
+    zorch_set_requires_grad(ps[i], true);
+    m->m[i] = zorch_zeros(zorch_tensor_ndim(ps[i]), zorch_tensor_shape(ps[i]), ZORCH_F32, CPU);
+    m->v[i] = zorch_zeros(zorch_tensor_ndim(ps[i]), zorch_tensor_shape(ps[i]), ZORCH_F32, CPU);
+  }
+  m->adam = adam;
+  zorch_generator_free(g);
+}
+
+static void mlp_free(mlp *m) {
+  zorch_tensor *all[] = {m->x, m->y, m->w1, m->b1, m->w2, m->b2};
+  for (int i = 0; i < 6; i++) zorch_tensor_free(all[i]);
+  for (int i = 0; i < 4; i++) {
+    zorch_tensor_free(m->m[i]);
+    zorch_tensor_free(m->v[i]);
+  }
+}
+
+int main(void) {
+  zorch_set_num_threads(2);
+  zorch_generator *g = zorch_generator_new(0);
+  fprintf(stderr, "bench: BLAS %s, %d threads\n", zorch_blas_info(), zorch_get_num_threads());
+
+  pair mm = {zorch_randn(SHAPE(1024, 1024), ZORCH_F32, CPU, g),
+             zorch_randn(SHAPE(1024, 1024), ZORCH_F32, CPU, g)};
+  double t = time_it(run_matmul, &mm, 0.5);
+  emit("sgemm_1024", 2.0 * 1024 * 1024 * 1024 / t / 1e9, "GFLOP/s");
+
+  pair small = {zorch_randn(SHAPE(64), ZORCH_F32, CPU, g), zorch_randn(SHAPE(64), ZORCH_F32, CPU, g)};
+  emit("add_64", time_it(run_add, &small, 0.2) * 1e9, "ns");
+  emit("relu_64", time_it(run_relu, &small, 0.2) * 1e9, "ns");
+
+  pair big = {zorch_randn(SHAPE(1000000), ZORCH_F32, CPU, g),
+              zorch_randn(SHAPE(1000000), ZORCH_F32, CPU, g)};
+  emit("add_1m", time_it(run_add, &big, 0.3) * 1e6, "us");
+
+  /* 1024-4096-1024 at batch 256: 2 forward GEMMs and 3 backward ones (the
+     input needs no gradient), 2*256*1024*4096 flops each */
+  mlp m;
+  mlp_init(&m, 256, 1024, 4096, 1024, false);
+  t = time_it(run_mlp, &m, 1.0);
+  emit("mlp_1024_4096_1024_b256_fwd_bwd", 5 * 2.0 * 256 * 1024 * 4096 / t / 1e9, "GFLOP/s");
+  mlp_free(&m);
+
+  /* the reference job's step: 10-20-2, batch 64, MSE, Adam */
+  mlp_init(&m, 64, 10, 20, 2, true);
+  emit("simplenet_step", time_it(run_mlp, &m, 0.3) * 1e6, "us");
+  mlp_free(&m);
+
+  zorch_tensor *fr[] = {mm.a, mm.b, small.a, small.b, big.a, big.b};
+  for (int i = 0; i < 6; i++) zorch_tensor_free(fr[i]);
+  zorch_generator_free(g);
+  return 0;
+}
