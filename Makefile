@@ -51,12 +51,12 @@ test: $(TEST_BIN)
 	@cd tests && prove -f --exec '' $(addprefix ../,$(TEST_BIN))
 
 check-asan:
-	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	ZORCH_TEST_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(MAKE) BUILD=build/asan SAN=1 OPT=-O1 test
 
 check-valgrind: $(TEST_BIN)
 	@cd tests && for t in $(addprefix ../,$(TEST_BIN)); do \
-	  OMP_NUM_THREADS=1 valgrind -q --error-exitcode=99 --leak-check=full $$t >/dev/null || exit 1; \
+	  ZORCH_TEST_SANITIZED=1 OMP_NUM_THREADS=1 valgrind -q --error-exitcode=99 --leak-check=full $$t >/dev/null || exit 1; \
 	  echo "valgrind clean: $$t"; done
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libzorch.a
