@@ -7,19 +7,25 @@ BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -fopenmp -D_GNU_SOURCE \
-           -Iinclude -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
+           -Iinclude -I/usr/include/lua5.4 -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
 LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
-LIB_SRC  := $(wildcard vm/*.c ops/*.c ops/cpu/*.c)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LUA_INC  := -I/usr/include/lua5.4
+LUA_SRC  := lua/nn.lua lua/optim.lua lua/data.lua lua/engine.lua
+LIB_SRC  := $(filter-out vm/main.c,$(wildcard vm/*.c ops/*.c ops/cpu/*.c lua/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
+# libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
+# interpreter, must not: it takes Lua's symbols from the host.
+EXT_LIBS := -lcjson
+LIB_LIBS := -llua5.4 $(EXT_LIBS)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 DEPS_OK  := build/.deps-ok
 
 .PHONY: all lib test check-asan check-valgrind bench demo deps clean
 all: lib
-lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so
+lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch
 
 # Installs missing Debian packages once (scripts/deps.sh says which).
 $(DEPS_OK): scripts/deps.sh
@@ -40,11 +46,26 @@ $(BUILD)/libzorch.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/libzorch.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libzorch.so -o $@ $^ $(LIB_LIBS) $(LDLIBS)
+
+$(BUILD)/zorch.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(EXT_LIBS) $(LDLIBS)
+
+$(BUILD)/zorch: vm/main.c $(BUILD)/libzorch.a
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) -lreadline $(LDLIBS)
+
+# The Lua modules, compiled into the library.
+$(BUILD)/gen/lua_modules.c: $(LUA_SRC) scripts/embed_lua.sh
+	@mkdir -p $(dir $@)
+	scripts/embed_lua.sh $(LUA_SRC) > $@
+
+$(BUILD)/obj/gen/lua_modules.o: $(BUILD)/gen/lua_modules.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-overlength-strings -c $< -o $@
 
 $(BUILD)/tests/%: tests/%.c tests/tap.h $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ivm $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LDLIBS)
+	$(CC) $(CFLAGS) -Ivm $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
 # The suite: every tests/test_*.c is a TAP program; prove prints the summary.
 test: $(TEST_BIN)
@@ -61,7 +82,7 @@ check-valgrind: $(TEST_BIN)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -O3 $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LDLIBS)
+	$(CC) $(CFLAGS) -O3 $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
 bench: $(BUILD)/bench/bench
 	@$(BUILD)/bench/bench
@@ -69,7 +90,7 @@ bench: $(BUILD)/bench/bench
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LDLIBS)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
 demo: $(BUILD)/examples/mlp_demo
 	$(BUILD)/examples/mlp_demo

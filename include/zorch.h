@@ -264,6 +264,50 @@ int zorch_get_num_threads(void);
 /* BLAS in use: e.g. "OpenBLAS 0.3.21 SkylakeX"; "builtin" when none was found. */
 const char *zorch_blas_info(void);
 
+/* ---- Lua ---------------------------------------------------------------------------------
+   The Lua module: `require "zorch"` (zorch.so, or luaL_requiref(L, "zorch",
+   luaopen_zorch, 1) in a host that has its own lua_State). */
+typedef struct lua_State lua_State;
+int luaopen_zorch(lua_State *L);
+/* Pushes t as a Lua tensor; the Lua value takes over the caller's reference. On
+   NULL it raises the last error. [-0, +1, e] */
+void zorch_push_tensor(lua_State *L, zorch_tensor *t);
+/* The tensor at stack index idx (borrowed), or raises a Lua error. [-0, +0, v] */
+zorch_tensor *zorch_check_tensor(lua_State *L, int idx);
+/* The tensor at idx, or NULL when the value is not a tensor. [-0, +0, -] */
+zorch_tensor *zorch_to_tensor(lua_State *L, int idx);
+
+/* ---- embedding: a Lua VM with zorch loaded ---------------------------------------------- */
+typedef struct zorch_vm zorch_vm;
+typedef struct {
+  int sandbox;      /* no io, os, package, debug, dofile, loadfile, require of C code */
+  size_t mem_limit; /* bytes of Lua heap (not tensor memory); 0: unlimited */
+} zorch_vm_opts;
+/* A new VM (opts may be NULL); NULL on failure with zorch_last_error() set. */
+zorch_vm *zorch_vm_new(const zorch_vm_opts *opts);
+void zorch_vm_free(zorch_vm *vm);
+zorch_status zorch_vm_dofile(zorch_vm *vm, const char *path);
+zorch_status zorch_vm_dostring(zorch_vm *vm, const char *chunk, const char *name);
+/* Calls the global function `fn` with nin tensors; up to nout results that are
+   tensors are stored in outs (new references; NULL for non-tensor results). */
+zorch_status zorch_vm_call(zorch_vm *vm, const char *fn, int nin, zorch_tensor *const *ins,
+                           int nout, zorch_tensor **outs);
+/* The message of the VM's last failure (with a traceback). */
+const char *zorch_vm_error(const zorch_vm *vm);
+/* The VM's lua_State, for hosts that push their own values. */
+lua_State *zorch_vm_state(zorch_vm *vm);
+
+/* ---- safetensors --------------------------------------------------------------------------
+   Writes n named tensors (any device, converted to host) atomically: a temporary
+   file in the same folder, fsynced, then renamed over `path`. */
+zorch_status zorch_save_safetensors(const char *path, int n, const char *const *names,
+                                    zorch_tensor *const *ts);
+/* Reads every tensor of a file; *names and *ts are arrays of *n entries the caller
+   frees with zorch_safetensors_free. Corrupt or truncated files are errors that
+   name the file and the problem. */
+zorch_status zorch_load_safetensors(const char *path, int *n, char ***names, zorch_tensor ***ts);
+void zorch_safetensors_free(int n, char **names, zorch_tensor **ts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,141 @@
+-- zorch.data: datasets, a batching loader, file readers and a progress display.
+local zorch = ...
+local data = {}
+
+-- A tiny deterministic generator (64-bit LCG with xorshift output) for shuffles:
+-- the same seed and epoch give the same order on every machine.
+local function rng(seed)
+  local s = (seed * 6364136223846793005 + 1442695040888963407) | 1
+  return function(n) -- integer in [1, n]
+    s = s * 6364136223846793005 + 1442695040888963407
+    local x = s ~ (s >> 29)
+    return (x >> 1) % n + 1
+  end
+end
+
+local TensorDataset = {}
+TensorDataset.__index = TensorDataset
+TensorDataset.__len = function(d) return d.n end
+
+-- data.TensorDataset(X, Y, ...): the i-th sample is the i-th row of each tensor.
+function data.TensorDataset(...)
+  local ts = {...}
+  if #ts == 0 then error("TensorDataset: expected at least one tensor", 2) end
+  local n
+  for i, t in ipairs(ts) do
+    if not zorch.is_tensor(t) then error(("TensorDataset: argument %d is a %s, not a tensor"):format(i, type(t)), 2) end
+    if t:dim() == 0 then error(("TensorDataset: tensor %d has no first dimension"):format(i), 2) end
+    local m = t:size(1)
+    if n and m ~= n then
+      error(("TensorDataset: tensor %d has %d rows but tensor 1 has %d"):format(i, m, n), 2)
+    end
+    n = m
+  end
+  return setmetatable({tensors = ts, n = n}, TensorDataset)
+end
+
+function TensorDataset:get(i) -- one sample (1-based)
+  local out = {}
+  for k, t in ipairs(self.tensors) do out[k] = t[i] end
+  return table.unpack(out)
+end
+
+-- Rows `idx` (an int64 tensor of 1-based indices) of every tensor.
+function TensorDataset:batch(idx)
+  local out = {}
+  for k, t in ipairs(self.tensors) do out[k] = zorch.index_select(t, 1, idx) end
+  return table.unpack(out)
+end
+
+local DataLoader = {}
+DataLoader.__index = DataLoader
+DataLoader.__len = function(l) return l:num_batches() end
+
+-- data.DataLoader(dataset, {batch_size = 1, shuffle = false, drop_last = false, seed = 0})
+function data.DataLoader(ds, opts)
+  if type(ds) ~= "table" or not ds.batch then error("DataLoader: expected a dataset (data.TensorDataset)", 2) end
+  opts = opts or {}
+  local allowed = {batch_size = true, shuffle = true, drop_last = true, seed = true}
+  for k in pairs(opts) do
+    if not allowed[k] then error(("DataLoader: unknown option '%s' (allowed: batch_size, drop_last, seed, shuffle)"):format(tostring(k)), 2) end
+  end
+  local bs = opts.batch_size or 1
+  if math.type(bs) ~= "integer" or bs < 1 then error("DataLoader: batch_size must be a positive integer", 2) end
+  return setmetatable({dataset = ds, batch_size = bs, shuffle = opts.shuffle or false,
+                       drop_last = opts.drop_last or false, seed = opts.seed or 0, epoch = 0,
+                       rank = 0, world_size = 1}, DataLoader)
+end
+
+-- Batches of an epoch; with world_size N (set by the engine) every global batch of
+-- N * batch_size samples is split so rank r takes the r-th contiguous slice.
+function DataLoader:num_batches()
+  local global = self.batch_size * self.world_size
+  local n = #self.dataset
+  if self.drop_last then return n // global end
+  return (n + global - 1) // global
+end
+
+function DataLoader:order()
+  local n = #self.dataset
+  local idx = {}
+  for i = 1, n do idx[i] = i end
+  if self.shuffle then
+    local r = rng(self.seed * 1000003 + self.epoch)
+    for i = n, 2, -1 do
+      local j = r(i)
+      idx[i], idx[j] = idx[j], idx[i]
+    end
+  end
+  return idx
+end
+
+function DataLoader:iter()
+  self.epoch = self.epoch + 1
+  local order, b, nb = self:order(), 0, self:num_batches()
+  local global = self.batch_size * self.world_size
+  local n = #order
+  return function()
+    b = b + 1
+    if b > nb then return nil end
+    local first = (b - 1) * global + self.rank * self.batch_size + 1
+    local last = math.min(first + self.batch_size - 1, n, b * global)
+    if last < first then return nil end
+    local rows = {}
+    for i = first, last do rows[#rows + 1] = order[i] end
+    return self.dataset:batch(zorch.tensor(rows, {dtype = "int64"}))
+  end
+end
+
+function data.read_csv(path, opts) return zorch._read_csv(path, opts) end
+function data.load_npy(path) return zorch._load_npy(path) end
+
+-- zorch.progress(n, opts): a progress display for n steps. bar:update(k, {loss=})
+-- after each step; on a terminal it redraws one line (step, rate, ETA, loss),
+-- otherwise it prints a plain line every `every` steps (default n / 10).
+local Progress = {}
+Progress.__index = Progress
+function zorch.progress(total, opts)
+  opts = opts or {}
+  local out = opts.out or (io and io.stderr)
+  local tty = opts.tty
+  if tty == nil then tty = os and os.getenv and os.getenv("TERM") ~= nil and os.getenv("TERM") ~= "dumb" and
+      (os.execute and select(3, os.execute("test -t 2")) == 0) end
+  return setmetatable({total = total, n = 0, out = out, tty = tty, t0 = os and os.clock() or 0,
+                       every = opts.every or math.max(1, total // 10), label = opts.label or ""}, Progress)
+end
+function Progress:update(k, info)
+  self.n = self.n + (k or 1)
+  if not self.out then return end
+  local dt = (os and os.clock() or 0) - self.t0
+  local rate = dt > 0 and self.n / dt or 0
+  local eta = rate > 0 and (self.total - self.n) / rate or 0
+  local loss = info and info.loss and (" loss %.6f"):format(info.loss) or ""
+  local line = ("%s%d/%d  %.1f it/s  ETA %.1fs%s"):format(self.label, self.n, self.total, rate, eta, loss)
+  if self.tty then
+    self.out:write("\r" .. line .. (self.n >= self.total and "\n" or ""))
+  elseif self.n % self.every == 0 or self.n >= self.total then
+    self.out:write(line .. "\n")
+  end
+end
+
+return data

@@ -1,0 +1,564 @@
+/* lfuncs.c: every core op as a Lua function (zorch.relu(x)) and, where natural,
+   a method (x:relu()). Thin: check arguments, call the core, push results. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lz.h"
+
+#define T(i) lz_check(L, i)
+#define PUSH(x) return lz_push(L, (x))
+
+/* ---- creation ------------------------------------------------------------------- */
+static int f_empty_like(lua_State *L, int kind) {
+  int64_t shape[ZORCH_MAX_DIMS];
+  int n = lz_sizes(L, 1, shape);
+  int oi = lua_istable(L, 1) ? 2 : n + 1;
+  double v = 0;
+  if (kind == 2) { /* full(sizes, value, opts) */
+    v = luaL_checknumber(L, oi);
+    oi++;
+  }
+  lz_opts o;
+  lz_get_opts(L, oi, &o, ZORCH_F32);
+  zorch_tensor *t = kind == 0   ? zorch_zeros(n, shape, o.dtype, o.device)
+                    : kind == 1 ? zorch_ones(n, shape, o.dtype, o.device)
+                    : kind == 2 ? zorch_full(n, shape, v, o.dtype, o.device)
+                    : kind == 3 ? zorch_rand(n, shape, o.dtype, o.device, NULL)
+                                : zorch_randn(n, shape, o.dtype, o.device, NULL);
+  if (t && o.requires_grad && zorch_set_requires_grad(t, true)) {
+    zorch_tensor_free(t);
+    t = NULL;
+  }
+  PUSH(t);
+}
+static int f_zeros(lua_State *L) { return f_empty_like(L, 0); }
+static int f_ones(lua_State *L) { return f_empty_like(L, 1); }
+static int f_full(lua_State *L) { return f_empty_like(L, 2); }
+static int f_rand(lua_State *L) { return f_empty_like(L, 3); }
+static int f_randn(lua_State *L) { return f_empty_like(L, 4); }
+
+static int f_arange(lua_State *L) {
+  int top = lua_gettop(L), oi = top;
+  while (oi > 0 && lua_type(L, oi) != LUA_TNUMBER) oi--;
+  double a = luaL_checknumber(L, 1), b = 0, s = 1;
+  if (oi >= 2) b = luaL_checknumber(L, 2);
+  else b = a, a = 0;
+  if (oi >= 3) s = luaL_checknumber(L, 3);
+  lz_opts o;
+  bool ints = a == (long long)a && b == (long long)b && s == (long long)s;
+  lz_get_opts(L, oi + 1, &o, ints ? ZORCH_I64 : ZORCH_F32);
+  PUSH(zorch_arange(a, b, s, o.dtype, o.device));
+}
+
+/* zorch.tensor{{1, 2}, {3, 4}}: the shape from the nesting, the dtype from the
+   values (all integers: int64, booleans: bool, else float32) unless given. */
+static void nested_shape(lua_State *L, int idx, int depth, int64_t *shape, int *nd) {
+  if (depth >= ZORCH_MAX_DIMS) luaL_error(L, "tensor: nested more than 8 deep");
+  int64_t n = (int64_t)luaL_len(L, idx);
+  if (depth >= *nd) {
+    shape[depth] = n;
+    *nd = depth + 1;
+  } else if (shape[depth] != n) {
+    luaL_error(L, "tensor: ragged nested table (dim %d has %d and %d entries)", depth + 1,
+               (int)shape[depth], (int)n);
+  }
+  if (n > 0) {
+    lua_geti(L, idx, 1);
+    if (lua_istable(L, -1)) nested_shape(L, lua_gettop(L), depth + 1, shape, nd);
+    lua_pop(L, 1);
+  }
+}
+
+static void nested_fill(lua_State *L, int idx, int depth, int nd, const int64_t *shape,
+                        double *out, int64_t *pos, int *kind) {
+  for (int64_t i = 1; i <= shape[depth]; i++) {
+    lua_geti(L, idx, i);
+    if (depth + 1 < nd) {
+      if (!lua_istable(L, -1)) luaL_error(L, "tensor: ragged nested table at dim %d", depth + 2);
+      nested_fill(L, lua_gettop(L), depth + 1, nd, shape, out, pos, kind);
+    } else if (lua_isboolean(L, -1)) {
+      out[(*pos)++] = lua_toboolean(L, -1);
+      *kind |= 4;
+    } else if (lua_isinteger(L, -1)) {
+      out[(*pos)++] = (double)lua_tointeger(L, -1);
+      *kind |= 1;
+    } else if (lua_type(L, -1) == LUA_TNUMBER) {
+      out[(*pos)++] = lua_tonumber(L, -1);
+      *kind |= 2;
+    } else {
+      luaL_error(L, "tensor: expected numbers or booleans, got %s", luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+  }
+}
+
+static int f_tensor(lua_State *L) {
+  if (lua_type(L, 1) == LUA_TNUMBER || lua_isboolean(L, 1)) {
+    lz_opts o;
+    int isint = lua_isinteger(L, 1);
+    lz_get_opts(L, 2, &o, lua_isboolean(L, 1) ? ZORCH_BOOL : isint ? ZORCH_I64 : ZORCH_F32);
+    double v = lua_isboolean(L, 1) ? lua_toboolean(L, 1) : lua_tonumber(L, 1);
+    zorch_tensor *t = zorch_full(0, NULL, v, o.dtype, o.device);
+    if (t && o.requires_grad && zorch_set_requires_grad(t, true)) zorch_tensor_free(t), t = NULL;
+    PUSH(t);
+  }
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 2); /* the options stay at 2, scratch goes above */
+  int64_t shape[ZORCH_MAX_DIMS];
+  int nd = 0;
+  nested_shape(L, 1, 0, shape, &nd);
+  int64_t n = 1;
+  for (int i = 0; i < nd; i++) n *= shape[i];
+  double *v = lua_newuserdatauv(L, sizeof(double) * (size_t)(n ? n : 1), 0);
+  int64_t pos = 0;
+  int kind = 0;
+  nested_fill(L, 1, 0, nd, shape, v, &pos, &kind);
+  lz_opts o;
+  lz_get_opts(L, 2, &o, kind == 4 ? ZORCH_BOOL : (kind & 2) || kind == 0 ? ZORCH_F32 : ZORCH_I64);
+  zorch_tensor *d = zorch_from_buffer(v, nd, shape, ZORCH_F64);
+  zorch_tensor *t = d ? zorch_to_dtype(d, o.dtype) : NULL;
+  zorch_tensor_free(d);
+  if (t && o.device.type != ZORCH_CPU) {
+    zorch_tensor *m = zorch_to_device(t, o.device);
+    zorch_tensor_free(t);
+    t = m;
+  }
+  if (t && o.requires_grad && zorch_set_requires_grad(t, true)) zorch_tensor_free(t), t = NULL;
+  PUSH(t);
+}
+
+/* ---- reading values ------------------------------------------------------------------ */
+static int m_item(lua_State *L) {
+  zorch_tensor *t = T(1);
+  double v;
+  if (zorch_tensor_item(t, &v)) return lz_fail(L);
+  zorch_dtype dt = zorch_tensor_dtype(t);
+  if (dt == ZORCH_BOOL) lua_pushboolean(L, v != 0);
+  else if (!zorch_dtype_is_float(dt)) lua_pushinteger(L, (lua_Integer)v);
+  else lua_pushnumber(L, v);
+  return 1;
+}
+
+static void totable_rec(lua_State *L, const zorch_tensor *t, const double *v, int d, int64_t *pos) {
+  int nd = zorch_tensor_ndim(t);
+  int64_t n = zorch_tensor_shape(t)[d];
+  zorch_dtype dt = zorch_tensor_dtype(t);
+  lua_createtable(L, (int)n, 0);
+  for (int64_t i = 1; i <= n; i++) {
+    if (d + 1 < nd) totable_rec(L, t, v, d + 1, pos);
+    else if (dt == ZORCH_BOOL) lua_pushboolean(L, v[(*pos)++] != 0);
+    else if (!zorch_dtype_is_float(dt)) lua_pushinteger(L, (lua_Integer)v[(*pos)++]);
+    else lua_pushnumber(L, v[(*pos)++]);
+    lua_rawseti(L, -2, i);
+  }
+}
+
+static int m_totable(lua_State *L) {
+  zorch_tensor *t = T(1);
+  if (zorch_tensor_ndim(t) == 0) return m_item(L);
+  int64_t n = zorch_tensor_numel(t);
+  double *v = lua_newuserdatauv(L, sizeof(double) * (size_t)(n ? n : 1), 0);
+  if (zorch_tensor_to_doubles(t, v, n)) return lz_fail(L);
+  int64_t pos = 0;
+  totable_rec(L, t, v, 0, &pos);
+  return 1;
+}
+
+static int m_size(lua_State *L) {
+  zorch_tensor *t = T(1);
+  if (!lua_isnoneornil(L, 2)) {
+    int d = lz_dim(L, 2), nd = zorch_tensor_ndim(t);
+    if (d < 0) d += nd;
+    if (d < 0 || d >= nd) return luaL_argerror(L, 2, "dimension out of range");
+    lua_pushinteger(L, zorch_tensor_shape(t)[d]);
+    return 1;
+  }
+  lua_createtable(L, zorch_tensor_ndim(t), 0);
+  for (int d = 0; d < zorch_tensor_ndim(t); d++) {
+    lua_pushinteger(L, zorch_tensor_shape(t)[d]);
+    lua_rawseti(L, -2, d + 1);
+  }
+  return 1;
+}
+
+static int m_dim(lua_State *L) { return lua_pushinteger(L, zorch_tensor_ndim(T(1))), 1; }
+static int m_numel(lua_State *L) { return lua_pushinteger(L, zorch_tensor_numel(T(1))), 1; }
+static int m_dtype(lua_State *L) {
+  return lua_pushstring(L, zorch_dtype_name(zorch_tensor_dtype(T(1)))), 1;
+}
+static int m_device(lua_State *L) {
+  char b[32];
+  zorch_device_name(zorch_tensor_device(T(1)), b, sizeof b);
+  return lua_pushstring(L, b), 1;
+}
+static int m_is_contiguous(lua_State *L) { return lua_pushboolean(L, zorch_tensor_is_contiguous(T(1))), 1; }
+
+/* x:to("float64"), x:to("cuda"), x:to{dtype=, device=} */
+static int m_to(lua_State *L) {
+  zorch_tensor *t = T(1);
+  zorch_dtype dt = zorch_tensor_dtype(t);
+  zorch_device dev = zorch_tensor_device(t);
+  if (lua_istable(L, 2)) {
+    lz_opts o;
+    lz_get_opts(L, 2, &o, dt);
+    dt = o.dtype;
+    lua_getfield(L, 2, "device");
+    if (!lua_isnil(L, -1)) dev = o.device;
+    lua_pop(L, 1);
+  } else {
+    const char *s = luaL_checkstring(L, 2);
+    if (zorch_dtype_parse(s, &dt) != ZORCH_OK && zorch_device_parse(s, &dev) != ZORCH_OK)
+      return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is neither a dtype nor a device", s));
+    zorch_clear_error();
+  }
+  zorch_tensor *a = zorch_to_device(t, dev);
+  if (!a) return lz_fail(L);
+  zorch_tensor *b = zorch_to_dtype(a, dt);
+  zorch_tensor_free(a);
+  PUSH(b);
+}
+static int m_float(lua_State *L) { PUSH(zorch_to_dtype(T(1), ZORCH_F32)); }
+static int m_double(lua_State *L) { PUSH(zorch_to_dtype(T(1), ZORCH_F64)); }
+static int m_long(lua_State *L) { PUSH(zorch_to_dtype(T(1), ZORCH_I64)); }
+
+/* ---- autograd ------------------------------------------------------------------------- */
+static int m_backward(lua_State *L) {
+  zorch_tensor *t = T(1), *g = lua_isnoneornil(L, 2) ? NULL : T(2);
+  if (zorch_backward(t, g, lua_toboolean(L, 3))) return lz_fail(L);
+  return 0;
+}
+static int m_requires_grad_(lua_State *L) {
+  zorch_tensor *t = T(1);
+  if (zorch_set_requires_grad(t, lua_isnone(L, 2) ? true : lua_toboolean(L, 2))) return lz_fail(L);
+  lua_settop(L, 1);
+  return 1;
+}
+static int m_detach(lua_State *L) { PUSH(zorch_detach(T(1))); }
+static int m_zero_grad(lua_State *L) {
+  zorch_set_grad(T(1), NULL);
+  return 0;
+}
+
+static int f_no_grad(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  bool prev = zorch_set_grad_enabled(false);
+  lua_pushvalue(L, 1);
+  int st = lua_pcall(L, 0, LUA_MULTRET, 0);
+  zorch_set_grad_enabled(prev);
+  if (st != LUA_OK) return lua_error(L);
+  return lua_gettop(L) - 1;
+}
+static int f_set_grad_enabled(lua_State *L) {
+  lua_pushboolean(L, zorch_set_grad_enabled(lua_toboolean(L, 1)));
+  return 1;
+}
+static int f_is_grad_enabled(lua_State *L) { return lua_pushboolean(L, zorch_is_grad_enabled()), 1; }
+static int f_manual_seed(lua_State *L) {
+  zorch_manual_seed((uint64_t)luaL_checkinteger(L, 1));
+  return 0;
+}
+
+/* ---- in place ------------------------------------------------------------------------- */
+static int m_copy_(lua_State *L) {
+  if (zorch_copy_(T(1), T(2))) return lz_fail(L);
+  lua_settop(L, 1);
+  return 1;
+}
+static int m_fill_(lua_State *L) {
+  if (zorch_fill_(T(1), luaL_checknumber(L, 2))) return lz_fail(L);
+  lua_settop(L, 1);
+  return 1;
+}
+static int m_zero_(lua_State *L) {
+  if (zorch_fill_(T(1), 0)) return lz_fail(L);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ---- elementwise ------------------------------------------------------------------------ */
+#define UNARY(name, call) \
+  static int f_##name(lua_State *L) { PUSH(call); }
+UNARY(neg, zorch_neg(T(1)))
+UNARY(exp, zorch_exp(T(1)))
+UNARY(log, zorch_log(T(1)))
+UNARY(sqrt, zorch_sqrt(T(1)))
+UNARY(abs, zorch_abs(T(1)))
+UNARY(relu, zorch_relu(T(1)))
+UNARY(tanh, zorch_tanh(T(1)))
+UNARY(sigmoid, zorch_sigmoid(T(1)))
+UNARY(gelu, zorch_gelu(T(1), lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "tanh") == 0))
+UNARY(clamp, zorch_clamp(T(1), luaL_optnumber(L, 2, -HUGE_VAL), luaL_optnumber(L, 3, HUGE_VAL)))
+UNARY(contiguous, zorch_contiguous(T(1)))
+UNARY(clone, zorch_clone(T(1)))
+UNARY(flatten, zorch_flatten(T(1)))
+
+static int binop(lua_State *L, const char *mm) {
+  if (!zorch_to_tensor(L, 1) && !zorch_to_tensor(L, 2))
+    return luaL_error(L, "%s: expected a tensor operand, got %s and %s", mm + 2, luaL_typename(L, 1),
+                      luaL_typename(L, 2));
+  luaL_getmetatable(L, LZ_TENSOR);
+  lua_getfield(L, -1, mm);
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_call(L, 2, 1);
+  return 1;
+}
+static int f_add2(lua_State *L) { return binop(L, "__add"); }
+static int f_sub(lua_State *L) { return binop(L, "__sub"); }
+static int f_mul(lua_State *L) { return binop(L, "__mul"); }
+static int f_div(lua_State *L) { return binop(L, "__div"); }
+static int f_pow(lua_State *L) { return binop(L, "__pow"); }
+
+static zorch_tensor *operand(lua_State *L, int i, zorch_tensor *like) {
+  if (lua_type(L, i) == LUA_TNUMBER)
+    return zorch_full(0, NULL, lua_tonumber(L, i), zorch_tensor_dtype(like), zorch_tensor_device(like));
+  return zorch_tensor_retain(T(i));
+}
+typedef zorch_tensor *(*cmp_fn)(zorch_tensor *, zorch_tensor *);
+static int compare(lua_State *L, cmp_fn f) {
+  zorch_tensor *a = T(1), *b = operand(L, 2, a);
+  if (!b) return lz_fail(L);
+  zorch_tensor *r = f(a, b);
+  zorch_tensor_free(b);
+  PUSH(r);
+}
+static int f_eq(lua_State *L) { return compare(L, zorch_eq); }
+static int f_lt(lua_State *L) { return compare(L, zorch_lt); }
+static int f_gt(lua_State *L) { return compare(L, zorch_gt); }
+
+static int f_where(lua_State *L) {
+  zorch_tensor *c = T(1);
+  zorch_tensor *a = zorch_to_tensor(L, 2) ? zorch_tensor_retain(T(2)) : NULL;
+  zorch_tensor *b = zorch_to_tensor(L, 3) ? zorch_tensor_retain(T(3)) : NULL;
+  if (!a && !b) return luaL_error(L, "where: at least one of the branches must be a tensor");
+  if (!a) a = operand(L, 2, b);
+  if (!b) b = operand(L, 3, a);
+  zorch_tensor *r = a && b ? zorch_where(c, a, b) : NULL;
+  zorch_tensor_free(a);
+  zorch_tensor_free(b);
+  PUSH(r);
+}
+static int f_masked_fill(lua_State *L) { PUSH(zorch_masked_fill(T(1), T(2), luaL_checknumber(L, 3))); }
+
+/* ---- reductions -------------------------------------------------------------------------- */
+/* dims: nil (all), a number, or a table of numbers */
+static int get_dims(lua_State *L, int idx, int *dims) {
+  if (lua_isnoneornil(L, idx)) return 0;
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    dims[0] = lz_dim(L, idx);
+    return 1;
+  }
+  luaL_checktype(L, idx, LUA_TTABLE);
+  int n = (int)luaL_len(L, idx);
+  if (n > ZORCH_MAX_DIMS) luaL_argerror(L, idx, "too many dims");
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, idx, i + 1);
+    dims[i] = lz_dim(L, lua_gettop(L));
+    lua_pop(L, 1);
+  }
+  return n;
+}
+static int f_sum(lua_State *L) {
+  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
+  PUSH(zorch_sum(T(1), n, dims, lua_toboolean(L, 3)));
+}
+static int f_mean(lua_State *L) {
+  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
+  PUSH(zorch_mean(T(1), n, dims, lua_toboolean(L, 3)));
+}
+/* values, and (for one dim) the 1-based indices of the maxima */
+static int f_max(lua_State *L) {
+  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
+  zorch_tensor *idx = NULL;
+  zorch_tensor *v = zorch_max(T(1), n, dims, lua_toboolean(L, 3), &idx);
+  lz_push(L, v);
+  zorch_tensor *i1 = zorch_add_scalar(idx, 1);
+  zorch_tensor_free(idx);
+  lz_push(L, i1);
+  return 2;
+}
+static int f_softmax(lua_State *L) { PUSH(zorch_softmax(T(1), lz_dim(L, 2))); }
+static int f_log_softmax(lua_State *L) { PUSH(zorch_log_softmax(T(1), lz_dim(L, 2))); }
+
+/* ---- nn ------------------------------------------------------------------------------------ */
+static int f_matmul(lua_State *L) { PUSH(zorch_matmul(T(1), T(2))); }
+static int f_linear(lua_State *L) { PUSH(zorch_linear(T(1), T(2), lua_isnoneornil(L, 3) ? NULL : T(3))); }
+
+static zorch_reduction get_reduction(lua_State *L, int idx) {
+  static const char *const names[] = {"mean", "sum", "none", NULL};
+  return (zorch_reduction)luaL_checkoption(L, idx, "mean", names);
+}
+static int f_mse_loss(lua_State *L) { PUSH(zorch_mse_loss(T(1), T(2), get_reduction(L, 3))); }
+static int f_l1_loss(lua_State *L) {
+  zorch_tensor *d = zorch_sub(T(1), T(2));
+  zorch_tensor *a = d ? zorch_abs(d) : NULL;
+  zorch_reduction r = get_reduction(L, 3);
+  zorch_tensor *o = !a ? NULL : r == ZORCH_REDUCE_NONE ? zorch_tensor_retain(a)
+                    : r == ZORCH_REDUCE_SUM ? zorch_sum(a, 0, NULL, false) : zorch_mean(a, 0, NULL, false);
+  zorch_tensor_free(d);
+  zorch_tensor_free(a);
+  PUSH(o);
+}
+/* targets are 1-based class indices; ignore_index is too (default -100) */
+static int f_cross_entropy(lua_State *L) {
+  zorch_tensor *x = T(1), *t = lz_index0(L, 2);
+  zorch_reduction r = ZORCH_REDUCE_MEAN;
+  lua_Integer ignore = -100;
+  if (lua_istable(L, 3)) {
+    lua_getfield(L, 3, "reduction");
+    if (!lua_isnil(L, -1)) r = get_reduction(L, lua_gettop(L));
+    lua_getfield(L, 3, "ignore_index");
+    if (!lua_isnil(L, -1)) ignore = luaL_checkinteger(L, -1);
+    lua_pop(L, 2);
+  }
+  zorch_tensor *o = zorch_cross_entropy(x, t, r, ignore - 1);
+  zorch_tensor_free(t);
+  PUSH(o);
+}
+static int f_embedding(lua_State *L) {
+  zorch_tensor *w = T(1), *i = lz_index0(L, 2);
+  zorch_tensor *o = zorch_embedding(w, i);
+  zorch_tensor_free(i);
+  PUSH(o);
+}
+static int f_index_select(lua_State *L) {
+  zorch_tensor *a = T(1);
+  int d = lz_dim(L, 2);
+  zorch_tensor *i = lz_index0(L, 3);
+  zorch_tensor *o = zorch_index_select(a, d, i);
+  zorch_tensor_free(i);
+  PUSH(o);
+}
+/* layer_norm(x, n_dims_or_shape, weight, bias, eps) */
+static int f_layer_norm(lua_State *L) {
+  zorch_tensor *x = T(1);
+  int n = lua_istable(L, 2) ? (int)luaL_len(L, 2) : (int)luaL_checkinteger(L, 2);
+  PUSH(zorch_layer_norm(x, n, lua_isnoneornil(L, 3) ? NULL : T(3), lua_isnoneornil(L, 4) ? NULL : T(4),
+                        luaL_optnumber(L, 5, 1e-5)));
+}
+static int f_dropout(lua_State *L) {
+  PUSH(zorch_dropout(T(1), luaL_optnumber(L, 2, 0.5), lua_isnone(L, 3) ? true : lua_toboolean(L, 3), NULL));
+}
+
+static int list_op(lua_State *L, bool stack) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int n = (int)luaL_len(L, 1);
+  if (n < 1) return luaL_argerror(L, 1, "expected a non-empty list of tensors");
+  zorch_tensor **ts = lua_newuserdatauv(L, sizeof *ts * (size_t)n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, 1, i + 1);
+    ts[i] = zorch_to_tensor(L, -1);
+    if (!ts[i]) return luaL_error(L, "%s: entry %d of the list is a %s, not a tensor", stack ? "stack" : "cat",
+                                  i + 1, luaL_typename(L, -1));
+    lua_pop(L, 1);
+  }
+  int d = lua_isnoneornil(L, 2) ? 0 : lz_dim(L, 2);
+  PUSH(stack ? zorch_stack(n, ts, d) : zorch_cat(n, ts, d));
+}
+static int f_cat(lua_State *L) { return list_op(L, false); }
+static int f_stack(lua_State *L) { return list_op(L, true); }
+
+/* ---- views ------------------------------------------------------------------------------------ */
+static int f_view(lua_State *L) {
+  int64_t s[ZORCH_MAX_DIMS];
+  int n = lz_sizes(L, 2, s);
+  PUSH(zorch_view(T(1), n, s));
+}
+static int f_reshape(lua_State *L) {
+  int64_t s[ZORCH_MAX_DIMS];
+  int n = lz_sizes(L, 2, s);
+  PUSH(zorch_reshape(T(1), n, s));
+}
+static int f_expand(lua_State *L) {
+  int64_t s[ZORCH_MAX_DIMS];
+  int n = lz_sizes(L, 2, s);
+  PUSH(zorch_expand(T(1), n, s));
+}
+static int f_transpose(lua_State *L) { PUSH(zorch_transpose(T(1), lz_dim(L, 2), lz_dim(L, 3))); }
+static int f_t(lua_State *L) {
+  zorch_tensor *x = T(1);
+  if (zorch_tensor_ndim(x) > 2) return luaL_error(L, "t: expects a tensor with at most 2 dims, got %d", zorch_tensor_ndim(x));
+  if (zorch_tensor_ndim(x) < 2) PUSH(zorch_tensor_retain(x));
+  PUSH(zorch_transpose(x, 0, 1));
+}
+static int f_permute(lua_State *L) {
+  zorch_tensor *x = T(1);
+  int d[ZORCH_MAX_DIMS], n;
+  if (lua_istable(L, 2)) {
+    n = get_dims(L, 2, d);
+  } else {
+    n = lua_gettop(L) - 1;
+    if (n > ZORCH_MAX_DIMS) return luaL_error(L, "permute: too many dims");
+    for (int i = 0; i < n; i++) d[i] = lz_dim(L, i + 2);
+  }
+  if (n != zorch_tensor_ndim(x))
+    return luaL_error(L, "permute: %d dims given for a %d-dimensional tensor", n, zorch_tensor_ndim(x));
+  PUSH(zorch_permute(x, d));
+}
+/* narrow(x, dim, start, length) with a 1-based start */
+static int f_narrow(lua_State *L) {
+  lua_Integer s = luaL_checkinteger(L, 3);
+  if (s == 0) return luaL_argerror(L, 3, "indices are 1-based (0 is not an index)");
+  PUSH(zorch_narrow(T(1), lz_dim(L, 2), s > 0 ? s - 1 : s, luaL_checkinteger(L, 4)));
+}
+static int f_select(lua_State *L) {
+  lua_Integer i = luaL_checkinteger(L, 3);
+  if (i == 0) return luaL_argerror(L, 3, "indices are 1-based (0 is not an index)");
+  PUSH(zorch_select(T(1), lz_dim(L, 2), i > 0 ? i - 1 : i));
+}
+static int f_unsqueeze(lua_State *L) {
+  zorch_tensor *x = T(1);
+  lua_Integer d = luaL_checkinteger(L, 2);
+  if (d == 0) return luaL_argerror(L, 2, "dimensions are 1-based (0 is not a dimension)");
+  PUSH(zorch_unsqueeze(x, d > 0 ? (int)d - 1 : (int)d));
+}
+static int f_squeeze(lua_State *L) {
+  zorch_tensor *x = T(1);
+  if (lua_isnoneornil(L, 2)) { /* every size-1 dim */
+    zorch_tensor *r = zorch_tensor_retain(x);
+    for (int d = zorch_tensor_ndim(x) - 1; d >= 0 && r; d--) {
+      zorch_tensor *s = zorch_squeeze(r, d);
+      zorch_tensor_free(r);
+      r = s;
+    }
+    PUSH(r);
+  }
+  PUSH(zorch_squeeze(x, lz_dim(L, 2)));
+}
+
+static const luaL_Reg both[] = {
+    {"neg", f_neg}, {"exp", f_exp}, {"log", f_log}, {"sqrt", f_sqrt}, {"abs", f_abs},
+    {"relu", f_relu}, {"tanh", f_tanh}, {"sigmoid", f_sigmoid}, {"gelu", f_gelu},
+    {"clamp", f_clamp}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
+    {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
+    {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"masked_fill", f_masked_fill},
+    {"sum", f_sum}, {"mean", f_mean}, {"max", f_max}, {"softmax", f_softmax},
+    {"log_softmax", f_log_softmax}, {"matmul", f_matmul}, {"index_select", f_index_select},
+    {"view", f_view}, {"reshape", f_reshape}, {"expand", f_expand}, {"transpose", f_transpose},
+    {"t", f_t}, {"permute", f_permute}, {"narrow", f_narrow}, {"select", f_select},
+    {"unsqueeze", f_unsqueeze}, {"squeeze", f_squeeze}, {"item", m_item}, {"totable", m_totable},
+    {"size", m_size}, {"dim", m_dim}, {"numel", m_numel}, {"dtype", m_dtype}, {"device", m_device},
+    {"is_contiguous", m_is_contiguous}, {"to", m_to}, {"float", m_float}, {"double", m_double},
+    {"long", m_long}, {"backward", m_backward}, {"requires_grad_", m_requires_grad_},
+    {"detach", m_detach}, {"zero_grad", m_zero_grad}, {"copy_", m_copy_}, {"fill_", m_fill_},
+    {"zero_", m_zero_}, {NULL, NULL}};
+
+static const luaL_Reg functions_only[] = {
+    {"tensor", f_tensor}, {"zeros", f_zeros}, {"ones", f_ones}, {"full", f_full},
+    {"rand", f_rand}, {"randn", f_randn}, {"arange", f_arange}, {"where", f_where},
+    {"linear", f_linear}, {"mse_loss", f_mse_loss}, {"l1_loss", f_l1_loss},
+    {"cross_entropy", f_cross_entropy}, {"embedding", f_embedding}, {"layer_norm", f_layer_norm},
+    {"dropout", f_dropout}, {"cat", f_cat}, {"stack", f_stack}, {"no_grad", f_no_grad},
+    {"set_grad_enabled", f_set_grad_enabled}, {"is_grad_enabled", f_is_grad_enabled},
+    {"manual_seed", f_manual_seed}, {NULL, NULL}};
+
+/* [-0, +0]: adds the functions to the table on top, and the methods to tensors */
+void lz_open_functions(lua_State *L) {
+  luaL_setfuncs(L, both, 0);
+  luaL_setfuncs(L, functions_only, 0);
+  luaL_getmetatable(L, LZ_TENSOR);
+  lua_getfield(L, -1, "__methods");
+  luaL_setfuncs(L, both, 0);
+  lua_pop(L, 2);
+}

@@ -1,0 +1,242 @@
+/* ltensor.c: the tensor userdata: creation, metamethods, fields, and the GC
+   pressure that keeps tensor memory bounded in long loops. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lz.h"
+
+typedef struct {
+  zorch_tensor *t;
+} lz_box;
+
+/* Lua's GC does not see tensor memory: every 64 MiB of new tensors pushed, take
+   a GC step sized to it, so temporaries are reclaimed at the pace they come. */
+static size_t lz_pending;
+#define LZ_PRESSURE (64u << 20)
+
+int lz_fail(lua_State *L) { return luaL_error(L, "%s", zorch_last_error()); }
+
+int lz_push(lua_State *L, zorch_tensor *t) {
+  if (!t) return lz_fail(L);
+  lz_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->t = NULL; /* consistent before anything can raise */
+  luaL_setmetatable(L, LZ_TENSOR);
+  b->t = t;
+  size_t bytes = (size_t)zorch_tensor_numel(t) * zorch_dtype_size(zorch_tensor_dtype(t));
+  lz_pending += bytes;
+  if (lz_pending > LZ_PRESSURE) {
+    lz_pending = 0;
+    lua_gc(L, LUA_GCSTEP, (int)(LZ_PRESSURE >> 10));
+  }
+  return 1;
+}
+
+void zorch_push_tensor(lua_State *L, zorch_tensor *t) { lz_push(L, t); }
+
+zorch_tensor *zorch_to_tensor(lua_State *L, int idx) {
+  lz_box *b = luaL_testudata(L, idx, LZ_TENSOR);
+  return b ? b->t : NULL;
+}
+
+zorch_tensor *lz_check(lua_State *L, int idx) {
+  lz_box *b = luaL_testudata(L, idx, LZ_TENSOR);
+  if (!b) luaL_typeerror(L, idx, "tensor");
+  if (!b->t) luaL_argerror(L, idx, "tensor was closed");
+  return b->t;
+}
+
+zorch_tensor *zorch_check_tensor(lua_State *L, int idx) { return lz_check(L, idx); }
+
+int lz_dim(lua_State *L, int idx) {
+  lua_Integer d = luaL_checkinteger(L, idx);
+  if (d == 0) luaL_argerror(L, idx, "dimensions are 1-based (0 is not a dimension)");
+  if (d > ZORCH_MAX_DIMS || d < -ZORCH_MAX_DIMS - 1) luaL_argerror(L, idx, "dimension out of range");
+  return d > 0 ? (int)d - 1 : (int)d;
+}
+
+int lz_sizes(lua_State *L, int idx, int64_t *shape) {
+  int n = 0;
+  if (lua_istable(L, idx)) {
+    n = (int)luaL_len(L, idx);
+    if (n > ZORCH_MAX_DIMS) luaL_argerror(L, idx, "too many dimensions (at most 8)");
+    for (int i = 0; i < n; i++) {
+      lua_geti(L, idx, i + 1);
+      int ok;
+      lua_Integer v = lua_tointegerx(L, -1, &ok);
+      if (!ok) luaL_argerror(L, idx, "sizes must be integers");
+      shape[i] = v;
+      lua_pop(L, 1);
+    }
+    return n;
+  }
+  int top = lua_gettop(L);
+  for (int i = idx; i <= top && lua_type(L, i) == LUA_TNUMBER; i++) {
+    if (n == ZORCH_MAX_DIMS) luaL_argerror(L, i, "too many dimensions (at most 8)");
+    shape[n++] = luaL_checkinteger(L, i);
+  }
+  return n;
+}
+
+void lz_get_opts(lua_State *L, int idx, lz_opts *o, zorch_dtype def) {
+  o->dtype = def;
+  o->device = (zorch_device){ZORCH_CPU, 0};
+  o->requires_grad = 0;
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+    if (strcmp(k, "dtype") == 0) {
+      if (zorch_dtype_parse(luaL_checkstring(L, -1), &o->dtype)) lz_fail(L);
+    } else if (strcmp(k, "device") == 0) {
+      if (zorch_device_parse(luaL_checkstring(L, -1), &o->device)) lz_fail(L);
+    } else if (strcmp(k, "requires_grad") == 0) {
+      o->requires_grad = lua_toboolean(L, -1);
+    } else if (lua_type(L, -2) == LUA_TSTRING) {
+      luaL_error(L, "unknown option '%s' (expected dtype, device or requires_grad)", k);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+zorch_tensor *lz_index0(lua_State *L, int idx) {
+  zorch_tensor *t = lz_check(L, idx);
+  if (zorch_tensor_dtype(t) != ZORCH_I64) {
+    luaL_argerror(L, idx, lua_pushfstring(L, "int64 indices expected, got %s",
+                                          zorch_dtype_name(zorch_tensor_dtype(t))));
+  }
+  zorch_tensor *r = zorch_add_scalar(t, -1);
+  if (!r) lz_fail(L);
+  return r;
+}
+
+/* ---- metamethods ------------------------------------------------------------------ */
+static int t_gc(lua_State *L) {
+  lz_box *b = luaL_checkudata(L, 1, LZ_TENSOR);
+  zorch_tensor_free(b->t);
+  b->t = NULL;
+  return 0;
+}
+
+static int t_tostring(lua_State *L) {
+  char *s = zorch_tensor_format(lz_check(L, 1));
+  if (!s) return lz_fail(L);
+  lua_pushstring(L, s);
+  free(s);
+  return 1;
+}
+
+static int t_len(lua_State *L) {
+  zorch_tensor *t = lz_check(L, 1);
+  if (zorch_tensor_ndim(t) == 0) return luaL_error(L, "len: a 0-dimensional tensor has no length");
+  lua_pushinteger(L, zorch_tensor_shape(t)[0]);
+  return 1;
+}
+
+typedef zorch_tensor *(*bin_fn)(zorch_tensor *, zorch_tensor *);
+/* a op b where either side may be a number */
+static int arith(lua_State *L, const char *name, bin_fn f, int op) {
+  zorch_tensor *a = zorch_to_tensor(L, 1), *b = zorch_to_tensor(L, 2);
+  if (a && b) return lz_push(L, f(a, b));
+  int ti = a ? 1 : 2, ni = a ? 2 : 1;
+  if (!a && !b) return luaL_error(L, "%s: expected a tensor operand", name);
+  if (lua_type(L, ni) != LUA_TNUMBER)
+    return luaL_error(L, "%s: cannot combine a tensor with a %s", name, luaL_typename(L, ni));
+  zorch_tensor *t = zorch_check_tensor(L, ti);
+  double s = lua_tonumber(L, ni);
+  switch (op) {
+    case '+': return lz_push(L, zorch_add_scalar(t, s));
+    case '*': return lz_push(L, zorch_mul_scalar(t, s));
+    case '-': return lz_push(L, a ? zorch_add_scalar(t, -s) : zorch_rsub_scalar(t, s));
+    case '/': return lz_push(L, a ? zorch_mul_scalar(t, 1.0 / s) : zorch_rdiv_scalar(t, s));
+    default: return lz_push(L, a ? zorch_pow_scalar(t, s) : NULL);
+  }
+}
+static int t_add(lua_State *L) { return arith(L, "add", zorch_add, '+'); }
+static int t_sub(lua_State *L) { return arith(L, "sub", zorch_sub, '-'); }
+static int t_mul(lua_State *L) { return arith(L, "mul", zorch_mul, '*'); }
+static int t_div(lua_State *L) { return arith(L, "div", zorch_div, '/'); }
+static int t_pow(lua_State *L) {
+  if (!zorch_to_tensor(L, 1)) return luaL_error(L, "pow: a number raised to a tensor is not supported");
+  return arith(L, "pow", zorch_pow, '^');
+}
+static int t_unm(lua_State *L) { return lz_push(L, zorch_neg(lz_check(L, 1))); }
+/* a .. b concatenates along the first dim */
+static int t_concat(lua_State *L) {
+  zorch_tensor *ts[2] = {lz_check(L, 1), lz_check(L, 2)};
+  return lz_push(L, zorch_cat(2, ts, 0));
+}
+
+/* x[i] selects along the first dim (1-based); other keys are methods and fields */
+static int t_index(lua_State *L) {
+  zorch_tensor *t = lz_check(L, 1);
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    lua_Integer i = luaL_checkinteger(L, 2);
+    if (i == 0) return luaL_error(L, "index: indices are 1-based (0 is not an index)");
+    if (zorch_tensor_ndim(t) == 0) return luaL_error(L, "index: cannot index a 0-dimensional tensor");
+    return lz_push(L, zorch_select(t, 0, i > 0 ? i - 1 : i));
+  }
+  const char *k = luaL_checkstring(L, 2);
+  if (strcmp(k, "shape") == 0) {
+    lua_createtable(L, zorch_tensor_ndim(t), 0);
+    for (int d = 0; d < zorch_tensor_ndim(t); d++) {
+      lua_pushinteger(L, zorch_tensor_shape(t)[d]);
+      lua_rawseti(L, -2, d + 1);
+    }
+    return 1;
+  }
+  if (strcmp(k, "grad") == 0) {
+    zorch_tensor *g = zorch_grad(t);
+    if (!g) return lua_pushnil(L), 1;
+    return lz_push(L, zorch_tensor_retain(g));
+  }
+  if (strcmp(k, "requires_grad") == 0) return lua_pushboolean(L, zorch_requires_grad(t)), 1;
+  if (strcmp(k, "is_leaf") == 0) return lua_pushboolean(L, zorch_is_leaf(t)), 1;
+  if (strcmp(k, "grad_fn") == 0) {
+    const char *n = zorch_grad_fn_name(t);
+    if (n) lua_pushstring(L, n);
+    else lua_pushnil(L);
+    return 1;
+  }
+  luaL_getmetafield(L, 1, "__methods");
+  lua_getfield(L, -1, k);
+  return 1;
+}
+
+static int t_newindex(lua_State *L) {
+  zorch_tensor *t = lz_check(L, 1);
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    lua_Integer i = luaL_checkinteger(L, 2);
+    if (i == 0) return luaL_error(L, "index: indices are 1-based (0 is not an index)");
+    zorch_tensor *s = zorch_select(t, 0, i > 0 ? i - 1 : i);
+    if (!s) return lz_fail(L);
+    zorch_status st = lua_type(L, 3) == LUA_TNUMBER ? zorch_fill_(s, lua_tonumber(L, 3))
+                                                     : zorch_copy_(s, lz_check(L, 3));
+    zorch_tensor_free(s);
+    return st ? lz_fail(L) : 0;
+  }
+  const char *k = luaL_checkstring(L, 2);
+  if (strcmp(k, "grad") == 0) {
+    if (zorch_set_grad(t, lua_isnil(L, 3) ? NULL : lz_check(L, 3))) return lz_fail(L);
+    return 0;
+  }
+  if (strcmp(k, "requires_grad") == 0) {
+    if (zorch_set_requires_grad(t, lua_toboolean(L, 3))) return lz_fail(L);
+    return 0;
+  }
+  return luaL_error(L, "tensor: cannot set field '%s'", k);
+}
+
+void lz_open_tensor(lua_State *L) {
+  static const luaL_Reg meta[] = {
+      {"__gc", t_gc},     {"__close", t_gc},  {"__tostring", t_tostring}, {"__len", t_len},
+      {"__add", t_add},   {"__sub", t_sub},   {"__mul", t_mul},           {"__div", t_div},
+      {"__pow", t_pow},   {"__unm", t_unm},   {"__concat", t_concat},     {"__index", t_index},
+      {"__newindex", t_newindex}, {NULL, NULL}};
+  luaL_newmetatable(L, LZ_TENSOR);
+  luaL_setfuncs(L, meta, 0);
+  lua_newtable(L);
+  lua_setfield(L, -2, "__methods");
+  lua_pop(L, 1);
+}

@@ -1,0 +1,33 @@
+/* lz.h: shared helpers of the Lua bindings (prefix lz_). Lua indices and dims
+   are 1-based; negative ones count from the end; they become the C API's
+   0-based ones here and nowhere else. */
+#ifndef ZORCH_LUA_LZ_H
+#define ZORCH_LUA_LZ_H
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "zorch.h"
+
+#define LZ_TENSOR "zorch.Tensor"
+
+/* Raises the core's last error as a Lua error. */
+int lz_fail(lua_State *L);
+/* Pushes t (taking its reference) or raises the last error when NULL. */
+int lz_push(lua_State *L, zorch_tensor *t);
+zorch_tensor *lz_check(lua_State *L, int idx);
+/* A 1-based (or negative) Lua dim to a C dim; 0 is an error. */
+int lz_dim(lua_State *L, int idx);
+/* Sizes from varargs numbers starting at idx, or from a table at idx. */
+int lz_sizes(lua_State *L, int idx, int64_t *shape);
+/* The options table at idx (or none): dtype, device, requires_grad. */
+typedef struct {
+  zorch_dtype dtype;
+  zorch_device device;
+  int requires_grad;
+} lz_opts;
+void lz_get_opts(lua_State *L, int idx, lz_opts *o, zorch_dtype def);
+/* A 1-based int64 index tensor turned 0-based (new reference). */
+zorch_tensor *lz_index0(lua_State *L, int idx);
+void lz_open_tensor(lua_State *L);
+void lz_open_functions(lua_State *L);
+#endif

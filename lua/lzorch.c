@@ -1,0 +1,155 @@
+/* lzorch.c: luaopen_zorch: the module table, the C helpers the Lua modules use
+   (fused optimizer steps, norms, save/load), and the Lua modules compiled into
+   the library (nn, optim, data, engine). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lz.h"
+
+void lz_open_data(lua_State *L);
+
+typedef struct {
+  const char *name;
+  const char *src;
+  size_t len;
+} lz_module;
+extern const lz_module lz_modules[]; /* generated from the .lua files, NULL-terminated */
+
+/* zorch._adam_step(p, g, m, v, vmax|nil, step, {lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad}) */
+static double field_num(lua_State *L, int t, const char *k, double def) {
+  lua_getfield(L, t, k);
+  double v = luaL_optnumber(L, -1, def);
+  lua_pop(L, 1);
+  return v;
+}
+static bool field_bool(lua_State *L, int t, const char *k) {
+  lua_getfield(L, t, k);
+  bool v = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+static int l_adam_step(lua_State *L) {
+  luaL_checktype(L, 7, LUA_TTABLE);
+  zorch_adam_opts o = {field_num(L, 7, "lr", 1e-3), field_num(L, 7, "beta1", 0.9),
+                       field_num(L, 7, "beta2", 0.999), field_num(L, 7, "eps", 1e-8),
+                       field_num(L, 7, "weight_decay", 0), field_bool(L, 7, "decoupled"),
+                       field_bool(L, 7, "amsgrad")};
+  zorch_tensor *vmax = lua_isnil(L, 5) ? NULL : lz_check(L, 5);
+  if (zorch_adam_step(lz_check(L, 1), lz_check(L, 2), lz_check(L, 3), lz_check(L, 4), vmax,
+                      luaL_checkinteger(L, 6), &o))
+    return lz_fail(L);
+  return 0;
+}
+
+/* zorch._sgd_step(p, g, buf|nil, first, {lr, momentum, dampening, weight_decay, nesterov}) */
+static int l_sgd_step(lua_State *L) {
+  luaL_checktype(L, 5, LUA_TTABLE);
+  zorch_sgd_opts o = {field_num(L, 5, "lr", 1e-3), field_num(L, 5, "momentum", 0),
+                      field_num(L, 5, "dampening", 0), field_num(L, 5, "weight_decay", 0),
+                      field_bool(L, 5, "nesterov")};
+  zorch_tensor *buf = lua_isnil(L, 3) ? NULL : lz_check(L, 3);
+  if (zorch_sgd_step(lz_check(L, 1), lz_check(L, 2), buf, lua_toboolean(L, 4), &o)) return lz_fail(L);
+  return 0;
+}
+
+/* Sum of squares of a tensor's elements, accumulated in double. */
+static int l_sumsq(lua_State *L) {
+  zorch_tensor *t = lz_check(L, 1);
+  int64_t n = zorch_tensor_numel(t);
+  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  if (!v) return luaL_error(L, "out of memory");
+  if (zorch_tensor_to_doubles(t, v, n)) {
+    free(v);
+    return lz_fail(L);
+  }
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
+  free(v);
+  lua_pushnumber(L, s);
+  return 1;
+}
+
+/* zorch.save({name = tensor, ...}, path) */
+static int l_save(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const char *path = luaL_checkstring(L, 2);
+  int n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    if (lua_type(L, -2) != LUA_TSTRING) return luaL_error(L, "save: keys must be strings, got %s", luaL_typename(L, -2));
+    if (!zorch_to_tensor(L, -1))
+      return luaL_error(L, "save: value of '%s' is a %s, not a tensor", lua_tostring(L, -2), luaL_typename(L, -1));
+    n++;
+    lua_pop(L, 1);
+  }
+  const char **names = lua_newuserdatauv(L, sizeof *names * (size_t)(n ? n : 1), 0);
+  zorch_tensor **ts = lua_newuserdatauv(L, sizeof *ts * (size_t)(n ? n : 1), 0);
+  int i = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    names[i] = lua_tostring(L, -2);
+    ts[i++] = zorch_to_tensor(L, -1);
+    lua_pop(L, 1);
+  }
+  if (zorch_save_safetensors(path, n, names, ts)) return lz_fail(L);
+  return 0;
+}
+
+static int l_load(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  int n;
+  char **names;
+  zorch_tensor **ts;
+  if (zorch_load_safetensors(path, &n, &names, &ts)) return lz_fail(L);
+  lua_createtable(L, 0, n);
+  for (int i = 0; i < n; i++) {
+    lz_push(L, ts[i]);
+    ts[i] = NULL;
+    lua_setfield(L, -2, names[i]);
+  }
+  zorch_safetensors_free(n, names, ts);
+  return 1;
+}
+
+static int l_set_num_threads(lua_State *L) {
+  zorch_set_num_threads((int)luaL_checkinteger(L, 1));
+  return 0;
+}
+static int l_get_num_threads(lua_State *L) { return lua_pushinteger(L, zorch_get_num_threads()), 1; }
+static int l_blas_info(lua_State *L) { return lua_pushstring(L, zorch_blas_info()), 1; }
+static int l_is_tensor(lua_State *L) { return lua_pushboolean(L, zorch_to_tensor(L, 1) != NULL), 1; }
+static int l_cuda_available(lua_State *L) {
+  return lua_pushboolean(L, zorch_device_available((zorch_device){ZORCH_CUDA, 0})), 1;
+}
+
+static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd_step},
+                                {"_sumsq", l_sumsq},         {"save", l_save},
+                                {"load", l_load},            {"set_num_threads", l_set_num_threads},
+                                {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
+                                {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available},
+                                {NULL, NULL}};
+
+int luaopen_zorch(lua_State *L) {
+  luaL_checkversion(L);
+  lz_open_tensor(L);
+  lua_newtable(L);
+  int z = lua_gettop(L);
+  lz_open_functions(L);
+  luaL_setfuncs(L, misc, 0);
+  lz_open_data(L);
+  lua_pushliteral(L, ZORCH_VERSION);
+  lua_setfield(L, z, "version");
+  /* the Lua modules, in order: each chunk gets the module table and returns its part */
+  for (const lz_module *m = lz_modules; m->name; m++) {
+    char chunk[64];
+    snprintf(chunk, sizeof chunk, "=zorch/%s.lua", m->name);
+    if (luaL_loadbuffer(L, m->src, m->len, chunk) != LUA_OK) return lua_error(L);
+    lua_pushvalue(L, z);
+    lua_call(L, 1, 1);
+    if (!lua_isnil(L, -1)) lua_setfield(L, z, m->name);
+    else lua_pop(L, 1);
+  }
+  return 1;
+}

@@ -1,0 +1,192 @@
+/* embed.c: a Lua VM with zorch loaded, for C hosts: run files and strings, call
+   Lua functions with tensors, optionally sandboxed and with a Lua heap limit. */
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "zorch.h"
+
+struct zorch_vm {
+  lua_State *L;
+  size_t used, limit;
+  char err[2048];
+};
+
+/* Counts the Lua heap and refuses growth past the limit; Lua turns the refusal
+   into a memory error that the protected call reports. */
+static void *vm_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  zorch_vm *vm = ud;
+  size_t old = ptr ? osize : 0;
+  if (nsize == 0) {
+    free(ptr);
+    vm->used -= old;
+    return NULL;
+  }
+  if (vm->limit && nsize > old && vm->used + (nsize - old) > vm->limit) return NULL;
+  void *p = realloc(ptr, nsize);
+  if (p) vm->used = vm->used - old + nsize;
+  return p;
+}
+
+static int vm_traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+/* In a sandbox, require gives zorch and nothing else. */
+static int vm_require(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  if (strcmp(name, "zorch") != 0) return luaL_error(L, "require: module '%s' is not available in the sandbox", name);
+  lua_getglobal(L, "zorch");
+  return 1;
+}
+
+/* load() of text only: binary chunks can break the VM's invariants */
+static int vm_load_text(lua_State *L) {
+  lua_settop(L, 4);
+  lua_pushliteral(L, "t");
+  lua_replace(L, 3);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, 4, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+static int vm_open(lua_State *L) {
+  bool sandbox = lua_toboolean(L, 1);
+  if (!sandbox) {
+    luaL_openlibs(L);
+  } else {
+    static const luaL_Reg safe[] = {{LUA_GNAME, luaopen_base},       {LUA_TABLIBNAME, luaopen_table},
+                                    {LUA_STRLIBNAME, luaopen_string}, {LUA_MATHLIBNAME, luaopen_math},
+                                    {LUA_UTF8LIBNAME, luaopen_utf8}, {LUA_COLIBNAME, luaopen_coroutine},
+                                    {NULL, NULL}};
+    for (const luaL_Reg *l = safe; l->func; l++) {
+      luaL_requiref(L, l->name, l->func, 1);
+      lua_pop(L, 1);
+    }
+    lua_pushnil(L);
+    lua_setglobal(L, "dofile");
+    lua_pushnil(L);
+    lua_setglobal(L, "loadfile");
+    lua_getglobal(L, "load");
+    lua_pushcclosure(L, vm_load_text, 1);
+    lua_setglobal(L, "load");
+    lua_pushcfunction(L, vm_require);
+    lua_setglobal(L, "require");
+  }
+  luaL_requiref(L, "zorch", luaopen_zorch, 1);
+  return 0;
+}
+
+static zorch_status vm_fail(zorch_vm *vm, int st) {
+  const char *m = lua_tostring(vm->L, -1);
+  if (st == LUA_ERRMEM && vm->limit)
+    snprintf(vm->err, sizeof vm->err, "memory limit of %zu bytes of Lua heap reached", vm->limit);
+  else
+    snprintf(vm->err, sizeof vm->err, "%s", m ? m : "(error without a message)");
+  lua_pop(vm->L, 1);
+  return err_set(st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE, "%s", vm->err);
+}
+
+zorch_vm *zorch_vm_new(const zorch_vm_opts *opts) {
+  zorch_vm *vm = calloc(1, sizeof *vm);
+  if (!vm) return err_null(ZORCH_ERR_OOM, "vm_new: out of memory");
+  vm->limit = opts ? opts->mem_limit : 0;
+  vm->L = lua_newstate(vm_alloc, vm);
+  if (!vm->L) {
+    free(vm);
+    return err_null(ZORCH_ERR_OOM, "vm_new: cannot create a Lua state");
+  }
+  lua_pushcfunction(vm->L, vm_open);
+  lua_pushboolean(vm->L, opts && opts->sandbox);
+  int st = lua_pcall(vm->L, 1, 0, 0);
+  if (st != LUA_OK) {
+    vm_fail(vm, st);
+    char msg[sizeof vm->err];
+    memcpy(msg, vm->err, sizeof msg);
+    lua_close(vm->L);
+    free(vm);
+    return err_null(ZORCH_ERR_STATE, "vm_new: %s", msg);
+  }
+  return vm;
+}
+
+void zorch_vm_free(zorch_vm *vm) {
+  if (!vm) return;
+  lua_close(vm->L);
+  free(vm);
+}
+
+lua_State *zorch_vm_state(zorch_vm *vm) { return vm ? vm->L : NULL; }
+const char *zorch_vm_error(const zorch_vm *vm) { return vm ? vm->err : "no vm"; }
+
+static zorch_status vm_run(zorch_vm *vm, int loadst, int nargs, int nres) {
+  if (loadst != LUA_OK) return vm_fail(vm, loadst);
+  int base = lua_gettop(vm->L) - nargs;
+  lua_pushcfunction(vm->L, vm_traceback);
+  lua_insert(vm->L, base);
+  int st = lua_pcall(vm->L, nargs, nres, base);
+  lua_remove(vm->L, base);
+  if (st != LUA_OK) return vm_fail(vm, st);
+  vm->err[0] = 0;
+  return ZORCH_OK;
+}
+
+zorch_status zorch_vm_dofile(zorch_vm *vm, const char *path) {
+  if (!vm || !path) return err_set(ZORCH_ERR_ARG, "vm_dofile: NULL argument");
+  return vm_run(vm, luaL_loadfilex(vm->L, path, "t"), 0, 0);
+}
+
+zorch_status zorch_vm_dostring(zorch_vm *vm, const char *chunk, const char *name) {
+  if (!vm || !chunk) return err_set(ZORCH_ERR_ARG, "vm_dostring: NULL argument");
+  return vm_run(vm, luaL_loadbufferx(vm->L, chunk, strlen(chunk), name ? name : "=chunk", "t"), 0, 0);
+}
+
+typedef struct {
+  const char *fn;
+  int nin, nout;
+  zorch_tensor *const *ins;
+  zorch_tensor **outs;
+} vm_call_args;
+
+/* Runs inside a protected call: pushing values can raise (memory limit). */
+static int vm_call_body(lua_State *L) {
+  vm_call_args *a = lua_touserdata(L, 1);
+  luaL_checkstack(L, a->nin + 4, "vm_call");
+  if (lua_getglobal(L, a->fn) != LUA_TFUNCTION)
+    return luaL_error(L, "vm_call: global '%s' is not a function", a->fn);
+  for (int i = 0; i < a->nin; i++) {
+    if (a->ins[i]) zorch_push_tensor(L, zorch_tensor_retain(a->ins[i]));
+    else lua_pushnil(L);
+  }
+  lua_call(L, a->nin, a->nout);
+  for (int i = 0; i < a->nout; i++) {
+    zorch_tensor *t = zorch_to_tensor(L, -a->nout + i);
+    a->outs[i] = t ? zorch_tensor_retain(t) : NULL;
+  }
+  return 0;
+}
+
+zorch_status zorch_vm_call(zorch_vm *vm, const char *fn, int nin, zorch_tensor *const *ins, int nout,
+                           zorch_tensor **outs) {
+  if (!vm || !fn || nin < 0 || nout < 0 || (nin && !ins) || (nout && !outs))
+    return err_set(ZORCH_ERR_ARG, "vm_call: bad arguments");
+  for (int i = 0; i < nout; i++) outs[i] = NULL;
+  vm_call_args a = {fn, nin, nout, ins, outs};
+  lua_pushcfunction(vm->L, vm_call_body);
+  lua_pushlightuserdata(vm->L, &a);
+  zorch_status st = vm_run(vm, LUA_OK, 1, 0);
+  if (st)
+    for (int i = 0; i < nout; i++) {
+      zorch_tensor_free(outs[i]);
+      outs[i] = NULL;
+    }
+  return st;
+}

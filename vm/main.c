@@ -1,0 +1,231 @@
+/* main.c: the zorch command: run a script, a chunk (-e), print build
+   information (info), or start the interactive REPL. */
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <readline/history.h>
+#include <readline/readline.h>
+
+#include "zorch.h"
+
+static lua_State *globalL;
+
+/* Ctrl-C while Lua runs: a hook raises an error at the next instruction (setting
+   a hook is the one thing Lua allows from a signal handler). */
+static void stop_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted");
+}
+static void on_sigint(int sig) {
+  signal(sig, SIG_DFL);
+  lua_sethook(globalL, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+static int traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+/* Calls the function below nargs arguments, with a traceback and Ctrl-C. */
+static int docall(lua_State *L, int nargs, int nres) {
+  int base = lua_gettop(L) - nargs;
+  lua_pushcfunction(L, traceback);
+  lua_insert(L, base);
+  globalL = L;
+  signal(SIGINT, on_sigint);
+  int st = lua_pcall(L, nargs, nres, base);
+  signal(SIGINT, SIG_DFL);
+  lua_remove(L, base);
+  return st;
+}
+
+static int report(lua_State *L, int st) {
+  if (st != LUA_OK) {
+    fprintf(stderr, "zorch: %s\n", lua_tostring(L, -1));
+    fflush(stderr);
+    lua_pop(L, 1);
+  }
+  return st;
+}
+
+static int open_all(lua_State *L) {
+  luaL_openlibs(L);
+  luaL_requiref(L, "zorch", luaopen_zorch, 1);
+  lua_pop(L, 1);
+  /* `require "zorch"` finds the built-in module */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getglobal(L, "zorch");
+  lua_setfield(L, -2, "zorch");
+  lua_pop(L, 1);
+  return 0;
+}
+
+static void print_info(void) {
+  printf("zorch %s\n", ZORCH_VERSION);
+  printf("  blas:     %s\n", zorch_blas_info());
+  printf("  threads:  %d\n", zorch_get_num_threads());
+  printf("  backends: cpu%s\n", zorch_device_available((zorch_device){ZORCH_CUDA, 0}) ? ", cuda" : "");
+  printf("  cuda:     %s\n", zorch_device_available((zorch_device){ZORCH_CUDA, 0}) ? "available" : "not built");
+  printf("  nccl:     not built\n");
+  printf("  mpi:      not built\n");
+  printf("  devices:  cpu\n");
+  printf("  lua:      %s\n", LUA_RELEASE);
+}
+
+/* ---- the REPL ------------------------------------------------------------------- */
+static char *read_line(const char *prompt, bool tty) {
+  if (tty) return readline(prompt);
+  static char buf[1 << 16];
+  if (!fgets(buf, sizeof buf, stdin)) return NULL;
+  buf[strcspn(buf, "\n")] = 0;
+  return strdup(buf);
+}
+
+/* Compiles `return <line>` first, so expressions print; otherwise the line as
+   a statement, reading more lines while the error is an unfinished chunk. */
+static int load_input(lua_State *L, char *first, bool tty) {
+  const char *ret = lua_pushfstring(L, "return %s;", first);
+  if (luaL_loadbuffer(L, ret, strlen(ret), "=stdin") == LUA_OK) {
+    lua_remove(L, -2);
+    if (tty && *first) add_history(first);
+    free(first);
+    return LUA_OK;
+  }
+  lua_pop(L, 2);
+  char *text = first;
+  for (;;) {
+    int st = luaL_loadbuffer(L, text, strlen(text), "=stdin");
+    if (st != LUA_ERRSYNTAX) break;
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    if (len < 5 || strcmp(msg + len - 5, "<eof>") != 0) break;
+    lua_pop(L, 1);
+    char *more = read_line(">> ", tty);
+    if (!more) break;
+    size_t n = strlen(text) + strlen(more) + 2;
+    char *joined = malloc(n);
+    if (!joined) {
+      free(more);
+      break;
+    }
+    snprintf(joined, n, "%s\n%s", text, more);
+    free(more);
+    free(text);
+    text = joined;
+  }
+  if (tty && *text) add_history(text);
+  free(text);
+  return lua_isfunction(L, -1) ? LUA_OK : LUA_ERRSYNTAX;
+}
+
+static void print_results(lua_State *L) {
+  int n = lua_gettop(L);
+  if (n == 0) return;
+  for (int i = 1; i <= n; i++) {
+    printf(i > 1 ? "\t%s" : "%s", luaL_tolstring(L, i, NULL));
+    lua_pop(L, 1);
+  }
+  printf("\n");
+  fflush(stdout);
+  lua_settop(L, 0);
+}
+
+static void repl(lua_State *L) {
+  bool tty = isatty(0);
+  char hist[1024] = "";
+  if (tty) {
+    printf("zorch %s (Lua %s); Ctrl-D exits, Ctrl-C interrupts a running chunk\n", ZORCH_VERSION, LUA_VERSION_MAJOR "." LUA_VERSION_MINOR);
+    const char *home = getenv("HOME");
+    if (home) {
+      snprintf(hist, sizeof hist, "%s/.zorch_history", home);
+      read_history(hist);
+    }
+  }
+  char *line;
+  while ((line = read_line("> ", tty)) != NULL) {
+    lua_settop(L, 0);
+    int st = load_input(L, line, tty);
+    if (st == LUA_OK) st = docall(L, 0, LUA_MULTRET);
+    if (st == LUA_OK) print_results(L);
+    else report(L, st);
+    lua_settop(L, 0);
+  }
+  if (tty) {
+    printf("\n");
+    if (*hist) write_history(hist);
+  }
+}
+
+/* arg table as lua.c makes it: arg[0] the script, arg[1..] its arguments */
+static void make_args(lua_State *L, char **argv, int argc, int script) {
+  lua_createtable(L, argc - script - 1, script + 1);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - script);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: zorch [script.lua [args...]]   run a script (no script: the REPL)\n"
+          "       zorch -e 'chunk' [args...]      run a chunk of Lua\n"
+          "       zorch info                      build features, BLAS kernel, threads, devices\n"
+          "       zorch --version\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-v") == 0)) {
+    printf("zorch %s\n", ZORCH_VERSION);
+    return 0;
+  }
+  if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    usage();
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "info") == 0) {
+    print_info();
+    return 0;
+  }
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    fprintf(stderr, "zorch: cannot create a Lua state\n");
+    return 1;
+  }
+  lua_pushcfunction(L, open_all);
+  if (report(L, docall(L, 0, 0))) return 1;
+  int st = LUA_OK;
+  if (argc > 1 && strcmp(argv[1], "-e") == 0) {
+    if (argc < 3) {
+      usage();
+      lua_close(L);
+      return 1;
+    }
+    make_args(L, argv, argc, 2);
+    st = luaL_loadbuffer(L, argv[2], strlen(argv[2]), "=(command line)");
+    if (st == LUA_OK) st = docall(L, 0, 0);
+    report(L, st);
+  } else if (argc > 1) {
+    make_args(L, argv, argc, 1);
+    st = luaL_loadfile(L, argv[1]);
+    if (st == LUA_OK) {
+      for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
+      st = docall(L, argc - 2, 0);
+    }
+    report(L, st);
+  } else {
+    make_args(L, argv, argc, 0);
+    repl(L);
+  }
+  lua_close(L);
+  return st == LUA_OK ? 0 : 1;
+}
