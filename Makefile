@@ -12,7 +12,7 @@ LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I/usr/include/lua5.4
-LUA_SRC  := lua/nn.lua lua/optim.lua lua/data.lua lua/engine.lua
+LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/engine.lua
 LIB_SRC  := $(filter-out vm/main.c,$(wildcard vm/*.c ops/*.c ops/cpu/*.c lua/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
@@ -21,6 +21,7 @@ EXT_LIBS := -lcjson
 LIB_LIBS := -llua5.4 $(EXT_LIBS)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_LUA := $(wildcard tests/lua/test_*.lua)
 DEPS_OK  := build/.deps-ok
 
 .PHONY: all lib test check-asan check-valgrind bench demo deps clean
@@ -68,8 +69,9 @@ $(BUILD)/tests/%: tests/%.c tests/tap.h $(BUILD)/libzorch.a
 	$(CC) $(CFLAGS) -Ivm $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
 # The suite: every tests/test_*.c is a TAP program; prove prints the summary.
-test: $(TEST_BIN)
-	@cd tests && prove -f --exec '' $(addprefix ../,$(TEST_BIN))
+test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so
+	@cd tests && ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) prove -f --exec ./runtest \
+	  $(addprefix ../,$(TEST_BIN)) $(TEST_LUA:tests/%=%)
 
 check-asan:
 	ZORCH_TEST_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -443,6 +443,7 @@ static int f_dropout(lua_State *L) {
 
 static int list_op(lua_State *L, bool stack) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 2);
   int n = (int)luaL_len(L, 1);
   if (n < 1) return luaL_argerror(L, 1, "expected a non-empty list of tensors");
   zorch_tensor **ts = lua_newuserdatauv(L, sizeof *ts * (size_t)n, 0);

@@ -93,13 +93,18 @@ zorch_status zorch_save_safetensors(const char *path, int n, const char *const *
   }
   json = cJSON_PrintUnformatted(root);
   size_t plen = strlen(path);
-  tmp = malloc(plen + 16);
+  tmp = malloc(plen + 48);
   if (!json || !tmp) {
     st = err_set(ZORCH_ERR_OOM, "save: out of memory");
     goto done;
   }
-  snprintf(tmp, plen + 16, "%s.tmp-XXXXXX", path);
-  fd = mkstemp(tmp);
+  /* a unique name beside the target; created with 0666 so the umask applies */
+  static _Atomic unsigned counter;
+  for (int tries = 0; tries < 100 && fd < 0; tries++) {
+    snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) {
     st = err_set(ZORCH_ERR_IO, "save: cannot create a temporary file beside %s: %s", path, strerror(errno));
     goto done;

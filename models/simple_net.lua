@@ -1,0 +1,72 @@
+-- The reference job: SimpleNet (Linear 10-20, ReLU, Linear 20-2), MSE, Adam,
+-- batch 64, ZeRO stage 2 with gradient clipping 1.0, the model saved at the end.
+-- Run: build/zorch models/simple_net.lua [--epochs N] [--help]
+local zorch = require "zorch"
+local nn, optim, data = zorch.nn, zorch.optim, zorch.data
+
+local opt = zorch.flags(arg, {
+  epochs = {1000, "number of epochs"},
+  steps = {0, "stop after this many optimizer steps (0: no limit)"},
+  ["batch-size"] = {64, "samples per batch"},
+  lr = {0.00015, "Adam learning rate"},
+  ["in"] = {10, "input features"},
+  hidden = {20, "hidden units"},
+  out = {2, "output features"},
+  samples = {10000, "random samples to train on"},
+  ["zero-stage"] = {2, "ZeRO stage (0-3)"},
+  clip = {1.0, "gradient clipping (max global norm; 0: off)"},
+  seed = {0, "random seed for the data, the weights and the shuffle"},
+  data = {"", "a safetensors file with tensors X and Y to train on"},
+  load = {"", "a state dict to start from"},
+  save = {"model.safetensors", "where to save the final state dict"},
+  ["no-shuffle"] = {false, "keep the data order"},
+  quiet = {false, "print only the summary"},
+}, "usage: zorch models/simple_net.lua [flags]")
+
+local SimpleNet = nn.Module:extend "SimpleNet"
+function SimpleNet:init(i, h, o)
+  self.fc1 = nn.Linear(i, h)
+  self.fc2 = nn.Linear(h, o)
+end
+function SimpleNet:forward(x)
+  return self.fc2(zorch.relu(self.fc1(x)))
+end
+
+local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, seed = opt.seed}
+local X, Y
+if opt.data ~= "" then
+  local d = zorch.load(opt.data)
+  X, Y = d.X, d.Y
+  if not X or not Y then error(opt.data .. ": expected tensors named X and Y") end
+else
+  X, Y = zorch.randn(opt.samples, opt["in"]), zorch.randn(opt.samples, opt.out)
+end
+local loader = data.DataLoader(data.TensorDataset(X, Y),
+                               {batch_size = opt["batch-size"], shuffle = not opt["no-shuffle"], seed = opt.seed})
+local model = SimpleNet(opt["in"], opt.hidden, opt.out)
+if opt.load ~= "" then model:load_state_dict(zorch.load(opt.load)) end
+local adam = optim.Adam(model:parameters(), {lr = opt.lr})
+local criterion = nn.MSELoss()
+model, loader, adam = engine:prepare(model, loader, adam)
+
+local steps, samples, t0 = 0, 0, os.clock()
+local loss, mean
+for epoch = 1, opt.epochs do
+  model:train()
+  local total, n = 0, 0
+  for x, y in loader:iter() do
+    loss = criterion(model(x), y)
+    adam:zero_grad(); engine:backward(loss); adam:step()
+    total, n = total + loss:item(), n + 1
+    steps, samples = steps + 1, samples + x:size(1)
+    if opt.steps > 0 and steps >= opt.steps then break end
+  end
+  mean = total / math.max(n, 1)
+  -- the epoch's mean loss: the last batch's alone is noisy
+  if not opt.quiet then engine:print(("Epoch %d loss: %.6f"):format(epoch, mean)) end
+  if opt.steps > 0 and steps >= opt.steps then break end
+end
+local dt = os.clock() - t0
+engine:save(model:state_dict(), opt.save)
+engine:print(("done: %d steps, %d samples, %.0f samples/s, last epoch's loss %.6f, saved %s"):format(
+  steps, samples, samples / math.max(dt, 1e-9), mean or 0 / 0, opt.save))

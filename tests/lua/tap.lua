@@ -1,0 +1,51 @@
+-- tap.lua: TAP output for the Lua tests.
+local tap = {n = 0, failed = 0}
+
+function tap.ok(cond, desc)
+  tap.n = tap.n + 1
+  print(("%s %d - %s"):format(cond and "ok" or "not ok", tap.n, desc or ""))
+  if not cond then
+    tap.failed = tap.failed + 1
+    local info = debug.getinfo(3, "Sl") or debug.getinfo(2, "Sl")
+    print(("#   at %s:%d"):format(info.short_src, info.currentline))
+  end
+  return cond
+end
+
+-- fn(...) must raise an error whose message contains every pattern (plain text).
+function tap.raises(desc, fn, ...)
+  local pats = {...}
+  local ok, err = pcall(fn)
+  err = tostring(err)
+  local good = not ok
+  for _, p in ipairs(pats) do good = good and err:find(p, 1, true) ~= nil end
+  if not good then print("#   got: " .. (ok and "no error" or err)) end
+  return tap.ok(good, desc)
+end
+
+function tap.close(a, b, tol, desc)
+  local da, db = a:totable(), b:totable()
+  local function flat(t, out)
+    if type(t) ~= "table" then out[#out + 1] = t return out end
+    for _, v in ipairs(t) do flat(v, out) end
+    return out
+  end
+  local fa, fb = flat(da, {}), flat(db, {})
+  local worst = 0
+  for i = 1, math.max(#fa, #fb) do
+    local x, y = fa[i] or 0 / 0, fb[i] or 0 / 0
+    local r
+    if tol == 0 then r = (x == y) and 0 or math.huge
+    else r = math.abs(x - y) / (tol * (math.abs(y) + 1e-3)) end
+    if r ~= r then r = math.huge end
+    if r > worst then worst = r end
+  end
+  return tap.ok(#fa == #fb and worst <= 1, ("%s (worst ratio %.3g)"):format(desc, worst))
+end
+
+function tap.done()
+  print("1.." .. tap.n)
+  os.exit(tap.failed == 0 and 0 or 1)
+end
+
+return tap
