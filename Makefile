@@ -24,7 +24,8 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LUA := $(wildcard tests/lua/test_*.lua)
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all lib test check-asan check-valgrind bench demo deps clean
+.PHONY: all lib test check-asan check-valgrind bench demo deps clean install
+PREFIX  ?= /usr/local
 all: lib
 lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch
 
@@ -96,6 +97,18 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libzorch.a
 
 demo: $(BUILD)/examples/mlp_demo
 	$(BUILD)/examples/mlp_demo
+
+# Libraries, header, pkg-config file, the zorch command and the Lua module.
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+	  $(DESTDIR)$(PREFIX)/lib/lua/5.4
+	install -m 644 $(BUILD)/libzorch.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libzorch.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/zorch.so $(DESTDIR)$(PREFIX)/lib/lua/5.4/
+	install -m 644 include/zorch.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/zorch $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*ZORCH_VERSION "\(.*\)"/\1/p' include/zorch.h)|' \
+	  scripts/zorch.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/zorch.pc
 
 clean:
 	rm -rf build

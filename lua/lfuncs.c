@@ -72,6 +72,9 @@ static void nested_shape(lua_State *L, int idx, int depth, int64_t *shape, int *
 
 static void nested_fill(lua_State *L, int idx, int depth, int nd, const int64_t *shape,
                         double *out, int64_t *pos, int *kind) {
+  if ((int64_t)luaL_len(L, idx) != shape[depth])
+    luaL_error(L, "tensor: ragged nested table (dim %d has %d and %d entries)", depth + 1,
+               (int)shape[depth], (int)luaL_len(L, idx));
   for (int64_t i = 1; i <= shape[depth]; i++) {
     lua_geti(L, idx, i);
     if (depth + 1 < nd) {
