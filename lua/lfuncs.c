@@ -332,6 +332,8 @@ static int f_gt(lua_State *L) { return compare(L, zorch_gt); }
 
 static int f_where(lua_State *L) {
   zorch_tensor *c = T(1);
+  for (int i = 2; i <= 3; i++) /* check both branches before taking references */
+    if (!zorch_to_tensor(L, i)) luaL_checknumber(L, i);
   zorch_tensor *a = zorch_to_tensor(L, 2) ? zorch_tensor_retain(T(2)) : NULL;
   zorch_tensor *b = zorch_to_tensor(L, 3) ? zorch_tensor_retain(T(3)) : NULL;
   if (!a && !b) return luaL_error(L, "where: at least one of the branches must be a tensor");
@@ -394,9 +396,9 @@ static zorch_reduction get_reduction(lua_State *L, int idx) {
 }
 static int f_mse_loss(lua_State *L) { PUSH(zorch_mse_loss(T(1), T(2), get_reduction(L, 3))); }
 static int f_l1_loss(lua_State *L) {
+  zorch_reduction r = get_reduction(L, 3); /* everything that can raise comes first */
   zorch_tensor *d = zorch_sub(T(1), T(2));
   zorch_tensor *a = d ? zorch_abs(d) : NULL;
-  zorch_reduction r = get_reduction(L, 3);
   zorch_tensor *o = !a ? NULL : r == ZORCH_REDUCE_NONE ? zorch_tensor_retain(a)
                     : r == ZORCH_REDUCE_SUM ? zorch_sum(a, 0, NULL, false) : zorch_mean(a, 0, NULL, false);
   zorch_tensor_free(d);
@@ -405,7 +407,6 @@ static int f_l1_loss(lua_State *L) {
 }
 /* targets are 1-based class indices; ignore_index is too (default -100) */
 static int f_cross_entropy(lua_State *L) {
-  zorch_tensor *x = T(1), *t = lz_index0(L, 2);
   zorch_reduction r = ZORCH_REDUCE_MEAN;
   lua_Integer ignore = -100;
   if (lua_istable(L, 3)) {
@@ -415,6 +416,7 @@ static int f_cross_entropy(lua_State *L) {
     if (!lua_isnil(L, -1)) ignore = luaL_checkinteger(L, -1);
     lua_pop(L, 2);
   }
+  zorch_tensor *x = T(1), *t = lz_index0(L, 2);
   zorch_tensor *o = zorch_cross_entropy(x, t, r, ignore - 1);
   zorch_tensor_free(t);
   PUSH(o);

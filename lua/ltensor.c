@@ -209,10 +209,10 @@ static int t_newindex(lua_State *L) {
   if (lua_type(L, 2) == LUA_TNUMBER) {
     lua_Integer i = luaL_checkinteger(L, 2);
     if (i == 0) return luaL_error(L, "index: indices are 1-based (0 is not an index)");
+    zorch_tensor *src = lua_type(L, 3) == LUA_TNUMBER ? NULL : lz_check(L, 3);
     zorch_tensor *s = zorch_select(t, 0, i > 0 ? i - 1 : i);
     if (!s) return lz_fail(L);
-    zorch_status st = lua_type(L, 3) == LUA_TNUMBER ? zorch_fill_(s, lua_tonumber(L, 3))
-                                                     : zorch_copy_(s, lz_check(L, 3));
+    zorch_status st = src ? zorch_copy_(s, src) : zorch_fill_(s, lua_tonumber(L, 3));
     zorch_tensor_free(s);
     return st ? lz_fail(L) : 0;
   }
