@@ -1,6 +1,7 @@
-# zorch: plain Makefile. `make` builds build/libzorch.{a,so}; `make test` runs the
-# suite (prove); `make check-asan` runs it under ASan and UBSan; `make bench`
-# prints JSON lines; `make demo` trains a small MLP.
+# zorch: plain Makefile. `make` builds the libraries, zorch.so and the zorch
+# command; `make run` runs the reference job; `make test` runs the suite (prove);
+# `make check-asan` runs it under ASan and UBSan; `make bench` prints JSON lines;
+# `make demo` trains a small MLP from C; `make install PREFIX=...`.
 CC      ?= gcc
 comma   := ,
 BUILD   ?= build
@@ -24,7 +25,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LUA := $(wildcard tests/lua/test_*.lua)
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all lib test check-asan check-valgrind bench demo deps clean install
+.PHONY: all lib test check-asan check-valgrind bench demo run deps clean install
 PREFIX  ?= /usr/local
 all: lib
 lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch
@@ -94,6 +95,10 @@ bench: $(BUILD)/bench/bench
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
+
+# The reference job: SimpleNet with Adam, ZeRO stage 2 config, clipping 1.0.
+run: lib
+	$(BUILD)/zorch models/simple_net.lua $(ARGS)
 
 demo: $(BUILD)/examples/mlp_demo
 	$(BUILD)/examples/mlp_demo

@@ -184,6 +184,18 @@ m.bias.grad = zorch.tensor{0.0}
 ok(math.abs(eng:clip_grad_norm() - 5) < 1e-9 and math.abs(m.weight.grad[1][2]:item() - 0.8) < 1e-6, "clip_grad_norm returns the norm and scales")
 ok(eng.rank == 0 and eng.world_size == 1 and eng:config().zero_stage == 0, "rank, world_size, config")
 
+-- progress display
+local lines = {}
+local sink = {write = function(_, s) lines[#lines + 1] = s end}
+local bar = zorch.progress(10, {every = 5, tty = false, out = sink})
+for _ = 1, 10 do bar:update(1, {loss = 0.5}) end
+ok(#lines == 2 and lines[2]:find("10/10", 1, true) and lines[2]:find("loss 0.500000", 1, true) and lines[2]:find("ETA", 1, true),
+   "progress prints plain lines off a terminal: " .. (lines[2] or ""):gsub("\n", ""))
+lines = {}
+bar = zorch.progress(3, {tty = true, out = sink})
+for _ = 1, 3 do bar:update() end
+ok(#lines == 3 and lines[1]:sub(1, 1) == "\r" and lines[3]:sub(-1) == "\n", "and redraws one line on a terminal")
+
 -- flags
 local fl = zorch.flags({"--lr", "0.5", "--quiet", "--name=x"}, {lr = {1}, quiet = {false}, name = {"a"}})
 ok(fl.lr == 0.5 and fl.quiet == true and fl.name == "x", "flags parse values, booleans and --k=v")

@@ -48,6 +48,21 @@ tap.ok(out:find("oops", 1, true) and out:find("line\t2", 1, true), "the REPL sur
 tap.ok(out:find("for i", 1, true) == nil and out:find("line\t1", 1, true), "multi-line statements run once complete")
 tap.ok(out:find("\n2\n", 1, true) or out:match("^2\n") or out:find("2\n$"), "later expressions still print")
 
+-- Ctrl-C interrupts a running chunk and the REPL carries on
+input = os.tmpname()
+f = io.open(input, "w")
+f:write("while true do end\nprint('after interrupt')\n")
+f:close()
+local log = os.tmpname()
+os.execute(("sh -c '%s < %s > %s 2>&1 & pid=$!; sleep 1; kill -INT $pid; wait $pid'"):format(bin, input, log))
+f = io.open(log)
+out = f:read("a")
+f:close()
+os.remove(input)
+os.remove(log)
+tap.ok(out:find("interrupted", 1, true) and out:find("after interrupt", 1, true),
+       "Ctrl-C stops a running loop and the REPL continues")
+
 if sanitized then
   tap.ok(true, "# SKIP stock lua5.4 cannot load a sanitizer build")
   tap.ok(true, "# SKIP the embedding example links the regular build")
