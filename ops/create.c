@@ -38,6 +38,13 @@ zorch_tensor *op_cast(zorch_tensor *t, zorch_dtype dt) {
   return out;
 }
 
+zorch_tensor *op_recast(zorch_tensor *out, zorch_dtype dt) {
+  if (!out || out->dtype == dt) return out;
+  zorch_tensor *r = op_cast(out, dt);
+  zorch_tensor_free(out);
+  return r;
+}
+
 zorch_tensor *op_contig(zorch_tensor *t) {
   if (zorch_tensor_is_contiguous(t)) return zorch_tensor_retain(t);
   zorch_tensor *out = tensor_new_like(t);

@@ -125,11 +125,7 @@ static zorch_tensor *matmul_nd(zorch_tensor *a, zorch_tensor *b) {
   }
   op_free(ca, cb, ra, rb);
   op_free(va, vb, NULL, NULL);
-  if (out && cd != dt) {
-    zorch_tensor *r = op_cast(out, dt);
-    zorch_tensor_free(out);
-    out = r;
-  }
+  if (cd != dt) out = op_recast(out, dt);
   if (!out) {
     err_prefix("matmul");
     return NULL;
@@ -250,11 +246,7 @@ zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b) {
     err_prefix("linear");
     return NULL;
   }
-  if (cd != dt) {
-    zorch_tensor *r = op_cast(out, dt);
-    zorch_tensor_free(out);
-    if (!(out = r)) return NULL;
-  }
+  if (!(out = op_recast(out, dt))) return NULL;
   zorch_tensor *in[3] = {x, w, b};
   return ag_record(out, "LinearBackward", linear_bwd, b ? 3 : 2, in, 2, in, NULL);
 }

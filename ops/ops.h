@@ -11,6 +11,8 @@ zorch_tensor *op_empty(const zorch_tensor *like, int ndim, const int64_t *shape,
 zorch_tensor *op_zeros(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt);
 /* t converted to dt (a new reference; t itself when it already has dt). No autograd. */
 zorch_tensor *op_cast(zorch_tensor *t, zorch_dtype dt);
+/* Converts a freshly made result to dt, taking `out` (NULL passes through). */
+zorch_tensor *op_recast(zorch_tensor *out, zorch_dtype dt);
 /* Contiguous t (t itself, retained, when it is); no autograd. */
 zorch_tensor *op_contig(zorch_tensor *t);
 /* A view of t with `shape` (ndim >= t->ndim) through stride-0 broadcasting. */

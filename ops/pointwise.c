@@ -37,11 +37,7 @@ static zorch_tensor *ew_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p
     out = NULL;
   }
   op_free(ca, cb, va, vb);
-  if (out && !cmp && cd != dt) {
-    zorch_tensor *r = op_cast(out, dt);
-    zorch_tensor_free(out);
-    out = r;
-  }
+  if (!cmp && cd != dt) out = op_recast(out, dt);
   if (!out) err_prefix(op);
   return out;
 }
@@ -70,11 +66,7 @@ static zorch_tensor *ew_unary(uop k, zorch_tensor *a, double p0, double p1) {
     out = NULL;
   }
   zorch_tensor_free(ca);
-  if (out && cd != dt) {
-    zorch_tensor *r = op_cast(out, dt);
-    zorch_tensor_free(out);
-    out = r;
-  }
+  if (cd != dt) out = op_recast(out, dt);
   if (!out) err_prefix(op);
   return out;
 }

@@ -109,11 +109,7 @@ static zorch_tensor *reduce_raw(const char *op, red_op k, zorch_tensor *a, const
   op_free(ca, c, NULL, NULL);
   if (idx) *idx = ix;
   zorch_dtype want = (k == RED_SUM && !zorch_dtype_is_float(dt)) ? ZORCH_I64 : dt;
-  if (out && want != cd) {
-    zorch_tensor *r = op_cast(out, want);
-    zorch_tensor_free(out);
-    out = r;
-  }
+  out = op_recast(out, want);
   if (!out) err_prefix(op);
   return out;
 }
@@ -245,11 +241,7 @@ static zorch_tensor *softmax_op(const char *op, zorch_tensor *a, int dim, bool l
     out = NULL;
   }
   op_free(ca, c, NULL, NULL);
-  if (out && cd != dt) {
-    zorch_tensor *r = op_cast(out, dt);
-    zorch_tensor_free(out);
-    out = r;
-  }
+  if (cd != dt) out = op_recast(out, dt);
   if (!out) {
     err_prefix(op);
     return NULL;

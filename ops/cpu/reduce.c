@@ -6,28 +6,22 @@
 
 #include "cpu.h"
 
-/* Sum of n contiguous floats with eight double accumulators. */
-CPU_CLONES static double sum_f32(const float *a, int64_t n) {
-  double acc[8] = {0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; k++) acc[k] += a[i + k];
-  double s = 0;
-  for (; i < n; i++) s += a[i];
-  for (int k = 0; k < 8; k++) s += acc[k];
-  return s;
-}
-CPU_CLONES static double sum_f64(const double *a, int64_t n) {
-  double acc[8] = {0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; k++) acc[k] += a[i + k];
-  double s = 0;
-  for (; i < n; i++) s += a[i];
-  for (int k = 0; k < 8; k++) s += acc[k];
-  return s;
-}
+/* Sum of n contiguous values with eight double accumulators (a fixed order). */
+#define SUM_CONTIG(NAME, T)                                       \
+  CPU_CLONES static double NAME(const T *a, int64_t n) {          \
+    double acc[8] = {0};                                          \
+    int64_t i = 0;                                                \
+    for (; i + 8 <= n; i += 8)                                    \
+      for (int k = 0; k < 8; k++) acc[k] += a[i + k];             \
+    double s = 0;                                                 \
+    for (; i < n; i++) s += a[i];                                 \
+    for (int k = 0; k < 8; k++) s += acc[k];                      \
+    return s;                                                     \
+  }
+SUM_CONTIG(sum_f32, float)
+SUM_CONTIG(sum_f64, double)
 
+/* max over r (stride inner) for each (outer, inner); NaN wins, first max kept */
 #define MAX_BODY(T)                                                        \
   for (int64_t o = 0; o < outer; o++)                                      \
     for (int64_t i = 0; i < inner; i++) {                                  \
@@ -45,6 +39,7 @@ CPU_CLONES static double sum_f64(const double *a, int64_t n) {
       if (idx) idx[o * inner + i] = bi;                                    \
     }
 
+/* Column sums of a block w wide, rows pitch apart. */
 #define SUM_PITCH(NAME, T, ACC)                                                   \
   CPU_CLONES static void NAME(T *out, const T *a, int64_t r, int64_t w, int64_t pitch, ACC *acc) { \
     for (int64_t i = 0; i < w; i++) acc[i] = 0;                                   \
