@@ -153,6 +153,17 @@ ok(pt["layer.weight"] ~= nil and pt["layer.weight"]:dtype() == "float32" and pt.
    "files written by PyTorch load")
 ok(math.abs(pt["layer.weight"]:sum():item() - 15) < 1e-6, "with PyTorch's values")
 
+-- and zorch's files load in PyTorch, where Python has torch and safetensors
+local for_torch = os.tmpname()
+zorch.save({w = zorch.arange(6):view(2, 3):float(), h = zorch.tensor({1.5, -2}, {dtype = "bfloat16"}),
+            i = zorch.tensor{7, -8}}, for_torch)
+if os.execute("python3 -c 'import torch, safetensors' 2>/dev/null") then
+  ok(os.execute("python3 golden/check_zorch_file.py " .. for_torch), "PyTorch's safetensors loads zorch's file")
+else
+  ok(true, "# SKIP python3 with torch and safetensors is not installed")
+end
+os.remove(for_torch)
+
 -- Engine
 raises("Engine rejects unknown keys", function() zorch.Engine{zero_stages = 2} end, "unknown option 'zero_stages'", "zero_stage")
 raises("Engine rejects zero_stage = 5", function() zorch.Engine{zero_stage = 5} end, "zero_stage must be 0, 1, 2 or 3")

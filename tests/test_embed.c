@@ -1,0 +1,50 @@
+/* The embedding API: run strings, call Lua functions with tensors in and out,
+   the sandbox, the Lua heap limit, and errors that reach the host. */
+#include "tap.h"
+
+int main(void) {
+  zorch_vm *vm = zorch_vm_new(NULL);
+  ok(vm != NULL, "a VM starts");
+  ok(zorch_vm_dostring(vm, "function double(x) return x * 2, 'not a tensor' end", "=t") == ZORCH_OK,
+     "a chunk defines a function");
+  float buf[3] = {1, 2, 3};
+  zorch_tensor *x = zorch_tensor_wrap(buf, ZORCH_F32, 1, (int64_t[]){3}, NULL);
+  zorch_tensor *outs[2] = {NULL, NULL};
+  ok(zorch_vm_call(vm, "double", 1, &x, 2, outs) == ZORCH_OK && outs[0] && at(outs[0], 2) == 6 && outs[1] == NULL,
+     "vm_call passes a wrapped buffer in and gets a tensor back");
+  buf[0] = 10;
+  zorch_tensor *again = NULL;
+  ok(zorch_vm_call(vm, "double", 1, &x, 1, &again) == ZORCH_OK && at(again, 0) == 20,
+     "the wrapped buffer is shared, not copied");
+  ok(zorch_vm_call(vm, "missing", 0, NULL, 0, NULL) != ZORCH_OK && strstr(zorch_vm_error(vm), "missing"),
+     "calling a missing function is an error naming it");
+  ok(zorch_vm_dostring(vm, "error('bad thing')", "=t") != ZORCH_OK && strstr(zorch_vm_error(vm), "bad thing") &&
+         strstr(zorch_vm_error(vm), "traceback"),
+     "a Lua error reaches the host with a traceback");
+  ok(zorch_vm_dostring(vm, "local t = zorch.ones(2) + zorch.ones(3)", "=t") != ZORCH_OK &&
+         strstr(zorch_vm_error(vm), "(2,)") && strstr(zorch_vm_error(vm), "(3,)"),
+     "a zorch error reaches the host with the shapes");
+  ok(zorch_vm_dofile(vm, "/nonexistent.lua") != ZORCH_OK && strstr(zorch_vm_error(vm), "nonexistent"),
+     "a missing file is an error");
+  ok(zorch_vm_dostring(vm, "assert(io and os and require('zorch') == zorch)", "=t") == ZORCH_OK,
+     "an unsandboxed VM has the standard library");
+  zorch_vm_free(vm);
+
+  zorch_vm *sb = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .mem_limit = 2 << 20});
+  ok(sb != NULL, "a sandboxed VM with a 2 MiB Lua heap starts");
+  ok(zorch_vm_dostring(sb, "assert(io == nil and os == nil and package == nil and debug == nil and dofile == nil)", "=t") == ZORCH_OK,
+     "the sandbox has no io, os, package, debug or dofile");
+  ok(zorch_vm_dostring(sb, "local z = require 'zorch'; assert(z.ones(2):sum():item() == 2)", "=t") == ZORCH_OK,
+     "require gives zorch in the sandbox");
+  ok(zorch_vm_dostring(sb, "require 'os'", "=t") != ZORCH_OK, "and nothing else");
+  ok(zorch_vm_dostring(sb, "load(string.dump(function() end))()", "=t") != ZORCH_OK, "binary chunks are refused");
+  ok(zorch_vm_dostring(sb, "local t = {} for i = 1, 1e7 do t[i] = i end", "=t") == ZORCH_ERR_OOM &&
+         strstr(zorch_vm_error(sb), "memory limit"),
+     "the heap limit becomes an error: %s", zorch_vm_error(sb));
+  ok(zorch_vm_dostring(sb, "x = 1 + 1", "=t") == ZORCH_OK, "the VM keeps working after hitting the limit");
+  zorch_vm_free(sb);
+  zorch_tensor_free(x);
+  zorch_tensor_free(outs[0]);
+  zorch_tensor_free(again);
+  return done_testing();
+}
