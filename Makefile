@@ -7,18 +7,22 @@ comma   := ,
 BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
+# MPI (Debian's Open MPI) carries the collectives between CPU ranks.
+MPI_DIR  := /usr/lib/x86_64-linux-gnu/openmpi
+MPI      ?= $(if $(wildcard $(MPI_DIR)/include/mpi.h),1,)
+MPI_FLAGS := $(if $(MPI),-DZORCH_MPI -I$(MPI_DIR)/include,)
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -fopenmp -D_GNU_SOURCE \
-           -Iinclude -I/usr/include/lua5.4 -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
+           -Iinclude -I/usr/include/lua5.4 $(MPI_FLAGS) -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
 LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I/usr/include/lua5.4
 LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/engine.lua
-LIB_SRC  := $(filter-out vm/main.c,$(wildcard vm/*.c ops/*.c ops/cpu/*.c lua/*.c))
+LIB_SRC  := $(filter-out vm/main.c,$(wildcard vm/*.c ops/*.c ops/cpu/*.c lua/*.c zero/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
-EXT_LIBS := -lcjson
+EXT_LIBS := -lcjson $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,)
 LIB_LIBS := -llua5.4 $(EXT_LIBS)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)

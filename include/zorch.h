@@ -277,6 +277,13 @@ zorch_tensor *zorch_check_tensor(lua_State *L, int idx);
 /* The tensor at idx, or NULL when the value is not a tensor. [-0, +0, -] */
 zorch_tensor *zorch_to_tensor(lua_State *L, int idx);
 
+/* ---- distributed runs ----------------------------------------------------------------------
+   Ends every rank of an MPI job with `code` (what the zorch command does after an
+   error, so no rank waits forever); nothing happens in a single process. */
+void zorch_dist_abort(int code);
+/* The number of ranks the launcher started (1 outside a launcher). */
+int zorch_dist_world(void);
+
 /* ---- embedding: a Lua VM with zorch loaded ---------------------------------------------- */
 typedef struct zorch_vm zorch_vm;
 typedef struct {

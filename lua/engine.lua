@@ -1,6 +1,13 @@
 -- zorch.Engine: one object, configured by one validated table, that prepares a
--- model, loader and optimizer for training and applies gradient clipping and
--- accumulation. In one process every ZeRO stage gives the result of stage 0.
+-- model, loader and optimizer and trains them across ranks with ZeRO:
+--   stage 0  everything replicated; gradients all-reduced (plain data parallel)
+--   stage 1  optimizer state partitioned: each rank updates its slice of the flat
+--            parameters; gradients reduce-scattered, parameters all-gathered
+--   stage 2  gradients partitioned too: reduced in buckets from the
+--            gradient-ready hooks during backward, each rank keeping its slice
+--   stage 3  parameters all-gathered before every forward (see docs/distributed.md
+--            for what is not partitioned yet)
+-- Every stage gives the parameters of one process with the same global batch.
 local zorch = ...
 
 -- Every option with its default: the one place defaults live.
@@ -8,17 +15,21 @@ local DEFAULTS = {
   zero_stage = 0,                  -- 0..3: what is partitioned across ranks
   gradient_clipping = 0,           -- max global L2 norm of the gradients; 0 is off
   gradient_accumulation_steps = 1, -- micro-steps per optimizer step
+  reduce_bucket_size = 500000000,  -- elements per gradient reduction (stages 2-3)
   seed = false,                    -- an integer seeds zorch's default generator
-  precision = "fp32",              -- "fp32" (bf16 comes with the ZeRO engine)
+  precision = "fp32",              -- "fp32" (bf16 comes later)
 }
 
 local CHECKS = {
   zero_stage = {function(v) return v == 0 or v == 1 or v == 2 or v == 3 end, "0, 1, 2 or 3"},
   gradient_clipping = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0 turns it off)"},
   gradient_accumulation_steps = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
+  reduce_bucket_size = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   seed = {function(v) return v == false or math.type(v) == "integer" end, "an integer"},
   precision = {function(v) return v == "fp32" end, "\"fp32\""},
 }
+
+local ALIGN = 16 -- elements: every rank's shard is a multiple of this
 
 local Engine = {}
 Engine.__index = Engine
@@ -47,7 +58,8 @@ function zorch.Engine(cfg)
     end
   end
   if c.seed then zorch.manual_seed(c.seed) end
-  return setmetatable({cfg = c, rank = 0, world_size = 1, micro = 0, last_norm = nil}, Engine)
+  local rank, world, backend = zorch._comm()
+  return setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0}, Engine)
 end
 
 function Engine:config()
@@ -56,62 +68,268 @@ function Engine:config()
   return c
 end
 
+-- Ranks must agree on the model and the configuration; the first rank that
+-- differs from rank 0 is named.
+function Engine:check_agreement(nparams, numel)
+  local c = self.cfg
+  local mine = {nparams, numel, c.zero_stage, c.gradient_accumulation_steps, c.gradient_clipping,
+                c.reduce_bucket_size}
+  local fields = {"parameter count", "parameter elements", "zero_stage", "gradient_accumulation_steps",
+                  "gradient_clipping", "reduce_bucket_size"}
+  local all = zorch.zeros(#mine * self.world_size, {dtype = "float64"})
+  zorch._allgather(zorch.tensor(mine, {dtype = "float64"}), all)
+  local v = all:totable()
+  for r = 1, self.world_size - 1 do
+    for i = 1, #mine do
+      if v[r * #mine + i] ~= v[i] then
+        error(("Engine:prepare: rank %d has %s = %s but rank 0 has %s"):format(
+          r, fields[i], tostring(v[r * #mine + i]), tostring(v[i])), 0)
+      end
+    end
+  end
+end
+
+-- The elements of [lo, hi) that fall in each rank's shard, in rank order.
+function Engine:counts(lo, hi)
+  local out, S = {}, self.shard
+  for r = 0, self.world_size - 1 do
+    out[r + 1] = math.max(0, math.min(hi, (r + 1) * S) - math.max(lo, r * S))
+  end
+  return out
+end
+
+-- Stages 2-3: buckets are runs of parameters in reverse order (the order their
+-- gradients become ready), each at most reduce_bucket_size elements.
+function Engine:make_buckets()
+  local buckets, cur, maxlen = {}, nil, 0
+  for i = #self.params, 1, -1 do
+    local n = self.params[i]:numel()
+    local lo = self.offsets[i]
+    if not cur or cur.hi - lo > self.cfg.reduce_bucket_size then
+      cur = {lo = lo, hi = lo + n, members = {}, pending = 0}
+      buckets[#buckets + 1] = cur
+    end
+    cur.lo = lo
+    cur.members[#cur.members + 1] = i
+    cur.size = #cur.members
+    self.bucket_of[i] = cur
+    maxlen = math.max(maxlen, cur.hi - cur.lo)
+  end
+  self.buckets = buckets
+  self.staging = zorch.zeros(math.max(maxlen, 1))
+  self.recv = zorch.zeros(math.max(maxlen, 1))
+end
+
+-- Reduces one bucket: every rank receives the sum of its slice and adds it to
+-- its gradient shard.
+function Engine:reduce_bucket(b)
+  local len = b.hi - b.lo
+  local counts = self:counts(b.lo, b.hi)
+  local mine = counts[self.rank + 1]
+  local send = self.staging:narrow(1, 1, len)
+  if mine > 0 then
+    local recv = self.recv:narrow(1, 1, mine)
+    zorch._reduce_scatter(send, recv, counts)
+    local start = math.max(b.lo, self.rank * self.shard) - self.rank * self.shard
+    local dst = self.grad_shard:narrow(1, start + 1, mine)
+    dst:copy_(dst + recv)
+  else
+    zorch._reduce_scatter(send, zorch.zeros(0), counts)
+  end
+  send:zero_()
+  b.pending = b.size
+end
+
+function Engine:on_grad(i, p)
+  local b = self.bucket_of[i]
+  local g = p.grad
+  if g then
+    self.staging:narrow(1, self.offsets[i] - b.lo + 1, p:numel()):copy_(g:reshape(-1))
+    p.grad = nil
+  end
+  b.pending = b.pending - 1
+  if b.pending == 0 then self:reduce_bucket(b) end
+end
+
 -- Returns the model, loader and an optimizer whose step() runs once per
--- accumulation window, after clipping.
+-- accumulation window: reduce, clip, update this rank's slice, gather.
 function Engine:prepare(model, loader, opt)
   if type(model) ~= "table" or not model.parameters then error("Engine:prepare: argument 1 must be a module", 2) end
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
   self.model = model
   if loader then loader.rank, loader.world_size = self.rank, self.world_size end
+  local params = model:parameters()
+  if #params == 0 then error("Engine:prepare: the model has no parameters", 2) end
+  local offsets, numel = {}, 0
+  for i, p in ipairs(params) do offsets[i], numel = numel, numel + p:numel() end
+  local S = (numel + self.world_size - 1) // self.world_size
+  S = (S + ALIGN - 1) // ALIGN * ALIGN
+  self.params, self.offsets, self.numel, self.shard = params, offsets, numel, S
+  self:check_agreement(#params, numel)
+  -- parameters become views of one flat buffer, padded so shards are equal
+  self.flat = zorch._flatten(params, S * self.world_size)
+  self.param_shard = self.flat:narrow(1, self.rank * S + 1, S)
+  local stage = self.cfg.zero_stage
+  if stage <= 1 then
+    self.flat_grad = zorch.zeros(S * self.world_size)
+  end
+  if stage >= 1 then self.grad_shard = zorch.zeros(S) end
+  if stage >= 2 then
+    self.bucket_of = {}
+    self:make_buckets()
+    for _, b in ipairs(self.buckets) do b.pending = b.size end
+    for i, p in ipairs(params) do
+      p:register_hook(function(t) self:on_grad(i, t) end)
+    end
+  end
   if not opt then return model, loader end
+  -- the same optimizer, over this rank's slice (the whole buffer at stage 0)
+  local target = stage == 0 and self.flat or self.param_shard
+  local cls = getmetatable(opt)
+  self.inner = cls({target}, opt.defaults)
+  self.target = target
+  self.user_opt = opt
   local engine = self
-  local wrapped = setmetatable({}, {__index = opt})
+  local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end})
   function wrapped.step()
     if engine.micro % engine.cfg.gradient_accumulation_steps ~= 0 then return false end
-    if engine.cfg.gradient_clipping > 0 then engine:clip_grad_norm() end
-    opt:step()
+    engine:optimizer_step()
     return true
   end
   function wrapped.zero_grad()
-    if engine.micro % engine.cfg.gradient_accumulation_steps == 0 then opt:zero_grad() end
+    if engine.micro % engine.cfg.gradient_accumulation_steps == 0 then engine:zero_grad() end
   end
+  function wrapped.state_dict() return engine.inner:state_dict() end
+  function wrapped.load_state_dict(_, sd) return engine.inner:load_state_dict(sd) end
   self.optimizer = wrapped
   return model, loader, wrapped
 end
 
--- loss / accumulation steps, then backward.
+-- Clears the gradients of the next accumulation window.
+function Engine:zero_grad()
+  if self.flat_grad then self.flat_grad:zero_() end
+  if self.grad_shard then self.grad_shard:zero_() end
+  for _, p in ipairs(self.params or {}) do p.grad = nil end
+end
+
+-- Stages 0-1 accumulate into views of the flat gradient buffer.
+function Engine:bind_grads()
+  for i, p in ipairs(self.params) do
+    if p.grad == nil then
+      p.grad = self.flat_grad:narrow(1, self.offsets[i] + 1, p:numel()):view(p.shape)
+    end
+  end
+end
+
+-- loss / accumulation steps, then backward (which reduces buckets at stages 2-3).
 function Engine:backward(loss)
   if not zorch.is_tensor(loss) then error("Engine:backward: expected a loss tensor", 2) end
   local k = self.cfg.gradient_accumulation_steps
+  if self.micro % k == 0 then zorch._comm_bytes(true) end
   self.micro = self.micro + 1
+  if self.flat_grad then self:bind_grads() end
   if k > 1 then loss = loss * (1 / k) end
   loss:backward()
+  if self.buckets then -- parameters the graph did not reach: their buckets still reduce
+    for _, b in ipairs(self.buckets) do
+      if b.pending ~= b.size then
+        for _ = 1, b.pending do b.pending = b.pending - 1 end
+        self:reduce_bucket(b)
+      end
+    end
+  end
 end
 
--- Global L2 norm of the gradients (summed in double); scales them down to
--- max_norm (default: gradient_clipping) when above it. Returns the norm.
-function Engine:clip_grad_norm(max_norm)
-  max_norm = max_norm or self.cfg.gradient_clipping
-  local params = self.model and self.model:parameters() or {}
-  local sq = 0
-  for _, p in ipairs(params) do
-    local g = p.grad
-    if g then sq = sq + zorch._sumsq(g) end
+-- The gradient this rank updates with, summed over ranks and averaged.
+function Engine:reduced_grad()
+  local stage, N = self.cfg.zero_stage, self.world_size
+  if stage == 0 then
+    zorch._allreduce(self.flat_grad)
+    if N > 1 then self.flat_grad:copy_(self.flat_grad * (1 / N)) end
+    return self.flat_grad, false
+  end
+  if stage == 1 then
+    local counts = {}
+    for r = 1, N do counts[r] = self.shard end
+    zorch._reduce_scatter(self.flat_grad, self.grad_shard, counts)
+  end
+  if N > 1 then self.grad_shard:copy_(self.grad_shard * (1 / N)) end
+  return self.grad_shard, true
+end
+
+-- Global L2 norm from this rank's gradients (sums of squares in double, one
+-- all-reduce when sharded), and one combined scale when above max_norm.
+function Engine:clip(grad, sharded, max_norm)
+  local sq = zorch._sumsq(grad)
+  if sharded and self.world_size > 1 then
+    local t = zorch.tensor({sq}, {dtype = "float64"})
+    zorch._allreduce(t)
+    sq = t:item()
   end
   local norm = math.sqrt(sq)
   if max_norm and max_norm > 0 then
     local coef = max_norm / (norm + 1e-6)
-    if coef < 1 then
-      zorch.no_grad(function()
-        for _, p in ipairs(params) do
-          local g = p.grad
-          if g then g:copy_(g * coef) end
-        end
-      end)
-    end
+    if coef < 1 then grad:copy_(grad * coef) end
   end
   self.last_norm = norm
   return norm
+end
+
+function Engine:optimizer_step()
+  local grad, sharded = self:reduced_grad()
+  self:clip(grad, sharded, self.cfg.gradient_clipping)
+  self.inner.lr = self.user_opt.lr
+  self.target.grad = grad
+  self.inner:step()
+  self.target.grad = nil
+  if self.cfg.zero_stage >= 1 then zorch._allgather(self.param_shard, self.flat) end
+  local sent, recv = zorch._comm_bytes(false)
+  self.last_comm = {sent = sent, received = recv}
+end
+
+-- Before prepare (or without an optimizer): the norm of the parameters' .grad.
+function Engine:clip_grad_norm(max_norm)
+  max_norm = max_norm or self.cfg.gradient_clipping
+  if self.inner then
+    local g = self.cfg.zero_stage == 0 and self.flat_grad or self.grad_shard
+    return self:clip(g, self.cfg.zero_stage ~= 0, max_norm)
+  end
+  local params = self.model and self.model:parameters() or {}
+  local sq = 0
+  for _, p in ipairs(params) do if p.grad then sq = sq + zorch._sumsq(p.grad) end end
+  local norm = math.sqrt(sq)
+  if max_norm and max_norm > 0 and max_norm / (norm + 1e-6) < 1 then
+    local coef = max_norm / (norm + 1e-6)
+    for _, p in ipairs(params) do if p.grad then p.grad:copy_(p.grad * coef) end end
+  end
+  self.last_norm = norm
+  return norm
+end
+
+local function bytes(t) return t and t:numel() * (t:dtype() == "float64" and 8 or 4) or 0 end
+
+-- Bytes this rank holds, by category, from the tensors it actually keeps.
+function Engine:memory_report()
+  if not self.flat then error("Engine:memory_report: call prepare first", 2) end
+  local opt_bytes = 0
+  for _, s in pairs(self.inner and self.inner.state or {}) do
+    for _, v in pairs(s) do if zorch.is_tensor(v) then opt_bytes = opt_bytes + bytes(v) end end
+  end
+  return {
+    parameters = bytes(self.flat),
+    gradients = bytes(self.flat_grad) + bytes(self.grad_shard),
+    optimizer_state = opt_bytes,
+    master_weights = 0,
+    buffers = bytes(self.staging) + bytes(self.recv),
+    numel = self.numel,
+    world_size = self.world_size,
+    stage = self.cfg.zero_stage,
+  }
+end
+
+-- Bytes this rank sent and received in the last optimizer step (ring volumes).
+function Engine:comm_report()
+  return self.last_comm or {sent = 0, received = 0}
 end
 
 function Engine:print(...)

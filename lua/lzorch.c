@@ -8,6 +8,7 @@
 #include "lz.h"
 
 void lz_open_data(lua_State *L);
+void lz_open_zero(lua_State *L);
 
 typedef struct {
   const char *name;
@@ -139,6 +140,7 @@ int luaopen_zorch(lua_State *L) {
   lz_open_functions(L);
   luaL_setfuncs(L, misc, 0);
   lz_open_data(L);
+  lz_open_zero(L);
   lua_pushliteral(L, ZORCH_VERSION);
   lua_setfield(L, z, "version");
   /* the Lua modules, in order: each chunk gets the module table and returns its part */

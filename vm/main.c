@@ -7,12 +7,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <unistd.h>
 
 #include <readline/history.h>
 #include <readline/readline.h>
 
 #include "zorch.h"
+
+#ifdef ZORCH_MPI
+#define ZORCH_HAVE_MPI 1
+#else
+#define ZORCH_HAVE_MPI 0
+#endif
 
 static lua_State *globalL;
 
@@ -48,13 +55,72 @@ static int docall(lua_State *L, int nargs, int nres) {
   return st;
 }
 
+static bool in_repl;
+
 static int report(lua_State *L, int st) {
   if (st != LUA_OK) {
-    fprintf(stderr, "zorch: %s\n", lua_tostring(L, -1));
+    int world = zorch_dist_world();
+    if (world > 1) {
+      char host[64] = "";
+      gethostname(host, sizeof host - 1);
+      fprintf(stderr, "zorch: rank failed on %s (pid %d): %s\n", host, (int)getpid(), lua_tostring(L, -1));
+    } else {
+      fprintf(stderr, "zorch: %s\n", lua_tostring(L, -1));
+    }
     fflush(stderr);
     lua_pop(L, 1);
+    /* one failing rank ends them all: the others would wait in a collective */
+    if (world > 1 && !in_repl) zorch_dist_abort(1);
   }
   return st;
+}
+
+/* zorch launch [-n N] [mpirun options] script.lua args: the script on N ranks
+   through mpirun; options before the script (--hostfile, -H, ...) go to mpirun. */
+static int launch(int argc, char **argv) {
+  const char *n = "1";
+  int first = 2, script = -1;
+  for (int i = 2; i < argc; i++) {
+    size_t len = strlen(argv[i]);
+    if (len > 4 && strcmp(argv[i] + len - 4, ".lua") == 0) {
+      script = i;
+      break;
+    }
+  }
+  if (script < 0) {
+    fprintf(stderr, "zorch launch: no script.lua given\nusage: zorch launch -n N [mpirun options] script.lua [args]\n");
+    return 2;
+  }
+  char **av = calloc((size_t)argc + 16, sizeof *av);
+  if (!av) return 1;
+  int k = 0;
+  av[k++] = "mpirun";
+  if (geteuid() == 0) av[k++] = "--allow-run-as-root";
+  for (int i = first; i < script; i++) {
+    if ((strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "-np") == 0 || strcmp(argv[i], "--np") == 0) && i + 1 < script) {
+      n = argv[++i];
+      continue;
+    }
+    av[k++] = argv[i];
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (atol(n) > cores) av[k++] = "--oversubscribe";
+  av[k++] = "-n";
+  av[k++] = (char *)n;
+  av[k++] = "-x";
+  av[k++] = "OMP_NUM_THREADS";
+  static char self[4096];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (sl <= 0) return 1;
+  self[sl] = 0;
+  av[k++] = self;
+  for (int i = script; i < argc; i++) av[k++] = argv[i];
+  av[k] = NULL;
+  /* ranks share the cores: one thread each unless asked otherwise */
+  setenv("OMP_NUM_THREADS", "1", 0);
+  execvp("mpirun", av);
+  fprintf(stderr, "zorch launch: cannot run mpirun: %s (install openmpi-bin)\n", strerror(errno));
+  return 127;
 }
 
 static int open_all(lua_State *L) {
@@ -76,7 +142,7 @@ static void print_info(void) {
   printf("  backends: cpu%s\n", zorch_device_available((zorch_device){ZORCH_CUDA, 0}) ? ", cuda" : "");
   printf("  cuda:     %s\n", zorch_device_available((zorch_device){ZORCH_CUDA, 0}) ? "available" : "not built");
   printf("  nccl:     not built\n");
-  printf("  mpi:      not built\n");
+  printf("  mpi:      %s\n", ZORCH_HAVE_MPI ? "Open MPI (zorch launch)" : "not built");
   printf("  devices:  cpu\n");
   printf("  lua:      %s\n", LUA_RELEASE);
 }
@@ -179,6 +245,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: zorch [script.lua [args...]]   run a script (no script: the REPL)\n"
           "       zorch -e 'chunk' [args...]      run a chunk of Lua\n"
+          "       zorch launch -n N [mpirun options] script.lua [args...]\n"
           "       zorch info                      build features, BLAS kernel, threads, devices\n"
           "       zorch --version\n");
 }
@@ -192,6 +259,7 @@ int main(int argc, char **argv) {
     usage();
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "launch") == 0) return launch(argc, argv);
   if (argc > 1 && strcmp(argv[1], "info") == 0) {
     print_info();
     return 0;
@@ -224,6 +292,7 @@ int main(int argc, char **argv) {
     report(L, st);
   } else {
     make_args(L, argv, argc, 0);
+    in_repl = true;
     repl(L);
   }
   lua_close(L);

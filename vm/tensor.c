@@ -133,6 +133,14 @@ zorch_tensor *tensor_alias(const zorch_tensor *t, int ndim, const int64_t *shape
   return tensor_handle(t->st, ndim, shape, strides, offset, t->dtype);
 }
 
+void tensor_rebind(zorch_tensor *t, const zorch_tensor *base, int64_t offset) {
+  base->st->refcount++;
+  storage_release(t->st);
+  t->st = base->st;
+  t->offset = offset;
+  shape_contig_strides(t->ndim, t->shape, t->strides);
+}
+
 zorch_tensor *tensor_detached(const zorch_tensor *t) {
   return tensor_alias(t, t->ndim, t->shape, t->strides, t->offset);
 }

@@ -1,0 +1,158 @@
+/* comm.c: the local and MPI collectives. MPI is started lazily, only when the
+   process was launched with more than one rank. */
+#include "comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef ZORCH_MPI
+#include <mpi.h>
+#endif
+
+static zero_comm the_comm = {0, 1, "local", 0, 0};
+static bool comm_ready;
+#ifdef ZORCH_MPI
+static bool mpi_started;
+#endif
+
+/* World size promised by the launcher's environment. */
+static int launcher_world(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && atoi(v) > 1) return atoi(v);
+  }
+  return 1;
+}
+
+#ifdef ZORCH_MPI
+static zorch_status mpi_check(int rc, const char *what, int64_t n) {
+  if (rc == MPI_SUCCESS) return ZORCH_OK;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return err_set(ZORCH_ERR_IO, "%s of %lld elements failed on rank %d: %s", what, (long long)n,
+                 the_comm.rank, msg);
+}
+static MPI_Datatype mpi_type(zorch_dtype dt) { return dt == ZORCH_F64 ? MPI_DOUBLE : MPI_FLOAT; }
+#endif
+
+zorch_status comm_get(zero_comm **out) {
+  if (!comm_ready) {
+    int world = launcher_world();
+    if (world > 1) {
+#ifdef ZORCH_MPI
+      int provided, inited = 0;
+      MPI_Initialized(&inited);
+      if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return err_set(ZORCH_ERR_IO, "comm: MPI_Init failed");
+      mpi_started = !inited;
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(MPI_COMM_WORLD, &the_comm.rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &the_comm.world);
+      the_comm.backend = "mpi";
+#else
+      return err_set(ZORCH_ERR_DEVICE, "comm: launched with %d ranks but zorch was built without MPI", world);
+#endif
+    }
+    comm_ready = true;
+  }
+  *out = &the_comm;
+  return ZORCH_OK;
+}
+
+static zorch_status check_buf(const char *op, const zorch_tensor *t) {
+  if (!t || (t->dtype != ZORCH_F32 && t->dtype != ZORCH_F64) || !zorch_tensor_is_contiguous(t) ||
+      t->st->device.type != ZORCH_CPU)
+    return err_set(ZORCH_ERR_ARG, "%s: needs a contiguous float32/float64 CPU tensor", op);
+  return ZORCH_OK;
+}
+
+zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
+  if (check_buf("allreduce", t)) return zorch_last_status();
+  int64_t n = zorch_tensor_numel(t);
+  uint64_t bytes = (uint64_t)n * dtype_sizes[t->dtype];
+  if (c->world == 1) return ZORCH_OK;
+  /* a ring all-reduce sends 2(N-1)/N of the buffer */
+  c->sent += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
+  c->recv += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
+#ifdef ZORCH_MPI
+  return mpi_check(MPI_Allreduce(MPI_IN_PLACE, tensor_ptr(t), (int)n, mpi_type(t->dtype),
+                                 max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD), "allreduce", n);
+#else
+  (void)max;
+  return ZORCH_OK;
+#endif
+}
+
+zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
+                                 const int64_t *counts) {
+  if (check_buf("reduce_scatter", send) || check_buf("reduce_scatter", recv)) return zorch_last_status();
+  int64_t total = 0;
+  for (int r = 0; r < c->world; r++) total += counts[r];
+  if (total != zorch_tensor_numel(send) || counts[c->rank] != zorch_tensor_numel(recv) ||
+      send->dtype != recv->dtype)
+    return err_set(ZORCH_ERR_SHAPE, "reduce_scatter: counts do not match the buffers on rank %d", c->rank);
+  size_t es = dtype_sizes[send->dtype];
+  if (c->world == 1) {
+    memcpy(tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
+    return ZORCH_OK;
+  }
+  c->sent += (uint64_t)(total - counts[c->rank]) * es;
+  c->recv += (uint64_t)(total - counts[c->rank]) * es;
+#ifdef ZORCH_MPI
+  int *rc = malloc(sizeof(int) * (size_t)c->world);
+  if (!rc) return err_set(ZORCH_ERR_OOM, "reduce_scatter: out of memory");
+  for (int r = 0; r < c->world; r++) rc[r] = (int)counts[r];
+  zorch_status st = mpi_check(MPI_Reduce_scatter(tensor_ptr(send), tensor_ptr(recv), rc, mpi_type(send->dtype),
+                                                 MPI_SUM, MPI_COMM_WORLD), "reduce_scatter", total);
+  free(rc);
+  return st;
+#else
+  return ZORCH_OK;
+#endif
+}
+
+zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv) {
+  if (check_buf("allgather", send) || check_buf("allgather", recv)) return zorch_last_status();
+  int64_t n = zorch_tensor_numel(send);
+  if (n * c->world != zorch_tensor_numel(recv) || send->dtype != recv->dtype)
+    return err_set(ZORCH_ERR_SHAPE, "allgather: %lld elements on each of %d ranks do not fill %lld",
+                   (long long)n, c->world, (long long)zorch_tensor_numel(recv));
+  size_t es = dtype_sizes[send->dtype];
+  if (c->world == 1) {
+    memmove(tensor_ptr(recv), tensor_ptr(send), (size_t)n * es);
+    return ZORCH_OK;
+  }
+  c->sent += (uint64_t)n * es * (uint64_t)(c->world - 1);
+  c->recv += (uint64_t)n * es * (uint64_t)(c->world - 1);
+#ifdef ZORCH_MPI
+  /* the send buffer may be this rank's slice of recv */
+  const char *sp = tensor_ptr(send), *rp = tensor_ptr(recv);
+  bool inplace = sp == rp + (size_t)(n * c->rank) * es;
+  return mpi_check(MPI_Allgather(inplace ? MPI_IN_PLACE : sp, (int)n, mpi_type(send->dtype), (void *)rp,
+                                 (int)n, mpi_type(send->dtype), MPI_COMM_WORLD), "allgather", n);
+#else
+  return ZORCH_OK;
+#endif
+}
+
+void comm_reset_bytes(zero_comm *c) { c->sent = c->recv = 0; }
+
+void comm_abort(int code) {
+#ifdef ZORCH_MPI
+  if (the_comm.world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#else
+  (void)code;
+#endif
+}
+
+void comm_finalize(void) {
+#ifdef ZORCH_MPI
+  int fin = 0;
+  if (mpi_started && (MPI_Finalized(&fin), !fin)) MPI_Finalize();
+#endif
+}
+
+void zorch_dist_abort(int code) { comm_abort(code); }
+int zorch_dist_world(void) { return comm_ready ? the_comm.world : launcher_world(); }

@@ -1,0 +1,32 @@
+/* comm.h: collectives behind one small interface, so the ZeRO engine runs the
+   same on one process ("local"), over MPI for CPU tensors ("mpi") and, later,
+   over NCCL for GPU tensors. Buffers are contiguous float32/float64 tensors.
+   Byte counters record what this rank sends and receives under a ring
+   algorithm: (N-1)/N of the buffer for a reduce-scatter or an all-gather. */
+#ifndef ZORCH_ZERO_COMM_H
+#define ZORCH_ZERO_COMM_H
+#include "../vm/tensor.h"
+
+typedef struct zero_comm {
+  int rank, world;
+  const char *backend;
+  uint64_t sent, recv; /* bytes since the last comm_reset_bytes */
+} zero_comm;
+
+/* The process's communicator: "mpi" when launched by mpirun (or srun) with more
+   than one rank and MPI was built in, else "local". Created once. */
+zorch_status comm_get(zero_comm **out);
+/* In-place sum (or max) across ranks. */
+zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max);
+/* send (numel = sum of counts) reduced by sum; this rank receives counts[rank]
+   elements into recv. counts has world entries. */
+zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
+                                 const int64_t *counts);
+/* Every rank's `send` (equal sizes) concatenated into recv, in rank order. */
+zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv);
+void comm_reset_bytes(zero_comm *c);
+/* Ends every rank with `code` (used by the command line after an error). */
+void comm_abort(int code);
+/* Finalises MPI if it was started; safe to call more than once. */
+void comm_finalize(void);
+#endif
