@@ -5,8 +5,9 @@
 --            parameters; gradients reduce-scattered, parameters all-gathered
 --   stage 2  gradients partitioned too: reduced in buckets from the
 --            gradient-ready hooks during backward, each rank keeping its slice
---   stage 3  parameters all-gathered before every forward (see docs/distributed.md
---            for what is not partitioned yet)
+--   stage 3  parameters partitioned too: between steps a rank holds only its
+--            slice; the model's parameters are all-gathered before its forward
+--            and released after the optimizer step
 -- Every stage gives the parameters of one process with the same global batch.
 local zorch = ...
 
@@ -116,7 +117,8 @@ function Engine:make_buckets()
     maxlen = math.max(maxlen, cur.hi - cur.lo)
   end
   self.buckets = buckets
-  self.staging = zorch.zeros(math.max(maxlen, 1))
+  -- each bucket stages its gradients in a buffer of its own while it fills (buckets
+  -- can fill interleaved); only the receive buffer stays
   self.recv = zorch.zeros(math.max(maxlen, 1))
 end
 
@@ -126,7 +128,7 @@ function Engine:reduce_bucket(b)
   local len = b.hi - b.lo
   local counts = self:counts(b.lo, b.hi)
   local mine = counts[self.rank + 1]
-  local send = self.staging:narrow(1, 1, len)
+  local send = b.buf or zorch.zeros(len)
   if mine > 0 then
     local recv = self.recv:narrow(1, 1, mine)
     zorch._reduce_scatter(send, recv, counts)
@@ -136,7 +138,7 @@ function Engine:reduce_bucket(b)
   else
     zorch._reduce_scatter(send, zorch.zeros(0), counts)
   end
-  send:zero_()
+  b.buf = nil
   b.pending = b.size
 end
 
@@ -144,7 +146,8 @@ function Engine:on_grad(i, p)
   local b = self.bucket_of[i]
   local g = p.grad
   if g then
-    self.staging:narrow(1, self.offsets[i] - b.lo + 1, p:numel()):copy_(g:reshape(-1))
+    b.buf = b.buf or zorch.zeros(b.hi - b.lo)
+    b.buf:narrow(1, self.offsets[i] - b.lo + 1, p:numel()):copy_(g:reshape(-1))
     p.grad = nil
   end
   b.pending = b.pending - 1
@@ -167,13 +170,27 @@ function Engine:prepare(model, loader, opt)
   self.params, self.offsets, self.numel, self.shard = params, offsets, numel, S
   self:check_agreement(#params, numel)
   -- parameters become views of one flat buffer, padded so shards are equal
+  zorch._comm_bytes(true)
   self.flat = zorch._flatten(params, S * self.world_size)
   self.param_shard = self.flat:narrow(1, self.rank * S + 1, S)
   local stage = self.cfg.zero_stage
+  if stage == 3 then
+    -- the slice gets its own storage; the full buffer comes and goes
+    self.param_shard = self.param_shard:clone()
+    rawset(model, "_engine", self)
+    local forward = model.forward
+    rawset(model, "forward", function(m, ...)
+      self:gather()
+      return forward(m, ...)
+    end)
+    self:release()
+  end
   if stage <= 1 then
     self.flat_grad = zorch.zeros(S * self.world_size)
   end
-  if stage >= 1 then self.grad_shard = zorch.zeros(S) end
+  -- stage 1 reduces in place: the gradient slice is a view of the full buffer
+  if stage == 1 then self.grad_shard = self.flat_grad:narrow(1, self.rank * S + 1, S) end
+  if stage >= 2 then self.grad_shard = zorch.zeros(S) end
   if stage >= 2 then
     self.bucket_of = {}
     self:make_buckets()
@@ -205,6 +222,28 @@ function Engine:prepare(model, loader, opt)
   return model, loader, wrapped
 end
 
+-- Stage 3: all-gathers the slices into a full buffer the parameters view.
+function Engine:gather()
+  if self.cfg.zero_stage ~= 3 or self.flat then return end
+  self.flat = zorch.zeros(self.shard * self.world_size)
+  zorch._allgather(self.param_shard, self.flat)
+  zorch._rebind(self.params, self.flat)
+end
+
+-- Stage 3: drops the full buffer; parameters wait for the next gather.
+function Engine:release()
+  if self.cfg.zero_stage ~= 3 then return end
+  zorch._rebind(self.params, nil)
+  self.flat = nil
+end
+
+-- Stage 3: after parameters were written (load_state_dict), keeps this rank's slice.
+function Engine:sync_shard()
+  if self.cfg.zero_stage == 3 and self.flat then
+    self.param_shard:copy_(self.flat:narrow(1, self.rank * self.shard + 1, self.shard))
+  end
+end
+
 -- Clears the gradients of the next accumulation window.
 function Engine:zero_grad()
   if self.flat_grad then self.flat_grad:zero_() end
@@ -225,7 +264,6 @@ end
 function Engine:backward(loss)
   if not zorch.is_tensor(loss) then error("Engine:backward: expected a loss tensor", 2) end
   local k = self.cfg.gradient_accumulation_steps
-  if self.micro % k == 0 then zorch._comm_bytes(true) end
   self.micro = self.micro + 1
   if self.flat_grad then self:bind_grads() end
   if k > 1 then loss = loss * (1 / k) end
@@ -248,11 +286,7 @@ function Engine:reduced_grad()
     if N > 1 then self.flat_grad:copy_(self.flat_grad * (1 / N)) end
     return self.flat_grad, false
   end
-  if stage == 1 then
-    local counts = {}
-    for r = 1, N do counts[r] = self.shard end
-    zorch._reduce_scatter(self.flat_grad, self.grad_shard, counts)
-  end
+  if stage == 1 then zorch._reduce_scatter_inplace(self.flat_grad) end
   if N > 1 then self.grad_shard:copy_(self.grad_shard * (1 / N)) end
   return self.grad_shard, true
 end
@@ -282,8 +316,11 @@ function Engine:optimizer_step()
   self.target.grad = grad
   self.inner:step()
   self.target.grad = nil
-  if self.cfg.zero_stage >= 1 then zorch._allgather(self.param_shard, self.flat) end
-  local sent, recv = zorch._comm_bytes(false)
+  local stage = self.cfg.zero_stage
+  if stage == 1 or stage == 2 then zorch._allgather(self.param_shard, self.flat) end
+  if stage == 3 then self:release() end
+  -- what this step moved, from the end of the previous one (stage 3 gathers in forward)
+  local sent, recv = zorch._comm_bytes(true)
   self.last_comm = {sent = sent, received = recv}
 end
 
@@ -310,17 +347,17 @@ local function bytes(t) return t and t:numel() * (t:dtype() == "float64" and 8 o
 
 -- Bytes this rank holds, by category, from the tensors it actually keeps.
 function Engine:memory_report()
-  if not self.flat then error("Engine:memory_report: call prepare first", 2) end
+  if not self.params then error("Engine:memory_report: call prepare first", 2) end
   local opt_bytes = 0
   for _, s in pairs(self.inner and self.inner.state or {}) do
     for _, v in pairs(s) do if zorch.is_tensor(v) then opt_bytes = opt_bytes + bytes(v) end end
   end
   return {
-    parameters = bytes(self.flat),
-    gradients = bytes(self.flat_grad) + bytes(self.grad_shard),
+    parameters = self.cfg.zero_stage == 3 and bytes(self.param_shard) + bytes(self.flat) or bytes(self.flat),
+    gradients = self.flat_grad and bytes(self.flat_grad) or bytes(self.grad_shard),
     optimizer_state = opt_bytes,
     master_weights = 0,
-    buffers = bytes(self.staging) + bytes(self.recv),
+    buffers = bytes(self.recv), -- staging buffers live only while their bucket fills
     numel = self.numel,
     world_size = self.world_size,
     stage = self.cfg.zero_stage,
@@ -336,6 +373,7 @@ function Engine:print(...)
   if self.rank == 0 then print(...) end
 end
 
+-- (rank 0 writes; a state dict taken under stage 3 was gathered by the model)
 function Engine:save(tbl, path)
   if self.rank == 0 then zorch.save(tbl, path) end
 end

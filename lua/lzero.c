@@ -1,5 +1,6 @@
 /* lzero.c: what the Lua engine needs from C: collectives on tensors, flattening
    parameters into one buffer, and gradient-ready hooks that call Lua. */
+#include <math.h>
 #include <string.h>
 
 #include "../vm/tensor.h"
@@ -40,6 +41,11 @@ static int l_reduce_scatter(lua_State *L) {
     lua_pop(L, 1);
   }
   if (comm_reduce_scatter(c, send, recv, counts)) return lz_fail(L);
+  return 0;
+}
+
+static int l_reduce_scatter_inplace(lua_State *L) {
+  if (comm_reduce_scatter_inplace(get_comm(L), lz_check(L, 1))) return lz_fail(L);
   return 0;
 }
 
@@ -94,6 +100,36 @@ static int l_flatten(lua_State *L) {
     lua_pop(L, 1);
   }
   return 1;
+}
+
+/* zorch._rebind({params}, flat | nil): parameters become views of `flat`, in
+   order; with nil they are released onto a one-element NaN storage with zero
+   strides (readable, never out of bounds, and visibly not the weights) until the
+   next gather. */
+static int l_rebind(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  zorch_tensor *flat = lua_isnoneornil(L, 2) ? NULL : lz_check(L, 2);
+  int n = (int)luaL_len(L, 1);
+  zorch_tensor *hold = NULL;
+  int64_t off = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_geti(L, 1, i);
+    zorch_tensor *p = lz_check(L, -1);
+    lua_pop(L, 1);
+    int64_t k = zorch_tensor_numel(p);
+    if (flat) {
+      if (off + k > zorch_tensor_numel(flat) || flat->dtype != p->dtype)
+        return luaL_error(L, "engine: the flat buffer does not fit parameter %d", i);
+      tensor_rebind(p, flat, flat->offset + off);
+    } else {
+      if (!hold && !(hold = zorch_full(0, NULL, NAN, p->dtype, (zorch_device){ZORCH_CPU, 0}))) return lz_fail(L);
+      tensor_rebind(p, hold, 0);
+      for (int d = 0; d < p->ndim; d++) p->strides[d] = 0;
+    }
+    off += k;
+  }
+  zorch_tensor_free(hold);
+  return 0;
 }
 
 /* ---- gradient-ready hooks that call Lua ------------------------------------------ */
@@ -154,7 +190,8 @@ void lz_open_zero(lua_State *L) {
   lua_setfield(L, LUA_REGISTRYINDEX, "zorch.finalizer");
   static const luaL_Reg fns[] = {{"_comm", l_comm},           {"_allreduce", l_allreduce},
                                  {"_reduce_scatter", l_reduce_scatter}, {"_allgather", l_allgather},
-                                 {"_comm_bytes", l_comm_bytes}, {"_flatten", l_flatten},
+                                 {"_reduce_scatter_inplace", l_reduce_scatter_inplace},
+                                 {"_comm_bytes", l_comm_bytes}, {"_flatten", l_flatten}, {"_rebind", l_rebind},
                                  {"register_hook", l_register_hook}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
   luaL_getmetatable(L, LZ_TENSOR);

@@ -116,8 +116,11 @@ function Module:zero_grad()
 end
 
 function Module:state_dict()
+  local engine = rawget(self, "_engine") -- ZeRO stage 3 holds slices: gather first
+  if engine then engine:gather() end
   local sd = {}
   for _, p in ipairs(each_param(self, "", {})) do sd[p[1]] = p[2]:detach() end
+  if engine then engine:release() end -- the state dict keeps the gathered copy alive
   return sd
 end
 
@@ -126,6 +129,8 @@ end
 function Module:load_state_dict(sd, strict)
   if type(sd) ~= "table" then error("load_state_dict: expected a table of tensors", 2) end
   if strict == nil then strict = true end
+  local engine = rawget(self, "_engine")
+  if engine then engine:gather() end
   local seen, missing = {}, {}
   for _, p in ipairs(each_param(self, "", {})) do
     local name, param = p[1], p[2]
@@ -150,6 +155,7 @@ function Module:load_state_dict(sd, strict)
         table.concat(missing, ", "), table.concat(unexpected, ", ")), 2)
     end
   end
+  if engine then engine:sync_shard() end
   return self
 end
 

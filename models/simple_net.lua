@@ -21,6 +21,9 @@ local opt = zorch.flags(arg, {
   save = {"model.safetensors", "where to save the final state dict"},
   ["no-shuffle"] = {false, "keep the data order"},
   quiet = {false, "print only the summary"},
+  accum = {1, "gradient accumulation steps"},
+  bucket = {500000000, "elements per gradient reduction bucket (ZeRO stages 2-3)"},
+  report = {false, "print each rank's memory and communication reports as JSON lines"},
 }, "usage: zorch models/simple_net.lua [flags]")
 
 local SimpleNet = nn.Module:extend "SimpleNet"
@@ -32,7 +35,8 @@ function SimpleNet:forward(x)
   return self.fc2(zorch.relu(self.fc1(x)))
 end
 
-local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, seed = opt.seed}
+local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, seed = opt.seed,
+                            gradient_accumulation_steps = opt.accum, reduce_bucket_size = opt.bucket}
 local X, Y
 if opt.data ~= "" then
   local d = zorch.load(opt.data)
@@ -67,6 +71,21 @@ for epoch = 1, opt.epochs do
   if opt.steps > 0 and steps >= opt.steps then break end
 end
 local dt = os.clock() - t0
+if opt.report then
+  -- one JSON object per rank and report, in rank order
+  local m, c = engine:memory_report(), engine:comm_report()
+  for r = 0, engine.world_size - 1 do
+    if r == engine.rank then
+      print(('{"report": "memory", "rank": %d, "world_size": %d, "stage": %d, "numel": %d, "parameters": %d, ' ..
+             '"gradients": %d, "optimizer_state": %d, "master_weights": %d, "buffers": %d}'):format(
+        r, m.world_size, m.stage, m.numel, m.parameters, m.gradients, m.optimizer_state, m.master_weights, m.buffers))
+      print(('{"report": "comm", "rank": %d, "sent": %d, "received": %d, "param_bytes": %d}'):format(
+        r, c.sent, c.received, m.numel * 4))
+      io.stdout:flush()
+    end
+    zorch._allreduce(zorch.zeros(1)) -- a barrier, so lines come out in rank order
+  end
+end
 engine:save(model:state_dict(), opt.save)
 engine:print(("done: %d steps, %d samples, %.0f samples/s, last epoch's loss %.6f, saved %s"):format(
   steps, samples, samples / math.max(dt, 1e-9), mean or 0 / 0, opt.save))

@@ -113,6 +113,28 @@ zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
 #endif
 }
 
+zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
+  if (check_buf("reduce_scatter", buf)) return zorch_last_status();
+  int64_t total = zorch_tensor_numel(buf), n = total / c->world;
+  if (n * c->world != total)
+    return err_set(ZORCH_ERR_SHAPE, "reduce_scatter: %lld elements do not split over %d ranks",
+                   (long long)total, c->world);
+  if (c->world == 1) return ZORCH_OK;
+  size_t es = dtype_sizes[buf->dtype];
+  c->sent += (uint64_t)(total - n) * es;
+  c->recv += (uint64_t)(total - n) * es;
+#ifdef ZORCH_MPI
+  char *p = tensor_ptr(buf);
+  zorch_status st = mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, p, (int)n, mpi_type(buf->dtype), MPI_SUM,
+                                                       MPI_COMM_WORLD), "reduce_scatter", total);
+  /* the result lands at the front: move it to this rank's slice */
+  if (!st && c->rank) memmove(p + (size_t)(n * c->rank) * es, p, (size_t)n * es);
+  return st;
+#else
+  return ZORCH_OK;
+#endif
+}
+
 zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv) {
   if (check_buf("allgather", send) || check_buf("allgather", recv)) return zorch_last_status();
   int64_t n = zorch_tensor_numel(send);

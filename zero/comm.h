@@ -22,6 +22,9 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max);
    elements into recv. counts has world entries. */
 zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                                  const int64_t *counts);
+/* Sum-reduces buf (world equal slices of n) so this rank's slice of buf holds
+   its sum, without a second buffer. */
+zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf);
 /* Every rank's `send` (equal sizes) concatenated into recv, in rank order. */
 zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv);
 void comm_reset_bytes(zero_comm *c);
