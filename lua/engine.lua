@@ -369,6 +369,14 @@ function Engine:comm_report()
   return self.last_comm or {sent = 0, received = 0}
 end
 
+-- The mean of a number over ranks (for logging a loss every rank computed).
+function Engine:mean(x)
+  if self.world_size == 1 then return x end
+  local t = zorch.tensor({x}, {dtype = "float64"})
+  zorch._allreduce(t)
+  return t:item() / self.world_size
+end
+
 function Engine:print(...)
   if self.rank == 0 then print(...) end
 end

@@ -65,7 +65,7 @@ for epoch = 1, opt.epochs do
     steps, samples = steps + 1, samples + x:size(1)
     if opt.steps > 0 and steps >= opt.steps then break end
   end
-  mean = total / math.max(n, 1)
+  mean = engine:mean(total / math.max(n, 1)) -- over every rank's batches
   -- the epoch's mean loss: the last batch's alone is noisy
   if not opt.quiet then engine:print(("Epoch %d loss: %.6f"):format(epoch, mean)) end
   if opt.steps > 0 and steps >= opt.steps then break end

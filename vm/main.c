@@ -63,7 +63,11 @@ static int report(lua_State *L, int st) {
     if (world > 1) {
       char host[64] = "";
       gethostname(host, sizeof host - 1);
-      fprintf(stderr, "zorch: rank failed on %s (pid %d): %s\n", host, (int)getpid(), lua_tostring(L, -1));
+      const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+      if (!rank) rank = getenv("PMIX_RANK");
+      if (!rank) rank = getenv("SLURM_PROCID");
+      fprintf(stderr, "zorch: rank %s failed on %s (pid %d): %s\n", rank ? rank : "?", host, (int)getpid(),
+              lua_tostring(L, -1));
     } else {
       fprintf(stderr, "zorch: %s\n", lua_tostring(L, -1));
     }
