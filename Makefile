@@ -92,8 +92,12 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O3 $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
-bench: $(BUILD)/bench/bench
+bench: $(BUILD)/bench/bench $(BUILD)/zorch
 	@$(BUILD)/bench/bench
+	@for n in 1 4; do for s in 0 1 2 3; do \
+	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua simplenet_step $$s 10 20 2 64 500; \
+	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua mlp_1024_4096_1024_b256_step $$s 1024 4096 1024 256 3; \
+	done; done
 	@python3 bench/torch_bench.py 2>/dev/null || echo '{"name": "torch/unavailable", "value": 0, "unit": "none"}'
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libzorch.a

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lz.h"
 
@@ -59,15 +60,24 @@ static int l_sgd_step(lua_State *L) {
 static int l_sumsq(lua_State *L) {
   zorch_tensor *t = lz_check(L, 1);
   int64_t n = zorch_tensor_numel(t);
-  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-  if (!v) return luaL_error(L, "out of memory");
-  if (zorch_tensor_to_doubles(t, v, n)) {
-    free(v);
-    return lz_fail(L);
-  }
+  const void *p = zorch_tensor_is_contiguous(t) ? zorch_tensor_data(t) : NULL;
   double s = 0;
-  for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
-  free(v);
+  if (p && zorch_tensor_dtype(t) == ZORCH_F32) {
+    const float *f = p;
+    for (int64_t i = 0; i < n; i++) s += (double)f[i] * f[i];
+  } else if (p && zorch_tensor_dtype(t) == ZORCH_F64) {
+    const double *d = p;
+    for (int64_t i = 0; i < n; i++) s += d[i] * d[i];
+  } else {
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (!v) return luaL_error(L, "out of memory");
+    if (zorch_tensor_to_doubles(t, v, n)) {
+      free(v);
+      return lz_fail(L);
+    }
+    for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
+    free(v);
+  }
   lua_pushnumber(L, s);
   return 1;
 }
@@ -114,6 +124,14 @@ static int l_load(lua_State *L) {
   return 1;
 }
 
+/* Wall-clock seconds from a monotonic clock, for timing. */
+static int l_clock(lua_State *L) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  lua_pushnumber(L, (double)t.tv_sec + (double)t.tv_nsec * 1e-9);
+  return 1;
+}
+
 static int l_set_num_threads(lua_State *L) {
   zorch_set_num_threads((int)luaL_checkinteger(L, 1));
   return 0;
@@ -129,7 +147,7 @@ static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd
                                 {"_sumsq", l_sumsq},         {"save", l_save},
                                 {"load", l_load},            {"set_num_threads", l_set_num_threads},
                                 {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
-                                {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available},
+                                {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available}, {"clock", l_clock},
                                 {NULL, NULL}};
 
 int luaopen_zorch(lua_State *L) {

@@ -53,7 +53,7 @@ local adam = optim.Adam(model:parameters(), {lr = opt.lr})
 local criterion = nn.MSELoss()
 model, loader, adam = engine:prepare(model, loader, adam)
 
-local steps, samples, t0 = 0, 0, os.clock()
+local steps, samples, t0 = 0, 0, zorch.clock()
 local loss, mean
 for epoch = 1, opt.epochs do
   model:train()
@@ -70,7 +70,7 @@ for epoch = 1, opt.epochs do
   if not opt.quiet then engine:print(("Epoch %d loss: %.6f"):format(epoch, mean)) end
   if opt.steps > 0 and steps >= opt.steps then break end
 end
-local dt = os.clock() - t0
+local dt = zorch.clock() - t0
 if opt.report then
   -- one JSON object per rank and report, in rank order
   local m, c = engine:memory_report(), engine:comm_report()

@@ -120,8 +120,11 @@ static int launch(int argc, char **argv) {
   av[k++] = self;
   for (int i = script; i < argc; i++) av[k++] = argv[i];
   av[k] = NULL;
-  /* ranks share the cores: one thread each unless asked otherwise */
-  setenv("OMP_NUM_THREADS", "1", 0);
+  /* ranks share the cores: an equal part each unless asked otherwise */
+  char threads[24];
+  long per = cores / (atol(n) > 0 ? atol(n) : 1);
+  snprintf(threads, sizeof threads, "%ld", per > 0 ? per : 1);
+  setenv("OMP_NUM_THREADS", threads, 0);
   execvp("mpirun", av);
   fprintf(stderr, "zorch launch: cannot run mpirun: %s (install openmpi-bin)\n", strerror(errno));
   return 127;

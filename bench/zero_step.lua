@@ -1,0 +1,25 @@
+-- One optimizer step of a model under the ZeRO engine, timed on every rank; rank
+-- 0 prints the slowest rank's mean step time as a JSON line.
+-- zorch launch -n N bench/zero_step.lua NAME STAGE IN HIDDEN OUT BATCH STEPS
+local zorch = require "zorch"
+local nn, optim = zorch.nn, zorch.optim
+local name, stage, i, h, o, batch, steps = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4]),
+  tonumber(arg[5]), tonumber(arg[6]), tonumber(arg[7])
+local engine = zorch.Engine{zero_stage = stage, gradient_clipping = 1.0, seed = 1}
+local model = nn.Sequential(nn.Linear(i, h), nn.ReLU(), nn.Linear(h, o))
+local opt = optim.Adam(model:parameters(), {lr = 1e-4})
+model, _, opt = engine:prepare(model, nil, opt)
+local x, y = zorch.randn(batch // engine.world_size, i), zorch.randn(batch // engine.world_size, o)
+local function step()
+  local loss = zorch.mse_loss(model(x), y)
+  opt:zero_grad(); engine:backward(loss); opt:step()
+end
+step()
+local t0 = zorch.clock()
+for _ = 1, steps do step() end
+local per = zorch.tensor({(zorch.clock() - t0) / steps}, {dtype = "float64"})
+zorch._allreduce(per, "max")
+if engine.rank == 0 then
+  print(('{"name": "zorch/%s_stage%d_ranks%d", "value": %.4g, "unit": "us"}'):format(
+    name, stage, engine.world_size, per:item() * 1e6))
+end
