@@ -18,7 +18,8 @@ local DEFAULTS = {
   gradient_accumulation_steps = 1, -- micro-steps per optimizer step
   reduce_bucket_size = 500000000,  -- elements per gradient reduction (stages 2-3)
   seed = false,                    -- an integer seeds zorch's default generator
-  precision = "fp32",              -- "fp32" (bf16 comes later)
+  precision = "fp32",              -- "fp32", or "bf16": bf16 parameters and gradients,
+                                   -- fp32 master weights and moments in the shards
 }
 
 local CHECKS = {
@@ -27,7 +28,7 @@ local CHECKS = {
   gradient_accumulation_steps = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   reduce_bucket_size = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   seed = {function(v) return v == false or math.type(v) == "integer" end, "an integer"},
-  precision = {function(v) return v == "fp32" end, "\"fp32\""},
+  precision = {function(v) return v == "fp32" or v == "bf16" end, "\"fp32\" or \"bf16\""},
 }
 
 local ALIGN = 16 -- elements: every rank's shard is a multiple of this
@@ -171,9 +172,13 @@ function Engine:prepare(model, loader, opt)
   self:check_agreement(#params, numel)
   -- parameters become views of one flat buffer, padded so shards are equal
   zorch._comm_bytes(true)
-  self.flat = zorch._flatten(params, S * self.world_size)
+  local bf16 = self.cfg.precision == "bf16"
+  self.flat = zorch._flatten(params, S * self.world_size, bf16 and "bfloat16" or nil)
   self.param_shard = self.flat:narrow(1, self.rank * S + 1, S)
   local stage = self.cfg.zero_stage
+  if bf16 then -- the optimizer updates fp32 master weights: all of them at stage 0, a slice above
+    self.master = (stage == 0 and self.flat or self.param_shard):to("float32")
+  end
   if stage == 3 then
     -- the slice gets its own storage; the full buffer comes and goes
     self.param_shard = self.param_shard:clone()
@@ -185,12 +190,13 @@ function Engine:prepare(model, loader, opt)
     end)
     self:release()
   end
+  local gdt = {dtype = bf16 and "bfloat16" or "float32"}
   if stage <= 1 then
-    self.flat_grad = zorch.zeros(S * self.world_size)
+    self.flat_grad = zorch.zeros(S * self.world_size, gdt)
   end
   -- stage 1 reduces in place: the gradient slice is a view of the full buffer
   if stage == 1 then self.grad_shard = self.flat_grad:narrow(1, self.rank * S + 1, S) end
-  if stage >= 2 then self.grad_shard = zorch.zeros(S) end
+  if stage >= 2 then self.grad_shard = zorch.zeros(S, gdt) end
   if stage >= 2 then
     self.bucket_of = {}
     self:make_buckets()
@@ -201,7 +207,7 @@ function Engine:prepare(model, loader, opt)
   end
   if not opt then return model, loader end
   -- the same optimizer, over this rank's slice (the whole buffer at stage 0)
-  local target = stage == 0 and self.flat or self.param_shard
+  local target = self.master or (stage == 0 and self.flat or self.param_shard)
   local cls = getmetatable(opt)
   self.inner = cls({target}, opt.defaults)
   self.target = target
@@ -225,7 +231,7 @@ end
 -- Stage 3: all-gathers the slices into a full buffer the parameters view.
 function Engine:gather()
   if self.cfg.zero_stage ~= 3 or self.flat then return end
-  self.flat = zorch.zeros(self.shard * self.world_size)
+  self.flat = zorch.zeros(self.shard * self.world_size, {dtype = self.param_shard:dtype()})
   zorch._allgather(self.param_shard, self.flat)
   zorch._rebind(self.params, self.flat)
 end
@@ -279,16 +285,29 @@ function Engine:backward(loss)
 end
 
 -- The gradient this rank updates with, summed over ranks and averaged.
+-- With bf16 the collectives and the update run on float32 copies.
 function Engine:reduced_grad()
   local stage, N = self.cfg.zero_stage, self.world_size
+  local bf16 = self.cfg.precision == "bf16"
   if stage == 0 then
-    zorch._allreduce(self.flat_grad)
-    if N > 1 then self.flat_grad:copy_(self.flat_grad * (1 / N)) end
-    return self.flat_grad, false
+    local g = bf16 and self.flat_grad:to("float32") or self.flat_grad
+    zorch._allreduce(g)
+    if N > 1 then g:copy_(g * (1 / N)) end
+    return g, false
   end
-  if stage == 1 then zorch._reduce_scatter_inplace(self.flat_grad) end
-  if N > 1 then self.grad_shard:copy_(self.grad_shard * (1 / N)) end
-  return self.grad_shard, true
+  if stage == 1 then
+    if bf16 then
+      local g = self.flat_grad:to("float32")
+      zorch._reduce_scatter_inplace(g)
+      local shard = g:narrow(1, self.rank * self.shard + 1, self.shard)
+      if N > 1 then shard:copy_(shard * (1 / N)) end
+      return shard, true
+    end
+    zorch._reduce_scatter_inplace(self.flat_grad)
+  end
+  local g = bf16 and self.grad_shard:to("float32") or self.grad_shard
+  if N > 1 then g:copy_(g * (1 / N)) end
+  return g, true
 end
 
 -- Global L2 norm from this rank's gradients (sums of squares in double, one
@@ -317,6 +336,9 @@ function Engine:optimizer_step()
   self.inner:step()
   self.target.grad = nil
   local stage = self.cfg.zero_stage
+  if self.master then -- round the fp32 master weights into the bf16 parameters
+    (stage == 0 and self.flat or self.param_shard):copy_(self.master)
+  end
   if stage == 1 or stage == 2 then zorch._allgather(self.param_shard, self.flat) end
   if stage == 3 then self:release() end
   -- what this step moved, from the end of the previous one (stage 3 gathers in forward)
@@ -343,20 +365,21 @@ function Engine:clip_grad_norm(max_norm)
   return norm
 end
 
-local function bytes(t) return t and t:numel() * (t:dtype() == "float64" and 8 or 4) or 0 end
+local SIZES = {float64 = 8, float32 = 4, bfloat16 = 2, float16 = 2}
+local function bytes(t) return t and t:numel() * SIZES[t:dtype()] or 0 end
 
 -- Bytes this rank holds, by category, from the tensors it actually keeps.
 function Engine:memory_report()
   if not self.params then error("Engine:memory_report: call prepare first", 2) end
   local opt_bytes = 0
-  for _, s in pairs(self.inner and self.inner.state or {}) do
+  for _, s in pairs(self.inner and self.inner.state or {}) do -- moments (of the master weights)
     for _, v in pairs(s) do if zorch.is_tensor(v) then opt_bytes = opt_bytes + bytes(v) end end
   end
   return {
     parameters = self.cfg.zero_stage == 3 and bytes(self.param_shard) + bytes(self.flat) or bytes(self.flat),
     gradients = self.flat_grad and bytes(self.flat_grad) or bytes(self.grad_shard),
     optimizer_state = opt_bytes,
-    master_weights = 0,
+    master_weights = bytes(self.master),
     buffers = bytes(self.recv), -- staging buffers live only while their bucket fills
     numel = self.numel,
     world_size = self.world_size,

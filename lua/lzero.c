@@ -62,11 +62,14 @@ static int l_comm_bytes(lua_State *L) {
   return 2;
 }
 
-/* zorch._flatten({params}, total) -> flat: copies the parameters, in order, into
-   one zero-padded float buffer of `total` elements and makes each a view of it. */
+/* zorch._flatten({params}, total, dtype?) -> flat: copies the parameters, in
+   order, into one zero-padded buffer of `total` elements (of `dtype`, default
+   theirs) and makes each a view of it. */
 static int l_flatten(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   int64_t total = luaL_checkinteger(L, 2);
+  zorch_dtype want = ZORCH_NDTYPES;
+  if (!lua_isnoneornil(L, 3) && zorch_dtype_parse(luaL_checkstring(L, 3), &want)) return lz_fail(L);
   int n = (int)luaL_len(L, 1);
   int64_t need = 0;
   zorch_dtype dt = ZORCH_F32;
@@ -81,6 +84,7 @@ static int l_flatten(lua_State *L) {
     lua_pop(L, 1);
   }
   if (need > total) return luaL_error(L, "engine: %d elements do not fit a buffer of %d", (int)need, (int)total);
+  if (want != ZORCH_NDTYPES) dt = want;
   zorch_tensor *flat = zorch_zeros(1, &total, dt, (zorch_device){ZORCH_CPU, 0});
   if (!flat) return lz_fail(L);
   lz_push(L, flat);

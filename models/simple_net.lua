@@ -22,6 +22,7 @@ local opt = zorch.flags(arg, {
   ["no-shuffle"] = {false, "keep the data order"},
   quiet = {false, "print only the summary"},
   accum = {1, "gradient accumulation steps"},
+  precision = {"fp32", "fp32, or bf16 (bf16 parameters and gradients, fp32 master weights)"},
   bucket = {500000000, "elements per gradient reduction bucket (ZeRO stages 2-3)"},
   report = {false, "print each rank's memory and communication reports as JSON lines"},
 }, "usage: zorch models/simple_net.lua [flags]")
@@ -36,7 +37,8 @@ function SimpleNet:forward(x)
 end
 
 local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, seed = opt.seed,
-                            gradient_accumulation_steps = opt.accum, reduce_bucket_size = opt.bucket}
+                            gradient_accumulation_steps = opt.accum, reduce_bucket_size = opt.bucket,
+                            precision = opt.precision}
 local X, Y
 if opt.data ~= "" then
   local d = zorch.load(opt.data)

@@ -170,7 +170,15 @@ static zorch_status leaf_accumulate(zorch_tensor *leaf, zorch_tensor *g) {
         zorch_tensor_free(g);
         if (!gg) return zorch_last_status();
       }
-      zorch_status s = backend_of(leaf->grad)->binary(BOP_ADD, leaf->grad, leaf->grad, gg, 0, 0);
+      zorch_status s;
+      if (leaf->grad->dtype == ZORCH_BF16 || leaf->grad->dtype == ZORCH_F16) {
+        /* no 16-bit kernels: add in float32, round once, write back in place */
+        zorch_tensor *sum = zorch_add(leaf->grad, gg);
+        s = sum ? zorch_copy_(leaf->grad, sum) : zorch_last_status();
+        zorch_tensor_free(sum);
+      } else {
+        s = backend_of(leaf->grad)->binary(BOP_ADD, leaf->grad, leaf->grad, gg, 0, 0);
+      }
       zorch_tensor_free(gg);
       if (s) return s;
     }

@@ -137,6 +137,7 @@ void tensor_rebind(zorch_tensor *t, const zorch_tensor *base, int64_t offset) {
   base->st->refcount++;
   storage_release(t->st);
   t->st = base->st;
+  t->dtype = base->dtype;
   t->offset = offset;
   shape_contig_strides(t->ndim, t->shape, t->strides);
 }

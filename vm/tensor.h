@@ -55,7 +55,8 @@ zorch_tensor *tensor_new_like(const zorch_tensor *t);
 zorch_tensor *tensor_alias(const zorch_tensor *t, int ndim, const int64_t *shape,
                            const int64_t *strides, int64_t offset);
 /* Points t at `base`'s storage from element `offset` on, contiguous in t's
-   shape (the ZeRO engine makes parameters views of its flat buffer). */
+   shape and with base's dtype (the ZeRO engine makes parameters views of its
+   flat buffer). */
 void tensor_rebind(zorch_tensor *t, const zorch_tensor *base, int64_t offset);
 /* Storage-sharing handle with no autograd history (what nodes save). */
 zorch_tensor *tensor_detached(const zorch_tensor *t);

@@ -34,7 +34,9 @@ static zorch_status mpi_check(int rc, const char *what, int64_t n) {
   return err_set(ZORCH_ERR_IO, "%s of %lld elements failed on rank %d: %s", what, (long long)n,
                  the_comm.rank, msg);
 }
-static MPI_Datatype mpi_type(zorch_dtype dt) { return dt == ZORCH_F64 ? MPI_DOUBLE : MPI_FLOAT; }
+static MPI_Datatype mpi_type(zorch_dtype dt) {
+  return dt == ZORCH_F64 ? MPI_DOUBLE : dt == ZORCH_F32 ? MPI_FLOAT : MPI_UINT16_T;
+}
 #endif
 
 zorch_status comm_get(zero_comm **out) {
@@ -135,8 +137,16 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
 #endif
 }
 
+/* All-gathers move bytes, so 16-bit floats are fine there. */
+static zorch_status check_gather_buf(const zorch_tensor *t) {
+  if (t && (t->dtype == ZORCH_BF16 || t->dtype == ZORCH_F16) && zorch_tensor_is_contiguous(t) &&
+      t->st->device.type == ZORCH_CPU)
+    return ZORCH_OK;
+  return check_buf("allgather", t);
+}
+
 zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv) {
-  if (check_buf("allgather", send) || check_buf("allgather", recv)) return zorch_last_status();
+  if (check_gather_buf(send) || check_gather_buf(recv)) return zorch_last_status();
   int64_t n = zorch_tensor_numel(send);
   if (n * c->world != zorch_tensor_numel(recv) || send->dtype != recv->dtype)
     return err_set(ZORCH_ERR_SHAPE, "allgather: %lld elements on each of %d ranks do not fill %lld",

@@ -80,6 +80,37 @@ for stage = 0, 3 do
          ("stage %d: a step sends %s bytes, 2 psi (N-1)/N is %d"):format(stage, tostring(mem.comm_sent), math.floor(expect)))
 end
 
+-- bf16: parameters and gradients in bf16, fp32 master weights and moments in the
+-- shards; memory as the ZeRO paper's mixed-precision formulas (K = 12)
+for stage = 0, 3 do
+  local text, good = run(("%s launch -n 4 ../models/simple_net.lua --zero-stage %d --steps 2 --batch-size 4 " ..
+    "--samples 64 --in 1024 --hidden 1024 --out 1024 --bucket 100000 --precision bf16 --quiet --report " ..
+    "--save %s/m.safetensors"):format(bin, stage, tmp))
+  local mem = {}
+  for line in text:gmatch("[^\n]+") do
+    if line:find('"report": "memory", "rank": 3,', 1, true) then
+      for k, v in line:gmatch('"([%w_]+)": (%d+)') do mem[k] = tonumber(v) end
+    end
+  end
+  local psi = mem.numel or 0
+  local formula = ({16 * psi, 4 * psi + 12 * psi / N, 2 * psi + 14 * psi / N, 16 * psi / N})[stage + 1]
+  local held = (mem.parameters or 0) + (mem.gradients or 0) + (mem.optimizer_state or 0) + (mem.master_weights or 0)
+  tap.ok(good and psi > 1000000 and math.abs(held - formula) <= 0.05 * formula,
+         ("bf16 stage %d: rank 3 holds %d bytes (master weights %s), the formula says %d"):format(
+           stage, held, tostring(mem.master_weights), math.floor(formula)))
+end
+local bf = {}
+for stage = 0, 3 do
+  local out = ("%s/bf16_s%d.safetensors"):format(tmp, stage)
+  local _, good = run(("%s launch -n 3 ../models/simple_net.lua %s --zero-stage %d --batch-size 8 --precision bf16 --save %s"):format(
+    bin, common, stage, out))
+  bf[stage] = good and zorch.load(out)
+end
+local wb = bf[0] and worst(bf[0], want) or math.huge
+tap.ok(wb < 0.05, ("bf16 at 3 ranks trains like fp32 within bf16's precision (worst %.3g)"):format(wb))
+tap.ok(bf[1] and worst(bf[1], bf[0]) == 0 and bf[3] and worst(bf[3], bf[2]) == 0,
+       "bf16: stage 1 equals stage 0 and stage 3 equals stage 2 exactly")
+
 -- ranks that disagree on the model are named
 local script = tmp .. "/disagree.lua"
 local f = io.open(script, "w")
