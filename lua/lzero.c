@@ -5,6 +5,7 @@
 
 #include "../vm/tensor.h"
 #include "../zero/comm.h"
+#include "../zero/engine.h"
 #include "lz.h"
 
 static zero_comm *get_comm(lua_State *L) {
@@ -62,78 +63,107 @@ static int l_comm_bytes(lua_State *L) {
   return 2;
 }
 
-/* zorch._flatten({params}, total, dtype?) -> flat: copies the parameters, in
-   order, into one zero-padded buffer of `total` elements (of `dtype`, default
-   theirs) and makes each a view of it. */
-static int l_flatten(lua_State *L) {
+/* ---- the partition manager ------------------------------------------------------ */
+#define LZ_ENGINE "zorch.ZeroEngine"
+
+typedef struct {
+  zero_engine *e;
+} lz_engine;
+
+static zero_engine *check_engine(lua_State *L) {
+  lz_engine *b = luaL_checkudata(L, 1, LZ_ENGINE);
+  if (!b->e) luaL_argerror(L, 1, "engine was freed");
+  return b->e;
+}
+
+static int e_gc(lua_State *L) {
+  lz_engine *b = luaL_checkudata(L, 1, LZ_ENGINE);
+  zero_engine_free(b->e);
+  b->e = NULL;
+  return 0;
+}
+
+/* zorch._zero_engine({params}, {stage, bucket, bf16}) */
+static int l_zero_engine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  int64_t total = luaL_checkinteger(L, 2);
-  zorch_dtype want = ZORCH_NDTYPES;
-  if (!lua_isnoneornil(L, 3) && zorch_dtype_parse(luaL_checkstring(L, 3), &want)) return lz_fail(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  zero_opts o = {0, 500000000, false};
+  lua_getfield(L, 2, "stage");
+  o.stage = (int)luaL_checkinteger(L, -1);
+  lua_getfield(L, 2, "bucket");
+  o.bucket = luaL_optinteger(L, -1, o.bucket);
+  lua_getfield(L, 2, "bf16");
+  o.bf16 = lua_toboolean(L, -1);
+  lua_pop(L, 3);
   int n = (int)luaL_len(L, 1);
-  int64_t need = 0;
-  zorch_dtype dt = ZORCH_F32;
-  for (int i = 1; i <= n; i++) {
-    lua_geti(L, 1, i);
-    zorch_tensor *p = lz_check(L, -1);
-    if (i == 1) dt = p->dtype;
-    if (p->dtype != dt || (dt != ZORCH_F32 && dt != ZORCH_F64))
-      return luaL_error(L, "engine: parameter %d is %s; parameters must all be float32 or all float64", i,
-                        zorch_dtype_name(p->dtype));
-    need += zorch_tensor_numel(p);
+  zorch_tensor **ps = lua_newuserdatauv(L, sizeof *ps * (size_t)(n ? n : 1), 0);
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, 1, i + 1);
+    ps[i] = lz_check(L, -1);
     lua_pop(L, 1);
   }
-  if (need > total) return luaL_error(L, "engine: %d elements do not fit a buffer of %d", (int)need, (int)total);
-  if (want != ZORCH_NDTYPES) dt = want;
-  zorch_tensor *flat = zorch_zeros(1, &total, dt, (zorch_device){ZORCH_CPU, 0});
-  if (!flat) return lz_fail(L);
-  lz_push(L, flat);
-  int64_t off = 0;
-  for (int i = 1; i <= n; i++) {
-    lua_geti(L, 1, i);
-    zorch_tensor *p = lz_check(L, -1);
-    int64_t k = zorch_tensor_numel(p);
-    zorch_tensor *dst = tensor_alias(flat, p->ndim, p->shape, p->strides, off);
-    if (!dst) return lz_fail(L);
-    shape_contig_strides(p->ndim, p->shape, dst->strides);
-    zorch_status st = zorch_copy_(dst, p);
-    zorch_tensor_free(dst);
-    if (st) return lz_fail(L);
-    tensor_rebind(p, flat, off);
-    off += k;
-    lua_pop(L, 1);
-  }
+  lz_engine *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->e = NULL;
+  luaL_setmetatable(L, LZ_ENGINE);
+  if (zero_engine_new(&b->e, get_comm(L), &o, n, ps)) return lz_fail(L);
   return 1;
 }
 
-/* zorch._rebind({params}, flat | nil): parameters become views of `flat`, in
-   order; with nil they are released onto a one-element NaN storage with zero
-   strides (readable, never out of bounds, and visibly not the weights) until the
-   next gather. */
-static int l_rebind(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  zorch_tensor *flat = lua_isnoneornil(L, 2) ? NULL : lz_check(L, 2);
-  int n = (int)luaL_len(L, 1);
-  zorch_tensor *hold = NULL;
-  int64_t off = 0;
-  for (int i = 1; i <= n; i++) {
-    lua_geti(L, 1, i);
-    zorch_tensor *p = lz_check(L, -1);
-    lua_pop(L, 1);
-    int64_t k = zorch_tensor_numel(p);
-    if (flat) {
-      if (off + k > zorch_tensor_numel(flat) || flat->dtype != p->dtype)
-        return luaL_error(L, "engine: the flat buffer does not fit parameter %d", i);
-      tensor_rebind(p, flat, flat->offset + off);
-    } else {
-      if (!hold && !(hold = zorch_full(0, NULL, NAN, p->dtype, (zorch_device){ZORCH_CPU, 0}))) return lz_fail(L);
-      tensor_rebind(p, hold, 0);
-      for (int d = 0; d < p->ndim; d++) p->strides[d] = 0;
-    }
-    off += k;
-  }
-  zorch_tensor_free(hold);
-  return 0;
+static int e_status(lua_State *L, zorch_status st) { return st ? lz_fail(L) : 0; }
+static int e_begin(lua_State *L) { return e_status(L, zero_engine_begin_backward(check_engine(L))); }
+static int e_end(lua_State *L) { return e_status(L, zero_engine_end_backward(check_engine(L))); }
+static int e_after(lua_State *L) { return e_status(L, zero_engine_after_update(check_engine(L))); }
+static int e_zero_grad(lua_State *L) { return e_status(L, zero_engine_zero_grad(check_engine(L))); }
+static int e_gather(lua_State *L) { return e_status(L, zero_engine_gather(check_engine(L))); }
+static int e_release(lua_State *L) { return e_status(L, zero_engine_release(check_engine(L))); }
+static int e_sync(lua_State *L) { return e_status(L, zero_engine_sync_shard(check_engine(L))); }
+
+static int e_target(lua_State *L) {
+  return lz_push(L, zorch_tensor_retain(zero_engine_target(check_engine(L))));
+}
+
+/* engine:reduced_grad() -> gradient, sharded */
+static int e_reduced_grad(lua_State *L) {
+  bool sharded;
+  lz_push(L, zero_engine_reduced_grad(check_engine(L), &sharded));
+  lua_pushboolean(L, sharded);
+  return 2;
+}
+
+/* engine:clip(grad, sharded, max_norm) -> norm */
+static int e_clip(lua_State *L) {
+  zero_engine *e = check_engine(L);
+  double norm;
+  if (zero_engine_clip(e, lz_check(L, 2), lua_toboolean(L, 3), luaL_checknumber(L, 4), &norm)) return lz_fail(L);
+  lua_pushnumber(L, norm);
+  return 1;
+}
+
+static int e_memory(lua_State *L) {
+  zero_memory m;
+  zero_engine_memory(check_engine(L), &m);
+  lua_createtable(L, 0, 6);
+  lua_pushinteger(L, m.parameters), lua_setfield(L, -2, "parameters");
+  lua_pushinteger(L, m.gradients), lua_setfield(L, -2, "gradients");
+  lua_pushinteger(L, m.master_weights), lua_setfield(L, -2, "master_weights");
+  lua_pushinteger(L, m.buffers), lua_setfield(L, -2, "buffers");
+  lua_pushinteger(L, m.numel), lua_setfield(L, -2, "numel");
+  lua_pushinteger(L, m.shard), lua_setfield(L, -2, "shard");
+  return 1;
+}
+
+static void open_engine_type(lua_State *L) {
+  static const luaL_Reg methods[] = {{"begin_backward", e_begin}, {"end_backward", e_end},
+                                     {"reduced_grad", e_reduced_grad}, {"target", e_target},
+                                     {"clip", e_clip}, {"after_update", e_after}, {"zero_grad", e_zero_grad},
+                                     {"gather", e_gather}, {"release", e_release}, {"sync_shard", e_sync},
+                                     {"memory", e_memory}, {NULL, NULL}};
+  luaL_newmetatable(L, LZ_ENGINE);
+  lua_pushcfunction(L, e_gc);
+  lua_setfield(L, -2, "__gc");
+  luaL_newlib(L, methods);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
 }
 
 /* ---- gradient-ready hooks that call Lua ------------------------------------------ */
@@ -186,6 +216,7 @@ static int l_finalize(lua_State *L) {
 }
 
 void lz_open_zero(lua_State *L) {
+  open_engine_type(L);
   lua_newuserdatauv(L, 1, 0);
   lua_newtable(L);
   lua_pushcfunction(L, l_finalize);
@@ -195,7 +226,7 @@ void lz_open_zero(lua_State *L) {
   static const luaL_Reg fns[] = {{"_comm", l_comm},           {"_allreduce", l_allreduce},
                                  {"_reduce_scatter", l_reduce_scatter}, {"_allgather", l_allgather},
                                  {"_reduce_scatter_inplace", l_reduce_scatter_inplace},
-                                 {"_comm_bytes", l_comm_bytes}, {"_flatten", l_flatten}, {"_rebind", l_rebind},
+                                 {"_comm_bytes", l_comm_bytes}, {"_zero_engine", l_zero_engine},
                                  {"register_hook", l_register_hook}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
   luaL_getmetatable(L, LZ_TENSOR);

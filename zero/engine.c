@@ -1,0 +1,368 @@
+/* engine.c: the ZeRO partition manager (see engine.h). Buffers are float32
+   unless bf16 is on; collectives always reduce in float32. */
+#include "engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../vm/device.h"
+
+#define ZERO_ALIGN 16 /* elements: every shard is a multiple of this */
+
+typedef struct bucket {
+  int64_t lo, hi;    /* flat range [lo, hi) */
+  int size, pending; /* parameters in it, and still to arrive */
+  zorch_tensor *buf; /* float32 staging while it fills */
+} bucket;
+
+typedef struct param_ctx {
+  zero_engine *e;
+  int index;
+} param_ctx;
+
+struct zero_engine {
+  zero_comm *c;
+  zero_opts o;
+  int n;
+  zorch_tensor **params;  /* retained */
+  int64_t *offset;        /* flat offset of each parameter */
+  int64_t numel, shard, padded;
+  zorch_dtype pdt;        /* parameter and gradient dtype */
+  zorch_tensor *flat;     /* (padded) parameters; NULL while stage 3 is released */
+  zorch_tensor *pshard;   /* (shard) this rank's parameters: a view, or owned at stage 3 */
+  zorch_tensor *master;   /* fp32 master weights (bf16), else NULL */
+  zorch_tensor *gflat;    /* (padded) gradients, stages 0-1 */
+  zorch_tensor *gshard;   /* (shard) reduced gradients, stages 1-3 */
+  zorch_tensor *recv;     /* float32 receive buffer of the largest bucket */
+  zorch_tensor *nan;      /* placeholder storage of released parameters */
+  bucket *buckets;
+  int nbuckets;
+  int *bucket_of;
+  param_ctx *ctx;
+};
+
+static zorch_tensor *flat_view(zorch_tensor *base, int64_t off, int ndim, const int64_t *shape) {
+  int64_t st[ZORCH_MAX_DIMS];
+  shape_contig_strides(ndim, shape, st);
+  return tensor_alias(base, ndim, shape, st, base->offset + off);
+}
+
+static zorch_tensor *range(zorch_tensor *base, int64_t off, int64_t len) {
+  return flat_view(base, off, 1, &len);
+}
+
+/* dst += src, dst of any float dtype (16-bit ones round once). */
+static zorch_status add_into(zorch_tensor *dst, zorch_tensor *src) {
+  if (dst->dtype == src->dtype && (dst->dtype == ZORCH_F32 || dst->dtype == ZORCH_F64))
+    return backend_of(dst)->binary(BOP_ADD, dst, dst, src, 0, 0);
+  zorch_tensor *sum = zorch_add(dst, src);
+  zorch_status st = sum ? zorch_copy_(dst, sum) : zorch_last_status();
+  zorch_tensor_free(sum);
+  return st;
+}
+
+static zorch_status scale(zorch_tensor *t, double s) {
+  return backend_of(t)->unary(UOP_MUL_S, t, t, s, 0);
+}
+
+/* The elements of [lo, hi) in each rank's shard. */
+static void overlap_counts(const zero_engine *e, int64_t lo, int64_t hi, int64_t *counts) {
+  for (int r = 0; r < e->c->world; r++) {
+    int64_t a = lo > r * e->shard ? lo : r * e->shard;
+    int64_t b = hi < (r + 1) * e->shard ? hi : (r + 1) * e->shard;
+    counts[r] = b > a ? b - a : 0;
+  }
+}
+
+static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
+  int world = e->c->world;
+  int64_t counts[256], *cnt = world <= 256 ? counts : malloc(sizeof(int64_t) * (size_t)world);
+  if (!cnt) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  overlap_counts(e, b->lo, b->hi, cnt);
+  int64_t mine = cnt[e->c->rank], len = b->hi - b->lo;
+  zorch_status st = ZORCH_OK;
+  if (!b->buf && !(b->buf = zorch_zeros(1, &len, ZORCH_F32, (zorch_device){ZORCH_CPU, 0})))
+    st = zorch_last_status();
+  zorch_tensor *recv = st ? NULL : range(e->recv, 0, mine);
+  if (!st && !recv) st = zorch_last_status();
+  if (!st) st = comm_reduce_scatter(e->c, b->buf, recv, cnt);
+  if (!st && mine > 0) {
+    int64_t start = (b->lo > e->c->rank * e->shard ? b->lo : e->c->rank * e->shard) - e->c->rank * e->shard;
+    zorch_tensor *dst = range(e->gshard, start, mine);
+    st = dst ? add_into(dst, recv) : zorch_last_status();
+    zorch_tensor_free(dst);
+  }
+  zorch_tensor_free(recv);
+  zorch_tensor_free(b->buf);
+  b->buf = NULL;
+  b->pending = b->size;
+  if (cnt != counts) free(cnt);
+  if (st) err_prefix("zero bucket reduction");
+  return st;
+}
+
+/* Gradient-ready hook (stages 2-3): the gradient goes into its bucket and the
+   parameter's own copy is dropped; a full bucket is reduced at once. */
+static zorch_status on_grad(zorch_tensor *leaf, void *ud) {
+  param_ctx *pc = ud;
+  zero_engine *e = pc->e;
+  bucket *b = &e->buckets[e->bucket_of[pc->index]];
+  zorch_tensor *g = leaf->grad;
+  if (g) {
+    int64_t len = b->hi - b->lo;
+    if (!b->buf && !(b->buf = zorch_zeros(1, &len, ZORCH_F32, (zorch_device){ZORCH_CPU, 0})))
+      return zorch_last_status();
+    zorch_tensor *dst = flat_view(b->buf, e->offset[pc->index] - b->lo, g->ndim, g->shape);
+    zorch_status st = dst ? zorch_copy_(dst, g) : zorch_last_status();
+    zorch_tensor_free(dst);
+    if (st) return st;
+    zorch_set_grad(leaf, NULL);
+  }
+  if (--b->pending == 0) return reduce_bucket(e, b);
+  return ZORCH_OK;
+}
+
+/* Buckets: runs of parameters in reverse order (the order gradients arrive). */
+static zorch_status make_buckets(zero_engine *e) {
+  e->buckets = calloc((size_t)e->n, sizeof *e->buckets);
+  e->bucket_of = calloc((size_t)e->n, sizeof *e->bucket_of);
+  e->ctx = calloc((size_t)e->n, sizeof *e->ctx);
+  if (!e->buckets || !e->bucket_of || !e->ctx) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  int64_t maxlen = 1;
+  bucket *cur = NULL;
+  for (int i = e->n - 1; i >= 0; i--) {
+    int64_t lo = e->offset[i], hi = lo + zorch_tensor_numel(e->params[i]);
+    if (!cur || cur->hi - lo > e->o.bucket) {
+      cur = &e->buckets[e->nbuckets++];
+      cur->hi = hi;
+    }
+    cur->lo = lo;
+    cur->size++;
+    e->bucket_of[i] = (int)(cur - e->buckets);
+    if (cur->hi - cur->lo > maxlen) maxlen = cur->hi - cur->lo;
+  }
+  for (int k = 0; k < e->nbuckets; k++) e->buckets[k].pending = e->buckets[k].size;
+  if (!(e->recv = zorch_zeros(1, &maxlen, ZORCH_F32, (zorch_device){ZORCH_CPU, 0}))) return zorch_last_status();
+  for (int i = 0; i < e->n; i++) {
+    e->ctx[i] = (param_ctx){e, i};
+    zorch_status st = zorch_set_grad_hook(e->params[i], on_grad, &e->ctx[i]);
+    if (st) return st;
+  }
+  return ZORCH_OK;
+}
+
+zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o, int n,
+                             zorch_tensor *const *params) {
+  *out = NULL;
+  if (!c || !o || n < 1 || !params || o->stage < 0 || o->stage > 3 || o->bucket < 1)
+    return err_set(ZORCH_ERR_ARG, "zero: bad engine arguments");
+  zero_engine *e = calloc(1, sizeof *e);
+  if (!e) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  e->c = c;
+  e->o = *o;
+  e->n = n;
+  e->pdt = o->bf16 ? ZORCH_BF16 : ZORCH_F32;
+  e->params = calloc((size_t)n, sizeof *e->params);
+  e->offset = calloc((size_t)n, sizeof *e->offset);
+  zorch_status st = e->params && e->offset ? ZORCH_OK : err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  for (int i = 0; i < n && !st; i++) {
+    zorch_tensor *p = params[i];
+    if (!p || p->dtype != ZORCH_F32 || p->st->device.type != ZORCH_CPU)
+      st = err_set(ZORCH_ERR_DTYPE, "zero: parameter %d must be a float32 CPU tensor", i + 1);
+    else {
+      e->params[i] = zorch_tensor_retain(p);
+      e->offset[i] = e->numel;
+      e->numel += zorch_tensor_numel(p);
+    }
+  }
+  if (st) {
+    zero_engine_free(e);
+    return st;
+  }
+  int64_t per = (e->numel + c->world - 1) / c->world;
+  e->shard = (per + ZERO_ALIGN - 1) / ZERO_ALIGN * ZERO_ALIGN;
+  e->padded = e->shard * c->world;
+  zorch_device cpu = {ZORCH_CPU, 0};
+  /* the flat buffer: copies of the parameters, which become its views */
+  if (!(e->flat = zorch_zeros(1, &e->padded, e->pdt, cpu))) goto fail;
+  for (int i = 0; i < n; i++) {
+    zorch_tensor *p = e->params[i];
+    zorch_tensor *dst = flat_view(e->flat, e->offset[i], p->ndim, p->shape);
+    st = dst ? zorch_copy_(dst, p) : zorch_last_status();
+    zorch_tensor_free(dst);
+    if (st) goto fail_st;
+    tensor_rebind(p, e->flat, e->offset[i]);
+  }
+  if (!(e->pshard = range(e->flat, c->rank * e->shard, e->shard))) goto fail;
+  if (o->bf16 && !(e->master = zorch_to_dtype(o->stage == 0 ? e->flat : e->pshard, ZORCH_F32))) goto fail;
+  if (o->stage <= 1 && !(e->gflat = zorch_zeros(1, &e->padded, e->pdt, cpu))) goto fail;
+  /* stage 1 reduces in place: its gradient slice is a view of the full buffer */
+  if (o->stage == 1 && !(e->gshard = range(e->gflat, c->rank * e->shard, e->shard))) goto fail;
+  if (o->stage >= 2 && !(e->gshard = zorch_zeros(1, &e->shard, e->pdt, cpu))) goto fail;
+  if (o->stage >= 2 && (st = make_buckets(e))) goto fail_st;
+  if (o->stage == 3) { /* the slice gets storage of its own; the full buffer comes and goes */
+    zorch_tensor *own = zorch_clone(e->pshard);
+    if (!own) goto fail;
+    zorch_tensor_free(e->pshard);
+    e->pshard = own;
+    if ((st = zero_engine_release(e))) goto fail_st;
+  }
+  *out = e;
+  return ZORCH_OK;
+fail:
+  st = zorch_last_status();
+fail_st:
+  zero_engine_free(e);
+  return st;
+}
+
+void zero_engine_free(zero_engine *e) {
+  if (!e) return;
+  for (int i = 0; i < e->n; i++) {
+    if (e->params && e->params[i] && e->ctx) zorch_set_grad_hook(e->params[i], NULL, NULL);
+    if (e->params) zorch_tensor_free(e->params[i]);
+  }
+  for (int k = 0; k < e->nbuckets; k++) zorch_tensor_free(e->buckets[k].buf);
+  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv, e->nan};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) zorch_tensor_free(ts[i]);
+  free(e->params);
+  free(e->offset);
+  free(e->buckets);
+  free(e->bucket_of);
+  free(e->ctx);
+  free(e);
+}
+
+zorch_status zero_engine_begin_backward(zero_engine *e) {
+  if (e->o.stage == 3) return zero_engine_gather(e);
+  if (!e->gflat) return ZORCH_OK;
+  for (int i = 0; i < e->n; i++) {
+    zorch_tensor *p = e->params[i];
+    if (p->grad) continue;
+    zorch_tensor *v = flat_view(e->gflat, e->offset[i], p->ndim, p->shape);
+    zorch_status st = v ? zorch_set_grad(p, v) : zorch_last_status();
+    zorch_tensor_free(v);
+    if (st) return st;
+  }
+  return ZORCH_OK;
+}
+
+zorch_status zero_engine_end_backward(zero_engine *e) {
+  for (int k = 0; k < e->nbuckets; k++) {
+    bucket *b = &e->buckets[k];
+    if (b->pending != b->size) {
+      zorch_status st = reduce_bucket(e, b);
+      if (st) return st;
+    }
+  }
+  return ZORCH_OK;
+}
+
+zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded) {
+  int N = e->c->world;
+  zorch_tensor *g = NULL;
+  *sharded = e->o.stage > 0;
+  if (e->o.stage == 0) {
+    g = e->o.bf16 ? zorch_to_dtype(e->gflat, ZORCH_F32) : zorch_tensor_retain(e->gflat);
+    if (g && comm_allreduce(e->c, g, false)) zorch_tensor_free(g), g = NULL;
+  } else if (e->o.stage == 1) {
+    zorch_tensor *full = e->o.bf16 ? zorch_to_dtype(e->gflat, ZORCH_F32) : zorch_tensor_retain(e->gflat);
+    if (full && !comm_reduce_scatter_inplace(e->c, full)) g = range(full, e->c->rank * e->shard, e->shard);
+    zorch_tensor_free(full);
+  } else {
+    g = e->o.bf16 ? zorch_to_dtype(e->gshard, ZORCH_F32) : zorch_tensor_retain(e->gshard);
+  }
+  if (g && N > 1 && scale(g, 1.0 / N)) zorch_tensor_free(g), g = NULL;
+  return g;
+}
+
+zorch_tensor *zero_engine_target(zero_engine *e) {
+  if (e->master) return e->master;
+  return e->o.stage == 0 ? e->flat : e->pshard;
+}
+
+zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, double max_norm, double *norm) {
+  if (!zorch_tensor_is_contiguous(g) || g->dtype != ZORCH_F32)
+    return err_set(ZORCH_ERR_ARG, "zero: clipping needs a contiguous float32 gradient");
+  const float *p = (const float *)tensor_ptr(g);
+  int64_t n = zorch_tensor_numel(g);
+  double sq = 0;
+  for (int64_t i = 0; i < n; i++) sq += (double)p[i] * p[i];
+  if (sharded && e->c->world > 1) {
+    int64_t one = 1;
+    zorch_tensor *t = zorch_full(1, &one, sq, ZORCH_F64, (zorch_device){ZORCH_CPU, 0});
+    zorch_status st = t ? comm_allreduce(e->c, t, false) : zorch_last_status();
+    if (!st) sq = ((double *)tensor_ptr(t))[0];
+    zorch_tensor_free(t);
+    if (st) return st;
+  }
+  *norm = sqrt(sq);
+  double coef = max_norm / (*norm + 1e-6);
+  if (max_norm > 0 && coef < 1) return scale(g, coef);
+  return ZORCH_OK;
+}
+
+zorch_status zero_engine_after_update(zero_engine *e) {
+  zorch_status st = ZORCH_OK;
+  if (e->master) st = zorch_copy_(e->o.stage == 0 ? e->flat : e->pshard, e->master);
+  if (!st && (e->o.stage == 1 || e->o.stage == 2)) st = comm_allgather(e->c, e->pshard, e->flat);
+  if (!st && e->o.stage == 3) st = zero_engine_release(e);
+  return st;
+}
+
+zorch_status zero_engine_zero_grad(zero_engine *e) {
+  zorch_status st = ZORCH_OK;
+  if (e->gflat) st = zorch_fill_(e->gflat, 0);
+  if (!st && e->gshard && e->o.stage >= 2) st = zorch_fill_(e->gshard, 0);
+  for (int i = 0; i < e->n && !st; i++) st = zorch_set_grad(e->params[i], NULL);
+  return st;
+}
+
+zorch_status zero_engine_gather(zero_engine *e) {
+  if (e->o.stage != 3 || e->flat) return ZORCH_OK;
+  if (!(e->flat = zorch_zeros(1, &e->padded, e->pdt, (zorch_device){ZORCH_CPU, 0}))) return zorch_last_status();
+  zorch_status st = comm_allgather(e->c, e->pshard, e->flat);
+  if (st) return st;
+  for (int i = 0; i < e->n; i++) tensor_rebind(e->params[i], e->flat, e->offset[i]);
+  return ZORCH_OK;
+}
+
+/* Released parameters view one NaN with zero strides: readable, never out of
+   bounds, and visibly not the weights. */
+zorch_status zero_engine_release(zero_engine *e) {
+  if (e->o.stage != 3) return ZORCH_OK;
+  if (!e->nan && !(e->nan = zorch_full(0, NULL, NAN, e->pdt, (zorch_device){ZORCH_CPU, 0})))
+    return zorch_last_status();
+  for (int i = 0; i < e->n; i++) {
+    zorch_tensor *p = e->params[i];
+    tensor_rebind(p, e->nan, 0);
+    for (int d = 0; d < p->ndim; d++) p->strides[d] = 0;
+  }
+  zorch_tensor_free(e->flat);
+  e->flat = NULL;
+  return ZORCH_OK;
+}
+
+zorch_status zero_engine_sync_shard(zero_engine *e) {
+  if (e->o.stage != 3 || !e->flat) return ZORCH_OK;
+  zorch_tensor *mine = range(e->flat, e->c->rank * e->shard, e->shard);
+  zorch_status st = mine ? zorch_copy_(e->pshard, mine) : zorch_last_status();
+  if (!st && e->master) st = zorch_copy_(e->master, mine);
+  zorch_tensor_free(mine);
+  return st;
+}
+
+static int64_t nbytes(const zorch_tensor *t) {
+  return t ? zorch_tensor_numel(t) * (int64_t)dtype_sizes[t->dtype] : 0;
+}
+
+void zero_engine_memory(const zero_engine *e, zero_memory *m) {
+  m->parameters = e->o.stage == 3 ? nbytes(e->pshard) + nbytes(e->flat) : nbytes(e->flat);
+  m->gradients = e->gflat ? nbytes(e->gflat) : nbytes(e->gshard);
+  m->master_weights = nbytes(e->master);
+  m->buffers = nbytes(e->recv);
+  for (int k = 0; k < e->nbuckets; k++) m->buffers += nbytes(e->buckets[k].buf);
+  m->numel = e->numel;
+  m->shard = e->shard;
+}

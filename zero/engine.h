@@ -1,0 +1,53 @@
+/* engine.h: the ZeRO partition manager. It owns the flat, padded parameter
+   buffer (the parameters become views of it), this rank's slices of gradients,
+   master weights and parameters as the stage asks, the gradient buckets reduced
+   from gradient-ready hooks during backward, and the gathers and releases of
+   stage 3. The optimizer runs on `zero_engine_target` with the gradient from
+   `zero_engine_reduced_grad`; lua/engine.lua drives the sequence. */
+#ifndef ZORCH_ZERO_ENGINE_H
+#define ZORCH_ZERO_ENGINE_H
+#include "comm.h"
+
+typedef struct zero_engine zero_engine;
+
+typedef struct {
+  int stage;           /* 0..3 */
+  int64_t bucket;      /* elements per gradient reduction (stages 2-3) */
+  bool bf16;           /* bf16 parameters and gradients, fp32 master weights */
+} zero_opts;
+
+typedef struct {
+  int64_t parameters, gradients, master_weights, buffers; /* bytes held now */
+  int64_t numel, shard;                                   /* elements */
+} zero_memory;
+
+/* Flattens the n parameters (float32, in order) and sets up the stage. */
+zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o, int n,
+                             zorch_tensor *const *params);
+void zero_engine_free(zero_engine *e);
+/* Before a micro-step's backward: stage 0-1 bind .grad to the flat gradient
+   buffer's views; stage 3 gathers the parameters. */
+zorch_status zero_engine_begin_backward(zero_engine *e);
+/* After backward: buckets some parameters never reached still reduce. */
+zorch_status zero_engine_end_backward(zero_engine *e);
+/* The gradient for the optimizer (fp32, summed over ranks and averaged; a new
+   reference); *sharded tells whether it is this rank's slice only. */
+zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded);
+/* What the optimizer updates: the fp32 master weights, or the parameters' flat
+   buffer (stage 0) or this rank's slice of it. Borrowed. */
+zorch_tensor *zero_engine_target(zero_engine *e);
+/* Global L2 norm of the gradient (fp64 sums, one all-reduce when sharded);
+   scales it to max_norm when above (max_norm <= 0: no clipping). */
+zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *grad, bool sharded, double max_norm,
+                              double *norm);
+/* After the optimizer: master weights into the parameters, then all-gather
+   (stages 1-2) or release (stage 3). */
+zorch_status zero_engine_after_update(zero_engine *e);
+zorch_status zero_engine_zero_grad(zero_engine *e);
+/* Stage 3: gather the full parameters, release them, or keep a slice after the
+   parameters were written. No-ops at other stages. */
+zorch_status zero_engine_gather(zero_engine *e);
+zorch_status zero_engine_release(zero_engine *e);
+zorch_status zero_engine_sync_shard(zero_engine *e);
+void zero_engine_memory(const zero_engine *e, zero_memory *m);
+#endif
