@@ -7,6 +7,55 @@
 #include "autograd.h"
 #include "device.h"
 
+bool alloc_cache_enabled(void) {
+#if defined(__SANITIZE_ADDRESS__)
+  return false;
+#else
+  static int on = -1;
+  if (on < 0) {
+    const char *v = getenv("ZORCH_ALLOC_CACHE");
+    on = !(v && v[0] == '0');
+  }
+  return on;
+#endif
+}
+
+/* Per-thread free lists of tensor and storage structs: small ops make and drop
+   several handles each. */
+#define STRUCT_CACHE 64
+static _Thread_local zorch_tensor *free_tensors[STRUCT_CACHE];
+static _Thread_local int nfree_tensors;
+static _Thread_local storage *free_storages[STRUCT_CACHE];
+static _Thread_local int nfree_storages;
+
+static zorch_tensor *tensor_struct_new(void) {
+  if (nfree_tensors > 0) {
+    zorch_tensor *t = free_tensors[--nfree_tensors];
+    memset(t, 0, sizeof *t);
+    return t;
+  }
+  return calloc(1, sizeof(zorch_tensor));
+}
+
+static void tensor_struct_free(zorch_tensor *t) {
+  if (alloc_cache_enabled() && nfree_tensors < STRUCT_CACHE) free_tensors[nfree_tensors++] = t;
+  else free(t);
+}
+
+static storage *storage_struct_new(void) {
+  if (nfree_storages > 0) {
+    storage *s = free_storages[--nfree_storages];
+    memset(s, 0, sizeof *s);
+    return s;
+  }
+  return calloc(1, sizeof(storage));
+}
+
+static void storage_struct_free(storage *s) {
+  if (alloc_cache_enabled() && nfree_storages < STRUCT_CACHE) free_storages[nfree_storages++] = s;
+  else free(s);
+}
+
 static storage *storage_new(size_t nbytes, zorch_device dev) {
   const backend *be = backend_get(dev.type);
   if (!be) {
@@ -19,11 +68,11 @@ static storage *storage_new(size_t nbytes, zorch_device dev) {
     zorch_device_name(dev, name, sizeof name);
     return err_null(ZORCH_ERR_DEVICE, "device %s: not available", name);
   }
-  storage *s = calloc(1, sizeof *s);
+  storage *s = storage_struct_new();
   if (!s) return err_null(ZORCH_ERR_OOM, "out of memory");
   s->data = be->alloc(dev.index, nbytes);
   if (!s->data) {
-    free(s);
+    storage_struct_free(s);
     return err_null(ZORCH_ERR_OOM, "out of memory allocating %zu bytes", nbytes);
   }
   s->refcount = 1;
@@ -38,7 +87,7 @@ static void storage_release(storage *s) {
     s->deleter(s->data, s->deleter_ctx);
   else if (!s->borrowed)
     backend_get(s->device.type)->free(s->device.index, s->data);
-  free(s);
+  storage_struct_free(s);
 }
 
 int64_t shape_numel(int ndim, const int64_t *shape) {
@@ -89,7 +138,7 @@ static int64_t shape_check(const char *op, int ndim, const int64_t *shape, zorch
 
 static zorch_tensor *tensor_handle(storage *s, int ndim, const int64_t *shape,
                                    const int64_t *strides, int64_t offset, zorch_dtype dt) {
-  zorch_tensor *t = calloc(1, sizeof *t);
+  zorch_tensor *t = tensor_struct_new();
   if (!t) return err_null(ZORCH_ERR_OOM, "out of memory");
   t->refcount = 1;
   t->ndim = ndim;
@@ -207,7 +256,7 @@ void zorch_tensor_free(zorch_tensor *t) {
   storage_release(t->st);
   zorch_tensor_free(t->grad);
   ag_node_release(t->grad_fn);
-  free(t);
+  tensor_struct_free(t);
 }
 
 int zorch_tensor_refcount(const zorch_tensor *t) { return t ? t->refcount : 0; }
@@ -250,7 +299,7 @@ static zorch_tensor *wrap(void *data, zorch_dtype dt, int ndim, const int64_t *s
     if (st < 0) return err_null(ZORCH_ERR_ARG, "tensor_wrap: negative stride at dim %d", i);
     extent += (shape[i] - 1) * st;
   }
-  storage *s = calloc(1, sizeof *s);
+  storage *s = storage_struct_new();
   if (!s) return err_null(ZORCH_ERR_OOM, "out of memory");
   s->refcount = 1;
   s->data = data;

@@ -44,6 +44,11 @@ struct zorch_tensor {
   int ag_pending;     /* edges still to deliver in the running backward pass */
 };
 
+/* Whether freed tensors, storages and small blocks are kept for reuse (off in
+   sanitizer builds and with ZORCH_ALLOC_CACHE=0, so memory checkers see every
+   free). */
+bool alloc_cache_enabled(void);
+
 /* Element size per dtype. */
 extern const size_t dtype_sizes[ZORCH_NDTYPES];
 

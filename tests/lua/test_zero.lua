@@ -12,6 +12,15 @@ local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
 if os.getenv("ZORCH_TEST_SANITIZED") then
   bin = "ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 " .. bin
 end
+do -- without MPI there is nothing to launch
+  local p = io.popen(bin .. " info")
+  local info = p:read("a")
+  p:close()
+  if not info:find("Open MPI", 1, true) then
+    tap.ok(true, "# SKIP zorch was built without MPI")
+    tap.done()
+  end
+end
 local tmp = os.tmpname()
 os.remove(tmp)
 os.execute("mkdir -p " .. tmp)
