@@ -220,7 +220,9 @@ fail_st:
 void zero_engine_free(zero_engine *e) {
   if (!e) return;
   for (int i = 0; i < e->n; i++) {
-    if (e->params && e->params[i] && e->ctx) zorch_set_grad_hook(e->params[i], NULL, NULL);
+    /* clear the hook only if it is still this engine's (a later engine may own it) */
+    if (e->params && e->params[i] && e->ctx && e->params[i]->hook.ud == &e->ctx[i])
+      zorch_set_grad_hook(e->params[i], NULL, NULL);
     if (e->params) zorch_tensor_free(e->params[i]);
   }
   for (int k = 0; k < e->nbuckets; k++) zorch_tensor_free(e->buckets[k].buf);
