@@ -106,16 +106,48 @@ function Engine:prepare(model, loader, opt)
   self:check_agreement(#params, numel)
   zorch._comm_bytes(true)
   local stage = self.cfg.zero_stage
-  -- parameters become views of the engine's flat buffer, padded so shards are equal
+  -- stage 3 gathers a module's own parameters around its forward and backward:
+  -- groups are runs of consecutive parameters with one owner
+  local groups, owner_groups, owners = nil, {}, {}
+  if stage == 3 then
+    local function walk(m)
+      for _, k in ipairs(m._order) do
+        local v = rawget(m, k)
+        if m._params[k] and v ~= nil then owners[#owners + 1] = m
+        elseif m._children[k] and v ~= nil then walk(v) end
+      end
+    end
+    walk(model)
+    groups = {}
+    for i, m in ipairs(owners) do
+      if i == 1 or owners[i - 1] ~= m then
+        groups[#groups + 1] = 0
+        owner_groups[m] = owner_groups[m] or {}
+        table.insert(owner_groups[m], #groups - 1)
+      end
+      groups[#groups] = groups[#groups] + 1
+    end
+  end
+  -- parameters become views of the engine's buffers, padded so shards are equal
   self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size,
-                                          bf16 = self.cfg.precision == "bf16"})
-  if stage == 3 then -- the model gathers its parameters before every forward
-    rawset(model, "_engine", self)
-    local forward = model.forward
-    rawset(model, "forward", function(m, ...)
-      self.zero:gather()
-      return forward(m, ...)
-    end)
+                                          bf16 = self.cfg.precision == "bf16", groups = groups})
+  if stage == 3 then
+    rawset(model, "_engine", self) -- state dicts gather first
+    local zero = self.zero
+    for m, gids in pairs(owner_groups) do
+      local id = zero:module_register(gids)
+      local forward = m.forward
+      rawset(m, "forward", function(mod, ...)
+        zero:module_begin(id)
+        local r = table.pack(forward(mod, ...))
+        local armed = false
+        for i = 1, r.n do
+          if zorch.is_tensor(r[i]) then zero:module_end(id, r[i]); armed = true end
+        end
+        if not armed then zero:module_end(id, nil) end
+        return table.unpack(r, 1, r.n)
+      end)
+    end
   end
   if not opt then return model, loader end
   -- the same optimizer, over this rank's slice (the whole buffer at stage 0)

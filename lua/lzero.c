@@ -83,18 +83,33 @@ static int e_gc(lua_State *L) {
   return 0;
 }
 
-/* zorch._zero_engine({params}, {stage, bucket, bf16}) */
+/* Integers of the table at idx into a new userdata array (on the stack). */
+static int *int_list(lua_State *L, int idx, int *n) {
+  luaL_checktype(L, idx, LUA_TTABLE);
+  *n = (int)luaL_len(L, idx);
+  int *v = lua_newuserdatauv(L, sizeof(int) * (size_t)(*n ? *n : 1), 0);
+  for (int i = 0; i < *n; i++) {
+    lua_geti(L, idx, i + 1);
+    v[i] = (int)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+  }
+  return v;
+}
+
+/* zorch._zero_engine({params}, {stage, bucket, bf16, groups = {sizes}}) */
 static int l_zero_engine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  zero_opts o = {0, 500000000, false};
+  lua_settop(L, 2);
+  zero_opts o = {0, 500000000, false, 0, NULL};
   lua_getfield(L, 2, "stage");
   o.stage = (int)luaL_checkinteger(L, -1);
   lua_getfield(L, 2, "bucket");
   o.bucket = luaL_optinteger(L, -1, o.bucket);
   lua_getfield(L, 2, "bf16");
   o.bf16 = lua_toboolean(L, -1);
-  lua_pop(L, 3);
+  lua_getfield(L, 2, "groups");
+  if (!lua_isnil(L, -1)) o.group_sizes = int_list(L, lua_gettop(L), &o.ngroups);
   int n = (int)luaL_len(L, 1);
   zorch_tensor **ps = lua_newuserdatauv(L, sizeof *ps * (size_t)(n ? n : 1), 0);
   for (int i = 0; i < n; i++) {
@@ -117,6 +132,27 @@ static int e_zero_grad(lua_State *L) { return e_status(L, zero_engine_zero_grad(
 static int e_gather(lua_State *L) { return e_status(L, zero_engine_gather(check_engine(L))); }
 static int e_release(lua_State *L) { return e_status(L, zero_engine_release(check_engine(L))); }
 static int e_sync(lua_State *L) { return e_status(L, zero_engine_sync_shard(check_engine(L))); }
+
+/* engine:module_register({group ids, 0-based}) -> module id */
+static int e_module_register(lua_State *L) {
+  zero_engine *e = check_engine(L);
+  int n;
+  int *groups = int_list(L, 2, &n);
+  int id = zero_engine_module_register(e, n, groups);
+  if (id < 0) return lz_fail(L);
+  lua_pushinteger(L, id);
+  return 1;
+}
+static int e_module_begin(lua_State *L) {
+  zero_engine *e = check_engine(L);
+  return e_status(L, zero_engine_module_begin(e, (int)luaL_checkinteger(L, 2)));
+}
+/* engine:module_end(id, output tensor or nil) */
+static int e_module_end(lua_State *L) {
+  zero_engine *e = check_engine(L);
+  int id = (int)luaL_checkinteger(L, 2);
+  return e_status(L, zero_engine_module_end(e, id, zorch_to_tensor(L, 3)));
+}
 
 static int e_target(lua_State *L) {
   return lz_push(L, zorch_tensor_retain(zero_engine_target(check_engine(L))));
@@ -157,7 +193,9 @@ static void open_engine_type(lua_State *L) {
                                      {"reduced_grad", e_reduced_grad}, {"target", e_target},
                                      {"clip", e_clip}, {"after_update", e_after}, {"zero_grad", e_zero_grad},
                                      {"gather", e_gather}, {"release", e_release}, {"sync_shard", e_sync},
-                                     {"memory", e_memory}, {NULL, NULL}};
+                                     {"memory", e_memory}, {"module_register", e_module_register},
+                                     {"module_begin", e_module_begin}, {"module_end", e_module_end},
+                                     {NULL, NULL}};
   luaL_newmetatable(L, LZ_ENGINE);
   lua_pushcfunction(L, e_gc);
   lua_setfield(L, -2, "__gc");

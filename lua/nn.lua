@@ -119,8 +119,11 @@ function Module:state_dict()
   local engine = rawget(self, "_engine") -- ZeRO stage 3 holds slices: gather first
   if engine then engine:gather() end
   local sd = {}
-  for _, p in ipairs(each_param(self, "", {})) do sd[p[1]] = p[2]:detach() end
-  if engine then engine:release() end -- the state dict keeps the gathered copy alive
+  for _, p in ipairs(each_param(self, "", {})) do
+    -- under stage 3 the gathered pages go back after this: keep copies
+    sd[p[1]] = engine and p[2]:detach():clone() or p[2]:detach()
+  end
+  if engine then engine:release() end
   return sd
 end
 
@@ -155,7 +158,10 @@ function Module:load_state_dict(sd, strict)
         table.concat(missing, ", "), table.concat(unexpected, ", ")), 2)
     end
   end
-  if engine then engine:sync_shard() end
+  if engine then
+    engine:sync_shard()
+    engine:release()
+  end
   return self
 end
 

@@ -112,6 +112,12 @@ void ag_node_release(ag_node *root) {
   if (stack != small) free(stack);
 }
 
+void ag_set_pre_hook(zorch_tensor *t, zorch_status (*fn)(void *ud), void *ud) {
+  if (!t || !t->grad_fn) return;
+  t->grad_fn->pre_hook = fn;
+  t->grad_fn->pre_ud = ud;
+}
+
 zorch_tensor *ag_sum_to(zorch_tensor *g, int ndim, const int64_t *shape) {
   int lead = g->ndim - ndim;
   int dims[ZORCH_MAX_DIMS], nd = 0;
@@ -259,7 +265,8 @@ static zorch_status run_pass(ag_node *root, zorch_tensor *grad, bool retain, nod
       memset(small, 0, sizeof small);
       gin = small;
     }
-    if (g) {
+    if (g && n->pre_hook) st = n->pre_hook(n->pre_ud);
+    if (g && !st) {
       st = n->backward(n, g, gin);
       if (st) err_prefix(n->name);
     }

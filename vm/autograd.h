@@ -32,6 +32,9 @@ struct ag_node {
   double p[4];                       /* scalar arguments of the op */
   int64_t iv[2 * ZORCH_MAX_DIMS + 2]; /* integer arguments of the op */
   bool released;                     /* saved tensors freed by a backward pass */
+  /* runs before the node's backward (ZeRO stage 3 gathers parameters here) */
+  zorch_status (*pre_hook)(void *ud);
+  void *pre_ud;
   /* scratch of a running backward pass */
   zorch_tensor *gacc;
   int deps;
@@ -52,6 +55,8 @@ static inline bool ag_wants(const ag_node *n, int i) {
   return n->in[i].node || n->in[i].leaf;
 }
 void ag_node_release(ag_node *n);
+/* Sets the pre-backward hook of the node that made t (no-op for leaves). */
+void ag_set_pre_hook(zorch_tensor *t, zorch_status (*fn)(void *ud), void *ud);
 /* Sums g over broadcast dims down to shape (ndim, shape). */
 zorch_tensor *ag_sum_to(zorch_tensor *g, int ndim, const int64_t *shape);
 #endif

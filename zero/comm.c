@@ -169,6 +169,40 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
 #endif
 }
 
+zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
+                             const int64_t *counts) {
+  if (check_gather_buf(send) || check_gather_buf(recv)) return zorch_last_status();
+  int64_t total = 0;
+  for (int r = 0; r < c->world; r++) total += counts[r];
+  if (total != zorch_tensor_numel(recv) || counts[c->rank] != zorch_tensor_numel(send) ||
+      send->dtype != recv->dtype)
+    return err_set(ZORCH_ERR_SHAPE, "allgatherv: counts do not match the buffers on rank %d", c->rank);
+  size_t es = dtype_sizes[send->dtype];
+  if (c->world == 1) {
+    memmove(tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
+    return ZORCH_OK;
+  }
+  c->sent += (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1);
+  c->recv += (uint64_t)(total - counts[c->rank]) * es;
+#ifdef ZORCH_MPI
+  int *rc = malloc(sizeof(int) * 2 * (size_t)c->world);
+  if (!rc) return err_set(ZORCH_ERR_OOM, "allgatherv: out of memory");
+  int *displs = rc + c->world, off = 0;
+  for (int r = 0; r < c->world; r++) {
+    rc[r] = (int)counts[r];
+    displs[r] = off;
+    off += rc[r];
+  }
+  zorch_status st = mpi_check(MPI_Allgatherv(tensor_ptr(send), rc[c->rank], mpi_type(send->dtype), tensor_ptr(recv),
+                                             rc, displs, mpi_type(send->dtype), MPI_COMM_WORLD),
+                              "allgatherv", total);
+  free(rc);
+  return st;
+#else
+  return ZORCH_OK;
+#endif
+}
+
 void comm_reset_bytes(zero_comm *c) { c->sent = c->recv = 0; }
 
 void comm_abort(int code) {

@@ -27,6 +27,10 @@ zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
 zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf);
 /* Every rank's `send` (equal sizes) concatenated into recv, in rank order. */
 zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv);
+/* Each rank contributes counts[rank] elements (send); recv gets every rank's
+   piece in rank order (sum of counts elements). */
+zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
+                             const int64_t *counts);
 void comm_reset_bytes(zero_comm *c);
 /* Ends every rank with `code` (used by the command line after an error). */
 void comm_abort(int code);

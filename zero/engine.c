@@ -5,7 +5,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "../vm/autograd.h"
 #include "../vm/device.h"
 
 #define ZERO_ALIGN 16 /* elements: every shard is a multiple of this */
@@ -21,6 +24,24 @@ typedef struct param_ctx {
   int index;
 } param_ctx;
 
+/* Stage 3: parameters gathered together, in an mmap'd buffer whose pages are
+   dropped on release (the mapping stays, so a parameter read then sees zeros,
+   never freed memory). */
+typedef struct group {
+  int first, count;   /* parameters [first, first + count) */
+  int64_t lo, hi;     /* flat range */
+  zorch_tensor *buf;  /* (hi - lo) elements */
+  size_t maplen;
+  bool gathered;
+  int pending;        /* gradients still to arrive in this backward pass */
+} group;
+
+typedef struct module_ctx {
+  zero_engine *e;
+  int id, ngroups, *groups;
+  int fwd_pos;        /* position in this step's forward order */
+} module_ctx;
+
 struct zero_engine {
   zero_comm *c;
   zero_opts o;
@@ -35,11 +56,17 @@ struct zero_engine {
   zorch_tensor *gflat;    /* (padded) gradients, stages 0-1 */
   zorch_tensor *gshard;   /* (shard) reduced gradients, stages 1-3 */
   zorch_tensor *recv;     /* float32 receive buffer of the largest bucket */
-  zorch_tensor *nan;      /* placeholder storage of released parameters */
   bucket *buckets;
   int nbuckets;
   int *bucket_of;
   param_ctx *ctx;
+  group *groups;
+  int ngroups;
+  int *group_of;
+  module_ctx **modules;
+  int nmodules;
+  int *fwd_order;     /* module ids in the order their forward ran */
+  int nfwd, fwd_cap;
 };
 
 static zorch_tensor *flat_view(zorch_tensor *base, int64_t off, int ndim, const int64_t *shape) {
@@ -102,6 +129,37 @@ static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
   return st;
 }
 
+static void unmap_deleter(void *data, void *ctx) { munmap(data, (size_t)ctx); }
+
+static zorch_status group_gather(zero_engine *e, group *g) {
+  if (g->gathered) return ZORCH_OK;
+  int world = e->c->world;
+  int64_t counts[256], *cnt = world <= 256 ? counts : malloc(sizeof(int64_t) * (size_t)world);
+  if (!cnt) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  overlap_counts(e, g->lo, g->hi, cnt);
+  int64_t mine = cnt[e->c->rank];
+  int64_t start = g->lo > e->c->rank * e->shard ? g->lo - e->c->rank * e->shard : 0;
+  zorch_tensor *send = range(e->pshard, mine ? start : 0, mine);
+  zorch_status st = send ? comm_allgatherv(e->c, send, g->buf, cnt) : zorch_last_status();
+  zorch_tensor_free(send);
+  if (cnt != counts) free(cnt);
+  if (!st) g->gathered = true;
+  return st;
+}
+
+static void group_release(group *g) {
+  if (!g->gathered) return;
+  madvise(g->buf->st->data, g->maplen, MADV_DONTNEED);
+  g->gathered = false;
+}
+
+static int64_t group_bytes(const zero_engine *e) {
+  int64_t b = 0;
+  for (int k = 0; k < e->ngroups; k++)
+    if (e->groups[k].gathered) b += (e->groups[k].hi - e->groups[k].lo) * (int64_t)dtype_sizes[e->pdt];
+  return b;
+}
+
 /* Gradient-ready hook (stages 2-3): the gradient goes into its bucket and the
    parameter's own copy is dropped; a full bucket is reduced at once. */
 static zorch_status on_grad(zorch_tensor *leaf, void *ud) {
@@ -118,6 +176,13 @@ static zorch_status on_grad(zorch_tensor *leaf, void *ud) {
     zorch_tensor_free(dst);
     if (st) return st;
     zorch_set_grad(leaf, NULL);
+  }
+  if (e->groups) { /* stage 3: a group whose gradients are all in goes back */
+    group *gr = &e->groups[e->group_of[pc->index]];
+    if (--gr->pending == 0) {
+      group_release(gr);
+      gr->pending = gr->count;
+    }
   }
   if (--b->pending == 0) return reduce_bucket(e, b);
   return ZORCH_OK;
@@ -150,6 +215,54 @@ static zorch_status make_buckets(zero_engine *e) {
     if (st) return st;
   }
   return ZORCH_OK;
+}
+
+/* Stage 3: the slice gets storage of its own, each group an mmap'd buffer that
+   its parameters view; then the flat buffer goes and every group is released. */
+static zorch_status make_groups(zero_engine *e) {
+  zorch_tensor *own = zorch_clone(e->pshard);
+  if (!own) return zorch_last_status();
+  zorch_tensor_free(e->pshard);
+  e->pshard = own;
+  int ng = e->o.ngroups > 0 ? e->o.ngroups : e->n;
+  e->groups = calloc((size_t)ng, sizeof *e->groups);
+  e->group_of = calloc((size_t)e->n, sizeof *e->group_of);
+  if (!e->groups || !e->group_of) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), es = dtype_sizes[e->pdt];
+  int first = 0;
+  for (int k = 0; k < ng; k++) {
+    int count = e->o.ngroups > 0 ? e->o.group_sizes[k] : 1;
+    if (count < 1 || first + count > e->n) return err_set(ZORCH_ERR_ARG, "zero: parameter groups do not cover the parameters");
+    group *g = &e->groups[e->ngroups++];
+    g->first = first;
+    g->count = g->pending = count;
+    g->lo = e->offset[first];
+    g->hi = e->offset[first + count - 1] + zorch_tensor_numel(e->params[first + count - 1]);
+    int64_t len = g->hi - g->lo;
+    g->maplen = ((size_t)len * es + page - 1) / page * page;
+    if (!g->maplen) g->maplen = page;
+    void *mem = mmap(NULL, g->maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return err_set(ZORCH_ERR_OOM, "zero: cannot map %zu bytes for a parameter group", g->maplen);
+    g->buf = zorch_tensor_wrap_owned(mem, e->pdt, 1, &len, NULL, unmap_deleter, (void *)g->maplen);
+    if (!g->buf) {
+      munmap(mem, g->maplen);
+      return zorch_last_status();
+    }
+    zorch_tensor *src = range(e->flat, g->lo, len);
+    zorch_status st = src ? zorch_copy_(g->buf, src) : zorch_last_status();
+    zorch_tensor_free(src);
+    if (st) return st;
+    g->gathered = true;
+    for (int i = first; i < first + count; i++) {
+      e->group_of[i] = k;
+      tensor_rebind(e->params[i], g->buf, e->offset[i] - g->lo);
+    }
+    first += count;
+  }
+  if (first != e->n) return err_set(ZORCH_ERR_ARG, "zero: parameter groups do not cover the parameters");
+  zorch_tensor_free(e->flat);
+  e->flat = NULL;
+  return zero_engine_release(e);
 }
 
 zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o, int n,
@@ -201,13 +314,7 @@ zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o
   if (o->stage == 1 && !(e->gshard = range(e->gflat, c->rank * e->shard, e->shard))) goto fail;
   if (o->stage >= 2 && !(e->gshard = zorch_zeros(1, &e->shard, e->pdt, cpu))) goto fail;
   if (o->stage >= 2 && (st = make_buckets(e))) goto fail_st;
-  if (o->stage == 3) { /* the slice gets storage of its own; the full buffer comes and goes */
-    zorch_tensor *own = zorch_clone(e->pshard);
-    if (!own) goto fail;
-    zorch_tensor_free(e->pshard);
-    e->pshard = own;
-    if ((st = zero_engine_release(e))) goto fail_st;
-  }
+  if (o->stage == 3 && (st = make_groups(e))) goto fail_st;
   *out = e;
   return ZORCH_OK;
 fail:
@@ -226,7 +333,16 @@ void zero_engine_free(zero_engine *e) {
     if (e->params) zorch_tensor_free(e->params[i]);
   }
   for (int k = 0; k < e->nbuckets; k++) zorch_tensor_free(e->buckets[k].buf);
-  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv, e->nan};
+  for (int k = 0; k < e->ngroups; k++) zorch_tensor_free(e->groups[k].buf);
+  for (int m = 0; m < e->nmodules; m++) {
+    if (e->modules[m]) free(e->modules[m]->groups);
+    free(e->modules[m]);
+  }
+  free(e->modules);
+  free(e->fwd_order);
+  free(e->groups);
+  free(e->group_of);
+  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) zorch_tensor_free(ts[i]);
   free(e->params);
   free(e->offset);
@@ -237,7 +353,6 @@ void zero_engine_free(zero_engine *e) {
 }
 
 zorch_status zero_engine_begin_backward(zero_engine *e) {
-  if (e->o.stage == 3) return zero_engine_gather(e);
   if (!e->gflat) return ZORCH_OK;
   for (int i = 0; i < e->n; i++) {
     zorch_tensor *p = e->params[i];
@@ -258,6 +373,11 @@ zorch_status zero_engine_end_backward(zero_engine *e) {
       if (st) return st;
     }
   }
+  for (int k = 0; k < e->ngroups; k++) {
+    group_release(&e->groups[k]);
+    e->groups[k].pending = e->groups[k].count;
+  }
+  e->nfwd = 0;
   return ZORCH_OK;
 }
 
@@ -309,7 +429,7 @@ zorch_status zero_engine_after_update(zero_engine *e) {
   zorch_status st = ZORCH_OK;
   if (e->master) st = zorch_copy_(e->o.stage == 0 ? e->flat : e->pshard, e->master);
   if (!st && (e->o.stage == 1 || e->o.stage == 2)) st = comm_allgather(e->c, e->pshard, e->flat);
-  if (!st && e->o.stage == 3) st = zero_engine_release(e);
+  if (!st && e->o.stage == 3) st = zero_engine_release(e); /* the slices changed */
   return st;
 }
 
@@ -322,37 +442,105 @@ zorch_status zero_engine_zero_grad(zero_engine *e) {
 }
 
 zorch_status zero_engine_gather(zero_engine *e) {
-  if (e->o.stage != 3 || e->flat) return ZORCH_OK;
-  if (!(e->flat = zorch_zeros(1, &e->padded, e->pdt, (zorch_device){ZORCH_CPU, 0}))) return zorch_last_status();
-  zorch_status st = comm_allgather(e->c, e->pshard, e->flat);
-  if (st) return st;
-  for (int i = 0; i < e->n; i++) tensor_rebind(e->params[i], e->flat, e->offset[i]);
-  return ZORCH_OK;
-}
-
-/* Released parameters view one NaN with zero strides: readable, never out of
-   bounds, and visibly not the weights. */
-zorch_status zero_engine_release(zero_engine *e) {
-  if (e->o.stage != 3) return ZORCH_OK;
-  if (!e->nan && !(e->nan = zorch_full(0, NULL, NAN, e->pdt, (zorch_device){ZORCH_CPU, 0})))
-    return zorch_last_status();
-  for (int i = 0; i < e->n; i++) {
-    zorch_tensor *p = e->params[i];
-    tensor_rebind(p, e->nan, 0);
-    for (int d = 0; d < p->ndim; d++) p->strides[d] = 0;
+  for (int k = 0; k < e->ngroups; k++) {
+    zorch_status st = group_gather(e, &e->groups[k]);
+    if (st) return st;
   }
-  zorch_tensor_free(e->flat);
-  e->flat = NULL;
   return ZORCH_OK;
 }
 
+zorch_status zero_engine_release(zero_engine *e) {
+  for (int k = 0; k < e->ngroups; k++) group_release(&e->groups[k]);
+  return ZORCH_OK;
+}
+
+/* After parameters were written (load_state_dict): this rank's slice of each
+   gathered group goes back into the shard and the master weights. */
 zorch_status zero_engine_sync_shard(zero_engine *e) {
-  if (e->o.stage != 3 || !e->flat) return ZORCH_OK;
-  zorch_tensor *mine = range(e->flat, e->c->rank * e->shard, e->shard);
-  zorch_status st = mine ? zorch_copy_(e->pshard, mine) : zorch_last_status();
-  if (!st && e->master) st = zorch_copy_(e->master, mine);
-  zorch_tensor_free(mine);
+  int64_t mlo = e->c->rank * e->shard, mhi = mlo + e->shard;
+  for (int k = 0; k < e->ngroups; k++) {
+    group *g = &e->groups[k];
+    int64_t lo = g->lo > mlo ? g->lo : mlo, hi = g->hi < mhi ? g->hi : mhi;
+    if (!g->gathered || hi <= lo) continue;
+    zorch_tensor *src = range(g->buf, lo - g->lo, hi - lo);
+    zorch_tensor *dst = src ? range(e->pshard, lo - mlo, hi - lo) : NULL;
+    zorch_tensor *mst = dst && e->master ? range(e->master, lo - mlo, hi - lo) : NULL;
+    zorch_status st = dst ? zorch_copy_(dst, src) : zorch_last_status();
+    if (!st && mst) st = zorch_copy_(mst, src);
+    zorch_tensor_free(src);
+    zorch_tensor_free(dst);
+    zorch_tensor_free(mst);
+    if (st) return st;
+  }
+  return ZORCH_OK;
+}
+
+int zero_engine_module_register(zero_engine *e, int ngroups, const int *groups) {
+  if (!e->groups) return err_set(ZORCH_ERR_STATE, "zero: modules gather only at stage 3"), -1;
+  module_ctx *m = calloc(1, sizeof *m);
+  int *gs = calloc((size_t)(ngroups > 0 ? ngroups : 1), sizeof *gs);
+  module_ctx **grown = realloc(e->modules, sizeof *grown * (size_t)(e->nmodules + 1));
+  if (!m || !gs || !grown) {
+    free(m);
+    free(gs);
+    if (grown) e->modules = grown;
+    return err_set(ZORCH_ERR_OOM, "zero: out of memory"), -1;
+  }
+  e->modules = grown;
+  for (int k = 0; k < ngroups; k++) {
+    if (groups[k] < 0 || groups[k] >= e->ngroups) {
+      free(m);
+      free(gs);
+      return err_set(ZORCH_ERR_ARG, "zero: no parameter group %d", groups[k]), -1;
+    }
+    gs[k] = groups[k];
+  }
+  *m = (module_ctx){e, e->nmodules, ngroups, gs, -1};
+  e->modules[e->nmodules] = m;
+  return e->nmodules++;
+}
+
+static zorch_status module_gather(zero_engine *e, const module_ctx *m) {
+  for (int k = 0; k < m->ngroups; k++) {
+    zorch_status st = group_gather(e, &e->groups[m->groups[k]]);
+    if (st) return st;
+  }
+  return ZORCH_OK;
+}
+
+zorch_status zero_engine_module_begin(zero_engine *e, int module) {
+  if (module < 0 || module >= e->nmodules) return err_set(ZORCH_ERR_ARG, "zero: no module %d", module);
+  module_ctx *m = e->modules[module];
+  if (e->nfwd >= 1 << 16) e->nfwd = 0; /* forwards without backward (evaluation) */
+  if (e->nfwd == e->fwd_cap) {
+    int cap = e->fwd_cap ? e->fwd_cap * 2 : 16;
+    int *o = realloc(e->fwd_order, sizeof *o * (size_t)cap);
+    if (!o) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+    e->fwd_order = o;
+    e->fwd_cap = cap;
+  }
+  m->fwd_pos = e->nfwd;
+  e->fwd_order[e->nfwd++] = module;
+  return module_gather(e, m);
+}
+
+/* Before the module's backward: its groups, and ahead of time those of the
+   module whose forward ran just before (the next one backward reaches). */
+static zorch_status module_pre_backward(void *ud) {
+  module_ctx *m = ud;
+  zero_engine *e = m->e;
+  zorch_status st = module_gather(e, m);
+  if (!st && m->fwd_pos > 0 && m->fwd_pos <= e->nfwd)
+    st = module_gather(e, e->modules[e->fwd_order[m->fwd_pos - 1]]);
   return st;
+}
+
+zorch_status zero_engine_module_end(zero_engine *e, int module, zorch_tensor *out) {
+  if (module < 0 || module >= e->nmodules) return err_set(ZORCH_ERR_ARG, "zero: no module %d", module);
+  module_ctx *m = e->modules[module];
+  if (out) ag_set_pre_hook(out, module_pre_backward, m);
+  for (int k = 0; k < m->ngroups; k++) group_release(&e->groups[m->groups[k]]);
+  return ZORCH_OK;
 }
 
 static int64_t nbytes(const zorch_tensor *t) {
@@ -360,7 +548,7 @@ static int64_t nbytes(const zorch_tensor *t) {
 }
 
 void zero_engine_memory(const zero_engine *e, zero_memory *m) {
-  m->parameters = e->o.stage == 3 ? nbytes(e->pshard) + nbytes(e->flat) : nbytes(e->flat);
+  m->parameters = e->o.stage == 3 ? nbytes(e->pshard) + group_bytes(e) : nbytes(e->flat);
   m->gradients = e->gflat ? nbytes(e->gflat) : nbytes(e->gshard);
   m->master_weights = nbytes(e->master);
   m->buffers = nbytes(e->recv);

@@ -14,6 +14,11 @@ typedef struct {
   int stage;           /* 0..3 */
   int64_t bucket;      /* elements per gradient reduction (stages 2-3) */
   bool bf16;           /* bf16 parameters and gradients, fp32 master weights */
+  /* stage 3: the parameters come in groups (a module's own, consecutive in
+     order) gathered and released together; group_sizes[g] parameters each.
+     ngroups 0 means one group per parameter. */
+  int ngroups;
+  const int *group_sizes;
 } zero_opts;
 
 typedef struct {
@@ -44,10 +49,20 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *grad, bool sharded, 
    (stages 1-2) or release (stage 3). */
 zorch_status zero_engine_after_update(zero_engine *e);
 zorch_status zero_engine_zero_grad(zero_engine *e);
-/* Stage 3: gather the full parameters, release them, or keep a slice after the
+/* Stage 3: gather every group, release every group (their pages go back to the
+   system; the parameters then read zeros), or keep this rank's slice after the
    parameters were written. No-ops at other stages. */
 zorch_status zero_engine_gather(zero_engine *e);
 zorch_status zero_engine_release(zero_engine *e);
 zorch_status zero_engine_sync_shard(zero_engine *e);
+/* Stage 3, per module: `module_register` names the groups a module owns and
+   returns its id. Before its forward, `module_begin` gathers them; after,
+   `module_end` releases them and arms a hook on the node that made `out`, which
+   gathers them again before that node's backward, and gathers the module that
+   ran forward before it (the next one backward needs) ahead of time. Groups are
+   released once all their gradients are in. */
+int zero_engine_module_register(zero_engine *e, int ngroups, const int *groups);
+zorch_status zero_engine_module_begin(zero_engine *e, int module);
+zorch_status zero_engine_module_end(zero_engine *e, int module, zorch_tensor *out);
 void zero_engine_memory(const zero_engine *e, zero_memory *m);
 #endif

@@ -83,10 +83,13 @@ for stage = 0, 3 do
   tap.ok(good and mem.numel and mem.numel > 1000000 and math.abs(held - formula) <= 0.05 * formula,
          ("stage %d: rank 2 holds %d bytes, the formula says %d (buffers %d apart)"):format(
            stage, held, math.floor(formula), mem.buffers or -1))
-  -- ring volumes: stages 0-2 move 2 psi (N-1)/N, stage 3 gathers in forward too
-  local expect = 2 * psi * (N - 1) / N
+  -- ring volumes: stages 0-2 move 2 psi (N-1)/N; stage 3 gathers each module
+  -- before its forward and again before its backward: 3 psi (N-1)/N
+  local k = stage == 3 and 3 or 2
+  local expect = k * psi * (N - 1) / N
   tap.ok(mem.comm_sent and math.abs(mem.comm_sent - expect) <= 0.05 * expect,
-         ("stage %d: a step sends %s bytes, 2 psi (N-1)/N is %d"):format(stage, tostring(mem.comm_sent), math.floor(expect)))
+         ("stage %d: a step sends %s bytes, %d psi (N-1)/N is %d"):format(stage, tostring(mem.comm_sent), k,
+                                                                        math.floor(expect)))
 end
 
 -- bf16: parameters and gradients in bf16, fp32 master weights and moments in the
