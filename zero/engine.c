@@ -194,7 +194,6 @@ static zorch_status make_buckets(zero_engine *e) {
   e->bucket_of = calloc((size_t)e->n, sizeof *e->bucket_of);
   e->ctx = calloc((size_t)e->n, sizeof *e->ctx);
   if (!e->buckets || !e->bucket_of || !e->ctx) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
-  int64_t maxlen = 1;
   bucket *cur = NULL;
   for (int i = e->n - 1; i >= 0; i--) {
     int64_t lo = e->offset[i], hi = lo + zorch_tensor_numel(e->params[i]);
@@ -205,10 +204,16 @@ static zorch_status make_buckets(zero_engine *e) {
     cur->lo = lo;
     cur->size++;
     e->bucket_of[i] = (int)(cur - e->buckets);
-    if (cur->hi - cur->lo > maxlen) maxlen = cur->hi - cur->lo;
   }
-  for (int k = 0; k < e->nbuckets; k++) e->buckets[k].pending = e->buckets[k].size;
-  if (!(e->recv = zorch_zeros(1, &maxlen, ZORCH_F32, (zorch_device){ZORCH_CPU, 0}))) return zorch_last_status();
+  /* the receive buffer holds this rank's part of a bucket: at most a shard */
+  int64_t mlo = e->c->rank * e->shard, mhi = mlo + e->shard, mine = 1;
+  for (int k = 0; k < e->nbuckets; k++) {
+    bucket *b = &e->buckets[k];
+    b->pending = b->size;
+    int64_t lo = b->lo > mlo ? b->lo : mlo, hi = b->hi < mhi ? b->hi : mhi;
+    if (hi - lo > mine) mine = hi - lo;
+  }
+  if (!(e->recv = zorch_zeros(1, &mine, ZORCH_F32, (zorch_device){ZORCH_CPU, 0}))) return zorch_last_status();
   for (int i = 0; i < e->n; i++) {
     e->ctx[i] = (param_ctx){e, i};
     zorch_status st = zorch_set_grad_hook(e->params[i], on_grad, &e->ctx[i]);
