@@ -67,11 +67,15 @@ function data.DataLoader(ds, opts)
 end
 
 -- Batches of an epoch; with world_size N (set by the engine) every global batch of
--- N * batch_size samples is split so rank r takes the r-th contiguous slice.
+-- N * batch_size samples is split so rank r takes the r-th contiguous slice. A
+-- short last batch is split as evenly as it goes, and dropped when it has fewer
+-- samples than ranks: every rank must run the same number of steps.
 function DataLoader:num_batches()
   local global = self.batch_size * self.world_size
   local n = #self.dataset
   if self.drop_last then return n // global end
+  local rest = n % global
+  if rest > 0 and rest < self.world_size then return n // global end
   return (n + global - 1) // global
 end
 
@@ -97,8 +101,17 @@ function DataLoader:iter()
   return function()
     b = b + 1
     if b > nb then return nil end
-    local first = (b - 1) * global + self.rank * self.batch_size + 1
-    local last = math.min(first + self.batch_size - 1, n, b * global)
+    local gfirst = (b - 1) * global + 1
+    local size = math.min(global, n - gfirst + 1)
+    local first, last
+    if size == global then
+      first = gfirst + self.rank * self.batch_size
+      last = first + self.batch_size - 1
+    else -- the short last batch, split evenly
+      local per, extra = size // self.world_size, size % self.world_size
+      first = gfirst + self.rank * per + math.min(self.rank, extra)
+      last = first + per - 1 + (self.rank < extra and 1 or 0)
+    end
     if last < first then return nil end
     local rows = {}
     for i = first, last do rows[#rows + 1] = order[i] end

@@ -208,8 +208,11 @@ function Engine:optimizer_step()
   self.last_comm = {sent = sent, received = recv}
 end
 
--- Before prepare (or without an optimizer): the norm of the parameters' .grad.
+-- With a prepared optimizer the engine clips inside its step, from the shards:
+-- this returns the global norm that step measured (nil before the first).
+-- Otherwise: the norm of the parameters' .grad, scaled down to max_norm.
 function Engine:clip_grad_norm(max_norm)
+  if self.inner then return self.last_norm end
   max_norm = max_norm or self.cfg.gradient_clipping
   local params = self.model and self.model:parameters() or {}
   local sq = 0

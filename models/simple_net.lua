@@ -69,10 +69,13 @@ for epoch = 1, opt.epochs do
   end
   mean = engine:mean(total / math.max(n, 1)) -- over every rank's batches
   -- the epoch's mean loss: the last batch's alone is noisy
-  if not opt.quiet then engine:print(("Epoch %d loss: %.6f"):format(epoch, mean)) end
+  if not opt.quiet then
+    engine:print(("Epoch %d loss: %.6f  grad norm: %.4f"):format(epoch, mean, engine:clip_grad_norm() or 0))
+  end
   if opt.steps > 0 and steps >= opt.steps then break end
 end
 local dt = zorch.clock() - t0
+samples = math.floor(engine:mean(samples) * engine.world_size + 0.5) -- over every rank
 if opt.report then
   -- one JSON object per rank and report, in rank order
   local m, c = engine:memory_report(), engine:comm_report()

@@ -67,6 +67,8 @@ struct zero_engine {
   int nmodules;
   int *fwd_order;     /* module ids in the order their forward ran */
   int nfwd, fwd_cap;
+  int *prev_order;    /* the previous step's order, to gather ahead in forward */
+  int nprev;
 };
 
 static zorch_tensor *flat_view(zorch_tensor *base, int64_t off, int ndim, const int64_t *shape) {
@@ -345,6 +347,7 @@ void zero_engine_free(zero_engine *e) {
   }
   free(e->modules);
   free(e->fwd_order);
+  free(e->prev_order);
   free(e->groups);
   free(e->group_of);
   zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv};
@@ -381,6 +384,13 @@ zorch_status zero_engine_end_backward(zero_engine *e) {
   for (int k = 0; k < e->ngroups; k++) {
     group_release(&e->groups[k]);
     e->groups[k].pending = e->groups[k].count;
+  }
+  if (e->nfwd) { /* this step's forward order predicts the next one's */
+    int *p = realloc(e->prev_order, sizeof *p * (size_t)e->nfwd);
+    if (!p) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+    memcpy(p, e->fwd_order, sizeof *p * (size_t)e->nfwd);
+    e->prev_order = p;
+    e->nprev = e->nfwd;
   }
   e->nfwd = 0;
   return ZORCH_OK;
@@ -526,7 +536,12 @@ zorch_status zero_engine_module_begin(zero_engine *e, int module) {
   }
   m->fwd_pos = e->nfwd;
   e->fwd_order[e->nfwd++] = module;
-  return module_gather(e, m);
+  zorch_status st = module_gather(e, m);
+  /* gather ahead the module that came next in the previous step's forward */
+  int p = m->fwd_pos;
+  if (!st && p + 1 < e->nprev && e->prev_order[p] == module)
+    st = module_gather(e, e->modules[e->prev_order[p + 1]]);
+  return st;
 }
 
 /* Before the module's backward: its groups, and ahead of time those of the

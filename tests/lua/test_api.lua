@@ -194,6 +194,14 @@ m.weight.grad = zorch.tensor{{3.0, 4.0}}
 m.bias.grad = zorch.tensor{0.0}
 ok(math.abs(eng:clip_grad_norm() - 5) < 1e-9 and math.abs(m.weight.grad[1][2]:item() - 0.8) < 1e-6, "clip_grad_norm returns the norm and scales")
 ok(eng.rank == 0 and eng.world_size == 1 and eng:config().zero_stage == 0, "rank, world_size, config")
+do -- with an optimizer, clip_grad_norm reports the norm the step clipped with
+  local lin = nn.Linear(2, 1)
+  local e2 = zorch.Engine{zero_stage = 2, gradient_clipping = 1e-3}
+  local _, _, o2 = e2:prepare(lin, nil, optim.SGD(lin:parameters(), {lr = 0.1}))
+  local l = (lin(zorch.ones(4, 2)) * 10):sum()
+  o2:zero_grad(); e2:backward(l); o2:step()
+  ok(math.abs(e2:clip_grad_norm() - math.sqrt(40 * 40 * 3)) < 1e-3, "clip_grad_norm gives the step's global norm: " .. tostring(e2:clip_grad_norm()))
+end
 
 -- progress display
 local lines = {}
