@@ -8,8 +8,8 @@
 --   stage 2  gradients partitioned too: reduced in buckets from the
 --            gradient-ready hooks during backward, each rank keeping its slice
 --   stage 3  parameters partitioned too: between steps a rank holds only its
---            slice; the model's parameters are all-gathered before its forward
---            and released after the optimizer step
+--            slice; each module's parameters are gathered before its forward
+--            and again before its backward, and released after each
 -- Every stage gives the parameters of one process with the same global batch.
 local zorch = ...
 
