@@ -93,14 +93,32 @@ function DataLoader:order()
   return idx
 end
 
+-- Where the loader stands: the epoch under way and the batches it has given.
+function DataLoader:state()
+  return {epoch = self.epoch, batch = self.batch or 0, global_batch = self.batch_size * self.world_size,
+          seed = self.seed, shuffle = self.shuffle}
+end
+
+-- The next iter() continues that epoch after the batches already given.
+function DataLoader:load_state(s)
+  if s.global_batch ~= self.batch_size * self.world_size then
+    error(("DataLoader:load_state: the checkpoint's global batch is %d, this run's is %d"):format(
+      s.global_batch, self.batch_size * self.world_size), 2)
+  end
+  self.epoch, self.skip = s.epoch - 1, s.batch
+end
+
 function DataLoader:iter()
   self.epoch = self.epoch + 1
-  local order, b, nb = self:order(), 0, self:num_batches()
+  local order, b, nb = self:order(), self.skip or 0, self:num_batches()
+  self.skip = nil
+  self.batch = b
   local global = self.batch_size * self.world_size
   local n = #order
   return function()
     b = b + 1
     if b > nb then return nil end
+    self.batch = b
     local gfirst = (b - 1) * global + 1
     local size = math.min(global, n - gfirst + 1)
     local first, last

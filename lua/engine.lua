@@ -96,7 +96,7 @@ end
 function Engine:prepare(model, loader, opt)
   if type(model) ~= "table" or not model.parameters then error("Engine:prepare: argument 1 must be a module", 2) end
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
-  self.model = model
+  self.model, self.loader = model, loader
   if loader then loader.rank, loader.world_size = self.rank, self.world_size end
   local params = model:parameters()
   if #params == 0 then error("Engine:prepare: the model has no parameters", 2) end
@@ -271,4 +271,5 @@ function Engine:save(tbl, path)
   if self.rank == 0 then zorch.save(tbl, path) end
 end
 
+zorch._Engine = Engine -- for lua/checkpoint.lua
 return nil

@@ -10,6 +10,7 @@
 
 void lz_open_data(lua_State *L);
 void lz_open_zero(lua_State *L);
+void lz_open_files(lua_State *L);
 
 typedef struct {
   const char *name;
@@ -159,6 +160,7 @@ int luaopen_zorch(lua_State *L) {
   luaL_setfuncs(L, misc, 0);
   lz_open_data(L);
   lz_open_zero(L);
+  lz_open_files(L);
   lua_pushliteral(L, ZORCH_VERSION);
   lua_setfield(L, z, "version");
   /* the Lua modules, in order: each chunk gets the module table and returns its part */

@@ -25,6 +25,9 @@ local opt = zorch.flags(arg, {
   precision = {"fp32", "fp32, or bf16 (bf16 parameters and gradients, fp32 master weights)"},
   bucket = {500000000, "elements per gradient reduction bucket (ZeRO stages 2-3)"},
   report = {false, "print each rank's memory and communication reports as JSON lines"},
+  ["checkpoint-dir"] = {"", "save a checkpoint here at the end (and every --checkpoint-every steps)"},
+  ["checkpoint-every"] = {0, "optimizer steps between checkpoints (0: only at the end)"},
+  resume = {"", "continue from the latest checkpoint in this directory (--steps counts the total)"},
 }, "usage: zorch models/simple_net.lua [flags]")
 
 local SimpleNet = nn.Module:extend "SimpleNet"
@@ -56,15 +59,27 @@ local criterion = nn.MSELoss()
 model, loader, adam = engine:prepare(model, loader, adam)
 
 local steps, samples, t0 = 0, 0, zorch.clock()
+local first_epoch = 1
+if opt.resume ~= "" then
+  local m = engine:load_checkpoint(opt.resume)
+  steps, first_epoch = m.step, m.loader and m.loader.epoch or 1
+  engine:print(("resumed from %s at step %d (saved by %d ranks at stage %d)"):format(
+    opt.resume, m.step, m.world_size, m.zero_stage))
+end
+local ckdir, every = opt["checkpoint-dir"], opt["checkpoint-every"]
 local loss, mean
-for epoch = 1, opt.epochs do
+for epoch = first_epoch, opt.epochs do
   model:train()
   local total, n = 0, 0
   for x, y in loader:iter() do
     loss = criterion(model(x), y)
-    adam:zero_grad(); engine:backward(loss); adam:step()
+    adam:zero_grad(); engine:backward(loss)
+    if adam:step() then
+      steps = steps + 1
+      if ckdir ~= "" and every > 0 and steps % every == 0 then engine:save_checkpoint(ckdir) end
+    end
     total, n = total + loss:item(), n + 1
-    steps, samples = steps + 1, samples + x:size(1)
+    samples = samples + x:size(1)
     if opt.steps > 0 and steps >= opt.steps then break end
   end
   mean = engine:mean(total / math.max(n, 1)) -- over every rank's batches
@@ -91,6 +106,7 @@ if opt.report then
     zorch._allreduce(zorch.zeros(1)) -- a barrier, so lines come out in rank order
   end
 end
+if ckdir ~= "" then engine:save_checkpoint(ckdir) end
 engine:save(model:state_dict(), opt.save)
 engine:print(("done: %d steps, %d samples, %.0f samples/s, last epoch's loss %.6f, saved %s"):format(
   steps, samples, samples / math.max(dt, 1e-9), mean or 0 / 0, opt.save))
