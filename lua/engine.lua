@@ -20,6 +20,7 @@ local DEFAULTS = {
   gradient_accumulation_steps = 1, -- micro-steps per optimizer step
   reduce_bucket_size = 500000000,  -- elements per gradient reduction (stages 2-3)
   seed = false,                    -- an integer seeds zorch's default generator
+  comm_timeout = 600,              -- seconds a collective may take before the job ends; 0: never
   precision = "fp32",              -- "fp32", or "bf16": bf16 parameters and gradients,
                                    -- fp32 master weights and moments in the shards
 }
@@ -30,6 +31,7 @@ local CHECKS = {
   gradient_accumulation_steps = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   reduce_bucket_size = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   seed = {function(v) return v == false or math.type(v) == "integer" end, "an integer"},
+  comm_timeout = {function(v) return type(v) == "number" and v >= 0 end, "a number of seconds >= 0"},
   precision = {function(v) return v == "fp32" or v == "bf16" end, "\"fp32\" or \"bf16\""},
 }
 
@@ -61,6 +63,7 @@ function zorch.Engine(cfg)
   end
   if c.seed then zorch.manual_seed(c.seed) end
   local rank, world, backend = zorch._comm()
+  zorch._comm_timeout(c.comm_timeout)
   return setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0}, Engine)
 end
 
@@ -79,6 +82,7 @@ function Engine:check_agreement(nparams, numel)
   local fields = {"parameter count", "parameter elements", "zero_stage", "gradient_accumulation_steps",
                   "gradient_clipping", "reduce_bucket_size"}
   local all = zorch.zeros(#mine * self.world_size, {dtype = "float64"})
+  zorch._comm_label("the agreement check at prepare")
   zorch._allgather(zorch.tensor(mine, {dtype = "float64"}), all)
   local v = all:totable()
   for r = 1, self.world_size - 1 do
@@ -258,6 +262,7 @@ end
 function Engine:mean(x)
   if self.world_size == 1 then return x end
   local t = zorch.tensor({x}, {dtype = "float64"})
+  zorch._comm_label("a logged value")
   zorch._allreduce(t)
   return t:item() / self.world_size
 end

@@ -50,6 +50,16 @@ static int l_reduce_scatter_inplace(lua_State *L) {
   return 0;
 }
 
+static int l_comm_timeout(lua_State *L) {
+  comm_set_timeout(luaL_checknumber(L, 1));
+  return 0;
+}
+
+static int l_comm_label(lua_State *L) {
+  comm_set_label(luaL_optstring(L, 1, ""));
+  return 0;
+}
+
 static int l_allgather(lua_State *L) {
   if (comm_allgather(get_comm(L), lz_check(L, 1), lz_check(L, 2))) return lz_fail(L);
   return 0;
@@ -265,6 +275,7 @@ void lz_open_zero(lua_State *L) {
                                  {"_reduce_scatter", l_reduce_scatter}, {"_allgather", l_allgather},
                                  {"_reduce_scatter_inplace", l_reduce_scatter_inplace},
                                  {"_comm_bytes", l_comm_bytes}, {"_zero_engine", l_zero_engine},
+                                 {"_comm_timeout", l_comm_timeout}, {"_comm_label", l_comm_label},
                                  {"register_hook", l_register_hook}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
   luaL_getmetatable(L, LZ_TENSOR);

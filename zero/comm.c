@@ -2,8 +2,13 @@
    process was launched with more than one rank. */
 #include "comm.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #ifdef ZORCH_MPI
 #include <mpi.h>
@@ -13,7 +18,54 @@ static zero_comm the_comm = {0, 1, "local", 0, 0};
 static bool comm_ready;
 #ifdef ZORCH_MPI
 static bool mpi_started;
+static int mpi_thread_level;
 #endif
+
+/* ---- the watchdog: a collective that does not complete within the timeout
+   ends the job with a message naming the rank, the collective, its size and
+   what it carried, instead of hanging without a word ---------------------------- */
+static _Atomic double wd_started; /* monotonic seconds; 0 when no collective runs */
+static const char *wd_what = "";
+static int64_t wd_count;
+static char wd_label[160];
+static _Atomic double wd_timeout = 600;
+static bool wd_running;
+
+static double mono_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *watchdog(void *arg) {
+  (void)arg;
+  for (;;) {
+    usleep(200000);
+    double s = wd_started, limit = wd_timeout;
+    if (s > 0 && limit > 0 && mono_now() - s > limit) {
+      fprintf(stderr,
+              "zorch: rank %d: %s of %lld elements%s%s did not complete within %.0f s (comm_timeout): another "
+              "rank failed, hangs, or never reached it; ending the job\n",
+              the_comm.rank, wd_what, (long long)wd_count, wd_label[0] ? " for " : "", wd_label, limit);
+      fflush(stderr);
+#ifdef ZORCH_MPI
+      if (mpi_thread_level == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, 3);
+#endif
+      _exit(3); /* the launcher ends the other ranks when one exits with an error */
+    }
+  }
+  return NULL;
+}
+
+static void wd_begin(const char *what, int64_t n) {
+  wd_what = what;
+  wd_count = n;
+  wd_started = mono_now();
+}
+static void wd_end(void) { wd_started = 0; }
+
+void comm_set_label(const char *label) { snprintf(wd_label, sizeof wd_label, "%s", label ? label : ""); }
+void comm_set_timeout(double seconds) { wd_timeout = seconds; }
 
 /* World size promised by the launcher's environment. */
 static int launcher_world(void) {
@@ -46,13 +98,21 @@ zorch_status comm_get(zero_comm **out) {
 #ifdef ZORCH_MPI
       int provided, inited = 0;
       MPI_Initialized(&inited);
-      if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      /* multiple: the watchdog thread may have to call MPI_Abort */
+      if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return err_set(ZORCH_ERR_IO, "comm: MPI_Init failed");
+      if (inited) MPI_Query_thread(&provided);
+      mpi_thread_level = provided;
       mpi_started = !inited;
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
       MPI_Comm_rank(MPI_COMM_WORLD, &the_comm.rank);
       MPI_Comm_size(MPI_COMM_WORLD, &the_comm.world);
       the_comm.backend = "mpi";
+      pthread_t th;
+      if (!wd_running && pthread_create(&th, NULL, watchdog, NULL) == 0) {
+        pthread_detach(th);
+        wd_running = true;
+      }
 #else
       return err_set(ZORCH_ERR_DEVICE, "comm: launched with %d ranks but zorch was built without MPI", world);
 #endif
@@ -79,8 +139,11 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   c->sent += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
   c->recv += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
 #ifdef ZORCH_MPI
-  return mpi_check(MPI_Allreduce(MPI_IN_PLACE, tensor_ptr(t), (int)n, mpi_type(t->dtype),
-                                 max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD), "allreduce", n);
+  wd_begin("allreduce", n);
+  zorch_status st = mpi_check(MPI_Allreduce(MPI_IN_PLACE, tensor_ptr(t), (int)n, mpi_type(t->dtype),
+                                            max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD), "allreduce", n);
+  wd_end();
+  return st;
 #else
   (void)max;
   return ZORCH_OK;
@@ -106,8 +169,10 @@ zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
   int *rc = malloc(sizeof(int) * (size_t)c->world);
   if (!rc) return err_set(ZORCH_ERR_OOM, "reduce_scatter: out of memory");
   for (int r = 0; r < c->world; r++) rc[r] = (int)counts[r];
+  wd_begin("reduce_scatter", total);
   zorch_status st = mpi_check(MPI_Reduce_scatter(tensor_ptr(send), tensor_ptr(recv), rc, mpi_type(send->dtype),
                                                  MPI_SUM, MPI_COMM_WORLD), "reduce_scatter", total);
+  wd_end();
   free(rc);
   return st;
 #else
@@ -127,8 +192,10 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
   c->recv += (uint64_t)(total - n) * es;
 #ifdef ZORCH_MPI
   char *p = tensor_ptr(buf);
+  wd_begin("reduce_scatter", total);
   zorch_status st = mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, p, (int)n, mpi_type(buf->dtype), MPI_SUM,
                                                        MPI_COMM_WORLD), "reduce_scatter", total);
+  wd_end();
   /* the result lands at the front: move it to this rank's slice */
   if (!st && c->rank) memmove(p + (size_t)(n * c->rank) * es, p, (size_t)n * es);
   return st;
@@ -162,8 +229,11 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   /* the send buffer may be this rank's slice of recv */
   const char *sp = tensor_ptr(send), *rp = tensor_ptr(recv);
   bool inplace = sp == rp + (size_t)(n * c->rank) * es;
-  return mpi_check(MPI_Allgather(inplace ? MPI_IN_PLACE : sp, (int)n, mpi_type(send->dtype), (void *)rp,
-                                 (int)n, mpi_type(send->dtype), MPI_COMM_WORLD), "allgather", n);
+  wd_begin("allgather", n * c->world);
+  zorch_status st = mpi_check(MPI_Allgather(inplace ? MPI_IN_PLACE : sp, (int)n, mpi_type(send->dtype), (void *)rp,
+                                            (int)n, mpi_type(send->dtype), MPI_COMM_WORLD), "allgather", n);
+  wd_end();
+  return st;
 #else
   return ZORCH_OK;
 #endif
@@ -193,9 +263,11 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
     displs[r] = off;
     off += rc[r];
   }
+  wd_begin("allgather", total);
   zorch_status st = mpi_check(MPI_Allgatherv(tensor_ptr(send), rc[c->rank], mpi_type(send->dtype), tensor_ptr(recv),
                                              rc, displs, mpi_type(send->dtype), MPI_COMM_WORLD),
                               "allgatherv", total);
+  wd_end();
   free(rc);
   return st;
 #else

@@ -32,6 +32,11 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
 zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                              const int64_t *counts);
 void comm_reset_bytes(zero_comm *c);
+/* What the next collectives carry (a bucket, a parameter group), for the
+   watchdog's message. */
+void comm_set_label(const char *label);
+/* Seconds a collective may take before the watchdog ends the job (0: never). */
+void comm_set_timeout(double seconds);
 /* Ends every rank with `code` (used by the command line after an error). */
 void comm_abort(int code);
 /* Finalises MPI if it was started; safe to call more than once. */

@@ -3,6 +3,7 @@
 #include "engine.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -115,6 +116,10 @@ static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
     st = zorch_last_status();
   zorch_tensor *recv = st ? NULL : range(e->recv, 0, mine);
   if (!st && !recv) st = zorch_last_status();
+  char label[96];
+  snprintf(label, sizeof label, "gradient bucket %d (elements %lld-%lld)", (int)(b - e->buckets),
+           (long long)b->lo, (long long)b->hi);
+  comm_set_label(label);
   if (!st) st = comm_reduce_scatter(e->c, b->buf, recv, cnt);
   if (!st && mine > 0) {
     int64_t start = (b->lo > e->c->rank * e->shard ? b->lo : e->c->rank * e->shard) - e->c->rank * e->shard;
@@ -142,6 +147,10 @@ static zorch_status group_gather(zero_engine *e, group *g) {
   int64_t mine = cnt[e->c->rank];
   int64_t start = g->lo > e->c->rank * e->shard ? g->lo - e->c->rank * e->shard : 0;
   zorch_tensor *send = range(e->pshard, mine ? start : 0, mine);
+  char label[96];
+  snprintf(label, sizeof label, "parameter group %d (parameters %d-%d)", (int)(g - e->groups), g->first + 1,
+           g->first + g->count);
+  comm_set_label(label);
   zorch_status st = send ? comm_allgatherv(e->c, send, g->buf, cnt) : zorch_last_status();
   zorch_tensor_free(send);
   if (cnt != counts) free(cnt);
@@ -400,6 +409,7 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded) {
   int N = e->c->world;
   zorch_tensor *g = NULL;
   *sharded = e->o.stage > 0;
+  comm_set_label("the gradients");
   if (e->o.stage == 0) {
     g = e->o.bf16 ? zorch_to_dtype(e->gflat, ZORCH_F32) : zorch_tensor_retain(e->gflat);
     if (g && comm_allreduce(e->c, g, false)) zorch_tensor_free(g), g = NULL;
@@ -427,6 +437,7 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, dou
   double sq = 0;
   for (int64_t i = 0; i < n; i++) sq += (double)p[i] * p[i];
   if (sharded && e->c->world > 1) {
+    comm_set_label("the gradient norm");
     int64_t one = 1;
     zorch_tensor *t = zorch_full(1, &one, sq, ZORCH_F64, (zorch_device){ZORCH_CPU, 0});
     zorch_status st = t ? comm_allreduce(e->c, t, false) : zorch_last_status();
@@ -443,6 +454,7 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, dou
 zorch_status zero_engine_after_update(zero_engine *e) {
   zorch_status st = ZORCH_OK;
   if (e->master) st = zorch_copy_(e->o.stage == 0 ? e->flat : e->pshard, e->master);
+  comm_set_label("the updated parameters");
   if (!st && (e->o.stage == 1 || e->o.stage == 2)) st = comm_allgather(e->c, e->pshard, e->flat);
   if (!st && e->o.stage == 3) st = zero_engine_release(e); /* the slices changed */
   return st;

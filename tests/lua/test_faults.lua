@@ -1,0 +1,64 @@
+-- Failures end the job with a message, never a hang: a rank that never reaches a
+-- collective trips the watchdog (comm_timeout); a rank killed mid-step ends the
+-- others.
+package.path = "lua/?.lua;" .. package.path
+local tap = require "tap"
+local zorch = require "zorch"
+
+local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
+if os.getenv("ZORCH_TEST_SANITIZED") then
+  bin = "ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 " .. bin
+end
+local p = io.popen(bin .. " info")
+local info = p:read("a")
+p:close()
+if not info:find("Open MPI", 1, true) then
+  tap.ok(true, "# SKIP zorch was built without MPI")
+  tap.done()
+end
+local function run(cmd)
+  local h = io.popen(cmd .. " 2>&1")
+  local out = h:read("a")
+  return out, h:close()
+end
+local script = os.tmpname() .. ".lua"
+
+local f = io.open(script, "w")
+f:write([[
+local zorch = require "zorch"
+local engine = zorch.Engine{comm_timeout = 2}
+if engine.rank == 1 then while true do end end -- never reaches the collective
+print(engine:mean(1.0))
+]])
+f:close()
+local t0 = zorch.clock()
+local text, good = run(("timeout 60 env %s launch -n 2 %s"):format(bin, script))
+local dt = zorch.clock() - t0
+tap.ok(not good and dt < 30, ("a hung collective ends the job in %.1f s (comm_timeout 2)"):format(dt))
+tap.ok(text:find("rank 0: allreduce of 1 elements for a logged value did not complete within 2 s", 1, true),
+       "the message names the rank, the collective, its size and what it carried: " ..
+       (text:match("zorch: rank[^\n]*") or text:sub(1, 200)))
+
+f = io.open(script, "w")
+f:write([[
+local zorch = require "zorch"
+local nn, optim = zorch.nn, zorch.optim
+local engine = zorch.Engine{zero_stage = 2, comm_timeout = 20}
+local model = nn.Linear(8, 8)
+local _, _, opt = engine:prepare(model, nil, optim.Adam(model:parameters()))
+for step = 1, 1000000 do
+  if engine.rank == 1 and step == 50 then
+    local pid = io.open("/proc/self/stat"):read("n")
+    os.execute("kill -9 " .. pid)
+  end
+  local loss = model(zorch.randn(4, 8)):sum()
+  opt:zero_grad(); engine:backward(loss); opt:step()
+end
+]])
+f:close()
+t0 = zorch.clock()
+text, good = run(("timeout 60 env %s launch -n 3 %s"):format(bin, script))
+dt = zorch.clock() - t0
+tap.ok(not good and dt < 30, ("a rank killed mid-step ends the others in %.1f s"):format(dt))
+os.remove(script)
+tap.done()
