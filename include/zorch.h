@@ -314,6 +314,8 @@ zorch_status zorch_save_safetensors(const char *path, int n, const char *const *
    name the file and the problem. */
 zorch_status zorch_load_safetensors(const char *path, int *n, char ***names, zorch_tensor ***ts);
 void zorch_safetensors_free(int n, char **names, zorch_tensor **ts);
+/* One tensor of a file, reading only its bytes. */
+zorch_tensor *zorch_load_safetensors_one(const char *path, const char *name);
 
 #ifdef __cplusplus
 }

@@ -80,7 +80,7 @@ function Engine:save_checkpoint(dir, opts)
     local manifest = {
       format = "zorch-checkpoint", version = 1, tag = tag, world_size = self.world_size,
       zero_stage = self.cfg.zero_stage, precision = self.cfg.precision, numel = numel,
-      params = params, files = files, step = step, micro = self.micro, lr = self.user_opt.lr,
+      params = params, files = files, step = step, shard = m.shard, micro = self.micro, lr = self.user_opt.lr,
       optimizer_state = scalars, loader = self.loader and self.loader:state() or false,
       rng_offset = zorch._rng_offset(), extra = opts.extra or false,
     }
@@ -178,6 +178,73 @@ function Engine:load_checkpoint(dir)
   if self.loader and manifest.loader then self.loader:load_state(manifest.loader) end
   zorch._rng_set_offset(manifest.rng_offset)
   return manifest
+end
+
+-- Resolves DIR/latest (or DIR itself) and returns the checkpoint folder and its
+-- manifest, with every file's hash checked.
+local function open_checkpoint(dir, who)
+  local where = dir
+  local lf = io.open(dir .. "/latest", "rb")
+  if lf then
+    where = dir .. "/" .. lf:read("a"):gsub("%s+$", "")
+    lf:close()
+  end
+  local ok, manifest = pcall(zorch._json_decode, read_file(where .. "/manifest.json"))
+  if not ok or type(manifest) ~= "table" or manifest.format ~= "zorch-checkpoint" then
+    error(("%s: %s/manifest.json is not a zorch checkpoint manifest"):format(who, where), 3)
+  end
+  for _, f in ipairs(manifest.files or {}) do
+    local path = where .. "/" .. f.file
+    local h, err = zorch._file_hash(path)
+    if not h then error(who .. ": " .. err, 3) end
+    if h ~= f.fnv1a64 then
+      error(("%s: %s is corrupt (hash %s, manifest says %s)"):format(who, path, h, f.fnv1a64), 3)
+    end
+  end
+  return where, manifest
+end
+
+-- zorch consolidate DIR OUT [bf16]: the full state dict of a checkpoint as one
+-- safetensors file, written a tensor at a time (memory stays near the largest
+-- parameter), under PyTorch's names.
+function zorch._consolidate(dir, out, dtype)
+  if type(dir) ~= "string" or type(out) ~= "string" then
+    error("usage: zorch consolidate DIR out.safetensors [float32|bfloat16]", 0)
+  end
+  dtype = dtype or "float32"
+  local codes = {float32 = {"F32", 4}, bfloat16 = {"BF16", 2}, bf16 = {"BF16", 2}, fp32 = {"F32", 4}}
+  local code = codes[dtype] or error("consolidate: dtype must be float32 or bfloat16, got " .. dtype, 0)
+  local where, manifest = open_checkpoint(dir, "consolidate")
+  local header, off = {}, 0
+  for _, p in ipairs(manifest.params) do
+    local bytes = p.numel * code[2]
+    header[p.name] = {dtype = code[1], shape = p.shape, data_offsets = {off, off + bytes}}
+    off = off + bytes
+  end
+  local text = zorch._json_encode(header):gsub("%s", "")
+  text = text .. string.rep(" ", (8 - #text % 8) % 8)
+  local tmp = out .. ".partial"
+  local f = assert(io.open(tmp, "wb"))
+  f:write(string.pack("<I8", #text), text)
+  local S, total = manifest.shard, manifest.numel
+  for _, p in ipairs(manifest.params) do
+    local full = zorch.zeros(p.numel)
+    for r = 0, manifest.world_size - 1 do
+      local lo = math.max(p.offset, r * S)
+      local hi = math.min(p.offset + p.numel, (r + 1) * S, total)
+      if hi > lo then
+        local piece = zorch.load(("%s/rank%d.safetensors"):format(where, r), ("param/%s/%d"):format(p.name, lo - p.offset))
+        full:narrow(1, lo - p.offset + 1, hi - lo):copy_(piece)
+      end
+    end
+    local t = full:view(p.shape)
+    if code[1] == "BF16" then t = t:to("bfloat16") end
+    f:write(zorch._tensor_bytes(t))
+  end
+  f:close()
+  local ok, err = os.rename(tmp, out)
+  if not ok then error("consolidate: " .. tostring(err), 0) end
+  return #manifest.params
 end
 
 return nil

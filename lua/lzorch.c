@@ -109,8 +109,10 @@ static int l_save(lua_State *L) {
   return 0;
 }
 
+/* zorch.load(path) -> {name = tensor}; zorch.load(path, name) -> that tensor */
 static int l_load(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  if (!lua_isnoneornil(L, 2)) return lz_push(L, zorch_load_safetensors_one(path, luaL_checkstring(L, 2)));
   int n;
   char **names;
   zorch_tensor **ts;
@@ -122,6 +124,21 @@ static int l_load(lua_State *L) {
     lua_setfield(L, -2, names[i]);
   }
   zorch_safetensors_free(n, names, ts);
+  return 1;
+}
+
+/* The raw bytes of a tensor (contiguous, host), for streaming writers. */
+static int l_tensor_bytes(lua_State *L) {
+  zorch_tensor *t = zorch_contiguous(lz_check(L, 1));
+  if (!t) return lz_fail(L);
+  const char *p = zorch_tensor_data(t);
+  size_t n = (size_t)zorch_tensor_numel(t) * zorch_dtype_size(zorch_tensor_dtype(t));
+  if (!p && n) {
+    zorch_tensor_free(t);
+    return luaL_error(L, "tensor_bytes: not a host tensor");
+  }
+  lua_pushlstring(L, p ? p : "", n);
+  zorch_tensor_free(t);
   return 1;
 }
 
@@ -149,6 +166,7 @@ static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd
                                 {"load", l_load},            {"set_num_threads", l_set_num_threads},
                                 {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
                                 {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available}, {"clock", l_clock},
+                                {"_tensor_bytes", l_tensor_bytes},
                                 {NULL, NULL}};
 
 int luaopen_zorch(lua_State *L) {

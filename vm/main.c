@@ -253,6 +253,7 @@ static void usage(void) {
           "usage: zorch [script.lua [args...]]   run a script (no script: the REPL)\n"
           "       zorch -e 'chunk' [args...]      run a chunk of Lua\n"
           "       zorch launch -n N [mpirun options] script.lua [args...]\n"
+          "       zorch consolidate DIR out.safetensors [float32|bfloat16]\n"
           "       zorch info                      build features, BLAS kernel, threads, devices\n"
           "       zorch --version\n");
 }
@@ -279,7 +280,19 @@ int main(int argc, char **argv) {
   lua_pushcfunction(L, open_all);
   if (report(L, docall(L, 0, 0))) return 1;
   int st = LUA_OK;
-  if (argc > 1 && strcmp(argv[1], "-e") == 0) {
+  if (argc > 1 && strcmp(argv[1], "consolidate") == 0) {
+    static const char chunk[] =
+        "local zorch = require 'zorch'\n"
+        "local n = zorch._consolidate(...)\n"
+        "print(('consolidated %d parameters into %s'):format(n, select(2, ...)))\n";
+    make_args(L, argv, argc, 1);
+    st = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=consolidate");
+    if (st == LUA_OK) {
+      for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
+      st = docall(L, argc - 2, 0);
+    }
+    report(L, st);
+  } else if (argc > 1 && strcmp(argv[1], "-e") == 0) {
     if (argc < 3) {
       usage();
       lua_close(L);

@@ -160,8 +160,10 @@ static bool json_u64(const cJSON *v, uint64_t *out) {
 
 #define BAD(...) (st = err_set(ZORCH_ERR_IO, __VA_ARGS__))
 
-zorch_status zorch_load_safetensors(const char *path, int *n_out, char ***names_out,
-                                    zorch_tensor ***ts_out) {
+/* Loads every tensor of the file, or only the one called `only` (so a large
+   file can be read a tensor at a time). */
+static zorch_status st_load(const char *path, const char *only, int *n_out, char ***names_out,
+                            zorch_tensor ***ts_out) {
   if (!path || !n_out || !names_out || !ts_out) return err_set(ZORCH_ERR_ARG, "load: bad arguments");
   *n_out = 0;
   *names_out = NULL;
@@ -208,6 +210,7 @@ zorch_status zorch_load_safetensors(const char *path, int *n_out, char ***names_
   }
   for (cJSON *e = root->child; e; e = e->next) {
     if (strcmp(e->string, "__metadata__") == 0) continue;
+    if (only && strcmp(e->string, only) != 0) continue;
     const char *nm = e->string;
     cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
@@ -276,4 +279,21 @@ done:
   *names_out = names;
   *ts_out = ts;
   return ZORCH_OK;
+}
+
+zorch_status zorch_load_safetensors(const char *path, int *n, char ***names, zorch_tensor ***ts) {
+  return st_load(path, NULL, n, names, ts);
+}
+
+zorch_tensor *zorch_load_safetensors_one(const char *path, const char *name) {
+  int n;
+  char **names;
+  zorch_tensor **ts;
+  if (!name) return err_null(ZORCH_ERR_ARG, "load: name is NULL");
+  if (st_load(path, name, &n, &names, &ts)) return NULL;
+  zorch_tensor *t = n ? ts[0] : NULL;
+  if (n) ts[0] = NULL;
+  zorch_safetensors_free(n, names, ts);
+  if (!t) return err_null(ZORCH_ERR_ARG, "load: %s has no tensor '%s'", path, name);
+  return t;
 }

@@ -58,6 +58,49 @@ else
   tap.ok(true, "# SKIP zorch was built without MPI")
 end
 
+-- consolidation: one safetensors file, equal to the live model, readable by PyTorch
+do
+  local c3, live, cons = tmp .. "/c3", tmp .. "/live.safetensors", tmp .. "/cons.safetensors"
+  local launch = has_mpi and ("launch -n 3 ") or ""
+  text, good = run(("env %s %s%s --zero-stage 3 --batch-size 8 --steps 20 --checkpoint-dir %s --save %s"):format(
+    bin, launch, net, c3, live))
+  text, good = run(("env %s consolidate %s %s"):format(bin, c3, cons))
+  tap.ok(good and text:find("consolidated 4 parameters", 1, true), "zorch consolidate writes the state dict")
+  w = good and worst(zorch.load(cons), zorch.load(live)) or math.huge
+  tap.ok(w == 0, "the consolidated weights equal the live model's (stage 3 state dict gathered)")
+  if os.execute("python3 -c 'import torch, safetensors' 2>/dev/null") then
+    tap.ok(os.execute(("python3 -c \"from safetensors.torch import load_file; d = load_file('%s'); " ..
+      "assert sorted(d) == ['fc1.bias', 'fc1.weight', 'fc2.bias', 'fc2.weight'] and tuple(d['fc1.weight'].shape) == (20, 10)\""):format(cons)),
+      "PyTorch's safetensors loads the consolidated file")
+  else
+    tap.ok(true, "# SKIP python3 with torch and safetensors is not installed")
+  end
+  text, good = run(("env %s consolidate %s %s bfloat16"):format(bin, c3, cons))
+  tap.ok(good and zorch.load(cons)["fc2.weight"]:dtype() == "bfloat16", "consolidate can write bfloat16")
+  -- random mutations of the manifest never crash the loader
+  local mpath = c3 .. "/" .. io.open(c3 .. "/latest"):read("a") .. "/manifest.json"
+  local orig = io.open(mpath):read("a")
+  local refused, crashed = 0, 0
+  for k = 1, 40 do
+    local pos = (k * 7919) % #orig + 1
+    local h = io.open(mpath, "w")
+    h:write(orig:sub(1, pos - 1) .. string.char((orig:byte(pos) + k) % 256) .. orig:sub(pos + 1))
+    h:close()
+    local ph = io.popen(("env %s consolidate %s %s/fuzz.safetensors 2>&1"):format(bin, c3, tmp))
+    local msg = ph:read("a")
+    local ok2, how, code = ph:close()
+    if not ok2 then
+      refused = refused + 1
+      -- an error is a message and exit status 1, never a signal (or 128+signal from the shell)
+      if how ~= "exit" or code ~= 1 or not msg:find("zorch:", 1, true) then crashed = crashed + 1 end
+    end
+  end
+  tap.ok(crashed == 0, ("40 mutated manifests: %d refused with a message, %d crashed"):format(refused, crashed))
+  local h = io.open(mpath, "w")
+  h:write(orig)
+  h:close()
+end
+
 -- a checkpoint interrupted while being written leaves the last good one in place
 local latest = io.open(c1 .. "/latest"):read("a")
 os.execute(("mkdir -p %s/.step99.partial && echo junk > %s/.step99.partial/rank0.safetensors"):format(c1, c1))
