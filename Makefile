@@ -17,7 +17,7 @@ LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I/usr/include/lua5.4
-LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/engine.lua lua/checkpoint.lua
+LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/engine.lua lua/checkpoint.lua
 LIB_SRC  := $(filter-out vm/main.c,$(wildcard vm/*.c ops/*.c ops/cpu/*.c lua/*.c zero/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
@@ -76,7 +76,7 @@ $(BUILD)/tests/%: tests/%.c tests/tap.h $(BUILD)/libzorch.a
 
 # The suite: every tests/test_*.c is a TAP program; prove prints the summary.
 test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so
-	@cd tests && ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) prove -f --exec ./runtest \
+	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) prove -f --exec ./runtest \
 	  $(addprefix ../,$(TEST_BIN)) $(TEST_LUA:tests/%=%)
 
 check-asan:

@@ -21,6 +21,10 @@ local DEFAULTS = {
   reduce_bucket_size = 500000000,  -- elements per gradient reduction (stages 2-3)
   seed = false,                    -- an integer seeds zorch's default generator
   comm_timeout = 600,              -- seconds a collective may take before the job ends; 0: never
+  train_micro_batch_size = false,  -- per-rank batch: prepare sets the loader's batch size
+  optimizer = false,               -- {type = "Adam" | "AdamW" | "SGD", params = {...}}: made by prepare
+  scheduler = false,               -- {type = "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR", params}
+  steps_per_print = false,         -- print a progress line every so many optimizer steps
   precision = "fp32",              -- "fp32", or "bf16": bf16 parameters and gradients,
                                    -- fp32 master weights and moments in the shards
 }
@@ -32,6 +36,12 @@ local CHECKS = {
   reduce_bucket_size = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   seed = {function(v) return v == false or math.type(v) == "integer" end, "an integer"},
   comm_timeout = {function(v) return type(v) == "number" and v >= 0 end, "a number of seconds >= 0"},
+  train_micro_batch_size = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
+  optimizer = {function(v) return v == false or (type(v) == "table" and (v.type == "Adam" or v.type == "AdamW" or v.type == "SGD")) end,
+               "{type = \"Adam\" | \"AdamW\" | \"SGD\", params = {...}}"},
+  scheduler = {function(v) return v == false or (type(v) == "table" and (v.type == "WarmupLR" or v.type == "WarmupDecayLR" or v.type == "WarmupCosineLR")) end,
+               "{type = \"WarmupLR\" | \"WarmupDecayLR\" | \"WarmupCosineLR\", params = {...}}"},
+  steps_per_print = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   precision = {function(v) return v == "fp32" or v == "bf16" end, "\"fp32\" or \"bf16\""},
 }
 
@@ -46,8 +56,13 @@ local function allowed_keys()
 end
 
 function zorch.Engine(cfg)
-  cfg = cfg or {}
-  if type(cfg) ~= "table" then error("Engine: expected a configuration table", 2) end
+  cfg = cfg or os.getenv("ZORCH_CONFIG") or {}
+  local unimplemented = {}
+  if type(cfg) == "string" then -- a DeepSpeed JSON file
+    local _, world = zorch._comm()
+    cfg, unimplemented = zorch._from_deepspeed(cfg, world)
+  end
+  if type(cfg) ~= "table" then error("Engine: expected a configuration table or a DeepSpeed JSON file", 2) end
   local c = {}
   for k, v in pairs(DEFAULTS) do c[k] = v end
   for k, v in pairs(cfg) do
@@ -64,7 +79,13 @@ function zorch.Engine(cfg)
   if c.seed then zorch.manual_seed(c.seed) end
   local rank, world, backend = zorch._comm()
   zorch._comm_timeout(c.comm_timeout)
-  return setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0}, Engine)
+  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0}, Engine)
+  if #unimplemented > 0 and rank == 0 then
+    io.stderr:write(("zorch: warning: these DeepSpeed config keys are not implemented and have no effect: %s\n"):format(
+      table.concat(unimplemented, ", ")))
+  end
+  e.unimplemented = unimplemented
+  return e
 end
 
 function Engine:config()
@@ -102,6 +123,13 @@ function Engine:prepare(model, loader, opt)
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
   self.model, self.loader = model, loader
   if loader then loader.rank, loader.world_size = self.rank, self.world_size end
+  if loader and self.cfg.train_micro_batch_size then loader.batch_size = self.cfg.train_micro_batch_size end
+  if not opt and self.cfg.optimizer then
+    local spec = self.cfg.optimizer
+    local p = {}
+    for k, v in pairs(spec.params or {}) do p[k] = v end
+    opt = zorch.optim[spec.type](model:parameters(), p)
+  end
   local params = model:parameters()
   if #params == 0 then error("Engine:prepare: the model has no parameters", 2) end
   local numel = 0
@@ -173,7 +201,27 @@ function Engine:prepare(model, loader, opt)
   function wrapped.state_dict() return engine.inner:state_dict() end
   function wrapped.load_state_dict(_, sd) return engine.inner:load_state_dict(sd) end
   self.optimizer = wrapped
+  if self.cfg.scheduler then self.lr_scheduler = zorch._make_scheduler(self.cfg.scheduler, opt) end
+  if self.rank == 0 and os.getenv("ZORCH_QUIET") == nil then self:print_summary() end
   return model, loader, wrapped
+end
+
+-- One screen at prepare: what this run will do.
+function Engine:print_summary()
+  local c = self.cfg
+  local mb = self.loader and self.loader.batch_size
+  local lines = {
+    ("zorch engine: %d rank%s (%s), ZeRO stage %d, %s"):format(self.world_size, self.world_size == 1 and "" or "s",
+      self.backend, c.zero_stage, c.precision),
+    ("  batch: %s per rank x %d accumulation x %d ranks = %s per step"):format(tostring(mb or "?"),
+      c.gradient_accumulation_steps, self.world_size, mb and tostring(mb * c.gradient_accumulation_steps * self.world_size) or "?"),
+    ("  gradient clipping %s, reduce bucket %d elements, comm timeout %gs"):format(
+      c.gradient_clipping > 0 and tostring(c.gradient_clipping) or "off", c.reduce_bucket_size, c.comm_timeout),
+    ("  optimizer %s%s"):format(getmetatable(self.user_opt or {}).__name or "none",
+      c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
+  }
+  if #self.unimplemented > 0 then lines[#lines + 1] = "  not implemented (no effect): " .. table.concat(self.unimplemented, ", ") end
+  io.stderr:write(table.concat(lines, "\n") .. "\n")
 end
 
 -- Stage 3: the full parameters (for a forward or a state dict), their release,
@@ -207,6 +255,11 @@ function Engine:optimizer_step()
   self.inner:step()
   self.target.grad = nil
   self.zero:after_update()
+  if self.lr_scheduler then self.lr_scheduler.step() end
+  self.steps = (self.steps or 0) + 1
+  if self.cfg.steps_per_print and self.steps % self.cfg.steps_per_print == 0 then
+    self:print(("step %d  lr %.3g  grad norm %.4f"):format(self.steps, self.user_opt.lr, self.last_norm or 0))
+  end
   -- what this step moved, from the end of the previous one (stage 3 gathers in forward)
   local sent, recv = zorch._comm_bytes(true)
   self.last_comm = {sent = sent, received = recv}

@@ -28,6 +28,7 @@ local opt = zorch.flags(arg, {
   ["checkpoint-dir"] = {"", "save a checkpoint here at the end (and every --checkpoint-every steps)"},
   ["checkpoint-every"] = {0, "optimizer steps between checkpoints (0: only at the end)"},
   resume = {"", "continue from the latest checkpoint in this directory (--steps counts the total)"},
+  config = {"", "a DeepSpeed JSON config (batch sizes, ZeRO, bf16, clipping, optimizer, scheduler)"},
 }, "usage: zorch models/simple_net.lua [flags]")
 
 local SimpleNet = nn.Module:extend "SimpleNet"
@@ -39,9 +40,11 @@ function SimpleNet:forward(x)
   return self.fc2(zorch.relu(self.fc1(x)))
 end
 
-local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, seed = opt.seed,
-                            gradient_accumulation_steps = opt.accum, reduce_bucket_size = opt.bucket,
-                            precision = opt.precision}
+zorch.manual_seed(opt.seed)
+local config = opt.config ~= "" and opt.config or os.getenv("ZORCH_CONFIG")
+local engine = config and zorch.Engine(config) or
+  zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = opt.accum,
+               reduce_bucket_size = opt.bucket, precision = opt.precision}
 local X, Y
 if opt.data ~= "" then
   local d = zorch.load(opt.data)
@@ -54,7 +57,8 @@ local loader = data.DataLoader(data.TensorDataset(X, Y),
                                {batch_size = opt["batch-size"], shuffle = not opt["no-shuffle"], seed = opt.seed})
 local model = SimpleNet(opt["in"], opt.hidden, opt.out)
 if opt.load ~= "" then model:load_state_dict(zorch.load(opt.load)) end
-local adam = optim.Adam(model:parameters(), {lr = opt.lr})
+-- a config that names an optimizer gets it from the engine
+local adam = not engine.cfg.optimizer and optim.Adam(model:parameters(), {lr = opt.lr}) or nil
 local criterion = nn.MSELoss()
 model, loader, adam = engine:prepare(model, loader, adam)
 

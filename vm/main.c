@@ -105,6 +105,12 @@ static int launch(int argc, char **argv) {
       n = argv[++i];
       continue;
     }
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < script) { /* a DeepSpeed config for every rank */
+      setenv("ZORCH_CONFIG", argv[++i], 1);
+      av[k++] = "-x";
+      av[k++] = "ZORCH_CONFIG";
+      continue;
+    }
     av[k++] = argv[i];
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -252,7 +258,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: zorch [script.lua [args...]]   run a script (no script: the REPL)\n"
           "       zorch -e 'chunk' [args...]      run a chunk of Lua\n"
-          "       zorch launch -n N [mpirun options] script.lua [args...]\n"
+          "       zorch launch -n N [--config ds_config.json] [mpirun options] script.lua [args...]\n"
           "       zorch consolidate DIR out.safetensors [float32|bfloat16]\n"
           "       zorch info                      build features, BLAS kernel, threads, devices\n"
           "       zorch --version\n");
