@@ -83,6 +83,7 @@ function Engine:save_checkpoint(dir, opts)
       params = params, files = files, step = step, shard = m.shard, micro = self.micro, lr = self.user_opt.lr,
       optimizer_state = scalars, loader = self.loader and self.loader:state() or false,
       rng_offset = zorch._rng_offset(), extra = opts.extra or false,
+      scheduler_step = self.lr_scheduler and self.lr_scheduler.last_step or false,
     }
     zorch._write_atomic(partial .. "/manifest.json", zorch._json_encode(manifest))
     -- replace an older checkpoint of the same tag, then publish
@@ -175,6 +176,11 @@ function Engine:load_checkpoint(dir)
   self.user_opt.lr, self.inner.lr = manifest.lr, manifest.lr
   self.micro = manifest.micro
   self.zero:after_update() -- master weights into the parameters, then gather or release
+  if self.lr_scheduler and manifest.scheduler_step then
+    self.lr_scheduler.last_step = manifest.scheduler_step
+    self.user_opt.lr = self.lr_scheduler.lr_at(manifest.scheduler_step)
+  end
+  self.steps = manifest.step
   if self.loader and manifest.loader then self.loader:load_state(manifest.loader) end
   zorch._rng_set_offset(manifest.rng_offset)
   return manifest

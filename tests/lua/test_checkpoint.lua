@@ -109,6 +109,31 @@ local out5 = tmp .. "/five.safetensors"
 text, good = run(("env %s %s --batch-size 32 --steps 50 --resume %s --save %s"):format(bin, net, c1, out5))
 tap.ok(good and worst(zorch.load(out5), want) == 0, "and the last good one still resumes")
 
+-- a process that dies in the middle of save_checkpoint (after writing its shard,
+-- before the manifest) leaves latest on the previous checkpoint, which resumes
+do
+  local crash = tmp .. "/crash.lua"
+  local cf = io.open(crash, "w")
+  cf:write(([[
+local zorch = require "zorch"
+local save, saves = zorch.save, 0
+zorch.save = function(t, path)
+  save(t, path)
+  if path:find("partial", 1, true) then os.exit(9) end -- dies mid-checkpoint
+end
+arg = {"--samples", "400", "--quiet", "--batch-size", "32", "--steps", "50", "--resume", "%s", "--checkpoint-dir", "%s",
+       "--checkpoint-every", "40"}
+dofile("../models/simple_net.lua")
+]]):format(c1, c1))
+  cf:close()
+  local _, crashed_ok = run(("env %s %s"):format(bin, crash))
+  tap.ok(not crashed_ok and io.open(c1 .. "/latest"):read("a") == latest,
+         "a crash inside save_checkpoint leaves latest on the previous checkpoint")
+  local out6 = tmp .. "/six.safetensors"
+  text, good = run(("env %s %s --batch-size 32 --steps 50 --resume %s --save %s"):format(bin, net, c1, out6))
+  tap.ok(good and worst(zorch.load(out6), want) == 0, "which still resumes exactly")
+end
+
 -- corrupt, truncated and mismatched checkpoints are refused, naming the problem
 local step = c1 .. "/" .. latest
 local f = io.open(step .. "/rank0.safetensors", "rb")
