@@ -106,10 +106,9 @@ local function read_file(path)
   return s
 end
 
--- Resumes from DIR/latest (or DIR itself when it holds a manifest), resharding
--- to this run's world size and stage. Returns the manifest.
-function Engine:load_checkpoint(dir)
-  if not self.inner then error("load_checkpoint: call prepare with an optimizer first", 2) end
+-- Resolves DIR/latest (or DIR itself) and returns the checkpoint folder and its
+-- manifest, with every file's hash checked.
+local function open_checkpoint(dir, who)
   local where = dir
   local lf = io.open(dir .. "/latest", "rb")
   if lf then
@@ -118,8 +117,24 @@ function Engine:load_checkpoint(dir)
   end
   local ok, manifest = pcall(zorch._json_decode, read_file(where .. "/manifest.json"))
   if not ok or type(manifest) ~= "table" or manifest.format ~= "zorch-checkpoint" then
-    error(("load_checkpoint: %s/manifest.json is not a zorch checkpoint manifest"):format(where), 2)
+    error(("%s: %s/manifest.json is not a zorch checkpoint manifest"):format(who, where), 3)
   end
+  for _, f in ipairs(manifest.files or {}) do
+    local path = where .. "/" .. f.file
+    local h, err = zorch._file_hash(path)
+    if not h then error(who .. ": " .. err, 3) end
+    if h ~= f.fnv1a64 then
+      error(("%s: %s is corrupt (hash %s, manifest says %s)"):format(who, path, h, f.fnv1a64), 3)
+    end
+  end
+  return where, manifest
+end
+
+-- Resumes from DIR/latest (or DIR itself when it holds a manifest), resharding
+-- to this run's world size and stage. Returns the manifest.
+function Engine:load_checkpoint(dir)
+  if not self.inner then error("load_checkpoint: call prepare with an optimizer first", 2) end
+  local where, manifest = open_checkpoint(dir, "load_checkpoint")
   -- the model must be the one saved
   local params, numel = layout(self)
   local saved = {}
@@ -133,14 +148,10 @@ function Engine:load_checkpoint(dir)
     end
   end
   if #manifest.params ~= #params then error("load_checkpoint: the checkpoint has other parameters than the model", 2) end
-  -- every file, checked before use
+  -- every file (its hash was checked by open_checkpoint)
   local pieces = {}
   for _, f in ipairs(manifest.files or {}) do
-    local path = where .. "/" .. f.file
-    local h, err = zorch._file_hash(path)
-    if not h then error("load_checkpoint: " .. err, 2) end
-    if h ~= f.fnv1a64 then error(("load_checkpoint: %s is corrupt (hash %s, manifest says %s)"):format(path, h, f.fnv1a64), 2) end
-    for k, t in pairs(zorch.load(path)) do pieces[k] = t end
+    for k, t in pairs(zorch.load(where .. "/" .. f.file)) do pieces[k] = t end
   end
   -- copy the pieces this rank's target covers
   local lo, hi = target_range(self, numel)
@@ -184,30 +195,6 @@ function Engine:load_checkpoint(dir)
   if self.loader and manifest.loader then self.loader:load_state(manifest.loader) end
   zorch._rng_set_offset(manifest.rng_offset)
   return manifest
-end
-
--- Resolves DIR/latest (or DIR itself) and returns the checkpoint folder and its
--- manifest, with every file's hash checked.
-local function open_checkpoint(dir, who)
-  local where = dir
-  local lf = io.open(dir .. "/latest", "rb")
-  if lf then
-    where = dir .. "/" .. lf:read("a"):gsub("%s+$", "")
-    lf:close()
-  end
-  local ok, manifest = pcall(zorch._json_decode, read_file(where .. "/manifest.json"))
-  if not ok or type(manifest) ~= "table" or manifest.format ~= "zorch-checkpoint" then
-    error(("%s: %s/manifest.json is not a zorch checkpoint manifest"):format(who, where), 3)
-  end
-  for _, f in ipairs(manifest.files or {}) do
-    local path = where .. "/" .. f.file
-    local h, err = zorch._file_hash(path)
-    if not h then error(who .. ": " .. err, 3) end
-    if h ~= f.fnv1a64 then
-      error(("%s: %s is corrupt (hash %s, manifest says %s)"):format(who, path, h, f.fnv1a64), 3)
-    end
-  end
-  return where, manifest
 end
 
 -- zorch consolidate DIR OUT [bf16]: the full state dict of a checkpoint as one

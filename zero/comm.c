@@ -150,14 +150,24 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
 #endif
 }
 
+/* The sum of counts, checked against the whole buffer and this rank's part;
+   -1 with an error set when they disagree. */
+static int64_t check_counts(const char *op, const zero_comm *c, const int64_t *counts, const zorch_tensor *whole,
+                            const zorch_tensor *part) {
+  int64_t total = 0;
+  for (int r = 0; r < c->world; r++) total += counts[r];
+  if (total != zorch_tensor_numel(whole) || counts[c->rank] != zorch_tensor_numel(part) || whole->dtype != part->dtype) {
+    err_set(ZORCH_ERR_SHAPE, "%s: counts do not match the buffers on rank %d", op, c->rank);
+    return -1;
+  }
+  return total;
+}
+
 zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                                  const int64_t *counts) {
   if (check_buf("reduce_scatter", send) || check_buf("reduce_scatter", recv)) return zorch_last_status();
-  int64_t total = 0;
-  for (int r = 0; r < c->world; r++) total += counts[r];
-  if (total != zorch_tensor_numel(send) || counts[c->rank] != zorch_tensor_numel(recv) ||
-      send->dtype != recv->dtype)
-    return err_set(ZORCH_ERR_SHAPE, "reduce_scatter: counts do not match the buffers on rank %d", c->rank);
+  int64_t total = check_counts("reduce_scatter", c, counts, send, recv);
+  if (total < 0) return zorch_last_status();
   size_t es = dtype_sizes[send->dtype];
   if (c->world == 1) {
     memcpy(tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
@@ -242,11 +252,8 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
 zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                              const int64_t *counts) {
   if (check_gather_buf(send) || check_gather_buf(recv)) return zorch_last_status();
-  int64_t total = 0;
-  for (int r = 0; r < c->world; r++) total += counts[r];
-  if (total != zorch_tensor_numel(recv) || counts[c->rank] != zorch_tensor_numel(send) ||
-      send->dtype != recv->dtype)
-    return err_set(ZORCH_ERR_SHAPE, "allgatherv: counts do not match the buffers on rank %d", c->rank);
+  int64_t total = check_counts("allgatherv", c, counts, recv, send);
+  if (total < 0) return zorch_last_status();
   size_t es = dtype_sizes[send->dtype];
   if (c->world == 1) {
     memmove(tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);

@@ -43,6 +43,37 @@ function tap.close(a, b, tol, desc)
   return tap.ok(#fa == #fb and worst <= 1, ("%s (worst ratio %.3g)"):format(desc, worst))
 end
 
+-- The zorch command under test; under sanitizers, launched ranks skip leak
+-- checks (Open MPI unloads its plugins at exit, leaving allocations LeakSanitizer
+-- cannot attribute; zorch's own leaks are checked by the single-process tests).
+function tap.zorch()
+  local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
+  if os.getenv("ZORCH_TEST_SANITIZED") then
+    bin = "ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 " .. bin
+  end
+  return bin
+end
+
+-- Output (stdout and stderr) and success of a shell command.
+function tap.run(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  return out, p:close()
+end
+
+-- A fresh temporary folder.
+function tap.tmpdir()
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute("mkdir -p " .. dir)
+  return dir
+end
+
+-- True when the zorch command was built with MPI.
+function tap.has_mpi(bin)
+  return (tap.run(bin .. " info")):find("Open MPI", 1, true) ~= nil
+end
+
 function tap.done()
   print("1.." .. tap.n)
   os.exit(tap.failed == 0 and 0 or 1)

@@ -5,25 +5,15 @@ package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
 
-local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
-if os.getenv("ZORCH_TEST_SANITIZED") then -- see test_zero.lua
-  bin = "ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 " .. bin
-end
-local tmp = os.tmpname()
-os.remove(tmp)
-os.execute("mkdir -p " .. tmp)
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  return out, p:close()
-end
+local bin, run = tap.zorch(), tap.run
+local tmp = tap.tmpdir()
 local function worst(a, b)
   local w = 0
   for k, v in pairs(b) do w = math.max(w, ((a[k] - v):abs() / (v:abs() + 1e-3)):max():item()) end
   return w
 end
 local net = "../models/simple_net.lua --samples 400 --quiet"
-local has_mpi = run(bin .. " info"):find("Open MPI", 1, true) ~= nil
+local has_mpi = tap.has_mpi(bin)
 
 -- uninterrupted: global batch 32, 50 steps
 local ref = tmp .. "/ref.safetensors"

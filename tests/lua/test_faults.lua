@@ -5,21 +5,10 @@ package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
 
-local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
-if os.getenv("ZORCH_TEST_SANITIZED") then
-  bin = "ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 " .. bin
-end
-local p = io.popen(bin .. " info")
-local info = p:read("a")
-p:close()
-if not info:find("Open MPI", 1, true) then
+local bin, run = tap.zorch(), tap.run
+if not tap.has_mpi(bin) then
   tap.ok(true, "# SKIP zorch was built without MPI")
   tap.done()
-end
-local function run(cmd)
-  local h = io.popen(cmd .. " 2>&1")
-  local out = h:read("a")
-  return out, h:close()
 end
 local script = os.tmpname() .. ".lua"
 

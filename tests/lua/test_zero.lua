@@ -6,29 +6,12 @@ package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
 
-local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
--- Open MPI unloads its plugins at exit, leaving allocations LeakSanitizer cannot
--- attribute; leaks of zorch itself are checked by the single-process tests
-if os.getenv("ZORCH_TEST_SANITIZED") then
-  bin = "ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 " .. bin
+local bin, run = tap.zorch(), tap.run
+if not tap.has_mpi(bin) then
+  tap.ok(true, "# SKIP zorch was built without MPI")
+  tap.done()
 end
-do -- without MPI there is nothing to launch
-  local p = io.popen(bin .. " info")
-  local info = p:read("a")
-  p:close()
-  if not info:find("Open MPI", 1, true) then
-    tap.ok(true, "# SKIP zorch was built without MPI")
-    tap.done()
-  end
-end
-local tmp = os.tmpname()
-os.remove(tmp)
-os.execute("mkdir -p " .. tmp)
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  return out, p:close()
-end
+local tmp = tap.tmpdir()
 local common = "--steps 20 --accum 2 --clip 0.05 --seed 5 --samples 480 --bucket 64 --quiet"
 
 local ref = tmp .. "/ref.safetensors"
