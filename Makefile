@@ -11,8 +11,14 @@ SAN     ?=
 MPI_DIR  := /usr/lib/x86_64-linux-gnu/openmpi
 MPI      ?= $(if $(wildcard $(MPI_DIR)/include/mpi.h),1,)
 MPI_FLAGS := $(if $(MPI),-DZORCH_MPI -I$(MPI_DIR)/include,)
+# CUDA: `make CUDA=1` builds ops/cuda for sm_80 and sm_90 (+ PTX) with the
+# toolkit at CUDA_DIR and links cudart and cuBLAS.
+CUDA     ?= 0
+CUDA_DIR ?= /usr/local/cuda
+NVCC     ?= $(CUDA_DIR)/bin/nvcc
+CUDA_FLAGS := $(if $(filter 1,$(CUDA)),-DZORCH_WITH_CUDA,)
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -fopenmp -D_GNU_SOURCE \
-           -Iinclude -I/usr/include/lua5.4 $(MPI_FLAGS) -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
+           -Iinclude -I/usr/include/lua5.4 $(MPI_FLAGS) $(CUDA_FLAGS) -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
 LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
@@ -22,7 +28,14 @@ LIB_SRC  := $(filter-out vm/main.c,$(wildcard vm/*.c ops/*.c ops/cpu/*.c lua/*.c
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
-EXT_LIBS := -lcjson $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,)
+EXT_LIBS := -lcjson $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) \
+            $(if $(filter 1,$(CUDA)),-L$(CUDA_DIR)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_DIR)/lib64 -lcudart -lcublas -lstdc++,)
+ifeq ($(CUDA),1)
+LIB_OBJ  += $(BUILD)/obj/ops/cuda/backend.o
+endif
+NVFLAGS  := -O2 -std=c++17 -Iinclude -I/usr/include/lua5.4 -DZORCH_WITH_CUDA -Xcompiler -fPIC,-Wall \
+            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+            -gencode arch=compute_90,code=compute_90
 LIB_LIBS := -llua5.4 $(EXT_LIBS)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -47,6 +60,10 @@ $(BUILD)/obj/ops/cpu/%.o: OPT_K = $(if $(SAN),,-O3)
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(OPT_K) -c $< -o $@
+
+$(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/math.h vm/device.h vm/tensor.h include/zorch.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/libzorch.a: $(LIB_OBJ)
 	@rm -f $@

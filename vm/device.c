@@ -8,7 +8,17 @@
 static const backend *backends[ZORCH_NDEVICE_TYPES] = {&cpu_backend, NULL};
 int (*device_cuda_count)(void) = NULL;
 
+#ifdef ZORCH_WITH_CUDA
+#include <pthread.h>
+void cuda_backend_init(void); /* ops/cuda/backend.cu */
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+#define CUDA_INIT() pthread_once(&cuda_once, cuda_backend_init)
+#else
+#define CUDA_INIT() ((void)0)
+#endif
+
 const backend *backend_get(zorch_device_type type) {
+  if (type == ZORCH_CUDA) CUDA_INIT();
   return (unsigned)type < ZORCH_NDEVICE_TYPES ? backends[type] : NULL;
 }
 
@@ -50,6 +60,7 @@ void zorch_device_name(zorch_device dev, char *buf, size_t n) {
 
 bool zorch_device_available(zorch_device dev) {
   if (dev.type == ZORCH_CPU) return dev.index == 0;
+  CUDA_INIT();
   if (dev.type != ZORCH_CUDA || !backends[ZORCH_CUDA] || !device_cuda_count) return false;
   return dev.index >= 0 && dev.index < device_cuda_count();
 }

@@ -152,11 +152,20 @@ static void print_info(void) {
   printf("zorch %s\n", ZORCH_VERSION);
   printf("  blas:     %s\n", zorch_blas_info());
   printf("  threads:  %d\n", zorch_get_num_threads());
-  printf("  backends: cpu%s\n", zorch_device_available((zorch_device){ZORCH_CUDA, 0}) ? ", cuda" : "");
-  printf("  cuda:     %s\n", zorch_device_available((zorch_device){ZORCH_CUDA, 0}) ? "available" : "not built");
+  int ngpu = 0;
+  while (ngpu < 64 && zorch_device_available((zorch_device){ZORCH_CUDA, ngpu})) ngpu++;
+#ifdef ZORCH_WITH_CUDA
+  printf("  backends: cpu, cuda\n");
+  printf("  cuda:     built (cuBLAS), %d device%s\n", ngpu, ngpu == 1 ? "" : "s");
+#else
+  printf("  backends: cpu\n");
+  printf("  cuda:     not built (make CUDA=1)\n");
+#endif
   printf("  nccl:     not built\n");
   printf("  mpi:      %s\n", ZORCH_HAVE_MPI ? "Open MPI (zorch launch)" : "not built");
-  printf("  devices:  cpu\n");
+  printf("  devices:  cpu");
+  for (int i = 0; i < ngpu; i++) printf(", cuda:%d", i);
+  printf("\n");
   printf("  lua:      %s\n", LUA_RELEASE);
 }
 
