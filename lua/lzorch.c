@@ -156,6 +156,25 @@ static int l_set_num_threads(lua_State *L) {
 }
 static int l_get_num_threads(lua_State *L) { return lua_pushinteger(L, zorch_get_num_threads()), 1; }
 static int l_blas_info(lua_State *L) { return lua_pushstring(L, zorch_blas_info()), 1; }
+#ifdef ZORCH_WITH_CUDA
+void zorch_cuda_memory_stats(size_t *in_use, size_t *cached, size_t *peak); /* ops/cuda */
+#endif
+
+/* zorch.cuda_memory_stats() -> {in_use, cached, peak} bytes of the caching allocator */
+static int l_cuda_memory_stats(lua_State *L) {
+#ifdef ZORCH_WITH_CUDA
+  size_t in_use, cached, peak;
+  zorch_cuda_memory_stats(&in_use, &cached, &peak);
+  lua_createtable(L, 0, 3);
+  lua_pushinteger(L, (lua_Integer)in_use), lua_setfield(L, -2, "in_use");
+  lua_pushinteger(L, (lua_Integer)cached), lua_setfield(L, -2, "cached");
+  lua_pushinteger(L, (lua_Integer)peak), lua_setfield(L, -2, "peak");
+  return 1;
+#else
+  return luaL_error(L, "cuda_memory_stats: zorch was built without CUDA (make CUDA=1)");
+#endif
+}
+
 static int l_is_tensor(lua_State *L) { return lua_pushboolean(L, zorch_to_tensor(L, 1) != NULL), 1; }
 static int l_cuda_available(lua_State *L) {
   return lua_pushboolean(L, zorch_device_available((zorch_device){ZORCH_CUDA, 0})), 1;
@@ -166,7 +185,7 @@ static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd
                                 {"load", l_load},            {"set_num_threads", l_set_num_threads},
                                 {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
                                 {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available}, {"clock", l_clock},
-                                {"_tensor_bytes", l_tensor_bytes},
+                                {"_tensor_bytes", l_tensor_bytes}, {"cuda_memory_stats", l_cuda_memory_stats},
                                 {NULL, NULL}};
 
 int luaopen_zorch(lua_State *L) {

@@ -100,9 +100,9 @@ local function adam_class(name, decoupled, wd_default)
       if g then
         local s = self.state[i]
         if not s then
-          s = {step = 0, exp_avg = zorch.zeros(p.shape, {dtype = p:dtype()}),
-               exp_avg_sq = zorch.zeros(p.shape, {dtype = p:dtype()})}
-          if o.amsgrad then s.max_exp_avg_sq = zorch.zeros(p.shape, {dtype = p:dtype()}) end
+          s = {step = 0, exp_avg = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}),
+               exp_avg_sq = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()})}
+          if o.amsgrad then s.max_exp_avg_sq = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}) end
           self.state[i] = s
         end
         s.step = s.step + 1
@@ -137,7 +137,7 @@ function optim.SGD:step()
       local first = false
       if not s then
         s = {}
-        if o.momentum ~= 0 then s.momentum_buffer = zorch.zeros(p.shape, {dtype = p:dtype()}) end
+        if o.momentum ~= 0 then s.momentum_buffer = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}) end
         self.state[i] = s
         first = true
       end

@@ -368,26 +368,365 @@ static zorch_status cuda_gemm(zorch_dtype dt, bool ta, bool tb, int64_t m, int64
   return ZORCH_OK;
 }
 
-// ---- ops without a CUDA kernel yet ------------------------------------------------------
-#define MISSING(name, ...)                                                        \
-  static zorch_status cuda_##name(__VA_ARGS__) {                                  \
-    return err_set(ZORCH_ERR_DEVICE, #name ": no CUDA kernel yet (use the CPU)");  \
+// ---- reductions, softmax, indexing, losses, norms, optimizers ------------------------
+// Simple kernels: one thread per output row or element, loops inside; sums in
+// double in a fixed order, as on the CPU.
+#define GRID(n) blocks_for(n), 256
+#define FOR(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+template <typename T>
+__global__ void k_reduce(int op, T *out, int64_t *idx, const T *a, int64_t outer, int64_t r, int64_t inner) {
+  FOR(j, outer * inner) {
+    int64_t o = j / inner, i = j % inner;
+    const T *p = a + o * r * inner + i;
+    if (op == RED_SUM) {
+      double s = 0;
+      for (int64_t k = 0; k < r; k++) s += (double)p[k * inner];
+      out[j] = (T)s;
+    } else {
+      T best = p[0];
+      int64_t bi = 0;
+      for (int64_t k = 1; k < r; k++) {
+        T v = p[k * inner];
+        if (v > best || (v != v && best == best)) best = v, bi = k;
+      }
+      out[j] = best;
+      if (idx) idx[j] = bi;
+    }
   }
-MISSING(where, zorch_tensor *, const zorch_tensor *, const zorch_tensor *, const zorch_tensor *)
-MISSING(reduce, red_op, zorch_tensor *, zorch_tensor *, const zorch_tensor *, int64_t, int64_t, int64_t)
-MISSING(max_bwd, zorch_tensor *, const zorch_tensor *, const zorch_tensor *, int64_t, int64_t, int64_t)
-MISSING(softmax, zorch_tensor *, const zorch_tensor *, int64_t, int64_t, int64_t, bool)
-MISSING(index_select, zorch_tensor *, const zorch_tensor *, const zorch_tensor *, int64_t, int64_t, int64_t)
-MISSING(index_add, zorch_tensor *, const zorch_tensor *, const zorch_tensor *, int64_t, int64_t, int64_t)
-MISSING(nll, zorch_tensor *, const zorch_tensor *, const zorch_tensor *, int64_t, int64_t, int64_t)
-MISSING(nll_bwd, zorch_tensor *, const zorch_tensor *, const zorch_tensor *, int64_t, int64_t, int64_t)
-MISSING(layer_norm, zorch_tensor *, zorch_tensor *, zorch_tensor *, const zorch_tensor *, const zorch_tensor *,
-        const zorch_tensor *, int64_t, int64_t, double)
-MISSING(layer_norm_bwd, zorch_tensor *, zorch_tensor *, zorch_tensor *, const zorch_tensor *, const zorch_tensor *,
-        const zorch_tensor *, const zorch_tensor *, const zorch_tensor *, int64_t, int64_t)
-MISSING(adam, zorch_tensor *, const zorch_tensor *, zorch_tensor *, zorch_tensor *, zorch_tensor *, int64_t,
-        const zorch_adam_opts *)
-MISSING(sgd, zorch_tensor *, const zorch_tensor *, zorch_tensor *, bool, const zorch_sgd_opts *)
+}
+
+static zorch_status cuda_reduce(red_op op, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *a, int64_t outer,
+                                int64_t r, int64_t inner) {
+  int64_t *ix = idx ? (int64_t *)tensor_ptr(idx) : nullptr;
+  if (outer * inner == 0) return ZORCH_OK;
+  if (a->dtype == ZORCH_F32)
+    k_reduce<float><<<GRID(outer * inner)>>>(op, (float *)tensor_ptr(out), ix, (const float *)tensor_ptr(a), outer, r, inner);
+  else if (a->dtype == ZORCH_F64)
+    k_reduce<double><<<GRID(outer * inner)>>>(op, (double *)tensor_ptr(out), ix, (const double *)tensor_ptr(a), outer, r, inner);
+  else if (a->dtype == ZORCH_I64)
+    k_reduce<int64_t><<<GRID(outer * inner)>>>(op, (int64_t *)tensor_ptr(out), ix, (const int64_t *)tensor_ptr(a), outer, r, inner);
+  else return no_kernel(op == RED_SUM ? "sum" : "max", a->dtype);
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
+
+template <typename T>
+__global__ void k_max_bwd(T *gin, const T *g, const int64_t *idx, int64_t outer, int64_t r, int64_t inner) {
+  FOR(j, outer * inner) {
+    int64_t o = j / inner, i = j % inner;
+    gin[(o * r + idx[j]) * inner + i] += g[j];
+  }
+}
+
+static zorch_status cuda_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx, int64_t outer,
+                                 int64_t r, int64_t inner) {
+  if (outer * inner == 0) return ZORCH_OK;
+  const int64_t *ix = (const int64_t *)tensor_ptr(idx);
+  if (gin->dtype == ZORCH_F32)
+    k_max_bwd<float><<<GRID(outer * inner)>>>((float *)tensor_ptr(gin), (const float *)tensor_ptr(g), ix, outer, r, inner);
+  else if (gin->dtype == ZORCH_F64)
+    k_max_bwd<double><<<GRID(outer * inner)>>>((double *)tensor_ptr(gin), (const double *)tensor_ptr(g), ix, outer, r, inner);
+  else return no_kernel("max", gin->dtype);
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
+
+template <typename T>
+__global__ void k_softmax(T *y, const T *x, int64_t outer, int64_t c, int64_t inner, int log_) {
+  FOR(j, outer * inner) {
+    int64_t o = j / inner, i = j % inner;
+    const T *xp = x + o * c * inner + i;
+    T *yp = y + o * c * inner + i;
+    T mx = xp[0];
+    for (int64_t k = 1; k < c; k++)
+      if (xp[k * inner] > mx || xp[k * inner] != xp[k * inner]) mx = xp[k * inner];
+    double s = 0;
+    for (int64_t k = 0; k < c; k++) s += exp((double)(xp[k * inner] - mx));
+    for (int64_t k = 0; k < c; k++)
+      yp[k * inner] = log_ ? (T)(xp[k * inner] - mx - log(s)) : (T)(exp((double)(xp[k * inner] - mx)) / s);
+  }
+}
+
+static zorch_status cuda_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c, int64_t inner,
+                                 bool log_) {
+  if (outer * inner == 0) return ZORCH_OK;
+  if (a->dtype == ZORCH_F32)
+    k_softmax<float><<<GRID(outer * inner)>>>((float *)tensor_ptr(out), (const float *)tensor_ptr(a), outer, c, inner, log_);
+  else if (a->dtype == ZORCH_F64)
+    k_softmax<double><<<GRID(outer * inner)>>>((double *)tensor_ptr(out), (const double *)tensor_ptr(a), outer, c, inner, log_);
+  else return no_kernel("softmax", a->dtype);
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
+
+__global__ void k_where(geom g, int es) {
+  FOR(i, g.numel) {
+    const char *src = *(const unsigned char *)at(g, 1, i) ? at(g, 2, i) : at(g, 3, i);
+    char *d = at(g, 0, i);
+    for (int b = 0; b < es; b++) d[b] = src[b];
+  }
+}
+
+static zorch_status cuda_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a, const zorch_tensor *b) {
+  const zorch_tensor *ts[4] = {out, cond, a, b};
+  geom g = make_geom(4, ts);
+  if (!g.numel) return ZORCH_OK;
+  k_where<<<GRID(g.numel)>>>(g, (int)dtype_sizes[out->dtype]);
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
+
+// Indices are checked on the host: one copy of the (small) index tensor.
+static zorch_status check_indices(const char *op, const zorch_tensor *idx, int64_t n, int64_t ignore, bool has_ignore) {
+  int64_t k = shape_numel(idx->ndim, idx->shape);
+  std::vector<int64_t> h((size_t)(k ? k : 1));
+  CUDA_TRY(cudaMemcpy(h.data(), tensor_ptr(idx), (size_t)k * sizeof(int64_t), cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < k; i++)
+    if (!(has_ignore && h[(size_t)i] == ignore) && (h[(size_t)i] < 0 || h[(size_t)i] >= n))
+      return err_set(ZORCH_ERR_ARG, "%s: index %lld out of range for a dimension of size %lld", op,
+                     (long long)h[(size_t)i], (long long)n);
+  return ZORCH_OK;
+}
+
+__global__ void k_index_select(char *out, const char *a, const int64_t *ix, int64_t outer, int64_t n, int64_t ni,
+                               int64_t row) {
+  FOR(j, outer * ni * row) {
+    int64_t b = j % row, k = (j / row) % ni, o = j / (row * ni);
+    out[j] = a[(o * n + ix[k]) * row + b];
+  }
+}
+
+static zorch_status cuda_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx, int64_t outer,
+                                      int64_t n, int64_t inner) {
+  int64_t ni = shape_numel(idx->ndim, idx->shape), row = inner * (int64_t)dtype_sizes[a->dtype];
+  zorch_status st = check_indices("index_select", idx, n, 0, false);
+  if (st || outer * ni * row == 0) return st;
+  k_index_select<<<GRID(outer * ni * row)>>>(tensor_ptr(out), tensor_ptr(a), (const int64_t *)tensor_ptr(idx), outer,
+                                             n, ni, row);
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
+
+// one thread per (outer, column): adds the rows in index order, so the result
+// does not depend on scheduling (no atomics)
+template <typename T>
+__global__ void k_index_add(T *out, const T *src, const int64_t *ix, int64_t outer, int64_t n, int64_t ni, int64_t inner) {
+  FOR(j, outer * inner) {
+    int64_t o = j / inner, i = j % inner;
+    for (int64_t k = 0; k < ni; k++) out[(o * n + ix[k]) * inner + i] += src[(o * ni + k) * inner + i];
+  }
+}
+
+static zorch_status cuda_index_add(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx, int64_t outer,
+                                   int64_t n, int64_t inner) {
+  int64_t ni = shape_numel(idx->ndim, idx->shape);
+  zorch_status st = check_indices("index_add", idx, n, 0, false);
+  if (st || outer * inner == 0) return st;
+  const int64_t *ix = (const int64_t *)tensor_ptr(idx);
+  if (out->dtype == ZORCH_F32)
+    k_index_add<float><<<GRID(outer * inner)>>>((float *)tensor_ptr(out), (const float *)tensor_ptr(src), ix, outer, n, ni, inner);
+  else if (out->dtype == ZORCH_F64)
+    k_index_add<double><<<GRID(outer * inner)>>>((double *)tensor_ptr(out), (const double *)tensor_ptr(src), ix, outer, n, ni, inner);
+  else return no_kernel("index_add", out->dtype);
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
+
+template <typename T>
+__global__ void k_nll(T *loss, const T *lp, const int64_t *t, int64_t n, int64_t c, int64_t ignore, const T *g, int bwd) {
+  FOR(i, n) {
+    if (bwd) { if (t[i] != ignore) loss[i * c + t[i]] = -g[i]; }
+    else loss[i] = t[i] == ignore ? (T)0 : -lp[i * c + t[i]];
+  }
+}
+
+static zorch_status nll_any(zorch_tensor *dst, const zorch_tensor *src, const zorch_tensor *t, int64_t n, int64_t c,
+                            int64_t ignore, bool bwd) {
+  zorch_status st = check_indices("cross_entropy", t, c, ignore, true);
+  if (st || n == 0) return st;
+  const int64_t *tg = (const int64_t *)tensor_ptr(t);
+  if (dst->dtype == ZORCH_F32)
+    k_nll<float><<<GRID(n)>>>((float *)tensor_ptr(dst), bwd ? nullptr : (const float *)tensor_ptr(src), tg, n, c, ignore,
+                              bwd ? (const float *)tensor_ptr(src) : nullptr, bwd);
+  else if (dst->dtype == ZORCH_F64)
+    k_nll<double><<<GRID(n)>>>((double *)tensor_ptr(dst), bwd ? nullptr : (const double *)tensor_ptr(src), tg, n, c, ignore,
+                               bwd ? (const double *)tensor_ptr(src) : nullptr, bwd);
+  else return no_kernel("cross_entropy", dst->dtype);
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
+static zorch_status cuda_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n, int64_t c,
+                             int64_t ignore) {
+  return nll_any(loss, logp, t, n, c, ignore, false);
+}
+static zorch_status cuda_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n, int64_t c,
+                                 int64_t ignore) {
+  return nll_any(gin, g, t, n, c, ignore, true);
+}
+
+template <typename T>
+__global__ void k_layer_norm(T *y, T *mean, T *rstd, const T *x, const T *w, const T *b, int64_t rows, int64_t cols,
+                             double eps) {
+  FOR(r, rows) {
+    const T *xr = x + r * cols;
+    double s = 0, ss = 0;
+    for (int64_t j = 0; j < cols; j++) s += xr[j];
+    double mu = s / (double)cols;
+    for (int64_t j = 0; j < cols; j++) ss += ((double)xr[j] - mu) * ((double)xr[j] - mu);
+    double rs = 1.0 / sqrt(ss / (double)cols + eps);
+    mean[r] = (T)mu;
+    rstd[r] = (T)rs;
+    for (int64_t j = 0; j < cols; j++) {
+      T v = (T)(((double)xr[j] - mu) * rs);
+      if (w) v *= w[j];
+      if (b) v += b[j];
+      y[r * cols + j] = v;
+    }
+  }
+}
+
+static zorch_status cuda_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd, const zorch_tensor *x,
+                                    const zorch_tensor *w, const zorch_tensor *b, int64_t rows, int64_t cols, double eps) {
+  if (rows == 0) return ZORCH_OK;
+#define LN(T)                                                                                                        \
+  k_layer_norm<T><<<GRID(rows)>>>((T *)tensor_ptr(y), (T *)tensor_ptr(mean), (T *)tensor_ptr(rstd),                  \
+                                  (const T *)tensor_ptr(x), w ? (const T *)tensor_ptr(w) : nullptr,                  \
+                                  b ? (const T *)tensor_ptr(b) : nullptr, rows, cols, eps)
+  if (x->dtype == ZORCH_F32) LN(float);
+  else if (x->dtype == ZORCH_F64) LN(double);
+  else return no_kernel("layer_norm", x->dtype);
+#undef LN
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
+
+// gx per row; gw, gb per column (rows in order: deterministic)
+template <typename T>
+__global__ void k_ln_bwd_x(T *gx, const T *g, const T *x, const T *mean, const T *rstd, const T *w, int64_t rows,
+                           int64_t cols) {
+  FOR(r, rows) {
+    const T *gr = g + r * cols, *xr = x + r * cols;
+    double mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+    for (int64_t j = 0; j < cols; j++) {
+      double gh = (double)gr[j] * (w ? (double)w[j] : 1.0);
+      s1 += gh;
+      s2 += gh * ((double)xr[j] - mu) * rs;
+    }
+    s1 /= (double)cols;
+    s2 /= (double)cols;
+    for (int64_t j = 0; j < cols; j++) {
+      double gh = (double)gr[j] * (w ? (double)w[j] : 1.0), xh = ((double)xr[j] - mu) * rs;
+      gx[r * cols + j] = (T)(rs * (gh - s1 - xh * s2));
+    }
+  }
+}
+template <typename T>
+__global__ void k_ln_bwd_wb(T *gw, T *gb, const T *g, const T *x, const T *mean, const T *rstd, int64_t rows,
+                            int64_t cols) {
+  FOR(j, cols) {
+    double aw = 0, ab = 0;
+    for (int64_t r = 0; r < rows; r++) {
+      double gv = g[r * cols + j];
+      aw += gv * ((double)x[r * cols + j] - (double)mean[r]) * (double)rstd[r];
+      ab += gv;
+    }
+    if (gw) gw[j] = (T)aw;
+    if (gb) gb[j] = (T)ab;
+  }
+}
+
+static zorch_status cuda_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb, const zorch_tensor *g,
+                                        const zorch_tensor *x, const zorch_tensor *mean, const zorch_tensor *rstd,
+                                        const zorch_tensor *w, int64_t rows, int64_t cols) {
+  if (rows == 0) return ZORCH_OK;
+#define LNB(T)                                                                                                        \
+  do {                                                                                                               \
+    k_ln_bwd_x<T><<<GRID(rows)>>>((T *)tensor_ptr(gx), (const T *)tensor_ptr(g), (const T *)tensor_ptr(x),            \
+                                  (const T *)tensor_ptr(mean), (const T *)tensor_ptr(rstd),                         \
+                                  w ? (const T *)tensor_ptr(w) : nullptr, rows, cols);                               \
+    if (gw || gb)                                                                                                    \
+      k_ln_bwd_wb<T><<<GRID(cols)>>>(gw ? (T *)tensor_ptr(gw) : nullptr, gb ? (T *)tensor_ptr(gb) : nullptr,          \
+                                     (const T *)tensor_ptr(g), (const T *)tensor_ptr(x), (const T *)tensor_ptr(mean), \
+                                     (const T *)tensor_ptr(rstd), rows, cols);                                       \
+  } while (0)
+  if (x->dtype == ZORCH_F32) LNB(float);
+  else if (x->dtype == ZORCH_F64) LNB(double);
+  else return no_kernel("layer_norm", x->dtype);
+#undef LNB
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
+
+// PyTorch's single-tensor formulas, scalars rounded to the parameter dtype first
+template <typename T>
+__global__ void k_adam(T *P, const T *G, T *M, T *V, T *VM, int64_t n, T b1w, T b2, T b2w, T wd, T decay, T step_size,
+                       T bc2s, T eps, int l2, int dec) {
+  FOR(i, n) {
+    T gi = G[i], pi = P[i];
+    if (l2) gi = gi + wd * pi;
+    if (dec) pi = pi * decay;
+    T mi = M[i] + b1w * (gi - M[i]);
+    T vi = V[i] * b2 + b2w * gi * gi;
+    M[i] = mi;
+    V[i] = vi;
+    if (VM) {
+      if (vi > VM[i]) VM[i] = vi;
+      vi = VM[i];
+    }
+    T denom = sqrt(vi) / bc2s + eps;
+    P[i] = pi - step_size * (mi / denom);
+  }
+}
+
+static zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,
+                              zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o) {
+  int64_t n = shape_numel(p->ndim, p->shape);
+  if (!n) return ZORCH_OK;
+  double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);
+  int l2 = o->weight_decay != 0 && !o->decoupled, dec = o->weight_decay != 0 && o->decoupled;
+#define ADAM(T)                                                                                                       \
+  k_adam<T><<<GRID(n)>>>((T *)tensor_ptr(p), (const T *)tensor_ptr(g), (T *)tensor_ptr(m), (T *)tensor_ptr(v),        \
+                         vmax ? (T *)tensor_ptr(vmax) : nullptr, n, (T)(1 - o->beta1), (T)o->beta2, (T)(1 - o->beta2), \
+                         (T)o->weight_decay, (T)(1 - o->lr * o->weight_decay), (T)(o->lr / bc1), (T)sqrt(bc2),        \
+                         (T)o->eps, l2, dec)
+  if (p->dtype == ZORCH_F32) ADAM(float);
+  else if (p->dtype == ZORCH_F64) ADAM(double);
+  else return no_kernel("adam_step", p->dtype);
+#undef ADAM
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
+
+template <typename T>
+__global__ void k_sgd(T *P, const T *G, T *B, int64_t n, T lr, T wd, T mom, T damp, int first, int nesterov, int has_wd) {
+  FOR(i, n) {
+    T d = G[i];
+    if (has_wd) d = d + wd * P[i];
+    if (B) {
+      T bi = first ? d : B[i] * mom + damp * d;
+      B[i] = bi;
+      d = nesterov ? d + mom * bi : bi;
+    }
+    P[i] = P[i] - lr * d;
+  }
+}
+
+static zorch_status cuda_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
+                             const zorch_sgd_opts *o) {
+  int64_t n = shape_numel(p->ndim, p->shape);
+  if (!n) return ZORCH_OK;
+#define SGD(T)                                                                                                        \
+  k_sgd<T><<<GRID(n)>>>((T *)tensor_ptr(p), (const T *)tensor_ptr(g), buf ? (T *)tensor_ptr(buf) : nullptr, n,        \
+                        (T)o->lr, (T)o->weight_decay, (T)o->momentum, (T)(1 - o->dampening), first, o->nesterov,      \
+                        o->weight_decay != 0)
+  if (p->dtype == ZORCH_F32) SGD(float);
+  else if (p->dtype == ZORCH_F64) SGD(double);
+  else return no_kernel("sgd_step", p->dtype);
+#undef SGD
+  CUDA_TRY(cudaGetLastError());
+  return ZORCH_OK;
+}
 
 static backend make_backend() {
   backend b{};
