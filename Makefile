@@ -42,7 +42,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LUA := $(wildcard tests/lua/test_*.lua)
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all lib test check-asan check-valgrind bench demo run deps clean install
+.PHONY: all lib test check-asan check-valgrind bench demo run deps clean install cuda-build
 PREFIX  ?= /usr/local
 all: lib
 lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch
@@ -92,9 +92,18 @@ $(BUILD)/tests/%: tests/%.c tests/tap.h $(BUILD)/libzorch.a
 	$(CC) $(CFLAGS) -Ivm $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
 # The suite: every tests/test_*.c is a TAP program; prove prints the summary.
-test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so
-	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) prove -f --exec ./runtest \
-	  $(addprefix ../,$(TEST_BIN)) $(TEST_LUA:tests/%=%)
+# Where nvcc exists the CUDA build is compiled too, and tests/gpu run on it (they
+# skip without a GPU).
+HAVE_NVCC := $(if $(SAN),,$(wildcard $(NVCC)))
+GPU_TESTS := $(if $(HAVE_NVCC),$(wildcard tests/gpu/test_*.lua),)
+
+cuda-build:
+	@$(MAKE) --no-print-directory CUDA=1 BUILD=build/cuda lib > build/cuda-build.log 2>&1 || \
+	  { cat build/cuda-build.log; echo "the CUDA build failed"; exit 1; }
+
+test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so $(if $(HAVE_NVCC),cuda-build,)
+	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_CUDA_BIN=../build/cuda/zorch ZORCH_BUILD=../$(BUILD) \
+	  prove -f --exec ./runtest $(addprefix ../,$(TEST_BIN)) $(TEST_LUA:tests/%=%) $(GPU_TESTS:tests/%=%)
 
 check-asan:
 	ZORCH_TEST_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
