@@ -106,16 +106,22 @@ void ag_node_release(ag_node *root) {
     }
     node_free_saved(n);
     zorch_tensor_free(n->gacc);
+    if (n->pre_release) n->pre_release(n->pre_ud);
     free(n->in);
     free(n);
   }
   if (stack != small) free(stack);
 }
 
-void ag_set_pre_hook(zorch_tensor *t, zorch_status (*fn)(void *ud), void *ud) {
+void ag_set_pre_hook(zorch_tensor *t, zorch_status (*fn)(void *ud), void *ud, void (*retain)(void *ud),
+                     void (*release)(void *ud)) {
   if (!t || !t->grad_fn) return;
-  t->grad_fn->pre_hook = fn;
-  t->grad_fn->pre_ud = ud;
+  ag_node *n = t->grad_fn;
+  if (n->pre_release) n->pre_release(n->pre_ud);
+  if (retain) retain(ud);
+  n->pre_hook = fn;
+  n->pre_ud = ud;
+  n->pre_release = release;
 }
 
 zorch_tensor *ag_sum_to(zorch_tensor *g, int ndim, const int64_t *shape) {

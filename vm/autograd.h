@@ -35,6 +35,7 @@ struct ag_node {
   /* runs before the node's backward (ZeRO stage 3 gathers parameters here) */
   zorch_status (*pre_hook)(void *ud);
   void *pre_ud;
+  void (*pre_release)(void *ud); /* drops the node's hold on pre_ud */
   /* scratch of a running backward pass */
   zorch_tensor *gacc;
   int deps;
@@ -55,8 +56,11 @@ static inline bool ag_wants(const ag_node *n, int i) {
   return n->in[i].node || n->in[i].leaf;
 }
 void ag_node_release(ag_node *n);
-/* Sets the pre-backward hook of the node that made t (no-op for leaves). */
-void ag_set_pre_hook(zorch_tensor *t, zorch_status (*fn)(void *ud), void *ud);
+/* Sets the pre-backward hook of the node that made t (no-op for leaves). The node
+   holds ud until it is freed, then calls release(ud) (which may be NULL);
+   `retain(ud)` is called when the hook is set. */
+void ag_set_pre_hook(zorch_tensor *t, zorch_status (*fn)(void *ud), void *ud, void (*retain)(void *ud),
+                     void (*release)(void *ud));
 /* Sums g over broadcast dims down to shape (ndim, shape). */
 zorch_tensor *ag_sum_to(zorch_tensor *g, int ndim, const int64_t *shape);
 #endif

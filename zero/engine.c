@@ -37,11 +37,23 @@ typedef struct group {
   int pending;        /* gradients still to arrive in this backward pass */
 } group;
 
+/* Shared by the engine and the autograd nodes whose pre-backward hook gathers
+   the module: freed when the last of them lets go, so a graph that outlives its
+   engine finds `e` NULL instead of freed memory. */
 typedef struct module_ctx {
   zero_engine *e;
   int id, ngroups, *groups;
   int fwd_pos;        /* position in this step's forward order */
+  int refs;
 } module_ctx;
+
+static void module_retain(void *ud) { ((module_ctx *)ud)->refs++; }
+static void module_release(void *ud) {
+  module_ctx *m = ud;
+  if (--m->refs > 0) return;
+  free(m->groups);
+  free(m);
+}
 
 struct zero_engine {
   zero_comm *c;
@@ -351,8 +363,8 @@ void zero_engine_free(zero_engine *e) {
   for (int k = 0; k < e->nbuckets; k++) zorch_tensor_free(e->buckets[k].buf);
   for (int k = 0; k < e->ngroups; k++) zorch_tensor_free(e->groups[k].buf);
   for (int m = 0; m < e->nmodules; m++) {
-    if (e->modules[m]) free(e->modules[m]->groups);
-    free(e->modules[m]);
+    e->modules[m]->e = NULL; /* graphs still holding it see the engine gone */
+    module_release(e->modules[m]);
   }
   free(e->modules);
   free(e->fwd_order);
@@ -522,7 +534,7 @@ int zero_engine_module_register(zero_engine *e, int ngroups, const int *groups) 
     }
     gs[k] = groups[k];
   }
-  *m = (module_ctx){e, e->nmodules, ngroups, gs, -1};
+  *m = (module_ctx){e, e->nmodules, ngroups, gs, -1, 1};
   e->modules[e->nmodules] = m;
   return e->nmodules++;
 }
@@ -561,6 +573,7 @@ zorch_status zero_engine_module_begin(zero_engine *e, int module) {
 static zorch_status module_pre_backward(void *ud) {
   module_ctx *m = ud;
   zero_engine *e = m->e;
+  if (!e) return err_set(ZORCH_ERR_STATE, "backward: the ZeRO engine that gathered this module's parameters is gone");
   zorch_status st = module_gather(e, m);
   if (!st && m->fwd_pos > 0 && m->fwd_pos <= e->nfwd)
     st = module_gather(e, e->modules[e->fwd_order[m->fwd_pos - 1]]);
@@ -570,7 +583,7 @@ static zorch_status module_pre_backward(void *ud) {
 zorch_status zero_engine_module_end(zero_engine *e, int module, zorch_tensor *out) {
   if (module < 0 || module >= e->nmodules) return err_set(ZORCH_ERR_ARG, "zero: no module %d", module);
   module_ctx *m = e->modules[module];
-  if (out) ag_set_pre_hook(out, module_pre_backward, m);
+  if (out) ag_set_pre_hook(out, module_pre_backward, m, module_retain, module_release);
   for (int k = 0; k < m->ngroups; k++) group_release(&e->groups[m->groups[k]]);
   return ZORCH_OK;
 }
