@@ -74,6 +74,14 @@ function tap.has_mpi(bin)
   return (tap.run(bin .. " info")):find("Open MPI", 1, true) ~= nil
 end
 
+-- Ends the test with one skip line when zorch was built without MPI.
+function tap.need_mpi(bin)
+  if not tap.has_mpi(bin) then
+    print("1..0 # SKIP zorch was built without MPI")
+    os.exit(0)
+  end
+end
+
 function tap.done()
   print("1.." .. tap.n)
   os.exit(tap.failed == 0 and 0 or 1)

@@ -6,10 +6,7 @@ local tap = require "tap"
 local zorch = require "zorch"
 
 local bin, run = tap.zorch(), tap.run
-if not tap.has_mpi(bin) then
-  tap.ok(true, "# SKIP zorch was built without MPI")
-  tap.done()
-end
+tap.need_mpi(bin)
 local script = os.tmpname() .. ".lua"
 
 local f = io.open(script, "w")

@@ -7,10 +7,7 @@ local tap = require "tap"
 local zorch = require "zorch"
 
 local bin, run = tap.zorch(), tap.run
-if not tap.has_mpi(bin) then
-  tap.ok(true, "# SKIP zorch was built without MPI")
-  tap.done()
-end
+tap.need_mpi(bin)
 local tmp = tap.tmpdir()
 local common = "--steps 20 --accum 2 --clip 0.05 --seed 5 --samples 480 --bucket 64 --quiet"
 
