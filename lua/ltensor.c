@@ -177,6 +177,10 @@ static int t_index(lua_State *L) {
     if (zorch_tensor_ndim(t) == 0) return luaL_error(L, "index: cannot index a 0-dimensional tensor");
     return lz_push(L, zorch_select(t, 0, i > 0 ? i - 1 : i));
   }
+  /* methods first: they are the common case (the table is upvalue 1) */
+  lua_pushvalue(L, 2);
+  if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+  lua_pop(L, 1);
   const char *k = luaL_checkstring(L, 2);
   if (strcmp(k, "shape") == 0) {
     lua_createtable(L, zorch_tensor_ndim(t), 0);
@@ -199,8 +203,7 @@ static int t_index(lua_State *L) {
     else lua_pushnil(L);
     return 1;
   }
-  luaL_getmetafield(L, 1, "__methods");
-  lua_getfield(L, -1, k);
+  lua_pushnil(L);
   return 1;
 }
 
@@ -232,11 +235,14 @@ void lz_open_tensor(lua_State *L) {
   static const luaL_Reg meta[] = {
       {"__gc", t_gc},     {"__close", t_gc},  {"__tostring", t_tostring}, {"__len", t_len},
       {"__add", t_add},   {"__sub", t_sub},   {"__mul", t_mul},           {"__div", t_div},
-      {"__pow", t_pow},   {"__unm", t_unm},   {"__concat", t_concat},     {"__index", t_index},
-      {"__newindex", t_newindex}, {NULL, NULL}};
+      {"__pow", t_pow},   {"__unm", t_unm},   {"__concat", t_concat},     {"__newindex", t_newindex},
+      {NULL, NULL}};
   luaL_newmetatable(L, LZ_TENSOR);
   luaL_setfuncs(L, meta, 0);
-  lua_newtable(L);
-  lua_setfield(L, -2, "__methods");
+  lua_newtable(L); /* the methods: metatable.__methods, and upvalue of __index */
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "__methods");
+  lua_pushcclosure(L, t_index, 1);
+  lua_setfield(L, -2, "__index");
   lua_pop(L, 1);
 }
