@@ -9,7 +9,8 @@ OPT     ?= -O2
 SAN     ?=
 # MPI (Debian's Open MPI) carries the collectives between CPU ranks.
 MPI_DIR  := /usr/lib/x86_64-linux-gnu/openmpi
-MPI      ?= $(if $(wildcard $(MPI_DIR)/include/mpi.h),1,)
+# (before scripts/deps.sh has run, assume the Open MPI it installs)
+MPI      ?= $(if $(wildcard $(MPI_DIR)/include/mpi.h),1,$(if $(wildcard build/.deps-ok),,1))
 MPI_FLAGS := $(if $(MPI),-DZORCH_MPI -I$(MPI_DIR)/include,)
 # CUDA: `make CUDA=1` builds ops/cuda for sm_80 and sm_90 (+ PTX) with the
 # toolkit at CUDA_DIR and links cudart and cuBLAS.

@@ -41,8 +41,7 @@ function Engine:save_checkpoint(dir, opts)
   local partial, final = dir .. "/." .. tag .. ".partial", dir .. "/" .. tag
   if self.rank == 0 then
     zorch._mkdir(dir)
-    for r = 0, 1023 do os.remove(("%s/rank%d.safetensors"):format(partial, r)) end
-    os.remove(partial .. "/manifest.json")
+    zorch._remove_dir(partial) -- what an interrupted save left
     zorch._mkdir(partial)
   end
   barrier()
@@ -86,13 +85,17 @@ function Engine:save_checkpoint(dir, opts)
       scheduler_step = self.lr_scheduler and self.lr_scheduler.last_step or false,
     }
     zorch._write_atomic(partial .. "/manifest.json", zorch._json_encode(manifest))
-    -- replace an older checkpoint of the same tag, then publish
-    for r = 0, 1023 do os.remove(("%s/rank%d.safetensors"):format(final, r)) end
-    os.remove(final .. "/manifest.json")
-    os.remove(final)
+    -- an older checkpoint of the same tag steps aside until the new one is in place
+    local old = dir .. "/." .. tag .. ".old"
+    zorch._remove_dir(old)
+    os.rename(final, old)
     local ok, err = os.rename(partial, final)
-    if not ok then error("save_checkpoint: " .. tostring(err), 2) end
+    if not ok then
+      os.rename(old, final)
+      error("save_checkpoint: " .. tostring(err), 2)
+    end
     zorch._write_atomic(dir .. "/latest", tag)
+    zorch._remove_dir(old)
   end
   barrier()
   return tag

@@ -1,6 +1,7 @@
 /* lfiles.c: what checkpoints need from C: JSON through cJSON, file hashes,
    atomic small writes, directories, and the default generator's state. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -127,6 +128,26 @@ static int l_write_atomic(lua_State *L) {
   return 0;
 }
 
+/* Removes a flat folder (a checkpoint) and the files in it; a missing folder is fine. */
+static int l_remove_dir(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  DIR *d = opendir(path);
+  if (!d) {
+    if (errno == ENOENT) return 0;
+    return luaL_error(L, "remove %s: %s", path, strerror(errno));
+  }
+  struct dirent *e;
+  char full[4096];
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    if (snprintf(full, sizeof full, "%s/%s", path, e->d_name) >= (int)sizeof full) continue;
+    unlink(full);
+  }
+  closedir(d);
+  if (rmdir(path) != 0 && errno != ENOENT) return luaL_error(L, "remove %s: %s", path, strerror(errno));
+  return 0;
+}
+
 static int l_mkdir(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   if (mkdir(path, 0777) != 0 && errno != EEXIST) return luaL_error(L, "mkdir %s: %s", path, strerror(errno));
@@ -147,7 +168,7 @@ static int l_rng_set_offset(lua_State *L) {
 void lz_open_files(lua_State *L) {
   static const luaL_Reg fns[] = {{"_json_encode", l_json_encode}, {"_json_decode", l_json_decode},
                                  {"_file_hash", l_file_hash},     {"_write_atomic", l_write_atomic},
-                                 {"_mkdir", l_mkdir},             {"_rng_offset", l_rng_state},
+                                 {"_mkdir", l_mkdir},             {"_remove_dir", l_remove_dir},             {"_rng_offset", l_rng_state},
                                  {"_rng_set_offset", l_rng_set_offset}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
 }

@@ -1,4 +1,5 @@
 /* nn.c: losses (mse, cross entropy), embedding, layer norm and dropout. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops.h"
@@ -57,21 +58,13 @@ zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target, zo
   int64_t n = batched ? logits->shape[0] : 1, c = logits->shape[logits->ndim - 1];
   zorch_tensor *logp = zorch_log_softmax(logits, -1);
   if (!logp) return NULL;
-  zorch_tensor *lp = op_contig(logp), *tg = lp ? op_contig(target) : NULL;
+  /* 16-bit log-probabilities are read in float32 (the kernels' dtypes) */
+  zorch_tensor *lp0 = op_cast(logp, op_compute_dtype(logp->dtype));
+  zorch_tensor *lp = lp0 ? op_contig(lp0) : NULL, *tg = lp ? op_contig(target) : NULL;
   int64_t nshape[1] = {n};
-  zorch_tensor *loss = tg ? op_empty(logp, batched ? 1 : 0, nshape, logp->dtype) : NULL;
-  zorch_tensor *flat_lp = lp;
-  zorch_status st = loss ? ZORCH_OK : zorch_last_status();
-  zorch_tensor *lp32 = NULL;
-  if (!st && (lp->dtype == ZORCH_BF16 || lp->dtype == ZORCH_F16)) {
-    lp32 = op_cast(lp, ZORCH_F32);
-    zorch_tensor_free(loss);
-    loss = lp32 ? op_empty(logp, batched ? 1 : 0, nshape, ZORCH_F32) : NULL;
-    flat_lp = lp32;
-    if (!loss) st = zorch_last_status();
-  }
-  if (!st) st = backend_of(loss)->nll(loss, flat_lp, tg, n, c, ignore_index);
-  zorch_tensor_free(lp32);
+  zorch_tensor *loss = tg ? op_empty(logp, batched ? 1 : 0, nshape, lp->dtype) : NULL;
+  zorch_status st = loss ? backend_of(loss)->nll(loss, lp, tg, n, c, ignore_index) : zorch_last_status();
+  zorch_tensor_free(lp0);
   if (st) {
     op_free(logp, lp, tg, loss);
     err_prefix(op);
@@ -84,11 +77,19 @@ zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target, zo
     node->iv[1] = c;
     node->iv[2] = ignore_index;
   }
+  /* the mean is over the targets that count (read on the host on any device) */
   int64_t count = n;
-  if (loss && r == ZORCH_REDUCE_MEAN && target->st->device.type == ZORCH_CPU) {
+  if (loss && r == ZORCH_REDUCE_MEAN && tg->st->device.type == ZORCH_CPU) {
     const int64_t *t = (const int64_t *)tensor_ptr(tg);
     count = 0;
     for (int64_t i = 0; i < n; i++) count += t[i] != ignore_index;
+  } else if (loss && r == ZORCH_REDUCE_MEAN) {
+    double *t = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (t && zorch_tensor_to_doubles(tg, t, n) == ZORCH_OK) {
+      count = 0;
+      for (int64_t i = 0; i < n; i++) count += t[i] != (double)ignore_index;
+    }
+    free(t);
   }
   zorch_tensor *out = NULL;
   if (loss) {

@@ -136,7 +136,7 @@ static zorch_tensor *sum_mean(const char *op, const char *name, zorch_tensor *a,
   zorch_tensor *out = reduce_raw(op, RED_SUM, a, &p, NULL);
   double scale = mean ? 1.0 / (double)p.r : 1.0;
   if (out && mean) {
-    zorch_tensor *m = backend_of(out) ? op_empty(out, out->ndim, out->shape, out->dtype) : NULL;
+    zorch_tensor *m = op_empty(out, out->ndim, out->shape, out->dtype);
     if (m && backend_of(m)->unary(UOP_MUL_S, m, out, scale, 0)) {
       zorch_tensor_free(m);
       m = NULL;

@@ -23,38 +23,28 @@ bool alloc_cache_enabled(void) {
 /* Per-thread free lists of tensor and storage structs: small ops make and drop
    several handles each. */
 #define STRUCT_CACHE 64
-static _Thread_local zorch_tensor *free_tensors[STRUCT_CACHE];
-static _Thread_local int nfree_tensors;
-static _Thread_local storage *free_storages[STRUCT_CACHE];
-static _Thread_local int nfree_storages;
+typedef struct {
+  void *v[STRUCT_CACHE];
+  int n;
+} struct_cache;
+static _Thread_local struct_cache tensor_cache, storage_cache;
 
-static zorch_tensor *tensor_struct_new(void) {
-  if (nfree_tensors > 0) {
-    zorch_tensor *t = free_tensors[--nfree_tensors];
-    memset(t, 0, sizeof *t);
-    return t;
-  }
-  return calloc(1, sizeof(zorch_tensor));
+static void *cache_get(struct_cache *c, size_t size) {
+  if (c->n == 0) return calloc(1, size);
+  void *p = c->v[--c->n];
+  memset(p, 0, size);
+  return p;
 }
 
-static void tensor_struct_free(zorch_tensor *t) {
-  if (alloc_cache_enabled() && nfree_tensors < STRUCT_CACHE) free_tensors[nfree_tensors++] = t;
-  else free(t);
+static void cache_put(struct_cache *c, void *p) {
+  if (alloc_cache_enabled() && c->n < STRUCT_CACHE) c->v[c->n++] = p;
+  else free(p);
 }
 
-static storage *storage_struct_new(void) {
-  if (nfree_storages > 0) {
-    storage *s = free_storages[--nfree_storages];
-    memset(s, 0, sizeof *s);
-    return s;
-  }
-  return calloc(1, sizeof(storage));
-}
-
-static void storage_struct_free(storage *s) {
-  if (alloc_cache_enabled() && nfree_storages < STRUCT_CACHE) free_storages[nfree_storages++] = s;
-  else free(s);
-}
+#define tensor_struct_new() ((zorch_tensor *)cache_get(&tensor_cache, sizeof(zorch_tensor)))
+#define tensor_struct_free(t) cache_put(&tensor_cache, (t))
+#define storage_struct_new() ((storage *)cache_get(&storage_cache, sizeof(storage)))
+#define storage_struct_free(s) cache_put(&storage_cache, (s))
 
 static storage *storage_new(size_t nbytes, zorch_device dev) {
   const backend *be = backend_get(dev.type);

@@ -2,6 +2,7 @@
    process was launched with more than one rank. */
 #include "comm.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -86,6 +87,25 @@ static zorch_status mpi_check(int rc, const char *what, int64_t n) {
   return err_set(ZORCH_ERR_IO, "%s of %lld elements failed on rank %d: %s", what, (long long)n,
                  the_comm.rank, msg);
 }
+/* MPI's int counts and displacements (2 x world entries, freed by the caller);
+   NULL with an error when a count does not fit an int. */
+static int *mpi_counts(const char *op, const zero_comm *c, const int64_t *counts) {
+  int *rc = malloc(sizeof(int) * 2 * (size_t)c->world);
+  if (!rc) return err_null(ZORCH_ERR_OOM, "%s: out of memory", op);
+  int64_t off = 0;
+  for (int r = 0; r < c->world; r++) {
+    if (counts[r] > INT_MAX || off > INT_MAX) {
+      free(rc);
+      return err_null(ZORCH_ERR_ARG, "%s: %lld elements per rank is more than MPI counts (split the bucket)", op,
+                      (long long)counts[r]);
+    }
+    rc[r] = (int)counts[r];
+    rc[c->world + r] = (int)off;
+    off += counts[r];
+  }
+  return rc;
+}
+
 static MPI_Datatype mpi_type(zorch_dtype dt) {
   return dt == ZORCH_F64 ? MPI_DOUBLE : dt == ZORCH_F32 ? MPI_FLOAT : MPI_UINT16_T;
 }
@@ -139,6 +159,7 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   c->sent += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
   c->recv += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
 #ifdef ZORCH_MPI
+  if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "allreduce: %lld elements is more than one MPI call takes", (long long)n);
   wd_begin("allreduce", n);
   zorch_status st = mpi_check(MPI_Allreduce(MPI_IN_PLACE, tensor_ptr(t), (int)n, mpi_type(t->dtype),
                                             max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD), "allreduce", n);
@@ -176,9 +197,8 @@ zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
   c->sent += (uint64_t)(total - counts[c->rank]) * es;
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
 #ifdef ZORCH_MPI
-  int *rc = malloc(sizeof(int) * (size_t)c->world);
-  if (!rc) return err_set(ZORCH_ERR_OOM, "reduce_scatter: out of memory");
-  for (int r = 0; r < c->world; r++) rc[r] = (int)counts[r];
+  int *rc = mpi_counts("reduce_scatter", c, counts);
+  if (!rc) return zorch_last_status();
   wd_begin("reduce_scatter", total);
   zorch_status st = mpi_check(MPI_Reduce_scatter(tensor_ptr(send), tensor_ptr(recv), rc, mpi_type(send->dtype),
                                                  MPI_SUM, MPI_COMM_WORLD), "reduce_scatter", total);
@@ -201,6 +221,7 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
   c->sent += (uint64_t)(total - n) * es;
   c->recv += (uint64_t)(total - n) * es;
 #ifdef ZORCH_MPI
+  if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "reduce_scatter: %lld elements per rank is more than one MPI call takes", (long long)n);
   char *p = tensor_ptr(buf);
   wd_begin("reduce_scatter", total);
   zorch_status st = mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, p, (int)n, mpi_type(buf->dtype), MPI_SUM,
@@ -239,6 +260,7 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   /* the send buffer may be this rank's slice of recv */
   const char *sp = tensor_ptr(send), *rp = tensor_ptr(recv);
   bool inplace = sp == rp + (size_t)(n * c->rank) * es;
+  if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "allgather: %lld elements per rank is more than one MPI call takes", (long long)n);
   wd_begin("allgather", n * c->world);
   zorch_status st = mpi_check(MPI_Allgather(inplace ? MPI_IN_PLACE : sp, (int)n, mpi_type(send->dtype), (void *)rp,
                                             (int)n, mpi_type(send->dtype), MPI_COMM_WORLD), "allgather", n);
@@ -262,14 +284,9 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
   c->sent += (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
 #ifdef ZORCH_MPI
-  int *rc = malloc(sizeof(int) * 2 * (size_t)c->world);
-  if (!rc) return err_set(ZORCH_ERR_OOM, "allgatherv: out of memory");
-  int *displs = rc + c->world, off = 0;
-  for (int r = 0; r < c->world; r++) {
-    rc[r] = (int)counts[r];
-    displs[r] = off;
-    off += rc[r];
-  }
+  int *rc = mpi_counts("allgatherv", c, counts);
+  if (!rc) return zorch_last_status();
+  int *displs = rc + c->world;
   wd_begin("allgather", total);
   zorch_status st = mpi_check(MPI_Allgatherv(tensor_ptr(send), rc[c->rank], mpi_type(send->dtype), tensor_ptr(recv),
                                              rc, displs, mpi_type(send->dtype), MPI_COMM_WORLD),
