@@ -13,6 +13,9 @@ zorch_tensor *op_zeros(const zorch_tensor *like, int ndim, const int64_t *shape,
 zorch_tensor *op_cast(zorch_tensor *t, zorch_dtype dt);
 /* Converts a freshly made result to dt, taking `out` (NULL passes through). */
 zorch_tensor *op_recast(zorch_tensor *out, zorch_dtype dt);
+/* dst += src in place (src broadcast to dst, converted to its dtype; 16-bit
+   floats add in float32 and round once); no autograd. */
+zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src);
 /* Contiguous t (t itself, retained, when it is); no autograd. */
 zorch_tensor *op_contig(zorch_tensor *t);
 /* A view of t with `shape` (ndim >= t->ndim) through stride-0 broadcasting. */

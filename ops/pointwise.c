@@ -149,6 +149,21 @@ zorch_tensor *zorch_div(zorch_tensor *a, zorch_tensor *b) {
 zorch_tensor *zorch_pow(zorch_tensor *a, zorch_tensor *b) {
   return binary_op(BOP_POW, "PowBackward", pow_bwd, a, b, 3);
 }
+zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src) {
+  bool prev = zorch_set_grad_enabled(false);
+  zorch_status st;
+  if (dst->dtype == src->dtype && dst->dtype != ZORCH_BF16 && dst->dtype != ZORCH_F16 && tensor_same_shape(dst, src)) {
+    st = check_same_device("add_", dst, src) ? zorch_last_status()
+                                              : backend_of(dst)->binary(BOP_ADD, dst, dst, src, 0, 0);
+  } else {
+    zorch_tensor *sum = zorch_add(dst, src);
+    st = sum ? zorch_copy_(dst, sum) : zorch_last_status();
+    zorch_tensor_free(sum);
+  }
+  zorch_set_grad_enabled(prev);
+  return st;
+}
+
 zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b) { return ew_binary(BOP_EQ, a, b, 0, 0); }
 zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b) { return ew_binary(BOP_LT, a, b, 0, 0); }
 zorch_tensor *zorch_gt(zorch_tensor *a, zorch_tensor *b) { return ew_binary(BOP_GT, a, b, 0, 0); }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ops/ops.h"
 #include "device.h"
 
 static _Thread_local bool grad_enabled = true;
@@ -176,22 +177,8 @@ static zorch_status leaf_accumulate(zorch_tensor *leaf, zorch_tensor *g) {
       if (!own) zorch_tensor_free(g);
       if (!leaf->grad) return zorch_last_status();
     } else {
-      zorch_tensor *gg = g;
-      if (g->dtype != leaf->grad->dtype) {
-        gg = zorch_to_dtype(g, leaf->grad->dtype);
-        zorch_tensor_free(g);
-        if (!gg) return zorch_last_status();
-      }
-      zorch_status s;
-      if (leaf->grad->dtype == ZORCH_BF16 || leaf->grad->dtype == ZORCH_F16) {
-        /* no 16-bit kernels: add in float32, round once, write back in place */
-        zorch_tensor *sum = zorch_add(leaf->grad, gg);
-        s = sum ? zorch_copy_(leaf->grad, sum) : zorch_last_status();
-        zorch_tensor_free(sum);
-      } else {
-        s = backend_of(leaf->grad)->binary(BOP_ADD, leaf->grad, leaf->grad, gg, 0, 0);
-      }
-      zorch_tensor_free(gg);
+      zorch_status s = op_add_(leaf->grad, g);
+      zorch_tensor_free(g);
       if (s) return s;
     }
   }

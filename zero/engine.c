@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../ops/ops.h"
 #include "../vm/autograd.h"
 #include "../vm/device.h"
 
@@ -94,16 +95,6 @@ static zorch_tensor *range(zorch_tensor *base, int64_t off, int64_t len) {
   return flat_view(base, off, 1, &len);
 }
 
-/* dst += src, dst of any float dtype (16-bit ones round once). */
-static zorch_status add_into(zorch_tensor *dst, zorch_tensor *src) {
-  if (dst->dtype == src->dtype && (dst->dtype == ZORCH_F32 || dst->dtype == ZORCH_F64))
-    return backend_of(dst)->binary(BOP_ADD, dst, dst, src, 0, 0);
-  zorch_tensor *sum = zorch_add(dst, src);
-  zorch_status st = sum ? zorch_copy_(dst, sum) : zorch_last_status();
-  zorch_tensor_free(sum);
-  return st;
-}
-
 static zorch_status scale(zorch_tensor *t, double s) {
   return backend_of(t)->unary(UOP_MUL_S, t, t, s, 0);
 }
@@ -136,7 +127,7 @@ static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
   if (!st && mine > 0) {
     int64_t start = (b->lo > e->c->rank * e->shard ? b->lo : e->c->rank * e->shard) - e->c->rank * e->shard;
     zorch_tensor *dst = range(e->gshard, start, mine);
-    st = dst ? add_into(dst, recv) : zorch_last_status();
+    st = dst ? op_add_(dst, recv) : zorch_last_status();
     zorch_tensor_free(dst);
   }
   zorch_tensor_free(recv);
