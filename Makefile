@@ -12,12 +12,13 @@ MPI_DIR  := /usr/lib/x86_64-linux-gnu/openmpi
 # (before scripts/deps.sh has run, assume the Open MPI it installs)
 MPI      ?= $(if $(wildcard $(MPI_DIR)/include/mpi.h),1,$(if $(wildcard build/.deps-ok),,1))
 MPI_FLAGS := $(if $(MPI),-DZORCH_MPI -I$(MPI_DIR)/include,)
-# CUDA: `make CUDA=1` builds ops/cuda for sm_80 and sm_90 (+ PTX) with the
-# toolkit at CUDA_DIR and links cudart and cuBLAS.
-CUDA     ?= 0
+# CUDA: built when nvcc is found (or `make CUDA=1`): ops/cuda for sm_80 and
+# sm_90 (+ PTX) with the toolkit at CUDA_DIR, linking cudart, cuBLASLt and NCCL.
+# `make CUDA=0` builds the CPU-only library; sanitizer builds are CPU-only.
 CUDA_DIR ?= /usr/local/cuda
 NVCC     ?= $(CUDA_DIR)/bin/nvcc
-CUDA_FLAGS := $(if $(filter 1,$(CUDA)),-DZORCH_WITH_CUDA,)
+CUDA     ?= $(if $(SAN),0,$(if $(wildcard $(NVCC)),1,0))
+CUDA_FLAGS := $(if $(filter 1,$(CUDA)),-DZORCH_WITH_CUDA -I$(CUDA_DIR)/include,)
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -fopenmp -D_GNU_SOURCE \
            -Iinclude -I/usr/include/lua5.4 $(MPI_FLAGS) $(CUDA_FLAGS) -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
 LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
@@ -25,16 +26,17 @@ LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I/usr/include/lua5.4
 LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/engine.lua lua/checkpoint.lua
-LIB_SRC  := $(filter-out vm/main.c,$(wildcard vm/*.c ops/*.c ops/cpu/*.c lua/*.c zero/*.c))
+LIB_SRC  := $(filter-out vm/main.c $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/*.c ops/*.c ops/cpu/*.c lua/*.c zero/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
 EXT_LIBS := -lcjson $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) \
-            $(if $(filter 1,$(CUDA)),-L$(CUDA_DIR)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_DIR)/lib64 -lcudart -lcublas -lstdc++,)
+            $(if $(filter 1,$(CUDA)),-L$(CUDA_DIR)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_DIR)/lib64 -lcudart -lcublasLt -lnccl -lstdc++,)
+CUDA_SRC := $(wildcard ops/cuda/*.cu)
 ifeq ($(CUDA),1)
-LIB_OBJ  += $(BUILD)/obj/ops/cuda/backend.o
+LIB_OBJ  += $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
 endif
-NVFLAGS  := -O2 -std=c++17 -Iinclude -I/usr/include/lua5.4 -DZORCH_WITH_CUDA -Xcompiler -fPIC,-Wall \
+NVFLAGS  := -O3 -std=c++17 -Iinclude -I/usr/include/lua5.4 -DZORCH_WITH_CUDA -Xcompiler -fPIC,-Wall,-Werror \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 LIB_LIBS := -llua5.4 $(EXT_LIBS)
@@ -43,7 +45,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LUA := $(wildcard tests/lua/test_*.lua)
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all lib test check-asan check-valgrind bench demo run deps clean install cuda-build
+.PHONY: all lib test check-asan check-valgrind bench demo run deps clean install
 PREFIX  ?= /usr/local
 all: lib
 lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch
@@ -62,7 +64,7 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(OPT_K) -c $< -o $@
 
-$(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/math.h vm/device.h vm/tensor.h include/zorch.h
+$(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/cuda/cuda.h ops/math.h vm/device.h vm/tensor.h include/zorch.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -93,17 +95,12 @@ $(BUILD)/tests/%: tests/%.c tests/tap.h $(BUILD)/libzorch.a
 	$(CC) $(CFLAGS) -Ivm $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
 # The suite: every tests/test_*.c is a TAP program; prove prints the summary.
-# Where nvcc exists the CUDA build is compiled too, and tests/gpu run on it (they
-# skip without a GPU).
-HAVE_NVCC := $(if $(SAN),,$(wildcard $(NVCC)))
-GPU_TESTS := $(if $(HAVE_NVCC),$(wildcard tests/gpu/test_*.lua),)
+# A CUDA build (the default where nvcc exists) also runs tests/gpu, which skip
+# without a GPU.
+GPU_TESTS := $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.lua),)
 
-cuda-build:
-	@$(MAKE) --no-print-directory CUDA=1 BUILD=build/cuda lib > build/cuda-build.log 2>&1 || \
-	  { cat build/cuda-build.log; echo "the CUDA build failed"; exit 1; }
-
-test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so $(if $(HAVE_NVCC),cuda-build,)
-	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_CUDA_BIN=../build/cuda/zorch ZORCH_BUILD=../$(BUILD) \
+test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so
+	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) \
 	  prove -f --exec ./runtest $(addprefix ../,$(TEST_BIN)) $(TEST_LUA:tests/%=%) $(GPU_TESTS:tests/%=%)
 
 check-asan:

@@ -78,6 +78,25 @@ void zorch_device_name(zorch_device dev, char *buf, size_t n);
 /* True when a backend for this device type was built and has a device present. */
 bool zorch_device_available(zorch_device dev);
 
+/* ---- CUDA (in a CPU-only build these answer ZORCH_ERR_DEVICE, count 0) ------ */
+bool zorch_cuda_built(void);
+int zorch_cuda_device_count(void);
+typedef struct zorch_cuda_memory {
+  size_t in_use;  /* bytes in tensors now */
+  size_t cached;  /* bytes held by the caching allocator for reuse */
+  size_t peak;    /* most bytes in tensors at once */
+  size_t mallocs; /* cudaMalloc calls so far (a reused block makes none) */
+} zorch_cuda_memory;
+zorch_status zorch_cuda_memory_stats(int dev, zorch_cuda_memory *out);
+/* Gives the allocator's cached blocks back to the device. */
+zorch_status zorch_cuda_empty_cache(int dev);
+/* Waits until the device's queued kernels are done. */
+zorch_status zorch_cuda_synchronize(int dev);
+/* TF32 tensor cores for float32 matmul: off by default (full float32), on with
+   this or ZORCH_ALLOW_TF32=1. */
+void zorch_cuda_set_tf32(bool on);
+bool zorch_cuda_tf32(void);
+
 /* ---- creation ---------------------------------------------------------------- */
 zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
 zorch_tensor *zorch_zeros(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
@@ -192,6 +211,10 @@ zorch_tensor *zorch_log_softmax(zorch_tensor *a, int dim);
 zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b);
 /* x (..., in) · w (out, in)ᵀ + b (out); b may be NULL. */
 zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b);
+/* linear followed by an activation, fused into the GEMM where the device can
+   (cuBLASLt's bias and relu epilogues). */
+typedef enum { ZORCH_ACT_NONE, ZORCH_ACT_RELU } zorch_activation;
+zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act);
 typedef enum { ZORCH_REDUCE_MEAN = 0, ZORCH_REDUCE_SUM, ZORCH_REDUCE_NONE } zorch_reduction;
 zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target, zorch_reduction r);
 /* logits (N, C) or (C); target int64 (N) or () of class indices in [0, C);

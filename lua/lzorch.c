@@ -156,36 +156,65 @@ static int l_set_num_threads(lua_State *L) {
 }
 static int l_get_num_threads(lua_State *L) { return lua_pushinteger(L, zorch_get_num_threads()), 1; }
 static int l_blas_info(lua_State *L) { return lua_pushstring(L, zorch_blas_info()), 1; }
-#ifdef ZORCH_WITH_CUDA
-void zorch_cuda_memory_stats(size_t *in_use, size_t *cached, size_t *peak); /* ops/cuda */
-#endif
-
-/* zorch.cuda_memory_stats() -> {in_use, cached, peak} bytes of the caching allocator */
-static int l_cuda_memory_stats(lua_State *L) {
-#ifdef ZORCH_WITH_CUDA
-  size_t in_use, cached, peak;
-  zorch_cuda_memory_stats(&in_use, &cached, &peak);
-  lua_createtable(L, 0, 3);
-  lua_pushinteger(L, (lua_Integer)in_use), lua_setfield(L, -2, "in_use");
-  lua_pushinteger(L, (lua_Integer)cached), lua_setfield(L, -2, "cached");
-  lua_pushinteger(L, (lua_Integer)peak), lua_setfield(L, -2, "peak");
-  return 1;
-#else
-  return luaL_error(L, "cuda_memory_stats: zorch was built without CUDA (make CUDA=1)");
-#endif
+/* ---- zorch.cuda ---------------------------------------------------------------- */
+static int cuda_dev_arg(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx)) return 0;
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    zorch_device d;
+    if (zorch_device_parse(lua_tostring(L, idx), &d) || d.type != ZORCH_CUDA)
+      return luaL_error(L, "zorch.cuda: bad device '%s' (expected cuda or cuda:N)", lua_tostring(L, idx));
+    return d.index;
+  }
+  return (int)luaL_checkinteger(L, idx);
 }
+#define CUDA_OR_RAISE(L, call, fn) \
+  if (call) return luaL_error(L, "zorch.cuda.%s: %s", fn, zorch_last_error())
 
-static int l_is_tensor(lua_State *L) { return lua_pushboolean(L, zorch_to_tensor(L, 1) != NULL), 1; }
+/* zorch.cuda.memory_stats([device]) -> {in_use, cached, peak, mallocs} in bytes */
+static int l_cuda_memory_stats(lua_State *L) {
+  zorch_cuda_memory m;
+  CUDA_OR_RAISE(L, zorch_cuda_memory_stats(cuda_dev_arg(L, 1), &m), "memory_stats");
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, (lua_Integer)m.in_use), lua_setfield(L, -2, "in_use");
+  lua_pushinteger(L, (lua_Integer)m.cached), lua_setfield(L, -2, "cached");
+  lua_pushinteger(L, (lua_Integer)m.peak), lua_setfield(L, -2, "peak");
+  lua_pushinteger(L, (lua_Integer)m.mallocs), lua_setfield(L, -2, "mallocs");
+  return 1;
+}
+static int l_cuda_empty_cache(lua_State *L) {
+  CUDA_OR_RAISE(L, zorch_cuda_empty_cache(cuda_dev_arg(L, 1)), "empty_cache");
+  return 0;
+}
+static int l_cuda_synchronize(lua_State *L) {
+  CUDA_OR_RAISE(L, zorch_cuda_synchronize(cuda_dev_arg(L, 1)), "synchronize");
+  return 0;
+}
 static int l_cuda_available(lua_State *L) {
   return lua_pushboolean(L, zorch_device_available((zorch_device){ZORCH_CUDA, 0})), 1;
 }
+static int l_cuda_built(lua_State *L) { return lua_pushboolean(L, zorch_cuda_built()), 1; }
+static int l_cuda_device_count(lua_State *L) { return lua_pushinteger(L, zorch_cuda_device_count()), 1; }
+/* zorch.cuda.allow_tf32([on]) -> whether float32 matmul may use TF32 */
+static int l_cuda_tf32(lua_State *L) {
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TBOOLEAN);
+    zorch_cuda_set_tf32(lua_toboolean(L, 1));
+  }
+  return lua_pushboolean(L, zorch_cuda_tf32()), 1;
+}
+static const luaL_Reg cuda_fns[] = {{"available", l_cuda_available},   {"built", l_cuda_built},
+                                    {"device_count", l_cuda_device_count}, {"memory_stats", l_cuda_memory_stats},
+                                    {"empty_cache", l_cuda_empty_cache}, {"synchronize", l_cuda_synchronize},
+                                    {"allow_tf32", l_cuda_tf32},        {NULL, NULL}};
+
+static int l_is_tensor(lua_State *L) { return lua_pushboolean(L, zorch_to_tensor(L, 1) != NULL), 1; }
 
 static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd_step},
                                 {"_sumsq", l_sumsq},         {"save", l_save},
                                 {"load", l_load},            {"set_num_threads", l_set_num_threads},
                                 {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
                                 {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available}, {"clock", l_clock},
-                                {"_tensor_bytes", l_tensor_bytes}, {"cuda_memory_stats", l_cuda_memory_stats},
+                                {"_tensor_bytes", l_tensor_bytes},
                                 {NULL, NULL}};
 
 int luaopen_zorch(lua_State *L) {
@@ -195,6 +224,8 @@ int luaopen_zorch(lua_State *L) {
   int z = lua_gettop(L);
   lz_open_functions(L);
   luaL_setfuncs(L, misc, 0);
+  luaL_newlib(L, cuda_fns);
+  lua_setfield(L, z, "cuda");
   lz_open_data(L);
   lz_open_zero(L);
   lz_open_files(L);

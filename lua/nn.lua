@@ -94,6 +94,30 @@ function Module:parameters()
   return ps
 end
 
+-- Moves (or converts) every parameter: m:to("cuda"), m:to("bfloat16"). The
+-- parameters are new leaves, so build the optimizer after moving the model.
+function Module:to(where)
+  if type(where) ~= "string" then
+    error(("%s:to: expected a device or dtype name (string), got %s"):format(getmetatable(self).__name,
+      type(where)), 2)
+  end
+  local function move(m)
+    for _, k in ipairs(m._order) do
+      local v = rawget(m, k)
+      if m._params[k] and v ~= nil then
+        rawset(m, k, v:detach():to(where):requires_grad_(true))
+      elseif m._children[k] and v ~= nil then
+        move(v)
+      end
+    end
+  end
+  local ok, err = pcall(move, self)
+  if not ok then
+    error(("%s:to: %s"):format(getmetatable(self).__name, tostring(err):gsub("^[^:]*:%d+: ", "")), 2)
+  end
+  return self
+end
+
 function Module:children()
   local cs = {}
   for _, k in ipairs(self._order) do
@@ -177,17 +201,27 @@ local function uniform(shape, bound)
 end
 
 nn.Linear = Module:extend "nn.Linear"
+-- opts: bias = false; activation = "relu" fuses a ReLU into the layer (one GEMM
+-- with a bias and relu epilogue on the GPU).
 function nn.Linear:init(in_features, out_features, opts)
   check_int("nn.Linear", "in_features", in_features)
   check_int("nn.Linear", "out_features", out_features)
+  local act = opts and opts.activation
+  if act ~= nil and act ~= "relu" then
+    error(("nn.Linear: activation must be \"relu\" or nil, got %s"):format(tostring(act)), 3)
+  end
   local bound = 1 / math.sqrt(in_features)
   self.in_features, self.out_features = in_features, out_features
+  rawset(self, "activation", act)
   self.weight = uniform({out_features, in_features}, bound)
   if not (opts and opts.bias == false) then self.bias = uniform({out_features}, bound) end
 end
-function nn.Linear:forward(x) return zorch.linear(x, self.weight, rawget(self, "bias")) end
+function nn.Linear:forward(x)
+  return zorch.linear(x, self.weight, rawget(self, "bias"), rawget(self, "activation"))
+end
 nn.Linear.__tostring = function(s)
-  return ("nn.Linear(in_features=%d, out_features=%d)"):format(s.in_features, s.out_features)
+  return ("nn.Linear(in_features=%d, out_features=%d%s)"):format(s.in_features, s.out_features,
+    rawget(s, "activation") and (", activation=" .. s.activation) or "")
 end
 
 local function activation(name, fn)

@@ -26,6 +26,11 @@ zorch_dtype op_compute_dtype(zorch_dtype dt) {
   return dt == ZORCH_F64 ? ZORCH_F64 : ZORCH_F32;
 }
 
+zorch_dtype op_compute_dtype_on(const zorch_tensor *like, zorch_dtype dt) {
+  if ((dt == ZORCH_BF16 || dt == ZORCH_F16) && backend_of(like)->native16) return dt;
+  return op_compute_dtype(dt);
+}
+
 zorch_tensor *op_cast(zorch_tensor *t, zorch_dtype dt) {
   if (t->dtype == dt) return zorch_tensor_retain(t);
   zorch_tensor *out = op_empty(t, t->ndim, t->shape, dt);

@@ -50,9 +50,13 @@ static zorch_status bmm_into(zorch_tensor *out, zorch_tensor *a, zorch_tensor *b
   /* b shared by every batch and a contiguous: one GEMM with batch * m rows */
   bool b_shared = true;
   for (int i = 0; i < nd - 2; i++) b_shared = b_shared && (b->strides[i] == 0 || b->shape[i] == 1);
-  if (b_shared && zorch_tensor_is_contiguous(a) && batch > 1)
-    return be->gemm(out->dtype, false, tb, batch * m, n, k, 1.0, tensor_ptr(a), k, tensor_ptr(b),
-                    ldb, 0.0, tensor_ptr(out), n);
+  gemm_args ga = {.dt = out->dtype, .dev = out->st->device.index, .ta = ta, .tb = tb, .m = m,
+                  .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = n, .alpha = 1.0};
+  if (b_shared && zorch_tensor_is_contiguous(a) && batch > 1) {
+    ga.ta = false, ga.m = batch * m, ga.lda = k;
+    ga.a = tensor_ptr(a), ga.b = tensor_ptr(b), ga.c = tensor_ptr(out);
+    return be->gemm(&ga);
+  }
   int64_t idx[ZORCH_MAX_DIMS] = {0};
   for (int64_t bi = 0; bi < batch; bi++) {
     int64_t oa = 0, ob = 0;
@@ -60,9 +64,10 @@ static zorch_status bmm_into(zorch_tensor *out, zorch_tensor *a, zorch_tensor *b
       oa += idx[i] * a->strides[i];
       ob += idx[i] * b->strides[i];
     }
-    zorch_status st = be->gemm(out->dtype, ta, tb, m, n, k, 1.0, tensor_ptr(a) + oa * (int64_t)es,
-                               lda, tensor_ptr(b) + ob * (int64_t)es, ldb, 0.0,
-                               tensor_ptr(out) + bi * m * n * (int64_t)es, n);
+    ga.a = tensor_ptr(a) + oa * (int64_t)es;
+    ga.b = tensor_ptr(b) + ob * (int64_t)es;
+    ga.c = tensor_ptr(out) + bi * m * n * (int64_t)es;
+    zorch_status st = be->gemm(&ga);
     if (st) return st;
     for (int i = nd - 3; i >= 0; i--) {
       if (++idx[i] < out->shape[i]) break;
@@ -108,7 +113,7 @@ static zorch_tensor *matmul_nd(zorch_tensor *a, zorch_tensor *b) {
   if (!zorch_dtype_is_float(dt))
     return err_null(ZORCH_ERR_DTYPE, "matmul: needs floating-point tensors, got %s and %s",
                     zorch_dtype_name(a->dtype), zorch_dtype_name(b->dtype));
-  zorch_dtype cd = op_compute_dtype(dt);
+  zorch_dtype cd = op_compute_dtype_on(a, dt);
   int64_t sa[ZORCH_MAX_DIMS], sb[ZORCH_MAX_DIMS];
   memcpy(sa, shape, sizeof(int64_t) * (size_t)nbatch);
   memcpy(sb, shape, sizeof(int64_t) * (size_t)nbatch);
@@ -167,11 +172,18 @@ zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b) {
 }
 
 /* ---- linear ------------------------------------------------------------------------- */
+/* saved: x, w and, with relu, the output (whose sign is the input's) */
 static zorch_status linear_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   zorch_tensor *x = n->saved[0], *w = n->saved[1];
   int64_t in_f = w->shape[1], out_f = w->shape[0];
   int64_t s2[2] = {-1, out_f}, x2s[2] = {-1, in_f};
+  zorch_tensor *gr = NULL;
+  if (n->nsaved > 2) { /* through the relu first */
+    if (!(gr = op_binary(BOP_RELU_BWD, g, n->saved[2], 0, 0))) return zorch_last_status();
+    g = gr;
+  }
   zorch_tensor *g2 = zorch_reshape(g, 2, s2);
+  zorch_tensor_free(gr);
   if (!g2) return zorch_last_status();
   zorch_status st = ZORCH_OK;
   if (ag_wants(n, 0)) {
@@ -194,11 +206,15 @@ static zorch_status linear_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) 
   return st;
 }
 
-zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b) {
+/* y = x w^T + b, then relu when asked: one GEMM whose epilogue adds the bias
+   (and applies relu) on backends that fuse them. */
+zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act) {
   char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF], s3[ERR_SHAPE_BUF];
   if (check_arg("linear", "input", x) || check_arg("linear", "weight", w) ||
       check_same_device("linear", x, w) || (b && check_same_device("linear", x, b)))
     return NULL;
+  if (act != ZORCH_ACT_NONE && act != ZORCH_ACT_RELU)
+    return err_null(ZORCH_ERR_ARG, "linear: unknown activation %d (none or relu)", (int)act);
   if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
     return err_null(ZORCH_ERR_SHAPE, "linear: input %s and weight %s do not fit (weight is "
                     "(out_features, in_features) and the input's last dim is in_features)",
@@ -212,41 +228,51 @@ zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b) {
   if (!zorch_dtype_is_float(dt))
     return err_null(ZORCH_ERR_DTYPE, "linear: needs floating-point tensors, got %s",
                     zorch_dtype_name(dt));
-  zorch_dtype cd = op_compute_dtype(dt);
+  zorch_dtype cd = op_compute_dtype_on(x, dt);
   int64_t rows = in_f ? zorch_tensor_numel(x) / in_f : 0;
   for (int i = 0; i < x->ndim - 1 && !in_f; i++) rows = (i ? rows : 1) * x->shape[i];
   zorch_tensor *cx = op_cast(x, cd), *cw = cx ? op_cast(w, cd) : NULL;
   zorch_tensor *cb = cw && b ? op_cast(b, cd) : NULL;
   zorch_tensor *xc = cw && (!b || cb) ? op_contig(cx) : NULL;
   zorch_tensor *wr = xc ? gemm_ready(cw) : NULL;
+  zorch_tensor *bc = wr && cb ? op_contig(cb) : NULL;
   int64_t oshape[ZORCH_MAX_DIMS];
   memcpy(oshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
   oshape[x->ndim - 1] = out_f;
-  zorch_tensor *out = wr ? op_empty(x, x->ndim, oshape, cd) : NULL;
+  zorch_tensor *out = wr && (!cb || bc) ? op_empty(x, x->ndim, oshape, cd) : NULL;
   zorch_status st = out ? ZORCH_OK : zorch_last_status();
-  if (!st && cb) {
-    int64_t os2[2] = {rows, out_f};
-    zorch_tensor *o2 = tensor_alias(out, 2, os2, (int64_t[]){out_f, 1}, 0);
-    zorch_tensor *bv = o2 ? op_broadcast_view(cb, 2, os2) : NULL;
-    st = bv ? backend_of(out)->copy(o2, bv) : zorch_last_status();
-    op_free(o2, bv, NULL, NULL);
-  }
-  if (!st) {
-    bool tw;
-    int64_t ldw;
+  if (!st && in_f == 0) { /* an empty sum: the bias alone */
+    st = backend_of(out)->fill(out, 0);
+    act = ZORCH_ACT_NONE;
+    if (!st && bc) {
+      int64_t os2[2] = {rows, out_f};
+      zorch_tensor *o2 = tensor_alias(out, 2, os2, (int64_t[]){out_f, 1}, 0);
+      zorch_tensor *bv = o2 ? op_broadcast_view(bc, 2, os2) : NULL;
+      st = bv ? backend_of(out)->copy(o2, bv) : zorch_last_status();
+      op_free(o2, bv, NULL, NULL);
+    }
+  } else if (!st) {
+    gemm_args ga = {.dt = cd, .dev = out->st->device.index, .tb = false, .relu = act == ZORCH_ACT_RELU,
+                    .m = rows, .n = out_f, .k = in_f, .lda = in_f, .ldc = out_f, .alpha = 1.0,
+                    .a = tensor_ptr(xc), .b = tensor_ptr(wr), .bias = bc ? tensor_ptr(bc) : NULL,
+                    .c = tensor_ptr(out)};
     /* weight (out, in) used as its transpose (in, out) */
-    mat_layout(in_f, out_f, wr->strides[1], wr->strides[0], &tw, &ldw);
-    st = backend_of(out)->gemm(cd, false, tw, rows, out_f, in_f, 1.0, tensor_ptr(xc), in_f,
-                               tensor_ptr(wr), ldw, cb ? 1.0 : 0.0, tensor_ptr(out), out_f);
+    mat_layout(in_f, out_f, wr->strides[1], wr->strides[0], &ga.tb, &ga.ldb);
+    st = backend_of(out)->gemm(&ga);
   }
   op_free(cx, cw, cb, xc);
-  zorch_tensor_free(wr);
+  op_free(wr, bc, NULL, NULL);
   if (st) {
     zorch_tensor_free(out);
     err_prefix("linear");
     return NULL;
   }
   if (!(out = op_recast(out, dt))) return NULL;
-  zorch_tensor *in[3] = {x, w, b};
-  return ag_record(out, "LinearBackward", linear_bwd, b ? 3 : 2, in, 2, in, NULL);
+  zorch_tensor *in[3] = {x, w, b}, *save[3] = {x, w, out};
+  return ag_record(out, act == ZORCH_ACT_RELU ? "LinearReluBackward" : "LinearBackward", linear_bwd,
+                   b ? 3 : 2, in, act == ZORCH_ACT_RELU ? 3 : 2, save, NULL);
+}
+
+zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b) {
+  return zorch_linear_act(x, w, b, ZORCH_ACT_NONE);
 }

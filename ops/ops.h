@@ -16,6 +16,8 @@ zorch_tensor *op_recast(zorch_tensor *out, zorch_dtype dt);
 /* dst += src in place (src broadcast to dst, converted to its dtype; 16-bit
    floats add in float32 and round once); no autograd. */
 zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src);
+/* The elementwise binary kernel k with broadcasting and promotion; no autograd. */
+zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1);
 /* Contiguous t (t itself, retained, when it is); no autograd. */
 zorch_tensor *op_contig(zorch_tensor *t);
 /* A view of t with `shape` (ndim >= t->ndim) through stride-0 broadcasting. */
@@ -23,6 +25,9 @@ zorch_tensor *op_broadcast_view(const zorch_tensor *t, int ndim, const int64_t *
 /* Computes in a float dtype wide enough for the math: f32/f64 as is, 16-bit
    floats and integers through float32 (`*work` gets that dtype). */
 zorch_dtype op_compute_dtype(zorch_dtype dt);
+/* The same for the elementwise and GEMM kernels of like's backend: 16-bit floats
+   stay 16-bit where the backend computes them itself (in float32, rounding once). */
+zorch_dtype op_compute_dtype_on(const zorch_tensor *like, zorch_dtype dt);
 /* Frees up to four tensors; NULLs are fine. */
 void op_free(zorch_tensor *a, zorch_tensor *b, zorch_tensor *c, zorch_tensor *d);
 /* Canonical (outer, r, inner) form of a reduction over `dims`: a contiguous

@@ -17,14 +17,14 @@ static bool bop_is_cmp(bop k) { return k == BOP_EQ || k == BOP_LT || k == BOP_GT
 static bool bop_needs_float(bop k) { return k == BOP_DIV || k >= BOP_POW; }
 
 /* Raw elementwise binary op (no autograd): broadcast, promote, run the kernel. */
-static zorch_tensor *ew_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1) {
+zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1) {
   const char *op = bop_names[k];
   if (check_arg(op, "a", a) || check_arg(op, "b", b) || check_same_device(op, a, b)) return NULL;
   bool cmp = bop_is_cmp(k);
   zorch_dtype dt = dtype_promote(a->dtype, b->dtype);
   if (bop_needs_float(k) && !zorch_dtype_is_float(dt)) dt = ZORCH_F32;
   if (!cmp && dt == ZORCH_BOOL) dt = ZORCH_I64;
-  zorch_dtype cd = (dt == ZORCH_BF16 || dt == ZORCH_F16) ? ZORCH_F32 : dt;
+  zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype_on(a, dt) : dt;
   int nd;
   int64_t shape[ZORCH_MAX_DIMS];
   if (shape_broadcast(op, a->ndim, a->shape, b->ndim, b->shape, &nd, shape)) return NULL;
@@ -58,7 +58,7 @@ static zorch_tensor *ew_unary(uop k, zorch_tensor *a, double p0, double p1) {
   if (!zorch_dtype_is_float(dt) && !(uop_keeps_int(k, p0) && dt != ZORCH_BOOL)) dt = ZORCH_F32;
   if (k == UOP_CLAMP && !zorch_dtype_is_float(dt) && (p0 != floor(p0) || p1 != floor(p1)))
     dt = ZORCH_F32;
-  zorch_dtype cd = (dt == ZORCH_BF16 || dt == ZORCH_F16) ? ZORCH_F32 : dt;
+  zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype_on(a, dt) : dt;
   zorch_tensor *ca = op_cast(a, cd);
   zorch_tensor *out = ca ? op_empty(a, a->ndim, a->shape, cd) : NULL;
   if (out && backend_of(out)->unary(k, out, ca, p0, p1)) {
@@ -128,7 +128,7 @@ static zorch_status pow_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
 
 static zorch_tensor *binary_op(bop k, const char *name, ag_backward_fn fn, zorch_tensor *a,
                                zorch_tensor *b, int nsave) {
-  zorch_tensor *out = ew_binary(k, a, b, 0, 0);
+  zorch_tensor *out = op_binary(k, a, b, 0, 0);
   zorch_tensor *in[2] = {a, b};
   zorch_tensor *save[3] = {a, b, out};
   return ag_record(out, name, fn, 2, in, nsave, save, NULL);
@@ -164,15 +164,15 @@ zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src) {
   return st;
 }
 
-zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b) { return ew_binary(BOP_EQ, a, b, 0, 0); }
-zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b) { return ew_binary(BOP_LT, a, b, 0, 0); }
-zorch_tensor *zorch_gt(zorch_tensor *a, zorch_tensor *b) { return ew_binary(BOP_GT, a, b, 0, 0); }
+zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b) { return op_binary(BOP_EQ, a, b, 0, 0); }
+zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b) { return op_binary(BOP_LT, a, b, 0, 0); }
+zorch_tensor *zorch_gt(zorch_tensor *a, zorch_tensor *b) { return op_binary(BOP_GT, a, b, 0, 0); }
 
 /* ---- unary ops --------------------------------------------------------------------- */
 /* Gradients of the form g * f'(x) run as one fused kernel: node->iv[0] names it,
    saved[0] is x (or y for the _Y kernels), p[0..1] its parameters. */
 static zorch_status fused_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  gin[0] = ew_binary((bop)n->iv[0], g, n->saved[0], n->p[0], n->p[1]);
+  gin[0] = op_binary((bop)n->iv[0], g, n->saved[0], n->p[0], n->p[1]);
   return gin[0] ? ZORCH_OK : zorch_last_status();
 }
 

@@ -64,3 +64,28 @@ bool zorch_device_available(zorch_device dev) {
   if (dev.type != ZORCH_CUDA || !backends[ZORCH_CUDA] || !device_cuda_count) return false;
   return dev.index >= 0 && dev.index < device_cuda_count();
 }
+
+#ifdef ZORCH_WITH_CUDA
+bool zorch_cuda_built(void) { return true; }
+#else
+/* The CUDA entry points of a CPU-only build. */
+static zorch_status no_cuda(void) {
+  return err_set(ZORCH_ERR_DEVICE, "cuda: zorch was built without CUDA (build where nvcc is installed, or make CUDA=1)");
+}
+bool zorch_cuda_built(void) { return false; }
+int zorch_cuda_device_count(void) { return 0; }
+zorch_status zorch_cuda_memory_stats(int dev, zorch_cuda_memory *out) {
+  (void)dev, (void)out;
+  return no_cuda();
+}
+zorch_status zorch_cuda_empty_cache(int dev) {
+  (void)dev;
+  return no_cuda();
+}
+zorch_status zorch_cuda_synchronize(int dev) {
+  (void)dev;
+  return no_cuda();
+}
+void zorch_cuda_set_tf32(bool on) { (void)on; }
+bool zorch_cuda_tf32(void) { return false; }
+#endif

@@ -39,8 +39,24 @@ typedef enum {
 
 typedef enum { RED_SUM, RED_MAX } red_op;
 
+/* Row-major C (m, n) = epilogue(alpha * op(A) op(B) + beta * C) on device
+   pointers of device `dev`; the epilogue adds `bias` (n, may be NULL) to every
+   row, then applies relu when asked. */
+typedef struct gemm_args {
+  zorch_dtype dt;
+  int dev;
+  bool ta, tb, relu;
+  int64_t m, n, k, lda, ldb, ldc;
+  double alpha, beta;
+  const void *a, *b, *bias;
+  void *c;
+} gemm_args;
+
 typedef struct backend {
   const char *name;
+  /* unary, binary and gemm take bfloat16/float16 tensors themselves (computing
+     in float32, rounding once); otherwise the op layer converts through float32 */
+  bool native16;
   void *(*alloc)(int index, size_t nbytes);
   void (*free)(int index, void *p);
   zorch_status (*copy)(zorch_tensor *dst, const zorch_tensor *src);
@@ -59,10 +75,7 @@ typedef struct backend {
                           int64_t outer, int64_t r, int64_t inner);
   zorch_status (*softmax)(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
                           int64_t inner, bool log);
-  /* Row-major C (m, n) = alpha * op(A) op(B) + beta * C on device pointers. */
-  zorch_status (*gemm)(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                       double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
-                       double beta, void *c, int64_t ldc);
+  zorch_status (*gemm)(const gemm_args *g);
   /* out (outer, nidx, inner) = a (outer, n, inner) at idx (int64, nidx). */
   zorch_status (*index_select)(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
                                int64_t outer, int64_t n, int64_t inner);
@@ -90,9 +103,11 @@ typedef struct backend {
                        zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
   zorch_status (*sgd)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
                       const zorch_sgd_opts *o);
-  /* host <-> device copies of contiguous bytes (NULL on the CPU backend). */
+  /* host <-> device and device -> device copies of contiguous bytes (NULL on
+     the CPU backend); to_host waits for the device's queued work. */
   zorch_status (*to_host)(void *dst, const void *src, size_t n, int index);
   zorch_status (*from_host)(void *dst, const void *src, size_t n, int index);
+  zorch_status (*to_device)(void *dst, const void *src, size_t n, int index);
 } backend;
 
 /* The backend of a device type, or NULL when it was not built. */

@@ -20,6 +20,11 @@
 #else
 #define ZORCH_HAVE_MPI 0
 #endif
+#if defined(ZORCH_MPI) && defined(ZORCH_WITH_CUDA)
+#define ZORCH_HAVE_NCCL 1
+#else
+#define ZORCH_HAVE_NCCL 0
+#endif
 
 static lua_State *globalL;
 
@@ -156,12 +161,13 @@ static void print_info(void) {
   while (ngpu < 64 && zorch_device_available((zorch_device){ZORCH_CUDA, ngpu})) ngpu++;
 #ifdef ZORCH_WITH_CUDA
   printf("  backends: cpu, cuda\n");
-  printf("  cuda:     built (cuBLAS), %d device%s\n", ngpu, ngpu == 1 ? "" : "s");
+  printf("  cuda:     built (cuBLASLt, TF32 %s), %d device%s\n", zorch_cuda_tf32() ? "on" : "off", ngpu,
+         ngpu == 1 ? "" : "s");
 #else
   printf("  backends: cpu\n");
   printf("  cuda:     not built (make CUDA=1)\n");
 #endif
-  printf("  nccl:     not built\n");
+  printf("  nccl:     %s\n", ZORCH_HAVE_NCCL ? "built (ZeRO collectives of cuda tensors)" : "not built");
   printf("  mpi:      %s\n", ZORCH_HAVE_MPI ? "Open MPI (zorch launch)" : "not built");
   printf("  devices:  cpu");
   for (int i = 0; i < ngpu; i++) printf(", cuda:%d", i);

@@ -20,29 +20,48 @@
     }                                                                                  \
   }
 
-zorch_status cpu_gemm(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
-                      double beta, void *c, int64_t ldc) {
+/* The epilogue: bias rows go into C first (beta then counts them once), relu after. */
+#define EPI_BIAS(T)                                                                    \
+  for (int64_t i = 0; i < m; i++)                                                      \
+    for (int64_t j = 0; j < n; j++) ((T *)c)[i * ldc + j] = ((const T *)g->bias)[j];
+#define EPI_RELU(T)                                                                    \
+  for (int64_t i = 0; i < m; i++)                                                      \
+    for (int64_t j = 0; j < n; j++)                                                    \
+      if (!(((T *)c)[i * ldc + j] > 0)) ((T *)c)[i * ldc + j] = 0;
+
+zorch_status cpu_gemm(const gemm_args *g) {
+  int64_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+  bool ta = g->ta, tb = g->tb;
+  double alpha = g->alpha, beta = g->beta;
+  const void *a = g->a, *b = g->b;
+  void *c = g->c;
   if (m == 0 || n == 0) return ZORCH_OK;
+  if (g->dt != ZORCH_F32 && g->dt != ZORCH_F64)
+    return err_set(ZORCH_ERR_DTYPE, "matmul: no CPU kernel for dtype %s", zorch_dtype_name(g->dt));
+  if (g->bias && beta != 0)
+    return err_set(ZORCH_ERR_ARG, "matmul: a bias epilogue needs beta = 0");
+  if (g->bias) {
+    if (g->dt == ZORCH_F32) { EPI_BIAS(float) } else { EPI_BIAS(double) }
+    beta = 1;
+  }
   const blas_api *bl = blas_get();
   bool fits = m < INT32_MAX && n < INT32_MAX && k < INT32_MAX && lda < INT32_MAX &&
               ldb < INT32_MAX && ldc < INT32_MAX;
   int tra = ta ? BLAS_TRANS : BLAS_NO_TRANS, trb = tb ? BLAS_TRANS : BLAS_NO_TRANS;
-  if (dt == ZORCH_F32) {
+  if (g->dt == ZORCH_F32) {
     if (bl->sgemm && fits && k > 0)
       bl->sgemm(BLAS_ROW_MAJOR, tra, trb, (int)m, (int)n, (int)k, (float)alpha, a, (int)lda, b,
                 (int)ldb, (float)beta, c, (int)ldc);
     else
       GEMM_REF(float)
-    return ZORCH_OK;
-  }
-  if (dt == ZORCH_F64) {
+    if (g->relu) { EPI_RELU(float) }
+  } else {
     if (bl->dgemm && fits && k > 0)
       bl->dgemm(BLAS_ROW_MAJOR, tra, trb, (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb,
                 beta, c, (int)ldc);
     else
       GEMM_REF(double)
-    return ZORCH_OK;
+    if (g->relu) { EPI_RELU(double) }
   }
-  return err_set(ZORCH_ERR_DTYPE, "matmul: no CPU kernel for dtype %s", zorch_dtype_name(dt));
+  return ZORCH_OK;
 }

@@ -17,9 +17,7 @@ zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_t
                          int64_t outer, int64_t r, int64_t inner);
 zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
                          int64_t inner, bool log);
-zorch_status cpu_gemm(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
-                      double beta, void *c, int64_t ldc);
+zorch_status cpu_gemm(const gemm_args *g);
 zorch_status cpu_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
                               int64_t outer, int64_t n, int64_t inner);
 zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx,

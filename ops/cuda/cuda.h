@@ -1,0 +1,147 @@
+// cuda.h: what the CUDA kernel files share: the per-device stream, launch
+// geometry, strided indexing and 16-bit loads and stores. Every kernel runs on
+// its device's stream, so work is queued and nothing waits for the GPU except a
+// copy to the host.
+#ifndef ZORCH_OPS_CUDA_H
+#define ZORCH_OPS_CUDA_H
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "../../vm/device.h"
+}
+#include "../math.h"
+
+#define CUDA_TRY(call)                                                                             \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess)                                                                         \
+      return err_set(ZORCH_ERR_DEVICE, "cuda: %s failed at %s:%d: %s", #call, __FILE__, __LINE__, \
+                     cudaGetErrorString(e_));                                                      \
+  } while (0)
+
+// Makes `dev` current on this thread and returns its stream (created once).
+cudaStream_t cu_stream(int dev);
+// The error of the last launch, naming the op.
+zorch_status cu_launched(const char *op);
+zorch_status cu_no_kernel(const char *op, zorch_dtype dt);
+static inline int cu_dev(const zorch_tensor *t) { return t->st->device.index; }
+static inline unsigned cu_blocks(int64_t n) {
+  int64_t b = (n + 255) / 256;
+  return (unsigned)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+}
+// <<<ON(n, dev)>>>: enough 256-thread blocks for n, on the device's stream.
+#define ON(n, dev) cu_blocks(n), 256, 0, cu_stream(dev)
+#define FOR(i, n) \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+// ---- strided operands: up to 4 tensors of one shape, strides in bytes ----
+struct geom {
+  int nd, nops;
+  int64_t numel;
+  int64_t shape[ZORCH_MAX_DIMS];
+  int64_t st[4][ZORCH_MAX_DIMS];
+  char *base[4];
+};
+geom cu_geom(int nops, const zorch_tensor *const *ts);
+
+__device__ inline char *at(const geom &g, int k, int64_t idx) {
+  int64_t off = 0;
+  for (int i = g.nd - 1; i >= 0; i--) {
+    int64_t c = idx % g.shape[i];
+    idx /= g.shape[i];
+    off += c * g.st[k][i];
+  }
+  return g.base[k] + off;
+}
+
+// ---- storage types: float and double as themselves, the 16-bit floats load
+// as float and store rounded (the conversions of ops/math.h, as on the CPU) ----
+struct bf16_t { uint16_t v; };
+struct f16_t { uint16_t v; };
+template <typename S> struct io {
+  typedef S C;  // compute type
+  __device__ static S ld(const char *p) { return *(const S *)p; }
+  __device__ static void st(char *p, S v) { *(S *)p = v; }
+};
+template <> struct io<bf16_t> {
+  typedef float C;
+  __device__ static float ld(const char *p) { return zm_bf16_to_f32(*(const uint16_t *)p); }
+  __device__ static void st(char *p, float v) { *(uint16_t *)p = zm_f32_to_bf16(v); }
+};
+template <> struct io<f16_t> {
+  typedef float C;
+  __device__ static float ld(const char *p) { return zm_f16_to_f32(*(const uint16_t *)p); }
+  __device__ static void st(char *p, float v) { *(uint16_t *)p = zm_f32_to_f16(v); }
+};
+
+// Calls F::template run<S>(args...) for the float dtypes; false for others.
+#define CU_FLOAT_DISPATCH(dt, CALL)               \
+  switch (dt) {                                   \
+    case ZORCH_F32: { typedef float S; CALL; } break;  \
+    case ZORCH_F64: { typedef double S; CALL; } break; \
+    case ZORCH_BF16: { typedef bf16_t S; CALL; } break; \
+    case ZORCH_F16: { typedef f16_t S; CALL; } break;  \
+    default: break;                               \
+  }
+
+// Conversions between any two dtypes, through double.
+__device__ inline double load_as(const char *p, int dt) {
+  switch (dt) {
+    case ZORCH_F32: return *(const float *)p;
+    case ZORCH_F64: return *(const double *)p;
+    case ZORCH_BF16: return zm_bf16_to_f32(*(const uint16_t *)p);
+    case ZORCH_F16: return zm_f16_to_f32(*(const uint16_t *)p);
+    case ZORCH_I32: return *(const int32_t *)p;
+    case ZORCH_I64: return (double)*(const int64_t *)p;
+    default: return *(const unsigned char *)p;
+  }
+}
+__device__ inline void store_as(char *p, int dt, double v) {
+  switch (dt) {
+    case ZORCH_F32: *(float *)p = (float)v; break;
+    case ZORCH_F64: *(double *)p = v; break;
+    case ZORCH_BF16: *(uint16_t *)p = zm_f32_to_bf16((float)v); break;
+    case ZORCH_F16: *(uint16_t *)p = zm_f32_to_f16((float)v); break;
+    case ZORCH_I32: *(int32_t *)p = (int32_t)v; break;
+    case ZORCH_I64: *(int64_t *)p = (int64_t)v; break;
+    case ZORCH_BOOL: *(unsigned char *)p = v != 0; break;
+    default: *(unsigned char *)p = (unsigned char)v; break;
+  }
+}
+
+// The kernels of the table (each file defines its own).
+zorch_status cuda_copy(zorch_tensor *dst, const zorch_tensor *src);
+zorch_status cuda_fill(zorch_tensor *dst, double v);
+zorch_status cuda_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double p0, double p1);
+zorch_status cuda_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b, double p0,
+                         double p1);
+zorch_status cuda_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a, const zorch_tensor *b);
+zorch_status cuda_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
+zorch_status cuda_reduce(red_op op, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *a, int64_t outer,
+                         int64_t r, int64_t inner);
+zorch_status cuda_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx, int64_t outer, int64_t r,
+                          int64_t inner);
+zorch_status cuda_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c, int64_t inner, bool log_);
+zorch_status cuda_gemm(const gemm_args *g);
+zorch_status cuda_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx, int64_t outer,
+                               int64_t n, int64_t inner);
+zorch_status cuda_index_add(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx, int64_t outer,
+                            int64_t n, int64_t inner);
+zorch_status cuda_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n, int64_t c,
+                      int64_t ignore);
+zorch_status cuda_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n, int64_t c,
+                          int64_t ignore);
+zorch_status cuda_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd, const zorch_tensor *x,
+                             const zorch_tensor *w, const zorch_tensor *b, int64_t rows, int64_t cols, double eps);
+zorch_status cuda_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb, const zorch_tensor *g,
+                                 const zorch_tensor *x, const zorch_tensor *mean, const zorch_tensor *rstd,
+                                 const zorch_tensor *w, int64_t rows, int64_t cols);
+zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v, zorch_tensor *vmax,
+                       int64_t step, const zorch_adam_opts *o);
+zorch_status cuda_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first, const zorch_sgd_opts *o);
+void *cuda_alloc(int dev, size_t nbytes);
+void cuda_free(int dev, void *p);
+zorch_status cuda_to_host(void *dst, const void *src, size_t n, int dev);
+zorch_status cuda_from_host(void *dst, const void *src, size_t n, int dev);
+zorch_status cuda_to_device(void *dst, const void *src, size_t n, int dev);
+#endif
