@@ -27,6 +27,8 @@ local DEFAULTS = {
   steps_per_print = false,         -- print a progress line every so many optimizer steps
   precision = "fp32",              -- "fp32", or "bf16": bf16 parameters and gradients,
                                    -- fp32 master weights and moments in the shards
+  device = "cpu",                  -- "cpu", "cuda" (this rank's GPU: cuda:<local rank>) or "cuda:N";
+                                   -- prepare moves the model there; cuda collectives run over NCCL
 }
 
 local CHECKS = {
@@ -43,7 +45,18 @@ local CHECKS = {
                "{type = \"WarmupLR\" | \"WarmupDecayLR\" | \"WarmupCosineLR\", params = {...}}"},
   steps_per_print = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   precision = {function(v) return v == "fp32" or v == "bf16" end, "\"fp32\" or \"bf16\""},
+  device = {function(v) return v == "cpu" or v == "cuda" or (type(v) == "string" and v:match("^cuda:%d+$") ~= nil) end,
+            "\"cpu\", \"cuda\" or \"cuda:N\""},
 }
+
+-- This process's rank among those on its machine (one GPU each).
+function zorch.local_rank()
+  for _, k in ipairs({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) do
+    local v = tonumber(os.getenv(k) or "")
+    if v then return math.tointeger(v) end
+  end
+  return 0
+end
 
 local Engine = {}
 Engine.__index = Engine
@@ -55,7 +68,9 @@ local function allowed_keys()
   return table.concat(ks, ", ")
 end
 
-function zorch.Engine(cfg)
+-- zorch.Engine(cfg [, overrides]): cfg a table or a DeepSpeed JSON file;
+-- overrides (a table) win over it (e.g. {device = "cuda"} with a JSON file).
+function zorch.Engine(cfg, overrides)
   cfg = cfg or os.getenv("ZORCH_CONFIG") or {}
   local unimplemented = {}
   if type(cfg) == "string" then -- a DeepSpeed JSON file
@@ -63,6 +78,13 @@ function zorch.Engine(cfg)
     cfg, unimplemented = zorch._from_deepspeed(cfg, world)
   end
   if type(cfg) ~= "table" then error("Engine: expected a configuration table or a DeepSpeed JSON file", 2) end
+  if overrides ~= nil and type(overrides) ~= "table" then error("Engine: overrides must be a table", 2) end
+  if overrides then
+    local merged = {}
+    for k, v in pairs(cfg) do merged[k] = v end
+    for k, v in pairs(overrides) do merged[k] = v end
+    cfg = merged
+  end
   local c = {}
   for k, v in pairs(DEFAULTS) do c[k] = v end
   for k, v in pairs(cfg) do
@@ -79,7 +101,9 @@ function zorch.Engine(cfg)
   if c.seed then zorch.manual_seed(c.seed) end
   local rank, world, backend = zorch._comm()
   zorch._comm_timeout(c.comm_timeout)
-  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0}, Engine)
+  local device = c.device == "cuda" and ("cuda:" .. zorch.local_rank()) or c.device
+  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, device = device},
+                         Engine)
   if #unimplemented > 0 and rank == 0 then
     io.stderr:write(("zorch: warning: these DeepSpeed config keys are not implemented and have no effect: %s\n"):format(
       table.concat(unimplemented, ", ")))
@@ -129,6 +153,10 @@ function Engine:prepare(model, loader, opt)
     local p = {}
     for k, v in pairs(spec.params or {}) do p[k] = v end
     opt = zorch.optim[spec.type](model:parameters(), p)
+  end
+  if self.device ~= "cpu" then
+    local ok, err = pcall(model.to, model, self.device)
+    if not ok then error(("Engine:prepare: cannot move the model to %s: %s"):format(self.device, err), 2) end
   end
   local params = model:parameters()
   if #params == 0 then error("Engine:prepare: the model has no parameters", 2) end

@@ -29,6 +29,7 @@ local opt = zorch.flags(arg, {
   ["checkpoint-every"] = {0, "optimizer steps between checkpoints (0: only at the end)"},
   resume = {"", "continue from the latest checkpoint in this directory (--steps counts the total)"},
   config = {"", "a DeepSpeed JSON config (batch sizes, ZeRO, bf16, clipping, optimizer, scheduler)"},
+  device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
 }, "usage: zorch models/simple_net.lua [flags]")
 
 local SimpleNet = nn.Module:extend "SimpleNet"
@@ -42,9 +43,9 @@ end
 
 zorch.manual_seed(opt.seed)
 local config = opt.config ~= "" and opt.config or os.getenv("ZORCH_CONFIG")
-local engine = config and zorch.Engine(config) or
+local engine = config and zorch.Engine(config, {device = opt.device}) or
   zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = opt.accum,
-               reduce_bucket_size = opt.bucket, precision = opt.precision}
+               reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device}
 local X, Y
 if opt.data ~= "" then
   local d = zorch.load(opt.data)
@@ -76,6 +77,7 @@ for epoch = first_epoch, opt.epochs do
   model:train()
   local total, n = 0, 0
   for x, y in loader:iter() do
+    if engine.device ~= "cpu" then x, y = x:to(engine.device), y:to(engine.device) end
     loss = criterion(model(x), y)
     adam:zero_grad(); engine:backward(loss)
     if adam:step() then

@@ -56,14 +56,17 @@ static storage *storage_new(size_t nbytes, zorch_device dev) {
   if (!zorch_device_available(dev)) {
     char name[32];
     zorch_device_name(dev, name, sizeof name);
-    return err_null(ZORCH_ERR_DEVICE, "device %s: not available", name);
+    return err_null(ZORCH_ERR_DEVICE, "device %s: not available (%d CUDA device%s present)", name,
+                    device_cuda_count ? device_cuda_count() : 0,
+                    device_cuda_count && device_cuda_count() == 1 ? "" : "s");
   }
   storage *s = storage_struct_new();
   if (!s) return err_null(ZORCH_ERR_OOM, "out of memory");
   s->data = be->alloc(dev.index, nbytes);
   if (!s->data) {
     storage_struct_free(s);
-    return err_null(ZORCH_ERR_OOM, "out of memory allocating %zu bytes", nbytes);
+    /* a device allocator says itself what it was asked and what it holds */
+    return dev.type == ZORCH_CPU ? err_null(ZORCH_ERR_OOM, "out of memory allocating %zu bytes", nbytes) : NULL;
   }
   s->refcount = 1;
   s->nbytes = nbytes;
@@ -75,9 +78,23 @@ static void storage_release(storage *s) {
   if (!s || --s->refcount > 0) return;
   if (s->deleter)
     s->deleter(s->data, s->deleter_ctx);
-  else if (!s->borrowed)
+  else if (!s->borrowed && s->data)
     backend_get(s->device.type)->free(s->device.index, s->data);
   storage_struct_free(s);
+}
+
+void storage_drop_data(storage *s) {
+  if (s->deleter || s->borrowed || !s->data) return;
+  backend_get(s->device.type)->free(s->device.index, s->data);
+  s->data = NULL;
+}
+
+zorch_status storage_restore_data(storage *s) {
+  if (s->data) return ZORCH_OK;
+  if (!(s->data = backend_get(s->device.type)->alloc(s->device.index, s->nbytes)))
+    return s->device.type == ZORCH_CPU ? err_set(ZORCH_ERR_OOM, "out of memory allocating %zu bytes", s->nbytes)
+                                       : zorch_last_status();
+  return ZORCH_OK;
 }
 
 int64_t shape_numel(int ndim, const int64_t *shape) {
@@ -232,6 +249,9 @@ zorch_status check_same_device(const char *op, const zorch_tensor *a, const zorc
 
 zorch_status check_arg(const char *op, const char *arg, const zorch_tensor *t) {
   if (!t) return err_set(ZORCH_ERR_ARG, "%s: argument '%s' is NULL", op, arg);
+  if (!t->st->data && t->st->nbytes)
+    return err_set(ZORCH_ERR_STATE, "%s: argument '%s' has no memory now: ZeRO stage 3 released it (a "
+                   "parameter is gathered only inside its module's forward and backward)", op, arg);
   return ZORCH_OK;
 }
 

@@ -44,6 +44,13 @@ struct zorch_tensor {
   int ag_pending;     /* edges still to deliver in the running backward pass */
 };
 
+/* Frees a device storage's memory but keeps the storage, so its views stay
+   valid handles (ops refuse them, see check_arg); restore allocates it again
+   with undefined contents. For memory zorch owns only (the ZeRO engine's stage 3
+   parameter groups on GPUs). */
+void storage_drop_data(storage *s);
+zorch_status storage_restore_data(storage *s);
+
 /* Whether freed tensors, storages and small blocks are kept for reuse (off in
    sanitizer builds and with ZORCH_ALLOC_CACHE=0, so memory checkers see every
    free). */

@@ -1,5 +1,6 @@
-/* comm.c: the local and MPI collectives. MPI is started lazily, only when the
-   process was launched with more than one rank. */
+/* comm.c: the local, MPI and NCCL collectives. MPI is started lazily, only
+   when the process was launched with more than one rank; CPU tensors travel
+   over MPI and cuda tensors over NCCL (zero/nccl.c). */
 #include "comm.h"
 
 #include <limits.h>
@@ -14,6 +15,22 @@
 #ifdef ZORCH_MPI
 #include <mpi.h>
 #endif
+#if defined(ZORCH_MPI) && defined(ZORCH_WITH_CUDA)
+#include "nccl.h"
+#define ON_GPU(t) ((t)->st->device.type == ZORCH_CUDA)
+/* cuda buffers go to NCCL, timed by the watchdog like MPI calls */
+#define NCCL_ROUTE(t, what, n, call)   \
+  if (ON_GPU(t)) {                     \
+    wd_begin(what, n);                 \
+    zorch_status st_ = (call);         \
+    wd_end();                          \
+    return st_;                        \
+  }
+#else
+#define ON_GPU(t) ((void)(t), false)
+#define NCCL_ROUTE(t, what, n, call) (void)0;
+#endif
+#include "../vm/device.h"
 
 static zero_comm the_comm = {0, 1, "local", 0, 0};
 static bool comm_ready;
@@ -144,21 +161,47 @@ zorch_status comm_get(zero_comm **out) {
 }
 
 static zorch_status check_buf(const char *op, const zorch_tensor *t) {
-  if (!t || (t->dtype != ZORCH_F32 && t->dtype != ZORCH_F64) || !zorch_tensor_is_contiguous(t) ||
-      t->st->device.type != ZORCH_CPU)
-    return err_set(ZORCH_ERR_ARG, "%s: needs a contiguous float32/float64 CPU tensor", op);
+  if (!t || (t->dtype != ZORCH_F32 && t->dtype != ZORCH_F64) || !zorch_tensor_is_contiguous(t))
+    return err_set(ZORCH_ERR_ARG, "%s: needs a contiguous float32/float64 tensor", op);
   return ZORCH_OK;
+}
+
+static zorch_status check_same_dev(const char *op, const zorch_tensor *a, const zorch_tensor *b) {
+  if (a->st->device.type != b->st->device.type || a->st->device.index != b->st->device.index)
+    return err_set(ZORCH_ERR_DEVICE, "%s: the send and receive buffers are on different devices", op);
+  return ZORCH_OK;
+}
+
+/* One process: the collective is a copy, unless ZORCH_NCCL_SINGLE=1 sends the
+   cuda ones through a one-rank NCCL communicator (to check the NCCL path on a
+   machine with one GPU). */
+static bool local_only(const zero_comm *c, const zorch_tensor *t) {
+  if (c->world > 1) return false;
+  if (!ON_GPU(t)) return true;
+  const char *v = getenv("ZORCH_NCCL_SINGLE");
+  return !(v && *v == '1');
+}
+
+/* The one-process collective: a copy on the buffers' device. */
+static zorch_status local_copy(const zorch_tensor *like, void *dst, const void *src, size_t n) {
+  if (dst == src || !n) return ZORCH_OK;
+  if (like->st->device.type == ZORCH_CPU) {
+    memmove(dst, src, n);
+    return ZORCH_OK;
+  }
+  return backend_of(like)->to_device(dst, src, n, like->st->device.index);
 }
 
 zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   if (check_buf("allreduce", t)) return zorch_last_status();
   int64_t n = zorch_tensor_numel(t);
   uint64_t bytes = (uint64_t)n * dtype_sizes[t->dtype];
-  if (c->world == 1) return ZORCH_OK;
+  if (local_only(c, t)) return ZORCH_OK;
   /* a ring all-reduce sends 2(N-1)/N of the buffer */
   c->sent += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
   c->recv += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
 #ifdef ZORCH_MPI
+  NCCL_ROUTE(t, "allreduce", n, nccl_allreduce(c, t, max))
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "allreduce: %lld elements is more than one MPI call takes", (long long)n);
   wd_begin("allreduce", n);
   zorch_status st = mpi_check(MPI_Allreduce(MPI_IN_PLACE, tensor_ptr(t), (int)n, mpi_type(t->dtype),
@@ -186,17 +229,17 @@ static int64_t check_counts(const char *op, const zero_comm *c, const int64_t *c
 
 zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                                  const int64_t *counts) {
-  if (check_buf("reduce_scatter", send) || check_buf("reduce_scatter", recv)) return zorch_last_status();
+  if (check_buf("reduce_scatter", send) || check_buf("reduce_scatter", recv) ||
+      check_same_dev("reduce_scatter", send, recv))
+    return zorch_last_status();
   int64_t total = check_counts("reduce_scatter", c, counts, send, recv);
   if (total < 0) return zorch_last_status();
   size_t es = dtype_sizes[send->dtype];
-  if (c->world == 1) {
-    memcpy(tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
-    return ZORCH_OK;
-  }
+  if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
   c->sent += (uint64_t)(total - counts[c->rank]) * es;
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
 #ifdef ZORCH_MPI
+  NCCL_ROUTE(send, "reduce_scatter", total, nccl_reduce_scatter(c, send, recv, counts))
   int *rc = mpi_counts("reduce_scatter", c, counts);
   if (!rc) return zorch_last_status();
   wd_begin("reduce_scatter", total);
@@ -216,11 +259,12 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
   if (n * c->world != total)
     return err_set(ZORCH_ERR_SHAPE, "reduce_scatter: %lld elements do not split over %d ranks",
                    (long long)total, c->world);
-  if (c->world == 1) return ZORCH_OK;
+  if (local_only(c, buf)) return ZORCH_OK;
   size_t es = dtype_sizes[buf->dtype];
   c->sent += (uint64_t)(total - n) * es;
   c->recv += (uint64_t)(total - n) * es;
 #ifdef ZORCH_MPI
+  NCCL_ROUTE(buf, "reduce_scatter", total, nccl_reduce_scatter_inplace(c, buf, n))
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "reduce_scatter: %lld elements per rank is more than one MPI call takes", (long long)n);
   char *p = tensor_ptr(buf);
   wd_begin("reduce_scatter", total);
@@ -237,26 +281,23 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
 
 /* All-gathers move bytes, so 16-bit floats are fine there. */
 static zorch_status check_gather_buf(const zorch_tensor *t) {
-  if (t && (t->dtype == ZORCH_BF16 || t->dtype == ZORCH_F16) && zorch_tensor_is_contiguous(t) &&
-      t->st->device.type == ZORCH_CPU)
-    return ZORCH_OK;
+  if (t && (t->dtype == ZORCH_BF16 || t->dtype == ZORCH_F16) && zorch_tensor_is_contiguous(t)) return ZORCH_OK;
   return check_buf("allgather", t);
 }
 
 zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv) {
-  if (check_gather_buf(send) || check_gather_buf(recv)) return zorch_last_status();
+  if (check_gather_buf(send) || check_gather_buf(recv) || check_same_dev("allgather", send, recv))
+    return zorch_last_status();
   int64_t n = zorch_tensor_numel(send);
   if (n * c->world != zorch_tensor_numel(recv) || send->dtype != recv->dtype)
     return err_set(ZORCH_ERR_SHAPE, "allgather: %lld elements on each of %d ranks do not fill %lld",
                    (long long)n, c->world, (long long)zorch_tensor_numel(recv));
   size_t es = dtype_sizes[send->dtype];
-  if (c->world == 1) {
-    memmove(tensor_ptr(recv), tensor_ptr(send), (size_t)n * es);
-    return ZORCH_OK;
-  }
+  if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)n * es);
   c->sent += (uint64_t)n * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)n * es * (uint64_t)(c->world - 1);
 #ifdef ZORCH_MPI
+  NCCL_ROUTE(send, "allgather", n * c->world, nccl_allgather(c, send, recv, n))
   /* the send buffer may be this rank's slice of recv */
   const char *sp = tensor_ptr(send), *rp = tensor_ptr(recv);
   bool inplace = sp == rp + (size_t)(n * c->rank) * es;
@@ -273,17 +314,16 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
 
 zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                              const int64_t *counts) {
-  if (check_gather_buf(send) || check_gather_buf(recv)) return zorch_last_status();
+  if (check_gather_buf(send) || check_gather_buf(recv) || check_same_dev("allgatherv", send, recv))
+    return zorch_last_status();
   int64_t total = check_counts("allgatherv", c, counts, recv, send);
   if (total < 0) return zorch_last_status();
   size_t es = dtype_sizes[send->dtype];
-  if (c->world == 1) {
-    memmove(tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
-    return ZORCH_OK;
-  }
+  if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
   c->sent += (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
 #ifdef ZORCH_MPI
+  NCCL_ROUTE(send, "allgatherv", total, nccl_allgatherv(c, send, recv, counts))
   int *rc = mpi_counts("allgatherv", c, counts);
   if (!rc) return zorch_last_status();
   int *displs = rc + c->world;

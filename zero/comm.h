@@ -1,6 +1,7 @@
 /* comm.h: collectives behind one small interface, so the ZeRO engine runs the
-   same on one process ("local"), over MPI for CPU tensors ("mpi") and, later,
-   over NCCL for GPU tensors. Buffers are contiguous float32/float64 tensors.
+   same on one process ("local"), over MPI for CPU tensors ("mpi") and over NCCL
+   for cuda tensors (chosen per call by the buffers' device). Buffers are
+   contiguous float32/float64 tensors (all-gathers also take 16-bit floats).
    Byte counters record what this rank sends and receives under a ring
    algorithm: (N-1)/N of the buffer for a reduce-scatter or an all-gather. */
 #ifndef ZORCH_ZERO_COMM_H

@@ -26,9 +26,10 @@ typedef struct param_ctx {
   int index;
 } param_ctx;
 
-/* Stage 3: parameters gathered together, in an mmap'd buffer whose pages are
-   dropped on release (the mapping stays, so a parameter read then sees zeros,
-   never freed memory). */
+/* Stage 3: parameters gathered together. On the CPU an mmap'd buffer whose
+   pages are dropped on release (the mapping stays, so a parameter read then sees
+   zeros, never freed memory); on a GPU a buffer whose memory goes back to the
+   caching allocator on release (ops then refuse the parameters by name). */
 typedef struct group {
   int first, count;   /* parameters [first, first + count) */
   int64_t lo, hi;     /* flat range */
@@ -59,6 +60,7 @@ static void module_release(void *ud) {
 struct zero_engine {
   zero_comm *c;
   zero_opts o;
+  zorch_device dev;       /* where the parameters and every buffer live */
   int n;
   zorch_tensor **params;  /* retained */
   int64_t *offset;        /* flat offset of each parameter */
@@ -115,7 +117,7 @@ static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
   overlap_counts(e, b->lo, b->hi, cnt);
   int64_t mine = cnt[e->c->rank], len = b->hi - b->lo;
   zorch_status st = ZORCH_OK;
-  if (!b->buf && !(b->buf = zorch_zeros(1, &len, ZORCH_F32, (zorch_device){ZORCH_CPU, 0})))
+  if (!b->buf && !(b->buf = zorch_zeros(1, &len, ZORCH_F32, e->dev)))
     st = zorch_last_status();
   zorch_tensor *recv = st ? NULL : range(e->recv, 0, mine);
   if (!st && !recv) st = zorch_last_status();
@@ -149,12 +151,17 @@ static zorch_status group_gather(zero_engine *e, group *g) {
   overlap_counts(e, g->lo, g->hi, cnt);
   int64_t mine = cnt[e->c->rank];
   int64_t start = g->lo > e->c->rank * e->shard ? g->lo - e->c->rank * e->shard : 0;
+  zorch_status st = storage_restore_data(g->buf->st);
+  if (st) {
+    if (cnt != counts) free(cnt);
+    return st;
+  }
   zorch_tensor *send = range(e->pshard, mine ? start : 0, mine);
   char label[96];
   snprintf(label, sizeof label, "parameter group %d (parameters %d-%d)", (int)(g - e->groups), g->first + 1,
            g->first + g->count);
   comm_set_label(label);
-  zorch_status st = send ? comm_allgatherv(e->c, send, g->buf, cnt) : zorch_last_status();
+  st = send ? comm_allgatherv(e->c, send, g->buf, cnt) : zorch_last_status();
   zorch_tensor_free(send);
   if (cnt != counts) free(cnt);
   if (!st) g->gathered = true;
@@ -163,7 +170,10 @@ static zorch_status group_gather(zero_engine *e, group *g) {
 
 static void group_release(group *g) {
   if (!g->gathered) return;
-  madvise(g->buf->st->data, g->maplen, MADV_DONTNEED);
+  if (g->maplen)
+    madvise(g->buf->st->data, g->maplen, MADV_DONTNEED);
+  else
+    storage_drop_data(g->buf->st);
   g->gathered = false;
 }
 
@@ -183,7 +193,7 @@ static zorch_status on_grad(zorch_tensor *leaf, void *ud) {
   zorch_tensor *g = leaf->grad;
   if (g) {
     int64_t len = b->hi - b->lo;
-    if (!b->buf && !(b->buf = zorch_zeros(1, &len, ZORCH_F32, (zorch_device){ZORCH_CPU, 0})))
+    if (!b->buf && !(b->buf = zorch_zeros(1, &len, ZORCH_F32, e->dev)))
       return zorch_last_status();
     zorch_tensor *dst = flat_view(b->buf, e->offset[pc->index] - b->lo, g->ndim, g->shape);
     zorch_status st = dst ? zorch_copy_(dst, g) : zorch_last_status();
@@ -227,7 +237,7 @@ static zorch_status make_buckets(zero_engine *e) {
     int64_t lo = b->lo > mlo ? b->lo : mlo, hi = b->hi < mhi ? b->hi : mhi;
     if (hi - lo > mine) mine = hi - lo;
   }
-  if (!(e->recv = zorch_zeros(1, &mine, ZORCH_F32, (zorch_device){ZORCH_CPU, 0}))) return zorch_last_status();
+  if (!(e->recv = zorch_zeros(1, &mine, ZORCH_F32, e->dev))) return zorch_last_status();
   for (int i = 0; i < e->n; i++) {
     e->ctx[i] = (param_ctx){e, i};
     zorch_status st = zorch_set_grad_hook(e->params[i], on_grad, &e->ctx[i]);
@@ -258,13 +268,17 @@ static zorch_status make_groups(zero_engine *e) {
     g->lo = e->offset[first];
     g->hi = e->offset[first + count - 1] + zorch_tensor_numel(e->params[first + count - 1]);
     int64_t len = g->hi - g->lo;
-    g->maplen = ((size_t)len * es + page - 1) / page * page;
-    if (!g->maplen) g->maplen = page;
-    void *mem = mmap(NULL, g->maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) return err_set(ZORCH_ERR_OOM, "zero: cannot map %zu bytes for a parameter group", g->maplen);
-    g->buf = zorch_tensor_wrap_owned(mem, e->pdt, 1, &len, NULL, unmap_deleter, (void *)g->maplen);
-    if (!g->buf) {
-      munmap(mem, g->maplen);
+    if (e->dev.type == ZORCH_CPU) {
+      g->maplen = ((size_t)len * es + page - 1) / page * page;
+      if (!g->maplen) g->maplen = page;
+      void *mem = mmap(NULL, g->maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (mem == MAP_FAILED) return err_set(ZORCH_ERR_OOM, "zero: cannot map %zu bytes for a parameter group", g->maplen);
+      g->buf = zorch_tensor_wrap_owned(mem, e->pdt, 1, &len, NULL, unmap_deleter, (void *)g->maplen);
+      if (!g->buf) {
+        munmap(mem, g->maplen);
+        return zorch_last_status();
+      }
+    } else if (!(g->buf = zorch_empty(1, &len, e->pdt, e->dev))) {
       return zorch_last_status();
     }
     zorch_tensor *src = range(e->flat, g->lo, len);
@@ -298,10 +312,14 @@ zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o
   e->params = calloc((size_t)n, sizeof *e->params);
   e->offset = calloc((size_t)n, sizeof *e->offset);
   zorch_status st = e->params && e->offset ? ZORCH_OK : err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  if (params[0]) e->dev = params[0]->st->device;
   for (int i = 0; i < n && !st; i++) {
     zorch_tensor *p = params[i];
-    if (!p || p->dtype != ZORCH_F32 || p->st->device.type != ZORCH_CPU)
-      st = err_set(ZORCH_ERR_DTYPE, "zero: parameter %d must be a float32 CPU tensor", i + 1);
+    char dn[32];
+    zorch_device_name(e->dev, dn, sizeof dn);
+    if (!p || p->dtype != ZORCH_F32 || p->st->device.type != e->dev.type || p->st->device.index != e->dev.index)
+      st = err_set(ZORCH_ERR_DTYPE, "zero: parameter %d must be a float32 tensor on %s (where the first one is)",
+                   i + 1, dn);
     else {
       e->params[i] = zorch_tensor_retain(p);
       e->offset[i] = e->numel;
@@ -315,9 +333,8 @@ zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o
   int64_t per = (e->numel + c->world - 1) / c->world;
   e->shard = (per + ZERO_ALIGN - 1) / ZERO_ALIGN * ZERO_ALIGN;
   e->padded = e->shard * c->world;
-  zorch_device cpu = {ZORCH_CPU, 0};
   /* the flat buffer: copies of the parameters, which become its views */
-  if (!(e->flat = zorch_zeros(1, &e->padded, e->pdt, cpu))) goto fail;
+  if (!(e->flat = zorch_zeros(1, &e->padded, e->pdt, e->dev))) goto fail;
   for (int i = 0; i < n; i++) {
     zorch_tensor *p = e->params[i];
     zorch_tensor *dst = flat_view(e->flat, e->offset[i], p->ndim, p->shape);
@@ -328,10 +345,10 @@ zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o
   }
   if (!(e->pshard = range(e->flat, c->rank * e->shard, e->shard))) goto fail;
   if (o->bf16 && !(e->master = zorch_to_dtype(o->stage == 0 ? e->flat : e->pshard, ZORCH_F32))) goto fail;
-  if (o->stage <= 1 && !(e->gflat = zorch_zeros(1, &e->padded, e->pdt, cpu))) goto fail;
+  if (o->stage <= 1 && !(e->gflat = zorch_zeros(1, &e->padded, e->pdt, e->dev))) goto fail;
   /* stage 1 reduces in place: its gradient slice is a view of the full buffer */
   if (o->stage == 1 && !(e->gshard = range(e->gflat, c->rank * e->shard, e->shard))) goto fail;
-  if (o->stage >= 2 && !(e->gshard = zorch_zeros(1, &e->shard, e->pdt, cpu))) goto fail;
+  if (o->stage >= 2 && !(e->gshard = zorch_zeros(1, &e->shard, e->pdt, e->dev))) goto fail;
   if (o->stage >= 2 && (st = make_buckets(e))) goto fail_st;
   if (o->stage == 3 && (st = make_groups(e))) goto fail_st;
   *out = e;
@@ -435,19 +452,30 @@ zorch_tensor *zero_engine_target(zero_engine *e) {
 zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, double max_norm, double *norm) {
   if (!zorch_tensor_is_contiguous(g) || g->dtype != ZORCH_F32)
     return err_set(ZORCH_ERR_ARG, "zero: clipping needs a contiguous float32 gradient");
-  const float *p = (const float *)tensor_ptr(g);
-  int64_t n = zorch_tensor_numel(g);
-  double sq = 0;
-  for (int64_t i = 0; i < n; i++) sq += (double)p[i] * p[i];
-  if (sharded && e->c->world > 1) {
-    comm_set_label("the gradient norm");
+  /* the sum of squares in float64: in order on the CPU, on the device otherwise */
+  zorch_tensor *t = NULL;
+  if (e->dev.type == ZORCH_CPU) {
+    const float *p = (const float *)tensor_ptr(g);
+    int64_t n = zorch_tensor_numel(g), one = 1;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)p[i] * p[i];
+    t = zorch_full(1, &one, s, ZORCH_F64, e->dev);
+  } else {
+    zorch_tensor *g64 = zorch_to_dtype(g, ZORCH_F64), *sq2 = g64 ? zorch_mul(g64, g64) : NULL;
+    zorch_tensor *s0 = sq2 ? zorch_sum(sq2, 0, NULL, false) : NULL;
     int64_t one = 1;
-    zorch_tensor *t = zorch_full(1, &one, sq, ZORCH_F64, (zorch_device){ZORCH_CPU, 0});
-    zorch_status st = t ? comm_allreduce(e->c, t, false) : zorch_last_status();
-    if (!st) sq = ((double *)tensor_ptr(t))[0];
-    zorch_tensor_free(t);
-    if (st) return st;
+    t = s0 ? zorch_reshape(s0, 1, &one) : NULL;
+    op_free(g64, sq2, s0, NULL);
   }
+  zorch_status st = t ? ZORCH_OK : zorch_last_status();
+  if (!st && sharded && e->c->world > 1) {
+    comm_set_label("the gradient norm");
+    st = comm_allreduce(e->c, t, false);
+  }
+  double sq = 0;
+  if (!st) st = zorch_tensor_to_doubles(t, &sq, 1);
+  zorch_tensor_free(t);
+  if (st) return st;
   *norm = sqrt(sq);
   double coef = max_norm / (*norm + 1e-6);
   if (max_norm > 0 && coef < 1) return scale(g, coef);

@@ -232,3 +232,6 @@ extern "C" void cuda_backend_init(void) {
   backend_register(ZORCH_CUDA, &cuda_backend);
   device_cuda_count = cuda_count;
 }
+
+// The device's stream, for the NCCL collectives (zero/nccl.c, plain C).
+extern "C" cudaStream_t zorch_cuda_stream(int dev) { return cu_stream(dev); }

@@ -1,0 +1,146 @@
+/* nccl.c: the collectives of cuda tensors over NCCL (see nccl.h). Built only
+   in CUDA builds; without MPI there is one rank and comm.c never calls here. */
+#include "nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sched.h>
+
+#ifdef ZORCH_MPI
+#include <mpi.h>
+#endif
+
+cudaStream_t zorch_cuda_stream(int dev); /* ops/cuda/runtime.cu */
+
+static ncclComm_t the_nccl;
+static int nccl_dev = -1;
+
+static zorch_status nccl_fail(const zero_comm *c, const char *what, int64_t n, const char *why) {
+  return err_set(ZORCH_ERR_IO, "%s of %lld elements failed on rank %d (NCCL): %s", what, (long long)n, c->rank, why);
+}
+#define NCCL_TRY(call, c, what, n)                                                   \
+  do {                                                                               \
+    ncclResult_t r_ = (call);                                                        \
+    if (r_ != ncclSuccess) return nccl_fail(c, what, n, ncclGetErrorString(r_));     \
+  } while (0)
+
+/* The communicator, made on first use for the device of `t`. */
+static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *what, ncclComm_t *out) {
+  int dev = t->st->device.index;
+  if (nccl_dev >= 0 && dev != nccl_dev)
+    return err_set(ZORCH_ERR_DEVICE, "%s: rank %d runs its NCCL collectives on cuda:%d, not cuda:%d (one GPU per rank)",
+                   what, c->rank, nccl_dev, dev);
+  if (nccl_dev < 0) {
+    ncclUniqueId id;
+    if (c->rank == 0) NCCL_TRY(ncclGetUniqueId(&id), c, "ncclGetUniqueId", 0);
+#ifdef ZORCH_MPI
+    if (c->world > 1 && MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+      return err_set(ZORCH_ERR_IO, "%s: sending the NCCL id over MPI failed on rank %d", what, c->rank);
+#endif
+    zorch_cuda_stream(dev); /* makes dev current */
+    NCCL_TRY(ncclCommInitRank(&the_nccl, c->world, id, c->rank), c, "ncclCommInitRank", 0);
+    nccl_dev = dev;
+  }
+  *out = the_nccl;
+  return ZORCH_OK;
+}
+
+/* Waits for the queued collective, checking NCCL's asynchronous errors. */
+static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
+  cudaStream_t s = zorch_cuda_stream(nccl_dev);
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return ZORCH_OK;
+    if (e != cudaErrorNotReady) return nccl_fail(c, what, n, cudaGetErrorString(e));
+    ncclResult_t ar;
+    if (ncclCommGetAsyncError(the_nccl, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress)
+      return nccl_fail(c, what, n, ncclGetErrorString(ar));
+    sched_yield();
+  }
+}
+
+static ncclDataType_t nccl_type(zorch_dtype dt) {
+  switch (dt) {
+    case ZORCH_F64: return ncclFloat64;
+    case ZORCH_BF16: return ncclBfloat16;
+    case ZORCH_F16: return ncclFloat16;
+    default: return ncclFloat32;
+  }
+}
+
+zorch_status nccl_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
+  int64_t n = zorch_tensor_numel(t);
+  ncclComm_t nc;
+  if (nccl_get(c, t, "allreduce", &nc)) return zorch_last_status();
+  void *p = tensor_ptr(t);
+  NCCL_TRY(ncclAllReduce(p, p, (size_t)n, nccl_type(t->dtype), max ? ncclMax : ncclSum, nc,
+                         zorch_cuda_stream(nccl_dev)),
+           c, "allreduce", n);
+  return nccl_wait(c, "allreduce", n);
+}
+
+/* Uneven parts: one reduce per rank, rooted at the rank that keeps the part. */
+zorch_status nccl_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
+  int64_t total = zorch_tensor_numel(send), off = 0;
+  size_t es = dtype_sizes[send->dtype];
+  ncclComm_t nc;
+  if (nccl_get(c, send, "reduce_scatter", &nc)) return zorch_last_status();
+  cudaStream_t s = zorch_cuda_stream(nccl_dev);
+  NCCL_TRY(ncclGroupStart(), c, "reduce_scatter", total);
+  for (int r = 0; r < c->world; r++) {
+    if (counts[r] > 0) {
+      ncclResult_t res = ncclReduce(tensor_ptr(send) + (size_t)off * es, r == c->rank ? tensor_ptr(recv) : NULL,
+                                    (size_t)counts[r], nccl_type(send->dtype), ncclSum, r, nc, s);
+      if (res != ncclSuccess) {
+        ncclGroupEnd();
+        return nccl_fail(c, "reduce_scatter", total, ncclGetErrorString(res));
+      }
+    }
+    off += counts[r];
+  }
+  NCCL_TRY(ncclGroupEnd(), c, "reduce_scatter", total);
+  return nccl_wait(c, "reduce_scatter", total);
+}
+
+zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_t n) {
+  ncclComm_t nc;
+  if (nccl_get(c, buf, "reduce_scatter", &nc)) return zorch_last_status();
+  char *p = tensor_ptr(buf);
+  /* in place when the result is this rank's slice of the input */
+  NCCL_TRY(ncclReduceScatter(p, p + (size_t)(n * c->rank) * dtype_sizes[buf->dtype], (size_t)n, nccl_type(buf->dtype),
+                             ncclSum, nc, zorch_cuda_stream(nccl_dev)),
+           c, "reduce_scatter", n * c->world);
+  return nccl_wait(c, "reduce_scatter", n * c->world);
+}
+
+zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, int64_t n) {
+  ncclComm_t nc;
+  if (nccl_get(c, send, "allgather", &nc)) return zorch_last_status();
+  NCCL_TRY(ncclAllGather(tensor_ptr(send), tensor_ptr(recv), (size_t)n, nccl_type(send->dtype), nc,
+                         zorch_cuda_stream(nccl_dev)),
+           c, "allgather", n * c->world);
+  return nccl_wait(c, "allgather", n * c->world);
+}
+
+/* Uneven parts: one broadcast per rank, rooted at the rank that owns the part. */
+zorch_status nccl_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
+  int64_t total = zorch_tensor_numel(recv), off = 0;
+  size_t es = dtype_sizes[recv->dtype];
+  ncclComm_t nc;
+  if (nccl_get(c, recv, "allgatherv", &nc)) return zorch_last_status();
+  cudaStream_t s = zorch_cuda_stream(nccl_dev);
+  NCCL_TRY(ncclGroupStart(), c, "allgatherv", total);
+  for (int r = 0; r < c->world; r++) {
+    if (counts[r] > 0) {
+      ncclResult_t res = ncclBroadcast(r == c->rank ? tensor_ptr(send) : NULL, tensor_ptr(recv) + (size_t)off * es,
+                                       (size_t)counts[r], nccl_type(recv->dtype), r, nc, s);
+      if (res != ncclSuccess) {
+        ncclGroupEnd();
+        return nccl_fail(c, "allgatherv", total, ncclGetErrorString(res));
+      }
+    }
+    off += counts[r];
+  }
+  NCCL_TRY(ncclGroupEnd(), c, "allgatherv", total);
+  return nccl_wait(c, "allgatherv", total);
+}
