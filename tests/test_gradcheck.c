@@ -123,6 +123,8 @@ CHECK(max_all, 1, return zorch_max(in[0], 0, NULL, false, NULL);)
 CHECK(matmul, 2, return zorch_matmul(in[0], in[1]);)
 CHECK(linear, 3, return zorch_linear(in[0], in[1], in[2]);)
 CHECK(linear_nobias, 2, return zorch_linear(in[0], in[1], NULL);)
+CHECK(linear_relu, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_RELU);)
+CHECK(linear_relu_nobias, 2, return zorch_linear_act(in[0], in[1], NULL, ZORCH_ACT_RELU);)
 CHECK(mse, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_MEAN);)
 CHECK(mse_sum, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_SUM);)
 CHECK(cross_entropy, 2, return zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_MEAN, 1);)
@@ -227,6 +229,9 @@ int main(void) {
   RUN(linear, leaf(SHAPE(5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
   RUN(linear, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
   RUN(linear_nobias, leaf(SHAPE(5, 3), 0), leaf(SHAPE(2, 3), 0));
+  RUN(linear_relu, leaf(SHAPE(6, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
+  RUN(linear_relu, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
+  RUN(linear_relu_nobias, leaf(SHAPE(5, 3), 0), leaf(SHAPE(2, 3), 0));
   RUN(mse, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
   RUN(mse_sum, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
   RUN(cross_entropy, leaf(SHAPE(4, 5), 0), ints(SHAPE(4), (int64_t[]){0, 1, 4, 2}));

@@ -1,5 +1,8 @@
 /* Tensors: creation, views and aliasing, broadcasting, promotion, printing,
    reference counting and errors. */
+/* tensor.h for the storage calls; its SHAPE gives way to the tests' */
+#include "tensor.h"
+#undef SHAPE
 #include "tap.h"
 
 static int str_is(zorch_tensor *t, const char *want) {
@@ -268,6 +271,45 @@ static void test_errors(void) {
   for (size_t k = 0; k < sizeof fr / sizeof fr[0]; k++) zorch_tensor_free(fr[k]);
 }
 
+/* Memory released under its views (ZeRO stage 3 on a GPU): ops refuse the
+   views by name, and they work again once the memory is back. */
+static void test_released(void) {
+  zorch_tensor *buf = zorch_ones(SHAPE(8), ZORCH_F32, CPU);
+  zorch_tensor *v = zorch_narrow(buf, 0, 2, 4);
+  storage_drop_data(buf->st);
+  zorch_tensor *r = zorch_add(v, v);
+  ok(!r && zorch_last_status() == ZORCH_ERR_STATE && error_has("add") && error_has("released"),
+     "an op on released memory is refused by name: %s", zorch_last_error());
+  ok(!zorch_linear(v, v, NULL) && error_has("linear"), "so is linear");
+  ok(storage_restore_data(buf->st) == ZORCH_OK && zorch_fill_(buf, 2) == ZORCH_OK, "the memory comes back");
+  r = zorch_add(v, v);
+  ok(r && at(r, 3) == 4, "and the views work again");
+  zorch_tensor_free(r);
+  zorch_tensor_free(v);
+  zorch_tensor_free(buf);
+}
+
+/* The CUDA entry points answer without a device (and without a CUDA build). */
+static void test_cuda_api(void) {
+  int n = zorch_cuda_device_count();
+  ok(n >= 0 && (zorch_cuda_built() || n == 0), "cuda device count %d (CUDA %s)", n,
+     zorch_cuda_built() ? "built" : "not built");
+  zorch_cuda_memory m;
+  if (n == 0) {
+    ok(zorch_cuda_memory_stats(0, &m) == ZORCH_ERR_DEVICE && error_has("cuda"),
+       "memory stats without a device is an error: %s", zorch_last_error());
+    ok(!zorch_ones(SHAPE(2), ZORCH_F32, (zorch_device){ZORCH_CUDA, 0}) && zorch_last_status() == ZORCH_ERR_DEVICE,
+       "a cuda tensor without a device is an error: %s", zorch_last_error());
+  } else {
+    ok(zorch_cuda_memory_stats(0, &m) == ZORCH_OK, "memory stats of cuda:0");
+    ok(zorch_cuda_memory_stats(n, &m) == ZORCH_ERR_DEVICE, "no device %d", n);
+  }
+  bool was = zorch_cuda_tf32();
+  zorch_cuda_set_tf32(true);
+  ok(zorch_cuda_tf32() == zorch_cuda_built(), "TF32 switches on in a CUDA build only");
+  zorch_cuda_set_tf32(was);
+}
+
 /* Large tensors take the threaded paths; results must equal the serial math. */
 static void test_large(void) {
   int64_t n = 1 << 20;
@@ -288,6 +330,8 @@ static void test_large(void) {
 }
 
 int main(void) {
+  test_released();
+  test_cuda_api();
   test_creation();
   test_views();
   test_broadcast_and_promotion();

@@ -215,6 +215,50 @@ bar = zorch.progress(3, {tty = true, out = sink})
 for _ = 1, 3 do bar:update() end
 ok(#lines == 3 and lines[1]:sub(1, 1) == "\r" and lines[3]:sub(-1) == "\n", "and redraws one line on a terminal")
 
+
+-- the fused linear + relu equals the two ops, forward and backward, bit for bit
+for _, dt in ipairs({"float32", "float64"}) do
+  zorch.manual_seed(11)
+  local x = zorch.randn(7, 5, {dtype = dt}):requires_grad_()
+  local w = zorch.randn(3, 5, {dtype = dt}):requires_grad_()
+  local b = zorch.randn(3, {dtype = dt}):requires_grad_()
+  local g = zorch.randn(7, 3, {dtype = dt})
+  local y1 = zorch.linear(x, w, b, "relu")
+  ;(y1 * g):sum():backward()
+  local gx, gw, gb = x.grad, w.grad, b.grad
+  x.grad, w.grad, b.grad = nil, nil, nil
+  local y2 = zorch.relu(zorch.linear(x, w, b))
+  ;(y2 * g):sum():backward()
+  local same = (y1 - y2):abs():max():item() == 0 and (gx - x.grad):abs():max():item() == 0 and
+    (gw - w.grad):abs():max():item() == 0 and (gb - b.grad):abs():max():item() == 0
+  ok(same and (y1:relu() - y1):abs():max():item() == 0, "linear(x, w, b, \"relu\") equals relu(linear(x, w, b)) with its gradients in " .. dt)
+end
+raises("an unknown activation is named", function() zorch.linear(zorch.ones(2, 2), zorch.ones(2, 2), nil, "gelu") end, "gelu")
+local fused = zorch.nn.Linear(4, 3, {activation = "relu"})
+local fy = fused(zorch.randn(5, 4))
+ok(tostring(fused):find("activation=relu", 1, true) and (fy:relu() - fy):abs():max():item() == 0,
+   "nn.Linear{activation = \"relu\"} fuses the activation")
+raises("nn.Linear checks the activation", function() zorch.nn.Linear(4, 3, {activation = "tanh"}) end, "activation", "tanh")
+
+-- Module:to converts every parameter, nested ones too, and names what fails
+local net = zorch.nn.Sequential(zorch.nn.Linear(3, 4), zorch.nn.ReLU(), zorch.nn.Linear(4, 2))
+net:to("float64")
+local all64 = true
+for _, p in ipairs(net:parameters()) do all64 = all64 and p:dtype() == "float64" and p.requires_grad and p.is_leaf end
+ok(all64 and #net:parameters() == 4, "Module:to(\"float64\") converts every parameter to a leaf that requires grad")
+ok(net(zorch.randn(2, 3, {dtype = "float64"})):dtype() == "float64", "and the model runs in float64")
+if not zorch.cuda.available() then
+  raises("Module:to a missing device names it", function() net:to("cuda") end, "nn.Sequential:to", "cuda:0", "not available")
+  raises("Engine{device = \"cuda\"} without a GPU fails at prepare, naming the device", function()
+    zorch.Engine{device = "cuda"}:prepare(zorch.nn.Linear(2, 2)) end, "cannot move the model to cuda:0")
+  raises("zorch.cuda.memory_stats without a device says so", function() zorch.cuda.memory_stats() end,
+         "zorch.cuda.memory_stats", "cuda")
+end
+raises("Engine checks the device name", function() zorch.Engine{device = "gpu"} end, "device", "\"cuda:N\"", "gpu")
+ok(math.type(zorch.cuda.device_count()) == "integer" and type(zorch.cuda.built()) == "boolean",
+   "zorch.cuda reports the build and the devices")
+ok(zorch.local_rank() == 0, "local_rank is 0 in a single process")
+
 -- flags
 local fl = zorch.flags({"--lr", "0.5", "--quiet", "--name=x"}, {lr = {1}, quiet = {false}, name = {"a"}})
 ok(fl.lr == 0.5 and fl.quiet == true and fl.name == "x", "flags parse values, booleans and --k=v")
