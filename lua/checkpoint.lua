@@ -178,7 +178,7 @@ function Engine:load_checkpoint(dir)
       else
         local field = kind:match("^state%.(.+)$")
         if not field then error(("load_checkpoint: unexpected entry '%s'"):format(key), 2) end
-        state[field] = state[field] or zorch.zeros(target:numel())
+        state[field] = state[field] or zorch.zeros(target:numel(), {device = target:device()})
         state[field]:narrow(1, s - lo + 1, e - s):copy_(src)
       end
     end

@@ -87,9 +87,10 @@ zorch_tensor *red_plan_unlayout(zorch_tensor *c, const zorch_tensor *like, const
   return out;
 }
 
-/* Sum or max in the plan's layout; out has the plan's output shape. */
+/* Sum or max in the plan's layout; out has the plan's output shape. A sum is
+   scaled (mean) in the compute dtype, so 16-bit results round once. */
 static zorch_tensor *reduce_raw(const char *op, red_op k, zorch_tensor *a, const red_plan *p,
-                                zorch_tensor **idx) {
+                                zorch_tensor **idx, double scale) {
   zorch_dtype dt = a->dtype;
   zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype(dt) : ZORCH_I64;
   if (k == RED_MAX && p->r == 0)
@@ -102,7 +103,8 @@ static zorch_tensor *reduce_raw(const char *op, red_op k, zorch_tensor *a, const
     zorch_tensor_free(out);
     out = NULL;
   }
-  if (out && backend_of(out)->reduce(k, out, ix, c, p->outer, p->r, p->inner)) {
+  if (out && (backend_of(out)->reduce(k, out, ix, c, p->outer, p->r, p->inner) ||
+              (scale != 1 && backend_of(out)->unary(UOP_MUL_S, out, out, scale, 0)))) {
     op_free(out, ix, NULL, NULL);
     out = ix = NULL;
   }
@@ -133,17 +135,8 @@ static zorch_tensor *sum_mean(const char *op, const char *name, zorch_tensor *a,
   if (mean && !zorch_dtype_is_float(a->dtype))
     return err_null(ZORCH_ERR_DTYPE, "mean: needs a floating-point input, got %s",
                     zorch_dtype_name(a->dtype));
-  zorch_tensor *out = reduce_raw(op, RED_SUM, a, &p, NULL);
   double scale = mean ? 1.0 / (double)p.r : 1.0;
-  if (out && mean) {
-    zorch_tensor *m = op_empty(out, out->ndim, out->shape, out->dtype);
-    if (m && backend_of(m)->unary(UOP_MUL_S, m, out, scale, 0)) {
-      zorch_tensor_free(m);
-      m = NULL;
-    }
-    zorch_tensor_free(out);
-    out = m;
-  }
+  zorch_tensor *out = reduce_raw(op, RED_SUM, a, &p, NULL, scale);
   ag_node *node;
   out = ag_record(out, name, sum_bwd, 1, &a, 0, NULL, &node);
   if (node) {
@@ -190,7 +183,7 @@ zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdi
   red_plan p;
   if (red_plan_make("max", a, ndims, dims, keepdim, &p)) return NULL;
   zorch_tensor *idx = NULL;
-  zorch_tensor *out = reduce_raw("max", RED_MAX, a, &p, &idx);
+  zorch_tensor *out = reduce_raw("max", RED_MAX, a, &p, &idx, 1);
   ag_node *node;
   out = ag_record(out, "MaxBackward", max_bwd, 1, &a, 1, &idx, &node);
   if (node) {

@@ -1,84 +1,238 @@
--- The CUDA backend against the CPU: the same inputs (and the same random
--- streams) give the same results within each dtype's tolerance. Without a GPU
--- it says so and skips.
+-- The CUDA backend against the CPU: every op of the core on the same inputs
+-- (and the same random streams), per dtype, forward and backward; the
+-- reference model; the ZeRO engine at every stage on the GPU; the allocator.
+-- Without a GPU it prints one skip line.
 package.path = "../lua/?.lua;lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
 
-if not zorch.cuda_available() then
-  print("1..0 # SKIP no CUDA device (a CPU-only build, or no GPU on this machine)")
+if not zorch.cuda.available() then
+  print("1..0 # SKIP no CUDA device (" .. (zorch.cuda.built() and "this machine has no GPU" or "a CPU-only build") .. ")")
   os.exit(0)
 end
 
+-- worst |gpu - cpu| / (1 + max |cpu|)
+local function rel(cpu, gpu)
+  local c = cpu:to("float64")
+  local d = (gpu:to("cpu"):to("float64") - c):abs():max():item()
+  return d / (1 + c:abs():max():item())
+end
 local function same(cpu, gpu, tol, desc)
-  local g = gpu:to("cpu")
-  local d = ((g:to("float64") - cpu:to("float64")):abs():max():item())
-  tap.ok(d <= tol, ("%s (max difference %.3g)"):format(desc, d))
+  local ok_dev = gpu:device():sub(1, 4) == "cuda"
+  local r = rel(cpu, gpu)
+  tap.ok(ok_dev and r <= tol, ("%s (relative difference %.3g, tolerance %.3g)"):format(desc, r, tol))
 end
 
+-- per dtype: elementwise (one rounding apart at most), and sums/GEMMs
+local EW = {float32 = 2e-6, float64 = 1e-13, bfloat16 = 8e-3, float16 = 1e-3}
+local MM = {float32 = 2e-5, float64 = 1e-12, bfloat16 = 2e-2, float16 = 4e-3}
+
 zorch.manual_seed(3)
-local a, b = zorch.randn(257, 129), zorch.randn(129)
-local ga, gb = a:to("cuda"), b:to("cuda")
-same(a, ga, 0, "copies to the GPU and back")
-for _, name in ipairs({"neg", "exp", "tanh", "sigmoid", "relu", "gelu", "abs"}) do
-  same(zorch[name](a), zorch[name](ga), 1e-5, name)
+local A64, B64 = zorch.randn(67, 129, {dtype = "float64"}), zorch.randn(129, {dtype = "float64"})
+for _, dt in ipairs({"float32", "float64", "bfloat16", "float16"}) do
+  local a, b = A64:to(dt), B64:to(dt)
+  local ga, gb = a:to("cuda"), b:to("cuda")
+  same(a, ga, 0, dt .. ": copies to the GPU and back")
+  local pos, gpos = a:abs() + 0.5, ga:abs() + 0.5
+  for _, name in ipairs({"neg", "exp", "tanh", "sigmoid", "relu", "gelu", "abs"}) do
+    same(zorch[name](a), zorch[name](ga), EW[dt], dt .. ": " .. name)
+  end
+  same(zorch.gelu(a, "tanh"), zorch.gelu(ga, "tanh"), EW[dt], dt .. ": gelu (tanh)")
+  same(pos:log(), gpos:log(), EW[dt], dt .. ": log")
+  same(pos:sqrt(), gpos:sqrt(), EW[dt], dt .. ": sqrt")
+  same(a:clamp(-0.5, 0.7), ga:clamp(-0.5, 0.7), 0, dt .. ": clamp")
+  same(a + b, ga + gb, EW[dt], dt .. ": broadcast add")
+  same(a - b, ga - gb, EW[dt], dt .. ": broadcast sub")
+  same(a * b, ga * gb, EW[dt], dt .. ": broadcast mul")
+  same(a / pos, ga / gpos, EW[dt], dt .. ": div")
+  same(pos ^ b, gpos ^ gb, 4 * EW[dt], dt .. ": pow")
+  same(a * 3 - 1, ga * 3 - 1, EW[dt], dt .. ": scalar ops")
+  same(a:gt(b):float(), ga:gt(gb):float(), 0, dt .. ": gt")
+  same(a:lt(0):float(), ga:lt(0):float(), 0, dt .. ": lt")
+  same(a:eq(a):float(), ga:eq(ga):float(), 0, dt .. ": eq")
+  same(a:masked_fill(a:gt(1), 9), ga:masked_fill(ga:gt(1), 9), 0, dt .. ": masked_fill")
+  same(zorch.where(a:gt(0), a, b), zorch.where(ga:gt(0), ga, gb), 0, dt .. ": where")
+  same(a:sum(1), ga:sum(1), MM[dt], dt .. ": sum over a dim")
+  same(a:sum(), ga:sum(), MM[dt], dt .. ": sum of everything")
+  same(a:mean(2), ga:mean(2), MM[dt], dt .. ": mean")
+  local v1, i1 = a:max(2)
+  local v2, i2 = ga:max(2)
+  same(v1, v2, 0, dt .. ": max values")
+  same(i1:float(), i2:float(), 0, dt .. ": max indices")
+  same(zorch.softmax(a, 2), zorch.softmax(ga, 2), EW[dt] * 4, dt .. ": softmax")
+  same(zorch.log_softmax(a, 1), zorch.log_softmax(ga, 1), EW[dt] * 4, dt .. ": log_softmax")
+  local w = A64:narrow(1, 1, 33):to(dt)
+  local gw = w:to("cuda")
+  same(zorch.matmul(a, w:t()), zorch.matmul(ga, gw:t()), MM[dt], dt .. ": matmul")
+  same(zorch.matmul(a:t(), a), zorch.matmul(ga:t(), ga), MM[dt], dt .. ": matmul of transposed views")
+  local a3, w3 = a:view(1, 67, 129):expand(3, 67, 129), w:t():contiguous()
+  same(zorch.matmul(a3, w3), zorch.matmul(a3:to("cuda"), w3:to("cuda")), MM[dt], dt .. ": batched broadcast matmul")
+  local bias = b:narrow(1, 1, 33)
+  same(zorch.linear(a, w, bias), zorch.linear(ga, gw, bias:to("cuda")), MM[dt], dt .. ": linear (bias epilogue)")
+  same(zorch.linear(a, w, bias, "relu"), zorch.linear(ga, gw, bias:to("cuda"), "relu"), MM[dt],
+       dt .. ": linear with relu (fused epilogue)")
+  same(zorch.linear(a, w), zorch.linear(ga, gw), MM[dt], dt .. ": linear without bias")
+  same(a:t():contiguous(), ga:t():contiguous(), 0, dt .. ": strided copy")
+  same(a:permute(2, 1):narrow(1, 3, 40):contiguous(), ga:permute(2, 1):narrow(1, 3, 40):contiguous(), 0,
+       dt .. ": permuted, narrowed copy")
+  same(zorch.cat({a, a * 2}, 2), zorch.cat({ga, ga * 2}, 2), EW[dt], dt .. ": cat")
+  same(zorch.stack({b, b}, 1), zorch.stack({gb, gb}, 1), 0, dt .. ": stack")
+  same(a:to("float64"), ga:to("float64"), 0, dt .. ": conversion to float64 on the GPU")
+  same(a:to("bfloat16"), ga:to("bfloat16"), 0, dt .. ": conversion to bfloat16 on the GPU")
 end
-same(a + b, ga + gb, 1e-6, "broadcast add")
-same(a * b, ga * gb, 1e-6, "broadcast mul")
-same(a:t():contiguous(), ga:t():contiguous(), 0, "strided copy")
-local w = zorch.randn(64, 129)
-same(zorch.matmul(a, w:t()), zorch.matmul(ga, w:to("cuda"):t()), 1e-3, "matmul through cuBLAS")
-same(a:to("bfloat16"), ga:to("bfloat16"), 0, "bfloat16 conversion")
-zorch.manual_seed(9)
-local r1 = zorch.randn(1000)
-zorch.manual_seed(9)
-local r2 = zorch.randn(1000, {device = "cuda"})
-same(r1, r2, 1e-6, "the same random stream on both devices")
-same(a:sum(1), ga:sum(1), 1e-4, "sum over a dim")
-same(a:max(2), ga:max(2), 0, "max over a dim")
-same(zorch.softmax(a, 2), zorch.softmax(ga, 2), 1e-6, "softmax")
-same(zorch.log_softmax(a, 1), zorch.log_softmax(ga, 1), 1e-5, "log_softmax")
+
+-- ops whose kernels compute in float32/float64 (16-bit goes through float32)
+local a, ga = A64:float(), A64:float():to("cuda")
 local t = zorch.tensor({1, 5, 3, 2})
-same(zorch.cross_entropy(a:narrow(1, 1, 4), t), zorch.cross_entropy(ga:narrow(1, 1, 4), t:to("cuda")), 1e-5, "cross_entropy")
+same(zorch.cross_entropy(a:narrow(1, 1, 4), t), zorch.cross_entropy(ga:narrow(1, 1, 4), t:to("cuda")), 1e-5,
+     "cross_entropy")
 same(zorch.layer_norm(a, 1), zorch.layer_norm(ga, 1), 1e-5, "layer_norm")
+local lw, lb = zorch.randn(129), zorch.randn(129)
+same(zorch.layer_norm(a, 1, lw, lb), zorch.layer_norm(ga, 1, lw:to("cuda"), lb:to("cuda")), 1e-5,
+     "layer_norm with weight and bias")
 same(zorch.index_select(a, 1, t), zorch.index_select(ga, 1, t:to("cuda")), 0, "index_select")
-same(zorch.where(a:gt(0), a, b), zorch.where(ga:gt(0), ga, gb), 0, "where")
+same(zorch.embedding(a, t), zorch.embedding(ga, t:to("cuda")), 0, "embedding")
+same(zorch.mse_loss(a, a * 0.5), zorch.mse_loss(ga, ga * 0.5), 1e-6, "mse_loss")
+for _, dt in ipairs({"float32", "float64", "bfloat16"}) do
+  zorch.manual_seed(9)
+  local r1, u1 = zorch.randn(1000, {dtype = dt}), zorch.rand(1000, {dtype = dt})
+  zorch.manual_seed(9)
+  local r2, u2 = zorch.randn(1000, {dtype = dt, device = "cuda"}), zorch.rand(1000, {dtype = dt, device = "cuda"})
+  same(r1, r2, EW[dt], dt .. ": the same normal stream on both devices")
+  same(u1, u2, EW[dt], dt .. ": the same uniform stream on both devices")
+end
+zorch.manual_seed(4)
+local d1 = zorch.dropout(a, 0.3, true)
+zorch.manual_seed(4)
+local d2 = zorch.dropout(ga, 0.3, true)
+same(d1, d2, 1e-6, "dropout draws the same mask")
+local big = zorch.randn(3, 1 << 20)
+same(big:sum(2), big:to("cuda"):sum(2), 1e-6, "long rows: the block reduction")
+local bv, bi = big:max(2)
+local gv, gi = big:to("cuda"):max(2)
+same(bv, gv, 0, "long rows: block max values")
+same(bi:float(), gi:float(), 0, "long rows: block max indices (the first of equals)")
+
+-- autograd through GPU ops: the same gradients as on the CPU
+local function grads(device)
+  zorch.manual_seed(21)
+  local x = zorch.randn(16, 24):to(device):requires_grad_()
+  local w = zorch.randn(12, 24):to(device):requires_grad_()
+  local b = zorch.randn(12):to(device):requires_grad_()
+  local g = zorch.randn(24):to(device):requires_grad_()
+  local h = zorch.linear(x, w, b, "relu")
+  local y = zorch.layer_norm(zorch.matmul(h, w) * g, 1):tanh():sigmoid()
+  local idx = zorch.tensor({2, 7, 3}):to(device)
+  local loss = zorch.log_softmax(y, 2):sum() + zorch.cross_entropy(y:narrow(1, 1, 3), idx) +
+               zorch.index_select(y, 1, idx):gelu():mean() + (x:abs() + 1):sqrt():sum()
+  loss:backward()
+  return {x.grad, w.grad, b.grad, g.grad}
+end
+local gc, gg = grads("cpu"), grads("cuda")
+for i, name in ipairs({"x", "w", "b", "g"}) do same(gc[i], gg[i], 1e-4, "autograd on the GPU: gradient of " .. name) end
+
+-- TF32: off by default (full float32); on, float32 GEMMs round inputs to 10 bits
+local m1, m2 = zorch.randn(512, 512), zorch.randn(512, 512)
+local exact = zorch.matmul(m1:double(), m2:double())
+local r_off = rel(exact, zorch.matmul(m1:to("cuda"), m2:to("cuda")))
+zorch.cuda.allow_tf32(true)
+local r_on = rel(exact, zorch.matmul(m1:to("cuda"), m2:to("cuda")))
+zorch.cuda.allow_tf32(false)
+tap.ok(not zorch.cuda.allow_tf32() and r_off < 1e-5 and r_on > r_off and r_on < 1e-2,
+       ("TF32 is opt-in: float32 GEMM error %.2g off, %.2g on"):format(r_off, r_on))
 
 -- the reference model trains the same on both devices
 local function train(device)
   zorch.manual_seed(5)
-  local model = zorch.nn.Sequential(zorch.nn.Linear(10, 20), zorch.nn.ReLU(), zorch.nn.Linear(20, 2))
-  local X, Y = zorch.randn(256, 10), zorch.randn(256, 2)
-  local params = model:parameters()
-  if device == "cuda" then
-    for _, p in ipairs(params) do
-      local g = p:detach():to("cuda"):requires_grad_()
-      -- move each parameter into the module, by name
-      for name, q in model:named_parameters() do
-        if q == p then
-          local mod, field = name:match("^(.*)%.(%w+)$")
-          rawset(model[mod], field, g)
-        end
-      end
-    end
-    X, Y = X:to("cuda"), Y:to("cuda")
-  end
+  local model = zorch.nn.Sequential(zorch.nn.Linear(10, 20), zorch.nn.ReLU(), zorch.nn.Linear(20, 2)):to(device)
+  local X, Y = zorch.randn(256, 10):to(device), zorch.randn(256, 2):to(device)
   local opt = zorch.optim.Adam(model:parameters(), {lr = 0.01})
   for s = 0, 7 do
     local x, y = X:narrow(1, s * 32 + 1, 32), Y:narrow(1, s * 32 + 1, 32)
     local loss = zorch.mse_loss(model(x), y)
     opt:zero_grad(); loss:backward(); opt:step()
   end
-  return model:state_dict()["2.weight"]:to("cpu")
+  return model:state_dict()["2.weight"]
 end
-same(train("cpu"), train("cuda"), 1e-4, "SimpleNet, 8 Adam steps: the GPU matches the CPU")
-local ok, err = pcall(function() return zorch.ones(4, {device = "cuda"}) + zorch.ones(4) end)
-tap.ok(not ok and tostring(err):find("different devices", 1, true), "mixing devices is an error naming them")
-local m1 = zorch.cuda_memory_stats()
-for _ = 1, 100 do local t2 = zorch.ones(1000, {device = "cuda"}) + 1 end
+same(train("cpu"), train("cuda"), 1e-5, "SimpleNet, 8 Adam steps: the GPU matches the CPU")
+
+-- the ZeRO engine on the GPU, every stage, against the CPU (one process)
+local function engine_run(device, stage, precision)
+  zorch.manual_seed(6)
+  local model = zorch.nn.Sequential(zorch.nn.Linear(10, 32), zorch.nn.ReLU(), zorch.nn.Linear(32, 2))
+  local X, Y = zorch.randn(128, 10), zorch.randn(128, 2)
+  local e = zorch.Engine{zero_stage = stage, gradient_clipping = 0.5, device = device, precision = precision,
+                         reduce_bucket_size = 100}
+  local m, _, opt = e:prepare(model, nil, zorch.optim.Adam(model:parameters(), {lr = 0.01}))
+  for s = 0, 7 do
+    local x, y = X:narrow(1, s * 16 + 1, 16):to(e.device), Y:narrow(1, s * 16 + 1, 16):to(e.device)
+    local loss = zorch.mse_loss(m(x), y)
+    opt:zero_grad(); e:backward(loss); opt:step()
+  end
+  e:gather()
+  local w = m:state_dict()["2.weight"]:to("cpu")
+  e:release()
+  return w
+end
+for stage = 0, 3 do
+  same(engine_run("cpu", stage, "fp32"), engine_run("cuda", stage, "fp32"), 1e-5,
+       ("ZeRO stage %d on the GPU matches the CPU"):format(stage))
+end
+same(engine_run("cpu", 2, "bf16"), engine_run("cuda", 2, "bf16"), 2e-2, "ZeRO stage 2 in bf16 on the GPU")
+
+-- stage 3 on a GPU gives released memory back, and a released parameter is refused by name
+do
+  local model = zorch.nn.Sequential(zorch.nn.Linear(256, 1024), zorch.nn.ReLU(), zorch.nn.Linear(1024, 4))
+  local e = zorch.Engine{zero_stage = 3, device = "cuda"}
+  local m = e:prepare(model)
+  local held = zorch.cuda.memory_stats().in_use
+  e:gather()
+  local gathered = zorch.cuda.memory_stats().in_use
+  e:release()
+  tap.ok(gathered > held and zorch.cuda.memory_stats().in_use == held,
+         ("stage 3 gathers and gives back memory on the GPU (%d, %d, %d bytes)"):format(held, gathered,
+         zorch.cuda.memory_stats().in_use))
+  local p1 = m:parameters()[1]
+  tap.raises("a released parameter is refused by name", function() return p1 + 1 end, "add", "released")
+end
+
+-- the collectives through NCCL (one rank), and the reference job on the GPU
+local bin = tap.zorch()
+local dir = tap.tmpdir()
+local cpu_out, cpu_ok = tap.run(("%s ../models/simple_net.lua --steps 30 --quiet --save %s/cpu.safetensors --zero-stage 3")
+  :format(bin, dir))
+for _, stage in ipairs({1, 2, 3}) do
+  local out, ok = tap.run(("ZORCH_NCCL_SINGLE=1 %s ../models/simple_net.lua --steps 30 --quiet --device cuda " ..
+    "--zero-stage %d --save %s/gpu%d.safetensors"):format(bin, stage, dir, stage))
+  local good = cpu_ok and ok
+  if good then
+    local c, g = zorch.load(dir .. "/cpu.safetensors"), zorch.load(dir .. "/gpu" .. stage .. ".safetensors")
+    local worst = 0
+    for k, v in pairs(c) do worst = math.max(worst, rel(v, g[k]:to("cuda"))) end
+    good = worst < 1e-5
+  end
+  tap.ok(good, ("simple_net.lua --device cuda at stage %d through NCCL matches the CPU run%s"):format(stage,
+    good and "" or (": " .. cpu_out .. out)))
+end
+os.execute("rm -rf " .. dir)
+
+-- the allocator: blocks reused (no cudaMalloc per op), out-of-memory as an error
+local x = zorch.ones(1000, {device = "cuda"})
+for _ = 1, 3 do local _ = (x + 1) * 2 end
 collectgarbage()
-local m2 = zorch.cuda_memory_stats()
-tap.ok(m2.cached + m2.in_use <= m1.cached + m1.in_use + 64 * 1024, "the caching allocator reuses blocks")
-local big, berr = pcall(zorch.zeros, 1 << 40, {device = "cuda"})
-tap.ok(not big and tostring(berr):find("out of memory", 1, true), "a GPU out-of-memory is a Lua error saying how much: " .. tostring(berr))
+local before = zorch.cuda.memory_stats()
+for _ = 1, 200 do local _ = (x + 1) * 2 end
+collectgarbage()
+local after = zorch.cuda.memory_stats()
+tap.ok(after.mallocs == before.mallocs and after.in_use <= before.in_use,
+       ("200 steps of ops reuse cached blocks (%d cudaMalloc calls before, %d after)"):format(before.mallocs, after.mallocs))
+local ok_big, berr = pcall(zorch.zeros, 1 << 40, {device = "cuda"})
+tap.ok(not ok_big and tostring(berr):find("out of memory", 1, true) and tostring(berr):find("held", 1, true),
+       "a GPU out-of-memory is a Lua error saying what was asked and what is held: " .. tostring(berr))
+tap.ok(zorch.ones(4, {device = "cuda"}):sum():item() == 4, "and the device works after it")
+zorch.cuda.empty_cache()
+tap.ok(zorch.cuda.memory_stats().cached == 0, "empty_cache gives the cached blocks back")
+zorch.cuda.synchronize()
+local mixed, merr = pcall(function() return zorch.ones(4, {device = "cuda"}) + zorch.ones(4) end)
+tap.ok(not mixed and tostring(merr):find("different devices", 1, true), "mixing devices is an error naming them")
 tap.done()
