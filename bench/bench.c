@@ -1,6 +1,8 @@
-/* bench.c: zorch's CPU benchmarks, one JSON object per line
-   ({"name", "value", "unit"}); bench/torch_bench.py prints the same figures
-   for PyTorch. Each figure is the best of several timed rounds. */
+/* bench.c: zorch's benchmarks, one JSON object per line ({"name", "value",
+   "unit"}); bench/torch_bench.py prints the same figures for PyTorch. Each
+   figure is the best of several timed rounds. The GPU cases (cuda_*) run when
+   a CUDA device is present; `bench --gpu` runs only those. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +10,8 @@
 
 #include "zorch.h"
 
-static const zorch_device CPU = {ZORCH_CPU, 0};
+static const zorch_device CPU = {ZORCH_CPU, 0}, GPU = {ZORCH_CUDA, 0};
+static bool on_gpu; /* time_it waits for the device around each round */
 #define SHAPE(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
 
 static double now(void) {
@@ -19,13 +22,22 @@ static double now(void) {
 
 typedef void (*bench_fn)(void *ctx);
 
+static void sync(void) {
+  if (on_gpu && zorch_cuda_synchronize(0)) {
+    fprintf(stderr, "bench: %s\n", zorch_last_error());
+    exit(1);
+  }
+}
+
 /* Seconds per call: best of 5 rounds, each at least `min_s` long. */
 static double time_it(bench_fn f, void *ctx, double min_s) {
   f(ctx);
+  sync();
   long reps = 1;
   for (;;) {
     double t0 = now();
     for (long i = 0; i < reps; i++) f(ctx);
+    sync();
     double dt = now() - t0;
     if (dt >= min_s) break;
     reps *= dt > 0 ? (long)(min_s / dt * 1.2) + 1 : 10;
@@ -34,6 +46,7 @@ static double time_it(bench_fn f, void *ctx, double min_s) {
   for (int r = 0; r < 5; r++) {
     double t0 = now();
     for (long i = 0; i < reps; i++) f(ctx);
+    sync();
     double per = (now() - t0) / (double)reps;
     if (per < best) best = per;
   }
@@ -106,23 +119,32 @@ static void run_mlp(void *ctx) {
   zorch_tensor_free(l);
 }
 
-static void mlp_init(mlp *m, int64_t batch, int64_t in, int64_t hid, int64_t out, bool adam) {
+static void mlp_init_on(mlp *m, int64_t batch, int64_t in, int64_t hid, int64_t out, bool adam, zorch_dtype dt,
+                        zorch_device dev) {
   memset(m, 0, sizeof *m);
   zorch_generator *g = zorch_generator_new(1);
-  m->x = zorch_randn(SHAPE(batch, in), ZORCH_F32, CPU, g);
-  m->y = zorch_randn(SHAPE(batch, out), ZORCH_F32, CPU, g);
-  m->w1 = zorch_randn(SHAPE(hid, in), ZORCH_F32, CPU, g);
-  m->b1 = zorch_zeros(SHAPE(hid), ZORCH_F32, CPU);
-  m->w2 = zorch_randn(SHAPE(out, hid), ZORCH_F32, CPU, g);
-  m->b2 = zorch_zeros(SHAPE(out), ZORCH_F32, CPU);
+  double s1 = 1 / sqrt((double)in), s2 = 1 / sqrt((double)hid); /* keeps 16-bit activations in range */
+  check(m->x = zorch_randn(SHAPE(batch, in), dt, dev, g));
+  check(m->y = zorch_randn(SHAPE(batch, out), dt, dev, g));
+  zorch_tensor *w1 = zorch_randn(SHAPE(hid, in), dt, dev, g), *w2 = zorch_randn(SHAPE(out, hid), dt, dev, g);
+  check(w1), check(w2);
+  check(m->w1 = zorch_mul_scalar(w1, s1));
+  check(m->w2 = zorch_mul_scalar(w2, s2));
+  zorch_tensor_free(w1), zorch_tensor_free(w2);
+  m->b1 = zorch_zeros(SHAPE(hid), dt, dev);
+  m->b2 = zorch_zeros(SHAPE(out), dt, dev);
   zorch_tensor *ps[4] = {m->w1, m->b1, m->w2, m->b2};
   for (int i = 0; i < 4; i++) {
     zorch_set_requires_grad(ps[i], true);
-    m->m[i] = zorch_zeros(zorch_tensor_ndim(ps[i]), zorch_tensor_shape(ps[i]), ZORCH_F32, CPU);
-    m->v[i] = zorch_zeros(zorch_tensor_ndim(ps[i]), zorch_tensor_shape(ps[i]), ZORCH_F32, CPU);
+    m->m[i] = zorch_zeros(zorch_tensor_ndim(ps[i]), zorch_tensor_shape(ps[i]), dt, dev);
+    m->v[i] = zorch_zeros(zorch_tensor_ndim(ps[i]), zorch_tensor_shape(ps[i]), dt, dev);
   }
   m->adam = adam;
   zorch_generator_free(g);
+}
+
+static void mlp_init(mlp *m, int64_t batch, int64_t in, int64_t hid, int64_t out, bool adam) {
+  mlp_init_on(m, batch, in, hid, out, adam, ZORCH_F32, CPU);
 }
 
 static void mlp_free(mlp *m) {
@@ -134,7 +156,52 @@ static void mlp_free(mlp *m) {
   }
 }
 
-int main(void) {
+/* The GPU cases: GEMM throughput, the 4096-16384-4096 MLP step at batch 8192,
+   and the reference job's step. */
+static void gpu_benches(void) {
+  on_gpu = true;
+  zorch_generator *g = zorch_generator_new(0);
+  char name[64];
+  for (int64_t n = 4096; n <= 8192; n *= 2) {
+    zorch_dtype dts[2] = {ZORCH_F32, ZORCH_BF16};
+    for (int k = 0; k < 2; k++) {
+      pair mm = {zorch_randn(SHAPE(n, n), dts[k], GPU, g), zorch_randn(SHAPE(n, n), dts[k], GPU, g)};
+      check(mm.a), check(mm.b);
+      snprintf(name, sizeof name, "cuda_%s_%lld", k ? "bf16_gemm" : "sgemm", (long long)n);
+      emit(name, 2.0 * n * n * n / time_it(run_matmul, &mm, 0.5) / 1e12, "TFLOP/s");
+      if (k == 0 && n == 8192) { /* the TF32 opt-in, for comparison */
+        zorch_cuda_set_tf32(true);
+        emit("cuda_sgemm_tf32_8192", 2.0 * n * n * n / time_it(run_matmul, &mm, 0.5) / 1e12, "TFLOP/s");
+        zorch_cuda_set_tf32(false);
+      }
+      zorch_tensor_free(mm.a), zorch_tensor_free(mm.b);
+    }
+  }
+  /* forward and backward: 2 + 3 GEMMs of 2 * 8192 * 4096 * 16384 flops */
+  zorch_dtype dts[2] = {ZORCH_F32, ZORCH_BF16};
+  for (int k = 0; k < 2; k++) {
+    mlp m;
+    mlp_init_on(&m, 8192, 4096, 16384, 4096, false, dts[k], GPU);
+    double t = time_it(run_mlp, &m, 1.0);
+    snprintf(name, sizeof name, "cuda_mlp_4096_16384_4096_b8192_%s_ms", k ? "bf16" : "fp32");
+    emit(name, t * 1e3, "ms");
+    snprintf(name, sizeof name, "cuda_mlp_4096_16384_4096_b8192_%s", k ? "bf16" : "fp32");
+    emit(name, 5 * 2.0 * 8192 * 4096 * 16384 / t / 1e12, "TFLOP/s");
+    mlp_free(&m);
+  }
+  mlp m;
+  mlp_init_on(&m, 64, 10, 20, 2, true, ZORCH_F32, GPU);
+  emit("cuda_simplenet_step", time_it(run_mlp, &m, 0.3) * 1e6, "us");
+  mlp_free(&m);
+  zorch_generator_free(g);
+  on_gpu = false;
+}
+
+int main(int argc, char **argv) {
+  bool gpu_only = argc > 1 && strcmp(argv[1], "--gpu") == 0;
+  if (zorch_cuda_device_count() > 0) gpu_benches();
+  else if (gpu_only) fprintf(stderr, "bench: no CUDA device\n");
+  if (gpu_only) return 0;
   zorch_set_num_threads(2);
   zorch_generator *g = zorch_generator_new(0);
   fprintf(stderr, "bench: BLAS %s, %d threads\n", zorch_blas_info(), zorch_get_num_threads());

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The figures of bench/bench.c, measured on PyTorch on the same machine and
-threads, as JSON lines named torch/... . Exits quietly when torch is missing."""
+threads, as JSON lines named torch/... . Exits quietly when torch is missing.
+With a CUDA device it adds the cuda_* cases; --gpu runs only those."""
 import json
 import sys
 import time
@@ -14,13 +15,18 @@ except ImportError:
 torch.set_num_threads(2)
 
 
+SYNC = [lambda: None]
+
+
 def time_it(f, min_s):
     f()
+    SYNC[0]()
     reps = 1
     while True:
         t0 = time.perf_counter()
         for _ in range(reps):
             f()
+        SYNC[0]()
         dt = time.perf_counter() - t0
         if dt >= min_s:
             break
@@ -30,6 +36,7 @@ def time_it(f, min_s):
         t0 = time.perf_counter()
         for _ in range(reps):
             f()
+        SYNC[0]()
         best = min(best, (time.perf_counter() - t0) / reps)
     return best
 
@@ -38,22 +45,13 @@ def emit(name, value, unit):
     print(json.dumps({"name": "torch/" + name, "value": float(f"{value:.4g}"), "unit": unit}), flush=True)
 
 
-a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-t = time_it(lambda: a @ b, 0.5)
-emit("sgemm_1024", 2 * 1024**3 / t / 1e9, "GFLOP/s")
-s1, s2 = torch.randn(64), torch.randn(64)
-emit("add_64", time_it(lambda: s1 + s2, 0.2) * 1e9, "ns")
-emit("relu_64", time_it(lambda: torch.relu(s1), 0.2) * 1e9, "ns")
-b1, b2 = torch.randn(1000000), torch.randn(1000000)
-emit("add_1m", time_it(lambda: b1 + b2, 0.3) * 1e6, "us")
-
-
-def mlp(batch, i, h, o, adam):
-    x, y = torch.randn(batch, i), torch.randn(batch, o)
-    w1 = torch.randn(h, i, requires_grad=True)
-    c1 = torch.zeros(h, requires_grad=True)
-    w2 = torch.randn(o, h, requires_grad=True)
-    c2 = torch.zeros(o, requires_grad=True)
+def mlp(batch, i, h, o, adam, dtype=torch.float32, device="cpu"):
+    kw = {"dtype": dtype, "device": device}
+    x, y = torch.randn(batch, i, **kw), torch.randn(batch, o, **kw)
+    w1 = (torch.randn(h, i, **kw) / i**0.5).requires_grad_()
+    c1 = torch.zeros(h, requires_grad=True, **kw)
+    w2 = (torch.randn(o, h, **kw) / h**0.5).requires_grad_()
+    c2 = torch.zeros(o, requires_grad=True, **kw)
     ps = [w1, c1, w2, c2]
     opt = torch.optim.Adam(ps, lr=1.5e-4) if adam else None
 
@@ -65,6 +63,41 @@ def mlp(batch, i, h, o, adam):
         if opt:
             opt.step()
     return step
+
+
+def gpu_benches():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    SYNC[0] = torch.cuda.synchronize
+    for n in (4096, 8192):
+        for dt, label in ((torch.float32, "sgemm"), (torch.bfloat16, "bf16_gemm")):
+            a, b = torch.randn(n, n, dtype=dt, device="cuda"), torch.randn(n, n, dtype=dt, device="cuda")
+            emit(f"cuda_{label}_{n}", 2 * n**3 / time_it(lambda: a @ b, 0.5) / 1e12, "TFLOP/s")
+            if dt == torch.float32 and n == 8192:
+                torch.backends.cuda.matmul.allow_tf32 = True
+                emit("cuda_sgemm_tf32_8192", 2 * n**3 / time_it(lambda: a @ b, 0.5) / 1e12, "TFLOP/s")
+                torch.backends.cuda.matmul.allow_tf32 = False
+            del a, b
+    for dt, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        t = time_it(mlp(8192, 4096, 16384, 4096, False, dt, "cuda"), 1.0)
+        emit(f"cuda_mlp_4096_16384_4096_b8192_{label}_ms", t * 1e3, "ms")
+        emit(f"cuda_mlp_4096_16384_4096_b8192_{label}", 5 * 2 * 8192 * 4096 * 16384 / t / 1e12, "TFLOP/s")
+    emit("cuda_simplenet_step", time_it(mlp(64, 10, 20, 2, True, torch.float32, "cuda"), 0.3) * 1e6, "us")
+    SYNC[0] = lambda: None
+
+
+gpu_only = "--gpu" in sys.argv[1:]
+if torch.cuda.is_available():
+    gpu_benches()
+if gpu_only:
+    sys.exit(0)
+a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+t = time_it(lambda: a @ b, 0.5)
+emit("sgemm_1024", 2 * 1024**3 / t / 1e9, "GFLOP/s")
+s1, s2 = torch.randn(64), torch.randn(64)
+emit("add_64", time_it(lambda: s1 + s2, 0.2) * 1e9, "ns")
+emit("relu_64", time_it(lambda: torch.relu(s1), 0.2) * 1e9, "ns")
+b1, b2 = torch.randn(1000000), torch.randn(1000000)
+emit("add_1m", time_it(lambda: b1 + b2, 0.3) * 1e6, "us")
 
 
 t = time_it(mlp(256, 1024, 4096, 1024, False), 1.0)

@@ -20,7 +20,7 @@
 #else
 #define ZORCH_HAVE_MPI 0
 #endif
-#if defined(ZORCH_MPI) && defined(ZORCH_WITH_CUDA)
+#ifdef ZORCH_WITH_CUDA
 #define ZORCH_HAVE_NCCL 1
 #else
 #define ZORCH_HAVE_NCCL 0

@@ -15,7 +15,7 @@
 #ifdef ZORCH_MPI
 #include <mpi.h>
 #endif
-#if defined(ZORCH_MPI) && defined(ZORCH_WITH_CUDA)
+#ifdef ZORCH_WITH_CUDA
 #include "nccl.h"
 #define ON_GPU(t) ((t)->st->device.type == ZORCH_CUDA)
 /* cuda buffers go to NCCL, timed by the watchdog like MPI calls */
@@ -47,7 +47,6 @@ static const char *wd_what = "";
 static int64_t wd_count;
 static char wd_label[160];
 static _Atomic double wd_timeout = 600;
-static bool wd_running;
 
 static double mono_now(void) {
   struct timespec t;
@@ -55,6 +54,8 @@ static double mono_now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+#ifdef ZORCH_MPI
+static bool wd_running;
 static void *watchdog(void *arg) {
   (void)arg;
   for (;;) {
@@ -74,6 +75,8 @@ static void *watchdog(void *arg) {
   }
   return NULL;
 }
+
+#endif
 
 static void wd_begin(const char *what, int64_t n) {
   wd_what = what;
@@ -200,8 +203,8 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   /* a ring all-reduce sends 2(N-1)/N of the buffer */
   c->sent += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
   c->recv += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
-#ifdef ZORCH_MPI
   NCCL_ROUTE(t, "allreduce", n, nccl_allreduce(c, t, max))
+#ifdef ZORCH_MPI
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "allreduce: %lld elements is more than one MPI call takes", (long long)n);
   wd_begin("allreduce", n);
   zorch_status st = mpi_check(MPI_Allreduce(MPI_IN_PLACE, tensor_ptr(t), (int)n, mpi_type(t->dtype),
@@ -238,8 +241,8 @@ zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
   c->sent += (uint64_t)(total - counts[c->rank]) * es;
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
-#ifdef ZORCH_MPI
   NCCL_ROUTE(send, "reduce_scatter", total, nccl_reduce_scatter(c, send, recv, counts))
+#ifdef ZORCH_MPI
   int *rc = mpi_counts("reduce_scatter", c, counts);
   if (!rc) return zorch_last_status();
   wd_begin("reduce_scatter", total);
@@ -263,8 +266,8 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
   size_t es = dtype_sizes[buf->dtype];
   c->sent += (uint64_t)(total - n) * es;
   c->recv += (uint64_t)(total - n) * es;
-#ifdef ZORCH_MPI
   NCCL_ROUTE(buf, "reduce_scatter", total, nccl_reduce_scatter_inplace(c, buf, n))
+#ifdef ZORCH_MPI
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "reduce_scatter: %lld elements per rank is more than one MPI call takes", (long long)n);
   char *p = tensor_ptr(buf);
   wd_begin("reduce_scatter", total);
@@ -296,8 +299,8 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)n * es);
   c->sent += (uint64_t)n * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)n * es * (uint64_t)(c->world - 1);
-#ifdef ZORCH_MPI
   NCCL_ROUTE(send, "allgather", n * c->world, nccl_allgather(c, send, recv, n))
+#ifdef ZORCH_MPI
   /* the send buffer may be this rank's slice of recv */
   const char *sp = tensor_ptr(send), *rp = tensor_ptr(recv);
   bool inplace = sp == rp + (size_t)(n * c->rank) * es;
@@ -322,8 +325,8 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
   c->sent += (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
-#ifdef ZORCH_MPI
   NCCL_ROUTE(send, "allgatherv", total, nccl_allgatherv(c, send, recv, counts))
+#ifdef ZORCH_MPI
   int *rc = mpi_counts("allgatherv", c, counts);
   if (!rc) return zorch_last_status();
   int *displs = rc + c->world;

@@ -1,5 +1,5 @@
-/* nccl.c: the collectives of cuda tensors over NCCL (see nccl.h). Built only
-   in CUDA builds; without MPI there is one rank and comm.c never calls here. */
+/* nccl.c: the collectives of cuda tensors over NCCL (see nccl.h), built in
+   CUDA builds. */
 #include "nccl.h"
 
 #include <cuda_runtime.h>
