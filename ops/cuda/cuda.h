@@ -37,14 +37,17 @@ static inline unsigned cu_blocks(int64_t n) {
 // ---- strided operands: up to 4 tensors of one shape, strides in bytes ----
 struct geom {
   int nd, nops;
+  int contig;  // every operand dense in row-major order: no index arithmetic
   int64_t numel;
   int64_t shape[ZORCH_MAX_DIMS];
   int64_t st[4][ZORCH_MAX_DIMS];
+  int64_t es[4];
   char *base[4];
 };
 geom cu_geom(int nops, const zorch_tensor *const *ts);
 
 __device__ inline char *at(const geom &g, int k, int64_t idx) {
+  if (g.contig) return g.base[k] + idx * g.es[k];
   int64_t off = 0;
   for (int i = g.nd - 1; i >= 0; i--) {
     int64_t c = idx % g.shape[i];

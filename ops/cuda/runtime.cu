@@ -45,9 +45,16 @@ geom cu_geom(int nops, const zorch_tensor *const *ts) {
   g.nops = nops;
   g.numel = shape_numel(t0->ndim, t0->shape);
   for (int i = 0; i < t0->ndim; i++) g.shape[i] = t0->shape[i];
+  g.contig = 1;
   for (int k = 0; k < nops; k++) {
     g.base[k] = tensor_ptr(ts[k]);
-    for (int i = 0; i < t0->ndim; i++) g.st[k][i] = ts[k]->strides[i] * (int64_t)dtype_sizes[ts[k]->dtype];
+    g.es[k] = (int64_t)dtype_sizes[ts[k]->dtype];
+    int64_t want = 1;
+    for (int i = t0->ndim - 1; i >= 0; i--) {
+      g.st[k][i] = ts[k]->strides[i] * g.es[k];
+      if (t0->shape[i] != 1 && ts[k]->strides[i] != want) g.contig = 0;
+      want *= t0->shape[i];
+    }
   }
   return g;
 }
