@@ -241,9 +241,9 @@ ok(tostring(fused):find("activation=relu", 1, true) and (fy:relu() - fy):abs():m
 raises("nn.Linear checks the activation", function() zorch.nn.Linear(4, 3, {activation = "tanh"}) end, "activation", "tanh")
 
 -- 16-bit means scale in float32 and round once
-local h = zorch.randn(50, 7):bfloat16()
+local h = zorch.randn(50, 7):to("bfloat16")
 ok(h:mean(1):dtype() == "bfloat16" and
-   (h:mean(1):float() - h:float():mean(1):bfloat16():float()):abs():max():item() == 0,
+   (h:mean(1):float() - h:float():mean(1):to("bfloat16"):float()):abs():max():item() == 0,
    "mean of bfloat16 equals the float32 mean rounded once")
 
 -- Module:to converts every parameter, nested ones too, and names what fails
