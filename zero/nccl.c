@@ -79,27 +79,39 @@ zorch_status nccl_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   return nccl_wait(c, "allreduce", n);
 }
 
-/* Uneven parts: one reduce per rank, rooted at the rank that keeps the part. */
-zorch_status nccl_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
-  int64_t total = zorch_tensor_numel(send), off = 0;
-  size_t es = dtype_sizes[send->dtype];
+/* Uneven parts, as one NCCL group of a call per rank rooted at that rank: a
+   reduce into the part the root keeps (reduce-scatter), or a broadcast of the
+   part the root owns (all-gather). */
+static zorch_status per_rank(zero_comm *c, const char *what, const zorch_tensor *send, zorch_tensor *recv,
+                             const int64_t *counts, bool reduce) {
+  const zorch_tensor *whole = reduce ? send : recv;
+  int64_t total = zorch_tensor_numel(whole), off = 0;
+  size_t es = dtype_sizes[whole->dtype];
   ncclComm_t nc;
-  if (nccl_get(c, send, "reduce_scatter", &nc)) return zorch_last_status();
+  if (nccl_get(c, whole, what, &nc)) return zorch_last_status();
   cudaStream_t s = zorch_cuda_stream(nccl_dev);
-  NCCL_TRY(ncclGroupStart(), c, "reduce_scatter", total);
+  NCCL_TRY(ncclGroupStart(), c, what, total);
   for (int r = 0; r < c->world; r++) {
-    if (counts[r] > 0) {
-      ncclResult_t res = ncclReduce(tensor_ptr(send) + (size_t)off * es, r == c->rank ? tensor_ptr(recv) : NULL,
-                                    (size_t)counts[r], nccl_type(send->dtype), ncclSum, r, nc, s);
-      if (res != ncclSuccess) {
-        ncclGroupEnd();
-        return nccl_fail(c, "reduce_scatter", total, ncclGetErrorString(res));
-      }
+    bool mine = r == c->rank;
+    ncclResult_t res = ncclSuccess;
+    if (counts[r] > 0 && reduce)
+      res = ncclReduce(tensor_ptr(send) + (size_t)off * es, mine ? tensor_ptr(recv) : NULL, (size_t)counts[r],
+                       nccl_type(whole->dtype), ncclSum, r, nc, s);
+    else if (counts[r] > 0)
+      res = ncclBroadcast(mine ? tensor_ptr(send) : NULL, tensor_ptr(recv) + (size_t)off * es, (size_t)counts[r],
+                          nccl_type(whole->dtype), r, nc, s);
+    if (res != ncclSuccess) {
+      ncclGroupEnd();
+      return nccl_fail(c, what, total, ncclGetErrorString(res));
     }
     off += counts[r];
   }
-  NCCL_TRY(ncclGroupEnd(), c, "reduce_scatter", total);
-  return nccl_wait(c, "reduce_scatter", total);
+  NCCL_TRY(ncclGroupEnd(), c, what, total);
+  return nccl_wait(c, what, total);
+}
+
+zorch_status nccl_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
+  return per_rank(c, "reduce_scatter", send, recv, counts, true);
 }
 
 zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_t n) {
@@ -122,25 +134,6 @@ zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   return nccl_wait(c, "allgather", n * c->world);
 }
 
-/* Uneven parts: one broadcast per rank, rooted at the rank that owns the part. */
 zorch_status nccl_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
-  int64_t total = zorch_tensor_numel(recv), off = 0;
-  size_t es = dtype_sizes[recv->dtype];
-  ncclComm_t nc;
-  if (nccl_get(c, recv, "allgatherv", &nc)) return zorch_last_status();
-  cudaStream_t s = zorch_cuda_stream(nccl_dev);
-  NCCL_TRY(ncclGroupStart(), c, "allgatherv", total);
-  for (int r = 0; r < c->world; r++) {
-    if (counts[r] > 0) {
-      ncclResult_t res = ncclBroadcast(r == c->rank ? tensor_ptr(send) : NULL, tensor_ptr(recv) + (size_t)off * es,
-                                       (size_t)counts[r], nccl_type(recv->dtype), r, nc, s);
-      if (res != ncclSuccess) {
-        ncclGroupEnd();
-        return nccl_fail(c, "allgatherv", total, ncclGetErrorString(res));
-      }
-    }
-    off += counts[r];
-  }
-  NCCL_TRY(ncclGroupEnd(), c, "allgatherv", total);
-  return nccl_wait(c, "allgatherv", total);
+  return per_rank(c, "allgatherv", send, recv, counts, false);
 }

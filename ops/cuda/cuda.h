@@ -87,6 +87,22 @@ template <> struct io<f16_t> {
     default: break;                               \
   }
 
+// Runs CALL with T as float or double for dtype dt and returns the launch's
+// error, naming op; other dtypes get an error naming op and the dtype.
+#define CU_REAL(dt, op, CALL)                      \
+  do {                                             \
+    if ((dt) == ZORCH_F32) {                       \
+      typedef float T;                             \
+      CALL;                                        \
+    } else if ((dt) == ZORCH_F64) {                \
+      typedef double T;                            \
+      CALL;                                        \
+    } else {                                       \
+      return cu_no_kernel(op, dt);                 \
+    }                                              \
+    return cu_launched(op);                        \
+  } while (0)
+
 // Conversions between any two dtypes, through double.
 __device__ inline double load_as(const char *p, int dt) {
   switch (dt) {

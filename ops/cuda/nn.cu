@@ -5,8 +5,6 @@
 
 #include "cuda.h"
 
-#define GRID(n) cu_blocks(n), 256, 0, cu_stream(dev)
-
 // Indices are checked on the host: one copy of the (small) index tensor.
 static zorch_status check_indices(const char *op, const zorch_tensor *idx, int64_t n, int64_t ignore, bool has_ignore) {
   int64_t k = shape_numel(idx->ndim, idx->shape);
@@ -34,7 +32,7 @@ zorch_status cuda_index_select(zorch_tensor *out, const zorch_tensor *a, const z
   int64_t ni = shape_numel(idx->ndim, idx->shape), row = inner * (int64_t)dtype_sizes[a->dtype];
   zorch_status st = check_indices("index_select", idx, n, 0, false);
   if (st || outer * ni * row == 0) return st;
-  k_index_select<<<GRID(outer * ni * row)>>>(tensor_ptr(out), tensor_ptr(a), (const int64_t *)tensor_ptr(idx), outer,
+  k_index_select<<<ON(outer * ni * row, dev)>>>(tensor_ptr(out), tensor_ptr(a), (const int64_t *)tensor_ptr(idx), outer,
                                              n, ni, row);
   return cu_launched("index_select");
 }
@@ -56,12 +54,8 @@ zorch_status cuda_index_add(zorch_tensor *out, const zorch_tensor *src, const zo
   zorch_status st = check_indices("index_add", idx, n, 0, false);
   if (st || outer * inner == 0) return st;
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
-  if (out->dtype == ZORCH_F32)
-    k_index_add<float><<<GRID(outer * inner)>>>((float *)tensor_ptr(out), (const float *)tensor_ptr(src), ix, outer, n, ni, inner);
-  else if (out->dtype == ZORCH_F64)
-    k_index_add<double><<<GRID(outer * inner)>>>((double *)tensor_ptr(out), (const double *)tensor_ptr(src), ix, outer, n, ni, inner);
-  else return cu_no_kernel("index_add", out->dtype);
-  return cu_launched("index_add");
+  CU_REAL(out->dtype, "index_add",
+          (k_index_add<T><<<ON(outer * inner, dev)>>>((T *)tensor_ptr(out), (const T *)tensor_ptr(src), ix, outer, n, ni, inner)));
 }
 
 template <typename T>
@@ -78,14 +72,9 @@ static zorch_status nll_any(zorch_tensor *dst, const zorch_tensor *src, const zo
   zorch_status st = check_indices("cross_entropy", t, c, ignore, true);
   if (st || n == 0) return st;
   const int64_t *tg = (const int64_t *)tensor_ptr(t);
-  if (dst->dtype == ZORCH_F32)
-    k_nll<float><<<GRID(n)>>>((float *)tensor_ptr(dst), bwd ? nullptr : (const float *)tensor_ptr(src), tg, n, c, ignore,
-                              bwd ? (const float *)tensor_ptr(src) : nullptr, bwd);
-  else if (dst->dtype == ZORCH_F64)
-    k_nll<double><<<GRID(n)>>>((double *)tensor_ptr(dst), bwd ? nullptr : (const double *)tensor_ptr(src), tg, n, c, ignore,
-                               bwd ? (const double *)tensor_ptr(src) : nullptr, bwd);
-  else return cu_no_kernel("cross_entropy", dst->dtype);
-  return cu_launched("cross_entropy");
+  CU_REAL(dst->dtype, "cross_entropy",
+          (k_nll<T><<<ON(n, dev)>>>((T *)tensor_ptr(dst), bwd ? nullptr : (const T *)tensor_ptr(src), tg, n, c, ignore,
+                                 bwd ? (const T *)tensor_ptr(src) : nullptr, bwd)));
 }
 zorch_status cuda_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n, int64_t c,
                              int64_t ignore) {
@@ -121,15 +110,10 @@ zorch_status cuda_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *
                                     const zorch_tensor *w, const zorch_tensor *b, int64_t rows, int64_t cols, double eps) {
   int dev = cu_dev(y);
   if (rows == 0) return ZORCH_OK;
-#define LN(T)                                                                                                        \
-  k_layer_norm<T><<<GRID(rows)>>>((T *)tensor_ptr(y), (T *)tensor_ptr(mean), (T *)tensor_ptr(rstd),                  \
-                                  (const T *)tensor_ptr(x), w ? (const T *)tensor_ptr(w) : nullptr,                  \
-                                  b ? (const T *)tensor_ptr(b) : nullptr, rows, cols, eps)
-  if (x->dtype == ZORCH_F32) LN(float);
-  else if (x->dtype == ZORCH_F64) LN(double);
-  else return cu_no_kernel("layer_norm", x->dtype);
-#undef LN
-  return cu_launched("layer_norm");
+  CU_REAL(x->dtype, "layer_norm",
+          (k_layer_norm<T><<<ON(rows, dev)>>>((T *)tensor_ptr(y), (T *)tensor_ptr(mean), (T *)tensor_ptr(rstd),
+                                           (const T *)tensor_ptr(x), w ? (const T *)tensor_ptr(w) : nullptr,
+                                           b ? (const T *)tensor_ptr(b) : nullptr, rows, cols, eps)));
 }
 
 // gx per row; gw, gb per column (rows in order: deterministic)
@@ -167,25 +151,24 @@ __global__ void k_ln_bwd_wb(T *gw, T *gb, const T *g, const T *x, const T *mean,
   }
 }
 
+template <typename T>
+static void ln_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb, const zorch_tensor *g, const zorch_tensor *x,
+                   const zorch_tensor *mean, const zorch_tensor *rstd, const zorch_tensor *w, int64_t rows,
+                   int64_t cols, int dev) {
+  k_ln_bwd_x<T><<<ON(rows, dev)>>>((T *)tensor_ptr(gx), (const T *)tensor_ptr(g), (const T *)tensor_ptr(x),
+                                (const T *)tensor_ptr(mean), (const T *)tensor_ptr(rstd),
+                                w ? (const T *)tensor_ptr(w) : nullptr, rows, cols);
+  if (gw || gb)
+    k_ln_bwd_wb<T><<<ON(cols, dev)>>>(gw ? (T *)tensor_ptr(gw) : nullptr, gb ? (T *)tensor_ptr(gb) : nullptr,
+                                   (const T *)tensor_ptr(g), (const T *)tensor_ptr(x), (const T *)tensor_ptr(mean),
+                                   (const T *)tensor_ptr(rstd), rows, cols);
+}
+
 zorch_status cuda_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb, const zorch_tensor *g,
                                         const zorch_tensor *x, const zorch_tensor *mean, const zorch_tensor *rstd,
                                         const zorch_tensor *w, int64_t rows, int64_t cols) {
   int dev = cu_dev(gx);
   if (rows == 0) return ZORCH_OK;
-#define LNB(T)                                                                                                        \
-  do {                                                                                                               \
-    k_ln_bwd_x<T><<<GRID(rows)>>>((T *)tensor_ptr(gx), (const T *)tensor_ptr(g), (const T *)tensor_ptr(x),            \
-                                  (const T *)tensor_ptr(mean), (const T *)tensor_ptr(rstd),                         \
-                                  w ? (const T *)tensor_ptr(w) : nullptr, rows, cols);                               \
-    if (gw || gb)                                                                                                    \
-      k_ln_bwd_wb<T><<<GRID(cols)>>>(gw ? (T *)tensor_ptr(gw) : nullptr, gb ? (T *)tensor_ptr(gb) : nullptr,          \
-                                     (const T *)tensor_ptr(g), (const T *)tensor_ptr(x), (const T *)tensor_ptr(mean), \
-                                     (const T *)tensor_ptr(rstd), rows, cols);                                       \
-  } while (0)
-  if (x->dtype == ZORCH_F32) LNB(float);
-  else if (x->dtype == ZORCH_F64) LNB(double);
-  else return cu_no_kernel("layer_norm", x->dtype);
-#undef LNB
-  return cu_launched("layer_norm backward");
+  CU_REAL(x->dtype, "layer_norm backward", ln_bwd<T>(gx, gw, gb, g, x, mean, rstd, w, rows, cols, dev));
 }
 

@@ -1,8 +1,6 @@
 // optim.cu: the fused Adam/AdamW and SGD updates, one thread per element.
 #include "cuda.h"
 
-#define GRID(n) cu_blocks(n), 256, 0, cu_stream(dev)
-
 // PyTorch's single-tensor formulas, scalars rounded to the parameter dtype first
 template <typename T>
 __global__ void k_adam(T *P, const T *G, T *M, T *V, T *VM, int64_t n, T b1w, T b2, T b2w, T wd, T decay, T step_size,
@@ -31,16 +29,11 @@ zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, 
   if (!n) return ZORCH_OK;
   double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);
   int l2 = o->weight_decay != 0 && !o->decoupled, dec = o->weight_decay != 0 && o->decoupled;
-#define ADAM(T)                                                                                                       \
-  k_adam<T><<<GRID(n)>>>((T *)tensor_ptr(p), (const T *)tensor_ptr(g), (T *)tensor_ptr(m), (T *)tensor_ptr(v),        \
-                         vmax ? (T *)tensor_ptr(vmax) : nullptr, n, (T)(1 - o->beta1), (T)o->beta2, (T)(1 - o->beta2), \
-                         (T)o->weight_decay, (T)(1 - o->lr * o->weight_decay), (T)(o->lr / bc1), (T)sqrt(bc2),        \
-                         (T)o->eps, l2, dec)
-  if (p->dtype == ZORCH_F32) ADAM(float);
-  else if (p->dtype == ZORCH_F64) ADAM(double);
-  else return cu_no_kernel("adam_step", p->dtype);
-#undef ADAM
-  return cu_launched("adam_step");
+  CU_REAL(p->dtype, "adam_step",
+          (k_adam<T><<<ON(n, dev)>>>((T *)tensor_ptr(p), (const T *)tensor_ptr(g), (T *)tensor_ptr(m), (T *)tensor_ptr(v),
+                                  vmax ? (T *)tensor_ptr(vmax) : nullptr, n, (T)(1 - o->beta1), (T)o->beta2,
+                                  (T)(1 - o->beta2), (T)o->weight_decay, (T)(1 - o->lr * o->weight_decay),
+                                  (T)(o->lr / bc1), (T)sqrt(bc2), (T)o->eps, l2, dec)));
 }
 
 template <typename T>
@@ -62,14 +55,9 @@ zorch_status cuda_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf,
   int dev = cu_dev(p);
   int64_t n = shape_numel(p->ndim, p->shape);
   if (!n) return ZORCH_OK;
-#define SGD(T)                                                                                                        \
-  k_sgd<T><<<GRID(n)>>>((T *)tensor_ptr(p), (const T *)tensor_ptr(g), buf ? (T *)tensor_ptr(buf) : nullptr, n,        \
-                        (T)o->lr, (T)o->weight_decay, (T)o->momentum, (T)(1 - o->dampening), first, o->nesterov,      \
-                        o->weight_decay != 0)
-  if (p->dtype == ZORCH_F32) SGD(float);
-  else if (p->dtype == ZORCH_F64) SGD(double);
-  else return cu_no_kernel("sgd_step", p->dtype);
-#undef SGD
-  return cu_launched("sgd_step");
+  CU_REAL(p->dtype, "sgd_step",
+          (k_sgd<T><<<ON(n, dev)>>>((T *)tensor_ptr(p), (const T *)tensor_ptr(g), buf ? (T *)tensor_ptr(buf) : nullptr, n,
+                                 (T)o->lr, (T)o->weight_decay, (T)o->momentum, (T)(1 - o->dampening), first,
+                                 o->nesterov, o->weight_decay != 0)));
 }
 

@@ -107,13 +107,8 @@ zorch_status cuda_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_
   if (outer * inner == 0) return ZORCH_OK;
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
   int dev = cu_dev(gin);
-  if (gin->dtype == ZORCH_F32)
-    k_max_bwd<float><<<ON(outer * inner, dev)>>>((float *)tensor_ptr(gin), (const float *)tensor_ptr(g), ix, outer, r, inner);
-  else if (gin->dtype == ZORCH_F64)
-    k_max_bwd<double><<<ON(outer * inner, dev)>>>((double *)tensor_ptr(gin), (const double *)tensor_ptr(g), ix, outer, r, inner);
-  else
-    return cu_no_kernel("max", gin->dtype);
-  return cu_launched("max");
+  CU_REAL(gin->dtype, "max",
+          (k_max_bwd<T><<<ON(outer * inner, dev)>>>((T *)tensor_ptr(gin), (const T *)tensor_ptr(g), ix, outer, r, inner)));
 }
 
 template <typename T>
@@ -135,11 +130,6 @@ __global__ void k_softmax(T *y, const T *x, int64_t outer, int64_t c, int64_t in
 zorch_status cuda_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c, int64_t inner, bool log_) {
   if (outer * inner == 0) return ZORCH_OK;
   int dev = cu_dev(a);
-  if (a->dtype == ZORCH_F32)
-    k_softmax<float><<<ON(outer * inner, dev)>>>((float *)tensor_ptr(out), (const float *)tensor_ptr(a), outer, c, inner, log_);
-  else if (a->dtype == ZORCH_F64)
-    k_softmax<double><<<ON(outer * inner, dev)>>>((double *)tensor_ptr(out), (const double *)tensor_ptr(a), outer, c, inner, log_);
-  else
-    return cu_no_kernel("softmax", a->dtype);
-  return cu_launched("softmax");
+  CU_REAL(a->dtype, "softmax",
+          (k_softmax<T><<<ON(outer * inner, dev)>>>((T *)tensor_ptr(out), (const T *)tensor_ptr(a), outer, c, inner, log_)));
 }
