@@ -36,7 +36,7 @@ CUDA_SRC := $(wildcard ops/cuda/*.cu)
 ifeq ($(CUDA),1)
 LIB_OBJ  += $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
 endif
-NVFLAGS  := -O3 -std=c++17 -Iinclude -I/usr/include/lua5.4 -DZORCH_WITH_CUDA -Xcompiler -fPIC,-Wall,-Werror \
+NVFLAGS  := -O3 -std=c++17 -Iinclude -I/usr/include/lua5.4 -DZORCH_WITH_CUDA -Xcompiler -fPIC,-Wall,-Werror -Werror all-warnings \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 LIB_LIBS := -llua5.4 $(EXT_LIBS)

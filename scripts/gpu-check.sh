@@ -35,12 +35,12 @@ else
 fi
 ldd $B/zorch >>"$log" 2>&1
 $B/zorch info 2>&1 | tee -a "$log"
-(cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$B/zorch timeout 300 ../$B/zorch gpu/test_cuda.lua) 2>&1 | tee "$OUT/test_cuda.tap" >>"$log"
+(cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$B/zorch timeout 240 ../$B/zorch gpu/test_cuda.lua) 2>&1 | tee "$OUT/test_cuda.tap" >>"$log"
 status=0
 grep -q '^not ok' "$OUT/test_cuda.tap" && status=1
 tail -1 "$OUT/test_cuda.tap" | grep -q '^1\.\.' || status=1
 say "tests/gpu: $(grep -c '^ok' "$OUT/test_cuda.tap") passed, $(grep -c '^not ok' "$OUT/test_cuda.tap") failed"
-timeout 240 $B/bench/bench --gpu >"$OUT/bench.jsonl" 2>>"$log" || say "the zorch benchmarks failed (see $log)"
-timeout 180 python3 bench/torch_bench.py --gpu >>"$OUT/bench.jsonl" 2>>"$log" || say "no PyTorch figures"
+timeout 150 $B/bench/bench --gpu >"$OUT/bench.jsonl" 2>>"$log" || say "the zorch benchmarks failed (see $log)"
+timeout 120 python3 bench/torch_bench.py --gpu >>"$OUT/bench.jsonl" 2>>"$log" || say "no PyTorch figures"
 cat "$OUT/bench.jsonl" | tee -a "$log"
 exit $status

@@ -39,23 +39,15 @@ __device__ inline bool beats(T v, int64_t k, T best, int64_t bi) {
   return v > best || (v == best && k < bi);
 }
 
-// one block per output row (inner == 1, long rows): strided partial results,
-// then a tree in shared memory
+// The block's (sum, best, index) triples folded in shared memory, in a fixed
+// tree; thread 0 ends with the result.
 template <typename T>
-__global__ void k_reduce_rows(int op, T *out, int64_t *idx, const T *a, int64_t r) {
+__device__ void block_fold(double &s, T &v, int64_t &i) {
   __shared__ double ss[RED_THREADS];
   __shared__ T sv[RED_THREADS];
   __shared__ int64_t si[RED_THREADS];
-  const T *p = a + blockIdx.x * r;
   int t = threadIdx.x;
-  double s = 0;
-  T best = p[t < r ? t : 0];
-  int64_t bi = t < r ? t : 0;
-  for (int64_t k = t; k < r; k += RED_THREADS) {
-    if (op == RED_SUM) s += (double)p[k];
-    else if (beats(p[k], k, best, bi)) best = p[k], bi = k;
-  }
-  ss[t] = s, sv[t] = best, si[t] = bi;
+  ss[t] = s, sv[t] = v, si[t] = i;
   __syncthreads();
   for (int w = RED_THREADS / 2; w > 0; w >>= 1) {
     if (t < w) {
@@ -64,18 +56,89 @@ __global__ void k_reduce_rows(int op, T *out, int64_t *idx, const T *a, int64_t 
     }
     __syncthreads();
   }
-  if (t == 0) {
-    out[blockIdx.x] = op == RED_SUM ? (T)ss[0] : sv[0];
-    if (idx && op != RED_SUM) idx[blockIdx.x] = si[0];
+  s = ss[0], v = sv[0], i = si[0];
+}
+
+// Long rows (inner == 1): each row is split into `parts` chunks, one block
+// each. With one part the block writes the result; otherwise its partial
+// (double sum, or best and index) goes to ps/pv/pi for k_fold_parts.
+template <typename T>
+__global__ void k_reduce_rows(int op, T *out, int64_t *idx, const T *a, int64_t r, int parts, int64_t chunk,
+                              double *ps, T *pv, int64_t *pi) {
+  int64_t row = blockIdx.x / parts, part = blockIdx.x % parts;
+  int64_t lo = part * chunk, hi = lo + chunk < r ? lo + chunk : r;
+  const T *p = a + row * r;
+  int t = threadIdx.x;
+  double s = 0;
+  int64_t bi = lo + t < hi ? lo + t : lo;  // threads past the end repeat the first element
+  T best = p[bi];
+  for (int64_t k = lo + t; k < hi; k += RED_THREADS) {
+    if (op == RED_SUM) s += (double)p[k];
+    else if (beats(p[k], k, best, bi)) best = p[k], bi = k;
+  }
+  block_fold(s, best, bi);
+  if (t) return;
+  if (parts == 1) {
+    out[row] = op == RED_SUM ? (T)s : best;
+    if (idx && op != RED_SUM) idx[row] = bi;
+  } else {
+    ps[blockIdx.x] = s, pv[blockIdx.x] = best, pi[blockIdx.x] = bi;
   }
 }
 
+// One block per row folds its parts, in order.
 template <typename T>
-static void launch_reduce(int op, T *out, int64_t *ix, const T *a, int64_t outer, int64_t r, int64_t inner, int dev) {
+__global__ void k_fold_parts(int op, T *out, int64_t *idx, int parts, const double *ps, const T *pv, const int64_t *pi) {
+  int64_t row = blockIdx.x;
+  int t = threadIdx.x;
+  const int64_t base = row * parts;
+  double s = 0;
+  int64_t j0 = t < parts ? t : 0;
+  T best = pv[base + j0];
+  int64_t bi = pi[base + j0];
+  for (int j = t; j < parts; j += RED_THREADS) {
+    s += ps[base + j];
+    if (beats(pv[base + j], pi[base + j], best, bi)) best = pv[base + j], bi = pi[base + j];
+  }
+  block_fold(s, best, bi);
+  if (t == 0) {
+    out[row] = op == RED_SUM ? (T)s : best;
+    if (idx && op != RED_SUM) idx[row] = bi;
+  }
+}
+
+// Few long rows need many blocks each to fill the GPU: about 16K elements a
+// block, at most 4096 blocks in all.
+template <typename T>
+static zorch_status launch_rows(int op, T *out, int64_t *ix, const T *a, int64_t outer, int64_t r, int dev) {
+  int64_t parts = (r + 16383) / 16384;
+  if (parts > 1024) parts = 1024;
+  if (outer * parts > 4096) parts = 4096 / outer > 1 ? 4096 / outer : 1;
+  int64_t chunk = (r + parts - 1) / parts;
+  cudaStream_t st = cu_stream(dev);
+  if (parts == 1) {
+    k_reduce_rows<T><<<(unsigned)outer, RED_THREADS, 0, st>>>(op, out, ix, a, r, 1, chunk, nullptr, nullptr, nullptr);
+    return ZORCH_OK;
+  }
+  size_t n = (size_t)(outer * parts);
+  char *scratch = (char *)cuda_alloc(dev, n * (sizeof(double) + sizeof(T) + sizeof(int64_t)));
+  if (!scratch) return zorch_last_status();
+  double *ps = (double *)scratch;
+  int64_t *pi = (int64_t *)(ps + n);
+  T *pv = (T *)(pi + n);
+  k_reduce_rows<T><<<(unsigned)n, RED_THREADS, 0, st>>>(op, out, ix, a, r, (int)parts, chunk, ps, pv, pi);
+  k_fold_parts<T><<<(unsigned)outer, RED_THREADS, 0, st>>>(op, out, ix, (int)parts, ps, pv, pi);
+  cuda_free(dev, scratch);  // reused only by work queued after these kernels
+  return ZORCH_OK;
+}
+
+template <typename T>
+static zorch_status launch_reduce(int op, T *out, int64_t *ix, const T *a, int64_t outer, int64_t r, int64_t inner,
+                                  int dev) {
   if (!std::is_integral<T>::value && inner == 1 && r >= 1024 && outer <= 65535 && r > outer)
-    k_reduce_rows<T><<<(unsigned)outer, RED_THREADS, 0, cu_stream(dev)>>>(op, out, ix, a, r);
-  else
-    k_reduce<T><<<ON(outer * inner, dev)>>>(op, out, ix, a, outer, r, inner);
+    return launch_rows<T>(op, out, ix, a, outer, r, dev);
+  k_reduce<T><<<ON(outer * inner, dev)>>>(op, out, ix, a, outer, r, inner);
+  return ZORCH_OK;
 }
 
 zorch_status cuda_reduce(red_op op, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *a, int64_t outer,
@@ -83,15 +146,16 @@ zorch_status cuda_reduce(red_op op, zorch_tensor *out, zorch_tensor *idx, const 
   int64_t *ix = idx ? (int64_t *)tensor_ptr(idx) : nullptr;
   if (outer * inner == 0) return ZORCH_OK;
   int dev = cu_dev(a);
+  zorch_status st;
   if (a->dtype == ZORCH_F32)
-    launch_reduce<float>(op, (float *)tensor_ptr(out), ix, (const float *)tensor_ptr(a), outer, r, inner, dev);
+    st = launch_reduce<float>(op, (float *)tensor_ptr(out), ix, (const float *)tensor_ptr(a), outer, r, inner, dev);
   else if (a->dtype == ZORCH_F64)
-    launch_reduce<double>(op, (double *)tensor_ptr(out), ix, (const double *)tensor_ptr(a), outer, r, inner, dev);
+    st = launch_reduce<double>(op, (double *)tensor_ptr(out), ix, (const double *)tensor_ptr(a), outer, r, inner, dev);
   else if (a->dtype == ZORCH_I64)
-    launch_reduce<int64_t>(op, (int64_t *)tensor_ptr(out), ix, (const int64_t *)tensor_ptr(a), outer, r, inner, dev);
+    st = launch_reduce<int64_t>(op, (int64_t *)tensor_ptr(out), ix, (const int64_t *)tensor_ptr(a), outer, r, inner, dev);
   else
     return cu_no_kernel(op == RED_SUM ? "sum" : "max", a->dtype);
-  return cu_launched(op == RED_SUM ? "sum" : "max");
+  return st ? st : cu_launched(op == RED_SUM ? "sum" : "max");
 }
 
 template <typename T>

@@ -112,6 +112,13 @@ local bv, bi = big:max(2)
 local gv, gi = big:to("cuda"):max(2)
 same(bv, gv, 0, "long rows: block max values")
 same(bi:float(), gi:float(), 0, "long rows: block max indices (the first of equals)")
+local mid = zorch.randn(5, 5000)
+same(mid:sum(2), mid:to("cuda"):sum(2), 1e-6, "rows of 5000: one block a row")
+local ties = zorch.zeros(2, 70000)
+local tv, ti = ties:to("cuda"):max(2)
+same(ti:float(), ties:max(2):float() * 0 + 1, 0, "a row of equal values gives the first index")
+local huge = zorch.randn(1 << 23)
+same(huge:mean(), huge:to("cuda"):mean(), 1e-6, "the mean of 8M elements: many blocks for one row")
 
 -- autograd through GPU ops: the same gradients as on the CPU
 local function grads(device)
