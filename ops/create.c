@@ -248,8 +248,12 @@ zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev) {
     st = backend_of(out)->from_host(tensor_ptr(out), tensor_ptr(c), n, dev.index);
   else if (dev.type == ZORCH_CPU)
     st = backend_of(c)->to_host(tensor_ptr(out), tensor_ptr(c), n, from.index);
-  else
-    st = err_set(ZORCH_ERR_DEVICE, "to: copies between two accelerators go through the CPU");
+  else { /* between two GPUs: through host memory */
+    void *h = malloc(n ? n : 1);
+    st = h ? backend_of(c)->to_host(h, tensor_ptr(c), n, from.index) : err_set(ZORCH_ERR_OOM, "to: out of memory");
+    if (!st) st = backend_of(out)->from_host(tensor_ptr(out), h, n, dev.index);
+    free(h);
+  }
   zorch_tensor_free(c);
   if (st) {
     zorch_tensor_free(out);

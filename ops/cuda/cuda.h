@@ -34,6 +34,39 @@ static inline unsigned cu_blocks(int64_t n) {
 #define FOR(i, n) \
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
+// ---- block-wide sums and maxima (256 threads), in a fixed tree so results
+// repeat bit for bit; every thread gets the result ----
+__device__ inline double cu_block_sum(double v) {
+  __shared__ double sh[256];
+  int t = threadIdx.x;
+  sh[t] = v;
+  __syncthreads();
+  for (int w = 128; w > 0; w >>= 1) {
+    if (t < w) sh[t] += sh[t + w];
+    __syncthreads();
+  }
+  double r = sh[0];
+  __syncthreads();  // sh is reused by the next call
+  return r;
+}
+// NaN wins, as in the CPU's scans
+__device__ inline double cu_block_max(double v) {
+  __shared__ double sh[256];
+  int t = threadIdx.x;
+  sh[t] = v;
+  __syncthreads();
+  for (int w = 128; w > 0; w >>= 1) {
+    if (t < w) {
+      double a = sh[t], b = sh[t + w];
+      sh[t] = (a != a || b != b) ? (a != a ? a : b) : (a > b ? a : b);
+    }
+    __syncthreads();
+  }
+  double r = sh[0];
+  __syncthreads();
+  return r;
+}
+
 // ---- strided operands: up to 4 tensors of one shape, strides in bytes ----
 struct geom {
   int nd, nops;

@@ -85,19 +85,26 @@ zorch_status cuda_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_
   return nll_any(gin, g, t, n, c, ignore, true);
 }
 
-template <typename T>
+// Rows are normalised by one thread each, or, when they are long (BLOCK), by
+// one block each with block-wide sums; both sum in double in a fixed order.
+#define ROWS_LOOP(r, rows)                                                                    \
+  const int lane = BLOCK ? threadIdx.x : 0, lanes = BLOCK ? blockDim.x : 1;                   \
+  for (int64_t r = BLOCK ? blockIdx.x : blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < (rows); \
+       r += BLOCK ? gridDim.x : (int64_t)gridDim.x * blockDim.x)
+#define ROW_SUM(v) (BLOCK ? cu_block_sum(v) : (v))
+
+template <typename T, bool BLOCK>
 __global__ void k_layer_norm(T *y, T *mean, T *rstd, const T *x, const T *w, const T *b, int64_t rows, int64_t cols,
                              double eps) {
-  FOR(r, rows) {
+  ROWS_LOOP(r, rows) {
     const T *xr = x + r * cols;
     double s = 0, ss = 0;
-    for (int64_t j = 0; j < cols; j++) s += xr[j];
-    double mu = s / (double)cols;
-    for (int64_t j = 0; j < cols; j++) ss += ((double)xr[j] - mu) * ((double)xr[j] - mu);
-    double rs = 1.0 / sqrt(ss / (double)cols + eps);
-    mean[r] = (T)mu;
-    rstd[r] = (T)rs;
-    for (int64_t j = 0; j < cols; j++) {
+    for (int64_t j = lane; j < cols; j += lanes) s += xr[j];
+    double mu = ROW_SUM(s) / (double)cols;
+    for (int64_t j = lane; j < cols; j += lanes) ss += ((double)xr[j] - mu) * ((double)xr[j] - mu);
+    double rs = 1.0 / sqrt(ROW_SUM(ss) / (double)cols + eps);
+    if (lane == 0) mean[r] = (T)mu, rstd[r] = (T)rs;
+    for (int64_t j = lane; j < cols; j += lanes) {
       T v = (T)(((double)xr[j] - mu) * rs);
       if (w) v *= w[j];
       if (b) v += b[j];
@@ -106,31 +113,42 @@ __global__ void k_layer_norm(T *y, T *mean, T *rstd, const T *x, const T *w, con
   }
 }
 
+static unsigned row_blocks(int64_t rows) { return (unsigned)(rows < (1 << 20) ? rows : (1 << 20)); }
+
+template <typename T>
+static void layer_norm(T *y, T *mean, T *rstd, const T *x, const T *w, const T *b, int64_t rows, int64_t cols,
+                       double eps, int dev) {
+  if (cols >= 256)
+    k_layer_norm<T, true><<<row_blocks(rows), 256, 0, cu_stream(dev)>>>(y, mean, rstd, x, w, b, rows, cols, eps);
+  else
+    k_layer_norm<T, false><<<ON(rows, dev)>>>(y, mean, rstd, x, w, b, rows, cols, eps);
+}
+
 zorch_status cuda_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd, const zorch_tensor *x,
-                                    const zorch_tensor *w, const zorch_tensor *b, int64_t rows, int64_t cols, double eps) {
+                             const zorch_tensor *w, const zorch_tensor *b, int64_t rows, int64_t cols, double eps) {
   int dev = cu_dev(y);
   if (rows == 0) return ZORCH_OK;
   CU_REAL(x->dtype, "layer_norm",
-          (k_layer_norm<T><<<ON(rows, dev)>>>((T *)tensor_ptr(y), (T *)tensor_ptr(mean), (T *)tensor_ptr(rstd),
-                                           (const T *)tensor_ptr(x), w ? (const T *)tensor_ptr(w) : nullptr,
-                                           b ? (const T *)tensor_ptr(b) : nullptr, rows, cols, eps)));
+          layer_norm<T>((T *)tensor_ptr(y), (T *)tensor_ptr(mean), (T *)tensor_ptr(rstd), (const T *)tensor_ptr(x),
+                        w ? (const T *)tensor_ptr(w) : nullptr, b ? (const T *)tensor_ptr(b) : nullptr, rows, cols,
+                        eps, dev));
 }
 
 // gx per row; gw, gb per column (rows in order: deterministic)
-template <typename T>
+template <typename T, bool BLOCK>
 __global__ void k_ln_bwd_x(T *gx, const T *g, const T *x, const T *mean, const T *rstd, const T *w, int64_t rows,
                            int64_t cols) {
-  FOR(r, rows) {
+  ROWS_LOOP(r, rows) {
     const T *gr = g + r * cols, *xr = x + r * cols;
     double mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
-    for (int64_t j = 0; j < cols; j++) {
+    for (int64_t j = lane; j < cols; j += lanes) {
       double gh = (double)gr[j] * (w ? (double)w[j] : 1.0);
       s1 += gh;
       s2 += gh * ((double)xr[j] - mu) * rs;
     }
-    s1 /= (double)cols;
-    s2 /= (double)cols;
-    for (int64_t j = 0; j < cols; j++) {
+    s1 = ROW_SUM(s1) / (double)cols;
+    s2 = ROW_SUM(s2) / (double)cols;
+    for (int64_t j = lane; j < cols; j += lanes) {
       double gh = (double)gr[j] * (w ? (double)w[j] : 1.0), xh = ((double)xr[j] - mu) * rs;
       gx[r * cols + j] = (T)(rs * (gh - s1 - xh * s2));
     }
@@ -155,9 +173,13 @@ template <typename T>
 static void ln_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb, const zorch_tensor *g, const zorch_tensor *x,
                    const zorch_tensor *mean, const zorch_tensor *rstd, const zorch_tensor *w, int64_t rows,
                    int64_t cols, int dev) {
-  k_ln_bwd_x<T><<<ON(rows, dev)>>>((T *)tensor_ptr(gx), (const T *)tensor_ptr(g), (const T *)tensor_ptr(x),
-                                (const T *)tensor_ptr(mean), (const T *)tensor_ptr(rstd),
-                                w ? (const T *)tensor_ptr(w) : nullptr, rows, cols);
+  T *gxp = (T *)tensor_ptr(gx);
+  const T *gp = (const T *)tensor_ptr(g), *xp = (const T *)tensor_ptr(x), *mp = (const T *)tensor_ptr(mean),
+          *rp = (const T *)tensor_ptr(rstd), *wp = w ? (const T *)tensor_ptr(w) : nullptr;
+  if (cols >= 256)
+    k_ln_bwd_x<T, true><<<row_blocks(rows), 256, 0, cu_stream(dev)>>>(gxp, gp, xp, mp, rp, wp, rows, cols);
+  else
+    k_ln_bwd_x<T, false><<<ON(rows, dev)>>>(gxp, gp, xp, mp, rp, wp, rows, cols);
   if (gw || gb)
     k_ln_bwd_wb<T><<<ON(cols, dev)>>>(gw ? (T *)tensor_ptr(gw) : nullptr, gb ? (T *)tensor_ptr(gb) : nullptr,
                                    (const T *)tensor_ptr(g), (const T *)tensor_ptr(x), (const T *)tensor_ptr(mean),

@@ -191,9 +191,34 @@ __global__ void k_softmax(T *y, const T *x, int64_t outer, int64_t c, int64_t in
   }
 }
 
+// long contiguous rows (inner == 1): one block a row
+template <typename T>
+__global__ void k_softmax_rows(T *y, const T *x, int64_t c, int log_) {
+  const T *xp = x + blockIdx.x * c;
+  T *yp = y + blockIdx.x * c;
+  double mx = -INFINITY, s = 0;
+  for (int64_t k = threadIdx.x; k < c; k += blockDim.x) {
+    double v = (double)xp[k];
+    if (v > mx || v != v) mx = v;
+  }
+  T m = (T)cu_block_max(mx);
+  for (int64_t k = threadIdx.x; k < c; k += blockDim.x) s += exp((double)(xp[k] - m));
+  s = cu_block_sum(s);
+  for (int64_t k = threadIdx.x; k < c; k += blockDim.x)
+    yp[k] = log_ ? (T)(xp[k] - m - log(s)) : (T)(exp((double)(xp[k] - m)) / s);
+}
+
+template <typename T>
+static void launch_softmax(T *y, const T *x, int64_t outer, int64_t c, int64_t inner, int log_, int dev) {
+  if (inner == 1 && c >= 256 && outer < (1LL << 31))
+    k_softmax_rows<T><<<(unsigned)outer, 256, 0, cu_stream(dev)>>>(y, x, c, log_);
+  else
+    k_softmax<T><<<ON(outer * inner, dev)>>>(y, x, outer, c, inner, log_);
+}
+
 zorch_status cuda_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c, int64_t inner, bool log_) {
   if (outer * inner == 0) return ZORCH_OK;
   int dev = cu_dev(a);
   CU_REAL(a->dtype, "softmax",
-          (k_softmax<T><<<ON(outer * inner, dev)>>>((T *)tensor_ptr(out), (const T *)tensor_ptr(a), outer, c, inner, log_)));
+          launch_softmax<T>((T *)tensor_ptr(out), (const T *)tensor_ptr(a), outer, c, inner, log_, dev));
 }

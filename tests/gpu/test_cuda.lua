@@ -138,6 +138,21 @@ end
 local gc, gg = grads("cpu"), grads("cuda")
 for i, name in ipairs({"x", "w", "b", "g"}) do same(gc[i], gg[i], 1e-4, "autograd on the GPU: gradient of " .. name) end
 
+-- long rows: layer norm and softmax one block a row, forward and backward
+local function long_rows(device)
+  zorch.manual_seed(22)
+  local x = zorch.randn(33, 1000):to(device):requires_grad_()
+  local lw = zorch.randn(1000):to(device):requires_grad_()
+  local y = zorch.layer_norm(x, 1, lw)
+  local loss = (zorch.log_softmax(y * 3, 2) * zorch.randn(33, 1000):to(device)):sum() + zorch.softmax(x, 2):max()
+  loss:backward()
+  return {y:detach(), x.grad, lw.grad}
+end
+local lc, lg = long_rows("cpu"), long_rows("cuda")
+for i, name in ipairs({"layer_norm of rows of 1000", "its input gradient", "its weight gradient"}) do
+  same(lc[i], lg[i], 1e-5, "long rows: " .. name)
+end
+
 -- TF32: off by default (full float32); on, float32 GEMMs round inputs to 10 bits
 local m1, m2 = zorch.randn(512, 512), zorch.randn(512, 512)
 local exact = zorch.matmul(m1:double(), m2:double())
