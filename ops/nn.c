@@ -77,19 +77,25 @@ zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target, zo
     node->iv[1] = c;
     node->iv[2] = ignore_index;
   }
-  /* the mean is over the targets that count (read on the host on any device) */
+  /* the mean is over the targets that count: counted on the host for CPU
+     tensors, on the device otherwise (nothing waits for the GPU) */
   int64_t count = n;
+  zorch_tensor *valid = NULL;
   if (loss && r == ZORCH_REDUCE_MEAN && tg->st->device.type == ZORCH_CPU) {
     const int64_t *t = (const int64_t *)tensor_ptr(tg);
     count = 0;
     for (int64_t i = 0; i < n; i++) count += t[i] != ignore_index;
   } else if (loss && r == ZORCH_REDUCE_MEAN) {
-    double *t = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    if (t && zorch_tensor_to_doubles(tg, t, n) == ZORCH_OK) {
-      count = 0;
-      for (int64_t i = 0; i < n; i++) count += t[i] != (double)ignore_index;
+    zorch_tensor *ig = zorch_full(0, NULL, (double)ignore_index, ZORCH_I64, tg->st->device);
+    zorch_tensor *eq = ig ? zorch_eq(tg, ig) : NULL, *eqf = eq ? zorch_to_dtype(eq, lp->dtype) : NULL;
+    zorch_tensor *ni = eqf ? zorch_sum(eqf, 0, NULL, false) : NULL, *neg = ni ? zorch_mul_scalar(ni, -1) : NULL;
+    valid = neg ? zorch_add_scalar(neg, (double)n) : NULL;
+    op_free(ig, eq, eqf, ni);
+    zorch_tensor_free(neg);
+    if (!valid) {
+      zorch_tensor_free(loss);
+      loss = NULL;
     }
-    free(t);
   }
   zorch_tensor *out = NULL;
   if (loss) {
@@ -97,7 +103,10 @@ zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target, zo
       out = zorch_tensor_retain(loss);
     } else {
       zorch_tensor *s = zorch_sum(loss, 0, NULL, false);
-      out = s && r == ZORCH_REDUCE_MEAN ? zorch_mul_scalar(s, 1.0 / (double)count) : zorch_tensor_retain(s);
+      if (s && valid)
+        out = zorch_div(s, valid);
+      else
+        out = s && r == ZORCH_REDUCE_MEAN ? zorch_mul_scalar(s, 1.0 / (double)count) : zorch_tensor_retain(s);
       zorch_tensor_free(s);
     }
     if (out && out->dtype != logits->dtype && zorch_dtype_is_float(logits->dtype)) {
@@ -107,6 +116,7 @@ zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target, zo
     }
   }
   op_free(logp, lp, tg, loss);
+  zorch_tensor_free(valid);
   return out;
 }
 

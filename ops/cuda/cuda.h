@@ -21,6 +21,14 @@ extern "C" {
 
 // Makes `dev` current on this thread and returns its stream (created once).
 cudaStream_t cu_stream(int dev);
+// Bad indices found by kernels: a word in mapped host memory per device that a
+// kernel sets ({op, index, size}) and the next wait for the device reports, as
+// an error naming the op (kernels never stop the device on bad input).
+enum { CU_BAD_INDEX_SELECT = 1, CU_BAD_INDEX_ADD, CU_BAD_TARGET };
+int64_t *cu_bad_index_word(int dev);  // device pointer, or NULL (then unchecked)
+__device__ inline void cu_report_bad(int64_t *w, int op, int64_t v, int64_t n) {
+  if (w) w[1] = v, w[2] = n, w[0] = op;
+}
 // The error of the last launch, naming the op.
 zorch_status cu_launched(const char *op);
 zorch_status cu_no_kernel(const char *op, zorch_dtype dt);

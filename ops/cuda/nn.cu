@@ -1,28 +1,19 @@
 // nn.cu: index_select and index_add, the cross-entropy pieces and layer norm.
-// One thread per output row or column with loops inside, sums in double in a
-// fixed order: deterministic, no atomics.
-#include <vector>
-
+// Sums in double in a fixed order: deterministic, no atomics. Indices are
+// checked by the kernels, which skip a bad one and leave it for the next wait
+// for the device to report (cu_report_bad): nothing waits here.
 #include "cuda.h"
 
-// Indices are checked on the host: one copy of the (small) index tensor.
-static zorch_status check_indices(const char *op, const zorch_tensor *idx, int64_t n, int64_t ignore, bool has_ignore) {
-  int64_t k = shape_numel(idx->ndim, idx->shape);
-  std::vector<int64_t> h((size_t)(k ? k : 1));
-  zorch_status st = cuda_to_host(h.data(), tensor_ptr(idx), (size_t)k * sizeof(int64_t), cu_dev(idx));
-  if (st) return st;
-  for (int64_t i = 0; i < k; i++)
-    if (!(has_ignore && h[(size_t)i] == ignore) && (h[(size_t)i] < 0 || h[(size_t)i] >= n))
-      return err_set(ZORCH_ERR_ARG, "%s: index %lld out of range for a dimension of size %lld", op,
-                     (long long)h[(size_t)i], (long long)n);
-  return ZORCH_OK;
-}
-
 __global__ void k_index_select(char *out, const char *a, const int64_t *ix, int64_t outer, int64_t n, int64_t ni,
-                               int64_t row) {
+                               int64_t row, int64_t *bad) {
   FOR(j, outer * ni * row) {
-    int64_t b = j % row, k = (j / row) % ni, o = j / (row * ni);
-    out[j] = a[(o * n + ix[k]) * row + b];
+    int64_t b = j % row, k = (j / row) % ni, o = j / (row * ni), v = ix[k];
+    if (v < 0 || v >= n) {
+      cu_report_bad(bad, CU_BAD_INDEX_SELECT, v, n);
+      out[j] = 0;
+    } else {
+      out[j] = a[(o * n + v) * row + b];
+    }
   }
 }
 
@@ -30,20 +21,24 @@ zorch_status cuda_index_select(zorch_tensor *out, const zorch_tensor *a, const z
                                       int64_t n, int64_t inner) {
   int dev = cu_dev(out);
   int64_t ni = shape_numel(idx->ndim, idx->shape), row = inner * (int64_t)dtype_sizes[a->dtype];
-  zorch_status st = check_indices("index_select", idx, n, 0, false);
-  if (st || outer * ni * row == 0) return st;
+  if (outer * ni * row == 0) return ZORCH_OK;
   k_index_select<<<ON(outer * ni * row, dev)>>>(tensor_ptr(out), tensor_ptr(a), (const int64_t *)tensor_ptr(idx), outer,
-                                             n, ni, row);
+                                                n, ni, row, cu_bad_index_word(dev));
   return cu_launched("index_select");
 }
 
 // one thread per (outer, column): adds the rows in index order, so the result
 // does not depend on scheduling (no atomics)
 template <typename T>
-__global__ void k_index_add(T *out, const T *src, const int64_t *ix, int64_t outer, int64_t n, int64_t ni, int64_t inner) {
+__global__ void k_index_add(T *out, const T *src, const int64_t *ix, int64_t outer, int64_t n, int64_t ni, int64_t inner,
+                            int64_t *bad) {
   FOR(j, outer * inner) {
     int64_t o = j / inner, i = j % inner;
-    for (int64_t k = 0; k < ni; k++) out[(o * n + ix[k]) * inner + i] += src[(o * ni + k) * inner + i];
+    for (int64_t k = 0; k < ni; k++) {
+      int64_t v = ix[k];
+      if (v < 0 || v >= n) cu_report_bad(bad, CU_BAD_INDEX_ADD, v, n);
+      else out[(o * n + v) * inner + i] += src[(o * ni + k) * inner + i];
+    }
   }
 }
 
@@ -51,30 +46,39 @@ zorch_status cuda_index_add(zorch_tensor *out, const zorch_tensor *src, const zo
                                    int64_t n, int64_t inner) {
   int dev = cu_dev(out);
   int64_t ni = shape_numel(idx->ndim, idx->shape);
-  zorch_status st = check_indices("index_add", idx, n, 0, false);
-  if (st || outer * inner == 0) return st;
+  if (outer * inner == 0) return ZORCH_OK;
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
   CU_REAL(out->dtype, "index_add",
-          (k_index_add<T><<<ON(outer * inner, dev)>>>((T *)tensor_ptr(out), (const T *)tensor_ptr(src), ix, outer, n, ni, inner)));
+          (k_index_add<T><<<ON(outer * inner, dev)>>>((T *)tensor_ptr(out), (const T *)tensor_ptr(src), ix, outer, n, ni,
+                                                      inner, cu_bad_index_word(dev))));
 }
 
 template <typename T>
-__global__ void k_nll(T *loss, const T *lp, const int64_t *t, int64_t n, int64_t c, int64_t ignore, const T *g, int bwd) {
+__global__ void k_nll(T *loss, const T *lp, const int64_t *t, int64_t n, int64_t c, int64_t ignore, const T *g, int bwd,
+                      int64_t *bad) {
   FOR(i, n) {
-    if (bwd) { if (t[i] != ignore) loss[i * c + t[i]] = -g[i]; }
-    else loss[i] = t[i] == ignore ? (T)0 : -lp[i * c + t[i]];
+    int64_t v = t[i];
+    bool skip = v == ignore;
+    if (!skip && (v < 0 || v >= c)) {
+      cu_report_bad(bad, CU_BAD_TARGET, v, c);
+      skip = true;
+    }
+    if (bwd) {
+      if (!skip) loss[i * c + v] = -g[i];
+    } else {
+      loss[i] = skip ? (T)0 : -lp[i * c + v];
+    }
   }
 }
 
 static zorch_status nll_any(zorch_tensor *dst, const zorch_tensor *src, const zorch_tensor *t, int64_t n, int64_t c,
                             int64_t ignore, bool bwd) {
   int dev = cu_dev(dst);
-  zorch_status st = check_indices("cross_entropy", t, c, ignore, true);
-  if (st || n == 0) return st;
+  if (n == 0) return ZORCH_OK;
   const int64_t *tg = (const int64_t *)tensor_ptr(t);
   CU_REAL(dst->dtype, "cross_entropy",
           (k_nll<T><<<ON(n, dev)>>>((T *)tensor_ptr(dst), bwd ? nullptr : (const T *)tensor_ptr(src), tg, n, c, ignore,
-                                 bwd ? (const T *)tensor_ptr(src) : nullptr, bwd)));
+                                    bwd ? (const T *)tensor_ptr(src) : nullptr, bwd, cu_bad_index_word(dev))));
 }
 zorch_status cuda_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n, int64_t c,
                              int64_t ignore) {

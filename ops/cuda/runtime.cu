@@ -28,6 +28,39 @@ cudaStream_t cu_stream(int dev) {
   return streams[dev];
 }
 
+static int64_t *bad_host[MAX_DEV], *bad_dev[MAX_DEV];
+static std::once_flag bad_once[MAX_DEV];
+
+int64_t *cu_bad_index_word(int dev) {
+  if (dev < 0 || dev >= MAX_DEV) return nullptr;
+  std::call_once(bad_once[dev], [dev] {
+    cu_stream(dev);
+    void *h = nullptr, *d = nullptr;
+    if (cudaHostAlloc(&h, 4 * sizeof(int64_t), cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostGetDevicePointer(&d, h, 0) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    bad_host[dev] = (int64_t *)h;
+    bad_dev[dev] = (int64_t *)d;
+    bad_host[dev][0] = 0;
+  });
+  return bad_dev[dev];
+}
+
+// After a wait for the device: a bad index a kernel found becomes the error.
+static zorch_status check_bad_index(int dev) {
+  volatile int64_t *w = bad_host[dev];
+  if (!w || !w[0]) return ZORCH_OK;
+  static const char *const ops[] = {"", "index_select", "index_add", "cross_entropy"};
+  int op = (int)w[0];
+  long long v = (long long)w[1], n = (long long)w[2];
+  w[0] = 0;
+  return err_set(ZORCH_ERR_ARG, "%s: %s %lld out of range for %s %lld (found on cuda:%d by an earlier kernel)",
+                 ops[op >= 1 && op <= 3 ? op : 0], op == CU_BAD_TARGET ? "target" : "index", v,
+                 op == CU_BAD_TARGET ? "classes:" : "a dimension of size", n, dev);
+}
+
 zorch_status cu_launched(const char *op) {
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return ZORCH_OK;
@@ -179,7 +212,7 @@ extern "C" zorch_status zorch_cuda_empty_cache(int dev) {
 extern "C" zorch_status zorch_cuda_synchronize(int dev) {
   if (check_dev(dev)) return zorch_last_status();
   CUDA_TRY(cudaStreamSynchronize(cu_stream(dev)));
-  return ZORCH_OK;
+  return check_bad_index(dev);
 }
 
 // ---- copies: queued on the stream; a copy to the host waits for it --------------------
@@ -187,7 +220,7 @@ zorch_status cuda_to_host(void *dst, const void *src, size_t n, int dev) {
   cudaStream_t s = cu_stream(dev);
   CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
   CUDA_TRY(cudaStreamSynchronize(s));
-  return ZORCH_OK;
+  return check_bad_index(dev);
 }
 
 // From pageable host memory the copy returns once the source was read, so the
