@@ -84,10 +84,13 @@ for epoch = first_epoch, opt.epochs do
       steps = steps + 1
       if ckdir ~= "" and every > 0 and steps % every == 0 then engine:save_checkpoint(ckdir) end
     end
-    total, n = total + loss:item(), n + 1
+    -- on a GPU the losses add up there: reading each one would wait for the GPU every step
+    if engine.device == "cpu" then total = total + loss:item() else total = loss:detach() + total end
+    n = n + 1
     samples = samples + x:size(1)
     if opt.steps > 0 and steps >= opt.steps then break end
   end
+  if zorch.is_tensor(total) then total = total:item() end
   mean = engine:mean(total / math.max(n, 1)) -- over every rank's batches
   -- the epoch's mean loss: the last batch's alone is noisy
   if not opt.quiet then
