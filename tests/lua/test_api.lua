@@ -261,6 +261,10 @@ if not zorch.cuda.available() then
          "zorch.cuda.memory_stats", "cuda")
 end
 raises("Engine checks the device name", function() zorch.Engine{device = "gpu"} end, "device", "\"cuda:N\"", "gpu")
+raises("zorch.cuda.memory_stats checks the device name", function() zorch.cuda.memory_stats("tpu") end,
+       "zorch.cuda", "tpu")
+raises("zorch.cuda.allow_tf32 takes a boolean", function() zorch.cuda.allow_tf32("yes") end, "boolean")
+ok(zorch.cuda.allow_tf32() == false, "TF32 is off by default")
 ok(math.type(zorch.cuda.device_count()) == "integer" and type(zorch.cuda.built()) == "boolean",
    "zorch.cuda reports the build and the devices")
 ok(zorch.local_rank() == 0, "local_rank is 0 in a single process")
