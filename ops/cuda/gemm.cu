@@ -35,7 +35,7 @@ struct plan {
   cublasLtMatmulAlgo_t algo;
   bool ok = false;
 };
-typedef std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int> plan_key;
+typedef std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int> plan_key;
 struct lt_dev {
   cublasLtHandle_t h = nullptr;
   void *ws = nullptr;
@@ -88,6 +88,9 @@ static zorch_status make_plan(lt_dev *d, const gemm_args *g, int epi, bool tf32,
   LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &oa, sizeof oa), "transpose");
   cublasLtEpilogue_t e = (cublasLtEpilogue_t)epi;
   LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "epilogue");
+  if (epi & CUBLASLT_EPILOGUE_BIAS)
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias),
+           "bias pointer");
   LT_TRY(cublasLtMatrixLayoutCreate(&p->la, io, g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb), "layout");
   LT_TRY(cublasLtMatrixLayoutCreate(&p->lb, io, g->ta ? g->m : g->k, g->ta ? g->k : g->m, g->lda), "layout");
   LT_TRY(cublasLtMatrixLayoutCreate(&p->lc, io, g->n, g->m, g->ldc), "layout");
@@ -137,8 +140,9 @@ static zorch_status run(lt_dev *d, const gemm_args *g, int epi, double beta, boo
   int al = align_of(g->a);
   al = std::min(al, align_of(g->b));
   al = std::min(al, align_of(g->c));
-  if (g->bias && epi != CUBLASLT_EPILOGUE_DEFAULT) al = std::min(al, align_of(g->bias));
-  plan_key key{g->dt, g->ta, g->tb, g->m, g->n, g->k, g->lda, g->ldb, g->ldc, epi, beta != 0, tf32, al};
+  // the heuristic reads the bias pointer's alignment from the descriptor
+  int bal = (epi & CUBLASLT_EPILOGUE_BIAS) ? align_of(g->bias) : 0;
+  plan_key key{g->dt, g->ta, g->tb, g->m, g->n, g->k, g->lda, g->ldb, g->ldc, epi, beta != 0, tf32, al, bal};
   plan *p;
   {
     std::lock_guard<std::mutex> lk(lt_lock);
