@@ -44,36 +44,30 @@ static inline unsigned cu_blocks(int64_t n) {
 
 // ---- block-wide sums and maxima (256 threads), in a fixed tree so results
 // repeat bit for bit; every thread gets the result ----
-__device__ inline double cu_block_sum(double v) {
+struct fold_add {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
+struct fold_max {  // NaN wins, as in the CPU's scans
+  __device__ double operator()(double a, double b) const {
+    return (a != a || b != b) ? (a != a ? a : b) : (a > b ? a : b);
+  }
+};
+template <class F>
+__device__ inline double cu_block_fold(double v) {
   __shared__ double sh[256];
   int t = threadIdx.x;
   sh[t] = v;
   __syncthreads();
   for (int w = 128; w > 0; w >>= 1) {
-    if (t < w) sh[t] += sh[t + w];
+    if (t < w) sh[t] = F()(sh[t], sh[t + w]);
     __syncthreads();
   }
   double r = sh[0];
   __syncthreads();  // sh is reused by the next call
   return r;
 }
-// NaN wins, as in the CPU's scans
-__device__ inline double cu_block_max(double v) {
-  __shared__ double sh[256];
-  int t = threadIdx.x;
-  sh[t] = v;
-  __syncthreads();
-  for (int w = 128; w > 0; w >>= 1) {
-    if (t < w) {
-      double a = sh[t], b = sh[t + w];
-      sh[t] = (a != a || b != b) ? (a != a ? a : b) : (a > b ? a : b);
-    }
-    __syncthreads();
-  }
-  double r = sh[0];
-  __syncthreads();
-  return r;
-}
+__device__ inline double cu_block_sum(double v) { return cu_block_fold<fold_add>(v); }
+__device__ inline double cu_block_max(double v) { return cu_block_fold<fold_max>(v); }
 
 // ---- strided operands: up to 4 tensors of one shape, strides in bytes ----
 struct geom {
