@@ -43,7 +43,7 @@ end
 -- Rows `idx` (an int64 tensor of 1-based indices) of every tensor.
 function TensorDataset:batch(idx)
   local out = {}
-  for k, t in ipairs(self.tensors) do out[k] = zorch.index_select(t, 1, idx) end
+  for k, t in ipairs(self.tensors) do out[k] = zorch.index_select(t, 1, idx:to(t:device())) end
   return table.unpack(out)
 end
 
@@ -51,19 +51,33 @@ local DataLoader = {}
 DataLoader.__index = DataLoader
 DataLoader.__len = function(l) return l:num_batches() end
 
--- data.DataLoader(dataset, {batch_size = 1, shuffle = false, drop_last = false, seed = 0})
+-- data.DataLoader(dataset, {batch_size = 1, shuffle = false, drop_last = false, seed = 0,
+-- device = nil}): with a device ("cuda"), every batch's tensors are moved there
+-- (Engine:prepare sets the engine's device).
 function data.DataLoader(ds, opts)
   if type(ds) ~= "table" or not ds.batch then error("DataLoader: expected a dataset (data.TensorDataset)", 2) end
   opts = opts or {}
-  local allowed = {batch_size = true, shuffle = true, drop_last = true, seed = true}
+  local allowed = {batch_size = true, shuffle = true, drop_last = true, seed = true, device = true}
   for k in pairs(opts) do
-    if not allowed[k] then error(("DataLoader: unknown option '%s' (allowed: batch_size, drop_last, seed, shuffle)"):format(tostring(k)), 2) end
+    if not allowed[k] then
+      error(("DataLoader: unknown option '%s' (allowed: batch_size, device, drop_last, seed, shuffle)"):format(tostring(k)), 2)
+    end
   end
   local bs = opts.batch_size or 1
   if math.type(bs) ~= "integer" or bs < 1 then error("DataLoader: batch_size must be a positive integer", 2) end
+  if opts.device ~= nil and type(opts.device) ~= "string" then error("DataLoader: device must be a string (\"cuda\")", 2) end
   return setmetatable({dataset = ds, batch_size = bs, shuffle = opts.shuffle or false,
                        drop_last = opts.drop_last or false, seed = opts.seed or 0, epoch = 0,
-                       rank = 0, world_size = 1}, DataLoader)
+                       rank = 0, world_size = 1, device = opts.device}, DataLoader)
+end
+
+local function to_device(device, ...)
+  if not device then return ... end
+  local out = table.pack(...)
+  for i = 1, out.n do
+    if zorch.is_tensor(out[i]) then out[i] = out[i]:to(device) end
+  end
+  return table.unpack(out, 1, out.n)
 end
 
 -- Batches of an epoch; with world_size N (set by the engine) every global batch of
@@ -133,7 +147,7 @@ function DataLoader:iter()
     if last < first then return nil end
     local rows = {}
     for i = first, last do rows[#rows + 1] = order[i] end
-    return self.dataset:batch(zorch.tensor(rows, {dtype = "int64"}))
+    return to_device(self.device, self.dataset:batch(zorch.tensor(rows, {dtype = "int64"})))
   end
 end
 

@@ -77,7 +77,6 @@ for epoch = first_epoch, opt.epochs do
   model:train()
   local total, n = 0, 0
   for x, y in loader:iter() do
-    if engine.device ~= "cpu" then x, y = x:to(engine.device), y:to(engine.device) end
     loss = criterion(model(x), y)
     adam:zero_grad(); engine:backward(loss)
     if adam:step() then

@@ -189,6 +189,18 @@ local function train(device)
 end
 same(train("cpu"), train("cuda"), 1e-5, "SimpleNet, 8 Adam steps: the GPU matches the CPU")
 
+-- loaders hand batches over on the device, from CPU or GPU datasets
+do
+  local X, Y = zorch.randn(20, 3), zorch.randn(20, 1)
+  local l1 = zorch.data.DataLoader(zorch.data.TensorDataset(X, Y), {batch_size = 8, device = "cuda"})
+  local l2 = zorch.data.DataLoader(zorch.data.TensorDataset(X:to("cuda"), Y:to("cuda")), {batch_size = 8})
+  local it1, it2 = l1:iter(), l2:iter()
+  local x1, y1 = it1()
+  local x2 = it2()
+  tap.ok(x1:device() == "cuda:0" and y1:device() == "cuda:0" and x2:device() == "cuda:0" and rel(x1:to("cpu"), x2) == 0,
+         "a loader with device = \"cuda\" and a dataset of GPU tensors give the same batches on the GPU")
+end
+
 -- the ZeRO engine on the GPU, every stage, against the CPU (one process)
 local function engine_run(device, stage, precision)
   zorch.manual_seed(6)

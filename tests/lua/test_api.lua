@@ -240,6 +240,15 @@ ok(tostring(fused):find("activation=relu", 1, true) and (fy:relu() - fy):abs():m
    "nn.Linear{activation = \"relu\"} fuses the activation")
 raises("nn.Linear checks the activation", function() zorch.nn.Linear(4, 3, {activation = "tanh"}) end, "activation", "tanh")
 
+-- a loader's device option
+do
+  local l = zorch.data.DataLoader(zorch.data.TensorDataset(zorch.randn(6, 2)), {batch_size = 4, device = "cpu"})
+  local x = l:iter()()
+  ok(x:device() == "cpu" and x.shape[1] == 4, "DataLoader{device = ...} hands batches over on that device")
+  raises("DataLoader checks the device", function() zorch.data.DataLoader(zorch.data.TensorDataset(zorch.randn(2)), {device = 1}) end,
+         "DataLoader", "device")
+end
+
 -- 16-bit means scale in float32 and round once
 local h = zorch.randn(50, 7):to("bfloat16")
 ok(h:mean(1):dtype() == "bfloat16" and
