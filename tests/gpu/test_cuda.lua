@@ -259,6 +259,22 @@ for _, stage in ipairs({1, 2, 3}) do
   tap.ok(good, ("simple_net.lua --device cuda at stage %d through NCCL matches the CPU run%s"):format(stage,
     good and "" or (": " .. cpu_out .. out)))
 end
+-- several GPUs (one rank each) over NCCL, where the machine has them
+if zorch.cuda.device_count() >= 2 and tap.has_mpi(bin) then
+  local n = zorch.cuda.device_count() >= 4 and 4 or 2 -- global batch 64, as the CPU run
+  for _, stage in ipairs({0, 2, 3}) do
+    local out, ok = tap.run(("%s launch -n %d ../models/simple_net.lua --steps 30 --quiet --device cuda --zero-stage %d " ..
+      "--batch-size %d --save %s/multi%d.safetensors"):format(bin, n, stage, 64 // n, dir, stage))
+    local good = cpu_ok and ok
+    if good then
+      local c, g = zorch.load(dir .. "/cpu.safetensors"), zorch.load(dir .. "/multi" .. stage .. ".safetensors")
+      local worst = 0
+      for k, v in pairs(c) do worst = math.max(worst, rel(v, g[k]:to("cuda"))) end
+      good = worst < 1e-5
+    end
+    tap.ok(good, ("%d GPUs at stage %d over NCCL match one CPU process%s"):format(n, stage, good and "" or (": " .. out)))
+  end
+end
 os.execute("rm -rf " .. dir)
 
 -- the allocator: blocks reused (no cudaMalloc per op), out-of-memory as an error
