@@ -13,7 +13,8 @@ MPI_DIR  := /usr/lib/x86_64-linux-gnu/openmpi
 MPI      ?= $(if $(wildcard $(MPI_DIR)/include/mpi.h),1,$(if $(wildcard build/.deps-ok),,1))
 MPI_FLAGS := $(if $(MPI),-DZORCH_MPI -I$(MPI_DIR)/include,)
 # CUDA: built when nvcc is found (or `make CUDA=1`): ops/cuda for sm_80 and
-# sm_90 (+ PTX) with the toolkit at CUDA_DIR, linking cudart, cuBLASLt and NCCL.
+# sm_90 (+ PTX) with the toolkit at CUDA_DIR, linking cudart, cuBLASLt (cuBLAS
+# for the shapes it has no algorithm for) and NCCL.
 # `make CUDA=0` builds the CPU-only library; sanitizer builds are CPU-only.
 CUDA_DIR ?= /usr/local/cuda
 NVCC     ?= $(CUDA_DIR)/bin/nvcc
@@ -31,7 +32,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
 EXT_LIBS := -lcjson $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) \
-            $(if $(filter 1,$(CUDA)),-L$(CUDA_DIR)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_DIR)/lib64 -lcudart -lcublasLt -lnccl -lstdc++,)
+            $(if $(filter 1,$(CUDA)),-L$(CUDA_DIR)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_DIR)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++,)
 CUDA_SRC := $(wildcard ops/cuda/*.cu)
 ifeq ($(CUDA),1)
 LIB_OBJ  += $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)

@@ -3,8 +3,11 @@
 // switched on), bfloat16 and float16 (float32 accumulation and scale) and
 // float64; the bias and relu epilogues fuse nn.Linear's bias and activation.
 // A plan (descriptors, layouts and the heuristic's algorithm) is made once per
-// shape, layout, epilogue and pointer alignment, then reused.
+// shape, layout, epilogue and pointer alignment, then reused. Shapes cuBLASLt
+// has no algorithm for (odd leading dimensions of 16-bit matrices, say) go to
+// cublasGemmEx.
 #include <cublasLt.h>
+#include <cublas_v2.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -171,6 +174,32 @@ static zorch_status run(lt_dev *d, const gemm_args *g, int epi, double beta, boo
   return ZORCH_OK;
 }
 
+// The fallback: cuBLAS's general GEMM, same layout trick, float32 (or float64)
+// accumulation.
+static cublasHandle_t blas_handles[64];
+static zorch_status gemm_ex(const gemm_args *g, double beta, bool tf32) {
+  cublasHandle_t &h = blas_handles[g->dev];
+  cudaStream_t s = cu_stream(g->dev);
+  if (!h && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+    h = nullptr;
+    return err_set(ZORCH_ERR_DEVICE, "matmul: cuBLAS could not start on cuda:%d", g->dev);
+  }
+  cublasSetStream(h, s);
+  cudaDataType_t io = g->dt == ZORCH_F64 ? CUDA_R_64F : g->dt == ZORCH_BF16 ? CUDA_R_16BF
+                      : g->dt == ZORCH_F16 ? CUDA_R_16F : CUDA_R_32F;
+  cublasComputeType_t ct = g->dt == ZORCH_F64 ? CUBLAS_COMPUTE_64F : tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  float a32 = (float)g->alpha, b32 = (float)beta;
+  const void *al = g->dt == ZORCH_F64 ? (const void *)&g->alpha : &a32;
+  const void *be = g->dt == ZORCH_F64 ? (const void *)&beta : &b32;
+  cublasStatus_t st = cublasGemmEx(h, g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n,
+                                   (int)g->m, (int)g->k, al, g->b, io, (int)g->ldb, g->a, io, (int)g->lda, be, g->c, io,
+                                   (int)g->ldc, ct, CUBLAS_GEMM_DEFAULT);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return err_set(ZORCH_ERR_DEVICE, "matmul: cublasGemmEx (%lld x %lld x %lld, %s) failed with status %d",
+                   (long long)g->m, (long long)g->n, (long long)g->k, zorch_dtype_name(g->dt), (int)st);
+  return ZORCH_OK;
+}
+
 zorch_status cuda_gemm(const gemm_args *g) {
   if (g->m == 0 || g->n == 0) return ZORCH_OK;
   if (g->k == 0) return err_set(ZORCH_ERR_ARG, "matmul: an empty inner dimension reaches the GEMM");
@@ -198,9 +227,13 @@ zorch_status cuda_gemm(const gemm_args *g) {
     beta = 1;
   }
   st = run(d, g, CUBLASLT_EPILOGUE_DEFAULT, beta, tf32, &none);
-  if (!st && none)
-    return err_set(ZORCH_ERR_DEVICE, "matmul: cuBLASLt has no algorithm for %s (%lld x %lld x %lld)",
-                   zorch_dtype_name(g->dt), (long long)g->m, (long long)g->n, (long long)g->k);
+  if (!st && none) {
+    if (g->m > INT32_MAX || g->n > INT32_MAX || g->k > INT32_MAX || g->lda > INT32_MAX || g->ldb > INT32_MAX ||
+        g->ldc > INT32_MAX)
+      return err_set(ZORCH_ERR_DEVICE, "matmul: no GEMM for %s (%lld x %lld x %lld)", zorch_dtype_name(g->dt),
+                     (long long)g->m, (long long)g->n, (long long)g->k);
+    st = gemm_ex(g, beta, tf32);
+  }
   if (st) return st;
   if (g->relu) {
     CU_FLOAT_DISPATCH(g->dt, (k_relu_rows<S><<<ON(g->m * g->n, dev)>>>((char *)g->c, g->m, g->n, g->ldc)));
