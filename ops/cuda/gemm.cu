@@ -168,9 +168,10 @@ static zorch_status run(lt_dev *d, const gemm_args *g, int epi, double beta, boo
   float a32 = (float)g->alpha, b32 = (float)beta;
   const void *al_p = g->dt == ZORCH_F64 ? (const void *)&g->alpha : &a32;
   const void *be_p = g->dt == ZORCH_F64 ? (const void *)&beta : &b32;
-  LT_TRY(cublasLtMatmul(d->h, p->desc, al_p, g->b, p->la, g->a, p->lb, be_p, g->c, p->lc, g->c, p->lc, &p->algo, d->ws,
-                        WORKSPACE, cu_stream(g->dev)),
-         "matmul");
+  cublasStatus_t st = cublasLtMatmul(d->h, p->desc, al_p, g->b, p->la, g->a, p->lb, be_p, g->c, p->lc, g->c, p->lc,
+                                     &p->algo, d->ws, WORKSPACE, cu_stream(g->dev));
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) *none = true;  // nothing ran: the caller falls back
+  else if (st != CUBLAS_STATUS_SUCCESS) return lt_fail("matmul", st);
   return ZORCH_OK;
 }
 
