@@ -246,33 +246,30 @@ local bin = tap.zorch()
 local dir = tap.tmpdir()
 local cpu_out, cpu_ok = tap.run(("%s ../models/simple_net.lua --steps 30 --quiet --save %s/cpu.safetensors --zero-stage 3")
   :format(bin, dir))
-for _, stage in ipairs({1, 2, 3}) do
-  local out, ok = tap.run(("ZORCH_NCCL_SINGLE=1 %s ../models/simple_net.lua --steps 30 --quiet --device cuda " ..
-    "--zero-stage %d --save %s/gpu%d.safetensors"):format(bin, stage, dir, stage))
+-- runs simple_net.lua on the GPU (cmd: how zorch is started) and compares its
+-- saved model with the CPU run's
+local function matches_cpu(desc, cmd, flags, name)
+  local out, ok = tap.run(("%s ../models/simple_net.lua --steps 30 --quiet --device cuda %s --save %s/%s.safetensors")
+    :format(cmd, flags, dir, name))
   local good = cpu_ok and ok
   if good then
-    local c, g = zorch.load(dir .. "/cpu.safetensors"), zorch.load(dir .. "/gpu" .. stage .. ".safetensors")
+    local c, g = zorch.load(dir .. "/cpu.safetensors"), zorch.load(dir .. "/" .. name .. ".safetensors")
     local worst = 0
     for k, v in pairs(c) do worst = math.max(worst, rel(v, g[k]:to("cuda"))) end
     good = worst < 1e-5
   end
-  tap.ok(good, ("simple_net.lua --device cuda at stage %d through NCCL matches the CPU run%s"):format(stage,
-    good and "" or (": " .. cpu_out .. out)))
+  tap.ok(good, desc .. (good and "" or (": " .. cpu_out .. out)))
+end
+for _, stage in ipairs({1, 2, 3}) do
+  matches_cpu(("simple_net.lua --device cuda at stage %d through NCCL matches the CPU run"):format(stage),
+              "ZORCH_NCCL_SINGLE=1 " .. bin, "--zero-stage " .. stage, "gpu" .. stage)
 end
 -- several GPUs (one rank each) over NCCL, where the machine has them
 if zorch.cuda.device_count() >= 2 and tap.has_mpi(bin) then
   local n = zorch.cuda.device_count() >= 4 and 4 or 2 -- global batch 64, as the CPU run
   for _, stage in ipairs({0, 2, 3}) do
-    local out, ok = tap.run(("%s launch -n %d ../models/simple_net.lua --steps 30 --quiet --device cuda --zero-stage %d " ..
-      "--batch-size %d --save %s/multi%d.safetensors"):format(bin, n, stage, 64 // n, dir, stage))
-    local good = cpu_ok and ok
-    if good then
-      local c, g = zorch.load(dir .. "/cpu.safetensors"), zorch.load(dir .. "/multi" .. stage .. ".safetensors")
-      local worst = 0
-      for k, v in pairs(c) do worst = math.max(worst, rel(v, g[k]:to("cuda"))) end
-      good = worst < 1e-5
-    end
-    tap.ok(good, ("%d GPUs at stage %d over NCCL match one CPU process%s"):format(n, stage, good and "" or (": " .. out)))
+    matches_cpu(("%d GPUs at stage %d over NCCL match one CPU process"):format(n, stage), bin .. " launch -n " .. n,
+                ("--zero-stage %d --batch-size %d"):format(stage, 64 // n), "multi" .. stage)
   end
 end
 os.execute("rm -rf " .. dir)
