@@ -12,6 +12,8 @@ MPI_DIR  := /usr/lib/x86_64-linux-gnu/openmpi
 # (before scripts/deps.sh has run, assume the Open MPI it installs)
 MPI      ?= $(if $(wildcard $(MPI_DIR)/include/mpi.h),1,$(if $(wildcard build/.deps-ok),,1))
 MPI_FLAGS := $(if $(MPI),-DZORCH_MPI -I$(MPI_DIR)/include,)
+# GNU readline for the REPL (line editing, history), the same way
+READLINE ?= $(if $(wildcard /usr/include/readline/readline.h),1,$(if $(wildcard build/.deps-ok),,1))
 # CUDA: built when nvcc is found (or `make CUDA=1`): ops/cuda for sm_80 and
 # sm_90 (+ PTX) with the toolkit at CUDA_DIR, linking cudart, cuBLASLt (cuBLAS
 # for the shapes it has no algorithm for) and NCCL.
@@ -80,7 +82,8 @@ $(BUILD)/zorch.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(EXT_LIBS) $(LDLIBS)
 
 $(BUILD)/zorch: vm/main.c $(BUILD)/libzorch.a
-	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) -lreadline $(LDLIBS)
+	$(CC) $(CFLAGS) $(if $(READLINE),-DZORCH_READLINE,) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) \
+	  $(if $(READLINE),-lreadline,) $(LDLIBS)
 
 # The Lua modules, compiled into the library.
 $(BUILD)/gen/lua_modules.c: $(LUA_SRC) scripts/embed_lua.sh

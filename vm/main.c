@@ -10,8 +10,23 @@
 #include <errno.h>
 #include <unistd.h>
 
+#ifdef ZORCH_READLINE
 #include <readline/history.h>
 #include <readline/readline.h>
+#else
+/* Built without GNU readline: plain lines, no editing or history. */
+static char *readline(const char *prompt) {
+  static char buf[1 << 16];
+  fputs(prompt, stdout);
+  fflush(stdout);
+  if (!fgets(buf, sizeof buf, stdin)) return NULL;
+  buf[strcspn(buf, "\n")] = 0;
+  return strdup(buf);
+}
+static void add_history(const char *line) { (void)line; }
+static int read_history(const char *path) { return (void)path, 0; }
+static int write_history(const char *path) { return (void)path, 0; }
+#endif
 
 #include "zorch.h"
 
