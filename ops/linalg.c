@@ -243,7 +243,6 @@ zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b
   zorch_status st = out ? ZORCH_OK : zorch_last_status();
   if (!st && in_f == 0) { /* an empty sum: the bias alone */
     st = backend_of(out)->fill(out, 0);
-    act = ZORCH_ACT_NONE;
     if (!st && bc) {
       int64_t os2[2] = {rows, out_f};
       zorch_tensor *o2 = tensor_alias(out, 2, os2, (int64_t[]){out_f, 1}, 0);
@@ -251,6 +250,7 @@ zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b
       st = bv ? backend_of(out)->copy(o2, bv) : zorch_last_status();
       op_free(o2, bv, NULL, NULL);
     }
+    if (!st && act == ZORCH_ACT_RELU) st = backend_of(out)->unary(UOP_RELU, out, out, 0, 0);
   } else if (!st) {
     gemm_args ga = {.dt = cd, .dev = out->st->device.index, .tb = false, .relu = act == ZORCH_ACT_RELU,
                     .m = rows, .n = out_f, .k = in_f, .lda = in_f, .ldc = out_f, .alpha = 1.0,

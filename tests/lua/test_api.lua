@@ -233,6 +233,8 @@ for _, dt in ipairs({"float32", "float64"}) do
     (gw - w.grad):abs():max():item() == 0 and (gb - b.grad):abs():max():item() == 0
   ok(same and (y1:relu() - y1):abs():max():item() == 0, "linear(x, w, b, \"relu\") equals relu(linear(x, w, b)) with its gradients in " .. dt)
 end
+local e0 = zorch.linear(zorch.randn(3, 0), zorch.randn(2, 0), zorch.tensor({-1, 2}), "relu")
+ok(e0[1][1]:item() == 0 and e0[3][2]:item() == 2, "linear with no input features is relu(bias)")
 raises("an unknown activation is named", function() zorch.linear(zorch.ones(2, 2), zorch.ones(2, 2), nil, "gelu") end, "gelu")
 local fused = zorch.nn.Linear(4, 3, {activation = "relu"})
 local fy = fused(zorch.randn(5, 4))
