@@ -179,10 +179,14 @@ static zorch_status check_same_dev(const char *op, const zorch_tensor *a, const 
    cuda ones through a one-rank NCCL communicator (to check the NCCL path on a
    machine with one GPU). */
 static bool local_only(const zero_comm *c, const zorch_tensor *t) {
+  static int single = -1; /* read once: collectives run per bucket */
   if (c->world > 1) return false;
   if (!ON_GPU(t)) return true;
-  const char *v = getenv("ZORCH_NCCL_SINGLE");
-  return !(v && *v == '1');
+  if (single < 0) {
+    const char *v = getenv("ZORCH_NCCL_SINGLE");
+    single = v && *v == '1';
+  }
+  return !single;
 }
 
 /* The one-process collective: a copy on the buffers' device. */

@@ -452,7 +452,8 @@ zorch_tensor *zero_engine_target(zero_engine *e) {
 zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, double max_norm, double *norm) {
   if (!zorch_tensor_is_contiguous(g) || g->dtype != ZORCH_F32)
     return err_set(ZORCH_ERR_ARG, "zero: clipping needs a contiguous float32 gradient");
-  /* the sum of squares in float64: in order on the CPU, on the device otherwise */
+  /* the sum of squares (float64 for the all-reduce): in order on the CPU, on the
+     device otherwise */
   zorch_tensor *t = NULL;
   if (e->dev.type == ZORCH_CPU) {
     const float *p = (const float *)tensor_ptr(g);
@@ -461,11 +462,12 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, dou
     for (int64_t i = 0; i < n; i++) s += (double)p[i] * p[i];
     t = zorch_full(1, &one, s, ZORCH_F64, e->dev);
   } else {
-    zorch_tensor *g64 = zorch_to_dtype(g, ZORCH_F64), *sq2 = g64 ? zorch_mul(g64, g64) : NULL;
-    zorch_tensor *s0 = sq2 ? zorch_sum(sq2, 0, NULL, false) : NULL;
+    /* squares in float32 (no float64 copy of the shard), summed in double */
+    zorch_tensor *sq2 = zorch_mul(g, g), *s0 = sq2 ? zorch_sum(sq2, 0, NULL, false) : NULL;
     int64_t one = 1;
-    t = s0 ? zorch_reshape(s0, 1, &one) : NULL;
-    op_free(g64, sq2, s0, NULL);
+    zorch_tensor *s1 = s0 ? zorch_reshape(s0, 1, &one) : NULL;
+    t = s1 ? zorch_to_dtype(s1, ZORCH_F64) : NULL;
+    op_free(sq2, s0, s1, NULL);
   }
   zorch_status st = t ? ZORCH_OK : zorch_last_status();
   if (!st && sharded && e->c->world > 1) {

@@ -56,9 +56,13 @@ static zorch_status check_bad_index(int dev) {
   int op = (int)w[0];
   long long v = (long long)w[1], n = (long long)w[2];
   w[0] = 0;
-  return err_set(ZORCH_ERR_ARG, "%s: %s %lld out of range for %s %lld (found on cuda:%d by an earlier kernel)",
-                 ops[op >= 1 && op <= 3 ? op : 0], op == CU_BAD_TARGET ? "target" : "index", v,
-                 op == CU_BAD_TARGET ? "classes:" : "a dimension of size", n, dev);
+  const char *name = ops[op >= 1 && op <= 3 ? op : 0];
+  if (op == CU_BAD_TARGET)
+    return err_set(ZORCH_ERR_ARG, "%s: target %lld out of range for %lld classes (found on cuda:%d by an earlier kernel)",
+                   name, v, n, dev);
+  return err_set(ZORCH_ERR_ARG,
+                 "%s: index %lld out of range for a dimension of size %lld (found on cuda:%d by an earlier kernel)", name,
+                 v, n, dev);
 }
 
 zorch_status cu_launched(const char *op) {
@@ -93,7 +97,7 @@ geom cu_geom(int nops, const zorch_tensor *const *ts) {
 }
 
 // ---- caching allocator ----------------------------------------------------------------
-// Blocks are reused by power-of-two size class (512 bytes up), per device. A
+// Blocks are reused by size class (round_class), per device. A
 // freed block goes back to its class at once: every kernel of a device runs on
 // its one stream, so a later kernel that gets the block runs after the earlier
 // ones that used it. On out-of-memory the cached blocks are released (cudaFree
@@ -107,7 +111,10 @@ struct dev_cache {
 std::mutex alloc_lock;
 dev_cache caches[MAX_DEV];
 
+// Small blocks by power of two (512 bytes up); above 1 MiB by multiples of
+// 2 MiB, so a large tensor wastes at most 2 MiB, not up to half its size.
 size_t round_class(size_t n) {
+  if (n > ((size_t)1 << 20)) return (n + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
   size_t c = 512;
   while (c < n) c <<= 1;
   return c;
@@ -146,7 +153,7 @@ void *cuda_alloc(int dev, size_t nbytes) {
         err_set(ZORCH_ERR_OOM,
                 "cuda:%d: out of memory allocating %zu bytes (%zu held by zorch's tensors, %zu free of %zu on "
                 "the device)",
-                dev, c, dc.in_use, fr, tot);
+                dev, nbytes, dc.in_use, fr, tot);
         return nullptr;
       }
     }
