@@ -68,10 +68,10 @@ zorch_status lt_fail(const char *what, cublasStatus_t st) {
 static zorch_status lt_get(int dev, lt_dev **out) {
   if (dev < 0 || dev >= 64) return err_set(ZORCH_ERR_DEVICE, "matmul: no device %d", dev);
   lt_dev &d = lts[dev];
-  if (!d.h) {
+  if (!d.h) {  // the workspace first, so a handle never exists without one
     cu_stream(dev);
+    if (!d.ws) CUDA_TRY(cudaMalloc(&d.ws, WORKSPACE));
     LT_TRY(cublasLtCreate(&d.h), "create");
-    CUDA_TRY(cudaMalloc(&d.ws, WORKSPACE));
   }
   *out = &d;
   return ZORCH_OK;
@@ -81,7 +81,23 @@ static cudaDataType_t lt_type(zorch_dtype dt) {
   return dt == ZORCH_F64 ? CUDA_R_64F : dt == ZORCH_BF16 ? CUDA_R_16BF : dt == ZORCH_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
+static void plan_free(plan *p) {
+  if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+}
+
+static zorch_status make_plan_parts(lt_dev *d, const gemm_args *g, int epi, bool tf32, int al, plan *p);
+
+// A plan, or an error with nothing left allocated.
 static zorch_status make_plan(lt_dev *d, const gemm_args *g, int epi, bool tf32, int al, plan *p) {
+  zorch_status st = make_plan_parts(d, g, epi, tf32, al, p);
+  if (st) plan_free(p);
+  return st;
+}
+
+static zorch_status make_plan_parts(lt_dev *d, const gemm_args *g, int epi, bool tf32, int al, plan *p) {
   cublasComputeType_t ct = g->dt == ZORCH_F64 ? CUBLAS_COMPUTE_64F : tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   cudaDataType_t io = lt_type(g->dt), scale = g->dt == ZORCH_F64 ? CUDA_R_64F : CUDA_R_32F;
   LT_TRY(cublasLtMatmulDescCreate(&p->desc, ct, scale), "descriptor");
