@@ -180,7 +180,7 @@ static void print_info(void) {
          ngpu == 1 ? "" : "s");
 #else
   printf("  backends: cpu\n");
-  printf("  cuda:     not built (make CUDA=1)\n");
+  printf("  cuda:     not built (no nvcc at build time, or make CUDA=0)\n");
 #endif
   printf("  nccl:     %s\n", ZORCH_HAVE_NCCL ? "built (ZeRO collectives of cuda tensors)" : "not built");
   printf("  mpi:      %s\n", ZORCH_HAVE_MPI ? "Open MPI (zorch launch)" : "not built");
