@@ -29,7 +29,7 @@ LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I/usr/include/lua5.4
 LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/engine.lua lua/checkpoint.lua
-LIB_SRC  := $(filter-out vm/main.c $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/*.c ops/*.c ops/cpu/*.c lua/*.c zero/*.c))
+LIB_SRC  := $(filter-out vm/host/main.c $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
@@ -67,7 +67,7 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(OPT_K) -c $< -o $@
 
-$(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/cuda/cuda.h ops/math.h vm/device.h vm/tensor.h include/zorch.h
+$(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/cuda/cuda.h ops/math.h ops/backend.h vm/core/device.h vm/core/tensor.h include/zorch.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -81,7 +81,7 @@ $(BUILD)/libzorch.so: $(LIB_OBJ)
 $(BUILD)/zorch.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(EXT_LIBS) $(LDLIBS)
 
-$(BUILD)/zorch: vm/main.c $(BUILD)/libzorch.a
+$(BUILD)/zorch: vm/host/main.c $(BUILD)/libzorch.a
 	$(CC) $(CFLAGS) $(if $(READLINE),-DZORCH_READLINE,) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) \
 	  $(if $(READLINE),-lreadline,) $(LDLIBS)
 
@@ -96,7 +96,7 @@ $(BUILD)/obj/gen/lua_modules.o: $(BUILD)/gen/lua_modules.c
 
 $(BUILD)/tests/%: tests/%.c tests/tap.h $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ivm $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Ivm/core $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
 # The suite: every tests/test_*.c is a TAP program; prove prints the summary.
 # A CUDA build (the default where nvcc exists) also runs tests/gpu, which skip

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../vm/tensor.h"
+#include "../vm/core/tensor.h"
 #include "../zero/comm.h"
 #include "../zero/engine.h"
 #include "lz.h"

@@ -3,86 +3,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "math.h"
 #include "ops.h"
 
 static const zorch_device cpu_dev = {ZORCH_CPU, 0};
 
-zorch_tensor *op_empty(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt) {
-  return tensor_new(ndim, shape, dt, like->st->device);
-}
-
-zorch_tensor *op_zeros(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt) {
-  return zorch_zeros(ndim, shape, dt, like->st->device);
-}
-
-void op_free(zorch_tensor *a, zorch_tensor *b, zorch_tensor *c, zorch_tensor *d) {
-  zorch_tensor_free(a);
-  zorch_tensor_free(b);
-  zorch_tensor_free(c);
-  zorch_tensor_free(d);
-}
-
-zorch_dtype op_compute_dtype(zorch_dtype dt) {
-  return dt == ZORCH_F64 ? ZORCH_F64 : ZORCH_F32;
-}
-
-zorch_dtype op_compute_dtype_on(const zorch_tensor *like, zorch_dtype dt) {
-  if ((dt == ZORCH_BF16 || dt == ZORCH_F16) && backend_of(like)->native16) return dt;
-  return op_compute_dtype(dt);
-}
-
-zorch_tensor *op_cast(zorch_tensor *t, zorch_dtype dt) {
-  if (t->dtype == dt) return zorch_tensor_retain(t);
-  zorch_tensor *out = op_empty(t, t->ndim, t->shape, dt);
-  if (!out) return NULL;
-  zorch_status st = backend_of(t)->copy(out, t);
-  if (st) {
-    zorch_tensor_free(out);
-    return NULL;
-  }
-  return out;
-}
-
-zorch_tensor *op_recast(zorch_tensor *out, zorch_dtype dt) {
-  if (!out || out->dtype == dt) return out;
-  zorch_tensor *r = op_cast(out, dt);
-  zorch_tensor_free(out);
-  return r;
-}
-
-zorch_tensor *op_contig(zorch_tensor *t) {
-  if (zorch_tensor_is_contiguous(t)) return zorch_tensor_retain(t);
-  zorch_tensor *out = tensor_new_like(t);
-  if (!out) return NULL;
-  if (backend_of(t)->copy(out, t)) {
-    zorch_tensor_free(out);
-    return NULL;
-  }
-  return out;
-}
-
-zorch_tensor *op_broadcast_view(const zorch_tensor *t, int ndim, const int64_t *shape) {
-  int64_t st[ZORCH_MAX_DIMS];
-  int lead = ndim - t->ndim;
-  for (int i = 0; i < ndim; i++) {
-    if (i < lead) {
-      st[i] = 0;
-    } else {
-      int j = i - lead;
-      st[i] = t->shape[j] == shape[i] ? t->strides[j] : 0;
-    }
-  }
-  return tensor_alias(t, ndim, shape, st, t->offset);
-}
-
 /* ---- creation ------------------------------------------------------------------- */
 zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev) {
+  backend_get(dev.type); /* starts a device backend (and its allocator) on first use */
   return tensor_new(ndim, shape, dt, dev);
 }
 
 zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value, zorch_dtype dt,
                          zorch_device dev) {
-  zorch_tensor *t = tensor_new(ndim, shape, dt, dev);
+  zorch_tensor *t = zorch_empty(ndim, shape, dt, dev);
   if (!t) return NULL;
   if (backend_of(t)->fill(t, value)) {
     zorch_tensor_free(t);
@@ -126,11 +60,11 @@ static zorch_tensor *random_tensor(const char *op, int ndim, const int64_t *shap
   if (!zorch_dtype_is_float(dt))
     return err_null(ZORCH_ERR_DTYPE, "%s: needs a floating-point dtype, got %s", op,
                     zorch_dtype_name(dt));
-  zorch_tensor *t = tensor_new(ndim, shape, dt, dev);
+  zorch_tensor *t = zorch_empty(ndim, shape, dt, dev);
   if (!t) return NULL;
   uint64_t seed;
   int64_t n = zorch_tensor_numel(t);
-  uint64_t off = rng_reserve(gen, n, !normal && dt != ZORCH_F64, &seed);
+  uint64_t off = rng_reserve(gen, zm_random_blocks(n, !normal && dt != ZORCH_F64), &seed);
   if (backend_of(t)->random(t, seed, off, normal)) {
     zorch_tensor_free(t);
     return NULL;
@@ -237,7 +171,7 @@ zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev) {
   if (from.type == dev.type && from.index == dev.index) return zorch_tensor_retain(t);
   zorch_tensor *c = op_contig(t);
   if (!c) return NULL;
-  zorch_tensor *out = tensor_new(t->ndim, t->shape, t->dtype, dev);
+  zorch_tensor *out = zorch_empty(t->ndim, t->shape, t->dtype, dev);
   if (!out) {
     zorch_tensor_free(c);
     return NULL;

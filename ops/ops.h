@@ -1,10 +1,9 @@
 /* ops.h: helpers shared by the op definitions in ops/. */
 #ifndef ZORCH_OPS_OPS_H
 #define ZORCH_OPS_OPS_H
-#include "../vm/autograd.h"
-#include "../vm/device.h"
+#include "../vm/core/rng.h"
+#include "backend.h"
 
-uint64_t rng_reserve(zorch_generator *g, int64_t n, bool f32_uniform, uint64_t *seed);
 
 /* A new contiguous tensor on `like`'s device. */
 zorch_tensor *op_empty(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt);

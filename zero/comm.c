@@ -30,7 +30,7 @@
 #define ON_GPU(t) ((void)(t), false)
 #define NCCL_ROUTE(t, what, n, call) (void)0;
 #endif
-#include "../vm/device.h"
+#include "../ops/backend.h"
 
 static zero_comm the_comm = {0, 1, "local", 0, 0};
 static bool comm_ready;

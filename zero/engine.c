@@ -10,8 +10,6 @@
 #include <unistd.h>
 
 #include "../ops/ops.h"
-#include "../vm/autograd.h"
-#include "../vm/device.h"
 
 #define ZERO_ALIGN 16 /* elements: every shard is a multiple of this */
 

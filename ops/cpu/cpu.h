@@ -2,7 +2,7 @@
    kernel runs on, threading, and value conversion. */
 #ifndef ZORCH_OPS_CPU_H
 #define ZORCH_OPS_CPU_H
-#include "../../vm/device.h"
+#include "../backend.h"
 
 /* Elements below which a kernel stays on the calling thread: starting a parallel
    region costs a few microseconds, which small tensors must not pay. */

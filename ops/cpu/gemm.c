@@ -1,6 +1,6 @@
 /* gemm.c: CPU matrix multiply through BLAS, with a plain loop nest where no BLAS
    library is present. */
-#include "../../vm/blas.h"
+#include "blas.h"
 #include "cpu.h"
 
 #define GEMM_REF(T)                                                                    \

@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "../../vm/device.h"
+#include "../backend.h"
 }
 #include "../math.h"
 

@@ -1,5 +1,5 @@
 // runtime.cu: devices, their streams, the caching allocator, host copies and
-// the backend table. Registered by vm/device.c on first use of a cuda device.
+// the backend table. Registered by ops/backend.c on first use of a cuda device.
 #include <map>
 #include <mutex>
 #include <vector>
@@ -246,8 +246,6 @@ static backend make_backend() {
   backend b{};
   b.name = "cuda";
   b.native16 = true;
-  b.alloc = cuda_alloc;
-  b.free = cuda_free;
   b.copy = cuda_copy;
   b.fill = cuda_fill;
   b.unary = cuda_unary;
@@ -272,12 +270,13 @@ static backend make_backend() {
   return b;
 }
 static const backend cuda_backend = make_backend();
+static const device_mem cuda_mem = {cuda_alloc, cuda_free, cuda_count};
 
-// Called once by vm/device.c; with no GPU the device count is 0 and every cuda
+// Called once by ops/backend.c; with no GPU the device count is 0 and every cuda
 // tensor is refused with a clear error.
 extern "C" void cuda_backend_init(void) {
   backend_register(ZORCH_CUDA, &cuda_backend);
-  device_cuda_count = cuda_count;
+  device_mem_register(ZORCH_CUDA, &cuda_mem);
 }
 
 // The device's stream, for the NCCL collectives (zero/nccl.c, plain C).

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd.h"
 #include "device.h"
+#include "node.h"
 
 bool alloc_cache_enabled(void) {
 #if defined(__SANITIZE_ADDRESS__)
@@ -47,22 +47,18 @@ static void cache_put(struct_cache *c, void *p) {
 #define storage_struct_free(s) cache_put(&storage_cache, (s))
 
 static storage *storage_new(size_t nbytes, zorch_device dev) {
-  const backend *be = backend_get(dev.type);
-  if (!be) {
+  const device_mem *m = device_mem_get(dev.type);
+  if (!m || dev.index < 0 || dev.index >= m->count()) {
     char name[32];
+    int n = m ? m->count() : 0;
     zorch_device_name(dev, name, sizeof name);
-    return err_null(ZORCH_ERR_DEVICE, "device %s: backend not built", name);
-  }
-  if (!zorch_device_available(dev)) {
-    char name[32];
-    zorch_device_name(dev, name, sizeof name);
-    return err_null(ZORCH_ERR_DEVICE, "device %s: not available (%d CUDA device%s present)", name,
-                    device_cuda_count ? device_cuda_count() : 0,
-                    device_cuda_count && device_cuda_count() == 1 ? "" : "s");
+    if (!m && dev.type != ZORCH_CUDA) return err_null(ZORCH_ERR_DEVICE, "device %s: backend not built", name);
+    return err_null(ZORCH_ERR_DEVICE, "device %s: not available (%d CUDA device%s present)", name, n,
+                    n == 1 ? "" : "s");
   }
   storage *s = storage_struct_new();
   if (!s) return err_null(ZORCH_ERR_OOM, "out of memory");
-  s->data = be->alloc(dev.index, nbytes);
+  s->data = m->alloc(dev.index, nbytes);
   if (!s->data) {
     storage_struct_free(s);
     /* a device allocator says itself what it was asked and what it holds */
@@ -79,19 +75,19 @@ static void storage_release(storage *s) {
   if (s->deleter)
     s->deleter(s->data, s->deleter_ctx);
   else if (!s->borrowed && s->data)
-    backend_get(s->device.type)->free(s->device.index, s->data);
+    device_mem_get(s->device.type)->free(s->device.index, s->data);
   storage_struct_free(s);
 }
 
 void storage_drop_data(storage *s) {
   if (s->deleter || s->borrowed || !s->data) return;
-  backend_get(s->device.type)->free(s->device.index, s->data);
+  device_mem_get(s->device.type)->free(s->device.index, s->data);
   s->data = NULL;
 }
 
 zorch_status storage_restore_data(storage *s) {
   if (s->data) return ZORCH_OK;
-  if (!(s->data = backend_get(s->device.type)->alloc(s->device.index, s->nbytes)))
+  if (!(s->data = device_mem_get(s->device.type)->alloc(s->device.index, s->nbytes)))
     return s->device.type == ZORCH_CPU ? err_set(ZORCH_ERR_OOM, "out of memory allocating %zu bytes", s->nbytes)
                                        : zorch_last_status();
   return ZORCH_OK;

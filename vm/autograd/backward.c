@@ -1,131 +1,14 @@
-/* autograd.c: node recording, the backward pass, grad mode and hooks. */
-#include "autograd.h"
-
+/* backward.c: the backward pass. It collects the graph under a tensor, runs the
+   nodes in dependency order with grad mode off, fits each gradient to its
+   input's shape and dtype, and accumulates into leaves. It sits above the ops,
+   whose functions it calls to sum, convert and add gradients. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/ops.h"
-#include "device.h"
+#include "../../ops/ops.h"
 
-static _Thread_local bool grad_enabled = true;
-
-bool zorch_set_grad_enabled(bool on) {
-  bool prev = grad_enabled;
-  grad_enabled = on;
-  return prev;
-}
-bool zorch_is_grad_enabled(void) { return grad_enabled; }
-
-bool ag_needed(int n, zorch_tensor *const *in) {
-  if (!grad_enabled) return false;
-  for (int i = 0; i < n; i++)
-    if (in[i] && in[i]->requires_grad) return true;
-  return false;
-}
-
-zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
-                        zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
-                        ag_node **node) {
-  if (node) *node = NULL;
-  if (!out || !ag_needed(nin, in)) return out;
-  ag_node *n = calloc(1, sizeof *n);
-  ag_edge *edges = calloc((size_t)(nin > 0 ? nin : 1), sizeof *edges);
-  if (!n || !edges) {
-    free(n);
-    free(edges);
-    zorch_tensor_free(out);
-    return err_null(ZORCH_ERR_OOM, "%s: out of memory recording the graph", name);
-  }
-  n->refcount = 1;
-  n->name = name;
-  n->backward = fn;
-  n->nin = nin;
-  n->in = edges;
-  for (int i = 0; i < nin; i++) {
-    zorch_tensor *t = in[i];
-    if (!t) continue;
-    edges[i].ndim = t->ndim;
-    memcpy(edges[i].shape, t->shape, sizeof t->shape);
-    edges[i].dtype = t->dtype;
-    if (!t->requires_grad) continue;
-    if (t->grad_fn) {
-      edges[i].node = t->grad_fn;
-      t->grad_fn->refcount++;
-    } else {
-      edges[i].leaf = zorch_tensor_retain(t);
-    }
-  }
-  for (int i = 0; i < nsave && i < AG_MAX_SAVED; i++) {
-    if (!save[i]) continue;
-    n->saved[i] = tensor_detached(save[i]);
-    if (!n->saved[i]) {
-      ag_node_release(n);
-      zorch_tensor_free(out);
-      return NULL;
-    }
-  }
-  n->nsaved = nsave;
-  out->grad_fn = n;
-  out->requires_grad = true;
-  if (node) *node = n;
-  return out;
-}
-
-static void node_free_saved(ag_node *n) {
-  for (int i = 0; i < AG_MAX_SAVED; i++) {
-    zorch_tensor_free(n->saved[i]);
-    n->saved[i] = NULL;
-  }
-}
-
-/* Iterative, so a long chain of nodes does not recurse once per node. */
-void ag_node_release(ag_node *root) {
-  if (!root) return;
-  ag_node *small[64], **stack = small;
-  size_t top = 0, cap = 64;
-  stack[top++] = root;
-  while (top) {
-    ag_node *n = stack[--top];
-    if (--n->refcount > 0) continue;
-    for (int i = 0; i < n->nin; i++) {
-      zorch_tensor_free(n->in[i].leaf);
-      ag_node *next = n->in[i].node;
-      if (!next) continue;
-      if (top == cap) {
-        size_t ncap = cap * 2;
-        ag_node **grown = malloc(ncap * sizeof *grown);
-        if (!grown) { /* fall back to recursion rather than leak */
-          ag_node_release(next);
-          continue;
-        }
-        memcpy(grown, stack, top * sizeof *grown);
-        if (stack != small) free(stack);
-        stack = grown;
-        cap = ncap;
-      }
-      stack[top++] = next;
-    }
-    node_free_saved(n);
-    zorch_tensor_free(n->gacc);
-    if (n->pre_release) n->pre_release(n->pre_ud);
-    free(n->in);
-    free(n);
-  }
-  if (stack != small) free(stack);
-}
-
-void ag_set_pre_hook(zorch_tensor *t, zorch_status (*fn)(void *ud), void *ud, void (*retain)(void *ud),
-                     void (*release)(void *ud)) {
-  if (!t || !t->grad_fn) return;
-  ag_node *n = t->grad_fn;
-  if (n->pre_release) n->pre_release(n->pre_ud);
-  if (retain) retain(ud);
-  n->pre_hook = fn;
-  n->pre_ud = ud;
-  n->pre_release = release;
-}
-
-zorch_tensor *ag_sum_to(zorch_tensor *g, int ndim, const int64_t *shape) {
+/* Sums g over broadcast dims down to shape (ndim, shape). */
+static zorch_tensor *ag_sum_to(zorch_tensor *g, int ndim, const int64_t *shape) {
   int lead = g->ndim - ndim;
   int dims[ZORCH_MAX_DIMS], nd = 0;
   if (lead < 0) goto bad;
@@ -300,7 +183,7 @@ static zorch_status run_pass(ag_node *root, zorch_tensor *grad, bool retain, nod
     }
     if (gin != small) free(gin);
     if (!retain) {
-      node_free_saved(n);
+      ag_node_free_saved(n);
       n->released = true;
     }
   }
@@ -347,49 +230,3 @@ zorch_status zorch_backward(zorch_tensor *t, zorch_tensor *grad, bool retain_gra
   return st;
 }
 
-/* ---- leaf properties ---------------------------------------------------------- */
-zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on) {
-  if (!t) return err_set(ZORCH_ERR_ARG, "requires_grad: tensor is NULL");
-  if (t->grad_fn)
-    return err_set(ZORCH_ERR_STATE,
-                   "requires_grad: only leaf tensors can change requires_grad; use detach()");
-  if (on && !zorch_dtype_is_float(t->dtype))
-    return err_set(ZORCH_ERR_DTYPE,
-                   "requires_grad: only floating-point tensors can require grad, got %s",
-                   zorch_dtype_name(t->dtype));
-  t->requires_grad = on;
-  return ZORCH_OK;
-}
-
-bool zorch_requires_grad(const zorch_tensor *t) { return t && t->requires_grad; }
-bool zorch_is_leaf(const zorch_tensor *t) { return t && !t->grad_fn; }
-zorch_tensor *zorch_grad(const zorch_tensor *t) { return t ? t->grad : NULL; }
-const char *zorch_grad_fn_name(const zorch_tensor *t) {
-  return t && t->grad_fn ? t->grad_fn->name : NULL;
-}
-
-zorch_status zorch_set_grad(zorch_tensor *t, zorch_tensor *grad) {
-  char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
-  if (!t) return err_set(ZORCH_ERR_ARG, "set_grad: tensor is NULL");
-  if (grad && !tensor_same_shape(t, grad))
-    return err_set(ZORCH_ERR_SHAPE, "set_grad: gradient shape %s does not match tensor shape %s",
-                   SHAPE(grad, a), SHAPE(t, b));
-  zorch_tensor_retain(grad);
-  zorch_tensor_free(t->grad);
-  t->grad = grad;
-  return ZORCH_OK;
-}
-
-zorch_tensor *zorch_detach(zorch_tensor *t) {
-  if (!t) return err_null(ZORCH_ERR_ARG, "detach: tensor is NULL");
-  return tensor_detached(t);
-}
-
-zorch_status zorch_set_grad_hook(zorch_tensor *leaf, zorch_grad_hook fn, void *ud) {
-  if (!leaf) return err_set(ZORCH_ERR_ARG, "set_grad_hook: tensor is NULL");
-  if (leaf->grad_fn)
-    return err_set(ZORCH_ERR_STATE, "set_grad_hook: hooks go on leaf tensors only");
-  leaf->hook.fn = fn;
-  leaf->hook.ud = ud;
-  return ZORCH_OK;
-}

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tensor.h"
+#include "../core/tensor.h"
 
 static const struct {
   const char *name;

@@ -1,4 +1,4 @@
-/* device.h: the backend table. Ops (the files in ops/) check shapes, allocate outputs and
+/* backend.h: the kernel backend table. Ops (the files in ops/) check shapes, allocate outputs and
    record autograd; the kernels they call come from the backend of the tensors'
    device. A CUDA backend fills the same table, so callers never change.
 
@@ -10,9 +10,11 @@
      comparisons (out is bool) and `where`'s condition (bool).
    - reduce, softmax, index ops, norms, optimizers: inputs contiguous, shapes given
      in the (outer, n, inner) form the op layer computes. */
-#ifndef ZORCH_VM_DEVICE_H
-#define ZORCH_VM_DEVICE_H
-#include "tensor.h"
+#ifndef ZORCH_OPS_BACKEND_H
+#define ZORCH_OPS_BACKEND_H
+#include "../vm/core/device.h"
+#include "../vm/core/node.h"
+#include "../vm/core/tensor.h"
 
 typedef enum {
   UOP_NEG, UOP_EXP, UOP_LOG, UOP_SQRT, UOP_ABS, UOP_RELU, UOP_GELU, UOP_GELU_TANH,
@@ -57,8 +59,6 @@ typedef struct backend {
   /* unary, binary and gemm take bfloat16/float16 tensors themselves (computing
      in float32, rounding once); otherwise the op layer converts through float32 */
   bool native16;
-  void *(*alloc)(int index, size_t nbytes);
-  void (*free)(int index, void *p);
   zorch_status (*copy)(zorch_tensor *dst, const zorch_tensor *src);
   zorch_status (*fill)(zorch_tensor *dst, double v);
   zorch_status (*unary)(uop op, zorch_tensor *out, const zorch_tensor *a, double p0, double p1);
@@ -119,6 +119,6 @@ static inline const backend *backend_of(const zorch_tensor *t) {
 void backend_register(zorch_device_type type, const backend *b);
 /* The CPU backend, defined in ops/cpu. */
 extern const backend cpu_backend;
-/* Set by a CUDA build to report device count; NULL otherwise. */
-extern int (*device_cuda_count)(void);
+/* OK when dev exists and its backend was built; otherwise an error naming op. */
+zorch_status backend_check_device(const char *op, zorch_device dev);
 #endif

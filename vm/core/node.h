@@ -1,8 +1,9 @@
-/* autograd.h: the dynamic tape. Each op that sees an input requiring grad records
-   a node on its output; zorch_backward() walks the nodes once, in dependency
-   order, and frees what they saved unless the graph is retained. */
-#ifndef ZORCH_VM_AUTOGRAD_H
-#define ZORCH_VM_AUTOGRAD_H
+/* node.h: the dynamic tape's nodes. Each op that sees an input requiring grad
+   records a node on its output; the backward pass (vm/autograd/backward.c)
+   walks the nodes once, in dependency order, and frees what they saved unless
+   the graph is retained. */
+#ifndef ZORCH_VM_CORE_NODE_H
+#define ZORCH_VM_CORE_NODE_H
 #include "tensor.h"
 
 #define AG_MAX_SAVED 4
@@ -56,11 +57,11 @@ static inline bool ag_wants(const ag_node *n, int i) {
   return n->in[i].node || n->in[i].leaf;
 }
 void ag_node_release(ag_node *n);
+/* Frees the tensors a node saved (after its backward ran). */
+void ag_node_free_saved(ag_node *n);
 /* Sets the pre-backward hook of the node that made t (no-op for leaves). The node
    holds ud until it is freed, then calls release(ud) (which may be NULL);
    `retain(ud)` is called when the hook is set. */
 void ag_set_pre_hook(zorch_tensor *t, zorch_status (*fn)(void *ud), void *ud, void (*retain)(void *ud),
                      void (*release)(void *ud));
-/* Sums g over broadcast dims down to shape (ndim, shape). */
-zorch_tensor *ag_sum_to(zorch_tensor *g, int ndim, const int64_t *shape);
 #endif

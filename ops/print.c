@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd.h"
+#include "ops.h"
 
 typedef struct {
   char *s;

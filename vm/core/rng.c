@@ -3,7 +3,7 @@
    offset, so any device reproduces a stream from (seed, offset). */
 #include <stdlib.h>
 
-#include "../ops/math.h"
+#include "rng.h"
 #include "tensor.h"
 
 struct zorch_generator {
@@ -34,11 +34,10 @@ void zorch_generator_set_offset(zorch_generator *g, uint64_t offset) { g->offset
 zorch_generator *zorch_default_generator(void) { return &default_gen; }
 void zorch_manual_seed(uint64_t seed) { zorch_generator_seed(&default_gen, seed); }
 
-/* Reserves the blocks for n numbers; returns the first block. */
-uint64_t rng_reserve(zorch_generator *g, int64_t n, bool f32_uniform, uint64_t *seed) {
+uint64_t rng_reserve(zorch_generator *g, uint64_t blocks, uint64_t *seed) {
   if (!g) g = &default_gen;
   uint64_t first = g->offset;
-  g->offset += zm_random_blocks(n, f32_uniform);
+  g->offset += blocks;
   *seed = g->seed;
   return first;
 }

@@ -1,0 +1,71 @@
+/* common.c: the helpers every op definition uses (ops.h): new results on an
+   input's device, dtype casts for the kernels, broadcast views, cleanup. */
+#include "ops.h"
+
+zorch_tensor *op_empty(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt) {
+  return tensor_new(ndim, shape, dt, like->st->device);
+}
+
+zorch_tensor *op_zeros(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt) {
+  return zorch_zeros(ndim, shape, dt, like->st->device);
+}
+
+void op_free(zorch_tensor *a, zorch_tensor *b, zorch_tensor *c, zorch_tensor *d) {
+  zorch_tensor_free(a);
+  zorch_tensor_free(b);
+  zorch_tensor_free(c);
+  zorch_tensor_free(d);
+}
+
+zorch_dtype op_compute_dtype(zorch_dtype dt) {
+  return dt == ZORCH_F64 ? ZORCH_F64 : ZORCH_F32;
+}
+
+zorch_dtype op_compute_dtype_on(const zorch_tensor *like, zorch_dtype dt) {
+  if ((dt == ZORCH_BF16 || dt == ZORCH_F16) && backend_of(like)->native16) return dt;
+  return op_compute_dtype(dt);
+}
+
+zorch_tensor *op_cast(zorch_tensor *t, zorch_dtype dt) {
+  if (t->dtype == dt) return zorch_tensor_retain(t);
+  zorch_tensor *out = op_empty(t, t->ndim, t->shape, dt);
+  if (!out) return NULL;
+  zorch_status st = backend_of(t)->copy(out, t);
+  if (st) {
+    zorch_tensor_free(out);
+    return NULL;
+  }
+  return out;
+}
+
+zorch_tensor *op_recast(zorch_tensor *out, zorch_dtype dt) {
+  if (!out || out->dtype == dt) return out;
+  zorch_tensor *r = op_cast(out, dt);
+  zorch_tensor_free(out);
+  return r;
+}
+
+zorch_tensor *op_contig(zorch_tensor *t) {
+  if (zorch_tensor_is_contiguous(t)) return zorch_tensor_retain(t);
+  zorch_tensor *out = tensor_new_like(t);
+  if (!out) return NULL;
+  if (backend_of(t)->copy(out, t)) {
+    zorch_tensor_free(out);
+    return NULL;
+  }
+  return out;
+}
+
+zorch_tensor *op_broadcast_view(const zorch_tensor *t, int ndim, const int64_t *shape) {
+  int64_t st[ZORCH_MAX_DIMS];
+  int lead = ndim - t->ndim;
+  for (int i = 0; i < ndim; i++) {
+    if (i < lead) {
+      st[i] = 0;
+    } else {
+      int j = i - lead;
+      st[i] = t->shape[j] == shape[i] ? t->strides[j] : 0;
+    }
+  }
+  return tensor_alias(t, ndim, shape, st, t->offset);
+}

@@ -1,0 +1,24 @@
+/* device.h: devices as the core sees them: their names and their memory. Host
+   memory is built in (hostmem.c); a device backend registers its allocator
+   when it starts (ops/cuda does so on first use). Kernels belong to the ops
+   layer (ops/backend.h). */
+#ifndef ZORCH_VM_CORE_DEVICE_H
+#define ZORCH_VM_CORE_DEVICE_H
+#include <stddef.h>
+
+#include "zorch.h"
+
+typedef struct device_mem {
+  /* NULL on failure; a device allocator sets the error itself (what was asked,
+     what it holds), the host's leaves it to the caller */
+  void *(*alloc)(int index, size_t nbytes);
+  void (*free)(int index, void *p);
+  int (*count)(void); /* devices of this type present */
+} device_mem;
+
+/* The allocator of a device type, or NULL when none is registered. */
+const device_mem *device_mem_get(zorch_device_type type);
+void device_mem_register(zorch_device_type type, const device_mem *m);
+/* Host memory: 64-byte aligned blocks, small ones cached per thread. */
+extern const device_mem host_mem;
+#endif
