@@ -22,12 +22,14 @@ bool ag_needed(int n, zorch_tensor *const *in) {
   return false;
 }
 
-zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
-                        zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
-                        ag_node **node) {
-  if (node) *node = NULL;
+/* The node and its typed arguments are one allocation. */
+#define AG_ARGS_AT ((sizeof(ag_node) + 15) & ~(size_t)15)
+
+zorch_tensor *ag_record_args(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
+                             zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
+                             const void *args, size_t nargs) {
   if (!out || !ag_needed(nin, in)) return out;
-  ag_node *n = calloc(1, sizeof *n);
+  ag_node *n = calloc(1, AG_ARGS_AT + nargs);
   ag_edge *edges = calloc((size_t)(nin > 0 ? nin : 1), sizeof *edges);
   if (!n || !edges) {
     free(n);
@@ -40,6 +42,10 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
   n->backward = fn;
   n->nin = nin;
   n->in = edges;
+  if (nargs) {
+    n->args = (char *)n + AG_ARGS_AT;
+    memcpy(n->args, args, nargs);
+  }
   for (int i = 0; i < nin; i++) {
     zorch_tensor *t = in[i];
     if (!t) continue;
@@ -66,7 +72,16 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
   n->nsaved = nsave;
   out->grad_fn = n;
   out->requires_grad = true;
-  if (node) *node = n;
+  return out;
+}
+
+zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
+                        zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
+                        ag_node **node) {
+  if (node) *node = NULL;
+  out = ag_record_args(out, name, fn, nin, in, nsave, save, NULL, 0);
+  if (out && node && out->grad_fn && out->grad_fn->backward == fn && out->grad_fn->refcount == 1)
+    *node = out->grad_fn;
   return out;
 }
 

@@ -32,6 +32,7 @@ struct ag_node {
   zorch_tensor *saved[AG_MAX_SAVED];
   double p[4];                       /* scalar arguments of the op */
   int64_t iv[2 * ZORCH_MAX_DIMS + 2]; /* integer arguments of the op */
+  void *args;                        /* the op's typed arguments (ag_record_args), or NULL */
   bool released;                     /* saved tensors freed by a backward pass */
   /* runs before the node's backward (ZeRO stage 3 gathers parameters here) */
   zorch_status (*pre_hook)(void *ud);
@@ -52,6 +53,12 @@ bool ag_needed(int n, zorch_tensor *const *in);
 zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
                         zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
                         ag_node **node);
+/* ag_record that also copies `nargs` bytes of `args`, the op's arguments as a
+   struct of its own, into the node; the backward reads them with AG_ARGS. */
+zorch_tensor *ag_record_args(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
+                             zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
+                             const void *args, size_t nargs);
+#define AG_ARGS(n, type) ((const type *)(n)->args)
 /* True when input i of the node needs a gradient. */
 static inline bool ag_wants(const ag_node *n, int i) {
   return n->in[i].node || n->in[i].leaf;
