@@ -1,16 +1,17 @@
-/* error.c: per-thread error status and message. */
+/* error.c: the status and message of the last failure, kept in the current
+   state (state.h: the thread's own, or the running VM's). */
 #include "error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local zorch_status err_code = ZORCH_OK;
-static _Thread_local char err_msg[1024];
+#include "state.h"
 
 static void err_vset(zorch_status code, const char *fmt, va_list ap) {
-  err_code = code;
-  vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+  zstate *s = zstate_get();
+  s->err_code = code;
+  vsnprintf(s->err_msg, sizeof s->err_msg, fmt, ap);
 }
 
 zorch_status err_set(zorch_status code, const char *fmt, ...) {
@@ -30,16 +31,17 @@ void *err_null(zorch_status code, const char *fmt, ...) {
 }
 
 void err_prefix(const char *op) {
+  char *msg = zstate_get()->err_msg;
   size_t n = strlen(op);
-  if (strncmp(err_msg, op, n) == 0 && err_msg[n] == ':') return;
-  size_t len = strlen(err_msg), room = sizeof err_msg - 1;
+  if (strncmp(msg, op, n) == 0 && msg[n] == ':') return;
+  size_t len = strlen(msg), room = ZSTATE_MSG - 1;
   if (n + 2 >= room) return;
   if (len > room - n - 2) len = room - n - 2;
-  memmove(err_msg + n + 2, err_msg, len);
-  memcpy(err_msg, op, n);
-  err_msg[n] = ':';
-  err_msg[n + 1] = ' ';
-  err_msg[n + 2 + len] = 0;
+  memmove(msg + n + 2, msg, len);
+  memcpy(msg, op, n);
+  msg[n] = ':';
+  msg[n + 1] = ' ';
+  msg[n + 2 + len] = 0;
 }
 
 const char *err_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
@@ -51,9 +53,13 @@ const char *err_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
   return buf;
 }
 
-zorch_status zorch_last_status(void) { return err_code; }
-const char *zorch_last_error(void) { return err_code == ZORCH_OK ? "" : err_msg; }
+zorch_status zorch_last_status(void) { return zstate_get()->err_code; }
+const char *zorch_last_error(void) {
+  zstate *s = zstate_get();
+  return s->err_code == ZORCH_OK ? "" : s->err_msg;
+}
 void zorch_clear_error(void) {
-  err_code = ZORCH_OK;
-  err_msg[0] = 0;
+  zstate *s = zstate_get();
+  s->err_code = ZORCH_OK;
+  s->err_msg[0] = 0;
 }

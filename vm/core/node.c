@@ -2,21 +2,22 @@
    backward pass that runs the nodes is vm/autograd/backward.c, above the ops. */
 #include "node.h"
 
+#include "state.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 
-static _Thread_local bool grad_enabled = true;
-
 bool zorch_set_grad_enabled(bool on) {
-  bool prev = grad_enabled;
-  grad_enabled = on;
+  zstate *s = zstate_get();
+  bool prev = s->grad_enabled;
+  s->grad_enabled = on;
   return prev;
 }
-bool zorch_is_grad_enabled(void) { return grad_enabled; }
+bool zorch_is_grad_enabled(void) { return zstate_get()->grad_enabled; }
 
 bool ag_needed(int n, zorch_tensor *const *in) {
-  if (!grad_enabled) return false;
+  if (!zstate_get()->grad_enabled) return false;
   for (int i = 0; i < n; i++)
     if (in[i] && in[i]->requires_grad) return true;
   return false;

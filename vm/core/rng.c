@@ -1,29 +1,26 @@
 /* rng.c: counter-based generators. A generator is a seed (the Philox key) and
    an offset (the next unused counter block); drawing n numbers advances the
-   offset, so any device reproduces a stream from (seed, offset). */
+   offset, so any device reproduces a stream from (seed, offset). The default
+   generator belongs to the current state (state.h). */
 #include <stdlib.h>
 
 #include "rng.h"
+#include "state.h"
 #include "tensor.h"
 
-struct zorch_generator {
-  uint64_t seed, offset;
-};
-
-/* The default seed is fixed: runs are reproducible unless asked otherwise. */
-#define RNG_DEFAULT_SEED 20240229u
-static zorch_generator default_gen = {RNG_DEFAULT_SEED, 0};
+#define default_gen (zstate_get()->gen)
 
 zorch_generator *zorch_generator_new(uint64_t seed) {
   zorch_generator *g = malloc(sizeof *g);
   if (!g) return err_null(ZORCH_ERR_OOM, "generator: out of memory");
   g->seed = seed;
   g->offset = 0;
+  g->in_state = false;
   return g;
 }
 
 void zorch_generator_free(zorch_generator *g) {
-  if (g != &default_gen) free(g);
+  if (g && !g->in_state) free(g);
 }
 void zorch_generator_seed(zorch_generator *g, uint64_t seed) {
   g->seed = seed;

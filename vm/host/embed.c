@@ -8,10 +8,14 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../core/state.h"
 #include "zorch.h"
 
+/* A VM owns its Lua state and its zorch state (default generator, grad mode,
+   last error), which is current on the thread while the VM runs. */
 struct zorch_vm {
   lua_State *L;
+  zstate *state;
   size_t used, limit;
   char err[2048];
 };
@@ -95,48 +99,72 @@ static zorch_status vm_fail(zorch_vm *vm, int st) {
   return err_set(st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE, "%s", vm->err);
 }
 
+/* Makes the VM's state current for the duration of an entry. */
+#define VM_ENTER(vm) zstate *vm_prev_state = zstate_swap((vm)->state)
+#define VM_LEAVE() zstate_swap(vm_prev_state)
+
+/* Ends an entry: the caller's state gets the VM's failure too. */
+static zorch_status vm_leave(zorch_vm *vm, zstate *prev, zorch_status st) {
+  zstate_swap(prev);
+  return st ? err_set(st, "%s", vm->err) : ZORCH_OK;
+}
+
+static void vm_destroy(zorch_vm *vm) {
+  if (vm->L) {
+    VM_ENTER(vm);
+    lua_close(vm->L);
+    VM_LEAVE();
+  }
+  zstate_free(vm->state);
+  free(vm);
+}
+
 zorch_vm *zorch_vm_new(const zorch_vm_opts *opts) {
   zorch_vm *vm = calloc(1, sizeof *vm);
-  if (!vm) return err_null(ZORCH_ERR_OOM, "vm_new: out of memory");
+  if (!vm || !(vm->state = zstate_new())) {
+    free(vm);
+    return err_null(ZORCH_ERR_OOM, "vm_new: out of memory");
+  }
   vm->limit = opts ? opts->mem_limit : 0;
   vm->L = lua_newstate(vm_alloc, vm);
   if (!vm->L) {
-    free(vm);
+    vm_destroy(vm);
     return err_null(ZORCH_ERR_OOM, "vm_new: cannot create a Lua state");
   }
+  VM_ENTER(vm);
   lua_pushcfunction(vm->L, vm_open);
   lua_pushboolean(vm->L, opts && opts->sandbox);
   int st = lua_pcall(vm->L, 1, 0, 0);
+  if (st != LUA_OK) vm_fail(vm, st);
+  VM_LEAVE();
   if (st != LUA_OK) {
-    vm_fail(vm, st);
     char msg[sizeof vm->err];
     memcpy(msg, vm->err, sizeof msg);
-    lua_close(vm->L);
-    free(vm);
+    vm_destroy(vm);
     return err_null(ZORCH_ERR_STATE, "vm_new: %s", msg);
   }
   return vm;
 }
 
 void zorch_vm_free(zorch_vm *vm) {
-  if (!vm) return;
-  lua_close(vm->L);
-  free(vm);
+  if (vm) vm_destroy(vm);
 }
 
 lua_State *zorch_vm_state(zorch_vm *vm) { return vm ? vm->L : NULL; }
 const char *zorch_vm_error(const zorch_vm *vm) { return vm ? vm->err : "no vm"; }
 
+/* Runs the function below nargs arguments on the stack, in the VM's state. */
 static zorch_status vm_run(zorch_vm *vm, int loadst, int nargs, int nres) {
   if (loadst != LUA_OK) return vm_fail(vm, loadst);
+  zstate *prev = zstate_swap(vm->state);
   int base = lua_gettop(vm->L) - nargs;
   lua_pushcfunction(vm->L, vm_traceback);
   lua_insert(vm->L, base);
   int st = lua_pcall(vm->L, nargs, nres, base);
   lua_remove(vm->L, base);
-  if (st != LUA_OK) return vm_fail(vm, st);
+  if (st != LUA_OK) return vm_leave(vm, prev, vm_fail(vm, st));
   vm->err[0] = 0;
-  return ZORCH_OK;
+  return vm_leave(vm, prev, ZORCH_OK);
 }
 
 zorch_status zorch_vm_dofile(zorch_vm *vm, const char *path) {

@@ -1,0 +1,30 @@
+/* state.c: per-thread and per-VM state (state.h). */
+#include "state.h"
+
+#include <stdlib.h>
+
+/* The default seed is fixed: runs are reproducible unless asked otherwise. */
+#define RNG_DEFAULT_SEED 20240229u
+#define ZSTATE_INIT {{RNG_DEFAULT_SEED, 0, true}, true, ZORCH_OK, ""}
+
+static _Thread_local zstate thread_state = ZSTATE_INIT;
+static _Thread_local zstate *current;
+
+zstate *zstate_get(void) { return current ? current : &thread_state; }
+
+zstate *zstate_swap(zstate *s) {
+  zstate *prev = zstate_get();
+  current = s;
+  return prev == &thread_state ? NULL : prev;
+}
+
+zstate *zstate_new(void) {
+  zstate *s = malloc(sizeof *s);
+  if (s) *s = (zstate)ZSTATE_INIT;
+  return s;
+}
+
+void zstate_free(zstate *s) {
+  if (s && current == s) current = NULL;
+  free(s);
+}

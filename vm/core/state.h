@@ -1,0 +1,35 @@
+/* state.h: the state a VM owns, as Lua's global_State owns a Lua universe's:
+   the default generator, grad mode and the last error. Each thread has a
+   state of its own; a VM makes its state current while it runs (vm/host/embed.c
+   swaps it in around every entry), so two VMs never share a generator, a grad
+   mode or an error, even on one thread. What stays process-wide is listed in
+   docs/architecture.md (MPI, NCCL, BLAS, the backend registry). */
+#ifndef ZORCH_VM_CORE_STATE_H
+#define ZORCH_VM_CORE_STATE_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "zorch.h"
+
+struct zorch_generator {
+  uint64_t seed, offset;
+  bool in_state; /* a state's default generator: never freed on its own */
+};
+
+#define ZSTATE_MSG 1024
+typedef struct zstate {
+  zorch_generator gen; /* the default generator */
+  bool grad_enabled;
+  zorch_status err_code;
+  char err_msg[ZSTATE_MSG];
+} zstate;
+
+/* The current state of this thread (its own unless a VM swapped one in). */
+zstate *zstate_get(void);
+/* Makes s current on this thread (NULL: the thread's own); returns the
+   previous one, to be swapped back. */
+zstate *zstate_swap(zstate *s);
+/* A fresh state: default seed, grad mode on, no error. NULL when out of memory. */
+zstate *zstate_new(void);
+void zstate_free(zstate *s);
+#endif
