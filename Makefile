@@ -22,7 +22,7 @@ CUDA_DIR ?= /usr/local/cuda
 NVCC     ?= $(CUDA_DIR)/bin/nvcc
 CUDA     ?= $(if $(SAN),0,$(if $(wildcard $(NVCC)),1,0))
 CUDA_FLAGS := $(if $(filter 1,$(CUDA)),-DZORCH_WITH_CUDA -I$(CUDA_DIR)/include,)
-CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -fopenmp -D_GNU_SOURCE \
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -fopenmp -D_GNU_SOURCE \
            -Iinclude -I/usr/include/lua5.4 $(MPI_FLAGS) $(CUDA_FLAGS) -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
 LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
@@ -39,13 +39,14 @@ CUDA_SRC := $(wildcard ops/cuda/*.cu)
 ifeq ($(CUDA),1)
 LIB_OBJ  += $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
 endif
-NVFLAGS  := -O3 -std=c++17 -Iinclude -I/usr/include/lua5.4 -DZORCH_WITH_CUDA -Xcompiler -fPIC,-Wall,-Werror -Werror all-warnings \
+NVFLAGS  := -O3 -std=c++17 -Iinclude -I/usr/include/lua5.4 -DZORCH_WITH_CUDA -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror -Werror all-warnings \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 LIB_LIBS := -llua5.4 $(EXT_LIBS)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LUA := $(wildcard tests/lua/test_*.lua)
+TEST_SH  := $(wildcard tests/test_*.sh)
 DEPS_OK  := build/.deps-ok
 
 .PHONY: all lib test check-asan check-valgrind bench demo run deps clean install
@@ -75,11 +76,16 @@ $(BUILD)/libzorch.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libzorch.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -Wl,-soname,libzorch.so -o $@ $^ $(LIB_LIBS) $(LDLIBS)
+# Only the public API is exported: hidden visibility by default, ZORCH_API on
+# the functions of include/zorch.h, and the version script for what the
+# compilers export on their own (C++ template instances in the CUDA objects).
+SO_FLAGS := -shared -Wl,--version-script=scripts/zorch.map
 
-$(BUILD)/zorch.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(EXT_LIBS) $(LDLIBS)
+$(BUILD)/libzorch.so: $(LIB_OBJ) scripts/zorch.map
+	$(CC) $(SO_FLAGS) $(LDFLAGS) -Wl,-soname,libzorch.so -o $@ $(LIB_OBJ) $(LIB_LIBS) $(LDLIBS)
+
+$(BUILD)/zorch.so: $(LIB_OBJ) scripts/zorch.map
+	$(CC) $(SO_FLAGS) $(LDFLAGS) -o $@ $(LIB_OBJ) $(EXT_LIBS) $(LDLIBS)
 
 $(BUILD)/zorch: vm/host/main.c $(BUILD)/libzorch.a
 	$(CC) $(CFLAGS) $(if $(READLINE),-DZORCH_READLINE,) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) \
@@ -105,7 +111,7 @@ GPU_TESTS := $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.lua),)
 
 test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so
 	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) \
-	  prove -f --exec ./runtest $(addprefix ../,$(TEST_BIN)) $(TEST_LUA:tests/%=%) $(GPU_TESTS:tests/%=%)
+	  prove -f --exec ./runtest $(addprefix ../,$(TEST_BIN)) $(TEST_SH:tests/%=%) $(TEST_LUA:tests/%=%) $(GPU_TESTS:tests/%=%)
 
 check-asan:
 	ZORCH_TEST_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \

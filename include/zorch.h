@@ -23,6 +23,14 @@
 extern "C" {
 #endif
 
+/* Marks the public functions: the library is built with hidden visibility, so
+   nothing else is exported from libzorch.so or zorch.so. */
+#if defined(__GNUC__)
+#define ZORCH_API __attribute__((visibility("default")))
+#else
+#define ZORCH_API
+#endif
+
 #define ZORCH_VERSION "0.1.0"
 #define ZORCH_MAX_DIMS 8
 
@@ -61,205 +69,205 @@ typedef struct zorch_tensor zorch_tensor;
 typedef struct zorch_generator zorch_generator;
 
 /* ---- errors ---------------------------------------------------------------- */
-zorch_status zorch_last_status(void);
-const char *zorch_last_error(void);
-void zorch_clear_error(void);
+ZORCH_API zorch_status zorch_last_status(void);
+ZORCH_API const char *zorch_last_error(void);
+ZORCH_API void zorch_clear_error(void);
 
 /* ---- dtypes and devices ---------------------------------------------------- */
-size_t zorch_dtype_size(zorch_dtype dt);
-const char *zorch_dtype_name(zorch_dtype dt); /* "float32", "bfloat16", ... */
+ZORCH_API size_t zorch_dtype_size(zorch_dtype dt);
+ZORCH_API const char *zorch_dtype_name(zorch_dtype dt); /* "float32", "bfloat16", ... */
 /* Parses "float32"/"f32"/"float", ...; returns ZORCH_ERR_ARG for unknown names. */
-zorch_status zorch_dtype_parse(const char *name, zorch_dtype *out);
-bool zorch_dtype_is_float(zorch_dtype dt);
+ZORCH_API zorch_status zorch_dtype_parse(const char *name, zorch_dtype *out);
+ZORCH_API bool zorch_dtype_is_float(zorch_dtype dt);
 /* Parses "cpu", "cuda", "cuda:1". */
-zorch_status zorch_device_parse(const char *name, zorch_device *out);
+ZORCH_API zorch_status zorch_device_parse(const char *name, zorch_device *out);
 /* Writes "cpu" or "cuda:N" into buf. */
-void zorch_device_name(zorch_device dev, char *buf, size_t n);
+ZORCH_API void zorch_device_name(zorch_device dev, char *buf, size_t n);
 /* True when a backend for this device type was built and has a device present. */
-bool zorch_device_available(zorch_device dev);
+ZORCH_API bool zorch_device_available(zorch_device dev);
 
 /* ---- CUDA (in a CPU-only build these answer ZORCH_ERR_DEVICE, count 0) ------ */
-bool zorch_cuda_built(void);
-int zorch_cuda_device_count(void);
+ZORCH_API bool zorch_cuda_built(void);
+ZORCH_API int zorch_cuda_device_count(void);
 typedef struct zorch_cuda_memory {
   size_t in_use;  /* bytes in tensors now */
   size_t cached;  /* bytes held by the caching allocator for reuse */
   size_t peak;    /* most bytes in tensors at once */
   size_t mallocs; /* cudaMalloc calls so far (a reused block makes none) */
 } zorch_cuda_memory;
-zorch_status zorch_cuda_memory_stats(int dev, zorch_cuda_memory *out);
+ZORCH_API zorch_status zorch_cuda_memory_stats(int dev, zorch_cuda_memory *out);
 /* Gives the allocator's cached blocks back to the device. */
-zorch_status zorch_cuda_empty_cache(int dev);
+ZORCH_API zorch_status zorch_cuda_empty_cache(int dev);
 /* Waits until the device's queued kernels are done. */
-zorch_status zorch_cuda_synchronize(int dev);
+ZORCH_API zorch_status zorch_cuda_synchronize(int dev);
 /* TF32 tensor cores for float32 matmul: off by default (full float32), on with
    this or ZORCH_ALLOW_TF32=1. */
-void zorch_cuda_set_tf32(bool on);
-bool zorch_cuda_tf32(void);
+ZORCH_API void zorch_cuda_set_tf32(bool on);
+ZORCH_API bool zorch_cuda_tf32(void);
 
 /* ---- creation ---------------------------------------------------------------- */
-zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
-zorch_tensor *zorch_zeros(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
-zorch_tensor *zorch_ones(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
-zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value, zorch_dtype dt,
+ZORCH_API zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
+ZORCH_API zorch_tensor *zorch_zeros(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
+ZORCH_API zorch_tensor *zorch_ones(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
+ZORCH_API zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value, zorch_dtype dt,
                          zorch_device dev);
 /* [start, end) by step, like torch.arange. */
-zorch_tensor *zorch_arange(double start, double end, double step, zorch_dtype dt,
+ZORCH_API zorch_tensor *zorch_arange(double start, double end, double step, zorch_dtype dt,
                            zorch_device dev);
 /* Uniform [0, 1) and standard normal from a counter-based generator (NULL: the
    default one). The same seed gives the same numbers on every device. */
-zorch_tensor *zorch_rand(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
+ZORCH_API zorch_tensor *zorch_rand(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
                          zorch_generator *gen);
-zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
+ZORCH_API zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
                           zorch_generator *gen);
 /* Copies `shape`'s worth of contiguous elements from a host buffer. */
-zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape,
+ZORCH_API zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape,
                                 zorch_dtype dt);
 /* Wraps a host buffer without copying. `strides` in elements (NULL: contiguous). The
    buffer must outlive every tensor that views it; `deleter(data, ctx)`, if given,
    runs when the last view goes. */
-zorch_tensor *zorch_tensor_wrap(void *data, zorch_dtype dt, int ndim, const int64_t *shape,
+ZORCH_API zorch_tensor *zorch_tensor_wrap(void *data, zorch_dtype dt, int ndim, const int64_t *shape,
                                 const int64_t *strides);
-zorch_tensor *zorch_tensor_wrap_owned(void *data, zorch_dtype dt, int ndim,
+ZORCH_API zorch_tensor *zorch_tensor_wrap_owned(void *data, zorch_dtype dt, int ndim,
                                       const int64_t *shape, const int64_t *strides,
                                       void (*deleter)(void *data, void *ctx), void *ctx);
 
 /* ---- references and properties ------------------------------------------------ */
-zorch_tensor *zorch_tensor_retain(zorch_tensor *t);
-void zorch_tensor_free(zorch_tensor *t); /* drops one reference; NULL is fine */
-int zorch_tensor_refcount(const zorch_tensor *t);
-int zorch_tensor_ndim(const zorch_tensor *t);
-const int64_t *zorch_tensor_shape(const zorch_tensor *t);
-const int64_t *zorch_tensor_strides(const zorch_tensor *t); /* in elements */
-int64_t zorch_tensor_offset(const zorch_tensor *t);         /* in elements */
-int64_t zorch_tensor_numel(const zorch_tensor *t);
-zorch_dtype zorch_tensor_dtype(const zorch_tensor *t);
-zorch_device zorch_tensor_device(const zorch_tensor *t);
-bool zorch_tensor_is_contiguous(const zorch_tensor *t);
+ZORCH_API zorch_tensor *zorch_tensor_retain(zorch_tensor *t);
+ZORCH_API void zorch_tensor_free(zorch_tensor *t); /* drops one reference; NULL is fine */
+ZORCH_API int zorch_tensor_refcount(const zorch_tensor *t);
+ZORCH_API int zorch_tensor_ndim(const zorch_tensor *t);
+ZORCH_API const int64_t *zorch_tensor_shape(const zorch_tensor *t);
+ZORCH_API const int64_t *zorch_tensor_strides(const zorch_tensor *t); /* in elements */
+ZORCH_API int64_t zorch_tensor_offset(const zorch_tensor *t);         /* in elements */
+ZORCH_API int64_t zorch_tensor_numel(const zorch_tensor *t);
+ZORCH_API zorch_dtype zorch_tensor_dtype(const zorch_tensor *t);
+ZORCH_API zorch_device zorch_tensor_device(const zorch_tensor *t);
+ZORCH_API bool zorch_tensor_is_contiguous(const zorch_tensor *t);
 /* Host pointer to the first element (NULL for device tensors). */
-void *zorch_tensor_data(const zorch_tensor *t);
+ZORCH_API void *zorch_tensor_data(const zorch_tensor *t);
 /* True when both views share one storage. */
-bool zorch_tensor_shares_storage(const zorch_tensor *a, const zorch_tensor *b);
+ZORCH_API bool zorch_tensor_shares_storage(const zorch_tensor *a, const zorch_tensor *b);
 /* Copies the elements, converted to double, into out[numel] (row-major order). */
-zorch_status zorch_tensor_to_doubles(const zorch_tensor *t, double *out, int64_t n);
+ZORCH_API zorch_status zorch_tensor_to_doubles(const zorch_tensor *t, double *out, int64_t n);
 /* Value of a one-element tensor. */
-zorch_status zorch_tensor_item(const zorch_tensor *t, double *out);
+ZORCH_API zorch_status zorch_tensor_item(const zorch_tensor *t, double *out);
 /* Element at a multi-index (0-based, ndim entries). */
-zorch_status zorch_tensor_get(const zorch_tensor *t, const int64_t *index, double *out);
+ZORCH_API zorch_status zorch_tensor_get(const zorch_tensor *t, const int64_t *index, double *out);
 /* PyTorch-style text; the caller frees the result with free(). */
-char *zorch_tensor_format(const zorch_tensor *t);
+ZORCH_API char *zorch_tensor_format(const zorch_tensor *t);
 
 /* ---- views (share storage; differentiable) ------------------------------------- */
-zorch_tensor *zorch_view(zorch_tensor *t, int ndim, const int64_t *shape); /* -1 infers */
-zorch_tensor *zorch_reshape(zorch_tensor *t, int ndim, const int64_t *shape);
-zorch_tensor *zorch_transpose(zorch_tensor *t, int d0, int d1);
-zorch_tensor *zorch_permute(zorch_tensor *t, const int *dims);
-zorch_tensor *zorch_narrow(zorch_tensor *t, int dim, int64_t start, int64_t length);
-zorch_tensor *zorch_select(zorch_tensor *t, int dim, int64_t index);
-zorch_tensor *zorch_expand(zorch_tensor *t, int ndim, const int64_t *shape); /* -1 keeps */
-zorch_tensor *zorch_unsqueeze(zorch_tensor *t, int dim);
-zorch_tensor *zorch_squeeze(zorch_tensor *t, int dim);
-zorch_tensor *zorch_flatten(zorch_tensor *t);
+ZORCH_API zorch_tensor *zorch_view(zorch_tensor *t, int ndim, const int64_t *shape); /* -1 infers */
+ZORCH_API zorch_tensor *zorch_reshape(zorch_tensor *t, int ndim, const int64_t *shape);
+ZORCH_API zorch_tensor *zorch_transpose(zorch_tensor *t, int d0, int d1);
+ZORCH_API zorch_tensor *zorch_permute(zorch_tensor *t, const int *dims);
+ZORCH_API zorch_tensor *zorch_narrow(zorch_tensor *t, int dim, int64_t start, int64_t length);
+ZORCH_API zorch_tensor *zorch_select(zorch_tensor *t, int dim, int64_t index);
+ZORCH_API zorch_tensor *zorch_expand(zorch_tensor *t, int ndim, const int64_t *shape); /* -1 keeps */
+ZORCH_API zorch_tensor *zorch_unsqueeze(zorch_tensor *t, int dim);
+ZORCH_API zorch_tensor *zorch_squeeze(zorch_tensor *t, int dim);
+ZORCH_API zorch_tensor *zorch_flatten(zorch_tensor *t);
 /* ---- copies ------------------------------------------------------------------------- */
-zorch_tensor *zorch_contiguous(zorch_tensor *t); /* t itself (retained) when contiguous */
-zorch_tensor *zorch_clone(zorch_tensor *t);
-zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt); /* differentiable for floats */
-zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
+ZORCH_API zorch_tensor *zorch_contiguous(zorch_tensor *t); /* t itself (retained) when contiguous */
+ZORCH_API zorch_tensor *zorch_clone(zorch_tensor *t);
+ZORCH_API zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt); /* differentiable for floats */
+ZORCH_API zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
 /* Copies src into dst (broadcast, dtype converted); not recorded by autograd. */
-zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
-zorch_status zorch_fill_(zorch_tensor *dst, double value);
+ZORCH_API zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
+ZORCH_API zorch_status zorch_fill_(zorch_tensor *dst, double value);
 
 /* ---- elementwise ops (NumPy broadcasting, PyTorch type promotion) ------------------ */
-zorch_tensor *zorch_add(zorch_tensor *a, zorch_tensor *b);
-zorch_tensor *zorch_sub(zorch_tensor *a, zorch_tensor *b);
-zorch_tensor *zorch_mul(zorch_tensor *a, zorch_tensor *b);
-zorch_tensor *zorch_div(zorch_tensor *a, zorch_tensor *b);
-zorch_tensor *zorch_pow(zorch_tensor *a, zorch_tensor *b);
-zorch_tensor *zorch_add_scalar(zorch_tensor *a, double s);
-zorch_tensor *zorch_mul_scalar(zorch_tensor *a, double s);
-zorch_tensor *zorch_rsub_scalar(zorch_tensor *a, double s); /* s - a */
-zorch_tensor *zorch_rdiv_scalar(zorch_tensor *a, double s); /* s / a */
-zorch_tensor *zorch_pow_scalar(zorch_tensor *a, double exponent);
-zorch_tensor *zorch_neg(zorch_tensor *a);
-zorch_tensor *zorch_exp(zorch_tensor *a);
-zorch_tensor *zorch_log(zorch_tensor *a);
-zorch_tensor *zorch_sqrt(zorch_tensor *a);
-zorch_tensor *zorch_abs(zorch_tensor *a);
-zorch_tensor *zorch_relu(zorch_tensor *a);
-zorch_tensor *zorch_gelu(zorch_tensor *a, bool tanh_approx);
-zorch_tensor *zorch_tanh(zorch_tensor *a);
-zorch_tensor *zorch_sigmoid(zorch_tensor *a);
-zorch_tensor *zorch_clamp(zorch_tensor *a, double min, double max); /* +-INFINITY: open */
+ZORCH_API zorch_tensor *zorch_add(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_sub(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_mul(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_div(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_pow(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_add_scalar(zorch_tensor *a, double s);
+ZORCH_API zorch_tensor *zorch_mul_scalar(zorch_tensor *a, double s);
+ZORCH_API zorch_tensor *zorch_rsub_scalar(zorch_tensor *a, double s); /* s - a */
+ZORCH_API zorch_tensor *zorch_rdiv_scalar(zorch_tensor *a, double s); /* s / a */
+ZORCH_API zorch_tensor *zorch_pow_scalar(zorch_tensor *a, double exponent);
+ZORCH_API zorch_tensor *zorch_neg(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_exp(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_log(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_sqrt(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_abs(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_relu(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_gelu(zorch_tensor *a, bool tanh_approx);
+ZORCH_API zorch_tensor *zorch_tanh(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_sigmoid(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_clamp(zorch_tensor *a, double min, double max); /* +-INFINITY: open */
 /* Comparisons give ZORCH_BOOL tensors; no gradient. */
-zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b);
-zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b);
-zorch_tensor *zorch_gt(zorch_tensor *a, zorch_tensor *b);
-zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b);
-zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value);
+ZORCH_API zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_gt(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value);
 
 /* ---- reductions (dims: list of ndims entries; ndims 0 means all) ---------------------- */
-zorch_tensor *zorch_sum(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-zorch_tensor *zorch_mean(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+ZORCH_API zorch_tensor *zorch_sum(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+ZORCH_API zorch_tensor *zorch_mean(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
 /* Values of the maximum; `indices` (optional out, int64, flat index within the reduced
    dims) gets the first position of each maximum. */
-zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
+ZORCH_API zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
                         zorch_tensor **indices);
-zorch_tensor *zorch_softmax(zorch_tensor *a, int dim);
-zorch_tensor *zorch_log_softmax(zorch_tensor *a, int dim);
+ZORCH_API zorch_tensor *zorch_softmax(zorch_tensor *a, int dim);
+ZORCH_API zorch_tensor *zorch_log_softmax(zorch_tensor *a, int dim);
 
 /* ---- linear algebra and nn ------------------------------------------------------------- */
-zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b);
 /* x (..., in) · w (out, in)ᵀ + b (out); b may be NULL. */
-zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b);
 /* linear followed by an activation, fused into the GEMM where the device can
    (cuBLASLt's bias and relu epilogues). */
 typedef enum { ZORCH_ACT_NONE, ZORCH_ACT_RELU } zorch_activation;
-zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act);
+ZORCH_API zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act);
 typedef enum { ZORCH_REDUCE_MEAN = 0, ZORCH_REDUCE_SUM, ZORCH_REDUCE_NONE } zorch_reduction;
-zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target, zorch_reduction r);
+ZORCH_API zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target, zorch_reduction r);
 /* logits (N, C) or (C); target int64 (N) or () of class indices in [0, C);
    entries equal to ignore_index add nothing. */
-zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target,
+ZORCH_API zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target,
                                   zorch_reduction r, int64_t ignore_index);
 /* weight (V, D), idx int64 of any shape -> (*idx.shape, D). */
-zorch_tensor *zorch_embedding(zorch_tensor *weight, zorch_tensor *idx);
+ZORCH_API zorch_tensor *zorch_embedding(zorch_tensor *weight, zorch_tensor *idx);
 /* Normalises over the last `nnorm` dims; weight and bias (their shape) may be NULL. */
-zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tensor *weight,
+ZORCH_API zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tensor *weight,
                                zorch_tensor *bias, double eps);
-zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_generator *gen);
-zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
-zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
-zorch_tensor *zorch_index_select(zorch_tensor *a, int dim, zorch_tensor *idx);
+ZORCH_API zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_generator *gen);
+ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
+ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
+ZORCH_API zorch_tensor *zorch_index_select(zorch_tensor *a, int dim, zorch_tensor *idx);
 
 /* ---- autograd -------------------------------------------------------------------------- */
-zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on); /* leaves only */
-bool zorch_requires_grad(const zorch_tensor *t);
-bool zorch_is_leaf(const zorch_tensor *t);
+ZORCH_API zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on); /* leaves only */
+ZORCH_API bool zorch_requires_grad(const zorch_tensor *t);
+ZORCH_API bool zorch_is_leaf(const zorch_tensor *t);
 /* The accumulated gradient (borrowed reference, NULL when none). */
-zorch_tensor *zorch_grad(const zorch_tensor *t);
+ZORCH_API zorch_tensor *zorch_grad(const zorch_tensor *t);
 /* Replaces .grad (NULL clears it); the tensor is retained. */
-zorch_status zorch_set_grad(zorch_tensor *t, zorch_tensor *grad);
+ZORCH_API zorch_status zorch_set_grad(zorch_tensor *t, zorch_tensor *grad);
 /* Name of the node that made t ("AddBackward", ...) or NULL for leaves. */
-const char *zorch_grad_fn_name(const zorch_tensor *t);
+ZORCH_API const char *zorch_grad_fn_name(const zorch_tensor *t);
 /* Backward from t; `grad` may be NULL when t has one element. */
-zorch_status zorch_backward(zorch_tensor *t, zorch_tensor *grad, bool retain_graph);
-zorch_tensor *zorch_detach(zorch_tensor *t); /* shares storage, no history */
+ZORCH_API zorch_status zorch_backward(zorch_tensor *t, zorch_tensor *grad, bool retain_graph);
+ZORCH_API zorch_tensor *zorch_detach(zorch_tensor *t); /* shares storage, no history */
 /* Grad mode is per thread; returns the previous value. */
-bool zorch_set_grad_enabled(bool on);
-bool zorch_is_grad_enabled(void);
+ZORCH_API bool zorch_set_grad_enabled(bool on);
+ZORCH_API bool zorch_is_grad_enabled(void);
 /* Called on a leaf once its .grad is final for the current backward pass. A
    non-OK return stops the backward pass with that error. */
 typedef zorch_status (*zorch_grad_hook)(zorch_tensor *leaf, void *ud);
-zorch_status zorch_set_grad_hook(zorch_tensor *leaf, zorch_grad_hook fn, void *ud);
+ZORCH_API zorch_status zorch_set_grad_hook(zorch_tensor *leaf, zorch_grad_hook fn, void *ud);
 
 /* ---- random numbers (Philox4x32-10, counter based) -------------------------------------- */
-zorch_generator *zorch_generator_new(uint64_t seed);
-void zorch_generator_free(zorch_generator *g);
-void zorch_generator_seed(zorch_generator *g, uint64_t seed); /* also resets the offset */
-uint64_t zorch_generator_offset(const zorch_generator *g);
-void zorch_generator_set_offset(zorch_generator *g, uint64_t offset);
-zorch_generator *zorch_default_generator(void);
-void zorch_manual_seed(uint64_t seed); /* seeds the default generator */
+ZORCH_API zorch_generator *zorch_generator_new(uint64_t seed);
+ZORCH_API void zorch_generator_free(zorch_generator *g);
+ZORCH_API void zorch_generator_seed(zorch_generator *g, uint64_t seed); /* also resets the offset */
+ZORCH_API uint64_t zorch_generator_offset(const zorch_generator *g);
+ZORCH_API void zorch_generator_set_offset(zorch_generator *g, uint64_t offset);
+ZORCH_API zorch_generator *zorch_default_generator(void);
+ZORCH_API void zorch_manual_seed(uint64_t seed); /* seeds the default generator */
 
 /* ---- fused optimizer updates: one pass, in place, PyTorch's formulas --------------------
    param, grad and state tensors share a shape, dtype f32 or f64 and contiguity. */
@@ -268,7 +276,7 @@ typedef struct {
   bool decoupled; /* AdamW: weight decay applied to the parameter, not the gradient */
   bool amsgrad;   /* uses max_v */
 } zorch_adam_opts;
-zorch_status zorch_adam_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *m,
+ZORCH_API zorch_status zorch_adam_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *m,
                              zorch_tensor *v, zorch_tensor *max_v, int64_t step,
                              const zorch_adam_opts *o);
 typedef struct {
@@ -277,35 +285,35 @@ typedef struct {
 } zorch_sgd_opts;
 /* `buf` is the momentum buffer (NULL when momentum is 0); first_step copies the
    gradient into it, as PyTorch does on its first step. */
-zorch_status zorch_sgd_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *buf,
+ZORCH_API zorch_status zorch_sgd_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *buf,
                             bool first_step, const zorch_sgd_opts *o);
 
 /* ---- runtime ------------------------------------------------------------------------------- */
 /* Number of threads CPU kernels use (and BLAS); 0 asks for the default (cores). */
-void zorch_set_num_threads(int n);
-int zorch_get_num_threads(void);
+ZORCH_API void zorch_set_num_threads(int n);
+ZORCH_API int zorch_get_num_threads(void);
 /* BLAS in use: e.g. "OpenBLAS 0.3.21 SkylakeX"; "builtin" when none was found. */
-const char *zorch_blas_info(void);
+ZORCH_API const char *zorch_blas_info(void);
 
 /* ---- Lua ---------------------------------------------------------------------------------
    The Lua module: `require "zorch"` (zorch.so, or luaL_requiref(L, "zorch",
    luaopen_zorch, 1) in a host that has its own lua_State). */
 typedef struct lua_State lua_State;
-int luaopen_zorch(lua_State *L);
+ZORCH_API int luaopen_zorch(lua_State *L);
 /* Pushes t as a Lua tensor; the Lua value takes over the caller's reference. On
    NULL it raises the last error. [-0, +1, e] */
-void zorch_push_tensor(lua_State *L, zorch_tensor *t);
+ZORCH_API void zorch_push_tensor(lua_State *L, zorch_tensor *t);
 /* The tensor at stack index idx (borrowed), or raises a Lua error. [-0, +0, v] */
-zorch_tensor *zorch_check_tensor(lua_State *L, int idx);
+ZORCH_API zorch_tensor *zorch_check_tensor(lua_State *L, int idx);
 /* The tensor at idx, or NULL when the value is not a tensor. [-0, +0, -] */
-zorch_tensor *zorch_to_tensor(lua_State *L, int idx);
+ZORCH_API zorch_tensor *zorch_to_tensor(lua_State *L, int idx);
 
 /* ---- distributed runs ----------------------------------------------------------------------
    Ends every rank of an MPI job with `code` (what the zorch command does after an
    error, so no rank waits forever); nothing happens in a single process. */
-void zorch_dist_abort(int code);
+ZORCH_API void zorch_dist_abort(int code);
 /* The number of ranks the launcher started (1 outside a launcher). */
-int zorch_dist_world(void);
+ZORCH_API int zorch_dist_world(void);
 
 /* ---- embedding: a Lua VM with zorch loaded ---------------------------------------------- */
 typedef struct zorch_vm zorch_vm;
@@ -314,31 +322,31 @@ typedef struct {
   size_t mem_limit; /* bytes of Lua heap (not tensor memory); 0: unlimited */
 } zorch_vm_opts;
 /* A new VM (opts may be NULL); NULL on failure with zorch_last_error() set. */
-zorch_vm *zorch_vm_new(const zorch_vm_opts *opts);
-void zorch_vm_free(zorch_vm *vm);
-zorch_status zorch_vm_dofile(zorch_vm *vm, const char *path);
-zorch_status zorch_vm_dostring(zorch_vm *vm, const char *chunk, const char *name);
+ZORCH_API zorch_vm *zorch_vm_new(const zorch_vm_opts *opts);
+ZORCH_API void zorch_vm_free(zorch_vm *vm);
+ZORCH_API zorch_status zorch_vm_dofile(zorch_vm *vm, const char *path);
+ZORCH_API zorch_status zorch_vm_dostring(zorch_vm *vm, const char *chunk, const char *name);
 /* Calls the global function `fn` with nin tensors; up to nout results that are
    tensors are stored in outs (new references; NULL for non-tensor results). */
-zorch_status zorch_vm_call(zorch_vm *vm, const char *fn, int nin, zorch_tensor *const *ins,
+ZORCH_API zorch_status zorch_vm_call(zorch_vm *vm, const char *fn, int nin, zorch_tensor *const *ins,
                            int nout, zorch_tensor **outs);
 /* The message of the VM's last failure (with a traceback). */
-const char *zorch_vm_error(const zorch_vm *vm);
+ZORCH_API const char *zorch_vm_error(const zorch_vm *vm);
 /* The VM's lua_State, for hosts that push their own values. */
-lua_State *zorch_vm_state(zorch_vm *vm);
+ZORCH_API lua_State *zorch_vm_state(zorch_vm *vm);
 
 /* ---- safetensors --------------------------------------------------------------------------
    Writes n named tensors (any device, converted to host) atomically: a temporary
    file in the same folder, fsynced, then renamed over `path`. */
-zorch_status zorch_save_safetensors(const char *path, int n, const char *const *names,
+ZORCH_API zorch_status zorch_save_safetensors(const char *path, int n, const char *const *names,
                                     zorch_tensor *const *ts);
 /* Reads every tensor of a file; *names and *ts are arrays of *n entries the caller
    frees with zorch_safetensors_free. Corrupt or truncated files are errors that
    name the file and the problem. */
-zorch_status zorch_load_safetensors(const char *path, int *n, char ***names, zorch_tensor ***ts);
-void zorch_safetensors_free(int n, char **names, zorch_tensor **ts);
+ZORCH_API zorch_status zorch_load_safetensors(const char *path, int *n, char ***names, zorch_tensor ***ts);
+ZORCH_API void zorch_safetensors_free(int n, char **names, zorch_tensor **ts);
 /* One tensor of a file, reading only its bytes. */
-zorch_tensor *zorch_load_safetensors_one(const char *path, const char *name);
+ZORCH_API zorch_tensor *zorch_load_safetensors_one(const char *path, const char *name);
 
 #ifdef __cplusplus
 }

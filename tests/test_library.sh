@@ -1,0 +1,24 @@
+#!/bin/sh
+# The library's shape: only the public API is exported, every public function
+# is, and includes and calls go only down the layers (docs/architecture.md).
+B=${ZORCH_BUILD:-../build}
+n=0; fails=0
+check() { # check "description" command...
+  n=$((n + 1)); desc=$1; shift
+  if out=$("$@" 2>&1); then echo "ok $n - $desc"; else
+    echo "not ok $n - $desc"; echo "$out" | sed 's/^/#   /'; fails=$((fails + 1)); fi
+}
+exported() { nm -D --defined-only "$1" | awk '{print $3}' | sort; }
+only_api() { extra=$(exported "$1" | grep -v '^zorch_\|^luaopen_'); [ -z "$extra" ] || { echo "$extra"; false; }; }
+all_exported() {
+  declared=$(grep -oE '\b(zorch_[a-z0-9_]+|luaopen_[a-z0-9_]+)\(' ../include/zorch.h | tr -d '(' | sort -u)
+  missing=$(echo "$declared" | while read -r f; do exported "$B/libzorch.so" | grep -qx "$f" || echo "$f"; done)
+  [ -z "$missing" ] || { echo "declared in zorch.h, not exported: $missing"; false; }
+}
+check "libzorch.so exports only zorch_* and luaopen_*" only_api "$B/libzorch.so"
+check "zorch.so exports only zorch_* and luaopen_*" only_api "$B/zorch.so"
+check "every function of zorch.h is exported" all_exported
+check "every function of zorch.h is marked ZORCH_API" python3 ../scripts/export-api.py --check ../include/zorch.h
+check "includes and calls go only down the layers" python3 ../scripts/check-layers.py "$B"
+echo "1..$n"
+[ "$fails" = 0 ]
