@@ -57,6 +57,8 @@
 /* forward */
 ZM_DEF1(zm_relu, return x > (T)0 ? x : (T)0;)
 ZM_DEF1(zm_sigmoid, return (T)1 / ((T)1 + exp(-x));)
+/* silu(x) = x * sigmoid(x) (PyTorch's F.silu) */
+ZM_DEF1(zm_silu, return x / ((T)1 + exp(-x));)
 /* gelu(x) = x * Phi(x), Phi the standard normal CDF (PyTorch's default). */
 ZM_DEF1(zm_gelu, return (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440));)
 /* The tanh approximation (PyTorch's approximate="tanh"). */
@@ -79,6 +81,9 @@ ZM_DEF2(zm_gelu_tanh_bwd,
         return g * ((T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * du);)
 ZM_DEF2(zm_tanh_bwd_y, return g * ((T)1 - x * x);)        /* x is y = tanh */
 ZM_DEF2(zm_sigmoid_bwd_y, return g * x * ((T)1 - x);)     /* x is y = sigmoid */
+ZM_DEF2(zm_silu_bwd,
+        T s = (T)1 / ((T)1 + exp(-x));
+        return g * s * ((T)1 + x * ((T)1 - s));)
 ZM_DEF2(zm_sqrt_bwd_y, return g * (T)0.5 / x;)            /* x is y = sqrt */
 ZM_DEF2(zm_abs_bwd, return x > (T)0 ? g : (x < (T)0 ? -g : (T)0);)
 
