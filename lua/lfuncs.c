@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ops/pointwise_ops.h"
 #include "lz.h"
 
 #define T(i) lz_check(L, i)
@@ -282,19 +283,80 @@ static int m_zero_(lua_State *L) {
 /* ---- elementwise ------------------------------------------------------------------------ */
 #define UNARY(name, call) \
   static int f_##name(lua_State *L) { PUSH(call); }
-UNARY(neg, zorch_neg(T(1)))
-UNARY(exp, zorch_exp(T(1)))
-UNARY(log, zorch_log(T(1)))
-UNARY(sqrt, zorch_sqrt(T(1)))
-UNARY(abs, zorch_abs(T(1)))
-UNARY(relu, zorch_relu(T(1)))
-UNARY(tanh, zorch_tanh(T(1)))
-UNARY(sigmoid, zorch_sigmoid(T(1)))
 UNARY(gelu, zorch_gelu(T(1), lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "tanh") == 0))
 UNARY(clamp, zorch_clamp(T(1), luaL_optnumber(L, 2, -HUGE_VAL), luaL_optnumber(L, 3, HUGE_VAL)))
 UNARY(contiguous, zorch_contiguous(T(1)))
 UNARY(clone, zorch_clone(T(1)))
 UNARY(flatten, zorch_flatten(T(1)))
+
+/* The registry's elementwise ops (ops/pointwise_ops.h). Each unary op without
+   parameters is bound as zorch.<name>(x) and x:<name>(); upvalue 1 is its op_info. */
+static int f_pointwise(lua_State *L) {
+  const op_info *op = lua_touserdata(L, lua_upvalueindex(1));
+  zorch_tensor *in[1] = {T(1)};
+  double p[2] = {0, 0};
+  PUSH(op->call(in, p));
+}
+
+/* zorch._pointwise_ops(): every registered elementwise op, in registry order, as
+   {name =, nin =, nparams =, differentiable =, positive = {a, b}} (positive:
+   the inputs the op's tests draw positive). */
+static int f_pointwise_ops(lua_State *L) {
+  int n;
+  const op_info *ops = ops_pointwise(&n);
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_createtable(L, 0, 5);
+    lua_pushstring(L, ops[i].name);
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, ops[i].nin);
+    lua_setfield(L, -2, "nin");
+    lua_pushinteger(L, ops[i].nparams);
+    lua_setfield(L, -2, "nparams");
+    lua_pushboolean(L, ops[i].differentiable);
+    lua_setfield(L, -2, "differentiable");
+    lua_createtable(L, 2, 0);
+    lua_pushboolean(L, ops[i].dom & OP_DOM_POS_A);
+    lua_rawseti(L, -2, 1);
+    lua_pushboolean(L, ops[i].dom & OP_DOM_POS_B);
+    lua_rawseti(L, -2, 2);
+    lua_setfield(L, -2, "positive");
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+/* zorch._pointwise(name, tensors..., params...): any registered op by name,
+   its nin tensors then its nparams numbers. */
+static int f_pointwise_call(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  int n;
+  const op_info *ops = ops_pointwise(&n);
+  for (int i = 0; i < n; i++) {
+    if (strcmp(ops[i].name, name) != 0) continue;
+    zorch_tensor *in[2] = {NULL, NULL};
+    double p[2] = {0, 0};
+    for (int k = 0; k < ops[i].nin; k++) in[k] = T(2 + k);
+    for (int k = 0; k < ops[i].nparams; k++) p[k] = luaL_checknumber(L, 2 + ops[i].nin + k);
+    PUSH(ops[i].call(in, p));
+  }
+  return luaL_argerror(L, 1, lua_pushfstring(L, "no elementwise op named '%s'", name));
+}
+
+/* [-0, +0]: binds the unary ops without parameters into the tables at module
+   and methods (absolute indices). */
+static void open_pointwise(lua_State *L, int module, int methods) {
+  int n;
+  const op_info *ops = ops_pointwise(&n);
+  for (int i = 0; i < n; i++) {
+    if (ops[i].nin != 1 || ops[i].nparams != 0) continue;
+    lua_pushlightuserdata(L, (void *)&ops[i]);
+    lua_pushcclosure(L, f_pointwise, 1);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, methods, ops[i].name);
+    lua_setfield(L, module, ops[i].name);
+  }
+}
 
 static int binop(lua_State *L, const char *mm) {
   if (!zorch_to_tensor(L, 1) && !zorch_to_tensor(L, 2))
@@ -538,9 +600,7 @@ static int f_squeeze(lua_State *L) {
 }
 
 static const luaL_Reg both[] = {
-    {"neg", f_neg}, {"exp", f_exp}, {"log", f_log}, {"sqrt", f_sqrt}, {"abs", f_abs},
-    {"relu", f_relu}, {"tanh", f_tanh}, {"sigmoid", f_sigmoid}, {"gelu", f_gelu},
-    {"clamp", f_clamp}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
+    {"gelu", f_gelu}, {"clamp", f_clamp}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
     {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"masked_fill", f_masked_fill},
     {"sum", f_sum}, {"mean", f_mean}, {"max", f_max}, {"softmax", f_softmax},
@@ -561,14 +621,20 @@ static const luaL_Reg functions_only[] = {
     {"cross_entropy", f_cross_entropy}, {"embedding", f_embedding}, {"layer_norm", f_layer_norm},
     {"dropout", f_dropout}, {"cat", f_cat}, {"stack", f_stack}, {"no_grad", f_no_grad},
     {"set_grad_enabled", f_set_grad_enabled}, {"is_grad_enabled", f_is_grad_enabled},
-    {"manual_seed", f_manual_seed}, {NULL, NULL}};
+    {"manual_seed", f_manual_seed}, {"_pointwise_ops", f_pointwise_ops},
+    {"_pointwise", f_pointwise_call}, {NULL, NULL}};
 
-/* [-0, +0]: adds the functions to the table on top, and the methods to tensors */
+/* [-0, +0]: adds the functions to the table on top, and the methods to tensors
+   (the registry's ops first, so that a hand binding such as gelu's mode wins) */
 void lz_open_functions(lua_State *L) {
-  luaL_setfuncs(L, both, 0);
-  luaL_setfuncs(L, functions_only, 0);
+  int module = lua_gettop(L);
   luaL_getmetatable(L, LZ_TENSOR);
   lua_getfield(L, -1, "__methods");
+  open_pointwise(L, module, lua_gettop(L));
+  lua_pushvalue(L, module);
+  luaL_setfuncs(L, both, 0);
+  luaL_setfuncs(L, functions_only, 0);
+  lua_pop(L, 1);
   luaL_setfuncs(L, both, 0);
   lua_pop(L, 2);
 }

@@ -232,6 +232,7 @@ end
 nn.ReLU = activation("nn.ReLU", zorch.relu)
 nn.Tanh = activation("nn.Tanh", zorch.tanh)
 nn.Sigmoid = activation("nn.Sigmoid", zorch.sigmoid)
+nn.SiLU = activation("nn.SiLU", zorch.silu)
 nn.GELU = Module:extend "nn.GELU"
 function nn.GELU:init(approximate) self.approximate = approximate end
 function nn.GELU:forward(x) return zorch.gelu(x, self.approximate) end

@@ -15,29 +15,7 @@
 #include "../vm/core/device.h"
 #include "../vm/core/node.h"
 #include "../vm/core/tensor.h"
-
-typedef enum {
-  UOP_NEG, UOP_EXP, UOP_LOG, UOP_SQRT, UOP_ABS, UOP_RELU, UOP_GELU, UOP_GELU_TANH,
-  UOP_TANH, UOP_SIGMOID,
-  UOP_ADD_S,  /* x + p0 */
-  UOP_MUL_S,  /* x * p0 */
-  UOP_RSUB_S, /* p0 - x */
-  UOP_RDIV_S, /* p0 / x */
-  UOP_POW_S,  /* x ^ p0 */
-  UOP_CLAMP,  /* min(max(x, p0), p1) */
-  UOP_COUNT
-} uop;
-
-typedef enum {
-  BOP_ADD, BOP_SUB, BOP_MUL, BOP_DIV, BOP_POW,
-  BOP_EQ, BOP_LT, BOP_GT, /* out is bool */
-  /* gradients: a is the incoming gradient, b the saved input (or output: _Y) */
-  BOP_RELU_BWD, BOP_GELU_BWD, BOP_GELU_TANH_BWD, BOP_TANH_BWD_Y, BOP_SIGMOID_BWD_Y,
-  BOP_SQRT_BWD_Y, BOP_ABS_BWD,
-  BOP_POW_S_BWD, /* g * p0 * x^(p0-1) */
-  BOP_CLAMP_BWD, /* g where p0 <= x <= p1 */
-  BOP_COUNT
-} bop;
+#include "pointwise_ops.h" /* the uop and bop enums */
 
 typedef enum { RED_SUM, RED_MAX } red_op;
 

@@ -2,7 +2,9 @@
    inline and, under nvcc, also __device__, so the CPU tests check the very
    formulas the CUDA kernels run. Bodies are written once over a type T and
    instantiated for float (_f32) and double (_f64); <tgmath.h> picks expf for float
-   in C, and CUDA's overloads do the same in device code. */
+   in C, and CUDA's overloads do the same in device code. ZM(f, args) calls zm_f
+   for the type of its first argument (C11 _Generic; overloads under nvcc), so one
+   expression serves both types (the op registry, ops/pointwise_ops.h). */
 #ifndef ZORCH_OPS_MATH_H
 #define ZORCH_OPS_MATH_H
 #include <stdint.h>
@@ -15,6 +17,22 @@
 #define ZM_INLINE static inline
 #endif
 
+#ifdef __CUDACC__
+#define ZM(f, ...) zm_##f(__VA_ARGS__)
+#define ZM_OVERLOAD1(name)                                                  \
+  ZM_INLINE float name(float x) { return name##_f32(x); }                   \
+  ZM_INLINE double name(double x) { return name##_f64(x); }
+#define ZM_OVERLOAD2(name)                                                  \
+  ZM_INLINE float name(float g, float x) { return name##_f32(g, x); }       \
+  ZM_INLINE double name(double g, double x) { return name##_f64(g, x); }
+#else
+#define ZM_FIRST(a, ...) a
+#define ZM(f, ...) \
+  _Generic((ZM_FIRST(__VA_ARGS__, 0)), float: zm_##f##_f32, double: zm_##f##_f64)(__VA_ARGS__)
+#define ZM_OVERLOAD1(name)
+#define ZM_OVERLOAD2(name)
+#endif
+
 #define ZM_DEF1(name, body)                                    \
   ZM_INLINE float name##_f32(float x) {                        \
     typedef float T;                                           \
@@ -23,7 +41,8 @@
   ZM_INLINE double name##_f64(double x) {                      \
     typedef double T;                                          \
     body                                                       \
-  }
+  }                                                            \
+  ZM_OVERLOAD1(name)
 #define ZM_DEF2(name, body)                                    \
   ZM_INLINE float name##_f32(float g, float x) {               \
     typedef float T;                                           \
@@ -32,11 +51,14 @@
   ZM_INLINE double name##_f64(double g, double x) {            \
     typedef double T;                                          \
     body                                                       \
-  }
+  }                                                            \
+  ZM_OVERLOAD2(name)
 
 /* forward */
 ZM_DEF1(zm_relu, return x > (T)0 ? x : (T)0;)
 ZM_DEF1(zm_sigmoid, return (T)1 / ((T)1 + exp(-x));)
+/* silu(x) = x * sigmoid(x) (PyTorch's F.silu) */
+ZM_DEF1(zm_silu, return x / ((T)1 + exp(-x));)
 /* gelu(x) = x * Phi(x), Phi the standard normal CDF (PyTorch's default). */
 ZM_DEF1(zm_gelu, return (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440));)
 /* The tanh approximation (PyTorch's approximate="tanh"). */
@@ -59,6 +81,9 @@ ZM_DEF2(zm_gelu_tanh_bwd,
         return g * ((T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * du);)
 ZM_DEF2(zm_tanh_bwd_y, return g * ((T)1 - x * x);)        /* x is y = tanh */
 ZM_DEF2(zm_sigmoid_bwd_y, return g * x * ((T)1 - x);)     /* x is y = sigmoid */
+ZM_DEF2(zm_silu_bwd,
+        T s = (T)1 / ((T)1 + exp(-x));
+        return g * s * ((T)1 + x * ((T)1 - s));)
 ZM_DEF2(zm_sqrt_bwd_y, return g * (T)0.5 / x;)            /* x is y = sqrt */
 ZM_DEF2(zm_abs_bwd, return x > (T)0 ? g : (x < (T)0 ? -g : (T)0);)
 

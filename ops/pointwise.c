@@ -1,79 +1,47 @@
 /* pointwise.c: elementwise ops with NumPy broadcasting and PyTorch's type
    promotion, and their gradients. 16-bit floats compute in float32 and round
-   back; integer inputs of float math compute in float32. */
+   back; integer inputs of float math compute in float32. The ops, their names,
+   gradients and public functions come from the registry, ops/pointwise_ops.h. */
 #include <math.h>
 #include <string.h>
 
 #include "ops.h"
 
-static const char *const bop_names[BOP_COUNT] = {
-    "add", "sub", "mul", "div", "pow", "eq", "lt", "gt", "relu", "gelu", "gelu", "tanh",
-    "sigmoid", "sqrt", "abs", "pow", "clamp"};
-static const char *const uop_names[UOP_COUNT] = {
-    "neg", "exp", "log", "sqrt", "abs", "relu", "gelu", "gelu", "tanh", "sigmoid",
-    "add", "mul", "sub", "div", "pow", "clamp"};
+/* What a node of the op saves (the registry's `save`). */
+enum { SAVE_NONE, SAVE_IN, SAVE_OUT, SAVE_BOTH };
 
-static bool bop_is_cmp(bop k) { return k == BOP_EQ || k == BOP_LT || k == BOP_GT; }
-static bool bop_needs_float(bop k) { return k == BOP_DIV || k >= BOP_POW; }
+/* An elementwise op as the op layer sees it. */
+typedef struct {
+  const char *name;  /* in messages: the registry's user-facing name */
+  const char *node;  /* the autograd node's name (NULL: no gradient) */
+  ag_backward_fn fn; /* its backward (NULL: no gradient) */
+  int fused;         /* for fused_bwd: the bop of the gradient kernel; else -1 */
+  int save;          /* SAVE_* */
+  int nparams;       /* scalar parameters (unary ops) */
+  bool ints;         /* has integer kernels: integer inputs stay integer */
+  bool cmp;          /* writes bool (comparisons) */
+} pw_def;
 
-/* Raw elementwise binary op (no autograd): broadcast, promote, run the kernel. */
-zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1) {
-  const char *op = bop_names[k];
-  if (check_arg(op, "a", a) || check_arg(op, "b", b) || check_same_device(op, a, b)) return NULL;
-  bool cmp = bop_is_cmp(k);
-  zorch_dtype dt = dtype_promote(a->dtype, b->dtype);
-  if (bop_needs_float(k) && !zorch_dtype_is_float(dt)) dt = ZORCH_F32;
-  if (!cmp && dt == ZORCH_BOOL) dt = ZORCH_I64;
-  zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype_on(a, dt) : dt;
-  int nd;
-  int64_t shape[ZORCH_MAX_DIMS];
-  if (shape_broadcast(op, a->ndim, a->shape, b->ndim, b->shape, &nd, shape)) return NULL;
-  zorch_tensor *ca = op_cast(a, cd), *cb = ca ? op_cast(b, cd) : NULL;
-  zorch_tensor *va = cb ? op_broadcast_view(ca, nd, shape) : NULL;
-  zorch_tensor *vb = va ? op_broadcast_view(cb, nd, shape) : NULL;
-  zorch_tensor *out = vb ? op_empty(a, nd, shape, cmp ? ZORCH_BOOL : cd) : NULL;
-  if (out && backend_of(out)->binary(k, out, va, vb, p0, p1)) {
-    zorch_tensor_free(out);
-    out = NULL;
-  }
-  op_free(ca, cb, va, vb);
-  if (!cmp && cd != dt) out = op_recast(out, dt);
-  if (!out) err_prefix(op);
-  return out;
+/* A unary node's arguments. */
+typedef struct {
+  int fused;
+  double p0, p1;
+} unary_args;
+
+/* Stores a backward's one result: OK, or the error that left it NULL. */
+static zorch_status grad_result(zorch_tensor **gin, zorch_tensor *t) {
+  *gin = t;
+  return t ? ZORCH_OK : zorch_last_status();
 }
 
-static bool uop_keeps_int(uop k, double p0) {
-  switch (k) {
-    case UOP_NEG: case UOP_ABS: case UOP_RELU: case UOP_CLAMP: return true;
-    case UOP_ADD_S: case UOP_MUL_S: case UOP_RSUB_S: return p0 == floor(p0);
-    default: return false;
-  }
+/* ---- the backward functions the registry names ------------------------------------- */
+/* Gradients of the form g * f'(x) run as one fused kernel of (g, saved[0]), where
+   saved[0] is x (or y for the _Y kernels). */
+static zorch_status fused_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const unary_args *a = AG_ARGS(n, unary_args);
+  return grad_result(&gin[0], op_binary((bop)a->fused, g, n->saved[0], a->p0, a->p1));
 }
 
-/* Raw elementwise unary op (no autograd). */
-static zorch_tensor *ew_unary(uop k, zorch_tensor *a, double p0, double p1) {
-  const char *op = uop_names[k];
-  if (check_arg(op, "input", a)) return NULL;
-  zorch_dtype dt = a->dtype;
-  if (!zorch_dtype_is_float(dt) && !(uop_keeps_int(k, p0) && dt != ZORCH_BOOL)) dt = ZORCH_F32;
-  if (k == UOP_CLAMP && !zorch_dtype_is_float(dt) && (p0 != floor(p0) || p1 != floor(p1)))
-    dt = ZORCH_F32;
-  zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype_on(a, dt) : dt;
-  zorch_tensor *ca = op_cast(a, cd);
-  zorch_tensor *out = ca ? op_empty(a, a->ndim, a->shape, cd) : NULL;
-  if (out && backend_of(out)->unary(k, out, ca, p0, p1)) {
-    zorch_tensor_free(out);
-    out = NULL;
-  }
-  zorch_tensor_free(ca);
-  if (cd != dt) out = op_recast(out, dt);
-  if (!out) err_prefix(op);
-  return out;
-}
-
-#define RET(x) return (*gin_slot = (x)) ? ZORCH_OK : zorch_last_status()
-
-/* ---- binary ops ------------------------------------------------------------------ */
 static zorch_status add_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   (void)n;
   gin[0] = zorch_tensor_retain(g);
@@ -83,72 +51,215 @@ static zorch_status add_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
 
 static zorch_status sub_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   gin[0] = zorch_tensor_retain(g);
-  if (ag_wants(n, 1) && !(gin[1] = zorch_neg(g))) return zorch_last_status();
-  return ZORCH_OK;
+  return ag_wants(n, 1) ? grad_result(&gin[1], zorch_neg(g)) : ZORCH_OK;
 }
 
 static zorch_status mul_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  if (ag_wants(n, 0) && !(gin[0] = zorch_mul(g, n->saved[1]))) return zorch_last_status();
-  if (ag_wants(n, 1) && !(gin[1] = zorch_mul(g, n->saved[0]))) return zorch_last_status();
-  return ZORCH_OK;
+  if (ag_wants(n, 0) && grad_result(&gin[0], zorch_mul(g, n->saved[1]))) return zorch_last_status();
+  return ag_wants(n, 1) ? grad_result(&gin[1], zorch_mul(g, n->saved[0])) : ZORCH_OK;
 }
 
 /* d(a/b) = g/b, -g*a/b^2 */
 static zorch_status div_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  zorch_tensor *a = n->saved[0], *b = n->saved[1];
-  if (ag_wants(n, 0) && !(gin[0] = zorch_div(g, b))) return zorch_last_status();
+  zorch_tensor *a = n->saved[0], *b = n->saved[1], *ga = NULL, *bb = NULL, *q = NULL;
+  bool ok = false;
+  if (ag_wants(n, 0) && !(gin[0] = zorch_div(g, b))) goto cleanup;
   if (ag_wants(n, 1)) {
-    zorch_tensor *ga = zorch_mul(g, a), *bb = ga ? zorch_mul(b, b) : NULL;
-    zorch_tensor *q = bb ? zorch_div(ga, bb) : NULL;
-    gin[1] = q ? zorch_neg(q) : NULL;
-    op_free(ga, bb, q, NULL);
-    if (!gin[1]) return zorch_last_status();
+    if (!(ga = zorch_mul(g, a))) goto cleanup;
+    if (!(bb = zorch_mul(b, b))) goto cleanup;
+    if (!(q = zorch_div(ga, bb))) goto cleanup;
+    if (!(gin[1] = zorch_neg(q))) goto cleanup;
   }
-  return ZORCH_OK;
+  ok = true;
+cleanup:
+  op_free(ga, bb, q, NULL);
+  return ok ? ZORCH_OK : zorch_last_status();
 }
 
 /* d(a^b) = g*b*a^(b-1), g*a^b*log(a) */
 static zorch_status pow_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   zorch_tensor *a = n->saved[0], *b = n->saved[1], *y = n->saved[2];
+  zorch_tensor *bm1 = NULL, *p = NULL, *bp = NULL, *la = NULL, *yl = NULL;
+  bool ok = false;
   if (ag_wants(n, 0)) {
-    zorch_tensor *bm1 = zorch_add_scalar(b, -1), *p = bm1 ? zorch_pow(a, bm1) : NULL;
-    zorch_tensor *bp = p ? zorch_mul(b, p) : NULL;
-    gin[0] = bp ? zorch_mul(g, bp) : NULL;
-    op_free(bm1, p, bp, NULL);
-    if (!gin[0]) return zorch_last_status();
+    if (!(bm1 = zorch_add_scalar(b, -1))) goto cleanup;
+    if (!(p = zorch_pow(a, bm1))) goto cleanup;
+    if (!(bp = zorch_mul(b, p))) goto cleanup;
+    if (!(gin[0] = zorch_mul(g, bp))) goto cleanup;
   }
   if (ag_wants(n, 1)) {
-    zorch_tensor *la = zorch_log(a), *yl = la ? zorch_mul(y, la) : NULL;
-    gin[1] = yl ? zorch_mul(g, yl) : NULL;
-    op_free(la, yl, NULL, NULL);
-    if (!gin[1]) return zorch_last_status();
+    if (!(la = zorch_log(a))) goto cleanup;
+    if (!(yl = zorch_mul(y, la))) goto cleanup;
+    if (!(gin[1] = zorch_mul(g, yl))) goto cleanup;
   }
+  ok = true;
+cleanup:
+  op_free(bm1, p, bp, la);
+  zorch_tensor_free(yl);
+  return ok ? ZORCH_OK : zorch_last_status();
+}
+
+static zorch_status neg_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  (void)n;
+  return grad_result(&gin[0], zorch_neg(g));
+}
+static zorch_status exp_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  return grad_result(&gin[0], zorch_mul(g, n->saved[0]));
+}
+static zorch_status log_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  return grad_result(&gin[0], zorch_div(g, n->saved[0]));
+}
+static zorch_status add_scalar_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  (void)n;
+  gin[0] = zorch_tensor_retain(g);
   return ZORCH_OK;
 }
+static zorch_status mul_scalar_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  double s = AG_ARGS(n, unary_args)->p0;
+  return grad_result(&gin[0], s == 1 ? zorch_tensor_retain(g) : zorch_mul_scalar(g, s));
+}
+/* d(s/x) = -g*y/x with y = s/x */
+static zorch_status rdiv_scalar_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_tensor *gy = NULL, *q = NULL;
+  bool ok = false;
+  if (!(gy = zorch_mul(g, n->saved[1]))) goto cleanup;
+  if (!(q = zorch_div(gy, n->saved[0]))) goto cleanup;
+  if (!(gin[0] = zorch_neg(q))) goto cleanup;
+  ok = true;
+cleanup:
+  op_free(gy, q, NULL, NULL);
+  return ok ? ZORCH_OK : zorch_last_status();
+}
 
-static zorch_tensor *binary_op(bop k, const char *name, ag_backward_fn fn, zorch_tensor *a,
-                               zorch_tensor *b, int nsave) {
+/* ---- the registry, as tables indexed by the enums ------------------------------------ */
+#define GRAD_FUSED(k, s) .fn = fused_bwd, .fused = (k), .save = (s)
+#define GRAD_CUSTOM(f, s) .fn = (f), .fused = -1, .save = (s)
+#define GRAD_NO_GRAD .fn = NULL, .fused = -1, .save = SAVE_NONE
+#define HAS_INT_INT true
+#define HAS_INT_SIGNED true
+#define HAS_INT_NO_INT false
+#define IS_BOOL_SAME false
+#define IS_BOOL_BOOL true
+#define U_DEF(ID, nm, nd, fmath, ik, imath, grad, np, ...) \
+  [UOP_##ID] = {.name = #nm, .node = nd, GRAD_##grad, .nparams = np, .ints = HAS_INT_##ik},
+#define B_DEF(ID, nm, nd, out, fmath, ik, imath, grad, ...) \
+  [BOP_##ID] = {.name = #nm, .node = nd, GRAD_##grad, .ints = HAS_INT_##ik, .cmp = IS_BOOL_##out},
+static const pw_def unary_defs[] = {ZORCH_UNARY_OPS(U_DEF)};
+static const pw_def binary_defs[] = {ZORCH_BINARY_OPS(B_DEF)};
+_Static_assert(sizeof unary_defs / sizeof unary_defs[0] == UOP_COUNT, "an entry per unary op");
+_Static_assert(sizeof binary_defs / sizeof binary_defs[0] == BOP_COUNT, "an entry per binary op");
+
+/* ---- the raw ops (no autograd) --------------------------------------------------------- */
+/* Raw elementwise binary op (no autograd): broadcast, promote, run the kernel. */
+zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1) {
+  const pw_def *d = &binary_defs[k];
+  const char *op = d->name;
+  if (check_arg(op, "a", a) || check_arg(op, "b", b) || check_same_device(op, a, b)) return NULL;
+  zorch_dtype dt = dtype_promote(a->dtype, b->dtype);
+  if (!d->ints && !zorch_dtype_is_float(dt)) dt = ZORCH_F32;
+  if (!d->cmp && dt == ZORCH_BOOL) dt = ZORCH_I64;
+  zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype_on(a, dt) : dt;
+  int nd;
+  int64_t shape[ZORCH_MAX_DIMS];
+  if (shape_broadcast(op, a->ndim, a->shape, b->ndim, b->shape, &nd, shape)) return NULL;
+  zorch_tensor *ca = NULL, *cb = NULL, *va = NULL, *vb = NULL, *out = NULL;
+  if (!(ca = op_cast(a, cd))) goto cleanup;
+  if (!(cb = op_cast(b, cd))) goto cleanup;
+  if (!(va = op_broadcast_view(ca, nd, shape))) goto cleanup;
+  if (!(vb = op_broadcast_view(cb, nd, shape))) goto cleanup;
+  if (!(out = op_empty(a, nd, shape, d->cmp ? ZORCH_BOOL : cd))) goto cleanup;
+  if (backend_of(out)->binary(k, out, va, vb, p0, p1)) {
+    zorch_tensor_free(out);
+    out = NULL;
+    goto cleanup;
+  }
+  if (!d->cmp && cd != dt) out = op_recast(out, dt);
+cleanup:
+  op_free(ca, cb, va, vb);
+  if (!out) err_prefix(op);
+  return out;
+}
+
+/* Integer inputs stay integer when the op has integer kernels and its
+   parameters are whole numbers; bool and the rest compute in float. */
+static bool unary_keeps_int(const pw_def *d, zorch_dtype dt, double p0, double p1) {
+  if (!d->ints || dt == ZORCH_BOOL) return false;
+  if (d->nparams > 0 && p0 != floor(p0)) return false;
+  return d->nparams < 2 || p1 == floor(p1);
+}
+
+/* Raw elementwise unary op (no autograd). */
+static zorch_tensor *ew_unary(uop k, zorch_tensor *a, double p0, double p1) {
+  const pw_def *d = &unary_defs[k];
+  const char *op = d->name;
+  if (check_arg(op, "input", a)) return NULL;
+  zorch_dtype dt = a->dtype;
+  if (!zorch_dtype_is_float(dt) && !unary_keeps_int(d, dt, p0, p1)) dt = ZORCH_F32;
+  zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype_on(a, dt) : dt;
+  zorch_tensor *ca = NULL, *out = NULL;
+  if (!(ca = op_cast(a, cd))) goto cleanup;
+  if (!(out = op_empty(a, a->ndim, a->shape, cd))) goto cleanup;
+  if (backend_of(out)->unary(k, out, ca, p0, p1)) {
+    zorch_tensor_free(out);
+    out = NULL;
+    goto cleanup;
+  }
+  if (cd != dt) out = op_recast(out, dt);
+cleanup:
+  zorch_tensor_free(ca);
+  if (!out) err_prefix(op);
+  return out;
+}
+
+/* ---- the ops with autograd --------------------------------------------------------------- */
+static zorch_tensor *binary_op(bop k, zorch_tensor *a, zorch_tensor *b) {
+  const pw_def *d = &binary_defs[k];
   zorch_tensor *out = op_binary(k, a, b, 0, 0);
+  if (!d->fn) return out;
   zorch_tensor *in[2] = {a, b};
   zorch_tensor *save[3] = {a, b, out};
-  return ag_record(out, name, fn, 2, in, nsave, save, NULL);
+  int nsave = d->save == SAVE_BOTH ? 3 : d->save == SAVE_IN ? 2 : 0;
+  return ag_record(out, d->node, d->fn, 2, in, nsave, save, NULL);
 }
 
-zorch_tensor *zorch_add(zorch_tensor *a, zorch_tensor *b) {
-  return binary_op(BOP_ADD, "AddBackward", add_bwd, a, b, 0);
+static zorch_tensor *unary_op(uop k, zorch_tensor *a, double p0, double p1) {
+  const pw_def *d = &unary_defs[k];
+  zorch_tensor *out = ew_unary(k, a, p0, p1);
+  zorch_tensor *save[2];
+  int nsave = 0;
+  if (d->save == SAVE_IN || d->save == SAVE_BOTH) save[nsave++] = a;
+  if (d->save == SAVE_OUT || d->save == SAVE_BOTH) save[nsave++] = out;
+  unary_args args = {d->fused, p0, p1};
+  return ag_record_args(out, d->node, d->fn, 1, &a, nsave, save, &args, sizeof args);
 }
-zorch_tensor *zorch_sub(zorch_tensor *a, zorch_tensor *b) {
-  return binary_op(BOP_SUB, "SubBackward", sub_bwd, a, b, 0);
+
+/* The public functions the registry asks for: zorch_<name>(a[, p0]) and
+   zorch_<name>(a, b); HAND ops are written below, KERNEL ops have none. */
+#define SKIP(...)
+#define U_PUBLIC_P0(ID, name) \
+  zorch_tensor *zorch_##name(zorch_tensor *a) { return unary_op(UOP_##ID, a, 0, 0); }
+#define U_PUBLIC_P1(ID, name) \
+  zorch_tensor *zorch_##name(zorch_tensor *a, double p0) { return unary_op(UOP_##ID, a, p0, 0); }
+#define U_PUBLIC_API(ID, name, nparams) U_PUBLIC_P##nparams(ID, name)
+#define U_PUBLIC_HAND(call) SKIP
+#define U_PUBLIC(ID, name, node, fmath, ints, imath, grad, nparams, api, ...) \
+  U_PUBLIC_##api(ID, name, nparams)
+ZORCH_UNARY_OPS(U_PUBLIC)
+
+#define B_PUBLIC_API(ID, name) \
+  zorch_tensor *zorch_##name(zorch_tensor *a, zorch_tensor *b) { return binary_op(BOP_##ID, a, b); }
+#define B_PUBLIC_KERNEL(ID, name)
+#define B_PUBLIC(ID, name, node, out, fmath, ints, imath, grad, api, ...) B_PUBLIC_##api(ID, name)
+ZORCH_BINARY_OPS(B_PUBLIC)
+
+zorch_tensor *zorch_gelu(zorch_tensor *a, bool tanh_approx) {
+  return unary_op(tanh_approx ? UOP_GELU_TANH : UOP_GELU, a, 0, 0);
 }
-zorch_tensor *zorch_mul(zorch_tensor *a, zorch_tensor *b) {
-  return binary_op(BOP_MUL, "MulBackward", mul_bwd, a, b, 2);
+zorch_tensor *zorch_clamp(zorch_tensor *a, double lo, double hi) {
+  if (lo > hi) return err_null(ZORCH_ERR_ARG, "clamp: min %g is greater than max %g", lo, hi);
+  return unary_op(UOP_CLAMP, a, lo, hi);
 }
-zorch_tensor *zorch_div(zorch_tensor *a, zorch_tensor *b) {
-  return binary_op(BOP_DIV, "DivBackward", div_bwd, a, b, 2);
-}
-zorch_tensor *zorch_pow(zorch_tensor *a, zorch_tensor *b) {
-  return binary_op(BOP_POW, "PowBackward", pow_bwd, a, b, 3);
-}
+
 zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src) {
   bool prev = zorch_set_grad_enabled(false);
   zorch_status st;
@@ -164,106 +275,43 @@ zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src) {
   return st;
 }
 
-zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b) { return op_binary(BOP_EQ, a, b, 0, 0); }
-zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b) { return op_binary(BOP_LT, a, b, 0, 0); }
-zorch_tensor *zorch_gt(zorch_tensor *a, zorch_tensor *b) { return op_binary(BOP_GT, a, b, 0, 0); }
-
-/* ---- unary ops --------------------------------------------------------------------- */
-/* Gradients of the form g * f'(x) run as one fused kernel: node->iv[0] names it,
-   saved[0] is x (or y for the _Y kernels), p[0..1] its parameters. */
-static zorch_status fused_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  gin[0] = op_binary((bop)n->iv[0], g, n->saved[0], n->p[0], n->p[1]);
-  return gin[0] ? ZORCH_OK : zorch_last_status();
-}
-
-static zorch_status neg_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  (void)n;
-  zorch_tensor **gin_slot = &gin[0];
-  RET(zorch_neg(g));
-}
-static zorch_status exp_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  zorch_tensor **gin_slot = &gin[0];
-  RET(zorch_mul(g, n->saved[0]));
-}
-static zorch_status log_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  zorch_tensor **gin_slot = &gin[0];
-  RET(zorch_div(g, n->saved[0]));
-}
-static zorch_status scale_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  zorch_tensor **gin_slot = &gin[0];
-  RET(n->p[0] == 1 ? zorch_tensor_retain(g) : zorch_mul_scalar(g, n->p[0]));
-}
-/* d(s/x) = -g*y/x with y = s/x */
-static zorch_status rdiv_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  zorch_tensor *gy = zorch_mul(g, n->saved[1]), *q = gy ? zorch_div(gy, n->saved[0]) : NULL;
-  gin[0] = q ? zorch_neg(q) : NULL;
-  op_free(gy, q, NULL, NULL);
-  return gin[0] ? ZORCH_OK : zorch_last_status();
-}
-
-typedef struct {
-  const char *name;
-  ag_backward_fn fn;
-  int fused; /* bop for fused_bwd, or -1 */
-  int save;  /* 0: input, 1: output, 2: both */
-} unary_def;
-
-static const unary_def unary_defs[UOP_COUNT] = {
-    [UOP_NEG] = {"NegBackward", neg_bwd, -1, -1},
-    [UOP_EXP] = {"ExpBackward", exp_bwd, -1, 1},
-    [UOP_LOG] = {"LogBackward", log_bwd, -1, 0},
-    [UOP_SQRT] = {"SqrtBackward", fused_bwd, BOP_SQRT_BWD_Y, 1},
-    [UOP_ABS] = {"AbsBackward", fused_bwd, BOP_ABS_BWD, 0},
-    [UOP_RELU] = {"ReluBackward", fused_bwd, BOP_RELU_BWD, 0},
-    [UOP_GELU] = {"GeluBackward", fused_bwd, BOP_GELU_BWD, 0},
-    [UOP_GELU_TANH] = {"GeluBackward", fused_bwd, BOP_GELU_TANH_BWD, 0},
-    [UOP_TANH] = {"TanhBackward", fused_bwd, BOP_TANH_BWD_Y, 1},
-    [UOP_SIGMOID] = {"SigmoidBackward", fused_bwd, BOP_SIGMOID_BWD_Y, 1},
-    [UOP_ADD_S] = {"AddBackward", scale_bwd, -1, -1},
-    [UOP_MUL_S] = {"MulBackward", scale_bwd, -1, -1},
-    [UOP_RSUB_S] = {"RsubBackward", scale_bwd, -1, -1},
-    [UOP_RDIV_S] = {"DivBackward", rdiv_bwd, -1, 2},
-    [UOP_POW_S] = {"PowBackward", fused_bwd, BOP_POW_S_BWD, 0},
-    [UOP_CLAMP] = {"ClampBackward", fused_bwd, BOP_CLAMP_BWD, 0},
-};
-
-static zorch_tensor *unary_op(uop k, zorch_tensor *a, double p0, double p1) {
-  zorch_tensor *out = ew_unary(k, a, p0, p1);
-  if (!out) return NULL;
-  const unary_def *d = &unary_defs[k];
-  zorch_tensor *save[2] = {a, out};
-  int nsave = d->save < 0 ? 0 : 2;
-  if (d->save == 1) save[0] = out, save[1] = NULL;
-  if (d->save == 0) save[1] = NULL;
-  ag_node *node;
-  out = ag_record(out, d->name, d->fn, 1, &a, nsave, save, &node);
-  if (node) {
-    node->iv[0] = d->fused;
-    node->p[0] = k == UOP_ADD_S ? 1 : k == UOP_RSUB_S ? -1 : p0;
-    node->p[1] = p1;
+/* ---- the registry for the tests and the Lua bindings ---------------------------------- */
+/* call_<name>: the op through its public function, from arrays */
+#define U_CALL_P0(name) zorch_##name(a)
+#define U_CALL_P1(name) zorch_##name(a, p[0])
+#define U_CALL_API(name, nparams) U_CALL_P##nparams(name)
+#define U_CALL_HAND(call) call SKIP
+#define U_CALL(ID, name, node, fmath, ints, imath, grad, nparams, api, ...)         \
+  static zorch_tensor *call_##name(zorch_tensor *const *in, const double *p) {      \
+    zorch_tensor *a = in[0];                                                        \
+    double p0 = nparams > 0 ? p[0] : 0, p1 = nparams > 1 ? p[1] : 0;               \
+    (void)p0;                                                                       \
+    (void)p1;                                                                       \
+    return U_CALL_##api(name, nparams);                                             \
   }
-  return out;
-}
+ZORCH_UNARY_OPS(U_CALL)
+#define B_CALL_API(name)                                                       \
+  static zorch_tensor *call_##name(zorch_tensor *const *in, const double *p) { \
+    (void)p;                                                                   \
+    return zorch_##name(in[0], in[1]);                                         \
+  }
+#define B_CALL_KERNEL(name)
+#define B_CALL(ID, name, node, out, fmath, ints, imath, grad, api, ...) B_CALL_##api(name)
+ZORCH_BINARY_OPS(B_CALL)
 
-zorch_tensor *zorch_neg(zorch_tensor *a) { return unary_op(UOP_NEG, a, 0, 0); }
-zorch_tensor *zorch_exp(zorch_tensor *a) { return unary_op(UOP_EXP, a, 0, 0); }
-zorch_tensor *zorch_log(zorch_tensor *a) { return unary_op(UOP_LOG, a, 0, 0); }
-zorch_tensor *zorch_sqrt(zorch_tensor *a) { return unary_op(UOP_SQRT, a, 0, 0); }
-zorch_tensor *zorch_abs(zorch_tensor *a) { return unary_op(UOP_ABS, a, 0, 0); }
-zorch_tensor *zorch_relu(zorch_tensor *a) { return unary_op(UOP_RELU, a, 0, 0); }
-zorch_tensor *zorch_gelu(zorch_tensor *a, bool tanh_approx) {
-  return unary_op(tanh_approx ? UOP_GELU_TANH : UOP_GELU, a, 0, 0);
-}
-zorch_tensor *zorch_tanh(zorch_tensor *a) { return unary_op(UOP_TANH, a, 0, 0); }
-zorch_tensor *zorch_sigmoid(zorch_tensor *a) { return unary_op(UOP_SIGMOID, a, 0, 0); }
-zorch_tensor *zorch_add_scalar(zorch_tensor *a, double s) { return unary_op(UOP_ADD_S, a, s, 0); }
-zorch_tensor *zorch_mul_scalar(zorch_tensor *a, double s) { return unary_op(UOP_MUL_S, a, s, 0); }
-zorch_tensor *zorch_rsub_scalar(zorch_tensor *a, double s) { return unary_op(UOP_RSUB_S, a, s, 0); }
-zorch_tensor *zorch_rdiv_scalar(zorch_tensor *a, double s) { return unary_op(UOP_RDIV_S, a, s, 0); }
-zorch_tensor *zorch_pow_scalar(zorch_tensor *a, double e) { return unary_op(UOP_POW_S, a, e, 0); }
-zorch_tensor *zorch_clamp(zorch_tensor *a, double lo, double hi) {
-  if (lo > hi) return err_null(ZORCH_ERR_ARG, "clamp: min %g is greater than max %g", lo, hi);
-  return unary_op(UOP_CLAMP, a, lo, hi);
+#define DIFF_FUSED(...) 1
+#define DIFF_CUSTOM(...) 1
+#define DIFF_NO_GRAD 0
+#define U_INFO(ID, name, node, fmath, ints, imath, grad, nparams, api, dom) \
+  {#name, 1, nparams, DIFF_##grad, OP_DOM_##dom, call_##name},
+#define B_INFO_API(name, grad, dom) {#name, 2, 0, DIFF_##grad, OP_DOM_##dom, call_##name},
+#define B_INFO_KERNEL(name, grad, dom)
+#define B_INFO(ID, name, node, out, fmath, ints, imath, grad, api, dom) B_INFO_##api(name, grad, dom)
+static const op_info pointwise_infos[] = {ZORCH_UNARY_OPS(U_INFO) ZORCH_BINARY_OPS(B_INFO)};
+
+const op_info *ops_pointwise(int *n) {
+  *n = (int)(sizeof pointwise_infos / sizeof pointwise_infos[0]);
+  return pointwise_infos;
 }
 
 /* ---- where and masked_fill ------------------------------------------------------------- */
@@ -281,15 +329,18 @@ static zorch_tensor *where_raw(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b
       shape_broadcast(op, c->ndim, c->shape, n1, s1, &nd, shape))
     return NULL;
   zorch_dtype dt = dtype_promote(a->dtype, b->dtype);
-  zorch_tensor *ca = op_cast(a, dt), *cb = ca ? op_cast(b, dt) : NULL;
-  zorch_tensor *va = cb ? op_broadcast_view(ca, nd, shape) : NULL;
-  zorch_tensor *vb = va ? op_broadcast_view(cb, nd, shape) : NULL;
-  zorch_tensor *vc = vb ? op_broadcast_view(c, nd, shape) : NULL;
-  zorch_tensor *out = vc ? op_empty(a, nd, shape, dt) : NULL;
-  if (out && backend_of(out)->where(out, vc, va, vb)) {
+  zorch_tensor *ca = NULL, *cb = NULL, *va = NULL, *vb = NULL, *vc = NULL, *out = NULL;
+  if (!(ca = op_cast(a, dt))) goto cleanup;
+  if (!(cb = op_cast(b, dt))) goto cleanup;
+  if (!(va = op_broadcast_view(ca, nd, shape))) goto cleanup;
+  if (!(vb = op_broadcast_view(cb, nd, shape))) goto cleanup;
+  if (!(vc = op_broadcast_view(c, nd, shape))) goto cleanup;
+  if (!(out = op_empty(a, nd, shape, dt))) goto cleanup;
+  if (backend_of(out)->where(out, vc, va, vb)) {
     zorch_tensor_free(out);
     out = NULL;
   }
+cleanup:
   op_free(ca, cb, va, vb);
   zorch_tensor_free(vc);
   return out;
@@ -299,29 +350,31 @@ static zorch_tensor *scalar_like(const zorch_tensor *t, double v) {
   return zorch_full(0, NULL, v, t->dtype, t->st->device);
 }
 
-/* saved[0] is the condition; iv[0] says whether input 0 is the "true" branch */
+/* Which inputs of a where node take the "true" and the "false" branch of the
+   gradient (-1: none); saved[0] is the condition. */
+typedef struct {
+  int on_true, on_false;
+} where_args;
+
 static zorch_status where_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const where_args *w = AG_ARGS(n, where_args);
   zorch_tensor *z = scalar_like(g, 0);
   if (!z) return zorch_last_status();
-  zorch_status st = ZORCH_OK;
-  int ia = (int)n->iv[0], ib = (int)n->iv[1];
-  if (ia >= 0 && ag_wants(n, ia) && !(gin[ia] = where_raw(n->saved[0], g, z))) st = zorch_last_status();
-  if (!st && ib >= 0 && ag_wants(n, ib) && !(gin[ib] = where_raw(n->saved[0], z, g)))
-    st = zorch_last_status();
+  bool ok = false;
+  int it = w->on_true, iff = w->on_false;
+  if (it >= 0 && ag_wants(n, it) && !(gin[it] = where_raw(n->saved[0], g, z))) goto cleanup;
+  if (iff >= 0 && ag_wants(n, iff) && !(gin[iff] = where_raw(n->saved[0], z, g))) goto cleanup;
+  ok = true;
+cleanup:
   zorch_tensor_free(z);
-  return st;
+  return ok ? ZORCH_OK : zorch_last_status();
 }
 
 zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b) {
   zorch_tensor *out = where_raw(cond, a, b);
   zorch_tensor *in[3] = {a, b, cond};
-  ag_node *node;
-  out = ag_record(out, "WhereBackward", where_bwd, 3, in, 1, &cond, &node);
-  if (node) {
-    node->iv[0] = 0;
-    node->iv[1] = 1;
-  }
-  return out;
+  where_args args = {0, 1};
+  return ag_record_args(out, "WhereBackward", where_bwd, 3, in, 1, &cond, &args, sizeof args);
 }
 
 zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value) {
@@ -341,11 +394,6 @@ zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double valu
                     SHAPE(mask, s1), SHAPE(a, s2));
   }
   zorch_tensor *in[2] = {a, mask};
-  ag_node *node;
-  out = ag_record(out, "MaskedFillBackward", where_bwd, 2, in, 1, &mask, &node);
-  if (node) {
-    node->iv[0] = -1;
-    node->iv[1] = 0;
-  }
-  return out;
+  where_args args = {-1, 0};
+  return ag_record_args(out, "MaskedFillBackward", where_bwd, 2, in, 1, &mask, &args, sizeof args);
 }

@@ -1,13 +1,26 @@
 /* Forward values and input gradients against PyTorch (tests/golden/ops.txt,
-   written by tests/golden/gen_golden.py), in float32. */
+   written by tests/golden/gen_golden.py), in float32. Every elementwise op of the
+   registry (ops/pointwise_ops.h) runs from its case by name; a registered op
+   without a case fails. */
+#include "../ops/pointwise_ops.h"
 #include "tap.h"
 
 #define MAXT 12
 typedef struct {
   char name[64];
+  double p[2]; /* the op's scalar parameters, from the case line */
   zorch_tensor *in[MAXT], *out, *gout, *grad[MAXT];
   int nin;
 } gcase;
+
+/* The registered elementwise op named `name`, or NULL. */
+static const op_info *registered(const char *name) {
+  int n;
+  const op_info *ops = ops_pointwise(&n);
+  for (int i = 0; i < n; i++)
+    if (strcmp(ops[i].name, name) == 0) return &ops[i];
+  return NULL;
+}
 
 static zorch_tensor *parse_tensor(char *line, char *role) {
   char *save = NULL;
@@ -39,23 +52,8 @@ static zorch_tensor *parse_tensor(char *line, char *role) {
 static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
   const char *n = c->name;
 #define IS(s) (strcmp(n, s) == 0)
-  if (IS("add")) return zorch_add(x[0], x[1]);
-  if (IS("sub")) return zorch_sub(x[0], x[1]);
-  if (IS("mul")) return zorch_mul(x[0], x[1]);
-  if (IS("div")) return zorch_div(x[0], x[1]);
-  if (IS("pow")) return zorch_pow(x[0], x[1]);
-  if (IS("pow_scalar")) return zorch_pow_scalar(x[0], 2.5);
-  if (IS("neg")) return zorch_neg(x[0]);
-  if (IS("exp")) return zorch_exp(x[0]);
-  if (IS("log")) return zorch_log(x[0]);
-  if (IS("sqrt")) return zorch_sqrt(x[0]);
-  if (IS("abs")) return zorch_abs(x[0]);
-  if (IS("relu")) return zorch_relu(x[0]);
-  if (IS("gelu")) return zorch_gelu(x[0], false);
-  if (IS("gelu_tanh")) return zorch_gelu(x[0], true);
-  if (IS("tanh")) return zorch_tanh(x[0]);
-  if (IS("sigmoid")) return zorch_sigmoid(x[0]);
-  if (IS("clamp")) return zorch_clamp(x[0], -0.5, 0.7);
+  const op_info *op = registered(n);
+  if (op) return op->call(x, c->p);
   if (IS("softmax")) return zorch_softmax(x[0], 1);
   if (IS("log_softmax")) return zorch_log_softmax(x[0], 0);
   if (IS("sum_dims")) return zorch_sum(x[0], 2, (int[]){0, 2}, true);
@@ -123,6 +121,10 @@ static void check_case(gcase *c) {
     if (c->gout && zorch_dtype_is_float(zorch_tensor_dtype(x[i]))) zorch_set_requires_grad(x[i], true);
   }
   (void)optim;
+  const op_info *op = registered(c->name);
+  if (op && op->differentiable)
+    ok(c->gout && c->grad[0] && (op->nin < 2 || c->grad[1]), "%s: the golden case has gradients",
+       c->name);
   zorch_tensor *out = run_op(c, x);
   int64_t n = zorch_tensor_numel(c->out);
   double *want = malloc((size_t)n * sizeof(double));
@@ -163,6 +165,9 @@ int main(void) {
   if (!f) f = fopen("tests/golden/ops.txt", "r");
   if (!ok(f != NULL, "golden file opens")) return done_testing();
   static char line[1 << 16];
+  int nops;
+  const op_info *ops = ops_pointwise(&nops);
+  bool *seen = calloc((size_t)nops, sizeof *seen);
   gcase c = {0};
   int ncases = 0;
   while (fgets(line, sizeof line, f)) {
@@ -170,8 +175,11 @@ int main(void) {
     if (strncmp(line, "case ", 5) == 0) {
       if (c.name[0]) check_case(&c), ncases++;
       free_case(&c);
-      snprintf(c.name, sizeof c.name, "%.63s", line + 5);
-      c.name[strcspn(c.name, "\n")] = 0;
+      char *save = NULL, *tok = strtok_r(line + 5, " \n", &save);
+      snprintf(c.name, sizeof c.name, "%.63s", tok ? tok : "");
+      for (int i = 0; i < 2 && (tok = strtok_r(NULL, " \n", &save)); i++) c.p[i] = strtod(tok, NULL);
+      const op_info *op = registered(c.name);
+      if (op) seen[op - ops] = true;
       continue;
     }
     char role[16];
@@ -193,5 +201,8 @@ int main(void) {
   free_case(&c);
   fclose(f);
   ok(ncases >= 40, "read %d golden cases", ncases);
+  for (int i = 0; i < nops; i++)
+    ok(seen[i], "%s: the registered op has a golden case (tests/golden/gen_golden.py)", ops[i].name);
+  free(seen);
   return done_testing();
 }

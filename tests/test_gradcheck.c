@@ -1,4 +1,7 @@
-/* Every differentiable op against central finite differences in float64. */
+/* Every differentiable op against central finite differences in float64: each
+   differentiable elementwise op of the registry (ops/pointwise_ops.h), found by
+   iterating it, and the other ops, listed below. */
+#include "../ops/pointwise_ops.h"
 #include "tap.h"
 
 #define MAXIN 4
@@ -89,28 +92,12 @@ static void gradcheck(const char *name, op_fn f, int nin, zorch_tensor **in) {
     body                                                            \
   }
 /* ---- the ops ----------------------------------------------------------------------- */
-CHECK(add, 2, return zorch_add(in[0], in[1]);)
-CHECK(sub, 2, return zorch_sub(in[0], in[1]);)
-CHECK(mul, 2, return zorch_mul(in[0], in[1]);)
-CHECK(div, 2, return zorch_div(in[0], in[1]);)
-CHECK(pow, 2, return zorch_pow(in[0], in[1]);)
-CHECK(pow_scalar, 1, return zorch_pow_scalar(in[0], 2.5);)
-CHECK(square, 1, return zorch_pow_scalar(in[0], 2);)
-CHECK(neg, 1, return zorch_neg(in[0]);)
-CHECK(exp, 1, return zorch_exp(in[0]);)
-CHECK(log, 1, return zorch_log(in[0]);)
-CHECK(sqrt, 1, return zorch_sqrt(in[0]);)
-CHECK(abs, 1, return zorch_abs(in[0]);)
-CHECK(relu, 1, return zorch_relu(in[0]);)
-CHECK(gelu, 1, return zorch_gelu(in[0], false);)
-CHECK(gelu_tanh, 1, return zorch_gelu(in[0], true);)
-CHECK(tanh, 1, return zorch_tanh(in[0]);)
-CHECK(sigmoid, 1, return zorch_sigmoid(in[0]);)
-CHECK(add_scalar, 1, return zorch_add_scalar(in[0], 3);)
-CHECK(mul_scalar, 1, return zorch_mul_scalar(in[0], -2.5);)
-CHECK(rsub_scalar, 1, return zorch_rsub_scalar(in[0], 1);)
-CHECK(rdiv_scalar, 1, return zorch_rdiv_scalar(in[0], 2);)
-CHECK(clamp, 1, return zorch_clamp(in[0], -0.5, 0.7);)
+/* the registry's ops: the op being checked, with parameters every op accepts
+   (clamp needs p0 <= p1; pow_scalar and rdiv_scalar get positive inputs) */
+static const op_info *cur_op;
+static const double op_params[2] = {-0.5, 0.7};
+CHECK(registered, 0, return cur_op->call(in, op_params);)
+CHECK(square, 1, return zorch_pow_scalar(in[0], 2);) /* the x * x path */
 CHECK(softmax0, 1, return zorch_softmax(in[0], 0);)
 CHECK(softmax1, 1, return zorch_softmax(in[0], -1);)
 CHECK(log_softmax, 1, return zorch_log_softmax(in[0], 1);)
@@ -189,28 +176,22 @@ static zorch_tensor *ints(int ndim, const int64_t *shape, const int64_t *v) {
 
 int main(void) {
   gen = zorch_generator_new(1234);
-  RUN(add, leaf(SHAPE(3, 4), 0), leaf(SHAPE(4), 0));
-  RUN(sub, leaf(SHAPE(3, 1), 0), leaf(SHAPE(1, 4), 0));
-  RUN(mul, leaf(SHAPE(2, 3, 4), 0), leaf(SHAPE(3, 1), 0));
-  RUN(div, leaf(SHAPE(3, 4), 0), leaf(SHAPE(4), 1));
-  RUN(pow, leaf(SHAPE(3, 4), 1), leaf(SHAPE(3, 4), 0));
-  RUN(pow_scalar, leaf(SHAPE(5), 1));
+  int nops;
+  const op_info *ops = ops_pointwise(&nops);
+  for (int i = 0; i < nops; i++) {
+    cur_op = &ops[i];
+    if (!cur_op->differentiable) continue;
+    int pa = cur_op->dom & OP_DOM_POS_A, pb = cur_op->dom & OP_DOM_POS_B;
+    if (cur_op->nin == 1) {
+      run(cur_op->name, fn_registered, 1, (zorch_tensor *[]){leaf(SHAPE(3, 4), pa)});
+    } else { /* same shapes, then broadcasting both ways */
+      run(cur_op->name, fn_registered, 2, (zorch_tensor *[]){leaf(SHAPE(3, 4), pa), leaf(SHAPE(3, 4), pb)});
+      run(cur_op->name, fn_registered, 2,
+          (zorch_tensor *[]){leaf(SHAPE(2, 3, 4), pa), leaf(SHAPE(3, 1), pb)});
+      run(cur_op->name, fn_registered, 2, (zorch_tensor *[]){leaf(SHAPE(3, 1), pa), leaf(SHAPE(1, 4), pb)});
+    }
+  }
   RUN(square, leaf(SHAPE(5), 0));
-  RUN(neg, leaf(SHAPE(5), 0));
-  RUN(exp, leaf(SHAPE(2, 3), 0));
-  RUN(log, leaf(SHAPE(2, 3), 1));
-  RUN(sqrt, leaf(SHAPE(2, 3), 1));
-  RUN(abs, leaf(SHAPE(2, 3), 0));
-  RUN(relu, leaf(SHAPE(3, 4), 0));
-  RUN(gelu, leaf(SHAPE(3, 4), 0));
-  RUN(gelu_tanh, leaf(SHAPE(3, 4), 0));
-  RUN(tanh, leaf(SHAPE(3, 4), 0));
-  RUN(sigmoid, leaf(SHAPE(3, 4), 0));
-  RUN(add_scalar, leaf(SHAPE(3), 0));
-  RUN(mul_scalar, leaf(SHAPE(3), 0));
-  RUN(rsub_scalar, leaf(SHAPE(3), 0));
-  RUN(rdiv_scalar, leaf(SHAPE(3), 1));
-  RUN(clamp, leaf(SHAPE(4, 4), 0));
   RUN(softmax0, leaf(SHAPE(3, 4), 0));
   RUN(softmax1, leaf(SHAPE(2, 3, 4), 0));
   RUN(log_softmax, leaf(SHAPE(2, 5, 3), 0));

@@ -1,6 +1,7 @@
-/* elementwise.c: CPU unary, binary, where, copy and fill kernels. Loops are
-   generated per dtype; each has a unit-stride path the compiler vectorises, the
-   scalar-broadcast paths, and a general strided path. */
+/* elementwise.c: CPU unary, binary, where, copy and fill kernels. The unary and
+   binary loops are generated per dtype from the op registry (ops/pointwise_ops.h);
+   each has a unit-stride path the compiler vectorises, the scalar-broadcast
+   paths, and a general strided path. */
 #include <math.h>
 #include <string.h>
 
@@ -9,8 +10,10 @@
 
 #define U1(T) (s[0] == (int64_t)sizeof(T) && s[1] == (int64_t)sizeof(T))
 
-#define UNARY_LOOP(NAME, T, EXPR)                                                   \
+/* The registry's expressions name their type T and read x (and y), p0, p1. */
+#define UNARY_LOOP(NAME, TY, EXPR)                                                  \
   CPU_CLONES static void NAME(char **p, const int64_t *s, int64_t n, const double *prm) { \
+    typedef TY T;                                                                   \
     T *o = (T *)p[0];                                                               \
     const T *a = (const T *)p[1];                                                   \
     const T p0 = (T)prm[0], p1 = (T)prm[1];                                         \
@@ -29,10 +32,9 @@
     }                                                                               \
   }
 
-#define B3(T, x, y, z) (s[0] == (x) * (int64_t)sizeof(T) && s[1] == (y) * (int64_t)sizeof(T) && \
-                        s[2] == (z) * (int64_t)sizeof(T))
-#define BINARY_LOOP(NAME, T, TO, EXPR)                                                \
+#define BINARY_LOOP(NAME, TY, TO, EXPR)                                               \
   CPU_CLONES static void NAME(char **p, const int64_t *s, int64_t n, const double *prm) { \
+    typedef TY T;                                                                     \
     const T *a = (const T *)p[1], *b = (const T *)p[2];                               \
     TO *o = (TO *)p[0];                                                               \
     const T p0 = (T)prm[0], p1 = (T)prm[1];                                           \
@@ -64,98 +66,65 @@
     }                                                                                 \
   }
 
-/* ---- float loops: one list, instantiated for float and double ------------------ */
-#define FLOAT_UNARY(X, T, S)                                           \
-  X(u_neg_##S, T, -x)                                                  \
-  X(u_exp_##S, T, exp(x))                                              \
-  X(u_log_##S, T, log(x))                                              \
-  X(u_sqrt_##S, T, sqrt(x))                                            \
-  X(u_abs_##S, T, fabs(x))                                             \
-  X(u_relu_##S, T, zm_relu_##S(x))                                     \
-  X(u_gelu_##S, T, zm_gelu_##S(x))                                     \
-  X(u_gelu_tanh_##S, T, zm_gelu_tanh_##S(x))                           \
-  X(u_tanh_##S, T, tanh(x))                                            \
-  X(u_sigmoid_##S, T, zm_sigmoid_##S(x))                               \
-  X(u_add_s_##S, T, x + p0)                                            \
-  X(u_mul_s_##S, T, x * p0)                                            \
-  X(u_rsub_s_##S, T, p0 - x)                                           \
-  X(u_rdiv_s_##S, T, p0 / x)                                           \
-  X(u_pow_s_##S, T, p0 == (T)2 ? x * x : pow(x, p0))                   \
-  X(u_clamp_##S, T, x < p0 ? p0 : (x > p1 ? p1 : x))
-FLOAT_UNARY(UNARY_LOOP, float, f32)
-FLOAT_UNARY(UNARY_LOOP, double, f64)
+/* ---- the loops of every registered op (ops/pointwise_ops.h) ----------------------- */
+/* Integer loops where the registry gives integer math: INT for int32, int64 and
+   uint8, SIGNED for int32 and int64. */
+#define INT_LOOPS_NO_INT(LOOP, name, ...)
+#define INT_LOOPS_SIGNED(LOOP, name, ...) \
+  LOOP(name##_i32, int32_t, __VA_ARGS__) LOOP(name##_i64, int64_t, __VA_ARGS__)
+#define INT_LOOPS_INT(LOOP, name, ...) \
+  INT_LOOPS_SIGNED(LOOP, name, __VA_ARGS__) LOOP(name##_u8, uint8_t, __VA_ARGS__)
 
-#define FLOAT_BINARY(X, T, S)                                          \
-  X(b_add_##S, T, T, x + y)                                            \
-  X(b_sub_##S, T, T, x - y)                                            \
-  X(b_mul_##S, T, T, x * y)                                            \
-  X(b_div_##S, T, T, x / y)                                            \
-  X(b_pow_##S, T, T, pow(x, y))                                        \
-  X(b_eq_##S, T, uint8_t, x == y)                                      \
-  X(b_lt_##S, T, uint8_t, x < y)                                       \
-  X(b_gt_##S, T, uint8_t, x > y)                                       \
-  X(b_relu_bwd_##S, T, T, zm_relu_bwd_##S(x, y))                       \
-  X(b_gelu_bwd_##S, T, T, zm_gelu_bwd_##S(x, y))                       \
-  X(b_gelu_tanh_bwd_##S, T, T, zm_gelu_tanh_bwd_##S(x, y))             \
-  X(b_tanh_bwd_##S, T, T, zm_tanh_bwd_y_##S(x, y))                     \
-  X(b_sigmoid_bwd_##S, T, T, zm_sigmoid_bwd_y_##S(x, y))               \
-  X(b_sqrt_bwd_##S, T, T, zm_sqrt_bwd_y_##S(x, y))                     \
-  X(b_abs_bwd_##S, T, T, zm_abs_bwd_##S(x, y))                         \
-  X(b_pow_s_bwd_##S, T, T, x * p0 * pow(y, p0 - (T)1))                 \
-  X(b_clamp_bwd_##S, T, T, (y >= p0 && y <= p1) ? x : (T)0)
-FLOAT_BINARY(BINARY_LOOP, float, f32)
-FLOAT_BINARY(BINARY_LOOP, double, f64)
+#define U_LOOPS(ID, name, node, fmath, ints, imath, ...) \
+  UNARY_LOOP(u_##name##_f32, float, fmath)               \
+  UNARY_LOOP(u_##name##_f64, double, fmath)              \
+  INT_LOOPS_##ints(UNARY_LOOP, u_##name, imath)
+ZORCH_UNARY_OPS(U_LOOPS)
 
-/* ---- integer loops: arithmetic that stays exact ----------------------------------- */
-#define INT_UNARY(X, T, S)                   \
-  X(u_neg_##S, T, (T)-x)                     \
-  X(u_abs_##S, T, (T)(x < 0 ? -x : x))       \
-  X(u_relu_##S, T, (T)(x > 0 ? x : 0))       \
-  X(u_add_s_##S, T, (T)(x + p0))             \
-  X(u_mul_s_##S, T, (T)(x * p0))             \
-  X(u_rsub_s_##S, T, (T)(p0 - x))            \
-  X(u_clamp_##S, T, x < p0 ? p0 : (x > p1 ? p1 : x))
-#define INT_BINARY(X, T, S)                  \
-  X(b_add_##S, T, T, (T)(x + y))             \
-  X(b_sub_##S, T, T, (T)(x - y))             \
-  X(b_mul_##S, T, T, (T)(x * y))             \
-  X(b_eq_##S, T, uint8_t, x == y)            \
-  X(b_lt_##S, T, uint8_t, x < y)             \
-  X(b_gt_##S, T, uint8_t, x > y)
-INT_UNARY(UNARY_LOOP, int32_t, i32)
-INT_UNARY(UNARY_LOOP, int64_t, i64)
-UNARY_LOOP(u_add_s_u8, uint8_t, (uint8_t)(x + p0))
-UNARY_LOOP(u_mul_s_u8, uint8_t, (uint8_t)(x * p0))
-UNARY_LOOP(u_clamp_u8, uint8_t, x < p0 ? p0 : (x > p1 ? p1 : x))
-INT_BINARY(BINARY_LOOP, int32_t, i32)
-INT_BINARY(BINARY_LOOP, int64_t, i64)
-INT_BINARY(BINARY_LOOP, uint8_t, u8)
+/* comparisons write bool (one byte), every other op its compute type */
+#define OUT_SAME(T) T
+#define OUT_BOOL(T) uint8_t
+#define B_INT_LOOP(NAME, TY, out, EXPR) BINARY_LOOP(NAME, TY, OUT_##out(TY), EXPR)
+#define B_LOOPS(ID, name, node, out, fmath, ints, imath, ...) \
+  BINARY_LOOP(b_##name##_f32, float, OUT_##out(float), fmath) \
+  BINARY_LOOP(b_##name##_f64, double, OUT_##out(double), fmath) \
+  INT_LOOPS_##ints(B_INT_LOOP, b_##name, out, imath)
+ZORCH_BINARY_OPS(B_LOOPS)
 
-#define FLOAT_UTAB(S)                                                                    \
-  {u_neg_##S, u_exp_##S, u_log_##S, u_sqrt_##S, u_abs_##S, u_relu_##S, u_gelu_##S,         \
-   u_gelu_tanh_##S, u_tanh_##S, u_sigmoid_##S, u_add_s_##S, u_mul_s_##S, u_rsub_s_##S,     \
-   u_rdiv_s_##S, u_pow_s_##S, u_clamp_##S}
-#define INT_UTAB(S)                                                                      \
-  {u_neg_##S, NULL, NULL, NULL, u_abs_##S, u_relu_##S, NULL, NULL, NULL, NULL, u_add_s_##S, \
-   u_mul_s_##S, u_rsub_s_##S, NULL, NULL, u_clamp_##S}
-#define FLOAT_BTAB(S)                                                                      \
-  {b_add_##S, b_sub_##S, b_mul_##S, b_div_##S, b_pow_##S, b_eq_##S, b_lt_##S, b_gt_##S,    \
-   b_relu_bwd_##S, b_gelu_bwd_##S, b_gelu_tanh_bwd_##S, b_tanh_bwd_##S, b_sigmoid_bwd_##S, \
-   b_sqrt_bwd_##S, b_abs_bwd_##S, b_pow_s_bwd_##S, b_clamp_bwd_##S}
-#define INT_BTAB(S) \
-  {b_add_##S, b_sub_##S, b_mul_##S, NULL, NULL, b_eq_##S, b_lt_##S, b_gt_##S}
+/* ---- the tables, indexed by the enums ---------------------------------------------- */
+#define IF_NO_INT(x)
+#define IF_SIGNED(x) x,
+#define IF_INT(x) x,
+#define IF8_NO_INT(x)
+#define IF8_SIGNED(x)
+#define IF8_INT(x) x,
+#define U_F32(ID, name, ...) [UOP_##ID] = u_##name##_f32,
+#define U_F64(ID, name, ...) [UOP_##ID] = u_##name##_f64,
+#define U_I32(ID, name, node, fmath, ints, ...) IF_##ints([UOP_##ID] = u_##name##_i32)
+#define U_I64(ID, name, node, fmath, ints, ...) IF_##ints([UOP_##ID] = u_##name##_i64)
+#define U_U8(ID, name, node, fmath, ints, ...) IF8_##ints([UOP_##ID] = u_##name##_u8)
+#define B_F32(ID, name, ...) [BOP_##ID] = b_##name##_f32,
+#define B_F64(ID, name, ...) [BOP_##ID] = b_##name##_f64,
+#define B_I32(ID, name, node, out, fmath, ints, ...) IF_##ints([BOP_##ID] = b_##name##_i32)
+#define B_I64(ID, name, node, out, fmath, ints, ...) IF_##ints([BOP_##ID] = b_##name##_i64)
+#define B_U8(ID, name, node, out, fmath, ints, ...) IF8_##ints([BOP_##ID] = b_##name##_u8)
 
 static const cpu_loop utab[ZORCH_NDTYPES][UOP_COUNT] = {
-    [ZORCH_F32] = FLOAT_UTAB(f32), [ZORCH_F64] = FLOAT_UTAB(f64), [ZORCH_I32] = INT_UTAB(i32),
-    [ZORCH_I64] = INT_UTAB(i64),
-    [ZORCH_U8] = {[UOP_ADD_S] = u_add_s_u8, [UOP_MUL_S] = u_mul_s_u8, [UOP_CLAMP] = u_clamp_u8}};
+    [ZORCH_F32] = {ZORCH_UNARY_OPS(U_F32)}, [ZORCH_F64] = {ZORCH_UNARY_OPS(U_F64)},
+    [ZORCH_I32] = {ZORCH_UNARY_OPS(U_I32)}, [ZORCH_I64] = {ZORCH_UNARY_OPS(U_I64)},
+    [ZORCH_U8] = {ZORCH_UNARY_OPS(U_U8)}};
+/* bool operands (comparisons of bools) run the uint8 loops */
 static const cpu_loop btab[ZORCH_NDTYPES][BOP_COUNT] = {
-    [ZORCH_F32] = FLOAT_BTAB(f32), [ZORCH_F64] = FLOAT_BTAB(f64), [ZORCH_I32] = INT_BTAB(i32),
-    [ZORCH_I64] = INT_BTAB(i64),   [ZORCH_U8] = INT_BTAB(u8),     [ZORCH_BOOL] = INT_BTAB(u8)};
+    [ZORCH_F32] = {ZORCH_BINARY_OPS(B_F32)}, [ZORCH_F64] = {ZORCH_BINARY_OPS(B_F64)},
+    [ZORCH_I32] = {ZORCH_BINARY_OPS(B_I32)}, [ZORCH_I64] = {ZORCH_BINARY_OPS(B_I64)},
+    [ZORCH_U8] = {ZORCH_BINARY_OPS(B_U8)},   [ZORCH_BOOL] = {ZORCH_BINARY_OPS(B_U8)}};
 
-static const char *const uop_names[UOP_COUNT] = {
-    "neg", "exp", "log", "sqrt", "abs", "relu", "gelu", "gelu", "tanh", "sigmoid",
-    "add", "mul", "sub", "div", "pow", "clamp"};
+#define U_NAME(ID, name, ...) [UOP_##ID] = #name,
+#define B_NAME(ID, name, ...) [BOP_##ID] = #name,
+static const char *const uop_names[] = {ZORCH_UNARY_OPS(U_NAME)};
+static const char *const bop_names[] = {ZORCH_BINARY_OPS(B_NAME)};
+_Static_assert(sizeof uop_names / sizeof uop_names[0] == UOP_COUNT, "a name per unary op");
+_Static_assert(sizeof bop_names / sizeof bop_names[0] == BOP_COUNT, "a name per binary op");
 
 static zorch_status no_kernel(const char *op, zorch_dtype dt) {
   return err_set(ZORCH_ERR_DTYPE, "%s: no CPU kernel for dtype %s", op, zorch_dtype_name(dt));
@@ -175,7 +144,7 @@ zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double 
 zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b,
                         double p0, double p1) {
   cpu_loop fn = btab[a->dtype][op];
-  if (!fn) return no_kernel("binary op", a->dtype);
+  if (!fn) return no_kernel(bop_names[op], a->dtype);
   const zorch_tensor *ts[3] = {out, a, b};
   cpu_iter it;
   cpu_iter_init(&it, 3, ts);

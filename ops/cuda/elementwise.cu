@@ -1,81 +1,74 @@
-// elementwise.cu: unary and binary ops over any strides and broadcasts on the
-// per-element math of ops/math.h (the formulas the CPU tests check), copies with
+// elementwise.cu: unary and binary ops over any strides and broadcasts, their
+// cases generated from the op registry (ops/pointwise_ops.h) on the per-element
+// math of ops/math.h (the formulas the CPU tests check), copies with
 // dtype conversion, fill, where, and the CPU's Philox streams. 16-bit floats
 // load as float, compute in float and round once on store, as the CPU path does.
 #include "cuda.h"
 
-#define ZM_UNARY(T, S)                                                         \
-  __device__ inline T unary_math(int op, T x, T p0, T p1) {                    \
-    switch (op) {                                                              \
-      case UOP_NEG: return -x;                                                 \
-      case UOP_EXP: return exp(x);                                             \
-      case UOP_LOG: return log(x);                                             \
-      case UOP_SQRT: return sqrt(x);                                           \
-      case UOP_ABS: return fabs(x);                                            \
-      case UOP_RELU: return zm_relu_##S(x);                                    \
-      case UOP_GELU: return zm_gelu_##S(x);                                    \
-      case UOP_GELU_TANH: return zm_gelu_tanh_##S(x);                          \
-      case UOP_TANH: return tanh(x);                                           \
-      case UOP_SIGMOID: return zm_sigmoid_##S(x);                              \
-      case UOP_ADD_S: return x + p0;                                           \
-      case UOP_MUL_S: return x * p0;                                           \
-      case UOP_RSUB_S: return p0 - x;                                          \
-      case UOP_RDIV_S: return p0 / x;                                          \
-      case UOP_POW_S: return p0 == (T)2 ? x * x : pow(x, p0);                  \
-      default: return x < p0 ? p0 : (x > p1 ? p1 : x); /* UOP_CLAMP */        \
-    }                                                                          \
-  }
-ZM_UNARY(float, f32)
-ZM_UNARY(double, f64)
+// The cases of every registered op (ops/pointwise_ops.h): the registry's
+// expressions name their type T and read x (and y), p0, p1.
+#define CU_FCASE_U(ID, name, node, fmath, ...) \
+  case UOP_##ID: return (fmath);
+#define CU_FCASE_B(ID, name, node, out, fmath, ...) \
+  case BOP_##ID: return (fmath);
+template <typename T>
+__device__ inline T unary_math(int op, T x, T p0, T p1) {
+  switch (op) { ZORCH_UNARY_OPS(CU_FCASE_U) }
+  return x;
+}
+// Comparisons give 0 or 1, stored as bool by the kernel.
+template <typename T>
+__device__ inline T binary_math(int op, T x, T y, T p0, T p1) {
+  switch (op) { ZORCH_BINARY_OPS(CU_FCASE_B) }
+  return x;
+}
 
-// Comparisons write bool (one byte); everything else the compute type.
-#define ZM_BINARY(T, S)                                                                   \
-  __device__ inline T binary_math(int op, T x, T y, T p0, T p1) {                         \
-    switch (op) {                                                                         \
-      case BOP_ADD: return x + y;                                                         \
-      case BOP_SUB: return x - y;                                                         \
-      case BOP_MUL: return x * y;                                                         \
-      case BOP_DIV: return x / y;                                                         \
-      case BOP_POW: return pow(x, y);                                                     \
-      case BOP_EQ: return x == y;                                                         \
-      case BOP_LT: return x < y;                                                          \
-      case BOP_GT: return x > y;                                                          \
-      case BOP_RELU_BWD: return zm_relu_bwd_##S(x, y);                                    \
-      case BOP_GELU_BWD: return zm_gelu_bwd_##S(x, y);                                    \
-      case BOP_GELU_TANH_BWD: return zm_gelu_tanh_bwd_##S(x, y);                          \
-      case BOP_TANH_BWD_Y: return zm_tanh_bwd_y_##S(x, y);                                \
-      case BOP_SIGMOID_BWD_Y: return zm_sigmoid_bwd_y_##S(x, y);                          \
-      case BOP_SQRT_BWD_Y: return zm_sqrt_bwd_y_##S(x, y);                                \
-      case BOP_ABS_BWD: return zm_abs_bwd_##S(x, y);                                      \
-      case BOP_POW_S_BWD: return x * p0 * pow(y, p0 - (T)1);                              \
-      default: return (y >= p0 && y <= p1) ? x : (T)0; /* BOP_CLAMP_BWD */                \
-    }                                                                                     \
-  }
-ZM_BINARY(float, f32)
-ZM_BINARY(double, f64)
-
-// integers: the ops the op layer keeps integral (the rest promote to float)
-__device__ inline int64_t unary_int(int op, int64_t x, double p0, double p1) {
-  switch (op) {
-    case UOP_NEG: return -x;
-    case UOP_ABS: return x < 0 ? -x : x;
-    case UOP_RELU: return x > 0 ? x : 0;
-    case UOP_ADD_S: return x + (int64_t)p0;
-    case UOP_MUL_S: return x * (int64_t)p0;
-    case UOP_RSUB_S: return (int64_t)p0 - x;
-    default: return x < (int64_t)p0 ? (int64_t)p0 : (x > (int64_t)p1 ? (int64_t)p1 : x);
-  }
+// integers: the ops with integer math (the op layer sends no others), on int64
+#define CU_ICASE_NO_INT(K, e)
+#define CU_ICASE_SIGNED(K, e) \
+  case K: return (e);
+#define CU_ICASE_INT(K, e) \
+  case K: return (e);
+#define CU_ICASE_U(ID, name, node, fmath, ik, imath, ...) CU_ICASE_##ik(UOP_##ID, imath)
+#define CU_ICASE_B(ID, name, node, out, fmath, ik, imath, ...) CU_ICASE_##ik(BOP_##ID, imath)
+__device__ inline int64_t unary_int(int op, int64_t x, double dp0, double dp1) {
+  typedef int64_t T;
+  const T p0 = (T)dp0, p1 = (T)dp1;
+  (void)p0;
+  (void)p1;
+  switch (op) { ZORCH_UNARY_OPS(CU_ICASE_U) }
+  return x;
 }
 __device__ inline int64_t binary_int(int op, int64_t x, int64_t y) {
-  switch (op) {
-    case BOP_ADD: return x + y;
-    case BOP_SUB: return x - y;
-    case BOP_MUL: return x * y;
-    case BOP_EQ: return x == y;
-    case BOP_LT: return x < y;
-    default: return x > y;  // BOP_GT
-  }
+  typedef int64_t T;
+  const T p0 = 0, p1 = 0;
+  (void)p0;
+  (void)p1;
+  switch (op) { ZORCH_BINARY_OPS(CU_ICASE_B) }
+  return x;
 }
+
+// What the host checks before a launch: integer kernels, bool outputs.
+#define CU_HAS_INT_NO_INT false
+#define CU_HAS_INT_SIGNED true
+#define CU_HAS_INT_INT true
+#define CU_IS_BOOL_SAME false
+#define CU_IS_BOOL_BOOL true
+#define CU_UINT(ID, name, node, fmath, ik, ...) CU_HAS_INT_##ik,
+#define CU_BINT(ID, name, node, out, fmath, ik, ...) CU_HAS_INT_##ik,
+#define CU_BCMP(ID, name, node, out, ...) CU_IS_BOOL_##out,
+#define CU_NAME(ID, name, ...) #name,
+static const bool uop_ints[] = {ZORCH_UNARY_OPS(CU_UINT)};
+static const bool bop_ints[] = {ZORCH_BINARY_OPS(CU_BINT)};
+static const bool bop_cmp[] = {ZORCH_BINARY_OPS(CU_BCMP)};
+static const char *const uop_names[] = {ZORCH_UNARY_OPS(CU_NAME)};
+static const char *const bop_names[] = {ZORCH_BINARY_OPS(CU_NAME)};
+static_assert(sizeof uop_ints / sizeof uop_ints[0] == UOP_COUNT, "a flag per unary op");
+static_assert(sizeof uop_names / sizeof uop_names[0] == UOP_COUNT, "a name per unary op");
+static_assert(sizeof bop_ints / sizeof bop_ints[0] == BOP_COUNT, "a flag per binary op");
+static_assert(sizeof bop_cmp / sizeof bop_cmp[0] == BOP_COUNT, "a flag per binary op");
+static_assert(sizeof bop_names / sizeof bop_names[0] == BOP_COUNT, "a name per binary op");
+
 __device__ inline int64_t load_int(const char *p, int dt) {
   switch (dt) {
     case ZORCH_I64: return *(const int64_t *)p;
@@ -124,12 +117,13 @@ zorch_status cuda_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double
   if (!g.numel) return ZORCH_OK;
   int dev = cu_dev(out);
   if (is_int(a->dtype)) {
+    if (!uop_ints[op]) return cu_no_kernel(uop_names[op], a->dtype);
     k_unary_int<<<ON(g.numel, dev)>>>(g, a->dtype, op, p0, p1);
-    return cu_launched("unary op");
+    return cu_launched(uop_names[op]);
   }
   bool done = false;
   CU_FLOAT_DISPATCH(a->dtype, (k_unary<S><<<ON(g.numel, dev)>>>(g, op, p0, p1), done = true));
-  return done ? cu_launched("unary op") : cu_no_kernel("unary op", a->dtype);
+  return done ? cu_launched(uop_names[op]) : cu_no_kernel(uop_names[op], a->dtype);
 }
 
 zorch_status cuda_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b, double p0,
@@ -137,15 +131,15 @@ zorch_status cuda_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const
   const zorch_tensor *ts[3] = {out, a, b};
   geom g = cu_geom(3, ts);
   if (!g.numel) return ZORCH_OK;
-  int dev = cu_dev(out), cmp = op == BOP_EQ || op == BOP_LT || op == BOP_GT;
+  int dev = cu_dev(out), cmp = bop_cmp[op];
   if (is_int(a->dtype)) {
-    if (op > BOP_MUL && !cmp) return cu_no_kernel("binary op", a->dtype);
+    if (!bop_ints[op]) return cu_no_kernel(bop_names[op], a->dtype);
     k_binary_int<<<ON(g.numel, dev)>>>(g, a->dtype, out->dtype, op);
-    return cu_launched("binary op");
+    return cu_launched(bop_names[op]);
   }
   bool done = false;
   CU_FLOAT_DISPATCH(a->dtype, (k_binary<S><<<ON(g.numel, dev)>>>(g, op, cmp, p0, p1), done = true));
-  return done ? cu_launched("binary op") : cu_no_kernel("binary op", a->dtype);
+  return done ? cu_launched(bop_names[op]) : cu_no_kernel(bop_names[op], a->dtype);
 }
 
 // copy: same dtype byte for byte; otherwise converted through double

@@ -2,19 +2,24 @@
 """Writes tests/golden/ops.txt: inputs, outputs and input gradients of zorch's ops
 computed by PyTorch, read by tests/test_golden.c.
 
-Each case is a line `case NAME`, then one line per tensor:
-`tensor ROLE DTYPE NDIM D1..Dn V1..Vk` with ROLE in0.., out, gout (the gradient
-fed to backward) and grad0.. (the gradients PyTorch computed for the inputs).
-Dimensions and indices are 0-based, as in zorch's C API.
+Each case is a line `case NAME [P0 [P1]]` (P: the op's scalar parameters), then
+one line per tensor: `tensor ROLE DTYPE NDIM D1..Dn V1..Vk` with ROLE in0.., out,
+gout (the gradient fed to backward) and grad0.. (the gradients PyTorch computed
+for the inputs). Dimensions and indices are 0-based, as in zorch's C API.
+
+Every elementwise op of zorch's registry (ops/pointwise_ops.h) needs a case
+under its registry name: test_golden fails for a registered op without one.
+Each case draws its numbers from a generator seeded by its name, so adding a
+case leaves the others' numbers as they were.
 
 Usage: python3 tests/golden/gen_golden.py  (needs torch)
 """
 import os
+import zlib
 
 import torch
 import torch.nn.functional as F
 
-torch.manual_seed(20241129)
 DT = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64", torch.bool: "bool"}
 lines = []
 
@@ -31,15 +36,23 @@ def emit(role, t):
     lines.append(f"tensor {role} {DT[t.dtype]} {t.dim()} {' '.join(map(str, t.shape))} {vs}".strip())
 
 
-def case(name, fn, *inputs, grad=True):
-    lines.append(f"case {name}")
+def seed(name):
+    torch.manual_seed(zlib.crc32(name.encode()))
+
+
+def case(name, fn, *inputs, grad=True, params=()):
+    """fn(*inputs, *params); an input is a tensor or a function making one (called
+    after seeding, so its numbers depend on the case's name only)."""
+    seed(name)
+    lines.append(" ".join(["case", name] + [repr(float(p)) for p in params]))
     leaves = []
     for i, x in enumerate(inputs):
+        x = x() if callable(x) else x
         emit(f"in{i}", x)
         if grad and x.dtype.is_floating_point:
             x = x.clone().requires_grad_(True)
         leaves.append(x)
-    out = fn(*leaves)
+    out = fn(*leaves, *params)
     emit("out", out)
     if grad and out.dtype.is_floating_point:
         gout = torch.randn(out.shape)
@@ -50,14 +63,23 @@ def case(name, fn, *inputs, grad=True):
                 emit(f"grad{i}", x.grad)
 
 
-r = torch.randn
-pos = lambda *s: torch.rand(*s) + 0.5
-case("add", torch.add, r(3, 4), r(4))
-case("sub", torch.sub, r(3, 1), r(1, 4))
-case("mul", torch.mul, r(2, 3, 4), r(3, 1))
-case("div", torch.div, r(3, 4), pos(4))
-case("pow", torch.pow, pos(3, 4), r(3, 4))
-case("pow_scalar", lambda x: x ** 2.5, pos(5))
+def r(*shape):
+    return lambda: torch.randn(*shape)
+
+
+def pos(*shape):
+    return lambda: torch.rand(*shape) + 0.5
+
+
+def small_ints(*shape):  # floats with ties, for the comparisons
+    return lambda: torch.randint(-2, 3, shape).float()
+
+
+def mask(*shape):
+    return lambda: torch.randn(*shape) > 0
+
+
+# the registry's elementwise ops, under their registry names
 case("neg", torch.neg, r(5))
 case("exp", torch.exp, r(2, 3))
 case("log", torch.log, pos(2, 3))
@@ -68,7 +90,23 @@ case("gelu", F.gelu, r(3, 4))
 case("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), r(3, 4))
 case("tanh", torch.tanh, r(3, 4))
 case("sigmoid", torch.sigmoid, r(3, 4))
-case("clamp", lambda x: x.clamp(-0.5, 0.7), r(4, 4))
+case("silu", F.silu, r(3, 4))
+case("add_scalar", lambda x, s: x + s, r(3, 4), params=(3,))
+case("mul_scalar", lambda x, s: x * s, r(3, 4), params=(-2.5,))
+case("rsub_scalar", lambda x, s: s - x, r(3, 4), params=(1,))
+case("rdiv_scalar", lambda x, s: s / x, pos(3, 4), params=(2,))
+case("pow_scalar", lambda x, e: x ** e, pos(5), params=(2.5,))
+case("clamp", lambda x, lo, hi: x.clamp(lo, hi), r(4, 4), params=(-0.5, 0.7))
+case("add", torch.add, r(3, 4), r(4))
+case("sub", torch.sub, r(3, 1), r(1, 4))
+case("mul", torch.mul, r(2, 3, 4), r(3, 1))
+case("div", torch.div, r(3, 4), pos(4))
+case("pow", torch.pow, pos(3, 4), r(3, 4))
+case("eq", torch.eq, small_ints(3, 4), small_ints(4))
+case("lt", torch.lt, small_ints(3, 4), small_ints(3, 1))
+case("gt", torch.gt, small_ints(3, 4), small_ints(4))
+
+# the other ops
 case("softmax", lambda x: torch.softmax(x, 1), r(2, 5, 3))
 case("log_softmax", lambda x: torch.log_softmax(x, 0), r(4, 3))
 case("sum_dims", lambda x: x.sum((0, 2), keepdim=True), r(2, 3, 4))
@@ -83,8 +121,8 @@ case("cross_entropy", lambda x, t: F.cross_entropy(x, t, ignore_index=1),
      r(6, 5), torch.tensor([0, 1, 4, 2, 1, 3]))
 case("embedding", lambda w, i: F.embedding(i, w), r(5, 3), torch.tensor([[0, 4, 4], [1, 0, 2]]))
 case("layer_norm", lambda x, w, b: F.layer_norm(x, (5,), w, b, 1e-5), r(3, 5), r(5), r(5))
-case("where", lambda a, b, c: torch.where(c, a, b), r(3, 4), r(4), torch.randn(3, 4) > 0)
-case("masked_fill", lambda a, m: a.masked_fill(m, 2.0), r(3, 4), torch.randn(3, 4) > 0)
+case("where", lambda a, b, c: torch.where(c, a, b), r(3, 4), r(4), mask(3, 4))
+case("masked_fill", lambda a, m: a.masked_fill(m, 2.0), r(3, 4), mask(3, 4))
 case("cat", lambda a, b: torch.cat([a, b], 1), r(2, 1, 3), r(2, 4, 3))
 case("stack", lambda a, b: torch.stack([a, b], 1), r(2, 3), r(2, 3))
 case("index_select", lambda a, i: a.index_select(1, i), r(2, 4, 3), torch.tensor([3, 0, 3, 1]))
@@ -94,6 +132,7 @@ case("mlp", lambda x, w1, b1, w2, b2: F.linear(torch.relu(F.linear(x, w1, b1)), 
 # 16-bit conversions: round trips through bfloat16 and float16, with edge values
 edge = torch.tensor([0.0, -0.0, 1.0, 1.00390625, 1.005859375, 65504.0, 65520.0, 70000.0,
                      6.1e-5, 5.96e-8, 2.98e-8, 1e-40, -3.3895314e38, 3.4e38, 0.1, -2.5])
+seed("16-bit")
 mixed = torch.cat([edge, torch.randn(48) * 100])
 case("to_bf16", lambda x: x.to(torch.bfloat16).float(), mixed, grad=False)
 case("to_f16", lambda x: x.to(torch.float16).float(), mixed, grad=False)
@@ -101,6 +140,7 @@ case("to_f16", lambda x: x.to(torch.float16).float(), mixed, grad=False)
 
 # optimizers: parameters after a few steps on fixed gradient sequences
 def optim_case(name, make):
+    seed(name)
     p0 = torch.randn(7)
     grads = [torch.randn(7) for _ in range(5)]
     p = p0.clone().requires_grad_(True)
