@@ -9,8 +9,8 @@
 #include "lz.h"
 
 static zero_comm *get_comm(lua_State *L) {
-  zero_comm *c;
-  if (comm_get(&c)) lz_fail(L);
+  zero_comm *c = comm_get();
+  if (!c) lz_fail(L);
   return c;
 }
 
