@@ -130,7 +130,7 @@ static int l_zero_engine(lua_State *L) {
   lz_engine *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->e = NULL;
   luaL_setmetatable(L, LZ_ENGINE);
-  if (zero_engine_new(&b->e, get_comm(L), &o, n, ps)) return lz_fail(L);
+  if (!(b->e = zero_engine_new(get_comm(L), &o, n, ps))) return lz_fail(L);
   return 1;
 }
 
@@ -148,8 +148,8 @@ static int e_module_register(lua_State *L) {
   zero_engine *e = check_engine(L);
   int n;
   int *groups = int_list(L, 2, &n);
-  int id = zero_engine_module_register(e, n, groups);
-  if (id < 0) return lz_fail(L);
+  int id;
+  if (zero_engine_module_register(e, n, groups, &id)) return lz_fail(L);
   lua_pushinteger(L, id);
   return 1;
 }
