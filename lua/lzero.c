@@ -217,22 +217,34 @@ static void open_engine_type(lua_State *L) {
 /* ---- gradient-ready hooks that call Lua ------------------------------------------ */
 static const char HOOKS = 'h'; /* registry key of {lightuserdata(tensor) = fn} */
 
+/* Runs protected: finds the leaf's hook and calls it with the leaf. Pushing
+   the leaf allocates, so it must not happen outside the protected call.
+   [-1, +0, e] */
+static int run_lua_hook(lua_State *L) {
+  zorch_tensor *leaf = lua_touserdata(L, 1);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &HOOKS);
+  if (!lua_istable(L, -1)) return 0;
+  if (lua_rawgetp(L, -1, leaf) != LUA_TFUNCTION) return 0;
+  lz_push(L, zorch_tensor_retain(leaf));
+  lua_call(L, 1, 0);
+  return 0;
+}
+
+/* The gradient hook of a leaf with a Lua hook: it runs from inside
+   zorch_backward, so a Lua error (memory errors included) must not unwind
+   through the backward pass; it becomes the pass's error instead. */
 static zorch_status call_lua_hook(zorch_tensor *leaf, void *ud) {
   lua_State *L = ud;
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &HOOKS);
-  lua_rawgetp(L, -1, leaf);
-  lua_remove(L, -2);
-  if (!lua_isfunction(L, -1)) {
-    lua_pop(L, 1);
-    return ZORCH_OK;
-  }
-  lz_push(L, zorch_tensor_retain(leaf));
-  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-    zorch_status st = err_set(ZORCH_ERR_STATE, "gradient hook: %s", lua_tostring(L, -1));
-    lua_pop(L, 1);
-    return st;
-  }
-  return ZORCH_OK;
+  if (!lua_checkstack(L, 2)) return err_set(ZORCH_ERR_OOM, "gradient hook: out of memory (Lua stack)");
+  lua_pushcfunction(L, run_lua_hook);
+  lua_pushlightuserdata(L, leaf);
+  int st = lua_pcall(L, 1, 0, 0);
+  if (st == LUA_OK) return ZORCH_OK;
+  const char *msg = lua_tostring(L, -1);
+  zorch_status code = st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE;
+  err_set(code, "gradient hook: %s", msg ? msg : "(error object is not a string)");
+  lua_pop(L, 1);
+  return code;
 }
 
 /* t:register_hook(fn): fn(t) runs once t's gradient is final in a backward pass;
