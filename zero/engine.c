@@ -382,6 +382,15 @@ void zero_engine_free(zero_engine *e) {
 }
 
 zorch_status zero_engine_begin_backward(zero_engine *e) {
+  /* a backward pass that failed part way left buckets part filled and counts
+     part done: start every one afresh */
+  for (int k = 0; k < e->nbuckets; k++) {
+    bucket *b = &e->buckets[k];
+    zorch_tensor_free(b->buf);
+    b->buf = NULL;
+    b->pending = b->size;
+  }
+  for (int k = 0; k < e->ngroups; k++) e->groups[k].pending = e->groups[k].count;
   if (!e->gflat) return ZORCH_OK;
   for (int i = 0; i < e->n; i++) {
     zorch_tensor *p = e->params[i];

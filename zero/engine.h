@@ -32,7 +32,9 @@ typedef struct {
 zero_engine *zero_engine_new(zero_comm *c, const zero_opts *o, int n, zorch_tensor *const *params);
 void zero_engine_free(zero_engine *e);
 /* Before a micro-step's backward: stage 0-1 bind .grad to the flat gradient
-   buffer's views; stage 3 gathers the parameters. */
+   buffer's views; stage 3 gathers the parameters. Buckets start empty, so a
+   backward that failed part way leaves nothing behind but the gradients it
+   already reduced (zero_engine_zero_grad clears those). */
 zorch_status zero_engine_begin_backward(zero_engine *e);
 /* After backward: buckets some parameters never reached still reduce. */
 zorch_status zero_engine_end_backward(zero_engine *e);
