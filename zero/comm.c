@@ -212,10 +212,10 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   int64_t n = zorch_tensor_numel(t);
   uint64_t bytes = (uint64_t)n * dtype_sizes[t->dtype];
   if (local_only(c, t)) return ZORCH_OK;
+  if (check_open(c, "allreduce")) return zorch_last_status();
   /* a ring all-reduce sends 2(N-1)/N of the buffer */
   c->sent += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
   c->recv += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
-  if (check_open(c, "allreduce")) return zorch_last_status();
   NCCL_ROUTE(t, nccl_allreduce(c, t, max))
 #ifdef ZORCH_MPI
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "allreduce: %lld elements is more than one MPI call takes", (long long)n);
@@ -229,17 +229,15 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
 #endif
 }
 
-/* The sum of counts, checked against the whole buffer and this rank's part;
-   -1 with an error set when they disagree. */
-static int64_t check_counts(const char *op, const zero_comm *c, const int64_t *counts, const zorch_tensor *whole,
-                            const zorch_tensor *part) {
-  int64_t total = 0;
-  for (int r = 0; r < c->world; r++) total += counts[r];
-  if (total != zorch_tensor_numel(whole) || counts[c->rank] != zorch_tensor_numel(part) || whole->dtype != part->dtype) {
-    err_set(ZORCH_ERR_SHAPE, "%s: counts do not match the buffers on rank %d", op, c->rank);
-    return -1;
-  }
-  return total;
+/* The sum of counts into *total, checked against the whole buffer and this
+   rank's part. */
+static zorch_status check_counts(const char *op, const zero_comm *c, const int64_t *counts, const zorch_tensor *whole,
+                                 const zorch_tensor *part, int64_t *total) {
+  *total = 0;
+  for (int r = 0; r < c->world; r++) *total += counts[r];
+  if (*total != zorch_tensor_numel(whole) || counts[c->rank] != zorch_tensor_numel(part) || whole->dtype != part->dtype)
+    return err_set(ZORCH_ERR_SHAPE, "%s: counts do not match the buffers on rank %d", op, c->rank);
+  return ZORCH_OK;
 }
 
 zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
@@ -247,13 +245,13 @@ zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
   if (check_buf("reduce_scatter", send) || check_buf("reduce_scatter", recv) ||
       check_same_dev("reduce_scatter", send, recv))
     return zorch_last_status();
-  int64_t total = check_counts("reduce_scatter", c, counts, send, recv);
-  if (total < 0) return zorch_last_status();
+  int64_t total;
+  if (check_counts("reduce_scatter", c, counts, send, recv, &total)) return zorch_last_status();
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
+  if (check_open(c, "reduce_scatter")) return zorch_last_status();
   c->sent += (uint64_t)(total - counts[c->rank]) * es;
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
-  if (check_open(c, "reduce_scatter")) return zorch_last_status();
   NCCL_ROUTE(send, nccl_reduce_scatter(c, send, recv, counts))
 #ifdef ZORCH_MPI
   int *rc = mpi_counts("reduce_scatter", c, counts);
@@ -276,10 +274,10 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
     return err_set(ZORCH_ERR_SHAPE, "reduce_scatter: %lld elements do not split over %d ranks",
                    (long long)total, c->world);
   if (local_only(c, buf)) return ZORCH_OK;
+  if (check_open(c, "reduce_scatter")) return zorch_last_status();
   size_t es = dtype_sizes[buf->dtype];
   c->sent += (uint64_t)(total - n) * es;
   c->recv += (uint64_t)(total - n) * es;
-  if (check_open(c, "reduce_scatter")) return zorch_last_status();
   NCCL_ROUTE(buf, nccl_reduce_scatter_inplace(c, buf, n))
 #ifdef ZORCH_MPI
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "reduce_scatter: %lld elements per rank is more than one MPI call takes", (long long)n);
@@ -311,9 +309,9 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
                    (long long)n, c->world, (long long)zorch_tensor_numel(recv));
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)n * es);
+  if (check_open(c, "allgather")) return zorch_last_status();
   c->sent += (uint64_t)n * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)n * es * (uint64_t)(c->world - 1);
-  if (check_open(c, "allgather")) return zorch_last_status();
   NCCL_ROUTE(send, nccl_allgather(c, send, recv, n))
 #ifdef ZORCH_MPI
   /* the send buffer may be this rank's slice of recv */
@@ -333,13 +331,13 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
                              const int64_t *counts) {
   if (check_gather_buf(send) || check_gather_buf(recv) || check_same_dev("allgatherv", send, recv))
     return zorch_last_status();
-  int64_t total = check_counts("allgatherv", c, counts, recv, send);
-  if (total < 0) return zorch_last_status();
+  int64_t total;
+  if (check_counts("allgatherv", c, counts, recv, send, &total)) return zorch_last_status();
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
+  if (check_open(c, "allgatherv")) return zorch_last_status();
   c->sent += (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
-  if (check_open(c, "allgatherv")) return zorch_last_status();
   NCCL_ROUTE(send, nccl_allgatherv(c, send, recv, counts))
 #ifdef ZORCH_MPI
   int *rc = mpi_counts("allgatherv", c, counts);
