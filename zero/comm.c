@@ -4,13 +4,12 @@
 #include "comm.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sched.h>
-#include <unistd.h>
 
 #ifdef ZORCH_MPI
 #include <mpi.h>
