@@ -104,6 +104,13 @@ $(BUILD)/tests/%: tests/%.c tests/tap.h $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Ivm/core $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
+# The allocation-failure test links with the allocator wrapped: every malloc,
+# calloc, ... in libzorch.a's objects goes to the test's __wrap_ functions.
+ALLOC_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign,--wrap=strdup
+$(BUILD)/tests/test_allocfail: tests/test_allocfail.c tests/tap.h $(BUILD)/libzorch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(ALLOC_WRAP) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
+
 # The suite: every tests/test_*.c is a TAP program; prove prints the summary.
 # A CUDA build (the default where nvcc exists) also runs tests/gpu, which skip
 # without a GPU.

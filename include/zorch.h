@@ -43,7 +43,8 @@ typedef enum {
   ZORCH_ERR_OOM,      /* out of memory */
   ZORCH_ERR_STATE,    /* e.g. a second backward through a freed graph */
   ZORCH_ERR_IO,       /* file or library loading */
-  ZORCH_ERR_INTERNAL
+  ZORCH_ERR_INTERNAL,
+  ZORCH_ERR_TIMEOUT   /* a collective ran past comm_timeout (see zorch_set_hang_handler) */
 } zorch_status;
 
 typedef enum {
@@ -315,6 +316,16 @@ ZORCH_API zorch_tensor *zorch_to_tensor(lua_State *L, int idx);
 ZORCH_API void zorch_dist_abort(int code);
 /* The number of ranks the launcher started (1 outside a launcher). */
 ZORCH_API int zorch_dist_world(void);
+/* A collective that has waited longer than its timeout (the Engine's
+   comm_timeout) calls the hang handler on the thread that waits, with a message
+   naming the rank, the collective, its size and what it carried. The handler
+   may end the process (the zorch command ends the job); when it returns, or
+   none is set, the collective fails with ZORCH_ERR_TIMEOUT. The timed-out
+   collective stays pending, so MPI and NCCL are unusable afterwards: every
+   later collective fails with ZORCH_ERR_STATE; save what is needed and end the
+   process. Process-wide; NULL removes the handler. */
+typedef void (*zorch_hang_handler)(const char *msg, void *ud);
+ZORCH_API void zorch_set_hang_handler(zorch_hang_handler fn, void *ud);
 
 /* ---- embedding: a Lua VM with zorch loaded ---------------------------------------------- */
 typedef struct zorch_vm zorch_vm;

@@ -20,7 +20,7 @@ local DEFAULTS = {
   gradient_accumulation_steps = 1, -- micro-steps per optimizer step
   reduce_bucket_size = 500000000,  -- elements per gradient reduction (stages 2-3)
   seed = false,                    -- an integer seeds zorch's default generator
-  comm_timeout = 600,              -- seconds a collective may take before the job ends; 0: never
+  comm_timeout = 600,              -- seconds a collective may wait before it times out; 0: never
   train_micro_batch_size = false,  -- per-rank batch: prepare sets the loader's batch size
   optimizer = false,               -- {type = "Adam" | "AdamW" | "SGD", params = {...}}: made by prepare
   scheduler = false,               -- {type = "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR", params}

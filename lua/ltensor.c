@@ -17,11 +17,23 @@ static size_t lz_pending;
 
 int lz_fail(lua_State *L) { return luaL_error(L, "%s", zorch_last_error()); }
 
-int lz_push(lua_State *L, zorch_tensor *t) {
-  if (!t) return lz_fail(L);
+/* An empty tensor box; run protected by lz_push. [-0, +1, m] */
+static int new_box(lua_State *L) {
   lz_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->t = NULL; /* consistent before anything can raise */
   luaL_setmetatable(L, LZ_TENSOR);
+  return 1;
+}
+
+int lz_push(lua_State *L, zorch_tensor *t) {
+  if (!t) return lz_fail(L);
+  /* the box is made in a protected call: a memory error there must not lose t */
+  lua_pushcfunction(L, new_box);
+  if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
+    zorch_tensor_free(t);
+    return lua_error(L);
+  }
+  lz_box *b = lua_touserdata(L, -1);
   b->t = t;
   size_t bytes = (size_t)zorch_tensor_numel(t) * zorch_dtype_size(zorch_tensor_dtype(t));
   lz_pending += bytes;

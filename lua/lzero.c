@@ -9,8 +9,8 @@
 #include "lz.h"
 
 static zero_comm *get_comm(lua_State *L) {
-  zero_comm *c;
-  if (comm_get(&c)) lz_fail(L);
+  zero_comm *c = comm_get();
+  if (!c) lz_fail(L);
   return c;
 }
 
@@ -130,7 +130,7 @@ static int l_zero_engine(lua_State *L) {
   lz_engine *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->e = NULL;
   luaL_setmetatable(L, LZ_ENGINE);
-  if (zero_engine_new(&b->e, get_comm(L), &o, n, ps)) return lz_fail(L);
+  if (!(b->e = zero_engine_new(get_comm(L), &o, n, ps))) return lz_fail(L);
   return 1;
 }
 
@@ -148,8 +148,8 @@ static int e_module_register(lua_State *L) {
   zero_engine *e = check_engine(L);
   int n;
   int *groups = int_list(L, 2, &n);
-  int id = zero_engine_module_register(e, n, groups);
-  if (id < 0) return lz_fail(L);
+  int id;
+  if (zero_engine_module_register(e, n, groups, &id)) return lz_fail(L);
   lua_pushinteger(L, id);
   return 1;
 }
@@ -217,22 +217,34 @@ static void open_engine_type(lua_State *L) {
 /* ---- gradient-ready hooks that call Lua ------------------------------------------ */
 static const char HOOKS = 'h'; /* registry key of {lightuserdata(tensor) = fn} */
 
+/* Runs protected: finds the leaf's hook and calls it with the leaf. Pushing
+   the leaf allocates, so it must not happen outside the protected call.
+   [-1, +0, e] */
+static int run_lua_hook(lua_State *L) {
+  zorch_tensor *leaf = lua_touserdata(L, 1);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &HOOKS);
+  if (!lua_istable(L, -1)) return 0;
+  if (lua_rawgetp(L, -1, leaf) != LUA_TFUNCTION) return 0;
+  lz_push(L, zorch_tensor_retain(leaf));
+  lua_call(L, 1, 0);
+  return 0;
+}
+
+/* The gradient hook of a leaf with a Lua hook: it runs from inside
+   zorch_backward, so a Lua error (memory errors included) must not unwind
+   through the backward pass; it becomes the pass's error instead. */
 static zorch_status call_lua_hook(zorch_tensor *leaf, void *ud) {
   lua_State *L = ud;
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &HOOKS);
-  lua_rawgetp(L, -1, leaf);
-  lua_remove(L, -2);
-  if (!lua_isfunction(L, -1)) {
-    lua_pop(L, 1);
-    return ZORCH_OK;
-  }
-  lz_push(L, zorch_tensor_retain(leaf));
-  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-    zorch_status st = err_set(ZORCH_ERR_STATE, "gradient hook: %s", lua_tostring(L, -1));
-    lua_pop(L, 1);
-    return st;
-  }
-  return ZORCH_OK;
+  if (!lua_checkstack(L, 2)) return err_set(ZORCH_ERR_OOM, "gradient hook: out of memory (Lua stack)");
+  lua_pushcfunction(L, run_lua_hook);
+  lua_pushlightuserdata(L, leaf);
+  int st = lua_pcall(L, 1, 0, 0);
+  if (st == LUA_OK) return ZORCH_OK;
+  const char *msg = lua_tostring(L, -1);
+  zorch_status code = st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE;
+  err_set(code, "gradient hook: %s", msg ? msg : "(error object is not a string)");
+  lua_pop(L, 1);
+  return code;
 }
 
 /* t:register_hook(fn): fn(t) runs once t's gradient is final in a backward pass;

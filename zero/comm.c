@@ -4,13 +4,12 @@
 #include "comm.h"
 
 #include <limits.h>
-#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #ifdef ZORCH_MPI
 #include <mpi.h>
@@ -18,17 +17,12 @@
 #ifdef ZORCH_WITH_CUDA
 #include "nccl.h"
 #define ON_GPU(t) ((t)->st->device.type == ZORCH_CUDA)
-/* cuda buffers go to NCCL, timed by the watchdog like MPI calls */
-#define NCCL_ROUTE(t, what, n, call)   \
-  if (ON_GPU(t)) {                     \
-    wd_begin(what, n);                 \
-    zorch_status st_ = (call);         \
-    wd_end();                          \
-    return st_;                        \
-  }
+/* cuda buffers go to NCCL, whose waits are timed like MPI's */
+#define NCCL_ROUTE(t, call) \
+  if (ON_GPU(t)) return (call);
 #else
 #define ON_GPU(t) ((void)(t), false)
-#define NCCL_ROUTE(t, what, n, call) (void)0;
+#define NCCL_ROUTE(t, call) (void)0;
 #endif
 #include "../ops/backend.h"
 
@@ -36,57 +30,52 @@ static zero_comm the_comm = {0, 1, "local", 0, 0};
 static bool comm_ready;
 #ifdef ZORCH_MPI
 static bool mpi_started;
-static int mpi_thread_level;
 #endif
 
-/* ---- the watchdog: a collective that does not complete within the timeout
-   ends the job with a message naming the rank, the collective, its size and
-   what it carried, instead of hanging without a word ---------------------------- */
-static _Atomic double wd_started; /* monotonic seconds; 0 when no collective runs */
-static const char *wd_what = "";
-static int64_t wd_count;
-static char wd_label[160];
-static _Atomic double wd_timeout = 600;
+/* ---- timed waits: a collective that does not complete within comm_timeout
+   is handed to the host's hang handler and then fails with ZORCH_ERR_TIMEOUT,
+   instead of hanging without a word. The collective's request is left pending
+   (MPI has no way to cancel it), so the communicator is closed: later
+   collectives fail at once. ------------------------------------------------------ */
+static char comm_label_text[160];
+static _Atomic double comm_timeout_s = 600;
+static zorch_hang_handler hang_fn;
+static void *hang_ud;
+static bool comm_closed; /* a collective timed out: MPI and NCCL are unusable */
 
-static double mono_now(void) {
+void zorch_set_hang_handler(zorch_hang_handler fn, void *ud) {
+  hang_fn = fn;
+  hang_ud = ud;
+}
+
+double comm_clock(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-#ifdef ZORCH_MPI
-static bool wd_running;
-static void *watchdog(void *arg) {
-  (void)arg;
-  for (;;) {
-    usleep(200000);
-    double s = wd_started, limit = wd_timeout;
-    if (s > 0 && limit > 0 && mono_now() - s > limit) {
-      fprintf(stderr,
-              "zorch: rank %d: %s of %lld elements%s%s did not complete within %.0f s (comm_timeout): another "
-              "rank failed, hangs, or never reached it; ending the job\n",
-              the_comm.rank, wd_what, (long long)wd_count, wd_label[0] ? " for " : "", wd_label, limit);
-      fflush(stderr);
-#ifdef ZORCH_MPI
-      if (mpi_thread_level == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, 3);
-#endif
-      _exit(3); /* the launcher ends the other ranks when one exits with an error */
-    }
-  }
-  return NULL;
+zorch_status comm_check_wait(const zero_comm *c, const char *what, int64_t n, double t0) {
+  double limit = comm_timeout_s;
+  if (limit <= 0 || comm_clock() - t0 <= limit) return ZORCH_OK;
+  char msg[512];
+  snprintf(msg, sizeof msg,
+           "rank %d: %s of %lld elements%s%s did not complete within %.0f s (comm_timeout): another rank failed, "
+           "hangs, or never reached it",
+           c->rank, what, (long long)n, comm_label_text[0] ? " for " : "", comm_label_text, limit);
+  comm_closed = true;
+  if (hang_fn) hang_fn(msg, hang_ud);
+  return err_set(ZORCH_ERR_TIMEOUT, "%s; collectives cannot run again in this process", msg);
 }
 
-#endif
-
-static void wd_begin(const char *what, int64_t n) {
-  wd_what = what;
-  wd_count = n;
-  wd_started = mono_now();
+/* Refuses a collective once an earlier one timed out. */
+static zorch_status check_open(const zero_comm *c, const char *what) {
+  if (!comm_closed) return ZORCH_OK;
+  return err_set(ZORCH_ERR_STATE, "%s on rank %d: an earlier collective timed out; collectives cannot run again "
+                 "in this process", what, c->rank);
 }
-static void wd_end(void) { wd_started = 0; }
 
-void comm_set_label(const char *label) { snprintf(wd_label, sizeof wd_label, "%s", label ? label : ""); }
-void comm_set_timeout(double seconds) { wd_timeout = seconds; }
+void comm_set_label(const char *label) { snprintf(comm_label_text, sizeof comm_label_text, "%s", label ? label : ""); }
+void comm_set_timeout(double seconds) { comm_timeout_s = seconds; }
 
 /* World size promised by the launcher's environment. */
 static int launcher_world(void) {
@@ -107,6 +96,18 @@ static zorch_status mpi_check(int rc, const char *what, int64_t n) {
   return err_set(ZORCH_ERR_IO, "%s of %lld elements failed on rank %d: %s", what, (long long)n,
                  the_comm.rank, msg);
 }
+/* Waits for a non-blocking collective, polling so that the wait can be timed. */
+static zorch_status mpi_wait(const zero_comm *c, MPI_Request *req, const char *what, int64_t n) {
+  double t0 = comm_clock();
+  for (;;) {
+    int done = 0;
+    zorch_status st = mpi_check(MPI_Test(req, &done, MPI_STATUS_IGNORE), what, n);
+    if (st || done) return st;
+    if ((st = comm_check_wait(c, what, n, t0))) return st;
+    sched_yield();
+  }
+}
+
 /* MPI's int counts and displacements (2 x world entries, freed by the caller);
    NULL with an error when a count does not fit an int. */
 static int *mpi_counts(const char *op, const zero_comm *c, const int64_t *counts) {
@@ -131,36 +132,42 @@ static MPI_Datatype mpi_type(zorch_dtype dt) {
 }
 #endif
 
-zorch_status comm_get(zero_comm **out) {
+zero_comm *comm_get(void) {
   if (!comm_ready) {
     int world = launcher_world();
     if (world > 1) {
 #ifdef ZORCH_MPI
       int provided, inited = 0;
       MPI_Initialized(&inited);
-      /* multiple: the watchdog thread may have to call MPI_Abort */
-      if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
-        return err_set(ZORCH_ERR_IO, "comm: MPI_Init failed");
-      if (inited) MPI_Query_thread(&provided);
-      mpi_thread_level = provided;
+      /* funneled: only the thread that runs the collectives calls MPI */
+      if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return err_null(ZORCH_ERR_IO, "comm: MPI_Init failed");
       mpi_started = !inited;
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
       MPI_Comm_rank(MPI_COMM_WORLD, &the_comm.rank);
       MPI_Comm_size(MPI_COMM_WORLD, &the_comm.world);
       the_comm.backend = "mpi";
-      pthread_t th;
-      if (!wd_running && pthread_create(&th, NULL, watchdog, NULL) == 0) {
-        pthread_detach(th);
-        wd_running = true;
-      }
 #else
-      return err_set(ZORCH_ERR_DEVICE, "comm: launched with %d ranks but zorch was built without MPI", world);
+      return err_null(ZORCH_ERR_DEVICE, "comm: launched with %d ranks but zorch was built without MPI", world);
 #endif
     }
     comm_ready = true;
   }
-  *out = &the_comm;
-  return ZORCH_OK;
+  return &the_comm;
+}
+
+zorch_status comm_bcast_bytes(zero_comm *c, void *buf, size_t bytes, const char *what) {
+  if (c->world == 1) return ZORCH_OK;
+  if (check_open(c, what)) return zorch_last_status();
+#ifdef ZORCH_MPI
+  if (bytes > INT_MAX) return err_set(ZORCH_ERR_ARG, "%s: %zu bytes is more than one MPI call takes", what, bytes);
+  MPI_Request req;
+  zorch_status st = mpi_check(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD, &req), what, (int64_t)bytes);
+  return st ? st : mpi_wait(c, &req, what, (int64_t)bytes);
+#else
+  (void)buf;
+  return err_set(ZORCH_ERR_DEVICE, "%s: %d ranks but zorch was built without MPI", what, c->world);
+#endif
 }
 
 static zorch_status check_buf(const char *op, const zorch_tensor *t) {
@@ -204,34 +211,32 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   int64_t n = zorch_tensor_numel(t);
   uint64_t bytes = (uint64_t)n * dtype_sizes[t->dtype];
   if (local_only(c, t)) return ZORCH_OK;
+  if (check_open(c, "allreduce")) return zorch_last_status();
   /* a ring all-reduce sends 2(N-1)/N of the buffer */
   c->sent += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
   c->recv += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
-  NCCL_ROUTE(t, "allreduce", n, nccl_allreduce(c, t, max))
+  NCCL_ROUTE(t, nccl_allreduce(c, t, max))
 #ifdef ZORCH_MPI
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "allreduce: %lld elements is more than one MPI call takes", (long long)n);
-  wd_begin("allreduce", n);
-  zorch_status st = mpi_check(MPI_Allreduce(MPI_IN_PLACE, tensor_ptr(t), (int)n, mpi_type(t->dtype),
-                                            max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD), "allreduce", n);
-  wd_end();
-  return st;
+  MPI_Request req;
+  zorch_status st = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, tensor_ptr(t), (int)n, mpi_type(t->dtype),
+                                             max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD, &req), "allreduce", n);
+  return st ? st : mpi_wait(c, &req, "allreduce", n);
 #else
   (void)max;
   return ZORCH_OK;
 #endif
 }
 
-/* The sum of counts, checked against the whole buffer and this rank's part;
-   -1 with an error set when they disagree. */
-static int64_t check_counts(const char *op, const zero_comm *c, const int64_t *counts, const zorch_tensor *whole,
-                            const zorch_tensor *part) {
-  int64_t total = 0;
-  for (int r = 0; r < c->world; r++) total += counts[r];
-  if (total != zorch_tensor_numel(whole) || counts[c->rank] != zorch_tensor_numel(part) || whole->dtype != part->dtype) {
-    err_set(ZORCH_ERR_SHAPE, "%s: counts do not match the buffers on rank %d", op, c->rank);
-    return -1;
-  }
-  return total;
+/* The sum of counts into *total, checked against the whole buffer and this
+   rank's part. */
+static zorch_status check_counts(const char *op, const zero_comm *c, const int64_t *counts, const zorch_tensor *whole,
+                                 const zorch_tensor *part, int64_t *total) {
+  *total = 0;
+  for (int r = 0; r < c->world; r++) *total += counts[r];
+  if (*total != zorch_tensor_numel(whole) || counts[c->rank] != zorch_tensor_numel(part) || whole->dtype != part->dtype)
+    return err_set(ZORCH_ERR_SHAPE, "%s: counts do not match the buffers on rank %d", op, c->rank);
+  return ZORCH_OK;
 }
 
 zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
@@ -239,21 +244,22 @@ zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
   if (check_buf("reduce_scatter", send) || check_buf("reduce_scatter", recv) ||
       check_same_dev("reduce_scatter", send, recv))
     return zorch_last_status();
-  int64_t total = check_counts("reduce_scatter", c, counts, send, recv);
-  if (total < 0) return zorch_last_status();
+  int64_t total;
+  if (check_counts("reduce_scatter", c, counts, send, recv, &total)) return zorch_last_status();
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
+  if (check_open(c, "reduce_scatter")) return zorch_last_status();
   c->sent += (uint64_t)(total - counts[c->rank]) * es;
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
-  NCCL_ROUTE(send, "reduce_scatter", total, nccl_reduce_scatter(c, send, recv, counts))
+  NCCL_ROUTE(send, nccl_reduce_scatter(c, send, recv, counts))
 #ifdef ZORCH_MPI
   int *rc = mpi_counts("reduce_scatter", c, counts);
   if (!rc) return zorch_last_status();
-  wd_begin("reduce_scatter", total);
-  zorch_status st = mpi_check(MPI_Reduce_scatter(tensor_ptr(send), tensor_ptr(recv), rc, mpi_type(send->dtype),
-                                                 MPI_SUM, MPI_COMM_WORLD), "reduce_scatter", total);
-  wd_end();
-  free(rc);
+  MPI_Request req;
+  zorch_status st = mpi_check(MPI_Ireduce_scatter(tensor_ptr(send), tensor_ptr(recv), rc, mpi_type(send->dtype),
+                                                  MPI_SUM, MPI_COMM_WORLD, &req), "reduce_scatter", total);
+  if (!st) st = mpi_wait(c, &req, "reduce_scatter", total);
+  if (st != ZORCH_ERR_TIMEOUT) free(rc); /* a pending request may still read the counts */
   return st;
 #else
   return ZORCH_OK;
@@ -267,17 +273,18 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
     return err_set(ZORCH_ERR_SHAPE, "reduce_scatter: %lld elements do not split over %d ranks",
                    (long long)total, c->world);
   if (local_only(c, buf)) return ZORCH_OK;
+  if (check_open(c, "reduce_scatter")) return zorch_last_status();
   size_t es = dtype_sizes[buf->dtype];
   c->sent += (uint64_t)(total - n) * es;
   c->recv += (uint64_t)(total - n) * es;
-  NCCL_ROUTE(buf, "reduce_scatter", total, nccl_reduce_scatter_inplace(c, buf, n))
+  NCCL_ROUTE(buf, nccl_reduce_scatter_inplace(c, buf, n))
 #ifdef ZORCH_MPI
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "reduce_scatter: %lld elements per rank is more than one MPI call takes", (long long)n);
   char *p = tensor_ptr(buf);
-  wd_begin("reduce_scatter", total);
-  zorch_status st = mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, p, (int)n, mpi_type(buf->dtype), MPI_SUM,
-                                                       MPI_COMM_WORLD), "reduce_scatter", total);
-  wd_end();
+  MPI_Request req;
+  zorch_status st = mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, p, (int)n, mpi_type(buf->dtype), MPI_SUM,
+                                                        MPI_COMM_WORLD, &req), "reduce_scatter", total);
+  if (!st) st = mpi_wait(c, &req, "reduce_scatter", total);
   /* the result lands at the front: move it to this rank's slice */
   if (!st && c->rank) memmove(p + (size_t)(n * c->rank) * es, p, (size_t)n * es);
   return st;
@@ -301,19 +308,19 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
                    (long long)n, c->world, (long long)zorch_tensor_numel(recv));
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)n * es);
+  if (check_open(c, "allgather")) return zorch_last_status();
   c->sent += (uint64_t)n * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)n * es * (uint64_t)(c->world - 1);
-  NCCL_ROUTE(send, "allgather", n * c->world, nccl_allgather(c, send, recv, n))
+  NCCL_ROUTE(send, nccl_allgather(c, send, recv, n))
 #ifdef ZORCH_MPI
   /* the send buffer may be this rank's slice of recv */
   const char *sp = tensor_ptr(send), *rp = tensor_ptr(recv);
   bool inplace = sp == rp + (size_t)(n * c->rank) * es;
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "allgather: %lld elements per rank is more than one MPI call takes", (long long)n);
-  wd_begin("allgather", n * c->world);
-  zorch_status st = mpi_check(MPI_Allgather(inplace ? MPI_IN_PLACE : sp, (int)n, mpi_type(send->dtype), (void *)rp,
-                                            (int)n, mpi_type(send->dtype), MPI_COMM_WORLD), "allgather", n);
-  wd_end();
-  return st;
+  MPI_Request req;
+  zorch_status st = mpi_check(MPI_Iallgather(inplace ? MPI_IN_PLACE : sp, (int)n, mpi_type(send->dtype), (void *)rp,
+                                             (int)n, mpi_type(send->dtype), MPI_COMM_WORLD, &req), "allgather", n);
+  return st ? st : mpi_wait(c, &req, "allgather", n * c->world);
 #else
   return ZORCH_OK;
 #endif
@@ -323,23 +330,24 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
                              const int64_t *counts) {
   if (check_gather_buf(send) || check_gather_buf(recv) || check_same_dev("allgatherv", send, recv))
     return zorch_last_status();
-  int64_t total = check_counts("allgatherv", c, counts, recv, send);
-  if (total < 0) return zorch_last_status();
+  int64_t total;
+  if (check_counts("allgatherv", c, counts, recv, send, &total)) return zorch_last_status();
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
+  if (check_open(c, "allgatherv")) return zorch_last_status();
   c->sent += (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
-  NCCL_ROUTE(send, "allgatherv", total, nccl_allgatherv(c, send, recv, counts))
+  NCCL_ROUTE(send, nccl_allgatherv(c, send, recv, counts))
 #ifdef ZORCH_MPI
   int *rc = mpi_counts("allgatherv", c, counts);
   if (!rc) return zorch_last_status();
   int *displs = rc + c->world;
-  wd_begin("allgather", total);
-  zorch_status st = mpi_check(MPI_Allgatherv(tensor_ptr(send), rc[c->rank], mpi_type(send->dtype), tensor_ptr(recv),
-                                             rc, displs, mpi_type(send->dtype), MPI_COMM_WORLD),
+  MPI_Request req;
+  zorch_status st = mpi_check(MPI_Iallgatherv(tensor_ptr(send), rc[c->rank], mpi_type(send->dtype), tensor_ptr(recv),
+                                              rc, displs, mpi_type(send->dtype), MPI_COMM_WORLD, &req),
                               "allgatherv", total);
-  wd_end();
-  free(rc);
+  if (!st) st = mpi_wait(c, &req, "allgather", total);
+  if (st != ZORCH_ERR_TIMEOUT) free(rc); /* a pending request may still read the counts */
   return st;
 #else
   return ZORCH_OK;
@@ -359,7 +367,8 @@ void comm_abort(int code) {
 void comm_finalize(void) {
 #ifdef ZORCH_MPI
   int fin = 0;
-  if (mpi_started && (MPI_Finalized(&fin), !fin)) MPI_Finalize();
+  /* after a timeout a collective is still pending: finalising would wait on it */
+  if (mpi_started && !comm_closed && (MPI_Finalized(&fin), !fin)) MPI_Finalize();
 #endif
 }
 

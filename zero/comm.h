@@ -15,8 +15,9 @@ typedef struct zero_comm {
 } zero_comm;
 
 /* The process's communicator: "mpi" when launched by mpirun (or srun) with more
-   than one rank and MPI was built in, else "local". Created once. */
-zorch_status comm_get(zero_comm **out);
+   than one rank and MPI was built in, else "local". Created once; NULL with the
+   error set when MPI cannot start. */
+zero_comm *comm_get(void);
 /* In-place sum (or max) across ranks. */
 zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max);
 /* send (numel = sum of counts) reduced by sum; this rank receives counts[rank]
@@ -33,11 +34,21 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
 zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                              const int64_t *counts);
 void comm_reset_bytes(zero_comm *c);
+/* rank 0's `bytes` at buf sent to every rank (a timed wait, like the others). */
+zorch_status comm_bcast_bytes(zero_comm *c, void *buf, size_t bytes, const char *what);
 /* What the next collectives carry (a bucket, a parameter group), for the
-   watchdog's message. */
+   timeout's message. */
 void comm_set_label(const char *label);
-/* Seconds a collective may take before the watchdog ends the job (0: never). */
+/* Seconds a collective may wait before it times out (0: never). */
 void comm_set_timeout(double seconds);
+/* Timed waits. comm_clock() is monotonic seconds; a wait loop that started at
+   t0 calls comm_check_wait, which returns OK while the collective is within the
+   timeout. Past it, the hang goes to the host's handler (zorch_set_hang_handler)
+   and, when that returns, the result is ZORCH_ERR_TIMEOUT with a message naming
+   the rank, the collective, its size and label; every later collective then
+   fails with ZORCH_ERR_STATE, since the timed-out one is still pending. */
+double comm_clock(void);
+zorch_status comm_check_wait(const zero_comm *c, const char *what, int64_t n, double t0);
 /* Ends every rank with `code` (used by the command line after an error). */
 void comm_abort(int code);
 /* Finalises MPI if it was started; safe to call more than once. */

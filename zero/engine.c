@@ -296,13 +296,11 @@ static zorch_status make_groups(zero_engine *e) {
   return zero_engine_release(e);
 }
 
-zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o, int n,
-                             zorch_tensor *const *params) {
-  *out = NULL;
+zero_engine *zero_engine_new(zero_comm *c, const zero_opts *o, int n, zorch_tensor *const *params) {
   if (!c || !o || n < 1 || !params || o->stage < 0 || o->stage > 3 || o->bucket < 1)
-    return err_set(ZORCH_ERR_ARG, "zero: bad engine arguments");
+    return err_null(ZORCH_ERR_ARG, "zero: bad engine arguments");
   zero_engine *e = calloc(1, sizeof *e);
-  if (!e) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  if (!e) return err_null(ZORCH_ERR_OOM, "zero: out of memory");
   e->c = c;
   e->o = *o;
   e->n = n;
@@ -324,10 +322,7 @@ zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o
       e->numel += zorch_tensor_numel(p);
     }
   }
-  if (st) {
-    zero_engine_free(e);
-    return st;
-  }
+  if (st) goto fail_st;
   int64_t per = (e->numel + c->world - 1) / c->world;
   e->shard = (per + ZERO_ALIGN - 1) / ZERO_ALIGN * ZERO_ALIGN;
   e->padded = e->shard * c->world;
@@ -349,13 +344,12 @@ zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o
   if (o->stage >= 2 && !(e->gshard = zorch_zeros(1, &e->shard, e->pdt, e->dev))) goto fail;
   if (o->stage >= 2 && (st = make_buckets(e))) goto fail_st;
   if (o->stage == 3 && (st = make_groups(e))) goto fail_st;
-  *out = e;
-  return ZORCH_OK;
+  return e;
 fail:
   st = zorch_last_status();
 fail_st:
   zero_engine_free(e);
-  return st;
+  return NULL;
 }
 
 void zero_engine_free(zero_engine *e) {
@@ -388,6 +382,15 @@ void zero_engine_free(zero_engine *e) {
 }
 
 zorch_status zero_engine_begin_backward(zero_engine *e) {
+  /* a backward pass that failed part way left buckets part filled and counts
+     part done: start every one afresh */
+  for (int k = 0; k < e->nbuckets; k++) {
+    bucket *b = &e->buckets[k];
+    zorch_tensor_free(b->buf);
+    b->buf = NULL;
+    b->pending = b->size;
+  }
+  for (int k = 0; k < e->ngroups; k++) e->groups[k].pending = e->groups[k].count;
   if (!e->gflat) return ZORCH_OK;
   for (int i = 0; i < e->n; i++) {
     zorch_tensor *p = e->params[i];
@@ -533,8 +536,8 @@ zorch_status zero_engine_sync_shard(zero_engine *e) {
   return ZORCH_OK;
 }
 
-int zero_engine_module_register(zero_engine *e, int ngroups, const int *groups) {
-  if (!e->groups) return err_set(ZORCH_ERR_STATE, "zero: modules gather only at stage 3"), -1;
+zorch_status zero_engine_module_register(zero_engine *e, int ngroups, const int *groups, int *id) {
+  if (!e->groups) return err_set(ZORCH_ERR_STATE, "zero: modules gather only at stage 3");
   module_ctx *m = calloc(1, sizeof *m);
   int *gs = calloc((size_t)(ngroups > 0 ? ngroups : 1), sizeof *gs);
   module_ctx **grown = realloc(e->modules, sizeof *grown * (size_t)(e->nmodules + 1));
@@ -542,20 +545,21 @@ int zero_engine_module_register(zero_engine *e, int ngroups, const int *groups) 
     free(m);
     free(gs);
     if (grown) e->modules = grown;
-    return err_set(ZORCH_ERR_OOM, "zero: out of memory"), -1;
+    return err_set(ZORCH_ERR_OOM, "zero: out of memory");
   }
   e->modules = grown;
   for (int k = 0; k < ngroups; k++) {
     if (groups[k] < 0 || groups[k] >= e->ngroups) {
       free(m);
       free(gs);
-      return err_set(ZORCH_ERR_ARG, "zero: no parameter group %d", groups[k]), -1;
+      return err_set(ZORCH_ERR_ARG, "zero: no parameter group %d", groups[k]);
     }
     gs[k] = groups[k];
   }
   *m = (module_ctx){e, e->nmodules, ngroups, gs, -1, 1};
   e->modules[e->nmodules] = m;
-  return e->nmodules++;
+  *id = e->nmodules++;
+  return ZORCH_OK;
 }
 
 static zorch_status module_gather(zero_engine *e, const module_ctx *m) {

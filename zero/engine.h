@@ -26,12 +26,15 @@ typedef struct {
   int64_t numel, shard;                                   /* elements */
 } zero_memory;
 
-/* Flattens the n parameters (float32, in order) and sets up the stage. */
-zorch_status zero_engine_new(zero_engine **out, zero_comm *c, const zero_opts *o, int n,
-                             zorch_tensor *const *params);
+/* Flattens the n parameters (float32, in order) and sets up the stage; NULL
+   with the error set on failure (the parameters keep their values, perhaps as
+   views of a buffer they keep alive). */
+zero_engine *zero_engine_new(zero_comm *c, const zero_opts *o, int n, zorch_tensor *const *params);
 void zero_engine_free(zero_engine *e);
 /* Before a micro-step's backward: stage 0-1 bind .grad to the flat gradient
-   buffer's views; stage 3 gathers the parameters. */
+   buffer's views; stage 3 gathers the parameters. Buckets start empty, so a
+   backward that failed part way leaves nothing behind but the gradients it
+   already reduced (zero_engine_zero_grad clears those). */
 zorch_status zero_engine_begin_backward(zero_engine *e);
 /* After backward: buckets some parameters never reached still reduce. */
 zorch_status zero_engine_end_backward(zero_engine *e);
@@ -56,12 +59,12 @@ zorch_status zero_engine_gather(zero_engine *e);
 zorch_status zero_engine_release(zero_engine *e);
 zorch_status zero_engine_sync_shard(zero_engine *e);
 /* Stage 3, per module: `module_register` names the groups a module owns and
-   returns its id. Before its forward, `module_begin` gathers them; after,
+   sets *id to its id. Before its forward, `module_begin` gathers them; after,
    `module_end` releases them and arms a hook on the node that made `out`, which
    gathers them again before that node's backward, and gathers the module that
    ran forward before it (the next one backward needs) ahead of time. Groups are
    released once all their gradients are in. */
-int zero_engine_module_register(zero_engine *e, int ngroups, const int *groups);
+zorch_status zero_engine_module_register(zero_engine *e, int ngroups, const int *groups, int *id);
 zorch_status zero_engine_module_begin(zero_engine *e, int module);
 zorch_status zero_engine_module_end(zero_engine *e, int module, zorch_tensor *out);
 void zero_engine_memory(const zero_engine *e, zero_memory *m);

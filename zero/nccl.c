@@ -6,10 +6,6 @@
 #include <nccl.h>
 #include <sched.h>
 
-#ifdef ZORCH_MPI
-#include <mpi.h>
-#endif
-
 cudaStream_t zorch_cuda_stream(int dev); /* ops/cuda/runtime.cu */
 
 static ncclComm_t the_nccl;
@@ -33,10 +29,10 @@ static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *wh
   if (nccl_dev < 0) {
     ncclUniqueId id;
     if (c->rank == 0) NCCL_TRY(ncclGetUniqueId(&id), c, "ncclGetUniqueId", 0);
-#ifdef ZORCH_MPI
-    if (c->world > 1 && MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
-      return err_set(ZORCH_ERR_IO, "%s: sending the NCCL id over MPI failed on rank %d", what, c->rank);
-#endif
+    if (comm_bcast_bytes(c, &id, sizeof id, "sending the NCCL id")) {
+      err_prefix(what);
+      return zorch_last_status();
+    }
     zorch_cuda_stream(dev); /* makes dev current */
     NCCL_TRY(ncclCommInitRank(&the_nccl, c->world, id, c->rank), c, "ncclCommInitRank", 0);
     nccl_dev = dev;
@@ -45,9 +41,12 @@ static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *wh
   return ZORCH_OK;
 }
 
-/* Waits for the queued collective, checking NCCL's asynchronous errors. */
+/* Waits for the queued collective, checking NCCL's asynchronous errors and the
+   timeout; a collective that times out has its communicator aborted, so its
+   kernels stop instead of holding the device. */
 static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
   cudaStream_t s = zorch_cuda_stream(nccl_dev);
+  double t0 = comm_clock();
   for (;;) {
     cudaError_t e = cudaStreamQuery(s);
     if (e == cudaSuccess) return ZORCH_OK;
@@ -55,6 +54,12 @@ static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
     ncclResult_t ar;
     if (ncclCommGetAsyncError(the_nccl, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress)
       return nccl_fail(c, what, n, ncclGetErrorString(ar));
+    zorch_status st = comm_check_wait(c, what, n, t0);
+    if (st) {
+      ncclCommAbort(the_nccl);
+      the_nccl = NULL;
+      return st;
+    }
     sched_yield();
   }
 }

@@ -1,7 +1,7 @@
 /* nccl.h: the collectives of cuda tensors, over NCCL (CUDA builds). One rank
    per GPU; the communicator is made at the first collective, its id sent from
    rank 0 over MPI (a build without MPI has one rank). Each call queues the collective on the device's
-   stream and waits for it (so the watchdog can time it, and its errors reach the
+   stream and waits for it (so the wait is timed, and its errors reach the
    caller); buffers are contiguous and on the rank's device. */
 #ifndef ZORCH_ZERO_NCCL_H
 #define ZORCH_ZERO_NCCL_H

@@ -284,4 +284,28 @@ ok(zorch.local_rank() == 0, "local_rank is 0 in a single process")
 local fl = zorch.flags({"--lr", "0.5", "--quiet", "--name=x"}, {lr = {1}, quiet = {false}, name = {"a"}})
 ok(fl.lr == 0.5 and fl.quiet == true and fl.name == "x", "flags parse values, booleans and --k=v")
 raises("unknown flags are errors", function() zorch.flags({"--nope"}, {lr = {1}}) end, "unknown argument '--nope'", "--lr")
+
+-- gradient hooks: they see the final gradient; an error in one stops backward
+-- with an error (tests/test_allocfail.c makes memory errors), and grad mode
+-- comes back on
+do
+  local w = zorch.ones(3):requires_grad_()
+  local seen
+  w:register_hook(function(t) seen = t.grad:sum():item() end)
+  local loss = (w * 2):sum()
+  loss:backward()
+  ok(seen == 6, "a hook sees the final gradient")
+  w:register_hook(function() error("hook failed") end)
+  raises("an error in a hook stops backward, naming the hook", function() (w * 2):sum():backward() end,
+         "gradient hook", "hook failed")
+  ok(zorch.is_grad_enabled(), "grad mode is back on after a failed backward")
+  w:register_hook(function() error({}) end)
+  raises("an error object that is not a string still reaches the caller", function() (w * 2):sum():backward() end,
+         "gradient hook")
+  w:register_hook(nil)
+  w.grad = nil
+  loss = (w * 2):sum()
+  loss:backward()
+  ok(zorch.is_grad_enabled() and w.grad:sum():item() == 6, "backward runs normally once the hook is gone")
+end
 tap.done()

@@ -99,6 +99,16 @@ static int report(lua_State *L, int st) {
   return st;
 }
 
+/* A collective that timed out ends the job, naming the rank and the collective:
+   the launcher ends the other ranks when one exits with an error. */
+static void on_hang(const char *msg, void *ud) {
+  (void)ud;
+  fprintf(stderr, "zorch: %s; ending the job\n", msg);
+  fflush(stderr);
+  zorch_dist_abort(3);
+  _exit(3);
+}
+
 /* zorch launch [-n N] [mpirun options] script.lua args: the script on N ranks
    through mpirun; options before the script (--hostfile, -H, ...) go to mpirun. */
 static int launch(int argc, char **argv) {
@@ -308,6 +318,7 @@ int main(int argc, char **argv) {
     print_info();
     return 0;
   }
+  zorch_set_hang_handler(on_hang, NULL);
   lua_State *L = luaL_newstate();
   if (!L) {
     fprintf(stderr, "zorch: cannot create a Lua state\n");
