@@ -78,20 +78,13 @@ static zorch_status bmm_into(zorch_tensor *out, zorch_tensor *a, zorch_tensor *b
 }
 
 static zorch_status mm_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  zorch_tensor *a = n->saved[0], *b = n->saved[1];
-  if (ag_wants(n, 0)) {
-    zorch_tensor *bt = zorch_transpose(b, -1, -2);
-    gin[0] = bt ? zorch_matmul(g, bt) : NULL;
-    zorch_tensor_free(bt);
-    if (!gin[0]) return zorch_last_status();
-  }
-  if (ag_wants(n, 1)) {
-    zorch_tensor *at = zorch_transpose(a, -1, -2);
-    gin[1] = at ? zorch_matmul(at, g) : NULL;
-    zorch_tensor_free(at);
-    if (!gin[1]) return zorch_last_status();
-  }
-  return ZORCH_OK;
+  zorch_tensor *a = n->saved[0], *b = n->saved[1], *at = NULL, *bt = NULL;
+  zorch_status st = ZORCH_OK;
+  if ((ag_wants(n, 0) && (!(bt = zorch_transpose(b, -1, -2)) || !(gin[0] = zorch_matmul(g, bt)))) ||
+      (ag_wants(n, 1) && (!(at = zorch_transpose(a, -1, -2)) || !(gin[1] = zorch_matmul(at, g)))))
+    st = zorch_last_status();
+  OP_FREE(at, bt);
+  return st;
 }
 
 /* Both operands at least 2-D. */
@@ -170,40 +163,31 @@ zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b) {
 /* saved: x, w and, with relu, the output (whose sign is the input's) */
 static zorch_status linear_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   zorch_tensor *x = n->saved[0], *w = n->saved[1];
-  int64_t in_f = w->shape[1], out_f = w->shape[0];
-  int64_t s2[2] = {-1, out_f}, x2s[2] = {-1, in_f};
-  zorch_tensor *gr = NULL;
-  if (n->nsaved > 2) { /* through the relu first */
-    if (!(gr = op_binary(BOP_RELU_BWD, g, n->saved[2], 0, 0))) return zorch_last_status();
-    g = gr;
-  }
-  zorch_tensor *g2 = zorch_reshape(g, 2, s2);
-  zorch_tensor_free(gr);
-  if (!g2) return zorch_last_status();
+  int64_t s2[2] = {-1, w->shape[0]}, x2s[2] = {-1, w->shape[1]};
+  int d0 = 0;
+  zorch_tensor *gr = NULL, *g2 = NULL, *gx = NULL, *x2 = NULL, *gt = NULL;
   zorch_status st = ZORCH_OK;
-  if (ag_wants(n, 0)) {
-    zorch_tensor *gx = zorch_matmul(g2, w);
-    gin[0] = gx ? zorch_reshape(gx, x->ndim, x->shape) : NULL;
-    zorch_tensor_free(gx);
-    if (!gin[0]) st = zorch_last_status();
-  }
-  if (!st && ag_wants(n, 1)) {
-    zorch_tensor *x2 = NULL, *gt = NULL;
-    if ((x2 = zorch_reshape(x, 2, x2s)) && (gt = zorch_transpose(g2, 0, 1))) gin[1] = zorch_matmul(gt, x2);
-    OP_FREE(x2, gt);
-    if (!gin[1]) st = zorch_last_status();
-  }
-  if (!st && n->nin > 2 && ag_wants(n, 2)) {
-    int d0 = 0;
-    if (!(gin[2] = zorch_sum(g2, 1, &d0, false))) st = zorch_last_status();
-  }
-  zorch_tensor_free(g2);
+  /* through the relu first, then as (rows, out) */
+  if (n->nsaved > 2 && !(g = gr = op_binary(BOP_RELU_BWD, g, n->saved[2], 0, 0))) goto fail;
+  if (!(g2 = zorch_reshape(g, 2, s2))) goto fail;
+  if (ag_wants(n, 0) &&
+      (!(gx = zorch_matmul(g2, w)) || !(gin[0] = zorch_reshape(gx, x->ndim, x->shape))))
+    goto fail;
+  if (ag_wants(n, 1) && (!(x2 = zorch_reshape(x, 2, x2s)) || !(gt = zorch_transpose(g2, 0, 1)) ||
+                         !(gin[1] = zorch_matmul(gt, x2))))
+    goto fail;
+  if (n->nin > 2 && ag_wants(n, 2) && !(gin[2] = zorch_sum(g2, 1, &d0, false))) goto fail;
+  goto done;
+fail:
+  st = zorch_last_status();
+done:
+  OP_FREE(gr, g2, gx, x2, gt);
   return st;
 }
 
 /* Checks the operands of linear and gives the result's dtype. */
-static zorch_status linear_check(const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
-                                 zorch_activation act, zorch_dtype *dt) {
+static zorch_status linear_check(const zorch_tensor *x, const zorch_tensor *w,
+                                 const zorch_tensor *b, zorch_activation act, zorch_dtype *dt) {
   char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF], s3[ERR_SHAPE_BUF];
   if (check_arg("linear", "input", x) || check_arg("linear", "weight", w) ||
       check_same_device("linear", x, w) || (b && check_same_device("linear", x, b)))

@@ -61,7 +61,8 @@ static zorch_status cross_entropy_check(const zorch_tensor *logits, const zorch_
       (batched && target->shape[0] != logits->shape[0]))
     return err_set(ZORCH_ERR_SHAPE, "cross_entropy: input %s and target %s do not fit (expected "
                    "(N, C) with (N,), or (C,) with ())", SHAPE(logits, s1), SHAPE(target, s2));
-  if ((unsigned)r > ZORCH_REDUCE_NONE) return err_set(ZORCH_ERR_ARG, "cross_entropy: bad reduction %d", (int)r);
+  if ((unsigned)r > ZORCH_REDUCE_NONE)
+    return err_set(ZORCH_ERR_ARG, "cross_entropy: bad reduction %d", (int)r);
   return ZORCH_OK;
 }
 
@@ -96,7 +97,8 @@ static zorch_tensor *cross_entropy_nll(zorch_tensor *logits, zorch_tensor *targe
 /* How many targets are not ignore_index, as a 0-d tensor of dtype dt on the
    targets' device: the mean divides by it without reading it back, so nothing
    waits for a GPU. */
-static zorch_tensor *cross_entropy_count(zorch_tensor *target, int64_t ignore_index, zorch_dtype dt) {
+static zorch_tensor *cross_entropy_count(zorch_tensor *target, int64_t ignore_index,
+                                         zorch_dtype dt) {
   int64_t n = zorch_tensor_numel(target);
   zorch_tensor *ig = NULL, *eq = NULL, *eqf = NULL, *nig = NULL, *neg = NULL, *count = NULL;
   if (!(ig = zorch_full(0, NULL, (double)ignore_index, ZORCH_I64, target->st->device)) ||
@@ -186,14 +188,16 @@ zorch_tensor *zorch_index_select(zorch_tensor *a, int dim, zorch_tensor *idx) {
   memcpy(shape, a->shape, sizeof shape);
   shape[d] = ni;
   zorch_tensor *ac = NULL, *ic = NULL, *out = NULL;
-  if (!(ac = op_contig(a)) || !(ic = op_contig(idx)) || !(out = op_empty(a, a->ndim, shape, a->dtype)))
+  if (!(ac = op_contig(a)) || !(ic = op_contig(idx)) ||
+      !(out = op_empty(a, a->ndim, shape, a->dtype)))
     goto done;
   if (backend_of(out)->index_select(out, ac, ic, outer, a->shape[d], inner)) {
     zorch_tensor_free(out);
     out = NULL;
     goto done;
   }
-  out = ag_record_args(out, "IndexSelectBackward", index_select_bwd, 1, &a, 1, &ic, &args, sizeof args);
+  out = ag_record_args(out, "IndexSelectBackward", index_select_bwd, 1, &a, 1, &ic, &args,
+                       sizeof args);
 done:
   OP_FREE(ac, ic);
   return out;
@@ -245,8 +249,9 @@ static zorch_status layer_norm_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **g
   gin[0] = gx;
   gx = NULL;
   /* back to the weight's and the bias's own shapes */
-  if (gw && !(gin[1] = zorch_reshape(gw, n->in[1].ndim, n->in[1].shape))) st = zorch_last_status();
-  if (gb && !st && !(gin[2] = zorch_reshape(gb, n->in[2].ndim, n->in[2].shape))) st = zorch_last_status();
+  if ((gw && !(gin[1] = zorch_reshape(gw, n->in[1].ndim, n->in[1].shape))) ||
+      (gb && !(gin[2] = zorch_reshape(gb, n->in[2].ndim, n->in[2].shape))))
+    st = zorch_last_status();
 done:
   OP_FREE(gc, gx, gw, gb);
   return st;

@@ -64,8 +64,8 @@ static bool plan_identity(const red_plan *p, int ndim) {
 zorch_tensor *red_plan_layout(zorch_tensor *a, const red_plan *p) {
   if (plan_identity(p, a->ndim)) return op_contig(a);
   bool prev = zorch_set_grad_enabled(false);
-  zorch_tensor *v = zorch_permute(a, p->perm);
-  zorch_tensor *c = v ? op_contig(v) : NULL;
+  zorch_tensor *v = NULL, *c = NULL;
+  if ((v = zorch_permute(a, p->perm))) c = op_contig(v);
   zorch_set_grad_enabled(prev);
   zorch_tensor_free(v);
   return c;

@@ -39,7 +39,8 @@ static zorch_status narrow_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) 
   int64_t len = a->select ? 1 : g->shape[a->dim];
   zorch_tensor *z = NULL, *part = NULL, *gv = NULL;
   zorch_status st;
-  if (!(z = op_zeros(g, e->ndim, e->shape, g->dtype)) || !(part = zorch_narrow(z, a->dim, a->start, len)) ||
+  if (!(z = op_zeros(g, e->ndim, e->shape, g->dtype)) ||
+      !(part = zorch_narrow(z, a->dim, a->start, len)) ||
       !(gv = a->select ? zorch_unsqueeze(g, a->dim) : zorch_tensor_retain(g)))
     st = zorch_last_status();
   else
