@@ -188,7 +188,7 @@ zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdi
   if (red_plan_make("max", a, ndims, dims, keepdim, &p)) return NULL;
   zorch_tensor *idx = NULL;
   max_args args = {.ndims = ndims, .keepdim = keepdim};
-  memcpy(args.dims, dims, sizeof(int) * (size_t)ndims);
+  if (ndims > 0) memcpy(args.dims, dims, sizeof(int) * (size_t)ndims);
   zorch_tensor *out = reduce_raw("max", RED_MAX, a, &p, &idx, 1);
   out = ag_record_args(out, "MaxBackward", max_bwd, 1, &a, 1, &idx, &args, sizeof args);
   if (out && indices)

@@ -174,7 +174,8 @@ zorch_tensor *zorch_permute(zorch_tensor *t, const int *dims) {
     sh[i] = t->shape[d[i]];
     st[i] = t->strides[d[i]];
   }
-  return view_of(t, t->ndim, sh, st, t->offset, "PermuteBackward", permute_bwd, &args, sizeof args);
+  return view_of(t, t->ndim, sh, st, t->offset, "PermuteBackward", permute_bwd, &args,
+                 sizeof args);
 }
 
 zorch_tensor *zorch_transpose(zorch_tensor *t, int d0, int d1) {
