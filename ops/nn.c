@@ -100,14 +100,12 @@ static zorch_tensor *cross_entropy_nll(zorch_tensor *logits, zorch_tensor *targe
 static zorch_tensor *cross_entropy_count(zorch_tensor *target, int64_t ignore_index,
                                          zorch_dtype dt) {
   int64_t n = zorch_tensor_numel(target);
-  zorch_tensor *ig = NULL, *eq = NULL, *eqf = NULL, *nig = NULL, *neg = NULL, *count = NULL;
-  if (!(ig = zorch_full(0, NULL, (double)ignore_index, ZORCH_I64, target->st->device)) ||
-      !(eq = zorch_eq(target, ig)) || !(eqf = zorch_to_dtype(eq, dt)) ||
-      !(nig = zorch_sum(eqf, 0, NULL, false)) || !(neg = zorch_mul_scalar(nig, -1)))
-    goto done;
-  count = zorch_add_scalar(neg, (double)n);
-done:
-  OP_FREE(ig, eq, eqf, nig, neg);
+  zorch_tensor *ig = NULL, *eq = NULL, *eqf = NULL, *nig = NULL, *count = NULL;
+  if ((ig = zorch_full(0, NULL, (double)ignore_index, ZORCH_I64, target->st->device)) &&
+      (eq = zorch_eq(target, ig)) && (eqf = zorch_to_dtype(eq, dt)) &&
+      (nig = zorch_sum(eqf, 0, NULL, false)))
+    count = zorch_rsub_scalar(nig, (double)n);
+  OP_FREE(ig, eq, eqf, nig);
   return count;
 }
 
