@@ -11,33 +11,57 @@
 #define PUSH(x) return lz_push(L, (x))
 
 /* ---- creation ------------------------------------------------------------------- */
-static int f_empty_like(lua_State *L, int kind) {
+/* The arguments of the constructors: sizes (a table or numbers), the value for
+   full, then an options table. */
+typedef struct {
+  int ndim;
   int64_t shape[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 1, shape);
-  int oi = lua_istable(L, 1) ? 2 : n + 1;
-  double v = 0;
-  if (kind == 2) { /* full(sizes, value, opts) */
-    v = luaL_checknumber(L, oi);
-    oi++;
-  }
+  double value;
   lz_opts o;
-  lz_get_opts(L, oi, &o, ZORCH_F32);
-  zorch_tensor *t = kind == 0   ? zorch_zeros(n, shape, o.dtype, o.device)
-                    : kind == 1 ? zorch_ones(n, shape, o.dtype, o.device)
-                    : kind == 2 ? zorch_full(n, shape, v, o.dtype, o.device)
-                    : kind == 3 ? zorch_rand(n, shape, o.dtype, o.device, NULL)
-                                : zorch_randn(n, shape, o.dtype, o.device, NULL);
-  if (t && o.requires_grad && zorch_set_requires_grad(t, true)) {
+} new_args;
+
+static new_args check_new_args(lua_State *L, bool with_value) {
+  new_args a = {0};
+  a.ndim = lz_sizes(L, 1, a.shape);
+  int oi = lua_istable(L, 1) ? 2 : a.ndim + 1;
+  if (with_value) a.value = luaL_checknumber(L, oi++);
+  lz_get_opts(L, oi, &a.o, ZORCH_F32);
+  return a;
+}
+
+/* Pushes a new tensor, first made a leaf requiring grad when the options ask. */
+static int push_new(lua_State *L, zorch_tensor *t, const lz_opts *o) {
+  if (t && o->requires_grad && zorch_set_requires_grad(t, true)) {
     zorch_tensor_free(t);
     t = NULL;
   }
   PUSH(t);
 }
-static int f_zeros(lua_State *L) { return f_empty_like(L, 0); }
-static int f_ones(lua_State *L) { return f_empty_like(L, 1); }
-static int f_full(lua_State *L) { return f_empty_like(L, 2); }
-static int f_rand(lua_State *L) { return f_empty_like(L, 3); }
-static int f_randn(lua_State *L) { return f_empty_like(L, 4); }
+
+static int f_zeros(lua_State *L) {
+  new_args a = check_new_args(L, false);
+  return push_new(L, zorch_zeros(a.ndim, a.shape, a.o.dtype, a.o.device), &a.o);
+}
+
+static int f_ones(lua_State *L) {
+  new_args a = check_new_args(L, false);
+  return push_new(L, zorch_ones(a.ndim, a.shape, a.o.dtype, a.o.device), &a.o);
+}
+
+static int f_full(lua_State *L) {
+  new_args a = check_new_args(L, true);
+  return push_new(L, zorch_full(a.ndim, a.shape, a.value, a.o.dtype, a.o.device), &a.o);
+}
+
+static int f_rand(lua_State *L) {
+  new_args a = check_new_args(L, false);
+  return push_new(L, zorch_rand(a.ndim, a.shape, a.o.dtype, a.o.device, NULL), &a.o);
+}
+
+static int f_randn(lua_State *L) {
+  new_args a = check_new_args(L, false);
+  return push_new(L, zorch_randn(a.ndim, a.shape, a.o.dtype, a.o.device, NULL), &a.o);
+}
 
 static int f_arange(lua_State *L) {
   int top = lua_gettop(L), oi = top;

@@ -17,6 +17,10 @@ void op_free(zorch_tensor *a, zorch_tensor *b, zorch_tensor *c, zorch_tensor *d)
   zorch_tensor_free(d);
 }
 
+void op_free_n(int n, zorch_tensor *const *ts) {
+  for (int i = 0; i < n; i++) zorch_tensor_free(ts[i]);
+}
+
 zorch_dtype op_compute_dtype(zorch_dtype dt) {
   return dt == ZORCH_F64 ? ZORCH_F64 : ZORCH_F32;
 }
@@ -43,6 +47,14 @@ zorch_tensor *op_recast(zorch_tensor *out, zorch_dtype dt) {
   zorch_tensor *r = op_cast(out, dt);
   zorch_tensor_free(out);
   return r;
+}
+
+zorch_tensor *op_cast_contig(zorch_tensor *t, zorch_dtype dt) {
+  zorch_tensor *c = op_cast(t, dt);
+  if (!c) return NULL;
+  zorch_tensor *out = op_contig(c);
+  zorch_tensor_free(c);
+  return out;
 }
 
 zorch_tensor *op_contig(zorch_tensor *t) {

@@ -145,7 +145,7 @@ zorch_tensor *zorch_clone(zorch_tensor *t) {
     zorch_tensor_free(out);
     return NULL;
   }
-  return ag_record(out, "CloneBackward", identity_bwd, 1, &t, 0, NULL, NULL);
+  return ag_record_args(out, "CloneBackward", identity_bwd, 1, &t, 0, NULL, NULL, 0);
 }
 
 /* The engine converts each gradient to its input's dtype, so the backward of a
@@ -156,12 +156,15 @@ zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt) {
   if (t->dtype == dt) return zorch_tensor_retain(t);
   zorch_tensor *out = op_cast(t, dt);
   if (!out || !zorch_dtype_is_float(dt)) return out;
-  return ag_record(out, "ToCopyBackward", identity_bwd, 1, &t, 0, NULL, NULL);
+  return ag_record_args(out, "ToCopyBackward", identity_bwd, 1, &t, 0, NULL, NULL, 0);
 }
 
+typedef struct {
+  zorch_device from; /* where the input was */
+} to_device_args;
+
 static zorch_status to_device_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  zorch_device dev = {(zorch_device_type)n->iv[0], (int)n->iv[1]};
-  gin[0] = zorch_to_device(g, dev);
+  gin[0] = zorch_to_device(g, AG_ARGS(n, to_device_args)->from);
   return gin[0] ? ZORCH_OK : zorch_last_status();
 }
 
@@ -193,13 +196,8 @@ zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev) {
     zorch_tensor_free(out);
     return NULL;
   }
-  ag_node *node;
-  out = ag_record(out, "ToDeviceBackward", to_device_bwd, 1, &t, 0, NULL, &node);
-  if (node) {
-    node->iv[0] = from.type;
-    node->iv[1] = from.index;
-  }
-  return out;
+  to_device_args args = {.from = from};
+  return ag_record_args(out, "ToDeviceBackward", to_device_bwd, 1, &t, 0, NULL, &args, sizeof args);
 }
 
 /* ---- element access ------------------------------------------------------------------- */

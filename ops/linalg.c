@@ -78,20 +78,13 @@ static zorch_status bmm_into(zorch_tensor *out, zorch_tensor *a, zorch_tensor *b
 }
 
 static zorch_status mm_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  zorch_tensor *a = n->saved[0], *b = n->saved[1];
-  if (ag_wants(n, 0)) {
-    zorch_tensor *bt = zorch_transpose(b, -1, -2);
-    gin[0] = bt ? zorch_matmul(g, bt) : NULL;
-    zorch_tensor_free(bt);
-    if (!gin[0]) return zorch_last_status();
-  }
-  if (ag_wants(n, 1)) {
-    zorch_tensor *at = zorch_transpose(a, -1, -2);
-    gin[1] = at ? zorch_matmul(at, g) : NULL;
-    zorch_tensor_free(at);
-    if (!gin[1]) return zorch_last_status();
-  }
-  return ZORCH_OK;
+  zorch_tensor *a = n->saved[0], *b = n->saved[1], *at = NULL, *bt = NULL;
+  zorch_status st = ZORCH_OK;
+  if ((ag_wants(n, 0) && (!(bt = zorch_transpose(b, -1, -2)) || !(gin[0] = zorch_matmul(g, bt)))) ||
+      (ag_wants(n, 1) && (!(at = zorch_transpose(a, -1, -2)) || !(gin[1] = zorch_matmul(at, g)))))
+    st = zorch_last_status();
+  OP_FREE(at, bt);
+  return st;
 }
 
 /* Both operands at least 2-D. */
@@ -119,24 +112,25 @@ static zorch_tensor *matmul_nd(zorch_tensor *a, zorch_tensor *b) {
   memcpy(sb, shape, sizeof(int64_t) * (size_t)nbatch);
   sa[nd - 2] = m, sa[nd - 1] = k, sb[nd - 2] = k, sb[nd - 1] = n;
   shape[nd - 2] = m, shape[nd - 1] = n;
-  zorch_tensor *ca = op_cast(a, cd), *cb = ca ? op_cast(b, cd) : NULL;
-  zorch_tensor *ra = cb ? gemm_ready(ca) : NULL, *rb = ra ? gemm_ready(cb) : NULL;
-  zorch_tensor *va = rb ? op_broadcast_view(ra, nd, sa) : NULL;
-  zorch_tensor *vb = va ? op_broadcast_view(rb, nd, sb) : NULL;
-  zorch_tensor *out = vb ? op_empty(a, nd, shape, cd) : NULL;
-  if (out && bmm_into(out, va, vb)) {
+  zorch_tensor *ca = NULL, *cb = NULL, *ra = NULL, *rb = NULL, *va = NULL, *vb = NULL, *out = NULL;
+  if (!(ca = op_cast(a, cd)) || !(cb = op_cast(b, cd)) || !(ra = gemm_ready(ca)) ||
+      !(rb = gemm_ready(cb)) || !(va = op_broadcast_view(ra, nd, sa)) ||
+      !(vb = op_broadcast_view(rb, nd, sb)) || !(out = op_empty(a, nd, shape, cd)))
+    goto done;
+  if (bmm_into(out, va, vb)) {
     zorch_tensor_free(out);
     out = NULL;
+    goto done;
   }
-  op_free(ca, cb, ra, rb);
-  op_free(va, vb, NULL, NULL);
-  if (cd != dt) out = op_recast(out, dt);
+  out = op_recast(out, dt);
+done:
+  OP_FREE(ca, cb, ra, rb, va, vb);
   if (!out) {
     err_prefix("matmul");
     return NULL;
   }
   zorch_tensor *in[2] = {a, b};
-  return ag_record(out, "MmBackward", mm_bwd, 2, in, 2, in, NULL);
+  return ag_record_args(out, "MmBackward", mm_bwd, 2, in, 2, in, NULL, 0);
 }
 
 zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b) {
@@ -151,17 +145,11 @@ zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b) {
   /* 1-D operands become matrices, and the added dim is dropped after */
   zorch_tensor *a2 = a->ndim == 1 ? zorch_unsqueeze(a, 0) : zorch_tensor_retain(a);
   zorch_tensor *b2 = b->ndim == 1 ? zorch_unsqueeze(b, 1) : zorch_tensor_retain(b);
-  zorch_tensor *r = a2 && b2 ? matmul_nd(a2, b2) : NULL;
-  if (r && r->ndim == 2 && a->ndim == 1 && b->ndim == 1) {
-    zorch_tensor *s = zorch_reshape(r, 0, NULL);
-    zorch_tensor_free(r);
-    r = s;
-  } else if (r) {
-    zorch_tensor *s = zorch_squeeze(r, a->ndim == 1 ? -2 : -1);
-    zorch_tensor_free(r);
-    r = s;
-  }
-  op_free(a2, b2, NULL, NULL);
+  zorch_tensor *m = NULL, *r = NULL;
+  if (a2 && b2 && (m = matmul_nd(a2, b2)))
+    r = a->ndim == 1 && b->ndim == 1 ? zorch_reshape(m, 0, NULL)
+                                     : zorch_squeeze(m, a->ndim == 1 ? -2 : -1);
+  OP_FREE(a2, b2, m);
   if (!r) {
     /* say it in terms of the caller's shapes */
     if (zorch_last_status() == ZORCH_ERR_SHAPE)
@@ -175,93 +163,109 @@ zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b) {
 /* saved: x, w and, with relu, the output (whose sign is the input's) */
 static zorch_status linear_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   zorch_tensor *x = n->saved[0], *w = n->saved[1];
-  int64_t in_f = w->shape[1], out_f = w->shape[0];
-  int64_t s2[2] = {-1, out_f}, x2s[2] = {-1, in_f};
-  zorch_tensor *gr = NULL;
-  if (n->nsaved > 2) { /* through the relu first */
-    if (!(gr = op_binary(BOP_RELU_BWD, g, n->saved[2], 0, 0))) return zorch_last_status();
-    g = gr;
-  }
-  zorch_tensor *g2 = zorch_reshape(g, 2, s2);
-  zorch_tensor_free(gr);
-  if (!g2) return zorch_last_status();
+  int64_t s2[2] = {-1, w->shape[0]}, x2s[2] = {-1, w->shape[1]};
+  int d0 = 0;
+  zorch_tensor *gr = NULL, *g2 = NULL, *gx = NULL, *x2 = NULL, *gt = NULL;
   zorch_status st = ZORCH_OK;
-  if (ag_wants(n, 0)) {
-    zorch_tensor *gx = zorch_matmul(g2, w);
-    gin[0] = gx ? zorch_reshape(gx, x->ndim, x->shape) : NULL;
-    zorch_tensor_free(gx);
-    if (!gin[0]) st = zorch_last_status();
-  }
-  if (!st && ag_wants(n, 1)) {
-    zorch_tensor *x2 = zorch_reshape(x, 2, x2s), *gt = x2 ? zorch_transpose(g2, 0, 1) : NULL;
-    gin[1] = gt ? zorch_matmul(gt, x2) : NULL;
-    op_free(x2, gt, NULL, NULL);
-    if (!gin[1]) st = zorch_last_status();
-  }
-  if (!st && n->nin > 2 && ag_wants(n, 2)) {
-    int d0 = 0;
-    if (!(gin[2] = zorch_sum(g2, 1, &d0, false))) st = zorch_last_status();
-  }
-  zorch_tensor_free(g2);
+  /* through the relu first, then as (rows, out) */
+  if (n->nsaved > 2 && !(g = gr = op_binary(BOP_RELU_BWD, g, n->saved[2], 0, 0))) goto fail;
+  if (!(g2 = zorch_reshape(g, 2, s2))) goto fail;
+  if (ag_wants(n, 0) &&
+      (!(gx = zorch_matmul(g2, w)) || !(gin[0] = zorch_reshape(gx, x->ndim, x->shape))))
+    goto fail;
+  if (ag_wants(n, 1) && (!(x2 = zorch_reshape(x, 2, x2s)) || !(gt = zorch_transpose(g2, 0, 1)) ||
+                         !(gin[1] = zorch_matmul(gt, x2))))
+    goto fail;
+  if (n->nin > 2 && ag_wants(n, 2) && !(gin[2] = zorch_sum(g2, 1, &d0, false))) goto fail;
+  goto done;
+fail:
+  st = zorch_last_status();
+done:
+  OP_FREE(gr, g2, gx, x2, gt);
   return st;
 }
 
-/* y = x w^T + b, then relu when asked: one GEMM whose epilogue adds the bias
-   (and applies relu) on backends that fuse them. */
-zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act) {
+/* Checks the operands of linear and gives the result's dtype. */
+static zorch_status linear_check(const zorch_tensor *x, const zorch_tensor *w,
+                                 const zorch_tensor *b, zorch_activation act, zorch_dtype *dt) {
   char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF], s3[ERR_SHAPE_BUF];
   if (check_arg("linear", "input", x) || check_arg("linear", "weight", w) ||
       check_same_device("linear", x, w) || (b && check_same_device("linear", x, b)))
-    return NULL;
+    return zorch_last_status();
   if (act != ZORCH_ACT_NONE && act != ZORCH_ACT_RELU)
-    return err_null(ZORCH_ERR_ARG, "linear: unknown activation %d (none or relu)", (int)act);
+    return err_set(ZORCH_ERR_ARG, "linear: unknown activation %d (none or relu)", (int)act);
   if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
-    return err_null(ZORCH_ERR_SHAPE, "linear: input %s and weight %s do not fit (weight is "
-                    "(out_features, in_features) and the input's last dim is in_features)",
-                    SHAPE(x, s1), SHAPE(w, s2));
-  int64_t in_f = w->shape[1], out_f = w->shape[0];
+    return err_set(ZORCH_ERR_SHAPE, "linear: input %s and weight %s do not fit (weight is "
+                   "(out_features, in_features) and the input's last dim is in_features)",
+                   SHAPE(x, s1), SHAPE(w, s2));
+  int64_t out_f = w->shape[0];
   if (b && (b->ndim != 1 || b->shape[0] != out_f))
-    return err_null(ZORCH_ERR_SHAPE, "linear: bias %s does not fit weight %s (expected (%lld,))",
-                    SHAPE(b, s3), SHAPE(w, s2), (long long)out_f);
-  zorch_dtype dt = dtype_promote(x->dtype, w->dtype);
-  if (b) dt = dtype_promote(dt, b->dtype);
-  if (!zorch_dtype_is_float(dt))
-    return err_null(ZORCH_ERR_DTYPE, "linear: needs floating-point tensors, got %s",
-                    zorch_dtype_name(dt));
+    return err_set(ZORCH_ERR_SHAPE, "linear: bias %s does not fit weight %s (expected (%lld,))",
+                   SHAPE(b, s3), SHAPE(w, s2), (long long)out_f);
+  *dt = dtype_promote(x->dtype, w->dtype);
+  if (b) *dt = dtype_promote(*dt, b->dtype);
+  if (!zorch_dtype_is_float(*dt))
+    return err_set(ZORCH_ERR_DTYPE, "linear: needs floating-point tensors, got %s",
+                   zorch_dtype_name(*dt));
+  return ZORCH_OK;
+}
+
+/* out (rows, out_f) of an empty sum (in_f == 0): the bias alone (or zeros),
+   then relu when asked. */
+static zorch_status linear_bias_only(zorch_tensor *out, zorch_tensor *bias, int64_t rows,
+                                     int64_t out_f, bool relu) {
+  const backend *be = backend_of(out);
+  zorch_status st = be->fill(out, 0);
+  if (!st && bias) {
+    int64_t os2[2] = {rows, out_f};
+    zorch_tensor *o2 = NULL, *bv = NULL;
+    if (!(o2 = tensor_alias(out, 2, os2, (int64_t[]){out_f, 1}, 0)) ||
+        !(bv = op_broadcast_view(bias, 2, os2)))
+      st = zorch_last_status();
+    else
+      st = be->copy(o2, bv);
+    OP_FREE(o2, bv);
+  }
+  if (!st && relu) st = be->unary(UOP_RELU, out, out, 0, 0);
+  return st;
+}
+
+/* out (rows, out_f) = x (rows, in_f) w^T + bias, then relu when asked: one GEMM
+   whose epilogue adds the bias (and applies relu) on backends that fuse them.
+   x and bias are contiguous, w GEMM-ready, all in out's dtype. */
+static zorch_status linear_gemm(zorch_tensor *out, zorch_tensor *x, zorch_tensor *w,
+                                zorch_tensor *bias, int64_t rows, bool relu) {
+  int64_t in_f = w->shape[1], out_f = w->shape[0];
+  if (in_f == 0) return linear_bias_only(out, bias, rows, out_f, relu);
+  gemm_args ga = {.dt = out->dtype, .dev = out->st->device.index, .tb = false, .relu = relu,
+                  .m = rows, .n = out_f, .k = in_f, .lda = in_f, .ldc = out_f, .alpha = 1.0,
+                  .a = tensor_ptr(x), .b = tensor_ptr(w), .bias = bias ? tensor_ptr(bias) : NULL,
+                  .c = tensor_ptr(out)};
+  /* weight (out, in) used as its transpose (in, out) */
+  mat_layout(in_f, out_f, w->strides[1], w->strides[0], &ga.tb, &ga.ldb);
+  return backend_of(out)->gemm(&ga);
+}
+
+/* y = x w^T + b, then relu when asked, computed in the backend's dtype for the
+   result's and recorded as one node. */
+zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act) {
+  zorch_dtype dt = ZORCH_F32;
+  if (linear_check(x, w, b, act, &dt)) return NULL;
   zorch_dtype cd = op_compute_dtype_on(x, dt);
+  int64_t in_f = w->shape[1], out_f = w->shape[0];
   int64_t rows = in_f ? zorch_tensor_numel(x) / in_f : 0;
   for (int i = 0; i < x->ndim - 1 && !in_f; i++) rows = (i ? rows : 1) * x->shape[i];
-  zorch_tensor *cx = op_cast(x, cd), *cw = cx ? op_cast(w, cd) : NULL;
-  zorch_tensor *cb = cw && b ? op_cast(b, cd) : NULL;
-  zorch_tensor *xc = cw && (!b || cb) ? op_contig(cx) : NULL;
-  zorch_tensor *wr = xc ? gemm_ready(cw) : NULL;
-  zorch_tensor *bc = wr && cb ? op_contig(cb) : NULL;
   int64_t oshape[ZORCH_MAX_DIMS];
   memcpy(oshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
   oshape[x->ndim - 1] = out_f;
-  zorch_tensor *out = wr && (!cb || bc) ? op_empty(x, x->ndim, oshape, cd) : NULL;
-  zorch_status st = out ? ZORCH_OK : zorch_last_status();
-  if (!st && in_f == 0) { /* an empty sum: the bias alone */
-    st = backend_of(out)->fill(out, 0);
-    if (!st && bc) {
-      int64_t os2[2] = {rows, out_f};
-      zorch_tensor *o2 = tensor_alias(out, 2, os2, (int64_t[]){out_f, 1}, 0);
-      zorch_tensor *bv = o2 ? op_broadcast_view(bc, 2, os2) : NULL;
-      st = bv ? backend_of(out)->copy(o2, bv) : zorch_last_status();
-      op_free(o2, bv, NULL, NULL);
-    }
-    if (!st && act == ZORCH_ACT_RELU) st = backend_of(out)->unary(UOP_RELU, out, out, 0, 0);
-  } else if (!st) {
-    gemm_args ga = {.dt = cd, .dev = out->st->device.index, .tb = false, .relu = act == ZORCH_ACT_RELU,
-                    .m = rows, .n = out_f, .k = in_f, .lda = in_f, .ldc = out_f, .alpha = 1.0,
-                    .a = tensor_ptr(xc), .b = tensor_ptr(wr), .bias = bc ? tensor_ptr(bc) : NULL,
-                    .c = tensor_ptr(out)};
-    /* weight (out, in) used as its transpose (in, out) */
-    mat_layout(in_f, out_f, wr->strides[1], wr->strides[0], &ga.tb, &ga.ldb);
-    st = backend_of(out)->gemm(&ga);
-  }
-  op_free(cx, cw, cb, xc);
-  op_free(wr, bc, NULL, NULL);
+  zorch_tensor *xc = NULL, *cw = NULL, *wr = NULL, *bc = NULL, *out = NULL;
+  zorch_status st;
+  if (!(xc = op_cast_contig(x, cd)) || !(cw = op_cast(w, cd)) || !(wr = gemm_ready(cw)) ||
+      (b && !(bc = op_cast_contig(b, cd))) || !(out = op_empty(x, x->ndim, oshape, cd)))
+    st = zorch_last_status();
+  else
+    st = linear_gemm(out, xc, wr, bc, rows, act == ZORCH_ACT_RELU);
+  OP_FREE(xc, cw, wr, bc);
   if (st) {
     zorch_tensor_free(out);
     err_prefix("linear");
@@ -269,8 +273,8 @@ zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b
   }
   if (!(out = op_recast(out, dt))) return NULL;
   zorch_tensor *in[3] = {x, w, b}, *save[3] = {x, w, out};
-  return ag_record(out, act == ZORCH_ACT_RELU ? "LinearReluBackward" : "LinearBackward", linear_bwd,
-                   b ? 3 : 2, in, act == ZORCH_ACT_RELU ? 3 : 2, save, NULL);
+  return ag_record_args(out, act == ZORCH_ACT_RELU ? "LinearReluBackward" : "LinearBackward",
+                        linear_bwd, b ? 3 : 2, in, act == ZORCH_ACT_RELU ? 3 : 2, save, NULL, 0);
 }
 
 zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b) {

@@ -11,25 +11,32 @@ zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target, zorch_re
     return err_null(ZORCH_ERR_SHAPE, "mse_loss: input %s and target %s must have the same shape",
                     SHAPE(input, s1), SHAPE(target, s2));
   if ((unsigned)r > ZORCH_REDUCE_NONE) return err_null(ZORCH_ERR_ARG, "mse_loss: bad reduction %d", (int)r);
-  zorch_tensor *d = zorch_sub(input, target);
-  zorch_tensor *sq = d ? zorch_mul(d, d) : NULL;
-  zorch_tensor *out = NULL;
-  if (sq)
-    out = r == ZORCH_REDUCE_NONE ? zorch_tensor_retain(sq)
-          : r == ZORCH_REDUCE_SUM ? zorch_sum(sq, 0, NULL, false)
-                                  : zorch_mean(sq, 0, NULL, false);
-  op_free(d, sq, NULL, NULL);
+  zorch_tensor *d = NULL, *sq = NULL, *out = NULL;
+  if (!(d = zorch_sub(input, target)) || !(sq = zorch_mul(d, d))) goto done;
+  out = r == ZORCH_REDUCE_NONE ? zorch_tensor_retain(sq)
+        : r == ZORCH_REDUCE_SUM ? zorch_sum(sq, 0, NULL, false)
+                                : zorch_mean(sq, 0, NULL, false);
+done:
+  OP_FREE(d, sq);
   if (!out) err_prefix("mse_loss");
   return out;
 }
 
 /* ---- cross entropy = nll(log_softmax) -------------------------------------------------- */
+typedef struct {
+  int64_t n, c;         /* targets, classes */
+  int64_t ignore_index; /* targets equal to it add no loss */
+} nll_args;
+
 static zorch_status nll_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const nll_args *a = AG_ARGS(n, nll_args);
   ag_edge *e = &n->in[0];
-  zorch_tensor *gc = op_contig(g);
-  zorch_tensor *z = gc ? op_zeros(g, e->ndim, e->shape, g->dtype) : NULL;
-  zorch_status st = z ? backend_of(z)->nll_bwd(z, gc, n->saved[0], n->iv[0], n->iv[1], n->iv[2])
-                      : zorch_last_status();
+  zorch_tensor *gc = NULL, *z = NULL;
+  zorch_status st;
+  if (!(gc = op_contig(g)) || !(z = op_zeros(g, e->ndim, e->shape, g->dtype)))
+    st = zorch_last_status();
+  else
+    st = backend_of(z)->nll_bwd(z, gc, n->saved[0], a->n, a->c, a->ignore_index);
   zorch_tensor_free(gc);
   if (st) {
     zorch_tensor_free(z);
@@ -39,98 +46,118 @@ static zorch_status nll_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   return ZORCH_OK;
 }
 
-zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target, zorch_reduction r,
-                                  int64_t ignore_index) {
+static zorch_status cross_entropy_check(const zorch_tensor *logits, const zorch_tensor *target,
+                                        zorch_reduction r) {
   char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
   const char *op = "cross_entropy";
   if (check_arg(op, "input", logits) || check_arg(op, "target", target) ||
       check_same_device(op, logits, target))
-    return NULL;
+    return zorch_last_status();
   if (target->dtype != ZORCH_I64)
-    return err_null(ZORCH_ERR_DTYPE, "cross_entropy: target must be int64 class indices, got %s",
-                    zorch_dtype_name(target->dtype));
+    return err_set(ZORCH_ERR_DTYPE, "cross_entropy: target must be int64 class indices, got %s",
+                   zorch_dtype_name(target->dtype));
   bool batched = logits->ndim == 2;
   if (!(batched || logits->ndim == 1) || target->ndim != (batched ? 1 : 0) ||
       (batched && target->shape[0] != logits->shape[0]))
-    return err_null(ZORCH_ERR_SHAPE, "cross_entropy: input %s and target %s do not fit (expected "
-                    "(N, C) with (N,), or (C,) with ())", SHAPE(logits, s1), SHAPE(target, s2));
-  if ((unsigned)r > ZORCH_REDUCE_NONE) return err_null(ZORCH_ERR_ARG, "cross_entropy: bad reduction %d", (int)r);
-  int64_t n = batched ? logits->shape[0] : 1, c = logits->shape[logits->ndim - 1];
+    return err_set(ZORCH_ERR_SHAPE, "cross_entropy: input %s and target %s do not fit (expected "
+                   "(N, C) with (N,), or (C,) with ())", SHAPE(logits, s1), SHAPE(target, s2));
+  if ((unsigned)r > ZORCH_REDUCE_NONE)
+    return err_set(ZORCH_ERR_ARG, "cross_entropy: bad reduction %d", (int)r);
+  return ZORCH_OK;
+}
+
+/* The loss of each target, -log_softmax(logits)[target] ((N,) or ()), in the
+   compute dtype, recorded as one node on log_softmax(logits). */
+static zorch_tensor *cross_entropy_nll(zorch_tensor *logits, zorch_tensor *target,
+                                       int64_t ignore_index) {
+  bool batched = logits->ndim == 2;
+  nll_args args = {.n = batched ? logits->shape[0] : 1, .c = logits->shape[logits->ndim - 1],
+                   .ignore_index = ignore_index};
   zorch_tensor *logp = zorch_log_softmax(logits, -1);
   if (!logp) return NULL;
+  zorch_tensor *lp = NULL, *tg = NULL, *loss = NULL;
+  zorch_status st;
   /* 16-bit log-probabilities are read in float32 (the kernels' dtypes) */
-  zorch_tensor *lp0 = op_cast(logp, op_compute_dtype(logp->dtype));
-  zorch_tensor *lp = lp0 ? op_contig(lp0) : NULL, *tg = lp ? op_contig(target) : NULL;
-  int64_t nshape[1] = {n};
-  zorch_tensor *loss = tg ? op_empty(logp, batched ? 1 : 0, nshape, lp->dtype) : NULL;
-  zorch_status st = loss ? backend_of(loss)->nll(loss, lp, tg, n, c, ignore_index) : zorch_last_status();
-  zorch_tensor_free(lp0);
+  if (!(lp = op_cast_contig(logp, op_compute_dtype(logp->dtype))) || !(tg = op_contig(target)) ||
+      !(loss = op_empty(logp, batched ? 1 : 0, &args.n, lp->dtype)))
+    st = zorch_last_status();
+  else
+    st = backend_of(loss)->nll(loss, lp, tg, args.n, args.c, ignore_index);
   if (st) {
-    op_free(logp, lp, tg, loss);
-    err_prefix(op);
-    return NULL;
+    zorch_tensor_free(loss);
+    loss = NULL;
+    err_prefix("cross_entropy");
+  } else {
+    loss = ag_record_args(loss, "NllLossBackward", nll_bwd, 1, &logp, 1, &tg, &args, sizeof args);
   }
-  ag_node *node;
-  loss = ag_record(loss, "NllLossBackward", nll_bwd, 1, &logp, 1, &tg, &node);
-  if (node) {
-    node->iv[0] = n;
-    node->iv[1] = c;
-    node->iv[2] = ignore_index;
+  OP_FREE(logp, lp, tg);
+  return loss;
+}
+
+/* How many targets are not ignore_index, as a 0-d tensor of dtype dt on the
+   targets' device: the mean divides by it without reading it back, so nothing
+   waits for a GPU. */
+static zorch_tensor *cross_entropy_count(zorch_tensor *target, int64_t ignore_index,
+                                         zorch_dtype dt) {
+  int64_t n = zorch_tensor_numel(target);
+  zorch_tensor *ig = NULL, *eq = NULL, *eqf = NULL, *nig = NULL, *count = NULL;
+  if ((ig = zorch_full(0, NULL, (double)ignore_index, ZORCH_I64, target->st->device)) &&
+      (eq = zorch_eq(target, ig)) && (eqf = zorch_to_dtype(eq, dt)) &&
+      (nig = zorch_sum(eqf, 0, NULL, false)))
+    count = zorch_rsub_scalar(nig, (double)n);
+  OP_FREE(ig, eq, eqf, nig);
+  return count;
+}
+
+/* The per-target losses as asked: as they are, summed, or averaged over the
+   targets that count. */
+static zorch_tensor *cross_entropy_reduce(zorch_tensor *loss, zorch_tensor *target,
+                                          zorch_reduction r, int64_t ignore_index) {
+  if (r == ZORCH_REDUCE_NONE) return zorch_tensor_retain(loss);
+  zorch_tensor *s = NULL, *count = NULL, *out = NULL;
+  if (!(s = zorch_sum(loss, 0, NULL, false))) goto done;
+  if (r == ZORCH_REDUCE_SUM) {
+    out = zorch_tensor_retain(s);
+    goto done;
   }
-  /* the mean is over the targets that count: counted on the host for CPU
-     tensors, on the device otherwise (nothing waits for the GPU) */
-  int64_t count = n;
-  zorch_tensor *valid = NULL;
-  if (loss && r == ZORCH_REDUCE_MEAN && tg->st->device.type == ZORCH_CPU) {
-    const int64_t *t = (const int64_t *)tensor_ptr(tg);
-    count = 0;
-    for (int64_t i = 0; i < n; i++) count += t[i] != ignore_index;
-  } else if (loss && r == ZORCH_REDUCE_MEAN) {
-    zorch_tensor *ig = zorch_full(0, NULL, (double)ignore_index, ZORCH_I64, tg->st->device);
-    zorch_tensor *eq = ig ? zorch_eq(tg, ig) : NULL, *eqf = eq ? zorch_to_dtype(eq, lp->dtype) : NULL;
-    zorch_tensor *ni = eqf ? zorch_sum(eqf, 0, NULL, false) : NULL, *neg = ni ? zorch_mul_scalar(ni, -1) : NULL;
-    valid = neg ? zorch_add_scalar(neg, (double)n) : NULL;
-    op_free(ig, eq, eqf, ni);
-    zorch_tensor_free(neg);
-    if (!valid) {
-      zorch_tensor_free(loss);
-      loss = NULL;
-    }
+  if ((count = cross_entropy_count(target, ignore_index, loss->dtype))) out = zorch_div(s, count);
+done:
+  OP_FREE(s, count);
+  return out;
+}
+
+zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target, zorch_reduction r,
+                                  int64_t ignore_index) {
+  if (cross_entropy_check(logits, target, r)) return NULL;
+  zorch_tensor *loss = cross_entropy_nll(logits, target, ignore_index);
+  if (!loss) return NULL;
+  zorch_tensor *out = cross_entropy_reduce(loss, target, r, ignore_index);
+  zorch_tensor_free(loss);
+  if (out && out->dtype != logits->dtype && zorch_dtype_is_float(logits->dtype)) {
+    zorch_tensor *o2 = zorch_to_dtype(out, logits->dtype);
+    zorch_tensor_free(out);
+    out = o2;
   }
-  zorch_tensor *out = NULL;
-  if (loss) {
-    if (r == ZORCH_REDUCE_NONE) {
-      out = zorch_tensor_retain(loss);
-    } else {
-      zorch_tensor *s = zorch_sum(loss, 0, NULL, false);
-      if (s && valid)
-        out = zorch_div(s, valid);
-      else
-        out = s && r == ZORCH_REDUCE_MEAN ? zorch_mul_scalar(s, 1.0 / (double)count) : zorch_tensor_retain(s);
-      zorch_tensor_free(s);
-    }
-    if (out && out->dtype != logits->dtype && zorch_dtype_is_float(logits->dtype)) {
-      zorch_tensor *o2 = zorch_to_dtype(out, logits->dtype);
-      zorch_tensor_free(out);
-      out = o2;
-    }
-  }
-  op_free(logp, lp, tg, loss);
-  zorch_tensor_free(valid);
   return out;
 }
 
 /* ---- index_select and embedding ----------------------------------------------------------- */
+typedef struct {
+  int dim;
+} index_select_args;
+
 static zorch_status index_select_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   ag_edge *e = &n->in[0];
-  int d = (int)n->iv[0];
+  int d = AG_ARGS(n, index_select_args)->dim;
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < d; i++) outer *= e->shape[i];
   for (int i = d + 1; i < e->ndim; i++) inner *= e->shape[i];
-  zorch_tensor *gc = op_contig(g);
-  zorch_tensor *z = gc ? op_zeros(g, e->ndim, e->shape, g->dtype) : NULL;
-  zorch_status st = z ? backend_of(z)->index_add(z, gc, n->saved[0], outer, e->shape[d], inner)
-                      : zorch_last_status();
+  zorch_tensor *gc = NULL, *z = NULL;
+  zorch_status st;
+  if (!(gc = op_contig(g)) || !(z = op_zeros(g, e->ndim, e->shape, g->dtype)))
+    st = zorch_last_status();
+  else
+    st = backend_of(z)->index_add(z, gc, n->saved[0], outer, e->shape[d], inner);
   zorch_tensor_free(gc);
   if (st) {
     zorch_tensor_free(z);
@@ -149,25 +176,28 @@ zorch_tensor *zorch_index_select(zorch_tensor *a, int dim, zorch_tensor *idx) {
     return err_null(ZORCH_ERR_ARG, "index_select: index must be a 1-D int64 tensor, got %s %s",
                     zorch_dtype_name(idx->dtype), SHAPE(idx, s1));
   if (a->ndim == 0) return err_null(ZORCH_ERR_SHAPE, "index_select: input must have at least 1 dim");
-  int d;
-  if (dim_wrap(op, dim, a->ndim, 0, &d)) return NULL;
+  index_select_args args;
+  if (dim_wrap(op, dim, a->ndim, 0, &args.dim)) return NULL;
+  int d = args.dim;
   int64_t ni = zorch_tensor_numel(idx), outer = 1, inner = 1;
   for (int i = 0; i < d; i++) outer *= a->shape[i];
   for (int i = d + 1; i < a->ndim; i++) inner *= a->shape[i];
   int64_t shape[ZORCH_MAX_DIMS];
   memcpy(shape, a->shape, sizeof shape);
   shape[d] = ni;
-  zorch_tensor *ac = op_contig(a), *ic = ac ? op_contig(idx) : NULL;
-  zorch_tensor *out = ic ? op_empty(a, a->ndim, shape, a->dtype) : NULL;
-  if (out && backend_of(out)->index_select(out, ac, ic, outer, a->shape[d], inner)) {
+  zorch_tensor *ac = NULL, *ic = NULL, *out = NULL;
+  if (!(ac = op_contig(a)) || !(ic = op_contig(idx)) ||
+      !(out = op_empty(a, a->ndim, shape, a->dtype)))
+    goto done;
+  if (backend_of(out)->index_select(out, ac, ic, outer, a->shape[d], inner)) {
     zorch_tensor_free(out);
     out = NULL;
+    goto done;
   }
-  zorch_tensor_free(ac);
-  ag_node *node;
-  out = ag_record(out, "IndexSelectBackward", index_select_bwd, 1, &a, 1, &ic, &node);
-  if (node) node->iv[0] = d;
-  zorch_tensor_free(ic);
+  out = ag_record_args(out, "IndexSelectBackward", index_select_bwd, 1, &a, 1, &ic, &args,
+                       sizeof args);
+done:
+  OP_FREE(ac, ic);
   return out;
 }
 
@@ -182,102 +212,104 @@ zorch_tensor *zorch_embedding(zorch_tensor *weight, zorch_tensor *idx) {
                     zorch_dtype_name(idx->dtype));
   if (idx->ndim >= ZORCH_MAX_DIMS)
     return err_null(ZORCH_ERR_SHAPE, "embedding: indices have too many dims");
-  int64_t flat = -1;
-  zorch_tensor *fi = zorch_reshape(idx, 1, &flat);
-  zorch_tensor *rows = fi ? zorch_index_select(weight, 0, fi) : NULL;
-  int64_t shape[ZORCH_MAX_DIMS];
+  int64_t flat = -1, shape[ZORCH_MAX_DIMS];
   memcpy(shape, idx->shape, sizeof(int64_t) * (size_t)idx->ndim);
   shape[idx->ndim] = weight->shape[1];
-  zorch_tensor *out = rows ? zorch_reshape(rows, idx->ndim + 1, shape) : NULL;
-  op_free(fi, rows, NULL, NULL);
+  zorch_tensor *fi = NULL, *rows = NULL, *out = NULL;
+  if ((fi = zorch_reshape(idx, 1, &flat)) && (rows = zorch_index_select(weight, 0, fi)))
+    out = zorch_reshape(rows, idx->ndim + 1, shape);
+  OP_FREE(fi, rows);
   if (!out) err_prefix("embedding");
   return out;
 }
 
 /* ---- layer norm ---------------------------------------------------------------------- */
+typedef struct {
+  int64_t rows, cols; /* rows normalised, each of cols elements */
+} layer_norm_args;
+
 /* saved: x, w, mean, rstd (in the compute dtype) */
 static zorch_status layer_norm_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const layer_norm_args *a = AG_ARGS(n, layer_norm_args);
   zorch_tensor *x = n->saved[0], *w = n->saved[1];
-  int64_t rows = n->iv[0], cols = n->iv[1];
-  zorch_tensor *gc0 = op_cast(g, x->dtype), *gc = gc0 ? op_contig(gc0) : NULL;
-  zorch_tensor *gx = gc ? op_empty(x, x->ndim, x->shape, x->dtype) : NULL;
-  zorch_tensor *gw = gx && n->nin > 1 && ag_wants(n, 1) ? op_empty(x, 1, &cols, x->dtype) : NULL;
-  zorch_tensor *gb = gx && n->nin > 2 && ag_wants(n, 2) ? op_empty(x, 1, &cols, x->dtype) : NULL;
-  zorch_status st = gx ? backend_of(x)->layer_norm_bwd(gx, gw, gb, gc, x, n->saved[2], n->saved[3],
-                                                       w, rows, cols)
-                       : zorch_last_status();
-  op_free(gc0, gc, NULL, NULL);
-  if (st) {
-    op_free(gx, gw, gb, NULL);
-    return st;
+  int64_t cols = a->cols;
+  bool want_w = n->nin > 1 && ag_wants(n, 1), want_b = n->nin > 2 && ag_wants(n, 2);
+  zorch_tensor *gc = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
+  zorch_status st;
+  if (!(gc = op_cast_contig(g, x->dtype)) || !(gx = op_empty(x, x->ndim, x->shape, x->dtype)) ||
+      (want_w && !(gw = op_empty(x, 1, &cols, x->dtype))) ||
+      (want_b && !(gb = op_empty(x, 1, &cols, x->dtype)))) {
+    st = zorch_last_status();
+    goto done;
   }
+  st = backend_of(x)->layer_norm_bwd(gx, gw, gb, gc, x, n->saved[2], n->saved[3], w, a->rows, cols);
+  if (st) goto done;
   gin[0] = gx;
-  if (gw) { /* back to the weight's own shape */
-    gin[1] = zorch_reshape(gw, n->in[1].ndim, n->in[1].shape);
-    zorch_tensor_free(gw);
-  }
-  if (gb) {
-    gin[2] = zorch_reshape(gb, n->in[2].ndim, n->in[2].shape);
-    zorch_tensor_free(gb);
+  gx = NULL;
+  /* back to the weight's and the bias's own shapes */
+  if ((gw && !(gin[1] = zorch_reshape(gw, n->in[1].ndim, n->in[1].shape))) ||
+      (gb && !(gin[2] = zorch_reshape(gb, n->in[2].ndim, n->in[2].shape))))
+    st = zorch_last_status();
+done:
+  OP_FREE(gc, gx, gw, gb);
+  return st;
+}
+
+/* Checks that weight and bias, when given, have the normalised shape (the last
+   nnorm dims of x). */
+static zorch_status layer_norm_check(const zorch_tensor *x, int nnorm, const zorch_tensor *w,
+                                     const zorch_tensor *b) {
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
+  const char *op = "layer_norm";
+  if (check_arg(op, "input", x)) return zorch_last_status();
+  if (nnorm < 1 || nnorm > x->ndim)
+    return err_set(ZORCH_ERR_ARG, "layer_norm: cannot normalise over the last %d dims of %s",
+                   nnorm, SHAPE(x, s1));
+  if (!zorch_dtype_is_float(x->dtype))
+    return err_set(ZORCH_ERR_DTYPE, "layer_norm: needs a floating-point input, got %s",
+                   zorch_dtype_name(x->dtype));
+  const int64_t *ns = x->shape + x->ndim - nnorm;
+  int64_t cols = shape_numel(nnorm, ns);
+  const zorch_tensor *pw[2] = {w, b};
+  for (int i = 0; i < 2; i++) {
+    const zorch_tensor *p = pw[i];
+    if (!p) continue;
+    if (check_same_device(op, x, p)) return zorch_last_status();
+    if (shape_numel(p->ndim, p->shape) != cols || p->ndim != nnorm ||
+        memcmp(p->shape, ns, sizeof(int64_t) * (size_t)nnorm) != 0)
+      return err_set(ZORCH_ERR_SHAPE, "layer_norm: %s %s does not match the normalised shape %s",
+                     i ? "bias" : "weight", SHAPE(p, s1), err_shape_str(nnorm, ns, s2, sizeof s2));
   }
   return ZORCH_OK;
 }
 
 zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tensor *w, zorch_tensor *b,
                                double eps) {
-  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
-  const char *op = "layer_norm";
-  if (check_arg(op, "input", x)) return NULL;
-  if (nnorm < 1 || nnorm > x->ndim)
-    return err_null(ZORCH_ERR_ARG, "layer_norm: cannot normalise over the last %d dims of %s",
-                    nnorm, SHAPE(x, s1));
-  if (!zorch_dtype_is_float(x->dtype))
-    return err_null(ZORCH_ERR_DTYPE, "layer_norm: needs a floating-point input, got %s",
-                    zorch_dtype_name(x->dtype));
-  const int64_t *ns = x->shape + x->ndim - nnorm;
-  int64_t cols = shape_numel(nnorm, ns), rows = cols ? zorch_tensor_numel(x) / cols : 0;
-  zorch_tensor *pw[2] = {w, b};
-  for (int i = 0; i < 2; i++) {
-    zorch_tensor *p = pw[i];
-    if (!p) continue;
-    if (check_same_device(op, x, p)) return NULL;
-    if (shape_numel(p->ndim, p->shape) != cols || p->ndim != nnorm ||
-        memcmp(p->shape, ns, sizeof(int64_t) * (size_t)nnorm) != 0)
-      return err_null(ZORCH_ERR_SHAPE, "layer_norm: %s %s does not match the normalised shape %s",
-                      i ? "bias" : "weight", SHAPE(p, s1), err_shape_str(nnorm, ns, s2, sizeof s2));
-  }
+  if (layer_norm_check(x, nnorm, w, b)) return NULL;
+  layer_norm_args args;
+  args.cols = shape_numel(nnorm, x->shape + x->ndim - nnorm);
+  args.rows = args.cols ? zorch_tensor_numel(x) / args.cols : 0;
   zorch_dtype cd = op_compute_dtype(x->dtype);
-  zorch_tensor *cx0 = op_cast(x, cd), *cx = cx0 ? op_contig(cx0) : NULL;
-  zorch_tensor *cw = cx && w ? op_cast(w, cd) : NULL, *cb = cx && b ? op_cast(b, cd) : NULL;
-  zorch_tensor *cw2 = cw ? op_contig(cw) : NULL, *cb2 = cb ? op_contig(cb) : NULL;
-  zorch_tensor *y = cx ? op_empty(x, x->ndim, x->shape, cd) : NULL;
-  zorch_tensor *mean = y ? op_empty(x, 1, &rows, cd) : NULL;
-  zorch_tensor *rstd = mean ? op_empty(x, 1, &rows, cd) : NULL;
-  zorch_status st = rstd && (!w || cw2) && (!b || cb2)
-                        ? backend_of(y)->layer_norm(y, mean, rstd, cx, cw2, cb2, rows, cols, eps)
-                        : zorch_last_status();
-  if (!st && cd != x->dtype) {
-    zorch_tensor *r = op_cast(y, x->dtype);
-    zorch_tensor_free(y);
-    y = r;
-    if (!y) st = zorch_last_status();
-  }
-  if (!st) {
-    zorch_tensor *in[3] = {x, w, b};
-    zorch_tensor *save[4] = {cx, cw2, mean, rstd};
-    ag_node *node;
-    y = ag_record(y, "LayerNormBackward", layer_norm_bwd, 3, in, 4, save, &node);
-    if (node) {
-      node->iv[0] = rows;
-      node->iv[1] = cols;
-    }
-  } else {
-    zorch_tensor_free(y);
-    y = NULL;
-    err_prefix(op);
-  }
-  op_free(cx0, cx, cw, cb);
-  op_free(cw2, cb2, mean, rstd);
+  zorch_tensor *in[3] = {x, w, b};
+  zorch_tensor *cx = NULL, *cw = NULL, *cb = NULL, *y = NULL, *mean = NULL, *rstd = NULL;
+  if (!(cx = op_cast_contig(x, cd)) || (w && !(cw = op_cast_contig(w, cd))) ||
+      (b && !(cb = op_cast_contig(b, cd))))
+    goto fail;
+  if (!(y = op_empty(x, x->ndim, x->shape, cd)) || !(mean = op_empty(x, 1, &args.rows, cd)) ||
+      !(rstd = op_empty(x, 1, &args.rows, cd)))
+    goto fail;
+  if (backend_of(y)->layer_norm(y, mean, rstd, cx, cw, cb, args.rows, args.cols, eps) ||
+      !(y = op_recast(y, x->dtype)))
+    goto fail;
+  y = ag_record_args(y, "LayerNormBackward", layer_norm_bwd, 3, in, 4,
+                     (zorch_tensor *[]){cx, cw, mean, rstd}, &args, sizeof args);
+  goto done;
+fail:
+  zorch_tensor_free(y);
+  y = NULL;
+  err_prefix("layer_norm");
+done:
+  OP_FREE(cx, cw, cb, mean, rstd);
   return y;
 }
 
@@ -288,14 +320,13 @@ zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_gene
     return err_null(ZORCH_ERR_ARG, "dropout: probability has to be between 0 and 1, got %g", p);
   if (!training || p == 0) return zorch_tensor_retain(x);
   if (p == 1) return zorch_mul_scalar(x, 0);
-  zorch_tensor *u = zorch_rand(x->ndim, x->shape, ZORCH_F32, x->st->device, gen);
-  zorch_tensor *q = u ? zorch_full(0, NULL, 1 - p, ZORCH_F32, x->st->device) : NULL;
-  zorch_tensor *keep = q ? zorch_lt(u, q) : NULL;
-  zorch_tensor *mask = keep ? op_cast(keep, zorch_dtype_is_float(x->dtype) ? x->dtype : ZORCH_F32) : NULL;
-  zorch_tensor *scaled = mask ? zorch_mul_scalar(mask, 1.0 / (1.0 - p)) : NULL;
-  zorch_tensor *y = scaled ? zorch_mul(x, scaled) : NULL;
-  op_free(u, q, keep, mask);
-  zorch_tensor_free(scaled);
+  zorch_dtype dt = zorch_dtype_is_float(x->dtype) ? x->dtype : ZORCH_F32;
+  zorch_tensor *u = NULL, *q = NULL, *keep = NULL, *mask = NULL, *scaled = NULL, *y = NULL;
+  if ((u = zorch_rand(x->ndim, x->shape, ZORCH_F32, x->st->device, gen)) &&
+      (q = zorch_full(0, NULL, 1 - p, ZORCH_F32, x->st->device)) && (keep = zorch_lt(u, q)) &&
+      (mask = op_cast(keep, dt)) && (scaled = zorch_mul_scalar(mask, 1.0 / (1.0 - p))))
+    y = zorch_mul(x, scaled);
+  OP_FREE(u, q, keep, mask, scaled);
   if (!y) err_prefix("dropout");
   return y;
 }

@@ -19,6 +19,8 @@ zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src);
 zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1);
 /* Contiguous t (t itself, retained, when it is); no autograd. */
 zorch_tensor *op_contig(zorch_tensor *t);
+/* t converted to dt and contiguous (a new reference); no autograd. */
+zorch_tensor *op_cast_contig(zorch_tensor *t, zorch_dtype dt);
 /* A view of t with `shape` (ndim >= t->ndim) through stride-0 broadcasting. */
 zorch_tensor *op_broadcast_view(const zorch_tensor *t, int ndim, const int64_t *shape);
 /* Computes in a float dtype wide enough for the math: f32/f64 as is, 16-bit
@@ -29,6 +31,13 @@ zorch_dtype op_compute_dtype(zorch_dtype dt);
 zorch_dtype op_compute_dtype_on(const zorch_tensor *like, zorch_dtype dt);
 /* Frees up to four tensors; NULLs are fine. */
 void op_free(zorch_tensor *a, zorch_tensor *b, zorch_tensor *c, zorch_tensor *d);
+/* Cleanup in op definitions: temporaries start NULL, each step that can fail
+   jumps to one label on NULL (`if (!(t = f(x))) goto done;`), and the label
+   frees them all at once with OP_FREE(t1, t2, ...); NULLs are fine. */
+void op_free_n(int n, zorch_tensor *const *ts);
+#define OP_FREE(...)                                                                       \
+  op_free_n((int)(sizeof((zorch_tensor *[]){__VA_ARGS__}) / sizeof(zorch_tensor *)),       \
+            (zorch_tensor *[]){__VA_ARGS__})
 /* Canonical (outer, r, inner) form of a reduction over `dims`: a contiguous
    tensor with the reduced dims moved together (perm says where each came from). */
 typedef struct {

@@ -64,8 +64,8 @@ static bool plan_identity(const red_plan *p, int ndim) {
 zorch_tensor *red_plan_layout(zorch_tensor *a, const red_plan *p) {
   if (plan_identity(p, a->ndim)) return op_contig(a);
   bool prev = zorch_set_grad_enabled(false);
-  zorch_tensor *v = zorch_permute(a, p->perm);
-  zorch_tensor *c = v ? op_contig(v) : NULL;
+  zorch_tensor *v = NULL, *c = NULL;
+  if ((v = zorch_permute(a, p->perm))) c = op_contig(v);
   zorch_set_grad_enabled(prev);
   zorch_tensor_free(v);
   return c;
@@ -80,10 +80,9 @@ zorch_tensor *red_plan_unlayout(zorch_tensor *c, const zorch_tensor *like, const
     psh[i] = like->shape[p->perm[i]];
     inv[p->perm[i]] = i;
   }
-  zorch_tensor *v = zorch_reshape(c, nd, psh);
-  zorch_tensor *b = v ? zorch_permute(v, inv) : NULL;
-  zorch_tensor *out = b ? op_contig(b) : NULL;
-  op_free(v, b, NULL, NULL);
+  zorch_tensor *v = NULL, *b = NULL, *out = NULL;
+  if ((v = zorch_reshape(c, nd, psh)) && (b = zorch_permute(v, inv))) out = op_contig(b);
+  OP_FREE(v, b);
   return out;
 }
 
@@ -95,20 +94,16 @@ static zorch_tensor *reduce_raw(const char *op, red_op k, zorch_tensor *a, const
   zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype(dt) : ZORCH_I64;
   if (k == RED_MAX && p->r == 0)
     return err_null(ZORCH_ERR_SHAPE, "%s: cannot take the max over an empty dimension", op);
-  zorch_tensor *ca = op_cast(a, cd);
-  zorch_tensor *c = ca ? red_plan_layout(ca, p) : NULL;
-  zorch_tensor *out = c ? op_empty(a, p->out_ndim, p->out_shape, cd) : NULL;
-  zorch_tensor *ix = NULL;
-  if (out && idx && !(ix = op_empty(a, p->out_ndim, p->out_shape, ZORCH_I64))) {
-    zorch_tensor_free(out);
-    out = NULL;
-  }
-  if (out && (backend_of(out)->reduce(k, out, ix, c, p->outer, p->r, p->inner) ||
-              (scale != 1 && backend_of(out)->unary(UOP_MUL_S, out, out, scale, 0)))) {
-    op_free(out, ix, NULL, NULL);
+  zorch_tensor *ca = NULL, *c = NULL, *out = NULL, *ix = NULL;
+  if (!(ca = op_cast(a, cd)) || !(c = red_plan_layout(ca, p)) ||
+      !(out = op_empty(a, p->out_ndim, p->out_shape, cd)) ||
+      (idx && !(ix = op_empty(a, p->out_ndim, p->out_shape, ZORCH_I64))) ||
+      backend_of(out)->reduce(k, out, ix, c, p->outer, p->r, p->inner) ||
+      (scale != 1 && backend_of(out)->unary(UOP_MUL_S, out, out, scale, 0))) {
+    OP_FREE(out, ix);
     out = ix = NULL;
   }
-  op_free(ca, c, NULL, NULL);
+  OP_FREE(ca, c);
   if (idx) *idx = ix;
   zorch_dtype want = (k == RED_SUM && !zorch_dtype_is_float(dt)) ? ZORCH_I64 : dt;
   out = op_recast(out, want);
@@ -116,14 +111,21 @@ static zorch_tensor *reduce_raw(const char *op, red_op k, zorch_tensor *a, const
   return out;
 }
 
-/* sum and mean: the gradient is g (times 1/count) broadcast back; iv holds the
-   keepdim shape so g can be viewed with the reduced dims as 1. */
+typedef struct {
+  double scale;                       /* 1, or 1/count for a mean */
+  int64_t keep_shape[ZORCH_MAX_DIMS]; /* the input's shape with the reduced dims as 1 */
+} sum_args;
+
+/* sum and mean: the gradient is g (times 1/count) viewed in the keepdim shape
+   and broadcast back. */
 static zorch_status sum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const sum_args *a = AG_ARGS(n, sum_args);
   ag_edge *e = &n->in[0];
-  zorch_tensor *gk = zorch_reshape(g, e->ndim, n->iv);
-  zorch_tensor *gs = gk && n->p[0] != 1 ? zorch_mul_scalar(gk, n->p[0]) : zorch_tensor_retain(gk);
-  gin[0] = gs ? zorch_expand(gs, e->ndim, e->shape) : NULL;
-  op_free(gk, gs, NULL, NULL);
+  zorch_tensor *gk = NULL, *gs = NULL;
+  if ((gk = zorch_reshape(g, e->ndim, a->keep_shape)) &&
+      (gs = a->scale != 1 ? zorch_mul_scalar(gk, a->scale) : zorch_tensor_retain(gk)))
+    gin[0] = zorch_expand(gs, e->ndim, e->shape);
+  OP_FREE(gk, gs);
   return gin[0] ? ZORCH_OK : zorch_last_status();
 }
 
@@ -135,15 +137,10 @@ static zorch_tensor *sum_mean(const char *op, const char *name, zorch_tensor *a,
   if (mean && !zorch_dtype_is_float(a->dtype))
     return err_null(ZORCH_ERR_DTYPE, "mean: needs a floating-point input, got %s",
                     zorch_dtype_name(a->dtype));
-  double scale = mean ? 1.0 / (double)p.r : 1.0;
-  zorch_tensor *out = reduce_raw(op, RED_SUM, a, &p, NULL, scale);
-  ag_node *node;
-  out = ag_record(out, name, sum_bwd, 1, &a, 0, NULL, &node);
-  if (node) {
-    memcpy(node->iv, p.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
-    node->p[0] = scale;
-  }
-  return out;
+  sum_args args = {.scale = mean ? 1.0 / (double)p.r : 1.0};
+  memcpy(args.keep_shape, p.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
+  zorch_tensor *out = reduce_raw(op, RED_SUM, a, &p, NULL, args.scale);
+  return ag_record_args(out, name, sum_bwd, 1, &a, 0, NULL, &args, sizeof args);
 }
 
 zorch_tensor *zorch_sum(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
@@ -154,25 +151,32 @@ zorch_tensor *zorch_mean(zorch_tensor *a, int ndims, const int *dims, bool keepd
   return sum_mean("mean", "MeanBackward", a, ndims, dims, keepdim, true);
 }
 
+/* The dims list and keepdim of a max, to rebuild its plan. */
+typedef struct {
+  int ndims;
+  int dims[ZORCH_MAX_DIMS];
+  bool keepdim;
+} max_args;
+
 /* max: the gradient goes to the first maximum of each group. saved[0] holds the
-   indices; iv the dims list and keepdim, to rebuild the plan. */
+   indices. */
 static zorch_status max_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const max_args *a = AG_ARGS(n, max_args);
   ag_edge *e = &n->in[0];
-  int dims[ZORCH_MAX_DIMS], nd = (int)n->iv[0];
-  for (int i = 0; i < nd; i++) dims[i] = (int)n->iv[2 + i];
-  zorch_tensor *like = op_empty(g, e->ndim, e->shape, g->dtype);
-  if (!like) return zorch_last_status();
+  zorch_tensor *like = NULL, *gc = NULL, *z = NULL;
+  zorch_status st;
   red_plan p;
-  zorch_status st = red_plan_make("max", like, nd, dims, n->iv[1] != 0, &p);
-  zorch_tensor *gc = st ? NULL : op_contig(g);
+  if (!(like = op_empty(g, e->ndim, e->shape, g->dtype))) return zorch_last_status();
+  if ((st = red_plan_make("max", like, a->ndims, a->dims, a->keepdim, &p))) goto done;
   int64_t lay[3] = {p.outer, p.r, p.inner};
-  zorch_tensor *z = gc ? op_zeros(g, 3, lay, g->dtype) : NULL;
-  if (z && (st = backend_of(z)->max_bwd(z, gc, n->saved[0], p.outer, p.r, p.inner)) == ZORCH_OK)
-    gin[0] = red_plan_unlayout(z, like, &p);
-  else if (!st)
+  if (!(gc = op_contig(g)) || !(z = op_zeros(g, 3, lay, g->dtype))) {
     st = zorch_last_status();
-  op_free(like, gc, z, NULL);
-  if (!st && !gin[0]) st = zorch_last_status();
+    goto done;
+  }
+  if ((st = backend_of(z)->max_bwd(z, gc, n->saved[0], p.outer, p.r, p.inner))) goto done;
+  if (!(gin[0] = red_plan_unlayout(z, like, &p))) st = zorch_last_status();
+done:
+  OP_FREE(like, gc, z);
   return st;
 }
 
@@ -183,14 +187,10 @@ zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdi
   red_plan p;
   if (red_plan_make("max", a, ndims, dims, keepdim, &p)) return NULL;
   zorch_tensor *idx = NULL;
+  max_args args = {.ndims = ndims, .keepdim = keepdim};
+  if (ndims > 0) memcpy(args.dims, dims, sizeof(int) * (size_t)ndims);
   zorch_tensor *out = reduce_raw("max", RED_MAX, a, &p, &idx, 1);
-  ag_node *node;
-  out = ag_record(out, "MaxBackward", max_bwd, 1, &a, 1, &idx, &node);
-  if (node) {
-    node->iv[0] = ndims;
-    node->iv[1] = keepdim;
-    for (int i = 0; i < ndims; i++) node->iv[2 + i] = dims[i];
-  }
+  out = ag_record_args(out, "MaxBackward", max_bwd, 1, &a, 1, &idx, &args, sizeof args);
   if (out && indices)
     *indices = idx;
   else
@@ -199,54 +199,49 @@ zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdi
 }
 
 /* ---- softmax ------------------------------------------------------------------------ */
+typedef struct {
+  int dim;  /* the dim softmax runs along (wrapped) */
+  bool log; /* log_softmax */
+} softmax_args;
+
 /* softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g) */
 static zorch_status softmax_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const softmax_args *a = AG_ARGS(n, softmax_args);
   zorch_tensor *y = n->saved[0];
-  int dim = (int)n->iv[0];
   zorch_tensor *t1 = NULL, *t2 = NULL, *t3 = NULL;
-  if (n->iv[1]) { /* log */
-    t1 = zorch_sum(g, 1, &dim, true);
-    t2 = t1 ? zorch_exp(y) : NULL;
-    t3 = t2 ? zorch_mul(t2, t1) : NULL;
-    gin[0] = t3 ? zorch_sub(g, t3) : NULL;
+  if (a->log) {
+    if ((t1 = zorch_sum(g, 1, &a->dim, true)) && (t2 = zorch_exp(y)) && (t3 = zorch_mul(t2, t1)))
+      gin[0] = zorch_sub(g, t3);
   } else {
-    t1 = zorch_mul(g, y);
-    t2 = t1 ? zorch_sum(t1, 1, &dim, true) : NULL;
-    t3 = t2 ? zorch_sub(g, t2) : NULL;
-    gin[0] = t3 ? zorch_mul(y, t3) : NULL;
+    if ((t1 = zorch_mul(g, y)) && (t2 = zorch_sum(t1, 1, &a->dim, true)) && (t3 = zorch_sub(g, t2)))
+      gin[0] = zorch_mul(y, t3);
   }
-  op_free(t1, t2, t3, NULL);
+  OP_FREE(t1, t2, t3);
   return gin[0] ? ZORCH_OK : zorch_last_status();
 }
 
 static zorch_tensor *softmax_op(const char *op, zorch_tensor *a, int dim, bool log_) {
   if (check_arg(op, "input", a)) return NULL;
-  int d;
-  if (dim_wrap(op, dim, a->ndim, 0, &d)) return NULL;
+  softmax_args args = {.log = log_};
+  if (dim_wrap(op, dim, a->ndim, 0, &args.dim)) return NULL;
+  int d = args.dim;
   zorch_dtype dt = dtype_to_float(a->dtype), cd = op_compute_dtype(dt);
-  zorch_tensor *ca = op_cast(a, cd), *c = ca ? op_contig(ca) : NULL;
-  zorch_tensor *out = c ? op_empty(a, a->ndim, a->shape, cd) : NULL;
   int64_t outer = 1, inner = 1, cdim = a->ndim ? a->shape[d] : 1;
   for (int i = 0; i < d; i++) outer *= a->shape[i];
   for (int i = d + 1; i < a->ndim; i++) inner *= a->shape[i];
-  if (out && backend_of(out)->softmax(out, c, outer, cdim, inner, log_)) {
+  zorch_tensor *c = NULL, *out = NULL;
+  if (!(c = op_cast_contig(a, cd)) || !(out = op_empty(a, a->ndim, a->shape, cd)) ||
+      backend_of(out)->softmax(out, c, outer, cdim, inner, log_) || !(out = op_recast(out, dt))) {
     zorch_tensor_free(out);
     out = NULL;
   }
-  op_free(ca, c, NULL, NULL);
-  if (cd != dt) out = op_recast(out, dt);
+  zorch_tensor_free(c);
   if (!out) {
     err_prefix(op);
     return NULL;
   }
-  ag_node *node;
-  out = ag_record(out, log_ ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bwd, 1, &a, 1,
-                  &out, &node);
-  if (node) {
-    node->iv[0] = d;
-    node->iv[1] = log_;
-  }
-  return out;
+  return ag_record_args(out, log_ ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bwd, 1, &a,
+                        1, &out, &args, sizeof args);
 }
 
 zorch_tensor *zorch_softmax(zorch_tensor *a, int dim) { return softmax_op("softmax", a, dim, false); }

@@ -4,9 +4,13 @@
 
 #include "ops.h"
 
-/* Each input gets its slice of g along iv[0]. */
+typedef struct {
+  int dim; /* the dim the inputs are joined along (wrapped) */
+} cat_args;
+
+/* Each input gets its slice of g along the joined dim. */
 static zorch_status cat_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  int d = (int)n->iv[0];
+  int d = AG_ARGS(n, cat_args)->dim;
   int64_t start = 0;
   for (int i = 0; i < n->nin; i++) {
     int64_t len = n->in[i].shape[d];
@@ -57,10 +61,8 @@ zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim) {
     zorch_tensor_free(out);
     return NULL;
   }
-  ag_node *node;
-  out = ag_record(out, "CatBackward", cat_bwd, n, ts, 0, NULL, &node);
-  if (node) node->iv[0] = d;
-  return out;
+  cat_args args = {.dim = d};
+  return ag_record_args(out, "CatBackward", cat_bwd, n, ts, 0, NULL, &args, sizeof args);
 }
 
 zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim) {

@@ -11,35 +11,46 @@ static zorch_status reshape_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin)
   return gin[0] ? ZORCH_OK : zorch_last_status();
 }
 
-/* iv holds the forward permutation; the gradient goes through its inverse. */
+typedef struct {
+  int perm[ZORCH_MAX_DIMS]; /* output dim i is input dim perm[i] */
+} permute_args;
+
+/* The gradient goes through the inverse of the forward permutation. */
 static zorch_status permute_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const int *perm = AG_ARGS(n, permute_args)->perm;
   int inv[ZORCH_MAX_DIMS];
-  for (int i = 0; i < g->ndim; i++) inv[n->iv[i]] = i;
+  for (int i = 0; i < g->ndim; i++) inv[perm[i]] = i;
   gin[0] = zorch_permute(g, inv);
   return gin[0] ? ZORCH_OK : zorch_last_status();
 }
 
-/* narrow (iv: dim, start) and select (iv: dim, index, and 1 in iv[2]) */
+/* narrow keeps [start, start + length) of dim; select keeps index start and
+   drops the dim. */
+typedef struct {
+  int dim;
+  int64_t start;
+  bool select;
+} narrow_args;
+
+/* The gradient lands in its slice of zeros of the input's shape. */
 static zorch_status narrow_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const narrow_args *a = AG_ARGS(n, narrow_args);
   ag_edge *e = &n->in[0];
-  int dim = (int)n->iv[0];
-  zorch_tensor *z = op_zeros(g, e->ndim, e->shape, g->dtype);
-  if (!z) return zorch_last_status();
-  int64_t len = n->iv[2] ? 1 : g->shape[dim];
-  zorch_tensor *part = zorch_narrow(z, dim, n->iv[1], len);
-  zorch_status st = part ? ZORCH_OK : zorch_last_status();
+  int64_t len = a->select ? 1 : g->shape[a->dim];
+  zorch_tensor *z = NULL, *part = NULL, *gv = NULL;
+  zorch_status st;
+  if (!(z = op_zeros(g, e->ndim, e->shape, g->dtype)) ||
+      !(part = zorch_narrow(z, a->dim, a->start, len)) ||
+      !(gv = a->select ? zorch_unsqueeze(g, a->dim) : zorch_tensor_retain(g)))
+    st = zorch_last_status();
+  else
+    st = zorch_copy_(part, gv);
   if (!st) {
-    zorch_tensor *gv = n->iv[2] ? zorch_unsqueeze(g, dim) : zorch_tensor_retain(g);
-    st = gv ? zorch_copy_(part, gv) : zorch_last_status();
-    zorch_tensor_free(gv);
+    gin[0] = z;
+    z = NULL;
   }
-  zorch_tensor_free(part);
-  if (st) {
-    zorch_tensor_free(z);
-    return st;
-  }
-  gin[0] = z;
-  return ZORCH_OK;
+  OP_FREE(z, part, gv);
+  return st;
 }
 
 /* The engine sums a gradient over broadcast dims, which is expand's backward. */
@@ -49,10 +60,13 @@ static zorch_status expand_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) 
   return ZORCH_OK;
 }
 
+/* A view of t recorded as a node `name` whose backward fn reads `nargs` bytes
+   of args (none when args is NULL). */
 static zorch_tensor *view_of(zorch_tensor *t, int ndim, const int64_t *shape, const int64_t *st,
-                             int64_t off, const char *name, ag_backward_fn fn, ag_node **node) {
+                             int64_t off, const char *name, ag_backward_fn fn, const void *args,
+                             size_t nargs) {
   zorch_tensor *v = tensor_alias(t, ndim, shape, st, off);
-  return ag_record(v, name, fn, 1, &t, 0, NULL, node);
+  return ag_record_args(v, name, fn, 1, &t, 0, NULL, args, nargs);
 }
 
 /* Resolves one -1 and checks the element count. */
@@ -124,7 +138,7 @@ zorch_tensor *zorch_view(zorch_tensor *t, int ndim, const int64_t *shape) {
     return err_null(ZORCH_ERR_SHAPE,
                     "view: the strides of input %s do not allow this view; use reshape",
                     SHAPE(t, a));
-  return view_of(t, ndim, sh, st, t->offset, "ViewBackward", reshape_bwd, NULL);
+  return view_of(t, ndim, sh, st, t->offset, "ViewBackward", reshape_bwd, NULL, 0);
 }
 
 zorch_tensor *zorch_reshape(zorch_tensor *t, int ndim, const int64_t *shape) {
@@ -132,13 +146,13 @@ zorch_tensor *zorch_reshape(zorch_tensor *t, int ndim, const int64_t *shape) {
   int64_t sh[ZORCH_MAX_DIMS], st[ZORCH_MAX_DIMS];
   if (infer_shape("reshape", t, ndim, shape, sh)) return NULL;
   if (view_strides(t, ndim, sh, st))
-    return view_of(t, ndim, sh, st, t->offset, "ViewBackward", reshape_bwd, NULL);
+    return view_of(t, ndim, sh, st, t->offset, "ViewBackward", reshape_bwd, NULL, 0);
   zorch_tensor *c = op_contig(t);
   if (!c) return NULL;
   shape_contig_strides(ndim, sh, st);
   zorch_tensor *v = tensor_alias(c, ndim, sh, st, c->offset);
   zorch_tensor_free(c);
-  return ag_record(v, "ReshapeBackward", reshape_bwd, 1, &t, 0, NULL, NULL);
+  return ag_record_args(v, "ReshapeBackward", reshape_bwd, 1, &t, 0, NULL, NULL, 0);
 }
 
 zorch_tensor *zorch_flatten(zorch_tensor *t) {
@@ -151,7 +165,8 @@ zorch_tensor *zorch_permute(zorch_tensor *t, const int *dims) {
   if (t->ndim && !dims) return err_null(ZORCH_ERR_ARG, "permute: dims is NULL");
   int64_t sh[ZORCH_MAX_DIMS], st[ZORCH_MAX_DIMS];
   bool seen[ZORCH_MAX_DIMS] = {0};
-  int d[ZORCH_MAX_DIMS];
+  permute_args args;
+  int *d = args.perm;
   for (int i = 0; i < t->ndim; i++) {
     if (dim_wrap("permute", dims[i], t->ndim, 0, &d[i])) return NULL;
     if (seen[d[i]]) return err_null(ZORCH_ERR_ARG, "permute: dim %d repeated", dims[i]);
@@ -159,11 +174,8 @@ zorch_tensor *zorch_permute(zorch_tensor *t, const int *dims) {
     sh[i] = t->shape[d[i]];
     st[i] = t->strides[d[i]];
   }
-  ag_node *node;
-  zorch_tensor *v = view_of(t, t->ndim, sh, st, t->offset, "PermuteBackward", permute_bwd, &node);
-  if (node)
-    for (int i = 0; i < t->ndim; i++) node->iv[i] = d[i];
-  return v;
+  return view_of(t, t->ndim, sh, st, t->offset, "PermuteBackward", permute_bwd, &args,
+                 sizeof args);
 }
 
 zorch_tensor *zorch_transpose(zorch_tensor *t, int d0, int d1) {
@@ -193,15 +205,9 @@ zorch_tensor *zorch_narrow(zorch_tensor *t, int dim, int64_t start, int64_t leng
   int64_t sh[ZORCH_MAX_DIMS];
   memcpy(sh, t->shape, sizeof sh);
   sh[d] = length;
-  ag_node *node;
-  zorch_tensor *v = view_of(t, t->ndim, sh, t->strides, t->offset + start * t->strides[d],
-                            "NarrowBackward", narrow_bwd, &node);
-  if (node) {
-    node->iv[0] = d;
-    node->iv[1] = start;
-    node->iv[2] = 0;
-  }
-  return v;
+  narrow_args args = {.dim = d, .start = start, .select = false};
+  return view_of(t, t->ndim, sh, t->strides, t->offset + start * t->strides[d], "NarrowBackward",
+                 narrow_bwd, &args, sizeof args);
 }
 
 zorch_tensor *zorch_select(zorch_tensor *t, int dim, int64_t index) {
@@ -221,15 +227,9 @@ zorch_tensor *zorch_select(zorch_tensor *t, int dim, int64_t index) {
       sh[k] = t->shape[i];
       st[k++] = t->strides[i];
     }
-  ag_node *node;
-  zorch_tensor *v = view_of(t, t->ndim - 1, sh, st, t->offset + index * t->strides[d],
-                            "SelectBackward", narrow_bwd, &node);
-  if (node) {
-    node->iv[0] = d;
-    node->iv[1] = index;
-    node->iv[2] = 1;
-  }
-  return v;
+  narrow_args args = {.dim = d, .start = index, .select = true};
+  return view_of(t, t->ndim - 1, sh, st, t->offset + index * t->strides[d], "SelectBackward",
+                 narrow_bwd, &args, sizeof args);
 }
 
 zorch_tensor *zorch_expand(zorch_tensor *t, int ndim, const int64_t *shape) {
@@ -253,7 +253,7 @@ zorch_tensor *zorch_expand(zorch_tensor *t, int ndim, const int64_t *shape) {
     sh[i] = want;
     st[i] = want == have ? t->strides[i - lead] : 0;
   }
-  return view_of(t, ndim, sh, st, t->offset, "ExpandBackward", expand_bwd, NULL);
+  return view_of(t, ndim, sh, st, t->offset, "ExpandBackward", expand_bwd, NULL, 0);
 bad:
   return err_null(ZORCH_ERR_SHAPE, "expand: cannot expand shape %s to %s", SHAPE(t, a),
                   err_shape_str(ndim, shape, b, sizeof b));
@@ -275,7 +275,7 @@ zorch_tensor *zorch_unsqueeze(zorch_tensor *t, int dim) {
       st[i] = t->strides[k++];
     }
   }
-  return view_of(t, t->ndim + 1, sh, st, t->offset, "UnsqueezeBackward", reshape_bwd, NULL);
+  return view_of(t, t->ndim + 1, sh, st, t->offset, "UnsqueezeBackward", reshape_bwd, NULL, 0);
 }
 
 zorch_tensor *zorch_squeeze(zorch_tensor *t, int dim) {
@@ -290,5 +290,5 @@ zorch_tensor *zorch_squeeze(zorch_tensor *t, int dim) {
       sh[k] = t->shape[i];
       st[k++] = t->strides[i];
     }
-  return view_of(t, t->ndim - 1, sh, st, t->offset, "SqueezeBackward", reshape_bwd, NULL);
+  return view_of(t, t->ndim - 1, sh, st, t->offset, "SqueezeBackward", reshape_bwd, NULL, 0);
 }

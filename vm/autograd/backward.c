@@ -98,10 +98,9 @@ static void pass_cleanup(node_list *all) {
   }
 }
 
-static zorch_status run_pass(ag_node *root, zorch_tensor *grad, bool retain, node_list *all) {
-  node_list stack = {0};
-  zorch_status st = ZORCH_OK;
-  /* collect the graph and count each node's incoming edges */
+/* Collects the graph under root into `all` (root first), counting each node's
+   incoming edges (deps) and each leaf's contributions to come (ag_pending). */
+static zorch_status collect_graph(ag_node *root, node_list *all) {
   root->visited = true;
   if (!list_push(all, root)) return err_set(ZORCH_ERR_OOM, "backward: out of memory");
   for (size_t i = 0; i < all->n; i++) {
@@ -122,73 +121,70 @@ static zorch_status run_pass(ag_node *root, zorch_tensor *grad, bool retain, nod
       }
     }
   }
-  root->gacc = zorch_tensor_retain(grad);
-  if (!list_push(&stack, root)) return err_set(ZORCH_ERR_OOM, "backward: out of memory");
-  bool prev = zorch_set_grad_enabled(false);
-  zorch_tensor *small[8], **gin = small;
-  while (stack.n && !st) {
-    ag_node *n = stack.v[--stack.n];
-    zorch_tensor *g = n->gacc;
-    n->gacc = NULL;
-    if (n->nin > 8) {
-      gin = calloc((size_t)n->nin, sizeof *gin);
-      if (!gin) {
-        zorch_tensor_free(g);
-        st = err_set(ZORCH_ERR_OOM, "backward: out of memory");
-        break;
-      }
-    } else {
-      memset(small, 0, sizeof small);
-      gin = small;
-    }
-    if (g && n->pre_hook) st = n->pre_hook(n->pre_ud);
-    if (g && !st) {
-      st = n->backward(n, g, gin);
-      if (st) err_prefix(n->name);
-    }
-    zorch_tensor_free(g);
-    for (int j = 0; j < n->nin; j++) {
-      ag_edge *e = &n->in[j];
-      zorch_tensor *gi = gin[j];
-      gin[j] = NULL;
-      if (st || (!e->node && !e->leaf)) {
-        zorch_tensor_free(gi);
-        continue;
-      }
-      if (gi && !(gi = grad_fit(gi, e))) {
-        st = zorch_last_status();
-        continue;
-      }
-      if (e->leaf) {
-        st = leaf_accumulate(e->leaf, gi);
-        continue;
-      }
-      ag_node *next = e->node;
-      if (gi) {
-        if (!next->gacc) {
-          next->gacc = gi;
-        } else {
-          zorch_tensor *sum = zorch_add(next->gacc, gi);
-          zorch_tensor_free(gi);
-          if (!sum) {
-            st = zorch_last_status();
-            continue;
-          }
-          zorch_tensor_free(next->gacc);
-          next->gacc = sum;
-        }
-      }
-      if (--next->deps == 0 && !list_push(&stack, next))
-        st = err_set(ZORCH_ERR_OOM, "backward: out of memory");
-    }
-    if (gin != small) free(gin);
-    if (!retain) {
-      ag_node_free_saved(n);
-      n->released = true;
-    }
+  return ZORCH_OK;
+}
+
+/* Delivers gi (taken; NULL means zero), the gradient for edge e, to its leaf
+   or adds it to its node's; a node whose last contribution arrived is ready. */
+static zorch_status deliver_grad(ag_edge *e, zorch_tensor *gi, node_list *ready) {
+  if (gi && !(gi = grad_fit(gi, e))) return zorch_last_status();
+  if (e->leaf) return leaf_accumulate(e->leaf, gi);
+  ag_node *next = e->node;
+  if (gi && !next->gacc) {
+    next->gacc = gi;
+  } else if (gi) {
+    zorch_tensor *sum = zorch_add(next->gacc, gi);
+    zorch_tensor_free(gi);
+    if (!sum) return zorch_last_status();
+    zorch_tensor_free(next->gacc);
+    next->gacc = sum;
   }
+  if (--next->deps == 0 && !list_push(ready, next))
+    return err_set(ZORCH_ERR_OOM, "backward: out of memory");
+  return ZORCH_OK;
+}
+
+/* Runs n's backward on the gradient it accumulated (none: its inputs get none
+   either), delivers the inputs' gradients, and frees what n saved unless the
+   graph is retained. */
+static zorch_status run_node(ag_node *n, bool retain, node_list *ready) {
+  zorch_tensor *g = n->gacc, *small[8] = {0}, **gin = small;
+  n->gacc = NULL;
+  if (n->nin > 8 && !(gin = calloc((size_t)n->nin, sizeof *gin))) {
+    zorch_tensor_free(g);
+    return err_set(ZORCH_ERR_OOM, "backward: out of memory");
+  }
+  zorch_status st = ZORCH_OK;
+  if (g && n->pre_hook) st = n->pre_hook(n->pre_ud);
+  if (g && !st && (st = n->backward(n, g, gin))) err_prefix(n->name);
+  zorch_tensor_free(g);
+  for (int j = 0; j < n->nin; j++) {
+    ag_edge *e = &n->in[j];
+    if (st || (!e->node && !e->leaf))
+      zorch_tensor_free(gin[j]);
+    else
+      st = deliver_grad(e, gin[j], ready);
+  }
+  if (gin != small) free(gin);
+  if (!retain) {
+    ag_node_free_saved(n);
+    n->released = true;
+  }
+  return st;
+}
+
+/* Runs the nodes under root in dependency order with grad mode off, starting
+   from grad at root. */
+static zorch_status run_pass(ag_node *root, zorch_tensor *grad, bool retain, node_list *all) {
+  zorch_status st = collect_graph(root, all);
+  if (st) return st;
+  node_list ready = {0};
+  root->gacc = zorch_tensor_retain(grad);
+  if (!list_push(&ready, root)) return err_set(ZORCH_ERR_OOM, "backward: out of memory");
+  bool prev = zorch_set_grad_enabled(false);
+  while (ready.n && !st) st = run_node(ready.v[--ready.n], retain, &ready);
   zorch_set_grad_enabled(prev);
-  free(stack.v);
+  free(ready.v);
   return st;
 }
 
