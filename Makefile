@@ -116,7 +116,7 @@ $(BUILD)/tests/test_allocfail: tests/test_allocfail.c tests/tap.h $(BUILD)/libzo
 # without a GPU.
 GPU_TESTS := $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.lua),)
 
-test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so
+test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so $(BUILD)/libzorch.so
 	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) \
 	  prove -f --exec ./runtest $(addprefix ../,$(TEST_BIN)) $(TEST_SH:tests/%=%) $(TEST_LUA:tests/%=%) $(GPU_TESTS:tests/%=%)
 

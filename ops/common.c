@@ -10,13 +10,6 @@ zorch_tensor *op_zeros(const zorch_tensor *like, int ndim, const int64_t *shape,
   return zorch_zeros(ndim, shape, dt, like->st->device);
 }
 
-void op_free(zorch_tensor *a, zorch_tensor *b, zorch_tensor *c, zorch_tensor *d) {
-  zorch_tensor_free(a);
-  zorch_tensor_free(b);
-  zorch_tensor_free(c);
-  zorch_tensor_free(d);
-}
-
 void op_free_n(int n, zorch_tensor *const *ts) {
   for (int i = 0; i < n; i++) zorch_tensor_free(ts[i]);
 }

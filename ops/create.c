@@ -145,7 +145,7 @@ zorch_tensor *zorch_clone(zorch_tensor *t) {
     zorch_tensor_free(out);
     return NULL;
   }
-  return ag_record_args(out, "CloneBackward", identity_bwd, 1, &t, 0, NULL, NULL, 0);
+  return ag_record(out, "CloneBackward", identity_bwd, 1, &t, 0, NULL, NULL, 0);
 }
 
 /* The engine converts each gradient to its input's dtype, so the backward of a
@@ -156,7 +156,7 @@ zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt) {
   if (t->dtype == dt) return zorch_tensor_retain(t);
   zorch_tensor *out = op_cast(t, dt);
   if (!out || !zorch_dtype_is_float(dt)) return out;
-  return ag_record_args(out, "ToCopyBackward", identity_bwd, 1, &t, 0, NULL, NULL, 0);
+  return ag_record(out, "ToCopyBackward", identity_bwd, 1, &t, 0, NULL, NULL, 0);
 }
 
 typedef struct {
@@ -197,7 +197,7 @@ zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev) {
     return NULL;
   }
   to_device_args args = {.from = from};
-  return ag_record_args(out, "ToDeviceBackward", to_device_bwd, 1, &t, 0, NULL, &args, sizeof args);
+  return ag_record(out, "ToDeviceBackward", to_device_bwd, 1, &t, 0, NULL, &args, sizeof args);
 }
 
 /* ---- element access ------------------------------------------------------------------- */

@@ -130,7 +130,7 @@ done:
     return NULL;
   }
   zorch_tensor *in[2] = {a, b};
-  return ag_record_args(out, "MmBackward", mm_bwd, 2, in, 2, in, NULL, 0);
+  return ag_record(out, "MmBackward", mm_bwd, 2, in, 2, in, NULL, 0);
 }
 
 zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b) {
@@ -273,7 +273,7 @@ zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b
   }
   if (!(out = op_recast(out, dt))) return NULL;
   zorch_tensor *in[3] = {x, w, b}, *save[3] = {x, w, out};
-  return ag_record_args(out, act == ZORCH_ACT_RELU ? "LinearReluBackward" : "LinearBackward",
+  return ag_record(out, act == ZORCH_ACT_RELU ? "LinearReluBackward" : "LinearBackward",
                         linear_bwd, b ? 3 : 2, in, act == ZORCH_ACT_RELU ? 3 : 2, save, NULL, 0);
 }
 

@@ -88,7 +88,7 @@ static zorch_tensor *cross_entropy_nll(zorch_tensor *logits, zorch_tensor *targe
     loss = NULL;
     err_prefix("cross_entropy");
   } else {
-    loss = ag_record_args(loss, "NllLossBackward", nll_bwd, 1, &logp, 1, &tg, &args, sizeof args);
+    loss = ag_record(loss, "NllLossBackward", nll_bwd, 1, &logp, 1, &tg, &args, sizeof args);
   }
   OP_FREE(logp, lp, tg);
   return loss;
@@ -194,7 +194,7 @@ zorch_tensor *zorch_index_select(zorch_tensor *a, int dim, zorch_tensor *idx) {
     out = NULL;
     goto done;
   }
-  out = ag_record_args(out, "IndexSelectBackward", index_select_bwd, 1, &a, 1, &ic, &args,
+  out = ag_record(out, "IndexSelectBackward", index_select_bwd, 1, &a, 1, &ic, &args,
                        sizeof args);
 done:
   OP_FREE(ac, ic);
@@ -301,7 +301,7 @@ zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tensor *w, zorc
   if (backend_of(y)->layer_norm(y, mean, rstd, cx, cw, cb, args.rows, args.cols, eps) ||
       !(y = op_recast(y, x->dtype)))
     goto fail;
-  y = ag_record_args(y, "LayerNormBackward", layer_norm_bwd, 3, in, 4,
+  y = ag_record(y, "LayerNormBackward", layer_norm_bwd, 3, in, 4,
                      (zorch_tensor *[]){cx, cw, mean, rstd}, &args, sizeof args);
   goto done;
 fail:

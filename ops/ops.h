@@ -29,8 +29,6 @@ zorch_dtype op_compute_dtype(zorch_dtype dt);
 /* The same for the elementwise and GEMM kernels of like's backend: 16-bit floats
    stay 16-bit where the backend computes them itself (in float32, rounding once). */
 zorch_dtype op_compute_dtype_on(const zorch_tensor *like, zorch_dtype dt);
-/* Frees up to four tensors; NULLs are fine. */
-void op_free(zorch_tensor *a, zorch_tensor *b, zorch_tensor *c, zorch_tensor *d);
 /* Cleanup in op definitions: temporaries start NULL, each step that can fail
    jumps to one label on NULL (`if (!(t = f(x))) goto done;`), and the label
    frees them all at once with OP_FREE(t1, t2, ...); NULLs are fine. */

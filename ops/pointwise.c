@@ -72,7 +72,7 @@ static zorch_status div_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   }
   ok = true;
 cleanup:
-  op_free(ga, bb, q, NULL);
+  OP_FREE(ga, bb, q);
   return ok ? ZORCH_OK : zorch_last_status();
 }
 
@@ -94,8 +94,7 @@ static zorch_status pow_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   }
   ok = true;
 cleanup:
-  op_free(bm1, p, bp, la);
-  zorch_tensor_free(yl);
+  OP_FREE(bm1, p, bp, la, yl);
   return ok ? ZORCH_OK : zorch_last_status();
 }
 
@@ -127,7 +126,7 @@ static zorch_status rdiv_scalar_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **
   if (!(gin[0] = zorch_neg(q))) goto cleanup;
   ok = true;
 cleanup:
-  op_free(gy, q, NULL, NULL);
+  OP_FREE(gy, q);
   return ok ? ZORCH_OK : zorch_last_status();
 }
 
@@ -175,7 +174,7 @@ zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, doub
   }
   if (!d->cmp && cd != dt) out = op_recast(out, dt);
 cleanup:
-  op_free(ca, cb, va, vb);
+  OP_FREE(ca, cb, va, vb);
   if (!out) err_prefix(op);
   return out;
 }
@@ -219,7 +218,7 @@ static zorch_tensor *binary_op(bop k, zorch_tensor *a, zorch_tensor *b) {
   zorch_tensor *in[2] = {a, b};
   zorch_tensor *save[3] = {a, b, out};
   int nsave = d->save == SAVE_BOTH ? 3 : d->save == SAVE_IN ? 2 : 0;
-  return ag_record(out, d->node, d->fn, 2, in, nsave, save, NULL);
+  return ag_record(out, d->node, d->fn, 2, in, nsave, save, NULL, 0);
 }
 
 static zorch_tensor *unary_op(uop k, zorch_tensor *a, double p0, double p1) {
@@ -230,7 +229,7 @@ static zorch_tensor *unary_op(uop k, zorch_tensor *a, double p0, double p1) {
   if (d->save == SAVE_IN || d->save == SAVE_BOTH) save[nsave++] = a;
   if (d->save == SAVE_OUT || d->save == SAVE_BOTH) save[nsave++] = out;
   unary_args args = {d->fused, p0, p1};
-  return ag_record_args(out, d->node, d->fn, 1, &a, nsave, save, &args, sizeof args);
+  return ag_record(out, d->node, d->fn, 1, &a, nsave, save, &args, sizeof args);
 }
 
 /* The public functions the registry asks for: zorch_<name>(a[, p0]) and
@@ -341,7 +340,7 @@ static zorch_tensor *where_raw(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b
     out = NULL;
   }
 cleanup:
-  op_free(ca, cb, va, vb);
+  OP_FREE(ca, cb, va, vb);
   zorch_tensor_free(vc);
   return out;
 }
@@ -374,7 +373,7 @@ zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b) 
   zorch_tensor *out = where_raw(cond, a, b);
   zorch_tensor *in[3] = {a, b, cond};
   where_args args = {0, 1};
-  return ag_record_args(out, "WhereBackward", where_bwd, 3, in, 1, &cond, &args, sizeof args);
+  return ag_record(out, "WhereBackward", where_bwd, 3, in, 1, &cond, &args, sizeof args);
 }
 
 zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value) {
@@ -395,5 +394,5 @@ zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double valu
   }
   zorch_tensor *in[2] = {a, mask};
   where_args args = {-1, 0};
-  return ag_record_args(out, "MaskedFillBackward", where_bwd, 2, in, 1, &mask, &args, sizeof args);
+  return ag_record(out, "MaskedFillBackward", where_bwd, 2, in, 1, &mask, &args, sizeof args);
 }

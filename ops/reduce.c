@@ -140,7 +140,7 @@ static zorch_tensor *sum_mean(const char *op, const char *name, zorch_tensor *a,
   sum_args args = {.scale = mean ? 1.0 / (double)p.r : 1.0};
   memcpy(args.keep_shape, p.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
   zorch_tensor *out = reduce_raw(op, RED_SUM, a, &p, NULL, args.scale);
-  return ag_record_args(out, name, sum_bwd, 1, &a, 0, NULL, &args, sizeof args);
+  return ag_record(out, name, sum_bwd, 1, &a, 0, NULL, &args, sizeof args);
 }
 
 zorch_tensor *zorch_sum(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
@@ -190,7 +190,7 @@ zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdi
   max_args args = {.ndims = ndims, .keepdim = keepdim};
   if (ndims > 0) memcpy(args.dims, dims, sizeof(int) * (size_t)ndims);
   zorch_tensor *out = reduce_raw("max", RED_MAX, a, &p, &idx, 1);
-  out = ag_record_args(out, "MaxBackward", max_bwd, 1, &a, 1, &idx, &args, sizeof args);
+  out = ag_record(out, "MaxBackward", max_bwd, 1, &a, 1, &idx, &args, sizeof args);
   if (out && indices)
     *indices = idx;
   else
@@ -240,7 +240,7 @@ static zorch_tensor *softmax_op(const char *op, zorch_tensor *a, int dim, bool l
     err_prefix(op);
     return NULL;
   }
-  return ag_record_args(out, log_ ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bwd, 1, &a,
+  return ag_record(out, log_ ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bwd, 1, &a,
                         1, &out, &args, sizeof args);
 }
 

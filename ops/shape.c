@@ -62,7 +62,7 @@ zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim) {
     return NULL;
   }
   cat_args args = {.dim = d};
-  return ag_record_args(out, "CatBackward", cat_bwd, n, ts, 0, NULL, &args, sizeof args);
+  return ag_record(out, "CatBackward", cat_bwd, n, ts, 0, NULL, &args, sizeof args);
 }
 
 zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim) {

@@ -66,7 +66,7 @@ static zorch_tensor *view_of(zorch_tensor *t, int ndim, const int64_t *shape, co
                              int64_t off, const char *name, ag_backward_fn fn, const void *args,
                              size_t nargs) {
   zorch_tensor *v = tensor_alias(t, ndim, shape, st, off);
-  return ag_record_args(v, name, fn, 1, &t, 0, NULL, args, nargs);
+  return ag_record(v, name, fn, 1, &t, 0, NULL, args, nargs);
 }
 
 /* Resolves one -1 and checks the element count. */
@@ -152,7 +152,7 @@ zorch_tensor *zorch_reshape(zorch_tensor *t, int ndim, const int64_t *shape) {
   shape_contig_strides(ndim, sh, st);
   zorch_tensor *v = tensor_alias(c, ndim, sh, st, c->offset);
   zorch_tensor_free(c);
-  return ag_record_args(v, "ReshapeBackward", reshape_bwd, 1, &t, 0, NULL, NULL, 0);
+  return ag_record(v, "ReshapeBackward", reshape_bwd, 1, &t, 0, NULL, NULL, 0);
 }
 
 zorch_tensor *zorch_flatten(zorch_tensor *t) {

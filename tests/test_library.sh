@@ -9,7 +9,11 @@ check() { # check "description" command...
     echo "not ok $n - $desc"; echo "$out" | sed 's/^/#   /'; fails=$((fails + 1)); fi
 }
 exported() { nm -D --defined-only "$1" | awk '{print $3}' | sort; }
-only_api() { extra=$(exported "$1" | grep -v '^zorch_\|^luaopen_'); [ -z "$extra" ] || { echo "$extra"; false; }; }
+only_api() {
+  [ -f "$1" ] || { echo "$1 was not built"; return 1; }
+  syms=$(exported "$1") && [ -n "$syms" ] || { echo "no symbols read from $1"; return 1; }
+  extra=$(echo "$syms" | grep -v '^zorch_\|^luaopen_'); [ -z "$extra" ] || { echo "$extra"; false; }
+}
 all_exported() {
   declared=$(grep -oE '\b(zorch_[a-z0-9_]+|luaopen_[a-z0-9_]+)\(' ../include/zorch.h | tr -d '(' | sort -u)
   missing=$(echo "$declared" | while read -r f; do exported "$B/libzorch.so" | grep -qx "$f" || echo "$f"; done)

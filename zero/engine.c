@@ -464,11 +464,11 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, dou
     t = zorch_full(1, &one, s, ZORCH_F64, e->dev);
   } else {
     /* squares in float32 (no float64 copy of the shard), summed in double */
-    zorch_tensor *sq2 = zorch_mul(g, g), *s0 = sq2 ? zorch_sum(sq2, 0, NULL, false) : NULL;
+    zorch_tensor *sq2 = NULL, *s0 = NULL, *s1 = NULL;
     int64_t one = 1;
-    zorch_tensor *s1 = s0 ? zorch_reshape(s0, 1, &one) : NULL;
-    t = s1 ? zorch_to_dtype(s1, ZORCH_F64) : NULL;
-    op_free(sq2, s0, s1, NULL);
+    if ((sq2 = zorch_mul(g, g)) && (s0 = zorch_sum(sq2, 0, NULL, false)) && (s1 = zorch_reshape(s0, 1, &one)))
+      t = zorch_to_dtype(s1, ZORCH_F64);
+    OP_FREE(sq2, s0, s1);
   }
   zorch_status st = t ? ZORCH_OK : zorch_last_status();
   if (!st && sharded && e->c->world > 1) {

@@ -26,7 +26,7 @@ bool ag_needed(int n, zorch_tensor *const *in) {
 /* The node and its typed arguments are one allocation. */
 #define AG_ARGS_AT ((sizeof(ag_node) + 15) & ~(size_t)15)
 
-zorch_tensor *ag_record_args(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
+zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
                              zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
                              const void *args, size_t nargs) {
   if (!out || !ag_needed(nin, in)) return out;
@@ -73,16 +73,6 @@ zorch_tensor *ag_record_args(zorch_tensor *out, const char *name, ag_backward_fn
   n->nsaved = nsave;
   out->grad_fn = n;
   out->requires_grad = true;
-  return out;
-}
-
-zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
-                        zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
-                        ag_node **node) {
-  if (node) *node = NULL;
-  out = ag_record_args(out, name, fn, nin, in, nsave, save, NULL, 0);
-  if (out && node && out->grad_fn && out->grad_fn->backward == fn && out->grad_fn->refcount == 1)
-    *node = out->grad_fn;
   return out;
 }
 

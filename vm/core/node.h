@@ -30,9 +30,7 @@ struct ag_node {
   ag_edge *in;
   int nsaved;
   zorch_tensor *saved[AG_MAX_SAVED];
-  double p[4];                       /* scalar arguments of the op */
-  int64_t iv[2 * ZORCH_MAX_DIMS + 2]; /* integer arguments of the op */
-  void *args;                        /* the op's typed arguments (ag_record_args), or NULL */
+  void *args;                        /* the op's typed arguments (ag_record), or NULL */
   bool released;                     /* saved tensors freed by a backward pass */
   /* runs before the node's backward (ZeRO stage 3 gathers parameters here) */
   zorch_status (*pre_hook)(void *ud);
@@ -46,18 +44,14 @@ struct ag_node {
 
 /* True when grad mode is on and some input requires grad. */
 bool ag_needed(int n, zorch_tensor *const *in);
-/* Records a node named `name` on `out` for inputs `in`, saving `save` (detached
-   aliases, so saving an output makes no cycle). Returns out, or frees out and
-   returns NULL on failure. `node`, if given, receives the node (NULL when no
-   node was needed) so the op can store its arguments. */
+/* Records a node named `name` on `out` for inputs `in`, saving `save`
+   (detached aliases, so saving an output makes no cycle) and copying `nargs`
+   bytes of `args`, the op's arguments as a struct of its own (NULL, 0 for
+   none), which the backward reads with AG_ARGS. Returns out, or frees out and
+   returns NULL on failure. */
 zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
                         zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
-                        ag_node **node);
-/* ag_record that also copies `nargs` bytes of `args`, the op's arguments as a
-   struct of its own, into the node; the backward reads them with AG_ARGS. */
-zorch_tensor *ag_record_args(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
-                             zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
-                             const void *args, size_t nargs);
+                        const void *args, size_t nargs);
 #define AG_ARGS(n, type) ((const type *)(n)->args)
 /* True when input i of the node needs a gradient. */
 static inline bool ag_wants(const ag_node *n, int i) {
