@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../ops/pointwise_ops.h"
+#include "../vm/core/tensor.h"
 #include "lz.h"
 
 #define T(i) lz_check(L, i)
@@ -196,9 +197,9 @@ static int m_totable(lua_State *L) {
 static int m_size(lua_State *L) {
   zorch_tensor *t = T(1);
   if (!lua_isnoneornil(L, 2)) {
-    int d = lz_dim(L, 2), nd = zorch_tensor_ndim(t);
-    if (d < 0) d += nd;
-    if (d < 0 || d >= nd) return luaL_argerror(L, 2, "dimension out of range");
+    int d;
+    if (zorch_tensor_ndim(t) == 0) return luaL_error(L, "size: a 0-d tensor has no dims");
+    if (dim_wrap("size", lz_dim(L, 2), zorch_tensor_ndim(t), 0, &d)) return lz_fail(L);
     lua_pushinteger(L, zorch_tensor_shape(t)[d]);
     return 1;
   }

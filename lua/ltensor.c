@@ -1,9 +1,11 @@
 /* ltensor.c: the tensor userdata: creation, metamethods, fields, and the GC
    pressure that keeps tensor memory bounded in long loops. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../vm/core/error.h"
 #include "lz.h"
 
 typedef struct {
@@ -15,7 +17,10 @@ typedef struct {
 static size_t lz_pending;
 #define LZ_PRESSURE (64u << 20)
 
-int lz_fail(lua_State *L) { return luaL_error(L, "%s", zorch_last_error()); }
+int lz_fail(lua_State *L) {
+  char msg[1536]; /* the core's message, each marked number at most one digit longer */
+  return luaL_error(L, "%s", err_render(1, msg, sizeof msg));
+}
 
 /* An empty tensor box; run protected by lz_push. [-0, +1, m] */
 static int new_box(lua_State *L) {
@@ -63,7 +68,7 @@ zorch_tensor *zorch_check_tensor(lua_State *L, int idx) { return lz_check(L, idx
 int lz_dim(lua_State *L, int idx) {
   lua_Integer d = luaL_checkinteger(L, idx);
   if (d == 0) luaL_argerror(L, idx, "dimensions are 1-based (0 is not a dimension)");
-  if (d > ZORCH_MAX_DIMS || d < -ZORCH_MAX_DIMS - 1) luaL_argerror(L, idx, "dimension out of range");
+  if (d > INT_MAX || d < -INT_MAX) luaL_argerror(L, idx, "dimension out of range");
   return d > 0 ? (int)d - 1 : (int)d;
 }
 

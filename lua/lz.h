@@ -10,7 +10,8 @@
 
 #define LZ_TENSOR "zorch.Tensor"
 
-/* Raises the core's last error as a Lua error. */
+/* Raises the core's last error as a Lua error, its dims and indices counted
+   from 1 (vm/core/error.h marks them). */
 int lz_fail(lua_State *L);
 /* Pushes t (taking its reference) or raises the last error when NULL. */
 int lz_push(lua_State *L, zorch_tensor *t);
