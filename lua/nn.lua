@@ -266,7 +266,7 @@ function nn.LayerNorm:forward(x)
 end
 
 -- Children are named "0", "1", ... as in PyTorch, so state dicts match; errors
--- count modules from 1, as Lua does.
+-- and the printout count modules from 1, as Lua does.
 nn.Sequential = Module:extend "nn.Sequential"
 function nn.Sequential:init(...)
   self.n = 0
@@ -279,6 +279,15 @@ function nn.Sequential:add(m)
   self[tostring(self.n)] = m
   rawset(self, "n", self.n + 1)
   return self
+end
+nn.Sequential.__tostring = function(self)
+  if self.n == 0 then return "nn.Sequential()" end
+  local lines = {"nn.Sequential("}
+  for i = 1, self.n do
+    lines[i + 1] = ("  (%d): %s"):format(i, (tostring(rawget(self, tostring(i - 1))):gsub("\n", "\n  ")))
+  end
+  lines[#lines + 1] = ")"
+  return table.concat(lines, "\n")
 end
 function nn.Sequential:forward(x)
   for i = 1, self.n do
