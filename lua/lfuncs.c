@@ -203,12 +203,7 @@ static int m_size(lua_State *L) {
     lua_pushinteger(L, zorch_tensor_shape(t)[d]);
     return 1;
   }
-  lua_createtable(L, zorch_tensor_ndim(t), 0);
-  for (int d = 0; d < zorch_tensor_ndim(t); d++) {
-    lua_pushinteger(L, zorch_tensor_shape(t)[d]);
-    lua_rawseti(L, -2, d + 1);
-  }
-  return 1;
+  return lz_push_shape(L, t);
 }
 
 static int m_dim(lua_State *L) { return lua_pushinteger(L, zorch_tensor_ndim(T(1))), 1; }
