@@ -214,12 +214,13 @@ zorch_tensor *zorch_narrow(zorch_tensor *t, int dim, int64_t start, int64_t leng
     return err_null(ZORCH_ERR_ARG, "narrow: start " ERR_IX("%lld") " out of range for dim " ERR_IX("%d")
                     " of input %s %s", (long long)start, dim, SHAPE(t, a), index_range(size, r, sizeof r));
   if (length < 0) return err_null(ZORCH_ERR_ARG, "narrow: length %lld is negative", (long long)length);
-  if (first + length > size)
+  if (length > size - first)
     return err_null(ZORCH_ERR_ARG, "narrow: start " ERR_IX("%lld") " and length %lld run past the end "
                     "of dim " ERR_IX("%d") " of input %s (elements " ERR_IX("%lld") ".." ERR_IX("%lld")
                     " asked, the dim has " ERR_IX("0") ".." ERR_IX("%lld") ")", (long long)start,
                     (long long)length, dim, SHAPE(t, a), (long long)first,
-                    (long long)(first + length - 1), (long long)size - 1);
+                    (long long)(length > INT64_MAX - first ? INT64_MAX - 1 : first + length - 1),
+                    (long long)size - 1);
   start = first;
   int64_t sh[ZORCH_MAX_DIMS];
   memcpy(sh, t->shape, sizeof sh);

@@ -2,6 +2,7 @@
    state (state.h: the thread's own, or the running VM's). */
 #include "error.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@ static void render(const char *raw, int base, char *out, size_t n) {
         p++;
         continue;
       }
-      if (*p == MARK_IXV || v >= 0) v += base;
+      if ((*p == MARK_IXV || v >= 0) && v < LLONG_MAX) v += base;
       int w = snprintf(out + k, n - k, "%lld", v);
       k += w > 0 && (size_t)w < n - k ? (size_t)w : n - k - 1;
       p = end + 1;
