@@ -71,6 +71,13 @@ function data.DataLoader(ds, opts)
                        rank = 0, world_size = 1, device = opts.device}, DataLoader)
 end
 
+DataLoader.__tostring = function(l)
+  return ("DataLoader(%d samples, batch_size=%d, shuffle=%s, drop_last=%s, %d batches%s%s)"):format(
+    #l.dataset, l.batch_size, tostring(l.shuffle), tostring(l.drop_last), l:num_batches(),
+    l.world_size > 1 and (", rank %d of %d"):format(l.rank, l.world_size) or "",
+    l.device and (", device=" .. l.device) or "")
+end
+
 local function to_device(device, ...)
   if not device then return ... end
   local out = table.pack(...)

@@ -60,6 +60,13 @@ end
 
 local Engine = {}
 Engine.__index = Engine
+Engine.__tostring = function(e)
+  local c = e.cfg
+  return ("zorch.Engine(zero_stage=%d, precision=%s, gradient_clipping=%s, gradient_accumulation_steps=%d, "
+    .. "world_size=%d, device=%s%s)"):format(c.zero_stage, c.precision,
+    c.gradient_clipping > 0 and ("%g"):format(c.gradient_clipping) or "off", c.gradient_accumulation_steps,
+    e.world_size, e.device, e.params and (", prepared: %d parameters"):format(#e.params) or "")
+end
 
 local function allowed_keys()
   local ks = {}
@@ -218,7 +225,8 @@ function Engine:prepare(model, loader, opt)
   self.target = target
   self.user_opt = opt
   local engine = self
-  local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end})
+  local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,
+                                    __tostring = function() return tostring(opt) end})
   function wrapped.step()
     if engine.micro % engine.cfg.gradient_accumulation_steps ~= 0 then return false end
     engine:optimizer_step()

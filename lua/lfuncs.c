@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../ops/pointwise_ops.h"
+#include "../vm/core/tensor.h"
 #include "lz.h"
 
 #define T(i) lz_check(L, i)
@@ -196,18 +197,13 @@ static int m_totable(lua_State *L) {
 static int m_size(lua_State *L) {
   zorch_tensor *t = T(1);
   if (!lua_isnoneornil(L, 2)) {
-    int d = lz_dim(L, 2), nd = zorch_tensor_ndim(t);
-    if (d < 0) d += nd;
-    if (d < 0 || d >= nd) return luaL_argerror(L, 2, "dimension out of range");
+    int d;
+    if (zorch_tensor_ndim(t) == 0) return luaL_error(L, "size: a 0-d tensor has no dims");
+    if (dim_wrap("size", lz_dim(L, 2), zorch_tensor_ndim(t), 0, &d)) return lz_fail(L);
     lua_pushinteger(L, zorch_tensor_shape(t)[d]);
     return 1;
   }
-  lua_createtable(L, zorch_tensor_ndim(t), 0);
-  for (int d = 0; d < zorch_tensor_ndim(t); d++) {
-    lua_pushinteger(L, zorch_tensor_shape(t)[d]);
-    lua_rawseti(L, -2, d + 1);
-  }
-  return 1;
+  return lz_push_shape(L, t);
 }
 
 static int m_dim(lua_State *L) { return lua_pushinteger(L, zorch_tensor_ndim(T(1))), 1; }

@@ -1,9 +1,11 @@
 /* ltensor.c: the tensor userdata: creation, metamethods, fields, and the GC
    pressure that keeps tensor memory bounded in long loops. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../vm/core/error.h"
 #include "lz.h"
 
 typedef struct {
@@ -15,7 +17,10 @@ typedef struct {
 static size_t lz_pending;
 #define LZ_PRESSURE (64u << 20)
 
-int lz_fail(lua_State *L) { return luaL_error(L, "%s", zorch_last_error()); }
+int lz_fail(lua_State *L) {
+  char msg[1536]; /* the core's message, each marked number at most one digit longer */
+  return luaL_error(L, "%s", err_render(1, msg, sizeof msg));
+}
 
 /* An empty tensor box; run protected by lz_push. [-0, +1, m] */
 static int new_box(lua_State *L) {
@@ -63,7 +68,7 @@ zorch_tensor *zorch_check_tensor(lua_State *L, int idx) { return lz_check(L, idx
 int lz_dim(lua_State *L, int idx) {
   lua_Integer d = luaL_checkinteger(L, idx);
   if (d == 0) luaL_argerror(L, idx, "dimensions are 1-based (0 is not a dimension)");
-  if (d > ZORCH_MAX_DIMS || d < -ZORCH_MAX_DIMS - 1) luaL_argerror(L, idx, "dimension out of range");
+  if (d > INT_MAX || d < -INT_MAX) luaL_argerror(L, idx, "dimension out of range");
   return d > 0 ? (int)d - 1 : (int)d;
 }
 
@@ -121,6 +126,37 @@ zorch_tensor *lz_index0(lua_State *L, int idx) {
   zorch_tensor *r = zorch_add_scalar(t, -1);
   if (!r) lz_fail(L);
   return r;
+}
+
+/* ---- shapes ------------------------------------------------------------------------ */
+int lz_push_shape(lua_State *L, const zorch_tensor *t) {
+  lua_createtable(L, zorch_tensor_ndim(t), 0);
+  for (int d = 0; d < zorch_tensor_ndim(t); d++) {
+    lua_pushinteger(L, zorch_tensor_shape(t)[d]);
+    lua_rawseti(L, -2, d + 1);
+  }
+  luaL_setmetatable(L, LZ_SHAPE);
+  return 1;
+}
+
+/* (2, 3), (3,) or (), as the core's messages write shapes */
+static int shape_tostring(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer n = luaL_len(L, 1);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '(');
+  for (lua_Integer i = 1; i <= n; i++) {
+    if (i > 1) luaL_addstring(&b, ", ");
+    lua_geti(L, 1, i);
+    luaL_tolstring(L, -1, NULL);
+    lua_remove(L, -2); /* the string goes right above the buffer */
+    luaL_addvalue(&b);
+  }
+  if (n == 1) luaL_addchar(&b, ',');
+  luaL_addchar(&b, ')');
+  luaL_pushresult(&b);
+  return 1;
 }
 
 /* ---- metamethods ------------------------------------------------------------------ */
@@ -194,14 +230,7 @@ static int t_index(lua_State *L) {
   if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
   lua_pop(L, 1);
   const char *k = luaL_checkstring(L, 2);
-  if (strcmp(k, "shape") == 0) {
-    lua_createtable(L, zorch_tensor_ndim(t), 0);
-    for (int d = 0; d < zorch_tensor_ndim(t); d++) {
-      lua_pushinteger(L, zorch_tensor_shape(t)[d]);
-      lua_rawseti(L, -2, d + 1);
-    }
-    return 1;
-  }
+  if (strcmp(k, "shape") == 0) return lz_push_shape(L, t);
   if (strcmp(k, "grad") == 0) {
     zorch_tensor *g = zorch_grad(t);
     if (!g) return lua_pushnil(L), 1;
@@ -256,5 +285,9 @@ void lz_open_tensor(lua_State *L) {
   lua_setfield(L, -3, "__methods");
   lua_pushcclosure(L, t_index, 1);
   lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, LZ_SHAPE);
+  lua_pushcfunction(L, shape_tostring);
+  lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
 }

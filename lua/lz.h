@@ -9,12 +9,16 @@
 #include "zorch.h"
 
 #define LZ_TENSOR "zorch.Tensor"
+#define LZ_SHAPE "zorch.Shape"
 
-/* Raises the core's last error as a Lua error. */
+/* Raises the core's last error as a Lua error, its dims and indices counted
+   from 1 (vm/core/error.h marks them). */
 int lz_fail(lua_State *L);
 /* Pushes t (taking its reference) or raises the last error when NULL. */
 int lz_push(lua_State *L, zorch_tensor *t);
 zorch_tensor *lz_check(lua_State *L, int idx);
+/* Pushes t's shape: a plain array of sizes that prints as (2, 3). */
+int lz_push_shape(lua_State *L, const zorch_tensor *t);
 /* A 1-based (or negative) Lua dim to a C dim; 0 is an error. */
 int lz_dim(lua_State *L, int idx);
 /* Sizes from varargs numbers starting at idx, or from a table at idx. */

@@ -139,16 +139,49 @@ function Module:zero_grad()
   for _, p in ipairs(self:parameters()) do p.grad = nil end
 end
 
+-- A state dict prints one tensor a line: name, shape, dtype (and device
+-- when not the CPU), in the model's order; names added later come last.
+local function state_dict_tostring(sd)
+  local names, seen = {}, {}
+  for _, k in ipairs(getmetatable(sd).order) do
+    if sd[k] ~= nil then names[#names + 1], seen[k] = k, true end
+  end
+  local extra = {}
+  for k in pairs(sd) do if not seen[k] then extra[#extra + 1] = tostring(k) end end
+  table.sort(extra)
+  table.move(extra, 1, #extra, #names + 1, names)
+  local shapes, wn, ws, numel = {}, 0, 0, 0
+  for i, k in ipairs(names) do
+    local t = sd[k]
+    shapes[i] = zorch.is_tensor(t) and tostring(t.shape) or tostring(t)
+    wn, ws = math.max(wn, #k), math.max(ws, #shapes[i])
+  end
+  local lines = {}
+  for i, k in ipairs(names) do
+    local t, line = sd[k], ("  %-" .. wn .. "s  %s"):format(k, shapes[i])
+    if zorch.is_tensor(t) then
+      local dev = t:device()
+      line = ("%-" .. (wn + ws + 4) .. "s  %s%s"):format(line, t:dtype(), dev == "cpu" and "" or " " .. dev)
+      numel = numel + t:numel()
+    end
+    lines[i] = line
+  end
+  table.insert(lines, 1, ("state_dict (%d tensor%s, %d elements)%s"):format(#names, #names == 1 and "" or "s",
+    numel, #names > 0 and ":" or ""))
+  return table.concat(lines, "\n")
+end
+
 function Module:state_dict()
   local engine = rawget(self, "_engine") -- ZeRO stage 3 holds slices: gather first
   if engine then engine:gather() end
-  local sd = {}
+  local sd, order = {}, {}
   for _, p in ipairs(each_param(self, "", {})) do
     -- under stage 3 the gathered pages go back after this: keep copies
     sd[p[1]] = engine and p[2]:detach():clone() or p[2]:detach()
+    order[#order + 1] = p[1]
   end
   if engine then engine:release() end
-  return sd
+  return setmetatable(sd, {__tostring = state_dict_tostring, order = order})
 end
 
 -- Copies tensors into the parameters; every missing or unexpected name, and
@@ -266,7 +299,7 @@ function nn.LayerNorm:forward(x)
 end
 
 -- Children are named "0", "1", ... as in PyTorch, so state dicts match; errors
--- count modules from 1, as Lua does.
+-- and the printout count modules from 1, as Lua does.
 nn.Sequential = Module:extend "nn.Sequential"
 function nn.Sequential:init(...)
   self.n = 0
@@ -279,6 +312,15 @@ function nn.Sequential:add(m)
   self[tostring(self.n)] = m
   rawset(self, "n", self.n + 1)
   return self
+end
+nn.Sequential.__tostring = function(self)
+  if self.n == 0 then return "nn.Sequential()" end
+  local lines = {"nn.Sequential("}
+  for i = 1, self.n do
+    lines[i + 1] = ("  (%d): %s"):format(i, (tostring(rawget(self, tostring(i - 1))):gsub("\n", "\n  ")))
+  end
+  lines[#lines + 1] = ")"
+  return table.concat(lines, "\n")
 end
 function nn.Sequential:forward(x)
   for i = 1, self.n do

@@ -74,6 +74,29 @@ function Optimizer:load_state_dict(sd)
   if sd.param_groups and sd.param_groups[1] and sd.param_groups[1].lr then self.lr = sd.param_groups[1].lr end
 end
 
+local function show(v)
+  if type(v) == "table" then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = show(x) end
+    return "(" .. table.concat(parts, ", ") .. ")"
+  end
+  return math.type(v) == "float" and ("%g"):format(v) or tostring(v)
+end
+
+-- optim.Adam (2 parameters, 6 elements)
+--   group 1: lr=0.001, amsgrad=false, betas=(0.9, 0.999), eps=1e-08, weight_decay=0
+Optimizer.__tostring = function(self)
+  local numel = 0
+  for _, p in ipairs(self.params) do numel = numel + p:numel() end
+  local keys = {}
+  for k in pairs(self.defaults) do if k ~= "lr" then keys[#keys + 1] = k end end
+  table.sort(keys)
+  local hp = {"lr=" .. show(self.lr)}
+  for _, k in ipairs(keys) do hp[#hp + 1] = k .. "=" .. show(self.defaults[k]) end
+  return ("%s (%d parameter%s, %d elements)\n  group 1: %s"):format(getmetatable(self).__name, #self.params,
+    #self.params == 1 and "" or "s", numel, table.concat(hp, ", "))
+end
+
 local function new(cls, params, o)
   return setmetatable({params = params, defaults = o, lr = o.lr, state = {}}, cls)
 end
@@ -83,6 +106,7 @@ local function adam_class(name, decoupled, wd_default)
   local cls = setmetatable({}, {__index = Optimizer})
   cls.__index = cls
   cls.__name = name
+  cls.__tostring = Optimizer.__tostring
   local mt = getmetatable(cls)
   mt.__call = function(_, params, opts)
     check_params(name, params)
@@ -117,6 +141,7 @@ optim.AdamW = adam_class("optim.AdamW", true, 1e-2)
 
 optim.SGD = setmetatable({__name = "optim.SGD"}, {__index = Optimizer})
 optim.SGD.__index = optim.SGD
+optim.SGD.__tostring = Optimizer.__tostring
 getmetatable(optim.SGD).__call = function(_, params, opts)
   check_params("optim.SGD", params)
   local o = options("optim.SGD", opts, {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false},

@@ -14,7 +14,7 @@ zorch_status red_plan_make(const char *op, const zorch_tensor *a, int ndims, con
     int d;
     if (dim_wrap(op, dims[i], a->ndim, 0, &d)) return zorch_last_status();
     if (a->ndim == 0) continue;
-    if (p->red[d]) return err_set(ZORCH_ERR_ARG, "%s: dim %d repeated", op, dims[i]);
+    if (p->red[d]) return err_set(ZORCH_ERR_ARG, "%s: dim " ERR_IX("%d") " repeated", op, dims[i]);
     p->red[d] = true;
   }
   if (ndims == 0)

@@ -40,8 +40,8 @@ zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim) {
     bool ok = t->ndim == t0->ndim;
     for (int k = 0; ok && k < t->ndim; k++) ok = k == d || t->shape[k] == t0->shape[k];
     if (!ok)
-      return err_null(ZORCH_ERR_SHAPE, "cat: tensor %d has shape %s, which does not fit %s "
-                      "outside dim %d", i, SHAPE(t, s1), SHAPE(t0, s2), dim);
+      return err_null(ZORCH_ERR_SHAPE, "cat: tensor " ERR_IX("%d") " has shape %s, which does not fit %s "
+                      "outside dim " ERR_IX("%d"), i, SHAPE(t, s1), SHAPE(t0, s2), dim);
     shape[d] += t->shape[d];
     dt = dtype_promote(dt, t->dtype);
   }
@@ -71,7 +71,8 @@ zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim) {
   for (int i = 0; i < n; i++) {
     if (!ts[i]) return err_null(ZORCH_ERR_ARG, "stack: tensor %d is NULL", i);
     if (!tensor_same_shape(ts[i], ts[0]))
-      return err_null(ZORCH_ERR_SHAPE, "stack: tensor %d has shape %s but tensor 0 has %s", i,
+      return err_null(ZORCH_ERR_SHAPE, "stack: tensor " ERR_IX("%d") " has shape %s but tensor "
+                      ERR_IX("0") " has %s", i,
                       SHAPE(ts[i], s1), SHAPE(ts[0], s2));
   }
   int d;

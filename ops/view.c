@@ -1,5 +1,6 @@
 /* view.c: views that share storage (view, reshape, transpose, permute, narrow,
    select, expand, squeeze, unsqueeze), each with its backward. */
+#include <stdio.h>
 #include <string.h>
 
 #include "ops.h"
@@ -169,7 +170,7 @@ zorch_tensor *zorch_permute(zorch_tensor *t, const int *dims) {
   int *d = args.perm;
   for (int i = 0; i < t->ndim; i++) {
     if (dim_wrap("permute", dims[i], t->ndim, 0, &d[i])) return NULL;
-    if (seen[d[i]]) return err_null(ZORCH_ERR_ARG, "permute: dim %d repeated", dims[i]);
+    if (seen[d[i]]) return err_null(ZORCH_ERR_ARG, "permute: dim " ERR_IX("%d") " repeated", dims[i]);
     seen[d[i]] = true;
     sh[i] = t->shape[d[i]];
     st[i] = t->strides[d[i]];
@@ -192,16 +193,35 @@ zorch_tensor *zorch_transpose(zorch_tensor *t, int d0, int d1) {
   return zorch_permute(t, perm);
 }
 
+/* "(expected 0..n-1 or -n..-1)", the indices of a dim of size n, with the
+   numbers marked for either numbering (error.h). */
+static const char *index_range(int64_t n, char *buf, size_t len) {
+  if (n == 0) snprintf(buf, len, "(the dim is empty)");
+  else if (n == 1) snprintf(buf, len, "(expected " ERR_IX("0") " or -1)");
+  else snprintf(buf, len, "(expected " ERR_IX("0") ".." ERR_IX("%lld") " or %lld..-1)", (long long)n - 1, (long long)-n);
+  return buf;
+}
+
 zorch_tensor *zorch_narrow(zorch_tensor *t, int dim, int64_t start, int64_t length) {
   char a[ERR_SHAPE_BUF];
   if (check_arg("narrow", "input", t)) return NULL;
   int d;
   if (t->ndim == 0) return err_null(ZORCH_ERR_SHAPE, "narrow: cannot narrow a 0-dimensional tensor");
   if (dim_wrap("narrow", dim, t->ndim, 0, &d)) return NULL;
-  if (start < 0) start += t->shape[d];
-  if (start < 0 || length < 0 || start + length > t->shape[d])
-    return err_null(ZORCH_ERR_ARG, "narrow: start %lld and length %lld out of range for dim %d "
-                    "of input %s", (long long)start, (long long)length, dim, SHAPE(t, a));
+  int64_t size = t->shape[d], first = start < 0 ? start + size : start;
+  char r[96];
+  if (first < 0 || first > size)
+    return err_null(ZORCH_ERR_ARG, "narrow: start " ERR_IX("%lld") " out of range for dim " ERR_IX("%d")
+                    " of input %s %s", (long long)start, dim, SHAPE(t, a), index_range(size, r, sizeof r));
+  if (length < 0) return err_null(ZORCH_ERR_ARG, "narrow: length %lld is negative", (long long)length);
+  if (length > size - first)
+    return err_null(ZORCH_ERR_ARG, "narrow: start " ERR_IX("%lld") " and length %lld run past the end "
+                    "of dim " ERR_IX("%d") " of input %s (elements " ERR_IX("%lld") ".." ERR_IX("%lld")
+                    " asked, the dim has " ERR_IX("0") ".." ERR_IX("%lld") ")", (long long)start,
+                    (long long)length, dim, SHAPE(t, a), (long long)first,
+                    (long long)(length > INT64_MAX - first ? INT64_MAX - 1 : first + length - 1),
+                    (long long)size - 1);
+  start = first;
   int64_t sh[ZORCH_MAX_DIMS];
   memcpy(sh, t->shape, sizeof sh);
   sh[d] = length;
@@ -216,10 +236,13 @@ zorch_tensor *zorch_select(zorch_tensor *t, int dim, int64_t index) {
   if (t->ndim == 0) return err_null(ZORCH_ERR_SHAPE, "select: cannot select from a 0-dimensional tensor");
   int d;
   if (dim_wrap("select", dim, t->ndim, 0, &d)) return NULL;
-  if (index < 0) index += t->shape[d];
-  if (index < 0 || index >= t->shape[d])
-    return err_null(ZORCH_ERR_ARG, "select: index %lld out of range for dim %d of input %s",
-                    (long long)index, dim, SHAPE(t, a));
+  int64_t at = index < 0 ? index + t->shape[d] : index;
+  char r[96];
+  if (at < 0 || at >= t->shape[d])
+    return err_null(ZORCH_ERR_ARG, "select: index " ERR_IX("%lld") " out of range for dim " ERR_IX("%d")
+                    " of input %s %s", (long long)index, dim, SHAPE(t, a),
+                    index_range(t->shape[d], r, sizeof r));
+  index = at;
   int64_t sh[ZORCH_MAX_DIMS], st[ZORCH_MAX_DIMS];
   int k = 0;
   for (int i = 0; i < t->ndim; i++)

@@ -258,6 +258,21 @@ static void test_errors(void) {
   ok(!zorch_mse_loss(a, lg, ZORCH_REDUCE_MEAN) && error_has("mse_loss"), "mse_loss checks shapes");
   ok(!zorch_sum(a, 1, (int[]){2}, false) && error_has("dim 2"), "a dim out of range is an error");
   ok(!zorch_softmax(a, 5) && error_has("softmax"), "softmax checks its dim");
+  /* C counts dims and indices from 0, and so do its messages (Lua's count from 1) */
+  ok(!zorch_sum(a, 1, (int[]){2}, false) &&
+     strcmp(zorch_last_error(), "sum: dim 2 out of range for a 2-d tensor (expected 0..1 or -2..-1)") == 0,
+     "a dim's message counts from 0: %s", zorch_last_error());
+  ok(!zorch_select(a, 1, 10) &&
+     strcmp(zorch_last_error(), "select: index 10 out of range for dim 1 of input (64, 10) (expected 0..9 or -10..-1)") == 0,
+     "an index's message counts from 0: %s", zorch_last_error());
+  ok(!zorch_cross_entropy(lg, t, ZORCH_REDUCE_MEAN, -100) &&
+     strcmp(zorch_last_error(), "cross_entropy: target 7 at position 1 is out of range 0..4") == 0,
+     "a target's message counts from 0: %s", zorch_last_error());
+  zorch_tensor *tm = zorch_from_buffer((int64_t[]){-1, 0}, SHAPE(2), ZORCH_I64);
+  ok(!zorch_cross_entropy(lg, tm, ZORCH_REDUCE_MEAN, -100) &&
+     strcmp(zorch_last_error(), "cross_entropy: target -1 at position 0 is out of range 0..4") == 0,
+     "the note for 1-based targets is not in C's message: %s", zorch_last_error());
+  zorch_tensor_free(tm);
   ok(!zorch_cat(0, NULL, 0) && error_has("cat"), "cat of nothing is an error");
   ok(!zorch_layer_norm(a, 1, w, NULL, 1e-5) && error_has("weight"), "layer_norm checks the weight shape");
   ok(!zorch_clamp(a, 2, 1) && error_has("clamp"), "clamp checks min <= max");

@@ -5,9 +5,11 @@
 #include "../math.h"
 #include "cpu.h"
 
-static zorch_status bad_index(const char *op, int64_t v, int64_t n) {
-  return err_set(ZORCH_ERR_ARG, "%s: index %lld out of range for a dimension of size %lld", op,
-                 (long long)v, (long long)n);
+/* Index v at position k of an index tensor is not in 0..n-1. */
+static zorch_status bad_index(const char *op, int64_t v, int64_t k, int64_t n) {
+  return err_set(ZORCH_ERR_ARG, "%s: index " ERR_IXV("%lld") " at position " ERR_IX("%lld")
+                 " is out of range " ERR_IXV("0") ".." ERR_IXV("%lld") "%s", op, (long long)v,
+                 (long long)k, (long long)n - 1, v == -1 ? ERR_NOTE1(" (indices are 1-based, as Lua counts)") : "");
 }
 
 zorch_status cpu_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
@@ -15,7 +17,7 @@ zorch_status cpu_index_select(zorch_tensor *out, const zorch_tensor *a, const zo
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
   int64_t ni = shape_numel(idx->ndim, idx->shape);
   for (int64_t k = 0; k < ni; k++)
-    if (ix[k] < 0 || ix[k] >= n) return bad_index("index_select", ix[k], n);
+    if (ix[k] < 0 || ix[k] >= n) return bad_index("index_select", ix[k], k, n);
   size_t row = (size_t)inner * dtype_sizes[a->dtype];
   const char *src = tensor_ptr(a);
   char *dst = tensor_ptr(out);
@@ -42,7 +44,7 @@ zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zor
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
   int64_t ni = shape_numel(idx->ndim, idx->shape);
   for (int64_t k = 0; k < ni; k++)
-    if (ix[k] < 0 || ix[k] >= n) return bad_index("index_add", ix[k], n);
+    if (ix[k] < 0 || ix[k] >= n) return bad_index("index_add", ix[k], k, n);
   switch (out->dtype) {
     case ZORCH_F32: INDEX_ADD(float) return ZORCH_OK;
     case ZORCH_F64: INDEX_ADD(double) return ZORCH_OK;
@@ -68,8 +70,10 @@ zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zor
 static zorch_status check_targets(const int64_t *tg, int64_t n, int64_t c, int64_t ignore) {
   for (int64_t i = 0; i < n; i++)
     if (tg[i] != ignore && (tg[i] < 0 || tg[i] >= c))
-      return err_set(ZORCH_ERR_ARG, "cross_entropy: target %lld out of range for %lld classes",
-                     (long long)tg[i], (long long)c);
+      return err_set(ZORCH_ERR_ARG, "cross_entropy: target " ERR_IXV("%lld") " at position " ERR_IX("%lld")
+                     " is out of range " ERR_IXV("0") ".." ERR_IXV("%lld") "%s", (long long)tg[i],
+                     (long long)i, (long long)c - 1,
+                     tg[i] == -1 ? ERR_NOTE1(" (targets are 1-based, as Lua counts; add 1 to 0-based labels)") : "");
   return ZORCH_OK;
 }
 

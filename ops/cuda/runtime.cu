@@ -58,11 +58,14 @@ static zorch_status check_bad_index(int dev) {
   w[0] = 0;
   const char *name = ops[op >= 1 && op <= 3 ? op : 0];
   if (op == CU_BAD_TARGET)
-    return err_set(ZORCH_ERR_ARG, "%s: target %lld out of range for %lld classes (found on cuda:%d by an earlier kernel)",
-                   name, v, n, dev);
+    return err_set(ZORCH_ERR_ARG,
+                   "%s: target " ERR_IXV("%lld") " is out of range " ERR_IXV("0") ".." ERR_IXV("%lld")
+                   "%s (found on cuda:%d by an earlier kernel)", name, v, n - 1,
+                   v == -1 ? ERR_NOTE1(" (targets are 1-based, as Lua counts; add 1 to 0-based labels)") : "", dev);
   return err_set(ZORCH_ERR_ARG,
-                 "%s: index %lld out of range for a dimension of size %lld (found on cuda:%d by an earlier kernel)", name,
-                 v, n, dev);
+                 "%s: index " ERR_IXV("%lld") " is out of range " ERR_IXV("0") ".." ERR_IXV("%lld")
+                 "%s (found on cuda:%d by an earlier kernel)", name, v, n - 1,
+                 v == -1 ? ERR_NOTE1(" (indices are 1-based, as Lua counts)") : "", dev);
 }
 
 zorch_status cu_launched(const char *op) {

@@ -5,7 +5,7 @@
 
 /* The default seed is fixed: runs are reproducible unless asked otherwise. */
 #define RNG_DEFAULT_SEED 20240229u
-#define ZSTATE_INIT {{RNG_DEFAULT_SEED, 0, true}, true, ZORCH_OK, ""}
+#define ZSTATE_INIT {{RNG_DEFAULT_SEED, 0, true}, true, ZORCH_OK, "", ""}
 
 static _Thread_local zstate thread_state = ZSTATE_INIT;
 static _Thread_local zstate *current;

@@ -21,7 +21,8 @@ typedef struct zstate {
   zorch_generator gen; /* the default generator */
   bool grad_enabled;
   zorch_status err_code;
-  char err_msg[ZSTATE_MSG];
+  char err_msg[ZSTATE_MSG]; /* the message, 0-based (zorch_last_error) */
+  char err_raw[ZSTATE_MSG]; /* the same with its numbers marked (error.h) */
 } zstate;
 
 /* The current state of this thread (its own unless a VM swapped one in). */

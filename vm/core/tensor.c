@@ -208,9 +208,13 @@ bool tensor_same_shape(const zorch_tensor *a, const zorch_tensor *b) {
 zorch_status dim_wrap(const char *op, int dim, int ndim, int extra, int *out) {
   int n = ndim + extra;
   int lo = n > 0 ? -n : -1, hi = n > 0 ? n - 1 : 0;
-  if (dim < lo || dim > hi)
-    return err_set(ZORCH_ERR_ARG, "%s: dim %d out of range for a %d-dimensional tensor", op, dim,
-                   ndim);
+  if (dim < lo || dim > hi) {
+    if (lo == -1)
+      return err_set(ZORCH_ERR_ARG, "%s: dim " ERR_IX("%d") " out of range for a %d-d tensor "
+                     "(expected " ERR_IX("0") " or -1)", op, dim, ndim);
+    return err_set(ZORCH_ERR_ARG, "%s: dim " ERR_IX("%d") " out of range for a %d-d tensor "
+                   "(expected " ERR_IX("0") ".." ERR_IX("%d") " or %d..-1)", op, dim, ndim, hi, lo);
+  }
   *out = dim < 0 ? dim + (n > 0 ? n : 1) : dim;
   return ZORCH_OK;
 }
@@ -223,7 +227,7 @@ zorch_status shape_broadcast(const char *op, int na, const int64_t *sa, int nb,
     int64_t b = i < n - nb ? 1 : sb[i - (n - nb)];
     if (a != b && a != 1 && b != 1) {
       char ba[ERR_SHAPE_BUF], bb[ERR_SHAPE_BUF];
-      return err_set(ZORCH_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast (dim %d: %lld vs %lld)",
+      return err_set(ZORCH_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast (dim " ERR_IX("%d") ": %lld vs %lld)",
                      op, err_shape_str(na, sa, ba, sizeof ba), err_shape_str(nb, sb, bb, sizeof bb),
                      i, (long long)a, (long long)b);
     }
