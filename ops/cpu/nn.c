@@ -68,7 +68,7 @@ zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zor
 static zorch_status check_targets(const int64_t *tg, int64_t n, int64_t c, int64_t ignore) {
   for (int64_t i = 0; i < n; i++)
     if (tg[i] != ignore && (tg[i] < 0 || tg[i] >= c))
-      return err_set(ZORCH_ERR_ARG, "cross_entropy: target %lld out of range for %lld classes",
+      return err_set(ZORCH_ERR_ARG, "target %lld out of range for %lld classes",
                      (long long)tg[i], (long long)c);
   return ZORCH_OK;
 }
