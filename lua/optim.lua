@@ -137,8 +137,11 @@ function optim.SGD:step()
       local first = false
       if not s then
         s = {}
-        if o.momentum ~= 0 then s.momentum_buffer = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}) end
         self.state[i] = s
+      end
+      -- made at the first step with momentum (a scheduler may turn momentum on later)
+      if o.momentum ~= 0 and not s.momentum_buffer then
+        s.momentum_buffer = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()})
         first = true
       end
       zorch._sgd_step(p, g, s.momentum_buffer, first, k)

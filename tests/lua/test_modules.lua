@@ -269,6 +269,18 @@ do
      "ReduceLROnPlateau takes a one-element tensor")
 end
 
+do -- an SGD that has stepped without momentum gets a momentum buffer once the cycle turns it on
+  local w = zorch.ones(2, {requires_grad = true})
+  local o = optim.SGD({w}, {lr = 0.1})
+  w:sum():backward()
+  o:step()
+  local s = optim.lr_scheduler.OneCycleLR(o, {max_lr = 0.1, total_steps = 5})
+  o:step()
+  s:step()
+  ok(o.state[1].momentum_buffer ~= nil and o.defaults.momentum < 0.95 and math.abs(w[1]:item() - 0.896) < 1e-6,
+     "OneCycleLR turns momentum on for an SGD that stepped without it")
+end
+
 local onecycle = optim.lr_scheduler.OneCycleLR(make_opt("sgd"), {max_lr = 0.1, total_steps = 3})
 for _ = 1, 3 do onecycle:step() end
 raises("OneCycleLR past total_steps", function() onecycle:step() end, "OneCycleLR", "4 times", "total_steps = 3")
