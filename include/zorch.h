@@ -231,6 +231,9 @@ ZORCH_API zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target
    entries equal to ignore_index add nothing. */
 ZORCH_API zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target,
                                   zorch_reduction r, int64_t ignore_index);
+/* The same on log-probabilities logp (N, C) or (C): -logp[target], reduced. */
+ZORCH_API zorch_tensor *zorch_nll_loss(zorch_tensor *logp, zorch_tensor *target,
+                                       zorch_reduction r, int64_t ignore_index);
 /* weight (V, D), idx int64 of any shape -> (*idx.shape, D). */
 ZORCH_API zorch_tensor *zorch_embedding(zorch_tensor *weight, zorch_tensor *idx);
 /* Normalises over the last `nnorm` dims; weight and bias (their shape) may be NULL. */

@@ -64,6 +64,39 @@ static int f_randn(lua_State *L) {
   return push_new(L, zorch_randn(a.ndim, a.shape, a.o.dtype, a.o.device, NULL), &a.o);
 }
 
+/* ---- zeros_like, ones_like, full_like, rand_like, randn_like ---------------------------- */
+/* x's shape; x's dtype and device unless the options table at oi names them. */
+typedef enum { LIKE_ZEROS, LIKE_ONES, LIKE_FULL, LIKE_RAND, LIKE_RANDN } like_kind;
+static int new_like(lua_State *L, like_kind k) {
+  zorch_tensor *x = T(1);
+  double value = k == LIKE_FULL ? luaL_checknumber(L, 2) : 0;
+  int oi = k == LIKE_FULL ? 3 : 2;
+  lz_opts o;
+  lz_get_opts(L, oi, &o, zorch_tensor_dtype(x));
+  bool device_given = false;
+  if (lua_istable(L, oi)) {
+    device_given = lua_getfield(L, oi, "device") != LUA_TNIL;
+    lua_pop(L, 1);
+  }
+  if (!device_given) o.device = zorch_tensor_device(x);
+  if ((k == LIKE_RAND || k == LIKE_RANDN) && !zorch_dtype_is_float(o.dtype))
+    return luaL_error(L, "%s: needs a floating-point dtype, got %s", k == LIKE_RAND ? "rand_like" : "randn_like",
+                      zorch_dtype_name(o.dtype));
+  int nd = zorch_tensor_ndim(x);
+  const int64_t *shape = zorch_tensor_shape(x);
+  zorch_tensor *t = k == LIKE_ZEROS  ? zorch_zeros(nd, shape, o.dtype, o.device)
+                    : k == LIKE_ONES ? zorch_ones(nd, shape, o.dtype, o.device)
+                    : k == LIKE_FULL ? zorch_full(nd, shape, value, o.dtype, o.device)
+                    : k == LIKE_RAND ? zorch_rand(nd, shape, o.dtype, o.device, NULL)
+                                     : zorch_randn(nd, shape, o.dtype, o.device, NULL);
+  return push_new(L, t, &o);
+}
+static int f_zeros_like(lua_State *L) { return new_like(L, LIKE_ZEROS); }
+static int f_ones_like(lua_State *L) { return new_like(L, LIKE_ONES); }
+static int f_full_like(lua_State *L) { return new_like(L, LIKE_FULL); }
+static int f_rand_like(lua_State *L) { return new_like(L, LIKE_RAND); }
+static int f_randn_like(lua_State *L) { return new_like(L, LIKE_RANDN); }
+
 static int f_arange(lua_State *L) {
   int top = lua_gettop(L), oi = top;
   while (oi > 0 && lua_type(L, oi) != LUA_TNUMBER) oi--;
@@ -492,7 +525,8 @@ static int f_l1_loss(lua_State *L) {
   PUSH(o);
 }
 /* targets are 1-based class indices; ignore_index is too (default -100) */
-static int f_cross_entropy(lua_State *L) {
+typedef zorch_tensor *(*nll_fn)(zorch_tensor *, zorch_tensor *, zorch_reduction, int64_t);
+static int nll_call(lua_State *L, nll_fn fn) {
   zorch_reduction r = ZORCH_REDUCE_MEAN;
   lua_Integer ignore = -100;
   if (lua_istable(L, 3)) {
@@ -503,10 +537,18 @@ static int f_cross_entropy(lua_State *L) {
     lua_pop(L, 2);
   }
   zorch_tensor *x = T(1), *t = lz_index0(L, 2);
-  zorch_tensor *o = zorch_cross_entropy(x, t, r, ignore - 1);
+  zorch_tensor *o = fn(x, t, r, ignore - 1);
   zorch_tensor_free(t);
   PUSH(o);
 }
+static int f_cross_entropy(lua_State *L) { return nll_call(L, zorch_cross_entropy); }
+/* on log-probabilities */
+static int f_nll_loss(lua_State *L) { return nll_call(L, zorch_nll_loss); }
+
+/* functions only, in a list of their own (lz_open_functions adds both lists) */
+static const luaL_Reg more_functions[] = {
+    {"zeros_like", f_zeros_like}, {"ones_like", f_ones_like}, {"full_like", f_full_like},
+    {"rand_like", f_rand_like}, {"randn_like", f_randn_like}, {"nll_loss", f_nll_loss}, {NULL, NULL}};
 static int f_embedding(lua_State *L) {
   zorch_tensor *w = T(1), *i = lz_index0(L, 2);
   zorch_tensor *o = zorch_embedding(w, i);
@@ -654,6 +696,7 @@ void lz_open_functions(lua_State *L) {
   lua_pushvalue(L, module);
   luaL_setfuncs(L, both, 0);
   luaL_setfuncs(L, functions_only, 0);
+  luaL_setfuncs(L, more_functions, 0);
   lua_pop(L, 1);
   luaL_setfuncs(L, both, 0);
   lua_pop(L, 2);

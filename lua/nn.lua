@@ -353,4 +353,363 @@ nn.CrossEntropyLoss = loss("nn.CrossEntropyLoss", function(s, x, t)
   return zorch.cross_entropy(x, t, {reduction = s.reduction, ignore_index = s.opts.ignore_index})
 end)
 
+-- ---- Flatten, Softmax, LogSoftmax ----------------------------------------------------------
+
+-- A dim given to a module: a non-zero integer (1-based; negative counts from the end).
+local function check_dim(fn, name, d)
+  if math.type(d) ~= "integer" or d == 0 then
+    error(("%s: %s must be a non-zero integer (dims count from 1, negative from the end), got %s"):format(
+      fn, name, tostring(d)), 3)
+  end
+end
+
+local function shape_str(t) return "(" .. table.concat(t.shape, ", ") .. ")" end
+
+-- Flattens dims start_dim..end_dim into one (defaults 2 and -1: all but the batch dim).
+nn.Flatten = Module:extend "nn.Flatten"
+function nn.Flatten:init(start_dim, end_dim)
+  start_dim, end_dim = start_dim or 2, end_dim or -1
+  check_dim("nn.Flatten", "start_dim", start_dim)
+  check_dim("nn.Flatten", "end_dim", end_dim)
+  self.start_dim, self.end_dim = start_dim, end_dim
+end
+function nn.Flatten:forward(x)
+  if not zorch.is_tensor(x) then error(("nn.Flatten: expected a tensor, got %s"):format(type(x)), 2) end
+  local n = x:dim()
+  local s = self.start_dim < 0 and n + 1 + self.start_dim or self.start_dim
+  local e = self.end_dim < 0 and n + 1 + self.end_dim or self.end_dim
+  if s < 1 or e > n or s > e then
+    error(("nn.Flatten: start_dim %d and end_dim %d do not fit an input of shape %s"):format(
+      self.start_dim, self.end_dim, shape_str(x)), 2)
+  end
+  local shape, m = {}, 1
+  for d = 1, s - 1 do shape[#shape + 1] = x.shape[d] end
+  for d = s, e do m = m * x.shape[d] end
+  shape[#shape + 1] = m
+  for d = e + 1, n do shape[#shape + 1] = x.shape[d] end
+  return x:reshape(shape)
+end
+nn.Flatten.__tostring = function(s)
+  return ("nn.Flatten(start_dim=%d, end_dim=%d)"):format(s.start_dim, s.end_dim)
+end
+
+local function softmax_module(name, fn)
+  local cls = Module:extend(name)
+  function cls:init(dim)
+    check_dim(name, "dim", dim)
+    self.dim = dim
+  end
+  function cls:forward(x) return fn(x, self.dim) end
+  cls.__tostring = function(s) return ("%s(dim=%d)"):format(name, s.dim) end
+  return cls
+end
+nn.Softmax = softmax_module("nn.Softmax", zorch.softmax)
+nn.LogSoftmax = softmax_module("nn.LogSoftmax", zorch.log_softmax)
+
+-- ---- ModuleList ------------------------------------------------------------------------------
+
+-- A list of modules, registered as children "0", "1", ... (PyTorch's names, so
+-- state dicts match); indexed from 1 in Lua: list[1] is child "0". It has no
+-- forward: iterate over it (ipairs, #list) in the owner's forward.
+nn.ModuleList = Module:extend "nn.ModuleList"
+local ModuleList = nn.ModuleList
+local function is_module(m) return type(m) == "table" and rawget(m, "_order") ~= nil end
+
+function ModuleList:init(modules)
+  rawset(self, "n", 0)
+  if modules == nil then return end
+  if type(modules) ~= "table" or is_module(modules) then
+    error("nn.ModuleList: expected a list of modules ({m1, m2, ...}) or nothing", 3)
+  end
+  for i, m in ipairs(modules) do
+    if not is_module(m) then error(("nn.ModuleList: item %d is a %s, not a module"):format(i, type(m)), 3) end
+    self:append(m)
+  end
+end
+function ModuleList:append(m)
+  if not is_module(m) then
+    error(("nn.ModuleList:append: expected a module, got %s"):format(type(m)), 2)
+  end
+  self[tostring(self.n)] = m
+  rawset(self, "n", self.n + 1)
+  return self
+end
+function ModuleList:forward()
+  error("nn.ModuleList: a module list has no forward; iterate over it (ipairs) in the owner's forward", 2)
+end
+-- list[i] (1-based, negative from the end); methods and fields otherwise
+ModuleList.__index = function(self, k)
+  if math.type(k) == "integer" then
+    local n = rawget(self, "n")
+    if k < 0 then k = n + 1 + k end
+    if k < 1 or k > n then return nil end
+    return rawget(self, tostring(k - 1))
+  end
+  return ModuleList[k]
+end
+-- list[i] = m replaces module i; list[#list + 1] = m appends
+ModuleList.__newindex = function(self, k, v)
+  if math.type(k) == "integer" then
+    local n = rawget(self, "n")
+    if not is_module(v) then error(("nn.ModuleList: item %d must be a module, got %s"):format(k, type(v)), 2) end
+    if k == n + 1 then return self:append(v) end
+    if k < 1 or k > n then
+      error(("nn.ModuleList: index %d out of range for a list of %d modules (1-based)"):format(k, n), 2)
+    end
+    rawset(self, tostring(k - 1), v)
+    return
+  end
+  Module.__newindex(self, k, v)
+end
+ModuleList.__len = function(self) return rawget(self, "n") end
+
+-- ---- losses: NLL, BCE, BCE with logits --------------------------------------------------------
+
+-- Checks a loss's options table: reduction and the allowed keys.
+local function loss_options(fn, opts, allowed)
+  if opts ~= nil and type(opts) ~= "table" then error(fn .. ": options must be a table", 4) end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if k ~= "reduction" and not allowed[k] then
+      local names = {"reduction"}
+      for n in pairs(allowed) do names[#names + 1] = n end
+      table.sort(names)
+      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k), table.concat(names, ", ")), 4)
+    end
+  end
+  local r = opts.reduction or "mean"
+  if r ~= "mean" and r ~= "sum" and r ~= "none" then
+    error(("%s: reduction must be 'mean', 'sum' or 'none', got '%s'"):format(fn, tostring(r)), 4)
+  end
+  for k in pairs(allowed) do
+    local v = opts[k]
+    if v ~= nil and allowed[k] == "tensor" and not zorch.is_tensor(v) then
+      error(("%s: %s must be a tensor, got %s"):format(fn, k, type(v)), 4)
+    elseif v ~= nil and allowed[k] == "integer" and math.type(v) ~= "integer" then
+      error(("%s: %s must be an integer, got %s"):format(fn, k, tostring(v)), 4)
+    end
+  end
+  return r, opts
+end
+
+local function reduce(loss, r)
+  if r == "none" then return loss end
+  if r == "sum" then return loss:sum() end
+  return loss:mean()
+end
+
+local function check_same_shape(fn, input, target)
+  if not zorch.is_tensor(input) then error(("%s: input must be a tensor, got %s"):format(fn, type(input)), 3) end
+  if not zorch.is_tensor(target) then error(("%s: target must be a tensor, got %s"):format(fn, type(target)), 3) end
+  if shape_str(input) ~= shape_str(target) then
+    error(("%s: input %s and target %s must have the same shape"):format(fn, shape_str(input),
+      shape_str(target)), 3)
+  end
+end
+
+-- log(1 + exp(x)) without overflow, with the gradient sigmoid(x) everywhere (x = 0 included).
+local function softplus(x)
+  return zorch.relu(x) + zorch.log(zorch.exp(zorch.where(x:gt(0), -x, x)) + 1)
+end
+
+-- Negative log-likelihood of log-probabilities (N, C) or (C,) and 1-based class
+-- targets (N,) or (); opts: reduction, ignore_index (1-based, default -100),
+-- weight (C,) per class (the mean then divides by the targets' summed weights).
+nn.NLLLoss = Module:extend "nn.NLLLoss"
+function nn.NLLLoss:init(opts)
+  self.reduction, opts = loss_options("nn.NLLLoss", opts, {ignore_index = "integer", weight = "tensor"})
+  rawset(self, "ignore_index", opts.ignore_index or -100)
+  rawset(self, "weight", opts.weight)
+  if opts.weight and opts.weight:dim() ~= 1 then
+    error(("nn.NLLLoss: weight must be 1-D (one per class), got shape %s"):format(shape_str(opts.weight)), 3)
+  end
+end
+function nn.NLLLoss:forward(input, target)
+  local w, ig = rawget(self, "weight"), rawget(self, "ignore_index")
+  if not w then return zorch.nll_loss(input, target, {reduction = self.reduction, ignore_index = ig}) end
+  local per = zorch.nll_loss(input, target, {reduction = "none", ignore_index = ig})
+  local c = input.shape[input:dim()]
+  if w.shape[1] ~= c then
+    error(("nn.NLLLoss: weight %s does not fit input %s (one weight per class)"):format(shape_str(w),
+      shape_str(input)), 2)
+  end
+  local ignored = target:eq(ig)
+  local wt = zorch.index_select(w, 1, zorch.masked_fill(target, ignored, 1):reshape({-1}))
+  wt = zorch.masked_fill(wt, ignored:reshape({-1}), 0):reshape(target.shape)
+  local loss = per * wt
+  if self.reduction == "none" then return loss end
+  if self.reduction == "sum" then return loss:sum() end
+  return loss:sum() / wt:sum()
+end
+
+-- -w * (y log x + (1 - y) log(1 - x)) on probabilities x, each log clamped at -100
+-- as PyTorch does; opts: reduction, weight (broadcast to the input).
+nn.BCELoss = Module:extend "nn.BCELoss"
+function nn.BCELoss:init(opts)
+  self.reduction, opts = loss_options("nn.BCELoss", opts, {weight = "tensor"})
+  rawset(self, "weight", opts.weight)
+end
+function nn.BCELoss:forward(input, target)
+  check_same_shape("nn.BCELoss", input, target)
+  local loss = -(target * zorch.clamp(zorch.log(input), -100) +
+                 (1 - target) * zorch.clamp(zorch.log(1 - input), -100))
+  local w = rawget(self, "weight")
+  if w then loss = loss * w end
+  return reduce(loss, self.reduction)
+end
+
+-- Sigmoid and binary cross entropy in one, stable for any logit:
+-- (1 - y) x + (1 + (pos_weight - 1) y) log(1 + exp(-x)); opts: reduction,
+-- pos_weight (per class, broadcast over the last dim), weight (broadcast to the input).
+nn.BCEWithLogitsLoss = Module:extend "nn.BCEWithLogitsLoss"
+function nn.BCEWithLogitsLoss:init(opts)
+  self.reduction, opts = loss_options("nn.BCEWithLogitsLoss", opts, {weight = "tensor", pos_weight = "tensor"})
+  rawset(self, "weight", opts.weight)
+  rawset(self, "pos_weight", opts.pos_weight)
+end
+function nn.BCEWithLogitsLoss:forward(input, target)
+  check_same_shape("nn.BCEWithLogitsLoss", input, target)
+  local pw, w = rawget(self, "pos_weight"), rawget(self, "weight")
+  local sp = softplus(-input)
+  if pw then sp = sp * ((pw - 1) * target + 1) end
+  local loss = (1 - target) * input + sp
+  if w then loss = loss * w end
+  return reduce(loss, self.reduction)
+end
+
+-- ---- parameter counts and summaries ---------------------------------------------------------
+
+local dtype_bytes = {float32 = 4, float64 = 8, bfloat16 = 2, float16 = 2, int32 = 4, int64 = 8, uint8 = 1,
+                     bool = 1}
+
+-- Counts of the distinct parameters of m (a parameter shared by two modules
+-- counts once): total, trainable (requires grad) and bytes.
+local function count_params(m)
+  local seen, total, trainable, bytes = {}, 0, 0, 0
+  for _, p in ipairs(each_param(m, "", {})) do
+    local t = p[2]
+    if not seen[t] then
+      seen[t] = true
+      local n = t:numel()
+      total = total + n
+      if t.requires_grad then trainable = trainable + n end
+      bytes = bytes + n * (dtype_bytes[t:dtype()] or 0)
+    end
+  end
+  return total, trainable, bytes
+end
+
+-- Number of parameter elements; trainable_only counts those that require grad.
+function Module:num_parameters(trainable_only)
+  local total, trainable = count_params(self)
+  return trainable_only and trainable or total
+end
+
+local function thousands(n)
+  local s = tostring(math.tointeger(n) or n)
+  local out = s:reverse():gsub("(%d%d%d)", "%1,"):reverse()
+  return (out:gsub("^,", ""))
+end
+
+local function human_bytes(b)
+  local units, i = {"B", "KiB", "MiB", "GiB", "TiB"}, 1
+  while b >= 1024 and i < #units do b, i = b / 1024, i + 1 end
+  return i == 1 and ("%d B"):format(b) or ("%.1f %s"):format(b, units[i])
+end
+
+local function out_shape(v)
+  if zorch.is_tensor(v) then return shape_str(v) end
+  if type(v) == "table" and not is_module(v) then
+    local parts = {}
+    for _, x in ipairs(v) do parts[#parts + 1] = zorch.is_tensor(x) and shape_str(x) or type(x) end
+    return "{" .. table.concat(parts, ", ") .. "}"
+  end
+  return type(v)
+end
+
+-- Runs model(input) once in eval mode without grad, noting each module's output
+-- shape; the modules' training flags are restored after it.
+local function record_shapes(model, rows, input)
+  local shapes, saved = {}, {}
+  for i, r in ipairs(rows) do
+    local m = r.module
+    saved[i] = {training = rawget(m, "training"), forward = rawget(m, "forward")}
+    local fwd = m.forward
+    rawset(m, "forward", function(self, ...)
+      local res = table.pack(fwd(self, ...))
+      shapes[m] = out_shape(res[1])
+      return table.unpack(res, 1, res.n)
+    end)
+  end
+  model:eval()
+  local args = (type(input) == "table" and not zorch.is_tensor(input)) and input or {input}
+  local ok, err = pcall(zorch.no_grad, function() return model(table.unpack(args)) end)
+  for i = #rows, 1, -1 do -- backwards: a module listed twice was wrapped twice
+    rawset(rows[i].module, "forward", saved[i].forward)
+    rawset(rows[i].module, "training", saved[i].training)
+  end
+  if not ok then
+    error(("nn.summary: the forward pass on the example input failed: %s"):format(
+      tostring(err):gsub("^[^:]*:%d+: ", "")), 3)
+  end
+  return shapes
+end
+
+-- A table of the modules (name, type, output shape for an example input, the
+-- parameter count of the module and its children) and the totals. Prints it
+-- unless opts.print is false; returns the text and {total, trainable, bytes}.
+-- `input` is a tensor or a list of the forward's arguments.
+function nn.summary(model, input, opts)
+  if not is_module(model) then error(("nn.summary: expected a module, got %s"):format(type(model)), 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("nn.summary: options must be a table", 2) end
+  local rows = {}
+  local function walk(m, name, depth)
+    local total = count_params(m)
+    rows[#rows + 1] = {module = m, name = name, depth = depth, type = getmetatable(m).__name, params = total}
+    for _, k in ipairs(m._order) do
+      local c = rawget(m, k)
+      if m._children[k] and c ~= nil then walk(c, name == "" and k or (name .. "." .. k), depth + 1) end
+    end
+  end
+  walk(model, "", 0)
+  local shapes = input ~= nil and record_shapes(model, rows, input) or nil
+  local header = {"Module", "Type"}
+  if shapes then header[#header + 1] = "Output shape" end
+  header[#header + 1] = "Params"
+  local cells = {}
+  for _, r in ipairs(rows) do
+    local name = r.depth == 0 and "(model)" or (("  "):rep(r.depth - 1) .. r.name:match("[^.]+$"))
+    local row = {name, r.type}
+    if shapes then row[#row + 1] = shapes[r.module] or "-" end
+    row[#row + 1] = thousands(r.params)
+    cells[#cells + 1] = row
+  end
+  local widths = {}
+  for i, h in ipairs(header) do widths[i] = #h end
+  for _, row in ipairs(cells) do
+    for i, c in ipairs(row) do widths[i] = math.max(widths[i], #c) end
+  end
+  local function line(row)
+    local parts = {}
+    for i, c in ipairs(row) do
+      parts[i] = i == #row and (" "):rep(widths[i] - #c) .. c or c .. (" "):rep(widths[i] - #c)
+    end
+    return table.concat(parts, "  ")
+  end
+  local rule = ("-"):rep(#line(header))
+  local total, trainable, bytes = count_params(model)
+  local out = {line(header), rule}
+  for _, row in ipairs(cells) do out[#out + 1] = line(row) end
+  out[#out + 1] = rule
+  out[#out + 1] = "Total params: " .. thousands(total)
+  out[#out + 1] = "Trainable params: " .. thousands(trainable)
+  out[#out + 1] = "Non-trainable params: " .. thousands(total - trainable)
+  out[#out + 1] = ("Parameter size: %s (%s bytes)"):format(human_bytes(bytes), thousands(bytes))
+  local text = table.concat(out, "\n")
+  if not (opts and opts.print == false) then print(text) end
+  return text, {total = total, trainable = trainable, bytes = bytes}
+end
+
+function Module:summary(input, opts) return nn.summary(self, input, opts) end
+
 return nn

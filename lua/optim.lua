@@ -162,8 +162,11 @@ function optim.SGD:step()
       local first = false
       if not s then
         s = {}
-        if o.momentum ~= 0 then s.momentum_buffer = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}) end
         self.state[i] = s
+      end
+      -- made at the first step with momentum (a scheduler may turn momentum on later)
+      if o.momentum ~= 0 and not s.momentum_buffer then
+        s.momentum_buffer = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()})
         first = true
       end
       zorch._sgd_step(p, g, s.momentum_buffer, first, k)
@@ -210,6 +213,241 @@ function optim.lr_scheduler.CosineWarmup(opt, warmup, total, min_lr)
   end
   if warmup > 0 then opt.lr = s:lr_at(0) end
   return s
+end
+
+-- ---- MultiStepLR, LambdaLR, OneCycleLR, ReduceLROnPlateau ------------------------------------
+-- Each sets opt.lr at construction (step 0), as PyTorch's do; state_dict() and
+-- load_state_dict() carry the step count (and ReduceLROnPlateau's counters).
+
+-- Options as options() reads them; the names in `required` must be given.
+local function sched_options(fn, opt, given, defaults, checks, required)
+  if type(opt) ~= "table" or opt.lr == nil then
+    error(fn .. ": expected an optimizer (optim.SGD, optim.Adam, ...) as argument 1", 3)
+  end
+  for _, k in ipairs(required or {}) do
+    if type(given) ~= "table" or given[k] == nil then error(("%s: option '%s' is required"):format(fn, k), 3) end
+  end
+  return options(fn, given, defaults, checks)
+end
+local num = function(v) return type(v) == "number" end
+local posint = function(v) return math.type(v) == "integer" and v > 0 end
+local nonnegint = function(v) return math.type(v) == "integer" and v >= 0 end
+local optional = function(check) return function(v) return v == false or check(v) end end
+
+-- lr = base * gamma ^ (how many milestones are <= step); a milestone listed
+-- twice counts twice.
+function optim.lr_scheduler.MultiStepLR(opt, opts)
+  local o = sched_options("MultiStepLR", opt, opts, {milestones = {}, gamma = 0.1},
+                          {gamma = num, milestones = function(v)
+                            if type(v) ~= "table" then return false end
+                            for _, m in ipairs(v) do if not nonnegint(m) then return false end end
+                            return true
+                          end})
+  local ms = {}
+  for i, m in ipairs(o.milestones) do ms[i] = m end
+  table.sort(ms)
+  local s = setmetatable({optimizer = opt, base_lr = opt.lr, last_step = 0, milestones = ms, gamma = o.gamma}, Sched)
+  function s:lr_at(n)
+    local lr = self.base_lr
+    for _, m in ipairs(self.milestones) do
+      if m > n then break end
+      lr = lr * self.gamma
+    end
+    return lr
+  end
+  opt.lr = s:lr_at(0)
+  return s
+end
+
+-- lr = base * lr_lambda(step)
+function optim.lr_scheduler.LambdaLR(opt, opts)
+  local o = sched_options("LambdaLR", opt, opts, {lr_lambda = false},
+                          {lr_lambda = function(v) return type(v) == "function" end}, {"lr_lambda"})
+  local s = setmetatable({optimizer = opt, base_lr = opt.lr, last_step = 0, lr_lambda = o.lr_lambda}, Sched)
+  function s:lr_at(n)
+    local f = self.lr_lambda(n)
+    if type(f) ~= "number" then
+      error(("LambdaLR: lr_lambda(%d) returned a %s, not a number"):format(n, type(f)), 3)
+    end
+    return self.base_lr * f
+  end
+  opt.lr = s:lr_at(0)
+  return s
+end
+
+-- The 1cycle policy, with PyTorch's phases and formulas: from max_lr /
+-- div_factor up to max_lr over pct_start of the steps, then down to
+-- max_lr / div_factor / final_div_factor (three_phase: back to the start, then
+-- down). With cycle_momentum (default) the optimizer's momentum (SGD) or
+-- beta1 (Adam, AdamW) moves the other way, between max_momentum and base_momentum.
+local OneCycle = setmetatable({}, {__index = Sched})
+OneCycle.__index = OneCycle
+
+local function anneal_cos(a, b, pct) return b + (a - b) / 2.0 * (math.cos(math.pi * pct) + 1) end
+local function anneal_linear(a, b, pct) return (b - a) * pct + a end
+
+function optim.lr_scheduler.OneCycleLR(opt, opts)
+  local fn = "OneCycleLR"
+  local o = sched_options(fn, opt, opts,
+    {max_lr = false, total_steps = false, epochs = false, steps_per_epoch = false, pct_start = 0.3,
+     anneal_strategy = "cos", div_factor = 25.0, final_div_factor = 1e4, three_phase = false,
+     cycle_momentum = true, base_momentum = 0.85, max_momentum = 0.95},
+    {max_lr = function(v) return type(v) == "number" and v > 0 end,
+     total_steps = optional(posint), epochs = optional(posint), steps_per_epoch = optional(posint),
+     pct_start = function(v) return type(v) == "number" and v >= 0 and v <= 1 end,
+     anneal_strategy = function(v) return v == "cos" or v == "linear" end,
+     div_factor = function(v) return type(v) == "number" and v > 0 end,
+     final_div_factor = function(v) return type(v) == "number" and v > 0 end,
+     three_phase = bool, cycle_momentum = bool, base_momentum = num, max_momentum = num}, {"max_lr"})
+  local total = o.total_steps
+  if not total then
+    if not (o.epochs and o.steps_per_epoch) then
+      error("OneCycleLR: give total_steps, or epochs and steps_per_epoch", 2)
+    end
+    total = o.epochs * o.steps_per_epoch
+  end
+  local initial = o.max_lr / o.div_factor
+  local lrs = {initial = initial, max = o.max_lr, min = initial / o.final_div_factor}
+  local mom = {max = o.max_momentum, base = o.base_momentum}
+  local phases
+  if o.three_phase then
+    phases = {{end_step = o.pct_start * total - 1, lr = {"initial", "max"}, mom = {"max", "base"}},
+              {end_step = 2 * o.pct_start * total - 2, lr = {"max", "initial"}, mom = {"base", "max"}},
+              {end_step = total - 1, lr = {"initial", "min"}, mom = {"max", "max"}}}
+  else
+    phases = {{end_step = o.pct_start * total - 1, lr = {"initial", "max"}, mom = {"max", "base"}},
+              {end_step = total - 1, lr = {"max", "min"}, mom = {"base", "max"}}}
+  end
+  local d = opt.defaults
+  local beta1 = type(d) == "table" and type(d.betas) == "table"
+  if o.cycle_momentum then
+    if type(d) ~= "table" or (d.momentum == nil and not beta1) then
+      error("OneCycleLR: cycle_momentum needs an optimizer with momentum or betas (or cycle_momentum = false)", 2)
+    end
+  end
+  local s = setmetatable({optimizer = opt, last_step = 0, total_steps = total, phases = phases, lrs = lrs,
+                          moms = mom, anneal = o.anneal_strategy == "cos" and anneal_cos or anneal_linear,
+                          cycle_momentum = o.cycle_momentum, beta1 = beta1}, OneCycle)
+  s:apply(0)
+  return s
+end
+
+-- (lr, momentum) at step n
+function OneCycle:at(n)
+  if n > self.total_steps then
+    error(("OneCycleLR: tried to step %d times; the schedule has total_steps = %d"):format(n, self.total_steps), 3)
+  end
+  local start = 0.0
+  for i, ph in ipairs(self.phases) do
+    if n <= ph.end_step or i == #self.phases then
+      local pct = (n - start) / (ph.end_step - start)
+      return self.anneal(self.lrs[ph.lr[1]], self.lrs[ph.lr[2]], pct),
+             self.anneal(self.moms[ph.mom[1]], self.moms[ph.mom[2]], pct)
+    end
+    start = ph.end_step
+  end
+end
+
+function OneCycle:apply(n)
+  local lr, m = self:at(n)
+  self.optimizer.lr = lr
+  if self.cycle_momentum then
+    local d = self.optimizer.defaults
+    if self.beta1 then d.betas = {m, d.betas[2]} else d.momentum = m end
+  end
+  return lr
+end
+
+function OneCycle:lr_at(n) return (self:at(n)) end
+function OneCycle:step()
+  local lr = self:apply(self.last_step + 1)
+  self.last_step = self.last_step + 1
+  return lr
+end
+function OneCycle:state_dict() return {last_step = self.last_step} end
+function OneCycle:load_state_dict(sd)
+  if type(sd) ~= "table" or math.type(sd.last_step) ~= "integer" then
+    error("OneCycleLR:load_state_dict: expected {last_step = n}", 2)
+  end
+  self.last_step = sd.last_step
+  self:apply(self.last_step)
+end
+
+-- Divides the lr by 1/factor once the metric passed to step(metric) has not
+-- improved (by threshold, relative or absolute) for more than `patience`
+-- steps; then waits `cooldown` steps; never below min_lr, and not for a change
+-- smaller than eps.
+local Plateau = {}
+Plateau.__index = Plateau
+
+function optim.lr_scheduler.ReduceLROnPlateau(opt, opts)
+  local o = sched_options("ReduceLROnPlateau", opt, opts,
+    {mode = "min", factor = 0.1, patience = 10, threshold = 1e-4, threshold_mode = "rel", cooldown = 0,
+     min_lr = 0, eps = 1e-8},
+    {mode = function(v) return v == "min" or v == "max" end,
+     factor = function(v) return type(v) == "number" and v < 1 and v >= 0 end,
+     patience = nonnegint, threshold = nonneg, cooldown = nonnegint, min_lr = nonneg, eps = nonneg,
+     threshold_mode = function(v) return v == "rel" or v == "abs" end})
+  local s = setmetatable({optimizer = opt, last_step = 0, best = o.mode == "min" and math.huge or -math.huge,
+                          num_bad_epochs = 0, cooldown_counter = 0}, Plateau)
+  for k, v in pairs(o) do s[k] = v end
+  return s
+end
+
+function Plateau:is_better(a, best)
+  if self.mode == "min" then
+    if self.threshold_mode == "rel" then return a < best * (1.0 - self.threshold) end
+    return a < best - self.threshold
+  end
+  if self.threshold_mode == "rel" then return a > best * (self.threshold + 1.0) end
+  return a > best + self.threshold
+end
+
+-- metric: a number or a one-element tensor
+function Plateau:step(metric)
+  if zorch.is_tensor(metric) then
+    if metric:numel() ~= 1 then
+      error(("ReduceLROnPlateau:step: the metric must be a number or a one-element tensor, got shape (%s)"):format(
+        table.concat(metric.shape, ", ")), 2)
+    end
+    metric = metric:item()
+  end
+  if type(metric) ~= "number" then
+    error(("ReduceLROnPlateau:step: expected the metric (a number), got %s"):format(type(metric)), 2)
+  end
+  self.last_step = self.last_step + 1
+  if self:is_better(metric, self.best) then
+    self.best, self.num_bad_epochs = metric, 0
+  else
+    self.num_bad_epochs = self.num_bad_epochs + 1
+  end
+  if self.cooldown_counter > 0 then
+    self.cooldown_counter = self.cooldown_counter - 1
+    self.num_bad_epochs = 0
+  end
+  if self.num_bad_epochs > self.patience then
+    local old = self.optimizer.lr
+    local new = math.max(old * self.factor, self.min_lr)
+    if old - new > self.eps then self.optimizer.lr = new end
+    self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+  end
+  return self.optimizer.lr
+end
+function Plateau:get_lr() return self.optimizer.lr end
+local plateau_state = {"last_step", "best", "num_bad_epochs", "cooldown_counter"}
+function Plateau:state_dict()
+  local sd = {}
+  for _, k in ipairs(plateau_state) do sd[k] = self[k] end
+  return sd
+end
+function Plateau:load_state_dict(sd)
+  if type(sd) ~= "table" then error("ReduceLROnPlateau:load_state_dict: expected a table", 2) end
+  for _, k in ipairs(plateau_state) do
+    if type(sd[k]) ~= "number" then
+      error(("ReduceLROnPlateau:load_state_dict: '%s' missing or not a number"):format(k), 2)
+    end
+    self[k] = sd[k]
+  end
 end
 
 return optim

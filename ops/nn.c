@@ -1,4 +1,4 @@
-/* nn.c: losses (mse, cross entropy), embedding, layer norm and dropout. */
+/* nn.c: losses (mse, cross entropy, nll), embedding, layer norm and dropout. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,35 +46,33 @@ static zorch_status nll_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   return ZORCH_OK;
 }
 
-static zorch_status cross_entropy_check(const zorch_tensor *logits, const zorch_tensor *target,
-                                        zorch_reduction r) {
+/* op is "cross_entropy" or "nll_loss": the checks and messages are the same. */
+static zorch_status cross_entropy_check(const char *op, const zorch_tensor *logits,
+                                        const zorch_tensor *target, zorch_reduction r) {
   char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
-  const char *op = "cross_entropy";
   if (check_arg(op, "input", logits) || check_arg(op, "target", target) ||
       check_same_device(op, logits, target))
     return zorch_last_status();
   if (target->dtype != ZORCH_I64)
-    return err_set(ZORCH_ERR_DTYPE, "cross_entropy: target must be int64 class indices, got %s",
+    return err_set(ZORCH_ERR_DTYPE, "%s: target must be int64 class indices, got %s", op,
                    zorch_dtype_name(target->dtype));
   bool batched = logits->ndim == 2;
   if (!(batched || logits->ndim == 1) || target->ndim != (batched ? 1 : 0) ||
       (batched && target->shape[0] != logits->shape[0]))
-    return err_set(ZORCH_ERR_SHAPE, "cross_entropy: input %s and target %s do not fit (expected "
-                   "(N, C) with (N,), or (C,) with ())", SHAPE(logits, s1), SHAPE(target, s2));
+    return err_set(ZORCH_ERR_SHAPE, "%s: input %s and target %s do not fit (expected "
+                   "(N, C) with (N,), or (C,) with ())", op, SHAPE(logits, s1), SHAPE(target, s2));
   if ((unsigned)r > ZORCH_REDUCE_NONE)
-    return err_set(ZORCH_ERR_ARG, "cross_entropy: bad reduction %d", (int)r);
+    return err_set(ZORCH_ERR_ARG, "%s: bad reduction %d", op, (int)r);
   return ZORCH_OK;
 }
 
-/* The loss of each target, -log_softmax(logits)[target] ((N,) or ()), in the
-   compute dtype, recorded as one node on log_softmax(logits). */
-static zorch_tensor *cross_entropy_nll(zorch_tensor *logits, zorch_tensor *target,
-                                       int64_t ignore_index) {
-  bool batched = logits->ndim == 2;
-  nll_args args = {.n = batched ? logits->shape[0] : 1, .c = logits->shape[logits->ndim - 1],
+/* The loss of each target, -logp[target] ((N,) or ()), in the compute dtype,
+   recorded as one node on logp, which stays the caller's. */
+static zorch_tensor *nll_of(const char *op, zorch_tensor *logp, zorch_tensor *target,
+                            int64_t ignore_index) {
+  bool batched = logp->ndim == 2;
+  nll_args args = {.n = batched ? logp->shape[0] : 1, .c = logp->shape[logp->ndim - 1],
                    .ignore_index = ignore_index};
-  zorch_tensor *logp = zorch_log_softmax(logits, -1);
-  if (!logp) return NULL;
   zorch_tensor *lp = NULL, *tg = NULL, *loss = NULL;
   zorch_status st;
   /* 16-bit log-probabilities are read in float32 (the kernels' dtypes) */
@@ -86,11 +84,21 @@ static zorch_tensor *cross_entropy_nll(zorch_tensor *logits, zorch_tensor *targe
   if (st) {
     zorch_tensor_free(loss);
     loss = NULL;
-    err_prefix("cross_entropy");
+    err_prefix(op);
   } else {
     loss = ag_record(loss, "NllLossBackward", nll_bwd, 1, &logp, 1, &tg, &args, sizeof args);
   }
-  OP_FREE(logp, lp, tg);
+  OP_FREE(lp, tg);
+  return loss;
+}
+
+/* The loss of each target, -log_softmax(logits)[target], recorded on log_softmax(logits). */
+static zorch_tensor *cross_entropy_nll(zorch_tensor *logits, zorch_tensor *target,
+                                       int64_t ignore_index) {
+  zorch_tensor *logp = zorch_log_softmax(logits, -1);
+  if (!logp) return NULL;
+  zorch_tensor *loss = nll_of("cross_entropy", logp, target, ignore_index);
+  zorch_tensor_free(logp);
   return loss;
 }
 
@@ -126,19 +134,30 @@ done:
   return out;
 }
 
-zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target, zorch_reduction r,
-                                  int64_t ignore_index) {
-  if (cross_entropy_check(logits, target, r)) return NULL;
-  zorch_tensor *loss = cross_entropy_nll(logits, target, ignore_index);
+/* The reduced loss, back in the input's dtype where that is a float. */
+static zorch_tensor *nll_finish(zorch_tensor *loss, zorch_tensor *input, zorch_tensor *target,
+                                zorch_reduction r, int64_t ignore_index) {
   if (!loss) return NULL;
   zorch_tensor *out = cross_entropy_reduce(loss, target, r, ignore_index);
   zorch_tensor_free(loss);
-  if (out && out->dtype != logits->dtype && zorch_dtype_is_float(logits->dtype)) {
-    zorch_tensor *o2 = zorch_to_dtype(out, logits->dtype);
+  if (out && out->dtype != input->dtype && zorch_dtype_is_float(input->dtype)) {
+    zorch_tensor *o2 = zorch_to_dtype(out, input->dtype);
     zorch_tensor_free(out);
     out = o2;
   }
   return out;
+}
+
+zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target, zorch_reduction r,
+                                  int64_t ignore_index) {
+  if (cross_entropy_check("cross_entropy", logits, target, r)) return NULL;
+  return nll_finish(cross_entropy_nll(logits, target, ignore_index), logits, target, r, ignore_index);
+}
+
+zorch_tensor *zorch_nll_loss(zorch_tensor *logp, zorch_tensor *target, zorch_reduction r,
+                             int64_t ignore_index) {
+  if (cross_entropy_check("nll_loss", logp, target, r)) return NULL;
+  return nll_finish(nll_of("nll_loss", logp, target, ignore_index), logp, target, r, ignore_index);
 }
 
 /* ---- index_select and embedding ----------------------------------------------------------- */

@@ -70,7 +70,7 @@ zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zor
 static zorch_status check_targets(const int64_t *tg, int64_t n, int64_t c, int64_t ignore) {
   for (int64_t i = 0; i < n; i++)
     if (tg[i] != ignore && (tg[i] < 0 || tg[i] >= c))
-      return err_set(ZORCH_ERR_ARG, "cross_entropy: target " ERR_IXV("%lld") " at position " ERR_IX("%lld")
+      return err_set(ZORCH_ERR_ARG, "target " ERR_IXV("%lld") " at position " ERR_IX("%lld")
                      " is out of range " ERR_IXV("0") ".." ERR_IXV("%lld") "%s", (long long)tg[i],
                      (long long)i, (long long)c - 1,
                      tg[i] == -1 ? ERR_NOTE1(" (targets are 1-based, as Lua counts; add 1 to 0-based labels)") : "");

@@ -63,6 +63,12 @@ tap.raises("indices are 1-based", function() return t23[0] end, "1-based")
 tap.raises("out-of-range index", function() return t23[3] end, "select", "(2, 3)")
 tap.raises("cross_entropy checks the class range", function() zorch.cross_entropy(t23, zorch.tensor{1, 9}) end, "target")
 tap.raises("cross_entropy wants int64 targets", function() zorch.cross_entropy(t23, zorch.ones(2)) end, "int64")
+tap.raises("nll_loss checks the class range", function() zorch.nll_loss(t23, zorch.tensor{1, 4}) end,
+           "nll_loss", "target 3 out of range for 3 classes")
+tap.raises("nll_loss names both shapes", function() zorch.nll_loss(t23, zorch.tensor{1}) end, "nll_loss", "(2, 3)", "(1,)")
+tap.raises("zeros_like wants a tensor", function() zorch.zeros_like(3) end, "zeros_like", "tensor expected")
+tap.raises("randn_like wants a float dtype", function() zorch.randn_like(t23, {dtype = "int64"}) end,
+           "randn_like", "int64")
 tap.raises("linear names input and weight", function() zorch.linear(t23, t45) end, "linear", "(2, 3)", "(4, 5)")
 tap.raises("view of a bad size", function() t23:view(4, 4) end, "view", "(4, 4)", "(2, 3)")
 tap.raises("tensor of a ragged table", function() zorch.tensor{{1, 2}, {3}} end, "ragged")
