@@ -86,7 +86,7 @@ do -- stable at any magnitude: no inf or nan for logits of +-1000
 end
 
 raises("NLLLoss checks the class range", function() nn.NLLLoss()(lp16, zorch.tensor{1, 2, 4, 1}) end,
-       "nll_loss", "target 3 out of range for 3 classes")
+       "nll_loss", "target 4 at position 3 is out of range 1..3")
 raises("NLLLoss wants int64 targets", function() nn.NLLLoss()(lp16, zorch.ones(4)) end, "int64")
 raises("NLLLoss names the shapes", function() nn.NLLLoss()(lp16, zorch.tensor{1, 2}) end,
        "nll_loss", "(4, 3)", "(2,)")
