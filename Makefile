@@ -28,7 +28,8 @@ LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I/usr/include/lua5.4
-LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/engine.lua lua/checkpoint.lua
+LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/engine.lua lua/checkpoint.lua \
+            lua/progress.lua lua/metrics.lua lua/plot.lua
 LIB_SRC  := $(filter-out vm/host/main.c $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua

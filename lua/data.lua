@@ -1,4 +1,4 @@
--- zorch.data: datasets, a batching loader, file readers and a progress display.
+-- zorch.data: datasets, a batching loader and file readers.
 local zorch = ...
 local data = {}
 
@@ -160,34 +160,5 @@ end
 
 function data.read_csv(path, opts) return zorch._read_csv(path, opts) end
 function data.load_npy(path) return zorch._load_npy(path) end
-
--- zorch.progress(n, opts): a progress display for n steps. bar:update(k, {loss=})
--- after each step; on a terminal it redraws one line (step, rate, ETA, loss),
--- otherwise it prints a plain line every `every` steps (default n / 10).
-local Progress = {}
-Progress.__index = Progress
-function zorch.progress(total, opts)
-  opts = opts or {}
-  local out = opts.out or (io and io.stderr)
-  local tty = opts.tty
-  if tty == nil then tty = os and os.getenv and os.getenv("TERM") ~= nil and os.getenv("TERM") ~= "dumb" and
-      (os.execute and select(3, os.execute("test -t 2")) == 0) end
-  return setmetatable({total = total, n = 0, out = out, tty = tty, t0 = os and os.clock() or 0,
-                       every = opts.every or math.max(1, total // 10), label = opts.label or ""}, Progress)
-end
-function Progress:update(k, info)
-  self.n = self.n + (k or 1)
-  if not self.out then return end
-  local dt = (os and os.clock() or 0) - self.t0
-  local rate = dt > 0 and self.n / dt or 0
-  local eta = rate > 0 and (self.total - self.n) / rate or 0
-  local loss = info and info.loss and (" loss %.6f"):format(info.loss) or ""
-  local line = ("%s%d/%d  %.1f it/s  ETA %.1fs%s"):format(self.label, self.n, self.total, rate, eta, loss)
-  if self.tty then
-    self.out:write("\r" .. line .. (self.n >= self.total and "\n" or ""))
-  elseif self.n % self.every == 0 or self.n >= self.total then
-    self.out:write(line .. "\n")
-  end
-end
 
 return data

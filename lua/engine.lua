@@ -278,6 +278,10 @@ function Engine:backward(loss)
   local k = self.cfg.gradient_accumulation_steps
   self.micro = self.micro + 1
   if self.zero then self.zero:begin_backward() end
+  if self.cfg.steps_per_print then -- the step line's mean loss (added where the loss is, read when printed)
+    self.print_loss, self.print_micro = loss:detach() + (self.print_loss or 0), (self.print_micro or 0) + 1
+    self.print_t0 = self.print_t0 or zorch.clock()
+  end
   if k > 1 then loss = loss * (1 / k) end
   loss:backward()
   if self.zero then self.zero:end_backward() end
@@ -294,12 +298,29 @@ function Engine:optimizer_step()
   self.zero:after_update()
   if self.lr_scheduler then self.lr_scheduler.step() end
   self.steps = (self.steps or 0) + 1
-  if self.cfg.steps_per_print and self.steps % self.cfg.steps_per_print == 0 then
-    self:print(("step %d  lr %.3g  grad norm %.4f"):format(self.steps, self.user_opt.lr, self.last_norm or 0))
-  end
+  if self.cfg.steps_per_print then self:print_step() end
   -- what this step moved, from the end of the previous one (stage 3 gathers in forward)
   local sent, recv = zorch._comm_bytes(true)
   self.last_comm = {sent = sent, received = recv}
+end
+
+-- Every steps_per_print steps, as DeepSpeed reports them: the step, the mean loss
+-- of the micro-batches since the last line (over every rank), the learning
+-- rate, the global gradient norm, samples/s over those steps (samples: the
+-- loader's batch size x accumulation x ranks) and the step time.
+function Engine:print_step()
+  local now = zorch.clock()
+  self.print_t0 = self.print_t0 or now
+  if self.steps % self.cfg.steps_per_print ~= 0 then return end
+  local n = self.steps - (self.print_step_n or 0)
+  local dt = math.max(now - self.print_t0, 1e-9)
+  local loss = self.print_loss and self:mean(self.print_loss:item() / self.print_micro)
+  local batch = self.loader and self.loader.batch_size
+  local rate = batch and ("  %.0f samples/s"):format(n * batch * self.cfg.gradient_accumulation_steps * self.world_size / dt)
+               or ("  %.2f steps/s"):format(n / dt)
+  self:print(("step %d  loss %s  lr %.3g  grad norm %.4f%s  %.2f ms/step"):format(self.steps,
+    loss and ("%.6f"):format(loss) or "?", self.user_opt.lr, self.last_norm or 0, rate, 1000 * dt / n))
+  self.print_t0, self.print_step_n, self.print_loss, self.print_micro = now, self.steps, nil, nil
 end
 
 -- With a prepared optimizer the engine clips inside its step, from the shards:

@@ -5,12 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lz.h"
 
 void lz_open_data(lua_State *L);
 void lz_open_zero(lua_State *L);
 void lz_open_files(lua_State *L);
+void lz_open_tboard(lua_State *L);
 
 typedef struct {
   const char *name;
@@ -150,6 +152,13 @@ static int l_clock(lua_State *L) {
   return 1;
 }
 
+/* zorch._isatty(file) -> whether a Lua file handle (io.stdout, io.stderr) is a terminal */
+static int l_isatty(lua_State *L) {
+  luaL_Stream *s = luaL_checkudata(L, 1, LUA_FILEHANDLE);
+  lua_pushboolean(L, s->closef != NULL && s->f != NULL && isatty(fileno(s->f)));
+  return 1;
+}
+
 static int l_set_num_threads(lua_State *L) {
   zorch_set_num_threads((int)luaL_checkinteger(L, 1));
   return 0;
@@ -214,6 +223,7 @@ static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd
                                 {"load", l_load},            {"set_num_threads", l_set_num_threads},
                                 {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
                                 {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available}, {"clock", l_clock},
+                                {"_isatty", l_isatty},
                                 {"_tensor_bytes", l_tensor_bytes},
                                 {NULL, NULL}};
 
@@ -229,6 +239,7 @@ int luaopen_zorch(lua_State *L) {
   lz_open_data(L);
   lz_open_zero(L);
   lz_open_files(L);
+  lz_open_tboard(L);
   lua_pushliteral(L, ZORCH_VERSION);
   lua_setfield(L, z, "version");
   /* the Lua modules, in order: each chunk gets the module table and returns its part */

@@ -1,6 +1,8 @@
 -- The reference job: SimpleNet (Linear 10-20, ReLU, Linear 20-2), MSE, Adam,
 -- batch 64, ZeRO stage 2 with gradient clipping 1.0, the model saved at the end.
--- Run: build/zorch models/simple_net.lua [--epochs N] [--help]
+-- Run: build/zorch models/simple_net.lua [--epochs N] [--log metrics.jsonl] [--help]
+-- On a terminal a progress bar runs under the epoch lines; --print-every adds
+-- step lines, --log/--csv/--tensorboard write the metrics (zorch plot draws them).
 local zorch = require "zorch"
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 
@@ -30,6 +32,10 @@ local opt = zorch.flags(arg, {
   resume = {"", "continue from the latest checkpoint in this directory (--steps counts the total)"},
   config = {"", "a DeepSpeed JSON config (batch sizes, ZeRO, bf16, clipping, optimizer, scheduler)"},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
+  log = {"", "write metrics here as JSON lines: loss, lr, grad_norm each step; epoch_loss, samples_per_s each epoch"},
+  csv = {"", "write the same metrics as CSV"},
+  tensorboard = {"", "write the same metrics as TensorBoard event files in this directory"},
+  ["print-every"] = {0, "a step line (loss, lr, grad norm, samples/s) every N optimizer steps (0: none)"},
 }, "usage: zorch models/simple_net.lua [flags]")
 
 local SimpleNet = nn.Module:extend "SimpleNet"
@@ -43,9 +49,11 @@ end
 
 zorch.manual_seed(opt.seed)
 local config = opt.config ~= "" and opt.config or os.getenv("ZORCH_CONFIG")
-local engine = config and zorch.Engine(config, {device = opt.device}) or
+local print_every = opt["print-every"] > 0 and opt["print-every"] or nil
+local engine = config and zorch.Engine(config, {device = opt.device, steps_per_print = print_every}) or
   zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = opt.accum,
-               reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device}
+               reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device,
+               steps_per_print = print_every}
 local X, Y
 if opt.data ~= "" then
   local d = zorch.load(opt.data)
@@ -72,31 +80,54 @@ if opt.resume ~= "" then
     opt.resume, m.step, m.world_size, m.zero_stage))
 end
 local ckdir, every = opt["checkpoint-dir"], opt["checkpoint-every"]
+-- metrics (rank 0 writes them) and, on a terminal, a progress bar over the run's steps
+local logger = (opt.log ~= "" or opt.csv ~= "" or opt.tensorboard ~= "") and zorch.Logger{
+  jsonl = opt.log ~= "" and opt.log or nil, csv = opt.csv ~= "" and opt.csv or nil,
+  tensorboard = opt.tensorboard ~= "" and opt.tensorboard or nil} or nil
+local bar
+if not opt.quiet and zorch._is_terminal(io.stderr) then
+  local total = (opt.epochs - first_epoch + 1) * (#loader // opt.accum)
+  if opt.steps > 0 then total = math.min(total, math.max(opt.steps - steps, 0)) end
+  bar = zorch.progress(total, {unit = "step"})
+end
+local function say(line)
+  if bar then bar:print(line) else engine:print(line) end
+end
 local loss, mean
 for epoch = first_epoch, opt.epochs do
   model:train()
   local total, n = 0, 0
+  local epoch_t0, epoch_samples = zorch.clock(), 0
   for x, y in loader:iter() do
     loss = criterion(model(x), y)
     adam:zero_grad(); engine:backward(loss)
     if adam:step() then
       steps = steps + 1
       if ckdir ~= "" and every > 0 and steps % every == 0 then engine:save_checkpoint(ckdir) end
+      if bar then bar:update(1, {loss = loss}) end
+      -- this rank's loss of the step's last micro-batch (reading it waits for a GPU)
+      if logger then logger:log(steps, {loss = loss, lr = adam.lr, grad_norm = engine:clip_grad_norm() or 0}) end
     end
     -- on a GPU the losses add up there: reading each one would wait for the GPU every step
     if engine.device == "cpu" then total = total + loss:item() else total = loss:detach() + total end
     n = n + 1
     samples = samples + x:size(1)
+    epoch_samples = epoch_samples + x:size(1)
     if opt.steps > 0 and steps >= opt.steps then break end
   end
   if zorch.is_tensor(total) then total = total:item() end
   mean = engine:mean(total / math.max(n, 1)) -- over every rank's batches
+  local rate = engine:mean(epoch_samples) * engine.world_size / math.max(zorch.clock() - epoch_t0, 1e-9)
   -- the epoch's mean loss: the last batch's alone is noisy
   if not opt.quiet then
-    engine:print(("Epoch %d loss: %.6f  grad norm: %.4f"):format(epoch, mean, engine:clip_grad_norm() or 0))
+    say(("Epoch %d loss: %.6f  grad norm: %.4f  lr: %.3g  samples/s: %.0f"):format(
+      epoch, mean, engine:clip_grad_norm() or 0, adam.lr, rate))
   end
+  if logger then logger:log(steps, {epoch = epoch, epoch_loss = mean, samples_per_s = rate}) end
   if opt.steps > 0 and steps >= opt.steps then break end
 end
+if bar then bar:close() end
+if logger then logger:close() end
 local dt = zorch.clock() - t0
 samples = math.floor(engine:mean(samples) * engine.world_size + 0.5) -- over every rank
 if opt.report then

@@ -211,7 +211,7 @@ for _ = 1, 10 do bar:update(1, {loss = 0.5}) end
 ok(#lines == 2 and lines[2]:find("10/10", 1, true) and lines[2]:find("loss 0.500000", 1, true) and lines[2]:find("ETA", 1, true),
    "progress prints plain lines off a terminal: " .. (lines[2] or ""):gsub("\n", ""))
 lines = {}
-bar = zorch.progress(3, {tty = true, out = sink})
+bar = zorch.progress(3, {tty = true, out = sink, interval = 0})
 for _ = 1, 3 do bar:update() end
 ok(#lines == 3 and lines[1]:sub(1, 1) == "\r" and lines[3]:sub(-1) == "\n", "and redraws one line on a terminal")
 

@@ -300,6 +300,7 @@ static void usage(void) {
           "       zorch -e 'chunk' [args...]      run a chunk of Lua\n"
           "       zorch launch -n N [--config ds_config.json] [mpirun options] script.lua [args...]\n"
           "       zorch consolidate DIR out.safetensors [float32|bfloat16]\n"
+          "       zorch plot metrics.jsonl [-o loss.png] [--y loss,lr] [--x step]   draw logged metrics\n"
           "       zorch info                      build features, BLAS kernel, threads, devices\n"
           "       zorch --version\n");
 }
@@ -334,6 +335,17 @@ int main(int argc, char **argv) {
         "print(('consolidated %d parameters into %s'):format(n, select(2, ...)))\n";
     make_args(L, argv, argc, 1);
     st = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=consolidate");
+    if (st == LUA_OK) {
+      for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
+      st = docall(L, argc - 2, 0);
+    }
+    report(L, st);
+  } else if (argc > 1 && strcmp(argv[1], "plot") == 0) {
+    static const char chunk[] =
+        "local ok, msg = require('zorch')._plot_cli(...)\n"
+        "if not ok then io.stderr:write(msg, '\\n'); os.exit(2, true) end\n";
+    make_args(L, argv, argc, 1);
+    st = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=plot");
     if (st == LUA_OK) {
       for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
       st = docall(L, argc - 2, 0);
