@@ -1,6 +1,7 @@
 -- zorch.flags: typed values, booleans, choices, positional arguments, short flags,
 -- `--`, the generated --help, and usage errors: one line and the usage, printed
--- by the zorch command without a traceback, exit status 2 (0 after --help).
+-- by the zorch command without a traceback, exit status 2 (0 after --help). The
+-- same for the command's own subcommands (consolidate).
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
@@ -194,6 +195,22 @@ out = p:read("a")
 code = select(3, p:close())
 ok(code == 1 and out:find("boom", 1, true) and out:find("stack traceback", 1, true), "other errors keep their traceback")
 
+-- zorch consolidate: usage errors the same way
+for _, c in ipairs({{"", "missing argument 'DIR'"},
+                    {"/nonexistent/dir out.safetensors", "/nonexistent/dir is not a checkpoint folder"},
+                    {". out.safetensors float16", "dtype must be one of float32, bfloat16, fp32, bf16, got 'float16'"},
+                    {"--frobnicate", "unknown flag '--frobnicate'"}}) do
+  p = io.popen(("%s consolidate %s 2>&1"):format(bin, c[1]))
+  out = p:read("a")
+  code = select(3, p:close())
+  ok(code == 2 and out:find("zorch: ", 1, true) == 1 and out:find(c[2], 1, true) and
+     out:sub(-65) == "\nusage: zorch consolidate DIR out.safetensors [float32|bfloat16]\n" and
+     not out:find("traceback", 1, true), ("zorch consolidate %s: one line, the usage, exit 2"):format(c[1]))
+end
+p = io.popen(bin .. " consolidate --help 2>&1")
+out = p:read("a")
+code = select(3, p:close())
+ok(code == 0 and out:find("DIR  +a checkpoint folder"), "zorch consolidate --help")
 p = io.popen(bin .. " -e 2>&1")
 out = p:read("a")
 code = select(3, p:close())
