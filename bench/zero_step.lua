@@ -3,8 +3,16 @@
 -- zorch launch -n N bench/zero_step.lua NAME STAGE IN HIDDEN OUT BATCH STEPS
 local zorch = require "zorch"
 local nn, optim = zorch.nn, zorch.optim
-local name, stage, i, h, o, batch, steps = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4]),
-  tonumber(arg[5]), tonumber(arg[6]), tonumber(arg[7])
+local a = zorch.flags(arg, {
+  {"NAME", "the benchmark's name in the JSON line"},
+  {"STAGE", "ZeRO stage", type = "integer", choices = {0, 1, 2, 3}},
+  {"IN", "input features", type = "integer"},
+  {"HIDDEN", "hidden units", type = "integer"},
+  {"OUT", "output features", type = "integer"},
+  {"BATCH", "global batch size", type = "integer"},
+  {"STEPS", "timed steps", type = "integer"},
+}, "usage: zorch launch -n N bench/zero_step.lua NAME STAGE IN HIDDEN OUT BATCH STEPS")
+local name, stage, i, h, o, batch, steps = a.NAME, a.STAGE, a.IN, a.HIDDEN, a.OUT, a.BATCH, a.STEPS
 local engine = zorch.Engine{zero_stage = stage, gradient_clipping = 1.0, seed = 1}
 local model = nn.Sequential(nn.Linear(i, h), nn.ReLU(), nn.Linear(h, o))
 local opt = optim.Adam(model:parameters(), {lr = 1e-4})

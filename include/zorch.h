@@ -362,6 +362,16 @@ ZORCH_API zorch_status zorch_load_safetensors(const char *path, int *n, char ***
 ZORCH_API void zorch_safetensors_free(int n, char **names, zorch_tensor **ts);
 /* One tensor of a file, reading only its bytes. */
 ZORCH_API zorch_tensor *zorch_load_safetensors_one(const char *path, const char *name);
+/* zorch_save_safetensors with nmeta string pairs as the header's __metadata__. */
+ZORCH_API zorch_status zorch_save_safetensors_meta(const char *path, int n, const char *const *names,
+                                         zorch_tensor *const *ts, int nmeta, const char *const *meta_keys,
+                                         const char *const *meta_values);
+/* zorch_load_safetensors that also returns the __metadata__ (*nmeta pairs, none
+   when absent; freed with zorch_safetensors_meta_free). A __metadata__ that does
+   not map strings to strings is an error. */
+ZORCH_API zorch_status zorch_load_safetensors_meta(const char *path, int *n, char ***names, zorch_tensor ***ts,
+                                         int *nmeta, char ***meta_keys, char ***meta_values);
+ZORCH_API void zorch_safetensors_meta_free(int n, char **keys, char **values);
 
 #ifdef __cplusplus
 }

@@ -203,13 +203,21 @@ end
 -- zorch consolidate DIR OUT [bf16]: the full state dict of a checkpoint as one
 -- safetensors file, written a tensor at a time (memory stays near the largest
 -- parameter), under PyTorch's names.
-function zorch._consolidate(dir, out, dtype)
-  if type(dir) ~= "string" or type(out) ~= "string" then
-    error("usage: zorch consolidate DIR out.safetensors [float32|bfloat16]", 0)
+-- Mistakes on its command line are usage errors (zorch.flags).
+function zorch._consolidate(...)
+  local usage = "usage: zorch consolidate DIR out.safetensors [float32|bfloat16]"
+  local a = zorch.flags({...}, {
+    {"DIR", "a checkpoint folder (save_checkpoint's)"},
+    {"out", "the safetensors file to write"},
+    {"dtype", "the tensors' dtype in the file", default = "float32", choices = {"float32", "bfloat16", "fp32", "bf16"}},
+  }, usage)
+  local dir, out, dtype = a.DIR, a.out, a.dtype
+  if not io.open(dir .. "/latest", "rb") and not io.open(dir .. "/manifest.json", "rb") then
+    error(zorch.flags.usage_error(("consolidate: %s is not a checkpoint folder (no latest or manifest.json)\n%s"):format(
+      dir, usage)))
   end
-  dtype = dtype or "float32"
   local codes = {float32 = {"F32", 4}, bfloat16 = {"BF16", 2}, bf16 = {"BF16", 2}, fp32 = {"F32", 4}}
-  local code = codes[dtype] or error("consolidate: dtype must be float32 or bfloat16, got " .. dtype, 0)
+  local code = codes[dtype]
   local where, manifest = open_checkpoint(dir, "consolidate")
   local header, off = {}, 0
   for _, p in ipairs(manifest.params) do

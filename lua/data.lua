@@ -47,6 +47,90 @@ function TensorDataset:batch(idx)
   return table.unpack(out)
 end
 
+-- Map-style datasets, as in PyTorch: any table with a length (#ds through __len
+-- or a plain sequence, or a len() or size() method) and samples (ds:get(i), or
+-- ds[i]) for i = 1..n. A sample is a tensor, a number, a boolean, a string, or a
+-- tuple of them (several values from get, or a sequence), or a table of named
+-- fields. A dataset with a batch(idx) method (TensorDataset) gives whole batches.
+local function dataset_len(ds)
+  if type(ds.len) == "function" then return ds:len() end
+  if type(ds.size) == "function" then return ds:size() end
+  return #ds
+end
+
+local function has_len(ds)
+  local mt = getmetatable(ds)
+  return (mt and mt.__len) or type(ds.len) == "function" or type(ds.size) == "function" or rawlen(ds) > 0
+end
+
+local function sample(ds, i)
+  if type(ds.get) == "function" then return table.pack(ds:get(i)) end
+  return table.pack(ds[i])
+end
+
+-- One batch from a list of samples (each a value): tensors stacked along a new
+-- first dim, numbers and booleans into a tensor, strings kept as a list, and
+-- tuples and tables of fields batched field by field. `what` names it in errors.
+local function collate(list, what)
+  local first = list[1]
+  for k = 2, #list do
+    local t, t1 = zorch.is_tensor(list[k]) and "tensor" or type(list[k]), zorch.is_tensor(first) and "tensor" or type(first)
+    if t ~= t1 then error(("DataLoader: %s is a %s in one sample and a %s in another"):format(what, t1, t), 0) end
+  end
+  if zorch.is_tensor(first) then
+    local ok, res = pcall(zorch.stack, list, 1)
+    if not ok then error(("DataLoader: cannot stack %s of the samples: %s"):format(what, tostring(res)), 0) end
+    return res
+  elseif type(first) == "number" or type(first) == "boolean" then
+    return zorch.tensor(list)
+  elseif type(first) == "string" then
+    return list
+  elseif type(first) == "table" then
+    local out, keys = {}, {}
+    for k in pairs(first) do keys[#keys + 1] = k end
+    for _, k in ipairs(keys) do
+      local col = {}
+      for j, s in ipairs(list) do
+        if s[k] == nil then error(("DataLoader: %s.%s is missing from a sample"):format(what, tostring(k)), 0) end
+        col[j] = s[k]
+      end
+      out[k] = collate(col, what .. "." .. tostring(k))
+    end
+    return out
+  end
+  error(("DataLoader: %s of a sample is a %s (samples hold tensors, numbers, booleans, strings and tables)"):format(
+    what, type(first)), 0)
+end
+
+-- The batch of dataset rows `rows` (1-based), as values: a tuple sample gives one
+-- value per field.
+local function collate_rows(ds, rows)
+  local samples = {}
+  for j, i in ipairs(rows) do samples[j] = sample(ds, i) end
+  local n = samples[1].n
+  local tuple = n > 1 or (type(samples[1][1]) == "table" and not zorch.is_tensor(samples[1][1]) and
+                          rawlen(samples[1][1]) > 0)
+  if not tuple then
+    local col = {}
+    for j, s in ipairs(samples) do
+      if s[1] == nil then error(("DataLoader: the dataset has no sample %d"):format(rows[j]), 0) end
+      col[j] = s[1]
+    end
+    return collate(col, "the sample")
+  end
+  local out = {}
+  for f = 1, n > 1 and n or rawlen(samples[1][1]) do
+    local col = {}
+    for j, s in ipairs(samples) do
+      local v = n > 1 and s[f] or (type(s[1]) == "table" and s[1][f] or nil)
+      if v == nil then error(("DataLoader: field %d of sample %d is missing"):format(f, rows[j]), 0) end
+      col[j] = v
+    end
+    out[f] = collate(col, ("field %d"):format(f))
+  end
+  return table.unpack(out, 1, n > 1 and n or rawlen(samples[1][1]))
+end
+
 local DataLoader = {}
 DataLoader.__index = DataLoader
 DataLoader.__len = function(l) return l:num_batches() end
@@ -55,7 +139,19 @@ DataLoader.__len = function(l) return l:num_batches() end
 -- device = nil}): with a device ("cuda"), every batch's tensors are moved there
 -- (Engine:prepare sets the engine's device).
 function data.DataLoader(ds, opts)
-  if type(ds) ~= "table" or not ds.batch then error("DataLoader: expected a dataset (data.TensorDataset)", 2) end
+  if type(ds) ~= "table" or not (type(ds.batch) == "function" or has_len(ds)) then
+    error("DataLoader: expected a dataset: data.TensorDataset, or a table with a length (__len, or a len or size " ..
+          "method) and samples (a get(i) method, or ds[i]), got a " .. (zorch.is_tensor(ds) and "tensor" or type(ds)), 2)
+  end
+  if type(ds.batch) ~= "function" then
+    local n = dataset_len(ds)
+    if math.type(n) ~= "integer" or n < 0 then
+      error("DataLoader: the dataset's length must be a non-negative integer, got " .. tostring(n), 2)
+    end
+    if n > 0 and type(ds.get) ~= "function" and ds[1] == nil then
+      error("DataLoader: the dataset has no get(i) method and ds[1] is nil", 2)
+    end
+  end
   opts = opts or {}
   local allowed = {batch_size = true, shuffle = true, drop_last = true, seed = true, device = true}
   for k in pairs(opts) do
@@ -82,7 +178,12 @@ local function to_device(device, ...)
   if not device then return ... end
   local out = table.pack(...)
   for i = 1, out.n do
-    if zorch.is_tensor(out[i]) then out[i] = out[i]:to(device) end
+    if zorch.is_tensor(out[i]) then out[i] = out[i]:to(device)
+    elseif type(out[i]) == "table" then -- a batch of named fields
+      local t = {}
+      for k, v in pairs(out[i]) do t[k] = zorch.is_tensor(v) and v:to(device) or v end
+      out[i] = t
+    end
   end
   return table.unpack(out, 1, out.n)
 end
@@ -93,7 +194,7 @@ end
 -- samples than ranks: every rank must run the same number of steps.
 function DataLoader:num_batches()
   local global = self.batch_size * self.world_size
-  local n = #self.dataset
+  local n = dataset_len(self.dataset)
   if self.drop_last then return n // global end
   local rest = n % global
   if rest > 0 and rest < self.world_size then return n // global end
@@ -101,7 +202,7 @@ function DataLoader:num_batches()
 end
 
 function DataLoader:order()
-  local n = #self.dataset
+  local n = dataset_len(self.dataset)
   local idx = {}
   for i = 1, n do idx[i] = i end
   if self.shuffle then
@@ -154,6 +255,7 @@ function DataLoader:iter()
     if last < first then return nil end
     local rows = {}
     for i = first, last do rows[#rows + 1] = order[i] end
+    if type(self.dataset.batch) ~= "function" then return to_device(self.device, collate_rows(self.dataset, rows)) end
     return to_device(self.device, self.dataset:batch(zorch.tensor(rows, {dtype = "int64"})))
   end
 end

@@ -85,50 +85,6 @@ static int l_sumsq(lua_State *L) {
   return 1;
 }
 
-/* zorch.save({name = tensor, ...}, path) */
-static int l_save(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  const char *path = luaL_checkstring(L, 2);
-  int n = 0;
-  lua_pushnil(L);
-  while (lua_next(L, 1)) {
-    if (lua_type(L, -2) != LUA_TSTRING) return luaL_error(L, "save: keys must be strings, got %s", luaL_typename(L, -2));
-    if (!zorch_to_tensor(L, -1))
-      return luaL_error(L, "save: value of '%s' is a %s, not a tensor", lua_tostring(L, -2), luaL_typename(L, -1));
-    n++;
-    lua_pop(L, 1);
-  }
-  const char **names = lua_newuserdatauv(L, sizeof *names * (size_t)(n ? n : 1), 0);
-  zorch_tensor **ts = lua_newuserdatauv(L, sizeof *ts * (size_t)(n ? n : 1), 0);
-  int i = 0;
-  lua_pushnil(L);
-  while (lua_next(L, 1)) {
-    names[i] = lua_tostring(L, -2);
-    ts[i++] = zorch_to_tensor(L, -1);
-    lua_pop(L, 1);
-  }
-  if (zorch_save_safetensors(path, n, names, ts)) return lz_fail(L);
-  return 0;
-}
-
-/* zorch.load(path) -> {name = tensor}; zorch.load(path, name) -> that tensor */
-static int l_load(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
-  if (!lua_isnoneornil(L, 2)) return lz_push(L, zorch_load_safetensors_one(path, luaL_checkstring(L, 2)));
-  int n;
-  char **names;
-  zorch_tensor **ts;
-  if (zorch_load_safetensors(path, &n, &names, &ts)) return lz_fail(L);
-  lua_createtable(L, 0, n);
-  for (int i = 0; i < n; i++) {
-    lz_push(L, ts[i]);
-    ts[i] = NULL;
-    lua_setfield(L, -2, names[i]);
-  }
-  zorch_safetensors_free(n, names, ts);
-  return 1;
-}
-
 /* The raw bytes of a tensor (contiguous, host), for streaming writers. */
 static int l_tensor_bytes(lua_State *L) {
   zorch_tensor *t = zorch_contiguous(lz_check(L, 1));
@@ -219,8 +175,8 @@ static const luaL_Reg cuda_fns[] = {{"available", l_cuda_available},   {"built",
 static int l_is_tensor(lua_State *L) { return lua_pushboolean(L, zorch_to_tensor(L, 1) != NULL), 1; }
 
 static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd_step},
-                                {"_sumsq", l_sumsq},         {"save", l_save},
-                                {"load", l_load},            {"set_num_threads", l_set_num_threads},
+                                {"_sumsq", l_sumsq},
+                                {"set_num_threads", l_set_num_threads},
                                 {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
                                 {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available}, {"clock", l_clock},
                                 {"_isatty", l_isatty},

@@ -281,9 +281,10 @@ ok(math.type(zorch.cuda.device_count()) == "integer" and type(zorch.cuda.built()
 ok(zorch.local_rank() == 0, "local_rank is 0 in a single process")
 
 -- flags
-local fl = zorch.flags({"--lr", "0.5", "--quiet", "--name=x"}, {lr = {1}, quiet = {false}, name = {"a"}})
+local fl = zorch.flags({"--lr", "0.5", "--quiet", "--name=x"}, {lr = {1.0}, quiet = {false}, name = {"a"}})
 ok(fl.lr == 0.5 and fl.quiet == true and fl.name == "x", "flags parse values, booleans and --k=v")
-raises("unknown flags are errors", function() zorch.flags({"--nope"}, {lr = {1}}) end, "unknown argument '--nope'", "--lr")
+raises("unknown flags are errors", function() zorch.flags({"--nope"}, {lr = {1.0}}, "usage: x") end,
+       "unknown flag '--nope'", "usage: x")
 
 -- gradient hooks: they see the final gradient; an error in one stops backward
 -- with an error (tests/test_allocfail.c makes memory errors), and grad mode

@@ -38,6 +38,8 @@ static void *vm_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
 
 static int vm_traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
+  /* an error object with __tostring (a zorch.UsageError) is its text */
+  if (!msg && luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) msg = lua_tostring(L, -1);
   if (!msg) msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   luaL_traceback(L, L, msg, 1);
   return 1;

@@ -55,7 +55,17 @@ static void on_sigint(int sig) {
   lua_sethook(globalL, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
 
+/* A zorch.UsageError (a bad command line, or --help) is its message alone, with
+   no traceback; the command exits with its status (2, or 0 after --help). */
+static int usage_status = -1;
+
 static int traceback(lua_State *L) {
+  if (luaL_getmetafield(L, 1, "__name") == LUA_TSTRING && strcmp(lua_tostring(L, -1), "zorch.UsageError") == 0) {
+    lua_getfield(L, 1, "status");
+    usage_status = (int)luaL_optinteger(L, -1, 2);
+    luaL_tolstring(L, 1, NULL);
+    return 1;
+  }
   const char *msg = lua_tostring(L, 1);
   if (!msg) msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   luaL_traceback(L, L, msg, 1);
@@ -80,7 +90,7 @@ static bool in_repl;
 static int report(lua_State *L, int st) {
   if (st != LUA_OK) {
     int world = zorch_dist_world();
-    if (world > 1) {
+    if (world > 1 && usage_status < 0) {
       char host[64] = "";
       gethostname(host, sizeof host - 1);
       const char *rank = getenv("OMPI_COMM_WORLD_RANK");
@@ -88,13 +98,16 @@ static int report(lua_State *L, int st) {
       if (!rank) rank = getenv("SLURM_PROCID");
       fprintf(stderr, "zorch: rank %s failed on %s (pid %d): %s\n", rank ? rank : "?", host, (int)getpid(),
               lua_tostring(L, -1));
+    } else if (usage_status == 0) {
+      printf("%s\n", lua_tostring(L, -1));
     } else {
       fprintf(stderr, "zorch: %s\n", lua_tostring(L, -1));
     }
     fflush(stderr);
     lua_pop(L, 1);
     /* one failing rank ends them all: the others would wait in a collective */
-    if (world > 1 && !in_repl) zorch_dist_abort(1);
+    if (world > 1 && !in_repl && usage_status != 0) zorch_dist_abort(1);
+    if (in_repl) usage_status = -1;
   }
   return st;
 }
@@ -355,7 +368,7 @@ int main(int argc, char **argv) {
     if (argc < 3) {
       usage();
       lua_close(L);
-      return 1;
+      return 2;
     }
     make_args(L, argv, argc, 2);
     st = luaL_loadbuffer(L, argv[2], strlen(argv[2]), "=(command line)");
@@ -375,5 +388,6 @@ int main(int argc, char **argv) {
     repl(L);
   }
   lua_close(L);
+  if (usage_status >= 0 && !in_repl) return usage_status;
   return st == LUA_OK ? 0 : 1;
 }

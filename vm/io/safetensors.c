@@ -1,6 +1,6 @@
 /* safetensors.c: reading and writing the safetensors format: an 8-byte little
-   endian header length, a JSON header {"name": {"dtype", "shape",
-   "data_offsets": [begin, end]}, "__metadata__": {...}}, then the raw bytes.
+   endian header length, a JSON header {"__metadata__": {string: string},
+   "name": {"dtype", "shape", "data_offsets": [begin, end]}}, then the raw bytes.
    Every field of a file is checked before any byte of it is trusted. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -43,7 +43,14 @@ static zorch_status write_all(int fd, const void *p, size_t n, const char *path)
 
 zorch_status zorch_save_safetensors(const char *path, int n, const char *const *names,
                                     zorch_tensor *const *ts) {
-  if (!path || n < 0 || (n && (!names || !ts))) return err_set(ZORCH_ERR_ARG, "save: bad arguments");
+  return zorch_save_safetensors_meta(path, n, names, ts, 0, NULL, NULL);
+}
+
+zorch_status zorch_save_safetensors_meta(const char *path, int n, const char *const *names,
+                                         zorch_tensor *const *ts, int nmeta, const char *const *meta_keys,
+                                         const char *const *meta_values) {
+  if (!path || n < 0 || (n && (!names || !ts)) || nmeta < 0 || (nmeta && (!meta_keys || !meta_values)))
+    return err_set(ZORCH_ERR_ARG, "save: bad arguments");
   zorch_status st = ZORCH_OK;
   /* sorted order, as PyTorch's writer does, so files are reproducible */
   const char ***order = malloc(sizeof *order * (size_t)(n ? n : 1));
@@ -63,11 +70,35 @@ zorch_status zorch_save_safetensors(const char *path, int n, const char *const *
     order[i] = (const char **)&names[i];
   }
   qsort(order, (size_t)n, sizeof *order, by_name);
+  /* the metadata first, as PyTorch's writer puts it */
+  cJSON *meta = nmeta ? cJSON_AddObjectToObject(root, "__metadata__") : NULL;
+  if (nmeta && !meta) {
+    st = err_set(ZORCH_ERR_OOM, "save: out of memory");
+    goto done;
+  }
+  for (int i = 0; i < nmeta; i++) {
+    if (!meta_keys[i] || !meta_values[i]) {
+      st = err_set(ZORCH_ERR_ARG, "save: metadata entry %d has no key or value", i);
+      goto done;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(meta, meta_keys[i])) {
+      st = err_set(ZORCH_ERR_ARG, "save: metadata key '%s' appears twice", meta_keys[i]);
+      goto done;
+    }
+    if (!cJSON_AddStringToObject(meta, meta_keys[i], meta_values[i])) {
+      st = err_set(ZORCH_ERR_OOM, "save: out of memory");
+      goto done;
+    }
+  }
   uint64_t off = 0;
   for (int k = 0; k < n; k++) {
     int i = (int)(order[k] - (const char **)names);
     if (k && strcmp(*order[k], *order[k - 1]) == 0) {
       st = err_set(ZORCH_ERR_ARG, "save: name '%s' appears twice", *order[k]);
+      goto done;
+    }
+    if (strcmp(*order[k], "__metadata__") == 0) {
+      st = err_set(ZORCH_ERR_ARG, "save: a tensor cannot be called __metadata__ (the format's metadata key)");
       goto done;
     }
     zorch_tensor *c = zorch_to_device(ts[i], (zorch_device){ZORCH_CPU, 0});
@@ -149,6 +180,46 @@ void zorch_safetensors_free(int n, char **names, zorch_tensor **ts) {
   free(ts);
 }
 
+void zorch_safetensors_meta_free(int n, char **keys, char **values) {
+  zorch_safetensors_free(n, keys, NULL);
+  zorch_safetensors_free(n, values, NULL);
+}
+
+/* The header's __metadata__ (absent: none) as *n key and value copies; it must
+   map strings to strings, as the format says. */
+static zorch_status st_meta(const char *path, const cJSON *root, int *n_out, char ***keys_out, char ***values_out) {
+  const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+  *n_out = 0;
+  *keys_out = *values_out = NULL;
+  if (!meta) return ZORCH_OK;
+  if (!cJSON_IsObject(meta))
+    return err_set(ZORCH_ERR_IO, "load: %s: __metadata__ is not an object of strings", path);
+  int count = cJSON_GetArraySize(meta), n = 0;
+  char **keys = calloc((size_t)(count ? count : 1), sizeof *keys);
+  char **values = calloc((size_t)(count ? count : 1), sizeof *values);
+  if (!keys || !values) {
+    free(keys);
+    free(values);
+    return err_set(ZORCH_ERR_OOM, "load: out of memory");
+  }
+  for (const cJSON *c = meta->child; c; c = c->next) {
+    if (!cJSON_IsString(c)) {
+      zorch_safetensors_meta_free(n, keys, values);
+      return err_set(ZORCH_ERR_IO, "load: %s: __metadata__ entry '%s' is not a string", path, c->string);
+    }
+    keys[n] = strdup(c->string);
+    values[n++] = strdup(c->valuestring);
+    if (!keys[n - 1] || !values[n - 1]) {
+      zorch_safetensors_meta_free(n, keys, values);
+      return err_set(ZORCH_ERR_OOM, "load: out of memory");
+    }
+  }
+  *n_out = n;
+  *keys_out = keys;
+  *values_out = values;
+  return ZORCH_OK;
+}
+
 /* A non-negative integer JSON number that a double holds exactly. */
 static bool json_u64(const cJSON *v, uint64_t *out) {
   if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || v->valuedouble > 9007199254740992.0 ||
@@ -161,9 +232,14 @@ static bool json_u64(const cJSON *v, uint64_t *out) {
 #define BAD(...) (st = err_set(ZORCH_ERR_IO, __VA_ARGS__))
 
 /* Loads every tensor of the file, or only the one called `only` (so a large
-   file can be read a tensor at a time). */
+   file can be read a tensor at a time); with meta, the metadata too. */
+typedef struct {
+  int n;
+  char **keys, **values;
+} st_metadata;
+
 static zorch_status st_load(const char *path, const char *only, int *n_out, char ***names_out,
-                            zorch_tensor ***ts_out) {
+                            zorch_tensor ***ts_out, st_metadata *meta) {
   if (!path || !n_out || !names_out || !ts_out) return err_set(ZORCH_ERR_ARG, "load: bad arguments");
   *n_out = 0;
   *names_out = NULL;
@@ -200,6 +276,7 @@ static zorch_status st_load(const char *path, const char *only, int *n_out, char
     BAD("load: %s: the header is not a JSON object", path);
     goto done;
   }
+  if (meta && (st = st_meta(path, root, &meta->n, &meta->keys, &meta->values))) goto done;
   uint64_t data_len = fsize - 8 - hlen;
   int count = cJSON_GetArraySize(root);
   names = calloc((size_t)(count ? count : 1), sizeof *names);
@@ -273,6 +350,10 @@ done:
   cJSON_Delete(root);
   if (st) {
     zorch_safetensors_free(n, names, ts);
+    if (meta) {
+      zorch_safetensors_meta_free(meta->n, meta->keys, meta->values);
+      *meta = (st_metadata){0, NULL, NULL};
+    }
     return st;
   }
   *n_out = n;
@@ -282,7 +363,18 @@ done:
 }
 
 zorch_status zorch_load_safetensors(const char *path, int *n, char ***names, zorch_tensor ***ts) {
-  return st_load(path, NULL, n, names, ts);
+  return st_load(path, NULL, n, names, ts, NULL);
+}
+
+zorch_status zorch_load_safetensors_meta(const char *path, int *n, char ***names, zorch_tensor ***ts, int *nmeta,
+                                         char ***meta_keys, char ***meta_values) {
+  if (!nmeta || !meta_keys || !meta_values) return err_set(ZORCH_ERR_ARG, "load: bad arguments");
+  st_metadata m = {0, NULL, NULL};
+  zorch_status st = st_load(path, NULL, n, names, ts, &m);
+  *nmeta = m.n;
+  *meta_keys = m.keys;
+  *meta_values = m.values;
+  return st;
 }
 
 zorch_tensor *zorch_load_safetensors_one(const char *path, const char *name) {
@@ -290,7 +382,7 @@ zorch_tensor *zorch_load_safetensors_one(const char *path, const char *name) {
   char **names;
   zorch_tensor **ts;
   if (!name) return err_null(ZORCH_ERR_ARG, "load: name is NULL");
-  if (st_load(path, name, &n, &names, &ts)) return NULL;
+  if (st_load(path, name, &n, &names, &ts, NULL)) return NULL;
   zorch_tensor *t = n ? ts[0] : NULL;
   if (n) ts[0] = NULL;
   zorch_safetensors_free(n, names, ts);
