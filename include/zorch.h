@@ -199,6 +199,8 @@ ZORCH_API zorch_tensor *zorch_gelu(zorch_tensor *a, bool tanh_approx);
 ZORCH_API zorch_tensor *zorch_tanh(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_sigmoid(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_silu(zorch_tensor *a); /* a * sigmoid(a) */
+ZORCH_API zorch_tensor *zorch_sin(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_cos(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_clamp(zorch_tensor *a, double min, double max); /* +-INFINITY: open */
 /* Comparisons give ZORCH_BOOL tensors; no gradient. */
 ZORCH_API zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b);

@@ -86,6 +86,8 @@ ZM_DEF2(zm_silu_bwd,
         return g * s * ((T)1 + x * ((T)1 - s));)
 ZM_DEF2(zm_sqrt_bwd_y, return g * (T)0.5 / x;)            /* x is y = sqrt */
 ZM_DEF2(zm_abs_bwd, return x > (T)0 ? g : (x < (T)0 ? -g : (T)0);)
+ZM_DEF2(zm_sin_bwd, return g * (T)cos(x);)
+ZM_DEF2(zm_cos_bwd, return -g * (T)sin(x);)
 
 /* ---- 16-bit floats: round to nearest even, NaN kept quiet ---------------- */
 ZM_INLINE uint32_t zm_f32_bits(float f) {
