@@ -206,3 +206,14 @@ zorch_status cpu_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool 
   }
   return ZORCH_OK;
 }
+
+zorch_status cpu_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
+                         uint64_t range) {
+  int64_t n = shape_numel(out->ndim, out->shape), *p = (int64_t *)tensor_ptr(out);
+  if (out->dtype != ZORCH_I64)
+    return err_set(ZORCH_ERR_DTYPE, "randint: the kernel writes int64, got %s",
+                   zorch_dtype_name(out->dtype));
+#pragma omp parallel for if (n >= CPU_GRAIN)
+  for (int64_t i = 0; i < n; i++) p[i] = zm_random_int(seed, offset, i, low, range);
+  return ZORCH_OK;
+}
