@@ -121,6 +121,13 @@ ZORCH_API zorch_tensor *zorch_rand(int ndim, const int64_t *shape, zorch_dtype d
                          zorch_generator *gen);
 ZORCH_API zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
                           zorch_generator *gen);
+/* Integers uniform in [low, high) (high > low), drawn as int64 and converted to
+   dt; and a random permutation of 0..n-1. Counter based like rand: the same seed
+   gives the same numbers on every device. */
+ZORCH_API zorch_tensor *zorch_randint(int64_t low, int64_t high, int ndim, const int64_t *shape,
+                                      zorch_dtype dt, zorch_device dev, zorch_generator *gen);
+ZORCH_API zorch_tensor *zorch_randperm(int64_t n, zorch_dtype dt, zorch_device dev,
+                                       zorch_generator *gen);
 /* Copies `shape`'s worth of contiguous elements from a host buffer. */
 ZORCH_API zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape,
                                 zorch_dtype dt);
@@ -199,6 +206,8 @@ ZORCH_API zorch_tensor *zorch_gelu(zorch_tensor *a, bool tanh_approx);
 ZORCH_API zorch_tensor *zorch_tanh(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_sigmoid(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_silu(zorch_tensor *a); /* a * sigmoid(a) */
+ZORCH_API zorch_tensor *zorch_sin(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_cos(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_clamp(zorch_tensor *a, double min, double max); /* +-INFINITY: open */
 /* Comparisons give ZORCH_BOOL tensors; no gradient. */
 ZORCH_API zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b);
@@ -214,6 +223,21 @@ ZORCH_API zorch_tensor *zorch_mean(zorch_tensor *a, int ndims, const int *dims, 
    dims) gets the first position of each maximum. */
 ZORCH_API zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
                         zorch_tensor **indices);
+/* The same for the minimum. */
+ZORCH_API zorch_tensor *zorch_min(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
+                                  zorch_tensor **indices);
+/* Only the indices (int64) of zorch_max / zorch_min; no gradient. */
+ZORCH_API zorch_tensor *zorch_argmax(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+ZORCH_API zorch_tensor *zorch_argmin(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+/* Variance and standard deviation over dims: sum((a - mean)^2) / (count -
+   correction); correction 1 is PyTorch's unbiased default (count <= correction
+   gives inf or nan, as PyTorch). Floating-point inputs. */
+ZORCH_API zorch_tensor *zorch_var(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
+                                  double correction);
+ZORCH_API zorch_tensor *zorch_std(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
+                                  double correction);
+/* Running sum along dim (integers and bool give int64). */
+ZORCH_API zorch_tensor *zorch_cumsum(zorch_tensor *a, int dim);
 ZORCH_API zorch_tensor *zorch_softmax(zorch_tensor *a, int dim);
 ZORCH_API zorch_tensor *zorch_log_softmax(zorch_tensor *a, int dim);
 
@@ -243,6 +267,24 @@ ZORCH_API zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, 
 ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
 ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
 ZORCH_API zorch_tensor *zorch_index_select(zorch_tensor *a, int dim, zorch_tensor *idx);
+/* out[i][j][k] = a[i][idx[i][j][k]][k] for dim 1 (likewise for any dim): idx is
+   int64 with a's dims, no larger than a outside dim; out has idx's shape. */
+ZORCH_API zorch_tensor *zorch_gather(zorch_tensor *a, int dim, zorch_tensor *idx);
+/* A copy of a with src (idx's shape, a's dtype) written at idx along dim:
+   out[i][idx[i][j][k]][k] = src[i][j][k] for dim 1. Where indices repeat, the
+   last in row-major order wins. scatter_add adds instead (deterministically, in
+   index order). Out of place. */
+ZORCH_API zorch_tensor *zorch_scatter(zorch_tensor *a, int dim, zorch_tensor *idx, zorch_tensor *src);
+ZORCH_API zorch_tensor *zorch_scatter_add(zorch_tensor *a, int dim, zorch_tensor *idx,
+                                          zorch_tensor *src);
+/* Values sorted along dim (stable: equal values keep their order; NaN counts as
+   the largest); `indices` (optional out, int64) gets where each came from. */
+ZORCH_API zorch_tensor *zorch_sort(zorch_tensor *a, int dim, bool descending,
+                                   zorch_tensor **indices);
+/* The k largest (or smallest) values along dim, 0 <= k <= size, and their
+   indices (optional out). They always come sorted, whatever `sorted` says. */
+ZORCH_API zorch_tensor *zorch_topk(zorch_tensor *a, int64_t k, int dim, bool largest, bool sorted,
+                                   zorch_tensor **indices);
 
 /* ---- autograd -------------------------------------------------------------------------- */
 ZORCH_API zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on); /* leaves only */

@@ -97,6 +97,37 @@ static int f_full_like(lua_State *L) { return new_like(L, LIKE_FULL); }
 static int f_rand_like(lua_State *L) { return new_like(L, LIKE_RAND); }
 static int f_randn_like(lua_State *L) { return new_like(L, LIKE_RANDN); }
 
+/* randperm(n, opts): a random permutation of 1..n (int64 unless opts say) */
+static int f_randperm(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  lz_opts o;
+  lz_get_opts(L, 2, &o, ZORCH_I64);
+  zorch_tensor *p = zorch_randperm(n, ZORCH_I64, o.device, NULL);
+  zorch_tensor *p1 = p ? zorch_add_scalar(p, 1) : NULL;
+  zorch_tensor_free(p);
+  zorch_tensor *r = p1 ? zorch_to_dtype(p1, o.dtype) : NULL;
+  zorch_tensor_free(p1);
+  return push_new(L, r, &o);
+}
+
+/* randint([low,] high, sizes_table, opts): integers in [low, high], both
+   included as in math.random (low 1 by default: 1-based indices of a dim of
+   size high); int64 unless opts say. */
+static int f_randint(lua_State *L) {
+  int si = lua_istable(L, 2) ? 2 : 3;
+  lua_Integer low = si == 3 ? luaL_checkinteger(L, 1) : 1;
+  lua_Integer high = luaL_checkinteger(L, si - 1);
+  luaL_checktype(L, si, LUA_TTABLE);
+  int64_t shape[ZORCH_MAX_DIMS];
+  int nd = lz_sizes(L, si, shape);
+  lz_opts o;
+  lz_get_opts(L, si + 1, &o, ZORCH_I64);
+  if (high < low)
+    return luaL_error(L, "randint: high (%I) must be at least low (%I)", high, low);
+  if (high == LUA_MAXINTEGER) return luaL_argerror(L, si - 1, "high must be below math.maxinteger");
+  return push_new(L, zorch_randint(low, high + 1, nd, shape, o.dtype, o.device, NULL), &o);
+}
+
 static int f_arange(lua_State *L) {
   int top = lua_gettop(L), oi = top;
   while (oi > 0 && lua_type(L, oi) != LUA_TNUMBER) oi--;
@@ -498,6 +529,86 @@ static int f_max(lua_State *L) {
   lz_push(L, i1);
   return 2;
 }
+/* Pushes values and the 1-based form of the C indices idx (taking both
+   references); raises the last error when either is missing. */
+static int push_values_indices(lua_State *L, zorch_tensor *v, zorch_tensor *idx) {
+  zorch_tensor *i1 = idx ? zorch_add_scalar(idx, 1) : NULL;
+  zorch_tensor_free(idx);
+  if (!i1) {
+    zorch_tensor_free(v);
+    v = NULL;
+  }
+  lz_push(L, v);
+  lz_push(L, i1);
+  return 2;
+}
+/* min(x, dims?, keepdim?): values and 1-based indices, as max */
+static int f_min(lua_State *L) {
+  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
+  zorch_tensor *idx = NULL;
+  zorch_tensor *v = zorch_min(T(1), n, dims, lua_toboolean(L, 3), &idx);
+  return push_values_indices(L, v, idx);
+}
+/* argmax(x, dims?, keepdim?), argmin: 1-based indices */
+static int arg_max_min(lua_State *L, bool min) {
+  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
+  zorch_tensor *x = T(1);
+  bool keep = lua_toboolean(L, 3);
+  zorch_tensor *idx = min ? zorch_argmin(x, n, dims, keep) : zorch_argmax(x, n, dims, keep);
+  zorch_tensor *i1 = idx ? zorch_add_scalar(idx, 1) : NULL;
+  zorch_tensor_free(idx);
+  PUSH(i1);
+}
+static int f_argmax(lua_State *L) { return arg_max_min(L, false); }
+static int f_argmin(lua_State *L) { return arg_max_min(L, true); }
+/* var(x, dims?, keepdim?, correction?), std: correction 1 by default */
+static int f_var(lua_State *L) {
+  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
+  PUSH(zorch_var(T(1), n, dims, lua_toboolean(L, 3), luaL_optnumber(L, 4, 1)));
+}
+static int f_std(lua_State *L) {
+  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
+  PUSH(zorch_std(T(1), n, dims, lua_toboolean(L, 3), luaL_optnumber(L, 4, 1)));
+}
+static int f_cumsum(lua_State *L) { PUSH(zorch_cumsum(T(1), lz_dim(L, 2))); }
+/* sort(x, dim?, descending?): values and 1-based indices; dim -1 by default */
+static int f_sort(lua_State *L) {
+  zorch_tensor *x = T(1), *idx = NULL;
+  int d = lua_isnoneornil(L, 2) ? -1 : lz_dim(L, 2);
+  zorch_tensor *v = zorch_sort(x, d, lua_toboolean(L, 3), &idx);
+  return push_values_indices(L, v, idx);
+}
+/* topk(x, k, dim?, largest?, sorted?): values and 1-based indices; dim -1 and
+   largest by default */
+static int f_topk(lua_State *L) {
+  zorch_tensor *x = T(1), *idx = NULL;
+  lua_Integer k = luaL_checkinteger(L, 2);
+  int d = lua_isnoneornil(L, 3) ? -1 : lz_dim(L, 3);
+  bool largest = lua_isnoneornil(L, 4) || lua_toboolean(L, 4);
+  bool sorted = lua_isnoneornil(L, 5) || lua_toboolean(L, 5);
+  zorch_tensor *v = zorch_topk(x, k, d, largest, sorted, &idx);
+  return push_values_indices(L, v, idx);
+}
+/* gather(x, dim, idx) with 1-based int64 indices */
+static int f_gather(lua_State *L) {
+  zorch_tensor *x = T(1);
+  int d = lz_dim(L, 2);
+  zorch_tensor *i = lz_index0(L, 3);
+  zorch_tensor *o = zorch_gather(x, d, i);
+  zorch_tensor_free(i);
+  PUSH(o);
+}
+/* scatter(x, dim, idx, src) and scatter_add: 1-based indices, out of place */
+static int scatter(lua_State *L, bool add) {
+  zorch_tensor *x = T(1), *src = T(4);
+  int d = lz_dim(L, 2);
+  zorch_tensor *i = lz_index0(L, 3);
+  zorch_tensor *o = add ? zorch_scatter_add(x, d, i, src) : zorch_scatter(x, d, i, src);
+  zorch_tensor_free(i);
+  PUSH(o);
+}
+static int f_scatter(lua_State *L) { return scatter(L, false); }
+static int f_scatter_add(lua_State *L) { return scatter(L, true); }
 static int f_softmax(lua_State *L) { PUSH(zorch_softmax(T(1), lz_dim(L, 2))); }
 static int f_log_softmax(lua_State *L) { PUSH(zorch_log_softmax(T(1), lz_dim(L, 2))); }
 
@@ -666,6 +777,9 @@ static const luaL_Reg both[] = {
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
     {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"masked_fill", f_masked_fill},
     {"sum", f_sum}, {"mean", f_mean}, {"max", f_max}, {"softmax", f_softmax},
+    {"min", f_min}, {"argmax", f_argmax}, {"argmin", f_argmin}, {"var", f_var}, {"std", f_std},
+    {"cumsum", f_cumsum}, {"sort", f_sort}, {"topk", f_topk}, {"gather", f_gather},
+    {"scatter", f_scatter}, {"scatter_add", f_scatter_add},
     {"log_softmax", f_log_softmax}, {"matmul", f_matmul}, {"index_select", f_index_select},
     {"view", f_view}, {"reshape", f_reshape}, {"expand", f_expand}, {"transpose", f_transpose},
     {"t", f_t}, {"permute", f_permute}, {"narrow", f_narrow}, {"select", f_select},
@@ -679,6 +793,7 @@ static const luaL_Reg both[] = {
 static const luaL_Reg functions_only[] = {
     {"tensor", f_tensor}, {"zeros", f_zeros}, {"ones", f_ones}, {"full", f_full},
     {"rand", f_rand}, {"randn", f_randn}, {"arange", f_arange}, {"where", f_where},
+    {"randperm", f_randperm}, {"randint", f_randint},
     {"linear", f_linear}, {"mse_loss", f_mse_loss}, {"l1_loss", f_l1_loss},
     {"cross_entropy", f_cross_entropy}, {"embedding", f_embedding}, {"layer_norm", f_layer_norm},
     {"dropout", f_dropout}, {"cat", f_cat}, {"stack", f_stack}, {"no_grad", f_no_grad},

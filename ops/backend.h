@@ -17,7 +17,15 @@
 #include "../vm/core/tensor.h"
 #include "pointwise_ops.h" /* the uop and bop enums */
 
-typedef enum { RED_SUM, RED_MAX } red_op;
+typedef enum { RED_SUM, RED_MAX, RED_MIN } red_op;
+
+/* Where gather and scatter read and write: the index has shape `ishape`, the
+   indexed tensor `ashape` (both contiguous, `ndim` dims); outside `dim` the
+   index is no larger than the indexed tensor. */
+typedef struct index_geom {
+  int ndim, dim;
+  int64_t ishape[ZORCH_MAX_DIMS], ashape[ZORCH_MAX_DIMS];
+} index_geom;
 
 /* Row-major C (m, n) = epilogue(alpha * op(A) op(B) + beta * C) on device
    pointers of device `dev`; the epilogue adds `bias` (n, may be NULL) to every
@@ -45,9 +53,26 @@ typedef struct backend {
   zorch_status (*where)(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a,
                         const zorch_tensor *b);
   /* out (outer, inner) = reduce over r of a (outer, r, inner); idx (int64, may be
-     NULL) gets the argmax for RED_MAX. */
+     NULL) gets the argmax for RED_MAX, the argmin for RED_MIN (the first one;
+     NaN wins). */
   zorch_status (*reduce)(red_op op, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *a,
                          int64_t outer, int64_t r, int64_t inner);
+  /* out (outer, n, inner) = the inclusive running sum of a along n (from the end
+     when `reverse`); float32/float64 accumulate in double, int64 in int64. */
+  zorch_status (*cumsum)(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t n,
+                         int64_t inner, bool reverse);
+  /* values and idx (int64), both (outer, n, inner) = a (outer, n, inner) sorted
+     along n, stably; NaN is larger than every number (PyTorch's order). */
+  zorch_status (*sort)(zorch_tensor *values, zorch_tensor *idx, const zorch_tensor *a,
+                       int64_t outer, int64_t n, int64_t inner, bool descending);
+  /* out (the index's shape) = a at idx (int64) along g->dim; any dtype. */
+  zorch_status (*gather)(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
+                         const index_geom *g);
+  /* out (g->ashape) at idx along g->dim = src (the index's shape), in index
+     order (the last write wins), or += src when `add` (float32, float64,
+     int64); any dtype otherwise. */
+  zorch_status (*scatter)(zorch_tensor *out, const zorch_tensor *idx, const zorch_tensor *src,
+                          const index_geom *g, bool add);
   /* gin (outer, r, inner), zero-filled, gets g (outer, inner) at idx. */
   zorch_status (*max_bwd)(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
                           int64_t outer, int64_t r, int64_t inner);
@@ -77,6 +102,10 @@ typedef struct backend {
                                  const zorch_tensor *w, int64_t rows, int64_t cols);
   /* Philox numbers for elements [0, numel) from block `offset` on. */
   zorch_status (*random)(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
+  /* int64 out: low + (64 random bits mod range) per element from block `offset`
+     on (zm_random_int of ops/math.h). */
+  zorch_status (*randint)(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
+                          uint64_t range);
   zorch_status (*adam)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,
                        zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
   zorch_status (*sgd)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,

@@ -82,6 +82,54 @@ zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_
   return random_tensor("randn", ndim, shape, dt, dev, gen, true);
 }
 
+/* Integers in [low, high): 64 random bits per element (two lanes, as the
+   float64 uniforms), modulo the range; the kernel writes int64. */
+zorch_tensor *zorch_randint(int64_t low, int64_t high, int ndim, const int64_t *shape,
+                            zorch_dtype dt, zorch_device dev, zorch_generator *gen) {
+  if (high <= low)
+    return err_null(ZORCH_ERR_ARG, "randint: high (%lld) must be greater than low (%lld)",
+                    (long long)high, (long long)low);
+  if (dt == ZORCH_BOOL || (unsigned)dt >= ZORCH_NDTYPES)
+    return err_null(ZORCH_ERR_DTYPE, "randint: needs a numeric dtype, got %s",
+                    (unsigned)dt < ZORCH_NDTYPES ? zorch_dtype_name(dt) : "an invalid one");
+  zorch_tensor *t = zorch_empty(ndim, shape, ZORCH_I64, dev);
+  if (!t) return NULL;
+  uint64_t seed, off = rng_reserve(gen, zm_random_blocks(zorch_tensor_numel(t), 0), &seed);
+  if (backend_of(t)->randint(t, seed, off, low, (uint64_t)high - (uint64_t)low)) {
+    zorch_tensor_free(t);
+    return NULL;
+  }
+  return op_recast(t, dt);
+}
+
+/* A random permutation of 0..n-1: the positions of n random 64-bit keys (the
+   randint stream) in sorted order, ties in first order. Made on the host and
+   copied, so every device gets the same permutation. */
+zorch_tensor *zorch_randperm(int64_t n, zorch_dtype dt, zorch_device dev, zorch_generator *gen) {
+  if (n < 0) return err_null(ZORCH_ERR_ARG, "randperm: n must be >= 0, got %lld", (long long)n);
+  if (dt == ZORCH_BOOL || (unsigned)dt >= ZORCH_NDTYPES)
+    return err_null(ZORCH_ERR_DTYPE, "randperm: needs a numeric dtype, got %s",
+                    (unsigned)dt < ZORCH_NDTYPES ? zorch_dtype_name(dt) : "an invalid one");
+  zorch_tensor *host = tensor_new(1, &n, ZORCH_I64, cpu_dev);
+  if (!host) return NULL;
+  int64_t *keys = malloc(2 * (size_t)(n ? n : 1) * sizeof(int64_t));
+  if (!keys) {
+    zorch_tensor_free(host);
+    return err_null(ZORCH_ERR_OOM, "randperm: out of memory for %lld keys", (long long)n);
+  }
+  uint64_t seed, off = rng_reserve(gen, zm_random_blocks(n, 0), &seed);
+  for (int64_t i = 0; i < n; i++) keys[i] = (int64_t)zm_random_u64(seed, off, i);
+  int64_t *perm = (int64_t *)tensor_ptr(host);
+  /* keys[0, n) are sorted by position; keys[n, 2n) is the sort's scratch */
+  zm_sort_row_i64(keys, 1, n, 0, perm, keys + n);
+  free(keys);
+  zorch_tensor *c = op_recast(host, dt);
+  if (!c || dev.type == ZORCH_CPU) return c;
+  zorch_tensor *d = zorch_to_device(c, dev);
+  zorch_tensor_free(c);
+  return d;
+}
+
 zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape,
                                 zorch_dtype dt) {
   zorch_tensor *t = tensor_new(ndim, shape, dt, cpu_dev);

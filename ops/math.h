@@ -86,6 +86,8 @@ ZM_DEF2(zm_silu_bwd,
         return g * s * ((T)1 + x * ((T)1 - s));)
 ZM_DEF2(zm_sqrt_bwd_y, return g * (T)0.5 / x;)            /* x is y = sqrt */
 ZM_DEF2(zm_abs_bwd, return x > (T)0 ? g : (x < (T)0 ? -g : (T)0);)
+ZM_DEF2(zm_sin_bwd, return g * (T)cos(x);)
+ZM_DEF2(zm_cos_bwd, return -g * (T)sin(x);)
 
 /* ---- 16-bit floats: round to nearest even, NaN kept quiet ---------------- */
 ZM_INLINE uint32_t zm_f32_bits(float f) {
@@ -189,5 +191,72 @@ ZM_INLINE double zm_random_normal(uint64_t seed, uint64_t offset, int64_t i) {
 }
 ZM_INLINE uint64_t zm_random_blocks(int64_t n, int f32_uniform) {
   return f32_uniform ? (uint64_t)(n + 3) / 4 : (uint64_t)(n + 1) / 2;
+}
+/* 64 random bits for element i, two lanes of block offset + i / 2 (the layout
+   of the float64 uniforms: zm_random_blocks(n, 0) blocks). */
+ZM_INLINE uint64_t zm_random_u64(uint64_t seed, uint64_t offset, int64_t i) {
+  zm_u32x4 r = zm_philox(offset + (uint64_t)i / 2, seed);
+  int l = (int)(i % 2) * 2;
+  return (uint64_t)r.v[l + 1] << 32 | r.v[l];
+}
+/* An integer in [low, low + range), range > 0: the 64 bits modulo range (a bias
+   below range / 2^64). */
+ZM_INLINE int64_t zm_random_int(uint64_t seed, uint64_t offset, int64_t i, int64_t low,
+                                uint64_t range) {
+  return (int64_t)((uint64_t)low + zm_random_u64(seed, offset, i) % range);
+}
+
+/* ---- sorting and index geometry ---------------------------------------------- */
+/* Does a go strictly before b? Ascending: the smaller first, NaN last;
+   descending: the larger first, NaN first (PyTorch's order). */
+#define ZM_SORT_DEF(SUF, T, ISNAN)                                                          \
+  ZM_INLINE int zm_sort_before_##SUF(T a, T b, int desc) {                                 \
+    int an = ISNAN(a), bn = ISNAN(b);                                                      \
+    if (desc) return an ? !bn : (!bn && a > b);                                            \
+    return bn ? !an : (!an && a < b);                                                      \
+  }                                                                                        \
+  /* Stable merge sort of a row of n values (stride s): idx gets their positions */      \
+  /* in sorted order, equal values in their first order; tmp holds n scratch entries. */ \
+  ZM_INLINE void zm_sort_row_##SUF(const T *v, int64_t s, int64_t n, int desc, int64_t *idx,  \
+                                   int64_t *tmp) {                                         \
+    for (int64_t i = 0; i < n; i++) idx[i] = i;                                            \
+    int64_t *src = idx, *dst = tmp;                                                        \
+    for (int64_t w = 1; w < n; w *= 2) {                                                   \
+      for (int64_t lo = 0; lo < n; lo += 2 * w) {                                          \
+        int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;       \
+        int64_t i = lo, j = mid, k = lo;                                                   \
+        while (i < mid && j < hi)                                                          \
+          dst[k++] = zm_sort_before_##SUF(v[src[j] * s], v[src[i] * s], desc) ? src[j++]   \
+                                                                             : src[i++];   \
+        while (i < mid) dst[k++] = src[i++];                                               \
+        while (j < hi) dst[k++] = src[j++];                                                \
+      }                                                                                    \
+      int64_t *t = src;                                                                    \
+      src = dst;                                                                           \
+      dst = t;                                                                             \
+    }                                                                                      \
+    if (src != idx)                                                                        \
+      for (int64_t i = 0; i < n; i++) idx[i] = src[i];                                     \
+  }
+#define ZM_ISNAN_FLOAT(x) ((x) != (x))
+#define ZM_ISNAN_INT(x) ((void)(x), 0)
+ZM_SORT_DEF(f32, float, ZM_ISNAN_FLOAT)
+ZM_SORT_DEF(f64, double, ZM_ISNAN_FLOAT)
+ZM_SORT_DEF(i64, int64_t, ZM_ISNAN_INT)
+
+/* Offset, in a contiguous tensor of shape `full`, of where line `line` of a
+   tensor of shape `part` starts: the lines run over every coordinate but `dim`
+   in row-major order and start at coordinate 0 along dim (part[k] <= full[k]). */
+ZM_INLINE int64_t zm_line_offset(int64_t line, int ndim, int dim, const int64_t *part,
+                                 const int64_t *full) {
+  int64_t off = 0, stride = 1;
+  for (int k = ndim - 1; k >= 0; k--) {
+    if (k != dim) {
+      off += line % part[k] * stride;
+      line /= part[k];
+    }
+    stride *= full[k];
+  }
+  return off;
 }
 #endif

@@ -58,6 +58,8 @@
     FUSED(BOP_SIGMOID_BWD_Y, SAVE_OUT), 0, API, ANY)                                             \
   X(SILU, silu, "SiluBackward", ZM(silu, x), NO_INT, 0, FUSED(BOP_SILU_BWD, SAVE_IN), 0, API,    \
     ANY)                                                                                         \
+  X(SIN, sin, "SinBackward", sin(x), NO_INT, 0, FUSED(BOP_SIN_BWD, SAVE_IN), 0, API, ANY)        \
+  X(COS, cos, "CosBackward", cos(x), NO_INT, 0, FUSED(BOP_COS_BWD, SAVE_IN), 0, API, ANY)        \
   X(ADD_S, add_scalar, "AddBackward", x + p0, INT, (T)(x + p0),                                  \
     CUSTOM(add_scalar_bwd, SAVE_NONE), 1, API, ANY)                                              \
   X(MUL_S, mul_scalar, "MulBackward", x * p0, INT, (T)(x * p0),                                  \
@@ -89,6 +91,8 @@
   X(SIGMOID_BWD_Y, sigmoid_bwd, NULL, SAME, ZM(sigmoid_bwd_y, x, y), NO_INT, 0, NO_GRAD, KERNEL, \
     ANY)                                                                                         \
   X(SILU_BWD, silu_bwd, NULL, SAME, ZM(silu_bwd, x, y), NO_INT, 0, NO_GRAD, KERNEL, ANY)         \
+  X(SIN_BWD, sin_bwd, NULL, SAME, ZM(sin_bwd, x, y), NO_INT, 0, NO_GRAD, KERNEL, ANY)            \
+  X(COS_BWD, cos_bwd, NULL, SAME, ZM(cos_bwd, x, y), NO_INT, 0, NO_GRAD, KERNEL, ANY)            \
   X(SQRT_BWD_Y, sqrt_bwd, NULL, SAME, ZM(sqrt_bwd_y, x, y), NO_INT, 0, NO_GRAD, KERNEL, ANY)     \
   X(ABS_BWD, abs_bwd, NULL, SAME, ZM(abs_bwd, x, y), NO_INT, 0, NO_GRAD, KERNEL, ANY)            \
   X(POW_S_BWD, pow_scalar_bwd, NULL, SAME, x * p0 * pow(y, p0 - (T)1), NO_INT, 0, NO_GRAD,       \

@@ -1,6 +1,8 @@
-/* reduce.c: sum, mean and max over dims, softmax and log_softmax, with their
-   gradients. Every reduction runs on an (outer, r, inner) layout: the input
-   itself when the reduced dims are one contiguous block, else a permuted copy. */
+/* reduce.c: sum, mean, max and min over dims (argmax, argmin), var and std,
+   cumsum, softmax and log_softmax, with their gradients. Every reduction runs on
+   an (outer, r, inner) layout: the input itself when the reduced dims are one
+   contiguous block, else a permuted copy. */
+#include <math.h>
 #include <string.h>
 
 #include "ops.h"
@@ -92,8 +94,9 @@ static zorch_tensor *reduce_raw(const char *op, red_op k, zorch_tensor *a, const
                                 zorch_tensor **idx, double scale) {
   zorch_dtype dt = a->dtype;
   zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype(dt) : ZORCH_I64;
-  if (k == RED_MAX && p->r == 0)
-    return err_null(ZORCH_ERR_SHAPE, "%s: cannot take the max over an empty dimension", op);
+  if (k != RED_SUM && p->r == 0)
+    return err_null(ZORCH_ERR_SHAPE, "%s: cannot take the %s over an empty dimension", op,
+                    k == RED_MAX ? "max" : "min");
   zorch_tensor *ca = NULL, *c = NULL, *out = NULL, *ix = NULL;
   if (!(ca = op_cast(a, cd)) || !(c = red_plan_layout(ca, p)) ||
       !(out = op_empty(a, p->out_ndim, p->out_shape, cd)) ||
@@ -151,15 +154,16 @@ zorch_tensor *zorch_mean(zorch_tensor *a, int ndims, const int *dims, bool keepd
   return sum_mean("mean", "MeanBackward", a, ndims, dims, keepdim, true);
 }
 
-/* The dims list and keepdim of a max, to rebuild its plan. */
+/* The dims list and keepdim of a max or min, to rebuild its plan. */
 typedef struct {
   int ndims;
   int dims[ZORCH_MAX_DIMS];
   bool keepdim;
+  bool min;
 } max_args;
 
-/* max: the gradient goes to the first maximum of each group. saved[0] holds the
-   indices. */
+/* max and min: the gradient goes to the first maximum (minimum) of each group.
+   saved[0] holds the indices. */
 static zorch_status max_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   const max_args *a = AG_ARGS(n, max_args);
   ag_edge *e = &n->in[0];
@@ -167,7 +171,8 @@ static zorch_status max_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   zorch_status st;
   red_plan p;
   if (!(like = op_empty(g, e->ndim, e->shape, g->dtype))) return zorch_last_status();
-  if ((st = red_plan_make("max", like, a->ndims, a->dims, a->keepdim, &p))) goto done;
+  if ((st = red_plan_make(a->min ? "min" : "max", like, a->ndims, a->dims, a->keepdim, &p)))
+    goto done;
   int64_t lay[3] = {p.outer, p.r, p.inner};
   if (!(gc = op_contig(g)) || !(z = op_zeros(g, 3, lay, g->dtype))) {
     st = zorch_last_status();
@@ -180,22 +185,127 @@ done:
   return st;
 }
 
-zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
-                        zorch_tensor **indices) {
+static zorch_tensor *max_min(const char *op, red_op k, zorch_tensor *a, int ndims, const int *dims,
+                             bool keepdim, zorch_tensor **indices) {
   if (indices) *indices = NULL;
-  if (check_arg("max", "input", a)) return NULL;
+  if (check_arg(op, "input", a)) return NULL;
   red_plan p;
-  if (red_plan_make("max", a, ndims, dims, keepdim, &p)) return NULL;
+  if (red_plan_make(op, a, ndims, dims, keepdim, &p)) return NULL;
   zorch_tensor *idx = NULL;
-  max_args args = {.ndims = ndims, .keepdim = keepdim};
+  max_args args = {.ndims = ndims, .keepdim = keepdim, .min = k == RED_MIN};
   if (ndims > 0) memcpy(args.dims, dims, sizeof(int) * (size_t)ndims);
-  zorch_tensor *out = reduce_raw("max", RED_MAX, a, &p, &idx, 1);
-  out = ag_record(out, "MaxBackward", max_bwd, 1, &a, 1, &idx, &args, sizeof args);
+  zorch_tensor *out = reduce_raw(op, k, a, &p, &idx, 1);
+  out = ag_record(out, k == RED_MIN ? "MinBackward" : "MaxBackward", max_bwd, 1, &a, 1, &idx,
+                  &args, sizeof args);
   if (out && indices)
     *indices = idx;
   else
     zorch_tensor_free(idx);
   return out;
+}
+
+zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
+                        zorch_tensor **indices) {
+  return max_min("max", RED_MAX, a, ndims, dims, keepdim, indices);
+}
+
+zorch_tensor *zorch_min(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
+                        zorch_tensor **indices) {
+  return max_min("min", RED_MIN, a, ndims, dims, keepdim, indices);
+}
+
+/* argmax and argmin: the indices of a max or min, computed without a graph. */
+static zorch_tensor *arg_max_min(const char *op, red_op k, zorch_tensor *a, int ndims,
+                                 const int *dims, bool keepdim) {
+  if (check_arg(op, "input", a)) return NULL;
+  red_plan p;
+  if (red_plan_make(op, a, ndims, dims, keepdim, &p)) return NULL;
+  zorch_tensor *idx = NULL;
+  zorch_tensor_free(reduce_raw(op, k, a, &p, &idx, 1));
+  return idx;
+}
+
+zorch_tensor *zorch_argmax(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
+  return arg_max_min("argmax", RED_MAX, a, ndims, dims, keepdim);
+}
+
+zorch_tensor *zorch_argmin(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
+  return arg_max_min("argmin", RED_MIN, a, ndims, dims, keepdim);
+}
+
+/* ---- var and std: sum((x - mean)^2) / (count - correction), from other ops ---------- */
+static zorch_tensor *var_std(const char *op, zorch_tensor *a, int ndims, const int *dims,
+                             bool keepdim, double correction, bool root) {
+  if (check_arg(op, "input", a)) return NULL;
+  if (!zorch_dtype_is_float(a->dtype))
+    return err_null(ZORCH_ERR_DTYPE, "%s: needs a floating-point input, got %s", op,
+                    zorch_dtype_name(a->dtype));
+  if (!isfinite(correction) || correction < 0)
+    return err_null(ZORCH_ERR_ARG, "%s: correction must be a finite number >= 0, got %g", op,
+                    correction);
+  red_plan p;
+  if (red_plan_make(op, a, ndims, dims, keepdim, &p)) return NULL;
+  /* PyTorch's result for count <= correction: inf or nan, from the division */
+  double denom = (double)p.r - correction;
+  if (denom < 0) denom = 0;
+  zorch_tensor *m = NULL, *d = NULL, *sq = NULL, *s = NULL, *v = NULL, *out = NULL;
+  if ((m = zorch_mean(a, ndims, dims, true)) && (d = zorch_sub(a, m)) && (sq = zorch_mul(d, d)) &&
+      (s = zorch_sum(sq, ndims, dims, keepdim)) &&
+      (v = zorch_mul_scalar(s, denom > 0 ? 1.0 / denom : INFINITY)))
+    out = root ? zorch_sqrt(v) : zorch_tensor_retain(v);
+  OP_FREE(m, d, sq, s, v);
+  if (!out) err_prefix(op);
+  return out;
+}
+
+zorch_tensor *zorch_var(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
+                        double correction) {
+  return var_std("var", a, ndims, dims, keepdim, correction, false);
+}
+
+zorch_tensor *zorch_std(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
+                        double correction) {
+  return var_std("std", a, ndims, dims, keepdim, correction, true);
+}
+
+/* ---- cumsum ----------------------------------------------------------------------------- */
+typedef struct {
+  int dim; /* wrapped */
+} cumsum_args;
+
+/* The running sum along dim of a (from the end when `reverse`), in the kernel's
+   dtypes: float32/float64 (16-bit floats through float32), int64 for integers;
+   the result has a's float dtype, or int64. No autograd. */
+static zorch_tensor *cumsum_raw(zorch_tensor *a, int dim, bool reverse) {
+  zorch_dtype dt = a->dtype;
+  zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype(dt) : ZORCH_I64;
+  int64_t outer = 1, inner = 1, n = a->ndim ? a->shape[dim] : 1;
+  for (int i = 0; i < dim; i++) outer *= a->shape[i];
+  for (int i = dim + 1; i < a->ndim; i++) inner *= a->shape[i];
+  zorch_tensor *c = NULL, *out = NULL;
+  if (!(c = op_cast_contig(a, cd)) || !(out = op_empty(a, a->ndim, a->shape, cd)) ||
+      (outer * n * inner > 0 && backend_of(out)->cumsum(out, c, outer, n, inner, reverse))) {
+    zorch_tensor_free(out);
+    out = NULL;
+  }
+  zorch_tensor_free(c);
+  out = op_recast(out, zorch_dtype_is_float(dt) ? dt : ZORCH_I64);
+  if (!out) err_prefix("cumsum");
+  return out;
+}
+
+/* The gradient of a running sum is the running sum of g from the end. */
+static zorch_status cumsum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  gin[0] = cumsum_raw(g, AG_ARGS(n, cumsum_args)->dim, true);
+  return gin[0] ? ZORCH_OK : zorch_last_status();
+}
+
+zorch_tensor *zorch_cumsum(zorch_tensor *a, int dim) {
+  if (check_arg("cumsum", "input", a)) return NULL;
+  cumsum_args args;
+  if (dim_wrap("cumsum", dim, a->ndim, 0, &args.dim)) return NULL;
+  zorch_tensor *out = cumsum_raw(a, args.dim, false);
+  return ag_record(out, "CumsumBackward", cumsum_bwd, 1, &a, 0, NULL, &args, sizeof args);
 }
 
 /* ---- softmax ------------------------------------------------------------------------ */

@@ -60,6 +60,35 @@ static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
   if (IS("sum_all")) return zorch_sum(x[0], 0, NULL, false);
   if (IS("mean_dim")) return zorch_mean(x[0], 1, (int[]){1}, false);
   if (IS("max_dim")) return zorch_max(x[0], 1, (int[]){-1}, false, NULL);
+  if (IS("min_dim")) return zorch_min(x[0], 1, (int[]){-1}, false, NULL);
+  if (IS("min_indices")) {
+    zorch_tensor *i = NULL, *v = zorch_min(x[0], 1, (int[]){0}, true, &i);
+    zorch_tensor_free(v);
+    return i;
+  }
+  if (IS("argmax_dim")) return zorch_argmax(x[0], 1, (int[]){1}, false);
+  if (IS("argmin_all")) return zorch_argmin(x[0], 0, NULL, false);
+  if (IS("var_dim")) return zorch_var(x[0], 1, (int[]){1}, false, 1);
+  if (IS("std_dims")) return zorch_std(x[0], 2, (int[]){0, 2}, true, 1);
+  if (IS("var_all_corr0")) return zorch_var(x[0], 0, NULL, false, 0);
+  if (IS("cumsum")) return zorch_cumsum(x[0], 1);
+  if (IS("cumsum_int")) return zorch_cumsum(x[0], 0);
+  if (IS("sort_desc")) return zorch_sort(x[0], 1, true, NULL);
+  if (IS("sort_stable_indices")) {
+    zorch_tensor *i = NULL, *v = zorch_sort(x[0], -1, false, &i);
+    zorch_tensor_free(v);
+    return i;
+  }
+  if (IS("topk")) return zorch_topk(x[0], 3, 1, true, true, NULL);
+  if (IS("topk_smallest")) return zorch_topk(x[0], 2, 0, false, true, NULL);
+  if (IS("topk_indices")) {
+    zorch_tensor *i = NULL, *v = zorch_topk(x[0], 3, -1, true, true, &i);
+    zorch_tensor_free(v);
+    return i;
+  }
+  if (IS("gather")) return zorch_gather(x[0], 1, x[1]);
+  if (IS("scatter")) return zorch_scatter(x[0], 1, x[1], x[2]);
+  if (IS("scatter_add")) return zorch_scatter_add(x[0], 0, x[1], x[2]);
   if (IS("matmul") || IS("matmul_vec")) return zorch_matmul(x[0], x[1]);
   if (IS("linear")) return zorch_linear(x[0], x[1], x[2]);
   if (IS("mse_loss")) return zorch_mse_loss(x[0], x[1], ZORCH_REDUCE_MEAN);

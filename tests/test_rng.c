@@ -73,6 +73,41 @@ int main(void) {
   zorch_manual_seed(5);
   zorch_tensor *f = zorch_rand(SHAPE(3), ZORCH_F32, CPU, NULL);
   ok(at(e, 2) == at(f, 2), "manual_seed reseeds the default generator");
+  /* randint: element i is zm_random_int of (seed, offset, i), in [low, high) */
+  zorch_generator_seed(g, 11);
+  zorch_tensor *ri = zorch_randint(-3, 4, SHAPE(5000), ZORCH_I64, CPU, g);
+  ok(zorch_generator_offset(g) == 2500, "randint of 5000 uses 2500 counter blocks");
+  int in_range = 1, counts[7] = {0};
+  for (int64_t i = 0; i < 5000; i++) {
+    double v = at(ri, i);
+    in_range &= v >= -3 && v < 4 && v == (double)zm_random_int(11, 0, i, -3, 7);
+    if (v >= -3 && v < 4) counts[(int)v + 3]++;
+  }
+  ok(in_range, "randint values lie in [low, high) and follow the per-element formula");
+  int flat = 1;
+  for (int k = 0; k < 7; k++) flat &= counts[k] > 600 && counts[k] < 830;
+  ok(flat, "randint is uniform over its range (%d .. %d of 5000 per value)", counts[0], counts[6]);
+  zorch_tensor *rbad = zorch_randint(2, 2, SHAPE(3), ZORCH_I64, CPU, g);
+  ok(!rbad && strstr(zorch_last_error(), "randint"), "randint refuses high <= low: %s", zorch_last_error());
+  /* randperm: every value once; the same seed, the same permutation */
+  zorch_generator_seed(g, 12);
+  zorch_tensor *p1 = zorch_randperm(1000, ZORCH_I64, CPU, g);
+  zorch_generator_seed(g, 12);
+  zorch_tensor *p2 = zorch_randperm(1000, ZORCH_I64, CPU, g);
+  int seen[1000] = {0}, perm = 1, same_p = 1, moved = 0;
+  for (int64_t i = 0; i < 1000; i++) {
+    int64_t v = (int64_t)at(p1, i);
+    perm &= v >= 0 && v < 1000 && !seen[v];
+    if (v >= 0 && v < 1000) seen[v] = 1;
+    same_p &= at(p2, i) == (double)v;
+    moved += v != i;
+  }
+  ok(perm && moved > 900, "randperm(1000) holds 0..999 once each, shuffled (%d moved)", moved);
+  ok(same_p && zorch_generator_offset(g) == 500, "randperm repeats for a seed and uses n/2 blocks");
+  zorch_tensor *p0 = zorch_randperm(0, ZORCH_I64, CPU, g);
+  ok(p0 && zorch_tensor_numel(p0) == 0, "randperm(0) is empty");
+  zorch_tensor *fr2[] = {ri, p1, p2, p0};
+  for (size_t i = 0; i < sizeof fr2 / sizeof fr2[0]; i++) zorch_tensor_free(fr2[i]);
   zorch_tensor *fr[] = {a, b, c, d, a64, big, nb, e, f};
   for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) zorch_tensor_free(fr[i]);
   zorch_generator_free(g);

@@ -36,6 +36,10 @@ void cpu_iter_run(const cpu_iter *it, cpu_loop fn, const double *prm);
 
 int cpu_threads(void);
 
+/* The error for index v at position k of an index tensor, not in 0..n-1
+   (numbers marked for the caller's numbering, vm/core/error.h). */
+zorch_status cpu_bad_index(const char *op, int64_t v, int64_t k, int64_t n);
+
 /* Value conversion through double, for the rare dtype pairs without a fast loop. */
 double cpu_load(const char *p, zorch_dtype dt);
 void cpu_store(char *p, zorch_dtype dt, double v);

@@ -15,6 +15,14 @@ zorch_status cpu_reduce(red_op op, zorch_tensor *out, zorch_tensor *idx, const z
                         int64_t outer, int64_t r, int64_t inner);
 zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
                          int64_t outer, int64_t r, int64_t inner);
+zorch_status cpu_cumsum(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t n,
+                        int64_t inner, bool reverse);
+zorch_status cpu_sort(zorch_tensor *values, zorch_tensor *idx, const zorch_tensor *a,
+                      int64_t outer, int64_t n, int64_t inner, bool descending);
+zorch_status cpu_gather(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
+                        const index_geom *g);
+zorch_status cpu_scatter(zorch_tensor *out, const zorch_tensor *idx, const zorch_tensor *src,
+                         const index_geom *g, bool add);
 zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
                          int64_t inner, bool log);
 zorch_status cpu_gemm(const gemm_args *g);
@@ -34,6 +42,8 @@ zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor
                                 const zorch_tensor *mean, const zorch_tensor *rstd,
                                 const zorch_tensor *w, int64_t rows, int64_t cols);
 zorch_status cpu_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
+zorch_status cpu_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
+                         uint64_t range);
 zorch_status cpu_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,
                       zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
 zorch_status cpu_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,

@@ -6,7 +6,7 @@
 #include "cpu.h"
 
 /* Index v at position k of an index tensor is not in 0..n-1. */
-static zorch_status bad_index(const char *op, int64_t v, int64_t k, int64_t n) {
+zorch_status cpu_bad_index(const char *op, int64_t v, int64_t k, int64_t n) {
   return err_set(ZORCH_ERR_ARG, "%s: index " ERR_IXV("%lld") " at position " ERR_IX("%lld")
                  " is out of range " ERR_IXV("0") ".." ERR_IXV("%lld") "%s", op, (long long)v,
                  (long long)k, (long long)n - 1, v == -1 ? ERR_NOTE1(" (indices are 1-based, as Lua counts)") : "");
@@ -17,7 +17,7 @@ zorch_status cpu_index_select(zorch_tensor *out, const zorch_tensor *a, const zo
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
   int64_t ni = shape_numel(idx->ndim, idx->shape);
   for (int64_t k = 0; k < ni; k++)
-    if (ix[k] < 0 || ix[k] >= n) return bad_index("index_select", ix[k], k, n);
+    if (ix[k] < 0 || ix[k] >= n) return cpu_bad_index("index_select", ix[k], k, n);
   size_t row = (size_t)inner * dtype_sizes[a->dtype];
   const char *src = tensor_ptr(a);
   char *dst = tensor_ptr(out);
@@ -44,7 +44,7 @@ zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zor
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
   int64_t ni = shape_numel(idx->ndim, idx->shape);
   for (int64_t k = 0; k < ni; k++)
-    if (ix[k] < 0 || ix[k] >= n) return bad_index("index_add", ix[k], k, n);
+    if (ix[k] < 0 || ix[k] >= n) return cpu_bad_index("index_add", ix[k], k, n);
   switch (out->dtype) {
     case ZORCH_F32: INDEX_ADD(float) return ZORCH_OK;
     case ZORCH_F64: INDEX_ADD(double) return ZORCH_OK;
@@ -208,5 +208,16 @@ zorch_status cpu_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool 
     else
       cpu_store(p + i * (int64_t)dtype_sizes[dt], dt, v);
   }
+  return ZORCH_OK;
+}
+
+zorch_status cpu_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
+                         uint64_t range) {
+  int64_t n = shape_numel(out->ndim, out->shape), *p = (int64_t *)tensor_ptr(out);
+  if (out->dtype != ZORCH_I64)
+    return err_set(ZORCH_ERR_DTYPE, "randint: the kernel writes int64, got %s",
+                   zorch_dtype_name(out->dtype));
+#pragma omp parallel for if (n >= CPU_GRAIN)
+  for (int64_t i = 0; i < n; i++) p[i] = zm_random_int(seed, offset, i, low, range);
   return ZORCH_OK;
 }

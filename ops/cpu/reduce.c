@@ -21,8 +21,9 @@
 SUM_CONTIG(sum_f32, float)
 SUM_CONTIG(sum_f64, double)
 
-/* max over r (stride inner) for each (outer, inner); NaN wins, first max kept */
-#define MAX_BODY(T)                                                        \
+/* max (BETTER >) or min (BETTER <) over r (stride inner) for each (outer, inner);
+   NaN wins, the first best kept */
+#define MAX_BODY(T, BETTER)                                                      \
   for (int64_t o = 0; o < outer; o++)                                      \
     for (int64_t i = 0; i < inner; i++) {                                  \
       const T *p = a + o * r * inner + i;                                  \
@@ -30,7 +31,7 @@ SUM_CONTIG(sum_f64, double)
       int64_t bi = 0;                                                      \
       for (int64_t j = 1; j < r; j++) {                                    \
         T v = p[j * inner];                                                \
-        if (v > best || (v != v && best == best)) {                        \
+        if (v BETTER best || (v != v && best == best)) {                   \
           best = v;                                                        \
           bi = j;                                                          \
         }                                                                  \
@@ -94,25 +95,38 @@ zorch_status cpu_reduce(red_op op, zorch_tensor *outt, zorch_tensor *idxt, const
       case ZORCH_F32: {
         float *out = (float *)tensor_ptr(outt);
         const float *a = (const float *)tensor_ptr(at);
-        MAX_BODY(float)
+        if (op == RED_MAX) {
+          MAX_BODY(float, >)
+        } else {
+          MAX_BODY(float, <)
+        }
         return ZORCH_OK;
       }
       case ZORCH_F64: {
         double *out = (double *)tensor_ptr(outt);
         const double *a = (const double *)tensor_ptr(at);
-        MAX_BODY(double)
+        if (op == RED_MAX) {
+          MAX_BODY(double, >)
+        } else {
+          MAX_BODY(double, <)
+        }
         return ZORCH_OK;
       }
       case ZORCH_I64: {
         int64_t *out = (int64_t *)tensor_ptr(outt);
         const int64_t *a = (const int64_t *)tensor_ptr(at);
-        MAX_BODY(int64_t)
+        if (op == RED_MAX) {
+          MAX_BODY(int64_t, >)
+        } else {
+          MAX_BODY(int64_t, <)
+        }
         return ZORCH_OK;
       }
       default: break;
     }
   }
-  return err_set(ZORCH_ERR_DTYPE, "%s: no CPU kernel for dtype %s", op == RED_SUM ? "sum" : "max",
+  return err_set(ZORCH_ERR_DTYPE, "%s: no CPU kernel for dtype %s",
+                 op == RED_SUM ? "sum" : op == RED_MAX ? "max" : "min",
                  zorch_dtype_name(at->dtype));
 }
 
@@ -136,6 +150,33 @@ zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_t
     case ZORCH_F64: MAX_BWD(double) return ZORCH_OK;
     default: return err_set(ZORCH_ERR_DTYPE, "max: no CPU backward for dtype %s",
                             zorch_dtype_name(gin->dtype));
+  }
+}
+
+#define CUMSUM(T, ACC)                                                        \
+  {                                                                         \
+    T *o_ = (T *)tensor_ptr(out);                                           \
+    const T *a_ = (const T *)tensor_ptr(a);                                 \
+    _Pragma("omp parallel for collapse(2) if (outer * n * inner >= CPU_GRAIN)") \
+    for (int64_t o = 0; o < outer; o++)                                     \
+      for (int64_t i = 0; i < inner; i++) {                                 \
+        ACC s = 0;                                                          \
+        for (int64_t k = 0; k < n; k++) {                                   \
+          int64_t j = reverse ? n - 1 - k : k, at = (o * n + j) * inner + i;  \
+          s += a_[at];                                                      \
+          o_[at] = (T)s;                                                    \
+        }                                                                   \
+      }                                                                     \
+  }
+
+zorch_status cpu_cumsum(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t n,
+                        int64_t inner, bool reverse) {
+  switch (a->dtype) {
+    case ZORCH_F32: CUMSUM(float, double) return ZORCH_OK;
+    case ZORCH_F64: CUMSUM(double, double) return ZORCH_OK;
+    case ZORCH_I64: CUMSUM(int64_t, int64_t) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "cumsum: no CPU kernel for dtype %s",
+                            zorch_dtype_name(a->dtype));
   }
 }
 

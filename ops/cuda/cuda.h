@@ -24,7 +24,7 @@ cudaStream_t cu_stream(int dev);
 // Bad indices found by kernels: a word in mapped host memory per device that a
 // kernel sets ({op, index, size}) and the next wait for the device reports, as
 // an error naming the op (kernels never stop the device on bad input).
-enum { CU_BAD_INDEX_SELECT = 1, CU_BAD_INDEX_ADD, CU_BAD_TARGET };
+enum { CU_BAD_INDEX_SELECT = 1, CU_BAD_INDEX_ADD, CU_BAD_TARGET, CU_BAD_GATHER, CU_BAD_SCATTER, CU_BAD_SCATTER_ADD };
 int64_t *cu_bad_index_word(int dev);  // device pointer, or NULL (then unchecked)
 __device__ inline void cu_report_bad(int64_t *w, int op, int64_t v, int64_t n) {
   if (w) w[1] = v, w[2] = n, w[0] = op;
@@ -175,6 +175,14 @@ zorch_status cuda_reduce(red_op op, zorch_tensor *out, zorch_tensor *idx, const 
                          int64_t r, int64_t inner);
 zorch_status cuda_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx, int64_t outer, int64_t r,
                           int64_t inner);
+zorch_status cuda_cumsum(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t n, int64_t inner,
+                         bool reverse);
+zorch_status cuda_sort(zorch_tensor *values, zorch_tensor *idx, const zorch_tensor *a, int64_t outer, int64_t n,
+                       int64_t inner, bool descending);
+zorch_status cuda_gather(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx, const index_geom *g);
+zorch_status cuda_scatter(zorch_tensor *out, const zorch_tensor *idx, const zorch_tensor *src, const index_geom *g,
+                          bool add);
+zorch_status cuda_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range);
 zorch_status cuda_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c, int64_t inner, bool log_);
 zorch_status cuda_gemm(const gemm_args *g);
 zorch_status cuda_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx, int64_t outer,

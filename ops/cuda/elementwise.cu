@@ -204,3 +204,16 @@ zorch_status cuda_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool
   k_random<<<ON(n, cu_dev(out))>>>(tensor_ptr(out), out->dtype, n, seed, offset, normal);
   return cu_launched("random");
 }
+
+// the CPU's integers, element for element (zm_random_int, ops/math.h)
+__global__ void k_randint(int64_t *p, int64_t n, uint64_t seed, uint64_t offset, int64_t low, uint64_t range) {
+  FOR(i, n) p[i] = zm_random_int(seed, offset, i, low, range);
+}
+
+zorch_status cuda_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range) {
+  if (out->dtype != ZORCH_I64) return cu_no_kernel("randint", out->dtype);
+  int64_t n = shape_numel(out->ndim, out->shape);
+  if (!n) return ZORCH_OK;
+  k_randint<<<ON(n, cu_dev(out))>>>((int64_t *)tensor_ptr(out), n, seed, offset, low, range);
+  return cu_launched("randint");
+}

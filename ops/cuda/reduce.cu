@@ -1,5 +1,5 @@
-// reduce.cu: sums and maxima over the middle dim of (outer, r, inner), their
-// backward, and softmax. Sums run in double in a fixed order: the same inputs
+// reduce.cu: sums, maxima and minima over the middle dim of (outer, r, inner),
+// their backward, running sums, and softmax. Sums run in double in a fixed order: the same inputs
 // give the same bits on every run (no atomics).
 #include <type_traits>
 
@@ -22,7 +22,7 @@ __global__ void k_reduce(int op, T *out, int64_t *idx, const T *a, int64_t outer
       int64_t bi = 0;
       for (int64_t k = 1; k < r; k++) {
         T v = p[k * inner];
-        if (v > best || (v != v && best == best)) best = v, bi = k;
+        if ((op == RED_MIN ? v < best : v > best) || (v != v && best == best)) best = v, bi = k;
       }
       out[j] = best;
       if (idx) idx[j] = bi;
@@ -30,19 +30,20 @@ __global__ void k_reduce(int op, T *out, int64_t *idx, const T *a, int64_t outer
   }
 }
 
-// Does (v, k) beat (best, bi)? The larger value, a NaN over a number, and
-// between equals the first index: what the sequential scan picks.
+// Does (v, k) beat (best, bi)? The larger value (the smaller for `mn`), a NaN
+// over a number, and between equals the first index: what the sequential scan
+// picks.
 template <typename T>
-__device__ inline bool beats(T v, int64_t k, T best, int64_t bi) {
+__device__ inline bool beats(T v, int64_t k, T best, int64_t bi, bool mn) {
   bool vn = v != v, bn = best != best;
   if (vn || bn) return vn && (!bn || k < bi);
-  return v > best || (v == best && k < bi);
+  return (mn ? v < best : v > best) || (v == best && k < bi);
 }
 
 // The block's (sum, best, index) triples folded in shared memory, in a fixed
 // tree; thread 0 ends with the result.
 template <typename T>
-__device__ void block_fold(double &s, T &v, int64_t &i) {
+__device__ void block_fold(double &s, T &v, int64_t &i, bool mn) {
   __shared__ double ss[RED_THREADS];
   __shared__ T sv[RED_THREADS];
   __shared__ int64_t si[RED_THREADS];
@@ -52,7 +53,7 @@ __device__ void block_fold(double &s, T &v, int64_t &i) {
   for (int w = RED_THREADS / 2; w > 0; w >>= 1) {
     if (t < w) {
       ss[t] += ss[t + w];
-      if (beats(sv[t + w], si[t + w], sv[t], si[t])) sv[t] = sv[t + w], si[t] = si[t + w];
+      if (beats(sv[t + w], si[t + w], sv[t], si[t], mn)) sv[t] = sv[t + w], si[t] = si[t + w];
     }
     __syncthreads();
   }
@@ -74,9 +75,9 @@ __global__ void k_reduce_rows(int op, T *out, int64_t *idx, const T *a, int64_t 
   T best = p[bi];
   for (int64_t k = lo + t; k < hi; k += RED_THREADS) {
     if (op == RED_SUM) s += (double)p[k];
-    else if (beats(p[k], k, best, bi)) best = p[k], bi = k;
+    else if (beats(p[k], k, best, bi, op == RED_MIN)) best = p[k], bi = k;
   }
-  block_fold(s, best, bi);
+  block_fold(s, best, bi, op == RED_MIN);
   if (t) return;
   if (parts == 1) {
     out[row] = op == RED_SUM ? (T)s : best;
@@ -98,9 +99,9 @@ __global__ void k_fold_parts(int op, T *out, int64_t *idx, int parts, const doub
   int64_t bi = pi[base + j0];
   for (int j = t; j < parts; j += RED_THREADS) {
     s += ps[base + j];
-    if (beats(pv[base + j], pi[base + j], best, bi)) best = pv[base + j], bi = pi[base + j];
+    if (beats(pv[base + j], pi[base + j], best, bi, op == RED_MIN)) best = pv[base + j], bi = pi[base + j];
   }
-  block_fold(s, best, bi);
+  block_fold(s, best, bi, op == RED_MIN);
   if (t == 0) {
     out[row] = op == RED_SUM ? (T)s : best;
     if (idx && op != RED_SUM) idx[row] = bi;
@@ -154,8 +155,8 @@ zorch_status cuda_reduce(red_op op, zorch_tensor *out, zorch_tensor *idx, const 
   else if (a->dtype == ZORCH_I64)
     st = launch_reduce<int64_t>(op, (int64_t *)tensor_ptr(out), ix, (const int64_t *)tensor_ptr(a), outer, r, inner, dev);
   else
-    return cu_no_kernel(op == RED_SUM ? "sum" : "max", a->dtype);
-  return st ? st : cu_launched(op == RED_SUM ? "sum" : "max");
+    return cu_no_kernel(op == RED_SUM ? "sum" : op == RED_MAX ? "max" : "min", a->dtype);
+  return st ? st : cu_launched(op == RED_SUM ? "sum" : op == RED_MAX ? "max" : "min");
 }
 
 template <typename T>
@@ -173,6 +174,39 @@ zorch_status cuda_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_
   int dev = cu_dev(gin);
   CU_REAL(gin->dtype, "max",
           (k_max_bwd<T><<<ON(outer * inner, dev)>>>((T *)tensor_ptr(gin), (const T *)tensor_ptr(g), ix, outer, r, inner)));
+}
+
+// one thread per (outer, inner) line, in order: the CPU's sums, in the same
+// order and precision (double for floats, int64 for integers)
+template <typename T, typename A>
+__global__ void k_cumsum(T *out, const T *a, int64_t outer, int64_t n, int64_t inner, int reverse) {
+  FOR(j, outer * inner) {
+    int64_t o = j / inner, i = j % inner;
+    A s = 0;
+    for (int64_t k = 0; k < n; k++) {
+      int64_t e = (o * n + (reverse ? n - 1 - k : k)) * inner + i;
+      s += (A)a[e];
+      out[e] = (T)s;
+    }
+  }
+}
+
+zorch_status cuda_cumsum(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t n, int64_t inner,
+                         bool reverse) {
+  if (outer * inner == 0) return ZORCH_OK;
+  int dev = cu_dev(a);
+  if (a->dtype == ZORCH_F32)
+    k_cumsum<float, double><<<ON(outer * inner, dev)>>>((float *)tensor_ptr(out), (const float *)tensor_ptr(a), outer,
+                                                        n, inner, reverse);
+  else if (a->dtype == ZORCH_F64)
+    k_cumsum<double, double><<<ON(outer * inner, dev)>>>((double *)tensor_ptr(out), (const double *)tensor_ptr(a),
+                                                         outer, n, inner, reverse);
+  else if (a->dtype == ZORCH_I64)
+    k_cumsum<int64_t, int64_t><<<ON(outer * inner, dev)>>>((int64_t *)tensor_ptr(out), (const int64_t *)tensor_ptr(a),
+                                                           outer, n, inner, reverse);
+  else
+    return cu_no_kernel("cumsum", a->dtype);
+  return cu_launched("cumsum");
 }
 
 template <typename T>

@@ -52,11 +52,12 @@ int64_t *cu_bad_index_word(int dev) {
 static zorch_status check_bad_index(int dev) {
   volatile int64_t *w = bad_host[dev];
   if (!w || !w[0]) return ZORCH_OK;
-  static const char *const ops[] = {"", "index_select", "index_add", "cross_entropy"};
+  static const char *const ops[] = {"", "index_select", "index_add", "cross_entropy", "gather", "scatter",
+                                    "scatter_add"};
   int op = (int)w[0];
   long long v = (long long)w[1], n = (long long)w[2];
   w[0] = 0;
-  const char *name = ops[op >= 1 && op <= 3 ? op : 0];
+  const char *name = ops[op >= 1 && op <= CU_BAD_SCATTER_ADD ? op : 0];
   if (op == CU_BAD_TARGET)
     return err_set(ZORCH_ERR_ARG,
                    "%s: target " ERR_IXV("%lld") " is out of range " ERR_IXV("0") ".." ERR_IXV("%lld")
@@ -256,6 +257,10 @@ static backend make_backend() {
   b.where = cuda_where;
   b.reduce = cuda_reduce;
   b.max_bwd = cuda_max_bwd;
+  b.cumsum = cuda_cumsum;
+  b.sort = cuda_sort;
+  b.gather = cuda_gather;
+  b.scatter = cuda_scatter;
   b.softmax = cuda_softmax;
   b.gemm = cuda_gemm;
   b.index_select = cuda_index_select;
@@ -265,6 +270,7 @@ static backend make_backend() {
   b.layer_norm = cuda_layer_norm;
   b.layer_norm_bwd = cuda_layer_norm_bwd;
   b.random = cuda_random;
+  b.randint = cuda_randint;
   b.adam = cuda_adam;
   b.sgd = cuda_sgd;
   b.to_host = cuda_to_host;

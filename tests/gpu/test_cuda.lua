@@ -137,6 +137,72 @@ same(ti:float(), ties:max(2):float() * 0 + 1, 0, "a row of equal values gives th
 local huge = zorch.randn(1 << 23)
 same(huge:mean(), huge:to("cuda"):mean(), 1e-6, "the mean of 8M elements: many blocks for one row")
 
+-- min, argmax, argmin, var, std, cumsum, sort, topk, gather, scatter, randint
+-- and randperm: the same answers on the GPU, forward and backward
+do
+  local x = zorch.randn(37, 53, {dtype = "float64"})
+  x[3]:narrow(1, 5, 10):fill_(0.25) -- ties: the first index, and a stable sort
+  for _, dt in ipairs({"float32", "float64", "bfloat16", "float16"}) do
+    local a = x:to(dt)
+    local ga = a:to("cuda")
+    local v1, i1 = a:min(2)
+    local v2, i2 = ga:min(2)
+    same(v1, v2, 0, dt .. ": min values")
+    same(i1:float(), i2:float(), 0, dt .. ": min indices")
+    same(a:argmax(1):float(), ga:argmax(1):float(), 0, dt .. ": argmax")
+    same(a:argmin():float(), ga:argmin():float(), 0, dt .. ": argmin of everything")
+    same(a:cumsum(2), ga:cumsum(2), MM[dt], dt .. ": cumsum")
+    same(a:std(1), ga:std(1), MM[dt] * 4, dt .. ": std")
+    local sv, si = a:sort(2)
+    local gsv, gsi = ga:sort(2)
+    same(sv, gsv, 0, dt .. ": sort values")
+    same(si:float(), gsi:float(), 0, dt .. ": sort indices (stable)")
+    local tv, ti = a:topk(5, 1, false)
+    local gtv, gti = ga:topk(5, 1, false)
+    same(tv, gtv, 0, dt .. ": topk values")
+    same(ti:float(), gti:float(), 0, dt .. ": topk indices")
+  end
+  zorch.manual_seed(31)
+  local idx = zorch.randint(1, 53, {20, 53})
+  local gidx = idx:to("cuda")
+  local a, ga = x:float(), x:float():to("cuda")
+  same(zorch.gather(a, 2, idx), zorch.gather(ga, 2, gidx), 0, "gather")
+  same(zorch.gather(a:long(), 2, idx):float(), zorch.gather(ga:long(), 2, gidx):float(), 0, "gather of int64")
+  local src = zorch.randn(20, 53)
+  same(zorch.scatter_add(a, 2, idx, src), zorch.scatter_add(ga, 2, gidx, src:to("cuda")), 1e-6,
+       "scatter_add with repeated indices (in index order, no atomics)")
+  same(zorch.scatter(a, 2, idx, src), zorch.scatter(ga, 2, gidx, src:to("cuda")), 0,
+       "scatter with repeated indices (the last write wins on both)")
+  same(a:long():cumsum(1):float(), ga:long():cumsum(1):float(), 0, "cumsum of int64")
+  for _, dt in ipairs({"int64", "float32"}) do
+    zorch.manual_seed(8)
+    local r1, p1 = zorch.randint(-5, 1000, {999}, {dtype = dt}), zorch.randperm(777)
+    zorch.manual_seed(8)
+    local r2, p2 = zorch.randint(-5, 1000, {999}, {dtype = dt, device = "cuda"}), zorch.randperm(777, {device = "cuda"})
+    same(r1:double(), r2:double(), 0, dt .. ": randint draws the same stream on both devices")
+    same(p1:double(), p2:double(), 0, "randperm gives the same permutation on both devices")
+  end
+  local function grads(device)
+    zorch.manual_seed(32)
+    local xs = x:float():to(device):requires_grad_()
+    local src_d = src:to(device):requires_grad_()
+    local i_d = idx:to(device)
+    local w = zorch.randn(20, 53):to(device)
+    local loss = (xs:sort(2) * xs):sum() + xs:topk(3, 1):sum() + (zorch.gather(xs, 2, i_d) * w):sum() +
+                 (zorch.scatter(xs, 2, i_d, src_d) * xs):sum() + zorch.scatter_add(xs, 2, i_d, src_d):sin():sum() +
+                 xs:cumsum(1):cos():sum() + xs:std(2):sum() + xs:min(1):sum()
+    loss:backward()
+    return {xs.grad, src_d.grad}
+  end
+  local gc, gg = grads("cpu"), grads("cuda")
+  same(gc[1], gg[1], 1e-4, "autograd on the GPU: sort, topk, gather, scatter, cumsum, std, min")
+  same(gc[2], gg[2], 1e-4, "autograd on the GPU: the scatter sources")
+  local bad_ok, bad_err = pcall(function() return zorch.gather(ga, 2, zorch.tensor({{1, 99}}):to("cuda")):sum():item() end)
+  tap.ok(not bad_ok and tostring(bad_err):find("gather: index 98 out of range", 1, true),
+         "a bad gather index on the GPU is an error naming the op and the index: " .. tostring(bad_err))
+  tap.ok(zorch.ones(3, {device = "cuda"}):sum():item() == 3, "and the device works on after it")
+end
+
 -- autograd through GPU ops: every differentiable op of the registry, then a chain
 for _, op in ipairs(zorch._pointwise_ops()) do
   if op.differentiable then

@@ -69,6 +69,38 @@ tap.raises("nll_loss names both shapes", function() zorch.nll_loss(t23, zorch.te
 tap.raises("zeros_like wants a tensor", function() zorch.zeros_like(3) end, "zeros_like", "tensor expected")
 tap.raises("randn_like wants a float dtype", function() zorch.randn_like(t23, {dtype = "int64"}) end,
            "randn_like", "int64")
+
+-- the index, sorting and random ops name the bad value and the valid range
+local x34, i2 = zorch.randn(3, 4), zorch.tensor{{1, 2}, {3, 4}}
+tap.raises("gather: an index out of range names it and the range", function() zorch.gather(x34, 2, zorch.tensor{{1, 9}}) end,
+           "gather", "index 9 at position 2 is out of range 1..4")
+tap.raises("gather wants int64 indices", function() zorch.gather(x34, 2, zorch.ones(1, 2)) end, "int64")
+tap.raises("gather wants an index with the input's dims", function() zorch.gather(x34, 1, zorch.tensor{1, 2}) end,
+           "gather", "(2,)", "(3, 4)")
+tap.raises("gather wants an index no larger outside dim", function() zorch.gather(x34, 2, zorch.ones(5, 2):long()) end,
+           "gather", "(5, 2)", "(3, 4)")
+tap.raises("gather: a 0 index is refused (1-based)", function() zorch.gather(x34, 2, zorch.tensor{{0}}) end, "gather",
+           "index 0", "1-based")
+tap.raises("scatter: an index out of range", function() zorch.scatter(x34, 1, i2, zorch.ones(2, 2)) end,
+           "scatter", "index 4 at position 4 is out of range 1..3")
+tap.raises("scatter wants src of the index's shape", function() zorch.scatter(x34, 1, i2, zorch.ones(3, 3)) end,
+           "scatter", "(3, 3)", "(2, 2)")
+tap.raises("scatter wants src of the input's dtype", function() zorch.scatter(x34, 1, i2, zorch.ones(2, 2):double()) end,
+           "scatter", "float64", "float32")
+tap.raises("scatter_add wants int64 indices", function() zorch.scatter_add(x34, 1, zorch.ones(2, 2), zorch.ones(2, 2)) end,
+           "int64")
+tap.raises("topk: k larger than the dim", function() zorch.topk(x34, 5) end, "topk", "k = 5", "size 4", "(3, 4)")
+tap.raises("topk: a negative k", function() zorch.topk(x34, -1, 1) end, "topk", "k = -1")
+tap.raises("sort: a dim out of range", function() zorch.sort(x34, 3) end, "sort", "dim")
+tap.raises("cumsum: a dim out of range", function() zorch.cumsum(x34, 5) end, "cumsum", "dim")
+tap.raises("std of integers", function() zorch.std(zorch.tensor{1, 2, 3}) end, "std", "floating-point", "int64")
+tap.raises("var: a negative correction", function() zorch.var(x34, 1, false, -1) end, "var", "correction")
+tap.raises("argmax of an empty dim", function() zorch.argmax(zorch.ones(0, 3), 1) end, "argmax", "empty")
+tap.raises("min: a dim out of range", function() zorch.min(x34, -3) end, "min", "dim")
+tap.raises("randperm of a negative n", function() zorch.randperm(-1) end, "randperm", "-1")
+tap.raises("randint with high below low", function() zorch.randint(5, 2, {3}) end, "randint", "high", "low")
+tap.raises("randint wants its sizes as a table", function() zorch.randint(1, 5, 3) end, "table")
+tap.raises("randint of bool", function() zorch.randint(0, 1, {3}, {dtype = "bool"}) end, "randint", "bool")
 tap.raises("linear names input and weight", function() zorch.linear(t23, t45) end, "linear", "(2, 3)", "(4, 5)")
 tap.raises("view of a bad size", function() t23:view(4, 4) end, "view", "(4, 4)", "(2, 3)")
 tap.raises("tensor of a ragged table", function() zorch.tensor{{1, 2}, {3}} end, "ragged")
