@@ -4,6 +4,7 @@
 -- `--name=value` and `--help` are understood; an unknown flag or a bad value is
 -- an error that lists the flags.
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
 local function help_text(spec, usage)
   local names = {}
