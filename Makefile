@@ -1,7 +1,8 @@
 # zorch: plain Makefile. `make` builds the libraries, zorch.so and the zorch
 # command; `make run` runs the reference job; `make test` runs the suite (prove);
 # `make check-asan` runs it under ASan and UBSan; `make bench` prints JSON lines;
-# `make demo` trains a small MLP from C; `make install PREFIX=...`.
+# `make demo` trains a small MLP from C; `make install PREFIX=...`; `make
+# examples` links examples/embed statically against an installed zorch.
 CC      ?= gcc
 comma   := ,
 BUILD   ?= build
@@ -22,12 +23,16 @@ CUDA_DIR ?= /usr/local/cuda
 NVCC     ?= $(CUDA_DIR)/bin/nvcc
 CUDA     ?= $(if $(SAN),0,$(if $(wildcard $(NVCC)),1,0))
 CUDA_FLAGS := $(if $(filter 1,$(CUDA)),-DZORCH_WITH_CUDA -I$(CUDA_DIR)/include,)
-CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -fopenmp -D_GNU_SOURCE \
-           -Iinclude -I/usr/include/lua5.4 $(MPI_FLAGS) $(CUDA_FLAGS) -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
+# Lua's headers (LuaRocks passes LUA_INCDIR); CFLAGS given on the command line
+# (LuaRocks passes its own) come after zorch's.
+LUA_INCDIR ?= /usr/include/lua5.4
+override CFLAGS := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -fopenmp -D_GNU_SOURCE \
+           -Iinclude -I$(LUA_INCDIR) $(MPI_FLAGS) $(CUDA_FLAGS) -MMD -MP $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,) \
+           $(if $(filter command line,$(origin CFLAGS)),$(CFLAGS),)
 LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
-LUA_INC  := -I/usr/include/lua5.4
+LUA_INC  := -I$(LUA_INCDIR)
 LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/engine.lua lua/checkpoint.lua \
             lua/progress.lua lua/metrics.lua lua/plot.lua
 LIB_SRC  := $(filter-out vm/host/main.c $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
@@ -40,7 +45,7 @@ CUDA_SRC := $(wildcard ops/cuda/*.cu)
 ifeq ($(CUDA),1)
 LIB_OBJ  += $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
 endif
-NVFLAGS  := -O3 -std=c++17 -Iinclude -I/usr/include/lua5.4 -DZORCH_WITH_CUDA -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror -Werror all-warnings \
+NVFLAGS  := -O3 -std=c++17 -Iinclude -I$(LUA_INCDIR) -DZORCH_WITH_CUDA -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror -Werror all-warnings \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 LIB_LIBS := -llua5.4 $(EXT_LIBS)
@@ -50,8 +55,16 @@ TEST_LUA := $(wildcard tests/lua/test_*.lua)
 TEST_SH  := $(wildcard tests/test_*.sh)
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all lib test check-asan check-valgrind bench demo run deps clean install
-PREFIX  ?= /usr/local
+.PHONY: all lib test check-asan check-valgrind bench demo run deps clean install install-lib install-lua examples
+# Where `make install` puts things. LuaRocks sets the last three (the rockspec
+# passes its BINDIR, LIBDIR and LUADIR) and runs install-lua.
+PREFIX          ?= /usr/local
+LIBDIR          ?= $(PREFIX)/lib
+INCLUDEDIR      ?= $(PREFIX)/include
+PKGCONFIGDIR    ?= $(LIBDIR)/pkgconfig
+BINDIR          ?= $(PREFIX)/bin
+LUA_CMODULE_DIR ?= $(LIBDIR)/lua/5.4
+LUA_MODULE_DIR  ?= $(PREFIX)/share/lua/5.4
 all: lib
 lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch
 
@@ -153,17 +166,50 @@ run: lib
 demo: $(BUILD)/examples/mlp_demo
 	$(BUILD)/examples/mlp_demo
 
-# Libraries, header, pkg-config file, the zorch command and the Lua module.
-install: lib
-	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
-	  $(DESTDIR)$(PREFIX)/lib/lua/5.4
-	install -m 644 $(BUILD)/libzorch.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libzorch.so $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/zorch.so $(DESTDIR)$(PREFIX)/lib/lua/5.4/
-	install -m 644 include/zorch.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(BUILD)/zorch $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*ZORCH_VERSION "\(.*\)"/\1/p' include/zorch.h)|' \
-	  scripts/zorch.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/zorch.pc
+# zorch.pc: Libs.private is what the link line of libzorch.so adds to its
+# objects (the same variables), so a static link against libzorch.a needs
+# nothing else; Requires.private names those of its libraries that ship a .pc
+# (where one is installed), for their include paths and their own libraries.
+PC_LIBS     := $(LDFLAGS) $(LIB_LIBS) $(LDLIBS)
+PC_NAME_lua5.4 := lua5.4
+PC_NAME_cjson  := libcjson
+PC_NAME_mpi    := ompi-c
+PC_REQUIRES := $(foreach l,$(patsubst -l%,%,$(filter -l%,$(PC_LIBS))),$(PC_NAME_$(l)))
+ZORCH_VERSION = $(shell sed -n 's/.*ZORCH_VERSION "\(.*\)"/\1/p' include/zorch.h)
+
+$(BUILD)/zorch.pc: scripts/zorch.pc.in FORCE
+	@mkdir -p $(dir $@)
+	@req=; for p in $(PC_REQUIRES); do pkg-config --exists $$p 2>/dev/null && req="$$req $$p"; done; \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	  -e 's|@VERSION@|$(ZORCH_VERSION)|' -e 's|@LIBS_PRIVATE@|$(strip $(PC_LIBS))|' \
+	  -e "s|@REQUIRES_PRIVATE@|$${req# }|" $< > $@
+FORCE:
+
+# Libraries, header, pkg-config file (install-lib); the Lua module, the Lua
+# sources its chunks are named after, the zorch command (install-lua).
+install: install-lib install-lua
+
+install-lib: lib $(BUILD)/zorch.pc
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(INCLUDEDIR)
+	install -m 644 $(BUILD)/libzorch.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(BUILD)/libzorch.so $(DESTDIR)$(LIBDIR)/
+	install -m 644 include/zorch.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(BUILD)/zorch.pc $(DESTDIR)$(PKGCONFIGDIR)/
+
+install-lua: $(BUILD)/zorch.so $(BUILD)/zorch
+	install -d $(DESTDIR)$(LUA_CMODULE_DIR) $(DESTDIR)$(LUA_MODULE_DIR)/zorch $(DESTDIR)$(BINDIR)
+	install -m 755 $(BUILD)/zorch.so $(DESTDIR)$(LUA_CMODULE_DIR)/
+	install -m 644 $(LUA_SRC) $(DESTDIR)$(LUA_MODULE_DIR)/zorch/
+	install -m 755 $(BUILD)/zorch $(DESTDIR)$(BINDIR)/
+
+# examples/embed/host.c linked statically against the libzorch.a of an
+# installed zorch, the way another project would (make install PREFIX=... first):
+# pkg-config --static gives the private libraries; -l:libzorch.a takes the
+# archive where -lzorch would take the shared library.
+examples:
+	@mkdir -p $(BUILD)/examples
+	PKG_CONFIG_PATH=$(PKGCONFIGDIR) sh -c '$(CC) examples/embed/host.c \
+	  $$(pkg-config --static --cflags --libs zorch | sed "s/-lzorch\b/-l:libzorch.a/") -o $(BUILD)/examples/host'
 
 clean:
 	rm -rf build

@@ -8,6 +8,7 @@
 -- A checkpoint is written under DIR/.TAG.partial and renamed when complete, so a
 -- crash leaves the previous one loadable.
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local Engine = zorch._Engine
 
 local function barrier() zorch._allreduce(zorch.zeros(1)) end

@@ -1,5 +1,6 @@
 -- zorch.data: datasets, a batching loader and file readers.
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local data = {}
 
 -- A tiny deterministic generator (64-bit LCG with xorshift output) for shuffles:

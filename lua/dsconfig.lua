@@ -3,6 +3,7 @@
 -- implement (reported together in one warning). Invalid values are errors that
 -- name the key.
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
 local function read(path)
   local f, err = io.open(path, "rb")

@@ -12,6 +12,7 @@
 --            and again before its backward, and released after each
 -- Every stage gives the parameters of one process with the same global batch.
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
 -- Every option with its default: the one place defaults live.
 local DEFAULTS = {

@@ -18,6 +18,7 @@
 -- may catch it with pcall (tostring gives the text). Mistakes in the spec itself
 -- are ordinary errors.
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
 local flags = {}
 

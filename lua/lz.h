@@ -34,4 +34,7 @@ void lz_get_opts(lua_State *L, int idx, lz_opts *o, zorch_dtype def);
 zorch_tensor *lz_index0(lua_State *L, int idx);
 void lz_open_tensor(lua_State *L);
 void lz_open_functions(lua_State *L);
+/* What `require "zorch.NAME"` gives for an embedded module (lua/NAME.lua):
+   luaopen_zorch_NAME, generated beside the sources, calls it. */
+int lz_open_module(lua_State *L, const char *name);
 #endif

@@ -198,15 +198,37 @@ int luaopen_zorch(lua_State *L) {
   lz_open_tboard(L);
   lua_pushliteral(L, ZORCH_VERSION);
   lua_setfield(L, z, "version");
-  /* the Lua modules, in order: each chunk gets the module table and returns its part */
+  /* the Lua modules, in order: each chunk gets the module table and returns its
+     part, which is also what `require "zorch.NAME"` gives (true for none). The
+     chunk is named after the file `make install` puts in the Lua directory
+     (share/lua/5.4/zorch/NAME.lua), as package.path would find it. */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  int loaded = lua_gettop(L);
   for (const lz_module *m = lz_modules; m->name; m++) {
-    char chunk[64];
-    snprintf(chunk, sizeof chunk, "=zorch/%s.lua", m->name);
+    char chunk[64], modname[64];
+    snprintf(chunk, sizeof chunk, "@zorch/%s.lua", m->name);
+    snprintf(modname, sizeof modname, "zorch.%s", m->name);
     if (luaL_loadbuffer(L, m->src, m->len, chunk) != LUA_OK) return lua_error(L);
     lua_pushvalue(L, z);
     lua_call(L, 1, 1);
-    if (!lua_isnil(L, -1)) lua_setfield(L, z, m->name);
-    else lua_pop(L, 1);
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      lua_pushboolean(L, 1);
+    } else {
+      lua_pushvalue(L, -1);
+      lua_setfield(L, z, m->name);
+    }
+    lua_setfield(L, loaded, modname);
   }
+  lua_settop(L, z);
+  return 1;
+}
+
+int lz_open_module(lua_State *L, const char *name) {
+  luaL_requiref(L, "zorch", luaopen_zorch, 0);
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_pushfstring(L, "zorch.%s", name);
+  if (lua_rawget(L, -2) == LUA_TNIL)
+    return luaL_error(L, "module 'zorch.%s' is not part of zorch", name);
   return 1;
 }

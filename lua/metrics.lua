@@ -12,6 +12,7 @@
 -- Files are flushed at most every `flush_interval` seconds (default 1) and at
 -- close(), which also runs on leaving a `local logger <close>` scope.
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
 local Logger = {}
 Logger.__index = Logger

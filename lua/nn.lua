@@ -2,6 +2,7 @@
 -- `forward`; autograd does the rest. Parameter names follow PyTorch
 -- (`fc1.weight`), so state dicts move through safetensors files both ways.
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn = {}
 
 local function class_call(cls, ...)

@@ -1,6 +1,7 @@
 -- zorch.optim: optimizers on the fused C kernels (one pass over each
 -- parameter, PyTorch's formulas), and learning-rate schedulers.
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local optim = {}
 
 local Optimizer = {}

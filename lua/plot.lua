@@ -10,6 +10,7 @@
 -- and per-epoch rows can share a file. Returns the columns drawn and the x
 -- column. `zorch plot` is its command line.
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
 local USAGE = "usage: zorch plot FILE.jsonl|FILE.csv [-o out.png|out.svg|out.pdf] [--y loss,lr] [--x step] " ..
               "[--smooth 0.9] [--logy] [--title TEXT]"

@@ -7,6 +7,7 @@
 -- line above the bar, bar:stats() gives {n, total, elapsed, rate, eta} and
 -- bar:close() ends the display (also on leaving a `local bar <close>` scope).
 local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
 -- This process's rank from the launcher's environment (0 when run alone),
 -- without starting MPI: what progress displays and loggers need to stay quiet.

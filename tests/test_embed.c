@@ -36,7 +36,10 @@ int main(void) {
      "the sandbox has no io, os, package, debug or dofile");
   ok(zorch_vm_dostring(sb, "local z = require 'zorch'; assert(z.ones(2):sum():item() == 2)", "=t") == ZORCH_OK,
      "require gives zorch in the sandbox");
-  ok(zorch_vm_dostring(sb, "require 'os'", "=t") != ZORCH_OK, "and nothing else");
+  ok(zorch_vm_dostring(sb, "assert(require 'zorch.nn' == zorch.nn and require 'zorch.engine' == true)", "=t") == ZORCH_OK,
+     "and its modules: require 'zorch.nn'");
+  ok(zorch_vm_dostring(sb, "require 'os'", "=t") != ZORCH_OK && zorch_vm_dostring(sb, "require 'zorch.os'", "=t") != ZORCH_OK,
+     "and nothing else");
   ok(zorch_vm_dostring(sb, "load(string.dump(function() end))()", "=t") != ZORCH_OK, "binary chunks are refused");
   ok(zorch_vm_dostring(sb, "local t = {} for i = 1, 1e7 do t[i] = i end", "=t") == ZORCH_ERR_OOM &&
          strstr(zorch_vm_error(sb), "memory limit"),

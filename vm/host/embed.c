@@ -45,12 +45,15 @@ static int vm_traceback(lua_State *L) {
   return 1;
 }
 
-/* In a sandbox, require gives zorch and nothing else. */
+/* In a sandbox, require gives zorch and its modules (zorch.nn, ...) and nothing
+   else. */
 static int vm_require(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
-  if (strcmp(name, "zorch") != 0) return luaL_error(L, "require: module '%s' is not available in the sandbox", name);
-  lua_getglobal(L, "zorch");
-  return 1;
+  if (strcmp(name, "zorch") == 0 || strncmp(name, "zorch.", 6) == 0) {
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    if (lua_getfield(L, -1, name) != LUA_TNIL) return 1;
+  }
+  return luaL_error(L, "require: module '%s' is not available in the sandbox", name);
 }
 
 /* load() of text only: binary chunks can break the VM's invariants */
