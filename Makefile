@@ -29,7 +29,10 @@ LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I/usr/include/lua5.4
 LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/engine.lua lua/checkpoint.lua
-LIB_SRC  := $(filter-out vm/host/main.c $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
+# The zorch command's own sources (the REPL) go into the binary only.
+CLI_SRC  := vm/host/repl.c
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_SRC  := $(filter-out vm/host/main.c $(CLI_SRC) $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
@@ -87,9 +90,11 @@ $(BUILD)/libzorch.so: $(LIB_OBJ) scripts/zorch.map
 $(BUILD)/zorch.so: $(LIB_OBJ) scripts/zorch.map
 	$(CC) $(SO_FLAGS) $(LDFLAGS) -o $@ $(LIB_OBJ) $(EXT_LIBS) $(LDLIBS)
 
-$(BUILD)/zorch: vm/host/main.c $(BUILD)/libzorch.a
-	$(CC) $(CFLAGS) $(if $(READLINE),-DZORCH_READLINE,) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) \
+$(BUILD)/zorch: vm/host/main.c $(CLI_OBJ) $(BUILD)/libzorch.a
+	$(CC) $(CFLAGS) $< $(CLI_OBJ) -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) \
 	  $(if $(READLINE),-lreadline,) $(LDLIBS)
+
+$(BUILD)/obj/vm/host/repl.o: CFLAGS += $(if $(READLINE),-DZORCH_READLINE,)
 
 # The Lua modules, compiled into the library.
 $(BUILD)/gen/lua_modules.c: $(LUA_SRC) scripts/embed_lua.sh
@@ -167,4 +172,4 @@ install: lib
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
