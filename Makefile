@@ -29,9 +29,9 @@ LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I/usr/include/lua5.4
 LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/engine.lua lua/checkpoint.lua
-# The zorch command's own sources (the REPL) go into the binary only.
-CLI_SRC  := vm/host/repl.c
-CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+# The zorch command's own sources (the REPL, help) go into the binary only.
+CLI_SRC  := vm/host/repl.c vm/host/help.c
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/help_doc.o
 LIB_SRC  := $(filter-out vm/host/main.c $(CLI_SRC) $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
@@ -95,6 +95,15 @@ $(BUILD)/zorch: vm/host/main.c $(CLI_OBJ) $(BUILD)/libzorch.a
 	  $(if $(READLINE),-lreadline,) $(LDLIBS)
 
 $(BUILD)/obj/vm/host/repl.o: CFLAGS += $(if $(READLINE),-DZORCH_READLINE,)
+
+# help()'s text: docs/api.md made into a Lua table, with help.lua, at build time.
+$(BUILD)/gen/help_doc.c: docs/api.md vm/host/help.lua scripts/gen_help.lua | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	lua5.4 scripts/gen_help.lua docs/api.md vm/host/help.lua > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/help_doc.o: $(BUILD)/gen/help_doc.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
 
 # The Lua modules, compiled into the library.
 $(BUILD)/gen/lua_modules.c: $(LUA_SRC) scripts/embed_lua.sh

@@ -158,6 +158,7 @@ static int open_all(lua_State *L) {
   lua_getglobal(L, "zorch");
   lua_setfield(L, -2, "zorch");
   lua_pop(L, 1);
+  help_open(L);
   return 0;
 }
 
