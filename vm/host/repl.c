@@ -120,9 +120,9 @@ static int repl_print_values(lua_State *L) {
 }
 
 /* ---- history ------------------------------------------------------------------------ */
+#ifdef ZORCH_READLINE
 static char repl_history[4096]; /* the history file; empty: none */
 
-#ifdef ZORCH_READLINE
 /* Reads the history file ($ZORCH_HISTORY, empty for none, or ~/.zorch_history),
    creating it so that entries can be appended to it. */
 static void repl_history_open(void) {
@@ -155,6 +155,7 @@ static void repl_history_add(const char *text, bool tty) { (void)text, (void)tty
 #endif
 
 /* ---- completion ---------------------------------------------------------------------- */
+#ifdef ZORCH_READLINE
 static const char *const repl_keywords[] = {
     "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if",
     "in", "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while", NULL};
@@ -286,7 +287,6 @@ static int repl_completions(lua_State *L) {
   return 1;
 }
 
-#ifdef ZORCH_READLINE
 static char **repl_matches; /* the completions of the word being completed */
 static size_t repl_nmatches;
 
