@@ -35,7 +35,10 @@ LDLIBS  := -ldl -lm -lpthread
 LUA_INC  := -I$(LUA_INCDIR)
 LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/engine.lua lua/checkpoint.lua \
             lua/progress.lua lua/metrics.lua lua/plot.lua
-LIB_SRC  := $(filter-out vm/host/main.c $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
+# The zorch command's own sources (the REPL, help) go into the binary only.
+CLI_SRC  := vm/host/repl.c vm/host/help.c
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/help_doc.o
+LIB_SRC  := $(filter-out vm/host/main.c $(CLI_SRC) $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
@@ -101,9 +104,20 @@ $(BUILD)/libzorch.so: $(LIB_OBJ) scripts/zorch.map
 $(BUILD)/zorch.so: $(LIB_OBJ) scripts/zorch.map
 	$(CC) $(SO_FLAGS) $(LDFLAGS) -o $@ $(LIB_OBJ) $(EXT_LIBS) $(LDLIBS)
 
-$(BUILD)/zorch: vm/host/main.c $(BUILD)/libzorch.a
-	$(CC) $(CFLAGS) $(if $(READLINE),-DZORCH_READLINE,) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) \
+$(BUILD)/zorch: vm/host/main.c $(CLI_OBJ) $(BUILD)/libzorch.a
+	$(CC) $(CFLAGS) $< $(CLI_OBJ) -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) \
 	  $(if $(READLINE),-lreadline,) $(LDLIBS)
+
+$(BUILD)/obj/vm/host/repl.o: CFLAGS += $(if $(READLINE),-DZORCH_READLINE,)
+
+# help()'s text: docs/api.md made into a Lua table, with help.lua, at build time.
+$(BUILD)/gen/help_doc.c: docs/api.md vm/host/help.lua scripts/gen_help.lua | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	lua5.4 scripts/gen_help.lua docs/api.md vm/host/help.lua > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/help_doc.o: $(BUILD)/gen/help_doc.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
 
 # The Lua modules, compiled into the library.
 $(BUILD)/gen/lua_modules.c: $(LUA_SRC) scripts/embed_lua.sh
@@ -214,4 +228,4 @@ examples:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

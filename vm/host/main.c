@@ -10,24 +10,7 @@
 #include <errno.h>
 #include <unistd.h>
 
-#ifdef ZORCH_READLINE
-#include <readline/history.h>
-#include <readline/readline.h>
-#else
-/* Built without GNU readline: plain lines, no editing or history. */
-static char *readline(const char *prompt) {
-  static char buf[1 << 16];
-  fputs(prompt, stdout);
-  fflush(stdout);
-  if (!fgets(buf, sizeof buf, stdin)) return NULL;
-  buf[strcspn(buf, "\n")] = 0;
-  return strdup(buf);
-}
-static void add_history(const char *line) { (void)line; }
-static int read_history(const char *path) { return (void)path, 0; }
-static int write_history(const char *path) { return (void)path, 0; }
-#endif
-
+#include "repl.h"
 #include "zorch.h"
 
 #ifdef ZORCH_MPI
@@ -188,6 +171,7 @@ static int open_all(lua_State *L) {
   lua_getglobal(L, "zorch");
   lua_setfield(L, -2, "zorch");
   lua_pop(L, 1);
+  help_open(L);
   return 0;
 }
 
@@ -213,90 +197,6 @@ static void print_info(void) {
   printf("  lua:      %s\n", LUA_RELEASE);
 }
 
-/* ---- the REPL ------------------------------------------------------------------- */
-static char *read_line(const char *prompt, bool tty) {
-  if (tty) return readline(prompt);
-  static char buf[1 << 16];
-  if (!fgets(buf, sizeof buf, stdin)) return NULL;
-  buf[strcspn(buf, "\n")] = 0;
-  return strdup(buf);
-}
-
-/* Compiles `return <line>` first, so expressions print; otherwise the line as
-   a statement, reading more lines while the error is an unfinished chunk. */
-static int load_input(lua_State *L, char *first, bool tty) {
-  const char *ret = lua_pushfstring(L, "return %s;", first);
-  if (luaL_loadbuffer(L, ret, strlen(ret), "=stdin") == LUA_OK) {
-    lua_remove(L, -2);
-    if (tty && *first) add_history(first);
-    free(first);
-    return LUA_OK;
-  }
-  lua_pop(L, 2);
-  char *text = first;
-  for (;;) {
-    int st = luaL_loadbuffer(L, text, strlen(text), "=stdin");
-    if (st != LUA_ERRSYNTAX) break;
-    size_t len;
-    const char *msg = lua_tolstring(L, -1, &len);
-    if (len < 5 || strcmp(msg + len - 5, "<eof>") != 0) break;
-    lua_pop(L, 1);
-    char *more = read_line(">> ", tty);
-    if (!more) break;
-    size_t n = strlen(text) + strlen(more) + 2;
-    char *joined = malloc(n);
-    if (!joined) {
-      free(more);
-      break;
-    }
-    snprintf(joined, n, "%s\n%s", text, more);
-    free(more);
-    free(text);
-    text = joined;
-  }
-  if (tty && *text) add_history(text);
-  free(text);
-  return lua_isfunction(L, -1) ? LUA_OK : LUA_ERRSYNTAX;
-}
-
-static void print_results(lua_State *L) {
-  int n = lua_gettop(L);
-  if (n == 0) return;
-  for (int i = 1; i <= n; i++) {
-    printf(i > 1 ? "\t%s" : "%s", luaL_tolstring(L, i, NULL));
-    lua_pop(L, 1);
-  }
-  printf("\n");
-  fflush(stdout);
-  lua_settop(L, 0);
-}
-
-static void repl(lua_State *L) {
-  bool tty = isatty(0);
-  char hist[1024] = "";
-  if (tty) {
-    printf("zorch %s (Lua %s); Ctrl-D exits, Ctrl-C interrupts a running chunk\n", ZORCH_VERSION, LUA_VERSION_MAJOR "." LUA_VERSION_MINOR);
-    const char *home = getenv("HOME");
-    if (home) {
-      snprintf(hist, sizeof hist, "%s/.zorch_history", home);
-      read_history(hist);
-    }
-  }
-  char *line;
-  while ((line = read_line("> ", tty)) != NULL) {
-    lua_settop(L, 0);
-    int st = load_input(L, line, tty);
-    if (st == LUA_OK) st = docall(L, 0, LUA_MULTRET);
-    if (st == LUA_OK) print_results(L);
-    else report(L, st);
-    lua_settop(L, 0);
-  }
-  if (tty) {
-    printf("\n");
-    if (*hist) write_history(hist);
-  }
-}
-
 /* arg table as lua.c makes it: arg[0] the script, arg[1..] its arguments */
 static void make_args(lua_State *L, char **argv, int argc, int script) {
   lua_createtable(L, argc - script - 1, script + 1);
@@ -311,6 +211,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: zorch [script.lua [args...]]   run a script (no script: the REPL)\n"
           "       zorch -e 'chunk' [args...]      run a chunk of Lua\n"
+          "       zorch -i [script.lua [args...]] run a script, then the REPL with its globals\n"
           "       zorch launch -n N [--config ds_config.json] [mpirun options] script.lua [args...]\n"
           "       zorch consolidate DIR out.safetensors [float32|bfloat16]\n"
           "       zorch plot metrics.jsonl [-o loss.png] [--y loss,lr] [--x step]   draw logged metrics\n"
@@ -374,6 +275,10 @@ int main(int argc, char **argv) {
     st = luaL_loadbuffer(L, argv[2], strlen(argv[2]), "=(command line)");
     if (st == LUA_OK) st = docall(L, 0, 0);
     report(L, st);
+  } else if (argc > 1 && strcmp(argv[1], "-i") == 0) {
+    make_args(L, argv, argc, argc > 2 ? 2 : 0);
+    in_repl = true;
+    repl_run(L, argc > 2 ? argv[2] : NULL, argc > 3 ? argc - 3 : 0, argc > 2 ? argv + 3 : NULL);
   } else if (argc > 1) {
     make_args(L, argv, argc, 1);
     st = luaL_loadfile(L, argv[1]);
@@ -385,7 +290,7 @@ int main(int argc, char **argv) {
   } else {
     make_args(L, argv, argc, 0);
     in_repl = true;
-    repl(L);
+    repl_run(L, NULL, 0, NULL);
   }
   lua_close(L);
   if (usage_status >= 0 && !in_repl) return usage_status;
