@@ -1,17 +1,34 @@
 -- Checkpoints keyed by parameter name and element range, not by rank layout:
 -- any world size and ZeRO stage resumes from any other.
---   DIR/TAG/rank<r>.safetensors  this rank's slice: "param/<name>/<first>" and
---                                "state.<field>/<name>/<first>" 1-D pieces (fp32)
---   DIR/TAG/manifest.json        names, shapes, offsets, counters, loader, RNG,
---                                and each file's size and FNV-1a hash
---   DIR/latest                   the tag, written last and atomically
--- A checkpoint is written under DIR/.TAG.partial and renamed when complete, so a
--- crash leaves the previous one loadable.
+--   DIR/TAG@G/rank<r>.safetensors  this rank's slice: "param/<name>/<first>" and
+--                                  "state.<field>/<name>/<first>" 1-D pieces (fp32)
+--   DIR/TAG@G/manifest.hash        FNV-1a (64 bits) of manifest.json, 16 hex digits
+--   DIR/TAG@G/manifest.json        names, shapes, offsets, counters, loader, RNG,
+--                                  and each file's size and FNV-1a hash
+--   DIR/latest                     the folder name (TAG@G), replaced atomically
+-- G is a generation: a save always writes a folder no earlier save used, and a
+-- folder is complete once its manifest.json exists (written last, atomically).
+-- Publication is the atomic rename of DIR/latest; only then are older folders of
+-- the same tag removed. No step renames a folder, so a process killed between
+-- any two steps leaves latest naming a complete checkpoint (or no latest at all
+-- before the first save).
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local Engine = zorch._Engine
+local readable = zorch._readable
 
 local function barrier() zorch._allreduce(zorch.zeros(1)) end
+
+-- FNV-1a (64 bits) of a string, as 16 hex digits: zorch._file_hash of a file
+-- holding it (Lua's integers wrap as the hash's arithmetic needs).
+local function text_hash(s)
+  local h = -3750763034362895579 -- 0xcbf29ce484222325
+  for i = 1, #s do h = (h ~ s:byte(i)) * 0x100000001b3 end
+  return ("%016x"):format(h)
+end
+
+local FORMAT, VERSION = "zorch-checkpoint", 2
+local TAG_PATTERN = "^[%w_%-%.]+$"
 
 -- (name, offset, numel, shape) of every parameter, in the engine's flat order.
 local function layout(engine)
@@ -31,20 +48,215 @@ local function target_range(engine, numel)
   return lo, math.min(lo + m.shard, numel)
 end
 
+-- ---- the manifest: every field checked (type and range), errors name the field ----
+local function is_seq(t)
+  if type(t) ~= "table" then return false end
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n == #t
+end
+local function is_int(v, lo, hi) return math.type(v) == "integer" and v >= lo and (hi == nil or v <= hi) end
+local function finite(v) return type(v) == "number" and v == v and v - v == 0 end
+local MAX_ELEMENTS = 1 << 50
+
+local FIELDS = {} -- name -> check(value, manifest) returning nil or "must be ..."
+FIELDS.format = function(v) if v ~= FORMAT then return ('must be "%s"'):format(FORMAT) end end
+FIELDS.version = function(v)
+  if v ~= VERSION then return ("must be %d (this zorch's checkpoint format)"):format(VERSION) end
+end
+FIELDS.tag = function(v)
+  if type(v) ~= "string" or not v:match(TAG_PATTERN) then return "must be a string of letters, digits, _ - ." end
+end
+FIELDS.world_size = function(v) if not is_int(v, 1, 1 << 24) then return "must be an integer from 1 to 16777216" end end
+FIELDS.zero_stage = function(v) if not is_int(v, 0, 3) then return "must be 0, 1, 2 or 3" end end
+FIELDS.precision = function(v) if v ~= "fp32" and v ~= "bf16" then return 'must be "fp32" or "bf16"' end end
+FIELDS.numel = function(v) if not is_int(v, 1, MAX_ELEMENTS) then return "must be an integer from 1 to 2^50" end end
+FIELDS.shard = function(v, m)
+  if not is_int(v, 1, MAX_ELEMENTS) then return "must be an integer from 1 to 2^50" end
+  if is_int(m.numel, 1) and is_int(m.world_size, 1) then
+    local least = (m.numel + m.world_size - 1) // m.world_size
+    if v < least or v > least + 1024 then
+      return ("must be from %d to %d (numel %d over %d ranks, padded)"):format(least, least + 1024, m.numel, m.world_size)
+    end
+  end
+end
+FIELDS.step = function(v) if not is_int(v, 0) then return "must be an integer >= 0" end end
+FIELDS.micro = function(v) if not is_int(v, 0) then return "must be an integer >= 0" end end
+FIELDS.lr = function(v) if not finite(v) or v < 0 then return "must be a finite number >= 0" end end
+FIELDS.rng_offset = function(v) if not is_int(v, 0) then return "must be an integer >= 0" end end
+FIELDS.scheduler_step = function(v) if v ~= false and not is_int(v, 0) then return "must be false or an integer >= 0" end end
+FIELDS.extra = function() end -- whatever the caller passed as opts.extra (JSON)
+FIELDS.optimizer = function(v)
+  if type(v) ~= "string" or not v:match("^[%w_%.]+$") then return "must be an optimizer's name (optim.Adam)" end
+end
+FIELDS.optimizer_state = function(v)
+  if type(v) ~= "table" then return "must be an object of numbers, booleans and strings" end
+  for k, x in pairs(v) do
+    if type(k) ~= "string" or not (finite(x) or type(x) == "boolean" or type(x) == "string") then
+      return "must be an object of numbers, booleans and strings, got " .. readable(k) .. " = " .. readable(x)
+    end
+  end
+end
+FIELDS.state_fields = function(v)
+  if not is_seq(v) then return "must be a list of names" end
+  local seen = {}
+  for i, f in ipairs(v) do
+    if type(f) ~= "string" or not f:match("^[%w_]+$") or seen[f] then
+      return ("must be a list of distinct names (letters, digits, _); item %d is %s"):format(i, readable(f))
+    end
+    seen[f] = true
+  end
+end
+FIELDS.loader = function(v)
+  if v == false then return end
+  if type(v) ~= "table" then return "must be false or the loader's state (an object)" end
+  local want = {epoch = {0}, batch = {0}, global_batch = {1}}
+  for k, x in pairs(v) do
+    if want[k] then
+      if not is_int(x, want[k][1]) then return ("field '%s' must be an integer >= %d, got %s"):format(k, want[k][1], readable(x)) end
+    elseif k == "seed" then
+      if math.type(x) ~= "integer" then return "field 'seed' must be an integer, got " .. readable(x) end
+    elseif k == "shuffle" then
+      if type(x) ~= "boolean" then return "field 'shuffle' must be true or false, got " .. readable(x) end
+    else
+      return "has an unknown field " .. readable(k)
+    end
+  end
+  for k in pairs(want) do if v[k] == nil then return ("misses its field '%s'"):format(k) end end
+end
+FIELDS.params = function(v, m)
+  if not is_seq(v) or #v == 0 then return "must be a non-empty list of parameters" end
+  local off, names = 0, {}
+  for i, p in ipairs(v) do
+    local where = ("item %d"):format(i)
+    if type(p) ~= "table" then return ("%s must be an object, got %s"):format(where, readable(p)) end
+    for k in pairs(p) do
+      if k ~= "name" and k ~= "offset" and k ~= "numel" and k ~= "shape" then
+        return ("%s has an unknown field %s"):format(where, readable(k))
+      end
+    end
+    if type(p.name) ~= "string" or p.name == "" then return ("%s: name must be a non-empty string, got %s"):format(where, readable(p.name)) end
+    where = ("'%s'"):format(p.name)
+    if names[p.name] then return where .. " appears twice" end
+    names[p.name] = true
+    if not is_seq(p.shape) then return ("%s: shape must be a list of sizes, got %s"):format(where, readable(p.shape)) end
+    local n = 1
+    for _, d in ipairs(p.shape) do
+      if not is_int(d, 0, MAX_ELEMENTS) or (d > 0 and n > MAX_ELEMENTS // d) then
+        return ("%s: shape must be a list of sizes (integers >= 0, product <= 2^50), got %s"):format(where, readable(p.shape))
+      end
+      n = n * d
+    end
+    if p.numel ~= n then return ("%s: numel must be %d (its shape's product), got %s"):format(where, n, readable(p.numel)) end
+    if p.offset ~= off then return ("%s: offset must be %d (the numels before it), got %s"):format(where, off, readable(p.offset)) end
+    off = off + n
+    if off > MAX_ELEMENTS then return "hold more than 2^50 elements" end
+  end
+  if is_int(m.numel, 1) and off ~= m.numel then return ("hold %d elements, but numel is %d"):format(off, m.numel) end
+end
+FIELDS.files = function(v, m)
+  if not is_seq(v) then return "must be a list of files" end
+  if is_int(m.world_size, 1) and #v ~= m.world_size then
+    return ("must list one file per rank (%d), got %d"):format(m.world_size, #v)
+  end
+  for i, f in ipairs(v) do
+    local name = ("rank%d.safetensors"):format(i - 1)
+    if type(f) ~= "table" then return ("item %d must be an object, got %s"):format(i, readable(f)) end
+    for k in pairs(f) do
+      if k ~= "file" and k ~= "bytes" and k ~= "fnv1a64" then return ("item %d has an unknown field %s"):format(i, readable(k)) end
+    end
+    if f.file ~= name then return ("item %d: file must be \"%s\", got %s"):format(i, name, readable(f.file)) end
+    if not is_int(f.bytes, 0) then return ("%s: bytes must be an integer >= 0, got %s"):format(name, readable(f.bytes)) end
+    if type(f.fnv1a64) ~= "string" or not f.fnv1a64:match("^%x+$") or #f.fnv1a64 ~= 16 then
+      return ("%s: fnv1a64 must be 16 hex digits, got %s"):format(name, readable(f.fnv1a64))
+    end
+  end
+end
+local ORDER = {"format", "version", "tag", "world_size", "zero_stage", "precision", "numel", "shard", "params", "files",
+               "step", "micro", "lr", "optimizer", "optimizer_state", "state_fields", "loader", "rng_offset",
+               "scheduler_step", "extra"}
+
+-- Nil when m is a valid manifest, else a message naming the field.
+local function manifest_error(m)
+  if type(m) ~= "table" then return "is not a JSON object" end
+  if m.format ~= FORMAT then return ("is not a zorch checkpoint manifest (field 'format' is %s)"):format(readable(m.format)) end
+  for k in pairs(m) do
+    if FIELDS[k] == nil then return ("has an unknown field %s"):format(readable(k)) end
+  end
+  for _, k in ipairs(ORDER) do
+    if m[k] == nil then return ("misses its field '%s'"):format(k) end
+    local why = FIELDS[k](m[k], m)
+    if why then
+      local got = (k == "params" or k == "files" or k == "loader" or k == "optimizer_state" or k == "state_fields")
+                  and "" or (", got " .. readable(m[k]))
+      return ("field '%s' %s%s"):format(k, why, got)
+    end
+  end
+end
+
+-- zorch._read_manifest_text(text) -> true, manifest | false, message. Never
+-- raises: parses text as a checkpoint manifest (strict JSON) and checks every
+-- field. For fuzz drivers and tools; load_checkpoint reads manifests through it
+-- (and checks manifest.hash and the files besides).
+function zorch._read_manifest_text(text)
+  if type(text) ~= "string" then return false, "manifest: expected a string" end
+  local ok, m = pcall(zorch._json_decode, text, true)
+  if not ok then return false, "manifest.json is not valid JSON: " .. tostring(m):gsub("^json: ", "") end
+  local why = manifest_error(m)
+  if why then return false, "manifest.json " .. why end
+  return true, m
+end
+
+-- A test hook: ZORCH_CHECKPOINT_STOP=<step> makes save_checkpoint raise an error
+-- right after that step (folder, shards, manifest, latest), as a process killed
+-- there would stop, so tests can check what such a kill leaves on disk.
+local function stop_after(step)
+  if os.getenv("ZORCH_CHECKPOINT_STOP") == step then
+    error(("save_checkpoint: stopped after step '%s' (ZORCH_CHECKPOINT_STOP)"):format(step), 0)
+  end
+end
+
+-- Folder names: TAG@G, and the generation G, or nil for other names.
+local function folder_parts(name)
+  local tag, g = name:match("^([%w_%-%.]+)@(%d+)$")
+  return tag, g and math.tointeger(tonumber(g))
+end
+
+-- The next generation for a save: one more than any folder of DIR uses.
+local function next_generation(dir)
+  local g = 0
+  for _, name in ipairs(zorch._list_dir(dir) or {}) do
+    local _, k = folder_parts(name)
+    if k and k > g then g = k end
+  end
+  return g + 1
+end
+
 function Engine:save_checkpoint(dir, opts)
   if not self.inner then error("save_checkpoint: call prepare with an optimizer first", 2) end
   opts = opts or {}
+  if type(dir) ~= "string" then error("save_checkpoint: argument 1 must be a folder name", 2) end
   local state = self.inner.state[1] or {}
-  local step = state.step or 0
+  local step = self.steps
   local tag = opts.tag or ("step" .. step)
-  if not tostring(tag):match("^[%w_%-%.]+$") then error("save_checkpoint: tag must be letters, digits, _ - .", 2) end
+  if type(tag) ~= "string" or not tag:match(TAG_PATTERN) then
+    error("save_checkpoint: tag must be letters, digits, _ - ., got " .. readable(tag), 2)
+  end
   local params, numel = layout(self)
-  local partial, final = dir .. "/." .. tag .. ".partial", dir .. "/" .. tag
+  -- rank 0 picks a folder no save used before and tells the others its generation
+  local gen = zorch.zeros(1, {dtype = "float64"})
   if self.rank == 0 then
     zorch._mkdir(dir)
-    zorch._remove_dir(partial) -- what an interrupted save left
-    zorch._mkdir(partial)
+    gen:fill_(next_generation(dir))
   end
+  if self.world_size > 1 then
+    zorch._comm_label("save_checkpoint's folder")
+    zorch._allreduce(gen)
+  end
+  local folder = ("%s@%d"):format(tag, math.tointeger(gen:item()))
+  local where = dir .. "/" .. folder
+  if self.rank == 0 then zorch._mkdir(where) end
+  stop_after("folder")
   barrier()
   -- this rank's pieces: the part of [lo, hi) its shard owns (stage 0: its share)
   local m = self.zero:memory()
@@ -52,25 +264,28 @@ function Engine:save_checkpoint(dir, opts)
   local own_hi = math.min(own_lo + m.shard, numel)
   local base = target_range(self, numel)
   local target = self.zero:target()
-  local pieces = {}
+  local pieces, fields = {}, {}
+  for field, v in pairs(state) do if zorch.is_tensor(v) then fields[#fields + 1] = field end end
+  table.sort(fields)
   for _, p in ipairs(params) do
     local lo, hi = math.max(own_lo, p.offset), math.min(own_hi, p.offset + p.numel)
     if hi > lo then
       local key = ("%s/%d"):format(p.name, lo - p.offset)
       pieces["param/" .. key] = target:narrow(1, lo - base + 1, hi - lo):to("float32")
-      for field, v in pairs(state) do
-        if zorch.is_tensor(v) then pieces["state." .. field .. "/" .. key] = v:narrow(1, lo - base + 1, hi - lo):clone() end
+      for _, field in ipairs(fields) do
+        pieces["state." .. field .. "/" .. key] = state[field]:narrow(1, lo - base + 1, hi - lo):clone()
       end
     end
   end
-  zorch.save(pieces, ("%s/rank%d.safetensors"):format(partial, self.rank))
+  zorch.save(pieces, ("%s/rank%d.safetensors"):format(where, self.rank))
   barrier()
+  stop_after("shards")
   if self.rank == 0 then
     local files = {}
     for r = 0, self.world_size - 1 do
       local f = ("rank%d.safetensors"):format(r)
-      local h = assert(zorch._file_hash(partial .. "/" .. f))
-      local fh = assert(io.open(partial .. "/" .. f, "rb"))
+      local h = assert(zorch._file_hash(where .. "/" .. f))
+      local fh = assert(io.open(where .. "/" .. f, "rb"))
       local size = fh:seek("end")
       fh:close()
       files[#files + 1] = {file = f, bytes = size, fnv1a64 = h}
@@ -78,25 +293,31 @@ function Engine:save_checkpoint(dir, opts)
     local scalars = {}
     for field, v in pairs(state) do if not zorch.is_tensor(v) then scalars[field] = v end end
     local manifest = {
-      format = "zorch-checkpoint", version = 1, tag = tag, world_size = self.world_size,
+      format = FORMAT, version = VERSION, tag = tag, world_size = self.world_size,
       zero_stage = self.cfg.zero_stage, precision = self.cfg.precision, numel = numel,
       params = params, files = files, step = step, shard = m.shard, micro = self.micro, lr = self.user_opt.lr,
-      optimizer_state = scalars, loader = self.loader and self.loader:state() or false,
+      optimizer = getmetatable(self.inner).__name or "optimizer",
+      optimizer_state = scalars, state_fields = fields, loader = self.loader and self.loader:state() or false,
       rng_offset = zorch._rng_offset(), extra = opts.extra or false,
       scheduler_step = self.lr_scheduler and self.lr_scheduler.last_step or false,
     }
-    zorch._write_atomic(partial .. "/manifest.json", zorch._json_encode(manifest))
-    -- an older checkpoint of the same tag steps aside until the new one is in place
-    local old = dir .. "/." .. tag .. ".old"
-    zorch._remove_dir(old)
-    os.rename(final, old)
-    local ok, err = os.rename(partial, final)
-    if not ok then
-      os.rename(old, final)
-      error("save_checkpoint: " .. tostring(err), 2)
+    local text = zorch._json_encode(manifest)
+    local ok, why = zorch._read_manifest_text(text)
+    if not ok then error("save_checkpoint: the manifest it would write is invalid: " .. why, 2) end
+    -- the hash first: a manifest.json present always has its hash beside it
+    zorch._write_atomic(where .. "/manifest.hash", text_hash(text) .. "\n")
+    zorch._write_atomic(where .. "/manifest.json", text)
+    stop_after("manifest")
+    zorch._write_atomic(dir .. "/latest", folder) -- the publication
+    stop_after("latest")
+    -- only now: older folders of this tag (and what older zorch versions left)
+    for _, name in ipairs(zorch._list_dir(dir) or {}) do
+      local t, k = folder_parts(name)
+      if (t == tag and k < math.tointeger(gen:item())) or name == tag or name == "." .. tag .. ".partial"
+         or name == "." .. tag .. ".old" then
+        zorch._remove_dir(dir .. "/" .. name)
+      end
     end
-    zorch._write_atomic(dir .. "/latest", tag)
-    zorch._remove_dir(old)
   end
   barrier()
   return tag
@@ -104,45 +325,115 @@ end
 
 local function read_file(path)
   local f, err = io.open(path, "rb")
-  if not f then error("load_checkpoint: " .. err, 3) end
+  if not f then return nil, err end
   local s = f:read("a")
   f:close()
   return s
 end
 
--- Resolves DIR/latest (or DIR itself) and returns the checkpoint folder and its
--- manifest, with every file's hash checked.
-local function open_checkpoint(dir, who)
-  local where = dir
-  local lf = io.open(dir .. "/latest", "rb")
-  if lf then
-    where = dir .. "/" .. lf:read("a"):gsub("%s+$", "")
-    lf:close()
+-- Checks the checkpoint folder `where`: nil and (what is missing or wrong, and
+-- whether it is merely incomplete) when it cannot be used, else its manifest.
+local function check_folder(where)
+  local text = read_file(where .. "/manifest.json")
+  if not text then
+    local d = zorch._list_dir(where)
+    return nil, d and (where .. " has no manifest.json (an unfinished save)") or (where .. " does not exist"), true
   end
-  local ok, manifest = pcall(zorch._json_decode, read_file(where .. "/manifest.json"))
-  if not ok or type(manifest) ~= "table" or manifest.format ~= "zorch-checkpoint" then
-    error(("%s: %s/manifest.json is not a zorch checkpoint manifest"):format(who, where), 3)
+  local hash = read_file(where .. "/manifest.hash")
+  if not hash then return nil, where .. "/manifest.hash is missing", true end
+  hash = hash:gsub("%s+$", "")
+  if text_hash(text) ~= hash then
+    return nil, ("%s/manifest.json is corrupt (hash %s, manifest.hash says %s)"):format(where, text_hash(text),
+      readable(hash:sub(1, 40)))
   end
-  for _, f in ipairs(manifest.files or {}) do
+  local ok, m = zorch._read_manifest_text(text)
+  if not ok then return nil, where .. "/" .. m end
+  for _, f in ipairs(m.files) do
     local path = where .. "/" .. f.file
     local h, err = zorch._file_hash(path)
-    if not h then error(who .. ": " .. err, 3) end
+    if not h then return nil, err, true end
     if h ~= f.fnv1a64 then
-      error(("%s: %s is corrupt (hash %s, manifest says %s)"):format(who, path, h, f.fnv1a64), 3)
+      return nil, ("%s is corrupt (hash %s, manifest says %s)"):format(path, h, f.fnv1a64)
     end
   end
-  return where, manifest
+  return m
+end
+
+-- The newest complete checkpoint in dir: the greatest step, then generation.
+local function newest_complete(dir)
+  local best, best_m, key
+  local names = zorch._list_dir(dir) or {}
+  table.sort(names)
+  for _, name in ipairs(names) do
+    if name ~= "latest" and not name:match("^%.") then
+      local m = check_folder(dir .. "/" .. name)
+      if m then
+        local _, g = folder_parts(name)
+        local k = {m.step, g or 0}
+        if not key or k[1] > key[1] or (k[1] == key[1] and k[2] >= key[2]) then best, best_m, key = name, m, k end
+      end
+    end
+  end
+  return best, best_m
+end
+
+-- Resolves DIR/latest (or DIR itself when it holds a manifest) and returns the
+-- checkpoint folder and its manifest, every hash checked. When latest names a
+-- missing or incomplete folder (or is missing), the newest complete checkpoint
+-- in DIR is loaded instead, with a warning; a corrupt one is an error.
+local function open_checkpoint(dir, who, rank)
+  if type(dir) ~= "string" then error(who .. ": argument 1 must be a folder name", 3) end
+  if read_file(dir .. "/manifest.json") then
+    local m, why = check_folder(dir)
+    if not m then error(who .. ": " .. why, 3) end
+    return dir, m
+  end
+  local latest = read_file(dir .. "/latest")
+  local why, incomplete
+  if latest then
+    local name = latest:gsub("%s+$", "")
+    if name:match("^[%w_%-%.@]+$") and name ~= "." and name ~= ".." then
+      local m
+      m, why, incomplete = check_folder(dir .. "/" .. name)
+      if m then return dir .. "/" .. name, m end
+      if not incomplete then error(who .. ": " .. why, 3) end
+      why = ("%s/latest names %s, but %s"):format(dir, readable(name), why)
+    else
+      error(("%s: %s/latest does not name a checkpoint folder: %s"):format(who, dir, readable(latest:sub(1, 80))), 3)
+    end
+  else
+    if not zorch._list_dir(dir) then error(("%s: %s does not exist"):format(who, dir), 3) end
+    why = dir .. " has no latest"
+  end
+  local name, m = newest_complete(dir)
+  if not name then error(("%s: %s, and %s holds no other complete checkpoint"):format(who, why, dir), 3) end
+  if (rank or 0) == 0 then
+    io.stderr:write(("zorch: warning: %s; loading %s/%s (step %d), the newest complete checkpoint there\n"):format(
+      why, dir, name, m.step))
+  end
+  return dir .. "/" .. name, m
+end
+
+-- The first element of [lo, hi) that the intervals {a, b} leave uncovered, or nil.
+local function first_gap(intervals, lo, hi)
+  table.sort(intervals, function(x, y) return x[1] < y[1] end)
+  local at = lo
+  for _, iv in ipairs(intervals) do
+    if iv[1] > at then return at end
+    if iv[2] > at then at = iv[2] end
+  end
+  if at < hi then return at end
 end
 
 -- Resumes from DIR/latest (or DIR itself when it holds a manifest), resharding
 -- to this run's world size and stage. Returns the manifest.
 function Engine:load_checkpoint(dir)
   if not self.inner then error("load_checkpoint: call prepare with an optimizer first", 2) end
-  local where, manifest = open_checkpoint(dir, "load_checkpoint")
+  local where, manifest = open_checkpoint(dir, "load_checkpoint", self.rank)
   -- the model must be the one saved
   local params, numel = layout(self)
   local saved = {}
-  for _, p in ipairs(manifest.params or {}) do saved[p.name] = p end
+  for _, p in ipairs(manifest.params) do saved[p.name] = p end
   for _, p in ipairs(params) do
     local s = saved[p.name]
     if not s then error(("load_checkpoint: %s has no parameter '%s'"):format(where, p.name), 2) end
@@ -152,40 +443,61 @@ function Engine:load_checkpoint(dir)
     end
   end
   if #manifest.params ~= #params then error("load_checkpoint: the checkpoint has other parameters than the model", 2) end
+  local optname = getmetatable(self.inner).__name or "optimizer"
+  if manifest.optimizer ~= optname then
+    error(("load_checkpoint: %s was saved with %s, this run uses %s"):format(where, manifest.optimizer, optname), 2)
+  end
   -- every file (its hash was checked by open_checkpoint)
   local pieces = {}
-  for _, f in ipairs(manifest.files or {}) do
+  for _, f in ipairs(manifest.files) do
     for k, t in pairs(zorch.load(where .. "/" .. f.file)) do pieces[k] = t end
   end
   -- copy the pieces this rank's target covers
   local lo, hi = target_range(self, numel)
   local target = self.zero:target()
   local state = {}
-  for field, v in pairs(manifest.optimizer_state or {}) do state[field] = v end
-  local offsets = {}
+  for field, v in pairs(manifest.optimizer_state) do state[field] = v end
+  local offsets, wanted = {}, {param = true}
   for _, p in ipairs(params) do offsets[p.name] = p.offset end
-  local covered = 0
+  for _, f in ipairs(manifest.state_fields) do wanted["state." .. f] = true end
+  local covered = {} -- kind -> param name -> {{a, b}, ...} (flat ranges within [lo, hi))
   for key, t in pairs(pieces) do
     local kind, name, first = key:match("^([^/]+)/(.+)/(%d+)$")
-    local off = name and offsets[name]
-    if not off then error(("load_checkpoint: unexpected entry '%s' in %s"):format(key, where), 2) end
-    local a, b = off + tonumber(first), off + tonumber(first) + t:numel()
+    local off, f0 = name and offsets[name], first and math.tointeger(tonumber(first))
+    if not off or not f0 or not wanted[kind] then
+      error(("load_checkpoint: unexpected entry '%s' in %s"):format(key, where), 2)
+    end
+    local a, b = off + f0, off + f0 + t:numel()
     local s, e = math.max(a, lo), math.min(b, hi)
     if e > s then
       local src = t:narrow(1, s - a + 1, e - s)
       if kind == "param" then
         target:narrow(1, s - lo + 1, e - s):copy_(src)
-        covered = covered + (e - s)
       else
         local field = kind:match("^state%.(.+)$")
-        if not field then error(("load_checkpoint: unexpected entry '%s'"):format(key), 2) end
         state[field] = state[field] or zorch.zeros(target:numel(), {device = target:device()})
         state[field]:narrow(1, s - lo + 1, e - s):copy_(src)
       end
+      covered[kind] = covered[kind] or {}
+      covered[kind][name] = covered[kind][name] or {}
+      table.insert(covered[kind][name], {s, e})
     end
   end
-  if covered ~= hi - lo then
-    error(("load_checkpoint: %s covers %d of the %d elements this rank needs"):format(where, covered, hi - lo), 2)
+  -- every element this rank needs, of the parameters and of each state field
+  local kinds = {"param"}
+  for _, f in ipairs(manifest.state_fields) do kinds[#kinds + 1] = "state." .. f end
+  for _, kind in ipairs(kinds) do
+    for _, p in ipairs(params) do
+      local a, b = math.max(lo, p.offset), math.min(hi, p.offset + p.numel)
+      if b > a then
+        local gap = first_gap((covered[kind] or {})[p.name] or {}, a, b)
+        if gap then
+          local r = gap // manifest.shard
+          error(("load_checkpoint: %s lacks '%s/%s/...' covering element %d of '%s' (it belongs in rank%d.safetensors)"):format(
+            where, kind, p.name, gap - p.offset, p.name, r), 2)
+        end
+      end
+    end
   end
   self.inner.state[1] = state
   self.user_opt.lr, self.inner.lr = manifest.lr, manifest.lr

@@ -202,6 +202,9 @@ function DataLoader:num_batches()
   return (n + global - 1) // global
 end
 
+-- The samples in the data set.
+function DataLoader:num_samples() return dataset_len(self.dataset) end
+
 function DataLoader:order()
   local n = dataset_len(self.dataset)
   local idx = {}

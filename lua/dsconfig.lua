@@ -5,18 +5,48 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
-local function read(path)
-  local f, err = io.open(path, "rb")
-  if not f then error("Engine: cannot read DeepSpeed config: " .. tostring(err), 0) end
-  local text = f:read("a")
-  f:close()
-  local ok, cfg = pcall(zorch._json_decode, text)
-  if not ok or type(cfg) ~= "table" then error(("Engine: %s is not a JSON object"):format(path), 0) end
-  return cfg
+-- zorch._readable(v): a value as a message shows it: strings quoted, numbers as
+-- written, tables as JSON-like text (keys sorted, cut short), never "table: 0x...".
+function zorch._readable(v, depth)
+  depth = depth or 0
+  local t = type(v)
+  if t == "string" then
+    local q = ("%q"):format(#v > 60 and (v:sub(1, 60) .. "...") or v)
+    return (q:gsub("\\\n", "\\n"))
+  elseif math.type(v) == "integer" then return tostring(v)
+  elseif t == "number" then
+    for digits = 15, 17 do
+      local text = ("%." .. digits .. "g"):format(v)
+      if tonumber(text) == v or digits == 17 then return text end
+    end
+  elseif t == "nil" then return "nothing"
+  elseif t ~= "table" then return tostring(v)
+  end
+  if zorch.is_tensor and zorch.is_tensor(v) then return "a tensor" end
+  if depth > 2 then return "{...}" end
+  local keys, n = {}, #v
+  for k in pairs(v) do keys[#keys + 1] = k end
+  local parts = {}
+  if #keys == n and n > 0 then
+    for i = 1, math.min(n, 8) do parts[i] = zorch._readable(v[i], depth + 1) end
+    if n > 8 then parts[#parts + 1] = "..." end
+    return "[" .. table.concat(parts, ", ") .. "]"
+  end
+  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
+  for i = 1, math.min(#keys, 8) do
+    parts[i] = zorch._readable(tostring(keys[i]), depth + 1) .. ": " .. zorch._readable(v[keys[i]], depth + 1)
+  end
+  if #keys > 8 then parts[#parts + 1] = "..." end
+  return "{" .. table.concat(parts, ", ") .. "}"
 end
+local readable = zorch._readable
 
 local function bad(key, want, got)
-  error(("Engine: DeepSpeed config key '%s' must be %s, got %s"):format(key, want, tostring(got)), 0)
+  if got == "auto" then
+    error(("Engine: DeepSpeed config key '%s' is \"auto\", which Hugging Face Accelerate or Transformers fill in " ..
+      "before DeepSpeed reads the file; give zorch %s"):format(key, want), 0)
+  end
+  error(("Engine: DeepSpeed config key '%s' must be %s, got %s"):format(key, want, readable(got)), 0)
 end
 
 local function posint(key, v)
@@ -24,60 +54,168 @@ local function posint(key, v)
   return v
 end
 
--- Keys that are understood but change nothing in zorch (listed in the warning).
+local function number(key, v, lo, hi)
+  if type(v) ~= "number" or v ~= v or v - v ~= 0 or v < lo or (hi and v > hi) then
+    bad(key, hi and ("a number from %g to %g"):format(lo, hi) or ("a number >= %g"):format(lo), v)
+  end
+  return v
+end
+
+local function integer(key, v, lo)
+  if math.type(v) ~= "integer" or v < lo then bad(key, ("an integer >= %d"):format(lo), v) end
+  return v
+end
+
+-- Booleans as DeepSpeed reads them (its config classes are pydantic models, whose
+-- booleans also take 0 and 1 and these strings, in any case): anything else is
+-- an error, never "true because it is not false".
+local BOOL_WORDS = {["true"] = true, ["false"] = false, ["1"] = true, ["0"] = false, yes = true, no = false,
+                    on = true, off = false, t = true, f = false, y = true, n = false}
+local function boolean(key, v)
+  if type(v) == "boolean" then return v end
+  if v == 0 or v == 1 then return v == 1 end
+  if type(v) == "string" and BOOL_WORDS[v:lower()] ~= nil then return BOOL_WORDS[v:lower()] end
+  bad(key, "true or false", v)
+end
+
+local function object(key, v)
+  if type(v) ~= "table" or (next(v) ~= nil and #v > 0) then bad(key, "an object", v) end
+  return v
+end
+
+-- Keys that are understood but change nothing in zorch (listed in the warning),
+-- with the check of their values.
 local IGNORED = {
-  ["zero_optimization.overlap_comm"] = true, ["zero_optimization.contiguous_gradients"] = true,
-  ["zero_optimization.allgather_bucket_size"] = true, ["zero_optimization.stage3_prefetch_bucket_size"] = true,
-  ["zero_optimization.stage3_param_persistence_threshold"] = true, ["zero_optimization.allgather_partitions"] = true,
-  ["zero_optimization.reduce_scatter"] = true,
+  ["zero_optimization.overlap_comm"] = boolean, ["zero_optimization.contiguous_gradients"] = boolean,
+  ["zero_optimization.allgather_partitions"] = boolean, ["zero_optimization.reduce_scatter"] = boolean,
+  ["zero_optimization.allgather_bucket_size"] = function(k, v) number(k, v, 0) end,
+  ["zero_optimization.stage3_prefetch_bucket_size"] = function(k, v) number(k, v, 0) end,
+  ["zero_optimization.stage3_param_persistence_threshold"] = function(k, v) number(k, v, 0) end,
 }
 
-function zorch._from_deepspeed(path, world)
-  local ds = read(path)
+-- Optimizer params zorch's optimizers take, and DeepSpeed's own that change nothing here.
+local function betas(key, v)
+  if type(v) ~= "table" or #v ~= 2 or type(v[1]) ~= "number" or type(v[2]) ~= "number" or v[1] < 0 or v[1] >= 1
+     or v[2] < 0 or v[2] >= 1 then
+    bad(key, "two numbers in [0, 1)", v)
+  end
+  return {v[1], v[2]}
+end
+local OPT_PARAMS = {
+  Adam = {lr = "rate", betas = betas, eps = "nonneg", weight_decay = "nonneg", amsgrad = "bool"},
+  SGD = {lr = "rate", momentum = "nonneg", dampening = "nonneg", weight_decay = "nonneg", nesterov = "bool"},
+}
+OPT_PARAMS.AdamW = OPT_PARAMS.Adam
+local OPT_NOTED = {adam_w_mode = true, torch_adam = true, bias_correction = true, fused = true}
+
+local function check_params(prefix, params, spec, noted, note)
+  local out = {}
+  for k, v in pairs(params) do
+    local key = prefix .. "." .. tostring(k)
+    local kind = spec[k]
+    if kind == nil then
+      if noted[k] then
+        note(key)
+      else
+        local names = {}
+        for n in pairs(spec) do names[#names + 1] = n end
+        table.sort(names)
+        error(("Engine: DeepSpeed config key '%s' is not a parameter zorch knows (allowed: %s)"):format(
+          key, table.concat(names, ", ")), 0)
+      end
+    elseif type(kind) == "function" then out[k] = kind(key, v)
+    elseif kind == "rate" or kind == "nonneg" then out[k] = number(key, v, 0)
+    elseif kind == "int0" then out[k] = integer(key, v, 0)
+    elseif kind == "int1" then out[k] = integer(key, v, 1)
+    elseif kind == "unit" then out[k] = number(key, v, 0, 1)
+    elseif kind == "bool" then out[k] = boolean(key, v)
+    elseif kind == "warmup_type" then
+      if v ~= "log" and v ~= "linear" then bad(key, '"log" or "linear"', v) end
+      out[k] = v
+    end
+  end
+  return out
+end
+
+local SCHED_PARAMS = {
+  WarmupLR = {warmup_min_lr = "rate", warmup_max_lr = "rate", warmup_num_steps = "int0", warmup_type = "warmup_type"},
+  WarmupDecayLR = {warmup_min_lr = "rate", warmup_max_lr = "rate", warmup_num_steps = "int0",
+                   warmup_type = "warmup_type", total_num_steps = "int1"},
+  WarmupCosineLR = {warmup_min_ratio = "unit", cos_min_ratio = "unit", warmup_num_steps = "int0",
+                    warmup_type = "warmup_type", total_num_steps = "int1"},
+}
+local SCHED_NOTED = {last_batch_iteration = true}
+
+-- The Engine table a DeepSpeed configuration (a decoded JSON object) means, and
+-- the keys zorch does not implement.
+local function from_table(ds, world)
   local out, unimplemented = {}, {}
   local function note(k) unimplemented[#unimplemented + 1] = k end
-  -- batch sizes: train = micro * accumulation * world; any two give the third
+  -- batch sizes: train = micro * accumulation * world; any two give the third.
+  -- Checked by division, so no product can overflow.
   local tb = posint("train_batch_size", ds.train_batch_size)
   local mb = posint("train_micro_batch_size_per_gpu", ds.train_micro_batch_size_per_gpu)
   local ga = posint("gradient_accumulation_steps", ds.gradient_accumulation_steps)
-  if tb and mb and ga and tb ~= mb * ga * world then
-    error(("Engine: train_batch_size %d is not train_micro_batch_size_per_gpu %d x gradient_accumulation_steps %d x %d ranks"):format(
-      tb, mb, ga, world), 0)
-  end
-  if tb and mb and not ga then
-    if tb % (mb * world) ~= 0 then bad("train_batch_size", ("a multiple of %d (micro batch x ranks)"):format(mb * world), tb) end
-    ga = tb // (mb * world)
-  elseif tb and ga and not mb then
-    if tb % (ga * world) ~= 0 then bad("train_batch_size", ("a multiple of %d (accumulation x ranks)"):format(ga * world), tb) end
-    mb = tb // (ga * world)
-  elseif tb and not mb and not ga then
-    if tb % world ~= 0 then bad("train_batch_size", "a multiple of the ranks", tb) end
+  local function divides(d, n) return n % d == 0 end
+  if tb and mb and ga then
+    if not (divides(world, tb) and divides(mb, tb // world) and tb // world // mb == ga) then
+      error(("Engine: train_batch_size %d is not train_micro_batch_size_per_gpu %d x gradient_accumulation_steps %d x %d ranks"):format(
+        tb, mb, ga, world), 0)
+    end
+  elseif tb and mb then
+    if not (divides(world, tb) and divides(mb, tb // world)) then
+      bad("train_batch_size", ("a multiple of train_micro_batch_size_per_gpu %d x %d ranks"):format(mb, world), tb)
+    end
+    ga = tb // world // mb
+  elseif tb and ga then
+    if not (divides(world, tb) and divides(ga, tb // world)) then
+      bad("train_batch_size", ("a multiple of gradient_accumulation_steps %d x %d ranks"):format(ga, world), tb)
+    end
+    mb = tb // world // ga
+  elseif tb then
+    if not divides(world, tb) then bad("train_batch_size", ("a multiple of the ranks (%d)"):format(world), tb) end
     mb, ga = tb // world, 1
+  end
+  if mb and ga and (mb + 0.0) * ga * world > 2^53 then
+    error(("Engine: train_micro_batch_size_per_gpu %d x gradient_accumulation_steps %d x %d ranks exceeds 2^53 samples"):format(
+      mb, ga, world), 0)
   end
   out.gradient_accumulation_steps = ga
   out.train_micro_batch_size = mb
-  if ds.gradient_clipping ~= nil then
-    if type(ds.gradient_clipping) ~= "number" or ds.gradient_clipping < 0 then bad("gradient_clipping", "a number >= 0", ds.gradient_clipping) end
-    out.gradient_clipping = ds.gradient_clipping
+  if ds.gradient_clipping ~= nil then out.gradient_clipping = number("gradient_clipping", ds.gradient_clipping, 0) end
+  if ds.bf16 ~= nil then
+    object("bf16", ds.bf16)
+    for k, v in pairs(ds.bf16) do
+      if k == "enabled" then
+        if boolean("bf16.enabled", v) then out.precision = "bf16" end
+      else
+        note("bf16." .. tostring(k))
+      end
+    end
   end
-  if type(ds.bf16) == "table" and ds.bf16.enabled then out.precision = "bf16" end
-  if type(ds.fp16) == "table" and ds.fp16.enabled then
-    error("Engine: fp16 (with loss scaling) is not supported; use \"bf16\": {\"enabled\": true}", 0)
+  if ds.fp16 ~= nil then
+    object("fp16", ds.fp16)
+    if ds.fp16.enabled ~= nil and boolean("fp16.enabled", ds.fp16.enabled) then
+      error("Engine: fp16 (with loss scaling) is not supported; use \"bf16\": {\"enabled\": true}", 0)
+    end
   end
   local zo = ds.zero_optimization
   if zo ~= nil then
-    if type(zo) ~= "table" then bad("zero_optimization", "an object", zo) end
+    object("zero_optimization", zo)
     for k, v in pairs(zo) do
-      local key = "zero_optimization." .. k
+      local key = "zero_optimization." .. tostring(k)
       if k == "stage" then
         if v ~= 0 and v ~= 1 and v ~= 2 and v ~= 3 then bad(key, "0, 1, 2 or 3", v) end
-        out.zero_stage = v
+        out.zero_stage = math.tointeger(v)
       elseif k == "reduce_bucket_size" then
-        if type(v) ~= "number" or v < 1 then bad(key, "a positive number", v) end
-        out.reduce_bucket_size = math.floor(v)
+        if type(v) ~= "number" or v < 1 or v > 2^53 or v ~= math.floor(v) then bad(key, "a whole number from 1 to 2^53", v) end
+        out.reduce_bucket_size = math.tointeger(v)
       elseif k == "offload_optimizer" or k == "offload_param" then
-        if type(v) == "table" and v.device and v.device ~= "none" then note(key) end
+        object(key, v)
+        if v.device ~= nil and type(v.device) ~= "string" then bad(key .. ".device", '"none", "cpu" or "nvme"', v.device) end
+        if v.device and v.device ~= "none" then note(key) end
       elseif IGNORED[key] then
+        IGNORED[key](key, v)
         note(key)
       else
         note(key)
@@ -87,26 +225,60 @@ function zorch._from_deepspeed(path, world)
   if ds.optimizer ~= nil then
     local o = ds.optimizer
     local types = {adam = "Adam", adamw = "AdamW", sgd = "SGD"}
-    if type(o) ~= "table" or type(o.type) ~= "string" or not types[o.type:lower()] then
-      bad("optimizer.type", "Adam, AdamW or SGD", type(o) == "table" and o.type or o)
-    end
-    out.optimizer = {type = types[o.type:lower()], params = o.params or {}}
+    object("optimizer", o)
+    if type(o.type) ~= "string" or not types[o.type:lower()] then bad("optimizer.type", "Adam, AdamW or SGD", o.type) end
+    local t = types[o.type:lower()]
+    local params = o.params == nil and {} or object("optimizer.params", o.params)
+    out.optimizer = {type = t, params = check_params("optimizer.params", params, OPT_PARAMS[t], OPT_NOTED, note)}
+    for k in pairs(o) do if k ~= "type" and k ~= "params" then note("optimizer." .. tostring(k)) end end
   end
   if ds.scheduler ~= nil then
     local s = ds.scheduler
-    local types = {WarmupLR = true, WarmupDecayLR = true, WarmupCosineLR = true}
-    if type(s) ~= "table" or not types[s.type] then
-      bad("scheduler.type", "WarmupLR, WarmupDecayLR or WarmupCosineLR", type(s) == "table" and s.type or s)
+    object("scheduler", s)
+    if not SCHED_PARAMS[s.type] then bad("scheduler.type", "WarmupLR, WarmupDecayLR or WarmupCosineLR", s.type) end
+    local params = s.params == nil and {} or object("scheduler.params", s.params)
+    out.scheduler = {type = s.type, params = check_params("scheduler.params", params, SCHED_PARAMS[s.type], SCHED_NOTED, note)}
+    if (s.type == "WarmupDecayLR" or s.type == "WarmupCosineLR") and params.total_num_steps == nil then
+      error(("Engine: DeepSpeed config key 'scheduler.params.total_num_steps' is required by %s"):format(s.type), 0)
     end
-    out.scheduler = {type = s.type, params = s.params or {}}
+    for k in pairs(s) do if k ~= "type" and k ~= "params" then note("scheduler." .. tostring(k)) end end
   end
   if ds.steps_per_print ~= nil then out.steps_per_print = posint("steps_per_print", ds.steps_per_print) end
+  -- zorch's own key: seconds a collective may wait (Engine's comm_timeout; 0: never)
+  if ds.comm_timeout ~= nil then out.comm_timeout = number("comm_timeout", ds.comm_timeout, 0) end
   local known = {train_batch_size = 1, train_micro_batch_size_per_gpu = 1, gradient_accumulation_steps = 1,
                  gradient_clipping = 1, bf16 = 1, fp16 = 1, zero_optimization = 1, optimizer = 1, scheduler = 1,
-                 steps_per_print = 1}
-  for k in pairs(ds) do if not known[k] then note(k) end end
+                 steps_per_print = 1, comm_timeout = 1}
+  for k in pairs(ds) do if not known[k] then note(tostring(k)) end end
   table.sort(unimplemented)
   return out, unimplemented
+end
+
+local function decode(text, what)
+  local ok, cfg = pcall(zorch._json_decode, text, true)
+  if not ok then
+    error(("Engine: %s is not a JSON object: %s"):format(what, tostring(cfg):gsub("^json: ", "")), 0)
+  end
+  return cfg
+end
+
+function zorch._from_deepspeed(path, world)
+  local f, err = io.open(path, "rb")
+  if not f then error("Engine: cannot read DeepSpeed config: " .. tostring(err), 0) end
+  local text = f:read("a")
+  f:close()
+  return from_table(decode(text, path), world)
+end
+
+-- zorch._read_ds_config_text(text [, world_size]) -> true, engine table,
+-- unimplemented keys | false, message. Never raises: parses text as a DeepSpeed
+-- JSON configuration (strict JSON) and checks every value, as zorch.Engine(path)
+-- does, for world_size ranks (default 1). For fuzz drivers and tools.
+function zorch._read_ds_config_text(text, world)
+  if type(text) ~= "string" then return false, "DeepSpeed config: expected a string" end
+  local ok, cfg, unimplemented = pcall(function() return from_table(decode(text, "the DeepSpeed config"), world or 1) end)
+  if not ok then return false, tostring(cfg) end
+  return true, cfg, unimplemented
 end
 
 -- DeepSpeed's learning-rate schedules (their documented formulas), stepping the

@@ -103,15 +103,17 @@ function zorch.Engine(cfg, overrides)
   end
   for k, chk in pairs(CHECKS) do
     if not chk[1](c[k]) then
-      error(("Engine: %s must be %s, got %s"):format(k, chk[2], tostring(c[k])), 2)
+      error(("Engine: %s must be %s, got %s"):format(k, chk[2], zorch._readable(c[k])), 2)
     end
   end
   if c.seed then zorch.manual_seed(c.seed) end
   local rank, world, backend = zorch._comm()
   zorch._comm_timeout(c.comm_timeout)
   local device = c.device == "cuda" and ("cuda:" .. zorch.local_rank()) or c.device
-  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, device = device},
-                         Engine)
+  -- steps: the optimizer steps taken (a skipped step does not count); checkpoint
+  -- tags (step<N>) and resuming use it
+  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, steps = 0,
+                          device = device}, Engine)
   if #unimplemented > 0 and rank == 0 then
     io.stderr:write(("zorch: warning: these DeepSpeed config keys are not implemented and have no effect: %s\n"):format(
       table.concat(unimplemented, ", ")))
@@ -148,6 +150,26 @@ function Engine:check_agreement(nparams, numel)
   end
 end
 
+-- A batch larger than the data set: with drop_last no batch is ever made (an
+-- error); otherwise every batch is short, or an optimizer step spans epochs (a
+-- warning). Both name the sizes.
+function Engine:check_batch(loader)
+  local n = loader.num_samples and loader:num_samples()
+  if math.type(n) ~= "integer" then return end
+  local b, w, k = loader.batch_size, self.world_size, self.cfg.gradient_accumulation_steps
+  local global, train = (b + 0.0) * w, (b + 0.0) * w * k -- floats: no overflow
+  if loader:num_batches() == 0 then
+    error(("Engine:prepare: the global batch of %.0f samples (%d per rank x %d ranks) is larger than the data set " ..
+      "(%d samples)%s: the loader makes no batch, so no step would run"):format(global, b, w, n,
+      loader.drop_last and " and drop_last is set" or ""), 0)
+  end
+  if train > n and self.rank == 0 then
+    io.stderr:write(("zorch: warning: the train batch of %.0f samples (%d per rank x %d accumulation x %d ranks) is " ..
+      "larger than the data set (%d samples): %s\n"):format(train, b, k, w, n,
+      global > n and "every batch is the data set's short last batch" or "an optimizer step spans epochs"))
+  end
+end
+
 -- Returns the model, loader and an optimizer whose step() runs once per
 -- accumulation window: reduce, clip, update this rank's slice, gather.
 function Engine:prepare(model, loader, opt)
@@ -157,6 +179,7 @@ function Engine:prepare(model, loader, opt)
   if loader then loader.rank, loader.world_size = self.rank, self.world_size end
   if loader and self.device ~= "cpu" then loader.device = self.device end -- batches arrive on the device
   if loader and self.cfg.train_micro_batch_size then loader.batch_size = self.cfg.train_micro_batch_size end
+  if loader then self:check_batch(loader) end
   if not opt and self.cfg.optimizer then
     local spec = self.cfg.optimizer
     local p = {}
@@ -298,7 +321,7 @@ function Engine:optimizer_step()
   self.target.grad = nil
   self.zero:after_update()
   if self.lr_scheduler then self.lr_scheduler.step() end
-  self.steps = (self.steps or 0) + 1
+  self.steps = self.steps + 1
   if self.cfg.steps_per_print then self:print_step() end
   -- what this step moved, from the end of the previous one (stage 3 gathers in forward)
   local sent, recv = zorch._comm_bytes(true)

@@ -78,11 +78,106 @@ static void from_json(lua_State *L, const cJSON *j, int depth) {
   } else lua_pushnil(L);
 }
 
+/* Where the number starting at s[i] breaks JSON's grammar
+   -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, or -1 when it does not (cJSON reads
+   numbers with strtod, so "01" and "1." would pass it). Sets *end past the number. */
+static long json_number_error(const char *s, size_t n, size_t i, size_t *end) {
+  size_t k = i;
+  if (k < n && s[k] == '-') k++;
+  if (k < n && s[k] == '0') {
+    k++;
+    if (k < n && s[k] >= '0' && s[k] <= '9') return (long)k; /* a leading zero */
+  } else if (k < n && s[k] >= '1' && s[k] <= '9') {
+    while (k < n && s[k] >= '0' && s[k] <= '9') k++;
+  } else return (long)k;
+  if (k < n && s[k] == '.') {
+    size_t d = ++k;
+    while (k < n && s[k] >= '0' && s[k] <= '9') k++;
+    if (k == d) return (long)k;
+  }
+  if (k < n && (s[k] == 'e' || s[k] == 'E')) {
+    k++;
+    if (k < n && (s[k] == '+' || s[k] == '-')) k++;
+    size_t d = k;
+    while (k < n && s[k] >= '0' && s[k] <= '9') k++;
+    if (k == d) return (long)k;
+  }
+  *end = k;
+  return -1;
+}
+
+/* The first byte of a number outside strings that breaks JSON's number grammar,
+   or -1. A scan of the numbers only: cJSON parses the text. */
+static long json_numbers_check(const char *s, size_t n) {
+  bool in_string = false;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (in_string) {
+      if (c == '\\') i++;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') in_string = true;
+    else if (c == '-' || (c >= '0' && c <= '9')) {
+      size_t end = i + 1;
+      long bad = json_number_error(s, n, i, &end);
+      if (bad >= 0) return bad;
+      i = end - 1;
+    }
+  }
+  return -1;
+}
+
+/* What makes a parsed tree unfit for strict reading: a number out of range, an
+   object that repeats a key (written into msg), or a tree nested too deep. */
+static bool json_strict_ok(lua_State *L, const cJSON *j, int depth, char *msg, size_t n) {
+  if (depth > 64) return snprintf(msg, n, "nested too deep"), false;
+  if (cJSON_IsNumber(j) && !(j->valuedouble - j->valuedouble == 0))
+    return snprintf(msg, n, "a number is out of range"), false;
+  if (!cJSON_IsObject(j) && !cJSON_IsArray(j)) return true;
+  luaL_checkstack(L, 4, "json");
+  lua_newtable(L); /* the keys seen in this object */
+  for (const cJSON *c = j->child; c; c = c->next) {
+    if (cJSON_IsObject(j)) {
+      if (lua_getfield(L, -1, c->string) != LUA_TNIL) {
+        lua_pop(L, 2);
+        return snprintf(msg, n, "the key \"%.200s\" appears twice in one object", c->string), false;
+      }
+      lua_pop(L, 1);
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -2, c->string);
+    }
+    if (!json_strict_ok(L, c, depth + 1, msg, n)) {
+      lua_pop(L, 1);
+      return false;
+    }
+  }
+  lua_pop(L, 1);
+  return true;
+}
+
+/* zorch._json_decode(text [, strict]): the value of a JSON text. Strict (for
+   manifests and configuration files): the text is one JSON object with nothing
+   after it but white space, its numbers follow JSON's grammar (no leading zeros)
+   and are finite, and no object repeats a key. */
 static int l_json_decode(lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
-  cJSON *j = cJSON_ParseWithLength(s, n);
+  bool strict = lua_toboolean(L, 2);
+  const char *end = NULL;
+  cJSON *j = strict ? cJSON_ParseWithLengthOpts(s, n + 1, &end, 1) : cJSON_ParseWithLength(s, n);
   if (!j) return luaL_error(L, "json: not valid JSON (near byte %d)", (int)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - s : 0));
+  if (strict) {
+    char msg[300] = "";
+    long at = -1;
+    if (!cJSON_IsObject(j)) snprintf(msg, sizeof msg, "the text is not a JSON object");
+    else if (end != s + n) snprintf(msg, sizeof msg, "something follows the JSON object (byte %ld)", (long)(end - s));
+    else if ((at = json_numbers_check(s, n)) >= 0)
+      snprintf(msg, sizeof msg, "a number is not written as JSON writes numbers (byte %ld)", at);
+    else json_strict_ok(L, j, 0, msg, sizeof msg);
+    if (*msg) {
+      cJSON_Delete(j);
+      return luaL_error(L, "json: %s", msg);
+    }
+  }
   from_json(L, j, 0);
   cJSON_Delete(j);
   return 1;
@@ -147,6 +242,27 @@ static int l_remove_dir(lua_State *L) {
   closedir(d);
   if (rmdir(path) != 0 && errno != ENOENT) return luaL_error(L, "remove %s: %s", path, strerror(errno));
   return 0;
+}
+
+/* The names in a folder (not . and ..), in no order; nil and a message when unreadable. */
+static int l_list_dir(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  DIR *d = opendir(path);
+  if (!d) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "cannot list %s: %s", path, strerror(errno));
+    return 2;
+  }
+  lua_newtable(L);
+  int i = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    lua_pushstring(L, e->d_name);
+    lua_rawseti(L, -2, ++i);
+  }
+  closedir(d);
+  return 1;
 }
 
 static int l_mkdir(lua_State *L) {
@@ -644,7 +760,7 @@ static int l_load(lua_State *L) {
 void lz_open_files(lua_State *L) {
   static const luaL_Reg fns[] = {{"_json_encode", l_json_encode}, {"_json_decode", l_json_decode},
                                  {"_file_hash", l_file_hash},     {"_write_atomic", l_write_atomic},
-                                 {"_mkdir", l_mkdir},             {"_remove_dir", l_remove_dir},             {"_rng_offset", l_rng_state},
+                                 {"_mkdir", l_mkdir},             {"_remove_dir", l_remove_dir},             {"_list_dir", l_list_dir},             {"_rng_offset", l_rng_state},
                                  {"_rng_set_offset", l_rng_set_offset}, {"save", l_save},
                                  {"load", l_load},                {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);

@@ -31,7 +31,10 @@ local function options(fn, given, defaults, checks)
     o[k] = v
   end
   for k, ok in pairs(checks) do
-    if not ok(o[k]) then error(("%s: invalid %s: %s"):format(fn, k, tostring(o[k])), 3) end
+    if not ok(o[k]) then
+      error(("%s: invalid %s: expected %s, got %s"):format(fn, k, zorch._checks_want[ok] or "another value",
+        zorch._readable(o[k])), 3)
+    end
   end
   return o
 end
@@ -40,6 +43,9 @@ local nonneg = function(v) return type(v) == "number" and v >= 0 end
 local unit = function(v) return type(v) == "number" and v >= 0 and v < 1 end
 local betas = function(v) return type(v) == "table" and unit(v[1]) and unit(v[2]) end
 local bool = function(v) return type(v) == "boolean" end
+-- what each check expects, for messages (the scheduler checks below add theirs)
+zorch._checks_want = setmetatable({[nonneg] = "a number >= 0", [unit] = "a number in [0, 1)",
+                                   [betas] = "two numbers in [0, 1)", [bool] = "true or false"}, {__mode = "k"})
 
 function Optimizer:zero_grad()
   for _, p in ipairs(self.params) do p.grad = nil end
@@ -234,6 +240,8 @@ local num = function(v) return type(v) == "number" end
 local posint = function(v) return math.type(v) == "integer" and v > 0 end
 local nonnegint = function(v) return math.type(v) == "integer" and v >= 0 end
 local optional = function(check) return function(v) return v == false or check(v) end end
+zorch._checks_want[num], zorch._checks_want[posint], zorch._checks_want[nonnegint] =
+  "a number", "an integer > 0", "an integer >= 0"
 
 -- lr = base * gamma ^ (how many milestones are <= step); a milestone listed
 -- twice counts twice.

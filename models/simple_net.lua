@@ -32,6 +32,7 @@ local opt = zorch.flags(arg, {
   resume = {"", "continue from the latest checkpoint in this directory (--steps counts the total)"},
   config = {"", "a DeepSpeed JSON config (batch sizes, ZeRO, bf16, clipping, optimizer, scheduler)"},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
+  ["comm-timeout"] = {600, "seconds a collective may wait for the other ranks before the job ends (0: never)"},
   log = {"", "write metrics here as JSON lines: loss, lr, grad_norm each step; epoch_loss, samples_per_s each epoch"},
   csv = {"", "write the same metrics as CSV"},
   tensorboard = {"", "write the same metrics as TensorBoard event files in this directory"},
@@ -50,10 +51,16 @@ end
 zorch.manual_seed(opt.seed)
 local config = opt.config ~= "" and opt.config or os.getenv("ZORCH_CONFIG")
 local print_every = opt["print-every"] > 0 and opt["print-every"] or nil
-local engine = config and zorch.Engine(config, {device = opt.device, steps_per_print = print_every}) or
+-- --comm-timeout given on the command line wins over a config file's comm_timeout
+local timeout
+for _, a in ipairs(arg) do
+  if a == "--comm-timeout" or a:match("^%-%-comm%-timeout=") then timeout = opt["comm-timeout"] end
+end
+local engine = config and zorch.Engine(config, {device = opt.device, steps_per_print = print_every,
+                                               comm_timeout = timeout}) or
   zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = opt.accum,
                reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device,
-               steps_per_print = print_every}
+               steps_per_print = print_every, comm_timeout = opt["comm-timeout"]}
 local X, Y
 if opt.data ~= "" then
   local d = zorch.load(opt.data)

@@ -58,6 +58,73 @@ refused("a negative clip is refused", [[{"gradient_clipping": -1}]], "gradient_c
 refused("a file that is not JSON is refused", "{stage: 2", "not a JSON object")
 tap.raises("a missing file is named", function() zorch.Engine(dir .. "/nope.json") end, "nope.json")
 
+-- booleans as DeepSpeed reads them: never "true because it is not false"
+local function precision(text) return zorch.Engine(config(text)):config().precision end
+tap.ok(precision([[{"bf16": {"enabled": 0}}]]) == "fp32", 'bf16.enabled 0 is off')
+tap.ok(precision([[{"bf16": {"enabled": "false"}}]]) == "fp32", 'bf16.enabled "false" is off')
+tap.ok(precision([[{"bf16": {"enabled": "True"}}]]) == "bf16" and precision([[{"bf16": {"enabled": 1}}]]) == "bf16",
+       'bf16.enabled "True" and 1 are on')
+refused("a boolean that is not one is named", [[{"bf16": {"enabled": "maybe"}}]], "bf16.enabled", "true or false", '"maybe"')
+refused("a number other than 0 and 1 is not a boolean", [[{"bf16": {"enabled": 2}}]], "bf16.enabled", "2")
+refused('"auto" says who fills it in', [[{"bf16": {"enabled": "auto"}}]], "bf16.enabled", "auto", "Accelerate")
+refused("bf16 that is not an object", [[{"bf16": true}]], "'bf16'", "an object")
+-- the batch check cannot overflow: 2^33 x (2^31 + 1) wraps to 2^33 in 64 bits
+refused("a batch product that would wrap around is refused",
+        [[{"train_batch_size": 8589934592, "train_micro_batch_size_per_gpu": 8589934592, "gradient_accumulation_steps": 2147483649}]],
+        "train_batch_size 8589934592")
+-- strict JSON
+refused("a top-level array is refused", [[ [{"train_batch_size": 8}] ]], "not a JSON object")
+refused("trailing garbage is refused", [[{"train_batch_size": 8} x]], "not a JSON object")
+refused("a second object is refused", [[{"train_batch_size": 8} {}]], "not a JSON object")
+refused("leading zeros are refused", [[{"train_batch_size": 08}]], "number", "byte")
+refused("a repeated key is refused", [[{"train_batch_size": 8, "train_batch_size": 16}]], "train_batch_size", "twice")
+-- every value type-checked, the value shown readably
+refused("a scheduler step count given as text", [[{"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "10"}}}]],
+        "scheduler.params.warmup_num_steps", "an integer >= 0", '"10"')
+refused("betas out of range are shown as a list", [[{"optimizer": {"type": "Adam", "params": {"betas": [0.9, 2]}}}]],
+        "optimizer.params.betas", "[0.9, 2]")
+refused("an unknown optimizer parameter is named", [[{"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentun": 0.9}}}]],
+        "optimizer.params.momentun", "momentum")
+refused("a learning rate given as text", [[{"optimizer": {"type": "Adam", "params": {"lr": "0.1"}}}]], "optimizer.params.lr", '"0.1"')
+refused("optimizer params that are not an object", [[{"optimizer": {"type": "Adam", "params": 5}}]], "optimizer.params", "5")
+refused("zero_optimization that is a list", [[{"zero_optimization": [2]}]], "zero_optimization", "an object")
+refused("a stage given as text", [[{"zero_optimization": {"stage": "2"}}]], "zero_optimization.stage", '"2"')
+refused("an ignored key of the wrong type", [[{"zero_optimization": {"overlap_comm": "sometimes"}}]],
+        "zero_optimization.overlap_comm", '"sometimes"')
+refused("a cosine schedule needs its length", [[{"scheduler": {"type": "WarmupCosineLR", "params": {}}}]], "total_num_steps")
+refused("a clip given as text", [[{"gradient_clipping": "1.0"}]], "gradient_clipping", '"1.0"')
+tap.raises("Lua tables show values readably too", function() zorch.Engine{zero_stage = {2}} end, "zero_stage", "[2]")
+tap.raises("and optimizers", function() zorch.optim.Adam(zorch.nn.Linear(2, 2):parameters(), {betas = {0.9, 2}}) end,
+           "betas", "two numbers", "[0.9, 2]")
+-- comm_timeout: seconds a collective may wait
+tap.ok(zorch.Engine(config([[{"comm_timeout": 5}]])):config().comm_timeout == 5, "comm_timeout comes from the file")
+refused("a comm_timeout that is not a number", [[{"comm_timeout": "soon"}]], "comm_timeout", '"soon"')
+tap.ok(zorch.Engine(config([[{"comm_timeout": 5}]]), {comm_timeout = 9}):config().comm_timeout == 9, "an override wins")
+
+-- the reader for tools and fuzzing: seeds are valid, anything else a message
+local seeds = io.popen("ls ../tests/fuzz/seeds/dsconfig/*.json 2>/dev/null"):read("a")
+local nseeds = 0
+for path in seeds:gmatch("[^\n]+") do
+  local ok, why = zorch._read_ds_config_text(io.open(path):read("a"), 2)
+  tap.ok(ok, "seed " .. path:match("[^/]+$") .. " is a valid DeepSpeed config " .. (ok and "" or why))
+  nseeds = nseeds + 1
+end
+tap.ok(nseeds >= 3, ("%d DeepSpeed config seeds in tests/fuzz/seeds/dsconfig"):format(nseeds))
+for _, text in ipairs({"", "[]", "1", '{"bf16": {"enabled": []}}', '{"optimizer": {"type": 1}}', '{"scheduler": []}',
+                       '{"zero_optimization": {"offload_optimizer": {"device": 1}}}', '{"train_batch_size": -1e999}'}) do
+  local ok, a, b = pcall(zorch._read_ds_config_text, text)
+  tap.ok(ok and a == false and type(b) == "string" and not b:find("attempt to", 1, true),
+         ("_read_ds_config_text(%q): %s"):format(text, tostring(b)))
+end
+
+-- a batch larger than the data set: an error with drop_last, else a warning
+tap.raises("drop_last with a batch larger than the data set makes no batch: an error naming both",
+  function()
+    local e2 = zorch.Engine{train_micro_batch_size = 16}
+    e2:prepare(zorch.nn.Linear(3, 2), zorch.data.DataLoader(zorch.data.TensorDataset(zorch.randn(10, 3), zorch.randn(10, 2)),
+                                                             {drop_last = true}))
+  end, "16 samples", "10 samples", "drop_last")
+
 -- the reference job driven by a config file gives the flags' result
 local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
 local ds = config([[{"train_batch_size": 32, "gradient_clipping": 1.0, "zero_optimization": {"stage": 2},
@@ -68,5 +135,11 @@ os.execute(("%s ../models/simple_net.lua --samples 320 --steps 20 --config %s --
 local wa, wb = zorch.load(a), zorch.load(b)
 tap.ok(wa["fc1.weight"] and wb["fc1.weight"] and (wa["fc1.weight"] - wb["fc1.weight"]):abs():max():item() == 0,
        "simple_net.lua --config trains exactly as the same flags")
+local text = io.popen(("env -u ZORCH_QUIET %s ../models/simple_net.lua --samples 10 --batch-size 16 --steps 2 --quiet --save %s 2>&1"):format(
+  bin, a)):read("a")
+tap.ok(text:find("warning", 1, true) and text:find("16 samples", 1, true) and text:find("10 samples", 1, true),
+       "a batch larger than the data set is a warning naming both sizes: " .. (text:match("warning[^\n]*") or text))
+local ok = os.execute(("%s ../models/simple_net.lua --samples 64 --steps 1 --quiet --comm-timeout -1 --save %s > /dev/null 2>&1"):format(bin, a))
+tap.ok(not ok, "simple_net.lua --comm-timeout is the engine's comm_timeout (-1 is refused)")
 os.execute("rm -rf " .. dir)
 tap.done()
