@@ -501,7 +501,8 @@ function Engine:load_checkpoint(dir)
   end
   self.inner.state[1] = state
   self.user_opt.lr, self.inner.lr = manifest.lr, manifest.lr
-  self.micro = manifest.micro
+  -- saved between optimizer steps: the next micro-batch opens a window, whatever the accumulation now
+  self.micro = 0
   self.zero:after_update() -- master weights into the parameters, then gather or release
   if self.lr_scheduler and manifest.scheduler_step then
     self.lr_scheduler.last_step = manifest.scheduler_step

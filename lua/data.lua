@@ -220,18 +220,29 @@ function DataLoader:order()
 end
 
 -- Where the loader stands: the epoch under way and the batches it has given.
+-- step_batch: samples per optimizer step (global batch x the engine's accumulation).
 function DataLoader:state()
-  return {epoch = self.epoch, batch = self.batch or 0, global_batch = self.batch_size * self.world_size,
-          seed = self.seed, shuffle = self.shuffle}
+  local global = self.batch_size * self.world_size
+  return {epoch = self.epoch, batch = self.batch or 0, global_batch = global,
+          step_batch = global * (self.accumulation or 1), seed = self.seed, shuffle = self.shuffle}
 end
 
--- The next iter() continues that epoch after the batches already given.
+-- The next iter() continues that epoch after the batches already given. The
+-- samples per optimizer step must be the checkpoint's; on another number of
+-- ranks (more accumulation per rank) the position carries over by samples.
 function DataLoader:load_state(s)
-  if s.global_batch ~= self.batch_size * self.world_size then
-    error(("DataLoader:load_state: the checkpoint's global batch is %d, this run's is %d"):format(
-      s.global_batch, self.batch_size * self.world_size), 2)
+  local global = self.batch_size * self.world_size
+  local step_batch = global * (self.accumulation or 1)
+  if (s.step_batch or s.global_batch) ~= (s.step_batch and step_batch or global) then
+    error(("DataLoader:load_state: the checkpoint's global batch is %d samples per step, this run's is %d"):format(
+      s.step_batch or s.global_batch, s.step_batch and step_batch or global), 2)
   end
-  self.epoch, self.skip = s.epoch - 1, s.batch
+  local given = s.batch * s.global_batch
+  if given % global ~= 0 then
+    error(("DataLoader:load_state: the checkpoint stands %d samples into epoch %d, not a multiple of this run's " ..
+           "global batch %d"):format(given, s.epoch, global), 2)
+  end
+  self.epoch, self.skip = s.epoch - 1, given // global
 end
 
 function DataLoader:iter()

@@ -177,6 +177,7 @@ function Engine:prepare(model, loader, opt)
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
   self.model, self.loader = model, loader
   if loader then loader.rank, loader.world_size = self.rank, self.world_size end
+  if loader then loader.accumulation = self.cfg.gradient_accumulation_steps end -- (checkpoints: samples per step)
   if loader and self.device ~= "cpu" then loader.device = self.device end -- batches arrive on the device
   if loader and self.cfg.train_micro_batch_size then loader.batch_size = self.cfg.train_micro_batch_size end
   if loader then self:check_batch(loader) end

@@ -48,6 +48,26 @@ function SimpleNet:forward(x)
   return self.fc2(zorch.relu(self.fc1(x)))
 end
 
+-- An elastic restart (zorch launch --max-restarts) may run on fewer ranks than
+-- the first launch (ZORCH_ELASTIC_WORLD): the global batch stays, so each rank
+-- accumulates more micro-batches, and the run resumes from --checkpoint-dir.
+local accum = opt.accum
+local first_world = tonumber(os.getenv("ZORCH_ELASTIC_WORLD") or "")
+if first_world then
+  local _, world = zorch._comm()
+  if (accum * first_world) % world ~= 0 then
+    error(("simple_net: a global batch of %d x %d accumulation x %d ranks does not split over %d ranks"):format(
+      opt["batch-size"], accum, first_world, world), 0)
+  end
+  accum = accum * first_world // world
+  if (tonumber(os.getenv("ZORCH_ELASTIC_RESTART") or "0") or 0) > 0 and opt.resume == "" and
+     opt["checkpoint-dir"] ~= "" and io.open(opt["checkpoint-dir"] .. "/latest") then
+    opt.resume = opt["checkpoint-dir"]
+  end
+end
+-- a test hook: ZORCH_TEST_KILL_AT=rank:step kills that rank (SIGKILL) once it has taken that step
+local kill_rank, kill_step = (os.getenv("ZORCH_TEST_KILL_AT") or ""):match("^(%d+):(%d+)$")
+
 zorch.manual_seed(opt.seed)
 local config = opt.config ~= "" and opt.config or os.getenv("ZORCH_CONFIG")
 local print_every = opt["print-every"] > 0 and opt["print-every"] or nil
@@ -58,7 +78,7 @@ for _, a in ipairs(arg) do
 end
 local engine = config and zorch.Engine(config, {device = opt.device, steps_per_print = print_every,
                                                comm_timeout = timeout}) or
-  zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = opt.accum,
+  zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = accum,
                reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device,
                steps_per_print = print_every, comm_timeout = opt["comm-timeout"]}
 local X, Y
@@ -93,7 +113,7 @@ local logger = (opt.log ~= "" or opt.csv ~= "" or opt.tensorboard ~= "") and zor
   tensorboard = opt.tensorboard ~= "" and opt.tensorboard or nil} or nil
 local bar
 if not opt.quiet and zorch._is_terminal(io.stderr) then
-  local total = (opt.epochs - first_epoch + 1) * (#loader // opt.accum)
+  local total = (opt.epochs - first_epoch + 1) * (#loader // accum)
   if opt.steps > 0 then total = math.min(total, math.max(opt.steps - steps, 0)) end
   bar = zorch.progress(total, {unit = "step"})
 end
@@ -110,6 +130,9 @@ for epoch = first_epoch, opt.epochs do
     adam:zero_grad(); engine:backward(loss)
     if adam:step() then
       steps = steps + 1
+      if kill_rank and engine.rank == tonumber(kill_rank) and steps == tonumber(kill_step) then
+        os.execute("kill -9 " .. io.open("/proc/self/stat"):read("n"))
+      end
       if ckdir ~= "" and every > 0 and steps % every == 0 then engine:save_checkpoint(ckdir) end
       if bar then bar:update(1, {loss = loss}) end
       -- this rank's loss of the step's last micro-batch (reading it waits for a GPU)

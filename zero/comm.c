@@ -42,6 +42,92 @@ static _Atomic double comm_timeout_s = 600;
 static zorch_hang_handler hang_fn;
 static void *hang_ud;
 static bool comm_closed; /* a collective timed out: MPI and NCCL are unusable */
+static int64_t comm_entered; /* collectives this rank has entered */
+static const char *comm_entered_what = "collective";
+
+/* Every rank publishes how many collectives it has entered in a one-sided MPI
+   window (one int64 per rank, under a lock_all epoch held for the whole run), so
+   a rank whose wait times out can read the others' counts and name the ranks
+   that never reached the collective it waits in. */
+#ifdef ZORCH_MPI
+static MPI_Win progress_win = MPI_WIN_NULL;
+#endif
+
+static void comm_enter(const zero_comm *c, const char *what) {
+  comm_entered++;
+  comm_entered_what = what;
+#ifdef ZORCH_MPI
+  if (progress_win == MPI_WIN_NULL) return;
+  MPI_Accumulate(&comm_entered, 1, MPI_INT64_T, c->rank, 0, 1, MPI_INT64_T, MPI_REPLACE, progress_win);
+  MPI_Win_flush(c->rank, progress_win);
+#else
+  (void)c;
+#endif
+}
+
+/* Appends to msg (size cap) which ranks have entered fewer collectives than
+   this one, as read from their counters, and returns how many it named (-1
+   when the counters cannot be read). A rank that does not answer within a second (its counter lives on a
+   host whose one-sided transport needs the target's progress, and it is
+   stopped) is named as not answering. */
+static int comm_describe_laggards(const zero_comm *c, char *msg, size_t cap) {
+#ifdef ZORCH_MPI
+  if (progress_win == MPI_WIN_NULL || c->world < 2) return -1;
+  int64_t *counts = calloc((size_t)c->world, sizeof *counts);
+  MPI_Request *reqs = calloc((size_t)c->world, sizeof *reqs);
+  if (!counts || !reqs) {
+    free(counts);
+    free(reqs);
+    return -1;
+  }
+  for (int r = 0; r < c->world; r++) {
+    reqs[r] = MPI_REQUEST_NULL;
+    if (r != c->rank &&
+        MPI_Rget_accumulate(NULL, 0, MPI_INT64_T, &counts[r], 1, MPI_INT64_T, r, 0, 1, MPI_INT64_T, MPI_NO_OP,
+                            progress_win, &reqs[r]) != MPI_SUCCESS)
+      reqs[r] = MPI_REQUEST_NULL, counts[r] = -1;
+  }
+  double t0 = comm_clock();
+  int pending = 1;
+  while (pending && comm_clock() - t0 < 1.0) {
+    pending = 0;
+    for (int r = 0; r < c->world; r++) {
+      int done = 1;
+      if (reqs[r] != MPI_REQUEST_NULL) MPI_Test(&reqs[r], &done, MPI_STATUS_IGNORE);
+      if (!done) pending = 1;
+    }
+  }
+  size_t len = strlen(msg);
+  int named = 0;
+  for (int r = 0; r < c->world && len + 1 < cap; r++) {
+    if (r == c->rank) continue;
+    const char *sep = named ? "; " : ": ";
+    if (reqs[r] != MPI_REQUEST_NULL) {
+      snprintf(msg + len, cap - len, "%srank %d did not answer (stopped or unreachable)", sep, r);
+    } else if (counts[r] >= 0 && counts[r] < comm_entered) {
+      if (counts[r] == 0)
+        snprintf(msg + len, cap - len, "%srank %d did not reach %s #%lld (it has entered no collective)", sep, r,
+                 comm_entered_what, (long long)comm_entered);
+      else
+        snprintf(msg + len, cap - len, "%srank %d did not reach %s #%lld (it is at #%lld)", sep, r,
+                 comm_entered_what, (long long)comm_entered, (long long)counts[r]);
+    } else {
+      continue;
+    }
+    named++;
+    len = strlen(msg);
+  }
+  /* requests still pending keep their buffers: the communicator is closed anyway */
+  if (!pending) {
+    free(counts);
+    free(reqs);
+  }
+  return named;
+#else
+  (void)c, (void)msg, (void)cap;
+  return -1;
+#endif
+}
 
 void zorch_set_hang_handler(zorch_hang_handler fn, void *ud) {
   hang_fn = fn;
@@ -57,11 +143,16 @@ double comm_clock(void) {
 zorch_status comm_check_wait(const zero_comm *c, const char *what, int64_t n, double t0) {
   double limit = comm_timeout_s;
   if (limit <= 0 || comm_clock() - t0 <= limit) return ZORCH_OK;
-  char msg[512];
-  snprintf(msg, sizeof msg,
-           "rank %d: %s of %lld elements%s%s did not complete within %.0f s (comm_timeout): another rank failed, "
-           "hangs, or never reached it",
+  char msg[1024];
+  snprintf(msg, sizeof msg, "rank %d: %s of %lld elements%s%s did not complete within %.0f s (comm_timeout)",
            c->rank, what, (long long)n, comm_label_text[0] ? " for " : "", comm_label_text, limit);
+  size_t len = strlen(msg);
+  int named = comm_describe_laggards(c, msg, sizeof msg);
+  if (named == 0)
+    snprintf(msg + len, sizeof msg - len, ": every rank reached %s #%lld; another rank failed or hangs inside it",
+             comm_entered_what, (long long)comm_entered);
+  else if (named < 0)
+    snprintf(msg + len, sizeof msg - len, ": another rank failed, hangs, or never reached it");
   comm_closed = true;
   if (hang_fn) hang_fn(msg, hang_ud);
   return err_set(ZORCH_ERR_TIMEOUT, "%s; collectives cannot run again in this process", msg);
@@ -72,6 +163,29 @@ static zorch_status check_open(const zero_comm *c, const char *what) {
   if (!comm_closed) return ZORCH_OK;
   return err_set(ZORCH_ERR_STATE, "%s on rank %d: an earlier collective timed out; collectives cannot run again "
                  "in this process", what, c->rank);
+}
+
+void comm_wait_begin(comm_waiter *w) {
+  w->t0 = comm_clock();
+  w->nap = 0;
+}
+
+/* Spins (yielding) for the first 0.5 ms of a wait, so fast collectives keep
+   their latency, then sleeps between polls, from 20 us doubling to 1 ms, so a
+   rank that waits long for the others leaves the CPU to them. Open MPI
+   progresses only inside MPI calls, so each poll (MPI_Test) moves the
+   collective on; a nap delays that by at most 1 ms. */
+void comm_wait_pause(comm_waiter *w) {
+  if (w->nap == 0) {
+    if (comm_clock() - w->t0 < 5e-4) {
+      sched_yield();
+      return;
+    }
+    w->nap = 2e-5;
+  }
+  struct timespec ts = {0, (long)(w->nap * 1e9)};
+  nanosleep(&ts, NULL);
+  w->nap = w->nap * 2 > 1e-3 ? 1e-3 : w->nap * 2;
 }
 
 void comm_set_label(const char *label) { snprintf(comm_label_text, sizeof comm_label_text, "%s", label ? label : ""); }
@@ -98,13 +212,14 @@ static zorch_status mpi_check(int rc, const char *what, int64_t n) {
 }
 /* Waits for a non-blocking collective, polling so that the wait can be timed. */
 static zorch_status mpi_wait(const zero_comm *c, MPI_Request *req, const char *what, int64_t n) {
-  double t0 = comm_clock();
+  comm_waiter w;
+  comm_wait_begin(&w);
   for (;;) {
     int done = 0;
     zorch_status st = mpi_check(MPI_Test(req, &done, MPI_STATUS_IGNORE), what, n);
     if (st || done) return st;
-    if ((st = comm_check_wait(c, what, n, t0))) return st;
-    sched_yield();
+    if ((st = comm_check_wait(c, what, n, w.t0))) return st;
+    comm_wait_pause(&w);
   }
 }
 
@@ -147,6 +262,16 @@ zero_comm *comm_get(void) {
       MPI_Comm_rank(MPI_COMM_WORLD, &the_comm.rank);
       MPI_Comm_size(MPI_COMM_WORLD, &the_comm.world);
       the_comm.backend = "mpi";
+      /* the progress counters; without them a timeout names no rank */
+      int64_t *counter = NULL;
+      if (MPI_Win_allocate(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &counter,
+                           &progress_win) != MPI_SUCCESS)
+        progress_win = MPI_WIN_NULL;
+      if (progress_win != MPI_WIN_NULL) {
+        *counter = 0;
+        MPI_Win_set_errhandler(progress_win, MPI_ERRORS_RETURN);
+        if (MPI_Win_lock_all(MPI_MODE_NOCHECK, progress_win) != MPI_SUCCESS) MPI_Win_free(&progress_win);
+      }
 #else
       return err_null(ZORCH_ERR_DEVICE, "comm: launched with %d ranks but zorch was built without MPI", world);
 #endif
@@ -159,6 +284,7 @@ zero_comm *comm_get(void) {
 zorch_status comm_bcast_bytes(zero_comm *c, void *buf, size_t bytes, const char *what) {
   if (c->world == 1) return ZORCH_OK;
   if (check_open(c, what)) return zorch_last_status();
+  comm_enter(c, "broadcast");
 #ifdef ZORCH_MPI
   if (bytes > INT_MAX) return err_set(ZORCH_ERR_ARG, "%s: %zu bytes is more than one MPI call takes", what, bytes);
   MPI_Request req;
@@ -212,6 +338,7 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   uint64_t bytes = (uint64_t)n * dtype_sizes[t->dtype];
   if (local_only(c, t)) return ZORCH_OK;
   if (check_open(c, "allreduce")) return zorch_last_status();
+  comm_enter(c, "allreduce");
   /* a ring all-reduce sends 2(N-1)/N of the buffer */
   c->sent += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
   c->recv += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
@@ -249,6 +376,7 @@ zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
   if (check_open(c, "reduce_scatter")) return zorch_last_status();
+  comm_enter(c, "reduce_scatter");
   c->sent += (uint64_t)(total - counts[c->rank]) * es;
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
   NCCL_ROUTE(send, nccl_reduce_scatter(c, send, recv, counts))
@@ -274,6 +402,7 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
                    (long long)total, c->world);
   if (local_only(c, buf)) return ZORCH_OK;
   if (check_open(c, "reduce_scatter")) return zorch_last_status();
+  comm_enter(c, "reduce_scatter");
   size_t es = dtype_sizes[buf->dtype];
   c->sent += (uint64_t)(total - n) * es;
   c->recv += (uint64_t)(total - n) * es;
@@ -309,6 +438,7 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)n * es);
   if (check_open(c, "allgather")) return zorch_last_status();
+  comm_enter(c, "allgather");
   c->sent += (uint64_t)n * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)n * es * (uint64_t)(c->world - 1);
   NCCL_ROUTE(send, nccl_allgather(c, send, recv, n))
@@ -335,6 +465,7 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
   if (check_open(c, "allgatherv")) return zorch_last_status();
+  comm_enter(c, "allgather");
   c->sent += (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
   NCCL_ROUTE(send, nccl_allgatherv(c, send, recv, counts))
@@ -368,7 +499,13 @@ void comm_finalize(void) {
 #ifdef ZORCH_MPI
   int fin = 0;
   /* after a timeout a collective is still pending: finalising would wait on it */
-  if (mpi_started && !comm_closed && (MPI_Finalized(&fin), !fin)) MPI_Finalize();
+  if (mpi_started && !comm_closed && (MPI_Finalized(&fin), !fin)) {
+    if (progress_win != MPI_WIN_NULL) {
+      MPI_Win_unlock_all(progress_win);
+      MPI_Win_free(&progress_win);
+    }
+    MPI_Finalize();
+  }
 #endif
 }
 

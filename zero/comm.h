@@ -45,10 +45,20 @@ void comm_set_timeout(double seconds);
    t0 calls comm_check_wait, which returns OK while the collective is within the
    timeout. Past it, the hang goes to the host's handler (zorch_set_hang_handler)
    and, when that returns, the result is ZORCH_ERR_TIMEOUT with a message naming
-   the rank, the collective, its size and label; every later collective then
+   the rank, the collective, its size and label, and which ranks have not
+   reached it (each rank's count of collectives entered is published in a
+   one-sided MPI window that the timed-out rank reads); every later collective then
    fails with ZORCH_ERR_STATE, since the timed-out one is still pending. */
 double comm_clock(void);
 zorch_status comm_check_wait(const zero_comm *c, const char *what, int64_t n, double t0);
+/* The pause between two polls of a pending collective: a short spin, then
+   sleeps growing to 1 ms. comm_wait_begin starts a wait (t0 for
+   comm_check_wait), comm_wait_pause goes between polls. */
+typedef struct comm_waiter {
+  double t0, nap; /* when the wait began; the next sleep in seconds (0: spinning) */
+} comm_waiter;
+void comm_wait_begin(comm_waiter *w);
+void comm_wait_pause(comm_waiter *w);
 /* Ends every rank with `code` (used by the command line after an error). */
 void comm_abort(int code);
 /* Finalises MPI if it was started; safe to call more than once. */

@@ -46,7 +46,8 @@ static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *wh
    kernels stop instead of holding the device. */
 static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
   cudaStream_t s = zorch_cuda_stream(nccl_dev);
-  double t0 = comm_clock();
+  comm_waiter w;
+  comm_wait_begin(&w);
   for (;;) {
     cudaError_t e = cudaStreamQuery(s);
     if (e == cudaSuccess) return ZORCH_OK;
@@ -54,13 +55,13 @@ static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
     ncclResult_t ar;
     if (ncclCommGetAsyncError(the_nccl, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress)
       return nccl_fail(c, what, n, ncclGetErrorString(ar));
-    zorch_status st = comm_check_wait(c, what, n, t0);
+    zorch_status st = comm_check_wait(c, what, n, w.t0);
     if (st) {
       ncclCommAbort(the_nccl);
       the_nccl = NULL;
       return st;
     }
-    sched_yield();
+    comm_wait_pause(&w);
   }
 }
 

@@ -47,6 +47,36 @@ text, good = run(("timeout 60 env %s launch -n 3 %s"):format(bin, script))
 dt = zorch.clock() - t0
 tap.ok(not good and dt < 30, ("a rank killed mid-step ends the others in %.1f s"):format(dt))
 
+-- A stopped rank (SIGSTOP: alive, but never reaching the next collective) is
+-- named by the ranks that wait for it: each reads the others' progress counters.
+f = io.open(script, "w")
+f:write([[
+local zorch = require "zorch"
+local nn, optim = zorch.nn, zorch.optim
+local engine = zorch.Engine{zero_stage = 2, comm_timeout = 2}
+local model = nn.Linear(8, 8)
+local _, _, opt = engine:prepare(model, nil, optim.Adam(model:parameters()))
+for step = 1, 1000 do
+  if engine.rank == 1 and step == 5 then
+    os.execute("kill -STOP " .. io.open("/proc/self/stat"):read("n"))
+  end
+  local loss = model(zorch.randn(4, 8)):sum()
+  opt:zero_grad(); engine:backward(loss); opt:step()
+end
+]])
+f:close()
+t0 = zorch.clock()
+text, good = run(("timeout 60 env %s launch -n 3 %s"):format(bin, script))
+dt = zorch.clock() - t0
+tap.ok(not good and dt < 20, ("a stopped rank ends the job in %.1f s (comm_timeout 2)"):format(dt))
+local culprit, blamed_other = 0, false
+for line in text:gmatch("zorch: rank [02]:[^\n]*") do
+  if line:find("rank 1 did not reach reduce_scatter #%d+ %(it is at #%d+%)") then culprit = culprit + 1 end
+  if line:find("rank [02] did not") then blamed_other = true end
+end
+tap.ok(culprit >= 1 and not blamed_other, "the waiting ranks name rank 1 as the one behind: " ..
+       (text:match("zorch: rank [02]:[^\n]*") or text:sub(1, 300)))
+
 -- Without the zorch command's handler (stock lua5.4 loading zorch.so), a hung
 -- collective is an error the script can catch, and later collectives fail at once.
 if os.getenv("ZORCH_TEST_SANITIZED") then

@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "repl.h"
@@ -105,11 +109,157 @@ static void on_hang(const char *msg, void *ud) {
   _exit(3);
 }
 
-/* zorch launch [-n N] [mpirun options] script.lua args: the script on N ranks
-   through mpirun; options before the script (--hostfile, -H, ...) go to mpirun. */
+/* ---- elastic jobs: zorch launch --max-restarts K [--min-ranks M] --------------- */
+
+/* The path of this executable (mpirun starts it on every rank). */
+static const char *self_path(void) {
+  static char self[4096];
+  if (!self[0]) {
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) return NULL;
+    self[sl] = 0;
+  }
+  return self;
+}
+
+static pid_t rank_child;
+static void forward_signal(int sig) {
+  if (rank_child > 0) kill(rank_child, sig);
+}
+
+/* zorch launch --elastic-rank DIR script.lua args: one rank of an elastic job.
+   The script runs in a child process; when it fails, DIR/rank<r> gets the
+   wall-clock time and how it ended, so that the launcher names the rank that
+   failed first (mpirun ends the others after it). */
+static int elastic_rank(int argc, char **argv) {
+  if (argc < 5) return 2;
+  const char *dir = argv[3], *self = self_path();
+  if (!self) return 1;
+  rank_child = fork();
+  if (rank_child < 0) return 1;
+  if (rank_child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* mpirun may kill this wrapper outright */
+    argv[3] = (char *)self;
+    execv(self, argv + 3);
+    _exit(127);
+  }
+  signal(SIGTERM, forward_signal);
+  signal(SIGINT, forward_signal);
+  signal(SIGHUP, forward_signal);
+  int status = 0;
+  while (waitpid(rank_child, &status, 0) < 0 && errno == EINTR) {}
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank) rank = getenv("PMIX_RANK");
+  char path[4200];
+  snprintf(path, sizeof path, "%s/rank%s", dir, rank ? rank : "?");
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fprintf(f, "%lld.%09ld %s %d\n", (long long)now.tv_sec, now.tv_nsec, WIFSIGNALED(status) ? "signal" : "exit",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    fclose(f);
+  }
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+/* The rank that failed first in the last attempt, from the ranks' records:
+   its rank (-1 when none wrote one), and how it ended into *how / *code. */
+static int first_failure(const char *dir, int world, char *how, int *code) {
+  int first = -1;
+  double best = 0;
+  for (int r = 0; r < world; r++) {
+    char path[4200], kind[16];
+    snprintf(path, sizeof path, "%s/rank%d", dir, r);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    double t;
+    int c;
+    if (fscanf(f, "%lf %15s %d", &t, kind, &c) == 3 && (first < 0 || t < best)) {
+      first = r, best = t, *code = c;
+      snprintf(how, 16, "%s", kind);
+    }
+    fclose(f);
+    remove(path);
+  }
+  return first;
+}
+
+static volatile sig_atomic_t launch_interrupted;
+static void on_launch_signal(int sig) {
+  (void)sig;
+  launch_interrupted = 1;
+}
+
+/* Runs mpirun (av, whose rank count is written into nbuf) until the job
+   succeeds or the restarts run out. Policy: a failed job restarts at the same
+   world size; a second failure in a row at one world size halves the ranks,
+   never below min_ranks. Each rank sees ZORCH_ELASTIC_RESTART (0, 1, ...) and
+   ZORCH_ELASTIC_WORLD (the first world size), and resumes from its latest
+   checkpoint on a restart. */
+static int elastic_launch(char **av, char *nbuf, size_t ncap, int world, int max_restarts, int min_ranks,
+                          const char *dir) {
+  int fails_here = 0, rc = 1;
+  char wbuf[24];
+  snprintf(wbuf, sizeof wbuf, "%d", world);
+  setenv("ZORCH_ELASTIC_WORLD", wbuf, 1);
+  signal(SIGINT, on_launch_signal);
+  signal(SIGTERM, on_launch_signal);
+  for (int restart = 0;; restart++) {
+    char rbuf[24];
+    snprintf(rbuf, sizeof rbuf, "%d", restart);
+    setenv("ZORCH_ELASTIC_RESTART", rbuf, 1);
+    snprintf(nbuf, ncap, "%d", world);
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      execvp("mpirun", av);
+      fprintf(stderr, "zorch launch: cannot run mpirun: %s (install openmpi-bin)\n", strerror(errno));
+      _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (rc == 0 || rc == 127 || launch_interrupted) break;
+    char how[16] = "";
+    int code = 0, culprit = first_failure(dir, world, how, &code);
+    char what[96];
+    if (culprit < 0)
+      snprintf(what, sizeof what, "the job failed (mpirun exit status %d)", rc);
+    else if (strcmp(how, "signal") == 0)
+      snprintf(what, sizeof what, "rank %d was killed by signal %d (%s)", culprit, code, strsignal(code));
+    else
+      snprintf(what, sizeof what, "rank %d exited with code %d", culprit, code);
+    if (culprit >= 0 && strcmp(how, "exit") == 0 && code == 2) {
+      fprintf(stderr, "zorch launch: %s, a usage error: not restarting\n", what);
+      break;
+    }
+    if (restart >= max_restarts) {
+      fprintf(stderr, "zorch launch: %s; no restarts left (%d of %d used)\n", what, restart, max_restarts);
+      break;
+    }
+    int before = world;
+    if (++fails_here >= 2 && world > min_ranks) {
+      world = world / 2 > min_ranks ? world / 2 : min_ranks;
+      fails_here = 0;
+    }
+    fprintf(stderr, "zorch launch: %s; restart %d of %d with %d ranks%s, from the latest checkpoint\n", what,
+            restart + 1, max_restarts, world, world < before ? " (it failed twice at that size)" : "");
+    fflush(stderr);
+  }
+  return launch_interrupted ? 130 : rc;
+}
+
+/* zorch launch [-n N] [--max-restarts K [--min-ranks M]] [mpirun options]
+   script.lua args: the script on N ranks through mpirun; options before the
+   script (--hostfile, -H, ...) go to mpirun. */
 static int launch(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[2], "--elastic-rank") == 0) return elastic_rank(argc, argv);
   const char *n = "1";
-  int first = 2, script = -1;
+  int first = 2, script = -1, max_restarts = 0, min_ranks = 1;
   for (int i = 2; i < argc; i++) {
     size_t len = strlen(argv[i]);
     if (len > 4 && strcmp(argv[i] + len - 4, ".lua") == 0) {
@@ -118,10 +268,11 @@ static int launch(int argc, char **argv) {
     }
   }
   if (script < 0) {
-    fprintf(stderr, "zorch launch: no script.lua given\nusage: zorch launch -n N [mpirun options] script.lua [args]\n");
+    fprintf(stderr, "zorch launch: no script.lua given\nusage: zorch launch -n N [--max-restarts K [--min-ranks M]] [mpirun options] "
+            "script.lua [args]\n");
     return 2;
   }
-  char **av = calloc((size_t)argc + 16, sizeof *av);
+  char **av = calloc((size_t)argc + 20, sizeof *av);
   if (!av) return 1;
   int k = 0;
   av[k++] = "mpirun";
@@ -137,19 +288,45 @@ static int launch(int argc, char **argv) {
       av[k++] = "ZORCH_CONFIG";
       continue;
     }
+    if ((strcmp(argv[i], "--max-restarts") == 0 || strcmp(argv[i], "--min-ranks") == 0) && i + 1 < script) {
+      bool restarts = strcmp(argv[i], "--max-restarts") == 0;
+      int v = atoi(argv[i + 1]);
+      if (v < (restarts ? 0 : 1)) {
+        fprintf(stderr, "zorch launch: %s takes an integer >= %d, got %s\n", argv[i], restarts ? 0 : 1, argv[i + 1]);
+        return 2;
+      }
+      if (restarts) max_restarts = v;
+      else min_ranks = v;
+      i++;
+      continue;
+    }
     av[k++] = argv[i];
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (atol(n) > cores) av[k++] = "--oversubscribe";
+  static char nbuf[24];
+  snprintf(nbuf, sizeof nbuf, "%s", n);
   av[k++] = "-n";
-  av[k++] = (char *)n;
+  av[k++] = nbuf;
   av[k++] = "-x";
   av[k++] = "OMP_NUM_THREADS";
-  static char self[4096];
-  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (sl <= 0) return 1;
-  self[sl] = 0;
-  av[k++] = self;
+  const char *self = self_path();
+  if (!self) return 1;
+  av[k++] = (char *)self;
+  char dir[] = "/tmp/zorch-elastic-XXXXXX";
+  if (max_restarts > 0) {
+    if (!mkdtemp(dir)) {
+      fprintf(stderr, "zorch launch: cannot make a folder for the ranks' exit records: %s\n", strerror(errno));
+      return 1;
+    }
+    av[k++] = "launch";
+    av[k++] = "--elastic-rank";
+    av[k++] = dir;
+    const char *env[] = {"-x", "ZORCH_ELASTIC_RESTART", "-x", "ZORCH_ELASTIC_WORLD"};
+    memmove(av + 5, av + 1, (size_t)(k - 1) * sizeof *av); /* after "mpirun" */
+    memcpy(av + 1, env, sizeof env);
+    k += 4;
+  }
   for (int i = script; i < argc; i++) av[k++] = argv[i];
   av[k] = NULL;
   /* ranks share the cores: an equal part each unless asked otherwise */
@@ -157,6 +334,12 @@ static int launch(int argc, char **argv) {
   long per = cores / (atol(n) > 0 ? atol(n) : 1);
   snprintf(threads, sizeof threads, "%ld", per > 0 ? per : 1);
   setenv("OMP_NUM_THREADS", threads, 0);
+  if (max_restarts > 0) {
+    if (min_ranks > atoi(n)) min_ranks = atoi(n);
+    int rc = elastic_launch(av, nbuf, sizeof nbuf, atoi(n), max_restarts, min_ranks, dir);
+    rmdir(dir);
+    return rc;
+  }
   execvp("mpirun", av);
   fprintf(stderr, "zorch launch: cannot run mpirun: %s (install openmpi-bin)\n", strerror(errno));
   return 127;
