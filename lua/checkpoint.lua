@@ -111,9 +111,11 @@ FIELDS.loader = function(v)
   if v == false then return end
   if type(v) ~= "table" then return "must be false or the loader's state (an object)" end
   local want = {epoch = {0}, batch = {0}, global_batch = {1}}
+  local optional = {step_batch = {1}} -- samples per optimizer step (older files lack it)
   for k, x in pairs(v) do
-    if want[k] then
-      if not is_int(x, want[k][1]) then return ("field '%s' must be an integer >= %d, got %s"):format(k, want[k][1], readable(x)) end
+    if want[k] or optional[k] then
+      local lo = (want[k] or optional[k])[1]
+      if not is_int(x, lo) then return ("field '%s' must be an integer >= %d, got %s"):format(k, lo, readable(x)) end
     elseif k == "seed" then
       if math.type(x) ~= "integer" then return "field 'seed' must be an integer, got " .. readable(x) end
     elseif k == "shuffle" then
