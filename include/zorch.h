@@ -115,6 +115,14 @@ ZORCH_API zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value,
 /* [start, end) by step, like torch.arange. */
 ZORCH_API zorch_tensor *zorch_arange(double start, double end, double step, zorch_dtype dt,
                            zorch_device dev);
+/* Integer twins of full and arange (and fill_ below): the value travels as an
+   int64_t, so an int64 tensor gets all 64 bits (a double holds integers
+   exactly only up to 2^53). Other dtypes get the value converted as from
+   the double path. */
+ZORCH_API zorch_tensor *zorch_full_i64(int ndim, const int64_t *shape, int64_t value, zorch_dtype dt,
+                                       zorch_device dev);
+ZORCH_API zorch_tensor *zorch_arange_i64(int64_t start, int64_t end, int64_t step, zorch_dtype dt,
+                                         zorch_device dev);
 /* Uniform [0, 1) and standard normal from a counter-based generator (NULL: the
    default one). The same seed gives the same numbers on every device. */
 ZORCH_API zorch_tensor *zorch_rand(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
@@ -184,6 +192,7 @@ ZORCH_API zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
 /* Copies src into dst (broadcast, dtype converted); not recorded by autograd. */
 ZORCH_API zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
 ZORCH_API zorch_status zorch_fill_(zorch_tensor *dst, double value);
+ZORCH_API zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value);
 
 /* ---- elementwise ops (NumPy broadcasting, PyTorch type promotion) ------------------ */
 ZORCH_API zorch_tensor *zorch_add(zorch_tensor *a, zorch_tensor *b);

@@ -18,6 +18,8 @@ typedef struct {
   int ndim;
   int64_t shape[ZORCH_MAX_DIMS];
   double value;
+  bool int_value; /* the value is a Lua integer, kept whole in ivalue */
+  int64_t ivalue;
   lz_opts o;
 } new_args;
 
@@ -25,7 +27,11 @@ static new_args check_new_args(lua_State *L, bool with_value) {
   new_args a = {0};
   a.ndim = lz_sizes(L, 1, a.shape);
   int oi = lua_istable(L, 1) ? 2 : a.ndim + 1;
-  if (with_value) a.value = luaL_checknumber(L, oi++);
+  if (with_value) {
+    a.value = luaL_checknumber(L, oi);
+    if ((a.int_value = lua_isinteger(L, oi))) a.ivalue = lua_tointeger(L, oi);
+    oi++;
+  }
   lz_get_opts(L, oi, &a.o, ZORCH_F32);
   return a;
 }
@@ -51,7 +57,8 @@ static int f_ones(lua_State *L) {
 
 static int f_full(lua_State *L) {
   new_args a = check_new_args(L, true);
-  return push_new(L, zorch_full(a.ndim, a.shape, a.value, a.o.dtype, a.o.device), &a.o);
+  return push_new(L, a.int_value ? zorch_full_i64(a.ndim, a.shape, a.ivalue, a.o.dtype, a.o.device)
+                                 : zorch_full(a.ndim, a.shape, a.value, a.o.dtype, a.o.device), &a.o);
 }
 
 static int f_rand(lua_State *L) {
@@ -138,6 +145,14 @@ static int f_arange(lua_State *L) {
   lz_opts o;
   bool ints = a == (long long)a && b == (long long)b && s == (long long)s;
   lz_get_opts(L, oi + 1, &o, ints ? ZORCH_I64 : ZORCH_F32);
+  /* Lua integers go the int64 way, exact beyond 2^53 */
+  bool lua_ints = true;
+  for (int i = 1; i <= oi; i++) lua_ints = lua_ints && lua_isinteger(L, i);
+  if (lua_ints) {
+    lua_Integer ia = lua_tointeger(L, 1), ib = oi >= 2 ? lua_tointeger(L, 2) : 0;
+    if (oi < 2) ib = ia, ia = 0;
+    PUSH(zorch_arange_i64(ia, ib, oi >= 3 ? lua_tointeger(L, 3) : 1, o.dtype, o.device));
+  }
   PUSH(zorch_arange(a, b, s, o.dtype, o.device));
 }
 
@@ -160,8 +175,11 @@ static void nested_shape(lua_State *L, int idx, int depth, int64_t *shape, int *
   }
 }
 
+/* Writes the values in order into 8-byte cells: integers and booleans as
+   int64_t (all 64 bits kept), other numbers as double; with as_double every
+   value as double (for tables that mix integers and floats). */
 static void nested_fill(lua_State *L, int idx, int depth, int nd, const int64_t *shape,
-                        double *out, int64_t *pos, int *kind) {
+                        int64_t *out, int64_t *pos, int *kind, bool as_double) {
   if ((int64_t)luaL_len(L, idx) != shape[depth])
     luaL_error(L, "tensor: ragged nested table (dim %d has %d and %d entries)", depth + 1,
                (int)shape[depth], (int)luaL_len(L, idx));
@@ -169,16 +187,16 @@ static void nested_fill(lua_State *L, int idx, int depth, int nd, const int64_t 
     lua_geti(L, idx, i);
     if (depth + 1 < nd) {
       if (!lua_istable(L, -1)) luaL_error(L, "tensor: ragged nested table at dim %d", depth + 2);
-      nested_fill(L, lua_gettop(L), depth + 1, nd, shape, out, pos, kind);
-    } else if (lua_isboolean(L, -1)) {
-      out[(*pos)++] = lua_toboolean(L, -1);
-      *kind |= 4;
-    } else if (lua_isinteger(L, -1)) {
-      out[(*pos)++] = (double)lua_tointeger(L, -1);
-      *kind |= 1;
-    } else if (lua_type(L, -1) == LUA_TNUMBER) {
-      out[(*pos)++] = lua_tonumber(L, -1);
-      *kind |= 2;
+      nested_fill(L, lua_gettop(L), depth + 1, nd, shape, out, pos, kind, as_double);
+    } else if (lua_type(L, -1) == LUA_TNUMBER || lua_isboolean(L, -1)) {
+      bool isbool = lua_isboolean(L, -1), isint = !isbool && lua_isinteger(L, -1);
+      *kind |= isbool ? 4 : isint ? 1 : 2;
+      if (!as_double && (isbool || isint)) {
+        out[(*pos)++] = isbool ? lua_toboolean(L, -1) : lua_tointeger(L, -1);
+      } else {
+        double d = isbool ? lua_toboolean(L, -1) : lua_tonumber(L, -1);
+        memcpy(&out[(*pos)++], &d, sizeof d);
+      }
     } else {
       luaL_error(L, "tensor: expected numbers or booleans, got %s", luaL_typename(L, -1));
     }
@@ -192,7 +210,8 @@ static int f_tensor(lua_State *L) {
     int isint = lua_isinteger(L, 1);
     lz_get_opts(L, 2, &o, lua_isboolean(L, 1) ? ZORCH_BOOL : isint ? ZORCH_I64 : ZORCH_F32);
     double v = lua_isboolean(L, 1) ? lua_toboolean(L, 1) : lua_tonumber(L, 1);
-    zorch_tensor *t = zorch_full(0, NULL, v, o.dtype, o.device);
+    zorch_tensor *t = isint ? zorch_full_i64(0, NULL, lua_tointeger(L, 1), o.dtype, o.device)
+                            : zorch_full(0, NULL, v, o.dtype, o.device);
     if (t && o.requires_grad && zorch_set_requires_grad(t, true)) zorch_tensor_free(t), t = NULL;
     PUSH(t);
   }
@@ -203,13 +222,17 @@ static int f_tensor(lua_State *L) {
   nested_shape(L, 1, 0, shape, &nd);
   int64_t n = 1;
   for (int i = 0; i < nd; i++) n *= shape[i];
-  double *v = lua_newuserdatauv(L, sizeof(double) * (size_t)(n ? n : 1), 0);
+  int64_t *v = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)(n ? n : 1), 0);
   int64_t pos = 0;
   int kind = 0;
-  nested_fill(L, 1, 0, nd, shape, v, &pos, &kind);
+  nested_fill(L, 1, 0, nd, shape, v, &pos, &kind, false);
+  if ((kind & 2) && (kind & 5)) { /* floats among integers: all as doubles */
+    pos = 0;
+    nested_fill(L, 1, 0, nd, shape, v, &pos, &kind, true);
+  }
   lz_opts o;
   lz_get_opts(L, 2, &o, kind == 4 ? ZORCH_BOOL : (kind & 2) || kind == 0 ? ZORCH_F32 : ZORCH_I64);
-  zorch_tensor *d = zorch_from_buffer(v, nd, shape, ZORCH_F64);
+  zorch_tensor *d = zorch_from_buffer(v, nd, shape, kind & 2 ? ZORCH_F64 : ZORCH_I64);
   zorch_tensor *t = d ? zorch_to_dtype(d, o.dtype) : NULL;
   zorch_tensor_free(d);
   if (t && o.device.type != ZORCH_CPU) {
@@ -354,7 +377,9 @@ static int m_copy_(lua_State *L) {
   return 1;
 }
 static int m_fill_(lua_State *L) {
-  if (zorch_fill_(T(1), luaL_checknumber(L, 2))) return lz_fail(L);
+  zorch_status st = lua_isinteger(L, 2) ? zorch_fill_i64_(T(1), lua_tointeger(L, 2))
+                                        : zorch_fill_(T(1), luaL_checknumber(L, 2));
+  if (st) return lz_fail(L);
   lua_settop(L, 1);
   return 1;
 }

@@ -256,7 +256,9 @@ static int t_newindex(lua_State *L) {
     zorch_tensor *src = lua_type(L, 3) == LUA_TNUMBER ? NULL : lz_check(L, 3);
     zorch_tensor *s = zorch_select(t, 0, i > 0 ? i - 1 : i);
     if (!s) return lz_fail(L);
-    zorch_status st = src ? zorch_copy_(s, src) : zorch_fill_(s, lua_tonumber(L, 3));
+    zorch_status st = src                   ? zorch_copy_(s, src)
+                      : lua_isinteger(L, 3) ? zorch_fill_i64_(s, lua_tointeger(L, 3))
+                                            : zorch_fill_(s, lua_tonumber(L, 3));
     zorch_tensor_free(s);
     return st ? lz_fail(L) : 0;
   }

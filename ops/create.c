@@ -54,6 +54,40 @@ zorch_tensor *zorch_arange(double start, double end, double step, zorch_dtype dt
   return d;
 }
 
+/* The integers [start, end) by step as int64 (2^53 and beyond exact), then
+   converted to dt and moved to dev. The count is taken in uint64_t, where
+   end - start cannot overflow. */
+zorch_tensor *zorch_arange_i64(int64_t start, int64_t end, int64_t step, zorch_dtype dt, zorch_device dev) {
+  if (step == 0) return err_null(ZORCH_ERR_ARG, "arange: step must be nonzero");
+  uint64_t span = 0, by = step > 0 ? (uint64_t)step : 0 - (uint64_t)step;
+  if (step > 0 && end > start) span = (uint64_t)end - (uint64_t)start;
+  if (step < 0 && start > end) span = (uint64_t)start - (uint64_t)end;
+  uint64_t count = span / by + (span % by != 0);
+  if (count > (uint64_t)1e15)
+    return err_null(ZORCH_ERR_ARG, "arange: too many elements (%lld to %lld by %lld)", (long long)start,
+                    (long long)end, (long long)step);
+  int64_t n = (int64_t)count;
+  zorch_tensor *host = tensor_new(1, &n, ZORCH_I64, cpu_dev);
+  if (!host) return NULL;
+  int64_t *p = (int64_t *)tensor_ptr(host);
+  for (int64_t i = 0; i < n; i++) p[i] = (int64_t)((uint64_t)start + (uint64_t)i * (uint64_t)step);
+  zorch_tensor *c = op_cast(host, dt);
+  zorch_tensor_free(host);
+  if (!c || dev.type == ZORCH_CPU) return c;
+  zorch_tensor *d = zorch_to_device(c, dev);
+  zorch_tensor_free(c);
+  return d;
+}
+
+zorch_tensor *zorch_full_i64(int ndim, const int64_t *shape, int64_t value, zorch_dtype dt, zorch_device dev) {
+  zorch_tensor *t = zorch_empty(ndim, shape, dt, dev);
+  if (t && zorch_fill_i64_(t, value)) {
+    zorch_tensor_free(t);
+    return NULL;
+  }
+  return t;
+}
+
 static zorch_tensor *random_tensor(const char *op, int ndim, const int64_t *shape,
                                    zorch_dtype dt, zorch_device dev, zorch_generator *gen,
                                    bool normal) {
@@ -171,6 +205,21 @@ zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
 zorch_status zorch_fill_(zorch_tensor *dst, double value) {
   if (check_arg("fill_", "dst", dst)) return zorch_last_status();
   return backend_of(dst)->fill(dst, value);
+}
+
+/* The kernels' fill takes a double, exact up to 2^53: an int64 destination
+   with a value beyond that is filled by copying from an int64 scalar. */
+zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value) {
+  if (check_arg("fill_", "dst", dst)) return zorch_last_status();
+  const int64_t exact = (int64_t)1 << 53;
+  if (dst->dtype != ZORCH_I64 || (value >= -exact && value <= exact))
+    return backend_of(dst)->fill(dst, (double)value);
+  zorch_tensor *v = tensor_new(0, NULL, ZORCH_I64, cpu_dev);
+  if (!v) return zorch_last_status();
+  *(int64_t *)tensor_ptr(v) = value;
+  zorch_status st = zorch_copy_(dst, v);
+  zorch_tensor_free(v);
+  return st;
 }
 
 static zorch_status identity_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {

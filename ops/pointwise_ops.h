@@ -14,7 +14,10 @@
              ops/math.h for T, so CPU and CUDA run the same formula
      ints    which integer dtypes have a kernel: INT (int32, int64, uint8),
              SIGNED (int32, int64) or NO_INT (the op computes in float)
-     imath   the integer math (same names, T the integer type); 0 under NO_INT
+     imath   the integer math (same names, T the integer type); 0 under NO_INT.
+             It wraps around in two's complement as PyTorch's does: sums,
+             differences and products are taken in uint64_t, where overflow
+             is defined (in a signed type it is undefined behaviour)
      grad    FUSED(BOP_<K>, save): the gradient is the fused binary kernel K of
              (g, saved); CUSTOM(fn, save): the backward function fn of
              ops/pointwise.c; save is SAVE_NONE, SAVE_IN (the input),
@@ -39,12 +42,12 @@
 #define ZORCH_OPS_POINTWISE_OPS_H
 
 #define ZORCH_UNARY_OPS(X)                                                                       \
-  X(NEG, neg, "NegBackward", -x, SIGNED, (T)-x, CUSTOM(neg_bwd, SAVE_NONE), 0, API, ANY)         \
+  X(NEG, neg, "NegBackward", -x, SIGNED, (T)(0 - (uint64_t)x), CUSTOM(neg_bwd, SAVE_NONE), 0, API, ANY)         \
   X(EXP, exp, "ExpBackward", exp(x), NO_INT, 0, CUSTOM(exp_bwd, SAVE_OUT), 0, API, ANY)          \
   X(LOG, log, "LogBackward", log(x), NO_INT, 0, CUSTOM(log_bwd, SAVE_IN), 0, API, POS_A)         \
   X(SQRT, sqrt, "SqrtBackward", sqrt(x), NO_INT, 0, FUSED(BOP_SQRT_BWD_Y, SAVE_OUT), 0, API,     \
     POS_A)                                                                                       \
-  X(ABS, abs, "AbsBackward", fabs(x), SIGNED, (T)(x < 0 ? -x : x),                               \
+  X(ABS, abs, "AbsBackward", fabs(x), SIGNED, (T)(x < 0 ? 0 - (uint64_t)x : (uint64_t)x),                               \
     FUSED(BOP_ABS_BWD, SAVE_IN), 0, API, ANY)                                                    \
   X(RELU, relu, "ReluBackward", ZM(relu, x), SIGNED, (T)(x > 0 ? x : 0),                         \
     FUSED(BOP_RELU_BWD, SAVE_IN), 0, API, ANY)                                                   \
@@ -60,11 +63,11 @@
     ANY)                                                                                         \
   X(SIN, sin, "SinBackward", sin(x), NO_INT, 0, FUSED(BOP_SIN_BWD, SAVE_IN), 0, API, ANY)        \
   X(COS, cos, "CosBackward", cos(x), NO_INT, 0, FUSED(BOP_COS_BWD, SAVE_IN), 0, API, ANY)        \
-  X(ADD_S, add_scalar, "AddBackward", x + p0, INT, (T)(x + p0),                                  \
+  X(ADD_S, add_scalar, "AddBackward", x + p0, INT, (T)((uint64_t)x + (uint64_t)p0),                                  \
     CUSTOM(add_scalar_bwd, SAVE_NONE), 1, API, ANY)                                              \
-  X(MUL_S, mul_scalar, "MulBackward", x * p0, INT, (T)(x * p0),                                  \
+  X(MUL_S, mul_scalar, "MulBackward", x * p0, INT, (T)((uint64_t)x * (uint64_t)p0),                                  \
     CUSTOM(mul_scalar_bwd, SAVE_NONE), 1, API, ANY)                                              \
-  X(RSUB_S, rsub_scalar, "RsubBackward", p0 - x, SIGNED, (T)(p0 - x),                            \
+  X(RSUB_S, rsub_scalar, "RsubBackward", p0 - x, SIGNED, (T)((uint64_t)p0 - (uint64_t)x),                            \
     CUSTOM(neg_bwd, SAVE_NONE), 1, API, ANY)                                                     \
   X(RDIV_S, rdiv_scalar, "DivBackward", p0 / x, NO_INT, 0, CUSTOM(rdiv_scalar_bwd, SAVE_BOTH),   \
     1, API, POS_A)                                                                               \
@@ -75,9 +78,9 @@
     HAND(zorch_clamp(a, p0, p1)), ANY)
 
 #define ZORCH_BINARY_OPS(X)                                                                      \
-  X(ADD, add, "AddBackward", SAME, x + y, INT, (T)(x + y), CUSTOM(add_bwd, SAVE_NONE), API, ANY) \
-  X(SUB, sub, "SubBackward", SAME, x - y, INT, (T)(x - y), CUSTOM(sub_bwd, SAVE_NONE), API, ANY) \
-  X(MUL, mul, "MulBackward", SAME, x * y, INT, (T)(x * y), CUSTOM(mul_bwd, SAVE_IN), API, ANY)   \
+  X(ADD, add, "AddBackward", SAME, x + y, INT, (T)((uint64_t)x + (uint64_t)y), CUSTOM(add_bwd, SAVE_NONE), API, ANY) \
+  X(SUB, sub, "SubBackward", SAME, x - y, INT, (T)((uint64_t)x - (uint64_t)y), CUSTOM(sub_bwd, SAVE_NONE), API, ANY) \
+  X(MUL, mul, "MulBackward", SAME, x * y, INT, (T)((uint64_t)x * (uint64_t)y), CUSTOM(mul_bwd, SAVE_IN), API, ANY)   \
   X(DIV, div, "DivBackward", SAME, x / y, NO_INT, 0, CUSTOM(div_bwd, SAVE_IN), API, POS_B)       \
   X(POW, pow, "PowBackward", SAME, pow(x, y), NO_INT, 0, CUSTOM(pow_bwd, SAVE_BOTH), API, POS_A) \
   X(EQ, eq, NULL, BOOL, x == y, INT, x == y, NO_GRAD, API, ANY)                                  \

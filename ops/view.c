@@ -84,8 +84,9 @@ static zorch_status infer_shape(const char *op, const zorch_tensor *t, int ndim,
       infer = i;
     } else if (shape[i] < 0) {
       return err_set(ZORCH_ERR_SHAPE, "%s: invalid size %lld", op, (long long)shape[i]);
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      return err_set(ZORCH_ERR_SHAPE, "%s: shape %s has more elements than fit in 64 bits", op,
+                     err_shape_str(ndim, shape, a, sizeof a));
     }
     out[i] = shape[i];
   }

@@ -52,7 +52,7 @@ SUM_CONTIG(sum_f64, double)
   }
 SUM_PITCH(sum_pitch_f32, float, double)
 SUM_PITCH(sum_pitch_f64, double, double)
-SUM_PITCH(sum_pitch_i64, int64_t, int64_t)
+SUM_PITCH(sum_pitch_i64, int64_t, uint64_t)
 
 #define SUM_KERNEL(T, SUMFN, PITCHFN, ACC)                                      \
   {                                                                             \
@@ -74,9 +74,11 @@ SUM_PITCH(sum_pitch_i64, int64_t, int64_t)
     }                                                                           \
   }
 
-static int64_t sum_i64(const int64_t *a, int64_t n) {
-  int64_t s = 0;
-  for (int64_t i = 0; i < n; i++) s += a[i];
+/* Integer sums wrap around in two's complement, as PyTorch's do: they
+   accumulate in uint64_t, where overflow is defined. */
+static uint64_t sum_i64(const int64_t *a, int64_t n) {
+  uint64_t s = 0;
+  for (int64_t i = 0; i < n; i++) s += (uint64_t)a[i];
   return s;
 }
 
@@ -87,7 +89,7 @@ zorch_status cpu_reduce(red_op op, zorch_tensor *outt, zorch_tensor *idxt, const
     switch (at->dtype) {
       case ZORCH_F32: SUM_KERNEL(float, sum_f32, sum_pitch_f32, double) return ZORCH_OK;
       case ZORCH_F64: SUM_KERNEL(double, sum_f64, sum_pitch_f64, double) return ZORCH_OK;
-      case ZORCH_I64: SUM_KERNEL(int64_t, sum_i64, sum_pitch_i64, int64_t) return ZORCH_OK;
+      case ZORCH_I64: SUM_KERNEL(int64_t, sum_i64, sum_pitch_i64, uint64_t) return ZORCH_OK;
       default: break;
     }
   } else if (r > 0) {
@@ -174,7 +176,7 @@ zorch_status cpu_cumsum(zorch_tensor *out, const zorch_tensor *a, int64_t outer,
   switch (a->dtype) {
     case ZORCH_F32: CUMSUM(float, double) return ZORCH_OK;
     case ZORCH_F64: CUMSUM(double, double) return ZORCH_OK;
-    case ZORCH_I64: CUMSUM(int64_t, int64_t) return ZORCH_OK;
+    case ZORCH_I64: CUMSUM(int64_t, uint64_t) return ZORCH_OK;
     default: return err_set(ZORCH_ERR_DTYPE, "cumsum: no CPU kernel for dtype %s",
                             zorch_dtype_name(a->dtype));
   }

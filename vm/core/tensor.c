@@ -93,9 +93,28 @@ zorch_status storage_restore_data(storage *s) {
   return ZORCH_OK;
 }
 
+/* The largest element count (and extent) a shape may have: its bytes, at
+   up to 16 per element, still fit an int64_t. */
+#define SHAPE_MAX_ELEMS (INT64_MAX / 16)
+
+/* True when the shape's element count and the product of its sizes with
+   zeros counted as ones (what its contiguous strides reach) both fit
+   SHAPE_MAX_ELEMS: every tensor's shape does, so numel, nbytes and strides
+   are computed without overflow. A zero-size tensor may have huge dims as
+   long as the same shape with its zeros made ones would fit. */
+bool shape_fits(int ndim, const int64_t *shape) {
+  int64_t extent = 1;
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] < 0 || __builtin_mul_overflow(extent, shape[i] > 1 ? shape[i] : 1, &extent) ||
+        extent > SHAPE_MAX_ELEMS)
+      return false;
+  return true;
+}
+
 int64_t shape_numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
-  for (int i = 0; i < ndim; i++) n *= shape[i];
+  for (int i = 0; i < ndim; i++)
+    if (__builtin_mul_overflow(n, shape[i], &n)) return INT64_MAX; /* only for shapes that fail shape_fits */
   return n;
 }
 
@@ -103,7 +122,8 @@ void shape_contig_strides(int ndim, const int64_t *shape, int64_t *strides) {
   int64_t s = 1;
   for (int i = ndim - 1; i >= 0; i--) {
     strides[i] = s;
-    s *= shape[i] > 1 ? shape[i] : 1;
+    /* saturates for a shape that fails shape_fits, which tensor_alias refuses */
+    if (__builtin_mul_overflow(s, shape[i] > 1 ? shape[i] : 1, &s)) s = INT64_MAX;
   }
 }
 
@@ -122,25 +142,28 @@ static int64_t shape_check(const char *op, int ndim, const int64_t *shape, zorch
     err_set(ZORCH_ERR_ARG, "%s: shape is NULL", op);
     return -1;
   }
-  int64_t n = 1;
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0) {
       err_set(ZORCH_ERR_SHAPE, "%s: negative size in shape %s", op,
               err_shape_str(ndim, shape, buf, sizeof buf));
       return -1;
     }
-    if (shape[i] && n > (INT64_MAX / 16) / shape[i]) {
-      err_set(ZORCH_ERR_OOM, "%s: shape %s is too large", op,
-              err_shape_str(ndim, shape, buf, sizeof buf));
-      return -1;
-    }
-    n *= shape[i];
   }
-  return n;
+  if (!shape_fits(ndim, shape)) {
+    err_set(ZORCH_ERR_OOM, "%s: shape %s is too large (its element count or strides overflow 64 bits)", op,
+            err_shape_str(ndim, shape, buf, sizeof buf));
+    return -1;
+  }
+  return shape_numel(ndim, shape);
 }
 
 static zorch_tensor *tensor_handle(storage *s, int ndim, const int64_t *shape,
                                    const int64_t *strides, int64_t offset, zorch_dtype dt) {
+  if (!shape_fits(ndim, shape)) {
+    char buf[ERR_SHAPE_BUF];
+    return err_null(ZORCH_ERR_SHAPE, "shape %s is too large (its element count or strides overflow 64 bits)",
+                    err_shape_str(ndim, shape, buf, sizeof buf));
+  }
   zorch_tensor *t = tensor_struct_new();
   if (!t) return err_null(ZORCH_ERR_OOM, "out of memory");
   t->refcount = 1;
@@ -307,7 +330,10 @@ static zorch_tensor *wrap(void *data, zorch_dtype dt, int ndim, const int64_t *s
   for (int i = 0; i < ndim && n > 0; i++) {
     int64_t st = strides ? strides[i] : cs[i];
     if (st < 0) return err_null(ZORCH_ERR_ARG, "tensor_wrap: negative stride at dim %d", i);
-    extent += (shape[i] - 1) * st;
+    int64_t reach;
+    if (__builtin_mul_overflow(shape[i] - 1, st, &reach) || __builtin_add_overflow(extent, reach, &extent) ||
+        extent > INT64_MAX / 16)
+      return err_null(ZORCH_ERR_ARG, "tensor_wrap: the strides reach past 64-bit sizes at dim %d", i);
   }
   storage *s = storage_struct_new();
   if (!s) return err_null(ZORCH_ERR_OOM, "out of memory");

@@ -72,6 +72,10 @@ zorch_tensor *tensor_alias(const zorch_tensor *t, int ndim, const int64_t *shape
 void tensor_rebind(zorch_tensor *t, const zorch_tensor *base, int64_t offset);
 /* Storage-sharing handle with no autograd history (what nodes save). */
 zorch_tensor *tensor_detached(const zorch_tensor *t);
+/* Whether a shape's element count and contiguous strides fit in int64 (every
+   tensor's shape does: tensor_new and tensor_alias refuse others). */
+bool shape_fits(int ndim, const int64_t *shape);
+/* The element count; INT64_MAX for a shape that fails shape_fits. */
 int64_t shape_numel(int ndim, const int64_t *shape);
 void shape_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
 bool tensor_same_shape(const zorch_tensor *a, const zorch_tensor *b);

@@ -203,6 +203,10 @@ static zorch_status st_meta(const char *path, const cJSON *root, int *n_out, cha
     return err_set(ZORCH_ERR_OOM, "load: out of memory");
   }
   for (const cJSON *c = meta->child; c; c = c->next) {
+    if (cJSON_GetObjectItemCaseSensitive(meta, c->string) != c) {
+      zorch_safetensors_meta_free(n, keys, values);
+      return err_set(ZORCH_ERR_IO, "load: %s: __metadata__ entry '%s' appears twice", path, c->string);
+    }
     if (!cJSON_IsString(c)) {
       zorch_safetensors_meta_free(n, keys, values);
       return err_set(ZORCH_ERR_IO, "load: %s: __metadata__ entry '%s' is not a string", path, c->string);
@@ -229,10 +233,170 @@ static bool json_u64(const cJSON *v, uint64_t *out) {
   return true;
 }
 
+/* True when s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
+   code points above U+10FFFF). */
+static bool st_utf8_valid(const unsigned char *s, size_t n) {
+  for (size_t i = 0; i < n;) {
+    unsigned c = s[i];
+    size_t k;
+    unsigned cp, min;
+    if (c < 0x80) {
+      i++;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      k = 1, cp = c & 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      k = 2, cp = c & 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      k = 3, cp = c & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (n - i <= k) return false;
+    for (size_t j = 1; j <= k; j++) {
+      if ((s[i + j] & 0xC0) != 0x80) return false;
+      cp = cp << 6 | (s[i + j] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += k + 1;
+  }
+  return true;
+}
+
+/* Checks the raw header text: it is UTF-8, opens with '{', carries no NUL
+   (raw or escaped as \u0000, which would cut a name or dtype short once
+   decoded), and after the JSON object (ending at `end`) has only the spaces
+   the format allows as padding. */
+static zorch_status st_check_text(const char *path, const char *hdr, size_t hlen, const char *end) {
+  const unsigned char *u = (const unsigned char *)hdr;
+  if (hdr[0] != '{') return err_set(ZORCH_ERR_IO, "load: %s: the header does not begin with '{'", path);
+  if (!st_utf8_valid(u, hlen)) return err_set(ZORCH_ERR_IO, "load: %s: the header is not valid UTF-8", path);
+  for (size_t i = 0; i < hlen; i++) {
+    if (hdr[i] == 0) return err_set(ZORCH_ERR_IO, "load: %s: the header holds a NUL byte at %zu", path, i);
+    if (hdr[i] == '\\' && i + 1 < hlen) {
+      if (hdr[i + 1] == 'u' && i + 5 < hlen && memcmp(hdr + i + 2, "0000", 4) == 0)
+        return err_set(ZORCH_ERR_IO, "load: %s: the header holds an escaped NUL (\\u0000) at %zu", path, i);
+      i++; /* the escaped character */
+    }
+  }
+  for (const char *p = end; p < hdr + hlen; p++)
+    if (*p != ' ')
+      return err_set(ZORCH_ERR_IO, "load: %s: byte %zu of the header, after its JSON object, is 0x%02x (only "
+                     "spaces may pad the header)", path, (size_t)(p - hdr), (unsigned char)*p);
+  return ZORCH_OK;
+}
+
+/* One tensor entry of the header, checked. */
+typedef struct {
+  const char *name;
+  zorch_dtype dt;
+  int ndim;
+  int64_t shape[ZORCH_MAX_DIMS];
+  uint64_t begin, end; /* byte range in the data section */
+} st_entry;
+
+static int by_entry_name(const void *a, const void *b) {
+  return strcmp(((const st_entry *)a)->name, ((const st_entry *)b)->name);
+}
+
+static int by_entry_begin(const void *a, const void *b) {
+  const st_entry *x = a, *y = b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  return x->end < y->end ? -1 : x->end > y->end;
+}
+
 #define BAD(...) (st = err_set(ZORCH_ERR_IO, __VA_ARGS__))
 
+/* Checks entry `e` (a tensor) of the header into *out: dtype, shape and
+   data_offsets present once each and nothing else; the dtype one of the
+   format's names exactly; the shape non-negative integers; the byte range as
+   long as the shape's elements, computed without overflow. */
+static zorch_status st_check_entry(const char *path, const cJSON *e, st_entry *out) {
+  zorch_status st = ZORCH_OK;
+  const char *nm = e->string;
+  if (!st_utf8_valid((const unsigned char *)nm, strlen(nm)))
+    return BAD("load: %s: a tensor name is not valid UTF-8", path);
+  if (!cJSON_IsObject(e)) return BAD("load: %s: tensor '%s' is not an object", path, nm);
+  const cJSON *dt = NULL, *shape = NULL, *offs = NULL;
+  for (const cJSON *c = e->child; c; c = c->next) {
+    const cJSON **slot = strcmp(c->string, "dtype") == 0          ? &dt
+                         : strcmp(c->string, "shape") == 0        ? &shape
+                         : strcmp(c->string, "data_offsets") == 0 ? &offs
+                                                                  : NULL;
+    if (!slot) return BAD("load: %s: tensor '%s' has an unknown field '%s'", path, nm, c->string);
+    if (*slot) return BAD("load: %s: tensor '%s' has the field '%s' twice", path, nm, c->string);
+    *slot = c;
+  }
+  if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+    return BAD("load: %s: tensor '%s' needs dtype (a string), shape (an array) and data_offsets "
+               "([begin, end])", path, nm);
+  out->name = nm;
+  out->dt = ZORCH_NDTYPES;
+  for (size_t i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
+    if (strcmp(dt->valuestring, st_types[i].name) == 0) out->dt = st_types[i].dt;
+  if (out->dt == ZORCH_NDTYPES)
+    return BAD("load: %s: tensor '%s' has unsupported dtype '%s'", path, nm, dt->valuestring);
+  int nd = cJSON_GetArraySize(shape);
+  if (nd > ZORCH_MAX_DIMS)
+    return BAD("load: %s: tensor '%s' has %d dims (at most %d)", path, nm, nd, ZORCH_MAX_DIMS);
+  out->ndim = nd;
+  uint64_t numel = 1, nbytes;
+  bool overflow = false;
+  int d = 0;
+  for (const cJSON *v = shape->child; v; v = v->next, d++) {
+    uint64_t x;
+    if (!json_u64(v, &x))
+      return BAD("load: %s: tensor '%s': shape entry %d is not a non-negative integer", path, nm, d);
+    out->shape[d] = (int64_t)x;
+    overflow |= __builtin_mul_overflow(numel, x, &numel);
+  }
+  if (overflow || __builtin_mul_overflow(numel, (uint64_t)dtype_sizes[out->dt], &nbytes))
+    return BAD("load: %s: tensor '%s': its shape has too many elements", path, nm);
+  if (!json_u64(offs->child, &out->begin) || !json_u64(offs->child->next, &out->end))
+    return BAD("load: %s: tensor '%s': data_offsets are not non-negative integers", path, nm);
+  if (out->begin > out->end || out->end - out->begin != nbytes)
+    return BAD("load: %s: tensor '%s': data_offsets [%llu, %llu] do not hold its shape's %llu bytes", path, nm,
+               (unsigned long long)out->begin, (unsigned long long)out->end, (unsigned long long)nbytes);
+  return ZORCH_OK;
+}
+
+/* Checks that no two entries share a name and that the byte ranges tile the
+   data section [0, data_len) exactly: no overlap, no gap, nothing after the
+   last one. Sorts `es`. */
+static zorch_status st_check_layout(const char *path, st_entry *es, int n, uint64_t data_len) {
+  zorch_status st = ZORCH_OK;
+  qsort(es, (size_t)n, sizeof *es, by_entry_name);
+  for (int i = 1; i < n; i++)
+    if (strcmp(es[i].name, es[i - 1].name) == 0)
+      return BAD("load: %s: tensor '%s' appears twice in the header", path, es[i].name);
+  qsort(es, (size_t)n, sizeof *es, by_entry_begin);
+  uint64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    if (es[i].begin < at)
+      return BAD("load: %s: tensor '%s' (bytes %llu to %llu) overlaps tensor '%s' (which ends at %llu)", path,
+                 es[i].name, (unsigned long long)es[i].begin, (unsigned long long)es[i].end, es[i - 1].name,
+                 (unsigned long long)at);
+    if (es[i].begin > at)
+      return BAD("load: %s: tensor '%s' begins at byte %llu of the data, leaving bytes %llu to %llu unused", path,
+                 es[i].name, (unsigned long long)es[i].begin, (unsigned long long)at,
+                 (unsigned long long)es[i].begin);
+    at = es[i].end;
+  }
+  if (at > data_len)
+    return BAD("load: %s: tensor '%s' ends at byte %llu, past the %llu data bytes of the file (truncated?)",
+               path, es[n - 1].name, (unsigned long long)at, (unsigned long long)data_len);
+  if (at < data_len) {
+    if (n) return BAD("load: %s: %llu bytes follow the data of the last tensor, '%s' (ending at %llu of %llu)",
+                      path, (unsigned long long)(data_len - at), es[n - 1].name, (unsigned long long)at,
+                      (unsigned long long)data_len);
+    return BAD("load: %s: %llu data bytes follow a header with no tensors", path, (unsigned long long)data_len);
+  }
+  return ZORCH_OK;
+}
+
 /* Loads every tensor of the file, or only the one called `only` (so a large
-   file can be read a tensor at a time); with meta, the metadata too. */
+   file can be read a tensor at a time); with meta, the metadata too. The
+   whole header is checked either way. */
 typedef struct {
   int n;
   char **keys, **values;
@@ -249,8 +413,9 @@ static zorch_status st_load(const char *path, const char *only, int *n_out, char
   if (!f) return err_set(ZORCH_ERR_IO, "load: cannot open %s: %s", path, strerror(errno));
   char *hdr = NULL, **names = NULL;
   zorch_tensor **ts = NULL;
+  st_entry *es = NULL;
   cJSON *root = NULL;
-  int n = 0;
+  int n = 0, ne = 0;
   struct stat sb;
   unsigned char len8[8];
   if (fstat(fileno(f), &sb) != 0 || fread(len8, 1, 8, f) != 8) {
@@ -266,87 +431,72 @@ static zorch_status st_load(const char *path, const char *only, int *n_out, char
     goto done;
   }
   hdr = malloc(hlen + 1);
-  if (!hdr || fread(hdr, 1, hlen, f) != hlen) {
+  if (!hdr) {
+    st = err_set(ZORCH_ERR_OOM, "load: out of memory for the %llu-byte header of %s", (unsigned long long)hlen,
+                 path);
+    goto done;
+  }
+  if (fread(hdr, 1, hlen, f) != hlen) {
     BAD("load: %s: truncated header", path);
     goto done;
   }
   hdr[hlen] = 0;
-  root = cJSON_ParseWithLength(hdr, hlen);
+  const char *json_end = NULL;
+  root = cJSON_ParseWithLengthOpts(hdr, hlen, &json_end, false);
   if (!cJSON_IsObject(root)) {
     BAD("load: %s: the header is not a JSON object", path);
     goto done;
   }
+  if ((st = st_check_text(path, hdr, hlen, json_end))) goto done;
   if (meta && (st = st_meta(path, root, &meta->n, &meta->keys, &meta->values))) goto done;
   uint64_t data_len = fsize - 8 - hlen;
-  int count = cJSON_GetArraySize(root);
+  int count = cJSON_GetArraySize(root), nmeta = 0;
+  es = calloc((size_t)(count ? count : 1), sizeof *es);
   names = calloc((size_t)(count ? count : 1), sizeof *names);
   ts = calloc((size_t)(count ? count : 1), sizeof *ts);
-  if (!names || !ts) {
+  if (!es || !names || !ts) {
     st = err_set(ZORCH_ERR_OOM, "load: out of memory");
     goto done;
   }
   for (cJSON *e = root->child; e; e = e->next) {
-    if (strcmp(e->string, "__metadata__") == 0) continue;
-    if (only && strcmp(e->string, only) != 0) continue;
-    const char *nm = e->string;
-    cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-    cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
-    cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-    if (!cJSON_IsObject(e) || !cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) ||
-        cJSON_GetArraySize(offs) != 2) {
-      BAD("load: %s: tensor '%s' needs dtype, shape and data_offsets", path, nm);
-      goto done;
-    }
-    zorch_dtype zdt = ZORCH_NDTYPES;
-    for (size_t i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
-      if (strcmp(dt->valuestring, st_types[i].name) == 0) zdt = st_types[i].dt;
-    if (zdt == ZORCH_NDTYPES) {
-      BAD("load: %s: tensor '%s' has unsupported dtype %s", path, nm, dt->valuestring);
-      goto done;
-    }
-    int nd = cJSON_GetArraySize(shape);
-    if (nd > ZORCH_MAX_DIMS) {
-      BAD("load: %s: tensor '%s' has %d dims (at most %d)", path, nm, nd, ZORCH_MAX_DIMS);
-      goto done;
-    }
-    int64_t sh[ZORCH_MAX_DIMS];
-    uint64_t numel = 1, b0, b1;
-    int d = 0;
-    for (cJSON *v = shape->child; v; v = v->next, d++) {
-      uint64_t x;
-      if (!json_u64(v, &x) || (x && numel > UINT64_MAX / 16 / x)) {
-        BAD("load: %s: tensor '%s' has an invalid shape", path, nm);
+    if (strcmp(e->string, "__metadata__") == 0) {
+      if (nmeta++) {
+        BAD("load: %s: __metadata__ appears twice in the header", path);
         goto done;
       }
-      sh[d] = (int64_t)x;
-      numel *= x;
+      continue;
     }
-    if (!json_u64(offs->child, &b0) || !json_u64(offs->child->next, &b1) || b0 > b1 ||
-        b1 > data_len || b1 - b0 != numel * dtype_sizes[zdt]) {
-      BAD("load: %s: tensor '%s' has data_offsets that do not match its shape and the file "
-          "(%llu data bytes)", path, nm, (unsigned long long)data_len);
-      goto done;
-    }
-    zorch_tensor *t = tensor_new(nd, sh, zdt, (zorch_device){ZORCH_CPU, 0});
+    if ((st = st_check_entry(path, e, &es[ne]))) goto done;
+    ne++;
+  }
+  if ((st = st_check_layout(path, es, ne, data_len))) goto done;
+  /* in file order, so reading moves forward */
+  for (int i = 0; i < ne; i++) {
+    const st_entry *x = &es[i];
+    if (only && strcmp(x->name, only) != 0) continue;
+    zorch_tensor *t = tensor_new(x->ndim, x->shape, x->dt, (zorch_device){ZORCH_CPU, 0});
     if (!t) {
-      st = zorch_last_status();
+      char why[256];
+      snprintf(why, sizeof why, "%s", zorch_last_error());
+      st = err_set(zorch_last_status(), "load: %s: tensor '%s': %s", path, x->name, why);
       goto done;
     }
-    names[n] = strdup(nm);
+    names[n] = strdup(x->name);
     ts[n++] = t;
     if (!names[n - 1]) {
       st = err_set(ZORCH_ERR_OOM, "load: out of memory");
       goto done;
     }
-    if (b1 > b0 && (fseeko(f, (off_t)(8 + hlen + b0), SEEK_SET) != 0 ||
-                    fread(tensor_ptr(t), 1, b1 - b0, f) != b1 - b0)) {
-      BAD("load: %s: truncated data for tensor '%s'", path, nm);
+    uint64_t nb = x->end - x->begin;
+    if (nb && (fseeko(f, (off_t)(8 + hlen + x->begin), SEEK_SET) != 0 || fread(tensor_ptr(t), 1, nb, f) != nb)) {
+      BAD("load: %s: truncated data for tensor '%s'", path, x->name);
       goto done;
     }
   }
 done:
   if (f) fclose(f);
   free(hdr);
+  free(es);
   cJSON_Delete(root);
   if (st) {
     zorch_safetensors_free(n, names, ts);
