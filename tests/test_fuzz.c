@@ -165,14 +165,15 @@ static int read_st(zorch_vm *vm, const char *path) {
   return fuzz_safetensors_c(path) && fuzz_lua(vm, "zorch.load(P)", path);
 }
 static int read_npy(zorch_vm *vm, const char *path) { return fuzz_lua(vm, "zorch.data.load_npy(P)", path); }
-/* TODO(merge): fuzz zorch._read_manifest_text(s) here once it is in the tree;
-   until then the manifest's JSON reader, as load_checkpoint calls it. */
+/* The checkpoint-manifest reader that load_checkpoint uses (JSON, then every
+   field checked), and the DeepSpeed config reader behind zorch.Engine(json):
+   both return false and a message for bad input; neither may raise. */
 static int read_manifest(zorch_vm *vm, const char *path) {
-  return fuzz_lua(vm, "zorch._json_decode(io.open(P, 'rb'):read('a'))", path);
+  return fuzz_lua(vm, "assert(select('#', zorch._read_manifest_text(io.open(P, 'rb'):read('a'))) >= 1)", path);
 }
-/* TODO(merge): fuzz zorch._read_ds_config_text(s) here once it is in the tree;
-   until then the DeepSpeed config file reader behind zorch.Engine(json_path). */
-static int read_ds(zorch_vm *vm, const char *path) { return fuzz_lua(vm, "zorch._from_deepspeed(P, 1)", path); }
+static int read_ds(zorch_vm *vm, const char *path) {
+  return fuzz_lua(vm, "assert(select('#', zorch._read_ds_config_text(io.open(P, 'rb'):read('a'), 1)) >= 1)", path);
+}
 
 /* Feeds `count` mutations of the corpus to the reader; returns how many
    passed (all of them, or the first failure stops it). */
