@@ -63,7 +63,10 @@ local function session()
     s.waiting = true
   end
   function s.sleep(sec) s.lines[#s.lines + 1] = "sleep " .. sec end
-  function s.kill() s.lines[#s.lines + 1] = "kill" end
+  function s.kill()
+    settle()
+    s.lines[#s.lines + 1] = "kill"
+  end
   function s.run(args)
     settle()
     local steps = dir .. "/steps"
