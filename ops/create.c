@@ -161,15 +161,17 @@ zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
     if (!s) return zorch_last_status();
     moved = true;
   }
-  zorch_tensor *v = op_broadcast_view(s, dst->ndim, dst->shape);
-  zorch_status st = v ? backend_of(dst)->copy(dst, v) : zorch_last_status();
+  zorch_tensor *v = NULL;
+  zorch_status st = tensor_mark_written("copy_", dst);
+  if (!st) v = op_broadcast_view(s, dst->ndim, dst->shape);
+  if (!st) st = v ? backend_of(dst)->copy(dst, v) : zorch_last_status();
   zorch_tensor_free(v);
   if (moved) zorch_tensor_free(s);
   return st;
 }
 
 zorch_status zorch_fill_(zorch_tensor *dst, double value) {
-  if (check_arg("fill_", "dst", dst)) return zorch_last_status();
+  if (check_arg("fill_", "dst", dst) || tensor_mark_written("fill_", dst)) return zorch_last_status();
   return backend_of(dst)->fill(dst, value);
 }
 

@@ -64,6 +64,7 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
   for (int i = 0; i < nsave && i < AG_MAX_SAVED; i++) {
     if (!save[i]) continue;
     n->saved[i] = tensor_detached(save[i]);
+    n->saved_version[i] = save[i]->st->version;
     if (!n->saved[i]) {
       ag_node_release(n);
       zorch_tensor_free(out);
