@@ -144,6 +144,38 @@ zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape
 }
 
 /* ---- copies ------------------------------------------------------------------------- */
+/* The bytes [*lo, *hi) of t's storage that t's elements lie in (empty for no
+   elements). */
+static void storage_span(const zorch_tensor *t, int64_t *lo, int64_t *hi) {
+  int64_t a = t->offset, b = t->offset;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] == 0) {
+      *lo = *hi = 0;
+      return;
+    }
+    int64_t d = (t->shape[i] - 1) * t->strides[i];
+    if (d < 0) a += d;
+    else b += d;
+  }
+  int64_t es = (int64_t)dtype_sizes[t->dtype];
+  *lo = a * es;
+  *hi = (b + 1) * es;
+}
+
+/* Whether copying src into dst elementwise could read an element after writing
+   it: both in one storage with intersecting spans, unless src is dst's own
+   geometry (each element then copies onto itself). */
+static bool copy_overlaps(const zorch_tensor *dst, const zorch_tensor *src) {
+  if (dst->st != src->st) return false;
+  if (dst->dtype == src->dtype && dst->offset == src->offset && tensor_same_shape(dst, src) &&
+      memcmp(dst->strides, src->strides, sizeof(int64_t) * (size_t)dst->ndim) == 0)
+    return false;
+  int64_t dlo, dhi, slo, shi;
+  storage_span(dst, &dlo, &dhi);
+  storage_span(src, &slo, &shi);
+  return dlo < dhi && slo < shi && dlo < shi && slo < dhi;
+}
+
 zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
   char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
   if (check_arg("copy_", "dst", dst) || check_arg("copy_", "src", src)) return zorch_last_status();
@@ -159,6 +191,15 @@ zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
   if (src->st->device.type != dst->st->device.type || src->st->device.index != dst->st->device.index) {
     s = zorch_to_device(src, dst->st->device);
     if (!s) return zorch_last_status();
+    moved = true;
+  }
+  if (!moved && copy_overlaps(dst, s)) { /* read everything before writing any of it */
+    zorch_tensor *tmp = tensor_new_like(s);
+    if (!tmp || backend_of(s)->copy(tmp, s)) {
+      zorch_tensor_free(tmp);
+      return zorch_last_status();
+    }
+    s = tmp;
     moved = true;
   }
   zorch_tensor *v = NULL;
