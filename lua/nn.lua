@@ -296,7 +296,7 @@ function nn.LayerNorm:init(shape, opts)
   self.bias = nn.Parameter(zorch.zeros(shape))
 end
 function nn.LayerNorm:forward(x)
-  return zorch.layer_norm(x, #self.normalized_shape, self.weight, self.bias, self.eps)
+  return zorch.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 end
 
 -- Children are named "0", "1", ... as in PyTorch, so state dicts match; errors
