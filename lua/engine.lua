@@ -201,16 +201,23 @@ function Engine:prepare(model, loader, opt)
   local stage = self.cfg.zero_stage
   -- stage 3 gathers a module's own parameters around its forward and backward:
   -- groups are runs of consecutive parameters with one owner
+  -- (a tied parameter is owned where it comes first, and gathered with that
+  -- owner's group by every module that holds it)
   local groups, owner_groups, owners = nil, {}, {}
   if stage == 3 then
-    local function walk(m)
+    local index, holders, group_of = {}, {}, {}
+    local function walk(m, path)
+      path[m] = true
       for _, k in ipairs(m._order) do
         local v = rawget(m, k)
-        if m._params[k] and v ~= nil then owners[#owners + 1] = m
-        elseif m._children[k] and v ~= nil then walk(v) end
+        if m._params[k] and v ~= nil then
+          if index[v] then holders[#holders + 1] = {m, index[v]}
+          else owners[#owners + 1] = m; index[v] = #owners end
+        elseif m._children[k] and v ~= nil and not path[v] then walk(v, path) end
       end
+      path[m] = nil
     end
-    walk(model)
+    walk(model, {})
     groups = {}
     for i, m in ipairs(owners) do
       if i == 1 or owners[i - 1] ~= m then
@@ -219,6 +226,14 @@ function Engine:prepare(model, loader, opt)
         table.insert(owner_groups[m], #groups - 1)
       end
       groups[#groups] = groups[#groups] + 1
+      group_of[i] = #groups - 1
+    end
+    for _, h in ipairs(holders) do
+      local m, gid = h[1], group_of[h[2]]
+      owner_groups[m] = owner_groups[m] or {}
+      local has = false
+      for _, g in ipairs(owner_groups[m]) do has = has or g == gid end
+      if not has then table.insert(owner_groups[m], gid) end
     end
   end
   -- parameters become views of the engine's buffers, padded so shards are equal

@@ -703,6 +703,25 @@ static int f_index_select(lua_State *L) {
 static int f_layer_norm(lua_State *L) {
   zorch_tensor *x = T(1);
   int n = lua_istable(L, 2) ? (int)luaL_len(L, 2) : (int)luaL_checkinteger(L, 2);
+  if (lua_istable(L, 2)) { /* a shape must be x's trailing dims */
+    int nd = zorch_tensor_ndim(x);
+    const int64_t *xs = zorch_tensor_shape(x);
+    bool ok = n >= 1 && n <= nd && n <= ZORCH_MAX_DIMS;
+    int64_t ns[ZORCH_MAX_DIMS];
+    for (int i = 0; i < n && i < ZORCH_MAX_DIMS; i++) {
+      lua_geti(L, 2, i + 1);
+      ns[i] = (int64_t)luaL_checkinteger(L, -1);
+      lua_pop(L, 1);
+      if (ok && ns[i] != xs[nd - n + i]) ok = false;
+    }
+    if (!ok) {
+      char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
+      err_shape_str(n < ZORCH_MAX_DIMS ? n : ZORCH_MAX_DIMS, ns, a, sizeof a);
+      err_shape_str(nd, xs, b, sizeof b);
+      return luaL_error(L, "layer_norm: normalized_shape %s does not match the last dims of the input's "
+                        "shape %s", a, b);
+    }
+  }
   PUSH(zorch_layer_norm(x, n, lua_isnoneornil(L, 3) ? NULL : T(3), lua_isnoneornil(L, 4) ? NULL : T(4),
                         luaL_optnumber(L, 5, 1e-5)));
 }

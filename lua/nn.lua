@@ -68,20 +68,43 @@ function nn.Parameter(t)
 end
 
 -- Visits (name, tensor) for every parameter, depth first in registration order.
-local function each_param(m, prefix, out)
+-- A module is not entered again below itself (a child holding its parent), so
+-- cycles end; with `seen`, a tensor met before (a tied weight) is skipped, as
+-- PyTorch's named_parameters does; without it every name is listed (state dicts).
+local function each_param(m, prefix, out, seen, path)
+  path = path or {}
+  path[m] = true
   for _, k in ipairs(m._order) do
     local v = rawget(m, k)
     if m._params[k] and v ~= nil then
-      out[#out + 1] = {prefix .. k, v}
-    elseif m._children[k] and v ~= nil then
-      each_param(v, prefix .. k .. ".", out)
+      if not (seen and seen[v]) then
+        if seen then seen[v] = true end
+        out[#out + 1] = {prefix .. k, v}
+      end
+    elseif m._children[k] and v ~= nil and not path[v] then
+      each_param(v, prefix .. k .. ".", out, seen, path)
     end
   end
+  path[m] = nil
   return out
 end
 
+-- Calls fn(module) once for m and each module below it, parents first; a
+-- module reached twice (shared, or a reference back to a parent) is visited once.
+local function each_module(m, fn, seen)
+  seen = seen or {}
+  if seen[m] then return end
+  seen[m] = true
+  fn(m)
+  for _, k in ipairs(m._order) do
+    local v = rawget(m, k)
+    if m._children[k] and v ~= nil then each_module(v, fn, seen) end
+  end
+end
+
+-- Each parameter once (the first name of a tied one).
 function Module:named_parameters()
-  local list = each_param(self, "", {})
+  local list = each_param(self, "", {}, {})
   local i = 0
   return function()
     i = i + 1
@@ -91,7 +114,7 @@ end
 
 function Module:parameters()
   local ps = {}
-  for _, p in ipairs(each_param(self, "", {})) do ps[#ps + 1] = p[2] end
+  for _, p in ipairs(each_param(self, "", {}, {})) do ps[#ps + 1] = p[2] end
   return ps
 end
 
@@ -102,17 +125,17 @@ function Module:to(where)
     error(("%s:to: expected a device or dtype name (string), got %s"):format(getmetatable(self).__name,
       type(where)), 2)
   end
+  local moved = {} -- a tied parameter stays one tensor
   local function move(m)
     for _, k in ipairs(m._order) do
       local v = rawget(m, k)
       if m._params[k] and v ~= nil then
-        rawset(m, k, v:detach():to(where):requires_grad_(true))
-      elseif m._children[k] and v ~= nil then
-        move(v)
+        moved[v] = moved[v] or v:detach():to(where):requires_grad_(true)
+        rawset(m, k, moved[v])
       end
     end
   end
-  local ok, err = pcall(move, self)
+  local ok, err = pcall(each_module, self, move)
   if not ok then
     error(("%s:to: %s"):format(getmetatable(self).__name, tostring(err):gsub("^[^:]*:%d+: ", "")), 2)
   end
@@ -129,8 +152,7 @@ end
 
 function Module:train(on)
   if on == nil then on = true end
-  rawset(self, "training", on)
-  for _, c in ipairs(self:children()) do c:train(on) end
+  each_module(self, function(m) rawset(m, "training", on) end)
   return self
 end
 
@@ -296,7 +318,7 @@ function nn.LayerNorm:init(shape, opts)
   self.bias = nn.Parameter(zorch.zeros(shape))
 end
 function nn.LayerNorm:forward(x)
-  return zorch.layer_norm(x, #self.normalized_shape, self.weight, self.bias, self.eps)
+  return zorch.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 end
 
 -- Children are named "0", "1", ... as in PyTorch, so state dicts match; errors
@@ -664,13 +686,16 @@ function nn.summary(model, input, opts)
   if not is_module(model) then error(("nn.summary: expected a module, got %s"):format(type(model)), 2) end
   if opts ~= nil and type(opts) ~= "table" then error("nn.summary: options must be a table", 2) end
   local rows = {}
+  local path = {}
   local function walk(m, name, depth)
     local total = count_params(m)
     rows[#rows + 1] = {module = m, name = name, depth = depth, type = getmetatable(m).__name, params = total}
+    path[m] = true
     for _, k in ipairs(m._order) do
       local c = rawget(m, k)
-      if m._children[k] and c ~= nil then walk(c, name == "" and k or (name .. "." .. k), depth + 1) end
+      if m._children[k] and c ~= nil and not path[c] then walk(c, name == "" and k or (name .. "." .. k), depth + 1) end
     end
+    path[m] = nil
   end
   walk(model, "", 0)
   local shapes = input ~= nil and record_shapes(model, rows, input) or nil

@@ -11,8 +11,14 @@ local function check_params(fn, params)
   if type(params) ~= "table" or #params == 0 then
     error(fn .. ": expected a non-empty list of parameters (model:parameters())", 3)
   end
+  local first = {}
   for i, p in ipairs(params) do
     if not zorch.is_tensor(p) then error(("%s: parameter %d is a %s, not a tensor"):format(fn, i, type(p)), 3) end
+    if first[p] then -- it would be updated twice per step
+      error(("%s: parameter %d is parameter %d again (list each tensor once: model:parameters() does)"):format(
+        fn, i, first[p]), 3)
+    end
+    first[p] = i
   end
 end
 

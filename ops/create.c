@@ -178,6 +178,38 @@ zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape
 }
 
 /* ---- copies ------------------------------------------------------------------------- */
+/* The bytes [*lo, *hi) of t's storage that t's elements lie in (empty for no
+   elements). */
+static void storage_span(const zorch_tensor *t, int64_t *lo, int64_t *hi) {
+  int64_t a = t->offset, b = t->offset;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] == 0) {
+      *lo = *hi = 0;
+      return;
+    }
+    int64_t d = (t->shape[i] - 1) * t->strides[i];
+    if (d < 0) a += d;
+    else b += d;
+  }
+  int64_t es = (int64_t)dtype_sizes[t->dtype];
+  *lo = a * es;
+  *hi = (b + 1) * es;
+}
+
+/* Whether copying src into dst elementwise could read an element after writing
+   it: both in one storage with intersecting spans, unless src is dst's own
+   geometry (each element then copies onto itself). */
+static bool copy_overlaps(const zorch_tensor *dst, const zorch_tensor *src) {
+  if (dst->st != src->st) return false;
+  if (dst->dtype == src->dtype && dst->offset == src->offset && tensor_same_shape(dst, src) &&
+      memcmp(dst->strides, src->strides, sizeof(int64_t) * (size_t)dst->ndim) == 0)
+    return false;
+  int64_t dlo, dhi, slo, shi;
+  storage_span(dst, &dlo, &dhi);
+  storage_span(src, &slo, &shi);
+  return dlo < dhi && slo < shi && dlo < shi && slo < dhi;
+}
+
 zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
   char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
   if (check_arg("copy_", "dst", dst) || check_arg("copy_", "src", src)) return zorch_last_status();
@@ -195,15 +227,26 @@ zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
     if (!s) return zorch_last_status();
     moved = true;
   }
-  zorch_tensor *v = op_broadcast_view(s, dst->ndim, dst->shape);
-  zorch_status st = v ? backend_of(dst)->copy(dst, v) : zorch_last_status();
+  if (!moved && copy_overlaps(dst, s)) { /* read everything before writing any of it */
+    zorch_tensor *tmp = tensor_new_like(s);
+    if (!tmp || backend_of(s)->copy(tmp, s)) {
+      zorch_tensor_free(tmp);
+      return zorch_last_status();
+    }
+    s = tmp;
+    moved = true;
+  }
+  zorch_tensor *v = NULL;
+  zorch_status st = tensor_mark_written("copy_", dst);
+  if (!st) v = op_broadcast_view(s, dst->ndim, dst->shape);
+  if (!st) st = v ? backend_of(dst)->copy(dst, v) : zorch_last_status();
   zorch_tensor_free(v);
   if (moved) zorch_tensor_free(s);
   return st;
 }
 
 zorch_status zorch_fill_(zorch_tensor *dst, double value) {
-  if (check_arg("fill_", "dst", dst)) return zorch_last_status();
+  if (check_arg("fill_", "dst", dst) || tensor_mark_written("fill_", dst)) return zorch_last_status();
   return backend_of(dst)->fill(dst, value);
 }
 

@@ -29,6 +29,9 @@ zorch_status zorch_adam_step(zorch_tensor *param, zorch_tensor *grad, zorch_tens
       !(o->beta2 >= 0 && o->beta2 < 1) || !(o->weight_decay >= 0))
     return err_set(ZORCH_ERR_ARG, "%s: invalid hyperparameters (lr %g, betas (%g, %g), eps %g, "
                    "weight_decay %g)", op, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
+  if (tensor_mark_written(op, param) || tensor_mark_written(op, m) || tensor_mark_written(op, v) ||
+      (o->amsgrad && tensor_mark_written(op, max_v)))
+    return zorch_last_status();
   return backend_of(param)->adam(param, grad, m, v, o->amsgrad ? max_v : NULL, step, o);
 }
 
@@ -46,5 +49,7 @@ zorch_status zorch_sgd_step(zorch_tensor *param, zorch_tensor *grad, zorch_tenso
     return err_set(ZORCH_ERR_ARG, "%s: invalid hyperparameters (lr %g, momentum %g, dampening %g, "
                    "weight_decay %g%s)", op, o->lr, o->momentum, o->dampening, o->weight_decay,
                    o->nesterov ? ", nesterov needs momentum > 0 and dampening 0" : "");
+  if (tensor_mark_written(op, param) || (o->momentum != 0 && tensor_mark_written(op, buf)))
+    return zorch_last_status();
   return backend_of(param)->sgd(param, grad, o->momentum != 0 ? buf : NULL, first_step, o);
 }

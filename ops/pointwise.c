@@ -260,6 +260,7 @@ zorch_tensor *zorch_clamp(zorch_tensor *a, double lo, double hi) {
 }
 
 zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src) {
+  if (tensor_mark_written("add_", dst)) return zorch_last_status();
   bool prev = zorch_set_grad_enabled(false);
   zorch_status st;
   if (dst->dtype == src->dtype && dst->dtype != ZORCH_BF16 && dst->dtype != ZORCH_F16 && tensor_same_shape(dst, src)) {

@@ -344,6 +344,40 @@ static void test_large(void) {
   for (size_t k = 0; k < sizeof fr / sizeof fr[0]; k++) zorch_tensor_free(fr[k]);
 }
 
+/* In-place writes against autograd and aliasing: version counters, overlapping
+   copies, stride-0 destinations, gradients of the wrong kind. */
+static void test_inplace(void) {
+  zorch_tensor *x = zorch_full(SHAPE(2, 3), 2, ZORCH_F32, CPU), *y = zorch_full(SHAPE(2, 3), 3, ZORCH_F32, CPU);
+  zorch_set_requires_grad(x, true);
+  zorch_tensor *z = zorch_mul(x, y), *l = zorch_sum(z, 0, NULL, false);
+  ok(zorch_fill_(y, 5) == ZORCH_OK, "fill_ a saved tensor");
+  ok(zorch_backward(l, NULL, false) == ZORCH_ERR_STATE &&
+         error_has("modified by an inplace operation: [MulBackward] saved tensor 1 of shape (2, 3) is at "
+                   "version 1; expected version 0"),
+     "backward through a saved tensor written since fails, naming node, tensor and versions");
+  zorch_tensor *gx = zorch_full(SHAPE(2, 3), 1, ZORCH_F32, CPU);
+  zorch_tensor *z2 = zorch_mul(x, y), *l2 = zorch_sum(z2, 0, NULL, false);
+  ok(zorch_backward(l2, NULL, true) == ZORCH_OK && zorch_backward(l2, NULL, false) == ZORCH_OK &&
+         at(zorch_grad(x), 0) == 10,
+     "gradient accumulation into .grad does not trip the check");
+  ok(zorch_set_grad(x, gx) == ZORCH_OK, "set_grad with a matching gradient");
+  zorch_tensor *g64 = zorch_zeros(SHAPE(2, 3), ZORCH_F64, CPU);
+  ok(zorch_set_grad(x, g64) == ZORCH_ERR_DTYPE && error_has("gradient dtype float64 does not match tensor dtype float32"),
+     "set_grad refuses another dtype");
+  zorch_tensor *row = zorch_zeros(SHAPE(1, 3), ZORCH_F32, CPU), *e = zorch_expand(row, 2, (int64_t[]){4, 3});
+  ok(zorch_fill_(e, 1) == ZORCH_ERR_ARG && error_has("more than one element of the written-to tensor refers to "
+                                                     "a single memory location"),
+     "fill_ into an expanded view is an error");
+  zorch_tensor *r3 = zorch_ones(SHAPE(3), ZORCH_F32, CPU);
+  ok(zorch_copy_(e, r3) != ZORCH_OK && error_has("single memory location"), "copy_ into an expanded view is an error");
+  zorch_tensor *a = zorch_arange(1, 7, 1, ZORCH_F32, CPU);
+  zorch_tensor *dst = zorch_narrow(a, 0, 1, 5), *src = zorch_narrow(a, 0, 0, 5);
+  ok(zorch_copy_(dst, src) == ZORCH_OK && at(a, 0) == 1 && at(a, 1) == 1 && at(a, 2) == 2 && at(a, 5) == 5,
+     "copy_ between overlapping views copies the old values");
+  zorch_tensor *ts[] = {x, y, z, l, gx, z2, l2, g64, row, e, r3, a, dst, src};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) zorch_tensor_free(ts[i]);
+}
+
 int main(void) {
   test_released();
   test_cuda_api();
@@ -353,6 +387,7 @@ int main(void) {
   test_print();
   test_autograd();
   test_errors();
+  test_inplace();
   test_large();
   zorch_clear_error();
   return done_testing();

@@ -144,6 +144,21 @@ static zorch_status deliver_grad(ag_edge *e, zorch_tensor *gi, node_list *ready)
   return ZORCH_OK;
 }
 
+/* Fails when a tensor n saved was written in place after n was recorded (its
+   storage's version moved on): the backward would use the new values. */
+static zorch_status check_saved_versions(const ag_node *n) {
+  for (int i = 0; i < n->nsaved && i < AG_MAX_SAVED; i++) {
+    const zorch_tensor *s = n->saved[i];
+    if (!s || s->st->version == n->saved_version[i]) continue;
+    char b[ERR_SHAPE_BUF];
+    return err_set(ZORCH_ERR_STATE, "backward: one of the variables needed for gradient computation has "
+                   "been modified by an inplace operation: [%s] saved tensor " ERR_IX("%d") " of shape %s "
+                   "is at version %u; expected version %u", n->name, i, SHAPE(s, b),
+                   (unsigned)s->st->version, (unsigned)n->saved_version[i]);
+  }
+  return ZORCH_OK;
+}
+
 /* Runs n's backward on the gradient it accumulated (none: its inputs get none
    either), delivers the inputs' gradients, and frees what n saved unless the
    graph is retained. */
@@ -156,6 +171,7 @@ static zorch_status run_node(ag_node *n, bool retain, node_list *ready) {
   }
   zorch_status st = ZORCH_OK;
   if (g && n->pre_hook) st = n->pre_hook(n->pre_ud);
+  if (g && !st) st = check_saved_versions(n);
   if (g && !st && (st = n->backward(n, g, gin))) err_prefix(n->name);
   zorch_tensor_free(g);
   for (int j = 0; j < n->nin; j++) {

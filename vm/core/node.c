@@ -64,6 +64,7 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
   for (int i = 0; i < nsave && i < AG_MAX_SAVED; i++) {
     if (!save[i]) continue;
     n->saved[i] = tensor_detached(save[i]);
+    n->saved_version[i] = save[i]->st->version;
     if (!n->saved[i]) {
       ag_node_release(n);
       zorch_tensor_free(out);
@@ -157,6 +158,15 @@ zorch_status zorch_set_grad(zorch_tensor *t, zorch_tensor *grad) {
   if (grad && !tensor_same_shape(t, grad))
     return err_set(ZORCH_ERR_SHAPE, "set_grad: gradient shape %s does not match tensor shape %s",
                    SHAPE(grad, a), SHAPE(t, b));
+  if (grad && grad->dtype != t->dtype)
+    return err_set(ZORCH_ERR_DTYPE, "set_grad: gradient dtype %s does not match tensor dtype %s",
+                   zorch_dtype_name(grad->dtype), zorch_dtype_name(t->dtype));
+  if (grad && (grad->st->device.type != t->st->device.type || grad->st->device.index != t->st->device.index)) {
+    char da[32], db[32];
+    zorch_device_name(grad->st->device, da, sizeof da);
+    zorch_device_name(t->st->device, db, sizeof db);
+    return err_set(ZORCH_ERR_DEVICE, "set_grad: gradient device %s does not match tensor device %s", da, db);
+  }
   zorch_tensor_retain(grad);
   zorch_tensor_free(t->grad);
   t->grad = grad;

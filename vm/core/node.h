@@ -30,6 +30,7 @@ struct ag_node {
   ag_edge *in;
   int nsaved;
   zorch_tensor *saved[AG_MAX_SAVED];
+  uint32_t saved_version[AG_MAX_SAVED]; /* each saved storage's version when recorded */
   void *args;                        /* the op's typed arguments (ag_record), or NULL */
   bool released;                     /* saved tensors freed by a backward pass */
   /* runs before the node's backward (ZeRO stage 3 gathers parameters here) */

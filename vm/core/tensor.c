@@ -217,6 +217,16 @@ void tensor_rebind(zorch_tensor *t, const zorch_tensor *base, int64_t offset) {
   shape_contig_strides(t->ndim, t->shape, t->strides);
 }
 
+zorch_status tensor_mark_written(const char *op, zorch_tensor *t) {
+  for (int i = 0; i < t->ndim; i++)
+    if (t->strides[i] == 0 && t->shape[i] > 1)
+      return err_set(ZORCH_ERR_ARG, "%s: unsupported operation: more than one element of the written-to "
+                     "tensor refers to a single memory location (dim " ERR_IX("%d") " has stride 0); "
+                     "clone() the tensor before writing to it", op, i);
+  t->st->version++;
+  return ZORCH_OK;
+}
+
 zorch_tensor *tensor_detached(const zorch_tensor *t) {
   return tensor_alias(t, t->ndim, t->shape, t->strides, t->offset);
 }

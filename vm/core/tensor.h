@@ -18,6 +18,7 @@ typedef struct storage {
   void (*deleter)(void *data, void *ctx);
   void *deleter_ctx;
   bool borrowed; /* wrapped without a deleter: never freed by zorch */
+  uint32_t version; /* bumped by each in-place write; autograd checks saved tensors against it */
 } storage;
 
 typedef struct ag_node ag_node;
@@ -43,6 +44,12 @@ struct zorch_tensor {
   grad_hook hook;
   int ag_pending;     /* edges still to deliver in the running backward pass */
 };
+
+/* Called by every in-place op before it writes t: refuses a t whose elements
+   share memory (a stride-0 dim of size > 1, as `expand` makes), then bumps the
+   version of t's storage, so that a backward that saved a view of it fails
+   rather than using the new values. */
+zorch_status tensor_mark_written(const char *op, zorch_tensor *t);
 
 /* Frees a device storage's memory but keeps the storage, so its views stay
    valid handles (ops refuse them, see check_arg); restore allocates it again
