@@ -255,8 +255,7 @@ zorch_status zorch_fill_(zorch_tensor *dst, double value) {
 zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value) {
   if (check_arg("fill_", "dst", dst)) return zorch_last_status();
   const int64_t exact = (int64_t)1 << 53;
-  if (dst->dtype != ZORCH_I64 || (value >= -exact && value <= exact))
-    return backend_of(dst)->fill(dst, (double)value);
+  if (dst->dtype != ZORCH_I64 || (value >= -exact && value <= exact)) return zorch_fill_(dst, (double)value);
   zorch_tensor *v = tensor_new(0, NULL, ZORCH_I64, cpu_dev);
   if (!v) return zorch_last_status();
   *(int64_t *)tensor_ptr(v) = value;
