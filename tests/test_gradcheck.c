@@ -130,6 +130,8 @@ CHECK(mse, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_MEAN);)
 CHECK(mse_sum, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_SUM);)
 CHECK(cross_entropy, 2, return zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_MEAN, 1);)
 CHECK(cross_entropy_none, 2, return zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_NONE, -100);)
+CHECK(nll_loss, 2, return zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_MEAN, 1);)
+CHECK(nll_loss_sum, 2, return zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_SUM, -100);)
 CHECK(embedding, 2, return zorch_embedding(in[0], in[1]);)
 CHECK(layer_norm, 3, return zorch_layer_norm(in[0], 1, in[1], in[2], 1e-5);)
 CHECK(layer_norm2, 1, return zorch_layer_norm(in[0], 2, NULL, NULL, 1e-5);)
@@ -250,6 +252,8 @@ int main(void) {
   RUN(cross_entropy, leaf(SHAPE(4, 5), 0), ints(SHAPE(4), (int64_t[]){0, 1, 4, 2}));
   RUN(cross_entropy_none, leaf(SHAPE(3, 4), 0), ints(SHAPE(3), (int64_t[]){3, 0, 1}));
   RUN(cross_entropy, leaf(SHAPE(5), 0), ints(0, NULL, (int64_t[]){2}));
+  RUN(nll_loss, leaf(SHAPE(4, 5), 0), ints(SHAPE(4), (int64_t[]){0, 1, 4, 2}));
+  RUN(nll_loss_sum, leaf(SHAPE(3, 4), 0), ints(SHAPE(3), (int64_t[]){3, 0, 1}));
   RUN(embedding, leaf(SHAPE(5, 3), 0), ints(SHAPE(2, 3), (int64_t[]){0, 4, 4, 1, 0, 2}));
   RUN(layer_norm, leaf(SHAPE(3, 5), 0), leaf(SHAPE(5), 0), leaf(SHAPE(5), 0));
   RUN(layer_norm2, leaf(SHAPE(2, 3, 4), 0));
