@@ -18,6 +18,7 @@ typedef struct storage {
   void (*deleter)(void *data, void *ctx);
   void *deleter_ctx;
   bool borrowed; /* wrapped without a deleter: never freed by zorch */
+  struct zmem_account *mem; /* the account charged with nbytes (state.h), or NULL */
 } storage;
 
 typedef struct ag_node ag_node;
