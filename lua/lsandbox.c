@@ -119,8 +119,10 @@ void lz_check_path(lua_State *L, const char *path, const char *access) {
   char real[PATH_MAX];
   if (path_resolve(path, real) && (path_inside(real, vm->write_dirs) || (!write && path_inside(real, vm->read_dirs))))
     return;
-  luaL_error(L, "%s '%.200s': not allowed in this sandbox (scripts %s only in the folders the host allows)",
-             write ? "writing" : "reading", path, write ? "write" : "read");
+  char shown[201];
+  snprintf(shown, sizeof shown, "%s", path);
+  luaL_error(L, "%s '%s': not allowed in this sandbox (scripts %s only in the folders the host allows)",
+             write ? "writing" : "reading", shown, write ? "write" : "read");
 }
 
 /* ---- the io and os of the embedded modules ---------------------------------------- */
