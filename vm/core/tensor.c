@@ -50,10 +50,12 @@ static void cache_put(struct_cache *c, void *p) {
 
 /* Charges nbytes to a tensor byte account (a VM's tensor_limit), taking a
    reference to it; false, with the error set, past its limit. */
+static _Thread_local bool mem_refused; /* the last storage_new failed on its account's limit */
 static bool mem_charge(zmem_account *a, size_t nbytes) {
   size_t used = atomic_fetch_add(&a->used, nbytes);
   if (used + nbytes < used || used + nbytes > a->limit) {
     atomic_fetch_sub(&a->used, nbytes);
+    mem_refused = true;
     err_set(ZORCH_ERR_OOM, "tensor memory limit of %zu bytes reached (%zu in use, %zu more asked)", a->limit,
             used, nbytes);
     return false;
@@ -79,6 +81,7 @@ static storage *storage_new(size_t nbytes, zorch_device dev) {
                     n == 1 ? "" : "s");
   }
   zmem_account *mem = zstate_get()->mem;
+  mem_refused = false;
   if (mem && !mem_charge(mem, nbytes)) return NULL;
   storage *s = storage_struct_new();
   if (!s) {
@@ -191,7 +194,7 @@ zorch_tensor *tensor_new(int ndim, const int64_t *shape, zorch_dtype dt, zorch_d
   if (n < 0) return NULL;
   storage *s = storage_new((size_t)n * dtype_sizes[dt], dev);
   if (!s) {
-    if (zorch_last_status() == ZORCH_ERR_OOM) {
+    if (zorch_last_status() == ZORCH_ERR_OOM && !mem_refused) {
       char buf[ERR_SHAPE_BUF];
       err_set(ZORCH_ERR_OOM, "out of memory allocating %lld bytes for a %s tensor of shape %s",
               (long long)(n * (int64_t)dtype_sizes[dt]), zorch_dtype_name(dt),
