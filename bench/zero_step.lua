@@ -2,6 +2,7 @@
 -- 0 prints the slowest rank's mean step time as a JSON line.
 -- zorch launch -n N bench/zero_step.lua NAME STAGE IN HIDDEN OUT BATCH STEPS
 local zorch = require "zorch"
+local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers (a terminal test, a barrier)
 local nn, optim = zorch.nn, zorch.optim
 local a = zorch.flags(arg, {
   {"NAME", "the benchmark's name in the JSON line"},
@@ -26,7 +27,7 @@ step()
 local t0 = zorch.clock()
 for _ = 1, steps do step() end
 local per = zorch.tensor({(zorch.clock() - t0) / steps}, {dtype = "float64"})
-zorch._allreduce(per, "max")
+Z._allreduce(per, "max")
 if engine.rank == 0 then
   print(('{"name": "zorch/%s_stage%d_ranks%d", "value": %.4g, "unit": "us"}'):format(
     name, stage, engine.world_size, per:item() * 1e6))

@@ -384,8 +384,20 @@ ZORCH_API void zorch_set_hang_handler(zorch_hang_handler fn, void *ud);
 /* ---- embedding: a Lua VM with zorch loaded ---------------------------------------------- */
 typedef struct zorch_vm zorch_vm;
 typedef struct {
-  int sandbox;      /* no io, os, package, debug, dofile, loadfile, require of C code */
+  int sandbox;      /* no io, os, package, debug, dofile, loadfile, require of C code,
+                       string.dump, collectgarbage("stop"); zorch's own file functions
+                       (save, load, read_csv, checkpoints, Logger files, plots) only
+                       inside allow_read/allow_write (examples/embed/README.md) */
   size_t mem_limit; /* bytes of Lua heap (not tensor memory); 0: unlimited */
+  /* Folders a sandboxed script may read (allow_read) and read and write
+     (allow_write), with everything under them: NULL-terminated lists, resolved
+     when the VM is made (each must exist); a path is checked after resolving
+     symlinks and "..". NULL: none. Ignored without sandbox. */
+  const char *const *allow_read;
+  const char *const *allow_write;
+  size_t tensor_limit;        /* bytes of tensor storage made while the VM runs, all devices; 0: unlimited */
+  unsigned long long max_instructions; /* Lua instructions per entry (dofile, dostring, call); 0: unlimited */
+  double max_seconds;         /* wall-clock seconds per entry; 0: unlimited */
 } zorch_vm_opts;
 /* A new VM (opts may be NULL); NULL on failure with zorch_last_error() set. */
 ZORCH_API zorch_vm *zorch_vm_new(const zorch_vm_opts *opts);

@@ -11,6 +11,7 @@
 /* zorch.data.read_csv(path, {header = true, delimiter = ","}) -> float32 (rows, cols) */
 static int l_read_csv(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  lz_check_path(L, path, "read");
   int header = 0;
   char delim = ',';
   if (lua_istable(L, 2)) {
@@ -86,6 +87,7 @@ static int l_read_csv(lua_State *L) {
 /* zorch.data.load_npy(path): little-endian f4, f8, i4, i8, u1, b1; C order */
 static int l_load_npy(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  lz_check_path(L, path, "read");
   FILE *f = fopen(path, "rb");
   if (!f) return luaL_error(L, "load_npy: cannot open %s: %s", path, strerror(errno));
   unsigned char pre[12];

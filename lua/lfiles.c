@@ -186,6 +186,7 @@ static int l_json_decode(lua_State *L) {
 /* FNV-1a (64 bits) of a file, as 16 hex digits; nil and a message when unreadable. */
 static int l_file_hash(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  lz_check_path(L, path, "read");
   FILE *f = fopen(path, "rb");
   if (!f) {
     lua_pushnil(L);
@@ -207,6 +208,7 @@ static int l_file_hash(lua_State *L) {
 /* Writes text to path atomically: a temporary file, fsync, rename. */
 static int l_write_atomic(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  lz_check_path(L, path, "write");
   size_t n;
   const char *text = luaL_checklstring(L, 2, &n);
   char tmp[4096];
@@ -227,6 +229,7 @@ static int l_write_atomic(lua_State *L) {
 /* Removes a flat folder (a checkpoint) and the files in it; a missing folder is fine. */
 static int l_remove_dir(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  lz_check_path(L, path, "write");
   DIR *d = opendir(path);
   if (!d) {
     if (errno == ENOENT) return 0;
@@ -267,6 +270,7 @@ static int l_list_dir(lua_State *L) {
 
 static int l_mkdir(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  lz_check_path(L, path, "write");
   if (mkdir(path, 0777) != 0 && errno != EEXIST) return luaL_error(L, "mkdir %s: %s", path, strerror(errno));
   return 0;
 }
@@ -569,6 +573,7 @@ static bool flat_tensors(lua_State *L, int idx) {
 static int l_save(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   const char *path = luaL_checkstring(L, 2);
+  lz_check_path(L, path, "write");
   lua_settop(L, 2);
   lua_newtable(L); /* 3: names */
   lua_newtable(L); /* 4: tensors */
@@ -694,6 +699,7 @@ static void tree_read(tree_reader *r, const cJSON *j, int depth) {
 /* zorch.load(path) -> the saved table; zorch.load(path, name) -> that tensor */
 static int l_load(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  lz_check_path(L, path, "read");
   if (!lua_isnoneornil(L, 2)) return lz_push(L, zorch_load_safetensors_one(path, luaL_checkstring(L, 2)));
   lua_settop(L, 1);
   int n, nmeta;

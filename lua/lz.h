@@ -34,6 +34,41 @@ void lz_get_opts(lua_State *L, int idx, lz_opts *o, zorch_dtype def);
 zorch_tensor *lz_index0(lua_State *L, int idx);
 void lz_open_tensor(lua_State *L);
 void lz_open_functions(lua_State *L);
+/* ---- the VM an embedding host made (lsandbox.c) ---------------------------------
+   vm/host/embed.c fills one per VM and keeps it in the registry ("zorch.vm");
+   a Lua state without one (zorch.so loaded by lua5.4) has no limits. */
+struct zstate;
+typedef struct lz_vm {
+  struct zstate *state;        /* the VM's zorch state, current while it runs */
+  lua_State *main;             /* its main thread */
+  int sandbox;                 /* files only in the folders below */
+  char **read_dirs, **write_dirs; /* resolved folders, NULL-terminated (write implies read) */
+  unsigned long long max_instructions; /* per entry; 0: no limit */
+  double max_seconds;          /* per entry; 0: no limit */
+  /* the running entry */
+  int depth;
+  unsigned long long steps;
+  double deadline;
+  int exceeded;
+  char why[96];
+} lz_vm;
+/* The VM of L, or NULL. */
+lz_vm *lz_vm_get(lua_State *L);
+/* Enters the VM (its state current, its budget counted from the outermost
+   entry); returns the state to give lz_vm_leave. */
+struct zstate *lz_vm_enter(lz_vm *vm);
+void lz_vm_leave(lz_vm *vm, struct zstate *prev);
+/* Installs the instruction/time budget hook when the VM has a budget. */
+void lz_vm_hook(lz_vm *vm);
+/* Raises "not allowed" unless the VM may `access` ("read" or "write") path:
+   every zorch function that touches a file calls it first. The message names
+   the path as given and nothing about the file. */
+void lz_check_path(lua_State *L, const char *path, const char *access);
+/* The io and os the embedded Lua modules see: the standard ones, or in a
+   sandbox tables whose file functions call lz_check_path and which run no
+   programs and read no environment. [-0, +2, m] */
+void lz_push_module_io(lua_State *L);
+
 /* What `require "zorch.NAME"` gives for an embedded module (lua/NAME.lua):
    luaopen_zorch_NAME, generated beside the sources, calls it. */
 int lz_open_module(lua_State *L, const char *name);

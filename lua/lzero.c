@@ -1,6 +1,8 @@
 /* lzero.c: what the Lua engine needs from C: collectives on tensors, flattening
    parameters into one buffer, and gradient-ready hooks that call Lua. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../vm/core/tensor.h"
@@ -217,6 +219,16 @@ static void open_engine_type(lua_State *L) {
 /* ---- gradient-ready hooks that call Lua ------------------------------------------ */
 static const char HOOKS = 'h'; /* registry key of {lightuserdata(tensor) = fn} */
 
+/* The tensors a Lua state has put hooks on, each with a reference, so that
+   closing the state removes its hooks before anything of it is freed: a host
+   tensor's hook must not call into a closed VM. A userdata in the registry
+   ("zorch.hooks"); its address is the hooks' ud. */
+typedef struct {
+  lua_State *L; /* the main thread */
+  zorch_tensor **ts;
+  int n, cap;
+} lua_hooks;
+
 /* Runs protected: finds the leaf's hook and calls it with the leaf. Pushing
    the leaf allocates, so it must not happen outside the protected call.
    [-1, +0, e] */
@@ -232,19 +244,66 @@ static int run_lua_hook(lua_State *L) {
 
 /* The gradient hook of a leaf with a Lua hook: it runs from inside
    zorch_backward, so a Lua error (memory errors included) must not unwind
-   through the backward pass; it becomes the pass's error instead. */
+   through the backward pass; it becomes the pass's error instead. From a
+   host's backward it runs as an entry into the VM: the VM's state current
+   (grad mode as the pass has it), its budget counting. */
 static zorch_status call_lua_hook(zorch_tensor *leaf, void *ud) {
-  lua_State *L = ud;
+  lua_State *L = ((lua_hooks *)ud)->L;
   if (!lua_checkstack(L, 2)) return err_set(ZORCH_ERR_OOM, "gradient hook: out of memory (Lua stack)");
+  lz_vm *vm = lz_vm_get(L);
+  bool grad = zorch_is_grad_enabled();
+  struct zstate *prev = vm ? lz_vm_enter(vm) : NULL;
+  bool vm_grad = zorch_is_grad_enabled();
+  zorch_set_grad_enabled(grad);
   lua_pushcfunction(L, run_lua_hook);
   lua_pushlightuserdata(L, leaf);
   int st = lua_pcall(L, 1, 0, 0);
+  char msg[1024] = "";
+  if (st != LUA_OK) {
+    const char *m = lua_tostring(L, -1);
+    snprintf(msg, sizeof msg, "%s", m ? m : "(error object is not a string)");
+    lua_pop(L, 1);
+  }
+  zorch_set_grad_enabled(vm_grad);
+  if (vm) lz_vm_leave(vm, prev);
   if (st == LUA_OK) return ZORCH_OK;
-  const char *msg = lua_tostring(L, -1);
   zorch_status code = st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE;
-  err_set(code, "gradient hook: %s", msg ? msg : "(error object is not a string)");
+  return err_set(code, "gradient hook: %s", msg);
+}
+
+/* Removes the hooks of a closing Lua state from tensors that still carry them. */
+static int hooks_gc(lua_State *L) {
+  lua_hooks *h = lua_touserdata(L, 1);
+  for (int i = 0; i < h->n; i++) {
+    zorch_tensor *t = h->ts[i];
+    if (t->hook.fn == call_lua_hook && t->hook.ud == h) zorch_set_grad_hook(t, NULL, NULL);
+    zorch_tensor_free(t);
+  }
+  free(h->ts);
+  h->ts = NULL;
+  h->n = h->cap = 0;
+  return 0;
+}
+
+/* The state's hook list, made on first use. */
+static lua_hooks *hooks_get(lua_State *L) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "zorch.hooks") == LUA_TUSERDATA) {
+    lua_hooks *h = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return h;
+  }
   lua_pop(L, 1);
-  return code;
+  lua_hooks *h = lua_newuserdatauv(L, sizeof *h, 0);
+  *h = (lua_hooks){0};
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  h->L = lua_tothread(L, -1);
+  lua_pop(L, 1);
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, hooks_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_setfield(L, LUA_REGISTRYINDEX, "zorch.hooks");
+  return h;
 }
 
 /* t:register_hook(fn): fn(t) runs once t's gradient is final in a backward pass;
@@ -253,6 +312,16 @@ static int l_register_hook(lua_State *L) {
   zorch_tensor *t = lz_check(L, 1);
   if (!lua_isnil(L, 2)) luaL_checktype(L, 2, LUA_TFUNCTION);
   if (!zorch_is_leaf(t)) return luaL_error(L, "register_hook: hooks go on leaf tensors only");
+  lua_hooks *h = hooks_get(L);
+  int at = 0;
+  while (at < h->n && h->ts[at] != t) at++;
+  if (at == h->n && !lua_isnil(L, 2) && h->n == h->cap) {
+    int cap = h->cap ? 2 * h->cap : 8;
+    zorch_tensor **ts = realloc(h->ts, sizeof *ts * (size_t)cap);
+    if (!ts) return luaL_error(L, "register_hook: out of memory");
+    h->ts = ts;
+    h->cap = cap;
+  }
   lua_rawgetp(L, LUA_REGISTRYINDEX, &HOOKS);
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
@@ -262,9 +331,13 @@ static int l_register_hook(lua_State *L) {
   }
   lua_pushvalue(L, 2);
   lua_rawsetp(L, -2, t);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
-  lua_State *main = lua_tothread(L, -1);
-  if (zorch_set_grad_hook(t, lua_isnil(L, 2) ? NULL : call_lua_hook, main)) return lz_fail(L);
+  if (zorch_set_grad_hook(t, lua_isnil(L, 2) ? NULL : call_lua_hook, h)) return lz_fail(L);
+  if (at == h->n && !lua_isnil(L, 2)) {
+    h->ts[h->n++] = zorch_tensor_retain(t);
+  } else if (at < h->n && lua_isnil(L, 2)) {
+    h->ts[at] = h->ts[--h->n];
+    zorch_tensor_free(t);
+  }
   return 0;
 }
 

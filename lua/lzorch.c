@@ -183,6 +183,82 @@ static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd
                                 {"_tensor_bytes", l_tensor_bytes},
                                 {NULL, NULL}};
 
+/* __newindex of the private table: names starting with '_' stay private,
+   the others are the module's (a Lua module defining zorch.Foo).
+   Upvalue 1: the module table. */
+static int private_newindex(lua_State *L) {
+  const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
+  lua_settop(L, 3);
+  if (k && k[0] == '_') lua_rawset(L, 1);
+  else lua_rawset(L, lua_upvalueindex(1));
+  return 0;
+}
+
+/* Moves the helpers whose names start with '_' from the module table at z to
+   a private table, which the embedded Lua modules get in its place: it reads
+   through to the module table, and keeps what they define under '_' names.
+   Scripts do not see it; trusted code finds it in the registry as
+   "zorch.private". [-0, +1, m] */
+static int open_private(lua_State *L, int z) {
+  lua_newtable(L);
+  int priv = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, z)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == '_') {
+      lua_pushvalue(L, -1);
+      lua_pushvalue(L, -1);
+      lua_rawget(L, z);
+      lua_rawset(L, priv);
+    }
+  }
+  lua_pushnil(L);
+  while (lua_next(L, priv)) {
+    lua_pop(L, 1);
+    lua_pushvalue(L, -1);
+    lua_pushnil(L);
+    lua_rawset(L, z);
+  }
+  lua_createtable(L, 0, 2);
+  lua_pushvalue(L, z);
+  lua_setfield(L, -2, "__index");
+  lua_pushvalue(L, z);
+  lua_pushcclosure(L, private_newindex, 1);
+  lua_setfield(L, -2, "__newindex");
+  lua_setmetatable(L, priv);
+  lua_pushvalue(L, priv);
+  lua_setfield(L, LUA_REGISTRYINDEX, "zorch.private");
+  return priv;
+}
+
+/* In a sandbox, the environment of the embedded modules: the globals as they
+   are now, with the io and os of lz_push_module_io, reading through to the
+   globals for anything defined later. Pushes it and returns its index, or
+   returns 0 and pushes nothing outside a sandbox. */
+static int open_module_env(lua_State *L) {
+  lz_vm *vm = lz_vm_get(L);
+  if (!vm || !vm->sandbox) return 0;
+  lua_newtable(L);
+  int env = lua_gettop(L);
+  lua_pushglobaltable(L);
+  int g = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, g)) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, env);
+  }
+  lz_push_module_io(L);
+  lua_setfield(L, env, "os");
+  lua_setfield(L, env, "io");
+  lua_createtable(L, 0, 1);
+  lua_pushvalue(L, g);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, env);
+  lua_settop(L, env);
+  return env;
+}
+
 int luaopen_zorch(lua_State *L) {
   luaL_checkversion(L);
   lz_open_tensor(L);
@@ -198,10 +274,14 @@ int luaopen_zorch(lua_State *L) {
   lz_open_tboard(L);
   lua_pushliteral(L, ZORCH_VERSION);
   lua_setfield(L, z, "version");
+  int priv = open_private(L, z);
+  int env = open_module_env(L);
   /* the Lua modules, in order: each chunk gets the module table and returns its
      part, which is also what `require "zorch.NAME"` gives (true for none). The
      chunk is named after the file `make install` puts in the Lua directory
-     (share/lua/5.4/zorch/NAME.lua), as package.path would find it. */
+     (share/lua/5.4/zorch/NAME.lua), as package.path would find it. What a
+     chunk gets as `zorch` is the private table, which reads through to the
+     module table. */
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   int loaded = lua_gettop(L);
   for (const lz_module *m = lz_modules; m->name; m++) {
@@ -209,7 +289,11 @@ int luaopen_zorch(lua_State *L) {
     snprintf(chunk, sizeof chunk, "@zorch/%s.lua", m->name);
     snprintf(modname, sizeof modname, "zorch.%s", m->name);
     if (luaL_loadbuffer(L, m->src, m->len, chunk) != LUA_OK) return lua_error(L);
-    lua_pushvalue(L, z);
+    if (env) {
+      lua_pushvalue(L, env);
+      lua_setupvalue(L, -2, 1);
+    }
+    lua_pushvalue(L, priv);
     lua_call(L, 1, 1);
     if (lua_isnil(L, -1)) {
       lua_pop(L, 1);

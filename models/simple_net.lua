@@ -4,6 +4,7 @@
 -- On a terminal a progress bar runs under the epoch lines; --print-every adds
 -- step lines, --log/--csv/--tensorboard write the metrics (zorch plot draws them).
 local zorch = require "zorch"
+local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers (a terminal test, a barrier)
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 
 local opt = zorch.flags(arg, {
@@ -54,7 +55,7 @@ end
 local accum = opt.accum
 local first_world = tonumber(os.getenv("ZORCH_ELASTIC_WORLD") or "")
 if first_world then
-  local _, world = zorch._comm()
+  local _, world = Z._comm()
   if (accum * first_world) % world ~= 0 then
     error(("simple_net: a global batch of %d x %d accumulation x %d ranks does not split over %d ranks"):format(
       opt["batch-size"], accum, first_world, world), 0)
@@ -112,7 +113,7 @@ local logger = (opt.log ~= "" or opt.csv ~= "" or opt.tensorboard ~= "") and zor
   jsonl = opt.log ~= "" and opt.log or nil, csv = opt.csv ~= "" and opt.csv or nil,
   tensorboard = opt.tensorboard ~= "" and opt.tensorboard or nil} or nil
 local bar
-if not opt.quiet and zorch._is_terminal(io.stderr) then
+if not opt.quiet and Z._is_terminal(io.stderr) then
   local total = (opt.epochs - first_epoch + 1) * (#loader // accum)
   if opt.steps > 0 then total = math.min(total, math.max(opt.steps - steps, 0)) end
   bar = zorch.progress(total, {unit = "step"})
@@ -172,7 +173,7 @@ if opt.report then
         r, c.sent, c.received, m.numel * 4))
       io.stdout:flush()
     end
-    zorch._allreduce(zorch.zeros(1)) -- a barrier, so lines come out in rank order
+    Z._allreduce(zorch.zeros(1)) -- a barrier, so lines come out in rank order
   end
 end
 if ckdir ~= "" then engine:save_checkpoint(ckdir) end

@@ -46,6 +46,52 @@ int main(void) {
      "the heap limit becomes an error: %s", zorch_vm_error(sb));
   ok(zorch_vm_dostring(sb, "x = 1 + 1", "=t") == ZORCH_OK, "the VM keeps working after hitting the limit");
   zorch_vm_free(sb);
+
+  /* a hook a VM put on a host tensor does not outlive the VM */
+  zorch_tensor *w = zorch_ones(1, (int64_t[]){3}, ZORCH_F32, (zorch_device){ZORCH_CPU, 0});
+  zorch_set_requires_grad(w, true);
+  zorch_vm *hv = zorch_vm_new(NULL);
+  ok(zorch_vm_dostring(hv, "function hook(w) w:register_hook(function(t) seen = (seen or 0) + 1; "
+                           "grad_on = zorch.is_grad_enabled() end) end", "=t") == ZORCH_OK &&
+         zorch_vm_call(hv, "hook", 1, &w, 0, NULL) == ZORCH_OK,
+     "a VM puts a hook on a host tensor");
+  zorch_tensor *loss = zorch_sum(w, 0, NULL, false);
+  ok(zorch_backward(loss, NULL, false) == ZORCH_OK && zorch_vm_dostring(hv, "assert(seen == 1 and grad_on == false)", "=t") == ZORCH_OK,
+     "a backward from the host runs it in the VM, grad mode off: %s", zorch_vm_error(hv));
+  zorch_tensor_free(loss);
+  zorch_vm_free(hv);
+  loss = zorch_sum(w, 0, NULL, false);
+  ok(zorch_backward(loss, NULL, false) == ZORCH_OK, "after the VM is freed the tensor's backward runs without its hook");
+  zorch_tensor_free(loss);
+  zorch_tensor_free(w);
+
+  /* many results */
+  zorch_vm *mv = zorch_vm_new(NULL);
+  ok(zorch_vm_dostring(mv, "function many() local t = {} for i = 1, 300 do t[i] = zorch.ones(1) end "
+                           "return table.unpack(t) end", "=t") == ZORCH_OK, "a function with 300 results");
+  zorch_tensor *many[300];
+  ok(zorch_vm_call(mv, "many", 0, NULL, 300, many) == ZORCH_OK && many[299] && at(many[299], 0) == 1,
+     "vm_call takes 300 results: %s", zorch_vm_error(mv));
+  for (int i = 0; i < 300; i++) zorch_tensor_free(many[i]);
+  zorch_tensor **huge = calloc(2000000, sizeof *huge);
+  ok(zorch_vm_call(mv, "many", 0, NULL, 2000000, huge) != ZORCH_OK && strstr(zorch_vm_error(mv), "results"),
+     "too many results is an error: %s", zorch_vm_error(mv));
+  free(huge);
+  zorch_vm_free(mv);
+
+  /* the Lua heap limit hit anywhere in a call leaks nothing (ASan checks) */
+  int passed = 0;
+  for (size_t lim = 160 << 10; lim < (3u << 20) && !passed; lim += 4096) {
+    zorch_vm *lv = zorch_vm_new(&(zorch_vm_opts){.mem_limit = lim});
+    if (!lv) continue;
+    zorch_tensor *r[3] = {NULL, NULL, NULL};
+    if (zorch_vm_dostring(lv, "function f(x) local t = {} for i = 1, 2000 do t[i] = x + 1 end return x * 2, x + 1, t[1] end", "=t") == ZORCH_OK &&
+        zorch_vm_call(lv, "f", 1, &x, 3, r) == ZORCH_OK)
+      passed = 1;
+    for (int i = 0; i < 3; i++) zorch_tensor_free(r[i]);
+    zorch_vm_free(lv);
+  }
+  ok(passed, "calls under growing heap limits fail cleanly, then pass");
   zorch_tensor_free(x);
   zorch_tensor_free(outs[0]);
   zorch_tensor_free(again);

@@ -169,10 +169,10 @@ static int read_npy(zorch_vm *vm, const char *path) { return fuzz_lua(vm, "zorch
    field checked), and the DeepSpeed config reader behind zorch.Engine(json):
    both return false and a message for bad input; neither may raise. */
 static int read_manifest(zorch_vm *vm, const char *path) {
-  return fuzz_lua(vm, "assert(select('#', zorch._read_manifest_text(io.open(P, 'rb'):read('a'))) >= 1)", path);
+  return fuzz_lua(vm, "assert(select('#', debug.getregistry()['zorch.private']._read_manifest_text(io.open(P, 'rb'):read('a'))) >= 1)", path);
 }
 static int read_ds(zorch_vm *vm, const char *path) {
-  return fuzz_lua(vm, "assert(select('#', zorch._read_ds_config_text(io.open(P, 'rb'):read('a'), 1)) >= 1)", path);
+  return fuzz_lua(vm, "assert(select('#', debug.getregistry()['zorch.private']._read_ds_config_text(io.open(P, 'rb'):read('a'), 1)) >= 1)", path);
 }
 
 /* Feeds `count` mutations of the corpus to the reader; returns how many

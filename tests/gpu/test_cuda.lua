@@ -5,6 +5,7 @@
 package.path = "../lua/?.lua;lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
+local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers
 
 if not zorch.cuda.available() then
   print("1..0 # SKIP no CUDA device (" .. (zorch.cuda.built() and "this machine has no GPU" or "a CPU-only build") .. ")")
@@ -40,14 +41,14 @@ for _, dt in ipairs({"float32", "float64", "bfloat16", "float16"}) do
   local pos, gpos = a:abs() + 0.5, ga:abs() + 0.5
   local posb, gposb = b:abs() + 0.5, gb:abs() + 0.5
   -- every elementwise op of the registry, by name, b broadcast against a
-  for _, op in ipairs(zorch._pointwise_ops()) do
+  for _, op in ipairs(Z._pointwise_ops()) do
     local cpu_in = {op.positive[1] and pos or a, op.positive[2] and posb or b}
     local gpu_in = {op.positive[1] and gpos or ga, op.positive[2] and gposb or gb}
     local function run(inputs)
       local args = {op.name}
       for i = 1, op.nin do args[#args + 1] = inputs[i] end
       for i = 1, op.nparams do args[#args + 1] = OP_PARAMS[i] end
-      return zorch._pointwise(table.unpack(args))
+      return Z._pointwise(table.unpack(args))
     end
     same(run(cpu_in), run(gpu_in), (OP_TOL[op.name] or 1) * EW[dt], dt .. ": " .. op.name)
   end
@@ -204,7 +205,7 @@ do
 end
 
 -- autograd through GPU ops: every differentiable op of the registry, then a chain
-for _, op in ipairs(zorch._pointwise_ops()) do
+for _, op in ipairs(Z._pointwise_ops()) do
   if op.differentiable then
     local function run(device)
       zorch.manual_seed(17)
@@ -216,7 +217,7 @@ for _, op in ipairs(zorch._pointwise_ops()) do
         args[#args + 1] = inputs[i]
       end
       for i = 1, op.nparams do args[#args + 1] = OP_PARAMS[i] end
-      local y = zorch._pointwise(table.unpack(args))
+      local y = Z._pointwise(table.unpack(args))
       local w = zorch.randn(6, 7, {dtype = "float64"}):to(device)
       local loss = (y * w):sum()
       loss:backward()

@@ -4,6 +4,7 @@
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
+local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers
 
 local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
 
@@ -30,27 +31,27 @@ local function u32(s, i) return string.unpack("<I4", s, i) end
 
 local dir = os.tmpname()
 os.remove(dir)
-zorch._mkdir(dir)
+Z._mkdir(dir)
 
 -- ---- CRC32C and the TensorBoard record encoding ------------------------------------
-tap.ok(zorch._crc32c("123456789") == 0xE3069283, ("crc32c('123456789') = 0xE3069283 (got 0x%08X)"):format(
-  zorch._crc32c("123456789")))
-tap.ok(zorch._crc32c("") == 0, "crc32c of nothing is 0")
+tap.ok(Z._crc32c("123456789") == 0xE3069283, ("crc32c('123456789') = 0xE3069283 (got 0x%08X)"):format(
+  Z._crc32c("123456789")))
+tap.ok(Z._crc32c("") == 0, "crc32c of nothing is 0")
 -- the masked form, as tensorboard's masked_crc32c computes it
-tap.ok(zorch._crc32c("123456789", true) == 0xc78ab0e5, "masked crc32c('123456789') = 0xc78ab0e5")
+tap.ok(Z._crc32c("123456789", true) == 0xc78ab0e5, "masked crc32c('123456789') = 0xc78ab0e5")
 
 -- the Event bytes equal protobuf's serialisation of the same messages (tensorboard.Event)
-local rec = zorch._tb_event(7, {loss = 0.5}, nil, 1234.5)
+local rec = Z._tb_event(7, {loss = 0.5}, nil, 1234.5)
 local len = string.unpack("<I8", rec)
 tap.ok(#rec == 8 + 4 + len + 4, "a record is length, crc, data, crc")
-tap.ok(u32(rec, 9) == zorch._crc32c(rec:sub(1, 8), true) and
-       u32(rec, 13 + len) == zorch._crc32c(rec:sub(13, 12 + len), true), "both masked CRCs check")
+tap.ok(u32(rec, 9) == Z._crc32c(rec:sub(1, 8), true) and
+       u32(rec, 13 + len) == Z._crc32c(rec:sub(13, 12 + len), true), "both masked CRCs check")
 tap.ok(hex(rec:sub(13, 12 + len)) == "0900000000004a934010072a0d0a0b0a046c6f7373150000003f",
        "a scalar event is encoded as protobuf does: " .. hex(rec:sub(13, 12 + len)))
-rec = zorch._tb_event(-3, nil, "brain.Event:2", 1234.5)
+rec = Z._tb_event(-3, nil, "brain.Event:2", 1234.5)
 tap.ok(hex(rec:sub(13, -5)) == "0900000000004a934010fdffffffffffffffff011a0d627261696e2e4576656e743a32",
        "the file_version event, with a negative int64 step, too")
-tap.raises("an event's step must be an integer", function() zorch._tb_event("x") end, "number expected")
+tap.raises("an event's step must be an integer", function() Z._tb_event("x") end, "number expected")
 
 -- ---- progress: wall clock, close, rank 0 only --------------------------------------
 local lines = {}
@@ -101,11 +102,12 @@ tap.raises("progress checks its total", function() zorch.progress("ten") end, "p
 local script = dir .. "/ranks.lua"
 write(script, ([[
 local zorch = require "zorch"
+local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers
 local bar = zorch.progress(4, {every = 1, tty = false, out = io.stdout})
 for i = 1, 4 do bar:update(1, {loss = i}) end
 bar:close()
 local log = zorch.Logger{jsonl = %q}
-log:log(1, {loss = zorch._env_rank()})
+log:log(1, {loss = Z._env_rank()})
 log:close()
 ]]):format(dir .. "/ranks.jsonl"))
 local out, ok = run(("%s launch -n 2 %s"):format(bin, script))
@@ -123,11 +125,11 @@ log:close()
 log:close()
 local jl = {}
 for line in read(dir .. "/l.jsonl"):gmatch("[^\n]+") do jl[#jl + 1] = line end
-local r1, r2 = zorch._json_decode(jl[1]), zorch._json_decode(jl[2])
+local r1, r2 = Z._json_decode(jl[1]), Z._json_decode(jl[2])
 tap.ok(#jl == 4 and r1.step == 1 and r1.loss == 0.5 and r1.lr == 0.001 and r2.loss == 0.25 and type(r1.time) == "number",
        "JSON lines: step, time and the values (a tensor read as a number): " .. jl[1])
-tap.ok(zorch._json_decode(jl[3]).note == 'a, "b"' and jl[4]:find('"loss": null', 1, true) and
-       zorch._json_decode(jl[4]).ok == 1, "strings kept, NaN written as null, booleans as 1/0")
+tap.ok(Z._json_decode(jl[3]).note == 'a, "b"' and jl[4]:find('"loss": null', 1, true) and
+       Z._json_decode(jl[4]).ok == 1, "strings kept, NaN written as null, booleans as 1/0")
 local csv = {}
 for line in read(dir .. "/l.csv"):gmatch("[^\n]+") do csv[#csv + 1] = line end
 tap.ok(csv[1] == "step,time,loss,lr,epoch,note,ok", "the CSV header grows with new names: " .. csv[1])
@@ -142,8 +144,8 @@ local nrec, pos, good = 0, 1, true
 while pos <= #ev do
   local n = string.unpack("<I8", ev, pos)
   local data = ev:sub(pos + 12, pos + 11 + n)
-  good = good and u32(ev, pos + 8) == zorch._crc32c(ev:sub(pos, pos + 7), true) and
-         u32(ev, pos + 12 + n) == zorch._crc32c(data, true)
+  good = good and u32(ev, pos + 8) == Z._crc32c(ev:sub(pos, pos + 7), true) and
+         u32(ev, pos + 12 + n) == Z._crc32c(data, true)
   nrec, pos = nrec + 1, pos + 16 + n
 end
 tap.ok(good and nrec == 5 and pos == #ev + 1, ("the event file is 5 framed records with good CRCs (got %d)"):format(nrec))
@@ -169,7 +171,7 @@ print(json.dumps({t: [[e.step, value(e.value)] for e in ea.Scalars(t)] for t in 
 write(dir .. "/read_tb.py", read_tb)
 if python_tb then
   out = run(("python3 %s/read_tb.py %s"):format(dir, tbdir))
-  local okj, sc = pcall(zorch._json_decode, out:match("{.*}") or "")
+  local okj, sc = pcall(Z._json_decode, out:match("{.*}") or "")
   tap.ok(okj and sc.loss and #sc.loss == 3 and sc.loss[1][1] == 1 and sc.loss[1][2] == 0.5 and sc.loss[2][2] == 0.25 and
          sc.loss[3][2] == "nan" and #sc.lr == 3 and math.abs(sc.lr[3][2] - 0.003) < 1e-9 and sc.epoch[1][1] == 2 and not sc.note,
          "tensorboard's EventAccumulator reads the logged scalars: " .. out:sub(1, 300))
@@ -190,7 +192,7 @@ tap.ok(epoch_line and epoch_line:match("grad norm: [%d.]+  lr: [%d.e-]+  samples
 tap.ok(select(2, out:gsub("\nstep %d+ ", "")) + (out:match("^step ") and 1 or 0) == 6, "a step line every 10 of 60 steps")
 local rows, epochs = {}, {}
 for line in (read(dir .. "/m.jsonl") or ""):gmatch("[^\n]+") do
-  local r = zorch._json_decode(line)
+  local r = Z._json_decode(line)
   if r.epoch then epochs[#epochs + 1] = r else rows[#rows + 1] = r end
 end
 tap.ok(#rows == 60 and rows[60].step == 60 and rows[1].loss > 0 and rows[1].lr == 0.00015 and rows[1].grad_norm > 0,
@@ -206,7 +208,7 @@ tap.ok(#csv == 64 and csv[1] == "step,time,grad_norm,loss,lr,epoch,epoch_loss,sa
        tonumber(c2[4]) == rows[1].loss, "--csv: the same rows and values: " .. (csv[1] or ""))
 if python_tb then
   out = run(("python3 %s/read_tb.py %s/tb/run"):format(dir, dir))
-  local okj, sc = pcall(zorch._json_decode, out:match("{.*}") or "")
+  local okj, sc = pcall(Z._json_decode, out:match("{.*}") or "")
   local match = okj and sc.loss and #sc.loss == 60
   for i = 1, 60 do
     match = match and sc.loss[i][1] == rows[i].step and math.abs(sc.loss[i][2] - rows[i].loss) <= 1e-6 * rows[i].loss

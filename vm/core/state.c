@@ -1,11 +1,12 @@
 /* state.c: per-thread and per-VM state (state.h). */
 #include "state.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 /* The default seed is fixed: runs are reproducible unless asked otherwise. */
 #define RNG_DEFAULT_SEED 20240229u
-#define ZSTATE_INIT {{RNG_DEFAULT_SEED, 0, true}, true, ZORCH_OK, "", ""}
+#define ZSTATE_INIT {{RNG_DEFAULT_SEED, 0, true}, true, ZORCH_OK, "", "", NULL}
 
 static _Thread_local zstate thread_state = ZSTATE_INIT;
 static _Thread_local zstate *current;
@@ -27,4 +28,17 @@ zstate *zstate_new(void) {
 void zstate_free(zstate *s) {
   if (s && current == s) current = NULL;
   free(s);
+}
+
+zmem_account *zmem_account_new(size_t limit) {
+  zmem_account *a = malloc(sizeof *a);
+  if (!a) return NULL;
+  atomic_init(&a->used, 0);
+  a->limit = limit;
+  atomic_init(&a->refs, 1);
+  return a;
+}
+
+void zmem_account_release(zmem_account *a) {
+  if (a && atomic_fetch_sub(&a->refs, 1) == 1) free(a);
 }

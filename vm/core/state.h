@@ -16,6 +16,19 @@ struct zorch_generator {
   bool in_state; /* a state's default generator: never freed on its own */
 };
 
+/* A byte budget for tensor storage (a VM's tensor_limit). Each storage charged
+   to it keeps a reference, so the account outlives a VM whose tensors the host
+   still holds. */
+typedef struct zmem_account {
+  _Atomic size_t used;
+  size_t limit;
+  _Atomic int refs;
+} zmem_account;
+
+/* A new account of `limit` bytes with one reference; NULL when out of memory. */
+zmem_account *zmem_account_new(size_t limit);
+void zmem_account_release(zmem_account *a);
+
 #define ZSTATE_MSG 1024
 typedef struct zstate {
   zorch_generator gen; /* the default generator */
@@ -23,6 +36,7 @@ typedef struct zstate {
   zorch_status err_code;
   char err_msg[ZSTATE_MSG]; /* the message, 0-based (zorch_last_error) */
   char err_raw[ZSTATE_MSG]; /* the same with its numbers marked (error.h) */
+  zmem_account *mem;        /* tensor storage allocated while current is charged here (NULL: none) */
 } zstate;
 
 /* The current state of this thread (its own unless a VM swapped one in). */

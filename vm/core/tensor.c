@@ -1,11 +1,13 @@
 /* tensor.c: storage, tensor handles, reference counting and geometry helpers. */
 #include "tensor.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
 #include "node.h"
+#include "state.h"
 
 bool alloc_cache_enabled(void) {
 #if defined(__SANITIZE_ADDRESS__)
@@ -46,6 +48,28 @@ static void cache_put(struct_cache *c, void *p) {
 #define storage_struct_new() ((storage *)cache_get(&storage_cache, sizeof(storage)))
 #define storage_struct_free(s) cache_put(&storage_cache, (s))
 
+/* Charges nbytes to a tensor byte account (a VM's tensor_limit), taking a
+   reference to it; false, with the error set, past its limit. */
+static _Thread_local bool mem_refused; /* the last storage_new failed on its account's limit */
+static bool mem_charge(zmem_account *a, size_t nbytes) {
+  size_t used = atomic_fetch_add(&a->used, nbytes);
+  if (used + nbytes < used || used + nbytes > a->limit) {
+    atomic_fetch_sub(&a->used, nbytes);
+    mem_refused = true;
+    err_set(ZORCH_ERR_OOM, "tensor memory limit of %zu bytes reached (%zu in use, %zu more asked)", a->limit,
+            used, nbytes);
+    return false;
+  }
+  atomic_fetch_add(&a->refs, 1);
+  return true;
+}
+
+static void mem_uncharge(zmem_account *a, size_t nbytes) {
+  if (!a) return;
+  atomic_fetch_sub(&a->used, nbytes);
+  zmem_account_release(a);
+}
+
 static storage *storage_new(size_t nbytes, zorch_device dev) {
   const device_mem *m = device_mem_get(dev.type);
   if (!m || dev.index < 0 || dev.index >= m->count()) {
@@ -56,10 +80,17 @@ static storage *storage_new(size_t nbytes, zorch_device dev) {
     return err_null(ZORCH_ERR_DEVICE, "device %s: not available (%d CUDA device%s present)", name, n,
                     n == 1 ? "" : "s");
   }
+  zmem_account *mem = zstate_get()->mem;
+  mem_refused = false;
+  if (mem && !mem_charge(mem, nbytes)) return NULL;
   storage *s = storage_struct_new();
-  if (!s) return err_null(ZORCH_ERR_OOM, "out of memory");
+  if (!s) {
+    mem_uncharge(mem, nbytes);
+    return err_null(ZORCH_ERR_OOM, "out of memory");
+  }
   s->data = m->alloc(dev.index, nbytes);
   if (!s->data) {
+    mem_uncharge(mem, nbytes);
     storage_struct_free(s);
     /* a device allocator says itself what it was asked and what it holds */
     return dev.type == ZORCH_CPU ? err_null(ZORCH_ERR_OOM, "out of memory allocating %zu bytes", nbytes) : NULL;
@@ -67,6 +98,7 @@ static storage *storage_new(size_t nbytes, zorch_device dev) {
   s->refcount = 1;
   s->nbytes = nbytes;
   s->device = dev;
+  s->mem = mem;
   return s;
 }
 
@@ -76,6 +108,7 @@ static void storage_release(storage *s) {
     s->deleter(s->data, s->deleter_ctx);
   else if (!s->borrowed && s->data)
     device_mem_get(s->device.type)->free(s->device.index, s->data);
+  mem_uncharge(s->mem, s->nbytes);
   storage_struct_free(s);
 }
 
@@ -184,7 +217,7 @@ zorch_tensor *tensor_new(int ndim, const int64_t *shape, zorch_dtype dt, zorch_d
   if (n < 0) return NULL;
   storage *s = storage_new((size_t)n * dtype_sizes[dt], dev);
   if (!s) {
-    if (zorch_last_status() == ZORCH_ERR_OOM) {
+    if (zorch_last_status() == ZORCH_ERR_OOM && !mem_refused) {
       char buf[ERR_SHAPE_BUF];
       err_set(ZORCH_ERR_OOM, "out of memory allocating %lld bytes for a %s tensor of shape %s",
               (long long)(n * (int64_t)dtype_sizes[dt]), zorch_dtype_name(dt),

@@ -19,6 +19,7 @@ typedef struct storage {
   void *deleter_ctx;
   bool borrowed; /* wrapped without a deleter: never freed by zorch */
   uint32_t version; /* bumped by each in-place write; autograd checks saved tensors against it */
+  struct zmem_account *mem; /* the account charged with nbytes (state.h), or NULL */
 } storage;
 
 typedef struct ag_node ag_node;

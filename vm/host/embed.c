@@ -1,6 +1,7 @@
 /* embed.c: a Lua VM with zorch loaded, for C hosts: run files and strings, call
    Lua functions with tensors, optionally sandboxed and with a Lua heap limit. */
 #include <lauxlib.h>
+#include <limits.h>
 #include <lua.h>
 #include <lualib.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 
 #include "../core/error.h"
 #include "../core/state.h"
+#include "../../lua/lz.h"
 #include "zorch.h"
 
 /* A VM owns its Lua state and its zorch state (default generator, grad mode,
@@ -17,6 +19,7 @@ struct zorch_vm {
   lua_State *L;
   zstate *state;
   size_t used, limit;
+  lz_vm ctx; /* sandbox folders and budget, seen by the Lua layer */
   char err[2048];
 };
 
@@ -67,8 +70,61 @@ static int vm_load_text(lua_State *L) {
   return lua_gettop(L);
 }
 
+/* collectgarbage without the options that change the collector: a stopped
+   collector would keep every dropped tensor's memory until the host frees the VM. */
+static int vm_collectgarbage(lua_State *L) {
+  static const char *const safe[] = {"collect", "count", "step", "isrunning", NULL};
+  luaL_checkoption(L, 1, "collect", safe);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* setmetatable without __gc: Lua runs finalizers with hooks off, so a looping
+   one could not be stopped by the budget. */
+static int vm_setmetatable(lua_State *L) {
+  if (lua_istable(L, 2)) {
+    lua_pushliteral(L, "__gc");
+    if (lua_rawget(L, 2) != LUA_TNIL)
+      return luaL_error(L, "setmetatable: __gc metamethods are not allowed in this sandbox");
+    lua_pop(L, 1);
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* The message handler of the sandbox's xpcall: the script's handler, except
+   once the budget is spent (an error raised from the count hook runs its
+   handler with hooks off). Upvalue 1: the script's handler. */
+static int vm_xpcall_handler(lua_State *L) {
+  lz_vm *vm = lz_vm_get(L);
+  if (vm && vm->exceeded) return 1;
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+/* xpcall(f, h, ...) with h wrapped by vm_xpcall_handler. Upvalue 1: xpcall. */
+static int vm_xpcall(lua_State *L) {
+  luaL_checkany(L, 2);
+  lua_pushvalue(L, 2);
+  lua_pushcclosure(L, vm_xpcall_handler, 1);
+  lua_replace(L, 2);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
 static int vm_open(lua_State *L) {
-  bool sandbox = lua_toboolean(L, 1);
+  zorch_vm *vm = lua_touserdata(L, 1);
+  bool sandbox = vm->ctx.sandbox;
+  lua_pushlightuserdata(L, &vm->ctx);
+  lua_setfield(L, LUA_REGISTRYINDEX, "zorch.vm");
   if (!sandbox) {
     luaL_openlibs(L);
   } else {
@@ -89,13 +145,33 @@ static int vm_open(lua_State *L) {
     lua_setglobal(L, "load");
     lua_pushcfunction(L, vm_require);
     lua_setglobal(L, "require");
+    lua_getglobal(L, "string");
+    lua_pushnil(L);
+    lua_setfield(L, -2, "dump");
+    lua_pop(L, 1);
+    lua_getglobal(L, "collectgarbage");
+    lua_pushcclosure(L, vm_collectgarbage, 1);
+    lua_setglobal(L, "collectgarbage");
   }
   luaL_requiref(L, "zorch", luaopen_zorch, 1);
+  if (sandbox) { /* after zorch: its modules keep the plain ones */
+    lua_getglobal(L, "setmetatable");
+    lua_pushcclosure(L, vm_setmetatable, 1);
+    lua_setglobal(L, "setmetatable");
+    lua_getglobal(L, "xpcall");
+    lua_pushcclosure(L, vm_xpcall, 1);
+    lua_setglobal(L, "xpcall");
+  }
   return 0;
 }
 
 static zorch_status vm_fail(zorch_vm *vm, int st) {
   const char *m = lua_tostring(vm->L, -1);
+  if (vm->ctx.exceeded) {
+    snprintf(vm->err, sizeof vm->err, "%s", m ? m : vm->ctx.why);
+    lua_pop(vm->L, 1);
+    return err_set(ZORCH_ERR_TIMEOUT, "%s", vm->err);
+  }
   if (st == LUA_ERRMEM && vm->limit)
     snprintf(vm->err, sizeof vm->err, "memory limit of %zu bytes of Lua heap reached", vm->limit);
   else
@@ -104,22 +180,47 @@ static zorch_status vm_fail(zorch_vm *vm, int st) {
   return err_set(st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE, "%s", vm->err);
 }
 
-/* Makes the VM's state current for the duration of an entry. */
-#define VM_ENTER(vm) zstate *vm_prev_state = zstate_swap((vm)->state)
-#define VM_LEAVE() zstate_swap(vm_prev_state)
+/* Makes the VM's state current and starts its budget for an entry. */
+#define VM_ENTER(vm) zstate *vm_prev_state = lz_vm_enter(&(vm)->ctx)
+#define VM_LEAVE(vm) lz_vm_leave(&(vm)->ctx, vm_prev_state)
 
 /* Ends an entry: the caller's state gets the VM's failure too. */
 static zorch_status vm_leave(zorch_vm *vm, zstate *prev, zorch_status st) {
-  zstate_swap(prev);
+  lz_vm_leave(&vm->ctx, prev);
   return st ? err_set(st, "%s", vm->err) : ZORCH_OK;
+}
+
+static void dirs_free(char **dirs) {
+  for (char **d = dirs; d && *d; d++) free(*d);
+  free(dirs);
+}
+
+/* Resolves a host's folder list (realpath); NULL with the error set when one
+   does not resolve or memory runs out. An empty list for NULL. */
+static char **dirs_resolve(const char *const *dirs) {
+  size_t n = 0;
+  while (dirs && dirs[n]) n++;
+  char **out = calloc(n + 1, sizeof *out);
+  if (!out) return err_null(ZORCH_ERR_OOM, "vm_new: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    if (!(out[i] = realpath(dirs[i], NULL))) {
+      dirs_free(out);
+      return err_null(ZORCH_ERR_ARG, "vm_new: allowed folder '%s' does not resolve", dirs[i]);
+    }
+  }
+  return out;
 }
 
 static void vm_destroy(zorch_vm *vm) {
   if (vm->L) {
-    VM_ENTER(vm);
+    VM_ENTER(vm); /* finalizers written in Lua run under the budget too */
     lua_close(vm->L);
-    VM_LEAVE();
+    vm->ctx.main = NULL;
+    zstate_swap(vm_prev_state);
   }
+  dirs_free(vm->ctx.read_dirs);
+  dirs_free(vm->ctx.write_dirs);
+  zmem_account_release(vm->state ? vm->state->mem : NULL);
   zstate_free(vm->state);
   free(vm);
 }
@@ -131,17 +232,43 @@ zorch_vm *zorch_vm_new(const zorch_vm_opts *opts) {
     return err_null(ZORCH_ERR_OOM, "vm_new: out of memory");
   }
   vm->limit = opts ? opts->mem_limit : 0;
+  vm->ctx.state = vm->state;
+  if (opts) {
+    vm->ctx.sandbox = opts->sandbox != 0;
+    vm->ctx.max_instructions = opts->max_instructions;
+    vm->ctx.max_seconds = opts->max_seconds > 0 ? opts->max_seconds : 0;
+    if (opts->sandbox && (!(vm->ctx.read_dirs = dirs_resolve(opts->allow_read)) ||
+                          !(vm->ctx.write_dirs = dirs_resolve(opts->allow_write)))) {
+      char msg[sizeof vm->err];
+      snprintf(msg, sizeof msg, "%s", zorch_last_error());
+      zorch_status code = zorch_last_status();
+      vm_destroy(vm);
+      return err_null(code, "%s", msg);
+    }
+    if (opts->tensor_limit && !(vm->state->mem = zmem_account_new(opts->tensor_limit))) {
+      vm_destroy(vm);
+      return err_null(ZORCH_ERR_OOM, "vm_new: out of memory");
+    }
+  }
   vm->L = lua_newstate(vm_alloc, vm);
   if (!vm->L) {
     vm_destroy(vm);
     return err_null(ZORCH_ERR_OOM, "vm_new: cannot create a Lua state");
   }
+  vm->ctx.main = vm->L;
+  /* loading zorch's own modules is not the script's budget */
+  unsigned long long max_instructions = vm->ctx.max_instructions;
+  double max_seconds = vm->ctx.max_seconds;
+  vm->ctx.max_instructions = 0;
+  vm->ctx.max_seconds = 0;
   VM_ENTER(vm);
   lua_pushcfunction(vm->L, vm_open);
-  lua_pushboolean(vm->L, opts && opts->sandbox);
+  lua_pushlightuserdata(vm->L, vm);
   int st = lua_pcall(vm->L, 1, 0, 0);
   if (st != LUA_OK) vm_fail(vm, st);
-  VM_LEAVE();
+  VM_LEAVE(vm);
+  vm->ctx.max_instructions = max_instructions;
+  vm->ctx.max_seconds = max_seconds;
   if (st != LUA_OK) {
     char msg[sizeof vm->err];
     memcpy(msg, vm->err, sizeof msg);
@@ -161,7 +288,7 @@ const char *zorch_vm_error(const zorch_vm *vm) { return vm ? vm->err : "no vm"; 
 /* Runs the function below nargs arguments on the stack, in the VM's state. */
 static zorch_status vm_run(zorch_vm *vm, int loadst, int nargs, int nres) {
   if (loadst != LUA_OK) return vm_fail(vm, loadst);
-  zstate *prev = zstate_swap(vm->state);
+  zstate *prev = lz_vm_enter(&vm->ctx);
   int base = lua_gettop(vm->L) - nargs;
   lua_pushcfunction(vm->L, vm_traceback);
   lua_insert(vm->L, base);
@@ -192,7 +319,9 @@ typedef struct {
 /* Runs inside a protected call: pushing values can raise (memory limit). */
 static int vm_call_body(lua_State *L) {
   vm_call_args *a = lua_touserdata(L, 1);
-  luaL_checkstack(L, a->nin + 4, "vm_call");
+  int need = (a->nin > a->nout ? a->nin : a->nout) + 4;
+  if (!lua_checkstack(L, need))
+    return luaL_error(L, "vm_call: %d arguments and %d results do not fit on the Lua stack", a->nin, a->nout);
   if (lua_getglobal(L, a->fn) != LUA_TFUNCTION)
     return luaL_error(L, "vm_call: global '%s' is not a function", a->fn);
   for (int i = 0; i < a->nin; i++) {

@@ -428,7 +428,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "consolidate") == 0) {
     static const char chunk[] =
         "local zorch = require 'zorch'\n"
-        "local n = zorch._consolidate(...)\n"
+        "local n = debug.getregistry()[\"zorch.private\"]._consolidate(...)\n"
         "print(('consolidated %d parameters into %s'):format(n, select(2, ...)))\n";
     make_args(L, argv, argc, 1);
     st = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=consolidate");
@@ -439,7 +439,8 @@ int main(int argc, char **argv) {
     report(L, st);
   } else if (argc > 1 && strcmp(argv[1], "plot") == 0) {
     static const char chunk[] =
-        "local ok, msg = require('zorch')._plot_cli(...)\n"
+        "require('zorch')\n"
+        "local ok, msg = debug.getregistry()[\"zorch.private\"]._plot_cli(...)\n"
         "if not ok then io.stderr:write(msg, '\\n'); os.exit(2, true) end\n";
     make_args(L, argv, argc, 1);
     st = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=plot");

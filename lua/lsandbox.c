@@ -1,0 +1,210 @@
+/* lsandbox.c: what a script in an embedding host's VM may do: the folders it
+   may read and write (every zorch function that touches a file asks
+   lz_check_path), the io and os the embedded Lua modules get in place of the
+   standard libraries, and the instruction and time budget of each entry. */
+#include <errno.h>
+#include <limits.h>
+#include <lualib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "../vm/core/state.h"
+#include "lz.h"
+
+lz_vm *lz_vm_get(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, "zorch.vm");
+  lz_vm *vm = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return vm;
+}
+
+/* ---- the budget ------------------------------------------------------------------ */
+#define HOOK_EVERY 1000 /* instructions between two looks at the budget */
+
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int hook_every(const lz_vm *vm) {
+  return vm->max_instructions && vm->max_instructions < HOOK_EVERY ? (int)vm->max_instructions : HOOK_EVERY;
+}
+
+/* The count hook: past the budget it raises, and from then on raises at every
+   instruction of the running thread and of the main thread, so a script's
+   pcall cannot keep going: each instruction after the pcall returns raises
+   again, until the entry returns to the host. */
+static void budget_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lz_vm *vm = lz_vm_get(L);
+  if (!vm || vm->depth == 0) return;
+  if (!vm->exceeded) {
+    vm->steps += (unsigned long long)hook_every(vm);
+    if (vm->max_instructions && vm->steps >= vm->max_instructions)
+      snprintf(vm->why, sizeof vm->why, "instruction limit of %llu reached", vm->max_instructions);
+    else if (vm->max_seconds > 0 && now_seconds() > vm->deadline)
+      snprintf(vm->why, sizeof vm->why, "time limit of %g seconds reached", vm->max_seconds);
+    else
+      return;
+    vm->exceeded = 1;
+    lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
+    if (vm->main && vm->main != L) lua_sethook(vm->main, budget_hook, LUA_MASKCOUNT, 1);
+  }
+  luaL_error(L, "%s", vm->why);
+}
+
+void lz_vm_hook(lz_vm *vm) {
+  if (vm->max_instructions || vm->max_seconds > 0) lua_sethook(vm->main, budget_hook, LUA_MASKCOUNT, hook_every(vm));
+}
+
+zstate *lz_vm_enter(lz_vm *vm) {
+  zstate *prev = zstate_swap(vm->state);
+  if (vm->depth++ == 0) {
+    vm->steps = 0;
+    vm->exceeded = 0;
+    vm->deadline = now_seconds() + vm->max_seconds;
+    lz_vm_hook(vm);
+  }
+  return prev;
+}
+
+void lz_vm_leave(lz_vm *vm, zstate *prev) {
+  if (--vm->depth == 0 && vm->exceeded) {
+    vm->exceeded = 0;
+    lz_vm_hook(vm);
+  }
+  zstate_swap(prev);
+}
+
+/* ---- paths ------------------------------------------------------------------------ */
+/* Resolves path as opening it would: the whole path when it exists (symlinks
+   followed), else its folder resolved plus its last name. false when neither
+   resolves (a dangling symlink, a missing folder). */
+static bool path_resolve(const char *path, char out[PATH_MAX]) {
+  struct stat st;
+  if (lstat(path, &st) == 0) return realpath(path, out) != NULL;
+  if (errno != ENOENT) return false;
+  char dir[PATH_MAX];
+  if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) return false;
+  char *slash = strrchr(dir, '/');
+  const char *base = slash ? slash + 1 : dir;
+  if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) return false;
+  char name[NAME_MAX + 1];
+  if (snprintf(name, sizeof name, "%s", base) >= (int)sizeof name) return false;
+  if (!slash) strcpy(dir, ".");
+  else if (slash == dir) strcpy(dir, "/");
+  else *slash = 0;
+  char real[PATH_MAX];
+  if (!realpath(dir, real)) return false;
+  return snprintf(out, PATH_MAX, "%s%s%s", real, strcmp(real, "/") == 0 ? "" : "/", name) < PATH_MAX;
+}
+
+/* Whether a resolved path is one of the folders or inside one. */
+static bool path_inside(const char *p, char *const *dirs) {
+  for (; dirs && *dirs; dirs++) {
+    size_t n = strlen(*dirs);
+    if (strcmp(*dirs, "/") == 0 || (strncmp(p, *dirs, n) == 0 && (p[n] == 0 || p[n] == '/'))) return true;
+  }
+  return false;
+}
+
+void lz_check_path(lua_State *L, const char *path, const char *access) {
+  lz_vm *vm = lz_vm_get(L);
+  if (!vm || !vm->sandbox) return;
+  bool write = strcmp(access, "read") != 0;
+  char real[PATH_MAX];
+  if (path_resolve(path, real) && (path_inside(real, vm->write_dirs) || (!write && path_inside(real, vm->read_dirs))))
+    return;
+  char shown[201];
+  snprintf(shown, sizeof shown, "%s", path);
+  luaL_error(L, "%s '%s': not allowed in this sandbox (scripts %s only in the folders the host allows)",
+             write ? "writing" : "reading", shown, write ? "write" : "read");
+}
+
+/* ---- the io and os of the embedded modules ---------------------------------------- */
+/* io.open(path, mode) once the path is allowed; upvalue 1: the real io.open */
+static int io_open_checked(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  const char *mode = luaL_optstring(L, 2, "r");
+  lz_check_path(L, path, strpbrk(mode, "wa+") ? "write" : "read");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* os.remove(path) / os.rename(from, to) once the paths may be written; upvalue 1: the real one */
+static int os_files_checked(lua_State *L) {
+  for (int i = 1; i <= lua_gettop(L); i++) lz_check_path(L, luaL_checkstring(L, i), "write");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+static int refuse_process(lua_State *L) {
+  return luaL_error(L, "running programs and temporary files are not allowed in this sandbox");
+}
+
+static int no_env(lua_State *L) {
+  luaL_checkstring(L, 1);
+  lua_pushnil(L);
+  return 1;
+}
+
+/* Copies field k of the table at src into the table on top. */
+static void copy_field(lua_State *L, int src, const char *k) {
+  lua_getfield(L, src, k);
+  lua_setfield(L, -2, k);
+}
+
+/* Sets field k of the table on top to a closure of fn over field k of src. */
+static void wrap_field(lua_State *L, int src, const char *k, lua_CFunction fn) {
+  lua_getfield(L, src, k);
+  lua_pushcclosure(L, fn, 1);
+  lua_setfield(L, -2, k);
+}
+
+void lz_push_module_io(lua_State *L) {
+  lz_vm *vm = lz_vm_get(L);
+  if (!vm || !vm->sandbox) {
+    lua_getglobal(L, "io");
+    lua_getglobal(L, "os");
+    return;
+  }
+  /* the real libraries, never made global nor loaded as modules */
+  lua_pushcfunction(L, luaopen_io);
+  lua_call(L, 0, 1);
+  int rio = lua_gettop(L);
+  lua_pushcfunction(L, luaopen_os);
+  lua_call(L, 0, 1);
+  int ros = lua_gettop(L);
+  lua_createtable(L, 0, 8);
+  wrap_field(L, rio, "open", io_open_checked);
+  copy_field(L, rio, "stdout");
+  copy_field(L, rio, "stderr");
+  copy_field(L, rio, "type");
+  lua_pushcfunction(L, refuse_process);
+  lua_setfield(L, -2, "popen");
+  lua_createtable(L, 0, 8);
+  wrap_field(L, ros, "remove", os_files_checked);
+  wrap_field(L, ros, "rename", os_files_checked);
+  copy_field(L, ros, "time");
+  copy_field(L, ros, "clock");
+  copy_field(L, ros, "date");
+  copy_field(L, ros, "difftime");
+  lua_pushcfunction(L, no_env);
+  lua_setfield(L, -2, "getenv");
+  lua_pushcfunction(L, refuse_process);
+  lua_setfield(L, -2, "execute");
+  lua_pushcfunction(L, refuse_process);
+  lua_setfield(L, -2, "tmpname");
+  lua_pushcfunction(L, refuse_process);
+  lua_setfield(L, -2, "exit");
+  lua_replace(L, ros);
+  lua_replace(L, rio);
+}

@@ -1,0 +1,181 @@
+/* The sandbox of the embedding API: every way out a script could try is
+   refused (files outside the allowed folders, private helpers, the standard
+   library's io and os, binary chunks, runaway loops, tensor memory), allowed
+   folders work, and the lifetimes of what a VM leaves on host tensors. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tap.h"
+
+static char root[PATH_MAX], inside[PATH_MAX + 8], outside[PATH_MAX + 8], lua[4 * PATH_MAX];
+
+/* Runs a chunk with root, inside and outside as globals; the status. */
+static zorch_status run(zorch_vm *vm, const char *chunk) {
+  snprintf(lua, sizeof lua, "ROOT, IN, OUT = [[%s]], [[%s]], [[%s]]\n%s", root, inside, outside, chunk);
+  return zorch_vm_dostring(vm, lua, "=t");
+}
+
+static bool exists(const char *dir, const char *name) {
+  char p[2 * PATH_MAX];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  struct stat st;
+  return stat(p, &st) == 0;
+}
+
+static void write_file(const char *dir, const char *name, const char *text) {
+  char p[2 * PATH_MAX];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "w");
+  if (f) fputs(text, f), fclose(f);
+}
+
+static const char *refused(zorch_vm *vm, const char *chunk) {
+  return run(vm, chunk) != ZORCH_OK && strstr(zorch_vm_error(vm), "not allowed") ? "yes" : zorch_vm_error(vm);
+}
+#define REFUSED(vm, chunk, what) \
+  do { \
+    const char *r = refused(vm, chunk); \
+    ok(strcmp(r, "yes") == 0, "refused: %s (%s)", what, r); \
+  } while (0)
+
+static void test_files(void) {
+  const char *allow[] = {inside, NULL};
+  zorch_vm *vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .allow_write = allow});
+  ok(vm != NULL, "a sandbox with one writable folder starts");
+  write_file(outside, "secret.csv", "1,2\n3,4\n");
+  write_file(outside, "keep", "x");
+  char link[2 * PATH_MAX];
+  snprintf(link, sizeof link, "%s/link", inside);
+  ok(symlink(outside, link) == 0, "a symlink from the allowed folder out of it");
+
+  ok(run(vm, "zorch._write_atomic(OUT .. '/w', 'x')") != ZORCH_OK && strstr(zorch_vm_error(vm), "nil value"),
+     "_write_atomic is not reachable");
+  ok(run(vm, "zorch._remove_dir(OUT)") != ZORCH_OK && run(vm, "zorch._mkdir(OUT .. '/made')") != ZORCH_OK &&
+         run(vm, "zorch._file_hash('/etc/passwd')") != ZORCH_OK && run(vm, "zorch.data._read_csv(OUT .. '/secret.csv')") != ZORCH_OK,
+     "nor _remove_dir, _mkdir, _file_hash, a private read_csv");
+  REFUSED(vm, "local z = require 'zorch'; for k in pairs(z) do assert(k:sub(1, 1) ~= '_', k) end "
+              "for _, m in ipairs{'nn', 'optim', 'data'} do for k in pairs(z[m]) do assert(type(k) ~= 'string' or "
+              "k:sub(1, 1) ~= '_', m .. '.' .. k) end end error('not allowed: none found')",
+          "no name starting with _ in zorch");
+  ok(run(vm, "assert(zorch._remove_dir == nil and zorch._mkdir == nil and zorch._file_hash == nil and "
+             "zorch._write_atomic == nil and zorch._read_csv == nil)") == ZORCH_OK,
+     "private helpers are not on zorch: %s", zorch_vm_error(vm));
+  REFUSED(vm, "zorch.data.read_csv(OUT .. '/secret.csv')", "read_csv outside");
+  REFUSED(vm, "zorch.data.load_npy(OUT .. '/x.npy')", "load_npy outside");
+  REFUSED(vm, "zorch.load('/etc/passwd')", "zorch.load('/etc/passwd')");
+  ok(!strstr(zorch_vm_error(vm), "root:") && !strstr(zorch_vm_error(vm), "nologin"),
+     "the message holds no bytes of the file");
+  REFUSED(vm, "zorch.load('/nonexistent/file')", "a missing file outside: the same answer");
+  REFUSED(vm, "zorch.save({a = zorch.ones(2)}, OUT .. '/w.safetensors')", "zorch.save outside");
+  REFUSED(vm, "zorch.load(IN .. '/../' .. OUT:match('[^/]+$') .. '/keep')", "reading through ..");
+  REFUSED(vm, "zorch.save({a = zorch.ones(2)}, IN .. '/../w.safetensors')", "writing through ..");
+  REFUSED(vm, "zorch.data.read_csv(IN .. '/link/secret.csv')", "reading through a symlink");
+  REFUSED(vm, "zorch.save({a = zorch.ones(2)}, IN .. '/link/w.safetensors')", "writing through a symlink");
+  REFUSED(vm, "local L = zorch.Logger{csv = OUT .. '/log.csv'} L:log(1, {a = 1})",
+          "a Logger file outside");
+  ok(!exists(outside, "w") && !exists(outside, "w.safetensors") && !exists(outside, "log.csv") && exists(outside, "keep"),
+     "nothing was written or removed outside");
+  ok(run(vm, "assert(io == nil and os == nil and debug == nil and package == nil and string.dump == nil)") == ZORCH_OK,
+     "no io, os, debug, package, string.dump");
+  ok(run(vm, "require 'io'") != ZORCH_OK && run(vm, "require 'debug'") != ZORCH_OK &&
+         run(vm, "require 'zorch.private'") != ZORCH_OK,
+     "require of other modules is refused");
+  ok(run(vm, "assert(load('\\27Lua'))") != ZORCH_OK && strstr(zorch_vm_error(vm), "binary"), "binary chunks are refused");
+  ok(run(vm, "collectgarbage('stop')") != ZORCH_OK && run(vm, "collectgarbage('incremental', 0, 0)") != ZORCH_OK &&
+         run(vm, "collectgarbage(); assert(collectgarbage('count') > 0)") == ZORCH_OK,
+     "collectgarbage cannot stop or retune the collector; collect and count work");
+  ok(run(vm, "assert(getmetatable('').__index == string and string.dump == nil)") == ZORCH_OK,
+     "the string metatable gives no dump either");
+
+  /* the allowed folder works */
+  ok(run(vm, "zorch.save({a = zorch.ones(3)}, IN .. '/m.safetensors'); assert(zorch.load(IN .. '/m.safetensors').a:sum():item() == 3)") == ZORCH_OK,
+     "save and load inside the allowed folder: %s", zorch_vm_error(vm));
+  ok(run(vm, "local L = zorch.Logger{csv = IN .. '/log.csv'} L:log(1, {a = 1}) L:close()") == ZORCH_OK &&
+         exists(inside, "log.csv"),
+     "a Logger writes inside: %s", zorch_vm_error(vm));
+  write_file(inside, "d.csv", "1,2\n3,4\n");
+  ok(run(vm, "assert(zorch.data.read_csv(IN .. '/d.csv'):sum():item() == 10)") == ZORCH_OK, "read_csv inside: %s",
+     zorch_vm_error(vm));
+  zorch_vm_free(vm);
+
+  const char *ro[] = {inside, NULL};
+  vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .allow_read = ro});
+  ok(run(vm, "assert(zorch.load(IN .. '/m.safetensors').a:sum():item() == 3)") == ZORCH_OK,
+     "a read-only folder reads: %s", zorch_vm_error(vm));
+  REFUSED(vm, "zorch.save({a = zorch.ones(2)}, IN .. '/x.safetensors')", "writing in a read-only folder");
+  zorch_vm_free(vm);
+  const char *bad[] = {"/nonexistent-folder-for-zorch", NULL};
+  ok(zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .allow_read = bad}) == NULL && error_has("does not resolve"),
+     "an allowed folder that does not exist is an error");
+}
+
+static void test_budget(void) {
+  zorch_vm *vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .max_instructions = 2000000});
+  ok(vm != NULL, "a VM with an instruction budget starts");
+  ok(run(vm, "while true do end") == ZORCH_ERR_TIMEOUT && strstr(zorch_vm_error(vm), "instruction limit"),
+     "while true do end stops: %s", zorch_vm_error(vm));
+  ok(run(vm, "x = 0 for i = 1, 1000 do x = x + i end assert(x == 500500)") == ZORCH_OK, "and the VM is usable after");
+  ok(run(vm, "while true do pcall(function() while true do end end) end") == ZORCH_ERR_TIMEOUT,
+     "a pcall around the loop does not swallow the stop");
+  ok(run(vm, "while true do local ok = xpcall(function() while true do end end, function() while true do end end) end") ==
+         ZORCH_ERR_TIMEOUT,
+     "nor xpcall with a looping handler");
+  ok(run(vm, "while true do local co = coroutine.create(function() while true do end end) coroutine.resume(co) end") ==
+         ZORCH_ERR_TIMEOUT,
+     "nor coroutines");
+  ok(run(vm, "co = coroutine.wrap(function() while true do coroutine.yield() end end)") == ZORCH_OK &&
+         run(vm, "while true do pcall(co) end") == ZORCH_ERR_TIMEOUT,
+     "a coroutine made in an earlier entry counts too");
+  ok(run(vm, "setmetatable({}, {__gc = function() while true do end end})") != ZORCH_OK &&
+         strstr(zorch_vm_error(vm), "__gc"),
+     "finalizers written in Lua (run with hooks off) are refused");
+  ok(run(vm, "local t = setmetatable({}, {__index = {a = 1}}) assert(t.a == 1)") == ZORCH_OK, "other metatables work");
+  ok(run(vm, "function spin() while true do end end") == ZORCH_OK, "a looping function");
+  ok(zorch_vm_call(vm, "spin", 0, NULL, 0, NULL) == ZORCH_ERR_TIMEOUT, "vm_call stops too");
+  zorch_vm_free(vm);
+
+  vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .max_seconds = 0.2});
+  ok(run(vm, "while true do end") == ZORCH_ERR_TIMEOUT && strstr(zorch_vm_error(vm), "time limit"),
+     "a time budget stops the loop: %s", zorch_vm_error(vm));
+  ok(run(vm, "x = 1") == ZORCH_OK, "and the next entry has its own time");
+  zorch_vm_free(vm);
+}
+
+static void test_tensor_limit(void) {
+  zorch_vm *vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .tensor_limit = 1 << 20});
+  ok(run(vm, "local t = zorch.zeros(1000, 1000)") != ZORCH_OK && strstr(zorch_vm_error(vm), "tensor memory limit"),
+     "a tensor past the limit is refused: %s", zorch_vm_error(vm));
+  ok(run(vm, "for i = 1, 100 do local t <close> = zorch.zeros(100, 1000) end") == ZORCH_OK,
+     "freed tensors give their bytes back: %s", zorch_vm_error(vm));
+  ok(run(vm, "keep = zorch.zeros(200, 1000)") == ZORCH_OK && run(vm, "local b = zorch.zeros(100, 1000)") != ZORCH_OK,
+     "held tensors count");
+  ok(run(vm, "function make() return zorch.ones(4) end") == ZORCH_OK, "a function making a tensor");
+  zorch_tensor *out = NULL;
+  ok(zorch_vm_call(vm, "make", 0, NULL, 1, &out) == ZORCH_OK && out, "a tensor made by the VM");
+  zorch_tensor *host = zorch_zeros(1, (int64_t[]){1 << 20}, ZORCH_F32, CPU);
+  ok(host != NULL, "the host's own allocations are not counted");
+  zorch_vm_free(vm);
+  ok(at(out, 0) == 1, "a VM's tensor outlives the VM");
+  zorch_tensor_free(out);
+  zorch_tensor_free(host);
+}
+
+int main(void) {
+  char tmpl[] = "/tmp/zorch-sandbox-XXXXXX";
+  if (!mkdtemp(tmpl) || !realpath(tmpl, root)) return printf("Bail out! no temporary folder\n"), 1;
+  snprintf(inside, sizeof inside, "%s/in", root);
+  snprintf(outside, sizeof outside, "%s/out", root);
+  mkdir(inside, 0700);
+  mkdir(outside, 0700);
+  test_files();
+  test_budget();
+  test_tensor_limit();
+  char cmd[2 * PATH_MAX];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  if (system(cmd) != 0) printf("# could not remove %s\n", root);
+  return done_testing();
+}
