@@ -402,6 +402,19 @@ static void usage(void) {
           "       zorch --version\n");
 }
 
+/* Runs a subcommand's chunk (`zorch NAME args...`) with the arguments after
+   NAME, which `arg` holds too; reports an error. Returns the Lua status. */
+static int run_subcommand(lua_State *L, const char *name, int argc, char **argv, const char *chunk) {
+  make_args(L, argv, argc, 1);
+  int st = luaL_loadbuffer(L, chunk, strlen(chunk), name);
+  if (st == LUA_OK) {
+    for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
+    st = docall(L, argc - 2, 0);
+  }
+  report(L, st);
+  return st;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-v") == 0)) {
     printf("zorch %s\n", ZORCH_VERSION);
@@ -426,29 +439,15 @@ int main(int argc, char **argv) {
   if (report(L, docall(L, 0, 0))) return 1;
   int st = LUA_OK;
   if (argc > 1 && strcmp(argv[1], "consolidate") == 0) {
-    static const char chunk[] =
-        "local zorch = require 'zorch'\n"
-        "local n = debug.getregistry()[\"zorch.private\"]._consolidate(...)\n"
-        "print(('consolidated %d parameters into %s'):format(n, select(2, ...)))\n";
-    make_args(L, argv, argc, 1);
-    st = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=consolidate");
-    if (st == LUA_OK) {
-      for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
-      st = docall(L, argc - 2, 0);
-    }
-    report(L, st);
+    st = run_subcommand(L, "=consolidate", argc, argv,
+                        "local zorch = require 'zorch'\n"
+                        "local n = debug.getregistry()[\"zorch.private\"]._consolidate(...)\n"
+                        "print(('consolidated %d parameters into %s'):format(n, select(2, ...)))\n");
   } else if (argc > 1 && strcmp(argv[1], "plot") == 0) {
-    static const char chunk[] =
-        "require('zorch')\n"
-        "local ok, msg = debug.getregistry()[\"zorch.private\"]._plot_cli(...)\n"
-        "if not ok then io.stderr:write(msg, '\\n'); os.exit(2, true) end\n";
-    make_args(L, argv, argc, 1);
-    st = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=plot");
-    if (st == LUA_OK) {
-      for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
-      st = docall(L, argc - 2, 0);
-    }
-    report(L, st);
+    st = run_subcommand(L, "=plot", argc, argv,
+                        "require('zorch')\n"
+                        "local ok, msg = debug.getregistry()[\"zorch.private\"]._plot_cli(...)\n"
+                        "if not ok then io.stderr:write(msg, '\\n'); os.exit(2, true) end\n");
   } else if (argc > 1 && strcmp(argv[1], "-e") == 0) {
     if (argc < 3) {
       usage();
