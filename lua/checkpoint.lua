@@ -69,7 +69,9 @@ FIELDS.tag = function(v)
 end
 FIELDS.world_size = function(v) if not is_int(v, 1, 1 << 24) then return "must be an integer from 1 to 16777216" end end
 FIELDS.zero_stage = function(v) if not is_int(v, 0, 3) then return "must be 0, 1, 2 or 3" end end
-FIELDS.precision = function(v) if v ~= "fp32" and v ~= "bf16" then return 'must be "fp32" or "bf16"' end end
+FIELDS.precision = function(v)
+  if v ~= "fp32" and v ~= "bf16" and v ~= "fp16" then return 'must be "fp32", "bf16" or "fp16"' end
+end
 FIELDS.numel = function(v) if not is_int(v, 1, MAX_ELEMENTS) then return "must be an integer from 1 to 2^50" end end
 FIELDS.shard = function(v, m)
   if not is_int(v, 1, MAX_ELEMENTS) then return "must be an integer from 1 to 2^50" end
@@ -85,6 +87,24 @@ FIELDS.micro = function(v) if not is_int(v, 0) then return "must be an integer >
 FIELDS.lr = function(v) if not finite(v) or v < 0 then return "must be a finite number >= 0" end end
 FIELDS.rng_offset = function(v) if not is_int(v, 0) then return "must be an integer >= 0" end end
 FIELDS.scheduler_step = function(v) if v ~= false and not is_int(v, 0) then return "must be false or an integer >= 0" end end
+-- fp16's loss scaler (false otherwise; optional: older manifests lack it)
+FIELDS.loss_scale = function(v, m)
+  if v == false then return end
+  if type(v) ~= "table" or m.precision ~= "fp16" then return 'must be false, or with precision "fp16" an object' end
+  if not finite(v.scale) or v.scale <= 0 then return "must have a finite scale > 0" end
+  if not is_int(v.hysteresis, 1) then return "must have an integer hysteresis >= 1" end
+  if not is_int(v.attempts, 0) or not is_int(v.skipped, 0) or v.skipped > v.attempts then
+    return "must have integers attempts >= skipped >= 0"
+  end
+  if not is_int(v.last_overflow, -1) or v.last_overflow >= v.attempts then
+    return "must have an integer last_overflow from -1 to attempts - 1"
+  end
+  for k in pairs(v) do
+    if k ~= "scale" and k ~= "hysteresis" and k ~= "attempts" and k ~= "skipped" and k ~= "last_overflow" then
+      return ("has an unknown field %s"):format(readable(k))
+    end
+  end
+end
 FIELDS.extra = function() end -- whatever the caller passed as opts.extra (JSON)
 FIELDS.optimizer = function(v)
   if type(v) ~= "string" or not v:match("^[%w_%.]+$") then return "must be an optimizer's name (optim.Adam)" end
@@ -194,6 +214,10 @@ local function manifest_error(m)
       return ("field '%s' %s%s"):format(k, why, got)
     end
   end
+  if m.loss_scale ~= nil then
+    local why = FIELDS.loss_scale(m.loss_scale, m)
+    if why then return ("field 'loss_scale' %s, got %s"):format(why, readable(m.loss_scale)) end
+  end
 end
 
 -- zorch._read_manifest_text(text) -> true, manifest | false, message. Never
@@ -302,6 +326,8 @@ function Engine:save_checkpoint(dir, opts)
       optimizer_state = scalars, state_fields = fields, loader = self.loader and self.loader:state() or false,
       rng_offset = zorch._rng_offset(), extra = opts.extra or false,
       scheduler_step = self.lr_scheduler and self.lr_scheduler.last_step or false,
+      loss_scale = self.cfg.precision == "fp16" and {scale = self.scaler.scale, hysteresis = self.scaler.hysteresis,
+        attempts = self.scaler.attempts, last_overflow = self.scaler.last_overflow, skipped = self.scaler.skipped} or false,
     }
     local text = zorch._json_encode(manifest)
     local ok, why = zorch._read_manifest_text(text)
@@ -511,6 +537,12 @@ function Engine:load_checkpoint(dir)
     self.user_opt.lr = self.lr_scheduler.lr_at(manifest.scheduler_step)
   end
   self.steps = manifest.step
+  self:reset_scaler()
+  if self.cfg.precision == "fp16" and manifest.loss_scale then
+    local s, ls = self.scaler, manifest.loss_scale
+    if s.dynamic then s.scale, s.hysteresis = ls.scale, math.min(ls.hysteresis, self.cfg.hysteresis) end
+    s.attempts, s.last_overflow, s.skipped = ls.attempts, ls.last_overflow, ls.skipped
+  end
   if self.loader and manifest.loader then self.loader:load_state(manifest.loader) end
   zorch._rng_set_offset(manifest.rng_offset)
   return manifest

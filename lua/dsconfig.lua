@@ -194,10 +194,24 @@ local function from_table(ds, world)
     end
   end
   if ds.fp16 ~= nil then
+    -- DeepSpeed's keys and defaults (the Engine's, under the same names)
     object("fp16", ds.fp16)
-    if ds.fp16.enabled ~= nil and boolean("fp16.enabled", ds.fp16.enabled) then
-      error("Engine: fp16 (with loss scaling) is not supported; use \"bf16\": {\"enabled\": true}", 0)
+    local fp16 = ds.fp16.enabled ~= nil and boolean("fp16.enabled", ds.fp16.enabled)
+    if fp16 and out.precision == "bf16" then error("Engine: fp16 and bf16 are both enabled; enable one", 0) end
+    for k, v in pairs(ds.fp16) do
+      local key = "fp16." .. tostring(k)
+      if k == "enabled" then -- (read above)
+      elseif k == "loss_scale" or k == "min_loss_scale" then
+        if fp16 then out[k] = number(key, v, 0) end
+      elseif k == "initial_scale_power" or k == "loss_scale_window" or k == "hysteresis" then
+        if fp16 then out[k] = integer(key, v, k == "initial_scale_power" and 0 or 1) end
+      elseif k == "consecutive_hysteresis" then
+        if fp16 then out[k] = boolean(key, v) end
+      else
+        note(key)
+      end
     end
+    if fp16 then out.precision = "fp16" end
   end
   local zo = ds.zero_optimization
   if zo ~= nil then

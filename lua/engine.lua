@@ -26,8 +26,15 @@ local DEFAULTS = {
   optimizer = false,               -- {type = "Adam" | "AdamW" | "SGD", params = {...}}: made by prepare
   scheduler = false,               -- {type = "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR", params}
   steps_per_print = false,         -- print a progress line every so many optimizer steps
-  precision = "fp32",              -- "fp32", or "bf16": bf16 parameters and gradients,
+  precision = "fp32",              -- "fp32", or "bf16" / "fp16": 16-bit parameters and gradients,
                                    -- fp32 master weights and moments in the shards
+  -- fp16 only (DeepSpeed's fp16 section, the same names and defaults):
+  loss_scale = 0,                  -- a static loss scale; 0: dynamic, starting at 2^initial_scale_power
+  initial_scale_power = 16,
+  loss_scale_window = 1000,        -- good steps in a row after which the dynamic scale doubles
+  hysteresis = 2,                  -- overflows the scale absorbs before it halves
+  consecutive_hysteresis = false,  -- true: a good step restores the hysteresis
+  min_loss_scale = 1,              -- the dynamic scale never falls below this
   device = "cpu",                  -- "cpu", "cuda" (this rank's GPU: cuda:<local rank>) or "cuda:N";
                                    -- prepare moves the model there; cuda collectives run over NCCL
 }
@@ -45,7 +52,13 @@ local CHECKS = {
   scheduler = {function(v) return v == false or (type(v) == "table" and (v.type == "WarmupLR" or v.type == "WarmupDecayLR" or v.type == "WarmupCosineLR")) end,
                "{type = \"WarmupLR\" | \"WarmupDecayLR\" | \"WarmupCosineLR\", params = {...}}"},
   steps_per_print = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
-  precision = {function(v) return v == "fp32" or v == "bf16" end, "\"fp32\" or \"bf16\""},
+  precision = {function(v) return v == "fp32" or v == "bf16" or v == "fp16" end, "\"fp32\", \"bf16\" or \"fp16\""},
+  loss_scale = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0: dynamic)"},
+  initial_scale_power = {function(v) return math.type(v) == "integer" and v >= 0 and v <= 64 end, "an integer in 0..64"},
+  loss_scale_window = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
+  hysteresis = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
+  consecutive_hysteresis = {function(v) return type(v) == "boolean" end, "true or false"},
+  min_loss_scale = {function(v) return type(v) == "number" and v > 0 end, "a number > 0"},
   device = {function(v) return v == "cpu" or v == "cuda" or (type(v) == "string" and v:match("^cuda:%d+$") ~= nil) end,
             "\"cpu\", \"cuda\" or \"cuda:N\""},
 }
@@ -114,6 +127,7 @@ function zorch.Engine(cfg, overrides)
   -- tags (step<N>) and resuming use it
   local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, steps = 0,
                           device = device}, Engine)
+  e:reset_scaler()
   if #unimplemented > 0 and rank == 0 then
     io.stderr:write(("zorch: warning: these DeepSpeed config keys are not implemented and have no effect: %s\n"):format(
       table.concat(unimplemented, ", ")))
@@ -121,6 +135,49 @@ function zorch.Engine(cfg, overrides)
   e.unimplemented = unimplemented
   return e
 end
+
+-- fp16 loss scaling, DeepSpeed's DynamicLossScaler: the scale, the overflows
+-- it may still absorb (hysteresis), and the optimizer steps tried
+-- (attempts, skipped ones too) and the last one that overflowed. Without fp16
+-- the scale stays 1.
+function Engine:reset_scaler()
+  local c = self.cfg
+  local fp16 = c.precision == "fp16"
+  self.scaler = {
+    scale = fp16 and (c.loss_scale > 0 and c.loss_scale or 2.0 ^ c.initial_scale_power) or 1,
+    dynamic = fp16 and c.loss_scale == 0,
+    hysteresis = c.hysteresis,
+    attempts = 0, last_overflow = -1, skipped = 0,
+  }
+end
+
+-- After a step tried (overflowed or not), as DeepSpeed's update_scale: an
+-- overflow uses up the hysteresis first, then halves the scale (not below
+-- min_loss_scale); loss_scale_window good steps since the last overflow double it.
+function Engine:update_scale(overflow)
+  local s, c = self.scaler, self.cfg
+  if overflow then s.skipped = s.skipped + 1 end
+  if s.dynamic then
+    if overflow then
+      if c.hysteresis == 1 or s.hysteresis == 1 then
+        s.scale = math.max(s.scale / 2, c.min_loss_scale)
+      else
+        s.hysteresis = s.hysteresis - 1
+      end
+      s.last_overflow = s.attempts
+    else
+      if c.consecutive_hysteresis then s.hysteresis = c.hysteresis end
+      if (s.attempts - s.last_overflow) % c.loss_scale_window == 0 then
+        if not c.consecutive_hysteresis then s.hysteresis = c.hysteresis end
+        s.scale = s.scale * 2
+      end
+    end
+  end
+  s.attempts = s.attempts + 1
+end
+
+-- The loss scale now (1 without fp16).
+function Engine:loss_scale() return self.scaler.scale end
 
 function Engine:config()
   local c = {}
@@ -238,7 +295,7 @@ function Engine:prepare(model, loader, opt)
   end
   -- parameters become views of the engine's buffers, padded so shards are equal
   self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size,
-                                          bf16 = self.cfg.precision == "bf16", groups = groups})
+                                          dtype = self.cfg.precision, groups = groups})
   if stage == 3 then
     rawset(model, "_engine", self) -- state dicts gather first
     local zero = self.zero
@@ -323,14 +380,46 @@ function Engine:backward(loss)
     self.print_t0 = self.print_t0 or zorch.clock()
   end
   if k > 1 then loss = loss * (1 / k) end
+  local s = self.scaler
+  if s.scale ~= 1 then loss = loss * s.scale end
+  if self.rank == 0 and self:inject_overflow(s.attempts + 1) then loss = loss * math.huge end
   loss:backward()
   if self.zero then self.zero:end_backward() end
 end
 
--- Reduce, clip (global norm from the slices), update, then gather or release.
+-- Testing overflows: ZORCH_TEST_OVERFLOW="3,7,8" makes rank 0's gradients inf
+-- or nan (the loss times inf) in those optimizer step attempts (1-based,
+-- skipped steps included).
+function Engine:inject_overflow(attempt)
+  if self.overflow_steps == nil then
+    self.overflow_steps = {}
+    for n in (os.getenv("ZORCH_TEST_OVERFLOW") or ""):gmatch("%d+") do self.overflow_steps[tonumber(n)] = true end
+  end
+  return self.overflow_steps[attempt] == true
+end
+
+-- Reduce, unscale and clip (global norm from the slices, one factor), update,
+-- then gather or release. With fp16 an inf or nan in any rank's gradients (the
+-- norm's all-reduce carries it to every rank) skips the step: no update, no
+-- scheduler step, the step count stays; the loss scale falls.
 function Engine:optimizer_step()
   local grad, sharded = self.zero:reduced_grad()
-  self.last_norm = self.zero:clip(grad, sharded, self.cfg.gradient_clipping)
+  local overflow
+  self.last_norm, overflow = self.zero:clip(grad, sharded, self.cfg.gradient_clipping, self.scaler.scale)
+  overflow = overflow and self.cfg.precision == "fp16" -- (fp32 and bf16 step as they always did)
+  self:update_scale(overflow)
+  if overflow then
+    self.last_skipped = true
+    if self.rank == 0 and os.getenv("ZORCH_QUIET") == nil then
+      io.stderr:write(("zorch: step %d overflowed (gradient norm %s): skipped, loss scale now %g\n"):format(
+        self.steps + 1, tostring(self.last_norm), self.scaler.scale))
+    end
+    self.zero:release() -- (stage 3; the parameters did not change)
+    local sent, recv = zorch._comm_bytes(true)
+    self.last_comm = {sent = sent, received = recv}
+    return false
+  end
+  self.last_skipped = false
   self.inner.lr = self.user_opt.lr
   self.target.grad = grad
   self.inner:step()
@@ -358,8 +447,9 @@ function Engine:print_step()
   local batch = self.loader and self.loader.batch_size
   local rate = batch and ("  %.0f samples/s"):format(n * batch * self.cfg.gradient_accumulation_steps * self.world_size / dt)
                or ("  %.2f steps/s"):format(n / dt)
-  self:print(("step %d  loss %s  lr %.3g  grad norm %.4f%s  %.2f ms/step"):format(self.steps,
-    loss and ("%.6f"):format(loss) or "?", self.user_opt.lr, self.last_norm or 0, rate, 1000 * dt / n))
+  local scale = self.cfg.precision == "fp16" and ("  loss scale %g"):format(self.scaler.scale) or ""
+  self:print(("step %d  loss %s  lr %.3g  grad norm %.4f%s%s  %.2f ms/step"):format(self.steps,
+    loss and ("%.6f"):format(loss) or "?", self.user_opt.lr, self.last_norm or 0, scale, rate, 1000 * dt / n))
   self.print_t0, self.print_step_n, self.print_loss, self.print_micro = now, self.steps, nil, nil
 end
 

@@ -108,18 +108,21 @@ static int *int_list(lua_State *L, int idx, int *n) {
   return v;
 }
 
-/* zorch._zero_engine({params}, {stage, bucket, bf16, groups = {sizes}}) */
+/* zorch._zero_engine({params}, {stage, bucket, dtype = "bf16" | "fp16" | nil, groups = {sizes}}) */
 static int l_zero_engine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
-  zero_opts o = {0, 500000000, false, 0, NULL};
+  zero_opts o = {.stage = 0, .bucket = 500000000, .dtype = ZORCH_F32, .ngroups = 0, .group_sizes = NULL};
   lua_getfield(L, 2, "stage");
   o.stage = (int)luaL_checkinteger(L, -1);
   lua_getfield(L, 2, "bucket");
   o.bucket = luaL_optinteger(L, -1, o.bucket);
-  lua_getfield(L, 2, "bf16");
-  o.bf16 = lua_toboolean(L, -1);
+  lua_getfield(L, 2, "dtype");
+  const char *dt = luaL_optstring(L, -1, "fp32");
+  if (!strcmp(dt, "bf16")) o.dtype = ZORCH_BF16;
+  else if (!strcmp(dt, "fp16")) o.dtype = ZORCH_F16;
+  else if (strcmp(dt, "fp32")) return luaL_error(L, "zero engine: dtype must be \"fp32\", \"bf16\" or \"fp16\", got \"%s\"", dt);
   lua_getfield(L, 2, "groups");
   if (!lua_isnil(L, -1)) o.group_sizes = int_list(L, lua_gettop(L), &o.ngroups);
   int n = (int)luaL_len(L, 1);
@@ -178,13 +181,17 @@ static int e_reduced_grad(lua_State *L) {
   return 2;
 }
 
-/* engine:clip(grad, sharded, max_norm) -> norm */
+/* engine:clip(grad, sharded, max_norm [, loss_scale]) -> norm, overflow */
 static int e_clip(lua_State *L) {
   zero_engine *e = check_engine(L);
-  double norm;
-  if (zero_engine_clip(e, lz_check(L, 2), lua_toboolean(L, 3), luaL_checknumber(L, 4), &norm)) return lz_fail(L);
+  double norm, ls = luaL_optnumber(L, 5, 1.0);
+  bool overflow;
+  if (!(ls > 0)) return luaL_argerror(L, 5, "the loss scale must be > 0");
+  if (zero_engine_clip(e, lz_check(L, 2), lua_toboolean(L, 3), luaL_checknumber(L, 4), ls, &norm, &overflow))
+    return lz_fail(L);
   lua_pushnumber(L, norm);
-  return 1;
+  lua_pushboolean(L, overflow);
+  return 2;
 }
 
 static int e_memory(lua_State *L) {

@@ -1,5 +1,6 @@
 /* engine.c: the ZeRO partition manager (see engine.h). Buffers are float32
-   unless bf16 is on; collectives always reduce in float32. */
+   unless a 16-bit dtype (bf16 or fp16) is on; collectives always reduce in
+   float32. */
 #include "engine.h"
 
 #include <math.h>
@@ -66,7 +67,7 @@ struct zero_engine {
   zorch_dtype pdt;        /* parameter and gradient dtype */
   zorch_tensor *flat;     /* (padded) parameters; NULL while stage 3 is released */
   zorch_tensor *pshard;   /* (shard) this rank's parameters: a view, or owned at stage 3 */
-  zorch_tensor *master;   /* fp32 master weights (bf16), else NULL */
+  zorch_tensor *master;   /* fp32 master weights (bf16, fp16), else NULL */
   zorch_tensor *gflat;    /* (padded) gradients, stages 0-1 */
   zorch_tensor *gshard;   /* (shard) reduced gradients, stages 1-3 */
   zorch_tensor *recv;     /* float32 receive buffer of the largest bucket */
@@ -304,7 +305,11 @@ zero_engine *zero_engine_new(zero_comm *c, const zero_opts *o, int n, zorch_tens
   e->c = c;
   e->o = *o;
   e->n = n;
-  e->pdt = o->bf16 ? ZORCH_BF16 : ZORCH_F32;
+  if (o->dtype != ZORCH_F32 && o->dtype != ZORCH_BF16 && o->dtype != ZORCH_F16) {
+    free(e);
+    return err_null(ZORCH_ERR_ARG, "zero: parameters must be float32, bfloat16 or float16");
+  }
+  e->pdt = o->dtype;
   e->params = calloc((size_t)n, sizeof *e->params);
   e->offset = calloc((size_t)n, sizeof *e->offset);
   zorch_status st = e->params && e->offset ? ZORCH_OK : err_set(ZORCH_ERR_OOM, "zero: out of memory");
@@ -337,7 +342,7 @@ zero_engine *zero_engine_new(zero_comm *c, const zero_opts *o, int n, zorch_tens
     tensor_rebind(p, e->flat, e->offset[i]);
   }
   if (!(e->pshard = range(e->flat, c->rank * e->shard, e->shard))) goto fail;
-  if (o->bf16 && !(e->master = zorch_to_dtype(o->stage == 0 ? e->flat : e->pshard, ZORCH_F32))) goto fail;
+  if (e->pdt != ZORCH_F32 && !(e->master = zorch_to_dtype(o->stage == 0 ? e->flat : e->pshard, ZORCH_F32))) goto fail;
   if (o->stage <= 1 && !(e->gflat = zorch_zeros(1, &e->padded, e->pdt, e->dev))) goto fail;
   /* stage 1 reduces in place: its gradient slice is a view of the full buffer */
   if (o->stage == 1 && !(e->gshard = range(e->gflat, c->rank * e->shard, e->shard))) goto fail;
@@ -432,14 +437,14 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded) {
   *sharded = e->o.stage > 0;
   comm_set_label("the gradients");
   if (e->o.stage == 0) {
-    g = e->o.bf16 ? zorch_to_dtype(e->gflat, ZORCH_F32) : zorch_tensor_retain(e->gflat);
+    g = e->pdt != ZORCH_F32 ? zorch_to_dtype(e->gflat, ZORCH_F32) : zorch_tensor_retain(e->gflat);
     if (g && comm_allreduce(e->c, g, false)) zorch_tensor_free(g), g = NULL;
   } else if (e->o.stage == 1) {
-    zorch_tensor *full = e->o.bf16 ? zorch_to_dtype(e->gflat, ZORCH_F32) : zorch_tensor_retain(e->gflat);
+    zorch_tensor *full = e->pdt != ZORCH_F32 ? zorch_to_dtype(e->gflat, ZORCH_F32) : zorch_tensor_retain(e->gflat);
     if (full && !comm_reduce_scatter_inplace(e->c, full)) g = range(full, e->c->rank * e->shard, e->shard);
     zorch_tensor_free(full);
   } else {
-    g = e->o.bf16 ? zorch_to_dtype(e->gshard, ZORCH_F32) : zorch_tensor_retain(e->gshard);
+    g = e->pdt != ZORCH_F32 ? zorch_to_dtype(e->gshard, ZORCH_F32) : zorch_tensor_retain(e->gshard);
   }
   if (g && N > 1 && scale(g, 1.0 / N)) zorch_tensor_free(g), g = NULL;
   return g;
@@ -450,7 +455,8 @@ zorch_tensor *zero_engine_target(zero_engine *e) {
   return e->o.stage == 0 ? e->flat : e->pshard;
 }
 
-zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, double max_norm, double *norm) {
+zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, double max_norm, double loss_scale,
+                              double *norm, bool *overflow) {
   if (!zorch_tensor_is_contiguous(g) || g->dtype != ZORCH_F32)
     return err_set(ZORCH_ERR_ARG, "zero: clipping needs a contiguous float32 gradient");
   /* the sum of squares (float64 for the all-reduce): in order on the CPU, on the
@@ -479,10 +485,13 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, dou
   if (!st) st = zorch_tensor_to_doubles(t, &sq, 1);
   zorch_tensor_free(t);
   if (st) return st;
-  *norm = sqrt(sq);
-  double coef = max_norm / (*norm + 1e-6);
-  if (max_norm > 0 && coef < 1) return scale(g, coef);
-  return ZORCH_OK;
+  *overflow = !isfinite(sq);
+  *norm = sqrt(sq) / loss_scale;
+  if (*overflow) return ZORCH_OK;
+  /* one factor: unscale, and clip the unscaled gradient */
+  double coef = 1.0 / loss_scale, clip = max_norm / (*norm + 1e-6);
+  if (max_norm > 0 && clip < 1) coef *= clip;
+  return coef != 1.0 ? scale(g, coef) : ZORCH_OK;
 }
 
 zorch_status zero_engine_after_update(zero_engine *e) {

@@ -13,7 +13,8 @@ typedef struct zero_engine zero_engine;
 typedef struct {
   int stage;           /* 0..3 */
   int64_t bucket;      /* elements per gradient reduction (stages 2-3) */
-  bool bf16;           /* bf16 parameters and gradients, fp32 master weights */
+  zorch_dtype dtype;   /* parameters and gradients: ZORCH_F32, or ZORCH_BF16 or
+                          ZORCH_F16 with fp32 master weights */
   /* stage 3: the parameters come in groups (a module's own, consecutive in
      order) gathered and released together; group_sizes[g] parameters each.
      ngroups 0 means one group per parameter. */
@@ -44,10 +45,14 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded);
 /* What the optimizer updates: the fp32 master weights, or the parameters' flat
    buffer (stage 0) or this rank's slice of it. Borrowed. */
 zorch_tensor *zero_engine_target(zero_engine *e);
-/* Global L2 norm of the gradient (fp64 sums, one all-reduce when sharded);
-   scales it to max_norm when above (max_norm <= 0: no clipping). */
+/* Global L2 norm of the gradient (fp64 sums, one all-reduce when sharded) of a
+   gradient multiplied by loss_scale (1 without loss scaling): *norm is the
+   unscaled norm. One combined factor, 1/loss_scale times the clip to max_norm
+   when above it (max_norm <= 0: no clipping), multiplies the gradient. An inf
+   or nan anywhere makes the reduced sum inf or nan on every rank: then
+   *overflow is set, *norm is that value, and the gradient is left as it is. */
 zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *grad, bool sharded, double max_norm,
-                              double *norm);
+                              double loss_scale, double *norm, bool *overflow);
 /* After the optimizer: master weights into the parameters, then all-gather
    (stages 1-2) or release (stage 3). */
 zorch_status zero_engine_after_update(zero_engine *e);

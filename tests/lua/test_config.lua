@@ -52,7 +52,7 @@ refused("an impossible stage names the key", [[{"zero_optimization": {"stage": 5
 refused("inconsistent batch sizes are an error", [[{"train_batch_size": 60, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2}]],
         "train_batch_size 60")
 refused("a batch that does not divide is an error", [[{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 16}]], "train_batch_size")
-refused("fp16 says to use bf16", [[{"fp16": {"enabled": true}}]], "bf16")
+refused("fp16 and bf16 together are refused", [[{"fp16": {"enabled": true}, "bf16": {"enabled": true}}]], "fp16 and bf16")
 refused("an unknown optimizer is named", [[{"optimizer": {"type": "Lamb"}}]], "optimizer.type", "Lamb")
 refused("an unknown scheduler is named", [[{"scheduler": {"type": "OneCycle"}}]], "scheduler.type")
 refused("a negative clip is refused", [[{"gradient_clipping": -1}]], "gradient_clipping")
