@@ -124,6 +124,10 @@ do
   local body = mf and mf:read("a") or ""
   if mf then mf:close() end
   tap.ok(body:find('"loss_scale"', 1, true) ~= nil, "the manifest holds the loss scale")
+  local bad, n = body:gsub('"hysteresis":%s*%d+', '"hysteresis": 0')
+  local okr, why = Z._read_manifest_text(bad)
+  tap.ok(n == 1 and not okr and tostring(why):find("loss_scale", 1, true) ~= nil,
+         "a bad loss_scale in a manifest is named: " .. tostring(why))
   _ = model
 end
 
