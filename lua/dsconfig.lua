@@ -102,11 +102,12 @@ local function betas(key, v)
   return {v[1], v[2]}
 end
 local OPT_PARAMS = {
-  Adam = {lr = "rate", betas = betas, eps = "nonneg", weight_decay = "nonneg", amsgrad = "bool"},
+  Adam = {lr = "rate", betas = betas, eps = "nonneg", weight_decay = "nonneg", amsgrad = "bool",
+          bias_correction = "bool", adam_w_mode = "bool", torch_adam = "bool"},
   SGD = {lr = "rate", momentum = "nonneg", dampening = "nonneg", weight_decay = "nonneg", nesterov = "bool"},
 }
 OPT_PARAMS.AdamW = OPT_PARAMS.Adam
-local OPT_NOTED = {adam_w_mode = true, torch_adam = true, bias_correction = true, fused = true}
+local OPT_NOTED = {fused = true}
 
 local function check_params(prefix, params, spec, noted, note)
   local out = {}
@@ -229,7 +230,16 @@ local function from_table(ds, world)
     if type(o.type) ~= "string" or not types[o.type:lower()] then bad("optimizer.type", "Adam, AdamW or SGD", o.type) end
     local t = types[o.type:lower()]
     local params = o.params == nil and {} or object("optimizer.params", o.params)
-    out.optimizer = {type = t, params = check_params("optimizer.params", params, OPT_PARAMS[t], OPT_NOTED, note)}
+    local p = check_params("optimizer.params", params, OPT_PARAMS[t], OPT_NOTED, note)
+    if t == "Adam" or t == "AdamW" then
+      -- DeepSpeed's FusedAdam: "Adam" decouples weight decay (adam_w_mode) unless
+      -- adam_w_mode is false; "AdamW" always does; weight_decay defaults to 0 for both.
+      -- torch_adam picks an implementation and changes nothing here.
+      if t == "Adam" and p.adam_w_mode ~= false then t = "AdamW" end
+      p.adam_w_mode, p.torch_adam = nil, nil
+      if p.weight_decay == nil then p.weight_decay = 0 end
+    end
+    out.optimizer = {type = t, params = p}
     for k in pairs(o) do if k ~= "type" and k ~= "params" then note("optimizer." .. tostring(k)) end end
   end
   if ds.scheduler ~= nil then
