@@ -77,4 +77,29 @@ do
          "bias_correction false reaches the kernel from a config")
 end
 
+-- scheduler trajectories: the lr at construction and after each of 40 steps,
+-- against DeepSpeed's formulas in tests/golden/gen_dsoptim.py
+do
+  local Z = debug.getregistry()["zorch.private"]
+  local cases = 0
+  for line in io.lines("golden/dsoptim_lr.txt") do
+    local spec, base, vals = line:match("^([^\t]+)\t([^\t]+)\t(.+)$")
+    local want = {}
+    for v in vals:gmatch("%S+") do want[#want + 1] = tonumber(v) end
+    local ok, cfg = Z._read_ds_config_text('{"scheduler": ' .. spec .. '}')
+    local got, worst = {}, 0
+    if ok then
+      local opt = {lr = tonumber(base)}
+      local sched = Z._make_scheduler(cfg.scheduler, opt)
+      got[1] = opt.lr
+      for k = 1, #want - 1 do sched.step(); got[k + 1] = opt.lr end
+      for i = 1, #want do worst = math.max(worst, math.abs(got[i] - want[i])) end
+    end
+    cases = cases + 1
+    tap.ok(ok and worst <= 1e-15 and got[#want] == got[#want], ("%s: 40 steps as DeepSpeed's (worst %g)"):format(
+      spec, worst))
+  end
+  tap.ok(cases >= 8, "all scheduler cases ran")
+end
+
 tap.done()
