@@ -331,6 +331,7 @@ typedef struct {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled; /* AdamW: weight decay applied to the parameter, not the gradient */
   bool amsgrad;   /* uses max_v */
+  bool no_bias_correction; /* DeepSpeed's bias_correction false: step size lr, denominator sqrt(v) + eps */
 } zorch_adam_opts;
 ZORCH_API zorch_status zorch_adam_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *m,
                              zorch_tensor *v, zorch_tensor *max_v, int64_t step,

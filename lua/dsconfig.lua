@@ -102,11 +102,12 @@ local function betas(key, v)
   return {v[1], v[2]}
 end
 local OPT_PARAMS = {
-  Adam = {lr = "rate", betas = betas, eps = "nonneg", weight_decay = "nonneg", amsgrad = "bool"},
+  Adam = {lr = "rate", betas = betas, eps = "nonneg", weight_decay = "nonneg", amsgrad = "bool",
+          bias_correction = "bool", adam_w_mode = "bool", torch_adam = "bool"},
   SGD = {lr = "rate", momentum = "nonneg", dampening = "nonneg", weight_decay = "nonneg", nesterov = "bool"},
 }
 OPT_PARAMS.AdamW = OPT_PARAMS.Adam
-local OPT_NOTED = {adam_w_mode = true, torch_adam = true, bias_correction = true, fused = true}
+local OPT_NOTED = {fused = true}
 
 local function check_params(prefix, params, spec, noted, note)
   local out = {}
@@ -243,7 +244,16 @@ local function from_table(ds, world)
     if type(o.type) ~= "string" or not types[o.type:lower()] then bad("optimizer.type", "Adam, AdamW or SGD", o.type) end
     local t = types[o.type:lower()]
     local params = o.params == nil and {} or object("optimizer.params", o.params)
-    out.optimizer = {type = t, params = check_params("optimizer.params", params, OPT_PARAMS[t], OPT_NOTED, note)}
+    local p = check_params("optimizer.params", params, OPT_PARAMS[t], OPT_NOTED, note)
+    if t == "Adam" or t == "AdamW" then
+      -- DeepSpeed's FusedAdam: "Adam" decouples weight decay (adam_w_mode) unless
+      -- adam_w_mode is false; "AdamW" always does; weight_decay defaults to 0 for both.
+      -- torch_adam picks an implementation and changes nothing here.
+      if t == "Adam" and p.adam_w_mode ~= false then t = "AdamW" end
+      p.adam_w_mode, p.torch_adam = nil, nil
+      if p.weight_decay == nil then p.weight_decay = 0 end
+    end
+    out.optimizer = {type = t, params = p}
     for k in pairs(o) do if k ~= "type" and k ~= "params" then note("optimizer." .. tostring(k)) end end
   end
   if ds.scheduler ~= nil then
@@ -299,7 +309,7 @@ end
 -- optimizer's lr after every optimizer step. Warm-up is "log" unless
 -- warmup_type is "linear".
 local function warm(p, step)
-  local n = p.warmup_num_steps or 1000
+  local n = math.max(2, p.warmup_num_steps or 1000) -- DeepSpeed: max(2, warmup_num_steps)
   if step >= n then return 1 end
   if (p.warmup_type or "log") == "linear" then return step / n end
   return math.log(step + 1) / math.log(n)
@@ -310,30 +320,35 @@ function zorch._make_scheduler(spec, opt)
   local s = {optimizer = opt, last_step = 0}
   if spec.type == "WarmupLR" then
     local lo, hi = p.warmup_min_lr or 0, p.warmup_max_lr or 0.001
-    function s.lr_at(n) return lo + (hi - lo) * warm(p, n) end
+    function s.lr_at(n) return n < 0 and lo or lo + (hi - lo) * warm(p, n) end
   elseif spec.type == "WarmupDecayLR" then
     local lo, hi, total = p.warmup_min_lr or 0, p.warmup_max_lr or 0.001, p.total_num_steps
     if math.type(total) ~= "integer" then error("Engine: scheduler WarmupDecayLR needs params.total_num_steps", 0) end
-    local n = p.warmup_num_steps or 1000
+    local n = math.max(2, p.warmup_num_steps or 1000)
     function s.lr_at(k)
+      if k < 0 then return lo end
       if k < n then return lo + (hi - lo) * warm(p, k) end
       return lo + (hi - lo) * math.max(0, (total - k) / math.max(1, total - n))
     end
   else -- WarmupCosineLR: ratios of the optimizer's lr
     local total = p.total_num_steps
     if math.type(total) ~= "integer" then error("Engine: scheduler WarmupCosineLR needs params.total_num_steps", 0) end
-    local n, wmin, cmin = p.warmup_num_steps or 1000, p.warmup_min_ratio or 0, p.cos_min_ratio or 0.0001
+    local n, wmin, cmin = math.max(2, p.warmup_num_steps or 1000), p.warmup_min_ratio or 0, p.cos_min_ratio or 0.0001
     function s.lr_at(k)
+      if k < 0 then return 0 end
       if k < n then return base * (wmin + (1 - wmin) * warm(p, k)) end
-      local t = math.min(1, (k - n) / math.max(1, total - n))
-      return base * (cmin + (1 - cmin) * 0.5 * (1 + math.cos(math.pi * t)))
+      -- DeepSpeed's get_lr_ratio: (k - n + 1) / (total - n), not clamped at 1
+      local t = (k - n + 1) / (total - n)
+      return base * math.max(0, cmin + (1 - cmin) * (1 + math.cos(math.pi * t)) / 2)
     end
   end
+  -- DeepSpeed's count: last_batch_iteration starts at -1 (lr_at(-1) at construction),
+  -- so after k steps the lr is lr_at(k - 1).
   function s.step()
     s.last_step = s.last_step + 1
-    opt.lr = s.lr_at(s.last_step)
+    opt.lr = s.lr_at(s.last_step - 1)
   end
-  opt.lr = s.lr_at(0)
+  opt.lr = s.lr_at(-1)
   return s
 end
 

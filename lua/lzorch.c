@@ -21,7 +21,8 @@ typedef struct {
 } lz_module;
 extern const lz_module lz_modules[]; /* generated from the .lua files, NULL-terminated */
 
-/* zorch._adam_step(p, g, m, v, vmax|nil, step, {lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad}) */
+/* zorch._adam_step(p, g, m, v, vmax|nil, step, {lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad,
+   no_bias_correction}) */
 static double field_num(lua_State *L, int t, const char *k, double def) {
   lua_getfield(L, t, k);
   double v = luaL_optnumber(L, -1, def);
@@ -40,7 +41,7 @@ static int l_adam_step(lua_State *L) {
   zorch_adam_opts o = {field_num(L, 7, "lr", 1e-3), field_num(L, 7, "beta1", 0.9),
                        field_num(L, 7, "beta2", 0.999), field_num(L, 7, "eps", 1e-8),
                        field_num(L, 7, "weight_decay", 0), field_bool(L, 7, "decoupled"),
-                       field_bool(L, 7, "amsgrad")};
+                       field_bool(L, 7, "amsgrad"), field_bool(L, 7, "no_bias_correction")};
   zorch_tensor *vmax = lua_isnil(L, 5) ? NULL : lz_check(L, 5);
   if (zorch_adam_step(lz_check(L, 1), lz_check(L, 2), lz_check(L, 3), lz_check(L, 4), vmax,
                       luaL_checkinteger(L, 6), &o))

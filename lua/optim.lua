@@ -114,7 +114,8 @@ local function new(cls, params, o)
   return setmetatable({params = params, defaults = o, lr = o.lr, state = {}}, cls)
 end
 
--- Adam and AdamW (decoupled weight decay).
+-- Adam and AdamW (decoupled weight decay). bias_correction = false (DeepSpeed's
+-- option) steps by lr * m / (sqrt(v) + eps).
 local function adam_class(name, decoupled, wd_default)
   local cls = setmetatable({}, {__index = Optimizer})
   cls.__index = cls
@@ -124,14 +125,16 @@ local function adam_class(name, decoupled, wd_default)
   mt.__call = function(_, params, opts)
     check_params(name, params)
     local o = options(name, opts, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = wd_default,
-                                   amsgrad = false},
-                      {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, amsgrad = bool})
+                                   amsgrad = false, bias_correction = true},
+                      {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, amsgrad = bool,
+                       bias_correction = bool})
     return new(cls, params, o)
   end
   function cls:step()
     local o = self.defaults
     local k = {lr = self.lr, beta1 = o.betas[1], beta2 = o.betas[2], eps = o.eps,
-               weight_decay = o.weight_decay, decoupled = decoupled, amsgrad = o.amsgrad}
+               weight_decay = o.weight_decay, decoupled = decoupled, amsgrad = o.amsgrad,
+               no_bias_correction = not o.bias_correction}
     for i, p in ipairs(self.params) do
       local g = p.grad
       if g then

@@ -37,6 +37,7 @@ zorch_status cpu_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, z
                       zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o) {
   int64_t n = shape_numel(p->ndim, p->shape);
   double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);
+  if (o->no_bias_correction) bc1 = bc2 = 1;
   switch (p->dtype) {
     case ZORCH_F32: ADAM(float) return ZORCH_OK;
     case ZORCH_F64: ADAM(double) return ZORCH_OK;

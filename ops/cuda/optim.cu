@@ -28,6 +28,7 @@ zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, 
   int64_t n = shape_numel(p->ndim, p->shape);
   if (!n) return ZORCH_OK;
   double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);
+  if (o->no_bias_correction) bc1 = bc2 = 1;
   int l2 = o->weight_decay != 0 && !o->decoupled, dec = o->weight_decay != 0 && o->decoupled;
   CU_REAL(p->dtype, "adam_step",
           (k_adam<T><<<ON(n, dev)>>>((T *)tensor_ptr(p), (const T *)tensor_ptr(g), (T *)tensor_ptr(m), (T *)tensor_ptr(v),
