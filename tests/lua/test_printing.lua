@@ -62,10 +62,10 @@ is(tostring(data.DataLoader(ds, {batch_size = 32, drop_last = true})),
 -- optimizers
 local opt = optim.Adam(model:parameters(), {lr = 0.00015})
 is(tostring(opt), "optim.Adam (3 parameters, 260 elements)\n"
-  .. "  group 1: lr=0.00015, amsgrad=false, betas=(0.9, 0.999), eps=1e-08, weight_decay=0",
+  .. "  group 1: lr=0.00015, amsgrad=false, betas=(0.9, 0.999), bias_correction=true, eps=1e-08, weight_decay=0",
   "Adam prints its type, hyperparameters and parameter count")
 is(tostring(optim.AdamW({zorch.ones(3, {requires_grad = true})})), "optim.AdamW (1 parameter, 3 elements)\n"
-  .. "  group 1: lr=0.001, amsgrad=false, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01", "AdamW")
+  .. "  group 1: lr=0.001, amsgrad=false, betas=(0.9, 0.999), bias_correction=true, eps=1e-08, weight_decay=0.01", "AdamW")
 local sgd = optim.SGD(model:parameters(), {lr = 0.1, momentum = 0.9})
 is(tostring(sgd), "optim.SGD (3 parameters, 260 elements)\n"
   .. "  group 1: lr=0.1, dampening=0, momentum=0.9, nesterov=false, weight_decay=0", "SGD")
