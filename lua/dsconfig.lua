@@ -241,6 +241,12 @@ local function from_table(ds, world)
     local o = ds.optimizer
     local types = {adam = "Adam", adamw = "AdamW", sgd = "SGD"}
     object("optimizer", o)
+    -- DeepSpeed's 1-bit optimizers compress communication; zorch has none of them.
+    local onebit = {onebitadam = "Adam", zerooneadam = "Adam", onebitlamb = "Lamb"}
+    if type(o.type) == "string" and onebit[o.type:lower()] then
+      error(("Engine: DeepSpeed optimizer '%s' is not implemented; use %s instead"):format(o.type,
+        onebit[o.type:lower()]), 0)
+    end
     if type(o.type) ~= "string" or not types[o.type:lower()] then bad("optimizer.type", "Adam, AdamW or SGD", o.type) end
     local t = types[o.type:lower()]
     local params = o.params == nil and {} or object("optimizer.params", o.params)
@@ -259,7 +265,12 @@ local function from_table(ds, world)
   if ds.scheduler ~= nil then
     local s = ds.scheduler
     object("scheduler", s)
-    if not SCHED_PARAMS[s.type] then bad("scheduler.type", "WarmupLR, WarmupDecayLR or WarmupCosineLR", s.type) end
+    if not SCHED_PARAMS[s.type] then
+      local names = {}
+      for k in pairs(SCHED_PARAMS) do names[#names + 1] = k end
+      table.sort(names)
+      bad("scheduler.type", "one of " .. table.concat(names, ", "), s.type)
+    end
     local params = s.params == nil and {} or object("scheduler.params", s.params)
     out.scheduler = {type = s.type, params = check_params("scheduler.params", params, SCHED_PARAMS[s.type], SCHED_NOTED, note)}
     if (s.type == "WarmupDecayLR" or s.type == "WarmupCosineLR") and params.total_num_steps == nil then

@@ -102,4 +102,21 @@ do
   tap.ok(cases >= 8, "all scheduler cases ran")
 end
 
+-- 1-bit optimizers are refused with the optimizer to use instead; a bad
+-- scheduler type lists every supported one
+do
+  local Z = debug.getregistry()["zorch.private"]
+  for name, alt in pairs({OneBitAdam = "Adam", ZeroOneAdam = "Adam", OneBitLamb = "Lamb"}) do
+    local ok, err = Z._read_ds_config_text(('{"optimizer": {"type": "%s", "params": {"lr": 0.001}}}'):format(name))
+    tap.ok(not ok and not err:find("\n") and err:find(("'%s' is not implemented; use %s instead"):format(name, alt), 1, true),
+           ("%s is refused naming %s: %s"):format(name, alt, tostring(err)))
+  end
+  local ok, err = Z._read_ds_config_text('{"scheduler": {"type": "CyclicLR"}}')
+  local all = not ok
+  for _, t in ipairs({"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}) do
+    all = all and err:find(t, 1, true) ~= nil
+  end
+  tap.ok(all, "an unknown scheduler type lists the supported ones: " .. tostring(err))
+end
+
 tap.done()
