@@ -144,6 +144,12 @@ local SCHED_PARAMS = {
                    warmup_type = "warmup_type", total_num_steps = "int1"},
   WarmupCosineLR = {warmup_min_ratio = "unit", cos_min_ratio = "unit", warmup_num_steps = "int0",
                     warmup_type = "warmup_type", total_num_steps = "int1"},
+  OneCycle = {cycle_min_lr = "rate", cycle_max_lr = "rate", decay_lr_rate = "nonneg", cycle_first_step_size = "int1",
+              cycle_second_step_size = "int1", cycle_first_stair_count = "int0", cycle_second_stair_count = "int0",
+              decay_step_size = "int0", cycle_momentum = "bool", cycle_min_mom = "unit", cycle_max_mom = "unit",
+              decay_mom_rate = "nonneg"},
+  LRRangeTest = {lr_range_test_min_lr = "rate", lr_range_test_step_size = "int1", lr_range_test_step_rate = "nonneg",
+                 lr_range_test_staircase = "bool"},
 }
 local SCHED_NOTED = {last_batch_iteration = true}
 
@@ -276,6 +282,13 @@ local function from_table(ds, world)
     if (s.type == "WarmupDecayLR" or s.type == "WarmupCosineLR") and params.total_num_steps == nil then
       error(("Engine: DeepSpeed config key 'scheduler.params.total_num_steps' is required by %s"):format(s.type), 0)
     end
+    if s.type == "OneCycle" then
+      for _, k in ipairs({"cycle_min_lr", "cycle_max_lr"}) do
+        if params[k] == nil then
+          error(("Engine: DeepSpeed config key 'scheduler.params.%s' is required by OneCycle"):format(k), 0)
+        end
+      end
+    end
     for k in pairs(s) do if k ~= "type" and k ~= "params" then note("scheduler." .. tostring(k)) end end
   end
   if ds.steps_per_print ~= nil then out.steps_per_print = posint("steps_per_print", ds.steps_per_print) end
@@ -341,6 +354,54 @@ function zorch._make_scheduler(spec, opt)
       if k < n then return lo + (hi - lo) * warm(p, k) end
       return lo + (hi - lo) * math.max(0, (total - k) / math.max(1, total - n))
     end
+  elseif spec.type == "LRRangeTest" then
+    -- DeepSpeed's LRRangeTest: lr = min_lr * (1 + step_rate * interval), interval =
+    -- (iteration + 1) / step_size, floored when lr_range_test_staircase
+    local lo, size, rate = p.lr_range_test_min_lr or 0.001, p.lr_range_test_step_size or 2000,
+                           p.lr_range_test_step_rate or 1.0
+    function s.lr_at(k)
+      local interval = (k + 1) / size
+      if p.lr_range_test_staircase then interval = math.floor(interval) end
+      return lo * (1 + rate * interval)
+    end
+  elseif spec.type == "OneCycle" then
+    -- DeepSpeed's OneCycle: a triangle from cycle_min_lr up to cycle_max_lr over
+    -- cycle_first_step_size steps and back over cycle_second_step_size, then the lr
+    -- decays as min_lr / (1 + decay_lr_rate * k / decay_step_size); momentum runs
+    -- the other way (max down to min and back), then grows by (1 + decay_mom_rate *
+    -- k / decay_step_size). The stair counts are accepted and, as in DeepSpeed, unused.
+    local first = p.cycle_first_step_size or 2000
+    local total = first + (p.cycle_second_step_size or first)
+    local ratio = first / total
+    local lo, hi, lrate = p.cycle_min_lr, p.cycle_max_lr, p.decay_lr_rate or 0
+    local mlo, mhi, mrate = p.cycle_min_mom or 0.8, p.cycle_max_mom or 0.9, p.decay_mom_rate or 0
+    local dsize = p.decay_step_size or 0
+    local function scale(k) -- _get_scale_factor
+      local it = k + 1
+      local x = 1 + it / total - math.floor(1 + it / total)
+      if x <= ratio then return x / ratio end
+      return (x - 1) / (ratio - 1)
+    end
+    function s.lr_at(k)
+      if k < total then return lo + (hi - lo) * scale(k) end
+      if dsize == 0 or lrate == 0 then return lo end
+      return lo / (1 + lrate * (k - total + 1) / dsize)
+    end
+    function s.mom_at(k)
+      if k < 0 then return mlo end -- set at construction
+      if k < total then return mhi - (mhi - mlo) * scale(k) end
+      if dsize == 0 or mrate == 0 then return mhi end
+      return mhi * (1 + mrate * (k - total + 1) / dsize)
+    end
+    if p.cycle_momentum ~= false then
+      -- Adam's betas[1] (its second beta is kept), or SGD's momentum
+      local d = opt.defaults
+      if d and type(d.betas) == "table" then
+        function s.set_mom(m) d.betas = {m, d.betas[2]} end
+      elseif d and d.momentum ~= nil then
+        function s.set_mom(m) d.momentum = m end
+      end
+    end
   else -- WarmupCosineLR: ratios of the optimizer's lr
     local total = p.total_num_steps
     if math.type(total) ~= "integer" then error("Engine: scheduler WarmupCosineLR needs params.total_num_steps", 0) end
@@ -358,8 +419,10 @@ function zorch._make_scheduler(spec, opt)
   function s.step()
     s.last_step = s.last_step + 1
     opt.lr = s.lr_at(s.last_step - 1)
+    if s.set_mom then s.set_mom(s.mom_at(s.last_step - 1)) end
   end
   opt.lr = s.lr_at(-1)
+  if s.set_mom then s.set_mom(s.mom_at(-1)) end
   return s
 end
 

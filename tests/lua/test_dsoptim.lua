@@ -83,23 +83,30 @@ do
   local Z = debug.getregistry()["zorch.private"]
   local cases = 0
   for line in io.lines("golden/dsoptim_lr.txt") do
-    local spec, base, vals = line:match("^([^\t]+)\t([^\t]+)\t(.+)$")
-    local want = {}
+    local spec, base, vals, moms = line:match("^([^\t]+)\t([^\t]+)\t([^\t]+)\t?(.*)$")
+    local want, wmom = {}, {}
     for v in vals:gmatch("%S+") do want[#want + 1] = tonumber(v) end
+    for v in moms:gmatch("%S+") do wmom[#wmom + 1] = tonumber(v) end
     local ok, cfg = Z._read_ds_config_text('{"scheduler": ' .. spec .. '}')
     local got, worst = {}, 0
     if ok then
-      local opt = {lr = tonumber(base)}
+      local opt = {lr = tonumber(base), defaults = {betas = {0.9, 0.999}}}
       local sched = Z._make_scheduler(cfg.scheduler, opt)
+      local mom = {opt.defaults.betas[1]}
       got[1] = opt.lr
-      for k = 1, #want - 1 do sched.step(); got[k + 1] = opt.lr end
+      for k = 1, #want - 1 do sched.step(); got[k + 1] = opt.lr; mom[k + 1] = opt.defaults.betas[1] end
       for i = 1, #want do worst = math.max(worst, math.abs(got[i] - want[i])) end
+      for i = 1, #mom do
+        -- beta1 as DeepSpeed's, or untouched when the case has no momentum column
+        worst = math.max(worst, math.abs(mom[i] - (wmom[i] or 0.9)))
+      end
+      if opt.defaults.betas[2] ~= 0.999 then worst = math.huge end
     end
     cases = cases + 1
     tap.ok(ok and worst <= 1e-15 and got[#want] == got[#want], ("%s: 40 steps as DeepSpeed's (worst %g)"):format(
       spec, worst))
   end
-  tap.ok(cases >= 8, "all scheduler cases ran")
+  tap.ok(cases >= 13, "all scheduler cases ran")
 end
 
 -- 1-bit optimizers are refused with the optimizer to use instead; a bad
