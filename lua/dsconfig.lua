@@ -107,6 +107,8 @@ local OPT_PARAMS = {
   SGD = {lr = "rate", momentum = "nonneg", dampening = "nonneg", weight_decay = "nonneg", nesterov = "bool"},
 }
 OPT_PARAMS.AdamW = OPT_PARAMS.Adam
+OPT_PARAMS.Lamb = {lr = "rate", betas = betas, eps = "nonneg", weight_decay = "nonneg", bias_correction = "bool",
+                   max_coeff = "nonneg", min_coeff = "nonneg"}
 local OPT_NOTED = {fused = true}
 
 local function check_params(prefix, params, spec, noted, note)
@@ -245,7 +247,7 @@ local function from_table(ds, world)
   end
   if ds.optimizer ~= nil then
     local o = ds.optimizer
-    local types = {adam = "Adam", adamw = "AdamW", sgd = "SGD"}
+    local types = {adam = "Adam", adamw = "AdamW", sgd = "SGD", lamb = "Lamb"}
     object("optimizer", o)
     -- DeepSpeed's 1-bit optimizers compress communication; zorch has none of them.
     local onebit = {onebitadam = "Adam", zerooneadam = "Adam", onebitlamb = "Lamb"}
@@ -253,7 +255,7 @@ local function from_table(ds, world)
       error(("Engine: DeepSpeed optimizer '%s' is not implemented; use %s instead"):format(o.type,
         onebit[o.type:lower()]), 0)
     end
-    if type(o.type) ~= "string" or not types[o.type:lower()] then bad("optimizer.type", "Adam, AdamW or SGD", o.type) end
+    if type(o.type) ~= "string" or not types[o.type:lower()] then bad("optimizer.type", "Adam, AdamW, SGD or Lamb", o.type) end
     local t = types[o.type:lower()]
     local params = o.params == nil and {} or object("optimizer.params", o.params)
     local p = check_params("optimizer.params", params, OPT_PARAMS[t], OPT_NOTED, note)

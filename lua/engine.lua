@@ -23,7 +23,7 @@ local DEFAULTS = {
   seed = false,                    -- an integer seeds zorch's default generator
   comm_timeout = 600,              -- seconds a collective may wait before it times out; 0: never
   train_micro_batch_size = false,  -- per-rank batch: prepare sets the loader's batch size
-  optimizer = false,               -- {type = "Adam" | "AdamW" | "SGD", params = {...}}: made by prepare
+  optimizer = false,               -- {type = "Adam" | "AdamW" | "SGD" | "Lamb", params = {...}}: made by prepare
   scheduler = false,               -- {type = "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR", params}
   steps_per_print = false,         -- print a progress line every so many optimizer steps
   precision = "fp32",              -- "fp32", or "bf16" / "fp16": 16-bit parameters and gradients,
@@ -47,10 +47,10 @@ local CHECKS = {
   seed = {function(v) return v == false or math.type(v) == "integer" end, "an integer"},
   comm_timeout = {function(v) return type(v) == "number" and v >= 0 end, "a number of seconds >= 0"},
   train_micro_batch_size = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
-  optimizer = {function(v) return v == false or (type(v) == "table" and (v.type == "Adam" or v.type == "AdamW" or v.type == "SGD")) end,
-               "{type = \"Adam\" | \"AdamW\" | \"SGD\", params = {...}}"},
-  scheduler = {function(v) return v == false or (type(v) == "table" and (v.type == "WarmupLR" or v.type == "WarmupDecayLR" or v.type == "WarmupCosineLR")) end,
-               "{type = \"WarmupLR\" | \"WarmupDecayLR\" | \"WarmupCosineLR\", params = {...}}"},
+  optimizer = {function(v) return v == false or (type(v) == "table" and (v.type == "Adam" or v.type == "AdamW" or v.type == "SGD" or v.type == "Lamb")) end,
+               "{type = \"Adam\" | \"AdamW\" | \"SGD\" | \"Lamb\", params = {...}}"},
+  scheduler = {function(v) return v == false or (type(v) == "table" and (v.type == "WarmupLR" or v.type == "WarmupDecayLR" or v.type == "WarmupCosineLR" or v.type == "OneCycle" or v.type == "LRRangeTest")) end,
+               "{type = \"WarmupLR\" | \"WarmupDecayLR\" | \"WarmupCosineLR\" | \"OneCycle\" | \"LRRangeTest\", params = {...}}"},
   steps_per_print = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   precision = {function(v) return v == "fp32" or v == "bf16" or v == "fp16" end, "\"fp32\", \"bf16\" or \"fp16\""},
   loss_scale = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0: dynamic)"},

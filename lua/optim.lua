@@ -190,6 +190,51 @@ function optim.SGD:step()
   end
 end
 
+-- Lamb (layer-wise adaptive moments): Adam's moments give u = m_hat / (sqrt(v_hat)
+-- + eps) + weight_decay * p per parameter tensor; p -= lr * ratio * u with ratio =
+-- ||p|| / ||u|| clamped to [min_coeff, max_coeff], and 1 (then clamped) when either
+-- norm is 0, as DeepSpeed's FusedLamb.
+optim.Lamb = setmetatable({__name = "optim.Lamb"}, {__index = Optimizer})
+optim.Lamb.__index = optim.Lamb
+optim.Lamb.__tostring = Optimizer.__tostring
+getmetatable(optim.Lamb).__call = function(_, params, opts)
+  check_params("optim.Lamb", params)
+  local o = options("optim.Lamb", opts, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0,
+                    bias_correction = true, max_coeff = 10.0, min_coeff = 0.01},
+                    {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, bias_correction = bool,
+                     max_coeff = nonneg, min_coeff = nonneg})
+  return new(optim.Lamb, params, o)
+end
+function optim.Lamb:step()
+  local o = self.defaults
+  local b1, b2 = o.betas[1], o.betas[2]
+  zorch.no_grad(function()
+    for i, p in ipairs(self.params) do
+      local g = p.grad
+      if g then
+        local s = self.state[i]
+        if not s then
+          s = {step = 0, exp_avg = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}),
+               exp_avg_sq = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()})}
+          self.state[i] = s
+        end
+        s.step = s.step + 1
+        s.exp_avg:copy_(s.exp_avg * b1 + g * (1 - b1))
+        s.exp_avg_sq:copy_(s.exp_avg_sq * b2 + g * g * (1 - b2))
+        local c1, c2 = 1, 1
+        if o.bias_correction then c1, c2 = 1 - b1 ^ s.step, 1 - b2 ^ s.step end
+        local u = (s.exp_avg * (1 / c1)) / ((s.exp_avg_sq * (1 / c2)):sqrt() + o.eps)
+        if o.weight_decay ~= 0 then u = u + p * o.weight_decay end
+        local pn, un = math.sqrt((p * p):sum():item()), math.sqrt((u * u):sum():item())
+        local ratio = 1
+        if pn ~= 0 and un ~= 0 then ratio = pn / un end
+        ratio = math.min(math.max(ratio, o.min_coeff), o.max_coeff)
+        p:copy_(p - u * (self.lr * ratio))
+      end
+    end
+  end)
+end
+
 -- Schedulers set opt.lr from the step count; call sched:step() after opt:step().
 optim.lr_scheduler = {}
 local Sched = {}

@@ -126,4 +126,36 @@ do
   tap.ok(all, "an unknown scheduler type lists the supported ones: " .. tostring(err))
 end
 
+-- Lamb: three steps against the formula in float64, per tensor, and from a config
+do
+  local p = zorch.tensor({1.0, -2.0, 0.5}, {dtype = "f64"})
+  local o = zorch.optim.Lamb({p}, {lr = 0.1, weight_decay = 0.01, max_coeff = 10.0, min_coeff = 0.01})
+  local g = {{0.5, -1.0, 0.2}, {0.25, 2.0, -0.3}, {-0.1, 0.4, 0.9}}
+  local m, v, want = {0, 0, 0}, {0, 0, 0}, {1.0, -2.0, 0.5}
+  for s = 1, 3 do
+    p.grad = zorch.tensor(g[s], {dtype = "f64"})
+    o:step()
+    local u, pn, un = {}, 0, 0
+    for i = 1, 3 do
+      m[i] = 0.9 * m[i] + 0.1 * g[s][i]
+      v[i] = 0.999 * v[i] + 0.001 * g[s][i] ^ 2
+      u[i] = (m[i] / (1 - 0.9 ^ s)) / (math.sqrt(v[i] / (1 - 0.999 ^ s)) + 1e-8) + 0.01 * want[i]
+      pn, un = pn + want[i] ^ 2, un + u[i] ^ 2
+    end
+    local r = math.min(math.max(math.sqrt(pn) / math.sqrt(un), 0.01), 10.0)
+    for i = 1, 3 do want[i] = want[i] - 0.1 * r * u[i] end
+  end
+  local got, worst = p:totable(), 0
+  for i = 1, 3 do worst = math.max(worst, math.abs(got[i] - want[i]) / math.abs(want[i])) end
+  tap.ok(worst <= 1e-6, ("Lamb steps as its formula (worst relative %g)"):format(worst))
+  local z = zorch.zeros({2}, {dtype = "f64"})
+  local oz = zorch.optim.Lamb({z}, {lr = 0.1})
+  z.grad = zorch.tensor({1.0, -1.0}, {dtype = "f64"})
+  oz:step()
+  local zt = z:totable()
+  tap.ok(math.abs(zt[1] + 0.1) < 1e-6 and math.abs(zt[2] - 0.1) < 1e-6, "Lamb's trust ratio is 1 for a zero parameter")
+  local _, cls = train([["optimizer": {"type": "Lamb", "params": {"lr": 0.05, "weight_decay": 0.01}}]])
+  tap.ok(cls == "optim.Lamb", "\"type\": \"Lamb\" makes a Lamb optimizer")
+end
+
 tap.done()
