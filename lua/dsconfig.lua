@@ -317,7 +317,10 @@ function zorch._from_deepspeed(path, world)
   if not f then error("Engine: cannot read DeepSpeed config: " .. tostring(err), 0) end
   local text = f:read("a")
   f:close()
-  return from_table(decode(text, path), world)
+  local ds = decode(text, path)
+  local autos = zorch._ds_take_autos(ds) -- resolved at prepare (lua/dsauto.lua)
+  local out, unimplemented = from_table(ds, world)
+  return out, unimplemented, autos
 end
 
 -- zorch._read_ds_config_text(text [, world_size]) -> true, engine table,

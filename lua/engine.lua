@@ -21,6 +21,7 @@ local DEFAULTS = {
   gradient_accumulation_steps = 1, -- micro-steps per optimizer step
   reduce_bucket_size = 500000000,  -- elements per gradient reduction (stages 2-3)
   seed = false,                    -- an integer seeds zorch's default generator
+  hidden_size = false,             -- the model's hidden size for a DeepSpeed config's "auto" bucket sizes
   comm_timeout = 600,              -- seconds a collective may wait before it times out; 0: never
   train_micro_batch_size = false,  -- per-rank batch: prepare sets the loader's batch size
   optimizer = false,               -- {type = "Adam" | "AdamW" | "SGD" | "Lamb", params = {...}}: made by prepare
@@ -45,6 +46,7 @@ local CHECKS = {
   gradient_accumulation_steps = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   reduce_bucket_size = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   seed = {function(v) return v == false or math.type(v) == "integer" end, "an integer"},
+  hidden_size = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   comm_timeout = {function(v) return type(v) == "number" and v >= 0 end, "a number of seconds >= 0"},
   train_micro_batch_size = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   optimizer = {function(v) return v == false or (type(v) == "table" and (v.type == "Adam" or v.type == "AdamW" or v.type == "SGD" or v.type == "Lamb")) end,
@@ -93,10 +95,10 @@ end
 -- overrides (a table) win over it (e.g. {device = "cuda"} with a JSON file).
 function zorch.Engine(cfg, overrides)
   cfg = cfg or os.getenv("ZORCH_CONFIG") or {}
-  local unimplemented = {}
+  local unimplemented, autos = {}, {}
   if type(cfg) == "string" then -- a DeepSpeed JSON file
     local _, world = zorch._comm()
-    cfg, unimplemented = zorch._from_deepspeed(cfg, world)
+    cfg, unimplemented, autos = zorch._from_deepspeed(cfg, world)
   end
   if type(cfg) ~= "table" then error("Engine: expected a configuration table or a DeepSpeed JSON file", 2) end
   if overrides ~= nil and type(overrides) ~= "table" then error("Engine: overrides must be a table", 2) end
@@ -133,6 +135,7 @@ function zorch.Engine(cfg, overrides)
       table.concat(unimplemented, ", ")))
   end
   e.unimplemented = unimplemented
+  e.autos, e.overrides = autos or {}, overrides -- "auto" values: resolved at prepare
   return e
 end
 
@@ -229,9 +232,12 @@ end
 
 -- Returns the model, loader and an optimizer whose step() runs once per
 -- accumulation window: reduce, clip, update this rank's slice, gather.
-function Engine:prepare(model, loader, opt)
+-- sched (optional): the script's scheduler settings, where "auto" scheduler
+-- params come from (a table with warmup_num_steps, total_num_steps, ...).
+function Engine:prepare(model, loader, opt, sched)
   if type(model) ~= "table" or not model.parameters then error("Engine:prepare: argument 1 must be a module", 2) end
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
+  self.auto_lines = #self.autos > 0 and zorch._resolve_autos(self, model, loader, opt, sched) or {}
   self.model, self.loader = model, loader
   if loader then loader.rank, loader.world_size = self.rank, self.world_size end
   if loader then loader.accumulation = self.cfg.gradient_accumulation_steps end -- (checkpoints: samples per step)
@@ -354,6 +360,7 @@ function Engine:print_summary()
     ("  optimizer %s%s"):format(getmetatable(self.user_opt or {}).__name or "none",
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
   }
+  for _, l in ipairs(self.auto_lines or {}) do lines[#lines + 1] = "  " .. l end
   if #self.unimplemented > 0 then lines[#lines + 1] = "  not implemented (no effect): " .. table.concat(self.unimplemented, ", ") end
   io.stderr:write(table.concat(lines, "\n") .. "\n")
 end

@@ -95,9 +95,17 @@ local loader = data.DataLoader(data.TensorDataset(X, Y),
 local model = SimpleNet(opt["in"], opt.hidden, opt.out)
 if opt.load ~= "" then model:load_state_dict(zorch.load(opt.load)) end
 -- a config that names an optimizer gets it from the engine
-local adam = not engine.cfg.optimizer and optim.Adam(model:parameters(), {lr = opt.lr}) or nil
+-- a DeepSpeed config whose optimizer params are "auto" takes them from this script's Adam
+local auto_opt = false
+for _, k in ipairs(engine.autos or {}) do auto_opt = auto_opt or k:match("^optimizer%.") ~= nil end
+local adam = (not engine.cfg.optimizer or auto_opt) and optim.Adam(model:parameters(), {lr = opt.lr}) or nil
 local criterion = nn.MSELoss()
-model, loader, adam = engine:prepare(model, loader, adam)
+-- the schedule's settings, for a config whose scheduler params are "auto" (Transformers' rule: warm-up
+-- from 0 to --lr; no warm-up steps; the run's optimizer steps)
+local schedule = {warmup_min_lr = 0, warmup_max_lr = opt.lr, warmup_num_steps = 0,
+                  total_num_steps = opt.steps > 0 and math.tointeger(opt.steps) or
+                    math.max(1, math.tointeger(opt.epochs) * math.ceil(opt.samples / opt["batch-size"]) // accum)}
+model, loader, adam = engine:prepare(model, loader, adam, schedule)
 
 local steps, samples, t0 = 0, 0, zorch.clock()
 local first_epoch = 1

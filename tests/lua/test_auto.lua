@@ -1,0 +1,58 @@
+-- "auto" in DeepSpeed configs: Transformers' ZeRO-2/3 templates run unchanged, the
+-- summary says what each "auto" became, and unresolvable ones are named in one error.
+package.path = "lua/?.lua;" .. package.path
+local tap = require "tap"
+local zorch = require "zorch"
+
+local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
+local out = os.tmpname()
+local function run(cmd)
+  local p = io.popen(("env -u ZORCH_QUIET %s 2>&1"):format(cmd))
+  local text = p:read("a")
+  return text, p:close()
+end
+for _, stage in ipairs({"zero2", "zero3"}) do
+  local cfg = ("configs/ds_config_%s.json"):format(stage)
+  for _, launch in ipairs({"", " launch -n 2"}) do
+    local text, ok = run(("%s%s ../models/simple_net.lua --config %s --steps 2 --quiet --save %s"):format(bin, launch, cfg, out))
+    local ranks = launch == "" and 1 or 2
+    tap.ok(ok and text:find("done: 2 steps", 1, true), ("%s runs two steps on %d rank(s)"):format(cfg, ranks))
+    tap.ok(text:find("auto: train_micro_batch_size_per_gpu = 64 (from the loader)", 1, true)
+           and text:find(("auto: train_batch_size = %d "):format(64 * ranks), 1, true)
+           and text:find("auto: gradient_accumulation_steps = 1", 1, true)
+           and text:find("auto: gradient_clipping = 0 (off", 1, true)
+           and text:find("auto: bf16.enabled = false (from the Engine's precision option)", 1, true)
+           and text:find("auto: optimizer.params.lr = 0.00015 (from the script's optimizer)", 1, true)
+           and text:find("auto: scheduler.params.warmup_max_lr = 0.00015 (from the script's scheduler)", 1, true),
+           ("%s on %d rank(s): the summary says what each auto became"):format(cfg, ranks))
+    if stage == "zero3" then
+      tap.ok(text:find("auto: zero_optimization.reduce_bucket_size = 400", 1, true)
+             and text:find("auto: zero_optimization.stage3_prefetch_bucket_size = 360", 1, true)
+             and text:find("auto: zero_optimization.stage3_param_persistence_threshold = 200", 1, true),
+             "zero3: bucket sizes from the hidden size (20)")
+    end
+  end
+end
+
+-- unresolvable: no optimizer, no scheduler settings, an unknown key; one message
+local path = os.tmpname()
+local f = io.open(path, "w")
+f:write([[{"optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}},
+  "zero_optimization": {"sub_group_size": "auto"}, "train_micro_batch_size_per_gpu": "auto"}]])
+f:close()
+local e = zorch.Engine(path)
+local model = zorch.nn.Linear(4, 8)
+local loader = zorch.data.DataLoader(zorch.data.TensorDataset(zorch.randn(16, 4), zorch.randn(16, 8)), {batch_size = 4})
+local ok, err = pcall(e.prepare, e, model, loader)
+err = tostring(err)
+tap.ok(not ok and err:find("optimizer.params.lr (no optimizer", 1, true)
+       and err:find("scheduler.params.warmup_num_steps (no scheduler", 1, true)
+       and err:find("zero_optimization.sub_group_size", 1, true) and select(2, err:gsub("Engine:prepare", "")) == 1,
+       "every unresolvable auto is named in one message: " .. err)
+-- the hidden_size option wins
+e = zorch.Engine(path, {hidden_size = 7})
+tap.ok(e.cfg.hidden_size == 7, "hidden_size is an Engine option")
+os.remove(path)
+os.remove(out)
+tap.done()
