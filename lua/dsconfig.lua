@@ -293,9 +293,16 @@ end
 local function decode(text, what)
   local ok, cfg = pcall(zorch._json_decode, text, true)
   if not ok then
-    error(zorch.flags.usage_error(("%s is not a JSON object: %s"):format(what, tostring(cfg):gsub("^json: ", ""))))
+    error(mistake(("%s is not a JSON object: %s"):format(what, tostring(cfg):gsub("^json: ", ""))))
   end
   return cfg
+end
+
+-- A user's mistake in the file, which every rank makes alike.
+local function mistake(message)
+  local e = zorch.flags.usage_error(message)
+  e.every_rank = true
+  return e
 end
 
 -- Reads a decoded file: every problem it has, in one usage error (a user's
@@ -306,17 +313,17 @@ local function read(ds, world, what)
   local found = problems
   problems = nil
   if not ok then error(out, 0) end
-  if #found == 1 then error(zorch.flags.usage_error(what .. ": " .. found[1])) end
+  if #found == 1 then error(mistake(what .. ": " .. found[1])) end
   if #found > 1 then
     table.sort(found)
-    error(zorch.flags.usage_error(("%s: %d problems:\n  %s"):format(what, #found, table.concat(found, "\n  "))))
+    error(mistake(("%s: %d problems:\n  %s"):format(what, #found, table.concat(found, "\n  "))))
   end
   return out, unimplemented
 end
 
 function zorch._from_deepspeed(path, world)
   local f, err = io.open(path, "rb")
-  if not f then error(zorch.flags.usage_error("cannot read DeepSpeed config: " .. tostring(err))) end
+  if not f then error(mistake("cannot read DeepSpeed config: " .. tostring(err))) end
   local text = f:read("a")
   f:close()
   return read(decode(text, path), world, path)
