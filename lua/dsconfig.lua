@@ -290,19 +290,19 @@ local function from_table(ds, world)
   return out, unimplemented
 end
 
+-- A user's mistake in the file, which every rank makes alike.
+local function mistake(message)
+  local e = zorch.flags.usage_error(message)
+  e.every_rank = true
+  return e
+end
+
 local function decode(text, what)
   local ok, cfg = pcall(zorch._json_decode, text, true)
   if not ok then
     error(mistake(("%s is not a JSON object: %s"):format(what, tostring(cfg):gsub("^json: ", ""))))
   end
   return cfg
-end
-
--- A user's mistake in the file, which every rank makes alike.
-local function mistake(message)
-  local e = zorch.flags.usage_error(message)
-  e.every_rank = true
-  return e
 end
 
 -- Reads a decoded file: every problem it has, in one usage error (a user's
