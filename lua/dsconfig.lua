@@ -49,6 +49,16 @@ local function bad(key, want, got)
   error(("Engine: DeepSpeed config key '%s' must be %s, got %s"):format(key, want, readable(got)), 0)
 end
 
+-- The problems of the file being read: each check that fails is recorded here by
+-- try() and reading goes on, so one message can list them all.
+local problems
+local function try(f, ...)
+  local ok, err = pcall(f, ...)
+  if ok then return err end
+  err = tostring(err):gsub("^Engine: ", ""):gsub("^DeepSpeed config key '([^']*)'", "%1")
+  if problems then problems[#problems + 1] = err else error(err, 0) end
+end
+
 local function posint(key, v)
   if v ~= nil and (math.type(v) ~= "integer" or v < 1) then bad(key, "a positive integer", v) end
   return v
@@ -113,7 +123,7 @@ local OPT_NOTED = {fused = true}
 
 local function check_params(prefix, params, spec, noted, note)
   local out = {}
-  for k, v in pairs(params) do
+  for k, v in pairs(params) do try(function()
     local key = prefix .. "." .. tostring(k)
     local kind = spec[k]
     if kind == nil then
@@ -136,7 +146,7 @@ local function check_params(prefix, params, spec, noted, note)
       if v ~= "log" and v ~= "linear" then bad(key, '"log" or "linear"', v) end
       out[k] = v
     end
-  end
+  end) end
   return out
 end
 
@@ -162,6 +172,7 @@ local function from_table(ds, world)
   local function note(k) unimplemented[#unimplemented + 1] = k end
   -- batch sizes: train = micro * accumulation * world; any two give the third.
   -- Checked by division, so no product can overflow.
+  try(function()
   local tb = posint("train_batch_size", ds.train_batch_size)
   local mb = posint("train_micro_batch_size_per_gpu", ds.train_micro_batch_size_per_gpu)
   local ga = posint("gradient_accumulation_steps", ds.gradient_accumulation_steps)
@@ -191,8 +202,9 @@ local function from_table(ds, world)
   end
   out.gradient_accumulation_steps = ga
   out.train_micro_batch_size = mb
-  if ds.gradient_clipping ~= nil then out.gradient_clipping = number("gradient_clipping", ds.gradient_clipping, 0) end
-  if ds.bf16 ~= nil then
+  end)
+  if ds.gradient_clipping ~= nil then out.gradient_clipping = try(number, "gradient_clipping", ds.gradient_clipping, 0) end
+  if ds.bf16 ~= nil then try(function()
     object("bf16", ds.bf16)
     for k, v in pairs(ds.bf16) do
       if k == "enabled" then
@@ -201,8 +213,8 @@ local function from_table(ds, world)
         note("bf16." .. tostring(k))
       end
     end
-  end
-  if ds.fp16 ~= nil then
+  end) end
+  if ds.fp16 ~= nil then try(function()
     -- DeepSpeed's keys and defaults (the Engine's, under the same names)
     object("fp16", ds.fp16)
     local fp16 = ds.fp16.enabled ~= nil and boolean("fp16.enabled", ds.fp16.enabled)
@@ -221,11 +233,11 @@ local function from_table(ds, world)
       end
     end
     if fp16 then out.precision = "fp16" end
-  end
+  end) end
   local zo = ds.zero_optimization
-  if zo ~= nil then
+  if zo ~= nil then try(function()
     object("zero_optimization", zo)
-    for k, v in pairs(zo) do
+    for k, v in pairs(zo) do try(function()
       local key = "zero_optimization." .. tostring(k)
       if k == "stage" then
         if v ~= 0 and v ~= 1 and v ~= 2 and v ~= 3 then bad(key, "0, 1, 2 or 3", v) end
@@ -243,9 +255,9 @@ local function from_table(ds, world)
       else
         note(key)
       end
-    end
-  end
-  if ds.optimizer ~= nil then
+    end) end
+  end) end
+  if ds.optimizer ~= nil then try(function()
     local o = ds.optimizer
     local types = {adam = "Adam", adamw = "AdamW", sgd = "SGD", lamb = "Lamb"}
     object("optimizer", o)
@@ -269,8 +281,8 @@ local function from_table(ds, world)
     end
     out.optimizer = {type = t, params = p}
     for k in pairs(o) do if k ~= "type" and k ~= "params" then note("optimizer." .. tostring(k)) end end
-  end
-  if ds.scheduler ~= nil then
+  end) end
+  if ds.scheduler ~= nil then try(function()
     local s = ds.scheduler
     object("scheduler", s)
     if not SCHED_PARAMS[s.type] then
@@ -292,10 +304,10 @@ local function from_table(ds, world)
       end
     end
     for k in pairs(s) do if k ~= "type" and k ~= "params" then note("scheduler." .. tostring(k)) end end
-  end
-  if ds.steps_per_print ~= nil then out.steps_per_print = posint("steps_per_print", ds.steps_per_print) end
+  end) end
+  if ds.steps_per_print ~= nil then out.steps_per_print = try(posint, "steps_per_print", ds.steps_per_print) end
   -- zorch's own key: seconds a collective may wait (Engine's comm_timeout; 0: never)
-  if ds.comm_timeout ~= nil then out.comm_timeout = number("comm_timeout", ds.comm_timeout, 0) end
+  if ds.comm_timeout ~= nil then out.comm_timeout = try(number, "comm_timeout", ds.comm_timeout, 0) end
   local known = {train_batch_size = 1, train_micro_batch_size_per_gpu = 1, gradient_accumulation_steps = 1,
                  gradient_clipping = 1, bf16 = 1, fp16 = 1, zero_optimization = 1, optimizer = 1, scheduler = 1,
                  steps_per_print = 1, comm_timeout = 1}
@@ -304,22 +316,45 @@ local function from_table(ds, world)
   return out, unimplemented
 end
 
+-- A user's mistake in the file, which every rank makes alike.
+local function mistake(message)
+  local e = zorch.flags.usage_error(message)
+  e.every_rank = true
+  return e
+end
+
 local function decode(text, what)
   local ok, cfg = pcall(zorch._json_decode, text, true)
   if not ok then
-    error(("Engine: %s is not a JSON object: %s"):format(what, tostring(cfg):gsub("^json: ", "")), 0)
+    error(mistake(("%s is not a JSON object: %s"):format(what, tostring(cfg):gsub("^json: ", ""))))
   end
   return cfg
 end
 
+-- Reads a decoded file: every problem it has, in one usage error (a user's
+-- mistake: its message, no traceback, exit status 2) that names the file.
+local function read(ds, world, what)
+  problems = {}
+  local ok, out, unimplemented = pcall(from_table, ds, world)
+  local found = problems
+  problems = nil
+  if not ok then error(out, 0) end
+  if #found == 1 then error(mistake(what .. ": " .. found[1])) end
+  if #found > 1 then
+    table.sort(found)
+    error(mistake(("%s: %d problems:\n  %s"):format(what, #found, table.concat(found, "\n  "))))
+  end
+  return out, unimplemented
+end
+
 function zorch._from_deepspeed(path, world)
   local f, err = io.open(path, "rb")
-  if not f then error("Engine: cannot read DeepSpeed config: " .. tostring(err), 0) end
+  if not f then error(mistake("cannot read DeepSpeed config: " .. tostring(err))) end
   local text = f:read("a")
   f:close()
   local ds = decode(text, path)
   local autos = zorch._ds_take_autos(ds) -- resolved at prepare (lua/dsauto.lua)
-  local out, unimplemented = from_table(ds, world)
+  local out, unimplemented = read(ds, world, path)
   return out, unimplemented, autos
 end
 
@@ -329,7 +364,7 @@ end
 -- does, for world_size ranks (default 1). For fuzz drivers and tools.
 function zorch._read_ds_config_text(text, world)
   if type(text) ~= "string" then return false, "DeepSpeed config: expected a string" end
-  local ok, cfg, unimplemented = pcall(function() return from_table(decode(text, "the DeepSpeed config"), world or 1) end)
+  local ok, cfg, unimplemented = pcall(function() return read(decode(text, "the DeepSpeed config"), world or 1, "the DeepSpeed config") end)
   if not ok then return false, tostring(cfg) end
   return true, cfg, unimplemented
 end

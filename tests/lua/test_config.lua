@@ -68,7 +68,7 @@ tap.ok(precision([[{"bf16": {"enabled": "True"}}]]) == "bf16" and precision([[{"
 refused("a boolean that is not one is named", [[{"bf16": {"enabled": "maybe"}}]], "bf16.enabled", "true or false", '"maybe"')
 refused("a number other than 0 and 1 is not a boolean", [[{"bf16": {"enabled": 2}}]], "bf16.enabled", "2")
 tap.ok(precision([[{"bf16": {"enabled": "auto"}}]]) == "fp32", 'bf16.enabled "auto" is off until the Engine option says otherwise')
-refused("bf16 that is not an object", [[{"bf16": true}]], "'bf16'", "an object")
+refused("bf16 that is not an object", [[{"bf16": true}]], "bf16 must be", "an object")
 -- the batch check cannot overflow: 2^33 x (2^31 + 1) wraps to 2^33 in 64 bits
 refused("a batch product that would wrap around is refused",
         [[{"train_batch_size": 8589934592, "train_micro_batch_size_per_gpu": 8589934592, "gradient_accumulation_steps": 2147483649}]],

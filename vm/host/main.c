@@ -45,11 +45,16 @@ static void on_sigint(int sig) {
 /* A zorch.UsageError (a bad command line, or --help) is its message alone, with
    no traceback; the command exits with its status (2, or 0 after --help). */
 static int usage_status = -1;
+/* A usage error with every_rank set is raised alike by every rank (a bad config
+   file): rank 0 prints it, and the ranks exit with its status without an abort. */
+static bool usage_every_rank;
 
 static int traceback(lua_State *L) {
   if (luaL_getmetafield(L, 1, "__name") == LUA_TSTRING && strcmp(lua_tostring(L, -1), "zorch.UsageError") == 0) {
     lua_getfield(L, 1, "status");
     usage_status = (int)luaL_optinteger(L, -1, 2);
+    lua_getfield(L, 1, "every_rank");
+    usage_every_rank = lua_toboolean(L, -1);
     luaL_tolstring(L, 1, NULL);
     return 1;
   }
@@ -87,14 +92,19 @@ static int report(lua_State *L, int st) {
               lua_tostring(L, -1));
     } else if (usage_status == 0) {
       printf("%s\n", lua_tostring(L, -1));
+    } else if (world > 1 && usage_every_rank) {
+      const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+      if (!rank) rank = getenv("PMIX_RANK");
+      if (!rank) rank = getenv("SLURM_PROCID");
+      if (!rank || atoi(rank) == 0) fprintf(stderr, "zorch: %s\n", lua_tostring(L, -1));
     } else {
       fprintf(stderr, "zorch: %s\n", lua_tostring(L, -1));
     }
     fflush(stderr);
     lua_pop(L, 1);
     /* one failing rank ends them all: the others would wait in a collective */
-    if (world > 1 && !in_repl && usage_status != 0) zorch_dist_abort(1);
-    if (in_repl) usage_status = -1;
+    if (world > 1 && !in_repl && usage_status != 0 && !usage_every_rank) zorch_dist_abort(1);
+    if (in_repl) usage_status = -1, usage_every_rank = false;
   }
   return st;
 }
