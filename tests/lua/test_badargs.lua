@@ -18,7 +18,10 @@ local function try(name, fn, args)
   checked = checked + 1
   if not ok then
     raised = raised + 1
-    if type(err) ~= "string" or #err == 0 then
+    -- a string, or a usage error (zorch.flags.UsageError: a table whose tostring is the message)
+    local mt = type(err) == "table" and getmetatable(err)
+    local msg = type(err) == "string" and err or (mt and mt.__tostring and tostring(err)) or nil
+    if not msg or #msg == 0 then
       tap.ok(false, name .. ": error without a message")
     end
   end
