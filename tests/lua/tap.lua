@@ -69,6 +69,18 @@ function tap.tmpdir()
   return dir
 end
 
+-- Writes text to a new file (named with `suffix`) in one temporary folder; returns its path.
+local temp_dir, temp_n = nil, 0
+function tap.temp_file(text, suffix)
+  temp_dir = temp_dir or tap.tmpdir()
+  temp_n = temp_n + 1
+  local path = ("%s/f%d%s"):format(temp_dir, temp_n, suffix or "")
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
 -- True when the zorch command was built with MPI.
 function tap.has_mpi(bin)
   return (tap.run(bin .. " info")):find("Open MPI", 1, true) ~= nil

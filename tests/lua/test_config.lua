@@ -8,15 +8,7 @@ local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers
 local dir = os.tmpname()
 os.remove(dir)
 os.execute("mkdir -p " .. dir)
-local n = 0
-local function config(text)
-  n = n + 1
-  local path = ("%s/ds%d.json"):format(dir, n)
-  local f = io.open(path, "w")
-  f:write(text)
-  f:close()
-  return path
-end
+local function config(text) return tap.temp_file(text, ".json") end
 
 local e = zorch.Engine(config([[{
   "train_batch_size": 64, "train_micro_batch_size_per_gpu": 16,

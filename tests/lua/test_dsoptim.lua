@@ -6,16 +6,7 @@ package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
 
-local dir = tap.tmpdir()
-local n = 0
-local function config(text)
-  n = n + 1
-  local path = ("%s/ds%d.json"):format(dir, n)
-  local f = io.open(path, "w")
-  f:write(text)
-  f:close()
-  return path
-end
+local function config(text) return tap.temp_file(text, ".json") end
 
 -- trains a fixed model for 3 optimizer steps with the optimizer section given;
 -- returns the flattened parameters
