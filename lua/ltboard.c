@@ -127,6 +127,13 @@ static double tb_now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* Pushes the bytes of the tb_buf at index 1 as a string (run protected). */
+static int tb_push_bytes(lua_State *L) {
+  const tb_buf *b = lua_touserdata(L, 1);
+  lua_pushlstring(L, (const char *)b->p, b->len);
+  return 1;
+}
+
 /* zorch._tb_event(step, values|nil, file_version|nil [, wall_time]) -> the framed
    record (a string). values maps tags to numbers (other entries are skipped);
    wall_time defaults to now (seconds since the epoch). */
@@ -158,11 +165,16 @@ static int l_tb_event(lua_State *L) {
     if (summary.failed) event.failed = 1;
     else tb_bytes_field(&event, 5, summary.p, summary.len);
   }
-  int rc = tb_frame(&out, &event);
-  if (rc == 0) lua_pushlstring(L, (const char *)out.p, out.len);
+  int rc = tb_frame(&out, &event), st = LUA_OK;
   free(summary.p);
   free(event.p);
+  if (rc == 0) { /* the string is made in a protected call, so a memory error cannot leak out.p */
+    lua_pushcfunction(L, tb_push_bytes);
+    lua_pushlightuserdata(L, &out);
+    st = lua_pcall(L, 1, 1, 0);
+  }
   free(out.p);
+  if (st != LUA_OK) return lua_error(L);
   if (rc) return luaL_error(L, "tensorboard: cannot encode an event of %d values (out of memory or over 64 MiB)", nvalues);
   return 1;
 }
