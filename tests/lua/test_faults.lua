@@ -25,23 +25,27 @@ tap.ok(text:find("rank 0: allreduce of 1 elements for a logged value did not com
        "the message names the rank, the collective, its size and what it carried: " ..
        (text:match("zorch: rank[^\n]*") or text:sub(1, 200)))
 
-f = io.open(script, "w")
-f:write([[
+-- Writes a 3-rank training job whose rank 1 sends itself `signal` at `step`.
+local function signalled_job(signal, step, timeout)
+  local f = io.open(script, "w")
+  f:write(([[
 local zorch = require "zorch"
 local nn, optim = zorch.nn, zorch.optim
-local engine = zorch.Engine{zero_stage = 2, comm_timeout = 20}
+local engine = zorch.Engine{zero_stage = 2, comm_timeout = %d}
 local model = nn.Linear(8, 8)
 local _, _, opt = engine:prepare(model, nil, optim.Adam(model:parameters()))
 for step = 1, 1000000 do
-  if engine.rank == 1 and step == 50 then
-    local pid = io.open("/proc/self/stat"):read("n")
-    os.execute("kill -9 " .. pid)
+  if engine.rank == 1 and step == %d then
+    os.execute("kill -%s " .. io.open("/proc/self/stat"):read("n"))
   end
   local loss = model(zorch.randn(4, 8)):sum()
   opt:zero_grad(); engine:backward(loss); opt:step()
 end
-]])
-f:close()
+]]):format(timeout, step, signal))
+  f:close()
+end
+
+signalled_job("9", 50, 20)
 t0 = zorch.clock()
 text, good = run(("timeout 60 env %s launch -n 3 %s"):format(bin, script))
 dt = zorch.clock() - t0
@@ -49,22 +53,7 @@ tap.ok(not good and dt < 30, ("a rank killed mid-step ends the others in %.1f s"
 
 -- A stopped rank (SIGSTOP: alive, but never reaching the next collective) is
 -- named by the ranks that wait for it: each reads the others' progress counters.
-f = io.open(script, "w")
-f:write([[
-local zorch = require "zorch"
-local nn, optim = zorch.nn, zorch.optim
-local engine = zorch.Engine{zero_stage = 2, comm_timeout = 2}
-local model = nn.Linear(8, 8)
-local _, _, opt = engine:prepare(model, nil, optim.Adam(model:parameters()))
-for step = 1, 1000 do
-  if engine.rank == 1 and step == 5 then
-    os.execute("kill -STOP " .. io.open("/proc/self/stat"):read("n"))
-  end
-  local loss = model(zorch.randn(4, 8)):sum()
-  opt:zero_grad(); engine:backward(loss); opt:step()
-end
-]])
-f:close()
+signalled_job("STOP", 5, 2)
 t0 = zorch.clock()
 text, good = run(("timeout 60 env %s launch -n 3 %s"):format(bin, script))
 dt = zorch.clock() - t0
