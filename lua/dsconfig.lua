@@ -93,14 +93,65 @@ local function object(key, v)
   return v
 end
 
--- Keys that are understood but change nothing in zorch (listed in the warning),
--- with the check of their values.
+-- Keys zorch reads but does not implement, in two groups for the one warning:
+-- those that change speed, memory or logging but not the numbers a run
+-- computes ("no effect on results"), and those that change what is trained
+-- ("changes training"). Others are "not recognised". A key set to false, an
+-- empty object or one whose "enabled" is false is off, and not listed.
+local function set(list) local t = {} for _, k in ipairs(list) do t[k] = true end return t end
+local NO_EFFECT = set {
+  -- speed and memory: communication, buckets, prefetching, placement, compilation
+  "zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients", "zero_optimization.allgather_partitions",
+  "zero_optimization.reduce_scatter", "zero_optimization.allgather_bucket_size", "zero_optimization.round_robin_gradients",
+  "zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.prefetch_bucket_size",
+  "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.param_persistence_threshold",
+  "zero_optimization.stage3_model_persistence_threshold", "zero_optimization.model_persistence_threshold",
+  "zero_optimization.stage3_max_live_parameters", "zero_optimization.max_live_parameters",
+  "zero_optimization.stage3_max_reuse_distance", "zero_optimization.max_reuse_distance",
+  "zero_optimization.sub_group_size", "zero_optimization.elastic_checkpoint", "zero_optimization.load_from_fp32_weights",
+  "zero_optimization.ignore_unused_parameters", "zero_optimization.legacy_stage1", "zero_optimization.memory_efficient_linear",
+  "zero_optimization.zero_hpz_partition_size", "zero_optimization.mics_shard_size",
+  "zero_optimization.mics_hierarchical_params_gather", "zero_optimization.use_multi_rank_bucket_allreduce",
+  "zero_optimization.stage3_module_granularity_threshold", "zero_optimization.module_granularity_threshold",
+  "zero_optimization.use_all_reduce_for_fetch_params", "zero_optimization.log_trace_cache_warnings",
+  "zero_optimization.offload_optimizer", "zero_optimization.offload_param", "zero_optimization.cpu_offload",
+  "zero_optimization.cpu_offload_params", "zero_optimization.cpu_offload_use_pin_memory",
+  "prescale_gradients", "gradient_predivide_factor", "communication_data_type", "seq_parallel_communication_data_type",
+  "disable_allgather", "sparse_gradients", "compile", "tensor_parallel", "pipeline", "aio", "activation_checkpointing",
+  "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "hybrid_engine", "checkpoint", "nebula",
+  "autotuning", "cuda_visible_devices", "torch_autocast",
+  -- logging and monitoring
+  "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "monitor_config", "comms_logger", "comms_config",
+  "memory_breakdown", "dump_state", "_comment",
+  -- bf16: DeepSpeed reads no loss scale for bf16
+  "bf16.loss_scale", "bf16.initial_scale_power", "bf16.loss_scale_window", "bf16.hysteresis", "bf16.min_loss_scale",
+  "bf16.consecutive_hysteresis", "bf16.immediate_grad_update", "bf16.check_grad_overflow",
+}
+local CHANGES_TRAINING = set {
+  "compression_training", "curriculum_learning", "data_efficiency", "progressive_layer_drop", "quantize_training",
+  "sparse_attention", "eigenvalue", "amp", "elasticity", "data_types", "fp16.auto_cast", "fp16.fp16_master_weights_and_grads",
+  "zero_optimization.zero_quantized_weights", "zero_optimization.zero_quantized_gradients",
+  "zero_optimization.zero_quantized_nontrainable_weights",
+}
+
+-- Off: false, 0, an empty object, {"enabled": false}, an offload to device "none".
+local function is_off(v)
+  if v == false or v == 0 or (type(v) == "string" and (v:lower() == "false" or v:lower() == "none")) then return true end
+  if type(v) ~= "table" then return false end
+  if next(v) == nil then return true end
+  local en = v.enabled
+  if en == false or en == 0 or (type(en) == "string" and (en:lower() == "false" or en:lower() == "0")) then return true end
+  return v.device == "none"
+end
+
+-- Checks of the values of some listed keys.
 local IGNORED = {
   ["zero_optimization.overlap_comm"] = boolean, ["zero_optimization.contiguous_gradients"] = boolean,
   ["zero_optimization.allgather_partitions"] = boolean, ["zero_optimization.reduce_scatter"] = boolean,
   ["zero_optimization.allgather_bucket_size"] = function(k, v) number(k, v, 0) end,
   ["zero_optimization.stage3_prefetch_bucket_size"] = function(k, v) number(k, v, 0) end,
   ["zero_optimization.stage3_param_persistence_threshold"] = function(k, v) number(k, v, 0) end,
+  ["zero_optimization.cpu_offload"] = boolean,
 }
 
 -- Optimizer params zorch's optimizers take, and DeepSpeed's own that change nothing here.
@@ -128,7 +179,10 @@ local function check_params(prefix, params, spec, noted, note)
     local kind = spec[k]
     if kind == nil then
       if noted[k] then
-        note(key)
+        note(key, v)
+      elseif k == "max_grad_norm" then
+        error(("Engine: DeepSpeed config key '%s' is not an optimizer parameter (DeepSpeed refuses it too); " ..
+          "use the top-level gradient_clipping"):format(key), 0)
       else
         local names = {}
         for n in pairs(spec) do names[#names + 1] = n end
@@ -168,8 +222,14 @@ local SCHED_NOTED = {last_batch_iteration = true}
 -- The Engine table a DeepSpeed configuration (a decoded JSON object) means, and
 -- the keys zorch does not implement.
 local function from_table(ds, world)
-  local out, unimplemented = {}, {}
-  local function note(k) unimplemented[#unimplemented + 1] = k end
+  local out, unimplemented = {}, {kind = {}}
+  local function note(k, v)
+    if is_off(v) then return end
+    unimplemented[#unimplemented + 1] = k
+    unimplemented.kind[k] = NO_EFFECT[k] and "no effect" or CHANGES_TRAINING[k] and "changes training" or "not recognised"
+  end
+  -- DeepSpeed's older spelling of bf16
+  if ds.bfloat16 ~= nil and ds.bf16 == nil then ds.bf16, ds.bfloat16 = ds.bfloat16, nil end
   -- batch sizes: train = micro * accumulation * world; any two give the third.
   -- Checked by division, so no product can overflow.
   try(function()
@@ -206,12 +266,10 @@ local function from_table(ds, world)
   if ds.gradient_clipping ~= nil then out.gradient_clipping = try(number, "gradient_clipping", ds.gradient_clipping, 0) end
   if ds.bf16 ~= nil then try(function()
     object("bf16", ds.bf16)
+    local on = ds.bf16.enabled ~= nil and boolean("bf16.enabled", ds.bf16.enabled)
+    if on then out.precision = "bf16" end
     for k, v in pairs(ds.bf16) do
-      if k == "enabled" then
-        if boolean("bf16.enabled", v) then out.precision = "bf16" end
-      else
-        note("bf16." .. tostring(k))
-      end
+      if k ~= "enabled" and on then note("bf16." .. tostring(k), v) end
     end
   end) end
   if ds.fp16 ~= nil then try(function()
@@ -228,8 +286,8 @@ local function from_table(ds, world)
         if fp16 then out[k] = integer(key, v, k == "initial_scale_power" and 0 or 1) end
       elseif k == "consecutive_hysteresis" then
         if fp16 then out[k] = boolean(key, v) end
-      else
-        note(key)
+      elseif fp16 then
+        note(key, v)
       end
     end
     if fp16 then out.precision = "fp16" end
@@ -248,12 +306,20 @@ local function from_table(ds, world)
       elseif k == "offload_optimizer" or k == "offload_param" then
         object(key, v)
         if v.device ~= nil and type(v.device) ~= "string" then bad(key .. ".device", '"none", "cpu" or "nvme"', v.device) end
-        if v.device and v.device ~= "none" then note(key) end
+        if v.device ~= nil and v.device ~= "none" and v.device ~= "cpu" and v.device ~= "nvme" then
+          bad(key .. ".device", '"none", "cpu" or "nvme"', v.device)
+        end
+        if v.device and v.device ~= "none" then note(key, v) end
+      elseif k == "stage3_gather_16bit_weights_on_model_save" or k == "stage3_gather_fp16_weights_on_model_save" or
+             k == "gather_16bit_weights_on_model_save" then
+        -- zorch's saved state dict always holds the full weights (gathered at stage 3),
+        -- in the parameters' dtype: what true asks for
+        boolean(key, v)
       elseif IGNORED[key] then
         IGNORED[key](key, v)
-        note(key)
+        note(key, v)
       else
-        note(key)
+        note(key, v)
       end
     end) end
   end) end
@@ -280,7 +346,7 @@ local function from_table(ds, world)
       if p.weight_decay == nil then p.weight_decay = 0 end
     end
     out.optimizer = {type = t, params = p}
-    for k in pairs(o) do if k ~= "type" and k ~= "params" then note("optimizer." .. tostring(k)) end end
+    for k, v in pairs(o) do if k ~= "type" and k ~= "params" then note("optimizer." .. tostring(k), v) end end
   end) end
   if ds.scheduler ~= nil then try(function()
     local s = ds.scheduler
@@ -303,17 +369,36 @@ local function from_table(ds, world)
         end
       end
     end
-    for k in pairs(s) do if k ~= "type" and k ~= "params" then note("scheduler." .. tostring(k)) end end
+    for k, v in pairs(s) do if k ~= "type" and k ~= "params" then note("scheduler." .. tostring(k), v) end end
   end) end
   if ds.steps_per_print ~= nil then out.steps_per_print = try(posint, "steps_per_print", ds.steps_per_print) end
+  if ds.wall_clock_breakdown ~= nil then
+    out.wall_clock_breakdown = try(boolean, "wall_clock_breakdown", ds.wall_clock_breakdown)
+  end
   -- zorch's own key: seconds a collective may wait (Engine's comm_timeout; 0: never)
   if ds.comm_timeout ~= nil then out.comm_timeout = try(number, "comm_timeout", ds.comm_timeout, 0) end
   local known = {train_batch_size = 1, train_micro_batch_size_per_gpu = 1, gradient_accumulation_steps = 1,
                  gradient_clipping = 1, bf16 = 1, fp16 = 1, zero_optimization = 1, optimizer = 1, scheduler = 1,
-                 steps_per_print = 1, comm_timeout = 1}
-  for k in pairs(ds) do if not known[k] then note(tostring(k)) end end
+                 steps_per_print = 1, comm_timeout = 1, wall_clock_breakdown = 1}
+  for k, v in pairs(ds) do if not known[k] then note(tostring(k), v) end end
   table.sort(unimplemented)
   return out, unimplemented
+end
+
+-- The keys zorch does not implement, in the warning's groups (those present):
+-- {title = ..., keys = {...}}. A list without kinds is "not recognised".
+function zorch._unimplemented_groups(keys)
+  local kind = keys.kind or {}
+  local order = {{"no effect", "ignored, no effect on results (speed, memory, logging)"},
+                 {"changes training", "ignored, which changes training (zorch trains without them)"},
+                 {"not recognised", "not recognised, ignored"}}
+  local groups = {}
+  for _, o in ipairs(order) do
+    local g = {title = o[2], kind = o[1], keys = {}}
+    for _, k in ipairs(keys) do if (kind[k] or "not recognised") == o[1] then g.keys[#g.keys + 1] = k end end
+    if #g.keys > 0 then groups[#groups + 1] = g end
+  end
+  return groups
 end
 
 -- A user's mistake in the file, which every rank makes alike.
@@ -347,14 +432,136 @@ local function read(ds, world, what)
   return out, unimplemented
 end
 
+-- Accelerate's `accelerate config` YAML files: the flat subset they are written
+-- in (key: value lines, nested by indentation, two levels; scalars, quoted
+-- strings, {} and [] as empty), enough for their deepspeed_config section.
+local function yaml_scalar(v)
+  if v:match('^".*"$') or v:match("^'.*'$") then return v:sub(2, -2) end
+  if v == "true" or v == "True" then return true end
+  if v == "false" or v == "False" then return false end
+  if v == "null" or v == "~" or v == "" then return nil end
+  if v == "{}" then return {} end
+  if v == "[]" then return {} end
+  local n = tonumber(v)
+  if n and v:match("^[-+]?[%d.]+[eE]?[-+]?%d*$") then return math.tointeger(n) or n end
+  return v
+end
+
+local function read_yaml(text, what)
+  local root, parent, parent_indent = {}, nil, nil
+  local n = 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    line = line:gsub("\r$", "")
+    -- a comment: # at the start or after a space, outside quotes
+    local code = line:match("^(.-)%s+#.*$") or line
+    if code:match("^%s*#") then code = "" end
+    if code:match("%S") then
+      local indent, key, value = code:match("^(%s*)([%w_%-%.]+):%s*(.-)%s*$")
+      if not key then
+        if code:match("^%s*%-") then -- a list item: kept as text, accelerate's launcher settings only
+          goto continue
+        end
+        error(mistake(("%s:%d: expected `key: value`, got %q"):format(what, n, code)))
+      end
+      if #indent == 0 then
+        parent = nil
+        if value == "" then root[key] = {}; parent, parent_indent = root[key], nil
+        else root[key] = yaml_scalar(value) end
+      else
+        if not parent then error(mistake(("%s:%d: %q is indented under no section"):format(what, n, key))) end
+        parent_indent = parent_indent or #indent
+        if #indent ~= parent_indent then
+          error(mistake(("%s:%d: %q: only two levels of indentation are read"):format(what, n, key)))
+        end
+        parent[key] = yaml_scalar(value)
+      end
+    end
+    ::continue::
+  end
+  return root
+end
+
+-- The DeepSpeed table an Accelerate YAML file means (Accelerate's DeepSpeedPlugin):
+-- its deepspeed_config_file, or one made from zero_stage, gradient_accumulation_steps,
+-- gradient_clipping, offload_*_device, zero3_save_16bit_model and mixed_precision,
+-- with the micro and train batch sizes "auto" (from the script's loader).
+local function from_accelerate(y, path, world)
+  local dc = y.deepspeed_config
+  if y.distributed_type ~= "DEEPSPEED" or type(dc) ~= "table" then
+    error(mistake(("%s: distributed_type is %s, not DEEPSPEED: not a DeepSpeed configuration"):format(
+      path, readable(y.distributed_type))))
+  end
+  local mp = y.mixed_precision
+  if mp ~= nil and mp ~= "no" and mp ~= "fp16" and mp ~= "bf16" then
+    error(mistake(("%s: mixed_precision must be no, fp16 or bf16, got %s"):format(path, readable(mp))))
+  end
+  local notes = {}
+  if math.type(y.num_processes) == "integer" and y.num_processes * (math.type(y.num_machines) == "integer" and
+     y.num_machines or 1) ~= world then
+    notes[#notes + 1] = "num_processes"
+  end
+  if dc.deepspeed_config_file then
+    local file = dc.deepspeed_config_file
+    if type(file) ~= "string" then
+      error(mistake(("%s: deepspeed_config.deepspeed_config_file must be a path, got %s"):format(path, readable(file))))
+    end
+    -- as Accelerate: relative to the working folder; else beside the YAML file
+    local f = io.open(file, "rb")
+    if not f and not file:match("^/") then
+      local beside = (path:match("^(.*/)") or "") .. file
+      f = io.open(beside, "rb")
+      if f then file = beside end
+    end
+    if not f then
+      error(mistake(("%s: deepspeed_config.deepspeed_config_file %s cannot be read"):format(path, readable(file))))
+    end
+    local ds = decode(f:read("a"), file)
+    f:close()
+    -- mixed_precision fills fp16/bf16 "auto" (Accelerate requires them auto when both are given)
+    for _, k in ipairs({"fp16", "bf16"}) do
+      if type(ds[k]) == "table" and ds[k].enabled == "auto" and mp then ds[k].enabled = (mp == k) end
+    end
+    return ds, file, notes
+  end
+  local ds = {train_micro_batch_size_per_gpu = "auto", train_batch_size = "auto",
+              gradient_accumulation_steps = dc.gradient_accumulation_steps or 1}
+  local zo = {stage = dc.zero_stage}
+  ds.zero_optimization = zo
+  if dc.gradient_clipping ~= nil and dc.gradient_clipping ~= "none" then ds.gradient_clipping = dc.gradient_clipping end
+  if dc.offload_optimizer_device ~= nil then zo.offload_optimizer = {device = dc.offload_optimizer_device} end
+  if dc.offload_param_device ~= nil then zo.offload_param = {device = dc.offload_param_device} end
+  if dc.zero3_save_16bit_model ~= nil then zo.stage3_gather_16bit_weights_on_model_save = dc.zero3_save_16bit_model end
+  if mp == "fp16" then ds.fp16 = {enabled = true} elseif mp == "bf16" then ds.bf16 = {enabled = true} end
+  local read_keys = {zero_stage = 1, gradient_accumulation_steps = 1, gradient_clipping = 1, offload_optimizer_device = 1,
+                     offload_param_device = 1, zero3_save_16bit_model = 1,
+                     -- the launcher's and the model loader's, not the training's
+                     deepspeed_multinode_launcher = 1, deepspeed_hostfile = 1, deepspeed_exclusion_filter = 1,
+                     deepspeed_inclusion_filter = 1, zero3_init_flag = 1}
+  for k, v in pairs(dc) do
+    if not read_keys[k] then notes[#notes + 1] = "deepspeed_config." .. tostring(k) end
+  end
+  return ds, path, notes
+end
+
 function zorch._from_deepspeed(path, world)
   local f, err = io.open(path, "rb")
   if not f then error(mistake("cannot read DeepSpeed config: " .. tostring(err))) end
   local text = f:read("a")
   f:close()
-  local ds = decode(text, path)
+  local ds, notes
+  if path:match("%.ya?ml$") then
+    ds, path, notes = from_accelerate(read_yaml(text, path), path, world)
+  else
+    ds = decode(text, path)
+  end
   local autos = zorch._ds_take_autos(ds) -- resolved at prepare (lua/dsauto.lua)
   local out, unimplemented = read(ds, world, path)
+  for _, k in ipairs(notes or {}) do
+    unimplemented[#unimplemented + 1] = k
+    unimplemented.kind[k] = k == "num_processes" and "no effect" or "not recognised"
+  end
+  table.sort(unimplemented)
   return out, unimplemented, autos
 end
 

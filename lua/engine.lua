@@ -27,6 +27,7 @@ local DEFAULTS = {
   optimizer = false,               -- {type = "Adam" | "AdamW" | "SGD" | "Lamb", params = {...}}: made by prepare
   scheduler = false,               -- {type = "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR", params}
   steps_per_print = false,         -- print a progress line every so many optimizer steps
+  wall_clock_breakdown = false,    -- with the progress line: forward, backward, reduction and step times
   precision = "fp32",              -- "fp32", or "bf16" / "fp16": 16-bit parameters and gradients,
                                    -- fp32 master weights and moments in the shards
   -- fp16 only (DeepSpeed's fp16 section, the same names and defaults):
@@ -54,6 +55,7 @@ local CHECKS = {
   scheduler = {function(v) return v == false or (type(v) == "table" and (v.type == "WarmupLR" or v.type == "WarmupDecayLR" or v.type == "WarmupCosineLR" or v.type == "OneCycle" or v.type == "LRRangeTest")) end,
                "{type = \"WarmupLR\" | \"WarmupDecayLR\" | \"WarmupCosineLR\" | \"OneCycle\" | \"LRRangeTest\", params = {...}}"},
   steps_per_print = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
+  wall_clock_breakdown = {function(v) return type(v) == "boolean" end, "true or false"},
   precision = {function(v) return v == "fp32" or v == "bf16" or v == "fp16" end, "\"fp32\", \"bf16\" or \"fp16\""},
   loss_scale = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0: dynamic)"},
   initial_scale_power = {function(v) return math.type(v) == "integer" and v >= 0 and v <= 64 end, "an integer in 0..64"},
@@ -122,6 +124,8 @@ function zorch.Engine(cfg, overrides)
     end
   end
   if c.seed then zorch.manual_seed(c.seed) end
+  -- wall_clock_breakdown prints with the step lines: every steps_per_print steps, DeepSpeed's default 10
+  if c.wall_clock_breakdown and not c.steps_per_print then c.steps_per_print = 10 end
   local rank, world, backend = zorch._comm()
   zorch._comm_timeout(c.comm_timeout)
   local device = c.device == "cuda" and ("cuda:" .. zorch.local_rank()) or c.device
@@ -131,8 +135,9 @@ function zorch.Engine(cfg, overrides)
                           device = device}, Engine)
   e:reset_scaler()
   if #unimplemented > 0 and rank == 0 then
-    io.stderr:write(("zorch: warning: these DeepSpeed config keys are not implemented and have no effect: %s\n"):format(
-      table.concat(unimplemented, ", ")))
+    for _, g in ipairs(zorch._unimplemented_groups(unimplemented)) do
+      io.stderr:write(("zorch: warning: DeepSpeed config keys %s: %s\n"):format(g.title, table.concat(g.keys, ", ")))
+    end
   end
   e.unimplemented = unimplemented
   e.autos, e.overrides = autos or {}, overrides -- "auto" values: resolved at prepare
@@ -320,6 +325,17 @@ function Engine:prepare(model, loader, opt, sched)
       end)
     end
   end
+  if self.cfg.wall_clock_breakdown then
+    -- forward time: the model's own forward, timed on a monotonic clock
+    self.wall = {forward = 0, backward = 0, reduction = 0, step = 0}
+    local wall, forward = self.wall, model.forward
+    rawset(model, "forward", function(...)
+      local t0 = zorch.clock()
+      local r = table.pack(forward(...))
+      wall.forward = wall.forward + (zorch.clock() - t0)
+      return table.unpack(r, 1, r.n)
+    end)
+  end
   if not opt then return model, loader end
   -- the same optimizer, over this rank's slice (the whole buffer at stage 0)
   local target = self.zero:target()
@@ -361,7 +377,9 @@ function Engine:print_summary()
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
   }
   for _, l in ipairs(self.auto_lines or {}) do lines[#lines + 1] = "  " .. l end
-  if #self.unimplemented > 0 then lines[#lines + 1] = "  not implemented (no effect): " .. table.concat(self.unimplemented, ", ") end
+  for _, g in ipairs(zorch._unimplemented_groups(self.unimplemented)) do
+    lines[#lines + 1] = ("  %s: %s"):format(g.title, table.concat(g.keys, ", "))
+  end
   io.stderr:write(table.concat(lines, "\n") .. "\n")
 end
 
@@ -390,8 +408,14 @@ function Engine:backward(loss)
   local s = self.scaler
   if s.scale ~= 1 then loss = loss * s.scale end
   if self.rank == 0 and self:inject_overflow(s.attempts + 1) then loss = loss * math.huge end
+  local t0 = self.wall and zorch.clock()
   loss:backward()
+  local t1 = self.wall and zorch.clock()
   if self.zero then self.zero:end_backward() end
+  if self.wall then -- (stages 2-3 reduce buckets inside backward; the rest is reduction)
+    self.wall.backward = self.wall.backward + (t1 - t0)
+    self.wall.reduction = self.wall.reduction + (zorch.clock() - t1)
+  end
 end
 
 -- Testing overflows: ZORCH_TEST_OVERFLOW="3,7,8" makes rank 0's gradients inf
@@ -410,9 +434,12 @@ end
 -- norm's all-reduce carries it to every rank) skips the step: no update, no
 -- scheduler step, the step count stays; the loss scale falls.
 function Engine:optimizer_step()
+  local t0 = self.wall and zorch.clock()
   local grad, sharded = self.zero:reduced_grad()
   local overflow
   self.last_norm, overflow = self.zero:clip(grad, sharded, self.cfg.gradient_clipping, self.scaler.scale)
+  local t1 = self.wall and zorch.clock()
+  if self.wall then self.wall.reduction = self.wall.reduction + (t1 - t0) end
   overflow = overflow and self.cfg.precision == "fp16" -- (fp32 and bf16 step as they always did)
   self:update_scale(overflow)
   if overflow then
@@ -432,6 +459,7 @@ function Engine:optimizer_step()
   self.inner:step()
   self.target.grad = nil
   self.zero:after_update()
+  if self.wall then self.wall.step = self.wall.step + (zorch.clock() - t1) end
   if self.lr_scheduler then self.lr_scheduler.step() end
   self.steps = self.steps + 1
   if self.cfg.steps_per_print then self:print_step() end
@@ -457,6 +485,12 @@ function Engine:print_step()
   local scale = self.cfg.precision == "fp16" and ("  loss scale %g"):format(self.scaler.scale) or ""
   self:print(("step %d  loss %s  lr %.3g  grad norm %.4f%s%s  %.2f ms/step"):format(self.steps,
     loss and ("%.6f"):format(loss) or "?", self.user_opt.lr, self.last_norm or 0, scale, rate, 1000 * dt / n))
+  if self.wall then -- wall_clock_breakdown: rank 0's times, per optimizer step over those steps
+    local w = self.wall
+    self:print(("step %d  time (ms/step)  forward %.3f  backward %.3f  reduction %.3f  step %.3f"):format(self.steps,
+      1000 * w.forward / n, 1000 * w.backward / n, 1000 * w.reduction / n, 1000 * w.step / n))
+    w.forward, w.backward, w.reduction, w.step = 0, 0, 0, 0
+  end
   self.print_t0, self.print_step_n, self.print_loss, self.print_micro = now, self.steps, nil, nil
 end
 
