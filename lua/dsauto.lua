@@ -93,6 +93,10 @@ local function resolve_autos(self, model, loader, opt, sched)
       else
         set(key, 10 * hidden, ("10 x hidden size %d, from %s; no effect in zorch"):format(hidden, hidden_from))
       end
+    elseif key == "zero_optimization.stage3_gather_16bit_weights_on_model_save" or
+           key == "zero_optimization.stage3_gather_fp16_weights_on_model_save" or
+           key == "zero_optimization.gather_16bit_weights_on_model_save" then
+      set(key, true, "zorch always saves the full weights")
     else
       fail(key, "zorch does not resolve this key")
     end
