@@ -23,8 +23,9 @@ tap.ok(c.zero_stage == 3 and c.precision == "bf16" and c.gradient_clipping == 0.
        "stage, bf16, clipping and bucket size come from the file")
 tap.ok(c.gradient_accumulation_steps == 4 and c.train_micro_batch_size == 16,
        "accumulation follows from train_batch_size / micro batch (64 / 16 on one rank = 4)")
-tap.ok(table.concat(e.unimplemented, ",") == "wall_clock_breakdown,zero_optimization.overlap_comm",
-       "keys zorch does not implement are collected for one warning: " .. table.concat(e.unimplemented, ", "))
+tap.ok(table.concat(e.unimplemented, ",") == "zero_optimization.overlap_comm",
+       "keys zorch does not implement are collected for the warning, wall_clock_breakdown false is not: " ..
+       table.concat(e.unimplemented, ", "))
 local model = zorch.nn.Linear(3, 2)
 local loader = zorch.data.DataLoader(zorch.data.TensorDataset(zorch.randn(64, 3), zorch.randn(64, 2)), {batch_size = 7})
 local _, ld, opt = e:prepare(model, loader)
@@ -94,6 +95,101 @@ tap.ok(zorch.Engine(config([[{"comm_timeout": 5}]])):config().comm_timeout == 5,
 refused("a comm_timeout that is not a number", [[{"comm_timeout": "soon"}]], "comm_timeout", '"soon"')
 tap.ok(zorch.Engine(config([[{"comm_timeout": 5}]]), {comm_timeout = 9}):config().comm_timeout == 9, "an override wins")
 
+-- the warning's groups: no effect on results, changes training, not recognised;
+-- keys that are off are not listed
+do
+  local e2 = zorch.Engine(config([[{
+    "zero_optimization": {"stage": 3, "overlap_comm": true, "reduce_scatter": false, "sub_group_size": 1e9,
+      "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "none"},
+      "stage3_gather_16bit_weights_on_model_save": true, "stage3_gather_fp16_weights_on_model_save": false},
+    "tensorboard": {"enabled": false, "output_path": "x"}, "wandb": {"enabled": true},
+    "flops_profiler": {}, "wall_clock_breakdown": false, "memory_breakdown": false,
+    "curriculum_learning": {"enabled": true}, "compression_training": {"weight_quantization": {}},
+    "progressive_layer_drop": {"enabled": false}, "zero_allow_untested_optimizer": true, "my_own_key": 1
+  }]]))
+  local groups = {}
+  for _, g in ipairs(Z._unimplemented_groups(e2.unimplemented)) do groups[g.kind] = table.concat(g.keys, ",") end
+  tap.ok(groups["no effect"] == "wandb,zero_allow_untested_optimizer,zero_optimization.offload_optimizer," ..
+         "zero_optimization.overlap_comm,zero_optimization.sub_group_size",
+         "no effect on results: " .. tostring(groups["no effect"]))
+  tap.ok(groups["changes training"] == "compression_training,curriculum_learning",
+         "changes training: " .. tostring(groups["changes training"]))
+  tap.ok(groups["not recognised"] == "my_own_key", "not recognised: " .. tostring(groups["not recognised"]))
+  local text = tap.run(("env -u ZORCH_QUIET %s -e 'local z = require \"zorch\"; z.Engine(\"%s\")'"):format(
+    os.getenv("ZORCH_BIN") or "../build/zorch", config([[{"curriculum_learning": {"enabled": true},
+    "zero_optimization": {"overlap_comm": true}, "tensorboard": {"enabled": false}}]])))
+  tap.ok(text:find("ignored, no effect on results", 1, true) and text:find("ignored, which changes training", 1, true)
+         and text:find("curriculum_learning", 1, true) and not text:find("tensorboard", 1, true),
+         "the warning has one line a group: " .. text:gsub("\n", " | "))
+end
+refused("an offload device zorch does not know", [[{"zero_optimization": {"offload_param": {"device": "gpu"}}}]],
+        "zero_optimization.offload_param.device", '"gpu"')
+refused("max_grad_norm is refused as DeepSpeed refuses it", [[{"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1}}}]],
+        "optimizer.params.max_grad_norm", "gradient_clipping")
+tap.ok(precision([[{"bfloat16": {"enabled": true}}]]) == "bf16", 'the older "bfloat16" spelling is bf16')
+refused("the gather-on-save flag is checked", [[{"zero_optimization": {"stage3_gather_16bit_weights_on_model_save": "yes please"}}]],
+        "stage3_gather_16bit_weights_on_model_save")
+
+-- Accelerate YAML: a deepspeed_config section, or the JSON file it names
+do
+  local yaml = tap.temp_file([[
+compute_environment: LOCAL_MACHINE
+debug: false
+deepspeed_config:
+  deepspeed_multinode_launcher: standard
+  gradient_accumulation_steps: 2
+  gradient_clipping: 0.5   # a comment
+  offload_optimizer_device: cpu
+  offload_param_device: none
+  zero3_init_flag: true
+  zero3_save_16bit_model: true
+  zero_stage: 3
+distributed_type: DEEPSPEED
+downcast_bf16: 'no'
+mixed_precision: 'bf16'
+num_machines: 1
+num_processes: 8
+tpu_env: []
+use_cpu: false
+]], ".yaml")
+  local ey = zorch.Engine(yaml)
+  local cy = ey:config()
+  tap.ok(cy.zero_stage == 3 and cy.precision == "bf16" and cy.gradient_accumulation_steps == 2 and cy.gradient_clipping == 0.5,
+         "an Accelerate YAML file gives stage, precision, accumulation and clipping")
+  tap.ok(table.concat(ey.unimplemented, ",") == "num_processes,zero_optimization.offload_optimizer",
+         "its offload and a num_processes other than the ranks are listed: " .. table.concat(ey.unimplemented, ","))
+  local m = zorch.nn.Linear(3, 2)
+  local _, ld = ey:prepare(m, zorch.data.DataLoader(zorch.data.TensorDataset(zorch.randn(8, 3), zorch.randn(8, 2)), {batch_size = 4}),
+                           zorch.optim.Adam(m:parameters(), {lr = 0.01}))
+  tap.ok(ld.batch_size == 4, "the micro batch is the loader's (\"auto\")")
+  local json = config([[{"train_micro_batch_size_per_gpu": 5, "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 1}}]])
+  local named = tap.temp_file(("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: %s\nmixed_precision: bf16\n"):format(json), ".yml")
+  local cn = zorch.Engine(named):config()
+  tap.ok(cn.zero_stage == 1 and cn.train_micro_batch_size == 5 and cn.precision == "bf16",
+         "deepspeed_config_file is read, its bf16 \"auto\" from mixed_precision")
+  local beside = tap.temp_file("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: " ..
+    json:match("[^/]+$") .. "\n", ".yaml")
+  tap.ok(zorch.Engine(beside):config().zero_stage == 1, "a relative deepspeed_config_file is found beside the YAML file")
+  tap.raises("a missing deepspeed_config_file is named", function()
+    zorch.Engine(tap.temp_file("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: nope.json\n", ".yaml"))
+  end, "deepspeed_config_file", "nope.json")
+  tap.raises("a YAML file that is not for DeepSpeed is refused", function()
+    zorch.Engine(tap.temp_file("distributed_type: 'NO'\ndeepspeed_config: {}\n", ".yaml"))
+  end, "not DEEPSPEED")
+  tap.raises("a bad mixed_precision is named", function()
+    zorch.Engine(tap.temp_file("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\nmixed_precision: fp8\n", ".yaml"))
+  end, "mixed_precision", "fp8")
+  tap.raises("a line that is not key: value names the line", function()
+    zorch.Engine(tap.temp_file("distributed_type: DEEPSPEED\nthis is not yaml\n", ".yaml"))
+  end, ":2:")
+  tap.raises("three levels are refused", function()
+    zorch.Engine(tap.temp_file("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n    deeper: 1\n", ".yaml"))
+  end, "two levels")
+  tap.raises("a bad stage in YAML names the key", function()
+    zorch.Engine(tap.temp_file("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 7\n", ".yaml"))
+  end, "zero_optimization.stage", "7")
+end
+
 -- the reader for tools and fuzzing: seeds are valid, anything else a message
 local seeds = io.popen("ls ../tests/fuzz/seeds/dsconfig/*.json 2>/dev/null"):read("a")
 local nseeds = 0
@@ -134,5 +230,27 @@ tap.ok(text:find("warning", 1, true) and text:find("16 samples", 1, true) and te
        "a batch larger than the data set is a warning naming both sizes: " .. (text:match("warning[^\n]*") or text))
 local ok = os.execute(("%s ../models/simple_net.lua --samples 64 --steps 1 --quiet --comm-timeout -1 --save %s > /dev/null 2>&1"):format(bin, a))
 tap.ok(not ok, "simple_net.lua --comm-timeout is the engine's comm_timeout (-1 is refused)")
+-- steps_per_print and wall_clock_breakdown: the step lines and the times
+do
+  local wc = config([[{"train_micro_batch_size_per_gpu": 16, "steps_per_print": 2, "wall_clock_breakdown": true,
+    "fp16": {"enabled": true, "initial_scale_power": 8}, "zero_optimization": {"stage": 2}}]])
+  local out = tap.run(("%s ../models/simple_net.lua --samples 128 --steps 4 --config %s --quiet --save %s"):format(bin, wc, a))
+  local steps, times = {}, {}
+  for n, line in out:gmatch("step (%d+)  (loss[^\n]*)") do steps[#steps + 1] = {tonumber(n), line} end
+  for n, f, b, r, st in out:gmatch("step (%d+)  time %(ms/step%)  forward ([%d.]+)  backward ([%d.]+)  reduction ([%d.]+)  step ([%d.]+)") do
+    times[#times + 1] = {tonumber(n), tonumber(f), tonumber(b), tonumber(r), tonumber(st)}
+  end
+  local l = steps[1] and steps[1][2] or ""
+  tap.ok(#steps == 2 and steps[1][1] == 2 and steps[2][1] == 4 and l:find("lr", 1, true) and l:find("grad norm", 1, true)
+         and l:find("loss scale 256", 1, true) and l:find("samples/s", 1, true),
+         "steps_per_print 2: loss, lr, grad norm, loss scale and samples/s at steps 2 and 4: " .. l)
+  tap.ok(#times == 2 and times[1][2] > 0 and times[1][3] > 0 and times[1][4] >= 0 and times[1][5] > 0,
+         "wall_clock_breakdown: forward, backward, reduction and step times with each line: " ..
+         (out:match("step %d+  time[^\n]*") or out))
+  local quiet = tap.run(("%s ../models/simple_net.lua --samples 64 --steps 2 --config %s --quiet --save %s"):format(bin,
+    config([[{"wall_clock_breakdown": false, "steps_per_print": 1}]]), a))
+  tap.ok(quiet:find("step 1  loss", 1, true) and not quiet:find("time (ms/step)", 1, true),
+         "wall_clock_breakdown false prints no times")
+end
 os.execute("rm -rf " .. dir)
 tap.done()
