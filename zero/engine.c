@@ -125,6 +125,10 @@ static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
            (long long)b->lo, (long long)b->hi);
   comm_set_label(label);
   if (!st) st = comm_reduce_scatter(e->c, b->buf, recv, cnt);
+  /* the mean, before it joins the shard: a 16-bit shard holds the mean of the
+     ranks' loss-scaled gradients where their sum could overflow (DeepSpeed
+     divides before its reduce-scatter too) */
+  if (!st && mine > 0 && world > 1) st = scale(recv, 1.0 / world);
   if (!st && mine > 0) {
     int64_t start = (b->lo > e->c->rank * e->shard ? b->lo : e->c->rank * e->shard) - e->c->rank * e->shard;
     zorch_tensor *dst = range(e->gshard, start, mine);
@@ -446,7 +450,8 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded) {
   } else {
     g = e->pdt != ZORCH_F32 ? zorch_to_dtype(e->gshard, ZORCH_F32) : zorch_tensor_retain(e->gshard);
   }
-  if (g && N > 1 && scale(g, 1.0 / N)) zorch_tensor_free(g), g = NULL;
+  /* (stages 2-3 divided each bucket as it was reduced) */
+  if (g && N > 1 && e->o.stage < 2 && scale(g, 1.0 / N)) zorch_tensor_free(g), g = NULL;
   return g;
 }
 

@@ -1,6 +1,6 @@
 -- fp16 with DeepSpeed's dynamic loss scaling: the scale's trajectory under
 -- injected overflows follows DeepSpeed's rules step by step; stages 0-3 at 1
--- and 2 ranks give one process's parameters; checkpoints resume the scale; a
+-- 2 and 4 ranks give one process's parameters; checkpoints resume the scale; a
 -- DeepSpeed JSON with "fp16": {"enabled": true} runs the reference job.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
@@ -74,7 +74,7 @@ local static = true
 for i = 1, 30 do static = static and got[i].scale == 128 and got[i].skipped == (overflows[i] == true) end
 tap.ok(static, "a static loss_scale never changes, and overflowing steps are still skipped")
 
--- stages 0-3 at 1 and 2 ranks against one process at stage 0, overflows included
+-- stages 0-3 at 1, 2 and 4 ranks against one process at stage 0, overflows included
 local common = "--steps 12 --accum 2 --clip 0.05 --seed 5 --samples 240 --bucket 64 --quiet --precision fp16"
 local ref = tmp .. "/ref.safetensors"
 local text, ok = run(("ZORCH_TEST_OVERFLOW=2,5 %s ../models/simple_net.lua %s --batch-size 24 --save %s"):format(
@@ -87,7 +87,7 @@ local function worst(a, b)
   for k, v in pairs(b) do w = math.max(w, ((a[k] - v):abs() / (v:abs() + 1e-3)):max():item()) end
   return w
 end
-for n = 1, 2 do
+for _, n in ipairs({1, 2, 4}) do
   for stage = 0, 3 do
     local out = ("%s/n%d_s%d.safetensors"):format(tmp, n, stage)
     local t, good = run(("ZORCH_TEST_OVERFLOW=2,5 %s launch -n %d ../models/simple_net.lua %s --zero-stage %d --batch-size %d --save %s"):format(
