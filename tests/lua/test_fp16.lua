@@ -1,5 +1,5 @@
 -- fp16 with DeepSpeed's dynamic loss scaling: the scale's trajectory under
--- injected overflows follows DeepSpeed's rules step by step; stages 0-3 at 1
+-- injected overflows follows DeepSpeed's rules step by step; stages 0-3 at 1,
 -- 2 and 4 ranks give one process's parameters; checkpoints resume the scale; a
 -- DeepSpeed JSON with "fp16": {"enabled": true} runs the reference job.
 package.path = "lua/?.lua;" .. package.path
