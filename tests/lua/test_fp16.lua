@@ -139,7 +139,8 @@ f:write([[{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1
   "zero_optimization": {"stage": 2},
   "optimizer": {"type": "Adam", "params": {"lr": 0.001}}}]])
 f:close()
-local out, good = run(("%s launch -n 2 ../models/simple_net.lua --config %s --steps 2 --samples 64"):format(bin, cfgfile))
+local out, good = run(("%s launch -n 2 ../models/simple_net.lua --config %s --steps 2 --samples 64 --save %s/last.safetensors"):format(
+  bin, cfgfile, tmp))
 tap.ok(good and out:find("loss scale 65536", 1, true) ~= nil, "DeepSpeed JSON fp16 runs the reference job two steps, printing the loss scale")
 if not good or not out:find("loss scale", 1, true) then print("# " .. out:gsub("\n", "\n# ")) end
 tap.done()

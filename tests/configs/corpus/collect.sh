@@ -22,7 +22,7 @@ c accelerate-tests-zero2.json $A tests/deepspeed/ds_config_zero2.json
 c accelerate-tests-zero3.json $A tests/deepspeed/ds_config_zero3.json
 c accelerate-tests-zero2_model_only.json $A tests/deepspeed/ds_config_zero2_model_only.json
 c accelerate-tests-zero3_model_only.json $A tests/deepspeed/ds_config_zero3_model_only.json
-c accelerate-sp-alst.json $A examples/alst_ulysses_sequence_parallelism/sp-alst.ds-config.json
+c sp-alst.ds-config.json $A examples/alst_ulysses_sequence_parallelism/sp-alst.ds-config.json
 c accelerate-deepspeed.yaml $A examples/config_yaml_templates/deepspeed.yaml
 c accelerate-sp-alst.accelerate-config.yml $A examples/alst_ulysses_sequence_parallelism/sp-alst.accelerate-config.yml
 L=haotian-liu/LLaVA
