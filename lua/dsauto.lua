@@ -102,8 +102,11 @@ local function resolve_autos(self, model, loader, opt, sched)
     end
   end
   if #missing > 0 then
-    error(("Engine:prepare: these DeepSpeed config values are \"auto\" and cannot be resolved: %s"):format(
-      table.concat(missing, "; ")), 0)
+    -- a usage error (the file's, alike on every rank): its message, no traceback, exit status 2
+    local e = zorch.flags.usage_error(("Engine:prepare: these DeepSpeed config values are \"auto\" and cannot be resolved: %s"):format(
+      table.concat(missing, "; ")))
+    e.every_rank = true
+    error(e, 0)
   end
   return lines
 end

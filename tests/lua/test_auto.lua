@@ -50,6 +50,23 @@ tap.ok(not ok and err:find("optimizer.params.lr (no optimizer", 1, true)
        and err:find("scheduler.params.warmup_num_steps (no scheduler", 1, true)
        and err:find("zero_optimization.sub_group_size", 1, true) and select(2, err:gsub("Engine:prepare", "")) == 1,
        "every unresolvable auto is named in one message: " .. err)
+tap.ok(zorch.flags.is_usage_error(select(2, pcall(e.prepare, e, model, loader))),
+       "an unresolvable auto is a usage error (no traceback, status 2 from the command)")
+do
+  local p2 = os.tmpname()
+  local f2 = assert(io.open(p2, "w"))
+  f2:write([[{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3, "sub_group_size": "auto",
+    "stage3_gather_16bit_weights_on_model_save": "auto"}}]])
+  f2:close()
+  local p = io.popen(("%s ../models/simple_net.lua --config %s --steps 1 --samples 16 --quiet --save %s 2>&1; echo \"status $?\""):format(
+    tap.zorch(), p2, out))
+  local text = p:read("a")
+  p:close()
+  tap.ok(text:find("status 2", 1, true) and text:find("zero_optimization.sub_group_size", 1, true) and
+         not text:find("traceback", 1, true) and not text:find("stage3_gather_16bit", 1, true),
+         "the command names the unresolvable auto with status 2, and resolves gather-on-save: " .. text:gsub("\n", " | "))
+  os.remove(p2)
+end
 -- the hidden_size option wins
 e = zorch.Engine(path, {hidden_size = 7})
 tap.ok(e.cfg.hidden_size == 7, "hidden_size is an Engine option")
