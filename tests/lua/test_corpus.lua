@@ -119,6 +119,25 @@ for _, r in ipairs(results) do
 end
 tap.ok(checked > 0, ("%d refused files checked through the zorch command"):format(checked))
 
+-- a file's global batch at another world size: train_batch_size 24 with micro batch 3
+-- is 8 accumulation steps on one rank and 4 on each of two, the same weights
+do
+  local f = DIR .. "deepspeed-squad-deepspeed_bsz24_fp32_config.json"
+  local common = ("../models/simple_net.lua --config %s --steps 3 --samples 240 --quiet"):format(f)
+  local one, two = tmp .. "/one.safetensors", tmp .. "/two.safetensors"
+  local out1, ok1 = tap.run(("%s %s --save %s"):format(bin, common, one))
+  local out2, ok2 = tap.run(("%s launch -n 2 %s --save %s"):format(bin, common, two))
+  local worst = math.huge
+  if ok1 and ok2 then
+    local a, b = zorch.load(one), zorch.load(two)
+    worst = 0
+    for k, v in pairs(a) do worst = math.max(worst, ((v - b[k]):abs() / (v:abs() + 1e-3)):max():item()) end
+  else
+    print("# " .. (out1 .. out2):gsub("\n", "\n# "))
+  end
+  tap.ok(worst <= 1e-5, ("%s at 2 ranks trains as at one (worst relative difference %.3g)"):format(f, worst))
+end
+
 if record then
   local f = assert(io.open(DIR .. "expected.tsv", "w"))
   f:write("file\toutcome\tdetail\n")
