@@ -23,7 +23,7 @@ local want = zorch.load(ref)
 
 -- one process, stopped at 30 and resumed: bit for bit
 local c1 = tmp .. "/c1"
-run(("env %s %s --batch-size 32 --steps 30 --checkpoint-dir %s"):format(bin, net, c1))
+run(("env %s %s --batch-size 32 --steps 30 --checkpoint-dir %s --save %s/unused.safetensors"):format(bin, net, c1, tmp))
 local out1 = tmp .. "/one.safetensors"
 local text, good = run(("env %s %s --batch-size 32 --steps 50 --resume %s --save %s"):format(bin, net, c1, out1))
 local w = good and worst(zorch.load(out1), want) or math.huge
@@ -32,7 +32,7 @@ tap.ok(w == 0, ("stopped at 30 and resumed in one process: identical (worst %.2g
 if has_mpi then
   -- 2 ranks at stage 2, resumed on 4 ranks at stage 3 (per-rank batches 16 and 8)
   local c2 = tmp .. "/c2"
-  text, good = run(("env %s launch -n 2 %s --zero-stage 2 --batch-size 16 --steps 30 --checkpoint-dir %s"):format(bin, net, c2))
+  text, good = run(("env %s launch -n 2 %s --zero-stage 2 --batch-size 16 --steps 30 --checkpoint-dir %s --save %s/unused.safetensors"):format(bin, net, c2, tmp))
   tap.ok(good, "2 ranks, stage 2, checkpoint at step 30")
   local out4 = tmp .. "/four.safetensors"
   text, good = run(("env %s launch -n 4 %s --zero-stage 3 --batch-size 8 --steps 50 --resume %s --save %s"):format(
@@ -41,7 +41,7 @@ if has_mpi then
   tap.ok(w <= 1e-5, ("resumed on 4 ranks at stage 3 equals the uninterrupted run (worst %.2g)"):format(w))
   -- 2 ranks at stage 1, resumed on 4 ranks at stage 3
   local c5 = tmp .. "/c5"
-  run(("env %s launch -n 2 %s --zero-stage 1 --batch-size 16 --steps 30 --checkpoint-dir %s"):format(bin, net, c5))
+  run(("env %s launch -n 2 %s --zero-stage 1 --batch-size 16 --steps 30 --checkpoint-dir %s --save %s/unused.safetensors"):format(bin, net, c5, tmp))
   local out3 = tmp .. "/three.safetensors"
   text, good = run(("env %s launch -n 4 %s --zero-stage 3 --batch-size 8 --steps 50 --resume %s --save %s"):format(
     bin, net, c5, out3))
@@ -127,9 +127,9 @@ zorch.save = function(t, path)
   if path:find("/rank%%d+%%.safetensors$") then os.exit(9) end -- dies mid-checkpoint
 end
 arg = {"--samples", "400", "--quiet", "--batch-size", "32", "--steps", "50", "--resume", "%s", "--checkpoint-dir", "%s",
-       "--checkpoint-every", "40"}
+       "--checkpoint-every", "40", "--save", "%s"}
 dofile("../models/simple_net.lua")
-]]):format(c1, c1))
+]]):format(c1, c1, tmp .. "/crash-model.safetensors"))
   cf:close()
   local _, crashed_ok = run(("env %s %s"):format(bin, crash))
   tap.ok(not crashed_ok and io.open(c1 .. "/latest"):read("a") == latest,
