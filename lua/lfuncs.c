@@ -834,6 +834,31 @@ static const luaL_Reg both[] = {
     {"detach", m_detach}, {"zero_grad", m_zero_grad}, {"copy_", m_copy_}, {"fill_", m_fill_},
     {"zero_", m_zero_}, {NULL, NULL}};
 
+/* ---- attention and sampling ------------------------------------------------------------ */
+/* attention(q, k, v, {causal = false, scale = 1/sqrt(D)}) */
+static int f_attention(lua_State *L) {
+  zorch_tensor *q = T(1), *k = T(2), *v = T(3);
+  bool causal = false;
+  double scale = 0;
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    int t = lua_getfield(L, 4, "causal");
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+      return luaL_error(L, "attention: option 'causal' must be a boolean, got %s", luaL_typename(L, -1));
+    causal = lua_toboolean(L, -1);
+    t = lua_getfield(L, 4, "scale");
+    if (t != LUA_TNIL) {
+      if (t != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
+        return luaL_error(L, "attention: option 'scale' must be a positive number, got %s",
+                          t == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+      scale = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 2);
+  }
+  PUSH(zorch_attention(q, k, v, causal, scale));
+}
+static const luaL_Reg sample_functions[] = {{"attention", f_attention}, {NULL, NULL}};
+
 static const luaL_Reg functions_only[] = {
     {"tensor", f_tensor}, {"zeros", f_zeros}, {"ones", f_ones}, {"full", f_full},
     {"rand", f_rand}, {"randn", f_randn}, {"arange", f_arange}, {"where", f_where},
@@ -856,6 +881,7 @@ void lz_open_functions(lua_State *L) {
   luaL_setfuncs(L, both, 0);
   luaL_setfuncs(L, functions_only, 0);
   luaL_setfuncs(L, more_functions, 0);
+  luaL_setfuncs(L, sample_functions, 0);
   lua_pop(L, 1);
   luaL_setfuncs(L, both, 0);
   lua_pop(L, 2);
