@@ -334,6 +334,14 @@ ZORCH_API void zorch_generator_set_offset(zorch_generator *g, uint64_t offset);
 ZORCH_API zorch_generator *zorch_default_generator(void);
 ZORCH_API void zorch_manual_seed(uint64_t seed); /* seeds the default generator */
 
+/* n indices (int64) drawn from each row of probs, (N) or (B, N) non-negative
+   finite weights (normalised or not), as torch.multinomial: with replacement
+   each draw is independent; without, a category is drawn at most once (n <= the
+   row's positive weights). Result (n) or (B, n) on probs' device; gen NULL draws
+   from the default generator. */
+ZORCH_API zorch_tensor *zorch_multinomial(zorch_tensor *probs, int64_t n, bool replacement,
+                                          zorch_generator *gen);
+
 /* ---- fused optimizer updates: one pass, in place, PyTorch's formulas --------------------
    param, grad and state tensors share a shape, dtype f32 or f64 and contiguity. */
 typedef struct {
