@@ -867,7 +867,7 @@ static zorch_generator **check_generator(lua_State *L, int idx) {
   return g;
 }
 static int f_generator(lua_State *L) {
-  lua_Integer seed = luaL_optinteger(L, 1, 0);
+  lua_Integer seed = luaL_checkinteger(L, 1); /* seeds are explicit */
   zorch_generator **g = lua_newuserdatauv(L, sizeof *g, 0);
   *g = NULL;
   luaL_setmetatable(L, LZ_GENERATOR);
