@@ -18,6 +18,7 @@
 
 #define ATT_BQ 64 /* queries per forward work item */
 #define ATT_BK 64 /* keys per block */
+#define ATT_CW 32 /* output columns per register tile */
 
 #define T float
 #define SFX f32

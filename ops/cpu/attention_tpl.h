@@ -8,27 +8,93 @@
 #define ATT_CAT(a, b) ATT_CAT_(a, b)
 #define ATT(name) ATT_CAT(name, SFX)
 
-/* kt (d, kn) = the transpose of the kn rows of k starting at row kb, so the
-   scores of a query against the block are a loop over contiguous keys. */
-static void ATT(transpose)(T *restrict kt, const T *restrict k, int64_t kn, int64_t d) {
-  for (int64_t j = 0; j < kn; j++)
-    for (int64_t c = 0; c < d; c++) kt[c * kn + j] = k[j * d + c];
-}
-
-/* s[j] = scale * (q . kt[:, j]) for j < lim. */
-CPU_CLONES static void ATT(scores)(T *restrict s, const T *restrict q, const T *restrict kt,
-                                   int64_t kn, int64_t lim, int64_t d, T scale) {
-  for (int64_t j = 0; j < lim; j++) s[j] = 0;
+/* bt (d, ATT_BK) = the transpose of the kn rows of b (kn, d), columns past kn
+   zero: the score tiles then run over a fixed width. */
+static void ATT(transpose)(T *restrict bt, const T *restrict b, int64_t kn, int64_t d) {
   for (int64_t c = 0; c < d; c++) {
-    T qc = q[c] * scale;
-    const T *kr = kt + c * kn;
-    for (int64_t j = 0; j < lim; j++) s[j] += qc * kr[j];
+    T *row = bt + c * ATT_BK;
+    for (int64_t j = 0; j < kn; j++) row[j] = b[j * d + c];
+    for (int64_t j = kn; j < ATT_BK; j++) row[j] = 0;
   }
 }
 
-/* y[0, d) += a * x[0, d) */
-static inline void ATT(axpy)(T *restrict y, T a, const T *restrict x, int64_t d) {
-  for (int64_t c = 0; c < d; c++) y[c] += a * x[c];
+/* s (nr, ATT_BK) = a (nr, d; row stride d) times bt (d, ATT_BK): four rows at a
+   time, their 4 x ATT_BK sums held in registers while bt streams past. */
+CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a, int64_t nr,
+                                     const T *restrict bt, int64_t d) {
+  int64_t r = 0;
+  for (; r + 4 <= nr; r += 4) {
+    T acc[4][ATT_BK];
+    for (int x = 0; x < 4; x++)
+      for (int j = 0; j < ATT_BK; j++) acc[x][j] = 0;
+    const T *a0 = a + r * d, *a1 = a0 + d, *a2 = a1 + d, *a3 = a2 + d;
+    for (int64_t c = 0; c < d; c++) {
+      const T *b = bt + c * ATT_BK;
+      T x0 = a0[c], x1 = a1[c], x2 = a2[c], x3 = a3[c];
+      for (int j = 0; j < ATT_BK; j++) {
+        acc[0][j] += x0 * b[j];
+        acc[1][j] += x1 * b[j];
+        acc[2][j] += x2 * b[j];
+        acc[3][j] += x3 * b[j];
+      }
+    }
+    memcpy(s + r * ATT_BK, acc, sizeof acc);
+  }
+  for (; r < nr; r++) {
+    T acc[ATT_BK];
+    for (int j = 0; j < ATT_BK; j++) acc[j] = 0;
+    for (int64_t c = 0; c < d; c++) {
+      const T *b = bt + c * ATT_BK;
+      T x = a[r * d + c];
+      for (int j = 0; j < ATT_BK; j++) acc[j] += x * b[j];
+    }
+    memcpy(s + r * ATT_BK, acc, sizeof acc);
+  }
+}
+
+/* o (nr, d; row stride d) += p m: p[r][j] at p + r * pr + j * pj (so p may be
+   read transposed), m (nj, d; row stride d). Four rows and ATT_CW columns at a
+   time in registers; a column tail narrower than ATT_CW runs plainly. */
+CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t nr, const T *restrict p, int64_t pr,
+                                     int64_t pj, int64_t nj, const T *restrict m, int64_t d) {
+  int64_t c0 = 0;
+  for (; c0 + ATT_CW <= d; c0 += ATT_CW) {
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+      T acc[4][ATT_CW];
+      for (int x = 0; x < 4; x++)
+        for (int c = 0; c < ATT_CW; c++) acc[x][c] = o[(r + x) * d + c0 + c];
+      const T *p0 = p + r * pr, *p1 = p0 + pr, *p2 = p1 + pr, *p3 = p2 + pr;
+      for (int64_t j = 0; j < nj; j++) {
+        const T *mr = m + j * d + c0;
+        T x0 = p0[j * pj], x1 = p1[j * pj], x2 = p2[j * pj], x3 = p3[j * pj];
+        for (int c = 0; c < ATT_CW; c++) {
+          acc[0][c] += x0 * mr[c];
+          acc[1][c] += x1 * mr[c];
+          acc[2][c] += x2 * mr[c];
+          acc[3][c] += x3 * mr[c];
+        }
+      }
+      for (int x = 0; x < 4; x++)
+        for (int c = 0; c < ATT_CW; c++) o[(r + x) * d + c0 + c] = acc[x][c];
+    }
+    for (; r < nr; r++) {
+      T acc[ATT_CW];
+      for (int c = 0; c < ATT_CW; c++) acc[c] = o[r * d + c0 + c];
+      for (int64_t j = 0; j < nj; j++) {
+        const T *mr = m + j * d + c0;
+        T x = p[r * pr + j * pj];
+        for (int c = 0; c < ATT_CW; c++) acc[c] += x * mr[c];
+      }
+      for (int c = 0; c < ATT_CW; c++) o[r * d + c0 + c] = acc[c];
+    }
+  }
+  if (c0 < d)
+    for (int64_t r = 0; r < nr; r++)
+      for (int64_t j = 0; j < nj; j++) {
+        T x = p[r * pr + j * pj];
+        for (int64_t c = c0; c < d; c++) o[r * d + c] += x * m[j * d + c];
+      }
 }
 
 /* How many keys of the block [kb, kb + kn) query i sees. */
@@ -38,15 +104,15 @@ static inline int64_t ATT(visible)(int64_t i, int64_t kb, int64_t kn, int64_t of
   return n < 0 ? 0 : n > kn ? kn : n;
 }
 
-/* The forward over queries [i0, i1) of one head: scores a key block at a time
-   with a running max m and sum l per row (the online softmax), the output
-   accumulated in acc and rescaled when the max grows. Scratch: kt (d * ATT_BK),
-   s (ATT_BK), acc ((i1 - i0) * d), m and l (i1 - i0). */
-CPU_CLONES static void ATT(fwd_rows)(T *restrict out, T *restrict lse, const T *restrict q,
-                                     const T *restrict k, const T *restrict v, int64_t i0,
-                                     int64_t i1, int64_t tk, int64_t d, int64_t off, bool causal,
-                                     T scale, T *restrict kt, T *restrict s, T *restrict acc,
-                                     T *restrict m, T *restrict l) {
+/* The forward over queries [i0, i1) of one head: the scores of a key block as one
+   tile, a running max m and sum l per row (the online softmax), the output
+   accumulated in acc and rescaled when a row's max grows. Scratch: kt (d *
+   ATT_BK), s (ATT_BQ * ATT_BK), acc ((i1 - i0) * d), m and l (i1 - i0). */
+static void ATT(fwd_rows)(T *restrict out, T *restrict lse, const T *restrict q,
+                          const T *restrict k, const T *restrict v, int64_t i0, int64_t i1,
+                          int64_t tk, int64_t d, int64_t off, bool causal, T scale,
+                          T *restrict kt, T *restrict s, T *restrict acc, T *restrict m,
+                          T *restrict l) {
   int64_t nr = i1 - i0;
   for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0;
   for (int64_t c = 0; c < nr * d; c++) acc[c] = 0;
@@ -55,27 +121,29 @@ CPU_CLONES static void ATT(fwd_rows)(T *restrict out, T *restrict lse, const T *
   for (int64_t kb = 0; kb < kend; kb += ATT_BK) {
     int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK;
     ATT(transpose)(kt, k + kb * d, kn, d);
-    for (int64_t r = 0; r < nr; r++) {
+    ATT(tile_abt)(s, q + i0 * d, nr, kt, d);
+    for (int64_t r = 0; r < nr; r++) { /* scores -> probabilities under the running max */
+      T *row = s + r * ATT_BK;
       int64_t lim = ATT(visible)(i0 + r, kb, kn, off, causal);
-      if (lim <= 0) continue;
-      ATT(scores)(s, q + (i0 + r) * d, kt, kn, lim, d, scale);
-      T mx = s[0];
-      for (int64_t j = 1; j < lim; j++) mx = s[j] > mx ? s[j] : mx;
-      T *a = acc + r * d;
-      if (mx > m[r]) { /* the max grows: rescale what was summed under the old one */
-        T alpha = m[r] == -INFINITY ? 0 : EXP(m[r] - mx);
-        l[r] *= alpha;
-        for (int64_t c = 0; c < d; c++) a[c] *= alpha;
-        m[r] = mx;
+      if (lim > 0) {
+        T mx = row[0] * scale;
+        for (int64_t j = 1; j < lim; j++) mx = row[j] * scale > mx ? row[j] * scale : mx;
+        if (mx > m[r]) { /* rescale what was summed under the old max */
+          T alpha = m[r] == -INFINITY ? 0 : EXP(m[r] - mx);
+          l[r] *= alpha;
+          for (int64_t c = 0; c < d; c++) acc[r * d + c] *= alpha;
+          m[r] = mx;
+        }
+        T sum = 0;
+        for (int64_t j = 0; j < lim; j++) {
+          row[j] = EXP(row[j] * scale - m[r]);
+          sum += row[j];
+        }
+        l[r] += sum;
       }
-      T sum = 0;
-      for (int64_t j = 0; j < lim; j++) {
-        T p = EXP(s[j] - m[r]);
-        sum += p;
-        ATT(axpy)(a, p, v + (kb + j) * d, d);
-      }
-      l[r] += sum;
+      for (int64_t j = lim > 0 ? lim : 0; j < kn; j++) row[j] = 0;
     }
+    ATT(tile_acc)(acc, nr, s, ATT_BK, 1, kn, v + kb * d, d);
   }
   for (int64_t r = 0; r < nr; r++) {
     T *o = out + (i0 + r) * d;
@@ -97,7 +165,7 @@ static zorch_status ATT(fwd)(T *out, T *lse, const T *q, const T *k, const T *v,
   bool par = bh * tq * tk * d >= CPU_GRAIN;
 #pragma omp parallel if (par)
   {
-    T *buf = malloc(sizeof(T) * (size_t)(d * ATT_BK + ATT_BK + ATT_BQ * d + 2 * ATT_BQ));
+    T *buf = malloc(sizeof(T) * (size_t)(d * ATT_BK + ATT_BQ * ATT_BK + ATT_BQ * d + 2 * ATT_BQ));
     if (!buf) {
 #pragma omp atomic write
       oom = true;
@@ -106,7 +174,8 @@ static zorch_status ATT(fwd)(T *out, T *lse, const T *q, const T *k, const T *v,
     for (int64_t w = 0; w < bh * nqb; w++) {
       if (!buf) continue;
       int64_t h = w / nqb, i0 = (w % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq;
-      T *kt = buf, *s = kt + d * ATT_BK, *acc = s + ATT_BK, *m = acc + ATT_BQ * d, *l = m + ATT_BQ;
+      T *kt = buf, *s = kt + d * ATT_BK, *acc = s + ATT_BQ * ATT_BK, *m = acc + ATT_BQ * d;
+      T *l = m + ATT_BQ;
       ATT(fwd_rows)(out + h * tq * d, lse + h * tq, q + h * tq * d, k + h * tk * d,
                     v + h * tk * d, i0, i1, tk, d, off, causal, scale, kt, s, acc, m, l);
     }
@@ -116,18 +185,18 @@ static zorch_status ATT(fwd)(T *out, T *lse, const T *q, const T *k, const T *v,
   return ZORCH_OK;
 }
 
-/* The backward of one head, a key block at a time: the block's dK and dV are
-   summed in dkb, dvb over every query that sees it, and dQ is added to in place
-   (one thread owns the head). P is recomputed from the scores and the saved
-   lse; dP = dO V^T, dS = P (dP - rowsum(dO * O)). Scratch: kt and vt (d * ATT_BK),
-   s and dp (ATT_BK), dkb and dvb (ATT_BK * d), dsum (tq). */
-CPU_CLONES static void ATT(bwd_head)(T *restrict dq, T *restrict dk, T *restrict dv,
-                                     const T *restrict g, const T *restrict q,
-                                     const T *restrict k, const T *restrict v,
-                                     const T *restrict o, const T *restrict lse, int64_t tq,
-                                     int64_t tk, int64_t d, bool causal, T scale, T *restrict kt,
-                                     T *restrict vt, T *restrict s, T *restrict dp,
-                                     T *restrict dkb, T *restrict dvb, T *restrict dsum) {
+/* The backward of one head, a key block at a time and within it a query block
+   at a time: P is recomputed from the scores and the saved lse, dP = dO V^T,
+   dS = scale P (dP - rowsum(dO * O)); the key block's dV += P^T dO and
+   dK += dS^T Q are summed in dkb and dvb, and dQ += dS K in place (one thread
+   owns the head). Scratch: kt and vt (d * ATT_BK), s and dp (ATT_BQ * ATT_BK),
+   dkb and dvb (ATT_BK * d), dsum (tq). */
+static void ATT(bwd_head)(T *restrict dq, T *restrict dk, T *restrict dv, const T *restrict g,
+                          const T *restrict q, const T *restrict k, const T *restrict v,
+                          const T *restrict o, const T *restrict lse, int64_t tq, int64_t tk,
+                          int64_t d, bool causal, T scale, T *restrict kt, T *restrict vt,
+                          T *restrict s, T *restrict dp, T *restrict dkb, T *restrict dvb,
+                          T *restrict dsum) {
   int64_t off = tk - tq;
   for (int64_t i = 0; i < tq; i++) {
     T acc = 0;
@@ -142,20 +211,24 @@ CPU_CLONES static void ATT(bwd_head)(T *restrict dq, T *restrict dk, T *restrict
     for (int64_t c = 0; c < kn * d; c++) dkb[c] = 0, dvb[c] = 0;
     int64_t ifirst = causal ? kb - off : 0; /* the first query that sees key kb */
     if (ifirst < 0) ifirst = 0;
-    for (int64_t i = ifirst; i < tq; i++) {
-      int64_t lim = ATT(visible)(i, kb, kn, off, causal);
-      if (lim <= 0 || lse[i] == -INFINITY) continue;
-      const T *qi = q + i * d, *gi = g + i * d;
-      ATT(scores)(s, qi, kt, kn, lim, d, scale);
-      ATT(scores)(dp, gi, vt, kn, lim, d, 1);
-      T *dqi = dq + i * d;
-      for (int64_t j = 0; j < lim; j++) {
-        T p = EXP(s[j] - lse[i]);
-        T ds = p * (dp[j] - dsum[i]) * scale;
-        ATT(axpy)(dvb + j * d, p, gi, d);
-        ATT(axpy)(dkb + j * d, ds, qi, d);
-        ATT(axpy)(dqi, ds, k + (kb + j) * d, d);
+    for (int64_t ib = ifirst; ib < tq; ib += ATT_BQ) {
+      int64_t nr = tq - ib < ATT_BQ ? tq - ib : ATT_BQ;
+      ATT(tile_abt)(s, q + ib * d, nr, kt, d);
+      ATT(tile_abt)(dp, g + ib * d, nr, vt, d);
+      for (int64_t r = 0; r < nr; r++) { /* s becomes P, dp becomes dS */
+        int64_t i = ib + r, lim = ATT(visible)(i, kb, kn, off, causal);
+        T *ps = s + r * ATT_BK, *pd = dp + r * ATT_BK;
+        if (lse[i] == -INFINITY) lim = 0;
+        for (int64_t j = 0; j < lim; j++) {
+          T p = EXP(ps[j] * scale - lse[i]);
+          ps[j] = p;
+          pd[j] = p * (pd[j] - dsum[i]) * scale;
+        }
+        for (int64_t j = lim > 0 ? lim : 0; j < kn; j++) ps[j] = 0, pd[j] = 0;
       }
+      ATT(tile_acc)(dvb, kn, s, 1, ATT_BK, nr, g + ib * d, d);
+      ATT(tile_acc)(dkb, kn, dp, 1, ATT_BK, nr, q + ib * d, d);
+      ATT(tile_acc)(dq + ib * d, nr, dp, ATT_BK, 1, kn, k + kb * d, d);
     }
     memcpy(dk + kb * d, dkb, sizeof(T) * (size_t)(kn * d));
     memcpy(dv + kb * d, dvb, sizeof(T) * (size_t)(kn * d));
@@ -169,7 +242,7 @@ static zorch_status ATT(bwd)(T *dq, T *dk, T *dv, const T *g, const T *q, const 
   bool par = bh > 1 && bh * tq * tk * d >= CPU_GRAIN;
 #pragma omp parallel if (par)
   {
-    T *buf = malloc(sizeof(T) * (size_t)(2 * d * ATT_BK + 2 * ATT_BK + 2 * ATT_BK * d + tq));
+    T *buf = malloc(sizeof(T) * (size_t)(2 * d * ATT_BK + 2 * ATT_BQ * ATT_BK + 2 * ATT_BK * d + tq));
     if (!buf) {
 #pragma omp atomic write
       oom = true;
@@ -177,8 +250,8 @@ static zorch_status ATT(bwd)(T *dq, T *dk, T *dv, const T *g, const T *q, const 
 #pragma omp for schedule(dynamic)
     for (int64_t h = 0; h < bh; h++) {
       if (!buf) continue;
-      T *kt = buf, *vt = kt + d * ATT_BK, *s = vt + d * ATT_BK, *dp = s + ATT_BK;
-      T *dkb = dp + ATT_BK, *dvb = dkb + ATT_BK * d, *dsum = dvb + ATT_BK * d;
+      T *kt = buf, *vt = kt + d * ATT_BK, *s = vt + d * ATT_BK, *dp = s + ATT_BQ * ATT_BK;
+      T *dkb = dp + ATT_BQ * ATT_BK, *dvb = dkb + ATT_BK * d, *dsum = dvb + ATT_BK * d;
       int64_t qo = h * tq * d, ko = h * tk * d;
       ATT(bwd_head)(dq + qo, dk + ko, dv + ko, g + qo, q + qo, k + ko, v + ko, o + qo,
                     lse + h * tq, tq, tk, d, causal, scale, kt, vt, s, dp, dkb, dvb, dsum);
