@@ -104,6 +104,43 @@ static inline int64_t ATT(visible)(int64_t i, int64_t kb, int64_t kn, int64_t of
   return n < 0 ? 0 : n > kn ? kn : n;
 }
 
+/* One row of a score tile in the online softmax: the row's running max m grows
+   to the max of its first lim scores (what was summed under the old max, l and
+   the output row acc, is rescaled), the scores become e^(scale s - m), the rest
+   of the kn columns 0, and l gets their sum. The omp simd reductions let the
+   max and the sum vectorise (in a fixed order, so results still repeat). */
+ATT_NOTRAP CPU_CLONES static void ATT(online_row)(T *restrict row, int64_t lim, int64_t kn, T scale,
+                                       T *restrict m, T *restrict l, T *restrict acc, int64_t d) {
+  if (lim > 0) {
+    T mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < lim; j++) mx = row[j] * scale > mx ? row[j] * scale : mx;
+    if (mx > *m) {
+      T alpha = *m == -INFINITY ? 0 : EXP(*m - mx);
+      *l *= alpha;
+      for (int64_t c = 0; c < d; c++) acc[c] *= alpha;
+      *m = mx;
+    }
+    T mm = *m, sum = 0;
+    for (int64_t j = 0; j < lim; j++) row[j] = EXP(row[j] * scale - mm);
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < lim; j++) sum += row[j];
+    *l += sum;
+  }
+  for (int64_t j = lim > 0 ? lim : 0; j < kn; j++) row[j] = 0;
+}
+
+/* Turns the scores of one backward row into P (in ps) and dS (in pd, from dP). */
+ATT_NOTRAP CPU_CLONES static void ATT(bwd_row)(T *restrict ps, T *restrict pd, int64_t lim, int64_t kn,
+                                    T scale, T lse, T dsum) {
+  for (int64_t j = 0; j < lim; j++) {
+    T p = EXP(ps[j] * scale - lse);
+    ps[j] = p;
+    pd[j] = p * (pd[j] - dsum) * scale;
+  }
+  for (int64_t j = lim > 0 ? lim : 0; j < kn; j++) ps[j] = 0, pd[j] = 0;
+}
+
 /* The forward over queries [i0, i1) of one head: the scores of a key block as one
    tile, a running max m and sum l per row (the online softmax), the output
    accumulated in acc and rescaled when a row's max grows. Scratch: kt (d *
@@ -122,27 +159,9 @@ static void ATT(fwd_rows)(T *restrict out, T *restrict lse, const T *restrict q,
     int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK;
     ATT(transpose)(kt, k + kb * d, kn, d);
     ATT(tile_abt)(s, q + i0 * d, nr, kt, d);
-    for (int64_t r = 0; r < nr; r++) { /* scores -> probabilities under the running max */
-      T *row = s + r * ATT_BK;
-      int64_t lim = ATT(visible)(i0 + r, kb, kn, off, causal);
-      if (lim > 0) {
-        T mx = row[0] * scale;
-        for (int64_t j = 1; j < lim; j++) mx = row[j] * scale > mx ? row[j] * scale : mx;
-        if (mx > m[r]) { /* rescale what was summed under the old max */
-          T alpha = m[r] == -INFINITY ? 0 : EXP(m[r] - mx);
-          l[r] *= alpha;
-          for (int64_t c = 0; c < d; c++) acc[r * d + c] *= alpha;
-          m[r] = mx;
-        }
-        T sum = 0;
-        for (int64_t j = 0; j < lim; j++) {
-          row[j] = EXP(row[j] * scale - m[r]);
-          sum += row[j];
-        }
-        l[r] += sum;
-      }
-      for (int64_t j = lim > 0 ? lim : 0; j < kn; j++) row[j] = 0;
-    }
+    for (int64_t r = 0; r < nr; r++) /* scores -> probabilities under the running max */
+      ATT(online_row)(s + r * ATT_BK, ATT(visible)(i0 + r, kb, kn, off, causal), kn, scale,
+                      &m[r], &l[r], acc + r * d, d);
     ATT(tile_acc)(acc, nr, s, ATT_BK, 1, kn, v + kb * d, d);
   }
   for (int64_t r = 0; r < nr; r++) {
@@ -217,14 +236,8 @@ static void ATT(bwd_head)(T *restrict dq, T *restrict dk, T *restrict dv, const 
       ATT(tile_abt)(dp, g + ib * d, nr, vt, d);
       for (int64_t r = 0; r < nr; r++) { /* s becomes P, dp becomes dS */
         int64_t i = ib + r, lim = ATT(visible)(i, kb, kn, off, causal);
-        T *ps = s + r * ATT_BK, *pd = dp + r * ATT_BK;
-        if (lse[i] == -INFINITY) lim = 0;
-        for (int64_t j = 0; j < lim; j++) {
-          T p = EXP(ps[j] * scale - lse[i]);
-          ps[j] = p;
-          pd[j] = p * (pd[j] - dsum[i]) * scale;
-        }
-        for (int64_t j = lim > 0 ? lim : 0; j < kn; j++) ps[j] = 0, pd[j] = 0;
+        ATT(bwd_row)(s + r * ATT_BK, dp + r * ATT_BK, lse[i] == -INFINITY ? 0 : lim, kn, scale,
+                     lse[i], dsum[i]);
       }
       ATT(tile_acc)(dvb, kn, s, 1, ATT_BK, nr, g + ib * d, d);
       ATT(tile_acc)(dkb, kn, dp, 1, ATT_BK, nr, q + ib * d, d);
