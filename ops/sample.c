@@ -28,7 +28,7 @@ static zorch_status check_row(const double *w, int64_t ncat, int64_t row, int64_
     if (!isfinite(w[j]) || w[j] < 0)
       return err_set(ZORCH_ERR_ARG, "multinomial: probs row " ERR_IX("%lld") " has weight %g at "
                      "position " ERR_IX("%lld") " (weights must be finite and non-negative)",
-                     (long long)row, w[j], (long long)j);
+                     (long long)row, isnan(w[j]) ? fabs(w[j]) : w[j], (long long)j);
     pos += w[j] > 0;
   }
   if (pos == 0)
