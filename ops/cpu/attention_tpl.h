@@ -204,73 +204,136 @@ static zorch_status ATT(fwd)(T *out, T *lse, const T *q, const T *k, const T *v,
   return ZORCH_OK;
 }
 
-/* The backward of one head, a key block at a time and within it a query block
-   at a time: P is recomputed from the scores and the saved lse, dP = dO V^T,
-   dS = scale P (dP - rowsum(dO * O)); the key block's dV += P^T dO and
-   dK += dS^T Q are summed in dkb and dvb, and dQ += dS K in place (one thread
-   owns the head). Scratch: kt and vt (d * ATT_BK), s and dp (ATT_BQ * ATT_BK),
-   dkb and dvb (ATT_BK * d), dsum (tq). */
-static void ATT(bwd_head)(T *restrict dq, T *restrict dk, T *restrict dv, const T *restrict g,
-                          const T *restrict q, const T *restrict k, const T *restrict v,
-                          const T *restrict o, const T *restrict lse, int64_t tq, int64_t tk,
-                          int64_t d, bool causal, T scale, T *restrict kt, T *restrict vt,
-                          T *restrict s, T *restrict dp, T *restrict dkb, T *restrict dvb,
-                          T *restrict dsum) {
-  int64_t off = tk - tq;
-  for (int64_t i = 0; i < tq; i++) {
+/* The backward of one key block [kb, kb + kn) of a head against its queries
+   [i0, i1), ATT_BQ at a time: P is recomputed from the scores and the saved lse,
+   dP = dO V^T, dS = scale P (dP - dsum) with dsum = rowsum(dO * O); then
+   dvb += P^T dO and dkb += dS^T Q (the block's, when not NULL) and dq += dS K
+   (the head's, when not NULL). kt and vt hold the block's K and V transposed.
+   Each element's sums run in the same order whichever caller splits the work,
+   so the results do not depend on it. Scratch: s and dp (ATT_BQ * ATT_BK). */
+static void ATT(bwd_block)(T *restrict dq, T *restrict dkb, T *restrict dvb,
+                           const T *restrict g, const T *restrict q, const T *restrict k,
+                           const T *restrict lse, const T *restrict dsum, int64_t kb,
+                           int64_t kn, int64_t i0, int64_t i1, int64_t off, int64_t d,
+                           bool causal, T scale, const T *restrict kt, const T *restrict vt,
+                           T *restrict s, T *restrict dp) {
+  for (int64_t ib = i0; ib < i1; ib += ATT_BQ) {
+    int64_t nr = i1 - ib < ATT_BQ ? i1 - ib : ATT_BQ;
+    ATT(tile_abt)(s, q + ib * d, nr, kt, d);
+    ATT(tile_abt)(dp, g + ib * d, nr, vt, d);
+    for (int64_t r = 0; r < nr; r++) { /* s becomes P, dp becomes dS */
+      int64_t i = ib + r, lim = ATT(visible)(i, kb, kn, off, causal);
+      ATT(bwd_row)(s + r * ATT_BK, dp + r * ATT_BK, lse[i] == -INFINITY ? 0 : lim, kn, scale,
+                   lse[i], dsum[i]);
+    }
+    if (dvb) ATT(tile_acc)(dvb, kn, s, 1, ATT_BK, nr, g + ib * d, d);
+    if (dkb) ATT(tile_acc)(dkb, kn, dp, 1, ATT_BK, nr, q + ib * d, d);
+    if (dq) ATT(tile_acc)(dq + ib * d, nr, dp, ATT_BK, 1, kn, k + kb * d, d);
+  }
+}
+
+/* The first query of tq that sees key kb. */
+static inline int64_t ATT(first_query)(int64_t kb, int64_t off, bool causal) {
+  return causal && kb - off > 0 ? kb - off : 0;
+}
+
+/* dsum (bh * tq) = rowsum(dO * O), every row. */
+static void ATT(row_dots)(T *dsum, const T *g, const T *o, int64_t rows, int64_t d) {
+#pragma omp parallel for if (rows * d >= CPU_GRAIN)
+  for (int64_t i = 0; i < rows; i++) {
     T acc = 0;
     for (int64_t c = 0; c < d; c++) acc += g[i * d + c] * o[i * d + c];
     dsum[i] = acc;
   }
-  for (int64_t c = 0; c < tq * d; c++) dq[c] = 0;
-  for (int64_t kb = 0; kb < tk; kb += ATT_BK) {
-    int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK;
-    ATT(transpose)(kt, k + kb * d, kn, d);
-    ATT(transpose)(vt, v + kb * d, kn, d);
-    for (int64_t c = 0; c < kn * d; c++) dkb[c] = 0, dvb[c] = 0;
-    int64_t ifirst = causal ? kb - off : 0; /* the first query that sees key kb */
-    if (ifirst < 0) ifirst = 0;
-    for (int64_t ib = ifirst; ib < tq; ib += ATT_BQ) {
-      int64_t nr = tq - ib < ATT_BQ ? tq - ib : ATT_BQ;
-      ATT(tile_abt)(s, q + ib * d, nr, kt, d);
-      ATT(tile_abt)(dp, g + ib * d, nr, vt, d);
-      for (int64_t r = 0; r < nr; r++) { /* s becomes P, dp becomes dS */
-        int64_t i = ib + r, lim = ATT(visible)(i, kb, kn, off, causal);
-        ATT(bwd_row)(s + r * ATT_BK, dp + r * ATT_BK, lse[i] == -INFINITY ? 0 : lim, kn, scale,
-                     lse[i], dsum[i]);
-      }
-      ATT(tile_acc)(dvb, kn, s, 1, ATT_BK, nr, g + ib * d, d);
-      ATT(tile_acc)(dkb, kn, dp, 1, ATT_BK, nr, q + ib * d, d);
-      ATT(tile_acc)(dq + ib * d, nr, dp, ATT_BK, 1, kn, k + kb * d, d);
-    }
-    memcpy(dk + kb * d, dkb, sizeof(T) * (size_t)(kn * d));
-    memcpy(dv + kb * d, dvb, sizeof(T) * (size_t)(kn * d));
-  }
 }
 
+/* Scratch of one backward task: kt, vt (d * ATT_BK), s, dp (ATT_BQ * ATT_BK),
+   dkb, dvb (ATT_BK * d). */
+typedef struct {
+  T *kt, *vt, *s, *dp, *dkb, *dvb;
+} ATT(scratch);
+static T *ATT(scratch_new)(ATT(scratch) *w, int64_t d) {
+  T *buf = malloc(sizeof(T) * (size_t)(4 * d * ATT_BK + 2 * ATT_BQ * ATT_BK));
+  if (buf) {
+    w->kt = buf, w->vt = w->kt + d * ATT_BK, w->s = w->vt + d * ATT_BK;
+    w->dp = w->s + ATT_BQ * ATT_BK, w->dkb = w->dp + ATT_BQ * ATT_BK, w->dvb = w->dkb + ATT_BK * d;
+  }
+  return buf;
+}
+
+/* dK and dV of key block kb of a head (and dQ += its part when dq is given). */
+static void ATT(bwd_keys)(T *dq, T *dk, T *dv, const T *g, const T *q, const T *k, const T *v,
+                          const T *lse, const T *dsum, int64_t kb, int64_t tq, int64_t tk,
+                          int64_t d, bool causal, T scale, ATT(scratch) *w) {
+  int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK, off = tk - tq;
+  ATT(transpose)(w->kt, k + kb * d, kn, d);
+  ATT(transpose)(w->vt, v + kb * d, kn, d);
+  for (int64_t c = 0; c < kn * d; c++) w->dkb[c] = 0, w->dvb[c] = 0;
+  ATT(bwd_block)(dq, w->dkb, w->dvb, g, q, k, lse, dsum, kb, kn, ATT(first_query)(kb, off, causal),
+                 tq, off, d, causal, scale, w->kt, w->vt, w->s, w->dp);
+  memcpy(dk + kb * d, w->dkb, sizeof(T) * (size_t)(kn * d));
+  memcpy(dv + kb * d, w->dvb, sizeof(T) * (size_t)(kn * d));
+}
+
+/* The backward. With a head per thread or more, a thread takes whole heads
+   (walking the key blocks, dQ summed in place). With fewer heads than threads,
+   two passes share the work out finer: dK and dV per (head, key block), then
+   dQ per (head, query block), which recomputes the scores once more. */
 static zorch_status ATT(bwd)(T *dq, T *dk, T *dv, const T *g, const T *q, const T *k,
                              const T *v, const T *o, const T *lse, int64_t bh, int64_t tq,
                              int64_t tk, int64_t d, bool causal, T scale) {
   bool oom = false;
-  bool par = bh > 1 && bh * tq * tk * d >= CPU_GRAIN;
+  bool par = bh * tq * tk * d >= CPU_GRAIN;
+  bool split = par && bh < cpu_threads();
+  int64_t nkb = (tk + ATT_BK - 1) / ATT_BK, nqb = (tq + ATT_BQ - 1) / ATT_BQ, off = tk - tq;
+  T *dsum = malloc(sizeof(T) * (size_t)(bh * tq > 0 ? bh * tq : 1));
+  if (!dsum) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the backward's row sums");
+  ATT(row_dots)(dsum, g, o, bh * tq, d);
+  memset(dq, 0, sizeof(T) * (size_t)(bh * tq * d));
 #pragma omp parallel if (par)
   {
-    T *buf = malloc(sizeof(T) * (size_t)(2 * d * ATT_BK + 2 * ATT_BQ * ATT_BK + 2 * ATT_BK * d + tq));
+    ATT(scratch) w = {0};
+    T *buf = ATT(scratch_new)(&w, d);
     if (!buf) {
 #pragma omp atomic write
       oom = true;
     }
+    if (!split) {
 #pragma omp for schedule(dynamic)
-    for (int64_t h = 0; h < bh; h++) {
-      if (!buf) continue;
-      T *kt = buf, *vt = kt + d * ATT_BK, *s = vt + d * ATT_BK, *dp = s + ATT_BQ * ATT_BK;
-      T *dkb = dp + ATT_BQ * ATT_BK, *dvb = dkb + ATT_BK * d, *dsum = dvb + ATT_BK * d;
-      int64_t qo = h * tq * d, ko = h * tk * d;
-      ATT(bwd_head)(dq + qo, dk + ko, dv + ko, g + qo, q + qo, k + ko, v + ko, o + qo,
-                    lse + h * tq, tq, tk, d, causal, scale, kt, vt, s, dp, dkb, dvb, dsum);
+      for (int64_t h = 0; h < bh; h++) {
+        if (!buf) continue;
+        int64_t qo = h * tq * d, ko = h * tk * d;
+        for (int64_t kb = 0; kb < tk; kb += ATT_BK)
+          ATT(bwd_keys)(dq + qo, dk + ko, dv + ko, g + qo, q + qo, k + ko, v + ko, lse + h * tq,
+                        dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
+      }
+    } else {
+#pragma omp for schedule(dynamic)
+      for (int64_t t = 0; t < bh * nkb; t++) {
+        if (!buf) continue;
+        int64_t h = t / nkb, kb = (t % nkb) * ATT_BK, qo = h * tq * d, ko = h * tk * d;
+        ATT(bwd_keys)(NULL, dk + ko, dv + ko, g + qo, q + qo, k + ko, v + ko, lse + h * tq,
+                      dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
+      }
+#pragma omp for schedule(dynamic)
+      for (int64_t t = 0; t < bh * nqb; t++) {
+        if (!buf) continue;
+        int64_t h = t / nqb, i0 = (t % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq;
+        int64_t qo = h * tq * d, ko = h * tk * d;
+        for (int64_t kb = 0; kb < tk; kb += ATT_BK) {
+          int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK, first = ATT(first_query)(kb, off, causal);
+          if (first >= i1) break; /* later blocks are hidden from these rows too */
+          ATT(transpose)(w.kt, k + ko + kb * d, kn, d);
+          ATT(transpose)(w.vt, v + ko + kb * d, kn, d);
+          ATT(bwd_block)(dq + qo, NULL, NULL, g + qo, q + qo, k + ko, lse + h * tq, dsum + h * tq, kb,
+                         kn, first > i0 ? first : i0, i1, off, d, causal, scale, w.kt, w.vt, w.s,
+                         w.dp);
+        }
+      }
     }
     free(buf);
   }
+  free(dsum);
   if (oom) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the backward's scratch");
   return ZORCH_OK;
 }
