@@ -1,7 +1,8 @@
 /* bench.c: zorch's benchmarks, one JSON object per line ({"name", "value",
    "unit"}); bench/torch_bench.py prints the same figures for PyTorch. Each
    figure is the best of several timed rounds. The GPU cases (cuda_*) run when
-   a CUDA device is present; `bench --gpu` runs only those. */
+   a CUDA device is present; `bench --gpu` runs only those, `bench --attention`
+   only the CPU attention cases. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +157,61 @@ static void mlp_free(mlp *m) {
   }
 }
 
+/* Causal attention at (B, H, T, D): the fused op, or composed of matmul,
+   scale, masked_fill, softmax and matmul; forward only or forward and backward
+   (of the output's sum). */
+typedef struct {
+  zorch_tensor *q, *k, *v, *mask;
+  bool fused, backward;
+} attn;
+
+static void run_attn(void *ctx) {
+  attn *a = ctx;
+  zorch_tensor *o;
+  if (a->fused) {
+    o = zorch_attention(a->q, a->k, a->v, true, 0);
+  } else {
+    int64_t d = zorch_tensor_shape(a->q)[3];
+    zorch_tensor *kt = zorch_transpose(a->k, 2, 3), *s = zorch_matmul(a->q, kt);
+    zorch_tensor *ss = zorch_mul_scalar(s, 1 / sqrt((double)d)), *m = zorch_masked_fill(ss, a->mask, -INFINITY);
+    zorch_tensor *p = zorch_softmax(m, -1);
+    o = zorch_matmul(p, a->v);
+    zorch_tensor_free(kt), zorch_tensor_free(s), zorch_tensor_free(ss), zorch_tensor_free(m), zorch_tensor_free(p);
+  }
+  check(o);
+  if (a->backward) {
+    zorch_tensor *l = zorch_sum(o, 0, NULL, false);
+    check(l);
+    if (zorch_backward(l, NULL, false)) check(NULL);
+    zorch_tensor_free(l);
+    zorch_set_grad(a->q, NULL), zorch_set_grad(a->k, NULL), zorch_set_grad(a->v, NULL);
+  }
+  zorch_tensor_free(o);
+}
+
+static void attn_benches(zorch_device dev, const char *prefix, zorch_generator *g) {
+  char name[96];
+  for (int64_t t = 64; t <= 1024; t *= 16) {
+    attn a = {zorch_randn(SHAPE(4, 12, t, 64), ZORCH_F32, dev, g), zorch_randn(SHAPE(4, 12, t, 64), ZORCH_F32, dev, g),
+              zorch_randn(SHAPE(4, 12, t, 64), ZORCH_F32, dev, g), NULL, false, false};
+    check(a.q), check(a.k), check(a.v);
+    zorch_tensor *i = zorch_arange(0, (double)t, 1, ZORCH_I64, dev), *ic = zorch_view(i, SHAPE(t, 1));
+    zorch_tensor *ir = zorch_view(i, SHAPE(1, t));
+    check(a.mask = zorch_gt(ir, ic)); /* key j > query i */
+    zorch_tensor_free(i), zorch_tensor_free(ic), zorch_tensor_free(ir);
+    for (int bwd = 0; bwd < 2; bwd++) {
+      for (int f = 1; f >= 0; f--) {
+        a.fused = f, a.backward = bwd;
+        zorch_set_requires_grad(a.q, bwd), zorch_set_requires_grad(a.k, bwd), zorch_set_requires_grad(a.v, bwd);
+        snprintf(name, sizeof name, "%sattention_causal_b4h12t%lld_d64_%s_%s_ms", prefix, (long long)t,
+                 f ? "fused" : "composed", bwd ? "fwd_bwd" : "fwd");
+        emit(name, time_it(run_attn, &a, t > 64 ? 0.5 : 0.2) * 1e3, "ms");
+      }
+    }
+    zorch_tensor_free(a.q), zorch_tensor_free(a.k), zorch_tensor_free(a.v), zorch_tensor_free(a.mask);
+  }
+}
+
 /* The GPU cases: GEMM throughput, the 4096-16384-4096 MLP step at batch 8192,
    and the reference job's step. */
 static void gpu_benches(void) {
@@ -193,12 +249,20 @@ static void gpu_benches(void) {
   mlp_init_on(&m, 64, 10, 20, 2, true, ZORCH_F32, GPU);
   emit("cuda_simplenet_step", time_it(run_mlp, &m, 0.3) * 1e6, "us");
   mlp_free(&m);
+  attn_benches(GPU, "cuda_", g);
   zorch_generator_free(g);
   on_gpu = false;
 }
 
 int main(int argc, char **argv) {
   bool gpu_only = argc > 1 && strcmp(argv[1], "--gpu") == 0;
+  if (argc > 1 && strcmp(argv[1], "--attention") == 0) { /* only the CPU attention cases */
+    zorch_set_num_threads(2);
+    zorch_generator *g = zorch_generator_new(0);
+    attn_benches(CPU, "", g);
+    zorch_generator_free(g);
+    return 0;
+  }
   if (zorch_cuda_device_count() > 0) gpu_benches();
   else if (gpu_only) fprintf(stderr, "bench: no CUDA device\n");
   if (gpu_only) return 0;
@@ -231,6 +295,8 @@ int main(int argc, char **argv) {
   mlp_init(&m, 64, 10, 20, 2, true);
   emit("simplenet_step", time_it(run_mlp, &m, 0.3) * 1e6, "us");
   mlp_free(&m);
+
+  attn_benches(CPU, "", g);
 
   zorch_tensor *fr[] = {mm.a, mm.b, small.a, small.b, big.a, big.b};
   for (int i = 0; i < 6; i++) zorch_tensor_free(fr[i]);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The figures of bench/bench.c, measured on PyTorch on the same machine and
 threads, as JSON lines named torch/... . Exits quietly when torch is missing.
-With a CUDA device it adds the cuda_* cases; --gpu runs only those."""
+With a CUDA device it adds the cuda_* cases; --gpu runs only those, --attention
+only the CPU attention cases."""
 import json
 import sys
 import time
@@ -82,10 +83,42 @@ def gpu_benches():
         emit(f"cuda_mlp_4096_16384_4096_b8192_{label}_ms", t * 1e3, "ms")
         emit(f"cuda_mlp_4096_16384_4096_b8192_{label}", 5 * 2 * 8192 * 4096 * 16384 / t / 1e12, "TFLOP/s")
     emit("cuda_simplenet_step", time_it(mlp(64, 10, 20, 2, True, torch.float32, "cuda"), 0.3) * 1e6, "us")
+    attention_benches("cuda_", "cuda")
     SYNC[0] = lambda: None
 
 
+def attention(t, fused, backward, device="cpu"):
+    """Causal attention at (4, 12, t, 64): scaled_dot_product_attention, or composed
+    of matmul, scale, masked_fill, softmax and matmul; the backward of the sum."""
+    q, k, v = (torch.randn(4, 12, t, 64, device=device, requires_grad=backward) for _ in range(3))
+    mask = torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
+
+    def step():
+        if fused:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            s = (q @ k.transpose(-2, -1)) * (1 / 8)
+            o = torch.softmax(s.masked_fill(mask, float("-inf")), -1) @ v
+        if backward:
+            for x in (q, k, v):
+                x.grad = None
+            o.sum().backward()
+    return step
+
+
+def attention_benches(prefix="", device="cpu"):
+    for t in (64, 1024):
+        for bwd in (False, True):
+            for fused in (True, False):
+                name = f"{prefix}attention_causal_b4h12t{t}_d64_{'fused' if fused else 'composed'}_" \
+                       f"{'fwd_bwd' if bwd else 'fwd'}_ms"
+                emit(name, time_it(attention(t, fused, bwd, device), 0.5 if t > 64 else 0.2) * 1e3, "ms")
+
+
 gpu_only = "--gpu" in sys.argv[1:]
+if "--attention" in sys.argv[1:]:  # only the CPU attention cases
+    attention_benches()
+    sys.exit(0)
 if torch.cuda.is_available():
     gpu_benches()
 if gpu_only:
@@ -103,3 +136,4 @@ emit("add_1m", time_it(lambda: b1 + b2, 0.3) * 1e6, "us")
 t = time_it(mlp(256, 1024, 4096, 1024, False), 1.0)
 emit("mlp_1024_4096_1024_b256_fwd_bwd", 5 * 2 * 256 * 1024 * 4096 / t / 1e9, "GFLOP/s")
 emit("simplenet_step", time_it(mlp(64, 10, 20, 2, True), 0.3) * 1e6, "us")
+attention_benches()

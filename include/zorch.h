@@ -272,6 +272,15 @@ ZORCH_API zorch_tensor *zorch_embedding(zorch_tensor *weight, zorch_tensor *idx)
 /* Normalises over the last `nnorm` dims; weight and bias (their shape) may be NULL. */
 ZORCH_API zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tensor *weight,
                                zorch_tensor *bias, double eps);
+/* Scaled dot-product attention, softmax(scale q k^T) v, fused: q (B, H, Tq, D),
+   k and v (B, H, Tk, D) (or (BH, T, D)), one float dtype -> (B, H, Tq, D).
+   scale <= 0 means 1/sqrt(D). With `causal`, query i (0-based) sees key j only
+   when j <= i + Tk - Tq (the mask aligned to the bottom right: lower triangular
+   for Tq == Tk, every key for one query over a key/value cache); a query that
+   sees no key gets zeros. Memory beyond the output is O(B H Tq).
+   Differentiable in q, k and v. */
+ZORCH_API zorch_tensor *zorch_attention(zorch_tensor *q, zorch_tensor *k, zorch_tensor *v, bool causal,
+                                        double scale);
 ZORCH_API zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_generator *gen);
 ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
 ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
@@ -324,6 +333,14 @@ ZORCH_API uint64_t zorch_generator_offset(const zorch_generator *g);
 ZORCH_API void zorch_generator_set_offset(zorch_generator *g, uint64_t offset);
 ZORCH_API zorch_generator *zorch_default_generator(void);
 ZORCH_API void zorch_manual_seed(uint64_t seed); /* seeds the default generator */
+
+/* n indices (int64) drawn from each row of probs, (N) or (B, N) non-negative
+   finite weights (normalised or not), as torch.multinomial: with replacement
+   each draw is independent; without, a category is drawn at most once (n <= the
+   row's positive weights). Result (n) or (B, n) on probs' device; gen NULL draws
+   from the default generator. */
+ZORCH_API zorch_tensor *zorch_multinomial(zorch_tensor *probs, int64_t n, bool replacement,
+                                          zorch_generator *gen);
 
 /* ---- fused optimizer updates: one pass, in place, PyTorch's formulas --------------------
    param, grad and state tensors share a shape, dtype f32 or f64 and contiguity. */

@@ -834,6 +834,118 @@ static const luaL_Reg both[] = {
     {"detach", m_detach}, {"zero_grad", m_zero_grad}, {"copy_", m_copy_}, {"fill_", m_fill_},
     {"zero_", m_zero_}, {NULL, NULL}};
 
+/* ---- attention and sampling ------------------------------------------------------------ */
+/* attention(q, k, v, {causal = false, scale = 1/sqrt(D)}) */
+static int f_attention(lua_State *L) {
+  zorch_tensor *q = T(1), *k = T(2), *v = T(3);
+  bool causal = false;
+  double scale = 0;
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    int t = lua_getfield(L, 4, "causal");
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+      return luaL_error(L, "attention: option 'causal' must be a boolean, got %s", luaL_typename(L, -1));
+    causal = lua_toboolean(L, -1);
+    t = lua_getfield(L, 4, "scale");
+    if (t != LUA_TNIL) {
+      if (t != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
+        return luaL_error(L, "attention: option 'scale' must be a positive number, got %s",
+                          t == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+      scale = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 2);
+  }
+  PUSH(zorch_attention(q, k, v, causal, scale));
+}
+
+/* zorch.Generator(seed): a random stream of its own (Philox, counter based), for
+   the functions that take a `generator` option. */
+#define LZ_GENERATOR "zorch.Generator"
+static zorch_generator **check_generator(lua_State *L, int idx) {
+  zorch_generator **g = luaL_checkudata(L, idx, LZ_GENERATOR);
+  if (!*g) luaL_argerror(L, idx, "the generator was closed");
+  return g;
+}
+static int f_generator(lua_State *L) {
+  lua_Integer seed = luaL_checkinteger(L, 1); /* seeds are explicit */
+  zorch_generator **g = lua_newuserdatauv(L, sizeof *g, 0);
+  *g = NULL;
+  luaL_setmetatable(L, LZ_GENERATOR);
+  if (!(*g = zorch_generator_new((uint64_t)seed))) return luaL_error(L, "Generator: out of memory");
+  return 1;
+}
+static int gen_manual_seed(lua_State *L) {
+  zorch_generator **g = check_generator(L, 1);
+  zorch_generator_seed(*g, (uint64_t)luaL_checkinteger(L, 2));
+  lua_settop(L, 1);
+  return 1;
+}
+static int gen_offset(lua_State *L) {
+  return lua_pushinteger(L, (lua_Integer)zorch_generator_offset(*check_generator(L, 1))), 1;
+}
+static int gen_set_offset(lua_State *L) {
+  zorch_generator **g = check_generator(L, 1);
+  zorch_generator_set_offset(*g, (uint64_t)luaL_checkinteger(L, 2));
+  lua_settop(L, 1);
+  return 1;
+}
+static int gen_gc(lua_State *L) {
+  zorch_generator **g = luaL_checkudata(L, 1, LZ_GENERATOR);
+  zorch_generator_free(*g);
+  *g = NULL;
+  return 0;
+}
+static int gen_tostring(lua_State *L) {
+  zorch_generator **g = luaL_checkudata(L, 1, LZ_GENERATOR);
+  if (!*g) return lua_pushliteral(L, "zorch.Generator (closed)"), 1;
+  return lua_pushfstring(L, "zorch.Generator (offset %I)", (lua_Integer)zorch_generator_offset(*g)), 1;
+}
+static const luaL_Reg generator_methods[] = {{"manual_seed", gen_manual_seed}, {"offset", gen_offset},
+                                             {"set_offset", gen_set_offset}, {NULL, NULL}};
+
+/* multinomial(probs, n, {replacement = false, generator = g}): 1-based int64 indices */
+static int f_multinomial(lua_State *L) {
+  zorch_tensor *p = T(1);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  bool replacement = false;
+  zorch_generator *gen = NULL;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    int t = lua_getfield(L, 3, "replacement");
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+      return luaL_error(L, "multinomial: option 'replacement' must be a boolean, got %s",
+                        luaL_typename(L, -1));
+    replacement = lua_toboolean(L, -1);
+    if (lua_getfield(L, 3, "generator") != LUA_TNIL) {
+      zorch_generator **g = luaL_testudata(L, -1, LZ_GENERATOR);
+      if (!g || !*g)
+        return luaL_error(L, "multinomial: option 'generator' must be a zorch.Generator, got %s",
+                          luaL_typename(L, -1));
+      gen = *g;
+    }
+    lua_pop(L, 2);
+  }
+  zorch_tensor *idx = zorch_multinomial(p, n, replacement, gen);
+  zorch_tensor *i1 = idx ? zorch_add_scalar(idx, 1) : NULL;
+  zorch_tensor_free(idx);
+  PUSH(i1);
+}
+static const luaL_Reg sample_functions[] = {{"attention", f_attention}, {"multinomial", f_multinomial},
+                                            {"Generator", f_generator}, {NULL, NULL}};
+/* [-0, +0]: the Generator metatable */
+static void open_generator(lua_State *L) {
+  luaL_newmetatable(L, LZ_GENERATOR);
+  luaL_newlib(L, generator_methods);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, gen_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, gen_gc);
+  lua_setfield(L, -2, "__close");
+  lua_pushcfunction(L, gen_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+}
+
 static const luaL_Reg functions_only[] = {
     {"tensor", f_tensor}, {"zeros", f_zeros}, {"ones", f_ones}, {"full", f_full},
     {"rand", f_rand}, {"randn", f_randn}, {"arange", f_arange}, {"where", f_where},
@@ -856,6 +968,8 @@ void lz_open_functions(lua_State *L) {
   luaL_setfuncs(L, both, 0);
   luaL_setfuncs(L, functions_only, 0);
   luaL_setfuncs(L, more_functions, 0);
+  luaL_setfuncs(L, sample_functions, 0);
+  open_generator(L);
   lua_pop(L, 1);
   luaL_setfuncs(L, both, 0);
   lua_pop(L, 2);

@@ -100,6 +100,21 @@ typedef struct backend {
                                  const zorch_tensor *g, const zorch_tensor *x,
                                  const zorch_tensor *mean, const zorch_tensor *rstd,
                                  const zorch_tensor *w, int64_t rows, int64_t cols);
+  /* Attention over bh heads: out (bh, tq, d) = softmax(scale q k^T, masked) v
+     and lse (bh, tq) = the log-sum-exp of each row's scores, from q (bh, tq, d),
+     k and v (bh, tk, d); all contiguous, float32 or float64. With `causal`,
+     query i sees key j only when j <= i + tk - tq; a row that sees no key gets
+     0 and lse -inf. */
+  zorch_status (*attention)(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,
+                            const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,
+                            int64_t tk, int64_t d, bool causal, double scale);
+  /* dq, dk, dv (q's, k's, v's shapes; overwritten) from g = dL/dout (bh, tq, d)
+     and the forward's out and lse. */
+  zorch_status (*attention_bwd)(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,
+                                const zorch_tensor *g, const zorch_tensor *q,
+                                const zorch_tensor *k, const zorch_tensor *v,
+                                const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,
+                                int64_t tq, int64_t tk, int64_t d, bool causal, double scale);
   /* Philox numbers for elements [0, numel) from block `offset` on. */
   zorch_status (*random)(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
   /* int64 out: low + (64 random bits mod range) per element from block `offset`

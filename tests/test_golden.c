@@ -107,6 +107,7 @@ static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
     zorch_tensor_free(r);
     return o;
   }
+  if (strncmp(n, "attention", 9) == 0) return zorch_attention(x[0], x[1], x[2], c->p[0] != 0, c->p[1]);
   if (IS("to_bf16") || IS("to_f16")) {
     zorch_tensor *h = zorch_to_dtype(x[0], IS("to_bf16") ? ZORCH_BF16 : ZORCH_F16);
     zorch_tensor *f = zorch_to_dtype(h, ZORCH_F32);

@@ -139,6 +139,9 @@ CHECK(dropout, 1, {
   zorch_generator_seed(gen, 99);
   return zorch_dropout(in[0], 0.3, true, gen);
 })
+CHECK(attention, 3, return zorch_attention(in[0], in[1], in[2], false, 0);)
+CHECK(attention_causal, 3, return zorch_attention(in[0], in[1], in[2], true, 0);)
+CHECK(attention_scaled, 3, return zorch_attention(in[0], in[1], in[2], true, 0.7);)
 CHECK(where, 3, return zorch_where(in[2], in[0], in[1]);)
 CHECK(masked_fill, 2, return zorch_masked_fill(in[0], in[1], 2.0);)
 CHECK(cat, 3, return zorch_cat(3, in, 1);)
@@ -258,6 +261,15 @@ int main(void) {
   RUN(layer_norm, leaf(SHAPE(3, 5), 0), leaf(SHAPE(5), 0), leaf(SHAPE(5), 0));
   RUN(layer_norm2, leaf(SHAPE(2, 3, 4), 0));
   RUN(dropout, leaf(SHAPE(4, 5), 0));
+  /* attention: causal and not, Tq != Tk (both ways), odd head dims, (BH, T, D)
+     inputs, and 70 keys and queries, which the 64-wide blocks do not divide */
+  RUN(attention, leaf(SHAPE(2, 2, 4, 3), 0), leaf(SHAPE(2, 2, 6, 3), 0), leaf(SHAPE(2, 2, 6, 3), 0));
+  RUN(attention_causal, leaf(SHAPE(1, 2, 5, 5), 0), leaf(SHAPE(1, 2, 5, 5), 0), leaf(SHAPE(1, 2, 5, 5), 0));
+  RUN(attention_causal, leaf(SHAPE(3, 3, 7), 0), leaf(SHAPE(3, 8, 7), 0), leaf(SHAPE(3, 8, 7), 0));
+  RUN(attention_causal, leaf(SHAPE(1, 1, 1, 4), 0), leaf(SHAPE(1, 1, 6, 4), 0), leaf(SHAPE(1, 1, 6, 4), 0));
+  RUN(attention_scaled, leaf(SHAPE(2, 5, 2), 0), leaf(SHAPE(2, 5, 2), 0), leaf(SHAPE(2, 5, 2), 0));
+  RUN(attention_causal, leaf(SHAPE(1, 70, 3), 0), leaf(SHAPE(1, 70, 3), 0), leaf(SHAPE(1, 70, 3), 0));
+  RUN(attention, leaf(SHAPE(1, 1, 67, 3), 0), leaf(SHAPE(1, 1, 130, 3), 0), leaf(SHAPE(1, 1, 130, 3), 0));
   {
     zorch_tensor *c0 = zorch_randn(SHAPE(3, 4), ZORCH_F64, CPU, gen);
     zorch_tensor *z = zorch_zeros(0, NULL, ZORCH_F64, CPU);

@@ -41,6 +41,14 @@ zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor
                                 const zorch_tensor *g, const zorch_tensor *x,
                                 const zorch_tensor *mean, const zorch_tensor *rstd,
                                 const zorch_tensor *w, int64_t rows, int64_t cols);
+zorch_status cpu_attention(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,
+                           const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,
+                           int64_t tk, int64_t d, bool causal, double scale);
+zorch_status cpu_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,
+                               const zorch_tensor *g, const zorch_tensor *q,
+                               const zorch_tensor *k, const zorch_tensor *v,
+                               const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,
+                               int64_t tq, int64_t tk, int64_t d, bool causal, double scale);
 zorch_status cpu_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
 zorch_status cpu_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
                          uint64_t range);

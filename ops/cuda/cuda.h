@@ -201,6 +201,13 @@ zorch_status cuda_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tenso
 zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v, zorch_tensor *vmax,
                        int64_t step, const zorch_adam_opts *o);
 zorch_status cuda_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first, const zorch_sgd_opts *o);
+zorch_status cuda_attention(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q, const zorch_tensor *k,
+                            const zorch_tensor *v, int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal,
+                            double scale);
+zorch_status cuda_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv, const zorch_tensor *g,
+                                const zorch_tensor *q, const zorch_tensor *k, const zorch_tensor *v,
+                                const zorch_tensor *out, const zorch_tensor *lse, int64_t bh, int64_t tq, int64_t tk,
+                                int64_t d, bool causal, double scale);
 void *cuda_alloc(int dev, size_t nbytes);
 void cuda_free(int dev, void *p);
 zorch_status cuda_to_host(void *dst, const void *src, size_t n, int dev);

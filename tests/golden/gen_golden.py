@@ -151,6 +151,21 @@ case("index_select", lambda a, i: a.index_select(1, i), r(2, 4, 3), torch.tensor
 case("mlp", lambda x, w1, b1, w2, b2: F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2),
      r(64, 10), r(20, 10), r(20), r(2, 20), r(2))
 
+
+# attention: params (causal, scale; scale 0 means 1/sqrt(D)). zorch's causal mask
+# is aligned to the bottom right (query i sees keys j <= i + Tk - Tq), which is
+# PyTorch's is_causal for Tq == Tk and an explicit mask otherwise.
+def attention(q, k, v, causal, scale):
+    tq, tk = q.shape[-2], k.shape[-2]
+    mask = torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq) if causal else None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale or None)
+
+
+case("attention", attention, r(2, 3, 4, 8), r(2, 3, 6, 8), r(2, 3, 6, 8), params=(0, 0))
+case("attention_causal", attention, r(1, 2, 5, 4), r(1, 2, 5, 4), r(1, 2, 5, 4), params=(1, 0))
+case("attention_causal_kv", attention, r(2, 1, 3, 5), r(2, 1, 7, 5), r(2, 1, 7, 5), params=(1, 0))
+case("attention_long", attention, r(2, 70, 5), r(2, 70, 5), r(2, 70, 5), params=(1, 0.3))
+
 # 16-bit conversions: round trips through bfloat16 and float16, with edge values
 edge = torch.tensor([0.0, -0.0, 1.0, 1.00390625, 1.005859375, 65504.0, 65520.0, 70000.0,
                      6.1e-5, 5.96e-8, 2.98e-8, 1e-40, -3.3895314e38, 3.4e38, 0.1, -2.5])

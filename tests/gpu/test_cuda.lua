@@ -265,6 +265,31 @@ for i, name in ipairs({"layer_norm of rows of 1000", "its input gradient", "its 
   same(lc[i], lg[i], 1e-5, "long rows: " .. name)
 end
 
+-- attention (causal and not, Tq < Tk, blocks that do not divide T) and multinomial
+local function attn(device, dt, causal, tq, tk, d)
+  zorch.manual_seed(31)
+  local q = zorch.randn(2, 3, tq, d, {dtype = dt}):to(device):requires_grad_()
+  local k = zorch.randn(2, 3, tk, d, {dtype = dt}):to(device):requires_grad_()
+  local v = zorch.randn(2, 3, tk, d, {dtype = dt}):to(device):requires_grad_()
+  local o = zorch.attention(q, k, v, {causal = causal})
+  ;(o * zorch.randn(2, 3, tq, d, {dtype = dt}):to(device)):sum():backward()
+  return {o:detach(), q.grad, k.grad, v.grad}
+end
+for _, c in ipairs({{"float32", true, 300, 300, 64}, {"float64", false, 7, 270, 33}, {"float32", true, 5, 9, 16},
+                    {"bfloat16", true, 40, 40, 32}}) do
+  local ac, ag = attn("cpu", table.unpack(c)), attn("cuda", table.unpack(c))
+  for i, name in ipairs({"output", "dq", "dk", "dv"}) do
+    same(ac[i], ag[i], MM[c[1]],
+         ("attention %s causal %s q %d k %d d %d: %s"):format(c[1], tostring(c[2]), c[3], c[4], c[5], name))
+  end
+end
+do
+  local p = zorch.rand(3, 50)
+  local s1 = zorch.multinomial(p, 20, {replacement = true, generator = zorch.Generator(8)})
+  local s2 = zorch.multinomial(p:to("cuda"), 20, {replacement = true, generator = zorch.Generator(8)})
+  same(s1:double(), s2:double(), 0, "multinomial draws the same indices on both devices")
+end
+
 -- TF32: off by default (full float32); on, float32 GEMMs round inputs to 10 bits
 local m1, m2 = zorch.randn(512, 512), zorch.randn(512, 512)
 local exact = zorch.matmul(m1:double(), m2:double())

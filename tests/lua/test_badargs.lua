@@ -104,6 +104,28 @@ tap.raises("randperm of a negative n", function() zorch.randperm(-1) end, "randp
 tap.raises("randint with high below low", function() zorch.randint(5, 2, {3}) end, "randint", "high", "low")
 tap.raises("randint wants its sizes as a table", function() zorch.randint(1, 5, 3) end, "table")
 tap.raises("randint of bool", function() zorch.randint(0, 1, {3}, {dtype = "bool"}) end, "randint", "bool")
+-- attention and multinomial name the argument and the shapes
+local q4, k4 = zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8)
+tap.raises("attention: v of another shape than k", function() zorch.attention(q4, k4, zorch.ones(2, 3, 5, 7)) end,
+           "attention", "q (2, 3, 4, 8)", "k (2, 3, 5, 8)", "v (2, 3, 5, 7)")
+tap.raises("attention: q and k of other head dims", function() zorch.attention(zorch.ones(2, 3, 4, 6), k4, k4) end,
+           "attention", "(2, 3, 4, 6)", "(2, 3, 5, 8)")
+tap.raises("attention: other batch dims", function() zorch.attention(zorch.ones(1, 3, 4, 8), k4, k4) end,
+           "attention", "(1, 3, 4, 8)")
+tap.raises("attention: 2-d inputs", function() zorch.attention(t23, t23, t23) end, "attention", "(2, 3)", "(B, H, Tq, D)")
+tap.raises("attention: dims that differ", function() zorch.attention(zorch.ones(6, 4, 8), k4, k4) end,
+           "attention", "(6, 4, 8)")
+tap.raises("attention: mixed dtypes", function() zorch.attention(q4, k4:double(), k4) end,
+           "attention", "float32", "float64")
+tap.raises("attention: integer inputs", function() zorch.attention(q4:long(), k4:long(), k4:long()) end,
+           "attention", "int64")
+tap.raises("attention: a bad causal option", function() zorch.attention(q4, k4, k4, {causal = 1}) end,
+           "attention", "causal", "boolean")
+tap.raises("attention: a bad scale", function() zorch.attention(q4, k4, k4, {scale = -1}) end, "attention", "scale")
+tap.raises("multinomial of integer weights", function() zorch.multinomial(zorch.tensor{1, 2}, 1) end,
+           "multinomial", "floating point", "int64")
+tap.raises("multinomial of 0 samples", function() zorch.multinomial(zorch.ones(3), 0) end, "multinomial", "at least 1")
+tap.raises("Generator wants a seed", function() zorch.Generator() end, "Generator")
 tap.raises("linear names input and weight", function() zorch.linear(t23, t45) end, "linear", "(2, 3)", "(4, 5)")
 tap.raises("view of a bad size", function() t23:view(4, 4) end, "view", "(4, 4)", "(2, 3)")
 tap.raises("tensor of a ragged table", function() zorch.tensor{{1, 2}, {3}} end, "ragged")

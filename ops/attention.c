@@ -1,0 +1,104 @@
+/* attention.c: fused scaled dot-product attention, softmax(scale q k^T) v with an
+   optional causal mask, and its gradient. The kernels (ops/backend.h) never hold
+   the (Tq, Tk) scores: the forward saves the output and each row's log-sum-exp,
+   and the backward recomputes the scores from them a block at a time. */
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+
+typedef struct {
+  int64_t bh, tq, tk, d; /* heads (B * H), queries, keys, head dim */
+  bool causal;
+  double scale;
+} attention_args;
+
+/* saved: q, k, v, out (compute dtype, contiguous) and lse (bh * tq) */
+static zorch_status attention_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const attention_args *a = AG_ARGS(n, attention_args);
+  zorch_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2];
+  zorch_tensor *gc = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+  zorch_status st;
+  if (!(gc = op_cast_contig(g, q->dtype)) || !(dq = op_empty(q, q->ndim, q->shape, q->dtype)) ||
+      !(dk = op_empty(k, k->ndim, k->shape, k->dtype)) ||
+      !(dv = op_empty(v, v->ndim, v->shape, v->dtype))) {
+    st = zorch_last_status();
+    goto done;
+  }
+  st = backend_of(q)->attention_bwd(dq, dk, dv, gc, q, k, v, n->saved[3], n->saved[4], a->bh,
+                                    a->tq, a->tk, a->d, a->causal, a->scale);
+  if (st) goto done;
+  gin[0] = dq, gin[1] = dk, gin[2] = dv;
+  dq = dk = dv = NULL;
+done:
+  OP_FREE(gc, dq, dk, dv);
+  return st;
+}
+
+/* q (B, H, Tq, D) or (BH, Tq, D); k and v (B, H, Tk, D) or (BH, Tk, D); one
+   float dtype, one device. */
+static zorch_status attention_check(const zorch_tensor *q, const zorch_tensor *k,
+                                    const zorch_tensor *v) {
+  const char *op = "attention";
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF], s3[ERR_SHAPE_BUF];
+  if (check_arg(op, "q", q) || check_arg(op, "k", k) || check_arg(op, "v", v))
+    return zorch_last_status();
+  const zorch_tensor *kv[2] = {k, v};
+  for (int i = 0; i < 2; i++) {
+    zorch_device a = q->st->device, b = kv[i]->st->device;
+    if (a.type != b.type || a.index != b.index) {
+      char da[32], db[32];
+      zorch_device_name(a, da, sizeof da);
+      zorch_device_name(b, db, sizeof db);
+      return err_set(ZORCH_ERR_DEVICE, "attention: q is on %s but %s is on %s (they must be on "
+                     "one device)", da, i ? "v" : "k", db);
+    }
+  }
+  if (!zorch_dtype_is_float(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype)
+    return err_set(ZORCH_ERR_DTYPE, "attention: q, k and v must have one floating-point dtype, "
+                   "got %s, %s and %s", zorch_dtype_name(q->dtype), zorch_dtype_name(k->dtype),
+                   zorch_dtype_name(v->dtype));
+  bool fit = (q->ndim == 3 || q->ndim == 4) && k->ndim == q->ndim && v->ndim == q->ndim &&
+             tensor_same_shape(k, v) && q->shape[q->ndim - 1] == k->shape[k->ndim - 1];
+  for (int i = 0; fit && i < q->ndim - 2; i++) fit = q->shape[i] == k->shape[i];
+  if (!fit)
+    return err_set(ZORCH_ERR_SHAPE, "attention: q %s, k %s and v %s do not fit (expected q "
+                   "(B, H, Tq, D) with k and v (B, H, Tk, D), or (BH, Tq, D) with (BH, Tk, D))",
+                   SHAPE(q, s1), SHAPE(k, s2), SHAPE(v, s3));
+  return ZORCH_OK;
+}
+
+zorch_tensor *zorch_attention(zorch_tensor *q, zorch_tensor *k, zorch_tensor *v, bool causal,
+                              double scale) {
+  if (attention_check(q, k, v)) return NULL;
+  if (!isfinite(scale))
+    return err_null(ZORCH_ERR_ARG, "attention: scale must be a finite number, got %g", scale);
+  const backend *be = backend_of(q);
+  if (!be->attention || !be->attention_bwd)
+    return err_null(ZORCH_ERR_DEVICE, "attention: no kernel on device %s", be->name);
+  int nd = q->ndim;
+  attention_args args = {.tq = q->shape[nd - 2], .tk = k->shape[nd - 2], .d = q->shape[nd - 1],
+                         .causal = causal, .scale = scale};
+  args.bh = shape_numel(nd - 2, q->shape);
+  if (args.scale <= 0) args.scale = args.d > 0 ? 1 / sqrt((double)args.d) : 1;
+  zorch_dtype cd = op_compute_dtype(q->dtype);
+  int64_t nlse = args.bh * args.tq;
+  zorch_tensor *in[3] = {q, k, v};
+  zorch_tensor *cq = NULL, *ck = NULL, *cv = NULL, *o = NULL, *lse = NULL, *y = NULL;
+  if (!(cq = op_cast_contig(q, cd)) || !(ck = op_cast_contig(k, cd)) ||
+      !(cv = op_cast_contig(v, cd)) || !(o = op_empty(q, nd, q->shape, cd)) ||
+      !(lse = op_empty(q, 1, &nlse, cd)))
+    goto fail;
+  if (be->attention(o, lse, cq, ck, cv, args.bh, args.tq, args.tk, args.d, causal, args.scale))
+    goto fail;
+  /* the output in q's dtype; the backward reads the compute dtype's */
+  if (!(y = op_cast(o, q->dtype))) goto fail;
+  y = ag_record(y, "AttentionBackward", attention_bwd, 3, in, 5,
+                (zorch_tensor *[]){cq, ck, cv, o, lse}, &args, sizeof args);
+  goto done;
+fail:
+  err_prefix("attention");
+done:
+  OP_FREE(cq, ck, cv, o, lse);
+  return y;
+}

@@ -1,0 +1,102 @@
+/* attention.c: the CPU attention kernels, forward and backward, in the manner of
+   FlashAttention: the scores are made a key block at a time and never stored
+   whole, so the extra memory is the per-row log-sum-exp and scratch of a few
+   blocks per thread, whatever the sequence length. The work is split over heads
+   and query blocks (forward) and over heads (backward, each thread owning its
+   heads' dQ, so no two threads add to one element and the sums do not depend on
+   the thread count). The inner loops run over contiguous keys or over the head
+   dim, plain loops the compiler vectorises (built for AVX2 and AVX-512 too). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "kernels.h"
+
+/* a tensor's first element as a pointer of any element type */
+#define P(t) ((void *)tensor_ptr(t))
+
+#define ATT_BQ 64 /* queries per forward work item */
+#define ATT_BK 64 /* keys per block */
+#define ATT_CW 32 /* output columns per register tile */
+
+/* The softmax loops are built without trapping math: they compare and convert
+   values whose floating-point exceptions nobody reads, and GCC if-converts (and
+   so vectorises) such loops only under that assumption. */
+#define ATT_NOTRAP __attribute__((optimize("no-trapping-math")))
+
+/* e^x for x <= 0 in float32, as a polynomial the compiler vectorises (libm's
+   expf is a call per element, half the forward's time): x = n ln2 + r,
+   |r| <= ln2 / 2, e^r by Cephes' degree-6 polynomial (about 1 ulp), times 2^n
+   built in the exponent bits; below -87.3 (under the smallest normal) it is 0. */
+ATT_NOTRAP static inline float att_expf(float x) {
+  float c = x < -87.3f ? -87.3f : x;
+  float fx = c * 1.44269504088896341f + 0.5f;
+  int32_t n = (int32_t)(fx + 128.0f) - 128; /* floor, as fx + 128 > 0 */
+  float fn = (float)n;
+  float r = c - fn * 0.693359375f + fn * 2.12194440e-4f;
+  float z = r * r;
+  float y = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+              4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) * z + r + 1.0f;
+  union {
+    int32_t i;
+    float f;
+  } p2 = {.i = (n + 127) * (1 << 23)};
+  return y * p2.f * (float)(x >= -87.3f);
+}
+
+#define T float
+#define SFX f32
+#define EXP att_expf
+#define LOG logf
+#include "attention_tpl.h"
+#undef T
+#undef SFX
+#undef EXP
+#undef LOG
+
+#define T double
+#define SFX f64
+#define EXP exp
+#define LOG log
+#include "attention_tpl.h"
+#undef T
+#undef SFX
+#undef EXP
+#undef LOG
+
+zorch_status cpu_attention(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,
+                           const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,
+                           int64_t tk, int64_t d, bool causal, double scale) {
+  switch (q->dtype) {
+    case ZORCH_F32:
+      return fwd_f32(P(out), P(lse), P(q), P(k),
+                     P(v), bh, tq, tk, d, causal, (float)scale);
+    case ZORCH_F64:
+      return fwd_f64(P(out), P(lse), P(q), P(k),
+                     P(v), bh, tq, tk, d, causal, scale);
+    default:
+      return err_set(ZORCH_ERR_DTYPE, "attention: no CPU kernel for dtype %s",
+                     zorch_dtype_name(q->dtype));
+  }
+}
+
+zorch_status cpu_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,
+                               const zorch_tensor *g, const zorch_tensor *q,
+                               const zorch_tensor *k, const zorch_tensor *v,
+                               const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,
+                               int64_t tq, int64_t tk, int64_t d, bool causal, double scale) {
+  switch (q->dtype) {
+    case ZORCH_F32:
+      return bwd_f32(P(dq), P(dk), P(dv), P(g),
+                     P(q), P(k), P(v), P(out),
+                     P(lse), bh, tq, tk, d, causal, (float)scale);
+    case ZORCH_F64:
+      return bwd_f64(P(dq), P(dk), P(dv), P(g),
+                     P(q), P(k), P(v), P(out),
+                     P(lse), bh, tq, tk, d, causal, scale);
+    default:
+      return err_set(ZORCH_ERR_DTYPE, "attention: no CPU backward for dtype %s",
+                     zorch_dtype_name(q->dtype));
+  }
+}

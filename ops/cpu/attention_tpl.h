@@ -1,0 +1,343 @@
+/* attention_tpl.h: the attention kernels over one element type, included by
+   attention.c once per type with T (float or double), SFX (f32 or f64), EXP and
+   LOG (expf, logf or exp, log) set.
+   Layout: q (bh, tq, d), k and v (bh, tk, d), out and dout (bh, tq, d), lse
+   (bh, tq), all contiguous. Query i sees key j when j <= i + off (off = tk - tq)
+   or always without the causal mask. A row that sees no key gets 0 and lse -inf. */
+#define ATT_CAT_(a, b) a##_##b
+#define ATT_CAT(a, b) ATT_CAT_(a, b)
+#define ATT(name) ATT_CAT(name, SFX)
+
+/* bt (d, ATT_BK) = the transpose of the kn rows of b (kn, d), columns past kn
+   zero: the score tiles then run over a fixed width. */
+static void ATT(transpose)(T *restrict bt, const T *restrict b, int64_t kn, int64_t d) {
+  for (int64_t c = 0; c < d; c++) {
+    T *row = bt + c * ATT_BK;
+    for (int64_t j = 0; j < kn; j++) row[j] = b[j * d + c];
+    for (int64_t j = kn; j < ATT_BK; j++) row[j] = 0;
+  }
+}
+
+/* s (nr, ATT_BK) = a (nr, d; row stride d) times bt (d, ATT_BK): four rows at a
+   time, their 4 x ATT_BK sums held in registers while bt streams past. */
+CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a, int64_t nr,
+                                     const T *restrict bt, int64_t d) {
+  int64_t r = 0;
+  for (; r + 4 <= nr; r += 4) {
+    T acc[4][ATT_BK];
+    for (int x = 0; x < 4; x++)
+      for (int j = 0; j < ATT_BK; j++) acc[x][j] = 0;
+    const T *a0 = a + r * d, *a1 = a0 + d, *a2 = a1 + d, *a3 = a2 + d;
+    for (int64_t c = 0; c < d; c++) {
+      const T *b = bt + c * ATT_BK;
+      T x0 = a0[c], x1 = a1[c], x2 = a2[c], x3 = a3[c];
+      for (int j = 0; j < ATT_BK; j++) {
+        acc[0][j] += x0 * b[j];
+        acc[1][j] += x1 * b[j];
+        acc[2][j] += x2 * b[j];
+        acc[3][j] += x3 * b[j];
+      }
+    }
+    memcpy(s + r * ATT_BK, acc, sizeof acc);
+  }
+  for (; r < nr; r++) {
+    T acc[ATT_BK];
+    for (int j = 0; j < ATT_BK; j++) acc[j] = 0;
+    for (int64_t c = 0; c < d; c++) {
+      const T *b = bt + c * ATT_BK;
+      T x = a[r * d + c];
+      for (int j = 0; j < ATT_BK; j++) acc[j] += x * b[j];
+    }
+    memcpy(s + r * ATT_BK, acc, sizeof acc);
+  }
+}
+
+/* o (nr, d; row stride d) += p m: p[r][j] at p + r * pr + j * pj (so p may be
+   read transposed), m (nj, d; row stride d). Four rows and ATT_CW columns at a
+   time in registers; a column tail narrower than ATT_CW runs plainly. */
+CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t nr, const T *restrict p, int64_t pr,
+                                     int64_t pj, int64_t nj, const T *restrict m, int64_t d) {
+  int64_t c0 = 0;
+  for (; c0 + ATT_CW <= d; c0 += ATT_CW) {
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+      T acc[4][ATT_CW];
+      for (int x = 0; x < 4; x++)
+        for (int c = 0; c < ATT_CW; c++) acc[x][c] = o[(r + x) * d + c0 + c];
+      const T *p0 = p + r * pr, *p1 = p0 + pr, *p2 = p1 + pr, *p3 = p2 + pr;
+      for (int64_t j = 0; j < nj; j++) {
+        const T *mr = m + j * d + c0;
+        T x0 = p0[j * pj], x1 = p1[j * pj], x2 = p2[j * pj], x3 = p3[j * pj];
+        for (int c = 0; c < ATT_CW; c++) {
+          acc[0][c] += x0 * mr[c];
+          acc[1][c] += x1 * mr[c];
+          acc[2][c] += x2 * mr[c];
+          acc[3][c] += x3 * mr[c];
+        }
+      }
+      for (int x = 0; x < 4; x++)
+        for (int c = 0; c < ATT_CW; c++) o[(r + x) * d + c0 + c] = acc[x][c];
+    }
+    for (; r < nr; r++) {
+      T acc[ATT_CW];
+      for (int c = 0; c < ATT_CW; c++) acc[c] = o[r * d + c0 + c];
+      for (int64_t j = 0; j < nj; j++) {
+        const T *mr = m + j * d + c0;
+        T x = p[r * pr + j * pj];
+        for (int c = 0; c < ATT_CW; c++) acc[c] += x * mr[c];
+      }
+      for (int c = 0; c < ATT_CW; c++) o[r * d + c0 + c] = acc[c];
+    }
+  }
+  if (c0 < d)
+    for (int64_t r = 0; r < nr; r++)
+      for (int64_t j = 0; j < nj; j++) {
+        T x = p[r * pr + j * pj];
+        for (int64_t c = c0; c < d; c++) o[r * d + c] += x * m[j * d + c];
+      }
+}
+
+/* How many keys of the block [kb, kb + kn) query i sees. */
+static inline int64_t ATT(visible)(int64_t i, int64_t kb, int64_t kn, int64_t off, bool causal) {
+  if (!causal) return kn;
+  int64_t n = i + off - kb + 1;
+  return n < 0 ? 0 : n > kn ? kn : n;
+}
+
+/* One row of a score tile in the online softmax: the row's running max m grows
+   to the max of its first lim scores (what was summed under the old max, l and
+   the output row acc, is rescaled), the scores become e^(scale s - m), the rest
+   of the kn columns 0, and l gets their sum. The omp simd reductions let the
+   max and the sum vectorise (in a fixed order, so results still repeat). */
+ATT_NOTRAP CPU_CLONES static void ATT(online_row)(T *restrict row, int64_t lim, int64_t kn, T scale,
+                                       T *restrict m, T *restrict l, T *restrict acc, int64_t d) {
+  if (lim > 0) {
+    T mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < lim; j++) mx = row[j] * scale > mx ? row[j] * scale : mx;
+    if (mx > *m) {
+      T alpha = *m == -INFINITY ? 0 : EXP(*m - mx);
+      *l *= alpha;
+      for (int64_t c = 0; c < d; c++) acc[c] *= alpha;
+      *m = mx;
+    }
+    T mm = *m, sum = 0;
+    for (int64_t j = 0; j < lim; j++) row[j] = EXP(row[j] * scale - mm);
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < lim; j++) sum += row[j];
+    *l += sum;
+  }
+  for (int64_t j = lim > 0 ? lim : 0; j < kn; j++) row[j] = 0;
+}
+
+/* Turns the scores of one backward row into P (in ps) and dS (in pd, from dP). */
+ATT_NOTRAP CPU_CLONES static void ATT(bwd_row)(T *restrict ps, T *restrict pd, int64_t lim, int64_t kn,
+                                    T scale, T lse, T dsum) {
+  for (int64_t j = 0; j < lim; j++) {
+    T p = EXP(ps[j] * scale - lse);
+    ps[j] = p;
+    pd[j] = p * (pd[j] - dsum) * scale;
+  }
+  for (int64_t j = lim > 0 ? lim : 0; j < kn; j++) ps[j] = 0, pd[j] = 0;
+}
+
+/* The forward over queries [i0, i1) of one head: the scores of a key block as one
+   tile, a running max m and sum l per row (the online softmax), the output
+   accumulated in acc and rescaled when a row's max grows. Scratch: kt (d *
+   ATT_BK), s (ATT_BQ * ATT_BK), acc ((i1 - i0) * d), m and l (i1 - i0). */
+static void ATT(fwd_rows)(T *restrict out, T *restrict lse, const T *restrict q,
+                          const T *restrict k, const T *restrict v, int64_t i0, int64_t i1,
+                          int64_t tk, int64_t d, int64_t off, bool causal, T scale,
+                          T *restrict kt, T *restrict s, T *restrict acc, T *restrict m,
+                          T *restrict l) {
+  int64_t nr = i1 - i0;
+  for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0;
+  for (int64_t c = 0; c < nr * d; c++) acc[c] = 0;
+  int64_t kend = causal ? i1 - 1 + off + 1 : tk; /* keys the last row sees */
+  if (kend > tk) kend = tk;
+  for (int64_t kb = 0; kb < kend; kb += ATT_BK) {
+    int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK;
+    ATT(transpose)(kt, k + kb * d, kn, d);
+    ATT(tile_abt)(s, q + i0 * d, nr, kt, d);
+    for (int64_t r = 0; r < nr; r++) /* scores -> probabilities under the running max */
+      ATT(online_row)(s + r * ATT_BK, ATT(visible)(i0 + r, kb, kn, off, causal), kn, scale,
+                      &m[r], &l[r], acc + r * d, d);
+    ATT(tile_acc)(acc, nr, s, ATT_BK, 1, kn, v + kb * d, d);
+  }
+  for (int64_t r = 0; r < nr; r++) {
+    T *o = out + (i0 + r) * d;
+    if (l[r] > 0) {
+      T inv = 1 / l[r];
+      for (int64_t c = 0; c < d; c++) o[c] = acc[r * d + c] * inv;
+      lse[i0 + r] = m[r] + LOG(l[r]);
+    } else {
+      for (int64_t c = 0; c < d; c++) o[c] = 0;
+      lse[i0 + r] = -INFINITY;
+    }
+  }
+}
+
+static zorch_status ATT(fwd)(T *out, T *lse, const T *q, const T *k, const T *v, int64_t bh,
+                             int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
+  int64_t nqb = (tq + ATT_BQ - 1) / ATT_BQ, off = tk - tq;
+  bool oom = false;
+  bool par = bh * tq * tk * d >= CPU_GRAIN;
+#pragma omp parallel if (par)
+  {
+    T *buf = malloc(sizeof(T) * (size_t)(d * ATT_BK + ATT_BQ * ATT_BK + ATT_BQ * d + 2 * ATT_BQ));
+    if (!buf) {
+#pragma omp atomic write
+      oom = true;
+    }
+#pragma omp for schedule(dynamic)
+    for (int64_t w = 0; w < bh * nqb; w++) {
+      if (!buf) continue;
+      int64_t h = w / nqb, i0 = (w % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq;
+      T *kt = buf, *s = kt + d * ATT_BK, *acc = s + ATT_BQ * ATT_BK, *m = acc + ATT_BQ * d;
+      T *l = m + ATT_BQ;
+      ATT(fwd_rows)(out + h * tq * d, lse + h * tq, q + h * tq * d, k + h * tk * d,
+                    v + h * tk * d, i0, i1, tk, d, off, causal, scale, kt, s, acc, m, l);
+    }
+    free(buf);
+  }
+  if (oom) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the kernel's scratch");
+  return ZORCH_OK;
+}
+
+/* The backward of one key block [kb, kb + kn) of a head against its queries
+   [i0, i1), ATT_BQ at a time: P is recomputed from the scores and the saved lse,
+   dP = dO V^T, dS = scale P (dP - dsum) with dsum = rowsum(dO * O); then
+   dvb += P^T dO and dkb += dS^T Q (the block's, when not NULL) and dq += dS K
+   (the head's, when not NULL). kt and vt hold the block's K and V transposed.
+   Each element's sums run in the same order whichever caller splits the work,
+   so the results do not depend on it. Scratch: s and dp (ATT_BQ * ATT_BK). */
+static void ATT(bwd_block)(T *restrict dq, T *restrict dkb, T *restrict dvb,
+                           const T *restrict g, const T *restrict q, const T *restrict k,
+                           const T *restrict lse, const T *restrict dsum, int64_t kb,
+                           int64_t kn, int64_t i0, int64_t i1, int64_t off, int64_t d,
+                           bool causal, T scale, const T *restrict kt, const T *restrict vt,
+                           T *restrict s, T *restrict dp) {
+  for (int64_t ib = i0; ib < i1; ib += ATT_BQ) {
+    int64_t nr = i1 - ib < ATT_BQ ? i1 - ib : ATT_BQ;
+    ATT(tile_abt)(s, q + ib * d, nr, kt, d);
+    ATT(tile_abt)(dp, g + ib * d, nr, vt, d);
+    for (int64_t r = 0; r < nr; r++) { /* s becomes P, dp becomes dS */
+      int64_t i = ib + r, lim = ATT(visible)(i, kb, kn, off, causal);
+      ATT(bwd_row)(s + r * ATT_BK, dp + r * ATT_BK, lse[i] == -INFINITY ? 0 : lim, kn, scale,
+                   lse[i], dsum[i]);
+    }
+    if (dvb) ATT(tile_acc)(dvb, kn, s, 1, ATT_BK, nr, g + ib * d, d);
+    if (dkb) ATT(tile_acc)(dkb, kn, dp, 1, ATT_BK, nr, q + ib * d, d);
+    if (dq) ATT(tile_acc)(dq + ib * d, nr, dp, ATT_BK, 1, kn, k + kb * d, d);
+  }
+}
+
+/* The first query of tq that sees key kb. */
+static inline int64_t ATT(first_query)(int64_t kb, int64_t off, bool causal) {
+  return causal && kb - off > 0 ? kb - off : 0;
+}
+
+/* dsum (bh * tq) = rowsum(dO * O), every row. */
+static void ATT(row_dots)(T *dsum, const T *g, const T *o, int64_t rows, int64_t d) {
+#pragma omp parallel for if (rows * d >= CPU_GRAIN)
+  for (int64_t i = 0; i < rows; i++) {
+    T acc = 0;
+    for (int64_t c = 0; c < d; c++) acc += g[i * d + c] * o[i * d + c];
+    dsum[i] = acc;
+  }
+}
+
+/* Scratch of one backward task: kt, vt (d * ATT_BK), s, dp (ATT_BQ * ATT_BK),
+   dkb, dvb (ATT_BK * d). */
+typedef struct {
+  T *kt, *vt, *s, *dp, *dkb, *dvb;
+} ATT(scratch);
+static T *ATT(scratch_new)(ATT(scratch) *w, int64_t d) {
+  T *buf = malloc(sizeof(T) * (size_t)(4 * d * ATT_BK + 2 * ATT_BQ * ATT_BK));
+  if (buf) {
+    w->kt = buf, w->vt = w->kt + d * ATT_BK, w->s = w->vt + d * ATT_BK;
+    w->dp = w->s + ATT_BQ * ATT_BK, w->dkb = w->dp + ATT_BQ * ATT_BK, w->dvb = w->dkb + ATT_BK * d;
+  }
+  return buf;
+}
+
+/* dK and dV of key block kb of a head (and dQ += its part when dq is given). */
+static void ATT(bwd_keys)(T *dq, T *dk, T *dv, const T *g, const T *q, const T *k, const T *v,
+                          const T *lse, const T *dsum, int64_t kb, int64_t tq, int64_t tk,
+                          int64_t d, bool causal, T scale, ATT(scratch) *w) {
+  int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK, off = tk - tq;
+  ATT(transpose)(w->kt, k + kb * d, kn, d);
+  ATT(transpose)(w->vt, v + kb * d, kn, d);
+  for (int64_t c = 0; c < kn * d; c++) w->dkb[c] = 0, w->dvb[c] = 0;
+  ATT(bwd_block)(dq, w->dkb, w->dvb, g, q, k, lse, dsum, kb, kn, ATT(first_query)(kb, off, causal),
+                 tq, off, d, causal, scale, w->kt, w->vt, w->s, w->dp);
+  memcpy(dk + kb * d, w->dkb, sizeof(T) * (size_t)(kn * d));
+  memcpy(dv + kb * d, w->dvb, sizeof(T) * (size_t)(kn * d));
+}
+
+/* The backward. With a head per thread or more, a thread takes whole heads
+   (walking the key blocks, dQ summed in place). With fewer heads than threads,
+   two passes share the work out finer: dK and dV per (head, key block), then
+   dQ per (head, query block), which recomputes the scores once more. */
+static zorch_status ATT(bwd)(T *dq, T *dk, T *dv, const T *g, const T *q, const T *k,
+                             const T *v, const T *o, const T *lse, int64_t bh, int64_t tq,
+                             int64_t tk, int64_t d, bool causal, T scale) {
+  bool oom = false;
+  bool par = bh * tq * tk * d >= CPU_GRAIN;
+  bool split = par && bh < cpu_threads();
+  int64_t nkb = (tk + ATT_BK - 1) / ATT_BK, nqb = (tq + ATT_BQ - 1) / ATT_BQ, off = tk - tq;
+  T *dsum = malloc(sizeof(T) * (size_t)(bh * tq > 0 ? bh * tq : 1));
+  if (!dsum) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the backward's row sums");
+  ATT(row_dots)(dsum, g, o, bh * tq, d);
+  memset(dq, 0, sizeof(T) * (size_t)(bh * tq * d));
+#pragma omp parallel if (par)
+  {
+    ATT(scratch) w = {0};
+    T *buf = ATT(scratch_new)(&w, d);
+    if (!buf) {
+#pragma omp atomic write
+      oom = true;
+    }
+    if (!split) {
+#pragma omp for schedule(dynamic)
+      for (int64_t h = 0; h < bh; h++) {
+        if (!buf) continue;
+        int64_t qo = h * tq * d, ko = h * tk * d;
+        for (int64_t kb = 0; kb < tk; kb += ATT_BK)
+          ATT(bwd_keys)(dq + qo, dk + ko, dv + ko, g + qo, q + qo, k + ko, v + ko, lse + h * tq,
+                        dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
+      }
+    } else {
+#pragma omp for schedule(dynamic)
+      for (int64_t t = 0; t < bh * nkb; t++) {
+        if (!buf) continue;
+        int64_t h = t / nkb, kb = (t % nkb) * ATT_BK, qo = h * tq * d, ko = h * tk * d;
+        ATT(bwd_keys)(NULL, dk + ko, dv + ko, g + qo, q + qo, k + ko, v + ko, lse + h * tq,
+                      dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
+      }
+#pragma omp for schedule(dynamic)
+      for (int64_t t = 0; t < bh * nqb; t++) {
+        if (!buf) continue;
+        int64_t h = t / nqb, i0 = (t % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq;
+        int64_t qo = h * tq * d, ko = h * tk * d;
+        for (int64_t kb = 0; kb < tk; kb += ATT_BK) {
+          int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK, first = ATT(first_query)(kb, off, causal);
+          if (first >= i1) break; /* later blocks are hidden from these rows too */
+          ATT(transpose)(w.kt, k + ko + kb * d, kn, d);
+          ATT(transpose)(w.vt, v + ko + kb * d, kn, d);
+          ATT(bwd_block)(dq + qo, NULL, NULL, g + qo, q + qo, k + ko, lse + h * tq, dsum + h * tq, kb,
+                         kn, first > i0 ? first : i0, i1, off, d, causal, scale, w.kt, w.vt, w.s,
+                         w.dp);
+        }
+      }
+    }
+    free(buf);
+  }
+  free(dsum);
+  if (oom) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the backward's scratch");
+  return ZORCH_OK;
+}
+
+#undef ATT
+#undef ATT_CAT
+#undef ATT_CAT_

@@ -1,0 +1,214 @@
+// attention.cu: fused attention on CUDA, the same computation as the CPU's
+// (ops/cpu/attention.c): an online softmax over the keys, a chunk of 256 keys at
+// a time, keeping only the output and the per-row log-sum-exp; the backward
+// recomputes the probabilities from them. A block of 256 threads owns one query
+// row (forward, dQ) or one key row (dK, dV), so every sum runs in a fixed order
+// and nothing is added atomically: the results repeat bit for bit. The rows
+// live in shared memory (the head dim is limited by it).
+#include "cuda.h"
+
+#define ATT_T 256  // threads per block, the width of cu_block_max and cu_block_sum
+
+static unsigned att_blocks(int64_t rows) { return (unsigned)(rows < (1 << 20) ? rows : (1 << 20)); }
+
+template <typename T>
+__device__ inline T att_dot(const T *a, const T *b, int64_t d) {
+  T s = 0;
+  for (int64_t c = 0; c < d; c++) s += a[c] * b[c];
+  return s;
+}
+
+// One block per query row: scores of a chunk of keys (one per thread), the
+// chunk's max and sum over the block, the output rescaled when the max grows.
+template <typename T>
+__global__ void k_att_fwd(T *out, T *lse, const T *q, const T *k, const T *v, int64_t bh, int64_t tq, int64_t tk,
+                          int64_t d, bool causal, T scale) {
+  extern __shared__ unsigned char att_sh[];
+  T *sq = (T *)att_sh, *acc = sq + d, *sp = acc + d;
+  int t = threadIdx.x;
+  int64_t off = tk - tq;
+  for (int64_t row = blockIdx.x; row < bh * tq; row += gridDim.x) {
+    int64_t h = row / tq, i = row % tq;
+    const T *kh = k + h * tk * d, *vh = v + h * tk * d;
+    for (int64_t c = t; c < d; c += ATT_T) sq[c] = q[row * d + c] * scale, acc[c] = 0;
+    __syncthreads();
+    int64_t kend = causal ? i + off + 1 : tk;
+    kend = kend < 0 ? 0 : kend > tk ? tk : kend;
+    T m = -INFINITY, l = 0;
+    for (int64_t kb = 0; kb < kend; kb += ATT_T) {
+      int64_t j = kb + t, kn = kend - kb < ATT_T ? kend - kb : ATT_T;
+      T s = j < kend ? att_dot(sq, kh + j * d, d) : (T)-INFINITY;
+      T mx = (T)cu_block_max((double)s);
+      T mnew = mx > m ? mx : m;
+      T alpha = m == -INFINITY ? (T)0 : exp(m - mnew);
+      T p = j < kend ? exp(s - mnew) : (T)0;
+      sp[t] = p;
+      l = l * alpha + (T)cu_block_sum((double)p);  // its barriers publish sp
+      for (int64_t c = t; c < d; c += ATT_T) {
+        T a = acc[c] * alpha;
+        for (int64_t jj = 0; jj < kn; jj++) a += sp[jj] * vh[(kb + jj) * d + c];
+        acc[c] = a;
+      }
+      m = mnew;
+      __syncthreads();  // sp is rewritten by the next chunk
+    }
+    for (int64_t c = t; c < d; c += ATT_T) out[row * d + c] = l > 0 ? acc[c] / l : (T)0;
+    if (t == 0) lse[row] = l > 0 ? m + log(l) : (T)-INFINITY;
+    __syncthreads();
+  }
+}
+
+// One block per query row: dsum = rowsum(dO * O) (kept for the dK/dV kernel)
+// and dQ = scale * sum_j P (dP - dsum) K_j.
+template <typename T>
+__global__ void k_att_dq(T *dq, T *dsum, const T *g, const T *q, const T *k, const T *v, const T *o, const T *lse,
+                         int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
+  extern __shared__ unsigned char att_sh[];
+  T *sq = (T *)att_sh, *sg = sq + d, *acc = sg + d, *sds = acc + d;
+  int t = threadIdx.x;
+  int64_t off = tk - tq;
+  for (int64_t row = blockIdx.x; row < bh * tq; row += gridDim.x) {
+    int64_t h = row / tq, i = row % tq;
+    const T *kh = k + h * tk * d, *vh = v + h * tk * d;
+    double part = 0;
+    for (int64_t c = t; c < d; c += ATT_T) {
+      sq[c] = q[row * d + c], sg[c] = g[row * d + c], acc[c] = 0;
+      part += (double)(g[row * d + c] * o[row * d + c]);
+    }
+    T ds_row = (T)cu_block_sum(part);  // its barriers publish sq and sg
+    if (t == 0) dsum[row] = ds_row;
+    T li = lse[row];
+    int64_t kend = li == (T)-INFINITY ? 0 : causal ? i + off + 1 : tk;
+    kend = kend < 0 ? 0 : kend > tk ? tk : kend;
+    for (int64_t kb = 0; kb < kend; kb += ATT_T) {
+      int64_t j = kb + t, kn = kend - kb < ATT_T ? kend - kb : ATT_T;
+      T ds = 0;
+      if (j < kend) {
+        T p = exp(att_dot(sq, kh + j * d, d) * scale - li);
+        ds = p * (att_dot(sg, vh + j * d, d) - ds_row) * scale;
+      }
+      sds[t] = ds;
+      __syncthreads();
+      for (int64_t c = t; c < d; c += ATT_T) {
+        T a = acc[c];
+        for (int64_t jj = 0; jj < kn; jj++) a += sds[jj] * kh[(kb + jj) * d + c];
+        acc[c] = a;
+      }
+      __syncthreads();
+    }
+    for (int64_t c = t; c < d; c += ATT_T) dq[row * d + c] = acc[c];
+    __syncthreads();
+  }
+}
+
+// One block per key row: dV_j = sum_i P_ij dO_i, dK_j = scale * sum_i dS_ij Q_i
+// over the queries that see key j.
+template <typename T>
+__global__ void k_att_dkv(T *dk, T *dv, const T *g, const T *q, const T *k, const T *v, const T *lse,
+                          const T *dsum, int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
+  extern __shared__ unsigned char att_sh[];
+  T *sk = (T *)att_sh, *sv = sk + d, *ak = sv + d, *av = ak + d, *sp = av + d, *sds = sp + ATT_T;
+  int t = threadIdx.x;
+  int64_t off = tk - tq;
+  for (int64_t row = blockIdx.x; row < bh * tk; row += gridDim.x) {
+    int64_t h = row / tk, j = row % tk;
+    const T *qh = q + h * tq * d, *gh = g + h * tq * d, *lh = lse + h * tq, *dh = dsum + h * tq;
+    for (int64_t c = t; c < d; c += ATT_T) sk[c] = k[row * d + c], sv[c] = v[row * d + c], ak[c] = 0, av[c] = 0;
+    __syncthreads();
+    int64_t ifirst = causal ? j - off : 0;  // the first query that sees key j
+    if (ifirst < 0) ifirst = 0;
+    for (int64_t ib = ifirst; ib < tq; ib += ATT_T) {
+      int64_t i = ib + t, in = tq - ib < ATT_T ? tq - ib : ATT_T;
+      T p = 0, ds = 0;
+      if (i < tq && lh[i] != (T)-INFINITY) {
+        p = exp(att_dot(qh + i * d, sk, d) * scale - lh[i]);
+        ds = p * (att_dot(gh + i * d, sv, d) - dh[i]) * scale;
+      }
+      sp[t] = p, sds[t] = ds;
+      __syncthreads();
+      for (int64_t c = t; c < d; c += ATT_T) {
+        T a = ak[c], b = av[c];
+        for (int64_t ii = 0; ii < in; ii++) {
+          a += sds[ii] * qh[(ib + ii) * d + c];
+          b += sp[ii] * gh[(ib + ii) * d + c];
+        }
+        ak[c] = a, av[c] = b;
+      }
+      __syncthreads();
+    }
+    for (int64_t c = t; c < d; c += ATT_T) dk[row * d + c] = ak[c], dv[row * d + c] = av[c];
+    __syncthreads();
+  }
+}
+
+// The shared memory a kernel needs, or an error when the head dim is too large.
+static zorch_status att_smem(int64_t d, int rows, int chunks, size_t es, size_t *bytes) {
+  *bytes = ((size_t)rows * (size_t)d + (size_t)chunks * ATT_T) * es;
+  if (*bytes > 48 * 1024)
+    return err_set(ZORCH_ERR_ARG, "attention: head dim %lld is too large for the CUDA kernel (at most %lld)",
+                   (long long)d, (long long)((48 * 1024 / es - (size_t)chunks * ATT_T) / (size_t)rows));
+  return ZORCH_OK;
+}
+
+template <typename T>
+static zorch_status att_fwd(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q, const zorch_tensor *k,
+                            const zorch_tensor *v, int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal,
+                            double scale) {
+  size_t sh;
+  if (att_smem(d, 2, 1, sizeof(T), &sh)) return zorch_last_status();
+  if (bh * tq == 0) return ZORCH_OK;
+  k_att_fwd<T><<<att_blocks(bh * tq), ATT_T, sh, cu_stream(cu_dev(out))>>>(
+      (T *)tensor_ptr(out), (T *)tensor_ptr(lse), (const T *)tensor_ptr(q), (const T *)tensor_ptr(k),
+      (const T *)tensor_ptr(v), bh, tq, tk, d, causal, (T)scale);
+  return cu_launched("attention");
+}
+
+zorch_status cuda_attention(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q, const zorch_tensor *k,
+                            const zorch_tensor *v, int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal,
+                            double scale) {
+  if (q->dtype == ZORCH_F32) return att_fwd<float>(out, lse, q, k, v, bh, tq, tk, d, causal, scale);
+  if (q->dtype == ZORCH_F64) return att_fwd<double>(out, lse, q, k, v, bh, tq, tk, d, causal, scale);
+  return cu_no_kernel("attention", q->dtype);
+}
+
+template <typename T>
+static zorch_status att_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv, const zorch_tensor *g,
+                            const zorch_tensor *q, const zorch_tensor *k, const zorch_tensor *v,
+                            const zorch_tensor *out, const zorch_tensor *lse, int64_t bh, int64_t tq, int64_t tk,
+                            int64_t d, bool causal, double scale) {
+  size_t sh_q, sh_kv;
+  if (att_smem(d, 3, 1, sizeof(T), &sh_q) || att_smem(d, 4, 2, sizeof(T), &sh_kv)) return zorch_last_status();
+  int dev = cu_dev(dq);
+  cudaStream_t s = cu_stream(dev);
+  if (bh * tk > 0 && bh * tq == 0) {  // no queries: no gradient reaches k and v
+    CUDA_TRY(cudaMemsetAsync(tensor_ptr(dk), 0, (size_t)(bh * tk * d) * sizeof(T), s));
+    CUDA_TRY(cudaMemsetAsync(tensor_ptr(dv), 0, (size_t)(bh * tk * d) * sizeof(T), s));
+    return ZORCH_OK;
+  }
+  if (bh * tq == 0) return ZORCH_OK;
+  T *dsum = (T *)cuda_alloc(dev, (size_t)(bh * tq) * sizeof(T));
+  if (!dsum) return err_set(ZORCH_ERR_OOM, "attention: out of device memory for the backward's row sums");
+  k_att_dq<T><<<att_blocks(bh * tq), ATT_T, sh_q, s>>>(
+      (T *)tensor_ptr(dq), dsum, (const T *)tensor_ptr(g), (const T *)tensor_ptr(q), (const T *)tensor_ptr(k),
+      (const T *)tensor_ptr(v), (const T *)tensor_ptr(out), (const T *)tensor_ptr(lse), bh, tq, tk, d, causal,
+      (T)scale);
+  if (bh * tk > 0)
+    k_att_dkv<T><<<att_blocks(bh * tk), ATT_T, sh_kv, s>>>(
+        (T *)tensor_ptr(dk), (T *)tensor_ptr(dv), (const T *)tensor_ptr(g), (const T *)tensor_ptr(q),
+        (const T *)tensor_ptr(k), (const T *)tensor_ptr(v), (const T *)tensor_ptr(lse), dsum, bh, tq, tk, d, causal,
+        (T)scale);
+  zorch_status st = cu_launched("attention");
+  cuda_free(dev, dsum);  // reused only by work queued after these kernels
+  return st;
+}
+
+zorch_status cuda_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv, const zorch_tensor *g,
+                                const zorch_tensor *q, const zorch_tensor *k, const zorch_tensor *v,
+                                const zorch_tensor *out, const zorch_tensor *lse, int64_t bh, int64_t tq, int64_t tk,
+                                int64_t d, bool causal, double scale) {
+  if (q->dtype == ZORCH_F32)
+    return att_bwd<float>(dq, dk, dv, g, q, k, v, out, lse, bh, tq, tk, d, causal, scale);
+  if (q->dtype == ZORCH_F64)
+    return att_bwd<double>(dq, dk, dv, g, q, k, v, out, lse, bh, tq, tk, d, causal, scale);
+  return cu_no_kernel("attention", q->dtype);
+}
