@@ -748,7 +748,7 @@ static void conv_pair(lua_State *L, int idx, const char *fn, const char *what, i
                luaL_typename(L, idx));
   }
   if (v[0] < lo || v[1] < lo)
-    luaL_error(L, "%s: %s (%lld, %lld) must be %s", fn, what, (long long)v[0], (long long)v[1],
+    luaL_error(L, "%s: %s (%I, %I) must be %s", fn, what, (lua_Integer)v[0], (lua_Integer)v[1],
                lo ? "positive" : "non-negative");
 }
 
