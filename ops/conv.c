@@ -1,7 +1,9 @@
 /* conv.c: 2-d convolution and pooling over NCHW images. A convolution is
    im2col (the backend's kernel) and one GEMM per group over a whole chunk of
    images, so the GEMM is as large as memory allows (docs/performance.md,
-   "Convolution"); its backward is the two other GEMMs and col2im. */
+   "Convolution"); its backward is the two other GEMMs and col2im. The GEMMs
+   work on (channels, images * pixels) matrices; a copy that keeps rows of
+   pixels whole moves them to and from NCHW. */
 #include <stdint.h>
 #include <string.h>
 
@@ -24,21 +26,19 @@ static int64_t conv_chunk(const conv_geom *g, zorch_dtype dt) {
   return nb < 1 ? 1 : nb > g->n ? g->n : nb;
 }
 
-/* out (n, o, oh * ow) images n0 .. n0 + nb - 1 = tmp (nb, oh * ow, o), transposed. */
-static zorch_status conv_store(zorch_tensor *out3, zorch_tensor *tmp, int64_t n0, int64_t nb) {
-  zorch_tensor *tv = NULL, *ov = NULL;
-  zorch_status st = ZORCH_OK;
-  if (!(tv = zorch_permute(tmp, (int[]){0, 2, 1})) || !(ov = zorch_narrow(out3, 0, n0, nb)))
-    st = zorch_last_status();
-  else
-    st = backend_of(out3)->copy(ov, tv);
-  OP_FREE(tv, ov);
+/* dst = src viewed with the first two dims swapped: (a, b, L) <-> (b, a, L), rows
+   of L elements staying contiguous on both sides. */
+static zorch_status swap01(zorch_tensor *dst, zorch_tensor *src) {
+  zorch_tensor *v = zorch_permute(src, (int[]){1, 0, 2});
+  zorch_status st = v ? backend_of(dst)->copy(dst, v) : zorch_last_status();
+  zorch_tensor_free(v);
   return st;
 }
 
 /* out (n, o, oh, ow) = x * w + b for contiguous tensors of one float dtype. For
    each chunk: col (K, nb * L) by im2col, then per group gi the GEMM
-   tmp[:, gi] (nb * L, o / groups) = col_gi^T w_gi^T (+ bias, the epilogue). */
+   tmp[gi] (o / groups, nb * L) = w_gi col_gi (+ b, put in tmp first), and
+   tmp (o, nb, L) is copied to the chunk's images (nb, o, L). */
 static zorch_status conv_forward(zorch_tensor *out, zorch_tensor *x, zorch_tensor *w,
                                  zorch_tensor *b, const conv_args *a) {
   const conv_geom *g = &a->g;
@@ -55,34 +55,40 @@ static zorch_status conv_forward(zorch_tensor *out, zorch_tensor *x, zorch_tenso
     return st;
   }
   zorch_tensor *out3 = zorch_view(out, 3, (int64_t[]){g->n, a->o, L});
-  if (!out3) return zorch_last_status();
+  zorch_tensor *bcol = b ? zorch_view(b, 3, (int64_t[]){a->o, 1, 1}) : NULL;
+  if (!out3 || (b && !bcol)) {
+    OP_FREE(out3, bcol);
+    return zorch_last_status();
+  }
   int64_t chunk = conv_chunk(g, out->dtype);
   zorch_status st = ZORCH_OK;
   for (int64_t n0 = 0; n0 < g->n && !st; n0 += chunk) {
     int64_t nb = g->n - n0 < chunk ? g->n - n0 : chunk, cols = nb * L;
     zorch_tensor *col = op_empty(out, 2, (int64_t[]){K, cols}, out->dtype);
-    zorch_tensor *tmp = op_empty(out, 3, (int64_t[]){nb, L, a->o}, out->dtype);
-    if (!col || !tmp) st = zorch_last_status();
+    zorch_tensor *tmp = op_empty(out, 3, (int64_t[]){a->o, nb, L}, out->dtype);
+    zorch_tensor *bv = NULL, *ov = NULL;
+    if (!col || !tmp || (b && !(bv = op_broadcast_view(bcol, 3, tmp->shape))) ||
+        !(ov = zorch_narrow(out3, 0, n0, nb)))
+      st = zorch_last_status();
+    if (!st && b) st = be->copy(tmp, bv);
     if (!st) st = be->im2col(col, x, g, n0, nb);
     for (int64_t gi = 0; gi < G && !st; gi++) {
-      gemm_args ga = {.dt = out->dtype, .dev = out->st->device.index, .ta = true, .tb = true,
-                      .m = cols, .n = og, .k = kg, .lda = cols, .ldb = kg, .ldc = a->o,
-                      .alpha = 1.0,
-                      .a = tensor_ptr(col) + gi * kg * cols * es,
-                      .b = tensor_ptr(w) + gi * og * kg * es,
-                      .bias = b ? tensor_ptr(b) + gi * og * es : NULL,
-                      .c = tensor_ptr(tmp) + gi * og * es};
+      gemm_args ga = {.dt = out->dtype, .dev = out->st->device.index, .m = og, .n = cols, .k = kg,
+                      .lda = kg, .ldb = cols, .ldc = cols, .alpha = 1.0, .beta = b ? 1.0 : 0.0,
+                      .a = tensor_ptr(w) + gi * og * kg * es,
+                      .b = tensor_ptr(col) + gi * kg * cols * es,
+                      .c = tensor_ptr(tmp) + gi * og * cols * es};
       st = be->gemm(&ga);
     }
-    if (!st) st = conv_store(out3, tmp, n0, nb);
-    OP_FREE(col, tmp);
+    if (!st) st = swap01(ov, tmp);
+    OP_FREE(col, tmp, bv, ov);
   }
-  zorch_tensor_free(out3);
+  OP_FREE(out3, bcol);
   return st;
 }
 
-/* Gradients of a chunk: gw_gi += gt_gi^T col_gi^T and gcol_gi = w_gi^T gt_gi^T,
-   gt (nb * L, o) being the output gradient of the chunk, transposed. */
+/* Gradients of a chunk, from gt (o, nb * L), the chunk's output gradient with
+   its first two dims swapped: gw_gi += gt_gi col_gi^T and gcol_gi = w_gi^T gt_gi. */
 static zorch_status conv_bwd_chunk(const conv_args *a, zorch_tensor *x, zorch_tensor *w,
                                    zorch_tensor *g3, zorch_tensor *gx, zorch_tensor *gw,
                                    int64_t n0, int64_t nb) {
@@ -92,19 +98,19 @@ static zorch_status conv_bwd_chunk(const conv_args *a, zorch_tensor *x, zorch_te
   int64_t kg = K / G, og = a->o / G, es = (int64_t)dtype_sizes[x->dtype];
   zorch_dtype dt = x->dtype;
   int dev = x->st->device.index;
-  zorch_tensor *gn = NULL, *gp = NULL, *gt = NULL, *col = NULL;
+  zorch_tensor *gn = NULL, *gt = NULL, *col = NULL;
   zorch_status st = ZORCH_OK;
-  if (!(gn = zorch_narrow(g3, 0, n0, nb)) || !(gp = zorch_permute(gn, (int[]){0, 2, 1})) ||
-      !(gt = op_contig(gp)) || !(col = op_empty(x, 2, (int64_t[]){K, cols}, dt))) {
-    st = zorch_last_status();
+  if (!(gn = zorch_narrow(g3, 0, n0, nb)) || !(gt = op_empty(x, 3, (int64_t[]){a->o, nb, L}, dt)) ||
+      !(col = op_empty(x, 2, (int64_t[]){K, cols}, dt)) || (st = swap01(gt, gn))) {
+    st = st ? st : zorch_last_status();
     goto done;
   }
   if (gw) {
     if ((st = be->im2col(col, x, g, n0, nb))) goto done;
     for (int64_t gi = 0; gi < G && !st; gi++) {
-      gemm_args ga = {.dt = dt, .dev = dev, .ta = true, .tb = true, .m = og, .n = kg, .k = cols,
-                      .lda = a->o, .ldb = cols, .ldc = kg, .alpha = 1.0, .beta = 1.0,
-                      .a = tensor_ptr(gt) + gi * og * es,
+      gemm_args ga = {.dt = dt, .dev = dev, .tb = true, .m = og, .n = kg, .k = cols,
+                      .lda = cols, .ldb = cols, .ldc = kg, .alpha = 1.0, .beta = 1.0,
+                      .a = tensor_ptr(gt) + gi * og * cols * es,
                       .b = tensor_ptr(col) + gi * kg * cols * es,
                       .c = tensor_ptr(gw) + gi * og * kg * es};
       st = be->gemm(&ga);
@@ -113,17 +119,17 @@ static zorch_status conv_bwd_chunk(const conv_args *a, zorch_tensor *x, zorch_te
   if (gx && !st) { /* col becomes the column gradient */
     if (og == 0) st = be->fill(col, 0);
     for (int64_t gi = 0; gi < G && og > 0 && !st; gi++) {
-      gemm_args ga = {.dt = dt, .dev = dev, .ta = true, .tb = true, .m = kg, .n = cols, .k = og,
-                      .lda = kg, .ldb = a->o, .ldc = cols, .alpha = 1.0,
+      gemm_args ga = {.dt = dt, .dev = dev, .ta = true, .m = kg, .n = cols, .k = og,
+                      .lda = kg, .ldb = cols, .ldc = cols, .alpha = 1.0,
                       .a = tensor_ptr(w) + gi * og * kg * es,
-                      .b = tensor_ptr(gt) + gi * og * es,
+                      .b = tensor_ptr(gt) + gi * og * cols * es,
                       .c = tensor_ptr(col) + gi * kg * cols * es};
       st = be->gemm(&ga);
     }
     if (!st) st = be->col2im(gx, col, g, n0, nb);
   }
 done:
-  OP_FREE(gn, gp, gt, col);
+  OP_FREE(gn, gt, col);
   return st;
 }
 

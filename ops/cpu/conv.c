@@ -8,6 +8,15 @@
 #include "cpu.h"
 #include "kernels.h"
 
+/* The outputs ox in [lo, hi) whose input column ix0 + ox * sw lies in the image. */
+static inline void conv_x_range(int64_t ix0, const conv_geom *g, int64_t *lo, int64_t *hi) {
+  int64_t l = ix0 >= 0 ? 0 : (-ix0 + g->sw - 1) / g->sw;
+  int64_t h = g->w - ix0 <= 0 ? 0 : (g->w - ix0 + g->sw - 1) / g->sw;
+  if (h > g->ow) h = g->ow;
+  *lo = l < h ? l : h;
+  *hi = h;
+}
+
 /* Row r = (ci, ki, kj) of the column matrix for images n0 .. n0 + nb - 1. */
 #define IM2COL(T)                                                                          \
   {                                                                                        \
@@ -28,11 +37,14 @@
             continue;                                                                      \
           }                                                                                \
           const T *srow = plane + iy * g->w;                                               \
-          int64_t ix0 = kj * g->dw - g->pw;                                                \
-          for (int64_t ox = 0; ox < g->ow; ox++) {                                         \
-            int64_t ix = ix0 + ox * g->sw;                                                 \
-            d[ox] = ix >= 0 && ix < g->w ? srow[ix] : (T)0;                                \
-          }                                                                                \
+          int64_t ix0 = kj * g->dw - g->pw, lo, hi;                                        \
+          conv_x_range(ix0, g, &lo, &hi);                                                  \
+          for (int64_t ox = 0; ox < lo; ox++) d[ox] = 0;                                   \
+          if (g->sw == 1)                                                                  \
+            memcpy(d + lo, srow + ix0 + lo, sizeof(T) * (size_t)(hi - lo));                \
+          else                                                                             \
+            for (int64_t ox = lo; ox < hi; ox++) d[ox] = srow[ix0 + ox * g->sw];           \
+          for (int64_t ox = hi; ox < g->ow; ox++) d[ox] = 0;                               \
         }                                                                                  \
       }                                                                                    \
   }
@@ -68,11 +80,9 @@ zorch_status cpu_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geo
               if (iy < 0 || iy >= g->h) continue;                                          \
               T *drow = plane + iy * g->w;                                                 \
               const T *s = src + oy * g->ow;                                               \
-              int64_t ix0 = kj * g->dw - g->pw;                                            \
-              for (int64_t ox = 0; ox < g->ow; ox++) {                                     \
-                int64_t ix = ix0 + ox * g->sw;                                             \
-                if (ix >= 0 && ix < g->w) drow[ix] += s[ox];                               \
-              }                                                                            \
+              int64_t ix0 = kj * g->dw - g->pw, lo, hi;                                    \
+              conv_x_range(ix0, g, &lo, &hi);                                              \
+              for (int64_t ox = lo; ox < hi; ox++) drow[ix0 + ox * g->sw] += s[ox];        \
             }                                                                              \
           }                                                                                \
       }                                                                                    \
