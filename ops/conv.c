@@ -143,7 +143,8 @@ static zorch_status conv_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   if (!(gc = op_cast_contig(g, x->dtype)) ||
       (want_b && !(gin[2] = zorch_sum(gc, 3, (int[]){0, 2, 3}, false))) ||
       !(g3 = zorch_view(gc, 3, (int64_t[]){a->g.n, a->o, L})) ||
-      (want_x && !(gx = op_zeros(x, x->ndim, x->shape, x->dtype))) ||
+      (want_x && !(gx = K > 0 && L > 0 ? op_empty(x, x->ndim, x->shape, x->dtype) /* col2im fills it */
+                                       : op_zeros(x, x->ndim, x->shape, x->dtype))) ||
       (want_w && !(gw = op_zeros(x, w->ndim, w->shape, x->dtype)))) {
     st = zorch_last_status();
     goto done;
