@@ -21,7 +21,10 @@ typedef struct {
 
 /* Images per chunk: as many as keep the column matrix under CONV_COL_BYTES. */
 static int64_t conv_chunk(const conv_geom *g, zorch_dtype dt) {
-  int64_t per = g->c * g->kh * g->kw * g->oh * g->ow * (int64_t)dtype_sizes[dt];
+  int64_t per = (int64_t)dtype_sizes[dt];
+  const int64_t f[5] = {g->c, g->kh, g->kw, g->oh, g->ow};
+  for (int i = 0; i < 5; i++)
+    if (__builtin_mul_overflow(per, f[i], &per)) return 1; /* the allocation will say so */
   int64_t nb = per > 0 ? CONV_COL_BYTES / per : g->n;
   return nb < 1 ? 1 : nb > g->n ? g->n : nb;
 }
