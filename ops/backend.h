@@ -130,6 +130,13 @@ typedef struct backend {
                          int64_t nb);
   zorch_status (*col2im)(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,
                          int64_t nb);
+  /* Optional (NULL: im2col and the GEMM above, driven by ops/conv.c): the whole
+     convolution with one group. out (n, o, oh, ow) = x * w + b (b may be NULL);
+     its backward writes gx and gw (either may be NULL: not wanted) from gout. */
+  zorch_status (*conv2d)(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,
+                         const zorch_tensor *b, const conv_geom *g);
+  zorch_status (*conv2d_bwd)(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,
+                             const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
   /* out (n, oh, ow) = the pool of each window of x (n, h, w); for POOL_MAX, idx
      (int64, same shape) gets the argmax as iy * w + ix within its plane (NaN
      wins; the first maximum otherwise). */

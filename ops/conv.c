@@ -1,9 +1,10 @@
 /* conv.c: 2-d convolution and pooling over NCHW images. A convolution is
-   im2col (the backend's kernel) and one GEMM per group over a whole chunk of
-   images, so the GEMM is as large as memory allows (docs/performance.md,
-   "Convolution"); its backward is the two other GEMMs and col2im. The GEMMs
-   work on (channels, images * pixels) matrices; a copy that keeps rows of
-   pixels whole moves them to and from NCHW. */
+   the backend's own kernel where it has one (the CPU's, for one group), or
+   else im2col (the backend's kernel) and one GEMM per group over a whole
+   chunk of images, so the GEMM is as large as memory allows
+   (docs/performance.md, "Convolution"); its backward is the two other GEMMs
+   and col2im. Those GEMMs work on (channels, images * pixels) matrices; a copy
+   that keeps rows of pixels whole moves them to and from NCHW. */
 #include <stdint.h>
 #include <string.h>
 
@@ -57,6 +58,7 @@ static zorch_status conv_forward(zorch_tensor *out, zorch_tensor *x, zorch_tenso
     zorch_tensor_free(bv);
     return st;
   }
+  if (G == 1 && be->conv2d) return be->conv2d(out, x, w, b, g);
   zorch_tensor *out3 = zorch_view(out, 3, (int64_t[]){g->n, a->o, L});
   zorch_tensor *bcol = b ? zorch_view(b, 3, (int64_t[]){a->o, 1, 1}) : NULL;
   if (!out3 || (b && !bcol)) {
@@ -152,7 +154,9 @@ static zorch_status conv_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
     st = zorch_last_status();
     goto done;
   }
-  if ((want_x || want_w) && K > 0 && L > 0) {
+  if ((want_x || want_w) && K > 0 && L > 0 && a->groups == 1 && backend_of(x)->conv2d_bwd) {
+    st = backend_of(x)->conv2d_bwd(gx, gw, gc, x, w, &a->g);
+  } else if ((want_x || want_w) && K > 0 && L > 0) {
     int64_t chunk = conv_chunk(&a->g, x->dtype);
     for (int64_t n0 = 0; n0 < a->g.n && !st; n0 += chunk)
       st = conv_bwd_chunk(a, x, w, g3, gx, gw, n0, a->g.n - n0 < chunk ? a->g.n - n0 : chunk);

@@ -2,6 +2,7 @@
    ops/conv.c) and of 2-d pooling. Parallel over rows of the column matrix or
    over image planes, so no two threads write one element. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../math.h"
@@ -19,9 +20,7 @@ static inline void conv_x_range(int64_t ix0, const conv_geom *g, int64_t *lo, in
 
 /* Row r = (ci, ki, kj) of the column matrix for images n0 .. n0 + nb - 1. */
 #define IM2COL(T)                                                                          \
-  {                                                                                        \
-    const T *xp = (const T *)tensor_ptr(x);                                                \
-    T *cp = (T *)tensor_ptr(col);                                                          \
+  static void im2col_##T(T *cp, const T *xp, const conv_geom *g, int64_t n0, int64_t nb) { \
     int64_t L = g->oh * g->ow, rows = g->c * g->kh * g->kw;                                \
     _Pragma("omp parallel for collapse(2) if (rows * nb * L >= CPU_GRAIN)")                \
     for (int64_t r = 0; r < rows; r++)                                                     \
@@ -49,11 +48,14 @@ static inline void conv_x_range(int64_t ix0, const conv_geom *g, int64_t *lo, in
       }                                                                                    \
   }
 
+IM2COL(float)
+IM2COL(double)
+
 zorch_status cpu_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0,
                         int64_t nb) {
   switch (x->dtype) {
-    case ZORCH_F32: IM2COL(float) return ZORCH_OK;
-    case ZORCH_F64: IM2COL(double) return ZORCH_OK;
+    case ZORCH_F32: im2col_float((float *)tensor_ptr(col), (const float *)tensor_ptr(x), g, n0, nb); return ZORCH_OK;
+    case ZORCH_F64: im2col_double((double *)tensor_ptr(col), (const double *)tensor_ptr(x), g, n0, nb); return ZORCH_OK;
     default: return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU kernel for dtype %s",
                             zorch_dtype_name(x->dtype));
   }
@@ -62,9 +64,7 @@ zorch_status cpu_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geo
 /* One thread per (image, channel) plane: the plane is cleared, then every
    column entry that read one of its pixels is added back, in a fixed order. */
 #define COL2IM(T)                                                                          \
-  {                                                                                        \
-    T *gp = (T *)tensor_ptr(gx);                                                           \
-    const T *cp = (const T *)tensor_ptr(col);                                              \
+  static void col2im_##T(T *gp, const T *cp, const conv_geom *g, int64_t n0, int64_t nb) { \
     int64_t L = g->oh * g->ow, hw = g->h * g->w;                                           \
     _Pragma("omp parallel for collapse(2) if (nb * g->c * g->kh * g->kw * L >= CPU_GRAIN)") \
     for (int64_t b = 0; b < nb; b++)                                                       \
@@ -88,14 +88,128 @@ zorch_status cpu_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geo
       }                                                                                    \
   }
 
+COL2IM(float)
+COL2IM(double)
+
 zorch_status cpu_col2im(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,
                         int64_t nb) {
   switch (gx->dtype) {
-    case ZORCH_F32: COL2IM(float) return ZORCH_OK;
-    case ZORCH_F64: COL2IM(double) return ZORCH_OK;
+    case ZORCH_F32: col2im_float((float *)tensor_ptr(gx), (const float *)tensor_ptr(col), g, n0, nb); return ZORCH_OK;
+    case ZORCH_F64: col2im_double((double *)tensor_ptr(gx), (const double *)tensor_ptr(col), g, n0, nb); return ZORCH_OK;
     default: return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU backward for dtype %s",
                             zorch_dtype_name(gx->dtype));
   }
+}
+
+/* ---- the whole convolution (groups = 1), image by image ----------------------------------
+   Blocks of CONV_BLOCK images run in parallel, each image as im2col into a
+   buffer that stays in cache and one GEMM straight into (or from) its NCHW
+   planes; BLAS runs single-threaded inside the parallel loop. The weight
+   gradient is summed per block, then over blocks in order, so it does not
+   depend on the thread count. */
+#define CONV_BLOCK 8
+
+static void conv_gemm(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+                      int64_t ldc) {
+  gemm_args ga = {.dt = dt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
+                  .ldc = ldc, .alpha = 1.0, .beta = beta, .a = a, .b = b, .c = c};
+  cpu_gemm(&ga); /* float32 and float64 only, which the callers check */
+}
+
+#define CONV_FWD(T)                                                                        \
+  {                                                                                        \
+    const T *xp = (const T *)tensor_ptr(x), *wp = (const T *)tensor_ptr(w);                \
+    const T *bp = b ? (const T *)tensor_ptr(b) : NULL;                                     \
+    T *op = (T *)tensor_ptr(out);                                                          \
+    _Pragma("omp parallel for schedule(dynamic) if (nblk > 1 && g->n * O * K * L >= CPU_GRAIN)") \
+    for (int64_t blk = 0; blk < nblk; blk++) {                                             \
+      T *col = malloc(sizeof(T) * (size_t)(K * L));                                        \
+      if (!col) {                                                                          \
+        failed = 1;                                                                        \
+        continue;                                                                          \
+      }                                                                                    \
+      int64_t end = (blk + 1) * CONV_BLOCK < g->n ? (blk + 1) * CONV_BLOCK : g->n;         \
+      for (int64_t n = blk * CONV_BLOCK; n < end; n++) {                                   \
+        T *on = op + n * O * L;                                                            \
+        im2col_##T(col, xp, g, n, 1);                                                      \
+        if (bp)                                                                            \
+          for (int64_t o = 0; o < O; o++)                                                  \
+            for (int64_t l = 0; l < L; l++) on[o * L + l] = bp[o];                         \
+        conv_gemm(dt, false, false, O, L, K, wp, K, col, L, bp ? 1.0 : 0.0, on, L);        \
+      }                                                                                    \
+      free(col);                                                                           \
+    }                                                                                      \
+  }
+
+zorch_status cpu_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,
+                        const zorch_tensor *b, const conv_geom *g) {
+  int64_t O = w->shape[0], K = g->c * g->kh * g->kw, L = g->oh * g->ow;
+  int64_t nblk = (g->n + CONV_BLOCK - 1) / CONV_BLOCK;
+  zorch_dtype dt = x->dtype;
+  int failed = 0;
+  switch (dt) {
+    case ZORCH_F32: CONV_FWD(float) break;
+    case ZORCH_F64: CONV_FWD(double) break;
+    default: return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU kernel for dtype %s", zorch_dtype_name(dt));
+  }
+  if (failed) return err_set(ZORCH_ERR_OOM, "conv2d: out of memory for the column buffer");
+  return ZORCH_OK;
+}
+
+/* Per image: gw_blk += gout_n col_n^T; gcol = w^T gout_n, folded back by col2im. */
+#define CONV_BWD(T)                                                                        \
+  {                                                                                        \
+    const T *xp = (const T *)tensor_ptr(x), *wp = (const T *)tensor_ptr(w);                \
+    const T *gp = (const T *)tensor_ptr(gout);                                             \
+    T *gxp = gx ? (T *)tensor_ptr(gx) : NULL, *part = (T *)parts;                          \
+    _Pragma("omp parallel for schedule(dynamic) if (nblk > 1 && g->n * O * K * L >= CPU_GRAIN)") \
+    for (int64_t blk = 0; blk < nblk; blk++) {                                             \
+      T *col = malloc(sizeof(T) * (size_t)(K * L));                                        \
+      if (!col) {                                                                          \
+        failed = 1;                                                                        \
+        continue;                                                                          \
+      }                                                                                    \
+      int64_t end = (blk + 1) * CONV_BLOCK < g->n ? (blk + 1) * CONV_BLOCK : g->n;         \
+      for (int64_t n = blk * CONV_BLOCK; n < end; n++) {                                   \
+        const T *gn = gp + n * O * L;                                                      \
+        if (part) {                                                                        \
+          im2col_##T(col, xp, g, n, 1);                                                    \
+          conv_gemm(dt, false, true, O, K, L, gn, L, col, L, n > blk * CONV_BLOCK ? 1.0 : 0.0, \
+                    part + blk * O * K, K);                                                \
+        }                                                                                  \
+        if (gxp) {                                                                         \
+          conv_gemm(dt, true, false, K, L, O, wp, K, gn, L, 0.0, col, L);                  \
+          col2im_##T(gxp, col, g, n, 1);                                                   \
+        }                                                                                  \
+      }                                                                                    \
+      free(col);                                                                           \
+    }                                                                                      \
+    if (part) {                                                                            \
+      T *gwp = (T *)tensor_ptr(gw);                                                        \
+      for (int64_t i = 0; i < O * K; i++) {                                                \
+        T acc = 0;                                                                         \
+        for (int64_t k = 0; k < nblk; k++) acc += part[k * O * K + i];                     \
+        gwp[i] = acc;                                                                      \
+      }                                                                                    \
+    }                                                                                      \
+  }
+
+zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,
+                            const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g) {
+  int64_t O = w->shape[0], K = g->c * g->kh * g->kw, L = g->oh * g->ow;
+  int64_t nblk = (g->n + CONV_BLOCK - 1) / CONV_BLOCK;
+  zorch_dtype dt = x->dtype;
+  if (dt != ZORCH_F32 && dt != ZORCH_F64)
+    return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU backward for dtype %s", zorch_dtype_name(dt));
+  void *parts = NULL;
+  if (gw && nblk > 0 && !(parts = calloc((size_t)(nblk * O * K), dtype_sizes[dt])))
+    return err_set(ZORCH_ERR_OOM, "conv2d: out of memory for the weight gradient's partial sums");
+  int failed = 0;
+  if (dt == ZORCH_F32) CONV_BWD(float) else CONV_BWD(double)
+  free(parts);
+  if (failed) return err_set(ZORCH_ERR_OOM, "conv2d: out of memory for the column buffer");
+  return ZORCH_OK;
 }
 
 /* Max over the window's inputs inside the image (the padding never wins);
