@@ -114,6 +114,7 @@ static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
     if (IS("conv2d_stride_pad")) o = (zorch_conv2d_opts){{2, 1}, {1, 2}, {1, 1}, 1};
     if (IS("conv2d_dilation")) o = (zorch_conv2d_opts){{1, 1}, {1, 1}, {2, 1}, 1};
     if (IS("conv2d_groups")) o = (zorch_conv2d_opts){{2, 2}, {1, 1}, {1, 1}, 2};
+    if (IS("conv2d_batch")) o = (zorch_conv2d_opts){{1, 1}, {1, 1}, {1, 1}, 1};
     return zorch_conv2d(x[0], x[1], b, &o);
   }
   if (strncmp(n, "max_pool2d", 10) == 0 || strncmp(n, "avg_pool2d", 10) == 0) {

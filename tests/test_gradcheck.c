@@ -302,6 +302,7 @@ int main(void) {
   RUN(chain, leaf(SHAPE(4, 3), 0), leaf(SHAPE(5, 3), 0));
   RUN(conv2d, leaf(SHAPE(2, 3, 5, 4), 0), leaf(SHAPE(2, 3, 3, 2), 0), leaf(SHAPE(2), 0));
   RUN(conv2d, leaf(SHAPE(2, 4, 4), 0), leaf(SHAPE(3, 2, 2, 2), 0), leaf(SHAPE(3), 0));
+  RUN(conv2d, leaf(SHAPE(10, 2, 4, 3), 0), leaf(SHAPE(3, 2, 2, 2), 0), leaf(SHAPE(3), 0)); /* 2 blocks */
   RUN(conv2d_stride_pad, leaf(SHAPE(2, 2, 5, 4), 0), leaf(SHAPE(3, 2, 3, 3), 0), leaf(SHAPE(3), 0));
   RUN(conv2d_dil_groups, leaf(SHAPE(1, 4, 6, 5), 0), leaf(SHAPE(4, 2, 2, 3), 0));
   RUN(max_pool2d, leaf(SHAPE(2, 2, 4, 5), 0));

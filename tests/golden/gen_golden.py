@@ -160,6 +160,7 @@ case("conv2d_dilation", lambda x, w: F.conv2d(x, w, None, padding=1, dilation=(2
 case("conv2d_groups", lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1, groups=2),
      r(2, 4, 6, 6), r(6, 2, 3, 3), r(6))
 case("conv2d_3d", F.conv2d, r(3, 5, 5), r(2, 3, 2, 2), r(2))
+case("conv2d_batch", lambda x, w, b: F.conv2d(x, w, b, padding=1), r(11, 2, 5, 4), r(3, 2, 3, 3), r(3))
 case("max_pool2d", lambda x: F.max_pool2d(x, 2), r(2, 3, 6, 7))
 case("max_pool2d_pad", lambda x: F.max_pool2d(x, 3, stride=2, padding=1), r(2, 2, 7, 7))
 case("max_pool2d_ceil_dil", lambda x: F.max_pool2d(x, (3, 2), stride=2, padding=(1, 0),

@@ -80,34 +80,40 @@ close(c1(one), c1(one:unsqueeze(1)):squeeze(1), 1e-6, "one image equals a batch 
 ok(shape(nn.MaxPool2d(2)(one)) == "(1, 14, 14)" and shape(nn.AdaptiveAvgPool2d({2, 3})(one)) == "(1, 2, 3)",
    "pools take (C, H, W) too")
 
--- ---- a batch large enough to go through the GEMM in chunks equals image by image -------------
--- (the column matrix of 40 float64 images of 32 x 32 x 32 with a 3x3 kernel is 94 MB: two chunks)
-do
+-- ---- many images equal image by image: one group takes the CPU's per-image
+-- kernel in blocks of 8 images; two groups the chunked GEMM path, where 40
+-- float64 images of 32 x 32 x 32 with a 3x3 kernel make a 94 MB column matrix:
+-- two chunks
+local function batch_vs_images(groups)
   local f64 = {dtype = "float64", requires_grad = true}
   local xb = zorch.randn(40, 32, 32, 32, f64)
-  local w = zorch.randn(2, 32, 3, 3, f64)
+  local w = zorch.randn(2, 32 // groups, 3, 3, f64)
   local b = zorch.randn(2, f64)
-  local out = zorch.conv2d(xb, w, b, {padding = 1})
+  local opts = {padding = 1, groups = groups}
+  local out = zorch.conv2d(xb, w, b, opts)
   local r = zorch.randn(out.shape, {dtype = "float64"})
   local lsum = (out * r):sum()
   lsum:backward()
-  local gw = zorch.zeros(2, 32, 3, 3, {dtype = "float64"})
+  local gw = zorch.zeros(w.shape, {dtype = "float64"})
   local worst_out, worst_gx = 0, 0
   for i = 1, 40 do
     local xi = xb:detach():narrow(1, i, 1):clone():requires_grad_()
     local wi = w:detach():clone():requires_grad_()
-    local oi = zorch.conv2d(xi, wi, b:detach(), {padding = 1})
-    local ri = r:narrow(1, i, 1)
-    local li = (oi * ri):sum()
+    local oi = zorch.conv2d(xi, wi, b:detach(), opts)
+    local li = (oi * r:narrow(1, i, 1)):sum()
     li:backward()
     gw = gw + wi.grad
     worst_out = math.max(worst_out, (oi - out:detach():narrow(1, i, 1)):abs():max():item())
     worst_gx = math.max(worst_gx, (xi.grad - xb.grad:narrow(1, i, 1)):abs():max():item())
   end
-  ok(worst_out < 1e-9 and worst_gx < 1e-9, ("chunked forward and input gradient equal image by image (%.2g, %.2g)"):format(worst_out, worst_gx))
-  close(w.grad, gw, 1e-9, "chunked weight gradient equals the sum over images")
-  close(b.grad, r:sum({1, 3, 4}), 1e-9, "bias gradient is the output gradient summed")
+  local what = groups == 1 and "blocks of images" or "chunked GEMM"
+  ok(worst_out < 1e-9 and worst_gx < 1e-9, ("%s: forward and input gradient equal image by image (%.2g, %.2g)"):format(
+     what, worst_out, worst_gx))
+  close(w.grad, gw, 1e-9, what .. ": weight gradient equals the sum over images")
+  close(b.grad, r:sum({1, 3, 4}), 1e-9, what .. ": bias gradient is the output gradient summed")
 end
+batch_vs_images(1)
+batch_vs_images(2)
 
 -- ---- dtypes ---------------------------------------------------------------------------------------
 do
