@@ -142,12 +142,25 @@ static void conv_gemm(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, in
     }                                                                                      \
   }
 
+/* The column buffer's K * L elements (and the weight gradient's nblk partial
+   sums of O * K) fit in memory sizes; otherwise no allocation could hold them. */
+static zorch_status conv_sizes_fit(int64_t K, int64_t L, int64_t O, int64_t nblk) {
+  int64_t kl, ok_, parts;
+  if (__builtin_mul_overflow(K, L, &kl) || __builtin_mul_overflow(kl, (int64_t)sizeof(double), &kl) ||
+      __builtin_mul_overflow(O, K, &ok_) || __builtin_mul_overflow(ok_, nblk, &parts) ||
+      __builtin_mul_overflow(parts, (int64_t)sizeof(double), &parts))
+    return err_set(ZORCH_ERR_OOM, "conv2d: the column buffer of %lld x %lld elements is too large",
+                   (long long)K, (long long)L);
+  return ZORCH_OK;
+}
+
 zorch_status cpu_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,
                         const zorch_tensor *b, const conv_geom *g) {
   int64_t O = w->shape[0], K = g->c * g->kh * g->kw, L = g->oh * g->ow;
   int64_t nblk = (g->n + CONV_BLOCK - 1) / CONV_BLOCK;
   zorch_dtype dt = x->dtype;
   int failed = 0;
+  if (conv_sizes_fit(K, L, O, 1)) return zorch_last_status();
   switch (dt) {
     case ZORCH_F32: CONV_FWD(float) break;
     case ZORCH_F64: CONV_FWD(double) break;
@@ -202,6 +215,7 @@ zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tens
   zorch_dtype dt = x->dtype;
   if (dt != ZORCH_F32 && dt != ZORCH_F64)
     return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU backward for dtype %s", zorch_dtype_name(dt));
+  if (conv_sizes_fit(K, L, O, nblk)) return zorch_last_status();
   void *parts = NULL;
   if (gw && nblk > 0 && !(parts = calloc((size_t)(nblk * O * K), dtype_sizes[dt])))
     return err_set(ZORCH_ERR_OOM, "conv2d: out of memory for the weight gradient's partial sums");
