@@ -1,6 +1,7 @@
-/* conv.c: CPU kernels of convolution (im2col and its adjoint, for the GEMM in
-   ops/conv.c) and of 2-d pooling. Parallel over rows of the column matrix or
-   over image planes, so no two threads write one element. */
+/* conv.c: CPU kernels of convolution (im2col and its adjoint, for the GEMMs in
+   ops/conv.c, and the whole convolution with one group, image by image) and of
+   2-d pooling. Parallel over rows of the column matrix, blocks of images or
+   image planes, so no two threads write one element. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
