@@ -208,6 +208,12 @@ zorch_status cuda_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor
                                 const zorch_tensor *q, const zorch_tensor *k, const zorch_tensor *v,
                                 const zorch_tensor *out, const zorch_tensor *lse, int64_t bh, int64_t tq, int64_t tk,
                                 int64_t d, bool causal, double scale);
+zorch_status cuda_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0, int64_t nb);
+zorch_status cuda_col2im(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0, int64_t nb);
+zorch_status cuda_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,
+                         const conv_geom *g);
+zorch_status cuda_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *gout, const zorch_tensor *idx,
+                             const conv_geom *g);
 void *cuda_alloc(int dev, size_t nbytes);
 void cuda_free(int dev, void *p);
 zorch_status cuda_to_host(void *dst, const void *src, size_t n, int dev);
