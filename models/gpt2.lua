@@ -42,6 +42,7 @@ local opt = zorch.flags(arg, {
   ["no-cache"] = {false, "generate without the key/value cache (every token re-reads the window)"},
   init = {"", "start from this safetensors file with Hugging Face GPT-2 names and layouts"},
   ["save-hf"] = {"", "write config.json and model.safetensors for transformers into this folder"},
+  logits = {"", "write the first validation batch (tokens) and the model's logits on it to this safetensors file"},
   ["checkpoint-dir"] = {"", "save a checkpoint here at the end (and every --checkpoint-every steps)"},
   ["checkpoint-every"] = {0, "optimizer steps between checkpoints (0: only at the end)"},
   resume = {"", "continue from the latest checkpoint in this folder (--steps counts the total)"},
@@ -381,6 +382,14 @@ if opt["save-hf"] ~= "" then
     Z._write_atomic(dir .. "/config.json", config .. "\n")
   end
   engine:print(("saved %s/model.safetensors and %s/config.json"):format(dir, dir))
+end
+
+if opt.logits ~= "" then
+  model:eval()
+  local x = batch(split.val or split.train, 0, true)
+  local logits = zorch.no_grad(function() return model(x) end)
+  if rank == 0 then zorch.save({tokens = x - 1, logits = logits:float():contiguous()}, opt.logits) end
+  model:train()
 end
 
 -- ---- generation -----------------------------------------------------------------------------

@@ -1,0 +1,134 @@
+-- models/gpt2.lua: the first 10 training losses equal PyTorch's (Transformers'
+-- GPT2LMHeadModel from the same weights, tests/golden/gen_gpt2.py) at stage 0,
+-- with accumulation, from a uint16 token file, and at stage 3 on 2 ranks; the
+-- --save-hf folder loads back with --init to the same logits (and, when
+-- Transformers is installed, into GPT2LMHeadModel with the same logits);
+-- generation gives the same tokens with and without the key/value cache.
+package.path = "lua/?.lua;" .. package.path
+local tap = require "tap"
+local zorch = require "zorch"
+
+local bin, run = tap.zorch(), tap.run
+local tmp = tap.tmpdir()
+local TEXT = "/usr/share/gocode/src/github.com/pierrec/lz4/testdata/pg1661.txt"
+local script = "../models/gpt2.lua"
+local init = "golden/gpt2_init.safetensors"
+-- the settings of tests/golden/gen_gpt2.py
+local parity = "--init " .. init .. " --heads 4 --steps 10 --lr 3e-3 --min-lr 3e-4 --warmup 3 --beta2 0.99 " ..
+  "--weight-decay 0.1 --clip 1 --no-shuffle --val-batches 1 --data "
+
+-- data.load_tokens: bytes and little-endian uint16, checked sizes
+do
+  local path = tap.temp_file("\1\0\255\2", ".bin")
+  local b = zorch.data.load_tokens(path)
+  tap.ok(b:dtype() == "int64" and table.concat(b:totable(), ",") == "1,0,255,2", "load_tokens reads bytes as int64")
+  local w = zorch.data.load_tokens(path, {dtype = "uint16"})
+  tap.ok(table.concat(w:totable(), ",") == "1,767", "load_tokens reads little-endian uint16")
+  tap.raises("an odd size is not uint16 tokens", function()
+    zorch.data.load_tokens(tap.temp_file("abc"), {dtype = "uint16"})
+  end, "load_tokens", "not a whole number of uint16 tokens")
+  tap.raises("a missing file is named", function() zorch.data.load_tokens(tmp .. "/none") end, "cannot open", "none")
+  tap.raises("a bad dtype is named", function() zorch.data.load_tokens(path, {dtype = "int8"}) end,
+    "data.load_tokens", "int8")
+end
+
+local want = {}
+for line in io.lines("golden/gpt2_losses.txt") do
+  local s, l = line:match("^(%d+) (%S+)$")
+  want[tonumber(s)] = tonumber(l)
+end
+
+-- the step losses a run printed, and its output
+local function losses(cmd)
+  local out, ok = run(cmd)
+  local got = {}
+  for s, l in out:gmatch("step (%d+)/%d+ | loss (%S+)") do got[tonumber(s)] = tonumber(l) end
+  if not ok then print("# " .. out:gsub("\n", "\n# ")) end
+  return got, out
+end
+
+local function check(got, desc, n)
+  local worst = 0
+  for s = 1, n or 10 do
+    worst = math.max(worst, got[s] and math.abs(got[s] - want[s]) / want[s] or math.huge)
+  end
+  tap.ok(worst <= 1e-4, ("%s: losses of steps 1-%d equal PyTorch's (worst relative difference %.2g)"):format(
+    desc, n or 10, worst))
+end
+
+check(losses(("%s %s %s %s --batch-size 4"):format(bin, script, parity, TEXT)), "stage 0, one process")
+check(losses(("%s %s %s %s --batch-size 2 --accum 2 --zero-stage 1"):format(bin, script, parity, TEXT)),
+  "stage 1, batch 2 x 2 accumulation steps")
+
+-- the same tokens as uint16 ids in a .bin file (with the vocabulary given)
+do
+  local f = assert(io.open(TEXT, "rb"))
+  local text = f:read("a")
+  f:close()
+  local bin16 = tmp .. "/book.bin"
+  local o = assert(io.open(bin16, "wb"))
+  for i = 1, #text, 4096 do
+    local part = {}
+    for j = i, math.min(i + 4095, #text) do part[#part + 1] = string.pack("<I2", text:byte(j)) end
+    o:write(table.concat(part))
+  end
+  o:close()
+  check(losses(("%s %s %s %s --vocab 256 --batch-size 4 --steps 3"):format(bin, script, parity, bin16)),
+    "a uint16 token file", 3)
+end
+
+if tap.has_mpi(bin) then
+  check(losses(("%s launch -n 2 %s %s %s --batch-size 2 --zero-stage 3"):format(bin, script, parity, TEXT)),
+    "stage 3 on 2 ranks")
+else
+  print("# skipped the 2-rank run: zorch was built without MPI")
+end
+
+-- --save-hf, then --init from it: the same logits
+local hf, a, b = tmp .. "/hf", tmp .. "/a.safetensors", tmp .. "/b.safetensors"
+local _, out = losses(("%s %s %s %s --batch-size 4 --steps 3 --save-hf %s --logits %s"):format(
+  bin, script, parity, TEXT, hf, a))
+local cfg = io.open(hf .. "/config.json")
+local ctext = cfg and cfg:read("a") or ""
+if cfg then cfg:close() end
+tap.ok(ctext:find('"n_head":%s*4') and ctext:find('"activation_function":%s*"gelu_new"') and
+  ctext:find('"GPT2LMHeadModel"'), "config.json has GPT2Config's fields")
+local ok_saved, saved = pcall(zorch.load, hf .. "/model.safetensors")
+if not ok_saved then saved = {} end
+tap.ok(saved["transformer.h.0.attn.c_attn.weight"] and table.concat(saved["transformer.h.0.attn.c_attn.weight"].shape, ",")
+  == "64,192", "model.safetensors has Hugging Face names and Conv1D's (in, out) layout")
+local _, out2 = losses(("%s %s --init %s/model.safetensors --steps 0 --batch-size 4 --logits %s"):format(
+  bin, script, hf, b))
+local la, lb = select(2, pcall(zorch.load, a)), select(2, pcall(zorch.load, b))
+if type(la) ~= "table" then la = {} end
+if type(lb) ~= "table" then lb = {} end
+tap.ok(la.logits and lb.logits and (la.logits - lb.logits):abs():max():item() == 0 and
+  (la.tokens - lb.tokens):abs():max():item() == 0, "--init of the --save-hf folder gives the same logits")
+if not (la.logits and lb.logits) then print("# " .. (out .. out2):gsub("\n", "\n# ")) end
+
+if (run("python3 -c 'import transformers' ")) == "" then
+  local text, ok = run(("python3 golden/check_hf.py %s %s 1e-4"):format(hf, a))
+  print("# " .. (text:match("transformers vs zorch[^\n]*") or text:gsub("\n", "\n# ")))
+  tap.ok(ok, "transformers' GPT2LMHeadModel loads the folder and gives zorch's logits within 1e-4")
+else
+  print("# skipped the Transformers check: python3 cannot import transformers")
+end
+
+-- generation: the same tokens with and without the cache, across a move of the
+-- window (60 tokens after a 10-byte prompt, context 32), greedy and sampled
+local function sample(flags)
+  local o, ok = run(("%s %s --init %s --heads 4 --steps 0 --sample 60 --prompt 'It is a tr' %s --data %s"):format(
+    bin, script, init, flags, TEXT))
+  return ok and o:match("%-%-%-%- sample %-%-%-%-\n(.*)\n%-%-%-%- end %-%-%-%-") or nil, o
+end
+for _, f in ipairs({"--temperature 0", "--temperature 1 --top-k 1", "--temperature 0.8 --top-k 20 --seed 3"}) do
+  local with, o1 = sample(f)
+  local without, o2 = sample(f .. " --no-cache")
+  tap.ok(with and #with == 70 and with == without, ("%s: the same 60 tokens with and without the cache"):format(f))
+  if not with then print("# " .. (o1 .. o2):gsub("\n", "\n# ")) end
+end
+local g1 = sample("--temperature 0")
+local k1 = sample("--temperature 1 --top-k 1")
+tap.ok(g1 and g1 == k1, "top-k 1 is greedy")
+
+tap.done()
