@@ -32,6 +32,21 @@ do
     "data.load_tokens", "int8")
 end
 
+-- the embedding's backward (index_add) in 16-bit floats: the sums of fp32, rounded
+for _, dt in ipairs({"bfloat16", "float16"}) do
+  zorch.manual_seed(1)
+  local w32 = zorch.randn(5, 3)
+  local g = zorch.randn(7, 3):to(dt):float() -- gradients that 16 bits hold exactly
+  local idx = zorch.tensor{1, 2, 1, 5, 1, 2, 4}
+  local w = w32:to(dt):requires_grad_(true)
+  zorch.sum(zorch.embedding(w, idx) * g:to(dt)):backward()
+  local w2 = w32:clone():requires_grad_(true)
+  zorch.sum(zorch.embedding(w2, idx) * g):backward()
+  local err = (w.grad:float() - w2.grad):abs():max():item()
+  tap.ok(w.grad:dtype() == dt and err <= 0.02 * w2.grad:abs():max():item() and w.grad[3]:abs():max():item() == 0,
+    ("embedding backward in %s sums the rows of each index (largest difference from fp32 %.3g)"):format(dt, err))
+end
+
 local want = {}
 for line in io.lines("golden/gpt2_losses.txt") do
   local s, l = line:match("^(%d+) (%S+)$")
@@ -75,6 +90,14 @@ do
   o:close()
   check(losses(("%s %s %s %s --vocab 256 --batch-size 4 --steps 3"):format(bin, script, parity, bin16)),
     "a uint16 token file", 3)
+end
+
+-- bf16: 16-bit parameters and activations follow the fp32 run closely
+do
+  local got = losses(("%s %s %s %s --batch-size 4 --steps 2 --precision bf16"):format(bin, script, parity, TEXT))
+  local worst = 0
+  for s = 1, 2 do worst = math.max(worst, got[s] and math.abs(got[s] - want[s]) / want[s] or math.huge) end
+  tap.ok(worst <= 0.01, ("bf16: the first 2 losses within 1%% of PyTorch's fp32 ones (worst %.2g)"):format(worst))
 end
 
 if tap.has_mpi(bin) then
