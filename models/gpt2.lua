@@ -49,6 +49,7 @@ local opt = zorch.flags(arg, {
   seed = {1337, "seed of the weights, the batches and the sampling"},
   ["no-shuffle"] = {false, "read the data in order, llm.c's way, instead of random windows"},
   ["print-every"] = {1, "a step line every N steps"},
+  bench = {0, "time N training steps (forward, backward, AdamW step) after a warm-up one, print JSON lines, and stop"},
 }, "usage: zorch models/gpt2.lua [flags]")
 
 -- ---- configuration ------------------------------------------------------------------------
@@ -317,6 +318,36 @@ local function validate()
   end)
   model:train()
   return engine:mean(total / opt["val-batches"])
+end
+
+-- ---- benchmark: the three parts of a training step, timed apart --------------------------------
+
+if opt.bench > 0 then
+  local best = {fwd = math.huge, bwd = math.huge, step = math.huge}
+  for r = 0, opt.bench do
+    local x, y = batch(split.train, r, false)
+    adam:zero_grad()
+    local t0 = zorch.clock()
+    local l = loss_of(model, x, y)
+    l:item() -- (waits for the result)
+    local t1 = zorch.clock()
+    engine:backward(l)
+    local t2 = zorch.clock()
+    adam:step()
+    local t3 = zorch.clock()
+    if r > 0 then -- round 0 warms up
+      best.fwd, best.bwd, best.step = math.min(best.fwd, t1 - t0), math.min(best.bwd, t2 - t1), math.min(best.step, t3 - t2)
+    end
+  end
+  local name = ("gpt2_%s_b%d_t%d_%s"):format(opt.model, B, T, opt.precision)
+  local function emit(what, v, unit)
+    engine:print(('{"name": "zorch/%s_%s", "value": %.4g, "unit": "%s"}'):format(name, what, v, unit))
+  end
+  emit("fwd", best.fwd * 1e3, "ms")
+  emit("bwd", best.bwd * 1e3, "ms")
+  emit("adamw", best.step * 1e3, "ms")
+  emit("tok_per_s", B * T * world / (best.fwd + best.bwd + best.step), "tok/s")
+  return
 end
 
 -- ---- training ------------------------------------------------------------------------------
