@@ -49,6 +49,7 @@ local opt = zorch.flags(arg, {
   seed = {1337, "seed of the weights, the batches and the sampling"},
   ["no-shuffle"] = {false, "read the data in order, llm.c's way, instead of random windows"},
   ["print-every"] = {1, "a step line every N steps"},
+  device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
   bench = {0, "time N training steps (forward, backward, AdamW step) after a warm-up one, print JSON lines, and stop"},
 }, "usage: zorch models/gpt2.lua [flags]")
 
@@ -104,8 +105,8 @@ local function attention(q, k, v)
   local Tq, Tk = q:size(3), k:size(3)
   local att = zorch.matmul(q, k:transpose(3, 4)) * (1 / math.sqrt(q:size(4)))
   if Tk > 1 then
-    local i = zorch.arange(Tk - Tq, Tk):view(Tq, 1)
-    local j = zorch.arange(0, Tk):view(1, Tk)
+    local i = zorch.arange(Tk - Tq, Tk, {device = q:device()}):view(Tq, 1)
+    local j = zorch.arange(0, Tk, {device = q:device()}):view(1, Tk)
     att = att:masked_fill(zorch.gt(j, i), -math.huge)
   end
   return zorch.matmul(zorch.softmax(att, -1), v)
@@ -193,7 +194,7 @@ function GPT:forward(idx, start, caches)
   if start + T > self.cfg.context then
     error(("GPT: %d positions do not fit the context of %d"):format(start + T, self.cfg.context), 2)
   end
-  local pos = zorch.arange(start + 1, start + T + 1)
+  local pos = zorch.arange(start + 1, start + T + 1, {device = idx:device()})
   local x = self.wte(idx) + self.wpe(pos)
   for i, block in ipairs(self.h) do x = block(x, caches and caches[i]) end
   return self.lm_head(self.ln_f(x))
@@ -202,6 +203,7 @@ end
 -- ---- data: token ids, a train/validation split, batches --------------------------------------
 
 local rank, world = Z._comm()
+local device = "cpu" -- where batches go: the Engine's device, set once it is made
 local tokens = data.load_tokens(opt.data, {dtype = binary and "uint16" or "uint8"})
 local ntok = tokens:numel()
 local nval = math.floor(ntok * opt["val-fraction"])
@@ -234,6 +236,7 @@ local function batch(t, m, ordered)
     x = t:index_select(1, (starts + 1):view(-1)):view(B, T)
     y = t:index_select(1, (starts + 2):view(-1)):view(B, T)
   end
+  if device ~= "cpu" then x, y = x:to(device), y:to(device) end
   return x + 1, y + 1
 end
 
@@ -261,7 +264,8 @@ if hf_init then
 end
 
 local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
-                            gradient_accumulation_steps = opt.accum, precision = opt.precision}
+                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device}
+device = engine.device -- (the Engine picks this rank's GPU for "cuda")
 -- AdamW as nanoGPT and llm.c use it: every 2-d parameter (the matrices and both
 -- embeddings) decays, the biases and LayerNorms do not. The engine steps one
 -- flat buffer, so its AdamW runs without decay and the decay is applied here,
@@ -279,7 +283,7 @@ do
   local target, shard = engine.target, engine.zero:memory().shard
   local lo = engine.cfg.zero_stage == 0 and 0 or rank * shard
   local padded = zorch.cat({decay_mask, zorch.zeros(math.max(lo + target:numel() - decay_mask:numel(), 0))})
-  decay_mask = padded:narrow(1, lo + 1, target:numel())
+  decay_mask = padded:narrow(1, lo + 1, target:numel()):to(target:device())
   local inner = engine.inner
   local step = inner.step
   function inner.step(self)
@@ -419,7 +423,7 @@ if opt.logits ~= "" then
   model:eval()
   local x = batch(split.val or split.train, 0, true)
   local logits = zorch.no_grad(function() return model(x) end)
-  if rank == 0 then zorch.save({tokens = x - 1, logits = logits:float():contiguous()}, opt.logits) end
+  if rank == 0 then zorch.save({tokens = (x - 1):to("cpu"), logits = logits:float():to("cpu"):contiguous()}, opt.logits) end
   model:train()
 end
 
@@ -428,7 +432,7 @@ end
 -- The next token (from 1) from logits (vocab,): greedy at temperature 0, else a
 -- draw from softmax(logits / temperature) over the top-k.
 local function pick(logits)
-  logits = logits:float()
+  logits = logits:float():to("cpu")
   if opt.temperature == 0 then return zorch.argmax(logits):item() end
   logits = logits / opt.temperature
   local k = opt["top-k"]
@@ -460,10 +464,10 @@ local function generate(ids, n, use_cache)
         for i = 1, cfg.layers do caches[i] = {} end
       end
       local new = table.move(ids, start + cached, #ids, 1, {})
-      logits = model(zorch.tensor({new}), cached, caches)
+      logits = model(zorch.tensor({new}, {device = device}), cached, caches)
       cached = #ids - start + 1
     else
-      logits = model(zorch.tensor({table.move(ids, start, #ids, 1, {})}), 0)
+      logits = model(zorch.tensor({table.move(ids, start, #ids, 1, {})}, {device = device}), 0)
     end
     ids[#ids + 1] = pick(logits[1][logits:size(2)])
   end
