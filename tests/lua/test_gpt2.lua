@@ -92,6 +92,19 @@ do
     "a uint16 token file", 3)
 end
 
+-- a checkpoint after step 2, resumed at 2 ranks and stage 2: steps 3-4 go on as in one run
+do
+  local ck = tmp .. "/ck"
+  local first = losses(("%s %s %s %s --batch-size 4 --steps 2 --checkpoint-dir %s"):format(bin, script, parity, TEXT, ck))
+  local launch = tap.has_mpi(bin) and (bin .. " launch -n 2") or bin
+  local bs = tap.has_mpi(bin) and 2 or 4
+  local rest, out = losses(("%s %s %s %s --batch-size %d --zero-stage 2 --resume %s"):format(launch, script,
+    parity, TEXT, bs, ck))
+  local got = {first[1], first[2], rest[3], rest[4], rest[5], rest[6], rest[7], rest[8], rest[9], rest[10]}
+  tap.ok(rest[1] == nil and out:find("resumed from", 1, true), "the resumed run starts after step 2")
+  check(got, "checkpoint at step 2, resumed")
+end
+
 -- bf16: 16-bit parameters and activations follow the fp32 run closely
 do
   local got = losses(("%s %s %s %s --batch-size 4 --steps 2 --precision bf16"):format(bin, script, parity, TEXT))
