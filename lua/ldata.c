@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "lz.h"
 
@@ -165,7 +166,10 @@ static int l_load_tokens(lua_State *L) {
   const char *err = NULL;
   zorch_tensor *t = NULL;
   long size = -1;
-  if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) err = strerror(errno);
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0) err = strerror(errno);
+  else if (!S_ISREG(sb.st_mode)) err = "not a regular file";
+  else if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) err = strerror(errno);
   else if (size % width != 0) err = "the size is not a whole number of uint16 tokens";
   int64_t n = size / width;
   unsigned char *buf = NULL;

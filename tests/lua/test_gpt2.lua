@@ -27,6 +27,8 @@ do
   tap.raises("an odd size is not uint16 tokens", function()
     zorch.data.load_tokens(tap.temp_file("abc"), {dtype = "uint16"})
   end, "load_tokens", "not a whole number of uint16 tokens")
+  tap.raises("a folder is not a token file", function() zorch.data.load_tokens(tmp) end, "not a regular file")
+  tap.ok(zorch.data.load_tokens(tap.temp_file("")):numel() == 0, "an empty file has no tokens")
   tap.raises("a missing file is named", function() zorch.data.load_tokens(tmp .. "/none") end, "cannot open", "none")
   tap.raises("a bad dtype is named", function() zorch.data.load_tokens(path, {dtype = "int8"}) end,
     "data.load_tokens", "int8")
