@@ -38,7 +38,7 @@ torch.manual_seed(0)
 
 p = dict(PRESETS[a.model])
 B, T = a.batch_size, a.context or p["n_positions"]
-config = GPT2Config(**p, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+config = GPT2Config(**p, bos_token_id=p["vocab_size"] - 1, eos_token_id=p["vocab_size"] - 1, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 config._attn_implementation = "eager"
 model = GPT2LMHeadModel(config)
 model.train()

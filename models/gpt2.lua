@@ -268,27 +268,40 @@ local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = 
 device = engine.device -- (the Engine picks this rank's GPU for "cuda")
 -- AdamW as nanoGPT and llm.c use it: every 2-d parameter (the matrices and both
 -- embeddings) decays, the biases and LayerNorms do not. The engine steps one
--- flat buffer, so its AdamW runs without decay and the decay is applied here,
--- before each update, through a mask of that buffer: p <- p (1 - lr wd mask),
--- exactly PyTorch's AdamW order (decay, then the Adam update).
+-- flat buffer (the parameters in order) with one AdamW, so that AdamW runs
+-- without decay and the decay is applied here, before each update, to the
+-- runs of the buffer the 2-d parameters fill: p <- p (1 - lr wd), then the
+-- Adam update, exactly PyTorch's AdamW order.
 local adam = optim.AdamW(model:parameters(), {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8, weight_decay = 0})
-local decay_mask = {}
-for _, p in ipairs(model:parameters()) do
-  decay_mask[#decay_mask + 1] = (p:dim() >= 2 and zorch.ones or zorch.zeros)(p:numel())
-end
-decay_mask = zorch.cat(decay_mask)
+local decays = {} -- {numel, decays?} of each parameter, in the engine's order
+for _, p in ipairs(model:parameters()) do decays[#decays + 1] = {p:numel(), p:dim() >= 2} end
 model, _, adam = engine:prepare(model, nil, adam)
 do
-  -- this rank's slice of the engine's flat buffer (the whole buffer at stage 0)
+  -- this rank's slice of the flat buffer (all of it at stage 0): [lo, lo + len)
   local target, shard = engine.target, engine.zero:memory().shard
-  local lo = engine.cfg.zero_stage == 0 and 0 or rank * shard
-  local padded = zorch.cat({decay_mask, zorch.zeros(math.max(lo + target:numel() - decay_mask:numel(), 0))})
-  decay_mask = padded:narrow(1, lo + 1, target:numel()):to(target:device())
+  local lo, len = engine.cfg.zero_stage == 0 and 0 or rank * shard, target:numel()
+  local runs, off = {}, 0 -- {first (from 1), count} in the slice, neighbours merged
+  for _, d in ipairs(decays) do
+    local a, b = math.max(off, lo), math.min(off + d[1], lo + len)
+    if d[2] and a < b then
+      local last = runs[#runs]
+      if last and last[1] + last[2] == a - lo + 1 then last[2] = last[2] + b - a
+      else runs[#runs + 1] = {a - lo + 1, b - a} end
+    end
+    off = off + d[1]
+  end
   local inner = engine.inner
   local step = inner.step
   function inner.step(self)
-    local wd = opt["weight-decay"] * self.lr
-    if wd ~= 0 then zorch.no_grad(function() target:copy_(target * (1 - decay_mask * wd)) end) end
+    local f = 1 - opt["weight-decay"] * self.lr
+    if f ~= 1 then
+      zorch.no_grad(function()
+        for _, r in ipairs(runs) do
+          local v = target:narrow(1, r[1], r[2])
+          v:copy_(v * f)
+        end
+      end)
+    end
     return step(self)
   end
 end

@@ -8,7 +8,7 @@ training steps on the Debian book, read in order as llm.c reads it.
                          (transformer.h.0.attn.c_attn.weight as (in, out), ...)
   gpt2_losses.txt        "step loss" for steps 1..10
 
-Training: batch 4 x 32, AdamW (betas 0.9, 0.99, eps 1e-8, weight decay 0.1 on
+Training: batch 4 x 32, AdamW (betas 0.9, 0.99, eps 1e-8, weight decay 1.0 on
 the 2-d parameters), lr 3e-3 with 3 warm-up steps then cosine to 3e-4 at step
 10, gradient clipping at norm 1. tests/lua/test_gpt2.lua runs models/gpt2.lua
 from the same weights and compares. Usage: python3 tests/golden/gen_gpt2.py
@@ -25,7 +25,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 here = os.path.dirname(os.path.abspath(__file__))
 TEXT = "/usr/share/gocode/src/github.com/pierrec/lz4/testdata/pg1661.txt"
 B, T, STEPS = 4, 32, 10
-LR, MIN_LR, WARMUP, WD, CLIP = 3e-3, 3e-4, 3, 0.1, 1.0
+LR, MIN_LR, WARMUP, WD, CLIP = 3e-3, 3e-4, 3, 1.0, 1.0  # a large decay, so its placement shows in the losses
 
 torch.manual_seed(0)
 config = GPT2Config(vocab_size=256, n_positions=32, n_embd=64, n_layer=2, n_head=4,

@@ -419,7 +419,7 @@ do
   local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
   for _, prec in ipairs({"fp32", "bf16"}) do
     local p = io.popen(("%s ../models/gpt2.lua --device cuda --precision %s --init golden/gpt2_init.safetensors " ..
-      "--heads 4 --steps 10 --lr 3e-3 --min-lr 3e-4 --warmup 3 --beta2 0.99 --weight-decay 0.1 --clip 1 " ..
+      "--heads 4 --steps 10 --lr 3e-3 --min-lr 3e-4 --warmup 3 --beta2 0.99 --weight-decay 1 --clip 1 " ..
       "--no-shuffle --batch-size 4 --val-batches 1 --sample 40 2>&1"):format(bin, prec))
     local out = p:read("a")
     p:close()

@@ -15,7 +15,7 @@ local script = "../models/gpt2.lua"
 local init = "golden/gpt2_init.safetensors"
 -- the settings of tests/golden/gen_gpt2.py
 local parity = "--init " .. init .. " --heads 4 --steps 10 --lr 3e-3 --min-lr 3e-4 --warmup 3 --beta2 0.99 " ..
-  "--weight-decay 0.1 --clip 1 --no-shuffle --val-batches 1 --data "
+  "--weight-decay 1 --clip 1 --no-shuffle --val-batches 1 --data "
 
 -- data.load_tokens: bytes and little-endian uint16, checked sizes
 do
