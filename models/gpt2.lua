@@ -55,6 +55,16 @@ local opt = zorch.flags(arg, {
 
 -- ---- configuration ------------------------------------------------------------------------
 
+-- A bad command line (flags that do not fit together, a file that cannot be
+-- used) ends the run with the message and the usage, without a traceback.
+local function usage(fmt, ...) error(zorch.flags.usage_error("gpt2: " .. fmt:format(...)), 0) end
+-- fn(...), with its error as a usage error naming the flag
+local function try(flag, fn, ...)
+  local ok, r = pcall(fn, ...)
+  if not ok then usage("%s: %s", flag, (tostring(r):gsub("^[^:]*:%d+: ", ""))) end
+  return r
+end
+
 local PRESETS = {
   small = {layers = 4, heads = 4, dim = 128, context = 64},
   gpt2 = {layers = 12, heads = 12, dim = 768, context = 1024, vocab = 50257},
@@ -69,7 +79,7 @@ cfg.vocab = cfg.vocab or (binary and 50257 or 256)
 local hf_init
 if opt.init ~= "" then
   hf_init = {}
-  for name, t in pairs(zorch.load(opt.init)) do
+  for name, t in pairs(try("--init", zorch.load, opt.init)) do
     name = name:gsub("^transformer%.", "")
     -- the tied head and the attention's mask buffers are not parameters
     if name ~= "lm_head.weight" and not name:match("%.attn%.bias$") and not name:match("%.attn%.masked_bias$") then
@@ -77,7 +87,7 @@ if opt.init ~= "" then
     end
   end
   if not hf_init["wte.weight"] or not hf_init["wpe.weight"] then
-    error(("--init %s: no wte.weight or wpe.weight: not a GPT-2 state dict"):format(opt.init), 0)
+    usage("--init %s: no wte.weight or wpe.weight: not a GPT-2 state dict", opt.init)
   end
   cfg.vocab, cfg.dim = hf_init["wte.weight"]:size(1), hf_init["wte.weight"]:size(2)
   cfg.context = hf_init["wpe.weight"]:size(1)
@@ -91,8 +101,9 @@ if opt.init ~= "" then
     if ok and type(c) == "table" and math.type(c.n_head) == "integer" then cfg.heads = c.n_head end
   end
 end
+if opt.sample > 0 and opt.prompt == "" then usage("--prompt is empty: generation needs a token to start from") end
 if cfg.dim % cfg.heads ~= 0 then
-  error(("gpt2: --dim %d is not a multiple of --heads %d"):format(cfg.dim, cfg.heads), 0)
+  usage("--dim %d is not a multiple of --heads %d", cfg.dim, cfg.heads)
 end
 
 -- ---- the model ----------------------------------------------------------------------------
@@ -204,19 +215,19 @@ end
 
 local rank, world = Z._comm()
 local device = "cpu" -- where batches go: the Engine's device, set once it is made
-local tokens = data.load_tokens(opt.data, {dtype = binary and "uint16" or "uint8"})
+local tokens = try("--data", data.load_tokens, opt.data, {dtype = binary and "uint16" or "uint8"})
 local ntok = tokens:numel()
 local nval = math.floor(ntok * opt["val-fraction"])
 local split = {train = tokens:narrow(1, 1, ntok - nval), val = nval > 0 and tokens:narrow(1, ntok - nval + 1, nval) or nil}
 local B, T = opt["batch-size"], cfg.context
 for name, t in pairs(split) do
   if t:numel() < B * T * world + 1 then
-    error(("gpt2: the %s split of %s has %d tokens, fewer than a batch needs (%d x %d x %d ranks + 1)"):format(
-      name, opt.data, t:numel(), B, T, world), 0)
+    usage("the %s split of %s has %d tokens, fewer than a batch needs (%d x %d x %d ranks + 1)",
+      name, opt.data, t:numel(), B, T, world)
   end
 end
 if tokens:max():item() >= cfg.vocab then
-  error(("gpt2: %s holds token id %d, outside the vocabulary of %d"):format(opt.data, tokens:max():item(), cfg.vocab), 0)
+  usage("%s holds token id %d, outside the vocabulary of %d", opt.data, tokens:max():item(), cfg.vocab)
 end
 
 -- Micro-batch m (from 0) of this rank as inputs and targets (B, T), indices from 1.
@@ -259,8 +270,7 @@ if hf_init then
     sd[name] = t:float()
   end
   sd["lm_head.weight"] = sd["wte.weight"]
-  local ok, err = pcall(model.load_state_dict, model, sd)
-  if not ok then error(("--init %s: %s"):format(opt.init, tostring(err):gsub("^[^:]*:%d+: ", "")), 0) end
+  try("--init " .. opt.init, model.load_state_dict, model, sd)
 end
 
 local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
@@ -494,7 +504,7 @@ if opt.sample > 0 then
   else
     for w in opt.prompt:gmatch("%d+") do ids[#ids + 1] = tonumber(w) + 1 end
   end
-  if #ids == 0 then error("gpt2: --prompt gives no tokens", 0) end
+  if #ids == 0 then usage("--prompt %q gives no token ids", opt.prompt) end
   local plen = #ids
   model:eval()
   engine:gather() -- (stage 3: every rank holds the whole model while it generates)

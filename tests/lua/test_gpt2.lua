@@ -49,6 +49,17 @@ for _, dt in ipairs({"bfloat16", "float16"}) do
     ("embedding backward in %s sums the rows of each index (largest difference from fp32 %.3g)"):format(dt, err))
 end
 
+-- flags that do not fit: a usage error (status 2, no traceback) naming them
+for _, c in ipairs({{"--heads 3", "--dim 128 is not a multiple of --heads 3"},
+                    {"--vocab 100", "outside the vocabulary of 100"},
+                    {"--data " .. tmp .. "/none", "--data: load_tokens: cannot open"},
+                    {"--init " .. TEXT, "--init: load:"},
+                    {"--sample 5 --prompt ''", "--prompt is empty"}}) do
+  local out = run(("%s %s %s 2>&1; echo status $?"):format(bin, script, c[1]))
+  tap.ok(out:find(c[2], 1, true) and out:find("status 2", 1, true) and not out:find("traceback", 1, true),
+    ("%s is a usage error: %s"):format(c[1], c[2]))
+end
+
 local want = {}
 for line in io.lines("golden/gpt2_losses.txt") do
   local s, l = line:match("^(%d+) (%S+)$")
