@@ -233,7 +233,7 @@ end
 -- Micro-batch m (from 0) of this rank as inputs and targets (B, T), indices from 1.
 -- In order (llm.c's loader): every micro-batch reads the next B*T*ranks tokens,
 -- this rank its own B rows; the targets are the inputs shifted by one; at the
--- end it starts again. Otherwise: B windows at random places.
+-- end it starts again. Otherwise: B windows at random places (different on each rank).
 local function batch(t, m, ordered)
   local n = t:numel()
   local x, y
@@ -243,7 +243,8 @@ local function batch(t, m, ordered)
     x = t:narrow(1, start + 1, B * T):view(B, T)
     y = t:narrow(1, start + 2, B * T):view(B, T)
   else
-    local starts = zorch.randint(0, n - T - 1, {B, 1}) + zorch.arange(0, T):view(1, T)
+    -- every rank draws the windows of all ranks (their generators stay in step) and keeps its own
+    local starts = zorch.randint(0, n - T - 1, {B * world, 1}):narrow(1, rank * B + 1, B) + zorch.arange(0, T):view(1, T)
     x = t:index_select(1, (starts + 1):view(-1)):view(B, T)
     y = t:index_select(1, (starts + 2):view(-1)):view(B, T)
   end

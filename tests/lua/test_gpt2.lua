@@ -133,6 +133,17 @@ else
   print("# skipped the 2-rank run: zorch was built without MPI")
 end
 
+-- random windows: 2 ranks of batch 2 read the windows of one process of batch 4
+if tap.has_mpi(bin) then
+  local shuffled = "--init " .. init .. " --heads 4 --steps 3 --val-batches 1 --data " .. TEXT
+  local one = losses(("%s %s %s --batch-size 4"):format(bin, script, shuffled))
+  local two = losses(("%s launch -n 2 %s %s --batch-size 2"):format(bin, script, shuffled))
+  local worst = 0
+  for s = 1, 3 do worst = math.max(worst, one[s] and two[s] and math.abs(one[s] - two[s]) / one[s] or math.huge) end
+  tap.ok(worst <= 1e-5 and one[1] ~= want[1],
+    ("random windows: 2 ranks of batch 2 give the losses of one process of batch 4 (worst %.2g)"):format(worst))
+end
+
 -- --save-hf, then --init from it: the same logits
 local hf, a, b = tmp .. "/hf", tmp .. "/a.safetensors", tmp .. "/b.safetensors"
 local _, out = losses(("%s %s %s %s --batch-size 4 --steps 3 --save-hf %s --logits %s"):format(
