@@ -115,7 +115,7 @@ local function attention(q, k, v)
   if zorch.attention then return zorch.attention(q, k, v, {causal = true}) end
   local Tq, Tk = q:size(3), k:size(3)
   local att = zorch.matmul(q, k:transpose(3, 4)) * (1 / math.sqrt(q:size(4)))
-  if Tk > 1 then
+  if Tq > 1 then -- (a single query is the last position: it sees every key)
     local i = zorch.arange(Tk - Tq, Tk, {device = q:device()}):view(Tq, 1)
     local j = zorch.arange(0, Tk, {device = q:device()}):view(1, Tk)
     att = att:masked_fill(zorch.gt(j, i), -math.huge)
