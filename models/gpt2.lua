@@ -36,7 +36,8 @@ local opt = zorch.flags(arg, {
   ["val-every"] = {0, "validation loss every N steps and at the end (0: only at the end)"},
   ["val-batches"] = {8, "batches of the validation split each validation reads"},
   sample = {0, "generate this many tokens at the end"},
-  prompt = {"\n", "the text generation starts from (token ids separated by spaces when not a byte vocabulary)"},
+  prompt = {nil, "the text generation starts from: bytes, or token ids separated by spaces when the vocabulary " ..
+            "is not bytes (default: a newline, or the last id, GPT-2's <|endoftext|>)", type = "string"},
   temperature = {1.0, "sampling temperature (0: greedy)"},
   ["top-k"] = {0, "sample among the k most likely tokens only (0: all)"},
   ["no-cache"] = {false, "generate without the key/value cache (every token re-reads the window)"},
@@ -101,6 +102,7 @@ if opt.init ~= "" then
     if ok and type(c) == "table" and math.type(c.n_head) == "integer" then cfg.heads = c.n_head end
   end
 end
+opt.prompt = opt.prompt or (cfg.vocab == 256 and "\n" or tostring(cfg.vocab - 1))
 if opt.sample > 0 and opt.prompt == "" then usage("--prompt is empty: generation needs a token to start from") end
 if cfg.dim % cfg.heads ~= 0 then
   usage("--dim %d is not a multiple of --heads %d", cfg.dim, cfg.heads)
@@ -518,7 +520,8 @@ if opt.sample > 0 then
     for i = plen + 1, #ids do
       out[#out + 1] = cfg.vocab == 256 and string.char(ids[i] - 1) or tostring(ids[i] - 1)
     end
-    io.stdout:write("---- sample ----\n", opt.prompt, table.concat(out, cfg.vocab == 256 and "" or " "), "\n---- end ----\n")
+    local sep = cfg.vocab == 256 and "" or " "
+    io.stdout:write("---- sample ----\n", opt.prompt, sep, table.concat(out, sep), "\n---- end ----\n")
     io.stderr:write(("gpt2: %d tokens in %.2f s (%.1f tokens/s, %s)\n"):format(opt.sample, dt, opt.sample / dt,
       opt["no-cache"] and "no cache" or "key/value cache"))
   end
