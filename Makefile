@@ -168,6 +168,13 @@ bench: $(BUILD)/bench/bench $(BUILD)/zorch
 	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua mlp_1024_4096_1024_b256_step $$s 1024 4096 1024 256 3; \
 	done; done
 	@python3 bench/torch_bench.py 2>/dev/null || echo '{"name": "torch/unavailable", "value": 0, "unit": "none"}'
+	@for p in fp32 bf16; do \
+	  ZORCH_QUIET=1 $(BUILD)/zorch models/gpt2.lua --bench 3 --precision $$p 2>/dev/null | grep '^{'; \
+	  ZORCH_QUIET=1 $(BUILD)/zorch models/gpt2.lua --model gpt2 --context 64 --batch-size 4 --bench 3 --precision $$p \
+	    2>/dev/null | grep '^{'; \
+	  python3 bench/torch_gpt2.py --precision $$p 2>/dev/null; \
+	  python3 bench/torch_gpt2.py --model gpt2 --context 64 --batch-size 4 --precision $$p 2>/dev/null; \
+	done; true
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)

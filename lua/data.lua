@@ -277,5 +277,14 @@ end
 
 function data.read_csv(path, opts) return zorch._read_csv(path, opts) end
 function data.load_npy(path) return zorch._load_npy(path) end
+-- Token ids of a file without a header, as int64 (n,): {dtype = "uint8"} (the
+-- default: each byte a token) or {dtype = "uint16"} (little-endian, llm.c's .bin).
+function data.load_tokens(path, opts)
+  local dt = opts and opts.dtype or "uint8"
+  if dt ~= "uint8" and dt ~= "uint16" then
+    error(("data.load_tokens: dtype must be \"uint8\" or \"uint16\", got %s"):format(tostring(dt)), 2)
+  end
+  return zorch._load_tokens(path, dt == "uint8" and 1 or 2)
+end
 
 return data

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "lz.h"
 
@@ -152,9 +153,47 @@ static int l_load_npy(lua_State *L) {
   return lz_push(L, t);
 }
 
+/* zorch.data.load_tokens(path, width): a file of token ids without a header,
+   each `width` bytes (1: bytes of text; 2: little-endian uint16, llm.c's .bin
+   token files) -> int64 (n,). Read in C: a Lua loop over a large corpus is slow. */
+static int l_load_tokens(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  lua_Integer width = luaL_optinteger(L, 2, 1);
+  if (width != 1 && width != 2) return luaL_argerror(L, 2, "token width must be 1 (bytes) or 2 (uint16)");
+  lz_check_path(L, path, "read");
+  FILE *f = fopen(path, "rb");
+  if (!f) return luaL_error(L, "load_tokens: cannot open %s: %s", path, strerror(errno));
+  const char *err = NULL;
+  zorch_tensor *t = NULL;
+  long size = -1;
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0) err = strerror(errno);
+  else if (!S_ISREG(sb.st_mode)) err = "not a regular file";
+  else if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) err = strerror(errno);
+  else if (size % width != 0) err = "the size is not a whole number of uint16 tokens";
+  int64_t n = size / width;
+  unsigned char *buf = NULL;
+  if (!err && !(buf = malloc(size ? (size_t)size : 1))) err = "out of memory";
+  if (!err && size && fread(buf, 1, (size_t)size, f) != (size_t)size) err = "short read";
+  if (!err && !(t = zorch_empty(1, &n, ZORCH_I64, (zorch_device){ZORCH_CPU, 0}))) err = zorch_last_error();
+  if (!err) {
+    int64_t *d = zorch_tensor_data(t);
+    for (int64_t i = 0; i < n; i++) d[i] = width == 1 ? buf[i] : (int64_t)(buf[2 * i] | buf[2 * i + 1] << 8);
+  }
+  free(buf);
+  fclose(f);
+  if (err) {
+    zorch_tensor_free(t);
+    return luaL_error(L, "load_tokens: %s: %s", path, err);
+  }
+  return lz_push(L, t);
+}
+
 void lz_open_data(lua_State *L) {
   lua_pushcfunction(L, l_read_csv);
   lua_setfield(L, -2, "_read_csv");
   lua_pushcfunction(L, l_load_npy);
   lua_setfield(L, -2, "_load_npy");
+  lua_pushcfunction(L, l_load_tokens);
+  lua_setfield(L, -2, "_load_tokens");
 }

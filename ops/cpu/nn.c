@@ -39,6 +39,20 @@ zorch_status cpu_index_select(zorch_tensor *out, const zorch_tensor *a, const zo
       }                                                                \
   }
 
+/* 16-bit floats add in float and round after each add, in index order: the
+   same sums, bit for bit, as the CUDA kernel's */
+#define INDEX_ADD16(TO_F32, FROM_F32)                                         \
+  {                                                                           \
+    uint16_t *o_ = (uint16_t *)tensor_ptr(out);                               \
+    const uint16_t *s_ = (const uint16_t *)tensor_ptr(src);                   \
+    for (int64_t o = 0; o < outer; o++)                                       \
+      for (int64_t k = 0; k < ni; k++) {                                      \
+        uint16_t *d = o_ + (o * n + ix[k]) * inner;                           \
+        const uint16_t *s = s_ + (o * ni + k) * inner;                        \
+        for (int64_t i = 0; i < inner; i++) d[i] = FROM_F32(TO_F32(d[i]) + TO_F32(s[i])); \
+      }                                                                       \
+  }
+
 zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx,
                            int64_t outer, int64_t n, int64_t inner) {
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
@@ -48,6 +62,8 @@ zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zor
   switch (out->dtype) {
     case ZORCH_F32: INDEX_ADD(float) return ZORCH_OK;
     case ZORCH_F64: INDEX_ADD(double) return ZORCH_OK;
+    case ZORCH_BF16: INDEX_ADD16(zm_bf16_to_f32, zm_f32_to_bf16) return ZORCH_OK;
+    case ZORCH_F16: INDEX_ADD16(zm_f16_to_f32, zm_f32_to_f16) return ZORCH_OK;
     default: return err_set(ZORCH_ERR_DTYPE, "index_add: no CPU kernel for dtype %s",
                             zorch_dtype_name(out->dtype));
   }

@@ -28,16 +28,21 @@ zorch_status cuda_index_select(zorch_tensor *out, const zorch_tensor *a, const z
 }
 
 // one thread per (outer, column): adds the rows in index order, so the result
-// does not depend on scheduling (no atomics)
-template <typename T>
-__global__ void k_index_add(T *out, const T *src, const int64_t *ix, int64_t outer, int64_t n, int64_t ni, int64_t inner,
-                            int64_t *bad) {
+// does not depend on scheduling (no atomics); 16-bit floats add in float and
+// round after each add, as the CPU kernel does
+template <typename S>
+__global__ void k_index_add(char *out, const char *src, const int64_t *ix, int64_t outer, int64_t n, int64_t ni,
+                            int64_t inner, int64_t *bad) {
   FOR(j, outer * inner) {
     int64_t o = j / inner, i = j % inner;
     for (int64_t k = 0; k < ni; k++) {
       int64_t v = ix[k];
-      if (v < 0 || v >= n) cu_report_bad(bad, CU_BAD_INDEX_ADD, v, n);
-      else out[(o * n + v) * inner + i] += src[(o * ni + k) * inner + i];
+      if (v < 0 || v >= n) {
+        cu_report_bad(bad, CU_BAD_INDEX_ADD, v, n);
+      } else {
+        char *d = out + ((o * n + v) * inner + i) * (int64_t)sizeof(S);
+        io<S>::st(d, io<S>::ld(d) + io<S>::ld(src + ((o * ni + k) * inner + i) * (int64_t)sizeof(S)));
+      }
     }
   }
 }
@@ -48,9 +53,11 @@ zorch_status cuda_index_add(zorch_tensor *out, const zorch_tensor *src, const zo
   int64_t ni = shape_numel(idx->ndim, idx->shape);
   if (outer * inner == 0) return ZORCH_OK;
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
-  CU_REAL(out->dtype, "index_add",
-          (k_index_add<T><<<ON(outer * inner, dev)>>>((T *)tensor_ptr(out), (const T *)tensor_ptr(src), ix, outer, n, ni,
-                                                      inner, cu_bad_index_word(dev))));
+  bool done = false;
+  CU_FLOAT_DISPATCH(out->dtype, (k_index_add<S><<<ON(outer * inner, dev)>>>((char *)tensor_ptr(out),
+                                   (const char *)tensor_ptr(src), ix, outer, n, ni, inner, cu_bad_index_word(dev)),
+                                 done = true));
+  return done ? cu_launched("index_add") : cu_no_kernel("index_add", out->dtype);
 }
 
 template <typename T>

@@ -444,4 +444,44 @@ tap.ok(zorch.cuda.memory_stats().cached == 0, "empty_cache gives the cached bloc
 zorch.cuda.synchronize()
 local mixed, merr = pcall(function() return zorch.ones(4, {device = "cuda"}) + zorch.ones(4) end)
 tap.ok(not mixed and tostring(merr):find("different devices", 1, true), "mixing devices is an error naming them")
+
+-- models/gpt2.lua on the GPU: the first 10 losses of the PyTorch parity run
+-- (tests/golden/gen_gpt2.py), and bf16 within 5% of them; the embedding's
+-- backward (index_add) in 16-bit floats equals the CPU's bit for bit
+do
+  for _, dt in ipairs({"bfloat16", "float16"}) do
+    local w = zorch.randn(50, 8)
+    local idx = zorch.randint(1, 50, {300})
+    local g = zorch.randn(300, 8):to(dt)
+    local function grad(dev)
+      local p = w:to(dt):to(dev):requires_grad_(true)
+      zorch.sum(zorch.embedding(p, idx:to(dev)) * g:to(dev)):backward()
+      return p.grad:to("cpu"):float()
+    end
+    tap.ok((grad("cuda") - grad("cpu")):abs():max():item() == 0,
+      ("embedding backward in %s: the GPU's sums equal the CPU's bit for bit"):format(dt))
+  end
+  local want = {}
+  for line in io.lines("golden/gpt2_losses.txt") do
+    local s, l = line:match("^(%d+) (%S+)$")
+    want[tonumber(s)] = tonumber(l)
+  end
+  local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
+  for _, prec in ipairs({"fp32", "bf16"}) do
+    local p = io.popen(("%s ../models/gpt2.lua --device cuda --precision %s --init golden/gpt2_init.safetensors " ..
+      "--heads 4 --steps 10 --lr 3e-3 --min-lr 3e-4 --warmup 3 --beta2 0.99 --weight-decay 1 --clip 1 " ..
+      "--no-shuffle --batch-size 4 --val-batches 1 --sample 40 2>&1"):format(bin, prec))
+    local out = p:read("a")
+    p:close()
+    local worst = 0
+    for s = 1, 10 do
+      local l = tonumber(out:match(("step %d/10 | loss (%%S+)"):format(s)))
+      worst = math.max(worst, l and math.abs(l - want[s]) / want[s] or math.huge)
+    end
+    local tol = prec == "fp32" and 1e-4 or 5e-2
+    tap.ok(worst <= tol and out:find("---- end ----", 1, true),
+      ("gpt2 on the GPU, %s: PyTorch's 10 losses (worst relative difference %.2g), then 40 sampled tokens"):format(prec, worst))
+    if worst > tol then print("# " .. out:gsub("\n", "\n# ")) end
+  end
+end
 tap.done()

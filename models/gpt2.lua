@@ -1,0 +1,528 @@
+-- GPT-2 as a zorch script: the model, its training through the Engine (ZeRO
+-- stages 0-3, fp32 or bf16), generation with a key/value cache, and Hugging
+-- Face interop (--init reads, --save-hf writes GPT-2 safetensors).
+--   build/cpu/zorch models/gpt2.lua                    a small byte-level GPT on a book
+--   build/cpu/zorch models/gpt2.lua --model gpt2 ...   GPT-2 124M
+--   build/cpu/zorch launch -n 2 models/gpt2.lua --zero-stage 3
+-- docs/gpt2.md describes the model, the flags and the file formats.
+local zorch = require "zorch"
+local Z = debug.getregistry()["zorch.private"] -- _mkdir, _write_atomic, _json_encode, _comm
+local nn, optim, data = zorch.nn, zorch.optim, zorch.data
+
+local opt = zorch.flags(arg, {
+  model = {"small", "preset: small (4 layers, 4 heads, 128 wide, context 64, bytes) or gpt2 (124M)",
+           choices = {"small", "gpt2"}},
+  layers = {nil, "transformer blocks (default: the preset's)", type = "integer"},
+  heads = {nil, "attention heads (default: the preset's)", type = "integer"},
+  dim = {nil, "embedding width C (default: the preset's)", type = "integer"},
+  context = {nil, "longest sequence T (default: the preset's)", type = "integer"},
+  vocab = {nil, "vocabulary size (default: 256 for text, 50257 for a .bin token file)", type = "integer"},
+  ["batch-size"] = {16, "sequences per micro-batch and rank"},
+  accum = {1, "micro-batches per optimizer step (gradient accumulation)"},
+  steps = {600, "optimizer steps"},
+  lr = {2e-3, "peak learning rate"},
+  ["min-lr"] = {nil, "the cosine schedule's final learning rate (default: lr / 10)", type = "number"},
+  ["lr-schedule"] = {"cosine", "cosine (after a linear warm-up) or constant", choices = {"cosine", "constant"}},
+  warmup = {50, "warm-up steps (linear from lr / warmup to lr)"},
+  beta2 = {0.99, "AdamW's beta2 (beta1 is 0.9)"},
+  ["weight-decay"] = {0.1, "AdamW's decoupled weight decay, on the 2-d parameters only"},
+  clip = {1.0, "gradient clipping: max global norm (0: off)"},
+  ["zero-stage"] = {0, "ZeRO stage (0-3)"},
+  precision = {"fp32", "fp32 or bf16 (16-bit parameters and activations, fp32 master weights)",
+               choices = {"fp32", "bf16"}},
+  data = {"/usr/share/gocode/src/github.com/pierrec/lz4/testdata/pg1661.txt",
+          "a text file (one token a byte) or a .bin file of little-endian uint16 token ids"},
+  ["val-fraction"] = {0.1, "the last part of the tokens kept for validation"},
+  ["val-every"] = {0, "validation loss every N steps and at the end (0: only at the end)"},
+  ["val-batches"] = {8, "batches of the validation split each validation reads"},
+  sample = {0, "generate this many tokens at the end"},
+  prompt = {nil, "the text generation starts from: bytes, or token ids separated by spaces when the vocabulary " ..
+            "is not bytes (default: a newline, or the last id, GPT-2's <|endoftext|>)", type = "string"},
+  temperature = {1.0, "sampling temperature (0: greedy)"},
+  ["top-k"] = {0, "sample among the k most likely tokens only (0: all)"},
+  ["no-cache"] = {false, "generate without the key/value cache (every token re-reads the window)"},
+  init = {"", "start from this safetensors file with Hugging Face GPT-2 names and layouts"},
+  ["save-hf"] = {"", "write config.json and model.safetensors for transformers into this folder"},
+  logits = {"", "write the first validation batch (tokens) and the model's logits on it to this safetensors file"},
+  ["checkpoint-dir"] = {"", "save a checkpoint here at the end (and every --checkpoint-every steps)"},
+  ["checkpoint-every"] = {0, "optimizer steps between checkpoints (0: only at the end)"},
+  resume = {"", "continue from the latest checkpoint in this folder (--steps counts the total)"},
+  seed = {1337, "seed of the weights, the batches and the sampling"},
+  ["no-shuffle"] = {false, "read the data in order, llm.c's way, instead of random windows"},
+  ["print-every"] = {1, "a step line every N steps"},
+  device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
+  bench = {0, "time N training steps (forward, backward, AdamW step) after a warm-up one, print JSON lines, and stop"},
+}, "usage: zorch models/gpt2.lua [flags]")
+
+-- ---- configuration ------------------------------------------------------------------------
+
+-- A bad command line (flags that do not fit together, a file that cannot be
+-- used) ends the run with the message and the usage, without a traceback.
+local function usage(fmt, ...) error(zorch.flags.usage_error("gpt2: " .. fmt:format(...)), 0) end
+-- fn(...), with its error as a usage error naming the flag
+local function try(flag, fn, ...)
+  local ok, r = pcall(fn, ...)
+  if not ok then usage("%s: %s", flag, (tostring(r):gsub("^[^:]*:%d+: ", ""))) end
+  return r
+end
+
+local PRESETS = {
+  small = {layers = 4, heads = 4, dim = 128, context = 64},
+  gpt2 = {layers = 12, heads = 12, dim = 768, context = 1024, vocab = 50257},
+}
+local binary = opt.data:match("%.bin$") ~= nil
+local cfg = {}
+for _, k in ipairs({"layers", "heads", "dim", "context", "vocab"}) do cfg[k] = opt[k] or PRESETS[opt.model][k] end
+cfg.vocab = cfg.vocab or (binary and 50257 or 256)
+
+-- A Hugging Face file fixes the sizes: read them from its tensors (and the
+-- heads from a config.json beside it).
+local hf_init
+if opt.init ~= "" then
+  hf_init = {}
+  for name, t in pairs(try("--init", zorch.load, opt.init)) do
+    name = name:gsub("^transformer%.", "")
+    -- the tied head and the attention's mask buffers are not parameters
+    if name ~= "lm_head.weight" and not name:match("%.attn%.bias$") and not name:match("%.attn%.masked_bias$") then
+      hf_init[name] = t
+    end
+  end
+  if not hf_init["wte.weight"] or not hf_init["wpe.weight"] then
+    usage("--init %s: no wte.weight or wpe.weight: not a GPT-2 state dict", opt.init)
+  end
+  cfg.vocab, cfg.dim = hf_init["wte.weight"]:size(1), hf_init["wte.weight"]:size(2)
+  cfg.context = hf_init["wpe.weight"]:size(1)
+  local n = 0
+  while hf_init[("h.%d.ln_1.weight"):format(n)] do n = n + 1 end
+  cfg.layers = n
+  local f = io.open((opt.init:match("^(.*)/[^/]*$") or ".") .. "/config.json")
+  if f then
+    local ok, c = pcall(Z._json_decode, f:read("a"))
+    f:close()
+    if ok and type(c) == "table" and math.type(c.n_head) == "integer" then cfg.heads = c.n_head end
+  end
+end
+opt.prompt = opt.prompt or (cfg.vocab == 256 and "\n" or tostring(cfg.vocab - 1))
+if opt.sample > 0 and opt.prompt == "" then usage("--prompt is empty: generation needs a token to start from") end
+if cfg.dim % cfg.heads ~= 0 then
+  usage("--dim %d is not a multiple of --heads %d", cfg.dim, cfg.heads)
+end
+
+-- ---- the model ----------------------------------------------------------------------------
+
+-- softmax(q kᵀ / sqrt(D)) v over (B, H, T, D), causal: query i of Tq sees the keys
+-- j <= i + Tk - Tq (the queries are the last Tq positions of the Tk keys, as
+-- with a key/value cache). The fused zorch.attention when the build has it.
+local function attention(q, k, v)
+  if zorch.attention then return zorch.attention(q, k, v, {causal = true}) end
+  local Tq, Tk = q:size(3), k:size(3)
+  local att = zorch.matmul(q, k:transpose(3, 4)) * (1 / math.sqrt(q:size(4)))
+  if Tq > 1 then -- (a single query is the last position: it sees every key)
+    local i = zorch.arange(Tk - Tq, Tk, {device = q:device()}):view(Tq, 1)
+    local j = zorch.arange(0, Tk, {device = q:device()}):view(1, Tk)
+    att = att:masked_fill(zorch.gt(j, i), -math.huge)
+  end
+  return zorch.matmul(zorch.softmax(att, -1), v)
+end
+
+local CausalSelfAttention = nn.Module:extend "CausalSelfAttention"
+function CausalSelfAttention:init(c)
+  self.c_attn = nn.Linear(c.dim, 3 * c.dim) -- q, k and v in one matmul
+  self.c_proj = nn.Linear(c.dim, c.dim)
+  rawset(self, "n_head", c.heads)
+end
+-- cache: nil, or a table holding this layer's past keys and values (k, v); the
+-- new ones are appended to it.
+function CausalSelfAttention:forward(x, cache)
+  local B, T, C = x:size(1), x:size(2), x:size(3)
+  local H = self.n_head
+  local qkv = self.c_attn(x)
+  local function heads(t) return t:reshape(B, T, H, C // H):transpose(2, 3) end -- (B, H, T, D)
+  local q = heads(qkv:narrow(3, 1, C))
+  local k = heads(qkv:narrow(3, C + 1, C))
+  local v = heads(qkv:narrow(3, 2 * C + 1, C))
+  if cache then
+    if cache.k then k, v = zorch.cat({cache.k, k}, 3), zorch.cat({cache.v, v}, 3) end
+    cache.k, cache.v = k, v
+  end
+  local y = attention(q, k, v):transpose(2, 3):reshape(B, T, C) -- heads side by side again
+  return self.c_proj(y)
+end
+
+local MLP = nn.Module:extend "MLP"
+function MLP:init(c)
+  self.c_fc = nn.Linear(c.dim, 4 * c.dim)
+  self.c_proj = nn.Linear(4 * c.dim, c.dim)
+end
+function MLP:forward(x) return self.c_proj(zorch.gelu(self.c_fc(x), "tanh")) end
+
+-- Pre-LayerNorm: each sublayer reads a normalised copy and adds to the residual stream.
+local Block = nn.Module:extend "Block"
+function Block:init(c)
+  self.ln_1 = nn.LayerNorm(c.dim)
+  self.attn = CausalSelfAttention(c)
+  self.ln_2 = nn.LayerNorm(c.dim)
+  self.mlp = MLP(c)
+end
+function Block:forward(x, cache)
+  x = x + self.attn(self.ln_1(x), cache)
+  return x + self.mlp(self.ln_2(x))
+end
+
+local GPT = nn.Module:extend "GPT"
+function GPT:init(c)
+  rawset(self, "cfg", c)
+  self.wte = nn.Embedding(c.vocab, c.dim)   -- token embeddings
+  self.wpe = nn.Embedding(c.context, c.dim) -- position embeddings
+  local blocks = {}
+  for i = 1, c.layers do blocks[i] = Block(c) end
+  self.h = nn.ModuleList(blocks)
+  self.ln_f = nn.LayerNorm(c.dim)
+  -- the output head shares the token embedding's matrix (weight tying): one
+  -- tensor, listed once by parameters(), its gradient the sum of both uses
+  self.lm_head = nn.Linear(c.dim, c.vocab, {bias = false})
+  self.lm_head.weight = self.wte.weight
+  -- GPT-2's initialisation: weights N(0, 0.02), the projections into the
+  -- residual stream scaled down by sqrt(2 * layers) (two per block), biases 0;
+  -- LayerNorms start as the identity (ones and zeros, as nn.LayerNorm does).
+  zorch.no_grad(function()
+    local function normal(w, std) w:copy_(zorch.randn(w.shape) * std) end
+    normal(self.wte.weight, 0.02)
+    normal(self.wpe.weight, 0.02)
+    for _, b in ipairs(self.h) do
+      for _, lin in ipairs({b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj}) do
+        local proj = lin == b.attn.c_proj or lin == b.mlp.c_proj
+        normal(lin.weight, proj and 0.02 / math.sqrt(2 * c.layers) or 0.02)
+        lin.bias:zero_()
+      end
+    end
+  end)
+end
+-- idx: (B, T) token indices counted from 1 (token id t is row t + 1 of wte);
+-- start: the position of the first one (0 unless a cache holds the earlier ones);
+-- caches: nil, or one table per block. Returns the logits (B, T, vocab).
+function GPT:forward(idx, start, caches)
+  start = start or 0
+  local T = idx:size(2)
+  if start + T > self.cfg.context then
+    error(("GPT: %d positions do not fit the context of %d"):format(start + T, self.cfg.context), 2)
+  end
+  local pos = zorch.arange(start + 1, start + T + 1, {device = idx:device()})
+  local x = self.wte(idx) + self.wpe(pos)
+  for i, block in ipairs(self.h) do x = block(x, caches and caches[i]) end
+  return self.lm_head(self.ln_f(x))
+end
+
+-- ---- data: token ids, a train/validation split, batches --------------------------------------
+
+local rank, world = Z._comm()
+local device = "cpu" -- where batches go: the Engine's device, set once it is made
+local tokens = try("--data", data.load_tokens, opt.data, {dtype = binary and "uint16" or "uint8"})
+local ntok = tokens:numel()
+local nval = math.floor(ntok * opt["val-fraction"])
+local split = {train = tokens:narrow(1, 1, ntok - nval), val = nval > 0 and tokens:narrow(1, ntok - nval + 1, nval) or nil}
+local B, T = opt["batch-size"], cfg.context
+for name, t in pairs(split) do
+  if t:numel() < B * T * world + 1 then
+    usage("the %s split of %s has %d tokens, fewer than a batch needs (%d x %d x %d ranks + 1)",
+      name, opt.data, t:numel(), B, T, world)
+  end
+end
+if tokens:max():item() >= cfg.vocab then
+  usage("%s holds token id %d, outside the vocabulary of %d", opt.data, tokens:max():item(), cfg.vocab)
+end
+
+-- Micro-batch m (from 0) of this rank as inputs and targets (B, T), indices from 1.
+-- In order (llm.c's loader): every micro-batch reads the next B*T*ranks tokens,
+-- this rank its own B rows; the targets are the inputs shifted by one; at the
+-- end it starts again. Otherwise: B windows at random places (different on each rank).
+local function batch(t, m, ordered)
+  local n = t:numel()
+  local x, y
+  if ordered then
+    local chunk = B * T * world
+    local start = (m % ((n - 1) // chunk)) * chunk + rank * B * T
+    x = t:narrow(1, start + 1, B * T):view(B, T)
+    y = t:narrow(1, start + 2, B * T):view(B, T)
+  else
+    -- every rank draws the windows of all ranks (their generators stay in step) and keeps its own
+    local starts = zorch.randint(0, n - T - 1, {B * world, 1}):narrow(1, rank * B + 1, B) + zorch.arange(0, T):view(1, T)
+    x = t:index_select(1, (starts + 1):view(-1)):view(B, T)
+    y = t:index_select(1, (starts + 2):view(-1)):view(B, T)
+  end
+  if device ~= "cpu" then x, y = x:to(device), y:to(device) end
+  return x + 1, y + 1
+end
+
+local function loss_of(model, x, y)
+  local logits = model(x)
+  return zorch.cross_entropy(logits:reshape(B * T, cfg.vocab), y:reshape(B * T))
+end
+
+-- ---- model, optimizer and engine ------------------------------------------------------------
+
+zorch.manual_seed(opt.seed)
+local model = GPT(cfg)
+if hf_init then
+  -- Hugging Face's Conv1D stores (in, out): a Linear's weight is its transpose
+  local sd = {}
+  for name, t in pairs(hf_init) do
+    if name:match("%.c_attn%.weight$") or name:match("%.c_proj%.weight$") or name:match("%.c_fc%.weight$") then
+      t = t:t():contiguous()
+    end
+    sd[name] = t:float()
+  end
+  sd["lm_head.weight"] = sd["wte.weight"]
+  try("--init " .. opt.init, model.load_state_dict, model, sd)
+end
+
+local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
+                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device}
+device = engine.device -- (the Engine picks this rank's GPU for "cuda")
+-- AdamW as nanoGPT and llm.c use it: every 2-d parameter (the matrices and both
+-- embeddings) decays, the biases and LayerNorms do not. The engine steps one
+-- flat buffer (the parameters in order) with one AdamW, so that AdamW runs
+-- without decay and the decay is applied here, before each update, to the
+-- runs of the buffer the 2-d parameters fill: p <- p (1 - lr wd), then the
+-- Adam update, exactly PyTorch's AdamW order.
+local adam = optim.AdamW(model:parameters(), {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8, weight_decay = 0})
+local decays = {} -- {numel, decays?} of each parameter, in the engine's order
+for _, p in ipairs(model:parameters()) do decays[#decays + 1] = {p:numel(), p:dim() >= 2} end
+model, _, adam = engine:prepare(model, nil, adam)
+do
+  -- this rank's slice of the flat buffer (all of it at stage 0): [lo, lo + len)
+  local target, shard = engine.target, engine.zero:memory().shard
+  local lo, len = engine.cfg.zero_stage == 0 and 0 or rank * shard, target:numel()
+  local runs, off = {}, 0 -- {first (from 1), count} in the slice, neighbours merged
+  for _, d in ipairs(decays) do
+    local a, b = math.max(off, lo), math.min(off + d[1], lo + len)
+    if d[2] and a < b then
+      local last = runs[#runs]
+      if last and last[1] + last[2] == a - lo + 1 then last[2] = last[2] + b - a
+      else runs[#runs + 1] = {a - lo + 1, b - a} end
+    end
+    off = off + d[1]
+  end
+  local inner = engine.inner
+  local step = inner.step
+  function inner.step(self)
+    local f = 1 - opt["weight-decay"] * self.lr
+    if f ~= 1 then
+      zorch.no_grad(function()
+        for _, r in ipairs(runs) do
+          local v = target:narrow(1, r[1], r[2])
+          v:copy_(v * f)
+        end
+      end)
+    end
+    return step(self)
+  end
+end
+
+-- the learning rate of step s (from 0): linear warm-up, then cosine down to min-lr
+local min_lr = opt["min-lr"] or opt.lr / 10
+local function lr_at(s)
+  if opt["lr-schedule"] == "constant" then return opt.lr end
+  if s < opt.warmup then return opt.lr * (s + 1) / opt.warmup end
+  local ratio = math.min((s - opt.warmup) / math.max(opt.steps - opt.warmup, 1), 1)
+  return min_lr + 0.5 * (1 + math.cos(math.pi * ratio)) * (opt.lr - min_lr)
+end
+
+local function count(n)
+  return n >= 1e6 and ("%.2fM"):format(n / 1e6) or n >= 1e3 and ("%.1fk"):format(n / 1e3) or tostring(n)
+end
+engine:print(("gpt2: %d layers, %d heads, dim %d, context %d, vocab %d: %s parameters; %s tokens of %s " ..
+  "(%s for validation); batch %d x %d x %d accumulation x %d ranks"):format(cfg.layers, cfg.heads, cfg.dim,
+  cfg.context, cfg.vocab, count(model:num_parameters()), count(ntok), opt.data, count(nval), B, T, opt.accum, world))
+
+-- Mean loss over the first --val-batches in-order batches of the validation split.
+local function validate()
+  if not split.val then return nil end
+  model:eval()
+  local total = 0
+  zorch.no_grad(function()
+    for m = 0, opt["val-batches"] - 1 do
+      local x, y = batch(split.val, m, true)
+      total = total + loss_of(model, x, y):item()
+    end
+  end)
+  model:train()
+  return engine:mean(total / opt["val-batches"])
+end
+
+-- ---- benchmark: the three parts of a training step, timed apart --------------------------------
+
+if opt.bench > 0 then
+  local best = {fwd = math.huge, bwd = math.huge, step = math.huge}
+  for r = 0, opt.bench do
+    local x, y = batch(split.train, r, false)
+    adam:zero_grad()
+    local t0 = zorch.clock()
+    local l = loss_of(model, x, y)
+    l:item() -- (waits for the result)
+    local t1 = zorch.clock()
+    engine:backward(l)
+    local t2 = zorch.clock()
+    adam:step()
+    local t3 = zorch.clock()
+    if r > 0 then -- round 0 warms up
+      best.fwd, best.bwd, best.step = math.min(best.fwd, t1 - t0), math.min(best.bwd, t2 - t1), math.min(best.step, t3 - t2)
+    end
+  end
+  local name = ("gpt2_%s_b%d_t%d_%s"):format(opt.model, B, T, opt.precision)
+  local function emit(what, v, unit)
+    engine:print(('{"name": "zorch/%s_%s", "value": %.4g, "unit": "%s"}'):format(name, what, v, unit))
+  end
+  emit("fwd", best.fwd * 1e3, "ms")
+  emit("bwd", best.bwd * 1e3, "ms")
+  emit("adamw", best.step * 1e3, "ms")
+  emit("tok_per_s", B * T * world / (best.fwd + best.bwd + best.step), "tok/s")
+  return
+end
+
+-- ---- training ------------------------------------------------------------------------------
+
+local step = 0
+if opt.resume ~= "" then
+  step = engine:load_checkpoint(opt.resume).step
+  engine:print(("resumed from %s at step %d"):format(opt.resume, step))
+end
+local ordered = opt["no-shuffle"]
+local tok_per_step = B * T * opt.accum * world
+while step < opt.steps do
+  local t0 = zorch.clock()
+  adam.lr = lr_at(step)
+  adam:zero_grad()
+  local loss = 0
+  for a = 0, opt.accum - 1 do
+    local x, y = batch(split.train, step * opt.accum + a, ordered)
+    local l = loss_of(model, x, y)
+    engine:backward(l)
+    loss = loss + l:item() / opt.accum
+  end
+  adam:step()
+  step = step + 1
+  loss = engine:mean(loss)
+  local dt = zorch.clock() - t0
+  if step % opt["print-every"] == 0 or step == opt.steps then
+    engine:print(("step %d/%d | loss %.6f | lr %.4e | norm %.4f | %.1f ms | tok/s %.0f"):format(step, opt.steps,
+      loss, adam.lr, engine:clip_grad_norm() or 0, dt * 1000, tok_per_step / dt))
+  end
+  if opt["val-every"] > 0 and step % opt["val-every"] == 0 and step < opt.steps then
+    engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate()))
+  end
+  if opt["checkpoint-dir"] ~= "" and opt["checkpoint-every"] > 0 and step % opt["checkpoint-every"] == 0 then
+    engine:save_checkpoint(opt["checkpoint-dir"])
+  end
+end
+if opt.steps > 0 and split.val then engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate())) end
+if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]) end
+
+-- ---- Hugging Face export --------------------------------------------------------------------
+
+if opt["save-hf"] ~= "" then
+  local dir, sd, hf = opt["save-hf"], model:state_dict(), {}
+  sd["lm_head.weight"] = nil -- (tied: transformers takes it from wte)
+  for name, t in pairs(sd) do
+    if name:match("%.c_attn%.weight$") or name:match("%.c_proj%.weight$") or name:match("%.c_fc%.weight$") then
+      t = t:t() -- back to Conv1D's (in, out)
+    end
+    hf["transformer." .. name] = t:float():contiguous()
+  end
+  if rank == 0 then
+    Z._mkdir(dir)
+    zorch.save(hf, dir .. "/model.safetensors")
+    local config = Z._json_encode({
+      architectures = {"GPT2LMHeadModel"}, model_type = "gpt2", vocab_size = cfg.vocab,
+      n_positions = cfg.context, n_ctx = cfg.context, n_embd = cfg.dim, n_layer = cfg.layers, n_head = cfg.heads,
+      activation_function = "gelu_new", layer_norm_epsilon = 1e-5,
+      initializer_range = 0.02, resid_pdrop = 0.0, embd_pdrop = 0.0, attn_pdrop = 0.0,
+      bos_token_id = cfg.vocab - 1, eos_token_id = cfg.vocab - 1, tie_word_embeddings = true,
+      torch_dtype = "float32",
+    })
+    Z._write_atomic(dir .. "/config.json", config .. "\n")
+  end
+  engine:print(("saved %s/model.safetensors and %s/config.json"):format(dir, dir))
+end
+
+if opt.logits ~= "" then
+  model:eval()
+  local x = batch(split.val or split.train, 0, true)
+  local logits = zorch.no_grad(function() return model(x) end)
+  if rank == 0 then zorch.save({tokens = (x - 1):to("cpu"), logits = logits:float():to("cpu"):contiguous()}, opt.logits) end
+  model:train()
+end
+
+-- ---- generation -----------------------------------------------------------------------------
+
+-- The next token (from 1) from logits (vocab,): greedy at temperature 0, else a
+-- draw from softmax(logits / temperature) over the top-k.
+local function pick(logits)
+  logits = logits:float():to("cpu")
+  if opt.temperature == 0 then return zorch.argmax(logits):item() end
+  logits = logits / opt.temperature
+  local k = opt["top-k"]
+  if k > 0 and k < cfg.vocab then
+    local kth = zorch.topk(logits, k)[k]:item()
+    logits = logits:masked_fill(zorch.lt(logits, kth), -math.huge)
+  end
+  local probs = zorch.softmax(logits, 1)
+  if zorch.multinomial then return zorch.multinomial(probs, 1):item() end
+  -- one uniform draw against the cumulative sum: the first index whose sum exceeds it
+  local u = zorch.rand(1):item()
+  local below = zorch.lt(zorch.cumsum(probs, 1), u):sum():item()
+  return math.min(below, cfg.vocab - 1) + 1
+end
+
+-- Appends n tokens to ids (a list of indices from 1). The model reads a window
+-- of the last tokens; when it is full the oldest half is dropped. With the
+-- cache each new token costs one position (its query against the stored keys
+-- and values); the window is re-read only when it moves.
+local function generate(ids, n, use_cache)
+  local ctx = cfg.context
+  local start, caches, cached = 1, nil, 0 -- the window starts at ids[start]; cached: positions in the cache
+  for _ = 1, n do
+    if #ids - start + 1 > ctx then start, caches = #ids - ctx // 2 + 1, nil end
+    local logits
+    if use_cache then
+      if not caches then
+        caches, cached = {}, 0
+        for i = 1, cfg.layers do caches[i] = {} end
+      end
+      local new = table.move(ids, start + cached, #ids, 1, {})
+      logits = model(zorch.tensor({new}, {device = device}), cached, caches)
+      cached = #ids - start + 1
+    else
+      logits = model(zorch.tensor({table.move(ids, start, #ids, 1, {})}, {device = device}), 0)
+    end
+    ids[#ids + 1] = pick(logits[1][logits:size(2)])
+  end
+  return ids
+end
+
+if opt.sample > 0 then
+  local ids = {}
+  if cfg.vocab == 256 then
+    for i = 1, #opt.prompt do ids[i] = opt.prompt:byte(i) + 1 end
+  else
+    for w in opt.prompt:gmatch("%d+") do ids[#ids + 1] = tonumber(w) + 1 end
+  end
+  if #ids == 0 then usage("--prompt %q gives no token ids", opt.prompt) end
+  local plen = #ids
+  model:eval()
+  engine:gather() -- (stage 3: every rank holds the whole model while it generates)
+  local t0 = zorch.clock()
+  zorch.no_grad(function() generate(ids, opt.sample, not opt["no-cache"]) end)
+  local dt = zorch.clock() - t0
+  engine:release()
+  if rank == 0 then
+    local out = {}
+    for i = plen + 1, #ids do
+      out[#out + 1] = cfg.vocab == 256 and string.char(ids[i] - 1) or tostring(ids[i] - 1)
+    end
+    local sep = cfg.vocab == 256 and "" or " "
+    io.stdout:write("---- sample ----\n", opt.prompt, sep, table.concat(out, sep), "\n---- end ----\n")
+    io.stderr:write(("gpt2: %d tokens in %.2f s (%.1f tokens/s, %s)\n"):format(opt.sample, dt, opt.sample / dt,
+      opt["no-cache"] and "no cache" or "key/value cache"))
+  end
+end
