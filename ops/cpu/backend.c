@@ -4,6 +4,7 @@
 
 const backend cpu_backend = {
     .name = "cpu",
+    .gemm16 = true,
     .copy = cpu_copy,
     .fill = cpu_fill,
     .unary = cpu_unary,
