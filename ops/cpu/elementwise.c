@@ -7,6 +7,7 @@
 
 #include "../math.h"
 #include "cpu.h"
+#include "vec.h"
 
 #define U1(T) (s[0] == (int64_t)sizeof(T) && s[1] == (int64_t)sizeof(T))
 
@@ -126,12 +127,45 @@ static const char *const bop_names[] = {ZORCH_BINARY_OPS(B_NAME)};
 _Static_assert(sizeof uop_names / sizeof uop_names[0] == UOP_COUNT, "a name per unary op");
 _Static_assert(sizeof bop_names / sizeof bop_names[0] == BOP_COUNT, "a name per binary op");
 
+/* float32 loops on vec.h's vectorised math, in place of the registry's libm ones */
+#define FAST_U(NAME, F)                                                              \
+  CPU_CLONES static void NAME(char **p, const int64_t *s, int64_t n, const double *prm) { \
+    (void)prm;                                                                       \
+    if (s[0] == 4 && s[1] == 4) {                                                    \
+      float *o = (float *)p[0];                                                      \
+      const float *a = (const float *)p[1];                                          \
+      for (int64_t i = 0; i < n; i++) o[i] = F(a[i]);                                \
+    } else {                                                                         \
+      for (int64_t i = 0; i < n; i++) *(float *)(p[0] + i * s[0]) = F(*(const float *)(p[1] + i * s[1])); \
+    }                                                                                \
+  }
+#define FAST_B(NAME, F)                                                              \
+  CPU_CLONES static void NAME(char **p, const int64_t *s, int64_t n, const double *prm) { \
+    (void)prm;                                                                       \
+    if (s[0] == 4 && s[1] == 4 && s[2] == 4) {                                       \
+      float *o = (float *)p[0];                                                      \
+      const float *a = (const float *)p[1], *b = (const float *)p[2];                \
+      for (int64_t i = 0; i < n; i++) o[i] = F(a[i], b[i]);                          \
+    } else {                                                                         \
+      for (int64_t i = 0; i < n; i++)                                                \
+        *(float *)(p[0] + i * s[0]) =                                                \
+            F(*(const float *)(p[1] + i * s[1]), *(const float *)(p[2] + i * s[2])); \
+    }                                                                                \
+  }
+FAST_U(fast_gelu, zv_gelu)
+FAST_U(fast_gelu_tanh, zv_gelu_tanh)
+FAST_B(fast_gelu_bwd, zv_gelu_bwd)
+FAST_B(fast_gelu_tanh_bwd, zv_gelu_tanh_bwd)
+static const cpu_loop ufast[UOP_COUNT] = {[UOP_GELU] = fast_gelu, [UOP_GELU_TANH] = fast_gelu_tanh};
+static const cpu_loop bfast[BOP_COUNT] = {[BOP_GELU_BWD] = fast_gelu_bwd,
+                                          [BOP_GELU_TANH_BWD] = fast_gelu_tanh_bwd};
+
 static zorch_status no_kernel(const char *op, zorch_dtype dt) {
   return err_set(ZORCH_ERR_DTYPE, "%s: no CPU kernel for dtype %s", op, zorch_dtype_name(dt));
 }
 
 zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double p0, double p1) {
-  cpu_loop fn = utab[a->dtype][op];
+  cpu_loop fn = a->dtype == ZORCH_F32 && ufast[op] ? ufast[op] : utab[a->dtype][op];
   if (!fn) return no_kernel(uop_names[op], a->dtype);
   const zorch_tensor *ts[2] = {out, a};
   cpu_iter it;
@@ -143,7 +177,7 @@ zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double 
 
 zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b,
                         double p0, double p1) {
-  cpu_loop fn = btab[a->dtype][op];
+  cpu_loop fn = a->dtype == ZORCH_F32 && bfast[op] ? bfast[op] : btab[a->dtype][op];
   if (!fn) return no_kernel(bop_names[op], a->dtype);
   const zorch_tensor *ts[3] = {out, a, b};
   cpu_iter it;
