@@ -70,7 +70,180 @@ static void gemm16(zorch_generator *g, zorch_dtype dt, double rel) {
   }
 }
 
+/* A float32 tensor of n values from f(i). */
+static zorch_tensor *floats(int64_t n, float (*f)(int64_t)) {
+  zorch_tensor *t = zorch_zeros(SHAPE(n), ZORCH_F32, CPU);
+  float *p = zorch_tensor_data(t);
+  for (int64_t i = 0; i < n; i++) p[i] = f(i);
+  return t;
+}
+
+/* -12 .. 12 in steps that hit many mantissas, and the special values */
+#define SWEEP 400000
+static float sweep_at(int64_t i) {
+  static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-30f, -1e-30f, 88.0f, -88.0f};
+  if (i < 9) return special[i];
+  return (float)(-12.0 + 24.0 * (double)(i - 9) / (double)(SWEEP - 10));
+}
+
+/* The references in double, in forms that do not cancel for x << 0:
+   1 + erf(x/sqrt 2) = erfc(-x/sqrt 2), 1 + tanh u = 2 / (1 + e^{-2u}). */
+static double gelu_ref(double x, bool tanh_form) {
+  if (!tanh_form) return 0.5 * x * erfc(-x / sqrt(2.0));
+  double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
+  return x / (1 + exp(-2 * u));
+}
+static double gelu_grad_ref(double x, bool tanh_form) {
+  if (!tanh_form) return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+  double k = 0.79788456080286535588, u = k * (x + 0.044715 * x * x * x);
+  double e = exp(-2 * u), s = 1 / (1 + e), one_s = isinf(e) ? 1 : e * s;
+  return s + 2 * x * s * one_s * k * (1 + 3 * 0.044715 * x * x);
+}
+
+/* Same NaN-ness, same infinity, or within rel * |ref| + abs. */
+static bool near(double got, double ref, double rel, double abs_) {
+  if (isnan(ref) || isnan(got)) return isnan(ref) && isnan(got);
+  if (isinf(ref) || isinf(got)) return got == ref;
+  return fabs(got - ref) <= rel * fabs(ref) + abs_;
+}
+
+/* GELU, forward and backward, against double-precision libm over the sweep:
+   within a few float32 roundings of the value, also for x << 0 where 1 + erf
+   cancels (float32 libm code loses its relative accuracy there). */
+static void gelu_sweep(bool tanh_form) {
+  const char *name = tanh_form ? "gelu (tanh)" : "gelu";
+  zorch_tensor *x = floats(SWEEP, sweep_at);
+  zorch_set_requires_grad(x, true);
+  zorch_tensor *y = zorch_gelu(x, tanh_form), *s = y ? zorch_sum(y, 0, NULL, false) : NULL;
+  ok(s && !zorch_backward(s, NULL, false), "%s forward and backward over the sweep", name);
+  zorch_tensor *g = zorch_grad(x);
+  const float *yp = y ? zorch_tensor_data(y) : NULL, *gp = g ? zorch_tensor_data(g) : NULL;
+  int64_t bad = 0, bad_g = 0;
+  double worst = 0;
+  for (int64_t i = 0; yp && gp && i < SWEEP; i++) {
+    double xv = sweep_at(i), r = gelu_ref(xv, tanh_form), rg = gelu_grad_ref(xv, tanh_form);
+    /* the (-inf) corner is 0 * inf, NaN in every form */
+    if (isinf(xv) && xv < 0) r = NAN;
+    /* the tanh form's u takes a few float32 roundings (relative 6e-8 each),
+       which move e^{-2u} by 2|u| times that */
+    double u = 0.79788456080286535588 * (xv + 0.044715 * xv * xv * xv);
+    if (!near(yp[i], r, tanh_form ? 5e-7 + 5e-7 * fabs(u) : 5e-7, 1e-37) && bad++ < 3)
+      printf("#   at %.9g: %.9g, double %.9g\n", xv, yp[i], r);
+    if (isfinite(xv) && !near(gp[i], rg, 5e-7, 1e-7) && bad_g++ < 3)
+      printf("#   gradient at %.9g: %.9g, double %.9g\n", xv, gp[i], rg);
+    if (isfinite(r) && fabs(r) > 1e-3) {
+      double e = fabs(yp[i] - r) / fabs(r);
+      if (e > worst) worst = e;
+    }
+  }
+  printf("# %s: worst relative error %.3g where |gelu| > 1e-3\n", name, worst);
+  ok(yp && bad == 0, "%s matches double-precision libm (%lld off)", name, (long long)bad);
+  ok(gp && bad_g == 0, "%s gradient matches double-precision libm (%lld off)", name, (long long)bad_g);
+  zorch_tensor_free(x), zorch_tensor_free(y), zorch_tensor_free(s);
+}
+
+static float randish(int64_t i) { return (float)(sin((double)i * 12.9898) * 8.0); }
+
+/* softmax and log_softmax over rows against double, with a NaN row and an
+   all -inf row, which come out NaN as before. */
+static void softmax_rows(void) {
+  int64_t rows = 70, c = 1000;
+  zorch_tensor *x = floats(rows * c, randish), *x2 = zorch_reshape(x, 2, (const int64_t[]){rows, c});
+  float *xp = zorch_tensor_data(x2);
+  xp[3 * c + 17] = NAN;
+  for (int64_t j = 0; j < c; j++) xp[5 * c + j] = -INFINITY;
+  xp[7 * c + 3] = INFINITY;
+  for (int lg = 0; lg < 2; lg++) {
+    zorch_tensor *y = lg ? zorch_log_softmax(x2, -1) : zorch_softmax(x2, -1);
+    const float *yp = y ? zorch_tensor_data(y) : NULL;
+    int64_t bad = 0;
+    for (int64_t r = 0; yp && r < rows; r++) {
+      double mx = -INFINITY, sum = 0;
+      bool nan = false;
+      for (int64_t j = 0; j < c; j++) {
+        nan |= isnan(xp[r * c + j]);
+        if (xp[r * c + j] > mx) mx = xp[r * c + j];
+      }
+      for (int64_t j = 0; j < c; j++) sum += exp(xp[r * c + j] - mx);
+      for (int64_t j = 0; j < c; j++) {
+        double ref = nan ? NAN : lg ? xp[r * c + j] - mx - log(sum) : exp(xp[r * c + j] - mx) / sum;
+        if (!near(yp[r * c + j], ref, 1e-6, lg ? 2e-6 : 1e-12)) bad++;
+      }
+    }
+    ok(yp && bad == 0, "%s over rows of %lld matches double (%lld off)", lg ? "log_softmax" : "softmax",
+       (long long)c, (long long)bad);
+    zorch_tensor_free(y);
+  }
+  zorch_tensor_free(x), zorch_tensor_free(x2);
+}
+
+static float offset_noise(int64_t i) { return 1000.0f + (float)sin((double)i * 0.001) + 1e-3f * (float)(i % 7); }
+
+/* The float32 sum of 1e7 values (a large offset, where a single float running
+   sum would be off by percents) against double, and the same on 1 and 2 threads. */
+static void sum_precision(void) {
+  int64_t n = 10000000;
+  zorch_tensor *x = floats(n, offset_noise);
+  const float *xp = zorch_tensor_data(x);
+  double ref = 0;
+  for (int64_t i = 0; i < n; i++) ref += xp[i];
+  double got[2];
+  for (int th = 1; th <= 2; th++) {
+    zorch_set_num_threads(th);
+    zorch_tensor *s = zorch_sum(x, 0, NULL, false);
+    double v = NAN;
+    if (s) zorch_tensor_to_doubles(s, &v, 1);
+    got[th - 1] = v;
+    zorch_tensor_free(s);
+  }
+  zorch_set_num_threads(0);
+  printf("# sum of 1e7: %.10g, double %.10g, relative error %.3g\n", got[0], ref, fabs(got[0] - ref) / ref);
+  ok(fabs(got[0] - ref) <= 1e-7 * fabs(ref), "float32 sum of 1e7 within 1e-7 of double");
+  ok(got[0] == got[1], "the sum is the same on 1 and 2 threads");
+  zorch_tensor *m = zorch_mean(x, 0, NULL, false);
+  double mv = NAN;
+  if (m) zorch_tensor_to_doubles(m, &mv, 1);
+  ok(fabs(mv - ref / (double)n) <= 1e-6 * fabs(ref / (double)n), "float32 mean of 1e7 near double");
+  zorch_tensor_free(m), zorch_tensor_free(x);
+}
+
+/* layer norm over rows of 1024 (with an offset, against cancellation) vs double. */
+static void layer_norm_rows(void) {
+  int64_t rows = 50, c = 1024;
+  zorch_tensor *x = floats(rows * c, offset_noise), *x2 = zorch_reshape(x, 2, (const int64_t[]){rows, c});
+  zorch_tensor *w = floats(c, randish), *b = floats(c, randish);
+  const float *xp = zorch_tensor_data(x2), *wp = zorch_tensor_data(w), *bp = zorch_tensor_data(b);
+  for (int aff = 0; aff < 2; aff++) {
+    zorch_tensor *y = zorch_layer_norm(x2, 1, aff ? w : NULL, aff ? b : NULL, 1e-5);
+    const float *yp = y ? zorch_tensor_data(y) : NULL;
+    int64_t bad = 0;
+    for (int64_t r = 0; yp && r < rows; r++) {
+      double s = 0, ss = 0;
+      for (int64_t j = 0; j < c; j++) s += xp[r * c + j];
+      double mu = s / (double)c;
+      for (int64_t j = 0; j < c; j++) ss += (xp[r * c + j] - mu) * (xp[r * c + j] - mu);
+      double rs = 1 / sqrt(ss / (double)c + 1e-5);
+      for (int64_t j = 0; j < c; j++) {
+        double ref = (xp[r * c + j] - mu) * rs;
+        if (aff) ref = ref * wp[j] + bp[j];
+        if (!near(yp[r * c + j], ref, 1e-5, 1e-4) && bad++ < 3)
+          printf("#   row %lld col %lld: %.9g, double %.9g\n", (long long)r, (long long)j,
+                 yp[r * c + j], ref);
+      }
+    }
+    ok(yp && bad == 0, "layer_norm%s over rows of 1024 matches double (%lld off)",
+       aff ? " with weight and bias" : "", (long long)bad);
+    zorch_tensor_free(y);
+  }
+  zorch_tensor_free(x), zorch_tensor_free(x2), zorch_tensor_free(w), zorch_tensor_free(b);
+}
+
 int main(void) {
+  gelu_sweep(false);
+  gelu_sweep(true);
+  softmax_rows();
+  sum_precision();
+  layer_norm_rows();
   zorch_generator *g = zorch_generator_new(7);
   printf("# BLAS: %s\n", zorch_blas_info());
   /* bf16 keeps 8 significant bits: one rounding of the output is 2^-9 */

@@ -134,33 +134,43 @@ static inline double lanes_sum(const float *lane) {
 }
 
 /* One float32 row: the mean, then the variance about it (two passes, so no
-   cancellation), each summed in 16 float lanes; then the scaled row. */
+   cancellation), each summed in 16 float lanes; then the scaled row. The mean
+   is mu + mu_lo, two floats: x - mu is exact for x near the mean, so the
+   centred values keep double's accuracy when the row has a large offset. */
 CPU_CLONES static void layer_norm_row_f32(float *y, float *mp, float *rp, const float *x,
                                           const float *w, const float *b, int64_t cols,
                                           double eps) {
-  float lane[16] = {0};
+  /* summed about the first value, so that an offset costs no precision */
+  float lane[16] = {0}, x0 = cols ? x[0] : 0;
   int64_t j = 0;
   for (; j + 16 <= cols; j += 16)
-    for (int k = 0; k < 16; k++) lane[k] += x[j + k];
+    for (int k = 0; k < 16; k++) lane[k] += x[j + k] - x0;
   double s = lanes_sum(lane);
-  for (; j < cols; j++) s += x[j];
-  float mu = (float)(s / (double)cols);
+  for (; j < cols; j++) s += x[j] - x0;
+  double mean = (double)x0 + s / (double)cols;
+  float mu = (float)mean, lo = (float)(mean - (double)mu);
   for (int k = 0; k < 16; k++) lane[k] = 0;
   for (j = 0; j + 16 <= cols; j += 16)
-    for (int k = 0; k < 16; k++) lane[k] += (x[j + k] - mu) * (x[j + k] - mu);
+    for (int k = 0; k < 16; k++) {
+      float d = (x[j + k] - mu) - lo;
+      lane[k] += d * d;
+    }
   double ss = lanes_sum(lane);
-  for (; j < cols; j++) ss += (double)(x[j] - mu) * (double)(x[j] - mu);
+  for (; j < cols; j++) {
+    float d = (x[j] - mu) - lo;
+    ss += (double)d * (double)d;
+  }
   float rs = (float)(1.0 / sqrt(ss / (double)cols + eps));
   *mp = mu;
   *rp = rs;
   if (w && b)
-    for (j = 0; j < cols; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];
+    for (j = 0; j < cols; j++) y[j] = ((x[j] - mu) - lo) * rs * w[j] + b[j];
   else if (w)
-    for (j = 0; j < cols; j++) y[j] = (x[j] - mu) * rs * w[j];
+    for (j = 0; j < cols; j++) y[j] = ((x[j] - mu) - lo) * rs * w[j];
   else if (b)
-    for (j = 0; j < cols; j++) y[j] = (x[j] - mu) * rs + b[j];
+    for (j = 0; j < cols; j++) y[j] = ((x[j] - mu) - lo) * rs + b[j];
   else
-    for (j = 0; j < cols; j++) y[j] = (x[j] - mu) * rs;
+    for (j = 0; j < cols; j++) y[j] = ((x[j] - mu) - lo) * rs;
 }
 
 zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
