@@ -7,7 +7,8 @@
 #include <stdint.h>
 
 /* True when a oneDNN with a native bf16 matmul kernel was loaded (once,
-   thread-safe). ZORCH_DNNL=0 turns it off. */
+   thread-safe). ZORCH_DNNL=0 turns it off; sanitizer builds load it only
+   with ZORCH_DNNL=1. */
 bool dnnl_bf16_ready(void);
 
 /* Row-major C (m, n) bf16 = op(A) op(B) (+ bias (n) bf16 when not NULL), A and B

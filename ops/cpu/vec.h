@@ -38,7 +38,9 @@ static inline float zv_expf(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   int32_t n1 = n >> 1, n2 = n - n1;
-  float e = p * zv_bits_f((n1 + 127) << 23) * zv_bits_f((n2 + 127) << 23);
+  /* (shifted unsigned: a NaN input gives an n out of range, harmlessly) */
+  float e = p * zv_bits_f((int32_t)((uint32_t)(n1 + 127) << 23)) *
+            zv_bits_f((int32_t)((uint32_t)(n2 + 127) << 23));
   return x > hi ? x * 2.0f * 1e38f : e; /* +inf above the range (and NaN kept) */
 }
 
