@@ -238,7 +238,52 @@ static void layer_norm_rows(void) {
   zorch_tensor_free(x), zorch_tensor_free(x2), zorch_tensor_free(w), zorch_tensor_free(b);
 }
 
+/* Bitwise equality of two tensors' values (as doubles; NaN equal to NaN). */
+static bool same_values(zorch_tensor *a, zorch_tensor *b) {
+  if (!a || !b || zorch_tensor_numel(a) != zorch_tensor_numel(b)) return false;
+  double *va = values(a), *vb = values(b);
+  bool same = va && vb;
+  for (int64_t i = 0; same && i < zorch_tensor_numel(a); i++)
+    same = va[i] == vb[i] || (isnan(va[i]) && isnan(vb[i]));
+  free(va), free(vb);
+  return same;
+}
+
+/* 16-bit elementwise ops run a block at a time in float32 registers: the same
+   values as converting the whole tensors to float32 and rounding the result
+   once, for contiguous, transposed and broadcast operands, and comparisons. */
+static void elementwise16(zorch_generator *g, zorch_dtype dt) {
+  const char *dn = zorch_dtype_name(dt);
+  zorch_tensor *a = zorch_randn(SHAPE(300, 701), dt, CPU, g), *b = zorch_randn(SHAPE(701, 300), dt, CPU, g);
+  zorch_tensor *row = zorch_randn(SHAPE(701), dt, CPU, g);
+  zorch_tensor *bt = zorch_transpose(b, 0, 1);
+  zorch_tensor *af = zorch_to_dtype(a, ZORCH_F32), *btf = zorch_to_dtype(bt, ZORCH_F32);
+  zorch_tensor *rowf = zorch_to_dtype(row, ZORCH_F32);
+  for (int k = 0; k < 6; k++) {
+    static const char *const what[] = {"gelu", "gelu (tanh)", "exp", "a + b^T", "a * row", "a < b^T"};
+    zorch_tensor *h = NULL, *f = NULL, *fr = NULL;
+    switch (k) {
+      case 0: h = zorch_gelu(a, false), f = zorch_gelu(af, false); break;
+      case 1: h = zorch_gelu(a, true), f = zorch_gelu(af, true); break;
+      case 2: h = zorch_exp(a), f = zorch_exp(af); break;
+      case 3: h = zorch_add(a, bt), f = zorch_add(af, btf); break;
+      case 4: h = zorch_mul(a, row), f = zorch_mul(af, rowf); break;
+      case 5: h = zorch_lt(a, bt), f = zorch_lt(af, btf); break;
+    }
+    fr = k == 5 ? zorch_tensor_retain(f) : zorch_to_dtype(f, dt);
+    ok(h && zorch_tensor_dtype(h) == zorch_tensor_dtype(fr) && same_values(h, fr),
+       "%s %s equals the float32 result rounded once", dn, what[k]);
+    zorch_tensor_free(h), zorch_tensor_free(f), zorch_tensor_free(fr);
+  }
+  zorch_tensor *fr[] = {a, b, row, bt, af, btf, rowf};
+  for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) zorch_tensor_free(fr[i]);
+}
+
 int main(void) {
+  zorch_generator *g0 = zorch_generator_new(3);
+  elementwise16(g0, ZORCH_BF16);
+  elementwise16(g0, ZORCH_F16);
+  zorch_generator_free(g0);
   gelu_sweep(false);
   gelu_sweep(true);
   softmax_rows();
