@@ -16,6 +16,13 @@
 #endif
 #endif
 
+#ifdef _OPENMP
+#include <omp.h>
+#define THREADS() omp_get_max_threads() /* what oneDNN's OpenMP build reads */
+#else
+#define THREADS() 1
+#endif
+
 static char info[128] = "none (built without oneDNN's headers)";
 
 #if defined(DNNL_VERSION_MAJOR) && DNNL_VERSION_MAJOR == 2
@@ -38,8 +45,11 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 /* One problem at a time: the cache, and oneDNN's shared scratchpad. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* A primitive splits its work for the thread count it was built under, so the
+   count is part of the key: ta, tb, m, n, k, lda, ldb, ldc, bias, threads. */
+#define KEY_N 10
 typedef struct {
-  int64_t key[9];
+  int64_t key[KEY_N];
   dnnl_primitive_t prim;
   dnnl_memory_desc_t md[4]; /* a, b, c, bias */
 } cached;
@@ -47,8 +57,8 @@ typedef struct {
 static cached cache[CACHE_N];
 static int cache_used, cache_next;
 
-/* The primitive for one problem (key: ta, tb, m, n, k, lda, ldb, ldc, bias) and
-   its operands' descriptors in e; false when oneDNN has none. Under `lock`. */
+/* The primitive for one problem (its key) and its operands' descriptors in e;
+   false when oneDNN has none. Under `lock`. */
 static bool build(const int64_t *key, cached *e, char *impl, size_t impl_n) {
   bool ta = key[0], tb = key[1], bias = key[8];
   int64_t m = key[2], n = key[3], k = key[4], lda = key[5], ldb = key[6], ldc = key[7];
@@ -111,7 +121,7 @@ static void load(void) {
     return;
   /* a probe problem names the kernel oneDNN picks on this CPU */
   char impl[48] = "none";
-  int64_t key[9] = {0, 0, 64, 64, 64, 64, 64, 64, 0};
+  int64_t key[KEY_N] = {0, 0, 64, 64, 64, 64, 64, 64, 0, THREADS()};
   bool probe = build(key, &cache[0], impl, sizeof impl);
   snprintf(info, sizeof info, "oneDNN %d.%d.%d matmul, kernel %s%s", v->major, v->minor,
            v->patch, impl, probe ? "" : " (not used)");
@@ -129,7 +139,7 @@ bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uin
                     int64_t lda, const uint16_t *b, int64_t ldb, const uint16_t *bias,
                     uint16_t *c, int64_t ldc) {
   if (!dnnl_bf16_ready()) return false;
-  int64_t key[9] = {ta, tb, m, n, k, lda, ldb, ldc, bias != NULL};
+  int64_t key[KEY_N] = {ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, THREADS()};
   pthread_mutex_lock(&lock);
   cached *e = NULL;
   for (int i = 0; i < cache_used && !e; i++)
