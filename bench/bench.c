@@ -308,6 +308,72 @@ static void conv_benches(void) {
   cnn_free(&m);
 }
 
+typedef struct {
+  zorch_tensor *x, *w, *b;
+  int kind;
+} unary_case;
+enum { K_GELU, K_GELU_TANH, K_SOFTMAX, K_LOG_SOFTMAX, K_SUM, K_LAYER_NORM };
+
+static void run_unary(void *ctx) {
+  unary_case *u = ctx;
+  zorch_tensor *r = NULL;
+  switch (u->kind) {
+    case K_GELU: r = zorch_gelu(u->x, false); break;
+    case K_GELU_TANH: r = zorch_gelu(u->x, true); break;
+    case K_SOFTMAX: r = zorch_softmax(u->x, -1); break;
+    case K_LOG_SOFTMAX: r = zorch_log_softmax(u->x, -1); break;
+    case K_SUM: r = zorch_sum(u->x, 0, NULL, false); break;
+    case K_LAYER_NORM: r = zorch_layer_norm(u->x, 1, u->w, u->b, 1e-5); break;
+  }
+  check(r);
+  zorch_tensor_free(r);
+}
+
+/* The transformer kernels and bf16 GEMMs, on 1 and 2 threads (names end _t1, _t2). */
+static void thread_benches(zorch_generator *g) {
+  static const char *const kname[] = {"gelu", "gelu_tanh", "softmax", "log_softmax", "sum",
+                                      "layer_norm"};
+  char name[96];
+  for (int th = 1; th <= 2; th++) {
+    zorch_set_num_threads(th);
+    zorch_dtype dts[2] = {ZORCH_F32, ZORCH_BF16};
+    for (int d = 0; d < 2; d++) {
+      /* 1e7 floats, as rows of 1024 for the row-wise ones */
+      zorch_tensor *x = zorch_randn(SHAPE(10000, 1000), dts[d], CPU, g);
+      zorch_tensor *xr = zorch_randn(SHAPE(9766, 1024), dts[d], CPU, g);
+      zorch_tensor *w = zorch_ones(SHAPE(1024), dts[d], CPU), *b = zorch_zeros(SHAPE(1024), dts[d], CPU);
+      check(x), check(xr), check(w), check(b);
+      for (int k = 0; k < 6; k++) {
+        bool rows = k == K_SOFTMAX || k == K_LOG_SOFTMAX || k == K_LAYER_NORM;
+        unary_case u = {rows ? xr : x, w, b, k};
+        snprintf(name, sizeof name, "%s_1e7%s_t%d", kname[k], d ? "_bf16" : "", th);
+        emit(name, time_it(run_unary, &u, 0.3) * 1e3, "ms");
+      }
+      zorch_tensor_free(x), zorch_tensor_free(xr), zorch_tensor_free(w), zorch_tensor_free(b);
+    }
+    /* bf16 GEMMs: square, and the MLP's forward shape */
+    int64_t shapes[2][3] = {{1024, 1024, 1024}, {256, 1024, 4096}};
+    for (int s = 0; s < 2; s++) {
+      int64_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+      pair mm = {zorch_randn(SHAPE(m, k), ZORCH_BF16, CPU, g), zorch_randn(SHAPE(k, n), ZORCH_BF16, CPU, g)};
+      check(mm.a), check(mm.b);
+      if (s == 0) snprintf(name, sizeof name, "bf16_gemm_1024_t%d", th);
+      else snprintf(name, sizeof name, "bf16_gemm_%lldx%lldx%lld_t%d", (long long)m, (long long)k, (long long)n, th);
+      emit(name, 2.0 * m * n * k / time_it(run_matmul, &mm, 0.5) / 1e9, "GFLOP/s");
+      zorch_tensor_free(mm.a), zorch_tensor_free(mm.b);
+    }
+    for (int d = 0; d < 2; d++) {
+      mlp m;
+      mlp_init_on(&m, 256, 1024, 4096, 1024, false, dts[d], CPU);
+      double t = time_it(run_mlp, &m, 1.0);
+      snprintf(name, sizeof name, "mlp_1024_4096_1024_b256_fwd_bwd%s_t%d", d ? "_bf16" : "", th);
+      emit(name, 5 * 2.0 * 256 * 1024 * 4096 / t / 1e9, "GFLOP/s");
+      mlp_free(&m);
+    }
+  }
+  zorch_set_num_threads(2);
+}
+
 /* The GPU cases: GEMM throughput, the 4096-16384-4096 MLP step at batch 8192,
    and the reference job's step. */
 static void gpu_benches(void) {
@@ -399,6 +465,7 @@ int main(int argc, char **argv) {
 
   attn_benches(CPU, "", g);
   conv_benches();
+  thread_benches(g);
 
   zorch_tensor *fr[] = {mm.a, mm.b, small.a, small.b, big.a, big.b};
   for (int i = 0; i < 6; i++) zorch_tensor_free(fr[i]);

@@ -173,3 +173,24 @@ emit("mlp_1024_4096_1024_b256_fwd_bwd", 5 * 2 * 256 * 1024 * 4096 / t / 1e9, "GF
 emit("simplenet_step", time_it(mlp(64, 10, 20, 2, True), 0.3) * 1e6, "us")
 attention_benches()
 conv_benches()
+
+
+# the transformer kernels and bf16 GEMMs on 1 and 2 threads (bench.c's thread_benches)
+for th in (1, 2):
+    torch.set_num_threads(th)
+    for dt, sfx in ((torch.float32, ""), (torch.bfloat16, "_bf16")):
+        x = torch.randn(10000, 1000).to(dt)
+        xr = torch.randn(9766, 1024).to(dt)
+        w, c = torch.ones(1024, dtype=dt), torch.zeros(1024, dtype=dt)
+        cases = [("gelu", lambda: F.gelu(x)), ("gelu_tanh", lambda: F.gelu(x, approximate="tanh")),
+                 ("softmax", lambda: torch.softmax(xr, -1)), ("log_softmax", lambda: torch.log_softmax(xr, -1)),
+                 ("sum", lambda: x.sum()), ("layer_norm", lambda: F.layer_norm(xr, (1024,), w, c, 1e-5))]
+        for name, f in cases:
+            emit(f"{name}_1e7{sfx}_t{th}", time_it(f, 0.3) * 1e3, "ms")
+    for m, k, n in ((1024, 1024, 1024), (256, 1024, 4096)):
+        a, b = torch.randn(m, k).bfloat16(), torch.randn(k, n).bfloat16()
+        name = "bf16_gemm_1024" if m == 1024 else f"bf16_gemm_{m}x{k}x{n}"
+        emit(f"{name}_t{th}", 2 * m * n * k / time_it(lambda: a @ b, 0.5) / 1e9, "GFLOP/s")
+    for dt, sfx in ((torch.float32, ""), (torch.bfloat16, "_bf16")):
+        t = time_it(mlp(256, 1024, 4096, 1024, False, dt), 1.0)
+        emit(f"mlp_1024_4096_1024_b256_fwd_bwd{sfx}_t{th}", 5 * 2 * 256 * 1024 * 4096 / t / 1e9, "GFLOP/s")

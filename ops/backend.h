@@ -56,6 +56,9 @@ typedef struct backend {
   /* unary, binary and gemm take bfloat16/float16 tensors themselves (computing
      in float32, rounding once); otherwise the op layer converts through float32 */
   bool native16;
+  /* gemm takes bfloat16/float16 operands itself even where native16 is false
+     (the CPU's bf16 matmul units), so matmul and linear do not convert them */
+  bool gemm16;
   zorch_status (*copy)(zorch_tensor *dst, const zorch_tensor *src);
   zorch_status (*fill)(zorch_tensor *dst, double v);
   zorch_status (*unary)(uop op, zorch_tensor *out, const zorch_tensor *a, double p0, double p1);

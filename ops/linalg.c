@@ -23,6 +23,13 @@ static bool mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool 
   return false;
 }
 
+/* The dtype matmul and linear compute dt in: 16-bit stays 16-bit where the
+   backend's GEMM takes it. */
+static zorch_dtype gemm_dtype(const zorch_tensor *like, zorch_dtype dt) {
+  if ((dt == ZORCH_BF16 || dt == ZORCH_F16) && backend_of(like)->gemm16) return dt;
+  return op_compute_dtype_on(like, dt);
+}
+
 /* Ensures the last two dims of t suit GEMM; returns t retained or a copy. */
 static zorch_tensor *gemm_ready(zorch_tensor *t) {
   bool tr;
@@ -106,7 +113,7 @@ static zorch_tensor *matmul_nd(zorch_tensor *a, zorch_tensor *b) {
   if (!zorch_dtype_is_float(dt))
     return err_null(ZORCH_ERR_DTYPE, "matmul: needs floating-point tensors, got %s and %s",
                     zorch_dtype_name(a->dtype), zorch_dtype_name(b->dtype));
-  zorch_dtype cd = op_compute_dtype_on(a, dt);
+  zorch_dtype cd = gemm_dtype(a, dt);
   int64_t sa[ZORCH_MAX_DIMS], sb[ZORCH_MAX_DIMS];
   memcpy(sa, shape, sizeof(int64_t) * (size_t)nbatch);
   memcpy(sb, shape, sizeof(int64_t) * (size_t)nbatch);
@@ -251,7 +258,7 @@ static zorch_status linear_gemm(zorch_tensor *out, zorch_tensor *x, zorch_tensor
 zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act) {
   zorch_dtype dt = ZORCH_F32;
   if (linear_check(x, w, b, act, &dt)) return NULL;
-  zorch_dtype cd = op_compute_dtype_on(x, dt);
+  zorch_dtype cd = gemm_dtype(x, dt);
   int64_t in_f = w->shape[1], out_f = w->shape[0];
   int64_t rows = in_f ? zorch_tensor_numel(x) / in_f : 0;
   for (int i = 0; i < x->ndim - 1 && !in_f; i++) rows = (i ? rows : 1) * x->shape[i];

@@ -4,6 +4,8 @@
 
 const backend cpu_backend = {
     .name = "cpu",
+    .native16 = true, /* unary and binary a block at a time (elementwise.c) */
+    .gemm16 = true,
     .copy = cpu_copy,
     .fill = cpu_fill,
     .unary = cpu_unary,

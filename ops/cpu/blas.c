@@ -1,5 +1,6 @@
 /* blas.c: loading OpenBLAS with the right kernel, and thread settings. */
 #include "blas.h"
+#include "dnnl.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -99,9 +100,17 @@ const blas_api *blas_get(void) {
   return &api;
 }
 
-const char *zorch_blas_info(void) {
+/* OpenBLAS's line, then what runs the bf16 GEMMs (ops/cpu/dnnl.c). */
+static char full_info[320];
+static void blas_info_full(void) {
   blas_get();
-  return info;
+  snprintf(full_info, sizeof full_info, "%s; bf16 GEMM: %s", info, dnnl_info());
+}
+
+const char *zorch_blas_info(void) {
+  static pthread_once_t full_once = PTHREAD_ONCE_INIT;
+  pthread_once(&full_once, blas_info_full);
+  return full_info;
 }
 
 static int num_threads = 0;

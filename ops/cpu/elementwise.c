@@ -7,6 +7,7 @@
 
 #include "../math.h"
 #include "cpu.h"
+#include "vec.h"
 
 #define U1(T) (s[0] == (int64_t)sizeof(T) && s[1] == (int64_t)sizeof(T))
 
@@ -126,13 +127,108 @@ static const char *const bop_names[] = {ZORCH_BINARY_OPS(B_NAME)};
 _Static_assert(sizeof uop_names / sizeof uop_names[0] == UOP_COUNT, "a name per unary op");
 _Static_assert(sizeof bop_names / sizeof bop_names[0] == BOP_COUNT, "a name per binary op");
 
+/* float32 loops on vec.h's vectorised math, in place of the registry's libm ones */
+#define FAST_U(NAME, F)                                                              \
+  CPU_CLONES static void NAME(char **p, const int64_t *s, int64_t n, const double *prm) { \
+    (void)prm;                                                                       \
+    if (s[0] == 4 && s[1] == 4) {                                                    \
+      float *o = (float *)p[0];                                                      \
+      const float *a = (const float *)p[1];                                          \
+      for (int64_t i = 0; i < n; i++) o[i] = F(a[i]);                                \
+    } else {                                                                         \
+      for (int64_t i = 0; i < n; i++) *(float *)(p[0] + i * s[0]) = F(*(const float *)(p[1] + i * s[1])); \
+    }                                                                                \
+  }
+#define FAST_B(NAME, F)                                                              \
+  CPU_CLONES static void NAME(char **p, const int64_t *s, int64_t n, const double *prm) { \
+    (void)prm;                                                                       \
+    if (s[0] == 4 && s[1] == 4 && s[2] == 4) {                                       \
+      float *o = (float *)p[0];                                                      \
+      const float *a = (const float *)p[1], *b = (const float *)p[2];                \
+      for (int64_t i = 0; i < n; i++) o[i] = F(a[i], b[i]);                          \
+    } else {                                                                         \
+      for (int64_t i = 0; i < n; i++)                                                \
+        *(float *)(p[0] + i * s[0]) =                                                \
+            F(*(const float *)(p[1] + i * s[1]), *(const float *)(p[2] + i * s[2])); \
+    }                                                                                \
+  }
+FAST_U(fast_gelu, zv_gelu)
+FAST_U(fast_gelu_tanh, zv_gelu_tanh)
+FAST_B(fast_gelu_bwd, zv_gelu_bwd)
+FAST_B(fast_gelu_tanh_bwd, zv_gelu_tanh_bwd)
+static const cpu_loop ufast[UOP_COUNT] = {[UOP_GELU] = fast_gelu, [UOP_GELU_TANH] = fast_gelu_tanh};
+static const cpu_loop bfast[BOP_COUNT] = {[BOP_GELU_BWD] = fast_gelu_bwd,
+                                          [BOP_GELU_TANH_BWD] = fast_gelu_tanh_bwd};
+
 static zorch_status no_kernel(const char *op, zorch_dtype dt) {
   return err_set(ZORCH_ERR_DTYPE, "%s: no CPU kernel for dtype %s", op, zorch_dtype_name(dt));
 }
 
+/* ---- 16-bit operands: the float32 loops, a block at a time --------------------------
+   Each block of inputs is widened into float32 buffers on the stack, the float32
+   loop runs on them and its results are rounded once into the 16-bit output (a
+   bool output, of comparisons, is written in place): the very values of a
+   whole-tensor conversion, without its temporaries. */
+#define HALF_BLK 512
+typedef struct {
+  double prm[2]; /* first: the loops get a pointer to it */
+  cpu_loop f;
+  zorch_dtype dt;
+  int nin;
+  bool out16;
+} half_ctx;
+
+CPU_CLONES static void widen16(float *f, const char *p, int64_t s, int64_t n, zorch_dtype dt) {
+  if (dt == ZORCH_BF16 && s == 2)
+    for (int64_t i = 0; i < n; i++) f[i] = zm_bf16_to_f32(((const uint16_t *)p)[i]);
+  else if (dt == ZORCH_BF16)
+    for (int64_t i = 0; i < n; i++) f[i] = zm_bf16_to_f32(*(const uint16_t *)(p + i * s));
+  else
+    for (int64_t i = 0; i < n; i++) f[i] = zm_f16_to_f32(*(const uint16_t *)(p + i * s));
+}
+
+CPU_CLONES static void narrow16(char *p, int64_t s, const float *f, int64_t n, zorch_dtype dt) {
+  if (dt == ZORCH_BF16 && s == 2)
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)p)[i] = zm_f32_to_bf16(f[i]);
+  else if (dt == ZORCH_BF16)
+    for (int64_t i = 0; i < n; i++) *(uint16_t *)(p + i * s) = zm_f32_to_bf16(f[i]);
+  else
+    for (int64_t i = 0; i < n; i++) *(uint16_t *)(p + i * s) = zm_f32_to_f16(f[i]);
+}
+
+static void half_loop(char **p, const int64_t *s, int64_t n, const double *prm) {
+  const half_ctx *c = (const half_ctx *)(const void *)prm;
+  float buf[3][HALF_BLK];
+  for (int64_t i0 = 0; i0 < n; i0 += HALF_BLK) {
+    int64_t m = n - i0 < HALF_BLK ? n - i0 : HALF_BLK;
+    char *q[3];
+    int64_t qs[3] = {4, 4, 4};
+    for (int k = 1; k <= c->nin; k++) {
+      widen16(buf[k], p[k] + i0 * s[k], s[k], m, c->dt);
+      q[k] = (char *)buf[k];
+    }
+    q[0] = c->out16 ? (char *)buf[0] : p[0] + i0 * s[0];
+    if (!c->out16) qs[0] = s[0];
+    c->f(q, qs, m, c->prm);
+    if (c->out16) narrow16(p[0] + i0 * s[0], s[0], buf[0], m, c->dt);
+  }
+}
+
+static bool is16(zorch_dtype dt) { return dt == ZORCH_BF16 || dt == ZORCH_F16; }
+
 zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double p0, double p1) {
-  cpu_loop fn = utab[a->dtype][op];
+  bool h = is16(a->dtype);
+  zorch_dtype ld = h ? ZORCH_F32 : a->dtype;
+  cpu_loop fn = ld == ZORCH_F32 && ufast[op] ? ufast[op] : utab[ld][op];
   if (!fn) return no_kernel(uop_names[op], a->dtype);
+  if (h) {
+    const zorch_tensor *ts[2] = {out, a};
+    cpu_iter it;
+    cpu_iter_init(&it, 2, ts);
+    half_ctx c = {{p0, p1}, fn, a->dtype, 1, true};
+    cpu_iter_run(&it, half_loop, c.prm);
+    return ZORCH_OK;
+  }
   const zorch_tensor *ts[2] = {out, a};
   cpu_iter it;
   cpu_iter_init(&it, 2, ts);
@@ -143,8 +239,18 @@ zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double 
 
 zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b,
                         double p0, double p1) {
-  cpu_loop fn = btab[a->dtype][op];
+  bool h = is16(a->dtype);
+  zorch_dtype ld = h ? ZORCH_F32 : a->dtype;
+  cpu_loop fn = ld == ZORCH_F32 && bfast[op] ? bfast[op] : btab[ld][op];
   if (!fn) return no_kernel(bop_names[op], a->dtype);
+  if (h) {
+    const zorch_tensor *ts[3] = {out, a, b};
+    cpu_iter it;
+    cpu_iter_init(&it, 3, ts);
+    half_ctx c = {{p0, p1}, fn, a->dtype, 2, is16(out->dtype)};
+    cpu_iter_run(&it, half_loop, c.prm);
+    return ZORCH_OK;
+  }
   const zorch_tensor *ts[3] = {out, a, b};
   cpu_iter it;
   cpu_iter_init(&it, 3, ts);

@@ -1,7 +1,13 @@
 /* gemm.c: CPU matrix multiply through BLAS, with a plain loop nest where no BLAS
-   library is present. */
+   library is present. bfloat16 runs on oneDNN's bf16 matmul (ops/cpu/dnnl.c)
+   where it is loaded; 16-bit GEMMs otherwise convert through float32. */
+#include <stdlib.h>
+
+#include "../math.h"
 #include "blas.h"
 #include "cpu.h"
+#include "dnnl.h"
+#include "kernels.h"
 
 #define GEMM_REF(T)                                                                    \
   {                                                                                    \
@@ -29,6 +35,61 @@
     for (int64_t j = 0; j < n; j++)                                                    \
       if (!(((T *)c)[i * ldc + j] > 0)) ((T *)c)[i * ldc + j] = 0;
 
+/* rows x cols of a 16-bit matrix (leading dim ld) into packed float32, and back. */
+static float *widen(const void *p, int64_t rows, int64_t cols, int64_t ld, zorch_dtype dt) {
+  float *f = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof(float));
+  if (!f) return NULL;
+  const uint16_t *h = p;
+#pragma omp parallel for if (rows * cols >= CPU_GRAIN)
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++)
+      f[i * cols + j] = dt == ZORCH_BF16 ? zm_bf16_to_f32(h[i * ld + j]) : zm_f16_to_f32(h[i * ld + j]);
+  return f;
+}
+
+static void narrow(void *p, const float *f, int64_t rows, int64_t cols, int64_t ld, zorch_dtype dt) {
+  uint16_t *h = p;
+#pragma omp parallel for if (rows * cols >= CPU_GRAIN)
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++)
+      h[i * ld + j] = dt == ZORCH_BF16 ? zm_f32_to_bf16(f[i * cols + j]) : zm_f32_to_f16(f[i * cols + j]);
+}
+
+/* relu of a 16-bit C in place: both formats keep the sign in the top bit, and
+   NaN goes to 0 as in the float32 epilogue. */
+static void relu16(void *c, int64_t m, int64_t n, int64_t ldc, zorch_dtype dt) {
+  uint16_t *h = c, nan = dt == ZORCH_BF16 ? 0x7f80 : 0x7c00;
+#pragma omp parallel for if (m * n >= CPU_GRAIN)
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      uint16_t v = h[i * ldc + j];
+      if ((v & 0x8000) || (v & 0x7fff) > nan || (v & 0x7fff) == 0) h[i * ldc + j] = 0;
+    }
+}
+
+/* A 16-bit GEMM through float32 copies of the operands. */
+static zorch_status gemm16_via_f32(const gemm_args *g) {
+  gemm_args f = *g;
+  float *a = NULL, *b = NULL, *c = NULL, *bias = NULL;
+  zorch_status st = ZORCH_OK;
+  int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k;
+  int64_t br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
+  if (!(a = widen(g->a, ar, ac, g->lda, g->dt)) || !(b = widen(g->b, br, bc, g->ldb, g->dt)) ||
+      !(c = g->beta != 0 ? widen(g->c, g->m, g->n, g->ldc, g->dt)
+                         : malloc((size_t)(g->m * g->n) * sizeof(float))) ||
+      (g->bias && !(bias = widen(g->bias, 1, g->n, g->n, g->dt)))) {
+    st = err_set(ZORCH_ERR_OOM, "matmul: out of memory for the float32 copies of a %lldx%lldx%lld "
+                 "GEMM", (long long)g->m, (long long)g->n, (long long)g->k);
+    goto done;
+  }
+  f.dt = ZORCH_F32, f.a = a, f.b = b, f.c = c, f.bias = bias;
+  f.lda = ac, f.ldb = bc, f.ldc = g->n;
+  if (!(st = cpu_gemm(&f))) narrow(g->c, c, g->m, g->n, g->ldc, g->dt);
+done:
+  free(a), free(b), free(c), free(bias);
+  return st;
+}
+
 zorch_status cpu_gemm(const gemm_args *g) {
   int64_t m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb, ldc = g->ldc;
   bool ta = g->ta, tb = g->tb;
@@ -36,6 +97,14 @@ zorch_status cpu_gemm(const gemm_args *g) {
   const void *a = g->a, *b = g->b;
   void *c = g->c;
   if (m == 0 || n == 0) return ZORCH_OK;
+  if (g->dt == ZORCH_BF16 || g->dt == ZORCH_F16) {
+    if (g->dt == ZORCH_BF16 && k > 0 && alpha == 1 && beta == 0 &&
+        dnnl_bf16_gemm(ta, tb, m, n, k, a, lda, b, ldb, g->bias, c, ldc)) {
+      if (g->relu) relu16(c, m, n, ldc, g->dt);
+      return ZORCH_OK;
+    }
+    return gemm16_via_f32(g);
+  }
   if (g->dt != ZORCH_F32 && g->dt != ZORCH_F64)
     return err_set(ZORCH_ERR_DTYPE, "matmul: no CPU kernel for dtype %s", zorch_dtype_name(g->dt));
   if (g->bias && beta != 0)

@@ -142,9 +142,65 @@ zorch_status cpu_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_t
     }                                                                             \
   }
 
+/* Sum of n floats in 16 lanes, the lanes added in double. */
+static inline double lanes_sum(const float *lane) {
+  double s = 0;
+  for (int k = 0; k < 16; k++) s += lane[k];
+  return s;
+}
+
+/* One float32 row: the mean, then the variance about it (two passes, so no
+   cancellation), each summed in 16 float lanes; then the scaled row. The mean
+   is mu + mu_lo, two floats: x - mu is exact for x near the mean, so the
+   centred values keep double's accuracy when the row has a large offset. */
+CPU_CLONES static void layer_norm_row_f32(float *y, float *mp, float *rp, const float *x,
+                                          const float *w, const float *b, int64_t cols,
+                                          double eps) {
+  /* summed about the first value, so that an offset costs no precision */
+  float lane[16] = {0}, x0 = cols ? x[0] : 0;
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16)
+    for (int k = 0; k < 16; k++) lane[k] += x[j + k] - x0;
+  double s = lanes_sum(lane);
+  for (; j < cols; j++) s += x[j] - x0;
+  double mean = (double)x0 + s / (double)cols;
+  float mu = (float)mean, lo = (float)(mean - (double)mu);
+  for (int k = 0; k < 16; k++) lane[k] = 0;
+  for (j = 0; j + 16 <= cols; j += 16)
+    for (int k = 0; k < 16; k++) {
+      float d = (x[j + k] - mu) - lo;
+      lane[k] += d * d;
+    }
+  double ss = lanes_sum(lane);
+  for (; j < cols; j++) {
+    float d = (x[j] - mu) - lo;
+    ss += (double)d * (double)d;
+  }
+  float rs = (float)(1.0 / sqrt(ss / (double)cols + eps));
+  *mp = mu;
+  *rp = rs;
+  if (w && b)
+    for (j = 0; j < cols; j++) y[j] = ((x[j] - mu) - lo) * rs * w[j] + b[j];
+  else if (w)
+    for (j = 0; j < cols; j++) y[j] = ((x[j] - mu) - lo) * rs * w[j];
+  else if (b)
+    for (j = 0; j < cols; j++) y[j] = ((x[j] - mu) - lo) * rs + b[j];
+  else
+    for (j = 0; j < cols; j++) y[j] = ((x[j] - mu) - lo) * rs;
+}
+
 zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
                             const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
                             int64_t rows, int64_t cols, double eps) {
+  if (x->dtype == ZORCH_F32) {
+    float *yp = (float *)tensor_ptr(y), *mp = (float *)tensor_ptr(mean), *rp = (float *)tensor_ptr(rstd);
+    const float *xp = (const float *)tensor_ptr(x);
+    const float *wp = w ? (const float *)tensor_ptr(w) : NULL, *bp = b ? (const float *)tensor_ptr(b) : NULL;
+#pragma omp parallel for if (rows * cols >= CPU_GRAIN)
+    for (int64_t r = 0; r < rows; r++)
+      layer_norm_row_f32(yp + r * cols, mp + r, rp + r, xp + r * cols, wp, bp, cols, eps);
+    return ZORCH_OK;
+  }
   switch (x->dtype) {
     case ZORCH_F32: LAYER_NORM(float) return ZORCH_OK;
     case ZORCH_F64: LAYER_NORM(double) return ZORCH_OK;

@@ -1,0 +1,193 @@
+/* dnnl.c: the oneDNN loader and its bf16 matmul. oneDNN's matmul primitive reads
+   and writes bf16 itself and runs its brgemm kernels on AVX512-BF16 (and AMX
+   where present); it is about twice OpenBLAS's float32 GEMM at zorch's shapes
+   (docs/performance.md). Primitives are built once per problem and kept. */
+#include "dnnl.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__has_include)
+#if __has_include(<dnnl.h>)
+#include <dnnl.h>
+#endif
+#endif
+
+#ifdef _OPENMP
+#include <omp.h>
+#define THREADS() omp_get_max_threads() /* what oneDNN's OpenMP build reads */
+#else
+#define THREADS() 1
+#endif
+
+static char info[128] = "none (built without oneDNN's headers)";
+
+#if defined(DNNL_VERSION_MAJOR) && DNNL_VERSION_MAJOR == 2
+
+/* The entry points, typed from the header they were built against. */
+#define DNNL_FNS(X)                                                                    \
+  X(dnnl_version) X(dnnl_engine_create) X(dnnl_stream_create)                           \
+  X(dnnl_memory_desc_init_by_strides) X(dnnl_matmul_desc_init)                          \
+  X(dnnl_primitive_desc_create) X(dnnl_primitive_desc_destroy)                          \
+  X(dnnl_primitive_desc_query) X(dnnl_primitive_create) X(dnnl_primitive_execute)       \
+  X(dnnl_primitive_destroy) X(dnnl_memory_create) X(dnnl_memory_destroy)            \
+  X(dnnl_stream_wait)
+#define DECL(f) static __typeof__(&f) p_##f;
+DNNL_FNS(DECL)
+
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+static bool ready;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+/* One problem at a time: the cache, and oneDNN's shared scratchpad. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A primitive splits its work for the thread count it was built under, so the
+   count is part of the key: ta, tb, m, n, k, lda, ldb, ldc, bias, threads. */
+#define KEY_N 10
+typedef struct {
+  int64_t key[KEY_N];
+  dnnl_primitive_t prim;
+  dnnl_memory_desc_t md[4]; /* a, b, c, bias */
+} cached;
+#define CACHE_N 64
+static cached cache[CACHE_N];
+static int cache_used, cache_next;
+
+/* The primitive for one problem (its key) and its operands' descriptors in e;
+   false when oneDNN has none. Under `lock`. */
+static bool build(const int64_t *key, cached *e, char *impl, size_t impl_n) {
+  bool ta = key[0], tb = key[1], bias = key[8];
+  int64_t m = key[2], n = key[3], k = key[4], lda = key[5], ldb = key[6], ldc = key[7];
+  dnnl_memory_desc_t *ma = &e->md[0], *mb = &e->md[1], *mc = &e->md[2], *mbias = &e->md[3];
+  dnnl_dims_t da = {m, k}, db = {k, n}, dc = {m, n}, dbias = {1, n};
+  dnnl_dims_t sa = {ta ? 1 : lda, ta ? lda : 1}, sb = {tb ? 1 : ldb, tb ? ldb : 1},
+              sc = {ldc, 1}, sbias = {n, 1};
+  if (p_dnnl_memory_desc_init_by_strides(ma, 2, da, dnnl_bf16, sa) ||
+      p_dnnl_memory_desc_init_by_strides(mb, 2, db, dnnl_bf16, sb) ||
+      p_dnnl_memory_desc_init_by_strides(mc, 2, dc, dnnl_bf16, sc) ||
+      p_dnnl_memory_desc_init_by_strides(mbias, 2, dbias, dnnl_bf16, sbias))
+    return false;
+  dnnl_matmul_desc_t md;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_primitive_t prim = NULL;
+  if (p_dnnl_matmul_desc_init(&md, ma, mb, bias ? mbias : NULL, mc) ||
+      p_dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL))
+    return false;
+  const char *name = NULL;
+  if (p_dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) || !name) name = "?";
+  if (impl) snprintf(impl, impl_n, "%s", name);
+  /* the reference kernel is slower than converting to float32 */
+  if (strncmp(name, "ref", 3) != 0 && p_dnnl_primitive_create(&prim, pd)) prim = NULL;
+  p_dnnl_primitive_desc_destroy(pd);
+  memcpy(e->key, key, sizeof e->key);
+  e->prim = prim;
+  return prim != NULL;
+}
+
+static void load(void) {
+  const char *env = getenv("ZORCH_DNNL");
+  if (env && strcmp(env, "0") == 0) {
+    snprintf(info, sizeof info, "off (ZORCH_DNNL=0)");
+    return;
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  /* LeakSanitizer's exit scan crashes on oneDNN's threads: sanitizer builds
+     test the float32 path unless ZORCH_DNNL=1 asks for oneDNN */
+  if (!env || strcmp(env, "1") != 0) {
+    snprintf(info, sizeof info, "off (sanitizer build; ZORCH_DNNL=1 loads oneDNN)");
+    return;
+  }
+#endif
+  void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(info, sizeof info, "none (libdnnl.so.2 not found)");
+    return;
+  }
+#define LOAD(f) p_##f = (__typeof__(&f))dlsym(h, #f); if (!p_##f) return;
+  DNNL_FNS(LOAD)
+#undef LOAD
+  const dnnl_version_t *v = p_dnnl_version();
+  if (v->major != DNNL_VERSION_MAJOR) {
+    snprintf(info, sizeof info, "none (oneDNN %d.%d, built for %d.x)", v->major, v->minor,
+             DNNL_VERSION_MAJOR);
+    return;
+  }
+  if (p_dnnl_engine_create(&engine, dnnl_cpu, 0) ||
+      p_dnnl_stream_create(&stream, engine, dnnl_stream_default_flags))
+    return;
+  /* a probe problem names the kernel oneDNN picks on this CPU */
+  char impl[48] = "none";
+  int64_t key[KEY_N] = {0, 0, 64, 64, 64, 64, 64, 64, 0, THREADS()};
+  bool probe = build(key, &cache[0], impl, sizeof impl);
+  snprintf(info, sizeof info, "oneDNN %d.%d.%d matmul, kernel %s%s", v->major, v->minor,
+           v->patch, impl, probe ? "" : " (not used)");
+  if (!probe) return;
+  cache_used = cache_next = 1;
+  ready = true;
+}
+
+bool dnnl_bf16_ready(void) {
+  pthread_once(&once, load);
+  return ready;
+}
+
+bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                    int64_t lda, const uint16_t *b, int64_t ldb, const uint16_t *bias,
+                    uint16_t *c, int64_t ldc) {
+  if (!dnnl_bf16_ready()) return false;
+  int64_t key[KEY_N] = {ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, THREADS()};
+  pthread_mutex_lock(&lock);
+  cached *e = NULL;
+  for (int i = 0; i < cache_used && !e; i++)
+    if (memcmp(cache[i].key, key, sizeof key) == 0) e = &cache[i];
+  if (!e) {
+    /* round robin: zorch's models use a few dozen shapes at most */
+    cached fresh;
+    if (build(key, &fresh, NULL, 0)) {
+      e = &cache[cache_next];
+      if (cache_used == CACHE_N) p_dnnl_primitive_destroy(e->prim);
+      *e = fresh;
+      cache_next = (cache_next + 1) % CACHE_N;
+      if (cache_used < CACHE_N) cache_used++;
+    }
+  }
+  bool ok = false;
+  dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
+  void *ptr[4] = {(void *)a, (void *)b, c, (void *)bias};
+  int nargs = bias ? 4 : 3;
+  if (e) {
+    ok = true;
+    for (int i = 0; i < nargs && ok; i++)
+      ok = p_dnnl_memory_create(&mem[i], &e->md[i], engine, ptr[i]) == dnnl_success;
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]},
+                               {DNNL_ARG_DST, mem[2]}, {DNNL_ARG_BIAS, mem[3]}};
+    ok = ok && p_dnnl_primitive_execute(e->prim, stream, nargs, args) == dnnl_success &&
+         p_dnnl_stream_wait(stream) == dnnl_success;
+    for (int i = 0; i < nargs; i++)
+      if (mem[i]) p_dnnl_memory_destroy(mem[i]);
+  }
+  pthread_mutex_unlock(&lock);
+  return ok;
+}
+
+#else /* no oneDNN 2.x headers at build time */
+
+bool dnnl_bf16_ready(void) { return false; }
+
+bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                    int64_t lda, const uint16_t *b, int64_t ldb, const uint16_t *bias,
+                    uint16_t *c, int64_t ldc) {
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
+  (void)bias, (void)c, (void)ldc;
+  return false;
+}
+#endif
+
+const char *dnnl_info(void) {
+  dnnl_bf16_ready();
+  return info;
+}

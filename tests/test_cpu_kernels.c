@@ -1,0 +1,299 @@
+/* The CPU's fast kernels against double-precision references: the 16-bit GEMM
+   (oneDNN's bf16 matmul where loaded, the float32 fallback otherwise, both
+   checked), and the vectorised transformer kernels. */
+#include "tap.h"
+
+static double *values(zorch_tensor *t) {
+  int64_t n = zorch_tensor_numel(t);
+  double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+  if (zorch_tensor_to_doubles(t, v, n)) {
+    free(v);
+    return NULL;
+  }
+  return v;
+}
+
+/* c (m, n) against op(a) op(b) (+ bias, relu) in double on the very 16-bit
+   inputs; a is (m, k) or (k, m) when ta. Tolerance: the output's rounding to
+   16 bits plus float32 accumulation over k terms. */
+static bool gemm_close(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, zorch_tensor *bias,
+                       bool ta, bool tb, bool relu, double rel) {
+  int64_t m = zorch_tensor_shape(c)[0], n = zorch_tensor_shape(c)[1];
+  int64_t k = zorch_tensor_shape(a)[ta ? 0 : 1];
+  double *va = values(a), *vb = values(b), *vc = values(c), *vbias = bias ? values(bias) : NULL;
+  bool good = va && vb && vc && (!bias || vbias);
+  double worst = 0;
+  for (int64_t i = 0; i < m && good; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double s = vbias ? vbias[j] : 0, mag = fabs(s);
+      for (int64_t l = 0; l < k; l++) {
+        double x = ta ? va[l * m + i] : va[i * k + l], y = tb ? vb[j * k + l] : vb[l * n + j];
+        s += x * y;
+        mag += fabs(x * y);
+      }
+      if (relu && !(s > 0)) s = 0;
+      double err = fabs(vc[i * n + j] - s), tol = rel * fabs(s) + 1e-5 * mag + 1e-30;
+      if (err / tol > worst) worst = err / tol;
+    }
+  if (worst > 1) printf("#   worst error %.3g of the tolerance\n", worst);
+  free(va), free(vb), free(vc), free(vbias);
+  return good && worst <= 1;
+}
+
+static void gemm16(zorch_generator *g, zorch_dtype dt, double rel) {
+  const char *dn = zorch_dtype_name(dt);
+  /* odd sizes, and each of the four transpose cases through views */
+  int64_t sz[][3] = {{37, 65, 19}, {64, 64, 64}, {256, 128, 96}, {1, 300, 7}};
+  for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
+    for (int t = 0; t < 4; t++) {
+      bool ta = t & 1, tb = t & 2;
+      int64_t m = sz[s][0], k = sz[s][1], n = sz[s][2];
+      zorch_tensor *a = ta ? zorch_randn(SHAPE(k, m), dt, CPU, g) : zorch_randn(SHAPE(m, k), dt, CPU, g);
+      zorch_tensor *b = tb ? zorch_randn(SHAPE(n, k), dt, CPU, g) : zorch_randn(SHAPE(k, n), dt, CPU, g);
+      zorch_tensor *av = ta ? zorch_transpose(a, 0, 1) : zorch_tensor_retain(a);
+      zorch_tensor *bv = tb ? zorch_transpose(b, 0, 1) : zorch_tensor_retain(b);
+      zorch_tensor *c = zorch_matmul(av, bv);
+      ok(c && zorch_tensor_dtype(c) == dt && gemm_close(c, a, b, NULL, ta, tb, false, rel),
+         "%s matmul %lldx%lldx%lld%s%s matches double", dn, (long long)m, (long long)k,
+         (long long)n, ta ? " A^T" : "", tb ? " B^T" : "");
+      zorch_tensor_free(a), zorch_tensor_free(b), zorch_tensor_free(av), zorch_tensor_free(bv);
+      zorch_tensor_free(c);
+    }
+  /* linear: the bias and relu epilogues (weight (out, in) is B transposed) */
+  for (int relu = 0; relu < 2; relu++) {
+    zorch_tensor *x = zorch_randn(SHAPE(50, 70), dt, CPU, g), *w = zorch_randn(SHAPE(30, 70), dt, CPU, g);
+    zorch_tensor *bias = zorch_randn(SHAPE(30), dt, CPU, g);
+    zorch_tensor *y = zorch_linear_act(x, w, bias, relu ? ZORCH_ACT_RELU : ZORCH_ACT_NONE);
+    ok(y && zorch_tensor_dtype(y) == dt && gemm_close(y, x, w, bias, false, true, relu, rel),
+       "%s linear with bias%s matches double", dn, relu ? " and relu" : "");
+    zorch_tensor_free(x), zorch_tensor_free(w), zorch_tensor_free(bias), zorch_tensor_free(y);
+  }
+}
+
+/* A float32 tensor of n values from f(i). */
+static zorch_tensor *floats(int64_t n, float (*f)(int64_t)) {
+  zorch_tensor *t = zorch_zeros(SHAPE(n), ZORCH_F32, CPU);
+  float *p = zorch_tensor_data(t);
+  for (int64_t i = 0; i < n; i++) p[i] = f(i);
+  return t;
+}
+
+/* -12 .. 12 in steps that hit many mantissas, and the special values */
+#define SWEEP 400000
+static float sweep_at(int64_t i) {
+  static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-30f, -1e-30f, 88.0f, -88.0f};
+  if (i < 9) return special[i];
+  return (float)(-12.0 + 24.0 * (double)(i - 9) / (double)(SWEEP - 10));
+}
+
+/* The references in double, in forms that do not cancel for x << 0:
+   1 + erf(x/sqrt 2) = erfc(-x/sqrt 2), 1 + tanh u = 2 / (1 + e^{-2u}). */
+static double gelu_ref(double x, bool tanh_form) {
+  if (!tanh_form) return 0.5 * x * erfc(-x / sqrt(2.0));
+  double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
+  return x / (1 + exp(-2 * u));
+}
+static double gelu_grad_ref(double x, bool tanh_form) {
+  if (!tanh_form) return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+  double k = 0.79788456080286535588, u = k * (x + 0.044715 * x * x * x);
+  double e = exp(-2 * u), s = 1 / (1 + e), one_s = isinf(e) ? 1 : e * s;
+  return s + 2 * x * s * one_s * k * (1 + 3 * 0.044715 * x * x);
+}
+
+/* Same NaN-ness, same infinity, or within rel * |ref| + abs. */
+static bool near(double got, double ref, double rel, double abs_) {
+  if (isnan(ref) || isnan(got)) return isnan(ref) && isnan(got);
+  if (isinf(ref) || isinf(got)) return got == ref;
+  return fabs(got - ref) <= rel * fabs(ref) + abs_;
+}
+
+/* GELU, forward and backward, against double-precision libm over the sweep:
+   within a few float32 roundings of the value, also for x << 0 where 1 + erf
+   cancels (float32 libm code loses its relative accuracy there). */
+static void gelu_sweep(bool tanh_form) {
+  const char *name = tanh_form ? "gelu (tanh)" : "gelu";
+  zorch_tensor *x = floats(SWEEP, sweep_at);
+  zorch_set_requires_grad(x, true);
+  zorch_tensor *y = zorch_gelu(x, tanh_form), *s = y ? zorch_sum(y, 0, NULL, false) : NULL;
+  ok(s && !zorch_backward(s, NULL, false), "%s forward and backward over the sweep", name);
+  zorch_tensor *g = zorch_grad(x);
+  const float *yp = y ? zorch_tensor_data(y) : NULL, *gp = g ? zorch_tensor_data(g) : NULL;
+  int64_t bad = 0, bad_g = 0;
+  double worst = 0;
+  for (int64_t i = 0; yp && gp && i < SWEEP; i++) {
+    double xv = sweep_at(i), r = gelu_ref(xv, tanh_form), rg = gelu_grad_ref(xv, tanh_form);
+    /* the (-inf) corner is 0 * inf, NaN in every form */
+    if (isinf(xv) && xv < 0) r = NAN;
+    /* the tanh form's u takes a few float32 roundings (relative 6e-8 each),
+       which move e^{-2u} by 2|u| times that */
+    double u = 0.79788456080286535588 * (xv + 0.044715 * xv * xv * xv);
+    if (!near(yp[i], r, tanh_form ? 5e-7 + 5e-7 * fabs(u) : 5e-7, 1e-37) && bad++ < 3)
+      printf("#   at %.9g: %.9g, double %.9g\n", xv, yp[i], r);
+    if (isfinite(xv) && !near(gp[i], rg, 5e-7, 1e-7) && bad_g++ < 3)
+      printf("#   gradient at %.9g: %.9g, double %.9g\n", xv, gp[i], rg);
+    if (isfinite(r) && fabs(r) > 1e-3) {
+      double e = fabs(yp[i] - r) / fabs(r);
+      if (e > worst) worst = e;
+    }
+  }
+  printf("# %s: worst relative error %.3g where |gelu| > 1e-3\n", name, worst);
+  ok(yp && bad == 0, "%s matches double-precision libm (%lld off)", name, (long long)bad);
+  ok(gp && bad_g == 0, "%s gradient matches double-precision libm (%lld off)", name, (long long)bad_g);
+  zorch_tensor_free(x), zorch_tensor_free(y), zorch_tensor_free(s);
+}
+
+static float randish(int64_t i) { return (float)(sin((double)i * 12.9898) * 8.0); }
+
+/* softmax and log_softmax over rows against double, with a NaN row and an
+   all -inf row, which come out NaN as before. */
+static void softmax_rows(void) {
+  int64_t rows = 70, c = 1000;
+  zorch_tensor *x = floats(rows * c, randish), *x2 = zorch_reshape(x, 2, (const int64_t[]){rows, c});
+  float *xp = zorch_tensor_data(x2);
+  xp[3 * c + 17] = NAN;
+  for (int64_t j = 0; j < c; j++) xp[5 * c + j] = -INFINITY;
+  xp[7 * c + 3] = INFINITY;
+  for (int lg = 0; lg < 2; lg++) {
+    zorch_tensor *y = lg ? zorch_log_softmax(x2, -1) : zorch_softmax(x2, -1);
+    const float *yp = y ? zorch_tensor_data(y) : NULL;
+    int64_t bad = 0;
+    for (int64_t r = 0; yp && r < rows; r++) {
+      double mx = -INFINITY, sum = 0;
+      bool nan = false;
+      for (int64_t j = 0; j < c; j++) {
+        nan |= isnan(xp[r * c + j]);
+        if (xp[r * c + j] > mx) mx = xp[r * c + j];
+      }
+      for (int64_t j = 0; j < c; j++) sum += exp(xp[r * c + j] - mx);
+      for (int64_t j = 0; j < c; j++) {
+        double ref = nan ? NAN : lg ? xp[r * c + j] - mx - log(sum) : exp(xp[r * c + j] - mx) / sum;
+        if (!near(yp[r * c + j], ref, 1e-6, lg ? 2e-6 : 1e-12)) bad++;
+      }
+    }
+    ok(yp && bad == 0, "%s over rows of %lld matches double (%lld off)", lg ? "log_softmax" : "softmax",
+       (long long)c, (long long)bad);
+    zorch_tensor_free(y);
+  }
+  zorch_tensor_free(x), zorch_tensor_free(x2);
+}
+
+static float offset_noise(int64_t i) { return 1000.0f + (float)sin((double)i * 0.001) + 1e-3f * (float)(i % 7); }
+
+/* The float32 sum of 1e7 values (a large offset, where a single float running
+   sum would be off by percents) against double, and the same on 1 and 2 threads. */
+static void sum_precision(void) {
+  int64_t n = 10000000;
+  zorch_tensor *x = floats(n, offset_noise);
+  const float *xp = zorch_tensor_data(x);
+  double ref = 0;
+  for (int64_t i = 0; i < n; i++) ref += xp[i];
+  double got[2];
+  for (int th = 1; th <= 2; th++) {
+    zorch_set_num_threads(th);
+    zorch_tensor *s = zorch_sum(x, 0, NULL, false);
+    double v = NAN;
+    if (s) zorch_tensor_to_doubles(s, &v, 1);
+    got[th - 1] = v;
+    zorch_tensor_free(s);
+  }
+  zorch_set_num_threads(0);
+  printf("# sum of 1e7: %.10g, double %.10g, relative error %.3g\n", got[0], ref, fabs(got[0] - ref) / ref);
+  ok(fabs(got[0] - ref) <= 1e-7 * fabs(ref), "float32 sum of 1e7 within 1e-7 of double");
+  ok(got[0] == got[1], "the sum is the same on 1 and 2 threads");
+  zorch_tensor *m = zorch_mean(x, 0, NULL, false);
+  double mv = NAN;
+  if (m) zorch_tensor_to_doubles(m, &mv, 1);
+  ok(fabs(mv - ref / (double)n) <= 1e-6 * fabs(ref / (double)n), "float32 mean of 1e7 near double");
+  zorch_tensor_free(m), zorch_tensor_free(x);
+}
+
+/* layer norm over rows of 1024 (with an offset, against cancellation) vs double. */
+static void layer_norm_rows(void) {
+  int64_t rows = 50, c = 1024;
+  zorch_tensor *x = floats(rows * c, offset_noise), *x2 = zorch_reshape(x, 2, (const int64_t[]){rows, c});
+  zorch_tensor *w = floats(c, randish), *b = floats(c, randish);
+  const float *xp = zorch_tensor_data(x2), *wp = zorch_tensor_data(w), *bp = zorch_tensor_data(b);
+  for (int aff = 0; aff < 2; aff++) {
+    zorch_tensor *y = zorch_layer_norm(x2, 1, aff ? w : NULL, aff ? b : NULL, 1e-5);
+    const float *yp = y ? zorch_tensor_data(y) : NULL;
+    int64_t bad = 0;
+    for (int64_t r = 0; yp && r < rows; r++) {
+      double s = 0, ss = 0;
+      for (int64_t j = 0; j < c; j++) s += xp[r * c + j];
+      double mu = s / (double)c;
+      for (int64_t j = 0; j < c; j++) ss += (xp[r * c + j] - mu) * (xp[r * c + j] - mu);
+      double rs = 1 / sqrt(ss / (double)c + 1e-5);
+      for (int64_t j = 0; j < c; j++) {
+        double ref = (xp[r * c + j] - mu) * rs;
+        if (aff) ref = ref * wp[j] + bp[j];
+        if (!near(yp[r * c + j], ref, 1e-5, 1e-4) && bad++ < 3)
+          printf("#   row %lld col %lld: %.9g, double %.9g\n", (long long)r, (long long)j,
+                 yp[r * c + j], ref);
+      }
+    }
+    ok(yp && bad == 0, "layer_norm%s over rows of 1024 matches double (%lld off)",
+       aff ? " with weight and bias" : "", (long long)bad);
+    zorch_tensor_free(y);
+  }
+  zorch_tensor_free(x), zorch_tensor_free(x2), zorch_tensor_free(w), zorch_tensor_free(b);
+}
+
+/* Bitwise equality of two tensors' values (as doubles; NaN equal to NaN). */
+static bool same_values(zorch_tensor *a, zorch_tensor *b) {
+  if (!a || !b || zorch_tensor_numel(a) != zorch_tensor_numel(b)) return false;
+  double *va = values(a), *vb = values(b);
+  bool same = va && vb;
+  for (int64_t i = 0; same && i < zorch_tensor_numel(a); i++)
+    same = va[i] == vb[i] || (isnan(va[i]) && isnan(vb[i]));
+  free(va), free(vb);
+  return same;
+}
+
+/* 16-bit elementwise ops run a block at a time in float32 registers: the same
+   values as converting the whole tensors to float32 and rounding the result
+   once, for contiguous, transposed and broadcast operands, and comparisons. */
+static void elementwise16(zorch_generator *g, zorch_dtype dt) {
+  const char *dn = zorch_dtype_name(dt);
+  zorch_tensor *a = zorch_randn(SHAPE(300, 701), dt, CPU, g), *b = zorch_randn(SHAPE(701, 300), dt, CPU, g);
+  zorch_tensor *row = zorch_randn(SHAPE(701), dt, CPU, g);
+  zorch_tensor *bt = zorch_transpose(b, 0, 1);
+  zorch_tensor *af = zorch_to_dtype(a, ZORCH_F32), *btf = zorch_to_dtype(bt, ZORCH_F32);
+  zorch_tensor *rowf = zorch_to_dtype(row, ZORCH_F32);
+  for (int k = 0; k < 6; k++) {
+    static const char *const what[] = {"gelu", "gelu (tanh)", "exp", "a + b^T", "a * row", "a < b^T"};
+    zorch_tensor *h = NULL, *f = NULL, *fr = NULL;
+    switch (k) {
+      case 0: h = zorch_gelu(a, false), f = zorch_gelu(af, false); break;
+      case 1: h = zorch_gelu(a, true), f = zorch_gelu(af, true); break;
+      case 2: h = zorch_exp(a), f = zorch_exp(af); break;
+      case 3: h = zorch_add(a, bt), f = zorch_add(af, btf); break;
+      case 4: h = zorch_mul(a, row), f = zorch_mul(af, rowf); break;
+      case 5: h = zorch_lt(a, bt), f = zorch_lt(af, btf); break;
+    }
+    fr = k == 5 ? zorch_tensor_retain(f) : zorch_to_dtype(f, dt);
+    ok(h && zorch_tensor_dtype(h) == zorch_tensor_dtype(fr) && same_values(h, fr),
+       "%s %s equals the float32 result rounded once", dn, what[k]);
+    zorch_tensor_free(h), zorch_tensor_free(f), zorch_tensor_free(fr);
+  }
+  zorch_tensor *fr[] = {a, b, row, bt, af, btf, rowf};
+  for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) zorch_tensor_free(fr[i]);
+}
+
+int main(void) {
+  zorch_generator *g0 = zorch_generator_new(3);
+  elementwise16(g0, ZORCH_BF16);
+  elementwise16(g0, ZORCH_F16);
+  zorch_generator_free(g0);
+  gelu_sweep(false);
+  gelu_sweep(true);
+  softmax_rows();
+  sum_precision();
+  layer_norm_rows();
+  zorch_generator *g = zorch_generator_new(7);
+  printf("# BLAS: %s\n", zorch_blas_info());
+  /* bf16 keeps 8 significant bits: one rounding of the output is 2^-9 */
+  gemm16(g, ZORCH_BF16, 1.0 / 256);
+  gemm16(g, ZORCH_F16, 1.0 / 2048);
+  zorch_generator_free(g);
+  return done_testing();
+}
