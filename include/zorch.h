@@ -272,6 +272,14 @@ ZORCH_API zorch_tensor *zorch_embedding(zorch_tensor *weight, zorch_tensor *idx)
 /* Normalises over the last `nnorm` dims; weight and bias (their shape) may be NULL. */
 ZORCH_API zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tensor *weight,
                                zorch_tensor *bias, double eps);
+/* Batch normalisation of x (N, C), (N, C, L) or (N, C, H, W) over all dims but
+   C, as torch.nn.functional.batch_norm. training: the batch's statistics, and
+   running_mean/running_var (C, may be NULL) updated in place with `momentum`
+   (unbiased variance); otherwise the running stats. weight, bias may be NULL. */
+ZORCH_API zorch_tensor *zorch_batch_norm(zorch_tensor *x, zorch_tensor *running_mean,
+                                         zorch_tensor *running_var, zorch_tensor *weight,
+                                         zorch_tensor *bias, bool training, double momentum,
+                                         double eps);
 ZORCH_API zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_generator *gen);
 ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
 ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);

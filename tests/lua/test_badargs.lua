@@ -104,6 +104,23 @@ tap.raises("randperm of a negative n", function() zorch.randperm(-1) end, "randp
 tap.raises("randint with high below low", function() zorch.randint(5, 2, {3}) end, "randint", "high", "low")
 tap.raises("randint wants its sizes as a table", function() zorch.randint(1, 5, 3) end, "table")
 tap.raises("randint of bool", function() zorch.randint(0, 1, {3}, {dtype = "bool"}) end, "randint", "bool")
+-- batch_norm: shapes, modes and the running stats
+local bx, bm, bv = zorch.randn(4, 3), zorch.zeros(3), zorch.ones(3)
+tap.raises("batch_norm: a 1-D input", function() zorch.batch_norm(zorch.ones(3), bm, bv) end, "batch_norm", "(N, C)", "(3,)")
+tap.raises("batch_norm: running_mean of the wrong size", function() zorch.batch_norm(bx, zorch.zeros(4), bv, nil, nil, true) end,
+           "batch_norm", "running_mean", "(4,)", "(4, 3)")
+tap.raises("batch_norm: weight of the wrong size", function() zorch.batch_norm(bx, bm, bv, zorch.ones(2)) end,
+           "batch_norm", "weight", "(2,)")
+tap.raises("batch_norm: eval without running stats", function() zorch.batch_norm(bx, nil, nil, nil, nil, false) end,
+           "batch_norm", "eval mode needs running_mean")
+tap.raises("batch_norm: one value per channel in training", function() zorch.batch_norm(zorch.ones(1, 3), nil, nil, nil, nil, true) end,
+           "batch_norm", "more than 1 value per channel", "(1, 3)")
+tap.raises("batch_norm: integer input", function() zorch.batch_norm(zorch.tensor{{1, 2}, {3, 4}}, nil, nil, nil, nil, true) end,
+           "batch_norm", "int64")
+tap.raises("batch_norm: running stats that require grad", function()
+  zorch.batch_norm(bx, zorch.zeros(3):requires_grad_(true), bv, nil, nil, true) end, "batch_norm", "running_mean", "grad")
+tap.raises("batch_norm: a bad momentum", function() zorch.batch_norm(bx, bm, bv, nil, nil, true, 2) end, "batch_norm", "momentum")
+tap.raises("batch_norm: a bad eps", function() zorch.batch_norm(bx, bm, bv, nil, nil, true, 0.1, -1) end, "batch_norm", "eps")
 tap.raises("linear names input and weight", function() zorch.linear(t23, t45) end, "linear", "(2, 3)", "(4, 5)")
 tap.raises("view of a bad size", function() t23:view(4, 4) end, "view", "(4, 4)", "(2, 3)")
 tap.raises("tensor of a ragged table", function() zorch.tensor{{1, 2}, {3}} end, "ragged")
