@@ -269,6 +269,8 @@ static backend make_backend() {
   b.nll_bwd = cuda_nll_bwd;
   b.layer_norm = cuda_layer_norm;
   b.layer_norm_bwd = cuda_layer_norm_bwd;
+  b.batch_norm = cuda_batch_norm;
+  b.batch_norm_bwd = cuda_batch_norm_bwd;
   b.random = cuda_random;
   b.randint = cuda_randint;
   b.adam = cuda_adam;
