@@ -277,5 +277,8 @@ end
 
 function data.read_csv(path, opts) return zorch._read_csv(path, opts) end
 function data.load_npy(path) return zorch._load_npy(path) end
+-- An IDX file (MNIST's format), gzip-compressed or not: a tensor of the stored
+-- shape; uint8 data stays uint8, int8/int16 widen to int32.
+function data.load_idx(path) return zorch._load_idx(path) end
 
 return data
