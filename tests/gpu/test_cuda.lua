@@ -273,7 +273,8 @@ local function batch_norm_run(device, training, shape)
   local w, b = zorch.randn(c):to(device):requires_grad_(), zorch.randn(c):to(device):requires_grad_()
   local rm, rv = zorch.randn(c):to(device), (zorch.rand(c) + 0.5):to(device)
   local y = zorch.batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5)
-  (y * zorch.randn(shape):to(device)):sum():backward()
+  local loss = (y * zorch.randn(shape):to(device)):sum()
+  loss:backward()
   return {y:detach(), x.grad, w.grad, b.grad, rm, rv}
 end
 for _, case in ipairs({{true, {8, 5, 7, 9}}, {false, {8, 5, 7, 9}}, {true, {300, 4}}, {true, {2, 3, 1000}}}) do
