@@ -114,15 +114,15 @@ int lz_load_idx(lua_State *L) {
   bytes = (uint64_t)type->size;
   for (int i = 0; i < nd; i++) {
     shape[i] = be32(head + 4 + 4 * i);
-    count *= shape[i] ? shape[i] : 1; /* (checked below, before it can overflow) */
+    /* each factor < 2^32 and the product so far <= 2^40: no overflow */
     bytes *= shape[i] ? (uint64_t)shape[i] : 1;
     if (bytes > IDX_MAX_BYTES) {
       err = "dims too large (more than 2^40 bytes of data)";
       goto done;
     }
   }
-  for (int i = 0; i < nd; i++)
-    if (shape[i] == 0) count = 0, bytes = 0;
+  for (int i = 0; i < nd; i++) count *= shape[i];
+  if (count == 0) bytes = 0;
   /* the data, as it arrives: a chunk at a time */
   size_t cap = 0, have = 0;
   while (have < bytes) {
@@ -160,10 +160,13 @@ int lz_load_idx(lua_State *L) {
   }
 done:
   free(raw);
+  /* gzerror's text lives in the stream: copy it before gzclose frees it */
+  char why[200];
+  if (err) snprintf(why, sizeof why, "%s", err);
   gzclose(f);
   if (err) {
     zorch_tensor_free(t);
-    return luaL_error(L, "load_idx: %s: %s", path, err);
+    return luaL_error(L, "load_idx: %s: %s", path, why);
   }
   return lz_push(L, t);
 }
