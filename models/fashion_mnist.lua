@@ -13,7 +13,9 @@ local opt = zorch.flags(arg, {
   model = {"mlp", "the network", choices = {"mlp", "cnn"}},
   epochs = {5, "number of epochs"},
   ["batch-size"] = {128, "images per batch (per rank)"},
-  lr = {0.001, "learning rate"},
+  lr = {0.001, "learning rate (of the first epoch)"},
+  schedule = {"cosine", "the learning rate per epoch: cosine (from lr down towards 0 over the epochs) or constant",
+              choices = {"cosine", "constant"}},
   optimizer = {"adam", "the optimizer", choices = {"adam", "sgd"}},
   momentum = {0.9, "SGD momentum"},
   ["weight-decay"] = {0.0, "L2 weight decay"},
@@ -111,6 +113,10 @@ local logger = opt.log ~= "" and zorch.Logger{jsonl = opt.log} or nil
 local steps, t0 = 0, zorch.clock()
 local accuracy, confusion
 for epoch = 1, opt.epochs do
+  -- constant within an epoch; the cosine schedule lowers it epoch by epoch
+  if opt.schedule == "cosine" then
+    optimizer.lr = opt.lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / opt.epochs))
+  end
   model:train()
   local total, n, epoch_t0 = 0, 0, zorch.clock()
   for x, y in loader:iter() do
@@ -128,7 +134,7 @@ for epoch = 1, opt.epochs do
   accuracy, confusion = evaluate()
   say(("Epoch %d train loss: %.4f  test accuracy: %.2f%%  (%.1fs)"):format(epoch, train_loss, 100 * accuracy,
     zorch.clock() - epoch_t0))
-  if logger then logger:log(steps, {epoch = epoch, epoch_loss = train_loss, test_accuracy = accuracy}) end
+  if logger then logger:log(steps, {epoch = epoch, epoch_loss = train_loss, test_accuracy = accuracy, lr = optimizer.lr}) end
 end
 if logger then logger:close() end
 
