@@ -1,7 +1,8 @@
 /* bench.c: zorch's benchmarks, one JSON object per line ({"name", "value",
    "unit"}); bench/torch_bench.py prints the same figures for PyTorch. Each
    figure is the best of several timed rounds. The GPU cases (cuda_*) run when
-   a CUDA device is present; `bench --gpu` runs only those. */
+   a CUDA device is present; `bench --gpu` runs only those, `bench --conv` only
+   the convolution cases. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +157,102 @@ static void mlp_free(mlp *m) {
   }
 }
 
+/* Convolution: one conv2d forward and backward (grads of weight and bias, and
+   of the input when it requires grad), and a small CNN's training step. */
+typedef struct {
+  zorch_tensor *x, *w, *b;
+  zorch_conv2d_opts o;
+} convb;
+
+static void run_conv(void *ctx) {
+  convb *c = ctx;
+  zorch_set_grad(c->w, NULL), zorch_set_grad(c->b, NULL), zorch_set_grad(c->x, NULL);
+  zorch_tensor *y = zorch_conv2d(c->x, c->w, c->b, &c->o);
+  check(y);
+  zorch_tensor *l = zorch_sum(y, 0, NULL, false);
+  check(l);
+  if (zorch_backward(l, NULL, false)) check(NULL);
+  zorch_tensor_free(y), zorch_tensor_free(l);
+}
+
+static void conv_init(convb *c, int64_t n, int64_t ci, int64_t hw, int64_t co, int64_t k, bool input_grad) {
+  zorch_generator *g = zorch_generator_new(2);
+  check(c->x = zorch_randn(SHAPE(n, ci, hw, hw), ZORCH_F32, CPU, g));
+  check(c->w = zorch_randn(SHAPE(co, ci, k, k), ZORCH_F32, CPU, g));
+  check(c->b = zorch_randn(SHAPE(co), ZORCH_F32, CPU, g));
+  zorch_set_requires_grad(c->w, true), zorch_set_requires_grad(c->b, true);
+  if (input_grad) zorch_set_requires_grad(c->x, true);
+  memset(&c->o, 0, sizeof c->o);
+  c->o.padding[0] = c->o.padding[1] = k / 2;
+  zorch_generator_free(g);
+}
+
+static void conv_free(convb *c) { zorch_tensor_free(c->x), zorch_tensor_free(c->w), zorch_tensor_free(c->b); }
+
+/* conv(1->32, 3x3, pad 1) relu maxpool2 conv(32->64) relu maxpool2 linear(3136->10),
+   cross entropy, forward and backward (no optimizer) */
+typedef struct {
+  zorch_tensor *x, *y, *p[6];
+} cnn;
+
+static void run_cnn(void *ctx) {
+  cnn *m = ctx;
+  for (int i = 0; i < 6; i++) zorch_set_grad(m->p[i], NULL);
+  zorch_conv2d_opts o = {{1, 1}, {1, 1}, {1, 1}, 1};
+  zorch_pool2d_opts po = {.kernel = {2, 2}};
+  zorch_tensor *t[9];
+  check(t[0] = zorch_conv2d(m->x, m->p[0], m->p[1], &o));
+  check(t[1] = zorch_relu(t[0]));
+  check(t[2] = zorch_max_pool2d(t[1], &po, NULL));
+  check(t[3] = zorch_conv2d(t[2], m->p[2], m->p[3], &o));
+  check(t[4] = zorch_relu(t[3]));
+  check(t[5] = zorch_max_pool2d(t[4], &po, NULL));
+  check(t[6] = zorch_reshape(t[5], SHAPE(zorch_tensor_shape(m->x)[0], -1)));
+  check(t[7] = zorch_linear(t[6], m->p[4], m->p[5]));
+  check(t[8] = zorch_cross_entropy(t[7], m->y, ZORCH_REDUCE_MEAN, -100));
+  if (zorch_backward(t[8], NULL, false)) check(NULL);
+  for (int i = 0; i < 9; i++) zorch_tensor_free(t[i]);
+}
+
+static void cnn_init(cnn *m, int64_t n) {
+  zorch_generator *g = zorch_generator_new(3);
+  check(m->x = zorch_randn(SHAPE(n, 1, 28, 28), ZORCH_F32, CPU, g));
+  check(m->y = zorch_randint(0, 10, SHAPE(n), ZORCH_I64, CPU, g));
+  const int64_t shapes[6][4] = {{32, 1, 3, 3}, {32}, {64, 32, 3, 3}, {64}, {10, 3136}, {10}};
+  const int nd[6] = {4, 1, 4, 1, 2, 1};
+  const double scale[6] = {1.0 / 3, 1.0 / 3, 1 / sqrt(288.0), 1 / sqrt(288.0), 1 / sqrt(3136.0), 1 / sqrt(3136.0)};
+  for (int i = 0; i < 6; i++) {
+    zorch_tensor *r = zorch_randn(nd[i], shapes[i], ZORCH_F32, CPU, g);
+    check(r);
+    check(m->p[i] = zorch_mul_scalar(r, scale[i]));
+    zorch_tensor_free(r);
+    zorch_set_requires_grad(m->p[i], true);
+  }
+  zorch_generator_free(g);
+}
+
+static void cnn_free(cnn *m) {
+  zorch_tensor_free(m->x), zorch_tensor_free(m->y);
+  for (int i = 0; i < 6; i++) zorch_tensor_free(m->p[i]);
+}
+
+static void conv_benches(void) {
+  convb c;
+  conv_init(&c, 64, 1, 28, 32, 3, false);
+  emit("conv2d_64x1x28x28_32c3_fwd_bwd", 64 / time_it(run_conv, &c, 0.5), "images/s");
+  conv_free(&c);
+  conv_init(&c, 64, 32, 14, 64, 3, true);
+  emit("conv2d_64x32x14x14_64c3_fwd_bwd", 64 / time_it(run_conv, &c, 0.5), "images/s");
+  conv_free(&c);
+  conv_init(&c, 64, 1, 28, 32, 5, false);
+  emit("conv2d_64x1x28x28_32c5_fwd_bwd", 64 / time_it(run_conv, &c, 0.5), "images/s");
+  conv_free(&c);
+  cnn m;
+  cnn_init(&m, 64);
+  emit("cnn_fashion_mnist_b64_fwd_bwd", 64 / time_it(run_cnn, &m, 1.0), "images/s");
+  cnn_free(&m);
+}
+
 /* The GPU cases: GEMM throughput, the 4096-16384-4096 MLP step at batch 8192,
    and the reference job's step. */
 static void gpu_benches(void) {
@@ -205,6 +302,11 @@ int main(int argc, char **argv) {
   zorch_set_num_threads(2);
   zorch_generator *g = zorch_generator_new(0);
   fprintf(stderr, "bench: BLAS %s, %d threads\n", zorch_blas_info(), zorch_get_num_threads());
+  if (argc > 1 && strcmp(argv[1], "--conv") == 0) { /* the convolution cases alone */
+    conv_benches();
+    zorch_generator_free(g);
+    return 0;
+  }
 
   pair mm = {zorch_randn(SHAPE(1024, 1024), ZORCH_F32, CPU, g),
              zorch_randn(SHAPE(1024, 1024), ZORCH_F32, CPU, g)};
@@ -231,6 +333,8 @@ int main(int argc, char **argv) {
   mlp_init(&m, 64, 10, 20, 2, true);
   emit("simplenet_step", time_it(run_mlp, &m, 0.3) * 1e6, "us");
   mlp_free(&m);
+
+  conv_benches();
 
   zorch_tensor *fr[] = {mm.a, mm.b, small.a, small.b, big.a, big.b};
   for (int i = 0; i < 6; i++) zorch_tensor_free(fr[i]);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The figures of bench/bench.c, measured on PyTorch on the same machine and
 threads, as JSON lines named torch/... . Exits quietly when torch is missing.
-With a CUDA device it adds the cuda_* cases; --gpu runs only those."""
+With a CUDA device it adds the cuda_* cases; --gpu runs only those, --conv
+only the convolution cases."""
 import json
 import sys
 import time
@@ -85,10 +86,47 @@ def gpu_benches():
     SYNC[0] = lambda: None
 
 
+def conv_step(n, ci, hw, co, k, input_grad):
+    x = torch.randn(n, ci, hw, hw, requires_grad=input_grad)
+    w = torch.randn(co, ci, k, k, requires_grad=True)
+    b = torch.randn(co, requires_grad=True)
+
+    def step():
+        for p in (x, w, b):
+            p.grad = None
+        F.conv2d(x, w, b, padding=k // 2).sum().backward()
+    return step
+
+
+def cnn_step(n):
+    x, y = torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))
+    ps = [torch.randn(32, 1, 3, 3) / 3, torch.randn(32) / 3, torch.randn(64, 32, 3, 3) / 288**0.5,
+          torch.randn(64) / 288**0.5, torch.randn(10, 3136) / 3136**0.5, torch.randn(10) / 3136**0.5]
+    ps = [p.requires_grad_() for p in ps]
+
+    def step():
+        for p in ps:
+            p.grad = None
+        h = F.max_pool2d(torch.relu(F.conv2d(x, ps[0], ps[1], padding=1)), 2)
+        h = F.max_pool2d(torch.relu(F.conv2d(h, ps[2], ps[3], padding=1)), 2)
+        F.cross_entropy(F.linear(h.reshape(n, -1), ps[4], ps[5]), y).backward()
+    return step
+
+
+def conv_benches():
+    emit("conv2d_64x1x28x28_32c3_fwd_bwd", 64 / time_it(conv_step(64, 1, 28, 32, 3, False), 0.5), "images/s")
+    emit("conv2d_64x32x14x14_64c3_fwd_bwd", 64 / time_it(conv_step(64, 32, 14, 64, 3, True), 0.5), "images/s")
+    emit("conv2d_64x1x28x28_32c5_fwd_bwd", 64 / time_it(conv_step(64, 1, 28, 32, 5, False), 0.5), "images/s")
+    emit("cnn_fashion_mnist_b64_fwd_bwd", 64 / time_it(cnn_step(64), 1.0), "images/s")
+
+
 gpu_only = "--gpu" in sys.argv[1:]
 if torch.cuda.is_available():
     gpu_benches()
 if gpu_only:
+    sys.exit(0)
+if "--conv" in sys.argv[1:]:
+    conv_benches()
     sys.exit(0)
 a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
 t = time_it(lambda: a @ b, 0.5)
@@ -103,3 +141,4 @@ emit("add_1m", time_it(lambda: b1 + b2, 0.3) * 1e6, "us")
 t = time_it(mlp(256, 1024, 4096, 1024, False), 1.0)
 emit("mlp_1024_4096_1024_b256_fwd_bwd", 5 * 2 * 256 * 1024 * 4096 / t / 1e9, "GFLOP/s")
 emit("simplenet_step", time_it(mlp(64, 10, 20, 2, True), 0.3) * 1e6, "us")
+conv_benches()

@@ -281,6 +281,32 @@ ZORCH_API zorch_tensor *zorch_batch_norm(zorch_tensor *x, zorch_tensor *running_
                                          zorch_tensor *bias, bool training, double momentum,
                                          double eps);
 ZORCH_API zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_generator *gen);
+/* ---- convolution and pooling over NCHW images (x (N, C, H, W) or one image
+   (C, H, W)); PyTorch's shapes and output sizes. Zeros in the options mean the
+   defaults, so `{0}` (or NULL for conv2d) is PyTorch's default call. */
+typedef struct {
+  int64_t stride[2];   /* 0: 1 */
+  int64_t padding[2];  /* zeros added on each side */
+  int64_t dilation[2]; /* 0: 1 */
+  int64_t groups;      /* 0: 1 */
+} zorch_conv2d_opts;
+/* w (out, C / groups, kh, kw), b (out) or NULL -> (N, out, OH, OW); o may be NULL. */
+ZORCH_API zorch_tensor *zorch_conv2d(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b,
+                                     const zorch_conv2d_opts *o);
+typedef struct {
+  int64_t kernel[2];   /* required */
+  int64_t stride[2];   /* 0: the kernel */
+  int64_t padding[2];  /* at most half the kernel; padding never wins a max */
+  int64_t dilation[2]; /* 0: 1; max pooling only */
+  bool ceil_mode;      /* round the output size up (a window must start inside the input or its left padding) */
+  bool exclude_pad;    /* avg_pool2d divides by the inputs inside the image (PyTorch's count_include_pad = false) */
+} zorch_pool2d_opts;
+/* indices (may be NULL) gets each maximum's position iy * W + ix in its plane (int64). */
+ZORCH_API zorch_tensor *zorch_max_pool2d(zorch_tensor *x, const zorch_pool2d_opts *o,
+                                         zorch_tensor **indices);
+ZORCH_API zorch_tensor *zorch_avg_pool2d(zorch_tensor *x, const zorch_pool2d_opts *o);
+/* Output (oh, ow): the window of output i spans floor(i * H / oh) .. ceil((i + 1) * H / oh). */
+ZORCH_API zorch_tensor *zorch_adaptive_avg_pool2d(zorch_tensor *x, int64_t oh, int64_t ow);
 ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
 ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
 ZORCH_API zorch_tensor *zorch_index_select(zorch_tensor *a, int dim, zorch_tensor *idx);

@@ -729,6 +729,111 @@ static int f_dropout(lua_State *L) {
   PUSH(zorch_dropout(T(1), luaL_optnumber(L, 2, 0.5), lua_isnone(L, 3) ? true : lua_toboolean(L, 3), NULL));
 }
 
+/* ---- convolution and pooling: sizes are a number or a pair {h, w} -------------------- */
+/* The value at idx as a pair of integers >= lo (a number stands for both). */
+static void conv_pair(lua_State *L, int idx, const char *fn, const char *what, int64_t lo,
+                      int64_t *v) {
+  if (lua_isinteger(L, idx)) {
+    v[0] = v[1] = (int64_t)lua_tointeger(L, idx);
+  } else if (lua_istable(L, idx) && luaL_len(L, idx) == 2) {
+    for (int i = 0; i < 2; i++) {
+      int isint;
+      lua_geti(L, idx, i + 1);
+      v[i] = (int64_t)lua_tointegerx(L, -1, &isint);
+      lua_pop(L, 1);
+      if (!isint) luaL_error(L, "%s: %s must be an integer or a pair {h, w} of integers", fn, what);
+    }
+  } else {
+    luaL_error(L, "%s: %s must be an integer or a pair {h, w} of integers, got %s", fn, what,
+               luaL_typename(L, idx));
+  }
+  if (v[0] < lo || v[1] < lo)
+    luaL_error(L, "%s: %s (%I, %I) must be %s", fn, what, (lua_Integer)v[0], (lua_Integer)v[1],
+               lo ? "positive" : "non-negative");
+}
+
+/* The options table at idx (or nil): only `allowed` keys. Pushes nothing. */
+static void conv_opts_keys(lua_State *L, int idx, const char *fn, const char *const *allowed) {
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    bool ok = false;
+    if (lua_type(L, -2) == LUA_TSTRING)
+      for (int i = 0; allowed[i] && !ok; i++) ok = strcmp(lua_tostring(L, -2), allowed[i]) == 0;
+    if (!ok) {
+      char list[160] = "";
+      for (int i = 0; allowed[i]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", allowed[i]);
+      luaL_error(L, "%s: unknown option '%s' (allowed: %s)", fn, luaL_tolstring(L, -2, NULL), list);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* Field `key` of the options at idx as a pair, when present. */
+static void conv_opt_pair(lua_State *L, int idx, const char *fn, const char *key, int64_t lo,
+                          int64_t *v) {
+  if (lua_isnoneornil(L, idx)) return;
+  if (lua_getfield(L, idx, key) != LUA_TNIL) conv_pair(L, lua_gettop(L), fn, key, lo, v);
+  lua_pop(L, 1);
+}
+
+static bool conv_opt_bool(lua_State *L, int idx, const char *key, bool def) {
+  if (lua_isnoneornil(L, idx)) return def;
+  bool v = lua_getfield(L, idx, key) == LUA_TNIL ? def : lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* conv2d(x, w, b_or_nil, {stride, padding, dilation, groups}) */
+static int f_conv2d(lua_State *L) {
+  static const char *const keys[] = {"stride", "padding", "dilation", "groups", NULL};
+  zorch_tensor *x = T(1), *w = T(2), *b = lua_isnoneornil(L, 3) ? NULL : T(3);
+  zorch_conv2d_opts o = {{1, 1}, {0, 0}, {1, 1}, 1};
+  conv_opts_keys(L, 4, "conv2d", keys);
+  conv_opt_pair(L, 4, "conv2d", "stride", 1, o.stride);
+  conv_opt_pair(L, 4, "conv2d", "padding", 0, o.padding);
+  conv_opt_pair(L, 4, "conv2d", "dilation", 1, o.dilation);
+  if (!lua_isnoneornil(L, 4) && lua_getfield(L, 4, "groups") != LUA_TNIL) {
+    int isint;
+    o.groups = (int64_t)lua_tointegerx(L, -1, &isint);
+    if (!isint || o.groups < 1) return luaL_error(L, "conv2d: groups must be a positive integer");
+  }
+  PUSH(zorch_conv2d(x, w, b, &o));
+}
+
+/* max_pool2d(x, k, {stride, padding, dilation, ceil_mode}) and
+   avg_pool2d(x, k, {stride, padding, count_include_pad, ceil_mode}) */
+static int pool_call(lua_State *L, bool max) {
+  static const char *const max_keys[] = {"stride", "padding", "dilation", "ceil_mode", NULL};
+  static const char *const avg_keys[] = {"stride", "padding", "count_include_pad", "ceil_mode", NULL};
+  const char *fn = max ? "max_pool2d" : "avg_pool2d";
+  zorch_tensor *x = T(1);
+  zorch_pool2d_opts o = {0};
+  if (lua_isnoneornil(L, 2)) return luaL_error(L, "%s: kernel_size is missing", fn);
+  conv_pair(L, 2, fn, "kernel_size", 1, o.kernel);
+  conv_opts_keys(L, 3, fn, max ? max_keys : avg_keys);
+  o.stride[0] = o.kernel[0], o.stride[1] = o.kernel[1];
+  conv_opt_pair(L, 3, fn, "stride", 1, o.stride);
+  conv_opt_pair(L, 3, fn, "padding", 0, o.padding);
+  if (max) conv_opt_pair(L, 3, fn, "dilation", 1, o.dilation);
+  o.ceil_mode = conv_opt_bool(L, 3, "ceil_mode", false);
+  o.exclude_pad = !max && !conv_opt_bool(L, 3, "count_include_pad", true);
+  PUSH(max ? zorch_max_pool2d(x, &o, NULL) : zorch_avg_pool2d(x, &o));
+}
+static int f_max_pool2d(lua_State *L) { return pool_call(L, true); }
+static int f_avg_pool2d(lua_State *L) { return pool_call(L, false); }
+static int f_adaptive_avg_pool2d(lua_State *L) {
+  zorch_tensor *x = T(1);
+  int64_t s[2];
+  conv_pair(L, 2, "adaptive_avg_pool2d", "output_size", 1, s);
+  PUSH(zorch_adaptive_avg_pool2d(x, s[0], s[1]));
+}
+static const luaL_Reg conv_functions[] = {
+    {"conv2d", f_conv2d}, {"max_pool2d", f_max_pool2d}, {"avg_pool2d", f_avg_pool2d},
+    {"adaptive_avg_pool2d", f_adaptive_avg_pool2d}, {NULL, NULL}};
+
 static int list_op(lua_State *L, bool stack) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 2);
@@ -868,6 +973,7 @@ void lz_open_functions(lua_State *L) {
   luaL_setfuncs(L, functions_only, 0);
   luaL_setfuncs(L, more_functions, 0);
   luaL_setfuncs(L, norm_functions, 0);
+  luaL_setfuncs(L, conv_functions, 0);
   lua_pop(L, 1);
   luaL_setfuncs(L, both, 0);
   lua_pop(L, 2);

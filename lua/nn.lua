@@ -552,6 +552,131 @@ nn.Flatten.__tostring = function(s)
   return ("nn.Flatten(start_dim=%d, end_dim=%d)"):format(s.start_dim, s.end_dim)
 end
 
+-- ---- convolution and pooling -------------------------------------------------
+-- Sizes are a number or a pair {h, w}; the modules print them as PyTorch's repr
+-- does (a number as given, a pair as (h, w)).
+local function size_str(v)
+  if type(v) == "table" then return ("(%s, %s)"):format(tostring(v[1]), tostring(v[2])) end
+  return tostring(v)
+end
+local function pair_of(v) return type(v) == "table" and v or {v, v} end
+local function check_size(fn, name, v, lo)
+  local ok = math.type(v) == "integer" and v >= lo
+  if type(v) == "table" then
+    ok = #v == 2 and math.type(v[1]) == "integer" and math.type(v[2]) == "integer" and v[1] >= lo and v[2] >= lo
+  end
+  if not ok then
+    error(("%s: %s must be %s integer or a pair {h, w} of them, got %s"):format(fn, name,
+      lo > 0 and "a positive" or "a non-negative", type(v) == "table" and size_str(v) or tostring(v)), 4)
+  end
+end
+local function check_opts(fn, opts, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fn, type(opts)), 4) end
+  for k in pairs(opts) do
+    local ok = false
+    for _, a in ipairs(allowed) do ok = ok or k == a end
+    if not ok then
+      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k), table.concat(allowed, ", ")), 4)
+    end
+  end
+  return opts
+end
+
+nn.Conv2d = Module:extend "nn.Conv2d"
+-- opts: stride, padding, dilation (numbers or pairs), groups, bias = false.
+-- weight (out, in / groups, kh, kw) and bias (out) are U(-1/sqrt(fan_in),
+-- 1/sqrt(fan_in)), fan_in = in / groups * kh * kw, as PyTorch initialises them.
+function nn.Conv2d:init(in_channels, out_channels, kernel_size, opts)
+  local fn = "nn.Conv2d"
+  opts = check_opts(fn, opts, {"stride", "padding", "dilation", "groups", "bias"})
+  check_int(fn, "in_channels", in_channels)
+  check_int(fn, "out_channels", out_channels)
+  check_size(fn, "kernel_size", kernel_size, 1)
+  local stride, padding, dilation = opts.stride or 1, opts.padding or 0, opts.dilation or 1
+  check_size(fn, "stride", stride, 1)
+  check_size(fn, "padding", padding, 0)
+  check_size(fn, "dilation", dilation, 1)
+  local groups = opts.groups or 1
+  check_int(fn, "groups", groups)
+  if in_channels % groups ~= 0 or out_channels % groups ~= 0 then
+    error(("%s: groups %d must divide in_channels %d and out_channels %d"):format(fn, groups,
+      in_channels, out_channels), 3)
+  end
+  local k = pair_of(kernel_size)
+  self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+  self.kernel_size, self.stride, self.padding, self.dilation = {k[1], k[2]}, pair_of(stride), pair_of(padding), pair_of(dilation)
+  local bound = 1 / math.sqrt(in_channels // groups * k[1] * k[2])
+  self.weight = uniform({out_channels, in_channels // groups, k[1], k[2]}, bound)
+  if opts.bias ~= false then self.bias = uniform({out_channels}, bound) end
+end
+function nn.Conv2d:forward(x)
+  return zorch.conv2d(x, self.weight, rawget(self, "bias"), {stride = self.stride,
+    padding = self.padding, dilation = self.dilation, groups = self.groups})
+end
+nn.Conv2d.__tostring = function(s)
+  local t = {("nn.Conv2d(%d, %d, kernel_size=%s, stride=%s"):format(s.in_channels, s.out_channels,
+    size_str(s.kernel_size), size_str(s.stride))}
+  if s.padding[1] ~= 0 or s.padding[2] ~= 0 then t[#t + 1] = ", padding=" .. size_str(s.padding) end
+  if s.dilation[1] ~= 1 or s.dilation[2] ~= 1 then t[#t + 1] = ", dilation=" .. size_str(s.dilation) end
+  if s.groups ~= 1 then t[#t + 1] = ", groups=" .. s.groups end
+  if not rawget(s, "bias") then t[#t + 1] = ", bias=False" end
+  return table.concat(t) .. ")"
+end
+
+local function py_bool(b) return b and "True" or "False" end
+
+nn.MaxPool2d = Module:extend "nn.MaxPool2d"
+-- opts: stride (default: the kernel), padding, dilation, ceil_mode.
+function nn.MaxPool2d:init(kernel_size, opts)
+  local fn = "nn.MaxPool2d"
+  opts = check_opts(fn, opts, {"stride", "padding", "dilation", "ceil_mode"})
+  check_size(fn, "kernel_size", kernel_size, 1)
+  self.kernel_size, self.stride = kernel_size, opts.stride or kernel_size
+  self.padding, self.dilation, self.ceil_mode = opts.padding or 0, opts.dilation or 1, opts.ceil_mode == true
+  check_size(fn, "stride", self.stride, 1)
+  check_size(fn, "padding", self.padding, 0)
+  check_size(fn, "dilation", self.dilation, 1)
+end
+function nn.MaxPool2d:forward(x)
+  return zorch.max_pool2d(x, self.kernel_size, {stride = self.stride, padding = self.padding,
+    dilation = self.dilation, ceil_mode = self.ceil_mode})
+end
+nn.MaxPool2d.__tostring = function(s)
+  return ("nn.MaxPool2d(kernel_size=%s, stride=%s, padding=%s, dilation=%s, ceil_mode=%s)"):format(
+    size_str(s.kernel_size), size_str(s.stride), size_str(s.padding), size_str(s.dilation), py_bool(s.ceil_mode))
+end
+
+nn.AvgPool2d = Module:extend "nn.AvgPool2d"
+-- opts: stride (default: the kernel), padding, ceil_mode, count_include_pad (default true).
+function nn.AvgPool2d:init(kernel_size, opts)
+  local fn = "nn.AvgPool2d"
+  opts = check_opts(fn, opts, {"stride", "padding", "ceil_mode", "count_include_pad"})
+  check_size(fn, "kernel_size", kernel_size, 1)
+  self.kernel_size, self.stride, self.padding = kernel_size, opts.stride or kernel_size, opts.padding or 0
+  self.ceil_mode, self.count_include_pad = opts.ceil_mode == true, opts.count_include_pad ~= false
+  check_size(fn, "stride", self.stride, 1)
+  check_size(fn, "padding", self.padding, 0)
+end
+function nn.AvgPool2d:forward(x)
+  return zorch.avg_pool2d(x, self.kernel_size, {stride = self.stride, padding = self.padding,
+    ceil_mode = self.ceil_mode, count_include_pad = self.count_include_pad})
+end
+nn.AvgPool2d.__tostring = function(s)
+  return ("nn.AvgPool2d(kernel_size=%s, stride=%s, padding=%s)"):format(size_str(s.kernel_size),
+    size_str(s.stride), size_str(s.padding))
+end
+
+nn.AdaptiveAvgPool2d = Module:extend "nn.AdaptiveAvgPool2d"
+function nn.AdaptiveAvgPool2d:init(output_size)
+  check_size("nn.AdaptiveAvgPool2d", "output_size", output_size, 1)
+  self.output_size = output_size
+end
+function nn.AdaptiveAvgPool2d:forward(x) return zorch.adaptive_avg_pool2d(x, self.output_size) end
+nn.AdaptiveAvgPool2d.__tostring = function(s)
+  return ("nn.AdaptiveAvgPool2d(output_size=%s)"):format(size_str(s.output_size))
+end
+
 local function softmax_module(name, fn)
   local cls = Module:extend(name)
   function cls:init(dim)

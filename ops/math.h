@@ -259,4 +259,22 @@ ZM_INLINE int64_t zm_line_offset(int64_t line, int ndim, int dim, const int64_t 
   }
   return off;
 }
+
+/* Pooling along one axis of n inputs (on outputs): the inputs [*lo, *hi) of
+   output i, and how many the average divides by. Adaptive windows are PyTorch's
+   floor(i * n / on) .. ceil((i + 1) * n / on); the others start at i * s - p,
+   span k (dilation 1) and count the padding inside n + p when include_pad. */
+ZM_INLINE int64_t zm_pool_window(int adaptive, int include_pad, int64_t i, int64_t n, int64_t on,
+                                 int64_t k, int64_t s, int64_t p, int64_t *lo, int64_t *hi) {
+  if (adaptive) {
+    *lo = i * n / on;
+    *hi = ((i + 1) * n + on - 1) / on;
+    return *hi - *lo;
+  }
+  int64_t start = i * s - p, end = start + k < n + p ? start + k : n + p;
+  int64_t padded = end - start;
+  *lo = start > 0 ? start : 0;
+  *hi = end < n ? end : n;
+  return include_pad ? padded : *hi - *lo;
+}
 #endif

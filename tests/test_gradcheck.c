@@ -181,6 +181,24 @@ CHECK(chain, 2, {
   return o;
 })
 
+/* convolution and pooling, with stride, padding, dilation, groups, ceil mode */
+static const zorch_conv2d_opts conv_sp = {{2, 1}, {1, 2}, {1, 1}, 1};
+static const zorch_conv2d_opts conv_dg = {{1, 2}, {2, 1}, {2, 1}, 2};
+CHECK(conv2d, 3, return zorch_conv2d(in[0], in[1], in[2], NULL);)
+CHECK(conv2d_stride_pad, 3, return zorch_conv2d(in[0], in[1], in[2], &conv_sp);)
+CHECK(conv2d_dil_groups, 2, return zorch_conv2d(in[0], in[1], NULL, &conv_dg);)
+static const zorch_pool2d_opts pool_k2 = {.kernel = {2, 2}};
+static const zorch_pool2d_opts pool_pd = {.kernel = {3, 2}, .stride = {2, 1}, .padding = {1, 1},
+                                          .dilation = {2, 1}, .ceil_mode = true};
+static const zorch_pool2d_opts pool_avg = {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+static const zorch_pool2d_opts pool_excl = {.kernel = {2, 3}, .stride = {2, 2}, .padding = {1, 1},
+                                            .ceil_mode = true, .exclude_pad = true};
+CHECK(max_pool2d, 1, return zorch_max_pool2d(in[0], &pool_k2, NULL);)
+CHECK(max_pool2d_pad_dil, 1, return zorch_max_pool2d(in[0], &pool_pd, NULL);)
+CHECK(avg_pool2d, 1, return zorch_avg_pool2d(in[0], &pool_avg);)
+CHECK(avg_pool2d_excl_ceil, 1, return zorch_avg_pool2d(in[0], &pool_excl);)
+CHECK(adaptive_avg_pool2d, 1, return zorch_adaptive_avg_pool2d(in[0], 3, 2);)
+
 static void run(const char *name, op_fn f, int nin, zorch_tensor **in) {
   gradcheck(name, f, nin, in);
   for (int i = 0; i < nin; i++) zorch_tensor_free(in[i]);
@@ -296,6 +314,16 @@ int main(void) {
   RUN(contiguous, leaf(SHAPE(3, 4), 0));
   RUN(clone, leaf(SHAPE(3, 4), 0));
   RUN(chain, leaf(SHAPE(4, 3), 0), leaf(SHAPE(5, 3), 0));
+  RUN(conv2d, leaf(SHAPE(2, 3, 5, 4), 0), leaf(SHAPE(2, 3, 3, 2), 0), leaf(SHAPE(2), 0));
+  RUN(conv2d, leaf(SHAPE(2, 4, 4), 0), leaf(SHAPE(3, 2, 2, 2), 0), leaf(SHAPE(3), 0));
+  RUN(conv2d, leaf(SHAPE(10, 2, 4, 3), 0), leaf(SHAPE(3, 2, 2, 2), 0), leaf(SHAPE(3), 0)); /* 2 blocks */
+  RUN(conv2d_stride_pad, leaf(SHAPE(2, 2, 5, 4), 0), leaf(SHAPE(3, 2, 3, 3), 0), leaf(SHAPE(3), 0));
+  RUN(conv2d_dil_groups, leaf(SHAPE(1, 4, 6, 5), 0), leaf(SHAPE(4, 2, 2, 3), 0));
+  RUN(max_pool2d, leaf(SHAPE(2, 2, 4, 5), 0));
+  RUN(max_pool2d_pad_dil, leaf(SHAPE(1, 2, 7, 5), 0));
+  RUN(avg_pool2d, leaf(SHAPE(2, 2, 5, 6), 0));
+  RUN(avg_pool2d_excl_ceil, leaf(SHAPE(1, 2, 5, 6), 0));
+  RUN(adaptive_avg_pool2d, leaf(SHAPE(2, 7, 5), 0));
   zorch_generator_free(gen);
   return done_testing();
 }

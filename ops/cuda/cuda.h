@@ -207,6 +207,12 @@ zorch_status cuda_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tenso
 zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v, zorch_tensor *vmax,
                        int64_t step, const zorch_adam_opts *o);
 zorch_status cuda_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first, const zorch_sgd_opts *o);
+zorch_status cuda_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0, int64_t nb);
+zorch_status cuda_col2im(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0, int64_t nb);
+zorch_status cuda_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,
+                         const conv_geom *g);
+zorch_status cuda_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *gout, const zorch_tensor *idx,
+                             const conv_geom *g);
 void *cuda_alloc(int dev, size_t nbytes);
 void cuda_free(int dev, void *p);
 zorch_status cuda_to_host(void *dst, const void *src, size_t n, int dev);

@@ -275,6 +275,10 @@ static backend make_backend() {
   b.randint = cuda_randint;
   b.adam = cuda_adam;
   b.sgd = cuda_sgd;
+  b.im2col = cuda_im2col;
+  b.col2im = cuda_col2im;
+  b.pool2d = cuda_pool2d;
+  b.pool2d_bwd = cuda_pool2d_bwd;
   b.to_host = cuda_to_host;
   b.from_host = cuda_from_host;
   b.to_device = cuda_to_device;

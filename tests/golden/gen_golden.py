@@ -173,6 +173,32 @@ case("index_select", lambda a, i: a.index_select(1, i), r(2, 4, 3), torch.tensor
 case("mlp", lambda x, w1, b1, w2, b2: F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2),
      r(64, 10), r(20, 10), r(20), r(2, 20), r(2))
 
+# convolution and pooling (tests/test_golden.c passes the same options)
+case("conv2d", F.conv2d, r(2, 3, 7, 6), r(4, 3, 3, 3), r(4))
+case("conv2d_stride_pad", lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 2)),
+     r(2, 2, 9, 8), r(3, 2, 3, 2), r(3))
+case("conv2d_dilation", lambda x, w: F.conv2d(x, w, None, padding=1, dilation=(2, 1)),
+     r(1, 2, 9, 9), r(2, 2, 3, 3))
+case("conv2d_groups", lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1, groups=2),
+     r(2, 4, 6, 6), r(6, 2, 3, 3), r(6))
+case("conv2d_3d", F.conv2d, r(3, 5, 5), r(2, 3, 2, 2), r(2))
+case("conv2d_batch", lambda x, w, b: F.conv2d(x, w, b, padding=1), r(11, 2, 5, 4), r(3, 2, 3, 3), r(3))
+case("max_pool2d", lambda x: F.max_pool2d(x, 2), r(2, 3, 6, 7))
+case("max_pool2d_pad", lambda x: F.max_pool2d(x, 3, stride=2, padding=1), r(2, 2, 7, 7))
+case("max_pool2d_ceil_dil", lambda x: F.max_pool2d(x, (3, 2), stride=2, padding=(1, 0),
+                                                   dilation=(2, 1), ceil_mode=True), r(1, 2, 8, 9))
+case("max_pool2d_indices", lambda x: F.max_pool2d(x, 3, stride=2, padding=1,
+                                                  return_indices=True)[1], r(2, 2, 7, 7), grad=False)
+case("avg_pool2d", lambda x: F.avg_pool2d(x, 2), r(2, 3, 6, 6))
+case("avg_pool2d_pad", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1), r(2, 2, 7, 5))
+case("avg_pool2d_excl_ceil", lambda x: F.avg_pool2d(x, (3, 2), stride=2, padding=1, ceil_mode=True,
+                                                    count_include_pad=False), r(1, 2, 7, 8))
+case("avg_pool2d_ceil", lambda x: F.avg_pool2d(x, 2, stride=2, padding=1, ceil_mode=True),
+     r(1, 1, 6, 5))
+case("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (3, 4)), r(2, 3, 7, 9))
+case("adaptive_avg_pool2d_1", lambda x: F.adaptive_avg_pool2d(x, 1), r(2, 3, 5, 5))
+case("adaptive_avg_pool2d_up", lambda x: F.adaptive_avg_pool2d(x, (5, 4)), r(2, 3, 3))
+
 # 16-bit conversions: round trips through bfloat16 and float16, with edge values
 edge = torch.tensor([0.0, -0.0, 1.0, 1.00390625, 1.005859375, 65504.0, 65520.0, 70000.0,
                      6.1e-5, 5.96e-8, 2.98e-8, 1e-40, -3.3895314e38, 3.4e38, 0.1, -2.5])

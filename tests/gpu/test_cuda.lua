@@ -250,6 +250,31 @@ end
 local gc, gg = grads("cpu"), grads("cuda")
 for i, name in ipairs({"x", "w", "b", "g"}) do same(gc[i], gg[i], 1e-4, "autograd on the GPU: gradient of " .. name) end
 
+-- convolution and pooling: forward and the gradients of input, weight and bias
+local function conv_net(device, dt)
+  zorch.manual_seed(23)
+  local x = zorch.randn(6, 4, 13, 11, {dtype = dt}):to(device):requires_grad_()
+  local w1 = zorch.randn(6, 2, 3, 3, {dtype = dt}):to(device):requires_grad_()
+  local b1 = zorch.randn(6, {dtype = dt}):to(device):requires_grad_()
+  local w2 = zorch.randn(5, 6, 2, 3, {dtype = dt}):to(device):requires_grad_()
+  local h = zorch.conv2d(x, w1, b1, {stride = {2, 1}, padding = 1, dilation = {1, 2}, groups = 2})
+  local m = zorch.max_pool2d(h:relu(), 3, {stride = 2, padding = 1, ceil_mode = true})
+  local c = zorch.conv2d(m, w2, nil, {padding = {1, 0}})
+  local a = zorch.avg_pool2d(c, 2, {stride = 1, padding = 1, count_include_pad = false})
+  local p = zorch.adaptive_avg_pool2d(a, {3, 2}) + zorch.avg_pool2d(a, {2, 1}, {ceil_mode = true}):sum()
+  local r = zorch.randn(p.shape, {dtype = dt}):to(device)
+  local loss = (p * r):sum()
+  loss:backward()
+  return {p:detach(), x.grad, w1.grad, b1.grad, w2.grad}
+end
+for _, dt in ipairs({"float32", "float64"}) do
+  local cc, cg = conv_net("cpu", dt), conv_net("cuda", dt)
+  for i, name in ipairs({"output", "input gradient", "conv weight gradient", "conv bias gradient",
+                         "second conv weight gradient"}) do
+    same(cc[i], cg[i], MM[dt] * 10, dt .. ": conv2d and pools: " .. name)
+  end
+end
+
 -- long rows: layer norm and softmax one block a row, forward and backward
 local function long_rows(device)
   zorch.manual_seed(22)

@@ -1,0 +1,343 @@
+/* conv.c: CPU kernels of convolution (im2col and its adjoint, for the GEMMs in
+   ops/conv.c, and the whole convolution with one group, image by image) and of
+   2-d pooling. Parallel over rows of the column matrix, blocks of images or
+   image planes, so no two threads write one element. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../math.h"
+#include "cpu.h"
+#include "kernels.h"
+
+/* The outputs ox in [lo, hi) whose input column ix0 + ox * sw lies in the image. */
+static inline void conv_x_range(int64_t ix0, const conv_geom *g, int64_t *lo, int64_t *hi) {
+  int64_t l = ix0 >= 0 ? 0 : (-ix0 + g->sw - 1) / g->sw;
+  int64_t h = g->w - ix0 <= 0 ? 0 : (g->w - ix0 + g->sw - 1) / g->sw;
+  if (h > g->ow) h = g->ow;
+  *lo = l < h ? l : h;
+  *hi = h;
+}
+
+/* Row r = (ci, ki, kj) of the column matrix for images n0 .. n0 + nb - 1. */
+#define IM2COL(T)                                                                          \
+  static void im2col_##T(T *cp, const T *xp, const conv_geom *g, int64_t n0, int64_t nb) { \
+    int64_t L = g->oh * g->ow, rows = g->c * g->kh * g->kw;                                \
+    _Pragma("omp parallel for collapse(2) if (rows * nb * L >= CPU_GRAIN)")                \
+    for (int64_t r = 0; r < rows; r++)                                                     \
+      for (int64_t b = 0; b < nb; b++) {                                                   \
+        int64_t kj = r % g->kw, ki = r / g->kw % g->kh, ci = r / (g->kw * g->kh);          \
+        const T *plane = xp + ((n0 + b) * g->c + ci) * g->h * g->w;                        \
+        T *dst = cp + (r * nb + b) * L;                                                    \
+        for (int64_t oy = 0; oy < g->oh; oy++) {                                           \
+          int64_t iy = oy * g->sh - g->ph + ki * g->dh;                                    \
+          T *d = dst + oy * g->ow;                                                         \
+          if (iy < 0 || iy >= g->h) {                                                      \
+            memset(d, 0, sizeof(T) * (size_t)g->ow);                                       \
+            continue;                                                                      \
+          }                                                                                \
+          const T *srow = plane + iy * g->w;                                               \
+          int64_t ix0 = kj * g->dw - g->pw, lo, hi;                                        \
+          conv_x_range(ix0, g, &lo, &hi);                                                  \
+          for (int64_t ox = 0; ox < lo; ox++) d[ox] = 0;                                   \
+          if (g->sw == 1)                                                                  \
+            memcpy(d + lo, srow + ix0 + lo, sizeof(T) * (size_t)(hi - lo));                \
+          else                                                                             \
+            for (int64_t ox = lo; ox < hi; ox++) d[ox] = srow[ix0 + ox * g->sw];           \
+          for (int64_t ox = hi; ox < g->ow; ox++) d[ox] = 0;                               \
+        }                                                                                  \
+      }                                                                                    \
+  }
+
+IM2COL(float)
+IM2COL(double)
+
+zorch_status cpu_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0,
+                        int64_t nb) {
+  switch (x->dtype) {
+    case ZORCH_F32: im2col_float((float *)tensor_ptr(col), (const float *)tensor_ptr(x), g, n0, nb); return ZORCH_OK;
+    case ZORCH_F64: im2col_double((double *)tensor_ptr(col), (const double *)tensor_ptr(x), g, n0, nb); return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU kernel for dtype %s",
+                            zorch_dtype_name(x->dtype));
+  }
+}
+
+/* One thread per (image, channel) plane: the plane is cleared, then every
+   column entry that read one of its pixels is added back, in a fixed order. */
+#define COL2IM(T)                                                                          \
+  static void col2im_##T(T *gp, const T *cp, const conv_geom *g, int64_t n0, int64_t nb) { \
+    int64_t L = g->oh * g->ow, hw = g->h * g->w;                                           \
+    _Pragma("omp parallel for collapse(2) if (nb * g->c * g->kh * g->kw * L >= CPU_GRAIN)") \
+    for (int64_t b = 0; b < nb; b++)                                                       \
+      for (int64_t ci = 0; ci < g->c; ci++) {                                              \
+        T *plane = gp + ((n0 + b) * g->c + ci) * hw;                                       \
+        memset(plane, 0, sizeof(T) * (size_t)hw);                                          \
+        for (int64_t ki = 0; ki < g->kh; ki++)                                             \
+          for (int64_t kj = 0; kj < g->kw; kj++) {                                         \
+            int64_t r = (ci * g->kh + ki) * g->kw + kj;                                    \
+            const T *src = cp + (r * nb + b) * L;                                          \
+            for (int64_t oy = 0; oy < g->oh; oy++) {                                       \
+              int64_t iy = oy * g->sh - g->ph + ki * g->dh;                                \
+              if (iy < 0 || iy >= g->h) continue;                                          \
+              T *drow = plane + iy * g->w;                                                 \
+              const T *s = src + oy * g->ow;                                               \
+              int64_t ix0 = kj * g->dw - g->pw, lo, hi;                                    \
+              conv_x_range(ix0, g, &lo, &hi);                                              \
+              for (int64_t ox = lo; ox < hi; ox++) drow[ix0 + ox * g->sw] += s[ox];        \
+            }                                                                              \
+          }                                                                                \
+      }                                                                                    \
+  }
+
+COL2IM(float)
+COL2IM(double)
+
+zorch_status cpu_col2im(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,
+                        int64_t nb) {
+  switch (gx->dtype) {
+    case ZORCH_F32: col2im_float((float *)tensor_ptr(gx), (const float *)tensor_ptr(col), g, n0, nb); return ZORCH_OK;
+    case ZORCH_F64: col2im_double((double *)tensor_ptr(gx), (const double *)tensor_ptr(col), g, n0, nb); return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU backward for dtype %s",
+                            zorch_dtype_name(gx->dtype));
+  }
+}
+
+/* ---- the whole convolution (groups = 1), image by image ----------------------------------
+   Blocks of CONV_BLOCK images run in parallel, each image as im2col into a
+   buffer that stays in cache and one GEMM straight into (or from) its NCHW
+   planes; BLAS runs single-threaded inside the parallel loop. The weight
+   gradient is summed per block, then over blocks in order, so it does not
+   depend on the thread count. */
+#define CONV_BLOCK 8
+
+static void conv_gemm(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+                      int64_t ldc) {
+  gemm_args ga = {.dt = dt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
+                  .ldc = ldc, .alpha = 1.0, .beta = beta, .a = a, .b = b, .c = c};
+  cpu_gemm(&ga); /* float32 and float64 only, which the callers check */
+}
+
+#define CONV_FWD(T)                                                                        \
+  {                                                                                        \
+    const T *xp = (const T *)tensor_ptr(x), *wp = (const T *)tensor_ptr(w);                \
+    const T *bp = b ? (const T *)tensor_ptr(b) : NULL;                                     \
+    T *op = (T *)tensor_ptr(out);                                                          \
+    _Pragma("omp parallel for schedule(dynamic) if (nblk > 1 && g->n * O * K * L >= CPU_GRAIN)") \
+    for (int64_t blk = 0; blk < nblk; blk++) {                                             \
+      T *col = malloc(sizeof(T) * (size_t)(K * L));                                        \
+      if (!col) {                                                                          \
+        failed = 1;                                                                        \
+        continue;                                                                          \
+      }                                                                                    \
+      int64_t end = (blk + 1) * CONV_BLOCK < g->n ? (blk + 1) * CONV_BLOCK : g->n;         \
+      for (int64_t n = blk * CONV_BLOCK; n < end; n++) {                                   \
+        T *on = op + n * O * L;                                                            \
+        im2col_##T(col, xp, g, n, 1);                                                      \
+        if (bp)                                                                            \
+          for (int64_t o = 0; o < O; o++)                                                  \
+            for (int64_t l = 0; l < L; l++) on[o * L + l] = bp[o];                         \
+        conv_gemm(dt, false, false, O, L, K, wp, K, col, L, bp ? 1.0 : 0.0, on, L);        \
+      }                                                                                    \
+      free(col);                                                                           \
+    }                                                                                      \
+  }
+
+/* The column buffer's K * L elements (and the weight gradient's nblk partial
+   sums of O * K) fit in memory sizes; otherwise no allocation could hold them. */
+static zorch_status conv_sizes_fit(int64_t K, int64_t L, int64_t O, int64_t nblk) {
+  int64_t kl, ok_, parts;
+  if (__builtin_mul_overflow(K, L, &kl) || __builtin_mul_overflow(kl, (int64_t)sizeof(double), &kl) ||
+      __builtin_mul_overflow(O, K, &ok_) || __builtin_mul_overflow(ok_, nblk, &parts) ||
+      __builtin_mul_overflow(parts, (int64_t)sizeof(double), &parts))
+    return err_set(ZORCH_ERR_OOM, "conv2d: the column buffer of %lld x %lld elements is too large",
+                   (long long)K, (long long)L);
+  return ZORCH_OK;
+}
+
+zorch_status cpu_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,
+                        const zorch_tensor *b, const conv_geom *g) {
+  int64_t O = w->shape[0], K = g->c * g->kh * g->kw, L = g->oh * g->ow;
+  int64_t nblk = (g->n + CONV_BLOCK - 1) / CONV_BLOCK;
+  zorch_dtype dt = x->dtype;
+  int failed = 0;
+  if (conv_sizes_fit(K, L, O, 1)) return zorch_last_status();
+  switch (dt) {
+    case ZORCH_F32: CONV_FWD(float) break;
+    case ZORCH_F64: CONV_FWD(double) break;
+    default: return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU kernel for dtype %s", zorch_dtype_name(dt));
+  }
+  if (failed) return err_set(ZORCH_ERR_OOM, "conv2d: out of memory for the column buffer");
+  return ZORCH_OK;
+}
+
+/* Per image: gw_blk += gout_n col_n^T; gcol = w^T gout_n, folded back by col2im. */
+#define CONV_BWD(T)                                                                        \
+  {                                                                                        \
+    const T *xp = (const T *)tensor_ptr(x), *wp = (const T *)tensor_ptr(w);                \
+    const T *gp = (const T *)tensor_ptr(gout);                                             \
+    T *gxp = gx ? (T *)tensor_ptr(gx) : NULL, *part = (T *)parts;                          \
+    _Pragma("omp parallel for schedule(dynamic) if (nblk > 1 && g->n * O * K * L >= CPU_GRAIN)") \
+    for (int64_t blk = 0; blk < nblk; blk++) {                                             \
+      T *col = malloc(sizeof(T) * (size_t)(K * L));                                        \
+      if (!col) {                                                                          \
+        failed = 1;                                                                        \
+        continue;                                                                          \
+      }                                                                                    \
+      int64_t end = (blk + 1) * CONV_BLOCK < g->n ? (blk + 1) * CONV_BLOCK : g->n;         \
+      for (int64_t n = blk * CONV_BLOCK; n < end; n++) {                                   \
+        const T *gn = gp + n * O * L;                                                      \
+        if (part) {                                                                        \
+          im2col_##T(col, xp, g, n, 1);                                                    \
+          conv_gemm(dt, false, true, O, K, L, gn, L, col, L, n > blk * CONV_BLOCK ? 1.0 : 0.0, \
+                    part + blk * O * K, K);                                                \
+        }                                                                                  \
+        if (gxp) {                                                                         \
+          conv_gemm(dt, true, false, K, L, O, wp, K, gn, L, 0.0, col, L);                  \
+          col2im_##T(gxp, col, g, n, 1);                                                   \
+        }                                                                                  \
+      }                                                                                    \
+      free(col);                                                                           \
+    }                                                                                      \
+    if (part) {                                                                            \
+      T *gwp = (T *)tensor_ptr(gw);                                                        \
+      for (int64_t i = 0; i < O * K; i++) {                                                \
+        T acc = 0;                                                                         \
+        for (int64_t k = 0; k < nblk; k++) acc += part[k * O * K + i];                     \
+        gwp[i] = acc;                                                                      \
+      }                                                                                    \
+    }                                                                                      \
+  }
+
+zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,
+                            const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g) {
+  int64_t O = w->shape[0], K = g->c * g->kh * g->kw, L = g->oh * g->ow;
+  int64_t nblk = (g->n + CONV_BLOCK - 1) / CONV_BLOCK;
+  zorch_dtype dt = x->dtype;
+  if (dt != ZORCH_F32 && dt != ZORCH_F64)
+    return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU backward for dtype %s", zorch_dtype_name(dt));
+  if (conv_sizes_fit(K, L, O, nblk)) return zorch_last_status();
+  void *parts = NULL;
+  if (gw && nblk > 0 && !(parts = calloc((size_t)(nblk * O * K), dtype_sizes[dt])))
+    return err_set(ZORCH_ERR_OOM, "conv2d: out of memory for the weight gradient's partial sums");
+  int failed = 0;
+  if (dt == ZORCH_F32) CONV_BWD(float) else CONV_BWD(double)
+  free(parts);
+  if (failed) return err_set(ZORCH_ERR_OOM, "conv2d: out of memory for the column buffer");
+  return ZORCH_OK;
+}
+
+/* Max over the window's inputs inside the image (the padding never wins);
+   the first NaN wins, else the first of equal maxima. */
+#define MAXPOOL(T)                                                                         \
+  {                                                                                        \
+    const T *xp = (const T *)tensor_ptr(x);                                                \
+    T *op = (T *)tensor_ptr(out);                                                          \
+    int64_t *ip = (int64_t *)tensor_ptr(idx);                                              \
+    _Pragma("omp parallel for if (g->n * g->oh * g->ow * g->kh * g->kw >= CPU_GRAIN)")     \
+    for (int64_t p = 0; p < g->n; p++) {                                                   \
+      const T *plane = xp + p * g->h * g->w;                                               \
+      for (int64_t oy = 0; oy < g->oh; oy++)                                               \
+        for (int64_t ox = 0; ox < g->ow; ox++) {                                           \
+          int64_t y0 = oy * g->sh - g->ph, x0 = ox * g->sw - g->pw, best = -1;             \
+          T m = (T)-INFINITY;                                                              \
+          for (int64_t ki = 0; ki < g->kh; ki++) {                                         \
+            int64_t iy = y0 + ki * g->dh;                                                  \
+            if (iy < 0 || iy >= g->h) continue;                                            \
+            for (int64_t kj = 0; kj < g->kw; kj++) {                                       \
+              int64_t ix = x0 + kj * g->dw;                                                \
+              if (ix < 0 || ix >= g->w) continue;                                          \
+              T v = plane[iy * g->w + ix];                                                 \
+              if (best < 0 || v > m || isnan(v)) {                                         \
+                m = v;                                                                     \
+                best = iy * g->w + ix;                                                     \
+                if (isnan(v)) goto found_##T;                                              \
+              }                                                                            \
+            }                                                                              \
+          }                                                                                \
+        found_##T:                                                                         \
+          op[(p * g->oh + oy) * g->ow + ox] = m;                                           \
+          ip[(p * g->oh + oy) * g->ow + ox] = best < 0 ? 0 : best;                         \
+        }                                                                                  \
+    }                                                                                      \
+  }
+
+#define AVGPOOL(T)                                                                         \
+  {                                                                                        \
+    const T *xp = (const T *)tensor_ptr(x);                                                \
+    T *op = (T *)tensor_ptr(out);                                                          \
+    _Pragma("omp parallel for if (g->n * g->oh * g->ow * g->kh * g->kw >= CPU_GRAIN)")     \
+    for (int64_t p = 0; p < g->n; p++) {                                                   \
+      const T *plane = xp + p * g->h * g->w;                                               \
+      for (int64_t oy = 0; oy < g->oh; oy++) {                                             \
+        int64_t ylo, yhi, xlo, xhi;                                                        \
+        int64_t cy = zm_pool_window(ad, inc, oy, g->h, g->oh, g->kh, g->sh, g->ph, &ylo, &yhi); \
+        for (int64_t ox = 0; ox < g->ow; ox++) {                                           \
+          int64_t cx = zm_pool_window(ad, inc, ox, g->w, g->ow, g->kw, g->sw, g->pw, &xlo, &xhi); \
+          double s = 0;                                                                    \
+          for (int64_t iy = ylo; iy < yhi; iy++)                                           \
+            for (int64_t ix = xlo; ix < xhi; ix++) s += (double)plane[iy * g->w + ix];     \
+          int64_t cnt = cy * cx;                                                           \
+          op[(p * g->oh + oy) * g->ow + ox] = (T)(cnt > 0 ? s / (double)cnt : 0);          \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }
+
+zorch_status cpu_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,
+                        const conv_geom *g) {
+  int ad = k == POOL_ADAPTIVE_AVG, inc = k == POOL_AVG;
+  (void)ad, (void)inc;
+  switch (x->dtype) {
+    case ZORCH_F32:
+      if (k == POOL_MAX) MAXPOOL(float) else AVGPOOL(float)
+      return ZORCH_OK;
+    case ZORCH_F64:
+      if (k == POOL_MAX) MAXPOOL(double) else AVGPOOL(double)
+      return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "pool2d: no CPU kernel for dtype %s",
+                            zorch_dtype_name(x->dtype));
+  }
+}
+
+/* Per plane (one thread each): max pooling adds each gradient at its argmax;
+   the averages spread each gradient over the window's inputs. */
+#define POOL_BWD(T)                                                                        \
+  {                                                                                        \
+    T *gp = (T *)tensor_ptr(gx);                                                           \
+    const T *gop = (const T *)tensor_ptr(gout);                                            \
+    const int64_t *ip = idx ? (const int64_t *)tensor_ptr(idx) : NULL;                     \
+    int64_t hw = g->h * g->w, ohw = g->oh * g->ow;                                         \
+    _Pragma("omp parallel for if (g->n * ohw * g->kh * g->kw >= CPU_GRAIN)")               \
+    for (int64_t p = 0; p < g->n; p++) {                                                   \
+      T *plane = gp + p * hw;                                                              \
+      const T *go = gop + p * ohw;                                                         \
+      memset(plane, 0, sizeof(T) * (size_t)hw);                                            \
+      if (k == POOL_MAX) {                                                                 \
+        for (int64_t o = 0; o < ohw; o++) plane[ip[p * ohw + o]] += go[o];                 \
+        continue;                                                                          \
+      }                                                                                    \
+      for (int64_t oy = 0; oy < g->oh; oy++) {                                             \
+        int64_t ylo, yhi, xlo, xhi;                                                        \
+        int64_t cy = zm_pool_window(ad, inc, oy, g->h, g->oh, g->kh, g->sh, g->ph, &ylo, &yhi); \
+        for (int64_t ox = 0; ox < g->ow; ox++) {                                           \
+          int64_t cx = zm_pool_window(ad, inc, ox, g->w, g->ow, g->kw, g->sw, g->pw, &xlo, &xhi); \
+          if (cy * cx <= 0) continue;                                                      \
+          T v = (T)((double)go[oy * g->ow + ox] / (double)(cy * cx));                      \
+          for (int64_t iy = ylo; iy < yhi; iy++)                                           \
+            for (int64_t ix = xlo; ix < xhi; ix++) plane[iy * g->w + ix] += v;             \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }
+
+zorch_status cpu_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *gout,
+                            const zorch_tensor *idx, const conv_geom *g) {
+  int ad = k == POOL_ADAPTIVE_AVG, inc = k == POOL_AVG;
+  switch (gx->dtype) {
+    case ZORCH_F32: POOL_BWD(float) return ZORCH_OK;
+    case ZORCH_F64: POOL_BWD(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "pool2d: no CPU backward for dtype %s",
+                            zorch_dtype_name(gx->dtype));
+  }
+}
