@@ -42,7 +42,7 @@ LIB_SRC  := $(filter-out vm/host/main.c $(CLI_SRC) $(if $(filter 1,$(CUDA)),,zer
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
-EXT_LIBS := -lcjson $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) \
+EXT_LIBS := -lcjson -lz $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) \
             $(if $(filter 1,$(CUDA)),-L$(CUDA_DIR)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_DIR)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++,)
 CUDA_SRC := $(wildcard ops/cuda/*.cu)
 ifeq ($(CUDA),1)
@@ -194,6 +194,7 @@ demo: $(BUILD)/examples/mlp_demo
 PC_LIBS     := $(LDFLAGS) $(LIB_LIBS) $(LDLIBS)
 PC_NAME_lua5.4 := lua5.4
 PC_NAME_cjson  := libcjson
+PC_NAME_z      := zlib
 PC_NAME_mpi    := ompi-c
 PC_REQUIRES := $(foreach l,$(patsubst -l%,%,$(filter -l%,$(PC_LIBS))),$(PC_NAME_$(l)))
 ZORCH_VERSION = $(shell sed -n 's/.*ZORCH_VERSION "\(.*\)"/\1/p' include/zorch.h)

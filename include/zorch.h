@@ -281,6 +281,14 @@ ZORCH_API zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tenso
    Differentiable in q, k and v. */
 ZORCH_API zorch_tensor *zorch_attention(zorch_tensor *q, zorch_tensor *k, zorch_tensor *v, bool causal,
                                         double scale);
+/* Batch normalisation of x (N, C), (N, C, L) or (N, C, H, W) over all dims but
+   C, as torch.nn.functional.batch_norm. training: the batch's statistics, and
+   running_mean/running_var (C, may be NULL) updated in place with `momentum`
+   (unbiased variance); otherwise the running stats. weight, bias may be NULL. */
+ZORCH_API zorch_tensor *zorch_batch_norm(zorch_tensor *x, zorch_tensor *running_mean,
+                                         zorch_tensor *running_var, zorch_tensor *weight,
+                                         zorch_tensor *bias, bool training, double momentum,
+                                         double eps);
 ZORCH_API zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_generator *gen);
 /* ---- convolution and pooling over NCHW images (x (N, C, H, W) or one image
    (C, H, W)); PyTorch's shapes and output sizes. Zeros in the options mean the

@@ -105,6 +105,29 @@ FIELDS.loss_scale = function(v, m)
     end
   end
 end
+-- the model's buffers (rank 0's, in rank0.safetensors as "buffer/<name>");
+-- optional: older manifests lack it
+local BUFFER_DTYPES = {float32 = true, float64 = true, bfloat16 = true, float16 = true, int64 = true, int32 = true,
+                       uint8 = true, bool = true}
+FIELDS.buffers = function(v)
+  if not is_seq(v) then return "must be a list of buffers" end
+  local names = {}
+  for i, b in ipairs(v) do
+    if type(b) ~= "table" then return ("item %d must be an object, got %s"):format(i, readable(b)) end
+    for k in pairs(b) do
+      if k ~= "name" and k ~= "shape" and k ~= "dtype" then return ("item %d has an unknown field %s"):format(i, readable(k)) end
+    end
+    if type(b.name) ~= "string" or b.name == "" or names[b.name] then
+      return ("item %d: name must be a non-empty string, not repeated, got %s"):format(i, readable(b.name))
+    end
+    names[b.name] = true
+    if not is_seq(b.shape) then return ("'%s': shape must be a list of sizes"):format(b.name) end
+    for _, d in ipairs(b.shape) do
+      if not is_int(d, 0, MAX_ELEMENTS) then return ("'%s': shape must be a list of sizes"):format(b.name) end
+    end
+    if not BUFFER_DTYPES[b.dtype] then return ("'%s': dtype must be a zorch dtype, got %s"):format(b.name, readable(b.dtype)) end
+  end
+end
 FIELDS.extra = function() end -- whatever the caller passed as opts.extra (JSON)
 FIELDS.optimizer = function(v)
   if type(v) ~= "string" or not v:match("^[%w_%.]+$") then return "must be an optimizer's name (optim.Adam)" end
@@ -218,6 +241,10 @@ local function manifest_error(m)
     local why = FIELDS.loss_scale(m.loss_scale, m)
     if why then return ("field 'loss_scale' %s, got %s"):format(why, readable(m.loss_scale)) end
   end
+  if m.buffers ~= nil then
+    local why = FIELDS.buffers(m.buffers)
+    if why then return ("field 'buffers' %s"):format(why) end
+  end
 end
 
 -- zorch._read_manifest_text(text) -> true, manifest | false, message. Never
@@ -303,6 +330,14 @@ function Engine:save_checkpoint(dir, opts)
       end
     end
   end
+  -- buffers are not sharded: each rank keeps its own, rank 0's are saved
+  local buffers = {}
+  if self.rank == 0 then
+    for name, b in self.model:named_buffers() do
+      pieces["buffer/" .. name] = b:to("cpu")
+      buffers[#buffers + 1] = {name = name, shape = b.shape, dtype = b:dtype()}
+    end
+  end
   zorch.save(pieces, ("%s/rank%d.safetensors"):format(where, self.rank))
   barrier()
   stop_after("shards")
@@ -324,7 +359,7 @@ function Engine:save_checkpoint(dir, opts)
       params = params, files = files, step = step, shard = m.shard, micro = self.micro, lr = self.user_opt.lr,
       optimizer = getmetatable(self.inner).__name or "optimizer",
       optimizer_state = scalars, state_fields = fields, loader = self.loader and self.loader:state() or false,
-      rng_offset = zorch._rng_offset(), extra = opts.extra or false,
+      rng_offset = zorch._rng_offset(), extra = opts.extra or false, buffers = buffers,
       scheduler_step = self.lr_scheduler and self.lr_scheduler.last_step or false,
       loss_scale = self.cfg.precision == "fp16" and {scale = self.scaler.scale, hysteresis = self.scaler.hysteresis,
         attempts = self.scaler.attempts, last_overflow = self.scaler.last_overflow, skipped = self.scaler.skipped} or false,
@@ -488,6 +523,25 @@ function Engine:load_checkpoint(dir)
   local offsets, wanted = {}, {param = true}
   for _, p in ipairs(params) do offsets[p.name] = p.offset end
   for _, f in ipairs(manifest.state_fields) do wanted["state." .. f] = true end
+  -- the buffers, every rank from rank 0's file
+  local model_buffers = {}
+  for name, b in self.model:named_buffers() do model_buffers[name] = b end
+  for _, b in ipairs(manifest.buffers or {}) do
+    local mine, t = model_buffers[b.name], pieces["buffer/" .. b.name]
+    if not mine then error(("load_checkpoint: %s has a buffer '%s' the model lacks"):format(where, b.name), 2) end
+    if not t then error(("load_checkpoint: %s lacks 'buffer/%s' in rank0.safetensors"):format(where, b.name), 2) end
+    if table.concat(t.shape, ",") ~= table.concat(mine.shape, ",") then
+      error(("load_checkpoint: buffer '%s' has shape (%s) in %s but (%s) in the model"):format(b.name,
+        table.concat(t.shape, ", "), where, table.concat(mine.shape, ", ")), 2)
+    end
+    mine:copy_(t)
+    pieces["buffer/" .. b.name] = nil
+    model_buffers[b.name] = nil
+  end
+  if manifest.buffers then
+    local left = next(model_buffers)
+    if left then error(("load_checkpoint: %s has no buffer '%s'"):format(where, left), 2) end
+  end
   local covered = {} -- kind -> param name -> {{a, b}, ...} (flat ranges within [lo, hi))
   for key, t in pairs(pieces) do
     local kind, name, first = key:match("^([^/]+)/(.+)/(%d+)$")
@@ -573,7 +627,18 @@ function zorch._consolidate(...)
     header[p.name] = {dtype = code[1], shape = p.shape, data_offsets = {off, off + bytes}}
     off = off + bytes
   end
-  local text = zorch._json_encode(header):gsub("%s", "")
+  -- the buffers (rank 0's) follow in their own dtypes
+  local buffer_bytes = {}
+  for i, b in ipairs(manifest.buffers or {}) do
+    local t = zorch.load(("%s/rank0.safetensors"):format(where), "buffer/" .. b.name)
+    buffer_bytes[i] = zorch._tensor_bytes(t)
+    local st = ({float32 = "F32", float64 = "F64", bfloat16 = "BF16", float16 = "F16", int64 = "I64", int32 = "I32",
+                 uint8 = "U8", bool = "BOOL"})[t:dtype()]
+    header[b.name] = {dtype = st, shape = b.shape, data_offsets = {off, off + #buffer_bytes[i]}}
+    off = off + #buffer_bytes[i]
+  end
+  -- (an empty table encodes as {}: a 0-d buffer's shape must be [])
+  local text = zorch._json_encode(header):gsub("%s", ""):gsub('"shape":{}', '"shape":[]')
   text = text .. string.rep(" ", (8 - #text % 8) % 8)
   local tmp = out .. ".partial"
   local f = assert(io.open(tmp, "wb"))
@@ -593,6 +658,7 @@ function zorch._consolidate(...)
     if code[1] == "BF16" then t = t:to("bfloat16") end
     f:write(zorch._tensor_bytes(t))
   end
+  for _, bytes in ipairs(buffer_bytes) do f:write(bytes) end
   f:close()
   local ok, err = os.rename(tmp, out)
   if not ok then error("consolidate: " .. tostring(err), 0) end

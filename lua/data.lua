@@ -154,18 +154,23 @@ function data.DataLoader(ds, opts)
     end
   end
   opts = opts or {}
-  local allowed = {batch_size = true, shuffle = true, drop_last = true, seed = true, device = true}
+  local allowed = {batch_size = true, shuffle = true, drop_last = true, seed = true, device = true, augment = true,
+                   normalize = true}
   for k in pairs(opts) do
     if not allowed[k] then
-      error(("DataLoader: unknown option '%s' (allowed: batch_size, device, drop_last, seed, shuffle)"):format(tostring(k)), 2)
+      error(("DataLoader: unknown option '%s' (allowed: augment, batch_size, device, drop_last, normalize, seed, " ..
+             "shuffle)"):format(tostring(k)), 2)
     end
   end
+  if opts.augment ~= nil then data.check_augment("DataLoader", opts.augment, 3) end
+  if opts.normalize ~= nil then data.check_normalize("DataLoader", opts.normalize, 3) end
   local bs = opts.batch_size or 1
   if math.type(bs) ~= "integer" or bs < 1 then error("DataLoader: batch_size must be a positive integer", 2) end
   if opts.device ~= nil and type(opts.device) ~= "string" then error("DataLoader: device must be a string (\"cuda\")", 2) end
   return setmetatable({dataset = ds, batch_size = bs, shuffle = opts.shuffle or false,
                        drop_last = opts.drop_last or false, seed = opts.seed or 0, epoch = 0,
-                       rank = 0, world_size = 1, device = opts.device}, DataLoader)
+                       rank = 0, world_size = 1, device = opts.device, augment = opts.augment,
+                       normalize = opts.normalize}, DataLoader)
 end
 
 DataLoader.__tostring = function(l)
@@ -270,9 +275,96 @@ function DataLoader:iter()
     if last < first then return nil end
     local rows = {}
     for i = first, last do rows[#rows + 1] = order[i] end
-    if type(self.dataset.batch) ~= "function" then return to_device(self.device, collate_rows(self.dataset, rows)) end
-    return to_device(self.device, self.dataset:batch(zorch.tensor(rows, {dtype = "int64"})))
+    if type(self.dataset.batch) ~= "function" then
+      return self:transform(to_device(self.device, collate_rows(self.dataset, rows)))
+    end
+    return self:transform(to_device(self.device, self.dataset:batch(zorch.tensor(rows, {dtype = "int64"}))))
   end
+end
+
+-- The loader's augmentation, then normalisation, of a batch's first tensor (the images).
+function DataLoader:transform(x, ...)
+  if zorch.is_tensor(x) then
+    if self.augment then x = data.augment(x, self.augment) end
+    if self.normalize then x = data.normalize(x, self.normalize.mean, self.normalize.std) end
+  end
+  return x, ...
+end
+
+-- ---- image batches: augmentation and normalisation ----------------------------------------
+
+function data.check_augment(fn, a, level)
+  if type(a) ~= "table" then error(fn .. ": augment must be a table {crop_padding = n, hflip = true}", level) end
+  for k in pairs(a) do
+    if k ~= "crop_padding" and k ~= "hflip" then
+      error(("%s: unknown augment option '%s' (allowed: crop_padding, hflip)"):format(fn, tostring(k)), level)
+    end
+  end
+  local p = a.crop_padding
+  if p ~= nil and (math.type(p) ~= "integer" or p < 0) then
+    error(("%s: crop_padding must be an integer >= 0, got %s"):format(fn, tostring(p)), level)
+  end
+end
+
+function data.check_normalize(fn, nrm, level)
+  if type(nrm) ~= "table" or nrm.mean == nil or nrm.std == nil then
+    error(fn .. ": normalize must be a table {mean = m, std = s} (numbers, or lists of one per channel)", level)
+  end
+end
+
+-- Images (N, H, W) or (N, C, H, W): each image shifted by a random crop of
+-- the image padded with `crop_padding` zeros on every side, then flipped left
+-- to right with probability 1/2 when `hflip`. The random numbers come from
+-- zorch's generator (zorch.manual_seed), so a seeded run repeats.
+function data.augment(x, opts)
+  if not zorch.is_tensor(x) or x:dim() < 3 then
+    error("data.augment: expected a batch of images (N, H, W) or (N, C, H, W)", 2)
+  end
+  data.check_augment("data.augment", opts or {}, 3)
+  local p, nd, n = opts.crop_padding or 0, x:dim(), x.shape[1]
+  local H, W = x.shape[nd - 1], x.shape[nd]
+  if p > 0 and n > 0 then
+    local dy = zorch.randint(-p, p, {n}):totable()
+    local dx = zorch.randint(-p, p, {n}):totable()
+    local out = zorch.zeros_like(x)
+    for i = 1, n do
+      -- out[i] at (r, c) = x[i] at (r + dy, c + dx), zero where that falls outside
+      local h, w = H - math.abs(dy[i]), W - math.abs(dx[i])
+      if h > 0 and w > 0 then
+        local src = x:select(1, i):narrow(nd - 2, math.max(0, dy[i]) + 1, h):narrow(nd - 1, math.max(0, dx[i]) + 1, w)
+        local dst = out:select(1, i):narrow(nd - 2, math.max(0, -dy[i]) + 1, h):narrow(nd - 1, math.max(0, -dx[i]) + 1, w)
+        dst:copy_(src)
+      end
+    end
+    x = out
+  end
+  if opts.hflip and n > 0 then
+    local rev = zorch.arange(W, 0, -1, {dtype = "int64", device = x:device()})
+    local flipped = zorch.index_select(x, nd, rev)
+    local shape = {n}
+    for _ = 2, nd do shape[#shape + 1] = 1 end
+    local coin = zorch.randint(0, 1, {n}):to(x:device()):eq(1):reshape(shape)
+    x = zorch.where(coin, flipped, x)
+  end
+  return x
+end
+
+-- (x - mean) / std in float32 (x's dtype when it is a float); mean and std are
+-- numbers or lists of one per channel (dim 2 of (N, C, H, W)).
+function data.normalize(x, mean, std)
+  if not zorch.is_tensor(x) then error("data.normalize: expected a tensor", 2) end
+  if not x:dtype():match("float") then x = x:float() end
+  local function as_tensor(v, what)
+    if type(v) == "number" then return v end
+    if type(v) ~= "table" or #v == 0 or x:dim() < 2 or #v ~= x.shape[2] then
+      error(("data.normalize: %s must be a number or a list of %s (one per channel)"):format(what,
+        x:dim() >= 2 and tostring(x.shape[2]) or "?"), 3)
+    end
+    local shape = {1, #v}
+    for _ = 3, x:dim() do shape[#shape + 1] = 1 end
+    return zorch.tensor(v, {dtype = x:dtype(), device = x:device()}):reshape(shape)
+  end
+  return (x - as_tensor(mean, "mean")) / as_tensor(std, "std")
 end
 
 function data.read_csv(path, opts) return zorch._read_csv(path, opts) end
@@ -286,5 +378,8 @@ function data.load_tokens(path, opts)
   end
   return zorch._load_tokens(path, dt == "uint8" and 1 or 2)
 end
+-- An IDX file (MNIST's format), gzip-compressed or not: a tensor of the stored
+-- shape; uint8 data stays uint8, int8/int16 widen to int32.
+function data.load_idx(path) return zorch._load_idx(path) end
 
 return data

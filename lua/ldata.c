@@ -196,4 +196,6 @@ void lz_open_data(lua_State *L) {
   lua_setfield(L, -2, "_load_npy");
   lua_pushcfunction(L, l_load_tokens);
   lua_setfield(L, -2, "_load_tokens");
+  lua_pushcfunction(L, lz_load_idx);
+  lua_setfield(L, -2, "_load_idx");
 }

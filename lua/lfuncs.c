@@ -1062,6 +1062,17 @@ static const luaL_Reg functions_only[] = {
     {"manual_seed", f_manual_seed}, {"_pointwise_ops", f_pointwise_ops},
     {"_pointwise", f_pointwise_call}, {NULL, NULL}};
 
+/* ---- batch norm ---------------------------------------------------------------------------- */
+static zorch_tensor *opt_tensor(lua_State *L, int i) { return lua_isnoneornil(L, i) ? NULL : T(i); }
+/* batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps),
+   torch.nn.functional.batch_norm's order and defaults (eval, 0.1, 1e-5) */
+static int f_batch_norm(lua_State *L) {
+  zorch_tensor *x = T(1);
+  PUSH(zorch_batch_norm(x, opt_tensor(L, 2), opt_tensor(L, 3), opt_tensor(L, 4), opt_tensor(L, 5),
+                        lua_toboolean(L, 6), luaL_optnumber(L, 7, 0.1), luaL_optnumber(L, 8, 1e-5)));
+}
+static const luaL_Reg norm_functions[] = {{"batch_norm", f_batch_norm}, {NULL, NULL}};
+
 /* [-0, +0]: adds the functions to the table on top, and the methods to tensors
    (the registry's ops first, so that a hand binding such as gelu's mode wins) */
 void lz_open_functions(lua_State *L) {
@@ -1075,6 +1086,7 @@ void lz_open_functions(lua_State *L) {
   luaL_setfuncs(L, more_functions, 0);
   luaL_setfuncs(L, sample_functions, 0);
   open_generator(L);
+  luaL_setfuncs(L, norm_functions, 0);
   luaL_setfuncs(L, conv_functions, 0);
   lua_pop(L, 1);
   luaL_setfuncs(L, both, 0);

@@ -34,6 +34,8 @@ void lz_get_opts(lua_State *L, int idx, lz_opts *o, zorch_dtype def);
 zorch_tensor *lz_index0(lua_State *L, int idx);
 void lz_open_tensor(lua_State *L);
 void lz_open_functions(lua_State *L);
+/* zorch.data.load_idx (lidx.c) */
+int lz_load_idx(lua_State *L);
 /* ---- the VM an embedding host made (lsandbox.c) ---------------------------------
    vm/host/embed.c fills one per VM and keeps it in the registry ("zorch.vm");
    a Lua state without one (zorch.so loaded by lua5.4) has no limits. */

@@ -6,7 +6,7 @@ if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end
 local nn = {}
 
 local function class_call(cls, ...)
-  local self = setmetatable({_order = {}, _children = {}, _params = {}, training = true}, cls)
+  local self = setmetatable({_order = {}, _children = {}, _params = {}, _buffers = {}, training = true}, cls)
   self:init(...)
   return self
 end
@@ -71,23 +71,28 @@ end
 -- A module is not entered again below itself (a child holding its parent), so
 -- cycles end; with `seen`, a tensor met before (a tied weight) is skipped, as
 -- PyTorch's named_parameters does; without it every name is listed (state dicts).
-local function each_param(m, prefix, out, seen, path)
+local function each_param(m, prefix, out, seen, path, kinds)
   path = path or {}
+  kinds = kinds or "_params"
   path[m] = true
   for _, k in ipairs(m._order) do
     local v = rawget(m, k)
-    if m._params[k] and v ~= nil then
+    if (m._params[k] and kinds ~= "_buffers" or rawget(m, "_buffers") and m._buffers[k] and kinds ~= "_params")
+       and v ~= nil then
       if not (seen and seen[v]) then
         if seen then seen[v] = true end
         out[#out + 1] = {prefix .. k, v}
       end
     elseif m._children[k] and v ~= nil and not path[v] then
-      each_param(v, prefix .. k .. ".", out, seen, path)
+      each_param(v, prefix .. k .. ".", out, seen, path, kinds)
     end
   end
   path[m] = nil
   return out
 end
+-- The buffers (kinds "_buffers") or parameters and buffers together ("both"),
+-- in registration order, every name listed.
+local function each_buffer(m, kinds) return each_param(m, "", {}, nil, nil, kinds or "_buffers") end
 
 -- Calls fn(module) once for m and each module below it, parents first; a
 -- module reached twice (shared, or a reference back to a parent) is visited once.
@@ -118,6 +123,48 @@ function Module:parameters()
   return ps
 end
 
+-- Buffers: tensors a module keeps in its state dict that are not parameters
+-- (BatchNorm's running statistics): they never get gradients, and neither
+-- optimizers nor the ZeRO engine see them (parameters() leaves them out).
+-- register_buffer(name, nil) reserves the name, as PyTorch's None buffer.
+function Module:register_buffer(name, t)
+  local cls = getmetatable(self).__name
+  if type(name) ~= "string" or name == "" or name:find(".", 1, true) then
+    error(("%s:register_buffer: name must be a non-empty string without '.', got %s"):format(cls, tostring(name)), 2)
+  end
+  if t ~= nil and not zorch.is_tensor(t) then
+    error(("%s:register_buffer: '%s' must be a tensor or nil, got %s"):format(cls, name, type(t)), 2)
+  end
+  if self._params[name] or self._children[name] then
+    error(("%s:register_buffer: '%s' is already a parameter or a module"):format(cls, name), 2)
+  end
+  if t ~= nil and t.requires_grad then t = t:detach() end
+  if not rawget(self, "_buffers") then rawset(self, "_buffers", {}) end
+  if not self._buffers[name] then
+    self._buffers[name] = true
+    table.insert(self._order, name)
+  end
+  rawset(self, name, t)
+  return t
+end
+
+function Module:named_buffers()
+  local list = each_buffer(self)
+  local i = 0
+  return function()
+    i = i + 1
+    if list[i] then return list[i][1], list[i][2] end
+  end
+end
+
+function Module:buffers()
+  local bs = {}
+  for _, b in ipairs(each_buffer(self)) do bs[#bs + 1] = b[2] end
+  return bs
+end
+
+local function is_device(where) return where == "cpu" or where:match("^cuda") ~= nil end
+
 -- Moves (or converts) every parameter: m:to("cuda"), m:to("bfloat16"). The
 -- parameters are new leaves, so build the optimizer after moving the model.
 function Module:to(where)
@@ -126,12 +173,21 @@ function Module:to(where)
       type(where)), 2)
   end
   local moved = {} -- a tied parameter stays one tensor
+  local device = is_device(where)
   local function move(m)
     for _, k in ipairs(m._order) do
       local v = rawget(m, k)
       if m._params[k] and v ~= nil then
         moved[v] = moved[v] or v:detach():to(where):requires_grad_(true)
         rawset(m, k, moved[v])
+      elseif rawget(m, "_buffers") and m._buffers[k] and v ~= nil then
+        -- buffers follow a device; a dtype converts only the floating-point
+        -- ones (num_batches_tracked stays int64), as in PyTorch
+        local dt = v:dtype()
+        if device or dt:match("^b?float") then
+          moved[v] = moved[v] or v:to(where)
+          rawset(m, k, moved[v])
+        end
       end
     end
   end
@@ -198,7 +254,7 @@ function Module:state_dict()
   local engine = rawget(self, "_engine") -- ZeRO stage 3 holds slices: gather first
   if engine then engine:gather() end
   local sd, order = {}, {}
-  for _, p in ipairs(each_param(self, "", {})) do
+  for _, p in ipairs(each_param(self, "", {}, nil, nil, "both")) do
     -- under stage 3 the gathered pages go back after this: keep copies
     sd[p[1]] = engine and p[2]:detach():clone() or p[2]:detach()
     order[#order + 1] = p[1]
@@ -215,7 +271,7 @@ function Module:load_state_dict(sd, strict)
   local engine = rawget(self, "_engine")
   if engine then engine:gather() end
   local seen, missing = {}, {}
-  for _, p in ipairs(each_param(self, "", {})) do
+  for _, p in ipairs(each_param(self, "", {}, nil, nil, "both")) do
     local name, param = p[1], p[2]
     local t = sd[name]
     if t == nil then
@@ -320,6 +376,86 @@ end
 function nn.LayerNorm:forward(x)
   return zorch.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 end
+
+-- ---- BatchNorm1d, BatchNorm2d -----------------------------------------------------------------
+
+-- Batch normalisation over dim 2 (the channels): in training the batch's
+-- statistics, which also update the running ones (buffers running_mean,
+-- running_var, num_batches_tracked); in eval the running ones. opts: eps
+-- (1e-5), momentum (0.1; false is PyTorch's None: a cumulative average over
+-- the batches seen), affine (true: weight ones and bias zeros, learned),
+-- track_running_stats (true; false: batch statistics in eval too).
+local function batch_norm_class(name, dims, expected)
+  local cls = Module:extend(name)
+  function cls:init(num_features, opts)
+    check_int(name, "num_features", num_features)
+    if opts ~= nil and type(opts) ~= "table" then error(name .. ": options must be a table", 3) end
+    opts = opts or {}
+    for k in pairs(opts) do
+      if k ~= "eps" and k ~= "momentum" and k ~= "affine" and k ~= "track_running_stats" then
+        error(("%s: unknown option '%s' (allowed: affine, eps, momentum, track_running_stats)"):format(name,
+          tostring(k)), 3)
+      end
+    end
+    local eps, momentum = opts.eps or 1e-5, opts.momentum
+    if momentum == nil then momentum = 0.1 end
+    if type(eps) ~= "number" or not (eps > 0) then error(("%s: eps must be a number > 0, got %s"):format(name, tostring(eps)), 3) end
+    if momentum ~= false and (type(momentum) ~= "number" or not (momentum >= 0 and momentum <= 1)) then
+      error(("%s: momentum must be a number in [0, 1] or false (a cumulative average), got %s"):format(name,
+        tostring(momentum)), 3)
+    end
+    rawset(self, "num_features", num_features)
+    rawset(self, "eps", eps)
+    rawset(self, "momentum", momentum)
+    rawset(self, "affine", opts.affine ~= false)
+    rawset(self, "track_running_stats", opts.track_running_stats ~= false)
+    if self.affine then
+      self.weight = nn.Parameter(zorch.ones(num_features))
+      self.bias = nn.Parameter(zorch.zeros(num_features))
+    end
+    if self.track_running_stats then
+      self:register_buffer("running_mean", zorch.zeros(num_features))
+      self:register_buffer("running_var", zorch.ones(num_features))
+      self:register_buffer("num_batches_tracked", zorch.tensor(0))
+    end
+  end
+  -- Zeroes the running statistics (mean 0, variance 1, no batches seen).
+  function cls:reset_running_stats()
+    local rm = rawget(self, "running_mean")
+    if rm then
+      rm:fill_(0)
+      self.running_var:fill_(1)
+      self.num_batches_tracked:fill_(0)
+    end
+  end
+  function cls:forward(x)
+    if not zorch.is_tensor(x) then error(("%s: expected a tensor, got %s"):format(name, type(x)), 2) end
+    if not dims[x:dim()] then
+      error(("%s: expected %s input, got shape (%s)"):format(name, expected, table.concat(x.shape, ", ")), 2)
+    end
+    local rm, rv = rawget(self, "running_mean"), rawget(self, "running_var")
+    local factor = self.momentum or 0.0
+    if self.training and rm then
+      local nbt = self.num_batches_tracked
+      nbt:copy_(nbt + 1)
+      if not self.momentum then factor = 1 / nbt:item() end
+    end
+    -- eval without running stats normalises with the batch's, as PyTorch does
+    local use_batch = self.training or not rm
+    local ok, y = pcall(zorch.batch_norm, x, rm, rv, rawget(self, "weight"), rawget(self, "bias"), use_batch,
+      factor, self.eps)
+    if not ok then error(("%s: %s"):format(name, tostring(y):gsub("^[^:]*:%d+: ", "")), 2) end
+    return y
+  end
+  cls.__tostring = function(m)
+    return ("%s(%d, eps=%s, momentum=%s, affine=%s, track_running_stats=%s)"):format(name, m.num_features,
+      ("%g"):format(m.eps), m.momentum and ("%g"):format(m.momentum) or "None", m.affine and "True" or "False",
+      m.track_running_stats and "True" or "False")
+  end
+  return cls
+end
+nn.BatchNorm1d = batch_norm_class("nn.BatchNorm1d", {[2] = true, [3] = true}, "2D or 3D (N, C) or (N, C, L)")
+nn.BatchNorm2d = batch_norm_class("nn.BatchNorm2d", {[4] = true}, "4D (N, C, H, W)")
 
 -- Children are named "0", "1", ... as in PyTorch, so state dicts match; errors
 -- and the printout count modules from 1, as Lua does.

@@ -129,6 +129,22 @@ typedef struct backend {
                                 const zorch_tensor *k, const zorch_tensor *v,
                                 const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,
                                 int64_t tq, int64_t tk, int64_t d, bool causal, double scale);
+  /* Batch norm of x (n, c, inner): y, and mean, rstd (c) get the statistics
+     used: the batch's (biased variance) when `training`, else rm and rv's. In
+     training, rm and rv (c, may be NULL) are updated in place with the
+     unbiased variance: r = (1 - momentum) r + momentum stat. w, b (c) may be
+     NULL; every tensor contiguous, in x's dtype; n * inner > 1 in training. */
+  zorch_status (*batch_norm)(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
+                             const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
+                             zorch_tensor *rm, zorch_tensor *rv, int64_t n, int64_t c,
+                             int64_t inner, bool training, double momentum, double eps);
+  /* gx (may be NULL), gw, gb (c, may be NULL) from g and the forward's x,
+     mean, rstd and w (may be NULL); `training` as in the forward. */
+  zorch_status (*batch_norm_bwd)(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
+                                 const zorch_tensor *g, const zorch_tensor *x,
+                                 const zorch_tensor *mean, const zorch_tensor *rstd,
+                                 const zorch_tensor *w, int64_t n, int64_t c, int64_t inner,
+                                 bool training);
   /* Philox numbers for elements [0, numel) from block `offset` on. */
   zorch_status (*random)(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
   /* int64 out: low + (64 random bits mod range) per element from block `offset`

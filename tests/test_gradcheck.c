@@ -142,6 +142,11 @@ CHECK(dropout, 1, {
 CHECK(attention, 3, return zorch_attention(in[0], in[1], in[2], false, 0);)
 CHECK(attention_causal, 3, return zorch_attention(in[0], in[1], in[2], true, 0);)
 CHECK(attention_scaled, 3, return zorch_attention(in[0], in[1], in[2], true, 0.7);)
+/* batch norm: training (batch statistics, no running stats; with them, the
+   output is the same), and eval with fixed running stats in[2], in[3] */
+CHECK(batch_norm_train, 3, return zorch_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5);)
+CHECK(batch_norm_train_noaffine, 1, return zorch_batch_norm(in[0], NULL, NULL, NULL, NULL, true, 0.1, 1e-5);)
+CHECK(batch_norm_eval, 4, return zorch_batch_norm(in[0], in[2], in[3], in[1], NULL, false, 0.1, 1e-5);)
 CHECK(where, 3, return zorch_where(in[2], in[0], in[1]);)
 CHECK(masked_fill, 2, return zorch_masked_fill(in[0], in[1], 2.0);)
 CHECK(cat, 3, return zorch_cat(3, in, 1);)
@@ -288,6 +293,15 @@ int main(void) {
   RUN(attention_scaled, leaf(SHAPE(2, 5, 2), 0), leaf(SHAPE(2, 5, 2), 0), leaf(SHAPE(2, 5, 2), 0));
   RUN(attention_causal, leaf(SHAPE(1, 70, 3), 0), leaf(SHAPE(1, 70, 3), 0), leaf(SHAPE(1, 70, 3), 0));
   RUN(attention, leaf(SHAPE(1, 1, 67, 3), 0), leaf(SHAPE(1, 1, 130, 3), 0), leaf(SHAPE(1, 1, 130, 3), 0));
+  RUN(batch_norm_train, leaf(SHAPE(4, 3), 0), leaf(SHAPE(3), 0), leaf(SHAPE(3), 0));
+  RUN(batch_norm_train, leaf(SHAPE(2, 3, 4), 0), leaf(SHAPE(3), 0), leaf(SHAPE(3), 0));
+  RUN(batch_norm_train_noaffine, leaf(SHAPE(2, 2, 3, 2), 0));
+  {
+    zorch_tensor *rm = leaf(SHAPE(3), 0), *rv = leaf(SHAPE(3), 1);
+    zorch_set_requires_grad(rm, false);
+    zorch_set_requires_grad(rv, false);
+    RUN(batch_norm_eval, leaf(SHAPE(2, 3, 2), 0), leaf(SHAPE(3), 0), rm, rv);
+  }
   {
     zorch_tensor *c0 = zorch_randn(SHAPE(3, 4), ZORCH_F64, CPU, gen);
     zorch_tensor *z = zorch_zeros(0, NULL, ZORCH_F64, CPU);

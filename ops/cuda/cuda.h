@@ -198,6 +198,12 @@ zorch_status cuda_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *
 zorch_status cuda_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb, const zorch_tensor *g,
                                  const zorch_tensor *x, const zorch_tensor *mean, const zorch_tensor *rstd,
                                  const zorch_tensor *w, int64_t rows, int64_t cols);
+zorch_status cuda_batch_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd, const zorch_tensor *x,
+                             const zorch_tensor *w, const zorch_tensor *b, zorch_tensor *rm, zorch_tensor *rv,
+                             int64_t n, int64_t c, int64_t inner, bool training, double momentum, double eps);
+zorch_status cuda_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb, const zorch_tensor *g,
+                                 const zorch_tensor *x, const zorch_tensor *mean, const zorch_tensor *rstd,
+                                 const zorch_tensor *w, int64_t n, int64_t c, int64_t inner, bool training);
 zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v, zorch_tensor *vmax,
                        int64_t step, const zorch_adam_opts *o);
 zorch_status cuda_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first, const zorch_sgd_opts *o);

@@ -271,6 +271,8 @@ static backend make_backend() {
   b.layer_norm_bwd = cuda_layer_norm_bwd;
   b.attention = cuda_attention;
   b.attention_bwd = cuda_attention_bwd;
+  b.batch_norm = cuda_batch_norm;
+  b.batch_norm_bwd = cuda_batch_norm_bwd;
   b.random = cuda_random;
   b.randint = cuda_randint;
   b.adam = cuda_adam;

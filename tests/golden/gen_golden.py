@@ -143,6 +143,28 @@ case("cross_entropy", lambda x, t: F.cross_entropy(x, t, ignore_index=1),
      r(6, 5), torch.tensor([0, 1, 4, 2, 1, 3]))
 case("embedding", lambda w, i: F.embedding(i, w), r(5, 3), torch.tensor([[0, 4, 4], [1, 0, 2]]))
 case("layer_norm", lambda x, w, b: F.layer_norm(x, (5,), w, b, 1e-5), r(3, 5), r(5), r(5))
+# batch norm: the running stats are fixed numbers (test_golden.c makes the same)
+def bn_stats(c):
+    k = torch.arange(c, dtype=torch.float32)
+    return 0.1 * k - 0.2, 0.5 + 0.25 * k
+
+
+def bn(x, w, b, training):
+    rm, rv = bn_stats(x.shape[1])
+    return F.batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5)
+
+
+def bn_running(x):
+    rm, rv = bn_stats(x.shape[1])
+    F.batch_norm(x, rm, rv, None, None, True, 0.3, 1e-5)
+    return torch.cat([rm, rv])
+
+
+case("batch_norm_train", lambda x, w, b: bn(x, w, b, True), r(4, 3, 5), r(3), r(3))
+case("batch_norm_train_2d", lambda x, w, b: bn(x, w, b, True), r(3, 2, 3, 4), r(2), r(2))
+case("batch_norm_eval", lambda x, w, b: bn(x, w, b, False), r(5, 3), r(3), r(3))
+case("batch_norm_eval_4d", lambda x, w, b: bn(x, w, b, False), r(2, 3, 2, 2), r(3), r(3))
+case("batch_norm_running", bn_running, r(6, 3, 2), grad=False)
 case("where", lambda a, b, c: torch.where(c, a, b), r(3, 4), r(4), mask(3, 4))
 case("masked_fill", lambda a, m: a.masked_fill(m, 2.0), r(3, 4), mask(3, 4))
 case("cat", lambda a, b: torch.cat([a, b], 1), r(2, 1, 3), r(2, 4, 3))

@@ -314,6 +314,25 @@ do
   local s2 = zorch.multinomial(p:to("cuda"), 20, {replacement = true, generator = zorch.Generator(8)})
   same(s1:double(), s2:double(), 0, "multinomial draws the same indices on both devices")
 end
+-- batch norm: training (batch statistics, running stats updated) and eval, forward and backward
+local function batch_norm_run(device, training, shape)
+  zorch.manual_seed(23)
+  local x = zorch.randn(shape):to(device):requires_grad_()
+  local c = shape[2]
+  local w, b = zorch.randn(c):to(device):requires_grad_(), zorch.randn(c):to(device):requires_grad_()
+  local rm, rv = zorch.randn(c):to(device), (zorch.rand(c) + 0.5):to(device)
+  local y = zorch.batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5)
+  local loss = (y * zorch.randn(shape):to(device)):sum()
+  loss:backward()
+  return {y:detach(), x.grad, w.grad, b.grad, rm, rv}
+end
+for _, case in ipairs({{true, {8, 5, 7, 9}}, {false, {8, 5, 7, 9}}, {true, {300, 4}}, {true, {2, 3, 1000}}}) do
+  local bc, bg = batch_norm_run("cpu", case[1], case[2]), batch_norm_run("cuda", case[1], case[2])
+  local what = ("batch_norm %s %s: "):format(case[1] and "training" or "eval", table.concat(case[2], "x"))
+  for i, name in ipairs({"output", "input gradient", "weight gradient", "bias gradient", "running_mean", "running_var"}) do
+    same(bc[i], bg[i], 1e-4, what .. name)
+  end
+end
 
 -- TF32: off by default (full float32); on, float32 GEMMs round inputs to 10 bits
 local m1, m2 = zorch.randn(512, 512), zorch.randn(512, 512)

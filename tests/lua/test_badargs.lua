@@ -126,6 +126,23 @@ tap.raises("multinomial of integer weights", function() zorch.multinomial(zorch.
            "multinomial", "floating point", "int64")
 tap.raises("multinomial of 0 samples", function() zorch.multinomial(zorch.ones(3), 0) end, "multinomial", "at least 1")
 tap.raises("Generator wants a seed", function() zorch.Generator() end, "Generator")
+-- batch_norm: shapes, modes and the running stats
+local bx, bm, bv = zorch.randn(4, 3), zorch.zeros(3), zorch.ones(3)
+tap.raises("batch_norm: a 1-D input", function() zorch.batch_norm(zorch.ones(3), bm, bv) end, "batch_norm", "(N, C)", "(3,)")
+tap.raises("batch_norm: running_mean of the wrong size", function() zorch.batch_norm(bx, zorch.zeros(4), bv, nil, nil, true) end,
+           "batch_norm", "running_mean", "(4,)", "(4, 3)")
+tap.raises("batch_norm: weight of the wrong size", function() zorch.batch_norm(bx, bm, bv, zorch.ones(2)) end,
+           "batch_norm", "weight", "(2,)")
+tap.raises("batch_norm: eval without running stats", function() zorch.batch_norm(bx, nil, nil, nil, nil, false) end,
+           "batch_norm", "eval mode needs running_mean")
+tap.raises("batch_norm: one value per channel in training", function() zorch.batch_norm(zorch.ones(1, 3), nil, nil, nil, nil, true) end,
+           "batch_norm", "more than 1 value per channel", "(1, 3)")
+tap.raises("batch_norm: integer input", function() zorch.batch_norm(zorch.tensor{{1, 2}, {3, 4}}, nil, nil, nil, nil, true) end,
+           "batch_norm", "int64")
+tap.raises("batch_norm: running stats that require grad", function()
+  zorch.batch_norm(bx, zorch.zeros(3):requires_grad_(true), bv, nil, nil, true) end, "batch_norm", "running_mean", "grad")
+tap.raises("batch_norm: a bad momentum", function() zorch.batch_norm(bx, bm, bv, nil, nil, true, 2) end, "batch_norm", "momentum")
+tap.raises("batch_norm: a bad eps", function() zorch.batch_norm(bx, bm, bv, nil, nil, true, 0.1, -1) end, "batch_norm", "eps")
 tap.raises("linear names input and weight", function() zorch.linear(t23, t45) end, "linear", "(2, 3)", "(4, 5)")
 -- convolution and pooling name the function, the argument and the shapes
 local img = zorch.ones(8, 1, 28, 28)

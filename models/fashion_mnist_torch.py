@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""The PyTorch side of models/fashion_mnist.lua: the same MLP and CNN, the same
+normalisation and, without shuffling, the same batches.
+
+  # the first steps' losses from zorch's initial weights:
+  build/zorch models/fashion_mnist.lua --model mlp --no-shuffle --limit 320 --batch-size 64 \\
+      --save-init init.safetensors --print-steps 5 --epochs 1
+  python3 models/fashion_mnist_torch.py --model mlp --init init.safetensors --limit 320 \\
+      --batch-size 64 --steps 5
+  # a state dict zorch saved, loaded into the PyTorch model and tested:
+  python3 models/fashion_mnist_torch.py --model cnn --check fashion_mnist.safetensors
+
+Needs torch and safetensors; reads the IDX files itself (gzip + struct).
+"""
+import argparse
+import gzip
+import struct
+
+import torch
+from safetensors.torch import load_file
+
+MEAN, STD = 0.2860, 0.3530
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    zero, kind, nd = struct.unpack(">HBB", raw[:4])
+    assert zero == 0 and kind == 0x08, f"{path}: not a uint8 IDX file"
+    dims = struct.unpack(f">{nd}I", raw[4:4 + 4 * nd])
+    data = torch.frombuffer(bytearray(raw[4 + 4 * nd:]), dtype=torch.uint8)
+    return data.reshape(dims)
+
+
+def load_split(folder, prefix, limit=0):
+    x = read_idx(f"{folder}/{prefix}-images-idx3-ubyte.gz")
+    y = read_idx(f"{folder}/{prefix}-labels-idx1-ubyte.gz").long()
+    if limit:
+        x, y = x[:limit], y[:limit]
+    return x.reshape(-1, 1, 28, 28), y
+
+
+def normalize(x):
+    # as data.normalize in zorch: float32, minus the mean, over the std (pixel units)
+    return (x.float() - MEAN * 255) / (STD * 255)
+
+
+def build(kind, dropout=0.0):
+    nn = torch.nn
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                             nn.Linear(128, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(dropout), nn.Linear(128, 10))
+
+
+def first_losses(model, x, y, steps, batch_size, lr, optimizer="adam", momentum=0.9):
+    """Losses of the first `steps` optimizer steps over x, y in order."""
+    opt = (torch.optim.Adam(model.parameters(), lr=lr) if optimizer == "adam"
+           else torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum))
+    crit = torch.nn.CrossEntropyLoss()
+    model.train()
+    losses, start = [], 0
+    while len(losses) < steps:
+        if start >= len(x):
+            start = 0
+        xb, yb = normalize(x[start:start + batch_size]), y[start:start + batch_size]
+        start += batch_size
+        loss = crit(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@torch.no_grad()
+def accuracy(model, x, y):
+    model.eval()
+    correct = 0
+    for i in range(0, len(x), 500):
+        correct += (model(normalize(x[i:i + 500])).argmax(1) == y[i:i + 500]).sum().item()
+    return correct / len(x)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    p.add_argument("--data", default=DATA)
+    p.add_argument("--init", help="start from this state dict (fashion_mnist.lua --save-init)")
+    p.add_argument("--check", help="load this state dict (fashion_mnist.lua --save) and print the test accuracy")
+    p.add_argument("--limit", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--lr", type=float, default=0.001)
+    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    p.add_argument("--steps", type=int, default=5)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    model = build(a.model)
+    if a.check:
+        # strict: every name of the PyTorch model, buffers included, must be in the file
+        model.load_state_dict(load_file(a.check))
+        tx, ty = load_split(a.data, "t10k")
+        print(f"test accuracy {100 * accuracy(model, tx, ty):.2f}%")
+        return
+    if a.init:
+        model.load_state_dict(load_file(a.init))
+    x, y = load_split(a.data, "train", a.limit)
+    for i, loss in enumerate(first_losses(model, x, y, a.steps, a.batch_size, a.lr, a.optimizer), 1):
+        print(f"step {i} loss {loss:.8f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+/* norm.c: batch normalisation kernels. x is (n, c, inner) contiguous; the
+   statistics of channel j run over its n * inner elements, in double. */
+#include <math.h>
+
+#include "cpu.h"
+#include "kernels.h"
+
+/* Training: mean and biased variance of the batch normalise; the running
+   variance takes the unbiased one (PyTorch's rule). Eval: the running stats. */
+#define BATCH_NORM(T)                                                                   \
+  {                                                                                     \
+    T *yp = (T *)tensor_ptr(y), *mp = (T *)tensor_ptr(mean), *rp = (T *)tensor_ptr(rstd); \
+    const T *xp = (const T *)tensor_ptr(x);                                             \
+    const T *wp = w ? (const T *)tensor_ptr(w) : NULL, *bp = b ? (const T *)tensor_ptr(b) : NULL; \
+    T *rmp = rm ? (T *)tensor_ptr(rm) : NULL, *rvp = rv ? (T *)tensor_ptr(rv) : NULL;   \
+    int64_t m = n * inner;                                                              \
+    _Pragma("omp parallel for if (n * c * inner >= CPU_GRAIN)")                         \
+    for (int64_t j = 0; j < c; j++) {                                                   \
+      double mu, rs;                                                                    \
+      if (training) {                                                                   \
+        double s = 0, ss = 0;                                                           \
+        for (int64_t i = 0; i < n; i++)                                                 \
+          for (int64_t k = 0; k < inner; k++) s += xp[(i * c + j) * inner + k];         \
+        mu = s / (double)m;                                                             \
+        for (int64_t i = 0; i < n; i++)                                                 \
+          for (int64_t k = 0; k < inner; k++) {                                         \
+            double d = (double)xp[(i * c + j) * inner + k] - mu;                        \
+            ss += d * d;                                                                \
+          }                                                                             \
+        rs = 1.0 / sqrt(ss / (double)m + eps);                                          \
+        if (rmp) rmp[j] = (T)((1 - momentum) * (double)rmp[j] + momentum * mu);         \
+        if (rvp) rvp[j] = (T)((1 - momentum) * (double)rvp[j] + momentum * ss / (double)(m - 1)); \
+      } else {                                                                          \
+        mu = rmp[j];                                                                    \
+        rs = 1.0 / sqrt((double)rvp[j] + eps);                                          \
+      }                                                                                 \
+      mp[j] = (T)mu;                                                                    \
+      rp[j] = (T)rs;                                                                    \
+      double sc = rs * (wp ? (double)wp[j] : 1.0), sh = (bp ? (double)bp[j] : 0.0) - mu * sc; \
+      for (int64_t i = 0; i < n; i++)                                                   \
+        for (int64_t k = 0; k < inner; k++) {                                           \
+          int64_t e = (i * c + j) * inner + k;                                          \
+          yp[e] = (T)((double)xp[e] * sc + sh);                                         \
+        }                                                                               \
+    }                                                                                   \
+  }
+
+zorch_status cpu_batch_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
+                            const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
+                            zorch_tensor *rm, zorch_tensor *rv, int64_t n, int64_t c,
+                            int64_t inner, bool training, double momentum, double eps) {
+  switch (x->dtype) {
+    case ZORCH_F32: BATCH_NORM(float) return ZORCH_OK;
+    case ZORCH_F64: BATCH_NORM(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "batch_norm: no CPU kernel for dtype %s",
+                            zorch_dtype_name(x->dtype));
+  }
+}
+
+/* With xh = (x - mean) * rstd and sums over a channel's m elements:
+   gb = sum g, gw = sum g * xh; training: gx = w * rstd * (g - gb / m - xh * gw / m),
+   eval (an affine map): gx = w * rstd * g. */
+#define BATCH_NORM_BWD(T)                                                               \
+  {                                                                                     \
+    const T *gp = (const T *)tensor_ptr(g), *xp = (const T *)tensor_ptr(x);             \
+    const T *mp = (const T *)tensor_ptr(mean), *rp = (const T *)tensor_ptr(rstd);       \
+    const T *wp = w ? (const T *)tensor_ptr(w) : NULL;                                  \
+    T *gxp = gx ? (T *)tensor_ptr(gx) : NULL;                                           \
+    T *gwp = gw ? (T *)tensor_ptr(gw) : NULL, *gbp = gb ? (T *)tensor_ptr(gb) : NULL;   \
+    double m = (double)(n * inner);                                                     \
+    _Pragma("omp parallel for if (n * c * inner >= CPU_GRAIN)")                         \
+    for (int64_t j = 0; j < c; j++) {                                                   \
+      double mu = mp[j], rs = rp[j], sg = 0, sgx = 0;                                   \
+      for (int64_t i = 0; i < n; i++)                                                   \
+        for (int64_t k = 0; k < inner; k++) {                                           \
+          int64_t e = (i * c + j) * inner + k;                                          \
+          sg += gp[e];                                                                  \
+          sgx += (double)gp[e] * ((double)xp[e] - mu) * rs;                             \
+        }                                                                               \
+      if (gwp) gwp[j] = (T)sgx;                                                         \
+      if (gbp) gbp[j] = (T)sg;                                                          \
+      if (!gxp) continue;                                                               \
+      double sc = rs * (wp ? (double)wp[j] : 1.0);                                      \
+      for (int64_t i = 0; i < n; i++)                                                   \
+        for (int64_t k = 0; k < inner; k++) {                                           \
+          int64_t e = (i * c + j) * inner + k;                                          \
+          double v = gp[e];                                                             \
+          if (training) v -= (sg + ((double)xp[e] - mu) * rs * sgx) / m;                \
+          gxp[e] = (T)(sc * v);                                                         \
+        }                                                                               \
+    }                                                                                   \
+  }
+
+zorch_status cpu_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
+                                const zorch_tensor *g, const zorch_tensor *x,
+                                const zorch_tensor *mean, const zorch_tensor *rstd,
+                                const zorch_tensor *w, int64_t n, int64_t c, int64_t inner,
+                                bool training) {
+  switch (x->dtype) {
+    case ZORCH_F32: BATCH_NORM_BWD(float) return ZORCH_OK;
+    case ZORCH_F64: BATCH_NORM_BWD(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "batch_norm: no CPU backward for dtype %s",
+                            zorch_dtype_name(x->dtype));
+  }
+}
