@@ -108,20 +108,22 @@ local function each_module(m, fn, seen)
 end
 
 -- Each parameter once (the first name of a tied one).
-function Module:named_parameters()
-  local list = each_param(self, "", {}, {})
+-- an iterator over a list of {name, tensor}, and the list of its tensors
+local function iter_named(list)
   local i = 0
   return function()
     i = i + 1
     if list[i] then return list[i][1], list[i][2] end
   end
 end
-
-function Module:parameters()
-  local ps = {}
-  for _, p in ipairs(each_param(self, "", {}, {})) do ps[#ps + 1] = p[2] end
-  return ps
+local function tensors_of(list)
+  local ts = {}
+  for _, e in ipairs(list) do ts[#ts + 1] = e[2] end
+  return ts
 end
+
+function Module:named_parameters() return iter_named(each_param(self, "", {}, {})) end
+function Module:parameters() return tensors_of(each_param(self, "", {}, {})) end
 
 -- Buffers: tensors a module keeps in its state dict that are not parameters
 -- (BatchNorm's running statistics): they never get gradients, and neither
@@ -148,20 +150,8 @@ function Module:register_buffer(name, t)
   return t
 end
 
-function Module:named_buffers()
-  local list = each_buffer(self)
-  local i = 0
-  return function()
-    i = i + 1
-    if list[i] then return list[i][1], list[i][2] end
-  end
-end
-
-function Module:buffers()
-  local bs = {}
-  for _, b in ipairs(each_buffer(self)) do bs[#bs + 1] = b[2] end
-  return bs
-end
+function Module:named_buffers() return iter_named(each_buffer(self)) end
+function Module:buffers() return tensors_of(each_buffer(self)) end
 
 local function is_device(where) return where == "cpu" or where:match("^cuda") ~= nil end
 
