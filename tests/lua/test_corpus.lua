@@ -146,4 +146,22 @@ if record then
   print("# recorded " .. DIR .. "expected.tsv")
 end
 os.execute("rm -rf " .. tmp)
+
+-- Accelerate's and TRL's templates run unchanged on 2 ranks, as `accelerate launch`
+-- would run them
+do
+  local ran, dir = 0, tap.tmpdir()
+  for _, f in ipairs(files) do
+    if f:match("^accelerate%-zero_stage") or f:match("^trl%-deepspeed_zero") then
+      local out, ok = tap.run(("%s launch -n 2 ../models/simple_net.lua --config %s%s --steps 2 --samples 256 --quiet --save %s/l2.safetensors"):format(
+        bin, DIR, f, dir))
+      if not ok then print((("# " .. out):gsub("\n", "\n# "))) end
+      tap.ok(ok, ("%s trains two steps on 2 ranks"):format(f))
+      ran = ran + 1
+    end
+  end
+  tap.ok(ran >= 6, ("%d templates run on 2 ranks"):format(ran))
+  os.execute("rm -rf " .. dir)
+end
+
 tap.done()
