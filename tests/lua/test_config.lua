@@ -252,5 +252,16 @@ do
   tap.ok(quiet:find("step 1  loss", 1, true) and not quiet:find("time (ms/step)", 1, true),
          "wall_clock_breakdown false prints no times")
 end
+-- a config mistake under launch: one line, status 2, no mpirun notes
+do
+  local bad = config([[{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "Adam", "params": {"eps": "x"}}}]])
+  local p = io.popen(("%s launch -n 2 ../models/simple_net.lua --config %s --steps 1 --quiet --save %s/l.safetensors 2>&1; echo \"status $?\""):format(
+    bin, bad, dir))
+  local out = p:read("a")
+  p:close()
+  local _, n = out:gsub("optimizer%.params%.eps", "")
+  tap.ok(out:match("status 2%s*$") and n == 1 and not out:find("mpirun", 1, true) and not out:find("MPI_ABORT", 1, true)
+         and not out:find("traceback", 1, true), "a config mistake on 2 ranks is one message and status 2: " .. out)
+end
 os.execute("rm -rf " .. dir)
 tap.done()

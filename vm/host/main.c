@@ -287,6 +287,9 @@ static int launch(int argc, char **argv) {
   int k = 0;
   av[k++] = "mpirun";
   if (geteuid() == 0) av[k++] = "--allow-run-as-root";
+  /* zorch names the failing rank and why itself: mpirun's own notes on a
+     non-zero exit would repeat it in paragraphs of noise */
+  av[k++] = "--quiet";
   for (int i = first; i < script; i++) {
     if ((strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "-np") == 0 || strcmp(argv[i], "--np") == 0) && i + 1 < script) {
       n = argv[++i];
