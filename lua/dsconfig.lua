@@ -590,7 +590,7 @@ function zorch._make_scheduler(spec, opt)
   local p, base = spec.params, opt.lr
   local s = {optimizer = opt, last_step = 0}
   -- each parameter group's lr; WarmupCosineLR scales each group's own initial lr
-  local groups = rawget(opt, "param_groups")
+  local groups = opt.param_groups
   local bases = {}
   for i, g in ipairs(groups or {}) do bases[i] = g.lr end
   if spec.type == "WarmupLR" then

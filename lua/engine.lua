@@ -383,7 +383,7 @@ end
 -- Parameter groups: the group (an index into opt.param_groups, or false) of
 -- each of the model's parameters, when the optimizer has more than one group.
 function Engine:group_indices(model, opt)
-  local gs = rawget(opt, "param_groups")
+  local gs = opt.param_groups
   if type(gs) ~= "table" or #gs < 2 then return nil end
   local gi_of = {}
   for gi, g in ipairs(gs) do for _, p in ipairs(g.params) do gi_of[p] = gi end end
@@ -405,7 +405,7 @@ end
 -- The flat buffer holds the parameters in order, so a group's elements are runs
 -- of it, possibly split across shards. One group: the whole slice.
 function Engine:group_runs(group_of, params, opt)
-  local gs = rawget(opt, "param_groups")
+  local gs = opt.param_groups
   if type(gs) ~= "table" or not self.inner._step_runs then return nil end
   if not group_of then return {{1, self.target:numel(), gs[1]}} end
   local shard = self.zero:memory().shard

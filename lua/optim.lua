@@ -409,7 +409,7 @@ Sched.__index = Sched
 
 local function base_lrs(opt)
   local b = {}
-  for i, g in ipairs(rawget(opt, "param_groups") or {}) do b[i] = g.lr end
+  for i, g in ipairs(opt.param_groups or {}) do b[i] = g.lr end
   if #b == 0 then b[1] = opt.lr end
   return b
 end
@@ -421,7 +421,7 @@ end
 
 -- every group's lr at step n
 function Sched:set(n)
-  local gs = rawget(self.optimizer, "param_groups")
+  local gs = self.optimizer.param_groups
   if not gs then self.optimizer.lr = self:lr_at(n, self.base_lr); return end
   for i, g in ipairs(gs) do g.lr = self:lr_at(n, self.base_lrs[i] or self.base_lr) end
 end
@@ -612,7 +612,7 @@ function OneCycle:apply(n)
   if self.cycle_momentum then
     local d = self.optimizer.defaults
     local gs = {d} -- the defaults (for groups added later) and every group
-    for _, g in ipairs(rawget(self.optimizer, "param_groups") or {}) do gs[#gs + 1] = g end
+    for _, g in ipairs(self.optimizer.param_groups or {}) do gs[#gs + 1] = g end
     for _, g in ipairs(gs) do
       if self.beta1 then g.betas = {m, g.betas[2]} else g.momentum = m end
     end
@@ -688,7 +688,7 @@ function Plateau:step(metric)
     self.num_bad_epochs = 0
   end
   if self.num_bad_epochs > self.patience then
-    local gs = rawget(self.optimizer, "param_groups") or {self.optimizer}
+    local gs = self.optimizer.param_groups or {self.optimizer}
     for _, g in ipairs(gs) do -- each group's lr on its own, as PyTorch's
       local old = g.lr
       local new = math.max(old * self.factor, self.min_lr)
