@@ -436,7 +436,9 @@ function Engine:print_summary()
       c.gradient_accumulation_steps, self.world_size, mb and tostring(mb * c.gradient_accumulation_steps * self.world_size) or "?"),
     ("  gradient clipping %s, reduce bucket %d elements, comm timeout %gs"):format(
       c.gradient_clipping > 0 and tostring(c.gradient_clipping) or "off", c.reduce_bucket_size, c.comm_timeout),
-    ("  optimizer %s%s"):format(getmetatable(self.user_opt or {}).__name or "none",
+    ("  optimizer %s%s%s"):format(getmetatable(self.user_opt or {}).__name or "none",
+      self.user_opt and self.user_opt.param_groups and #self.user_opt.param_groups > 1
+        and (" (%d parameter groups)"):format(#self.user_opt.param_groups) or "",
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
   }
   for _, l in ipairs(self.auto_lines or {}) do lines[#lines + 1] = "  " .. l end

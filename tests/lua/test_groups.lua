@@ -196,6 +196,24 @@ do
   end, "Engine:prepare: parameter 2 of the optimizer's group 2 is not a parameter of the model")
 end
 
+-- the Engine's optimizer: its state dict carries the groups' options
+do
+  local m = zorch.nn.Linear(3, 2)
+  local e = zorch.Engine{zero_stage = 1}
+  local _, _, o = e:prepare(m, nil, optim.AdamW({{params = {m.weight}, weight_decay = 0.2},
+                                                 {params = {m.bias}, weight_decay = 0, lr = 0.5}}))
+  local sd = o:state_dict()
+  tap.ok(#sd.param_groups == 2 and sd.param_groups[1].weight_decay == 0.2 and sd.param_groups[2].lr == 0.5,
+         "a prepared optimizer's state_dict has each group's options")
+  o.param_groups[2].lr, o.param_groups[1].weight_decay = 0.1, 0.3
+  o:load_state_dict(sd)
+  tap.ok(o.param_groups[2].lr == 0.5 and o.param_groups[1].weight_decay == 0.2,
+         "a prepared optimizer's load_state_dict restores them")
+  tap.raises("a prepared optimizer refuses another number of groups", function()
+    o:load_state_dict({state = {}, param_groups = {{lr = 1}}})
+  end, "load_state_dict: the state has 1 parameter groups, the optimizer 2")
+end
+
 -- ---- the Engine: stages 0-3 on 1 and 2 ranks, and checkpoints -------------------------------------
 
 local bin, run = tap.zorch(), tap.run
