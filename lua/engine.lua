@@ -366,12 +366,19 @@ function Engine:prepare(model, loader, opt, sched)
     if type(sd) ~= "table" then error("load_state_dict: expected {state=, param_groups=}", 2) end
     engine.inner:load_state_dict({state = sd.state})
     if opt._load_groups and sd.param_groups ~= nil then
-      local gs = {}
-      for i, g in ipairs(type(sd.param_groups) == "table" and sd.param_groups or {}) do
-        gs[i] = {}
-        for k, v in pairs(type(g) == "table" and g or {}) do if k ~= "params" then gs[i][k] = v end end
+      -- the options only: the state is the slice's, not indexed by the groups' parameters
+      local gs = sd.param_groups
+      if type(gs) == "table" then
+        gs = {}
+        for i, g in ipairs(sd.param_groups) do
+          gs[i] = g
+          if type(g) == "table" then
+            gs[i] = {}
+            for k, v in pairs(g) do if k ~= "params" then gs[i][k] = v end end
+          end
+        end
       end
-      opt:_load_groups(type(sd.param_groups) == "table" and gs or sd.param_groups, "load_state_dict", 3)
+      opt:_load_groups(gs, "load_state_dict", 3)
     end
   end
   self.optimizer = wrapped
