@@ -128,6 +128,23 @@ FIELDS.buffers = function(v)
     if not BUFFER_DTYPES[b.dtype] then return ("'%s': dtype must be a zorch dtype, got %s"):format(b.name, readable(b.dtype)) end
   end
 end
+-- the options of each parameter group (optional: older manifests lack it)
+FIELDS.param_groups = function(v)
+  if not is_seq(v) or #v == 0 then return "must be a non-empty list of objects (each group's options)" end
+  for i, g in ipairs(v) do
+    if type(g) ~= "table" or is_seq(g) and #g > 0 then return ("item %d must be an object"):format(i) end
+    for k, x in pairs(g) do
+      local okv = finite(x) or type(x) == "boolean" or type(x) == "string"
+      if not okv and is_seq(x) then
+        okv = true
+        for _, y in ipairs(x) do okv = okv and finite(y) end
+      end
+      if type(k) ~= "string" or not k:match("^[%w_]+$") or not okv then
+        return ("item %d has an invalid option %s"):format(i, readable(k))
+      end
+    end
+  end
+end
 FIELDS.extra = function() end -- whatever the caller passed as opts.extra (JSON)
 FIELDS.optimizer = function(v)
   if type(v) ~= "string" or not v:match("^[%w_%.]+$") then return "must be an optimizer's name (optim.Adam)" end
@@ -245,6 +262,10 @@ local function manifest_error(m)
     local why = FIELDS.buffers(m.buffers)
     if why then return ("field 'buffers' %s"):format(why) end
   end
+  if m.param_groups ~= nil then
+    local why = FIELDS.param_groups(m.param_groups, m)
+    if why then return ("field 'param_groups' %s"):format(why) end
+  end
 end
 
 -- zorch._read_manifest_text(text) -> true, manifest | false, message. Never
@@ -359,6 +380,7 @@ function Engine:save_checkpoint(dir, opts)
       params = params, files = files, step = step, shard = m.shard, micro = self.micro, lr = self.user_opt.lr,
       optimizer = getmetatable(self.inner).__name or "optimizer",
       optimizer_state = scalars, state_fields = fields, loader = self.loader and self.loader:state() or false,
+      param_groups = self.user_opt.group_options and self.user_opt:group_options() or nil,
       rng_offset = zorch._rng_offset(), extra = opts.extra or false, buffers = buffers,
       scheduler_step = self.lr_scheduler and self.lr_scheduler.last_step or false,
       loss_scale = self.cfg.precision == "fp16" and {scale = self.scaler.scale, hysteresis = self.scaler.hysteresis,
@@ -582,13 +604,19 @@ function Engine:load_checkpoint(dir)
     end
   end
   self.inner.state[1] = state
-  self.user_opt.lr, self.inner.lr = manifest.lr, manifest.lr
+  if manifest.param_groups and self.user_opt._load_groups then -- every group's options, as saved
+    self.user_opt:_load_groups(manifest.param_groups, "load_checkpoint", 3)
+  else
+    self.user_opt.lr = manifest.lr
+  end
+  self.inner.lr = manifest.lr
   -- saved between optimizer steps: the next micro-batch opens a window, whatever the accumulation now
   self.micro = 0
   self.zero:after_update() -- master weights into the parameters, then gather or release
   if self.lr_scheduler and manifest.scheduler_step then
     self.lr_scheduler.last_step = manifest.scheduler_step
-    self.user_opt.lr = self.lr_scheduler.lr_at(manifest.scheduler_step)
+    if self.lr_scheduler.set_lr then self.lr_scheduler.set_lr(manifest.scheduler_step)
+    else self.user_opt.lr = self.lr_scheduler.lr_at(manifest.scheduler_step) end
   end
   self.steps = manifest.step
   self:reset_scaler()

@@ -589,6 +589,10 @@ end
 function zorch._make_scheduler(spec, opt)
   local p, base = spec.params, opt.lr
   local s = {optimizer = opt, last_step = 0}
+  -- each parameter group's lr; WarmupCosineLR scales each group's own initial lr
+  local groups = opt.param_groups
+  local bases = {}
+  for i, g in ipairs(groups or {}) do bases[i] = g.lr end
   if spec.type == "WarmupLR" then
     local lo, hi = p.warmup_min_lr or 0, p.warmup_max_lr or 0.001
     function s.lr_at(n) return n < 0 and lo or lo + (hi - lo) * warm(p, n) end
@@ -643,32 +647,44 @@ function zorch._make_scheduler(spec, opt)
     if p.cycle_momentum ~= false then
       -- Adam's betas[1] (its second beta is kept), or SGD's momentum
       local d = opt.defaults
+      local all = {d} -- the defaults and every group
+      for _, g in ipairs(groups or {}) do all[#all + 1] = g end
       if d and type(d.betas) == "table" then
-        function s.set_mom(m) d.betas = {m, d.betas[2]} end
+        function s.set_mom(m) for _, g in ipairs(all) do g.betas = {m, g.betas[2]} end end
       elseif d and d.momentum ~= nil then
-        function s.set_mom(m) d.momentum = m end
+        function s.set_mom(m) for _, g in ipairs(all) do g.momentum = m end end
       end
     end
   else -- WarmupCosineLR: ratios of the optimizer's lr
     local total = p.total_num_steps
     if math.type(total) ~= "integer" then error("Engine: scheduler WarmupCosineLR needs params.total_num_steps", 0) end
     local n, wmin, cmin = math.max(2, p.warmup_num_steps or 1000), p.warmup_min_ratio or 0, p.cos_min_ratio or 0.0001
-    function s.lr_at(k)
+    function s.lr_at(k, b)
+      b = b or base
       if k < 0 then return 0 end
-      if k < n then return base * (wmin + (1 - wmin) * warm(p, k)) end
+      if k < n then return b * (wmin + (1 - wmin) * warm(p, k)) end
       -- DeepSpeed's get_lr_ratio: (k - n + 1) / (total - n), not clamped at 1
       local t = (k - n + 1) / (total - n)
-      return base * math.max(0, cmin + (1 - cmin) * (1 + math.cos(math.pi * t)) / 2)
+      return b * math.max(0, cmin + (1 - cmin) * (1 + math.cos(math.pi * t)) / 2)
     end
+    s.per_group = true
   end
   -- DeepSpeed's count: last_batch_iteration starts at -1 (lr_at(-1) at construction),
   -- so after k steps the lr is lr_at(k - 1).
+  -- every group's lr at k: the same for all, or (per_group) from each group's own
+  function s.set_lr(k)
+    if s.per_group and groups then
+      for i, g in ipairs(groups) do g.lr = s.lr_at(k, bases[i]) end
+    else
+      opt.lr = s.lr_at(k)
+    end
+  end
   function s.step()
     s.last_step = s.last_step + 1
-    opt.lr = s.lr_at(s.last_step - 1)
+    s.set_lr(s.last_step - 1)
     if s.set_mom then s.set_mom(s.mom_at(s.last_step - 1)) end
   end
-  opt.lr = s.lr_at(-1)
+  s.set_lr(-1)
   if s.set_mom then s.set_mom(s.mom_at(-1)) end
   return s
 end

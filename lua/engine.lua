@@ -255,6 +255,7 @@ function Engine:prepare(model, loader, opt, sched)
     for k, v in pairs(spec.params or {}) do p[k] = v end
     opt = zorch.optim[spec.type](model:parameters(), p)
   end
+  local group_of = opt and self:group_indices(model, opt) -- (before a move replaces the tensors)
   if self.device ~= "cpu" then
     local ok, err = pcall(model.to, model, self.device)
     if not ok then error(("Engine:prepare: cannot move the model to %s: %s"):format(self.device, err), 2) end
@@ -343,6 +344,7 @@ function Engine:prepare(model, loader, opt, sched)
   self.inner = cls({target}, opt.defaults)
   self.target = target
   self.user_opt = opt
+  self.runs = self:group_runs(group_of, params, opt)
   local engine = self
   local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,
                                     __tostring = function() return tostring(opt) end})
@@ -354,12 +356,80 @@ function Engine:prepare(model, loader, opt, sched)
   function wrapped.zero_grad()
     if engine.micro % engine.cfg.gradient_accumulation_steps == 0 then engine:zero_grad() end
   end
-  function wrapped.state_dict() return engine.inner:state_dict() end
-  function wrapped.load_state_dict(_, sd) return engine.inner:load_state_dict(sd) end
+  -- the state of this rank's slice, with the options of the optimizer's groups
+  function wrapped.state_dict()
+    local sd = engine.inner:state_dict()
+    if opt.group_options then sd.param_groups = opt:group_options() end
+    return sd
+  end
+  function wrapped.load_state_dict(_, sd)
+    if type(sd) ~= "table" then error("load_state_dict: expected {state=, param_groups=}", 2) end
+    engine.inner:load_state_dict({state = sd.state})
+    if opt._load_groups and sd.param_groups ~= nil then
+      -- the options only: the state is the slice's, not indexed by the groups' parameters
+      local gs = sd.param_groups
+      if type(gs) == "table" then
+        gs = {}
+        for i, g in ipairs(sd.param_groups) do
+          gs[i] = g
+          if type(g) == "table" then
+            gs[i] = {}
+            for k, v in pairs(g) do if k ~= "params" then gs[i][k] = v end end
+          end
+        end
+      end
+      opt:_load_groups(gs, "load_state_dict", 3)
+    end
+  end
   self.optimizer = wrapped
   if self.cfg.scheduler then self.lr_scheduler = zorch._make_scheduler(self.cfg.scheduler, opt) end
   if self.rank == 0 and os.getenv("ZORCH_QUIET") == nil then self:print_summary() end
   return model, loader, wrapped
+end
+
+-- Parameter groups: the group (an index into opt.param_groups, or false) of
+-- each of the model's parameters, when the optimizer has more than one group.
+function Engine:group_indices(model, opt)
+  local gs = opt.param_groups
+  if type(gs) ~= "table" or #gs < 2 then return nil end
+  local gi_of = {}
+  for gi, g in ipairs(gs) do for _, p in ipairs(g.params) do gi_of[p] = gi end end
+  local of, seen = {}, {}
+  for i, p in ipairs(model:parameters()) do of[i], seen[p] = gi_of[p] or false, true end
+  for gi, g in ipairs(gs) do
+    for pi, p in ipairs(g.params) do
+      if not seen[p] then
+        error(("Engine:prepare: parameter %d of the optimizer's group %d is not a parameter of the model"):format(
+          pi, gi), 3)
+      end
+    end
+  end
+  return of
+end
+
+-- The runs of this rank's slice (the whole buffer at stage 0) that each group
+-- fills: {{first (from 1), count, group}, ...}, neighbours of one group merged.
+-- The flat buffer holds the parameters in order, so a group's elements are runs
+-- of it, possibly split across shards. One group: the whole slice.
+function Engine:group_runs(group_of, params, opt)
+  local gs = opt.param_groups
+  if type(gs) ~= "table" or not self.inner._step_runs then return nil end
+  if not group_of then return {{1, self.target:numel(), gs[1]}} end
+  local shard = self.zero:memory().shard
+  local lo = self.cfg.zero_stage == 0 and 0 or self.rank * shard
+  local len = self.target:numel()
+  local runs, off = {}, 0
+  for i, p in ipairs(params) do
+    local n, gi = p:numel(), group_of[i]
+    local a, b = math.max(off, lo), math.min(off + n, lo + len)
+    if gi and a < b then
+      local last = runs[#runs]
+      if last and last[3] == gs[gi] and last[1] + last[2] == a - lo + 1 then last[2] = last[2] + b - a
+      else runs[#runs + 1] = {a - lo + 1, b - a, gs[gi]} end
+    end
+    off = off + n
+  end
+  return runs
 end
 
 -- One screen at prepare: what this run will do.
@@ -373,7 +443,9 @@ function Engine:print_summary()
       c.gradient_accumulation_steps, self.world_size, mb and tostring(mb * c.gradient_accumulation_steps * self.world_size) or "?"),
     ("  gradient clipping %s, reduce bucket %d elements, comm timeout %gs"):format(
       c.gradient_clipping > 0 and tostring(c.gradient_clipping) or "off", c.reduce_bucket_size, c.comm_timeout),
-    ("  optimizer %s%s"):format(getmetatable(self.user_opt or {}).__name or "none",
+    ("  optimizer %s%s%s"):format(getmetatable(self.user_opt or {}).__name or "none",
+      self.user_opt and self.user_opt.param_groups and #self.user_opt.param_groups > 1
+        and (" (%d parameter groups)"):format(#self.user_opt.param_groups) or "",
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
   }
   for _, l in ipairs(self.auto_lines or {}) do lines[#lines + 1] = "  " .. l end
@@ -454,10 +526,14 @@ function Engine:optimizer_step()
     return false
   end
   self.last_skipped = false
-  self.inner.lr = self.user_opt.lr
-  self.target.grad = grad
-  self.inner:step()
-  self.target.grad = nil
+  if self.runs then -- each run of the slice with its group's options (as they are now)
+    self.inner:_step_runs(self.target, grad, self.runs)
+  else
+    self.inner.lr = self.user_opt.lr
+    self.target.grad = grad
+    self.inner:step()
+    self.target.grad = nil
+  end
   self.zero:after_update()
   if self.wall then self.wall.step = self.wall.step + (zorch.clock() - t1) end
   if self.lr_scheduler then self.lr_scheduler.step() end

@@ -7,39 +7,39 @@ local optim = {}
 local Optimizer = {}
 Optimizer.__index = Optimizer
 
-local function check_params(fn, params)
+local function check_params(fn, params, where, level)
   if type(params) ~= "table" or #params == 0 then
-    error(fn .. ": expected a non-empty list of parameters (model:parameters())", 3)
+    error(("%s: expected a non-empty list of parameters%s"):format(fn,
+      where and (" in " .. where) or " (model:parameters()) or of parameter groups"), level)
   end
-  local first = {}
   for i, p in ipairs(params) do
-    if not zorch.is_tensor(p) then error(("%s: parameter %d is a %s, not a tensor"):format(fn, i, type(p)), 3) end
-    if first[p] then -- it would be updated twice per step
-      error(("%s: parameter %d is parameter %d again (list each tensor once: model:parameters() does)"):format(
-        fn, i, first[p]), 3)
+    if not zorch.is_tensor(p) then
+      error(("%s: parameter %d%s is a %s, not a tensor"):format(fn, i, where and (" of " .. where) or "", type(p)), level)
     end
-    first[p] = i
   end
 end
 
 -- Reads options against their defaults; unknown keys and bad values are errors.
-local function options(fn, given, defaults, checks)
+-- where: "group 2" in messages about a parameter group.
+local function options(fn, given, defaults, checks, level, where)
+  level = level or 3
+  local at = where and (" (" .. where .. ")") or ""
   local o = {}
   for k, v in pairs(defaults) do o[k] = v end
-  if given ~= nil and type(given) ~= "table" then error(fn .. ": options must be a table", 3) end
+  if given ~= nil and type(given) ~= "table" then error(fn .. ": options must be a table" .. at, level) end
   for k, v in pairs(given or {}) do
     if defaults[k] == nil then
       local names = {}
       for n in pairs(defaults) do names[#names + 1] = n end
       table.sort(names)
-      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k), table.concat(names, ", ")), 3)
+      error(("%s: unknown option '%s'%s (allowed: %s)"):format(fn, tostring(k), at, table.concat(names, ", ")), level)
     end
     o[k] = v
   end
   for k, ok in pairs(checks) do
     if not ok(o[k]) then
-      error(("%s: invalid %s: expected %s, got %s"):format(fn, k, zorch._checks_want[ok] or "another value",
-        zorch._readable(o[k])), 3)
+      error(("%s: invalid %s%s: expected %s, got %s"):format(fn, k, at, zorch._checks_want[ok] or "another value",
+        zorch._readable(o[k])), level)
     end
   end
   return o
@@ -53,8 +53,161 @@ local bool = function(v) return type(v) == "boolean" end
 zorch._checks_want = setmetatable({[nonneg] = "a number >= 0", [unit] = "a number in [0, 1)",
                                    [betas] = "two numbers in [0, 1)", [bool] = "true or false"}, {__mode = "k"})
 
+local function copy_option(v)
+  if type(v) ~= "table" then return v end
+  local c = {}
+  for i, x in ipairs(v) do c[i] = x end
+  return c
+end
+
+-- A group's options without its parameters (for state dicts and checkpoints).
+local function group_options(g)
+  local o = {}
+  for k, v in pairs(g) do if k ~= "params" then o[k] = copy_option(v) end end
+  return o
+end
+
+-- params: a list of tensors (one group with the options `given`), or a list of
+-- groups {params = {...}, <option> = ...} whose options override `given`, as
+-- torch.optim. Every group holds its full options; `check` (optional) checks
+-- one group's options. Errors name the function and the group.
+local function new(cls, fn, params, given, defaults, checks, check)
+  local level = 4 -- the caller of cls(...)
+  local d = options(fn, given, defaults, checks, level)
+  local groups = {}
+  local grouped = type(params) == "table" and params[1] ~= nil and type(params[1]) == "table"
+                  and not zorch.is_tensor(params[1])
+  if grouped then
+    for gi, spec in ipairs(params) do
+      local where = "group " .. gi
+      if type(spec) ~= "table" or zorch.is_tensor(spec) then
+        error(("%s: %s must be a table {params = {...}, ...}, got %s"):format(fn, where, type(spec)), level)
+      end
+      local ps = spec.params
+      if zorch.is_tensor(ps) then ps = {ps} end
+      if type(ps) ~= "table" or #ps == 0 then
+        error(("%s: %s has no parameters (give it params = a non-empty list of tensors)"):format(fn, where), level)
+      end
+      check_params(fn, ps, where, level)
+      local over = {}
+      for k, v in pairs(spec) do if k ~= "params" then over[k] = v end end
+      local g = options(fn, over, d, checks, level, where)
+      if check then check(g, where, level) end
+      local list = {}
+      for i, p in ipairs(ps) do list[i] = p end
+      g.params = list
+      groups[gi] = g
+    end
+  else
+    check_params(fn, params, nil, level)
+    local g = {}
+    for k, v in pairs(d) do g[k] = copy_option(v) end
+    local list = {}
+    for i, p in ipairs(params) do list[i] = p end
+    g.params = list
+    if check then check(g, nil, level) end
+    groups[1] = g
+  end
+  -- every tensor once: it would be updated twice a step
+  local flat, index, where = {}, {}, {}
+  for gi, g in ipairs(groups) do
+    for pi, p in ipairs(g.params) do
+      if index[p] then
+        local w = where[index[p]]
+        if grouped then
+          error(("%s: parameter %d of group %d is already parameter %d of group %d (list each tensor once)"):format(
+            fn, pi, gi, w[2], w[1]), level)
+        end
+        error(("%s: parameter %d is parameter %d again (list each tensor once: model:parameters() does)"):format(
+          fn, pi, w[2]), level)
+      end
+      flat[#flat + 1] = p
+      index[p] = #flat
+      where[#flat] = {gi, pi}
+    end
+  end
+  local o = {params = flat, index = index, defaults = d, param_groups = groups, state = {}}
+  return setmetatable(o, cls)
+end
+
+-- Instances: opt.lr reads the first group's lr; setting it sets every group's.
+local function instance_methods(cls)
+  cls.__index = function(t, k)
+    if k == "lr" then
+      local gs = rawget(t, "param_groups")
+      return gs and gs[1] and gs[1].lr
+    end
+    return cls[k]
+  end
+  cls.__newindex = function(t, k, v)
+    local gs = rawget(t, "param_groups")
+    if k == "lr" and gs then
+      for _, g in ipairs(gs) do g.lr = v end
+    else
+      rawset(t, k, v)
+    end
+  end
+end
+
 function Optimizer:zero_grad()
   for _, p in ipairs(self.params) do p.grad = nil end
+end
+
+-- Each parameter with a gradient: its state made or advanced once (begin),
+-- then the update with its group's options (apply).
+function Optimizer:step()
+  for _, group in ipairs(self.param_groups) do
+    for _, p in ipairs(group.params) do
+      local g = p.grad
+      if g then
+        local i = self.index[p]
+        local s = self.state[i]
+        if not s then s = {}; self.state[i] = s end
+        local first = self:_begin(s, p, {group})
+        self:_apply(p, g, s, group, first)
+      end
+    end
+  end
+end
+
+-- Steps one flat tensor p (gradient g, state self.state[1]) whose runs belong
+-- to different groups: runs = {{first (from 1), count, group}, ...}; elements
+-- in no run stay as they are. The Engine steps its shard so.
+function Optimizer:_step_runs(p, g, runs)
+  local s = self.state[1]
+  if not s then s = {}; self.state[1] = s end
+  local groups = {}
+  for i, r in ipairs(runs) do groups[i] = r[3] end
+  local first = self:_begin(s, p, groups)
+  for _, r in ipairs(runs) do
+    local a, n = r[1], r[2]
+    if a == 1 and n == p:numel() then
+      self:_apply(p, g, s, r[3], first)
+    else
+      local sv = {}
+      for k, v in pairs(s) do sv[k] = zorch.is_tensor(v) and v:narrow(1, a, n) or v end
+      self:_apply(p:narrow(1, a, n), g:narrow(1, a, n), sv, r[3], first)
+    end
+  end
+end
+
+local function zeros_like(p) return zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}) end
+local function any(groups, f)
+  for _, g in ipairs(groups) do if f(g) then return true end end
+  return false
+end
+
+-- PyTorch's layout: param_groups list each group's options and its parameters
+-- as indices (from 1) into the state.
+function Optimizer:_groups_state()
+  local gs = {}
+  for gi, g in ipairs(self.param_groups) do
+    local o = group_options(g)
+    o.params = {}
+    for pi, p in ipairs(g.params) do o.params[pi] = self.index[p] end
+    gs[gi] = o
+  end
+  return gs
 end
 
 function Optimizer:state_dict()
@@ -64,10 +217,40 @@ function Optimizer:state_dict()
     for k, v in pairs(s) do c[k] = zorch.is_tensor(v) and v:clone() or v end
     st[i] = c
   end
-  local group = {}
-  for k, v in pairs(self.defaults) do group[k] = v end
-  group.lr = self.lr
-  return {state = st, param_groups = {group}}
+  return {state = st, param_groups = self:_groups_state()}
+end
+
+-- Sets each group's options from saved param_groups (the same number of
+-- groups and of parameters in each).
+function Optimizer:_load_groups(saved, fn, level)
+  if saved == nil then return end
+  if type(saved) ~= "table" or #saved ~= #self.param_groups then
+    error(("%s: the state has %s parameter groups, the optimizer %d"):format(fn,
+      type(saved) == "table" and tostring(#saved) or "no list of", #self.param_groups), level)
+  end
+  for gi, sg in ipairs(saved) do
+    local g = self.param_groups[gi]
+    if type(sg) ~= "table" then error(("%s: parameter group %d is not a table"):format(fn, gi), level) end
+    if type(sg.params) == "table" and #sg.params ~= #g.params then
+      error(("%s: parameter group %d has %d parameters in the state, %d in the optimizer"):format(
+        fn, gi, #sg.params, #g.params), level)
+    end
+    for k, v in pairs(sg) do
+      if k ~= "params" then
+        if self.defaults[k] == nil then
+          error(("%s: parameter group %d has an unknown option '%s'"):format(fn, gi, tostring(k)), level)
+        end
+        if type(v) ~= type(self.defaults[k]) then
+          error(("%s: parameter group %d: option '%s' is a %s, expected a %s"):format(fn, gi, k, type(v),
+            type(self.defaults[k])), level)
+        end
+      end
+    end
+  end
+  for gi, sg in ipairs(saved) do
+    local g = self.param_groups[gi]
+    for k, v in pairs(sg) do if k ~= "params" then g[k] = copy_option(v) end end
+  end
 end
 
 function Optimizer:load_state_dict(sd)
@@ -75,16 +258,18 @@ function Optimizer:load_state_dict(sd)
   for i, s in pairs(sd.state) do
     local p = self.params[i]
     if not p then error(("load_state_dict: state for parameter %d, but the optimizer has %d"):format(i, #self.params), 2) end
-    local c = {}
     for k, v in pairs(s) do
       if zorch.is_tensor(v) and table.concat(v.shape, ",") ~= table.concat(p.shape, ",") then
         error(("load_state_dict: state '%s' of parameter %d has the wrong shape"):format(k, i), 2)
       end
-      c[k] = zorch.is_tensor(v) and v:clone() or v
     end
+  end
+  self:_load_groups(sd.param_groups, "load_state_dict", 3)
+  for i, s in pairs(sd.state) do
+    local c = {}
+    for k, v in pairs(s) do c[k] = zorch.is_tensor(v) and v:clone() or v end
     self.state[i] = c
   end
-  if sd.param_groups and sd.param_groups[1] and sd.param_groups[1].lr then self.lr = sd.param_groups[1].lr end
 end
 
 local function show(v)
@@ -101,162 +286,172 @@ end
 Optimizer.__tostring = function(self)
   local numel = 0
   for _, p in ipairs(self.params) do numel = numel + p:numel() end
-  local keys = {}
-  for k in pairs(self.defaults) do if k ~= "lr" then keys[#keys + 1] = k end end
-  table.sort(keys)
-  local hp = {"lr=" .. show(self.lr)}
-  for _, k in ipairs(keys) do hp[#hp + 1] = k .. "=" .. show(self.defaults[k]) end
-  return ("%s (%d parameter%s, %d elements)\n  group 1: %s"):format(getmetatable(self).__name, #self.params,
-    #self.params == 1 and "" or "s", numel, table.concat(hp, ", "))
+  local lines = {("%s (%d parameter%s, %d elements)"):format(getmetatable(self).__name, #self.params,
+    #self.params == 1 and "" or "s", numel)}
+  local many = #self.param_groups > 1
+  for gi, g in ipairs(self.param_groups) do
+    local keys = {}
+    for k in pairs(g) do if k ~= "lr" and k ~= "params" then keys[#keys + 1] = k end end
+    table.sort(keys)
+    local hp = {"lr=" .. show(g.lr)}
+    for _, k in ipairs(keys) do hp[#hp + 1] = k .. "=" .. show(g[k]) end
+    lines[#lines + 1] = ("  group %d%s: %s"):format(gi, many and (" (%d parameter%s)"):format(#g.params,
+      #g.params == 1 and "" or "s") or "", table.concat(hp, ", "))
+  end
+  return table.concat(lines, "\n")
 end
 
-local function new(cls, params, o)
-  return setmetatable({params = params, defaults = o, lr = o.lr, state = {}}, cls)
+local function class(name)
+  local cls = setmetatable({__name = name, __tostring = Optimizer.__tostring}, {__index = Optimizer})
+  instance_methods(cls)
+  return cls
 end
 
 -- Adam and AdamW (decoupled weight decay). bias_correction = false (DeepSpeed's
 -- option) steps by lr * m / (sqrt(v) + eps).
 local function adam_class(name, decoupled, wd_default)
-  local cls = setmetatable({}, {__index = Optimizer})
-  cls.__index = cls
-  cls.__name = name
-  cls.__tostring = Optimizer.__tostring
-  local mt = getmetatable(cls)
-  mt.__call = function(_, params, opts)
-    check_params(name, params)
-    local o = options(name, opts, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = wd_default,
-                                   amsgrad = false, bias_correction = true},
-                      {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, amsgrad = bool,
-                       bias_correction = bool})
-    return new(cls, params, o)
+  local cls = class(name)
+  getmetatable(cls).__call = function(_, params, opts)
+    return new(cls, name, params, opts, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = wd_default,
+                                         amsgrad = false, bias_correction = true},
+               {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, amsgrad = bool,
+                bias_correction = bool})
   end
-  function cls:step()
-    local o = self.defaults
-    local k = {lr = self.lr, beta1 = o.betas[1], beta2 = o.betas[2], eps = o.eps,
+  function cls:_begin(s, p, groups)
+    if not s.step then s.step, s.exp_avg, s.exp_avg_sq = 0, zeros_like(p), zeros_like(p) end
+    if not s.max_exp_avg_sq and any(groups, function(g) return g.amsgrad end) then s.max_exp_avg_sq = zeros_like(p) end
+    s.step = s.step + 1
+  end
+  function cls:_apply(p, g, s, o)
+    local k = {lr = o.lr, beta1 = o.betas[1], beta2 = o.betas[2], eps = o.eps,
                weight_decay = o.weight_decay, decoupled = decoupled, amsgrad = o.amsgrad,
                no_bias_correction = not o.bias_correction}
-    for i, p in ipairs(self.params) do
-      local g = p.grad
-      if g then
-        local s = self.state[i]
-        if not s then
-          s = {step = 0, exp_avg = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}),
-               exp_avg_sq = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()})}
-          if o.amsgrad then s.max_exp_avg_sq = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}) end
-          self.state[i] = s
-        end
-        s.step = s.step + 1
-        zorch._adam_step(p, g, s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, s.step, k)
-      end
-    end
+    zorch._adam_step(p, g, s.exp_avg, s.exp_avg_sq, o.amsgrad and s.max_exp_avg_sq or nil, s.step, k)
   end
   return cls
 end
 optim.Adam = adam_class("optim.Adam", false, 0)
 optim.AdamW = adam_class("optim.AdamW", true, 1e-2)
 
-optim.SGD = setmetatable({__name = "optim.SGD"}, {__index = Optimizer})
-optim.SGD.__index = optim.SGD
-optim.SGD.__tostring = Optimizer.__tostring
+optim.SGD = class("optim.SGD")
 getmetatable(optim.SGD).__call = function(_, params, opts)
-  check_params("optim.SGD", params)
-  local o = options("optim.SGD", opts, {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false},
-                    {lr = nonneg, momentum = nonneg, dampening = nonneg, weight_decay = nonneg, nesterov = bool})
-  if o.nesterov and (o.momentum <= 0 or o.dampening ~= 0) then
-    error("optim.SGD: nesterov needs momentum > 0 and dampening 0", 2)
-  end
-  return new(optim.SGD, params, o)
+  return new(optim.SGD, "optim.SGD", params, opts,
+             {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false},
+             {lr = nonneg, momentum = nonneg, dampening = nonneg, weight_decay = nonneg, nesterov = bool},
+             function(o, where, level)
+               if o.nesterov and (o.momentum <= 0 or o.dampening ~= 0) then
+                 error(("optim.SGD: nesterov needs momentum > 0 and dampening 0%s"):format(
+                   where and (" (" .. where .. ")") or ""), level)
+               end
+             end)
 end
-function optim.SGD:step()
-  local o = self.defaults
-  local k = {lr = self.lr, momentum = o.momentum, dampening = o.dampening, weight_decay = o.weight_decay,
-             nesterov = o.nesterov}
-  for i, p in ipairs(self.params) do
-    local g = p.grad
-    if g then
-      local s = self.state[i]
-      local first = false
-      if not s then
-        s = {}
-        self.state[i] = s
-      end
-      -- made at the first step with momentum (a scheduler may turn momentum on later)
-      if o.momentum ~= 0 and not s.momentum_buffer then
-        s.momentum_buffer = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()})
-        first = true
-      end
-      zorch._sgd_step(p, g, s.momentum_buffer, first, k)
-    end
+-- the momentum buffer is made at the first step with momentum (a scheduler may
+-- turn momentum on later); `first` tells the kernel to start it from the gradient
+function optim.SGD:_begin(s, p, groups)
+  if not s.momentum_buffer and any(groups, function(g) return g.momentum ~= 0 end) then
+    s.momentum_buffer = zeros_like(p)
+    return true
   end
+  return false
+end
+function optim.SGD:_apply(p, g, s, o, first)
+  local k = {lr = o.lr, momentum = o.momentum, dampening = o.dampening, weight_decay = o.weight_decay,
+             nesterov = o.nesterov}
+  zorch._sgd_step(p, g, s.momentum_buffer, first, k)
 end
 
 -- Lamb (layer-wise adaptive moments): Adam's moments give u = m_hat / (sqrt(v_hat)
 -- + eps) + weight_decay * p per parameter tensor; p -= lr * ratio * u with ratio =
 -- ||p|| / ||u|| clamped to [min_coeff, max_coeff], and 1 (then clamped) when either
 -- norm is 0, as DeepSpeed's FusedLamb.
-optim.Lamb = setmetatable({__name = "optim.Lamb"}, {__index = Optimizer})
-optim.Lamb.__index = optim.Lamb
-optim.Lamb.__tostring = Optimizer.__tostring
+optim.Lamb = class("optim.Lamb")
 getmetatable(optim.Lamb).__call = function(_, params, opts)
-  check_params("optim.Lamb", params)
-  local o = options("optim.Lamb", opts, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0,
-                    bias_correction = true, max_coeff = 10.0, min_coeff = 0.01},
-                    {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, bias_correction = bool,
-                     max_coeff = nonneg, min_coeff = nonneg})
-  return new(optim.Lamb, params, o)
+  return new(optim.Lamb, "optim.Lamb", params, opts,
+             {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0,
+              bias_correction = true, max_coeff = 10.0, min_coeff = 0.01},
+             {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, bias_correction = bool,
+              max_coeff = nonneg, min_coeff = nonneg})
 end
-function optim.Lamb:step()
-  local o = self.defaults
+function optim.Lamb:_begin(s, p)
+  if not s.step then s.step, s.exp_avg, s.exp_avg_sq = 0, zeros_like(p), zeros_like(p) end
+  s.step = s.step + 1
+end
+function optim.Lamb:_apply(p, g, s, o)
   local b1, b2 = o.betas[1], o.betas[2]
   zorch.no_grad(function()
-    for i, p in ipairs(self.params) do
-      local g = p.grad
-      if g then
-        local s = self.state[i]
-        if not s then
-          s = {step = 0, exp_avg = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}),
-               exp_avg_sq = zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()})}
-          self.state[i] = s
-        end
-        s.step = s.step + 1
-        s.exp_avg:copy_(s.exp_avg * b1 + g * (1 - b1))
-        s.exp_avg_sq:copy_(s.exp_avg_sq * b2 + g * g * (1 - b2))
-        local c1, c2 = 1, 1
-        if o.bias_correction then c1, c2 = 1 - b1 ^ s.step, 1 - b2 ^ s.step end
-        local u = (s.exp_avg * (1 / c1)) / ((s.exp_avg_sq * (1 / c2)):sqrt() + o.eps)
-        if o.weight_decay ~= 0 then u = u + p * o.weight_decay end
-        local pn, un = math.sqrt((p * p):sum():item()), math.sqrt((u * u):sum():item())
-        local ratio = 1
-        if pn ~= 0 and un ~= 0 then ratio = pn / un end
-        ratio = math.min(math.max(ratio, o.min_coeff), o.max_coeff)
-        p:copy_(p - u * (self.lr * ratio))
-      end
-    end
+    s.exp_avg:copy_(s.exp_avg * b1 + g * (1 - b1))
+    s.exp_avg_sq:copy_(s.exp_avg_sq * b2 + g * g * (1 - b2))
+    local c1, c2 = 1, 1
+    if o.bias_correction then c1, c2 = 1 - b1 ^ s.step, 1 - b2 ^ s.step end
+    local u = (s.exp_avg * (1 / c1)) / ((s.exp_avg_sq * (1 / c2)):sqrt() + o.eps)
+    if o.weight_decay ~= 0 then u = u + p * o.weight_decay end
+    local pn, un = math.sqrt((p * p):sum():item()), math.sqrt((u * u):sum():item())
+    local ratio = 1
+    if pn ~= 0 and un ~= 0 then ratio = pn / un end
+    ratio = math.min(math.max(ratio, o.min_coeff), o.max_coeff)
+    p:copy_(p - u * (o.lr * ratio))
   end)
 end
 
--- Schedulers set opt.lr from the step count; call sched:step() after opt:step().
+-- The options of every group, in order (for checkpoints); and setting them back.
+function Optimizer:group_options()
+  local gs = {}
+  for gi, g in ipairs(self.param_groups) do gs[gi] = group_options(g) end
+  return gs
+end
+
+-- Schedulers set the lr from the step count; call sched:step() after opt:step().
+-- Each parameter group's lr follows the schedule from its own initial lr
+-- (base_lrs; base_lr is the first group's), as PyTorch's do.
 optim.lr_scheduler = {}
 local Sched = {}
 Sched.__index = Sched
+
+local function base_lrs(opt)
+  local b = {}
+  for i, g in ipairs(opt.param_groups or {}) do b[i] = g.lr end
+  if #b == 0 then b[1] = opt.lr end
+  return b
+end
+local function new_sched(opt, fields, cls)
+  fields.optimizer, fields.last_step, fields.base_lrs = opt, 0, base_lrs(opt)
+  fields.base_lr = fields.base_lrs[1]
+  return setmetatable(fields, cls or Sched)
+end
+
+-- every group's lr at step n
+function Sched:set(n)
+  local gs = self.optimizer.param_groups
+  if not gs then self.optimizer.lr = self:lr_at(n, self.base_lr); return end
+  for i, g in ipairs(gs) do g.lr = self:lr_at(n, self.base_lrs[i] or self.base_lr) end
+end
 function Sched:step()
   self.last_step = self.last_step + 1
-  self.optimizer.lr = self:lr_at(self.last_step)
+  self:set(self.last_step)
   return self.optimizer.lr
 end
 function Sched:get_lr() return self.optimizer.lr end
-function Sched:state_dict() return {last_step = self.last_step, base_lr = self.base_lr} end
+function Sched:state_dict()
+  local b = {}
+  for i, x in ipairs(self.base_lrs) do b[i] = x end
+  return {last_step = self.last_step, base_lr = self.base_lr, base_lrs = b}
+end
 function Sched:load_state_dict(s)
   self.last_step, self.base_lr = s.last_step, s.base_lr
-  self.optimizer.lr = self:lr_at(self.last_step)
+  if type(s.base_lrs) == "table" then
+    self.base_lrs = {}
+    for i, x in ipairs(s.base_lrs) do self.base_lrs[i] = x end
+  else
+    self.base_lrs = {s.base_lr}
+  end
+  self:set(self.last_step)
 end
 
 -- lr = base * gamma ^ floor(step / step_size)
 function optim.lr_scheduler.StepLR(opt, step_size, gamma)
   if math.type(step_size) ~= "integer" or step_size < 1 then error("StepLR: step_size must be a positive integer", 2) end
-  local s = setmetatable({optimizer = opt, base_lr = opt.lr, last_step = 0, step_size = step_size,
-                          gamma = gamma or 0.1}, Sched)
-  function s:lr_at(n) return self.base_lr * self.gamma ^ (n // self.step_size) end
+  local s = new_sched(opt, {step_size = step_size, gamma = gamma or 0.1})
+  function s:lr_at(n, base) return (base or self.base_lr) * self.gamma ^ (n // self.step_size) end
   return s
 end
 
@@ -265,14 +460,14 @@ function optim.lr_scheduler.CosineWarmup(opt, warmup, total, min_lr)
   if math.type(warmup) ~= "integer" or warmup < 0 or math.type(total) ~= "integer" or total <= warmup then
     error("CosineWarmup: need integers 0 <= warmup < total", 2)
   end
-  local s = setmetatable({optimizer = opt, base_lr = opt.lr, last_step = 0, warmup = warmup, total = total,
-                          min_lr = min_lr or 0}, Sched)
-  function s:lr_at(n)
-    if n < self.warmup then return self.base_lr * (n + 1) / self.warmup end
+  local s = new_sched(opt, {warmup = warmup, total = total, min_lr = min_lr or 0})
+  function s:lr_at(n, base)
+    base = base or self.base_lr
+    if n < self.warmup then return base * (n + 1) / self.warmup end
     local t = math.min(1, (n - self.warmup) / (self.total - self.warmup))
-    return self.min_lr + (self.base_lr - self.min_lr) * 0.5 * (1 + math.cos(math.pi * t))
+    return self.min_lr + (base - self.min_lr) * 0.5 * (1 + math.cos(math.pi * t))
   end
-  if warmup > 0 then opt.lr = s:lr_at(0) end
+  if warmup > 0 then s:set(0) end
   return s
 end
 
@@ -309,16 +504,16 @@ function optim.lr_scheduler.MultiStepLR(opt, opts)
   local ms = {}
   for i, m in ipairs(o.milestones) do ms[i] = m end
   table.sort(ms)
-  local s = setmetatable({optimizer = opt, base_lr = opt.lr, last_step = 0, milestones = ms, gamma = o.gamma}, Sched)
-  function s:lr_at(n)
-    local lr = self.base_lr
+  local s = new_sched(opt, {milestones = ms, gamma = o.gamma})
+  function s:lr_at(n, base)
+    local lr = base or self.base_lr
     for _, m in ipairs(self.milestones) do
       if m > n then break end
       lr = lr * self.gamma
     end
     return lr
   end
-  opt.lr = s:lr_at(0)
+  s:set(0)
   return s
 end
 
@@ -326,15 +521,15 @@ end
 function optim.lr_scheduler.LambdaLR(opt, opts)
   local o = sched_options("LambdaLR", opt, opts, {lr_lambda = false},
                           {lr_lambda = function(v) return type(v) == "function" end}, {"lr_lambda"})
-  local s = setmetatable({optimizer = opt, base_lr = opt.lr, last_step = 0, lr_lambda = o.lr_lambda}, Sched)
-  function s:lr_at(n)
+  local s = new_sched(opt, {lr_lambda = o.lr_lambda})
+  function s:lr_at(n, base)
     local f = self.lr_lambda(n)
     if type(f) ~= "number" then
       error(("LambdaLR: lr_lambda(%d) returned a %s, not a number"):format(n, type(f)), 3)
     end
-    return self.base_lr * f
+    return (base or self.base_lr) * f
   end
-  opt.lr = s:lr_at(0)
+  s:set(0)
   return s
 end
 
@@ -413,10 +608,14 @@ end
 
 function OneCycle:apply(n)
   local lr, m = self:at(n)
-  self.optimizer.lr = lr
+  self.optimizer.lr = lr -- (every group's)
   if self.cycle_momentum then
     local d = self.optimizer.defaults
-    if self.beta1 then d.betas = {m, d.betas[2]} else d.momentum = m end
+    local gs = {d} -- the defaults (for groups added later) and every group
+    for _, g in ipairs(self.optimizer.param_groups or {}) do gs[#gs + 1] = g end
+    for _, g in ipairs(gs) do
+      if self.beta1 then g.betas = {m, g.betas[2]} else g.momentum = m end
+    end
   end
   return lr
 end
@@ -489,9 +688,12 @@ function Plateau:step(metric)
     self.num_bad_epochs = 0
   end
   if self.num_bad_epochs > self.patience then
-    local old = self.optimizer.lr
-    local new = math.max(old * self.factor, self.min_lr)
-    if old - new > self.eps then self.optimizer.lr = new end
+    local gs = self.optimizer.param_groups or {self.optimizer}
+    for _, g in ipairs(gs) do -- each group's lr on its own, as PyTorch's
+      local old = g.lr
+      local new = math.max(old * self.factor, self.min_lr)
+      if old - new > self.eps then g.lr = new end
+    end
     self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
   end
   return self.optimizer.lr

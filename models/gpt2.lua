@@ -280,44 +280,14 @@ local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = 
                             gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device}
 device = engine.device -- (the Engine picks this rank's GPU for "cuda")
 -- AdamW as nanoGPT and llm.c use it: every 2-d parameter (the matrices and both
--- embeddings) decays, the biases and LayerNorms do not. The engine steps one
--- flat buffer (the parameters in order) with one AdamW, so that AdamW runs
--- without decay and the decay is applied here, before each update, to the
--- runs of the buffer the 2-d parameters fill: p <- p (1 - lr wd), then the
--- Adam update, exactly PyTorch's AdamW order.
-local adam = optim.AdamW(model:parameters(), {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8, weight_decay = 0})
-local decays = {} -- {numel, decays?} of each parameter, in the engine's order
-for _, p in ipairs(model:parameters()) do decays[#decays + 1] = {p:numel(), p:dim() >= 2} end
+-- embeddings) decays, the biases and LayerNorms do not: two parameter groups,
+-- which the engine steps with their own options at every ZeRO stage.
+local decay, no_decay = {}, {}
+for _, p in ipairs(model:parameters()) do table.insert(p:dim() >= 2 and decay or no_decay, p) end
+local groups = {{params = decay, weight_decay = opt["weight-decay"]}}
+if #no_decay > 0 then groups[2] = {params = no_decay, weight_decay = 0} end
+local adam = optim.AdamW(groups, {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8})
 model, _, adam = engine:prepare(model, nil, adam)
-do
-  -- this rank's slice of the flat buffer (all of it at stage 0): [lo, lo + len)
-  local target, shard = engine.target, engine.zero:memory().shard
-  local lo, len = engine.cfg.zero_stage == 0 and 0 or rank * shard, target:numel()
-  local runs, off = {}, 0 -- {first (from 1), count} in the slice, neighbours merged
-  for _, d in ipairs(decays) do
-    local a, b = math.max(off, lo), math.min(off + d[1], lo + len)
-    if d[2] and a < b then
-      local last = runs[#runs]
-      if last and last[1] + last[2] == a - lo + 1 then last[2] = last[2] + b - a
-      else runs[#runs + 1] = {a - lo + 1, b - a} end
-    end
-    off = off + d[1]
-  end
-  local inner = engine.inner
-  local step = inner.step
-  function inner.step(self)
-    local f = 1 - opt["weight-decay"] * self.lr
-    if f ~= 1 then
-      zorch.no_grad(function()
-        for _, r in ipairs(runs) do
-          local v = target:narrow(1, r[1], r[2])
-          v:copy_(v * f)
-        end
-      end)
-    end
-    return step(self)
-  end
-end
 
 -- the learning rate of step s (from 0): linear warm-up, then cosine down to min-lr
 local min_lr = opt["min-lr"] or opt.lr / 10
