@@ -325,6 +325,10 @@ ZORCH_API void zorch_generator_set_offset(zorch_generator *g, uint64_t offset);
 ZORCH_API zorch_generator *zorch_default_generator(void);
 ZORCH_API void zorch_manual_seed(uint64_t seed); /* seeds the default generator */
 
+/* ---- host memory: bytes of host (CPU) tensor storage, all threads ---------------- */
+ZORCH_API void zorch_host_memory_stats(size_t *in_use, size_t *peak);
+ZORCH_API void zorch_host_memory_reset_peak(void); /* the peak becomes what is in use now */
+
 /* ---- fused optimizer updates: one pass, in place, PyTorch's formulas --------------------
    param, grad and state tensors share a shape, dtype f32 or f64 and contiguity. */
 typedef struct {
