@@ -117,7 +117,12 @@ local NO_EFFECT = set {
   "zero_optimization.offload_optimizer", "zero_optimization.offload_param", "zero_optimization.cpu_offload",
   "zero_optimization.cpu_offload_params", "zero_optimization.cpu_offload_use_pin_memory",
   "prescale_gradients", "gradient_predivide_factor", "communication_data_type", "seq_parallel_communication_data_type",
-  "disable_allgather", "sparse_gradients", "compile", "tensor_parallel", "pipeline", "aio", "activation_checkpointing",
+  "disable_allgather", "sparse_gradients", "compile", "tensor_parallel", "pipeline", "aio",
+  -- activation checkpointing: the model calls engine:checkpoint; these shape only
+  -- DeepSpeed's buffers (model-parallel partitions, one contiguous block, syncs, timers)
+  "activation_checkpointing.partition_activations", "activation_checkpointing.contiguous_memory_optimization",
+  "activation_checkpointing.number_checkpoints", "activation_checkpointing.synchronize_checkpoint_boundary",
+  "activation_checkpointing.profile",
   "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "hybrid_engine", "checkpoint", "nebula",
   "autotuning", "cuda_visible_devices", "torch_autocast",
   -- logging and monitoring
@@ -375,11 +380,21 @@ local function from_table(ds, world)
   if ds.wall_clock_breakdown ~= nil then
     out.wall_clock_breakdown = try(boolean, "wall_clock_breakdown", ds.wall_clock_breakdown)
   end
+  -- activation_checkpointing: cpu_checkpointing keeps engine:checkpoint's saved
+  -- inputs in host memory; the other keys are listed
+  if ds.activation_checkpointing ~= nil then try(function()
+    object("activation_checkpointing", ds.activation_checkpointing)
+    for k, v in pairs(ds.activation_checkpointing) do
+      local key = "activation_checkpointing." .. tostring(k)
+      if k == "cpu_checkpointing" then out.cpu_checkpointing = boolean(key, v)
+      else note(key, v) end
+    end
+  end) end
   -- zorch's own key: seconds a collective may wait (Engine's comm_timeout; 0: never)
   if ds.comm_timeout ~= nil then out.comm_timeout = try(number, "comm_timeout", ds.comm_timeout, 0) end
   local known = {train_batch_size = 1, train_micro_batch_size_per_gpu = 1, gradient_accumulation_steps = 1,
                  gradient_clipping = 1, bf16 = 1, fp16 = 1, zero_optimization = 1, optimizer = 1, scheduler = 1,
-                 steps_per_print = 1, comm_timeout = 1, wall_clock_breakdown = 1}
+                 steps_per_print = 1, comm_timeout = 1, wall_clock_breakdown = 1, activation_checkpointing = 1}
   for k, v in pairs(ds) do if not known[k] then note(tostring(k), v) end end
   table.sort(unimplemented)
   return out, unimplemented

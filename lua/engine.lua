@@ -28,6 +28,7 @@ local DEFAULTS = {
   scheduler = false,               -- {type = "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR", params}
   steps_per_print = false,         -- print a progress line every so many optimizer steps
   wall_clock_breakdown = false,    -- with the progress line: forward, backward, reduction and step times
+  cpu_checkpointing = false,       -- engine:checkpoint keeps its saved inputs in host memory
   precision = "fp32",              -- "fp32", or "bf16" / "fp16": 16-bit parameters and gradients,
                                    -- fp32 master weights and moments in the shards
   -- fp16 only (DeepSpeed's fp16 section, the same names and defaults):
@@ -56,6 +57,7 @@ local CHECKS = {
                "{type = \"WarmupLR\" | \"WarmupDecayLR\" | \"WarmupCosineLR\" | \"OneCycle\" | \"LRRangeTest\", params = {...}}"},
   steps_per_print = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   wall_clock_breakdown = {function(v) return type(v) == "boolean" end, "true or false"},
+  cpu_checkpointing = {function(v) return type(v) == "boolean" end, "true or false"},
   precision = {function(v) return v == "fp32" or v == "bf16" or v == "fp16" end, "\"fp32\", \"bf16\" or \"fp16\""},
   loss_scale = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0: dynamic)"},
   initial_scale_power = {function(v) return math.type(v) == "integer" and v >= 0 and v <= 64 end, "an integer in 0..64"},
@@ -514,6 +516,11 @@ end
 
 local SIZES = {float64 = 8, float32 = 4, bfloat16 = 2, float16 = 2}
 local function bytes(t) return t and t:numel() * SIZES[t:dtype()] or 0 end
+
+-- zorch.checkpoint(fn, ...) with the config's activation checkpointing options.
+function Engine:checkpoint(fn, ...)
+  return zorch._checkpoint({cpu = self.cfg.cpu_checkpointing}, fn, ...)
+end
 
 -- Bytes this rank holds, by category, from the tensors it actually keeps.
 function Engine:memory_report()

@@ -743,8 +743,9 @@ function Module:summary(input, opts) return nn.summary(self, input, opts) end
 -- only its arguments; the backward pass runs fn again with grad mode on, from
 -- the default generator's state of the first run (so dropout draws the same
 -- mask), and backpropagates through that copy into the tensor arguments and
--- the parameters fn uses. fn returns one tensor.
-local function checkpoint(fn, ...)
+-- the parameters fn uses. fn returns one tensor. opts.cpu: the saved tensor
+-- arguments wait in host memory (DeepSpeed's cpu_checkpointing).
+local function checkpoint_with(opts, fn, ...)
   local mt = getmetatable(fn)
   if type(fn) ~= "function" and not (mt and mt.__call) then
     error(("zorch.checkpoint: argument 1 (fn) must be a function or a module, got %s"):format(type(fn)), 2)
@@ -767,13 +768,22 @@ local function checkpoint(fn, ...)
     anchor = zorch.zeros({1}, {requires_grad = true})
     inputs[#inputs + 1] = anchor
   end
+  local devices, needs, nin = {}, {}, #inputs
+  for _, i in ipairs(where) do needs[i] = args[i].requires_grad end
+  if opts.cpu then
+    for _, i in ipairs(where) do
+      devices[i] = args[i]:device()
+      if devices[i] ~= "cpu" then args[i] = args[i]:detach():to("cpu") end
+    end
+  end
   local function backward(g)
     local again = {}
     for i = 1, args.n do again[i] = args[i] end
     local leaves = {}
     for k, i in ipairs(where) do
       local d = args[i]:detach()
-      if args[i].requires_grad then d:requires_grad_() end
+      if devices[i] and devices[i] ~= "cpu" then d = d:to(devices[i]) end
+      if needs[i] then d:requires_grad_() end
       again[i], leaves[k] = d, d
     end
     local s, o = zorch._rng_state()
@@ -786,12 +796,14 @@ local function checkpoint(fn, ...)
     if res.requires_grad then res:backward(g) end
     local grads = {}
     for k = 1, #leaves do grads[k] = leaves[k].grad end
-    return table.unpack(grads, 1, #inputs)
+    return table.unpack(grads, 1, nin)
   end
   return zorch._grad_fn(out, inputs, backward)
 end
+local function checkpoint(fn, ...) return checkpoint_with({}, fn, ...) end
 zorch.checkpoint = checkpoint
 nn.checkpoint = checkpoint
+zorch._checkpoint = checkpoint_with -- engine:checkpoint
 
 -- nn.Checkpoint(module): the module, recomputed in backward (its parameters
 -- are named under "module.", as PyTorch's checkpoint wrapper adds a prefix).

@@ -122,6 +122,25 @@ do
          and text:find("curriculum_learning", 1, true) and not text:find("tensorboard", 1, true),
          "the warning has one line a group: " .. text:gsub("\n", " | "))
 end
+-- activation_checkpointing: cpu_checkpointing drives engine:checkpoint, the other
+-- keys are named one by one (false and 0 are off, so not listed)
+do
+  local e3 = zorch.Engine(config([[{"activation_checkpointing": {"partition_activations": true,
+    "cpu_checkpointing": true, "contiguous_memory_optimization": false, "number_checkpoints": 4,
+    "synchronize_checkpoint_boundary": false, "profile": false, "my_ac_key": 1}}]]))
+  tap.ok(e3:config().cpu_checkpointing == true, "activation_checkpointing.cpu_checkpointing is read")
+  local groups = {}
+  for _, g in ipairs(Z._unimplemented_groups(e3.unimplemented)) do groups[g.kind] = table.concat(g.keys, ",") end
+  tap.ok(groups["no effect"] == "activation_checkpointing.number_checkpoints,activation_checkpointing.partition_activations",
+         "activation checkpointing keys with no effect: " .. tostring(groups["no effect"]))
+  tap.ok(groups["not recognised"] == "activation_checkpointing.my_ac_key",
+         "an unknown activation checkpointing key: " .. tostring(groups["not recognised"]))
+  tap.ok(zorch.Engine(config([[{"activation_checkpointing": {}}]])):config().cpu_checkpointing == false,
+         "cpu_checkpointing is off by default")
+end
+refused("activation_checkpointing that is not an object", [[{"activation_checkpointing": 3}]], "activation_checkpointing")
+refused("a cpu_checkpointing that is not a boolean", [[{"activation_checkpointing": {"cpu_checkpointing": "often"}}]],
+        "activation_checkpointing.cpu_checkpointing", '"often"')
 refused("an offload device zorch does not know", [[{"zero_optimization": {"offload_param": {"device": "gpu"}}}]],
         "zero_optimization.offload_param.device", '"gpu"')
 refused("max_grad_norm is refused as DeepSpeed refuses it", [[{"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1}}}]],
