@@ -85,7 +85,25 @@ def gpu_benches():
     SYNC[0] = lambda: None
 
 
+def adam_benches():
+    """AdamW over one flat fp32 shard of 8M parameters (bench.c's adamw_8m):
+    PyTorch's foreach and fused CPU implementations at 1 and 2 threads."""
+    n = 8 << 20
+    for impl in ("foreach", "fused"):
+        p = torch.randn(n, requires_grad=True)
+        p.grad = torch.randn(n)
+        opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.01, **{impl: True})
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                emit(f"adamw_8m_{impl}_t{threads}", n / time_it(opt.step, 0.5) / 1e6, "Mparams/s")
+    torch.set_num_threads(2)
+
+
 gpu_only = "--gpu" in sys.argv[1:]
+if "--adam" in sys.argv[1:]:
+    adam_benches()
+    sys.exit(0)
 if torch.cuda.is_available():
     gpu_benches()
 if gpu_only:
@@ -103,3 +121,4 @@ emit("add_1m", time_it(lambda: b1 + b2, 0.3) * 1e6, "us")
 t = time_it(mlp(256, 1024, 4096, 1024, False), 1.0)
 emit("mlp_1024_4096_1024_b256_fwd_bwd", 5 * 2 * 256 * 1024 * 4096 / t / 1e9, "GFLOP/s")
 emit("simplenet_step", time_it(mlp(64, 10, 20, 2, True), 0.3) * 1e6, "us")
+adam_benches()
