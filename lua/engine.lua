@@ -29,6 +29,8 @@ local DEFAULTS = {
   steps_per_print = false,         -- print a progress line every so many optimizer steps
   wall_clock_breakdown = false,    -- with the progress line: forward, backward, reduction and step times
   cpu_checkpointing = false,       -- engine:checkpoint keeps its saved inputs in host memory
+  offload_optimizer = false,       -- {device = "cpu" | "nvme", nvme_path, buffer_count = 4, chunk = 2^20}:
+                                   -- "nvme" keeps Adam's moments of the shard in a file (lua/offload.lua)
   precision = "fp32",              -- "fp32", or "bf16" / "fp16": 16-bit parameters and gradients,
                                    -- fp32 master weights and moments in the shards
   -- fp16 only (DeepSpeed's fp16 section, the same names and defaults):
@@ -58,6 +60,13 @@ local CHECKS = {
   steps_per_print = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   wall_clock_breakdown = {function(v) return type(v) == "boolean" end, "true or false"},
   cpu_checkpointing = {function(v) return type(v) == "boolean" end, "true or false"},
+  offload_optimizer = {function(v)
+    if v == false then return true end
+    if type(v) ~= "table" or (v.device ~= "cpu" and v.device ~= "nvme" and v.device ~= "none") then return false end
+    if v.device == "nvme" and (type(v.nvme_path) ~= "string" or v.nvme_path == "") then return false end
+    if v.buffer_count ~= nil and not (math.type(v.buffer_count) == "integer" and v.buffer_count >= 2 and v.buffer_count <= 32) then return false end
+    return v.chunk == nil or (math.type(v.chunk) == "integer" and v.chunk >= 1)
+  end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, chunk >= 1}"},
   precision = {function(v) return v == "fp32" or v == "bf16" or v == "fp16" end, "\"fp32\", \"bf16\" or \"fp16\""},
   loss_scale = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0: dynamic)"},
   initial_scale_power = {function(v) return math.type(v) == "integer" and v >= 0 and v <= 64 end, "an integer in 0..64"},
@@ -344,6 +353,7 @@ function Engine:prepare(model, loader, opt, sched)
   local cls = getmetatable(opt)
   self.inner = cls({target}, opt.defaults)
   self.target = target
+  self.offload = zorch._offload_optimizer(self) -- offload_optimizer: the moments in a file
   self.user_opt = opt
   local engine = self
   local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,
@@ -530,7 +540,10 @@ function Engine:memory_report()
     for _, v in pairs(s) do if zorch.is_tensor(v) then opt_bytes = opt_bytes + bytes(v) end end
   end
   local m = self.zero:memory()
+  local st = self.offload and self.offload:stats()
   return {
+    nvme = st and st.file_bytes or 0, -- the optimizer state's file (offload_optimizer nvme)
+    offload_buffers = st and st.buffer_bytes or 0, -- its chunk buffers in host memory
     parameters = m.parameters,
     gradients = m.gradients,
     optimizer_state = opt_bytes,
