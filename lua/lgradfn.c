@@ -14,9 +14,22 @@
 
 #define GRADFN_MAX_IN 64
 
+/* The Lua state the nodes call into, shared by them and the state: a node can
+   outlive the state (a host holding a tensor after closing its VM), and then
+   neither calls nor unrefs. */
 typedef struct {
-  lua_State *T; /* the thread the backward runs on (anchored in the registry) */
-  int ref;      /* the backward function, in the registry */
+  int refs;     /* the state's (until it closes) and each node's */
+  bool closed;
+  lua_State *T; /* the thread the backwards run on (anchored in the registry) */
+} gradfn_home;
+
+static void home_release(gradfn_home *h) {
+  if (--h->refs == 0) free(h);
+}
+
+typedef struct {
+  gradfn_home *home;
+  int ref; /* the backward function, in the registry */
 } gradfn_args;
 
 /* What one call of the Lua backward gets and gives, across the protected call. */
@@ -45,7 +58,8 @@ static int gradfn_call_lua(lua_State *L) {
 
 static zorch_status gradfn_backward(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   const gradfn_args *a = AG_ARGS(n, gradfn_args);
-  lua_State *T = a->T;
+  if (a->home->closed) return err_set(ZORCH_ERR_STATE, "the Lua state that recorded this node was closed");
+  lua_State *T = a->home->T;
   gradfn_call c = {a->ref, n->nin, g, gin};
   int top = lua_gettop(T);
   if (!lua_checkstack(T, n->nin + 8)) return err_set(ZORCH_ERR_OOM, "out of Lua stack");
@@ -66,20 +80,44 @@ static zorch_status gradfn_backward(ag_node *n, zorch_tensor *g, zorch_tensor **
 
 static void gradfn_free(void *args) {
   gradfn_args *a = args;
-  luaL_unref(a->T, LUA_REGISTRYINDEX, a->ref);
+  if (!a->home->closed) luaL_unref(a->home->T, LUA_REGISTRYINDEX, a->ref);
+  home_release(a->home);
 }
 
-/* The thread the nodes' backwards run on: one per Lua state, made on first use. */
-static lua_State *gradfn_thread(lua_State *L) {
-  if (lua_getfield(L, LUA_REGISTRYINDEX, "zorch.gradfn_thread") == LUA_TTHREAD) {
-    lua_State *T = lua_tothread(L, -1);
+static int home_gc(lua_State *L) {
+  gradfn_home **b = lua_touserdata(L, 1);
+  if (*b) {
+    (*b)->closed = true;
+    home_release(*b);
+    *b = NULL;
+  }
+  return 0;
+}
+
+/* The state's home: made on first use, with the thread the backwards run on
+   (the registry's "zorch.gradfn" holds a box whose finalizer marks it closed,
+   and the thread). */
+static gradfn_home *gradfn_home_get(lua_State *L) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "zorch.gradfn") == LUA_TUSERDATA) {
+    gradfn_home *h = *(gradfn_home **)lua_touserdata(L, -1);
     lua_pop(L, 1);
-    return T;
+    return h;
   }
   lua_pop(L, 1);
-  lua_State *T = lua_newthread(L);
-  lua_setfield(L, LUA_REGISTRYINDEX, "zorch.gradfn_thread");
-  return T;
+  gradfn_home **b = lua_newuserdatauv(L, sizeof *b, 1);
+  *b = NULL;
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, home_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  gradfn_home *h = calloc(1, sizeof *h);
+  if (!h) luaL_error(L, "out of memory");
+  *b = h;
+  h->refs = 1;
+  h->T = lua_newthread(L);
+  lua_setiuservalue(L, -2, 1); /* the box keeps the thread */
+  lua_setfield(L, LUA_REGISTRYINDEX, "zorch.gradfn");
+  return h;
 }
 
 /* zorch._grad_fn(out, inputs, backward, name?) -> a tensor with out's values
@@ -103,14 +141,15 @@ static int l_grad_fn(lua_State *L) {
   zorch_tensor *d = zorch_detach(out);
   if (!d) return lz_fail(L);
   if (!ag_needed(nin, in)) return lz_push(L, d);
-  lua_State *T = gradfn_thread(L);
+  gradfn_home *home = gradfn_home_get(L);
   lua_pushvalue(L, 3);
-  gradfn_args a = {T, luaL_ref(L, LUA_REGISTRYINDEX)};
+  gradfn_args a = {home, luaL_ref(L, LUA_REGISTRYINDEX)};
   zorch_tensor *r = ag_record(d, "CheckpointBackward", gradfn_backward, nin, in, 0, NULL, &a, sizeof a);
   if (!r) {
     luaL_unref(L, LUA_REGISTRYINDEX, a.ref);
     return lz_fail(L);
   }
+  home->refs++;
   r->grad_fn->free_args = gradfn_free;
   return lz_push(L, r);
 }
