@@ -497,6 +497,11 @@ function Engine:print_step()
   local scale = self.cfg.precision == "fp16" and ("  loss scale %g"):format(self.scaler.scale) or ""
   self:print(("step %d  loss %s  lr %.3g  grad norm %.4f%s%s  %.2f ms/step"):format(self.steps,
     loss and ("%.6f"):format(loss) or "?", self.user_opt.lr, self.last_norm or 0, scale, rate, 1000 * dt / n))
+  if self.offload then -- offload_optimizer nvme: the last step's streaming of the moments (rank 0)
+    local st = self.offload:stats()
+    self:print(("step %d  offload: read %.3g MB in %.3g s, wrote %.3g MB in %.3g s (I/O thread), the step waited %.3g s"):format(
+      self.steps, st.read_bytes / 1e6, st.read_s, st.write_bytes / 1e6, st.write_s, st.wait_s))
+  end
   if self.wall then -- wall_clock_breakdown: rank 0's times, per optimizer step over those steps
     local w = self.wall
     self:print(("step %d  time (ms/step)  forward %.3f  backward %.3f  reduction %.3f  step %.3f"):format(self.steps,

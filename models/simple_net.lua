@@ -179,8 +179,10 @@ if opt.report then
   for r = 0, engine.world_size - 1 do
     if r == engine.rank then
       print(('{"report": "memory", "rank": %d, "world_size": %d, "stage": %d, "numel": %d, "parameters": %d, ' ..
-             '"gradients": %d, "optimizer_state": %d, "master_weights": %d, "buffers": %d}'):format(
-        r, m.world_size, m.stage, m.numel, m.parameters, m.gradients, m.optimizer_state, m.master_weights, m.buffers))
+             '"gradients": %d, "optimizer_state": %d, "master_weights": %d, "buffers": %d, "nvme": %d, ' ..
+             '"offload_buffers": %d}'):format(
+        r, m.world_size, m.stage, m.numel, m.parameters, m.gradients, m.optimizer_state, m.master_weights, m.buffers,
+        m.nvme, m.offload_buffers))
       print(('{"report": "comm", "rank": %d, "sent": %d, "received": %d, "param_bytes": %d}'):format(
         r, c.sent, c.received, m.numel * 4))
       io.stdout:flush()
