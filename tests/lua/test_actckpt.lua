@@ -64,6 +64,26 @@ do
   tap.ok(equal(gx, x.grad) and equal(gw, w.grad), "input and weight gradients match the plain run")
 end
 
+-- nested checkpoints, and a retained graph run backward twice
+do
+  zorch.manual_seed(6)
+  local w1 = zorch.randn({4, 4}, {requires_grad = true})
+  local w2 = zorch.randn({4, 4}, {requires_grad = true})
+  local x = zorch.randn({3, 4}, {requires_grad = true})
+  local function inner(a) return zorch.relu(zorch.matmul(a, w2)) end
+  local function outer(a) return zorch.checkpoint(inner, zorch.tanh(zorch.matmul(a, w1))) end
+  zorch.checkpoint(outer, x):sum():backward()
+  local g1, g2, gx = w1.grad, w2.grad, x.grad
+  w1.grad, w2.grad, x.grad = nil, nil, nil
+  inner(zorch.tanh(zorch.matmul(x, w1))):sum():backward()
+  tap.ok(equal(g1, w1.grad) and equal(g2, w2.grad) and equal(gx, x.grad), "a checkpoint inside a checkpoint gives the plain gradients")
+  w1.grad, w2.grad, x.grad = nil, nil, nil
+  local y = zorch.checkpoint(outer, x):sum()
+  y:backward(nil, true)
+  y:backward()
+  tap.ok(equal(w1.grad, g1 * 2) and equal(x.grad, gx * 2), "with retain_graph a second backward recomputes again and accumulates")
+end
+
 -- under no_grad, checkpoint is a plain call
 do
   local w = zorch.ones({2}, {requires_grad = true})
