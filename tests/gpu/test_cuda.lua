@@ -394,4 +394,21 @@ tap.ok(zorch.cuda.memory_stats().cached == 0, "empty_cache gives the cached bloc
 zorch.cuda.synchronize()
 local mixed, merr = pcall(function() return zorch.ones(4, {device = "cuda"}) + zorch.ones(4) end)
 tap.ok(not mixed and tostring(merr):find("different devices", 1, true), "mixing devices is an error naming them")
+
+-- activation checkpointing on the GPU: engine:checkpoint with cpu_checkpointing
+-- (the saved input waits on the host) gives the plain gradients, dropout's mask replayed
+do
+  local e = zorch.Engine{device = "cuda", cpu_checkpointing = true}
+  zorch.manual_seed(12)
+  local m = zorch.nn.Sequential(zorch.nn.Linear(8, 8), zorch.nn.ReLU(), zorch.nn.Dropout(0.3)):to("cuda")
+  local x = zorch.randn({4, 8}, {device = "cuda"}):requires_grad_()
+  zorch.manual_seed(13)
+  e:checkpoint(m, x):pow(2):sum():backward()
+  local gx, gw = x.grad, m["0"].weight.grad
+  x.grad, m["0"].weight.grad = nil, nil
+  zorch.manual_seed(13)
+  m(x):pow(2):sum():backward()
+  tap.ok((gx - x.grad):abs():max():item() == 0 and (gw - m["0"].weight.grad):abs():max():item() == 0,
+         "engine:checkpoint on cuda with cpu_checkpointing gives the plain gradients")
+end
 tap.done()
