@@ -33,7 +33,7 @@ LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I$(LUA_INCDIR)
-LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/dsauto.lua lua/engine.lua lua/checkpoint.lua \
+LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/dsauto.lua lua/engine.lua lua/offload.lua lua/checkpoint.lua \
             lua/progress.lua lua/metrics.lua lua/plot.lua
 # The zorch command's own sources (the REPL, help) go into the binary only.
 CLI_SRC  := vm/host/repl.c vm/host/help.c
@@ -80,6 +80,8 @@ deps: $(DEPS_OK)
 # Kernels build at -O3: GCC 12 vectorises at -O2 only loops that need no
 # runtime alias check, which excludes nearly every strided kernel loop.
 $(BUILD)/obj/ops/cpu/%.o: OPT_K = $(if $(SAN),,-O3)
+# the optimizer loop's sqrt vectorises only without errno (its argument is never negative)
+$(BUILD)/obj/ops/cpu/optim.o: OPT_K = $(if $(SAN),,-O3 -fno-math-errno)
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)

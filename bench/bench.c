@@ -2,7 +2,8 @@
    "unit"}); bench/torch_bench.py prints the same figures for PyTorch. Each
    figure is the best of several timed rounds. The GPU cases (cuda_*) run when
    a CUDA device is present; `bench --gpu` runs only those, `bench --attention`
-   only the CPU attention cases, `bench --conv` only the convolution cases. */
+   only the CPU attention cases, `bench --conv` only the convolution cases,
+   `bench --adam` only the optimizer cases. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,6 +377,35 @@ static void thread_benches(zorch_generator *g) {
 
 /* The GPU cases: GEMM throughput, the 4096-16384-4096 MLP step at batch 8192,
    and the reference job's step. */
+/* Adam over a flat fp32 shard (the ZeRO engine's optimizer step on a CPU rank
+   or an offloaded shard): params updated per second */
+typedef struct {
+  zorch_tensor *p, *g, *m, *v;
+  int64_t step;
+} adam_shard;
+
+static void run_adam(void *ctx) {
+  adam_shard *a = ctx;
+  zorch_adam_opts o = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .decoupled = true};
+  if (zorch_adam_step(a->p, a->g, a->m, a->v, NULL, ++a->step, &o)) check(NULL);
+}
+
+static void adam_benches(zorch_generator *g) {
+  const int64_t n = 8 << 20;
+  adam_shard a = {zorch_randn(SHAPE(n), ZORCH_F32, CPU, g), zorch_randn(SHAPE(n), ZORCH_F32, CPU, g),
+                  zorch_zeros(SHAPE(n), ZORCH_F32, CPU), zorch_zeros(SHAPE(n), ZORCH_F32, CPU), 0};
+  check(a.p), check(a.g), check(a.m), check(a.v);
+  for (int threads = 1; threads <= 2; threads++) {
+    char name[64];
+    zorch_set_num_threads(threads);
+    snprintf(name, sizeof name, "adamw_8m_t%d", threads);
+    emit(name, (double)n / time_it(run_adam, &a, 0.5) / 1e6, "Mparams/s");
+  }
+  zorch_set_num_threads(2);
+  zorch_tensor *fr[] = {a.p, a.g, a.m, a.v};
+  for (int i = 0; i < 4; i++) zorch_tensor_free(fr[i]);
+}
+
 static void gpu_benches(void) {
   on_gpu = true;
   zorch_generator *g = zorch_generator_new(0);
@@ -425,6 +455,12 @@ int main(int argc, char **argv) {
     zorch_generator_free(g);
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "--adam") == 0) { /* only the optimizer cases */
+    zorch_generator *g = zorch_generator_new(0);
+    adam_benches(g);
+    zorch_generator_free(g);
+    return 0;
+  }
   if (zorch_cuda_device_count() > 0) gpu_benches();
   else if (gpu_only) fprintf(stderr, "bench: no CUDA device\n");
   if (gpu_only) return 0;
@@ -466,6 +502,7 @@ int main(int argc, char **argv) {
   attn_benches(CPU, "", g);
   conv_benches();
   thread_benches(g);
+  adam_benches(g);
 
   zorch_tensor *fr[] = {mm.a, mm.b, small.a, small.b, big.a, big.b};
   for (int i = 0; i < 6; i++) zorch_tensor_free(fr[i]);

@@ -2,7 +2,8 @@
 """The figures of bench/bench.c, measured on PyTorch on the same machine and
 threads, as JSON lines named torch/... . Exits quietly when torch is missing.
 With a CUDA device it adds the cuda_* cases; --gpu runs only those, --attention
-only the CPU attention cases, --conv only the convolution cases."""
+only the CPU attention cases, --conv only the convolution cases, --adam only
+the optimizer cases."""
 import json
 import sys
 import time
@@ -113,6 +114,8 @@ def attention_benches(prefix="", device="cpu"):
                 name = f"{prefix}attention_causal_b4h12t{t}_d64_{'fused' if fused else 'composed'}_" \
                        f"{'fwd_bwd' if bwd else 'fwd'}_ms"
                 emit(name, time_it(attention(t, fused, bwd, device), 0.5 if t > 64 else 0.2) * 1e3, "ms")
+
+
 def conv_step(n, ci, hw, co, k, input_grad):
     x = torch.randn(n, ci, hw, hw, requires_grad=input_grad)
     w = torch.randn(co, ci, k, k, requires_grad=True)
@@ -147,9 +150,27 @@ def conv_benches():
     emit("cnn_fashion_mnist_b64_fwd_bwd", 64 / time_it(cnn_step(64), 1.0), "images/s")
 
 
+def adam_benches():
+    """AdamW over one flat fp32 shard of 8M parameters (bench.c's adamw_8m):
+    PyTorch's foreach and fused CPU implementations at 1 and 2 threads."""
+    n = 8 << 20
+    for impl in ("foreach", "fused"):
+        p = torch.randn(n, requires_grad=True)
+        p.grad = torch.randn(n)
+        opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.01, **{impl: True})
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                emit(f"adamw_8m_{impl}_t{threads}", n / time_it(opt.step, 0.5) / 1e6, "Mparams/s")
+    torch.set_num_threads(2)
+
+
 gpu_only = "--gpu" in sys.argv[1:]
 if "--attention" in sys.argv[1:]:  # only the CPU attention cases
     attention_benches()
+    sys.exit(0)
+if "--adam" in sys.argv[1:]:
+    adam_benches()
     sys.exit(0)
 if torch.cuda.is_available():
     gpu_benches()
@@ -194,3 +215,4 @@ for th in (1, 2):
     for dt, sfx in ((torch.float32, ""), (torch.bfloat16, "_bf16")):
         t = time_it(mlp(256, 1024, 4096, 1024, False, dt), 1.0)
         emit(f"mlp_1024_4096_1024_b256_fwd_bwd{sfx}_t{th}", 5 * 2 * 256 * 1024 * 4096 / t / 1e9, "GFLOP/s")
+adam_benches()

@@ -375,6 +375,9 @@ ZORCH_API void zorch_manual_seed(uint64_t seed); /* seeds the default generator 
    from the default generator. */
 ZORCH_API zorch_tensor *zorch_multinomial(zorch_tensor *probs, int64_t n, bool replacement,
                                           zorch_generator *gen);
+/* ---- host memory: bytes of host (CPU) tensor storage, all threads ---------------- */
+ZORCH_API void zorch_host_memory_stats(size_t *in_use, size_t *peak);
+ZORCH_API void zorch_host_memory_reset_peak(void); /* the peak becomes what is in use now */
 
 /* ---- fused optimizer updates: one pass, in place, PyTorch's formulas --------------------
    param, grad and state tensors share a shape, dtype f32 or f64 and contiguity. */

@@ -116,8 +116,17 @@ local NO_EFFECT = set {
   "zero_optimization.use_all_reduce_for_fetch_params", "zero_optimization.log_trace_cache_warnings",
   "zero_optimization.offload_optimizer", "zero_optimization.offload_param", "zero_optimization.cpu_offload",
   "zero_optimization.cpu_offload_params", "zero_optimization.cpu_offload_use_pin_memory",
+  "zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_optimizer.fast_init",
+  "zero_optimization.offload_optimizer.pipeline_read", "zero_optimization.offload_optimizer.pipeline_write",
+  "zero_optimization.offload_optimizer.pipeline", "zero_optimization.offload_optimizer.ratio",
+  "zero_optimization.offload_optimizer.buffer_size", "zero_optimization.offload_optimizer.max_in_cpu",
   "prescale_gradients", "gradient_predivide_factor", "communication_data_type", "seq_parallel_communication_data_type",
-  "disable_allgather", "sparse_gradients", "compile", "tensor_parallel", "pipeline", "aio", "activation_checkpointing",
+  "disable_allgather", "sparse_gradients", "compile", "tensor_parallel", "pipeline", "aio",
+  -- activation checkpointing: the model calls engine:checkpoint; these shape only
+  -- DeepSpeed's buffers (model-parallel partitions, one contiguous block, syncs, timers)
+  "activation_checkpointing.partition_activations", "activation_checkpointing.contiguous_memory_optimization",
+  "activation_checkpointing.number_checkpoints", "activation_checkpointing.synchronize_checkpoint_boundary",
+  "activation_checkpointing.profile",
   "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "hybrid_engine", "checkpoint", "nebula",
   "autotuning", "cuda_visible_devices", "torch_autocast",
   -- logging and monitoring
@@ -151,7 +160,6 @@ local IGNORED = {
   ["zero_optimization.allgather_bucket_size"] = function(k, v) number(k, v, 0) end,
   ["zero_optimization.stage3_prefetch_bucket_size"] = function(k, v) number(k, v, 0) end,
   ["zero_optimization.stage3_param_persistence_threshold"] = function(k, v) number(k, v, 0) end,
-  ["zero_optimization.cpu_offload"] = boolean,
 }
 
 -- Optimizer params zorch's optimizers take, and DeepSpeed's own that change nothing here.
@@ -309,7 +317,33 @@ local function from_table(ds, world)
         if v.device ~= nil and v.device ~= "none" and v.device ~= "cpu" and v.device ~= "nvme" then
           bad(key .. ".device", '"none", "cpu" or "nvme"', v.device)
         end
-        if v.device and v.device ~= "none" then note(key, v) end
+        if k == "offload_optimizer" and (v.device == "cpu" or v.device == "nvme") then
+          -- honoured: the Engine's offload_optimizer (lua/offload.lua); the
+          -- buffers' placement and pipelining knobs are listed
+          local oo = {device = v.device}
+          for kk, vv in pairs(v) do
+            local sub = key .. "." .. tostring(kk)
+            if kk == "device" then -- (read above)
+            elseif kk == "nvme_path" then
+              if v.device == "nvme" and (type(vv) ~= "string" or vv == "") then bad(sub, "a folder name", vv) end
+              oo.nvme_path = vv
+            elseif kk == "buffer_count" then
+              oo.buffer_count = integer(sub, vv, 2)
+              if oo.buffer_count > 32 then bad(sub, "an integer from 2 to 32", vv) end
+            else
+              note(sub, vv)
+            end
+          end
+          if v.device == "nvme" and oo.nvme_path == nil then bad(key .. ".nvme_path", "a folder name (device nvme)", nil) end
+          out.offload_optimizer = oo
+        elseif v.device and v.device ~= "none" then
+          note(key, v)
+        end
+      elseif k == "cpu_offload" then
+        -- the older spelling of offload_optimizer {device = "cpu"}
+        if boolean(key, v) and not (type(zo.offload_optimizer) == "table" and zo.offload_optimizer.device) then
+          out.offload_optimizer = out.offload_optimizer or {device = "cpu"}
+        end
       elseif k == "stage3_gather_16bit_weights_on_model_save" or k == "stage3_gather_fp16_weights_on_model_save" or
              k == "gather_16bit_weights_on_model_save" then
         -- zorch's saved state dict always holds the full weights (gathered at stage 3),
@@ -375,11 +409,21 @@ local function from_table(ds, world)
   if ds.wall_clock_breakdown ~= nil then
     out.wall_clock_breakdown = try(boolean, "wall_clock_breakdown", ds.wall_clock_breakdown)
   end
+  -- activation_checkpointing: cpu_checkpointing keeps engine:checkpoint's saved
+  -- inputs in host memory; the other keys are listed
+  if ds.activation_checkpointing ~= nil then try(function()
+    object("activation_checkpointing", ds.activation_checkpointing)
+    for k, v in pairs(ds.activation_checkpointing) do
+      local key = "activation_checkpointing." .. tostring(k)
+      if k == "cpu_checkpointing" then out.cpu_checkpointing = boolean(key, v)
+      else note(key, v) end
+    end
+  end) end
   -- zorch's own key: seconds a collective may wait (Engine's comm_timeout; 0: never)
   if ds.comm_timeout ~= nil then out.comm_timeout = try(number, "comm_timeout", ds.comm_timeout, 0) end
   local known = {train_batch_size = 1, train_micro_batch_size_per_gpu = 1, gradient_accumulation_steps = 1,
                  gradient_clipping = 1, bf16 = 1, fp16 = 1, zero_optimization = 1, optimizer = 1, scheduler = 1,
-                 steps_per_print = 1, comm_timeout = 1, wall_clock_breakdown = 1}
+                 steps_per_print = 1, comm_timeout = 1, wall_clock_breakdown = 1, activation_checkpointing = 1}
   for k, v in pairs(ds) do if not known[k] then note(tostring(k), v) end end
   table.sort(unimplemented)
   return out, unimplemented

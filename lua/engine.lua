@@ -28,6 +28,9 @@ local DEFAULTS = {
   scheduler = false,               -- {type = "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR", params}
   steps_per_print = false,         -- print a progress line every so many optimizer steps
   wall_clock_breakdown = false,    -- with the progress line: forward, backward, reduction and step times
+  cpu_checkpointing = false,       -- engine:checkpoint keeps its saved inputs in host memory
+  offload_optimizer = false,       -- {device = "cpu" | "nvme", nvme_path, buffer_count = 4, chunk = 2^20}:
+                                   -- "nvme" keeps Adam's moments of the shard in a file (lua/offload.lua)
   precision = "fp32",              -- "fp32", or "bf16" / "fp16": 16-bit parameters and gradients,
                                    -- fp32 master weights and moments in the shards
   -- fp16 only (DeepSpeed's fp16 section, the same names and defaults):
@@ -56,6 +59,14 @@ local CHECKS = {
                "{type = \"WarmupLR\" | \"WarmupDecayLR\" | \"WarmupCosineLR\" | \"OneCycle\" | \"LRRangeTest\", params = {...}}"},
   steps_per_print = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   wall_clock_breakdown = {function(v) return type(v) == "boolean" end, "true or false"},
+  cpu_checkpointing = {function(v) return type(v) == "boolean" end, "true or false"},
+  offload_optimizer = {function(v)
+    if v == false then return true end
+    if type(v) ~= "table" or (v.device ~= "cpu" and v.device ~= "nvme" and v.device ~= "none") then return false end
+    if v.device == "nvme" and (type(v.nvme_path) ~= "string" or v.nvme_path == "") then return false end
+    if v.buffer_count ~= nil and not (math.type(v.buffer_count) == "integer" and v.buffer_count >= 2 and v.buffer_count <= 32) then return false end
+    return v.chunk == nil or (math.type(v.chunk) == "integer" and v.chunk >= 1)
+  end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, chunk >= 1}"},
   precision = {function(v) return v == "fp32" or v == "bf16" or v == "fp16" end, "\"fp32\", \"bf16\" or \"fp16\""},
   loss_scale = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0: dynamic)"},
   initial_scale_power = {function(v) return math.type(v) == "integer" and v >= 0 and v <= 64 end, "an integer in 0..64"},
@@ -343,6 +354,7 @@ function Engine:prepare(model, loader, opt, sched)
   local cls = getmetatable(opt)
   self.inner = cls({target}, opt.defaults)
   self.target = target
+  self.offload = zorch._offload_optimizer(self) -- offload_optimizer: the moments in a file
   self.user_opt = opt
   self.runs = self:group_runs(group_of, params, opt)
   local engine = self
@@ -561,6 +573,11 @@ function Engine:print_step()
   local scale = self.cfg.precision == "fp16" and ("  loss scale %g"):format(self.scaler.scale) or ""
   self:print(("step %d  loss %s  lr %.3g  grad norm %.4f%s%s  %.2f ms/step"):format(self.steps,
     loss and ("%.6f"):format(loss) or "?", self.user_opt.lr, self.last_norm or 0, scale, rate, 1000 * dt / n))
+  if self.offload then -- offload_optimizer nvme: the last step's streaming of the moments (rank 0)
+    local st = self.offload:stats()
+    self:print(("step %d  offload: read %.3g MB in %.3g s, wrote %.3g MB in %.3g s (I/O thread), the step waited %.3g s"):format(
+      self.steps, st.read_bytes / 1e6, st.read_s, st.write_bytes / 1e6, st.write_s, st.wait_s))
+  end
   if self.wall then -- wall_clock_breakdown: rank 0's times, per optimizer step over those steps
     local w = self.wall
     self:print(("step %d  time (ms/step)  forward %.3f  backward %.3f  reduction %.3f  step %.3f"):format(self.steps,
@@ -591,6 +608,11 @@ end
 local SIZES = {float64 = 8, float32 = 4, bfloat16 = 2, float16 = 2}
 local function bytes(t) return t and t:numel() * SIZES[t:dtype()] or 0 end
 
+-- zorch.checkpoint(fn, ...) with the config's activation checkpointing options.
+function Engine:checkpoint(fn, ...)
+  return zorch._checkpoint({cpu = self.cfg.cpu_checkpointing}, fn, ...)
+end
+
 -- Bytes this rank holds, by category, from the tensors it actually keeps.
 function Engine:memory_report()
   if not self.zero then error("Engine:memory_report: call prepare first", 2) end
@@ -599,7 +621,10 @@ function Engine:memory_report()
     for _, v in pairs(s) do if zorch.is_tensor(v) then opt_bytes = opt_bytes + bytes(v) end end
   end
   local m = self.zero:memory()
+  local st = self.offload and self.offload:stats()
   return {
+    nvme = st and st.file_bytes or 0, -- the optimizer state's file (offload_optimizer nvme)
+    offload_buffers = st and st.buffer_bytes or 0, -- its chunk buffers in host memory
     parameters = m.parameters,
     gradients = m.gradients,
     optimizer_state = opt_bytes,

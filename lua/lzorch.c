@@ -13,6 +13,8 @@ void lz_open_data(lua_State *L);
 void lz_open_zero(lua_State *L);
 void lz_open_files(lua_State *L);
 void lz_open_tboard(lua_State *L);
+void lz_open_gradfn(lua_State *L);
+void lz_open_offload(lua_State *L);
 
 typedef struct {
   const char *name;
@@ -273,6 +275,8 @@ int luaopen_zorch(lua_State *L) {
   lz_open_zero(L);
   lz_open_files(L);
   lz_open_tboard(L);
+  lz_open_gradfn(L);
+  lz_open_offload(L);
   lua_pushliteral(L, ZORCH_VERSION);
   lua_setfield(L, z, "version");
   int priv = open_private(L, z);

@@ -989,4 +989,80 @@ end
 
 function Module:summary(input, opts) return nn.summary(self, input, opts) end
 
+-- ---- activation checkpointing ------------------------------------------------------
+-- zorch.checkpoint(fn, ...) runs fn(...) without recording its graph and keeps
+-- only its arguments; the backward pass runs fn again with grad mode on, from
+-- the default generator's state of the first run (so dropout draws the same
+-- mask), and backpropagates through that copy into the tensor arguments and
+-- the parameters fn uses. fn returns one tensor. opts.cpu: the saved tensor
+-- arguments wait in host memory (DeepSpeed's cpu_checkpointing).
+local function checkpoint_with(opts, fn, ...)
+  local mt = getmetatable(fn)
+  if type(fn) ~= "function" and not (mt and mt.__call) then
+    error(("zorch.checkpoint: argument 1 (fn) must be a function or a module, got %s"):format(type(fn)), 2)
+  end
+  local args = table.pack(...)
+  if not zorch.is_grad_enabled() then return fn(...) end
+  local seed, offset = zorch._rng_state()
+  local out = zorch.no_grad(function() return fn(table.unpack(args, 1, args.n)) end)
+  if not zorch.is_tensor(out) then
+    error(("zorch.checkpoint: fn must return one tensor, got %s"):format(type(out)), 2)
+  end
+  local inputs, where = {}, {}
+  for i = 1, args.n do
+    if zorch.is_tensor(args[i]) then inputs[#inputs + 1] = args[i]; where[#where + 1] = i end
+  end
+  -- without an input that requires grad, the parameters still do: a constant
+  -- anchor gives the node an edge so that the backward runs
+  local anchor
+  if #inputs == 0 or not (function() for _, t in ipairs(inputs) do if t.requires_grad then return true end end end)() then
+    anchor = zorch.zeros({1}, {requires_grad = true})
+    inputs[#inputs + 1] = anchor
+  end
+  local devices, needs, nin = {}, {}, #inputs
+  for _, i in ipairs(where) do needs[i] = args[i].requires_grad end
+  if opts.cpu then
+    for _, i in ipairs(where) do
+      devices[i] = args[i]:device()
+      if devices[i] ~= "cpu" then args[i] = args[i]:detach():to("cpu") end
+    end
+  end
+  local function backward(g)
+    local again = {}
+    for i = 1, args.n do again[i] = args[i] end
+    local leaves = {}
+    for k, i in ipairs(where) do
+      local d = args[i]:detach()
+      if devices[i] and devices[i] ~= "cpu" then d = d:to(devices[i]) end
+      if needs[i] then d:requires_grad_() end
+      again[i], leaves[k] = d, d
+    end
+    local s, o = zorch._rng_state()
+    zorch._set_rng_state(seed, offset)
+    local prev = zorch.set_grad_enabled(true)
+    local ok, res = pcall(fn, table.unpack(again, 1, args.n))
+    zorch.set_grad_enabled(prev)
+    zorch._set_rng_state(s, o)
+    if not ok then error(res, 0) end
+    if res.requires_grad then res:backward(g) end
+    local grads = {}
+    for k = 1, #leaves do grads[k] = leaves[k].grad end
+    return table.unpack(grads, 1, nin)
+  end
+  return zorch._grad_fn(out, inputs, backward)
+end
+local function checkpoint(fn, ...) return checkpoint_with({}, fn, ...) end
+zorch.checkpoint = checkpoint
+nn.checkpoint = checkpoint
+zorch._checkpoint = checkpoint_with -- engine:checkpoint
+
+-- nn.Checkpoint(module): the module, recomputed in backward (its parameters
+-- are named under "module.", as PyTorch's checkpoint wrapper adds a prefix).
+nn.Checkpoint = Module:extend "nn.Checkpoint"
+function nn.Checkpoint:init(m)
+  if not is_module(m) then error("nn.Checkpoint: argument 1 must be a module", 3) end
+  self.module = m
+end
+function nn.Checkpoint:forward(...) return checkpoint(self.module, ...) end
+
 return nn

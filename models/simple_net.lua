@@ -38,6 +38,7 @@ local opt = zorch.flags(arg, {
   csv = {"", "write the same metrics as CSV"},
   tensorboard = {"", "write the same metrics as TensorBoard event files in this directory"},
   ["print-every"] = {0, "a step line (loss, lr, grad norm, samples/s) every N optimizer steps (0: none)"},
+  ["checkpoint-activations"] = {false, "recompute fc1 and its ReLU in backward instead of keeping their activations"},
 }, "usage: zorch models/simple_net.lua [flags]")
 
 local SimpleNet = nn.Module:extend "SimpleNet"
@@ -45,7 +46,9 @@ function SimpleNet:init(i, h, o)
   self.fc1 = nn.Linear(i, h)
   self.fc2 = nn.Linear(h, o)
 end
+local checkpoint -- engine:checkpoint with --checkpoint-activations
 function SimpleNet:forward(x)
+  if checkpoint then return self.fc2(checkpoint(function(a) return zorch.relu(self.fc1(a)) end, x)) end
   return self.fc2(zorch.relu(self.fc1(x)))
 end
 
@@ -82,6 +85,7 @@ local engine = config and zorch.Engine(config, {device = opt.device, steps_per_p
   zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = accum,
                reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device,
                steps_per_print = print_every, comm_timeout = opt["comm-timeout"]}
+if opt["checkpoint-activations"] then checkpoint = function(...) return engine:checkpoint(...) end end
 local X, Y
 if opt.data ~= "" then
   local d = zorch.load(opt.data)
@@ -175,8 +179,10 @@ if opt.report then
   for r = 0, engine.world_size - 1 do
     if r == engine.rank then
       print(('{"report": "memory", "rank": %d, "world_size": %d, "stage": %d, "numel": %d, "parameters": %d, ' ..
-             '"gradients": %d, "optimizer_state": %d, "master_weights": %d, "buffers": %d}'):format(
-        r, m.world_size, m.stage, m.numel, m.parameters, m.gradients, m.optimizer_state, m.master_weights, m.buffers))
+             '"gradients": %d, "optimizer_state": %d, "master_weights": %d, "buffers": %d, "nvme": %d, ' ..
+             '"offload_buffers": %d}'):format(
+        r, m.world_size, m.stage, m.numel, m.parameters, m.gradients, m.optimizer_state, m.master_weights, m.buffers,
+        m.nvme, m.offload_buffers))
       print(('{"report": "comm", "rank": %d, "sent": %d, "received": %d, "param_bytes": %d}'):format(
         r, c.sent, c.received, m.numel * 4))
       io.stdout:flush()

@@ -528,4 +528,21 @@ do
     if worst > tol then print("# " .. out:gsub("\n", "\n# ")) end
   end
 end
+
+-- activation checkpointing on the GPU: engine:checkpoint with cpu_checkpointing
+-- (the saved input waits on the host) gives the plain gradients, dropout's mask replayed
+do
+  local e = zorch.Engine{device = "cuda", cpu_checkpointing = true}
+  zorch.manual_seed(12)
+  local m = zorch.nn.Sequential(zorch.nn.Linear(8, 8), zorch.nn.ReLU(), zorch.nn.Dropout(0.3)):to("cuda")
+  local x = zorch.randn({4, 8}, {device = "cuda"}):requires_grad_()
+  zorch.manual_seed(13)
+  e:checkpoint(m, x):pow(2):sum():backward()
+  local gx, gw = x.grad, m["0"].weight.grad
+  x.grad, m["0"].weight.grad = nil, nil
+  zorch.manual_seed(13)
+  m(x):pow(2):sum():backward()
+  tap.ok((gx - x.grad):abs():max():item() == 0 and (gw - m["0"].weight.grad):abs():max():item() == 0,
+         "engine:checkpoint on cuda with cpu_checkpointing gives the plain gradients")
+end
 tap.done()

@@ -109,7 +109,7 @@ do
   }]]))
   local groups = {}
   for _, g in ipairs(Z._unimplemented_groups(e2.unimplemented)) do groups[g.kind] = table.concat(g.keys, ",") end
-  tap.ok(groups["no effect"] == "wandb,zero_allow_untested_optimizer,zero_optimization.offload_optimizer," ..
+  tap.ok(groups["no effect"] == "wandb,zero_allow_untested_optimizer," ..
          "zero_optimization.overlap_comm,zero_optimization.sub_group_size",
          "no effect on results: " .. tostring(groups["no effect"]))
   tap.ok(groups["changes training"] == "compression_training,curriculum_learning",
@@ -122,6 +122,43 @@ do
          and text:find("curriculum_learning", 1, true) and not text:find("tensorboard", 1, true),
          "the warning has one line a group: " .. text:gsub("\n", " | "))
 end
+-- activation_checkpointing: cpu_checkpointing drives engine:checkpoint, the other
+-- keys are named one by one (false and 0 are off, so not listed)
+do
+  local e3 = zorch.Engine(config([[{"activation_checkpointing": {"partition_activations": true,
+    "cpu_checkpointing": true, "contiguous_memory_optimization": false, "number_checkpoints": 4,
+    "synchronize_checkpoint_boundary": false, "profile": false, "my_ac_key": 1}}]]))
+  tap.ok(e3:config().cpu_checkpointing == true, "activation_checkpointing.cpu_checkpointing is read")
+  local groups = {}
+  for _, g in ipairs(Z._unimplemented_groups(e3.unimplemented)) do groups[g.kind] = table.concat(g.keys, ",") end
+  tap.ok(groups["no effect"] == "activation_checkpointing.number_checkpoints,activation_checkpointing.partition_activations",
+         "activation checkpointing keys with no effect: " .. tostring(groups["no effect"]))
+  tap.ok(groups["not recognised"] == "activation_checkpointing.my_ac_key",
+         "an unknown activation checkpointing key: " .. tostring(groups["not recognised"]))
+  tap.ok(zorch.Engine(config([[{"activation_checkpointing": {}}]])):config().cpu_checkpointing == false,
+         "cpu_checkpointing is off by default")
+end
+refused("activation_checkpointing that is not an object", [[{"activation_checkpointing": 3}]], "activation_checkpointing")
+refused("a cpu_checkpointing that is not a boolean", [[{"activation_checkpointing": {"cpu_checkpointing": "often"}}]],
+        "activation_checkpointing.cpu_checkpointing", '"often"')
+-- offload_optimizer: cpu and nvme are read (the old cpu_offload too); the buffers'
+-- placement keys are listed; nvme needs a path
+do
+  local c1 = zorch.Engine(config([[{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
+    "nvme_path": "/tmp", "buffer_count": 5, "pin_memory": true, "fast_init": false}}}]]))
+  local oo = c1:config().offload_optimizer
+  tap.ok(oo.device == "nvme" and oo.nvme_path == "/tmp" and oo.buffer_count == 5, "offload_optimizer nvme, its path and buffer_count are read")
+  tap.ok(table.concat(c1.unimplemented, ",") == "zero_optimization.offload_optimizer.pin_memory",
+         "pin_memory is listed, fast_init false is off: " .. table.concat(c1.unimplemented, ","))
+  tap.ok(zorch.Engine(config([[{"zero_optimization": {"cpu_offload": true}}]])):config().offload_optimizer.device == "cpu",
+         "cpu_offload: true is offload_optimizer to cpu")
+  tap.ok(zorch.Engine(config([[{"zero_optimization": {"cpu_offload": false}}]])):config().offload_optimizer == false,
+         "cpu_offload: false is no offload")
+end
+refused("nvme offload without a path", [[{"zero_optimization": {"offload_optimizer": {"device": "nvme"}}}]],
+        "zero_optimization.offload_optimizer.nvme_path")
+refused("a buffer_count of 1", [[{"zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/tmp", "buffer_count": 1}}}]],
+        "zero_optimization.offload_optimizer.buffer_count")
 refused("an offload device zorch does not know", [[{"zero_optimization": {"offload_param": {"device": "gpu"}}}]],
         "zero_optimization.offload_param.device", '"gpu"')
 refused("max_grad_norm is refused as DeepSpeed refuses it", [[{"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1}}}]],
@@ -156,8 +193,9 @@ use_cpu: false
   local cy = ey:config()
   tap.ok(cy.zero_stage == 3 and cy.precision == "bf16" and cy.gradient_accumulation_steps == 2 and cy.gradient_clipping == 0.5,
          "an Accelerate YAML file gives stage, precision, accumulation and clipping")
-  tap.ok(table.concat(ey.unimplemented, ",") == "num_processes,zero_optimization.offload_optimizer",
-         "its offload and a num_processes other than the ranks are listed: " .. table.concat(ey.unimplemented, ","))
+  tap.ok(table.concat(ey.unimplemented, ",") == "num_processes" and cy.offload_optimizer.device == "cpu",
+         "its optimizer offload to cpu is read, a num_processes other than the ranks is listed: " ..
+         table.concat(ey.unimplemented, ","))
   local m = zorch.nn.Linear(3, 2)
   local _, ld = ey:prepare(m, zorch.data.DataLoader(zorch.data.TensorDataset(zorch.randn(8, 3), zorch.randn(8, 2)), {batch_size = 4}),
                            zorch.optim.Adam(m:parameters(), {lr = 0.01}))

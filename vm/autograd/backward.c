@@ -86,14 +86,17 @@ static bool list_push(node_list *l, ag_node *n) {
   return true;
 }
 
-static void pass_cleanup(node_list *all) {
+/* A pass that completed has brought every leaf's pending count back to where
+   it began (a pass may run inside another one's node: checkpoint's recompute),
+   so only a failed pass resets them. */
+static void pass_cleanup(node_list *all, bool failed) {
   for (size_t i = 0; i < all->n; i++) {
     ag_node *n = all->v[i];
     zorch_tensor_free(n->gacc);
     n->gacc = NULL;
     n->deps = 0;
     n->visited = false;
-    for (int j = 0; j < n->nin; j++)
+    for (int j = 0; failed && j < n->nin; j++)
       if (n->in[j].leaf) n->in[j].leaf->ag_pending = 0;
   }
 }
@@ -228,14 +231,15 @@ zorch_status zorch_backward(zorch_tensor *t, zorch_tensor *grad, bool retain_gra
   }
   zorch_status st;
   if (!t->grad_fn) { /* a leaf: its gradient is the given one */
+    int pending = t->ag_pending; /* nonzero inside another pass */
     t->ag_pending = 1;
     zorch_tensor *c = zorch_clone(g);
     st = c ? leaf_accumulate(t, c) : zorch_last_status();
-    t->ag_pending = 0;
+    t->ag_pending = pending;
   } else {
     node_list all = {0};
     st = run_pass(t->grad_fn, g, retain_graph, &all);
-    pass_cleanup(&all);
+    pass_cleanup(&all, st != ZORCH_OK);
     free(all.v);
   }
   zorch_tensor_free(g);

@@ -82,6 +82,11 @@ void ag_node_free_saved(ag_node *n) {
     zorch_tensor_free(n->saved[i]);
     n->saved[i] = NULL;
   }
+  if (n->free_args) {
+    void (*f)(void *) = n->free_args;
+    n->free_args = NULL;
+    f(n->args);
+  }
 }
 
 /* Iterative, so a long chain of nodes does not recurse once per node. */

@@ -32,6 +32,9 @@ struct ag_node {
   zorch_tensor *saved[AG_MAX_SAVED];
   uint32_t saved_version[AG_MAX_SAVED]; /* each saved storage's version when recorded */
   void *args;                        /* the op's typed arguments (ag_record), or NULL */
+  /* drops what args hold beyond their bytes (a Lua function of a custom node),
+     once, with the saved tensors */
+  void (*free_args)(void *args);
   bool released;                     /* saved tensors freed by a backward pass */
   /* runs before the node's backward (ZeRO stage 3 gathers parameters here) */
   zorch_status (*pre_hook)(void *ud);

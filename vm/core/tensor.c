@@ -70,6 +70,24 @@ static void mem_uncharge(zmem_account *a, size_t nbytes) {
   zmem_account_release(a);
 }
 
+/* Bytes of host tensor storage held now and at most since the last reset,
+   for every thread (checkpointing's and offload's memory claims are checked
+   with these). */
+static _Atomic size_t host_in_use, host_peak;
+static void host_count_add(size_t n) {
+  size_t now = atomic_fetch_add(&host_in_use, n) + n;
+  size_t peak = atomic_load(&host_peak);
+  while (now > peak && !atomic_compare_exchange_weak(&host_peak, &peak, now)) {
+  }
+}
+static void host_count_sub(size_t n) { atomic_fetch_sub(&host_in_use, n); }
+
+void zorch_host_memory_stats(size_t *in_use, size_t *peak) {
+  if (in_use) *in_use = atomic_load(&host_in_use);
+  if (peak) *peak = atomic_load(&host_peak);
+}
+void zorch_host_memory_reset_peak(void) { atomic_store(&host_peak, atomic_load(&host_in_use)); }
+
 static storage *storage_new(size_t nbytes, zorch_device dev) {
   const device_mem *m = device_mem_get(dev.type);
   if (!m || dev.index < 0 || dev.index >= m->count()) {
@@ -99,15 +117,18 @@ static storage *storage_new(size_t nbytes, zorch_device dev) {
   s->nbytes = nbytes;
   s->device = dev;
   s->mem = mem;
+  if (dev.type == ZORCH_CPU) host_count_add(nbytes);
   return s;
 }
 
 static void storage_release(storage *s) {
   if (!s || --s->refcount > 0) return;
-  if (s->deleter)
+  if (s->deleter) {
     s->deleter(s->data, s->deleter_ctx);
-  else if (!s->borrowed && s->data)
+  } else if (!s->borrowed && s->data) {
     device_mem_get(s->device.type)->free(s->device.index, s->data);
+    if (s->device.type == ZORCH_CPU) host_count_sub(s->nbytes);
+  }
   mem_uncharge(s->mem, s->nbytes);
   storage_struct_free(s);
 }
@@ -116,6 +137,7 @@ void storage_drop_data(storage *s) {
   if (s->deleter || s->borrowed || !s->data) return;
   device_mem_get(s->device.type)->free(s->device.index, s->data);
   s->data = NULL;
+  if (s->device.type == ZORCH_CPU) host_count_sub(s->nbytes);
 }
 
 zorch_status storage_restore_data(storage *s) {
@@ -123,6 +145,7 @@ zorch_status storage_restore_data(storage *s) {
   if (!(s->data = device_mem_get(s->device.type)->alloc(s->device.index, s->nbytes)))
     return s->device.type == ZORCH_CPU ? err_set(ZORCH_ERR_OOM, "out of memory allocating %zu bytes", s->nbytes)
                                        : zorch_last_status();
+  if (s->device.type == ZORCH_CPU) host_count_add(s->nbytes);
   return ZORCH_OK;
 }
 

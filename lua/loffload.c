@@ -1,0 +1,100 @@
+/* loffload.c: the optimizer-state store on NVMe (zero/offload.c) for Lua:
+   zorch._offload_open(dir, numel, chunk, buffer_count) -> store with
+   store:adam(p, g, step, opts), store:get(m, v), store:put(m, v),
+   store:stats(), store:close() (also at collection). lua/engine.lua uses it for
+   offload_optimizer with device "nvme". */
+#include "../zero/offload.h"
+#include "lz.h"
+
+#define OFFLOAD_MT "zorch.offload"
+
+typedef struct {
+  zoff *o;
+} offload_box;
+
+static zoff *check_store(lua_State *L) {
+  offload_box *b = luaL_checkudata(L, 1, OFFLOAD_MT);
+  if (!b->o) luaL_argerror(L, 1, "the optimizer state store was closed");
+  return b->o;
+}
+
+static int l_open(lua_State *L) {
+  const char *dir = luaL_checkstring(L, 1);
+  lz_check_path(L, dir, "write");
+  lua_Integer numel = luaL_checkinteger(L, 2), chunk = luaL_checkinteger(L, 3), nbuf = luaL_checkinteger(L, 4);
+  if (nbuf < 2 || nbuf > 32) luaL_argerror(L, 4, "buffer_count must be in 2..32");
+  offload_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->o = NULL;
+  luaL_setmetatable(L, OFFLOAD_MT);
+  if (!(b->o = zoff_open(dir, numel, chunk, (int)nbuf))) return lz_fail(L);
+  return 1;
+}
+
+static double opt_num(lua_State *L, int idx, const char *k, double def) {
+  lua_getfield(L, idx, k);
+  double v = lua_isnil(L, -1) ? def : luaL_checknumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+static bool opt_bool(lua_State *L, int idx, const char *k) {
+  lua_getfield(L, idx, k);
+  bool v = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+static int l_adam(lua_State *L) {
+  zoff *o = check_store(L);
+  luaL_checktype(L, 5, LUA_TTABLE);
+  zorch_adam_opts k = {opt_num(L, 5, "lr", 1e-3), opt_num(L, 5, "beta1", 0.9), opt_num(L, 5, "beta2", 0.999),
+                       opt_num(L, 5, "eps", 1e-8), opt_num(L, 5, "weight_decay", 0), opt_bool(L, 5, "decoupled"),
+                       opt_bool(L, 5, "amsgrad"), opt_bool(L, 5, "no_bias_correction")};
+  if (zoff_adam(o, lz_check(L, 2), lz_check(L, 3), luaL_checkinteger(L, 4), &k)) return lz_fail(L);
+  return 0;
+}
+
+static int l_get(lua_State *L) {
+  if (zoff_get(check_store(L), lz_check(L, 2), lz_check(L, 3))) return lz_fail(L);
+  return 0;
+}
+
+static int l_put(lua_State *L) {
+  if (zoff_put(check_store(L), lz_check(L, 2), lz_check(L, 3))) return lz_fail(L);
+  return 0;
+}
+
+static int l_stats(lua_State *L) {
+  zoff_stats s;
+  zoff_get_stats(check_store(L), &s);
+  lua_createtable(L, 0, 7);
+  lua_pushinteger(L, s.file_bytes), lua_setfield(L, -2, "file_bytes");
+  lua_pushinteger(L, s.buffer_bytes), lua_setfield(L, -2, "buffer_bytes");
+  lua_pushnumber(L, s.read_s), lua_setfield(L, -2, "read_s");
+  lua_pushnumber(L, s.write_s), lua_setfield(L, -2, "write_s");
+  lua_pushnumber(L, s.wait_s), lua_setfield(L, -2, "wait_s");
+  lua_pushinteger(L, s.read_bytes), lua_setfield(L, -2, "read_bytes");
+  lua_pushinteger(L, s.write_bytes), lua_setfield(L, -2, "write_bytes");
+  return 1;
+}
+
+static int l_close(lua_State *L) {
+  offload_box *b = luaL_checkudata(L, 1, OFFLOAD_MT);
+  zoff_close(b->o);
+  b->o = NULL;
+  return 0;
+}
+
+/* [-0, +0]: the store's metatable, and _offload_open in the module table on top. */
+void lz_open_offload(lua_State *L) {
+  static const luaL_Reg methods[] = {{"adam", l_adam}, {"get", l_get}, {"put", l_put},
+                                     {"stats", l_stats}, {"close", l_close}, {NULL, NULL}};
+  if (luaL_newmetatable(L, OFFLOAD_MT)) {
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_close);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_open);
+  lua_setfield(L, -2, "_offload_open");
+}

@@ -1,0 +1,36 @@
+-- A small job for tests/lua/test_offload.lua, run by `zorch launch`:
+--   offload_job.lua STAGE NVME_DIR|- CHUNK STEPS SAVE [CKPT_DIR [resume]]
+-- trains a 10-40-3 MLP with AdamW under the Engine at STAGE, its optimizer
+-- state offloaded to NVME_DIR in CHUNK-element chunks ("-": no offload), for
+-- STEPS optimizer steps in total, saves the weights to SAVE; with CKPT_DIR it
+-- saves a checkpoint there at the end, or with "resume" starts from it.
+local zorch = require "zorch"
+local nn, optim, data = zorch.nn, zorch.optim, zorch.data
+local stage, nvme, chunk, steps, save, ckdir, resume = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4]),
+  arg[5], arg[6], arg[7] == "resume"
+zorch.manual_seed(3)
+local model = nn.Sequential(nn.Linear(10, 40), nn.ReLU(), nn.Linear(40, 3))
+local X, Y = zorch.randn(192, 10), zorch.randn(192, 3)
+local _, world = debug.getregistry()["zorch.private"]._comm()
+local e = zorch.Engine{zero_stage = stage, gradient_clipping = 0.5, reduce_bucket_size = 50, seed = 1,
+                       offload_optimizer = nvme ~= "-" and {device = "nvme", nvme_path = nvme, buffer_count = 3,
+                                                             chunk = chunk} or false}
+local loader = data.DataLoader(data.TensorDataset(X, Y), {batch_size = 24 // world, shuffle = true, seed = 2})
+local m, ld, opt = e:prepare(model, loader, optim.AdamW(model:parameters(), {lr = 1e-2, weight_decay = 0.01}))
+local done = 0
+if resume then done = e:load_checkpoint(ckdir).step end
+while done < steps do
+  for x, y in ld:iter() do
+    local loss = zorch.mse_loss(m(x), y)
+    opt:zero_grad(); e:backward(loss)
+    if opt:step() then done = done + 1 end
+    if done >= steps then break end
+  end
+end
+if ckdir and not resume then e:save_checkpoint(ckdir) end
+e:save(m:state_dict(), save)
+if e.rank == 0 and nvme ~= "-" then
+  local r = e:memory_report()
+  print(("offload: nvme %d bytes, buffers %d bytes, optimizer_state in memory %d bytes"):format(r.nvme, r.offload_buffers,
+                                                                                                r.optimizer_state))
+end

@@ -1,0 +1,37 @@
+/* offload.h: optimizer state on NVMe (ZeRO-Infinity's offload_optimizer device
+   "nvme"). Adam's two moments of a rank's shard live in one file under the
+   configured folder, in chunks; a step streams them through a few buffers,
+   reading ahead and writing behind on an I/O thread while the current chunk is
+   updated, so memory holds `nbuf` chunks, not the shard. The update is
+   zorch_adam_step on each chunk: the same arithmetic, element for element, as
+   over the whole shard. */
+#ifndef ZORCH_ZERO_OFFLOAD_H
+#define ZORCH_ZERO_OFFLOAD_H
+#include <stdint.h>
+
+#include "zorch.h"
+
+typedef struct zoff zoff;
+
+/* A store for numel elements' moments (float32, zeros) in a new file under dir,
+   unlinked at once (it is gone when the store closes or the process ends),
+   moved in chunks of `chunk` elements through nbuf >= 2 buffers. NULL with the
+   error set. */
+zoff *zoff_open(const char *dir, int64_t numel, int64_t chunk, int nbuf);
+void zoff_close(zoff *o);
+/* One Adam step of param (float32, numel contiguous elements on the CPU) with
+   grad, the moments streamed from and back to the file. */
+zorch_status zoff_adam(zoff *o, zorch_tensor *param, zorch_tensor *grad, int64_t step, const zorch_adam_opts *k);
+/* The moments, whole, into m and v (float32, numel, contiguous), or from them
+   into the file (checkpoints). */
+zorch_status zoff_get(zoff *o, zorch_tensor *m, zorch_tensor *v);
+zorch_status zoff_put(zoff *o, const zorch_tensor *m, const zorch_tensor *v);
+
+typedef struct {
+  int64_t file_bytes;   /* on disk */
+  int64_t buffer_bytes; /* in memory, the chunk buffers */
+  double read_s, write_s, wait_s; /* the last step: I/O thread busy reading, writing; the step waiting for it */
+  int64_t read_bytes, write_bytes; /* the last step */
+} zoff_stats;
+void zoff_get_stats(const zoff *o, zoff_stats *s);
+#endif
