@@ -354,8 +354,8 @@ function Engine:prepare(model, loader, opt, sched)
   local cls = getmetatable(opt)
   self.inner = cls({target}, opt.defaults)
   self.target = target
-  self.offload = zorch._offload_optimizer(self) -- offload_optimizer: the moments in a file
   self.user_opt = opt
+  self.offload = zorch._offload_optimizer(self) -- offload_optimizer: the moments in a file
   self.runs = self:group_runs(group_of, params, opt)
   local engine = self
   local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,

@@ -28,13 +28,18 @@ function zorch._offload_optimizer(engine)
     error(("Engine:prepare: offload_optimizer to nvme needs the float32 shard on the CPU, this rank's is %s on %s"):format(
       target:dtype(), target:device()), 3)
   end
+  local user = engine.user_opt
+  if user and type(user.param_groups) == "table" and #user.param_groups > 1 then
+    error(("Engine:prepare: offload_optimizer to nvme steps one parameter group, the optimizer has %d"):format(
+      #user.param_groups), 3)
+  end
   local store = zorch._offload_open(off.nvme_path, target:numel(), off.chunk or DEFAULT_CHUNK, off.buffer_count or 4)
   local decoupled = name == "optim.AdamW"
-  -- the state table keeps the step; its moments are in the file (or, just
-  -- loaded from a checkpoint, in tensors that the next step writes there)
-  rawset(inner, "step", function(opt)
-    local p = opt.params[1]
-    local g = p.grad
+  -- one Adam step of the whole shard p with the options o (the group's, as
+  -- they are now: a scheduler sets its lr). The state table keeps the step;
+  -- its moments are in the file (or, just loaded from a checkpoint, in
+  -- tensors that the next step writes there)
+  local function step(opt, p, g, o)
     if not g then return end
     local s = opt.state[1]
     if not s then s = {step = 0}; opt.state[1] = s end
@@ -43,10 +48,21 @@ function zorch._offload_optimizer(engine)
       s.exp_avg, s.exp_avg_sq = nil, nil
     end
     s.step = s.step + 1
-    local o = opt.defaults
-    store:adam(p, g, s.step, {lr = opt.lr, beta1 = o.betas[1], beta2 = o.betas[2], eps = o.eps,
+    store:adam(p, g, s.step, {lr = o.lr, beta1 = o.betas[1], beta2 = o.betas[2], eps = o.eps,
                               weight_decay = o.weight_decay, decoupled = decoupled,
                               no_bias_correction = not o.bias_correction})
+  end
+  local function group(opt) return type(opt.param_groups) == "table" and opt.param_groups[1] or opt.defaults end
+  rawset(inner, "step", function(opt)
+    local p = opt.params[1]
+    local o = setmetatable({lr = opt.lr}, {__index = group(opt)})
+    step(opt, p, p.grad, o)
+  end)
+  rawset(inner, "_step_runs", function(opt, p, g, runs)
+    if #runs ~= 1 or runs[1][1] ~= 1 or runs[1][2] ~= p:numel() then
+      error("offload_optimizer: the nvme store steps the whole shard with one group's options", 2)
+    end
+    step(opt, p, g, runs[1][3])
   end)
   -- the state with its moments read back, as a run without offload holds it
   -- (checkpoints and state_dict)

@@ -58,6 +58,10 @@ do
   tap.raises("amsgrad with nvme offload is refused", function()
     prep(function(ps) return zorch.optim.Adam(ps, {amsgrad = true}) end, {offload_optimizer = nvme})
   end, "amsgrad")
+  tap.raises("two parameter groups with nvme offload are refused", function()
+    prep(function(ps) return zorch.optim.AdamW({{params = {ps[1]}}, {params = {ps[2]}, weight_decay = 0}}) end,
+         {offload_optimizer = nvme})
+  end, "offload_optimizer", "one parameter group", "2")
   tap.raises("nvme without a path is refused", function() zorch.Engine{offload_optimizer = {device = "nvme"}} end,
              "offload_optimizer")
 end
