@@ -19,6 +19,7 @@ Needs torch and safetensors; reads the IDX files itself (gzip + struct).
 """
 import argparse
 import gzip
+import json
 import math
 import struct
 import time
@@ -128,6 +129,34 @@ def first_losses(model, x, y, steps, batch_size, lr, optimizer="adam", momentum=
     return losses
 
 
+def bench(model, x, y, a):
+    """fashion_mnist.lua --bench: the best of a.bench rounds (after a warm-up) of one
+    training step and one inference (eval, no grad) on the first batch."""
+    xb, yb = normalize(x[:a.batch_size]), y[:a.batch_size]
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    crit = torch.nn.CrossEntropyLoss()
+    best_train = best_infer = float("inf")
+    for r in range(a.bench + 1):
+        model.train()
+        t0 = time.perf_counter()
+        loss = crit(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+        t1 = time.perf_counter()
+        model.eval()
+        with torch.no_grad():
+            model(xb).argmax(1)
+        t2 = time.perf_counter()
+        if r > 0:
+            best_train, best_infer = min(best_train, t1 - t0), min(best_infer, t2 - t1)
+    name = f"fashion_mnist_{a.model}_b{a.batch_size}_t{torch.get_num_threads()}"
+    for what, t in (("train", best_train), ("infer", best_infer)):
+        print(json.dumps({"name": f"torch/{name}_{what}", "value": float(f"{a.batch_size / t:.4g}"),
+                          "unit": "images/s"}), flush=True)
+
+
 @torch.no_grad()
 def accuracy(model, x, y):
     model.eval()
@@ -157,6 +186,7 @@ def main():
     p.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="keep the file's order")
     p.add_argument("--test-limit", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--bench", type=int, default=0, help="time N rounds of a training step and an inference, print JSON")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     model = build(a.model)
@@ -169,6 +199,9 @@ def main():
     if a.init:
         model.load_state_dict(load_file(a.init))
     x, y = load_split(a.data, "train", a.limit)
+    if a.bench:
+        bench(model, x, y, a)
+        return
     if a.train:
         tx, ty = load_split(a.data, "t10k", a.test_limit)
         t0 = time.time()
