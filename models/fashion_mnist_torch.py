@@ -84,11 +84,12 @@ def zorch_order(n, seed, epoch):
 
 def train(model, x, y, tx, ty, a):
     """fashion_mnist.lua's loop: the same batches, optimizer and per-epoch
-    learning rate; prints the mean train loss and the test accuracy each epoch."""
+    learning rate; prints the mean train loss and the test accuracy each epoch.
+    Returns the final test accuracy and the loss of every step."""
     opt = (torch.optim.Adam(model.parameters(), lr=a.lr, weight_decay=a.weight_decay) if a.optimizer == "adam"
            else torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay))
     crit = torch.nn.CrossEntropyLoss()
-    acc = 0.0
+    acc, losses = 0.0, []
     for epoch in range(1, a.epochs + 1):
         lr = a.lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / a.epochs)) if a.schedule == "cosine" else a.lr
         for g in opt.param_groups:
@@ -102,11 +103,12 @@ def train(model, x, y, tx, ty, a):
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total, n = total + loss.item(), n + 1
+            losses.append(loss.item())
+            total, n = total + losses[-1], n + 1
         acc = accuracy(model, tx, ty)
         print(f"Epoch {epoch} train loss: {total / n:.4f}  test accuracy: {100 * acc:.2f}%  "
               f"({time.time() - t0:.1f}s)", flush=True)
-    return acc
+    return acc, losses
 
 
 def first_losses(model, x, y, steps, batch_size, lr, optimizer="adam", momentum=0.9):
@@ -205,7 +207,7 @@ def main():
     if a.train:
         tx, ty = load_split(a.data, "t10k", a.test_limit)
         t0 = time.time()
-        acc = train(model, x, y, tx, ty, a)
+        acc, _ = train(model, x, y, tx, ty, a)
         print(f"done: {a.model}, {a.epochs} epochs in {time.time() - t0:.1f}s, test accuracy {100 * acc:.2f}%")
         return
     for i, loss in enumerate(first_losses(model, x, y, a.steps, a.batch_size, a.lr, a.optimizer), 1):
