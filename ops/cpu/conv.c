@@ -8,7 +8,6 @@
 
 #include "../math.h"
 #include "cpu.h"
-#include "dnnl.h"
 #include "kernels.h"
 
 /* The outputs ox in [lo, hi) whose input column ix0 + ox * sw lies in the image. */
@@ -162,10 +161,6 @@ zorch_status cpu_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_te
   int64_t nblk = (g->n + CONV_BLOCK - 1) / CONV_BLOCK;
   zorch_dtype dt = x->dtype;
   int failed = 0;
-  /* oneDNN's kernels where it is loaded (docs/performance.md, "Convolution") */
-  if (dt == ZORCH_F32 && dnnl_conv2d_f32((float *)tensor_ptr(out), (const float *)tensor_ptr(x),
-                                         (const float *)tensor_ptr(w), b ? (const float *)tensor_ptr(b) : NULL, O, g))
-    return ZORCH_OK;
   if (conv_sizes_fit(K, L, O, 1)) return zorch_last_status();
   switch (dt) {
     case ZORCH_F32: CONV_FWD(float) break;
@@ -221,11 +216,6 @@ zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tens
   zorch_dtype dt = x->dtype;
   if (dt != ZORCH_F32 && dt != ZORCH_F64)
     return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU backward for dtype %s", zorch_dtype_name(dt));
-  if (dt == ZORCH_F32 &&
-      dnnl_conv2d_bwd_f32(gx ? (float *)tensor_ptr(gx) : NULL, gw ? (float *)tensor_ptr(gw) : NULL,
-                          (const float *)tensor_ptr(gout), (const float *)tensor_ptr(x), (const float *)tensor_ptr(w),
-                          O, g))
-    return ZORCH_OK;
   if (conv_sizes_fit(K, L, O, nblk)) return zorch_last_status();
   void *parts = NULL;
   if (gw && nblk > 0 && !(parts = calloc((size_t)(nblk * O * K), dtype_sizes[dt])))

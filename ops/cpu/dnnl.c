@@ -4,8 +4,6 @@
    (docs/performance.md). Primitives are built once per problem and kept. */
 #include "dnnl.h"
 
-#include "../backend.h"
-
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -36,16 +34,13 @@ static char info[128] = "none (built without oneDNN's headers)";
   X(dnnl_primitive_desc_create) X(dnnl_primitive_desc_destroy)                          \
   X(dnnl_primitive_desc_query) X(dnnl_primitive_create) X(dnnl_primitive_execute)       \
   X(dnnl_primitive_destroy) X(dnnl_memory_create) X(dnnl_memory_destroy)            \
-  X(dnnl_stream_wait) X(dnnl_memory_desc_init_by_tag)                                  \
-  X(dnnl_dilated_convolution_forward_desc_init)                                        \
-  X(dnnl_dilated_convolution_backward_data_desc_init)                                  \
-  X(dnnl_dilated_convolution_backward_weights_desc_init)
+  X(dnnl_stream_wait)
 #define DECL(f) static __typeof__(&f) p_##f;
 DNNL_FNS(DECL)
 
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
-static bool ready, loaded; /* the bf16 matmul; oneDNN itself (the convolution) */
+static bool ready;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 /* One problem at a time: the cache, and oneDNN's shared scratchpad. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -124,7 +119,6 @@ static void load(void) {
   if (p_dnnl_engine_create(&engine, dnnl_cpu, 0) ||
       p_dnnl_stream_create(&stream, engine, dnnl_stream_default_flags))
     return;
-  loaded = true;
   /* a probe problem names the kernel oneDNN picks on this CPU */
   char impl[48] = "none";
   int64_t key[KEY_N] = {0, 0, 64, 64, 64, 64, 64, 64, 0, THREADS()};
@@ -180,115 +174,6 @@ bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uin
   return ok;
 }
 
-/* ---- float32 convolution, one group, NCHW / OIHW as zorch holds them ---- */
-
-/* Key: direction (0 forward, 1 backward to the data, 2 to the weights), bias,
-   threads, then n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw. */
-#define CKEY_N 18
-typedef struct {
-  int64_t key[CKEY_N];
-  dnnl_primitive_t prim;
-  dnnl_memory_desc_t md[4]; /* x, w, bias, y */
-} conv_cached;
-#define CCACHE_N 32
-static conv_cached ccache[CCACHE_N];
-static int ccache_used, ccache_next;
-
-static bool conv_build(const int64_t *key, conv_cached *e) {
-  memcpy(e->key, key, sizeof e->key);
-  e->prim = NULL;
-  int dir = (int)key[0];
-  const int64_t *k = key + 3; /* n c h w o oh ow kh kw sh sw ph pw dh dw */
-  int64_t n = k[0], c = k[1], h = k[2], w = k[3], o = k[4], oh = k[5], ow = k[6], kh = k[7], kw = k[8];
-  int64_t sh = k[9], sw = k[10], ph = k[11], pw = k[12], dh = k[13], dw = k[14];
-  /* right/bottom padding that makes oneDNN's output size zorch's (floor) */
-  int64_t prh = (oh - 1) * sh + (kh - 1) * dh + 1 - h - ph, prw = (ow - 1) * sw + (kw - 1) * dw + 1 - w - pw;
-  if (prh < 0 || prw < 0) return false;
-  dnnl_dims_t dx = {n, c, h, w}, dwt = {o, c, kh, kw}, db = {o}, dy = {n, o, oh, ow};
-  dnnl_dims_t st = {sh, sw}, dil = {dh - 1, dw - 1}, pl = {ph, pw}, pr = {prh, prw};
-  dnnl_memory_desc_t *mx = &e->md[0], *mw = &e->md[1], *mb = &e->md[2], *my = &e->md[3];
-  if (p_dnnl_memory_desc_init_by_tag(mx, 4, dx, dnnl_f32, dnnl_nchw) ||
-      p_dnnl_memory_desc_init_by_tag(mw, 4, dwt, dnnl_f32, dnnl_oihw) ||
-      p_dnnl_memory_desc_init_by_tag(mb, 1, db, dnnl_f32, dnnl_x) ||
-      p_dnnl_memory_desc_init_by_tag(my, 4, dy, dnnl_f32, dnnl_nchw))
-    return false;
-  dnnl_convolution_desc_t fd, bd;
-  dnnl_primitive_desc_t fpd = NULL, pd = NULL;
-  bool ok = p_dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, mx,
-                                                         mw, key[1] ? mb : NULL, my, st, dil, pl, pr) == 0 &&
-            p_dnnl_primitive_desc_create(&fpd, &fd, NULL, engine, NULL) == 0;
-  if (ok && dir == 0) pd = fpd, fpd = NULL;
-  else if (ok && dir == 1)
-    ok = p_dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, mx, mw, my, st, dil, pl,
-                                                            pr) == 0 &&
-         p_dnnl_primitive_desc_create(&pd, &bd, NULL, engine, fpd) == 0;
-  else if (ok)
-    ok = p_dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, mx, mw, NULL, my, st,
-                                                               dil, pl, pr) == 0 &&
-         p_dnnl_primitive_desc_create(&pd, &bd, NULL, engine, fpd) == 0;
-  if (fpd) p_dnnl_primitive_desc_destroy(fpd);
-  dnnl_primitive_t prim = NULL;
-  const char *name = NULL;
-  if (ok && (p_dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) || !name)) name = "ref";
-  /* the reference kernels are slower than im2col and OpenBLAS */
-  if (ok && strncmp(name, "ref", 3) != 0 && p_dnnl_primitive_create(&prim, pd)) prim = NULL;
-  if (pd) p_dnnl_primitive_desc_destroy(pd);
-  e->prim = prim;
-  return prim != NULL;
-}
-
-/* Runs one direction; args in md order (x, w, bias, y), NULL where unused. */
-static bool conv_run(int dir, const conv_geom *g, int64_t o, bool bias, void *x, void *w, void *b, void *y) {
-  pthread_once(&once, load);
-  if (!loaded) return false;
-  int64_t key[CKEY_N] = {dir, bias, THREADS(), g->n, g->c, g->h, g->w, o, g->oh, g->ow,
-                         g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw};
-  pthread_mutex_lock(&lock);
-  conv_cached *e = NULL;
-  for (int i = 0; i < ccache_used && !e; i++)
-    if (memcmp(ccache[i].key, key, sizeof key) == 0) e = &ccache[i];
-  if (!e) {
-    /* a refusal is kept too (prim NULL): asking oneDNN again costs more than the convolution */
-    conv_cached fresh;
-    conv_build(key, &fresh);
-    e = &ccache[ccache_next];
-    if (ccache_used == CCACHE_N && e->prim) p_dnnl_primitive_destroy(e->prim);
-    *e = fresh;
-    ccache_next = (ccache_next + 1) % CCACHE_N;
-    if (ccache_used < CCACHE_N) ccache_used++;
-  }
-  bool ok = e->prim != NULL;
-  void *ptr[4] = {x, w, b, y};
-  static const int fwd_args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
-  static const int bwd_data_args[4] = {DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, 0, DNNL_ARG_DIFF_DST};
-  static const int bwd_w_args[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, 0, DNNL_ARG_DIFF_DST};
-  const int *names = dir == 0 ? fwd_args : dir == 1 ? bwd_data_args : bwd_w_args;
-  dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
-  dnnl_exec_arg_t args[4];
-  int nargs = 0;
-  for (int i = 0; i < 4 && ok; i++) {
-    if (!ptr[i] || !names[i]) continue;
-    ok = p_dnnl_memory_create(&mem[i], &e->md[i], engine, ptr[i]) == dnnl_success;
-    args[nargs].arg = names[i], args[nargs].memory = mem[i], nargs++;
-  }
-  ok = ok && p_dnnl_primitive_execute(e->prim, stream, nargs, args) == dnnl_success &&
-       p_dnnl_stream_wait(stream) == dnnl_success;
-  for (int i = 0; i < 4; i++)
-    if (mem[i]) p_dnnl_memory_destroy(mem[i]);
-  pthread_mutex_unlock(&lock);
-  return ok;
-}
-
-bool dnnl_conv2d_f32(float *out, const float *x, const float *w, const float *b, int64_t o, const conv_geom *g) {
-  return conv_run(0, g, o, b != NULL, (void *)x, (void *)w, (void *)b, out);
-}
-
-bool dnnl_conv2d_bwd_f32(float *gx, float *gw, const float *gout, const float *x, const float *w, int64_t o,
-                         const conv_geom *g) {
-  if (gx && !conv_run(1, g, o, false, gx, (void *)w, NULL, (void *)gout)) return false;
-  return !gw || conv_run(2, g, o, false, (void *)x, gw, NULL, (void *)gout);
-}
-
 #else /* no oneDNN 2.x headers at build time */
 
 bool dnnl_bf16_ready(void) { return false; }
@@ -298,16 +183,6 @@ bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uin
                     uint16_t *c, int64_t ldc) {
   (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
   (void)bias, (void)c, (void)ldc;
-  return false;
-}
-bool dnnl_conv2d_f32(float *out, const float *x, const float *w, const float *b, int64_t o, const conv_geom *g) {
-  (void)out, (void)x, (void)w, (void)b, (void)o, (void)g;
-  return false;
-}
-
-bool dnnl_conv2d_bwd_f32(float *gx, float *gw, const float *gout, const float *x, const float *w, int64_t o,
-                         const conv_geom *g) {
-  (void)gx, (void)gw, (void)gout, (void)x, (void)w, (void)o, (void)g;
   return false;
 }
 #endif

@@ -18,17 +18,6 @@ bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uin
                     int64_t lda, const uint16_t *b, int64_t ldb, const uint16_t *bias,
                     uint16_t *c, int64_t ldc);
 
-/* float32 convolution with one group, NCHW x and out, OIHW w (o filters), b
-   (o) or NULL: out = x * w + b, and its backward, gx and gw (either may be
-   NULL) from gout, both written. False (nothing or part written) when oneDNN
-   is not loaded or has no fast kernel for the problem: the caller runs its
-   own. Whatever the bf16 matmul's state, oneDNN loads for these. */
-struct conv_geom;
-bool dnnl_conv2d_f32(float *out, const float *x, const float *w, const float *b, int64_t o,
-                     const struct conv_geom *g);
-bool dnnl_conv2d_bwd_f32(float *gx, float *gw, const float *gout, const float *x, const float *w, int64_t o,
-                         const struct conv_geom *g);
-
 /* What runs the bf16 GEMMs, for zorch_blas_info. */
 const char *dnnl_info(void);
 #endif
