@@ -5,7 +5,8 @@
 -- and saves the state dict (PyTorch's names) as safetensors.
 -- Run: build/zorch models/fashion_mnist.lua --model cnn --epochs 5 [--augment] [--help]
 -- models/fashion_mnist_torch.py builds the same models in PyTorch: it starts
--- from --save-init's weights and reads the same batches (--no-shuffle).
+-- from --save-init's weights and reads the same batches (it derives the
+-- shuffle order from --seed as data.DataLoader does), and --train trains them.
 local zorch = require "zorch"
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 
