@@ -170,6 +170,11 @@ bench: $(BUILD)/bench/bench $(BUILD)/zorch
 	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua mlp_1024_4096_1024_b256_step $$s 1024 4096 1024 256 3; \
 	done; done
 	@python3 bench/torch_bench.py 2>/dev/null || echo '{"name": "torch/unavailable", "value": 0, "unit": "none"}'
+	@for b in 64 256; do for r in 1 2; do \
+	  ZORCH_QUIET=1 OMP_WAIT_POLICY=passive $(BUILD)/zorch models/fashion_mnist.lua --model cnn --bench 5 --batch-size $$b \
+	    --threads 2 2>/dev/null | grep '^{'; \
+	  python3 models/fashion_mnist_torch.py --model cnn --bench 5 --batch-size $$b --threads 2 2>/dev/null; \
+	done; done; true
 	@for p in fp32 bf16; do \
 	  ZORCH_QUIET=1 $(BUILD)/zorch models/gpt2.lua --bench 3 --precision $$p 2>/dev/null | grep '^{'; \
 	  ZORCH_QUIET=1 $(BUILD)/zorch models/gpt2.lua --model gpt2 --context 64 --batch-size 4 --bench 3 --precision $$p \

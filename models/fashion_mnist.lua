@@ -5,7 +5,8 @@
 -- and saves the state dict (PyTorch's names) as safetensors.
 -- Run: build/zorch models/fashion_mnist.lua --model cnn --epochs 5 [--augment] [--help]
 -- models/fashion_mnist_torch.py builds the same models in PyTorch: it starts
--- from --save-init's weights and reads the same batches (--no-shuffle).
+-- from --save-init's weights and reads the same batches (it derives the
+-- shuffle order from --seed as data.DataLoader does), and --train trains them.
 local zorch = require "zorch"
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 
@@ -34,6 +35,9 @@ local opt = zorch.flags(arg, {
   log = {"", "write metrics here as JSON lines (loss each step; epoch loss and test accuracy each epoch)"},
   plot = {"", "after training, draw the --log metrics: a .png, .svg or .pdf file, or 'text' for the terminal"},
   quiet = {false, "print only the final accuracy"},
+  bench = {0, "time N rounds of a training step (forward, backward, optimizer step) and of inference " ..
+              "(eval, no grad) on one batch, print images/s as JSON lines, and stop"},
+  threads = {0, "CPU threads (0: the default)"},
 }, "usage: zorch models/fashion_mnist.lua [flags]")
 
 local CLASSES = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
@@ -68,6 +72,7 @@ local function build(kind)
 end
 
 zorch.manual_seed(opt.seed)
+if opt.threads > 0 then zorch.set_num_threads(opt.threads) end
 local engine = zorch.Engine{zero_stage = opt["zero-stage"], device = opt.device}
 local say = function(...) if not opt.quiet then engine:print(...) end end
 
@@ -107,6 +112,33 @@ local function evaluate()
   local correct = 0
   for i = 1, 10 do correct = correct + m[i][i]:item() end
   return correct / test_x.shape[1], m
+end
+
+-- ---- benchmark: the best of --bench rounds of one training step and of one inference, on the
+-- first batch of the training set (models/fashion_mnist_torch.py --bench times PyTorch's the same way)
+if opt.bench > 0 then
+  local B = opt["batch-size"]
+  local x, y = data.normalize(train_x:narrow(1, 1, B), normalize.mean, normalize.std), train_y:narrow(1, 1, B)
+  if engine.device ~= "cpu" then x, y = x:to(engine.device), y:to(engine.device) end
+  local best_train, best_infer = math.huge, math.huge
+  for r = 0, opt.bench do
+    model:train()
+    local t0 = zorch.clock()
+    local loss = criterion(model(x), y)
+    optimizer:zero_grad()
+    engine:backward(loss)
+    optimizer:step()
+    loss:item() -- (waits for the device)
+    local t1 = zorch.clock()
+    model:eval()
+    zorch.no_grad(function() zorch.argmax(model(x), 2):to("cpu") end)
+    local t2 = zorch.clock()
+    if r > 0 then best_train, best_infer = math.min(best_train, t1 - t0), math.min(best_infer, t2 - t1) end
+  end
+  local name = ("fashion_mnist_%s_b%d_t%d"):format(opt.model, B, zorch.get_num_threads())
+  engine:print(('{"name": "zorch/%s_train", "value": %.4g, "unit": "images/s"}'):format(name, B / best_train))
+  engine:print(('{"name": "zorch/%s_infer", "value": %.4g, "unit": "images/s"}'):format(name, B / best_infer))
+  return
 end
 
 local logger = opt.log ~= "" and zorch.Logger{jsonl = opt.log} or nil

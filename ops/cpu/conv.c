@@ -284,16 +284,53 @@ zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tens
     }                                                                                      \
   }
 
+/* Max pooling 2x2, stride 2, no padding, every window inside the image (the
+   CNNs' usual pooling): the four inputs compared in the general loop's order,
+   without its bounds checks and window loops (several times faster). */
+#define MAXPOOL2_PICK(v, at)                                                               \
+  if (!isnan(m) && ((v) > m || isnan(v))) m = (v), best = (at);
+#define MAXPOOL2(T)                                                                        \
+  {                                                                                        \
+    const T *xp = (const T *)tensor_ptr(x);                                                \
+    T *op = (T *)tensor_ptr(out);                                                          \
+    int64_t *ip = (int64_t *)tensor_ptr(idx);                                              \
+    int64_t w = g->w, ohw = g->oh * g->ow;                                                 \
+    _Pragma("omp parallel for if (g->n * ohw * 4 >= CPU_GRAIN)")                           \
+    for (int64_t p = 0; p < g->n; p++) {                                                   \
+      const T *plane = xp + p * g->h * w;                                                  \
+      T *o = op + p * ohw;                                                                 \
+      int64_t *oi = ip + p * ohw;                                                          \
+      for (int64_t oy = 0; oy < g->oh; oy++) {                                             \
+        const T *r0 = plane + 2 * oy * w, *r1 = r0 + w;                                    \
+        for (int64_t ox = 0; ox < g->ow; ox++) {                                           \
+          int64_t at = 2 * oy * w + 2 * ox, best = at;                                     \
+          T m = r0[2 * ox];                                                                \
+          MAXPOOL2_PICK(r0[2 * ox + 1], at + 1)                                            \
+          MAXPOOL2_PICK(r1[2 * ox], at + w)                                                \
+          MAXPOOL2_PICK(r1[2 * ox + 1], at + w + 1)                                        \
+          o[oy * g->ow + ox] = m;                                                          \
+          oi[oy * g->ow + ox] = best;                                                      \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }
+
+static bool maxpool2_fits(const conv_geom *g) {
+  return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 && g->dh == 1 &&
+         g->dw == 1 && 2 * g->oh <= g->h && 2 * g->ow <= g->w;
+}
+
 zorch_status cpu_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,
                         const conv_geom *g) {
   int ad = k == POOL_ADAPTIVE_AVG, inc = k == POOL_AVG;
   (void)ad, (void)inc;
+  bool fast = k == POOL_MAX && maxpool2_fits(g);
   switch (x->dtype) {
     case ZORCH_F32:
-      if (k == POOL_MAX) MAXPOOL(float) else AVGPOOL(float)
+      if (fast) MAXPOOL2(float) else if (k == POOL_MAX) MAXPOOL(float) else AVGPOOL(float)
       return ZORCH_OK;
     case ZORCH_F64:
-      if (k == POOL_MAX) MAXPOOL(double) else AVGPOOL(double)
+      if (fast) MAXPOOL2(double) else if (k == POOL_MAX) MAXPOOL(double) else AVGPOOL(double)
       return ZORCH_OK;
     default: return err_set(ZORCH_ERR_DTYPE, "pool2d: no CPU kernel for dtype %s",
                             zorch_dtype_name(x->dtype));

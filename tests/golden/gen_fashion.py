@@ -3,11 +3,15 @@
 5 steps of models/fashion_mnist.lua's MLP (and its CNN, where zorch has
 nn.Conv2d), from the initial weights zorch writes (--save-init, seed 1) and
 the same batches (--no-shuffle, the first 320 training images, batch 64).
+Then the MLP's 10 steps of --train over 2 epochs of those images shuffled
+(seed 1: zorch's shuffle order, reimplemented in fashion_mnist_torch.py, and
+the cosine schedule), as "shuffled-mlp" lines.
 tests/lua/test_fashion_mnist.lua runs zorch the same way and compares.
 
 Usage: python3 tests/golden/gen_fashion.py [path/to/zorch]  (needs torch,
 safetensors, the zorch command (default build/cpu/zorch) and the data set)
 """
+import argparse
 import importlib.util
 import os
 import subprocess
@@ -43,6 +47,20 @@ for kind in ("mlp", "cnn"):
         model.load_state_dict(load_file(init))
         for i, loss in enumerate(fm.first_losses(model, x, y, STEPS, 64, 0.001), 1):
             lines.append(f"{kind} {i} {loss!r}")
+# --train's path: shuffled batches, the learning rate of epoch 2 (test_fashion_mnist.lua repeats it)
+SHUFFLED = ["--limit", "320", "--batch-size", "64", "--seed", "1", "--epochs", "2", "--test-limit", "100", "--quiet",
+            "--save", ""]
+with tempfile.TemporaryDirectory() as tmp:
+    init = os.path.join(tmp, "init.safetensors")
+    subprocess.run([ZORCH, os.path.join(root, "models", "fashion_mnist.lua"), "--model", "mlp", "--save-init", init]
+                   + SHUFFLED, capture_output=True, text=True, check=True)
+    model = fm.build("mlp")
+    model.load_state_dict(load_file(init))
+    tx, ty = fm.load_split(fm.DATA, "t10k", 100)
+    a = argparse.Namespace(lr=0.001, weight_decay=0.0, optimizer="adam", momentum=0.9, epochs=2, schedule="cosine",
+                           shuffle=True, seed=1, batch_size=64)
+    _, losses = fm.train(model, x, y, tx, ty, a)
+    lines += [f"shuffled-mlp {i} {loss!r}" for i, loss in enumerate(losses, 1)]
 out = os.path.join(here, "fashion_mnist_losses.txt")
 with open(out, "w") as f:
     f.write("\n".join(lines) + "\n")

@@ -193,4 +193,60 @@ do
   ok(last < 0.5 * first, ("a small CNN's loss falls from %.4f to %.4f in 60 steps"):format(first, last))
 end
 
+-- ---- max pooling 2x2 stride 2 (a kernel of its own) against a reference in Lua -------------------
+-- Small integer values make ties (the first maximum wins) and a few NaNs win
+-- their windows; odd sizes leave the last row and column out; ceil_mode keeps
+-- them (partial windows: the general kernel), which must agree too.
+do
+  local function reference(x, ceil)
+    local n, c, h, w = table.unpack(x.shape)
+    local oh, ow = ceil and (h + 1) // 2 or h // 2, ceil and (w + 1) // 2 or w // 2
+    local xs = x:view(-1):totable()
+    local vals, grad = {}, {}
+    for i = 1, #xs do grad[i] = 0 end
+    for p = 0, n * c - 1 do
+      for oy = 0, oh - 1 do
+        for ox = 0, ow - 1 do
+          local m, at
+          for ky = 0, 1 do
+            for kx = 0, 1 do
+              local iy, ix = 2 * oy + ky, 2 * ox + kx
+              if iy < h and ix < w then
+                local i = p * h * w + iy * w + ix + 1
+                local v = xs[i]
+                if not at or (m == m and (v > m or v ~= v)) then m, at = v, i end
+              end
+            end
+          end
+          vals[#vals + 1] = m
+          grad[at] = grad[at] + 1
+        end
+      end
+    end
+    return vals, grad
+  end
+  local function same(a, b)
+    if #a ~= #b then return false end
+    for i = 1, #a do
+      if not (a[i] == b[i] or (a[i] ~= a[i] and b[i] ~= b[i])) then return false end
+    end
+    return true
+  end
+  for _, case in ipairs({{2, 3, 6, 8, false}, {1, 2, 7, 9, false}, {1, 2, 7, 9, true}}) do
+    local n, c, h, w, ceil = table.unpack(case)
+    for _, dt in ipairs({"float32", "float64"}) do
+      local x = zorch.randint(0, 4, {n, c, h, w}):to(dt)
+      local flat = x:view(-1)
+      for _, i in ipairs({3, 10, 11, 40}) do flat[i] = 0 / 0 end
+      local want, want_grad = reference(x, ceil)
+      local xg = x:clone():requires_grad_()
+      local m = zorch.max_pool2d(xg, 2, {ceil_mode = ceil})
+      m:sum():backward()
+      ok(same(m:view(-1):totable(), want) and same(xg.grad:view(-1):totable(), want_grad),
+         ("max_pool2d 2x2 on (%d, %d, %d, %d) %s%s: maxima (ties: the first; NaN wins) and gradient match"):format(
+           n, c, h, w, dt, ceil and ", ceil_mode" or ""))
+    end
+  end
+end
+
 tap.done()

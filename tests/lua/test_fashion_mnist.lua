@@ -69,4 +69,27 @@ for _, kind in ipairs({"mlp", "cnn"}) do
            ("%s: the first 5 losses match PyTorch's (%d steps, worst relative error %.2g)"):format(kind, n, worst))
   end
 end
+
+-- PyTorch's --train from zorch's initial weights on the same shuffled batches
+-- (2 epochs of 5 steps: the second at half the learning rate)
+local shuffled = {}
+for line in io.lines("golden/fashion_mnist_losses.txt") do
+  local step, l = line:match("^shuffled%-mlp (%d+) ([%d.e%-]+)$")
+  if step then shuffled[tonumber(step)] = tonumber(l) end
+end
+if not shuffled[10] then
+  tap.ok(true, "# SKIP no golden shuffled losses")
+else
+  local o, good = run(("%s %s --model mlp --limit 320 --batch-size 64 --seed 1 --epochs 2 --test-limit 100 --quiet " ..
+    "--save '' --print-steps 10"):format(bin, script))
+  local worst, n = 0, 0
+  for step, l in o:gmatch("step (%d+) loss ([%d.]+)") do
+    local want = shuffled[tonumber(step)]
+    worst = math.max(worst, math.abs(tonumber(l) - want) / math.abs(want))
+    n = n + 1
+  end
+  tap.ok(good and n == 10 and worst <= 1e-4,
+         ("shuffled MLP: 10 losses over 2 epochs match PyTorch's --train (%d steps, worst relative error %.2g)"):format(
+           n, worst))
+end
 tap.done()
