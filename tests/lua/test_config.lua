@@ -294,7 +294,7 @@ end
 do
   local bad = config([[{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "Adam", "params": {"eps": "x"}}}]])
   local p = io.popen(("%s launch -n 2 ../models/simple_net.lua --config %s --steps 1 --quiet --save %s/l.safetensors 2>&1; echo \"status $?\""):format(
-    bin, bad, dir))
+    tap.zorch(), bad, dir))
   local out = p:read("a")
   p:close()
   local _, n = out:gsub("optimizer%.params%.eps", "")
