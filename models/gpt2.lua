@@ -49,6 +49,7 @@ local opt = zorch.flags(arg, {
   resume = {"", "continue from the latest checkpoint in this folder (--steps counts the total)"},
   seed = {1337, "seed of the weights, the batches and the sampling"},
   ["no-shuffle"] = {false, "read the data in order, llm.c's way, instead of random windows"},
+  ["checkpoint-activations"] = {false, "recompute each block in backward instead of keeping its activations"},
   ["print-every"] = {1, "a step line every N steps"},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
   bench = {0, "time N training steps (forward, backward, AdamW step) after a warm-up one, print JSON lines, and stop"},
@@ -209,7 +210,11 @@ function GPT:forward(idx, start, caches)
   end
   local pos = zorch.arange(start + 1, start + T + 1, {device = idx:device()})
   local x = self.wte(idx) + self.wpe(pos)
-  for i, block in ipairs(self.h) do x = block(x, caches and caches[i]) end
+  local ckpt = rawget(self, "checkpoint") -- with --checkpoint-activations (training only)
+  for i, block in ipairs(self.h) do
+    if ckpt and not caches and zorch.is_grad_enabled() then x = ckpt(block, x)
+    else x = block(x, caches and caches[i]) end
+  end
   return self.lm_head(self.ln_f(x))
 end
 
@@ -279,6 +284,7 @@ end
 local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
                             gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device}
 device = engine.device -- (the Engine picks this rank's GPU for "cuda")
+if opt["checkpoint-activations"] then rawset(model, "checkpoint", function(...) return engine:checkpoint(...) end) end
 -- AdamW as nanoGPT and llm.c use it: every 2-d parameter (the matrices and both
 -- embeddings) decays, the biases and LayerNorms do not: two parameter groups,
 -- which the engine steps with their own options at every ZeRO stage.

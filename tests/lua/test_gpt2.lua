@@ -87,6 +87,8 @@ end
 check(losses(("%s %s %s %s --batch-size 4"):format(bin, script, parity, TEXT)), "stage 0, one process")
 check(losses(("%s %s %s %s --batch-size 2 --accum 2 --zero-stage 1"):format(bin, script, parity, TEXT)),
   "stage 1, batch 2 x 2 accumulation steps")
+check(losses(("%s %s %s %s --batch-size 4 --checkpoint-activations"):format(bin, script, parity, TEXT)),
+  "--checkpoint-activations (each block recomputed in backward)")
 
 -- the same tokens as uint16 ids in a .bin file (with the vocabulary given)
 do
