@@ -156,7 +156,7 @@ check-asan:
 
 check-valgrind: $(TEST_BIN)
 	@cd tests && for t in $(addprefix ../,$(TEST_BIN)); do \
-	  ZORCH_QUIET=1 ZORCH_ALLOC_CACHE=0 ZORCH_TEST_SANITIZED=1 OMP_NUM_THREADS=1 valgrind -q --error-exitcode=99 --leak-check=full $$t >/dev/null || exit 1; \
+	  ZORCH_QUIET=1 ZORCH_ALLOC_CACHE=0 ZORCH_TEST_SANITIZED=1 OMP_NUM_THREADS=1 valgrind -q --error-exitcode=99 --leak-check=full --suppressions=valgrind.supp $$t >/dev/null || exit 1; \
 	  echo "valgrind clean: $$t"; done
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libzorch.a
