@@ -80,6 +80,8 @@ deps: $(DEPS_OK)
 # Kernels build at -O3: GCC 12 vectorises at -O2 only loops that need no
 # runtime alias check, which excludes nearly every strided kernel loop.
 $(BUILD)/obj/ops/cpu/%.o: OPT_K = $(if $(SAN),,-O3)
+# AdamW's sqrt vectorises only without errno (its argument is never negative)
+$(BUILD)/obj/ops/cpu/optim.o: OPT_K = $(if $(SAN),,-O3) -fno-math-errno
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
