@@ -437,7 +437,7 @@ zorch_status zero_engine_end_backward(zero_engine *e) {
 }
 
 /* The 16-bit gradients in float32 for the step, in a buffer kept from step to
-   step: a fresh one each step cost GPT-2 124M's bf16 step about 0.25 s more
+   step: a fresh one each step cost GPT-2 124M's bf16 step about 0.2 s more
    (the kernel zeroing half a gigabyte of new pages), the conversion itself 35 ms. */
 static zorch_tensor *grad_f32(zero_engine *e, zorch_tensor *src) {
   if (e->pdt == ZORCH_F32) return zorch_tensor_retain(src);
@@ -476,8 +476,7 @@ zorch_tensor *zero_engine_target(zero_engine *e) {
 
 /* The sum of squares in double, in a fixed order whatever the thread count:
    blocks of SQ_BLOCK summed in 16 interleaved lanes each (independent chains,
-   where one running sum waits on every add: 124M gradients took ~0.2 s), the
-   blocks' sums added in order. */
+   where one running sum waited on every add), the blocks' sums added in order. */
 #define SQ_BLOCK 65536
 static double sum_squares(const float *p, int64_t n) {
   int64_t nb = (n + SQ_BLOCK - 1) / SQ_BLOCK;
@@ -675,7 +674,7 @@ void zero_engine_memory(const zero_engine *e, zero_memory *m) {
   m->parameters = e->o.stage == 3 ? nbytes(e->pshard) + group_bytes(e) : nbytes(e->flat);
   m->gradients = e->gflat ? nbytes(e->gflat) : nbytes(e->gshard);
   m->master_weights = nbytes(e->master);
-  m->buffers = nbytes(e->recv);
+  m->buffers = nbytes(e->recv) + nbytes(e->g32); /* (g32: after the first bf16 or fp16 step) */
   for (int k = 0; k < e->nbuckets; k++) m->buffers += nbytes(e->buckets[k].buf);
   m->numel = e->numel;
   m->shard = e->shard;
