@@ -361,6 +361,13 @@ static void fill_loop(char **p, const int64_t *s, int64_t n, const double *prm) 
     for (int64_t i = 0; i < n; i++) o[i] = x;
     return;
   }
+  if (s[0] == (int64_t)es && es == 2) { /* bf16, fp16 (zeroing 16-bit gradients) */
+    uint16_t x;
+    memcpy(&x, v, 2);
+    uint16_t *o = (uint16_t *)p[0];
+    for (int64_t i = 0; i < n; i++) o[i] = x;
+    return;
+  }
   for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], v, es);
 }
 
