@@ -175,7 +175,7 @@ bench: $(BUILD)/bench/bench $(BUILD)/zorch
 	    --threads 2 2>/dev/null | grep '^{'; \
 	  python3 models/fashion_mnist_torch.py --model cnn --bench 5 --batch-size $$b --threads 2 2>/dev/null; \
 	done; done; true
-	@for p in fp32 bf16; do \
+	@export OMP_WAIT_POLICY=passive; for p in fp32 bf16; do \
 	  ZORCH_QUIET=1 $(BUILD)/zorch models/gpt2.lua --bench 3 --precision $$p 2>/dev/null | grep '^{'; \
 	  ZORCH_QUIET=1 $(BUILD)/zorch models/gpt2.lua --model gpt2 --context 64 --batch-size 4 --bench 3 --precision $$p \
 	    2>/dev/null | grep '^{'; \
