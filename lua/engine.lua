@@ -14,6 +14,11 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
+local function is_group(v)
+  local mt = type(v) == "userdata" and getmetatable(v)
+  return mt and mt.__name == "zorch.Group" or false
+end
+
 -- Every option with its default: the one place defaults live.
 local DEFAULTS = {
   zero_stage = 0,                  -- 0..3: what is partitioned across ranks
@@ -42,6 +47,8 @@ local DEFAULTS = {
   min_loss_scale = 1,              -- the dynamic scale never falls below this
   device = "cpu",                  -- "cpu", "cuda" (this rank's GPU: cuda:<local rank>) or "cuda:N";
                                    -- prepare moves the model there; cuda collectives run over NCCL
+  data_group = false,              -- a zorch.Group: the ranks holding replicas of this model, over which
+                                   -- ZeRO partitions and gradients are averaged (default: every rank)
 }
 
 local CHECKS = {
@@ -76,6 +83,7 @@ local CHECKS = {
   min_loss_scale = {function(v) return type(v) == "number" and v > 0 end, "a number > 0"},
   device = {function(v) return v == "cpu" or v == "cuda" or (type(v) == "string" and v:match("^cuda:%d+$") ~= nil) end,
             "\"cpu\", \"cuda\" or \"cuda:N\""},
+  data_group = {function(v) return v == false or is_group(v) end, "false or a zorch.Group"},
 }
 
 -- This process's rank among those on its machine (one GPU each).
@@ -110,7 +118,8 @@ function zorch.Engine(cfg, overrides)
   cfg = cfg or os.getenv("ZORCH_CONFIG") or {}
   local unimplemented, autos = {}, {}
   if type(cfg) == "string" then -- a DeepSpeed JSON file
-    local _, world = zorch._comm()
+    local g = type(overrides) == "table" and overrides.data_group
+    local world = is_group(g) and g:size() or select(2, zorch._comm())
     cfg, unimplemented, autos = zorch._from_deepspeed(cfg, world)
   end
   if type(cfg) ~= "table" then error("Engine: expected a configuration table or a DeepSpeed JSON file", 2) end
@@ -137,13 +146,15 @@ function zorch.Engine(cfg, overrides)
   if c.seed then zorch.manual_seed(c.seed) end
   -- wall_clock_breakdown prints with the step lines: every steps_per_print steps, DeepSpeed's default 10
   if c.wall_clock_breakdown and not c.steps_per_print then c.steps_per_print = 10 end
-  local rank, world, backend = zorch._comm()
+  local _, _, backend = zorch._comm()
+  local group = c.data_group or zorch._group_world()
+  local rank, world = group:rank(), group:size()
   zorch._comm_timeout(c.comm_timeout)
   local device = c.device == "cuda" and ("cuda:" .. zorch.local_rank()) or c.device
   -- steps: the optimizer steps taken (a skipped step does not count); checkpoint
   -- tags (step<N>) and resuming use it
   local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, steps = 0,
-                          device = device}, Engine)
+                          device = device, group = group}, Engine)
   e:reset_scaler()
   if #unimplemented > 0 and rank == 0 then
     for _, g in ipairs(zorch._unimplemented_groups(unimplemented)) do
@@ -214,7 +225,7 @@ function Engine:check_agreement(nparams, numel)
                   "gradient_clipping", "reduce_bucket_size"}
   local all = zorch.zeros(#mine * self.world_size, {dtype = "float64"})
   zorch._comm_label("the agreement check at prepare")
-  zorch._allgather(zorch.tensor(mine, {dtype = "float64"}), all)
+  self.group:allgather(zorch.tensor(mine, {dtype = "float64"}), all)
   local v = all:totable()
   for r = 1, self.world_size - 1 do
     for i = 1, #mine do
@@ -277,7 +288,7 @@ function Engine:prepare(model, loader, opt, sched)
   for _, p in ipairs(params) do numel = numel + p:numel() end
   self.params = params
   self:check_agreement(#params, numel)
-  zorch._comm_bytes(true)
+  self.group:bytes(true)
   local stage = self.cfg.zero_stage
   -- stage 3 gathers a module's own parameters around its forward and backward:
   -- groups are runs of consecutive parameters with one owner
@@ -317,7 +328,7 @@ function Engine:prepare(model, loader, opt, sched)
     end
   end
   -- parameters become views of the engine's buffers, padded so shards are equal
-  self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size,
+  self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size, group = self.group,
                                           dtype = self.cfg.precision, groups = groups})
   if stage == 3 then
     rawset(model, "_engine", self) -- state dicts gather first
@@ -533,7 +544,7 @@ function Engine:optimizer_step()
         self.steps + 1, tostring(self.last_norm), self.scaler.scale))
     end
     self.zero:release() -- (stage 3; the parameters did not change)
-    local sent, recv = zorch._comm_bytes(true)
+    local sent, recv = self.group:bytes(true)
     self.last_comm = {sent = sent, received = recv}
     return false
   end
@@ -552,7 +563,7 @@ function Engine:optimizer_step()
   self.steps = self.steps + 1
   if self.cfg.steps_per_print then self:print_step() end
   -- what this step moved, from the end of the previous one (stage 3 gathers in forward)
-  local sent, recv = zorch._comm_bytes(true)
+  local sent, recv = self.group:bytes(true)
   self.last_comm = {sent = sent, received = recv}
 end
 
@@ -646,7 +657,7 @@ function Engine:mean(x)
   if self.world_size == 1 then return x end
   local t = zorch.tensor({x}, {dtype = "float64"})
   zorch._comm_label("a logged value")
-  zorch._allreduce(t)
+  self.group:allreduce(t)
   return t:item() / self.world_size
 end
 

@@ -71,6 +71,11 @@ void lz_check_path(lua_State *L, const char *path, const char *access);
    programs and read no environment. [-0, +2, m] */
 void lz_push_module_io(lua_State *L);
 
+/* A process group argument (ldist.c): a zorch.Group, or the world's when
+   absent. */
+struct zero_comm;
+struct zero_comm *lz_opt_group(lua_State *L, int idx);
+
 /* What `require "zorch.NAME"` gives for an embedded module (lua/NAME.lua):
    luaopen_zorch_NAME, generated beside the sources, calls it. */
 int lz_open_module(lua_State *L, const char *name);

@@ -108,7 +108,8 @@ static int *int_list(lua_State *L, int idx, int *n) {
   return v;
 }
 
-/* zorch._zero_engine({params}, {stage, bucket, dtype = "bf16" | "fp16" | nil, groups = {sizes}}) */
+/* zorch._zero_engine({params}, {stage, bucket, dtype = "bf16" | "fp16" | nil, groups = {sizes},
+   group = a zorch.Group (the ranks it partitions over; the world's if nil)}) */
 static int l_zero_engine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -132,10 +133,12 @@ static int l_zero_engine(lua_State *L) {
     ps[i] = lz_check(L, -1);
     lua_pop(L, 1);
   }
+  lua_getfield(L, 2, "group");
+  zero_comm *c = lz_opt_group(L, lua_gettop(L));
   lz_engine *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->e = NULL;
   luaL_setmetatable(L, LZ_ENGINE);
-  if (!(b->e = zero_engine_new(get_comm(L), &o, n, ps))) return lz_fail(L);
+  if (!(b->e = zero_engine_new(c, &o, n, ps))) return lz_fail(L);
   return 1;
 }
 

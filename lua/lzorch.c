@@ -15,6 +15,7 @@ void lz_open_files(lua_State *L);
 void lz_open_tboard(lua_State *L);
 void lz_open_gradfn(lua_State *L);
 void lz_open_offload(lua_State *L);
+void lz_open_dist(lua_State *L);
 
 typedef struct {
   const char *name;
@@ -277,6 +278,7 @@ int luaopen_zorch(lua_State *L) {
   lz_open_tboard(L);
   lz_open_gradfn(L);
   lz_open_offload(L);
+  lz_open_dist(L);
   lua_pushliteral(L, ZORCH_VERSION);
   lua_setfield(L, z, "version");
   int priv = open_private(L, z);

@@ -26,7 +26,7 @@
 #endif
 #include "../ops/backend.h"
 
-static zero_comm the_comm = {0, 1, "local", 0, 0};
+static zero_comm the_comm = {.rank = 0, .world = 1, .backend = "local", .nccl_dev = -1};
 static bool comm_ready;
 #ifdef ZORCH_MPI
 static bool mpi_started;
@@ -72,7 +72,7 @@ static void comm_enter(const zero_comm *c, const char *what) {
    stopped) is named as not answering. */
 static int comm_describe_laggards(const zero_comm *c, char *msg, size_t cap) {
 #ifdef ZORCH_MPI
-  if (progress_win == MPI_WIN_NULL || c->world < 2) return -1;
+  if (progress_win == MPI_WIN_NULL || c->world < 2 || c->mpi) return -1;
   int64_t *counts = calloc((size_t)c->world, sizeof *counts);
   MPI_Request *reqs = calloc((size_t)c->world, sizeof *reqs);
   if (!counts || !reqs) {
@@ -144,8 +144,9 @@ zorch_status comm_check_wait(const zero_comm *c, const char *what, int64_t n, do
   double limit = comm_timeout_s;
   if (limit <= 0 || comm_clock() - t0 <= limit) return ZORCH_OK;
   char msg[1024];
-  snprintf(msg, sizeof msg, "rank %d: %s of %lld elements%s%s did not complete within %.0f s (comm_timeout)",
-           c->rank, what, (long long)n, comm_label_text[0] ? " for " : "", comm_label_text, limit);
+  snprintf(msg, sizeof msg, "rank %d: %s of %lld elements%s%s%s did not complete within %.0f s (comm_timeout)",
+           comm_world_rank(c, c->rank), what, (long long)n, c->mpi ? " in a group" : "", comm_label_text[0] ? " for " : "",
+           comm_label_text, limit);
   size_t len = strlen(msg);
   int named = comm_describe_laggards(c, msg, sizeof msg);
   if (named == 0)
@@ -242,6 +243,9 @@ static int *mpi_counts(const char *op, const zero_comm *c, const int64_t *counts
   return rc;
 }
 
+/* The group's MPI communicator (the world's when it is not a group). */
+static MPI_Comm mcomm(const zero_comm *c) { return c->mpi ? *(MPI_Comm *)c->mpi : MPI_COMM_WORLD; }
+
 static MPI_Datatype mpi_type(zorch_dtype dt) {
   return dt == ZORCH_F64 ? MPI_DOUBLE : dt == ZORCH_F32 ? MPI_FLOAT : MPI_UINT16_T;
 }
@@ -288,7 +292,7 @@ zorch_status comm_bcast_bytes(zero_comm *c, void *buf, size_t bytes, const char 
 #ifdef ZORCH_MPI
   if (bytes > INT_MAX) return err_set(ZORCH_ERR_ARG, "%s: %zu bytes is more than one MPI call takes", what, bytes);
   MPI_Request req;
-  zorch_status st = mpi_check(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD, &req), what, (int64_t)bytes);
+  zorch_status st = mpi_check(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, mcomm(c), &req), what, (int64_t)bytes);
   return st ? st : mpi_wait(c, &req, what, (int64_t)bytes);
 #else
   (void)buf;
@@ -347,7 +351,7 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "allreduce: %lld elements is more than one MPI call takes", (long long)n);
   MPI_Request req;
   zorch_status st = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, tensor_ptr(t), (int)n, mpi_type(t->dtype),
-                                             max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD, &req), "allreduce", n);
+                                             max ? MPI_MAX : MPI_SUM, mcomm(c), &req), "allreduce", n);
   return st ? st : mpi_wait(c, &req, "allreduce", n);
 #else
   (void)max;
@@ -385,7 +389,7 @@ zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
   if (!rc) return zorch_last_status();
   MPI_Request req;
   zorch_status st = mpi_check(MPI_Ireduce_scatter(tensor_ptr(send), tensor_ptr(recv), rc, mpi_type(send->dtype),
-                                                  MPI_SUM, MPI_COMM_WORLD, &req), "reduce_scatter", total);
+                                                  MPI_SUM, mcomm(c), &req), "reduce_scatter", total);
   if (!st) st = mpi_wait(c, &req, "reduce_scatter", total);
   if (st != ZORCH_ERR_TIMEOUT) free(rc); /* a pending request may still read the counts */
   return st;
@@ -412,7 +416,7 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
   char *p = tensor_ptr(buf);
   MPI_Request req;
   zorch_status st = mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, p, (int)n, mpi_type(buf->dtype), MPI_SUM,
-                                                        MPI_COMM_WORLD, &req), "reduce_scatter", total);
+                                                        mcomm(c), &req), "reduce_scatter", total);
   if (!st) st = mpi_wait(c, &req, "reduce_scatter", total);
   /* the result lands at the front: move it to this rank's slice */
   if (!st && c->rank) memmove(p + (size_t)(n * c->rank) * es, p, (size_t)n * es);
@@ -449,7 +453,7 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "allgather: %lld elements per rank is more than one MPI call takes", (long long)n);
   MPI_Request req;
   zorch_status st = mpi_check(MPI_Iallgather(inplace ? MPI_IN_PLACE : sp, (int)n, mpi_type(send->dtype), (void *)rp,
-                                             (int)n, mpi_type(send->dtype), MPI_COMM_WORLD, &req), "allgather", n);
+                                             (int)n, mpi_type(send->dtype), mcomm(c), &req), "allgather", n);
   return st ? st : mpi_wait(c, &req, "allgather", n * c->world);
 #else
   return ZORCH_OK;
@@ -475,11 +479,178 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
   int *displs = rc + c->world;
   MPI_Request req;
   zorch_status st = mpi_check(MPI_Iallgatherv(tensor_ptr(send), rc[c->rank], mpi_type(send->dtype), tensor_ptr(recv),
-                                              rc, displs, mpi_type(send->dtype), MPI_COMM_WORLD, &req),
+                                              rc, displs, mpi_type(send->dtype), mcomm(c), &req),
                               "allgatherv", total);
   if (!st) st = mpi_wait(c, &req, "allgather", total);
   if (st != ZORCH_ERR_TIMEOUT) free(rc); /* a pending request may still read the counts */
   return st;
+#else
+  return ZORCH_OK;
+#endif
+}
+
+/* ---- groups and point to point ---------------------------------------------------- */
+/* Every group made. They stay (reachable from here) for the process's life:
+   another Lua state may still hold one, and freeing a communicator is
+   collective; comm_finalize frees their MPI communicators with MPI's. */
+static zero_comm *groups;
+
+int comm_world_rank(const zero_comm *c, int r) { return c->members ? c->members[r] : r; }
+
+zorch_status comm_split(zero_comm *parent, int color, int key, zero_comm **out) {
+  *out = NULL;
+  if (color < 0) return err_set(ZORCH_ERR_ARG, "comm_split: color must be >= 0, got %d", color);
+  if (check_open(parent, "comm_split")) return zorch_last_status();
+  zero_comm *g = calloc(1, sizeof *g);
+  if (!g) return err_set(ZORCH_ERR_OOM, "comm_split: out of memory");
+  g->backend = parent->backend;
+  g->nccl_dev = -1;
+  g->world = 1;
+#ifdef ZORCH_MPI
+  if (parent->world > 1 || parent->mpi) {
+    MPI_Comm *mc = malloc(sizeof *mc);
+    g->mpi = mc;
+    if (!mc) {
+      free(g);
+      return err_set(ZORCH_ERR_OOM, "comm_split: out of memory");
+    }
+    comm_enter(parent, "comm_split");
+    zorch_status st = mpi_check(MPI_Comm_split(mcomm(parent), color, key, mc), "comm_split", 1);
+    if (st) {
+      free(mc);
+      free(g);
+      return st;
+    }
+    MPI_Comm_set_errhandler(*mc, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(*mc, &g->rank);
+    MPI_Comm_size(*mc, &g->world);
+    g->members = malloc(sizeof(int) * (size_t)g->world);
+    int *mine = malloc(sizeof(int) * (size_t)g->world);
+    MPI_Group gg, wg;
+    if (g->members && mine && MPI_Comm_group(*mc, &gg) == MPI_SUCCESS) {
+      MPI_Comm_group(MPI_COMM_WORLD, &wg);
+      for (int r = 0; r < g->world; r++) mine[r] = r;
+      MPI_Group_translate_ranks(gg, g->world, mine, wg, g->members);
+      MPI_Group_free(&gg);
+      MPI_Group_free(&wg);
+    } else {
+      free(g->members);
+      g->members = NULL;
+    }
+    free(mine);
+    if (!g->members) {
+      MPI_Comm_free(mc);
+      free(mc);
+      free(g);
+      return err_set(ZORCH_ERR_OOM, "comm_split: out of memory");
+    }
+  }
+#endif
+  if (!g->members) { /* one process: a group of one */
+    g->members = malloc(sizeof(int));
+    if (!g->members) {
+      free(g);
+      return err_set(ZORCH_ERR_OOM, "comm_split: out of memory");
+    }
+    g->members[0] = comm_world_rank(parent, parent->rank);
+  }
+  g->next = groups;
+  groups = g;
+  *out = g;
+  return ZORCH_OK;
+}
+
+static zorch_status check_p2p_buf(const char *op, const zorch_tensor *t) {
+  if (!zorch_tensor_is_contiguous(t)) return err_set(ZORCH_ERR_ARG, "%s: needs a contiguous tensor", op);
+  return ZORCH_OK;
+}
+
+static zorch_status check_peer(const zero_comm *c, const char *op, const char *arg, int peer) {
+  if (peer < 0 || peer >= c->world)
+    return err_set(ZORCH_ERR_ARG, "%s: %s rank %d is outside the group of %d", op, arg, peer, c->world);
+  return ZORCH_OK;
+}
+
+zorch_status comm_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv, int src) {
+  const char *op = "sendrecv";
+  if ((send && (check_p2p_buf(op, send) || check_peer(c, op, "destination", dst))) ||
+      (recv && (check_p2p_buf(op, recv) || check_peer(c, op, "source", src))) ||
+      (send && recv && check_same_dev(op, send, recv)))
+    return zorch_last_status();
+  size_t sb = send ? (size_t)zorch_tensor_numel(send) * dtype_sizes[send->dtype] : 0;
+  size_t rb = recv ? (size_t)zorch_tensor_numel(recv) * dtype_sizes[recv->dtype] : 0;
+  if (!send && !recv) return ZORCH_OK;
+  /* to itself: a copy (a group of one, or a rank that is its own neighbour) */
+  if (send && recv && dst == c->rank && src == c->rank) {
+    if (sb != rb) return err_set(ZORCH_ERR_SHAPE, "%s: %zu bytes sent to itself into a buffer of %zu", op, sb, rb);
+    return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), sb);
+  }
+  if (c->world == 1)
+    return err_set(ZORCH_ERR_ARG, "%s: a %s with no matching %s in a group of one rank", op, send ? "send" : "receive",
+                   send ? "receive" : "send");
+  if (check_open(c, op)) return zorch_last_status();
+  comm_enter(c, op);
+  c->sent += sb;
+  c->recv += rb;
+  NCCL_ROUTE(send ? send : recv, nccl_sendrecv(c, send, dst, recv, src))
+#ifdef ZORCH_MPI
+  if (sb > INT_MAX || rb > INT_MAX) return err_set(ZORCH_ERR_ARG, "%s: more bytes than one MPI call takes", op);
+  MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  MPI_Status stat[2];
+  zorch_status st = ZORCH_OK;
+  if (recv) st = mpi_check(MPI_Irecv(tensor_ptr(recv), (int)rb, MPI_BYTE, src, 0, mcomm(c), &req[0]), op, (int64_t)rb);
+  if (!st && send)
+    st = mpi_check(MPI_Isend(tensor_ptr(send), (int)sb, MPI_BYTE, dst, 0, mcomm(c), &req[1]), op, (int64_t)sb);
+  if (st) return st; /* a posted receive stays pending: the next exchange fails too */
+  comm_waiter w;
+  comm_wait_begin(&w);
+  for (;;) {
+    int done = 0;
+    if ((st = mpi_check(MPI_Testall(2, req, &done, stat), op, (int64_t)(sb + rb)))) return st;
+    if (done) break;
+    if ((st = comm_check_wait(c, op, (int64_t)(sb + rb), w.t0))) return st;
+    comm_wait_pause(&w);
+  }
+  if (recv) {
+    int got = 0;
+    MPI_Get_count(&stat[0], MPI_BYTE, &got);
+    if ((size_t)got != rb)
+      return err_set(ZORCH_ERR_SHAPE, "%s: rank %d received %d bytes from rank %d into a buffer of %zu", op, c->rank,
+                     got, src, rb);
+  }
+  return ZORCH_OK;
+#else
+  return err_set(ZORCH_ERR_DEVICE, "%s: %d ranks but zorch was built without MPI", op, c->world);
+#endif
+}
+
+zorch_status comm_broadcast(zero_comm *c, zorch_tensor *t, int root) {
+  if (check_p2p_buf("broadcast", t) || check_peer(c, "broadcast", "root", root)) return zorch_last_status();
+  size_t n = (size_t)zorch_tensor_numel(t) * dtype_sizes[t->dtype];
+  if (c->world == 1) return ZORCH_OK;
+  if (check_open(c, "broadcast")) return zorch_last_status();
+  comm_enter(c, "broadcast");
+  if (c->rank == root) c->sent += n;
+  else c->recv += n;
+  NCCL_ROUTE(t, nccl_broadcast(c, t, root))
+#ifdef ZORCH_MPI
+  if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "broadcast: %zu bytes is more than one MPI call takes", n);
+  MPI_Request req;
+  zorch_status st = mpi_check(MPI_Ibcast(tensor_ptr(t), (int)n, MPI_BYTE, root, mcomm(c), &req), "broadcast", (int64_t)n);
+  return st ? st : mpi_wait(c, &req, "broadcast", (int64_t)n);
+#else
+  return ZORCH_OK;
+#endif
+}
+
+zorch_status comm_barrier(zero_comm *c) {
+  if (c->world == 1) return ZORCH_OK;
+  if (check_open(c, "barrier")) return zorch_last_status();
+  comm_enter(c, "barrier");
+#ifdef ZORCH_MPI
+  MPI_Request req;
+  zorch_status st = mpi_check(MPI_Ibarrier(mcomm(c), &req), "barrier", 0);
+  return st ? st : mpi_wait(c, &req, "barrier", 0);
 #else
   return ZORCH_OK;
 #endif
@@ -500,6 +671,8 @@ void comm_finalize(void) {
   int fin = 0;
   /* after a timeout a collective is still pending: finalising would wait on it */
   if (mpi_started && !comm_closed && (MPI_Finalized(&fin), !fin)) {
+    for (zero_comm *g = groups; g; g = g->next)
+      if (g->mpi) MPI_Comm_free((MPI_Comm *)g->mpi);
     if (progress_win != MPI_WIN_NULL) {
       MPI_Win_unlock_all(progress_win);
       MPI_Win_free(&progress_win);

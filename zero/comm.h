@@ -12,6 +12,14 @@ typedef struct zero_comm {
   int rank, world;
   const char *backend;
   uint64_t sent, recv; /* bytes since the last comm_reset_bytes */
+  /* A group (comm_split) has its own MPI communicator (mpi, NULL for the
+     world's), the world rank of each of its ranks (members, NULL for the world)
+     and its own NCCL communicator, made on first use (zero/nccl.c). */
+  void *mpi;
+  int *members;
+  void *nccl;
+  int nccl_dev;
+  struct zero_comm *next; /* the groups made so far */
 } zero_comm;
 
 /* The process's communicator: "mpi" when launched by mpirun (or srun) with more
@@ -34,6 +42,21 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
 zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                              const int64_t *counts);
 void comm_reset_bytes(zero_comm *c);
+/* Collective over parent: the ranks that pass the same color form one group,
+   ordered by key (then by their rank in parent). *out lives as long as the
+   process (freeing a communicator is collective, so groups are never freed
+   one by one). */
+zorch_status comm_split(zero_comm *parent, int color, int key, zero_comm **out);
+/* The world rank of the group's rank r. */
+int comm_world_rank(const zero_comm *c, int r);
+/* Point to point, both halves at once so that neighbours exchanging in both
+   directions cannot deadlock: send (or NULL) goes to rank dst, recv (or NULL)
+   is filled from rank src (ranks of c). Buffers are contiguous, of any dtype;
+   the message must fill recv exactly. */
+zorch_status comm_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv, int src);
+/* root's t copied into every rank's t (any contiguous dtype). */
+zorch_status comm_broadcast(zero_comm *c, zorch_tensor *t, int root);
+zorch_status comm_barrier(zero_comm *c);
 /* rank 0's `bytes` at buf sent to every rank (a timed wait, like the others). */
 zorch_status comm_bcast_bytes(zero_comm *c, void *buf, size_t bytes, const char *what);
 /* What the next collectives carry (a bucket, a parameter group), for the

@@ -8,8 +8,8 @@
 
 cudaStream_t zorch_cuda_stream(int dev); /* ops/cuda/runtime.cu */
 
-static ncclComm_t the_nccl;
-static int nccl_dev = -1;
+/* Each group (zero_comm) has its own NCCL communicator in c->nccl, on device
+   c->nccl_dev, made at its first collective. */
 
 static zorch_status nccl_fail(const zero_comm *c, const char *what, int64_t n, const char *why) {
   return err_set(ZORCH_ERR_IO, "%s of %lld elements failed on rank %d (NCCL): %s", what, (long long)n, c->rank, why);
@@ -23,10 +23,10 @@ static zorch_status nccl_fail(const zero_comm *c, const char *what, int64_t n, c
 /* The communicator, made on first use for the device of `t`. */
 static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *what, ncclComm_t *out) {
   int dev = t->st->device.index;
-  if (nccl_dev >= 0 && dev != nccl_dev)
+  if (c->nccl_dev >= 0 && dev != c->nccl_dev)
     return err_set(ZORCH_ERR_DEVICE, "%s: rank %d runs its NCCL collectives on cuda:%d, not cuda:%d (one GPU per rank)",
-                   what, c->rank, nccl_dev, dev);
-  if (nccl_dev < 0) {
+                   what, c->rank, c->nccl_dev, dev);
+  if (c->nccl_dev < 0) {
     ncclUniqueId id;
     if (c->rank == 0) NCCL_TRY(ncclGetUniqueId(&id), c, "ncclGetUniqueId", 0);
     if (comm_bcast_bytes(c, &id, sizeof id, "sending the NCCL id")) {
@@ -34,10 +34,12 @@ static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *wh
       return zorch_last_status();
     }
     zorch_cuda_stream(dev); /* makes dev current */
-    NCCL_TRY(ncclCommInitRank(&the_nccl, c->world, id, c->rank), c, "ncclCommInitRank", 0);
-    nccl_dev = dev;
+    ncclComm_t nc;
+    NCCL_TRY(ncclCommInitRank(&nc, c->world, id, c->rank), c, "ncclCommInitRank", 0);
+    c->nccl = nc;
+    c->nccl_dev = dev;
   }
-  *out = the_nccl;
+  *out = (ncclComm_t)c->nccl;
   return ZORCH_OK;
 }
 
@@ -45,7 +47,7 @@ static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *wh
    timeout; a collective that times out has its communicator aborted, so its
    kernels stop instead of holding the device. */
 static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
-  cudaStream_t s = zorch_cuda_stream(nccl_dev);
+  cudaStream_t s = zorch_cuda_stream(c->nccl_dev);
   comm_waiter w;
   comm_wait_begin(&w);
   for (;;) {
@@ -53,12 +55,12 @@ static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
     if (e == cudaSuccess) return ZORCH_OK;
     if (e != cudaErrorNotReady) return nccl_fail(c, what, n, cudaGetErrorString(e));
     ncclResult_t ar;
-    if (ncclCommGetAsyncError(the_nccl, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress)
+    if (ncclCommGetAsyncError((ncclComm_t)c->nccl, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress)
       return nccl_fail(c, what, n, ncclGetErrorString(ar));
     zorch_status st = comm_check_wait(c, what, n, w.t0);
     if (st) {
-      ncclCommAbort(the_nccl);
-      the_nccl = NULL;
+      ncclCommAbort((ncclComm_t)c->nccl);
+      c->nccl = NULL;
       return st;
     }
     comm_wait_pause(&w);
@@ -80,7 +82,7 @@ zorch_status nccl_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   if (nccl_get(c, t, "allreduce", &nc)) return zorch_last_status();
   void *p = tensor_ptr(t);
   NCCL_TRY(ncclAllReduce(p, p, (size_t)n, nccl_type(t->dtype), max ? ncclMax : ncclSum, nc,
-                         zorch_cuda_stream(nccl_dev)),
+                         zorch_cuda_stream(c->nccl_dev)),
            c, "allreduce", n);
   return nccl_wait(c, "allreduce", n);
 }
@@ -95,7 +97,7 @@ static zorch_status per_rank(zero_comm *c, const char *what, const zorch_tensor 
   size_t es = dtype_sizes[whole->dtype];
   ncclComm_t nc;
   if (nccl_get(c, whole, what, &nc)) return zorch_last_status();
-  cudaStream_t s = zorch_cuda_stream(nccl_dev);
+  cudaStream_t s = zorch_cuda_stream(c->nccl_dev);
   NCCL_TRY(ncclGroupStart(), c, what, total);
   for (int r = 0; r < c->world; r++) {
     bool mine = r == c->rank;
@@ -126,7 +128,7 @@ zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_
   char *p = tensor_ptr(buf);
   /* in place when the result is this rank's slice of the input */
   NCCL_TRY(ncclReduceScatter(p, p + (size_t)(n * c->rank) * dtype_sizes[buf->dtype], (size_t)n, nccl_type(buf->dtype),
-                             ncclSum, nc, zorch_cuda_stream(nccl_dev)),
+                             ncclSum, nc, zorch_cuda_stream(c->nccl_dev)),
            c, "reduce_scatter", n * c->world);
   return nccl_wait(c, "reduce_scatter", n * c->world);
 }
@@ -135,11 +137,37 @@ zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   ncclComm_t nc;
   if (nccl_get(c, send, "allgather", &nc)) return zorch_last_status();
   NCCL_TRY(ncclAllGather(tensor_ptr(send), tensor_ptr(recv), (size_t)n, nccl_type(send->dtype), nc,
-                         zorch_cuda_stream(nccl_dev)),
+                         zorch_cuda_stream(c->nccl_dev)),
            c, "allgather", n * c->world);
   return nccl_wait(c, "allgather", n * c->world);
 }
 
 zorch_status nccl_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
   return per_rank(c, "allgatherv", send, recv, counts, false);
+}
+
+zorch_status nccl_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv, int src) {
+  const zorch_tensor *any = send ? send : recv;
+  size_t sb = send ? (size_t)zorch_tensor_numel(send) * dtype_sizes[send->dtype] : 0;
+  size_t rb = recv ? (size_t)zorch_tensor_numel(recv) * dtype_sizes[recv->dtype] : 0;
+  ncclComm_t nc;
+  if (nccl_get(c, any, "sendrecv", &nc)) return zorch_last_status();
+  cudaStream_t s = zorch_cuda_stream(c->nccl_dev);
+  /* one NCCL group, so two neighbours exchanging both ways do not deadlock */
+  NCCL_TRY(ncclGroupStart(), c, "sendrecv", (int64_t)(sb + rb));
+  ncclResult_t r1 = send ? ncclSend(tensor_ptr(send), sb, ncclUint8, dst, nc, s) : ncclSuccess;
+  ncclResult_t r2 = recv ? ncclRecv(tensor_ptr(recv), rb, ncclUint8, src, nc, s) : ncclSuccess;
+  ncclResult_t r3 = ncclGroupEnd();
+  ncclResult_t r = r1 != ncclSuccess ? r1 : r2 != ncclSuccess ? r2 : r3;
+  if (r != ncclSuccess) return nccl_fail(c, "sendrecv", (int64_t)(sb + rb), ncclGetErrorString(r));
+  return nccl_wait(c, "sendrecv", (int64_t)(sb + rb));
+}
+
+zorch_status nccl_broadcast(zero_comm *c, zorch_tensor *t, int root) {
+  size_t n = (size_t)zorch_tensor_numel(t) * dtype_sizes[t->dtype];
+  ncclComm_t nc;
+  if (nccl_get(c, t, "broadcast", &nc)) return zorch_last_status();
+  void *p = tensor_ptr(t);
+  NCCL_TRY(ncclBroadcast(p, p, n, ncclUint8, root, nc, zorch_cuda_stream(c->nccl_dev)), c, "broadcast", (int64_t)n);
+  return nccl_wait(c, "broadcast", (int64_t)n);
 }

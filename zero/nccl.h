@@ -13,4 +13,6 @@ zorch_status nccl_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
 zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_t n);
 zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, int64_t n);
 zorch_status nccl_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts);
+zorch_status nccl_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv, int src);
+zorch_status nccl_broadcast(zero_comm *c, zorch_tensor *t, int root);
 #endif
