@@ -1,6 +1,10 @@
 -- One optimizer step of a model under the ZeRO engine, timed on every rank; rank
 -- 0 prints the slowest rank's mean step time as a JSON line.
 -- zorch launch -n N bench/zero_step.lua NAME STAGE IN HIDDEN OUT BATCH STEPS
+-- ZORCH_BENCH_BUCKET sets reduce_bucket_size; ZORCH_BENCH_OVERLAP=1 turns on
+-- overlap_comm (the name gains "_overlap"). The line gives the mean time
+-- backward was blocked in gradient reductions (stages 2-3), "waited_us": the
+-- difference without and with overlap is the communication hidden.
 local zorch = require "zorch"
 local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers (a terminal test, a barrier)
 local nn, optim = zorch.nn, zorch.optim
@@ -14,7 +18,10 @@ local a = zorch.flags(arg, {
   {"STEPS", "timed steps", type = "integer"},
 }, "usage: zorch launch -n N bench/zero_step.lua NAME STAGE IN HIDDEN OUT BATCH STEPS")
 local name, stage, i, h, o, batch, steps = a.NAME, a.STAGE, a.IN, a.HIDDEN, a.OUT, a.BATCH, a.STEPS
-local engine = zorch.Engine{zero_stage = stage, gradient_clipping = 1.0, seed = 1}
+local overlap = os.getenv("ZORCH_BENCH_OVERLAP") == "1"
+local bucket = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_BUCKET") or "")) or 500000000
+local engine = zorch.Engine{zero_stage = stage, gradient_clipping = 1.0, seed = 1, overlap_comm = overlap,
+                            reduce_bucket_size = bucket}
 local model = nn.Sequential(nn.Linear(i, h), nn.ReLU(), nn.Linear(h, o))
 local opt = optim.Adam(model:parameters(), {lr = 1e-4})
 model, _, opt = engine:prepare(model, nil, opt)
@@ -24,11 +31,12 @@ local function step()
   opt:zero_grad(); engine:backward(loss); opt:step()
 end
 step()
-local t0 = zorch.clock()
-for _ = 1, steps do step() end
+local t0, waited = zorch.clock(), 0
+for _ = 1, steps do step(); waited = waited + engine:comm_report().waited_s end
 local per = zorch.tensor({(zorch.clock() - t0) / steps}, {dtype = "float64"})
 Z._allreduce(per, "max")
 if engine.rank == 0 then
-  print(('{"name": "zorch/%s_stage%d_ranks%d", "value": %.4g, "unit": "us"}'):format(
-    name, stage, engine.world_size, per:item() * 1e6))
+  print(('{"name": "zorch/%s_stage%d_ranks%d%s", "value": %.4g, "unit": "us"%s}'):format(
+    name, stage, engine.world_size, overlap and "_overlap" or "", per:item() * 1e6,
+    stage >= 2 and (', "waited_us": %.4g'):format(waited / steps * 1e6) or ""))
 end

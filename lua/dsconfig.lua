@@ -101,7 +101,7 @@ end
 local function set(list) local t = {} for _, k in ipairs(list) do t[k] = true end return t end
 local NO_EFFECT = set {
   -- speed and memory: communication, buckets, prefetching, placement, compilation
-  "zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients", "zero_optimization.allgather_partitions",
+  "zero_optimization.contiguous_gradients", "zero_optimization.allgather_partitions",
   "zero_optimization.reduce_scatter", "zero_optimization.allgather_bucket_size", "zero_optimization.round_robin_gradients",
   "zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.prefetch_bucket_size",
   "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.param_persistence_threshold",
@@ -155,7 +155,7 @@ end
 
 -- Checks of the values of some listed keys.
 local IGNORED = {
-  ["zero_optimization.overlap_comm"] = boolean, ["zero_optimization.contiguous_gradients"] = boolean,
+  ["zero_optimization.contiguous_gradients"] = boolean,
   ["zero_optimization.allgather_partitions"] = boolean, ["zero_optimization.reduce_scatter"] = boolean,
   ["zero_optimization.allgather_bucket_size"] = function(k, v) number(k, v, 0) end,
   ["zero_optimization.stage3_prefetch_bucket_size"] = function(k, v) number(k, v, 0) end,
@@ -308,6 +308,8 @@ local function from_table(ds, world)
       if k == "stage" then
         if v ~= 0 and v ~= 1 and v ~= 2 and v ~= 3 then bad(key, "0, 1, 2 or 3", v) end
         out.zero_stage = math.tointeger(v)
+      elseif k == "overlap_comm" then
+        out.overlap_comm = boolean(key, v)
       elseif k == "reduce_bucket_size" then
         if type(v) ~= "number" or v < 1 or v > 2^53 or v ~= math.floor(v) then bad(key, "a whole number from 1 to 2^53", v) end
         out.reduce_bucket_size = math.tointeger(v)

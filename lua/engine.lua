@@ -25,6 +25,7 @@ local DEFAULTS = {
   gradient_clipping = 0,           -- max global L2 norm of the gradients; 0 is off
   gradient_accumulation_steps = 1, -- micro-steps per optimizer step
   reduce_bucket_size = 500000000,  -- elements per gradient reduction (stages 2-3)
+  overlap_comm = false,            -- stages 2-3: a full bucket's reduction runs while backward goes on
   seed = false,                    -- an integer seeds zorch's default generator
   hidden_size = false,             -- the model's hidden size for a DeepSpeed config's "auto" bucket sizes
   comm_timeout = 600,              -- seconds a collective may wait before it times out; 0: never
@@ -56,6 +57,7 @@ local CHECKS = {
   gradient_clipping = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0 turns it off)"},
   gradient_accumulation_steps = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   reduce_bucket_size = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
+  overlap_comm = {function(v) return type(v) == "boolean" end, "true or false"},
   seed = {function(v) return v == false or math.type(v) == "integer" end, "an integer"},
   hidden_size = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   comm_timeout = {function(v) return type(v) == "number" and v >= 0 end, "a number of seconds >= 0"},
@@ -329,6 +331,7 @@ function Engine:prepare(model, loader, opt, sched)
   end
   -- parameters become views of the engine's buffers, padded so shards are equal
   self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size, group = self.group,
+                                          overlap = self.cfg.overlap_comm,
                                           dtype = self.cfg.precision, groups = groups})
   if stage == 3 then
     rawset(model, "_engine", self) -- state dicts gather first
@@ -544,8 +547,7 @@ function Engine:optimizer_step()
         self.steps + 1, tostring(self.last_norm), self.scaler.scale))
     end
     self.zero:release() -- (stage 3; the parameters did not change)
-    local sent, recv = self.group:bytes(true)
-    self.last_comm = {sent = sent, received = recv}
+    self:note_comm()
     return false
   end
   self.last_skipped = false
@@ -562,9 +564,16 @@ function Engine:optimizer_step()
   if self.lr_scheduler then self.lr_scheduler.step() end
   self.steps = self.steps + 1
   if self.cfg.steps_per_print then self:print_step() end
-  -- what this step moved, from the end of the previous one (stage 3 gathers in forward)
+  self:note_comm()
+end
+
+-- What this step moved, from the end of the previous one (stage 3 gathers in
+-- forward), and (stages 2-3) how long the gradient reductions were in flight
+-- and how long backward was blocked in them.
+function Engine:note_comm()
   local sent, recv = self.group:bytes(true)
-  self.last_comm = {sent = sent, received = recv}
+  local flight, waited = self.zero:comm_times(true)
+  self.last_comm = {sent = sent, received = recv, in_flight_s = flight, waited_s = waited}
 end
 
 -- Every steps_per_print steps, as DeepSpeed reports them: the step, the mean loss
@@ -647,9 +656,12 @@ function Engine:memory_report()
   }
 end
 
--- Bytes this rank sent and received in the last optimizer step (ring volumes).
+-- Bytes this rank sent and received in the last optimizer step (ring volumes),
+-- and (stages 2-3) the seconds its gradient reductions were in flight and the
+-- seconds backward was blocked in them: overlap_comm hides the difference
+-- between the blocked time without it and with it.
 function Engine:comm_report()
-  return self.last_comm or {sent = 0, received = 0}
+  return self.last_comm or {sent = 0, received = 0, in_flight_s = 0, waited_s = 0}
 end
 
 -- The mean of a number over ranks (for logging a loss every rank computed).

@@ -124,6 +124,8 @@ static int l_zero_engine(lua_State *L) {
   if (!strcmp(dt, "bf16")) o.dtype = ZORCH_BF16;
   else if (!strcmp(dt, "fp16")) o.dtype = ZORCH_F16;
   else if (strcmp(dt, "fp32")) return luaL_error(L, "zero engine: dtype must be \"fp32\", \"bf16\" or \"fp16\", got \"%s\"", dt);
+  lua_getfield(L, 2, "overlap");
+  o.overlap = lua_toboolean(L, -1);
   lua_getfield(L, 2, "groups");
   if (!lua_isnil(L, -1)) o.group_sizes = int_list(L, lua_gettop(L), &o.ngroups);
   int n = (int)luaL_len(L, 1);
@@ -210,12 +212,21 @@ static int e_memory(lua_State *L) {
   return 1;
 }
 
+/* engine:comm_times(reset) -> seconds reductions were in flight, seconds waited */
+static int e_comm_times(lua_State *L) {
+  double flight, waited;
+  zero_engine_comm_times(check_engine(L), &flight, &waited, lua_toboolean(L, 2));
+  lua_pushnumber(L, flight);
+  lua_pushnumber(L, waited);
+  return 2;
+}
+
 static void open_engine_type(lua_State *L) {
   static const luaL_Reg methods[] = {{"begin_backward", e_begin}, {"end_backward", e_end},
                                      {"reduced_grad", e_reduced_grad}, {"target", e_target},
                                      {"clip", e_clip}, {"after_update", e_after}, {"zero_grad", e_zero_grad},
                                      {"gather", e_gather}, {"release", e_release}, {"sync_shard", e_sync},
-                                     {"memory", e_memory}, {"module_register", e_module_register},
+                                     {"memory", e_memory}, {"module_register", e_module_register}, {"comm_times", e_comm_times},
                                      {"module_begin", e_module_begin}, {"module_end", e_module_end},
                                      {NULL, NULL}};
   luaL_newmetatable(L, LZ_ENGINE);

@@ -370,8 +370,20 @@ static zorch_status check_counts(const char *op, const zero_comm *c, const int64
   return ZORCH_OK;
 }
 
-zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
-                                 const int64_t *counts) {
+struct comm_request {
+  zero_comm *c;
+  const char *what;
+  int64_t n;
+#ifdef ZORCH_MPI
+  MPI_Request req;
+  int *counts; /* MPI reads them until the request completes */
+#endif
+};
+
+/* Starts a reduce-scatter; *req stays NULL when it completed already. */
+static zorch_status start_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
+                                         const int64_t *counts, comm_request **req) {
+  *req = NULL;
   if (check_buf("reduce_scatter", send) || check_buf("reduce_scatter", recv) ||
       check_same_dev("reduce_scatter", send, recv))
     return zorch_last_status();
@@ -385,17 +397,64 @@ zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_t
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
   NCCL_ROUTE(send, nccl_reduce_scatter(c, send, recv, counts))
 #ifdef ZORCH_MPI
+  comm_request *r = malloc(sizeof *r);
   int *rc = mpi_counts("reduce_scatter", c, counts);
-  if (!rc) return zorch_last_status();
-  MPI_Request req;
+  if (!r || !rc) {
+    free(r);
+    free(rc);
+    return rc ? err_set(ZORCH_ERR_OOM, "reduce_scatter: out of memory") : zorch_last_status();
+  }
+  *r = (comm_request){.c = c, .what = "reduce_scatter", .n = total, .counts = rc};
   zorch_status st = mpi_check(MPI_Ireduce_scatter(tensor_ptr(send), tensor_ptr(recv), rc, mpi_type(send->dtype),
-                                                  MPI_SUM, mcomm(c), &req), "reduce_scatter", total);
-  if (!st) st = mpi_wait(c, &req, "reduce_scatter", total);
-  if (st != ZORCH_ERR_TIMEOUT) free(rc); /* a pending request may still read the counts */
+                                                  MPI_SUM, mcomm(c), &r->req), "reduce_scatter", total);
+  if (st) {
+    free(rc);
+    free(r);
+    return st;
+  }
+  *req = r;
+  return ZORCH_OK;
+#else
+  return ZORCH_OK;
+#endif
+}
+
+zorch_status comm_test(comm_request *r, bool *done) {
+  *done = true;
+  if (!r) return ZORCH_OK;
+#ifdef ZORCH_MPI
+  int flag = 0;
+  zorch_status st = mpi_check(MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE), r->what, r->n);
+  *done = flag != 0;
   return st;
 #else
   return ZORCH_OK;
 #endif
+}
+
+zorch_status comm_wait(comm_request *r) {
+  if (!r) return ZORCH_OK;
+#ifdef ZORCH_MPI
+  zorch_status st = mpi_wait(r->c, &r->req, r->what, r->n);
+  if (st != ZORCH_ERR_TIMEOUT) free(r->counts); /* a pending request may still read them */
+  free(r);
+  return st;
+#else
+  free(r);
+  return ZORCH_OK;
+#endif
+}
+
+zorch_status comm_ireduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts,
+                                  comm_request **req) {
+  return start_reduce_scatter(c, send, recv, counts, req);
+}
+
+zorch_status comm_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
+                                 const int64_t *counts) {
+  comm_request *r;
+  zorch_status st = start_reduce_scatter(c, send, recv, counts, &r);
+  return st ? st : comm_wait(r);
 }
 
 zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {

@@ -42,6 +42,19 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
 zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                              const int64_t *counts);
 void comm_reset_bytes(zero_comm *c);
+/* A reduce-scatter started without waiting (comm_reduce_scatter's arguments),
+   for overlapping it with compute: *req is NULL when it already completed (one
+   rank, cuda buffers: NCCL runs it on the device's stream and waits), else a
+   request that comm_test polls (each poll also moves MPI's progress on) and
+   comm_wait ends. The buffers must stay untouched until then. comm_wait frees
+   the request whatever its outcome; after a timeout the buffers stay in MPI's
+   hands, so their owner must not free them (comm_wait says so by returning
+   ZORCH_ERR_TIMEOUT). */
+typedef struct comm_request comm_request;
+zorch_status comm_ireduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts,
+                                  comm_request **req);
+zorch_status comm_test(comm_request *r, bool *done);
+zorch_status comm_wait(comm_request *r);
 /* Collective over parent: the ranks that pass the same color form one group,
    ordered by key (then by their rank in parent). *out lives as long as the
    process (freeing a communicator is collective, so groups are never freed

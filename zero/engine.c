@@ -17,7 +17,13 @@
 typedef struct bucket {
   int64_t lo, hi;    /* flat range [lo, hi) */
   int size, pending; /* parameters in it, and still to arrive */
-  zorch_tensor *buf; /* float32 staging while it fills */
+  zorch_tensor *buf; /* float32 staging while it fills (and while its reduction runs) */
+  /* overlap_comm: the reduction in flight, its receive buffer (this rank's
+     part) and when it started */
+  comm_request *req;
+  zorch_tensor *recv;
+  bool in_flight;
+  double posted;
 } bucket;
 
 typedef struct param_ctx {
@@ -85,6 +91,12 @@ struct zero_engine {
   int nfwd, fwd_cap;
   int *prev_order;    /* the previous step's order, to gather ahead in forward */
   int nprev;
+  /* overlap_comm: buckets whose reduction is in flight, in the order they
+     started (a ring of nbuckets), and the seconds reductions were in flight and
+     the seconds backward waited for them */
+  int *flight, nflight, flight_head;
+  double t_flight, t_wait;
+  bool leaked; /* a reduction timed out: its buffers stay with MPI */
 };
 
 static zorch_tensor *flat_view(zorch_tensor *base, int64_t off, int ndim, const int64_t *shape) {
@@ -110,36 +122,122 @@ static void overlap_counts(const zero_engine *e, int64_t lo, int64_t hi, int64_t
   }
 }
 
-static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
-  int world = e->c->world;
-  int64_t counts[256], *cnt = world <= 256 ? counts : malloc(sizeof(int64_t) * (size_t)world);
-  if (!cnt) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
-  overlap_counts(e, b->lo, b->hi, cnt);
-  int64_t mine = cnt[e->c->rank], len = b->hi - b->lo;
+/* The reduced part of a bucket joins this rank's gradient shard. */
+static zorch_status finish_bucket(zero_engine *e, bucket *b, zorch_tensor *recv, int64_t mine) {
   zorch_status st = ZORCH_OK;
-  if (!b->buf && !(b->buf = zorch_zeros(1, &len, ZORCH_F32, e->dev)))
-    st = zorch_last_status();
-  zorch_tensor *recv = st ? NULL : range(e->recv, 0, mine);
-  if (!st && !recv) st = zorch_last_status();
-  char label[96];
-  snprintf(label, sizeof label, "gradient bucket %d (elements %lld-%lld)", (int)(b - e->buckets),
-           (long long)b->lo, (long long)b->hi);
-  comm_set_label(label);
-  if (!st) st = comm_reduce_scatter(e->c, b->buf, recv, cnt);
   /* the mean, before it joins the shard: a 16-bit shard holds the mean of the
      ranks' loss-scaled gradients where their sum could overflow (DeepSpeed
      divides before its reduce-scatter too) */
-  if (!st && mine > 0 && world > 1) st = scale(recv, 1.0 / world);
+  if (mine > 0 && e->c->world > 1) st = scale(recv, 1.0 / e->c->world);
   if (!st && mine > 0) {
     int64_t start = (b->lo > e->c->rank * e->shard ? b->lo : e->c->rank * e->shard) - e->c->rank * e->shard;
     zorch_tensor *dst = range(e->gshard, start, mine);
     st = dst ? op_add_(dst, recv) : zorch_last_status();
     zorch_tensor_free(dst);
   }
-  zorch_tensor_free(recv);
   zorch_tensor_free(b->buf);
   b->buf = NULL;
   b->pending = b->size;
+  return st;
+}
+
+/* This rank's share of bucket b. */
+static int64_t bucket_mine(const zero_engine *e, const bucket *b) {
+  int64_t a = b->lo > e->c->rank * e->shard ? b->lo : e->c->rank * e->shard;
+  int64_t z = b->hi < (e->c->rank + 1) * e->shard ? b->hi : (e->c->rank + 1) * e->shard;
+  return z > a ? z - a : 0;
+}
+
+/* A reduction in flight has completed (or must now): it joins the shard. */
+static zorch_status land_bucket(zero_engine *e, bucket *b, bool wait) {
+  double t0 = comm_clock();
+  zorch_status st = wait ? comm_wait(b->req) : ZORCH_OK;
+  double t1 = comm_clock();
+  b->req = NULL;
+  b->in_flight = false;
+  if (st == ZORCH_ERR_TIMEOUT) { /* MPI still owns the buffers */
+    b->buf = b->recv = NULL;
+    e->leaked = true;
+    return st;
+  }
+  if (wait) e->t_wait += t1 - t0;
+  e->t_flight += t1 - b->posted;
+  if (!st) st = finish_bucket(e, b, b->recv, bucket_mine(e, b));
+  zorch_tensor_free(b->recv);
+  b->recv = NULL;
+  if (st) err_prefix("zero bucket reduction");
+  return st;
+}
+
+/* Lands the reductions in flight that have completed, oldest first (each test
+   also moves MPI's progress on); with `all`, waits for every one. */
+static zorch_status progress(zero_engine *e, bool all) {
+  zorch_status first = ZORCH_OK;
+  while (e->nflight > 0) {
+    bucket *b = &e->buckets[e->flight[e->flight_head]];
+    bool done = all;
+    if (!all) {
+      zorch_status st = comm_test(b->req, &done);
+      if (st) return st;
+      if (done) comm_wait(b->req), b->req = NULL; /* frees the request */
+    }
+    if (!done) return ZORCH_OK;
+    e->flight_head = (e->flight_head + 1) % e->nbuckets;
+    e->nflight--;
+    /* waiting for all, every one is waited for: none may stay with MPI unseen */
+    zorch_status st = land_bucket(e, b, all);
+    if (st && !all) return st;
+    if (st && !first) first = st;
+  }
+  return first;
+}
+
+/* Waits for the reductions in flight (after a failed backward: the other ranks
+   run them too); what fails here has nothing left to undo. */
+static void drain(zero_engine *e) {
+  if (e->nflight) (void)progress(e, true); /* its error was the backward's, or is moot */
+  e->nflight = 0;
+}
+
+static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
+  int world = e->c->world;
+  int64_t counts[256], *cnt = world <= 256 ? counts : malloc(sizeof(int64_t) * (size_t)world);
+  if (!cnt) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  overlap_counts(e, b->lo, b->hi, cnt);
+  int64_t mine = cnt[e->c->rank], len = b->hi - b->lo, one = mine ? mine : 1;
+  zorch_status st = ZORCH_OK;
+  if (!b->buf && !(b->buf = zorch_zeros(1, &len, ZORCH_F32, e->dev)))
+    st = zorch_last_status();
+  /* in flight, the bucket needs a receive buffer of its own */
+  zorch_tensor *recv = st ? NULL : e->o.overlap ? zorch_empty(1, &one, ZORCH_F32, e->dev) : range(e->recv, 0, mine);
+  if (!st && !recv) st = zorch_last_status();
+  if (!st && e->o.overlap && mine != one) { /* a zero-length view of it for the collective */
+    zorch_tensor *v = range(recv, 0, 0);
+    zorch_tensor_free(recv);
+    if (!(recv = v)) st = zorch_last_status();
+  }
+  char label[96];
+  snprintf(label, sizeof label, "gradient bucket %d (elements %lld-%lld)", (int)(b - e->buckets),
+           (long long)b->lo, (long long)b->hi);
+  comm_set_label(label);
+  if (!st && e->o.overlap) {
+    b->posted = comm_clock();
+    st = comm_ireduce_scatter(e->c, b->buf, recv, cnt, &b->req);
+    if (!st) {
+      b->recv = recv;
+      recv = NULL;
+      b->in_flight = true;
+      e->flight[(e->flight_head + e->nflight) % e->nbuckets] = (int)(b - e->buckets);
+      e->nflight++;
+    }
+  } else if (!st) {
+    double t0 = comm_clock();
+    st = comm_reduce_scatter(e->c, b->buf, recv, cnt);
+    double dt = comm_clock() - t0;
+    e->t_wait += dt, e->t_flight += dt;
+    if (!st) st = finish_bucket(e, b, recv, mine);
+  }
+  zorch_tensor_free(recv);
   if (cnt != counts) free(cnt);
   if (st) err_prefix("zero bucket reduction");
   return st;
@@ -212,6 +310,10 @@ static zorch_status on_grad(zorch_tensor *leaf, void *ud) {
       gr->pending = gr->count;
     }
   }
+  if (e->nflight) {
+    zorch_status st = progress(e, false);
+    if (st) return st;
+  }
   if (--b->pending == 0) return reduce_bucket(e, b);
   return ZORCH_OK;
 }
@@ -221,7 +323,8 @@ static zorch_status make_buckets(zero_engine *e) {
   e->buckets = calloc((size_t)e->n, sizeof *e->buckets);
   e->bucket_of = calloc((size_t)e->n, sizeof *e->bucket_of);
   e->ctx = calloc((size_t)e->n, sizeof *e->ctx);
-  if (!e->buckets || !e->bucket_of || !e->ctx) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  e->flight = calloc((size_t)e->n, sizeof *e->flight);
+  if (!e->buckets || !e->bucket_of || !e->ctx || !e->flight) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
   bucket *cur = NULL;
   for (int i = e->n - 1; i >= 0; i--) {
     int64_t lo = e->offset[i], hi = lo + zorch_tensor_numel(e->params[i]);
@@ -364,13 +467,18 @@ fail_st:
 
 void zero_engine_free(zero_engine *e) {
   if (!e) return;
+  drain(e);
   for (int i = 0; i < e->n; i++) {
     /* clear the hook only if it is still this engine's (a later engine may own it) */
     if (e->params && e->params[i] && e->ctx && e->params[i]->hook.ud == &e->ctx[i])
       zorch_set_grad_hook(e->params[i], NULL, NULL);
     if (e->params) zorch_tensor_free(e->params[i]);
   }
-  for (int k = 0; k < e->nbuckets; k++) zorch_tensor_free(e->buckets[k].buf);
+  for (int k = 0; k < e->nbuckets; k++) {
+    zorch_tensor_free(e->buckets[k].buf);
+    zorch_tensor_free(e->buckets[k].recv);
+  }
+  free(e->flight);
   for (int k = 0; k < e->ngroups; k++) zorch_tensor_free(e->groups[k].buf);
   for (int m = 0; m < e->nmodules; m++) {
     e->modules[m]->e = NULL; /* graphs still holding it see the engine gone */
@@ -392,6 +500,7 @@ void zero_engine_free(zero_engine *e) {
 }
 
 zorch_status zero_engine_begin_backward(zero_engine *e) {
+  drain(e);
   /* a backward pass that failed part way left buckets part filled and counts
      part done: start every one afresh */
   for (int k = 0; k < e->nbuckets; k++) {
@@ -416,10 +525,14 @@ zorch_status zero_engine_begin_backward(zero_engine *e) {
 zorch_status zero_engine_end_backward(zero_engine *e) {
   for (int k = 0; k < e->nbuckets; k++) {
     bucket *b = &e->buckets[k];
-    if (b->pending != b->size) {
+    if (b->pending != b->size && !b->in_flight) {
       zorch_status st = reduce_bucket(e, b);
       if (st) return st;
     }
+  }
+  if (e->nflight) {
+    zorch_status st = progress(e, true);
+    if (st) return st;
   }
   for (int k = 0; k < e->ngroups; k++) {
     group_release(&e->groups[k]);
@@ -678,4 +791,10 @@ void zero_engine_memory(const zero_engine *e, zero_memory *m) {
   for (int k = 0; k < e->nbuckets; k++) m->buffers += nbytes(e->buckets[k].buf);
   m->numel = e->numel;
   m->shard = e->shard;
+}
+
+void zero_engine_comm_times(zero_engine *e, double *in_flight, double *waited, bool reset) {
+  *in_flight = e->t_flight;
+  *waited = e->t_wait;
+  if (reset) e->t_flight = e->t_wait = 0;
 }

@@ -20,6 +20,9 @@ typedef struct {
      ngroups 0 means one group per parameter. */
   int ngroups;
   const int *group_sizes;
+  /* stages 2-3: a full bucket's reduce-scatter starts without waiting and
+     completes while backward goes on (MPI; cuda buffers still wait) */
+  bool overlap;
 } zero_opts;
 
 typedef struct {
@@ -73,4 +76,10 @@ zorch_status zero_engine_module_register(zero_engine *e, int ngroups, const int 
 zorch_status zero_engine_module_begin(zero_engine *e, int module);
 zorch_status zero_engine_module_end(zero_engine *e, int module, zorch_tensor *out);
 void zero_engine_memory(const zero_engine *e, zero_memory *m);
+/* Stages 2-3: seconds the gradient reductions were in flight (from start to
+   the moment they were found complete) and seconds backward was blocked in
+   them, since the last reset. Without overlap_comm the two are equal; the
+   communication overlap hides is the blocked time without it minus the
+   blocked time with it. */
+void zero_engine_comm_times(zero_engine *e, double *in_flight, double *waited, bool reset);
 #endif

@@ -1,7 +1,7 @@
 -- Process groups (zorch.dist): the layout's groups and their collectives and
 -- point-to-point exchanges on 4 and 3 ranks, and the Engine partitioning over a
 -- data group: at 4 ranks in two data groups of 2, each group's weights equal
--- those of a 2-rank world, at ZeRO stages 0-3.
+-- those of a 2-rank world, at ZeRO stages 0-3, and with overlap_comm.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
@@ -47,6 +47,16 @@ for stage = 0, 3 do
       tap.ok(same, ("stage %d: data group of world rank %d equals a 2-rank world"):format(stage, r))
     end
   end
+end
+-- overlap_comm: the reductions run while backward goes on, the same sums in the same order
+for stage = 2, 3 do
+  local ref, ovl = dir .. "/ref" .. stage, dir .. "/ovl" .. stage
+  local out, ok = tap.run(("ZORCH_QUIET=1 %s launch -n 4 lua/dist_worker.lua engine %d 2 %s overlap"):format(bin, stage, ovl))
+  tap.ok(ok, ("stage %d with overlap_comm in data groups"):format(stage) .. (ok and "" or ": " .. out))
+  local a, b = ok and zorch.load(ref .. ".0"), ok and zorch.load(ovl .. ".1")
+  local same = ok
+  for k, v in pairs(a or {}) do same = same and b[k] ~= nil and (v - b[k]):abs():max():item() == 0 end
+  tap.ok(same, ("stage %d: overlap_comm gives the weights of the blocking reductions"):format(stage))
 end
 os.execute("rm -rf " .. dir)
 tap.done()
