@@ -433,6 +433,23 @@ function Engine:group_indices(model, opt)
   return of
 end
 
+-- For an optimizer whose update depends on each tensor's norms (Lamb): one run
+-- per piece of a parameter in this rank's slice, {first, count, group, index}.
+function Engine:tensor_runs(group_of, params, gs)
+  local shard = self.zero:memory().shard
+  local lo = self.cfg.zero_stage == 0 and 0 or self.rank * shard
+  local len = self.target:numel()
+  local runs, off = {}, 0
+  for i, p in ipairs(params) do
+    local n, gi = p:numel(), group_of and group_of[i] or 1
+    local a, b = math.max(off, lo), math.min(off + n, lo + len)
+    if gi and a < b then runs[#runs + 1] = {a - lo + 1, b - a, gs[gi], i} end
+    off = off + n
+  end
+  self.ntensors = #params
+  return runs
+end
+
 -- The runs of this rank's slice (the whole buffer at stage 0) that each group
 -- fills: {{first (from 1), count, group}, ...}, neighbours of one group merged.
 -- The flat buffer holds the parameters in order, so a group's elements are runs
@@ -440,6 +457,7 @@ end
 function Engine:group_runs(group_of, params, opt)
   local gs = opt.param_groups
   if type(gs) ~= "table" or not self.inner._step_runs then return nil end
+  if self.inner._per_tensor then return self:tensor_runs(group_of, params, gs) end
   if not group_of then return {{1, self.target:numel(), gs[1]}} end
   local shard = self.zero:memory().shard
   local lo = self.cfg.zero_stage == 0 and 0 or self.rank * shard
@@ -551,7 +569,11 @@ function Engine:optimizer_step()
     return false
   end
   self.last_skipped = false
-  if self.runs then -- each run of the slice with its group's options (as they are now)
+  if self.runs and self.inner._per_tensor then -- norms per tensor, over the ranks holding its pieces
+    local group = self.group
+    self.inner:_step_tensors(self.target, grad, self.runs, self.ntensors,
+                             function(t) if sharded then group:allreduce(t) end end)
+  elseif self.runs then -- each run of the slice with its group's options (as they are now)
     self.inner:_step_runs(self.target, grad, self.runs)
   else
     self.inner.lr = self.user_opt.lr

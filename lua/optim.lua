@@ -393,6 +393,48 @@ function optim.Lamb:_apply(p, g, s, o)
   end)
 end
 
+-- The Engine steps a flat shard: Lamb's trust ratio is still per parameter
+-- tensor. runs = {{first, count, group, tensor}, ...}, one per piece of a
+-- parameter in this shard; reduce(sums) adds a float64 tensor over the ranks
+-- holding the other pieces (the squared norms of each tensor's weights and
+-- update, two entries a tensor), so every piece of a tensor takes one ratio.
+optim.Lamb._per_tensor = true
+function optim.Lamb:_step_tensors(p, g, runs, ntensors, reduce)
+  local s = self.state[1]
+  if not s then s = {}; self.state[1] = s end
+  self:_begin(s, p)
+  local sums, us = {}, {}
+  for i = 1, 2 * ntensors do sums[i] = 0 end
+  zorch.no_grad(function()
+    for k, r in ipairs(runs) do
+      local a, n, o, t = r[1], r[2], r[3], r[4]
+      local pv, gv = p:narrow(1, a, n), g:narrow(1, a, n)
+      local m, v = s.exp_avg:narrow(1, a, n), s.exp_avg_sq:narrow(1, a, n)
+      local b1, b2 = o.betas[1], o.betas[2]
+      m:copy_(m * b1 + gv * (1 - b1))
+      v:copy_(v * b2 + gv * gv * (1 - b2))
+      local c1, c2 = 1, 1
+      if o.bias_correction then c1, c2 = 1 - b1 ^ s.step, 1 - b2 ^ s.step end
+      local u = (m * (1 / c1)) / ((v * (1 / c2)):sqrt() + o.eps)
+      if o.weight_decay ~= 0 then u = u + pv * o.weight_decay end
+      us[k] = u
+      sums[2 * t - 1] = sums[2 * t - 1] + (pv * pv):sum():item()
+      sums[2 * t] = sums[2 * t] + (u * u):sum():item()
+    end
+    local all = zorch.tensor(sums, {dtype = "float64"})
+    reduce(all)
+    sums = all:totable()
+    for k, r in ipairs(runs) do
+      local a, n, o, t = r[1], r[2], r[3], r[4]
+      local pn, un = math.sqrt(sums[2 * t - 1]), math.sqrt(sums[2 * t])
+      local ratio = (pn ~= 0 and un ~= 0) and pn / un or 1
+      ratio = math.min(math.max(ratio, o.min_coeff), o.max_coeff)
+      local pv = p:narrow(1, a, n)
+      pv:copy_(pv - us[k] * (o.lr * ratio))
+    end
+  end)
+end
+
 -- The options of every group, in order (for checkpoints); and setting them back.
 function Optimizer:group_options()
   local gs = {}

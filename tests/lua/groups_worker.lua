@@ -1,7 +1,7 @@
 -- A small model trained with a grouped optimizer (weights in one group, biases
 -- in another, with other options), for test_groups.lua:
 --   zorch groups_worker.lua KIND MODE OUT [STEPS [nosched]]
--- KIND adamw | sgd; MODE plain (the optimizer alone), stage0..stage3 (the
+-- KIND adamw | sgd | lamb; MODE plain (the optimizer alone), stage0..stage3 (the
 -- Engine, under zorch launch for several ranks), or resumeN (stage N: a
 -- checkpoint after 3 steps, then a new model and optimizer with other group
 -- options resume from it). Rank 0 writes the parameters to OUT.
@@ -28,6 +28,10 @@ local function model_and_opt(wrong)
     o = optim.AdamW({{params = w, weight_decay = wrong and 0.5 or 0.1},
                      {params = b, weight_decay = 0, lr = wrong and 0.5 or 0.03, betas = {0.8, wrong and 0.9 or 0.99}}},
                     {lr = 0.01, betas = {0.9, 0.95}})
+  elseif kind == "lamb" then -- a trust ratio per tensor, also when the Engine steps a flat shard
+    o = optim.Lamb({{params = w, weight_decay = wrong and 0.5 or 0.01},
+                    {params = b, lr = wrong and 0.5 or 0.02, max_coeff = wrong and 1 or 5}},
+                   {lr = 0.01, betas = {0.9, 0.99}})
   else
     o = optim.SGD({{params = w, momentum = 0.9, nesterov = true, weight_decay = wrong and 0.3 or 0.01},
                    {params = b, lr = wrong and 0.01 or 0.2}}, {lr = 0.05})
