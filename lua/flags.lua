@@ -34,6 +34,20 @@ end
 
 function flags.is_usage_error(e) return getmetatable(e) == UsageError end
 
+-- A usage error now, before any training, when the file an output flag names
+-- cannot be written (a missing folder, no permission): a probe file next to it
+-- is created and removed. An empty path is no output.
+function flags.check_output(path, flag)
+  if path == nil or path == "" then return end
+  local probe = path .. ".probe-" .. tostring(os.time()) .. "-" .. tostring(math.random(1 << 30))
+  local f, why = io.open(probe, "w")
+  if not f then
+    error(flags.usage_error(("%s: cannot write %s: %s"):format(flag, path, tostring(why):gsub("^[^:]*: ", ""))), 0)
+  end
+  f:close()
+  os.remove(probe)
+end
+
 local TYPES = {integer = true, number = true, boolean = true, string = true}
 local PLACEHOLDER = {integer = "INT", number = "NUM", string = "STR"}
 

@@ -40,6 +40,8 @@ local opt = zorch.flags(arg, {
   ["print-every"] = {0, "a step line (loss, lr, grad norm, samples/s) every N optimizer steps (0: none)"},
   ["checkpoint-activations"] = {false, "recompute fc1 and its ReLU in backward instead of keeping their activations"},
 }, "usage: zorch models/simple_net.lua [flags]")
+-- a bad output path fails now, not after the training (rank 0 writes it)
+if debug.getregistry()["zorch.private"]._comm() == 0 then zorch.flags.check_output(opt.save, "--save") end
 
 local SimpleNet = nn.Module:extend "SimpleNet"
 function SimpleNet:init(i, h, o)

@@ -34,6 +34,12 @@ f:close()
 out, ok = run(bin .. " " .. script)
 tap.ok(not ok and out:find("boom", 1, true) and out:find("traceback", 1, true), "an error exits non-zero with a traceback")
 os.remove(script)
+-- an output path that cannot be written stops a model script before it trains
+out = run(("cd .. && %s models/simple_net.lua --save /nonexistent-folder/m.safetensors 2>&1; echo status=$?"):format(
+  bin:sub(1, 1) == "/" and bin or "tests/" .. bin))
+tap.ok(out:find("--save: cannot write /nonexistent-folder/m.safetensors", 1, true) and out:find("status=2", 1, true)
+       and not out:find("traceback", 1, true) and not out:find("epoch", 1, true),
+       "a --save into a missing folder is a usage error before training: " .. out)
 
 -- the REPL, driven through a pipe
 local input = os.tmpname()
