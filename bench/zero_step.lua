@@ -2,7 +2,8 @@
 -- 0 prints the slowest rank's mean step time as a JSON line.
 -- zorch launch -n N bench/zero_step.lua NAME STAGE IN HIDDEN OUT BATCH STEPS
 -- ZORCH_BENCH_BUCKET sets reduce_bucket_size; ZORCH_BENCH_OVERLAP=1 turns on
--- overlap_comm (the name gains "_overlap"). The line gives the mean time
+-- overlap_comm (the name gains "_overlap"); ZORCH_BENCH_REUSE sets stage 3's
+-- max_reuse_distance (the name gains "_reuse"). The line gives the mean time
 -- backward was blocked in gradient reductions (stages 2-3), "waited_us": the
 -- difference without and with overlap is the communication hidden.
 local zorch = require "zorch"
@@ -20,8 +21,9 @@ local a = zorch.flags(arg, {
 local name, stage, i, h, o, batch, steps = a.NAME, a.STAGE, a.IN, a.HIDDEN, a.OUT, a.BATCH, a.STEPS
 local overlap = os.getenv("ZORCH_BENCH_OVERLAP") == "1"
 local bucket = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_BUCKET") or "")) or 500000000
+local reuse = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_REUSE") or "")) or 0
 local engine = zorch.Engine{zero_stage = stage, gradient_clipping = 1.0, seed = 1, overlap_comm = overlap,
-                            reduce_bucket_size = bucket}
+                            reduce_bucket_size = bucket, max_reuse_distance = reuse}
 local model = nn.Sequential(nn.Linear(i, h), nn.ReLU(), nn.Linear(h, o))
 local opt = optim.Adam(model:parameters(), {lr = 1e-4})
 model, _, opt = engine:prepare(model, nil, opt)
@@ -37,6 +39,6 @@ local per = zorch.tensor({(zorch.clock() - t0) / steps}, {dtype = "float64"})
 Z._allreduce(per, "max")
 if engine.rank == 0 then
   print(('{"name": "zorch/%s_stage%d_ranks%d%s", "value": %.4g, "unit": "us"%s}'):format(
-    name, stage, engine.world_size, overlap and "_overlap" or "", per:item() * 1e6,
+    name, stage, engine.world_size, (overlap and "_overlap" or "") .. (reuse > 0 and "_reuse" or ""), per:item() * 1e6,
     stage >= 2 and (', "waited_us": %.4g'):format(waited / steps * 1e6) or ""))
 end

@@ -107,7 +107,7 @@ local NO_EFFECT = set {
   "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.param_persistence_threshold",
   "zero_optimization.stage3_model_persistence_threshold", "zero_optimization.model_persistence_threshold",
   "zero_optimization.stage3_max_live_parameters", "zero_optimization.max_live_parameters",
-  "zero_optimization.stage3_max_reuse_distance", "zero_optimization.max_reuse_distance",
+
   "zero_optimization.sub_group_size", "zero_optimization.elastic_checkpoint", "zero_optimization.load_from_fp32_weights",
   "zero_optimization.ignore_unused_parameters", "zero_optimization.legacy_stage1", "zero_optimization.memory_efficient_linear",
   "zero_optimization.zero_hpz_partition_size", "zero_optimization.mics_shard_size",
@@ -310,6 +310,9 @@ local function from_table(ds, world)
         out.zero_stage = math.tointeger(v)
       elseif k == "overlap_comm" then
         out.overlap_comm = boolean(key, v)
+      elseif k == "stage3_max_reuse_distance" or k == "max_reuse_distance" then
+        if type(v) ~= "number" or v < 0 or v > 2^53 then bad(key, "a number of parameters >= 0", v) end
+        out.max_reuse_distance = math.floor(v)
       elseif k == "reduce_bucket_size" then
         if type(v) ~= "number" or v < 1 or v > 2^53 or v ~= math.floor(v) then bad(key, "a whole number from 1 to 2^53", v) end
         out.reduce_bucket_size = math.tointeger(v)

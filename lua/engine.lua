@@ -26,6 +26,8 @@ local DEFAULTS = {
   gradient_accumulation_steps = 1, -- micro-steps per optimizer step
   reduce_bucket_size = 500000000,  -- elements per gradient reduction (stages 2-3)
   overlap_comm = false,            -- stages 2-3: a full bucket's reduction runs while backward goes on
+  max_reuse_distance = 0,          -- stage 3: a module stays gathered after forward when fewer parameter
+                                   -- elements are used before its backward (0: released at once)
   seed = false,                    -- an integer seeds zorch's default generator
   hidden_size = false,             -- the model's hidden size for a DeepSpeed config's "auto" bucket sizes
   comm_timeout = 600,              -- seconds a collective may wait before it times out; 0: never
@@ -58,6 +60,7 @@ local CHECKS = {
   gradient_accumulation_steps = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   reduce_bucket_size = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   overlap_comm = {function(v) return type(v) == "boolean" end, "true or false"},
+  max_reuse_distance = {function(v) return math.type(v) == "integer" and v >= 0 end, "an integer >= 0"},
   seed = {function(v) return v == false or math.type(v) == "integer" end, "an integer"},
   hidden_size = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   comm_timeout = {function(v) return type(v) == "number" and v >= 0 end, "a number of seconds >= 0"},
@@ -332,6 +335,7 @@ function Engine:prepare(model, loader, opt, sched)
   -- parameters become views of the engine's buffers, padded so shards are equal
   self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size, group = self.group,
                                           overlap = self.cfg.overlap_comm,
+                                          max_reuse_distance = self.cfg.max_reuse_distance,
                                           dtype = self.cfg.precision, groups = groups})
   if stage == 3 then
     rawset(model, "_engine", self) -- state dicts gather first

@@ -126,6 +126,8 @@ static int l_zero_engine(lua_State *L) {
   else if (strcmp(dt, "fp32")) return luaL_error(L, "zero engine: dtype must be \"fp32\", \"bf16\" or \"fp16\", got \"%s\"", dt);
   lua_getfield(L, 2, "overlap");
   o.overlap = lua_toboolean(L, -1);
+  lua_getfield(L, 2, "max_reuse_distance");
+  o.max_reuse_distance = luaL_optinteger(L, -1, 0);
   lua_getfield(L, 2, "groups");
   if (!lua_isnil(L, -1)) o.group_sizes = int_list(L, lua_gettop(L), &o.ngroups);
   int n = (int)luaL_len(L, 1);

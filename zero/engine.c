@@ -771,11 +771,32 @@ static zorch_status module_pre_backward(void *ud) {
   return st;
 }
 
+static int64_t module_numel(const zero_engine *e, const module_ctx *m) {
+  int64_t n = 0;
+  for (int k = 0; k < m->ngroups; k++) n += e->groups[m->groups[k]].hi - e->groups[m->groups[k]].lo;
+  return n;
+}
+
+/* Whether module m, whose forward just ran, is needed again by backward within
+   max_reuse_distance elements: what the previous step's forward ran after it
+   runs forward and then backward before m's backward comes, so the distance is
+   twice their elements. Without a previous step (or when this one departs
+   from it) the distance is unknown and m goes. */
+static bool keep_for_reuse(const zero_engine *e, const module_ctx *m) {
+  int p = m->fwd_pos;
+  if (e->o.max_reuse_distance <= 0 || p < 0 || p >= e->nprev || e->prev_order[p] != m->id) return false;
+  int64_t after = 0;
+  for (int q = p + 1; q < e->nprev; q++) after += module_numel(e, e->modules[e->prev_order[q]]);
+  return 2 * after < e->o.max_reuse_distance;
+}
+
 zorch_status zero_engine_module_end(zero_engine *e, int module, zorch_tensor *out) {
   if (module < 0 || module >= e->nmodules) return err_set(ZORCH_ERR_ARG, "zero: no module %d", module);
   module_ctx *m = e->modules[module];
   if (out) ag_set_pre_hook(out, module_pre_backward, m, module_retain, module_release);
-  for (int k = 0; k < m->ngroups; k++) group_release(&e->groups[m->groups[k]]);
+  /* (a kept group goes when its gradients are in, or at the end of backward) */
+  if (!out || !keep_for_reuse(e, m))
+    for (int k = 0; k < m->ngroups; k++) group_release(&e->groups[m->groups[k]]);
   return ZORCH_OK;
 }
 

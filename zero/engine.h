@@ -23,6 +23,11 @@ typedef struct {
   /* stages 2-3: a full bucket's reduce-scatter starts without waiting and
      completes while backward goes on (MPI; cuda buffers still wait) */
   bool overlap;
+  /* stage 3: after its forward a module keeps its parameters gathered when
+     fewer than this many parameter elements are used before its backward
+     needs them again (judged by the previous step's forward order);
+     0 releases at once */
+  int64_t max_reuse_distance;
 } zero_opts;
 
 typedef struct {

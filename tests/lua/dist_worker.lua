@@ -2,11 +2,12 @@
 --   zorch launch -n N dist_worker.lua coll
 --     every rank checks the collectives of a layout's groups against the sums it
 --     expects and prints "rank R ok" or what differs
---   zorch launch -n N dist_worker.lua engine STAGE TENSOR OUT [overlap]
+--   zorch launch -n N dist_worker.lua engine STAGE TENSOR OUT [overlap | reuse]
 --     the world split by dist.layout{tensor = TENSOR}; every data group trains the
 --     same model with the Engine over its own ranks (data_group; overlap_comm
---     with "overlap"); the first rank of each data group writes the weights to
---     OUT.<world rank>
+--     with "overlap", max_reuse_distance 1e9 with "reuse"); the first rank of each
+--     data group writes the weights to OUT.<world rank> and prints the bytes it
+--     sent in the last step
 local zorch = require "zorch"
 local dist, nn, optim = zorch.dist, zorch.nn, zorch.optim
 local mode = arg[1]
@@ -70,12 +71,13 @@ if mode == "coll" then
 end
 
 -- engine
-local stage, T, out, overlap = tonumber(arg[2]), tonumber(arg[3]), arg[4], arg[5] == "overlap"
+local stage, T, out, overlap, reuse = tonumber(arg[2]), tonumber(arg[3]), arg[4], arg[5] == "overlap", arg[5] == "reuse"
 local L = dist.layout{tensor = T}
 zorch.manual_seed(5)
 local m = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
 local engine = zorch.Engine{zero_stage = math.tointeger(stage), reduce_bucket_size = 32, gradient_clipping = 1.0,
-                            data_group = L.data, overlap_comm = overlap}
+                            data_group = L.data, overlap_comm = overlap,
+                            max_reuse_distance = reuse and 1000000000 or 0}
 local o = optim.Adam(m:parameters(), {lr = 0.01})
 m, _, o = engine:prepare(m, nil, o)
 local N, d, D = 16, engine.rank, engine.world_size
@@ -96,4 +98,4 @@ if stage >= 2 and D > 1 and not (c.in_flight_s > 0 and c.waited_s <= c.in_flight
   error(("overlap_comm reported in flight %g s, waited %g s"):format(c.in_flight_s, c.waited_s))
 end
 local sd = m:state_dict()
-if d == 0 then zorch.save(sd, ("%s.%d"):format(out, R)) end
+if d == 0 then zorch.save(sd, ("%s.%d"):format(out, R)); print(("sent %d"):format(c.sent)) end

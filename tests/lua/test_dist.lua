@@ -58,5 +58,18 @@ for stage = 2, 3 do
   for k, v in pairs(a or {}) do same = same and b[k] ~= nil and (v - b[k]):abs():max():item() == 0 end
   tap.ok(same, ("stage %d: overlap_comm gives the weights of the blocking reductions"):format(stage))
 end
+-- stage 3 with max_reuse_distance: modules stay gathered from forward to backward,
+-- so backward gathers nothing and the step sends less, with the same weights
+do
+  local ref, rr = dir .. "/ref3", dir .. "/reuse3"
+  local out0 = tap.run(("ZORCH_QUIET=1 %s launch -n 2 lua/dist_worker.lua engine 3 1 %s"):format(bin, dir .. "/plain3"))
+  local out, ok = tap.run(("ZORCH_QUIET=1 %s launch -n 2 lua/dist_worker.lua engine 3 1 %s reuse"):format(bin, rr))
+  local a, b = zorch.load(ref .. ".0"), ok and zorch.load(rr .. ".0")
+  local same = ok
+  for k, v in pairs(a) do same = same and b[k] ~= nil and (v - b[k]):abs():max():item() == 0 end
+  tap.ok(same, "stage 3 with max_reuse_distance gives the same weights" .. (ok and "" or ": " .. out))
+  local s0, s1 = tonumber(out0:match("sent (%d+)")), tonumber(out:match("sent (%d+)"))
+  tap.ok(s0 and s1 and s1 < s0, ("and sends less a step (%s against %s bytes)"):format(tostring(s1), tostring(s0)))
+end
 os.execute("rm -rf " .. dir)
 tap.done()
