@@ -1,5 +1,5 @@
-/* nccl.c: the collectives of cuda tensors over NCCL (see nccl.h), built in
-   CUDA builds. */
+/* nccl.c: the collectives of cuda tensors over NCCL (see nccl.h), built into
+   the CUDA module. comm.c's functions come through the table it passes. */
 #include "nccl.h"
 
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 
 cudaStream_t zorch_cuda_stream(int dev); /* ops/cuda/runtime.cu */
 
+static const nccl_host *Z;
 static ncclComm_t the_nccl;
 static int nccl_dev = -1;
 
@@ -29,7 +30,7 @@ static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *wh
   if (nccl_dev < 0) {
     ncclUniqueId id;
     if (c->rank == 0) NCCL_TRY(ncclGetUniqueId(&id), c, "ncclGetUniqueId", 0);
-    if (comm_bcast_bytes(c, &id, sizeof id, "sending the NCCL id")) {
+    if (Z->bcast_bytes(c, &id, sizeof id, "sending the NCCL id")) {
       err_prefix(what);
       return zorch_last_status();
     }
@@ -47,7 +48,7 @@ static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *wh
 static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
   cudaStream_t s = zorch_cuda_stream(nccl_dev);
   comm_waiter w;
-  comm_wait_begin(&w);
+  Z->wait_begin(&w);
   for (;;) {
     cudaError_t e = cudaStreamQuery(s);
     if (e == cudaSuccess) return ZORCH_OK;
@@ -55,13 +56,13 @@ static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
     ncclResult_t ar;
     if (ncclCommGetAsyncError(the_nccl, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress)
       return nccl_fail(c, what, n, ncclGetErrorString(ar));
-    zorch_status st = comm_check_wait(c, what, n, w.t0);
+    zorch_status st = Z->check_wait(c, what, n, w.t0);
     if (st) {
       ncclCommAbort(the_nccl);
       the_nccl = NULL;
       return st;
     }
-    comm_wait_pause(&w);
+    Z->wait_pause(&w);
   }
 }
 
@@ -74,7 +75,7 @@ static ncclDataType_t nccl_type(zorch_dtype dt) {
   }
 }
 
-zorch_status nccl_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
+static zorch_status nccl_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   int64_t n = zorch_tensor_numel(t);
   ncclComm_t nc;
   if (nccl_get(c, t, "allreduce", &nc)) return zorch_last_status();
@@ -116,11 +117,11 @@ static zorch_status per_rank(zero_comm *c, const char *what, const zorch_tensor 
   return nccl_wait(c, what, total);
 }
 
-zorch_status nccl_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
+static zorch_status nccl_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
   return per_rank(c, "reduce_scatter", send, recv, counts, true);
 }
 
-zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_t n) {
+static zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_t n) {
   ncclComm_t nc;
   if (nccl_get(c, buf, "reduce_scatter", &nc)) return zorch_last_status();
   char *p = tensor_ptr(buf);
@@ -131,7 +132,7 @@ zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_
   return nccl_wait(c, "reduce_scatter", n * c->world);
 }
 
-zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, int64_t n) {
+static zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, int64_t n) {
   ncclComm_t nc;
   if (nccl_get(c, send, "allgather", &nc)) return zorch_last_status();
   NCCL_TRY(ncclAllGather(tensor_ptr(send), tensor_ptr(recv), (size_t)n, nccl_type(send->dtype), nc,
@@ -140,6 +141,15 @@ zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   return nccl_wait(c, "allgather", n * c->world);
 }
 
-zorch_status nccl_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
+static zorch_status nccl_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
   return per_rank(c, "allgatherv", send, recv, counts, false);
+}
+
+static const nccl_api the_api = {nccl_allreduce, nccl_reduce_scatter, nccl_reduce_scatter_inplace, nccl_allgather,
+                                 nccl_allgatherv};
+
+__attribute__((visibility("default"))) const nccl_api *zorch_cuda_nccl_open(const nccl_host *h) {
+  if (!h || h->size != sizeof(nccl_host)) return NULL;
+  Z = h;
+  return &the_api;
 }
