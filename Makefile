@@ -235,7 +235,8 @@ $(BUILD)/zorch.pc: scripts/zorch.pc.in FORCE
 FORCE:
 
 # Libraries, header, pkg-config file (install-lib); the Lua module, the Lua
-# sources its chunks are named after, the zorch command (install-lua).
+# sources its chunks are named after, the zorch command (install-lua). The CUDA
+# module goes beside each library that opens it.
 install: install-lib install-lua
 
 install-lib: lib $(BUILD)/zorch.pc
@@ -247,7 +248,7 @@ install-lib: lib $(BUILD)/zorch.pc
 
 install-lua: $(BUILD)/zorch.so $(BUILD)/zorch
 	install -d $(DESTDIR)$(LUA_CMODULE_DIR) $(DESTDIR)$(LUA_MODULE_DIR)/zorch $(DESTDIR)$(BINDIR)
-	install -m 755 $(BUILD)/zorch.so $(DESTDIR)$(LUA_CMODULE_DIR)/
+	install -m 755 $(BUILD)/zorch.so $(CUDA_MOD) $(DESTDIR)$(LUA_CMODULE_DIR)/
 	install -m 644 $(LUA_SRC) $(DESTDIR)$(LUA_MODULE_DIR)/zorch/
 	install -m 755 $(BUILD)/zorch $(DESTDIR)$(BINDIR)/
 

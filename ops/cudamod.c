@@ -8,7 +8,9 @@
    Where the module is looked for, first found wins:
    1. $ZORCH_CUDA_MODULE (a path; only there when it is set);
    2. beside the library or program that holds this code (build/libzorch.so,
-      build/zorch), then in ../lib from there (an installed bin/zorch);
+      build/zorch, zorch.so in a Lua interpreter), then in ../lib and
+      ../lib/lua/5.4 from there (bin/zorch installed by make install, or by
+      LuaRocks, which puts the module beside zorch.so);
    3. the LIBDIR zorch was built for (make install's);
    4. the dynamic loader's own search (LD_LIBRARY_PATH, ldconfig). */
 #include "cudamod.h"
@@ -120,11 +122,12 @@ static void load_once(void) {
   if (env && *env) {
     try_open(env);
   } else {
-    char dir[PATH_MAX], cand[3][PATH_MAX + 32];
+    char dir[PATH_MAX], cand[4][PATH_MAX + 32];
     int nc = 0;
     if (own_dir(dir, sizeof dir)) {
       snprintf(cand[nc++], sizeof cand[0], "%s/" ZORCH_CUDA_MODULE_FILE, dir);
       snprintf(cand[nc++], sizeof cand[0], "%s/../lib/" ZORCH_CUDA_MODULE_FILE, dir);
+      snprintf(cand[nc++], sizeof cand[0], "%s/../lib/lua/5.4/" ZORCH_CUDA_MODULE_FILE, dir);
     }
 #ifdef ZORCH_LIBDIR
     snprintf(cand[nc++], sizeof cand[0], "%s/" ZORCH_CUDA_MODULE_FILE, ZORCH_LIBDIR);
@@ -137,7 +140,7 @@ static void load_once(void) {
       }
     if (!done && !try_open(ZORCH_CUDA_MODULE_FILE))
       snprintf(mod_why, sizeof mod_why,
-               ZORCH_CUDA_MODULE_FILE " was not found beside %s, in its ../lib, in the library path"
+               ZORCH_CUDA_MODULE_FILE " was not found beside %s, in its ../lib (or ../lib/lua/5.4), in the library path"
 #ifdef ZORCH_LIBDIR
                " or in " ZORCH_LIBDIR
 #endif
