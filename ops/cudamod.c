@@ -138,7 +138,10 @@ static void load_once(void) {
         try_open(cand[i]); /* found: its failure (a missing CUDA library, say) is the reason */
         done = true;
       }
-    if (!done && !try_open(ZORCH_CUDA_MODULE_FILE))
+    /* by the loader's search; when that finds no file either, say where we looked
+       (a file it found that fails keeps the loader's reason) */
+    if (!done && !try_open(ZORCH_CUDA_MODULE_FILE) &&
+        strncmp(mod_why, ZORCH_CUDA_MODULE_FILE ":", strlen(ZORCH_CUDA_MODULE_FILE ":")) == 0)
       snprintf(mod_why, sizeof mod_why,
                ZORCH_CUDA_MODULE_FILE " was not found beside %s, in its ../lib (or ../lib/lua/5.4), in the library path"
 #ifdef ZORCH_LIBDIR
