@@ -116,9 +116,11 @@ $(BUILD)/zorch.so: $(LIB_OBJ) scripts/zorch.map
 	$(CC) $(SO_FLAGS) $(LDFLAGS) -o $@ $(LIB_OBJ) $(EXT_LIBS) $(LDLIBS)
 
 # The CUDA module (see CUDA above); it exports only its two entry points.
+# (`make SAN=1 CUDA=1` builds it too, its C parts sanitized, to check the
+# loader under ASan on a machine without a GPU.)
 $(BUILD)/libzorch_cuda.so: $(MOD_OBJ) scripts/zorch_cuda.map
 	$(CC) -shared -Wl,--version-script=scripts/zorch_cuda.map -Wl,--no-undefined -Wl,-soname,libzorch_cuda.so \
-	  -o $@ $(MOD_OBJ) $(MOD_LIBS)
+	  -o $@ $(MOD_OBJ) $(MOD_LIBS) $(if $(SAN),-fsanitize=address$(comma)undefined,)
 
 # where `make install` puts the module, the last place the library looks for it
 $(BUILD)/obj/ops/cudamod.o: CFLAGS += -DZORCH_LIBDIR='"$(LIBDIR)"'
@@ -183,8 +185,8 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O3 $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
-bench: $(BUILD)/bench/bench $(BUILD)/zorch
-	@$(BUILD)/bench/bench
+bench: $(BUILD)/bench/bench $(BUILD)/zorch $(CUDA_MOD)
+	@$(if $(CUDA_MOD),ZORCH_CUDA_MODULE=$(abspath $(CUDA_MOD)) ,)$(BUILD)/bench/bench
 	@for n in 1 4; do for s in 0 1 2 3; do \
 	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua simplenet_step $$s 10 20 2 64 500; \
 	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua mlp_1024_4096_1024_b256_step $$s 1024 4096 1024 256 3; \
