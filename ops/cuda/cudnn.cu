@@ -59,7 +59,8 @@ bool cu_cudnn_batch_norm_bwd(zorch_status *, zorch_tensor *, zorch_tensor *, zor
   X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                     \
   X(cudnnGetConvolutionBackwardFilterAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData)  \
   X(cudnnConvolutionBackwardFilter) X(cudnnAddTensor) X(cudnnBatchNormalizationForwardTraining)                \
-  X(cudnnBatchNormalizationBackward)
+  X(cudnnBatchNormalizationBackward) X(cudnnGetConvolutionForwardWorkspaceSize)                               \
+  X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnGetConvolutionBackwardFilterWorkspaceSize)
 
 namespace {
 struct cudnn_api {
@@ -233,6 +234,20 @@ zorch_status choose(int pass, cudnnHandle_t h, conv_descs *d, zorch_dtype dt, in
     return err_set(ZORCH_ERR_DEVICE, "conv2d: cuDNN has no %salgorithm for this convolution%s",
                    deterministic ? "deterministic " : "",
                    deterministic ? " (ZORCH_CUDNN_DETERMINISTIC=0 allows the others; ZORCH_CUDNN=0 uses im2col)" : "");
+  // the workspace of the chosen algorithm, with its math, asked for directly
+  DN_TRY(op, dn.cudnnSetConvolutionMathType(d->c, out->math));
+  size_t ws = 0;
+  if (pass == PASS_FWD)
+    DN_TRY(op, dn.cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->c, d->y,
+                                                          (cudnnConvolutionFwdAlgo_t)out->algo, &ws));
+  else if (pass == PASS_BWD_DATA)
+    DN_TRY(op, dn.cudnnGetConvolutionBackwardDataWorkspaceSize(h, d->w, d->y, d->c, d->x,
+                                                               (cudnnConvolutionBwdDataAlgo_t)out->algo, &ws));
+  else
+    DN_TRY(op, dn.cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d->x, d->y, d->c, d->w,
+                                                                 (cudnnConvolutionBwdFilterAlgo_t)out->algo, &ws));
+  DN_TRY(op, dn.cudnnSetConvolutionMathType(d->c, d->math));
+  if (ws > out->ws) out->ws = ws;
   std::lock_guard<std::mutex> lk(algo_lock);
   algos[key] = *out;
   return ZORCH_OK;
