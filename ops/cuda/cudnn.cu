@@ -183,19 +183,24 @@ struct algo_choice {
 std::mutex algo_lock;
 std::map<algo_key, algo_choice> algos;
 
-// The first usable algorithm of the heuristic's ranking: it ran (status), it
-// keeps the math asked for and, by default, it is deterministic.
+// The first usable algorithm of the heuristic's ranking: it ran (status) and,
+// by default, it is deterministic. Under FMA math (float32 without TF32) one the
+// heuristic ranked for FMA math is preferred; one ranked for the default math
+// runs with FMA math set.
 template <typename Perf>
 bool pick(const Perf *p, int n, cudnnMathType_t math, algo_choice *out) {
-  for (int i = 0; i < n; i++) {
-    if (p[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if (deterministic && p[i].determinism != CUDNN_DETERMINISTIC) continue;
-    if (math == CUDNN_FMA_MATH && p[i].mathType != CUDNN_FMA_MATH && p[i].mathType != CUDNN_DEFAULT_MATH) continue;
-    out->algo = (int)p[i].algo;
-    out->ws = p[i].memory;
-    out->math = math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : p[i].mathType;
-    return true;
-  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n; i++) {
+      if (p[i].status != CUDNN_STATUS_SUCCESS) continue;
+      if (deterministic && p[i].determinism != CUDNN_DETERMINISTIC) continue;
+      if (math == CUDNN_FMA_MATH && p[i].mathType != CUDNN_FMA_MATH &&
+          (pass == 0 || p[i].mathType != CUDNN_DEFAULT_MATH))
+        continue;
+      out->algo = (int)p[i].algo;
+      out->ws = p[i].memory;
+      out->math = math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : p[i].mathType;
+      return true;
+    }
   return false;
 }
 
