@@ -16,13 +16,18 @@ MPI_FLAGS := $(if $(MPI),-DZORCH_MPI -I$(MPI_DIR)/include,)
 # GNU readline for the REPL (line editing, history), the same way
 READLINE ?= $(if $(wildcard /usr/include/readline/readline.h),1,$(if $(wildcard build/.deps-ok),,1))
 # CUDA: built when nvcc is found (or `make CUDA=1`): ops/cuda for sm_80 and
-# sm_90 (+ PTX) with the toolkit at CUDA_DIR, linking cudart, cuBLASLt (cuBLAS
-# for the shapes it has no algorithm for) and NCCL.
+# sm_90 (+ PTX) with the toolkit at CUDA_DIR, and zero/nccl.c, go into the CUDA
+# module libzorch_cuda.so (beside libzorch.so), which links cudart, cuBLASLt
+# (cuBLAS for the shapes it has no algorithm for) and NCCL; the library opens
+# it with dlopen on first use of a cuda device (docs/cuda.md), so nothing of
+# CUDA's is mapped in a CPU run. cuDNN (when its header is found: CUDNN=1) is
+# opened by the module itself at run time, with the own kernels as fallback.
 # `make CUDA=0` builds the CPU-only library; sanitizer builds are CPU-only.
 CUDA_DIR ?= /usr/local/cuda
 NVCC     ?= $(CUDA_DIR)/bin/nvcc
 CUDA     ?= $(if $(SAN),0,$(if $(wildcard $(NVCC)),1,0))
 CUDA_FLAGS := $(if $(filter 1,$(CUDA)),-DZORCH_WITH_CUDA -I$(CUDA_DIR)/include,)
+CUDNN    ?= $(if $(wildcard $(CUDA_DIR)/include/cudnn.h),1,0)
 # Lua's headers (LuaRocks passes LUA_INCDIR); CFLAGS given on the command line
 # (LuaRocks passes its own) come after zorch's.
 LUA_INCDIR ?= /usr/include/lua5.4
@@ -38,17 +43,20 @@ LUA_SRC  := lua/flags.lua lua/nn.lua lua/optim.lua lua/data.lua lua/dsconfig.lua
 # The zorch command's own sources (the REPL, help) go into the binary only.
 CLI_SRC  := vm/host/repl.c vm/host/help.c
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/help_doc.o
-LIB_SRC  := $(filter-out vm/host/main.c $(CLI_SRC) $(if $(filter 1,$(CUDA)),,zero/nccl.c),$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
+LIB_SRC  := $(filter-out vm/host/main.c $(CLI_SRC) zero/nccl.c,$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
-EXT_LIBS := -lcjson -lz $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) \
-            $(if $(filter 1,$(CUDA)),-L$(CUDA_DIR)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_DIR)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++,)
+EXT_LIBS := -lcjson -lz $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,)
+# The CUDA module: the kernels, the module's side of ops/cuda/module.h
+# (host.c), the NCCL collectives and the dtype tables (constants only). Linked
+# with --no-undefined: every core function it calls comes through host.c.
 CUDA_SRC := $(wildcard ops/cuda/*.cu)
-ifeq ($(CUDA),1)
-LIB_OBJ  += $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
-endif
-NVFLAGS  := -O3 -std=c++17 -Iinclude -I$(LUA_INCDIR) -DZORCH_WITH_CUDA -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror -Werror all-warnings \
+MOD_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o) $(BUILD)/obj/ops/cuda/host.o $(BUILD)/obj/zero/nccl.o $(BUILD)/obj/vm/core/dtype.o
+MOD_LIBS := -L$(CUDA_DIR)/lib64 -Wl,-rpath,$(CUDA_DIR)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++ -ldl -lm -lpthread
+CUDA_MOD := $(if $(filter 1,$(CUDA)),$(BUILD)/libzorch_cuda.so,)
+NVFLAGS  := -O3 -std=c++17 -Iinclude -I$(LUA_INCDIR) -DZORCH_WITH_CUDA $(if $(filter 1,$(CUDNN)),-DZORCH_CUDNN,) \
+            -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror -Werror all-warnings \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 LIB_LIBS := -llua5.4 $(EXT_LIBS)
@@ -69,7 +77,7 @@ BINDIR          ?= $(PREFIX)/bin
 LUA_CMODULE_DIR ?= $(LIBDIR)/lua/5.4
 LUA_MODULE_DIR  ?= $(PREFIX)/share/lua/5.4
 all: lib
-lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch
+lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch $(CUDA_MOD)
 
 # Installs missing Debian packages once (scripts/deps.sh says which).
 $(DEPS_OK): scripts/deps.sh
@@ -87,7 +95,8 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(OPT_K) -c $< -o $@
 
-$(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/cuda/cuda.h ops/math.h ops/backend.h vm/core/device.h vm/core/tensor.h include/zorch.h
+$(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/cuda/cuda.h ops/cuda/module.h ops/math.h ops/backend.h vm/core/device.h \
+                           vm/core/tensor.h include/zorch.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -105,6 +114,16 @@ $(BUILD)/libzorch.so: $(LIB_OBJ) scripts/zorch.map
 
 $(BUILD)/zorch.so: $(LIB_OBJ) scripts/zorch.map
 	$(CC) $(SO_FLAGS) $(LDFLAGS) -o $@ $(LIB_OBJ) $(EXT_LIBS) $(LDLIBS)
+
+# The CUDA module (see CUDA above); it exports only its two entry points.
+# (`make SAN=1 CUDA=1` builds it too, its C parts sanitized, to check the
+# loader under ASan on a machine without a GPU.)
+$(BUILD)/libzorch_cuda.so: $(MOD_OBJ) scripts/zorch_cuda.map
+	$(CC) -shared -Wl,--version-script=scripts/zorch_cuda.map -Wl,--no-undefined -Wl,-soname,libzorch_cuda.so \
+	  -o $@ $(MOD_OBJ) $(MOD_LIBS) $(if $(SAN),-fsanitize=address$(comma)undefined,)
+
+# where `make install` puts the module, the last place the library looks for it
+$(BUILD)/obj/ops/cudamod.o: CFLAGS += -DZORCH_LIBDIR='"$(LIBDIR)"'
 
 $(BUILD)/zorch: vm/host/main.c $(CLI_OBJ) $(BUILD)/libzorch.a
 	$(CC) $(CFLAGS) $< $(CLI_OBJ) -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) \
@@ -146,8 +165,11 @@ $(BUILD)/tests/test_allocfail: tests/test_allocfail.c tests/tap.h $(BUILD)/libzo
 # without a GPU.
 GPU_TESTS := $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.lua),)
 
-test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so $(BUILD)/libzorch.so
+# (the test programs in $(BUILD)/tests are told where the CUDA module is; the
+# zorch command finds it beside itself)
+test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so $(BUILD)/libzorch.so $(CUDA_MOD)
 	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) \
+	  $(if $(CUDA_MOD),ZORCH_CUDA_MODULE=$(abspath $(CUDA_MOD)),) \
 	  prove -f --exec ./runtest $(addprefix ../,$(TEST_BIN)) $(TEST_SH:tests/%=%) $(TEST_LUA:tests/%=%) $(GPU_TESTS:tests/%=%)
 
 check-asan:
@@ -163,8 +185,8 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O3 $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
-bench: $(BUILD)/bench/bench $(BUILD)/zorch
-	@$(BUILD)/bench/bench
+bench: $(BUILD)/bench/bench $(BUILD)/zorch $(CUDA_MOD)
+	@$(if $(CUDA_MOD),ZORCH_CUDA_MODULE=$(abspath $(CUDA_MOD)) ,)$(BUILD)/bench/bench
 	@for n in 1 4; do for s in 0 1 2 3; do \
 	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua simplenet_step $$s 10 20 2 64 500; \
 	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua mlp_1024_4096_1024_b256_step $$s 1024 4096 1024 256 3; \
@@ -215,19 +237,20 @@ $(BUILD)/zorch.pc: scripts/zorch.pc.in FORCE
 FORCE:
 
 # Libraries, header, pkg-config file (install-lib); the Lua module, the Lua
-# sources its chunks are named after, the zorch command (install-lua).
+# sources its chunks are named after, the zorch command (install-lua). The CUDA
+# module goes beside each library that opens it.
 install: install-lib install-lua
 
 install-lib: lib $(BUILD)/zorch.pc
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 $(BUILD)/libzorch.a $(DESTDIR)$(LIBDIR)/
-	install -m 755 $(BUILD)/libzorch.so $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(BUILD)/libzorch.so $(CUDA_MOD) $(DESTDIR)$(LIBDIR)/
 	install -m 644 include/zorch.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(BUILD)/zorch.pc $(DESTDIR)$(PKGCONFIGDIR)/
 
 install-lua: $(BUILD)/zorch.so $(BUILD)/zorch
 	install -d $(DESTDIR)$(LUA_CMODULE_DIR) $(DESTDIR)$(LUA_MODULE_DIR)/zorch $(DESTDIR)$(BINDIR)
-	install -m 755 $(BUILD)/zorch.so $(DESTDIR)$(LUA_CMODULE_DIR)/
+	install -m 755 $(BUILD)/zorch.so $(CUDA_MOD) $(DESTDIR)$(LUA_CMODULE_DIR)/
 	install -m 644 $(LUA_SRC) $(DESTDIR)$(LUA_MODULE_DIR)/zorch/
 	install -m 755 $(BUILD)/zorch $(DESTDIR)$(BINDIR)/
 
@@ -243,4 +266,4 @@ examples:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(BUILD)/obj/ops/cuda/host.d $(BUILD)/obj/zero/nccl.d

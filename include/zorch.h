@@ -105,6 +105,10 @@ ZORCH_API zorch_status zorch_cuda_synchronize(int dev);
    this or ZORCH_ALLOW_TF32=1. */
 ZORCH_API void zorch_cuda_set_tf32(bool on);
 ZORCH_API bool zorch_cuda_tf32(void);
+/* What the CUDA backend is: "module /path/libzorch_cuda.so loaded (CUDA runtime
+   ..., cuDNN ...); 1 device", "module not loaded: <reason>" (the module is
+   opened the first time a cuda device is asked for), or "not built". */
+ZORCH_API const char *zorch_cuda_info(void);
 
 /* ---- creation ---------------------------------------------------------------- */
 ZORCH_API zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);

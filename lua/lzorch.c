@@ -163,6 +163,8 @@ static int l_cuda_available(lua_State *L) {
 }
 static int l_cuda_built(lua_State *L) { return lua_pushboolean(L, zorch_cuda_built()), 1; }
 static int l_cuda_device_count(lua_State *L) { return lua_pushinteger(L, zorch_cuda_device_count()), 1; }
+/* zorch.cuda.info() -> what the CUDA backend is (the module loaded, or why not) */
+static int l_cuda_info(lua_State *L) { return lua_pushstring(L, zorch_cuda_info()), 1; }
 /* zorch.cuda.allow_tf32([on]) -> whether float32 matmul may use TF32 */
 static int l_cuda_tf32(lua_State *L) {
   if (!lua_isnoneornil(L, 1)) {
@@ -174,7 +176,8 @@ static int l_cuda_tf32(lua_State *L) {
 static const luaL_Reg cuda_fns[] = {{"available", l_cuda_available},   {"built", l_cuda_built},
                                     {"device_count", l_cuda_device_count}, {"memory_stats", l_cuda_memory_stats},
                                     {"empty_cache", l_cuda_empty_cache}, {"synchronize", l_cuda_synchronize},
-                                    {"allow_tf32", l_cuda_tf32},        {NULL, NULL}};
+                                    {"allow_tf32", l_cuda_tf32},        {"info", l_cuda_info},
+                                    {NULL, NULL}};
 
 static int l_is_tensor(lua_State *L) { return lua_pushboolean(L, zorch_to_tensor(L, 1) != NULL), 1; }
 

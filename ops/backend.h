@@ -171,6 +171,10 @@ typedef struct backend {
                          const zorch_tensor *b, const conv_geom *g);
   zorch_status (*conv2d_bwd)(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,
                              const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
+  /* Optional (NULL: always): whether conv2d and conv2d_bwd take this convolution;
+     when false, ops/conv.c runs im2col and the GEMM (CUDA: cuDNN absent, or
+     sizes beyond its int descriptors). */
+  bool (*conv2d_takes)(const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
   /* out (n, oh, ow) = the pool of each window of x (n, h, w); for POOL_MAX, idx
      (int64, same shape) gets the argmax as iy * w + ix within its plane (NaN
      wins; the first maximum otherwise). */

@@ -58,7 +58,7 @@ static zorch_status conv_forward(zorch_tensor *out, zorch_tensor *x, zorch_tenso
     zorch_tensor_free(bv);
     return st;
   }
-  if (G == 1 && be->conv2d) return be->conv2d(out, x, w, b, g);
+  if (G == 1 && be->conv2d && (!be->conv2d_takes || be->conv2d_takes(x, w, g))) return be->conv2d(out, x, w, b, g);
   zorch_tensor *out3 = zorch_view(out, 3, (int64_t[]){g->n, a->o, L});
   zorch_tensor *bcol = b ? zorch_view(b, 3, (int64_t[]){a->o, 1, 1}) : NULL;
   if (!out3 || (b && !bcol)) {
@@ -154,7 +154,9 @@ static zorch_status conv_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
     st = zorch_last_status();
     goto done;
   }
-  if ((want_x || want_w) && K > 0 && L > 0 && a->groups == 1 && backend_of(x)->conv2d_bwd) {
+  const backend *be = backend_of(x);
+  if ((want_x || want_w) && K > 0 && L > 0 && a->groups == 1 && be->conv2d_bwd &&
+      (!be->conv2d_takes || be->conv2d_takes(x, w, &a->g))) {
     st = backend_of(x)->conv2d_bwd(gx, gw, gc, x, w, &a->g);
   } else if ((want_x || want_w) && K > 0 && L > 0) {
     int64_t chunk = conv_chunk(&a->g, x->dtype);

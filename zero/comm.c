@@ -15,11 +15,19 @@
 #include <mpi.h>
 #endif
 #ifdef ZORCH_WITH_CUDA
+#include <pthread.h>
+
+#include "../ops/cudamod.h"
+#include "../ops/cuda/module.h"
 #include "nccl.h"
 #define ON_GPU(t) ((t)->st->device.type == ZORCH_CUDA)
-/* cuda buffers go to NCCL, whose waits are timed like MPI's */
-#define NCCL_ROUTE(t, call) \
-  if (ON_GPU(t)) return (call);
+static const nccl_api *nccl_table(void);
+/* cuda buffers go to NCCL (in the CUDA module), whose waits are timed like MPI's */
+#define NCCL_ROUTE(t, call)                        \
+  if (ON_GPU(t)) {                                 \
+    const nccl_api *nccl_ = nccl_table();          \
+    return nccl_ ? nccl_->call : zorch_last_status(); \
+  }
 #else
 #define ON_GPU(t) ((void)(t), false)
 #define NCCL_ROUTE(t, call) (void)0;
@@ -346,7 +354,7 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   /* a ring all-reduce sends 2(N-1)/N of the buffer */
   c->sent += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
   c->recv += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
-  NCCL_ROUTE(t, nccl_allreduce(c, t, max))
+  NCCL_ROUTE(t, allreduce(c, t, max))
 #ifdef ZORCH_MPI
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "allreduce: %lld elements is more than one MPI call takes", (long long)n);
   MPI_Request req;
@@ -395,7 +403,7 @@ static zorch_status start_reduce_scatter(zero_comm *c, const zorch_tensor *send,
   comm_enter(c, "reduce_scatter");
   c->sent += (uint64_t)(total - counts[c->rank]) * es;
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
-  NCCL_ROUTE(send, nccl_reduce_scatter(c, send, recv, counts))
+  NCCL_ROUTE(send, reduce_scatter(c, send, recv, counts))
 #ifdef ZORCH_MPI
   comm_request *r = malloc(sizeof *r);
   int *rc = mpi_counts("reduce_scatter", c, counts);
@@ -469,7 +477,7 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
   size_t es = dtype_sizes[buf->dtype];
   c->sent += (uint64_t)(total - n) * es;
   c->recv += (uint64_t)(total - n) * es;
-  NCCL_ROUTE(buf, nccl_reduce_scatter_inplace(c, buf, n))
+  NCCL_ROUTE(buf, reduce_scatter_inplace(c, buf, n))
 #ifdef ZORCH_MPI
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "reduce_scatter: %lld elements per rank is more than one MPI call takes", (long long)n);
   char *p = tensor_ptr(buf);
@@ -504,7 +512,7 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   comm_enter(c, "allgather");
   c->sent += (uint64_t)n * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)n * es * (uint64_t)(c->world - 1);
-  NCCL_ROUTE(send, nccl_allgather(c, send, recv, n))
+  NCCL_ROUTE(send, allgather(c, send, recv, n))
 #ifdef ZORCH_MPI
   /* the send buffer may be this rank's slice of recv */
   const char *sp = tensor_ptr(send), *rp = tensor_ptr(recv);
@@ -531,7 +539,7 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
   comm_enter(c, "allgather");
   c->sent += (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
-  NCCL_ROUTE(send, nccl_allgatherv(c, send, recv, counts))
+  NCCL_ROUTE(send, allgatherv(c, send, recv, counts))
 #ifdef ZORCH_MPI
   int *rc = mpi_counts("allgatherv", c, counts);
   if (!rc) return zorch_last_status();
@@ -651,7 +659,7 @@ zorch_status comm_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorc
   comm_enter(c, op);
   c->sent += sb;
   c->recv += rb;
-  NCCL_ROUTE(send ? send : recv, nccl_sendrecv(c, send, dst, recv, src))
+  NCCL_ROUTE(send ? send : recv, sendrecv(c, send, dst, recv, src))
 #ifdef ZORCH_MPI
   if (sb > INT_MAX || rb > INT_MAX) return err_set(ZORCH_ERR_ARG, "%s: more bytes than one MPI call takes", op);
   MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -691,7 +699,7 @@ zorch_status comm_broadcast(zero_comm *c, zorch_tensor *t, int root) {
   comm_enter(c, "broadcast");
   if (c->rank == root) c->sent += n;
   else c->recv += n;
-  NCCL_ROUTE(t, nccl_broadcast(c, t, root))
+  NCCL_ROUTE(t, broadcast(c, t, root))
 #ifdef ZORCH_MPI
   if (n > INT_MAX) return err_set(ZORCH_ERR_ARG, "broadcast: %zu bytes is more than one MPI call takes", n);
   MPI_Request req;
@@ -743,3 +751,23 @@ void comm_finalize(void) {
 
 void zorch_dist_abort(int code) { comm_abort(code); }
 int zorch_dist_world(void) { return comm_ready ? the_comm.world : launcher_world(); }
+
+#ifdef ZORCH_WITH_CUDA
+/* The NCCL collectives of the CUDA module, which a cuda tensor has already
+   opened; they get this file's broadcast and timed waits. */
+static const nccl_host nccl_services = {sizeof(nccl_host), comm_bcast_bytes, comm_check_wait, comm_wait_begin,
+                                        comm_wait_pause};
+static const nccl_api *nccl_api_ptr;
+static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
+static void nccl_open(void) {
+  nccl_entry entry = (nccl_entry)cuda_module_symbol(ZORCH_CUDA_NCCL_ENTRY);
+  nccl_api_ptr = entry ? entry(&nccl_services) : NULL;
+}
+static const nccl_api *nccl_table(void) {
+  pthread_once(&nccl_once, nccl_open);
+  if (!nccl_api_ptr)
+    err_set(ZORCH_ERR_DEVICE, "cuda: NCCL collectives not available: %s",
+            *cuda_module_why() ? cuda_module_why() : "the CUDA module has no " ZORCH_CUDA_NCCL_ENTRY);
+  return nccl_api_ptr;
+}
+#endif

@@ -1,5 +1,5 @@
-/* nccl.c: the collectives of cuda tensors over NCCL (see nccl.h), built in
-   CUDA builds. */
+/* nccl.c: the collectives of cuda tensors over NCCL (see nccl.h), built into
+   the CUDA module. comm.c's functions come through the table it passes. */
 #include "nccl.h"
 
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 
 cudaStream_t zorch_cuda_stream(int dev); /* ops/cuda/runtime.cu */
 
+static const nccl_host *Z;
 /* Each group (zero_comm) has its own NCCL communicator in c->nccl, on device
    c->nccl_dev, made at its first collective. */
 
@@ -29,7 +30,7 @@ static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *wh
   if (c->nccl_dev < 0) {
     ncclUniqueId id;
     if (c->rank == 0) NCCL_TRY(ncclGetUniqueId(&id), c, "ncclGetUniqueId", 0);
-    if (comm_bcast_bytes(c, &id, sizeof id, "sending the NCCL id")) {
+    if (Z->bcast_bytes(c, &id, sizeof id, "sending the NCCL id")) {
       err_prefix(what);
       return zorch_last_status();
     }
@@ -49,7 +50,7 @@ static zorch_status nccl_get(zero_comm *c, const zorch_tensor *t, const char *wh
 static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
   cudaStream_t s = zorch_cuda_stream(c->nccl_dev);
   comm_waiter w;
-  comm_wait_begin(&w);
+  Z->wait_begin(&w);
   for (;;) {
     cudaError_t e = cudaStreamQuery(s);
     if (e == cudaSuccess) return ZORCH_OK;
@@ -57,13 +58,13 @@ static zorch_status nccl_wait(zero_comm *c, const char *what, int64_t n) {
     ncclResult_t ar;
     if (ncclCommGetAsyncError((ncclComm_t)c->nccl, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress)
       return nccl_fail(c, what, n, ncclGetErrorString(ar));
-    zorch_status st = comm_check_wait(c, what, n, w.t0);
+    zorch_status st = Z->check_wait(c, what, n, w.t0);
     if (st) {
       ncclCommAbort((ncclComm_t)c->nccl);
       c->nccl = NULL;
       return st;
     }
-    comm_wait_pause(&w);
+    Z->wait_pause(&w);
   }
 }
 
@@ -76,7 +77,7 @@ static ncclDataType_t nccl_type(zorch_dtype dt) {
   }
 }
 
-zorch_status nccl_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
+static zorch_status nccl_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   int64_t n = zorch_tensor_numel(t);
   ncclComm_t nc;
   if (nccl_get(c, t, "allreduce", &nc)) return zorch_last_status();
@@ -118,11 +119,11 @@ static zorch_status per_rank(zero_comm *c, const char *what, const zorch_tensor 
   return nccl_wait(c, what, total);
 }
 
-zorch_status nccl_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
+static zorch_status nccl_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
   return per_rank(c, "reduce_scatter", send, recv, counts, true);
 }
 
-zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_t n) {
+static zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_t n) {
   ncclComm_t nc;
   if (nccl_get(c, buf, "reduce_scatter", &nc)) return zorch_last_status();
   char *p = tensor_ptr(buf);
@@ -133,7 +134,7 @@ zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_
   return nccl_wait(c, "reduce_scatter", n * c->world);
 }
 
-zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, int64_t n) {
+static zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, int64_t n) {
   ncclComm_t nc;
   if (nccl_get(c, send, "allgather", &nc)) return zorch_last_status();
   NCCL_TRY(ncclAllGather(tensor_ptr(send), tensor_ptr(recv), (size_t)n, nccl_type(send->dtype), nc,
@@ -142,11 +143,11 @@ zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   return nccl_wait(c, "allgather", n * c->world);
 }
 
-zorch_status nccl_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
+static zorch_status nccl_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
   return per_rank(c, "allgatherv", send, recv, counts, false);
 }
 
-zorch_status nccl_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv, int src) {
+static zorch_status nccl_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv, int src) {
   const zorch_tensor *any = send ? send : recv;
   size_t sb = send ? (size_t)zorch_tensor_numel(send) * dtype_sizes[send->dtype] : 0;
   size_t rb = recv ? (size_t)zorch_tensor_numel(recv) * dtype_sizes[recv->dtype] : 0;
@@ -163,11 +164,20 @@ zorch_status nccl_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorc
   return nccl_wait(c, "sendrecv", (int64_t)(sb + rb));
 }
 
-zorch_status nccl_broadcast(zero_comm *c, zorch_tensor *t, int root) {
+static zorch_status nccl_broadcast(zero_comm *c, zorch_tensor *t, int root) {
   size_t n = (size_t)zorch_tensor_numel(t) * dtype_sizes[t->dtype];
   ncclComm_t nc;
   if (nccl_get(c, t, "broadcast", &nc)) return zorch_last_status();
   void *p = tensor_ptr(t);
   NCCL_TRY(ncclBroadcast(p, p, n, ncclUint8, root, nc, zorch_cuda_stream(c->nccl_dev)), c, "broadcast", (int64_t)n);
   return nccl_wait(c, "broadcast", (int64_t)n);
+}
+
+static const nccl_api the_api = {nccl_allreduce, nccl_reduce_scatter, nccl_reduce_scatter_inplace, nccl_allgather,
+                                 nccl_allgatherv, nccl_sendrecv, nccl_broadcast};
+
+__attribute__((visibility("default"))) const nccl_api *zorch_cuda_nccl_open(const nccl_host *h) {
+  if (!h || h->size != sizeof(nccl_host)) return NULL;
+  Z = h;
+  return &the_api;
 }

@@ -19,6 +19,29 @@ extern "C" {
                      cudaGetErrorString(e_));                                                      \
   } while (0)
 
+// Whether float32 GEMMs may use TF32 (zorch_cuda_tf32(); the switch is the core's).
+extern "C" bool cu_tf32(void);
+// "cuDNN 9.x (conv2d, batch_norm)", or why the own kernels run (cudnn.cu).
+void cu_cudnn_describe(char *buf, size_t n);
+// cuDNN's convolution and batch norm (cudnn.cu). conv_takes: whether cuDNN runs
+// this convolution (present, float32/float64, sizes within its int
+// descriptors); the batch norms return false when they leave the call to the
+// own kernels (norm.cu), else true with the status in *st.
+bool cu_cudnn_conv_takes(const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
+zorch_status cu_cudnn_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
+                             const conv_geom *g);
+zorch_status cu_cudnn_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout, const zorch_tensor *x,
+                                 const zorch_tensor *w, const conv_geom *g);
+bool cu_cudnn_batch_norm(zorch_status *st, zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
+                         const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b, zorch_tensor *rm,
+                         zorch_tensor *rv, int64_t n, int64_t c, int64_t inner, bool training, double momentum,
+                         double eps);
+bool cu_cudnn_batch_norm_bwd(zorch_status *st, zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
+                             const zorch_tensor *g, const zorch_tensor *x, const zorch_tensor *mean,
+                             const zorch_tensor *rstd, const zorch_tensor *w, int64_t n, int64_t c, int64_t inner,
+                             bool training);
+// "NCCL 2.x.y" (the version of the library the module loaded).
+const char *cu_nccl_version(void);
 // Makes `dev` current on this thread and returns its stream (created once).
 cudaStream_t cu_stream(int dev);
 // Bad indices found by kernels: a word in mapped host memory per device that a

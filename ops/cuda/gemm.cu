@@ -19,18 +19,6 @@
 
 #define WORKSPACE ((size_t)32 << 20)
 
-static std::atomic<bool> tf32_on{false};
-static std::once_flag tf32_env_once;
-
-extern "C" void zorch_cuda_set_tf32(bool on) { tf32_on = on; }
-extern "C" bool zorch_cuda_tf32(void) {
-  std::call_once(tf32_env_once, [] {
-    const char *v = getenv("ZORCH_ALLOW_TF32");
-    if (v && *v && *v != '0') tf32_on = true;
-  });
-  return tf32_on;
-}
-
 namespace {
 struct plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -226,7 +214,7 @@ zorch_status cuda_gemm(const gemm_args *g) {
   lt_dev *d = nullptr;
   zorch_status st = lt_get(g->dev, &d);
   if (st) return st;
-  bool tf32 = g->dt == ZORCH_F32 && zorch_cuda_tf32();
+  bool tf32 = g->dt == ZORCH_F32 && cu_tf32();
   int epi = g->bias ? (g->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                     : (g->relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   bool none = false;

@@ -1,4 +1,5 @@
-// norm.cu: batch normalisation kernels, the CPU's (ops/cpu/norm.c) on CUDA. x is
+// norm.cu: batch normalisation kernels, the CPU's (ops/cpu/norm.c) on CUDA, for
+// what cuDNN does not take (cudnn.cu: eval mode, no affine, cuDNN absent). x is
 // (n, c, inner) contiguous; one 256-thread block per channel sums its n * inner
 // elements in double, in a fixed tree (results repeat bit for bit).
 #include "cuda.h"
@@ -46,6 +47,8 @@ zorch_status cuda_batch_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *
                              int64_t n, int64_t c, int64_t inner, bool training, double momentum, double eps) {
   int dev = cu_dev(y);
   if (c == 0) return ZORCH_OK;
+  zorch_status st;
+  if (cu_cudnn_batch_norm(&st, y, mean, rstd, x, w, b, rm, rv, n, c, inner, training, momentum, eps)) return st;
   CU_REAL(x->dtype, "batch_norm",
           (k_batch_norm<T><<<channel_blocks(c), 256, 0, cu_stream(dev)>>>(
               (T *)tensor_ptr(y), (T *)tensor_ptr(mean), (T *)tensor_ptr(rstd), (const T *)tensor_ptr(x),
@@ -87,6 +90,8 @@ zorch_status cuda_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tenso
                                  const zorch_tensor *w, int64_t n, int64_t c, int64_t inner, bool training) {
   int dev = cu_dev(x);
   if (c == 0) return ZORCH_OK;
+  zorch_status st;
+  if (cu_cudnn_batch_norm_bwd(&st, gx, gw, gb, g, x, mean, rstd, w, n, c, inner, training)) return st;
   CU_REAL(x->dtype, "batch_norm backward",
           (k_batch_norm_bwd<T><<<channel_blocks(c), 256, 0, cu_stream(dev)>>>(
               gx ? (T *)tensor_ptr(gx) : nullptr, gw ? (T *)tensor_ptr(gw) : nullptr,

@@ -1,10 +1,17 @@
-// runtime.cu: devices, their streams, the caching allocator, host copies and
-// the backend table. Registered by ops/backend.c on first use of a cuda device.
+// runtime.cu: devices, their streams, the caching allocator, host copies, the
+// backend table and the module's table (ops/cuda/module.h), which the core
+// registers when it opens the module on first use of a cuda device.
+#include <nccl.h>
+#include <stdio.h>
+
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "cuda.h"
+extern "C" {
+#include "module.h"
+}
 
 #define MAX_DEV 64
 
@@ -180,17 +187,25 @@ void cuda_free(int dev, void *p) {
   dc.free_blocks[it->second].push_back(p);
 }
 
+static cudaError_t count_error = cudaSuccess;
 static int cuda_count(void) {
-  static int n = -1;
-  if (n < 0) {
+  static std::once_flag once;
+  static int n = 0;
+  std::call_once(once, [] {
     int c = 0;
-    if (cudaGetDeviceCount(&c) != cudaSuccess) {
+    count_error = cudaGetDeviceCount(&c);
+    if (count_error != cudaSuccess) {
       cudaGetLastError();
       c = 0;
     }
     n = c;
-  }
+  });
   return n;
+}
+
+static const char *no_device_reason(void) {
+  if (cuda_count() > 0) return "";
+  return count_error != cudaSuccess ? cudaGetErrorString(count_error) : "no CUDA device found";
 }
 
 static zorch_status check_dev(int dev) {
@@ -199,9 +214,7 @@ static zorch_status check_dev(int dev) {
   return ZORCH_OK;
 }
 
-extern "C" int zorch_cuda_device_count(void) { return cuda_count(); }
-
-extern "C" zorch_status zorch_cuda_memory_stats(int dev, zorch_cuda_memory *out) {
+static zorch_status memory_stats(int dev, zorch_cuda_memory *out) {
   if (check_dev(dev)) return zorch_last_status();
   std::lock_guard<std::mutex> lk(alloc_lock);
   dev_cache &dc = caches[dev];
@@ -212,7 +225,7 @@ extern "C" zorch_status zorch_cuda_memory_stats(int dev, zorch_cuda_memory *out)
   return ZORCH_OK;
 }
 
-extern "C" zorch_status zorch_cuda_empty_cache(int dev) {
+static zorch_status empty_cache(int dev) {
   if (check_dev(dev)) return zorch_last_status();
   std::lock_guard<std::mutex> lk(alloc_lock);
   cu_stream(dev);
@@ -220,7 +233,7 @@ extern "C" zorch_status zorch_cuda_empty_cache(int dev) {
   return ZORCH_OK;
 }
 
-extern "C" zorch_status zorch_cuda_synchronize(int dev) {
+static zorch_status synchronize(int dev) {
   if (check_dev(dev)) return zorch_last_status();
   CUDA_TRY(cudaStreamSynchronize(cu_stream(dev)));
   return check_bad_index(dev);
@@ -277,6 +290,9 @@ static backend make_backend() {
   b.randint = cuda_randint;
   b.adam = cuda_adam;
   b.sgd = cuda_sgd;
+  b.conv2d = cu_cudnn_conv2d;  // when cuDNN takes it; else im2col + GEMM (ops/conv.c)
+  b.conv2d_bwd = cu_cudnn_conv2d_bwd;
+  b.conv2d_takes = cu_cudnn_conv_takes;
   b.im2col = cuda_im2col;
   b.col2im = cuda_col2im;
   b.pool2d = cuda_pool2d;
@@ -289,11 +305,54 @@ static backend make_backend() {
 static const backend cuda_backend = make_backend();
 static const device_mem cuda_mem = {cuda_alloc, cuda_free, cuda_count};
 
-// Called once by ops/backend.c; with no GPU the device count is 0 and every cuda
-// tensor is refused with a clear error.
-extern "C" void cuda_backend_init(void) {
-  backend_register(ZORCH_CUDA, &cuda_backend);
-  device_mem_register(ZORCH_CUDA, &cuda_mem);
+const char *cu_nccl_version(void) {
+  static char buf[48];
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int v = 0;
+    if (ncclGetVersion(&v) != ncclSuccess) snprintf(buf, sizeof buf, "NCCL (version unknown)");
+    else snprintf(buf, sizeof buf, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  });
+  return buf;
+}
+
+// "CUDA runtime 13.0, driver 13.0, cuBLASLt, cuDNN ..., NCCL 2.x", for zorch info.
+static void describe(char *buf, size_t n) {
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+  cudaGetLastError();
+  char dn[160];
+  cu_cudnn_describe(dn, sizeof dn);
+  int len = snprintf(buf, n, "CUDA runtime %d.%d, ", rt / 1000, rt % 1000 / 10);
+  if (len >= 0 && (size_t)len < n)
+    len += drv ? snprintf(buf + len, n - len, "driver %d.%d, ", drv / 1000, drv % 1000 / 10)
+               : snprintf(buf + len, n - len, "no driver, ");
+  if (len >= 0 && (size_t)len < n) snprintf(buf + len, n - len, "cuBLASLt, %s, %s", dn, cu_nccl_version());
+}
+
+static const cuda_module the_module = [] {
+  cuda_module m{};
+  m.abi = ZORCH_CUDA_MODULE_ABI;
+  m.size = sizeof(cuda_module);
+  m.backend_size = sizeof(backend);
+  m.device_mem_size = sizeof(device_mem);
+  m.backend = &cuda_backend;
+  m.mem = &cuda_mem;
+  m.device_count = cuda_count;
+  m.no_device_reason = no_device_reason;
+  m.memory_stats = memory_stats;
+  m.empty_cache = empty_cache;
+  m.synchronize = synchronize;
+  m.describe = describe;
+  return m;
+}();
+
+// The module's entry (module.h). With no GPU the device count is 0 and the
+// core refuses every cuda tensor with a clear error; the module loads all the same.
+extern "C" __attribute__((visibility("default"))) const cuda_module *zorch_cuda_module_open(const cuda_host *host,
+                                                                                           char *why, size_t n) {
+  return cu_host_attach(host, why, n) ? &the_module : nullptr;
 }
 
 // The device's stream, for the NCCL collectives (zero/nccl.c, plain C).

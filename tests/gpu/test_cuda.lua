@@ -334,6 +334,118 @@ for _, case in ipairs({{true, {8, 5, 7, 9}}, {false, {8, 5, 7, 9}}, {true, {300,
   end
 end
 
+-- cuDNN (ops/cuda/cudnn.cu): one-group convolutions and training-mode batch
+-- norm run through it when libcudnn.so.9 is there (zorch.cuda.info() says
+-- which path runs); against the CPU, forward and every gradient, over the
+-- geometries cuDNN's algorithms split on; the deterministic algorithms give the
+-- same bits twice; and the own kernels (ZORCH_CUDNN=0, another process) agree.
+do
+  local info = zorch.cuda.info()
+  local cudnn = info:find("cuDNN %d+%.%d+%.%d+ for conv2d and batch_norm") ~= nil
+  print("# " .. info)
+  tap.ok(cudnn or info:find("own conv2d", 1, true),
+         "zorch.cuda.info() names the conv2d and batch_norm path: " .. (cudnn and "cuDNN" or "own kernels"))
+  local function conv_case(device, dt, n, c, h, w, o, k, opts, bias)
+    zorch.manual_seed(41)
+    local x = zorch.randn(n, c, h, w, {dtype = dt}):to(device):requires_grad_()
+    local wt = zorch.randn(o, c, k[1], k[2], {dtype = dt}):to(device):requires_grad_()
+    local b = bias and zorch.randn(o, {dtype = dt}):to(device):requires_grad_() or nil
+    local y = zorch.conv2d(x, wt, b, opts)
+    local r = zorch.randn(y.shape, {dtype = dt}):to(device)
+    ;(y * r):sum():backward()
+    return {y:detach(), x.grad, wt.grad, b and b.grad or zorch.zeros(1):to(device)}
+  end
+  local cases = {
+    {"3x3 pad 1, bias", 8, 16, 14, 14, 32, {3, 3}, {padding = 1}, true},
+    {"1x1", 4, 64, 7, 7, 128, {1, 1}, {}, true},
+    {"5x5 stride 2, no bias", 3, 3, 32, 29, 8, {5, 5}, {stride = 2, padding = 2}, false},
+    {"3x2 dilation (2, 1), stride (1, 2)", 2, 5, 17, 19, 7, {3, 2}, {dilation = {2, 1}, stride = {1, 2}}, true},
+    {"7x7 stride 2 pad 3 (a stem)", 2, 3, 64, 64, 16, {7, 7}, {stride = 2, padding = 3}, true},
+  }
+  for _, dt in ipairs({"float32", "float64"}) do
+    for _, cs in ipairs(cases) do
+      local cc = conv_case("cpu", dt, table.unpack(cs, 2))
+      local cg = conv_case("cuda", dt, table.unpack(cs, 2))
+      for i, name in ipairs({"output", "input gradient", "weight gradient", "bias gradient"}) do
+        same(cc[i], cg[i], MM[dt] * 10, ("conv2d %s %s: %s"):format(dt, cs[1], name))
+      end
+    end
+  end
+  -- float32 without TF32 is full float32 (cuDNN's FMA math), as the GEMMs are:
+  -- against float64 on the CPU from the same float32 inputs
+  do
+    zorch.manual_seed(42)
+    local x, w = zorch.randn(8, 16, 14, 14), zorch.randn(32, 16, 3, 3)
+    local r = zorch.randn(8, 32, 14, 14)
+    local function run(device, dt)
+      local xd = x:to(dt):to(device):requires_grad_()
+      local wd = w:to(dt):to(device):requires_grad_()
+      local y = zorch.conv2d(xd, wd, nil, {padding = 1})
+      ;(y * r:to(dt):to(device)):sum():backward()
+      return {y:detach(), xd.grad, wd.grad}
+    end
+    local exact, got = run("cpu", "float64"), run("cuda", "float32")
+    for i, name in ipairs({"output", "input gradient", "weight gradient"}) do
+      local e = rel(exact[i], got[i])
+      tap.ok(e < 1e-5, ("conv2d float32 on cuda keeps float32 accuracy without TF32: %s (%.2g)"):format(name, e))
+    end
+  end
+  -- deterministic by default: the same convolution twice gives the same bits
+  local g1 = conv_case("cuda", "float32", table.unpack(cases[1], 2))
+  local g2 = conv_case("cuda", "float32", table.unpack(cases[1], 2))
+  for i, name in ipairs({"output", "input gradient", "weight gradient", "bias gradient"}) do
+    tap.ok((g1[i] - g2[i]):abs():max():item() == 0, "conv2d on cuda repeats bit for bit: " .. name)
+  end
+  -- batch norm: affine training (cuDNN), without running stats, without affine
+  -- and with the weight frozen (the own kernels), eval (own kernels)
+  local function bn(device, shape, opts)
+    zorch.manual_seed(43)
+    local c = shape[2]
+    local x = zorch.randn(shape):to(device):requires_grad_()
+    local w = opts.affine and zorch.randn(c):to(device) or nil
+    local b = opts.affine and zorch.randn(c):to(device) or nil
+    if w and not opts.frozen then w:requires_grad_(); b:requires_grad_() end
+    local rm = opts.running and zorch.randn(c):to(device) or nil
+    local rv = opts.running and (zorch.rand(c) + 0.5):to(device) or nil
+    local y = zorch.batch_norm(x, rm, rv, w, b, opts.training, 0.2, 1e-3)
+    ;(y * zorch.randn(shape):to(device)):sum():backward()
+    local z = zorch.zeros(1):to(device)
+    return {y:detach(), x.grad, w and w.grad or z, b and b.grad or z, rm or z, rv or z}
+  end
+  for _, case in ipairs({
+    {"affine training (N, C, H, W)", {16, 8, 9, 7}, {affine = true, running = true, training = true}},
+    {"affine training (N, C)", {200, 6}, {affine = true, running = true, training = true}},
+    {"affine training, no running stats", {4, 3, 50}, {affine = true, training = true}},
+    {"training without affine", {8, 4, 5, 5}, {running = true, training = true}},
+    {"training with the weight frozen", {8, 4, 5, 5}, {affine = true, frozen = true, running = true, training = true}},
+    {"eval", {8, 4, 5, 5}, {affine = true, running = true, training = false}},
+  }) do
+    local bc, bg = bn("cpu", case[2], case[3]), bn("cuda", case[2], case[3])
+    for i, name in ipairs({"output", "input gradient", "weight gradient", "bias gradient", "running_mean",
+                           "running_var (unbiased)"}) do
+      same(bc[i], bg[i], 1e-4, "batch_norm " .. case[1] .. ": " .. name)
+    end
+  end
+  -- the own kernels, in a process with cuDNN switched off, give the CPU's values too
+  local script = tap.temp_file([[
+    local zorch = require "zorch"
+    assert(zorch.cuda.info():find("ZORCH_CUDNN=0", 1, true), zorch.cuda.info())
+    zorch.manual_seed(5)
+    local x, w = zorch.randn(4, 6, 11, 11), zorch.randn(9, 6, 3, 3)
+    local d1 = (zorch.conv2d(x, w, nil, {padding = 1}) -
+                zorch.conv2d(x:to("cuda"), w:to("cuda"), nil, {padding = 1}):to("cpu")):abs():max():item()
+    local g, b = zorch.randn(6), zorch.randn(6)
+    local d2 = (zorch.batch_norm(x, nil, nil, g, b, true, 0.1, 1e-5) - zorch.batch_norm(x:to("cuda"), nil, nil,
+                g:to("cuda"), b:to("cuda"), true, 0.1, 1e-5):to("cpu")):abs():max():item()
+    print(("diff %g %g"):format(d1, d2))
+  ]], ".lua")
+  local out = tap.run("ZORCH_CUDNN=0 " .. tap.zorch() .. " " .. script)
+  local d1, d2 = out:match("diff (%S+) (%S+)")
+  tap.ok(d1 and tonumber(d1) < 1e-3 and tonumber(d2) < 1e-4,
+         "with ZORCH_CUDNN=0 the own conv2d and batch_norm kernels run and match the CPU: " .. out:gsub("\n", " "))
+  os.remove(script)
+end
+
 -- TF32: off by default (full float32); on, float32 GEMMs round inputs to 10 bits
 local m1, m2 = zorch.randn(512, 512), zorch.randn(512, 512)
 local exact = zorch.matmul(m1:double(), m2:double())

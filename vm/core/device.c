@@ -17,6 +17,15 @@ void device_mem_register(zorch_device_type type, const device_mem *m) {
   if ((unsigned)type < ZORCH_NDEVICE_TYPES && type != ZORCH_CPU) mems[type] = m;
 }
 
+static const char *whys[ZORCH_NDEVICE_TYPES];
+
+void device_set_why(zorch_device_type type, const char *why) {
+  if ((unsigned)type < ZORCH_NDEVICE_TYPES) whys[type] = why;
+}
+const char *device_why(zorch_device_type type) {
+  return (unsigned)type < ZORCH_NDEVICE_TYPES && whys[type] ? whys[type] : "";
+}
+
 zorch_status zorch_device_parse(const char *name, zorch_device *out) {
   if (!name) return err_set(ZORCH_ERR_ARG, "device: name is NULL");
   if (strcmp(name, "cpu") == 0) {

@@ -19,6 +19,12 @@ typedef struct device_mem {
 /* The allocator of a device type, or NULL when none is registered. */
 const device_mem *device_mem_get(zorch_device_type type);
 void device_mem_register(zorch_device_type type, const device_mem *m);
+/* Why a device type has no device (the CUDA module could not be opened, or the
+   CUDA runtime's reason for finding no GPU), for the messages that refuse its
+   tensors; set by the backend's loader (ops/cudamod.c), a string that stays
+   valid. "" when none was given. */
+void device_set_why(zorch_device_type type, const char *why);
+const char *device_why(zorch_device_type type);
 /* Host memory: 64-byte aligned blocks, small ones cached per thread. */
 extern const device_mem host_mem;
 #endif

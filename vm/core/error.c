@@ -69,6 +69,11 @@ zorch_status err_set(zorch_status code, const char *fmt, ...) {
   return code;
 }
 
+zorch_status err_setv(zorch_status code, const char *fmt, va_list ap) {
+  err_vset(code, fmt, ap);
+  return code;
+}
+
 void *err_null(zorch_status code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -1,12 +1,16 @@
 /* error.h: the per-thread status and message behind zorch_last_error(). */
 #ifndef ZORCH_VM_ERROR_H
 #define ZORCH_VM_ERROR_H
+#include <stdarg.h>
+
 #include "zorch.h"
 
 /* Records a failure and returns `code`, so callers can write
    `return err_set(ZORCH_ERR_SHAPE, "add: ...")`. */
 zorch_status err_set(zorch_status code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Same, with the arguments as a va_list (the CUDA module's err_set forwards here). */
+zorch_status err_setv(zorch_status code, const char *fmt, va_list ap);
 /* Same, for functions returning a pointer: returns NULL. */
 void *err_null(zorch_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes the current message with "op: " context when it does not have it yet. */

@@ -94,9 +94,11 @@ static storage *storage_new(size_t nbytes, zorch_device dev) {
     char name[32];
     int n = m ? m->count() : 0;
     zorch_device_name(dev, name, sizeof name);
+    const char *why = device_why(dev.type);
     if (!m && dev.type != ZORCH_CUDA) return err_null(ZORCH_ERR_DEVICE, "device %s: backend not built", name);
-    return err_null(ZORCH_ERR_DEVICE, "device %s: not available (%d CUDA device%s present)", name, n,
-                    n == 1 ? "" : "s");
+    if (!m && *why) return err_null(ZORCH_ERR_DEVICE, "device %s: not available: %s", name, why);
+    return err_null(ZORCH_ERR_DEVICE, "device %s: not available (%d CUDA device%s present)%s%s", name, n,
+                    n == 1 ? "" : "s", *why ? ": " : "", why);
   }
   zmem_account *mem = zstate_get()->mem;
   mem_refused = false;

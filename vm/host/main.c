@@ -22,11 +22,6 @@
 #else
 #define ZORCH_HAVE_MPI 0
 #endif
-#ifdef ZORCH_WITH_CUDA
-#define ZORCH_HAVE_NCCL 1
-#else
-#define ZORCH_HAVE_NCCL 0
-#endif
 
 static lua_State *globalL;
 
@@ -377,15 +372,13 @@ static void print_info(void) {
   printf("  threads:  %d\n", zorch_get_num_threads());
   int ngpu = 0;
   while (ngpu < 64 && zorch_device_available((zorch_device){ZORCH_CUDA, ngpu})) ngpu++;
-#ifdef ZORCH_WITH_CUDA
-  printf("  backends: cpu, cuda\n");
-  printf("  cuda:     built (cuBLASLt, TF32 %s), %d device%s\n", zorch_cuda_tf32() ? "on" : "off", ngpu,
-         ngpu == 1 ? "" : "s");
-#else
-  printf("  backends: cpu\n");
-  printf("  cuda:     not built (no nvcc at build time, or make CUDA=0)\n");
-#endif
-  printf("  nccl:     %s\n", ZORCH_HAVE_NCCL ? "built (ZeRO collectives of cuda tensors)" : "not built");
+  /* the probe above opened the CUDA module, where this build has one */
+  const char *cuda = zorch_cuda_info();
+  printf("  backends: %s\n", strncmp(cuda, "module /", 8) == 0 ? "cpu, cuda" : "cpu");
+  if (zorch_cuda_built())
+    printf("  cuda:     %s; TF32 %s\n", cuda, zorch_cuda_tf32() ? "on" : "off");
+  else
+    printf("  cuda:     %s\n", cuda);
   printf("  mpi:      %s\n", ZORCH_HAVE_MPI ? "Open MPI (zorch launch)" : "not built");
   printf("  devices:  cpu");
   for (int i = 0; i < ngpu; i++) printf(", cuda:%d", i);
