@@ -65,7 +65,8 @@ local function count(m)
 end
 
 -- The first layer of each stage (first[P + 1] = #layers + 1) for contiguous
--- stages of the given weights whose largest total is as small as it can be.
+-- stages of the given weights whose largest total is as small as it can be
+-- (nn.Pipeline.balanced, for tests).
 local function balanced(w, P)
   local n = #w
   local pre = {[0] = 0}
@@ -96,6 +97,8 @@ local function balanced(w, P)
   end
   return first
 end
+
+Pipeline.balanced = balanced
 
 -- nn.Pipeline{layers = {...}, group = G, partition = "parameters" | "uniform" | {first layers},
 --             loss = fn(output, target), tied = {{name, name}, ...}, schedule = "1f1b" | "gpipe",
