@@ -534,14 +534,21 @@ function Pipeline.ideal_bubble(P, M) return (P - 1) / (M + P - 1) end
 -- pipe:report() (collective over the pipeline group): the last train_batch of
 -- every stage: {stages = {{stage, step, busy, idle, bubble, forward, backward,
 -- sent, received, parameters, in_flight (the most micro-batches whose
--- activations the stage held at once)}, ...}, bubble (the mean over stages), ideal}.
+-- activations the stage held at once), memory (with an engine: its bytes of
+-- parameters, gradients, optimizer state and master weights on this rank)}, ...}, bubble (the mean over stages), ideal}.
 -- Times in seconds, bytes sent and received over the pipeline group since the
 -- last report.
 function Pipeline:report()
   local l = self.last
   if not l then error("Pipeline:report: no train_batch has run yet", 2) end
   local sent, recv = self.group:bytes(true)
-  local mine = {l.step, l.busy, l.idle, l.bubble, l.forward, l.backward, sent, recv, count(self), l.in_flight}
+  local mem = 0 -- the engine's bytes of this stage: parameters, gradients, optimizer state, master weights
+  local e = rawget(self, "engine")
+  if e and e.zero then
+    local m = e:memory_report()
+    mem = m.parameters + m.gradients + m.optimizer_state + m.master_weights
+  end
+  local mine = {l.step, l.busy, l.idle, l.bubble, l.forward, l.backward, sent, recv, count(self), l.in_flight, mem}
   local P, k = self.num_stages, #mine
   local all = zorch.zeros(P * k, {dtype = "float64"})
   self.group:allgather(zorch.tensor(mine, {dtype = "float64"}), all)
@@ -552,7 +559,7 @@ function Pipeline:report()
     r.stages[p + 1] = {stage = p, step = v[o + 1], busy = v[o + 2], idle = v[o + 3], bubble = v[o + 4],
                        forward = v[o + 5], backward = v[o + 6], sent = math.tointeger(v[o + 7]),
                        received = math.tointeger(v[o + 8]), parameters = math.tointeger(v[o + 9]),
-                       in_flight = math.tointeger(v[o + 10])}
+                       in_flight = math.tointeger(v[o + 10]), memory = math.tointeger(v[o + 11])}
     r.bubble = r.bubble + v[o + 4] / P
   end
   return r

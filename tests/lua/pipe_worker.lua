@@ -3,7 +3,9 @@
 --     an MLP of 6 layers (the first and last weights tied) as nn.Pipeline over
 --     P stages, data parallel over the rest (ZeRO STAGE over the data group),
 --     4 micro-batches a step, Adam with gradient clipping; rank 0 prints each
---     step's loss ("loss S L"); the whole model's weights go to OUT (world rank 0)
+--     step's loss ("loss S L norm N") and each stage's parameters and bytes held
+--     ("stages parameters P1 P2 ... memory B1 B2 ..."); the whole model's
+--     weights go to OUT (world rank 0)
 --   zorch launch -n P pipe_worker.lua bubble SCHEDULE M TF TB
 --     P stages whose forward sleeps TF seconds and backward TB: the measured
 --     bubble of the last of 3 steps, and each stage's activations in flight
@@ -40,6 +42,10 @@ if mode == "train" then
     o:step()
     engine:print(("loss %d %.9g norm %.9g"):format(step, engine:mean(loss), engine:clip_grad_norm()))
   end
+  local r = pipe:report()
+  local ps, ms = {}, {}
+  for i, st in ipairs(r.stages) do ps[i], ms[i] = st.parameters, st.memory end
+  engine:print(("stages parameters %s memory %s"):format(table.concat(ps, " "), table.concat(ms, " ")))
   local sd = pipe:full_state_dict()
   if zorch.dist.rank() == 0 then zorch.save(sd, out) end
   return

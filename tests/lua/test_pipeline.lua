@@ -118,7 +118,14 @@ do
     local n, sched, P, stage = c[1], c[2], c[3], c[4]
     local what = ("%d stages (%s) x data %d, ZeRO stage %d"):format(P, sched, n // P, stage)
     local out = ("%s/p%d_%s_%d"):format(dir, P, sched, stage)
-    local got, ok2 = run(("%s launch -n %d lua/pipe_worker.lua train %s %d %d %s"):format(bin, n, sched, P, stage, out))
+    local got, ok2, o = run(("%s launch -n %d lua/pipe_worker.lua train %s %d %d %s"):format(bin, n, sched, P, stage, out))
+    local ps, ms = o:match("stages parameters ([%d ]+) memory ([%d ]+)")
+    local np, nm, sum = 0, 0, 0
+    for v in (ps or ""):gmatch("%d+") do np, sum = np + 1, sum + tonumber(v) end
+    for v in (ms or ""):gmatch("%d+") do nm = nm + (tonumber(v) > 0 and 1 or 0) end
+    -- (6x6 + 6 + 8x6 + 8 + 6x8 + 6 + 6 for the head's bias; the tied 6x6 weight on the first and last stages)
+    tap.ok(np == P and nm == P and sum == 158 + 36, ("%s: the report counts each stage's parameters (%s) and bytes (%s)"):format(
+      what, tostring(ps), tostring(ms)))
     local worst = 0
     for s = 1, 4 do
       worst = math.max(worst, got[s] and ref[s] and math.max(rel(got[s][1], ref[s][1]), rel(got[s][2], ref[s][2])) or math.huge)
