@@ -16,6 +16,7 @@ local Pipeline = nn.Module:extend "nn.Pipeline"
 nn.Pipeline = Pipeline
 
 local function is_module(m) return type(m) == "table" and rawget(m, "_order") ~= nil end
+local TIE -- the metatable of a tie (below)
 local function is_group(v)
   local mt = type(v) == "userdata" and getmetatable(v)
   return mt and mt.__name == "zorch.Group" or false
@@ -189,8 +190,11 @@ function Pipeline:init(opts)
       if sp.name == "" then
         for _, k in ipairs(m._order) do
           if rawget(self, k) ~= nil then fail("layer %d: the name '%s' is taken by an earlier layer", i, k) end
-          if rawget(m, "_buffers") and m._buffers[k] then self:register_buffer(k, rawget(m, k))
-          else self[k] = rawget(m, k) end
+          -- (a parameter or buffer of its own would be two fields that Module:to moves apart)
+          if not m._children[k] then
+            fail("layer %d is named \"\": it may hold modules only, but '%s' is a tensor (put it in a child module)", i, k)
+          end
+          self[k] = rawget(m, k)
         end
       else
         if rawget(self, sp.name) ~= nil then fail("layer %d: the name '%s' is taken by an earlier layer", i, sp.name) end
@@ -217,6 +221,9 @@ local function find_param(m, name, prefix)
   end
   return nil
 end
+
+-- A tie's parameter on this stage: tie.param.
+TIE = {__index = function(t, k) if k == "param" then return rawget(t.owner, t.key) end end}
 
 -- Tied parameters: one tensor per stage for each list of names; across the
 -- stages holding it, a group (of the pipeline group's ranks) that starts it
@@ -245,7 +252,9 @@ function Pipeline:tie(tied)
     local g = self.group:split(p and 0 or 1, self.stage_id)
     if p then
       if g:size() > 1 then zorch.no_grad(function() g:broadcast(p, 0) end) end
-      ties[#ties + 1] = {param = p, group = g, copy = g:rank() > 0, names = names}
+      -- (found through its module when used: Module:to and the engine replace tensors)
+      ties[#ties + 1] = setmetatable({owner = held[1][1], key = held[1][2], group = g, copy = g:rank() > 0,
+                                      names = names}, TIE)
     end
   end
   rawset(self, "ties", ties)

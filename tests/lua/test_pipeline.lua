@@ -30,6 +30,10 @@ tap.raises("a partition that does not start at layer 1", function()
 tap.raises("tied parameters of different shapes", function()
   nn.Pipeline{layers = {nn.Linear(2, 3), nn.Linear(3, 3)}, tied = {{"0.weight", "1.weight"}}} end,
   "differ in shape", "(3, 2)", "(3, 3)")
+tap.raises("a layer named \"\" holding a tensor of its own", function()
+  local M = nn.Module:extend "OwnTensor"
+  function M:init() self.w = nn.Parameter(zorch.ones(1)) end
+  nn.Pipeline{layers = {{name = "", build = function() return M() end}}} end, "layer 1 is named", "'w' is a tensor")
 tap.raises("train_batch without a loss", function()
   nn.Pipeline{layers = {nn.Tanh()}}:train_batch(function() return zorch.ones(1) end) end, "no loss function")
 tap.raises("train_batch with a bad engine", function()
@@ -63,6 +67,9 @@ do
   for i, p in ipairs(pipe:parameters()) do worst = math.max(worst, (p.grad - got[i]):abs():max():item()) end
   tap.ok(math.abs(loss - want) < 1e-6 and worst < 1e-6,
     ("train_batch on one stage: the mean loss and the accumulated gradients (largest difference %.2g)"):format(worst))
+  pipe:to("float64")
+  tap.ok(rawequal(pipe.ties[1].param, a.weight) and a.weight:dtype() == "float64" and rawequal(a.weight, b.weight),
+    "after Module:to the tie finds the moved tensor")
   local r = pipe:report()
   tap.ok(#r.stages == 1 and r.ideal == 0 and r.stages[1].in_flight == 1, "one stage: no bubble in theory, one micro-batch in flight")
 end
