@@ -323,7 +323,9 @@ function Pipeline:train_batch(batches, engine)
     if engine.cfg.zero_stage > 1 then
       error(("Pipeline:train_batch: the engine runs ZeRO stage %d; a pipeline takes stage 0 or 1"):format(engine.cfg.zero_stage), 2)
     end
-    if not engine.zero then error("Pipeline:train_batch: prepare the engine with this pipeline first", 2) end
+    if not engine.zero or engine.model ~= self then
+      error("Pipeline:train_batch: prepare the engine with this pipeline first (engine:prepare(pipe, nil, optimizer))", 2)
+    end
     self:attach(engine)
   end
   M = M or 1

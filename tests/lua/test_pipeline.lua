@@ -40,6 +40,12 @@ tap.raises("train_batch with a bad engine", function()
   nn.Pipeline{layers = {nn.Tanh()}, loss = zorch.sum}:train_batch(function() return zorch.ones(1) end, 3) end,
   "argument 2 must be a zorch.Engine")
 
+tap.raises("train_batch with an engine prepared with another model", function()
+  local e = zorch.Engine{}
+  e:prepare(nn.Linear(2, 2), nil, zorch.optim.SGD(nn.Linear(2, 2):parameters(), {lr = 0.1}))
+  nn.Pipeline{layers = {nn.Linear(2, 2)}, loss = zorch.sum}:train_batch(function() return zorch.ones(2) end, e)
+end, "prepare the engine with this pipeline first")
+
 -- one stage: nn.Sequential's names and forward; the tied weights one tensor;
 -- train_batch's gradients the mean of the micro-batches'
 do
