@@ -154,6 +154,7 @@ function Pipeline:init(opts)
       else w[i] = 0 end
     end
     zorch._set_rng_state(rs, ro)
+    collectgarbage() -- (the layers built to be counted)
     first = balanced(w, P)
   elseif type(part) == "table" then
     if #part ~= P then fail("partition lists %d first layers for %d stages", #part, P) end

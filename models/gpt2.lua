@@ -326,11 +326,14 @@ end
 zorch.manual_seed(opt.seed)
 local model, pipe
 if pipe_layout then
-  local layers = {{name = "", build = function() return Embed(cfg) end}}
+  -- (numel: the partition by parameters need not build every layer to count it)
+  local C, V = cfg.dim, cfg.vocab
+  local layers = {{name = "", build = function() return Embed(cfg) end, numel = (V + cfg.context) * C}}
   for i = 1, cfg.layers do
-    layers[#layers + 1] = {name = "h." .. (i - 1), build = function() return pipeline_block(cfg) end}
+    layers[#layers + 1] = {name = "h." .. (i - 1), build = function() return pipeline_block(cfg) end,
+                           numel = 12 * C * C + 13 * C}
   end
-  layers[#layers + 1] = {name = "", build = function() return Head(cfg) end}
+  layers[#layers + 1] = {name = "", build = function() return Head(cfg) end, numel = 2 * C + V * C}
   pipe = nn.Pipeline{layers = layers, group = pipe_layout.pipeline, schedule = opt.schedule, seed_layers = opt.seed,
                      tied = {{"wte.weight", "lm_head.weight"}},
                      loss = function(logits, y)
