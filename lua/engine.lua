@@ -159,7 +159,7 @@ function zorch.Engine(cfg, overrides)
   -- steps: the optimizer steps taken (a skipped step does not count); checkpoint
   -- tags (step<N>) and resuming use it
   local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, steps = 0,
-                          device = device, group = group}, Engine)
+                          device = device, group = group, printer = rank == 0}, Engine)
   e:reset_scaler()
   if #unimplemented > 0 and rank == 0 then
     for _, g in ipairs(zorch._unimplemented_groups(unimplemented)) do
@@ -557,7 +557,11 @@ function Engine:optimizer_step()
   local t0 = self.wall and zorch.clock()
   local grad, sharded = self.zero:reduced_grad()
   local overflow
-  self.last_norm, overflow = self.zero:clip(grad, sharded, self.cfg.gradient_clipping, self.scaler.scale)
+  if self.norm_groups then -- model parallel: the norm of the whole model (below)
+    self.last_norm, overflow = self:model_parallel_clip(grad, sharded)
+  else
+    self.last_norm, overflow = self.zero:clip(grad, sharded, self.cfg.gradient_clipping, self.scaler.scale)
+  end
   local t1 = self.wall and zorch.clock()
   if self.wall then self.wall.reduction = self.wall.reduction + (t1 - t0) end
   overflow = overflow and self.cfg.precision == "fp16" -- (fp32 and bf16 step as they always did)
@@ -700,12 +704,90 @@ function Engine:mean(x)
 end
 
 function Engine:print(...)
-  if self.rank == 0 then print(...) end
+  if self.printer then print(...) end
 end
 
 -- (rank 0 writes; a state dict taken under stage 3 was gathered by the model)
 function Engine:save(tbl, path)
   if self.rank == 0 then zorch.save(tbl, path) end
+end
+
+-- ---- model parallelism: backward from a stage's output, the norm over the whole model ----
+
+-- A backward pass from a tensor and its gradient (a pipeline stage's output
+-- and the gradient the next stage sent back), counted as one micro-step of
+-- the accumulation window like backward(loss).
+function Engine:backward_from(t, grad)
+  if not zorch.is_tensor(t) or not zorch.is_tensor(grad) then
+    error("Engine:backward_from: expected a tensor and its gradient", 2)
+  end
+  self.micro = self.micro + 1
+  if self.zero then self.zero:begin_backward() end
+  local s = self.scaler.scale
+  t:backward(s ~= 1 and grad * s or grad)
+  if self.zero then self.zero:end_backward() end
+end
+
+-- The mean loss of micro-batches whose loss was taken on another rank (a
+-- pipeline's last stage), for the step line.
+function Engine:note_loss(mean, count)
+  if not self.cfg.steps_per_print then return end
+  self.print_loss = zorch.tensor({mean * count}, {dtype = "float64"}) + (self.print_loss or 0)
+  self.print_micro = (self.print_micro or 0) + count
+  self.print_t0 = self.print_t0 or zorch.clock()
+end
+
+-- engine:add_norm_group(group, duplicates): the model is split across the
+-- ranks of group (pipeline stages, tensor shards), so the gradient norm that
+-- clipping uses sums the squares over that group too; duplicates lists this
+-- rank's parameters that another rank of the group also holds (a tied
+-- parameter's copy, a replicated one), left out here so each counts once.
+-- Groups add up: a norm over pipeline stages and tensor shards takes both.
+function Engine:add_norm_group(group, duplicates)
+  if not is_group(group) then error("Engine:add_norm_group: argument 1 must be a zorch.Group", 2) end
+  self.norm_groups = self.norm_groups or {}
+  local known = false
+  for _, g in ipairs(self.norm_groups) do known = known or g == group end
+  if not known then self.norm_groups[#self.norm_groups + 1] = group end
+  self.norm_duplicates = self.norm_duplicates or {}
+  for _, t in ipairs(duplicates or {}) do self.norm_duplicates[t] = true end
+end
+
+-- Unscale, then clip by the norm of the whole model: the squares of this
+-- rank's slice less its duplicates, summed over the data group (when the
+-- gradient is sharded) and over each norm group.
+function Engine:model_parallel_clip(grad, sharded)
+  local scale = self.scaler.scale
+  local norm, overflow = self.zero:clip(grad, sharded, 0, scale)
+  if overflow then return norm, overflow end
+  local dup = 0
+  local lo = sharded and self.rank * self.zero:memory().shard or 0
+  local len, off = grad:numel(), 0
+  for _, p in ipairs(self.params) do
+    local n = p:numel()
+    if self.norm_duplicates[p] then
+      local a, b = math.max(off, lo), math.min(off + n, lo + len)
+      if a < b then dup = dup + zorch._sumsq(grad:narrow(1, a - lo + 1, b - a)) end
+    end
+    off = off + n
+  end
+  if sharded and self.world_size > 1 then
+    local t = zorch.tensor({dup}, {dtype = "float64"})
+    zorch._comm_label("the gradient norm")
+    self.group:allreduce(t)
+    dup = t:item()
+  end
+  local t = zorch.tensor({norm * norm - dup}, {dtype = "float64"})
+  for _, g in ipairs(self.norm_groups) do
+    zorch._comm_label("the gradient norm")
+    g:allreduce(t)
+  end
+  norm = math.sqrt(math.max(t:item(), 0))
+  if norm ~= norm or norm == math.huge then return norm, true end
+  local max = self.cfg.gradient_clipping
+  local clip = max / (norm + 1e-6)
+  if max > 0 and clip < 1 then grad:copy_(grad * clip) end
+  return norm, false
 end
 
 zorch._Engine = Engine -- for lua/checkpoint.lua

@@ -1,6 +1,7 @@
 /* lzorch.c: luaopen_zorch: the module table, the C helpers the Lua modules use
    (fused optimizer steps, norms, save/load), and the Lua modules compiled into
    the library (nn, optim, data, engine). */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,16 @@ static int l_clock(lua_State *L) {
   return 1;
 }
 
+/* zorch._sleep(seconds): waits without using the CPU (tests of pipeline
+   schedules give their stages fixed times this way) */
+static int l_sleep(lua_State *L) {
+  double s = luaL_checknumber(L, 1);
+  if (!(s >= 0) || s > 3600) return luaL_error(L, "_sleep: seconds must be in 0..3600, got %f", s);
+  struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&t, &t) != 0 && errno == EINTR) {} /* (interrupted: sleep the rest) */
+  return 0;
+}
+
 /* zorch._isatty(file) -> whether a Lua file handle (io.stdout, io.stderr) is a terminal */
 static int l_isatty(lua_State *L) {
   luaL_Stream *s = luaL_checkudata(L, 1, LUA_FILEHANDLE);
@@ -186,7 +197,7 @@ static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd
                                 {"set_num_threads", l_set_num_threads},
                                 {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
                                 {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available}, {"clock", l_clock},
-                                {"_isatty", l_isatty},
+                                {"_isatty", l_isatty},       {"_sleep", l_sleep},
                                 {"_tensor_bytes", l_tensor_bytes},
                                 {NULL, NULL}};
 

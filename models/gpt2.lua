@@ -53,6 +53,9 @@ local opt = zorch.flags(arg, {
   ["print-every"] = {1, "a step line every N steps"},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
   bench = {0, "time N training steps (forward, backward, AdamW step) after a warm-up one, print JSON lines, and stop"},
+  ["pipeline-parallel"] = {nil, "pipeline stages P: the layers cut into P stages, the --accum micro-batches of a step " ..
+                           "flowing through them (data parallel over ranks / P)", type = "integer"},
+  schedule = {"1f1b", "the pipeline's schedule: 1f1b or gpipe", choices = {"1f1b", "gpipe"}},
 }, "usage: zorch models/gpt2.lua [flags]")
 
 -- ---- configuration ------------------------------------------------------------------------
@@ -218,9 +221,63 @@ function GPT:forward(idx, start, caches)
   return self.lm_head(self.ln_f(x))
 end
 
+-- ---- pipeline parallelism: the model as a list of layers -----------------------------------
+
+-- With --pipeline-parallel P the model is nn.Pipeline's list: the embeddings,
+-- the blocks, the head (ln_f and lm_head, tied to wte). Each layer is seeded
+-- from --seed and its index, so its weights do not depend on P; a stage builds
+-- only its own layers, under the names of the whole model's state dict.
+local Embed = nn.Module:extend "GPTEmbed"
+function Embed:init(c)
+  self.wte = nn.Embedding(c.vocab, c.dim)
+  self.wpe = nn.Embedding(c.context, c.dim)
+  zorch.no_grad(function()
+    self.wte.weight:copy_(zorch.randn(self.wte.weight.shape) * 0.02)
+    self.wpe.weight:copy_(zorch.randn(self.wpe.weight.shape) * 0.02)
+  end)
+end
+function Embed:forward(idx)
+  local pos = zorch.arange(1, idx:size(2) + 1, {device = idx:device()})
+  return self.wte(idx) + self.wpe(pos)
+end
+local function pipeline_block(c)
+  local b = Block(c)
+  zorch.no_grad(function()
+    for _, lin in ipairs({b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj}) do
+      local proj = lin == b.attn.c_proj or lin == b.mlp.c_proj
+      lin.weight:copy_(zorch.randn(lin.weight.shape) * (proj and 0.02 / math.sqrt(2 * c.layers) or 0.02))
+      lin.bias:zero_()
+    end
+  end)
+  return b
+end
+local Head = nn.Module:extend "GPTHead"
+function Head:init(c)
+  self.ln_f = nn.LayerNorm(c.dim)
+  self.lm_head = nn.Linear(c.dim, c.vocab, {bias = false}) -- (tied: the first stage's wte, broadcast)
+end
+function Head:forward(x) return self.lm_head(self.ln_f(x)) end
+
+local pipe_layout -- zorch.dist.layout{pipeline = P}
+if opt["pipeline-parallel"] then
+  local P = opt["pipeline-parallel"]
+  local _, n = Z._comm()
+  if P < 1 or n % P ~= 0 then usage("--pipeline-parallel %d does not divide the %d ranks", P, n) end
+  if P > cfg.layers + 2 then usage("--pipeline-parallel %d: more stages than the %d layers (embeddings, %d blocks, head)", P, cfg.layers + 2, cfg.layers) end
+  for _, f in ipairs({"sample", "bench", "checkpoint-dir", "resume", "logits", "checkpoint-activations"}) do
+    local v = opt[f]
+    if v ~= nil and v ~= 0 and v ~= "" and v ~= false then usage("--%s is not available with --pipeline-parallel yet", f) end
+  end
+  if opt["zero-stage"] > 1 then usage("--pipeline-parallel takes --zero-stage 0 or 1, not %d", opt["zero-stage"]) end
+  pipe_layout = zorch.dist.layout{pipeline = P}
+end
+
 -- ---- data: token ids, a train/validation split, batches --------------------------------------
 
 local rank, world = Z._comm()
+local world_rank = rank
+-- (a pipeline's stages read the same batches: the data ranks and size are the layout's)
+if pipe_layout then rank, world = pipe_layout.coords.data, pipe_layout.sizes.data end
 local device = "cpu" -- where batches go: the Engine's device, set once it is made
 local tokens = try("--data", data.load_tokens, opt.data, {dtype = binary and "uint16" or "uint8"})
 local ntok = tokens:numel()
@@ -267,7 +324,25 @@ end
 -- ---- model, optimizer and engine ------------------------------------------------------------
 
 zorch.manual_seed(opt.seed)
-local model = GPT(cfg)
+local model, pipe
+if pipe_layout then
+  -- (numel: the partition by parameters need not build every layer to count it)
+  local C, V = cfg.dim, cfg.vocab
+  local layers = {{name = "", build = function() return Embed(cfg) end, numel = (V + cfg.context) * C}}
+  for i = 1, cfg.layers do
+    layers[#layers + 1] = {name = "h." .. (i - 1), build = function() return pipeline_block(cfg) end,
+                           numel = 12 * C * C + 13 * C}
+  end
+  layers[#layers + 1] = {name = "", build = function() return Head(cfg) end, numel = 2 * C + V * C}
+  pipe = nn.Pipeline{layers = layers, group = pipe_layout.pipeline, schedule = opt.schedule, seed_layers = opt.seed,
+                     tied = {{"wte.weight", "lm_head.weight"}},
+                     loss = function(logits, y)
+                       return zorch.cross_entropy(logits:reshape(B * T, cfg.vocab), y:reshape(B * T))
+                     end}
+  model = pipe
+else
+  model = GPT(cfg)
+end
 if hf_init then
   -- Hugging Face's Conv1D stores (in, out): a Linear's weight is its transpose
   local sd = {}
@@ -278,11 +353,12 @@ if hf_init then
     sd[name] = t:float()
   end
   sd["lm_head.weight"] = sd["wte.weight"]
-  try("--init " .. opt.init, model.load_state_dict, model, sd)
+  try("--init " .. opt.init, model.load_state_dict, model, sd, not pipe) -- (a stage loads its own names)
 end
 
 local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
-                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device}
+                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device,
+                            data_group = pipe_layout and pipe_layout.data or nil}
 device = engine.device -- (the Engine picks this rank's GPU for "cuda")
 if opt["checkpoint-activations"] then rawset(model, "checkpoint", function(...) return engine:checkpoint(...) end) end
 -- AdamW as nanoGPT and llm.c use it: every 2-d parameter (the matrices and both
@@ -307,13 +383,28 @@ end
 local function count(n)
   return n >= 1e6 and ("%.2fM"):format(n / 1e6) or n >= 1e3 and ("%.1fk"):format(n / 1e3) or tostring(n)
 end
+local nparams = model:num_parameters()
+if pipe then
+  pipe:attach(engine) -- (prints on world rank 0)
+  -- the whole model's: every stage's, a tied copy once
+  local mine = nparams
+  for _, t in ipairs(pipe.ties) do if t.copy then mine = mine - t.param:numel() end end
+  local n = zorch.tensor({mine}, {dtype = "float64"})
+  pipe.group:allreduce(n)
+  nparams = math.tointeger(n:item())
+end
 engine:print(("gpt2: %d layers, %d heads, dim %d, context %d, vocab %d: %s parameters; %s tokens of %s " ..
   "(%s for validation); batch %d x %d x %d accumulation x %d ranks"):format(cfg.layers, cfg.heads, cfg.dim,
-  cfg.context, cfg.vocab, count(model:num_parameters()), count(ntok), opt.data, count(nval), B, T, opt.accum, world))
+  cfg.context, cfg.vocab, count(nparams), count(ntok), opt.data, count(nval), B, T, opt.accum, world) ..
+  (pipe and (" x %d pipeline stages (%s)"):format(pipe.num_stages, opt.schedule) or ""))
 
 -- Mean loss over the first --val-batches in-order batches of the validation split.
 local function validate()
   if not split.val then return nil end
+  if pipe then
+    local l = pipe:eval_batch(function(m) return batch(split.val, m - 1, true) end, opt["val-batches"], device)
+    return engine:mean(l)
+  end
   model:eval()
   local total = 0
   zorch.no_grad(function()
@@ -370,19 +461,25 @@ while step < opt.steps do
   adam.lr = lr_at(step)
   adam:zero_grad()
   local loss = 0
-  for a = 0, opt.accum - 1 do
-    local x, y = batch(split.train, step * opt.accum + a, ordered)
-    local l = loss_of(model, x, y)
-    engine:backward(l)
-    loss = loss + l:item() / opt.accum
+  if pipe then -- the micro-batches through the stages; the loss from the last
+    local s = step
+    loss = pipe:train_batch(function(m) return batch(split.train, s * opt.accum + m - 1, ordered) end, engine)
+  else
+    for a = 0, opt.accum - 1 do
+      local x, y = batch(split.train, step * opt.accum + a, ordered)
+      local l = loss_of(model, x, y)
+      engine:backward(l)
+      loss = loss + l:item() / opt.accum
+    end
   end
   adam:step()
   step = step + 1
   loss = engine:mean(loss)
   local dt = zorch.clock() - t0
   if step % opt["print-every"] == 0 or step == opt.steps then
-    engine:print(("step %d/%d | loss %.6f | lr %.4e | norm %.4f | %.1f ms | tok/s %.0f"):format(step, opt.steps,
-      loss, adam.lr, engine:clip_grad_norm() or 0, dt * 1000, tok_per_step / dt))
+    local bubble = pipe and (" | " .. nn.Pipeline.report_line(pipe:report())) or ""
+    engine:print(("step %d/%d | loss %.6f | lr %.4e | norm %.4f | %.1f ms | tok/s %.0f%s"):format(step, opt.steps,
+      loss, adam.lr, engine:clip_grad_norm() or 0, dt * 1000, tok_per_step / dt, bubble))
   end
   if opt["val-every"] > 0 and step % opt["val-every"] == 0 and step < opt.steps then
     engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate()))
@@ -397,7 +494,9 @@ if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]
 -- ---- Hugging Face export --------------------------------------------------------------------
 
 if opt["save-hf"] ~= "" then
-  local dir, sd, hf = opt["save-hf"], model:state_dict(), {}
+  -- (a pipeline's stages send theirs to the first, world rank 0 among them)
+  local dir, sd, hf = opt["save-hf"], (pipe and pipe:full_state_dict() or model:state_dict()) or {}, {}
+  rank = world_rank
   sd["lm_head.weight"] = nil -- (tied: transformers takes it from wte)
   for name, t in pairs(sd) do
     if name:match("%.c_attn%.weight$") or name:match("%.c_proj%.weight$") or name:match("%.c_fc%.weight$") then
