@@ -5,7 +5,11 @@
    only the CPU attention cases, `bench --conv` only the convolution cases,
    `bench --adam` only the optimizer cases; `bench --serve` answers one case at a
    time (see serve() below). */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -455,9 +459,6 @@ static void gpu_benches(void) {
    too: peak_fma_fp32 and peak_dot_bf16 (AVX-512 loops on every thread),
    stream_copy and stream_triad (memory bandwidth); the driver knows each case's
    work. */
-#include <immintrin.h>
-#include <omp.h>
-
 static double time_best3(bench_fn f, void *ctx) {
   f(ctx);
   long reps = 1;
@@ -481,6 +482,7 @@ static double time_best3(bench_fn f, void *ctx) {
   return best;
 }
 
+#if defined(__x86_64__)
 /* FMA_ITERS iterations of 12 independent 16-wide FMA chains per thread:
    12 * 16 * 2 flops an iteration (12 chains hide the FMA latency). */
 #define FMA_ITERS 4000000L
@@ -507,6 +509,11 @@ __attribute__((target("avx512f,avx512bf16"))) static float dot_chains(void) {
   for (int k = 1; k < 12; k++) s = _mm512_add_ps(s, acc[k]);
   return _mm512_reduce_add_ps(s);
 }
+
+#else /* no AVX-512 here: the peak cases answer "not supported" */
+static float fma_chains(void) { return 0; }
+static float dot_chains(void) { return 0; }
+#endif
 
 static volatile float peak_sink;
 static void run_peak(void *ctx) {
@@ -556,7 +563,11 @@ static double serve_case(const char *name, zorch_generator *g) {
   double t = -1;
   if (strcmp(name, "peak_fma_fp32") == 0 || strcmp(name, "peak_dot_bf16") == 0) {
     bool bf16 = name[5] == 'd';
+#if defined(__x86_64__)
     if (!__builtin_cpu_supports("avx512f") || (bf16 && !__builtin_cpu_supports("avx512bf16"))) return -2;
+#else
+    return -2;
+#endif
     return time_best3(run_peak, &bf16);
   }
   if (strncmp(name, "stream_", 7) == 0) {
