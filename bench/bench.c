@@ -457,7 +457,7 @@ static void gpu_benches(void) {
    setup is not timed). bench/torch_bench.py --serve answers the same cases for
    PyTorch, and the driver alternates the two. The machine's limits are cases
    too: peak_fma_fp32 and peak_dot_bf16 (AVX-512 loops on every thread),
-   stream_copy and stream_triad (memory bandwidth); the driver knows each case's
+   stream_read, stream_copy and stream_triad (memory bandwidth); the driver knows each case's
    work. */
 static double time_best3(bench_fn f, void *ctx) {
   f(ctx);
@@ -524,17 +524,49 @@ static void run_peak(void *ctx) {
   peak_sink = sum;
 }
 
-/* STREAM-like kernels over three arrays of 2^24 floats (64 MiB each) */
+/* STREAM-like kernels over arrays of 2^24 floats (64 MiB each): copy, triad,
+   and a sum (read only) */
 typedef struct {
   float *a, *b, *c;
-  bool triad;
+  bool triad, read;
 } stream;
 #define STREAM_N (1L << 24)
 
+/* a sum on 4 independent 16-wide chains, so that memory and not the add's
+   latency bounds it */
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static float sum_floats_avx512(const float *a, long n) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  long i = 0;
+  for (; i + 64 <= n; i += 64)
+    for (int k = 0; k < 4; k++) acc[k] = _mm512_add_ps(acc[k], _mm512_loadu_ps(a + i + 16 * k));
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+  for (; i < n; i++) s += a[i];
+  return s;
+}
+#endif
+static float sum_floats(const float *a, long n) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return sum_floats_avx512(a, n);
+#endif
+  float s = 0;
+  for (long i = 0; i < n; i++) s += a[i];
+  return s;
+}
+
+static volatile float stream_sink;
 static void run_stream(void *ctx) {
   stream *st = ctx;
   float *a = st->a, *b = st->b, *c = st->c;
-  if (st->triad) {
+  if (st->read) {
+    float s = 0;
+#pragma omp parallel reduction(+ : s)
+    {
+      long per = STREAM_N / omp_get_num_threads(), lo = per * omp_get_thread_num();
+      s += sum_floats(a + lo, omp_get_thread_num() == omp_get_num_threads() - 1 ? STREAM_N - lo : per);
+    }
+    stream_sink = s;
+  } else if (st->triad) {
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < STREAM_N; i++) a[i] = b[i] + 3.0f * c[i];
   } else {
@@ -572,11 +604,11 @@ static double serve_case(const char *name, zorch_generator *g) {
   }
   if (strncmp(name, "stream_", 7) == 0) {
     stream st = {aligned_alloc(64, STREAM_N * 4), aligned_alloc(64, STREAM_N * 4), aligned_alloc(64, STREAM_N * 4),
-                 strcmp(name, "stream_triad") == 0};
+                 strcmp(name, "stream_triad") == 0, strcmp(name, "stream_read") == 0};
     check(st.a), check(st.b), check(st.c);
 #pragma omp parallel for schedule(static) /* first touch by the thread that uses the page */
     for (long i = 0; i < STREAM_N; i++) st.a[i] = 1, st.b[i] = 2, st.c[i] = 3;
-    if (st.triad || strcmp(name, "stream_copy") == 0) t = time_best3(run_stream, &st);
+    if (st.triad || st.read || strcmp(name, "stream_copy") == 0) t = time_best3(run_stream, &st);
     free(st.a), free(st.b), free(st.c);
     return t;
   }

@@ -9,7 +9,7 @@ answer is the best of 3 repetitions; the figures printed are the medians over
 the rounds. The machine's limits are measured the same way (and the best
 round is kept, since they are ceilings): the AVX-512 FMA
 peak (fp32 FMA, and the bf16 dot product where the CPU has AVX512-BF16) and
-the memory bandwidth (STREAM-like copy and triad), so that each case also
+the memory bandwidth (STREAM-like sum, copy and triad), so that each case also
 reads as a fraction of the limit it is bound by.
 
 Output: JSON lines. {"name": "machine", ...} first, then one line per limit
@@ -35,7 +35,9 @@ ROOT = os.path.dirname(HERE)
 GF = 1e9
 # name -> (unit, seconds -> value, work per call, limit it is measured against)
 # work is flops for the FMA limits and bytes (the least a kernel must move) for
-# the bandwidth one; None: latency cases, bound by no limit here.
+# the bandwidth ones (a reduction against the read-only sum, an op that reads
+# one tensor and writes one against copy, Adam's 4 reads and 3 writes against
+# triad); None: latency cases, bound by no limit here.
 MLP_FLOPS = 5 * 2 * 256 * 1024 * 4096  # 2 forward GEMMs and 3 backward ones
 CASES = {
     "sgemm_1024": ("GFLOP/s", lambda s: 2 * 1024**3 / s / GF, 2 * 1024**3, "peak_fma_fp32"),
@@ -57,11 +59,12 @@ for k in ("gelu", "softmax", "sum", "layer_norm"):
     for dt, size in (("", 4), ("_bf16", 2)):
         n = 10000 * 1000 if k in ("gelu", "sum") else 9766 * 1024
         moved = n * size * (1 if k == "sum" else 2)  # read, and write the result
-        CASES[f"{k}_1e7{dt}"] = ("ms", lambda s: s * 1e3, moved, "stream_triad")
+        CASES[f"{k}_1e7{dt}"] = ("ms", lambda s: s * 1e3, moved, "stream_read" if k == "sum" else "stream_copy")
 
 LIMITS = {  # name -> (unit, work per call per thread)
     "peak_fma_fp32": ("GFLOP/s", 4000000 * 12 * 16 * 2),
     "peak_dot_bf16": ("GFLOP/s", 4000000 * 12 * 64),
+    "stream_read": ("GB/s", 4 * (1 << 24)),
     "stream_copy": ("GB/s", 2 * 4 * (1 << 24)),
     "stream_triad": ("GB/s", 3 * 4 * (1 << 24)),
 }
