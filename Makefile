@@ -1,6 +1,8 @@
 # zorch: plain Makefile. `make` builds the libraries, zorch.so and the zorch
 # command; `make run` runs the reference job; `make test` runs the suite (prove);
-# `make check-asan` runs it under ASan and UBSan; `make bench` prints JSON lines;
+# `make check-asan` runs it under ASan and UBSan; `make bench` prints JSON lines
+# (zorch beside PyTorch, scripts/bench-compare.py); `make bench-models` the ZeRO,
+# CNN and GPT-2 steps;
 # `make demo` trains a small MLP from C; `make install PREFIX=...`; `make
 # examples` links examples/embed statically against an installed zorch.
 CC      ?= gcc
@@ -66,7 +68,7 @@ TEST_LUA := $(wildcard tests/lua/test_*.lua)
 TEST_SH  := $(wildcard tests/test_*.sh)
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all lib test check-asan check-valgrind bench demo run deps clean install install-lib install-lua examples
+.PHONY: all lib test check-asan check-valgrind bench bench-models demo run deps clean install install-lib install-lua examples
 # Where `make install` puts things. LuaRocks sets the last three (the rockspec
 # passes its BINDIR, LIBDIR and LUADIR) and runs install-lua.
 PREFIX          ?= /usr/local
@@ -185,13 +187,25 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O3 $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
-bench: $(BUILD)/bench/bench $(BUILD)/zorch $(CUDA_MOD)
-	@$(if $(CUDA_MOD),ZORCH_CUDA_MODULE=$(abspath $(CUDA_MOD)) ,)$(BUILD)/bench/bench
+# every case on 1 and 2 threads, zorch and PyTorch interleaved, with the
+# machine's FMA peak and memory bandwidth; the lines also go to $(BUILD)/bench.jsonl
+# (scripts/bench-table.py makes docs/performance.md's table from them)
+bench: $(BUILD)/bench/bench $(CUDA_MOD)
+	@$(if $(CUDA_MOD),ZORCH_CUDA_MODULE=$(abspath $(CUDA_MOD)) ,)python3 scripts/bench-compare.py --bench $(BUILD)/bench/bench --out $(BUILD)/bench.jsonl
+
+# whole training steps: the ZeRO engine from Lua, the Fashion-MNIST CNN, GPT-2
+bench-models: $(BUILD)/zorch $(CUDA_MOD)
 	@for n in 1 4; do for s in 0 1 2 3; do \
 	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua simplenet_step $$s 10 20 2 64 500; \
 	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua mlp_1024_4096_1024_b256_step $$s 1024 4096 1024 256 3; \
 	done; done
-	@python3 bench/torch_bench.py 2>/dev/null || echo '{"name": "torch/unavailable", "value": 0, "unit": "none"}'
+	@export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 ZORCH_QUIET=1 ZORCH_BENCH_BUCKET=1048576; for r in 1 2 3; do \
+	  $(BUILD)/zorch launch -n 2 bench/zero_step.lua mlp_1024_4096_1024_b256_step 2 1024 4096 1024 256 5; \
+	  ZORCH_BENCH_OVERLAP=1 $(BUILD)/zorch launch -n 2 bench/zero_step.lua mlp_1024_4096_1024_b256_step 2 1024 4096 1024 256 5; \
+	  ZORCH_BENCH_OVERLAP=1 ZORCH_BENCH_REUSE=1000000000 $(BUILD)/zorch launch -n 2 bench/zero_step.lua \
+	    mlp_1024_4096_1024_b256_step 3 1024 4096 1024 256 5; \
+	  python3 bench/torch_ddp.py mlp_1024_4096_1024_b256_step 2 1024 4096 1024 256 5 2>/dev/null; \
+	done; true
 	@for b in 64 256; do for r in 1 2; do \
 	  ZORCH_QUIET=1 OMP_WAIT_POLICY=passive $(BUILD)/zorch models/fashion_mnist.lua --model cnn --bench 5 --batch-size $$b \
 	    --threads 2 2>/dev/null | grep '^{'; \

@@ -3,8 +3,13 @@
    figure is the best of several timed rounds. The GPU cases (cuda_*) run when
    a CUDA device is present; `bench --gpu` runs only those, `bench --attention`
    only the CPU attention cases, `bench --conv` only the convolution cases,
-   `bench --adam` only the optimizer cases. */
+   `bench --adam` only the optimizer cases; `bench --serve` answers one case at a
+   time (see serve() below). */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -446,7 +451,273 @@ static void gpu_benches(void) {
   on_gpu = false;
 }
 
+/* ---- bench --serve: one case at a time, for scripts/bench-compare.py -------------
+   Each input line "CASE THREADS" is answered by one JSON line {"case", "threads",
+   "s"}: seconds per call, the best of 3 repetitions of at least 0.1 s each (the
+   setup is not timed). bench/torch_bench.py --serve answers the same cases for
+   PyTorch, and the driver alternates the two. The machine's limits are cases
+   too: peak_fma_fp32 and peak_dot_bf16 (AVX-512 loops on every thread),
+   stream_read, stream_copy and stream_triad (memory bandwidth); the driver knows each case's
+   work. */
+static double time_best3(bench_fn f, void *ctx) {
+  f(ctx);
+  long reps = 1;
+  double best = 1e30;
+  for (;;) { /* calibrate: one repetition at least 0.1 s */
+    double t0 = now();
+    for (long i = 0; i < reps; i++) f(ctx);
+    double dt = now() - t0;
+    if (dt >= 0.1) {
+      best = dt / (double)reps;
+      break;
+    }
+    reps = dt > 0 ? (long)(0.1 / dt * reps * 1.2) + 1 : reps * 10;
+  }
+  for (int r = 0; r < 2; r++) {
+    double t0 = now();
+    for (long i = 0; i < reps; i++) f(ctx);
+    double per = (now() - t0) / (double)reps;
+    if (per < best) best = per;
+  }
+  return best;
+}
+
+#if defined(__x86_64__)
+/* FMA_ITERS iterations of 12 independent 16-wide FMA chains per thread:
+   12 * 16 * 2 flops an iteration (12 chains hide the FMA latency). */
+#define FMA_ITERS 4000000L
+__attribute__((target("avx512f"))) static float fma_chains(void) {
+  __m512 acc[12];
+  for (int k = 0; k < 12; k++) acc[k] = _mm512_set1_ps((float)k);
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
+  for (long i = 0; i < FMA_ITERS; i++)
+    for (int k = 0; k < 12; k++) acc[k] = _mm512_fmadd_ps(acc[k], m, c);
+  __m512 s = acc[0];
+  for (int k = 1; k < 12; k++) s = _mm512_add_ps(s, acc[k]);
+  return _mm512_reduce_add_ps(s);
+}
+
+/* The same with vdpbf16ps: 32 bf16 products summed into 16 floats, 64 flops
+   an instruction. */
+__attribute__((target("avx512f,avx512bf16"))) static float dot_chains(void) {
+  __m512 acc[12];
+  for (int k = 0; k < 12; k++) acc[k] = _mm512_set1_ps((float)k);
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
+  for (long i = 0; i < FMA_ITERS; i++)
+    for (int k = 0; k < 12; k++) acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
+  __m512 s = acc[0];
+  for (int k = 1; k < 12; k++) s = _mm512_add_ps(s, acc[k]);
+  return _mm512_reduce_add_ps(s);
+}
+
+#else /* no AVX-512 here: the peak cases answer "not supported" */
+static float fma_chains(void) { return 0; }
+static float dot_chains(void) { return 0; }
+#endif
+
+static volatile float peak_sink;
+static void run_peak(void *ctx) {
+  bool bf16 = *(bool *)ctx;
+  float sum = 0;
+#pragma omp parallel reduction(+ : sum)
+  sum += bf16 ? dot_chains() : fma_chains();
+  peak_sink = sum;
+}
+
+/* STREAM-like kernels over arrays of 2^24 floats (64 MiB each): copy, triad,
+   and a sum (read only) */
+typedef struct {
+  float *a, *b, *c;
+  bool triad, read;
+} stream;
+#define STREAM_N (1L << 24)
+
+/* a sum on 4 independent 16-wide chains, so that memory and not the add's
+   latency bounds it */
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static float sum_floats_avx512(const float *a, long n) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  long i = 0;
+  for (; i + 64 <= n; i += 64)
+    for (int k = 0; k < 4; k++) acc[k] = _mm512_add_ps(acc[k], _mm512_loadu_ps(a + i + 16 * k));
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+  for (; i < n; i++) s += a[i];
+  return s;
+}
+#endif
+static float sum_floats(const float *a, long n) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return sum_floats_avx512(a, n);
+#endif
+  float s = 0;
+  for (long i = 0; i < n; i++) s += a[i];
+  return s;
+}
+
+static volatile float stream_sink;
+static void run_stream(void *ctx) {
+  stream *st = ctx;
+  float *a = st->a, *b = st->b, *c = st->c;
+  if (st->read) {
+    float s = 0;
+#pragma omp parallel reduction(+ : s)
+    {
+      long per = STREAM_N / omp_get_num_threads(), lo = per * omp_get_thread_num();
+      s += sum_floats(a + lo, omp_get_thread_num() == omp_get_num_threads() - 1 ? STREAM_N - lo : per);
+    }
+    stream_sink = s;
+  } else if (st->triad) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < STREAM_N; i++) a[i] = b[i] + 3.0f * c[i];
+  } else {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < STREAM_N; i++) b[i] = a[i];
+  }
+}
+
+static void run_adam_fused(void *ctx) { run_adam(ctx); }
+
+/* `c = a + b` on two 64-float tensors, n times, from a Lua loop in an embedded VM */
+typedef struct {
+  zorch_vm *vm;
+  char chunk[64];
+} script;
+static void run_script(void *ctx) {
+  script *sc = ctx;
+  if (zorch_vm_dostring(sc->vm, sc->chunk, "=bench")) {
+    fprintf(stderr, "bench: %s\n", zorch_vm_error(sc->vm));
+    exit(1);
+  }
+}
+
+/* Seconds per call of one case, or a negative number for an unknown one. */
+static double serve_case(const char *name, zorch_generator *g) {
+  double t = -1;
+  if (strcmp(name, "peak_fma_fp32") == 0 || strcmp(name, "peak_dot_bf16") == 0) {
+    bool bf16 = name[5] == 'd';
+#if defined(__x86_64__)
+    if (!__builtin_cpu_supports("avx512f") || (bf16 && !__builtin_cpu_supports("avx512bf16"))) return -2;
+#else
+    return -2;
+#endif
+    return time_best3(run_peak, &bf16);
+  }
+  if (strncmp(name, "stream_", 7) == 0) {
+    stream st = {aligned_alloc(64, STREAM_N * 4), aligned_alloc(64, STREAM_N * 4), aligned_alloc(64, STREAM_N * 4),
+                 strcmp(name, "stream_triad") == 0, strcmp(name, "stream_read") == 0};
+    check(st.a), check(st.b), check(st.c);
+#pragma omp parallel for schedule(static) /* first touch by the thread that uses the page */
+    for (long i = 0; i < STREAM_N; i++) st.a[i] = 1, st.b[i] = 2, st.c[i] = 3;
+    if (st.triad || st.read || strcmp(name, "stream_copy") == 0) t = time_best3(run_stream, &st);
+    free(st.a), free(st.b), free(st.c);
+    return t;
+  }
+  if (strcmp(name, "sgemm_1024") == 0 || strcmp(name, "bf16_gemm_1024") == 0) {
+    zorch_dtype dt = name[0] == 'b' ? ZORCH_BF16 : ZORCH_F32;
+    pair p = {zorch_randn(SHAPE(1024, 1024), dt, CPU, g), zorch_randn(SHAPE(1024, 1024), dt, CPU, g)};
+    check(p.a), check(p.b);
+    t = time_best3(run_matmul, &p);
+    zorch_tensor_free(p.a), zorch_tensor_free(p.b);
+    return t;
+  }
+  if (strcmp(name, "add_64") == 0 || strcmp(name, "relu_64") == 0 || strcmp(name, "add_1m") == 0) {
+    int64_t n = name[4] == '1' ? 1000000 : 64;
+    pair p = {zorch_randn(SHAPE(n), ZORCH_F32, CPU, g), zorch_randn(SHAPE(n), ZORCH_F32, CPU, g)};
+    check(p.a), check(p.b);
+    t = time_best3(name[0] == 'r' ? run_relu : run_add, &p);
+    zorch_tensor_free(p.a), zorch_tensor_free(p.b);
+    return t;
+  }
+  if (strcmp(name, "script_add_64") == 0) {
+    script sc = {zorch_vm_new(NULL), "add_loop(100000)"};
+    check(sc.vm);
+    if (zorch_vm_dostring(sc.vm,
+                          "local zorch = require 'zorch'\n"
+                          "local a, b = zorch.randn(64), zorch.randn(64)\n"
+                          "function add_loop(n) local c; for i = 1, n do c = a + b end end\n",
+                          "=bench")) {
+      fprintf(stderr, "bench: %s\n", zorch_vm_error(sc.vm));
+      exit(1);
+    }
+    t = time_best3(run_script, &sc) / 100000;
+    zorch_vm_free(sc.vm);
+    return t;
+  }
+  if (strncmp(name, "mlp_1024_4096_1024_b256_fwd_bwd", 31) == 0 || strcmp(name, "simplenet_step") == 0) {
+    mlp m;
+    if (name[0] == 's') mlp_init(&m, 64, 10, 20, 2, true);
+    else mlp_init_on(&m, 256, 1024, 4096, 1024, false, strstr(name, "bf16") ? ZORCH_BF16 : ZORCH_F32, CPU);
+    t = time_best3(run_mlp, &m);
+    mlp_free(&m);
+    return t;
+  }
+  static const char *const kname[] = {"gelu", "gelu_tanh", "softmax", "log_softmax", "sum", "layer_norm"};
+  for (int k = 0; k < 6; k++) {
+    char f32[32], bf16[32];
+    snprintf(f32, sizeof f32, "%s_1e7", kname[k]);
+    snprintf(bf16, sizeof bf16, "%s_1e7_bf16", kname[k]);
+    if (strcmp(name, f32) != 0 && strcmp(name, bf16) != 0) continue;
+    zorch_dtype dt = strcmp(name, bf16) == 0 ? ZORCH_BF16 : ZORCH_F32;
+    bool rows = k == K_SOFTMAX || k == K_LOG_SOFTMAX || k == K_LAYER_NORM; /* rows of 1024 */
+    unary_case u = {rows ? zorch_randn(SHAPE(9766, 1024), dt, CPU, g) : zorch_randn(SHAPE(10000, 1000), dt, CPU, g),
+                    zorch_ones(SHAPE(1024), dt, CPU), zorch_zeros(SHAPE(1024), dt, CPU), k};
+    check(u.x), check(u.w), check(u.b);
+    t = time_best3(run_unary, &u);
+    zorch_tensor_free(u.x), zorch_tensor_free(u.w), zorch_tensor_free(u.b);
+    return t;
+  }
+  if (strcmp(name, "adamw_8m") == 0) {
+    const int64_t n = 8 << 20;
+    adam_shard a = {zorch_randn(SHAPE(n), ZORCH_F32, CPU, g), zorch_randn(SHAPE(n), ZORCH_F32, CPU, g),
+                    zorch_zeros(SHAPE(n), ZORCH_F32, CPU), zorch_zeros(SHAPE(n), ZORCH_F32, CPU), 0};
+    check(a.p), check(a.g), check(a.m), check(a.v);
+    t = time_best3(run_adam_fused, &a);
+    zorch_tensor *fr[] = {a.p, a.g, a.m, a.v};
+    for (int i = 0; i < 4; i++) zorch_tensor_free(fr[i]);
+    return t;
+  }
+  if (strcmp(name, "attention_causal_b4h12t1024_d64_fused_fwd") == 0 ||
+      strcmp(name, "attention_causal_b4h12t64_d64_fused_fwd_bwd") == 0) {
+    int64_t tt = strstr(name, "t1024") ? 1024 : 64;
+    bool bwd = strstr(name, "bwd") != NULL;
+    attn a = {zorch_randn(SHAPE(4, 12, tt, 64), ZORCH_F32, CPU, g), zorch_randn(SHAPE(4, 12, tt, 64), ZORCH_F32, CPU, g),
+              zorch_randn(SHAPE(4, 12, tt, 64), ZORCH_F32, CPU, g), NULL, true, bwd};
+    check(a.q), check(a.k), check(a.v);
+    zorch_set_requires_grad(a.q, bwd), zorch_set_requires_grad(a.k, bwd), zorch_set_requires_grad(a.v, bwd);
+    t = time_best3(run_attn, &a);
+    zorch_tensor_free(a.q), zorch_tensor_free(a.k), zorch_tensor_free(a.v);
+    return t;
+  }
+  if (strcmp(name, "cnn_fashion_mnist_b64_fwd_bwd") == 0) {
+    cnn m;
+    cnn_init(&m, 64);
+    t = time_best3(run_cnn, &m);
+    cnn_free(&m);
+    return t;
+  }
+  return t;
+}
+
+static int serve(void) {
+  zorch_generator *g = zorch_generator_new(0);
+  char line[256], name[128];
+  int threads;
+  while (fgets(line, sizeof line, stdin)) {
+    if (sscanf(line, "%127s %d", name, &threads) != 2 || threads < 1) continue;
+    zorch_set_num_threads(threads);
+    omp_set_num_threads(threads);
+    double t = serve_case(name, g);
+    if (t == -2) printf("{\"case\": \"%s\", \"threads\": %d, \"error\": \"not supported by this CPU\"}\n", name, threads);
+    else if (t < 0) printf("{\"case\": \"%s\", \"threads\": %d, \"error\": \"unknown case\"}\n", name, threads);
+    else printf("{\"case\": \"%s\", \"threads\": %d, \"s\": %.6g}\n", name, threads, t);
+    fflush(stdout);
+  }
+  zorch_generator_free(g);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--serve") == 0) return serve();
   bool gpu_only = argc > 1 && strcmp(argv[1], "--gpu") == 0;
   if (argc > 1 && strcmp(argv[1], "--attention") == 0) { /* only the CPU attention cases */
     zorch_set_num_threads(2);

@@ -3,7 +3,8 @@
 threads, as JSON lines named torch/... . Exits quietly when torch is missing.
 With a CUDA device it adds the cuda_* cases; --gpu runs only those, --attention
 only the CPU attention cases, --conv only the convolution cases, --adam only
-the optimizer cases."""
+the optimizer cases; --serve answers one case at a time for
+scripts/bench-compare.py (bench.c --serve has the same cases)."""
 import json
 import sys
 import time
@@ -164,6 +165,104 @@ def adam_benches():
                 emit(f"adamw_8m_{impl}_t{threads}", n / time_it(opt.step, 0.5) / 1e6, "Mparams/s")
     torch.set_num_threads(2)
 
+
+
+def time_best3(f):
+    """Seconds per call: the best of 3 repetitions of at least 0.1 s (bench.c's time_best3)."""
+    f()
+    reps = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            f()
+        dt = time.perf_counter() - t0
+        if dt >= 0.1:
+            best = dt / reps
+            break
+        reps = reps * 10 if dt == 0 else int(reps * 0.1 / dt * 1.2) + 1
+    for _ in range(2):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            f()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def script_add_64():
+    """`c = a + b` on two 64-float tensors from a Python loop: bench.c runs the
+    same loop in Lua."""
+    a, b = torch.randn(64), torch.randn(64)
+
+    def loop():
+        c = None
+        for _ in range(100000):
+            c = a + b
+        return c
+    return lambda: time_best3(loop) / 100000
+
+
+def serve_case(name):
+    """Seconds per call of one of bench.c's --serve cases, or None."""
+    unary = {"gelu": lambda x, w, c: F.gelu(x), "gelu_tanh": lambda x, w, c: F.gelu(x, approximate="tanh"),
+             "softmax": lambda x, w, c: torch.softmax(x, -1), "log_softmax": lambda x, w, c: torch.log_softmax(x, -1),
+             "sum": lambda x, w, c: x.sum(), "layer_norm": lambda x, w, c: F.layer_norm(x, (1024,), w, c, 1e-5)}
+    if name in ("sgemm_1024", "bf16_gemm_1024"):
+        dt = torch.bfloat16 if name[0] == "b" else torch.float32
+        a, b = torch.randn(1024, 1024).to(dt), torch.randn(1024, 1024).to(dt)
+        return time_best3(lambda: a @ b)
+    if name in ("add_64", "relu_64", "add_1m"):
+        n = 1000000 if name == "add_1m" else 64
+        a, b = torch.randn(n), torch.randn(n)
+        return time_best3((lambda: torch.relu(a)) if name[0] == "r" else (lambda: a + b))
+    if name == "script_add_64":
+        return script_add_64()()
+    if name.startswith("mlp_1024_4096_1024_b256_fwd_bwd"):
+        return time_best3(mlp(256, 1024, 4096, 1024, False, torch.bfloat16 if "bf16" in name else torch.float32))
+    if name == "simplenet_step":
+        return time_best3(mlp(64, 10, 20, 2, True))
+    for k, f in unary.items():
+        if name in (f"{k}_1e7", f"{k}_1e7_bf16"):
+            dt = torch.bfloat16 if name.endswith("bf16") else torch.float32
+            rows = k in ("softmax", "log_softmax", "layer_norm")
+            x = (torch.randn(9766, 1024) if rows else torch.randn(10000, 1000)).to(dt)
+            w, c = torch.ones(1024, dtype=dt), torch.zeros(1024, dtype=dt)
+            return time_best3(lambda: f(x, w, c))
+    if name == "adamw_8m":
+        n = 8 << 20
+        p = torch.randn(n, requires_grad=True)
+        p.grad = torch.randn(n)
+        opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.01, fused=True)
+        with torch.no_grad():
+            return time_best3(opt.step)
+    if name == "attention_causal_b4h12t1024_d64_fused_fwd":
+        return time_best3(attention(1024, True, False))
+    if name == "attention_causal_b4h12t64_d64_fused_fwd_bwd":
+        return time_best3(attention(64, True, True))
+    if name == "cnn_fashion_mnist_b64_fwd_bwd":
+        return time_best3(cnn_step(64))
+    return None
+
+
+def serve():
+    """Answers "CASE THREADS" lines with {"case", "threads", "s"} (bench.c --serve)."""
+    for line in sys.stdin:
+        parts = line.split()
+        if len(parts) != 2:
+            continue
+        name, threads = parts[0], int(parts[1])
+        torch.set_num_threads(threads)
+        t = serve_case(name)
+        out = {"case": name, "threads": threads}
+        if t is None:
+            out["error"] = "unknown case"
+        else:
+            out["s"] = float(f"{t:.6g}")
+        print(json.dumps(out), flush=True)
+
+
+if "--serve" in sys.argv[1:]:
+    serve()
+    sys.exit(0)
 
 gpu_only = "--gpu" in sys.argv[1:]
 if "--attention" in sys.argv[1:]:  # only the CPU attention cases

@@ -12,52 +12,107 @@ typedef struct {
   zorch_tensor *t;
 } lz_box;
 
-/* Lua's GC does not see tensor memory: every 64 MiB of new tensors pushed, take
-   a GC step sized to it, so temporaries are reclaimed at the pace they come. */
-static size_t lz_pending;
-#define LZ_PRESSURE (64u << 20)
+/* The registry holds the tensor metatable (also under LZ_TENSOR) and one
+   spare empty box under these light-userdata keys: a pointer key is found
+   without the string hashing and compare that a lookup by name costs. */
+static const char mt_key = 'm', spare_key = 's';
+
+/* Lua's collector does not see tensor memory: each pushed tensor is charged
+   to it as the bytes it holds (its elements, and LZ_HANDLE_BYTES for its
+   handle, storage and block header), in steps of LZ_STEP_BYTES, so dropped
+   tensors are reclaimed at the pace they come, a few hundred at a time (the
+   core's caches take such a burst back without malloc). */
+static _Thread_local size_t lz_debt;
+#define LZ_HANDLE_BYTES 512u
+#define LZ_STEP_BYTES (16u << 10)
 
 int lz_fail(lua_State *L) {
   char msg[1536]; /* the core's message, each marked number at most one digit longer */
   return luaL_error(L, "%s", err_render(1, msg, sizeof msg));
 }
 
-/* An empty tensor box; run protected by lz_push. [-0, +1, m] */
-static int new_box(lua_State *L) {
+/* Pushes an empty tensor box. [-0, +1, m] */
+static lz_box *new_box(lua_State *L) {
   lz_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->t = NULL; /* consistent before anything can raise */
-  luaL_setmetatable(L, LZ_TENSOR);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &mt_key);
+  lua_setmetatable(L, -2);
+  return b;
+}
+
+/* Makes the registry's spare box. [-0, +0, m] */
+static void new_spare(lua_State *L) {
+  new_box(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &spare_key);
+}
+
+/* A box and the next spare, run protected by lz_push when there is no spare. */
+static int new_box_and_spare(lua_State *L) {
+  new_box(L);
+  new_spare(L);
   return 1;
 }
 
+/* Every result goes into the spare box, taken from the registry before
+   anything is allocated; the next spare is made once the result has its box,
+   so a memory error there loses nothing. Only when that failed (no spare) is
+   the box made in a protected call, which frees the tensor on failure. */
 int lz_push(lua_State *L, zorch_tensor *t) {
   if (!t) return lz_fail(L);
-  /* the box is made in a protected call: a memory error there must not lose t */
-  lua_pushcfunction(L, new_box);
-  if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
-    zorch_tensor_free(t);
-    return lua_error(L);
+  lz_box *b = NULL;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &spare_key) == LUA_TUSERDATA) b = lua_touserdata(L, -1);
+  if (b && !b->t) {
+    b->t = t;
+    lua_pushnil(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &spare_key); /* the box is the result's now */
+    new_spare(L);
+  } else {
+    lua_pop(L, 1);
+    lua_pushcfunction(L, new_box_and_spare);
+    if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
+      zorch_tensor_free(t);
+      return lua_error(L);
+    }
+    b = lua_touserdata(L, -1);
+    b->t = t;
   }
-  lz_box *b = lua_touserdata(L, -1);
-  b->t = t;
-  size_t bytes = (size_t)zorch_tensor_numel(t) * zorch_dtype_size(zorch_tensor_dtype(t));
-  lz_pending += bytes;
-  if (lz_pending > LZ_PRESSURE) {
-    lz_pending = 0;
-    lua_gc(L, LUA_GCSTEP, (int)(LZ_PRESSURE >> 10));
+  lz_debt += (size_t)zorch_tensor_numel(t) * zorch_dtype_size(zorch_tensor_dtype(t)) + LZ_HANDLE_BYTES;
+  if (lz_debt >= LZ_STEP_BYTES) {
+    size_t kb = lz_debt >> 10;
+    if (kb > INT_MAX) kb = INT_MAX;
+    lz_debt = 0;
+    lua_gc(L, LUA_GCSTEP, (int)kb);
   }
   return 1;
 }
 
 void zorch_push_tensor(lua_State *L, zorch_tensor *t) { lz_push(L, t); }
 
+/* The box at idx when it is a tensor's: a full userdata whose metatable is
+   the tensor metatable, compared by identity. */
+static lz_box *to_box(lua_State *L, int idx) {
+  if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &mt_key);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? lua_touserdata(L, idx) : NULL;
+}
+
+/* to_box for the metamethods, whose upvalue 1 is the tensor metatable */
+static lz_box *to_box_up(lua_State *L, int idx) {
+  if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
+  int same = lua_rawequal(L, -1, lua_upvalueindex(1));
+  lua_pop(L, 1);
+  return same ? lua_touserdata(L, idx) : NULL;
+}
+
 zorch_tensor *zorch_to_tensor(lua_State *L, int idx) {
-  lz_box *b = luaL_testudata(L, idx, LZ_TENSOR);
+  lz_box *b = to_box(L, idx);
   return b ? b->t : NULL;
 }
 
 zorch_tensor *lz_check(lua_State *L, int idx) {
-  lz_box *b = luaL_testudata(L, idx, LZ_TENSOR);
+  lz_box *b = to_box(L, idx);
   if (!b) luaL_typeerror(L, idx, "tensor");
   if (!b->t) luaL_argerror(L, idx, "tensor was closed");
   return b->t;
@@ -161,7 +216,8 @@ static int shape_tostring(lua_State *L) {
 
 /* ---- metamethods ------------------------------------------------------------------ */
 static int t_gc(lua_State *L) {
-  lz_box *b = luaL_checkudata(L, 1, LZ_TENSOR);
+  lz_box *b = to_box_up(L, 1);
+  if (!b) return luaL_typeerror(L, 1, "tensor");
   zorch_tensor_free(b->t);
   b->t = NULL;
   return 0;
@@ -185,7 +241,8 @@ static int t_len(lua_State *L) {
 typedef zorch_tensor *(*bin_fn)(zorch_tensor *, zorch_tensor *);
 /* a op b where either side may be a number */
 static int arith(lua_State *L, const char *name, bin_fn f, int op) {
-  zorch_tensor *a = zorch_to_tensor(L, 1), *b = zorch_to_tensor(L, 2);
+  lz_box *ba = to_box_up(L, 1), *bb = to_box_up(L, 2);
+  zorch_tensor *a = ba ? ba->t : NULL, *b = bb ? bb->t : NULL;
   if (a && b) return lz_push(L, f(a, b));
   int ti = a ? 1 : 2, ni = a ? 2 : 1;
   if (!a && !b) return luaL_error(L, "%s: expected a tensor operand", name);
@@ -281,7 +338,10 @@ void lz_open_tensor(lua_State *L) {
       {"__pow", t_pow},   {"__unm", t_unm},   {"__concat", t_concat},     {"__newindex", t_newindex},
       {NULL, NULL}};
   luaL_newmetatable(L, LZ_TENSOR);
-  luaL_setfuncs(L, meta, 0);
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &mt_key);
+  lua_pushvalue(L, -1);
+  luaL_setfuncs(L, meta, 1); /* upvalue 1: the metatable, for to_box_up */
   lua_newtable(L); /* the methods: metatable.__methods, and upvalue of __index */
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__methods");

@@ -11,11 +11,18 @@
    of two) go back to a per-thread cache when freed: a training step of a small
    model makes and frees dozens of tensors, and malloc was a quarter of its time.
    ZORCH_ALLOC_CACHE=0 turns the cache off (for memory checkers); sanitizer
-   builds never use it. */
+   builds never use it. A class keeps up to 256 KiB of blocks (at least 32,
+   at most 1024): Lua's collector frees a script's temporaries hundreds at a
+   time, and a burst that overflowed the cache went to malloc. */
 #define HDR 64
 #define MIN_CLASS 6  /* 64 bytes */
 #define MAX_CLASS 16 /* 64 KiB */
-#define CACHE_DEPTH 32
+#define CACHE_DEPTH 1024
+#define CACHE_BYTES (256u << 10)
+static int depth_of(int c) {
+  size_t d = CACHE_BYTES >> c;
+  return d < 32 ? 32 : d > CACHE_DEPTH ? CACHE_DEPTH : (int)d;
+}
 
 typedef struct {
   int n;
@@ -47,7 +54,7 @@ static void host_free(int index, void *p) {
   if (!p) return;
   char *base = (char *)p - HDR;
   int c = *(int *)base;
-  if (c <= MAX_CLASS && cache_enabled() && cache[c].n < CACHE_DEPTH) {
+  if (c <= MAX_CLASS && cache_enabled() && cache[c].n < depth_of(c)) {
     cache[c].blocks[cache[c].n++] = p;
     return;
   }

@@ -23,8 +23,9 @@ bool alloc_cache_enabled(void) {
 }
 
 /* Per-thread free lists of tensor and storage structs: small ops make and drop
-   several handles each. */
-#define STRUCT_CACHE 64
+   several handles each, and Lua's collector frees a script's temporaries
+   hundreds at a time. */
+#define STRUCT_CACHE 1024
 typedef struct {
   void *v[STRUCT_CACHE];
   int n;

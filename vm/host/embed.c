@@ -255,6 +255,7 @@ zorch_vm *zorch_vm_new(const zorch_vm_opts *opts) {
     vm_destroy(vm);
     return err_null(ZORCH_ERR_OOM, "vm_new: cannot create a Lua state");
   }
+  lua_gc(vm->L, LUA_GCGEN, 0, 0); /* as lua.c does: a script's tensors are mostly short-lived temporaries */
   vm->ctx.main = vm->L;
   /* loading zorch's own modules is not the script's budget */
   unsigned long long max_instructions = vm->ctx.max_instructions;

@@ -441,6 +441,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zorch: cannot create a Lua state\n");
     return 1;
   }
+  lua_gc(L, LUA_GCGEN, 0, 0); /* as lua.c does: a script's tensors are mostly short-lived temporaries */
   lua_pushcfunction(L, open_all);
   if (report(L, docall(L, 0, 0))) return 1;
   int st = LUA_OK;
