@@ -311,7 +311,7 @@ function Engine:save_checkpoint(dir, opts)
   opts = opts or {}
   if type(dir) ~= "string" then error("save_checkpoint: argument 1 must be a folder name", 2) end
   -- (with offload_optimizer nvme the moments come back from their file)
-  local state = (self.inner.full_state and self.inner:full_state() or self.inner.state[1]) or {}
+  local state = self.inner:full_state(1) or {}
   local step = self.steps
   local tag = opts.tag or ("step" .. step)
   if type(tag) ~= "string" or not tag:match(TAG_PATTERN) then

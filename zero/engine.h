@@ -20,6 +20,13 @@ typedef struct {
      ngroups 0 means one group per parameter. */
   int ngroups;
   const int *group_sizes;
+  /* stage 3, float32 on the CPU (offload_param device "nvme"): this rank's
+     parameter shard and its reduced gradients live in a file made (and
+     unlinked) in this folder; gathers read the slices they need from it,
+     reduced buckets are added into it, and the target and reduced gradient are
+     views of it mapped into memory that the hot path never touches (the
+     optimizer streams it, zero/offload.h). NULL: in memory. */
+  const char *param_dir;
 } zero_opts;
 
 typedef struct {
@@ -73,4 +80,15 @@ zorch_status zero_engine_module_register(zero_engine *e, int ngroups, const int 
 zorch_status zero_engine_module_begin(zero_engine *e, int module);
 zorch_status zero_engine_module_end(zero_engine *e, int module, zorch_tensor *out);
 void zero_engine_memory(const zero_engine *e, zero_memory *m);
+/* With param_dir: the file's descriptor (the engine's: dup it to keep it) and
+   the byte offsets of the shard's element 0 and of its gradient; -1 without. */
+int zero_engine_param_file(const zero_engine *e, int64_t *p_off, int64_t *g_off);
+/* The parameter file's traffic since the last reset: bytes read, written and
+   the seconds spent in the reads and writes (gathers, bucket additions,
+   clipping); *file_bytes its size. Zeros without param_dir. */
+typedef struct {
+  int64_t file_bytes, read_bytes, write_bytes;
+  double io_s;
+} zero_io;
+void zero_engine_io(zero_engine *e, zero_io *io, bool reset);
 #endif

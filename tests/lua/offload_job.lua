@@ -4,6 +4,8 @@
 -- state offloaded to NVME_DIR in CHUNK-element chunks ("-": no offload), for
 -- STEPS optimizer steps in total, saves the weights to SAVE; with CKPT_DIR it
 -- saves a checkpoint there at the end, or with "resume" starts from it.
+-- ZORCH_TEST_GROUPS=1: two parameter groups (weights; biases with their own lr
+-- and no weight decay).
 local zorch = require "zorch"
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 local stage, nvme, chunk, steps, save, ckdir, resume = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4]),
@@ -16,7 +18,11 @@ local e = zorch.Engine{zero_stage = stage, gradient_clipping = 0.5, reduce_bucke
                        offload_optimizer = nvme ~= "-" and {device = "nvme", nvme_path = nvme, buffer_count = 3,
                                                              chunk = chunk} or false}
 local loader = data.DataLoader(data.TensorDataset(X, Y), {batch_size = 24 // world, shuffle = true, seed = 2})
-local m, ld, opt = e:prepare(model, loader, optim.AdamW(model:parameters(), {lr = 1e-2, weight_decay = 0.01}))
+local params = model:parameters()
+if os.getenv("ZORCH_TEST_GROUPS") then
+  params = {{params = {params[1], params[3]}}, {params = {params[2], params[4]}, lr = 2e-2, weight_decay = 0}}
+end
+local m, ld, opt = e:prepare(model, loader, optim.AdamW(params, {lr = 1e-2, weight_decay = 0.01}))
 local done = 0
 if resume then done = e:load_checkpoint(ckdir).step end
 while done < steps do
