@@ -33,7 +33,13 @@ function zorch._offload_optimizer(engine)
     error(("Engine:prepare: offload_optimizer to nvme needs the float32 shard on the CPU, this rank's is %s on %s"):format(
       target:dtype(), target:device()), 3)
   end
-  local store = zorch._offload_open(off.nvme_path, target:numel(), off.chunk or DEFAULT_CHUNK, off.buffer_count or 4)
+  -- with the parameters on nvme, offload_param's buffers (buffer_size elements
+  -- each) carry them with the moments, unless offload_optimizer names a chunk
+  local op = engine.cfg.offload_param
+  local pfile = op and op.device == "nvme"
+  local chunk = off.chunk or (pfile and op.buffer_size) or DEFAULT_CHUNK
+  local nbuf = (pfile and op.buffer_count) or off.buffer_count or 4
+  local store = zorch._offload_open(off.nvme_path, target:numel(), chunk, nbuf)
   -- the parameters on nvme too (offload_param): the step streams them with the moments
   local fd, p_off, g_off = engine.zero:param_file()
   if fd then store:bind(fd, p_off, g_off) end

@@ -5,7 +5,8 @@
 -- STEPS optimizer steps in total, saves the weights to SAVE; with CKPT_DIR it
 -- saves a checkpoint there at the end, or with "resume" starts from it.
 -- ZORCH_TEST_GROUPS=1: two parameter groups (weights; biases with their own lr
--- and no weight decay).
+-- and no weight decay). ZORCH_TEST_PARAM=1: the parameters on nvme too
+-- (offload_param, stage 3). ZORCH_TEST_ACCUM=k: k micro-batches a step.
 local zorch = require "zorch"
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 local stage, nvme, chunk, steps, save, ckdir, resume = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4]),
@@ -14,10 +15,14 @@ zorch.manual_seed(3)
 local model = nn.Sequential(nn.Linear(10, 40), nn.ReLU(), nn.Linear(40, 3))
 local X, Y = zorch.randn(192, 10), zorch.randn(192, 3)
 local _, world = debug.getregistry()["zorch.private"]._comm()
+local accum = tonumber(os.getenv("ZORCH_TEST_ACCUM") or "1") // 1
 local e = zorch.Engine{zero_stage = stage, gradient_clipping = 0.5, reduce_bucket_size = 50, seed = 1,
+                       gradient_accumulation_steps = accum,
                        offload_optimizer = nvme ~= "-" and {device = "nvme", nvme_path = nvme, buffer_count = 3,
-                                                             chunk = chunk} or false}
-local loader = data.DataLoader(data.TensorDataset(X, Y), {batch_size = 24 // world, shuffle = true, seed = 2})
+                                                             chunk = chunk} or false,
+                       offload_param = nvme ~= "-" and os.getenv("ZORCH_TEST_PARAM") and
+                                       {device = "nvme", nvme_path = nvme} or false}
+local loader = data.DataLoader(data.TensorDataset(X, Y), {batch_size = 24 // world // accum, shuffle = true, seed = 2})
 local params = model:parameters()
 if os.getenv("ZORCH_TEST_GROUPS") then
   params = {{params = {params[1], params[3]}}, {params = {params[2], params[4]}, lr = 2e-2, weight_decay = 0}}
@@ -37,6 +42,6 @@ if ckdir and not resume then e:save_checkpoint(ckdir) end
 e:save(m:state_dict(), save)
 if e.rank == 0 and nvme ~= "-" then
   local r = e:memory_report()
-  print(("offload: nvme %d bytes, buffers %d bytes, optimizer_state in memory %d bytes"):format(r.nvme, r.offload_buffers,
-                                                                                                r.optimizer_state))
+  print(("offload: nvme %d bytes, buffers %d bytes, optimizer_state in memory %d bytes, parameters %d, gradients %d"):format(
+    r.nvme, r.offload_buffers, r.optimizer_state, r.parameters, r.gradients))
 end

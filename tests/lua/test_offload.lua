@@ -58,6 +58,18 @@ do
   tap.raises("amsgrad with nvme offload is refused", function()
     prep(function(ps) return zorch.optim.Adam(ps, {amsgrad = true}) end, {offload_optimizer = nvme})
   end, "amsgrad")
+  tap.raises("offload_param nvme below stage 3 is refused", function()
+    zorch.Engine{zero_stage = 2, offload_optimizer = nvme, offload_param = {device = "nvme", nvme_path = tmp}}
+  end, "offload_param", "zero_stage 3")
+  tap.raises("offload_param nvme without the optimizer on nvme is refused", function()
+    zorch.Engine{zero_stage = 3, offload_param = {device = "nvme", nvme_path = tmp}}
+  end, "offload_param", "offload_optimizer")
+  tap.raises("offload_param nvme with bf16 is refused", function()
+    zorch.Engine{zero_stage = 3, precision = "bf16", offload_optimizer = nvme, offload_param = {device = "nvme", nvme_path = tmp}}
+  end, "offload_param", "float32", "bf16")
+  tap.raises("offload_param with a bad buffer_size is refused", function()
+    zorch.Engine{zero_stage = 3, offload_param = {device = "cpu", buffer_size = 0}}
+  end, "offload_param", "buffer_size")
   tap.raises("nvme without a path is refused", function() zorch.Engine{offload_optimizer = {device = "nvme"}} end,
              "offload_optimizer")
 end
@@ -122,6 +134,33 @@ if tap.has_mpi(bin) then
     local off = job(2, stage, tmp, 4, ("%s/go%d.st"):format(tmp, stage), nil, "ZORCH_TEST_GROUPS=1 ")
     tap.ok(equal_sd(plain, off), ("stage %d, 2 ranks, 2 parameter groups: the weights with nvme offload are those without"):format(
       stage))
+  end
+  -- offload_param: the shard and its gradients in a file too (stage 3); with
+  -- gradient accumulation (buckets added into the file) and parameter groups
+  local P = "ZORCH_TEST_PARAM=1 "
+  for n = 1, 2 do
+    local plain = job(n, 3, "-", 5, ("%s/pp%d.st"):format(tmp, n))
+    local off, text = job(n, 3, tmp, 5, ("%s/po%d.st"):format(tmp, n), nil, P)
+    tap.ok(equal_sd(plain, off), ("offload_param nvme, %d rank(s): the weights are those without offload, bit for bit"):format(n))
+    if n == 2 then
+      tap.ok(text:find("nvme 4608 bytes", 1, true) ~= nil and text:find("parameters 0, gradients 0", 1, true) ~= nil,
+             "memory_report: moments, shard and gradients (288 elements x 16 bytes) on nvme; no shard in memory")
+    end
+  end
+  do
+    local plain = job(2, 3, "-", 4, tmp .. "/pa.st", nil, "ZORCH_TEST_ACCUM=2 ")
+    local off = job(2, 3, tmp, 4, tmp .. "/pa1.st", nil, P .. "ZORCH_TEST_ACCUM=2 ")
+    tap.ok(equal_sd(plain, off), "offload_param nvme, 2 micro-batches a step: the weights are those without, bit for bit")
+    plain = job(2, 3, "-", 4, tmp .. "/pg.st", nil, "ZORCH_TEST_GROUPS=1 ")
+    off = job(2, 3, tmp, 4, tmp .. "/pg1.st", nil, P .. "ZORCH_TEST_GROUPS=1 ")
+    tap.ok(equal_sd(plain, off), "offload_param nvme, 2 parameter groups: the weights are those without, bit for bit")
+    local want = job(2, 3, "-", 6, tmp .. "/pw.st")
+    job(2, 3, tmp, 3, tmp .. "/ph.st", tmp .. "/ck_param", P)
+    local got = job(2, 3, "-", 6, tmp .. "/pgot.st", tmp .. "/ck_param resume")
+    tap.ok(equal_sd(want, got), "a checkpoint taken with offload_param resumes without it, bit for bit")
+    job(2, 3, "-", 3, tmp .. "/ph2.st", tmp .. "/ck_param2")
+    local got2 = job(2, 3, tmp, 6, tmp .. "/pgot2.st", tmp .. "/ck_param2 resume", P)
+    tap.ok(equal_sd(want, got2), "a checkpoint taken without offload resumes with offload_param, bit for bit")
   end
   -- checkpoints: with offload at step 3, resumed without (and the other way) to step 6
   for stage = 2, 3 do
