@@ -295,6 +295,11 @@ function Engine:prepare(model, loader, opt, sched)
     opt = zorch.optim[spec.type](model:parameters(), p)
   end
   local group_of = opt and self:group_indices(model, opt) -- (before a move replaces the tensors)
+  local op = self.cfg.offload_param
+  local pfile = op and op.device == "nvme"
+  -- deferred parameters (nn.deferred) are filled in place, or with the
+  -- parameters on nvme once they live in the file (below)
+  if not pfile then zorch.nn.materialize(model) end
   if self.device ~= "cpu" then
     local ok, err = pcall(model.to, model, self.device)
     if not ok then error(("Engine:prepare: cannot move the model to %s: %s"):format(self.device, err), 2) end
@@ -345,10 +350,22 @@ function Engine:prepare(model, loader, opt, sched)
     end
   end
   -- parameters become views of the engine's buffers, padded so shards are equal
-  local op = self.cfg.offload_param
   self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size,
                                           dtype = self.cfg.precision, groups = groups,
-                                          param_dir = op and op.device == "nvme" and op.nvme_path or nil})
+                                          param_dir = pfile and op.nvme_path or nil})
+  if pfile then -- deferred parameters: each group gathered, filled, written to its shards, released
+    local nn = zorch.nn
+    for i, p in ipairs(params) do
+      local fill = nn._deferred_init(p)
+      if fill then
+        self.zero:gather_param(i - 1)
+        zorch.no_grad(function() fill(p) end)
+        nn._deferred_done(p)
+        self.zero:sync_shard()
+        self.zero:release()
+      end
+    end
+  end
   if stage == 3 then
     rawset(model, "_engine", self) -- state dicts gather first
     local zero = self.zero

@@ -150,6 +150,9 @@ static int e_after(lua_State *L) { return e_status(L, zero_engine_after_update(c
 static int e_zero_grad(lua_State *L) { return e_status(L, zero_engine_zero_grad(check_engine(L))); }
 static int e_gather(lua_State *L) { return e_status(L, zero_engine_gather(check_engine(L))); }
 static int e_release(lua_State *L) { return e_status(L, zero_engine_release(check_engine(L))); }
+static int e_gather_param(lua_State *L) {
+  return e_status(L, zero_engine_gather_param(check_engine(L), (int)luaL_checkinteger(L, 2)));
+}
 static int e_sync(lua_State *L) { return e_status(L, zero_engine_sync_shard(check_engine(L))); }
 
 /* engine:module_register({group ids, 0-based}) -> module id */
@@ -241,7 +244,7 @@ static void open_engine_type(lua_State *L) {
                                      {"gather", e_gather}, {"release", e_release}, {"sync_shard", e_sync},
                                      {"memory", e_memory}, {"module_register", e_module_register},
                                      {"module_begin", e_module_begin}, {"module_end", e_module_end},
-                                     {"param_file", e_param_file}, {"io", e_io}, {NULL, NULL}};
+                                     {"param_file", e_param_file}, {"io", e_io}, {"gather_param", e_gather_param}, {NULL, NULL}};
   luaL_newmetatable(L, LZ_ENGINE);
   lua_pushcfunction(L, e_gc);
   lua_setfield(L, -2, "__gc");

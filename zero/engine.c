@@ -162,8 +162,19 @@ static zorch_status pfile_open(zero_engine *e) {
   if (ftruncate(e->pfd, (off_t)bytes) != 0)
     return err_set(ZORCH_ERR_IO, "zero: cannot size the parameter file in %s (%zu bytes): %s", dir, bytes,
                    strerror(errno));
-  zorch_status st = pfile_io(e, true, tensor_ptr(e->pshard), 0, e->shard, 0);
-  if (st) return st;
+  /* each parameter's elements in this shard (reading a parameter whose pages
+     were never written maps no memory: a deferred initialisation costs none) */
+  int64_t mlo = e->c->rank * e->shard, mhi = mlo + e->shard;
+  for (int i = 0; i < e->n; i++) {
+    zorch_tensor *p = e->params[i];
+    int64_t lo = e->offset[i], hi = lo + zorch_tensor_numel(p);
+    int64_t a = lo > mlo ? lo : mlo, b = hi < mhi ? hi : mhi;
+    if (b <= a) continue;
+    zorch_tensor *c = zorch_tensor_is_contiguous(p) ? zorch_tensor_retain(p) : zorch_contiguous(p);
+    zorch_status st = c ? pfile_io(e, true, tensor_ptr(c) + (a - lo) * 4, a - mlo, b - a, 0) : zorch_last_status();
+    zorch_tensor_free(c);
+    if (st) return st;
+  }
   void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, e->pfd, 0);
   if (mem == MAP_FAILED) return err_set(ZORCH_ERR_IO, "zero: cannot map the parameter file: %s", strerror(errno));
   int64_t len = e->shard * 2;
@@ -171,7 +182,6 @@ static zorch_status pfile_open(zero_engine *e) {
     munmap(mem, bytes);
     return zorch_last_status();
   }
-  zorch_tensor_free(e->pshard);
   e->pshard = range(e->pmap, 0, e->shard);
   e->gshard = range(e->pmap, e->shard, e->shard);
   e->io = (zero_io){0};
@@ -429,11 +439,13 @@ static zorch_status make_groups(zero_engine *e) {
     } else if (!(g->buf = zorch_empty(1, &len, e->pdt, e->dev))) {
       return zorch_last_status();
     }
-    zorch_tensor *src = range(e->flat, g->lo, len);
-    zorch_status st = src ? zorch_copy_(g->buf, src) : zorch_last_status();
-    zorch_tensor_free(src);
-    if (st) return st;
-    g->gathered = true;
+    if (e->flat) {
+      zorch_tensor *src = range(e->flat, g->lo, len);
+      zorch_status st = src ? zorch_copy_(g->buf, src) : zorch_last_status();
+      zorch_tensor_free(src);
+      if (st) return st;
+      g->gathered = true;
+    } /* (in the file mode the group starts released: gathers read the file) */
     for (int i = first; i < first + count; i++) {
       e->group_of[i] = k;
       tensor_rebind(e->params[i], g->buf, e->offset[i] - g->lo);
@@ -481,6 +493,14 @@ zero_engine *zero_engine_new(zero_comm *c, const zero_opts *o, int n, zorch_tens
   int64_t per = (e->numel + c->world - 1) / c->world;
   e->shard = (per + ZERO_ALIGN - 1) / ZERO_ALIGN * ZERO_ALIGN;
   e->padded = e->shard * c->world;
+  /* the parameters in a file: no flat buffer; each parameter's slice of this
+     shard goes straight to the file and make_groups rebinds them */
+  if (o->param_dir) {
+    if ((st = pfile_open(e))) goto fail_st;
+    if ((st = make_buckets(e))) goto fail_st;
+    if ((st = make_groups(e))) goto fail_st;
+    return e;
+  }
   /* the flat buffer: copies of the parameters, which become its views */
   if (!(e->flat = zorch_zeros(1, &e->padded, e->pdt, e->dev))) goto fail;
   for (int i = 0; i < n; i++) {
@@ -493,11 +513,10 @@ zero_engine *zero_engine_new(zero_comm *c, const zero_opts *o, int n, zorch_tens
   }
   if (!(e->pshard = range(e->flat, c->rank * e->shard, e->shard))) goto fail;
   if (e->pdt != ZORCH_F32 && !(e->master = zorch_to_dtype(o->stage == 0 ? e->flat : e->pshard, ZORCH_F32))) goto fail;
-  if (o->param_dir && (st = pfile_open(e))) goto fail_st;
   if (o->stage <= 1 && !(e->gflat = zorch_zeros(1, &e->padded, e->pdt, e->dev))) goto fail;
   /* stage 1 reduces in place: its gradient slice is a view of the full buffer */
   if (o->stage == 1 && !(e->gshard = range(e->gflat, c->rank * e->shard, e->shard))) goto fail;
-  if (o->stage >= 2 && !e->gshard && !(e->gshard = zorch_zeros(1, &e->shard, e->pdt, e->dev))) goto fail;
+  if (o->stage >= 2 && !(e->gshard = zorch_zeros(1, &e->shard, e->pdt, e->dev))) goto fail;
   if (o->stage >= 2 && (st = make_buckets(e))) goto fail_st;
   if (o->stage == 3 && (st = make_groups(e))) goto fail_st;
   return e;
@@ -769,6 +788,12 @@ zorch_status zero_engine_gather(zero_engine *e) {
     if (st) return st;
   }
   return ZORCH_OK;
+}
+
+zorch_status zero_engine_gather_param(zero_engine *e, int i) {
+  if (!e->groups) return ZORCH_OK;
+  if (i < 0 || i >= e->n) return err_set(ZORCH_ERR_ARG, "zero: no parameter %d", i + 1);
+  return group_gather(e, &e->groups[e->group_of[i]]);
 }
 
 zorch_status zero_engine_release(zero_engine *e) {

@@ -69,6 +69,8 @@ zorch_status zero_engine_zero_grad(zero_engine *e);
    parameters were written. No-ops at other stages. */
 zorch_status zero_engine_gather(zero_engine *e);
 zorch_status zero_engine_release(zero_engine *e);
+/* Stage 3: gather the group holding parameter i (0-based) alone. */
+zorch_status zero_engine_gather_param(zero_engine *e, int i);
 zorch_status zero_engine_sync_shard(zero_engine *e);
 /* Stage 3, per module: `module_register` names the groups a module owns and
    sets *id to its id. Before its forward, `module_begin` gathers them; after,

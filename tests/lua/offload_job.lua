@@ -7,13 +7,12 @@
 -- ZORCH_TEST_GROUPS=1: two parameter groups (weights; biases with their own lr
 -- and no weight decay). ZORCH_TEST_PARAM=1: the parameters on nvme too
 -- (offload_param, stage 3). ZORCH_TEST_ACCUM=k: k micro-batches a step.
+-- ZORCH_TEST_DEFER=1: the model built under nn.deferred (filled at prepare).
 local zorch = require "zorch"
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 local stage, nvme, chunk, steps, save, ckdir, resume = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4]),
   arg[5], arg[6], arg[7] == "resume"
 zorch.manual_seed(3)
-local model = nn.Sequential(nn.Linear(10, 40), nn.ReLU(), nn.Linear(40, 3))
-local X, Y = zorch.randn(192, 10), zorch.randn(192, 3)
 local _, world = debug.getregistry()["zorch.private"]._comm()
 local accum = tonumber(os.getenv("ZORCH_TEST_ACCUM") or "1") // 1
 local e = zorch.Engine{zero_stage = stage, gradient_clipping = 0.5, reduce_bucket_size = 50, seed = 1,
@@ -22,6 +21,11 @@ local e = zorch.Engine{zero_stage = stage, gradient_clipping = 0.5, reduce_bucke
                                                              chunk = chunk} or false,
                        offload_param = nvme ~= "-" and os.getenv("ZORCH_TEST_PARAM") and
                                        {device = "nvme", nvme_path = nvme} or false}
+-- (after the Engine, whose seed resets the generator: a deferred model draws
+-- its values at prepare, from where an eager one would)
+local X, Y = zorch.randn(192, 10), zorch.randn(192, 3)
+local function build() return nn.Sequential(nn.Linear(10, 40), nn.ReLU(), nn.Linear(40, 3)) end
+local model = os.getenv("ZORCH_TEST_DEFER") and nn.deferred(build) or build()
 local loader = data.DataLoader(data.TensorDataset(X, Y), {batch_size = 24 // world // accum, shuffle = true, seed = 2})
 local params = model:parameters()
 if os.getenv("ZORCH_TEST_GROUPS") then
