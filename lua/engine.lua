@@ -624,10 +624,10 @@ function Engine:print_step()
     loss and ("%.6f"):format(loss) or "?", self.user_opt.lr, self.last_norm or 0, scale, rate, 1000 * dt / n))
   if self.last_io then -- offload to nvme: the last step's traffic and the bandwidth it reached (rank 0)
     local io = self.last_io
-    self:print(("step %d  offload: read %.4g MB, wrote %.4g MB in %.3g s: %.0f MB/s (optimizer stream %.4g/%.4g MB in %.3g s, " ..
+    self:print(("step %d  offload: read %.4g MB, wrote %.4g MB in %.3g s: %.0f MB/s (optimizer stream (%s) %.4g/%.4g MB in %.3g s, " ..
                 "I/O thread reading %.3g s, writing %.3g s, the update waited %.3g s; parameter file %.4g/%.4g MB in %.3g s)"):format(
       self.steps, io.read / 1e6, io.written / 1e6, io.step_s, (io.read + io.written) / 1e6 / math.max(io.step_s, 1e-9),
-      io.opt.read_bytes / 1e6, io.opt.write_bytes / 1e6, io.opt.step_s, io.opt.read_s, io.opt.write_s, io.opt.wait_s,
+      io.opt.io, io.opt.read_bytes / 1e6, io.opt.write_bytes / 1e6, io.opt.step_s, io.opt.read_s, io.opt.write_s, io.opt.wait_s,
       io.param.read_bytes / 1e6, io.param.write_bytes / 1e6, io.param.io_s))
   end
   if self.wall then -- wall_clock_breakdown: rank 0's times, per optimizer step over those steps

@@ -97,6 +97,7 @@ static int l_stats(lua_State *L) {
   zoff_get_stats(check_store(L), &s);
   lua_createtable(L, 0, 8);
   lua_pushnumber(L, s.step_s), lua_setfield(L, -2, "step_s");
+  lua_pushstring(L, s.uring ? "io_uring" : "pread"), lua_setfield(L, -2, "io");
   lua_pushinteger(L, s.file_bytes), lua_setfield(L, -2, "file_bytes");
   lua_pushinteger(L, s.buffer_bytes), lua_setfield(L, -2, "buffer_bytes");
   lua_pushnumber(L, s.read_s), lua_setfield(L, -2, "read_s");

@@ -5,7 +5,11 @@
    so reading ahead, updating and writing behind overlap. A chunk's buffer holds
    its fields one after another, each `chunk` floats: m and v, or with the
    parameters bound p, g, m and v; an op moves some of them (a mask). In the
-   moments' file chunk c holds its m then its v. */
+   moments' file chunk c holds its m then its v. Built with liburing
+   (ZORCH_URING), the thread submits an op's fields to an io_uring together
+   and waits for them, several reads or writes in flight at once; without it,
+   or when the kernel refuses a ring, or with ZORCH_OFFLOAD_IO=pread, it calls
+   pread/pwrite one field after another. */
 #include "offload.h"
 
 #include <errno.h>
@@ -18,6 +22,9 @@
 #include <unistd.h>
 
 #include "../vm/core/error.h"
+#ifdef ZORCH_URING
+#include <liburing.h>
+#endif
 
 enum { OP_READ, OP_WRITE, OP_STOP };
 enum { F_P = 1, F_G = 2, F_M = 4, F_V = 8 }; /* fields of a chunk */
@@ -47,6 +54,10 @@ struct zoff {
   char what[64];
   double read_s, write_s, wait_s, step_s;
   int64_t read_bytes, write_bytes;
+  bool uring; /* the I/O thread uses the ring */
+#ifdef ZORCH_URING
+  struct io_uring ring;
+#endif
 };
 
 static double mono(void) {
@@ -81,18 +92,74 @@ static bool seg_io(int kind, int fd, char *p, size_t left, off_t at) {
   return true;
 }
 
+typedef struct {
+  int fd;
+  char *p;
+  size_t left;
+  off_t at;
+} seg;
+
+#ifdef ZORCH_URING
+static void uring_push(zoff *o, int kind, seg *s, int i) {
+  struct io_uring_sqe *q = io_uring_get_sqe(&o->ring); /* (the ring has a slot per field) */
+  if (kind == OP_READ) io_uring_prep_read(q, s->fd, s->p, (unsigned)s->left, (uint64_t)s->at);
+  else io_uring_prep_write(q, s->fd, s->p, (unsigned)s->left, (uint64_t)s->at);
+  io_uring_sqe_set_data64(q, (uint64_t)i);
+}
+
+/* The segments through the ring, all in flight together; a short transfer
+   goes back for the rest. Every one submitted completes before it returns
+   (the buffers are the step's). */
+static bool uring_io(zoff *o, int kind, seg *s, int n) {
+  int inflight = 0, err = 0;
+  for (int i = 0; i < n; i++) uring_push(o, kind, &s[i], i), inflight++;
+  io_uring_submit(&o->ring);
+  while (inflight > 0) {
+    struct io_uring_cqe *cqe;
+    int r = io_uring_wait_cqe(&o->ring, &cqe);
+    if (r == -EINTR) continue;
+    if (r < 0) { /* (the ring itself failed: nothing more will complete) */
+      errno = -r;
+      return false;
+    }
+    int i = (int)io_uring_cqe_get_data64(cqe), res = cqe->res;
+    io_uring_cqe_seen(&o->ring, cqe);
+    inflight--;
+    if (res == -EINTR || res == -EAGAIN) res = 0; /* again, below */
+    else if (res <= 0) {
+      if (!err) err = res < 0 ? -res : EIO;
+      continue;
+    }
+    s[i].p += res, s[i].left -= (size_t)res, s[i].at += res;
+    if (s[i].left > 0 && !err) {
+      uring_push(o, kind, &s[i], i), inflight++;
+      io_uring_submit(&o->ring);
+    }
+  }
+  if (err) errno = err;
+  return err == 0;
+}
+#endif
+
 /* The chunk's fields in `fields`, whole; false with errno on failure. */
 static bool chunk_io(zoff *o, int kind, int64_t c, float *buf, int fields) {
   int64_t len = chunk_len(o, c), lo = c * o->chunk;
   size_t n = (size_t)len * sizeof(float);
+  seg s[4];
+  int ns = 0;
   for (int f = F_P; f <= F_V; f <<= 1) {
     if (!(fields & f)) continue;
     int fd = f == F_P || f == F_G ? o->pfd : o->fd;
     off_t at = f == F_P   ? (off_t)(o->p_off + lo * 4)
                : f == F_G ? (off_t)(o->g_off + lo * 4)
                           : (off_t)(lo * 2 * 4 + (f == F_V ? len * 4 : 0));
-    if (!seg_io(kind, fd, (char *)field_of(o, buf, f), n, at)) return false;
+    s[ns++] = (seg){fd, (char *)field_of(o, buf, f), n, at};
   }
+#ifdef ZORCH_URING
+  if (o->uring) return uring_io(o, kind, s, ns);
+#endif
+  for (int i = 0; i < ns; i++)
+    if (!seg_io(kind, s[i].fd, s[i].p, s[i].left, s[i].at)) return false;
   return true;
 }
 
@@ -180,6 +247,10 @@ zoff *zoff_open(const char *dir, int64_t numel, int64_t chunk, int nbuf) {
   unlink(path); /* the file lives while the store is open */
   free(path);
   o->numel = numel, o->chunk = chunk, o->nbuf = nbuf, o->nfield = 2, o->pfd = -1;
+#ifdef ZORCH_URING
+  const char *how = getenv("ZORCH_OFFLOAD_IO");
+  if (!(how && !strcmp(how, "pread"))) o->uring = io_uring_queue_init(8, &o->ring, 0) == 0;
+#endif
   o->nchunks = numel == 0 ? 0 : (numel + chunk - 1) / chunk;
   if (ftruncate(o->fd, (off_t)(numel * 2 * (int64_t)sizeof(float))) != 0) {
     err_set(ZORCH_ERR_IO, "optimizer offload: cannot size the state file in %s (%lld bytes): %s", dir,
@@ -215,6 +286,9 @@ void zoff_close(zoff *o) {
   free(o->bufs);
   close(o->fd);
   if (o->pfd >= 0) close(o->pfd);
+#ifdef ZORCH_URING
+  if (o->uring) io_uring_queue_exit(&o->ring);
+#endif
   free(o);
 }
 
@@ -382,6 +456,6 @@ void zoff_get_stats(const zoff *o, zoff_stats *s) {
   pthread_mutex_lock((pthread_mutex_t *)&o->mu);
   *s = (zoff_stats){o->numel * 2 * (int64_t)sizeof(float),
                     (int64_t)o->nbuf * o->chunk * o->nfield * (int64_t)sizeof(float),
-                    o->read_s, o->write_s, o->wait_s, o->step_s, o->read_bytes, o->write_bytes};
+                    o->read_s, o->write_s, o->wait_s, o->step_s, o->read_bytes, o->write_bytes, o->uring};
   pthread_mutex_unlock((pthread_mutex_t *)&o->mu);
 }

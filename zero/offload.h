@@ -48,6 +48,7 @@ typedef struct {
   double read_s, write_s, wait_s; /* the last step: I/O thread busy reading, writing; the step waiting for it */
   double step_s;                  /* the last step, start to end */
   int64_t read_bytes, write_bytes; /* the last step (parameters and gradients included when bound) */
+  bool uring; /* the I/O went through io_uring (else pread/pwrite) */
 } zoff_stats;
 void zoff_get_stats(const zoff *o, zoff_stats *s);
 #endif

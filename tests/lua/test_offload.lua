@@ -28,6 +28,7 @@ do
   store:get(m, v)
   tap.ok(same(p, p2) and same(m, m2) and same(v, v2), "4 streamed steps over 11 chunks equal the in-memory step, bit for bit")
   local st = store:stats()
+  tap.ok(st.io == "io_uring" or st.io == "pread", "the store names its I/O: " .. tostring(st.io))
   tap.ok(st.file_bytes == n * 8 and st.buffer_bytes == 3 * 100 * 8,
          ("the file holds both moments (%d bytes), memory 3 chunk buffers (%d bytes)"):format(st.file_bytes, st.buffer_bytes))
   store:put(m2 * 2, v2 * 3)
@@ -159,6 +160,9 @@ if tap.has_mpi(bin) then
     tap.ok(equal_sd(plain, off), "nn.deferred with offload_param: each group filled in the file, the weights as built eagerly")
     off = job(2, 2, "-", 4, tmp .. "/pd2.st", nil, "ZORCH_TEST_DEFER=1 ")
     tap.ok(equal_sd(job(2, 2, "-", 4, tmp .. "/pd3.st"), off), "nn.deferred without offload: filled in place at prepare")
+    local u = job(2, 3, tmp, 4, tmp .. "/io1.st", nil, P)
+    local r = job(2, 3, tmp, 4, tmp .. "/io2.st", nil, P .. "ZORCH_OFFLOAD_IO=pread ")
+    tap.ok(u and equal_sd(u, r), "the I/O thread through pread/pwrite (ZORCH_OFFLOAD_IO=pread) gives the same weights")
     local want = job(2, 3, "-", 6, tmp .. "/pw.st")
     job(2, 3, tmp, 3, tmp .. "/ph.st", tmp .. "/ck_param", P)
     local got = job(2, 3, "-", 6, tmp .. "/pgot.st", tmp .. "/ck_param resume")
