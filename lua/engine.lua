@@ -508,6 +508,13 @@ function Engine:print_summary()
         and (" (%d parameter groups)"):format(#self.user_opt.param_groups) or "",
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
   }
+  if self.offload then
+    local op = c.offload_param
+    lines[#lines + 1] = ("  offload to nvme: optimizer state%s in %s, I/O by %s%s"):format(
+      op and op.device == "nvme" and ", parameters and gradients" or "", c.offload_optimizer.nvme_path,
+      self.offload:stats().io, self.disk and ("; the disk measured: write %.0f MB/s, read %.0f MB/s%s"):format(
+        self.disk.write, self.disk.read, self.disk.direct and " (direct I/O)" or " (page cache)") or "")
+  end
   for _, l in ipairs(self.auto_lines or {}) do lines[#lines + 1] = "  " .. l end
   for _, g in ipairs(zorch._unimplemented_groups(self.unimplemented)) do
     lines[#lines + 1] = ("  %s: %s"):format(g.title, table.concat(g.keys, ", "))
@@ -628,7 +635,9 @@ function Engine:print_step()
                 "I/O thread reading %.3g s, writing %.3g s, the update waited %.3g s; parameter file %.4g/%.4g MB in %.3g s)"):format(
       self.steps, io.read / 1e6, io.written / 1e6, io.step_s, (io.read + io.written) / 1e6 / math.max(io.step_s, 1e-9),
       io.opt.io, io.opt.read_bytes / 1e6, io.opt.write_bytes / 1e6, io.opt.step_s, io.opt.read_s, io.opt.write_s, io.opt.wait_s,
-      io.param.read_bytes / 1e6, io.param.write_bytes / 1e6, io.param.io_s))
+      io.param.read_bytes / 1e6, io.param.write_bytes / 1e6, io.param.io_s) .. (self.disk and
+      ("; the disk: write %.0f MB/s, read %.0f MB/s%s"):format(self.disk.write, self.disk.read,
+        self.disk.direct and " (direct I/O, at prepare)" or " (through the page cache: no direct I/O there)") or ""))
   end
   if self.wall then -- wall_clock_breakdown: rank 0's times, per optimizer step over those steps
     local w = self.wall

@@ -115,6 +115,19 @@ static int l_close(lua_State *L) {
   return 0;
 }
 
+/* zorch._offload_probe(dir, bytes) -> write MB/s, read MB/s, direct (boolean) */
+static int l_probe(lua_State *L) {
+  const char *dir = luaL_checkstring(L, 1);
+  lz_check_path(L, dir, "write");
+  double w, r;
+  bool direct;
+  if (zoff_probe(dir, luaL_checkinteger(L, 2), &w, &r, &direct)) return lz_fail(L);
+  lua_pushnumber(L, w);
+  lua_pushnumber(L, r);
+  lua_pushboolean(L, direct);
+  return 3;
+}
+
 /* [-0, +0]: the store's metatable, and _offload_open in the module table on top. */
 void lz_open_offload(lua_State *L) {
   static const luaL_Reg methods[] = {{"adam", l_adam}, {"get", l_get}, {"put", l_put},
@@ -128,4 +141,6 @@ void lz_open_offload(lua_State *L) {
   lua_pop(L, 1);
   lua_pushcfunction(L, l_open);
   lua_setfield(L, -2, "_offload_open");
+  lua_pushcfunction(L, l_probe);
+  lua_setfield(L, -2, "_offload_probe");
 }

@@ -43,6 +43,12 @@ function zorch._offload_optimizer(engine)
   -- the parameters on nvme too (offload_param): the step streams them with the moments
   local fd, p_off, g_off = engine.zero:param_file()
   if fd then store:bind(fd, p_off, g_off) end
+  -- the disk's bandwidth, measured once (32 MB with direct I/O) for the step
+  -- lines to log the achieved I/O against; ZORCH_OFFLOAD_PROBE=0 skips it
+  if os.getenv("ZORCH_OFFLOAD_PROBE") ~= "0" then
+    local w, r, direct = zorch._offload_probe(off.nvme_path, 32 << 20)
+    engine.disk = {write = w, read = r, direct = direct}
+  end
   -- the one plug-in point: every step of the inner optimizer asks the store
   -- for the moments (lua/optim.lua, state stores)
   inner:_set_store(1, store)

@@ -459,3 +459,48 @@ void zoff_get_stats(const zoff *o, zoff_stats *s) {
                     o->read_s, o->write_s, o->wait_s, o->step_s, o->read_bytes, o->write_bytes, o->uring};
   pthread_mutex_unlock((pthread_mutex_t *)&o->mu);
 }
+
+zorch_status zoff_probe(const char *dir, int64_t bytes, double *write_mbps, double *read_mbps, bool *direct) {
+  const size_t blk = 4u << 20;
+  int64_t nblk = bytes / (int64_t)blk > 0 ? bytes / (int64_t)blk : 1;
+  char *path = malloc(strlen(dir) + 32);
+  void *buf = NULL;
+  if (!path || posix_memalign(&buf, 4096, blk)) {
+    free(path);
+    return err_set(ZORCH_ERR_OOM, "offload probe: out of memory");
+  }
+  memset(buf, 0x5a, blk);
+  sprintf(path, "%s/zorch-probe-XXXXXX", dir);
+  *direct = true;
+  int fd = mkostemp(path, O_DIRECT);
+  if (fd < 0 && errno == EINVAL) *direct = false, fd = mkstemp(path);
+  if (fd < 0) {
+    zorch_status st = err_set(ZORCH_ERR_IO, "offload probe: cannot make a file in %s: %s", dir, strerror(errno));
+    free(path), free(buf);
+    return st;
+  }
+  unlink(path);
+  free(path);
+  bool ok = true;
+  double t0 = mono();
+  for (int64_t i = 0; i < nblk && ok; i++) {
+    ok = seg_io(OP_WRITE, fd, buf, blk, (off_t)(i * (int64_t)blk));
+    if (!ok && i == 0 && *direct && errno == EINVAL) { /* (O_DIRECT accepted at open, refused at write) */
+      int fl = fcntl(fd, F_GETFL);
+      *direct = false;
+      ok = fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0 && seg_io(OP_WRITE, fd, buf, blk, 0);
+    }
+  }
+  if (ok) ok = fdatasync(fd) == 0;
+  double t1 = mono();
+  for (int64_t i = 0; i < nblk && ok; i++) ok = seg_io(OP_READ, fd, buf, blk, (off_t)(i * (int64_t)blk));
+  double t2 = mono();
+  int e = errno;
+  close(fd);
+  free(buf);
+  if (!ok) return err_set(ZORCH_ERR_IO, "offload probe: I/O in %s failed: %s", dir, strerror(e));
+  double mb = (double)(nblk * (int64_t)blk) / 1e6;
+  *write_mbps = mb / (t1 - t0 > 1e-9 ? t1 - t0 : 1e-9);
+  *read_mbps = mb / (t2 - t1 > 1e-9 ? t2 - t1 : 1e-9);
+  return ZORCH_OK;
+}

@@ -51,4 +51,10 @@ typedef struct {
   bool uring; /* the I/O went through io_uring (else pread/pwrite) */
 } zoff_stats;
 void zoff_get_stats(const zoff *o, zoff_stats *s);
+
+/* The disk under dir, measured: `bytes` written then read back with direct
+   I/O (O_DIRECT, 4 MiB requests) in a file made and unlinked there, in MB/s
+   (10^6 bytes). Where the filesystem refuses direct I/O (tmpfs) the result
+   is through the page cache and *direct says so. ZORCH_OK or the error. */
+zorch_status zoff_probe(const char *dir, int64_t bytes, double *write_mbps, double *read_mbps, bool *direct);
 #endif
