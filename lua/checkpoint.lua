@@ -604,6 +604,7 @@ function Engine:load_checkpoint(dir)
       end
     end
   end
+  if self.host then self.target:copy_(self.host.device_target) end -- (offload on a GPU rank: the host copy)
   self.inner.state[1] = state
   if manifest.param_groups and self.user_opt._load_groups then -- every group's options, as saved
     self.user_opt:_load_groups(manifest.param_groups, "load_checkpoint", 3)

@@ -399,6 +399,10 @@ function Engine:prepare(model, loader, opt, sched)
   -- the same optimizer, over this rank's slice (the whole buffer at stage 0)
   local target = self.zero:target()
   local cls = getmetatable(opt)
+  -- offload on a GPU rank: the optimizer steps a float32 copy of the shard in
+  -- host memory (lua/offload.lua); self.target is what the optimizer steps
+  self.host = zorch._offload_host(self, target)
+  if self.host then target = self.host.target end
   self.inner = cls({target}, opt.defaults)
   self.target = target
   self.user_opt = opt
@@ -526,7 +530,10 @@ end
 -- and keeping this rank's slice after they were written.
 function Engine:gather() if self.zero then self.zero:gather() end end
 function Engine:release() if self.zero then self.zero:release() end end
-function Engine:sync_shard() if self.zero then self.zero:sync_shard() end end
+function Engine:sync_shard()
+  if self.zero then self.zero:sync_shard() end
+  if self.host then self.target:copy_(self.host.device_target) end -- (offload on a GPU rank)
+end
 
 -- Clears the gradients of the next accumulation window.
 function Engine:zero_grad()
@@ -593,6 +600,10 @@ function Engine:optimizer_step()
     return false
   end
   self.last_skipped = false
+  if self.host then -- offload on a GPU rank: the clipped gradient to the host copy's side
+    self.host.grad:copy_(grad)
+    grad = self.host.grad
+  end
   if self.runs then -- each run of the slice with its group's options (as they are now)
     self.inner:_step_runs(self.target, grad, self.runs)
   else
@@ -601,6 +612,7 @@ function Engine:optimizer_step()
     self.inner:step()
     self.target.grad = nil
   end
+  if self.host then self.host.device_target:copy_(self.target) end -- the updated shard back to the device
   self.zero:after_update()
   if self.offload then self:note_io() end
   if self.wall then self.wall.step = self.wall.step + (zorch.clock() - t1) end
@@ -699,6 +711,7 @@ function Engine:memory_report()
     nvme = (st and st.file_bytes or 0) + pio.file_bytes, -- the files: moments, and parameters with gradients
     nvme_optimizer = st and st.file_bytes or 0, -- the optimizer state's file (offload_optimizer nvme)
     nvme_parameters = pio.file_bytes, -- the shard and its gradients (offload_param nvme)
+    host_copy = self.host and bytes(self.host.target) + bytes(self.host.grad) or 0, -- GPU ranks' offload: the shard and gradient in host memory
     offload_buffers = st and st.buffer_bytes or 0, -- its chunk buffers in host memory
     parameters = m.parameters,
     gradients = m.gradients,

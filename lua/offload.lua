@@ -9,14 +9,30 @@ if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end
 
 local DEFAULT_CHUNK = 1 << 20 -- elements per chunk (8 MiB of moments; 16 MiB with the parameters)
 
+-- Offload on a GPU rank (device "cpu" or "nvme"): the optimizer steps a
+-- float32 copy of the rank's shard (its master weights) in host memory, with
+-- the CPU Adam, so the moments live there too (or, nvme, in the file); the
+-- Engine copies the clipped gradient over before the step and the updated
+-- shard back after it (Engine:optimizer_step), and refreshes the copy when
+-- the device's shard is written (load_checkpoint, sync_shard). Returns
+-- {target, grad, device_target}, or nil where the shard is on the CPU
+-- already. ZORCH_TEST_OFFLOAD_HOST=1 takes this path on CPU ranks too (the
+-- tests: the same bits as without it). Not pinned memory (zorch has no
+-- pinned host tensors), and the copies run after backward, not per bucket.
+function zorch._offload_host(engine, target)
+  local off = engine.cfg.offload_optimizer
+  if not off or off.device == "none" then return nil end
+  if engine.device == "cpu" and os.getenv("ZORCH_TEST_OFFLOAD_HOST") == nil then return nil end
+  local n = target:numel()
+  local host = zorch.zeros({n})
+  host:copy_(target)
+  return {target = host, grad = zorch.zeros({n}), device_target = target}
+end
+
 -- Sets up engine.inner (made by prepare over engine.target) for the config's
 -- offload_optimizer; returns the store, or nil when the state stays in memory.
 function zorch._offload_optimizer(engine)
   local off = engine.cfg.offload_optimizer
-  if off and off.device == "cpu" and engine.device ~= "cpu" and engine.rank == 0 and os.getenv("ZORCH_QUIET") == nil then
-    io.stderr:write("zorch: warning: offload_optimizer device \"cpu\" on a GPU rank is not implemented: " ..
-                    "the optimizer state stays in GPU memory (the results are the same)\n")
-  end
   if not off or off.device ~= "nvme" then return nil end
   local inner, target = engine.inner, engine.target
   local name = getmetatable(inner).__name

@@ -1,5 +1,5 @@
 -- A small job for tests/lua/test_offload.lua, run by `zorch launch`:
---   offload_job.lua STAGE NVME_DIR|- CHUNK STEPS SAVE [CKPT_DIR [resume]]
+--   offload_job.lua STAGE NVME_DIR|cpu|- CHUNK STEPS SAVE [CKPT_DIR [resume]]
 -- trains a 10-40-3 MLP with AdamW under the Engine at STAGE, its optimizer
 -- state offloaded to NVME_DIR in CHUNK-element chunks ("-": no offload), for
 -- STEPS optimizer steps in total, saves the weights to SAVE; with CKPT_DIR it
@@ -8,6 +8,8 @@
 -- and no weight decay). ZORCH_TEST_PARAM=1: the parameters on nvme too
 -- (offload_param, stage 3). ZORCH_TEST_ACCUM=k: k micro-batches a step.
 -- ZORCH_TEST_DEFER=1: the model built under nn.deferred (filled at prepare).
+-- ZORCH_TEST_OFFLOAD_HOST=1: the GPU ranks' path (a host copy of the shard
+-- stepped) on CPU ranks.
 local zorch = require "zorch"
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 local stage, nvme, chunk, steps, save, ckdir, resume = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4]),
@@ -17,8 +19,9 @@ local _, world = debug.getregistry()["zorch.private"]._comm()
 local accum = tonumber(os.getenv("ZORCH_TEST_ACCUM") or "1") // 1
 local e = zorch.Engine{zero_stage = stage, gradient_clipping = 0.5, reduce_bucket_size = 50, seed = 1,
                        gradient_accumulation_steps = accum,
-                       offload_optimizer = nvme ~= "-" and {device = "nvme", nvme_path = nvme, buffer_count = 3,
-                                                             chunk = chunk} or false,
+                       offload_optimizer = nvme == "cpu" and {device = "cpu"} or
+                                           nvme ~= "-" and {device = "nvme", nvme_path = nvme, buffer_count = 3,
+                                                            chunk = chunk} or false,
                        offload_param = nvme ~= "-" and os.getenv("ZORCH_TEST_PARAM") and
                                        {device = "nvme", nvme_path = nvme} or false}
 -- (after the Engine, whose seed resets the generator: a deferred model draws
@@ -44,7 +47,7 @@ while done < steps do
 end
 if ckdir and not resume then e:save_checkpoint(ckdir) end
 e:save(m:state_dict(), save)
-if e.rank == 0 and nvme ~= "-" then
+if e.rank == 0 and nvme ~= "-" and nvme ~= "cpu" then
   local r = e:memory_report()
   print(("offload: nvme %d bytes, buffers %d bytes, optimizer_state in memory %d bytes, parameters %d, gradients %d"):format(
     r.nvme, r.offload_buffers, r.optimizer_state, r.parameters, r.gradients))

@@ -163,6 +163,20 @@ if tap.has_mpi(bin) then
     local u = job(2, 3, tmp, 4, tmp .. "/io1.st", nil, P)
     local r = job(2, 3, tmp, 4, tmp .. "/io2.st", nil, P .. "ZORCH_OFFLOAD_IO=pread ")
     tap.ok(u and equal_sd(u, r), "the I/O thread through pread/pwrite (ZORCH_OFFLOAD_IO=pread) gives the same weights")
+    -- the GPU ranks' offload (a host copy of the shard stepped by the CPU Adam,
+    -- copies both ways), taken on CPU ranks: the same bits
+    local H = "ZORCH_TEST_OFFLOAD_HOST=1 "
+    for stage = 1, 3 do
+      local want1 = job(2, stage, "-", 4, ("%s/h%d.st"):format(tmp, stage))
+      tap.ok(equal_sd(want1, job(2, stage, "cpu", 4, ("%s/hc%d.st"):format(tmp, stage), nil, H)),
+             ("stage %d: offload_optimizer cpu through a host copy gives the same weights"):format(stage))
+      tap.ok(equal_sd(want1, job(2, stage, tmp, 4, ("%s/hn%d.st"):format(tmp, stage), nil, H)),
+             ("stage %d: offload_optimizer nvme through a host copy gives the same weights"):format(stage))
+    end
+    local wanth = job(2, 2, "-", 6, tmp .. "/hw.st")
+    job(2, 2, "cpu", 3, tmp .. "/hh.st", tmp .. "/ck_host", H)
+    tap.ok(equal_sd(wanth, job(2, 2, "cpu", 6, tmp .. "/hg.st", tmp .. "/ck_host resume", H)),
+           "a host-copy run resumes from its checkpoint (the copy refreshed at load), bit for bit")
     local want = job(2, 3, "-", 6, tmp .. "/pw.st")
     job(2, 3, tmp, 3, tmp .. "/ph.st", tmp .. "/ck_param", P)
     local got = job(2, 3, "-", 6, tmp .. "/pgot.st", tmp .. "/ck_param resume")
