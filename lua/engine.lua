@@ -354,13 +354,12 @@ function Engine:prepare(model, loader, opt, sched)
                                           dtype = self.cfg.precision, groups = groups,
                                           param_dir = pfile and op.nvme_path or nil})
   if pfile then -- deferred parameters: each group gathered, filled, written to its shards, released
-    local nn = zorch.nn
     for i, p in ipairs(params) do
-      local fill = nn._deferred_init(p)
+      local fill = zorch._deferred_init(p)
       if fill then
         self.zero:gather_param(i - 1)
         zorch.no_grad(function() fill(p) end)
-        nn._deferred_done(p)
+        zorch._deferred_done(p)
         self.zero:sync_shard()
         self.zero:release()
       end

@@ -315,8 +315,8 @@ function nn.deferred(fn)
   return table.unpack(r, 2, r.n)
 end
 -- the fill of a deferred parameter (nil once filled, or for others)
-function nn._deferred_init(p) return DEFERRED[p] end
-function nn._deferred_done(p) DEFERRED[p] = nil end
+function zorch._deferred_init(p) return DEFERRED[p] end
+function zorch._deferred_done(p) DEFERRED[p] = nil end
 function nn.materialize(module)
   for _, p in ipairs(module:parameters()) do
     local fill = DEFERRED[p]

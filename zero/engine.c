@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,14 +33,15 @@ typedef struct param_ctx {
    pages are dropped on release (the mapping stays, so a parameter read then sees
    zeros, never freed memory); on a GPU a buffer whose memory goes back to the
    caching allocator on release (ops then refuse the parameters by name). */
-typedef struct group {
+typedef struct group group;
+struct group {
   int first, count;   /* parameters [first, first + count) */
   int64_t lo, hi;     /* flat range */
   zorch_tensor *buf;  /* (hi - lo) elements */
   size_t maplen;
   bool gathered;
   int pending;        /* gradients still to arrive in this backward pass */
-} group;
+};
 
 /* Shared by the engine and the autograd nodes whose pre-backward hook gathers
    the module: freed when the last of them lets go, so a graph that outlives its
@@ -93,7 +95,17 @@ struct zero_engine {
   zorch_tensor *pmap; /* the whole file mapped (pshard and gshard view it) */
   zorch_tensor *gtmp; /* a bucket's part, read, added to and written back */
   bool *gwritten;     /* per bucket: its part written since zero_grad */
-  zero_io io;
+  zero_io io, pf_io;   /* the parameter file's traffic: calling thread, read-ahead thread */
+  /* one rank: the gather ahead reads its group on a thread of its own, while
+     the current module computes; pf_group is the read in flight (or done and
+     not yet claimed), NULL when none */
+  pthread_t pf_thread;
+  bool pf_started, pf_stop, pf_done;
+  pthread_mutex_t pf_mu;
+  pthread_cond_t pf_cv;
+  struct group *pf_group;
+  zorch_status pf_status;
+  char pf_msg[256];
 };
 
 static zorch_tensor *flat_view(zorch_tensor *base, int64_t off, int ndim, const int64_t *shape) {
@@ -120,7 +132,7 @@ static double now_s(void) {
 
 /* n floats at element `at` of the shard (region 0) or of its gradient (1),
    from the file into buf or (write) from buf into the file, whole. */
-static zorch_status pfile_io(zero_engine *e, bool write, void *buf, int64_t at, int64_t n, int region) {
+static zorch_status pfile_rw(zero_engine *e, zero_io *acc, bool write, void *buf, int64_t at, int64_t n, int region) {
   char *p = buf;
   size_t left = (size_t)n * sizeof(float);
   off_t off = (off_t)((region ? e->shard : 0) + at) * (off_t)sizeof(float);
@@ -133,13 +145,82 @@ static zorch_status pfile_io(zero_engine *e, bool write, void *buf, int64_t at, 
                      r == 0 ? "end of file" : strerror(errno));
     p += r, left -= (size_t)r, off += r;
   }
-  e->io.io_s += now_s() - t0;
-  if (write) e->io.write_bytes += n * (int64_t)sizeof(float);
-  else e->io.read_bytes += n * (int64_t)sizeof(float);
+  acc->io_s += now_s() - t0;
+  if (write) acc->write_bytes += n * (int64_t)sizeof(float);
+  else acc->read_bytes += n * (int64_t)sizeof(float);
   return ZORCH_OK;
 }
 
+/* (the calling thread's traffic; the read-ahead thread keeps its own) */
+static zorch_status pfile_io(zero_engine *e, bool write, void *buf, int64_t at, int64_t n, int region) {
+  return pfile_rw(e, &e->io, write, buf, at, n, region);
+}
+
 static void unmap_deleter(void *data, void *ctx);
+
+/* ---- the parameter file's read-ahead (one rank) ---- */
+
+static void *pf_main(void *arg) {
+  zero_engine *e = arg;
+  pthread_mutex_lock(&e->pf_mu);
+  for (;;) {
+    while (!e->pf_stop && (!e->pf_group || e->pf_done)) pthread_cond_wait(&e->pf_cv, &e->pf_mu);
+    if (e->pf_stop) break;
+    group *g = e->pf_group;
+    pthread_mutex_unlock(&e->pf_mu);
+    zero_io acc = {0};
+    zorch_status st = pfile_rw(e, &acc, false, tensor_ptr(g->buf), g->lo, g->hi - g->lo, 0);
+    pthread_mutex_lock(&e->pf_mu);
+    e->pf_io.read_bytes += acc.read_bytes, e->pf_io.io_s += acc.io_s;
+    e->pf_status = st;
+    if (st) snprintf(e->pf_msg, sizeof e->pf_msg, "%s", zorch_last_error());
+    e->pf_done = true;
+    pthread_cond_broadcast(&e->pf_cv);
+  }
+  pthread_mutex_unlock(&e->pf_mu);
+  return NULL;
+}
+
+/* Waits for the read in flight and claims it: its group is gathered (or the
+   read's error comes back). */
+static zorch_status pf_claim(zero_engine *e) {
+  pthread_mutex_lock(&e->pf_mu);
+  while (e->pf_group && !e->pf_done) pthread_cond_wait(&e->pf_cv, &e->pf_mu);
+  group *g = e->pf_group;
+  zorch_status st = e->pf_status;
+  char msg[256];
+  memcpy(msg, e->pf_msg, sizeof msg);
+  e->pf_group = NULL, e->pf_done = false, e->pf_status = ZORCH_OK;
+  pthread_mutex_unlock(&e->pf_mu);
+  if (!g) return ZORCH_OK;
+  if (st) return err_set(st, "%s", msg);
+  g->gathered = true;
+  return ZORCH_OK;
+}
+
+/* Starts reading group g ahead (one rank, the parameter file); a read still
+   in flight is claimed first. */
+static zorch_status pf_start(zero_engine *e, group *g) {
+  if (g->gathered || e->pf_group == g) return ZORCH_OK;
+  zorch_status st = pf_claim(e);
+  if (st) return st;
+  if (!e->pf_started) {
+    pthread_mutex_init(&e->pf_mu, NULL);
+    pthread_cond_init(&e->pf_cv, NULL);
+    if (pthread_create(&e->pf_thread, NULL, pf_main, e) != 0) {
+      pthread_mutex_destroy(&e->pf_mu);
+      pthread_cond_destroy(&e->pf_cv);
+      return ZORCH_OK; /* (no thread: the gather reads it when it comes) */
+    }
+    e->pf_started = true;
+  }
+  if ((st = storage_restore_data(g->buf->st))) return st;
+  pthread_mutex_lock(&e->pf_mu);
+  e->pf_group = g, e->pf_done = false;
+  pthread_cond_broadcast(&e->pf_cv);
+  pthread_mutex_unlock(&e->pf_mu);
+  return ZORCH_OK;
+}
 
 /* The file (unlinked at once), the shard written into it, both regions mapped:
    pshard and gshard become views of the mapping. */
@@ -226,6 +307,10 @@ int zero_engine_param_file(const zero_engine *e, int64_t *p_off, int64_t *g_off)
 
 void zero_engine_io(zero_engine *e, zero_io *io, bool reset) {
   *io = e->io;
+  if (e->pf_started) pthread_mutex_lock(&e->pf_mu);
+  io->read_bytes += e->pf_io.read_bytes, io->io_s += e->pf_io.io_s;
+  if (reset) e->pf_io = (zero_io){0};
+  if (e->pf_started) pthread_mutex_unlock(&e->pf_mu);
   io->file_bytes = e->pfd >= 0 ? e->shard * 2 * (int64_t)sizeof(float) : 0;
   if (reset) e->io = (zero_io){0};
 }
@@ -281,6 +366,10 @@ static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
 static void unmap_deleter(void *data, void *ctx) { munmap(data, (size_t)ctx); }
 
 static zorch_status group_gather(zero_engine *e, group *g) {
+  if (e->pf_group == g) { /* read ahead: wait for it */
+    zorch_status st = pf_claim(e);
+    if (st) return st;
+  }
   if (g->gathered) return ZORCH_OK;
   int world = e->c->world;
   int64_t counts[256], *cnt = world <= 256 ? counts : malloc(sizeof(int64_t) * (size_t)world);
@@ -321,7 +410,8 @@ static zorch_status group_gather(zero_engine *e, group *g) {
   return st;
 }
 
-static void group_release(group *g) {
+static void group_release(zero_engine *e, group *g) {
+  if (e->pf_group == g) pf_claim(e); /* (its pages are dropped below; an error there is moot) */
   if (!g->gathered) return;
   if (g->maplen)
     madvise(g->buf->st->data, g->maplen, MADV_DONTNEED);
@@ -357,7 +447,7 @@ static zorch_status on_grad(zorch_tensor *leaf, void *ud) {
   if (e->groups) { /* stage 3: a group whose gradients are all in goes back */
     group *gr = &e->groups[e->group_of[pc->index]];
     if (--gr->pending == 0) {
-      group_release(gr);
+      group_release(e, gr);
       gr->pending = gr->count;
     }
   }
@@ -529,6 +619,16 @@ fail_st:
 
 void zero_engine_free(zero_engine *e) {
   if (!e) return;
+  if (e->pf_started) {
+    pf_claim(e);
+    pthread_mutex_lock(&e->pf_mu);
+    e->pf_stop = true;
+    pthread_cond_broadcast(&e->pf_cv);
+    pthread_mutex_unlock(&e->pf_mu);
+    pthread_join(e->pf_thread, NULL);
+    pthread_mutex_destroy(&e->pf_mu);
+    pthread_cond_destroy(&e->pf_cv);
+  }
   for (int i = 0; i < e->n; i++) {
     /* clear the hook only if it is still this engine's (a later engine may own it) */
     if (e->params && e->params[i] && e->ctx && e->params[i]->hook.ud == &e->ctx[i])
@@ -589,7 +689,7 @@ zorch_status zero_engine_end_backward(zero_engine *e) {
     }
   }
   for (int k = 0; k < e->ngroups; k++) {
-    group_release(&e->groups[k]);
+    group_release(e, &e->groups[k]);
     e->groups[k].pending = e->groups[k].count;
   }
   if (e->nfwd) { /* this step's forward order predicts the next one's */
@@ -797,7 +897,7 @@ zorch_status zero_engine_gather_param(zero_engine *e, int i) {
 }
 
 zorch_status zero_engine_release(zero_engine *e) {
-  for (int k = 0; k < e->ngroups; k++) group_release(&e->groups[k]);
+  for (int k = 0; k < e->ngroups; k++) group_release(e, &e->groups[k]);
   return ZORCH_OK;
 }
 
@@ -861,6 +961,18 @@ static zorch_status module_gather(zero_engine *e, const module_ctx *m) {
   return ZORCH_OK;
 }
 
+/* The module's groups gathered ahead of need: with the parameter file on one
+   rank its first group not yet gathered is read on the read-ahead thread
+   (the rest, if any, when they are needed), otherwise gathered now. */
+static zorch_status module_ahead(zero_engine *e, const module_ctx *m) {
+  if (e->pfd < 0 || e->c->world != 1) return module_gather(e, m);
+  for (int k = 0; k < m->ngroups; k++) {
+    group *g = &e->groups[m->groups[k]];
+    if (!g->gathered) return pf_start(e, g);
+  }
+  return ZORCH_OK;
+}
+
 zorch_status zero_engine_module_begin(zero_engine *e, int module) {
   if (module < 0 || module >= e->nmodules) return err_set(ZORCH_ERR_ARG, "zero: no module %d", module);
   module_ctx *m = e->modules[module];
@@ -878,7 +990,7 @@ zorch_status zero_engine_module_begin(zero_engine *e, int module) {
   /* gather ahead the module that came next in the previous step's forward */
   int p = m->fwd_pos;
   if (!st && p + 1 < e->nprev && e->prev_order[p] == module)
-    st = module_gather(e, e->modules[e->prev_order[p + 1]]);
+    st = module_ahead(e, e->modules[e->prev_order[p + 1]]);
   return st;
 }
 
@@ -890,7 +1002,7 @@ static zorch_status module_pre_backward(void *ud) {
   if (!e) return err_set(ZORCH_ERR_STATE, "backward: the ZeRO engine that gathered this module's parameters is gone");
   zorch_status st = module_gather(e, m);
   if (!st && m->fwd_pos > 0 && m->fwd_pos <= e->nfwd)
-    st = module_gather(e, e->modules[e->fwd_order[m->fwd_pos - 1]]);
+    st = module_ahead(e, e->modules[e->fwd_order[m->fwd_pos - 1]]);
   return st;
 }
 
@@ -898,7 +1010,7 @@ zorch_status zero_engine_module_end(zero_engine *e, int module, zorch_tensor *ou
   if (module < 0 || module >= e->nmodules) return err_set(ZORCH_ERR_ARG, "zero: no module %d", module);
   module_ctx *m = e->modules[module];
   if (out) ag_set_pre_hook(out, module_pre_backward, m, module_retain, module_release);
-  for (int k = 0; k < m->ngroups; k++) group_release(&e->groups[m->groups[k]]);
+  for (int k = 0; k < m->ngroups; k++) group_release(e, &e->groups[m->groups[k]]);
   return ZORCH_OK;
 }
 
