@@ -202,7 +202,7 @@ static zorch_status pf_claim(zero_engine *e) {
    in flight is claimed first. */
 static zorch_status pf_start(zero_engine *e, group *g) {
   if (g->gathered || e->pf_group == g) return ZORCH_OK;
-  zorch_status st = pf_claim(e);
+  zorch_status st = e->pf_started ? pf_claim(e) : ZORCH_OK;
   if (st) return st;
   if (!e->pf_started) {
     pthread_mutex_init(&e->pf_mu, NULL);
