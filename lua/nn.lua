@@ -273,6 +273,7 @@ function Module:load_state_dict(sd, strict)
         error(("load_state_dict: '%s' has shape (%s) in the model but (%s) in the state dict"):format(name, a, b), 2)
       end
       zorch.no_grad(function() param:copy_(t) end)
+      zorch._deferred_done(param) -- (a deferred parameter keeps the loaded values)
     end
   end
   if strict then
