@@ -17,6 +17,8 @@ MPI      ?= $(if $(wildcard $(MPI_DIR)/include/mpi.h),1,$(if $(wildcard build/.d
 MPI_FLAGS := $(if $(MPI),-DZORCH_MPI -I$(MPI_DIR)/include,)
 # GNU readline for the REPL (line editing, history), the same way
 READLINE ?= $(if $(wildcard /usr/include/readline/readline.h),1,$(if $(wildcard build/.deps-ok),,1))
+# liburing for the offload files' I/O thread (zero/offload.c), when installed
+URING ?= $(if $(wildcard /usr/include/liburing.h),1,)
 # CUDA: built when nvcc is found (or `make CUDA=1`): ops/cuda for sm_80 and
 # sm_90 (+ PTX) with the toolkit at CUDA_DIR, and zero/nccl.c, go into the CUDA
 # module libzorch_cuda.so (beside libzorch.so), which links cudart, cuBLASLt
@@ -49,7 +51,7 @@ LIB_SRC  := $(filter-out vm/host/main.c $(CLI_SRC) zero/nccl.c,$(wildcard vm/cor
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
-EXT_LIBS := -lcjson -lz $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,)
+EXT_LIBS := -lcjson -lz $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) $(if $(URING),-luring,)
 # The CUDA module: the kernels, the module's side of ops/cuda/module.h
 # (host.c), the NCCL collectives and the dtype tables (constants only). Linked
 # with --no-undefined: every core function it calls comes through host.c.
@@ -132,6 +134,7 @@ $(BUILD)/zorch: vm/host/main.c $(CLI_OBJ) $(BUILD)/libzorch.a
 	  $(if $(READLINE),-lreadline,) $(LDLIBS)
 
 $(BUILD)/obj/vm/host/repl.o: CFLAGS += $(if $(READLINE),-DZORCH_READLINE,)
+$(BUILD)/obj/zero/offload.o: CFLAGS += $(if $(URING),-DZORCH_URING,)
 
 # help()'s text: docs/api.md made into a Lua table, with help.lua, at build time.
 $(BUILD)/gen/help_doc.c: docs/api.md vm/host/help.lua scripts/gen_help.lua | $(DEPS_OK)

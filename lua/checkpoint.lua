@@ -311,7 +311,7 @@ function Engine:save_checkpoint(dir, opts)
   opts = opts or {}
   if type(dir) ~= "string" then error("save_checkpoint: argument 1 must be a folder name", 2) end
   -- (with offload_optimizer nvme the moments come back from their file)
-  local state = (self.inner.full_state and self.inner:full_state() or self.inner.state[1]) or {}
+  local state = self.inner:full_state(1) or {}
   local step = self.steps
   local tag = opts.tag or ("step" .. step)
   if type(tag) ~= "string" or not tag:match(TAG_PATTERN) then
@@ -604,6 +604,7 @@ function Engine:load_checkpoint(dir)
       end
     end
   end
+  if self.host then self.target:copy_(self.host.device_target) end -- (offload on a GPU rank: the host copy)
   self.inner.state[1] = state
   if manifest.param_groups and self.user_opt._load_groups then -- every group's options, as saved
     self.user_opt:_load_groups(manifest.param_groups, "load_checkpoint", 3)

@@ -120,6 +120,7 @@ local NO_EFFECT = set {
   "zero_optimization.offload_optimizer.pipeline_read", "zero_optimization.offload_optimizer.pipeline_write",
   "zero_optimization.offload_optimizer.pipeline", "zero_optimization.offload_optimizer.ratio",
   "zero_optimization.offload_optimizer.buffer_size", "zero_optimization.offload_optimizer.max_in_cpu",
+  "zero_optimization.offload_param.pin_memory", "zero_optimization.offload_param.max_in_cpu",
   "prescale_gradients", "gradient_predivide_factor", "communication_data_type", "seq_parallel_communication_data_type",
   "disable_allgather", "sparse_gradients", "compile", "tensor_parallel", "pipeline", "aio",
   -- activation checkpointing: the model calls engine:checkpoint; these shape only
@@ -341,6 +342,30 @@ local function from_table(ds, world)
           end
           if v.device == "nvme" and oo.nvme_path == nil then bad(key .. ".nvme_path", "a folder name (device nvme)", nil) end
           out.offload_optimizer = oo
+        elseif k == "offload_param" and (v.device == "cpu" or v.device == "nvme") then
+          -- honoured: the Engine's offload_param ("cpu": where a CPU rank's shard
+          -- is; "nvme": the shard in a file, lua/offload.lua); pinning and
+          -- max_in_cpu are listed
+          local oo = {device = v.device}
+          for kk, vv in pairs(v) do
+            local sub = key .. "." .. tostring(kk)
+            if kk == "device" then -- (read above)
+            elseif kk == "nvme_path" then
+              if v.device == "nvme" and (type(vv) ~= "string" or vv == "") then bad(sub, "a folder name", vv) end
+              oo.nvme_path = vv
+            elseif kk == "buffer_count" then
+              oo.buffer_count = integer(sub, vv, 2)
+              if oo.buffer_count > 32 then bad(sub, "an integer from 2 to 32", vv) end
+            elseif kk == "buffer_size" then -- (often written 1e8)
+              local n = type(vv) == "number" and vv >= 1 and vv <= 2^53 and math.tointeger(vv) or nil
+              if not n then bad(sub, "a whole number of elements from 1 to 2^53", vv) end
+              oo.buffer_size = n
+            else
+              note(sub, vv)
+            end
+          end
+          if v.device == "nvme" and oo.nvme_path == nil then bad(key .. ".nvme_path", "a folder name (device nvme)", nil) end
+          out.offload_param = oo
         elseif v.device and v.device ~= "none" then
           note(key, v)
         end

@@ -39,6 +39,9 @@ local DEFAULTS = {
   cpu_checkpointing = false,       -- engine:checkpoint keeps its saved inputs in host memory
   offload_optimizer = false,       -- {device = "cpu" | "nvme", nvme_path, buffer_count = 4, chunk = 2^20}:
                                    -- "nvme" keeps Adam's moments of the shard in a file (lua/offload.lua)
+  offload_param = false,           -- {device = "cpu" | "nvme", nvme_path, buffer_count, buffer_size, max_in_cpu,
+                                   -- pin_memory}: "nvme" (stage 3, with offload_optimizer "nvme") keeps the
+                                   -- parameter shard and its gradients in a file too (lua/offload.lua)
   precision = "fp32",              -- "fp32", or "bf16" / "fp16": 16-bit parameters and gradients,
                                    -- fp32 master weights and moments in the shards
   -- fp16 only (DeepSpeed's fp16 section, the same names and defaults):
@@ -79,6 +82,16 @@ local CHECKS = {
     if v.buffer_count ~= nil and not (math.type(v.buffer_count) == "integer" and v.buffer_count >= 2 and v.buffer_count <= 32) then return false end
     return v.chunk == nil or (math.type(v.chunk) == "integer" and v.chunk >= 1)
   end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, chunk >= 1}"},
+  offload_param = {function(v)
+    if v == false then return true end
+    if type(v) ~= "table" or (v.device ~= "cpu" and v.device ~= "nvme" and v.device ~= "none") then return false end
+    if v.device == "nvme" and (type(v.nvme_path) ~= "string" or v.nvme_path == "") then return false end
+    if v.buffer_count ~= nil and not (math.type(v.buffer_count) == "integer" and v.buffer_count >= 2 and v.buffer_count <= 32) then return false end
+    if v.buffer_size ~= nil and not (math.type(v.buffer_size) == "integer" and v.buffer_size >= 1) then return false end
+    if v.max_in_cpu ~= nil and type(v.max_in_cpu) ~= "number" then return false end
+    return v.pin_memory == nil or type(v.pin_memory) == "boolean"
+  end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, buffer_size >= 1 (elements), " ..
+       "max_in_cpu (a number), pin_memory (true or false)}"},
   precision = {function(v) return v == "fp32" or v == "bf16" or v == "fp16" end, "\"fp32\", \"bf16\" or \"fp16\""},
   loss_scale = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0: dynamic)"},
   initial_scale_power = {function(v) return math.type(v) == "integer" and v >= 0 and v <= 64 end, "an integer in 0..64"},
@@ -146,6 +159,21 @@ function zorch.Engine(cfg, overrides)
   for k, chk in pairs(CHECKS) do
     if not chk[1](c[k]) then
       error(("Engine: %s must be %s, got %s"):format(k, chk[2], zorch._readable(c[k])), 2)
+    end
+  end
+  local op = c.offload_param
+  if op and op.device == "nvme" then -- what the parameters' file needs
+    if c.zero_stage ~= 3 then
+      error(("Engine: offload_param device \"nvme\" needs zero_stage 3 (the parameters partitioned), got %d"):format(
+        c.zero_stage), 2)
+    end
+    if not (type(c.offload_optimizer) == "table" and c.offload_optimizer.device == "nvme") then
+      error("Engine: offload_param device \"nvme\" needs offload_optimizer device \"nvme\" too (the step streams " ..
+            "the parameters with Adam's moments)", 2)
+    end
+    if c.precision ~= "fp32" or c.device ~= "cpu" then
+      error(("Engine: offload_param device \"nvme\" runs float32 parameters on CPU ranks, got precision %s on %s"):format(
+        c.precision, c.device), 2)
     end
   end
   if c.seed then zorch.manual_seed(c.seed) end
@@ -283,6 +311,11 @@ function Engine:prepare(model, loader, opt, sched)
     opt = zorch.optim[spec.type](model:parameters(), p)
   end
   local group_of = opt and self:group_indices(model, opt) -- (before a move replaces the tensors)
+  local op = self.cfg.offload_param
+  local pfile = op and op.device == "nvme"
+  -- deferred parameters (nn.deferred) are filled in place, or with the
+  -- parameters on nvme once they live in the file (below)
+  if not pfile then zorch.nn.materialize(model) end
   if self.device ~= "cpu" then
     local ok, err = pcall(model.to, model, self.device)
     if not ok then error(("Engine:prepare: cannot move the model to %s: %s"):format(self.device, err), 2) end
@@ -336,7 +369,20 @@ function Engine:prepare(model, loader, opt, sched)
   self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size, group = self.group,
                                           overlap = self.cfg.overlap_comm,
                                           max_reuse_distance = self.cfg.max_reuse_distance,
-                                          dtype = self.cfg.precision, groups = groups})
+                                          dtype = self.cfg.precision, groups = groups,
+                                          param_dir = pfile and op.nvme_path or nil})
+  if pfile then -- deferred parameters: each group gathered, filled, written to its shards, released
+    for i, p in ipairs(params) do
+      local fill = zorch._deferred_init(p)
+      if fill then
+        self.zero:gather_param(i - 1)
+        zorch.no_grad(function() fill(p) end)
+        zorch._deferred_done(p)
+        self.zero:sync_shard()
+        self.zero:release()
+      end
+    end
+  end
   if stage == 3 then
     rawset(model, "_engine", self) -- state dicts gather first
     local zero = self.zero
@@ -370,10 +416,15 @@ function Engine:prepare(model, loader, opt, sched)
   -- the same optimizer, over this rank's slice (the whole buffer at stage 0)
   local target = self.zero:target()
   local cls = getmetatable(opt)
+  -- offload on a GPU rank: the optimizer steps a float32 copy of the shard in
+  -- host memory (lua/offload.lua); self.target is what the optimizer steps
+  self.host = zorch._offload_host(self, target)
+  if self.host then target = self.host.target end
   self.inner = cls({target}, opt.defaults)
   self.target = target
   self.user_opt = opt
   self.offload = zorch._offload_optimizer(self) -- offload_optimizer: the moments in a file
+  self.io_start = zorch.clock()
   self.runs = self:group_runs(group_of, params, opt)
   local engine = self
   local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,
@@ -496,6 +547,13 @@ function Engine:print_summary()
         and (" (%d parameter groups)"):format(#self.user_opt.param_groups) or "",
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
   }
+  if self.offload then
+    local op = c.offload_param
+    lines[#lines + 1] = ("  offload to nvme: optimizer state%s in %s, I/O by %s%s"):format(
+      op and op.device == "nvme" and ", parameters and gradients" or "", c.offload_optimizer.nvme_path,
+      self.offload:stats().io, self.disk and ("; the disk measured: write %.0f MB/s, read %.0f MB/s%s"):format(
+        self.disk.write, self.disk.read, self.disk.direct and " (direct I/O)" or " (page cache)") or "")
+  end
   for _, l in ipairs(self.auto_lines or {}) do lines[#lines + 1] = "  " .. l end
   for _, g in ipairs(zorch._unimplemented_groups(self.unimplemented)) do
     lines[#lines + 1] = ("  %s: %s"):format(g.title, table.concat(g.keys, ", "))
@@ -507,7 +565,10 @@ end
 -- and keeping this rank's slice after they were written.
 function Engine:gather() if self.zero then self.zero:gather() end end
 function Engine:release() if self.zero then self.zero:release() end end
-function Engine:sync_shard() if self.zero then self.zero:sync_shard() end end
+function Engine:sync_shard()
+  if self.zero then self.zero:sync_shard() end
+  if self.host then self.target:copy_(self.host.device_target) end -- (offload on a GPU rank)
+end
 
 -- Clears the gradients of the next accumulation window.
 function Engine:zero_grad()
@@ -577,6 +638,10 @@ function Engine:optimizer_step()
     return false
   end
   self.last_skipped = false
+  if self.host then -- offload on a GPU rank: the clipped gradient to the host copy's side
+    self.host.grad:copy_(grad)
+    grad = self.host.grad
+  end
   if self.runs and self.inner._per_tensor then -- norms per tensor, over the ranks holding its pieces
     local group = self.group
     self.inner:_step_tensors(self.target, grad, self.runs, self.ntensors,
@@ -589,7 +654,9 @@ function Engine:optimizer_step()
     self.inner:step()
     self.target.grad = nil
   end
+  if self.host then self.host.device_target:copy_(self.target) end -- the updated shard back to the device
   self.zero:after_update()
+  if self.offload then self:note_io() end
   if self.wall then self.wall.step = self.wall.step + (zorch.clock() - t1) end
   if self.lr_scheduler then self.lr_scheduler.step() end
   self.steps = self.steps + 1
@@ -623,10 +690,15 @@ function Engine:print_step()
   local scale = self.cfg.precision == "fp16" and ("  loss scale %g"):format(self.scaler.scale) or ""
   self:print(("step %d  loss %s  lr %.3g  grad norm %.4f%s%s  %.2f ms/step"):format(self.steps,
     loss and ("%.6f"):format(loss) or "?", self.user_opt.lr, self.last_norm or 0, scale, rate, 1000 * dt / n))
-  if self.offload then -- offload_optimizer nvme: the last step's streaming of the moments (rank 0)
-    local st = self.offload:stats()
-    self:print(("step %d  offload: read %.3g MB in %.3g s, wrote %.3g MB in %.3g s (I/O thread), the step waited %.3g s"):format(
-      self.steps, st.read_bytes / 1e6, st.read_s, st.write_bytes / 1e6, st.write_s, st.wait_s))
+  if self.last_io then -- offload to nvme: the last step's traffic and the bandwidth it reached (rank 0)
+    local io = self.last_io
+    self:print(("step %d  offload: read %.4g MB, wrote %.4g MB in %.3g s: %.0f MB/s (optimizer stream (%s) %.4g/%.4g MB in %.3g s, " ..
+                "I/O thread reading %.3g s, writing %.3g s, the update waited %.3g s; parameter file %.4g/%.4g MB in %.3g s)"):format(
+      self.steps, io.read / 1e6, io.written / 1e6, io.step_s, (io.read + io.written) / 1e6 / math.max(io.step_s, 1e-9),
+      io.opt.io, io.opt.read_bytes / 1e6, io.opt.write_bytes / 1e6, io.opt.step_s, io.opt.read_s, io.opt.write_s, io.opt.wait_s,
+      io.param.read_bytes / 1e6, io.param.write_bytes / 1e6, io.param.io_s) .. (self.disk and
+      ("; the disk: write %.0f MB/s, read %.0f MB/s%s"):format(self.disk.write, self.disk.read,
+        self.disk.direct and " (direct I/O, at prepare)" or " (through the page cache: no direct I/O there)") or ""))
   end
   if self.wall then -- wall_clock_breakdown: rank 0's times, per optimizer step over those steps
     local w = self.wall
@@ -635,6 +707,17 @@ function Engine:print_step()
     w.forward, w.backward, w.reduction, w.step = 0, 0, 0, 0
   end
   self.print_t0, self.print_step_n, self.print_loss, self.print_micro = now, self.steps, nil, nil
+end
+
+-- Offload to nvme: what the step just taken moved to and from the disk, from
+-- the end of the previous step (gathers in forward and backward, gradients
+-- written as their buckets were reduced, the optimizer's stream).
+function Engine:note_io()
+  local now = zorch.clock()
+  local opt, param = self.offload:stats(), self.zero:io(true)
+  self.last_io = {opt = opt, param = param, step_s = now - (self.io_t0 or self.io_start or now),
+                  read = opt.read_bytes + param.read_bytes, written = opt.write_bytes + param.write_bytes}
+  self.io_t0 = now
 end
 
 -- With a prepared optimizer the engine clips inside its step, from the shards:
@@ -672,8 +755,12 @@ function Engine:memory_report()
   end
   local m = self.zero:memory()
   local st = self.offload and self.offload:stats()
+  local pio = self.zero:io(false)
   return {
-    nvme = st and st.file_bytes or 0, -- the optimizer state's file (offload_optimizer nvme)
+    nvme = (st and st.file_bytes or 0) + pio.file_bytes, -- the files: moments, and parameters with gradients
+    nvme_optimizer = st and st.file_bytes or 0, -- the optimizer state's file (offload_optimizer nvme)
+    nvme_parameters = pio.file_bytes, -- the shard and its gradients (offload_param nvme)
+    host_copy = self.host and bytes(self.host.target) + bytes(self.host.grad) or 0, -- GPU ranks' offload: the shard and gradient in host memory
     offload_buffers = st and st.buffer_bytes or 0, -- its chunk buffers in host memory
     parameters = m.parameters,
     gradients = m.gradients,

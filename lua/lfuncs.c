@@ -50,6 +50,13 @@ static int f_zeros(lua_State *L) {
   return push_new(L, zorch_zeros(a.ndim, a.shape, a.o.dtype, a.o.device), &a.o);
 }
 
+/* empty(shape, opts): values unset (host memory the system hands out on first
+   touch: nn.deferred's parameters) */
+static int f_empty(lua_State *L) {
+  new_args a = check_new_args(L, false);
+  return push_new(L, zorch_empty(a.ndim, a.shape, a.o.dtype, a.o.device), &a.o);
+}
+
 static int f_ones(lua_State *L) {
   new_args a = check_new_args(L, false);
   return push_new(L, zorch_ones(a.ndim, a.shape, a.o.dtype, a.o.device), &a.o);
@@ -1052,7 +1059,7 @@ static void open_generator(lua_State *L) {
 }
 
 static const luaL_Reg functions_only[] = {
-    {"tensor", f_tensor}, {"zeros", f_zeros}, {"ones", f_ones}, {"full", f_full},
+    {"tensor", f_tensor}, {"zeros", f_zeros}, {"empty", f_empty}, {"ones", f_ones}, {"full", f_full},
     {"rand", f_rand}, {"randn", f_randn}, {"arange", f_arange}, {"where", f_where},
     {"randperm", f_randperm}, {"randint", f_randint},
     {"linear", f_linear}, {"mse_loss", f_mse_loss}, {"l1_loss", f_l1_loss},

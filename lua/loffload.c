@@ -1,8 +1,10 @@
 /* loffload.c: the optimizer-state store on NVMe (zero/offload.c) for Lua:
    zorch._offload_open(dir, numel, chunk, buffer_count) -> store with
-   store:adam(p, g, step, opts), store:get(m, v), store:put(m, v),
-   store:stats(), store:close() (also at collection). lua/engine.lua uses it for
-   offload_optimizer with device "nvme". */
+   store:adam(p, g, step, runs) (runs: {{first element from 0, count, opts}, ...}),
+   store:get(m, v), store:put(m, v), store:zero(), store:bind(fd, p_off, g_off)
+   (the parameters' file, offload_param), store:stats(), store:close() (also at
+   collection). lua/optim.lua's Adam steps through it once lua/offload.lua set
+   it as the optimizer's state store. */
 #include "../zero/offload.h"
 #include "lz.h"
 
@@ -43,13 +45,40 @@ static bool opt_bool(lua_State *L, int idx, const char *k) {
   return v;
 }
 
+static void check_opts(lua_State *L, int idx, zorch_adam_opts *k) {
+  *k = (zorch_adam_opts){opt_num(L, idx, "lr", 1e-3), opt_num(L, idx, "beta1", 0.9), opt_num(L, idx, "beta2", 0.999),
+                         opt_num(L, idx, "eps", 1e-8), opt_num(L, idx, "weight_decay", 0), opt_bool(L, idx, "decoupled"),
+                         opt_bool(L, idx, "amsgrad"), opt_bool(L, idx, "no_bias_correction")};
+}
+
 static int l_adam(lua_State *L) {
   zoff *o = check_store(L);
   luaL_checktype(L, 5, LUA_TTABLE);
-  zorch_adam_opts k = {opt_num(L, 5, "lr", 1e-3), opt_num(L, 5, "beta1", 0.9), opt_num(L, 5, "beta2", 0.999),
-                       opt_num(L, 5, "eps", 1e-8), opt_num(L, 5, "weight_decay", 0), opt_bool(L, 5, "decoupled"),
-                       opt_bool(L, 5, "amsgrad"), opt_bool(L, 5, "no_bias_correction")};
-  if (zoff_adam(o, lz_check(L, 2), lz_check(L, 3), luaL_checkinteger(L, 4), &k)) return lz_fail(L);
+  lua_Integer n = luaL_len(L, 5);
+  if (n < 0 || n > 1 << 20) luaL_argerror(L, 5, "too many runs");
+  zoff_run *runs = lua_newuserdatauv(L, sizeof *runs * (size_t)(n > 0 ? n : 1), 0);
+  for (lua_Integer i = 1; i <= n; i++) {
+    if (lua_geti(L, 5, i) != LUA_TTABLE) luaL_error(L, "store:adam: run %d must be {first, count, opts}", (int)i);
+    lua_geti(L, -1, 1), lua_geti(L, -2, 2), lua_geti(L, -3, 3);
+    if (!lua_isinteger(L, -3) || !lua_isinteger(L, -2) || !lua_istable(L, -1))
+      luaL_error(L, "store:adam: run %d must be {first, count, opts}", (int)i);
+    runs[i - 1].lo = lua_tointeger(L, -3), runs[i - 1].len = lua_tointeger(L, -2);
+    check_opts(L, lua_gettop(L), &runs[i - 1].k);
+    lua_pop(L, 4);
+  }
+  if (zoff_adam(o, lz_check(L, 2), lz_check(L, 3), luaL_checkinteger(L, 4), (int)n, runs)) return lz_fail(L);
+  return 0;
+}
+
+static int l_bind(lua_State *L) {
+  zoff *o = check_store(L);
+  if (zoff_bind_params(o, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4)))
+    return lz_fail(L);
+  return 0;
+}
+
+static int l_zero(lua_State *L) {
+  if (zoff_zero(check_store(L))) return lz_fail(L);
   return 0;
 }
 
@@ -66,7 +95,9 @@ static int l_put(lua_State *L) {
 static int l_stats(lua_State *L) {
   zoff_stats s;
   zoff_get_stats(check_store(L), &s);
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 8);
+  lua_pushnumber(L, s.step_s), lua_setfield(L, -2, "step_s");
+  lua_pushstring(L, s.uring ? "io_uring" : "pread"), lua_setfield(L, -2, "io");
   lua_pushinteger(L, s.file_bytes), lua_setfield(L, -2, "file_bytes");
   lua_pushinteger(L, s.buffer_bytes), lua_setfield(L, -2, "buffer_bytes");
   lua_pushnumber(L, s.read_s), lua_setfield(L, -2, "read_s");
@@ -84,10 +115,23 @@ static int l_close(lua_State *L) {
   return 0;
 }
 
+/* zorch._offload_probe(dir, bytes) -> write MB/s, read MB/s, direct (boolean) */
+static int l_probe(lua_State *L) {
+  const char *dir = luaL_checkstring(L, 1);
+  lz_check_path(L, dir, "write");
+  double w, r;
+  bool direct;
+  if (zoff_probe(dir, luaL_checkinteger(L, 2), &w, &r, &direct)) return lz_fail(L);
+  lua_pushnumber(L, w);
+  lua_pushnumber(L, r);
+  lua_pushboolean(L, direct);
+  return 3;
+}
+
 /* [-0, +0]: the store's metatable, and _offload_open in the module table on top. */
 void lz_open_offload(lua_State *L) {
   static const luaL_Reg methods[] = {{"adam", l_adam}, {"get", l_get}, {"put", l_put},
-                                     {"stats", l_stats}, {"close", l_close}, {NULL, NULL}};
+                                     {"zero", l_zero},   {"bind", l_bind}, {"stats", l_stats}, {"close", l_close}, {NULL, NULL}};
   if (luaL_newmetatable(L, OFFLOAD_MT)) {
     luaL_newlib(L, methods);
     lua_setfield(L, -2, "__index");
@@ -97,4 +141,6 @@ void lz_open_offload(lua_State *L) {
   lua_pop(L, 1);
   lua_pushcfunction(L, l_open);
   lua_setfield(L, -2, "_offload_open");
+  lua_pushcfunction(L, l_probe);
+  lua_setfield(L, -2, "_offload_probe");
 }

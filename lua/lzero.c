@@ -109,7 +109,8 @@ static int *int_list(lua_State *L, int idx, int *n) {
 }
 
 /* zorch._zero_engine({params}, {stage, bucket, dtype = "bf16" | "fp16" | nil, groups = {sizes},
-   group = a zorch.Group (the ranks it partitions over; the world's if nil)}) */
+   group = a zorch.Group (the ranks it partitions over; the world's if nil)},
+   param_dir = folder for the parameter file (offload_param nvme) | nil}) */
 static int l_zero_engine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -130,6 +131,9 @@ static int l_zero_engine(lua_State *L) {
   o.max_reuse_distance = luaL_optinteger(L, -1, 0);
   lua_getfield(L, 2, "groups");
   if (!lua_isnil(L, -1)) o.group_sizes = int_list(L, lua_gettop(L), &o.ngroups);
+  lua_getfield(L, 2, "param_dir");
+  o.param_dir = luaL_optstring(L, -1, NULL);
+  if (o.param_dir) lz_check_path(L, o.param_dir, "write");
   int n = (int)luaL_len(L, 1);
   zorch_tensor **ps = lua_newuserdatauv(L, sizeof *ps * (size_t)(n ? n : 1), 0);
   for (int i = 0; i < n; i++) {
@@ -153,6 +157,9 @@ static int e_after(lua_State *L) { return e_status(L, zero_engine_after_update(c
 static int e_zero_grad(lua_State *L) { return e_status(L, zero_engine_zero_grad(check_engine(L))); }
 static int e_gather(lua_State *L) { return e_status(L, zero_engine_gather(check_engine(L))); }
 static int e_release(lua_State *L) { return e_status(L, zero_engine_release(check_engine(L))); }
+static int e_gather_param(lua_State *L) {
+  return e_status(L, zero_engine_gather_param(check_engine(L), (int)luaL_checkinteger(L, 2)));
+}
 static int e_sync(lua_State *L) { return e_status(L, zero_engine_sync_shard(check_engine(L))); }
 
 /* engine:module_register({group ids, 0-based}) -> module id */
@@ -223,6 +230,29 @@ static int e_comm_times(lua_State *L) {
   return 2;
 }
 
+/* engine:param_file() -> fd, byte offset of the shard, of its gradient; nil without one */
+static int e_param_file(lua_State *L) {
+  int64_t p_off, g_off;
+  int fd = zero_engine_param_file(check_engine(L), &p_off, &g_off);
+  if (fd < 0) return 0;
+  lua_pushinteger(L, fd);
+  lua_pushinteger(L, p_off);
+  lua_pushinteger(L, g_off);
+  return 3;
+}
+
+/* engine:io([reset]) -> {file_bytes, read_bytes, write_bytes, io_s}: the parameter file's traffic */
+static int e_io(lua_State *L) {
+  zero_io io;
+  zero_engine_io(check_engine(L), &io, lua_toboolean(L, 2));
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, io.file_bytes), lua_setfield(L, -2, "file_bytes");
+  lua_pushinteger(L, io.read_bytes), lua_setfield(L, -2, "read_bytes");
+  lua_pushinteger(L, io.write_bytes), lua_setfield(L, -2, "write_bytes");
+  lua_pushnumber(L, io.io_s), lua_setfield(L, -2, "io_s");
+  return 1;
+}
+
 static void open_engine_type(lua_State *L) {
   static const luaL_Reg methods[] = {{"begin_backward", e_begin}, {"end_backward", e_end},
                                      {"reduced_grad", e_reduced_grad}, {"target", e_target},
@@ -230,7 +260,7 @@ static void open_engine_type(lua_State *L) {
                                      {"gather", e_gather}, {"release", e_release}, {"sync_shard", e_sync},
                                      {"memory", e_memory}, {"module_register", e_module_register}, {"comm_times", e_comm_times},
                                      {"module_begin", e_module_begin}, {"module_end", e_module_end},
-                                     {NULL, NULL}};
+                                     {"param_file", e_param_file}, {"io", e_io}, {"gather_param", e_gather_param}, {NULL, NULL}};
   luaL_newmetatable(L, LZ_ENGINE);
   lua_pushcfunction(L, e_gc);
   lua_setfield(L, -2, "__gc");

@@ -273,6 +273,7 @@ function Module:load_state_dict(sd, strict)
         error(("load_state_dict: '%s' has shape (%s) in the model but (%s) in the state dict"):format(name, a, b), 2)
       end
       zorch.no_grad(function() param:copy_(t) end)
+      zorch._deferred_done(param) -- (a deferred parameter keeps the loaded values)
     end
   end
   if strict then
@@ -297,8 +298,41 @@ local function check_int(fn, name, v)
   end
 end
 
+-- Deferred initialisation (DeepSpeed's zero.Init, for models larger than
+-- memory): inside nn.deferred(fn), Linear's parameters are made without
+-- their values (memory the system has not handed out yet) and remember how
+-- to fill them; Engine:prepare fills each one where it then lives (at
+-- stage 3 with offload_param on nvme, one group at a time, straight into the
+-- file), and nn.materialize(module) fills them in place. Either way each one
+-- draws from the generator in the order they were made, as without deferral.
+local DEFERRED = setmetatable({}, {__mode = "k"}) -- parameter -> function(t) filling t
+local deferring = 0
+function nn.deferred(fn)
+  if type(fn) ~= "function" then error("nn.deferred: expected a function that builds the model", 2) end
+  deferring = deferring + 1
+  local r = table.pack(pcall(fn))
+  deferring = deferring - 1
+  if not r[1] then error(r[2], 0) end
+  return table.unpack(r, 2, r.n)
+end
+-- the fill of a deferred parameter (nil once filled, or for others)
+function zorch._deferred_init(p) return DEFERRED[p] end
+function zorch._deferred_done(p) DEFERRED[p] = nil end
+function nn.materialize(module)
+  for _, p in ipairs(module:parameters()) do
+    local fill = DEFERRED[p]
+    if fill then zorch.no_grad(function() fill(p) end); DEFERRED[p] = nil end
+  end
+  return module
+end
+
 -- U(-bound, bound), as torch.nn.init.kaiming_uniform_(a = sqrt(5)) gives Linear.
 local function uniform(shape, bound)
+  if deferring > 0 then
+    local p = nn.Parameter(zorch.empty(shape))
+    DEFERRED[p] = function(t) t:copy_(zorch.rand(shape) * (2 * bound) - bound) end
+    return p
+  end
   return nn.Parameter(zorch.rand(shape) * (2 * bound) - bound)
 end
 

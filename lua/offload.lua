@@ -7,81 +7,67 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end
 
-local DEFAULT_CHUNK = 1 << 20 -- elements per chunk (8 MiB of moments)
+local DEFAULT_CHUNK = 1 << 20 -- elements per chunk (8 MiB of moments; 16 MiB with the parameters)
+
+-- Offload on a GPU rank (device "cpu" or "nvme"): the optimizer steps a
+-- float32 copy of the rank's shard (its master weights) in host memory, with
+-- the CPU Adam, so the moments live there too (or, nvme, in the file); the
+-- Engine copies the clipped gradient over before the step and the updated
+-- shard back after it (Engine:optimizer_step), and refreshes the copy when
+-- the device's shard is written (load_checkpoint, sync_shard). Returns
+-- {target, grad, device_target}, or nil where the shard is on the CPU
+-- already. ZORCH_TEST_OFFLOAD_HOST=1 takes this path on CPU ranks too (the
+-- tests: the same bits as without it). Not pinned memory (zorch has no
+-- pinned host tensors), and the copies run after backward, not per bucket.
+function zorch._offload_host(engine, target)
+  local off = engine.cfg.offload_optimizer
+  if not off or off.device == "none" then return nil end
+  if engine.device == "cpu" and os.getenv("ZORCH_TEST_OFFLOAD_HOST") == nil then return nil end
+  local n = target:numel()
+  local host = zorch.zeros({n})
+  host:copy_(target)
+  return {target = host, grad = zorch.zeros({n}), device_target = target}
+end
 
 -- Sets up engine.inner (made by prepare over engine.target) for the config's
 -- offload_optimizer; returns the store, or nil when the state stays in memory.
 function zorch._offload_optimizer(engine)
   local off = engine.cfg.offload_optimizer
-  if off and off.device == "cpu" and engine.device ~= "cpu" and engine.rank == 0 and os.getenv("ZORCH_QUIET") == nil then
-    io.stderr:write("zorch: warning: offload_optimizer device \"cpu\" on a GPU rank is not implemented: " ..
-                    "the optimizer state stays in GPU memory (the results are the same)\n")
-  end
   if not off or off.device ~= "nvme" then return nil end
   local inner, target = engine.inner, engine.target
   local name = getmetatable(inner).__name
   if name ~= "optim.Adam" and name ~= "optim.AdamW" then
     error(("Engine:prepare: offload_optimizer to nvme runs optim.Adam and optim.AdamW, not %s"):format(name), 3)
   end
-  if inner.defaults.amsgrad then error("Engine:prepare: offload_optimizer to nvme does not support amsgrad", 3) end
+  local user = engine.user_opt
+  for gi, g in ipairs(type(user.param_groups) == "table" and user.param_groups or {user.defaults}) do
+    if g.amsgrad then
+      error(("Engine:prepare: offload_optimizer to nvme does not support amsgrad (group %d)"):format(gi), 3)
+    end
+  end
   if target:device() ~= "cpu" or target:dtype() ~= "float32" then
     error(("Engine:prepare: offload_optimizer to nvme needs the float32 shard on the CPU, this rank's is %s on %s"):format(
       target:dtype(), target:device()), 3)
   end
-  local user = engine.user_opt
-  if user and type(user.param_groups) == "table" and #user.param_groups > 1 then
-    error(("Engine:prepare: offload_optimizer to nvme steps one parameter group, the optimizer has %d"):format(
-      #user.param_groups), 3)
+  -- with the parameters on nvme, offload_param's buffers (buffer_size elements
+  -- each) carry them with the moments, unless offload_optimizer names a chunk
+  local op = engine.cfg.offload_param
+  local pfile = op and op.device == "nvme"
+  local chunk = off.chunk or (pfile and op.buffer_size) or DEFAULT_CHUNK
+  local nbuf = (pfile and op.buffer_count) or off.buffer_count or 4
+  local store = zorch._offload_open(off.nvme_path, target:numel(), chunk, nbuf)
+  -- the parameters on nvme too (offload_param): the step streams them with the moments
+  local fd, p_off, g_off = engine.zero:param_file()
+  if fd then store:bind(fd, p_off, g_off) end
+  -- the disk's bandwidth, measured once (32 MB with direct I/O) for the step
+  -- lines to log the achieved I/O against; ZORCH_OFFLOAD_PROBE=0 skips it
+  if os.getenv("ZORCH_OFFLOAD_PROBE") ~= "0" then
+    local w, r, direct = zorch._offload_probe(off.nvme_path, 32 << 20)
+    engine.disk = {write = w, read = r, direct = direct}
   end
-  local store = zorch._offload_open(off.nvme_path, target:numel(), off.chunk or DEFAULT_CHUNK, off.buffer_count or 4)
-  local decoupled = name == "optim.AdamW"
-  -- one Adam step of the whole shard p with the options o (the group's, as
-  -- they are now: a scheduler sets its lr). The state table keeps the step;
-  -- its moments are in the file (or, just loaded from a checkpoint, in
-  -- tensors that the next step writes there)
-  local function step(opt, p, g, o)
-    if not g then return end
-    local s = opt.state[1]
-    if not s then s = {step = 0}; opt.state[1] = s end
-    if zorch.is_tensor(s.exp_avg) then
-      store:put(s.exp_avg, s.exp_avg_sq)
-      s.exp_avg, s.exp_avg_sq = nil, nil
-    end
-    s.step = s.step + 1
-    store:adam(p, g, s.step, {lr = o.lr, beta1 = o.betas[1], beta2 = o.betas[2], eps = o.eps,
-                              weight_decay = o.weight_decay, decoupled = decoupled,
-                              no_bias_correction = not o.bias_correction})
-  end
-  local function group(opt) return type(opt.param_groups) == "table" and opt.param_groups[1] or opt.defaults end
-  rawset(inner, "step", function(opt)
-    local p = opt.params[1]
-    local o = setmetatable({lr = opt.lr}, {__index = group(opt)})
-    step(opt, p, p.grad, o)
-  end)
-  rawset(inner, "_step_runs", function(opt, p, g, runs)
-    if #runs ~= 1 or runs[1][1] ~= 1 or runs[1][2] ~= p:numel() then
-      error("offload_optimizer: the nvme store steps the whole shard with one group's options", 2)
-    end
-    step(opt, p, g, runs[1][3])
-  end)
-  -- the state with its moments read back, as a run without offload holds it
-  -- (checkpoints and state_dict)
-  rawset(inner, "full_state", function(opt)
-    local s = opt.state[1]
-    if not s or zorch.is_tensor(s.exp_avg) then return s end
-    local m, v = zorch.zeros({target:numel()}), zorch.zeros({target:numel()})
-    store:get(m, v)
-    return {step = s.step, exp_avg = m, exp_avg_sq = v}
-  end)
-  local state_dict = inner.state_dict
-  rawset(inner, "state_dict", function(opt)
-    local s = opt.state[1]
-    opt.state[1] = opt:full_state()
-    local ok, sd = pcall(state_dict, opt)
-    opt.state[1] = s
-    if not ok then error(sd, 0) end
-    return sd
-  end)
+  -- the one plug-in point: every step of the inner optimizer asks the store
+  -- for the moments (lua/optim.lua, state stores)
+  inner:_set_store(1, store)
   return store
 end
 

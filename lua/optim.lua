@@ -163,8 +163,8 @@ function Optimizer:step()
         local i = self.index[p]
         local s = self.state[i]
         if not s then s = {}; self.state[i] = s end
-        local first = self:_begin(s, p, {group})
-        self:_apply(p, g, s, group, first)
+        local first = self:_begin(s, p, {group}, i)
+        self:_apply(p, g, s, group, first, i)
       end
     end
   end
@@ -178,7 +178,8 @@ function Optimizer:_step_runs(p, g, runs)
   if not s then s = {}; self.state[1] = s end
   local groups = {}
   for i, r in ipairs(runs) do groups[i] = r[3] end
-  local first = self:_begin(s, p, groups)
+  local first = self:_begin(s, p, groups, 1)
+  if self:_store(1) then return self:_apply_runs(p, g, s, runs) end
   for _, r in ipairs(runs) do
     local a, n = r[1], r[2]
     if a == 1 and n == p:numel() then
@@ -189,6 +190,32 @@ function Optimizer:_step_runs(p, g, runs)
       self:_apply(p:narrow(1, a, n), g:narrow(1, a, n), sv, r[3], first)
     end
   end
+end
+
+-- State stores: an optimizer may keep a parameter's state tensors outside its
+-- state table, in a store it asks for them at each step (zorch.offload keeps
+-- Adam's moments in a file). The state table then holds only the step count;
+-- every update of that parameter goes through the store (the class's
+-- _begin/_apply check for it), and full_state reads the tensors back.
+function Optimizer:_store(i)
+  local st = rawget(self, "_stores")
+  return st and st[i]
+end
+function Optimizer:_set_store(i)
+  error(("%s keeps its state in memory: no state store"):format(getmetatable(self).__name), 2)
+end
+
+-- Parameter i's state as a run without a store holds it (state dicts and
+-- checkpoints): the stored tensors read back.
+function Optimizer:full_state(i)
+  local s, store = self.state[i], self:_store(i)
+  if not s or not store or not s.step or zorch.is_tensor(s.exp_avg) then return s end
+  local n = self.params[i]:numel()
+  local c = {}
+  for k, v in pairs(s) do c[k] = v end
+  c.exp_avg, c.exp_avg_sq = zorch.zeros({n}), zorch.zeros({n})
+  store:get(c.exp_avg, c.exp_avg_sq)
+  return c
 end
 
 local function zeros_like(p) return zorch.zeros(p.shape, {dtype = p:dtype(), device = p:device()}) end
@@ -212,7 +239,8 @@ end
 
 function Optimizer:state_dict()
   local st = {}
-  for i, s in pairs(self.state) do
+  for i in pairs(self.state) do
+    local s = self:full_state(i)
     local c = {}
     for k, v in pairs(s) do c[k] = zorch.is_tensor(v) and v:clone() or v end
     st[i] = c
@@ -317,16 +345,48 @@ local function adam_class(name, decoupled, wd_default)
                {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, amsgrad = bool,
                 bias_correction = bool})
   end
-  function cls:_begin(s, p, groups)
+  local function kopts(o)
+    return {lr = o.lr, beta1 = o.betas[1], beta2 = o.betas[2], eps = o.eps,
+            weight_decay = o.weight_decay, decoupled = decoupled, amsgrad = o.amsgrad,
+            no_bias_correction = not o.bias_correction}
+  end
+  function cls:_begin(s, p, groups, i)
+    local store = self:_store(i)
+    if store then -- the moments are the store's
+      if any(groups, function(g) return g.amsgrad end) then
+        error(("%s: amsgrad needs its state in memory, not in a state store"):format(name), 3)
+      end
+      if zorch.is_tensor(s.exp_avg) then -- set from a state dict or checkpoint: into the store
+        store:put(s.exp_avg, s.exp_avg_sq)
+        s.exp_avg, s.exp_avg_sq = nil, nil
+      elseif not s.step then
+        store:zero()
+      end
+      s.step = (s.step or 0) + 1
+      return
+    end
     if not s.step then s.step, s.exp_avg, s.exp_avg_sq = 0, zeros_like(p), zeros_like(p) end
     if not s.max_exp_avg_sq and any(groups, function(g) return g.amsgrad end) then s.max_exp_avg_sq = zeros_like(p) end
     s.step = s.step + 1
   end
-  function cls:_apply(p, g, s, o)
-    local k = {lr = o.lr, beta1 = o.betas[1], beta2 = o.betas[2], eps = o.eps,
-               weight_decay = o.weight_decay, decoupled = decoupled, amsgrad = o.amsgrad,
-               no_bias_correction = not o.bias_correction}
-    zorch._adam_step(p, g, s.exp_avg, s.exp_avg_sq, o.amsgrad and s.max_exp_avg_sq or nil, s.step, k)
+  function cls:_apply(p, g, s, o, _, i)
+    local store = self:_store(i)
+    if store then return store:adam(p, g, s.step, {{0, p:numel(), kopts(o)}}) end
+    zorch._adam_step(p, g, s.exp_avg, s.exp_avg_sq, o.amsgrad and s.max_exp_avg_sq or nil, s.step, kopts(o))
+  end
+  -- the runs of a flat parameter with a store: one pass over the store
+  function cls:_apply_runs(p, g, s, runs)
+    local rs = {}
+    for k, r in ipairs(runs) do rs[k] = {r[1] - 1, r[2], kopts(r[3])} end
+    self:_store(1):adam(p, g, s.step, rs)
+  end
+  -- store: zorch.offload's (adam, get, put, zero) for parameter i
+  function cls:_set_store(i, store)
+    local p = self.params[i]
+    if not p then error(("%s: no parameter %d for a state store"):format(name, i), 2) end
+    local st = rawget(self, "_stores") or {}
+    rawset(self, "_stores", st)
+    st[i] = store
   end
   return cls
 end

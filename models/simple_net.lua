@@ -14,6 +14,7 @@ local opt = zorch.flags(arg, {
   lr = {0.00015, "Adam learning rate"},
   ["in"] = {10, "input features"},
   hidden = {20, "hidden units"},
+  layers = {1, "hidden layers (more than 1 adds hidden x hidden layers between fc1 and fc2)"},
   out = {2, "output features"},
   samples = {10000, "random samples to train on"},
   ["zero-stage"] = {2, "ZeRO stage (0-3)"},
@@ -39,19 +40,30 @@ local opt = zorch.flags(arg, {
   tensorboard = {"", "write the same metrics as TensorBoard event files in this directory"},
   ["print-every"] = {0, "a step line (loss, lr, grad norm, samples/s) every N optimizer steps (0: none)"},
   ["checkpoint-activations"] = {false, "recompute fc1 and its ReLU in backward instead of keeping their activations"},
+  ["offload-optimizer"] = {"none", "none, cpu or nvme: where Adam's moments of the shard live (nvme: files under --nvme-path)"},
+  ["offload-param"] = {"none", "none, cpu or nvme: where the parameter shard lives (nvme: stage 3, with --offload-optimizer nvme)"},
+  ["nvme-path"] = {"/tmp", "the folder for the offload files (made and removed at once: nothing stays)"},
+  ["offload-chunk"] = {1048576, "elements per streamed chunk of the optimizer step"},
+  ["offload-buffers"] = {4, "chunk buffers of the optimizer step (2-32)"},
 }, "usage: zorch models/simple_net.lua [flags]")
 -- a bad output path fails now, not after the training (rank 0 writes it)
 if debug.getregistry()["zorch.private"]._comm() == 0 then zorch.flags.check_output(opt.save, "--save") end
 
 local SimpleNet = nn.Module:extend "SimpleNet"
-function SimpleNet:init(i, h, o)
+function SimpleNet:init(i, h, o, layers)
   self.fc1 = nn.Linear(i, h)
+  -- --layers N: N - 1 more hidden layers (hid1, hid2, ...) between fc1 and fc2
+  for k = 1, (layers or 1) - 1 do self["hid" .. k] = nn.Linear(h, h) end
   self.fc2 = nn.Linear(h, o)
+  self.nhid = (layers or 1) - 1
 end
 local checkpoint -- engine:checkpoint with --checkpoint-activations
 function SimpleNet:forward(x)
-  if checkpoint then return self.fc2(checkpoint(function(a) return zorch.relu(self.fc1(a)) end, x)) end
-  return self.fc2(zorch.relu(self.fc1(x)))
+  local h
+  if checkpoint then h = checkpoint(function(a) return zorch.relu(self.fc1(a)) end, x)
+  else h = zorch.relu(self.fc1(x)) end
+  for k = 1, self.nhid do h = zorch.relu(self["hid" .. k](h)) end
+  return self.fc2(h)
 end
 
 -- An elastic restart (zorch launch --max-restarts) may run on fewer ranks than
@@ -82,11 +94,20 @@ local timeout
 for _, a in ipairs(arg) do
   if a == "--comm-timeout" or a:match("^%-%-comm%-timeout=") then timeout = opt["comm-timeout"] end
 end
+local function offload(dev, extra)
+  if dev == "none" then return false end
+  local t = {device = dev, nvme_path = dev == "nvme" and opt["nvme-path"] or nil}
+  for k, v in pairs(extra or {}) do t[k] = v end
+  return t
+end
 local engine = config and zorch.Engine(config, {device = opt.device, steps_per_print = print_every,
                                                comm_timeout = timeout}) or
   zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = accum,
                reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device,
-               steps_per_print = print_every, comm_timeout = opt["comm-timeout"]}
+               steps_per_print = print_every, comm_timeout = opt["comm-timeout"],
+               offload_optimizer = offload(opt["offload-optimizer"], {chunk = math.tointeger(opt["offload-chunk"]),
+                                                                       buffer_count = math.tointeger(opt["offload-buffers"])}),
+               offload_param = offload(opt["offload-param"])}
 if opt["checkpoint-activations"] then checkpoint = function(...) return engine:checkpoint(...) end end
 local X, Y
 if opt.data ~= "" then
@@ -98,7 +119,11 @@ else
 end
 local loader = data.DataLoader(data.TensorDataset(X, Y),
                                {batch_size = opt["batch-size"], shuffle = not opt["no-shuffle"], seed = opt.seed})
-local model = SimpleNet(opt["in"], opt.hidden, opt.out)
+-- with the parameters on nvme the model is built without values (nn.deferred):
+-- prepare fills them group by group in the file, so memory never holds them all
+local pfile = engine.cfg.offload_param and engine.cfg.offload_param.device == "nvme"
+local function build() return SimpleNet(opt["in"], opt.hidden, opt.out, math.tointeger(opt.layers)) end
+local model = pfile and nn.deferred(build) or build()
 if opt.load ~= "" then model:load_state_dict(zorch.load(opt.load)) end
 -- a config that names an optimizer gets it from the engine
 -- a DeepSpeed config whose optimizer params are "auto" takes them from this script's Adam
@@ -187,12 +212,22 @@ if opt.report then
         m.nvme, m.offload_buffers))
       print(('{"report": "comm", "rank": %d, "sent": %d, "received": %d, "param_bytes": %d}'):format(
         r, c.sent, c.received, m.numel * 4))
+      -- offload: the working set (what the engine holds in memory between steps, and its
+      -- stream buffers), the files' bytes, and the last step's traffic with the bandwidth it reached
+      local lio = engine.last_io
+      if m.nvme > 0 then
+        print(('{"report": "offload", "rank": %d, "working_set": %d, "nvme": %d, "nvme_optimizer": %d, ' ..
+               '"nvme_parameters": %d, "step_read": %d, "step_written": %d, "step_s": %.3f, "step_MBps": %.0f}'):format(
+          r, m.parameters + m.gradients + m.optimizer_state + m.master_weights + m.buffers + m.offload_buffers,
+          m.nvme, m.nvme_optimizer, m.nvme_parameters, lio and lio.read or 0, lio and lio.written or 0,
+          lio and lio.step_s or 0, lio and (lio.read + lio.written) / 1e6 / math.max(lio.step_s, 1e-9) or 0))
+      end
       io.stdout:flush()
     end
     Z._allreduce(zorch.zeros(1)) -- a barrier, so lines come out in rank order
   end
 end
 if ckdir ~= "" then engine:save_checkpoint(ckdir) end
-engine:save(model:state_dict(), opt.save)
+if opt.save ~= "" then engine:save(model:state_dict(), opt.save) end -- (--save "": none)
 engine:print(("done: %d steps, %d samples, %.0f samples/s, last epoch's loss %.6f, saved %s"):format(
   steps, samples, samples / math.max(dt, 1e-9), mean or 0 / 0, opt.save))

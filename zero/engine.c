@@ -3,11 +3,15 @@
    float32. */
 #include "engine.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../ops/ops.h"
@@ -35,14 +39,15 @@ typedef struct param_ctx {
    pages are dropped on release (the mapping stays, so a parameter read then sees
    zeros, never freed memory); on a GPU a buffer whose memory goes back to the
    caching allocator on release (ops then refuse the parameters by name). */
-typedef struct group {
+typedef struct group group;
+struct group {
   int first, count;   /* parameters [first, first + count) */
   int64_t lo, hi;     /* flat range */
   zorch_tensor *buf;  /* (hi - lo) elements */
   size_t maplen;
   bool gathered;
   int pending;        /* gradients still to arrive in this backward pass */
-} group;
+};
 
 /* Shared by the engine and the autograd nodes whose pre-backward hook gathers
    the module: freed when the last of them lets go, so a graph that outlives its
@@ -97,6 +102,22 @@ struct zero_engine {
   int *flight, nflight, flight_head;
   double t_flight, t_wait;
   bool leaked; /* a reduction timed out: its buffers stay with MPI */
+  /* offload_param (param_dir): the shard then its gradients in one file */
+  int pfd;            /* -1: in memory */
+  zorch_tensor *pmap; /* the whole file mapped (pshard and gshard view it) */
+  zorch_tensor *gtmp; /* a bucket's part, read, added to and written back */
+  bool *gwritten;     /* per bucket: its part written since zero_grad */
+  zero_io io, pf_io;   /* the parameter file's traffic: calling thread, read-ahead thread */
+  /* one rank: the gather ahead reads its group on a thread of its own, while
+     the current module computes; pf_group is the read in flight (or done and
+     not yet claimed), NULL when none */
+  pthread_t pf_thread;
+  bool pf_started, pf_stop, pf_done;
+  pthread_mutex_t pf_mu;
+  pthread_cond_t pf_cv;
+  struct group *pf_group;
+  zorch_status pf_status;
+  char pf_msg[256];
 };
 
 static zorch_tensor *flat_view(zorch_tensor *base, int64_t off, int ndim, const int64_t *shape) {
@@ -111,6 +132,199 @@ static zorch_tensor *range(zorch_tensor *base, int64_t off, int64_t len) {
 
 static zorch_status scale(zorch_tensor *t, double s) {
   return backend_of(t)->unary(UOP_MUL_S, t, t, s, 0);
+}
+
+/* ---- offload_param: the shard and its gradients in a file (engine.h, param_dir) ---- */
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* n floats at element `at` of the shard (region 0) or of its gradient (1),
+   from the file into buf or (write) from buf into the file, whole. */
+static zorch_status pfile_rw(zero_engine *e, zero_io *acc, bool write, void *buf, int64_t at, int64_t n, int region) {
+  char *p = buf;
+  size_t left = (size_t)n * sizeof(float);
+  off_t off = (off_t)((region ? e->shard : 0) + at) * (off_t)sizeof(float);
+  double t0 = now_s();
+  while (left > 0) {
+    ssize_t r = write ? pwrite(e->pfd, p, left, off) : pread(e->pfd, p, left, off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      return err_set(ZORCH_ERR_IO, "zero: %s the parameter file (offload_param): %s", write ? "writing" : "reading",
+                     r == 0 ? "end of file" : strerror(errno));
+    p += r, left -= (size_t)r, off += r;
+  }
+  acc->io_s += now_s() - t0;
+  if (write) acc->write_bytes += n * (int64_t)sizeof(float);
+  else acc->read_bytes += n * (int64_t)sizeof(float);
+  return ZORCH_OK;
+}
+
+/* (the calling thread's traffic; the read-ahead thread keeps its own) */
+static zorch_status pfile_io(zero_engine *e, bool write, void *buf, int64_t at, int64_t n, int region) {
+  return pfile_rw(e, &e->io, write, buf, at, n, region);
+}
+
+static void unmap_deleter(void *data, void *ctx);
+
+/* ---- the parameter file's read-ahead (one rank) ---- */
+
+static void *pf_main(void *arg) {
+  zero_engine *e = arg;
+  pthread_mutex_lock(&e->pf_mu);
+  for (;;) {
+    while (!e->pf_stop && (!e->pf_group || e->pf_done)) pthread_cond_wait(&e->pf_cv, &e->pf_mu);
+    if (e->pf_stop) break;
+    group *g = e->pf_group;
+    pthread_mutex_unlock(&e->pf_mu);
+    zero_io acc = {0};
+    zorch_status st = pfile_rw(e, &acc, false, tensor_ptr(g->buf), g->lo, g->hi - g->lo, 0);
+    pthread_mutex_lock(&e->pf_mu);
+    e->pf_io.read_bytes += acc.read_bytes, e->pf_io.io_s += acc.io_s;
+    e->pf_status = st;
+    if (st) snprintf(e->pf_msg, sizeof e->pf_msg, "%s", zorch_last_error());
+    e->pf_done = true;
+    pthread_cond_broadcast(&e->pf_cv);
+  }
+  pthread_mutex_unlock(&e->pf_mu);
+  return NULL;
+}
+
+/* Waits for the read in flight and claims it: its group is gathered (or the
+   read's error comes back). */
+static zorch_status pf_claim(zero_engine *e) {
+  pthread_mutex_lock(&e->pf_mu);
+  while (e->pf_group && !e->pf_done) pthread_cond_wait(&e->pf_cv, &e->pf_mu);
+  group *g = e->pf_group;
+  zorch_status st = e->pf_status;
+  char msg[256];
+  memcpy(msg, e->pf_msg, sizeof msg);
+  e->pf_group = NULL, e->pf_done = false, e->pf_status = ZORCH_OK;
+  pthread_mutex_unlock(&e->pf_mu);
+  if (!g) return ZORCH_OK;
+  if (st) return err_set(st, "%s", msg);
+  g->gathered = true;
+  return ZORCH_OK;
+}
+
+/* Starts reading group g ahead (one rank, the parameter file); a read still
+   in flight is claimed first. */
+static zorch_status pf_start(zero_engine *e, group *g) {
+  if (g->gathered || e->pf_group == g) return ZORCH_OK;
+  zorch_status st = e->pf_started ? pf_claim(e) : ZORCH_OK;
+  if (st) return st;
+  if (!e->pf_started) {
+    pthread_mutex_init(&e->pf_mu, NULL);
+    pthread_cond_init(&e->pf_cv, NULL);
+    if (pthread_create(&e->pf_thread, NULL, pf_main, e) != 0) {
+      pthread_mutex_destroy(&e->pf_mu);
+      pthread_cond_destroy(&e->pf_cv);
+      return ZORCH_OK; /* (no thread: the gather reads it when it comes) */
+    }
+    e->pf_started = true;
+  }
+  if ((st = storage_restore_data(g->buf->st))) return st;
+  pthread_mutex_lock(&e->pf_mu);
+  e->pf_group = g, e->pf_done = false;
+  pthread_cond_broadcast(&e->pf_cv);
+  pthread_mutex_unlock(&e->pf_mu);
+  return ZORCH_OK;
+}
+
+/* The file (unlinked at once), the shard written into it, both regions mapped:
+   pshard and gshard become views of the mapping. */
+static zorch_status pfile_open(zero_engine *e) {
+  if (e->o.stage != 3 || e->pdt != ZORCH_F32 || e->dev.type != ZORCH_CPU)
+    return err_set(ZORCH_ERR_ARG, "zero: parameters on nvme need ZeRO stage 3 with float32 parameters on the CPU");
+  const char *dir = e->o.param_dir;
+  char *path = malloc(strlen(dir) + 32);
+  if (!path) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  sprintf(path, "%s/zorch-param-XXXXXX", dir);
+  e->pfd = mkstemp(path);
+  if (e->pfd < 0) {
+    zorch_status st = err_set(ZORCH_ERR_IO, "zero: cannot make a file in nvme_path %s: %s", dir, strerror(errno));
+    free(path);
+    return st;
+  }
+  unlink(path); /* the file lives while the engine does */
+  free(path);
+  size_t bytes = (size_t)e->shard * 2 * sizeof(float);
+  if (ftruncate(e->pfd, (off_t)bytes) != 0)
+    return err_set(ZORCH_ERR_IO, "zero: cannot size the parameter file in %s (%zu bytes): %s", dir, bytes,
+                   strerror(errno));
+  /* each parameter's elements in this shard (reading a parameter whose pages
+     were never written maps no memory: a deferred initialisation costs none) */
+  int64_t mlo = e->c->rank * e->shard, mhi = mlo + e->shard;
+  for (int i = 0; i < e->n; i++) {
+    zorch_tensor *p = e->params[i];
+    int64_t lo = e->offset[i], hi = lo + zorch_tensor_numel(p);
+    int64_t a = lo > mlo ? lo : mlo, b = hi < mhi ? hi : mhi;
+    if (b <= a) continue;
+    zorch_tensor *c = zorch_tensor_is_contiguous(p) ? zorch_tensor_retain(p) : zorch_contiguous(p);
+    zorch_status st = c ? pfile_io(e, true, tensor_ptr(c) + (a - lo) * 4, a - mlo, b - a, 0) : zorch_last_status();
+    zorch_tensor_free(c);
+    if (st) return st;
+  }
+  void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, e->pfd, 0);
+  if (mem == MAP_FAILED) return err_set(ZORCH_ERR_IO, "zero: cannot map the parameter file: %s", strerror(errno));
+  int64_t len = e->shard * 2;
+  if (!(e->pmap = zorch_tensor_wrap_owned(mem, ZORCH_F32, 1, &len, NULL, unmap_deleter, (void *)bytes))) {
+    munmap(mem, bytes);
+    return zorch_last_status();
+  }
+  e->pshard = range(e->pmap, 0, e->shard);
+  e->gshard = range(e->pmap, e->shard, e->shard);
+  e->io = (zero_io){0};
+  return e->pshard && e->gshard ? ZORCH_OK : zorch_last_status();
+}
+
+/* A reduced bucket's part added into the file's gradients, as into gshard: the
+   sum of zeros (or what the window added before) and the part. */
+static zorch_status pfile_add(zero_engine *e, int b, int64_t start, zorch_tensor *part) {
+  int64_t n = zorch_tensor_numel(part);
+  zorch_tensor *tmp = range(e->gtmp, 0, n);
+  zorch_status st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
+  if (!st && e->gwritten[b]) st = pfile_io(e, false, tensor_ptr(tmp), start, n, 1);
+  if (!st) st = op_add_(tmp, part);
+  if (!st) st = pfile_io(e, true, tensor_ptr(tmp), start, n, 1);
+  if (!st) e->gwritten[b] = true;
+  zorch_tensor_free(tmp);
+  return st;
+}
+
+/* Buckets no gradient reached since zero_grad: zeros in the file, as in gshard. */
+static zorch_status pfile_fill_unwritten(zero_engine *e) {
+  int64_t mlo = e->c->rank * e->shard, mhi = mlo + e->shard;
+  for (int k = 0; k < e->nbuckets; k++) {
+    bucket *b = &e->buckets[k];
+    int64_t lo = b->lo > mlo ? b->lo : mlo, hi = b->hi < mhi ? b->hi : mhi;
+    if (e->gwritten[k] || hi <= lo) continue;
+    zorch_tensor *tmp = range(e->gtmp, 0, hi - lo);
+    zorch_status st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
+    if (!st) st = pfile_io(e, true, tensor_ptr(tmp), lo - mlo, hi - lo, 1);
+    zorch_tensor_free(tmp);
+    if (st) return st;
+    e->gwritten[k] = true;
+  }
+  return ZORCH_OK;
+}
+
+int zero_engine_param_file(const zero_engine *e, int64_t *p_off, int64_t *g_off) {
+  *p_off = 0, *g_off = e->shard * (int64_t)sizeof(float);
+  return e->pfd;
+}
+
+void zero_engine_io(zero_engine *e, zero_io *io, bool reset) {
+  *io = e->io;
+  if (e->pf_started) pthread_mutex_lock(&e->pf_mu);
+  io->read_bytes += e->pf_io.read_bytes, io->io_s += e->pf_io.io_s;
+  if (reset) e->pf_io = (zero_io){0};
+  if (e->pf_started) pthread_mutex_unlock(&e->pf_mu);
+  io->file_bytes = e->pfd >= 0 ? e->shard * 2 * (int64_t)sizeof(float) : 0;
+  if (reset) e->io = (zero_io){0};
 }
 
 /* The elements of [lo, hi) in each rank's shard. */
@@ -131,9 +345,13 @@ static zorch_status finish_bucket(zero_engine *e, bucket *b, zorch_tensor *recv,
   if (mine > 0 && e->c->world > 1) st = scale(recv, 1.0 / e->c->world);
   if (!st && mine > 0) {
     int64_t start = (b->lo > e->c->rank * e->shard ? b->lo : e->c->rank * e->shard) - e->c->rank * e->shard;
-    zorch_tensor *dst = range(e->gshard, start, mine);
-    st = dst ? op_add_(dst, recv) : zorch_last_status();
-    zorch_tensor_free(dst);
+    if (e->pfd >= 0) {
+      st = pfile_add(e, (int)(b - e->buckets), start, recv);
+    } else {
+      zorch_tensor *dst = range(e->gshard, start, mine);
+      st = dst ? op_add_(dst, recv) : zorch_last_status();
+      zorch_tensor_free(dst);
+    }
   }
   zorch_tensor_free(b->buf);
   b->buf = NULL;
@@ -246,6 +464,10 @@ static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
 static void unmap_deleter(void *data, void *ctx) { munmap(data, (size_t)ctx); }
 
 static zorch_status group_gather(zero_engine *e, group *g) {
+  if (e->pf_group == g) { /* read ahead: wait for it */
+    zorch_status st = pf_claim(e);
+    if (st) return st;
+  }
   if (g->gathered) return ZORCH_OK;
   int world = e->c->world;
   int64_t counts[256], *cnt = world <= 256 ? counts : malloc(sizeof(int64_t) * (size_t)world);
@@ -258,7 +480,23 @@ static zorch_status group_gather(zero_engine *e, group *g) {
     if (cnt != counts) free(cnt);
     return st;
   }
-  zorch_tensor *send = range(e->pshard, mine ? start : 0, mine);
+  zorch_tensor *send = NULL;
+  if (e->pfd >= 0) { /* the slice from the file: at one rank straight into the group */
+    if (world == 1) {
+      st = pfile_io(e, false, tensor_ptr(g->buf), start, mine, 0);
+      if (cnt != counts) free(cnt);
+      if (!st) g->gathered = true;
+      return st;
+    }
+    send = zorch_empty(1, &mine, ZORCH_F32, e->dev);
+    if (send && (st = pfile_io(e, false, tensor_ptr(send), start, mine, 0))) {
+      zorch_tensor_free(send);
+      if (cnt != counts) free(cnt);
+      return st;
+    }
+  } else {
+    send = range(e->pshard, mine ? start : 0, mine);
+  }
   char label[96];
   snprintf(label, sizeof label, "parameter group %d (parameters %d-%d)", (int)(g - e->groups), g->first + 1,
            g->first + g->count);
@@ -270,7 +508,8 @@ static zorch_status group_gather(zero_engine *e, group *g) {
   return st;
 }
 
-static void group_release(group *g) {
+static void group_release(zero_engine *e, group *g) {
+  if (e->pf_group == g) pf_claim(e); /* (its pages are dropped below; an error there is moot) */
   if (!g->gathered) return;
   if (g->maplen)
     madvise(g->buf->st->data, g->maplen, MADV_DONTNEED);
@@ -306,7 +545,7 @@ static zorch_status on_grad(zorch_tensor *leaf, void *ud) {
   if (e->groups) { /* stage 3: a group whose gradients are all in goes back */
     group *gr = &e->groups[e->group_of[pc->index]];
     if (--gr->pending == 0) {
-      group_release(gr);
+      group_release(e, gr);
       gr->pending = gr->count;
     }
   }
@@ -345,6 +584,9 @@ static zorch_status make_buckets(zero_engine *e) {
     if (hi - lo > mine) mine = hi - lo;
   }
   if (!(e->recv = zorch_zeros(1, &mine, ZORCH_F32, e->dev))) return zorch_last_status();
+  if (e->pfd >= 0 && (!(e->gtmp = zorch_zeros(1, &mine, ZORCH_F32, e->dev)) ||
+                      !(e->gwritten = calloc((size_t)e->nbuckets, sizeof *e->gwritten))))
+    return zorch_tensor_free(e->gtmp), e->gtmp = NULL, err_set(ZORCH_ERR_OOM, "zero: out of memory");
   for (int i = 0; i < e->n; i++) {
     e->ctx[i] = (param_ctx){e, i};
     zorch_status st = zorch_set_grad_hook(e->params[i], on_grad, &e->ctx[i]);
@@ -356,10 +598,12 @@ static zorch_status make_buckets(zero_engine *e) {
 /* Stage 3: the slice gets storage of its own, each group an mmap'd buffer that
    its parameters view; then the flat buffer goes and every group is released. */
 static zorch_status make_groups(zero_engine *e) {
-  zorch_tensor *own = zorch_clone(e->pshard);
-  if (!own) return zorch_last_status();
-  zorch_tensor_free(e->pshard);
-  e->pshard = own;
+  if (e->pfd < 0) { /* (in the file, the slice has its own storage already) */
+    zorch_tensor *own = zorch_clone(e->pshard);
+    if (!own) return zorch_last_status();
+    zorch_tensor_free(e->pshard);
+    e->pshard = own;
+  }
   int ng = e->o.ngroups > 0 ? e->o.ngroups : e->n;
   e->groups = calloc((size_t)ng, sizeof *e->groups);
   e->group_of = calloc((size_t)e->n, sizeof *e->group_of);
@@ -388,11 +632,13 @@ static zorch_status make_groups(zero_engine *e) {
     } else if (!(g->buf = zorch_empty(1, &len, e->pdt, e->dev))) {
       return zorch_last_status();
     }
-    zorch_tensor *src = range(e->flat, g->lo, len);
-    zorch_status st = src ? zorch_copy_(g->buf, src) : zorch_last_status();
-    zorch_tensor_free(src);
-    if (st) return st;
-    g->gathered = true;
+    if (e->flat) {
+      zorch_tensor *src = range(e->flat, g->lo, len);
+      zorch_status st = src ? zorch_copy_(g->buf, src) : zorch_last_status();
+      zorch_tensor_free(src);
+      if (st) return st;
+      g->gathered = true;
+    } /* (in the file mode the group starts released: gathers read the file) */
     for (int i = first; i < first + count; i++) {
       e->group_of[i] = k;
       tensor_rebind(e->params[i], g->buf, e->offset[i] - g->lo);
@@ -413,6 +659,7 @@ zero_engine *zero_engine_new(zero_comm *c, const zero_opts *o, int n, zorch_tens
   e->c = c;
   e->o = *o;
   e->n = n;
+  e->pfd = -1;
   if (o->dtype != ZORCH_F32 && o->dtype != ZORCH_BF16 && o->dtype != ZORCH_F16) {
     free(e);
     return err_null(ZORCH_ERR_ARG, "zero: parameters must be float32, bfloat16 or float16");
@@ -439,6 +686,14 @@ zero_engine *zero_engine_new(zero_comm *c, const zero_opts *o, int n, zorch_tens
   int64_t per = (e->numel + c->world - 1) / c->world;
   e->shard = (per + ZERO_ALIGN - 1) / ZERO_ALIGN * ZERO_ALIGN;
   e->padded = e->shard * c->world;
+  /* the parameters in a file: no flat buffer; each parameter's slice of this
+     shard goes straight to the file and make_groups rebinds them */
+  if (o->param_dir) {
+    if ((st = pfile_open(e))) goto fail_st;
+    if ((st = make_buckets(e))) goto fail_st;
+    if ((st = make_groups(e))) goto fail_st;
+    return e;
+  }
   /* the flat buffer: copies of the parameters, which become its views */
   if (!(e->flat = zorch_zeros(1, &e->padded, e->pdt, e->dev))) goto fail;
   for (int i = 0; i < n; i++) {
@@ -468,6 +723,16 @@ fail_st:
 void zero_engine_free(zero_engine *e) {
   if (!e) return;
   drain(e);
+  if (e->pf_started) {
+    pf_claim(e);
+    pthread_mutex_lock(&e->pf_mu);
+    e->pf_stop = true;
+    pthread_cond_broadcast(&e->pf_cv);
+    pthread_mutex_unlock(&e->pf_mu);
+    pthread_join(e->pf_thread, NULL);
+    pthread_mutex_destroy(&e->pf_mu);
+    pthread_cond_destroy(&e->pf_cv);
+  }
   for (int i = 0; i < e->n; i++) {
     /* clear the hook only if it is still this engine's (a later engine may own it) */
     if (e->params && e->params[i] && e->ctx && e->params[i]->hook.ud == &e->ctx[i])
@@ -489,13 +754,15 @@ void zero_engine_free(zero_engine *e) {
   free(e->prev_order);
   free(e->groups);
   free(e->group_of);
-  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv, e->g32};
+  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv, e->g32, e->gtmp, e->pmap};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) zorch_tensor_free(ts[i]);
   free(e->params);
   free(e->offset);
   free(e->buckets);
   free(e->bucket_of);
   free(e->ctx);
+  free(e->gwritten);
+  if (e->pfd >= 0) close(e->pfd);
   free(e);
 }
 
@@ -535,7 +802,7 @@ zorch_status zero_engine_end_backward(zero_engine *e) {
     if (st) return st;
   }
   for (int k = 0; k < e->ngroups; k++) {
-    group_release(&e->groups[k]);
+    group_release(e, &e->groups[k]);
     e->groups[k].pending = e->groups[k].count;
   }
   if (e->nfwd) { /* this step's forward order predicts the next one's */
@@ -575,6 +842,7 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded) {
     if (full && !comm_reduce_scatter_inplace(e->c, full)) g = range(full, e->c->rank * e->shard, e->shard);
     zorch_tensor_free(full);
   } else {
+    if (e->pfd >= 0 && pfile_fill_unwritten(e)) return NULL;
     g = grad_f32(e, e->gshard);
   }
   /* (stages 2-3 divided each bucket as it was reduced) */
@@ -591,6 +859,17 @@ zorch_tensor *zero_engine_target(zero_engine *e) {
    blocks of SQ_BLOCK summed in 16 interleaved lanes each (independent chains,
    where one running sum waited on every add), the blocks' sums added in order. */
 #define SQ_BLOCK 65536
+static double block_sumsq(const float *q, int64_t m) {
+  int64_t j = 0;
+  double lane[16] = {0};
+  for (; j + 16 <= m; j += 16)
+    for (int k = 0; k < 16; k++) lane[k] += (double)q[j + k] * q[j + k];
+  double r = 0;
+  for (int k = 0; k < 16; k++) r += lane[k];
+  for (; j < m; j++) r += (double)q[j] * q[j];
+  return r;
+}
+
 static double sum_squares(const float *p, int64_t n) {
   int64_t nb = (n + SQ_BLOCK - 1) / SQ_BLOCK;
   double stack[64], *part = nb <= 64 ? stack : malloc(sizeof(double) * (size_t)nb);
@@ -601,19 +880,62 @@ static double sum_squares(const float *p, int64_t n) {
   }
 #pragma omp parallel for if (nb > 1)
   for (int64_t b = 0; b < nb; b++) {
-    const float *q = p + b * SQ_BLOCK;
-    int64_t m = n - b * SQ_BLOCK < SQ_BLOCK ? n - b * SQ_BLOCK : SQ_BLOCK, j = 0;
-    double lane[16] = {0};
-    for (; j + 16 <= m; j += 16)
-      for (int k = 0; k < 16; k++) lane[k] += (double)q[j + k] * q[j + k];
-    double r = 0;
-    for (int k = 0; k < 16; k++) r += lane[k];
-    for (; j < m; j++) r += (double)q[j] * q[j];
-    part[b] = r;
+    int64_t m = n - b * SQ_BLOCK < SQ_BLOCK ? n - b * SQ_BLOCK : SQ_BLOCK;
+    part[b] = block_sumsq(p + b * SQ_BLOCK, m);
   }
   for (int64_t b = 0; b < nb; b++) s += part[b];
   if (part != stack) free(part);
   return s;
+}
+
+/* zero_engine_clip for a gradient in the parameter file: the same blocks'
+   sums in the same order, read a few blocks at a time; then, when the factor
+   is not 1, each piece read, multiplied and written back. */
+#define PF_BLOCKS 16
+static zorch_status pfile_clip(zero_engine *e, bool sharded, double max_norm, double loss_scale, double *norm,
+                               bool *overflow) {
+  int64_t per = (int64_t)SQ_BLOCK * PF_BLOCKS, n = e->shard;
+  float *buf = malloc((size_t)per * sizeof(float));
+  if (!buf) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  zorch_status st = ZORCH_OK;
+  double s = 0;
+  for (int64_t lo = 0; lo < n && !st; lo += per) {
+    int64_t m = n - lo < per ? n - lo : per, nb = (m + SQ_BLOCK - 1) / SQ_BLOCK;
+    double part[PF_BLOCKS];
+    if ((st = pfile_io(e, false, buf, lo, m, 1))) break;
+#pragma omp parallel for if (nb > 1)
+    for (int64_t b = 0; b < nb; b++)
+      part[b] = block_sumsq(buf + b * SQ_BLOCK, m - b * SQ_BLOCK < SQ_BLOCK ? m - b * SQ_BLOCK : SQ_BLOCK);
+    for (int64_t b = 0; b < nb; b++) s += part[b];
+  }
+  int64_t one = 1;
+  zorch_tensor *t = st ? NULL : zorch_full(1, &one, s, ZORCH_F64, e->dev);
+  if (!st && !t) st = zorch_last_status();
+  if (!st && sharded && e->c->world > 1) {
+    comm_set_label("the gradient norm");
+    st = comm_allreduce(e->c, t, false);
+  }
+  double sq = 0;
+  if (!st) st = zorch_tensor_to_doubles(t, &sq, 1);
+  zorch_tensor_free(t);
+  if (!st) {
+    *overflow = !isfinite(sq);
+    *norm = sqrt(sq) / loss_scale;
+  }
+  double coef = 1.0 / loss_scale, clip = st ? 1 : max_norm / (*norm + 1e-6);
+  if (max_norm > 0 && clip < 1) coef *= clip;
+  for (int64_t lo = 0; !st && !*overflow && coef != 1.0 && lo < n; lo += per) {
+    int64_t m = n - lo < per ? n - lo : per;
+    zorch_tensor *w = NULL;
+    if (!(st = pfile_io(e, false, buf, lo, m, 1))) {
+      w = zorch_tensor_wrap(buf, ZORCH_F32, 1, &m, NULL);
+      st = w ? scale(w, coef) : zorch_last_status();
+    }
+    zorch_tensor_free(w);
+    if (!st) st = pfile_io(e, true, buf, lo, m, 1);
+  }
+  free(buf);
+  return st;
 }
 
 zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, double max_norm, double loss_scale,
@@ -623,6 +945,8 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, dou
   /* the sum of squares (float64 for the all-reduce): in order on the CPU, on the
      device otherwise */
   zorch_tensor *t = NULL;
+  if (e->pfd >= 0 && g->st == e->gshard->st) /* the gradient in the file: streamed */
+    return pfile_clip(e, sharded, max_norm, loss_scale, norm, overflow);
   if (e->dev.type == ZORCH_CPU) {
     const float *p = (const float *)tensor_ptr(g);
     int64_t n = zorch_tensor_numel(g), one = 1;
@@ -665,7 +989,8 @@ zorch_status zero_engine_after_update(zero_engine *e) {
 zorch_status zero_engine_zero_grad(zero_engine *e) {
   zorch_status st = ZORCH_OK;
   if (e->gflat) st = zorch_fill_(e->gflat, 0);
-  if (!st && e->gshard && e->o.stage >= 2) st = zorch_fill_(e->gshard, 0);
+  if (e->pfd >= 0) memset(e->gwritten, 0, sizeof *e->gwritten * (size_t)e->nbuckets); /* the file's: stale, unread */
+  else if (!st && e->gshard && e->o.stage >= 2) st = zorch_fill_(e->gshard, 0);
   for (int i = 0; i < e->n && !st; i++) st = zorch_set_grad(e->params[i], NULL);
   return st;
 }
@@ -678,8 +1003,14 @@ zorch_status zero_engine_gather(zero_engine *e) {
   return ZORCH_OK;
 }
 
+zorch_status zero_engine_gather_param(zero_engine *e, int i) {
+  if (!e->groups) return ZORCH_OK;
+  if (i < 0 || i >= e->n) return err_set(ZORCH_ERR_ARG, "zero: no parameter %d", i + 1);
+  return group_gather(e, &e->groups[e->group_of[i]]);
+}
+
 zorch_status zero_engine_release(zero_engine *e) {
-  for (int k = 0; k < e->ngroups; k++) group_release(&e->groups[k]);
+  for (int k = 0; k < e->ngroups; k++) group_release(e, &e->groups[k]);
   return ZORCH_OK;
 }
 
@@ -691,6 +1022,11 @@ zorch_status zero_engine_sync_shard(zero_engine *e) {
     group *g = &e->groups[k];
     int64_t lo = g->lo > mlo ? g->lo : mlo, hi = g->hi < mhi ? g->hi : mhi;
     if (!g->gathered || hi <= lo) continue;
+    if (e->pfd >= 0) { /* into the file */
+      zorch_status st = pfile_io(e, true, (char *)tensor_ptr(g->buf) + (lo - g->lo) * 4, lo - mlo, hi - lo, 0);
+      if (st) return st;
+      continue;
+    }
     zorch_tensor *src = range(g->buf, lo - g->lo, hi - lo);
     zorch_tensor *dst = src ? range(e->pshard, lo - mlo, hi - lo) : NULL;
     zorch_tensor *mst = dst && e->master ? range(e->master, lo - mlo, hi - lo) : NULL;
@@ -738,6 +1074,18 @@ static zorch_status module_gather(zero_engine *e, const module_ctx *m) {
   return ZORCH_OK;
 }
 
+/* The module's groups gathered ahead of need: with the parameter file on one
+   rank its first group not yet gathered is read on the read-ahead thread
+   (the rest, if any, when they are needed), otherwise gathered now. */
+static zorch_status module_ahead(zero_engine *e, const module_ctx *m) {
+  if (e->pfd < 0 || e->c->world != 1) return module_gather(e, m);
+  for (int k = 0; k < m->ngroups; k++) {
+    group *g = &e->groups[m->groups[k]];
+    if (!g->gathered) return pf_start(e, g);
+  }
+  return ZORCH_OK;
+}
+
 zorch_status zero_engine_module_begin(zero_engine *e, int module) {
   if (module < 0 || module >= e->nmodules) return err_set(ZORCH_ERR_ARG, "zero: no module %d", module);
   module_ctx *m = e->modules[module];
@@ -755,7 +1103,7 @@ zorch_status zero_engine_module_begin(zero_engine *e, int module) {
   /* gather ahead the module that came next in the previous step's forward */
   int p = m->fwd_pos;
   if (!st && p + 1 < e->nprev && e->prev_order[p] == module)
-    st = module_gather(e, e->modules[e->prev_order[p + 1]]);
+    st = module_ahead(e, e->modules[e->prev_order[p + 1]]);
   return st;
 }
 
@@ -767,7 +1115,7 @@ static zorch_status module_pre_backward(void *ud) {
   if (!e) return err_set(ZORCH_ERR_STATE, "backward: the ZeRO engine that gathered this module's parameters is gone");
   zorch_status st = module_gather(e, m);
   if (!st && m->fwd_pos > 0 && m->fwd_pos <= e->nfwd)
-    st = module_gather(e, e->modules[e->fwd_order[m->fwd_pos - 1]]);
+    st = module_ahead(e, e->modules[e->fwd_order[m->fwd_pos - 1]]);
   return st;
 }
 
@@ -796,7 +1144,7 @@ zorch_status zero_engine_module_end(zero_engine *e, int module, zorch_tensor *ou
   if (out) ag_set_pre_hook(out, module_pre_backward, m, module_retain, module_release);
   /* (a kept group goes when its gradients are in, or at the end of backward) */
   if (!out || !keep_for_reuse(e, m))
-    for (int k = 0; k < m->ngroups; k++) group_release(&e->groups[m->groups[k]]);
+    for (int k = 0; k < m->ngroups; k++) group_release(e, &e->groups[m->groups[k]]);
   return ZORCH_OK;
 }
 
@@ -805,10 +1153,10 @@ static int64_t nbytes(const zorch_tensor *t) {
 }
 
 void zero_engine_memory(const zero_engine *e, zero_memory *m) {
-  m->parameters = e->o.stage == 3 ? nbytes(e->pshard) + group_bytes(e) : nbytes(e->flat);
-  m->gradients = e->gflat ? nbytes(e->gflat) : nbytes(e->gshard);
+  m->parameters = e->o.stage == 3 ? (e->pfd >= 0 ? 0 : nbytes(e->pshard)) + group_bytes(e) : nbytes(e->flat);
+  m->gradients = e->gflat ? nbytes(e->gflat) : e->pfd >= 0 ? 0 : nbytes(e->gshard);
   m->master_weights = nbytes(e->master);
-  m->buffers = nbytes(e->recv) + nbytes(e->g32); /* (g32: after the first bf16 or fp16 step) */
+  m->buffers = nbytes(e->recv) + nbytes(e->g32) + nbytes(e->gtmp); /* (g32: after the first bf16 or fp16 step) */
   for (int k = 0; k < e->nbuckets; k++) m->buffers += nbytes(e->buckets[k].buf);
   m->numel = e->numel;
   m->shard = e->shard;

@@ -28,6 +28,13 @@ typedef struct {
      needs them again (judged by the previous step's forward order);
      0 releases at once */
   int64_t max_reuse_distance;
+  /* stage 3, float32 on the CPU (offload_param device "nvme"): this rank's
+     parameter shard and its reduced gradients live in a file made (and
+     unlinked) in this folder; gathers read the slices they need from it,
+     reduced buckets are added into it, and the target and reduced gradient are
+     views of it mapped into memory that the hot path never touches (the
+     optimizer streams it, zero/offload.h). NULL: in memory. */
+  const char *param_dir;
 } zero_opts;
 
 typedef struct {
@@ -70,6 +77,8 @@ zorch_status zero_engine_zero_grad(zero_engine *e);
    parameters were written. No-ops at other stages. */
 zorch_status zero_engine_gather(zero_engine *e);
 zorch_status zero_engine_release(zero_engine *e);
+/* Stage 3: gather the group holding parameter i (0-based) alone. */
+zorch_status zero_engine_gather_param(zero_engine *e, int i);
 zorch_status zero_engine_sync_shard(zero_engine *e);
 /* Stage 3, per module: `module_register` names the groups a module owns and
    sets *id to its id. Before its forward, `module_begin` gathers them; after,
@@ -87,4 +96,15 @@ void zero_engine_memory(const zero_engine *e, zero_memory *m);
    communication overlap hides is the blocked time without it minus the
    blocked time with it. */
 void zero_engine_comm_times(zero_engine *e, double *in_flight, double *waited, bool reset);
+/* With param_dir: the file's descriptor (the engine's: dup it to keep it) and
+   the byte offsets of the shard's element 0 and of its gradient; -1 without. */
+int zero_engine_param_file(const zero_engine *e, int64_t *p_off, int64_t *g_off);
+/* The parameter file's traffic since the last reset: bytes read, written and
+   the seconds spent in the reads and writes (gathers, bucket additions,
+   clipping); *file_bytes its size. Zeros without param_dir. */
+typedef struct {
+  int64_t file_bytes, read_bytes, write_bytes;
+  double io_s;
+} zero_io;
+void zero_engine_io(zero_engine *e, zero_io *io, bool reset);
 #endif

@@ -2,7 +2,14 @@
    thread serves a first-in first-out queue of chunk reads and writes with
    pread/pwrite; the step submits the read of chunk i + nbuf - 1 once chunk i - 1
    is written back (the same buffer: the queue's order keeps the write first),
-   so reading ahead, updating and writing behind overlap. */
+   so reading ahead, updating and writing behind overlap. A chunk's buffer holds
+   its fields one after another, each `chunk` floats: m and v, or with the
+   parameters bound p, g, m and v; an op moves some of them (a mask). In the
+   moments' file chunk c holds its m then its v. Built with liburing
+   (ZORCH_URING), the thread submits an op's fields to an io_uring together
+   and waits for them, several reads or writes in flight at once; without it,
+   or when the kernel refuses a ring, or with ZORCH_OFFLOAD_IO=pread, it calls
+   pread/pwrite one field after another. */
 #include "offload.h"
 
 #include <errno.h>
@@ -15,12 +22,16 @@
 #include <unistd.h>
 
 #include "../vm/core/error.h"
+#ifdef ZORCH_URING
+#include <liburing.h>
+#endif
 
 enum { OP_READ, OP_WRITE, OP_STOP };
+enum { F_P = 1, F_G = 2, F_M = 4, F_V = 8 }; /* fields of a chunk */
 typedef struct {
   int kind;
   int64_t chunk;
-  int buf;
+  int buf, fields;
 } io_op;
 
 #define QCAP 64
@@ -29,7 +40,10 @@ struct zoff {
   int fd;
   int64_t numel, chunk, nchunks;
   int nbuf;
-  float **bufs; /* each chunk floats of m, then chunk floats of v */
+  float **bufs; /* each nfield * chunk floats: (p, g,) m, v */
+  int nfield;
+  int pfd;                /* the parameters' file (bound), or -1 */
+  int64_t p_off, g_off;   /* bytes: element 0's parameter and gradient in it */
   pthread_t thread;
   bool started;
   pthread_mutex_t mu;
@@ -38,8 +52,12 @@ struct zoff {
   int64_t submitted, done; /* ops, by sequence number */
   int err;                 /* the first I/O error (errno), 0: none */
   char what[64];
-  double read_s, write_s, wait_s;
+  double read_s, write_s, wait_s, step_s;
   int64_t read_bytes, write_bytes;
+  bool uring; /* the I/O thread uses the ring */
+#ifdef ZORCH_URING
+  struct io_uring ring;
+#endif
 };
 
 static double mono(void) {
@@ -53,17 +71,17 @@ static int64_t chunk_len(const zoff *o, int64_t c) {
   return o->numel - lo < o->chunk ? o->numel - lo : o->chunk;
 }
 
-/* The chunk's m then v, whole; false with errno on failure. */
-static bool chunk_io(zoff *o, int kind, int64_t c, float *buf) {
-  int64_t len = chunk_len(o, c);
-  char *p = (char *)buf;
-  size_t left = (size_t)len * 2 * sizeof(float);
-  off_t at = (off_t)(c * o->chunk * 2 * (int64_t)sizeof(float));
-  if (kind == OP_WRITE) { /* m and v sit chunk apart in the buffer, len apart in the file */
-    memmove(p + (size_t)len * sizeof(float), p + (size_t)o->chunk * sizeof(float), (size_t)len * sizeof(float));
-  }
+/* A field's floats in the chunk's buffer. */
+static float *field_of(const zoff *o, float *buf, int f) {
+  int k = f == F_P ? 0 : f == F_G ? 1 : f == F_M ? 0 : 1;
+  if (o->nfield == 4 && (f == F_M || f == F_V)) k += 2;
+  return buf + (size_t)k * (size_t)o->chunk;
+}
+
+/* len floats at byte offset at of fd, whole; false with errno on failure. */
+static bool seg_io(int kind, int fd, char *p, size_t left, off_t at) {
   while (left > 0) {
-    ssize_t r = kind == OP_READ ? pread(o->fd, p, left, at) : pwrite(o->fd, p, left, at);
+    ssize_t r = kind == OP_READ ? pread(fd, p, left, at) : pwrite(fd, p, left, at);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       if (r == 0) errno = EIO;
@@ -71,11 +89,84 @@ static bool chunk_io(zoff *o, int kind, int64_t c, float *buf) {
     }
     p += r, left -= (size_t)r, at += r;
   }
-  if (kind == OP_READ) {
-    memmove((char *)buf + (size_t)o->chunk * sizeof(float), (char *)buf + (size_t)len * sizeof(float),
-            (size_t)len * sizeof(float));
-  }
   return true;
+}
+
+typedef struct {
+  int fd;
+  char *p;
+  size_t left;
+  off_t at;
+} seg;
+
+#ifdef ZORCH_URING
+static void uring_push(zoff *o, int kind, seg *s, int i) {
+  struct io_uring_sqe *q = io_uring_get_sqe(&o->ring); /* (the ring has a slot per field) */
+  if (kind == OP_READ) io_uring_prep_read(q, s->fd, s->p, (unsigned)s->left, (uint64_t)s->at);
+  else io_uring_prep_write(q, s->fd, s->p, (unsigned)s->left, (uint64_t)s->at);
+  io_uring_sqe_set_data64(q, (uint64_t)i);
+}
+
+/* The segments through the ring, all in flight together; a short transfer
+   goes back for the rest. Every one submitted completes before it returns
+   (the buffers are the step's). */
+static bool uring_io(zoff *o, int kind, seg *s, int n) {
+  int inflight = 0, err = 0;
+  for (int i = 0; i < n; i++) uring_push(o, kind, &s[i], i), inflight++;
+  io_uring_submit(&o->ring);
+  while (inflight > 0) {
+    struct io_uring_cqe *cqe;
+    int r = io_uring_wait_cqe(&o->ring, &cqe);
+    if (r == -EINTR) continue;
+    if (r < 0) { /* (the ring itself failed: nothing more will complete) */
+      errno = -r;
+      return false;
+    }
+    int i = (int)io_uring_cqe_get_data64(cqe), res = cqe->res;
+    io_uring_cqe_seen(&o->ring, cqe);
+    inflight--;
+    if (res == -EINTR || res == -EAGAIN) res = 0; /* again, below */
+    else if (res <= 0) {
+      if (!err) err = res < 0 ? -res : EIO;
+      continue;
+    }
+    s[i].p += res, s[i].left -= (size_t)res, s[i].at += res;
+    if (s[i].left > 0 && !err) {
+      uring_push(o, kind, &s[i], i), inflight++;
+      io_uring_submit(&o->ring);
+    }
+  }
+  if (err) errno = err;
+  return err == 0;
+}
+#endif
+
+/* The chunk's fields in `fields`, whole; false with errno on failure. */
+static bool chunk_io(zoff *o, int kind, int64_t c, float *buf, int fields) {
+  int64_t len = chunk_len(o, c), lo = c * o->chunk;
+  size_t n = (size_t)len * sizeof(float);
+  seg s[4];
+  int ns = 0;
+  for (int f = F_P; f <= F_V; f <<= 1) {
+    if (!(fields & f)) continue;
+    int fd = f == F_P || f == F_G ? o->pfd : o->fd;
+    off_t at = f == F_P   ? (off_t)(o->p_off + lo * 4)
+               : f == F_G ? (off_t)(o->g_off + lo * 4)
+                          : (off_t)(lo * 2 * 4 + (f == F_V ? len * 4 : 0));
+    s[ns++] = (seg){fd, (char *)field_of(o, buf, f), n, at};
+  }
+#ifdef ZORCH_URING
+  if (o->uring) return uring_io(o, kind, s, ns);
+#endif
+  for (int i = 0; i < ns; i++)
+    if (!seg_io(kind, s[i].fd, s[i].p, s[i].left, s[i].at)) return false;
+  return true;
+}
+
+static int64_t fields_bytes(const zoff *o, int64_t c, int fields) {
+  int k = 0;
+  for (int f = F_P; f <= F_V; f <<= 1) k += (fields & f) != 0;
+  return chunk_len(o, c) * k * (int64_t)sizeof(float);
 }
 
 static void *io_main(void *arg) {
@@ -88,16 +179,17 @@ static void *io_main(void *arg) {
     bool skip = o->err != 0;
     pthread_mutex_unlock(&o->mu);
     double t0 = mono();
-    bool good = skip || chunk_io(o, op.kind, op.chunk, o->bufs[op.buf]);
+    bool good = skip || chunk_io(o, op.kind, op.chunk, o->bufs[op.buf], op.fields);
     int e = errno;
     double dt = mono() - t0;
     pthread_mutex_lock(&o->mu);
     if (!good && !o->err) {
       o->err = e ? e : EIO;
-      snprintf(o->what, sizeof o->what, "%s chunk %lld", op.kind == OP_READ ? "reading" : "writing", (long long)op.chunk);
+      snprintf(o->what, sizeof o->what, "%s chunk %lld of the state", op.kind == OP_READ ? "reading" : "writing",
+               (long long)op.chunk);
     }
     if (!skip) {
-      int64_t bytes = chunk_len(o, op.chunk) * 2 * (int64_t)sizeof(float);
+      int64_t bytes = fields_bytes(o, op.chunk, op.fields);
       if (op.kind == OP_READ) o->read_s += dt, o->read_bytes += bytes;
       else o->write_s += dt, o->write_bytes += bytes;
     }
@@ -109,10 +201,10 @@ static void *io_main(void *arg) {
 }
 
 /* Queues an op; returns its sequence number (waits while the queue is full). */
-static int64_t submit(zoff *o, int kind, int64_t c, int buf) {
+static int64_t submit(zoff *o, int kind, int64_t c, int buf, int fields) {
   pthread_mutex_lock(&o->mu);
   while (o->submitted - o->done >= QCAP) pthread_cond_wait(&o->cv, &o->mu);
-  o->q[o->submitted % QCAP] = (io_op){kind, c, buf};
+  o->q[o->submitted % QCAP] = (io_op){kind, c, buf, fields};
   int64_t seq = o->submitted++;
   pthread_cond_broadcast(&o->cv);
   pthread_mutex_unlock(&o->mu);
@@ -129,7 +221,7 @@ static zorch_status wait_op(zoff *o, int64_t seq) {
   memcpy(what, o->what, sizeof what);
   o->wait_s += mono() - t0;
   pthread_mutex_unlock(&o->mu);
-  if (e) return err_set(ZORCH_ERR_IO, "optimizer offload: %s of the state file: %s", what, strerror(e));
+  if (e) return err_set(ZORCH_ERR_IO, "optimizer offload: %s: %s", what, strerror(e));
   return ZORCH_OK;
 }
 
@@ -154,7 +246,11 @@ zoff *zoff_open(const char *dir, int64_t numel, int64_t chunk, int nbuf) {
   }
   unlink(path); /* the file lives while the store is open */
   free(path);
-  o->numel = numel, o->chunk = chunk, o->nbuf = nbuf;
+  o->numel = numel, o->chunk = chunk, o->nbuf = nbuf, o->nfield = 2, o->pfd = -1;
+#ifdef ZORCH_URING
+  const char *how = getenv("ZORCH_OFFLOAD_IO");
+  if (!(how && !strcmp(how, "pread"))) o->uring = io_uring_queue_init(8, &o->ring, 0) == 0;
+#endif
   o->nchunks = numel == 0 ? 0 : (numel + chunk - 1) / chunk;
   if (ftruncate(o->fd, (off_t)(numel * 2 * (int64_t)sizeof(float))) != 0) {
     err_set(ZORCH_ERR_IO, "optimizer offload: cannot size the state file in %s (%lld bytes): %s", dir,
@@ -181,7 +277,7 @@ zoff *zoff_open(const char *dir, int64_t numel, int64_t chunk, int nbuf) {
 void zoff_close(zoff *o) {
   if (!o) return;
   if (o->started) {
-    submit(o, OP_STOP, 0, 0);
+    submit(o, OP_STOP, 0, 0, 0);
     pthread_join(o->thread, NULL);
   }
   pthread_mutex_destroy(&o->mu);
@@ -189,7 +285,34 @@ void zoff_close(zoff *o) {
   for (int i = 0; o->bufs && i < o->nbuf; i++) free(o->bufs[i]);
   free(o->bufs);
   close(o->fd);
+  if (o->pfd >= 0) close(o->pfd);
+#ifdef ZORCH_URING
+  if (o->uring) io_uring_queue_exit(&o->ring);
+#endif
   free(o);
+}
+
+zorch_status zoff_bind_params(zoff *o, int fd, int64_t p_off, int64_t g_off) {
+  if (o->pfd >= 0) return err_set(ZORCH_ERR_STATE, "optimizer offload: the parameters are already bound");
+  float **bigger = calloc((size_t)o->nbuf, sizeof *bigger);
+  for (int i = 0; bigger && i < o->nbuf; i++)
+    if (posix_memalign((void **)&bigger[i], 4096, (size_t)o->chunk * 4 * sizeof(float))) bigger[i] = NULL;
+  bool ok = bigger != NULL;
+  for (int i = 0; ok && i < o->nbuf; i++) ok = bigger[i] != NULL;
+  int dup_fd = ok ? dup(fd) : -1;
+  if (!ok || dup_fd < 0) {
+    for (int i = 0; bigger && i < o->nbuf; i++) free(bigger[i]);
+    free(bigger);
+    return ok ? err_set(ZORCH_ERR_IO, "optimizer offload: cannot use the parameters' file: %s", strerror(errno))
+              : err_set(ZORCH_ERR_OOM, "optimizer offload: out of memory for %d buffers of %lld bytes", o->nbuf,
+                        (long long)(o->chunk * 16));
+  }
+  /* (no op is queued between steps: the old buffers are idle) */
+  for (int i = 0; i < o->nbuf; i++) free(o->bufs[i]);
+  free(o->bufs);
+  o->bufs = bigger;
+  o->nfield = 4, o->pfd = dup_fd, o->p_off = p_off, o->g_off = g_off;
+  return ZORCH_OK;
 }
 
 static zorch_status check_flat(const char *fn, const zoff *o, const zorch_tensor *t) {
@@ -203,31 +326,30 @@ static zorch_status check_flat(const char *fn, const zoff *o, const zorch_tensor
 
 static void reset_stats(zoff *o) {
   pthread_mutex_lock(&o->mu);
-  o->read_s = o->write_s = o->wait_s = 0;
+  o->read_s = o->write_s = o->wait_s = o->step_s = 0;
   o->read_bytes = o->write_bytes = 0;
   pthread_mutex_unlock(&o->mu);
 }
 
-/* Runs fn on every chunk in order, each read before and written after (as
-   `read`/`write` ask), nbuf - 1 reads ahead. */
-typedef zorch_status (*chunk_fn)(zoff *o, int64_t c, float *m, float *v, int64_t lo, int64_t len, void *ud);
-static zorch_status stream(zoff *o, bool read, bool write, chunk_fn fn, void *ud) {
+/* Runs fn on every chunk in order, the fields `rf` read before and `wf`
+   written after (0: none), nbuf - 1 reads ahead. */
+typedef zorch_status (*chunk_fn)(zoff *o, float *buf, int64_t lo, int64_t len, void *ud);
+static zorch_status stream(zoff *o, int rf, int wf, chunk_fn fn, void *ud) {
   zorch_status st = ZORCH_OK;
   int64_t *rseq = calloc((size_t)(o->nchunks > 0 ? o->nchunks : 1), sizeof *rseq), last = -1;
   if (!rseq) return err_set(ZORCH_ERR_OOM, "optimizer offload: out of memory");
   int ahead = o->nbuf - 1;
-  if (read)
-    for (int64_t c = 0; c < o->nchunks && c < ahead; c++) rseq[c] = submit(o, OP_READ, c, (int)(c % o->nbuf));
+  if (rf)
+    for (int64_t c = 0; c < o->nchunks && c < ahead; c++) rseq[c] = submit(o, OP_READ, c, (int)(c % o->nbuf), rf);
   for (int64_t c = 0; c < o->nchunks && !st; c++) {
     int b = (int)(c % o->nbuf);
-    if (read) st = wait_op(o, rseq[c]);
+    if (rf) st = wait_op(o, rseq[c]);
     else if (c >= o->nbuf && last >= 0) st = wait_op(o, last - (o->nbuf - 1)); /* the buffer's previous write */
     if (st) break;
-    float *m = o->bufs[b], *v = m + o->chunk;
-    st = fn(o, c, m, v, c * o->chunk, chunk_len(o, c), ud);
+    st = fn(o, o->bufs[b], c * o->chunk, chunk_len(o, c), ud);
     if (st) break;
-    if (write) last = submit(o, OP_WRITE, c, b);
-    if (read && c + ahead < o->nchunks) rseq[c + ahead] = submit(o, OP_READ, c + ahead, (int)((c + ahead) % o->nbuf));
+    if (wf) last = submit(o, OP_WRITE, c, b, wf);
+    if (rf && c + ahead < o->nchunks) rseq[c + ahead] = submit(o, OP_READ, c + ahead, (int)((c + ahead) % o->nbuf), rf);
   }
   /* drain: every op queued finishes before the buffers are reused */
   pthread_mutex_lock(&o->mu);
@@ -241,27 +363,51 @@ static zorch_status stream(zoff *o, bool read, bool write, chunk_fn fn, void *ud
 typedef struct {
   zorch_tensor *param, *grad;
   int64_t step;
-  const zorch_adam_opts *k;
+  int nruns;
+  const zoff_run *runs;
 } adam_ud;
 
-static zorch_status adam_chunk(zoff *o, int64_t c, float *m, float *v, int64_t lo, int64_t len, void *ud) {
-  (void)o, (void)c;
+static zorch_status adam_chunk(zoff *o, float *buf, int64_t lo, int64_t len, void *ud) {
   adam_ud *a = ud;
-  int64_t shape[1] = {len};
-  zorch_tensor *p = zorch_narrow(a->param, 0, lo, len), *g = zorch_narrow(a->grad, 0, lo, len);
-  zorch_tensor *mt = zorch_tensor_wrap(m, ZORCH_F32, 1, shape, NULL), *vt = zorch_tensor_wrap(v, ZORCH_F32, 1, shape, NULL);
-  zorch_status st = p && g && mt && vt ? zorch_adam_step(p, g, mt, vt, NULL, a->step, a->k) : zorch_last_status();
-  zorch_tensor_free(p), zorch_tensor_free(g), zorch_tensor_free(mt), zorch_tensor_free(vt);
+  zorch_status st = ZORCH_OK;
+  for (int r = 0; r < a->nruns && !st; r++) {
+    const zoff_run *run = &a->runs[r];
+    int64_t s = run->lo > lo ? run->lo : lo, e = run->lo + run->len < lo + len ? run->lo + run->len : lo + len;
+    if (e <= s) continue;
+    int64_t n = e - s, at = s - lo;
+    zorch_tensor *p, *g;
+    if (o->pfd >= 0) {
+      p = zorch_tensor_wrap(field_of(o, buf, F_P) + at, ZORCH_F32, 1, &n, NULL);
+      g = zorch_tensor_wrap(field_of(o, buf, F_G) + at, ZORCH_F32, 1, &n, NULL);
+    } else {
+      p = zorch_narrow(a->param, 0, s, n), g = zorch_narrow(a->grad, 0, s, n);
+    }
+    zorch_tensor *mt = zorch_tensor_wrap(field_of(o, buf, F_M) + at, ZORCH_F32, 1, &n, NULL);
+    zorch_tensor *vt = zorch_tensor_wrap(field_of(o, buf, F_V) + at, ZORCH_F32, 1, &n, NULL);
+    st = p && g && mt && vt ? zorch_adam_step(p, g, mt, vt, NULL, a->step, &run->k) : zorch_last_status();
+    zorch_tensor_free(p), zorch_tensor_free(g), zorch_tensor_free(mt), zorch_tensor_free(vt);
+  }
   return st;
 }
 
-zorch_status zoff_adam(zoff *o, zorch_tensor *param, zorch_tensor *grad, int64_t step, const zorch_adam_opts *k) {
+zorch_status zoff_adam(zoff *o, zorch_tensor *param, zorch_tensor *grad, int64_t step, int nruns, const zoff_run *runs) {
   zorch_status st;
   if ((st = check_flat("optimizer offload", o, param)) || (st = check_flat("optimizer offload", o, grad))) return st;
-  if (k->amsgrad) return err_set(ZORCH_ERR_ARG, "optimizer offload: amsgrad is not supported with offload to nvme");
+  for (int r = 0; r < nruns; r++) {
+    if (runs[r].k.amsgrad) return err_set(ZORCH_ERR_ARG, "optimizer offload: amsgrad is not supported with offload to nvme");
+    if (runs[r].lo < 0 || runs[r].len < 0 || runs[r].lo + runs[r].len > o->numel)
+      return err_set(ZORCH_ERR_ARG, "optimizer offload: run %d (elements %lld..%lld) is outside the %lld elements", r + 1,
+                     (long long)runs[r].lo, (long long)(runs[r].lo + runs[r].len), (long long)o->numel);
+  }
   reset_stats(o);
-  adam_ud a = {param, grad, step, k};
-  return stream(o, true, true, adam_chunk, &a);
+  double t0 = mono();
+  adam_ud a = {param, grad, step, nruns, runs};
+  int rf = o->pfd >= 0 ? F_P | F_G | F_M | F_V : F_M | F_V, wf = o->pfd >= 0 ? F_P | F_M | F_V : F_M | F_V;
+  st = stream(o, rf, wf, adam_chunk, &a);
+  pthread_mutex_lock(&o->mu);
+  o->step_s = mono() - t0;
+  pthread_mutex_unlock(&o->mu);
+  return st;
 }
 
 typedef struct {
@@ -269,9 +415,14 @@ typedef struct {
   bool get;
 } copy_ud;
 
-static zorch_status copy_chunk(zoff *o, int64_t c, float *m, float *v, int64_t lo, int64_t len, void *ud) {
-  (void)o, (void)c;
+static zorch_status copy_chunk(zoff *o, float *buf, int64_t lo, int64_t len, void *ud) {
   copy_ud *u = ud;
+  float *m = field_of(o, buf, F_M), *v = field_of(o, buf, F_V);
+  if (!u->m) { /* zeros */
+    memset(m, 0, (size_t)len * sizeof(float));
+    memset(v, 0, (size_t)len * sizeof(float));
+    return ZORCH_OK;
+  }
   if (u->get) {
     memcpy(u->m + lo, m, (size_t)len * sizeof(float));
     memcpy(u->v + lo, v, (size_t)len * sizeof(float));
@@ -286,19 +437,70 @@ zorch_status zoff_get(zoff *o, zorch_tensor *m, zorch_tensor *v) {
   zorch_status st;
   if ((st = check_flat("optimizer offload", o, m)) || (st = check_flat("optimizer offload", o, v))) return st;
   copy_ud u = {zorch_tensor_data(m), zorch_tensor_data(v), true};
-  return stream(o, true, false, copy_chunk, &u);
+  return stream(o, F_M | F_V, 0, copy_chunk, &u);
 }
 
 zorch_status zoff_put(zoff *o, const zorch_tensor *m, const zorch_tensor *v) {
   zorch_status st;
   if ((st = check_flat("optimizer offload", o, m)) || (st = check_flat("optimizer offload", o, v))) return st;
   copy_ud u = {zorch_tensor_data(m), zorch_tensor_data(v), false};
-  return stream(o, false, true, copy_chunk, &u);
+  return stream(o, 0, F_M | F_V, copy_chunk, &u);
+}
+
+zorch_status zoff_zero(zoff *o) {
+  copy_ud u = {NULL, NULL, false};
+  return stream(o, 0, F_M | F_V, copy_chunk, &u);
 }
 
 void zoff_get_stats(const zoff *o, zoff_stats *s) {
   pthread_mutex_lock((pthread_mutex_t *)&o->mu);
-  *s = (zoff_stats){o->numel * 2 * (int64_t)sizeof(float), (int64_t)o->nbuf * o->chunk * 2 * (int64_t)sizeof(float),
-                    o->read_s, o->write_s, o->wait_s, o->read_bytes, o->write_bytes};
+  *s = (zoff_stats){o->numel * 2 * (int64_t)sizeof(float),
+                    (int64_t)o->nbuf * o->chunk * o->nfield * (int64_t)sizeof(float),
+                    o->read_s, o->write_s, o->wait_s, o->step_s, o->read_bytes, o->write_bytes, o->uring};
   pthread_mutex_unlock((pthread_mutex_t *)&o->mu);
+}
+
+zorch_status zoff_probe(const char *dir, int64_t bytes, double *write_mbps, double *read_mbps, bool *direct) {
+  const size_t blk = 4u << 20;
+  int64_t nblk = bytes / (int64_t)blk > 0 ? bytes / (int64_t)blk : 1;
+  char *path = malloc(strlen(dir) + 32);
+  void *buf = NULL;
+  if (!path || posix_memalign(&buf, 4096, blk)) {
+    free(path);
+    return err_set(ZORCH_ERR_OOM, "offload probe: out of memory");
+  }
+  memset(buf, 0x5a, blk);
+  sprintf(path, "%s/zorch-probe-XXXXXX", dir);
+  *direct = true;
+  int fd = mkostemp(path, O_DIRECT);
+  if (fd < 0 && errno == EINVAL) *direct = false, fd = mkstemp(path);
+  if (fd < 0) {
+    zorch_status st = err_set(ZORCH_ERR_IO, "offload probe: cannot make a file in %s: %s", dir, strerror(errno));
+    free(path), free(buf);
+    return st;
+  }
+  unlink(path);
+  free(path);
+  bool ok = true;
+  double t0 = mono();
+  for (int64_t i = 0; i < nblk && ok; i++) {
+    ok = seg_io(OP_WRITE, fd, buf, blk, (off_t)(i * (int64_t)blk));
+    if (!ok && i == 0 && *direct && errno == EINVAL) { /* (O_DIRECT accepted at open, refused at write) */
+      int fl = fcntl(fd, F_GETFL);
+      *direct = false;
+      ok = fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0 && seg_io(OP_WRITE, fd, buf, blk, 0);
+    }
+  }
+  if (ok) ok = fdatasync(fd) == 0;
+  double t1 = mono();
+  for (int64_t i = 0; i < nblk && ok; i++) ok = seg_io(OP_READ, fd, buf, blk, (off_t)(i * (int64_t)blk));
+  double t2 = mono();
+  int e = errno;
+  close(fd);
+  free(buf);
+  if (!ok) return err_set(ZORCH_ERR_IO, "offload probe: I/O in %s failed: %s", dir, strerror(e));
+  double mb = (double)(nblk * (int64_t)blk) / 1e6;
+  *write_mbps = mb / (t1 - t0 > 1e-9 ? t1 - t0 : 1e-9);
+  *read_mbps = mb / (t2 - t1 > 1e-9 ? t2 - t1 : 1e-9);
+  return ZORCH_OK;
 }

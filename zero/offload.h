@@ -4,7 +4,9 @@
    reading ahead and writing behind on an I/O thread while the current chunk is
    updated, so memory holds `nbuf` chunks, not the shard. The update is
    zorch_adam_step on each chunk: the same arithmetic, element for element, as
-   over the whole shard. */
+   over the whole shard. With the parameters on NVMe too (offload_param), the
+   store is bound to their file and streams parameter, gradient and moments
+   together. */
 #ifndef ZORCH_ZERO_OFFLOAD_H
 #define ZORCH_ZERO_OFFLOAD_H
 #include <stdint.h>
@@ -19,19 +21,40 @@ typedef struct zoff zoff;
    error set. */
 zoff *zoff_open(const char *dir, int64_t numel, int64_t chunk, int nbuf);
 void zoff_close(zoff *o);
+/* The parameters and gradients of the store's elements live in the file fd
+   (duplicated: the store keeps its own descriptor), float32 from byte offsets
+   p_off and g_off: from now on zoff_adam reads both with the moments and
+   writes the parameters back, and ignores the data of the tensors it is
+   given (their sizes are still checked). The buffers grow to four fields. */
+zorch_status zoff_bind_params(zoff *o, int fd, int64_t p_off, int64_t g_off);
+/* The elements [lo, lo + len) of the store that one group's options update. */
+typedef struct {
+  int64_t lo, len;
+  zorch_adam_opts k;
+} zoff_run;
 /* One Adam step of param (float32, numel contiguous elements on the CPU) with
-   grad, the moments streamed from and back to the file. */
-zorch_status zoff_adam(zoff *o, zorch_tensor *param, zorch_tensor *grad, int64_t step, const zorch_adam_opts *k);
+   grad, the moments streamed from and back to the file; each run's elements
+   with its options, the others left as they are. */
+zorch_status zoff_adam(zoff *o, zorch_tensor *param, zorch_tensor *grad, int64_t step, int nruns, const zoff_run *runs);
 /* The moments, whole, into m and v (float32, numel, contiguous), or from them
-   into the file (checkpoints). */
+   into the file (checkpoints); zoff_zero sets both to zeros (a fresh state). */
 zorch_status zoff_get(zoff *o, zorch_tensor *m, zorch_tensor *v);
 zorch_status zoff_put(zoff *o, const zorch_tensor *m, const zorch_tensor *v);
+zorch_status zoff_zero(zoff *o);
 
 typedef struct {
-  int64_t file_bytes;   /* on disk */
+  int64_t file_bytes;   /* on disk: the moments */
   int64_t buffer_bytes; /* in memory, the chunk buffers */
   double read_s, write_s, wait_s; /* the last step: I/O thread busy reading, writing; the step waiting for it */
-  int64_t read_bytes, write_bytes; /* the last step */
+  double step_s;                  /* the last step, start to end */
+  int64_t read_bytes, write_bytes; /* the last step (parameters and gradients included when bound) */
+  bool uring; /* the I/O went through io_uring (else pread/pwrite) */
 } zoff_stats;
 void zoff_get_stats(const zoff *o, zoff_stats *s);
+
+/* The disk under dir, measured: `bytes` written then read back with direct
+   I/O (O_DIRECT, 4 MiB requests) in a file made and unlinked there, in MB/s
+   (10^6 bytes). Where the filesystem refuses direct I/O (tmpfs) the result
+   is through the page cache and *direct says so. ZORCH_OK or the error. */
+zorch_status zoff_probe(const char *dir, int64_t bytes, double *write_mbps, double *read_mbps, bool *direct);
 #endif

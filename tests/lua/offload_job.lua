@@ -1,22 +1,40 @@
 -- A small job for tests/lua/test_offload.lua, run by `zorch launch`:
---   offload_job.lua STAGE NVME_DIR|- CHUNK STEPS SAVE [CKPT_DIR [resume]]
+--   offload_job.lua STAGE NVME_DIR|cpu|- CHUNK STEPS SAVE [CKPT_DIR [resume]]
 -- trains a 10-40-3 MLP with AdamW under the Engine at STAGE, its optimizer
 -- state offloaded to NVME_DIR in CHUNK-element chunks ("-": no offload), for
 -- STEPS optimizer steps in total, saves the weights to SAVE; with CKPT_DIR it
 -- saves a checkpoint there at the end, or with "resume" starts from it.
+-- ZORCH_TEST_GROUPS=1: two parameter groups (weights; biases with their own lr
+-- and no weight decay). ZORCH_TEST_PARAM=1: the parameters on nvme too
+-- (offload_param, stage 3). ZORCH_TEST_ACCUM=k: k micro-batches a step.
+-- ZORCH_TEST_DEFER=1: the model built under nn.deferred (filled at prepare).
+-- ZORCH_TEST_OFFLOAD_HOST=1: the GPU ranks' path (a host copy of the shard
+-- stepped) on CPU ranks.
 local zorch = require "zorch"
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 local stage, nvme, chunk, steps, save, ckdir, resume = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4]),
   arg[5], arg[6], arg[7] == "resume"
 zorch.manual_seed(3)
-local model = nn.Sequential(nn.Linear(10, 40), nn.ReLU(), nn.Linear(40, 3))
-local X, Y = zorch.randn(192, 10), zorch.randn(192, 3)
 local _, world = debug.getregistry()["zorch.private"]._comm()
+local accum = tonumber(os.getenv("ZORCH_TEST_ACCUM") or "1") // 1
 local e = zorch.Engine{zero_stage = stage, gradient_clipping = 0.5, reduce_bucket_size = 50, seed = 1,
-                       offload_optimizer = nvme ~= "-" and {device = "nvme", nvme_path = nvme, buffer_count = 3,
-                                                             chunk = chunk} or false}
-local loader = data.DataLoader(data.TensorDataset(X, Y), {batch_size = 24 // world, shuffle = true, seed = 2})
-local m, ld, opt = e:prepare(model, loader, optim.AdamW(model:parameters(), {lr = 1e-2, weight_decay = 0.01}))
+                       gradient_accumulation_steps = accum,
+                       offload_optimizer = nvme == "cpu" and {device = "cpu"} or
+                                           nvme ~= "-" and {device = "nvme", nvme_path = nvme, buffer_count = 3,
+                                                            chunk = chunk} or false,
+                       offload_param = nvme ~= "-" and os.getenv("ZORCH_TEST_PARAM") and
+                                       {device = "nvme", nvme_path = nvme} or false}
+-- (after the Engine, whose seed resets the generator: a deferred model draws
+-- its values at prepare, from where an eager one would)
+local X, Y = zorch.randn(192, 10), zorch.randn(192, 3)
+local function build() return nn.Sequential(nn.Linear(10, 40), nn.ReLU(), nn.Linear(40, 3)) end
+local model = os.getenv("ZORCH_TEST_DEFER") and nn.deferred(build) or build()
+local loader = data.DataLoader(data.TensorDataset(X, Y), {batch_size = 24 // world // accum, shuffle = true, seed = 2})
+local params = model:parameters()
+if os.getenv("ZORCH_TEST_GROUPS") then
+  params = {{params = {params[1], params[3]}}, {params = {params[2], params[4]}, lr = 2e-2, weight_decay = 0}}
+end
+local m, ld, opt = e:prepare(model, loader, optim.AdamW(params, {lr = 1e-2, weight_decay = 0.01}))
 local done = 0
 if resume then done = e:load_checkpoint(ckdir).step end
 while done < steps do
@@ -29,8 +47,8 @@ while done < steps do
 end
 if ckdir and not resume then e:save_checkpoint(ckdir) end
 e:save(m:state_dict(), save)
-if e.rank == 0 and nvme ~= "-" then
+if e.rank == 0 and nvme ~= "-" and nvme ~= "cpu" then
   local r = e:memory_report()
-  print(("offload: nvme %d bytes, buffers %d bytes, optimizer_state in memory %d bytes"):format(r.nvme, r.offload_buffers,
-                                                                                                r.optimizer_state))
+  print(("offload: nvme %d bytes, buffers %d bytes, optimizer_state in memory %d bytes, parameters %d, gradients %d"):format(
+    r.nvme, r.offload_buffers, r.optimizer_state, r.parameters, r.gradients))
 end

@@ -20,7 +20,7 @@ do
   local store = Z._offload_open(tmp, n, 100, 3)
   local k = {lr = 1e-2, beta1 = 0.9, beta2 = 0.99, eps = 1e-8, weight_decay = 0.1, decoupled = true}
   for step = 1, 4 do
-    store:adam(p, g, step, k)
+    store:adam(p, g, step, {{0, n, k}})
     Z._adam_step(p2, g, m2, v2, nil, step, k)
     g = zorch.randn({n})
   end
@@ -28,6 +28,7 @@ do
   store:get(m, v)
   tap.ok(same(p, p2) and same(m, m2) and same(v, v2), "4 streamed steps over 11 chunks equal the in-memory step, bit for bit")
   local st = store:stats()
+  tap.ok(st.io == "io_uring" or st.io == "pread", "the store names its I/O: " .. tostring(st.io))
   tap.ok(st.file_bytes == n * 8 and st.buffer_bytes == 3 * 100 * 8,
          ("the file holds both moments (%d bytes), memory 3 chunk buffers (%d bytes)"):format(st.file_bytes, st.buffer_bytes))
   store:put(m2 * 2, v2 * 3)
@@ -35,7 +36,7 @@ do
   tap.ok(same(m, m2 * 2) and same(v, v2 * 3), "put then get gives the moments back")
   local names = io.popen("ls -A " .. tmp):read("a")
   tap.ok(names == "", "the state file is not left in nvme_path (unlinked while open): '" .. names .. "'")
-  tap.raises("a wrong size is an error", function() store:adam(zorch.zeros({5}), zorch.zeros({5}), 1, k) end,
+  tap.raises("a wrong size is an error", function() store:adam(zorch.zeros({5}), zorch.zeros({5}), 1, {{0, 5, k}}) end,
              "optimizer offload", "1003")
   store:close()
   tap.raises("a closed store says so", function() store:get(m, v) end, "closed")
@@ -58,20 +59,78 @@ do
   tap.raises("amsgrad with nvme offload is refused", function()
     prep(function(ps) return zorch.optim.Adam(ps, {amsgrad = true}) end, {offload_optimizer = nvme})
   end, "amsgrad")
-  tap.raises("two parameter groups with nvme offload are refused", function()
-    prep(function(ps) return zorch.optim.AdamW({{params = {ps[1]}}, {params = {ps[2]}, weight_decay = 0}}) end,
-         {offload_optimizer = nvme})
-  end, "offload_optimizer", "one parameter group", "2")
+  tap.raises("offload_param nvme below stage 3 is refused", function()
+    zorch.Engine{zero_stage = 2, offload_optimizer = nvme, offload_param = {device = "nvme", nvme_path = tmp}}
+  end, "offload_param", "zero_stage 3")
+  tap.raises("offload_param nvme without the optimizer on nvme is refused", function()
+    zorch.Engine{zero_stage = 3, offload_param = {device = "nvme", nvme_path = tmp}}
+  end, "offload_param", "offload_optimizer")
+  tap.raises("offload_param nvme with bf16 is refused", function()
+    zorch.Engine{zero_stage = 3, precision = "bf16", offload_optimizer = nvme, offload_param = {device = "nvme", nvme_path = tmp}}
+  end, "offload_param", "float32", "bf16")
+  tap.raises("offload_param with a bad buffer_size is refused", function()
+    zorch.Engine{zero_stage = 3, offload_param = {device = "cpu", buffer_size = 0}}
+  end, "offload_param", "buffer_size")
   tap.raises("nvme without a path is refused", function() zorch.Engine{offload_optimizer = {device = "nvme"}} end,
              "offload_optimizer")
+end
+
+-- one plug-in point: whichever way the inner optimizer is stepped (step, the
+-- runs of groups), the moments come from the store and never sit in its state
+do
+  local function run(off)
+    zorch.manual_seed(5)
+    local model = zorch.nn.Linear(6, 4)
+    local e = zorch.Engine{zero_stage = 1, offload_optimizer = off}
+    e:prepare(model, nil, zorch.optim.Adam(model:parameters(), {lr = 0.1}))
+    local inner, t = e.inner, e.target
+    for _ = 1, 3 do
+      t.grad = zorch.randn({t:numel()})
+      inner:step()
+      inner:_step_runs(t, zorch.randn({t:numel()}), e.runs)
+    end
+    t.grad = nil
+    return t:clone(), inner
+  end
+  local want, plain = run(false)
+  local got, off = run({device = "nvme", nvme_path = tmp, buffer_count = 2, chunk = 7})
+  tap.ok(same(want, got), "inner:step() and inner:_step_runs() both step through the store, bit for bit")
+  tap.ok(off.state[1].exp_avg == nil and off.state[1].step == 6, "the state table holds the step count only")
+  local a, b = plain:full_state(1), off:full_state(1)
+  tap.ok(same(a.exp_avg, b.exp_avg) and same(a.exp_avg_sq, b.exp_avg_sq), "full_state reads the moments back from the store")
+  local sd = off:state_dict()
+  tap.ok(same(sd.state[1].exp_avg, a.exp_avg), "state_dict holds the moments as a run without offload does")
+end
+
+-- the parameters on nvme: state dicts in and out (the shard written through
+-- sync_shard into the file); a deferred model keeps what it loaded before prepare
+do
+  local nvme = {device = "nvme", nvme_path = tmp, buffer_count = 2}
+  local function model() return zorch.nn.Sequential(zorch.nn.Linear(5, 7), zorch.nn.ReLU(), zorch.nn.Linear(7, 3)) end
+  zorch.manual_seed(9)
+  local sd = model():state_dict()
+  local e = zorch.Engine{zero_stage = 3, offload_optimizer = nvme, offload_param = {device = "nvme", nvme_path = tmp}}
+  local mm = model()
+  local m = e:prepare(mm, nil, zorch.optim.Adam(mm:parameters()))
+  m:load_state_dict(sd)
+  local got, all = m:state_dict(), true
+  for k, v in pairs(sd) do all = all and same(v, got[k]) end
+  tap.ok(all, "offload_param: load_state_dict after prepare writes the shard to the file, state_dict reads it back")
+  local d = zorch.nn.deferred(model)
+  d:load_state_dict(sd)
+  local e2 = zorch.Engine{zero_stage = 3, offload_optimizer = nvme, offload_param = {device = "nvme", nvme_path = tmp}}
+  local m2 = e2:prepare(d, nil, zorch.optim.Adam(d:parameters()))
+  got, all = m2:state_dict(), true
+  for k, v in pairs(sd) do all = all and same(v, got[k]) end
+  tap.ok(all, "a deferred model loaded before prepare keeps the loaded values")
 end
 
 -- the job under zorch launch
 local bin = tap.zorch()
 if tap.has_mpi(bin) then
-  local function job(n, stage, nvme, steps, save, extra)
-    local text, good = tap.run(("%s launch -n %d lua/offload_job.lua %d %s 50 %d %s %s"):format(bin, n, stage, nvme, steps,
-                                                                                                save, extra or ""))
+  local function job(n, stage, nvme, steps, save, extra, env)
+    local text, good = tap.run(("%s%s launch -n %d lua/offload_job.lua %d %s 50 %d %s %s"):format(env or "", bin, n, stage,
+                                                                                                  nvme, steps, save, extra or ""))
     if not good then print("# " .. text:gsub("\n", "\n# ")) end
     return good and zorch.load(save), text
   end
@@ -91,6 +150,63 @@ if tap.has_mpi(bin) then
                "memory_report: the rank's moments (288 elements x 8 bytes) on nvme, none in memory")
       end
     end
+  end
+  -- two parameter groups (weights and biases, their own lr and weight decay):
+  -- their runs of each shard stream through the store in one pass
+  for stage = 1, 3 do
+    local plain = job(2, stage, "-", 4, ("%s/gp%d.st"):format(tmp, stage), nil, "ZORCH_TEST_GROUPS=1 ")
+    local off = job(2, stage, tmp, 4, ("%s/go%d.st"):format(tmp, stage), nil, "ZORCH_TEST_GROUPS=1 ")
+    tap.ok(equal_sd(plain, off), ("stage %d, 2 ranks, 2 parameter groups: the weights with nvme offload are those without"):format(
+      stage))
+  end
+  -- offload_param: the shard and its gradients in a file too (stage 3); with
+  -- gradient accumulation (buckets added into the file) and parameter groups
+  local P = "ZORCH_TEST_PARAM=1 "
+  for _, n in ipairs({1, 2, 4}) do
+    local plain = job(n, 3, "-", 5, ("%s/pp%d.st"):format(tmp, n))
+    local off, text = job(n, 3, tmp, 5, ("%s/po%d.st"):format(tmp, n), nil, P)
+    tap.ok(equal_sd(plain, off), ("offload_param nvme, %d rank(s): the weights are those without offload, bit for bit"):format(n))
+    if n == 2 then
+      tap.ok(text:find("nvme 4608 bytes", 1, true) ~= nil and text:find("parameters 0, gradients 0", 1, true) ~= nil,
+             "memory_report: moments, shard and gradients (288 elements x 16 bytes) on nvme; no shard in memory")
+    end
+  end
+  do
+    local plain = job(2, 3, "-", 4, tmp .. "/pa.st", nil, "ZORCH_TEST_ACCUM=2 ")
+    local off = job(2, 3, tmp, 4, tmp .. "/pa1.st", nil, P .. "ZORCH_TEST_ACCUM=2 ")
+    tap.ok(equal_sd(plain, off), "offload_param nvme, 2 micro-batches a step: the weights are those without, bit for bit")
+    plain = job(2, 3, "-", 4, tmp .. "/pg.st", nil, "ZORCH_TEST_GROUPS=1 ")
+    off = job(2, 3, tmp, 4, tmp .. "/pg1.st", nil, P .. "ZORCH_TEST_GROUPS=1 ")
+    tap.ok(equal_sd(plain, off), "offload_param nvme, 2 parameter groups: the weights are those without, bit for bit")
+    plain = job(2, 3, "-", 4, tmp .. "/pd.st")
+    off = job(2, 3, tmp, 4, tmp .. "/pd1.st", nil, P .. "ZORCH_TEST_DEFER=1 ")
+    tap.ok(equal_sd(plain, off), "nn.deferred with offload_param: each group filled in the file, the weights as built eagerly")
+    off = job(2, 2, "-", 4, tmp .. "/pd2.st", nil, "ZORCH_TEST_DEFER=1 ")
+    tap.ok(equal_sd(job(2, 2, "-", 4, tmp .. "/pd3.st"), off), "nn.deferred without offload: filled in place at prepare")
+    local u = job(2, 3, tmp, 4, tmp .. "/io1.st", nil, P)
+    local r = job(2, 3, tmp, 4, tmp .. "/io2.st", nil, P .. "ZORCH_OFFLOAD_IO=pread ")
+    tap.ok(u and equal_sd(u, r), "the I/O thread through pread/pwrite (ZORCH_OFFLOAD_IO=pread) gives the same weights")
+    -- the GPU ranks' offload (a host copy of the shard stepped by the CPU Adam,
+    -- copies both ways), taken on CPU ranks: the same bits
+    local H = "ZORCH_TEST_OFFLOAD_HOST=1 "
+    for stage = 1, 3 do
+      local want1 = job(2, stage, "-", 4, ("%s/h%d.st"):format(tmp, stage))
+      tap.ok(equal_sd(want1, job(2, stage, "cpu", 4, ("%s/hc%d.st"):format(tmp, stage), nil, H)),
+             ("stage %d: offload_optimizer cpu through a host copy gives the same weights"):format(stage))
+      tap.ok(equal_sd(want1, job(2, stage, tmp, 4, ("%s/hn%d.st"):format(tmp, stage), nil, H)),
+             ("stage %d: offload_optimizer nvme through a host copy gives the same weights"):format(stage))
+    end
+    local wanth = job(2, 2, "-", 6, tmp .. "/hw.st")
+    job(2, 2, "cpu", 3, tmp .. "/hh.st", tmp .. "/ck_host", H)
+    tap.ok(equal_sd(wanth, job(2, 2, "cpu", 6, tmp .. "/hg.st", tmp .. "/ck_host resume", H)),
+           "a host-copy run resumes from its checkpoint (the copy refreshed at load), bit for bit")
+    local want = job(2, 3, "-", 6, tmp .. "/pw.st")
+    job(2, 3, tmp, 3, tmp .. "/ph.st", tmp .. "/ck_param", P)
+    local got = job(2, 3, "-", 6, tmp .. "/pgot.st", tmp .. "/ck_param resume")
+    tap.ok(equal_sd(want, got), "a checkpoint taken with offload_param resumes without it, bit for bit")
+    job(2, 3, "-", 3, tmp .. "/ph2.st", tmp .. "/ck_param2")
+    local got2 = job(2, 3, tmp, 6, tmp .. "/pgot2.st", tmp .. "/ck_param2 resume", P)
+    tap.ok(equal_sd(want, got2), "a checkpoint taken without offload resumes with offload_param, bit for bit")
   end
   -- checkpoints: with offload at step 3, resumed without (and the other way) to step 6
   for stage = 2, 3 do
