@@ -49,6 +49,8 @@ local DEFAULTS = {
                                    -- prepare moves the model there; cuda collectives run over NCCL
   data_group = false,              -- a zorch.Group: the ranks holding replicas of this model, over which
                                    -- ZeRO partitions and gradients are averaged (default: every rank)
+  layout = false,                  -- a zorch.dist.layout: data_group is its data group, the clipping norm is
+                                   -- summed over its model group, checkpoints record each rank's place
 }
 
 local CHECKS = {
@@ -84,6 +86,10 @@ local CHECKS = {
   device = {function(v) return v == "cpu" or v == "cuda" or (type(v) == "string" and v:match("^cuda:%d+$") ~= nil) end,
             "\"cpu\", \"cuda\" or \"cuda:N\""},
   data_group = {function(v) return v == false or is_group(v) end, "false or a zorch.Group"},
+  layout = {function(v)
+    return v == false or (type(v) == "table" and is_group(v.data) and is_group(v.model) and is_group(v.tensor)
+      and type(v.sizes) == "table" and type(v.coords) == "table")
+  end, "false or a zorch.dist.layout{...}"},
 }
 
 -- This process's rank among those on its machine (one GPU each).
@@ -147,14 +153,18 @@ function zorch.Engine(cfg, overrides)
   -- wall_clock_breakdown prints with the step lines: every steps_per_print steps, DeepSpeed's default 10
   if c.wall_clock_breakdown and not c.steps_per_print then c.steps_per_print = 10 end
   local _, _, backend = zorch._comm()
-  local group = c.data_group or zorch._group_world()
+  if c.layout and c.data_group and c.data_group ~= c.layout.data then
+    error("Engine: data_group and layout disagree: give layout alone (its data group is the engine's)", 2)
+  end
+  local group = c.data_group or (c.layout and c.layout.data) or zorch._group_world()
   local rank, world = group:rank(), group:size()
   zorch._comm_timeout(c.comm_timeout)
   local device = c.device == "cuda" and ("cuda:" .. zorch.local_rank()) or c.device
   -- steps: the optimizer steps taken (a skipped step does not count); checkpoint
   -- tags (step<N>) and resuming use it
   local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, steps = 0,
-                          device = device, group = group}, Engine)
+                          device = device, group = group, layout = c.layout or nil,
+                          first = zorch._group_world():rank() == 0}, Engine)
   e:reset_scaler()
   if #unimplemented > 0 and rank == 0 then
     for _, g in ipairs(zorch._unimplemented_groups(unimplemented)) do
@@ -368,6 +378,7 @@ function Engine:prepare(model, loader, opt, sched)
   self.user_opt = opt
   self.offload = zorch._offload_optimizer(self) -- offload_optimizer: the moments in a file
   self.runs = self:group_runs(group_of, params, opt)
+  self.norm_runs = self:model_norm_runs(model, params)
   local engine = self
   local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,
                                     __tostring = function() return tostring(opt) end})
@@ -406,7 +417,7 @@ function Engine:prepare(model, loader, opt, sched)
   end
   self.optimizer = wrapped
   if self.cfg.scheduler then self.lr_scheduler = zorch._make_scheduler(self.cfg.scheduler, opt) end
-  if self.rank == 0 and os.getenv("ZORCH_QUIET") == nil then self:print_summary() end
+  if self.first and os.getenv("ZORCH_QUIET") == nil then self:print_summary() end
   return model, loader, wrapped
 end
 
@@ -532,7 +543,11 @@ function Engine:optimizer_step()
   local t0 = self.wall and zorch.clock()
   local grad, sharded = self.zero:reduced_grad()
   local overflow
-  self.last_norm, overflow = self.zero:clip(grad, sharded, self.cfg.gradient_clipping, self.scaler.scale)
+  if self.norm_runs then
+    self.last_norm, overflow = self:model_clip(grad, sharded)
+  else
+    self.last_norm, overflow = self.zero:clip(grad, sharded, self.cfg.gradient_clipping, self.scaler.scale)
+  end
   local t1 = self.wall and zorch.clock()
   if self.wall then self.wall.reduction = self.wall.reduction + (t1 - t0) end
   overflow = overflow and self.cfg.precision == "fp16" -- (fp32 and bf16 step as they always did)
@@ -596,6 +611,63 @@ function Engine:print_step()
     w.forward, w.backward, w.reduction, w.step = 0, 0, 0, 0
   end
   self.print_t0, self.print_step_n, self.print_loss, self.print_micro = now, self.steps, nil, nil
+end
+
+-- ---- the norm over a model split across ranks (layout with tensor or pipeline > 1) ----
+
+-- The runs {first (from 1), count, weight} of this rank's slice whose squares
+-- count in the model's norm: a parameter split across the tensor group
+-- (module.tp_split) counts whole on each rank, a replicated one 1/T on each of
+-- its T copies, so the sum over the model group counts every element once.
+-- nil without a layout that splits the model.
+function Engine:model_norm_runs(model, params)
+  local L = self.layout
+  if not L or L.model:size() == 1 then return nil end
+  local T = L.sizes.tensor
+  local split = zorch.nn.tp_splits(model)
+  local weight, i = {}, 0
+  for name in model:named_parameters() do
+    i = i + 1
+    weight[i] = split[name] ~= nil and 1 or 1 / T
+  end
+  local shard = self.zero:memory().shard
+  local lo = self.cfg.zero_stage == 0 and 0 or self.rank * shard
+  local len = self.zero:target():numel()
+  local runs, off = {}, 0
+  for k, p in ipairs(params) do
+    local a, b = math.max(off, lo), math.min(off + p:numel(), lo + len)
+    if a < b then
+      local last = runs[#runs]
+      if last and last[3] == weight[k] and last[1] + last[2] == a - lo + 1 then last[2] = last[2] + b - a
+      else runs[#runs + 1] = {a - lo + 1, b - a, weight[k]} end
+    end
+    off = off + p:numel()
+  end
+  return runs
+end
+
+-- The global norm (the sum of squares over the data group's shards, then the
+-- model group), and the gradient unscaled and clipped by one factor. Returns
+-- the norm and whether it overflowed.
+function Engine:model_clip(grad, sharded)
+  local sq = 0
+  for _, r in ipairs(self.norm_runs) do sq = sq + r[3] * zorch._sumsq(grad:narrow(1, r[1], r[2])) end
+  local t = zorch.tensor({sq}, {dtype = "float64"})
+  if sharded and self.world_size > 1 then
+    zorch._comm_label("the gradient norm")
+    self.group:allreduce(t)
+  end
+  zorch._comm_label("the gradient norm over the model group")
+  self.layout.model:allreduce(t)
+  sq = t:item()
+  local scale, max_norm = self.scaler.scale, self.cfg.gradient_clipping
+  local norm = math.sqrt(sq) / scale
+  if not (sq == sq and sq < math.huge) then return norm, true end
+  local coef, clip = 1 / scale, max_norm / (norm + 1e-6)
+  if max_norm > 0 and clip < 1 then coef = coef * clip end
+  -- (the engine's clip with no norm limit scales by 1 / loss_scale: coef)
+  if coef ~= 1 then self.zero:clip(grad, false, 0, 1 / coef) end
+  return norm, false
 end
 
 -- With a prepared optimizer the engine clips inside its step, from the shards:
@@ -662,7 +734,7 @@ function Engine:mean(x)
 end
 
 function Engine:print(...)
-  if self.rank == 0 then print(...) end
+  if self.first then print(...) end
 end
 
 -- (rank 0 writes; a state dict taken under stage 3 was gathered by the model)

@@ -27,7 +27,8 @@ local opt = zorch.flags(arg, {
   beta2 = {0.99, "AdamW's beta2 (beta1 is 0.9)"},
   ["weight-decay"] = {0.1, "AdamW's decoupled weight decay, on the 2-d parameters only"},
   clip = {1.0, "gradient clipping: max global norm (0: off)"},
-  ["zero-stage"] = {0, "ZeRO stage (0-3)"},
+  ["zero-stage"] = {nil, "ZeRO stage (0-3; default 0, or 1 over the data-parallel ranks with --tensor-parallel)",
+                   type = "integer"},
   precision = {"fp32", "fp32 or bf16 (16-bit parameters and activations, fp32 master weights)",
                choices = {"fp32", "bf16"}},
   data = {"/usr/share/gocode/src/github.com/pierrec/lz4/testdata/pg1661.txt",
@@ -52,6 +53,8 @@ local opt = zorch.flags(arg, {
   ["checkpoint-activations"] = {false, "recompute each block in backward instead of keeping its activations"},
   ["print-every"] = {1, "a step line every N steps"},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
+  ["tensor-parallel"] = {1, "tensor-parallel ranks T: each block's matrices, its heads and the vocabulary split " ..
+                         "T ways (Megatron's layers); the data-parallel ranks are the rest"},
   bench = {0, "time N training steps (forward, backward, AdamW step) after a warm-up one, print JSON lines, and stop"},
 }, "usage: zorch models/gpt2.lua [flags]")
 
@@ -135,9 +138,10 @@ end
 -- cache: nil, or a table holding this layer's past keys and values (k, v); the
 -- new ones are appended to it.
 function CausalSelfAttention:forward(x, cache)
-  local B, T, C = x:size(1), x:size(2), x:size(3)
-  local H = self.n_head
+  local B, T = x:size(1), x:size(2)
+  local H = self.n_head -- (this rank's heads under tensor parallelism)
   local qkv = self.c_attn(x)
+  local C = qkv:size(3) // 3 -- (and their width)
   local function heads(t) return t:reshape(B, T, H, C // H):transpose(2, 3) end -- (B, H, T, D)
   local q = heads(qkv:narrow(3, 1, C))
   local k = heads(qkv:narrow(3, C + 1, C))
@@ -221,6 +225,22 @@ end
 -- ---- data: token ids, a train/validation split, batches --------------------------------------
 
 local rank, world = Z._comm()
+-- Tensor parallelism: the world as tensor x data ranks (zorch.dist.layout); the
+-- ranks of a tensor group read the same batches, so batches go by data rank.
+local TP = opt["tensor-parallel"]
+local layout
+if TP > 1 then
+  if TP < 1 or world % TP ~= 0 then usage("--tensor-parallel %d does not divide the %d ranks", TP, world) end
+  if cfg.heads % TP ~= 0 then usage("--heads %d is not a multiple of --tensor-parallel %d", cfg.heads, TP) end
+  if cfg.vocab % TP ~= 0 then usage("--vocab %d is not a multiple of --tensor-parallel %d", cfg.vocab, TP) end
+  for _, f in ipairs({"sample", "save-hf", "logits"}) do
+    if opt[f] ~= 0 and opt[f] ~= "" then usage("--%s needs the whole model: not with --tensor-parallel", f) end
+  end
+  layout = zorch.dist.layout{tensor = TP}
+  rank, world = layout.coords.data, layout.sizes.data
+elseif TP < 1 then
+  usage("--tensor-parallel must be >= 1, got %d", TP)
+end
 local device = "cpu" -- where batches go: the Engine's device, set once it is made
 local tokens = try("--data", data.load_tokens, opt.data, {dtype = binary and "uint16" or "uint8"})
 local ntok = tokens:numel()
@@ -261,7 +281,29 @@ end
 
 local function loss_of(model, x, y)
   local logits = model(x)
+  if layout then -- logits split by vocabulary: the loss without gathering them
+    return nn.vocab_parallel_cross_entropy(logits:reshape(B * T, logits:size(3)), y:reshape(B * T), layout.tensor)
+  end
   return zorch.cross_entropy(logits:reshape(B * T, cfg.vocab), y:reshape(B * T))
+end
+
+-- Megatron's layers in place of the full ones, each rank keeping its slices of
+-- the weights the model was made with: per block, the fused q, k, v matmul
+-- column-parallel by head groups and the output projection row-parallel (one
+-- all-reduce), the MLP's c_fc column- and c_proj row-parallel (one more); the
+-- token embedding split by vocabulary, with the tied head reading its slice.
+local function tensor_parallel(m, g)
+  for _, b in ipairs(m.h) do
+    b.attn.c_attn = nn.ColumnParallelLinear.from(b.attn.c_attn, {group = g, blocks = 3})
+    b.attn.c_proj = nn.RowParallelLinear.from(b.attn.c_proj, {group = g})
+    rawset(b.attn, "n_head", cfg.heads // g:size())
+    b.mlp.c_fc = nn.ColumnParallelLinear.from(b.mlp.c_fc, {group = g})
+    b.mlp.c_proj = nn.RowParallelLinear.from(b.mlp.c_proj, {group = g})
+  end
+  m.wte = nn.VocabParallelEmbedding.from(m.wte, {group = g})
+  local head = nn.ColumnParallelLinear.from(m.lm_head, {group = g})
+  head.weight = m.wte.weight -- (tied: the same slice of rows)
+  m.lm_head = head
 end
 
 -- ---- model, optimizer and engine ------------------------------------------------------------
@@ -281,8 +323,11 @@ if hf_init then
   try("--init " .. opt.init, model.load_state_dict, model, sd)
 end
 
-local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
-                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device}
+if layout then tensor_parallel(model, layout.tensor) end
+
+local engine = zorch.Engine{zero_stage = opt["zero-stage"] or (layout and 1 or 0), gradient_clipping = opt.clip,
+                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device,
+                            layout = layout or false}
 device = engine.device -- (the Engine picks this rank's GPU for "cuda")
 if opt["checkpoint-activations"] then rawset(model, "checkpoint", function(...) return engine:checkpoint(...) end) end
 -- AdamW as nanoGPT and llm.c use it: every 2-d parameter (the matrices and both
@@ -308,8 +353,9 @@ local function count(n)
   return n >= 1e6 and ("%.2fM"):format(n / 1e6) or n >= 1e3 and ("%.1fk"):format(n / 1e3) or tostring(n)
 end
 engine:print(("gpt2: %d layers, %d heads, dim %d, context %d, vocab %d: %s parameters; %s tokens of %s " ..
-  "(%s for validation); batch %d x %d x %d accumulation x %d ranks"):format(cfg.layers, cfg.heads, cfg.dim,
-  cfg.context, cfg.vocab, count(model:num_parameters()), count(ntok), opt.data, count(nval), B, T, opt.accum, world))
+  "(%s for validation); batch %d x %d x %d accumulation x %d ranks%s"):format(cfg.layers, cfg.heads, cfg.dim,
+  cfg.context, cfg.vocab, count(model:num_parameters()), count(ntok), opt.data, count(nval), B, T, opt.accum, world,
+  layout and (" (data parallel; tensor parallel %d)"):format(TP) or ""))
 
 -- Mean loss over the first --val-batches in-order batches of the validation split.
 local function validate()
@@ -393,6 +439,11 @@ while step < opt.steps do
 end
 if opt.steps > 0 and split.val then engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate())) end
 if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]) end
+if layout then -- bytes per group over the run (rank 0's: its tensor group and its data group)
+  local ts, tr = layout.tensor:bytes()
+  engine:print(("comm: tensor group sent %d received %d bytes; data group sent %d received %d bytes (last step)"):format(
+    ts, tr, engine:comm_report().sent, engine:comm_report().received))
+end
 
 -- ---- Hugging Face export --------------------------------------------------------------------
 
