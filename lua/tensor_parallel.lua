@@ -77,14 +77,23 @@ function dist.assemble(slices, split)
   return zorch.cat(parts, spec.dim):contiguous()
 end
 
+-- t all-reduced in place (a contiguous tensor of its own); 16-bit tensors are
+-- summed in float32 and rounded once (the CPU collectives take float32 and float64).
+local function allreduce_(group, t, op)
+  local dt = t:dtype()
+  if dt == "float32" or dt == "float64" then return group:allreduce(t, op) end
+  local f = t:float()
+  group:allreduce(f, op)
+  return t:copy_(f)
+end
+
 -- f: identity forward; the gradient all-reduced over the group in backward.
 function dist.copy_to(group, x)
   if group:size() == 1 then return x end
   return zorch._grad_fn(x, {x}, function(g)
     local r = g:contiguous():clone()
     zorch._comm_label("a tensor-parallel input gradient")
-    group:allreduce(r)
-    return r
+    return allreduce_(group, r)
   end)
 end
 
@@ -93,7 +102,7 @@ function dist.reduce_from(group, x)
   if group:size() == 1 then return x end
   local s = x:detach():contiguous():clone()
   zorch._comm_label("a tensor-parallel partial sum")
-  group:allreduce(s)
+  allreduce_(group, s)
   return zorch._grad_fn(s, {x}, function(g) return g end)
 end
 
@@ -103,10 +112,13 @@ function dist.gather_last(group, x)
   if T == 1 then return x end
   local c = x:size(x:dim())
   local lead = x:numel() // c
-  local send = x:detach():contiguous()
-  local recv = zorch.zeros(T * x:numel(), {dtype = x:dtype(), device = x:device()})
+  local dt = x:dtype()
+  local wide = dt == "float32" or dt == "float64"
+  local send = wide and x:detach():contiguous() or x:detach():float()
+  local recv = zorch.zeros(T * x:numel(), {dtype = send:dtype(), device = x:device()})
   zorch._comm_label("a tensor-parallel gather")
   group:allgather(send:view(-1), recv)
+  if not wide then recv = recv:to(dt) end
   local shape = {}
   for i = 1, x:dim() - 1 do shape[i] = x:size(i) end
   shape[#shape + 1] = T * c
@@ -296,7 +308,7 @@ function nn.vocab_parallel_cross_entropy(logits, targets, group)
   local N, per = logits:size(1), logits:size(2)
   local m = zorch.max(logits:detach(), 2, true):contiguous():clone() -- (N, 1): a shift, no gradient
   zorch._comm_label("the vocabulary-parallel max")
-  group:allreduce(m, "max")
+  allreduce_(group, m, "max")
   local z = logits - m
   local sum = dist.reduce_from(group, zorch.exp(z):sum(2))                -- (N,)
   local l, inside = local_ids(targets, group:rank() * per, per, logits:dtype())

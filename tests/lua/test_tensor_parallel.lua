@@ -173,6 +173,15 @@ do
     ("a one-process checkpoint resumes at (tensor 2, data 2) (worst relative %.2g)"):format(worst(loss, loss1, 11, 20)))
 end
 
+-- bf16: the all-reduces of 16-bit activations (summed in float32) follow one process's bf16 run
+do
+  local b1 = steps(("%s %s %s --batch-size 4 --steps 4 --precision bf16"):format(bin, gpt, common))
+  local b4 = steps(("%s launch -n 4 %s %s --batch-size 2 --tensor-parallel 2 --steps 4 --precision bf16"):format(
+    bin, gpt, common))
+  tap.ok(worst(b4, b1, 1, 4) <= 0.01, ("bf16 at (tensor 2, data 2): 4 losses within 1%% of one process's bf16 run " ..
+    "(worst relative %.2g)"):format(worst(b4, b1, 1, 4)))
+end
+
 -- ---- pipeline layouts, cut by hand (lua/layout_worker.lua) ----------------------------------
 
 -- a checkpoint at (pipeline 2, tensor 2) after 3 steps resumes on 1 process, at
