@@ -1,4 +1,4 @@
--- tensor_parallel.lua: Megatron's tensor parallelism. Each rank of a tensor
+-- tensorparallel.lua: Megatron's tensor parallelism. Each rank of a tensor
 -- group holds a slice of a layer's matrices:
 --   ColumnParallelLinear  rows of the weight (output features): the output stays split
 --   RowParallelLinear     columns of the weight (input features): the input is split,
@@ -21,7 +21,7 @@
 -- listed are replicated across the tensor group. Checkpoints use this to save
 -- each slice at its place in the full tensor.
 local zorch = ...
-if type(zorch) ~= "table" then require "zorch"; return package.loaded["zorch.tensor_parallel"] end
+if type(zorch) ~= "table" then require "zorch"; return package.loaded["zorch.tensorparallel"] end
 
 local nn, dist = zorch.nn, zorch.dist
 
