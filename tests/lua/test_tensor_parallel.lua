@@ -218,6 +218,18 @@ do
   if m then m:close() end
   tap.ok(text:find('"layout"', 1, true) and text:find('"split":%s*{[^}]*"dim":%s*2') ~= nil,
     "the manifest records the layout, its parts and each slice's split")
+  -- a layout that does not fit is refused, naming the field
+  local Z = debug.getregistry()["zorch.private"]
+  local ok0 = Z._read_manifest_text(text)
+  tap.ok(ok0, "the saved manifest reads back")
+  for _, c in ipairs({{'"tensor":%s*2,', '"tensor": 3,', "tensor 3 x pipeline 2 x data 1 must be world_size 4"},
+                      {'"blocks":%s*1', '"blocks": 0', "split must be {dim, blocks}"},
+                      {'"pipeline":%s*1', '"pipeline": 5', "must have a tensor and a pipeline coordinate within the layout"}}) do
+    local bad = text:gsub(c[1], c[2], 1)
+    local okb, why = Z._read_manifest_text(bad)
+    tap.ok(bad ~= text and not okb and tostring(why):find("field 'layout'", 1, true) and tostring(why):find(c[3], 1, true),
+      "a bad layout is refused: " .. tostring(why))
+  end
 end
 
 -- flags that do not fit
