@@ -173,6 +173,21 @@ do
     ("a one-process checkpoint resumes at (tensor 2, data 2) (worst relative %.2g)"):format(worst(loss, loss1, 11, 20)))
 end
 
+-- PyTorch's losses (tests/golden/gpt2_losses.txt, from gen_gpt2.py with the same
+-- weights) at (tensor 2, data 2), starting from the Hugging Face file
+do
+  local want = {}
+  for line in io.lines("golden/gpt2_losses.txt") do
+    local st, l = line:match("^(%d+) (%S+)$")
+    want[tonumber(st)] = tonumber(l)
+  end
+  local parity = "--init golden/gpt2_init.safetensors --heads 4 --steps 10 --lr 3e-3 --min-lr 3e-4 --warmup 3 " ..
+    "--beta2 0.99 --weight-decay 1 --clip 1 --no-shuffle --val-batches 1 --data " .. TEXT
+  local got = steps(("%s launch -n 4 %s %s --batch-size 2 --tensor-parallel 2"):format(bin, gpt, parity))
+  tap.ok(worst(got, want, 1, 10) <= 1e-4, ("--init at (tensor 2, data 2): 10 losses equal PyTorch's (worst relative " ..
+    "%.2g)"):format(worst(got, want, 1, 10)))
+end
+
 -- bf16: the all-reduces of 16-bit activations (summed in float32) follow one process's bf16 run
 do
   local b1 = steps(("%s %s %s --batch-size 4 --steps 4 --precision bf16"):format(bin, gpt, common))
