@@ -237,7 +237,7 @@ do
   local Z = debug.getregistry()["zorch.private"]
   local ok0 = Z._read_manifest_text(text)
   tap.ok(ok0, "the saved manifest reads back")
-  for _, c in ipairs({{'"tensor":%s*2,', '"tensor": 3,', "tensor 3 x pipeline 2 x data 1 must be world_size 4"},
+  for _, c in ipairs({{'"tensor":%s*2', '"tensor": 3', "tensor 3 x pipeline 2 x data 1 must be world_size 4"},
                       {'"blocks":%s*1', '"blocks": 0', "split must be {dim, blocks}"},
                       {'"pipeline":%s*1', '"pipeline": 5', "must have a tensor and a pipeline coordinate within the layout"}}) do
     local bad = text:gsub(c[1], c[2], 1)
