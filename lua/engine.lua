@@ -260,7 +260,7 @@ function Engine:check_batch(loader)
       "(%d samples)%s: the loader makes no batch, so no step would run"):format(global, b, w, n,
       loader.drop_last and " and drop_last is set" or ""), 0)
   end
-  if train > n and self.rank == 0 then
+  if train > n and self.first then
     io.stderr:write(("zorch: warning: the train batch of %.0f samples (%d per rank x %d accumulation x %d ranks) is " ..
       "larger than the data set (%d samples): %s\n"):format(train, b, k, w, n,
       global > n and "every batch is the data set's short last batch" or "an optimizer step spans epochs"))
@@ -554,7 +554,7 @@ function Engine:optimizer_step()
   self:update_scale(overflow)
   if overflow then
     self.last_skipped = true
-    if self.rank == 0 and os.getenv("ZORCH_QUIET") == nil then
+    if self.first and os.getenv("ZORCH_QUIET") == nil then
       io.stderr:write(("zorch: step %d overflowed (gradient norm %s): skipped, loss scale now %g\n"):format(
         self.steps + 1, tostring(self.last_norm), self.scaler.scale))
     end
@@ -739,7 +739,7 @@ end
 
 -- (rank 0 writes; a state dict taken under stage 3 was gathered by the model)
 function Engine:save(tbl, path)
-  if self.rank == 0 then zorch.save(tbl, path) end
+  if self.first then zorch.save(tbl, path) end
 end
 
 zorch._Engine = Engine -- for lua/checkpoint.lua
