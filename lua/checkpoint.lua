@@ -6,6 +6,13 @@
 --   DIR/TAG@G/manifest.json        names, shapes, offsets, counters, loader, RNG,
 --                                  and each file's size and FNV-1a hash
 --   DIR/latest                     the folder name (TAG@G), replaced atomically
+-- With a layout that splits the model (Engine{layout = ...}, tensor or pipeline
+-- > 1) there is one file per world rank, its pieces are ranges of the rank's own
+-- (tensor-sliced) parameters, and the manifest's "layout" records each part
+-- (tensor and pipeline coordinate): its parameters, their flat offsets and how
+-- each is sliced from the full tensor. Loading assembles the full tensor of
+-- every parameter a rank needs and cuts the rank's slice from it, so any
+-- (data, pipeline, tensor) layout resumes from any other.
 -- G is a generation: a save always writes a folder no earlier save used, and a
 -- folder is complete once its manifest.json exists (written last, atomically).
 -- Publication is the atomic rename of DIR/latest; only then are older folders of
@@ -75,7 +82,7 @@ end
 FIELDS.numel = function(v) if not is_int(v, 1, MAX_ELEMENTS) then return "must be an integer from 1 to 2^50" end end
 FIELDS.shard = function(v, m)
   if not is_int(v, 1, MAX_ELEMENTS) then return "must be an integer from 1 to 2^50" end
-  if is_int(m.numel, 1) and is_int(m.world_size, 1) then
+  if is_int(m.numel, 1) and is_int(m.world_size, 1) and m.layout == nil then
     local least = (m.numel + m.world_size - 1) // m.world_size
     if v < least or v > least + 1024 then
       return ("must be from %d to %d (numel %d over %d ranks, padded)"):format(least, least + 1024, m.numel, m.world_size)
@@ -234,6 +241,64 @@ FIELDS.files = function(v, m)
     end
   end
 end
+-- the layout of a checkpoint saved from a model split across ranks (optional)
+local function split_error(v)
+  if v == nil then return end
+  if type(v) ~= "table" or not is_int(v.dim, 1, 64) or not is_int(v.blocks, 1, MAX_ELEMENTS) then
+    return "split must be {dim, blocks} (integers >= 1)"
+  end
+  for k in pairs(v) do if k ~= "dim" and k ~= "blocks" then return "split has an unknown field " .. readable(k) end end
+end
+FIELDS.layout = function(v, m)
+  if type(v) ~= "table" then return "must be an object {tensor, pipeline, data, parts}" end
+  for k in pairs(v) do
+    if k ~= "tensor" and k ~= "pipeline" and k ~= "data" and k ~= "parts" then
+      return "has an unknown field " .. readable(k)
+    end
+  end
+  for _, k in ipairs({"tensor", "pipeline", "data"}) do
+    if not is_int(v[k], 1, 1 << 24) then return ("field '%s' must be an integer >= 1"):format(k) end
+  end
+  if is_int(m.world_size, 1) and v.tensor * v.pipeline * v.data ~= m.world_size then
+    return ("tensor %d x pipeline %d x data %d must be world_size %d"):format(v.tensor, v.pipeline, v.data, m.world_size)
+  end
+  if not is_seq(v.parts) or #v.parts ~= v.tensor * v.pipeline then
+    return "parts must list one part per tensor and pipeline coordinate"
+  end
+  local seen = {}
+  for i, part in ipairs(v.parts) do
+    local where = ("part %d"):format(i)
+    if type(part) ~= "table" or not is_int(part.tensor, 0, v.tensor - 1) or not is_int(part.pipeline, 0, v.pipeline - 1) then
+      return where .. " must have a tensor and a pipeline coordinate within the layout"
+    end
+    local key = part.tensor .. "," .. part.pipeline
+    if seen[key] then return where .. " repeats a coordinate" end
+    seen[key] = true
+    if not is_int(part.numel, 1, MAX_ELEMENTS) or not is_int(part.shard, 1, MAX_ELEMENTS) or
+       part.shard * v.data < part.numel then
+      return where .. ": numel and shard must be integers >= 1 with shard x data >= numel"
+    end
+    if not is_seq(part.params) or #part.params == 0 then return where .. ": params must be a non-empty list" end
+    local off = 0
+    for _, e in ipairs(part.params) do
+      if type(e) ~= "table" or type(e.name) ~= "string" or e.name == "" or e.offset ~= off or not is_seq(e.shape) then
+        return ("%s: parameters must be {name, offset (the numels before it), numel, shape, split?}"):format(where)
+      end
+      local n = 1
+      for _, d in ipairs(e.shape) do
+        if not is_int(d, 0, MAX_ELEMENTS) or (d > 0 and n > MAX_ELEMENTS // d) then return ("%s: '%s' has a bad shape"):format(where, e.name) end
+        n = n * d
+      end
+      if e.numel ~= n then return ("%s: '%s': numel must be its shape's product"):format(where, e.name) end
+      local why = split_error(e.split)
+      if why then return ("%s: '%s': %s"):format(where, e.name, why) end
+      if e.split and e.split.dim > #e.shape then return ("%s: '%s': split dim beyond its shape"):format(where, e.name) end
+      off = off + n
+    end
+    if off ~= part.numel then return ("%s: params hold %d elements, numel is %d"):format(where, off, part.numel) end
+  end
+end
+
 local ORDER = {"format", "version", "tag", "world_size", "zero_stage", "precision", "numel", "shard", "params", "files",
                "step", "micro", "lr", "optimizer", "optimizer_state", "state_fields", "loader", "rng_offset",
                "scheduler_step", "extra"}
@@ -265,6 +330,10 @@ local function manifest_error(m)
   if m.param_groups ~= nil then
     local why = FIELDS.param_groups(m.param_groups, m)
     if why then return ("field 'param_groups' %s"):format(why) end
+  end
+  if m.layout ~= nil then
+    local why = FIELDS.layout(m.layout, m)
+    if why then return ("field 'layout' %s"):format(why) end
   end
 end
 
@@ -306,6 +375,138 @@ local function next_generation(dir)
   return g + 1
 end
 
+-- ---- checkpoints across layouts ----------------------------------------------------------
+
+-- Whether the engine's model is split across ranks (a layout with tensor or
+-- pipeline > 1): then files go by world rank and the manifest has a layout.
+local function split_model(engine) return engine.layout ~= nil and engine.layout.model:size() > 1 end
+
+-- This rank's part: its coordinates, flat size and shard, and its parameters
+-- (local shapes) with the split of each sliced one.
+local function my_part(engine, params, numel)
+  local L = engine.layout
+  local splits = zorch.nn.tp_splits(engine.model)
+  local out = {}
+  for i, p in ipairs(params) do
+    local e = {name = p.name, offset = p.offset, numel = p.numel, shape = p.shape}
+    if splits[p.name] ~= nil and L and L.sizes.tensor > 1 then e.split = zorch.dist.split_spec(splits[p.name]) end
+    out[i] = e
+  end
+  return {tensor = L and L.coords.tensor or 0, pipeline = L and L.coords.pipeline or 0, numel = numel,
+          shard = engine.zero:memory().shard, params = out}
+end
+
+-- The full shape of a parameter of a part in a layout of T tensor ranks.
+local function full_shape(e, T)
+  local shape = {}
+  for i, d in ipairs(e.shape) do shape[i] = (e.split and e.split.dim == i) and d * T or d end
+  return shape
+end
+
+-- Every rank's string, in world rank order (collective over the world).
+local function allgather_strings(s)
+  local world = zorch._group_world()
+  local n, r = world:size(), world:rank()
+  local lens = zorch.zeros(n, {dtype = "float64"})
+  lens[r + 1] = #s
+  world:allreduce(lens)
+  local max = math.tointeger(lens:max():item())
+  local bytes = {string.byte(s, 1, -1)}
+  for i = #bytes + 1, max do bytes[i] = 0 end
+  local recv = zorch.zeros(n * max, {dtype = "float64"})
+  world:allgather(zorch.tensor(bytes, {dtype = "float64"}), recv)
+  local all, v = {}, recv:totable()
+  for k = 0, n - 1 do
+    local len = math.tointeger(lens[k + 1]:item())
+    local chars = {}
+    for i = 1, len do chars[i] = string.char(math.tointeger(v[k * max + i])) end
+    all[k + 1] = table.concat(chars)
+  end
+  return all
+end
+
+-- The layout for the manifest (collective): every part once, and the full
+-- model's parameters (each name once, in stage then part order).
+local function manifest_layout(engine, part)
+  local L = engine.layout
+  local texts = allgather_strings(zorch._json_encode(part))
+  local parts, seen = {}, {}
+  for _, text in ipairs(texts) do
+    local q = zorch._json_decode(text, true)
+    local key = q.tensor .. "," .. q.pipeline
+    if not seen[key] then seen[key] = true; parts[#parts + 1] = q end
+  end
+  table.sort(parts, function(a, b) return a.pipeline < b.pipeline or (a.pipeline == b.pipeline and a.tensor < b.tensor) end)
+  local full, named, off = {}, {}, 0
+  for _, q in ipairs(parts) do
+    for _, e in ipairs(q.params) do
+      if not named[e.name] then
+        named[e.name] = true
+        local shape = full_shape(e, L.sizes.tensor)
+        local n = 1
+        for _, d in ipairs(shape) do n = n * d end
+        full[#full + 1] = {name = e.name, offset = off, numel = n, shape = shape}
+        off = off + n
+      end
+    end
+  end
+  return {tensor = L.sizes.tensor, pipeline = L.sizes.pipeline, data = L.sizes.data, parts = parts}, full, off
+end
+
+-- What a checkpoint holds, as parts (a checkpoint without a layout is one part
+-- over its data ranks), and the world rank whose file holds data rank d of a part.
+local function sources(manifest)
+  local Lm = manifest.layout or {tensor = 1, pipeline = 1, data = manifest.world_size,
+    parts = {{tensor = 0, pipeline = 0, numel = manifest.numel, shard = manifest.shard, params = manifest.params}}}
+  local byname = {} -- name -> tensor coordinate -> {part, entry} (the first stage holding it)
+  for _, part in ipairs(Lm.parts) do
+    for _, e in ipairs(part.params) do
+      byname[e.name] = byname[e.name] or {}
+      byname[e.name][part.tensor] = byname[e.name][part.tensor] or {part, e}
+    end
+  end
+  local function file_of(part, d)
+    return (part.pipeline * Lm.data + d) * Lm.tensor + part.tensor -- (zorch.dist.rank_of)
+  end
+  return Lm, byname, file_of
+end
+
+-- The full tensor of parameter `name` (kind "param" or "state.<field>") from
+-- the checkpoint in folder `where`: each holding part's local tensor from its
+-- data ranks' pieces, the tensor ranks' slices put together.
+local function full_tensor(who, where, src, name, kind)
+  local Lm, byname, file_of = src[1], src[2], src[3]
+  local holders = byname[name]
+  if not holders or not holders[0] then error(("%s: %s has no parameter '%s'"):format(who, where, name), 0) end
+  local function local_tensor(h)
+    local part, e = h[1], h[2]
+    local out = zorch.zeros(e.numel)
+    for d = 0, Lm.data - 1 do
+      local lo = math.max(e.offset, d * part.shard)
+      local hi = math.min(e.offset + e.numel, (d + 1) * part.shard, part.numel)
+      if hi > lo then
+        local file = ("%s/rank%d.safetensors"):format(where, file_of(part, d))
+        local key = ("%s/%s/%d"):format(kind, name, lo - e.offset)
+        local ok, t = pcall(zorch.load, file, key)
+        if not ok or not zorch.is_tensor(t) or t:numel() ~= hi - lo then
+          error(("%s: %s lacks '%s' covering elements %d-%d of '%s' (it belongs in rank%d.safetensors)"):format(
+            who, where, key, lo - e.offset, hi - e.offset - 1, name, file_of(part, d)), 0)
+        end
+        out:narrow(1, lo - e.offset + 1, hi - lo):copy_(t)
+      end
+    end
+    return out:view(e.shape)
+  end
+  local split = holders[0][2].split
+  if not split then return local_tensor(holders[0]) end
+  local slices = {}
+  for t = 0, Lm.tensor - 1 do
+    if not holders[t] then error(("%s: %s has no tensor slice %d of '%s'"):format(who, where, t, name), 0) end
+    slices[t + 1] = local_tensor(holders[t])
+  end
+  return zorch.dist.assemble(slices, split)
+end
+
 function Engine:save_checkpoint(dir, opts)
   if not self.inner then error("save_checkpoint: call prepare with an optimizer first", 2) end
   opts = opts or {}
@@ -320,17 +521,20 @@ function Engine:save_checkpoint(dir, opts)
   local params, numel = layout(self)
   -- rank 0 picks a folder no save used before and tells the others its generation
   local gen = zorch.zeros(1, {dtype = "float64"})
-  if self.rank == 0 then
+  -- (one rank leads: world rank 0; files are named by world rank)
+  local world = zorch._group_world()
+  local lead, wrank, nfiles = world:rank() == 0, world:rank(), world:size()
+  if lead then
     zorch._mkdir(dir)
     gen:fill_(next_generation(dir))
   end
-  if self.world_size > 1 then
+  if nfiles > 1 then
     zorch._comm_label("save_checkpoint's folder")
     zorch._allreduce(gen)
   end
   local folder = ("%s@%d"):format(tag, math.tointeger(gen:item()))
   local where = dir .. "/" .. folder
-  if self.rank == 0 then zorch._mkdir(where) end
+  if lead then zorch._mkdir(where) end
   stop_after("folder")
   barrier()
   -- this rank's pieces: the part of [lo, hi) its shard owns (stage 0: its share)
@@ -354,18 +558,20 @@ function Engine:save_checkpoint(dir, opts)
   end
   -- buffers are not sharded: each rank keeps its own, rank 0's are saved
   local buffers = {}
-  if self.rank == 0 then
+  if lead then
     for name, b in self.model:named_buffers() do
       pieces["buffer/" .. name] = b:to("cpu")
       buffers[#buffers + 1] = {name = name, shape = b.shape, dtype = b:dtype()}
     end
   end
-  zorch.save(pieces, ("%s/rank%d.safetensors"):format(where, self.rank))
+  zorch.save(pieces, ("%s/rank%d.safetensors"):format(where, wrank))
+  local split_layout, full_params, full_numel
+  if split_model(self) then split_layout, full_params, full_numel = manifest_layout(self, my_part(self, params, numel)) end
   barrier()
   stop_after("shards")
-  if self.rank == 0 then
+  if lead then
     local files = {}
-    for r = 0, self.world_size - 1 do
+    for r = 0, nfiles - 1 do
       local f = ("rank%d.safetensors"):format(r)
       local h = assert(zorch._file_hash(where .. "/" .. f))
       local fh = assert(io.open(where .. "/" .. f, "rb"))
@@ -376,9 +582,9 @@ function Engine:save_checkpoint(dir, opts)
     local scalars = {}
     for field, v in pairs(state) do if not zorch.is_tensor(v) then scalars[field] = v end end
     local manifest = {
-      format = FORMAT, version = VERSION, tag = tag, world_size = self.world_size,
-      zero_stage = self.cfg.zero_stage, precision = self.cfg.precision, numel = numel,
-      params = params, files = files, step = step, shard = m.shard, micro = self.micro, lr = self.user_opt.lr,
+      format = FORMAT, version = VERSION, tag = tag, world_size = nfiles,
+      zero_stage = self.cfg.zero_stage, precision = self.cfg.precision, numel = full_numel or numel,
+      params = full_params or params, files = files, step = step, shard = m.shard, layout = split_layout, micro = self.micro, lr = self.user_opt.lr,
       optimizer = getmetatable(self.inner).__name or "optimizer",
       optimizer_state = scalars, state_fields = fields, loader = self.loader and self.loader:state() or false,
       param_groups = self.user_opt.group_options and self.user_opt:group_options() or nil,
@@ -516,22 +722,33 @@ end
 function Engine:load_checkpoint(dir)
   if not self.inner then error("load_checkpoint: call prepare with an optimizer first", 2) end
   local where, manifest = open_checkpoint(dir, "load_checkpoint", self.rank)
+  if manifest.layout or split_model(self) then
+    self:load_across_layouts(where, manifest)
+  else
+    self:load_pieces(where, manifest)
+  end
+  return self:load_counters(manifest)
+end
+
+-- The parameters and optimizer state of a checkpoint without a layout into an
+-- engine without one: the pieces this rank's target covers.
+function Engine:load_pieces(where, manifest)
   -- the model must be the one saved
   local params, numel = layout(self)
   local saved = {}
   for _, p in ipairs(manifest.params) do saved[p.name] = p end
   for _, p in ipairs(params) do
     local s = saved[p.name]
-    if not s then error(("load_checkpoint: %s has no parameter '%s'"):format(where, p.name), 2) end
+    if not s then error(("load_checkpoint: %s has no parameter '%s'"):format(where, p.name), 3) end
     if table.concat(s.shape, ",") ~= table.concat(p.shape, ",") then
       error(("load_checkpoint: '%s' has shape (%s) in %s but (%s) in the model"):format(
-        p.name, table.concat(s.shape, ", "), where, table.concat(p.shape, ", ")), 2)
+        p.name, table.concat(s.shape, ", "), where, table.concat(p.shape, ", ")), 3)
     end
   end
-  if #manifest.params ~= #params then error("load_checkpoint: the checkpoint has other parameters than the model", 2) end
+  if #manifest.params ~= #params then error("load_checkpoint: the checkpoint has other parameters than the model", 3) end
   local optname = getmetatable(self.inner).__name or "optimizer"
   if manifest.optimizer ~= optname then
-    error(("load_checkpoint: %s was saved with %s, this run uses %s"):format(where, manifest.optimizer, optname), 2)
+    error(("load_checkpoint: %s was saved with %s, this run uses %s"):format(where, manifest.optimizer, optname), 3)
   end
   -- every file (its hash was checked by open_checkpoint)
   local pieces = {}
@@ -551,11 +768,11 @@ function Engine:load_checkpoint(dir)
   for name, b in self.model:named_buffers() do model_buffers[name] = b end
   for _, b in ipairs(manifest.buffers or {}) do
     local mine, t = model_buffers[b.name], pieces["buffer/" .. b.name]
-    if not mine then error(("load_checkpoint: %s has a buffer '%s' the model lacks"):format(where, b.name), 2) end
-    if not t then error(("load_checkpoint: %s lacks 'buffer/%s' in rank0.safetensors"):format(where, b.name), 2) end
+    if not mine then error(("load_checkpoint: %s has a buffer '%s' the model lacks"):format(where, b.name), 3) end
+    if not t then error(("load_checkpoint: %s lacks 'buffer/%s' in rank0.safetensors"):format(where, b.name), 3) end
     if table.concat(t.shape, ",") ~= table.concat(mine.shape, ",") then
       error(("load_checkpoint: buffer '%s' has shape (%s) in %s but (%s) in the model"):format(b.name,
-        table.concat(t.shape, ", "), where, table.concat(mine.shape, ", ")), 2)
+        table.concat(t.shape, ", "), where, table.concat(mine.shape, ", ")), 3)
     end
     mine:copy_(t)
     pieces["buffer/" .. b.name] = nil
@@ -563,14 +780,14 @@ function Engine:load_checkpoint(dir)
   end
   if manifest.buffers then
     local left = next(model_buffers)
-    if left then error(("load_checkpoint: %s has no buffer '%s'"):format(where, left), 2) end
+    if left then error(("load_checkpoint: %s has no buffer '%s'"):format(where, left), 3) end
   end
   local covered = {} -- kind -> param name -> {{a, b}, ...} (flat ranges within [lo, hi))
   for key, t in pairs(pieces) do
     local kind, name, first = key:match("^([^/]+)/(.+)/(%d+)$")
     local off, f0 = name and offsets[name], first and math.tointeger(tonumber(first))
     if not off or not f0 or not wanted[kind] then
-      error(("load_checkpoint: unexpected entry '%s' in %s"):format(key, where), 2)
+      error(("load_checkpoint: unexpected entry '%s' in %s"):format(key, where), 3)
     end
     local a, b = off + f0, off + f0 + t:numel()
     local s, e = math.max(a, lo), math.min(b, hi)
@@ -599,13 +816,77 @@ function Engine:load_checkpoint(dir)
         if gap then
           local r = gap // manifest.shard
           error(("load_checkpoint: %s lacks '%s/%s/...' covering element %d of '%s' (it belongs in rank%d.safetensors)"):format(
-            where, kind, p.name, gap - p.offset, p.name, r), 2)
+            where, kind, p.name, gap - p.offset, p.name, r), 3)
         end
       end
     end
   end
   if self.host then self.target:copy_(self.host.device_target) end -- (offload on a GPU rank: the host copy)
   self.inner.state[1] = state
+end
+
+-- Any layout into any other: for every parameter this rank's target covers,
+-- the full tensor assembled from the checkpoint's parts, this rank's slice cut
+-- from it (one full parameter in memory at a time).
+function Engine:load_across_layouts(where, manifest)
+  local who = "load_checkpoint"
+  local params, numel = layout(self)
+  local part = my_part(self, params, numel)
+  local T, t = self.layout and self.layout.sizes.tensor or 1, self.layout and self.layout.coords.tensor or 0
+  local saved = {}
+  for _, p in ipairs(manifest.params) do saved[p.name] = p end
+  for _, e in ipairs(part.params) do
+    local s = saved[e.name]
+    if not s then error(("load_checkpoint: %s has no parameter '%s'"):format(where, e.name), 3) end
+    local want = full_shape(e, T)
+    if table.concat(s.shape, ",") ~= table.concat(want, ",") then
+      error(("load_checkpoint: '%s' has shape (%s) in %s but (%s) in the model (full, over %d tensor ranks)"):format(
+        e.name, table.concat(s.shape, ", "), where, table.concat(want, ", "), T), 3)
+    end
+  end
+  local whole_model = (self.layout == nil or self.layout.sizes.pipeline == 1) and
+                      (manifest.layout == nil or manifest.layout.pipeline == 1)
+  if whole_model and #manifest.params ~= #params then
+    error("load_checkpoint: the checkpoint has other parameters than the model", 3)
+  end
+  local optname = getmetatable(self.inner).__name or "optimizer"
+  if manifest.optimizer ~= optname then
+    error(("load_checkpoint: %s was saved with %s, this run uses %s"):format(where, manifest.optimizer, optname), 3)
+  end
+  local src = {sources(manifest)}
+  local lo, hi = target_range(self, numel)
+  local target = self.zero:target()
+  local state = {}
+  for field, v in pairs(manifest.optimizer_state) do state[field] = v end
+  local kinds = {"param"}
+  for _, f in ipairs(manifest.state_fields) do
+    kinds[#kinds + 1] = "state." .. f
+    state[f] = zorch.zeros(target:numel(), {device = target:device()})
+  end
+  for _, e in ipairs(part.params) do
+    local a, b = math.max(lo, e.offset), math.min(hi, e.offset + e.numel)
+    if b > a then
+      for _, kind in ipairs(kinds) do
+        local full = full_tensor(who, where, src, e.name, kind)
+        local mine = e.split and zorch.dist.slice(full, e.split, T, t) or full
+        local dest = kind == "param" and target or state[kind:match("^state%.(.+)$")]
+        dest:narrow(1, a - lo + 1, b - a):copy_(mine:reshape(-1):narrow(1, a - e.offset + 1, b - a))
+      end
+    end
+  end
+  -- the buffers this rank's model has, from the leading rank's file
+  local model_buffers = {}
+  for name, buf in self.model:named_buffers() do model_buffers[name] = buf end
+  for _, buf in ipairs(manifest.buffers or {}) do
+    local mine = model_buffers[buf.name]
+    if mine then mine:copy_(zorch.load(where .. "/rank0.safetensors", "buffer/" .. buf.name)) end
+  end
+  self.inner.state[1] = state
+end
+
+-- The counters, options, scheduler, loss scale, loader and generator of a
+-- checkpoint, after its parameters and state are in place. Returns the manifest.
+function Engine:load_counters(manifest)
   if manifest.param_groups and self.user_opt._load_groups then -- every group's options, as saved
     self.user_opt:_load_groups(manifest.param_groups, "load_checkpoint", 3)
   else
@@ -674,9 +955,13 @@ function zorch._consolidate(...)
   local f = assert(io.open(tmp, "wb"))
   f:write(string.pack("<I8", #text), text)
   local S, total = manifest.shard, manifest.numel
+  local src = manifest.layout and {sources(manifest)}
   for _, p in ipairs(manifest.params) do
     local full = zorch.zeros(p.numel)
-    for r = 0, manifest.world_size - 1 do
+    if src then -- (a split model: the tensor slices and pipeline parts put together)
+      full = full_tensor("consolidate", where, src, p.name, "param"):reshape(-1)
+    end
+    for r = 0, src and -1 or manifest.world_size - 1 do
       local lo = math.max(p.offset, r * S)
       local hi = math.min(p.offset + p.numel, (r + 1) * S, total)
       if hi > lo then

@@ -55,6 +55,8 @@ local DEFAULTS = {
                                    -- prepare moves the model there; cuda collectives run over NCCL
   data_group = false,              -- a zorch.Group: the ranks holding replicas of this model, over which
                                    -- ZeRO partitions and gradients are averaged (default: every rank)
+  layout = false,                  -- a zorch.dist.layout: data_group is its data group, the clipping norm is
+                                   -- summed over its model group, checkpoints record each rank's place
 }
 
 local CHECKS = {
@@ -102,6 +104,10 @@ local CHECKS = {
   device = {function(v) return v == "cpu" or v == "cuda" or (type(v) == "string" and v:match("^cuda:%d+$") ~= nil) end,
             "\"cpu\", \"cuda\" or \"cuda:N\""},
   data_group = {function(v) return v == false or is_group(v) end, "false or a zorch.Group"},
+  layout = {function(v)
+    return v == false or (type(v) == "table" and is_group(v.data) and is_group(v.model) and is_group(v.tensor)
+      and type(v.sizes) == "table" and type(v.coords) == "table")
+  end, "false or a zorch.dist.layout{...}"},
 }
 
 -- This process's rank among those on its machine (one GPU each).
@@ -180,14 +186,19 @@ function zorch.Engine(cfg, overrides)
   -- wall_clock_breakdown prints with the step lines: every steps_per_print steps, DeepSpeed's default 10
   if c.wall_clock_breakdown and not c.steps_per_print then c.steps_per_print = 10 end
   local _, _, backend = zorch._comm()
-  local group = c.data_group or zorch._group_world()
+  if c.layout and c.data_group and c.data_group ~= c.layout.data then
+    error("Engine: data_group and layout disagree: give layout alone (its data group is the engine's)", 2)
+  end
+  local group = c.data_group or (c.layout and c.layout.data) or zorch._group_world()
   local rank, world = group:rank(), group:size()
   zorch._comm_timeout(c.comm_timeout)
   local device = c.device == "cuda" and ("cuda:" .. zorch.local_rank()) or c.device
   -- steps: the optimizer steps taken (a skipped step does not count); checkpoint
   -- tags (step<N>) and resuming use it
   local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, steps = 0,
-                          device = device, group = group, printer = rank == 0}, Engine)
+                          device = device, group = group, layout = c.layout or nil,
+                          first = zorch._group_world():rank() == 0,
+                          printer = zorch._group_world():rank() == 0}, Engine)
   e:reset_scaler()
   if #unimplemented > 0 and rank == 0 then
     for _, g in ipairs(zorch._unimplemented_groups(unimplemented)) do
@@ -283,7 +294,7 @@ function Engine:check_batch(loader)
       "(%d samples)%s: the loader makes no batch, so no step would run"):format(global, b, w, n,
       loader.drop_last and " and drop_last is set" or ""), 0)
   end
-  if train > n and self.rank == 0 then
+  if train > n and self.first then
     io.stderr:write(("zorch: warning: the train batch of %.0f samples (%d per rank x %d accumulation x %d ranks) is " ..
       "larger than the data set (%d samples): %s\n"):format(train, b, k, w, n,
       global > n and "every batch is the data set's short last batch" or "an optimizer step spans epochs"))
@@ -426,6 +437,7 @@ function Engine:prepare(model, loader, opt, sched)
   self.offload = zorch._offload_optimizer(self) -- offload_optimizer: the moments in a file
   self.io_start = zorch.clock()
   self.runs = self:group_runs(group_of, params, opt)
+  self.norm_runs = self:model_norm_runs(model, params)
   local engine = self
   local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,
                                     __tostring = function() return tostring(opt) end})
@@ -464,7 +476,7 @@ function Engine:prepare(model, loader, opt, sched)
   end
   self.optimizer = wrapped
   if self.cfg.scheduler then self.lr_scheduler = zorch._make_scheduler(self.cfg.scheduler, opt) end
-  if self.rank == 0 and os.getenv("ZORCH_QUIET") == nil then self:print_summary() end
+  if self.first and os.getenv("ZORCH_QUIET") == nil then self:print_summary() end
   return model, loader, wrapped
 end
 
@@ -618,8 +630,8 @@ function Engine:optimizer_step()
   local t0 = self.wall and zorch.clock()
   local grad, sharded = self.zero:reduced_grad()
   local overflow
-  if self.norm_groups then -- model parallel: the norm of the whole model (below)
-    self.last_norm, overflow = self:model_parallel_clip(grad, sharded)
+  if self.norm_runs or self.norm_groups then -- a model split across ranks: its whole norm (below)
+    self.last_norm, overflow = self:model_clip(grad, sharded)
   else
     self.last_norm, overflow = self.zero:clip(grad, sharded, self.cfg.gradient_clipping, self.scaler.scale)
   end
@@ -629,7 +641,7 @@ function Engine:optimizer_step()
   self:update_scale(overflow)
   if overflow then
     self.last_skipped = true
-    if self.rank == 0 and os.getenv("ZORCH_QUIET") == nil then
+    if self.first and os.getenv("ZORCH_QUIET") == nil then
       io.stderr:write(("zorch: step %d overflowed (gradient norm %s): skipped, loss scale now %g\n"):format(
         self.steps + 1, tostring(self.last_norm), self.scaler.scale))
     end
@@ -720,6 +732,82 @@ function Engine:note_io()
   self.io_t0 = now
 end
 
+-- ---- the norm over a model split across ranks (layout with tensor or pipeline > 1) ----
+
+-- The weight of each parameter's squares in the model's norm, so that the sum
+-- over the ranks holding the model counts every element once: a parameter
+-- split across the tensor group (module.tp_split) counts whole on each rank, a
+-- replicated one 1/T on each of its T copies, and a tied copy a pipeline stage
+-- holds besides the first (engine:add_norm_group's duplicates) not at all.
+-- nil when the model is not split (no layout splitting it, no norm group).
+function Engine:model_norm_weights(model, params)
+  local L = self.layout
+  local split_model = L and L.model:size() > 1
+  if not split_model and not self.norm_groups then return nil end
+  local T = L and L.sizes.tensor or 1
+  local split = T > 1 and zorch.nn.tp_splits(model) or {}
+  local weight, i = {}, 0
+  for name in model:named_parameters() do
+    i = i + 1
+    weight[i] = (T == 1 or split[name] ~= nil) and 1 or 1 / T
+  end
+  for k, p in ipairs(params) do
+    if self.norm_duplicates and self.norm_duplicates[p] then weight[k] = 0 end
+  end
+  return weight
+end
+
+-- The runs {first (from 1), count, weight} of this rank's slice, by weight.
+function Engine:model_norm_runs(model, params)
+  self.norm_model, self.norm_params = model, params
+  local weight = self:model_norm_weights(model, params)
+  if not weight then return nil end
+  local shard = self.zero:memory().shard
+  local lo = self.cfg.zero_stage == 0 and 0 or self.rank * shard
+  local len = self.zero:target():numel()
+  local runs, off = {}, 0
+  for k, p in ipairs(params) do
+    local a, b = math.max(off, lo), math.min(off + p:numel(), lo + len)
+    if a < b and weight[k] ~= 0 then
+      local last = runs[#runs]
+      if last and last[3] == weight[k] and last[1] + last[2] == a - lo + 1 then last[2] = last[2] + b - a
+      else runs[#runs + 1] = {a - lo + 1, b - a, weight[k]} end
+    end
+    off = off + p:numel()
+  end
+  return runs
+end
+
+-- The global norm (the sum of squares over the data group's shards, then over
+-- the model group, or the norm groups without a layout), and the gradient
+-- unscaled and clipped by one factor. Returns the norm and whether it
+-- overflowed.
+function Engine:model_clip(grad, sharded)
+  if not self.norm_runs then self.norm_runs = self:model_norm_runs(self.norm_model, self.norm_params) end
+  local sq = 0
+  for _, r in ipairs(self.norm_runs) do sq = sq + r[3] * zorch._sumsq(grad:narrow(1, r[1], r[2])) end
+  local t = zorch.tensor({sq}, {dtype = "float64"})
+  if sharded and self.world_size > 1 then
+    zorch._comm_label("the gradient norm")
+    self.group:allreduce(t)
+  end
+  zorch._comm_label("the gradient norm over the model's ranks")
+  if self.layout and self.layout.model:size() > 1 then
+    self.layout.model:allreduce(t)
+  else
+    for _, g in ipairs(self.norm_groups or {}) do g:allreduce(t) end
+  end
+  sq = t:item()
+  local scale, max_norm = self.scaler.scale, self.cfg.gradient_clipping
+  local norm = math.sqrt(sq) / scale
+  if not (sq == sq and sq < math.huge) then return norm, true end
+  local coef, clip = 1 / scale, max_norm / (norm + 1e-6)
+  if max_norm > 0 and clip < 1 then coef = coef * clip end
+  -- (the engine's clip with no norm limit scales by 1 / loss_scale: coef)
+  if coef ~= 1 then self.zero:clip(grad, false, 0, 1 / coef) end
+  return norm, false
+end
+
 -- With a prepared optimizer the engine clips inside its step, from the shards:
 -- this returns the global norm that step measured (nil before the first).
 -- Otherwise: the norm of the parameters' .grad, scaled down to max_norm.
@@ -796,7 +884,7 @@ end
 
 -- (rank 0 writes; a state dict taken under stage 3 was gathered by the model)
 function Engine:save(tbl, path)
-  if self.rank == 0 then zorch.save(tbl, path) end
+  if self.first then zorch.save(tbl, path) end
 end
 
 -- ---- model parallelism: backward from a stage's output, the norm over the whole model ----
@@ -829,7 +917,8 @@ end
 -- clipping uses sums the squares over that group too; duplicates lists this
 -- rank's parameters that another rank of the group also holds (a tied
 -- parameter's copy, a replicated one), left out here so each counts once.
--- Groups add up: a norm over pipeline stages and tensor shards takes both.
+-- Groups add up: a norm over pipeline stages and tensor shards takes both;
+-- an engine given a layout sums over its model group instead, which holds them.
 function Engine:add_norm_group(group, duplicates)
   if not is_group(group) then error("Engine:add_norm_group: argument 1 must be a zorch.Group", 2) end
   self.norm_groups = self.norm_groups or {}
@@ -838,44 +927,9 @@ function Engine:add_norm_group(group, duplicates)
   if not known then self.norm_groups[#self.norm_groups + 1] = group end
   self.norm_duplicates = self.norm_duplicates or {}
   for _, t in ipairs(duplicates or {}) do self.norm_duplicates[t] = true end
+  self.norm_runs = nil -- made again, with these, at the next clip
 end
 
--- Unscale, then clip by the norm of the whole model: the squares of this
--- rank's slice less its duplicates, summed over the data group (when the
--- gradient is sharded) and over each norm group.
-function Engine:model_parallel_clip(grad, sharded)
-  local scale = self.scaler.scale
-  local norm, overflow = self.zero:clip(grad, sharded, 0, scale)
-  if overflow then return norm, overflow end
-  local dup = 0
-  local lo = sharded and self.rank * self.zero:memory().shard or 0
-  local len, off = grad:numel(), 0
-  for _, p in ipairs(self.params) do
-    local n = p:numel()
-    if self.norm_duplicates[p] then
-      local a, b = math.max(off, lo), math.min(off + n, lo + len)
-      if a < b then dup = dup + zorch._sumsq(grad:narrow(1, a - lo + 1, b - a)) end
-    end
-    off = off + n
-  end
-  if sharded and self.world_size > 1 then
-    local t = zorch.tensor({dup}, {dtype = "float64"})
-    zorch._comm_label("the gradient norm")
-    self.group:allreduce(t)
-    dup = t:item()
-  end
-  local t = zorch.tensor({norm * norm - dup}, {dtype = "float64"})
-  for _, g in ipairs(self.norm_groups) do
-    zorch._comm_label("the gradient norm")
-    g:allreduce(t)
-  end
-  norm = math.sqrt(math.max(t:item(), 0))
-  if norm ~= norm or norm == math.huge then return norm, true end
-  local max = self.cfg.gradient_clipping
-  local clip = max / (norm + 1e-6)
-  if max > 0 and clip < 1 then grad:copy_(grad * clip) end
-  return norm, false
-end
 
 zorch._Engine = Engine -- for lua/checkpoint.lua
 return nil

@@ -27,7 +27,8 @@ local opt = zorch.flags(arg, {
   beta2 = {0.99, "AdamW's beta2 (beta1 is 0.9)"},
   ["weight-decay"] = {0.1, "AdamW's decoupled weight decay, on the 2-d parameters only"},
   clip = {1.0, "gradient clipping: max global norm (0: off)"},
-  ["zero-stage"] = {0, "ZeRO stage (0-3)"},
+  ["zero-stage"] = {nil, "ZeRO stage (0-3; default 0, or 1 over the data-parallel ranks with --tensor-parallel)",
+                   type = "integer"},
   precision = {"fp32", "fp32 or bf16 (16-bit parameters and activations, fp32 master weights)",
                choices = {"fp32", "bf16"}},
   data = {"/usr/share/gocode/src/github.com/pierrec/lz4/testdata/pg1661.txt",
@@ -52,6 +53,8 @@ local opt = zorch.flags(arg, {
   ["checkpoint-activations"] = {false, "recompute each block in backward instead of keeping its activations"},
   ["print-every"] = {1, "a step line every N steps"},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
+  ["tensor-parallel"] = {1, "tensor-parallel ranks T: each block's matrices, its heads and the vocabulary split " ..
+                         "T ways (Megatron's layers); the data-parallel ranks are the rest"},
   bench = {0, "time N training steps (forward, backward, AdamW step) after a warm-up one, print JSON lines, and stop"},
   ["pipeline-parallel"] = {nil, "pipeline stages P: the layers cut into P stages, the --accum micro-batches of a step " ..
                            "flowing through them (data parallel over ranks / P)", type = "integer"},
@@ -138,9 +141,10 @@ end
 -- cache: nil, or a table holding this layer's past keys and values (k, v); the
 -- new ones are appended to it.
 function CausalSelfAttention:forward(x, cache)
-  local B, T, C = x:size(1), x:size(2), x:size(3)
-  local H = self.n_head
+  local B, T = x:size(1), x:size(2)
+  local H = self.n_head -- (this rank's heads under tensor parallelism)
   local qkv = self.c_attn(x)
+  local C = qkv:size(3) // 3 -- (and their width)
   local function heads(t) return t:reshape(B, T, H, C // H):transpose(2, 3) end -- (B, H, T, D)
   local q = heads(qkv:narrow(3, 1, C))
   local k = heads(qkv:narrow(3, C + 1, C))
@@ -263,21 +267,41 @@ if opt["pipeline-parallel"] then
   local P = opt["pipeline-parallel"]
   local _, n = Z._comm()
   if P < 1 or n % P ~= 0 then usage("--pipeline-parallel %d does not divide the %d ranks", P, n) end
+  local _ = n -- (with --tensor-parallel, P x T must divide them: checked below)
   if P > cfg.layers + 2 then usage("--pipeline-parallel %d: more stages than the %d layers (embeddings, %d blocks, head)", P, cfg.layers + 2, cfg.layers) end
   for _, f in ipairs({"sample", "bench", "checkpoint-dir", "resume", "logits", "checkpoint-activations"}) do
     local v = opt[f]
     if v ~= nil and v ~= 0 and v ~= "" and v ~= false then usage("--%s is not available with --pipeline-parallel yet", f) end
   end
-  if opt["zero-stage"] > 1 then usage("--pipeline-parallel takes --zero-stage 0 or 1, not %d", opt["zero-stage"]) end
-  pipe_layout = zorch.dist.layout{pipeline = P}
+  if (opt["zero-stage"] or 0) > 1 then usage("--pipeline-parallel takes --zero-stage 0 or 1, not %d", opt["zero-stage"]) end
+  pipe_layout = true -- (the layout, with any tensor parallelism, is made below)
 end
 
 -- ---- data: token ids, a train/validation split, batches --------------------------------------
 
 local rank, world = Z._comm()
 local world_rank = rank
--- (a pipeline's stages read the same batches: the data ranks and size are the layout's)
-if pipe_layout then rank, world = pipe_layout.coords.data, pipe_layout.sizes.data end
+-- Tensor parallelism: each block's matrices, heads and the vocabulary split
+-- over T ranks; with --pipeline-parallel too, the world is tensor x data x
+-- pipeline ranks (zorch.dist.layout). The ranks of a tensor group and of a
+-- pipeline read the same batches, so batches go by data rank.
+local TP = opt["tensor-parallel"]
+if TP < 1 then usage("--tensor-parallel must be >= 1, got %d", TP) end
+if TP > 1 then
+  local PP = opt["pipeline-parallel"] or 1
+  if world % (TP * PP) ~= 0 then usage("--tensor-parallel %d x --pipeline-parallel %d does not divide the %d ranks", TP, PP, world) end
+  if cfg.heads % TP ~= 0 then usage("--heads %d is not a multiple of --tensor-parallel %d", cfg.heads, TP) end
+  if cfg.vocab % TP ~= 0 then usage("--vocab %d is not a multiple of --tensor-parallel %d", cfg.vocab, TP) end
+  for _, f in ipairs({"sample", "save-hf", "logits"}) do
+    if opt[f] ~= 0 and opt[f] ~= "" then usage("--%s needs the whole model: not with --tensor-parallel", f) end
+  end
+end
+local layout
+if TP > 1 or pipe_layout then
+  layout = zorch.dist.layout{tensor = TP, pipeline = opt["pipeline-parallel"] or 1}
+  if pipe_layout then pipe_layout = layout end
+  rank, world = layout.coords.data, layout.sizes.data
+end
 local device = "cpu" -- where batches go: the Engine's device, set once it is made
 local tokens = try("--data", data.load_tokens, opt.data, {dtype = binary and "uint16" or "uint8"})
 local ntok = tokens:numel()
@@ -318,7 +342,31 @@ end
 
 local function loss_of(model, x, y)
   local logits = model(x)
+  if TP > 1 then -- logits split by vocabulary: the loss without gathering them
+    return nn.vocab_parallel_cross_entropy(logits:reshape(B * T, logits:size(3)), y:reshape(B * T), layout.tensor)
+  end
   return zorch.cross_entropy(logits:reshape(B * T, cfg.vocab), y:reshape(B * T))
+end
+
+-- Megatron's layers in place of the full ones, each rank keeping its slices of
+-- the weights the model was made with: per block, the fused q, k, v matmul
+-- column-parallel by head groups and the output projection row-parallel (one
+-- all-reduce), the MLP's c_fc column- and c_proj row-parallel (one more); the
+-- token embedding split by vocabulary, with the tied head reading its slice.
+local function tp_block(b, g)
+  b.attn.c_attn = nn.ColumnParallelLinear.from(b.attn.c_attn, {group = g, blocks = 3})
+  b.attn.c_proj = nn.RowParallelLinear.from(b.attn.c_proj, {group = g})
+  rawset(b.attn, "n_head", cfg.heads // g:size())
+  b.mlp.c_fc = nn.ColumnParallelLinear.from(b.mlp.c_fc, {group = g})
+  b.mlp.c_proj = nn.RowParallelLinear.from(b.mlp.c_proj, {group = g})
+  return b
+end
+local function tensor_parallel(m, g)
+  for _, b in ipairs(m.h) do tp_block(b, g) end
+  m.wte = nn.VocabParallelEmbedding.from(m.wte, {group = g})
+  local head = nn.ColumnParallelLinear.from(m.lm_head, {group = g})
+  head.weight = m.wte.weight -- (tied: the same slice of rows)
+  m.lm_head = head
 end
 
 -- ---- model, optimizer and engine ------------------------------------------------------------
@@ -328,17 +376,28 @@ local model, pipe
 if pipe_layout then
   -- (numel: the partition by parameters need not build every layer to count it)
   local C, V = cfg.dim, cfg.vocab
-  local layers = {{name = "", build = function() return Embed(cfg) end, numel = (V + cfg.context) * C}}
-  for i = 1, cfg.layers do
-    layers[#layers + 1] = {name = "h." .. (i - 1), build = function() return pipeline_block(cfg) end,
-                           numel = 12 * C * C + 13 * C}
+  -- (with --tensor-parallel each layer is made whole, then cut to this rank's slices;
+  -- the head's weight, tied to wte, is the first stage's slice of the same rows)
+  local g = TP > 1 and layout.tensor or nil
+  local function embed()
+    local e = Embed(cfg)
+    if g then e.wte = nn.VocabParallelEmbedding.from(e.wte, {group = g}) end
+    return e
   end
-  layers[#layers + 1] = {name = "", build = function() return Head(cfg) end, numel = 2 * C + V * C}
+  local function head()
+    local h = Head(cfg)
+    if g then h.lm_head = nn.ColumnParallelLinear.from(h.lm_head, {group = g}) end
+    return h
+  end
+  local layers = {{name = "", build = embed, numel = (V + cfg.context) * C}}
+  for i = 1, cfg.layers do
+    layers[#layers + 1] = {name = "h." .. (i - 1), numel = 12 * C * C + 13 * C,
+                           build = function() local b = pipeline_block(cfg) return g and tp_block(b, g) or b end}
+  end
+  layers[#layers + 1] = {name = "", build = head, numel = 2 * C + V * C}
   pipe = nn.Pipeline{layers = layers, group = pipe_layout.pipeline, schedule = opt.schedule, seed_layers = opt.seed,
                      tied = {{"wte.weight", "lm_head.weight"}},
-                     loss = function(logits, y)
-                       return zorch.cross_entropy(logits:reshape(B * T, cfg.vocab), y:reshape(B * T))
-                     end}
+                     loss = function(logits, y) return loss_of(function() return logits end, nil, y) end}
   model = pipe
 else
   model = GPT(cfg)
@@ -353,12 +412,19 @@ if hf_init then
     sd[name] = t:float()
   end
   sd["lm_head.weight"] = sd["wte.weight"]
+  if pipe and TP > 1 then -- a stage's layers are already this tensor rank's slices: so are their values
+    for name, split in pairs(nn.tp_splits(model)) do
+      if sd[name] then sd[name] = zorch.dist.slice(sd[name], split, TP, layout.coords.tensor) end
+    end
+  end
   try("--init " .. opt.init, model.load_state_dict, model, sd, not pipe) -- (a stage loads its own names)
 end
 
-local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
+if layout and TP > 1 and not pipe then tensor_parallel(model, layout.tensor) end
+
+local engine = zorch.Engine{zero_stage = opt["zero-stage"] or (TP > 1 and 1 or 0), gradient_clipping = opt.clip,
                             gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device,
-                            data_group = pipe_layout and pipe_layout.data or nil}
+                            layout = layout or false}
 device = engine.device -- (the Engine picks this rank's GPU for "cuda")
 if opt["checkpoint-activations"] then rawset(model, "checkpoint", function(...) return engine:checkpoint(...) end) end
 -- AdamW as nanoGPT and llm.c use it: every 2-d parameter (the matrices and both
@@ -393,10 +459,19 @@ if pipe then
   pipe.group:allreduce(n)
   nparams = math.tointeger(n:item())
 end
+if TP > 1 then -- the whole model's: split ones whole, replicated ones once, over the tensor group
+  local split, mine = nn.tp_splits(model), 0
+  for name, p in model:named_parameters() do mine = mine + (split[name] and p:numel() or p:numel() / TP) end
+  if pipe then for _, t in ipairs(pipe.ties) do if t.copy then mine = mine - t.param:numel() end end end
+  local n = zorch.tensor({mine}, {dtype = "float64"})
+  layout.model:allreduce(n)
+  nparams = math.floor(n:item() + 0.5)
+end
 engine:print(("gpt2: %d layers, %d heads, dim %d, context %d, vocab %d: %s parameters; %s tokens of %s " ..
   "(%s for validation); batch %d x %d x %d accumulation x %d ranks"):format(cfg.layers, cfg.heads, cfg.dim,
   cfg.context, cfg.vocab, count(nparams), count(ntok), opt.data, count(nval), B, T, opt.accum, world) ..
-  (pipe and (" x %d pipeline stages (%s)"):format(pipe.num_stages, opt.schedule) or ""))
+  (pipe and (" x %d pipeline stages (%s)"):format(pipe.num_stages, opt.schedule) or "") ..
+  (TP > 1 and (" (data parallel; tensor parallel %d)"):format(TP) or ""))
 
 -- Mean loss over the first --val-batches in-order batches of the validation split.
 local function validate()
@@ -490,6 +565,11 @@ while step < opt.steps do
 end
 if opt.steps > 0 and split.val then engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate())) end
 if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]) end
+if layout then -- bytes per group over the run (rank 0's: its tensor group and its data group)
+  local ts, tr = layout.tensor:bytes()
+  engine:print(("comm: tensor group sent %d received %d bytes; data group sent %d received %d bytes (last step)"):format(
+    ts, tr, engine:comm_report().sent, engine:comm_report().received))
+end
 
 -- ---- Hugging Face export --------------------------------------------------------------------
 
