@@ -269,7 +269,7 @@ if opt["pipeline-parallel"] then
   if P < 1 or n % P ~= 0 then usage("--pipeline-parallel %d does not divide the %d ranks", P, n) end
   local _ = n -- (with --tensor-parallel, P x T must divide them: checked below)
   if P > cfg.layers + 2 then usage("--pipeline-parallel %d: more stages than the %d layers (embeddings, %d blocks, head)", P, cfg.layers + 2, cfg.layers) end
-  for _, f in ipairs({"sample", "bench", "checkpoint-dir", "resume", "logits", "checkpoint-activations"}) do
+  for _, f in ipairs({"sample", "bench", "logits", "checkpoint-activations"}) do
     local v = opt[f]
     if v ~= nil and v ~= 0 and v ~= "" and v ~= false then usage("--%s is not available with --pipeline-parallel yet", f) end
   end

@@ -205,5 +205,50 @@ do
   end
 end
 
+-- a checkpoint taken at (pipeline 2, tensor 2) after step 10 resumes on one
+-- process, at (data 4) and at (pipeline 2, tensor 2): steps 11-20 as the
+-- uninterrupted run; zorch consolidate writes the whole model
+do
+  local TEXT = "/usr/share/gocode/src/github.com/pierrec/lz4/testdata/pg1661.txt"
+  local args = "--init golden/gpt2_init.safetensors --heads 4 --steps 20 --lr 3e-3 --min-lr 3e-4 --warmup 3 " ..
+    "--beta2 0.99 --weight-decay 1 --clip 1 --no-shuffle --val-batches 2 --accum 2 --data " .. TEXT
+  local function losses(o)
+    local got = {}
+    for st, l in o:gmatch("step (%d+)/%d+ | loss (%S+)") do got[tonumber(st)] = tonumber(l) end
+    return got
+  end
+  local ck = dir .. "/ck3d"
+  local o, ok = tap.run(("%s launch -n 4 ../models/gpt2.lua %s --batch-size 4 --pipeline-parallel 2 --tensor-parallel 2 " ..
+    "--zero-stage 1 --checkpoint-dir %s --checkpoint-every 10"):format(bin, args, ck))
+  local ref = losses(o)
+  tap.ok(ok and ref[20], "(pipeline 2, tensor 2) with checkpoints every 10 steps" .. (ok and "" or ": " .. o))
+  -- back to the step-10 checkpoint: the later one goes
+  local f = io.open(ck .. "/latest")
+  local last = f and f:read("l")
+  if f then f:close() end
+  local ten
+  local p = io.popen("ls " .. ck)
+  for name in p:lines() do if name:match("^step10@") then ten = name end end
+  p:close()
+  if last and ten then
+    os.execute(("rm -rf %s/%s"):format(ck, last))
+    f = io.open(ck .. "/latest", "w"); f:write(ten, "\n"); f:close()
+  end
+  for _, c in ipairs({{"", "--batch-size 4", "one process"}, {"launch -n 4", "--batch-size 1", "data 4"},
+                      {"launch -n 4", "--batch-size 4 --pipeline-parallel 2 --tensor-parallel 2 --zero-stage 1",
+                       "pipeline 2 x tensor 2"}}) do
+    local o2, ok2 = tap.run(("%s %s ../models/gpt2.lua %s %s --resume %s"):format(bin, c[1], args, c[2], ck))
+    local got, worst = losses(o2), 0
+    for st = 11, 20 do worst = math.max(worst, got[st] and ref[st] and rel(got[st], ref[st]) or math.huge) end
+    tap.ok(ok and ok2 and ten and o2:find("resumed from .* at step 10") and worst <= 1e-6,
+      ("a (pipeline 2, tensor 2) checkpoint resumes at %s: steps 11-20 as the uninterrupted run (worst %.2g)"):format(
+        c[3], worst) .. (ok2 and "" or ": " .. o2))
+  end
+  local o3, ok3 = tap.run(("%s consolidate %s %s/full.safetensors"):format(bin, ck, dir))
+  local full = ok3 and zorch.load(dir .. "/full.safetensors")
+  tap.ok(full and full["wte.weight"] and full["wte.weight"].shape[1] == 256 and full["h.0.attn.c_attn.weight"].shape[1] == 192,
+    "zorch consolidate writes the whole model from the (pipeline 2, tensor 2) checkpoint" .. (ok3 and "" or ": " .. o3))
+end
+
 os.execute("rm -rf " .. dir)
 tap.done()
