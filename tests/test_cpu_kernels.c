@@ -394,6 +394,64 @@ static void rows16(zorch_generator *g, zorch_dtype dt) {
   for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) zorch_tensor_free(fr[i]);
 }
 
+/* The float32 layer norm backward (lanes per row, columns in blocks) against
+   double, and its weight gradient the same on 1 and 2 threads. */
+static void layer_norm_bwd_rows(zorch_generator *g) {
+  int64_t rows = 300, c = 700; /* not a multiple of 16 or 64 */
+  zorch_tensor *x0 = zorch_randn(SHAPE(rows, c), ZORCH_F32, CPU, g), *x = zorch_add_scalar(x0, 5);
+  zorch_tensor *w = zorch_randn(SHAPE(c), ZORCH_F32, CPU, g), *b = zorch_randn(SHAPE(c), ZORCH_F32, CPU, g);
+  zorch_tensor *r = zorch_randn(SHAPE(rows, c), ZORCH_F32, CPU, g);
+  zorch_set_requires_grad(x, true), zorch_set_requires_grad(w, true), zorch_set_requires_grad(b, true);
+  double *gw1 = NULL;
+  for (int th = 1; th <= 2; th++) {
+    zorch_set_num_threads(th);
+    zorch_tensor *y = zorch_layer_norm(x, 1, w, b, 1e-5), *yr = zorch_mul(y, r);
+    zorch_tensor *l = zorch_sum(yr, 0, NULL, false);
+    bool run = l && !zorch_backward(l, NULL, false);
+    double *gx = run ? values(zorch_grad(x)) : NULL, *gw = run ? values(zorch_grad(w)) : NULL;
+    double *gb = run ? values(zorch_grad(b)) : NULL;
+    const float *xp = zorch_tensor_data(x), *wp = zorch_tensor_data(w), *rp = zorch_tensor_data(r);
+    double *aw = calloc((size_t)c, sizeof(double)), *ab = calloc((size_t)c, sizeof(double));
+    int64_t bad = 0;
+    for (int64_t i = 0; gx && i < rows; i++) {
+      const float *xr = xp + i * c, *gr = rp + i * c;
+      double mu = 0, var = 0, s1 = 0, s2 = 0;
+      for (int64_t j = 0; j < c; j++) mu += xr[j];
+      mu /= (double)c;
+      for (int64_t j = 0; j < c; j++) var += (xr[j] - mu) * (xr[j] - mu);
+      double rs = 1 / sqrt(var / (double)c + 1e-5);
+      for (int64_t j = 0; j < c; j++) {
+        double gh = (double)gr[j] * wp[j];
+        s1 += gh, s2 += gh * (xr[j] - mu) * rs;
+        aw[j] += (double)gr[j] * (xr[j] - mu) * rs, ab[j] += gr[j];
+      }
+      for (int64_t j = 0; j < c; j++) {
+        double ref = rs * ((double)gr[j] * wp[j] - s1 / (double)c - (xr[j] - mu) * rs * s2 / (double)c);
+        if (!near(gx[i * c + j], ref, 1e-5, 1e-5)) bad++;
+      }
+    }
+    for (int64_t j = 0; gw && j < c; j++)
+      if (!near(gw[j], aw[j], 1e-5, 1e-4) || !near(gb[j], ab[j], 1e-6, 1e-5)) bad++;
+    ok(run && gx && bad == 0, "float32 layer_norm backward matches double on %d thread%s (%lld off)", th,
+       th > 1 ? "s" : "", (long long)bad);
+    if (th == 1) {
+      gw1 = gw;
+      gw = NULL;
+    } else {
+      bool same = gw1 && gw;
+      for (int64_t j = 0; same && j < c; j++) same = gw1[j] == gw[j];
+      ok(same, "its weight gradient is the same on 1 and 2 threads");
+    }
+    free(gx), free(gw), free(gb), free(aw), free(ab);
+    zorch_set_grad(x, NULL), zorch_set_grad(w, NULL), zorch_set_grad(b, NULL);
+    zorch_tensor_free(y), zorch_tensor_free(yr), zorch_tensor_free(l);
+  }
+  zorch_set_num_threads(0);
+  free(gw1);
+  zorch_tensor *fr[] = {x0, x, w, b, r};
+  for (size_t i = 0; i < 5; i++) zorch_tensor_free(fr[i]);
+}
+
 /* The fused float32 softmax backward against double. */
 static void softmax_bwd_f32(zorch_generator *g) {
   int64_t rows = 64, c = 1000;
@@ -489,6 +547,7 @@ int main(void) {
   rows16(g0, ZORCH_BF16);
   rows16(g0, ZORCH_F16);
   softmax_bwd_f32(g0);
+  layer_norm_bwd_rows(g0);
   zorch_generator_free(g0);
   gelu_sweep(false);
   gelu_sweep(true);

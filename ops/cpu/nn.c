@@ -343,6 +343,84 @@ zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *r
 #define LD_F16(h) ((double)zm_f16_to_f32(h))
 #define ST_F16(v) zm_f32_to_f16((float)(v))
 
+/* float32 rows: the two row sums in 16 float lanes (added in double), gx in
+   float32; then gw and gb in double over column blocks, each column's rows
+   added in order (the same result on any thread count). */
+CPU_CLONES static void layer_norm_bwd_row_f32(float *gx, const float *g, const float *x,
+                                              const float *w, float mu, float rs, int64_t cols) {
+  float l1[16] = {0}, l2[16] = {0};
+  int64_t j = 0;
+  if (w) {
+    for (; j + 16 <= cols; j += 16)
+      for (int k = 0; k < 16; k++) {
+        float gh = g[j + k] * w[j + k];
+        l1[k] += gh;
+        l2[k] += gh * ((x[j + k] - mu) * rs);
+      }
+  } else {
+    for (; j + 16 <= cols; j += 16)
+      for (int k = 0; k < 16; k++) {
+        l1[k] += g[j + k];
+        l2[k] += g[j + k] * ((x[j + k] - mu) * rs);
+      }
+  }
+  double s1 = lanes_sum(l1), s2 = lanes_sum(l2);
+  for (; j < cols; j++) {
+    double gh = (double)g[j] * (w ? (double)w[j] : 1.0);
+    s1 += gh;
+    s2 += gh * (((double)x[j] - mu) * rs);
+  }
+  float m1 = (float)(s1 / (double)cols), m2 = (float)(s2 / (double)cols);
+  if (w)
+    for (j = 0; j < cols; j++) gx[j] = rs * (g[j] * w[j] - m1 - ((x[j] - mu) * rs) * m2);
+  else
+    for (j = 0; j < cols; j++) gx[j] = rs * (g[j] - m1 - ((x[j] - mu) * rs) * m2);
+}
+
+CPU_CLONES static void layer_norm_bwd_cols_f32(float *gw, float *gb, const float *g, const float *x,
+                                               const float *mp, const float *rp, int64_t rows,
+                                               int64_t cols, int64_t j0, int64_t nj) {
+  double aw[64], ab[64];
+  for (int64_t j = 0; j < nj; j++) aw[j] = ab[j] = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *gr = g + r * cols + j0, *xr = x + r * cols + j0;
+    double mu = mp[r], rs = rp[r];
+    for (int64_t j = 0; j < nj; j++) {
+      aw[j] += (double)gr[j] * (((double)xr[j] - mu) * rs);
+      ab[j] += gr[j];
+    }
+  }
+  for (int64_t j = 0; j < nj; j++) {
+    if (gw) gw[j0 + j] = (float)aw[j];
+    if (gb) gb[j0 + j] = (float)ab[j];
+  }
+}
+
+static void layer_norm_bwd_f32(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
+                               const zorch_tensor *g, const zorch_tensor *x,
+                               const zorch_tensor *mean, const zorch_tensor *rstd,
+                               const zorch_tensor *w, int64_t rows, int64_t cols) {
+  float *gxp = (float *)tensor_ptr(gx);
+  const float *gp = (const float *)tensor_ptr(g), *xp = (const float *)tensor_ptr(x);
+  const float *mp = (const float *)tensor_ptr(mean), *rp = (const float *)tensor_ptr(rstd);
+  const float *wp = w ? (const float *)tensor_ptr(w) : NULL;
+  float *gwp = gw ? (float *)tensor_ptr(gw) : NULL, *gbp = gb ? (float *)tensor_ptr(gb) : NULL;
+  int64_t nblk = (gw || gb) ? (cols + 63) / 64 : 0;
+  bool par = rows * cols >= CPU_GRAIN;
+  /* one parallel region for both passes */
+#pragma omp parallel if (par)
+  {
+#pragma omp for nowait
+    for (int64_t r = 0; r < rows; r++)
+      layer_norm_bwd_row_f32(gxp + r * cols, gp + r * cols, xp + r * cols, wp, mp[r], rp[r], cols);
+#pragma omp for
+    for (int64_t b = 0; b < nblk; b++) {
+      int64_t j0 = b * 64, nj = cols - j0 < 64 ? cols - j0 : 64;
+      layer_norm_bwd_cols_f32(gwp, gbp, gp, xp, mp, rp, rows, cols, j0, nj);
+    }
+  }
+}
+
 zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
                                 const zorch_tensor *g, const zorch_tensor *x,
                                 const zorch_tensor *mean, const zorch_tensor *rstd,
@@ -353,6 +431,10 @@ zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor
   }
   if (x->dtype == ZORCH_F16 && mean->dtype == ZORCH_F32) {
     LAYER_NORM_BWD_IO(uint16_t, float, LD_F16, ST_F16)
+    return ZORCH_OK;
+  }
+  if (x->dtype == ZORCH_F32) {
+    layer_norm_bwd_f32(gx, gw, gb, g, x, mean, rstd, w, rows, cols);
     return ZORCH_OK;
   }
   switch (x->dtype) {
