@@ -411,7 +411,8 @@ static void run_block(void *ctx) {
   zorch_tensor *a = block_attn(k, h1), *x1 = zorch_add(k->x, a);
   zorch_tensor *h2 = zorch_layer_norm(x1, 1, k->p[6], k->p[7], 1e-5);
   check(h2);
-  zorch_tensor *f = zorch_linear(h2, k->p[8], k->p[9]), *gl = zorch_gelu(f, true);
+  /* the MLP's first Linear with its GELU as one op (zorch_linear_act) */
+  zorch_tensor *f = NULL, *gl = zorch_linear_act(h2, k->p[8], k->p[9], ZORCH_ACT_GELU_TANH);
   zorch_tensor *m = zorch_linear(gl, k->p[10], k->p[11]), *x2 = zorch_add(x1, m);
   zorch_tensor *l = zorch_sum(x2, 0, NULL, false);
   check(l);

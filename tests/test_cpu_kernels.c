@@ -452,6 +452,43 @@ static void layer_norm_bwd_rows(zorch_generator *g) {
   for (size_t i = 0; i < 5; i++) zorch_tensor_free(fr[i]);
 }
 
+/* linear with a GELU (one node) against linear then gelu (two): the same
+   values and gradients, bit for bit, in float32 and bf16, both forms. */
+static void linear_gelu(zorch_generator *g) {
+  for (int d = 0; d < 2; d++) {
+    zorch_dtype dt = d ? ZORCH_BF16 : ZORCH_F32;
+    zorch_tensor *x = zorch_randn(SHAPE(4, 33, 40), dt, CPU, g), *w = zorch_randn(SHAPE(70, 40), dt, CPU, g);
+    zorch_tensor *b = zorch_randn(SHAPE(70), dt, CPU, g), *r = zorch_randn(SHAPE(4, 33, 70), dt, CPU, g);
+    zorch_tensor *ps[3] = {x, w, b};
+    for (int i = 0; i < 3; i++) zorch_set_requires_grad(ps[i], true);
+    for (int t = 0; t < 2; t++) {
+      zorch_tensor *y[2] = {NULL, NULL}, *gr[2][3];
+      for (int fused = 0; fused < 2; fused++) {
+        zorch_tensor *lin = fused ? NULL : zorch_linear(x, w, b);
+        y[fused] = fused ? zorch_linear_act(x, w, b, t ? ZORCH_ACT_GELU_TANH : ZORCH_ACT_GELU)
+                         : zorch_gelu(lin, t);
+        zorch_tensor *yr = y[fused] ? zorch_mul(y[fused], r) : NULL, *l = yr ? zorch_sum(yr, 0, NULL, false) : NULL;
+        if (!l || zorch_backward(l, NULL, false)) gr[fused][0] = gr[fused][1] = gr[fused][2] = NULL;
+        for (int i = 0; i < 3 && l; i++) {
+          gr[fused][i] = zorch_tensor_retain(zorch_grad(ps[i]));
+          zorch_set_grad(ps[i], NULL);
+        }
+        zorch_tensor_free(lin), zorch_tensor_free(yr), zorch_tensor_free(l);
+      }
+      bool same = same_values(y[0], y[1]) && !strcmp(zorch_grad_fn_name(y[1]), "LinearGeluBackward");
+      for (int i = 0; i < 3; i++) same = same && same_values(gr[0][i], gr[1][i]);
+      ok(same, "%s linear with gelu%s equals linear then gelu (values and gradients)",
+         zorch_dtype_name(dt), t ? " (tanh)" : "");
+      for (int f = 0; f < 2; f++) {
+        zorch_tensor_free(y[f]);
+        for (int i = 0; i < 3; i++) zorch_tensor_free(gr[f][i]);
+      }
+    }
+    zorch_tensor *fr[] = {x, w, b, r};
+    for (int i = 0; i < 4; i++) zorch_tensor_free(fr[i]);
+  }
+}
+
 /* The fused float32 softmax backward against double. */
 static void softmax_bwd_f32(zorch_generator *g) {
   int64_t rows = 64, c = 1000;
@@ -548,6 +585,7 @@ int main(void) {
   rows16(g0, ZORCH_F16);
   softmax_bwd_f32(g0);
   layer_norm_bwd_rows(g0);
+  linear_gelu(g0);
   zorch_generator_free(g0);
   gelu_sweep(false);
   gelu_sweep(true);
