@@ -437,8 +437,8 @@ static int run_subcommand(lua_State *L, const char *name, int argc, char **argv,
    OMP_WAIT_POLICY=PASSIVE unless the user set it. A setenv in main comes too
    late, and one in a preinit function is lost when libc sets up `environ`
    from the original array, so the entry goes into that array itself: it takes
-   the slot of the last variable that no library reads while loading, and main
-   puts that variable back (docs/performance.md, "Threads"). */
+   the slot of the shell's `_`, or else of the last variable that no library
+   reads while loading, and main puts that variable back (docs/performance.md, "Threads"). */
 extern char **environ;
 static char *wait_displaced; /* the variable whose slot holds the policy, or NULL */
 
@@ -455,9 +455,12 @@ static void wait_policy_early(int argc, char **argv, char **envp) {
   (void)argc, (void)argv;
   static char passive[] = "OMP_WAIT_POLICY=PASSIVE";
   int n = 0, slot = -1;
+  bool underscore = false; /* the shell's "_" (the last command), which nothing reads */
   for (; envp && envp[n]; n++) {
     if (strncmp(envp[n], "OMP_WAIT_POLICY=", 16) == 0) return; /* the user's choice */
-    if (wait_slot_ok(envp[n])) slot = n;
+    if (underscore || !wait_slot_ok(envp[n])) continue;
+    slot = n;
+    underscore = strncmp(envp[n], "_=", 2) == 0;
   }
   if (slot < 0) return; /* no free slot: libgomp's default stays */
   wait_displaced = envp[slot];
