@@ -322,7 +322,6 @@ typedef struct {
   bool log; /* log_softmax */
 } softmax_args;
 
-/* softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g) */
 /* The fused kernel over rows of y (the backend's softmax_bwd), when it has one
    for y's dtype and the dim is the last; NULL with no error set otherwise. */
 static zorch_tensor *softmax_bwd_rows(const softmax_args *a, zorch_tensor *g, zorch_tensor *y,
@@ -344,6 +343,8 @@ static zorch_tensor *softmax_bwd_rows(const softmax_args *a, zorch_tensor *g, zo
   return gx;
 }
 
+/* softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g); by
+   rows where the backend can, else composed of other ops */
 static zorch_status softmax_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   const softmax_args *a = AG_ARGS(n, softmax_args);
   zorch_tensor *y = n->saved[0];
