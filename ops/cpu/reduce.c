@@ -15,8 +15,6 @@
 #define LD_H(h) zm_f16_to_f32(h)
 #define ST_BF(f) zm_f32_to_bf16(f)
 #define ST_H(f) zm_f32_to_f16(f)
-#define LD_F(x) (x)
-#define ST_F(x) (x)
 
 /* Sum of n contiguous values with eight double accumulators (a fixed order). */
 #define SUM_CONTIG(NAME, T)                                       \
@@ -347,35 +345,59 @@ CPU_CLONES static void softmax_row_f32(float *y, const float *x, int64_t c, bool
   }
 }
 
-/* A 16-bit row: softmax_row_f32's arithmetic on the widened values, e^(x - max)
-   taken again for the output instead of kept in a float32 row. */
-#define SOFTMAX_ROW16(NAME, LD, ST)                                                 \
+/* 16-bit rows go through float32 blocks of RB values on the stack: widened
+   by one loop, computed on, narrowed by another (each loop on its own
+   vectorises; the conversions inside the math kept it scalar). */
+#define RB 256
+#define WIDEN_NARROW(SUF, LD, ST)                                                   \
+  static inline void widen_##SUF(float *f, const uint16_t *h, int64_t n) {          \
+    for (int64_t i = 0; i < n; i++) f[i] = LD(h[i]);                                \
+  }                                                                                 \
+  static inline void narrow_##SUF(uint16_t *h, const float *f, int64_t n) {         \
+    for (int64_t i = 0; i < n; i++) h[i] = ST(f[i]);                                \
+  }
+WIDEN_NARROW(bf16, LD_BF, ST_BF)
+WIDEN_NARROW(f16, LD_H, ST_H)
+
+/* A 16-bit row: softmax_row_f32's arithmetic on the widened values (the same
+   lanes, so the same float32 results), e^(x - max) taken again for the output
+   instead of kept in a float32 row, rounded once. */
+#define SOFTMAX_ROW16(NAME, SUF)                                                    \
   CPU_CLONES static void NAME(uint16_t *y, const uint16_t *x, int64_t c, bool log_) { \
-    float mx = -INFINITY;                                                           \
+    float buf[RB], mx = -INFINITY;                                                  \
     int nan = 0;                                                                    \
-    for (int64_t j = 0; j < c; j++) {                                               \
-      float v = LD(x[j]);                                                           \
-      mx = v > mx ? v : mx;                                                         \
-      nan |= v != v;                                                                \
+    for (int64_t j0 = 0; j0 < c; j0 += RB) {                                        \
+      int64_t m = c - j0 < RB ? c - j0 : RB;                                        \
+      widen_##SUF(buf, x + j0, m);                                                  \
+      for (int64_t j = 0; j < m; j++) {                                             \
+        mx = buf[j] > mx ? buf[j] : mx;                                             \
+        nan |= buf[j] != buf[j];                                                    \
+      }                                                                             \
     }                                                                               \
     if (nan) mx = NAN;                                                              \
     float lane[16] = {0};                                                           \
-    int64_t j = 0;                                                                  \
-    for (; j + 16 <= c; j += 16)                                                    \
-      for (int k = 0; k < 16; k++) lane[k] += zv_expf(LD(x[j + k]) - mx);           \
-    for (; j < c; j++) lane[0] += zv_expf(LD(x[j]) - mx);                           \
+    for (int64_t j0 = 0; j0 < c; j0 += RB) {                                        \
+      int64_t m = c - j0 < RB ? c - j0 : RB, j = 0;                                 \
+      widen_##SUF(buf, x + j0, m);                                                  \
+      for (; j + 16 <= m; j += 16)                                                  \
+        for (int k = 0; k < 16; k++) lane[k] += zv_expf(buf[j + k] - mx);           \
+      for (; j < m; j++) lane[0] += zv_expf(buf[j] - mx);                           \
+    }                                                                               \
     double sum = 0;                                                                 \
     for (int k = 0; k < 16; k++) sum += lane[k];                                    \
-    if (log_) {                                                                     \
-      float lse = (float)log(sum);                                                  \
-      for (j = 0; j < c; j++) y[j] = ST((LD(x[j]) - mx) - lse);                     \
-    } else {                                                                        \
-      float inv = (float)(1.0 / sum);                                               \
-      for (j = 0; j < c; j++) y[j] = ST(zv_expf(LD(x[j]) - mx) * inv);              \
+    float lse = (float)log(sum), inv = (float)(1.0 / sum);                          \
+    for (int64_t j0 = 0; j0 < c; j0 += RB) {                                        \
+      int64_t m = c - j0 < RB ? c - j0 : RB;                                        \
+      widen_##SUF(buf, x + j0, m);                                                  \
+      if (log_)                                                                     \
+        for (int64_t j = 0; j < m; j++) buf[j] = (buf[j] - mx) - lse;               \
+      else                                                                          \
+        for (int64_t j = 0; j < m; j++) buf[j] = zv_expf(buf[j] - mx) * inv;        \
+      narrow_##SUF(y + j0, buf, m);                                                 \
     }                                                                               \
   }
-SOFTMAX_ROW16(softmax_row_bf16, LD_BF, ST_BF)
-SOFTMAX_ROW16(softmax_row_f16, LD_H, ST_H)
+SOFTMAX_ROW16(softmax_row_bf16, bf16)
+SOFTMAX_ROW16(softmax_row_f16, f16)
 
 zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
                          int64_t inner, bool log_) {
@@ -406,32 +428,61 @@ zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer
 }
 
 /* The softmax gradient of one row in float32 registers: s = sum(g * y) (softmax)
-   or sum(g) (log_softmax) in 16 lanes, then one pass that writes gx, rounded
-   once for 16-bit rows. */
-#define SOFTMAX_BWD_ROW(NAME, T, LD, ST)                                                \
-  CPU_CLONES static void NAME(T *gx, const T *g, const T *y, int64_t c, bool log_) {    \
-    float lane[16] = {0};                                                               \
-    int64_t j = 0;                                                                      \
-    if (log_) {                                                                         \
-      for (; j + 16 <= c; j += 16)                                                      \
-        for (int k = 0; k < 16; k++) lane[k] += LD(g[j + k]);                           \
-      for (; j < c; j++) lane[0] += LD(g[j]);                                           \
-    } else {                                                                            \
-      for (; j + 16 <= c; j += 16)                                                      \
-        for (int k = 0; k < 16; k++) lane[k] += LD(g[j + k]) * LD(y[j + k]);            \
-      for (; j < c; j++) lane[0] += LD(g[j]) * LD(y[j]);                                \
-    }                                                                                   \
-    double sd = 0;                                                                      \
-    for (int k = 0; k < 16; k++) sd += lane[k];                                         \
-    float s = (float)sd;                                                                \
-    if (log_)                                                                           \
-      for (j = 0; j < c; j++) gx[j] = ST(LD(g[j]) - zv_expf(LD(y[j])) * s);             \
-    else                                                                                \
-      for (j = 0; j < c; j++) gx[j] = ST(LD(y[j]) * (LD(g[j]) - s));                    \
+   or sum(g) (log_softmax) in 16 lanes, then one pass that writes gx. */
+CPU_CLONES static void softmax_bwd_row_f32(float *gx, const float *g, const float *y, int64_t c,
+                                           bool log_) {
+  float lane[16] = {0};
+  int64_t j = 0;
+  if (log_) {
+    for (; j + 16 <= c; j += 16)
+      for (int k = 0; k < 16; k++) lane[k] += g[j + k];
+    for (; j < c; j++) lane[0] += g[j];
+  } else {
+    for (; j + 16 <= c; j += 16)
+      for (int k = 0; k < 16; k++) lane[k] += g[j + k] * y[j + k];
+    for (; j < c; j++) lane[0] += g[j] * y[j];
   }
-SOFTMAX_BWD_ROW(softmax_bwd_row_f32, float, LD_F, ST_F)
-SOFTMAX_BWD_ROW(softmax_bwd_row_bf16, uint16_t, LD_BF, ST_BF)
-SOFTMAX_BWD_ROW(softmax_bwd_row_f16, uint16_t, LD_H, ST_H)
+  double sd = 0;
+  for (int k = 0; k < 16; k++) sd += lane[k];
+  float s = (float)sd;
+  if (log_)
+    for (j = 0; j < c; j++) gx[j] = g[j] - zv_expf(y[j]) * s;
+  else
+    for (j = 0; j < c; j++) gx[j] = y[j] * (g[j] - s);
+}
+
+/* The same on 16-bit rows through float32 blocks, rounded once. */
+#define SOFTMAX_BWD_ROW16(NAME, SUF)                                                     \
+  CPU_CLONES static void NAME(uint16_t *gx, const uint16_t *g, const uint16_t *y, int64_t c, \
+                              bool log_) {                                               \
+    float gb[RB], yb[RB], lane[16] = {0};                                                \
+    for (int64_t j0 = 0; j0 < c; j0 += RB) {                                             \
+      int64_t m = c - j0 < RB ? c - j0 : RB, j = 0;                                      \
+      widen_##SUF(gb, g + j0, m);                                                        \
+      if (!log_) {                                                                       \
+        widen_##SUF(yb, y + j0, m);                                                      \
+        for (int64_t i = 0; i < m; i++) gb[i] *= yb[i];                                  \
+      }                                                                                  \
+      for (; j + 16 <= m; j += 16)                                                       \
+        for (int k = 0; k < 16; k++) lane[k] += gb[j + k];                               \
+      for (; j < m; j++) lane[0] += gb[j];                                               \
+    }                                                                                    \
+    double sd = 0;                                                                       \
+    for (int k = 0; k < 16; k++) sd += lane[k];                                          \
+    float s = (float)sd;                                                                 \
+    for (int64_t j0 = 0; j0 < c; j0 += RB) {                                             \
+      int64_t m = c - j0 < RB ? c - j0 : RB;                                             \
+      widen_##SUF(gb, g + j0, m);                                                        \
+      widen_##SUF(yb, y + j0, m);                                                        \
+      if (log_)                                                                          \
+        for (int64_t i = 0; i < m; i++) gb[i] = gb[i] - zv_expf(yb[i]) * s;              \
+      else                                                                               \
+        for (int64_t i = 0; i < m; i++) gb[i] = yb[i] * (gb[i] - s);                     \
+      narrow_##SUF(gx + j0, gb, m);                                                      \
+    }                                                                                    \
+  }
+SOFTMAX_BWD_ROW16(softmax_bwd_row_bf16, bf16)
+SOFTMAX_BWD_ROW16(softmax_bwd_row_f16, f16)
 
 zorch_status cpu_softmax_bwd(zorch_tensor *gx, const zorch_tensor *g, const zorch_tensor *y,
                              int64_t outer, int64_t c, bool log_) {
