@@ -3,8 +3,9 @@
    figure is the best of several timed rounds. The GPU cases (cuda_*) run when
    a CUDA device is present; `bench --gpu` runs only those, `bench --attention`
    only the CPU attention cases, `bench --conv` only the convolution cases,
-   `bench --adam` only the optimizer cases; `bench --serve` answers one case at a
-   time (see serve() below). */
+   `bench --adam` only the optimizer cases, `bench --block [fp32|bf16] [threads]`
+   only the transformer block, `bench --kernels` only the 1- and 2-thread kernel
+   cases; `bench --serve` answers one case at a time (see serve() below). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -21,9 +22,13 @@ static const zorch_device CPU = {ZORCH_CPU, 0}, GPU = {ZORCH_CUDA, 0};
 static bool on_gpu; /* time_it waits for the device around each round */
 #define SHAPE(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
 
+/* Wall time; process CPU time with BENCH_CPU_TIME=1 (on a shared machine the
+   work done, which other jobs disturb less; it adds up every thread's time). */
 static double now(void) {
+  static int cpu = -1;
+  if (cpu < 0) cpu = getenv("BENCH_CPU_TIME") && getenv("BENCH_CPU_TIME")[0] == '1';
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
@@ -380,6 +385,99 @@ static void thread_benches(zorch_generator *g) {
   zorch_set_num_threads(2);
 }
 
+/* One GPT-2 transformer block (pre-LayerNorm, 4 heads, MLP 4C with the tanh
+   GELU) at C 256, T 128, B 16: forward, the output's sum, backward (the input
+   and every parameter get gradients). */
+typedef struct {
+  zorch_tensor *x, *p[12]; /* ln1 w b, attn w b, proj w b, ln2 w b, fc w b, mproj w b */
+  int64_t b, t, c, h;
+} block;
+
+static zorch_tensor *block_attn(block *k, zorch_tensor *h) {
+  zorch_tensor *qkv = zorch_linear(h, k->p[2], k->p[3]), *hd[3];
+  int64_t b = k->b, t = k->t, c = k->c, nh = k->h;
+  check(qkv);
+  for (int i = 0; i < 3; i++) {
+    zorch_tensor *s = zorch_narrow(qkv, 2, i * c, c), *r = zorch_reshape(s, SHAPE(b, t, nh, c / nh));
+    check(r);
+    hd[i] = zorch_transpose(r, 1, 2);
+    zorch_tensor_free(s), zorch_tensor_free(r);
+  }
+  zorch_tensor *y = zorch_attention(hd[0], hd[1], hd[2], true, 0);
+  check(y);
+  zorch_tensor *yt = zorch_transpose(y, 1, 2), *yr = zorch_reshape(yt, SHAPE(b, t, c));
+  zorch_tensor *o = zorch_linear(yr, k->p[4], k->p[5]);
+  check(o);
+  zorch_tensor *fr[] = {qkv, hd[0], hd[1], hd[2], y, yt, yr};
+  for (int i = 0; i < 7; i++) zorch_tensor_free(fr[i]);
+  return o;
+}
+
+static void run_block(void *ctx) {
+  block *k = ctx;
+  zorch_tensor *h1 = zorch_layer_norm(k->x, 1, k->p[0], k->p[1], 1e-5);
+  check(h1);
+  zorch_tensor *a = block_attn(k, h1), *x1 = zorch_add(k->x, a);
+  zorch_tensor *h2 = zorch_layer_norm(x1, 1, k->p[6], k->p[7], 1e-5);
+  check(h2);
+  /* the MLP's first Linear with its GELU as one op (zorch_linear_act) */
+  zorch_tensor *f = NULL, *gl = zorch_linear_act(h2, k->p[8], k->p[9], ZORCH_ACT_GELU_TANH);
+  zorch_tensor *m = zorch_linear(gl, k->p[10], k->p[11]), *x2 = zorch_add(x1, m);
+  zorch_tensor *l = zorch_sum(x2, 0, NULL, false);
+  check(l);
+  zorch_set_grad(k->x, NULL);
+  for (int i = 0; i < 12; i++) zorch_set_grad(k->p[i], NULL);
+  if (zorch_backward(l, NULL, false)) check(NULL);
+  zorch_tensor *fr[] = {h1, a, x1, h2, f, gl, m, x2, l};
+  for (int i = 0; i < 9; i++) zorch_tensor_free(fr[i]);
+}
+
+static void block_init(block *k, zorch_dtype dt, zorch_generator *g) {
+  int64_t b = 16, t = 128, c = 256;
+  *k = (block){.b = b, .t = t, .c = c, .h = 4};
+  int64_t rows[6] = {0, 3 * c, c, 0, 4 * c, c}, cols[6] = {0, c, c, 0, c, 4 * c};
+  check(k->x = zorch_randn(SHAPE(b, t, c), dt, CPU, g));
+  for (int i = 0; i < 6; i++) {
+    zorch_tensor *w, *bias;
+    if (!rows[i]) {
+      w = zorch_ones(SHAPE(c), dt, CPU), bias = zorch_zeros(SHAPE(c), dt, CPU);
+    } else {
+      zorch_tensor *r = zorch_randn(SHAPE(rows[i], cols[i]), dt, CPU, g);
+      check(r);
+      w = zorch_mul_scalar(r, 0.02), bias = zorch_zeros(SHAPE(rows[i]), dt, CPU);
+      zorch_tensor_free(r);
+    }
+    check(w), check(bias);
+    k->p[2 * i] = w, k->p[2 * i + 1] = bias;
+  }
+  zorch_set_requires_grad(k->x, true);
+  for (int i = 0; i < 12; i++) zorch_set_requires_grad(k->p[i], true);
+}
+
+static void block_free(block *k) {
+  zorch_tensor_free(k->x);
+  for (int i = 0; i < 12; i++) zorch_tensor_free(k->p[i]);
+}
+
+/* The block in float32 and bf16 on 1 and 2 threads, in ms; only = "fp32" or
+   "bf16" and threads > 0 pick one case (for a profiler). */
+static void block_benches(zorch_generator *g, const char *only, int threads) {
+  char name[96];
+  for (int th = 1; th <= 2; th++) {
+    if (threads > 0 && th != threads) continue;
+    zorch_set_num_threads(th);
+    for (int d = 0; d < 2; d++) {
+      if (only && strcmp(only, d ? "bf16" : "fp32") != 0) continue;
+      block k;
+      block_init(&k, d ? ZORCH_BF16 : ZORCH_F32, g);
+      snprintf(name, sizeof name, "transformer_block_c256_t128_b16_fwd_bwd%s_t%d", d ? "_bf16" : "", th);
+      emit(name, time_it(run_block, &k, 1.0) * 1e3, "ms");
+      block_free(&k);
+    }
+  }
+  zorch_set_num_threads(2);
+}
+
 /* The GPU cases: GEMM throughput, the 4096-16384-4096 MLP step at batch 8192,
    and the reference job's step. */
 /* Adam over a flat fp32 shard (the ZeRO engine's optimizer step on a CPU rank
@@ -643,6 +741,13 @@ static double serve_case(const char *name, zorch_generator *g) {
     zorch_vm_free(sc.vm);
     return t;
   }
+  if (strncmp(name, "transformer_block_c256_t128_b16_fwd_bwd", 39) == 0) {
+    block k;
+    block_init(&k, strstr(name, "bf16") ? ZORCH_BF16 : ZORCH_F32, g);
+    t = time_best3(run_block, &k);
+    block_free(&k);
+    return t;
+  }
   if (strncmp(name, "mlp_1024_4096_1024_b256_fwd_bwd", 31) == 0 || strcmp(name, "simplenet_step") == 0) {
     mlp m;
     if (name[0] == 's') mlp_init(&m, 64, 10, 20, 2, true);
@@ -726,6 +831,18 @@ int main(int argc, char **argv) {
     zorch_generator_free(g);
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "--block") == 0) { /* only the transformer block */
+    zorch_generator *g = zorch_generator_new(0);
+    block_benches(g, argc > 2 ? argv[2] : NULL, argc > 3 ? atoi(argv[3]) : 0);
+    zorch_generator_free(g);
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "--kernels") == 0) { /* only the 1- and 2-thread kernel cases */
+    zorch_generator *g = zorch_generator_new(0);
+    thread_benches(g);
+    zorch_generator_free(g);
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "--adam") == 0) { /* only the optimizer cases */
     zorch_generator *g = zorch_generator_new(0);
     adam_benches(g);
@@ -773,6 +890,7 @@ int main(int argc, char **argv) {
   attn_benches(CPU, "", g);
   conv_benches();
   thread_benches(g);
+  block_benches(g, NULL, 0);
   adam_benches(g);
 
   zorch_tensor *fr[] = {mm.a, mm.b, small.a, small.b, big.a, big.b};

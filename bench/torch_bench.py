@@ -3,9 +3,11 @@
 threads, as JSON lines named torch/... . Exits quietly when torch is missing.
 With a CUDA device it adds the cuda_* cases; --gpu runs only those, --attention
 only the CPU attention cases, --conv only the convolution cases, --adam only
-the optimizer cases; --serve answers one case at a time for
+the optimizer cases, --block only the transformer block, --kernels only the 1-
+and 2-thread kernel cases; --serve answers one case at a time for
 scripts/bench-compare.py (bench.c --serve has the same cases)."""
 import json
+import os
 import sys
 import time
 
@@ -21,26 +23,30 @@ torch.set_num_threads(2)
 SYNC = [lambda: None]
 
 
+# wall time; process CPU time with BENCH_CPU_TIME=1 (bench.c's rule)
+clock = time.process_time if os.environ.get("BENCH_CPU_TIME") == "1" else time.perf_counter
+
+
 def time_it(f, min_s):
     f()
     SYNC[0]()
     reps = 1
     while True:
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(reps):
             f()
         SYNC[0]()
-        dt = time.perf_counter() - t0
+        dt = clock() - t0
         if dt >= min_s:
             break
         reps = reps * 10 if dt == 0 else int(reps * min_s / dt * 1.2) + 1
     best = 1e30
     for _ in range(5):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(reps):
             f()
         SYNC[0]()
-        best = min(best, (time.perf_counter() - t0) / reps)
+        best = min(best, (clock() - t0) / reps)
     return best
 
 
@@ -166,6 +172,62 @@ def adam_benches():
     torch.set_num_threads(2)
 
 
+# the transformer kernels and bf16 GEMMs on 1 and 2 threads (bench.c's thread_benches)
+def thread_benches():
+    for th in (1, 2):
+        torch.set_num_threads(th)
+        for dt, sfx in ((torch.float32, ""), (torch.bfloat16, "_bf16")):
+            x = torch.randn(10000, 1000).to(dt)
+            xr = torch.randn(9766, 1024).to(dt)
+            w, c = torch.ones(1024, dtype=dt), torch.zeros(1024, dtype=dt)
+            cases = [("gelu", lambda: F.gelu(x)), ("gelu_tanh", lambda: F.gelu(x, approximate="tanh")),
+                     ("softmax", lambda: torch.softmax(xr, -1)), ("log_softmax", lambda: torch.log_softmax(xr, -1)),
+                     ("sum", lambda: x.sum()), ("layer_norm", lambda: F.layer_norm(xr, (1024,), w, c, 1e-5))]
+            for name, f in cases:
+                emit(f"{name}_1e7{sfx}_t{th}", time_it(f, 0.3) * 1e3, "ms")
+        for m, k, n in ((1024, 1024, 1024), (256, 1024, 4096)):
+            a, b = torch.randn(m, k).bfloat16(), torch.randn(k, n).bfloat16()
+            name = "bf16_gemm_1024" if m == 1024 else f"bf16_gemm_{m}x{k}x{n}"
+            emit(f"{name}_t{th}", 2 * m * n * k / time_it(lambda: a @ b, 0.5) / 1e9, "GFLOP/s")
+        for dt, sfx in ((torch.float32, ""), (torch.bfloat16, "_bf16")):
+            t = time_it(mlp(256, 1024, 4096, 1024, False, dt), 1.0)
+            emit(f"mlp_1024_4096_1024_b256_fwd_bwd{sfx}_t{th}", 5 * 2 * 256 * 1024 * 4096 / t / 1e9, "GFLOP/s")
+    torch.set_num_threads(2)
+
+
+def block_step(dtype):
+    """One GPT-2 block (bench.c's run_block): C 256, T 128, B 16, 4 heads."""
+    b, t, c, nh = 16, 128, 256, 4
+    x = torch.randn(b, t, c, dtype=dtype).requires_grad_()
+    def lin(o, i):
+        return ((torch.randn(o, i) * 0.02).to(dtype).requires_grad_(),
+                torch.zeros(o, dtype=dtype, requires_grad=True))
+    ln1 = (torch.ones(c, dtype=dtype, requires_grad=True), torch.zeros(c, dtype=dtype, requires_grad=True))
+    ln2 = (torch.ones(c, dtype=dtype, requires_grad=True), torch.zeros(c, dtype=dtype, requires_grad=True))
+    attn, proj, fc, mproj = lin(3 * c, c), lin(c, c), lin(4 * c, c), lin(c, 4 * c)
+    ps = [x, *ln1, *attn, *proj, *ln2, *fc, *mproj]
+
+    def step():
+        for p in ps:
+            p.grad = None
+        h = F.layer_norm(x, (c,), *ln1, 1e-5)
+        q, k, v = F.linear(h, *attn).split(c, dim=2)
+        q, k, v = (z.reshape(b, t, nh, c // nh).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
+        x1 = x + F.linear(y, *proj)
+        h2 = F.layer_norm(x1, (c,), *ln2, 1e-5)
+        x2 = x1 + F.linear(F.gelu(F.linear(h2, *fc), approximate="tanh"), *mproj)
+        x2.sum().backward()
+    return step
+
+
+def block_benches():
+    for th in (1, 2):
+        torch.set_num_threads(th)
+        for dt, sfx in ((torch.float32, ""), (torch.bfloat16, "_bf16")):
+            emit(f"transformer_block_c256_t128_b16_fwd_bwd{sfx}_t{th}", time_it(block_step(dt), 1.0) * 1e3, "ms")
+    torch.set_num_threads(2)
+
 
 def time_best3(f):
     """Seconds per call: the best of 3 repetitions of at least 0.1 s (bench.c's time_best3)."""
@@ -220,6 +282,8 @@ def serve_case(name):
         return time_best3(mlp(256, 1024, 4096, 1024, False, torch.bfloat16 if "bf16" in name else torch.float32))
     if name == "simplenet_step":
         return time_best3(mlp(64, 10, 20, 2, True))
+    if name.startswith("transformer_block_c256_t128_b16_fwd_bwd"):
+        return time_best3(block_step(torch.bfloat16 if "bf16" in name else torch.float32))
     for k, f in unary.items():
         if name in (f"{k}_1e7", f"{k}_1e7_bf16"):
             dt = torch.bfloat16 if name.endswith("bf16") else torch.float32
@@ -268,6 +332,12 @@ gpu_only = "--gpu" in sys.argv[1:]
 if "--attention" in sys.argv[1:]:  # only the CPU attention cases
     attention_benches()
     sys.exit(0)
+if "--block" in sys.argv[1:]:  # only the transformer block
+    block_benches()
+    sys.exit(0)
+if "--kernels" in sys.argv[1:]:  # only the 1- and 2-thread kernel cases
+    thread_benches()
+    sys.exit(0)
 if "--adam" in sys.argv[1:]:
     adam_benches()
     sys.exit(0)
@@ -295,23 +365,6 @@ attention_benches()
 conv_benches()
 
 
-# the transformer kernels and bf16 GEMMs on 1 and 2 threads (bench.c's thread_benches)
-for th in (1, 2):
-    torch.set_num_threads(th)
-    for dt, sfx in ((torch.float32, ""), (torch.bfloat16, "_bf16")):
-        x = torch.randn(10000, 1000).to(dt)
-        xr = torch.randn(9766, 1024).to(dt)
-        w, c = torch.ones(1024, dtype=dt), torch.zeros(1024, dtype=dt)
-        cases = [("gelu", lambda: F.gelu(x)), ("gelu_tanh", lambda: F.gelu(x, approximate="tanh")),
-                 ("softmax", lambda: torch.softmax(xr, -1)), ("log_softmax", lambda: torch.log_softmax(xr, -1)),
-                 ("sum", lambda: x.sum()), ("layer_norm", lambda: F.layer_norm(xr, (1024,), w, c, 1e-5))]
-        for name, f in cases:
-            emit(f"{name}_1e7{sfx}_t{th}", time_it(f, 0.3) * 1e3, "ms")
-    for m, k, n in ((1024, 1024, 1024), (256, 1024, 4096)):
-        a, b = torch.randn(m, k).bfloat16(), torch.randn(k, n).bfloat16()
-        name = "bf16_gemm_1024" if m == 1024 else f"bf16_gemm_{m}x{k}x{n}"
-        emit(f"{name}_t{th}", 2 * m * n * k / time_it(lambda: a @ b, 0.5) / 1e9, "GFLOP/s")
-    for dt, sfx in ((torch.float32, ""), (torch.bfloat16, "_bf16")):
-        t = time_it(mlp(256, 1024, 4096, 1024, False, dt), 1.0)
-        emit(f"mlp_1024_4096_1024_b256_fwd_bwd{sfx}_t{th}", 5 * 2 * 256 * 1024 * 4096 / t / 1e9, "GFLOP/s")
+thread_benches()
+block_benches()
 adam_benches()

@@ -259,8 +259,9 @@ ZORCH_API zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b);
 /* x (..., in) · w (out, in)ᵀ + b (out); b may be NULL. */
 ZORCH_API zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b);
 /* linear followed by an activation, fused into the GEMM where the device can
-   (cuBLASLt's bias and relu epilogues). */
-typedef enum { ZORCH_ACT_NONE, ZORCH_ACT_RELU } zorch_activation;
+   (cuBLASLt's bias and relu epilogues); GELU (erf form, or the tanh form) runs
+   right after the GEMM and is one autograd node with it. */
+typedef enum { ZORCH_ACT_NONE, ZORCH_ACT_RELU, ZORCH_ACT_GELU, ZORCH_ACT_GELU_TANH } zorch_activation;
 ZORCH_API zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act);
 typedef enum { ZORCH_REDUCE_MEAN = 0, ZORCH_REDUCE_SUM, ZORCH_REDUCE_NONE } zorch_reduction;
 ZORCH_API zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target, zorch_reduction r);

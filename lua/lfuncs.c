@@ -647,7 +647,7 @@ static int f_log_softmax(lua_State *L) { PUSH(zorch_log_softmax(T(1), lz_dim(L, 
 /* ---- nn ------------------------------------------------------------------------------------ */
 static int f_matmul(lua_State *L) { PUSH(zorch_matmul(T(1), T(2))); }
 static int f_linear(lua_State *L) {
-  static const char *const acts[] = {"none", "relu", NULL};
+  static const char *const acts[] = {"none", "relu", "gelu", "gelu_tanh", NULL};
   zorch_activation act = (zorch_activation)luaL_checkoption(L, 4, "none", acts);
   PUSH(zorch_linear_act(T(1), T(2), lua_isnoneornil(L, 3) ? NULL : T(3), act));
 }

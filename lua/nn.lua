@@ -338,13 +338,14 @@ end
 
 nn.Linear = Module:extend "nn.Linear"
 -- opts: bias = false; activation = "relu" fuses a ReLU into the layer (one GEMM
--- with a bias and relu epilogue on the GPU).
+-- with a bias and relu epilogue on the GPU), "gelu" or "gelu_tanh" a GELU (one
+-- autograd node with the GEMM).
 function nn.Linear:init(in_features, out_features, opts)
   check_int("nn.Linear", "in_features", in_features)
   check_int("nn.Linear", "out_features", out_features)
   local act = opts and opts.activation
-  if act ~= nil and act ~= "relu" then
-    error(("nn.Linear: activation must be \"relu\" or nil, got %s"):format(tostring(act)), 3)
+  if act ~= nil and act ~= "relu" and act ~= "gelu" and act ~= "gelu_tanh" then
+    error(("nn.Linear: activation must be \"relu\", \"gelu\", \"gelu_tanh\" or nil, got %s"):format(tostring(act)), 3)
   end
   local bound = 1 / math.sqrt(in_features)
   self.in_features, self.out_features = in_features, out_features

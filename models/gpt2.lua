@@ -159,10 +159,10 @@ end
 
 local MLP = nn.Module:extend "MLP"
 function MLP:init(c)
-  self.c_fc = nn.Linear(c.dim, 4 * c.dim)
+  self.c_fc = nn.Linear(c.dim, 4 * c.dim, {activation = "gelu_tanh"}) -- the GELU with its GEMM
   self.c_proj = nn.Linear(4 * c.dim, c.dim)
 end
-function MLP:forward(x) return self.c_proj(zorch.gelu(self.c_fc(x), "tanh")) end
+function MLP:forward(x) return self.c_proj(self.c_fc(x)) end
 
 -- Pre-LayerNorm: each sublayer reads a normalised copy and adds to the residual stream.
 local Block = nn.Module:extend "Block"

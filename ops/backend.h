@@ -59,6 +59,12 @@ typedef struct backend {
   /* gemm takes bfloat16/float16 operands itself even where native16 is false
      (the CPU's bf16 matmul units), so matmul and linear do not convert them */
   bool gemm16;
+  /* reduce (sums, into float32 out), softmax (inner 1), softmax_bwd, nll,
+     nll_bwd, layer_norm and layer_norm_bwd take bfloat16/float16 tensors
+     themselves, computing in float32 and rounding once: layer norm's mean and
+     rstd are float32, nll's loss and nll_bwd's g float32, the rest in the input's
+     dtype. Otherwise the op layer converts them through float32. */
+  bool rows16;
   zorch_status (*copy)(zorch_tensor *dst, const zorch_tensor *src);
   zorch_status (*fill)(zorch_tensor *dst, double v);
   zorch_status (*unary)(uop op, zorch_tensor *out, const zorch_tensor *a, double p0, double p1);
@@ -92,6 +98,11 @@ typedef struct backend {
                           int64_t outer, int64_t r, int64_t inner);
   zorch_status (*softmax)(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
                           int64_t inner, bool log);
+  /* gx = y * (g - sum(g * y)), or for log_softmax gx = g - exp(y) * sum(g), over
+     rows of c (inner 1); gx, g and y of one dtype. May be NULL (the op layer then
+     composes it from other ops). */
+  zorch_status (*softmax_bwd)(zorch_tensor *gx, const zorch_tensor *g, const zorch_tensor *y,
+                              int64_t outer, int64_t c, bool log);
   zorch_status (*gemm)(const gemm_args *g);
   /* out (outer, nidx, inner) = a (outer, n, inner) at idx (int64, nidx). */
   zorch_status (*index_select)(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,

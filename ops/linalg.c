@@ -167,15 +167,26 @@ zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b) {
 }
 
 /* ---- linear ------------------------------------------------------------------------- */
-/* saved: x, w and, with relu, the output (whose sign is the input's) */
+typedef struct {
+  zorch_activation act;
+} linear_args;
+
+/* The activation's backward op, reading what saved[2] holds. */
+static bop act_bwd(zorch_activation act) {
+  return act == ZORCH_ACT_RELU ? BOP_RELU_BWD : act == ZORCH_ACT_GELU ? BOP_GELU_BWD : BOP_GELU_TANH_BWD;
+}
+
+/* saved: x, w and, with relu, the output (whose sign is the input's), with
+   gelu the GEMM's output before it */
 static zorch_status linear_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   zorch_tensor *x = n->saved[0], *w = n->saved[1];
+  zorch_activation act = AG_ARGS(n, linear_args)->act;
   int64_t s2[2] = {-1, w->shape[0]}, x2s[2] = {-1, w->shape[1]};
   int d0 = 0;
   zorch_tensor *gr = NULL, *g2 = NULL, *gx = NULL, *x2 = NULL, *gt = NULL;
   zorch_status st = ZORCH_OK;
-  /* through the relu first, then as (rows, out) */
-  if (n->nsaved > 2 && !(g = gr = op_binary(BOP_RELU_BWD, g, n->saved[2], 0, 0))) goto fail;
+  /* through the activation first, then as (rows, out) */
+  if (act != ZORCH_ACT_NONE && !(g = gr = op_binary(act_bwd(act), g, n->saved[2], 0, 0))) goto fail;
   if (!(g2 = zorch_reshape(g, 2, s2))) goto fail;
   if (ag_wants(n, 0) &&
       (!(gx = zorch_matmul(g2, w)) || !(gin[0] = zorch_reshape(gx, x->ndim, x->shape))))
@@ -199,8 +210,10 @@ static zorch_status linear_check(const zorch_tensor *x, const zorch_tensor *w,
   if (check_arg("linear", "input", x) || check_arg("linear", "weight", w) ||
       check_same_device("linear", x, w) || (b && check_same_device("linear", x, b)))
     return zorch_last_status();
-  if (act != ZORCH_ACT_NONE && act != ZORCH_ACT_RELU)
-    return err_set(ZORCH_ERR_ARG, "linear: unknown activation %d (none or relu)", (int)act);
+  if (act != ZORCH_ACT_NONE && act != ZORCH_ACT_RELU && act != ZORCH_ACT_GELU &&
+      act != ZORCH_ACT_GELU_TANH)
+    return err_set(ZORCH_ERR_ARG, "linear: unknown activation %d (none, relu, gelu or gelu_tanh)",
+                   (int)act);
   if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
     return err_set(ZORCH_ERR_SHAPE, "linear: input %s and weight %s do not fit (weight is "
                    "(out_features, in_features) and the input's last dim is in_features)",
@@ -253,8 +266,10 @@ static zorch_status linear_gemm(zorch_tensor *out, zorch_tensor *x, zorch_tensor
   return backend_of(out)->gemm(&ga);
 }
 
-/* y = x w^T + b, then relu when asked, computed in the backend's dtype for the
-   result's and recorded as one node. */
+/* y = x w^T + b, then relu or gelu when asked, computed in the backend's dtype
+   for the result's and recorded as one node. relu runs in the GEMM's epilogue;
+   gelu (erf or tanh form) right after it on the GEMM's output, which the node
+   keeps for the backward in place of a separate GELU node's input. */
 zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act) {
   zorch_dtype dt = ZORCH_F32;
   if (linear_check(x, w, b, act, &dt)) return NULL;
@@ -265,23 +280,35 @@ zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b
   int64_t oshape[ZORCH_MAX_DIMS];
   memcpy(oshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
   oshape[x->ndim - 1] = out_f;
-  zorch_tensor *xc = NULL, *cw = NULL, *wr = NULL, *bc = NULL, *out = NULL;
+  bool gelu = act == ZORCH_ACT_GELU || act == ZORCH_ACT_GELU_TANH;
+  zorch_tensor *xc = NULL, *cw = NULL, *wr = NULL, *bc = NULL, *out = NULL, *pre = NULL;
   zorch_status st;
   if (!(xc = op_cast_contig(x, cd)) || !(cw = op_cast(w, cd)) || !(wr = gemm_ready(cw)) ||
       (b && !(bc = op_cast_contig(b, cd))) || !(out = op_empty(x, x->ndim, oshape, cd)))
     st = zorch_last_status();
   else
     st = linear_gemm(out, xc, wr, bc, rows, act == ZORCH_ACT_RELU);
+  if (!st && gelu) {
+    pre = out;
+    if (!(out = op_empty(x, x->ndim, oshape, cd)))
+      st = zorch_last_status();
+    else
+      st = backend_of(out)->unary(act == ZORCH_ACT_GELU ? UOP_GELU : UOP_GELU_TANH, out, pre, 0, 0);
+  }
   OP_FREE(xc, cw, wr, bc);
-  if (st) {
-    zorch_tensor_free(out);
+  if (st || !(out = op_recast(out, dt)) || (pre && !(pre = op_recast(pre, dt)))) {
+    OP_FREE(out, pre);
     err_prefix("linear");
     return NULL;
   }
-  if (!(out = op_recast(out, dt))) return NULL;
-  zorch_tensor *in[3] = {x, w, b}, *save[3] = {x, w, out};
-  return ag_record(out, act == ZORCH_ACT_RELU ? "LinearReluBackward" : "LinearBackward",
-                        linear_bwd, b ? 3 : 2, in, act == ZORCH_ACT_RELU ? 3 : 2, save, NULL, 0);
+  static const char *const names[] = {"LinearBackward", "LinearReluBackward", "LinearGeluBackward",
+                                      "LinearGeluBackward"};
+  linear_args args = {act};
+  zorch_tensor *in[3] = {x, w, b}, *save[3] = {x, w, gelu ? pre : out};
+  out = ag_record(out, names[act], linear_bwd, b ? 3 : 2, in, act == ZORCH_ACT_NONE ? 2 : 3, save,
+                  &args, sizeof args);
+  zorch_tensor_free(pre);
+  return out;
 }
 
 zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b) {

@@ -33,7 +33,10 @@ static zorch_status nll_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   ag_edge *e = &n->in[0];
   zorch_tensor *gc = NULL, *z = NULL;
   zorch_status st;
-  if (!(gc = op_contig(g)) || !(z = op_zeros(g, e->ndim, e->shape, g->dtype)))
+  /* a 16-bit logp gets its gradient in 16 bits straight away */
+  bool to16 = (e->dtype == ZORCH_BF16 || e->dtype == ZORCH_F16) && g->dtype == ZORCH_F32 &&
+              backend_of(g)->rows16;
+  if (!(gc = op_contig(g)) || !(z = op_zeros(g, e->ndim, e->shape, to16 ? e->dtype : g->dtype)))
     st = zorch_last_status();
   else
     st = backend_of(z)->nll_bwd(z, gc, n->saved[0], a->n, a->c, a->ignore_index);
@@ -66,6 +69,12 @@ static zorch_status cross_entropy_check(const char *op, const zorch_tensor *logi
   return ZORCH_OK;
 }
 
+/* A 16-bit float that the backend reads itself in nll and layer norm
+   (backend.h's rows16). */
+static bool rows16(const zorch_tensor *a) {
+  return (a->dtype == ZORCH_BF16 || a->dtype == ZORCH_F16) && backend_of(a)->rows16;
+}
+
 /* The loss of each target, -logp[target] ((N,) or ()), in the compute dtype,
    recorded as one node on logp, which stays the caller's. */
 static zorch_tensor *nll_of(const char *op, zorch_tensor *logp, zorch_tensor *target,
@@ -75,9 +84,11 @@ static zorch_tensor *nll_of(const char *op, zorch_tensor *logp, zorch_tensor *ta
                    .ignore_index = ignore_index};
   zorch_tensor *lp = NULL, *tg = NULL, *loss = NULL;
   zorch_status st;
-  /* 16-bit log-probabilities are read in float32 (the kernels' dtypes) */
-  if (!(lp = op_cast_contig(logp, op_compute_dtype(logp->dtype))) || !(tg = op_contig(target)) ||
-      !(loss = op_empty(logp, batched ? 1 : 0, &args.n, lp->dtype)))
+  /* 16-bit log-probabilities are read in float32 (the kernels' dtypes), in
+     place where the backend can */
+  zorch_dtype cd = op_compute_dtype(logp->dtype);
+  if (!(lp = rows16(logp) ? op_contig(logp) : op_cast_contig(logp, cd)) ||
+      !(tg = op_contig(target)) || !(loss = op_empty(logp, batched ? 1 : 0, &args.n, cd)))
     st = zorch_last_status();
   else
     st = backend_of(loss)->nll(loss, lp, tg, args.n, args.c, ignore_index);
@@ -247,7 +258,8 @@ typedef struct {
   int64_t rows, cols; /* rows normalised, each of cols elements */
 } layer_norm_args;
 
-/* saved: x, w, mean, rstd (in the compute dtype) */
+/* saved: x, w (in the compute dtype, or 16-bit as given where the backend reads
+   them), mean, rstd (float32 for 16-bit x) */
 static zorch_status layer_norm_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   const layer_norm_args *a = AG_ARGS(n, layer_norm_args);
   zorch_tensor *x = n->saved[0], *w = n->saved[1];
@@ -309,12 +321,16 @@ zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tensor *w, zorc
   args.cols = shape_numel(nnorm, x->shape + x->ndim - nnorm);
   args.rows = args.cols ? zorch_tensor_numel(x) / args.cols : 0;
   zorch_dtype cd = op_compute_dtype(x->dtype);
+  /* 16-bit rows read and written in place, with float32 statistics, where the
+     backend can and weight and bias share x's dtype */
+  bool keep16 = rows16(x) && (!w || w->dtype == x->dtype) && (!b || b->dtype == x->dtype);
+  zorch_dtype td = keep16 ? x->dtype : cd;
   zorch_tensor *in[3] = {x, w, b};
   zorch_tensor *cx = NULL, *cw = NULL, *cb = NULL, *y = NULL, *mean = NULL, *rstd = NULL;
-  if (!(cx = op_cast_contig(x, cd)) || (w && !(cw = op_cast_contig(w, cd))) ||
-      (b && !(cb = op_cast_contig(b, cd))))
+  if (!(cx = op_cast_contig(x, td)) || (w && !(cw = op_cast_contig(w, td))) ||
+      (b && !(cb = op_cast_contig(b, td))))
     goto fail;
-  if (!(y = op_empty(x, x->ndim, x->shape, cd)) || !(mean = op_empty(x, 1, &args.rows, cd)) ||
+  if (!(y = op_empty(x, x->ndim, x->shape, td)) || !(mean = op_empty(x, 1, &args.rows, cd)) ||
       !(rstd = op_empty(x, 1, &args.rows, cd)))
     goto fail;
   if (backend_of(y)->layer_norm(y, mean, rstd, cx, cw, cb, args.rows, args.cols, eps) ||

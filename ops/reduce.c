@@ -88,8 +88,15 @@ zorch_tensor *red_plan_unlayout(zorch_tensor *c, const zorch_tensor *like, const
   return out;
 }
 
+/* A 16-bit float that a's backend reads itself in sums, softmax, layer norm and
+   nll (backend.h's rows16). */
+static bool rows16(const zorch_tensor *a) {
+  return (a->dtype == ZORCH_BF16 || a->dtype == ZORCH_F16) && backend_of(a)->rows16;
+}
+
 /* Sum or max in the plan's layout; out has the plan's output shape. A sum is
-   scaled (mean) in the compute dtype, so 16-bit results round once. */
+   scaled (mean) in the compute dtype, so 16-bit results round once; a 16-bit
+   input is summed as it is where the backend reads it (no float32 copy). */
 static zorch_tensor *reduce_raw(const char *op, red_op k, zorch_tensor *a, const red_plan *p,
                                 zorch_tensor **idx, double scale) {
   zorch_dtype dt = a->dtype;
@@ -98,7 +105,8 @@ static zorch_tensor *reduce_raw(const char *op, red_op k, zorch_tensor *a, const
     return err_null(ZORCH_ERR_SHAPE, "%s: cannot take the %s over an empty dimension", op,
                     k == RED_MAX ? "max" : "min");
   zorch_tensor *ca = NULL, *c = NULL, *out = NULL, *ix = NULL;
-  if (!(ca = op_cast(a, cd)) || !(c = red_plan_layout(ca, p)) ||
+  bool keep16 = k == RED_SUM && rows16(a);
+  if (!(ca = keep16 ? zorch_tensor_retain(a) : op_cast(a, cd)) || !(c = red_plan_layout(ca, p)) ||
       !(out = op_empty(a, p->out_ndim, p->out_shape, cd)) ||
       (idx && !(ix = op_empty(a, p->out_ndim, p->out_shape, ZORCH_I64))) ||
       backend_of(out)->reduce(k, out, ix, c, p->outer, p->r, p->inner) ||
@@ -314,10 +322,35 @@ typedef struct {
   bool log; /* log_softmax */
 } softmax_args;
 
-/* softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g) */
+/* The fused kernel over rows of y (the backend's softmax_bwd), when it has one
+   for y's dtype and the dim is the last; NULL with no error set otherwise. */
+static zorch_tensor *softmax_bwd_rows(const softmax_args *a, zorch_tensor *g, zorch_tensor *y,
+                                      bool *failed) {
+  const backend *be = backend_of(y);
+  *failed = false;
+  if (!be->softmax_bwd || a->dim != y->ndim - 1 || y->ndim == 0 ||
+      !(y->dtype == ZORCH_F32 || rows16(y)) || !zorch_tensor_is_contiguous(y))
+    return NULL;
+  int64_t c = y->shape[y->ndim - 1], outer = c ? zorch_tensor_numel(y) / c : 0;
+  zorch_tensor *gc = NULL, *gx = NULL;
+  if (!(gc = op_cast_contig(g, y->dtype)) || !(gx = op_empty(y, y->ndim, y->shape, y->dtype)) ||
+      (outer * c > 0 && be->softmax_bwd(gx, gc, y, outer, c, a->log))) {
+    zorch_tensor_free(gx);
+    gx = NULL;
+    *failed = true;
+  }
+  zorch_tensor_free(gc);
+  return gx;
+}
+
+/* softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g); by
+   rows where the backend can, else composed of other ops */
 static zorch_status softmax_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   const softmax_args *a = AG_ARGS(n, softmax_args);
   zorch_tensor *y = n->saved[0];
+  bool failed;
+  if ((gin[0] = softmax_bwd_rows(a, g, y, &failed))) return ZORCH_OK;
+  if (failed) return zorch_last_status();
   zorch_tensor *t1 = NULL, *t2 = NULL, *t3 = NULL;
   if (a->log) {
     if ((t1 = zorch_sum(g, 1, &a->dim, true)) && (t2 = zorch_exp(y)) && (t3 = zorch_mul(t2, t1)))
@@ -339,6 +372,7 @@ static zorch_tensor *softmax_op(const char *op, zorch_tensor *a, int dim, bool l
   int64_t outer = 1, inner = 1, cdim = a->ndim ? a->shape[d] : 1;
   for (int i = 0; i < d; i++) outer *= a->shape[i];
   for (int i = d + 1; i < a->ndim; i++) inner *= a->shape[i];
+  if (inner == 1 && rows16(a)) cd = dt; /* rows read and written in 16 bits */
   zorch_tensor *c = NULL, *out = NULL;
   if (!(c = op_cast_contig(a, cd)) || !(out = op_empty(a, a->ndim, a->shape, cd)) ||
       backend_of(out)->softmax(out, c, outer, cdim, inner, log_) || !(out = op_recast(out, dt))) {

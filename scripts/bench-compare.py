@@ -49,6 +49,8 @@ CASES = {
     "attention_causal_b4h12t64_d64_fused_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
     "cnn_fashion_mnist_b64_fwd_bwd": ("images/s", lambda s: 64 / s, None, None),
     "simplenet_step": ("us", lambda s: s * 1e6, None, None),
+    "transformer_block_c256_t128_b16_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
+    "transformer_block_c256_t128_b16_fwd_bwd_bf16": ("ms", lambda s: s * 1e3, None, None),
     "add_64": ("ns", lambda s: s * 1e9, None, None),
     "relu_64": ("ns", lambda s: s * 1e9, None, None),
     "script_add_64": ("ns", lambda s: s * 1e9, None, None),

@@ -279,6 +279,244 @@ static void elementwise16(zorch_generator *g, zorch_dtype dt) {
   for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) zorch_tensor_free(fr[i]);
 }
 
+/* The 16-bit sums, softmax, log_softmax, layer norm and nll read and write 16
+   bits in place: the very values of converting to float32, computing there and
+   rounding the result once. Their gradients (the fused softmax backward, layer
+   norm's, cross entropy's) against double on the same 16-bit values. */
+static void rows16(zorch_generator *g, zorch_dtype dt) {
+  const char *dn = zorch_dtype_name(dt);
+  double one = dt == ZORCH_BF16 ? 1.0 / 128 : 1.0 / 1024; /* two roundings */
+  int64_t rows = 300, c = 701;
+  zorch_tensor *x = zorch_randn(SHAPE(rows, c), dt, CPU, g), *xf = zorch_to_dtype(x, ZORCH_F32);
+  zorch_tensor *w = zorch_randn(SHAPE(c), dt, CPU, g), *b = zorch_randn(SHAPE(c), dt, CPU, g);
+  zorch_tensor *wf = zorch_to_dtype(w, ZORCH_F32), *bf = zorch_to_dtype(b, ZORCH_F32);
+  int d0 = 0, d1 = 1;
+  for (int k = 0; k < 8; k++) {
+    static const char *const what[] = {"softmax", "log_softmax", "sum", "sum over dim 1",
+                                       "sum over dim 0", "mean over dim 1", "layer_norm",
+                                       "layer_norm without affine"};
+    zorch_tensor *h = NULL, *f = NULL, *fr = NULL;
+    switch (k) {
+      case 0: h = zorch_softmax(x, -1), f = zorch_softmax(xf, -1); break;
+      case 1: h = zorch_log_softmax(x, -1), f = zorch_log_softmax(xf, -1); break;
+      case 2: h = zorch_sum(x, 0, NULL, false), f = zorch_sum(xf, 0, NULL, false); break;
+      case 3: h = zorch_sum(x, 1, &d1, false), f = zorch_sum(xf, 1, &d1, false); break;
+      case 4: h = zorch_sum(x, 1, &d0, true), f = zorch_sum(xf, 1, &d0, true); break;
+      case 5: h = zorch_mean(x, 1, &d1, false), f = zorch_mean(xf, 1, &d1, false); break;
+      case 6: h = zorch_layer_norm(x, 1, w, b, 1e-5), f = zorch_layer_norm(xf, 1, wf, bf, 1e-5); break;
+      case 7: h = zorch_layer_norm(x, 1, NULL, NULL, 1e-5), f = zorch_layer_norm(xf, 1, NULL, NULL, 1e-5); break;
+    }
+    fr = f ? zorch_to_dtype(f, dt) : NULL;
+    ok(h && zorch_tensor_dtype(h) == dt && same_values(h, fr), "%s %s equals the float32 result rounded once",
+       dn, what[k]);
+    zorch_tensor_free(h), zorch_tensor_free(f), zorch_tensor_free(fr);
+  }
+  /* the whole sum on 1 and 2 threads */
+  zorch_tensor *s1 = NULL, *s2 = NULL;
+  zorch_set_num_threads(1);
+  s1 = zorch_sum(x, 0, NULL, false);
+  zorch_set_num_threads(2);
+  s2 = zorch_sum(x, 0, NULL, false);
+  zorch_set_num_threads(0);
+  ok(same_values(s1, s2), "%s sum is the same on 1 and 2 threads", dn);
+  zorch_tensor_free(s1), zorch_tensor_free(s2);
+
+  /* cross entropy: log_softmax in 16 bits, nll on its values in float32 */
+  zorch_tensor *t = zorch_randint(0, c, SHAPE(rows), ZORCH_I64, CPU, g);
+  zorch_tensor *lp = zorch_log_softmax(x, -1), *lpf = lp ? zorch_to_dtype(lp, ZORCH_F32) : NULL;
+  zorch_tensor *ce = zorch_cross_entropy(x, t, ZORCH_REDUCE_MEAN, -100);
+  zorch_tensor *cef = lpf ? zorch_nll_loss(lpf, t, ZORCH_REDUCE_MEAN, -100) : NULL;
+  zorch_tensor *cer = cef ? zorch_to_dtype(cef, dt) : NULL;
+  ok(ce && zorch_tensor_dtype(ce) == dt && same_values(ce, cer),
+     "%s cross_entropy equals nll over its float32 log-probabilities, rounded once", dn);
+  zorch_tensor *fr0[] = {lp, lpf, ce, cef, cer};
+  for (size_t i = 0; i < 5; i++) zorch_tensor_free(fr0[i]);
+
+  /* gradients: of sum(softmax(x) * r), sum(log_softmax(x) * r), cross entropy
+     and sum(layer_norm(x) * r), against double on the 16-bit values */
+  zorch_tensor *r = zorch_randn(SHAPE(rows, c), dt, CPU, g);
+  double *rv = values(r), *xv = values(x), *wv = values(w);
+  int64_t *tv = zorch_tensor_data(t);
+  for (int k = 0; k < 4; k++) {
+    static const char *const what[] = {"softmax", "log_softmax", "cross_entropy", "layer_norm"};
+    zorch_tensor *xl = zorch_detach(x);
+    zorch_set_requires_grad(xl, true);
+    zorch_tensor *y = k == 0 ? zorch_softmax(xl, -1) : k == 1 ? zorch_log_softmax(xl, -1)
+                    : k == 2 ? zorch_cross_entropy(xl, t, ZORCH_REDUCE_SUM, -100)
+                             : zorch_layer_norm(xl, 1, w, NULL, 1e-5);
+    zorch_tensor *yr = k == 2 ? zorch_tensor_retain(y) : zorch_mul(y, r);
+    zorch_tensor *l = k == 2 ? zorch_tensor_retain(y) : zorch_sum(yr, 0, NULL, false);
+    bool run = l && !zorch_backward(l, NULL, false);
+    zorch_tensor *gx = zorch_grad(xl);
+    double *gv = gx && zorch_tensor_dtype(gx) == dt ? values(gx) : NULL;
+    /* the backward reads the 16-bit (log-)probabilities */
+    zorch_tensor *lsm = k == 2 ? zorch_log_softmax(x, -1) : NULL;
+    double *yv = k < 2 && y ? values(y) : k == 2 && lsm ? values(lsm) : NULL;
+    zorch_tensor_free(lsm);
+    int64_t bad = 0;
+    for (int64_t i = 0; gv && i < rows; i++) {
+      const double *xr = xv + i * c, *gr = rv + i * c, *gg = gv + i * c;
+      double mx = -INFINITY, se = 0, s = 0, mu = 0, var = 0;
+      for (int64_t j = 0; j < c; j++) mx = xr[j] > mx ? xr[j] : mx;
+      for (int64_t j = 0; j < c; j++) se += exp(xr[j] - mx), mu += xr[j];
+      mu /= (double)c;
+      for (int64_t j = 0; j < c; j++) var += (xr[j] - mu) * (xr[j] - mu);
+      double rs = 1 / sqrt(var / (double)c + 1e-5), s1 = 0, s2 = 0, scale = 0;
+      if (k == 0)
+        for (int64_t j = 0; j < c; j++) s += gr[j] * yv[i * c + j];
+      if (k == 1)
+        for (int64_t j = 0; j < c; j++) s += gr[j];
+      if (k == 3)
+        for (int64_t j = 0; j < c; j++) {
+          double gh = gr[j] * wv[j];
+          s1 += gh, s2 += gh * (xr[j] - mu) * rs;
+        }
+      for (int64_t j = 0; j < c; j++) {
+        double ref;
+        if (k == 0) ref = yv[i * c + j] * (gr[j] - s);
+        else if (k == 1) ref = gr[j] - exp(yv[i * c + j]) * s;
+        else if (k == 2) ref = exp(yv[i * c + j]) - (j == tv[i] ? 1.0 : 0.0);
+        else ref = rs * (gr[j] * wv[j] - s1 / (double)c - (xr[j] - mu) * rs * s2 / (double)c);
+        scale = fabs(ref) > scale ? fabs(ref) : scale;
+        if (!near(gg[j], ref, one, one * (k == 3 ? 0.05 : 0.01)) && bad++ < 3)
+          printf("#   %s row %lld col %lld: %.6g, double %.6g\n", what[k], (long long)i, (long long)j,
+                 gg[j], ref);
+      }
+    }
+    ok(run && gv && bad == 0, "%s %s gradient in 16 bits matches double (%lld off)", dn, what[k],
+       (long long)bad);
+    free(gv), free(yv);
+    zorch_tensor *fr1[] = {xl, y, yr, l}; /* gx is borrowed */
+    for (size_t i = 0; i < 4; i++) zorch_tensor_free(fr1[i]);
+  }
+  free(rv), free(xv), free(wv);
+  zorch_tensor *fr[] = {x, xf, w, b, wf, bf, t, r};
+  for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) zorch_tensor_free(fr[i]);
+}
+
+/* The float32 layer norm backward (lanes per row, columns in blocks) against
+   double, and its weight gradient the same on 1 and 2 threads. */
+static void layer_norm_bwd_rows(zorch_generator *g) {
+  int64_t rows = 300, c = 700; /* not a multiple of 16 or 64 */
+  zorch_tensor *x0 = zorch_randn(SHAPE(rows, c), ZORCH_F32, CPU, g), *x = zorch_add_scalar(x0, 5);
+  zorch_tensor *w = zorch_randn(SHAPE(c), ZORCH_F32, CPU, g), *b = zorch_randn(SHAPE(c), ZORCH_F32, CPU, g);
+  zorch_tensor *r = zorch_randn(SHAPE(rows, c), ZORCH_F32, CPU, g);
+  zorch_set_requires_grad(x, true), zorch_set_requires_grad(w, true), zorch_set_requires_grad(b, true);
+  double *gw1 = NULL;
+  for (int th = 1; th <= 2; th++) {
+    zorch_set_num_threads(th);
+    zorch_tensor *y = zorch_layer_norm(x, 1, w, b, 1e-5), *yr = zorch_mul(y, r);
+    zorch_tensor *l = zorch_sum(yr, 0, NULL, false);
+    bool run = l && !zorch_backward(l, NULL, false);
+    double *gx = run ? values(zorch_grad(x)) : NULL, *gw = run ? values(zorch_grad(w)) : NULL;
+    double *gb = run ? values(zorch_grad(b)) : NULL;
+    const float *xp = zorch_tensor_data(x), *wp = zorch_tensor_data(w), *rp = zorch_tensor_data(r);
+    double *aw = calloc((size_t)c, sizeof(double)), *ab = calloc((size_t)c, sizeof(double));
+    int64_t bad = 0;
+    for (int64_t i = 0; gx && i < rows; i++) {
+      const float *xr = xp + i * c, *gr = rp + i * c;
+      double mu = 0, var = 0, s1 = 0, s2 = 0;
+      for (int64_t j = 0; j < c; j++) mu += xr[j];
+      mu /= (double)c;
+      for (int64_t j = 0; j < c; j++) var += (xr[j] - mu) * (xr[j] - mu);
+      double rs = 1 / sqrt(var / (double)c + 1e-5);
+      for (int64_t j = 0; j < c; j++) {
+        double gh = (double)gr[j] * wp[j];
+        s1 += gh, s2 += gh * (xr[j] - mu) * rs;
+        aw[j] += (double)gr[j] * (xr[j] - mu) * rs, ab[j] += gr[j];
+      }
+      for (int64_t j = 0; j < c; j++) {
+        double ref = rs * ((double)gr[j] * wp[j] - s1 / (double)c - (xr[j] - mu) * rs * s2 / (double)c);
+        if (!near(gx[i * c + j], ref, 1e-5, 1e-5)) bad++;
+      }
+    }
+    for (int64_t j = 0; gw && j < c; j++)
+      if (!near(gw[j], aw[j], 1e-5, 1e-4) || !near(gb[j], ab[j], 1e-6, 1e-5)) bad++;
+    ok(run && gx && bad == 0, "float32 layer_norm backward matches double on %d thread%s (%lld off)", th,
+       th > 1 ? "s" : "", (long long)bad);
+    if (th == 1) {
+      gw1 = gw;
+      gw = NULL;
+    } else {
+      bool same = gw1 && gw;
+      for (int64_t j = 0; same && j < c; j++) same = gw1[j] == gw[j];
+      ok(same, "its weight gradient is the same on 1 and 2 threads");
+    }
+    free(gx), free(gw), free(gb), free(aw), free(ab);
+    zorch_set_grad(x, NULL), zorch_set_grad(w, NULL), zorch_set_grad(b, NULL);
+    zorch_tensor_free(y), zorch_tensor_free(yr), zorch_tensor_free(l);
+  }
+  zorch_set_num_threads(0);
+  free(gw1);
+  zorch_tensor *fr[] = {x0, x, w, b, r};
+  for (size_t i = 0; i < 5; i++) zorch_tensor_free(fr[i]);
+}
+
+/* linear with a GELU (one node) against linear then gelu (two): the same
+   values and gradients, bit for bit, in float32 and bf16, both forms. */
+static void linear_gelu(zorch_generator *g) {
+  for (int d = 0; d < 2; d++) {
+    zorch_dtype dt = d ? ZORCH_BF16 : ZORCH_F32;
+    zorch_tensor *x = zorch_randn(SHAPE(4, 33, 40), dt, CPU, g), *w = zorch_randn(SHAPE(70, 40), dt, CPU, g);
+    zorch_tensor *b = zorch_randn(SHAPE(70), dt, CPU, g), *r = zorch_randn(SHAPE(4, 33, 70), dt, CPU, g);
+    zorch_tensor *ps[3] = {x, w, b};
+    for (int i = 0; i < 3; i++) zorch_set_requires_grad(ps[i], true);
+    for (int t = 0; t < 2; t++) {
+      zorch_tensor *y[2] = {NULL, NULL}, *gr[2][3];
+      for (int fused = 0; fused < 2; fused++) {
+        zorch_tensor *lin = fused ? NULL : zorch_linear(x, w, b);
+        y[fused] = fused ? zorch_linear_act(x, w, b, t ? ZORCH_ACT_GELU_TANH : ZORCH_ACT_GELU)
+                         : zorch_gelu(lin, t);
+        zorch_tensor *yr = y[fused] ? zorch_mul(y[fused], r) : NULL, *l = yr ? zorch_sum(yr, 0, NULL, false) : NULL;
+        if (!l || zorch_backward(l, NULL, false)) gr[fused][0] = gr[fused][1] = gr[fused][2] = NULL;
+        for (int i = 0; i < 3 && l; i++) {
+          gr[fused][i] = zorch_tensor_retain(zorch_grad(ps[i]));
+          zorch_set_grad(ps[i], NULL);
+        }
+        zorch_tensor_free(lin), zorch_tensor_free(yr), zorch_tensor_free(l);
+      }
+      bool same = same_values(y[0], y[1]) && !strcmp(zorch_grad_fn_name(y[1]), "LinearGeluBackward");
+      for (int i = 0; i < 3; i++) same = same && same_values(gr[0][i], gr[1][i]);
+      ok(same, "%s linear with gelu%s equals linear then gelu (values and gradients)",
+         zorch_dtype_name(dt), t ? " (tanh)" : "");
+      for (int f = 0; f < 2; f++) {
+        zorch_tensor_free(y[f]);
+        for (int i = 0; i < 3; i++) zorch_tensor_free(gr[f][i]);
+      }
+    }
+    zorch_tensor *fr[] = {x, w, b, r};
+    for (int i = 0; i < 4; i++) zorch_tensor_free(fr[i]);
+  }
+}
+
+/* The fused float32 softmax backward against double. */
+static void softmax_bwd_f32(zorch_generator *g) {
+  int64_t rows = 64, c = 1000;
+  zorch_tensor *x = zorch_randn(SHAPE(rows, c), ZORCH_F32, CPU, g), *r = zorch_randn(SHAPE(rows, c), ZORCH_F32, CPU, g);
+  zorch_set_requires_grad(x, true);
+  for (int lg = 0; lg < 2; lg++) {
+    zorch_tensor *y = lg ? zorch_log_softmax(x, -1) : zorch_softmax(x, -1), *yr = zorch_mul(y, r);
+    zorch_tensor *l = zorch_sum(yr, 0, NULL, false);
+    bool run = l && !zorch_backward(l, NULL, false);
+    zorch_tensor *gx = zorch_grad(x);
+    const float *gp = gx ? zorch_tensor_data(gx) : NULL, *yp = zorch_tensor_data(y), *rp = zorch_tensor_data(r);
+    int64_t bad = 0;
+    for (int64_t i = 0; gp && i < rows; i++) {
+      double s = 0;
+      for (int64_t j = 0; j < c; j++) s += lg ? rp[i * c + j] : (double)rp[i * c + j] * yp[i * c + j];
+      for (int64_t j = 0; j < c; j++) {
+        double ref = lg ? rp[i * c + j] - exp(yp[i * c + j]) * s : yp[i * c + j] * (rp[i * c + j] - s);
+        if (!near(gp[i * c + j], ref, 1e-5, 1e-6)) bad++;
+      }
+    }
+    ok(run && bad == 0, "float32 %s backward (fused rows) matches double (%lld off)",
+       lg ? "log_softmax" : "softmax", (long long)bad);
+    zorch_set_grad(x, NULL);
+    zorch_tensor_free(y), zorch_tensor_free(yr), zorch_tensor_free(l);
+  }
+  zorch_tensor_free(x), zorch_tensor_free(r);
+}
+
 /* AdamW on float32 (the vectorised path) against the update written out element
    by element in the same arithmetic: equal to the bit, across chunk edges and
    a ragged tail, on 1 and 2 threads, for no decay, L2 decay and decoupled decay. */
@@ -343,6 +581,11 @@ int main(void) {
   zorch_generator *g0 = zorch_generator_new(3);
   elementwise16(g0, ZORCH_BF16);
   elementwise16(g0, ZORCH_F16);
+  rows16(g0, ZORCH_BF16);
+  rows16(g0, ZORCH_F16);
+  softmax_bwd_f32(g0);
+  layer_norm_bwd_rows(g0);
+  linear_gelu(g0);
   zorch_generator_free(g0);
   gelu_sweep(false);
   gelu_sweep(true);

@@ -126,6 +126,8 @@ CHECK(linear, 3, return zorch_linear(in[0], in[1], in[2]);)
 CHECK(linear_nobias, 2, return zorch_linear(in[0], in[1], NULL);)
 CHECK(linear_relu, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_RELU);)
 CHECK(linear_relu_nobias, 2, return zorch_linear_act(in[0], in[1], NULL, ZORCH_ACT_RELU);)
+CHECK(linear_gelu, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU);)
+CHECK(linear_gelu_tanh, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU_TANH);)
 CHECK(mse, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_MEAN);)
 CHECK(mse_sum, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_SUM);)
 CHECK(cross_entropy, 2, return zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_MEAN, 1);)
@@ -272,6 +274,8 @@ int main(void) {
   RUN(linear_nobias, leaf(SHAPE(5, 3), 0), leaf(SHAPE(2, 3), 0));
   RUN(linear_relu, leaf(SHAPE(6, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
   RUN(linear_relu, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
+  RUN(linear_gelu, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
+  RUN(linear_gelu_tanh, leaf(SHAPE(6, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
   RUN(linear_relu_nobias, leaf(SHAPE(5, 3), 0), leaf(SHAPE(2, 3), 0));
   RUN(mse, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
   RUN(mse_sum, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));

@@ -378,6 +378,31 @@ static void test_inplace(void) {
   for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) zorch_tensor_free(ts[i]);
 }
 
+/* Freed buffers of 64 KiB to 64 MiB come back to the next allocation that
+   fits them within an eighth (hostmem.c); a much smaller or larger one gets
+   another. Off where the allocation caches are (sanitizers, ZORCH_ALLOC_CACHE=0). */
+static void test_large_reuse(void) {
+  if (!alloc_cache_enabled()) {
+    ok(1, "# SKIP large-block reuse: allocation caches off");
+    return;
+  }
+  /* a size no other test frees */
+  zorch_tensor *a = zorch_zeros(SHAPE(1234567), ZORCH_F32, CPU);
+  void *pa = a ? zorch_tensor_data(a) : NULL;
+  zorch_tensor_free(a);
+  zorch_tensor *b = zorch_empty(SHAPE(1234567 - 1000), ZORCH_F32, CPU);
+  ok(b && zorch_tensor_data(b) == pa, "a freed 4.9 MB buffer serves the next allocation of nearly its size");
+  void *pb = b ? zorch_tensor_data(b) : NULL;
+  zorch_tensor_free(b);
+  zorch_tensor *c = zorch_empty(SHAPE(1234567 / 2), ZORCH_F32, CPU);
+  ok(c && zorch_tensor_data(c) != pb, "but not one of half its size");
+  zorch_tensor *d = zorch_zeros(SHAPE(1234567), ZORCH_F32, CPU);
+  bool zero = d != NULL;
+  for (int64_t i = 0; zero && i < 1234567; i += 4099) zero = ((float *)zorch_tensor_data(d))[i] == 0;
+  ok(zero, "zeros() on a reused buffer is zeros");
+  zorch_tensor_free(c), zorch_tensor_free(d);
+}
+
 int main(void) {
   test_released();
   test_cuda_api();
@@ -389,6 +414,7 @@ int main(void) {
   test_errors();
   test_inplace();
   test_large();
+  test_large_reuse();
   zorch_clear_error();
   return done_testing();
 }

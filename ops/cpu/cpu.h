@@ -7,6 +7,11 @@
 /* Elements below which a kernel stays on the calling thread: starting a parallel
    region costs a few microseconds, which small tensors must not pay. */
 #define CPU_GRAIN 32768
+/* The same for memory-bound elementwise loops (binary ops, copies, fills,
+   where): with OpenMP's passive wait, waking the sleeping threads costs about
+   40 us on the 2-core test machine, the time of a float32 add over some 400k
+   elements (docs/performance.md, "Threads"). */
+#define CPU_GRAIN_MEM 524288
 
 /* Hot loops are built for the baseline ISA and for AVX2/AVX-512, picked at load. */
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(ZORCH_NO_CLONES)
@@ -31,8 +36,10 @@ typedef void (*cpu_loop)(char **p, const int64_t *s, int64_t n, const double *pr
 
 /* ts[0] gives the shape; the others must have it (stride 0 where broadcast). */
 void cpu_iter_init(cpu_iter *it, int nops, const zorch_tensor *const *ts);
-/* Runs fn over every element, on several threads when numel >= CPU_GRAIN. */
+/* Runs fn over every element, on several threads when numel >= CPU_GRAIN
+   (cpu_iter_run_grain: >= grain). */
 void cpu_iter_run(const cpu_iter *it, cpu_loop fn, const double *prm);
+void cpu_iter_run_grain(const cpu_iter *it, cpu_loop fn, const double *prm, int64_t grain);
 
 int cpu_threads(void);
 

@@ -248,14 +248,15 @@ zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const 
     cpu_iter it;
     cpu_iter_init(&it, 3, ts);
     half_ctx c = {{p0, p1}, fn, a->dtype, 2, is16(out->dtype)};
-    cpu_iter_run(&it, half_loop, c.prm);
+    cpu_iter_run_grain(&it, half_loop, c.prm, bfast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
     return ZORCH_OK;
   }
   const zorch_tensor *ts[3] = {out, a, b};
   cpu_iter it;
   cpu_iter_init(&it, 3, ts);
   double prm[2] = {p0, p1};
-  cpu_iter_run(&it, fn, prm);
+  /* most binary ops are an add or a multiply per element: memory-bound */
+  cpu_iter_run_grain(&it, fn, prm, bfast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
   return ZORCH_OK;
 }
 
@@ -279,7 +280,8 @@ zorch_status cpu_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_
   cpu_iter it;
   cpu_iter_init(&it, 4, ts);
   size_t es = dtype_sizes[out->dtype];
-  cpu_iter_run(&it, es == 1 ? where_1 : es == 2 ? where_2 : es == 4 ? where_4 : where_8, NULL);
+  cpu_iter_run_grain(&it, es == 1 ? where_1 : es == 2 ? where_2 : es == 4 ? where_4 : where_8, NULL,
+                     CPU_GRAIN_MEM);
   return ZORCH_OK;
 }
 
@@ -347,7 +349,7 @@ zorch_status cpu_copy(zorch_tensor *dst, const zorch_tensor *src) {
   cpu_iter it;
   cpu_iter_init(&it, 2, ts);
   double prm[2] = {(double)dst->dtype, (double)src->dtype};
-  cpu_iter_run(&it, copy_loop(dst->dtype, src->dtype), prm);
+  cpu_iter_run_grain(&it, copy_loop(dst->dtype, src->dtype), prm, CPU_GRAIN_MEM);
   return ZORCH_OK;
 }
 
@@ -377,6 +379,6 @@ zorch_status cpu_fill(zorch_tensor *dst, double v) {
   cpu_iter_init(&it, 1, ts);
   double prm[3] = {0, (double)dtype_sizes[dst->dtype], 0};
   cpu_store((char *)&prm[2], dst->dtype, v);
-  cpu_iter_run(&it, fill_loop, prm);
+  cpu_iter_run_grain(&it, fill_loop, prm, CPU_GRAIN_MEM);
   return ZORCH_OK;
 }

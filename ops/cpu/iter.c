@@ -86,10 +86,14 @@ static void iter_range(const cpu_iter *it, int64_t start, int64_t end, cpu_loop 
 }
 
 void cpu_iter_run(const cpu_iter *it, cpu_loop fn, const double *prm) {
+  cpu_iter_run_grain(it, fn, prm, CPU_GRAIN);
+}
+
+void cpu_iter_run_grain(const cpu_iter *it, cpu_loop fn, const double *prm, int64_t grain) {
   int64_t n = it->numel;
   if (n == 0) return;
   int nt = cpu_threads();
-  if (n < CPU_GRAIN || nt <= 1) {
+  if (n < grain || nt <= 1) {
     iter_range(it, 0, n, fn, prm);
     return;
   }

@@ -25,6 +25,8 @@ zorch_status cpu_scatter(zorch_tensor *out, const zorch_tensor *idx, const zorch
                          const index_geom *g, bool add);
 zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
                          int64_t inner, bool log);
+zorch_status cpu_softmax_bwd(zorch_tensor *gx, const zorch_tensor *g, const zorch_tensor *y,
+                             int64_t outer, int64_t c, bool log);
 zorch_status cpu_gemm(const gemm_args *g);
 zorch_status cpu_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
                               int64_t outer, int64_t n, int64_t inner);

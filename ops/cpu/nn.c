@@ -93,11 +93,35 @@ static zorch_status check_targets(const int64_t *tg, int64_t n, int64_t c, int64
   return ZORCH_OK;
 }
 
+/* 16-bit log-probabilities, a float32 loss */
+#define NLL16(LD)                                                           \
+  {                                                                         \
+    float *l = (float *)tensor_ptr(loss);                                   \
+    const uint16_t *lp = (const uint16_t *)tensor_ptr(logp);                \
+    for (int64_t i = 0; i < n; i++) l[i] = tg[i] == ignore ? 0.0f : -LD(lp[i * c + tg[i]]); \
+  }
+/* a float32 g into a 16-bit gradient, rounded once */
+#define NLL_BWD16(ST)                                                       \
+  {                                                                         \
+    uint16_t *gi = (uint16_t *)tensor_ptr(gin);                             \
+    const float *gg = (const float *)tensor_ptr(g);                         \
+    for (int64_t i = 0; i < n; i++)                                         \
+      if (tg[i] != ignore) gi[i * c + tg[i]] = ST(-gg[i]);                  \
+  }
+
 zorch_status cpu_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n,
                      int64_t c, int64_t ignore) {
   const int64_t *tg = (const int64_t *)tensor_ptr(t);
   zorch_status st = check_targets(tg, n, c, ignore);
   if (st) return st;
+  if (loss->dtype == ZORCH_F32 && logp->dtype == ZORCH_BF16) {
+    NLL16(zm_bf16_to_f32)
+    return ZORCH_OK;
+  }
+  if (loss->dtype == ZORCH_F32 && logp->dtype == ZORCH_F16) {
+    NLL16(zm_f16_to_f32)
+    return ZORCH_OK;
+  }
   switch (logp->dtype) {
     case ZORCH_F32: NLL(float) return ZORCH_OK;
     case ZORCH_F64: NLL(double) return ZORCH_OK;
@@ -109,6 +133,14 @@ zorch_status cpu_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_t
 zorch_status cpu_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n,
                          int64_t c, int64_t ignore) {
   const int64_t *tg = (const int64_t *)tensor_ptr(t);
+  if (g->dtype == ZORCH_F32 && gin->dtype == ZORCH_BF16) {
+    NLL_BWD16(zm_f32_to_bf16)
+    return ZORCH_OK;
+  }
+  if (g->dtype == ZORCH_F32 && gin->dtype == ZORCH_F16) {
+    NLL_BWD16(zm_f32_to_f16)
+    return ZORCH_OK;
+  }
   switch (gin->dtype) {
     case ZORCH_F32: NLL_BWD(float) return ZORCH_OK;
     case ZORCH_F64: NLL_BWD(double) return ZORCH_OK;
@@ -189,9 +221,62 @@ CPU_CLONES static void layer_norm_row_f32(float *y, float *mp, float *rp, const 
     for (j = 0; j < cols; j++) y[j] = ((x[j] - mu) - lo) * rs;
 }
 
+/* A 16-bit row: layer_norm_row_f32's arithmetic on the widened values (the
+   same float32 results, rounded once); mean and rstd in float32. */
+#define LAYER_NORM_ROW16(NAME, LD, ST)                                                  \
+  CPU_CLONES static void NAME(uint16_t *y, float *mp, float *rp, const uint16_t *x,     \
+                              const uint16_t *w, const uint16_t *b, int64_t cols, double eps) { \
+    float lane[16] = {0}, x0 = cols ? LD(x[0]) : 0;                                     \
+    int64_t j = 0;                                                                      \
+    for (; j + 16 <= cols; j += 16)                                                     \
+      for (int k = 0; k < 16; k++) lane[k] += LD(x[j + k]) - x0;                        \
+    double s = lanes_sum(lane);                                                         \
+    for (; j < cols; j++) s += LD(x[j]) - x0;                                           \
+    double mean = (double)x0 + s / (double)cols;                                        \
+    float mu = (float)mean, lo = (float)(mean - (double)mu);                            \
+    for (int k = 0; k < 16; k++) lane[k] = 0;                                           \
+    for (j = 0; j + 16 <= cols; j += 16)                                                \
+      for (int k = 0; k < 16; k++) {                                                    \
+        float d = (LD(x[j + k]) - mu) - lo;                                             \
+        lane[k] += d * d;                                                               \
+      }                                                                                 \
+    double ss = lanes_sum(lane);                                                        \
+    for (; j < cols; j++) {                                                             \
+      float d = (LD(x[j]) - mu) - lo;                                                   \
+      ss += (double)d * (double)d;                                                      \
+    }                                                                                   \
+    float rs = (float)(1.0 / sqrt(ss / (double)cols + eps));                            \
+    *mp = mu;                                                                           \
+    *rp = rs;                                                                           \
+    if (w && b)                                                                         \
+      for (j = 0; j < cols; j++) y[j] = ST(((LD(x[j]) - mu) - lo) * rs * LD(w[j]) + LD(b[j])); \
+    else if (w)                                                                         \
+      for (j = 0; j < cols; j++) y[j] = ST(((LD(x[j]) - mu) - lo) * rs * LD(w[j]));     \
+    else if (b)                                                                         \
+      for (j = 0; j < cols; j++) y[j] = ST(((LD(x[j]) - mu) - lo) * rs + LD(b[j]));     \
+    else                                                                                \
+      for (j = 0; j < cols; j++) y[j] = ST(((LD(x[j]) - mu) - lo) * rs);                \
+  }
+LAYER_NORM_ROW16(layer_norm_row_bf16, zm_bf16_to_f32, zm_f32_to_bf16)
+LAYER_NORM_ROW16(layer_norm_row_f16, zm_f16_to_f32, zm_f32_to_f16)
+
 zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
                             const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
                             int64_t rows, int64_t cols, double eps) {
+  if ((x->dtype == ZORCH_BF16 || x->dtype == ZORCH_F16) && mean->dtype == ZORCH_F32) {
+    uint16_t *yp = (uint16_t *)tensor_ptr(y);
+    float *mp = (float *)tensor_ptr(mean), *rp = (float *)tensor_ptr(rstd);
+    const uint16_t *xp = (const uint16_t *)tensor_ptr(x);
+    const uint16_t *wp = w ? (const uint16_t *)tensor_ptr(w) : NULL;
+    const uint16_t *bp = b ? (const uint16_t *)tensor_ptr(b) : NULL;
+    bool bf = x->dtype == ZORCH_BF16;
+#pragma omp parallel for if (rows * cols >= CPU_GRAIN)
+    for (int64_t r = 0; r < rows; r++) {
+      if (bf) layer_norm_row_bf16(yp + r * cols, mp + r, rp + r, xp + r * cols, wp, bp, cols, eps);
+      else layer_norm_row_f16(yp + r * cols, mp + r, rp + r, xp + r * cols, wp, bp, cols, eps);
+    }
+    return ZORCH_OK;
+  }
   if (x->dtype == ZORCH_F32) {
     float *yp = (float *)tensor_ptr(y), *mp = (float *)tensor_ptr(mean), *rp = (float *)tensor_ptr(rstd);
     const float *xp = (const float *)tensor_ptr(x);
@@ -211,27 +296,30 @@ zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *r
 
 /* gx = rstd * (gh - mean(gh) - xh * mean(gh * xh)) with gh = g * w, xh the
    normalised input; gw = sum over rows of g * xh; gb = sum over rows of g. */
-#define LAYER_NORM_BWD(T)                                                           \
+#define LAYER_NORM_BWD(T) LAYER_NORM_BWD_IO(T, T, (double), (T))
+/* T the tensors' type (16-bit ones read through LD and written through ST),
+   MT mean's and rstd's */
+#define LAYER_NORM_BWD_IO(T, MT, LD, ST)                                            \
   {                                                                                 \
     T *gxp = (T *)tensor_ptr(gx);                                                   \
     const T *gp = (const T *)tensor_ptr(g), *xp = (const T *)tensor_ptr(x);         \
-    const T *mp = (const T *)tensor_ptr(mean), *rp = (const T *)tensor_ptr(rstd);   \
+    const MT *mp = (const MT *)tensor_ptr(mean), *rp = (const MT *)tensor_ptr(rstd); \
     const T *wp = w ? (const T *)tensor_ptr(w) : NULL;                              \
     _Pragma("omp parallel for if (rows * cols >= CPU_GRAIN)")                       \
     for (int64_t r = 0; r < rows; r++) {                                            \
       const T *gr = gp + r * cols, *xr = xp + r * cols;                             \
       double mu = mp[r], rs = rp[r], s1 = 0, s2 = 0;                                \
       for (int64_t j = 0; j < cols; j++) {                                          \
-        double gh = (double)gr[j] * (wp ? (double)wp[j] : 1.0);                     \
+        double gh = LD(gr[j]) * (wp ? LD(wp[j]) : 1.0);                             \
         s1 += gh;                                                                   \
-        s2 += gh * ((double)xr[j] - mu) * rs;                                       \
+        s2 += gh * (LD(xr[j]) - mu) * rs;                                           \
       }                                                                             \
       s1 /= (double)cols;                                                           \
       s2 /= (double)cols;                                                           \
       for (int64_t j = 0; j < cols; j++) {                                          \
-        double gh = (double)gr[j] * (wp ? (double)wp[j] : 1.0);                     \
-        double xh = ((double)xr[j] - mu) * rs;                                      \
-        gxp[r * cols + j] = (T)(rs * (gh - s1 - xh * s2));                          \
+        double gh = LD(gr[j]) * (wp ? LD(wp[j]) : 1.0);                             \
+        double xh = (LD(xr[j]) - mu) * rs;                                          \
+        gxp[r * cols + j] = ST(rs * (gh - s1 - xh * s2));                           \
       }                                                                             \
     }                                                                               \
     if (gw || gb) {                                                                 \
@@ -239,20 +327,116 @@ zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *r
       for (int64_t j = 0; j < cols; j++) {                                          \
         double aw = 0, ab = 0;                                                      \
         for (int64_t r = 0; r < rows; r++) {                                        \
-          double gv = gp[r * cols + j];                                             \
-          aw += gv * ((double)xp[r * cols + j] - (double)mp[r]) * (double)rp[r];    \
+          double gv = LD(gp[r * cols + j]);                                         \
+          aw += gv * (LD(xp[r * cols + j]) - (double)mp[r]) * (double)rp[r];        \
           ab += gv;                                                                 \
         }                                                                           \
-        if (gwp) gwp[j] = (T)aw;                                                    \
-        if (gbp) gbp[j] = (T)ab;                                                    \
+        if (gwp) gwp[j] = ST(aw);                                                   \
+        if (gbp) gbp[j] = ST(ab);                                                   \
       }                                                                             \
     }                                                                               \
   }
+/* 16-bit values: widened, and the double results rounded to float32 and then
+   once more to 16 bits, as the float32 kernel's results would be converted */
+#define LD_BF16(h) ((double)zm_bf16_to_f32(h))
+#define ST_BF16(v) zm_f32_to_bf16((float)(v))
+#define LD_F16(h) ((double)zm_f16_to_f32(h))
+#define ST_F16(v) zm_f32_to_f16((float)(v))
+
+/* float32 rows: the two row sums in 16 float lanes (added in double), gx in
+   float32; then gw and gb in double over column blocks, each column's rows
+   added in order (the same result on any thread count). */
+CPU_CLONES static void layer_norm_bwd_row_f32(float *gx, const float *g, const float *x,
+                                              const float *w, float mu, float rs, int64_t cols) {
+  float l1[16] = {0}, l2[16] = {0};
+  int64_t j = 0;
+  if (w) {
+    for (; j + 16 <= cols; j += 16)
+      for (int k = 0; k < 16; k++) {
+        float gh = g[j + k] * w[j + k];
+        l1[k] += gh;
+        l2[k] += gh * ((x[j + k] - mu) * rs);
+      }
+  } else {
+    for (; j + 16 <= cols; j += 16)
+      for (int k = 0; k < 16; k++) {
+        l1[k] += g[j + k];
+        l2[k] += g[j + k] * ((x[j + k] - mu) * rs);
+      }
+  }
+  double s1 = lanes_sum(l1), s2 = lanes_sum(l2);
+  for (; j < cols; j++) {
+    double gh = (double)g[j] * (w ? (double)w[j] : 1.0);
+    s1 += gh;
+    s2 += gh * (((double)x[j] - mu) * rs);
+  }
+  float m1 = (float)(s1 / (double)cols), m2 = (float)(s2 / (double)cols);
+  if (w)
+    for (j = 0; j < cols; j++) gx[j] = rs * (g[j] * w[j] - m1 - ((x[j] - mu) * rs) * m2);
+  else
+    for (j = 0; j < cols; j++) gx[j] = rs * (g[j] - m1 - ((x[j] - mu) * rs) * m2);
+}
+
+CPU_CLONES static void layer_norm_bwd_cols_f32(float *gw, float *gb, const float *g, const float *x,
+                                               const float *mp, const float *rp, int64_t rows,
+                                               int64_t cols, int64_t j0, int64_t nj) {
+  double aw[64], ab[64];
+  for (int64_t j = 0; j < nj; j++) aw[j] = ab[j] = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *gr = g + r * cols + j0, *xr = x + r * cols + j0;
+    double mu = mp[r], rs = rp[r];
+    for (int64_t j = 0; j < nj; j++) {
+      aw[j] += (double)gr[j] * (((double)xr[j] - mu) * rs);
+      ab[j] += gr[j];
+    }
+  }
+  for (int64_t j = 0; j < nj; j++) {
+    if (gw) gw[j0 + j] = (float)aw[j];
+    if (gb) gb[j0 + j] = (float)ab[j];
+  }
+}
+
+static void layer_norm_bwd_f32(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
+                               const zorch_tensor *g, const zorch_tensor *x,
+                               const zorch_tensor *mean, const zorch_tensor *rstd,
+                               const zorch_tensor *w, int64_t rows, int64_t cols) {
+  float *gxp = (float *)tensor_ptr(gx);
+  const float *gp = (const float *)tensor_ptr(g), *xp = (const float *)tensor_ptr(x);
+  const float *mp = (const float *)tensor_ptr(mean), *rp = (const float *)tensor_ptr(rstd);
+  const float *wp = w ? (const float *)tensor_ptr(w) : NULL;
+  float *gwp = gw ? (float *)tensor_ptr(gw) : NULL, *gbp = gb ? (float *)tensor_ptr(gb) : NULL;
+  int64_t nblk = (gw || gb) ? (cols + 63) / 64 : 0;
+  bool par = rows * cols >= CPU_GRAIN;
+  /* one parallel region for both passes */
+#pragma omp parallel if (par)
+  {
+#pragma omp for nowait
+    for (int64_t r = 0; r < rows; r++)
+      layer_norm_bwd_row_f32(gxp + r * cols, gp + r * cols, xp + r * cols, wp, mp[r], rp[r], cols);
+#pragma omp for
+    for (int64_t b = 0; b < nblk; b++) {
+      int64_t j0 = b * 64, nj = cols - j0 < 64 ? cols - j0 : 64;
+      layer_norm_bwd_cols_f32(gwp, gbp, gp, xp, mp, rp, rows, cols, j0, nj);
+    }
+  }
+}
 
 zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
                                 const zorch_tensor *g, const zorch_tensor *x,
                                 const zorch_tensor *mean, const zorch_tensor *rstd,
                                 const zorch_tensor *w, int64_t rows, int64_t cols) {
+  if (x->dtype == ZORCH_BF16 && mean->dtype == ZORCH_F32) {
+    LAYER_NORM_BWD_IO(uint16_t, float, LD_BF16, ST_BF16)
+    return ZORCH_OK;
+  }
+  if (x->dtype == ZORCH_F16 && mean->dtype == ZORCH_F32) {
+    LAYER_NORM_BWD_IO(uint16_t, float, LD_F16, ST_F16)
+    return ZORCH_OK;
+  }
+  if (x->dtype == ZORCH_F32) {
+    layer_norm_bwd_f32(gx, gw, gb, g, x, mean, rstd, w, rows, cols);
+    return ZORCH_OK;
+  }
   switch (x->dtype) {
     case ZORCH_F32: LAYER_NORM_BWD(float) return ZORCH_OK;
     case ZORCH_F64: LAYER_NORM_BWD(double) return ZORCH_OK;

@@ -4,8 +4,17 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "../math.h"
 #include "cpu.h"
 #include "vec.h"
+
+/* 16-bit floats widened to float32 where they are read, and rounded once where
+   written: the kernels below compute what their float32 versions compute on
+   the converted tensor, without the converted tensor. */
+#define LD_BF(h) zm_bf16_to_f32(h)
+#define LD_H(h) zm_f16_to_f32(h)
+#define ST_BF(f) zm_f32_to_bf16(f)
+#define ST_H(f) zm_f32_to_f16(f)
 
 /* Sum of n contiguous values with eight double accumulators (a fixed order). */
 #define SUM_CONTIG(NAME, T)                                       \
@@ -58,6 +67,41 @@ static double sum_f32(const float *a, int64_t n) {
   return s;
 }
 
+/* The same sums over 16-bit values, widened as they are read: equal, bit for
+   bit, to the float32 sums of the converted tensor. */
+#define SUM16(SER, PAR, LD)                                                   \
+  CPU_CLONES static double SER(const uint16_t *a, int64_t n) {                \
+    double s = 0;                                                             \
+    int64_t i = 0;                                                            \
+    for (; i + SUM_BLOCK <= n; i += SUM_BLOCK) {                              \
+      float lane[64] = {0};                                                   \
+      for (int64_t j = 0; j < SUM_BLOCK; j += 64)                             \
+        for (int k = 0; k < 64; k++) lane[k] += LD(a[i + j + k]);             \
+      for (int w = 32; w > 0; w /= 2)                                         \
+        for (int k = 0; k < w; k++) lane[k] += lane[k + w];                   \
+      s += lane[0];                                                           \
+    }                                                                         \
+    for (; i < n; i++) s += LD(a[i]);                                         \
+    return s;                                                                 \
+  }                                                                           \
+  static double PAR(const uint16_t *a, int64_t n) {                           \
+    if (n < 4 * CPU_GRAIN) return SER(a, n);                                  \
+    double part[64];                                                          \
+    int64_t blocks = n / SUM_BLOCK, per = (blocks + 63) / 64 * SUM_BLOCK;     \
+    _Pragma("omp parallel for")                                               \
+    for (int p = 0; p < 64; p++) {                                            \
+      int64_t lo = p * per, hi = p == 63 ? n : (p + 1) * per;                 \
+      if (lo > n) lo = n;                                                     \
+      if (hi > n) hi = n;                                                     \
+      part[p] = SER(a + lo, hi - lo);                                         \
+    }                                                                         \
+    double s = 0;                                                             \
+    for (int p = 0; p < 64; p++) s += part[p];                                \
+    return s;                                                                 \
+  }
+SUM16(sum_bf16_serial, sum_bf16, LD_BF)
+SUM16(sum_f16_serial, sum_f16, LD_H)
+
 /* max (BETTER >) or min (BETTER <) over r (stride inner) for each (outer, inner);
    NaN wins, the first best kept */
 #define MAX_BODY(T, BETTER)                                                      \
@@ -88,13 +132,29 @@ static double sum_f32(const float *a, int64_t n) {
     for (int64_t i = 0; i < w; i++) out[i] = (T)acc[i];                           \
   }
 SUM_PITCH(sum_pitch_f32, float, double)
+
+/* Column sums of 16-bit values into float32 (accumulated in double). */
+#define SUM_PITCH16(NAME, LD)                                                     \
+  CPU_CLONES static void NAME(float *out, const uint16_t *a, int64_t r, int64_t w, int64_t pitch, \
+                              double *acc) {                                      \
+    for (int64_t i = 0; i < w; i++) acc[i] = 0;                                   \
+    for (int64_t j = 0; j < r; j++) {                                             \
+      const uint16_t *row = a + j * pitch;                                        \
+      for (int64_t i = 0; i < w; i++) acc[i] += LD(row[i]);                       \
+    }                                                                             \
+    for (int64_t i = 0; i < w; i++) out[i] = (float)acc[i];                       \
+  }
+SUM_PITCH16(sum_pitch_bf16, LD_BF)
+SUM_PITCH16(sum_pitch_f16, LD_H)
 SUM_PITCH(sum_pitch_f64, double, double)
 SUM_PITCH(sum_pitch_i64, int64_t, uint64_t)
 
-#define SUM_KERNEL(T, SUMFN, PITCHFN, ACC)                                      \
+#define SUM_KERNEL(T, SUMFN, PITCHFN, ACC) SUM_KERNEL_IO(T, T, SUMFN, PITCHFN, ACC)
+/* TI in, TO out (a 16-bit input sums into float32) */
+#define SUM_KERNEL_IO(T, TI, SUMFN, PITCHFN, ACC)                               \
   {                                                                             \
     T *out = (T *)tensor_ptr(outt);                                             \
-    const T *a = (const T *)tensor_ptr(at);                                     \
+    const TI *a = (const TI *)tensor_ptr(at);                                   \
     if (inner == 1) {                                                           \
       _Pragma("omp parallel for if (outer * r >= CPU_GRAIN && outer > 1)")      \
       for (int64_t o = 0; o < outer; o++) out[o] = (T)SUMFN(a + o * r, r);      \
@@ -127,6 +187,12 @@ zorch_status cpu_reduce(red_op op, zorch_tensor *outt, zorch_tensor *idxt, const
       case ZORCH_F32: SUM_KERNEL(float, sum_f32, sum_pitch_f32, double) return ZORCH_OK;
       case ZORCH_F64: SUM_KERNEL(double, sum_f64, sum_pitch_f64, double) return ZORCH_OK;
       case ZORCH_I64: SUM_KERNEL(int64_t, sum_i64, sum_pitch_i64, uint64_t) return ZORCH_OK;
+      case ZORCH_BF16:
+        if (outt->dtype != ZORCH_F32) break;
+        SUM_KERNEL_IO(float, uint16_t, sum_bf16, sum_pitch_bf16, double) return ZORCH_OK;
+      case ZORCH_F16:
+        if (outt->dtype != ZORCH_F32) break;
+        SUM_KERNEL_IO(float, uint16_t, sum_f16, sum_pitch_f16, double) return ZORCH_OK;
       default: break;
     }
   } else if (r > 0) {
@@ -279,8 +345,73 @@ CPU_CLONES static void softmax_row_f32(float *y, const float *x, int64_t c, bool
   }
 }
 
+/* 16-bit rows go through float32 blocks of RB values on the stack: widened
+   by one loop, computed on, narrowed by another (each loop on its own
+   vectorises; the conversions inside the math kept it scalar). */
+#define RB 256
+#define WIDEN_NARROW(SUF, LD, ST)                                                   \
+  static inline void widen_##SUF(float *f, const uint16_t *h, int64_t n) {          \
+    for (int64_t i = 0; i < n; i++) f[i] = LD(h[i]);                                \
+  }                                                                                 \
+  static inline void narrow_##SUF(uint16_t *h, const float *f, int64_t n) {         \
+    for (int64_t i = 0; i < n; i++) h[i] = ST(f[i]);                                \
+  }
+WIDEN_NARROW(bf16, LD_BF, ST_BF)
+WIDEN_NARROW(f16, LD_H, ST_H)
+
+/* A 16-bit row: softmax_row_f32's arithmetic on the widened values (the same
+   lanes, so the same float32 results), e^(x - max) taken again for the output
+   instead of kept in a float32 row, rounded once. */
+#define SOFTMAX_ROW16(NAME, SUF)                                                    \
+  CPU_CLONES static void NAME(uint16_t *y, const uint16_t *x, int64_t c, bool log_) { \
+    float buf[RB], mx = -INFINITY;                                                  \
+    int nan = 0;                                                                    \
+    for (int64_t j0 = 0; j0 < c; j0 += RB) {                                        \
+      int64_t m = c - j0 < RB ? c - j0 : RB;                                        \
+      widen_##SUF(buf, x + j0, m);                                                  \
+      for (int64_t j = 0; j < m; j++) {                                             \
+        mx = buf[j] > mx ? buf[j] : mx;                                             \
+        nan |= buf[j] != buf[j];                                                    \
+      }                                                                             \
+    }                                                                               \
+    if (nan) mx = NAN;                                                              \
+    float lane[16] = {0};                                                           \
+    for (int64_t j0 = 0; j0 < c; j0 += RB) {                                        \
+      int64_t m = c - j0 < RB ? c - j0 : RB, j = 0;                                 \
+      widen_##SUF(buf, x + j0, m);                                                  \
+      for (; j + 16 <= m; j += 16)                                                  \
+        for (int k = 0; k < 16; k++) lane[k] += zv_expf(buf[j + k] - mx);           \
+      for (; j < m; j++) lane[0] += zv_expf(buf[j] - mx);                           \
+    }                                                                               \
+    double sum = 0;                                                                 \
+    for (int k = 0; k < 16; k++) sum += lane[k];                                    \
+    float lse = (float)log(sum), inv = (float)(1.0 / sum);                          \
+    for (int64_t j0 = 0; j0 < c; j0 += RB) {                                        \
+      int64_t m = c - j0 < RB ? c - j0 : RB;                                        \
+      widen_##SUF(buf, x + j0, m);                                                  \
+      if (log_)                                                                     \
+        for (int64_t j = 0; j < m; j++) buf[j] = (buf[j] - mx) - lse;               \
+      else                                                                          \
+        for (int64_t j = 0; j < m; j++) buf[j] = zv_expf(buf[j] - mx) * inv;        \
+      narrow_##SUF(y + j0, buf, m);                                                 \
+    }                                                                               \
+  }
+SOFTMAX_ROW16(softmax_row_bf16, bf16)
+SOFTMAX_ROW16(softmax_row_f16, f16)
+
 zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
                          int64_t inner, bool log_) {
+  if ((a->dtype == ZORCH_BF16 || a->dtype == ZORCH_F16) && inner == 1 && out->dtype == a->dtype) {
+    uint16_t *y = (uint16_t *)tensor_ptr(out);
+    const uint16_t *x = (const uint16_t *)tensor_ptr(a);
+    bool bf = a->dtype == ZORCH_BF16;
+#pragma omp parallel for if (outer * c >= CPU_GRAIN && outer > 1)
+    for (int64_t o = 0; o < outer; o++) {
+      if (bf) softmax_row_bf16(y + o * c, x + o * c, c, log_);
+      else softmax_row_f16(y + o * c, x + o * c, c, log_);
+    }
+    return ZORCH_OK;
+  }
   if (a->dtype == ZORCH_F32 && inner == 1) {
     float *y = (float *)tensor_ptr(out);
     const float *x = (const float *)tensor_ptr(a);
@@ -294,4 +425,84 @@ zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer
     default: return err_set(ZORCH_ERR_DTYPE, "softmax: no CPU kernel for dtype %s",
                             zorch_dtype_name(a->dtype));
   }
+}
+
+/* The softmax gradient of one row in float32 registers: s = sum(g * y) (softmax)
+   or sum(g) (log_softmax) in 16 lanes, then one pass that writes gx. */
+CPU_CLONES static void softmax_bwd_row_f32(float *gx, const float *g, const float *y, int64_t c,
+                                           bool log_) {
+  float lane[16] = {0};
+  int64_t j = 0;
+  if (log_) {
+    for (; j + 16 <= c; j += 16)
+      for (int k = 0; k < 16; k++) lane[k] += g[j + k];
+    for (; j < c; j++) lane[0] += g[j];
+  } else {
+    for (; j + 16 <= c; j += 16)
+      for (int k = 0; k < 16; k++) lane[k] += g[j + k] * y[j + k];
+    for (; j < c; j++) lane[0] += g[j] * y[j];
+  }
+  double sd = 0;
+  for (int k = 0; k < 16; k++) sd += lane[k];
+  float s = (float)sd;
+  if (log_)
+    for (j = 0; j < c; j++) gx[j] = g[j] - zv_expf(y[j]) * s;
+  else
+    for (j = 0; j < c; j++) gx[j] = y[j] * (g[j] - s);
+}
+
+/* The same on 16-bit rows through float32 blocks, rounded once. */
+#define SOFTMAX_BWD_ROW16(NAME, SUF)                                                     \
+  CPU_CLONES static void NAME(uint16_t *gx, const uint16_t *g, const uint16_t *y, int64_t c, \
+                              bool log_) {                                               \
+    float gb[RB], yb[RB], lane[16] = {0};                                                \
+    for (int64_t j0 = 0; j0 < c; j0 += RB) {                                             \
+      int64_t m = c - j0 < RB ? c - j0 : RB, j = 0;                                      \
+      widen_##SUF(gb, g + j0, m);                                                        \
+      if (!log_) {                                                                       \
+        widen_##SUF(yb, y + j0, m);                                                      \
+        for (int64_t i = 0; i < m; i++) gb[i] *= yb[i];                                  \
+      }                                                                                  \
+      for (; j + 16 <= m; j += 16)                                                       \
+        for (int k = 0; k < 16; k++) lane[k] += gb[j + k];                               \
+      for (; j < m; j++) lane[0] += gb[j];                                               \
+    }                                                                                    \
+    double sd = 0;                                                                       \
+    for (int k = 0; k < 16; k++) sd += lane[k];                                          \
+    float s = (float)sd;                                                                 \
+    for (int64_t j0 = 0; j0 < c; j0 += RB) {                                             \
+      int64_t m = c - j0 < RB ? c - j0 : RB;                                             \
+      widen_##SUF(gb, g + j0, m);                                                        \
+      widen_##SUF(yb, y + j0, m);                                                        \
+      if (log_)                                                                          \
+        for (int64_t i = 0; i < m; i++) gb[i] = gb[i] - zv_expf(yb[i]) * s;              \
+      else                                                                               \
+        for (int64_t i = 0; i < m; i++) gb[i] = yb[i] * (gb[i] - s);                     \
+      narrow_##SUF(gx + j0, gb, m);                                                      \
+    }                                                                                    \
+  }
+SOFTMAX_BWD_ROW16(softmax_bwd_row_bf16, bf16)
+SOFTMAX_BWD_ROW16(softmax_bwd_row_f16, f16)
+
+zorch_status cpu_softmax_bwd(zorch_tensor *gx, const zorch_tensor *g, const zorch_tensor *y,
+                             int64_t outer, int64_t c, bool log_) {
+  zorch_dtype dt = y->dtype;
+  if ((dt != ZORCH_F32 && dt != ZORCH_BF16 && dt != ZORCH_F16) || g->dtype != dt || gx->dtype != dt)
+    return err_set(ZORCH_ERR_DTYPE, "softmax: no CPU backward for dtype %s", zorch_dtype_name(dt));
+  char *o = tensor_ptr(gx);
+  const char *gp = tensor_ptr(g), *yp = tensor_ptr(y);
+  size_t row = (size_t)c * dtype_sizes[dt];
+#pragma omp parallel for if (outer * c >= CPU_GRAIN && outer > 1)
+  for (int64_t r = 0; r < outer; r++) {
+    size_t off = (size_t)r * row;
+    if (dt == ZORCH_F32)
+      softmax_bwd_row_f32((float *)(o + off), (const float *)(gp + off), (const float *)(yp + off), c, log_);
+    else if (dt == ZORCH_BF16)
+      softmax_bwd_row_bf16((uint16_t *)(o + off), (const uint16_t *)(gp + off),
+                           (const uint16_t *)(yp + off), c, log_);
+    else
+      softmax_bwd_row_f16((uint16_t *)(o + off), (const uint16_t *)(gp + off),
+                          (const uint16_t *)(yp + off), c, log_);
+  }
+  return ZORCH_OK;
 }

@@ -1,4 +1,5 @@
 /* hostmem.c: host memory for tensor storage. */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -37,15 +38,75 @@ static int size_class(size_t n) {
   return c; /* MAX_CLASS + 1: not cached */
 }
 
+/* Large blocks (above 64 KiB, up to 64 MiB) go back to one process-wide cache of
+   at most 256 MiB and 32 blocks, and an allocation takes the smallest cached
+   block that holds it with at most an eighth to spare. A training step frees
+   and makes the same activation sizes every time, and memory given back to the
+   kernel returns as fresh pages, each a fault and a clearing: 12% of a float32
+   transformer block's forward and backward went there (docs/performance.md).
+   The oldest blocks are freed first when the cache is full. */
+#define LARGE_MAX ((size_t)64 << 20)
+#define LARGE_BYTES ((size_t)256 << 20)
+#define LARGE_N 32
+typedef struct {
+  char *base;
+  size_t body;
+} large_block;
+static large_block large[LARGE_N]; /* oldest first */
+static int nlarge;
+static size_t large_bytes;
+static pthread_mutex_t large_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static char *large_take(size_t nbytes) {
+  char *base = NULL;
+  pthread_mutex_lock(&large_lock);
+  int best = -1;
+  for (int i = 0; i < nlarge; i++)
+    if (large[i].body >= nbytes && large[i].body - nbytes <= nbytes / 8 &&
+        (best < 0 || large[i].body < large[best].body))
+      best = i;
+  if (best >= 0) {
+    base = large[best].base;
+    large_bytes -= large[best].body;
+    for (int i = best; i + 1 < nlarge; i++) large[i] = large[i + 1];
+    nlarge--;
+  }
+  pthread_mutex_unlock(&large_lock);
+  return base;
+}
+
+/* Keeps the block; false when it is too large to keep. */
+static bool large_keep(char *base, size_t body) {
+  if (body > LARGE_MAX) return false;
+  char *drop[LARGE_N];
+  int ndrop = 0;
+  pthread_mutex_lock(&large_lock);
+  while (nlarge > 0 && (nlarge == LARGE_N || large_bytes + body > LARGE_BYTES)) {
+    drop[ndrop++] = large[0].base;
+    large_bytes -= large[0].body;
+    for (int i = 0; i + 1 < nlarge; i++) large[i] = large[i + 1];
+    nlarge--;
+  }
+  large[nlarge++] = (large_block){base, body};
+  large_bytes += body;
+  pthread_mutex_unlock(&large_lock);
+  for (int i = 0; i < ndrop; i++) free(drop[i]);
+  return true;
+}
+
+/* The header: the size class, and the body's size for large blocks. */
 static void *host_alloc(int index, size_t nbytes) {
   (void)index;
   int c = size_class(nbytes);
   if (c <= MAX_CLASS && cache_enabled() && cache[c].n > 0) return cache[c].blocks[--cache[c].n];
   size_t body = c <= MAX_CLASS ? (size_t)1 << c : (nbytes + 63) & ~(size_t)63;
   if (body < nbytes || body > SIZE_MAX - HDR) return NULL;
-  char *base = aligned_alloc(64, HDR + body);
+  char *base = c > MAX_CLASS && body <= LARGE_MAX && cache_enabled() ? large_take(body) : NULL;
+  if (base) return base + HDR;
+  base = aligned_alloc(64, HDR + body);
   if (!base) return NULL;
   *(int *)base = c;
+  *(size_t *)(base + 8) = body;
   return base + HDR;
 }
 
@@ -58,6 +119,7 @@ static void host_free(int index, void *p) {
     cache[c].blocks[cache[c].n++] = p;
     return;
   }
+  if (c > MAX_CLASS && cache_enabled() && large_keep(base, *(size_t *)(base + 8))) return;
   free(base);
 }
 

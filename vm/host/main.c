@@ -4,6 +4,7 @@
 #include <lua.h>
 #include <lualib.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,7 +422,55 @@ static int run_subcommand(lua_State *L, const char *name, int argc, char **argv,
   return st;
 }
 
+/* ---- OpenMP's wait policy -------------------------------------------------------------
+   libgomp reads OMP_WAIT_POLICY once, when it loads, before main; by default its
+   idle threads spin after each parallel region, and on a small shared machine a
+   spinning thread takes the core another thread (or process) needs: a parallel
+   region cost 45 ms that way. The zorch command therefore starts with
+   OMP_WAIT_POLICY=PASSIVE unless the user set it. A setenv in main comes too
+   late, and one in a preinit function is lost when libc sets up `environ`
+   from the original array, so the entry goes into that array itself: it takes
+   the slot of the shell's `_`, or else of the last variable that no library
+   reads while loading, and main puts that variable back (docs/performance.md, "Threads"). */
+extern char **environ;
+static char *wait_displaced; /* the variable whose slot holds the policy, or NULL */
+
+static bool wait_slot_ok(const char *e) {
+  static const char *const keep[] = {"OMP_", "GOMP_", "KMP_", "LD_", "OPENBLAS_", "MKL_",
+                                     "DNNL_", "ONEDNN_", "ZORCH_", "OMPI_", "PMIX_", "MALLOC_",
+                                     "GLIBC_", "CUDA_", "NCCL_", "LUA_"};
+  for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+    if (strncmp(e, keep[i], strlen(keep[i])) == 0) return false;
+  return strchr(e, '=') != NULL;
+}
+
+static void wait_policy_early(int argc, char **argv, char **envp) {
+  (void)argc, (void)argv;
+  static char passive[] = "OMP_WAIT_POLICY=PASSIVE";
+  int n = 0, slot = -1;
+  bool underscore = false; /* the shell's "_" (the last command), which nothing reads */
+  for (; envp && envp[n]; n++) {
+    if (strncmp(envp[n], "OMP_WAIT_POLICY=", 16) == 0) return; /* the user's choice */
+    if (underscore || !wait_slot_ok(envp[n])) continue;
+    slot = n;
+    underscore = strncmp(envp[n], "_=", 2) == 0;
+  }
+  if (slot < 0) return; /* no free slot: libgomp's default stays */
+  wait_displaced = envp[slot];
+  envp[slot] = passive;
+}
+__attribute__((section(".preinit_array"), used)) static void (*const wait_policy_hook)(
+    int, char **, char **) = wait_policy_early;
+
+/* The displaced variable back (libraries have loaded; the policy entry stays, so
+   ranks and other children inherit it). */
+static void wait_policy_restore(void) {
+  if (wait_displaced) putenv(wait_displaced);
+  wait_displaced = NULL;
+}
+
 int main(int argc, char **argv) {
+  wait_policy_restore();
   if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-v") == 0)) {
     printf("zorch %s\n", ZORCH_VERSION);
     return 0;
