@@ -184,9 +184,11 @@ function nn.ColumnParallelLinear:_take(full, opts)
   local b = rawget(full, "bias")
   if b then self.bias = keep(dist.slice(b, split, T, t)) end
   rawset(self, "tp_split", {weight = split, bias = b and split or nil})
+  -- a fused activation (nn.Linear's) is elementwise: it applies to the split output as is
+  rawset(self, "activation", rawget(full, "activation"))
 end
 function nn.ColumnParallelLinear:forward(x)
-  local y = zorch.linear(dist.copy_to(self.group, x), self.weight, rawget(self, "bias"))
+  local y = zorch.linear(dist.copy_to(self.group, x), self.weight, rawget(self, "bias"), rawget(self, "activation"))
   if self.gather_output then y = dist.gather_last(self.group, y) end
   return y
 end
@@ -223,6 +225,7 @@ function nn.RowParallelLinear:_take(full, opts)
   local b = rawget(full, "bias")
   if b then self.bias = keep(b) end
   rawset(self, "tp_split", {weight = 2})
+  rawset(self, "activation", rawget(full, "activation")) -- (after the sum and the bias)
 end
 function nn.RowParallelLinear:forward(x)
   local per = self.in_features // self.group:size()
@@ -232,7 +235,12 @@ function nn.RowParallelLinear:forward(x)
   end
   local y = dist.reduce_from(self.group, zorch.linear(x, self.weight, nil))
   local b = rawget(self, "bias")
-  return b and y + b or y
+  if b then y = y + b end
+  local act = rawget(self, "activation")
+  if act == "relu" then y = zorch.relu(y)
+  elseif act == "gelu" then y = zorch.gelu(y)
+  elseif act == "gelu_tanh" then y = zorch.gelu(y, "tanh") end
+  return y
 end
 nn.RowParallelLinear.__tostring = function(s)
   return ("nn.RowParallelLinear(in_features=%d, out_features=%d, rank %d of %d)"):format(s.in_features,

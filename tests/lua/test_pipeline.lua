@@ -222,6 +222,24 @@ do
     "--zero-stage 1 --checkpoint-dir %s --checkpoint-every 10"):format(bin, args, ck))
   local ref = losses(o)
   tap.ok(ok and ref[20], "(pipeline 2, tensor 2) with checkpoints every 10 steps" .. (ok and "" or ": " .. o))
+  -- the final weights: the step-20 checkpoint consolidated, against one process's
+  local o1, ok1 = tap.run(("%s ../models/gpt2.lua %s --batch-size 4 --checkpoint-dir %s/ck1"):format(bin, args, dir))
+  local _, okc1 = tap.run(("%s consolidate %s/ck1 %s/w1.safetensors"):format(bin, dir, dir))
+  local _, okc4 = tap.run(("%s consolidate %s %s/w4.safetensors"):format(bin, ck, dir))
+  if ok and ok1 and okc1 and okc4 then
+    local a, b = zorch.load(dir .. "/w1.safetensors"), zorch.load(dir .. "/w4.safetensors")
+    -- (the last stage's tied copy is saved as lm_head.weight: it must be wte's)
+    for _, t in ipairs({a, b}) do
+      if t["lm_head.weight"] and (t["lm_head.weight"] - t["wte.weight"]):abs():max():item() == 0 then
+        t["lm_head.weight"] = nil
+      end
+    end
+    local w, names = weights(a, b)
+    tap.ok(names and w <= 1e-5, ("GPT-2, pipeline 2 x tensor 2: the final weights of one process (largest " ..
+      "difference %.2g of a tensor's norm)"):format(w))
+  else
+    tap.ok(false, "GPT-2, pipeline 2 x tensor 2: the final weights: " .. o1)
+  end
   -- back to the step-10 checkpoint: the later one goes
   local f = io.open(ck .. "/latest")
   local last = f and f:read("l")
