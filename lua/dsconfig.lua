@@ -323,9 +323,10 @@ local function from_table(ds, world)
         if v.device ~= nil and v.device ~= "none" and v.device ~= "cpu" and v.device ~= "nvme" then
           bad(key .. ".device", '"none", "cpu" or "nvme"', v.device)
         end
-        if k == "offload_optimizer" and (v.device == "cpu" or v.device == "nvme") then
-          -- honoured: the Engine's offload_optimizer (lua/offload.lua); the
-          -- buffers' placement and pipelining knobs are listed
+        if v.device == "cpu" or v.device == "nvme" then
+          -- honoured: the Engine's offload_optimizer and offload_param (lua/offload.lua;
+          -- offload_param "cpu" is where a CPU rank's shard already is); the buffers'
+          -- placement, pinning and pipelining knobs are listed
           local oo = {device = v.device}
           for kk, vv in pairs(v) do
             local sub = key .. "." .. tostring(kk)
@@ -336,27 +337,7 @@ local function from_table(ds, world)
             elseif kk == "buffer_count" then
               oo.buffer_count = integer(sub, vv, 2)
               if oo.buffer_count > 32 then bad(sub, "an integer from 2 to 32", vv) end
-            else
-              note(sub, vv)
-            end
-          end
-          if v.device == "nvme" and oo.nvme_path == nil then bad(key .. ".nvme_path", "a folder name (device nvme)", nil) end
-          out.offload_optimizer = oo
-        elseif k == "offload_param" and (v.device == "cpu" or v.device == "nvme") then
-          -- honoured: the Engine's offload_param ("cpu": where a CPU rank's shard
-          -- is; "nvme": the shard in a file, lua/offload.lua); pinning and
-          -- max_in_cpu are listed
-          local oo = {device = v.device}
-          for kk, vv in pairs(v) do
-            local sub = key .. "." .. tostring(kk)
-            if kk == "device" then -- (read above)
-            elseif kk == "nvme_path" then
-              if v.device == "nvme" and (type(vv) ~= "string" or vv == "") then bad(sub, "a folder name", vv) end
-              oo.nvme_path = vv
-            elseif kk == "buffer_count" then
-              oo.buffer_count = integer(sub, vv, 2)
-              if oo.buffer_count > 32 then bad(sub, "an integer from 2 to 32", vv) end
-            elseif kk == "buffer_size" then -- (often written 1e8)
+            elseif kk == "buffer_size" and k == "offload_param" then -- (often written 1e8)
               local n = type(vv) == "number" and vv >= 1 and vv <= 2^53 and math.tointeger(vv) or nil
               if not n then bad(sub, "a whole number of elements from 1 to 2^53", vv) end
               oo.buffer_size = n
@@ -365,7 +346,7 @@ local function from_table(ds, world)
             end
           end
           if v.device == "nvme" and oo.nvme_path == nil then bad(key .. ".nvme_path", "a folder name (device nvme)", nil) end
-          out.offload_param = oo
+          out[k] = oo
         elseif v.device and v.device ~= "none" then
           note(key, v)
         end
