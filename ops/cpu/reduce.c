@@ -360,11 +360,14 @@ WIDEN_NARROW(bf16, LD_BF, ST_BF)
 WIDEN_NARROW(f16, LD_H, ST_H)
 
 /* A 16-bit row: softmax_row_f32's arithmetic on the widened values (the same
-   lanes, so the same float32 results), e^(x - max) taken again for the output
-   instead of kept in a float32 row, rounded once. */
+   lanes, so the same float32 results), rounded once. A row of up to ROW16_KEEP
+   elements keeps its e^(x - max) in a float32 buffer on the stack for the
+   output pass; a longer one takes them again (the exp is most of the cost). */
+#define ROW16_KEEP 4096
 #define SOFTMAX_ROW16(NAME, SUF)                                                    \
   CPU_CLONES static void NAME(uint16_t *y, const uint16_t *x, int64_t c, bool log_) { \
-    float buf[RB], mx = -INFINITY;                                                  \
+    float buf[RB], mx = -INFINITY, kept[ROW16_KEEP];                                \
+    bool keep = !log_ && c <= ROW16_KEEP;                                           \
     int nan = 0;                                                                    \
     for (int64_t j0 = 0; j0 < c; j0 += RB) {                                        \
       int64_t m = c - j0 < RB ? c - j0 : RB;                                        \
@@ -379,20 +382,26 @@ WIDEN_NARROW(f16, LD_H, ST_H)
     for (int64_t j0 = 0; j0 < c; j0 += RB) {                                        \
       int64_t m = c - j0 < RB ? c - j0 : RB, j = 0;                                 \
       widen_##SUF(buf, x + j0, m);                                                  \
+      for (int64_t i = 0; i < m; i++) buf[i] = zv_expf(buf[i] - mx);                \
+      if (keep) memcpy(kept + j0, buf, sizeof(float) * (size_t)m);                  \
       for (; j + 16 <= m; j += 16)                                                  \
-        for (int k = 0; k < 16; k++) lane[k] += zv_expf(buf[j + k] - mx);           \
-      for (; j < m; j++) lane[0] += zv_expf(buf[j] - mx);                           \
+        for (int k = 0; k < 16; k++) lane[k] += buf[j + k];                         \
+      for (; j < m; j++) lane[0] += buf[j];                                         \
     }                                                                               \
     double sum = 0;                                                                 \
     for (int k = 0; k < 16; k++) sum += lane[k];                                    \
     float lse = (float)log(sum), inv = (float)(1.0 / sum);                          \
     for (int64_t j0 = 0; j0 < c; j0 += RB) {                                        \
       int64_t m = c - j0 < RB ? c - j0 : RB;                                        \
-      widen_##SUF(buf, x + j0, m);                                                  \
-      if (log_)                                                                     \
-        for (int64_t j = 0; j < m; j++) buf[j] = (buf[j] - mx) - lse;               \
-      else                                                                          \
-        for (int64_t j = 0; j < m; j++) buf[j] = zv_expf(buf[j] - mx) * inv;        \
+      if (keep) {                                                                   \
+        for (int64_t j = 0; j < m; j++) buf[j] = kept[j0 + j] * inv;                \
+      } else {                                                                      \
+        widen_##SUF(buf, x + j0, m);                                                \
+        if (log_)                                                                   \
+          for (int64_t j = 0; j < m; j++) buf[j] = (buf[j] - mx) - lse;             \
+        else                                                                        \
+          for (int64_t j = 0; j < m; j++) buf[j] = zv_expf(buf[j] - mx) * inv;      \
+      }                                                                             \
       narrow_##SUF(y + j0, buf, m);                                                 \
     }                                                                               \
   }
