@@ -888,6 +888,25 @@ static double sum_squares(const float *p, int64_t n) {
   return s;
 }
 
+/* The global sum of squares: t (one float64, this rank's sum; freed here)
+   summed over the ranks when the gradient is sharded; *norm the unscaled norm,
+   *overflow when it is inf or nan. */
+static zorch_status global_norm(zero_engine *e, zorch_tensor *t, bool sharded, double loss_scale, double *norm,
+                                bool *overflow) {
+  zorch_status st = t ? ZORCH_OK : zorch_last_status();
+  if (!st && sharded && e->c->world > 1) {
+    comm_set_label("the gradient norm");
+    st = comm_allreduce(e->c, t, false);
+  }
+  double sq = 0;
+  if (!st) st = zorch_tensor_to_doubles(t, &sq, 1);
+  zorch_tensor_free(t);
+  if (st) return st;
+  *overflow = !isfinite(sq);
+  *norm = sqrt(sq) / loss_scale;
+  return ZORCH_OK;
+}
+
 /* zero_engine_clip for a gradient in the parameter file: the same blocks'
    sums in the same order, read a few blocks at a time; then, when the factor
    is not 1, each piece read, multiplied and written back. */
@@ -909,19 +928,7 @@ static zorch_status pfile_clip(zero_engine *e, bool sharded, double max_norm, do
     for (int64_t b = 0; b < nb; b++) s += part[b];
   }
   int64_t one = 1;
-  zorch_tensor *t = st ? NULL : zorch_full(1, &one, s, ZORCH_F64, e->dev);
-  if (!st && !t) st = zorch_last_status();
-  if (!st && sharded && e->c->world > 1) {
-    comm_set_label("the gradient norm");
-    st = comm_allreduce(e->c, t, false);
-  }
-  double sq = 0;
-  if (!st) st = zorch_tensor_to_doubles(t, &sq, 1);
-  zorch_tensor_free(t);
-  if (!st) {
-    *overflow = !isfinite(sq);
-    *norm = sqrt(sq) / loss_scale;
-  }
+  if (!st) st = global_norm(e, zorch_full(1, &one, s, ZORCH_F64, e->dev), sharded, loss_scale, norm, overflow);
   double coef = 1.0 / loss_scale, clip = st ? 1 : max_norm / (*norm + 1e-6);
   if (max_norm > 0 && clip < 1) coef *= clip;
   for (int64_t lo = 0; !st && !*overflow && coef != 1.0 && lo < n; lo += per) {
@@ -959,18 +966,8 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, dou
       t = zorch_to_dtype(s1, ZORCH_F64);
     OP_FREE(sq2, s0, s1);
   }
-  zorch_status st = t ? ZORCH_OK : zorch_last_status();
-  if (!st && sharded && e->c->world > 1) {
-    comm_set_label("the gradient norm");
-    st = comm_allreduce(e->c, t, false);
-  }
-  double sq = 0;
-  if (!st) st = zorch_tensor_to_doubles(t, &sq, 1);
-  zorch_tensor_free(t);
-  if (st) return st;
-  *overflow = !isfinite(sq);
-  *norm = sqrt(sq) / loss_scale;
-  if (*overflow) return ZORCH_OK;
+  zorch_status st = global_norm(e, t, sharded, loss_scale, norm, overflow);
+  if (st || *overflow) return st;
   /* one factor: unscale, and clip the unscaled gradient */
   double coef = 1.0 / loss_scale, clip = max_norm / (*norm + 1e-6);
   if (max_norm > 0 && clip < 1) coef *= clip;

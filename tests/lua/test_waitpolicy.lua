@@ -5,12 +5,7 @@ local tap = require "tap"
 
 local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
 
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  local ok = p:close()
-  return out, ok
-end
+local run = tap.run
 
 local show = [[ -e 'print(os.getenv("OMP_WAIT_POLICY"), os.getenv("_"), os.getenv("A"), os.getenv("HOME"))']]
 local out, ok = run("env -u OMP_WAIT_POLICY _=/bin/sh A=1 HOME=/h " .. bin .. show)
