@@ -141,5 +141,18 @@ f:close()
 text, good = run(("timeout 60 env %s launch -n 3 %s"):format(bin, script))
 tap.ok(not good and text:find("rank two gives up", 1, true) and not text:find("Terminated", 1, true),
        "a failing rank ends the job with its message")
+-- a usage error on one rank only (a flag that rank refuses) keeps its status 2
+f = io.open(script, "w")
+f:write([[
+local zorch = require "zorch"
+if zorch.dist.rank() == 1 then error(zorch.flags.usage_error("rank one refuses its flag"), 0) end
+zorch.dist.world():barrier()
+]])
+f:close()
+local p = io.popen(("timeout 60 env %s launch -n 2 %s 2>&1"):format(bin, script))
+text = p:read("a")
+local _, _, code = p:close()
+tap.ok(code == 2 and text:find("rank one refuses its flag", 1, true) ~= nil,
+       "a usage error on one rank ends the job with status 2: got " .. tostring(code))
 os.execute("rm -rf " .. tmp)
 tap.done()

@@ -98,8 +98,9 @@ static int report(lua_State *L, int st) {
     }
     fflush(stderr);
     lua_pop(L, 1);
-    /* one failing rank ends them all: the others would wait in a collective */
-    if (world > 1 && !in_repl && usage_status != 0 && !usage_every_rank) zorch_dist_abort(1);
+    /* one failing rank ends them all: the others would wait in a collective;
+       a usage error keeps its status through mpirun */
+    if (world > 1 && !in_repl && usage_status != 0 && !usage_every_rank) zorch_dist_abort(usage_status > 0 ? usage_status : 1);
     if (in_repl) usage_status = -1, usage_every_rank = false;
   }
   return st;
