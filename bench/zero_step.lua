@@ -6,6 +6,8 @@
 -- max_reuse_distance (the name gains "_reuse"). The line gives the mean time
 -- backward was blocked in gradient reductions (stages 2-3), "waited_us": the
 -- difference without and with overlap is the communication hidden.
+-- ZORCH_BENCH_PRECISION=bf16 (or fp16) gives the Engine that precision (the
+-- name gains "_bf16"); bench/torch_ddp.py takes the same variable.
 local zorch = require "zorch"
 local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers (a terminal test, a barrier)
 local nn, optim = zorch.nn, zorch.optim
@@ -22,8 +24,9 @@ local name, stage, i, h, o, batch, steps = a.NAME, a.STAGE, a.IN, a.HIDDEN, a.OU
 local overlap = os.getenv("ZORCH_BENCH_OVERLAP") == "1"
 local bucket = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_BUCKET") or "")) or 500000000
 local reuse = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_REUSE") or "")) or 0
+local precision = os.getenv("ZORCH_BENCH_PRECISION") or "fp32"
 local engine = zorch.Engine{zero_stage = stage, gradient_clipping = 1.0, seed = 1, overlap_comm = overlap,
-                            reduce_bucket_size = bucket, max_reuse_distance = reuse}
+                            reduce_bucket_size = bucket, max_reuse_distance = reuse, precision = precision}
 local model = nn.Sequential(nn.Linear(i, h), nn.ReLU(), nn.Linear(h, o))
 local opt = optim.Adam(model:parameters(), {lr = 1e-4})
 model, _, opt = engine:prepare(model, nil, opt)
@@ -39,6 +42,7 @@ local per = zorch.tensor({(zorch.clock() - t0) / steps}, {dtype = "float64"})
 Z._allreduce(per, "max")
 if engine.rank == 0 then
   print(('{"name": "zorch/%s_stage%d_ranks%d%s", "value": %.4g, "unit": "us"%s}'):format(
-    name, stage, engine.world_size, (overlap and "_overlap" or "") .. (reuse > 0 and "_reuse" or ""), per:item() * 1e6,
+    name, stage, engine.world_size, (overlap and "_overlap" or "") .. (reuse > 0 and "_reuse" or "") .. (precision ~= "fp32" and "_" .. precision or ""),
+    per:item() * 1e6,
     stage >= 2 and (', "waited_us": %.4g'):format(waited / steps * 1e6) or ""))
 end

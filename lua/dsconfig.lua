@@ -139,7 +139,7 @@ local NO_EFFECT = set {
 }
 local CHANGES_TRAINING = set {
   "compression_training", "curriculum_learning", "data_efficiency", "progressive_layer_drop", "quantize_training",
-  "sparse_attention", "eigenvalue", "amp", "elasticity", "data_types", "fp16.auto_cast", "fp16.fp16_master_weights_and_grads",
+  "sparse_attention", "eigenvalue", "amp", "elasticity", "data_types", "fp16.fp16_master_weights_and_grads",
   "zero_optimization.zero_quantized_weights", "zero_optimization.zero_quantized_gradients",
   "zero_optimization.zero_quantized_nontrainable_weights",
 }
@@ -293,7 +293,7 @@ local function from_table(ds, world)
         if fp16 then out[k] = number(key, v, 0) end
       elseif k == "initial_scale_power" or k == "loss_scale_window" or k == "hysteresis" then
         if fp16 then out[k] = integer(key, v, k == "initial_scale_power" and 0 or 1) end
-      elseif k == "consecutive_hysteresis" then
+      elseif k == "consecutive_hysteresis" or k == "auto_cast" then
         if fp16 then out[k] = boolean(key, v) end
       elseif fp16 then
         note(key, v)

@@ -44,6 +44,10 @@ local DEFAULTS = {
                                    -- parameter shard and its gradients in a file too (lua/offload.lua)
   precision = "fp32",              -- "fp32", or "bf16" / "fp16": 16-bit parameters and gradients,
                                    -- fp32 master weights and moments in the shards
+  auto_cast = true,                -- with bf16 / fp16: the prepared model's forward casts its float32 and
+                                   -- float64 tensor arguments to that precision (DeepSpeed's fp16.auto_cast;
+                                   -- Accelerate's mixed precision); false passes them as given, and a
+                                   -- 16-bit layer then computes in float32 (the wider dtype wins)
   -- fp16 only (DeepSpeed's fp16 section, the same names and defaults):
   loss_scale = 0,                  -- a static loss scale; 0: dynamic, starting at 2^initial_scale_power
   initial_scale_power = 16,
@@ -95,6 +99,7 @@ local CHECKS = {
   end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, buffer_size >= 1 (elements), " ..
        "max_in_cpu (a number), pin_memory (true or false)}"},
   precision = {function(v) return v == "fp32" or v == "bf16" or v == "fp16" end, "\"fp32\", \"bf16\" or \"fp16\""},
+  auto_cast = {function(v) return type(v) == "boolean" end, "true or false"},
   loss_scale = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0: dynamic)"},
   initial_scale_power = {function(v) return math.type(v) == "integer" and v >= 0 and v <= 64 end, "an integer in 0..64"},
   loss_scale_window = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
@@ -411,6 +416,20 @@ function Engine:prepare(model, loader, opt, sched)
         return table.unpack(r, 1, r.n)
       end)
     end
+  end
+  if self.cfg.precision ~= "fp32" and self.cfg.auto_cast then
+    -- 16-bit compute for float inputs: without the cast, a float32 batch meets
+    -- 16-bit weights and every layer promotes them back to float32
+    local dt = self.cfg.precision == "bf16" and "bfloat16" or "float16"
+    local wide = {float32 = true, float64 = true}
+    local forward = model.forward
+    rawset(model, "forward", function(mod, ...)
+      local a = table.pack(...)
+      for i = 1, a.n do
+        if zorch.is_tensor(a[i]) and wide[a[i]:dtype()] then a[i] = a[i]:to(dt) end
+      end
+      return forward(mod, table.unpack(a, 1, a.n))
+    end)
   end
   if self.cfg.wall_clock_breakdown then
     -- forward time: the model's own forward, timed on a monotonic clock
