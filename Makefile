@@ -209,6 +209,10 @@ bench-models: $(BUILD)/zorch $(CUDA_MOD)
 	    mlp_1024_4096_1024_b256_step 3 1024 4096 1024 256 5; \
 	  python3 bench/torch_ddp.py mlp_1024_4096_1024_b256_step 2 1024 4096 1024 256 5 2>/dev/null; \
 	done; true
+	@export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 ZORCH_QUIET=1; for r in 1 2 3; do for p in fp32 bf16; do \
+	  ZORCH_BENCH_PRECISION=$$p $(BUILD)/zorch bench/zero_step.lua mlp_1024_4096_1024_b256_step 0 1024 4096 1024 256 5; \
+	  ZORCH_BENCH_PRECISION=$$p python3 bench/torch_ddp.py mlp_1024_4096_1024_b256_step 1 1024 4096 1024 256 5 2>/dev/null; \
+	done; done; true
 	@for b in 64 256; do for r in 1 2; do \
 	  ZORCH_QUIET=1 OMP_WAIT_POLICY=passive $(BUILD)/zorch models/fashion_mnist.lua --model cnn --bench 5 --batch-size $$b \
 	    --threads 2 2>/dev/null | grep '^{'; \
