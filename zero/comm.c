@@ -382,6 +382,9 @@ struct comm_request {
   zero_comm *c;
   const char *what;
   int64_t n;
+#ifdef ZORCH_WITH_CUDA
+  void *ev; /* cuda buffers: the NCCL collective's completion on the side stream */
+#endif
 #ifdef ZORCH_MPI
   MPI_Request req;
   int *counts; /* MPI reads them until the request completes */
@@ -403,7 +406,22 @@ static zorch_status start_reduce_scatter(zero_comm *c, const zorch_tensor *send,
   comm_enter(c, "reduce_scatter");
   c->sent += (uint64_t)(total - counts[c->rank]) * es;
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
-  NCCL_ROUTE(send, reduce_scatter(c, send, recv, counts))
+#ifdef ZORCH_WITH_CUDA
+  if (ON_GPU(send)) { /* on NCCL's side stream, overlapping the compute queued after it */
+    const nccl_api *nccl = nccl_table();
+    if (!nccl) return zorch_last_status();
+    comm_request *g = calloc(1, sizeof *g);
+    if (!g) return err_set(ZORCH_ERR_OOM, "reduce_scatter: out of memory");
+    *g = (comm_request){.c = c, .what = "reduce_scatter", .n = total};
+    zorch_status st = nccl->ireduce_scatter(c, send, recv, counts, &g->ev);
+    if (st) {
+      free(g);
+      return st;
+    }
+    *req = g;
+    return ZORCH_OK;
+  }
+#endif
 #ifdef ZORCH_MPI
   comm_request *r = malloc(sizeof *r);
   int *rc = mpi_counts("reduce_scatter", c, counts);
@@ -430,6 +448,9 @@ static zorch_status start_reduce_scatter(zero_comm *c, const zorch_tensor *send,
 zorch_status comm_test(comm_request *r, bool *done) {
   *done = true;
   if (!r) return ZORCH_OK;
+#ifdef ZORCH_WITH_CUDA
+  if (r->ev) return nccl_table()->test(r->c, r->ev, r->what, r->n, done);
+#endif
 #ifdef ZORCH_MPI
   int flag = 0;
   zorch_status st = mpi_check(MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE), r->what, r->n);
@@ -442,6 +463,13 @@ zorch_status comm_test(comm_request *r, bool *done) {
 
 zorch_status comm_wait(comm_request *r) {
   if (!r) return ZORCH_OK;
+#ifdef ZORCH_WITH_CUDA
+  if (r->ev) {
+    zorch_status st = nccl_table()->wait_done(r->c, r->ev, r->what, r->n);
+    free(r);
+    return st;
+  }
+#endif
 #ifdef ZORCH_MPI
   zorch_status st = mpi_wait(r->c, &r->req, r->what, r->n);
   if (st != ZORCH_ERR_TIMEOUT) free(r->counts); /* a pending request may still read them */

@@ -44,9 +44,10 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
 void comm_reset_bytes(zero_comm *c);
 /* A reduce-scatter started without waiting (comm_reduce_scatter's arguments),
    for overlapping it with compute: *req is NULL when it already completed (one
-   rank, cuda buffers: NCCL runs it on the device's stream and waits), else a
-   request that comm_test polls (each poll also moves MPI's progress on) and
-   comm_wait ends. The buffers must stay untouched until then. comm_wait frees
+   rank), else a request that comm_test polls (each poll also moves MPI's
+   progress on) and comm_wait ends. cuda buffers go to NCCL on the device's
+   side stream, after the compute queued so far, and the request is its
+   completion event. The buffers must stay untouched until then. comm_wait frees
    the request whatever its outcome; after a timeout the buffers stay in MPI's
    hands, so their owner must not free them (comm_wait says so by returning
    ZORCH_ERR_TIMEOUT). */

@@ -91,14 +91,112 @@ static zorch_status nccl_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
 /* Uneven parts, as one NCCL group of a call per rank rooted at that rank: a
    reduce into the part the root keeps (reduce-scatter), or a broadcast of the
    part the root owns (all-gather). */
+static zorch_status per_rank_on(zero_comm *c, const char *what, const zorch_tensor *send, zorch_tensor *recv,
+                                const int64_t *counts, bool reduce, bool side);
 static zorch_status per_rank(zero_comm *c, const char *what, const zorch_tensor *send, zorch_tensor *recv,
                              const int64_t *counts, bool reduce) {
+  zorch_status st = per_rank_on(c, what, send, recv, counts, reduce, false);
+  return st ? st : nccl_wait(c, what, zorch_tensor_numel(reduce ? send : recv));
+}
+
+/* ---- collectives started on a side stream, for overlap with compute ------
+   Each device has one side stream for them; it first waits for what the
+   compute stream queued so far (the buffers' producers), and the collective's
+   completion is an event that nccl_test polls and nccl_wait_done waits for.
+   Later compute that reads the result is queued after the host saw the event
+   complete, so it needs no device-side wait. */
+#define MAX_SIDE 64
+static cudaStream_t side_streams[MAX_SIDE];
+
+static zorch_status side_stream(zero_comm *c, const char *what, int64_t n, cudaStream_t *out) {
+  int dev = c->nccl_dev;
+  if (dev < 0 || dev >= MAX_SIDE) return nccl_fail(c, what, n, "no side stream for this device");
+  cudaStream_t main_s = zorch_cuda_stream(dev);
+  if (!side_streams[dev] && cudaStreamCreateWithFlags(&side_streams[dev], cudaStreamNonBlocking) != cudaSuccess) {
+    side_streams[dev] = NULL;
+    return nccl_fail(c, what, n, cudaGetErrorString(cudaGetLastError()));
+  }
+  cudaEvent_t ready;
+  if (cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess)
+    return nccl_fail(c, what, n, cudaGetErrorString(cudaGetLastError()));
+  cudaError_t e = cudaEventRecord(ready, main_s);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(side_streams[dev], ready, 0);
+  cudaEventDestroy(ready); /* released once it has fired */
+  if (e != cudaSuccess) return nccl_fail(c, what, n, cudaGetErrorString(e));
+  *out = side_streams[dev];
+  return ZORCH_OK;
+}
+
+/* The event that marks the end of what the side stream holds now. */
+static zorch_status side_done(zero_comm *c, const char *what, int64_t n, void **ev) {
+  cudaEvent_t done;
+  if (cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess)
+    return nccl_fail(c, what, n, cudaGetErrorString(cudaGetLastError()));
+  cudaError_t e = cudaEventRecord(done, side_streams[c->nccl_dev]);
+  if (e != cudaSuccess) {
+    cudaEventDestroy(done);
+    return nccl_fail(c, what, n, cudaGetErrorString(e));
+  }
+  *ev = done;
+  return ZORCH_OK;
+}
+
+static zorch_status nccl_test(zero_comm *c, void *ev, const char *what, int64_t n, bool *done) {
+  cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+  *done = e == cudaSuccess;
+  if (e != cudaSuccess && e != cudaErrorNotReady) return nccl_fail(c, what, n, cudaGetErrorString(e));
+  ncclResult_t ar;
+  if (!*done && c->nccl && ncclCommGetAsyncError((ncclComm_t)c->nccl, &ar) == ncclSuccess && ar != ncclSuccess &&
+      ar != ncclInProgress)
+    return nccl_fail(c, what, n, ncclGetErrorString(ar));
+  return ZORCH_OK;
+}
+
+/* Waits for a started collective (timed, as nccl_wait) and frees its event. */
+static zorch_status nccl_wait_done(zero_comm *c, void *ev, const char *what, int64_t n) {
+  comm_waiter w;
+  Z->wait_begin(&w);
+  zorch_status st = ZORCH_OK;
+  for (;;) {
+    bool done;
+    st = nccl_test(c, ev, what, n, &done);
+    if (st || done) break;
+    st = Z->check_wait(c, what, n, w.t0);
+    if (st) {
+      ncclCommAbort((ncclComm_t)c->nccl);
+      c->nccl = NULL;
+      break;
+    }
+    Z->wait_pause(&w);
+  }
+  cudaEventDestroy((cudaEvent_t)ev);
+  return st;
+}
+
+static zorch_status nccl_ireduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
+                                         const int64_t *counts, void **ev) {
+  *ev = NULL;
+  zorch_status st = per_rank_on(c, "reduce_scatter", send, recv, counts, true, true);
+  return st ? st : side_done(c, "reduce_scatter", zorch_tensor_numel(send), ev);
+}
+
+static zorch_status nccl_iallgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts,
+                                     void **ev) {
+  *ev = NULL;
+  zorch_status st = per_rank_on(c, "allgatherv", send, recv, counts, false, true);
+  return st ? st : side_done(c, "allgatherv", zorch_tensor_numel(recv), ev);
+}
+
+/* Uneven parts queued on the compute stream, or (side) on the side stream. */
+static zorch_status per_rank_on(zero_comm *c, const char *what, const zorch_tensor *send, zorch_tensor *recv,
+                                const int64_t *counts, bool reduce, bool side) {
   const zorch_tensor *whole = reduce ? send : recv;
   int64_t total = zorch_tensor_numel(whole), off = 0;
   size_t es = dtype_sizes[whole->dtype];
   ncclComm_t nc;
   if (nccl_get(c, whole, what, &nc)) return zorch_last_status();
   cudaStream_t s = zorch_cuda_stream(c->nccl_dev);
+  if (side && side_stream(c, what, total, &s)) return zorch_last_status();
   NCCL_TRY(ncclGroupStart(), c, what, total);
   for (int r = 0; r < c->world; r++) {
     bool mine = r == c->rank;
@@ -116,7 +214,7 @@ static zorch_status per_rank(zero_comm *c, const char *what, const zorch_tensor 
     off += counts[r];
   }
   NCCL_TRY(ncclGroupEnd(), c, what, total);
-  return nccl_wait(c, what, total);
+  return ZORCH_OK;
 }
 
 static zorch_status nccl_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
@@ -173,8 +271,10 @@ static zorch_status nccl_broadcast(zero_comm *c, zorch_tensor *t, int root) {
   return nccl_wait(c, "broadcast", (int64_t)n);
 }
 
-static const nccl_api the_api = {nccl_allreduce, nccl_reduce_scatter, nccl_reduce_scatter_inplace, nccl_allgather,
-                                 nccl_allgatherv, nccl_sendrecv, nccl_broadcast};
+static const nccl_api the_api = {nccl_allreduce,      nccl_reduce_scatter, nccl_reduce_scatter_inplace,
+                                 nccl_allgather,      nccl_allgatherv,     nccl_sendrecv,
+                                 nccl_broadcast,      nccl_ireduce_scatter, nccl_iallgatherv,
+                                 nccl_test,           nccl_wait_done};
 
 __attribute__((visibility("default"))) const nccl_api *zorch_cuda_nccl_open(const nccl_host *h) {
   if (!h || h->size != sizeof(nccl_host)) return NULL;

@@ -5,7 +5,8 @@
    returns it. One rank per GPU; each group (zero_comm) has its own
    communicator, made at its first collective, its id sent from rank 0 over MPI (a build without MPI has one
    rank). Each call queues the collective on the device's stream and waits for
-   it (so the wait is timed, and its errors reach the caller); buffers are
+   it (so the wait is timed, and its errors reach the caller), except the
+   started ones (ireduce_scatter, iallgatherv) for overlap; buffers are
    contiguous and on the rank's device. */
 #ifndef ZORCH_ZERO_NCCL_H
 #define ZORCH_ZERO_NCCL_H
@@ -30,6 +31,15 @@ typedef struct nccl_api {
   /* point to point, both halves in one NCCL group (either may be NULL) */
   zorch_status (*sendrecv)(zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv, int src);
   zorch_status (*broadcast)(zero_comm *c, zorch_tensor *t, int root);
+  /* Started on the device's side stream after the compute queued so far, not
+     waited for: *ev is the completion that test polls and wait_done waits for
+     (timed) and frees. The buffers stay untouched until then. */
+  zorch_status (*ireduce_scatter)(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts,
+                                  void **ev);
+  zorch_status (*iallgatherv)(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts,
+                              void **ev);
+  zorch_status (*test)(zero_comm *c, void *ev, const char *what, int64_t n, bool *done);
+  zorch_status (*wait_done)(zero_comm *c, void *ev, const char *what, int64_t n);
 } nccl_api;
 
 /* The type of ZORCH_CUDA_NCCL_ENTRY: NULL when h does not fit. */
