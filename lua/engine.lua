@@ -635,6 +635,9 @@ function Engine:optimizer_step()
   else
     self.last_norm, overflow = self.zero:clip(grad, sharded, self.cfg.gradient_clipping, self.scaler.scale)
   end
+  -- the gradient in the parameter file (offload_param nvme): the clip's factor
+  -- goes to the optimizer's stream, which applies it as it reads each chunk
+  if self.offload and self.offload_bound then self.offload:grad_scale(self.zero:take_grad_scale()) end
   local t1 = self.wall and zorch.clock()
   if self.wall then self.wall.reduction = self.wall.reduction + (t1 - t0) end
   overflow = overflow and self.cfg.precision == "fp16" -- (fp32 and bf16 step as they always did)

@@ -2,7 +2,8 @@
    zorch._offload_open(dir, numel, chunk, buffer_count) -> store with
    store:adam(p, g, step, runs) (runs: {{first element from 0, count, opts}, ...}),
    store:get(m, v), store:put(m, v), store:zero(), store:bind(fd, p_off, g_off)
-   (the parameters' file, offload_param), store:stats(), store:close() (also at
+   (the parameters' file, offload_param), store:grad_scale(s) (the clip's
+   factor for the next adam's bound gradient), store:stats(), store:close() (also at
    collection). lua/optim.lua's Adam steps through it once lua/offload.lua set
    it as the optimizer's state store. */
 #include "../zero/offload.h"
@@ -70,6 +71,12 @@ static int l_adam(lua_State *L) {
   return 0;
 }
 
+/* store:grad_scale(s): the next adam's factor for the bound gradient */
+static int l_grad_scale(lua_State *L) {
+  zoff_set_grad_scale(check_store(L), luaL_checknumber(L, 2));
+  return 0;
+}
+
 static int l_bind(lua_State *L) {
   zoff *o = check_store(L);
   if (zoff_bind_params(o, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4)))
@@ -98,6 +105,7 @@ static int l_stats(lua_State *L) {
   lua_createtable(L, 0, 8);
   lua_pushnumber(L, s.step_s), lua_setfield(L, -2, "step_s");
   lua_pushstring(L, s.uring ? "io_uring" : "pread"), lua_setfield(L, -2, "io");
+  lua_pushboolean(L, s.direct), lua_setfield(L, -2, "direct");
   lua_pushinteger(L, s.file_bytes), lua_setfield(L, -2, "file_bytes");
   lua_pushinteger(L, s.buffer_bytes), lua_setfield(L, -2, "buffer_bytes");
   lua_pushnumber(L, s.read_s), lua_setfield(L, -2, "read_s");
@@ -131,7 +139,7 @@ static int l_probe(lua_State *L) {
 /* [-0, +0]: the store's metatable, and _offload_open in the module table on top. */
 void lz_open_offload(lua_State *L) {
   static const luaL_Reg methods[] = {{"adam", l_adam}, {"get", l_get}, {"put", l_put},
-                                     {"zero", l_zero},   {"bind", l_bind}, {"stats", l_stats}, {"close", l_close}, {NULL, NULL}};
+                                     {"zero", l_zero},   {"bind", l_bind}, {"stats", l_stats}, {"grad_scale", l_grad_scale}, {"close", l_close}, {NULL, NULL}};
   if (luaL_newmetatable(L, OFFLOAD_MT)) {
     luaL_newlib(L, methods);
     lua_setfield(L, -2, "__index");

@@ -58,7 +58,7 @@ function zorch._offload_optimizer(engine)
   local store = zorch._offload_open(off.nvme_path, target:numel(), chunk, nbuf)
   -- the parameters on nvme too (offload_param): the step streams them with the moments
   local fd, p_off, g_off = engine.zero:param_file()
-  if fd then store:bind(fd, p_off, g_off) end
+  if fd then store:bind(fd, p_off, g_off); engine.offload_bound = true end
   -- the disk's bandwidth, measured once (32 MB with direct I/O) for the step
   -- lines to log the achieved I/O against; ZORCH_OFFLOAD_PROBE=0 skips it
   if os.getenv("ZORCH_OFFLOAD_PROBE") ~= "0" then

@@ -15,8 +15,10 @@
 #include <unistd.h>
 
 #include "../ops/ops.h"
+#include "offload.h"
 
 #define ZERO_ALIGN 16 /* elements: every shard is a multiple of this */
+#define SQ_BLOCK 65536 /* elements: the gradient norm's blocks (sum_squares) */
 
 typedef struct bucket {
   int64_t lo, hi;    /* flat range [lo, hi) */
@@ -108,14 +110,33 @@ struct zero_engine {
   zorch_tensor *gtmp; /* a bucket's part, read, added to and written back */
   bool *gwritten;     /* per bucket: its part written since zero_grad */
   zero_io io, pf_io;   /* the parameter file's traffic: calling thread, read-ahead thread */
-  /* one rank: the gather ahead reads its group on a thread of its own, while
-     the current module computes; pf_group is the read in flight (or done and
-     not yet claimed), NULL when none */
+  /* the file moves with direct I/O (O_DIRECT, where the filesystem takes it);
+     the gradients start goff elements in, on an aligned offset */
+  bool pdirect;
+  int64_t goff;
+  /* the gradient's sums of squares per SQ_BLOCK block of the shard (as
+     sum_squares makes them), taken as buckets are written: bvalid[b] when
+     block b was whole in the last write that touched it; the clip reads only
+     the others. gcoef: the clip's factor, still to multiply the file's
+     gradient (the optimizer's stream applies it: zero_engine_take_grad_scale) */
+  double *bsum;
+  bool *bvalid;
+  int64_t nblk;
+  double gcoef;
+  /* the gather ahead reads its group's slice on a thread of its own while the
+     current module computes: at one rank straight into the group, at more
+     into pf_send, which the gather then all-gathers from (the collective
+     itself waits for the gather, in the same order on every rank); pf_group
+     is the read in flight (or done and not yet claimed), NULL when none;
+     pf_dst, pf_at, pf_n what it reads */
   pthread_t pf_thread;
   bool pf_started, pf_stop, pf_done;
   pthread_mutex_t pf_mu;
   pthread_cond_t pf_cv;
   struct group *pf_group;
+  zorch_tensor *pf_send;
+  void *pf_dst;
+  int64_t pf_at, pf_n;
   zorch_status pf_status;
   char pf_msg[256];
 };
@@ -145,18 +166,11 @@ static double now_s(void) {
 /* n floats at element `at` of the shard (region 0) or of its gradient (1),
    from the file into buf or (write) from buf into the file, whole. */
 static zorch_status pfile_rw(zero_engine *e, zero_io *acc, bool write, void *buf, int64_t at, int64_t n, int region) {
-  char *p = buf;
-  size_t left = (size_t)n * sizeof(float);
-  off_t off = (off_t)((region ? e->shard : 0) + at) * (off_t)sizeof(float);
+  off_t off = (off_t)((region ? e->goff : 0) + at) * (off_t)sizeof(float);
   double t0 = now_s();
-  while (left > 0) {
-    ssize_t r = write ? pwrite(e->pfd, p, left, off) : pread(e->pfd, p, left, off);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      return err_set(ZORCH_ERR_IO, "zero: %s the parameter file (offload_param): %s", write ? "writing" : "reading",
-                     r == 0 ? "end of file" : strerror(errno));
-    p += r, left -= (size_t)r, off += r;
-  }
+  if (!zoff_pio(e->pfd, e->pdirect, write, buf, (size_t)n * sizeof(float), off))
+    return err_set(ZORCH_ERR_IO, "zero: %s the parameter file (offload_param): %s", write ? "writing" : "reading",
+                   strerror(errno));
   acc->io_s += now_s() - t0;
   if (write) acc->write_bytes += n * (int64_t)sizeof(float);
   else acc->read_bytes += n * (int64_t)sizeof(float);
@@ -170,7 +184,7 @@ static zorch_status pfile_io(zero_engine *e, bool write, void *buf, int64_t at, 
 
 static void unmap_deleter(void *data, void *ctx);
 
-/* ---- the parameter file's read-ahead (one rank) ---- */
+/* ---- the parameter file's read-ahead ---- */
 
 static void *pf_main(void *arg) {
   zero_engine *e = arg;
@@ -178,10 +192,11 @@ static void *pf_main(void *arg) {
   for (;;) {
     while (!e->pf_stop && (!e->pf_group || e->pf_done)) pthread_cond_wait(&e->pf_cv, &e->pf_mu);
     if (e->pf_stop) break;
-    group *g = e->pf_group;
+    void *dst = e->pf_dst;
+    int64_t at = e->pf_at, n = e->pf_n;
     pthread_mutex_unlock(&e->pf_mu);
     zero_io acc = {0};
-    zorch_status st = pfile_rw(e, &acc, false, tensor_ptr(g->buf), g->lo, g->hi - g->lo, 0);
+    zorch_status st = pfile_rw(e, &acc, false, dst, at, n, 0);
     pthread_mutex_lock(&e->pf_mu);
     e->pf_io.read_bytes += acc.read_bytes, e->pf_io.io_s += acc.io_s;
     e->pf_status = st;
@@ -193,8 +208,9 @@ static void *pf_main(void *arg) {
   return NULL;
 }
 
-/* Waits for the read in flight and claims it: its group is gathered (or the
-   read's error comes back). */
+/* Waits for the read in flight and claims it: at one rank its group is
+   gathered (or the read's error comes back); at more the slice read is
+   dropped (pf_take keeps it for the gather). */
 static zorch_status pf_claim(zero_engine *e) {
   pthread_mutex_lock(&e->pf_mu);
   while (e->pf_group && !e->pf_done) pthread_cond_wait(&e->pf_cv, &e->pf_mu);
@@ -206,14 +222,44 @@ static zorch_status pf_claim(zero_engine *e) {
   pthread_mutex_unlock(&e->pf_mu);
   if (!g) return ZORCH_OK;
   if (st) return err_set(st, "%s", msg);
-  g->gathered = true;
+  if (e->c->world == 1) g->gathered = true;
   return ZORCH_OK;
 }
 
-/* Starts reading group g ahead (one rank, the parameter file); a read still
-   in flight is claimed first. */
+/* More than one rank: waits for group g's slice read ahead into pf_send; the
+   read stays claimed (pf_send untouched) until pf_claim. */
+static zorch_status pf_take(zero_engine *e) {
+  pthread_mutex_lock(&e->pf_mu);
+  while (e->pf_group && !e->pf_done) pthread_cond_wait(&e->pf_cv, &e->pf_mu);
+  zorch_status st = e->pf_status;
+  char msg[256];
+  memcpy(msg, e->pf_msg, sizeof msg);
+  pthread_mutex_unlock(&e->pf_mu);
+  return st ? err_set(st, "%s", msg) : ZORCH_OK;
+}
+
+static void overlap_counts(const zero_engine *e, int64_t lo, int64_t hi, int64_t *counts);
+
+/* This rank's part of group g: its first element in the shard and count. */
+static int64_t group_mine(const zero_engine *e, const group *g, int64_t *start) {
+  int64_t a = g->lo > e->c->rank * e->shard ? g->lo : e->c->rank * e->shard;
+  int64_t z = g->hi < (e->c->rank + 1) * e->shard ? g->hi : (e->c->rank + 1) * e->shard;
+  *start = z > a ? a - e->c->rank * e->shard : 0;
+  return z > a ? z - a : 0;
+}
+
+/* Starts reading group g ahead (the parameter file); a read still in flight
+   is claimed first. */
 static zorch_status pf_start(zero_engine *e, group *g) {
   if (g->gathered || e->pf_group == g) return ZORCH_OK;
+  int64_t start, mine = group_mine(e, g, &start);
+  if (e->c->world > 1 && mine == 0) return ZORCH_OK; /* (nothing of it here to read) */
+  if (e->c->world > 1 && !e->pf_send) { /* the largest part of a group this rank holds */
+    int64_t most = 1, s;
+    for (int k = 0; k < e->ngroups; k++)
+      if (group_mine(e, &e->groups[k], &s) > most) most = group_mine(e, &e->groups[k], &s);
+    if (!(e->pf_send = zorch_empty(1, &most, ZORCH_F32, e->dev))) return zorch_last_status();
+  }
   zorch_status st = e->pf_started ? pf_claim(e) : ZORCH_OK;
   if (st) return st;
   if (!e->pf_started) {
@@ -226,9 +272,11 @@ static zorch_status pf_start(zero_engine *e, group *g) {
     }
     e->pf_started = true;
   }
-  if ((st = storage_restore_data(g->buf->st))) return st;
+  if (e->c->world == 1 && (st = storage_restore_data(g->buf->st))) return st;
   pthread_mutex_lock(&e->pf_mu);
   e->pf_group = g, e->pf_done = false;
+  if (e->c->world == 1) e->pf_dst = tensor_ptr(g->buf), e->pf_at = g->lo, e->pf_n = g->hi - g->lo;
+  else e->pf_dst = tensor_ptr(e->pf_send), e->pf_at = start, e->pf_n = mine;
   pthread_cond_broadcast(&e->pf_cv);
   pthread_mutex_unlock(&e->pf_mu);
   return ZORCH_OK;
@@ -251,7 +299,15 @@ static zorch_status pfile_open(zero_engine *e) {
   }
   unlink(path); /* the file lives while the engine does */
   free(path);
-  size_t bytes = (size_t)e->shard * 2 * sizeof(float);
+  /* direct I/O where the filesystem takes it (ZORCH_OFFLOAD_DIRECT=0: not) */
+  const char *dio = getenv("ZORCH_OFFLOAD_DIRECT");
+  int dfd = dio && !strcmp(dio, "0") ? -1 : zoff_reopen(e->pfd, true, 0);
+  if (dfd >= 0) close(e->pfd), e->pfd = dfd, e->pdirect = true;
+  /* both regions start and end on aligned offsets (the optimizer's direct
+     chunks round their last transfer up to the alignment) */
+  int64_t al = ZOFF_ALIGN / sizeof(float);
+  e->goff = (e->shard + al - 1) / al * al;
+  size_t bytes = (size_t)e->goff * 2 * sizeof(float);
   if (ftruncate(e->pfd, (off_t)bytes) != 0)
     return err_set(ZORCH_ERR_IO, "zero: cannot size the parameter file in %s (%zu bytes): %s", dir, bytes,
                    strerror(errno));
@@ -270,15 +326,33 @@ static zorch_status pfile_open(zero_engine *e) {
   }
   void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, e->pfd, 0);
   if (mem == MAP_FAILED) return err_set(ZORCH_ERR_IO, "zero: cannot map the parameter file: %s", strerror(errno));
-  int64_t len = e->shard * 2;
+  int64_t len = e->goff * 2;
   if (!(e->pmap = zorch_tensor_wrap_owned(mem, ZORCH_F32, 1, &len, NULL, unmap_deleter, (void *)bytes))) {
     munmap(mem, bytes);
     return zorch_last_status();
   }
   e->pshard = range(e->pmap, 0, e->shard);
-  e->gshard = range(e->pmap, e->shard, e->shard);
+  e->gshard = range(e->pmap, e->goff, e->shard);
   e->io = (zero_io){0};
+  e->nblk = (e->shard + SQ_BLOCK - 1) / SQ_BLOCK;
+  e->gcoef = 1;
+  if (!(e->bsum = calloc((size_t)e->nblk + 1, sizeof *e->bsum)) || !(e->bvalid = calloc((size_t)e->nblk + 1, 1)))
+    return err_set(ZORCH_ERR_OOM, "zero: out of memory");
   return e->pshard && e->gshard ? ZORCH_OK : zorch_last_status();
+}
+
+static double block_sumsq(const float *q, int64_t m);
+
+/* The gradient's elements [start, start + n) of the shard were just written
+   from q: the sums of squares of the blocks they hold whole, for the clip;
+   the blocks they cut are left to it to read. */
+static void pfile_note_sums(zero_engine *e, const float *q, int64_t start, int64_t n) {
+  if (n <= 0) return;
+  for (int64_t b = start / SQ_BLOCK; b < e->nblk && b * SQ_BLOCK < start + n; b++) {
+    int64_t lo = b * SQ_BLOCK, hi = lo + SQ_BLOCK < e->shard ? lo + SQ_BLOCK : e->shard;
+    e->bvalid[b] = lo >= start && hi <= start + n;
+    if (e->bvalid[b]) e->bsum[b] = block_sumsq(q + (lo - start), hi - lo);
+  }
 }
 
 /* A reduced bucket's part added into the file's gradients, as into gshard: the
@@ -290,7 +364,7 @@ static zorch_status pfile_add(zero_engine *e, int b, int64_t start, zorch_tensor
   if (!st && e->gwritten[b]) st = pfile_io(e, false, tensor_ptr(tmp), start, n, 1);
   if (!st) st = op_add_(tmp, part);
   if (!st) st = pfile_io(e, true, tensor_ptr(tmp), start, n, 1);
-  if (!st) e->gwritten[b] = true;
+  if (!st) e->gwritten[b] = true, pfile_note_sums(e, (const float *)tensor_ptr(tmp), start, n);
   zorch_tensor_free(tmp);
   return st;
 }
@@ -305,6 +379,7 @@ static zorch_status pfile_fill_unwritten(zero_engine *e) {
     zorch_tensor *tmp = range(e->gtmp, 0, hi - lo);
     zorch_status st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
     if (!st) st = pfile_io(e, true, tensor_ptr(tmp), lo - mlo, hi - lo, 1);
+    if (!st) pfile_note_sums(e, (const float *)tensor_ptr(tmp), lo - mlo, hi - lo);
     zorch_tensor_free(tmp);
     if (st) return st;
     e->gwritten[k] = true;
@@ -313,14 +388,14 @@ static zorch_status pfile_fill_unwritten(zero_engine *e) {
 }
 
 int zero_engine_param_file(const zero_engine *e, int64_t *p_off, int64_t *g_off) {
-  *p_off = 0, *g_off = e->shard * (int64_t)sizeof(float);
+  *p_off = 0, *g_off = e->goff * (int64_t)sizeof(float);
   return e->pfd;
 }
 
 void zero_engine_io(zero_engine *e, zero_io *io, bool reset) {
   *io = e->io;
   if (e->pf_started) pthread_mutex_lock(&e->pf_mu);
-  io->read_bytes += e->pf_io.read_bytes, io->io_s += e->pf_io.io_s;
+  io->read_bytes += e->pf_io.read_bytes, io->io_s += e->pf_io.io_s, io->ahead_bytes = e->pf_io.read_bytes;
   if (reset) e->pf_io = (zero_io){0};
   if (e->pf_started) pthread_mutex_unlock(&e->pf_mu);
   io->file_bytes = e->pfd >= 0 ? e->shard * 2 * (int64_t)sizeof(float) : 0;
@@ -464,9 +539,14 @@ static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
 static void unmap_deleter(void *data, void *ctx) { munmap(data, (size_t)ctx); }
 
 static zorch_status group_gather(zero_engine *e, group *g) {
-  if (e->pf_group == g) { /* read ahead: wait for it */
+  bool ahead = false; /* more than one rank: this rank's slice was read ahead into pf_send */
+  if (e->pf_group == g && e->c->world == 1) { /* read ahead: wait for it */
     zorch_status st = pf_claim(e);
     if (st) return st;
+  } else if (e->pf_group == g && !g->gathered) {
+    zorch_status st = pf_take(e);
+    if (st) return pf_claim(e), st;
+    ahead = true;
   }
   if (g->gathered) return ZORCH_OK;
   int world = e->c->world;
@@ -478,10 +558,13 @@ static zorch_status group_gather(zero_engine *e, group *g) {
   zorch_status st = storage_restore_data(g->buf->st);
   if (st) {
     if (cnt != counts) free(cnt);
+    if (ahead) pf_claim(e);
     return st;
   }
   zorch_tensor *send = NULL;
-  if (e->pfd >= 0) { /* the slice from the file: at one rank straight into the group */
+  if (ahead) {
+    send = range(e->pf_send, 0, mine);
+  } else if (e->pfd >= 0) { /* the slice from the file: at one rank straight into the group */
     if (world == 1) {
       st = pfile_io(e, false, tensor_ptr(g->buf), start, mine, 0);
       if (cnt != counts) free(cnt);
@@ -503,6 +586,7 @@ static zorch_status group_gather(zero_engine *e, group *g) {
   comm_set_label(label);
   st = send ? comm_allgatherv(e->c, send, g->buf, cnt) : zorch_last_status();
   zorch_tensor_free(send);
+  if (ahead) pf_claim(e); /* (pf_send is free for the next read) */
   if (cnt != counts) free(cnt);
   if (!st) g->gathered = true;
   return st;
@@ -754,7 +838,7 @@ void zero_engine_free(zero_engine *e) {
   free(e->prev_order);
   free(e->groups);
   free(e->group_of);
-  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv, e->g32, e->gtmp, e->pmap};
+  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv, e->g32, e->gtmp, e->pmap, e->pf_send};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) zorch_tensor_free(ts[i]);
   free(e->params);
   free(e->offset);
@@ -762,6 +846,8 @@ void zero_engine_free(zero_engine *e) {
   free(e->bucket_of);
   free(e->ctx);
   free(e->gwritten);
+  free(e->bsum);
+  free(e->bvalid);
   if (e->pfd >= 0) close(e->pfd);
   free(e);
 }
@@ -858,7 +944,6 @@ zorch_tensor *zero_engine_target(zero_engine *e) {
 /* The sum of squares in double, in a fixed order whatever the thread count:
    blocks of SQ_BLOCK summed in 16 interleaved lanes each (independent chains,
    where one running sum waited on every add), the blocks' sums added in order. */
-#define SQ_BLOCK 65536
 static double block_sumsq(const float *q, int64_t m) {
   int64_t j = 0;
   double lane[16] = {0};
@@ -907,31 +992,18 @@ static zorch_status global_norm(zero_engine *e, zorch_tensor *t, bool sharded, d
   return ZORCH_OK;
 }
 
-/* zero_engine_clip for a gradient in the parameter file: the same blocks'
-   sums in the same order, read a few blocks at a time; then, when the factor
-   is not 1, each piece read, multiplied and written back. */
+/* The file's gradient multiplied by the factor a clip left pending, in
+   pieces read, multiplied and written back (a second clip before the step:
+   the in-memory gradient would have been scaled by the first). */
 #define PF_BLOCKS 16
-static zorch_status pfile_clip(zero_engine *e, bool sharded, double max_norm, double loss_scale, double *norm,
-                               bool *overflow) {
+static zorch_status pfile_apply_coef(zero_engine *e) {
+  double coef = e->gcoef;
+  if (coef == 1.0) return ZORCH_OK;
   int64_t per = (int64_t)SQ_BLOCK * PF_BLOCKS, n = e->shard;
   float *buf = malloc((size_t)per * sizeof(float));
   if (!buf) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
   zorch_status st = ZORCH_OK;
-  double s = 0;
-  for (int64_t lo = 0; lo < n && !st; lo += per) {
-    int64_t m = n - lo < per ? n - lo : per, nb = (m + SQ_BLOCK - 1) / SQ_BLOCK;
-    double part[PF_BLOCKS];
-    if ((st = pfile_io(e, false, buf, lo, m, 1))) break;
-#pragma omp parallel for if (nb > 1)
-    for (int64_t b = 0; b < nb; b++)
-      part[b] = block_sumsq(buf + b * SQ_BLOCK, m - b * SQ_BLOCK < SQ_BLOCK ? m - b * SQ_BLOCK : SQ_BLOCK);
-    for (int64_t b = 0; b < nb; b++) s += part[b];
-  }
-  int64_t one = 1;
-  if (!st) st = global_norm(e, zorch_full(1, &one, s, ZORCH_F64, e->dev), sharded, loss_scale, norm, overflow);
-  double coef = 1.0 / loss_scale, clip = st ? 1 : max_norm / (*norm + 1e-6);
-  if (max_norm > 0 && clip < 1) coef *= clip;
-  for (int64_t lo = 0; !st && !*overflow && coef != 1.0 && lo < n; lo += per) {
+  for (int64_t lo = 0; !st && lo < n; lo += per) {
     int64_t m = n - lo < per ? n - lo : per;
     zorch_tensor *w = NULL;
     if (!(st = pfile_io(e, false, buf, lo, m, 1))) {
@@ -939,10 +1011,56 @@ static zorch_status pfile_clip(zero_engine *e, bool sharded, double max_norm, do
       st = w ? scale(w, coef) : zorch_last_status();
     }
     zorch_tensor_free(w);
-    if (!st) st = pfile_io(e, true, buf, lo, m, 1);
+    if (!st) st = pfile_io(e, true, buf, lo, m, 1), pfile_note_sums(e, buf, lo, m);
   }
   free(buf);
+  if (!st) e->gcoef = 1;
   return st;
+}
+
+/* zero_engine_clip for a gradient in the parameter file: the same blocks'
+   sums in the same order, most of them taken as the buckets were written
+   (pfile_note_sums), the blocks a bucket's edge cut read back; the factor is
+   left pending for the optimizer's stream to apply as it reads each chunk
+   (zero_engine_take_grad_scale), so the step reads the gradient once. */
+static zorch_status pfile_clip(zero_engine *e, bool sharded, double max_norm, double loss_scale, double *norm,
+                               bool *overflow) {
+  zorch_status st = pfile_apply_coef(e);
+  if (st) return st;
+  int64_t n = e->shard;
+  float *buf = NULL;
+  double s = 0;
+  for (int64_t b = 0; b < e->nblk && !st; b++) {
+    if (!e->bvalid[b]) { /* this block and the invalid ones after it (up to PF_BLOCKS) from the file */
+      int64_t nb = 1;
+      while (nb < PF_BLOCKS && b + nb < e->nblk && !e->bvalid[b + nb]) nb++;
+      int64_t lo = b * SQ_BLOCK, m = (b + nb) * SQ_BLOCK < n ? nb * SQ_BLOCK : n - lo;
+      if (!buf && !(buf = malloc((size_t)SQ_BLOCK * PF_BLOCKS * sizeof(float)))) {
+        st = err_set(ZORCH_ERR_OOM, "zero: out of memory");
+        break;
+      }
+      if ((st = pfile_io(e, false, buf, lo, m, 1))) break;
+#pragma omp parallel for if (nb > 1)
+      for (int64_t k = 0; k < nb; k++)
+        e->bsum[b + k] = block_sumsq(buf + k * SQ_BLOCK, m - k * SQ_BLOCK < SQ_BLOCK ? m - k * SQ_BLOCK : SQ_BLOCK);
+      for (int64_t k = 0; k < nb; k++) e->bvalid[b + k] = true;
+    }
+  }
+  free(buf);
+  for (int64_t b = 0; b < e->nblk && !st; b++) s += e->bsum[b];
+  int64_t one = 1;
+  if (!st) st = global_norm(e, zorch_full(1, &one, s, ZORCH_F64, e->dev), sharded, loss_scale, norm, overflow);
+  if (st || *overflow) return st;
+  double coef = 1.0 / loss_scale, clip = max_norm / (*norm + 1e-6);
+  if (max_norm > 0 && clip < 1) coef *= clip;
+  e->gcoef = coef;
+  return ZORCH_OK;
+}
+
+double zero_engine_take_grad_scale(zero_engine *e) {
+  double c = e->gcoef;
+  e->gcoef = 1;
+  return c;
 }
 
 zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, double max_norm, double loss_scale,
@@ -986,7 +1104,11 @@ zorch_status zero_engine_after_update(zero_engine *e) {
 zorch_status zero_engine_zero_grad(zero_engine *e) {
   zorch_status st = ZORCH_OK;
   if (e->gflat) st = zorch_fill_(e->gflat, 0);
-  if (e->pfd >= 0) memset(e->gwritten, 0, sizeof *e->gwritten * (size_t)e->nbuckets); /* the file's: stale, unread */
+  if (e->pfd >= 0) { /* the file's: stale, unread */
+    memset(e->gwritten, 0, sizeof *e->gwritten * (size_t)e->nbuckets);
+    memset(e->bvalid, 0, (size_t)e->nblk);
+    e->gcoef = 1;
+  }
   else if (!st && e->gshard && e->o.stage >= 2) st = zorch_fill_(e->gshard, 0);
   for (int i = 0; i < e->n && !st; i++) st = zorch_set_grad(e->params[i], NULL);
   return st;
@@ -1071,11 +1193,12 @@ static zorch_status module_gather(zero_engine *e, const module_ctx *m) {
   return ZORCH_OK;
 }
 
-/* The module's groups gathered ahead of need: with the parameter file on one
-   rank its first group not yet gathered is read on the read-ahead thread
-   (the rest, if any, when they are needed), otherwise gathered now. */
+/* The module's groups gathered ahead of need: with the parameter file its
+   first group not yet gathered is read on the read-ahead thread (the rest,
+   if any, when they are needed; at more than one rank the all-gather, too,
+   waits for the gather), otherwise gathered now. */
 static zorch_status module_ahead(zero_engine *e, const module_ctx *m) {
-  if (e->pfd < 0 || e->c->world != 1) return module_gather(e, m);
+  if (e->pfd < 0) return module_gather(e, m);
   for (int k = 0; k < m->ngroups; k++) {
     group *g = &e->groups[m->groups[k]];
     if (!g->gathered) return pf_start(e, g);

@@ -68,6 +68,11 @@ zorch_tensor *zero_engine_target(zero_engine *e);
    *overflow is set, *norm is that value, and the gradient is left as it is. */
 zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *grad, bool sharded, double max_norm,
                               double loss_scale, double *norm, bool *overflow);
+/* With param_dir, zero_engine_clip leaves its factor (1/loss_scale times the
+   clip) pending instead of rewriting the gradient in the file: this returns
+   it (1: none) and clears it. The optimizer's stream multiplies each chunk's
+   gradient by it as it reads it (zoff_set_grad_scale); zero_grad drops it. */
+double zero_engine_take_grad_scale(zero_engine *e);
 /* After the optimizer: master weights into the parameters, then all-gather
    (stages 1-2) or release (stage 3). */
 zorch_status zero_engine_after_update(zero_engine *e);
@@ -105,6 +110,7 @@ int zero_engine_param_file(const zero_engine *e, int64_t *p_off, int64_t *g_off)
 typedef struct {
   int64_t file_bytes, read_bytes, write_bytes;
   double io_s;
+  int64_t ahead_bytes; /* of read_bytes: read ahead on the read-ahead thread */
 } zero_io;
 void zero_engine_io(zero_engine *e, zero_io *io, bool reset);
 #endif
