@@ -389,6 +389,7 @@ function Engine:prepare(model, loader, opt, sched)
         self.zero:gather_param(i - 1)
         zorch.no_grad(function() fill(p) end)
         zorch._deferred_done(p)
+        collectgarbage() -- (the fill's temporaries, as large as the parameter: Lua sees only their handles)
         self.zero:sync_shard()
         self.zero:release()
       end
