@@ -82,8 +82,10 @@ local CHECKS = {
     if type(v) ~= "table" or (v.device ~= "cpu" and v.device ~= "nvme" and v.device ~= "none") then return false end
     if v.device == "nvme" and (type(v.nvme_path) ~= "string" or v.nvme_path == "") then return false end
     if v.buffer_count ~= nil and not (math.type(v.buffer_count) == "integer" and v.buffer_count >= 2 and v.buffer_count <= 32) then return false end
+    if v.pin_memory ~= nil and type(v.pin_memory) ~= "boolean" then return false end
     return v.chunk == nil or (math.type(v.chunk) == "integer" and v.chunk >= 1)
-  end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, chunk >= 1}"},
+  end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, chunk >= 1, " ..
+       "pin_memory (true or false)}"},
   offload_param = {function(v)
     if v == false then return true end
     if type(v) ~= "table" or (v.device ~= "cpu" and v.device ~= "nvme" and v.device ~= "none") then return false end
@@ -655,7 +657,8 @@ function Engine:optimizer_step()
   end
   self.last_skipped = false
   if self.host then -- offload on a GPU rank: the clipped gradient to the host copy's side
-    self.host.grad:copy_(grad)
+    if self.host.bucketed then self.zero:host_grad_finish() -- (copied as its buckets were reduced)
+    else self.host.grad:copy_(grad) end
     grad = self.host.grad
   end
   if self.runs and self.inner._per_tensor then -- norms per tensor, over the ranks holding its pieces
@@ -853,6 +856,7 @@ function Engine:memory_report()
     nvme_optimizer = st and st.file_bytes or 0, -- the optimizer state's file (offload_optimizer nvme)
     nvme_parameters = pio.file_bytes, -- the shard and its gradients (offload_param nvme)
     host_copy = self.host and bytes(self.host.target) + bytes(self.host.grad) or 0, -- GPU ranks' offload: the shard and gradient in host memory
+    host_pinned = self.host and self.host.pinned and bytes(self.host.target) + bytes(self.host.grad) or 0, -- of it, page-locked (pin_memory)
     offload_buffers = st and st.buffer_bytes or 0, -- its chunk buffers in host memory
     parameters = m.parameters,
     gradients = m.gradients,

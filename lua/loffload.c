@@ -6,6 +6,9 @@
    factor for the next adam's bound gradient), store:stats(), store:close() (also at
    collection). lua/optim.lua's Adam steps through it once lua/offload.lua set
    it as the optimizer's state store. */
+#include <string.h>
+
+#include "../ops/cudamod.h"
 #include "../zero/offload.h"
 #include "lz.h"
 
@@ -136,6 +139,32 @@ static int l_probe(lua_State *L) {
   return 3;
 }
 
+static void pinned_deleter(void *data, void *ctx) {
+  (void)ctx;
+  cuda_host_free(data);
+}
+
+/* zorch._host_zeros(n, pin) -> a float32 CPU tensor of n zeros, and whether
+   it is page-locked (pin: cudaMallocHost through the CUDA module; ordinary
+   memory where there is no module, no GPU or the driver refuses) */
+static int l_host_zeros(lua_State *L) {
+  int64_t n = luaL_checkinteger(L, 1);
+  if (n < 0) return luaL_argerror(L, 1, "the element count must be >= 0");
+  void *p = lua_toboolean(L, 2) ? cuda_host_alloc((size_t)(n > 0 ? n : 1) * sizeof(float)) : NULL;
+  zorch_tensor *t = NULL;
+  if (p) {
+    memset(p, 0, (size_t)n * sizeof(float));
+    if (!(t = zorch_tensor_wrap_owned(p, ZORCH_F32, 1, &n, NULL, pinned_deleter, NULL))) cuda_host_free(p);
+  } else {
+    zorch_device cpu = {ZORCH_CPU, 0};
+    t = zorch_zeros(1, &n, ZORCH_F32, cpu);
+  }
+  if (!t) return lz_fail(L);
+  lz_push(L, t);
+  lua_pushboolean(L, p != NULL);
+  return 2;
+}
+
 /* [-0, +0]: the store's metatable, and _offload_open in the module table on top. */
 void lz_open_offload(lua_State *L) {
   static const luaL_Reg methods[] = {{"adam", l_adam}, {"get", l_get}, {"put", l_put},
@@ -151,4 +180,6 @@ void lz_open_offload(lua_State *L) {
   lua_setfield(L, -2, "_offload_open");
   lua_pushcfunction(L, l_probe);
   lua_setfield(L, -2, "_offload_probe");
+  lua_pushcfunction(L, l_host_zeros);
+  lua_setfield(L, -2, "_host_zeros");
 }

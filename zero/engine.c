@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ops/cudamod.h"
 #include "../ops/ops.h"
 #include "offload.h"
 
@@ -123,6 +124,13 @@ struct zero_engine {
   bool *bvalid;
   int64_t nblk;
   double gcoef;
+  /* offload on a GPU rank (zero_engine_set_host_grad): each reduced bucket's
+     part of gshard is copied to host_grad as it lands (on a GPU, on the side
+     stream), and the factors the clip multiplied gshard by are kept for the
+     host copy (nhost_coef -1: too many, the copy is redone whole) */
+  zorch_tensor *host_grad;
+  double host_coef[4];
+  int nhost_coef;
   /* the gather ahead reads its group's slice on a thread of its own while the
      current module computes: at one rank straight into the group, at more
      into pf_send, which the gather then all-gathers from (the collective
@@ -411,6 +419,8 @@ static void overlap_counts(const zero_engine *e, int64_t lo, int64_t hi, int64_t
   }
 }
 
+static zorch_status host_copy_part(zero_engine *e, int64_t start, int64_t n);
+
 /* The reduced part of a bucket joins this rank's gradient shard. */
 static zorch_status finish_bucket(zero_engine *e, bucket *b, zorch_tensor *recv, int64_t mine) {
   zorch_status st = ZORCH_OK;
@@ -426,6 +436,7 @@ static zorch_status finish_bucket(zero_engine *e, bucket *b, zorch_tensor *recv,
       zorch_tensor *dst = range(e->gshard, start, mine);
       st = dst ? op_add_(dst, recv) : zorch_last_status();
       zorch_tensor_free(dst);
+      if (!st && e->host_grad) st = host_copy_part(e, start, mine);
     }
   }
   zorch_tensor_free(b->buf);
@@ -838,7 +849,9 @@ void zero_engine_free(zero_engine *e) {
   free(e->prev_order);
   free(e->groups);
   free(e->group_of);
-  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv, e->g32, e->gtmp, e->pmap, e->pf_send};
+  if (e->host_grad && e->dev.type != ZORCH_CPU) (void)cuda_copy_wait(e->dev.index); /* (its copies land before it goes) */
+  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv, e->g32, e->gtmp, e->pmap, e->pf_send,
+                        e->host_grad};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) zorch_tensor_free(ts[i]);
   free(e->params);
   free(e->offset);
@@ -1089,6 +1102,8 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, dou
   /* one factor: unscale, and clip the unscaled gradient */
   double coef = 1.0 / loss_scale, clip = max_norm / (*norm + 1e-6);
   if (max_norm > 0 && clip < 1) coef *= clip;
+  if (coef != 1.0 && e->host_grad && g->st == e->gshard->st && e->nhost_coef >= 0) /* (for the host copy) */
+    e->nhost_coef < 4 ? (void)(e->host_coef[e->nhost_coef++] = coef) : (void)(e->nhost_coef = -1);
   return coef != 1.0 ? scale(g, coef) : ZORCH_OK;
 }
 
@@ -1110,6 +1125,11 @@ zorch_status zero_engine_zero_grad(zero_engine *e) {
     e->gcoef = 1;
   }
   else if (!st && e->gshard && e->o.stage >= 2) st = zorch_fill_(e->gshard, 0);
+  if (!st && e->host_grad) { /* (a side copy still in flight lands first) */
+    if (e->dev.type != ZORCH_CPU) st = cuda_copy_wait(e->dev.index);
+    if (!st) st = zorch_fill_(e->host_grad, 0);
+    e->nhost_coef = 0;
+  }
   for (int i = 0; i < e->n && !st; i++) st = zorch_set_grad(e->params[i], NULL);
   return st;
 }
@@ -1286,4 +1306,40 @@ void zero_engine_comm_times(zero_engine *e, double *in_flight, double *waited, b
   *in_flight = e->t_flight;
   *waited = e->t_wait;
   if (reset) e->t_flight = e->t_wait = 0;
+}
+
+/* ---- offload on a GPU rank: the reduced gradient's host copy, bucket by bucket ---- */
+
+zorch_status zero_engine_set_host_grad(zero_engine *e, zorch_tensor *host) {
+  if (e->o.stage < 2 || e->pdt != ZORCH_F32 || e->pfd >= 0)
+    return err_set(ZORCH_ERR_STATE, "zero: the gradient's host copy by bucket needs stage 2 or 3, float32, no parameter file");
+  if (!host || host->dtype != ZORCH_F32 || zorch_tensor_numel(host) != e->shard || !zorch_tensor_is_contiguous(host) ||
+      host->st->device.type != ZORCH_CPU)
+    return err_set(ZORCH_ERR_ARG, "zero: the gradient's host copy must be a contiguous float32 CPU tensor of %lld elements",
+                   (long long)e->shard);
+  zorch_tensor_free(e->host_grad);
+  e->host_grad = zorch_tensor_retain(host);
+  e->nhost_coef = 0;
+  return zorch_fill_(host, 0);
+}
+
+/* A reduced part [start, start + n) of gshard to the host copy: on a GPU on
+   the side stream (backward goes on), on the CPU (the tests' emulation of
+   that path) at once. */
+static zorch_status host_copy_part(zero_engine *e, int64_t start, int64_t n) {
+  if (n <= 0) return ZORCH_OK;
+  char *dst = (char *)tensor_ptr(e->host_grad) + start * 4;
+  const char *src = (const char *)tensor_ptr(e->gshard) + start * 4;
+  if (e->dev.type != ZORCH_CPU) return cuda_copy_to_host_async(dst, src, (size_t)n * 4, e->dev.index);
+  memcpy(dst, src, (size_t)n * 4);
+  return ZORCH_OK;
+}
+
+zorch_status zero_engine_host_grad_finish(zero_engine *e) {
+  if (!e->host_grad) return err_set(ZORCH_ERR_STATE, "zero: no gradient host copy was set");
+  zorch_status st = e->dev.type != ZORCH_CPU ? cuda_copy_wait(e->dev.index) : ZORCH_OK;
+  if (!st && e->nhost_coef < 0) st = zorch_copy_(e->host_grad, e->gshard); /* (the factors are in gshard) */
+  for (int k = 0; !st && k < e->nhost_coef; k++) st = scale(e->host_grad, e->host_coef[k]);
+  e->nhost_coef = 0;
+  return st;
 }

@@ -73,6 +73,17 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *grad, bool sharded, 
    it (1: none) and clears it. The optimizer's stream multiplies each chunk's
    gradient by it as it reads it (zoff_set_grad_scale); zero_grad drops it. */
 double zero_engine_take_grad_scale(zero_engine *e);
+/* Offload on a GPU rank, stages 2-3, float32: from now on each reduced
+   bucket's part of this rank's gradient is copied into host (a contiguous
+   float32 CPU tensor of `shard` elements, pinned where it can be) as it is
+   reduced: on a GPU with an asynchronous copy on the device's side stream,
+   so the copies overlap backward; on the CPU (the tests' emulation) at once.
+   zero_grad zeros it. zero_engine_host_grad_finish, before the optimizer
+   steps from it, waits for the copies and multiplies the copy by the factors
+   zero_engine_clip multiplied the gradient by (the same products, from the
+   same unscaled values). */
+zorch_status zero_engine_set_host_grad(zero_engine *e, zorch_tensor *host);
+zorch_status zero_engine_host_grad_finish(zero_engine *e);
 /* After the optimizer: master weights into the parameters, then all-gather
    (stages 1-2) or release (stage 3). */
 zorch_status zero_engine_after_update(zero_engine *e);

@@ -9,7 +9,7 @@
 -- (offload_param, stage 3). ZORCH_TEST_ACCUM=k: k micro-batches a step.
 -- ZORCH_TEST_DEFER=1: the model built under nn.deferred (filled at prepare).
 -- ZORCH_TEST_OFFLOAD_HOST=1: the GPU ranks' path (a host copy of the shard
--- stepped) on CPU ranks. ZORCH_TEST_CHUNK=k: chunks of k elements instead
+-- stepped) on CPU ranks; ZORCH_TEST_PIN=1: with pin_memory. ZORCH_TEST_CHUNK=k: chunks of k elements instead
 -- of CHUNK. ZORCH_TEST_CLIP=x: gradient_clipping x (else 0.5).
 -- With offload, rank 0 prints the last step's traffic to and from the files
 -- and the clip's norm.
@@ -23,7 +23,7 @@ local _, world = debug.getregistry()["zorch.private"]._comm()
 local accum = tonumber(os.getenv("ZORCH_TEST_ACCUM") or "1") // 1
 local e = zorch.Engine{zero_stage = stage, gradient_clipping = tonumber(os.getenv("ZORCH_TEST_CLIP") or "0.5"), reduce_bucket_size = 50, seed = 1,
                        gradient_accumulation_steps = accum,
-                       offload_optimizer = nvme == "cpu" and {device = "cpu"} or
+                       offload_optimizer = nvme == "cpu" and {device = "cpu", pin_memory = os.getenv("ZORCH_TEST_PIN") ~= nil} or
                                            nvme ~= "-" and {device = "nvme", nvme_path = nvme, buffer_count = 3,
                                                             chunk = chunk} or false,
                        offload_param = nvme ~= "-" and os.getenv("ZORCH_TEST_PARAM") and
@@ -51,6 +51,10 @@ while done < steps do
 end
 if ckdir and not resume then e:save_checkpoint(ckdir) end
 e:save(m:state_dict(), save)
+if e.rank == 0 and e.host then
+  print(("host copy: bucketed %s, pinned %s, host_pinned %d bytes"):format(tostring(e.host.bucketed), tostring(e.host.pinned),
+    e:memory_report().host_pinned))
+end
 if e.rank == 0 and nvme ~= "-" and nvme ~= "cpu" then
   local r = e:memory_report()
   print(("offload: nvme %d bytes, buffers %d bytes, optimizer_state in memory %d bytes, parameters %d, gradients %d"):format(

@@ -236,6 +236,21 @@ if tap.has_mpi(bin) then
       tap.ok(equal_sd(want1, job(2, stage, tmp, 4, ("%s/hn%d.st"):format(tmp, stage), nil, H)),
              ("stage %d: offload_optimizer nvme through a host copy gives the same weights"):format(stage))
     end
+    -- stages 2-3: the gradient's host copy made bucket by bucket as backward
+    -- reduces them (a side stream on a GPU; here at once), the clip's factor
+    -- applied to it at the step: the same bits as the copy after the clip
+    -- (ZORCH_OFFLOAD_BUCKET_COPY=0), with 2 micro-batches a step, a tight
+    -- clip, and pin_memory (no GPU here: ordinary memory, and it says so)
+    for stage = 2, 3 do
+      for _, extra in ipairs({"", "ZORCH_TEST_ACCUM=2 ", "ZORCH_TEST_CLIP=0.05 ZORCH_TEST_PIN=1 "}) do
+        local want = job(2, stage, "-", 4, ("%s/hb%d.st"):format(tmp, stage), nil, extra)
+        local got, text = job(2, stage, "cpu", 4, ("%s/hbc%d.st"):format(tmp, stage), nil, H .. extra)
+        local whole = job(2, stage, "cpu", 4, ("%s/hbw%d.st"):format(tmp, stage), nil, H .. extra .. "ZORCH_OFFLOAD_BUCKET_COPY=0 ")
+        tap.ok(equal_sd(want, got) and equal_sd(want, whole) and text:find("bucketed true", 1, true) ~= nil and
+               (extra:find("PIN") == nil or text:find("pinned false, host_pinned 0 bytes", 1, true) ~= nil),
+               ("stage %d %s: the host copy by bucket gives the weights without offload, bit for bit"):format(stage, extra))
+      end
+    end
     local wanth = job(2, 2, "-", 6, tmp .. "/hw.st")
     job(2, 2, "cpu", 3, tmp .. "/hh.st", tmp .. "/ck_host", H)
     tap.ok(equal_sd(wanth, job(2, 2, "cpu", 6, tmp .. "/hg.st", tmp .. "/ck_host resume", H)),
