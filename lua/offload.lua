@@ -29,6 +29,9 @@ function zorch._offload_host(engine, target)
   local off = engine.cfg.offload_optimizer
   if not off or off.device == "none" then return nil end
   if engine.device == "cpu" and os.getenv("ZORCH_TEST_OFFLOAD_HOST") == nil then return nil end
+  -- (the parameters on nvme: the target is the file's shard in host memory already)
+  local op = engine.cfg.offload_param
+  if op and op.device == "nvme" then return nil end
   local n = target:numel()
   local pin = off.pin_memory == true and engine.device ~= "cpu" -- (a CPU rank never opens the CUDA module)
   local host, pinned = zorch._host_zeros(n, pin)

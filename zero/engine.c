@@ -108,13 +108,18 @@ struct zero_engine {
   /* offload_param (param_dir): the shard then its gradients in one file */
   int pfd;            /* -1: in memory */
   zorch_tensor *pmap; /* the whole file mapped (pshard and gshard view it) */
-  zorch_tensor *gtmp; /* a bucket's part, read, added to and written back */
+  zorch_tensor *gtmp; /* a bucket's part, read, added to and written back (host; staged: twice, the part copied to the host) */
+  int64_t gtmp_half;
   bool *gwritten;     /* per bucket: its part written since zero_grad */
   zero_io io, pf_io;   /* the parameter file's traffic: calling thread, read-ahead thread */
   /* the file moves with direct I/O (O_DIRECT, where the filesystem takes it);
      the gradients start goff elements in, on an aligned offset */
   bool pdirect;
   int64_t goff;
+  /* the groups' buffers are not host memory (a GPU rank; ZORCH_TEST_OFFLOAD_HOST=1
+     takes the path on the CPU): the file's reads and writes go through host
+     buffers (pf_send for gathers, gtmp for buckets) and copies */
+  bool pstaged;
   /* the gradient's sums of squares per SQ_BLOCK block of the shard (as
      sum_squares makes them), taken as buckets are written: bvalid[b] when
      block b was whole in the last write that touched it; the clip reads only
@@ -230,7 +235,7 @@ static zorch_status pf_claim(zero_engine *e) {
   pthread_mutex_unlock(&e->pf_mu);
   if (!g) return ZORCH_OK;
   if (st) return err_set(st, "%s", msg);
-  if (e->c->world == 1) g->gathered = true;
+  if (e->c->world == 1 && !e->pstaged) g->gathered = true;
   return ZORCH_OK;
 }
 
@@ -262,11 +267,14 @@ static zorch_status pf_start(zero_engine *e, group *g) {
   if (g->gathered || e->pf_group == g) return ZORCH_OK;
   int64_t start, mine = group_mine(e, g, &start);
   if (e->c->world > 1 && mine == 0) return ZORCH_OK; /* (nothing of it here to read) */
-  if (e->c->world > 1 && !e->pf_send) { /* the largest part of a group this rank holds */
+  if ((e->c->world > 1 || e->pstaged) && !e->pf_send) { /* the largest part of a group this rank holds (host) */
     int64_t most = 1, s;
-    for (int k = 0; k < e->ngroups; k++)
-      if (group_mine(e, &e->groups[k], &s) > most) most = group_mine(e, &e->groups[k], &s);
-    if (!(e->pf_send = zorch_empty(1, &most, ZORCH_F32, e->dev))) return zorch_last_status();
+    zorch_device cpu = {ZORCH_CPU, 0};
+    for (int k = 0; k < e->ngroups; k++) {
+      int64_t n = e->c->world > 1 ? group_mine(e, &e->groups[k], &s) : e->groups[k].hi - e->groups[k].lo;
+      if (n > most) most = n;
+    }
+    if (!(e->pf_send = zorch_empty(1, &most, ZORCH_F32, cpu))) return zorch_last_status();
   }
   zorch_status st = e->pf_started ? pf_claim(e) : ZORCH_OK;
   if (st) return st;
@@ -280,10 +288,11 @@ static zorch_status pf_start(zero_engine *e, group *g) {
     }
     e->pf_started = true;
   }
-  if (e->c->world == 1 && (st = storage_restore_data(g->buf->st))) return st;
+  if (e->c->world == 1 && !e->pstaged && (st = storage_restore_data(g->buf->st))) return st;
   pthread_mutex_lock(&e->pf_mu);
   e->pf_group = g, e->pf_done = false;
-  if (e->c->world == 1) e->pf_dst = tensor_ptr(g->buf), e->pf_at = g->lo, e->pf_n = g->hi - g->lo;
+  if (e->c->world == 1 && !e->pstaged) e->pf_dst = tensor_ptr(g->buf), e->pf_at = g->lo, e->pf_n = g->hi - g->lo;
+  else if (e->c->world == 1) e->pf_dst = tensor_ptr(e->pf_send), e->pf_at = g->lo, e->pf_n = g->hi - g->lo;
   else e->pf_dst = tensor_ptr(e->pf_send), e->pf_at = start, e->pf_n = mine;
   pthread_cond_broadcast(&e->pf_cv);
   pthread_mutex_unlock(&e->pf_mu);
@@ -293,8 +302,10 @@ static zorch_status pf_start(zero_engine *e, group *g) {
 /* The file (unlinked at once), the shard written into it, both regions mapped:
    pshard and gshard become views of the mapping. */
 static zorch_status pfile_open(zero_engine *e) {
-  if (e->o.stage != 3 || e->pdt != ZORCH_F32 || e->dev.type != ZORCH_CPU)
-    return err_set(ZORCH_ERR_ARG, "zero: parameters on nvme need ZeRO stage 3 with float32 parameters on the CPU");
+  if (e->o.stage != 3 || e->pdt != ZORCH_F32)
+    return err_set(ZORCH_ERR_ARG, "zero: parameters on nvme need ZeRO stage 3 with float32 parameters");
+  const char *emu = getenv("ZORCH_TEST_OFFLOAD_HOST");
+  e->pstaged = e->dev.type != ZORCH_CPU || (emu && *emu && strcmp(emu, "0"));
   const char *dir = e->o.param_dir;
   char *path = malloc(strlen(dir) + 32);
   if (!path) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
@@ -328,6 +339,13 @@ static zorch_status pfile_open(zero_engine *e) {
     int64_t a = lo > mlo ? lo : mlo, b = hi < mhi ? hi : mhi;
     if (b <= a) continue;
     zorch_tensor *c = zorch_tensor_is_contiguous(p) ? zorch_tensor_retain(p) : zorch_contiguous(p);
+    if (c && e->pstaged) { /* (on the device: a host copy) */
+      zorch_device cpu = {ZORCH_CPU, 0};
+      zorch_tensor *h = zorch_empty(p->ndim, p->shape, ZORCH_F32, cpu);
+      if (h && zorch_copy_(h, c)) zorch_tensor_free(h), h = NULL;
+      zorch_tensor_free(c);
+      c = h;
+    }
     zorch_status st = c ? pfile_io(e, true, tensor_ptr(c) + (a - lo) * 4, a - mlo, b - a, 0) : zorch_last_status();
     zorch_tensor_free(c);
     if (st) return st;
@@ -370,7 +388,14 @@ static zorch_status pfile_add(zero_engine *e, int b, int64_t start, zorch_tensor
   zorch_tensor *tmp = range(e->gtmp, 0, n);
   zorch_status st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
   if (!st && e->gwritten[b]) st = pfile_io(e, false, tensor_ptr(tmp), start, n, 1);
+  zorch_tensor *hp = NULL; /* staged: the device's part on the host first (gtmp's second half) */
+  if (!st && e->pstaged) {
+    hp = range(e->gtmp, e->gtmp_half, n);
+    st = hp ? zorch_copy_(hp, part) : zorch_last_status();
+    part = hp;
+  }
   if (!st) st = op_add_(tmp, part);
+  zorch_tensor_free(hp);
   if (!st) st = pfile_io(e, true, tensor_ptr(tmp), start, n, 1);
   if (!st) e->gwritten[b] = true, pfile_note_sums(e, (const float *)tensor_ptr(tmp), start, n);
   zorch_tensor_free(tmp);
@@ -549,9 +574,34 @@ static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
 
 static void unmap_deleter(void *data, void *ctx) { munmap(data, (size_t)ctx); }
 
+/* n floats from host memory into dst (contiguous, CPU or device) as the
+   file's reads and the all-gathers write a group: raw, so the parameters'
+   version counters (autograd's check on saved tensors) do not move. */
+static zorch_status raw_from_host(zorch_tensor *dst, const float *src, int64_t n) {
+  if (dst->st->device.type == ZORCH_CPU) {
+    memcpy(tensor_ptr(dst), src, (size_t)n * sizeof(float));
+    return ZORCH_OK;
+  }
+  return backend_of(dst)->from_host(tensor_ptr(dst), src, (size_t)n * sizeof(float), dst->st->device.index);
+}
+
+/* Staged: n elements of the shard from `start` into pf_send (host), on the
+   calling thread (a read ahead still in flight is claimed first). */
+static zorch_status pfile_staged_read(zero_engine *e, int64_t start, int64_t n) {
+  if (!e->pf_send) {
+    int64_t most = 1;
+    zorch_device cpu = {ZORCH_CPU, 0};
+    for (int k = 0; k < e->ngroups; k++)
+      if (e->groups[k].hi - e->groups[k].lo > most) most = e->groups[k].hi - e->groups[k].lo;
+    if (!(e->pf_send = zorch_empty(1, &most, ZORCH_F32, cpu))) return zorch_last_status();
+  }
+  zorch_status st = e->pf_started ? pf_claim(e) : ZORCH_OK;
+  return st ? st : pfile_io(e, false, tensor_ptr(e->pf_send), start, n, 0);
+}
+
 static zorch_status group_gather(zero_engine *e, group *g) {
   bool ahead = false; /* more than one rank: this rank's slice was read ahead into pf_send */
-  if (e->pf_group == g && e->c->world == 1) { /* read ahead: wait for it */
+  if (e->pf_group == g && e->c->world == 1 && !e->pstaged) { /* read ahead: wait for it */
     zorch_status st = pf_claim(e);
     if (st) return st;
   } else if (e->pf_group == g && !g->gathered) {
@@ -573,7 +623,25 @@ static zorch_status group_gather(zero_engine *e, group *g) {
     return st;
   }
   zorch_tensor *send = NULL;
-  if (ahead) {
+  if (e->pstaged) { /* through host memory: the slice (read ahead, or now) copied to the device */
+    st = ahead ? ZORCH_OK : pfile_staged_read(e, start, mine);
+    const float *h = (const float *)tensor_ptr(e->pf_send);
+    if (!st && world == 1) {
+      st = raw_from_host(g->buf, h, mine);
+      if (ahead) pf_claim(e);
+      if (cnt != counts) free(cnt);
+      if (!st) g->gathered = true;
+      return st;
+    }
+    if (!st && (send = zorch_empty(1, &mine, ZORCH_F32, e->dev)) && (st = raw_from_host(send, h, mine)))
+      zorch_tensor_free(send), send = NULL;
+    if (!send && !st) st = zorch_last_status();
+    if (st) {
+      if (ahead) pf_claim(e);
+      if (cnt != counts) free(cnt);
+      return st;
+    }
+  } else if (ahead) {
     send = range(e->pf_send, 0, mine);
   } else if (e->pfd >= 0) { /* the slice from the file: at one rank straight into the group */
     if (world == 1) {
@@ -679,7 +747,10 @@ static zorch_status make_buckets(zero_engine *e) {
     if (hi - lo > mine) mine = hi - lo;
   }
   if (!(e->recv = zorch_zeros(1, &mine, ZORCH_F32, e->dev))) return zorch_last_status();
-  if (e->pfd >= 0 && (!(e->gtmp = zorch_zeros(1, &mine, ZORCH_F32, e->dev)) ||
+  zorch_device cpu = {ZORCH_CPU, 0};
+  int64_t glen = e->pstaged ? 2 * mine : mine;
+  e->gtmp_half = mine;
+  if (e->pfd >= 0 && (!(e->gtmp = zorch_zeros(1, &glen, ZORCH_F32, cpu)) ||
                       !(e->gwritten = calloc((size_t)e->nbuckets, sizeof *e->gwritten))))
     return zorch_tensor_free(e->gtmp), e->gtmp = NULL, err_set(ZORCH_ERR_OOM, "zero: out of memory");
   for (int i = 0; i < e->n; i++) {
@@ -1161,6 +1232,16 @@ zorch_status zero_engine_sync_shard(zero_engine *e) {
     group *g = &e->groups[k];
     int64_t lo = g->lo > mlo ? g->lo : mlo, hi = g->hi < mhi ? g->hi : mhi;
     if (!g->gathered || hi <= lo) continue;
+    if (e->pfd >= 0 && e->pstaged) { /* into the file, through the host */
+      zorch_device cpu = {ZORCH_CPU, 0};
+      int64_t n = hi - lo;
+      zorch_tensor *src = range(g->buf, lo - g->lo, n), *h = src ? zorch_empty(1, &n, ZORCH_F32, cpu) : NULL;
+      zorch_status st = h ? zorch_copy_(h, src) : zorch_last_status();
+      if (!st) st = pfile_io(e, true, tensor_ptr(h), lo - mlo, n, 0);
+      zorch_tensor_free(src), zorch_tensor_free(h);
+      if (st) return st;
+      continue;
+    }
     if (e->pfd >= 0) { /* into the file */
       zorch_status st = pfile_io(e, true, (char *)tensor_ptr(g->buf) + (lo - g->lo) * 4, lo - mlo, hi - lo, 0);
       if (st) return st;

@@ -251,6 +251,15 @@ if tap.has_mpi(bin) then
                ("stage %d %s: the host copy by bucket gives the weights without offload, bit for bit"):format(stage, extra))
       end
     end
+    -- offload_param on GPU ranks: gathers read the slice into a host buffer
+    -- and copy it to the group's (device) buffer, buckets come to the host to
+    -- be added into the file, written shards leave the device through the
+    -- host; ZORCH_TEST_OFFLOAD_HOST=1 runs those copies on CPU ranks
+    for _, n in ipairs({1, 2, 3}) do
+      local want = job(n, 3, "-", 4, ("%s/gs%d.st"):format(tmp, n), nil, "ZORCH_TEST_CLIP=0.05 ")
+      local got = job(n, 3, tmp, 4, ("%s/gsp%d.st"):format(tmp, n), nil, H .. P .. "ZORCH_TEST_CLIP=0.05 ZORCH_TEST_CHUNK=1024 ")
+      tap.ok(equal_sd(want, got), ("offload_param through host buffers (the GPU ranks' path), %d rank(s): the same weights"):format(n))
+    end
     local wanth = job(2, 2, "-", 6, tmp .. "/hw.st")
     job(2, 2, "cpu", 3, tmp .. "/hh.st", tmp .. "/ck_host", H)
     tap.ok(equal_sd(wanth, job(2, 2, "cpu", 6, tmp .. "/hg.st", tmp .. "/ck_host resume", H)),
