@@ -344,6 +344,7 @@ local function from_table(ds, world)
             elseif kk == "pin_memory" and k == "offload_optimizer" then -- (GPU ranks: the host copy page-locked)
               if type(vv) ~= "boolean" then bad(sub, "true or false", vv) end
               oo.pin_memory = vv
+              note(sub, vv) -- (and listed: it changes no result, and nothing on a CPU rank)
             else
               note(sub, vv)
             end
