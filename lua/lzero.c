@@ -268,6 +268,7 @@ static int e_io(lua_State *L) {
   lua_pushinteger(L, io.write_bytes), lua_setfield(L, -2, "write_bytes");
   lua_pushnumber(L, io.io_s), lua_setfield(L, -2, "io_s");
   lua_pushinteger(L, io.ahead_bytes), lua_setfield(L, -2, "ahead_bytes");
+  lua_pushinteger(L, io.behind_bytes), lua_setfield(L, -2, "behind_bytes");
   return 1;
 }
 

@@ -108,8 +108,20 @@ struct zero_engine {
   /* offload_param (param_dir): the shard then its gradients in one file */
   int pfd;            /* -1: in memory */
   zorch_tensor *pmap; /* the whole file mapped (pshard and gshard view it) */
-  zorch_tensor *gtmp; /* a bucket's part, read, added to and written back (host; staged: twice, the part copied to the host) */
+  zorch_tensor *gtmp; /* host: two slots for a bucket's part (read, added to, written back), then (staged)
+                         the device's part copied to the host; each gtmp_half elements */
   int64_t gtmp_half;
+  /* write-behind: a thread of its own writes each bucket's summed part from
+     its slot while backward goes on; gw_queued jobs were handed over,
+     gw_done written (slot = job % 2); gw_status the first failure */
+  bool gw_on, gw_started, gw_stop;
+  pthread_t gw_thread;
+  pthread_mutex_t gw_mu;
+  pthread_cond_t gw_cv;
+  int64_t gw_queued, gw_done, gw_at[2], gw_n[2];
+  zorch_status gw_status;
+  char gw_msg[256];
+  zero_io gw_io;
   bool *gwritten;     /* per bucket: its part written since zero_grad */
   zero_io io, pf_io;   /* the parameter file's traffic: calling thread, read-ahead thread */
   /* the file moves with direct I/O (O_DIRECT, where the filesystem takes it);
@@ -381,23 +393,107 @@ static void pfile_note_sums(zero_engine *e, const float *q, int64_t start, int64
   }
 }
 
+/* ---- write-behind of the gradients' bucket parts ---- */
+
+static void *gw_main(void *arg) {
+  zero_engine *e = arg;
+  pthread_mutex_lock(&e->gw_mu);
+  for (;;) {
+    while (!e->gw_stop && e->gw_done == e->gw_queued) pthread_cond_wait(&e->gw_cv, &e->gw_mu);
+    if (e->gw_done == e->gw_queued) break; /* (stopping, nothing left) */
+    int slot = (int)(e->gw_done % 2);
+    int64_t at = e->gw_at[slot], n = e->gw_n[slot];
+    bool skip = e->gw_status != ZORCH_OK;
+    pthread_mutex_unlock(&e->gw_mu);
+    zero_io acc = {0};
+    zorch_status st = skip ? ZORCH_OK : pfile_rw(e, &acc, true, (float *)tensor_ptr(e->gtmp) + slot * e->gtmp_half, at, n, 1);
+    pthread_mutex_lock(&e->gw_mu);
+    e->gw_io.write_bytes += acc.write_bytes, e->gw_io.io_s += acc.io_s;
+    if (st && !e->gw_status) e->gw_status = st, snprintf(e->gw_msg, sizeof e->gw_msg, "%s", zorch_last_error());
+    e->gw_done++;
+    pthread_cond_broadcast(&e->gw_cv);
+  }
+  pthread_mutex_unlock(&e->gw_mu);
+  return NULL;
+}
+
+/* Waits until at most `left` writes are still queued; the first failure
+   (once) as a status. */
+static zorch_status gw_wait(zero_engine *e, int64_t left) {
+  if (!e->gw_started) return ZORCH_OK;
+  pthread_mutex_lock(&e->gw_mu);
+  while (e->gw_queued - e->gw_done > left) pthread_cond_wait(&e->gw_cv, &e->gw_mu);
+  zorch_status st = e->gw_status;
+  char msg[256];
+  memcpy(msg, e->gw_msg, sizeof msg);
+  e->gw_status = ZORCH_OK;
+  pthread_mutex_unlock(&e->gw_mu);
+  return st ? err_set(st, "%s", msg) : ZORCH_OK;
+}
+
+/* The slot for the next bucket part: 0 without write-behind; else the one
+   whose previous write is done (waited for). */
+static zorch_status gw_slot(zero_engine *e, int *slot) {
+  *slot = 0;
+  if (!e->gw_on) return ZORCH_OK;
+  if (!e->gw_started) {
+    pthread_mutex_init(&e->gw_mu, NULL);
+    pthread_cond_init(&e->gw_cv, NULL);
+    if (pthread_create(&e->gw_thread, NULL, gw_main, e) != 0) {
+      pthread_mutex_destroy(&e->gw_mu);
+      pthread_cond_destroy(&e->gw_cv);
+      e->gw_on = false; /* (no thread: the writes stay in line) */
+      return ZORCH_OK;
+    }
+    e->gw_started = true;
+  }
+  *slot = (int)(e->gw_queued % 2);
+  return gw_wait(e, 1);
+}
+
+static void gw_stop(zero_engine *e) {
+  if (!e->gw_started) return;
+  pthread_mutex_lock(&e->gw_mu);
+  e->gw_stop = true;
+  pthread_cond_broadcast(&e->gw_cv);
+  pthread_mutex_unlock(&e->gw_mu);
+  pthread_join(e->gw_thread, NULL);
+  pthread_mutex_destroy(&e->gw_mu);
+  pthread_cond_destroy(&e->gw_cv);
+  e->gw_started = false;
+}
+
 /* A reduced bucket's part added into the file's gradients, as into gshard: the
-   sum of zeros (or what the window added before) and the part. */
+   sum of zeros (or what the window added before) and the part; written
+   behind (the next bucket's addition does not wait for it) with write-behind. */
 static zorch_status pfile_add(zero_engine *e, int b, int64_t start, zorch_tensor *part) {
   int64_t n = zorch_tensor_numel(part);
-  zorch_tensor *tmp = range(e->gtmp, 0, n);
-  zorch_status st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
+  int slot;
+  zorch_status st = gw_slot(e, &slot);
+  if (!st && e->gwritten[b]) st = gw_wait(e, 0); /* (what the window wrote before, on the disk first) */
+  if (st) return st;
+  zorch_tensor *tmp = range(e->gtmp, slot * e->gtmp_half, n);
+  st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
   if (!st && e->gwritten[b]) st = pfile_io(e, false, tensor_ptr(tmp), start, n, 1);
-  zorch_tensor *hp = NULL; /* staged: the device's part on the host first (gtmp's second half) */
+  zorch_tensor *hp = NULL; /* staged: the device's part on the host first (gtmp's third slot) */
   if (!st && e->pstaged) {
-    hp = range(e->gtmp, e->gtmp_half, n);
+    hp = range(e->gtmp, 2 * e->gtmp_half, n);
     st = hp ? zorch_copy_(hp, part) : zorch_last_status();
     part = hp;
   }
   if (!st) st = op_add_(tmp, part);
   zorch_tensor_free(hp);
-  if (!st) st = pfile_io(e, true, tensor_ptr(tmp), start, n, 1);
-  if (!st) e->gwritten[b] = true, pfile_note_sums(e, (const float *)tensor_ptr(tmp), start, n);
+  if (!st) pfile_note_sums(e, (const float *)tensor_ptr(tmp), start, n);
+  if (!st && e->gw_on) { /* to the writer */
+    pthread_mutex_lock(&e->gw_mu);
+    e->gw_at[slot] = start, e->gw_n[slot] = n;
+    e->gw_queued++;
+    pthread_cond_broadcast(&e->gw_cv);
+    pthread_mutex_unlock(&e->gw_mu);
+  } else if (!st) {
+    st = pfile_io(e, true, tensor_ptr(tmp), start, n, 1);
+  }
+  if (!st) e->gwritten[b] = true;
   zorch_tensor_free(tmp);
   return st;
 }
@@ -431,6 +527,10 @@ void zero_engine_io(zero_engine *e, zero_io *io, bool reset) {
   io->read_bytes += e->pf_io.read_bytes, io->io_s += e->pf_io.io_s, io->ahead_bytes = e->pf_io.read_bytes;
   if (reset) e->pf_io = (zero_io){0};
   if (e->pf_started) pthread_mutex_unlock(&e->pf_mu);
+  if (e->gw_started) pthread_mutex_lock(&e->gw_mu);
+  io->write_bytes += e->gw_io.write_bytes, io->io_s += e->gw_io.io_s, io->behind_bytes = e->gw_io.write_bytes;
+  if (reset) e->gw_io = (zero_io){0};
+  if (e->gw_started) pthread_mutex_unlock(&e->gw_mu);
   io->file_bytes = e->pfd >= 0 ? e->shard * 2 * (int64_t)sizeof(float) : 0;
   if (reset) e->io = (zero_io){0};
 }
@@ -748,7 +848,9 @@ static zorch_status make_buckets(zero_engine *e) {
   }
   if (!(e->recv = zorch_zeros(1, &mine, ZORCH_F32, e->dev))) return zorch_last_status();
   zorch_device cpu = {ZORCH_CPU, 0};
-  int64_t glen = e->pstaged ? 2 * mine : mine;
+  int64_t glen = e->pstaged ? 3 * mine : 2 * mine;
+  const char *wb = getenv("ZORCH_OFFLOAD_WRITE_BEHIND");
+  e->gw_on = !(wb && !strcmp(wb, "0"));
   e->gtmp_half = mine;
   if (e->pfd >= 0 && (!(e->gtmp = zorch_zeros(1, &glen, ZORCH_F32, cpu)) ||
                       !(e->gwritten = calloc((size_t)e->nbuckets, sizeof *e->gwritten))))
@@ -889,6 +991,8 @@ fail_st:
 void zero_engine_free(zero_engine *e) {
   if (!e) return;
   drain(e);
+  (void)gw_wait(e, 0);
+  gw_stop(e);
   if (e->pf_started) {
     pf_claim(e);
     pthread_mutex_lock(&e->pf_mu);
@@ -1012,7 +1116,7 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded) {
     if (full && !comm_reduce_scatter_inplace(e->c, full)) g = range(full, e->c->rank * e->shard, e->shard);
     zorch_tensor_free(full);
   } else {
-    if (e->pfd >= 0 && pfile_fill_unwritten(e)) return NULL;
+    if (e->pfd >= 0 && (gw_wait(e, 0) || pfile_fill_unwritten(e))) return NULL; /* (the writes behind land first) */
     g = grad_f32(e, e->gshard);
   }
   /* (stages 2-3 divided each bucket as it was reduced) */
@@ -1109,7 +1213,8 @@ static zorch_status pfile_apply_coef(zero_engine *e) {
    (zero_engine_take_grad_scale), so the step reads the gradient once. */
 static zorch_status pfile_clip(zero_engine *e, bool sharded, double max_norm, double loss_scale, double *norm,
                                bool *overflow) {
-  zorch_status st = pfile_apply_coef(e);
+  zorch_status st = gw_wait(e, 0);
+  if (!st) st = pfile_apply_coef(e);
   if (st) return st;
   int64_t n = e->shard;
   float *buf = NULL;
@@ -1190,7 +1295,8 @@ zorch_status zero_engine_after_update(zero_engine *e) {
 zorch_status zero_engine_zero_grad(zero_engine *e) {
   zorch_status st = ZORCH_OK;
   if (e->gflat) st = zorch_fill_(e->gflat, 0);
-  if (e->pfd >= 0) { /* the file's: stale, unread */
+  if (e->pfd >= 0) { /* the file's: stale, unread (a write behind still going lands first) */
+    st = gw_wait(e, 0);
     memset(e->gwritten, 0, sizeof *e->gwritten * (size_t)e->nbuckets);
     memset(e->bvalid, 0, (size_t)e->nblk);
     e->gcoef = 1;

@@ -122,6 +122,7 @@ typedef struct {
   int64_t file_bytes, read_bytes, write_bytes;
   double io_s;
   int64_t ahead_bytes; /* of read_bytes: read ahead on the read-ahead thread */
+  int64_t behind_bytes; /* of write_bytes: bucket parts written behind on the writer thread */
 } zero_io;
 void zero_engine_io(zero_engine *e, zero_io *io, bool reset);
 #endif

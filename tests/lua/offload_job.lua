@@ -60,6 +60,6 @@ if e.rank == 0 and nvme ~= "-" and nvme ~= "cpu" then
   print(("offload: nvme %d bytes, buffers %d bytes, optimizer_state in memory %d bytes, parameters %d, gradients %d"):format(
     r.nvme, r.offload_buffers, r.optimizer_state, r.parameters, r.gradients))
   local io = e.last_io
-  print(("last step: read %d bytes, wrote %d bytes, read ahead %d bytes, norm %.9g, direct %s"):format(io.read, io.written,
-    io.param.ahead_bytes or 0, e.last_norm, tostring(io.opt.direct)))
+  print(("last step: read %d bytes, wrote %d bytes, read ahead %d bytes, norm %.9g, direct %s, written behind %d bytes"):format(
+    io.read, io.written, io.param.ahead_bytes or 0, e.last_norm, tostring(io.opt.direct), io.param.behind_bytes or 0))
 end

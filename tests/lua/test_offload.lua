@@ -300,6 +300,17 @@ if tap.has_mpi(bin) then
     tap.ok(r1 and r1 == r2 and w1 == w2, ("a clipped step reads and writes what an unclipped one does (%s/%s and %s/%s bytes)"):format(
       tostring(r1), tostring(w1), tostring(r2), tostring(w2)))
   end
+  -- the bucket parts written behind on a thread of their own while backward
+  -- goes on (with 2 micro-batches a step: the second waits for the first's
+  -- writes before it reads them back); ZORCH_OFFLOAD_WRITE_BEHIND=0 writes in line
+  for _, accum in ipairs({"", "ZORCH_TEST_ACCUM=2 "}) do
+    local wb, text = job(2, 3, tmp, 4, tmp .. "/wb1.st", nil, P .. accum)
+    local inl = job(2, 3, tmp, 4, tmp .. "/wb2.st", nil, P .. accum .. "ZORCH_OFFLOAD_WRITE_BEHIND=0 ")
+    local behind = tonumber(text:match("written behind (%d+) bytes"))
+    tap.ok(equal_sd(job(2, 3, "-", 4, tmp .. "/wb0.st", nil, accum), wb) and equal_sd(wb, inl) and behind and behind > 0,
+           ("offload_param nvme %s: bucket parts written behind (%s bytes on rank 0), the weights of the in-line writes and of no offload"):format(
+             accum, tostring(behind)))
+  end
   -- the gathers' reads ahead on every rank: the slice read on the read-ahead
   -- thread while the module before computes, the all-gather at the gather
   for _, n in ipairs({2, 3}) do
