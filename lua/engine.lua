@@ -711,10 +711,11 @@ function Engine:print_step()
   if self.last_io then -- offload to nvme: the last step's traffic and the bandwidth it reached (rank 0)
     local io = self.last_io
     self:print(("step %d  offload: read %.4g MB, wrote %.4g MB in %.3g s: %.0f MB/s (optimizer stream (%s) %.4g/%.4g MB in %.3g s, " ..
-                "I/O thread reading %.3g s, writing %.3g s, the update waited %.3g s; parameter file %.4g/%.4g MB in %.3g s)"):format(
+                "I/O thread reading %.3g s, writing %.3g s, the update waited %.3g s; parameter file %.4g/%.4g MB in %.3g s, " ..
+                "%.3g s of it on the calling thread)"):format(
       self.steps, io.read / 1e6, io.written / 1e6, io.step_s, (io.read + io.written) / 1e6 / math.max(io.step_s, 1e-9),
       io.opt.io, io.opt.read_bytes / 1e6, io.opt.write_bytes / 1e6, io.opt.step_s, io.opt.read_s, io.opt.write_s, io.opt.wait_s,
-      io.param.read_bytes / 1e6, io.param.write_bytes / 1e6, io.param.io_s) .. (self.disk and
+      io.param.read_bytes / 1e6, io.param.write_bytes / 1e6, io.param.io_s, io.param.sync_s or 0) .. (self.disk and
       ("; the disk: write %.0f MB/s, read %.0f MB/s%s"):format(self.disk.write, self.disk.read,
         self.disk.direct and " (direct I/O, at prepare)" or " (through the page cache: no direct I/O there)") or ""))
   end

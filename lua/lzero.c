@@ -269,6 +269,7 @@ static int e_io(lua_State *L) {
   lua_pushnumber(L, io.io_s), lua_setfield(L, -2, "io_s");
   lua_pushinteger(L, io.ahead_bytes), lua_setfield(L, -2, "ahead_bytes");
   lua_pushinteger(L, io.behind_bytes), lua_setfield(L, -2, "behind_bytes");
+  lua_pushnumber(L, io.sync_s), lua_setfield(L, -2, "sync_s");
   return 1;
 }
 

@@ -523,6 +523,7 @@ int zero_engine_param_file(const zero_engine *e, int64_t *p_off, int64_t *g_off)
 
 void zero_engine_io(zero_engine *e, zero_io *io, bool reset) {
   *io = e->io;
+  io->sync_s = e->io.io_s;
   if (e->pf_started) pthread_mutex_lock(&e->pf_mu);
   io->read_bytes += e->pf_io.read_bytes, io->io_s += e->pf_io.io_s, io->ahead_bytes = e->pf_io.read_bytes;
   if (reset) e->pf_io = (zero_io){0};

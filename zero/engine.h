@@ -123,6 +123,7 @@ typedef struct {
   double io_s;
   int64_t ahead_bytes; /* of read_bytes: read ahead on the read-ahead thread */
   int64_t behind_bytes; /* of write_bytes: bucket parts written behind on the writer thread */
+  double sync_s;        /* of io_s: the calling thread's, which the step waited through */
 } zero_io;
 void zero_engine_io(zero_engine *e, zero_io *io, bool reset);
 #endif
