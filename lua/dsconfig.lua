@@ -341,6 +341,10 @@ local function from_table(ds, world)
               local n = type(vv) == "number" and vv >= 1 and vv <= 2^53 and math.tointeger(vv) or nil
               if not n then bad(sub, "a whole number of elements from 1 to 2^53", vv) end
               oo.buffer_size = n
+            elseif kk == "pin_memory" and k == "offload_optimizer" then -- (GPU ranks: the host copy page-locked)
+              if type(vv) ~= "boolean" then bad(sub, "true or false", vv) end
+              oo.pin_memory = vv
+              note(sub, vv) -- (and listed: it changes no result, and nothing on a CPU rank)
             else
               note(sub, vv)
             end

@@ -86,8 +86,10 @@ local CHECKS = {
     if type(v) ~= "table" or (v.device ~= "cpu" and v.device ~= "nvme" and v.device ~= "none") then return false end
     if v.device == "nvme" and (type(v.nvme_path) ~= "string" or v.nvme_path == "") then return false end
     if v.buffer_count ~= nil and not (math.type(v.buffer_count) == "integer" and v.buffer_count >= 2 and v.buffer_count <= 32) then return false end
+    if v.pin_memory ~= nil and type(v.pin_memory) ~= "boolean" then return false end
     return v.chunk == nil or (math.type(v.chunk) == "integer" and v.chunk >= 1)
-  end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, chunk >= 1}"},
+  end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, chunk >= 1, " ..
+       "pin_memory (true or false)}"},
   offload_param = {function(v)
     if v == false then return true end
     if type(v) ~= "table" or (v.device ~= "cpu" and v.device ~= "nvme" and v.device ~= "none") then return false end
@@ -182,9 +184,8 @@ function zorch.Engine(cfg, overrides)
       error("Engine: offload_param device \"nvme\" needs offload_optimizer device \"nvme\" too (the step streams " ..
             "the parameters with Adam's moments)", 2)
     end
-    if c.precision ~= "fp32" or c.device ~= "cpu" then
-      error(("Engine: offload_param device \"nvme\" runs float32 parameters on CPU ranks, got precision %s on %s"):format(
-        c.precision, c.device), 2)
+    if c.precision ~= "fp32" then -- (GPU ranks too: gathers copy the slices read from the file to the device)
+      error(("Engine: offload_param device \"nvme\" runs float32 parameters, got precision %s"):format(c.precision), 2)
     end
   end
   if c.seed then zorch.manual_seed(c.seed) end
@@ -394,6 +395,7 @@ function Engine:prepare(model, loader, opt, sched)
         self.zero:gather_param(i - 1)
         zorch.no_grad(function() fill(p) end)
         zorch._deferred_done(p)
+        collectgarbage() -- (the fill's temporaries, as large as the parameter: Lua sees only their handles)
         self.zero:sync_shard()
         self.zero:release()
       end
@@ -654,6 +656,9 @@ function Engine:optimizer_step()
   else
     self.last_norm, overflow = self.zero:clip(grad, sharded, self.cfg.gradient_clipping, self.scaler.scale)
   end
+  -- the gradient in the parameter file (offload_param nvme): the clip's factor
+  -- goes to the optimizer's stream, which applies it as it reads each chunk
+  if self.offload and self.offload_bound then self.offload:grad_scale(self.zero:take_grad_scale()) end
   local t1 = self.wall and zorch.clock()
   if self.wall then self.wall.reduction = self.wall.reduction + (t1 - t0) end
   overflow = overflow and self.cfg.precision == "fp16" -- (fp32 and bf16 step as they always did)
@@ -670,7 +675,8 @@ function Engine:optimizer_step()
   end
   self.last_skipped = false
   if self.host then -- offload on a GPU rank: the clipped gradient to the host copy's side
-    self.host.grad:copy_(grad)
+    if self.host.bucketed then self.zero:host_grad_finish() -- (copied as its buckets were reduced)
+    else self.host.grad:copy_(grad) end
     grad = self.host.grad
   end
   if self.runs and self.inner._per_tensor then -- norms per tensor, over the ranks holding its pieces
@@ -724,10 +730,11 @@ function Engine:print_step()
   if self.last_io then -- offload to nvme: the last step's traffic and the bandwidth it reached (rank 0)
     local io = self.last_io
     self:print(("step %d  offload: read %.4g MB, wrote %.4g MB in %.3g s: %.0f MB/s (optimizer stream (%s) %.4g/%.4g MB in %.3g s, " ..
-                "I/O thread reading %.3g s, writing %.3g s, the update waited %.3g s; parameter file %.4g/%.4g MB in %.3g s)"):format(
+                "I/O thread reading %.3g s, writing %.3g s, the update waited %.3g s; parameter file %.4g/%.4g MB in %.3g s, " ..
+                "%.3g s of it on the calling thread)"):format(
       self.steps, io.read / 1e6, io.written / 1e6, io.step_s, (io.read + io.written) / 1e6 / math.max(io.step_s, 1e-9),
       io.opt.io, io.opt.read_bytes / 1e6, io.opt.write_bytes / 1e6, io.opt.step_s, io.opt.read_s, io.opt.write_s, io.opt.wait_s,
-      io.param.read_bytes / 1e6, io.param.write_bytes / 1e6, io.param.io_s) .. (self.disk and
+      io.param.read_bytes / 1e6, io.param.write_bytes / 1e6, io.param.io_s, io.param.sync_s or 0) .. (self.disk and
       ("; the disk: write %.0f MB/s, read %.0f MB/s%s"):format(self.disk.write, self.disk.read,
         self.disk.direct and " (direct I/O, at prepare)" or " (through the page cache: no direct I/O there)") or ""))
   end
@@ -868,6 +875,7 @@ function Engine:memory_report()
     nvme_optimizer = st and st.file_bytes or 0, -- the optimizer state's file (offload_optimizer nvme)
     nvme_parameters = pio.file_bytes, -- the shard and its gradients (offload_param nvme)
     host_copy = self.host and bytes(self.host.target) + bytes(self.host.grad) or 0, -- GPU ranks' offload: the shard and gradient in host memory
+    host_pinned = self.host and self.host.pinned and bytes(self.host.target) + bytes(self.host.grad) or 0, -- of it, page-locked (pin_memory)
     offload_buffers = st and st.buffer_bytes or 0, -- its chunk buffers in host memory
     parameters = m.parameters,
     gradients = m.gradients,

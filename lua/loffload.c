@@ -2,9 +2,13 @@
    zorch._offload_open(dir, numel, chunk, buffer_count) -> store with
    store:adam(p, g, step, runs) (runs: {{first element from 0, count, opts}, ...}),
    store:get(m, v), store:put(m, v), store:zero(), store:bind(fd, p_off, g_off)
-   (the parameters' file, offload_param), store:stats(), store:close() (also at
+   (the parameters' file, offload_param), store:grad_scale(s) (the clip's
+   factor for the next adam's bound gradient), store:stats(), store:close() (also at
    collection). lua/optim.lua's Adam steps through it once lua/offload.lua set
    it as the optimizer's state store. */
+#include <string.h>
+
+#include "../ops/cudamod.h"
 #include "../zero/offload.h"
 #include "lz.h"
 
@@ -70,6 +74,12 @@ static int l_adam(lua_State *L) {
   return 0;
 }
 
+/* store:grad_scale(s): the next adam's factor for the bound gradient */
+static int l_grad_scale(lua_State *L) {
+  zoff_set_grad_scale(check_store(L), luaL_checknumber(L, 2));
+  return 0;
+}
+
 static int l_bind(lua_State *L) {
   zoff *o = check_store(L);
   if (zoff_bind_params(o, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4)))
@@ -98,6 +108,7 @@ static int l_stats(lua_State *L) {
   lua_createtable(L, 0, 8);
   lua_pushnumber(L, s.step_s), lua_setfield(L, -2, "step_s");
   lua_pushstring(L, s.uring ? "io_uring" : "pread"), lua_setfield(L, -2, "io");
+  lua_pushboolean(L, s.direct), lua_setfield(L, -2, "direct");
   lua_pushinteger(L, s.file_bytes), lua_setfield(L, -2, "file_bytes");
   lua_pushinteger(L, s.buffer_bytes), lua_setfield(L, -2, "buffer_bytes");
   lua_pushnumber(L, s.read_s), lua_setfield(L, -2, "read_s");
@@ -128,10 +139,36 @@ static int l_probe(lua_State *L) {
   return 3;
 }
 
+static void pinned_deleter(void *data, void *ctx) {
+  (void)ctx;
+  cuda_host_free(data);
+}
+
+/* zorch._host_zeros(n, pin) -> a float32 CPU tensor of n zeros, and whether
+   it is page-locked (pin: cudaMallocHost through the CUDA module; ordinary
+   memory where there is no module, no GPU or the driver refuses) */
+static int l_host_zeros(lua_State *L) {
+  int64_t n = luaL_checkinteger(L, 1);
+  if (n < 0) return luaL_argerror(L, 1, "the element count must be >= 0");
+  void *p = lua_toboolean(L, 2) ? cuda_host_alloc((size_t)(n > 0 ? n : 1) * sizeof(float)) : NULL;
+  zorch_tensor *t = NULL;
+  if (p) {
+    memset(p, 0, (size_t)n * sizeof(float));
+    if (!(t = zorch_tensor_wrap_owned(p, ZORCH_F32, 1, &n, NULL, pinned_deleter, NULL))) cuda_host_free(p);
+  } else {
+    zorch_device cpu = {ZORCH_CPU, 0};
+    t = zorch_zeros(1, &n, ZORCH_F32, cpu);
+  }
+  if (!t) return lz_fail(L);
+  lz_push(L, t);
+  lua_pushboolean(L, p != NULL);
+  return 2;
+}
+
 /* [-0, +0]: the store's metatable, and _offload_open in the module table on top. */
 void lz_open_offload(lua_State *L) {
   static const luaL_Reg methods[] = {{"adam", l_adam}, {"get", l_get}, {"put", l_put},
-                                     {"zero", l_zero},   {"bind", l_bind}, {"stats", l_stats}, {"close", l_close}, {NULL, NULL}};
+                                     {"zero", l_zero},   {"bind", l_bind}, {"stats", l_stats}, {"grad_scale", l_grad_scale}, {"close", l_close}, {NULL, NULL}};
   if (luaL_newmetatable(L, OFFLOAD_MT)) {
     luaL_newlib(L, methods);
     lua_setfield(L, -2, "__index");
@@ -143,4 +180,6 @@ void lz_open_offload(lua_State *L) {
   lua_setfield(L, -2, "_offload_open");
   lua_pushcfunction(L, l_probe);
   lua_setfield(L, -2, "_offload_probe");
+  lua_pushcfunction(L, l_host_zeros);
+  lua_setfield(L, -2, "_host_zeros");
 }

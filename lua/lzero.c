@@ -208,6 +208,23 @@ static int e_clip(lua_State *L) {
   return 2;
 }
 
+/* engine:set_host_grad(t), engine:host_grad_finish(): offload on a GPU rank */
+static int e_set_host_grad(lua_State *L) {
+  if (zero_engine_set_host_grad(check_engine(L), lz_check(L, 2))) return lz_fail(L);
+  return 0;
+}
+static int e_host_grad_finish(lua_State *L) {
+  if (zero_engine_host_grad_finish(check_engine(L))) return lz_fail(L);
+  return 0;
+}
+
+/* engine:take_grad_scale() -> the clip's factor still to multiply the
+   gradient in the parameter file (offload_param nvme; 1: none), cleared */
+static int e_take_grad_scale(lua_State *L) {
+  lua_pushnumber(L, zero_engine_take_grad_scale(check_engine(L)));
+  return 1;
+}
+
 static int e_memory(lua_State *L) {
   zero_memory m;
   zero_engine_memory(check_engine(L), &m);
@@ -250,6 +267,9 @@ static int e_io(lua_State *L) {
   lua_pushinteger(L, io.read_bytes), lua_setfield(L, -2, "read_bytes");
   lua_pushinteger(L, io.write_bytes), lua_setfield(L, -2, "write_bytes");
   lua_pushnumber(L, io.io_s), lua_setfield(L, -2, "io_s");
+  lua_pushinteger(L, io.ahead_bytes), lua_setfield(L, -2, "ahead_bytes");
+  lua_pushinteger(L, io.behind_bytes), lua_setfield(L, -2, "behind_bytes");
+  lua_pushnumber(L, io.sync_s), lua_setfield(L, -2, "sync_s");
   return 1;
 }
 
@@ -260,7 +280,9 @@ static void open_engine_type(lua_State *L) {
                                      {"gather", e_gather}, {"release", e_release}, {"sync_shard", e_sync},
                                      {"memory", e_memory}, {"module_register", e_module_register}, {"comm_times", e_comm_times},
                                      {"module_begin", e_module_begin}, {"module_end", e_module_end},
-                                     {"param_file", e_param_file}, {"io", e_io}, {"gather_param", e_gather_param}, {NULL, NULL}};
+                                     {"param_file", e_param_file}, {"io", e_io}, {"gather_param", e_gather_param},
+                                     {"take_grad_scale", e_take_grad_scale}, {"set_host_grad", e_set_host_grad},
+                                     {"host_grad_finish", e_host_grad_finish}, {NULL, NULL}};
   luaL_newmetatable(L, LZ_ENGINE);
   lua_pushcfunction(L, e_gc);
   lua_setfield(L, -2, "__gc");

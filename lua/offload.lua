@@ -17,16 +17,32 @@ local DEFAULT_CHUNK = 1 << 20 -- elements per chunk (8 MiB of moments; 16 MiB wi
 -- the device's shard is written (load_checkpoint, sync_shard). Returns
 -- {target, grad, device_target}, or nil where the shard is on the CPU
 -- already. ZORCH_TEST_OFFLOAD_HOST=1 takes this path on CPU ranks too (the
--- tests: the same bits as without it). Not pinned memory (zorch has no
--- pinned host tensors), and the copies run after backward, not per bucket.
+-- tests: the same bits as without it). With pin_memory the two host tensors
+-- are page-locked (cudaMallocHost through the CUDA module; on a CPU rank, or
+-- where the driver refuses, ordinary memory: `pinned` says which). At stages
+-- 2-3 in float32 the gradient's copy is made bucket by bucket as backward
+-- reduces them (zero_engine_set_host_grad: on a GPU on a side stream,
+-- overlapping backward), and the step only waits for the copies and applies
+-- the clip's factor to them (bucketed); otherwise it is copied whole after
+-- the clip.
 function zorch._offload_host(engine, target)
   local off = engine.cfg.offload_optimizer
   if not off or off.device == "none" then return nil end
   if engine.device == "cpu" and os.getenv("ZORCH_TEST_OFFLOAD_HOST") == nil then return nil end
+  -- (the parameters on nvme: the target is the file's shard in host memory already)
+  local op = engine.cfg.offload_param
+  if op and op.device == "nvme" then return nil end
   local n = target:numel()
-  local host = zorch.zeros({n})
+  local pin = off.pin_memory == true and engine.device ~= "cpu" -- (a CPU rank never opens the CUDA module)
+  local host, pinned = zorch._host_zeros(n, pin)
+  local grad, gpinned = zorch._host_zeros(n, pin)
   host:copy_(target)
-  return {target = host, grad = zorch.zeros({n}), device_target = target}
+  local h = {target = host, grad = grad, device_target = target, pinned = pinned and gpinned}
+  if engine.cfg.zero_stage >= 2 and engine.cfg.precision == "fp32" and os.getenv("ZORCH_OFFLOAD_BUCKET_COPY") ~= "0" then
+    engine.zero:set_host_grad(grad)
+    h.bucketed = true
+  end
+  return h
 end
 
 -- Sets up engine.inner (made by prepare over engine.target) for the config's
@@ -58,7 +74,7 @@ function zorch._offload_optimizer(engine)
   local store = zorch._offload_open(off.nvme_path, target:numel(), chunk, nbuf)
   -- the parameters on nvme too (offload_param): the step streams them with the moments
   local fd, p_off, g_off = engine.zero:param_file()
-  if fd then store:bind(fd, p_off, g_off) end
+  if fd then store:bind(fd, p_off, g_off); engine.offload_bound = true end
   -- the disk's bandwidth, measured once (32 MB with direct I/O) for the step
   -- lines to log the achieved I/O against; ZORCH_OFFLOAD_PROBE=0 skips it
   if os.getenv("ZORCH_OFFLOAD_PROBE") ~= "0" then

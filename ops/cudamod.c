@@ -172,6 +172,25 @@ void *cuda_module_symbol(const char *name) {
   return cuda_module_load() ? dlsym(mod_handle, name) : NULL;
 }
 
+void *cuda_host_alloc(size_t n) {
+  void *p = NULL;
+  if (!cuda_module_load() || mod->device_count() == 0) return NULL;
+  if (mod->host_alloc(n, &p)) { /* (the caller falls back to ordinary memory) */
+    zorch_clear_error();
+    return NULL;
+  }
+  return p;
+}
+void cuda_host_free(void *p) {
+  if (p && mod) mod->host_free(p);
+}
+
+static zorch_status not_loaded(void);
+zorch_status cuda_copy_to_host_async(void *dst, const void *src, size_t n, int dev) {
+  return cuda_module_load() ? mod->copy_to_host_async(dst, src, n, dev) : not_loaded();
+}
+zorch_status cuda_copy_wait(int dev) { return cuda_module_load() ? mod->copy_wait(dev) : not_loaded(); }
+
 static zorch_status not_loaded(void) {
   return err_set(ZORCH_ERR_DEVICE, "cuda: the CUDA module is not available: %s", cuda_module_why());
 }
@@ -221,6 +240,19 @@ void *cuda_module_symbol(const char *name) {
   return NULL;
 }
 bool zorch_cuda_built(void) { return false; }
+void *cuda_host_alloc(size_t n) {
+  (void)n;
+  return NULL;
+}
+void cuda_host_free(void *p) { (void)p; }
+zorch_status cuda_copy_to_host_async(void *dst, const void *src, size_t n, int dev) {
+  (void)dst, (void)src, (void)n, (void)dev;
+  return no_cuda();
+}
+zorch_status cuda_copy_wait(int dev) {
+  (void)dev;
+  return no_cuda();
+}
 int zorch_cuda_device_count(void) { return 0; }
 zorch_status zorch_cuda_memory_stats(int dev, zorch_cuda_memory *out) {
   (void)dev, (void)out;

@@ -14,9 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ops/cudamod.h"
 #include "../ops/ops.h"
+#include "offload.h"
 
 #define ZERO_ALIGN 16 /* elements: every shard is a multiple of this */
+#define SQ_BLOCK 65536 /* elements: the gradient norm's blocks (sum_squares) */
 
 typedef struct bucket {
   int64_t lo, hi;    /* flat range [lo, hi) */
@@ -105,17 +108,60 @@ struct zero_engine {
   /* offload_param (param_dir): the shard then its gradients in one file */
   int pfd;            /* -1: in memory */
   zorch_tensor *pmap; /* the whole file mapped (pshard and gshard view it) */
-  zorch_tensor *gtmp; /* a bucket's part, read, added to and written back */
+  zorch_tensor *gtmp; /* host: two slots for a bucket's part (read, added to, written back), then (staged)
+                         the device's part copied to the host; each gtmp_half elements */
+  int64_t gtmp_half;
+  /* write-behind: a thread of its own writes each bucket's summed part from
+     its slot while backward goes on; gw_queued jobs were handed over,
+     gw_done written (slot = job % 2); gw_status the first failure */
+  bool gw_on, gw_started, gw_stop;
+  pthread_t gw_thread;
+  pthread_mutex_t gw_mu;
+  pthread_cond_t gw_cv;
+  int64_t gw_queued, gw_done, gw_at[2], gw_n[2];
+  zorch_status gw_status;
+  char gw_msg[256];
+  zero_io gw_io;
   bool *gwritten;     /* per bucket: its part written since zero_grad */
   zero_io io, pf_io;   /* the parameter file's traffic: calling thread, read-ahead thread */
-  /* one rank: the gather ahead reads its group on a thread of its own, while
-     the current module computes; pf_group is the read in flight (or done and
-     not yet claimed), NULL when none */
+  /* the file moves with direct I/O (O_DIRECT, where the filesystem takes it);
+     the gradients start goff elements in, on an aligned offset */
+  bool pdirect;
+  int64_t goff;
+  /* the groups' buffers are not host memory (a GPU rank; ZORCH_TEST_OFFLOAD_HOST=1
+     takes the path on the CPU): the file's reads and writes go through host
+     buffers (pf_send for gathers, gtmp for buckets) and copies */
+  bool pstaged;
+  /* the gradient's sums of squares per SQ_BLOCK block of the shard (as
+     sum_squares makes them), taken as buckets are written: bvalid[b] when
+     block b was whole in the last write that touched it; the clip reads only
+     the others. gcoef: the clip's factor, still to multiply the file's
+     gradient (the optimizer's stream applies it: zero_engine_take_grad_scale) */
+  double *bsum;
+  bool *bvalid;
+  int64_t nblk;
+  double gcoef;
+  /* offload on a GPU rank (zero_engine_set_host_grad): each reduced bucket's
+     part of gshard is copied to host_grad as it lands (on a GPU, on the side
+     stream), and the factors the clip multiplied gshard by are kept for the
+     host copy (nhost_coef -1: too many, the copy is redone whole) */
+  zorch_tensor *host_grad;
+  double host_coef[4];
+  int nhost_coef;
+  /* the gather ahead reads its group's slice on a thread of its own while the
+     current module computes: at one rank straight into the group, at more
+     into pf_send, which the gather then all-gathers from (the collective
+     itself waits for the gather, in the same order on every rank); pf_group
+     is the read in flight (or done and not yet claimed), NULL when none;
+     pf_dst, pf_at, pf_n what it reads */
   pthread_t pf_thread;
   bool pf_started, pf_stop, pf_done;
   pthread_mutex_t pf_mu;
   pthread_cond_t pf_cv;
   struct group *pf_group;
+  zorch_tensor *pf_send;
+  void *pf_dst;
+  int64_t pf_at, pf_n;
   zorch_status pf_status;
   char pf_msg[256];
 };
@@ -145,18 +191,11 @@ static double now_s(void) {
 /* n floats at element `at` of the shard (region 0) or of its gradient (1),
    from the file into buf or (write) from buf into the file, whole. */
 static zorch_status pfile_rw(zero_engine *e, zero_io *acc, bool write, void *buf, int64_t at, int64_t n, int region) {
-  char *p = buf;
-  size_t left = (size_t)n * sizeof(float);
-  off_t off = (off_t)((region ? e->shard : 0) + at) * (off_t)sizeof(float);
+  off_t off = (off_t)((region ? e->goff : 0) + at) * (off_t)sizeof(float);
   double t0 = now_s();
-  while (left > 0) {
-    ssize_t r = write ? pwrite(e->pfd, p, left, off) : pread(e->pfd, p, left, off);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      return err_set(ZORCH_ERR_IO, "zero: %s the parameter file (offload_param): %s", write ? "writing" : "reading",
-                     r == 0 ? "end of file" : strerror(errno));
-    p += r, left -= (size_t)r, off += r;
-  }
+  if (!zoff_pio(e->pfd, e->pdirect, write, buf, (size_t)n * sizeof(float), off))
+    return err_set(ZORCH_ERR_IO, "zero: %s the parameter file (offload_param): %s", write ? "writing" : "reading",
+                   strerror(errno));
   acc->io_s += now_s() - t0;
   if (write) acc->write_bytes += n * (int64_t)sizeof(float);
   else acc->read_bytes += n * (int64_t)sizeof(float);
@@ -170,7 +209,7 @@ static zorch_status pfile_io(zero_engine *e, bool write, void *buf, int64_t at, 
 
 static void unmap_deleter(void *data, void *ctx);
 
-/* ---- the parameter file's read-ahead (one rank) ---- */
+/* ---- the parameter file's read-ahead ---- */
 
 static void *pf_main(void *arg) {
   zero_engine *e = arg;
@@ -178,10 +217,11 @@ static void *pf_main(void *arg) {
   for (;;) {
     while (!e->pf_stop && (!e->pf_group || e->pf_done)) pthread_cond_wait(&e->pf_cv, &e->pf_mu);
     if (e->pf_stop) break;
-    group *g = e->pf_group;
+    void *dst = e->pf_dst;
+    int64_t at = e->pf_at, n = e->pf_n;
     pthread_mutex_unlock(&e->pf_mu);
     zero_io acc = {0};
-    zorch_status st = pfile_rw(e, &acc, false, tensor_ptr(g->buf), g->lo, g->hi - g->lo, 0);
+    zorch_status st = pfile_rw(e, &acc, false, dst, at, n, 0);
     pthread_mutex_lock(&e->pf_mu);
     e->pf_io.read_bytes += acc.read_bytes, e->pf_io.io_s += acc.io_s;
     e->pf_status = st;
@@ -193,8 +233,9 @@ static void *pf_main(void *arg) {
   return NULL;
 }
 
-/* Waits for the read in flight and claims it: its group is gathered (or the
-   read's error comes back). */
+/* Waits for the read in flight and claims it: at one rank its group is
+   gathered (or the read's error comes back); at more the slice read is
+   dropped (pf_take keeps it for the gather). */
 static zorch_status pf_claim(zero_engine *e) {
   pthread_mutex_lock(&e->pf_mu);
   while (e->pf_group && !e->pf_done) pthread_cond_wait(&e->pf_cv, &e->pf_mu);
@@ -206,14 +247,47 @@ static zorch_status pf_claim(zero_engine *e) {
   pthread_mutex_unlock(&e->pf_mu);
   if (!g) return ZORCH_OK;
   if (st) return err_set(st, "%s", msg);
-  g->gathered = true;
+  if (e->c->world == 1 && !e->pstaged) g->gathered = true;
   return ZORCH_OK;
 }
 
-/* Starts reading group g ahead (one rank, the parameter file); a read still
-   in flight is claimed first. */
+/* More than one rank: waits for group g's slice read ahead into pf_send; the
+   read stays claimed (pf_send untouched) until pf_claim. */
+static zorch_status pf_take(zero_engine *e) {
+  pthread_mutex_lock(&e->pf_mu);
+  while (e->pf_group && !e->pf_done) pthread_cond_wait(&e->pf_cv, &e->pf_mu);
+  zorch_status st = e->pf_status;
+  char msg[256];
+  memcpy(msg, e->pf_msg, sizeof msg);
+  pthread_mutex_unlock(&e->pf_mu);
+  return st ? err_set(st, "%s", msg) : ZORCH_OK;
+}
+
+static void overlap_counts(const zero_engine *e, int64_t lo, int64_t hi, int64_t *counts);
+
+/* This rank's part of group g: its first element in the shard and count. */
+static int64_t group_mine(const zero_engine *e, const group *g, int64_t *start) {
+  int64_t a = g->lo > e->c->rank * e->shard ? g->lo : e->c->rank * e->shard;
+  int64_t z = g->hi < (e->c->rank + 1) * e->shard ? g->hi : (e->c->rank + 1) * e->shard;
+  *start = z > a ? a - e->c->rank * e->shard : 0;
+  return z > a ? z - a : 0;
+}
+
+/* Starts reading group g ahead (the parameter file); a read still in flight
+   is claimed first. */
 static zorch_status pf_start(zero_engine *e, group *g) {
   if (g->gathered || e->pf_group == g) return ZORCH_OK;
+  int64_t start, mine = group_mine(e, g, &start);
+  if (e->c->world > 1 && mine == 0) return ZORCH_OK; /* (nothing of it here to read) */
+  if ((e->c->world > 1 || e->pstaged) && !e->pf_send) { /* the largest part of a group this rank holds (host) */
+    int64_t most = 1, s;
+    zorch_device cpu = {ZORCH_CPU, 0};
+    for (int k = 0; k < e->ngroups; k++) {
+      int64_t n = e->c->world > 1 ? group_mine(e, &e->groups[k], &s) : e->groups[k].hi - e->groups[k].lo;
+      if (n > most) most = n;
+    }
+    if (!(e->pf_send = zorch_empty(1, &most, ZORCH_F32, cpu))) return zorch_last_status();
+  }
   zorch_status st = e->pf_started ? pf_claim(e) : ZORCH_OK;
   if (st) return st;
   if (!e->pf_started) {
@@ -226,9 +300,12 @@ static zorch_status pf_start(zero_engine *e, group *g) {
     }
     e->pf_started = true;
   }
-  if ((st = storage_restore_data(g->buf->st))) return st;
+  if (e->c->world == 1 && !e->pstaged && (st = storage_restore_data(g->buf->st))) return st;
   pthread_mutex_lock(&e->pf_mu);
   e->pf_group = g, e->pf_done = false;
+  if (e->c->world == 1 && !e->pstaged) e->pf_dst = tensor_ptr(g->buf), e->pf_at = g->lo, e->pf_n = g->hi - g->lo;
+  else if (e->c->world == 1) e->pf_dst = tensor_ptr(e->pf_send), e->pf_at = g->lo, e->pf_n = g->hi - g->lo;
+  else e->pf_dst = tensor_ptr(e->pf_send), e->pf_at = start, e->pf_n = mine;
   pthread_cond_broadcast(&e->pf_cv);
   pthread_mutex_unlock(&e->pf_mu);
   return ZORCH_OK;
@@ -237,8 +314,10 @@ static zorch_status pf_start(zero_engine *e, group *g) {
 /* The file (unlinked at once), the shard written into it, both regions mapped:
    pshard and gshard become views of the mapping. */
 static zorch_status pfile_open(zero_engine *e) {
-  if (e->o.stage != 3 || e->pdt != ZORCH_F32 || e->dev.type != ZORCH_CPU)
-    return err_set(ZORCH_ERR_ARG, "zero: parameters on nvme need ZeRO stage 3 with float32 parameters on the CPU");
+  if (e->o.stage != 3 || e->pdt != ZORCH_F32)
+    return err_set(ZORCH_ERR_ARG, "zero: parameters on nvme need ZeRO stage 3 with float32 parameters");
+  const char *emu = getenv("ZORCH_TEST_OFFLOAD_HOST");
+  e->pstaged = e->dev.type != ZORCH_CPU || (emu && *emu && strcmp(emu, "0"));
   const char *dir = e->o.param_dir;
   char *path = malloc(strlen(dir) + 32);
   if (!path) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
@@ -251,7 +330,15 @@ static zorch_status pfile_open(zero_engine *e) {
   }
   unlink(path); /* the file lives while the engine does */
   free(path);
-  size_t bytes = (size_t)e->shard * 2 * sizeof(float);
+  /* direct I/O where the filesystem takes it (ZORCH_OFFLOAD_DIRECT=0: not) */
+  const char *dio = getenv("ZORCH_OFFLOAD_DIRECT");
+  int dfd = dio && !strcmp(dio, "0") ? -1 : zoff_reopen(e->pfd, true, 0);
+  if (dfd >= 0) close(e->pfd), e->pfd = dfd, e->pdirect = true;
+  /* both regions start and end on aligned offsets (the optimizer's direct
+     chunks round their last transfer up to the alignment) */
+  int64_t al = ZOFF_ALIGN / sizeof(float);
+  e->goff = (e->shard + al - 1) / al * al;
+  size_t bytes = (size_t)e->goff * 2 * sizeof(float);
   if (ftruncate(e->pfd, (off_t)bytes) != 0)
     return err_set(ZORCH_ERR_IO, "zero: cannot size the parameter file in %s (%zu bytes): %s", dir, bytes,
                    strerror(errno));
@@ -264,32 +351,148 @@ static zorch_status pfile_open(zero_engine *e) {
     int64_t a = lo > mlo ? lo : mlo, b = hi < mhi ? hi : mhi;
     if (b <= a) continue;
     zorch_tensor *c = zorch_tensor_is_contiguous(p) ? zorch_tensor_retain(p) : zorch_contiguous(p);
+    if (c && e->pstaged) { /* (on the device: a host copy) */
+      zorch_device cpu = {ZORCH_CPU, 0};
+      zorch_tensor *h = zorch_empty(p->ndim, p->shape, ZORCH_F32, cpu);
+      if (h && zorch_copy_(h, c)) zorch_tensor_free(h), h = NULL;
+      zorch_tensor_free(c);
+      c = h;
+    }
     zorch_status st = c ? pfile_io(e, true, tensor_ptr(c) + (a - lo) * 4, a - mlo, b - a, 0) : zorch_last_status();
     zorch_tensor_free(c);
     if (st) return st;
   }
   void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, e->pfd, 0);
   if (mem == MAP_FAILED) return err_set(ZORCH_ERR_IO, "zero: cannot map the parameter file: %s", strerror(errno));
-  int64_t len = e->shard * 2;
+  int64_t len = e->goff * 2;
   if (!(e->pmap = zorch_tensor_wrap_owned(mem, ZORCH_F32, 1, &len, NULL, unmap_deleter, (void *)bytes))) {
     munmap(mem, bytes);
     return zorch_last_status();
   }
   e->pshard = range(e->pmap, 0, e->shard);
-  e->gshard = range(e->pmap, e->shard, e->shard);
+  e->gshard = range(e->pmap, e->goff, e->shard);
   e->io = (zero_io){0};
+  e->nblk = (e->shard + SQ_BLOCK - 1) / SQ_BLOCK;
+  e->gcoef = 1;
+  if (!(e->bsum = calloc((size_t)e->nblk + 1, sizeof *e->bsum)) || !(e->bvalid = calloc((size_t)e->nblk + 1, 1)))
+    return err_set(ZORCH_ERR_OOM, "zero: out of memory");
   return e->pshard && e->gshard ? ZORCH_OK : zorch_last_status();
 }
 
+static double block_sumsq(const float *q, int64_t m);
+
+/* The gradient's elements [start, start + n) of the shard were just written
+   from q: the sums of squares of the blocks they hold whole, for the clip;
+   the blocks they cut are left to it to read. */
+static void pfile_note_sums(zero_engine *e, const float *q, int64_t start, int64_t n) {
+  if (n <= 0) return;
+  for (int64_t b = start / SQ_BLOCK; b < e->nblk && b * SQ_BLOCK < start + n; b++) {
+    int64_t lo = b * SQ_BLOCK, hi = lo + SQ_BLOCK < e->shard ? lo + SQ_BLOCK : e->shard;
+    e->bvalid[b] = lo >= start && hi <= start + n;
+    if (e->bvalid[b]) e->bsum[b] = block_sumsq(q + (lo - start), hi - lo);
+  }
+}
+
+/* ---- write-behind of the gradients' bucket parts ---- */
+
+static void *gw_main(void *arg) {
+  zero_engine *e = arg;
+  pthread_mutex_lock(&e->gw_mu);
+  for (;;) {
+    while (!e->gw_stop && e->gw_done == e->gw_queued) pthread_cond_wait(&e->gw_cv, &e->gw_mu);
+    if (e->gw_done == e->gw_queued) break; /* (stopping, nothing left) */
+    int slot = (int)(e->gw_done % 2);
+    int64_t at = e->gw_at[slot], n = e->gw_n[slot];
+    bool skip = e->gw_status != ZORCH_OK;
+    pthread_mutex_unlock(&e->gw_mu);
+    zero_io acc = {0};
+    zorch_status st = skip ? ZORCH_OK : pfile_rw(e, &acc, true, (float *)tensor_ptr(e->gtmp) + slot * e->gtmp_half, at, n, 1);
+    pthread_mutex_lock(&e->gw_mu);
+    e->gw_io.write_bytes += acc.write_bytes, e->gw_io.io_s += acc.io_s;
+    if (st && !e->gw_status) e->gw_status = st, snprintf(e->gw_msg, sizeof e->gw_msg, "%s", zorch_last_error());
+    e->gw_done++;
+    pthread_cond_broadcast(&e->gw_cv);
+  }
+  pthread_mutex_unlock(&e->gw_mu);
+  return NULL;
+}
+
+/* Waits until at most `left` writes are still queued; the first failure
+   (once) as a status. */
+static zorch_status gw_wait(zero_engine *e, int64_t left) {
+  if (!e->gw_started) return ZORCH_OK;
+  pthread_mutex_lock(&e->gw_mu);
+  while (e->gw_queued - e->gw_done > left) pthread_cond_wait(&e->gw_cv, &e->gw_mu);
+  zorch_status st = e->gw_status;
+  char msg[256];
+  memcpy(msg, e->gw_msg, sizeof msg);
+  e->gw_status = ZORCH_OK;
+  pthread_mutex_unlock(&e->gw_mu);
+  return st ? err_set(st, "%s", msg) : ZORCH_OK;
+}
+
+/* The slot for the next bucket part: 0 without write-behind; else the one
+   whose previous write is done (waited for). */
+static zorch_status gw_slot(zero_engine *e, int *slot) {
+  *slot = 0;
+  if (!e->gw_on) return ZORCH_OK;
+  if (!e->gw_started) {
+    pthread_mutex_init(&e->gw_mu, NULL);
+    pthread_cond_init(&e->gw_cv, NULL);
+    if (pthread_create(&e->gw_thread, NULL, gw_main, e) != 0) {
+      pthread_mutex_destroy(&e->gw_mu);
+      pthread_cond_destroy(&e->gw_cv);
+      e->gw_on = false; /* (no thread: the writes stay in line) */
+      return ZORCH_OK;
+    }
+    e->gw_started = true;
+  }
+  *slot = (int)(e->gw_queued % 2);
+  return gw_wait(e, 1);
+}
+
+static void gw_stop(zero_engine *e) {
+  if (!e->gw_started) return;
+  pthread_mutex_lock(&e->gw_mu);
+  e->gw_stop = true;
+  pthread_cond_broadcast(&e->gw_cv);
+  pthread_mutex_unlock(&e->gw_mu);
+  pthread_join(e->gw_thread, NULL);
+  pthread_mutex_destroy(&e->gw_mu);
+  pthread_cond_destroy(&e->gw_cv);
+  e->gw_started = false;
+}
+
 /* A reduced bucket's part added into the file's gradients, as into gshard: the
-   sum of zeros (or what the window added before) and the part. */
+   sum of zeros (or what the window added before) and the part; written
+   behind (the next bucket's addition does not wait for it) with write-behind. */
 static zorch_status pfile_add(zero_engine *e, int b, int64_t start, zorch_tensor *part) {
   int64_t n = zorch_tensor_numel(part);
-  zorch_tensor *tmp = range(e->gtmp, 0, n);
-  zorch_status st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
+  int slot;
+  zorch_status st = gw_slot(e, &slot);
+  if (!st && e->gwritten[b]) st = gw_wait(e, 0); /* (what the window wrote before, on the disk first) */
+  if (st) return st;
+  zorch_tensor *tmp = range(e->gtmp, slot * e->gtmp_half, n);
+  st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
   if (!st && e->gwritten[b]) st = pfile_io(e, false, tensor_ptr(tmp), start, n, 1);
+  zorch_tensor *hp = NULL; /* staged: the device's part on the host first (gtmp's third slot) */
+  if (!st && e->pstaged) {
+    hp = range(e->gtmp, 2 * e->gtmp_half, n);
+    st = hp ? zorch_copy_(hp, part) : zorch_last_status();
+    part = hp;
+  }
   if (!st) st = op_add_(tmp, part);
-  if (!st) st = pfile_io(e, true, tensor_ptr(tmp), start, n, 1);
+  zorch_tensor_free(hp);
+  if (!st) pfile_note_sums(e, (const float *)tensor_ptr(tmp), start, n);
+  if (!st && e->gw_on) { /* to the writer */
+    pthread_mutex_lock(&e->gw_mu);
+    e->gw_at[slot] = start, e->gw_n[slot] = n;
+    e->gw_queued++;
+    pthread_cond_broadcast(&e->gw_cv);
+    pthread_mutex_unlock(&e->gw_mu);
+  } else if (!st) {
+    st = pfile_io(e, true, tensor_ptr(tmp), start, n, 1);
+  }
   if (!st) e->gwritten[b] = true;
   zorch_tensor_free(tmp);
   return st;
@@ -305,6 +508,7 @@ static zorch_status pfile_fill_unwritten(zero_engine *e) {
     zorch_tensor *tmp = range(e->gtmp, 0, hi - lo);
     zorch_status st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
     if (!st) st = pfile_io(e, true, tensor_ptr(tmp), lo - mlo, hi - lo, 1);
+    if (!st) pfile_note_sums(e, (const float *)tensor_ptr(tmp), lo - mlo, hi - lo);
     zorch_tensor_free(tmp);
     if (st) return st;
     e->gwritten[k] = true;
@@ -313,16 +517,21 @@ static zorch_status pfile_fill_unwritten(zero_engine *e) {
 }
 
 int zero_engine_param_file(const zero_engine *e, int64_t *p_off, int64_t *g_off) {
-  *p_off = 0, *g_off = e->shard * (int64_t)sizeof(float);
+  *p_off = 0, *g_off = e->goff * (int64_t)sizeof(float);
   return e->pfd;
 }
 
 void zero_engine_io(zero_engine *e, zero_io *io, bool reset) {
   *io = e->io;
+  io->sync_s = e->io.io_s;
   if (e->pf_started) pthread_mutex_lock(&e->pf_mu);
-  io->read_bytes += e->pf_io.read_bytes, io->io_s += e->pf_io.io_s;
+  io->read_bytes += e->pf_io.read_bytes, io->io_s += e->pf_io.io_s, io->ahead_bytes = e->pf_io.read_bytes;
   if (reset) e->pf_io = (zero_io){0};
   if (e->pf_started) pthread_mutex_unlock(&e->pf_mu);
+  if (e->gw_started) pthread_mutex_lock(&e->gw_mu);
+  io->write_bytes += e->gw_io.write_bytes, io->io_s += e->gw_io.io_s, io->behind_bytes = e->gw_io.write_bytes;
+  if (reset) e->gw_io = (zero_io){0};
+  if (e->gw_started) pthread_mutex_unlock(&e->gw_mu);
   io->file_bytes = e->pfd >= 0 ? e->shard * 2 * (int64_t)sizeof(float) : 0;
   if (reset) e->io = (zero_io){0};
 }
@@ -335,6 +544,8 @@ static void overlap_counts(const zero_engine *e, int64_t lo, int64_t hi, int64_t
     counts[r] = b > a ? b - a : 0;
   }
 }
+
+static zorch_status host_copy_part(zero_engine *e, int64_t start, int64_t n);
 
 /* The reduced part of a bucket joins this rank's gradient shard. */
 static zorch_status finish_bucket(zero_engine *e, bucket *b, zorch_tensor *recv, int64_t mine) {
@@ -351,6 +562,7 @@ static zorch_status finish_bucket(zero_engine *e, bucket *b, zorch_tensor *recv,
       zorch_tensor *dst = range(e->gshard, start, mine);
       st = dst ? op_add_(dst, recv) : zorch_last_status();
       zorch_tensor_free(dst);
+      if (!st && e->host_grad) st = host_copy_part(e, start, mine);
     }
   }
   zorch_tensor_free(b->buf);
@@ -463,10 +675,40 @@ static zorch_status reduce_bucket(zero_engine *e, bucket *b) {
 
 static void unmap_deleter(void *data, void *ctx) { munmap(data, (size_t)ctx); }
 
+/* n floats from host memory into dst (contiguous, CPU or device) as the
+   file's reads and the all-gathers write a group: raw, so the parameters'
+   version counters (autograd's check on saved tensors) do not move. */
+static zorch_status raw_from_host(zorch_tensor *dst, const float *src, int64_t n) {
+  if (dst->st->device.type == ZORCH_CPU) {
+    memcpy(tensor_ptr(dst), src, (size_t)n * sizeof(float));
+    return ZORCH_OK;
+  }
+  return backend_of(dst)->from_host(tensor_ptr(dst), src, (size_t)n * sizeof(float), dst->st->device.index);
+}
+
+/* Staged: n elements of the shard from `start` into pf_send (host), on the
+   calling thread (a read ahead still in flight is claimed first). */
+static zorch_status pfile_staged_read(zero_engine *e, int64_t start, int64_t n) {
+  if (!e->pf_send) {
+    int64_t most = 1;
+    zorch_device cpu = {ZORCH_CPU, 0};
+    for (int k = 0; k < e->ngroups; k++)
+      if (e->groups[k].hi - e->groups[k].lo > most) most = e->groups[k].hi - e->groups[k].lo;
+    if (!(e->pf_send = zorch_empty(1, &most, ZORCH_F32, cpu))) return zorch_last_status();
+  }
+  zorch_status st = e->pf_started ? pf_claim(e) : ZORCH_OK;
+  return st ? st : pfile_io(e, false, tensor_ptr(e->pf_send), start, n, 0);
+}
+
 static zorch_status group_gather(zero_engine *e, group *g) {
-  if (e->pf_group == g) { /* read ahead: wait for it */
+  bool ahead = false; /* more than one rank: this rank's slice was read ahead into pf_send */
+  if (e->pf_group == g && e->c->world == 1 && !e->pstaged) { /* read ahead: wait for it */
     zorch_status st = pf_claim(e);
     if (st) return st;
+  } else if (e->pf_group == g && !g->gathered) {
+    zorch_status st = pf_take(e);
+    if (st) return pf_claim(e), st;
+    ahead = true;
   }
   if (g->gathered) return ZORCH_OK;
   int world = e->c->world;
@@ -478,10 +720,31 @@ static zorch_status group_gather(zero_engine *e, group *g) {
   zorch_status st = storage_restore_data(g->buf->st);
   if (st) {
     if (cnt != counts) free(cnt);
+    if (ahead) pf_claim(e);
     return st;
   }
   zorch_tensor *send = NULL;
-  if (e->pfd >= 0) { /* the slice from the file: at one rank straight into the group */
+  if (e->pstaged) { /* through host memory: the slice (read ahead, or now) copied to the device */
+    st = ahead ? ZORCH_OK : pfile_staged_read(e, start, mine);
+    const float *h = (const float *)tensor_ptr(e->pf_send);
+    if (!st && world == 1) {
+      st = raw_from_host(g->buf, h, mine);
+      if (ahead) pf_claim(e);
+      if (cnt != counts) free(cnt);
+      if (!st) g->gathered = true;
+      return st;
+    }
+    if (!st && (send = zorch_empty(1, &mine, ZORCH_F32, e->dev)) && (st = raw_from_host(send, h, mine)))
+      zorch_tensor_free(send), send = NULL;
+    if (!send && !st) st = zorch_last_status();
+    if (st) {
+      if (ahead) pf_claim(e);
+      if (cnt != counts) free(cnt);
+      return st;
+    }
+  } else if (ahead) {
+    send = range(e->pf_send, 0, mine);
+  } else if (e->pfd >= 0) { /* the slice from the file: at one rank straight into the group */
     if (world == 1) {
       st = pfile_io(e, false, tensor_ptr(g->buf), start, mine, 0);
       if (cnt != counts) free(cnt);
@@ -503,6 +766,7 @@ static zorch_status group_gather(zero_engine *e, group *g) {
   comm_set_label(label);
   st = send ? comm_allgatherv(e->c, send, g->buf, cnt) : zorch_last_status();
   zorch_tensor_free(send);
+  if (ahead) pf_claim(e); /* (pf_send is free for the next read) */
   if (cnt != counts) free(cnt);
   if (!st) g->gathered = true;
   return st;
@@ -584,7 +848,12 @@ static zorch_status make_buckets(zero_engine *e) {
     if (hi - lo > mine) mine = hi - lo;
   }
   if (!(e->recv = zorch_zeros(1, &mine, ZORCH_F32, e->dev))) return zorch_last_status();
-  if (e->pfd >= 0 && (!(e->gtmp = zorch_zeros(1, &mine, ZORCH_F32, e->dev)) ||
+  zorch_device cpu = {ZORCH_CPU, 0};
+  int64_t glen = e->pstaged ? 3 * mine : 2 * mine;
+  const char *wb = getenv("ZORCH_OFFLOAD_WRITE_BEHIND");
+  e->gw_on = !(wb && !strcmp(wb, "0"));
+  e->gtmp_half = mine;
+  if (e->pfd >= 0 && (!(e->gtmp = zorch_zeros(1, &glen, ZORCH_F32, cpu)) ||
                       !(e->gwritten = calloc((size_t)e->nbuckets, sizeof *e->gwritten))))
     return zorch_tensor_free(e->gtmp), e->gtmp = NULL, err_set(ZORCH_ERR_OOM, "zero: out of memory");
   for (int i = 0; i < e->n; i++) {
@@ -723,6 +992,8 @@ fail_st:
 void zero_engine_free(zero_engine *e) {
   if (!e) return;
   drain(e);
+  (void)gw_wait(e, 0);
+  gw_stop(e);
   if (e->pf_started) {
     pf_claim(e);
     pthread_mutex_lock(&e->pf_mu);
@@ -754,7 +1025,9 @@ void zero_engine_free(zero_engine *e) {
   free(e->prev_order);
   free(e->groups);
   free(e->group_of);
-  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv, e->g32, e->gtmp, e->pmap};
+  if (e->host_grad && e->dev.type != ZORCH_CPU) (void)cuda_copy_wait(e->dev.index); /* (its copies land before it goes) */
+  zorch_tensor *ts[] = {e->flat, e->pshard, e->master, e->gflat, e->gshard, e->recv, e->g32, e->gtmp, e->pmap, e->pf_send,
+                        e->host_grad};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) zorch_tensor_free(ts[i]);
   free(e->params);
   free(e->offset);
@@ -762,6 +1035,8 @@ void zero_engine_free(zero_engine *e) {
   free(e->bucket_of);
   free(e->ctx);
   free(e->gwritten);
+  free(e->bsum);
+  free(e->bvalid);
   if (e->pfd >= 0) close(e->pfd);
   free(e);
 }
@@ -842,7 +1117,7 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded) {
     if (full && !comm_reduce_scatter_inplace(e->c, full)) g = range(full, e->c->rank * e->shard, e->shard);
     zorch_tensor_free(full);
   } else {
-    if (e->pfd >= 0 && pfile_fill_unwritten(e)) return NULL;
+    if (e->pfd >= 0 && (gw_wait(e, 0) || pfile_fill_unwritten(e))) return NULL; /* (the writes behind land first) */
     g = grad_f32(e, e->gshard);
   }
   /* (stages 2-3 divided each bucket as it was reduced) */
@@ -858,7 +1133,6 @@ zorch_tensor *zero_engine_target(zero_engine *e) {
 /* The sum of squares in double, in a fixed order whatever the thread count:
    blocks of SQ_BLOCK summed in 16 interleaved lanes each (independent chains,
    where one running sum waited on every add), the blocks' sums added in order. */
-#define SQ_BLOCK 65536
 static double block_sumsq(const float *q, int64_t m) {
   int64_t j = 0;
   double lane[16] = {0};
@@ -907,31 +1181,18 @@ static zorch_status global_norm(zero_engine *e, zorch_tensor *t, bool sharded, d
   return ZORCH_OK;
 }
 
-/* zero_engine_clip for a gradient in the parameter file: the same blocks'
-   sums in the same order, read a few blocks at a time; then, when the factor
-   is not 1, each piece read, multiplied and written back. */
+/* The file's gradient multiplied by the factor a clip left pending, in
+   pieces read, multiplied and written back (a second clip before the step:
+   the in-memory gradient would have been scaled by the first). */
 #define PF_BLOCKS 16
-static zorch_status pfile_clip(zero_engine *e, bool sharded, double max_norm, double loss_scale, double *norm,
-                               bool *overflow) {
+static zorch_status pfile_apply_coef(zero_engine *e) {
+  double coef = e->gcoef;
+  if (coef == 1.0) return ZORCH_OK;
   int64_t per = (int64_t)SQ_BLOCK * PF_BLOCKS, n = e->shard;
   float *buf = malloc((size_t)per * sizeof(float));
   if (!buf) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
   zorch_status st = ZORCH_OK;
-  double s = 0;
-  for (int64_t lo = 0; lo < n && !st; lo += per) {
-    int64_t m = n - lo < per ? n - lo : per, nb = (m + SQ_BLOCK - 1) / SQ_BLOCK;
-    double part[PF_BLOCKS];
-    if ((st = pfile_io(e, false, buf, lo, m, 1))) break;
-#pragma omp parallel for if (nb > 1)
-    for (int64_t b = 0; b < nb; b++)
-      part[b] = block_sumsq(buf + b * SQ_BLOCK, m - b * SQ_BLOCK < SQ_BLOCK ? m - b * SQ_BLOCK : SQ_BLOCK);
-    for (int64_t b = 0; b < nb; b++) s += part[b];
-  }
-  int64_t one = 1;
-  if (!st) st = global_norm(e, zorch_full(1, &one, s, ZORCH_F64, e->dev), sharded, loss_scale, norm, overflow);
-  double coef = 1.0 / loss_scale, clip = st ? 1 : max_norm / (*norm + 1e-6);
-  if (max_norm > 0 && clip < 1) coef *= clip;
-  for (int64_t lo = 0; !st && !*overflow && coef != 1.0 && lo < n; lo += per) {
+  for (int64_t lo = 0; !st && lo < n; lo += per) {
     int64_t m = n - lo < per ? n - lo : per;
     zorch_tensor *w = NULL;
     if (!(st = pfile_io(e, false, buf, lo, m, 1))) {
@@ -939,10 +1200,57 @@ static zorch_status pfile_clip(zero_engine *e, bool sharded, double max_norm, do
       st = w ? scale(w, coef) : zorch_last_status();
     }
     zorch_tensor_free(w);
-    if (!st) st = pfile_io(e, true, buf, lo, m, 1);
+    if (!st) st = pfile_io(e, true, buf, lo, m, 1), pfile_note_sums(e, buf, lo, m);
   }
   free(buf);
+  if (!st) e->gcoef = 1;
   return st;
+}
+
+/* zero_engine_clip for a gradient in the parameter file: the same blocks'
+   sums in the same order, most of them taken as the buckets were written
+   (pfile_note_sums), the blocks a bucket's edge cut read back; the factor is
+   left pending for the optimizer's stream to apply as it reads each chunk
+   (zero_engine_take_grad_scale), so the step reads the gradient once. */
+static zorch_status pfile_clip(zero_engine *e, bool sharded, double max_norm, double loss_scale, double *norm,
+                               bool *overflow) {
+  zorch_status st = gw_wait(e, 0);
+  if (!st) st = pfile_apply_coef(e);
+  if (st) return st;
+  int64_t n = e->shard;
+  float *buf = NULL;
+  double s = 0;
+  for (int64_t b = 0; b < e->nblk && !st; b++) {
+    if (!e->bvalid[b]) { /* this block and the invalid ones after it (up to PF_BLOCKS) from the file */
+      int64_t nb = 1;
+      while (nb < PF_BLOCKS && b + nb < e->nblk && !e->bvalid[b + nb]) nb++;
+      int64_t lo = b * SQ_BLOCK, m = (b + nb) * SQ_BLOCK < n ? nb * SQ_BLOCK : n - lo;
+      if (!buf && !(buf = malloc((size_t)SQ_BLOCK * PF_BLOCKS * sizeof(float)))) {
+        st = err_set(ZORCH_ERR_OOM, "zero: out of memory");
+        break;
+      }
+      if ((st = pfile_io(e, false, buf, lo, m, 1))) break;
+#pragma omp parallel for if (nb > 1)
+      for (int64_t k = 0; k < nb; k++)
+        e->bsum[b + k] = block_sumsq(buf + k * SQ_BLOCK, m - k * SQ_BLOCK < SQ_BLOCK ? m - k * SQ_BLOCK : SQ_BLOCK);
+      for (int64_t k = 0; k < nb; k++) e->bvalid[b + k] = true;
+    }
+  }
+  free(buf);
+  for (int64_t b = 0; b < e->nblk && !st; b++) s += e->bsum[b];
+  int64_t one = 1;
+  if (!st) st = global_norm(e, zorch_full(1, &one, s, ZORCH_F64, e->dev), sharded, loss_scale, norm, overflow);
+  if (st || *overflow) return st;
+  double coef = 1.0 / loss_scale, clip = max_norm / (*norm + 1e-6);
+  if (max_norm > 0 && clip < 1) coef *= clip;
+  e->gcoef = coef;
+  return ZORCH_OK;
+}
+
+double zero_engine_take_grad_scale(zero_engine *e) {
+  double c = e->gcoef;
+  e->gcoef = 1;
+  return c;
 }
 
 zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, double max_norm, double loss_scale,
@@ -971,6 +1279,8 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, dou
   /* one factor: unscale, and clip the unscaled gradient */
   double coef = 1.0 / loss_scale, clip = max_norm / (*norm + 1e-6);
   if (max_norm > 0 && clip < 1) coef *= clip;
+  if (coef != 1.0 && e->host_grad && g->st == e->gshard->st && e->nhost_coef >= 0) /* (for the host copy) */
+    e->nhost_coef < 4 ? (void)(e->host_coef[e->nhost_coef++] = coef) : (void)(e->nhost_coef = -1);
   return coef != 1.0 ? scale(g, coef) : ZORCH_OK;
 }
 
@@ -986,8 +1296,18 @@ zorch_status zero_engine_after_update(zero_engine *e) {
 zorch_status zero_engine_zero_grad(zero_engine *e) {
   zorch_status st = ZORCH_OK;
   if (e->gflat) st = zorch_fill_(e->gflat, 0);
-  if (e->pfd >= 0) memset(e->gwritten, 0, sizeof *e->gwritten * (size_t)e->nbuckets); /* the file's: stale, unread */
+  if (e->pfd >= 0) { /* the file's: stale, unread (a write behind still going lands first) */
+    st = gw_wait(e, 0);
+    memset(e->gwritten, 0, sizeof *e->gwritten * (size_t)e->nbuckets);
+    memset(e->bvalid, 0, (size_t)e->nblk);
+    e->gcoef = 1;
+  }
   else if (!st && e->gshard && e->o.stage >= 2) st = zorch_fill_(e->gshard, 0);
+  if (!st && e->host_grad) { /* (a side copy still in flight lands first) */
+    if (e->dev.type != ZORCH_CPU) st = cuda_copy_wait(e->dev.index);
+    if (!st) st = zorch_fill_(e->host_grad, 0);
+    e->nhost_coef = 0;
+  }
   for (int i = 0; i < e->n && !st; i++) st = zorch_set_grad(e->params[i], NULL);
   return st;
 }
@@ -1019,6 +1339,16 @@ zorch_status zero_engine_sync_shard(zero_engine *e) {
     group *g = &e->groups[k];
     int64_t lo = g->lo > mlo ? g->lo : mlo, hi = g->hi < mhi ? g->hi : mhi;
     if (!g->gathered || hi <= lo) continue;
+    if (e->pfd >= 0 && e->pstaged) { /* into the file, through the host */
+      zorch_device cpu = {ZORCH_CPU, 0};
+      int64_t n = hi - lo;
+      zorch_tensor *src = range(g->buf, lo - g->lo, n), *h = src ? zorch_empty(1, &n, ZORCH_F32, cpu) : NULL;
+      zorch_status st = h ? zorch_copy_(h, src) : zorch_last_status();
+      if (!st) st = pfile_io(e, true, tensor_ptr(h), lo - mlo, n, 0);
+      zorch_tensor_free(src), zorch_tensor_free(h);
+      if (st) return st;
+      continue;
+    }
     if (e->pfd >= 0) { /* into the file */
       zorch_status st = pfile_io(e, true, (char *)tensor_ptr(g->buf) + (lo - g->lo) * 4, lo - mlo, hi - lo, 0);
       if (st) return st;
@@ -1071,11 +1401,12 @@ static zorch_status module_gather(zero_engine *e, const module_ctx *m) {
   return ZORCH_OK;
 }
 
-/* The module's groups gathered ahead of need: with the parameter file on one
-   rank its first group not yet gathered is read on the read-ahead thread
-   (the rest, if any, when they are needed), otherwise gathered now. */
+/* The module's groups gathered ahead of need: with the parameter file its
+   first group not yet gathered is read on the read-ahead thread (the rest,
+   if any, when they are needed; at more than one rank the all-gather, too,
+   waits for the gather), otherwise gathered now. */
 static zorch_status module_ahead(zero_engine *e, const module_ctx *m) {
-  if (e->pfd < 0 || e->c->world != 1) return module_gather(e, m);
+  if (e->pfd < 0) return module_gather(e, m);
   for (int k = 0; k < m->ngroups; k++) {
     group *g = &e->groups[m->groups[k]];
     if (!g->gathered) return pf_start(e, g);
@@ -1163,4 +1494,40 @@ void zero_engine_comm_times(zero_engine *e, double *in_flight, double *waited, b
   *in_flight = e->t_flight;
   *waited = e->t_wait;
   if (reset) e->t_flight = e->t_wait = 0;
+}
+
+/* ---- offload on a GPU rank: the reduced gradient's host copy, bucket by bucket ---- */
+
+zorch_status zero_engine_set_host_grad(zero_engine *e, zorch_tensor *host) {
+  if (e->o.stage < 2 || e->pdt != ZORCH_F32 || e->pfd >= 0)
+    return err_set(ZORCH_ERR_STATE, "zero: the gradient's host copy by bucket needs stage 2 or 3, float32, no parameter file");
+  if (!host || host->dtype != ZORCH_F32 || zorch_tensor_numel(host) != e->shard || !zorch_tensor_is_contiguous(host) ||
+      host->st->device.type != ZORCH_CPU)
+    return err_set(ZORCH_ERR_ARG, "zero: the gradient's host copy must be a contiguous float32 CPU tensor of %lld elements",
+                   (long long)e->shard);
+  zorch_tensor_free(e->host_grad);
+  e->host_grad = zorch_tensor_retain(host);
+  e->nhost_coef = 0;
+  return zorch_fill_(host, 0);
+}
+
+/* A reduced part [start, start + n) of gshard to the host copy: on a GPU on
+   the side stream (backward goes on), on the CPU (the tests' emulation of
+   that path) at once. */
+static zorch_status host_copy_part(zero_engine *e, int64_t start, int64_t n) {
+  if (n <= 0) return ZORCH_OK;
+  char *dst = (char *)tensor_ptr(e->host_grad) + start * 4;
+  const char *src = (const char *)tensor_ptr(e->gshard) + start * 4;
+  if (e->dev.type != ZORCH_CPU) return cuda_copy_to_host_async(dst, src, (size_t)n * 4, e->dev.index);
+  memcpy(dst, src, (size_t)n * 4);
+  return ZORCH_OK;
+}
+
+zorch_status zero_engine_host_grad_finish(zero_engine *e) {
+  if (!e->host_grad) return err_set(ZORCH_ERR_STATE, "zero: no gradient host copy was set");
+  zorch_status st = e->dev.type != ZORCH_CPU ? cuda_copy_wait(e->dev.index) : ZORCH_OK;
+  if (!st && e->nhost_coef < 0) st = zorch_copy_(e->host_grad, e->gshard); /* (the factors are in gshard) */
+  for (int k = 0; !st && k < e->nhost_coef; k++) st = scale(e->host_grad, e->host_coef[k]);
+  e->nhost_coef = 0;
+  return st;
 }

@@ -68,6 +68,22 @@ zorch_tensor *zero_engine_target(zero_engine *e);
    *overflow is set, *norm is that value, and the gradient is left as it is. */
 zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *grad, bool sharded, double max_norm,
                               double loss_scale, double *norm, bool *overflow);
+/* With param_dir, zero_engine_clip leaves its factor (1/loss_scale times the
+   clip) pending instead of rewriting the gradient in the file: this returns
+   it (1: none) and clears it. The optimizer's stream multiplies each chunk's
+   gradient by it as it reads it (zoff_set_grad_scale); zero_grad drops it. */
+double zero_engine_take_grad_scale(zero_engine *e);
+/* Offload on a GPU rank, stages 2-3, float32: from now on each reduced
+   bucket's part of this rank's gradient is copied into host (a contiguous
+   float32 CPU tensor of `shard` elements, pinned where it can be) as it is
+   reduced: on a GPU with an asynchronous copy on the device's side stream,
+   so the copies overlap backward; on the CPU (the tests' emulation) at once.
+   zero_grad zeros it. zero_engine_host_grad_finish, before the optimizer
+   steps from it, waits for the copies and multiplies the copy by the factors
+   zero_engine_clip multiplied the gradient by (the same products, from the
+   same unscaled values). */
+zorch_status zero_engine_set_host_grad(zero_engine *e, zorch_tensor *host);
+zorch_status zero_engine_host_grad_finish(zero_engine *e);
 /* After the optimizer: master weights into the parameters, then all-gather
    (stages 1-2) or release (stage 3). */
 zorch_status zero_engine_after_update(zero_engine *e);
@@ -105,6 +121,9 @@ int zero_engine_param_file(const zero_engine *e, int64_t *p_off, int64_t *g_off)
 typedef struct {
   int64_t file_bytes, read_bytes, write_bytes;
   double io_s;
+  int64_t ahead_bytes; /* of read_bytes: read ahead on the read-ahead thread */
+  int64_t behind_bytes; /* of write_bytes: bucket parts written behind on the writer thread */
+  double sync_s;        /* of io_s: the calling thread's, which the step waited through */
 } zero_io;
 void zero_engine_io(zero_engine *e, zero_io *io, bool reset);
 #endif

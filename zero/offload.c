@@ -9,7 +9,12 @@
    (ZORCH_URING), the thread submits an op's fields to an io_uring together
    and waits for them, several reads or writes in flight at once; without it,
    or when the kernel refuses a ring, or with ZORCH_OFFLOAD_IO=pread, it calls
-   pread/pwrite one field after another. */
+   pread/pwrite one field after another. With direct I/O (a chunk of a
+   multiple of ZOFF_ALIGN / 4 elements, a filesystem that takes O_DIRECT) the
+   moments' chunk c holds m at c * chunk * 8 bytes and v chunk * 4 bytes after
+   it, every transfer rounded up to ZOFF_ALIGN bytes: the page cache never
+   holds the state, so a state larger than memory streams at the disk's pace
+   without the kernel's write-back and eviction in the way. */
 #include "offload.h"
 
 #include <errno.h>
@@ -21,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ops/ops.h"
 #include "../vm/core/error.h"
 #ifdef ZORCH_URING
 #include <liburing.h>
@@ -55,6 +61,8 @@ struct zoff {
   double read_s, write_s, wait_s, step_s;
   int64_t read_bytes, write_bytes;
   bool uring; /* the I/O thread uses the ring */
+  bool direct, pdirect; /* the moments' file, the parameters' file: O_DIRECT */
+  double gscale;        /* the next step's gradient factor (bound parameters) */
 #ifdef ZORCH_URING
   struct io_uring ring;
 #endif
@@ -141,6 +149,8 @@ static bool uring_io(zoff *o, int kind, seg *s, int n) {
 }
 #endif
 
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
 /* The chunk's fields in `fields`, whole; false with errno on failure. */
 static bool chunk_io(zoff *o, int kind, int64_t c, float *buf, int fields) {
   int64_t len = chunk_len(o, c), lo = c * o->chunk;
@@ -149,11 +159,12 @@ static bool chunk_io(zoff *o, int kind, int64_t c, float *buf, int fields) {
   int ns = 0;
   for (int f = F_P; f <= F_V; f <<= 1) {
     if (!(fields & f)) continue;
-    int fd = f == F_P || f == F_G ? o->pfd : o->fd;
+    bool pf = f == F_P || f == F_G, direct = pf ? o->pdirect : o->direct;
     off_t at = f == F_P   ? (off_t)(o->p_off + lo * 4)
                : f == F_G ? (off_t)(o->g_off + lo * 4)
-                          : (off_t)(lo * 2 * 4 + (f == F_V ? len * 4 : 0));
-    s[ns++] = (seg){fd, (char *)field_of(o, buf, f), n, at};
+                          : (off_t)(lo * 2 * 4 + (f == F_V ? (o->direct ? o->chunk : len) * 4 : 0));
+    /* (direct: the tail of a short last chunk moves too, within the buffer) */
+    s[ns++] = (seg){pf ? o->pfd : o->fd, (char *)field_of(o, buf, f), direct ? round_up(n, ZOFF_ALIGN) : n, at};
   }
 #ifdef ZORCH_URING
   if (o->uring) return uring_io(o, kind, s, ns);
@@ -230,7 +241,10 @@ zoff *zoff_open(const char *dir, int64_t numel, int64_t chunk, int nbuf) {
   if (numel < 0 || chunk < 1 || nbuf < 2 || nbuf > QCAP / 2)
     return err_null(ZORCH_ERR_ARG, "optimizer offload: chunk must be >= 1 and buffer_count in 2..%d, got %lld and %d",
                     QCAP / 2, (long long)chunk, nbuf);
-  if (chunk > numel && numel > 0) chunk = numel;
+  const char *dio = getenv("ZORCH_OFFLOAD_DIRECT");
+  bool want_direct = chunk % (ZOFF_ALIGN / 4) == 0 && !(dio && !strcmp(dio, "0"));
+  /* (a store smaller than its chunk: buffers of its size, aligned for direct I/O) */
+  if (chunk > numel && numel > 0) chunk = want_direct ? (int64_t)round_up((size_t)numel, ZOFF_ALIGN / 4) : numel;
   zoff *o = calloc(1, sizeof *o);
   char *path = malloc(strlen(dir) + 32);
   if (!o || !path) {
@@ -246,13 +260,17 @@ zoff *zoff_open(const char *dir, int64_t numel, int64_t chunk, int nbuf) {
   }
   unlink(path); /* the file lives while the store is open */
   free(path);
-  o->numel = numel, o->chunk = chunk, o->nbuf = nbuf, o->nfield = 2, o->pfd = -1;
+  if (want_direct) { /* the same file through a direct descriptor, where the filesystem takes it */
+    int dfd = zoff_reopen(o->fd, true, 0);
+    if (dfd >= 0) close(o->fd), o->fd = dfd, o->direct = true;
+  }
+  o->numel = numel, o->chunk = chunk, o->nbuf = nbuf, o->nfield = 2, o->pfd = -1, o->gscale = 1;
 #ifdef ZORCH_URING
   const char *how = getenv("ZORCH_OFFLOAD_IO");
   if (!(how && !strcmp(how, "pread"))) o->uring = io_uring_queue_init(8, &o->ring, 0) == 0;
 #endif
   o->nchunks = numel == 0 ? 0 : (numel + chunk - 1) / chunk;
-  if (ftruncate(o->fd, (off_t)(numel * 2 * (int64_t)sizeof(float))) != 0) {
+  if (ftruncate(o->fd, (off_t)((o->direct ? o->nchunks * chunk : numel) * 2 * (int64_t)sizeof(float))) != 0) {
     err_set(ZORCH_ERR_IO, "optimizer offload: cannot size the state file in %s (%lld bytes): %s", dir,
             (long long)(numel * 8), strerror(errno));
     close(o->fd), free(o);
@@ -299,7 +317,11 @@ zorch_status zoff_bind_params(zoff *o, int fd, int64_t p_off, int64_t g_off) {
     if (posix_memalign((void **)&bigger[i], 4096, (size_t)o->chunk * 4 * sizeof(float))) bigger[i] = NULL;
   bool ok = bigger != NULL;
   for (int i = 0; ok && i < o->nbuf; i++) ok = bigger[i] != NULL;
-  int dup_fd = ok ? dup(fd) : -1;
+  /* a description of its own: direct where the store's is and both regions
+     start aligned (the engine's may differ) */
+  bool direct = o->direct && p_off % ZOFF_ALIGN == 0 && g_off % ZOFF_ALIGN == 0;
+  int dup_fd = ok ? zoff_reopen(fd, direct, -1) : -1;
+  if (ok && dup_fd < 0 && direct) direct = false, dup_fd = zoff_reopen(fd, false, -1);
   if (!ok || dup_fd < 0) {
     for (int i = 0; bigger && i < o->nbuf; i++) free(bigger[i]);
     free(bigger);
@@ -311,9 +333,11 @@ zorch_status zoff_bind_params(zoff *o, int fd, int64_t p_off, int64_t g_off) {
   for (int i = 0; i < o->nbuf; i++) free(o->bufs[i]);
   free(o->bufs);
   o->bufs = bigger;
-  o->nfield = 4, o->pfd = dup_fd, o->p_off = p_off, o->g_off = g_off;
+  o->nfield = 4, o->pfd = dup_fd, o->p_off = p_off, o->g_off = g_off, o->pdirect = direct;
   return ZORCH_OK;
 }
+
+void zoff_set_grad_scale(zoff *o, double s) { o->gscale = s; }
 
 static zorch_status check_flat(const char *fn, const zoff *o, const zorch_tensor *t) {
   if (!t) return err_set(ZORCH_ERR_ARG, "%s: tensor is NULL", fn);
@@ -370,6 +394,11 @@ typedef struct {
 static zorch_status adam_chunk(zoff *o, float *buf, int64_t lo, int64_t len, void *ud) {
   adam_ud *a = ud;
   zorch_status st = ZORCH_OK;
+  if (o->pfd >= 0 && o->gscale != 1.0) { /* the clip's factor, as the in-memory step's scale of the whole gradient */
+    zorch_tensor *g = zorch_tensor_wrap(field_of(o, buf, F_G), ZORCH_F32, 1, &len, NULL);
+    st = g ? backend_of(g)->unary(UOP_MUL_S, g, g, o->gscale, 0) : zorch_last_status();
+    zorch_tensor_free(g);
+  }
   for (int r = 0; r < a->nruns && !st; r++) {
     const zoff_run *run = &a->runs[r];
     int64_t s = run->lo > lo ? run->lo : lo, e = run->lo + run->len < lo + len ? run->lo + run->len : lo + len;
@@ -404,6 +433,7 @@ zorch_status zoff_adam(zoff *o, zorch_tensor *param, zorch_tensor *grad, int64_t
   adam_ud a = {param, grad, step, nruns, runs};
   int rf = o->pfd >= 0 ? F_P | F_G | F_M | F_V : F_M | F_V, wf = o->pfd >= 0 ? F_P | F_M | F_V : F_M | F_V;
   st = stream(o, rf, wf, adam_chunk, &a);
+  o->gscale = 1; /* (one step's) */
   pthread_mutex_lock(&o->mu);
   o->step_s = mono() - t0;
   pthread_mutex_unlock(&o->mu);
@@ -456,7 +486,8 @@ void zoff_get_stats(const zoff *o, zoff_stats *s) {
   pthread_mutex_lock((pthread_mutex_t *)&o->mu);
   *s = (zoff_stats){o->numel * 2 * (int64_t)sizeof(float),
                     (int64_t)o->nbuf * o->chunk * o->nfield * (int64_t)sizeof(float),
-                    o->read_s, o->write_s, o->wait_s, o->step_s, o->read_bytes, o->write_bytes, o->uring};
+                    o->read_s, o->write_s, o->wait_s, o->step_s, o->read_bytes, o->write_bytes, o->uring,
+                    o->direct};
   pthread_mutex_unlock((pthread_mutex_t *)&o->mu);
 }
 
@@ -503,4 +534,56 @@ zorch_status zoff_probe(const char *dir, int64_t bytes, double *write_mbps, doub
   *write_mbps = mb / (t1 - t0 > 1e-9 ? t1 - t0 : 1e-9);
   *read_mbps = mb / (t2 - t1 > 1e-9 ? t2 - t1 : 1e-9);
   return ZORCH_OK;
+}
+
+int zoff_reopen(int fd, bool direct, off_t probe) {
+  char name[64];
+  snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+  int nfd = open(name, O_RDWR | O_CLOEXEC | (direct ? O_DIRECT : 0));
+  if (nfd < 0 && !direct) nfd = dup(fd); /* (no /proc: the same description; the caller's is not direct) */
+  if (nfd < 0 || !direct || probe < 0) return nfd;
+  void *blk = NULL;
+  bool ok = posix_memalign(&blk, ZOFF_ALIGN, ZOFF_ALIGN) == 0;
+  if (ok) memset(blk, 0, ZOFF_ALIGN), ok = seg_io(OP_WRITE, nfd, blk, ZOFF_ALIGN, probe);
+  int e = errno;
+  free(blk);
+  if (!ok) {
+    close(nfd);
+    errno = e;
+    return -1;
+  }
+  return nfd;
+}
+
+bool zoff_pio(int fd, bool direct, bool write, void *buf, size_t len, off_t at) {
+  const size_t A = ZOFF_ALIGN;
+  char *p = buf;
+  if (!direct || ((uintptr_t)p % A == 0 && (size_t)at % A == 0 && len % A == 0))
+    return seg_io(write ? OP_WRITE : OP_READ, fd, p, len, at);
+  size_t cap = round_up(len + 2 * A, A);
+  if (cap > (4u << 20)) cap = 4u << 20;
+  char *b = NULL;
+  if (posix_memalign((void **)&b, A, cap)) {
+    errno = ENOMEM;
+    return false;
+  }
+  bool ok = true;
+  while (ok && len > 0) {
+    off_t a0 = at / (off_t)A * (off_t)A;
+    size_t head = (size_t)(at - a0), take = len < cap - head ? len : cap - head;
+    size_t span = round_up(head + take, A);
+    if (write) { /* the partial blocks at the ends keep what the file holds there */
+      if (head) ok = seg_io(OP_READ, fd, b, A, a0);
+      if (ok && (head + take) % A && (span > A || !head)) ok = seg_io(OP_READ, fd, b + span - A, A, a0 + (off_t)(span - A));
+      if (ok) memcpy(b + head, p, take), ok = seg_io(OP_WRITE, fd, b, span, a0);
+    } else {
+      ok = seg_io(OP_READ, fd, b, span, a0);
+      if (ok) memcpy(p, b + head, take);
+    }
+    p += take, len -= take, at += (off_t)take;
+  }
+  int e = errno;
+  free(b);
+  errno = e;
+  return ok;
 }

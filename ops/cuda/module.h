@@ -26,7 +26,7 @@
 #include "../backend.h"
 
 /* Bumped whenever cuda_host, cuda_module, backend or the NCCL table change. */
-#define ZORCH_CUDA_MODULE_ABI 1
+#define ZORCH_CUDA_MODULE_ABI 2
 #define ZORCH_CUDA_MODULE_ENTRY "zorch_cuda_module_open"
 #define ZORCH_CUDA_MODULE_FILE "libzorch_cuda.so"
 #define ZORCH_CUDA_NCCL_ENTRY "zorch_cuda_nccl_open"
@@ -59,6 +59,15 @@ typedef struct cuda_module {
   zorch_status (*synchronize)(int dev);
   /* "CUDA runtime 13.0, driver 13.0, cuBLASLt 13.0, cuDNN 9.x (conv2d, batch_norm), NCCL 2.x" */
   void (*describe)(char *buf, size_t n);
+  /* Offload on GPU ranks (zero/engine.c, lua/offload.lua): page-locked host
+     memory (cudaMallocHost) for the offloaded shard, and copies to it on the
+     device's side stream: copy_to_host_async queues n bytes after the work
+     queued on the device's stream so far (an event between the two) and
+     returns at once; copy_wait waits for every side copy queued. */
+  zorch_status (*host_alloc)(size_t n, void **out);
+  void (*host_free)(void *p);
+  zorch_status (*copy_to_host_async)(void *dst, const void *src, size_t n, int dev);
+  zorch_status (*copy_wait)(int dev);
 } cuda_module;
 
 /* The module's one exported function: checks `host` (ABI, sizes), keeps it, and

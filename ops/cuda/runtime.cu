@@ -259,6 +259,53 @@ zorch_status cuda_to_device(void *dst, const void *src, size_t n, int dev) {
   return ZORCH_OK;
 }
 
+// ---- offload on GPU ranks: pinned host memory, device-to-host copies on a side stream ----
+static cudaStream_t side_streams[MAX_DEV];
+static cudaEvent_t side_events[MAX_DEV];
+static std::once_flag side_once[MAX_DEV];
+
+static cudaStream_t cu_side_stream(int dev) {
+  if (dev < 0 || dev >= MAX_DEV) dev = 0;
+  cu_stream(dev);  // (selects the device)
+  std::call_once(side_once[dev], [dev] {
+    if (cudaStreamCreateWithFlags(&side_streams[dev], cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&side_events[dev], cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      side_streams[dev] = 0;
+      side_events[dev] = 0;
+    }
+  });
+  return side_streams[dev];
+}
+
+static zorch_status host_alloc(size_t n, void **out) {
+  *out = nullptr;
+  CUDA_TRY(cudaMallocHost(out, n ? n : 1));
+  return ZORCH_OK;
+}
+
+static void host_free(void *p) {
+  if (p && cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+}
+
+// The copy waits for what the device's stream has queued (the reduction that
+// wrote src), then runs beside the next kernels: backward goes on.
+static zorch_status copy_to_host_async(void *dst, const void *src, size_t n, int dev) {
+  cudaStream_t side = cu_side_stream(dev);
+  int d = dev < 0 || dev >= MAX_DEV ? 0 : dev;
+  if (!side || !side_events[d]) return cuda_to_host(dst, src, n, dev);  // (no side stream: in line)
+  CUDA_TRY(cudaEventRecord(side_events[d], cu_stream(dev)));
+  CUDA_TRY(cudaStreamWaitEvent(side, side_events[d], 0));
+  CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, side));
+  return ZORCH_OK;
+}
+
+static zorch_status copy_wait(int dev) {
+  cudaStream_t side = cu_side_stream(dev);
+  if (side) CUDA_TRY(cudaStreamSynchronize(side));
+  return ZORCH_OK;
+}
+
 static backend make_backend() {
   backend b{};
   b.name = "cuda";
@@ -345,6 +392,10 @@ static const cuda_module the_module = [] {
   m.empty_cache = empty_cache;
   m.synchronize = synchronize;
   m.describe = describe;
+  m.host_alloc = host_alloc;
+  m.host_free = host_free;
+  m.copy_to_host_async = copy_to_host_async;
+  m.copy_wait = copy_wait;
   return m;
 }();
 

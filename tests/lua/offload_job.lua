@@ -9,17 +9,21 @@
 -- (offload_param, stage 3). ZORCH_TEST_ACCUM=k: k micro-batches a step.
 -- ZORCH_TEST_DEFER=1: the model built under nn.deferred (filled at prepare).
 -- ZORCH_TEST_OFFLOAD_HOST=1: the GPU ranks' path (a host copy of the shard
--- stepped) on CPU ranks.
+-- stepped) on CPU ranks; ZORCH_TEST_PIN=1: with pin_memory. ZORCH_TEST_CHUNK=k: chunks of k elements instead
+-- of CHUNK. ZORCH_TEST_CLIP=x: gradient_clipping x (else 0.5).
+-- With offload, rank 0 prints the last step's traffic to and from the files
+-- and the clip's norm.
 local zorch = require "zorch"
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 local stage, nvme, chunk, steps, save, ckdir, resume = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4]),
   arg[5], arg[6], arg[7] == "resume"
+chunk = tonumber(os.getenv("ZORCH_TEST_CHUNK") or "") or chunk
 zorch.manual_seed(3)
 local _, world = debug.getregistry()["zorch.private"]._comm()
 local accum = tonumber(os.getenv("ZORCH_TEST_ACCUM") or "1") // 1
-local e = zorch.Engine{zero_stage = stage, gradient_clipping = 0.5, reduce_bucket_size = 50, seed = 1,
+local e = zorch.Engine{zero_stage = stage, gradient_clipping = tonumber(os.getenv("ZORCH_TEST_CLIP") or "0.5"), reduce_bucket_size = 50, seed = 1,
                        gradient_accumulation_steps = accum,
-                       offload_optimizer = nvme == "cpu" and {device = "cpu"} or
+                       offload_optimizer = nvme == "cpu" and {device = "cpu", pin_memory = os.getenv("ZORCH_TEST_PIN") ~= nil} or
                                            nvme ~= "-" and {device = "nvme", nvme_path = nvme, buffer_count = 3,
                                                             chunk = chunk} or false,
                        offload_param = nvme ~= "-" and os.getenv("ZORCH_TEST_PARAM") and
@@ -47,8 +51,15 @@ while done < steps do
 end
 if ckdir and not resume then e:save_checkpoint(ckdir) end
 e:save(m:state_dict(), save)
+if e.rank == 0 and e.host then
+  print(("host copy: bucketed %s, pinned %s, host_pinned %d bytes"):format(tostring(e.host.bucketed), tostring(e.host.pinned),
+    e:memory_report().host_pinned))
+end
 if e.rank == 0 and nvme ~= "-" and nvme ~= "cpu" then
   local r = e:memory_report()
   print(("offload: nvme %d bytes, buffers %d bytes, optimizer_state in memory %d bytes, parameters %d, gradients %d"):format(
     r.nvme, r.offload_buffers, r.optimizer_state, r.parameters, r.gradients))
+  local io = e.last_io
+  print(("last step: read %d bytes, wrote %d bytes, read ahead %d bytes, norm %.9g, direct %s, written behind %d bytes"):format(
+    io.read, io.written, io.param.ahead_bytes or 0, e.last_norm, tostring(io.opt.direct), io.param.behind_bytes or 0))
 end

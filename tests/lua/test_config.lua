@@ -140,15 +140,16 @@ end
 refused("activation_checkpointing that is not an object", [[{"activation_checkpointing": 3}]], "activation_checkpointing")
 refused("a cpu_checkpointing that is not a boolean", [[{"activation_checkpointing": {"cpu_checkpointing": "often"}}]],
         "activation_checkpointing.cpu_checkpointing", '"often"')
--- offload_optimizer: cpu and nvme are read (the old cpu_offload too); the buffers'
+-- offload_optimizer: cpu and nvme are read (the old cpu_offload too), pin_memory too; the buffers'
 -- placement keys are listed; nvme needs a path
 do
   local c1 = zorch.Engine(config([[{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
     "nvme_path": "/tmp", "buffer_count": 5, "pin_memory": true, "fast_init": false}}}]]))
   local oo = c1:config().offload_optimizer
-  tap.ok(oo.device == "nvme" and oo.nvme_path == "/tmp" and oo.buffer_count == 5, "offload_optimizer nvme, its path and buffer_count are read")
+  tap.ok(oo.device == "nvme" and oo.nvme_path == "/tmp" and oo.buffer_count == 5 and oo.pin_memory == true,
+         "offload_optimizer nvme, its path, buffer_count and pin_memory are read")
   tap.ok(table.concat(c1.unimplemented, ",") == "zero_optimization.offload_optimizer.pin_memory",
-         "pin_memory is listed, fast_init false is off: " .. table.concat(c1.unimplemented, ","))
+         "pin_memory is listed (no effect on results), fast_init false is off: " .. table.concat(c1.unimplemented, ","))
   tap.ok(zorch.Engine(config([[{"zero_optimization": {"cpu_offload": true}}]])):config().offload_optimizer.device == "cpu",
          "cpu_offload: true is offload_optimizer to cpu")
   tap.ok(zorch.Engine(config([[{"zero_optimization": {"cpu_offload": false}}]])):config().offload_optimizer == false,

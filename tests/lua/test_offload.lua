@@ -45,6 +45,37 @@ do
   tap.raises("buffer_count below 2 is refused", function() Z._offload_open(tmp, 10, 4, 1) end, "buffer_count")
 end
 
+-- direct I/O: a chunk of a multiple of 1024 elements moves with O_DIRECT (the
+-- test folder is on a disk that takes it; tmpfs falls back to the page cache),
+-- the last, short chunk rounded up to 4 KiB within its buffer; the same bits
+-- as the page cache's path (ZORCH_OFFLOAD_DIRECT=0) and the in-memory step
+do
+  local n = 5000
+  zorch.manual_seed(6)
+  local k = {lr = 1e-2, beta1 = 0.9, beta2 = 0.99, eps = 1e-8, weight_decay = 0.1, decoupled = true}
+  local p0, gs = zorch.randn({n}), {}
+  for s = 1, 3 do gs[s] = zorch.randn({n}) end
+  local function run(store)
+    local p = p0:clone()
+    for s = 1, 3 do store:adam(p, gs[s], s, {{0, n, k}}) end
+    local m, v = zorch.zeros({n}), zorch.zeros({n})
+    store:get(m, v)
+    return p, m, v, store:stats()
+  end
+  local p2, m2, v2 = p0:clone(), zorch.zeros({n}), zorch.zeros({n})
+  for s = 1, 3 do Z._adam_step(p2, gs[s], m2, v2, nil, s, k) end
+  local pd, md, vd, sd = run(Z._offload_open(tmp, n, 1024, 3))
+  local fs = io.popen("stat -f -c %T " .. tmp):read("l")
+  if fs ~= "tmpfs" then tap.ok(sd.direct == true, "a chunk of 1024 elements moves with direct I/O on " .. tostring(fs))
+  else print("# the test folder is on tmpfs: no direct I/O there") end
+  tap.ok(same(pd, p2) and same(md, m2) and same(vd, v2), "5 chunks of 1024 (the last 904) with direct I/O: the in-memory step's bits")
+  local pc, mc = run(Z._offload_open(tmp, n, 1000, 3))
+  tap.ok(same(pc, p2) and same(mc, m2), "a chunk of 1000 elements (not aligned) through the page cache: the same bits")
+  local small = Z._offload_open(tmp, 300, 1 << 20, 2)
+  tap.ok(small:stats().buffer_bytes == 2 * 1024 * 8, "a store smaller than its chunk: buffers of 300 rounded up to 1024 elements")
+  small:close()
+end
+
 -- the Engine refuses what it cannot stream
 do
   local function prep(opt, cfg)
@@ -183,6 +214,15 @@ if tap.has_mpi(bin) then
     tap.ok(equal_sd(plain, off), "nn.deferred with offload_param: each group filled in the file, the weights as built eagerly")
     off = job(2, 2, "-", 4, tmp .. "/pd2.st", nil, "ZORCH_TEST_DEFER=1 ")
     tap.ok(equal_sd(job(2, 2, "-", 4, tmp .. "/pd3.st"), off), "nn.deferred without offload: filled in place at prepare")
+    -- chunks of 1024 elements: the moments, parameters and gradients with
+    -- direct I/O (the store's one chunk rounded up; the engine's own reads and
+    -- writes through its aligned bounce buffer); and with ZORCH_OFFLOAD_DIRECT=0
+    local plain2 = job(2, 3, "-", 4, tmp .. "/dp.st")
+    local d1, dtext = job(2, 3, tmp, 4, tmp .. "/d1.st", nil, P .. "ZORCH_TEST_CHUNK=1024 ")
+    tap.ok(equal_sd(plain2, d1) and dtext:find("direct true", 1, true) ~= nil,
+           "offload_param nvme with direct I/O (chunk 1024): the weights without offload, bit for bit")
+    tap.ok(equal_sd(plain2, job(2, 3, tmp, 4, tmp .. "/d2.st", nil, P .. "ZORCH_TEST_CHUNK=1024 ZORCH_OFFLOAD_DIRECT=0 ")),
+           "ZORCH_OFFLOAD_DIRECT=0 (the page cache): the same weights")
     local u = job(2, 3, tmp, 4, tmp .. "/io1.st", nil, P)
     local r = job(2, 3, tmp, 4, tmp .. "/io2.st", nil, P .. "ZORCH_OFFLOAD_IO=pread ")
     tap.ok(u and equal_sd(u, r), "the I/O thread through pread/pwrite (ZORCH_OFFLOAD_IO=pread) gives the same weights")
@@ -196,6 +236,30 @@ if tap.has_mpi(bin) then
       tap.ok(equal_sd(want1, job(2, stage, tmp, 4, ("%s/hn%d.st"):format(tmp, stage), nil, H)),
              ("stage %d: offload_optimizer nvme through a host copy gives the same weights"):format(stage))
     end
+    -- stages 2-3: the gradient's host copy made bucket by bucket as backward
+    -- reduces them (a side stream on a GPU; here at once), the clip's factor
+    -- applied to it at the step: the same bits as the copy after the clip
+    -- (ZORCH_OFFLOAD_BUCKET_COPY=0), with 2 micro-batches a step, a tight
+    -- clip, and pin_memory (no GPU here: ordinary memory, and it says so)
+    for stage = 2, 3 do
+      for _, extra in ipairs({"", "ZORCH_TEST_ACCUM=2 ", "ZORCH_TEST_CLIP=0.05 ZORCH_TEST_PIN=1 "}) do
+        local want = job(2, stage, "-", 4, ("%s/hb%d.st"):format(tmp, stage), nil, extra)
+        local got, text = job(2, stage, "cpu", 4, ("%s/hbc%d.st"):format(tmp, stage), nil, H .. extra)
+        local whole = job(2, stage, "cpu", 4, ("%s/hbw%d.st"):format(tmp, stage), nil, H .. extra .. "ZORCH_OFFLOAD_BUCKET_COPY=0 ")
+        tap.ok(equal_sd(want, got) and equal_sd(want, whole) and text:find("bucketed true", 1, true) ~= nil and
+               (extra:find("PIN") == nil or text:find("pinned false, host_pinned 0 bytes", 1, true) ~= nil),
+               ("stage %d %s: the host copy by bucket gives the weights without offload, bit for bit"):format(stage, extra))
+      end
+    end
+    -- offload_param on GPU ranks: gathers read the slice into a host buffer
+    -- and copy it to the group's (device) buffer, buckets come to the host to
+    -- be added into the file, written shards leave the device through the
+    -- host; ZORCH_TEST_OFFLOAD_HOST=1 runs those copies on CPU ranks
+    for _, n in ipairs({1, 2, 3}) do
+      local want = job(n, 3, "-", 4, ("%s/gs%d.st"):format(tmp, n), nil, "ZORCH_TEST_CLIP=0.05 ")
+      local got = job(n, 3, tmp, 4, ("%s/gsp%d.st"):format(tmp, n), nil, H .. P .. "ZORCH_TEST_CLIP=0.05 ZORCH_TEST_CHUNK=1024 ")
+      tap.ok(equal_sd(want, got), ("offload_param through host buffers (the GPU ranks' path), %d rank(s): the same weights"):format(n))
+    end
     local wanth = job(2, 2, "-", 6, tmp .. "/hw.st")
     job(2, 2, "cpu", 3, tmp .. "/hh.st", tmp .. "/ck_host", H)
     tap.ok(equal_sd(wanth, job(2, 2, "cpu", 6, tmp .. "/hg.st", tmp .. "/ck_host resume", H)),
@@ -207,6 +271,55 @@ if tap.has_mpi(bin) then
     job(2, 3, "-", 3, tmp .. "/ph2.st", tmp .. "/ck_param2")
     local got2 = job(2, 3, tmp, 6, tmp .. "/pgot2.st", tmp .. "/ck_param2 resume", P)
     tap.ok(equal_sd(want, got2), "a checkpoint taken without offload resumes with offload_param, bit for bit")
+  end
+  -- clipping with offload (a tight clip, so it scales every step): the
+  -- global norm from the file's gradient as its buckets were written, the
+  -- factor applied as the optimizer's stream reads each chunk, bit for bit the
+  -- in-memory clip; stages 1-2 clip in memory (only the moments on nvme)
+  local function traffic(text)
+    local r, w, a, norm = text:match("last step: read (%d+) bytes, wrote (%d+) bytes, read ahead (%d+) bytes, norm ([^,]+)")
+    return tonumber(r), tonumber(w), tonumber(a), tonumber(norm)
+  end
+  local C = "ZORCH_TEST_CLIP=0.05 "
+  for stage = 1, 3 do
+    for n = 1, 2 do
+      local env = C .. (stage == 3 and P .. "ZORCH_TEST_CHUNK=1024 " or "")
+      local plain = job(n, stage, "-", 4, ("%s/cp%d%d.st"):format(tmp, stage, n), nil, C)
+      local off, text = job(n, stage, tmp, 4, ("%s/co%d%d.st"):format(tmp, stage, n), nil, env)
+      local _, _, _, norm = traffic(text)
+      tap.ok(equal_sd(plain, off) and norm and norm > 0.05,
+             ("stage %d, %d rank(s), clipped to 0.05 (norm %s)%s: the weights without offload, bit for bit"):format(
+               stage, n, tostring(norm), stage == 3 and ", parameters on nvme" or ""))
+    end
+  end
+  do -- the clip's factor costs no pass over the file: a step moves the same bytes clipped or not
+    local _, on = job(2, 3, tmp, 4, tmp .. "/ct1.st", nil, P .. C)
+    local _, off = job(2, 3, tmp, 4, tmp .. "/ct2.st", nil, P .. "ZORCH_TEST_CLIP=0 ")
+    local r1, w1 = traffic(on)
+    local r2, w2 = traffic(off)
+    tap.ok(r1 and r1 == r2 and w1 == w2, ("a clipped step reads and writes what an unclipped one does (%s/%s and %s/%s bytes)"):format(
+      tostring(r1), tostring(w1), tostring(r2), tostring(w2)))
+  end
+  -- the bucket parts written behind on a thread of their own while backward
+  -- goes on (with 2 micro-batches a step: the second waits for the first's
+  -- writes before it reads them back); ZORCH_OFFLOAD_WRITE_BEHIND=0 writes in line
+  for _, accum in ipairs({"", "ZORCH_TEST_ACCUM=2 "}) do
+    local wb, text = job(2, 3, tmp, 4, tmp .. "/wb1.st", nil, P .. accum)
+    local inl = job(2, 3, tmp, 4, tmp .. "/wb2.st", nil, P .. accum .. "ZORCH_OFFLOAD_WRITE_BEHIND=0 ")
+    local behind = tonumber(text:match("written behind (%d+) bytes"))
+    tap.ok(equal_sd(job(2, 3, "-", 4, tmp .. "/wb0.st", nil, accum), wb) and equal_sd(wb, inl) and behind and behind > 0,
+           ("offload_param nvme %s: bucket parts written behind (%s bytes on rank 0), the weights of the in-line writes and of no offload"):format(
+             accum, tostring(behind)))
+  end
+  -- the gathers' reads ahead on every rank: the slice read on the read-ahead
+  -- thread while the module before computes, the all-gather at the gather
+  for _, n in ipairs({2, 3}) do
+    local plain = job(n, 3, "-", 4, ("%s/ra%d.st"):format(tmp, n))
+    local off, text = job(n, 3, tmp, 4, ("%s/rb%d.st"):format(tmp, n), nil, P)
+    local _, _, ahead = traffic(text)
+    tap.ok(equal_sd(plain, off) and ahead and ahead > 0,
+           ("offload_param nvme, %d ranks: the gathers read ahead (%s bytes on rank 0's read-ahead thread), the same weights"):format(
+             n, tostring(ahead)))
   end
   -- checkpoints: with offload at step 3, resumed without (and the other way) to step 6
   for stage = 2, 3 do
