@@ -3,9 +3,12 @@
 -- zorch launch -n N bench/zero_step.lua NAME STAGE IN HIDDEN OUT BATCH STEPS
 -- ZORCH_BENCH_BUCKET sets reduce_bucket_size; ZORCH_BENCH_OVERLAP=1 turns on
 -- overlap_comm (the name gains "_overlap"); ZORCH_BENCH_REUSE sets stage 3's
--- max_reuse_distance (the name gains "_reuse"). The line gives the mean time
+-- max_reuse_distance (the name gains "_reuse"), ZORCH_BENCH_PREFETCH its
+-- prefetch_bucket_size (the name gains "_prefetchN"). The line gives the mean time
 -- backward was blocked in gradient reductions (stages 2-3), "waited_us": the
--- difference without and with overlap is the communication hidden.
+-- difference without and with overlap is the communication hidden; at stage 3
+-- the same for the parameter gathers ("gather_waited_us" of
+-- "gather_in_flight_us"), and rank 0's peak resident memory ("rss_peak_mib").
 local zorch = require "zorch"
 local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers (a terminal test, a barrier)
 local nn, optim = zorch.nn, zorch.optim
@@ -22,8 +25,9 @@ local name, stage, i, h, o, batch, steps = a.NAME, a.STAGE, a.IN, a.HIDDEN, a.OU
 local overlap = os.getenv("ZORCH_BENCH_OVERLAP") == "1"
 local bucket = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_BUCKET") or "")) or 500000000
 local reuse = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_REUSE") or "")) or 0
+local prefetch = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_PREFETCH") or ""))
 local engine = zorch.Engine{zero_stage = stage, gradient_clipping = 1.0, seed = 1, overlap_comm = overlap,
-                            reduce_bucket_size = bucket, max_reuse_distance = reuse}
+                            reduce_bucket_size = bucket, max_reuse_distance = reuse, prefetch_bucket_size = prefetch}
 local model = nn.Sequential(nn.Linear(i, h), nn.ReLU(), nn.Linear(h, o))
 local opt = optim.Adam(model:parameters(), {lr = 1e-4})
 model, _, opt = engine:prepare(model, nil, opt)
@@ -33,12 +37,23 @@ local function step()
   opt:zero_grad(); engine:backward(loss); opt:step()
 end
 step()
-local t0, waited = zorch.clock(), 0
-for _ = 1, steps do step(); waited = waited + engine:comm_report().waited_s end
+local t0, waited, gwaited, gflight = zorch.clock(), 0, 0, 0
+for _ = 1, steps do
+  step()
+  local c = engine:comm_report()
+  waited, gwaited, gflight = waited + c.waited_s, gwaited + (c.gather_waited_s or 0), gflight + (c.gather_in_flight_s or 0)
+end
 local per = zorch.tensor({(zorch.clock() - t0) / steps}, {dtype = "float64"})
 Z._allreduce(per, "max")
+local hwm = 0 -- peak resident kB (Linux)
+local f = io.open("/proc/self/status")
+if f then hwm = tonumber(f:read("a"):match("VmHWM:%s*(%d+)")) or 0; f:close() end
 if engine.rank == 0 then
   print(('{"name": "zorch/%s_stage%d_ranks%d%s", "value": %.4g, "unit": "us"%s}'):format(
-    name, stage, engine.world_size, (overlap and "_overlap" or "") .. (reuse > 0 and "_reuse" or ""), per:item() * 1e6,
-    stage >= 2 and (', "waited_us": %.4g'):format(waited / steps * 1e6) or ""))
+    name, stage, engine.world_size, (overlap and "_overlap" or "") .. (reuse > 0 and "_reuse" or "") ..
+    (prefetch and "_prefetch" .. prefetch or ""), per:item() * 1e6,
+    (stage >= 2 and (', "waited_us": %.4g'):format(waited / steps * 1e6) or "") ..
+    (stage == 3 and (', "gather_waited_us": %.4g, "gather_in_flight_us": %.4g'):format(gwaited / steps * 1e6,
+                                                                                      gflight / steps * 1e6) or "") ..
+    (', "rss_peak_mib": %.1f'):format(hwm / 1024)))
 end
