@@ -40,7 +40,7 @@ end
 local function run(n, mode, stage, prefetch, live)
   local out = ("%s/%s_%d_%d_%d_%d"):format(dir, mode, n, stage, prefetch, live)
   local launch = n > 1 and ("%s launch -n %d"):format(bin, n) or bin
-  local text, ok = tap.run(("ZORCH_QUIET=1 timeout 120 %s lua/prefetch_worker.lua %s %d %d %d %s"):format(
+  local text, ok = tap.run(("ZORCH_QUIET=1 timeout 120 env %s lua/prefetch_worker.lua %s %d %d %d %s"):format(
     launch, mode, stage, prefetch, live, out))
   local f, w, s, p, numel = text:match("gathers (%S+) (%S+) (%d+) (%d+) (%d+)")
   if not ok or not f then print("# " .. text:gsub("\n", "\n# ")) return nil end
