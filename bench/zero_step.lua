@@ -8,7 +8,8 @@
 -- backward was blocked in gradient reductions (stages 2-3), "waited_us": the
 -- difference without and with overlap is the communication hidden; at stage 3
 -- the same for the parameter gathers ("gather_waited_us" of
--- "gather_in_flight_us"), and rank 0's peak resident memory ("rss_peak_mib").
+-- "gather_in_flight_us"), and rank 0's peak resident memory ("rss_peak_mib") and
+-- page faults per timed step ("faults_per_step").
 local zorch = require "zorch"
 local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers (a terminal test, a barrier)
 local nn, optim = zorch.nn, zorch.optim
@@ -37,6 +38,13 @@ local function step()
   opt:zero_grad(); engine:backward(loss); opt:step()
 end
 step()
+local function minflt() -- this process's minor page faults so far (Linux)
+  local f = io.open("/proc/self/stat")
+  if not f then return 0 end
+  local s = f:read("a"); f:close()
+  return tonumber(s:match("%) %S+" .. (" %S+"):rep(6) .. " (%d+)")) or 0
+end
+local f0 = minflt()
 local t0, waited, gwaited, gflight = zorch.clock(), 0, 0, 0
 for _ = 1, steps do
   step()
@@ -44,6 +52,7 @@ for _ = 1, steps do
   waited, gwaited, gflight = waited + c.waited_s, gwaited + (c.gather_waited_s or 0), gflight + (c.gather_in_flight_s or 0)
 end
 local per = zorch.tensor({(zorch.clock() - t0) / steps}, {dtype = "float64"})
+local faults = (minflt() - f0) / steps
 Z._allreduce(per, "max")
 local hwm = 0 -- peak resident kB (Linux)
 local f = io.open("/proc/self/status")
@@ -55,5 +64,5 @@ if engine.rank == 0 then
     (stage >= 2 and (', "waited_us": %.4g'):format(waited / steps * 1e6) or "") ..
     (stage == 3 and (', "gather_waited_us": %.4g, "gather_in_flight_us": %.4g'):format(gwaited / steps * 1e6,
                                                                                       gflight / steps * 1e6) or "") ..
-    (', "rss_peak_mib": %.1f'):format(hwm / 1024)))
+    (', "rss_peak_mib": %.1f, "faults_per_step": %.0f'):format(hwm / 1024, faults)))
 end

@@ -1234,6 +1234,11 @@ zorch_status zero_engine_sync_shard(zero_engine *e) {
   for (int k = 0; k < e->ngroups; k++) {
     group *g = &e->groups[k];
     int64_t lo = g->lo > mlo ? g->lo : mlo, hi = g->hi < mhi ? g->hi : mhi;
+    if (g->req) { /* gathered ahead: its values first */
+      zorch_status st;
+      gather_land(e, g, true, &st);
+      if (st) return st;
+    }
     if (!g->gathered || hi <= lo) continue;
     if (e->pfd >= 0) { /* into the file */
       zorch_status st = pfile_io(e, true, (char *)tensor_ptr(g->buf) + (lo - g->lo) * 4, lo - mlo, hi - lo, 0);
