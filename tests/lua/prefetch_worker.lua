@@ -8,7 +8,8 @@
 --   fail   step 2's forward raises after its third layer began (gathers ahead
 --          in flight), the script catches it and skips the step
 -- Rank 0 writes the weights to OUT and prints what the engine reported for
--- the last step: "gathers in_flight waited sent params shard".
+-- the last step: "gathers in_flight waited sent params numel released", where
+-- released is the sum of |b.weight| read between steps.
 local zorch = require "zorch"
 local nn, optim = zorch.nn, zorch.optim
 local mode, stage, prefetch, live, out = arg[1], math.tointeger(tonumber(arg[2])), math.tointeger(tonumber(arg[3])),
@@ -64,9 +65,11 @@ for step = 1, 4 do
   end
 end
 local c, mem = engine:comm_report(), engine:memory_report()
+-- between steps a released stage-3 parameter reads zeros (its buffer went back to the pool)
+local released = m.b.weight:abs():sum():item()
 local sd = m:state_dict() -- (collective at stage 3: every rank gathers)
 if d == 0 then
   zorch.save(sd, out)
-  print(("gathers %.9g %.9g %d %d %d"):format(c.gather_in_flight_s, c.gather_waited_s, c.sent, mem.parameters,
-                                            mem.numel))
+  print(("gathers %.9g %.9g %d %d %d %.9g"):format(c.gather_in_flight_s, c.gather_waited_s, c.sent, mem.parameters,
+                                                 mem.numel, released))
 end

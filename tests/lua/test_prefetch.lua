@@ -42,10 +42,10 @@ local function run(n, mode, stage, prefetch, live)
   local launch = n > 1 and ("%s launch -n %d"):format(bin, n) or bin
   local text, ok = tap.run(("ZORCH_QUIET=1 timeout 120 env %s lua/prefetch_worker.lua %s %d %d %d %s"):format(
     launch, mode, stage, prefetch, live, out))
-  local f, w, s, p, numel = text:match("gathers (%S+) (%S+) (%d+) (%d+) (%d+)")
+  local f, w, s, p, numel, rel = text:match("gathers (%S+) (%S+) (%d+) (%d+) (%d+) (%S+)")
   if not ok or not f then print("# " .. text:gsub("\n", "\n# ")) return nil end
   return {w = zorch.load(out), flight = tonumber(f), waited = tonumber(w), sent = tonumber(s), params = tonumber(p),
-          numel = tonumber(numel)}
+          numel = tonumber(numel), released = tonumber(rel)}
 end
 
 local BIG, LIVE = 50000000, 1000000000
@@ -68,6 +68,9 @@ for _, n in ipairs({1, 2, 3}) do
         tap.ok(ahead.params <= 4 * (shard + 16) and blocking.params <= 4 * (shard + 16),
                ("after the step a rank holds its shard only (%d and %d bytes, the shard %d)"):format(
                  ahead.params, blocking.params, math.floor(4 * shard)))
+        tap.ok(ahead.released == 0 and blocking.released == 0 and ref and ref.released > 0,
+               ("a released parameter reads zeros (%g, %g; %g at stage 0)"):format(ahead.released, blocking.released,
+                                                                                  ref and ref.released or -1))
         if n > 1 then
           tap.ok(blocking.flight > 0 and blocking.waited == blocking.flight,
                  ("blocking gathers: all their time waited (%.3g s in flight, %.3g s waited)"):format(
