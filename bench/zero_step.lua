@@ -3,9 +3,13 @@
 -- zorch launch -n N bench/zero_step.lua NAME STAGE IN HIDDEN OUT BATCH STEPS
 -- ZORCH_BENCH_BUCKET sets reduce_bucket_size; ZORCH_BENCH_OVERLAP=1 turns on
 -- overlap_comm (the name gains "_overlap"); ZORCH_BENCH_REUSE sets stage 3's
--- max_reuse_distance (the name gains "_reuse"). The line gives the mean time
+-- max_reuse_distance (the name gains "_reuse"), ZORCH_BENCH_PREFETCH its
+-- prefetch_bucket_size (the name gains "_prefetchN"). The line gives the mean time
 -- backward was blocked in gradient reductions (stages 2-3), "waited_us": the
--- difference without and with overlap is the communication hidden.
+-- difference without and with overlap is the communication hidden; at stage 3
+-- the same for the parameter gathers ("gather_waited_us" of
+-- "gather_in_flight_us"), and rank 0's peak resident memory ("rss_peak_mib") and
+-- page faults per timed step ("faults_per_step").
 -- ZORCH_BENCH_PRECISION=bf16 (or fp16) gives the Engine that precision (the
 -- name gains "_bf16"); bench/torch_ddp.py takes the same variable.
 local zorch = require "zorch"
@@ -24,9 +28,11 @@ local name, stage, i, h, o, batch, steps = a.NAME, a.STAGE, a.IN, a.HIDDEN, a.OU
 local overlap = os.getenv("ZORCH_BENCH_OVERLAP") == "1"
 local bucket = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_BUCKET") or "")) or 500000000
 local reuse = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_REUSE") or "")) or 0
+local prefetch = math.tointeger(tonumber(os.getenv("ZORCH_BENCH_PREFETCH") or ""))
 local precision = os.getenv("ZORCH_BENCH_PRECISION") or "fp32"
 local engine = zorch.Engine{zero_stage = stage, gradient_clipping = 1.0, seed = 1, overlap_comm = overlap,
-                            reduce_bucket_size = bucket, max_reuse_distance = reuse, precision = precision}
+                            reduce_bucket_size = bucket, max_reuse_distance = reuse, prefetch_bucket_size = prefetch,
+                            precision = precision}
 local model = nn.Sequential(nn.Linear(i, h), nn.ReLU(), nn.Linear(h, o))
 local opt = optim.Adam(model:parameters(), {lr = 1e-4})
 model, _, opt = engine:prepare(model, nil, opt)
@@ -36,13 +42,31 @@ local function step()
   opt:zero_grad(); engine:backward(loss); opt:step()
 end
 step()
-local t0, waited = zorch.clock(), 0
-for _ = 1, steps do step(); waited = waited + engine:comm_report().waited_s end
+local function minflt() -- this process's minor page faults so far (Linux)
+  local f = io.open("/proc/self/stat")
+  if not f then return 0 end
+  local s = f:read("a"); f:close()
+  return tonumber(s:match("%) %S+" .. (" %S+"):rep(6) .. " (%d+)")) or 0
+end
+local f0 = minflt()
+local t0, waited, gwaited, gflight = zorch.clock(), 0, 0, 0
+for _ = 1, steps do
+  step()
+  local c = engine:comm_report()
+  waited, gwaited, gflight = waited + c.waited_s, gwaited + (c.gather_waited_s or 0), gflight + (c.gather_in_flight_s or 0)
+end
 local per = zorch.tensor({(zorch.clock() - t0) / steps}, {dtype = "float64"})
+local faults = (minflt() - f0) / steps
 Z._allreduce(per, "max")
+local hwm = 0 -- peak resident kB (Linux)
+local f = io.open("/proc/self/status")
+if f then hwm = tonumber(f:read("a"):match("VmHWM:%s*(%d+)")) or 0; f:close() end
 if engine.rank == 0 then
   print(('{"name": "zorch/%s_stage%d_ranks%d%s", "value": %.4g, "unit": "us"%s}'):format(
-    name, stage, engine.world_size, (overlap and "_overlap" or "") .. (reuse > 0 and "_reuse" or "") .. (precision ~= "fp32" and "_" .. precision or ""),
-    per:item() * 1e6,
-    stage >= 2 and (', "waited_us": %.4g'):format(waited / steps * 1e6) or ""))
+    name, stage, engine.world_size, (overlap and "_overlap" or "") .. (reuse > 0 and "_reuse" or "") ..
+    (prefetch and "_prefetch" .. prefetch or "") .. (precision ~= "fp32" and "_" .. precision or ""), per:item() * 1e6,
+    (stage >= 2 and (', "waited_us": %.4g'):format(waited / steps * 1e6) or "") ..
+    (stage == 3 and (', "gather_waited_us": %.4g, "gather_in_flight_us": %.4g'):format(gwaited / steps * 1e6,
+                                                                                      gflight / steps * 1e6) or "") ..
+    (', "rss_peak_mib": %.1f, "faults_per_step": %.0f'):format(hwm / 1024, faults)))
 end

@@ -89,7 +89,8 @@ local function resolve_autos(self, model, loader, opt, sched)
         c.reduce_bucket_size = hidden * hidden
         set(key, hidden * hidden, ("hidden size %d squared, from %s"):format(hidden, hidden_from))
       elseif key == "zero_optimization.stage3_prefetch_bucket_size" then
-        set(key, math.floor(0.9 * hidden * hidden), ("0.9 x hidden size %d squared, from %s; no effect in zorch"):format(hidden, hidden_from))
+        c.prefetch_bucket_size = math.floor(0.9 * hidden * hidden)
+        set(key, c.prefetch_bucket_size, ("0.9 x hidden size %d squared, from %s"):format(hidden, hidden_from))
       else
         set(key, 10 * hidden, ("10 x hidden size %d, from %s; no effect in zorch"):format(hidden, hidden_from))
       end

@@ -103,10 +103,8 @@ local NO_EFFECT = set {
   -- speed and memory: communication, buckets, prefetching, placement, compilation
   "zero_optimization.contiguous_gradients", "zero_optimization.allgather_partitions",
   "zero_optimization.reduce_scatter", "zero_optimization.allgather_bucket_size", "zero_optimization.round_robin_gradients",
-  "zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.prefetch_bucket_size",
   "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.param_persistence_threshold",
   "zero_optimization.stage3_model_persistence_threshold", "zero_optimization.model_persistence_threshold",
-  "zero_optimization.stage3_max_live_parameters", "zero_optimization.max_live_parameters",
 
   "zero_optimization.sub_group_size", "zero_optimization.elastic_checkpoint", "zero_optimization.load_from_fp32_weights",
   "zero_optimization.ignore_unused_parameters", "zero_optimization.legacy_stage1", "zero_optimization.memory_efficient_linear",
@@ -159,7 +157,6 @@ local IGNORED = {
   ["zero_optimization.contiguous_gradients"] = boolean,
   ["zero_optimization.allgather_partitions"] = boolean, ["zero_optimization.reduce_scatter"] = boolean,
   ["zero_optimization.allgather_bucket_size"] = function(k, v) number(k, v, 0) end,
-  ["zero_optimization.stage3_prefetch_bucket_size"] = function(k, v) number(k, v, 0) end,
   ["zero_optimization.stage3_param_persistence_threshold"] = function(k, v) number(k, v, 0) end,
 }
 
@@ -314,6 +311,12 @@ local function from_table(ds, world)
       elseif k == "stage3_max_reuse_distance" or k == "max_reuse_distance" then
         if type(v) ~= "number" or v < 0 or v > 2^53 then bad(key, "a number of parameters >= 0", v) end
         out.max_reuse_distance = math.floor(v)
+      elseif k == "stage3_prefetch_bucket_size" or k == "prefetch_bucket_size" then
+        if type(v) ~= "number" or v < 0 or v > 2^53 then bad(key, "a number of parameters >= 0", v) end
+        out.prefetch_bucket_size = math.floor(v)
+      elseif k == "stage3_max_live_parameters" or k == "max_live_parameters" then
+        if type(v) ~= "number" or v < 0 or v > 2^53 then bad(key, "a number of parameters >= 0", v) end
+        out.max_live_parameters = math.floor(v)
       elseif k == "reduce_bucket_size" then
         if type(v) ~= "number" or v < 1 or v > 2^53 or v ~= math.floor(v) then bad(key, "a whole number from 1 to 2^53", v) end
         out.reduce_bucket_size = math.tointeger(v)

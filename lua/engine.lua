@@ -28,6 +28,10 @@ local DEFAULTS = {
   overlap_comm = false,            -- stages 2-3: a full bucket's reduction runs while backward goes on
   max_reuse_distance = 0,          -- stage 3: a module stays gathered after forward when fewer parameter
                                    -- elements are used before its backward (0: released at once)
+  prefetch_bucket_size = 50000000, -- stage 3: elements of the next modules' parameters gathered ahead (the
+                                   -- gathers run while the current module computes); 0: none
+  max_live_parameters = 1000000000, -- stage 3: gathers ahead stop, and the pool of gather buffers keeps no
+                                   -- more, where the gathered parameters would exceed this many elements
   seed = false,                    -- an integer seeds zorch's default generator
   hidden_size = false,             -- the model's hidden size for a DeepSpeed config's "auto" bucket sizes
   comm_timeout = 600,              -- seconds a collective may wait before it times out; 0: never
@@ -70,6 +74,8 @@ local CHECKS = {
   reduce_bucket_size = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
   overlap_comm = {function(v) return type(v) == "boolean" end, "true or false"},
   max_reuse_distance = {function(v) return math.type(v) == "integer" and v >= 0 end, "an integer >= 0"},
+  prefetch_bucket_size = {function(v) return math.type(v) == "integer" and v >= 0 end, "an integer >= 0"},
+  max_live_parameters = {function(v) return math.type(v) == "integer" and v >= 0 end, "an integer >= 0"},
   seed = {function(v) return v == false or math.type(v) == "integer" end, "an integer"},
   hidden_size = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
   comm_timeout = {function(v) return type(v) == "number" and v >= 0 end, "a number of seconds >= 0"},
@@ -386,6 +392,8 @@ function Engine:prepare(model, loader, opt, sched)
   self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size, group = self.group,
                                           overlap = self.cfg.overlap_comm,
                                           max_reuse_distance = self.cfg.max_reuse_distance,
+                                          prefetch_bucket_size = self.cfg.prefetch_bucket_size,
+                                          max_live_parameters = self.cfg.max_live_parameters,
                                           dtype = self.cfg.precision, groups = groups,
                                           param_dir = pfile and op.nvme_path or nil})
   if pfile then -- deferred parameters: each group gathered, filled, written to its shards, released
@@ -707,7 +715,9 @@ end
 function Engine:note_comm()
   local sent, recv = self.group:bytes(true)
   local flight, waited = self.zero:comm_times(true)
-  self.last_comm = {sent = sent, received = recv, in_flight_s = flight, waited_s = waited}
+  local gflight, gwaited = self.zero:gather_times(true)
+  self.last_comm = {sent = sent, received = recv, in_flight_s = flight, waited_s = waited,
+                    gather_in_flight_s = gflight, gather_waited_s = gwaited}
 end
 
 -- Every steps_per_print steps, as DeepSpeed reports them: the step, the mean loss
@@ -891,9 +901,12 @@ end
 -- Bytes this rank sent and received in the last optimizer step (ring volumes),
 -- and (stages 2-3) the seconds its gradient reductions were in flight and the
 -- seconds backward was blocked in them: overlap_comm hides the difference
--- between the blocked time without it and with it.
+-- between the blocked time without it and with it. At stage 3 the same for the
+-- parameter gathers (gather_in_flight_s, gather_waited_s): the difference is
+-- what prefetching hid.
 function Engine:comm_report()
-  return self.last_comm or {sent = 0, received = 0, in_flight_s = 0, waited_s = 0}
+  return self.last_comm or {sent = 0, received = 0, in_flight_s = 0, waited_s = 0, gather_in_flight_s = 0,
+                            gather_waited_s = 0}
 end
 
 -- The mean of a number over ranks (for logging a loss every rank computed).

@@ -129,6 +129,10 @@ static int l_zero_engine(lua_State *L) {
   o.overlap = lua_toboolean(L, -1);
   lua_getfield(L, 2, "max_reuse_distance");
   o.max_reuse_distance = luaL_optinteger(L, -1, 0);
+  lua_getfield(L, 2, "prefetch_bucket_size");
+  o.prefetch_bucket_size = luaL_optinteger(L, -1, 0);
+  lua_getfield(L, 2, "max_live_parameters");
+  o.max_live_parameters = luaL_optinteger(L, -1, 0);
   lua_getfield(L, 2, "groups");
   if (!lua_isnil(L, -1)) o.group_sizes = int_list(L, lua_gettop(L), &o.ngroups);
   lua_getfield(L, 2, "param_dir");
@@ -247,6 +251,15 @@ static int e_comm_times(lua_State *L) {
   return 2;
 }
 
+/* engine:gather_times(reset) -> seconds stage 3's gathers were in flight, seconds waited */
+static int e_gather_times(lua_State *L) {
+  double flight, waited;
+  zero_engine_gather_times(check_engine(L), &flight, &waited, lua_toboolean(L, 2));
+  lua_pushnumber(L, flight);
+  lua_pushnumber(L, waited);
+  return 2;
+}
+
 /* engine:param_file() -> fd, byte offset of the shard, of its gradient; nil without one */
 static int e_param_file(lua_State *L) {
   int64_t p_off, g_off;
@@ -279,6 +292,7 @@ static void open_engine_type(lua_State *L) {
                                      {"clip", e_clip}, {"after_update", e_after}, {"zero_grad", e_zero_grad},
                                      {"gather", e_gather}, {"release", e_release}, {"sync_shard", e_sync},
                                      {"memory", e_memory}, {"module_register", e_module_register}, {"comm_times", e_comm_times},
+                                     {"gather_times", e_gather_times},
                                      {"module_begin", e_module_begin}, {"module_end", e_module_end},
                                      {"param_file", e_param_file}, {"io", e_io}, {"gather_param", e_gather_param},
                                      {"take_grad_scale", e_take_grad_scale}, {"set_host_grad", e_set_host_grad},

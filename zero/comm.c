@@ -555,8 +555,11 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
 #endif
 }
 
-zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
-                             const int64_t *counts) {
+/* Starts an all-gather of counts (comm_allgatherv's arguments); *req stays
+   NULL when it completed already. */
+static zorch_status start_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
+                                     const int64_t *counts, comm_request **req) {
+  *req = NULL;
   if (check_gather_buf(send) || check_gather_buf(recv) || check_same_dev("allgatherv", send, recv))
     return zorch_last_status();
   int64_t total;
@@ -569,19 +572,40 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
   NCCL_ROUTE(send, allgatherv(c, send, recv, counts))
 #ifdef ZORCH_MPI
+  comm_request *r = malloc(sizeof *r);
   int *rc = mpi_counts("allgatherv", c, counts);
-  if (!rc) return zorch_last_status();
+  if (!r || !rc) {
+    free(r);
+    free(rc);
+    return rc ? err_set(ZORCH_ERR_OOM, "allgatherv: out of memory") : zorch_last_status();
+  }
+  *r = (comm_request){.c = c, .what = "allgather", .n = total, .counts = rc};
   int *displs = rc + c->world;
-  MPI_Request req;
   zorch_status st = mpi_check(MPI_Iallgatherv(tensor_ptr(send), rc[c->rank], mpi_type(send->dtype), tensor_ptr(recv),
-                                              rc, displs, mpi_type(send->dtype), mcomm(c), &req),
+                                              rc, displs, mpi_type(send->dtype), mcomm(c), &r->req),
                               "allgatherv", total);
-  if (!st) st = mpi_wait(c, &req, "allgather", total);
-  if (st != ZORCH_ERR_TIMEOUT) free(rc); /* a pending request may still read the counts */
-  return st;
+  if (st) {
+    free(rc);
+    free(r);
+    return st;
+  }
+  *req = r;
+  return ZORCH_OK;
 #else
   return ZORCH_OK;
 #endif
+}
+
+zorch_status comm_iallgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts,
+                              comm_request **req) {
+  return start_allgatherv(c, send, recv, counts, req);
+}
+
+zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
+                             const int64_t *counts) {
+  comm_request *r;
+  zorch_status st = start_allgatherv(c, send, recv, counts, &r);
+  return st ? st : comm_wait(r);
 }
 
 /* ---- groups and point to point ---------------------------------------------------- */

@@ -54,6 +54,10 @@ void comm_reset_bytes(zero_comm *c);
 typedef struct comm_request comm_request;
 zorch_status comm_ireduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts,
                                   comm_request **req);
+/* An all-gather started without waiting (comm_allgatherv's arguments), ended
+   the same way; recv must stay untouched until then. */
+zorch_status comm_iallgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts,
+                              comm_request **req);
 zorch_status comm_test(comm_request *r, bool *done);
 zorch_status comm_wait(comm_request *r);
 /* Collective over parent: the ranks that pass the same color form one group,

@@ -38,19 +38,35 @@ typedef struct param_ctx {
   int index;
 } param_ctx;
 
-/* Stage 3: parameters gathered together. On the CPU an mmap'd buffer whose
-   pages are dropped on release (the mapping stays, so a parameter read then sees
-   zeros, never freed memory); on a GPU a buffer whose memory goes back to the
-   caching allocator on release (ops then refuse the parameters by name). */
+/* Stage 3: parameters gathered together. On the CPU the group's storage
+   points, while gathered, at a buffer of the engine's gather pool and, while
+   released, at the group's own mapping (`home`), which holds no pages: a
+   parameter read then sees zeros, never freed memory, and memory given back
+   by one release serves the next gather without faulting pages in again. On
+   a GPU a buffer whose memory goes back to the caching allocator on release
+   (ops then refuse the parameters by name). */
 typedef struct group group;
 struct group {
   int first, count;   /* parameters [first, first + count) */
   int64_t lo, hi;     /* flat range */
   zorch_tensor *buf;  /* (hi - lo) elements */
-  size_t maplen;
-  bool gathered;
+  size_t maplen;      /* CPU: bytes of home and of the pool buffer it takes */
+  void *home;
+  bool gathered;      /* (or its gather is in flight: req) */
   int pending;        /* gradients still to arrive in this backward pass */
+  /* a gather started ahead of need (prefetch): the request while in flight,
+     when it started, and whether no module has used the group since */
+  comm_request *req;
+  double posted;
+  bool ahead;
 };
+
+/* A buffer of the gather pool (CPU, stage 3). */
+typedef struct pool_buf {
+  void *mem;
+  size_t cap;
+  bool used;
+} pool_buf;
 
 /* Shared by the engine and the autograd nodes whose pre-backward hook gathers
    the module: freed when the last of them lets go, so a graph that outlives its
@@ -104,7 +120,19 @@ struct zero_engine {
      the seconds backward waited for them */
   int *flight, nflight, flight_head;
   double t_flight, t_wait;
-  bool leaked; /* a reduction timed out: its buffers stay with MPI */
+  bool leaked; /* a reduction or a gather timed out: its buffers stay with MPI */
+  /* stage 3 on the CPU: the gather pool. `live` is the bytes of the buffers
+     groups hold, `peak` the most they held at once; free buffers are kept
+     while the pool stays within both the peak and max_live_parameters */
+  pool_buf *pool;
+  int npool;
+  size_t pool_bytes, pool_live, pool_peak;
+  /* stage 3 prefetch: elements gathered ahead and not yet used, the groups
+     whose gathers are in flight (in the order they started), and the seconds
+     gathers were in flight and the seconds compute was blocked in them */
+  int64_t ahead_elems;
+  int *gflight, ngflight;
+  double tg_flight, tg_wait;
   /* offload_param (param_dir): the shard then its gradients in one file */
   int pfd;            /* -1: in memory */
   zorch_tensor *pmap; /* the whole file mapped (pshard and gshard view it) */
@@ -208,6 +236,7 @@ static zorch_status pfile_io(zero_engine *e, bool write, void *buf, int64_t at, 
 }
 
 static void unmap_deleter(void *data, void *ctx);
+static zorch_status group_attach(zero_engine *e, struct group *g);
 
 /* ---- the parameter file's read-ahead ---- */
 
@@ -300,7 +329,8 @@ static zorch_status pf_start(zero_engine *e, group *g) {
     }
     e->pf_started = true;
   }
-  if (e->c->world == 1 && !e->pstaged && (st = storage_restore_data(g->buf->st))) return st;
+  /* (at one rank the read lands in the group's own memory) */
+  if (e->c->world == 1 && !e->pstaged && (st = group_attach(e, g))) return st;
   pthread_mutex_lock(&e->pf_mu);
   e->pf_group = g, e->pf_done = false;
   if (e->c->world == 1 && !e->pstaged) e->pf_dst = tensor_ptr(g->buf), e->pf_at = g->lo, e->pf_n = g->hi - g->lo;
@@ -700,24 +730,156 @@ static zorch_status pfile_staged_read(zero_engine *e, int64_t start, int64_t n) 
   return st ? st : pfile_io(e, false, tensor_ptr(e->pf_send), start, n, 0);
 }
 
-static zorch_status group_gather(zero_engine *e, group *g) {
-  bool ahead = false; /* more than one rank: this rank's slice was read ahead into pf_send */
-  if (e->pf_group == g && e->c->world == 1 && !e->pstaged) { /* read ahead: wait for it */
-    zorch_status st = pf_claim(e);
-    if (st) return st;
-  } else if (e->pf_group == g && !g->gathered) {
-    zorch_status st = pf_take(e);
-    if (st) return pf_claim(e), st;
-    ahead = true;
+/* ---- stage 3 on the CPU: the gather pool ---- */
+
+/* Free buffers go, oldest first, while the pool plus `extra` bytes would hold
+   more than the groups ever held at once or than max_live_parameters allows. */
+static void pool_trim(zero_engine *e, size_t extra) {
+  size_t live_max = (size_t)(e->o.max_live_parameters > 0 ? e->o.max_live_parameters : 0) * dtype_sizes[e->pdt];
+  size_t limit = e->pool_peak < live_max ? e->pool_peak : live_max;
+  for (int k = 0; k < e->npool && e->pool_bytes + extra > limit;) {
+    if (e->pool[k].used) {
+      k++;
+      continue;
+    }
+    munmap(e->pool[k].mem, e->pool[k].cap);
+    e->pool_bytes -= e->pool[k].cap;
+    memmove(&e->pool[k], &e->pool[k + 1], sizeof *e->pool * (size_t)(e->npool - k - 1));
+    e->npool--;
   }
-  if (g->gathered) return ZORCH_OK;
+}
+
+/* Memory for group g before a gather: on the CPU a free pool buffer of its
+   size (at most an eighth larger), else a new one; on a GPU its own. */
+static zorch_status group_attach(zero_engine *e, group *g) {
+  if (!g->maplen) return storage_restore_data(g->buf->st);
+  if (g->buf->st->data != g->home) return ZORCH_OK;
+  size_t need = g->maplen;
+  int best = -1;
+  for (int k = 0; k < e->npool; k++) {
+    pool_buf *b = &e->pool[k];
+    if (!b->used && b->cap >= need && b->cap - need <= need / 8 && (best < 0 || b->cap < e->pool[best].cap)) best = k;
+  }
+  if (best < 0) {
+    if (e->pool_live + need > e->pool_peak) e->pool_peak = e->pool_live + need;
+    pool_trim(e, need);
+    pool_buf *grown = realloc(e->pool, sizeof *grown * (size_t)(e->npool + 1));
+    if (!grown) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+    e->pool = grown;
+    void *mem = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return err_set(ZORCH_ERR_OOM, "zero: cannot map %zu bytes to gather a parameter group", need);
+    best = e->npool++;
+    e->pool[best] = (pool_buf){mem, need, false};
+    e->pool_bytes += need;
+  }
+  e->pool[best].used = true;
+  e->pool_live += e->pool[best].cap;
+  if (e->pool_live > e->pool_peak) e->pool_peak = e->pool_live;
+  g->buf->st->data = e->pool[best].mem;
+  return ZORCH_OK;
+}
+
+/* After a release: the group reads its empty home again and its buffer goes
+   back to the pool (or, lost to a collective that timed out, out of it). */
+static void group_detach(zero_engine *e, group *g, bool lost) {
+  if (!g->maplen) {
+    storage_drop_data(g->buf->st);
+    return;
+  }
+  void *d = g->buf->st->data;
+  g->buf->st->data = g->home;
+  madvise(g->home, g->maplen, MADV_DONTNEED); /* (pages written while it was released, or first filled) */
+  if (d == g->home) return;
+  for (int k = 0; k < e->npool; k++) {
+    if (e->pool[k].mem != d) continue;
+    e->pool_live -= e->pool[k].cap;
+    if (lost) { /* MPI may still write it: neither reused nor unmapped */
+      e->pool_bytes -= e->pool[k].cap;
+      memmove(&e->pool[k], &e->pool[k + 1], sizeof *e->pool * (size_t)(e->npool - k - 1));
+      e->npool--;
+    } else {
+      e->pool[k].used = false;
+    }
+    break;
+  }
+  pool_trim(e, 0);
+}
+
+static int64_t pool_free_bytes(const zero_engine *e) {
+  size_t b = 0;
+  for (int k = 0; k < e->npool; k++)
+    if (!e->pool[k].used) b += e->pool[k].cap;
+  return (int64_t)b;
+}
+
+/* ---- stage 3: gathers and releases ---- */
+
+static void ahead_done(zero_engine *e, group *g) {
+  if (!g->ahead) return;
+  g->ahead = false;
+  e->ahead_elems -= g->hi - g->lo;
+}
+
+/* The gather in flight for g ends (waiting for it with `wait`, else only when
+   it completed); false with *st OK when it has not completed. */
+static bool gather_land(zero_engine *e, group *g, bool wait, zorch_status *st) {
+  *st = ZORCH_OK;
+  double t0 = comm_clock();
+  if (!wait) {
+    bool done = false;
+    if ((*st = comm_test(g->req, &done)) || !done) return false;
+  }
+  *st = comm_wait(g->req); /* (frees the request) */
+  double t1 = comm_clock();
+  g->req = NULL;
+  if (wait) e->tg_wait += t1 - t0;
+  e->tg_flight += t1 - g->posted;
+  for (int k = 0; k < e->ngflight; k++)
+    if (&e->groups[e->gflight[k]] == g) {
+      memmove(&e->gflight[k], &e->gflight[k + 1], sizeof *e->gflight * (size_t)(e->ngflight - k - 1));
+      e->ngflight--;
+      break;
+    }
+  if (*st) {
+    /* a timeout leaves the buffer with MPI; any failure leaves it unfilled */
+    bool lost = *st == ZORCH_ERR_TIMEOUT;
+    g->gathered = false;
+    ahead_done(e, g);
+    group_detach(e, g, lost);
+    if (lost) e->leaked = true;
+    err_prefix("zero parameter gather");
+  }
+  return true;
+}
+
+/* Ends the gathers in flight that have completed (each test also moves MPI's
+   progress on), oldest first. */
+static zorch_status gather_progress(zero_engine *e) {
+  for (int k = 0; k < e->ngflight;) {
+    group *g = &e->groups[e->gflight[k]];
+    zorch_status st;
+    if (gather_land(e, g, false, &st)) {
+      if (st) return st;
+    } else {
+      if (st) return st;
+      k++;
+    }
+  }
+  return ZORCH_OK;
+}
+
+/* Starts gathering group g (this rank's slice from the shard, or with `ahead`
+   the slice the parameter file's read-ahead left in pf_send, into the group's
+   buffer); `wait` finishes it now, otherwise it runs in flight (req). A
+   failure leaves the group released. */
+static zorch_status group_fetch(zero_engine *e, group *g, bool wait, bool ahead) {
   int world = e->c->world;
   int64_t counts[256], *cnt = world <= 256 ? counts : malloc(sizeof(int64_t) * (size_t)world);
   if (!cnt) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
   overlap_counts(e, g->lo, g->hi, cnt);
   int64_t mine = cnt[e->c->rank];
   int64_t start = g->lo > e->c->rank * e->shard ? g->lo - e->c->rank * e->shard : 0;
-  zorch_status st = storage_restore_data(g->buf->st);
+  zorch_status st = group_attach(e, g);
   if (st) {
     if (cnt != counts) free(cnt);
     if (ahead) pf_claim(e);
@@ -732,6 +894,7 @@ static zorch_status group_gather(zero_engine *e, group *g) {
       if (ahead) pf_claim(e);
       if (cnt != counts) free(cnt);
       if (!st) g->gathered = true;
+      else group_detach(e, g, false);
       return st;
     }
     if (!st && (send = zorch_empty(1, &mine, ZORCH_F32, e->dev)) && (st = raw_from_host(send, h, mine)))
@@ -740,6 +903,7 @@ static zorch_status group_gather(zero_engine *e, group *g) {
     if (st) {
       if (ahead) pf_claim(e);
       if (cnt != counts) free(cnt);
+      group_detach(e, g, false);
       return st;
     }
   } else if (ahead) {
@@ -749,12 +913,14 @@ static zorch_status group_gather(zero_engine *e, group *g) {
       st = pfile_io(e, false, tensor_ptr(g->buf), start, mine, 0);
       if (cnt != counts) free(cnt);
       if (!st) g->gathered = true;
+      else group_detach(e, g, false);
       return st;
     }
     send = zorch_empty(1, &mine, ZORCH_F32, e->dev);
     if (send && (st = pfile_io(e, false, tensor_ptr(send), start, mine, 0))) {
       zorch_tensor_free(send);
       if (cnt != counts) free(cnt);
+      group_detach(e, g, false);
       return st;
     }
   } else {
@@ -764,21 +930,56 @@ static zorch_status group_gather(zero_engine *e, group *g) {
   snprintf(label, sizeof label, "parameter group %d (parameters %d-%d)", (int)(g - e->groups), g->first + 1,
            g->first + g->count);
   comm_set_label(label);
-  st = send ? comm_allgatherv(e->c, send, g->buf, cnt) : zorch_last_status();
+  double t0 = comm_clock();
+  if (!send) {
+    st = zorch_last_status();
+  } else if (wait) {
+    st = comm_allgatherv(e->c, send, g->buf, cnt);
+    double dt = comm_clock() - t0;
+    e->tg_wait += dt, e->tg_flight += dt;
+  } else { /* (only from the shard in memory, which stays as it is until the step) */
+    g->posted = t0;
+    st = comm_iallgatherv(e->c, send, g->buf, cnt, &g->req);
+    if (!st && g->req) e->gflight[e->ngflight++] = (int)(g - e->groups);
+    if (!st && !g->req) e->tg_flight += comm_clock() - t0;
+  }
   zorch_tensor_free(send);
   if (ahead) pf_claim(e); /* (pf_send is free for the next read) */
   if (cnt != counts) free(cnt);
   if (!st) g->gathered = true;
+  else group_detach(e, g, st == ZORCH_ERR_TIMEOUT), e->leaked |= st == ZORCH_ERR_TIMEOUT;
   return st;
+}
+
+static zorch_status group_gather(zero_engine *e, group *g) {
+  bool ahead = false; /* more than one rank, or staged: this rank's slice was read ahead into pf_send */
+  if (e->pf_group == g && e->c->world == 1 && !e->pstaged) { /* read ahead: wait for it */
+    zorch_status st = pf_claim(e);
+    if (st) return st;
+  } else if (e->pf_group == g && !g->gathered) {
+    zorch_status st = pf_take(e);
+    if (st) return pf_claim(e), st;
+    ahead = true;
+  }
+  if (g->req) { /* gathered ahead and still in flight: wait for it */
+    zorch_status st;
+    gather_land(e, g, true, &st);
+    if (st) return st;
+  }
+  ahead_done(e, g);
+  if (g->gathered) return ZORCH_OK;
+  return group_fetch(e, g, true, ahead);
 }
 
 static void group_release(zero_engine *e, group *g) {
   if (e->pf_group == g) pf_claim(e); /* (its pages are dropped below; an error there is moot) */
+  if (g->req) {
+    zorch_status st;
+    gather_land(e, g, true, &st); /* (the other ranks run it too; a failure came back to the gather's user) */
+  }
+  ahead_done(e, g);
   if (!g->gathered) return;
-  if (g->maplen)
-    madvise(g->buf->st->data, g->maplen, MADV_DONTNEED);
-  else
-    storage_drop_data(g->buf->st);
+  group_detach(e, g, false);
   g->gathered = false;
 }
 
@@ -815,6 +1016,10 @@ static zorch_status on_grad(zorch_tensor *leaf, void *ud) {
   }
   if (e->nflight) {
     zorch_status st = progress(e, false);
+    if (st) return st;
+  }
+  if (e->ngflight) {
+    zorch_status st = gather_progress(e);
     if (st) return st;
   }
   if (--b->pending == 0) return reduce_bucket(e, b);
@@ -876,7 +1081,8 @@ static zorch_status make_groups(zero_engine *e) {
   int ng = e->o.ngroups > 0 ? e->o.ngroups : e->n;
   e->groups = calloc((size_t)ng, sizeof *e->groups);
   e->group_of = calloc((size_t)e->n, sizeof *e->group_of);
-  if (!e->groups || !e->group_of) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  e->gflight = calloc((size_t)ng, sizeof *e->gflight);
+  if (!e->groups || !e->group_of || !e->gflight) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
   size_t page = (size_t)sysconf(_SC_PAGESIZE), es = dtype_sizes[e->pdt];
   int first = 0;
   for (int k = 0; k < ng; k++) {
@@ -893,6 +1099,7 @@ static zorch_status make_groups(zero_engine *e) {
       if (!g->maplen) g->maplen = page;
       void *mem = mmap(NULL, g->maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (mem == MAP_FAILED) return err_set(ZORCH_ERR_OOM, "zero: cannot map %zu bytes for a parameter group", g->maplen);
+      g->home = mem;
       g->buf = zorch_tensor_wrap_owned(mem, e->pdt, 1, &len, NULL, unmap_deleter, (void *)g->maplen);
       if (!g->buf) {
         munmap(mem, g->maplen);
@@ -1015,7 +1222,23 @@ void zero_engine_free(zero_engine *e) {
     zorch_tensor_free(e->buckets[k].recv);
   }
   free(e->flight);
-  for (int k = 0; k < e->ngroups; k++) zorch_tensor_free(e->groups[k].buf);
+  for (int k = 0; k < e->ngroups; k++) {
+    group *g = &e->groups[k];
+    if (g->req) {
+      zorch_status st;
+      gather_land(e, g, true, &st);
+    }
+    /* a group gathered into the pool keeps its values in its own mapping:
+       the parameters outlive the engine */
+    if (g->buf && g->maplen && g->buf->st->data != g->home) {
+      if (g->gathered) memcpy(g->home, g->buf->st->data, g->maplen);
+      g->buf->st->data = g->home;
+    }
+    zorch_tensor_free(g->buf);
+  }
+  for (int k = 0; k < e->npool; k++) munmap(e->pool[k].mem, e->pool[k].cap);
+  free(e->pool);
+  free(e->gflight);
   for (int m = 0; m < e->nmodules; m++) {
     e->modules[m]->e = NULL; /* graphs still holding it see the engine gone */
     module_release(e->modules[m]);
@@ -1338,6 +1561,11 @@ zorch_status zero_engine_sync_shard(zero_engine *e) {
   for (int k = 0; k < e->ngroups; k++) {
     group *g = &e->groups[k];
     int64_t lo = g->lo > mlo ? g->lo : mlo, hi = g->hi < mhi ? g->hi : mhi;
+    if (g->req) { /* gathered ahead: its values first */
+      zorch_status st;
+      gather_land(e, g, true, &st);
+      if (st) return st;
+    }
     if (!g->gathered || hi <= lo) continue;
     if (e->pfd >= 0 && e->pstaged) { /* into the file, through the host */
       zorch_device cpu = {ZORCH_CPU, 0};
@@ -1414,6 +1642,39 @@ static zorch_status module_ahead(zero_engine *e, const module_ctx *m) {
   return ZORCH_OK;
 }
 
+static bool prefetching(const zero_engine *e) { return e->o.prefetch_bucket_size > 0 && e->pfd < 0; }
+
+static int64_t live_elems(const zero_engine *e) {
+  int64_t n = 0;
+  for (int k = 0; k < e->ngroups; k++)
+    if (e->groups[k].gathered) n += e->groups[k].hi - e->groups[k].lo;
+  return n;
+}
+
+/* Starts the gathers of the modules at order[from], order[from + step], ...
+   that are not gathered yet, while what was gathered ahead and not used stays
+   within prefetch_bucket_size and the gathered groups within
+   max_live_parameters. Every decision rests on state that changes only at
+   these calls (not on which gathers have completed), so every rank starts
+   the same gathers in the same order. */
+static zorch_status prefetch(zero_engine *e, const int *order, int n, int from, int step) {
+  int64_t live = live_elems(e);
+  for (int q = from; q >= 0 && q < n; q += step) {
+    const module_ctx *m = e->modules[order[q]];
+    for (int k = 0; k < m->ngroups; k++) {
+      group *g = &e->groups[m->groups[k]];
+      int64_t len = g->hi - g->lo;
+      if (g->gathered) continue;
+      if (e->ahead_elems + len > e->o.prefetch_bucket_size || live + len > e->o.max_live_parameters) return ZORCH_OK;
+      zorch_status st = group_fetch(e, g, false, false);
+      if (st) return st;
+      g->ahead = true;
+      e->ahead_elems += len, live += len;
+    }
+  }
+  return ZORCH_OK;
+}
+
 zorch_status zero_engine_module_begin(zero_engine *e, int module) {
   if (module < 0 || module >= e->nmodules) return err_set(ZORCH_ERR_ARG, "zero: no module %d", module);
   module_ctx *m = e->modules[module];
@@ -1427,23 +1688,28 @@ zorch_status zero_engine_module_begin(zero_engine *e, int module) {
   }
   m->fwd_pos = e->nfwd;
   e->fwd_order[e->nfwd++] = module;
-  zorch_status st = module_gather(e, m);
-  /* gather ahead the module that came next in the previous step's forward */
+  zorch_status st = e->ngflight ? gather_progress(e) : ZORCH_OK;
+  if (!st) st = module_gather(e, m);
+  /* gather ahead what came next in the previous step's forward, while this
+     step follows it */
   int p = m->fwd_pos;
   if (!st && p + 1 < e->nprev && e->prev_order[p] == module)
-    st = module_ahead(e, e->modules[e->prev_order[p + 1]]);
+    st = prefetching(e) ? prefetch(e, e->prev_order, e->nprev, p + 1, 1)
+                        : module_ahead(e, e->modules[e->prev_order[p + 1]]);
   return st;
 }
 
 /* Before the module's backward: its groups, and ahead of time those of the
-   module whose forward ran just before (the next one backward reaches). */
+   modules whose forward ran before it (the next ones backward reaches). */
 static zorch_status module_pre_backward(void *ud) {
   module_ctx *m = ud;
   zero_engine *e = m->e;
   if (!e) return err_set(ZORCH_ERR_STATE, "backward: the ZeRO engine that gathered this module's parameters is gone");
-  zorch_status st = module_gather(e, m);
+  zorch_status st = e->ngflight ? gather_progress(e) : ZORCH_OK;
+  if (!st) st = module_gather(e, m);
   if (!st && m->fwd_pos > 0 && m->fwd_pos <= e->nfwd)
-    st = module_ahead(e, e->modules[e->fwd_order[m->fwd_pos - 1]]);
+    st = prefetching(e) ? prefetch(e, e->fwd_order, m->fwd_pos, m->fwd_pos - 1, -1)
+                        : module_ahead(e, e->modules[e->fwd_order[m->fwd_pos - 1]]);
   return st;
 }
 
@@ -1469,6 +1735,10 @@ static bool keep_for_reuse(const zero_engine *e, const module_ctx *m) {
 zorch_status zero_engine_module_end(zero_engine *e, int module, zorch_tensor *out) {
   if (module < 0 || module >= e->nmodules) return err_set(ZORCH_ERR_ARG, "zero: no module %d", module);
   module_ctx *m = e->modules[module];
+  if (e->ngflight) {
+    zorch_status st = gather_progress(e);
+    if (st) return st;
+  }
   if (out) ag_set_pre_hook(out, module_pre_backward, m, module_retain, module_release);
   /* (a kept group goes when its gradients are in, or at the end of backward) */
   if (!out || !keep_for_reuse(e, m))
@@ -1485,9 +1755,16 @@ void zero_engine_memory(const zero_engine *e, zero_memory *m) {
   m->gradients = e->gflat ? nbytes(e->gflat) : e->pfd >= 0 ? 0 : nbytes(e->gshard);
   m->master_weights = nbytes(e->master);
   m->buffers = nbytes(e->recv) + nbytes(e->g32) + nbytes(e->gtmp); /* (g32: after the first bf16 or fp16 step) */
+  m->buffers += pool_free_bytes(e); /* gather buffers kept for the next gathers */
   for (int k = 0; k < e->nbuckets; k++) m->buffers += nbytes(e->buckets[k].buf);
   m->numel = e->numel;
   m->shard = e->shard;
+}
+
+void zero_engine_gather_times(zero_engine *e, double *in_flight, double *waited, bool reset) {
+  *in_flight = e->tg_flight;
+  *waited = e->tg_wait;
+  if (reset) e->tg_flight = e->tg_wait = 0;
 }
 
 void zero_engine_comm_times(zero_engine *e, double *in_flight, double *waited, bool reset) {

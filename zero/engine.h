@@ -28,6 +28,16 @@ typedef struct {
      needs them again (judged by the previous step's forward order);
      0 releases at once */
   int64_t max_reuse_distance;
+  /* stage 3 (parameters in memory): the gathers of the modules the recorded
+     order says come next start without waiting, while the current module
+     computes (forward by the previous step's order, backward in reverse), as
+     long as the groups gathered ahead and not yet used hold at most
+     prefetch_bucket_size elements; 0 gathers each module when it comes.
+     Gathers ahead also stop where the gathered groups would hold more than
+     max_live_parameters elements, and the CPU's pool of gather buffers keeps
+     released buffers for the next gathers only within that many (and within
+     the most the groups held at once). */
+  int64_t prefetch_bucket_size, max_live_parameters;
   /* stage 3, float32 on the CPU (offload_param device "nvme"): this rank's
      parameter shard and its reduced gradients live in a file made (and
      unlinked) in this folder; gathers read the slices they need from it,
@@ -112,6 +122,11 @@ void zero_engine_memory(const zero_engine *e, zero_memory *m);
    communication overlap hides is the blocked time without it minus the
    blocked time with it. */
 void zero_engine_comm_times(zero_engine *e, double *in_flight, double *waited, bool reset);
+/* Stage 3: the same for the parameter gathers: seconds from each gather's
+   start to the moment it was found complete, and seconds forward and backward
+   were blocked in gathers (every gather that was not started ahead is all
+   waiting); the difference is the gather time prefetching hid. */
+void zero_engine_gather_times(zero_engine *e, double *in_flight, double *waited, bool reset);
 /* With param_dir: the file's descriptor (the engine's: dup it to keep it) and
    the byte offsets of the shard's element 0 and of its gradient; -1 without. */
 int zero_engine_param_file(const zero_engine *e, int64_t *p_off, int64_t *g_off);
