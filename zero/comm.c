@@ -391,6 +391,20 @@ struct comm_request {
 #endif
 };
 
+#ifdef ZORCH_WITH_CUDA
+/* The request of an NCCL collective started on the side stream (ev). */
+static zorch_status nccl_request(zero_comm *c, const char *what, int64_t n, void *ev, comm_request **req) {
+  comm_request *g = calloc(1, sizeof *g);
+  if (!g) {
+    (void)nccl_table()->wait_done(c, ev, what, n);
+    return err_set(ZORCH_ERR_OOM, "%s: out of memory", what);
+  }
+  *g = (comm_request){.c = c, .what = what, .n = n, .ev = ev};
+  *req = g;
+  return ZORCH_OK;
+}
+#endif
+
 /* Starts a reduce-scatter; *req stays NULL when it completed already. */
 static zorch_status start_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                                          const int64_t *counts, comm_request **req) {
@@ -409,17 +423,9 @@ static zorch_status start_reduce_scatter(zero_comm *c, const zorch_tensor *send,
 #ifdef ZORCH_WITH_CUDA
   if (ON_GPU(send)) { /* on NCCL's side stream, overlapping the compute queued after it */
     const nccl_api *nccl = nccl_table();
-    if (!nccl) return zorch_last_status();
-    comm_request *g = calloc(1, sizeof *g);
-    if (!g) return err_set(ZORCH_ERR_OOM, "reduce_scatter: out of memory");
-    *g = (comm_request){.c = c, .what = "reduce_scatter", .n = total};
-    zorch_status st = nccl->ireduce_scatter(c, send, recv, counts, &g->ev);
-    if (st) {
-      free(g);
-      return st;
-    }
-    *req = g;
-    return ZORCH_OK;
+    void *ev;
+    if (!nccl || nccl->ireduce_scatter(c, send, recv, counts, &ev)) return zorch_last_status();
+    return nccl_request(c, "reduce_scatter", total, ev, req);
   }
 #endif
 #ifdef ZORCH_MPI
@@ -570,7 +576,14 @@ static zorch_status start_allgatherv(zero_comm *c, const zorch_tensor *send, zor
   comm_enter(c, "allgather");
   c->sent += (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
-  NCCL_ROUTE(send, allgatherv(c, send, recv, counts))
+#ifdef ZORCH_WITH_CUDA
+  if (ON_GPU(send)) { /* on NCCL's side stream, as the reduce-scatter */
+    const nccl_api *nccl = nccl_table();
+    void *ev;
+    if (!nccl || nccl->iallgatherv(c, send, recv, counts, &ev)) return zorch_last_status();
+    return nccl_request(c, "allgather", total, ev, req);
+  }
+#endif
 #ifdef ZORCH_MPI
   comm_request *r = malloc(sizeof *r);
   int *rc = mpi_counts("allgatherv", c, counts);

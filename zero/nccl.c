@@ -88,16 +88,8 @@ static zorch_status nccl_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   return nccl_wait(c, "allreduce", n);
 }
 
-/* Uneven parts, as one NCCL group of a call per rank rooted at that rank: a
-   reduce into the part the root keeps (reduce-scatter), or a broadcast of the
-   part the root owns (all-gather). */
 static zorch_status per_rank_on(zero_comm *c, const char *what, const zorch_tensor *send, zorch_tensor *recv,
-                                const int64_t *counts, bool reduce, bool side);
-static zorch_status per_rank(zero_comm *c, const char *what, const zorch_tensor *send, zorch_tensor *recv,
-                             const int64_t *counts, bool reduce) {
-  zorch_status st = per_rank_on(c, what, send, recv, counts, reduce, false);
-  return st ? st : nccl_wait(c, what, zorch_tensor_numel(reduce ? send : recv));
-}
+                                const int64_t *counts, bool reduce);
 
 /* ---- collectives started on a side stream, for overlap with compute ------
    Each device has one side stream for them; it first waits for what the
@@ -176,27 +168,29 @@ static zorch_status nccl_wait_done(zero_comm *c, void *ev, const char *what, int
 static zorch_status nccl_ireduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                                          const int64_t *counts, void **ev) {
   *ev = NULL;
-  zorch_status st = per_rank_on(c, "reduce_scatter", send, recv, counts, true, true);
+  zorch_status st = per_rank_on(c, "reduce_scatter", send, recv, counts, true);
   return st ? st : side_done(c, "reduce_scatter", zorch_tensor_numel(send), ev);
 }
 
 static zorch_status nccl_iallgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts,
                                      void **ev) {
   *ev = NULL;
-  zorch_status st = per_rank_on(c, "allgatherv", send, recv, counts, false, true);
+  zorch_status st = per_rank_on(c, "allgatherv", send, recv, counts, false);
   return st ? st : side_done(c, "allgatherv", zorch_tensor_numel(recv), ev);
 }
 
-/* Uneven parts queued on the compute stream, or (side) on the side stream. */
+/* Uneven parts, as one NCCL group of a call per rank rooted at that rank: a
+   reduce into the part the root keeps (reduce-scatter), or a broadcast of the
+   part the root owns (all-gather); queued on the side stream. */
 static zorch_status per_rank_on(zero_comm *c, const char *what, const zorch_tensor *send, zorch_tensor *recv,
-                                const int64_t *counts, bool reduce, bool side) {
+                                const int64_t *counts, bool reduce) {
   const zorch_tensor *whole = reduce ? send : recv;
   int64_t total = zorch_tensor_numel(whole), off = 0;
   size_t es = dtype_sizes[whole->dtype];
   ncclComm_t nc;
   if (nccl_get(c, whole, what, &nc)) return zorch_last_status();
-  cudaStream_t s = zorch_cuda_stream(c->nccl_dev);
-  if (side && side_stream(c, what, total, &s)) return zorch_last_status();
+  cudaStream_t s = NULL;
+  if (side_stream(c, what, total, &s)) return zorch_last_status();
   NCCL_TRY(ncclGroupStart(), c, what, total);
   for (int r = 0; r < c->world; r++) {
     bool mine = r == c->rank;
@@ -217,9 +211,6 @@ static zorch_status per_rank_on(zero_comm *c, const char *what, const zorch_tens
   return ZORCH_OK;
 }
 
-static zorch_status nccl_reduce_scatter(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
-  return per_rank(c, "reduce_scatter", send, recv, counts, true);
-}
 
 static zorch_status nccl_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf, int64_t n) {
   ncclComm_t nc;
@@ -241,9 +232,6 @@ static zorch_status nccl_allgather(zero_comm *c, const zorch_tensor *send, zorch
   return nccl_wait(c, "allgather", n * c->world);
 }
 
-static zorch_status nccl_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts) {
-  return per_rank(c, "allgatherv", send, recv, counts, false);
-}
 
 static zorch_status nccl_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv, int src) {
   const zorch_tensor *any = send ? send : recv;
@@ -271,10 +259,9 @@ static zorch_status nccl_broadcast(zero_comm *c, zorch_tensor *t, int root) {
   return nccl_wait(c, "broadcast", (int64_t)n);
 }
 
-static const nccl_api the_api = {nccl_allreduce,      nccl_reduce_scatter, nccl_reduce_scatter_inplace,
-                                 nccl_allgather,      nccl_allgatherv,     nccl_sendrecv,
-                                 nccl_broadcast,      nccl_ireduce_scatter, nccl_iallgatherv,
-                                 nccl_test,           nccl_wait_done};
+static const nccl_api the_api = {nccl_allreduce,       nccl_reduce_scatter_inplace, nccl_allgather,
+                                 nccl_sendrecv,        nccl_broadcast,              nccl_ireduce_scatter,
+                                 nccl_iallgatherv,     nccl_test,                   nccl_wait_done};
 
 __attribute__((visibility("default"))) const nccl_api *zorch_cuda_nccl_open(const nccl_host *h) {
   if (!h || h->size != sizeof(nccl_host)) return NULL;

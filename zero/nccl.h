@@ -23,11 +23,9 @@ typedef struct nccl_host {
 
 typedef struct nccl_api {
   zorch_status (*allreduce)(zero_comm *c, zorch_tensor *t, bool max);
-  zorch_status (*reduce_scatter)(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts);
   /* buf holds world slices of n; this rank's slice gets its sum, in place. */
   zorch_status (*reduce_scatter_inplace)(zero_comm *c, zorch_tensor *buf, int64_t n);
   zorch_status (*allgather)(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, int64_t n);
-  zorch_status (*allgatherv)(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv, const int64_t *counts);
   /* point to point, both halves in one NCCL group (either may be NULL) */
   zorch_status (*sendrecv)(zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv, int src);
   zorch_status (*broadcast)(zero_comm *c, zorch_tensor *t, int root);
