@@ -147,7 +147,7 @@ ATT_NOTRAP CPU_CLONES static void ATT(bwd_row)(T *restrict ps, T *restrict pd, i
 /* The forward over queries [i0, i1) of one head: the scores of a key block as one
    tile, a running max m and sum l per row (the online softmax), the output
    accumulated in acc and rescaled when a row's max grows. The row strides of
-   out, q, k and v are so, sq, sk, sv. Scratch: kt (d * ATT_BK), s (ATT_BQ *
+   out, q, k and v are so, sq, sk, sv; q points at query i0. Scratch: kt (d * ATT_BK), s (ATT_BQ *
    ATT_BK), acc ((i1 - i0) * d), m and l (i1 - i0). */
 static void ATT(fwd_rows)(T *restrict out, int64_t so, T *restrict lse, const T *restrict q,
                           int64_t sq, const T *restrict k, int64_t sk, const T *restrict v,
@@ -162,7 +162,7 @@ static void ATT(fwd_rows)(T *restrict out, int64_t so, T *restrict lse, const T 
   for (int64_t kb = 0; kb < kend; kb += ATT_BK) {
     int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK;
     ATT(transpose)(kt, k + kb * sk, kn, d, sk);
-    ATT(tile_abt)(s, q + i0 * sq, nr, kt, d, sq);
+    ATT(tile_abt)(s, q, nr, kt, d, sq);
     for (int64_t r = 0; r < nr; r++) /* scores -> probabilities under the running max */
       ATT(online_row)(s + r * ATT_BK, ATT(visible)(i0 + r, kb, kn, off, causal), kn, scale,
                       &m[r], &l[r], acc + r * d, d);
@@ -181,15 +181,26 @@ static void ATT(fwd_rows)(T *restrict out, int64_t so, T *restrict lse, const T 
   }
 }
 
+/* dst (rows, d) contiguous = the rows of src, ld apart. Strided heads are
+   copied a head (or query block) at a time into thread scratch that stays in
+   cache: read in place, rows 3C apart (a fused projection's) map to a few
+   cache sets, and the column-wise reads of the key transposes missed L1. */
+static void ATT(pack)(T *restrict dst, const T *restrict src, int64_t rows, int64_t ld, int64_t d) {
+  for (int64_t r = 0; r < rows; r++) memcpy(dst + r * d, src + r * ld, sizeof(T) * (size_t)d);
+}
+
 static zorch_status ATT(fwd)(T *out, const att_lay *lo, T *lse, const T *q, const att_lay *lq,
                              const T *k, const att_lay *lk, const T *v, const att_lay *lv,
                              int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
   int64_t nqb = (tq + ATT_BQ - 1) / ATT_BQ, off = tk - tq;
   bool oom = false;
   bool par = bh * tq * tk * d >= CPU_GRAIN;
+  bool pack = lq->st != d || lk->st != d || lv->st != d; /* strided inputs: copied per item */
 #pragma omp parallel if (par)
   {
-    T *buf = malloc(sizeof(T) * (size_t)(d * ATT_BK + ATT_BQ * ATT_BK + ATT_BQ * d + 2 * ATT_BQ));
+    size_t nbuf = (size_t)(d * ATT_BK + ATT_BQ * ATT_BK + ATT_BQ * d + 2 * ATT_BQ);
+    if (pack) nbuf += (size_t)(ATT_BQ * d + 2 * tk * d);
+    T *buf = malloc(sizeof(T) * nbuf);
     if (!buf) {
 #pragma omp atomic write
       oom = true;
@@ -200,9 +211,21 @@ static zorch_status ATT(fwd)(T *out, const att_lay *lo, T *lse, const T *q, cons
       int64_t h = w / nqb, i0 = (w % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq;
       T *kt = buf, *s = kt + d * ATT_BK, *acc = s + ATT_BQ * ATT_BK, *m = acc + ATT_BQ * d;
       T *l = m + ATT_BQ;
-      ATT(fwd_rows)(out + att_head(lo, h), lo->st, lse + h * tq, q + att_head(lq, h), lq->st,
-                    k + att_head(lk, h), lk->st, v + att_head(lv, h), lv->st, i0, i1, tk, d, off,
-                    causal, scale, kt, s, acc, m, l);
+      const T *qh = q + att_head(lq, h), *kh = k + att_head(lk, h), *vh = v + att_head(lv, h);
+      int64_t sq = lq->st, sk = lk->st, sv = lv->st;
+      qh += i0 * sq;
+      if (pack) { /* this item's queries, and the key blocks they see */
+        T *qp = l + ATT_BQ, *kp = qp + ATT_BQ * d, *vp = kp + tk * d;
+        int64_t kend = causal ? i1 + off : tk;
+        kend = kend < 0 ? 0 : (kend + ATT_BK - 1) / ATT_BK * ATT_BK;
+        kend = kend > tk ? tk : kend;
+        ATT(pack)(qp, qh, i1 - i0, sq, d);
+        ATT(pack)(kp, kh, kend, sk, d);
+        ATT(pack)(vp, vh, kend, sv, d);
+        qh = qp, kh = kp, vh = vp, sq = sk = sv = d;
+      }
+      ATT(fwd_rows)(out + att_head(lo, h), lo->st, lse + h * tq, qh, sq, kh, sk, vh, sv, i0, i1,
+                    tk, d, off, causal, scale, kt, s, acc, m, l);
     }
     free(buf);
   }
@@ -324,24 +347,43 @@ static zorch_status ATT(bwd)(T *dq, const att_lay *ldq, T *dk, const att_lay *ld
   T *dsum = malloc(sizeof(T) * (size_t)(bh * tq > 0 ? bh * tq : 1));
   if (!dsum) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the backward's row sums");
   ATT(row_dots)(dsum, g, lg, o, lo, bh, tq, d);
-  for (int64_t h = 0; h < bh; h++)
-    for (int64_t t = 0; t < tq; t++) memset(dq + att_head(ldq, h) + t * ldq->st, 0, sizeof(T) * (size_t)d);
+  /* whole heads with strided rows are copied into thread scratch (see pack),
+     dQ summed there and written out once */
+  bool pack = !split && (ldq->st != d || lg->st != d || lq->st != d || lk->st != d || lv->st != d);
+  if (!pack)
+    for (int64_t h = 0; h < bh; h++)
+      for (int64_t t = 0; t < tq; t++) memset(dq + att_head(ldq, h) + t * ldq->st, 0, sizeof(T) * (size_t)d);
 #define HEAD(h) ATT(head_at)(dq, ldq, dk, ldk, dv, ldv, g, lg, q, lq, k, lk, v, lv, h)
 #pragma omp parallel if (par)
   {
     ATT(scratch) w = {0};
     T *buf = ATT(scratch_new)(&w, d);
-    if (!buf) {
+    T *pk = pack ? malloc(sizeof(T) * (size_t)(3 * tq * d + 2 * tk * d)) : NULL;
+    if (!buf || (pack && !pk)) {
 #pragma omp atomic write
       oom = true;
     }
     if (!split) {
 #pragma omp for schedule(dynamic)
       for (int64_t h = 0; h < bh; h++) {
-        if (!buf) continue;
+        if (!buf || (pack && !pk)) continue;
         ATT(head) hd = HEAD(h);
+        T *dqh = hd.dq;
+        if (pack) {
+          T *qp = pk, *gp = qp + tq * d, *kp = gp + tq * d, *vp = kp + tk * d, *dqp = vp + tk * d;
+          ATT(pack)(qp, hd.q, tq, hd.st[2], d);
+          ATT(pack)(gp, hd.g, tq, hd.st[1], d);
+          ATT(pack)(kp, hd.k, tk, hd.st[3], d);
+          ATT(pack)(vp, hd.v, tk, hd.st[6], d);
+          memset(dqp, 0, sizeof(T) * (size_t)(tq * d));
+          hd.q = qp, hd.g = gp, hd.k = kp, hd.v = vp, hd.dq = dqp;
+          hd.st[0] = hd.st[1] = hd.st[2] = hd.st[3] = hd.st[6] = d;
+        }
         for (int64_t kb = 0; kb < tk; kb += ATT_BK)
           ATT(bwd_keys)(&hd, true, lse + h * tq, dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
+        if (pack)
+          for (int64_t t = 0; t < tq; t++)
+            memcpy(dqh + t * ldq->st, hd.dq + t * d, sizeof(T) * (size_t)d);
       }
     } else {
 #pragma omp for schedule(dynamic)
@@ -367,7 +409,7 @@ static zorch_status ATT(bwd)(T *dq, const att_lay *ldq, T *dk, const att_lay *ld
         }
       }
     }
-    free(buf);
+    free(buf), free(pk);
   }
 #undef HEAD
   free(dsum);
