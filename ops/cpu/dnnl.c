@@ -136,6 +136,7 @@ static void load(void) {
     snprintf(f32_info, sizeof f32_info, "OpenBLAS (libdnnl.so.2 not found)");
     return;
   }
+  snprintf(f32_info, sizeof f32_info, "OpenBLAS (oneDNN could not be set up)");
 #define LOAD(f) p_##f = (__typeof__(&f))dlsym(h, #f); if (!p_##f) return;
   DNNL_FNS(LOAD)
 #undef LOAD
