@@ -25,6 +25,11 @@
    so vectorises) such loops only under that assumption. */
 #define ATT_NOTRAP __attribute__((optimize("no-trapping-math")))
 
+/* The tiles' multiply-adds as fused ones where the clone's ISA has them: the
+   build's -std=c11 turns contraction off, which left the AVX-512 tiles at a
+   vmulps and a vaddps per product. */
+#define ATT_FMA __attribute__((optimize("fp-contract=fast")))
+
 /* e^x for x <= 0 in float32, as a polynomial the compiler vectorises (libm's
    expf is a call per element, half the forward's time): x = n ln2 + r,
    |r| <= ln2 / 2, e^r by Cephes' degree-6 polynomial (about 1 ulp), times 2^n

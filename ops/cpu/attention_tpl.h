@@ -22,7 +22,7 @@ static void ATT(transpose)(T *restrict bt, const T *restrict b, int64_t kn, int6
 
 /* s (nr, ATT_BK) = a (nr, d; row stride lda) times bt (d, ATT_BK): four rows at
    a time, their 4 x ATT_BK sums held in registers while bt streams past. */
-CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a, int64_t nr,
+ATT_FMA CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a, int64_t nr,
                                      const T *restrict bt, int64_t d, int64_t lda) {
   int64_t r = 0;
   for (; r + 4 <= nr; r += 4) {
@@ -57,7 +57,7 @@ CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a, int64_t
 /* o (nr, d; row stride ldo) += p m: p[r][j] at p + r * pr + j * pj (so p may be
    read transposed), m (nj, d; row stride ldm). Four rows and ATT_CW columns at
    a time in registers; a column tail narrower than ATT_CW runs plainly. */
-CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t ldo, int64_t nr, const T *restrict p,
+ATT_FMA CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t ldo, int64_t nr, const T *restrict p,
                                      int64_t pr, int64_t pj, int64_t nj, const T *restrict m,
                                      int64_t ldm, int64_t d) {
   int64_t c0 = 0;
