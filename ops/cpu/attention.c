@@ -18,7 +18,7 @@
 
 #define ATT_BQ 64 /* queries per forward work item */
 #define ATT_BK 64 /* keys per block */
-#define ATT_CW 32 /* output columns per register tile */
+#define ATT_CW 64 /* output columns per register tile (then ATT_CW / 2) */
 
 /* The softmax loops are built without trapping math: they compare and convert
    values whose floating-point exceptions nobody reads, and GCC if-converts (and

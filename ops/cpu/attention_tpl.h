@@ -54,44 +54,51 @@ ATT_FMA CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a,
   }
 }
 
+/* One pass of tile_acc over columns [c0, c0 + CW) while they fit: four rows
+   and CW columns at a time in registers. */
+#define ATT_ACC_PASS(CW)                                                               \
+  for (; c0 + (CW) <= d; c0 += (CW)) {                                                 \
+    int64_t r = 0;                                                                     \
+    for (; r + 4 <= nr; r += 4) {                                                      \
+      T acc[4][CW];                                                                    \
+      for (int x = 0; x < 4; x++)                                                      \
+        for (int c = 0; c < (CW); c++) acc[x][c] = o[(r + x) * ldo + c0 + c];          \
+      const T *p0 = p + r * pr, *p1 = p0 + pr, *p2 = p1 + pr, *p3 = p2 + pr;           \
+      for (int64_t j = 0; j < nj; j++) {                                               \
+        const T *mr = m + j * ldm + c0;                                                \
+        T x0 = p0[j * pj], x1 = p1[j * pj], x2 = p2[j * pj], x3 = p3[j * pj];          \
+        for (int c = 0; c < (CW); c++) {                                               \
+          acc[0][c] += x0 * mr[c];                                                     \
+          acc[1][c] += x1 * mr[c];                                                     \
+          acc[2][c] += x2 * mr[c];                                                     \
+          acc[3][c] += x3 * mr[c];                                                     \
+        }                                                                              \
+      }                                                                                \
+      for (int x = 0; x < 4; x++)                                                      \
+        for (int c = 0; c < (CW); c++) o[(r + x) * ldo + c0 + c] = acc[x][c];          \
+    }                                                                                  \
+    for (; r < nr; r++) {                                                              \
+      T acc[CW];                                                                       \
+      for (int c = 0; c < (CW); c++) acc[c] = o[r * ldo + c0 + c];                     \
+      for (int64_t j = 0; j < nj; j++) {                                               \
+        const T *mr = m + j * ldm + c0;                                                \
+        T x = p[r * pr + j * pj];                                                      \
+        for (int c = 0; c < (CW); c++) acc[c] += x * mr[c];                            \
+      }                                                                                \
+      for (int c = 0; c < (CW); c++) o[r * ldo + c0 + c] = acc[c];                     \
+    }                                                                                  \
+  }
+
 /* o (nr, d; row stride ldo) += p m: p[r][j] at p + r * pr + j * pj (so p may be
-   read transposed), m (nj, d; row stride ldm). Four rows and ATT_CW columns at
-   a time in registers; a column tail narrower than ATT_CW runs plainly. */
+   read transposed), m (nj, d; row stride ldm). Passes of ATT_CW columns, then
+   of ATT_CW / 2 (a head dim of 32), in registers; a narrower tail runs plainly.
+   Each element sums its products in j's order in every path. */
 ATT_FMA CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t ldo, int64_t nr, const T *restrict p,
                                      int64_t pr, int64_t pj, int64_t nj, const T *restrict m,
                                      int64_t ldm, int64_t d) {
   int64_t c0 = 0;
-  for (; c0 + ATT_CW <= d; c0 += ATT_CW) {
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) {
-      T acc[4][ATT_CW];
-      for (int x = 0; x < 4; x++)
-        for (int c = 0; c < ATT_CW; c++) acc[x][c] = o[(r + x) * ldo + c0 + c];
-      const T *p0 = p + r * pr, *p1 = p0 + pr, *p2 = p1 + pr, *p3 = p2 + pr;
-      for (int64_t j = 0; j < nj; j++) {
-        const T *mr = m + j * ldm + c0;
-        T x0 = p0[j * pj], x1 = p1[j * pj], x2 = p2[j * pj], x3 = p3[j * pj];
-        for (int c = 0; c < ATT_CW; c++) {
-          acc[0][c] += x0 * mr[c];
-          acc[1][c] += x1 * mr[c];
-          acc[2][c] += x2 * mr[c];
-          acc[3][c] += x3 * mr[c];
-        }
-      }
-      for (int x = 0; x < 4; x++)
-        for (int c = 0; c < ATT_CW; c++) o[(r + x) * ldo + c0 + c] = acc[x][c];
-    }
-    for (; r < nr; r++) {
-      T acc[ATT_CW];
-      for (int c = 0; c < ATT_CW; c++) acc[c] = o[r * ldo + c0 + c];
-      for (int64_t j = 0; j < nj; j++) {
-        const T *mr = m + j * ldm + c0;
-        T x = p[r * pr + j * pj];
-        for (int c = 0; c < ATT_CW; c++) acc[c] += x * mr[c];
-      }
-      for (int c = 0; c < ATT_CW; c++) o[r * ldo + c0 + c] = acc[c];
-    }
-  }
+  ATT_ACC_PASS(ATT_CW)
+  ATT_ACC_PASS(ATT_CW / 2)
   if (c0 < d)
     for (int64_t r = 0; r < nr; r++)
       for (int64_t j = 0; j < nj; j++) {
@@ -99,6 +106,7 @@ ATT_FMA CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t ldo, int64_t
         for (int64_t c = c0; c < d; c++) o[r * ldo + c] += x * m[j * ldm + c];
       }
 }
+#undef ATT_ACC_PASS
 
 /* How many keys of the block [kb, kb + kn) query i sees. */
 static inline int64_t ATT(visible)(int64_t i, int64_t kb, int64_t kn, int64_t off, bool causal) {
