@@ -20,27 +20,40 @@ static void ATT(transpose)(T *restrict bt, const T *restrict b, int64_t kn, int6
   }
 }
 
+/* 64-byte vectors of T (GCC's vector extension; each clone lowers them to its
+   registers), loaded and stored unaligned: the tiles' accumulators written as
+   arrays of T stayed in memory (GCC vectorised the loops but kept the arrays
+   on the stack), loaded and stored at every step. */
+typedef T ATT(v) __attribute__((vector_size(64)));
+#define ATT_VL ((int)(64 / sizeof(T)))
+#define ATT_LD(x, p) memcpy(&(x), (p), sizeof(ATT(v)))
+#define ATT_ST(p, x) memcpy((p), &(x), sizeof(ATT(v)))
+
 /* s (nr, ATT_BK) = a (nr, d; row stride lda) times bt (d, ATT_BK): four rows at
    a time, their 4 x ATT_BK sums held in registers while bt streams past. */
 ATT_FMA CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a, int64_t nr,
                                      const T *restrict bt, int64_t d, int64_t lda) {
+  enum { NV = ATT_BK / ATT_VL };
   int64_t r = 0;
   for (; r + 4 <= nr; r += 4) {
-    T acc[4][ATT_BK];
+    ATT(v) acc[4][NV];
     for (int x = 0; x < 4; x++)
-      for (int j = 0; j < ATT_BK; j++) acc[x][j] = 0;
+      for (int v = 0; v < NV; v++) acc[x][v] = (ATT(v)){0};
     const T *a0 = a + r * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
     for (int64_t c = 0; c < d; c++) {
       const T *b = bt + c * ATT_BK;
       T x0 = a0[c], x1 = a1[c], x2 = a2[c], x3 = a3[c];
-      for (int j = 0; j < ATT_BK; j++) {
-        acc[0][j] += x0 * b[j];
-        acc[1][j] += x1 * b[j];
-        acc[2][j] += x2 * b[j];
-        acc[3][j] += x3 * b[j];
+      for (int v = 0; v < NV; v++) {
+        ATT(v) bv;
+        ATT_LD(bv, b + v * ATT_VL);
+        acc[0][v] += x0 * bv;
+        acc[1][v] += x1 * bv;
+        acc[2][v] += x2 * bv;
+        acc[3][v] += x3 * bv;
       }
     }
-    memcpy(s + r * ATT_BK, acc, sizeof acc);
+    for (int x = 0; x < 4; x++)
+      for (int v = 0; v < NV; v++) ATT_ST(s + (r + x) * ATT_BK + v * ATT_VL, acc[x][v]);
   }
   for (; r < nr; r++) {
     T acc[ATT_BK];
@@ -58,24 +71,27 @@ ATT_FMA CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a,
    and CW columns at a time in registers. */
 #define ATT_ACC_PASS(CW)                                                               \
   for (; c0 + (CW) <= d; c0 += (CW)) {                                                 \
+    enum { NV = (CW) / ATT_VL };                                                       \
     int64_t r = 0;                                                                     \
     for (; r + 4 <= nr; r += 4) {                                                      \
-      T acc[4][CW];                                                                    \
+      ATT(v) acc[4][NV];                                                               \
       for (int x = 0; x < 4; x++)                                                      \
-        for (int c = 0; c < (CW); c++) acc[x][c] = o[(r + x) * ldo + c0 + c];          \
+        for (int v = 0; v < NV; v++) ATT_LD(acc[x][v], o + (r + x) * ldo + c0 + v * ATT_VL); \
       const T *p0 = p + r * pr, *p1 = p0 + pr, *p2 = p1 + pr, *p3 = p2 + pr;           \
       for (int64_t j = 0; j < nj; j++) {                                               \
         const T *mr = m + j * ldm + c0;                                                \
         T x0 = p0[j * pj], x1 = p1[j * pj], x2 = p2[j * pj], x3 = p3[j * pj];          \
-        for (int c = 0; c < (CW); c++) {                                               \
-          acc[0][c] += x0 * mr[c];                                                     \
-          acc[1][c] += x1 * mr[c];                                                     \
-          acc[2][c] += x2 * mr[c];                                                     \
-          acc[3][c] += x3 * mr[c];                                                     \
+        for (int v = 0; v < NV; v++) {                                                 \
+          ATT(v) mv;                                                                   \
+          ATT_LD(mv, mr + v * ATT_VL);                                                 \
+          acc[0][v] += x0 * mv;                                                        \
+          acc[1][v] += x1 * mv;                                                        \
+          acc[2][v] += x2 * mv;                                                        \
+          acc[3][v] += x3 * mv;                                                        \
         }                                                                              \
       }                                                                                \
       for (int x = 0; x < 4; x++)                                                      \
-        for (int c = 0; c < (CW); c++) o[(r + x) * ldo + c0 + c] = acc[x][c];          \
+        for (int v = 0; v < NV; v++) ATT_ST(o + (r + x) * ldo + c0 + v * ATT_VL, acc[x][v]); \
     }                                                                                  \
     for (; r < nr; r++) {                                                              \
       T acc[CW];                                                                       \
@@ -425,6 +441,9 @@ static zorch_status ATT(bwd)(T *dq, const att_lay *ldq, T *dk, const att_lay *ld
   return ZORCH_OK;
 }
 
+#undef ATT_VL
+#undef ATT_LD
+#undef ATT_ST
 #undef ATT
 #undef ATT_CAT
 #undef ATT_CAT_
