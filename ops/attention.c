@@ -13,20 +13,47 @@ typedef struct {
   double scale;
 } attention_args;
 
-/* saved: q, k, v, out (compute dtype, contiguous) and lse (bh * tq) */
+/* t in dtype dt as the kernels of be take it: itself when it already is in dt
+   and be's kernels read strided rows (last dim contiguous), else a contiguous
+   copy. */
+static zorch_tensor *att_operand(const backend *be, zorch_tensor *t, zorch_dtype dt) {
+  if (be->attention_strided && t->dtype == dt &&
+      (t->strides[t->ndim - 1] == 1 || t->shape[t->ndim - 1] == 1))
+    return zorch_tensor_retain(t);
+  return op_cast_contig(t, dt);
+}
+
+/* A new (B, H, T, D) tensor shaped like t, laid out as (B, T, H, D) where the
+   kernels take strided rows: the heads side by side in each row, so that
+   transpose(1, 2) and a reshape to (B, T, H * D), the usual next steps, are
+   views (PyTorch's CPU attention lays its output out the same way). Only
+   when `bthd`: 16-bit inputs, computed on float32 copies, keep the contiguous
+   layout, as the conversions around the kernel copy anyway. */
+static zorch_tensor *att_empty(bool bthd, const zorch_tensor *t, zorch_dtype dt) {
+  if (!bthd || t->ndim != 4) return op_empty(t, t->ndim, t->shape, dt);
+  const int64_t *s = t->shape;
+  zorch_tensor *m = op_empty(t, 4, (const int64_t[]){s[0], s[2], s[1], s[3]}, dt);
+  zorch_tensor *r = m ? zorch_transpose(m, 1, 2) : NULL;
+  zorch_tensor_free(m);
+  return r;
+}
+
+/* saved: q, k, v, out (compute dtype; strided where the backend takes it) and
+   lse (bh * tq) */
 static zorch_status attention_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   const attention_args *a = AG_ARGS(n, attention_args);
   zorch_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2];
   zorch_tensor *gc = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+  const backend *be = backend_of(q);
+  bool bthd = be->attention_strided && n->in[0].dtype == q->dtype;
   zorch_status st;
-  if (!(gc = op_cast_contig(g, q->dtype)) || !(dq = op_empty(q, q->ndim, q->shape, q->dtype)) ||
-      !(dk = op_empty(k, k->ndim, k->shape, k->dtype)) ||
-      !(dv = op_empty(v, v->ndim, v->shape, v->dtype))) {
+  if (!(gc = att_operand(be, g, q->dtype)) || !(dq = att_empty(bthd, q, q->dtype)) ||
+      !(dk = att_empty(bthd, k, k->dtype)) || !(dv = att_empty(bthd, v, v->dtype))) {
     st = zorch_last_status();
     goto done;
   }
-  st = backend_of(q)->attention_bwd(dq, dk, dv, gc, q, k, v, n->saved[3], n->saved[4], a->bh,
-                                    a->tq, a->tk, a->d, a->causal, a->scale);
+  st = be->attention_bwd(dq, dk, dv, gc, q, k, v, n->saved[3], n->saved[4], a->bh, a->tq, a->tk,
+                         a->d, a->causal, a->scale);
   if (st) goto done;
   gin[0] = dq, gin[1] = dk, gin[2] = dv;
   dq = dk = dv = NULL;
@@ -85,8 +112,8 @@ zorch_tensor *zorch_attention(zorch_tensor *q, zorch_tensor *k, zorch_tensor *v,
   int64_t nlse = args.bh * args.tq;
   zorch_tensor *in[3] = {q, k, v};
   zorch_tensor *cq = NULL, *ck = NULL, *cv = NULL, *o = NULL, *lse = NULL, *y = NULL;
-  if (!(cq = op_cast_contig(q, cd)) || !(ck = op_cast_contig(k, cd)) ||
-      !(cv = op_cast_contig(v, cd)) || !(o = op_empty(q, nd, q->shape, cd)) ||
+  if (!(cq = att_operand(be, q, cd)) || !(ck = att_operand(be, k, cd)) ||
+      !(cv = att_operand(be, v, cd)) || !(o = att_empty(be->attention_strided && cd == q->dtype, q, cd)) ||
       !(lse = op_empty(q, 1, &nlse, cd)))
     goto fail;
   if (be->attention(o, lse, cq, ck, cv, args.bh, args.tq, args.tk, args.d, causal, args.scale))

@@ -140,6 +140,10 @@ typedef struct backend {
                                 const zorch_tensor *k, const zorch_tensor *v,
                                 const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,
                                 int64_t tq, int64_t tk, int64_t d, bool causal, double scale);
+  /* The attention kernels also take q, k, v, out, g and the gradients as
+     strided views whose last dim is contiguous (the heads of a fused QKV
+     projection in place), not only contiguous tensors. */
+  bool attention_strided;
   /* Batch norm of x (n, c, inner): y, and mean, rstd (c) get the statistics
      used: the batch's (biased variance) when `training`, else rm and rv's. In
      training, rm and rv (c, may be NULL) are updated in place with the

@@ -33,13 +33,38 @@ typedef struct {
   bool select;
 } narrow_args;
 
-/* The gradient lands in its slice of zeros of the input's shape. */
+/* The input's gradient gathered so far, when this pass may add into it in
+   place: a node's accumulated gradient that nothing else holds (no other
+   reference, no view of its storage), in g's dtype and the input's shape. */
+static zorch_tensor *narrow_sink(const ag_edge *e, const zorch_tensor *g) {
+  zorch_tensor *t = e->node ? e->node->gacc : NULL;
+  if (!t || t->refcount != 1 || t->st->refcount != 1 || t->dtype != g->dtype ||
+      t->ndim != e->ndim || memcmp(t->shape, e->shape, sizeof(int64_t) * (size_t)e->ndim) != 0 ||
+      !zorch_tensor_is_contiguous(t))
+    return NULL;
+  return t;
+}
+
+/* The gradient lands in its slice of zeros of the input's shape. When several
+   slices of one tensor are used (the q, k and v of a fused projection), the
+   first one's full-size gradient is the input's accumulated gradient by the
+   time the next arrives: the next adds its slice there in place and gives the
+   engine no tensor (zero), instead of a full-size tensor of zeros to add. */
 static zorch_status narrow_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   const narrow_args *a = AG_ARGS(n, narrow_args);
   ag_edge *e = &n->in[0];
   int64_t len = a->select ? 1 : g->shape[a->dim];
-  zorch_tensor *z = NULL, *part = NULL, *gv = NULL;
+  zorch_tensor *z = NULL, *part = NULL, *gv = NULL, *sink = narrow_sink(e, g);
   zorch_status st;
+  if (sink) {
+    if (!(part = zorch_narrow(sink, a->dim, a->start, len)) ||
+        !(gv = a->select ? zorch_unsqueeze(g, a->dim) : zorch_tensor_retain(g)))
+      st = zorch_last_status();
+    else
+      st = op_add_(part, gv);
+    OP_FREE(part, gv);
+    return st;
+  }
   if (!(z = op_zeros(g, e->ndim, e->shape, g->dtype)) ||
       !(part = zorch_narrow(z, a->dim, a->start, len)) ||
       !(gv = a->select ? zorch_unsqueeze(g, a->dim) : zorch_tensor_retain(g)))

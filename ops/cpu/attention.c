@@ -18,12 +18,17 @@
 
 #define ATT_BQ 64 /* queries per forward work item */
 #define ATT_BK 64 /* keys per block */
-#define ATT_CW 32 /* output columns per register tile */
+#define ATT_CW 64 /* output columns per register tile (then ATT_CW / 2) */
 
 /* The softmax loops are built without trapping math: they compare and convert
    values whose floating-point exceptions nobody reads, and GCC if-converts (and
    so vectorises) such loops only under that assumption. */
 #define ATT_NOTRAP __attribute__((optimize("no-trapping-math")))
+
+/* The tiles' multiply-adds as fused ones where the clone's ISA has them: the
+   build's -std=c11 turns contraction off, which left the AVX-512 tiles at a
+   vmulps and a vaddps per product. */
+#define ATT_FMA __attribute__((optimize("fp-contract=fast")))
 
 /* e^x for x <= 0 in float32, as a polynomial the compiler vectorises (libm's
    expf is a call per element, half the forward's time): x = n ln2 + r,
@@ -43,6 +48,25 @@ ATT_NOTRAP static inline float att_expf(float x) {
     float f;
   } p2 = {.i = (n + 127) * (1 << 23)};
   return y * p2.f * (float)(x >= -87.3f);
+}
+
+/* Where a tensor's heads and rows are: head h (of bh, numbered as in a
+   contiguous (B, H, ...) tensor) starts at (h / nh) * sb + (h % nh) * sh, and
+   its rows are st apart; a row's d values are adjacent. So q, k and v may be
+   the heads of a fused projection's output viewed in place (B, T, H, D ->
+   transposed), and the gradients written the same way. */
+typedef struct {
+  int64_t nh, sb, sh, st;
+} att_lay;
+
+static inline int64_t att_head(const att_lay *l, int64_t h) {
+  return (h / l->nh) * l->sb + (h % l->nh) * l->sh;
+}
+
+/* The layout of a (bh, t, d) or (B, H, t, d) tensor whose last stride is 1. */
+static att_lay att_lay_of(const zorch_tensor *t) {
+  if (t->ndim == 4) return (att_lay){t->shape[1] > 0 ? t->shape[1] : 1, t->strides[0], t->strides[1], t->strides[2]};
+  return (att_lay){1, t->strides[0], 0, t->strides[1]};
 }
 
 #define T float
@@ -68,13 +92,14 @@ ATT_NOTRAP static inline float att_expf(float x) {
 zorch_status cpu_attention(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,
                            const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,
                            int64_t tk, int64_t d, bool causal, double scale) {
+  att_lay lo = att_lay_of(out), lq = att_lay_of(q), lk = att_lay_of(k), lv = att_lay_of(v);
   switch (q->dtype) {
     case ZORCH_F32:
-      return fwd_f32(P(out), P(lse), P(q), P(k),
-                     P(v), bh, tq, tk, d, causal, (float)scale);
+      return fwd_f32(P(out), &lo, P(lse), P(q), &lq, P(k), &lk, P(v), &lv, bh, tq, tk, d, causal,
+                     (float)scale);
     case ZORCH_F64:
-      return fwd_f64(P(out), P(lse), P(q), P(k),
-                     P(v), bh, tq, tk, d, causal, scale);
+      return fwd_f64(P(out), &lo, P(lse), P(q), &lq, P(k), &lk, P(v), &lv, bh, tq, tk, d, causal,
+                     scale);
     default:
       return err_set(ZORCH_ERR_DTYPE, "attention: no CPU kernel for dtype %s",
                      zorch_dtype_name(q->dtype));
@@ -86,15 +111,15 @@ zorch_status cpu_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor 
                                const zorch_tensor *k, const zorch_tensor *v,
                                const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,
                                int64_t tq, int64_t tk, int64_t d, bool causal, double scale) {
+  att_lay ldq = att_lay_of(dq), ldk = att_lay_of(dk), ldv = att_lay_of(dv), lg = att_lay_of(g),
+          lq = att_lay_of(q), lk = att_lay_of(k), lv = att_lay_of(v), lo = att_lay_of(out);
   switch (q->dtype) {
     case ZORCH_F32:
-      return bwd_f32(P(dq), P(dk), P(dv), P(g),
-                     P(q), P(k), P(v), P(out),
-                     P(lse), bh, tq, tk, d, causal, (float)scale);
+      return bwd_f32(P(dq), &ldq, P(dk), &ldk, P(dv), &ldv, P(g), &lg, P(q), &lq, P(k), &lk, P(v),
+                     &lv, P(out), &lo, P(lse), bh, tq, tk, d, causal, (float)scale);
     case ZORCH_F64:
-      return bwd_f64(P(dq), P(dk), P(dv), P(g),
-                     P(q), P(k), P(v), P(out),
-                     P(lse), bh, tq, tk, d, causal, scale);
+      return bwd_f64(P(dq), &ldq, P(dk), &ldk, P(dv), &ldv, P(g), &lg, P(q), &lq, P(k), &lk, P(v),
+                     &lv, P(out), &lo, P(lse), bh, tq, tk, d, causal, scale);
     default:
       return err_set(ZORCH_ERR_DTYPE, "attention: no CPU backward for dtype %s",
                      zorch_dtype_name(q->dtype));

@@ -1,101 +1,128 @@
 /* attention_tpl.h: the attention kernels over one element type, included by
    attention.c once per type with T (float or double), SFX (f32 or f64), EXP and
    LOG (expf, logf or exp, log) set.
-   Layout: q (bh, tq, d), k and v (bh, tk, d), out and dout (bh, tq, d), lse
-   (bh, tq), all contiguous. Query i sees key j when j <= i + off (off = tk - tq)
-   or always without the causal mask. A row that sees no key gets 0 and lse -inf. */
+   Layout: q (bh, tq, d), k and v (bh, tk, d), out and dout (bh, tq, d), each
+   with its own att_lay (a head's first element and the stride between rows;
+   the d values of a row are adjacent); lse (bh, tq) contiguous. Query i sees
+   key j when j <= i + off (off = tk - tq) or always without the causal mask. A
+   row that sees no key gets 0 and lse -inf. */
 #define ATT_CAT_(a, b) a##_##b
 #define ATT_CAT(a, b) ATT_CAT_(a, b)
 #define ATT(name) ATT_CAT(name, SFX)
 
-/* bt (d, ATT_BK) = the transpose of the kn rows of b (kn, d), columns past kn
-   zero: the score tiles then run over a fixed width. */
-static void ATT(transpose)(T *restrict bt, const T *restrict b, int64_t kn, int64_t d) {
+/* bt (d, ATT_BK) = the transpose of the kn rows of b (kn, d; row stride ldb),
+   columns past kn zero: the score tiles then run over a fixed width. */
+static void ATT(transpose)(T *restrict bt, const T *restrict b, int64_t kn, int64_t d, int64_t ldb) {
   for (int64_t c = 0; c < d; c++) {
     T *row = bt + c * ATT_BK;
-    for (int64_t j = 0; j < kn; j++) row[j] = b[j * d + c];
+    for (int64_t j = 0; j < kn; j++) row[j] = b[j * ldb + c];
     for (int64_t j = kn; j < ATT_BK; j++) row[j] = 0;
   }
 }
 
-/* s (nr, ATT_BK) = a (nr, d; row stride d) times bt (d, ATT_BK): four rows at a
-   time, their 4 x ATT_BK sums held in registers while bt streams past. */
-CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a, int64_t nr,
-                                     const T *restrict bt, int64_t d) {
+/* 64-byte vectors of T (GCC's vector extension; each clone lowers them to its
+   registers), loaded and stored unaligned: the tiles' accumulators written as
+   arrays of T stayed in memory (GCC vectorised the loops but kept the arrays
+   on the stack), loaded and stored at every step. */
+typedef T ATT(v) __attribute__((vector_size(64)));
+#define ATT_VL ((int)(64 / sizeof(T)))
+#define ATT_LD(x, p) memcpy(&(x), (p), sizeof(ATT(v)))
+#define ATT_ST(p, x) memcpy((p), &(x), sizeof(ATT(v)))
+
+/* s (nr, ATT_BK) = a (nr, d; row stride lda) times bt (d, ATT_BK): four rows at
+   a time, their 4 x ATT_BK sums held in registers while bt streams past. */
+ATT_FMA CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a, int64_t nr,
+                                     const T *restrict bt, int64_t d, int64_t lda) {
+  enum { NV = ATT_BK / ATT_VL };
   int64_t r = 0;
   for (; r + 4 <= nr; r += 4) {
-    T acc[4][ATT_BK];
+    ATT(v) acc[4][NV];
     for (int x = 0; x < 4; x++)
-      for (int j = 0; j < ATT_BK; j++) acc[x][j] = 0;
-    const T *a0 = a + r * d, *a1 = a0 + d, *a2 = a1 + d, *a3 = a2 + d;
+      for (int v = 0; v < NV; v++) acc[x][v] = (ATT(v)){0};
+    const T *a0 = a + r * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
     for (int64_t c = 0; c < d; c++) {
       const T *b = bt + c * ATT_BK;
       T x0 = a0[c], x1 = a1[c], x2 = a2[c], x3 = a3[c];
-      for (int j = 0; j < ATT_BK; j++) {
-        acc[0][j] += x0 * b[j];
-        acc[1][j] += x1 * b[j];
-        acc[2][j] += x2 * b[j];
-        acc[3][j] += x3 * b[j];
+      for (int v = 0; v < NV; v++) {
+        ATT(v) bv;
+        ATT_LD(bv, b + v * ATT_VL);
+        acc[0][v] += x0 * bv;
+        acc[1][v] += x1 * bv;
+        acc[2][v] += x2 * bv;
+        acc[3][v] += x3 * bv;
       }
     }
-    memcpy(s + r * ATT_BK, acc, sizeof acc);
+    for (int x = 0; x < 4; x++)
+      for (int v = 0; v < NV; v++) ATT_ST(s + (r + x) * ATT_BK + v * ATT_VL, acc[x][v]);
   }
   for (; r < nr; r++) {
     T acc[ATT_BK];
     for (int j = 0; j < ATT_BK; j++) acc[j] = 0;
     for (int64_t c = 0; c < d; c++) {
       const T *b = bt + c * ATT_BK;
-      T x = a[r * d + c];
+      T x = a[r * lda + c];
       for (int j = 0; j < ATT_BK; j++) acc[j] += x * b[j];
     }
     memcpy(s + r * ATT_BK, acc, sizeof acc);
   }
 }
 
-/* o (nr, d; row stride d) += p m: p[r][j] at p + r * pr + j * pj (so p may be
-   read transposed), m (nj, d; row stride d). Four rows and ATT_CW columns at a
-   time in registers; a column tail narrower than ATT_CW runs plainly. */
-CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t nr, const T *restrict p, int64_t pr,
-                                     int64_t pj, int64_t nj, const T *restrict m, int64_t d) {
-  int64_t c0 = 0;
-  for (; c0 + ATT_CW <= d; c0 += ATT_CW) {
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) {
-      T acc[4][ATT_CW];
-      for (int x = 0; x < 4; x++)
-        for (int c = 0; c < ATT_CW; c++) acc[x][c] = o[(r + x) * d + c0 + c];
-      const T *p0 = p + r * pr, *p1 = p0 + pr, *p2 = p1 + pr, *p3 = p2 + pr;
-      for (int64_t j = 0; j < nj; j++) {
-        const T *mr = m + j * d + c0;
-        T x0 = p0[j * pj], x1 = p1[j * pj], x2 = p2[j * pj], x3 = p3[j * pj];
-        for (int c = 0; c < ATT_CW; c++) {
-          acc[0][c] += x0 * mr[c];
-          acc[1][c] += x1 * mr[c];
-          acc[2][c] += x2 * mr[c];
-          acc[3][c] += x3 * mr[c];
-        }
-      }
-      for (int x = 0; x < 4; x++)
-        for (int c = 0; c < ATT_CW; c++) o[(r + x) * d + c0 + c] = acc[x][c];
-    }
-    for (; r < nr; r++) {
-      T acc[ATT_CW];
-      for (int c = 0; c < ATT_CW; c++) acc[c] = o[r * d + c0 + c];
-      for (int64_t j = 0; j < nj; j++) {
-        const T *mr = m + j * d + c0;
-        T x = p[r * pr + j * pj];
-        for (int c = 0; c < ATT_CW; c++) acc[c] += x * mr[c];
-      }
-      for (int c = 0; c < ATT_CW; c++) o[r * d + c0 + c] = acc[c];
-    }
+/* One pass of tile_acc over columns [c0, c0 + CW) while they fit: four rows
+   and CW columns at a time in registers. */
+#define ATT_ACC_PASS(CW)                                                               \
+  for (; c0 + (CW) <= d; c0 += (CW)) {                                                 \
+    enum { NV = (CW) / ATT_VL };                                                       \
+    int64_t r = 0;                                                                     \
+    for (; r + 4 <= nr; r += 4) {                                                      \
+      ATT(v) acc[4][NV];                                                               \
+      for (int x = 0; x < 4; x++)                                                      \
+        for (int v = 0; v < NV; v++) ATT_LD(acc[x][v], o + (r + x) * ldo + c0 + v * ATT_VL); \
+      const T *p0 = p + r * pr, *p1 = p0 + pr, *p2 = p1 + pr, *p3 = p2 + pr;           \
+      for (int64_t j = 0; j < nj; j++) {                                               \
+        const T *mr = m + j * ldm + c0;                                                \
+        T x0 = p0[j * pj], x1 = p1[j * pj], x2 = p2[j * pj], x3 = p3[j * pj];          \
+        for (int v = 0; v < NV; v++) {                                                 \
+          ATT(v) mv;                                                                   \
+          ATT_LD(mv, mr + v * ATT_VL);                                                 \
+          acc[0][v] += x0 * mv;                                                        \
+          acc[1][v] += x1 * mv;                                                        \
+          acc[2][v] += x2 * mv;                                                        \
+          acc[3][v] += x3 * mv;                                                        \
+        }                                                                              \
+      }                                                                                \
+      for (int x = 0; x < 4; x++)                                                      \
+        for (int v = 0; v < NV; v++) ATT_ST(o + (r + x) * ldo + c0 + v * ATT_VL, acc[x][v]); \
+    }                                                                                  \
+    for (; r < nr; r++) {                                                              \
+      T acc[CW];                                                                       \
+      for (int c = 0; c < (CW); c++) acc[c] = o[r * ldo + c0 + c];                     \
+      for (int64_t j = 0; j < nj; j++) {                                               \
+        const T *mr = m + j * ldm + c0;                                                \
+        T x = p[r * pr + j * pj];                                                      \
+        for (int c = 0; c < (CW); c++) acc[c] += x * mr[c];                            \
+      }                                                                                \
+      for (int c = 0; c < (CW); c++) o[r * ldo + c0 + c] = acc[c];                     \
+    }                                                                                  \
   }
+
+/* o (nr, d; row stride ldo) += p m: p[r][j] at p + r * pr + j * pj (so p may be
+   read transposed), m (nj, d; row stride ldm). Passes of ATT_CW columns, then
+   of ATT_CW / 2 (a head dim of 32), in registers; a narrower tail runs plainly.
+   Each element sums its products in j's order in every path. */
+ATT_FMA CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t ldo, int64_t nr, const T *restrict p,
+                                     int64_t pr, int64_t pj, int64_t nj, const T *restrict m,
+                                     int64_t ldm, int64_t d) {
+  int64_t c0 = 0;
+  ATT_ACC_PASS(ATT_CW)
+  ATT_ACC_PASS(ATT_CW / 2)
   if (c0 < d)
     for (int64_t r = 0; r < nr; r++)
       for (int64_t j = 0; j < nj; j++) {
         T x = p[r * pr + j * pj];
-        for (int64_t c = c0; c < d; c++) o[r * d + c] += x * m[j * d + c];
+        for (int64_t c = c0; c < d; c++) o[r * ldo + c] += x * m[j * ldm + c];
       }
 }
+#undef ATT_ACC_PASS
 
 /* How many keys of the block [kb, kb + kn) query i sees. */
 static inline int64_t ATT(visible)(int64_t i, int64_t kb, int64_t kn, int64_t off, bool causal) {
@@ -143,13 +170,14 @@ ATT_NOTRAP CPU_CLONES static void ATT(bwd_row)(T *restrict ps, T *restrict pd, i
 
 /* The forward over queries [i0, i1) of one head: the scores of a key block as one
    tile, a running max m and sum l per row (the online softmax), the output
-   accumulated in acc and rescaled when a row's max grows. Scratch: kt (d *
-   ATT_BK), s (ATT_BQ * ATT_BK), acc ((i1 - i0) * d), m and l (i1 - i0). */
-static void ATT(fwd_rows)(T *restrict out, T *restrict lse, const T *restrict q,
-                          const T *restrict k, const T *restrict v, int64_t i0, int64_t i1,
-                          int64_t tk, int64_t d, int64_t off, bool causal, T scale,
-                          T *restrict kt, T *restrict s, T *restrict acc, T *restrict m,
-                          T *restrict l) {
+   accumulated in acc and rescaled when a row's max grows. The row strides of
+   out, q, k and v are so, sq, sk, sv; q points at query i0. Scratch: kt (d * ATT_BK), s (ATT_BQ *
+   ATT_BK), acc ((i1 - i0) * d), m and l (i1 - i0). */
+static void ATT(fwd_rows)(T *restrict out, int64_t so, T *restrict lse, const T *restrict q,
+                          int64_t sq, const T *restrict k, int64_t sk, const T *restrict v,
+                          int64_t sv, int64_t i0, int64_t i1, int64_t tk, int64_t d, int64_t off,
+                          bool causal, T scale, T *restrict kt, T *restrict s, T *restrict acc,
+                          T *restrict m, T *restrict l) {
   int64_t nr = i1 - i0;
   for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0;
   for (int64_t c = 0; c < nr * d; c++) acc[c] = 0;
@@ -157,15 +185,15 @@ static void ATT(fwd_rows)(T *restrict out, T *restrict lse, const T *restrict q,
   if (kend > tk) kend = tk;
   for (int64_t kb = 0; kb < kend; kb += ATT_BK) {
     int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK;
-    ATT(transpose)(kt, k + kb * d, kn, d);
-    ATT(tile_abt)(s, q + i0 * d, nr, kt, d);
+    ATT(transpose)(kt, k + kb * sk, kn, d, sk);
+    ATT(tile_abt)(s, q, nr, kt, d, sq);
     for (int64_t r = 0; r < nr; r++) /* scores -> probabilities under the running max */
       ATT(online_row)(s + r * ATT_BK, ATT(visible)(i0 + r, kb, kn, off, causal), kn, scale,
                       &m[r], &l[r], acc + r * d, d);
-    ATT(tile_acc)(acc, nr, s, ATT_BK, 1, kn, v + kb * d, d);
+    ATT(tile_acc)(acc, d, nr, s, ATT_BK, 1, kn, v + kb * sv, sv, d);
   }
   for (int64_t r = 0; r < nr; r++) {
-    T *o = out + (i0 + r) * d;
+    T *o = out + (i0 + r) * so;
     if (l[r] > 0) {
       T inv = 1 / l[r];
       for (int64_t c = 0; c < d; c++) o[c] = acc[r * d + c] * inv;
@@ -177,14 +205,26 @@ static void ATT(fwd_rows)(T *restrict out, T *restrict lse, const T *restrict q,
   }
 }
 
-static zorch_status ATT(fwd)(T *out, T *lse, const T *q, const T *k, const T *v, int64_t bh,
-                             int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
+/* dst (rows, d) contiguous = the rows of src, ld apart. Strided heads are
+   copied a head (or query block) at a time into thread scratch that stays in
+   cache: read in place, rows 3C apart (a fused projection's) map to a few
+   cache sets, and the column-wise reads of the key transposes missed L1. */
+static void ATT(pack)(T *restrict dst, const T *restrict src, int64_t rows, int64_t ld, int64_t d) {
+  for (int64_t r = 0; r < rows; r++) memcpy(dst + r * d, src + r * ld, sizeof(T) * (size_t)d);
+}
+
+static zorch_status ATT(fwd)(T *out, const att_lay *lo, T *lse, const T *q, const att_lay *lq,
+                             const T *k, const att_lay *lk, const T *v, const att_lay *lv,
+                             int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
   int64_t nqb = (tq + ATT_BQ - 1) / ATT_BQ, off = tk - tq;
   bool oom = false;
   bool par = bh * tq * tk * d >= CPU_GRAIN;
+  bool pack = lq->st != d || lk->st != d || lv->st != d; /* strided inputs: copied per item */
 #pragma omp parallel if (par)
   {
-    T *buf = malloc(sizeof(T) * (size_t)(d * ATT_BK + ATT_BQ * ATT_BK + ATT_BQ * d + 2 * ATT_BQ));
+    size_t nbuf = (size_t)(d * ATT_BK + ATT_BQ * ATT_BK + ATT_BQ * d + 2 * ATT_BQ);
+    if (pack) nbuf += (size_t)(ATT_BQ * d + 2 * tk * d);
+    T *buf = malloc(sizeof(T) * nbuf);
     if (!buf) {
 #pragma omp atomic write
       oom = true;
@@ -195,8 +235,21 @@ static zorch_status ATT(fwd)(T *out, T *lse, const T *q, const T *k, const T *v,
       int64_t h = w / nqb, i0 = (w % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq;
       T *kt = buf, *s = kt + d * ATT_BK, *acc = s + ATT_BQ * ATT_BK, *m = acc + ATT_BQ * d;
       T *l = m + ATT_BQ;
-      ATT(fwd_rows)(out + h * tq * d, lse + h * tq, q + h * tq * d, k + h * tk * d,
-                    v + h * tk * d, i0, i1, tk, d, off, causal, scale, kt, s, acc, m, l);
+      const T *qh = q + att_head(lq, h), *kh = k + att_head(lk, h), *vh = v + att_head(lv, h);
+      int64_t sq = lq->st, sk = lk->st, sv = lv->st;
+      qh += i0 * sq;
+      if (pack) { /* this item's queries, and the key blocks they see */
+        T *qp = l + ATT_BQ, *kp = qp + ATT_BQ * d, *vp = kp + tk * d;
+        int64_t kend = causal ? i1 + off : tk;
+        kend = kend < 0 ? 0 : (kend + ATT_BK - 1) / ATT_BK * ATT_BK;
+        kend = kend > tk ? tk : kend;
+        ATT(pack)(qp, qh, i1 - i0, sq, d);
+        ATT(pack)(kp, kh, kend, sk, d);
+        ATT(pack)(vp, vh, kend, sv, d);
+        qh = qp, kh = kp, vh = vp, sq = sk = sv = d;
+      }
+      ATT(fwd_rows)(out + att_head(lo, h), lo->st, lse + h * tq, qh, sq, kh, sk, vh, sv, i0, i1,
+                    tk, d, off, causal, scale, kt, s, acc, m, l);
     }
     free(buf);
   }
@@ -210,25 +263,27 @@ static zorch_status ATT(fwd)(T *out, T *lse, const T *q, const T *k, const T *v,
    dvb += P^T dO and dkb += dS^T Q (the block's, when not NULL) and dq += dS K
    (the head's, when not NULL). kt and vt hold the block's K and V transposed.
    Each element's sums run in the same order whichever caller splits the work,
-   so the results do not depend on it. Scratch: s and dp (ATT_BQ * ATT_BK). */
+   so the results do not depend on it. dkb and dvb have row stride d; dq, g, q
+   and k the strides in st (dq, g, q, k). Scratch: s and dp (ATT_BQ * ATT_BK). */
 static void ATT(bwd_block)(T *restrict dq, T *restrict dkb, T *restrict dvb,
                            const T *restrict g, const T *restrict q, const T *restrict k,
-                           const T *restrict lse, const T *restrict dsum, int64_t kb,
-                           int64_t kn, int64_t i0, int64_t i1, int64_t off, int64_t d,
-                           bool causal, T scale, const T *restrict kt, const T *restrict vt,
-                           T *restrict s, T *restrict dp) {
+                           const int64_t *st, const T *restrict lse, const T *restrict dsum,
+                           int64_t kb, int64_t kn, int64_t i0, int64_t i1, int64_t off,
+                           int64_t d, bool causal, T scale, const T *restrict kt,
+                           const T *restrict vt, T *restrict s, T *restrict dp) {
+  int64_t sdq = st[0], sg = st[1], sq = st[2], sk = st[3];
   for (int64_t ib = i0; ib < i1; ib += ATT_BQ) {
     int64_t nr = i1 - ib < ATT_BQ ? i1 - ib : ATT_BQ;
-    ATT(tile_abt)(s, q + ib * d, nr, kt, d);
-    ATT(tile_abt)(dp, g + ib * d, nr, vt, d);
+    ATT(tile_abt)(s, q + ib * sq, nr, kt, d, sq);
+    ATT(tile_abt)(dp, g + ib * sg, nr, vt, d, sg);
     for (int64_t r = 0; r < nr; r++) { /* s becomes P, dp becomes dS */
       int64_t i = ib + r, lim = ATT(visible)(i, kb, kn, off, causal);
       ATT(bwd_row)(s + r * ATT_BK, dp + r * ATT_BK, lse[i] == -INFINITY ? 0 : lim, kn, scale,
                    lse[i], dsum[i]);
     }
-    if (dvb) ATT(tile_acc)(dvb, kn, s, 1, ATT_BK, nr, g + ib * d, d);
-    if (dkb) ATT(tile_acc)(dkb, kn, dp, 1, ATT_BK, nr, q + ib * d, d);
-    if (dq) ATT(tile_acc)(dq + ib * d, nr, dp, ATT_BK, 1, kn, k + kb * d, d);
+    if (dvb) ATT(tile_acc)(dvb, d, kn, s, 1, ATT_BK, nr, g + ib * sg, sg, d);
+    if (dkb) ATT(tile_acc)(dkb, d, kn, dp, 1, ATT_BK, nr, q + ib * sq, sq, d);
+    if (dq) ATT(tile_acc)(dq + ib * sdq, sdq, nr, dp, ATT_BK, 1, kn, k + kb * sk, sk, d);
   }
 }
 
@@ -238,11 +293,14 @@ static inline int64_t ATT(first_query)(int64_t kb, int64_t off, bool causal) {
 }
 
 /* dsum (bh * tq) = rowsum(dO * O), every row. */
-static void ATT(row_dots)(T *dsum, const T *g, const T *o, int64_t rows, int64_t d) {
-#pragma omp parallel for if (rows * d >= CPU_GRAIN)
-  for (int64_t i = 0; i < rows; i++) {
+static void ATT(row_dots)(T *dsum, const T *g, const att_lay *lg, const T *o, const att_lay *lo,
+                          int64_t bh, int64_t tq, int64_t d) {
+#pragma omp parallel for if (bh * tq * d >= CPU_GRAIN)
+  for (int64_t i = 0; i < bh * tq; i++) {
+    int64_t h = i / tq, t = i % tq;
+    const T *gr = g + att_head(lg, h) + t * lg->st, *orow = o + att_head(lo, h) + t * lo->st;
     T acc = 0;
-    for (int64_t c = 0; c < d; c++) acc += g[i * d + c] * o[i * d + c];
+    for (int64_t c = 0; c < d; c++) acc += gr[c] * orow[c];
     dsum[i] = acc;
   }
 }
@@ -261,83 +319,131 @@ static T *ATT(scratch_new)(ATT(scratch) *w, int64_t d) {
   return buf;
 }
 
-/* dK and dV of key block kb of a head (and dQ += its part when dq is given). */
-static void ATT(bwd_keys)(T *dq, T *dk, T *dv, const T *g, const T *q, const T *k, const T *v,
-                          const T *lse, const T *dsum, int64_t kb, int64_t tq, int64_t tk,
-                          int64_t d, bool causal, T scale, ATT(scratch) *w) {
+/* One head's pointers and row strides in the backward: dq, g, q, k (in
+   bwd_block's order), then dk, dv, v. */
+typedef struct {
+  T *dq, *dk, *dv;
+  const T *g, *q, *k, *v;
+  int64_t st[7];
+} ATT(head);
+
+static ATT(head) ATT(head_at)(T *dq, const att_lay *ldq, T *dk, const att_lay *ldk, T *dv,
+                              const att_lay *ldv, const T *g, const att_lay *lg, const T *q,
+                              const att_lay *lq, const T *k, const att_lay *lk, const T *v,
+                              const att_lay *lv, int64_t h) {
+  return (ATT(head)){.dq = dq + att_head(ldq, h), .dk = dk + att_head(ldk, h),
+                     .dv = dv + att_head(ldv, h), .g = g + att_head(lg, h),
+                     .q = q + att_head(lq, h), .k = k + att_head(lk, h), .v = v + att_head(lv, h),
+                     .st = {ldq->st, lg->st, lq->st, lk->st, ldk->st, ldv->st, lv->st}};
+}
+
+/* dK and dV of key block kb of a head (and dQ += its part when with_dq). */
+static void ATT(bwd_keys)(const ATT(head) *hd, bool with_dq, const T *lse, const T *dsum,
+                          int64_t kb, int64_t tq, int64_t tk, int64_t d, bool causal, T scale,
+                          ATT(scratch) *w) {
   int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK, off = tk - tq;
-  ATT(transpose)(w->kt, k + kb * d, kn, d);
-  ATT(transpose)(w->vt, v + kb * d, kn, d);
+  int64_t sk = hd->st[3], sdk = hd->st[4], sdv = hd->st[5], sv = hd->st[6];
+  ATT(transpose)(w->kt, hd->k + kb * sk, kn, d, sk);
+  ATT(transpose)(w->vt, hd->v + kb * sv, kn, d, sv);
   for (int64_t c = 0; c < kn * d; c++) w->dkb[c] = 0, w->dvb[c] = 0;
-  ATT(bwd_block)(dq, w->dkb, w->dvb, g, q, k, lse, dsum, kb, kn, ATT(first_query)(kb, off, causal),
-                 tq, off, d, causal, scale, w->kt, w->vt, w->s, w->dp);
-  memcpy(dk + kb * d, w->dkb, sizeof(T) * (size_t)(kn * d));
-  memcpy(dv + kb * d, w->dvb, sizeof(T) * (size_t)(kn * d));
+  ATT(bwd_block)(with_dq ? hd->dq : NULL, w->dkb, w->dvb, hd->g, hd->q, hd->k, hd->st, lse, dsum,
+                 kb, kn, ATT(first_query)(kb, off, causal), tq, off, d, causal, scale, w->kt,
+                 w->vt, w->s, w->dp);
+  for (int64_t r = 0; r < kn; r++) {
+    memcpy(hd->dk + (kb + r) * sdk, w->dkb + r * d, sizeof(T) * (size_t)d);
+    memcpy(hd->dv + (kb + r) * sdv, w->dvb + r * d, sizeof(T) * (size_t)d);
+  }
 }
 
 /* The backward. With a head per thread or more, a thread takes whole heads
    (walking the key blocks, dQ summed in place). With fewer heads than threads,
    two passes share the work out finer: dK and dV per (head, key block), then
    dQ per (head, query block), which recomputes the scores once more. */
-static zorch_status ATT(bwd)(T *dq, T *dk, T *dv, const T *g, const T *q, const T *k,
-                             const T *v, const T *o, const T *lse, int64_t bh, int64_t tq,
-                             int64_t tk, int64_t d, bool causal, T scale) {
+static zorch_status ATT(bwd)(T *dq, const att_lay *ldq, T *dk, const att_lay *ldk, T *dv,
+                             const att_lay *ldv, const T *g, const att_lay *lg, const T *q,
+                             const att_lay *lq, const T *k, const att_lay *lk, const T *v,
+                             const att_lay *lv, const T *o, const att_lay *lo, const T *lse,
+                             int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
   bool oom = false;
   bool par = bh * tq * tk * d >= CPU_GRAIN;
   bool split = par && bh < cpu_threads();
   int64_t nkb = (tk + ATT_BK - 1) / ATT_BK, nqb = (tq + ATT_BQ - 1) / ATT_BQ, off = tk - tq;
   T *dsum = malloc(sizeof(T) * (size_t)(bh * tq > 0 ? bh * tq : 1));
   if (!dsum) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the backward's row sums");
-  ATT(row_dots)(dsum, g, o, bh * tq, d);
-  memset(dq, 0, sizeof(T) * (size_t)(bh * tq * d));
+  ATT(row_dots)(dsum, g, lg, o, lo, bh, tq, d);
+  /* whole heads with strided rows are copied into thread scratch (see pack),
+     dQ summed there and written out once */
+  bool pack = !split && (ldq->st != d || lg->st != d || lq->st != d || lk->st != d || lv->st != d);
+  if (!pack)
+    for (int64_t h = 0; h < bh; h++)
+      for (int64_t t = 0; t < tq; t++) memset(dq + att_head(ldq, h) + t * ldq->st, 0, sizeof(T) * (size_t)d);
+#define HEAD(h) ATT(head_at)(dq, ldq, dk, ldk, dv, ldv, g, lg, q, lq, k, lk, v, lv, h)
 #pragma omp parallel if (par)
   {
     ATT(scratch) w = {0};
     T *buf = ATT(scratch_new)(&w, d);
-    if (!buf) {
+    T *pk = pack ? malloc(sizeof(T) * (size_t)(3 * tq * d + 2 * tk * d)) : NULL;
+    if (!buf || (pack && !pk)) {
 #pragma omp atomic write
       oom = true;
     }
     if (!split) {
 #pragma omp for schedule(dynamic)
       for (int64_t h = 0; h < bh; h++) {
-        if (!buf) continue;
-        int64_t qo = h * tq * d, ko = h * tk * d;
+        if (!buf || (pack && !pk)) continue;
+        ATT(head) hd = HEAD(h);
+        T *dqh = hd.dq;
+        if (pack) {
+          T *qp = pk, *gp = qp + tq * d, *kp = gp + tq * d, *vp = kp + tk * d, *dqp = vp + tk * d;
+          ATT(pack)(qp, hd.q, tq, hd.st[2], d);
+          ATT(pack)(gp, hd.g, tq, hd.st[1], d);
+          ATT(pack)(kp, hd.k, tk, hd.st[3], d);
+          ATT(pack)(vp, hd.v, tk, hd.st[6], d);
+          memset(dqp, 0, sizeof(T) * (size_t)(tq * d));
+          hd.q = qp, hd.g = gp, hd.k = kp, hd.v = vp, hd.dq = dqp;
+          hd.st[0] = hd.st[1] = hd.st[2] = hd.st[3] = hd.st[6] = d;
+        }
         for (int64_t kb = 0; kb < tk; kb += ATT_BK)
-          ATT(bwd_keys)(dq + qo, dk + ko, dv + ko, g + qo, q + qo, k + ko, v + ko, lse + h * tq,
-                        dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
+          ATT(bwd_keys)(&hd, true, lse + h * tq, dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
+        if (pack)
+          for (int64_t t = 0; t < tq; t++)
+            memcpy(dqh + t * ldq->st, hd.dq + t * d, sizeof(T) * (size_t)d);
       }
     } else {
 #pragma omp for schedule(dynamic)
       for (int64_t t = 0; t < bh * nkb; t++) {
         if (!buf) continue;
-        int64_t h = t / nkb, kb = (t % nkb) * ATT_BK, qo = h * tq * d, ko = h * tk * d;
-        ATT(bwd_keys)(NULL, dk + ko, dv + ko, g + qo, q + qo, k + ko, v + ko, lse + h * tq,
-                      dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
+        int64_t h = t / nkb, kb = (t % nkb) * ATT_BK;
+        ATT(head) hd = HEAD(h);
+        ATT(bwd_keys)(&hd, false, lse + h * tq, dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
       }
 #pragma omp for schedule(dynamic)
       for (int64_t t = 0; t < bh * nqb; t++) {
         if (!buf) continue;
         int64_t h = t / nqb, i0 = (t % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq;
-        int64_t qo = h * tq * d, ko = h * tk * d;
+        ATT(head) hd = HEAD(h);
         for (int64_t kb = 0; kb < tk; kb += ATT_BK) {
           int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK, first = ATT(first_query)(kb, off, causal);
           if (first >= i1) break; /* later blocks are hidden from these rows too */
-          ATT(transpose)(w.kt, k + ko + kb * d, kn, d);
-          ATT(transpose)(w.vt, v + ko + kb * d, kn, d);
-          ATT(bwd_block)(dq + qo, NULL, NULL, g + qo, q + qo, k + ko, lse + h * tq, dsum + h * tq, kb,
+          ATT(transpose)(w.kt, hd.k + kb * hd.st[3], kn, d, hd.st[3]);
+          ATT(transpose)(w.vt, hd.v + kb * hd.st[6], kn, d, hd.st[6]);
+          ATT(bwd_block)(hd.dq, NULL, NULL, hd.g, hd.q, hd.k, hd.st, lse + h * tq, dsum + h * tq, kb,
                          kn, first > i0 ? first : i0, i1, off, d, causal, scale, w.kt, w.vt, w.s,
                          w.dp);
         }
       }
     }
-    free(buf);
+    free(buf), free(pk);
   }
+#undef HEAD
   free(dsum);
   if (oom) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the backward's scratch");
   return ZORCH_OK;
 }
 
+#undef ATT_VL
+#undef ATT_LD
+#undef ATT_ST
 #undef ATT
 #undef ATT_CAT
 #undef ATT_CAT_

@@ -29,6 +29,7 @@ const backend cpu_backend = {
     .layer_norm_bwd = cpu_layer_norm_bwd,
     .attention = cpu_attention,
     .attention_bwd = cpu_attention_bwd,
+    .attention_strided = true,
     .batch_norm = cpu_batch_norm,
     .batch_norm_bwd = cpu_batch_norm_bwd,
     .random = cpu_random,

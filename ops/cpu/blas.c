@@ -100,11 +100,12 @@ const blas_api *blas_get(void) {
   return &api;
 }
 
-/* OpenBLAS's line, then what runs the bf16 GEMMs (ops/cpu/dnnl.c). */
-static char full_info[320];
+/* OpenBLAS's line, then what runs the bf16 and float32 GEMMs (ops/cpu/dnnl.c). */
+static char full_info[512];
 static void blas_info_full(void) {
   blas_get();
-  snprintf(full_info, sizeof full_info, "%s; bf16 GEMM: %s", info, dnnl_info());
+  snprintf(full_info, sizeof full_info, "%s; bf16 GEMM: %s; fp32 GEMM: %s", info, dnnl_info(),
+           dnnl_f32_info());
 }
 
 const char *zorch_blas_info(void) {

@@ -1,7 +1,9 @@
-/* dnnl.c: the oneDNN loader and its bf16 matmul. oneDNN's matmul primitive reads
-   and writes bf16 itself and runs its brgemm kernels on AVX512-BF16 (and AMX
-   where present); it is about twice OpenBLAS's float32 GEMM at zorch's shapes
-   (docs/performance.md). Primitives are built once per problem and kept. */
+/* dnnl.c: the oneDNN loader and its matmul, for bf16 and float32. oneDNN's
+   matmul primitive reads and writes bf16 itself and runs its brgemm kernels on
+   AVX512-BF16 (and AMX where present); it is about twice OpenBLAS's float32
+   GEMM at zorch's shapes. In float32 its brgemm kernel beats OpenBLAS's by a
+   few per cent on the large GEMMs (docs/performance.md). Primitives are built
+   once per problem and kept. */
 #include "dnnl.h"
 
 #include <dlfcn.h>
@@ -24,6 +26,7 @@
 #endif
 
 static char info[128] = "none (built without oneDNN's headers)";
+static char f32_info[160] = "OpenBLAS (built without oneDNN's headers)";
 
 #if defined(DNNL_VERSION_MAJOR) && DNNL_VERSION_MAJOR == 2
 
@@ -40,14 +43,15 @@ DNNL_FNS(DECL)
 
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
-static bool ready;
+static bool ready, f32_ready, f32_forced;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 /* One problem at a time: the cache, and oneDNN's shared scratchpad. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* A primitive splits its work for the thread count it was built under, so the
-   count is part of the key: ta, tb, m, n, k, lda, ldb, ldc, bias, threads. */
-#define KEY_N 10
+   count is part of the key: ta, tb, m, n, k, lda, ldb, ldc, bias, threads,
+   float32 (else bf16). */
+#define KEY_N 11
 typedef struct {
   int64_t key[KEY_N];
   dnnl_primitive_t prim;
@@ -61,15 +65,16 @@ static int cache_used, cache_next;
    false when oneDNN has none. Under `lock`. */
 static bool build(const int64_t *key, cached *e, char *impl, size_t impl_n) {
   bool ta = key[0], tb = key[1], bias = key[8];
+  dnnl_data_type_t dt = key[10] ? dnnl_f32 : dnnl_bf16;
   int64_t m = key[2], n = key[3], k = key[4], lda = key[5], ldb = key[6], ldc = key[7];
   dnnl_memory_desc_t *ma = &e->md[0], *mb = &e->md[1], *mc = &e->md[2], *mbias = &e->md[3];
   dnnl_dims_t da = {m, k}, db = {k, n}, dc = {m, n}, dbias = {1, n};
   dnnl_dims_t sa = {ta ? 1 : lda, ta ? lda : 1}, sb = {tb ? 1 : ldb, tb ? ldb : 1},
               sc = {ldc, 1}, sbias = {n, 1};
-  if (p_dnnl_memory_desc_init_by_strides(ma, 2, da, dnnl_bf16, sa) ||
-      p_dnnl_memory_desc_init_by_strides(mb, 2, db, dnnl_bf16, sb) ||
-      p_dnnl_memory_desc_init_by_strides(mc, 2, dc, dnnl_bf16, sc) ||
-      p_dnnl_memory_desc_init_by_strides(mbias, 2, dbias, dnnl_bf16, sbias))
+  if (p_dnnl_memory_desc_init_by_strides(ma, 2, da, dt, sa) ||
+      p_dnnl_memory_desc_init_by_strides(mb, 2, db, dt, sb) ||
+      p_dnnl_memory_desc_init_by_strides(mc, 2, dc, dt, sc) ||
+      p_dnnl_memory_desc_init_by_strides(mbias, 2, dbias, dt, sbias))
     return false;
   dnnl_matmul_desc_t md;
   dnnl_primitive_desc_t pd = NULL;
@@ -80,7 +85,7 @@ static bool build(const int64_t *key, cached *e, char *impl, size_t impl_n) {
   const char *name = NULL;
   if (p_dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) || !name) name = "?";
   if (impl) snprintf(impl, impl_n, "%s", name);
-  /* the reference kernel is slower than converting to float32 */
+  /* the reference kernel is slower than converting to float32 (or OpenBLAS) */
   if (strncmp(name, "ref", 3) != 0 && p_dnnl_primitive_create(&prim, pd)) prim = NULL;
   p_dnnl_primitive_desc_destroy(pd);
   memcpy(e->key, key, sizeof e->key);
@@ -88,10 +93,32 @@ static bool build(const int64_t *key, cached *e, char *impl, size_t impl_n) {
   return prim != NULL;
 }
 
+/* Float32 GEMMs go to oneDNN where its kernel is a brgemm one (not the
+   reference loop) and ZORCH_SGEMM does not say "blas"; "dnnl" asks for it,
+   for every size. */
+static void f32_load(const dnnl_version_t *v, int64_t *key) {
+  const char *want = getenv("ZORCH_SGEMM");
+  bool blas = want && strcmp(want, "blas") == 0, forced = want && strcmp(want, "dnnl") == 0;
+  if (blas) {
+    snprintf(f32_info, sizeof f32_info, "OpenBLAS (ZORCH_SGEMM=blas)");
+    return;
+  }
+  char impl[48] = "none";
+  key[10] = 1;
+  bool probe = build(key, &cache[cache_used], impl, sizeof impl);
+  f32_ready = probe && (forced || strncmp(impl, "brg", 3) == 0);
+  f32_forced = forced;
+  if (probe) cache_used++;
+  snprintf(f32_info, sizeof f32_info, "%s (oneDNN %d.%d.%d matmul, kernel %s)%s",
+           f32_ready ? "oneDNN" : "OpenBLAS", v->major, v->minor, v->patch, impl,
+           f32_ready ? (forced ? " (ZORCH_SGEMM=dnnl)" : "") : " (not used)");
+}
+
 static void load(void) {
   const char *env = getenv("ZORCH_DNNL");
   if (env && strcmp(env, "0") == 0) {
     snprintf(info, sizeof info, "off (ZORCH_DNNL=0)");
+    snprintf(f32_info, sizeof f32_info, "OpenBLAS (oneDNN off: ZORCH_DNNL=0)");
     return;
   }
 #if defined(__SANITIZE_ADDRESS__)
@@ -99,14 +126,17 @@ static void load(void) {
      test the float32 path unless ZORCH_DNNL=1 asks for oneDNN */
   if (!env || strcmp(env, "1") != 0) {
     snprintf(info, sizeof info, "off (sanitizer build; ZORCH_DNNL=1 loads oneDNN)");
+    snprintf(f32_info, sizeof f32_info, "OpenBLAS (oneDNN off in a sanitizer build)");
     return;
   }
 #endif
   void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     snprintf(info, sizeof info, "none (libdnnl.so.2 not found)");
+    snprintf(f32_info, sizeof f32_info, "OpenBLAS (libdnnl.so.2 not found)");
     return;
   }
+  snprintf(f32_info, sizeof f32_info, "OpenBLAS (oneDNN could not be set up)");
 #define LOAD(f) p_##f = (__typeof__(&f))dlsym(h, #f); if (!p_##f) return;
   DNNL_FNS(LOAD)
 #undef LOAD
@@ -119,15 +149,15 @@ static void load(void) {
   if (p_dnnl_engine_create(&engine, dnnl_cpu, 0) ||
       p_dnnl_stream_create(&stream, engine, dnnl_stream_default_flags))
     return;
-  /* a probe problem names the kernel oneDNN picks on this CPU */
+  /* probe problems name the kernels oneDNN picks on this CPU */
   char impl[48] = "none";
-  int64_t key[KEY_N] = {0, 0, 64, 64, 64, 64, 64, 64, 0, THREADS()};
-  bool probe = build(key, &cache[0], impl, sizeof impl);
+  int64_t key[KEY_N] = {0, 0, 64, 64, 64, 64, 64, 64, 0, THREADS(), 0};
+  bool probe = build(key, &cache[cache_used], impl, sizeof impl);
   snprintf(info, sizeof info, "oneDNN %d.%d.%d matmul, kernel %s%s", v->major, v->minor,
            v->patch, impl, probe ? "" : " (not used)");
-  if (!probe) return;
-  cache_used = cache_next = 1;
-  ready = true;
+  if (probe) cache_used++, ready = true;
+  f32_load(v, key);
+  cache_next = cache_used;
 }
 
 bool dnnl_bf16_ready(void) {
@@ -135,11 +165,16 @@ bool dnnl_bf16_ready(void) {
   return ready;
 }
 
-bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
-                    int64_t lda, const uint16_t *b, int64_t ldb, const uint16_t *bias,
-                    uint16_t *c, int64_t ldc) {
-  if (!dnnl_bf16_ready()) return false;
-  int64_t key[KEY_N] = {ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, THREADS()};
+bool dnnl_f32_ready(void) {
+  pthread_once(&once, load);
+  return f32_ready;
+}
+
+/* One matmul of either dtype, through the cache. */
+static bool matmul(bool f32, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                   int64_t lda, const void *b, int64_t ldb, const void *bias, void *c,
+                   int64_t ldc) {
+  int64_t key[KEY_N] = {ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, THREADS(), f32};
   pthread_mutex_lock(&lock);
   cached *e = NULL;
   for (int i = 0; i < cache_used && !e; i++)
@@ -174,6 +209,25 @@ bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uin
   return ok;
 }
 
+bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                    int64_t lda, const uint16_t *b, int64_t ldb, const uint16_t *bias,
+                    uint16_t *c, int64_t ldc) {
+  return dnnl_bf16_ready() && matmul(false, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
+}
+
+/* Below this many multiply-adds a float32 GEMM stays on OpenBLAS: oneDNN's
+   gain there is nil, and building a primitive for a new shape costs some
+   250 us (docs/performance.md), which only larger GEMMs pay back. */
+#define F32_MIN_MACS (1 << 21)
+
+bool dnnl_f32_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, const float *bias, float *c,
+                   int64_t ldc) {
+  if (!dnnl_f32_ready() || (!f32_forced && (double)m * (double)n * (double)k < F32_MIN_MACS))
+    return false;
+  return matmul(true, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
+}
+
 #else /* no oneDNN 2.x headers at build time */
 
 bool dnnl_bf16_ready(void) { return false; }
@@ -185,9 +239,24 @@ bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uin
   (void)bias, (void)c, (void)ldc;
   return false;
 }
+
+bool dnnl_f32_ready(void) { return false; }
+
+bool dnnl_f32_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, const float *bias, float *c,
+                   int64_t ldc) {
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
+  (void)bias, (void)c, (void)ldc;
+  return false;
+}
 #endif
 
 const char *dnnl_info(void) {
   dnnl_bf16_ready();
   return info;
+}
+
+const char *dnnl_f32_info(void) {
+  dnnl_bf16_ready();
+  return f32_info;
 }

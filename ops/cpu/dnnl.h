@@ -18,6 +18,19 @@ bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uin
                     int64_t lda, const uint16_t *b, int64_t ldb, const uint16_t *bias,
                     uint16_t *c, int64_t ldc);
 
-/* What runs the bf16 GEMMs, for zorch_blas_info. */
+/* True when float32 GEMMs go to oneDNN's matmul: a brgemm kernel was found
+   (not the reference loop), oneDNN is on, and ZORCH_SGEMM is not "blas"
+   ("dnnl" takes whatever kernel oneDNN has). */
+bool dnnl_f32_ready(void);
+
+/* The same matmul in float32 (bias (n) float32 or NULL); false when oneDNN is
+   not used for float32, the problem is small (under 2^21 multiply-adds, unless
+   ZORCH_SGEMM=dnnl) or oneDNN refused it: the caller runs OpenBLAS. */
+bool dnnl_f32_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, const float *bias, float *c,
+                   int64_t ldc);
+
+/* What runs the bf16 and the float32 GEMMs, for zorch_blas_info. */
 const char *dnnl_info(void);
+const char *dnnl_f32_info(void);
 #endif

@@ -1,6 +1,8 @@
 /* gemm.c: CPU matrix multiply through BLAS, with a plain loop nest where no BLAS
    library is present. bfloat16 runs on oneDNN's bf16 matmul (ops/cpu/dnnl.c)
-   where it is loaded; 16-bit GEMMs otherwise convert through float32. */
+   where it is loaded; 16-bit GEMMs otherwise convert through float32. float32
+   GEMMs without alpha or beta (linear, matmul) run on oneDNN's matmul where
+   dnnl_f32_ready says so, the rest on BLAS. */
 #include <stdlib.h>
 
 #include "../math.h"
@@ -109,6 +111,11 @@ zorch_status cpu_gemm(const gemm_args *g) {
     return err_set(ZORCH_ERR_DTYPE, "matmul: no CPU kernel for dtype %s", zorch_dtype_name(g->dt));
   if (g->bias && beta != 0)
     return err_set(ZORCH_ERR_ARG, "matmul: a bias epilogue needs beta = 0");
+  if (g->dt == ZORCH_F32 && k > 0 && alpha == 1 && beta == 0 &&
+      dnnl_f32_gemm(ta, tb, m, n, k, a, lda, b, ldb, g->bias, c, ldc)) {
+    if (g->relu) { EPI_RELU(float) }
+    return ZORCH_OK;
+  }
   if (g->bias) {
     if (g->dt == ZORCH_F32) { EPI_BIAS(float) } else { EPI_BIAS(double) }
     beta = 1;

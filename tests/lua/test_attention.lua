@@ -241,4 +241,58 @@ do
   tap.ok(table.concat(nxt:size(), ",") == "2,1" and nxt:dtype() == "int64", "multinomial on (B, V) softmax rows")
 end
 
+-- ---- heads viewed in place: q, k, v as strided views of a fused projection ------------
+-- The CPU kernels read strided rows: the heads of a (B, T, 3C) projection,
+-- narrowed and transposed, need no copies, and the result must be the same,
+-- bit for bit, as from contiguous copies of them; the output is laid out as
+-- (B, T, H, D), so transpose(2, 3) and reshape(B, T, C) are views.
+-- (at 8 threads, more than B * H = 6 heads, the backward splits each head's
+-- work in two passes and reads the heads in place; fewer, it copies a head at
+-- a time into scratch)
+local threads0 = zorch.get_num_threads()
+for _, case in ipairs({{"float32", threads0}, {"float64", threads0}, {"float32", 8}}) do
+  local dt = case[1]
+  zorch.set_num_threads(case[2])
+  local B, T, H, D = 2, 70, 3, 8
+  local C = H * D
+  local w = zorch.randn(B, T, C, {dtype = dt})
+  local function run(copy, expand)
+    zorch.manual_seed(5)
+    local qkv = zorch.randn(B, T, 3 * C, {dtype = dt})
+    qkv:requires_grad_(true)
+    local function heads(i)
+      local h = qkv:narrow(3, i * C + 1, C):view(B, T, H, D):transpose(2, 3)
+      if expand then h = h:narrow(2, 1, 1):expand(B, H, T, D) end
+      return copy and h:contiguous() or h
+    end
+    local y = zorch.attention(heads(0), heads(1), heads(2), {causal = true})
+    local yt = y:transpose(2, 3)
+    local viewed = yt:is_contiguous()
+    zorch.sum(yt:reshape(B, T, C) * w):backward()
+    return y, qkv.grad, viewed
+  end
+  local y1, g1 = run(true)
+  local y2, g2, viewed = run(false)
+  local name = ("%s, %d threads"):format(dt, case[2])
+  tap.close(y2, y1, 0, name .. ": attention on in-place heads equals attention on copies")
+  tap.close(g2, g1, 0, name .. ": the gradient of the fused projection is the same")
+  tap.ok(viewed, name .. ": the output transposed back to (B, T, H, D) is contiguous")
+  local y3, g3 = run(true, true)
+  local y4, g4 = run(false, true)
+  tap.close(y4, y3, 0, name .. ": broadcast heads (stride 0) read in place")
+  tap.close(g4, g3, 0, name .. ": and their gradients summed over the broadcast heads")
+  -- (BH, T, D) heads of a (T, BH, D) tensor, transposed
+  local x = zorch.randn(T, B * H, 3 * D, {dtype = dt})
+  local q, k, v = x:narrow(3, 1, D):transpose(1, 2), x:narrow(3, D + 1, D):transpose(1, 2),
+                  x:narrow(3, 2 * D + 1, D):transpose(1, 2)
+  tap.close(zorch.attention(q, k, v), zorch.attention(q:contiguous(), k:contiguous(), v:contiguous()),
+            0, name .. ": 3-d strided heads")
+  -- the last 5 queries over all T keys (a cache's shape), causal, in place
+  local q5 = x:narrow(1, T - 4, 5):narrow(3, 1, D):transpose(1, 2)
+  tap.close(zorch.attention(q5, k, v, {causal = true}),
+            zorch.attention(q5:contiguous(), k:contiguous(), v:contiguous(), {causal = true}),
+            0, name .. ": 5 strided queries over " .. T .. " keys, causal")
+end
+zorch.set_num_threads(threads0)
+
 tap.done()
