@@ -12,12 +12,10 @@ local nn = zorch.nn
 
 local bin, run = tap.zorch(), tap.run
 -- The runs compared here sum the same products in other orders (a row-parallel
--- layer adds two half-length dot products); the tolerances below are what
--- OpenBLAS's float32 GEMM gives after 20 Adam steps. oneDNN's, where zorch
--- uses it, splits its sums differently again (the final weights of one process
--- and of (tensor 2, data 2) differ by 1.6e-5 there, against 7.7e-6): the
--- processes run OpenBLAS, so the tolerances keep their meaning.
-bin = "ZORCH_SGEMM=blas " .. bin
+-- layer adds two half-length dot products, and the GEMM library splits its
+-- sums by shape); after 20 Adam steps the final weights of one process and of
+-- (tensor 2, data 2) differ by up to 7.7e-6 relative through OpenBLAS and
+-- 1.6e-5 through oneDNN's float32 matmul: the weights' bound, 3e-5, covers both.
 local tmp = tap.tmpdir()
 
 -- ---- one process: a group of 1, and bad arguments -----------------------------------------------
@@ -161,7 +159,7 @@ do
       if r > w then w, worst_name = r, k end
     end
   end
-  tap.ok(n == 52 and shapes and w <= 1e-5 and wb <= 5e-5,
+  tap.ok(n == 52 and shapes and w <= 3e-5 and wb <= 5e-5,
     ("zorch consolidate of the (tensor 2, data 2) checkpoint: the full model, its %d tensors equal one process's " ..
      "(worst relative %.2g, %s; biases %.2g)"):format(n, w, worst_name, wb))
 end
