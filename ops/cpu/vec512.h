@@ -1,0 +1,212 @@
+/* vec512.h: vec.h's float32 math written out in AVX-512 registers (FMA,
+   vscalefps for 2^n, masked loads and stores for the tails), and the 16-bit
+   conversions of ops/math.h on 16 values at a time. GCC's vectorisation of
+   vec.h (target_clones) turned its selects into masked operations without FMA
+   and spilled the constants; written by hand the same algorithms take about
+   half the instructions.
+
+   Every function here gives each lane what it gives that value in any other
+   lane or call: a 16-bit kernel that widens, computes here and narrows once
+   equals the float32 kernel on the widened tensor, rounded once. The code
+   runs where zv512_ok() says the CPU has AVX-512 (F, BW, VL, DQ); elsewhere
+   the callers keep vec.h's portable loops. The two agree within a float32
+   rounding or two (FMA), not bit for bit. */
+#ifndef ZORCH_OPS_CPU_VEC512_H
+#define ZORCH_OPS_CPU_VEC512_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(ZORCH_NO_AVX512)
+#define ZV512 1
+#include <immintrin.h>
+
+#define ZV512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define ZV512_FN static inline ZV512_TARGET
+
+/* Whether this CPU runs the code below (asked once per file). */
+static inline bool zv512_ok(void) {
+  static int ok = -1;
+  if (ok < 0) {
+    __builtin_cpu_init();
+    ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }
+  return ok;
+}
+
+#define ZV_C(v) _mm512_set1_ps(v)
+
+/* Lanes 0..n-1 of 16 (n <= 16). */
+static inline __mmask16 zv512_mask(int64_t n) {
+  return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+/* ---- 16-bit loads and stores: ops/math.h's conversions, bit for bit ---------- */
+ZV512_FN __m512 zv16_ld_bf16(const uint16_t *p, __mmask16 m) {
+  __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+/* Round to nearest even; a NaN keeps its top bits, made quiet. */
+ZV512_FN void zv16_st_bf16(uint16_t *p, __m512 f, __mmask16 m) {
+  __m512i u = _mm512_castps_si512(f);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+  __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r));
+}
+
+/* F16C's conversion, with a NaN's payload kept as zm_f16_to_f32 keeps it
+   (the instruction would set the quiet bit). */
+ZV512_FN __m512 zv16_ld_f16(const uint16_t *p, __mmask16 m) {
+  __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  __m512 f = _mm512_cvtph_ps(h);
+  __m512i w = _mm512_cvtepu16_epi32(h);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(w, _mm512_set1_epi32(0x7fff)), _mm512_set1_epi32(0x7c00));
+  if (nan) {
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x8000)), 16);
+    __m512i man = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x3ff)), 13);
+    __m512i b = _mm512_or_si512(_mm512_or_si512(sign, man), _mm512_set1_epi32(0x7f800000));
+    f = _mm512_mask_blend_ps(nan, f, _mm512_castsi512_ps(b));
+  }
+  return f;
+}
+
+/* Round to nearest even (subnormal halves included); every NaN becomes the
+   quiet NaN of its sign, as zm_f32_to_f16 writes it. */
+ZV512_FN void zv16_st_f16(uint16_t *p, __m512 f, __mmask16 m) {
+  __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  if (nan) {
+    __m512i sign = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(f), 16), _mm512_set1_epi32(0x8000));
+    __m256i q = _mm512_cvtepi32_epi16(_mm512_or_si512(sign, _mm512_set1_epi32(0x7e00)));
+    h = _mm256_mask_blend_epi16(nan, h, q);
+  }
+  _mm256_mask_storeu_epi16(p, m, h);
+}
+
+/* 16-bit values of either kind (bf: bfloat16, else float16). */
+ZV512_FN __m512 zv16_ld(const uint16_t *p, __mmask16 m, bool bf) {
+  return bf ? zv16_ld_bf16(p, m) : zv16_ld_f16(p, m);
+}
+ZV512_FN void zv16_st(uint16_t *p, __m512 f, __mmask16 m, bool bf) {
+  if (bf) zv16_st_bf16(p, f, m);
+  else zv16_st_f16(p, f, m);
+}
+
+/* ---- the math --------------------------------------------------------------- */
+/* e^x as zv_expf: x = n ln2 + r, e^r = 1 + r + r^2 P(r) (Cephes' degree-5 P),
+   2^n by vscalefps (which rounds a subnormal result once); +inf above the
+   range, NaN kept (vminps/vmaxps return their second operand on a NaN). */
+ZV512_FN __m512 zv16_expf(__m512 x) {
+  const __m512 hi = ZV_C(88.72283935546875f);
+  __m512 xc = _mm512_min_ps(hi, _mm512_max_ps(ZV_C(-104.0f), x));
+  __m512 kf = _mm512_roundscale_ps(_mm512_mul_ps(xc, ZV_C(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(kf, ZV_C(0.693359375f), xc);
+  r = _mm512_fmadd_ps(kf, ZV_C(2.12194440e-4f), r);
+  __m512 p = ZV_C(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, ZV_C(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, ZV_C(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, ZV_C(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, ZV_C(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, ZV_C(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), ZV_C(1.0f));
+  __m512 e = _mm512_scalef_ps(p, kf);
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), e, ZV_C(INFINITY));
+}
+
+/* 1 + erf(z) for |z| < 0.5 (zv_erf_small's series). */
+ZV512_FN __m512 zv16_one_erf_small(__m512 z) {
+  __m512 z2 = _mm512_mul_ps(z, z);
+  __m512 s = ZV_C(1.0f / 9360.0f);
+  s = _mm512_fmadd_ps(s, z2, ZV_C(-1.0f / 1320.0f));
+  s = _mm512_fmadd_ps(s, z2, ZV_C(1.0f / 216.0f));
+  s = _mm512_fmadd_ps(s, z2, ZV_C(-1.0f / 42.0f));
+  s = _mm512_fmadd_ps(s, z2, ZV_C(1.0f / 10.0f));
+  s = _mm512_fmadd_ps(s, z2, ZV_C(-1.0f / 3.0f));
+  s = _mm512_fmadd_ps(s, z2, ZV_C(1.0f));
+  return _mm512_fmadd_ps(_mm512_mul_ps(z, ZV_C(1.12837916709551257f)), s, ZV_C(1.0f));
+}
+
+/* erfc(|x| / sqrt 2) for |x| / sqrt 2 >= 0.5, zv_phi2's way: e^{-x^2/2} in two
+   exact-argument factors times P(1 / (1 + a/2)). */
+ZV512_FN __m512 zv16_erfc_tail(__m512 x) {
+  __m512 ax = _mm512_min_ps(ZV_C(14.9f), _mm512_abs_ps(x));
+  __m512 a = _mm512_mul_ps(ax, ZV_C(0.70710678118654752f));
+  __m512 t = _mm512_div_ps(ZV_C(1.0f), _mm512_fmadd_ps(a, ZV_C(0.5f), ZV_C(1.0f)));
+  __m512 p = ZV_C(-2.006621141e-02f);
+  p = _mm512_fmadd_ps(p, t, ZV_C(1.574590091e-02f));
+  p = _mm512_fmadd_ps(p, t, ZV_C(1.738663550e-01f));
+  p = _mm512_fmadd_ps(p, t, ZV_C(-4.101081862e-01f));
+  p = _mm512_fmadd_ps(p, t, ZV_C(2.616697804e-01f));
+  p = _mm512_fmadd_ps(p, t, ZV_C(-3.894832862e-02f));
+  p = _mm512_fmadd_ps(p, t, ZV_C(2.132467723e-01f));
+  p = _mm512_fmadd_ps(p, t, ZV_C(2.395238047e-01f));
+  p = _mm512_fmadd_ps(p, t, ZV_C(2.830125281e-01f));
+  p = _mm512_fmadd_ps(p, t, ZV_C(2.820284756e-01f));
+  p = _mm512_fmadd_ps(p, t, ZV_C(2.099559453e-06f));
+  __m512 h = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(ax), _mm512_set1_epi32((int)0xfffff000)));
+  __m512 l = _mm512_sub_ps(ax, h);
+  __m512 d = _mm512_mul_ps(_mm512_mul_ps(l, ZV_C(-0.5f)), _mm512_add_ps(ax, h));
+  __m512 ed = ZV_C(1.0f / 120.0f);
+  ed = _mm512_fmadd_ps(ed, d, ZV_C(1.0f / 24.0f));
+  ed = _mm512_fmadd_ps(ed, d, ZV_C(1.0f / 6.0f));
+  ed = _mm512_fmadd_ps(ed, d, ZV_C(0.5f));
+  ed = _mm512_fmadd_ps(ed, d, ZV_C(1.0f));
+  ed = _mm512_fmadd_ps(ed, d, ZV_C(1.0f));
+  __m512 e = zv16_expf(_mm512_mul_ps(_mm512_mul_ps(h, h), ZV_C(-0.5f)));
+  return _mm512_mul_ps(_mm512_mul_ps(p, e), ed);
+}
+
+/* 2 Phi(x) = 1 + erf(x / sqrt 2), relative accuracy kept for x << 0. A vector
+   whose lanes all lie on one side of |x / sqrt 2| = 0.5 computes one branch. */
+ZV512_FN __m512 zv16_phi2(__m512 x) {
+  __m512 z = _mm512_mul_ps(x, ZV_C(0.70710678118654752f));
+  __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(z), ZV_C(0.5f), _CMP_LT_OQ);
+  if (small == 0xffff) return zv16_one_erf_small(z);
+  __m512 c = zv16_erfc_tail(x);
+  __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+  __m512 big = _mm512_mask_blend_ps(neg, _mm512_sub_ps(ZV_C(2.0f), c), c);
+  if (!small) return big;
+  return _mm512_mask_blend_ps(small, big, zv16_one_erf_small(z));
+}
+
+ZV512_FN __m512 zv16_gelu(__m512 x) {
+  return _mm512_mul_ps(_mm512_mul_ps(x, ZV_C(0.5f)), zv16_phi2(x));
+}
+
+/* g (Phi(x) + x phi(x)) */
+ZV512_FN __m512 zv16_gelu_bwd(__m512 g, __m512 x) {
+  __m512 cdf = _mm512_mul_ps(zv16_phi2(x), ZV_C(0.5f));
+  __m512 pdf = _mm512_mul_ps(zv16_expf(_mm512_mul_ps(_mm512_mul_ps(x, ZV_C(-0.5f)), x)),
+                             ZV_C(0.39894228040143267794f));
+  return _mm512_mul_ps(g, _mm512_fmadd_ps(x, pdf, cdf));
+}
+
+/* x / (1 + e^{-2u}), u = k (x + 0.044715 x^3) */
+ZV512_FN __m512 zv16_gelu_tanh_u(__m512 x, __m512 x2) {
+  return _mm512_mul_ps(_mm512_fmadd_ps(_mm512_mul_ps(x2, ZV_C(0.044715f)), x, x),
+                       ZV_C(0.79788456080286535588f));
+}
+ZV512_FN __m512 zv16_gelu_tanh(__m512 x) {
+  __m512 u = zv16_gelu_tanh_u(x, _mm512_mul_ps(x, x));
+  __m512 e = zv16_expf(_mm512_mul_ps(u, ZV_C(-2.0f)));
+  return _mm512_div_ps(x, _mm512_add_ps(e, ZV_C(1.0f)));
+}
+
+/* zv_gelu_tanh_bwd: g s (1 + 2 x (1 - s) du/dx), 1 - s = e s. */
+ZV512_FN __m512 zv16_gelu_tanh_bwd(__m512 g, __m512 x) {
+  __m512 x2 = _mm512_mul_ps(x, x);
+  __m512 e = zv16_expf(_mm512_mul_ps(zv16_gelu_tanh_u(x, x2), ZV_C(-2.0f)));
+  __m512 s = _mm512_div_ps(ZV_C(1.0f), _mm512_add_ps(e, ZV_C(1.0f)));
+  __m512 du = _mm512_mul_ps(_mm512_fmadd_ps(x2, ZV_C(3.0f * 0.044715f), ZV_C(1.0f)),
+                            ZV_C(0.79788456080286535588f));
+  __m512 one_s = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(e, ZV_C(1e30f), _CMP_GT_OQ),
+                                      _mm512_mul_ps(e, s), ZV_C(1.0f));
+  __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(x, x), one_s), du);
+  return _mm512_mul_ps(_mm512_mul_ps(g, s), _mm512_add_ps(t, ZV_C(1.0f)));
+}
+#endif
+#endif
