@@ -50,10 +50,52 @@ CPU_CLONES static double sum_f32_serial(const float *a, int64_t n) {
   return s;
 }
 
+/* The same sums in AVX-512 registers, for float32 (kind 0), bf16 (1) and
+   fp16 (2): lane k of the 64 is lane k % 16 of accumulator k / 16, the
+   pairwise steps the same adds: equal, bit for bit, to sum_f32_serial (and so
+   the same on any machine and thread count). */
+#ifdef ZV512
+ZV512_FN __m512 sum_ld(const void *p, int64_t i, int kind) {
+  if (kind == 0) return _mm512_loadu_ps((const float *)p + i);
+  if (kind == 1) return zv16_ld_bf16((const uint16_t *)p + i, 0xffff);
+  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+}
+ZV512_FN double sum_serial_512(const void *a, int64_t n, int kind) {
+  double s = 0;
+  int64_t i = 0;
+  for (; i + SUM_BLOCK <= n; i += SUM_BLOCK) {
+    __m512 l0 = _mm512_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
+    for (int64_t j = i; j < i + SUM_BLOCK; j += 64) {
+      l0 = _mm512_add_ps(l0, sum_ld(a, j, kind));
+      l1 = _mm512_add_ps(l1, sum_ld(a, j + 16, kind));
+      l2 = _mm512_add_ps(l2, sum_ld(a, j + 32, kind));
+      l3 = _mm512_add_ps(l3, sum_ld(a, j + 48, kind));
+    }
+    l0 = _mm512_add_ps(_mm512_add_ps(l0, l2), _mm512_add_ps(l1, l3)); /* w = 32, then 16 */
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(l0), _mm512_extractf32x8_ps(l0, 1));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    s += _mm_cvtss_f32(q);
+  }
+  const float *f = (const float *)a;
+  const uint16_t *hp = (const uint16_t *)a;
+  for (; i < n; i++) s += kind == 0 ? f[i] : kind == 1 ? zm_bf16_to_f32(hp[i]) : zm_f16_to_f32(hp[i]);
+  return s;
+}
+#endif
+
+static double sum_f32_ser(const float *a, int64_t n) {
+#ifdef ZV512
+  if (zv512_ok()) return sum_serial_512(a, n, 0);
+#endif
+  return sum_f32_serial(a, n);
+}
+
 /* Long sums split into 64 pieces of whole blocks, added in order: the same
    result on any number of threads. */
 static double sum_f32(const float *a, int64_t n) {
-  if (n < 4 * CPU_GRAIN) return sum_f32_serial(a, n);
+  if (n < 4 * CPU_GRAIN) return sum_f32_ser(a, n);
   double part[64];
   int64_t blocks = n / SUM_BLOCK, per = (blocks + 63) / 64 * SUM_BLOCK;
 #pragma omp parallel for
@@ -61,7 +103,7 @@ static double sum_f32(const float *a, int64_t n) {
     int64_t lo = p * per, hi = p == 63 ? n : (p + 1) * per;
     if (lo > n) lo = n;
     if (hi > n) hi = n;
-    part[p] = sum_f32_serial(a + lo, hi - lo);
+    part[p] = sum_f32_ser(a + lo, hi - lo);
   }
   double s = 0;
   for (int p = 0; p < 64; p++) s += part[p];
@@ -70,8 +112,15 @@ static double sum_f32(const float *a, int64_t n) {
 
 /* The same sums over 16-bit values, widened as they are read: equal, bit for
    bit, to the float32 sums of the converted tensor. */
-#define SUM16(SER, PAR, LD)                                                   \
+#ifdef ZV512
+#define SUM16_512(a, n, KIND) \
+  if (zv512_ok()) return sum_serial_512(a, n, KIND);
+#else
+#define SUM16_512(a, n, KIND)
+#endif
+#define SUM16(SER, PAR, LD, KIND)                                             \
   CPU_CLONES static double SER(const uint16_t *a, int64_t n) {                \
+    SUM16_512(a, n, KIND)                                                     \
     double s = 0;                                                             \
     int64_t i = 0;                                                            \
     for (; i + SUM_BLOCK <= n; i += SUM_BLOCK) {                              \
@@ -100,8 +149,8 @@ static double sum_f32(const float *a, int64_t n) {
     for (int p = 0; p < 64; p++) s += part[p];                                \
     return s;                                                                 \
   }
-SUM16(sum_bf16_serial, sum_bf16, LD_BF)
-SUM16(sum_f16_serial, sum_f16, LD_H)
+SUM16(sum_bf16_serial, sum_bf16, LD_BF, 1)
+SUM16(sum_f16_serial, sum_f16, LD_H, 2)
 
 /* max (BETTER >) or min (BETTER <) over r (stride inner) for each (outer, inner);
    NaN wins, the first best kept */
