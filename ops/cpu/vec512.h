@@ -13,8 +13,10 @@
    rounding or two (FMA), not bit for bit. */
 #ifndef ZORCH_OPS_CPU_VEC512_H
 #define ZORCH_OPS_CPU_VEC512_H
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(ZORCH_NO_AVX512)
 #define ZV512 1
@@ -23,12 +25,15 @@
 #define ZV512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define ZV512_FN static inline ZV512_TARGET
 
-/* Whether this CPU runs the code below (asked once per file). */
+/* Whether this CPU runs the code below (asked once per file); the
+   environment variable ZORCH_NO_AVX512=1 keeps the portable loops (to test
+   them, or to compare). */
 static inline bool zv512_ok(void) {
   static int ok = -1;
   if (ok < 0) {
+    const char *off = getenv("ZORCH_NO_AVX512");
     __builtin_cpu_init();
-    ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    ok = !(off && off[0] == '1') && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   }
   return ok;
