@@ -276,7 +276,7 @@ ZV512_FN double ln_lanes(__m512 v) {
   return lanes_sum(l);
 }
 ZV512_FN void layer_norm_row_512(void *y, float *mp, float *rp, const void *x, const void *w,
-                                 const void *b, int64_t cols, double eps, int kind) {
+                                 const void *b, int64_t cols, double eps, int kind, int okind) {
   __m512 x0 = _mm512_set1_ps(cols ? _mm512_cvtss_f32(ln_ld(x, 0, 1, kind)) : 0.0f);
   /* four accumulators (vectors j/16 mod 4), so that the adds do not wait on
      each other */
@@ -321,8 +321,32 @@ ZV512_FN void layer_norm_row_512(void *y, float *mp, float *rp, const void *x, c
     if (w && b) v = _mm512_fmadd_ps(v, ln_ld(w, j, m, kind), ln_ld(b, j, m, kind));
     else if (w) v = _mm512_mul_ps(v, ln_ld(w, j, m, kind));
     else if (b) v = _mm512_add_ps(v, ln_ld(b, j, m, kind));
-    if (kind == 0) _mm512_mask_storeu_ps((float *)y + j, m, v);
-    else zv16_st((uint16_t *)y + j, v, m, kind == 1);
+    if (okind == 0) _mm512_mask_storeu_ps((float *)y + j, m, v);
+    else zv16_st((uint16_t *)y + j, v, m, okind == 1);
+  }
+}
+
+/* n 16-bit values widened into f */
+ZV512_FN void ln_widen(float *f, const void *h, int64_t n, int kind) {
+  for (int64_t j = 0; j < n; j += 16) _mm512_mask_storeu_ps(f + j, zv512_mask(n - j), ln_ld(h, j, zv512_mask(n - j), kind));
+}
+
+/* 16-bit rows of up to LN_WIDE values are widened once into a float32 row on
+   the stack (and the weight and bias once per call), so that the three
+   passes convert each value once, not three times: the same float32 values,
+   so the same results. */
+#define LN_WIDE 4096
+static void layer_norm_16_512(char *yp, float *mp, float *rp, const char *xp, const void *wp,
+                              const void *bp, int64_t rows, int64_t cols, double eps, int kind) {
+  float wf[LN_WIDE], bf[LN_WIDE];
+  if (wp) ln_widen(wf, wp, cols, kind);
+  if (bp) ln_widen(bf, bp, cols, kind);
+  const float *w = wp ? wf : NULL, *b = bp ? bf : NULL;
+#pragma omp parallel for if (rows * cols >= CPU_GRAIN)
+  for (int64_t r = 0; r < rows; r++) {
+    float xf[LN_WIDE];
+    ln_widen(xf, xp + (size_t)(r * cols) * 2, cols, kind);
+    layer_norm_row_512(yp + (size_t)(r * cols) * 2, mp + r, rp + r, xf, w, b, cols, eps, 0, kind);
   }
 }
 #endif
@@ -339,10 +363,14 @@ zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *r
     float *mp = (float *)tensor_ptr(mean), *rp = (float *)tensor_ptr(rstd);
     const char *xp = tensor_ptr(x);
     const void *wp = w ? tensor_ptr(w) : NULL, *bp = b ? tensor_ptr(b) : NULL;
+    if (kind != 0 && cols <= LN_WIDE) {
+      layer_norm_16_512(yp, mp, rp, xp, wp, bp, rows, cols, eps, kind);
+      return ZORCH_OK;
+    }
 #pragma omp parallel for if (rows * cols >= CPU_GRAIN)
     for (int64_t r = 0; r < rows; r++)
       layer_norm_row_512(yp + (size_t)(r * cols) * es, mp + r, rp + r, xp + (size_t)(r * cols) * es, wp, bp,
-                         cols, eps, kind);
+                         cols, eps, kind, kind);
     return ZORCH_OK;
   }
 #endif
