@@ -14,6 +14,7 @@
 #ifndef ZORCH_OPS_CPU_VEC512_H
 #define ZORCH_OPS_CPU_VEC512_H
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -29,14 +30,16 @@
    environment variable ZORCH_NO_AVX512=1 keeps the portable loops (to test
    them, or to compare). */
 static inline bool zv512_ok(void) {
-  static int ok = -1;
-  if (ok < 0) {
+  static _Atomic int ok = -1; /* (asked from parallel regions too) */
+  int v = atomic_load_explicit(&ok, memory_order_relaxed);
+  if (v < 0) {
     const char *off = getenv("ZORCH_NO_AVX512");
     __builtin_cpu_init();
-    ok = !(off && off[0] == '1') && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    v = !(off && off[0] == '1') && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    atomic_store_explicit(&ok, v, memory_order_relaxed);
   }
-  return ok;
+  return v;
 }
 
 #define ZV_C(v) _mm512_set1_ps(v)
