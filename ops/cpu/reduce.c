@@ -83,11 +83,15 @@ ZV512_FN double sum_serial_512(const void *a, int64_t n, int kind) {
   for (; i < n; i++) s += kind == 0 ? f[i] : kind == 1 ? zm_bf16_to_f32(hp[i]) : zm_f16_to_f32(hp[i]);
   return s;
 }
+/* one copy per kind, the kind's branches gone */
+ZV512_TARGET static double sum_512_f32(const void *a, int64_t n) { return sum_serial_512(a, n, 0); }
+ZV512_TARGET static double sum_512_bf16(const void *a, int64_t n) { return sum_serial_512(a, n, 1); }
+ZV512_TARGET static double sum_512_f16(const void *a, int64_t n) { return sum_serial_512(a, n, 2); }
 #endif
 
 static double sum_f32_ser(const float *a, int64_t n) {
 #ifdef ZV512
-  if (zv512_ok()) return sum_serial_512(a, n, 0);
+  if (zv512_ok()) return sum_512_f32(a, n);
 #endif
   return sum_f32_serial(a, n);
 }
@@ -114,7 +118,7 @@ static double sum_f32(const float *a, int64_t n) {
    bit, to the float32 sums of the converted tensor. */
 #ifdef ZV512
 #define SUM16_512(a, n, KIND) \
-  if (zv512_ok()) return sum_serial_512(a, n, KIND);
+  if (zv512_ok()) return KIND == 1 ? sum_512_bf16(a, n) : sum_512_f16(a, n);
 #else
 #define SUM16_512(a, n, KIND)
 #endif
