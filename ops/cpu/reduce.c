@@ -209,7 +209,12 @@ SUM_PITCH(sum_pitch_i64, int64_t, uint64_t)
   {                                                                             \
     T *out = (T *)tensor_ptr(outt);                                             \
     const TI *a = (const TI *)tensor_ptr(at);                                   \
-    if (inner == 1) {                                                           \
+    if (inner == 1 && outer == 1) {                                             \
+      /* not inside the region below: made from an inactive (if false)       \
+         region, the sum's own parallel region is a nested one, for which     \
+         libgomp starts a new thread on every call */                         \
+      out[0] = (T)SUMFN(a, r);                                                  \
+    } else if (inner == 1) {                                                    \
       _Pragma("omp parallel for if (outer * r >= CPU_GRAIN && outer > 1)")      \
       for (int64_t o = 0; o < outer; o++) out[o] = (T)SUMFN(a + o * r, r);      \
     } else {                                                                    \
