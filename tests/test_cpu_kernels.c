@@ -559,6 +559,44 @@ static void adam_f32_exact(void) {
   zorch_set_num_threads(0);
 }
 
+/* The 16-bit layer norm's weight and bias gradients (column sums over the
+   rows, in double) against double on the 16-bit values: within one 16-bit
+   rounding, plus 1e-4 of the sum of the terms' magnitudes. */
+static void layer_norm16_wb(zorch_generator *g, zorch_dtype dt, int64_t rows, int64_t c) {
+  double one = dt == ZORCH_BF16 ? 1.0 / 128 : 1.0 / 1024;
+  zorch_tensor *x = zorch_randn(SHAPE(rows, c), dt, CPU, g), *r = zorch_randn(SHAPE(rows, c), dt, CPU, g);
+  zorch_tensor *w = zorch_randn(SHAPE(c), dt, CPU, g), *b = zorch_randn(SHAPE(c), dt, CPU, g);
+  zorch_set_requires_grad(w, true), zorch_set_requires_grad(b, true);
+  zorch_tensor *y = zorch_layer_norm(x, 1, w, b, 1e-5), *yr = y ? zorch_mul(y, r) : NULL;
+  zorch_tensor *l = yr ? zorch_sum(yr, 0, NULL, false) : NULL;
+  bool run = l && !zorch_backward(l, NULL, false);
+  zorch_tensor *gw = run ? zorch_grad(w) : NULL, *gb = run ? zorch_grad(b) : NULL;
+  double *xv = values(x), *rv = values(r), *gwv = gw ? values(gw) : NULL, *gbv = gb ? values(gb) : NULL;
+  double *mu = calloc((size_t)rows, sizeof *mu), *rs = calloc((size_t)rows, sizeof *rs);
+  int64_t bad = 0;
+  for (int64_t i = 0; gwv && gbv && mu && rs && i < rows; i++) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < c; j++) m += xv[i * c + j];
+    m /= (double)c;
+    for (int64_t j = 0; j < c; j++) v += (xv[i * c + j] - m) * (xv[i * c + j] - m);
+    mu[i] = m, rs[i] = 1 / sqrt(v / (double)c + 1e-5);
+  }
+  for (int64_t j = 0; gwv && gbv && mu && rs && j < c; j++) {
+    double sw = 0, sb = 0, mw = 0, mb = 0;
+    for (int64_t i = 0; i < rows; i++) {
+      double gr = rv[i * c + j], xh = (xv[i * c + j] - mu[i]) * rs[i];
+      sw += gr * xh, sb += gr, mw += fabs(gr * xh), mb += fabs(gr);
+    }
+    if (!near(gwv[j], sw, one, 1e-4 * mw) && bad++ < 3) printf("#   weight gradient %lld: %.6g, double %.6g\n", (long long)j, gwv[j], sw);
+    if (!near(gbv[j], sb, one, 1e-4 * mb) && bad++ < 3) printf("#   bias gradient %lld: %.6g, double %.6g\n", (long long)j, gbv[j], sb);
+  }
+  ok(run && gwv && gbv && bad == 0, "%s layer_norm weight and bias gradients (%lld x %lld) match double (%lld off)",
+     zorch_dtype_name(dt), (long long)rows, (long long)c, (long long)bad);
+  free(xv), free(rv), free(gwv), free(gbv), free(mu), free(rs);
+  zorch_tensor *fr[] = {x, r, w, b, y, yr, l};
+  for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) zorch_tensor_free(fr[i]);
+}
+
 /* ---- every 16-bit value, the AVX-512 conversions, the erf ------------------------ */
 /* Raw bits of two tensors of one dtype equal (NaN payloads included). */
 static bool same_bits(zorch_tensor *a, zorch_tensor *b) {
@@ -733,6 +771,9 @@ int main(void) {
   rows16(g0, ZORCH_F16, 300, 701);
   rows16(g0, ZORCH_BF16, 40, 5000); /* (rows longer than softmax keeps on the stack) */
   softmax_bwd_f32(g0);
+  layer_norm16_wb(g0, ZORCH_BF16, 200, 300);
+  layer_norm16_wb(g0, ZORCH_F16, 200, 300);
+  layer_norm16_wb(g0, ZORCH_BF16, 20, 5000); /* (rows longer than the kernel widens on the stack) */
   gelu16_all(ZORCH_BF16);
   gelu16_all(ZORCH_F16);
   conversions512();

@@ -532,10 +532,77 @@ static void layer_norm_bwd_f32(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor 
   }
 }
 
+/* 16-bit rows of up to LN_WIDE values: g, x (and the weight, once per call)
+   widened into float32 rows, layer_norm_bwd_row_f32 on them, gx rounded once;
+   gw and gb summed in double over column blocks as in float32. */
+#ifdef ZV512
+ZV512_TARGET static void ln_narrow(void *h, const float *f, int64_t n, int kind) {
+  for (int64_t j = 0; j < n; j += 16)
+    zv16_st((uint16_t *)h + j, _mm512_maskz_loadu_ps(zv512_mask(n - j), f + j), zv512_mask(n - j), kind == 1);
+}
+
+ZV512_TARGET static void layer_norm_bwd_cols_16(void *gw, void *gb, const uint16_t *g, const uint16_t *x,
+                                                const float *mp, const float *rp, int64_t rows,
+                                                int64_t cols, int64_t j0, int64_t nj, int kind) {
+  double aw[64], ab[64];
+  float gf[64], xf[64], ow[64], ob[64];
+  for (int64_t j = 0; j < nj; j++) aw[j] = ab[j] = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    ln_widen(gf, g + r * cols + j0, nj, kind);
+    ln_widen(xf, x + r * cols + j0, nj, kind);
+    double mu = mp[r], rs = rp[r];
+    for (int64_t j = 0; j < nj; j++) {
+      aw[j] += (double)gf[j] * (((double)xf[j] - mu) * rs);
+      ab[j] += gf[j];
+    }
+  }
+  for (int64_t j = 0; j < nj; j++) ow[j] = (float)aw[j], ob[j] = (float)ab[j];
+  if (gw) ln_narrow((uint16_t *)gw + j0, ow, nj, kind);
+  if (gb) ln_narrow((uint16_t *)gb + j0, ob, nj, kind);
+}
+
+static void layer_norm_bwd_16_512(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
+                                  const zorch_tensor *g, const zorch_tensor *x,
+                                  const zorch_tensor *mean, const zorch_tensor *rstd,
+                                  const zorch_tensor *w, int64_t rows, int64_t cols, int kind) {
+  uint16_t *gxp = (uint16_t *)tensor_ptr(gx);
+  const uint16_t *gp = (const uint16_t *)tensor_ptr(g), *xp = (const uint16_t *)tensor_ptr(x);
+  const float *mp = (const float *)tensor_ptr(mean), *rp = (const float *)tensor_ptr(rstd);
+  void *gwp = gw ? tensor_ptr(gw) : NULL, *gbp = gb ? tensor_ptr(gb) : NULL;
+  float wf[LN_WIDE];
+  if (w) ln_widen(wf, tensor_ptr(w), cols, kind);
+  const float *wv = w ? wf : NULL;
+  int64_t nblk = (gw || gb) ? (cols + 63) / 64 : 0;
+#pragma omp parallel if (rows * cols >= CPU_GRAIN)
+  {
+    float gr[LN_WIDE], xr[LN_WIDE], o[LN_WIDE];
+#pragma omp for nowait
+    for (int64_t r = 0; r < rows; r++) {
+      ln_widen(gr, gp + r * cols, cols, kind);
+      ln_widen(xr, xp + r * cols, cols, kind);
+      layer_norm_bwd_row_f32(o, gr, xr, wv, mp[r], rp[r], cols);
+      ln_narrow(gxp + r * cols, o, cols, kind);
+    }
+#pragma omp for
+    for (int64_t b = 0; b < nblk; b++) {
+      int64_t j0 = b * 64, nj = cols - j0 < 64 ? cols - j0 : 64;
+      layer_norm_bwd_cols_16(gwp, gbp, gp, xp, mp, rp, rows, cols, j0, nj, kind);
+    }
+  }
+}
+#endif
+
 zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
                                 const zorch_tensor *g, const zorch_tensor *x,
                                 const zorch_tensor *mean, const zorch_tensor *rstd,
                                 const zorch_tensor *w, int64_t rows, int64_t cols) {
+#ifdef ZV512
+  if ((x->dtype == ZORCH_BF16 || x->dtype == ZORCH_F16) && mean->dtype == ZORCH_F32 && cols <= LN_WIDE &&
+      zv512_ok()) {
+    layer_norm_bwd_16_512(gx, gw, gb, g, x, mean, rstd, w, rows, cols, x->dtype == ZORCH_BF16 ? 1 : 2);
+    return ZORCH_OK;
+  }
+#endif
   if (x->dtype == ZORCH_BF16 && mean->dtype == ZORCH_F32) {
     LAYER_NORM_BWD_IO(uint16_t, float, LD_BF16, ST_BF16)
     return ZORCH_OK;
