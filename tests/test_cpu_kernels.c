@@ -2,6 +2,8 @@
    (oneDNN's bf16 matmul where loaded, the float32 fallback otherwise, both
    checked), and the vectorised transformer kernels. */
 #include "tap.h"
+#include "../ops/cpu/vec.h"
+#include "../ops/cpu/vec512.h"
 
 static double *values(zorch_tensor *t) {
   int64_t n = zorch_tensor_numel(t);
@@ -557,6 +559,191 @@ static void adam_f32_exact(void) {
   zorch_set_num_threads(0);
 }
 
+/* The 16-bit layer norm's weight and bias gradients (column sums over the
+   rows, in double) against double on the 16-bit values: within one 16-bit
+   rounding, plus 1e-4 of the sum of the terms' magnitudes. */
+static void layer_norm16_wb(zorch_generator *g, zorch_dtype dt, int64_t rows, int64_t c) {
+  double one = dt == ZORCH_BF16 ? 1.0 / 128 : 1.0 / 1024;
+  zorch_tensor *x = zorch_randn(SHAPE(rows, c), dt, CPU, g), *r = zorch_randn(SHAPE(rows, c), dt, CPU, g);
+  zorch_tensor *w = zorch_randn(SHAPE(c), dt, CPU, g), *b = zorch_randn(SHAPE(c), dt, CPU, g);
+  zorch_set_requires_grad(w, true), zorch_set_requires_grad(b, true);
+  zorch_tensor *y = zorch_layer_norm(x, 1, w, b, 1e-5), *yr = y ? zorch_mul(y, r) : NULL;
+  zorch_tensor *l = yr ? zorch_sum(yr, 0, NULL, false) : NULL;
+  bool run = l && !zorch_backward(l, NULL, false);
+  zorch_tensor *gw = run ? zorch_grad(w) : NULL, *gb = run ? zorch_grad(b) : NULL;
+  double *xv = values(x), *rv = values(r), *gwv = gw ? values(gw) : NULL, *gbv = gb ? values(gb) : NULL;
+  double *mu = calloc((size_t)rows, sizeof *mu), *rs = calloc((size_t)rows, sizeof *rs);
+  int64_t bad = 0;
+  for (int64_t i = 0; gwv && gbv && mu && rs && i < rows; i++) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < c; j++) m += xv[i * c + j];
+    m /= (double)c;
+    for (int64_t j = 0; j < c; j++) v += (xv[i * c + j] - m) * (xv[i * c + j] - m);
+    mu[i] = m, rs[i] = 1 / sqrt(v / (double)c + 1e-5);
+  }
+  for (int64_t j = 0; gwv && gbv && mu && rs && j < c; j++) {
+    double sw = 0, sb = 0, mw = 0, mb = 0;
+    for (int64_t i = 0; i < rows; i++) {
+      double gr = rv[i * c + j], xh = (xv[i * c + j] - mu[i]) * rs[i];
+      sw += gr * xh, sb += gr, mw += fabs(gr * xh), mb += fabs(gr);
+    }
+    if (!near(gwv[j], sw, one, 1e-4 * mw) && bad++ < 3) printf("#   weight gradient %lld: %.6g, double %.6g\n", (long long)j, gwv[j], sw);
+    if (!near(gbv[j], sb, one, 1e-4 * mb) && bad++ < 3) printf("#   bias gradient %lld: %.6g, double %.6g\n", (long long)j, gbv[j], sb);
+  }
+  ok(run && gwv && gbv && bad == 0, "%s layer_norm weight and bias gradients (%lld x %lld) match double (%lld off)",
+     zorch_dtype_name(dt), (long long)rows, (long long)c, (long long)bad);
+  free(xv), free(rv), free(gwv), free(gbv), free(mu), free(rs);
+  zorch_tensor *fr[] = {x, r, w, b, y, yr, l};
+  for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) zorch_tensor_free(fr[i]);
+}
+
+/* ---- every 16-bit value, the AVX-512 conversions, the erf ------------------------ */
+/* Raw bits of two tensors of one dtype equal (NaN payloads included). */
+static bool same_bits(zorch_tensor *a, zorch_tensor *b) {
+  if (!a || !b || zorch_tensor_dtype(a) != zorch_tensor_dtype(b) || zorch_tensor_numel(a) != zorch_tensor_numel(b))
+    return false;
+  zorch_tensor *ca = zorch_contiguous(a), *cb = zorch_contiguous(b);
+  bool same = ca && cb &&
+              memcmp(zorch_tensor_data(ca), zorch_tensor_data(cb),
+                     (size_t)zorch_tensor_numel(a) * (zorch_tensor_dtype(a) == ZORCH_F32 ? 4 : 2)) == 0;
+  zorch_tensor_free(ca), zorch_tensor_free(cb);
+  return same;
+}
+
+/* GELU (both forms) and its gradient on all 65536 16-bit values (NaNs,
+   infinities and subnormals included): bit for bit the float32 op on the
+   widened values, rounded once. 65536 values run the op's 16-bit loop; 4 x
+   65536 the table it builds; a transposed view the strided loads. */
+static void gelu16_all(zorch_dtype dt) {
+  const char *dn = zorch_dtype_name(dt);
+  for (int big = 0; big < 3; big++) {
+    int64_t n = big == 1 ? 4 * 65536 : 65536;
+    zorch_tensor *x = zorch_zeros(SHAPE(n), dt, CPU);
+    uint16_t *xp = zorch_tensor_data(x);
+    for (int64_t i = 0; i < n; i++) xp[i] = (uint16_t)(i * (big == 1 ? 40503 : 1));
+    if (big == 2) { /* a (256, 256) transposed view */
+      zorch_tensor *r = zorch_reshape(x, SHAPE(256, 256));
+      zorch_tensor_free(x);
+      x = r ? zorch_transpose(r, 0, 1) : NULL;
+      zorch_tensor_free(r);
+    }
+    for (int t = 0; t < 2; t++) {
+      bool grad = big != 2; /* (a view is no leaf) */
+      zorch_tensor *xf = zorch_to_dtype(x, ZORCH_F32);
+      if (grad) zorch_set_requires_grad(x, true), zorch_set_requires_grad(xf, true);
+      zorch_tensor *h = zorch_gelu(x, t), *f = zorch_gelu(xf, t), *fr = zorch_to_dtype(f, dt);
+      ok(same_bits(h, fr), "%s gelu%s of every %s value%s equals the float32 result rounded once", dn,
+         t ? " (tanh)" : "", dn, big == 1 ? " (4 times, by table)" : big == 2 ? " (transposed)" : "");
+      /* the gradient: g = 1 */
+      zorch_tensor *sh = grad && h ? zorch_sum(h, 0, NULL, false) : NULL;
+      zorch_tensor *sf = grad && f ? zorch_sum(f, 0, NULL, false) : NULL;
+      if (grad) {
+        bool done = sh && sf && !zorch_backward(sh, NULL, false) && !zorch_backward(sf, NULL, false);
+        zorch_tensor *gh = done ? zorch_grad(x) : NULL, *gf = done ? zorch_grad(xf) : NULL;
+        zorch_tensor *gfr = gf ? zorch_to_dtype(gf, dt) : NULL;
+        ok(done && same_bits(gh, gfr), "%s gelu%s gradient of every %s value%s equals the float32 one rounded once",
+           dn, t ? " (tanh)" : "", dn, big == 1 ? " (4 times)" : "");
+        zorch_tensor_free(gfr);
+        zorch_set_grad(x, NULL);
+        zorch_set_requires_grad(x, false);
+      }
+      zorch_tensor_free(h), zorch_tensor_free(f), zorch_tensor_free(fr), zorch_tensor_free(sh);
+      zorch_tensor_free(sf), zorch_tensor_free(xf);
+    }
+    zorch_tensor_free(x);
+  }
+}
+
+#ifdef ZV512
+ZV512_TARGET static void st16(uint16_t *o, const float *f, int64_t n, bool bf) {
+  for (int64_t i = 0; i < n; i += 16) zv16_st(o + i, _mm512_maskz_loadu_ps(zv512_mask(n - i), f + i), zv512_mask(n - i), bf);
+}
+ZV512_TARGET static void ld16(float *f, const uint16_t *h, int64_t n, bool bf) {
+  for (int64_t i = 0; i < n; i += 16) _mm512_mask_storeu_ps(f + i, zv512_mask(n - i), zv16_ld(h + i, zv512_mask(n - i), bf));
+}
+ZV512_TARGET static void phi2_512(float *y, const float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16)
+    _mm512_mask_storeu_ps(y + i, zv512_mask(n - i), zv16_phi2(_mm512_maskz_loadu_ps(zv512_mask(n - i), x + i)));
+}
+#endif
+
+/* The AVX-512 16-bit conversions (vec512.h) against the library's scalar ones
+   (ops/math.h, which zorch_to_dtype runs): every 16-bit value widened; float32
+   values narrowed: a sweep of bit patterns, the rounding ties and their
+   neighbours, subnormal halves, overflow, NaNs. */
+static void conversions512(void) {
+#ifdef ZV512
+  if (!zv512_ok()) {
+    ok(true, "# SKIP no AVX-512 on this CPU");
+    return;
+  }
+  int64_t n = 0, cap = 3 * 65536 + 3 * (1 << 19) + (1 << 22) + 16;
+  zorch_tensor *f = zorch_zeros(SHAPE(cap), ZORCH_F32, CPU);
+  uint32_t *fb = zorch_tensor_data(f);
+  for (uint32_t h = 0; h < 65536; h++) /* bf16 ties: low halves 0x7fff, 0x8000, 0x8001 */
+    for (uint32_t lo = 0x7fff; lo <= 0x8001; lo++) fb[n++] = h << 16 | lo;
+  for (uint32_t k = 0; k < (1u << 19); k++) /* fp16 ties in the normal and subnormal ranges */
+    for (uint32_t lo = 0xfff; lo <= 0x1001; lo++) fb[n++] = k << 13 | lo;
+  for (uint32_t k = 0; k < (1u << 22); k++) fb[n++] = k * 1021u; /* a sweep of all patterns */
+  static const uint32_t special[] = {0x7f800001u, 0xff800001u, 0x7fc00000u, 0xffffffffu, 0x477fe000u, 0x477ff000u,
+                                     0x477fefffu, 0x33000000u, 0x33000001u, 0x80000001u, 0x00000001u, 0x7f7fffffu};
+  for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) fb[n++] = special[i];
+  for (int b = 0; b < 2; b++) {
+    zorch_dtype dt = b ? ZORCH_BF16 : ZORCH_F16;
+    zorch_tensor *ref = zorch_to_dtype(f, dt), *mine = zorch_zeros(SHAPE(cap), dt, CPU);
+    st16(zorch_tensor_data(mine), (const float *)fb, n, b);
+    ok(same_bits(ref, mine), "AVX-512 narrowing to %s equals the scalar one on %lld float32 values",
+       zorch_dtype_name(dt), (long long)n);
+    zorch_tensor *all = zorch_zeros(SHAPE(65536), dt, CPU), *w = zorch_zeros(SHAPE(65536), ZORCH_F32, CPU);
+    uint16_t *ap = zorch_tensor_data(all);
+    for (int i = 0; i < 65536; i++) ap[i] = (uint16_t)i;
+    zorch_tensor *wref = zorch_to_dtype(all, ZORCH_F32);
+    ld16(zorch_tensor_data(w), ap, 65536, b);
+    ok(same_bits(wref, w), "AVX-512 widening of every %s value equals the scalar one", zorch_dtype_name(dt));
+    zorch_tensor_free(ref), zorch_tensor_free(mine), zorch_tensor_free(all), zorch_tensor_free(w), zorch_tensor_free(wref);
+  }
+  zorch_tensor_free(f);
+#else
+  ok(true, "# SKIP no AVX-512 code in this build");
+#endif
+}
+
+/* 2 Phi(x) = 1 + erf(x / sqrt 2), what GELU is made of, against double's
+   erfc(-x / sqrt 2) over every 127th float32 of |x| < 15 (both signs): the
+   portable code (vec.h) and the AVX-512 one (vec512.h); the worst relative
+   error and the worst error in units of the float32 result's last place. */
+static void erf_ulps(void) {
+  int64_t n = 0, cap = 2 * (0x41700000 / 127 + 1);
+  float *x = malloc((size_t)cap * sizeof *x), *y = malloc((size_t)cap * sizeof *y);
+  for (uint32_t b = 0; b < 0x41700000u && x; b += 127)
+    for (int s = 0; s < 2; s++) {
+      uint32_t u = b | (s ? 0x80000000u : 0);
+      memcpy(&x[n++], &u, 4);
+    }
+  for (int v = 0; v < 2 && x && y; v++) {
+#ifdef ZV512
+    if (v == 1 && !zv512_ok()) break;
+    if (v == 1) phi2_512(y, x, n);
+#else
+    if (v == 1) break;
+#endif
+    if (v == 0)
+      for (int64_t i = 0; i < n; i++) y[i] = zv_phi2(x[i]);
+    double worst = 0, worst_ulp = 0, at = 0;
+    for (int64_t i = 0; i < n; i++) {
+      double r = erfc(-(double)x[i] / sqrt(2.0));
+      if (r < 1e-37) continue; /* (float32 subnormals) */
+      double e = fabs(y[i] - r), ulp = nextafterf((float)r, INFINITY) - (float)r;
+      if (e / r > worst) worst = e / r, at = x[i];
+      if (e / ulp > worst_ulp) worst_ulp = e / ulp;
+    }
+    printf("# 1 + erf(x/sqrt 2), %s: worst relative error %.3g (at x = %.7g), %.2f ulp, over %lld values\n",
+           v ? "AVX-512" : "portable", worst, at, worst_ulp, (long long)n);
+    ok(worst < 5e-7, "%s 1 + erf(x/sqrt 2) within 5e-7 relative of double", v ? "AVX-512" : "portable");
+  }
+  free(x), free(y);
+}
+
 /* fill_ on a 16-bit tensor and on a strided view of one */
 static void fill16(void) {
   zorch_tensor *t = zorch_zeros(SHAPE(1000, 2), ZORCH_BF16, CPU);
@@ -584,6 +771,13 @@ int main(void) {
   rows16(g0, ZORCH_F16, 300, 701);
   rows16(g0, ZORCH_BF16, 40, 5000); /* (rows longer than softmax keeps on the stack) */
   softmax_bwd_f32(g0);
+  layer_norm16_wb(g0, ZORCH_BF16, 200, 300);
+  layer_norm16_wb(g0, ZORCH_F16, 200, 300);
+  layer_norm16_wb(g0, ZORCH_BF16, 20, 5000); /* (rows longer than the kernel widens on the stack) */
+  gelu16_all(ZORCH_BF16);
+  gelu16_all(ZORCH_F16);
+  conversions512();
+  erf_ulps();
   layer_norm_bwd_rows(g0);
   linear_gelu(g0);
   zorch_generator_free(g0);

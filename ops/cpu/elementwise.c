@@ -3,11 +3,14 @@
    each has a unit-stride path the compiler vectorises, the scalar-broadcast
    paths, and a general strided path. */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../math.h"
 #include "cpu.h"
 #include "vec.h"
+#include "vec512.h"
 
 #define U1(T) (s[0] == (int64_t)sizeof(T) && s[1] == (int64_t)sizeof(T))
 
@@ -160,6 +163,98 @@ static const cpu_loop ufast[UOP_COUNT] = {[UOP_GELU] = fast_gelu, [UOP_GELU_TANH
 static const cpu_loop bfast[BOP_COUNT] = {[BOP_GELU_BWD] = fast_gelu_bwd,
                                           [BOP_GELU_TANH_BWD] = fast_gelu_tanh_bwd};
 
+/* ---- AVX-512 loops (vec512.h), for float32 and 16-bit operands ---------------------
+   kind: 0 float32, 1 bfloat16, 2 float16. 16 lanes at a time, the tail masked;
+   strided operands go through a 16-value buffer. A 16-bit kind widens in
+   registers and rounds the float32 result once. */
+#ifdef ZV512
+ZV512_FN __m512 z512_ld(const char *p, int64_t s, int64_t n, int kind) {
+  __mmask16 m = zv512_mask(n);
+  if (kind == 0) {
+    if (s == 4) return _mm512_maskz_loadu_ps(m, p);
+    float t[16] = {0};
+    for (int64_t i = 0; i < n; i++) t[i] = *(const float *)(p + i * s);
+    return _mm512_loadu_ps(t);
+  }
+  if (s == 2) return zv16_ld((const uint16_t *)p, m, kind == 1);
+  uint16_t t[16] = {0};
+  for (int64_t i = 0; i < n; i++) t[i] = *(const uint16_t *)(p + i * s);
+  return zv16_ld(t, m, kind == 1);
+}
+
+ZV512_FN void z512_st(char *p, int64_t s, __m512 v, int64_t n, int kind) {
+  __mmask16 m = zv512_mask(n);
+  if (kind == 0) {
+    if (s == 4) {
+      _mm512_mask_storeu_ps(p, m, v);
+      return;
+    }
+    float t[16];
+    _mm512_storeu_ps(t, v);
+    for (int64_t i = 0; i < n; i++) *(float *)(p + i * s) = t[i];
+    return;
+  }
+  if (s == 2) {
+    zv16_st((uint16_t *)p, v, m, kind == 1);
+    return;
+  }
+  uint16_t t[16];
+  zv16_st(t, v, 0xffff, kind == 1);
+  for (int64_t i = 0; i < n; i++) *(uint16_t *)(p + i * s) = t[i];
+}
+
+#define Z512_U(NAME, F, KIND)                                                         \
+  ZV512_TARGET static void NAME(char **p, const int64_t *s, int64_t n, const double *prm) { \
+    (void)prm;                                                                        \
+    for (int64_t i = 0; i < n; i += 16) {                                             \
+      int64_t m = n - i < 16 ? n - i : 16;                                            \
+      z512_st(p[0] + i * s[0], s[0], F(z512_ld(p[1] + i * s[1], s[1], m, KIND)), m, KIND); \
+    }                                                                                 \
+  }
+#define Z512_B(NAME, F, KIND)                                                         \
+  ZV512_TARGET static void NAME(char **p, const int64_t *s, int64_t n, const double *prm) { \
+    (void)prm;                                                                        \
+    for (int64_t i = 0; i < n; i += 16) {                                             \
+      int64_t m = n - i < 16 ? n - i : 16;                                            \
+      __m512 a = z512_ld(p[1] + i * s[1], s[1], m, KIND), b = z512_ld(p[2] + i * s[2], s[2], m, KIND); \
+      z512_st(p[0] + i * s[0], s[0], F(a, b), m, KIND);                               \
+    }                                                                                 \
+  }
+#define Z512_ALL(NAME, F, UB) UB(NAME##_f32, F, 0) UB(NAME##_bf16, F, 1) UB(NAME##_f16, F, 2)
+Z512_ALL(z512_gelu, zv16_gelu, Z512_U)
+Z512_ALL(z512_gelu_tanh, zv16_gelu_tanh, Z512_U)
+Z512_ALL(z512_gelu_bwd, zv16_gelu_bwd, Z512_B)
+Z512_ALL(z512_gelu_tanh_bwd, zv16_gelu_tanh_bwd, Z512_B)
+/* [kind][op] */
+static const cpu_loop u512[3][UOP_COUNT] = {
+    {[UOP_GELU] = z512_gelu_f32, [UOP_GELU_TANH] = z512_gelu_tanh_f32},
+    {[UOP_GELU] = z512_gelu_bf16, [UOP_GELU_TANH] = z512_gelu_tanh_bf16},
+    {[UOP_GELU] = z512_gelu_f16, [UOP_GELU_TANH] = z512_gelu_tanh_f16}};
+static const cpu_loop b512[3][BOP_COUNT] = {
+    {[BOP_GELU_BWD] = z512_gelu_bwd_f32, [BOP_GELU_TANH_BWD] = z512_gelu_tanh_bwd_f32},
+    {[BOP_GELU_BWD] = z512_gelu_bwd_bf16, [BOP_GELU_TANH_BWD] = z512_gelu_tanh_bwd_bf16},
+    {[BOP_GELU_BWD] = z512_gelu_bwd_f16, [BOP_GELU_TANH_BWD] = z512_gelu_tanh_bwd_f16}};
+
+#endif
+
+static int kind_of(zorch_dtype dt) { return dt == ZORCH_BF16 ? 1 : dt == ZORCH_F16 ? 2 : 0; }
+
+static cpu_loop loop512_u(uop op, zorch_dtype dt) {
+#ifdef ZV512
+  if ((dt == ZORCH_F32 || dt == ZORCH_BF16 || dt == ZORCH_F16) && zv512_ok()) return u512[kind_of(dt)][op];
+#endif
+  (void)op, (void)dt;
+  return NULL;
+}
+static cpu_loop loop512_b(bop op, zorch_dtype dt, zorch_dtype out) {
+#ifdef ZV512
+  if ((dt == ZORCH_F32 || dt == ZORCH_BF16 || dt == ZORCH_F16) && out == dt && zv512_ok())
+    return b512[kind_of(dt)][op];
+#endif
+  (void)op, (void)dt, (void)out;
+  return NULL;
+}
+
 static zorch_status no_kernel(const char *op, zorch_dtype dt) {
   return err_set(ZORCH_ERR_DTYPE, "%s: no CPU kernel for dtype %s", op, zorch_dtype_name(dt));
 }
@@ -216,22 +311,76 @@ static void half_loop(char **p, const int64_t *s, int64_t n, const double *prm) 
 
 static bool is16(zorch_dtype dt) { return dt == ZORCH_BF16 || dt == ZORCH_F16; }
 
+/* ---- 16-bit unary ops by table ------------------------------------------------------
+   A 16-bit input has 65536 values: for GELU (both forms) on a large tensor the
+   op's own 16-bit loop runs once over all of them into a table (built on
+   first use, kept for the process), and each element is then a lookup: the
+   same bits as computing it, at the cost of a load. */
+#define LUT_MIN 131072
+static uint16_t *_Atomic lut_tab[2][UOP_COUNT];
+
+static const uint16_t *lut_get(uop op, zorch_dtype dt, cpu_loop fn16, const double *prm) {
+  uint16_t *_Atomic *slot = &lut_tab[dt == ZORCH_BF16 ? 0 : 1][op];
+  uint16_t *t = atomic_load_explicit(slot, memory_order_acquire);
+  if (t) return t;
+  uint16_t *in = malloc(65536 * sizeof *in), *nt = malloc(65536 * sizeof *nt);
+  if (!in || !nt) { /* no table: the caller computes */
+    free(in), free(nt);
+    return NULL;
+  }
+  for (int i = 0; i < 65536; i++) in[i] = (uint16_t)i;
+  char *p[2] = {(char *)nt, (char *)in};
+  int64_t s[2] = {2, 2};
+  fn16(p, s, 65536, prm);
+  free(in);
+  uint16_t *none = NULL;
+  if (!atomic_compare_exchange_strong(slot, &none, nt)) { /* another thread's table won */
+    free(nt);
+    return none;
+  }
+  return nt;
+}
+
+typedef struct {
+  double prm[2];
+  const uint16_t *t;
+} lut_ctx;
+
+static void lut_loop(char **p, const int64_t *s, int64_t n, const double *prm) {
+  const uint16_t *t = ((const lut_ctx *)(const void *)prm)->t;
+  /* (plain loads: faster here than vpgatherdd, 3.2 against 4.0 ms for 10^7) */
+  if (s[0] == 2 && s[1] == 2) {
+    uint16_t *o = (uint16_t *)p[0];
+    const uint16_t *a = (const uint16_t *)p[1];
+    for (int64_t i = 0; i < n; i++) o[i] = t[a[i]];
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) *(uint16_t *)(p[0] + i * s[0]) = t[*(const uint16_t *)(p[1] + i * s[1])];
+}
+
 zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double p0, double p1) {
   bool h = is16(a->dtype);
   zorch_dtype ld = h ? ZORCH_F32 : a->dtype;
   cpu_loop fn = ld == ZORCH_F32 && ufast[op] ? ufast[op] : utab[ld][op];
   if (!fn) return no_kernel(uop_names[op], a->dtype);
-  if (h) {
-    const zorch_tensor *ts[2] = {out, a};
-    cpu_iter it;
-    cpu_iter_init(&it, 2, ts);
-    half_ctx c = {{p0, p1}, fn, a->dtype, 1, true};
-    cpu_iter_run(&it, half_loop, c.prm);
-    return ZORCH_OK;
-  }
+  cpu_loop f512 = ufast[op] ? loop512_u(op, a->dtype) : NULL;
   const zorch_tensor *ts[2] = {out, a};
   cpu_iter it;
   cpu_iter_init(&it, 2, ts);
+  if (h) {
+    half_ctx c = {{p0, p1}, fn, a->dtype, 1, true};
+    cpu_loop f16 = f512 ? f512 : half_loop;
+    if (ufast[op] && it.numel >= LUT_MIN) {
+      lut_ctx l = {{p0, p1}, lut_get(op, a->dtype, f16, c.prm)};
+      if (l.t) {
+        cpu_iter_run_grain(&it, lut_loop, l.prm, CPU_GRAIN_MEM);
+        return ZORCH_OK;
+      }
+    }
+    cpu_iter_run(&it, f16, c.prm);
+    return ZORCH_OK;
+  }
+  if (f512) fn = f512;
   double prm[2] = {p0, p1};
   cpu_iter_run(&it, fn, prm);
   return ZORCH_OK;
@@ -243,6 +392,14 @@ zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const 
   zorch_dtype ld = h ? ZORCH_F32 : a->dtype;
   cpu_loop fn = ld == ZORCH_F32 && bfast[op] ? bfast[op] : btab[ld][op];
   if (!fn) return no_kernel(bop_names[op], a->dtype);
+  cpu_loop f512 = bfast[op] ? loop512_b(op, a->dtype, out->dtype) : NULL;
+  if (f512) {
+    const zorch_tensor *ts[3] = {out, a, b};
+    cpu_iter it;
+    cpu_iter_init(&it, 3, ts);
+    cpu_iter_run(&it, f512, NULL);
+    return ZORCH_OK;
+  }
   if (h) {
     const zorch_tensor *ts[3] = {out, a, b};
     cpu_iter it;

@@ -4,6 +4,7 @@
 
 #include "../math.h"
 #include "cpu.h"
+#include "vec512.h"
 
 /* Index v at position k of an index tensor is not in 0..n-1. */
 zorch_status cpu_bad_index(const char *op, int64_t v, int64_t k, int64_t n) {
@@ -260,9 +261,119 @@ CPU_CLONES static void layer_norm_row_f32(float *y, float *mp, float *rp, const 
 LAYER_NORM_ROW16(layer_norm_row_bf16, zm_bf16_to_f32, zm_f32_to_bf16)
 LAYER_NORM_ROW16(layer_norm_row_f16, zm_f16_to_f32, zm_f32_to_f16)
 
+/* The same row in AVX-512 registers for float32 (kind 0), bf16 (1) and fp16 (2)
+   values: the sums in 16 float lanes (the tail masked into lanes 0..), added
+   in double; one arithmetic for every kind, so that a 16-bit row is the
+   float32 row of its widened values, rounded once. */
+#ifdef ZV512
+ZV512_FN __m512 ln_ld(const void *p, int64_t j, __mmask16 m, int kind) {
+  if (kind == 0) return _mm512_maskz_loadu_ps(m, (const float *)p + j);
+  return zv16_ld((const uint16_t *)p + j, m, kind == 1);
+}
+ZV512_FN double ln_lanes(__m512 v) {
+  float l[16];
+  _mm512_storeu_ps(l, v);
+  return lanes_sum(l);
+}
+ZV512_FN void layer_norm_row_512(void *y, float *mp, float *rp, const void *x, const void *w,
+                                 const void *b, int64_t cols, double eps, int kind, int okind) {
+  __m512 x0 = _mm512_set1_ps(cols ? _mm512_cvtss_f32(ln_ld(x, 0, 1, kind)) : 0.0f);
+  /* four accumulators (vectors j/16 mod 4), so that the adds do not wait on
+     each other */
+  __m512 l0 = _mm512_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
+  int64_t j = 0;
+  for (; j + 64 <= cols; j += 64) {
+    l0 = _mm512_add_ps(l0, _mm512_sub_ps(ln_ld(x, j, 0xffff, kind), x0));
+    l1 = _mm512_add_ps(l1, _mm512_sub_ps(ln_ld(x, j + 16, 0xffff, kind), x0));
+    l2 = _mm512_add_ps(l2, _mm512_sub_ps(ln_ld(x, j + 32, 0xffff, kind), x0));
+    l3 = _mm512_add_ps(l3, _mm512_sub_ps(ln_ld(x, j + 48, 0xffff, kind), x0));
+  }
+  for (; j < cols; j += 16) {
+    __mmask16 m = zv512_mask(cols - j);
+    l0 = _mm512_add_ps(l0, _mm512_maskz_sub_ps(m, ln_ld(x, j, m, kind), x0));
+  }
+  __m512 lane = _mm512_add_ps(_mm512_add_ps(l0, l1), _mm512_add_ps(l2, l3));
+  double mean = (double)_mm512_cvtss_f32(x0) + ln_lanes(lane) / (double)cols;
+  float mu = (float)mean, lo = (float)(mean - (double)mu);
+  __m512 vmu = _mm512_set1_ps(mu), vlo = _mm512_set1_ps(lo);
+#define LN_D(jj, m) _mm512_maskz_sub_ps(m, _mm512_sub_ps(ln_ld(x, jj, m, kind), vmu), vlo)
+  l0 = l1 = l2 = l3 = _mm512_setzero_ps();
+  for (j = 0; j + 64 <= cols; j += 64) {
+    __m512 d0 = LN_D(j, 0xffff), d1 = LN_D(j + 16, 0xffff), d2 = LN_D(j + 32, 0xffff), d3 = LN_D(j + 48, 0xffff);
+    l0 = _mm512_fmadd_ps(d0, d0, l0);
+    l1 = _mm512_fmadd_ps(d1, d1, l1);
+    l2 = _mm512_fmadd_ps(d2, d2, l2);
+    l3 = _mm512_fmadd_ps(d3, d3, l3);
+  }
+  for (; j < cols; j += 16) {
+    __m512 d = LN_D(j, zv512_mask(cols - j));
+    l0 = _mm512_fmadd_ps(d, d, l0);
+  }
+#undef LN_D
+  lane = _mm512_add_ps(_mm512_add_ps(l0, l1), _mm512_add_ps(l2, l3));
+  float rs = (float)(1.0 / sqrt(ln_lanes(lane) / (double)cols + eps));
+  __m512 vrs = _mm512_set1_ps(rs);
+  *mp = mu;
+  *rp = rs;
+  for (j = 0; j < cols; j += 16) {
+    __mmask16 m = zv512_mask(cols - j);
+    __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(ln_ld(x, j, m, kind), vmu), vlo), vrs);
+    if (w && b) v = _mm512_fmadd_ps(v, ln_ld(w, j, m, kind), ln_ld(b, j, m, kind));
+    else if (w) v = _mm512_mul_ps(v, ln_ld(w, j, m, kind));
+    else if (b) v = _mm512_add_ps(v, ln_ld(b, j, m, kind));
+    if (okind == 0) _mm512_mask_storeu_ps((float *)y + j, m, v);
+    else zv16_st((uint16_t *)y + j, v, m, okind == 1);
+  }
+}
+
+/* n 16-bit values widened into f */
+ZV512_FN void ln_widen(float *f, const void *h, int64_t n, int kind) {
+  for (int64_t j = 0; j < n; j += 16) _mm512_mask_storeu_ps(f + j, zv512_mask(n - j), ln_ld(h, j, zv512_mask(n - j), kind));
+}
+
+/* 16-bit rows of up to LN_WIDE values are widened once into a float32 row on
+   the stack (and the weight and bias once per call), so that the three
+   passes convert each value once, not three times: the same float32 values,
+   so the same results. */
+#define LN_WIDE 4096
+static void layer_norm_16_512(char *yp, float *mp, float *rp, const char *xp, const void *wp,
+                              const void *bp, int64_t rows, int64_t cols, double eps, int kind) {
+  float wf[LN_WIDE], bf[LN_WIDE];
+  if (wp) ln_widen(wf, wp, cols, kind);
+  if (bp) ln_widen(bf, bp, cols, kind);
+  const float *w = wp ? wf : NULL, *b = bp ? bf : NULL;
+#pragma omp parallel for if (rows * cols >= CPU_GRAIN)
+  for (int64_t r = 0; r < rows; r++) {
+    float xf[LN_WIDE];
+    ln_widen(xf, xp + (size_t)(r * cols) * 2, cols, kind);
+    layer_norm_row_512(yp + (size_t)(r * cols) * 2, mp + r, rp + r, xf, w, b, cols, eps, 0, kind);
+  }
+}
+#endif
+
 zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
                             const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
                             int64_t rows, int64_t cols, double eps) {
+#ifdef ZV512
+  bool k16 = (x->dtype == ZORCH_BF16 || x->dtype == ZORCH_F16) && mean->dtype == ZORCH_F32;
+  if ((k16 || x->dtype == ZORCH_F32) && zv512_ok()) {
+    int kind = x->dtype == ZORCH_BF16 ? 1 : x->dtype == ZORCH_F16 ? 2 : 0;
+    size_t es = dtype_sizes[x->dtype];
+    char *yp = tensor_ptr(y);
+    float *mp = (float *)tensor_ptr(mean), *rp = (float *)tensor_ptr(rstd);
+    const char *xp = tensor_ptr(x);
+    const void *wp = w ? tensor_ptr(w) : NULL, *bp = b ? tensor_ptr(b) : NULL;
+    if (kind != 0 && cols <= LN_WIDE) {
+      layer_norm_16_512(yp, mp, rp, xp, wp, bp, rows, cols, eps, kind);
+      return ZORCH_OK;
+    }
+#pragma omp parallel for if (rows * cols >= CPU_GRAIN)
+    for (int64_t r = 0; r < rows; r++)
+      layer_norm_row_512(yp + (size_t)(r * cols) * es, mp + r, rp + r, xp + (size_t)(r * cols) * es, wp, bp,
+                         cols, eps, kind, kind);
+    return ZORCH_OK;
+  }
+#endif
   if ((x->dtype == ZORCH_BF16 || x->dtype == ZORCH_F16) && mean->dtype == ZORCH_F32) {
     uint16_t *yp = (uint16_t *)tensor_ptr(y);
     float *mp = (float *)tensor_ptr(mean), *rp = (float *)tensor_ptr(rstd);
@@ -421,10 +532,77 @@ static void layer_norm_bwd_f32(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor 
   }
 }
 
+/* 16-bit rows of up to LN_WIDE values: g, x (and the weight, once per call)
+   widened into float32 rows, layer_norm_bwd_row_f32 on them, gx rounded once;
+   gw and gb summed in double over column blocks as in float32. */
+#ifdef ZV512
+ZV512_TARGET static void ln_narrow(void *h, const float *f, int64_t n, int kind) {
+  for (int64_t j = 0; j < n; j += 16)
+    zv16_st((uint16_t *)h + j, _mm512_maskz_loadu_ps(zv512_mask(n - j), f + j), zv512_mask(n - j), kind == 1);
+}
+
+ZV512_TARGET static void layer_norm_bwd_cols_16(void *gw, void *gb, const uint16_t *g, const uint16_t *x,
+                                                const float *mp, const float *rp, int64_t rows,
+                                                int64_t cols, int64_t j0, int64_t nj, int kind) {
+  double aw[64], ab[64];
+  float gf[64], xf[64], ow[64], ob[64];
+  for (int64_t j = 0; j < nj; j++) aw[j] = ab[j] = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    ln_widen(gf, g + r * cols + j0, nj, kind);
+    ln_widen(xf, x + r * cols + j0, nj, kind);
+    double mu = mp[r], rs = rp[r];
+    for (int64_t j = 0; j < nj; j++) {
+      aw[j] += (double)gf[j] * (((double)xf[j] - mu) * rs);
+      ab[j] += gf[j];
+    }
+  }
+  for (int64_t j = 0; j < nj; j++) ow[j] = (float)aw[j], ob[j] = (float)ab[j];
+  if (gw) ln_narrow((uint16_t *)gw + j0, ow, nj, kind);
+  if (gb) ln_narrow((uint16_t *)gb + j0, ob, nj, kind);
+}
+
+static void layer_norm_bwd_16_512(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
+                                  const zorch_tensor *g, const zorch_tensor *x,
+                                  const zorch_tensor *mean, const zorch_tensor *rstd,
+                                  const zorch_tensor *w, int64_t rows, int64_t cols, int kind) {
+  uint16_t *gxp = (uint16_t *)tensor_ptr(gx);
+  const uint16_t *gp = (const uint16_t *)tensor_ptr(g), *xp = (const uint16_t *)tensor_ptr(x);
+  const float *mp = (const float *)tensor_ptr(mean), *rp = (const float *)tensor_ptr(rstd);
+  void *gwp = gw ? tensor_ptr(gw) : NULL, *gbp = gb ? tensor_ptr(gb) : NULL;
+  float wf[LN_WIDE];
+  if (w) ln_widen(wf, tensor_ptr(w), cols, kind);
+  const float *wv = w ? wf : NULL;
+  int64_t nblk = (gw || gb) ? (cols + 63) / 64 : 0;
+#pragma omp parallel if (rows * cols >= CPU_GRAIN)
+  {
+    float gr[LN_WIDE], xr[LN_WIDE], o[LN_WIDE];
+#pragma omp for nowait
+    for (int64_t r = 0; r < rows; r++) {
+      ln_widen(gr, gp + r * cols, cols, kind);
+      ln_widen(xr, xp + r * cols, cols, kind);
+      layer_norm_bwd_row_f32(o, gr, xr, wv, mp[r], rp[r], cols);
+      ln_narrow(gxp + r * cols, o, cols, kind);
+    }
+#pragma omp for
+    for (int64_t b = 0; b < nblk; b++) {
+      int64_t j0 = b * 64, nj = cols - j0 < 64 ? cols - j0 : 64;
+      layer_norm_bwd_cols_16(gwp, gbp, gp, xp, mp, rp, rows, cols, j0, nj, kind);
+    }
+  }
+}
+#endif
+
 zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
                                 const zorch_tensor *g, const zorch_tensor *x,
                                 const zorch_tensor *mean, const zorch_tensor *rstd,
                                 const zorch_tensor *w, int64_t rows, int64_t cols) {
+#ifdef ZV512
+  if ((x->dtype == ZORCH_BF16 || x->dtype == ZORCH_F16) && mean->dtype == ZORCH_F32 && cols <= LN_WIDE &&
+      zv512_ok()) {
+    layer_norm_bwd_16_512(gx, gw, gb, g, x, mean, rstd, w, rows, cols, x->dtype == ZORCH_BF16 ? 1 : 2);
+    return ZORCH_OK;
+  }
+#endif
   if (x->dtype == ZORCH_BF16 && mean->dtype == ZORCH_F32) {
     LAYER_NORM_BWD_IO(uint16_t, float, LD_BF16, ST_BF16)
     return ZORCH_OK;

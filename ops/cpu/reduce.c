@@ -7,6 +7,7 @@
 #include "../math.h"
 #include "cpu.h"
 #include "vec.h"
+#include "vec512.h"
 
 /* 16-bit floats widened to float32 where they are read, and rounded once where
    written: the kernels below compute what their float32 versions compute on
@@ -49,10 +50,56 @@ CPU_CLONES static double sum_f32_serial(const float *a, int64_t n) {
   return s;
 }
 
+/* The same sums in AVX-512 registers, for float32 (kind 0), bf16 (1) and
+   fp16 (2): lane k of the 64 is lane k % 16 of accumulator k / 16, the
+   pairwise steps the same adds: equal, bit for bit, to sum_f32_serial (and so
+   the same on any machine and thread count). */
+#ifdef ZV512
+ZV512_FN __m512 sum_ld(const void *p, int64_t i, int kind) {
+  if (kind == 0) return _mm512_loadu_ps((const float *)p + i);
+  if (kind == 1) return zv16_ld_bf16((const uint16_t *)p + i, 0xffff);
+  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+}
+ZV512_FN double sum_serial_512(const void *a, int64_t n, int kind) {
+  double s = 0;
+  int64_t i = 0;
+  for (; i + SUM_BLOCK <= n; i += SUM_BLOCK) {
+    __m512 l0 = _mm512_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
+    for (int64_t j = i; j < i + SUM_BLOCK; j += 64) {
+      l0 = _mm512_add_ps(l0, sum_ld(a, j, kind));
+      l1 = _mm512_add_ps(l1, sum_ld(a, j + 16, kind));
+      l2 = _mm512_add_ps(l2, sum_ld(a, j + 32, kind));
+      l3 = _mm512_add_ps(l3, sum_ld(a, j + 48, kind));
+    }
+    l0 = _mm512_add_ps(_mm512_add_ps(l0, l2), _mm512_add_ps(l1, l3)); /* w = 32, then 16 */
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(l0), _mm512_extractf32x8_ps(l0, 1));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    s += _mm_cvtss_f32(q);
+  }
+  const float *f = (const float *)a;
+  const uint16_t *hp = (const uint16_t *)a;
+  for (; i < n; i++) s += kind == 0 ? f[i] : kind == 1 ? zm_bf16_to_f32(hp[i]) : zm_f16_to_f32(hp[i]);
+  return s;
+}
+/* one copy per kind, the kind's branches gone */
+ZV512_TARGET static double sum_512_f32(const void *a, int64_t n) { return sum_serial_512(a, n, 0); }
+ZV512_TARGET static double sum_512_bf16(const void *a, int64_t n) { return sum_serial_512(a, n, 1); }
+ZV512_TARGET static double sum_512_f16(const void *a, int64_t n) { return sum_serial_512(a, n, 2); }
+#endif
+
+static double sum_f32_ser(const float *a, int64_t n) {
+#ifdef ZV512
+  if (zv512_ok()) return sum_512_f32(a, n);
+#endif
+  return sum_f32_serial(a, n);
+}
+
 /* Long sums split into 64 pieces of whole blocks, added in order: the same
    result on any number of threads. */
 static double sum_f32(const float *a, int64_t n) {
-  if (n < 4 * CPU_GRAIN) return sum_f32_serial(a, n);
+  if (n < 4 * CPU_GRAIN) return sum_f32_ser(a, n);
   double part[64];
   int64_t blocks = n / SUM_BLOCK, per = (blocks + 63) / 64 * SUM_BLOCK;
 #pragma omp parallel for
@@ -60,7 +107,7 @@ static double sum_f32(const float *a, int64_t n) {
     int64_t lo = p * per, hi = p == 63 ? n : (p + 1) * per;
     if (lo > n) lo = n;
     if (hi > n) hi = n;
-    part[p] = sum_f32_serial(a + lo, hi - lo);
+    part[p] = sum_f32_ser(a + lo, hi - lo);
   }
   double s = 0;
   for (int p = 0; p < 64; p++) s += part[p];
@@ -69,8 +116,15 @@ static double sum_f32(const float *a, int64_t n) {
 
 /* The same sums over 16-bit values, widened as they are read: equal, bit for
    bit, to the float32 sums of the converted tensor. */
-#define SUM16(SER, PAR, LD)                                                   \
+#ifdef ZV512
+#define SUM16_512(a, n, KIND) \
+  if (zv512_ok()) return KIND == 1 ? sum_512_bf16(a, n) : sum_512_f16(a, n);
+#else
+#define SUM16_512(a, n, KIND)
+#endif
+#define SUM16(SER, PAR, LD, KIND)                                             \
   CPU_CLONES static double SER(const uint16_t *a, int64_t n) {                \
+    SUM16_512(a, n, KIND)                                                     \
     double s = 0;                                                             \
     int64_t i = 0;                                                            \
     for (; i + SUM_BLOCK <= n; i += SUM_BLOCK) {                              \
@@ -99,8 +153,8 @@ static double sum_f32(const float *a, int64_t n) {
     for (int p = 0; p < 64; p++) s += part[p];                                \
     return s;                                                                 \
   }
-SUM16(sum_bf16_serial, sum_bf16, LD_BF)
-SUM16(sum_f16_serial, sum_f16, LD_H)
+SUM16(sum_bf16_serial, sum_bf16, LD_BF, 1)
+SUM16(sum_f16_serial, sum_f16, LD_H, 2)
 
 /* max (BETTER >) or min (BETTER <) over r (stride inner) for each (outer, inner);
    NaN wins, the first best kept */
@@ -155,7 +209,12 @@ SUM_PITCH(sum_pitch_i64, int64_t, uint64_t)
   {                                                                             \
     T *out = (T *)tensor_ptr(outt);                                             \
     const TI *a = (const TI *)tensor_ptr(at);                                   \
-    if (inner == 1) {                                                           \
+    if (inner == 1 && outer == 1) {                                             \
+      /* not inside the region below: made from an inactive (if false)       \
+         region, the sum's own parallel region is a nested one, for which     \
+         libgomp starts a new thread on every call */                         \
+      out[0] = (T)SUMFN(a, r);                                                  \
+    } else if (inner == 1) {                                                    \
       _Pragma("omp parallel for if (outer * r >= CPU_GRAIN && outer > 1)")      \
       for (int64_t o = 0; o < outer; o++) out[o] = (T)SUMFN(a + o * r, r);      \
     } else {                                                                    \
@@ -345,6 +404,7 @@ CPU_CLONES static void softmax_row_f32(float *y, const float *x, int64_t c, bool
   }
 }
 
+#define ROW16_KEEP 4096
 /* 16-bit rows go through float32 blocks of RB values on the stack: widened
    by one loop, computed on, narrowed by another (each loop on its own
    vectorises; the conversions inside the math kept it scalar). */
@@ -363,7 +423,6 @@ WIDEN_NARROW(f16, LD_H, ST_H)
    lanes, so the same float32 results), rounded once. A row of up to ROW16_KEEP
    elements keeps its e^(x - max) in a float32 buffer on the stack for the
    output pass; a longer one takes them again (the exp is most of the cost). */
-#define ROW16_KEEP 4096
 #define SOFTMAX_ROW16(NAME, SUF)                                                    \
   CPU_CLONES static void NAME(uint16_t *y, const uint16_t *x, int64_t c, bool log_) { \
     float buf[RB], mx = -INFINITY, kept[ROW16_KEEP];                                \
@@ -408,8 +467,103 @@ WIDEN_NARROW(f16, LD_H, ST_H)
 SOFTMAX_ROW16(softmax_row_bf16, bf16)
 SOFTMAX_ROW16(softmax_row_f16, f16)
 
+/* ---- AVX-512 rows (vec512.h) -------------------------------------------------------
+   kind: 0 float32, 1 bfloat16, 2 float16. The float32 and the 16-bit rows run
+   the same arithmetic on the same lanes (the tail masked into lanes 0..), so a
+   16-bit row is the float32 row of its widened values, rounded once. */
+#ifdef ZV512
+ZV512_FN __m512 zr_ld(const void *p, int64_t j, __mmask16 m, int kind) {
+  if (kind == 0) return _mm512_maskz_loadu_ps(m, (const float *)p + j);
+  return zv16_ld((const uint16_t *)p + j, m, kind == 1);
+}
+ZV512_FN void zr_st(void *p, int64_t j, __m512 v, __mmask16 m, int kind) {
+  if (kind == 0) _mm512_mask_storeu_ps((float *)p + j, m, v);
+  else zv16_st((uint16_t *)p + j, v, m, kind == 1);
+}
+/* the 16 lanes added in double, lane 0 first */
+ZV512_FN double zr_lanes(__m512 v) {
+  float l[16];
+  _mm512_storeu_ps(l, v);
+  double s = 0;
+  for (int k = 0; k < 16; k++) s += l[k];
+  return s;
+}
+
+/* The max (a NaN anywhere makes it NaN, and so the row), e^(x - max) summed in
+   16 lanes, one scale. A float32 row keeps its exponentials in y, a 16-bit row
+   of up to ROW16_KEEP values in a float32 buffer on the stack; a longer one
+   takes them again. */
+ZV512_FN void softmax_row_512(void *y, const void *x, int64_t c, bool log_, int kind) {
+  float kept[ROW16_KEEP];
+  float *ke = kind == 0 ? (float *)y : (!log_ && c <= ROW16_KEEP ? kept : NULL);
+  __m512 vmx = ZV_C(-INFINITY);
+  __mmask16 nan = 0;
+  for (int64_t j = 0; j < c; j += 16) {
+    __mmask16 m = zv512_mask(c - j);
+    __m512 v = zr_ld(x, j, m, kind);
+    vmx = _mm512_mask_max_ps(vmx, m, vmx, v);
+    nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+  }
+  __m512 mx = nan ? ZV_C(NAN) : _mm512_set1_ps(_mm512_reduce_max_ps(vmx));
+  __m512 lane = _mm512_setzero_ps();
+  for (int64_t j = 0; j < c; j += 16) {
+    __mmask16 m = zv512_mask(c - j);
+    __m512 e = zv16_expf(_mm512_sub_ps(zr_ld(x, j, m, kind), mx));
+    lane = _mm512_mask_add_ps(lane, m, lane, e);
+    if (ke && !log_) _mm512_mask_storeu_ps(ke + j, m, e);
+  }
+  double sum = zr_lanes(lane);
+  if (log_) {
+    __m512 lse = _mm512_set1_ps((float)log(sum));
+    for (int64_t j = 0; j < c; j += 16) {
+      __mmask16 m = zv512_mask(c - j);
+      zr_st(y, j, _mm512_sub_ps(_mm512_sub_ps(zr_ld(x, j, m, kind), mx), lse), m, kind);
+    }
+    return;
+  }
+  __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
+  for (int64_t j = 0; j < c; j += 16) {
+    __mmask16 m = zv512_mask(c - j);
+    __m512 e = ke ? _mm512_maskz_loadu_ps(m, ke + j) : zv16_expf(_mm512_sub_ps(zr_ld(x, j, m, kind), mx));
+    zr_st(y, j, _mm512_mul_ps(e, inv), m, kind);
+  }
+}
+
+/* The gradient: s = sum(g * y) (softmax) or sum(g) (log_softmax) in 16 lanes,
+   then gx = y (g - s) or g - e^y s. */
+ZV512_FN void softmax_bwd_row_512(void *gx, const void *g, const void *y, int64_t c, bool log_, int kind) {
+  __m512 lane = _mm512_setzero_ps();
+  for (int64_t j = 0; j < c; j += 16) {
+    __mmask16 m = zv512_mask(c - j);
+    __m512 gv = zr_ld(g, j, m, kind);
+    lane = _mm512_add_ps(lane, log_ ? gv : _mm512_mul_ps(gv, zr_ld(y, j, m, kind)));
+  }
+  __m512 s = _mm512_set1_ps((float)zr_lanes(lane));
+  for (int64_t j = 0; j < c; j += 16) {
+    __mmask16 m = zv512_mask(c - j);
+    __m512 gv = zr_ld(g, j, m, kind), yv = zr_ld(y, j, m, kind);
+    __m512 r = log_ ? _mm512_fnmadd_ps(zv16_expf(yv), s, gv) : _mm512_mul_ps(yv, _mm512_sub_ps(gv, s));
+    zr_st(gx, j, r, m, kind);
+  }
+}
+#endif
+
+static int row_kind(zorch_dtype dt) { return dt == ZORCH_BF16 ? 1 : dt == ZORCH_F16 ? 2 : 0; }
+
 zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
                          int64_t inner, bool log_) {
+#ifdef ZV512
+  if ((a->dtype == ZORCH_F32 || a->dtype == ZORCH_BF16 || a->dtype == ZORCH_F16) && inner == 1 &&
+      out->dtype == a->dtype && zv512_ok()) {
+    char *y = tensor_ptr(out);
+    const char *x = tensor_ptr(a);
+    int kind = row_kind(a->dtype);
+    size_t row = (size_t)c * dtype_sizes[a->dtype];
+#pragma omp parallel for if (outer * c >= CPU_GRAIN && outer > 1)
+    for (int64_t o = 0; o < outer; o++) softmax_row_512(y + (size_t)o * row, x + (size_t)o * row, c, log_, kind);
+    return ZORCH_OK;
+  }
+#endif
   if ((a->dtype == ZORCH_BF16 || a->dtype == ZORCH_F16) && inner == 1 && out->dtype == a->dtype) {
     uint16_t *y = (uint16_t *)tensor_ptr(out);
     const uint16_t *x = (const uint16_t *)tensor_ptr(a);
@@ -501,6 +655,17 @@ zorch_status cpu_softmax_bwd(zorch_tensor *gx, const zorch_tensor *g, const zorc
   char *o = tensor_ptr(gx);
   const char *gp = tensor_ptr(g), *yp = tensor_ptr(y);
   size_t row = (size_t)c * dtype_sizes[dt];
+#ifdef ZV512
+  if (zv512_ok()) {
+    int kind = row_kind(dt);
+#pragma omp parallel for if (outer * c >= CPU_GRAIN && outer > 1)
+    for (int64_t r = 0; r < outer; r++) {
+      size_t off = (size_t)r * row;
+      softmax_bwd_row_512(o + off, gp + off, yp + off, c, log_, kind);
+    }
+    return ZORCH_OK;
+  }
+#endif
 #pragma omp parallel for if (outer * c >= CPU_GRAIN && outer > 1)
   for (int64_t r = 0; r < outer; r++) {
     size_t off = (size_t)r * row;
