@@ -143,7 +143,7 @@ ZV512_FN __m512 zv16_expf_neg(__m512 x) {
 
 /* erfc(|x| / sqrt 2) = e^{-x^2/2} R(t), t = 1 / (1 + a/2), a = |x| / sqrt 2,
    for every x: R, of degree 9 in t, fitted to erfc(a) e^{a^2} on [0, 10.54]
-   (relative error 3.5e-8). x^2 = hi + lo exactly (FMA), and
+   (relative error 3.5e-8; scripts/fit-erfc.py). x^2 = hi + lo exactly (FMA), and
    e^{-x^2/2} = e^{-hi/2} (1 - lo/2): the argument's rounding, which would cost
    a relative 6e-8 x^2/2, is not taken. Beyond |x| = 14.9 erfc is 0 in float32. */
 ZV512_FN __m512 zv16_erfc_half_e(__m512 x, __m512 *ep) {
