@@ -5,26 +5,8 @@
    time of 7 rounds and their sum, in wall and process CPU milliseconds, for
    the GEMM path zorch picked (zorch_blas_info; ZORCH_SGEMM=blas|dnnl forces
    one). Usage: block_gemm_time THREADS */
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-#include "zorch.h"
-
-#define SHAPE(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
-
-static double clock_s(clockid_t id) {
-  struct timespec t;
-  clock_gettime(id, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static void check(const void *p) {
-  if (!p) {
-    fprintf(stderr, "block_gemm_time: %s\n", zorch_last_error());
-    exit(1);
-  }
-}
+#define BENCH_NAME "block_gemm_time"
+#include "timing.h"
 
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 1;

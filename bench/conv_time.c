@@ -3,26 +3,8 @@
    work done, which a machine shared with other jobs disturbs less than wall
    time. bench/torch_conv_time.py measures PyTorch the same way.
    Usage: conv_time N C HW OUT K THREADS INPUT_GRAD (float32, padding K / 2). */
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-#include "zorch.h"
-
-#define SHAPE(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
-
-static double clock_s(clockid_t id) {
-  struct timespec t;
-  clock_gettime(id, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static void check(const void *p) {
-  if (!p) {
-    fprintf(stderr, "conv_time: %s\n", zorch_last_error());
-    exit(1);
-  }
-}
+#define BENCH_NAME "conv_time"
+#include "timing.h"
 
 int main(int argc, char **argv) {
   if (argc != 8) {

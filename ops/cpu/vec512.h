@@ -104,29 +104,10 @@ ZV512_FN void zv16_st(uint16_t *p, __m512 f, __mmask16 m, bool bf) {
 }
 
 /* ---- the math --------------------------------------------------------------- */
-/* e^x as zv_expf: x = n ln2 + r, e^r = 1 + r + r^2 P(r) (Cephes' degree-5 P),
-   2^n by vscalefps (which rounds a subnormal result once); +inf above the
-   range, NaN kept (vminps/vmaxps return their second operand on a NaN). */
-ZV512_FN __m512 zv16_expf(__m512 x) {
-  const __m512 hi = ZV_C(88.72283935546875f);
-  __m512 xc = _mm512_min_ps(hi, _mm512_max_ps(ZV_C(-104.0f), x));
-  __m512 kf = _mm512_roundscale_ps(_mm512_mul_ps(xc, ZV_C(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(kf, ZV_C(0.693359375f), xc);
-  r = _mm512_fmadd_ps(kf, ZV_C(2.12194440e-4f), r);
-  __m512 p = ZV_C(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, ZV_C(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, ZV_C(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, ZV_C(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, ZV_C(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, ZV_C(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), ZV_C(1.0f));
-  __m512 e = _mm512_scalef_ps(p, kf);
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), e, ZV_C(INFINITY));
-}
-
-/* e^x for x <= 0 and x >= -112 (or NaN): zv16_expf without its clamps. */
-ZV512_FN __m512 zv16_expf_neg(__m512 x) {
+/* e^x for x in [-112, 88.7] (or NaN) as zv_expf: x = n ln2 + r,
+   e^r = 1 + r + r^2 P(r) (Cephes' degree-5 P), 2^n by vscalefps (which rounds
+   a subnormal result once). */
+ZV512_FN __m512 zv16_expf_in_range(__m512 x) {
   __m512 kf = _mm512_roundscale_ps(_mm512_mul_ps(x, ZV_C(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(kf, ZV_C(0.693359375f), x);
@@ -139,6 +120,14 @@ ZV512_FN __m512 zv16_expf_neg(__m512 x) {
   p = _mm512_fmadd_ps(p, r, ZV_C(5.0000001201e-1f));
   p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), ZV_C(1.0f));
   return _mm512_scalef_ps(p, kf);
+}
+
+/* e^x for any x: clamped into that range, +inf above it, NaN kept
+   (vminps/vmaxps return their second operand on a NaN). */
+ZV512_FN __m512 zv16_expf(__m512 x) {
+  const __m512 hi = ZV_C(88.72283935546875f);
+  __m512 e = zv16_expf_in_range(_mm512_min_ps(hi, _mm512_max_ps(ZV_C(-104.0f), x)));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), e, ZV_C(INFINITY));
 }
 
 /* erfc(|x| / sqrt 2) = e^{-x^2/2} R(t), t = 1 / (1 + a/2), a = |x| / sqrt 2,
@@ -160,7 +149,7 @@ ZV512_FN __m512 zv16_erfc_half_e(__m512 x, __m512 *ep) {
   p = _mm512_fmadd_ps(p, t, ZV_C(2.821887136e-01f));
   p = _mm512_fmadd_ps(p, t, ZV_C(-4.511383395e-06f));
   __m512 hi = _mm512_mul_ps(ax, ax), lo = _mm512_fmsub_ps(ax, ax, hi);
-  __m512 e = zv16_expf_neg(_mm512_mul_ps(hi, ZV_C(-0.5f)));
+  __m512 e = zv16_expf_in_range(_mm512_mul_ps(hi, ZV_C(-0.5f)));
   e = _mm512_fnmadd_ps(_mm512_mul_ps(e, ZV_C(0.5f)), lo, e);
   *ep = e;
   return _mm512_mul_ps(p, e);
