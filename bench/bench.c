@@ -771,7 +771,7 @@ static double serve_case(const char *name, zorch_generator *g) {
     zorch_tensor_free(u.x), zorch_tensor_free(u.w), zorch_tensor_free(u.b);
     return t;
   }
-  if (strcmp(name, "adamw_8m") == 0) {
+  if (strcmp(name, "adamw_8m") == 0 || strcmp(name, "adamw_8m_foreach") == 0) { /* (PyTorch's two forms) */
     const int64_t n = 8 << 20;
     adam_shard a = {zorch_randn(SHAPE(n), ZORCH_F32, CPU, g), zorch_randn(SHAPE(n), ZORCH_F32, CPU, g),
                     zorch_zeros(SHAPE(n), ZORCH_F32, CPU), zorch_zeros(SHAPE(n), ZORCH_F32, CPU), 0};

@@ -291,11 +291,12 @@ def serve_case(name):
             x = (torch.randn(9766, 1024) if rows else torch.randn(10000, 1000)).to(dt)
             w, c = torch.ones(1024, dtype=dt), torch.zeros(1024, dtype=dt)
             return time_best3(lambda: f(x, w, c))
-    if name == "adamw_8m":
+    if name in ("adamw_8m", "adamw_8m_foreach"):
         n = 8 << 20
         p = torch.randn(n, requires_grad=True)
         p.grad = torch.randn(n)
-        opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.01, fused=True)
+        form = {"foreach": True} if name.endswith("foreach") else {"fused": True}
+        opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.01, **form)
         with torch.no_grad():
             return time_best3(opt.step)
     if name == "attention_causal_b4h12t1024_d64_fused_fwd":

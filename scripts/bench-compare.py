@@ -56,6 +56,8 @@ CASES = {
     "script_add_64": ("ns", lambda s: s * 1e9, None, None),
     "add_1m": ("us", lambda s: s * 1e6, None, None),  # 12 MB: stays in a large L3, no DRAM limit
     "adamw_8m": ("Mparams/s", lambda s: (8 << 20) / s / 1e6, 7 * 4 * (8 << 20), "stream_triad"),
+    # zorch's same step beside PyTorch's foreach AdamW (adamw_8m: its fused one)
+    "adamw_8m_foreach": ("Mparams/s", lambda s: (8 << 20) / s / 1e6, 7 * 4 * (8 << 20), "stream_triad"),
 }
 for k in ("gelu", "softmax", "sum", "layer_norm"):
     for dt, size in (("", 4), ("_bf16", 2)):
