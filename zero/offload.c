@@ -7,7 +7,9 @@
    parameters bound p, g, m and v; an op moves some of them (a mask). In the
    moments' file chunk c holds its m then its v. Built with liburing
    (ZORCH_URING), the thread submits an op's fields to an io_uring together
-   and waits for them, several reads or writes in flight at once; without it,
+   with those of the next op when it uses another buffer (a chunk's write and
+   the read ahead the step queues with it) and waits for them, reads and
+   writes in flight at once; without it,
    or when the kernel refuses a ring, or with ZORCH_OFFLOAD_IO=pread, it calls
    pread/pwrite one field after another. With direct I/O (a chunk of a
    multiple of ZOFF_ALIGN / 4 elements, a filesystem that takes O_DIRECT) the
@@ -56,6 +58,7 @@ struct zoff {
   pthread_cond_t cv;
   io_op q[QCAP];
   int64_t submitted, done; /* ops, by sequence number */
+  bool hold;               /* the step is queueing ops that go together: wait for them */
   int err;                 /* the first I/O error (errno), 0: none */
   char what[64];
   double read_s, write_s, wait_s, step_s;
@@ -101,6 +104,7 @@ static bool seg_io(int kind, int fd, char *p, size_t left, off_t at) {
 }
 
 typedef struct {
+  int kind; /* OP_READ or OP_WRITE */
   int fd;
   char *p;
   size_t left;
@@ -108,9 +112,9 @@ typedef struct {
 } seg;
 
 #ifdef ZORCH_URING
-static void uring_push(zoff *o, int kind, seg *s, int i) {
-  struct io_uring_sqe *q = io_uring_get_sqe(&o->ring); /* (the ring has a slot per field) */
-  if (kind == OP_READ) io_uring_prep_read(q, s->fd, s->p, (unsigned)s->left, (uint64_t)s->at);
+static void uring_push(zoff *o, seg *s, int i) {
+  struct io_uring_sqe *q = io_uring_get_sqe(&o->ring); /* (the ring has a slot per field of two ops) */
+  if (s->kind == OP_READ) io_uring_prep_read(q, s->fd, s->p, (unsigned)s->left, (uint64_t)s->at);
   else io_uring_prep_write(q, s->fd, s->p, (unsigned)s->left, (uint64_t)s->at);
   io_uring_sqe_set_data64(q, (uint64_t)i);
 }
@@ -118,9 +122,9 @@ static void uring_push(zoff *o, int kind, seg *s, int i) {
 /* The segments through the ring, all in flight together; a short transfer
    goes back for the rest. Every one submitted completes before it returns
    (the buffers are the step's). */
-static bool uring_io(zoff *o, int kind, seg *s, int n) {
+static bool uring_io(zoff *o, seg *s, int n) {
   int inflight = 0, err = 0;
-  for (int i = 0; i < n; i++) uring_push(o, kind, &s[i], i), inflight++;
+  for (int i = 0; i < n; i++) uring_push(o, &s[i], i), inflight++;
   io_uring_submit(&o->ring);
   while (inflight > 0) {
     struct io_uring_cqe *cqe;
@@ -140,7 +144,7 @@ static bool uring_io(zoff *o, int kind, seg *s, int n) {
     }
     s[i].p += res, s[i].left -= (size_t)res, s[i].at += res;
     if (s[i].left > 0 && !err) {
-      uring_push(o, kind, &s[i], i), inflight++;
+      uring_push(o, &s[i], i), inflight++;
       io_uring_submit(&o->ring);
     }
   }
@@ -151,11 +155,10 @@ static bool uring_io(zoff *o, int kind, seg *s, int n) {
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/* The chunk's fields in `fields`, whole; false with errno on failure. */
-static bool chunk_io(zoff *o, int kind, int64_t c, float *buf, int fields) {
+/* The transfers of an op: the chunk's fields in `fields`, into out (at most 4). */
+static int chunk_segs(const zoff *o, int kind, int64_t c, float *buf, int fields, seg *out) {
   int64_t len = chunk_len(o, c), lo = c * o->chunk;
   size_t n = (size_t)len * sizeof(float);
-  seg s[4];
   int ns = 0;
   for (int f = F_P; f <= F_V; f <<= 1) {
     if (!(fields & f)) continue;
@@ -164,13 +167,18 @@ static bool chunk_io(zoff *o, int kind, int64_t c, float *buf, int fields) {
                : f == F_G ? (off_t)(o->g_off + lo * 4)
                           : (off_t)(lo * 2 * 4 + (f == F_V ? (o->direct ? o->chunk : len) * 4 : 0));
     /* (direct: the tail of a short last chunk moves too, within the buffer) */
-    s[ns++] = (seg){pf ? o->pfd : o->fd, (char *)field_of(o, buf, f), direct ? round_up(n, ZOFF_ALIGN) : n, at};
+    out[ns++] = (seg){kind, pf ? o->pfd : o->fd, (char *)field_of(o, buf, f), direct ? round_up(n, ZOFF_ALIGN) : n, at};
   }
+  return ns;
+}
+
+/* The transfers, whole; false with errno on failure. */
+static bool segs_io(zoff *o, seg *s, int ns) {
 #ifdef ZORCH_URING
-  if (o->uring) return uring_io(o, kind, s, ns);
+  if (o->uring) return uring_io(o, s, ns);
 #endif
   for (int i = 0; i < ns; i++)
-    if (!seg_io(kind, s[i].fd, s[i].p, s[i].left, s[i].at)) return false;
+    if (!seg_io(s[i].kind, s[i].fd, s[i].p, s[i].left, s[i].at)) return false;
   return true;
 }
 
@@ -180,31 +188,50 @@ static int64_t fields_bytes(const zoff *o, int64_t c, int fields) {
   return chunk_len(o, c) * k * (int64_t)sizeof(float);
 }
 
+/* The I/O thread takes the queue's ops in order; with the ring, the next op
+   goes along with the head one when it uses another buffer (the step queues
+   a chunk's write and the read that reuses another chunk's buffer together),
+   so a write and a read are in flight at once. Ops on one buffer stay in
+   order: the read that refills a buffer waits for its write. */
 static void *io_main(void *arg) {
   zoff *o = arg;
   pthread_mutex_lock(&o->mu);
   for (;;) {
-    while (o->done == o->submitted) pthread_cond_wait(&o->cv, &o->mu);
-    io_op op = o->q[o->done % QCAP];
-    if (op.kind == OP_STOP) break;
+    while (o->done == o->submitted || (o->hold && o->submitted - o->done < QCAP)) pthread_cond_wait(&o->cv, &o->mu);
+    io_op ops[2] = {o->q[o->done % QCAP]};
+    if (ops[0].kind == OP_STOP) break;
+    int nops = 1;
+    if (o->uring && o->submitted - o->done >= 2) {
+      ops[1] = o->q[(o->done + 1) % QCAP];
+      if (ops[1].kind != OP_STOP && ops[1].buf != ops[0].buf) nops = 2;
+    }
     bool skip = o->err != 0;
     pthread_mutex_unlock(&o->mu);
     double t0 = mono();
-    bool good = skip || chunk_io(o, op.kind, op.chunk, o->bufs[op.buf], op.fields);
+    seg s[8];
+    int ns = 0;
+    for (int k = 0; k < nops; k++)
+      ns += chunk_segs(o, ops[k].kind, ops[k].chunk, o->bufs[ops[k].buf], ops[k].fields, s + ns);
+    bool good = skip || segs_io(o, s, ns);
     int e = errno;
     double dt = mono() - t0;
     pthread_mutex_lock(&o->mu);
     if (!good && !o->err) {
       o->err = e ? e : EIO;
-      snprintf(o->what, sizeof o->what, "%s chunk %lld of the state", op.kind == OP_READ ? "reading" : "writing",
-               (long long)op.chunk);
+      snprintf(o->what, sizeof o->what, "%s chunk %lld of the state",
+               nops == 2 ? "reading or writing" : ops[0].kind == OP_READ ? "reading" : "writing",
+               (long long)ops[0].chunk);
     }
-    if (!skip) {
-      int64_t bytes = fields_bytes(o, op.chunk, op.fields);
-      if (op.kind == OP_READ) o->read_s += dt, o->read_bytes += bytes;
-      else o->write_s += dt, o->write_bytes += bytes;
+    if (!skip) { /* the time shared by the bytes */
+      int64_t b[2] = {fields_bytes(o, ops[0].chunk, ops[0].fields),
+                      nops == 2 ? fields_bytes(o, ops[1].chunk, ops[1].fields) : 0};
+      for (int k = 0; k < nops; k++) {
+        double share = b[0] + b[1] > 0 ? dt * (double)b[k] / (double)(b[0] + b[1]) : 0;
+        if (ops[k].kind == OP_READ) o->read_s += share, o->read_bytes += b[k];
+        else o->write_s += share, o->write_bytes += b[k];
+      }
     }
-    o->done++;
+    o->done += nops;
     pthread_cond_broadcast(&o->cv);
   }
   pthread_mutex_unlock(&o->mu);
@@ -267,7 +294,7 @@ zoff *zoff_open(const char *dir, int64_t numel, int64_t chunk, int nbuf) {
   o->numel = numel, o->chunk = chunk, o->nbuf = nbuf, o->nfield = 2, o->pfd = -1, o->gscale = 1;
 #ifdef ZORCH_URING
   const char *how = getenv("ZORCH_OFFLOAD_IO");
-  if (!(how && !strcmp(how, "pread"))) o->uring = io_uring_queue_init(8, &o->ring, 0) == 0;
+  if (!(how && !strcmp(how, "pread"))) o->uring = io_uring_queue_init(8, &o->ring, 0) == 0; /* 2 ops x 4 fields */
 #endif
   o->nchunks = numel == 0 ? 0 : (numel + chunk - 1) / chunk;
   if (ftruncate(o->fd, (off_t)((o->direct ? o->nchunks * chunk : numel) * 2 * (int64_t)sizeof(float))) != 0) {
@@ -372,8 +399,16 @@ static zorch_status stream(zoff *o, int rf, int wf, chunk_fn fn, void *ud) {
     if (st) break;
     st = fn(o, o->bufs[b], c * o->chunk, chunk_len(o, c), ud);
     if (st) break;
+    /* the write and the read ahead queued together, so that they go out together */
+    pthread_mutex_lock(&o->mu);
+    o->hold = true;
+    pthread_mutex_unlock(&o->mu);
     if (wf) last = submit(o, OP_WRITE, c, b, wf);
     if (rf && c + ahead < o->nchunks) rseq[c + ahead] = submit(o, OP_READ, c + ahead, (int)((c + ahead) % o->nbuf), rf);
+    pthread_mutex_lock(&o->mu);
+    o->hold = false;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
   }
   /* drain: every op queued finishes before the buffers are reused */
   pthread_mutex_lock(&o->mu);
