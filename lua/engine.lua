@@ -45,7 +45,8 @@ local DEFAULTS = {
                                    -- "nvme" keeps Adam's moments of the shard in a file (lua/offload.lua)
   offload_param = false,           -- {device = "cpu" | "nvme", nvme_path, buffer_count, buffer_size, max_in_cpu,
                                    -- pin_memory}: "nvme" (stage 3, with offload_optimizer "nvme") keeps the
-                                   -- parameter shard and its gradients in a file too (lua/offload.lua)
+                                   -- parameter shard and its gradients in a file too (lua/offload.lua); "cpu"
+                                   -- on a GPU rank (stage 3) the same in files in host memory
   precision = "fp32",              -- "fp32", or "bf16" / "fp16": 16-bit parameters and gradients,
                                    -- fp32 master weights and moments in the shards
   auto_cast = true,                -- with bf16 / fp16: the prepared model's forward casts its float32 and
@@ -180,18 +181,33 @@ function zorch.Engine(cfg, overrides)
       error(("Engine: %s must be %s, got %s"):format(k, chk[2], zorch._readable(c[k])), 2)
     end
   end
-  local op = c.offload_param
-  if op and op.device == "nvme" then -- what the parameters' file needs
+  -- Where the files of the offloaded state go: offload_param "nvme" keeps the
+  -- shard and its gradients in a file under nvme_path, offload_optimizer
+  -- "nvme" the moments. offload_param "cpu" on a GPU rank keeps the shard in
+  -- host memory through the same machinery, its files (and the moments',
+  -- with offload_optimizer "cpu") in a memory filesystem (host_dir); on a CPU
+  -- rank the shard is in host memory already.
+  local op, oo = c.offload_param, c.offload_optimizer
+  local on_gpu = c.device ~= "cpu" or os.getenv("ZORCH_TEST_OFFLOAD_HOST") ~= nil
+  local param_dir, opt_dir, host_param
+  if op and op.device == "nvme" then
+    param_dir = op.nvme_path
+  elseif op and op.device == "cpu" and on_gpu then
+    param_dir, host_param = zorch._host_dir(), true
+  end
+  if oo and oo.device == "nvme" then opt_dir = oo.nvme_path
+  elseif host_param and oo and oo.device == "cpu" then opt_dir = param_dir end
+  local what = host_param and "offload_param device \"cpu\" on a GPU rank" or "offload_param device \"nvme\""
+  if param_dir then -- what the parameters' file needs
     if c.zero_stage ~= 3 then
-      error(("Engine: offload_param device \"nvme\" needs zero_stage 3 (the parameters partitioned), got %d"):format(
-        c.zero_stage), 2)
+      error(("Engine: %s needs zero_stage 3 (the parameters partitioned), got %d"):format(what, c.zero_stage), 2)
     end
-    if not (type(c.offload_optimizer) == "table" and c.offload_optimizer.device == "nvme") then
-      error("Engine: offload_param device \"nvme\" needs offload_optimizer device \"nvme\" too (the step streams " ..
-            "the parameters with Adam's moments)", 2)
+    if not opt_dir then
+      error(("Engine: %s needs offload_optimizer device %s too (the step streams the parameters with Adam's " ..
+             "moments)"):format(what, host_param and "\"cpu\" or \"nvme\"" or "\"nvme\""), 2)
     end
     if c.precision ~= "fp32" then -- (GPU ranks too: gathers copy the slices read from the file to the device)
-      error(("Engine: offload_param device \"nvme\" runs float32 parameters, got precision %s"):format(c.precision), 2)
+      error(("Engine: %s runs float32 parameters, got precision %s"):format(what, c.precision), 2)
     end
   end
   if c.seed then zorch.manual_seed(c.seed) end
@@ -209,6 +225,7 @@ function zorch.Engine(cfg, overrides)
   -- tags (step<N>) and resuming use it
   local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, steps = 0,
                           device = device, group = group, layout = c.layout or nil,
+                          param_dir = param_dir, opt_dir = opt_dir, host_param = host_param,
                           first = zorch._group_world():rank() == 0,
                           printer = zorch._group_world():rank() == 0}, Engine)
   e:reset_scaler()
@@ -334,8 +351,7 @@ function Engine:prepare(model, loader, opt, sched)
     opt = zorch.optim[spec.type](model:parameters(), p)
   end
   local group_of = opt and self:group_indices(model, opt) -- (before a move replaces the tensors)
-  local op = self.cfg.offload_param
-  local pfile = op and op.device == "nvme"
+  local pfile = self.param_dir ~= nil
   -- deferred parameters (nn.deferred) are filled in place, or with the
   -- parameters on nvme once they live in the file (below)
   if not pfile then zorch.nn.materialize(model) end
@@ -395,7 +411,7 @@ function Engine:prepare(model, loader, opt, sched)
                                           prefetch_bucket_size = self.cfg.prefetch_bucket_size,
                                           max_live_parameters = self.cfg.max_live_parameters,
                                           dtype = self.cfg.precision, groups = groups,
-                                          param_dir = pfile and op.nvme_path or nil})
+                                          param_dir = self.param_dir})
   if pfile then -- deferred parameters: each group gathered, filled, written to its shards, released
     for i, p in ipairs(params) do
       local fill = zorch._deferred_init(p)
@@ -589,11 +605,10 @@ function Engine:print_summary()
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
   }
   if self.offload then
-    local op = c.offload_param
-    lines[#lines + 1] = ("  offload to nvme: optimizer state%s in %s, I/O by %s%s"):format(
-      op and op.device == "nvme" and ", parameters and gradients" or "", c.offload_optimizer.nvme_path,
-      self.offload:stats().io, self.disk and ("; the disk measured: write %.0f MB/s, read %.0f MB/s%s"):format(
-        self.disk.write, self.disk.read, self.disk.direct and " (direct I/O)" or " (page cache)") or "")
+    lines[#lines + 1] = ("  offload to %s: optimizer state%s in %s, I/O by %s%s"):format(
+      self.host_param and "host memory" or "nvme", self.param_dir and ", parameters and gradients" or "", self.opt_dir,
+      self.offload:stats().io, self.disk and ("; %s measured: write %.0f MB/s, read %.0f MB/s%s"):format(
+        self.host_param and "its folder" or "the disk", self.disk.write, self.disk.read, self.disk.direct and " (direct I/O)" or " (page cache)") or "")
   end
   for _, l in ipairs(self.auto_lines or {}) do lines[#lines + 1] = "  " .. l end
   for _, g in ipairs(zorch._unimplemented_groups(self.unimplemented)) do
@@ -880,10 +895,13 @@ function Engine:memory_report()
   local m = self.zero:memory()
   local st = self.offload and self.offload:stats()
   local pio = self.zero:io(false)
+  local on_nvme = not self.host_param -- (offload_param "cpu" on a GPU rank: the files are in host memory)
+  local files = (st and st.file_bytes or 0) + pio.file_bytes
   return {
-    nvme = (st and st.file_bytes or 0) + pio.file_bytes, -- the files: moments, and parameters with gradients
-    nvme_optimizer = st and st.file_bytes or 0, -- the optimizer state's file (offload_optimizer nvme)
-    nvme_parameters = pio.file_bytes, -- the shard and its gradients (offload_param nvme)
+    nvme = on_nvme and files or 0, -- the files: moments, and parameters with gradients
+    nvme_optimizer = on_nvme and st and st.file_bytes or 0, -- the optimizer state's file (offload_optimizer nvme)
+    nvme_parameters = on_nvme and pio.file_bytes or 0, -- the shard and its gradients (offload_param nvme)
+    host_files = on_nvme and 0 or files, -- the same files in host memory (offload_param "cpu" on a GPU rank)
     host_copy = self.host and bytes(self.host.target) + bytes(self.host.grad) or 0, -- GPU ranks' offload: the shard and gradient in host memory
     host_pinned = self.host and self.host.pinned and bytes(self.host.target) + bytes(self.host.grad) or 0, -- of it, page-locked (pin_memory)
     offload_buffers = st and st.buffer_bytes or 0, -- its chunk buffers in host memory

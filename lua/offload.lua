@@ -29,9 +29,8 @@ function zorch._offload_host(engine, target)
   local off = engine.cfg.offload_optimizer
   if not off or off.device == "none" then return nil end
   if engine.device == "cpu" and os.getenv("ZORCH_TEST_OFFLOAD_HOST") == nil then return nil end
-  -- (the parameters on nvme: the target is the file's shard in host memory already)
-  local op = engine.cfg.offload_param
-  if op and op.device == "nvme" then return nil end
+  -- (the parameters in a file: the target is the file's shard in host memory already)
+  if engine.param_dir then return nil end
   local n = target:numel()
   local pin = off.pin_memory == true and engine.device ~= "cpu" -- (a CPU rank never opens the CUDA module)
   local host, pinned = zorch._host_zeros(n, pin)
@@ -47,9 +46,11 @@ end
 
 -- Sets up engine.inner (made by prepare over engine.target) for the config's
 -- offload_optimizer; returns the store, or nil when the state stays in memory.
+-- The moments' file goes to engine.opt_dir: nvme_path for "nvme"; for "cpu"
+-- beside offload_param "cpu" on a GPU rank, a memory filesystem (zorch._host_dir).
 function zorch._offload_optimizer(engine)
   local off = engine.cfg.offload_optimizer
-  if not off or off.device ~= "nvme" then return nil end
+  if not engine.opt_dir then return nil end
   local inner, target = engine.inner, engine.target
   local name = getmetatable(inner).__name
   if name ~= "optim.Adam" and name ~= "optim.AdamW" then
@@ -62,29 +63,45 @@ function zorch._offload_optimizer(engine)
     end
   end
   if target:device() ~= "cpu" or target:dtype() ~= "float32" then
-    error(("Engine:prepare: offload_optimizer to nvme needs the float32 shard on the CPU, this rank's is %s on %s"):format(
+    error(("Engine:prepare: offload_optimizer to a file needs the float32 shard on the CPU, this rank's is %s on %s"):format(
       target:dtype(), target:device()), 3)
   end
   -- with the parameters on nvme, offload_param's buffers (buffer_size elements
   -- each) carry them with the moments, unless offload_optimizer names a chunk
   local op = engine.cfg.offload_param
-  local pfile = op and op.device == "nvme"
+  local pfile = engine.param_dir ~= nil
   local chunk = off.chunk or (pfile and op.buffer_size) or DEFAULT_CHUNK
   local nbuf = (pfile and op.buffer_count) or off.buffer_count or 4
-  local store = zorch._offload_open(off.nvme_path, target:numel(), chunk, nbuf)
+  local store = zorch._offload_open(engine.opt_dir, target:numel(), chunk, nbuf)
   -- the parameters on nvme too (offload_param): the step streams them with the moments
   local fd, p_off, g_off = engine.zero:param_file()
   if fd then store:bind(fd, p_off, g_off); engine.offload_bound = true end
   -- the disk's bandwidth, measured once (32 MB with direct I/O) for the step
   -- lines to log the achieved I/O against; ZORCH_OFFLOAD_PROBE=0 skips it
   if os.getenv("ZORCH_OFFLOAD_PROBE") ~= "0" then
-    local w, r, direct = zorch._offload_probe(off.nvme_path, 32 << 20)
+    local w, r, direct = zorch._offload_probe(engine.opt_dir, 32 << 20)
     engine.disk = {write = w, read = r, direct = direct}
   end
   -- the one plug-in point: every step of the inner optimizer asks the store
   -- for the moments (lua/optim.lua, state stores)
   inner:_set_store(1, store)
   return store
+end
+
+-- A folder in host memory for the files of offload_param "cpu" on GPU ranks:
+-- /dev/shm (a tmpfs: its files are pages of host memory, never written to a
+-- disk), or ZORCH_HOST_DIR; the files are unlinked at once, as under nvme_path.
+function zorch._host_dir()
+  local dir = os.getenv("ZORCH_HOST_DIR") or "/dev/shm"
+  local probe = dir .. "/.zorch-probe-" .. tostring(math.random(1 << 30))
+  local f = io.open(probe, "w")
+  if not f then
+    error(("Engine: offload_param device \"cpu\" on a GPU rank keeps the shard in files in host memory, and %s " ..
+           "cannot be written (set ZORCH_HOST_DIR to a tmpfs folder)"):format(dir), 3)
+  end
+  f:close()
+  os.remove(probe)
+  return dir
 end
 
 return nil

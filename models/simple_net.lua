@@ -41,7 +41,7 @@ local opt = zorch.flags(arg, {
   ["print-every"] = {0, "a step line (loss, lr, grad norm, samples/s) every N optimizer steps (0: none)"},
   ["checkpoint-activations"] = {false, "recompute fc1 and its ReLU in backward instead of keeping their activations"},
   ["offload-optimizer"] = {"none", "none, cpu or nvme: where Adam's moments of the shard live (nvme: files under --nvme-path)"},
-  ["offload-param"] = {"none", "none, cpu or nvme: where the parameter shard lives (nvme: stage 3, with --offload-optimizer nvme)"},
+  ["offload-param"] = {"none", "none, cpu or nvme: where the parameter shard lives (stage 3; nvme with --offload-optimizer nvme; cpu on GPU ranks with --offload-optimizer cpu)"},
   ["nvme-path"] = {"/tmp", "the folder for the offload files (made and removed at once: nothing stays)"},
   ["offload-chunk"] = {1048576, "elements per streamed chunk of the optimizer step"},
   ["offload-buffers"] = {4, "chunk buffers of the optimizer step (2-32)"},
@@ -121,7 +121,7 @@ local loader = data.DataLoader(data.TensorDataset(X, Y),
                                {batch_size = opt["batch-size"], shuffle = not opt["no-shuffle"], seed = opt.seed})
 -- with the parameters on nvme the model is built without values (nn.deferred):
 -- prepare fills them group by group in the file, so memory never holds them all
-local pfile = engine.cfg.offload_param and engine.cfg.offload_param.device == "nvme"
+local pfile = engine.param_dir ~= nil -- (offload_param nvme; cpu on GPU ranks: files in host memory)
 local function build() return SimpleNet(opt["in"], opt.hidden, opt.out, math.tointeger(opt.layers)) end
 local model = pfile and nn.deferred(build) or build()
 if opt.load ~= "" then model:load_state_dict(zorch.load(opt.load)) end

@@ -6,7 +6,9 @@
 -- saves a checkpoint there at the end, or with "resume" starts from it.
 -- ZORCH_TEST_GROUPS=1: two parameter groups (weights; biases with their own lr
 -- and no weight decay). ZORCH_TEST_PARAM=1: the parameters on nvme too
--- (offload_param, stage 3). ZORCH_TEST_ACCUM=k: k micro-batches a step.
+-- (offload_param, stage 3; with NVME_DIR "cpu", offload_param and
+-- offload_optimizer "cpu", which a GPU rank, or ZORCH_TEST_OFFLOAD_HOST=1,
+-- keeps in files in host memory). ZORCH_TEST_ACCUM=k: k micro-batches a step.
 -- ZORCH_TEST_DEFER=1: the model built under nn.deferred (filled at prepare).
 -- ZORCH_TEST_OFFLOAD_HOST=1: the GPU ranks' path (a host copy of the shard
 -- stepped) on CPU ranks; ZORCH_TEST_PIN=1: with pin_memory. ZORCH_TEST_CHUNK=k: chunks of k elements instead
@@ -23,11 +25,13 @@ local _, world = debug.getregistry()["zorch.private"]._comm()
 local accum = tonumber(os.getenv("ZORCH_TEST_ACCUM") or "1") // 1
 local e = zorch.Engine{zero_stage = stage, gradient_clipping = tonumber(os.getenv("ZORCH_TEST_CLIP") or "0.5"), reduce_bucket_size = 50, seed = 1,
                        gradient_accumulation_steps = accum,
-                       offload_optimizer = nvme == "cpu" and {device = "cpu", pin_memory = os.getenv("ZORCH_TEST_PIN") ~= nil} or
+                       offload_optimizer = nvme == "cpu" and {device = "cpu", pin_memory = os.getenv("ZORCH_TEST_PIN") ~= nil,
+                                                              chunk = os.getenv("ZORCH_TEST_PARAM") and chunk or nil} or
                                            nvme ~= "-" and {device = "nvme", nvme_path = nvme, buffer_count = 3,
                                                             chunk = chunk} or false,
                        offload_param = nvme ~= "-" and os.getenv("ZORCH_TEST_PARAM") and
-                                       {device = "nvme", nvme_path = nvme} or false}
+                                       (nvme == "cpu" and {device = "cpu", buffer_count = 3} or {device = "nvme", nvme_path = nvme})
+                                       or false}
 -- (after the Engine, whose seed resets the generator: a deferred model draws
 -- its values at prepare, from where an eager one would)
 local X, Y = zorch.randn(192, 10), zorch.randn(192, 3)
@@ -54,6 +58,10 @@ e:save(m:state_dict(), save)
 if e.rank == 0 and e.host then
   print(("host copy: bucketed %s, pinned %s, host_pinned %d bytes"):format(tostring(e.host.bucketed), tostring(e.host.pinned),
     e:memory_report().host_pinned))
+end
+if e.rank == 0 and nvme == "cpu" and os.getenv("ZORCH_TEST_PARAM") then
+  local r = e:memory_report()
+  print(("offload in host memory: host_files %d bytes, nvme %d bytes, parameters %d"):format(r.host_files, r.nvme, r.parameters))
 end
 if e.rank == 0 and nvme ~= "-" and nvme ~= "cpu" then
   local r = e:memory_report()

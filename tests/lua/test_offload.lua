@@ -260,6 +260,26 @@ if tap.has_mpi(bin) then
       local got = job(n, 3, tmp, 4, ("%s/gsp%d.st"):format(tmp, n), nil, H .. P .. "ZORCH_TEST_CLIP=0.05 ZORCH_TEST_CHUNK=1024 ")
       tap.ok(equal_sd(want, got), ("offload_param through host buffers (the GPU ranks' path), %d rank(s): the same weights"):format(n))
     end
+    -- offload_param "cpu" on GPU ranks: the shard, its gradients and the
+    -- moments in files in host memory (a tmpfs), gathers through host buffers
+    -- as above; on a CPU rank (no ZORCH_TEST_OFFLOAD_HOST) nothing moves
+    for _, n in ipairs({1, 2, 3}) do
+      local want = job(n, 3, "-", 4, ("%s/hm%d.st"):format(tmp, n), nil, "ZORCH_TEST_CLIP=0.05 ")
+      local got, text = job(n, 3, "cpu", 4, ("%s/hmc%d.st"):format(tmp, n), nil, H .. P .. "ZORCH_TEST_CLIP=0.05 ")
+      local files = tonumber((text or ""):match("host_files (%d+) bytes, nvme 0 bytes")) or 0
+      tap.ok(equal_sd(want, got) and files > 0,
+             ("offload_param cpu on GPU ranks (emulated), %d rank(s): the same weights, %d bytes of files in host memory"):format(
+               n, files))
+    end
+    do
+      local want = job(2, 3, "-", 4, tmp .. "/hm0.st")
+      local got, text = job(2, 3, "cpu", 4, tmp .. "/hm0c.st", nil, P)
+      tap.ok(equal_sd(want, got) and text:find("host_files 0 bytes, nvme 0 bytes", 1, true) ~= nil,
+             "offload_param cpu on CPU ranks: the shard stays where it is, the same weights")
+    end
+    tap.raises("offload_param cpu on a GPU rank without offload_optimizer is refused", function()
+      zorch.Engine{zero_stage = 3, device = "cuda", offload_param = {device = "cpu"}}
+    end, "offload_param device \"cpu\" on a GPU rank", "offload_optimizer")
     local wanth = job(2, 2, "-", 6, tmp .. "/hw.st")
     job(2, 2, "cpu", 3, tmp .. "/hh.st", tmp .. "/ck_host", H)
     tap.ok(equal_sd(wanth, job(2, 2, "cpu", 6, tmp .. "/hg.st", tmp .. "/ck_host resume", H)),
