@@ -242,23 +242,20 @@ static int e_memory(lua_State *L) {
   return 1;
 }
 
-/* engine:comm_times(reset) -> seconds reductions were in flight, seconds waited */
-static int e_comm_times(lua_State *L) {
+/* Seconds in flight and seconds waited, from one of the engine's timers. */
+static int push_times(lua_State *L, void (*times)(zero_engine *, double *, double *, bool)) {
   double flight, waited;
-  zero_engine_comm_times(check_engine(L), &flight, &waited, lua_toboolean(L, 2));
+  times(check_engine(L), &flight, &waited, lua_toboolean(L, 2));
   lua_pushnumber(L, flight);
   lua_pushnumber(L, waited);
   return 2;
 }
 
+/* engine:comm_times(reset) -> seconds reductions were in flight, seconds waited */
+static int e_comm_times(lua_State *L) { return push_times(L, zero_engine_comm_times); }
+
 /* engine:gather_times(reset) -> seconds stage 3's gathers were in flight, seconds waited */
-static int e_gather_times(lua_State *L) {
-  double flight, waited;
-  zero_engine_gather_times(check_engine(L), &flight, &waited, lua_toboolean(L, 2));
-  lua_pushnumber(L, flight);
-  lua_pushnumber(L, waited);
-  return 2;
-}
+static int e_gather_times(lua_State *L) { return push_times(L, zero_engine_gather_times); }
 
 /* engine:param_file() -> fd, byte offset of the shard, of its gradient; nil without one */
 static int e_param_file(lua_State *L) {

@@ -238,6 +238,32 @@ static zorch_status pfile_io(zero_engine *e, bool write, void *buf, int64_t at, 
 static void unmap_deleter(void *data, void *ctx);
 static zorch_status group_attach(zero_engine *e, struct group *g);
 
+/* ---- the engine's I/O threads (read-ahead, write-behind) ---- */
+
+/* Starts fn on a thread of its own with its lock and condition; false (and
+   nothing left to free) when no thread can be made: the caller then does the
+   work in line. */
+static bool worker_start(pthread_t *t, pthread_mutex_t *mu, pthread_cond_t *cv, void *(*fn)(void *), void *arg) {
+  pthread_mutex_init(mu, NULL);
+  pthread_cond_init(cv, NULL);
+  if (pthread_create(t, NULL, fn, arg) == 0) return true;
+  pthread_mutex_destroy(mu);
+  pthread_cond_destroy(cv);
+  return false;
+}
+
+/* Sets *stop under the thread's lock, wakes it, joins it, frees the lock and
+   condition. */
+static void worker_stop(pthread_t t, pthread_mutex_t *mu, pthread_cond_t *cv, bool *stop) {
+  pthread_mutex_lock(mu);
+  *stop = true;
+  pthread_cond_broadcast(cv);
+  pthread_mutex_unlock(mu);
+  pthread_join(t, NULL);
+  pthread_mutex_destroy(mu);
+  pthread_cond_destroy(cv);
+}
+
 /* ---- the parameter file's read-ahead ---- */
 
 static void *pf_main(void *arg) {
@@ -302,31 +328,31 @@ static int64_t group_mine(const zero_engine *e, const group *g, int64_t *start) 
   return z > a ? z - a : 0;
 }
 
+/* pf_send, made once: host memory for the largest slice of a group this rank
+   reads from the file (its part at more than one rank, the whole group at one). */
+static zorch_status pf_send_ready(zero_engine *e) {
+  if (e->pf_send) return ZORCH_OK;
+  int64_t most = 1, s;
+  zorch_device cpu = {ZORCH_CPU, 0};
+  for (int k = 0; k < e->ngroups; k++) {
+    int64_t n = e->c->world > 1 ? group_mine(e, &e->groups[k], &s) : e->groups[k].hi - e->groups[k].lo;
+    if (n > most) most = n;
+  }
+  return (e->pf_send = zorch_empty(1, &most, ZORCH_F32, cpu)) ? ZORCH_OK : zorch_last_status();
+}
+
 /* Starts reading group g ahead (the parameter file); a read still in flight
    is claimed first. */
 static zorch_status pf_start(zero_engine *e, group *g) {
   if (g->gathered || e->pf_group == g) return ZORCH_OK;
   int64_t start, mine = group_mine(e, g, &start);
   if (e->c->world > 1 && mine == 0) return ZORCH_OK; /* (nothing of it here to read) */
-  if ((e->c->world > 1 || e->pstaged) && !e->pf_send) { /* the largest part of a group this rank holds (host) */
-    int64_t most = 1, s;
-    zorch_device cpu = {ZORCH_CPU, 0};
-    for (int k = 0; k < e->ngroups; k++) {
-      int64_t n = e->c->world > 1 ? group_mine(e, &e->groups[k], &s) : e->groups[k].hi - e->groups[k].lo;
-      if (n > most) most = n;
-    }
-    if (!(e->pf_send = zorch_empty(1, &most, ZORCH_F32, cpu))) return zorch_last_status();
-  }
-  zorch_status st = e->pf_started ? pf_claim(e) : ZORCH_OK;
+  zorch_status st = (e->c->world > 1 || e->pstaged) ? pf_send_ready(e) : ZORCH_OK;
+  if (!st && e->pf_started) st = pf_claim(e);
   if (st) return st;
   if (!e->pf_started) {
-    pthread_mutex_init(&e->pf_mu, NULL);
-    pthread_cond_init(&e->pf_cv, NULL);
-    if (pthread_create(&e->pf_thread, NULL, pf_main, e) != 0) {
-      pthread_mutex_destroy(&e->pf_mu);
-      pthread_cond_destroy(&e->pf_cv);
+    if (!worker_start(&e->pf_thread, &e->pf_mu, &e->pf_cv, pf_main, e))
       return ZORCH_OK; /* (no thread: the gather reads it when it comes) */
-    }
     e->pf_started = true;
   }
   /* (at one rank the read lands in the group's own memory) */
@@ -467,11 +493,7 @@ static zorch_status gw_slot(zero_engine *e, int *slot) {
   *slot = 0;
   if (!e->gw_on) return ZORCH_OK;
   if (!e->gw_started) {
-    pthread_mutex_init(&e->gw_mu, NULL);
-    pthread_cond_init(&e->gw_cv, NULL);
-    if (pthread_create(&e->gw_thread, NULL, gw_main, e) != 0) {
-      pthread_mutex_destroy(&e->gw_mu);
-      pthread_cond_destroy(&e->gw_cv);
+    if (!worker_start(&e->gw_thread, &e->gw_mu, &e->gw_cv, gw_main, e)) {
       e->gw_on = false; /* (no thread: the writes stay in line) */
       return ZORCH_OK;
     }
@@ -479,18 +501,6 @@ static zorch_status gw_slot(zero_engine *e, int *slot) {
   }
   *slot = (int)(e->gw_queued % 2);
   return gw_wait(e, 1);
-}
-
-static void gw_stop(zero_engine *e) {
-  if (!e->gw_started) return;
-  pthread_mutex_lock(&e->gw_mu);
-  e->gw_stop = true;
-  pthread_cond_broadcast(&e->gw_cv);
-  pthread_mutex_unlock(&e->gw_mu);
-  pthread_join(e->gw_thread, NULL);
-  pthread_mutex_destroy(&e->gw_mu);
-  pthread_cond_destroy(&e->gw_cv);
-  e->gw_started = false;
 }
 
 /* A reduced bucket's part added into the file's gradients, as into gshard: the
@@ -719,14 +729,8 @@ static zorch_status raw_from_host(zorch_tensor *dst, const float *src, int64_t n
 /* Staged: n elements of the shard from `start` into pf_send (host), on the
    calling thread (a read ahead still in flight is claimed first). */
 static zorch_status pfile_staged_read(zero_engine *e, int64_t start, int64_t n) {
-  if (!e->pf_send) {
-    int64_t most = 1;
-    zorch_device cpu = {ZORCH_CPU, 0};
-    for (int k = 0; k < e->ngroups; k++)
-      if (e->groups[k].hi - e->groups[k].lo > most) most = e->groups[k].hi - e->groups[k].lo;
-    if (!(e->pf_send = zorch_empty(1, &most, ZORCH_F32, cpu))) return zorch_last_status();
-  }
-  zorch_status st = e->pf_started ? pf_claim(e) : ZORCH_OK;
+  zorch_status st = pf_send_ready(e);
+  if (!st && e->pf_started) st = pf_claim(e);
   return st ? st : pfile_io(e, false, tensor_ptr(e->pf_send), start, n, 0);
 }
 
@@ -875,73 +879,47 @@ static zorch_status gather_progress(zero_engine *e) {
 static zorch_status group_fetch(zero_engine *e, group *g, bool wait, bool ahead) {
   int world = e->c->world;
   int64_t counts[256], *cnt = world <= 256 ? counts : malloc(sizeof(int64_t) * (size_t)world);
-  if (!cnt) return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  if (!cnt) {
+    if (ahead) pf_claim(e);
+    return err_set(ZORCH_ERR_OOM, "zero: out of memory");
+  }
   overlap_counts(e, g->lo, g->hi, cnt);
   int64_t mine = cnt[e->c->rank];
   int64_t start = g->lo > e->c->rank * e->shard ? g->lo - e->c->rank * e->shard : 0;
-  zorch_status st = group_attach(e, g);
-  if (st) {
-    if (cnt != counts) free(cnt);
-    if (ahead) pf_claim(e);
-    return st;
-  }
   zorch_tensor *send = NULL;
-  if (e->pstaged) { /* through host memory: the slice (read ahead, or now) copied to the device */
+  bool filled = false; /* one rank: the slice went straight into the group, no collective */
+  zorch_status st = group_attach(e, g);
+  if (!st && e->pstaged) { /* through host memory: the slice (read ahead, or now) copied to the device */
     st = ahead ? ZORCH_OK : pfile_staged_read(e, start, mine);
     const float *h = (const float *)tensor_ptr(e->pf_send);
-    if (!st && world == 1) {
-      st = raw_from_host(g->buf, h, mine);
-      if (ahead) pf_claim(e);
-      if (cnt != counts) free(cnt);
-      if (!st) g->gathered = true;
-      else group_detach(e, g, false);
-      return st;
-    }
-    if (!st && (send = zorch_empty(1, &mine, ZORCH_F32, e->dev)) && (st = raw_from_host(send, h, mine)))
-      zorch_tensor_free(send), send = NULL;
-    if (!send && !st) st = zorch_last_status();
-    if (st) {
-      if (ahead) pf_claim(e);
-      if (cnt != counts) free(cnt);
-      group_detach(e, g, false);
-      return st;
-    }
-  } else if (ahead) {
-    send = range(e->pf_send, 0, mine);
-  } else if (e->pfd >= 0) { /* the slice from the file: at one rank straight into the group */
-    if (world == 1) {
-      st = pfile_io(e, false, tensor_ptr(g->buf), start, mine, 0);
-      if (cnt != counts) free(cnt);
-      if (!st) g->gathered = true;
-      else group_detach(e, g, false);
-      return st;
-    }
-    send = zorch_empty(1, &mine, ZORCH_F32, e->dev);
-    if (send && (st = pfile_io(e, false, tensor_ptr(send), start, mine, 0))) {
-      zorch_tensor_free(send);
-      if (cnt != counts) free(cnt);
-      group_detach(e, g, false);
-      return st;
-    }
-  } else {
-    send = range(e->pshard, mine ? start : 0, mine);
-  }
-  char label[96];
-  snprintf(label, sizeof label, "parameter group %d (parameters %d-%d)", (int)(g - e->groups), g->first + 1,
-           g->first + g->count);
-  comm_set_label(label);
-  double t0 = comm_clock();
-  if (!send) {
+    if (!st && world == 1) st = raw_from_host(g->buf, h, mine), filled = true;
+    else if (!st && !(send = zorch_empty(1, &mine, ZORCH_F32, e->dev))) st = zorch_last_status();
+    else if (!st) st = raw_from_host(send, h, mine);
+  } else if (!st && ahead) {
+    if (!(send = range(e->pf_send, 0, mine))) st = zorch_last_status();
+  } else if (!st && e->pfd >= 0) { /* the slice from the file: at one rank straight into the group */
+    if (world == 1) st = pfile_io(e, false, tensor_ptr(g->buf), start, mine, 0), filled = true;
+    else if (!(send = zorch_empty(1, &mine, ZORCH_F32, e->dev))) st = zorch_last_status();
+    else st = pfile_io(e, false, tensor_ptr(send), start, mine, 0);
+  } else if (!st && !(send = range(e->pshard, mine ? start : 0, mine))) {
     st = zorch_last_status();
-  } else if (wait) {
-    st = comm_allgatherv(e->c, send, g->buf, cnt);
-    double dt = comm_clock() - t0;
-    e->tg_wait += dt, e->tg_flight += dt;
-  } else { /* (only from the shard in memory, which stays as it is until the step) */
-    g->posted = t0;
-    st = comm_iallgatherv(e->c, send, g->buf, cnt, &g->req);
-    if (!st && g->req) e->gflight[e->ngflight++] = (int)(g - e->groups);
-    if (!st && !g->req) e->tg_flight += comm_clock() - t0;
+  }
+  if (!st && !filled) {
+    char label[96];
+    snprintf(label, sizeof label, "parameter group %d (parameters %d-%d)", (int)(g - e->groups), g->first + 1,
+             g->first + g->count);
+    comm_set_label(label);
+    double t0 = comm_clock();
+    if (wait) {
+      st = comm_allgatherv(e->c, send, g->buf, cnt);
+      double dt = comm_clock() - t0;
+      e->tg_wait += dt, e->tg_flight += dt;
+    } else { /* (only from the shard in memory, which stays as it is until the step) */
+      g->posted = t0;
+      st = comm_iallgatherv(e->c, send, g->buf, cnt, &g->req);
+      if (!st && g->req) e->gflight[e->ngflight++] = (int)(g - e->groups);
+      if (!st && !g->req) e->tg_flight += comm_clock() - t0;
+    }
   }
   zorch_tensor_free(send);
   if (ahead) pf_claim(e); /* (pf_send is free for the next read) */
@@ -1199,17 +1177,13 @@ fail_st:
 void zero_engine_free(zero_engine *e) {
   if (!e) return;
   drain(e);
-  (void)gw_wait(e, 0);
-  gw_stop(e);
+  if (e->gw_started) {
+    (void)gw_wait(e, 0);
+    worker_stop(e->gw_thread, &e->gw_mu, &e->gw_cv, &e->gw_stop);
+  }
   if (e->pf_started) {
     pf_claim(e);
-    pthread_mutex_lock(&e->pf_mu);
-    e->pf_stop = true;
-    pthread_cond_broadcast(&e->pf_cv);
-    pthread_mutex_unlock(&e->pf_mu);
-    pthread_join(e->pf_thread, NULL);
-    pthread_mutex_destroy(&e->pf_mu);
-    pthread_cond_destroy(&e->pf_cv);
+    worker_stop(e->pf_thread, &e->pf_mu, &e->pf_cv, &e->pf_stop);
   }
   for (int i = 0; i < e->n; i++) {
     /* clear the hook only if it is still this engine's (a later engine may own it) */

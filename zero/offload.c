@@ -58,7 +58,6 @@ struct zoff {
   pthread_cond_t cv;
   io_op q[QCAP];
   int64_t submitted, done; /* ops, by sequence number */
-  bool hold;               /* the step is queueing ops that go together: wait for them */
   int err;                 /* the first I/O error (errno), 0: none */
   char what[64];
   double read_s, write_s, wait_s, step_s;
@@ -197,7 +196,7 @@ static void *io_main(void *arg) {
   zoff *o = arg;
   pthread_mutex_lock(&o->mu);
   for (;;) {
-    while (o->done == o->submitted || (o->hold && o->submitted - o->done < QCAP)) pthread_cond_wait(&o->cv, &o->mu);
+    while (o->done == o->submitted) pthread_cond_wait(&o->cv, &o->mu);
     io_op ops[2] = {o->q[o->done % QCAP]};
     if (ops[0].kind == OP_STOP) break;
     int nops = 1;
@@ -238,14 +237,24 @@ static void *io_main(void *arg) {
   return NULL;
 }
 
-/* Queues an op; returns its sequence number (waits while the queue is full). */
-static int64_t submit(zoff *o, int kind, int64_t c, int buf, int fields) {
+/* Queues n ops at once (so the I/O thread finds them together), their
+   sequence numbers in seq[] (waits while the queue lacks room). */
+static void submit_ops(zoff *o, const io_op *ops, int n, int64_t *seq) {
   pthread_mutex_lock(&o->mu);
-  while (o->submitted - o->done >= QCAP) pthread_cond_wait(&o->cv, &o->mu);
-  o->q[o->submitted % QCAP] = (io_op){kind, c, buf, fields};
-  int64_t seq = o->submitted++;
+  while (o->submitted - o->done > QCAP - n) pthread_cond_wait(&o->cv, &o->mu);
+  for (int k = 0; k < n; k++) {
+    o->q[o->submitted % QCAP] = ops[k];
+    seq[k] = o->submitted++;
+  }
   pthread_cond_broadcast(&o->cv);
   pthread_mutex_unlock(&o->mu);
+}
+
+/* Queues an op; returns its sequence number (waits while the queue is full). */
+static int64_t submit(zoff *o, int kind, int64_t c, int buf, int fields) {
+  io_op op = {kind, c, buf, fields};
+  int64_t seq;
+  submit_ops(o, &op, 1, &seq);
   return seq;
 }
 
@@ -400,15 +409,15 @@ static zorch_status stream(zoff *o, int rf, int wf, chunk_fn fn, void *ud) {
     st = fn(o, o->bufs[b], c * o->chunk, chunk_len(o, c), ud);
     if (st) break;
     /* the write and the read ahead queued together, so that they go out together */
-    pthread_mutex_lock(&o->mu);
-    o->hold = true;
-    pthread_mutex_unlock(&o->mu);
-    if (wf) last = submit(o, OP_WRITE, c, b, wf);
-    if (rf && c + ahead < o->nchunks) rseq[c + ahead] = submit(o, OP_READ, c + ahead, (int)((c + ahead) % o->nbuf), rf);
-    pthread_mutex_lock(&o->mu);
-    o->hold = false;
-    pthread_cond_broadcast(&o->cv);
-    pthread_mutex_unlock(&o->mu);
+    io_op ops[2];
+    int64_t seq[2];
+    int n = 0;
+    bool rd = rf && c + ahead < o->nchunks;
+    if (wf) ops[n++] = (io_op){OP_WRITE, c, b, wf};
+    if (rd) ops[n++] = (io_op){OP_READ, c + ahead, (int)((c + ahead) % o->nbuf), rf};
+    if (n) submit_ops(o, ops, n, seq);
+    if (wf) last = seq[0];
+    if (rd) rseq[c + ahead] = seq[n - 1];
   }
   /* drain: every op queued finishes before the buffers are reused */
   pthread_mutex_lock(&o->mu);
