@@ -403,6 +403,32 @@ static void test_large_reuse(void) {
   zorch_tensor_free(c), zorch_tensor_free(d);
 }
 
+/* Blocks of 2 MiB and more start on a 2 MiB boundary (mapped for huge
+   pages, hostmem.c) unless ZORCH_HUGEPAGES=0 or the caches are off; every
+   byte up to the end is theirs, whatever the size. */
+static void test_huge_blocks(void) {
+  const char *v = getenv("ZORCH_HUGEPAGES");
+  bool on = alloc_cache_enabled() && !(v && v[0] == '0');
+  int64_t sizes[] = {(2 << 20) / 4, (2 << 20) / 4 + 25, 3333333};
+  for (int i = 0; i < 3; i++) {
+    zorch_tensor *t = zorch_empty(SHAPE(sizes[i]), ZORCH_F32, CPU);
+    float *p = t ? zorch_tensor_data(t) : NULL;
+    bool aligned = p && (on ? (uintptr_t)p % (2u << 20) == 0 : (uintptr_t)p % 64 == 0);
+    ok(aligned, "a %lld-float block starts on a %s boundary", (long long)sizes[i], on ? "2 MiB" : "64-byte");
+    bool kept = p != NULL;
+    for (int64_t j = 0; kept && j < sizes[i]; j++) p[j] = (float)j;
+    for (int64_t j = 0; kept && j < sizes[i]; j += 977) kept = p[j] == (float)j;
+    ok(kept && p[sizes[i] - 1] == (float)(sizes[i] - 1), "every float of it holds what was written");
+    zorch_tensor_free(t);
+  }
+  if (on) { /* beyond the cache's 64 MiB: mapped, and unmapped when freed */
+    zorch_tensor *t = zorch_ones(SHAPE(17 << 20), ZORCH_F32, CPU);
+    float *p = t ? zorch_tensor_data(t) : NULL;
+    ok(p && (uintptr_t)p % (2u << 20) == 0 && p[(17 << 20) - 1] == 1, "a 68 MiB block too");
+    zorch_tensor_free(t);
+  }
+}
+
 int main(void) {
   test_released();
   test_cuda_api();
@@ -415,6 +441,7 @@ int main(void) {
   test_inplace();
   test_large();
   test_large_reuse();
+  test_huge_blocks();
   zorch_clear_error();
   return done_testing();
 }

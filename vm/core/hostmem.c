@@ -3,6 +3,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "device.h"
 #include "tensor.h"
@@ -36,6 +39,63 @@ static int size_class(size_t n) {
   int c = MIN_CLASS;
   while (c <= MAX_CLASS && ((size_t)1 << c) < n) c++;
   return c; /* MAX_CLASS + 1: not cached */
+}
+
+/* Blocks of 2 MiB and more are mapped on their own, the body starting on a
+   2 MiB boundary and advised as transparent huge pages (where the kernel's
+   setting is "madvise", the default here): one TLB entry then covers 2 MiB
+   instead of 4 KiB, the pages are physically contiguous, and a first touch
+   is one fault per 2 MiB. A sum of 10^7 floats went from 1.61 to 0.75 ms on
+   one thread (docs/performance.md, "Huge pages"). The header sits at the end
+   of the 4 KiB page before the body. ZORCH_HUGEPAGES=0 keeps such blocks on
+   malloc, as do the memory checkers' runs (with the caches off). */
+#define HUGE_MIN ((size_t)2 << 20)
+#define HUGE_ALIGN ((size_t)2 << 20)
+#define MAPPED (MAX_CLASS + 2) /* the class of a mapped block */
+static bool huge_enabled(void) {
+#ifdef MADV_HUGEPAGE
+  static int on = -1;
+  if (on < 0) {
+    const char *v = getenv("ZORCH_HUGEPAGES");
+    on = !(v && v[0] == '0');
+  }
+  return on && cache_enabled();
+#else
+  return false;
+#endif
+}
+
+/* A mapped block: header page, then the body on a 2 MiB boundary; what the
+   alignment left over on either side is unmapped again. */
+static char *map_block(size_t body) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), used = page + ((body + page - 1) & ~(page - 1));
+  if (used > SIZE_MAX - HUGE_ALIGN) return NULL;
+  size_t len = used + HUGE_ALIGN;
+  char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return NULL;
+  char *body_at = (char *)(((uintptr_t)m + page + HUGE_ALIGN - 1) & ~(uintptr_t)(HUGE_ALIGN - 1));
+  char *start = body_at - page;
+  if (start > m) munmap(m, (size_t)(start - m));
+  if (m + len > start + used) munmap(start + used, (size_t)(m + len - (start + used)));
+#ifdef MADV_HUGEPAGE
+  madvise(body_at, used - page, MADV_HUGEPAGE); /* advice only: small pages if refused */
+#endif
+  char *base = body_at - HDR;
+  *(int *)base = MAPPED;
+  *(size_t *)(base + 8) = body;
+  *(char **)(base + 16) = start;
+  *(size_t *)(base + 24) = used;
+  return base;
+}
+
+/* Gives a block's memory back, mapped or from malloc. */
+static void release_block(char *base) {
+  if (*(int *)base == MAPPED) {
+    char *start = *(char **)(base + 16);
+    munmap(start, *(size_t *)(base + 24));
+  } else {
+    free(base);
+  }
 }
 
 /* Large blocks (above 64 KiB, up to 64 MiB) go back to one process-wide cache of
@@ -90,7 +150,7 @@ static bool large_keep(char *base, size_t body) {
   large[nlarge++] = (large_block){base, body};
   large_bytes += body;
   pthread_mutex_unlock(&large_lock);
-  for (int i = 0; i < ndrop; i++) free(drop[i]);
+  for (int i = 0; i < ndrop; i++) release_block(drop[i]);
   return true;
 }
 
@@ -103,6 +163,10 @@ static void *host_alloc(int index, size_t nbytes) {
   if (body < nbytes || body > SIZE_MAX - HDR) return NULL;
   char *base = c > MAX_CLASS && body <= LARGE_MAX && cache_enabled() ? large_take(body) : NULL;
   if (base) return base + HDR;
+  if (c > MAX_CLASS && body >= HUGE_MIN && huge_enabled()) {
+    base = map_block(body);
+    if (base) return base + HDR;
+  }
   base = aligned_alloc(64, HDR + body);
   if (!base) return NULL;
   *(int *)base = c;
@@ -120,7 +184,7 @@ static void host_free(int index, void *p) {
     return;
   }
   if (c > MAX_CLASS && cache_enabled() && large_keep(base, *(size_t *)(base + 8))) return;
-  free(base);
+  release_block(base);
 }
 
 static int host_count(void) { return 1; }
