@@ -13,9 +13,13 @@ local nn = zorch.nn
 local bin, run = tap.zorch(), tap.run
 -- The runs compared here sum the same products in other orders (a row-parallel
 -- layer adds two half-length dot products, and the GEMM library splits its
--- sums by shape); after 20 Adam steps the final weights of one process and of
--- (tensor 2, data 2) differ by up to 7.7e-6 relative through OpenBLAS and
--- 1.6e-5 through oneDNN's float32 matmul: the weights' bound, 3e-5, covers both.
+-- sums by shape, and by CPU); after 20 Adam steps the final weights of one
+-- process and of (tensor 2, data 2) differ by up to 7.7e-6 relative through
+-- OpenBLAS and 1.6e-5 through oneDNN's float32 matmul on one CPU, 2.3e-5
+-- through oneDNN on another (AMD Zen 4, whose kernels split the sums
+-- otherwise; its biases 5.1e-5, its clipped norms 1.1e-4). The bounds below
+-- are twice those or more: a wrong split or a missing reduction is off by
+-- orders of magnitude more.
 local tmp = tap.tmpdir()
 
 -- ---- one process: a group of 1, and bad arguments -----------------------------------------------
@@ -120,9 +124,9 @@ for i = 1, 20 do -- relative, beyond the printed rounding
   local d = norm1[i] and norm4[i] and math.max(math.abs(norm1[i] - norm4[i]) - 5e-5, 0) / norm1[i] or math.huge
   dnorm = math.max(dnorm, d)
 end
--- (a norm is held to 1e-4: after the gradient spike of step 7 it magnifies the
+-- (a norm is held to 3e-4: after the gradient spike of step 7 it magnifies the
 -- runs' rounding differences, which the losses show at 1e-6)
-tap.ok(norm1[1] and norm1[1] > 1 and dnorm <= 1e-4,
+tap.ok(norm1[1] and norm1[1] > 1 and dnorm <= 3e-4,
   ("the clipped gradient norm is the whole model's, replicated parameters counted once (step 1: %s and %s; " ..
    "worst relative difference over 20 steps beyond the printed 4 decimals %.2g)"):format(tostring(norm4[1]),
    tostring(norm1[1]), dnorm))
@@ -143,7 +147,7 @@ do
   -- sign of rounding noise, differently in any two summation orders (one
   -- process against two data-parallel ranks as well); biases (the query and
   -- value biases, the LayerNorms'), small from a start at zero, so that the same
-  -- rounding drift is a larger fraction of their norm, get 5e-5.
+  -- rounding drift is a larger fraction of their norm, get 1e-4.
   local w, wb, n, shapes, worst_name = 0, 0, 0, true, "-"
   local function rel(x, y) local d = x - y; return math.sqrt((d * d):sum():item() / (y * y):sum():item()) end
   for k, v in pairs(A) do
@@ -159,7 +163,7 @@ do
       if r > w then w, worst_name = r, k end
     end
   end
-  tap.ok(n == 52 and shapes and w <= 3e-5 and wb <= 5e-5,
+  tap.ok(n == 52 and shapes and w <= 6e-5 and wb <= 1e-4,
     ("zorch consolidate of the (tensor 2, data 2) checkpoint: the full model, its %d tensors equal one process's " ..
      "(worst relative %.2g, %s; biases %.2g)"):format(n, w, worst_name, wb))
 end
