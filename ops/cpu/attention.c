@@ -19,6 +19,7 @@
 #define ATT_BQ 64 /* queries per forward work item */
 #define ATT_BK 64 /* keys per block */
 #define ATT_CW 64 /* output columns per register tile (then ATT_CW / 2) */
+#define ATT_ALL ((int64_t)1 << 40) /* a tile's band without a bound */
 
 /* The softmax loops are built without trapping math: they compare and convert
    values whose floating-point exceptions nobody reads, and GCC if-converts (and

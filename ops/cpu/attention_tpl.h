@@ -29,31 +29,49 @@ typedef T ATT(v) __attribute__((vector_size(64)));
 #define ATT_LD(x, p) memcpy(&(x), (p), sizeof(ATT(v)))
 #define ATT_ST(p, x) memcpy((p), &(x), sizeof(ATT(v)))
 
-/* s (nr, ATT_BK) = a (nr, d; row stride lda) times bt (d, ATT_BK): four rows at
-   a time, their 4 x ATT_BK sums held in registers while bt streams past. */
+/* Four rows of tile_abt, NV vectors of columns: their 4 x NV sums held in
+   registers while bt streams past. */
+#define ATT_ABT4(NVC)                                                     \
+  {                                                                       \
+    enum { NV = (NVC) };                                                  \
+    ATT(v) acc[4][NV];                                                    \
+    for (int x = 0; x < 4; x++)                                           \
+      for (int v = 0; v < NV; v++) acc[x][v] = (ATT(v)){0};               \
+    const T *a0 = a + r * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda; \
+    for (int64_t c = 0; c < d; c++) {                                     \
+      const T *b = bt + c * ATT_BK;                                       \
+      T x0 = a0[c], x1 = a1[c], x2 = a2[c], x3 = a3[c];                   \
+      for (int v = 0; v < NV; v++) {                                      \
+        ATT(v) bv;                                                        \
+        ATT_LD(bv, b + v * ATT_VL);                                       \
+        acc[0][v] += x0 * bv;                                             \
+        acc[1][v] += x1 * bv;                                             \
+        acc[2][v] += x2 * bv;                                             \
+        acc[3][v] += x3 * bv;                                             \
+      }                                                                   \
+    }                                                                     \
+    for (int x = 0; x < 4; x++)                                           \
+      for (int v = 0; v < NV; v++) ATT_ST(s + (r + x) * ATT_BK + v * ATT_VL, acc[x][v]); \
+  }
+
+/* s (nr, ATT_BK) = a (nr, d; row stride lda) times bt (d, ATT_BK), four rows at
+   a time. Row r needs only its first hi0 + r columns (the causal mask; the
+   rest are left as they were, for the caller masks them): a block on the
+   diagonal computes about half its tile. */
 ATT_FMA CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a, int64_t nr,
-                                     const T *restrict bt, int64_t d, int64_t lda) {
-  enum { NV = ATT_BK / ATT_VL };
+                                     const T *restrict bt, int64_t d, int64_t lda, int64_t hi0) {
+  enum { NVMAX = ATT_BK / ATT_VL };
   int64_t r = 0;
   for (; r + 4 <= nr; r += 4) {
-    ATT(v) acc[4][NV];
-    for (int x = 0; x < 4; x++)
-      for (int v = 0; v < NV; v++) acc[x][v] = (ATT(v)){0};
-    const T *a0 = a + r * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
-    for (int64_t c = 0; c < d; c++) {
-      const T *b = bt + c * ATT_BK;
-      T x0 = a0[c], x1 = a1[c], x2 = a2[c], x3 = a3[c];
-      for (int v = 0; v < NV; v++) {
-        ATT(v) bv;
-        ATT_LD(bv, b + v * ATT_VL);
-        acc[0][v] += x0 * bv;
-        acc[1][v] += x1 * bv;
-        acc[2][v] += x2 * bv;
-        acc[3][v] += x3 * bv;
-      }
+    int64_t need = hi0 + r + 4 - 1; /* the group's last row */
+    int nv = need >= ATT_BK ? NVMAX : need <= 0 ? 0 : (int)((need + ATT_VL - 1) / ATT_VL);
+    switch (nv) {
+      case 0: break;
+      case 1: ATT_ABT4(1) break;
+      case 2: ATT_ABT4(2) break;
+      case 3: ATT_ABT4(3) break;
+      default: ATT_ABT4(NVMAX) break; /* (double's 4-7 of 8 too) */
     }
-    for (int x = 0; x < 4; x++)
-      for (int v = 0; v < NV; v++) ATT_ST(s + (r + x) * ATT_BK + v * ATT_VL, acc[x][v]);
   }
   for (; r < nr; r++) {
     T acc[ATT_BK];
@@ -66,6 +84,10 @@ ATT_FMA CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a,
     memcpy(s + r * ATT_BK, acc, sizeof acc);
   }
 }
+#undef ATT_ABT4
+
+/* x within [0, n] */
+static inline int64_t ATT(clamp)(int64_t x, int64_t n) { return x < 0 ? 0 : x > n ? n : x; }
 
 /* One pass of tile_acc over columns [c0, c0 + CW) while they fit: four rows
    and CW columns at a time in registers. */
@@ -78,7 +100,8 @@ ATT_FMA CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a,
       for (int x = 0; x < 4; x++)                                                      \
         for (int v = 0; v < NV; v++) ATT_LD(acc[x][v], o + (r + x) * ldo + c0 + v * ATT_VL); \
       const T *p0 = p + r * pr, *p1 = p0 + pr, *p2 = p1 + pr, *p3 = p2 + pr;           \
-      for (int64_t j = 0; j < nj; j++) {                                               \
+      int64_t jlo = ATT(clamp)(lo0 + r, nj), jhi = ATT(clamp)(hi0 + r + 3, nj);       \
+      for (int64_t j = jlo; j < jhi; j++) {                                            \
         const T *mr = m + j * ldm + c0;                                                \
         T x0 = p0[j * pj], x1 = p1[j * pj], x2 = p2[j * pj], x3 = p3[j * pj];          \
         for (int v = 0; v < NV; v++) {                                                 \
@@ -96,7 +119,8 @@ ATT_FMA CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a,
     for (; r < nr; r++) {                                                              \
       T acc[CW];                                                                       \
       for (int c = 0; c < (CW); c++) acc[c] = o[r * ldo + c0 + c];                     \
-      for (int64_t j = 0; j < nj; j++) {                                               \
+      int64_t jlo = ATT(clamp)(lo0 + r, nj), jhi = ATT(clamp)(hi0 + r, nj);           \
+      for (int64_t j = jlo; j < jhi; j++) {                                               \
         const T *mr = m + j * ldm + c0;                                                \
         T x = p[r * pr + j * pj];                                                      \
         for (int c = 0; c < (CW); c++) acc[c] += x * mr[c];                            \
@@ -108,16 +132,18 @@ ATT_FMA CPU_CLONES static void ATT(tile_abt)(T *restrict s, const T *restrict a,
 /* o (nr, d; row stride ldo) += p m: p[r][j] at p + r * pr + j * pj (so p may be
    read transposed), m (nj, d; row stride ldm). Passes of ATT_CW columns, then
    of ATT_CW / 2 (a head dim of 32), in registers; a narrower tail runs plainly.
-   Each element sums its products in j's order in every path. */
+   Each element sums its products in j's order in every path. Row r takes
+   only the j in [lo0 + r, hi0 + r) (the causal mask's band; p is 0 outside
+   it), ATT_ALL for no bound. */
 ATT_FMA CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t ldo, int64_t nr, const T *restrict p,
                                      int64_t pr, int64_t pj, int64_t nj, const T *restrict m,
-                                     int64_t ldm, int64_t d) {
+                                     int64_t ldm, int64_t d, int64_t lo0, int64_t hi0) {
   int64_t c0 = 0;
   ATT_ACC_PASS(ATT_CW)
   ATT_ACC_PASS(ATT_CW / 2)
   if (c0 < d)
     for (int64_t r = 0; r < nr; r++)
-      for (int64_t j = 0; j < nj; j++) {
+      for (int64_t j = ATT(clamp)(lo0 + r, nj); j < ATT(clamp)(hi0 + r, nj); j++) {
         T x = p[r * pr + j * pj];
         for (int64_t c = c0; c < d; c++) o[r * ldo + c] += x * m[j * ldm + c];
       }
@@ -186,11 +212,12 @@ static void ATT(fwd_rows)(T *restrict out, int64_t so, T *restrict lse, const T 
   for (int64_t kb = 0; kb < kend; kb += ATT_BK) {
     int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK;
     ATT(transpose)(kt, k + kb * sk, kn, d, sk);
-    ATT(tile_abt)(s, q, nr, kt, d, sq);
+    int64_t hi0 = causal ? i0 + off - kb + 1 : ATT_ALL; /* row r sees keys < hi0 + r */
+    ATT(tile_abt)(s, q, nr, kt, d, sq, hi0);
     for (int64_t r = 0; r < nr; r++) /* scores -> probabilities under the running max */
       ATT(online_row)(s + r * ATT_BK, ATT(visible)(i0 + r, kb, kn, off, causal), kn, scale,
                       &m[r], &l[r], acc + r * d, d);
-    ATT(tile_acc)(acc, d, nr, s, ATT_BK, 1, kn, v + kb * sv, sv, d);
+    ATT(tile_acc)(acc, d, nr, s, ATT_BK, 1, kn, v + kb * sv, sv, d, -ATT_ALL, hi0);
   }
   for (int64_t r = 0; r < nr; r++) {
     T *o = out + (i0 + r) * so;
@@ -210,7 +237,16 @@ static void ATT(fwd_rows)(T *restrict out, int64_t so, T *restrict lse, const T 
    cache: read in place, rows 3C apart (a fused projection's) map to a few
    cache sets, and the column-wise reads of the key transposes missed L1. */
 static void ATT(pack)(T *restrict dst, const T *restrict src, int64_t rows, int64_t ld, int64_t d) {
-  for (int64_t r = 0; r < rows; r++) memcpy(dst + r * d, src + r * ld, sizeof(T) * (size_t)d);
+  /* rows far apart defeat the hardware's prefetch, and each was a miss to
+     memory in turn: the row ATT_PF ahead is asked for while one is copied */
+  enum { ATT_PF = 8 };
+  int64_t lines = ((int64_t)sizeof(T) * d + 63) / 64;
+  for (int64_t r = 0; r < rows; r++) {
+    if (r + ATT_PF < rows)
+      for (int64_t c = 0; c < lines; c++)
+        __builtin_prefetch((const char *)(src + (r + ATT_PF) * ld) + 64 * c);
+    memcpy(dst + r * d, src + r * ld, sizeof(T) * (size_t)d);
+  }
 }
 
 static zorch_status ATT(fwd)(T *out, const att_lay *lo, T *lse, const T *q, const att_lay *lq,
@@ -274,22 +310,33 @@ static void ATT(bwd_block)(T *restrict dq, T *restrict dkb, T *restrict dvb,
   int64_t sdq = st[0], sg = st[1], sq = st[2], sk = st[3];
   for (int64_t ib = i0; ib < i1; ib += ATT_BQ) {
     int64_t nr = i1 - ib < ATT_BQ ? i1 - ib : ATT_BQ;
-    ATT(tile_abt)(s, q + ib * sq, nr, kt, d, sq);
-    ATT(tile_abt)(dp, g + ib * sg, nr, vt, d, sg);
+    /* query ib + r sees keys kb + j for j < hi0 + r; key kb + r is seen by
+       queries ib + j for j >= lo0 + r */
+    int64_t hi0 = causal ? ib + off - kb + 1 : ATT_ALL, lo0 = causal ? kb - ib - off : -ATT_ALL;
+    ATT(tile_abt)(s, q + ib * sq, nr, kt, d, sq, hi0);
+    ATT(tile_abt)(dp, g + ib * sg, nr, vt, d, sg, hi0);
     for (int64_t r = 0; r < nr; r++) { /* s becomes P, dp becomes dS */
       int64_t i = ib + r, lim = ATT(visible)(i, kb, kn, off, causal);
       ATT(bwd_row)(s + r * ATT_BK, dp + r * ATT_BK, lse[i] == -INFINITY ? 0 : lim, kn, scale,
                    lse[i], dsum[i]);
     }
-    if (dvb) ATT(tile_acc)(dvb, d, kn, s, 1, ATT_BK, nr, g + ib * sg, sg, d);
-    if (dkb) ATT(tile_acc)(dkb, d, kn, dp, 1, ATT_BK, nr, q + ib * sq, sq, d);
-    if (dq) ATT(tile_acc)(dq + ib * sdq, sdq, nr, dp, ATT_BK, 1, kn, k + kb * sk, sk, d);
+    if (dvb) ATT(tile_acc)(dvb, d, kn, s, 1, ATT_BK, nr, g + ib * sg, sg, d, lo0, ATT_ALL);
+    if (dkb) ATT(tile_acc)(dkb, d, kn, dp, 1, ATT_BK, nr, q + ib * sq, sq, d, lo0, ATT_ALL);
+    if (dq) ATT(tile_acc)(dq + ib * sdq, sdq, nr, dp, ATT_BK, 1, kn, k + kb * sk, sk, d, -ATT_ALL, hi0);
   }
 }
 
 /* The first query of tq that sees key kb. */
 static inline int64_t ATT(first_query)(int64_t kb, int64_t off, bool causal) {
   return causal && kb - off > 0 ? kb - off : 0;
+}
+
+/* The dot product of two rows of d, in vector lanes (a fixed order). */
+CPU_CLONES static T ATT(dot)(const T *restrict a, const T *restrict b, int64_t d) {
+  T acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t c = 0; c < d; c++) acc += a[c] * b[c];
+  return acc;
 }
 
 /* dsum (bh * tq) = rowsum(dO * O), every row. */
@@ -299,9 +346,7 @@ static void ATT(row_dots)(T *dsum, const T *g, const att_lay *lg, const T *o, co
   for (int64_t i = 0; i < bh * tq; i++) {
     int64_t h = i / tq, t = i % tq;
     const T *gr = g + att_head(lg, h) + t * lg->st, *orow = o + att_head(lo, h) + t * lo->st;
-    T acc = 0;
-    for (int64_t c = 0; c < d; c++) acc += gr[c] * orow[c];
-    dsum[i] = acc;
+    dsum[i] = ATT(dot)(gr, orow, d);
   }
 }
 
