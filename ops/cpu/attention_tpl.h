@@ -260,7 +260,7 @@ static zorch_status ATT(fwd)(T *out, const att_lay *lo, T *lse, const T *q, cons
   {
     size_t nbuf = (size_t)(d * ATT_BK + ATT_BQ * ATT_BK + ATT_BQ * d + 2 * ATT_BQ);
     if (pack) nbuf += (size_t)(ATT_BQ * d + 2 * tk * d);
-    T *buf = malloc(sizeof(T) * nbuf);
+    T *buf = cpu_scratch(sizeof(T) * nbuf);
     if (!buf) {
 #pragma omp atomic write
       oom = true;
@@ -287,7 +287,7 @@ static zorch_status ATT(fwd)(T *out, const att_lay *lo, T *lse, const T *q, cons
       ATT(fwd_rows)(out + att_head(lo, h), lo->st, lse + h * tq, qh, sq, kh, sk, vh, sv, i0, i1,
                     tk, d, off, causal, scale, kt, s, acc, m, l);
     }
-    free(buf);
+    cpu_scratch_free(buf);
   }
   if (oom) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the kernel's scratch");
   return ZORCH_OK;
@@ -356,7 +356,7 @@ typedef struct {
   T *kt, *vt, *s, *dp, *dkb, *dvb;
 } ATT(scratch);
 static T *ATT(scratch_new)(ATT(scratch) *w, int64_t d) {
-  T *buf = malloc(sizeof(T) * (size_t)(4 * d * ATT_BK + 2 * ATT_BQ * ATT_BK));
+  T *buf = cpu_scratch(sizeof(T) * (size_t)(4 * d * ATT_BK + 2 * ATT_BQ * ATT_BK));
   if (buf) {
     w->kt = buf, w->vt = w->kt + d * ATT_BK, w->s = w->vt + d * ATT_BK;
     w->dp = w->s + ATT_BQ * ATT_BK, w->dkb = w->dp + ATT_BQ * ATT_BK, w->dvb = w->dkb + ATT_BK * d;
@@ -413,7 +413,7 @@ static zorch_status ATT(bwd)(T *dq, const att_lay *ldq, T *dk, const att_lay *ld
   bool par = bh * tq * tk * d >= CPU_GRAIN;
   bool split = par && bh < cpu_threads();
   int64_t nkb = (tk + ATT_BK - 1) / ATT_BK, nqb = (tq + ATT_BQ - 1) / ATT_BQ, off = tk - tq;
-  T *dsum = malloc(sizeof(T) * (size_t)(bh * tq > 0 ? bh * tq : 1));
+  T *dsum = cpu_scratch(sizeof(T) * (size_t)(bh * tq > 0 ? bh * tq : 1));
   if (!dsum) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the backward's row sums");
   ATT(row_dots)(dsum, g, lg, o, lo, bh, tq, d);
   /* whole heads with strided rows are copied into thread scratch (see pack),
@@ -427,7 +427,7 @@ static zorch_status ATT(bwd)(T *dq, const att_lay *ldq, T *dk, const att_lay *ld
   {
     ATT(scratch) w = {0};
     T *buf = ATT(scratch_new)(&w, d);
-    T *pk = pack ? malloc(sizeof(T) * (size_t)(3 * tq * d + 2 * tk * d)) : NULL;
+    T *pk = pack ? cpu_scratch(sizeof(T) * (size_t)(3 * tq * d + 2 * tk * d)) : NULL;
     if (!buf || (pack && !pk)) {
 #pragma omp atomic write
       oom = true;
@@ -478,10 +478,10 @@ static zorch_status ATT(bwd)(T *dq, const att_lay *ldq, T *dk, const att_lay *ld
         }
       }
     }
-    free(buf), free(pk);
+    cpu_scratch_free(buf), cpu_scratch_free(pk);
   }
 #undef HEAD
-  free(dsum);
+  cpu_scratch_free(dsum);
   if (oom) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the backward's scratch");
   return ZORCH_OK;
 }

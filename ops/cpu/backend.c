@@ -2,6 +2,9 @@
 #include "cpu.h"
 #include "kernels.h"
 
+void *cpu_scratch(size_t bytes) { return host_mem.alloc(0, bytes); }
+void cpu_scratch_free(void *p) { host_mem.free(0, p); }
+
 const backend cpu_backend = {
     .name = "cpu",
     .native16 = true, /* unary and binary a block at a time (elementwise.c) */

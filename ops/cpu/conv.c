@@ -125,7 +125,7 @@ static void conv_gemm(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, in
     T *op = (T *)tensor_ptr(out);                                                          \
     _Pragma("omp parallel for schedule(dynamic) if (nblk > 1 && g->n * O * K * L >= CPU_GRAIN)") \
     for (int64_t blk = 0; blk < nblk; blk++) {                                             \
-      T *col = malloc(sizeof(T) * (size_t)(K * L));                                        \
+      T *col = cpu_scratch(sizeof(T) * (size_t)(K * L));                                   \
       if (!col) {                                                                          \
         failed = 1;                                                                        \
         continue;                                                                          \
@@ -139,7 +139,7 @@ static void conv_gemm(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, in
             for (int64_t l = 0; l < L; l++) on[o * L + l] = bp[o];                         \
         conv_gemm(dt, false, false, O, L, K, wp, K, col, L, bp ? 1.0 : 0.0, on, L);        \
       }                                                                                    \
-      free(col);                                                                           \
+      cpu_scratch_free(col);                                                               \
     }                                                                                      \
   }
 
@@ -179,7 +179,7 @@ zorch_status cpu_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_te
     T *gxp = gx ? (T *)tensor_ptr(gx) : NULL, *part = (T *)parts;                          \
     _Pragma("omp parallel for schedule(dynamic) if (nblk > 1 && g->n * O * K * L >= CPU_GRAIN)") \
     for (int64_t blk = 0; blk < nblk; blk++) {                                             \
-      T *col = malloc(sizeof(T) * (size_t)(K * L));                                        \
+      T *col = cpu_scratch(sizeof(T) * (size_t)(K * L));                                   \
       if (!col) {                                                                          \
         failed = 1;                                                                        \
         continue;                                                                          \
@@ -197,7 +197,7 @@ zorch_status cpu_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_te
           col2im_##T(gxp, col, g, n, 1);                                                   \
         }                                                                                  \
       }                                                                                    \
-      free(col);                                                                           \
+      cpu_scratch_free(col);                                                               \
     }                                                                                      \
     if (part) {                                                                            \
       T *gwp = (T *)tensor_ptr(gw);                                                        \

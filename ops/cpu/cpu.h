@@ -20,6 +20,13 @@
 #define CPU_CLONES
 #endif
 
+/* Kernel scratch from the tensor allocator's caches (vm/core/hostmem.c): a
+   buffer of 64 KiB or more from malloc came back as fresh pages on every
+   call, each a fault (the attention backward's 160 KiB took 32 faults a
+   transformer block step). NULL when out of memory. */
+void *cpu_scratch(size_t bytes);
+void cpu_scratch_free(void *p);
+
 #define CPU_MAX_OPS 4
 
 /* Operands of one shape, with byte strides, coalesced to as few dims as possible. */
