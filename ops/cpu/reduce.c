@@ -185,7 +185,27 @@ SUM16(sum_f16_serial, sum_f16, LD_H, 2)
     }                                                                             \
     for (int64_t i = 0; i < w; i++) out[i] = (T)acc[i];                           \
   }
-SUM_PITCH(sum_pitch_f32, float, double)
+/* float32 column sums: blocks of SUM_PITCH_ROWS rows summed in float lanes,
+   the block sums added in double (as the whole-tensor sums block theirs):
+   half the vector work of converting every value to double, and as exact for
+   any number of rows. Each column sums its rows in one fixed order. */
+#define SUM_PITCH_ROWS 16
+CPU_CLONES static void sum_pitch_f32(float *out, const float *a, int64_t r, int64_t w, int64_t pitch,
+                                     double *acc) {
+  float part[512];
+  for (int64_t i = 0; i < w; i++) acc[i] = 0;
+  for (int64_t j0 = 0; j0 < r; j0 += SUM_PITCH_ROWS) {
+    int64_t j1 = r - j0 < SUM_PITCH_ROWS ? r : j0 + SUM_PITCH_ROWS;
+    const float *row = a + j0 * pitch;
+    for (int64_t i = 0; i < w; i++) part[i] = row[i];
+    for (int64_t j = j0 + 1; j < j1; j++) {
+      row = a + j * pitch;
+      for (int64_t i = 0; i < w; i++) part[i] += row[i];
+    }
+    for (int64_t i = 0; i < w; i++) acc[i] += part[i];
+  }
+  for (int64_t i = 0; i < w; i++) out[i] = (float)acc[i];
+}
 
 /* Column sums of 16-bit values into float32 (accumulated in double). */
 #define SUM_PITCH16(NAME, LD)                                                     \
