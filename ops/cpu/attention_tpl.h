@@ -11,11 +11,18 @@
 #define ATT(name) ATT_CAT(name, SFX)
 
 /* bt (d, ATT_BK) = the transpose of the kn rows of b (kn, d; row stride ldb),
-   columns past kn zero: the score tiles then run over a fixed width. */
+   columns past kn zero: the score tiles then run over a fixed width. Whole
+   16 x 16 blocks go through ATT_BLOCK_T where the type has one. */
 static void ATT(transpose)(T *restrict bt, const T *restrict b, int64_t kn, int64_t d, int64_t ldb) {
+  int64_t kf = 0, df = 0;
+#ifdef ATT_BLOCK_T
+  kf = kn / 16 * 16, df = d / 16 * 16;
+  for (int64_t j0 = 0; j0 < kf; j0 += 16)
+    for (int64_t c0 = 0; c0 < df; c0 += 16) ATT_BLOCK_T(bt + c0 * ATT_BK + j0, ATT_BK, b + j0 * ldb + c0, ldb);
+#endif
   for (int64_t c = 0; c < d; c++) {
     T *row = bt + c * ATT_BK;
-    for (int64_t j = 0; j < kn; j++) row[j] = b[j * ldb + c];
+    for (int64_t j = c < df ? kf : 0; j < kn; j++) row[j] = b[j * ldb + c];
     for (int64_t j = kn; j < ATT_BK; j++) row[j] = 0;
   }
 }

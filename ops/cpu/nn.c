@@ -457,24 +457,29 @@ zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *r
 /* float32 rows: the two row sums in 16 float lanes (added in double), gx in
    float32; then gw and gb in double over column blocks, each column's rows
    added in order (the same result on any thread count). */
+/* The lanes as a GCC vector: written as float[16] arrays, the loop was
+   vectorised across rows of 16 with permutes (37 KB of code, a fifth of the
+   block's layer norm backward); the lane sums are the same. */
+typedef float ln_v16 __attribute__((vector_size(64)));
 CPU_CLONES static void layer_norm_bwd_row_f32(float *gx, const float *g, const float *x,
                                               const float *w, float mu, float rs, int64_t cols) {
-  float l1[16] = {0}, l2[16] = {0};
+  ln_v16 a1 = {0}, a2 = {0};
   int64_t j = 0;
-  if (w) {
-    for (; j + 16 <= cols; j += 16)
-      for (int k = 0; k < 16; k++) {
-        float gh = g[j + k] * w[j + k];
-        l1[k] += gh;
-        l2[k] += gh * ((x[j + k] - mu) * rs);
-      }
-  } else {
-    for (; j + 16 <= cols; j += 16)
-      for (int k = 0; k < 16; k++) {
-        l1[k] += g[j + k];
-        l2[k] += g[j + k] * ((x[j + k] - mu) * rs);
-      }
+  for (; j + 16 <= cols; j += 16) {
+    ln_v16 gh, xv;
+    memcpy(&gh, g + j, sizeof gh);
+    memcpy(&xv, x + j, sizeof xv);
+    if (w) {
+      ln_v16 wv;
+      memcpy(&wv, w + j, sizeof wv);
+      gh = gh * wv;
+    }
+    a1 += gh;
+    a2 += gh * ((xv - mu) * rs);
   }
+  float l1[16], l2[16];
+  memcpy(l1, &a1, sizeof l1);
+  memcpy(l2, &a2, sizeof l2);
   double s1 = lanes_sum(l1), s2 = lanes_sum(l2);
   for (; j < cols; j++) {
     double gh = (double)g[j] * (w ? (double)w[j] : 1.0);
