@@ -187,6 +187,9 @@ static zorch_status linear_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) 
   zorch_status st = ZORCH_OK;
   /* through the activation first, then as (rows, out) */
   if (act != ZORCH_ACT_NONE && !(g = gr = op_binary(act_bwd(act), g, n->saved[2], 0, 0))) goto fail;
+  /* a gradient that is a broadcast or strided view (a sum's backward gives
+     one) made contiguous once here, not by each of the three products below */
+  if (!gr && !zorch_tensor_is_contiguous(g) && !(g = gr = op_contig(g))) goto fail;
   if (!(g2 = zorch_reshape(g, 2, s2))) goto fail;
   if (ag_wants(n, 0) &&
       (!(gx = zorch_matmul(g2, w)) || !(gin[0] = zorch_reshape(gx, x->ndim, x->shape))))
