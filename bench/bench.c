@@ -95,6 +95,14 @@ static void run_add(void *ctx) {
   zorch_tensor_free(c);
 }
 
+/* a transposed matrix made contiguous (ops/cpu/transpose.c) */
+static void run_transpose(void *ctx) {
+  pair *p = ctx;
+  zorch_tensor *t = zorch_transpose(p->a, 0, 1), *c = t ? zorch_contiguous(t) : NULL;
+  check(c);
+  zorch_tensor_free(t), zorch_tensor_free(c);
+}
+
 static void run_relu(void *ctx) {
   pair *p = ctx;
   zorch_tensor *c = zorch_relu(p->a);
@@ -724,6 +732,13 @@ static double serve_case(const char *name, zorch_generator *g) {
     check(p.a), check(p.b);
     t = time_best3(name[0] == 'r' ? run_relu : run_add, &p);
     zorch_tensor_free(p.a), zorch_tensor_free(p.b);
+    return t;
+  }
+  if (strcmp(name, "transpose_4096x1024") == 0 || strcmp(name, "transpose_4096x1024_bf16") == 0) {
+    pair p = {zorch_randn(SHAPE(4096, 1024), strstr(name, "bf16") ? ZORCH_BF16 : ZORCH_F32, CPU, g), NULL};
+    check(p.a);
+    t = time_best3(run_transpose, &p);
+    zorch_tensor_free(p.a);
     return t;
   }
   if (strcmp(name, "script_add_64") == 0) {

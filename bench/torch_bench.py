@@ -276,6 +276,9 @@ def serve_case(name):
         n = 1000000 if name == "add_1m" else 64
         a, b = torch.randn(n), torch.randn(n)
         return time_best3((lambda: torch.relu(a)) if name[0] == "r" else (lambda: a + b))
+    if name in ("transpose_4096x1024", "transpose_4096x1024_bf16"):
+        a = torch.randn(4096, 1024).to(torch.bfloat16 if name.endswith("bf16") else torch.float32)
+        return time_best3(lambda: a.t().contiguous())
     if name == "script_add_64":
         return script_add_64()()
     if name.startswith("mlp_1024_4096_1024_b256_fwd_bwd"):

@@ -55,6 +55,9 @@ CASES = {
     "relu_64": ("ns", lambda s: s * 1e9, None, None),
     "script_add_64": ("ns", lambda s: s * 1e9, None, None),
     "add_1m": ("us", lambda s: s * 1e6, None, None),  # 12 MB: stays in a large L3, no DRAM limit
+    # a transposed matrix made contiguous: reads and writes 4096 x 1024 elements
+    "transpose_4096x1024": ("ms", lambda s: s * 1e3, 2 * 4 * 4096 * 1024, "stream_copy"),
+    "transpose_4096x1024_bf16": ("ms", lambda s: s * 1e3, 2 * 2 * 4096 * 1024, "stream_copy"),
     "adamw_8m": ("Mparams/s", lambda s: (8 << 20) / s / 1e6, 7 * 4 * (8 << 20), "stream_triad"),
     # zorch's same step beside PyTorch's foreach AdamW (adamw_8m: its fused one)
     "adamw_8m_foreach": ("Mparams/s", lambda s: (8 << 20) / s / 1e6, 7 * 4 * (8 << 20), "stream_triad"),

@@ -763,6 +763,57 @@ static void fill16(void) {
   zorch_tensor_free(col), zorch_tensor_free(t);
 }
 
+/* Views whose source runs across the copy's rows (transposes, permutes, a
+   transposed slice) made contiguous: every element where the index says,
+   for each element size, on 1 and 2 threads, tiled or not. */
+static void transposed_copies(void) {
+  const zorch_dtype dts[] = {ZORCH_U8, ZORCH_BF16, ZORCH_F32, ZORCH_I64};
+  const int64_t dims[][3] = {{1, 16, 16}, {1, 33, 70}, {1, 1000, 70}, {3, 45, 70}, {2, 7, 300}, {1, 5, 9}};
+  int64_t bad = 0, cases = 0;
+  for (int th = 1; th <= 2; th++) {
+    zorch_set_num_threads(th);
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+      for (size_t s = 0; s < sizeof dims / sizeof *dims; s++) {
+        int64_t nb = dims[s][0], r = dims[s][1], c = dims[s][2], n = nb * r * c;
+        /* values 0..250 repeat, exact in every dtype; the slice starts at column 3 */
+        int64_t nf = n + nb * r * 5;
+        double *src = malloc((size_t)nf * sizeof(double));
+        for (int64_t i = 0; src && i < nf; i++) src[i] = (double)(i % 251);
+        zorch_tensor *full = src ? zorch_from_buffer(src, SHAPE(nb, r, c + 5), ZORCH_F64) : NULL;
+        free(src);
+        zorch_tensor *typed = full ? zorch_to_dtype(full, dts[d]) : NULL;
+        zorch_tensor *sl = typed ? zorch_narrow(typed, 2, 3, c) : NULL;
+        zorch_tensor *tv = sl ? zorch_transpose(sl, 1, 2) : NULL, *ct = tv ? zorch_contiguous(tv) : NULL;
+        double *v = ct ? values(ct) : NULL;
+        if (!v) {
+          bad++;
+        } else {
+          for (int64_t b = 0; b < nb; b++)
+            for (int64_t j = 0; j < c; j++)
+              for (int64_t i = 0; i < r; i++)
+                bad += v[(b * c + j) * r + i] != (double)(((b * r + i) * (c + 5) + j + 3) % 251);
+        }
+        cases++;
+        free(v);
+        zorch_tensor *fr[] = {full, typed, sl, tv, ct};
+        for (int k = 0; k < 5; k++) zorch_tensor_free(fr[k]);
+      }
+  }
+  /* a permute that merges into one transposed matrix: (a, b, c) -> (c, a, b) */
+  zorch_tensor *ar = zorch_arange(0, 40 * 30 * 50, 1, ZORCH_F32, CPU);
+  zorch_tensor *x = ar ? zorch_reshape(ar, SHAPE(40, 30, 50)) : NULL;
+  zorch_tensor *pv = x ? zorch_permute(x, (const int[]){2, 0, 1}) : NULL, *pc = pv ? zorch_contiguous(pv) : NULL;
+  double *v = pc ? values(pc) : NULL;
+  for (int64_t k = 0; k < 50 && v; k++)
+    for (int64_t i = 0; i < 40 * 30; i++) bad += v[k * 1200 + i] != (double)(i * 50 + k);
+  bad += !v;
+  free(v);
+  zorch_tensor_free(ar), zorch_tensor_free(x), zorch_tensor_free(pv), zorch_tensor_free(pc);
+  zorch_set_num_threads(0);
+  ok(bad == 0, "transposed views made contiguous: %lld cases and a permute, %lld elements off",
+     (long long)cases, (long long)bad);
+}
+
 int main(void) {
   zorch_generator *g0 = zorch_generator_new(3);
   elementwise16(g0, ZORCH_BF16);
@@ -788,6 +839,7 @@ int main(void) {
   layer_norm_rows();
   adam_f32_exact();
   fill16();
+  transposed_copies();
   zorch_generator *g = zorch_generator_new(7);
   printf("# BLAS: %s\n", zorch_blas_info());
   /* bf16 keeps 8 significant bits: one rounding of the output is 2^-9 */

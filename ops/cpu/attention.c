@@ -70,38 +70,10 @@ static att_lay att_lay_of(const zorch_tensor *t) {
   return (att_lay){1, t->strides[0], 0, t->strides[1]};
 }
 
-/* dst (16 rows, ldd apart) = the transpose of the 16 x 16 block at src (rows
-   lds apart), in registers: four butterfly stages, each swapping the
-   off-diagonal blocks of size 8, 4, 2 and 1 between row pairs (a two-source
-   permute per row each). The key transposes were scalar, a load and a store
-   per element. */
-typedef float att_v16 __attribute__((vector_size(64)));
-typedef int32_t att_i16 __attribute__((vector_size(64)));
-#define ATT_STAGE(S, LO, HI)                                      \
-  for (int i = 0; i < 16; i++)                                    \
-    if (!(i & (S))) {                                             \
-      att_v16 a = r[i], b = r[i + (S)];                           \
-      r[i] = __builtin_shuffle(a, b, (att_i16)LO);                \
-      r[i + (S)] = __builtin_shuffle(a, b, (att_i16)HI);          \
-    }
-CPU_CLONES static void att_t16(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds) {
-  att_v16 r[16];
-  for (int i = 0; i < 16; i++) memcpy(&r[i], src + i * lds, sizeof r[i]);
-  ATT_STAGE(8, ((att_i16){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}),
-            ((att_i16){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}))
-  ATT_STAGE(4, ((att_i16){0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}),
-            ((att_i16){4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}))
-  ATT_STAGE(2, ((att_i16){0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}),
-            ((att_i16){2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}))
-  ATT_STAGE(1, ((att_i16){0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}),
-            ((att_i16){1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}))
-  for (int i = 0; i < 16; i++) memcpy(dst + i * ldd, &r[i], sizeof r[i]);
-}
-#undef ATT_STAGE
 
 #define T float
 #define SFX f32
-#define ATT_BLOCK_T att_t16
+#define ATT_BLOCK_T cpu_t16_f32
 #define EXP att_expf
 #define LOG logf
 #include "attention_tpl.h"

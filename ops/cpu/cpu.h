@@ -50,6 +50,14 @@ void cpu_iter_run_grain(const cpu_iter *it, cpu_loop fn, const double *prm, int6
 
 int cpu_threads(void);
 
+/* A same-size copy whose source runs along the destination's second-to-last
+   dim (a transposed matrix made contiguous), done in tiles (transpose.c);
+   false, having done nothing, for any other layout. */
+bool cpu_copy_transposed(const cpu_iter *it, size_t es);
+/* dst (16 rows, ldd elements apart) = the transpose of the 16 x 16 block of
+   4-byte elements at src (rows lds apart). */
+void cpu_t16_f32(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds);
+
 /* The error for index v at position k of an index tensor, not in 0..n-1
    (numbers marked for the caller's numbering, vm/core/error.h). */
 zorch_status cpu_bad_index(const char *op, int64_t v, int64_t k, int64_t n);

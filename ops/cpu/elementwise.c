@@ -506,7 +506,10 @@ zorch_status cpu_copy(zorch_tensor *dst, const zorch_tensor *src) {
   cpu_iter it;
   cpu_iter_init(&it, 2, ts);
   double prm[2] = {(double)dst->dtype, (double)src->dtype};
-  cpu_iter_run_grain(&it, copy_loop(dst->dtype, src->dtype), prm, CPU_GRAIN_MEM);
+  cpu_loop fn = copy_loop(dst->dtype, src->dtype);
+  bool same = fn == copy_1 || fn == copy_2 || fn == copy_4 || fn == copy_8;
+  if (same && cpu_copy_transposed(&it, dtype_sizes[dst->dtype])) return ZORCH_OK;
+  cpu_iter_run_grain(&it, fn, prm, CPU_GRAIN_MEM);
   return ZORCH_OK;
 }
 
