@@ -16,7 +16,7 @@ static void ref_step(arrays *a, int64_t n, int64_t step, const zorch_adam_opts *
   if (o->no_bias_correction) bc1 = bc2 = 1;
   const float b1w = (float)(1 - o->beta1), b2 = (float)o->beta2, b2w = (float)(1 - o->beta2);
   const float wd = (float)o->weight_decay, decay = (float)(1 - o->lr * o->weight_decay);
-  const float step_size = (float)(o->lr / bc1), bc2s = (float)sqrt(bc2), eps = (float)o->eps;
+  const float step_size = (float)(o->lr / bc1), rbc2s = 1.0f / (float)sqrt(bc2), eps = (float)o->eps;
   for (int64_t i = 0; i < n; i++) {
     float gi = a->g[i], pi = a->p[i];
     if (o->weight_decay != 0 && !o->decoupled) gi = gi + wd * pi;
@@ -25,7 +25,7 @@ static void ref_step(arrays *a, int64_t n, int64_t step, const zorch_adam_opts *
     float vi = a->v[i] * b2 + b2w * gi * gi;
     a->m[i] = mi;
     a->v[i] = vi;
-    float denom = (float)(sqrt((double)vi) / (double)bc2s + (double)eps);
+    float denom = sqrtf(vi) * rbc2s + eps;
     a->p[i] = pi - step_size * (mi / denom);
   }
 }

@@ -538,13 +538,13 @@ static void adam_f32_exact(void) {
       double bc1 = 1 - pow(o.beta1, step), bc2 = 1 - pow(o.beta2, step);
       const float b1w = (float)(1 - o.beta1), b2 = (float)o.beta2, b2w = (float)(1 - o.beta2);
       const float wd = (float)o.weight_decay, decay = (float)(1 - o.lr * o.weight_decay);
-      const float step_size = (float)(o.lr / bc1), bc2s = (float)sqrt(bc2), eps = (float)o.eps;
+      const float step_size = (float)(o.lr / bc1), rbc2s = 1.0f / (float)sqrt(bc2), eps = (float)o.eps;
       for (int64_t i = 0; i < n; i++) {
         float gi = G[i], pi = P[i];
         if (form == 1) gi = gi + wd * pi;
         if (form == 2) pi = pi * decay;
         float mi = M[i] + b1w * (gi - M[i]), vi = V[i] * b2 + b2w * gi * gi;
-        float denom = (float)(sqrt((double)vi) / (double)bc2s + (double)eps);
+        float denom = sqrtf(vi) * rbc2s + eps;
         ep[i] = pi - step_size * (mi / denom), em[i] = mi, ev[i] = vi;
       }
       zorch_status st = zorch_adam_step(p, g, m, v, NULL, step, &o);

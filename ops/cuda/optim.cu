@@ -2,9 +2,10 @@
 #include "cuda.h"
 
 // PyTorch's single-tensor formulas, scalars rounded to the parameter dtype first
+// (the CPU's: the bias correction's square root as a reciprocal)
 template <typename T>
 __global__ void k_adam(T *P, const T *G, T *M, T *V, T *VM, int64_t n, T b1w, T b2, T b2w, T wd, T decay, T step_size,
-                       T bc2s, T eps, int l2, int dec) {
+                       T rbc2s, T eps, int l2, int dec) {
   FOR(i, n) {
     T gi = G[i], pi = P[i];
     if (l2) gi = gi + wd * pi;
@@ -17,7 +18,7 @@ __global__ void k_adam(T *P, const T *G, T *M, T *V, T *VM, int64_t n, T b1w, T 
       if (vi > VM[i]) VM[i] = vi;
       vi = VM[i];
     }
-    T denom = sqrt(vi) / bc2s + eps;
+    T denom = sqrt(vi) * rbc2s + eps;
     P[i] = pi - step_size * (mi / denom);
   }
 }
@@ -34,7 +35,7 @@ zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, 
           (k_adam<T><<<ON(n, dev)>>>((T *)tensor_ptr(p), (const T *)tensor_ptr(g), (T *)tensor_ptr(m), (T *)tensor_ptr(v),
                                   vmax ? (T *)tensor_ptr(vmax) : nullptr, n, (T)(1 - o->beta1), (T)o->beta2,
                                   (T)(1 - o->beta2), (T)o->weight_decay, (T)(1 - o->lr * o->weight_decay),
-                                  (T)(o->lr / bc1), (T)sqrt(bc2), (T)o->eps, l2, dec)));
+                                  (T)(o->lr / bc1), (T)1 / (T)sqrt(bc2), (T)o->eps, l2, dec)));
 }
 
 template <typename T>
