@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 #include "zorch.h"
@@ -563,6 +564,7 @@ static void gpu_benches(void) {
    setup is not timed). bench/torch_bench.py --serve answers the same cases for
    PyTorch, and the driver alternates the two. The machine's limits are cases
    too: peak_fma_fp32 and peak_dot_bf16 (AVX-512 loops on every thread),
+   peak_amx_bf16 (tile multiplies, where the CPU has AMX),
    stream_read, stream_copy and stream_triad (memory bandwidth); the driver knows each case's
    work. */
 static double time_best3(bench_fn f, void *ctx) {
@@ -616,17 +618,66 @@ __attribute__((target("avx512f,avx512bf16"))) static float dot_chains(void) {
   return _mm512_reduce_add_ps(s);
 }
 
+/* The AMX peak: AMX_ITERS iterations of 4 tdpbf16ps on 16 x 16 float tiles
+   (two A and two B tiles already loaded), 16 * 16 * 32 * 2 flops each. The
+   tile state is per thread, so each thread configures its own. */
+#define AMX_ITERS 1000000L
+__attribute__((target("amx-tile,amx-bf16"))) static float amx_chains(void) {
+  struct {
+    uint8_t palette, start, pad[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } __attribute__((packed)) cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  uint16_t in[16 * 32] __attribute__((aligned(64)));
+  float out[16 * 16] __attribute__((aligned(64)));
+  for (int i = 0; i < 16 * 32; i++) in[i] = 0x3380; /* 2^-24: the sums stay finite */
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, in, 64);
+  _tile_loadd(5, in, 64);
+  _tile_loadd(6, in, 64);
+  _tile_loadd(7, in, 64);
+  for (long i = 0; i < AMX_ITERS; i++) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+
+long syscall(long number, ...); /* (unistd.h's sync() would clash with ours) */
+
+/* AMX-TILE and AMX-BF16 in CPUID, and the kernel's leave to use the tile data
+   (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, Linux 5.16 on). */
+static bool amx_usable(void) {
+  unsigned a = 7, b = 0, c = 0, d = 0;
+  __asm__ volatile("cpuid" : "+a"(a), "=b"(b), "+c"(c), "=d"(d));
+  if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;
+  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
 #else /* no AVX-512 here: the peak cases answer "not supported" */
 static float fma_chains(void) { return 0; }
 static float dot_chains(void) { return 0; }
+static float amx_chains(void) { return 0; }
+static bool amx_usable(void) { return false; }
 #endif
 
 static volatile float peak_sink;
 static void run_peak(void *ctx) {
-  bool bf16 = *(bool *)ctx;
+  int kind = *(int *)ctx; /* 0 FMA, 1 bf16 dot, 2 AMX */
   float sum = 0;
 #pragma omp parallel reduction(+ : sum)
-  sum += bf16 ? dot_chains() : fma_chains();
+  sum += kind == 2 ? amx_chains() : kind == 1 ? dot_chains() : fma_chains();
   peak_sink = sum;
 }
 
@@ -700,13 +751,17 @@ static void run_script(void *ctx) {
 static double serve_case(const char *name, zorch_generator *g) {
   double t = -1;
   if (strcmp(name, "peak_fma_fp32") == 0 || strcmp(name, "peak_dot_bf16") == 0) {
-    bool bf16 = name[5] == 'd';
+    int kind = name[5] == 'd';
 #if defined(__x86_64__)
-    if (!__builtin_cpu_supports("avx512f") || (bf16 && !__builtin_cpu_supports("avx512bf16"))) return -2;
+    if (!__builtin_cpu_supports("avx512f") || (kind && !__builtin_cpu_supports("avx512bf16"))) return -2;
 #else
     return -2;
 #endif
-    return time_best3(run_peak, &bf16);
+    return time_best3(run_peak, &kind);
+  }
+  if (strcmp(name, "peak_amx_bf16") == 0) {
+    int kind = 2;
+    return amx_usable() ? time_best3(run_peak, &kind) : -2;
   }
   if (strncmp(name, "stream_", 7) == 0) {
     stream st = {aligned_alloc(64, STREAM_N * 4), aligned_alloc(64, STREAM_N * 4), aligned_alloc(64, STREAM_N * 4),

@@ -8,7 +8,8 @@ round to round), for every case at every thread count, for a few rounds. Each
 answer is the best of 3 repetitions; the figures printed are the medians over
 the rounds. The machine's limits are measured the same way (and the best
 round is kept, since they are ceilings): the AVX-512 FMA
-peak (fp32 FMA, and the bf16 dot product where the CPU has AVX512-BF16) and
+peak (fp32 FMA, the bf16 dot product where the CPU has AVX512-BF16, and the
+AMX tile multiply where it has AMX, which then bounds the bf16 GEMMs) and
 the memory bandwidth (STREAM-like sum, copy and triad), so that each case also
 reads as a fraction of the limit it is bound by.
 
@@ -71,11 +72,14 @@ for k in ("gelu", "softmax", "sum", "layer_norm"):
 LIMITS = {  # name -> (unit, work per call per thread)
     "peak_fma_fp32": ("GFLOP/s", 4000000 * 12 * 16 * 2),
     "peak_dot_bf16": ("GFLOP/s", 4000000 * 12 * 64),
+    "peak_amx_bf16": ("GFLOP/s", 1000000 * 4 * 16 * 16 * 32 * 2),  # CPUs with AMX only
     "stream_read": ("GB/s", 4 * (1 << 24)),
     "stream_copy": ("GB/s", 2 * 4 * (1 << 24)),
     "stream_triad": ("GB/s", 3 * 4 * (1 << 24)),
 }
-PER_THREAD = ("peak_fma_fp32", "peak_dot_bf16")  # the bandwidth kernels share their arrays
+PER_THREAD = ("peak_fma_fp32", "peak_dot_bf16", "peak_amx_bf16")
+# a bf16 GEMM's limit is the tile units' peak where the CPU has them
+BF16_GEMM_LIMITS = ("peak_amx_bf16", "peak_dot_bf16")  # the bandwidth kernels share their arrays
 
 
 class Worker:
@@ -172,6 +176,8 @@ def main():
         unit, value, work, lim = CASES[case]
         for th in threads:
             z, t = med(zs.get((case, th))), med(ts.get((case, th)))
+            if lim == "peak_dot_bf16":
+                lim = next((l for l in BF16_GEMM_LIMITS if (l, th) in limits), lim)
             peak = limits.get((lim, th)) if lim else None
             emit({"name": case, "threads": th, "unit": unit,
                   "zorch": sig(value(z)) if z else None, "torch": sig(value(t)) if t else None,
