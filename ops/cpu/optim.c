@@ -43,11 +43,11 @@
    square root as a reciprocal, as PyTorch's CUDA division by a scalar), so
    the results are the same bits. (The denominator was in double: its sqrt
    and two divisions on doubles made the step bound by the divider, 670
-   Mparams/s on one thread.) The loop is compiled for AVX-512, AVX2 and plain x86-64, the best
-   chosen when the library loads; the Makefile builds this file without
-   math-errno, so that sqrt vectorises (its argument is never negative), and
-   ISO C's default of no contraction keeps a multiply and an add from fusing
-   into one rounding on the FMA targets. */
+   Mparams/s on one thread.) The loop is compiled for AVX-512, AVX2 and
+   plain x86-64, the best chosen when the library loads; the Makefile builds
+   this file without math-errno, so that sqrt vectorises (its argument is
+   never negative), and ISO C's default of no contraction keeps a multiply
+   and an add from fusing into one rounding on the FMA targets. */
 typedef struct {
   float b1w, b2, b2w, wd, decay, step_size, rbc2s, eps;
   bool l2, dec;

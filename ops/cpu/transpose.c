@@ -19,12 +19,12 @@
    permute per row each). Shuffles move bits: any 4-byte type goes through. */
 typedef float t16_v __attribute__((vector_size(64)));
 typedef int32_t t16_i __attribute__((vector_size(64)));
-#define T16_STAGE(S, LO, HI)                                      \
-  for (int i = 0; i < 16; i++)                                    \
-    if (!(i & (S))) {                                             \
-      t16_v a = r[i], b = r[i + (S)];                           \
-      r[i] = __builtin_shuffle(a, b, (t16_i)LO);                \
-      r[i + (S)] = __builtin_shuffle(a, b, (t16_i)HI);          \
+#define T16_STAGE(S, LO, HI)                                  \
+  for (int i = 0; i < 16; i++)                                \
+    if (!(i & (S))) {                                         \
+      t16_v a = r[i], b = r[i + (S)];                         \
+      r[i] = __builtin_shuffle(a, b, (t16_i)LO);              \
+      r[i + (S)] = __builtin_shuffle(a, b, (t16_i)HI);        \
     }
 CPU_CLONES void cpu_t16_f32(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds) {
   t16_v r[16];
