@@ -36,6 +36,18 @@ typedef T ATT(v) __attribute__((vector_size(64)));
 #define ATT_LD(x, p) memcpy(&(x), (p), sizeof(ATT(v)))
 #define ATT_ST(p, x) memcpy((p), &(x), sizeof(ATT(v)))
 
+/* Four rows' accumulators acc[0..3][v] += x0..x3 times the vector at p (the
+   register-blocked inner step of tile_abt and tile_acc). */
+#define ATT_ROWS4(acc, v, p)   \
+  {                            \
+    ATT(v) w_;                 \
+    ATT_LD(w_, (p));           \
+    acc[0][v] += x0 * w_;      \
+    acc[1][v] += x1 * w_;      \
+    acc[2][v] += x2 * w_;      \
+    acc[3][v] += x3 * w_;      \
+  }
+
 /* Four rows of tile_abt, NV vectors of columns: their 4 x NV sums held in
    registers while bt streams past. */
 #define ATT_ABT4(NVC)                                                     \
@@ -48,14 +60,7 @@ typedef T ATT(v) __attribute__((vector_size(64)));
     for (int64_t c = 0; c < d; c++) {                                     \
       const T *b = bt + c * ATT_BK;                                       \
       T x0 = a0[c], x1 = a1[c], x2 = a2[c], x3 = a3[c];                   \
-      for (int v = 0; v < NV; v++) {                                      \
-        ATT(v) bv;                                                        \
-        ATT_LD(bv, b + v * ATT_VL);                                       \
-        acc[0][v] += x0 * bv;                                             \
-        acc[1][v] += x1 * bv;                                             \
-        acc[2][v] += x2 * bv;                                             \
-        acc[3][v] += x3 * bv;                                             \
-      }                                                                   \
+      for (int v = 0; v < NV; v++) ATT_ROWS4(acc, v, b + v * ATT_VL);   \
     }                                                                     \
     for (int x = 0; x < 4; x++)                                           \
       for (int v = 0; v < NV; v++) ATT_ST(s + (r + x) * ATT_BK + v * ATT_VL, acc[x][v]); \
@@ -111,14 +116,7 @@ static inline int64_t ATT(clamp)(int64_t x, int64_t n) { return x < 0 ? 0 : x > 
       for (int64_t j = jlo; j < jhi; j++) {                                            \
         const T *mr = m + j * ldm + c0;                                                \
         T x0 = p0[j * pj], x1 = p1[j * pj], x2 = p2[j * pj], x3 = p3[j * pj];          \
-        for (int v = 0; v < NV; v++) {                                                 \
-          ATT(v) mv;                                                                   \
-          ATT_LD(mv, mr + v * ATT_VL);                                                 \
-          acc[0][v] += x0 * mv;                                                        \
-          acc[1][v] += x1 * mv;                                                        \
-          acc[2][v] += x2 * mv;                                                        \
-          acc[3][v] += x3 * mv;                                                        \
-        }                                                                              \
+        for (int v = 0; v < NV; v++) ATT_ROWS4(acc, v, mr + v * ATT_VL);               \
       }                                                                                \
       for (int x = 0; x < 4; x++)                                                      \
         for (int v = 0; v < NV; v++) ATT_ST(o + (r + x) * ldo + c0 + v * ATT_VL, acc[x][v]); \
@@ -156,6 +154,7 @@ ATT_FMA CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t ldo, int64_t
       }
 }
 #undef ATT_ACC_PASS
+#undef ATT_ROWS4
 
 /* How many keys of the block [kb, kb + kn) query i sees. */
 static inline int64_t ATT(visible)(int64_t i, int64_t kb, int64_t kn, int64_t off, bool causal) {
