@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "kernels.h"
 
 #define TILE 32
 
