@@ -4,6 +4,22 @@
 
 #include "ops.h"
 
+/* One node for the whole loss: its gradient is norm * (input - target) * g in
+   one pass (norm = 2/N for the mean, else 2; PyTorch's order of the products),
+   where the composed ops took a pass for each product and one to add them. */
+typedef struct {
+  double norm;
+} mse_args;
+
+static zorch_status mse_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  double norm = AG_ARGS(n, mse_args)->norm;
+  zorch_tensor *d = n->saved[0];
+  for (int i = 0; i < 2; i++)
+    if (ag_wants(n, i) && !(gin[i] = op_binary(BOP_MUL_SCALED, g, d, i ? -norm : norm, 0)))
+      return zorch_last_status();
+  return ZORCH_OK;
+}
+
 zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target, zorch_reduction r) {
   char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
   if (check_arg("mse_loss", "input", input) || check_arg("mse_loss", "target", target)) return NULL;
@@ -12,11 +28,17 @@ zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target, zorch_re
                     SHAPE(input, s1), SHAPE(target, s2));
   if ((unsigned)r > ZORCH_REDUCE_NONE) return err_null(ZORCH_ERR_ARG, "mse_loss: bad reduction %d", (int)r);
   zorch_tensor *d = NULL, *sq = NULL, *out = NULL;
-  if (!(d = zorch_sub(input, target)) || !(sq = zorch_mul(d, d))) goto done;
-  out = r == ZORCH_REDUCE_NONE ? zorch_tensor_retain(sq)
-        : r == ZORCH_REDUCE_SUM ? zorch_sum(sq, 0, NULL, false)
-                                : zorch_mean(sq, 0, NULL, false);
-done:
+  bool prev = zorch_set_grad_enabled(false);
+  if ((d = zorch_sub(input, target)) && (sq = zorch_mul(d, d)))
+    out = r == ZORCH_REDUCE_NONE ? zorch_tensor_retain(sq)
+          : r == ZORCH_REDUCE_SUM ? zorch_sum(sq, 0, NULL, false)
+                                  : zorch_mean(sq, 0, NULL, false);
+  zorch_set_grad_enabled(prev);
+  if (out) {
+    mse_args args = {r == ZORCH_REDUCE_MEAN ? 2.0 / (double)zorch_tensor_numel(input) : 2.0};
+    zorch_tensor *in[2] = {input, target};
+    out = ag_record(out, "MseLossBackward", mse_bwd, 2, in, 1, &d, &args, sizeof args);
+  }
   OP_FREE(d, sq);
   if (!out) err_prefix("mse_loss");
   return out;

@@ -101,7 +101,8 @@
   X(POW_S_BWD, pow_scalar_bwd, NULL, SAME, x * p0 * pow(y, p0 - (T)1), NO_INT, 0, NO_GRAD,       \
     KERNEL, ANY)                                                                                 \
   X(CLAMP_BWD, clamp_bwd, NULL, SAME, (y >= p0 && y <= p1) ? x : (T)0, NO_INT, 0, NO_GRAD,       \
-    KERNEL, ANY)
+    KERNEL, ANY)                                                                                 \
+  X(MUL_SCALED, mul_scaled, NULL, SAME, (T)p0 * y * x, NO_INT, 0, NO_GRAD, KERNEL, ANY)
 
 /* The enums: UOP_<ID> and BOP_<ID>, in list order. */
 #define ZORCH_OP_ENUM_U(ID, ...) UOP_##ID,

@@ -261,8 +261,10 @@ static void elementwise16(zorch_generator *g, zorch_dtype dt) {
   zorch_tensor *bt = zorch_transpose(b, 0, 1);
   zorch_tensor *af = zorch_to_dtype(a, ZORCH_F32), *btf = zorch_to_dtype(bt, ZORCH_F32);
   zorch_tensor *rowf = zorch_to_dtype(row, ZORCH_F32);
-  for (int k = 0; k < 6; k++) {
-    static const char *const what[] = {"gelu", "gelu (tanh)", "exp", "a + b^T", "a * row", "a < b^T"};
+  zorch_tensor *sc = zorch_randn(0, NULL, dt, CPU, g), *scf = zorch_to_dtype(sc, ZORCH_F32);
+  for (int k = 0; k < 8; k++) {
+    static const char *const what[] = {"gelu", "gelu (tanh)", "exp", "a + b^T", "a * row", "a < b^T",
+                                       "a * scalar", "scalar - a"};
     zorch_tensor *h = NULL, *f = NULL, *fr = NULL;
     switch (k) {
       case 0: h = zorch_gelu(a, false), f = zorch_gelu(af, false); break;
@@ -271,13 +273,26 @@ static void elementwise16(zorch_generator *g, zorch_dtype dt) {
       case 3: h = zorch_add(a, bt), f = zorch_add(af, btf); break;
       case 4: h = zorch_mul(a, row), f = zorch_mul(af, rowf); break;
       case 5: h = zorch_lt(a, bt), f = zorch_lt(af, btf); break;
+      case 6: h = zorch_mul(a, sc), f = zorch_mul(af, scf); break; /* a broadcast operand */
+      case 7: h = zorch_sub(sc, a), f = zorch_sub(scf, af); break;
     }
     fr = k == 5 ? zorch_tensor_retain(f) : zorch_to_dtype(f, dt);
     ok(h && zorch_tensor_dtype(h) == zorch_tensor_dtype(fr) && same_values(h, fr),
        "%s %s equals the float32 result rounded once", dn, what[k]);
     zorch_tensor_free(h), zorch_tensor_free(f), zorch_tensor_free(fr);
   }
-  zorch_tensor *fr[] = {a, b, row, bt, af, btf, rowf};
+  /* the MSE loss's gradient, 2/N (a - b) in one pass: the float32 product of the
+     16-bit difference, rounded once */
+  zorch_tensor *bb = zorch_contiguous(bt), *d = zorch_sub(a, bb), *df = zorch_to_dtype(d, ZORCH_F32);
+  zorch_tensor *want = NULL, *wf = zorch_mul_scalar(df, 2.0 / (300 * 701));
+  want = zorch_to_dtype(wf, dt);
+  zorch_set_requires_grad(a, true);
+  zorch_tensor *loss = zorch_mse_loss(a, bb, ZORCH_REDUCE_MEAN);
+  ok(loss && !zorch_backward(loss, NULL, false) && zorch_grad(a) && same_values(zorch_grad(a), want),
+     "%s mse_loss gradient equals the float32 product rounded once", dn);
+  zorch_set_requires_grad(a, false);
+  zorch_set_grad(a, NULL);
+  zorch_tensor *fr[] = {a, b, row, bt, af, btf, rowf, sc, scf, bb, d, df, want, wf, loss};
   for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) zorch_tensor_free(fr[i]);
 }
 
@@ -654,6 +669,74 @@ static void gelu16_all(zorch_dtype dt) {
   }
 }
 
+/* Bit for bit, except that any NaN equals any NaN (two NaN operands may give
+   either one's payload, by the order the compiler chose). */
+static bool same_bits_nan(zorch_tensor *a, zorch_tensor *b, bool bf) {
+  if (!a || !b || zorch_tensor_numel(a) != zorch_tensor_numel(b)) return false;
+  zorch_tensor *ca = zorch_contiguous(a), *cb = zorch_contiguous(b);
+  bool same = ca && cb;
+  const uint16_t *x = same ? zorch_tensor_data(ca) : NULL, *y = same ? zorch_tensor_data(cb) : NULL;
+  for (int64_t i = 0; same && i < zorch_tensor_numel(a); i++) {
+    uint16_t mag = bf ? 0x7f80 : 0x7c00;
+    bool nx = (x[i] & 0x7fff) > mag, ny = (y[i] & 0x7fff) > mag;
+    same = x[i] == y[i] || (nx && ny);
+  }
+  zorch_tensor_free(ca), zorch_tensor_free(cb);
+  return same;
+}
+
+/* The simple ops with one-pass 16-bit loops (neg, relu, the scalar ops, clamp,
+   add, sub, mul, div, the gradients of relu and clamp) on every 16-bit value
+   against a permutation of them, and with a broadcast scalar: the float32 op
+   on the widened values, rounded once. */
+static void simple16_all(zorch_generator *g, zorch_dtype dt) {
+  const char *dn = zorch_dtype_name(dt);
+  bool bf = dt == ZORCH_BF16;
+  int64_t n = 65536;
+  zorch_tensor *a = zorch_zeros(SHAPE(n), dt, CPU), *b = zorch_zeros(SHAPE(n), dt, CPU);
+  uint16_t *ap = zorch_tensor_data(a), *bp = zorch_tensor_data(b);
+  for (int64_t i = 0; i < n; i++) ap[i] = (uint16_t)i, bp[i] = (uint16_t)(i * 40503 + 12345);
+  zorch_tensor *sc = zorch_randn(0, NULL, dt, CPU, g);
+  zorch_tensor *af = zorch_to_dtype(a, ZORCH_F32), *bf32 = zorch_to_dtype(b, ZORCH_F32);
+  zorch_tensor *scf = zorch_to_dtype(sc, ZORCH_F32);
+  static const char *const what[] = {"neg", "relu", "add_scalar", "mul_scalar", "rsub_scalar", "clamp",
+                                     "add", "sub", "mul", "div", "b * scalar", "scalar / b",
+                                     "relu's gradient", "clamp's gradient"};
+  for (int k = 0; k < 14; k++) {
+    zorch_tensor *h = NULL, *f = NULL;
+    zorch_tensor *x[2] = {a, af}, *y[2] = {b, bf32}, *s[2] = {sc, scf}, *r[2] = {NULL, NULL};
+    for (int j = 0; j < 2; j++) {
+      switch (k) {
+        case 0: r[j] = zorch_neg(x[j]); break;
+        case 1: r[j] = zorch_relu(x[j]); break;
+        case 2: r[j] = zorch_add_scalar(x[j], 0.3); break;
+        case 3: r[j] = zorch_mul_scalar(x[j], -1.7); break;
+        case 4: r[j] = zorch_rsub_scalar(x[j], 2.5); break;
+        case 5: r[j] = zorch_clamp(x[j], -0.5, 0.75); break;
+        case 6: r[j] = zorch_add(x[j], y[j]); break;
+        case 7: r[j] = zorch_sub(x[j], y[j]); break;
+        case 8: r[j] = zorch_mul(x[j], y[j]); break;
+        case 9: r[j] = zorch_div(x[j], y[j]); break;
+        case 10: r[j] = zorch_mul(y[j], s[j]); break;
+        case 11: r[j] = zorch_div(s[j], y[j]); break;
+        default: { /* the gradient g = y of relu(x) or clamp(x) at every value x */
+          zorch_set_requires_grad(x[j], true);
+          zorch_tensor *o = k == 12 ? zorch_relu(x[j]) : zorch_clamp(x[j], -0.5, 0.75);
+          if (o && !zorch_backward(o, y[j], false) && zorch_grad(x[j])) r[j] = zorch_tensor_retain(zorch_grad(x[j]));
+          zorch_tensor_free(o);
+          zorch_set_grad(x[j], NULL);
+          zorch_set_requires_grad(x[j], false);
+        }
+      }
+    }
+    h = r[0], f = r[1] ? zorch_to_dtype(r[1], dt) : NULL;
+    ok(same_bits_nan(h, f, bf), "%s %s of every %s value equals the float32 result rounded once", dn, what[k], dn);
+    zorch_tensor_free(h), zorch_tensor_free(f), zorch_tensor_free(r[1]);
+  }
+  zorch_tensor *fr[] = {a, b, sc, af, bf32, scf};
+  for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) zorch_tensor_free(fr[i]);
+}
+
 #ifdef ZV512
 ZV512_TARGET static void st16(uint16_t *o, const float *f, int64_t n, bool bf) {
   for (int64_t i = 0; i < n; i += 16) zv16_st(o + i, _mm512_maskz_loadu_ps(zv512_mask(n - i), f + i), zv512_mask(n - i), bf);
@@ -818,6 +901,8 @@ int main(void) {
   zorch_generator *g0 = zorch_generator_new(3);
   elementwise16(g0, ZORCH_BF16);
   elementwise16(g0, ZORCH_F16);
+  simple16_all(g0, ZORCH_BF16);
+  simple16_all(g0, ZORCH_F16);
   rows16(g0, ZORCH_BF16, 300, 701);
   rows16(g0, ZORCH_F16, 300, 701);
   rows16(g0, ZORCH_BF16, 40, 5000); /* (rows longer than softmax keeps on the stack) */

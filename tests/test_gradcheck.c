@@ -130,6 +130,7 @@ CHECK(linear_gelu, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GEL
 CHECK(linear_gelu_tanh, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU_TANH);)
 CHECK(mse, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_MEAN);)
 CHECK(mse_sum, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_SUM);)
+CHECK(mse_none, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_NONE);)
 CHECK(cross_entropy, 2, return zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_MEAN, 1);)
 CHECK(cross_entropy_none, 2, return zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_NONE, -100);)
 CHECK(nll_loss, 2, return zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_MEAN, 1);)
@@ -279,6 +280,7 @@ int main(void) {
   RUN(linear_relu_nobias, leaf(SHAPE(5, 3), 0), leaf(SHAPE(2, 3), 0));
   RUN(mse, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
   RUN(mse_sum, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
+  RUN(mse_none, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
   RUN(cross_entropy, leaf(SHAPE(4, 5), 0), ints(SHAPE(4), (int64_t[]){0, 1, 4, 2}));
   RUN(cross_entropy_none, leaf(SHAPE(3, 4), 0), ints(SHAPE(3), (int64_t[]){3, 0, 1}));
   RUN(cross_entropy, leaf(SHAPE(5), 0), ints(0, NULL, (int64_t[]){2}));

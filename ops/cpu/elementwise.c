@@ -170,6 +170,10 @@ static const cpu_loop bfast[BOP_COUNT] = {[BOP_GELU_BWD] = fast_gelu_bwd,
 #ifdef ZV512
 ZV512_FN __m512 z512_ld(const char *p, int64_t s, int64_t n, int kind) {
   __mmask16 m = zv512_mask(n);
+  if (s == 0) { /* a broadcast operand */
+    uint16_t h = kind ? *(const uint16_t *)p : 0;
+    return _mm512_set1_ps(kind == 0 ? *(const float *)p : kind == 1 ? zm_bf16_to_f32(h) : zm_f16_to_f32(h));
+  }
   if (kind == 0) {
     if (s == 4) return _mm512_maskz_loadu_ps(m, p);
     float t[16] = {0};
@@ -225,15 +229,61 @@ Z512_ALL(z512_gelu, zv16_gelu, Z512_U)
 Z512_ALL(z512_gelu_tanh, zv16_gelu_tanh, Z512_U)
 Z512_ALL(z512_gelu_bwd, zv16_gelu_bwd, Z512_B)
 Z512_ALL(z512_gelu_tanh_bwd, zv16_gelu_tanh_bwd, Z512_B)
+
+/* The registry's simplest ops on 16-bit operands, in one pass: widened in
+   registers, the op's float32 expression (the same IEEE operations and
+   comparisons, so the same float32 result), rounded once. Through the
+   block-wise half_loop (widen to a buffer, the float32 loop, narrow) a bf16
+   add took three times a float32 add of the same elements. The float32 loops
+   need none of this: the compiler vectorises them. x, y: the inputs; p0, p1:
+   the op's parameters as float, as (T)prm[i] in the generated loops. */
+#define Z512_P2(NAME, EXPR, KIND, NIN)                                                \
+  ZV512_TARGET static void NAME(char **p, const int64_t *s, int64_t n, const double *prm) { \
+    const __m512 p0 = _mm512_set1_ps((float)prm[0]), p1 = _mm512_set1_ps((float)prm[1]); \
+    const __m512 zero = _mm512_setzero_ps();                                          \
+    (void)p0, (void)p1, (void)zero;                                                   \
+    for (int64_t i = 0; i < n; i += 16) {                                             \
+      int64_t m = n - i < 16 ? n - i : 16;                                            \
+      __m512 x = z512_ld(p[1] + i * s[1], s[1], m, KIND);                             \
+      __m512 y = NIN == 2 ? z512_ld(p[2] + i * s[2], s[2], m, KIND) : x;              \
+      (void)y;                                                                        \
+      z512_st(p[0] + i * s[0], s[0], (EXPR), m, KIND);                                \
+    }                                                                                 \
+  }
+#define Z512_16(NAME, EXPR, NIN) Z512_P2(NAME##_bf16, EXPR, 1, NIN) Z512_P2(NAME##_f16, EXPR, 2, NIN)
+#define GT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
+Z512_16(z512_neg, _mm512_xor_ps(x, _mm512_set1_ps(-0.0f)), 1)
+Z512_16(z512_relu, _mm512_maskz_mov_ps(GT(x, zero), x), 1)
+Z512_16(z512_add_s, _mm512_add_ps(x, p0), 1)
+Z512_16(z512_mul_s, _mm512_mul_ps(x, p0), 1)
+Z512_16(z512_rsub_s, _mm512_sub_ps(p0, x), 1)
+Z512_16(z512_clamp, _mm512_mask_mov_ps(_mm512_mask_mov_ps(x, GT(x, p1), p1), GT(p0, x), p0), 1)
+Z512_16(z512_add, _mm512_add_ps(x, y), 2)
+Z512_16(z512_sub, _mm512_sub_ps(x, y), 2)
+Z512_16(z512_mul, _mm512_mul_ps(x, y), 2)
+Z512_16(z512_div, _mm512_div_ps(x, y), 2)
+Z512_16(z512_relu_bwd, _mm512_maskz_mov_ps(GT(y, zero), x), 2)
+Z512_16(z512_mul_scaled, _mm512_mul_ps(_mm512_mul_ps(p0, y), x), 2)
+Z512_16(z512_clamp_bwd,
+        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, p0, _CMP_GE_OQ) & _mm512_cmp_ps_mask(y, p1, _CMP_LE_OQ), x), 2)
+#undef GT
+
 /* [kind][op] */
+#define U16(K) [UOP_NEG] = z512_neg_##K, [UOP_RELU] = z512_relu_##K, [UOP_ADD_S] = z512_add_s_##K, \
+  [UOP_MUL_S] = z512_mul_s_##K, [UOP_RSUB_S] = z512_rsub_s_##K, [UOP_CLAMP] = z512_clamp_##K
+#define B16(K) [BOP_ADD] = z512_add_##K, [BOP_SUB] = z512_sub_##K, [BOP_MUL] = z512_mul_##K,       \
+  [BOP_DIV] = z512_div_##K, [BOP_RELU_BWD] = z512_relu_bwd_##K, [BOP_MUL_SCALED] = z512_mul_scaled_##K, \
+  [BOP_CLAMP_BWD] = z512_clamp_bwd_##K
 static const cpu_loop u512[3][UOP_COUNT] = {
     {[UOP_GELU] = z512_gelu_f32, [UOP_GELU_TANH] = z512_gelu_tanh_f32},
-    {[UOP_GELU] = z512_gelu_bf16, [UOP_GELU_TANH] = z512_gelu_tanh_bf16},
-    {[UOP_GELU] = z512_gelu_f16, [UOP_GELU_TANH] = z512_gelu_tanh_f16}};
+    {[UOP_GELU] = z512_gelu_bf16, [UOP_GELU_TANH] = z512_gelu_tanh_bf16, U16(bf16)},
+    {[UOP_GELU] = z512_gelu_f16, [UOP_GELU_TANH] = z512_gelu_tanh_f16, U16(f16)}};
 static const cpu_loop b512[3][BOP_COUNT] = {
     {[BOP_GELU_BWD] = z512_gelu_bwd_f32, [BOP_GELU_TANH_BWD] = z512_gelu_tanh_bwd_f32},
-    {[BOP_GELU_BWD] = z512_gelu_bwd_bf16, [BOP_GELU_TANH_BWD] = z512_gelu_tanh_bwd_bf16},
-    {[BOP_GELU_BWD] = z512_gelu_bwd_f16, [BOP_GELU_TANH_BWD] = z512_gelu_tanh_bwd_f16}};
+    {[BOP_GELU_BWD] = z512_gelu_bwd_bf16, [BOP_GELU_TANH_BWD] = z512_gelu_tanh_bwd_bf16, B16(bf16)},
+    {[BOP_GELU_BWD] = z512_gelu_bwd_f16, [BOP_GELU_TANH_BWD] = z512_gelu_tanh_bwd_f16, B16(f16)}};
+#undef U16
+#undef B16
 
 #endif
 
@@ -274,7 +324,11 @@ typedef struct {
 } half_ctx;
 
 CPU_CLONES static void widen16(float *f, const char *p, int64_t s, int64_t n, zorch_dtype dt) {
-  if (dt == ZORCH_BF16 && s == 2)
+  if (s == 0) { /* a broadcast operand (a scalar gradient, say): one value */
+    uint16_t h = *(const uint16_t *)p;
+    float v = dt == ZORCH_BF16 ? zm_bf16_to_f32(h) : zm_f16_to_f32(h);
+    for (int64_t i = 0; i < n; i++) f[i] = v;
+  } else if (dt == ZORCH_BF16 && s == 2)
     for (int64_t i = 0; i < n; i++) f[i] = zm_bf16_to_f32(((const uint16_t *)p)[i]);
   else if (dt == ZORCH_BF16)
     for (int64_t i = 0; i < n; i++) f[i] = zm_bf16_to_f32(*(const uint16_t *)(p + i * s));
@@ -363,7 +417,7 @@ zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double 
   zorch_dtype ld = h ? ZORCH_F32 : a->dtype;
   cpu_loop fn = ld == ZORCH_F32 && ufast[op] ? ufast[op] : utab[ld][op];
   if (!fn) return no_kernel(uop_names[op], a->dtype);
-  cpu_loop f512 = ufast[op] ? loop512_u(op, a->dtype) : NULL;
+  cpu_loop f512 = loop512_u(op, a->dtype); /* float32: GELU only */
   const zorch_tensor *ts[2] = {out, a};
   cpu_iter it;
   cpu_iter_init(&it, 2, ts);
@@ -377,7 +431,8 @@ zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double 
         return ZORCH_OK;
       }
     }
-    cpu_iter_run(&it, f16, c.prm);
+    /* the simple ops are bound by memory */
+    cpu_iter_run_grain(&it, f16, c.prm, ufast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
     return ZORCH_OK;
   }
   if (f512) fn = f512;
@@ -392,12 +447,13 @@ zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const 
   zorch_dtype ld = h ? ZORCH_F32 : a->dtype;
   cpu_loop fn = ld == ZORCH_F32 && bfast[op] ? bfast[op] : btab[ld][op];
   if (!fn) return no_kernel(bop_names[op], a->dtype);
-  cpu_loop f512 = bfast[op] ? loop512_b(op, a->dtype, out->dtype) : NULL;
+  cpu_loop f512 = loop512_b(op, a->dtype, out->dtype); /* float32: GELU's gradients only */
   if (f512) {
     const zorch_tensor *ts[3] = {out, a, b};
     cpu_iter it;
     cpu_iter_init(&it, 3, ts);
-    cpu_iter_run(&it, f512, NULL);
+    double prm[2] = {p0, p1};
+    cpu_iter_run_grain(&it, f512, prm, bfast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
     return ZORCH_OK;
   }
   if (h) {
