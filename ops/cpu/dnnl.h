@@ -1,6 +1,8 @@
 /* dnnl.h: oneDNN found at run time, for bfloat16 GEMMs on the CPU's bf16 units.
-   zorch loads libdnnl.so.2 itself (dlopen) when it was built with oneDNN 2.x's
-   headers; without either, the bf16 GEMM converts through float32 BLAS. */
+   When zorch was built with oneDNN 2.x's headers (Debian 12's libdnnl-dev) it
+   loads oneDNN itself (dlopen): ZORCH_DNNL_LIB if set, else libdnnl.so.3 where
+   the loader finds one, else libdnnl.so.2. Without any, the bf16 GEMM converts
+   through float32 BLAS. */
 #ifndef ZORCH_OPS_CPU_DNNL_H
 #define ZORCH_OPS_CPU_DNNL_H
 #include <stdbool.h>
