@@ -851,21 +851,25 @@ static void fill16(void) {
    for each element size, on 1 and 2 threads, tiled or not. */
 static void transposed_copies(void) {
   const zorch_dtype dts[] = {ZORCH_U8, ZORCH_BF16, ZORCH_F32, ZORCH_I64};
-  const int64_t dims[][3] = {{1, 16, 16}, {1, 33, 70}, {1, 1000, 70}, {3, 45, 70}, {2, 7, 300}, {1, 5, 9}};
+  const int64_t dims[][3] = {{1, 16, 16}, {1, 33, 70}, {1, 1000, 70}, {3, 45, 70}, {2, 7, 300}, {1, 5, 9},
+                             {2, 64, 96}};
   int64_t bad = 0, cases = 0;
   for (int th = 1; th <= 2; th++) {
     zorch_set_num_threads(th);
     for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
-      for (size_t s = 0; s < sizeof dims / sizeof *dims; s++) {
-        int64_t nb = dims[s][0], r = dims[s][1], c = dims[s][2], n = nb * r * c;
-        /* values 0..250 repeat, exact in every dtype; the slice starts at column 3 */
-        int64_t nf = n + nb * r * 5;
+      for (size_t s = 0; s < 2 * sizeof dims / sizeof *dims; s++) {
+        size_t k = s / 2;
+        int64_t nb = dims[k][0], r = dims[k][1], c = dims[k][2];
+        /* values 0..250 repeat, exact in every dtype; the slice starts at
+           column 3 of rows c + 5 long (odd offsets and strides), or at
+           column 4 of rows c + 6 long (even ones: whole 2-byte pairs) */
+        int64_t at = s % 2 ? 4 : 3, w = c + at + 2, nf = nb * r * w;
         double *src = malloc((size_t)nf * sizeof(double));
         for (int64_t i = 0; src && i < nf; i++) src[i] = (double)(i % 251);
-        zorch_tensor *full = src ? zorch_from_buffer(src, SHAPE(nb, r, c + 5), ZORCH_F64) : NULL;
+        zorch_tensor *full = src ? zorch_from_buffer(src, SHAPE(nb, r, w), ZORCH_F64) : NULL;
         free(src);
         zorch_tensor *typed = full ? zorch_to_dtype(full, dts[d]) : NULL;
-        zorch_tensor *sl = typed ? zorch_narrow(typed, 2, 3, c) : NULL;
+        zorch_tensor *sl = typed ? zorch_narrow(typed, 2, at, c) : NULL;
         zorch_tensor *tv = sl ? zorch_transpose(sl, 1, 2) : NULL, *ct = tv ? zorch_contiguous(tv) : NULL;
         double *v = ct ? values(ct) : NULL;
         if (!v) {
@@ -874,7 +878,7 @@ static void transposed_copies(void) {
           for (int64_t b = 0; b < nb; b++)
             for (int64_t j = 0; j < c; j++)
               for (int64_t i = 0; i < r; i++)
-                bad += v[(b * c + j) * r + i] != (double)(((b * r + i) * (c + 5) + j + 3) % 251);
+                bad += v[(b * c + j) * r + i] != (double)(((b * r + i) * w + j + at) % 251);
         }
         cases++;
         free(v);

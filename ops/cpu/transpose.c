@@ -6,6 +6,7 @@
    (6.5 ns an element for a 4096 x 1024 float32 matrix). A tile of TILE x TILE
    elements reads TILE lines that stay in L1 while the tile's rows are
    written. */
+#include <stdint.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -67,6 +68,35 @@ static void tile_4(char *d, int64_t dsa, const char *s, int64_t ssb, int64_t na,
       cpu_t16_f32((float *)(d + a0 * dsa) + b0, dsa / 4, (const float *)(s + b0 * ssb) + a0, ssb / 4);
 }
 
+/* 2-byte elements: a whole 32 x 32 tile through two 16 x 16 transposes of
+   4-byte pairs. The source's even rows, read as pairs (s[2B][2A], s[2B][2A+1]),
+   form one 16 x 16 matrix E, its odd rows another, O; transposed, E and O hold
+   at [A][B] the four elements the destination's rows 2A and 2A+1 need at
+   pair B: row 2A takes the low halves of E and O, row 2A+1 the high ones. */
+CPU_CLONES static void combine16(uint32_t *restrict even, uint32_t *restrict odd, const uint32_t *restrict e,
+                                 const uint32_t *restrict o) {
+  for (int b = 0; b < 16; b++) {
+    even[b] = (e[b] & 0xffffu) | (o[b] << 16);
+    odd[b] = (e[b] >> 16) | (o[b] & 0xffff0000u);
+  }
+}
+
+static void tile_2v(char *d, int64_t dsa, const char *s, int64_t ssb, int64_t na, int64_t nb) {
+  if (na < TILE || nb < TILE || dsa % 4 || ssb % 4 || (uintptr_t)d % 4 || (uintptr_t)s % 4) {
+    tile_2(d, dsa, s, ssb, na, nb);
+    return;
+  }
+  float e[256], o[256];
+  cpu_t16_f32(e, 16, (const float *)s, 2 * ssb / 4);
+  cpu_t16_f32(o, 16, (const float *)(s + ssb), 2 * ssb / 4);
+  for (int a = 0; a < 16; a++) {
+    uint32_t ev[16], od[16];
+    combine16(ev, od, (const uint32_t *)(const void *)(e + 16 * a), (const uint32_t *)(const void *)(o + 16 * a));
+    memcpy(d + 2 * a * dsa, ev, sizeof ev);
+    memcpy(d + (2 * a + 1) * dsa, od, sizeof od);
+  }
+}
+
 typedef void (*tile_fn)(char *, int64_t, const char *, int64_t, int64_t, int64_t);
 
 /* Runs tile t of the copy: outer index, then the tile row and column. */
@@ -94,7 +124,7 @@ bool cpu_copy_transposed(const cpu_iter *it, size_t es) {
   if (it->ndim < 2 || it->st[0][last] != (int64_t)es || it->st[1][la] != (int64_t)es ||
       it->st[1][last] == (int64_t)es || it->shape[la] < TILE / 2 || it->shape[last] < TILE / 2)
     return false;
-  tile_fn fn = es == 1 ? tile_1 : es == 2 ? tile_2 : es == 4 ? tile_4 : es == 8 ? tile_8 : NULL;
+  tile_fn fn = es == 1 ? tile_1 : es == 2 ? tile_2v : es == 4 ? tile_4 : es == 8 ? tile_8 : NULL;
   if (!fn) return false;
   int64_t tiles_a = (it->shape[la] + TILE - 1) / TILE, tiles_b = (it->shape[last] + TILE - 1) / TILE;
   int64_t outer = it->numel / (it->shape[la] * it->shape[last]), n = outer * tiles_a * tiles_b;
