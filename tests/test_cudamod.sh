@@ -6,12 +6,7 @@
 # aborts. A CPU-only build says it was built without CUDA.
 B=${ZORCH_BUILD:-../build}
 Z=${ZORCH_BIN:-$B/zorch}
-n=0; fails=0
-check() { # check "description" command...
-  n=$((n + 1)); desc=$1; shift
-  if out=$("$@" 2>&1); then echo "ok $n - $desc"; else
-    echo "not ok $n - $desc"; echo "$out" | sed 's/^/#   /'; fails=$((fails + 1)); fi
-}
+. ./tap.sh
 # the libraries of CUDA's (or the module) this process has mapped, after some CPU work
 MAPS='local x = zorch.randn(64, 64, {requires_grad = true}); (x:matmul(x)):sum():backward()
 local n = 0
@@ -26,7 +21,7 @@ check "a CPU run maps none of CUDA's libraries" "$Z" -e "$MAPS"
 RSS='for l in io.lines("/proc/self/status") do local kb = l:match("^VmHWM:%s*(%d+)")
   if kb then print(kb .. " KiB"); os.exit(tonumber(kb) < 20 * 1024 and 0 or 1) end end os.exit(1)'
 if [ -n "${ZORCH_TEST_SANITIZED:-}" ]; then
-  echo "ok $((n = n + 1)) - # SKIP resident size under a sanitizer"
+  skip "resident size under a sanitizer"
 else
   check "an empty run stays under 20 MiB resident" "$Z" -e "$RSS"
 fi

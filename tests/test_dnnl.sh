@@ -5,13 +5,7 @@
 # or PyPI's onednn-cpu-gomp under python3's prefix), passes the GEMM tests.
 B=${ZORCH_BUILD:-../build}
 Z=${ZORCH_BIN:-$B/zorch}
-n=0; fails=0
-check() { # check "description" command...
-  n=$((n + 1)); desc=$1; shift
-  if out=$("$@" 2>&1); then echo "ok $n - $desc"; else
-    echo "not ok $n - $desc"; echo "$out" | sed 's/^/#   /'; fails=$((fails + 1)); fi
-}
-skip() { n=$((n + 1)); echo "ok $n - # SKIP $1"; }
+. ./tap.sh
 # a bf16 product through the GEMM, against the same product in float64
 PROD='local a, b = zorch.randn(64, 96), zorch.randn(96, 80)
 local got = a:to("bf16"):matmul(b:to("bf16")):to("f64")

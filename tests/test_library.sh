@@ -2,12 +2,7 @@
 # The library's shape: only the public API is exported, every public function
 # is, and includes and calls go only down the layers (docs/architecture.md).
 B=${ZORCH_BUILD:-../build}
-n=0; fails=0
-check() { # check "description" command...
-  n=$((n + 1)); desc=$1; shift
-  if out=$("$@" 2>&1); then echo "ok $n - $desc"; else
-    echo "not ok $n - $desc"; echo "$out" | sed 's/^/#   /'; fails=$((fails + 1)); fi
-}
+. ./tap.sh
 exported() { nm -D --defined-only "$1" | awk '{print $3}' | sort; }
 only_api() {
   [ -f "$1" ] || { echo "$1 was not built"; return 1; }
