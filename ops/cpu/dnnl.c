@@ -192,10 +192,12 @@ static void load(void) {
     return;
   }
   snprintf(f32_info, sizeof f32_info, "OpenBLAS (oneDNN could not be set up)");
+  snprintf(info, sizeof info, "none (the oneDNN found lacks entry points zorch uses%s)", note);
 #define LOAD(f) p_##f = (__typeof__(&f))dlsym(h, #f); if (!p_##f) return;
   DNNL_FNS(LOAD)
   const dnnl_version_t *v = p_dnnl_version();
   major = v->major;
+  snprintf(info, sizeof info, "none (oneDNN %d.%d could not be set up%s)", v->major, v->minor, note);
   if (major == 2) {
     DNNL2_FNS(LOAD)
   } else if (major == 3) {

@@ -431,8 +431,9 @@ zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double 
         return ZORCH_OK;
       }
     }
-    /* the simple ops are bound by memory */
-    cpu_iter_run_grain(&it, f16, c.prm, ufast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
+    /* the one-pass simple ops are bound by memory; GELU and half_loop's
+       (exp, tanh, ...) by arithmetic */
+    cpu_iter_run_grain(&it, f16, c.prm, f512 && !ufast[op] ? CPU_GRAIN_MEM : CPU_GRAIN);
     return ZORCH_OK;
   }
   if (f512) fn = f512;
