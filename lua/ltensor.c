@@ -26,6 +26,19 @@ static _Thread_local size_t lz_debt;
 #define LZ_HANDLE_BYTES 512u
 #define LZ_STEP_BYTES (16u << 10)
 
+/* In generational mode (the hosts' default) a step frees young garbage, but a
+   result that lived through two minor collections (an activation the backward
+   kept) turns old and waits for a major collection, which Lua starts only when
+   its own heap has doubled: tensor memory does not count there. Such garbage
+   piled up across steps, and each step's activations came as fresh pages
+   (GPT-2 small: 5,800 page faults a step). So a full collection runs once the
+   tensors pushed since the last one hold LZ_FULL_BYTES and LZ_FULL_HEAPS times
+   the Lua heap: its cost, which grows with the heap, stays a small part of
+   making that much tensor memory. Not while the script stopped the collector. */
+static _Thread_local size_t lz_since_full;
+#define LZ_FULL_BYTES ((size_t)64 << 20)
+#define LZ_FULL_HEAPS 16
+
 int lz_fail(lua_State *L) {
   char msg[1536]; /* the core's message, each marked number at most one digit longer */
   return luaL_error(L, "%s", err_render(1, msg, sizeof msg));
@@ -76,8 +89,14 @@ int lz_push(lua_State *L, zorch_tensor *t) {
     b = lua_touserdata(L, -1);
     b->t = t;
   }
-  lz_debt += (size_t)zorch_tensor_numel(t) * zorch_dtype_size(zorch_tensor_dtype(t)) + LZ_HANDLE_BYTES;
-  if (lz_debt >= LZ_STEP_BYTES) {
+  size_t bytes = (size_t)zorch_tensor_numel(t) * zorch_dtype_size(zorch_tensor_dtype(t)) + LZ_HANDLE_BYTES;
+  lz_debt += bytes;
+  lz_since_full += bytes;
+  if (lz_since_full >= LZ_FULL_BYTES && lz_since_full / LZ_FULL_HEAPS >= (size_t)lua_gc(L, LUA_GCCOUNT) << 10 &&
+      lua_gc(L, LUA_GCISRUNNING)) {
+    lz_since_full = lz_debt = 0;
+    lua_gc(L, LUA_GCCOLLECT);
+  } else if (lz_debt >= LZ_STEP_BYTES) {
     size_t kb = lz_debt >> 10;
     if (kb > INT_MAX) kb = INT_MAX;
     lz_debt = 0;

@@ -53,5 +53,27 @@ for _, mode in ipairs {"generational", "incremental"} do
   tap.ok(held < 1 << 20, ("%s collector: at most %d bytes of dropped results held at once"):format(mode, held))
   c = nil
 end
+-- tensors kept through a step (activations saved for the backward) live
+-- through minor collections and turn old, which a generational collector
+-- frees only in a major collection; Lua starts one when its own heap has
+-- doubled, which tensor memory never makes it. A step of 40 tensors of 512 KiB
+-- (20 MiB), kept to its end among small temporaries, 60 times: the dropped
+-- steps must not pile up (they held 1200 MiB before full collections were
+-- run by the tensor bytes pushed)
+collectgarbage("generational")
+collectgarbage()
+local base = zorch.host_memory().in_use
+zorch.reset_peak_host_memory()
+local small = zorch.randn(64)
+for _ = 1, 60 do
+  local acts = {}
+  for i = 1, 40 do
+    acts[i] = zorch.zeros(128 * 1024)
+    for _ = 1, 50 do local _ = small + small end
+  end
+end
+local held = zorch.host_memory().peak - base
+tap.ok(held < 160 * 2^20, ("old garbage is reclaimed: at most %.0f MiB held over 60 steps of 20 MiB"):format(
+  held / 2^20))
 collectgarbage("generational")
 tap.done()
