@@ -3,6 +3,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -470,8 +471,26 @@ static void wait_policy_restore(void) {
   wait_displaced = NULL;
 }
 
+/* glibc maps a malloc of more than 128 KiB (its default threshold, raised
+   only up to 32 MiB) on its own and gives it back on free, so a buffer made
+   and dropped every step comes back as fresh pages every step. Open MPI's
+   nonblocking reduce-scatter allocates its scratch (twice the bucket) per
+   call: at 2 ranks, stage 2, a 16 MiB bucket faulted 8,200 pages a step
+   (docs/performance.md, "malloc and MPI's scratch"). The command keeps such
+   blocks in the heap: mmap above 256 MiB only, and the heap's free top
+   given back above 512 MiB. Not when the user set glibc's malloc variables;
+   a host embedding zorch decides for its own process. */
+static void malloc_tune(void) {
+  const char *t = getenv("GLIBC_TUNABLES");
+  if (getenv("MALLOC_MMAP_THRESHOLD_") || getenv("MALLOC_TRIM_THRESHOLD_") || (t && strstr(t, "glibc.malloc.")))
+    return;
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+}
+
 int main(int argc, char **argv) {
   wait_policy_restore();
+  malloc_tune();
   if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-v") == 0)) {
     printf("zorch %s\n", ZORCH_VERSION);
     return 0;
