@@ -893,6 +893,10 @@ static int serve(void) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--serve") == 0) return serve();
+  if (argc > 1 && strcmp(argv[1], "--blas") == 0) { /* what runs the GEMMs, for the table's header */
+    printf("%s\n", zorch_blas_info());
+    return 0;
+  }
   bool gpu_only = argc > 1 && strcmp(argv[1], "--gpu") == 0;
   if (argc > 1 && strcmp(argv[1], "--attention") == 0) { /* only the CPU attention cases */
     zorch_set_num_threads(2);

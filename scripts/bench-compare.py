@@ -141,9 +141,14 @@ def main():
 
     zorch = Worker([os.path.abspath(args.bench), "--serve"], env)
     torch, torch_version, why = (None, None, "not asked (--no-torch)") if args.no_torch else torch_worker(env)
+    try:  # which libraries run zorch's GEMMs (oneDNN 2.x or 3.x, OpenBLAS)
+        blas = subprocess.run([os.path.abspath(args.bench), "--blas"], env=env, capture_output=True,
+                              text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        blas = None
     emit({"name": "machine", "date": datetime.date.today().isoformat(), "cpu": cpu_model(),
           "cpus": os.cpu_count(), "threads": threads, "rounds": args.rounds, "omp_wait_policy": "PASSIVE",
-          "torch": torch_version, "torch_note": why})
+          "torch": torch_version, "torch_note": why, "zorch_blas": blas})
 
     limit_s = {}  # (limit, threads) -> [seconds]
     zs, ts = {}, {}  # (case, threads) -> [seconds]

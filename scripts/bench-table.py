@@ -45,6 +45,14 @@ def main():
             f.write(head + BEGIN + "\n" + out.getvalue() + END + tail)
 
 
+def gemm_note(blas):
+    """The GEMM libraries zorch ran, from zorch_blas_info (older lines have none)."""
+    if not blas:
+        return ""
+    parts = [p.strip() for p in blas.split(";") if "GEMM" in p]
+    return " zorch's GEMMs: " + "; ".join(parts) + "." if parts else ""
+
+
 def table(paths):
     lines = []
     for path in paths or ["-"]:
@@ -58,7 +66,8 @@ def table(paths):
     print(f"{machine['date']}, {machine['cpu']} ({machine['cpus']} CPUs), threads {' and '.join(map(str, threads))}, "
           f"{torch}, OMP_WAIT_POLICY={machine['omp_wait_policy']}; medians of {machine['rounds']} interleaved rounds "
           "(limits: the best round). Ratio: zorch's time over PyTorch's (below 1: zorch is faster); "
-          "% of limit: the case's rate against the measured limit in the same table.\n")
+          "% of limit: the case's rate against the measured limit in the same table." +
+          gemm_note(machine.get("zorch_blas")) + "\n")
     head = "| case | unit |"
     rule = "|---|---|"
     for th in threads:
