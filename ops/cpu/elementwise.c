@@ -421,7 +421,7 @@ zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double 
   zorch_dtype ld = h ? ZORCH_F32 : a->dtype;
   cpu_loop fn = ld == ZORCH_F32 && ufast[op] ? ufast[op] : utab[ld][op];
   if (!fn) return no_kernel(uop_names[op], a->dtype);
-  cpu_loop f512 = loop512_u(op, a->dtype); /* float32: GELU only */
+  cpu_loop f512 = ufast[op] || h ? loop512_u(op, a->dtype) : NULL; /* float32: GELU only */
   const zorch_tensor *ts[2] = {out, a};
   cpu_iter it;
   cpu_iter_init(&it, 2, ts);
@@ -452,7 +452,7 @@ zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const 
   zorch_dtype ld = h ? ZORCH_F32 : a->dtype;
   cpu_loop fn = ld == ZORCH_F32 && bfast[op] ? bfast[op] : btab[ld][op];
   if (!fn) return no_kernel(bop_names[op], a->dtype);
-  cpu_loop f512 = loop512_b(op, a->dtype, out->dtype); /* float32: GELU's gradients only */
+  cpu_loop f512 = bfast[op] || h ? loop512_b(op, a->dtype, out->dtype) : NULL; /* float32: GELU's gradients only */
   if (f512) {
     const zorch_tensor *ts[3] = {out, a, b};
     cpu_iter it;
