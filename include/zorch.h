@@ -417,7 +417,8 @@ ZORCH_API const char *zorch_blas_info(void);
 typedef struct lua_State lua_State;
 ZORCH_API int luaopen_zorch(lua_State *L);
 /* Pushes t as a Lua tensor; the Lua value takes over the caller's reference. On
-   NULL it raises the last error. [-0, +1, e] */
+   NULL it raises the last error; it raises (and frees t) where luaopen_zorch
+   has not run in L. [-0, +1, e] */
 ZORCH_API void zorch_push_tensor(lua_State *L, zorch_tensor *t);
 /* The tensor at stack index idx (borrowed), or raises a Lua error. [-0, +0, v] */
 ZORCH_API zorch_tensor *zorch_check_tensor(lua_State *L, int idx);

@@ -8,14 +8,21 @@
 #include "../vm/core/error.h"
 #include "lz.h"
 
+/* A tensor box is known by its size and its tag, the address of box_tag,
+   which only this file writes: two API calls, where comparing metatables took
+   five (a fifth of a small op's cost from a script). Other userdata never hold
+   that address, and a script cannot write into a userdata. */
 typedef struct {
+  const char *tag;
   zorch_tensor *t;
 } lz_box;
+static const char box_tag = 'b';
 
-/* The registry holds the tensor metatable (also under LZ_TENSOR) and one
-   spare empty box under these light-userdata keys: a pointer key is found
-   without the string hashing and compare that a lookup by name costs. */
-static const char mt_key = 'm', spare_key = 's';
+/* The registry holds, under this light-userdata key (found without hashing a
+   string), a table with the tensor metatable and one spare empty box in its
+   array part: each result costs one hashed lookup. */
+static const char state_key = 's';
+enum { S_MT = 1, S_SPARE = 2 };
 
 /* Lua's collector does not see tensor memory: each pushed tensor is charged
    to it as the bytes it holds (its elements, and LZ_HANDLE_BYTES for its
@@ -44,41 +51,49 @@ int lz_fail(lua_State *L) {
   return luaL_error(L, "%s", err_render(1, msg, sizeof msg));
 }
 
-/* Pushes an empty tensor box. [-0, +1, m] */
-static lz_box *new_box(lua_State *L) {
+/* Pushes an empty tensor box; st is the state table's index. [-0, +1, m] */
+static lz_box *new_box(lua_State *L, int st) {
   lz_box *b = lua_newuserdatauv(L, sizeof *b, 0);
-  b->t = NULL; /* consistent before anything can raise */
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &mt_key);
+  b->tag = &box_tag, b->t = NULL; /* consistent before anything can raise */
+  lua_rawgeti(L, st, S_MT);
   lua_setmetatable(L, -2);
   return b;
 }
 
-/* Makes the registry's spare box. [-0, +0, m] */
-static void new_spare(lua_State *L) {
-  new_box(L);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &spare_key);
+/* The box at idx when it is a tensor's. */
+static lz_box *to_box(lua_State *L, int idx) {
+  lz_box *b = lua_touserdata(L, idx); /* a light userdata has length 0 */
+  return b && lua_rawlen(L, idx) == sizeof *b && b->tag == &box_tag ? b : NULL;
 }
 
 /* A box and the next spare, run protected by lz_push when there is no spare. */
 static int new_box_and_spare(lua_State *L) {
-  new_box(L);
-  new_spare(L);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key);
+  new_box(L, 1);
+  new_box(L, 1);
+  lua_rawseti(L, 1, S_SPARE);
   return 1;
 }
 
-/* Every result goes into the spare box, taken from the registry before
+/* Every result goes into the spare box, taken from the state table before
    anything is allocated; the next spare is made once the result has its box,
    so a memory error there loses nothing. Only when that failed (no spare) is
    the box made in a protected call, which frees the tensor on failure. */
 int lz_push(lua_State *L, zorch_tensor *t) {
   if (!t) return lz_fail(L);
-  lz_box *b = NULL;
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &spare_key) == LUA_TUSERDATA) b = lua_touserdata(L, -1);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key) != LUA_TTABLE) { /* a host's state without luaopen_zorch */
+    zorch_tensor_free(t);
+    return luaL_error(L, "zorch: the zorch module is not open in this Lua state");
+  }
+  int st = lua_gettop(L);
+  lua_rawgeti(L, st, S_SPARE);
+  lz_box *b = to_box(L, -1);
   if (b && !b->t) {
     b->t = t;
     lua_pushnil(L);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &spare_key); /* the box is the result's now */
-    new_spare(L);
+    lua_rawseti(L, st, S_SPARE); /* the box is the result's now */
+    new_box(L, st);
+    lua_rawseti(L, st, S_SPARE);
   } else {
     lua_pop(L, 1);
     lua_pushcfunction(L, new_box_and_spare);
@@ -89,6 +104,7 @@ int lz_push(lua_State *L, zorch_tensor *t) {
     b = lua_touserdata(L, -1);
     b->t = t;
   }
+  lua_replace(L, st); /* the result where the state table was */
   size_t bytes = (size_t)zorch_tensor_numel(t) * zorch_dtype_size(zorch_tensor_dtype(t)) + LZ_HANDLE_BYTES;
   lz_debt += bytes;
   lz_since_full += bytes;
@@ -106,24 +122,6 @@ int lz_push(lua_State *L, zorch_tensor *t) {
 }
 
 void zorch_push_tensor(lua_State *L, zorch_tensor *t) { lz_push(L, t); }
-
-/* The box at idx when it is a tensor's: a full userdata whose metatable is
-   the tensor metatable, compared by identity. */
-static lz_box *to_box(lua_State *L, int idx) {
-  if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &mt_key);
-  int same = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  return same ? lua_touserdata(L, idx) : NULL;
-}
-
-/* to_box for the metamethods, whose upvalue 1 is the tensor metatable */
-static lz_box *to_box_up(lua_State *L, int idx) {
-  if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
-  int same = lua_rawequal(L, -1, lua_upvalueindex(1));
-  lua_pop(L, 1);
-  return same ? lua_touserdata(L, idx) : NULL;
-}
 
 zorch_tensor *zorch_to_tensor(lua_State *L, int idx) {
   lz_box *b = to_box(L, idx);
@@ -235,7 +233,7 @@ static int shape_tostring(lua_State *L) {
 
 /* ---- metamethods ------------------------------------------------------------------ */
 static int t_gc(lua_State *L) {
-  lz_box *b = to_box_up(L, 1);
+  lz_box *b = to_box(L, 1);
   if (!b) return luaL_typeerror(L, 1, "tensor");
   zorch_tensor_free(b->t);
   b->t = NULL;
@@ -260,7 +258,7 @@ static int t_len(lua_State *L) {
 typedef zorch_tensor *(*bin_fn)(zorch_tensor *, zorch_tensor *);
 /* a op b where either side may be a number */
 static int arith(lua_State *L, const char *name, bin_fn f, int op) {
-  lz_box *ba = to_box_up(L, 1), *bb = to_box_up(L, 2);
+  lz_box *ba = to_box(L, 1), *bb = to_box(L, 2);
   zorch_tensor *a = ba ? ba->t : NULL, *b = bb ? bb->t : NULL;
   if (a && b) return lz_push(L, f(a, b));
   int ti = a ? 1 : 2, ni = a ? 2 : 1;
@@ -357,10 +355,13 @@ void lz_open_tensor(lua_State *L) {
       {"__pow", t_pow},   {"__unm", t_unm},   {"__concat", t_concat},     {"__newindex", t_newindex},
       {NULL, NULL}};
   luaL_newmetatable(L, LZ_TENSOR);
-  lua_pushvalue(L, -1);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &mt_key);
-  lua_pushvalue(L, -1);
-  luaL_setfuncs(L, meta, 1); /* upvalue 1: the metatable, for to_box_up */
+  luaL_setfuncs(L, meta, 0);
+  lua_createtable(L, 2, 0); /* the state table: the metatable and a spare box (once __gc is set: */
+  lua_pushvalue(L, -2);     /* Lua finalises only what had its __gc when the metatable was set) */
+  lua_rawseti(L, -2, S_MT);
+  new_box(L, lua_gettop(L));
+  lua_rawseti(L, -2, S_SPARE);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &state_key);
   lua_newtable(L); /* the methods: metatable.__methods, and upvalue of __index */
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__methods");

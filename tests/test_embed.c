@@ -1,8 +1,39 @@
 /* The embedding API: run strings, call Lua functions with tensors in and out,
    the sandbox, the Lua heap limit, and errors that reach the host. */
+#include <lauxlib.h>
+#include <lualib.h>
+
 #include "tap.h"
 
+static int push_ones(lua_State *L) {
+  zorch_push_tensor(L, zorch_ones(1, (int64_t[]){4}, ZORCH_F32, (zorch_device){ZORCH_CPU, 0}));
+  return 1;
+}
+
+/* A host's own lua_State: zorch_push_tensor raises there until luaopen_zorch
+   has run (and frees the tensor: ASan checks), then pushes tensors. */
+static void host_state(void) {
+  lua_State *L = luaL_newstate();
+  luaL_openlibs(L);
+  lua_pushcfunction(L, push_ones);
+  int st = lua_pcall(L, 0, 1, 0);
+  const char *msg = lua_tostring(L, -1);
+  ok(st != LUA_OK && msg && strstr(msg, "not open"), "a push into a state without zorch raises: %s", msg);
+  lua_settop(L, 0);
+  luaL_requiref(L, "zorch", luaopen_zorch, 1);
+  lua_pop(L, 1);
+  lua_pushcfunction(L, push_ones);
+  st = lua_pcall(L, 0, 1, 0);
+  ok(st == LUA_OK && zorch_to_tensor(L, -1) && zorch_tensor_numel(zorch_to_tensor(L, -1)) == 4,
+     "after luaopen_zorch the push gives a tensor");
+  lua_setglobal(L, "t");
+  st = luaL_dostring(L, "assert(zorch.sum(t * 2):item() == 8)");
+  ok(st == LUA_OK, "the host state runs zorch: %s", st ? lua_tostring(L, -1) : "ok");
+  lua_close(L);
+}
+
 int main(void) {
+  host_state();
   zorch_vm *vm = zorch_vm_new(NULL);
   ok(vm != NULL, "a VM starts");
   ok(zorch_vm_dostring(vm, "function double(x) return x * 2, 'not a tensor' end", "=t") == ZORCH_OK,

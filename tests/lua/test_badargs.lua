@@ -6,8 +6,9 @@ local tap = require "tap"
 local zorch = require "zorch"
 
 local t23, t45, ti = zorch.ones(2, 3), zorch.ones(4, 5), zorch.tensor{1, 2}
-local bad = {nil, "str", {}, {1, "a"}, true, t45, ti, 1e300, -1, 0, zorch.ones(0)}
-local nbad = 11
+-- io.stdout: a userdata of a tensor box's size that is not one
+local bad = {nil, "str", {}, {1, "a"}, true, t45, ti, 1e300, -1, 0, zorch.ones(0), io.stdout}
+local nbad = 12
 
 -- Functions a bad call must not crash; most must raise. `skip` lists the ones for
 -- which some argument lists are legal (an error is then not required).
