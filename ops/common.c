@@ -1,5 +1,7 @@
 /* common.c: the helpers every op definition uses (ops.h): new results on an
    input's device, dtype casts for the kernels, broadcast views, cleanup. */
+#include <string.h>
+
 #include "ops.h"
 
 zorch_tensor *op_empty(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt) {
@@ -62,6 +64,8 @@ zorch_tensor *op_contig(zorch_tensor *t) {
 }
 
 zorch_tensor *op_broadcast_view(const zorch_tensor *t, int ndim, const int64_t *shape) {
+  if (ndim == t->ndim && memcmp(shape, t->shape, sizeof(int64_t) * (size_t)ndim) == 0)
+    return zorch_tensor_retain((zorch_tensor *)t); /* the same view: no handle to make */
   int64_t st[ZORCH_MAX_DIMS];
   int lead = ndim - t->ndim;
   for (int i = 0; i < ndim; i++) {

@@ -21,7 +21,8 @@ zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, doub
 zorch_tensor *op_contig(zorch_tensor *t);
 /* t converted to dt and contiguous (a new reference); no autograd. */
 zorch_tensor *op_cast_contig(zorch_tensor *t, zorch_dtype dt);
-/* A view of t with `shape` (ndim >= t->ndim) through stride-0 broadcasting. */
+/* A view of t with `shape` (ndim >= t->ndim) through stride-0 broadcasting; t
+   itself, retained, when the shape is its own. Read-only: callers free it. */
 zorch_tensor *op_broadcast_view(const zorch_tensor *t, int ndim, const int64_t *shape);
 /* Computes in a float dtype wide enough for the math: f32/f64 as is, 16-bit
    floats and integers through float32 (`*work` gets that dtype). */
