@@ -411,7 +411,7 @@ static int f_pointwise(lua_State *L) {
   const op_info *op = lua_touserdata(L, lua_upvalueindex(1));
   zorch_tensor *in[1] = {T(1)};
   double p[2] = {0, 0};
-  PUSH(op->call(in, p));
+  return lz_push_up(L, op->call(in, p), 2);
 }
 
 /* zorch._pointwise_ops(): every registered elementwise op, in registry order, as
@@ -467,7 +467,8 @@ static void open_pointwise(lua_State *L, int module, int methods) {
   for (int i = 0; i < n; i++) {
     if (ops[i].nin != 1 || ops[i].nparams != 0) continue;
     lua_pushlightuserdata(L, (void *)&ops[i]);
-    lua_pushcclosure(L, f_pointwise, 1);
+    lz_push_state(L);
+    lua_pushcclosure(L, f_pointwise, 2);
     lua_pushvalue(L, -1);
     lua_setfield(L, methods, ops[i].name);
     lua_setfield(L, module, ops[i].name);

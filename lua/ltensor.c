@@ -75,23 +75,17 @@ static int new_box_and_spare(lua_State *L) {
   return 1;
 }
 
-/* Every result goes into the spare box, taken from the state table before
-   anything is allocated; the next spare is made once the result has its box,
-   so a memory error there loses nothing. Only when that failed (no spare) is
-   the box made in a protected call, which frees the tensor on failure. */
-int lz_push(lua_State *L, zorch_tensor *t) {
-  if (!t) return lz_fail(L);
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key) != LUA_TTABLE) { /* a host's state without luaopen_zorch */
-    zorch_tensor_free(t);
-    return luaL_error(L, "zorch: the zorch module is not open in this Lua state");
-  }
-  int st = lua_gettop(L);
+/* Every result goes into the spare box, taken from the state table at st
+   before anything is allocated; the next spare is made once the result has
+   its box, so a memory error there loses nothing (the box, still in the
+   table, keeps the tensor until the next push replaces it). Only when that
+   failed (no spare) is the box made in a protected call, which frees the
+   tensor on failure. */
+static int push_with(lua_State *L, zorch_tensor *t, int st) {
   lua_rawgeti(L, st, S_SPARE);
   lz_box *b = to_box(L, -1);
   if (b && !b->t) {
     b->t = t;
-    lua_pushnil(L);
-    lua_rawseti(L, st, S_SPARE); /* the box is the result's now */
     new_box(L, st);
     lua_rawseti(L, st, S_SPARE);
   } else {
@@ -104,7 +98,6 @@ int lz_push(lua_State *L, zorch_tensor *t) {
     b = lua_touserdata(L, -1);
     b->t = t;
   }
-  lua_replace(L, st); /* the result where the state table was */
   size_t bytes = (size_t)zorch_tensor_numel(t) * zorch_dtype_size(zorch_tensor_dtype(t)) + LZ_HANDLE_BYTES;
   lz_debt += bytes;
   lz_since_full += bytes;
@@ -119,6 +112,33 @@ int lz_push(lua_State *L, zorch_tensor *t) {
     lua_gc(L, LUA_GCSTEP, (int)kb);
   }
   return 1;
+}
+
+int lz_push(lua_State *L, zorch_tensor *t) {
+  if (!t) return lz_fail(L);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key) != LUA_TTABLE) { /* a host's state without luaopen_zorch */
+    zorch_tensor_free(t);
+    return luaL_error(L, "zorch: the zorch module is not open in this Lua state");
+  }
+  int st = lua_gettop(L);
+  push_with(L, t, st);
+  lua_replace(L, st); /* the result where the state table was */
+  return 1;
+}
+
+/* The metamethods and the registry's unary functions hold the state table as
+   an upvalue, which saves the registry lookup. Only the table is written, never
+   the upvalue: a young box stored into an old closure's upvalue is aged by the
+   write barrier and then waits for a major collection (it tripled the cost
+   of the collections when the spare itself was the upvalue). */
+int lz_push_up(lua_State *L, zorch_tensor *t, int up) {
+  if (!t) return lz_fail(L);
+  if (lua_type(L, lua_upvalueindex(up)) != LUA_TTABLE) return lz_push(L, t);
+  return push_with(L, t, lua_upvalueindex(up));
+}
+
+void lz_push_state(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key) != LUA_TTABLE) luaL_error(L, "zorch: tensors are not set up");
 }
 
 void zorch_push_tensor(lua_State *L, zorch_tensor *t) { lz_push(L, t); }
@@ -260,7 +280,7 @@ typedef zorch_tensor *(*bin_fn)(zorch_tensor *, zorch_tensor *);
 static int arith(lua_State *L, const char *name, bin_fn f, int op) {
   lz_box *ba = to_box(L, 1), *bb = to_box(L, 2);
   zorch_tensor *a = ba ? ba->t : NULL, *b = bb ? bb->t : NULL;
-  if (a && b) return lz_push(L, f(a, b));
+  if (a && b) return lz_push_up(L, f(a, b), 1);
   int ti = a ? 1 : 2, ni = a ? 2 : 1;
   if (!a && !b) return luaL_error(L, "%s: expected a tensor operand", name);
   if (lua_type(L, ni) != LUA_TNUMBER)
@@ -268,11 +288,11 @@ static int arith(lua_State *L, const char *name, bin_fn f, int op) {
   zorch_tensor *t = zorch_check_tensor(L, ti);
   double s = lua_tonumber(L, ni);
   switch (op) {
-    case '+': return lz_push(L, zorch_add_scalar(t, s));
-    case '*': return lz_push(L, zorch_mul_scalar(t, s));
-    case '-': return lz_push(L, a ? zorch_add_scalar(t, -s) : zorch_rsub_scalar(t, s));
-    case '/': return lz_push(L, a ? zorch_mul_scalar(t, 1.0 / s) : zorch_rdiv_scalar(t, s));
-    default: return lz_push(L, a ? zorch_pow_scalar(t, s) : NULL);
+    case '+': return lz_push_up(L, zorch_add_scalar(t, s), 1);
+    case '*': return lz_push_up(L, zorch_mul_scalar(t, s), 1);
+    case '-': return lz_push_up(L, a ? zorch_add_scalar(t, -s) : zorch_rsub_scalar(t, s), 1);
+    case '/': return lz_push_up(L, a ? zorch_mul_scalar(t, 1.0 / s) : zorch_rdiv_scalar(t, s), 1);
+    default: return lz_push_up(L, a ? zorch_pow_scalar(t, s) : NULL, 1);
   }
 }
 static int t_add(lua_State *L) { return arith(L, "add", zorch_add, '+'); }
@@ -283,7 +303,7 @@ static int t_pow(lua_State *L) {
   if (!zorch_to_tensor(L, 1)) return luaL_error(L, "pow: a number raised to a tensor is not supported");
   return arith(L, "pow", zorch_pow, '^');
 }
-static int t_unm(lua_State *L) { return lz_push(L, zorch_neg(lz_check(L, 1))); }
+static int t_unm(lua_State *L) { return lz_push_up(L, zorch_neg(lz_check(L, 1)), 1); }
 /* a .. b concatenates along the first dim */
 static int t_concat(lua_State *L) {
   zorch_tensor *ts[2] = {lz_check(L, 1), lz_check(L, 2)};
@@ -349,11 +369,11 @@ static int t_newindex(lua_State *L) {
 }
 
 void lz_open_tensor(lua_State *L) {
-  static const luaL_Reg meta[] = {
-      {"__gc", t_gc},     {"__close", t_gc},  {"__tostring", t_tostring}, {"__len", t_len},
-      {"__add", t_add},   {"__sub", t_sub},   {"__mul", t_mul},           {"__div", t_div},
-      {"__pow", t_pow},   {"__unm", t_unm},   {"__concat", t_concat},     {"__newindex", t_newindex},
-      {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", t_gc},     {"__close", t_gc},     {"__tostring", t_tostring},
+                                  {"__len", t_len},   {"__concat", t_concat}, {"__newindex", t_newindex},
+                                  {NULL, NULL}};
+  static const luaL_Reg arith_meta[] = {{"__add", t_add}, {"__sub", t_sub}, {"__mul", t_mul}, {"__div", t_div},
+                                        {"__pow", t_pow}, {"__unm", t_unm}, {NULL, NULL}};
   luaL_newmetatable(L, LZ_TENSOR);
   luaL_setfuncs(L, meta, 0);
   lua_createtable(L, 2, 0); /* the state table: the metatable and a spare box (once __gc is set: */
@@ -362,6 +382,8 @@ void lz_open_tensor(lua_State *L) {
   new_box(L, lua_gettop(L));
   lua_rawseti(L, -2, S_SPARE);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &state_key);
+  lz_push_state(L);
+  luaL_setfuncs(L, arith_meta, 1); /* upvalue 1: the state table, for lz_push_up */
   lua_newtable(L); /* the methods: metatable.__methods, and upvalue of __index */
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__methods");

@@ -16,6 +16,10 @@
 int lz_fail(lua_State *L);
 /* Pushes t (taking its reference) or raises the last error when NULL. */
 int lz_push(lua_State *L, zorch_tensor *t);
+/* lz_push from a C closure whose upvalue `up` is the table lz_push_state
+   pushes (the spare box and the tensor metatable): no registry lookup. */
+int lz_push_up(lua_State *L, zorch_tensor *t, int up);
+void lz_push_state(lua_State *L);
 zorch_tensor *lz_check(lua_State *L, int idx);
 /* Pushes t's shape: a plain array of sizes that prints as (2, 3). */
 int lz_push_shape(lua_State *L, const zorch_tensor *t);
