@@ -9,6 +9,7 @@
 #include "../math.h"
 #include "cpu.h"
 #include "kernels.h"
+#include "vec512.h"
 
 /* The outputs ox in [lo, hi) whose input column ix0 + ox * sw lies in the image. */
 static inline void conv_x_range(int64_t ix0, const conv_geom *g, int64_t *lo, int64_t *hi) {
@@ -295,6 +296,7 @@ zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tens
     T *op = (T *)tensor_ptr(out);                                                          \
     int64_t *ip = (int64_t *)tensor_ptr(idx);                                              \
     int64_t w = g->w, ohw = g->oh * g->ow;                                                 \
+    bool vec = maxpool2_vec_ok(g);                                                         \
     _Pragma("omp parallel for if (g->n * ohw * 4 >= CPU_GRAIN)")                           \
     for (int64_t p = 0; p < g->n; p++) {                                                   \
       const T *plane = xp + p * g->h * w;                                                  \
@@ -302,7 +304,8 @@ zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tens
       int64_t *oi = ip + p * ohw;                                                          \
       for (int64_t oy = 0; oy < g->oh; oy++) {                                             \
         const T *r0 = plane + 2 * oy * w, *r1 = r0 + w;                                    \
-        for (int64_t ox = 0; ox < g->ow; ox++) {                                           \
+        int64_t ox0 = vec ? maxpool2_row_##T(r0, r1, o + oy * g->ow, oi + oy * g->ow, g->ow, 2 * oy * w, w) : 0; \
+        for (int64_t ox = ox0; ox < g->ow; ox++) {                                         \
           int64_t at = 2 * oy * w + 2 * ox, best = at;                                     \
           T m = r0[2 * ox];                                                                \
           MAXPOOL2_PICK(r0[2 * ox + 1], at + 1)                                            \
@@ -314,6 +317,63 @@ zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tens
       }                                                                                    \
     }                                                                                      \
   }
+
+/* The same picks on 16 outputs at a time (AVX-512): the even and odd columns
+   of both rows split by two-source permutes, each lane choosing as
+   MAXPOOL2_PICK does, in the same order, without the branches that random
+   data mispredicts; the index is built in 32 bits, so planes stay under
+   2^31 elements. Returns the outputs done. */
+static bool maxpool2_vec_ok(const conv_geom *g) {
+#ifdef ZV512
+  return zv512_ok() && g->h * g->w < INT32_MAX;
+#else
+  (void)g;
+  return false;
+#endif
+}
+
+#ifdef ZV512
+ZV512_TARGET static int64_t maxpool2_row_float(const float *r0, const float *r1, float *o, int64_t *oi, int64_t ow,
+                                               int64_t at, int64_t w) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i off[3] = {_mm512_set1_epi32(1), _mm512_set1_epi32((int)w), _mm512_set1_epi32((int)w + 1)};
+  for (int64_t ox = 0; ox < ow; ox += 16) {
+    int64_t n = ow - ox < 16 ? ow - ox : 16; /* a short row (MNIST's 14 and 7) is one masked step */
+    __mmask16 mo = zv512_mask(n), ma = zv512_mask(2 * n), mb = zv512_mask(2 * n - 16 > 0 ? 2 * n - 16 : 0);
+    __m512 x0 = _mm512_maskz_loadu_ps(ma, r0 + 2 * ox), x1 = _mm512_maskz_loadu_ps(mb, r0 + 2 * ox + 16);
+    __m512 y0 = _mm512_maskz_loadu_ps(ma, r1 + 2 * ox), y1 = _mm512_maskz_loadu_ps(mb, r1 + 2 * ox + 16);
+    __m512 v[3] = {_mm512_permutex2var_ps(x0, odd, x1), _mm512_permutex2var_ps(y0, even, y1),
+                   _mm512_permutex2var_ps(y0, odd, y1)};
+    __m512 m = _mm512_permutex2var_ps(x0, even, x1);
+    __m512i k = even; /* each lane's offset from at + 2 * ox */
+    for (int j = 0; j < 3; j++) {
+      __mmask16 take = _mm512_cmp_ps_mask(m, m, _CMP_ORD_Q) &
+                       (_mm512_cmp_ps_mask(v[j], m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v[j], v[j], _CMP_UNORD_Q));
+      m = _mm512_mask_mov_ps(m, take, v[j]);
+      k = _mm512_mask_add_epi32(k, take, even, off[j]);
+    }
+    _mm512_mask_storeu_ps(o + ox, mo, m);
+    __m512i base = _mm512_set1_epi64(at + 2 * ox);
+    _mm512_mask_storeu_epi64(oi + ox, (__mmask8)mo,
+                             _mm512_add_epi64(base, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(k))));
+    _mm512_mask_storeu_epi64(oi + ox + 8, (__mmask8)(mo >> 8),
+                             _mm512_add_epi64(base, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(k, 1))));
+  }
+  return ow;
+}
+#else
+static int64_t maxpool2_row_float(const float *r0, const float *r1, float *o, int64_t *oi, int64_t ow, int64_t at,
+                                  int64_t w) {
+  (void)r0, (void)r1, (void)o, (void)oi, (void)ow, (void)at, (void)w;
+  return 0;
+}
+#endif
+static int64_t maxpool2_row_double(const double *r0, const double *r1, double *o, int64_t *oi, int64_t ow,
+                                   int64_t at, int64_t w) {
+  (void)r0, (void)r1, (void)o, (void)oi, (void)ow, (void)at, (void)w;
+  return 0;
+}
 
 static bool maxpool2_fits(const conv_geom *g) {
   return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 && g->dh == 1 &&
