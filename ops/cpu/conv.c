@@ -428,9 +428,62 @@ zorch_status cpu_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const
     }                                                                                      \
   }
 
+#ifdef ZV512
+/* The gradient of maxpool2_row_float's row: each window's four inputs get
+   the output's gradient where its index points and 0 elsewhere (the windows
+   do not overlap), written in order with the even and odd columns
+   interleaved back by two-source permutes; no clear of the plane first. */
+ZV512_TARGET static void maxpool2_bwd_row_float(float *d0, float *d1, const float *go, const int64_t *gi, int64_t ow,
+                                                int64_t at, int64_t w) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+  const __m512i two = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i one = _mm512_set1_epi32(1), down = _mm512_set1_epi32((int)w);
+  for (int64_t ox = 0; ox < ow; ox += 16) {
+    int64_t n = ow - ox < 16 ? ow - ox : 16;
+    __mmask16 mo = zv512_mask(n), ma = zv512_mask(2 * n), mb = zv512_mask(2 * n - 16 > 0 ? 2 * n - 16 : 0);
+    __m512 v = _mm512_maskz_loadu_ps(mo, go + ox);
+    __m512i base = _mm512_set1_epi64(at + 2 * ox);
+    __m256i k0 = _mm512_cvtepi64_epi32(_mm512_sub_epi64(_mm512_maskz_loadu_epi64((__mmask8)mo, gi + ox), base));
+    __m256i k1 = _mm512_cvtepi64_epi32(_mm512_sub_epi64(_mm512_maskz_loadu_epi64((__mmask8)(mo >> 8), gi + ox + 8), base));
+    __m512i k = _mm512_sub_epi32(_mm512_inserti64x4(_mm512_castsi256_si512(k0), k1, 1), two);
+    __m512 tl = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(k, _mm512_setzero_si512()), v);
+    __m512 tr = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(k, one), v);
+    __m512 bl = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(k, down), v);
+    __m512 br = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(k, _mm512_add_epi32(down, one)), v);
+    _mm512_mask_storeu_ps(d0 + 2 * ox, ma, _mm512_permutex2var_ps(tl, lo, tr));
+    _mm512_mask_storeu_ps(d0 + 2 * ox + 16, mb, _mm512_permutex2var_ps(tl, hi, tr));
+    _mm512_mask_storeu_ps(d1 + 2 * ox, ma, _mm512_permutex2var_ps(bl, lo, br));
+    _mm512_mask_storeu_ps(d1 + 2 * ox + 16, mb, _mm512_permutex2var_ps(bl, hi, br));
+  }
+}
+
+/* The 2x2 max pool's gradient, plane by plane: each row pair from
+   maxpool2_bwd_row_float, the row and column no window covered cleared. */
+static void maxpool2_bwd_float(float *gp, const float *gop, const int64_t *ip, const conv_geom *g) {
+  int64_t h = g->h, w = g->w, oh = g->oh, ow = g->ow, hw = h * w, ohw = oh * ow;
+#pragma omp parallel for if (g->n * ohw * 4 >= CPU_GRAIN)
+  for (int64_t p = 0; p < g->n; p++) {
+    float *plane = gp + p * hw;
+    for (int64_t oy = 0; oy < oh; oy++) {
+      float *d0 = plane + 2 * oy * w;
+      maxpool2_bwd_row_float(d0, d0 + w, gop + p * ohw + oy * ow, ip + p * ohw + oy * ow, ow, 2 * oy * w, w);
+      for (int64_t x = 2 * ow; x < w; x++) d0[x] = d0[w + x] = 0;
+    }
+    if (2 * oh < h) memset(plane + 2 * oh * w, 0, sizeof(float) * (size_t)((h - 2 * oh) * w));
+  }
+}
+#endif
+
 zorch_status cpu_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *gout,
                             const zorch_tensor *idx, const conv_geom *g) {
   int ad = k == POOL_ADAPTIVE_AVG, inc = k == POOL_AVG;
+#ifdef ZV512
+  if (k == POOL_MAX && gx->dtype == ZORCH_F32 && maxpool2_fits(g) && maxpool2_vec_ok(g)) {
+    maxpool2_bwd_float((float *)tensor_ptr(gx), (const float *)tensor_ptr(gout), (const int64_t *)tensor_ptr(idx), g);
+    return ZORCH_OK;
+  }
+#endif
   switch (gx->dtype) {
     case ZORCH_F32: POOL_BWD(float) return ZORCH_OK;
     case ZORCH_F64: POOL_BWD(double) return ZORCH_OK;
