@@ -75,16 +75,18 @@ static zorch_status conv_forward(zorch_tensor *out, zorch_tensor *x, zorch_tenso
     if (!col || !tmp || (b && !(bv = op_broadcast_view(bcol, 3, tmp->shape))) ||
         !(ov = zorch_narrow(out3, 0, n0, nb)))
       st = zorch_last_status();
-    if (!st && b) st = be->copy(tmp, bv);
     if (!st) st = be->im2col(col, x, g, n0, nb);
     for (int64_t gi = 0; gi < G && !st; gi++) {
       gemm_args ga = {.dt = out->dtype, .dev = out->st->device.index, .m = og, .n = cols, .k = kg,
-                      .lda = kg, .ldb = cols, .ldc = cols, .alpha = 1.0, .beta = b ? 1.0 : 0.0,
+                      .lda = kg, .ldb = cols, .ldc = cols, .alpha = 1.0, .beta = 0.0,
                       .a = tensor_ptr(w) + gi * og * kg * es,
                       .b = tensor_ptr(col) + gi * kg * cols * es,
                       .c = tensor_ptr(tmp) + gi * og * cols * es};
       st = be->gemm(&ga);
     }
+    /* the bias after the products, not under them (beta 1): a GEMM that
+       accumulates runs on BLAS, one that does not on oneDNN's faster matmul */
+    if (!st && b) st = op_add_(tmp, bv);
     if (!st) st = swap01(ov, tmp);
     OP_FREE(col, tmp, bv, ov);
   }
@@ -97,6 +99,7 @@ static zorch_status conv_forward(zorch_tensor *out, zorch_tensor *x, zorch_tenso
 static zorch_status conv_bwd_chunk(const conv_args *a, zorch_tensor *x, zorch_tensor *w,
                                    zorch_tensor *g3, zorch_tensor *gx, zorch_tensor *gw,
                                    int64_t n0, int64_t nb) {
+  /* the first chunk writes gw (beta 0: oneDNN's matmul where loaded), the next add to it */
   const conv_geom *g = &a->g;
   const backend *be = backend_of(x);
   int64_t L = g->oh * g->ow, K = g->c * g->kh * g->kw, G = a->groups, cols = nb * L;
@@ -114,7 +117,7 @@ static zorch_status conv_bwd_chunk(const conv_args *a, zorch_tensor *x, zorch_te
     if ((st = be->im2col(col, x, g, n0, nb))) goto done;
     for (int64_t gi = 0; gi < G && !st; gi++) {
       gemm_args ga = {.dt = dt, .dev = dev, .tb = true, .m = og, .n = kg, .k = cols,
-                      .lda = cols, .ldb = cols, .ldc = kg, .alpha = 1.0, .beta = 1.0,
+                      .lda = cols, .ldb = cols, .ldc = kg, .alpha = 1.0, .beta = n0 ? 1.0 : 0.0,
                       .a = tensor_ptr(gt) + gi * og * cols * es,
                       .b = tensor_ptr(col) + gi * kg * cols * es,
                       .c = tensor_ptr(gw) + gi * og * kg * es};

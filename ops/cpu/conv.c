@@ -135,10 +135,10 @@ static void conv_gemm(zorch_dtype dt, bool ta, bool tb, int64_t m, int64_t n, in
       for (int64_t n = blk * CONV_BLOCK; n < end; n++) {                                   \
         T *on = op + n * O * L;                                                            \
         im2col_##T(col, xp, g, n, 1);                                                      \
-        if (bp)                                                                            \
+        conv_gemm(dt, false, false, O, L, K, wp, K, col, L, 0.0, on, L);                   \
+        if (bp) /* after the products (still in cache): a GEMM that accumulates runs on BLAS */ \
           for (int64_t o = 0; o < O; o++)                                                  \
-            for (int64_t l = 0; l < L; l++) on[o * L + l] = bp[o];                         \
-        conv_gemm(dt, false, false, O, L, K, wp, K, col, L, bp ? 1.0 : 0.0, on, L);        \
+            for (int64_t l = 0; l < L; l++) on[o * L + l] += bp[o];                        \
       }                                                                                    \
       cpu_scratch_free(col);                                                               \
     }                                                                                      \

@@ -234,7 +234,10 @@ bool dnnl_f32_ready(void) {
   return f32_ready;
 }
 
-/* One matmul of either dtype, through the cache. */
+/* One matmul of either dtype, through the cache. It runs under the cache's
+   lock (an entry may be replaced by another thread's shape), so callers inside
+   a parallel region (the convolution's images) take BLAS instead: through
+   here the two threads of the Fashion-MNIST CNN's backward ran one at a time. */
 static bool matmul(bool f32, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
                    int64_t lda, const void *b, int64_t ldb, const void *bias, void *c,
                    int64_t ldc) {
@@ -278,7 +281,7 @@ static bool matmul(bool f32, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                     int64_t lda, const uint16_t *b, int64_t ldb, const uint16_t *bias,
                     uint16_t *c, int64_t ldc) {
-  return dnnl_bf16_ready() && matmul(false, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
+  return dnnl_bf16_ready() && !omp_in_parallel() && matmul(false, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
 }
 
 /* Below this many multiply-adds a float32 GEMM stays on OpenBLAS: oneDNN's
@@ -289,7 +292,7 @@ bool dnnl_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uin
 bool dnnl_f32_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                    int64_t lda, const float *b, int64_t ldb, const float *bias, float *c,
                    int64_t ldc) {
-  if (!dnnl_f32_ready() || (!f32_forced && (double)m * (double)n * (double)k < F32_MIN_MACS))
+  if (!dnnl_f32_ready() || (!f32_forced && (double)m * (double)n * (double)k < F32_MIN_MACS) || omp_in_parallel())
     return false;
   return matmul(true, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
 }
