@@ -10,8 +10,8 @@
 
 /* A tensor box is known by its size and its tag, the address of box_tag,
    which only this file writes: two API calls, where comparing metatables took
-   five (a fifth of a small op's cost from a script). Other userdata never hold
-   that address, and a script cannot write into a userdata. */
+   five (an eighth of a small op's instructions from a script). Other userdata
+   never hold that address, and a script cannot write into a userdata. */
 typedef struct {
   const char *tag;
   zorch_tensor *t;
