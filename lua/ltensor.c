@@ -282,6 +282,7 @@ static int arith(lua_State *L, const char *name, bin_fn f, int op) {
   zorch_tensor *a = ba ? ba->t : NULL, *b = bb ? bb->t : NULL;
   if (a && b) return lz_push_up(L, f(a, b), 1);
   int ti = a ? 1 : 2, ni = a ? 2 : 1;
+  if ((ba && !a) || (bb && !b)) return luaL_error(L, "%s: operand %d is a closed tensor", name, ba && !a ? 1 : 2);
   if (!a && !b) return luaL_error(L, "%s: expected a tensor operand", name);
   if (lua_type(L, ni) != LUA_TNUMBER)
     return luaL_error(L, "%s: cannot combine a tensor with a %s", name, luaL_typename(L, ni));

@@ -30,10 +30,16 @@ ok(zorch.zeros(2, 3).shape[2] == 3 and zorch.ones({2, 2}):sum():item() == 4, "si
 ok(zorch.full({2}, 7):totable()[2] == 7, "full")
 local tt = t:totable()
 ok(type(tt) == "table" and tt[3][4] == 11, "totable")
+local closed
 do
   local c <close> = zorch.ones(3)
   ok(c:sum():item() == 3, "to-be-closed tensors")
+  closed = c
 end
+local okc, errc = pcall(function() return closed + closed end)
+ok(not okc and tostring(errc):find("closed tensor"), "arithmetic on a closed tensor says so: " .. tostring(errc))
+okc, errc = pcall(function() return 2 * closed end)
+ok(not okc and tostring(errc):find("operand 2 is a closed tensor"), "and names the operand: " .. tostring(errc))
 
 -- autograd
 local w = zorch.randn(3, 2, {requires_grad = true})
