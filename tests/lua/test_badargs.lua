@@ -29,6 +29,26 @@ local function try(name, fn, args)
   return ok, err
 end
 
+-- Tampered internals (through the metatable and the debug library): errors,
+-- or the op still works; never a crash.
+do
+  local t = zorch.ones(2)
+  local mt = getmetatable(t)
+  tap.ok(not pcall(mt.__gc, io.stdout) and not pcall(mt.__unm, io.stdout) and not pcall(mt.__add, io.stdout, t),
+         "the metamethods refuse a foreign userdata")
+  for _, junk in ipairs({io.stdout, "x", zorch.ones(1)}) do
+    for k, v in pairs(debug.getregistry()) do
+      if type(k) == "userdata" and type(v) == "table" and rawget(v, 1) == mt then v[2] = junk end
+    end
+    local ok, r = pcall(function() return (t + t):sum():item() + zorch.relu(t):sum():item() end)
+    tap.ok(ok and r == 6, "a spare box replaced by " .. type(junk) .. ": results still come (" .. tostring(r) .. ")")
+  end
+  local u = zorch.ones(2)
+  debug.setmetatable(u, nil)
+  tap.ok(pcall(zorch.relu, u), "a tensor whose metatable was removed still works as an argument")
+  debug.setmetatable(u, mt) -- finalised again (without it, nothing would free the tensor)
+end
+
 local names = {}
 for k, v in pairs(zorch) do
   if type(v) == "function" and k ~= "no_grad" and k ~= "progress" and k ~= "flags" and k:sub(1, 1) ~= "_" then
