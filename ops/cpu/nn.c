@@ -275,24 +275,42 @@ ZV512_FN double ln_lanes(__m512 v) {
   _mm512_storeu_ps(l, v);
   return lanes_sum(l);
 }
-ZV512_FN void layer_norm_row_512(void *y, float *mp, float *rp, const void *x, const void *w,
-                                 const void *b, int64_t cols, double eps, int kind, int okind) {
+/* The first pass: the lanes' sums of x - x0, x0 the row's first value (a
+   shift that keeps the variance's pass accurate). Four accumulators
+   (vectors j/16 mod 4), so that the adds do not wait on each other. When
+   `f` is given, the row (16-bit, `kind`) is also widened into it, in the same
+   pass. */
+ZV512_FN __m512 ln_first_pass(float *f, const void *x, int64_t cols, int kind, __m512 *x0p) {
   __m512 x0 = _mm512_set1_ps(cols ? _mm512_cvtss_f32(ln_ld(x, 0, 1, kind)) : 0.0f);
-  /* four accumulators (vectors j/16 mod 4), so that the adds do not wait on
-     each other */
   __m512 l0 = _mm512_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
   int64_t j = 0;
   for (; j + 64 <= cols; j += 64) {
-    l0 = _mm512_add_ps(l0, _mm512_sub_ps(ln_ld(x, j, 0xffff, kind), x0));
-    l1 = _mm512_add_ps(l1, _mm512_sub_ps(ln_ld(x, j + 16, 0xffff, kind), x0));
-    l2 = _mm512_add_ps(l2, _mm512_sub_ps(ln_ld(x, j + 32, 0xffff, kind), x0));
-    l3 = _mm512_add_ps(l3, _mm512_sub_ps(ln_ld(x, j + 48, 0xffff, kind), x0));
+    __m512 v0 = ln_ld(x, j, 0xffff, kind), v1 = ln_ld(x, j + 16, 0xffff, kind);
+    __m512 v2 = ln_ld(x, j + 32, 0xffff, kind), v3 = ln_ld(x, j + 48, 0xffff, kind);
+    if (f) {
+      _mm512_storeu_ps(f + j, v0), _mm512_storeu_ps(f + j + 16, v1);
+      _mm512_storeu_ps(f + j + 32, v2), _mm512_storeu_ps(f + j + 48, v3);
+    }
+    l0 = _mm512_add_ps(l0, _mm512_sub_ps(v0, x0));
+    l1 = _mm512_add_ps(l1, _mm512_sub_ps(v1, x0));
+    l2 = _mm512_add_ps(l2, _mm512_sub_ps(v2, x0));
+    l3 = _mm512_add_ps(l3, _mm512_sub_ps(v3, x0));
   }
   for (; j < cols; j += 16) {
     __mmask16 m = zv512_mask(cols - j);
-    l0 = _mm512_add_ps(l0, _mm512_maskz_sub_ps(m, ln_ld(x, j, m, kind), x0));
+    __m512 v = ln_ld(x, j, m, kind);
+    if (f) _mm512_mask_storeu_ps(f + j, m, v);
+    l0 = _mm512_add_ps(l0, _mm512_maskz_sub_ps(m, v, x0));
   }
-  __m512 lane = _mm512_add_ps(_mm512_add_ps(l0, l1), _mm512_add_ps(l2, l3));
+  *x0p = x0;
+  return _mm512_add_ps(_mm512_add_ps(l0, l1), _mm512_add_ps(l2, l3));
+}
+
+/* One row from its first pass's lane sums (x0 and lane, ln_first_pass). */
+ZV512_FN void layer_norm_row_rest_512(void *y, float *mp, float *rp, const void *x, const void *w, const void *b,
+                                      int64_t cols, double eps, int kind, int okind, __m512 x0, __m512 lane) {
+  __m512 l0, l1, l2, l3;
+  int64_t j;
   double mean = (double)_mm512_cvtss_f32(x0) + ln_lanes(lane) / (double)cols;
   float mu = (float)mean, lo = (float)(mean - (double)mu);
   __m512 vmu = _mm512_set1_ps(mu), vlo = _mm512_set1_ps(lo);
@@ -326,6 +344,12 @@ ZV512_FN void layer_norm_row_512(void *y, float *mp, float *rp, const void *x, c
   }
 }
 
+ZV512_FN void layer_norm_row_512(void *y, float *mp, float *rp, const void *x, const void *w,
+                                 const void *b, int64_t cols, double eps, int kind, int okind) {
+  __m512 x0, lane = ln_first_pass(NULL, x, cols, kind, &x0);
+  layer_norm_row_rest_512(y, mp, rp, x, w, b, cols, eps, kind, okind, x0, lane);
+}
+
 /* n 16-bit values widened into f */
 ZV512_FN void ln_widen(float *f, const void *h, int64_t n, int kind) {
   for (int64_t j = 0; j < n; j += 16) _mm512_mask_storeu_ps(f + j, zv512_mask(n - j), ln_ld(h, j, zv512_mask(n - j), kind));
@@ -336,8 +360,8 @@ ZV512_FN void ln_widen(float *f, const void *h, int64_t n, int kind) {
    passes convert each value once, not three times: the same float32 values,
    so the same results. */
 #define LN_WIDE 4096
-static void layer_norm_16_512(char *yp, float *mp, float *rp, const char *xp, const void *wp,
-                              const void *bp, int64_t rows, int64_t cols, double eps, int kind) {
+ZV512_TARGET static void layer_norm_16_512(char *yp, float *mp, float *rp, const char *xp, const void *wp,
+                                           const void *bp, int64_t rows, int64_t cols, double eps, int kind) {
   float wf[LN_WIDE], bf[LN_WIDE];
   if (wp) ln_widen(wf, wp, cols, kind);
   if (bp) ln_widen(bf, bp, cols, kind);
@@ -345,8 +369,8 @@ static void layer_norm_16_512(char *yp, float *mp, float *rp, const char *xp, co
 #pragma omp parallel for if (rows * cols >= CPU_GRAIN)
   for (int64_t r = 0; r < rows; r++) {
     float xf[LN_WIDE];
-    ln_widen(xf, xp + (size_t)(r * cols) * 2, cols, kind);
-    layer_norm_row_512(yp + (size_t)(r * cols) * 2, mp + r, rp + r, xf, w, b, cols, eps, 0, kind);
+    __m512 x0, lane = ln_first_pass(xf, xp + (size_t)(r * cols) * 2, cols, kind, &x0); /* widened as it is summed */
+    layer_norm_row_rest_512(yp + (size_t)(r * cols) * 2, mp + r, rp + r, xf, w, b, cols, eps, 0, kind, x0, lane);
   }
 }
 #endif
