@@ -819,7 +819,8 @@ static double serve_case(const char *name, zorch_generator *g) {
         q[k] = time_best3(run_script, &sc) / 100000 / c;
       }
       zorch_tensor_free(p.a), zorch_tensor_free(p.b);
-      t = q[0] < q[1] ? (q[1] < q[2] ? q[1] : q[0] < q[2] ? q[2] : q[0]) : (q[0] < q[2] ? q[0] : q[1] < q[2] ? q[2] : q[1]);
+      double lo = fmin(q[0], fmin(q[1], q[2])), hi = fmax(q[0], fmax(q[1], q[2]));
+      t = q[0] + q[1] + q[2] - lo - hi; /* the median */
     }
     zorch_vm_free(sc.vm);
     return t;
