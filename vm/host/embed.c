@@ -11,6 +11,7 @@
 #include "../core/error.h"
 #include "../core/state.h"
 #include "../../lua/lz.h"
+#include "lalloc.h"
 #include "zorch.h"
 
 /* A VM owns its Lua state and its zorch state (default generator, grad mode,
@@ -19,6 +20,7 @@ struct zorch_vm {
   lua_State *L;
   zstate *state;
   size_t used, limit;
+  lz_pool pool; /* the Lua state's small blocks */
   lz_vm ctx; /* sandbox folders and budget, seen by the Lua layer */
   char err[2048];
 };
@@ -29,12 +31,12 @@ static void *vm_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   zorch_vm *vm = ud;
   size_t old = ptr ? osize : 0;
   if (nsize == 0) {
-    free(ptr);
+    lz_pool_realloc(&vm->pool, ptr, osize, 0);
     vm->used -= old;
     return NULL;
   }
   if (vm->limit && nsize > old && vm->used + (nsize - old) > vm->limit) return NULL;
-  void *p = realloc(ptr, nsize);
+  void *p = lz_pool_realloc(&vm->pool, ptr, osize, nsize);
   if (p) vm->used = vm->used - old + nsize;
   return p;
 }
@@ -215,6 +217,7 @@ static void vm_destroy(zorch_vm *vm) {
   if (vm->L) {
     VM_ENTER(vm); /* finalizers written in Lua run under the budget too */
     lua_close(vm->L);
+    lz_pool_drain(&vm->pool);
     vm->ctx.main = NULL;
     zstate_swap(vm_prev_state);
   }

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lalloc.h"
 #include "repl.h"
 #include "zorch.h"
 
@@ -109,6 +110,14 @@ static int report(lua_State *L, int st) {
 
 /* A collective that timed out ends the job, naming the rank and the collective:
    the launcher ends the other ranks when one exits with an error. */
+/* An error outside any protected call (none is expected: everything runs
+   under docall); Lua aborts after this returns. */
+static int on_panic(lua_State *L) {
+  const char *msg = lua_tostring(L, -1);
+  fprintf(stderr, "zorch: unprotected Lua error: %s\n", msg ? msg : "(not a string)");
+  return 0;
+}
+
 static void on_hang(const char *msg, void *ud) {
   (void)ud;
   fprintf(stderr, "zorch: %s; ending the job\n", msg);
@@ -505,11 +514,13 @@ int main(int argc, char **argv) {
     return 0;
   }
   zorch_set_hang_handler(on_hang, NULL);
-  lua_State *L = luaL_newstate();
+  static lz_pool pool; /* the state's small blocks (lalloc.c) */
+  lua_State *L = lua_newstate(lz_pool_lua_alloc, &pool);
   if (!L) {
     fprintf(stderr, "zorch: cannot create a Lua state\n");
     return 1;
   }
+  lua_atpanic(L, on_panic);
   lua_gc(L, LUA_GCGEN, 0, 0); /* as lua.c does: a script's tensors are mostly short-lived temporaries */
   lua_pushcfunction(L, open_all);
   if (report(L, docall(L, 0, 0))) return 1;
