@@ -22,6 +22,8 @@ tap.ok(ok and out:find("blas:", 1, true) and out:find("kernel", 1, true) and out
        "info names the BLAS kernel and threads")
 out, ok = run(bin .. [[ -e 'print(#arg, arg[1], (zorch.ones(2) * 3):sum():item())' one two]])
 tap.ok(ok and out == "2\tone\t6.0\n", "-e runs a chunk and sees arg")
+out, ok = run(bin .. [[ -e 'warn("hidden"); warn("@on"); warn("a ", "b"); warn("@off"); warn("no")']])
+tap.ok(ok and out == "Lua warning: a b\n", "warn() is off until @on, as in lua5.4: " .. out)
 local script = os.tmpname()
 local f = io.open(script, "w")
 f:write('local zorch = require "zorch"\nprint(select("#", ...), arg[0] ~= nil, arg[2])\n')

@@ -118,6 +118,20 @@ static int on_panic(lua_State *L) {
   return 0;
 }
 
+/* warn() as the stand-alone lua prints it: off until "@on", pieces of one
+   message joined, one "Lua warning: " line per message. */
+static void on_warn(void *ud, const char *msg, int tocont) {
+  static bool on, cont;
+  (void)ud;
+  if (!cont && msg[0] == '@') {
+    if (strcmp(msg, "@on") == 0) on = true;
+    else if (strcmp(msg, "@off") == 0) on = false;
+    return;
+  }
+  if (on) fprintf(stderr, "%s%s%s", cont ? "" : "Lua warning: ", msg, tocont ? "" : "\n");
+  cont = tocont != 0;
+}
+
 static void on_hang(const char *msg, void *ud) {
   (void)ud;
   fprintf(stderr, "zorch: %s; ending the job\n", msg);
@@ -521,6 +535,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   lua_atpanic(L, on_panic);
+  lua_setwarnf(L, on_warn, NULL);
   lua_gc(L, LUA_GCGEN, 0, 0); /* as lua.c does: a script's tensors are mostly short-lived temporaries */
   lua_pushcfunction(L, open_all);
   if (report(L, docall(L, 0, 0))) return 1;
