@@ -127,7 +127,7 @@ def torch_worker(env):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bench", default="build/cpu/bench/bench", help="bench.c's program")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     ap.add_argument("--cases", default="", help="only the cases whose name contains one of these (comma-separated)")
     ap.add_argument("--no-torch", action="store_true", help="zorch alone")
@@ -199,7 +199,7 @@ def main():
         if q:
             emit({"name": "script_add_64_over_c", "threads": th, "value": sig(q), "unit": "x",
                   "note": "zorch: c = a + b on 64 floats, a Lua loop's time over a C loop's, "
-                          "timed back to back (median of the rounds' medians of 3 pairs)"})
+                          "timed back to back (median of the rounds' medians of 5 pairs)"})
 
 
 def med(xs):
