@@ -1,7 +1,7 @@
 /* lalloc.c: every result a script makes is a new userdata of a few dozen
    bytes, freed by the collector a few hundred results later. Through
-   realloc and free that round trip was about 170 instructions of a small
-   op's 3,400; here a freed block goes on a list of its size class and the
+   realloc and free that round trip was about 120 instructions of a small
+   op's 3,370; here a freed block goes on a list of its size class and the
    next allocation of that class takes it back. Each list keeps at most
    LZ_POOL_KEEP blocks; the rest go back to malloc. Off, like the core's
    caches, in sanitizer builds and with ZORCH_ALLOC_CACHE=0, so that memory

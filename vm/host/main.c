@@ -108,8 +108,6 @@ static int report(lua_State *L, int st) {
   return st;
 }
 
-/* A collective that timed out ends the job, naming the rank and the collective:
-   the launcher ends the other ranks when one exits with an error. */
 /* An error outside any protected call (none is expected: everything runs
    under docall); Lua aborts after this returns. */
 static int on_panic(lua_State *L) {
@@ -132,6 +130,8 @@ static void on_warn(void *ud, const char *msg, int tocont) {
   cont = tocont != 0;
 }
 
+/* A collective that timed out ends the job, naming the rank and the collective:
+   the launcher ends the other ranks when one exits with an error. */
 static void on_hang(const char *msg, void *ud) {
   (void)ud;
   fprintf(stderr, "zorch: %s; ending the job\n", msg);
