@@ -55,7 +55,9 @@ int lz_fail(lua_State *L) {
 static lz_box *new_box(lua_State *L, int st) {
   lz_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->tag = &box_tag, b->t = NULL; /* consistent before anything can raise */
-  lua_rawgeti(L, st, S_MT);
+  /* the table can be reached through the debug library: a slot that is not
+     a table would be a crash in lua_setmetatable */
+  if (lua_rawgeti(L, st, S_MT) != LUA_TTABLE) luaL_error(L, "zorch: the tensor metatable was replaced");
   lua_setmetatable(L, -2);
   return b;
 }

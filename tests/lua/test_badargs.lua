@@ -43,6 +43,18 @@ do
     local ok, r = pcall(function() return (t + t):sum():item() + zorch.relu(t):sum():item() end)
     tap.ok(ok and r == 6, "a spare box replaced by " .. type(junk) .. ": results still come (" .. tostring(r) .. ")")
   end
+  local st
+  for k, v in pairs(debug.getregistry()) do
+    if type(k) == "userdata" and type(v) == "table" and rawget(v, 1) == mt then st = v end
+  end
+  st[1] = 5 -- the metatable's slot in the state table
+  tap.ok(not pcall(function() return t + t end), "a replaced tensor metatable: an error, not a crash")
+  st[1] = mt
+  local _ = t + t -- (an empty spare again: the failed push left the result in the old one)
+  debug.setupvalue(mt.__add, 1, {5, st[2]}) -- the metamethod's own state table, with that spare
+  tap.ok(not pcall(function() return t + t end), "a metamethod's state replaced: an error, not a crash")
+  debug.setupvalue(mt.__add, 1, st)
+  tap.ok((t + t):sum():item() == 4, "and restored, the op works again")
   local u = zorch.ones(2)
   debug.setmetatable(u, nil)
   tap.ok(pcall(zorch.relu, u), "a tensor whose metatable was removed still works as an argument")
