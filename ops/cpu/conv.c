@@ -318,11 +318,7 @@ zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tens
     }                                                                                      \
   }
 
-/* The same picks on 16 outputs at a time (AVX-512): the even and odd columns
-   of both rows split by two-source permutes, each lane choosing as
-   MAXPOOL2_PICK does, in the same order, without the branches that random
-   data mispredicts; the index is built in 32 bits, so planes stay under
-   2^31 elements. Returns the outputs done. */
+/* The AVX-512 rows below build indices in 32 bits: planes under 2^31 elements. */
 static bool maxpool2_vec_ok(const conv_geom *g) {
 #ifdef ZV512
   return zv512_ok() && g->h * g->w < INT32_MAX;
@@ -332,6 +328,11 @@ static bool maxpool2_vec_ok(const conv_geom *g) {
 #endif
 }
 
+/* The same picks on 16 outputs at a time (AVX-512): the even and odd columns
+   of both rows split by two-source permutes, each lane choosing as
+   MAXPOOL2_PICK does, in the same order, without the branches that random
+   data mispredicts. Returns the outputs done (the scalar loop does the rest;
+   the stubs below do none). */
 #ifdef ZV512
 ZV512_TARGET static int64_t maxpool2_row_float(const float *r0, const float *r1, float *o, int64_t *oi, int64_t ow,
                                                int64_t at, int64_t w) {
