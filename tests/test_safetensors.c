@@ -112,10 +112,10 @@ int main(void) {
   ok(!loads(), "a lone surrogate escape in a name is refused");
   write_st("{" E("a", "F32", "[1]", 0, 4) "}x", 4);
   ok(refused("after its JSON object, is 0x78", NULL), "a byte after the JSON object is refused");
-  write_st("{" E("a", "F32", "[1]", 0, 4) "}\n", 4);
-  ok(refused("only spaces may pad", NULL), "a newline after the JSON object is refused");
+  write_st("{" E("a", "F32", "[1]", 0, 4) "}\n\t\r", 4);
+  ok(loads(), "JSON white space after the object (a writer's final newline) pads, as the reference reader reads it");
   write_st("{" E("a", "F32", "[1]", 0, 4) "}{}", 4);
-  ok(refused("only spaces may pad", NULL), "a second JSON object is refused");
+  ok(refused("only white space may pad", NULL), "a second JSON object is refused");
   write_st(" {" E("a", "F32", "[1]", 0, 4) "}", 4);
   ok(refused("does not begin with '{'", NULL), "a space before the JSON object is refused");
   write_st("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4);

@@ -5,19 +5,71 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../ops/math.h"
 #include "../core/tensor.h"
+#include "target.h"
 
 static const struct {
   const char *name;
   zorch_dtype dt;
 } st_types[] = {{"F32", ZORCH_F32}, {"F64", ZORCH_F64}, {"BF16", ZORCH_BF16}, {"F16", ZORCH_F16},
                 {"I32", ZORCH_I32}, {"I64", ZORCH_I64}, {"U8", ZORCH_U8},     {"BOOL", ZORCH_BOOL}};
+
+/* The format's dtypes zorch has no dtype for, read into the nearest wider one
+   (as load_idx widens): the small integers to int32, U32 and U64 to int64 (a
+   U64 value past int64's range is an error), both float8 kinds to float32
+   (each of their values is exact there). Never written. */
+typedef enum { W_NONE, W_I8, W_I16, W_U16, W_U32, W_U64, W_E4M3, W_E5M2 } st_widen;
+static const struct {
+  const char *name;
+  st_widen w;
+  int size;
+  zorch_dtype dt;
+} st_wide[] = {{"I8", W_I8, 1, ZORCH_I32},       {"I16", W_I16, 2, ZORCH_I32},          {"U16", W_U16, 2, ZORCH_I32},
+               {"U32", W_U32, 4, ZORCH_I64},     {"U64", W_U64, 8, ZORCH_I64},          {"F8_E4M3", W_E4M3, 1, ZORCH_F32},
+               {"F8_E5M2", W_E5M2, 1, ZORCH_F32}};
+
+static float e4m3_to_f32(uint8_t b) {
+  int e = (b >> 3) & 15, m = b & 7;
+  float v = e == 15 && m == 7 ? NAN : e ? ldexpf(1.0f + (float)m / 8, e - 7) : ldexpf((float)m / 8, -6);
+  return b & 0x80 ? -v : v;
+}
+
+/* n raw values at src into dst (the widened dtype's elements); false when a
+   U64 value does not fit int64. */
+static bool st_widen_values(st_widen w, const unsigned char *src, void *dst, uint64_t n) {
+  int32_t *i32 = dst;
+  int64_t *i64 = dst;
+  float *f = dst;
+  for (uint64_t i = 0; i < n; i++) {
+    const unsigned char *b = src + i * (w == W_I16 || w == W_U16 ? 2 : w == W_U32 ? 4 : w == W_U64 ? 8 : 1);
+    switch (w) {
+    case W_I8: i32[i] = (int8_t)b[0]; break;
+    case W_I16: i32[i] = (int16_t)(uint16_t)(b[0] | b[1] << 8); break;
+    case W_U16: i32[i] = (int32_t)(b[0] | b[1] << 8); break;
+    case W_U32: i64[i] = (int64_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24); break;
+    case W_U64: {
+      uint64_t v = 0;
+      for (int k = 7; k >= 0; k--) v = v << 8 | b[k];
+      if (v > INT64_MAX) return false;
+      i64[i] = (int64_t)v;
+      break;
+    }
+    case W_E4M3: f[i] = e4m3_to_f32(b[0]); break;
+    case W_E5M2: f[i] = zm_f16_to_f32((uint16_t)(b[0] << 8)); break;
+    case W_NONE: break;
+    }
+  }
+  return true;
+}
 
 static const char *st_name(zorch_dtype dt) {
   for (size_t i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
@@ -51,7 +103,10 @@ zorch_status zorch_save_safetensors_meta(const char *path, int n, const char *co
                                          const char *const *meta_values) {
   if (!path || n < 0 || (n && (!names || !ts)) || nmeta < 0 || (nmeta && (!meta_keys || !meta_values)))
     return err_set(ZORCH_ERR_ARG, "save: bad arguments");
-  zorch_status st = ZORCH_OK;
+  char target[PATH_MAX];
+  zorch_status st = io_write_target("save", path, target);
+  if (st) return st;
+  path = target;
   /* sorted order, as PyTorch's writer does, so files are reproducible */
   const char ***order = malloc(sizeof *order * (size_t)(n ? n : 1));
   zorch_tensor **host = calloc((size_t)(n ? n : 1), sizeof *host);
@@ -279,10 +334,12 @@ static zorch_status st_check_text(const char *path, const char *hdr, size_t hlen
       i++; /* the escaped character */
     }
   }
+  /* the format pads with spaces; other JSON white space (a writer's final
+     newline) is read as its reference reader reads it */
   for (const char *p = end; p < hdr + hlen; p++)
-    if (*p != ' ')
+    if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t')
       return err_set(ZORCH_ERR_IO, "load: %s: byte %zu of the header, after its JSON object, is 0x%02x (only "
-                     "spaces may pad the header)", path, (size_t)(p - hdr), (unsigned char)*p);
+                     "white space may pad the header)", path, (size_t)(p - hdr), (unsigned char)*p);
   return ZORCH_OK;
 }
 
@@ -290,6 +347,7 @@ static zorch_status st_check_text(const char *path, const char *hdr, size_t hlen
 typedef struct {
   const char *name;
   zorch_dtype dt;
+  st_widen widen; /* how the stored values become dt's (W_NONE: they are dt's) */
   int ndim;
   int64_t shape[ZORCH_MAX_DIMS];
   uint64_t begin, end; /* byte range in the data section */
@@ -332,8 +390,13 @@ static zorch_status st_check_entry(const char *path, const cJSON *e, st_entry *o
                "([begin, end])", path, nm);
   out->name = nm;
   out->dt = ZORCH_NDTYPES;
+  out->widen = W_NONE;
+  size_t esize = 0;
   for (size_t i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
-    if (strcmp(dt->valuestring, st_types[i].name) == 0) out->dt = st_types[i].dt;
+    if (strcmp(dt->valuestring, st_types[i].name) == 0) out->dt = st_types[i].dt, esize = dtype_sizes[out->dt];
+  for (size_t i = 0; i < sizeof st_wide / sizeof st_wide[0]; i++)
+    if (strcmp(dt->valuestring, st_wide[i].name) == 0)
+      out->dt = st_wide[i].dt, out->widen = st_wide[i].w, esize = (size_t)st_wide[i].size;
   if (out->dt == ZORCH_NDTYPES)
     return BAD("load: %s: tensor '%s' has unsupported dtype '%s'", path, nm, dt->valuestring);
   int nd = cJSON_GetArraySize(shape);
@@ -350,7 +413,7 @@ static zorch_status st_check_entry(const char *path, const cJSON *e, st_entry *o
     out->shape[d] = (int64_t)x;
     overflow |= __builtin_mul_overflow(numel, x, &numel);
   }
-  if (overflow || __builtin_mul_overflow(numel, (uint64_t)dtype_sizes[out->dt], &nbytes))
+  if (overflow || __builtin_mul_overflow(numel, (uint64_t)esize, &nbytes))
     return BAD("load: %s: tensor '%s': its shape has too many elements", path, nm);
   if (!json_u64(offs->child, &out->begin) || !json_u64(offs->child->next, &out->end))
     return BAD("load: %s: tensor '%s': data_offsets are not non-negative integers", path, nm);
@@ -488,8 +551,21 @@ static zorch_status st_load(const char *path, const char *only, int *n_out, char
       goto done;
     }
     uint64_t nb = x->end - x->begin;
-    if (nb && (fseeko(f, (off_t)(8 + hlen + x->begin), SEEK_SET) != 0 || fread(tensor_ptr(t), 1, nb, f) != nb)) {
+    void *raw = x->widen == W_NONE ? tensor_ptr(t) : malloc(nb ? nb : 1);
+    if (!raw) {
+      st = err_set(ZORCH_ERR_OOM, "load: out of memory");
+      goto done;
+    }
+    bool read_ok = !nb || (fseeko(f, (off_t)(8 + hlen + x->begin), SEEK_SET) == 0 && fread(raw, 1, nb, f) == nb);
+    bool fits = !read_ok || x->widen == W_NONE ||
+                st_widen_values(x->widen, raw, tensor_ptr(t), (uint64_t)zorch_tensor_numel(t));
+    if (raw != tensor_ptr(t)) free(raw);
+    if (!read_ok) {
       BAD("load: %s: truncated data for tensor '%s'", path, x->name);
+      goto done;
+    }
+    if (!fits) {
+      BAD("load: %s: tensor '%s' (U64) holds a value past int64's range", path, x->name);
       goto done;
     }
   }

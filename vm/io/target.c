@@ -1,0 +1,27 @@
+/* target.c: where an atomic write lands (target.h). */
+#include "target.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../core/error.h"
+
+zorch_status io_write_target(const char *what, const char *path, char *out) {
+  struct stat sb;
+  if (snprintf(out, PATH_MAX, "%s", path) >= PATH_MAX) return err_set(ZORCH_ERR_ARG, "%s: path too long", what);
+  if (lstat(path, &sb) != 0) return ZORCH_OK; /* a new file */
+  if (S_ISLNK(sb.st_mode)) {
+    char real[PATH_MAX];
+    if (!realpath(path, real)) return ZORCH_OK; /* a dangling link: replaced */
+    snprintf(out, PATH_MAX, "%s", real);
+    if (stat(out, &sb) != 0) return ZORCH_OK;
+  }
+  if (!S_ISREG(sb.st_mode))
+    return err_set(ZORCH_ERR_IO, "%s: %s is a %s, not a regular file: it is never replaced", what, path,
+                   S_ISDIR(sb.st_mode) ? "folder" : S_ISFIFO(sb.st_mode) ? "FIFO" :
+                   S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "device" : "special file");
+  return ZORCH_OK;
+}
