@@ -170,6 +170,9 @@ ZORCH_API void *zorch_tensor_data(const zorch_tensor *t);
 ZORCH_API bool zorch_tensor_shares_storage(const zorch_tensor *a, const zorch_tensor *b);
 /* Copies the elements, converted to double, into out[numel] (row-major order). */
 ZORCH_API zorch_status zorch_tensor_to_doubles(const zorch_tensor *t, double *out, int64_t n);
+/* The same converted to int64 (exact for the integer dtypes, which a double
+   is not beyond 2^53; floats truncate toward zero). */
+ZORCH_API zorch_status zorch_tensor_to_i64s(const zorch_tensor *t, int64_t *out, int64_t n);
 /* Value of a one-element tensor. */
 ZORCH_API zorch_status zorch_tensor_item(const zorch_tensor *t, double *out);
 /* Element at a multi-index (0-based, ndim entries). */
@@ -405,7 +408,9 @@ ZORCH_API zorch_status zorch_sgd_step(zorch_tensor *param, zorch_tensor *grad, z
                             bool first_step, const zorch_sgd_opts *o);
 
 /* ---- runtime ------------------------------------------------------------------------------- */
-/* Number of threads CPU kernels use (and BLAS); 0 asks for the default (cores). */
+/* Number of threads CPU kernels use (and BLAS); 0 asks for the default (cores).
+   Negative counts mean 0; more than ZORCH_MAX_THREADS mean that many. */
+#define ZORCH_MAX_THREADS 1024
 ZORCH_API void zorch_set_num_threads(int n);
 ZORCH_API int zorch_get_num_threads(void);
 /* BLAS in use: e.g. "OpenBLAS 0.3.21 SkylakeX"; "builtin" when none was found. */
@@ -456,7 +461,8 @@ typedef struct {
      symlinks and "..". NULL: none. Ignored without sandbox. */
   const char *const *allow_read;
   const char *const *allow_write;
-  size_t tensor_limit;        /* bytes of tensor storage made while the VM runs, all devices; 0: unlimited */
+  size_t tensor_limit;        /* bytes of tensor storage, handles and graph nodes made while the VM runs, all
+                                 devices; 0: unlimited */
   unsigned long long max_instructions; /* Lua instructions per entry (dofile, dostring, call); 0: unlimited */
   double max_seconds;         /* wall-clock seconds per entry; 0: unlimited */
 } zorch_vm_opts;

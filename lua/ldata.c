@@ -11,14 +11,14 @@
 
 /* zorch.data.read_csv(path, {header = true, delimiter = ","}) -> float32 (rows, cols) */
 static int l_read_csv(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lz_checkpath(L, 1);
   lz_check_path(L, path, "read");
   int header = 0;
   char delim = ',';
   if (lua_istable(L, 2)) {
-    lua_getfield(L, 2, "header");
+    lz_getfield(L, 2, "header");
     header = lua_toboolean(L, -1);
-    lua_getfield(L, 2, "delimiter");
+    lz_getfield(L, 2, "delimiter");
     if (lua_isstring(L, -1)) delim = lua_tostring(L, -1)[0];
     lua_pop(L, 2);
   }
@@ -73,6 +73,10 @@ static int l_read_csv(lua_State *L) {
     rows++;
   }
   free(line);
+  if (!err && ferror(f)) { /* a folder opens, then reads fail (EISDIR) */
+    snprintf(msg, sizeof msg, "read_csv: cannot read %s: %s", path, strerror(errno));
+    err = msg;
+  }
   fclose(f);
   if (!v) return luaL_error(L, "read_csv: out of memory");
   if (err) {
@@ -87,7 +91,7 @@ static int l_read_csv(lua_State *L) {
 
 /* zorch.data.load_npy(path): little-endian f4, f8, i4, i8, u1, b1; C order */
 static int l_load_npy(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lz_checkpath(L, 1);
   lz_check_path(L, path, "read");
   FILE *f = fopen(path, "rb");
   if (!f) return luaL_error(L, "load_npy: cannot open %s: %s", path, strerror(errno));
@@ -157,7 +161,7 @@ static int l_load_npy(lua_State *L) {
    each `width` bytes (1: bytes of text; 2: little-endian uint16, llm.c's .bin
    token files) -> int64 (n,). Read in C: a Lua loop over a large corpus is slow. */
 static int l_load_tokens(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lz_checkpath(L, 1);
   lua_Integer width = luaL_optinteger(L, 2, 1);
   if (width != 1 && width != 2) return luaL_argerror(L, 2, "token width must be 1 (bytes) or 2 (uint16)");
   lz_check_path(L, path, "read");

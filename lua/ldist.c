@@ -15,7 +15,7 @@ typedef struct {
 } lz_group;
 
 static zero_comm *world_comm(lua_State *L) {
-  zero_comm *c = comm_get();
+  zero_comm *c = lz_sandboxed(L) ? comm_local() : comm_get();
   if (!c) lz_fail(L);
   return c;
 }
@@ -23,7 +23,7 @@ static zero_comm *world_comm(lua_State *L) {
 static void push_group(lua_State *L, zero_comm *c) {
   lz_group *g = lua_newuserdatauv(L, sizeof *g, 0);
   g->c = c;
-  luaL_setmetatable(L, LZ_GROUP);
+  lz_setmetatable(L, LZ_GROUP);
 }
 
 static zero_comm *lz_check_group(lua_State *L, int idx) { return ((lz_group *)luaL_checkudata(L, idx, LZ_GROUP))->c; }
@@ -103,7 +103,7 @@ static int g_reduce_scatter(lua_State *L) {
   int64_t *counts = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)c->world, 0);
   for (int r = 0; r < c->world; r++) {
     if (lua_istable(L, 4)) {
-      lua_geti(L, 4, r + 1);
+      lz_geti(L, 4, r + 1);
       counts[r] = luaL_checkinteger(L, -1);
       lua_pop(L, 1);
     } else {
@@ -202,6 +202,7 @@ void lz_open_dist(lua_State *L) {
     lua_setfield(L, -2, "__eq");
     lua_pushliteral(L, "zorch.Group");
     lua_setfield(L, -2, "__name");
+    lz_protect_metatable(L);
   }
   lua_pop(L, 1);
   lua_pushcfunction(L, l_world);

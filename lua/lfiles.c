@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../vm/io/target.h"
 #include "lz.h"
 
 /* ---- JSON: tables with string keys are objects, sequences arrays ------------------ */
@@ -24,12 +25,12 @@ static cJSON *to_json(lua_State *L, int idx, int depth) {
     default: return cJSON_CreateNull();
   }
   idx = lua_absindex(L, idx);
-  lua_Integer n = luaL_len(L, idx);
+  lua_Integer n = lz_len(L, idx);
   cJSON *out = n > 0 ? cJSON_CreateArray() : cJSON_CreateObject();
   if (!out) return NULL;
   if (n > 0) {
     for (lua_Integer i = 1; i <= n; i++) {
-      lua_geti(L, idx, i);
+      lz_geti(L, idx, i);
       cJSON_AddItemToArray(out, to_json(L, -1, depth + 1));
       lua_pop(L, 1);
     }
@@ -137,7 +138,7 @@ static bool json_strict_ok(lua_State *L, const cJSON *j, int depth, char *msg, s
   lua_newtable(L); /* the keys seen in this object */
   for (const cJSON *c = j->child; c; c = c->next) {
     if (cJSON_IsObject(j)) {
-      if (lua_getfield(L, -1, c->string) != LUA_TNIL) {
+      if (lz_getfield(L, -1, c->string) != LUA_TNIL) {
         lua_pop(L, 2);
         return snprintf(msg, n, "the key \"%.200s\" appears twice in one object", c->string), false;
       }
@@ -185,7 +186,7 @@ static int l_json_decode(lua_State *L) {
 
 /* FNV-1a (64 bits) of a file, as 16 hex digits; nil and a message when unreadable. */
 static int l_file_hash(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lz_checkpath(L, 1);
   lz_check_path(L, path, "read");
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -207,14 +208,21 @@ static int l_file_hash(lua_State *L) {
 
 /* Writes text to path atomically: a temporary file, fsync, rename. */
 static int l_write_atomic(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lz_checkpath(L, 1);
   lz_check_path(L, path, "write");
+  char target[PATH_MAX];
+  if (io_write_target("write", path, target)) return lz_fail(L);
+  path = target;
   size_t n;
   const char *text = luaL_checklstring(L, 2, &n);
   char tmp[4096];
   if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
     return luaL_error(L, "write: path too long");
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  /* a new file, never what stands at that name: a symlink left there would
+     send the text wherever it points */
+  int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = open(tmp, flags, 0666);
+  if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) fd = open(tmp, flags, 0666);
   if (fd < 0) return luaL_error(L, "write: cannot create %s: %s", tmp, strerror(errno));
   bool ok = write(fd, text, n) == (ssize_t)n && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
@@ -228,7 +236,7 @@ static int l_write_atomic(lua_State *L) {
 
 /* Removes a flat folder (a checkpoint) and the files in it; a missing folder is fine. */
 static int l_remove_dir(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lz_checkpath(L, 1);
   lz_check_path(L, path, "write");
   DIR *d = opendir(path);
   if (!d) {
@@ -249,7 +257,7 @@ static int l_remove_dir(lua_State *L) {
 
 /* The names in a folder (not . and ..), in no order; nil and a message when unreadable. */
 static int l_list_dir(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lz_checkpath(L, 1);
   DIR *d = opendir(path);
   if (!d) {
     lua_pushnil(L);
@@ -268,8 +276,30 @@ static int l_list_dir(lua_State *L) {
   return 1;
 }
 
+/* zorch._mkdir(path [, parents]): with parents, the missing folders above it
+   too. Only the missing ones are checked against the sandbox (the folders
+   above an allowed one exist anyway), and every refusal names the whole path,
+   so no answer tells which folders exist. */
 static int l_mkdir(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lz_checkpath(L, 1);
+  if (lua_toboolean(L, 2)) {
+    size_t n = strlen(path);
+    char *p = lua_newuserdatauv(L, n + 1, 0);
+    memcpy(p, path, n + 1);
+    for (size_t i = 1; i < n; i++) {
+      if (p[i] != '/' || p[i - 1] == '/') continue;
+      p[i] = 0;
+      struct stat st;
+      if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        if (!lz_path_allowed(L, p, 1)) {
+          lz_check_path(L, path, "write"); /* refuses: its folder is missing */
+          return luaL_error(L, "mkdir %s: not allowed in this sandbox", path);
+        }
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) return luaL_error(L, "mkdir %s: %s", p, strerror(errno));
+      }
+      p[i] = '/';
+    }
+  }
   lz_check_path(L, path, "write");
   if (mkdir(path, 0777) != 0 && errno != EEXIST) return luaL_error(L, "mkdir %s: %s", path, strerror(errno));
   return 0;
@@ -302,7 +332,7 @@ static int l_rng_set_offset(lua_State *L) {
 static cJSON **json_box(lua_State *L) {
   cJSON **box = lua_newuserdatauv(L, sizeof *box, 0);
   *box = NULL;
-  luaL_setmetatable(L, LZ_JSON_BOX);
+  lz_setmetatable(L, LZ_JSON_BOX);
   return box;
 }
 
@@ -462,7 +492,7 @@ static void tree_value(tree_writer *w, int idx, const char *path, int depth, cJS
   if (zorch_to_tensor(L, idx)) {
     /* named by its path; a name taken already gets #2, #3, ... */
     const char *name = lua_pushstring(L, *path ? path : "tensor");
-    for (int k = 2; lua_getfield(L, w->used, name) != LUA_TNIL; k++) {
+    for (int k = 2; lz_getfield(L, w->used, name) != LUA_TNIL; k++) {
       lua_pop(L, 2);
       name = lua_pushfstring(L, "%s#%d", *path ? path : "tensor", k);
     }
@@ -572,7 +602,7 @@ static bool flat_tensors(lua_State *L, int idx) {
    beside them. */
 static int l_save(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  const char *path = luaL_checkstring(L, 2);
+  const char *path = lz_checkpath(L, 2);
   lz_check_path(L, path, "write");
   lua_settop(L, 2);
   lua_newtable(L); /* 3: names */
@@ -666,7 +696,7 @@ static void tree_read(tree_reader *r, const cJSON *j, int depth) {
     }
   } else if ((c = tree_tag(j, "tensor"))) {
     if (!cJSON_IsString(c)) tree_bad(r, "a tensor node without a name");
-    if (lua_getfield(L, r->tensors, c->valuestring) == LUA_TNIL)
+    if (lz_getfield(L, r->tensors, c->valuestring) == LUA_TNIL)
       luaL_error(L, "load: %s: __metadata__ \"" LZ_VALUES_KEY "\" refers to tensor '%s', which the file does not hold",
                  r->path, c->valuestring);
     lua_pushboolean(L, 1);
@@ -698,7 +728,7 @@ static void tree_read(tree_reader *r, const cJSON *j, int depth) {
 
 /* zorch.load(path) -> the saved table; zorch.load(path, name) -> that tensor */
 static int l_load(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lz_checkpath(L, 1);
   lz_check_path(L, path, "read");
   if (!lua_isnoneornil(L, 2)) return lz_push(L, zorch_load_safetensors_one(path, luaL_checkstring(L, 2)));
   lua_settop(L, 1);
@@ -748,7 +778,7 @@ static int l_load(lua_State *L) {
   /* tensors the tree does not name go beside it, under their own names */
   lua_pushnil(L);
   while (lua_next(L, 2)) {
-    if (lua_getfield(L, 5, lua_tostring(L, -2)) == LUA_TNIL) {
+    if (lz_getfield(L, 5, lua_tostring(L, -2)) == LUA_TNIL) {
       lua_pushvalue(L, -3);
       if (lua_rawget(L, 6) == LUA_TNIL) {
         lua_pushvalue(L, -4);
@@ -773,6 +803,7 @@ void lz_open_files(lua_State *L) {
   if (luaL_newmetatable(L, LZ_JSON_BOX)) {
     lua_pushcfunction(L, json_box_gc);
     lua_setfield(L, -2, "__gc");
+    lz_protect_metatable(L);
   }
   lua_pop(L, 1);
 }

@@ -1,6 +1,8 @@
 /* lfuncs.c: every core op as a Lua function (zorch.relu(x)) and, where natural,
    a method (x:relu()). Thin: check arguments, call the core, push results. */
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,7 +91,7 @@ static int new_like(lua_State *L, like_kind k) {
   lz_get_opts(L, oi, &o, zorch_tensor_dtype(x));
   bool device_given = false;
   if (lua_istable(L, oi)) {
-    device_given = lua_getfield(L, oi, "device") != LUA_TNIL;
+    device_given = lz_getfield(L, oi, "device") != LUA_TNIL;
     lua_pop(L, 1);
   }
   if (!device_given) o.device = zorch_tensor_device(x);
@@ -167,7 +169,7 @@ static int f_arange(lua_State *L) {
    values (all integers: int64, booleans: bool, else float32) unless given. */
 static void nested_shape(lua_State *L, int idx, int depth, int64_t *shape, int *nd) {
   if (depth >= ZORCH_MAX_DIMS) luaL_error(L, "tensor: nested more than 8 deep");
-  int64_t n = (int64_t)luaL_len(L, idx);
+  int64_t n = (int64_t)lz_len(L, idx);
   if (depth >= *nd) {
     shape[depth] = n;
     *nd = depth + 1;
@@ -176,7 +178,7 @@ static void nested_shape(lua_State *L, int idx, int depth, int64_t *shape, int *
                (int)shape[depth], (int)n);
   }
   if (n > 0) {
-    lua_geti(L, idx, 1);
+    lz_geti(L, idx, 1);
     if (lua_istable(L, -1)) nested_shape(L, lua_gettop(L), depth + 1, shape, nd);
     lua_pop(L, 1);
   }
@@ -187,11 +189,11 @@ static void nested_shape(lua_State *L, int idx, int depth, int64_t *shape, int *
    value as double (for tables that mix integers and floats). */
 static void nested_fill(lua_State *L, int idx, int depth, int nd, const int64_t *shape,
                         int64_t *out, int64_t *pos, int *kind, bool as_double) {
-  if ((int64_t)luaL_len(L, idx) != shape[depth])
+  if ((int64_t)lz_len(L, idx) != shape[depth])
     luaL_error(L, "tensor: ragged nested table (dim %d has %d and %d entries)", depth + 1,
-               (int)shape[depth], (int)luaL_len(L, idx));
+               (int)shape[depth], (int)lz_len(L, idx));
   for (int64_t i = 1; i <= shape[depth]; i++) {
-    lua_geti(L, idx, i);
+    lz_geti(L, idx, i);
     if (depth + 1 < nd) {
       if (!lua_istable(L, -1)) luaL_error(L, "tensor: ragged nested table at dim %d", depth + 2);
       nested_fill(L, lua_gettop(L), depth + 1, nd, shape, out, pos, kind, as_double);
@@ -228,7 +230,11 @@ static int f_tensor(lua_State *L) {
   int nd = 0;
   nested_shape(L, 1, 0, shape, &nd);
   int64_t n = 1;
-  for (int i = 0; i < nd; i++) n *= shape[i];
+  for (int i = 0; i < nd; i++) {
+    if (shape[i] && n > (int64_t)(SIZE_MAX / sizeof(int64_t)) / shape[i])
+      return luaL_error(L, "tensor: the nested tables hold too many values");
+    n *= shape[i];
+  }
   int64_t *v = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)(n ? n : 1), 0);
   int64_t pos = 0;
   int kind = 0;
@@ -252,27 +258,39 @@ static int f_tensor(lua_State *L) {
 }
 
 /* ---- reading values ------------------------------------------------------------------ */
+/* Values leave as Lua numbers of their kind: integer dtypes through int64,
+   exact (a double is not past 2^53), floats through double. v holds 8-byte
+   cells of one kind or the other. */
+static void push_value(lua_State *L, zorch_dtype dt, const void *cell) {
+  if (dt == ZORCH_BOOL) lua_pushboolean(L, *(const int64_t *)cell != 0);
+  else if (!zorch_dtype_is_float(dt)) lua_pushinteger(L, (lua_Integer) * (const int64_t *)cell);
+  else lua_pushnumber(L, *(const double *)cell);
+}
+
+static zorch_status values_out(const zorch_tensor *t, void *v, int64_t n) {
+  return zorch_dtype_is_float(zorch_tensor_dtype(t)) ? zorch_tensor_to_doubles(t, v, n)
+                                                      : zorch_tensor_to_i64s(t, v, n);
+}
+
 static int m_item(lua_State *L) {
   zorch_tensor *t = T(1);
-  double v;
-  if (zorch_tensor_item(t, &v)) return lz_fail(L);
-  zorch_dtype dt = zorch_tensor_dtype(t);
-  if (dt == ZORCH_BOOL) lua_pushboolean(L, v != 0);
-  else if (!zorch_dtype_is_float(dt)) lua_pushinteger(L, (lua_Integer)v);
-  else lua_pushnumber(L, v);
+  int64_t v;
+  if (zorch_tensor_numel(t) != 1) {
+    double unused;
+    if (zorch_tensor_item(t, &unused)) return lz_fail(L); /* its message names the shape */
+  }
+  if (values_out(t, &v, 1)) return lz_fail(L);
+  push_value(L, zorch_tensor_dtype(t), &v);
   return 1;
 }
 
-static void totable_rec(lua_State *L, const zorch_tensor *t, const double *v, int d, int64_t *pos) {
+static void totable_rec(lua_State *L, const zorch_tensor *t, const int64_t *v, int d, int64_t *pos) {
   int nd = zorch_tensor_ndim(t);
   int64_t n = zorch_tensor_shape(t)[d];
-  zorch_dtype dt = zorch_tensor_dtype(t);
   lua_createtable(L, (int)n, 0);
   for (int64_t i = 1; i <= n; i++) {
     if (d + 1 < nd) totable_rec(L, t, v, d + 1, pos);
-    else if (dt == ZORCH_BOOL) lua_pushboolean(L, v[(*pos)++] != 0);
-    else if (!zorch_dtype_is_float(dt)) lua_pushinteger(L, (lua_Integer)v[(*pos)++]);
-    else lua_pushnumber(L, v[(*pos)++]);
+    else push_value(L, zorch_tensor_dtype(t), &v[(*pos)++]);
     lua_rawseti(L, -2, i);
   }
 }
@@ -281,8 +299,8 @@ static int m_totable(lua_State *L) {
   zorch_tensor *t = T(1);
   if (zorch_tensor_ndim(t) == 0) return m_item(L);
   int64_t n = zorch_tensor_numel(t);
-  double *v = lua_newuserdatauv(L, sizeof(double) * (size_t)(n ? n : 1), 0);
-  if (zorch_tensor_to_doubles(t, v, n)) return lz_fail(L);
+  int64_t *v = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)(n ? n : 1), 0);
+  if (values_out(t, v, n)) return lz_fail(L);
   int64_t pos = 0;
   totable_rec(L, t, v, 0, &pos);
   return 1;
@@ -321,7 +339,7 @@ static int m_to(lua_State *L) {
     lz_opts o;
     lz_get_opts(L, 2, &o, dt);
     dt = o.dtype;
-    lua_getfield(L, 2, "device");
+    lz_getfield(L, 2, "device");
     if (!lua_isnil(L, -1)) dev = o.device;
     lua_pop(L, 1);
   } else {
@@ -480,7 +498,7 @@ static int binop(lua_State *L, const char *mm) {
     return luaL_error(L, "%s: expected a tensor operand, got %s and %s", mm + 2, luaL_typename(L, 1),
                       luaL_typename(L, 2));
   luaL_getmetatable(L, LZ_TENSOR);
-  lua_getfield(L, -1, mm);
+  lz_getfield(L, -1, mm);
   lua_pushvalue(L, 1);
   lua_pushvalue(L, 2);
   lua_call(L, 2, 1);
@@ -534,10 +552,10 @@ static int get_dims(lua_State *L, int idx, int *dims) {
     return 1;
   }
   luaL_checktype(L, idx, LUA_TTABLE);
-  int n = (int)luaL_len(L, idx);
+  int n = (int)lz_len(L, idx);
   if (n > ZORCH_MAX_DIMS) luaL_argerror(L, idx, "too many dims");
   for (int i = 0; i < n; i++) {
-    lua_geti(L, idx, i + 1);
+    lz_geti(L, idx, i + 1);
     dims[i] = lz_dim(L, lua_gettop(L));
     lua_pop(L, 1);
   }
@@ -674,10 +692,11 @@ static int nll_call(lua_State *L, nll_fn fn) {
   zorch_reduction r = ZORCH_REDUCE_MEAN;
   lua_Integer ignore = -100;
   if (lua_istable(L, 3)) {
-    lua_getfield(L, 3, "reduction");
+    lz_getfield(L, 3, "reduction");
     if (!lua_isnil(L, -1)) r = get_reduction(L, lua_gettop(L));
-    lua_getfield(L, 3, "ignore_index");
+    lz_getfield(L, 3, "ignore_index");
     if (!lua_isnil(L, -1)) ignore = luaL_checkinteger(L, -1);
+    if (ignore == LUA_MININTEGER) return luaL_argerror(L, 3, "ignore_index out of range");
     lua_pop(L, 2);
   }
   zorch_tensor *x = T(1), *t = lz_index0(L, 2);
@@ -710,14 +729,16 @@ static int f_index_select(lua_State *L) {
 /* layer_norm(x, n_dims_or_shape, weight, bias, eps) */
 static int f_layer_norm(lua_State *L) {
   zorch_tensor *x = T(1);
-  int n = lua_istable(L, 2) ? (int)luaL_len(L, 2) : (int)luaL_checkinteger(L, 2);
+  lua_Integer nn = lua_istable(L, 2) ? lz_len(L, 2) : luaL_checkinteger(L, 2);
+  if (nn < INT_MIN || nn > INT_MAX) return luaL_argerror(L, 2, "too many dims");
+  int n = (int)nn;
   if (lua_istable(L, 2)) { /* a shape must be x's trailing dims */
     int nd = zorch_tensor_ndim(x);
     const int64_t *xs = zorch_tensor_shape(x);
     bool ok = n >= 1 && n <= nd && n <= ZORCH_MAX_DIMS;
     int64_t ns[ZORCH_MAX_DIMS];
     for (int i = 0; i < n && i < ZORCH_MAX_DIMS; i++) {
-      lua_geti(L, 2, i + 1);
+      lz_geti(L, 2, i + 1);
       ns[i] = (int64_t)luaL_checkinteger(L, -1);
       lua_pop(L, 1);
       if (ok && ns[i] != xs[nd - n + i]) ok = false;
@@ -743,10 +764,10 @@ static void conv_pair(lua_State *L, int idx, const char *fn, const char *what, i
                       int64_t *v) {
   if (lua_isinteger(L, idx)) {
     v[0] = v[1] = (int64_t)lua_tointeger(L, idx);
-  } else if (lua_istable(L, idx) && luaL_len(L, idx) == 2) {
+  } else if (lua_istable(L, idx) && lz_len(L, idx) == 2) {
     for (int i = 0; i < 2; i++) {
       int isint;
-      lua_geti(L, idx, i + 1);
+      lz_geti(L, idx, i + 1);
       v[i] = (int64_t)lua_tointegerx(L, -1, &isint);
       lua_pop(L, 1);
       if (!isint) luaL_error(L, "%s: %s must be an integer or a pair {h, w} of integers", fn, what);
@@ -783,13 +804,13 @@ static void conv_opts_keys(lua_State *L, int idx, const char *fn, const char *co
 static void conv_opt_pair(lua_State *L, int idx, const char *fn, const char *key, int64_t lo,
                           int64_t *v) {
   if (lua_isnoneornil(L, idx)) return;
-  if (lua_getfield(L, idx, key) != LUA_TNIL) conv_pair(L, lua_gettop(L), fn, key, lo, v);
+  if (lz_getfield(L, idx, key) != LUA_TNIL) conv_pair(L, lua_gettop(L), fn, key, lo, v);
   lua_pop(L, 1);
 }
 
 static bool conv_opt_bool(lua_State *L, int idx, const char *key, bool def) {
   if (lua_isnoneornil(L, idx)) return def;
-  bool v = lua_getfield(L, idx, key) == LUA_TNIL ? def : lua_toboolean(L, -1);
+  bool v = lz_getfield(L, idx, key) == LUA_TNIL ? def : lua_toboolean(L, -1);
   lua_pop(L, 1);
   return v;
 }
@@ -803,7 +824,7 @@ static int f_conv2d(lua_State *L) {
   conv_opt_pair(L, 4, "conv2d", "stride", 1, o.stride);
   conv_opt_pair(L, 4, "conv2d", "padding", 0, o.padding);
   conv_opt_pair(L, 4, "conv2d", "dilation", 1, o.dilation);
-  if (!lua_isnoneornil(L, 4) && lua_getfield(L, 4, "groups") != LUA_TNIL) {
+  if (!lua_isnoneornil(L, 4) && lz_getfield(L, 4, "groups") != LUA_TNIL) {
     int isint;
     o.groups = (int64_t)lua_tointegerx(L, -1, &isint);
     if (!isint || o.groups < 1) return luaL_error(L, "conv2d: groups must be a positive integer");
@@ -845,11 +866,11 @@ static const luaL_Reg conv_functions[] = {
 static int list_op(lua_State *L, bool stack) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 2);
-  int n = (int)luaL_len(L, 1);
+  int n = (int)lz_len(L, 1);
   if (n < 1) return luaL_argerror(L, 1, "expected a non-empty list of tensors");
   zorch_tensor **ts = lua_newuserdatauv(L, sizeof *ts * (size_t)n, 0);
   for (int i = 0; i < n; i++) {
-    lua_geti(L, 1, i + 1);
+    lz_geti(L, 1, i + 1);
     ts[i] = zorch_to_tensor(L, -1);
     if (!ts[i]) return luaL_error(L, "%s: entry %d of the list is a %s, not a tensor", stack ? "stack" : "cat",
                                   i + 1, luaL_typename(L, -1));
@@ -911,9 +932,7 @@ static int f_select(lua_State *L) {
 }
 static int f_unsqueeze(lua_State *L) {
   zorch_tensor *x = T(1);
-  lua_Integer d = luaL_checkinteger(L, 2);
-  if (d == 0) return luaL_argerror(L, 2, "dimensions are 1-based (0 is not a dimension)");
-  PUSH(zorch_unsqueeze(x, d > 0 ? (int)d - 1 : (int)d));
+  PUSH(zorch_unsqueeze(x, lz_dim(L, 2)));
 }
 static int f_squeeze(lua_State *L) {
   zorch_tensor *x = T(1);
@@ -955,11 +974,11 @@ static int f_attention(lua_State *L) {
   double scale = 0;
   if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
-    int t = lua_getfield(L, 4, "causal");
+    int t = lz_getfield(L, 4, "causal");
     if (t != LUA_TNIL && t != LUA_TBOOLEAN)
       return luaL_error(L, "attention: option 'causal' must be a boolean, got %s", luaL_typename(L, -1));
     causal = lua_toboolean(L, -1);
-    t = lua_getfield(L, 4, "scale");
+    t = lz_getfield(L, 4, "scale");
     if (t != LUA_TNIL) {
       if (t != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
         return luaL_error(L, "attention: option 'scale' must be a positive number, got %s",
@@ -983,7 +1002,7 @@ static int f_generator(lua_State *L) {
   lua_Integer seed = luaL_checkinteger(L, 1); /* seeds are explicit */
   zorch_generator **g = lua_newuserdatauv(L, sizeof *g, 0);
   *g = NULL;
-  luaL_setmetatable(L, LZ_GENERATOR);
+  lz_setmetatable(L, LZ_GENERATOR);
   if (!(*g = zorch_generator_new((uint64_t)seed))) return luaL_error(L, "Generator: out of memory");
   return 1;
 }
@@ -1024,12 +1043,12 @@ static int f_multinomial(lua_State *L) {
   zorch_generator *gen = NULL;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
-    int t = lua_getfield(L, 3, "replacement");
+    int t = lz_getfield(L, 3, "replacement");
     if (t != LUA_TNIL && t != LUA_TBOOLEAN)
       return luaL_error(L, "multinomial: option 'replacement' must be a boolean, got %s",
                         luaL_typename(L, -1));
     replacement = lua_toboolean(L, -1);
-    if (lua_getfield(L, 3, "generator") != LUA_TNIL) {
+    if (lz_getfield(L, 3, "generator") != LUA_TNIL) {
       zorch_generator **g = luaL_testudata(L, -1, LZ_GENERATOR);
       if (!g || !*g)
         return luaL_error(L, "multinomial: option 'generator' must be a zorch.Generator, got %s",
@@ -1056,6 +1075,7 @@ static void open_generator(lua_State *L) {
   lua_setfield(L, -2, "__close");
   lua_pushcfunction(L, gen_tostring);
   lua_setfield(L, -2, "__tostring");
+  lz_protect_metatable(L);
   lua_pop(L, 1);
 }
 
@@ -1086,7 +1106,7 @@ static const luaL_Reg norm_functions[] = {{"batch_norm", f_batch_norm}, {NULL, N
 void lz_open_functions(lua_State *L) {
   int module = lua_gettop(L);
   luaL_getmetatable(L, LZ_TENSOR);
-  lua_getfield(L, -1, "__methods");
+  lz_getfield(L, -1, "__methods");
   open_pointwise(L, module, lua_gettop(L));
   lua_pushvalue(L, module);
   luaL_setfuncs(L, both, 0);

@@ -84,12 +84,19 @@ static void gradfn_free(void *args) {
   home_release(a->home);
 }
 
+/* The registry's box of the home (tagged: see lz_tagged). */
+typedef struct {
+  const void *tag;
+  gradfn_home *h;
+} home_box;
+static const char home_tag;
+
 static int home_gc(lua_State *L) {
-  gradfn_home **b = lua_touserdata(L, 1);
-  if (*b) {
-    (*b)->closed = true;
-    home_release(*b);
-    *b = NULL;
+  home_box *b = lz_tagged(L, 1, &home_tag, sizeof *b);
+  if (b && b->h) {
+    b->h->closed = true;
+    home_release(b->h);
+    b->h = NULL;
   }
   return 0;
 }
@@ -98,21 +105,23 @@ static int home_gc(lua_State *L) {
    (the registry's "zorch.gradfn" holds a box whose finalizer marks it closed,
    and the thread). */
 static gradfn_home *gradfn_home_get(lua_State *L) {
-  if (lua_getfield(L, LUA_REGISTRYINDEX, "zorch.gradfn") == LUA_TUSERDATA) {
-    gradfn_home *h = *(gradfn_home **)lua_touserdata(L, -1);
+  lua_getfield(L, LUA_REGISTRYINDEX, "zorch.gradfn");
+  home_box *old = lz_tagged(L, -1, &home_tag, sizeof *old);
+  if (old && old->h) {
+    gradfn_home *h = old->h;
     lua_pop(L, 1);
     return h;
   }
   lua_pop(L, 1);
-  gradfn_home **b = lua_newuserdatauv(L, sizeof *b, 1);
-  *b = NULL;
+  home_box *b = lua_newuserdatauv(L, sizeof *b, 1);
+  b->tag = &home_tag, b->h = NULL;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, home_gc);
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
   gradfn_home *h = calloc(1, sizeof *h);
   if (!h) luaL_error(L, "out of memory");
-  *b = h;
+  b->h = h;
   h->refs = 1;
   h->T = lua_newthread(L);
   lua_setiuservalue(L, -2, 1); /* the box keeps the thread */
@@ -128,11 +137,11 @@ static int l_grad_fn(lua_State *L) {
   zorch_tensor *out = lz_check(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TFUNCTION);
-  int nin = (int)luaL_len(L, 2);
+  int nin = (int)lz_len(L, 2);
   if (nin > GRADFN_MAX_IN) luaL_argerror(L, 2, "at most 64 tensors");
   zorch_tensor *in[GRADFN_MAX_IN];
   for (int i = 0; i < nin; i++) {
-    lua_geti(L, 2, i + 1);
+    lz_geti(L, 2, i + 1);
     if (!luaL_testudata(L, -1, LZ_TENSOR))
       return luaL_error(L, "_grad_fn: inputs[%d] must be a tensor, got %s", i + 1, luaL_typename(L, -1));
     in[i] = lz_check(L, -1);

@@ -73,7 +73,7 @@ static void convert(const unsigned char *in, void *out, int64_t count, const idx
 
 /* zorch.data.load_idx(path) -> a tensor of the stored shape */
 int lz_load_idx(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = lz_checkpath(L, 1);
   lz_check_path(L, path, "read");
   gzFile f = gzopen(path, "rb"); /* reads a file that is not gzip as it is */
   if (!f) return luaL_error(L, "load_idx: cannot open %s: %s", path, errno ? strerror(errno) : "out of memory");

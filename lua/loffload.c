@@ -25,25 +25,25 @@ static zoff *check_store(lua_State *L) {
 }
 
 static int l_open(lua_State *L) {
-  const char *dir = luaL_checkstring(L, 1);
+  const char *dir = lz_checkpath(L, 1);
   lz_check_path(L, dir, "write");
   lua_Integer numel = luaL_checkinteger(L, 2), chunk = luaL_checkinteger(L, 3), nbuf = luaL_checkinteger(L, 4);
   if (nbuf < 2 || nbuf > 32) luaL_argerror(L, 4, "buffer_count must be in 2..32");
   offload_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->o = NULL;
-  luaL_setmetatable(L, OFFLOAD_MT);
+  lz_setmetatable(L, OFFLOAD_MT);
   if (!(b->o = zoff_open(dir, numel, chunk, (int)nbuf))) return lz_fail(L);
   return 1;
 }
 
 static double opt_num(lua_State *L, int idx, const char *k, double def) {
-  lua_getfield(L, idx, k);
+  lz_getfield(L, idx, k);
   double v = lua_isnil(L, -1) ? def : luaL_checknumber(L, -1);
   lua_pop(L, 1);
   return v;
 }
 static bool opt_bool(lua_State *L, int idx, const char *k) {
-  lua_getfield(L, idx, k);
+  lz_getfield(L, idx, k);
   bool v = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return v;
@@ -58,12 +58,12 @@ static void check_opts(lua_State *L, int idx, zorch_adam_opts *k) {
 static int l_adam(lua_State *L) {
   zoff *o = check_store(L);
   luaL_checktype(L, 5, LUA_TTABLE);
-  lua_Integer n = luaL_len(L, 5);
+  lua_Integer n = lz_len(L, 5);
   if (n < 0 || n > 1 << 20) luaL_argerror(L, 5, "too many runs");
   zoff_run *runs = lua_newuserdatauv(L, sizeof *runs * (size_t)(n > 0 ? n : 1), 0);
   for (lua_Integer i = 1; i <= n; i++) {
-    if (lua_geti(L, 5, i) != LUA_TTABLE) luaL_error(L, "store:adam: run %d must be {first, count, opts}", (int)i);
-    lua_geti(L, -1, 1), lua_geti(L, -2, 2), lua_geti(L, -3, 3);
+    if (lz_geti(L, 5, i) != LUA_TTABLE) luaL_error(L, "store:adam: run %d must be {first, count, opts}", (int)i);
+    lz_geti(L, -1, 1), lz_geti(L, -2, 2), lz_geti(L, -3, 3);
     if (!lua_isinteger(L, -3) || !lua_isinteger(L, -2) || !lua_istable(L, -1))
       luaL_error(L, "store:adam: run %d must be {first, count, opts}", (int)i);
     runs[i - 1].lo = lua_tointeger(L, -3), runs[i - 1].len = lua_tointeger(L, -2);
@@ -128,7 +128,7 @@ static int l_close(lua_State *L) {
 
 /* zorch._offload_probe(dir, bytes) -> write MB/s, read MB/s, direct (boolean) */
 static int l_probe(lua_State *L) {
-  const char *dir = luaL_checkstring(L, 1);
+  const char *dir = lz_checkpath(L, 1);
   lz_check_path(L, dir, "write");
   double w, r;
   bool direct;
@@ -174,6 +174,7 @@ void lz_open_offload(lua_State *L) {
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, l_close);
     lua_setfield(L, -2, "__gc");
+    lz_protect_metatable(L);
   }
   lua_pop(L, 1);
   lua_pushcfunction(L, l_open);

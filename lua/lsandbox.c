@@ -14,11 +14,23 @@
 #include "../vm/core/state.h"
 #include "lz.h"
 
+typedef struct {
+  const void *tag;
+  lz_vm *vm;
+} vm_box;
+static const char vm_tag;
+
 lz_vm *lz_vm_get(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, "zorch.vm");
-  lz_vm *vm = lua_touserdata(L, -1);
+  vm_box *b = lz_tagged(L, -1, &vm_tag, sizeof *b);
   lua_pop(L, 1);
-  return vm;
+  return b ? b->vm : NULL;
+}
+
+void lz_vm_attach(lua_State *L, lz_vm *vm) {
+  vm_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->tag = &vm_tag, b->vm = vm;
+  lua_setfield(L, LUA_REGISTRYINDEX, "zorch.vm");
 }
 
 /* ---- the budget ------------------------------------------------------------------ */
@@ -112,17 +124,42 @@ static bool path_inside(const char *p, char *const *dirs) {
   return false;
 }
 
-void lz_check_path(lua_State *L, const char *path, const char *access) {
+int lz_sandboxed(lua_State *L) {
   lz_vm *vm = lz_vm_get(L);
-  if (!vm || !vm->sandbox) return;
-  bool write = strcmp(access, "read") != 0;
+  return vm && vm->sandbox;
+}
+
+int lz_path_allowed(lua_State *L, const char *path, int write) {
+  lz_vm *vm = lz_vm_get(L);
+  if (!vm || !vm->sandbox) return 1;
   char real[PATH_MAX];
-  if (path_resolve(path, real) && (path_inside(real, vm->write_dirs) || (!write && path_inside(real, vm->read_dirs))))
-    return;
+  return path_resolve(path, real) && (path_inside(real, vm->write_dirs) || (!write && path_inside(real, vm->read_dirs)));
+}
+
+void lz_check_path(lua_State *L, const char *path, const char *access) {
+  bool write = strcmp(access, "read") != 0;
+  if (lz_path_allowed(L, path, write)) return;
   char shown[201];
   snprintf(shown, sizeof shown, "%s", path);
   luaL_error(L, "%s '%s': not allowed in this sandbox (scripts %s only in the folders the host allows)",
              write ? "writing" : "reading", shown, write ? "write" : "read");
+}
+
+void lz_refuse_in_sandbox(lua_State *L, const char *what) {
+  if (lz_sandboxed(L)) luaL_error(L, "%s: not allowed in this sandbox (it changes the whole host process)", what);
+}
+
+int lz_sandbox_setmetatable(lua_State *L) {
+  if (lua_istable(L, 2)) {
+    lua_pushliteral(L, "__gc");
+    if (lua_rawget(L, 2) != LUA_TNIL)
+      return luaL_error(L, "setmetatable: __gc metamethods are not allowed in this sandbox");
+    lua_pop(L, 1);
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
 }
 
 /* ---- the io and os of the embedded modules ---------------------------------------- */
@@ -180,6 +217,10 @@ void lz_push_module_io(lua_State *L) {
   lua_pushcfunction(L, luaopen_io);
   lua_call(L, 0, 1);
   int rio = lua_gettop(L);
+  /* a Logger's file handles reach the script: their metatable must not take a __gc */
+  luaL_getmetatable(L, LUA_FILEHANDLE);
+  lz_protect_metatable(L);
+  lua_pop(L, 1);
   lua_pushcfunction(L, luaopen_os);
   lua_call(L, 0, 1);
   int ros = lua_gettop(L);

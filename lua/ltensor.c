@@ -169,10 +169,10 @@ int lz_dim(lua_State *L, int idx) {
 int lz_sizes(lua_State *L, int idx, int64_t *shape) {
   int n = 0;
   if (lua_istable(L, idx)) {
-    n = (int)luaL_len(L, idx);
+    n = (int)lz_len(L, idx);
     if (n > ZORCH_MAX_DIMS) luaL_argerror(L, idx, "too many dimensions (at most 8)");
     for (int i = 0; i < n; i++) {
-      lua_geti(L, idx, i + 1);
+      lz_geti(L, idx, i + 1);
       int ok;
       lua_Integer v = lua_tointegerx(L, -1, &ok);
       if (!ok) luaL_argerror(L, idx, "sizes must be integers");
@@ -205,7 +205,7 @@ void lz_get_opts(lua_State *L, int idx, lz_opts *o, zorch_dtype def) {
     } else if (strcmp(k, "requires_grad") == 0) {
       o->requires_grad = lua_toboolean(L, -1);
     } else if (lua_type(L, -2) == LUA_TSTRING) {
-      luaL_error(L, "unknown option '%s' (expected dtype, device or requires_grad)", k);
+      luaL_argerror(L, idx, lua_pushfstring(L, "unknown option '%s' (expected dtype, device or requires_grad)", k));
     }
     lua_pop(L, 1);
   }
@@ -229,20 +229,20 @@ int lz_push_shape(lua_State *L, const zorch_tensor *t) {
     lua_pushinteger(L, zorch_tensor_shape(t)[d]);
     lua_rawseti(L, -2, d + 1);
   }
-  luaL_setmetatable(L, LZ_SHAPE);
+  lz_setmetatable(L, LZ_SHAPE);
   return 1;
 }
 
 /* (2, 3), (3,) or (), as the core's messages write shapes */
 static int shape_tostring(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lua_Integer n = luaL_len(L, 1);
+  lua_Integer n = lz_len(L, 1);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   luaL_addchar(&b, '(');
   for (lua_Integer i = 1; i <= n; i++) {
     if (i > 1) luaL_addstring(&b, ", ");
-    lua_geti(L, 1, i);
+    lz_geti(L, 1, i);
     luaL_tolstring(L, -1, NULL);
     lua_remove(L, -2); /* the string goes right above the buffer */
     luaL_addvalue(&b);
@@ -371,6 +371,13 @@ static int t_newindex(lua_State *L) {
   return luaL_error(L, "tensor: cannot set field '%s'", k);
 }
 
+void lz_protect_metatable(lua_State *L) {
+  lua_createtable(L, 0, 1);
+  lua_getfield(L, -2, "__name");
+  lua_setfield(L, -2, "__name");
+  lua_setfield(L, -2, "__metatable");
+}
+
 void lz_open_tensor(lua_State *L) {
   static const luaL_Reg meta[] = {{"__gc", t_gc},     {"__close", t_gc},     {"__tostring", t_tostring},
                                   {"__len", t_len},   {"__concat", t_concat}, {"__newindex", t_newindex},
@@ -392,9 +399,11 @@ void lz_open_tensor(lua_State *L) {
   lua_setfield(L, -3, "__methods");
   lua_pushcclosure(L, t_index, 1);
   lua_setfield(L, -2, "__index");
+  lz_protect_metatable(L);
   lua_pop(L, 1);
   luaL_newmetatable(L, LZ_SHAPE);
   lua_pushcfunction(L, shape_tostring);
   lua_setfield(L, -2, "__tostring");
+  lz_protect_metatable(L);
   lua_pop(L, 1);
 }

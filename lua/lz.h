@@ -4,6 +4,7 @@
 #ifndef ZORCH_LUA_LZ_H
 #define ZORCH_LUA_LZ_H
 #include <lauxlib.h>
+#include <string.h>
 #include <lua.h>
 
 #include "zorch.h"
@@ -34,8 +35,58 @@ typedef struct {
   int requires_grad;
 } lz_opts;
 void lz_get_opts(lua_State *L, int idx, lz_opts *o, zorch_dtype def);
+/* Reading tables a script passed: raw, so no script code (an __index or
+   __len of its own) runs while a binding holds tensors it borrowed; such code
+   could close one (docs/architecture.md, "A tensor from Lua"). A userdata (a
+   tensor) is read through its C metamethods; anything else is a type error. */
+static inline void lz_need_table(lua_State *L, int idx) {
+  if (idx > 0) luaL_typeerror(L, idx, "table");
+  luaL_error(L, "table expected, got %s", luaL_typename(L, idx));
+}
+static inline int lz_getfield(lua_State *L, int idx, const char *k) {
+  if (lua_type(L, idx) == LUA_TUSERDATA) return lua_getfield(L, idx, k);
+  if (!lua_istable(L, idx)) lz_need_table(L, idx);
+  idx = lua_absindex(L, idx);
+  lua_pushstring(L, k);
+  return lua_rawget(L, idx);
+}
+static inline int lz_geti(lua_State *L, int idx, lua_Integer i) {
+  if (lua_type(L, idx) == LUA_TUSERDATA) return lua_geti(L, idx, i);
+  if (!lua_istable(L, idx)) lz_need_table(L, idx);
+  return lua_rawgeti(L, idx, i);
+}
+static inline lua_Integer lz_len(lua_State *L, int idx) {
+  if (lua_type(L, idx) == LUA_TUSERDATA) return luaL_len(L, idx);
+  if (!lua_istable(L, idx)) lz_need_table(L, idx);
+  return (lua_Integer)lua_rawlen(L, idx);
+}
+/* A userdata zorch made with `tag` (a static's address) first and `size`
+   bytes in all, else NULL: what zorch keeps in the registry can be replaced
+   through the debug library, and a foreign userdata must not be read as one. */
+static inline void *lz_tagged(lua_State *L, int idx, const void *tag, size_t size) {
+  void *p = lua_type(L, idx) == LUA_TUSERDATA ? lua_touserdata(L, idx) : NULL;
+  return p && lua_rawlen(L, idx) == size && *(const void *const *)p == tag ? p : NULL;
+}
+/* A path argument: a string without a NUL byte (C would stop at it, and a
+   file of another name would be read or written). */
+static inline const char *lz_checkpath(lua_State *L, int idx) {
+  size_t n;
+  const char *p = luaL_checklstring(L, idx, &n);
+  if (strlen(p) != n) luaL_argerror(L, idx, "a path holds a NUL byte");
+  return p;
+}
+/* luaL_setmetatable that raises, not crashes, when the registry's entry was
+   replaced by something other than a table. */
+static inline void lz_setmetatable(lua_State *L, const char *name) {
+  if (luaL_getmetatable(L, name) != LUA_TTABLE) luaL_error(L, "zorch: the %s metatable was replaced", name);
+  lua_setmetatable(L, -2);
+}
 /* A 1-based int64 index tensor turned 0-based (new reference). */
 zorch_tensor *lz_index0(lua_State *L, int idx);
+/* Sets __metatable on the metatable on top: getmetatable gives a table with
+   only its __name, so a script can neither call __gc or __close on an object
+   a binding is using nor change how zorch's objects behave. [-0, +0] */
+void lz_protect_metatable(lua_State *L);
 void lz_open_tensor(lua_State *L);
 void lz_open_functions(lua_State *L);
 /* zorch.data.load_idx (lidx.c) */
@@ -60,6 +111,8 @@ typedef struct lz_vm {
 } lz_vm;
 /* The VM of L, or NULL. */
 lz_vm *lz_vm_get(lua_State *L);
+/* Makes vm the VM of L (the registry's "zorch.vm"). */
+void lz_vm_attach(lua_State *L, lz_vm *vm);
 /* Enters the VM (its state current, its budget counted from the outermost
    entry); returns the state to give lz_vm_leave. */
 struct zstate *lz_vm_enter(lz_vm *vm);
@@ -70,6 +123,18 @@ void lz_vm_hook(lz_vm *vm);
    every zorch function that touches a file calls it first. The message names
    the path as given and nothing about the file. */
 void lz_check_path(lua_State *L, const char *path, const char *access);
+/* Whether the VM of L (none: yes) lets a script read or write path. */
+int lz_path_allowed(lua_State *L, const char *path, int write);
+/* Whether L runs in a sandbox. */
+int lz_sandboxed(lua_State *L);
+/* setmetatable without __gc (upvalue 1: the real one): Lua runs finalizers
+   with hooks off, so a looping one could not be stopped by the budget. The
+   script and, in a sandbox, the embedded modules (whose classes a script can
+   extend) get it. */
+int lz_sandbox_setmetatable(lua_State *L);
+/* Raises "not allowed in this sandbox" for a setting of the whole process
+   (threads, TF32, ...) when L runs in one. */
+void lz_refuse_in_sandbox(lua_State *L, const char *what);
 /* The io and os the embedded Lua modules see: the standard ones, or in a
    sandbox tables whose file functions call lz_check_path and which run no
    programs and read no environment. [-0, +2, m] */

@@ -11,7 +11,7 @@
 #include "lz.h"
 
 static zero_comm *get_comm(lua_State *L) {
-  zero_comm *c = comm_get();
+  zero_comm *c = lz_sandboxed(L) ? comm_local() : comm_get();
   if (!c) lz_fail(L);
   return c;
 }
@@ -39,7 +39,7 @@ static int l_reduce_scatter(lua_State *L) {
   zero_comm *c = get_comm(L);
   int64_t *counts = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)c->world, 0);
   for (int r = 0; r < c->world; r++) {
-    lua_geti(L, 3, r + 1);
+    lz_geti(L, 3, r + 1);
     counts[r] = luaL_checkinteger(L, -1);
     lua_pop(L, 1);
   }
@@ -52,13 +52,16 @@ static int l_reduce_scatter_inplace(lua_State *L) {
   return 0;
 }
 
+/* process-wide settings: a sandbox's local world never waits on a peer */
 static int l_comm_timeout(lua_State *L) {
-  comm_set_timeout(luaL_checknumber(L, 1));
+  double s = luaL_checknumber(L, 1);
+  if (!lz_sandboxed(L)) comm_set_timeout(s);
   return 0;
 }
 
 static int l_comm_label(lua_State *L) {
-  comm_set_label(luaL_optstring(L, 1, ""));
+  const char *label = luaL_optstring(L, 1, "");
+  if (!lz_sandboxed(L)) comm_set_label(label);
   return 0;
 }
 
@@ -98,10 +101,10 @@ static int e_gc(lua_State *L) {
 /* Integers of the table at idx into a new userdata array (on the stack). */
 static int *int_list(lua_State *L, int idx, int *n) {
   luaL_checktype(L, idx, LUA_TTABLE);
-  *n = (int)luaL_len(L, idx);
+  *n = (int)lz_len(L, idx);
   int *v = lua_newuserdatauv(L, sizeof(int) * (size_t)(*n ? *n : 1), 0);
   for (int i = 0; i < *n; i++) {
-    lua_geti(L, idx, i + 1);
+    lz_geti(L, idx, i + 1);
     v[i] = (int)luaL_checkinteger(L, -1);
     lua_pop(L, 1);
   }
@@ -116,40 +119,40 @@ static int l_zero_engine(lua_State *L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
   zero_opts o = {.stage = 0, .bucket = 500000000, .dtype = ZORCH_F32, .ngroups = 0, .group_sizes = NULL};
-  lua_getfield(L, 2, "stage");
+  lz_getfield(L, 2, "stage");
   o.stage = (int)luaL_checkinteger(L, -1);
-  lua_getfield(L, 2, "bucket");
+  lz_getfield(L, 2, "bucket");
   o.bucket = luaL_optinteger(L, -1, o.bucket);
-  lua_getfield(L, 2, "dtype");
+  lz_getfield(L, 2, "dtype");
   const char *dt = luaL_optstring(L, -1, "fp32");
   if (!strcmp(dt, "bf16")) o.dtype = ZORCH_BF16;
   else if (!strcmp(dt, "fp16")) o.dtype = ZORCH_F16;
   else if (strcmp(dt, "fp32")) return luaL_error(L, "zero engine: dtype must be \"fp32\", \"bf16\" or \"fp16\", got \"%s\"", dt);
-  lua_getfield(L, 2, "overlap");
+  lz_getfield(L, 2, "overlap");
   o.overlap = lua_toboolean(L, -1);
-  lua_getfield(L, 2, "max_reuse_distance");
+  lz_getfield(L, 2, "max_reuse_distance");
   o.max_reuse_distance = luaL_optinteger(L, -1, 0);
-  lua_getfield(L, 2, "prefetch_bucket_size");
+  lz_getfield(L, 2, "prefetch_bucket_size");
   o.prefetch_bucket_size = luaL_optinteger(L, -1, 0);
-  lua_getfield(L, 2, "max_live_parameters");
+  lz_getfield(L, 2, "max_live_parameters");
   o.max_live_parameters = luaL_optinteger(L, -1, 0);
-  lua_getfield(L, 2, "groups");
+  lz_getfield(L, 2, "groups");
   if (!lua_isnil(L, -1)) o.group_sizes = int_list(L, lua_gettop(L), &o.ngroups);
-  lua_getfield(L, 2, "param_dir");
+  lz_getfield(L, 2, "param_dir");
   o.param_dir = luaL_optstring(L, -1, NULL);
   if (o.param_dir) lz_check_path(L, o.param_dir, "write");
-  int n = (int)luaL_len(L, 1);
+  int n = (int)lz_len(L, 1);
   zorch_tensor **ps = lua_newuserdatauv(L, sizeof *ps * (size_t)(n ? n : 1), 0);
   for (int i = 0; i < n; i++) {
-    lua_geti(L, 1, i + 1);
+    lz_geti(L, 1, i + 1);
     ps[i] = lz_check(L, -1);
     lua_pop(L, 1);
   }
-  lua_getfield(L, 2, "group");
+  lz_getfield(L, 2, "group");
   zero_comm *c = lz_opt_group(L, lua_gettop(L));
   lz_engine *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->e = NULL;
-  luaL_setmetatable(L, LZ_ENGINE);
+  lz_setmetatable(L, LZ_ENGINE);
   if (!(b->e = zero_engine_new(c, &o, n, ps))) return lz_fail(L);
   return 1;
 }
@@ -299,6 +302,7 @@ static void open_engine_type(lua_State *L) {
   lua_setfield(L, -2, "__gc");
   luaL_newlib(L, methods);
   lua_setfield(L, -2, "__index");
+  lz_protect_metatable(L);
   lua_pop(L, 1);
 }
 
@@ -310,10 +314,12 @@ static const char HOOKS = 'h'; /* registry key of {lightuserdata(tensor) = fn} *
    tensor's hook must not call into a closed VM. A userdata in the registry
    ("zorch.hooks"); its address is the hooks' ud. */
 typedef struct {
-  lua_State *L; /* the main thread */
+  const void *tag; /* &hooks_tag (lz_tagged) */
+  lua_State *L;    /* the main thread */
   zorch_tensor **ts;
   int n, cap;
 } lua_hooks;
+static const char hooks_tag;
 
 /* Runs protected: finds the leaf's hook and calls it with the leaf. Pushing
    the leaf allocates, so it must not happen outside the protected call.
@@ -359,7 +365,8 @@ static zorch_status call_lua_hook(zorch_tensor *leaf, void *ud) {
 
 /* Removes the hooks of a closing Lua state from tensors that still carry them. */
 static int hooks_gc(lua_State *L) {
-  lua_hooks *h = lua_touserdata(L, 1);
+  lua_hooks *h = lz_tagged(L, 1, &hooks_tag, sizeof *h);
+  if (!h) return 0;
   for (int i = 0; i < h->n; i++) {
     zorch_tensor *t = h->ts[i];
     if (t->hook.fn == call_lua_hook && t->hook.ud == h) zorch_set_grad_hook(t, NULL, NULL);
@@ -373,16 +380,15 @@ static int hooks_gc(lua_State *L) {
 
 /* The state's hook list, made on first use. */
 static lua_hooks *hooks_get(lua_State *L) {
-  if (lua_getfield(L, LUA_REGISTRYINDEX, "zorch.hooks") == LUA_TUSERDATA) {
-    lua_hooks *h = lua_touserdata(L, -1);
-    lua_pop(L, 1);
-    return h;
-  }
+  lua_getfield(L, LUA_REGISTRYINDEX, "zorch.hooks");
+  lua_hooks *old = lz_tagged(L, -1, &hooks_tag, sizeof *old);
   lua_pop(L, 1);
+  if (old) return old;
   lua_hooks *h = lua_newuserdatauv(L, sizeof *h, 0);
-  *h = (lua_hooks){0};
+  *h = (lua_hooks){.tag = &hooks_tag};
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   h->L = lua_tothread(L, -1);
+  if (!h->L) h->L = L; /* (the registry's slot replaced through the debug library) */
   lua_pop(L, 1);
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, hooks_gc);
@@ -398,7 +404,12 @@ static int l_register_hook(lua_State *L) {
   zorch_tensor *t = lz_check(L, 1);
   if (!lua_isnil(L, 2)) luaL_checktype(L, 2, LUA_TFUNCTION);
   if (!zorch_is_leaf(t)) return luaL_error(L, "register_hook: hooks go on leaf tensors only");
+  if (!lua_isnil(L, 2) && !zorch_requires_grad(t))
+    return luaL_error(L, "register_hook: the tensor does not require grad, so no gradient would reach the hook");
   lua_hooks *h = hooks_get(L);
+  if (t->hook.fn && !(t->hook.fn == call_lua_hook && t->hook.ud == h))
+    return luaL_error(L, "register_hook: the tensor has a hook this Lua state did not set (its host's); "
+                         "it is neither replaced nor removed");
   int at = 0;
   while (at < h->n && h->ts[at] != t) at++;
   if (at == h->n && !lua_isnil(L, 2) && h->n == h->cap) {
@@ -436,12 +447,14 @@ static int l_finalize(lua_State *L) {
 
 void lz_open_zero(lua_State *L) {
   open_engine_type(L);
-  lua_newuserdatauv(L, 1, 0);
-  lua_newtable(L);
-  lua_pushcfunction(L, l_finalize);
-  lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, -2);
-  lua_setfield(L, LUA_REGISTRYINDEX, "zorch.finalizer");
+  if (!lz_sandboxed(L)) { /* a sandbox never starts MPI, nor ends the host's */
+    lua_newuserdatauv(L, 1, 0);
+    lua_newtable(L);
+    lua_pushcfunction(L, l_finalize);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, "zorch.finalizer");
+  }
   static const luaL_Reg fns[] = {{"_comm", l_comm},           {"_allreduce", l_allreduce},
                                  {"_reduce_scatter", l_reduce_scatter}, {"_allgather", l_allgather},
                                  {"_reduce_scatter_inplace", l_reduce_scatter_inplace},
@@ -450,7 +463,7 @@ void lz_open_zero(lua_State *L) {
                                  {"register_hook", l_register_hook}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
   luaL_getmetatable(L, LZ_TENSOR);
-  lua_getfield(L, -1, "__methods");
+  lz_getfield(L, -1, "__methods");
   lua_pushcfunction(L, l_register_hook);
   lua_setfield(L, -2, "register_hook");
   lua_pop(L, 2);

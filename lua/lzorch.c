@@ -28,13 +28,13 @@ extern const lz_module lz_modules[]; /* generated from the .lua files, NULL-term
 /* zorch._adam_step(p, g, m, v, vmax|nil, step, {lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad,
    no_bias_correction}) */
 static double field_num(lua_State *L, int t, const char *k, double def) {
-  lua_getfield(L, t, k);
+  lz_getfield(L, t, k);
   double v = luaL_optnumber(L, -1, def);
   lua_pop(L, 1);
   return v;
 }
 static bool field_bool(lua_State *L, int t, const char *k) {
-  lua_getfield(L, t, k);
+  lz_getfield(L, t, k);
   bool v = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return v;
@@ -131,7 +131,11 @@ static int l_isatty(lua_State *L) {
 }
 
 static int l_set_num_threads(lua_State *L) {
-  zorch_set_num_threads((int)luaL_checkinteger(L, 1));
+  lua_Integer n = luaL_checkinteger(L, 1);
+  if (n < 0 || n > ZORCH_MAX_THREADS)
+    return luaL_argerror(L, 1, lua_pushfstring(L, "threads must be 0 (one per core) to %d, got %I", ZORCH_MAX_THREADS, n));
+  lz_refuse_in_sandbox(L, "set_num_threads");
+  zorch_set_num_threads((int)n);
   return 0;
 }
 static int l_get_num_threads(lua_State *L) { return lua_pushinteger(L, zorch_get_num_threads()), 1; }
@@ -180,6 +184,7 @@ static int l_cuda_info(lua_State *L) { return lua_pushstring(L, zorch_cuda_info(
 static int l_cuda_tf32(lua_State *L) {
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TBOOLEAN);
+    lz_refuse_in_sandbox(L, "cuda.allow_tf32");
     zorch_cuda_set_tf32(lua_toboolean(L, 1));
   }
   return lua_pushboolean(L, zorch_cuda_tf32()), 1;
@@ -269,6 +274,9 @@ static int open_module_env(lua_State *L) {
   lz_push_module_io(L);
   lua_setfield(L, env, "os");
   lua_setfield(L, env, "io");
+  lua_getfield(L, env, "setmetatable");
+  lua_pushcclosure(L, lz_sandbox_setmetatable, 1);
+  lua_setfield(L, env, "setmetatable");
   lua_createtable(L, 0, 1);
   lua_pushvalue(L, g);
   lua_setfield(L, -2, "__index");

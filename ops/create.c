@@ -340,20 +340,28 @@ zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev) {
 }
 
 /* ---- element access ------------------------------------------------------------------- */
-zorch_status zorch_tensor_to_doubles(const zorch_tensor *t, double *out, int64_t n) {
-  if (!t || !out) return err_set(ZORCH_ERR_ARG, "to_doubles: NULL argument");
+/* t's elements in row-major order as dt (8 bytes each) into out[n]. */
+static zorch_status copy_out(const char *what, const zorch_tensor *t, zorch_dtype dt, void *out, int64_t n) {
+  if (!t || !out) return err_set(ZORCH_ERR_ARG, "%s: NULL argument", what);
   int64_t numel = zorch_tensor_numel(t);
   if (n < numel)
-    return err_set(ZORCH_ERR_ARG, "to_doubles: buffer of %lld for %lld elements", (long long)n,
-                   (long long)numel);
+    return err_set(ZORCH_ERR_ARG, "%s: buffer of %lld for %lld elements", what, (long long)n, (long long)numel);
   zorch_tensor *host = zorch_to_device((zorch_tensor *)t, cpu_dev);
   if (!host) return zorch_last_status();
-  zorch_tensor *d = op_empty(host, t->ndim, t->shape, ZORCH_F64);
+  zorch_tensor *d = op_empty(host, t->ndim, t->shape, dt);
   zorch_status st = d ? cpu_backend.copy(d, host) : zorch_last_status();
-  if (!st) memcpy(out, tensor_ptr(d), (size_t)numel * sizeof(double));
+  if (!st) memcpy(out, tensor_ptr(d), (size_t)numel * 8);
   zorch_tensor_free(d);
   zorch_tensor_free(host);
   return st;
+}
+
+zorch_status zorch_tensor_to_doubles(const zorch_tensor *t, double *out, int64_t n) {
+  return copy_out("to_doubles", t, ZORCH_F64, out, n);
+}
+
+zorch_status zorch_tensor_to_i64s(const zorch_tensor *t, int64_t *out, int64_t n) {
+  return copy_out("to_i64s", t, ZORCH_I64, out, n);
 }
 
 zorch_status zorch_tensor_item(const zorch_tensor *t, double *out) {

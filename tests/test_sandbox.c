@@ -164,6 +164,80 @@ static void test_tensor_limit(void) {
   zorch_tensor_free(host);
 }
 
+static int host_hook_calls;
+static zorch_status host_hook(zorch_tensor *leaf, void *ud) {
+  (void)leaf, (void)ud;
+  host_hook_calls++;
+  return ZORCH_OK;
+}
+
+/* What a hostile script reaches beyond the file functions: metatables,
+   classes it can extend, the host's hooks, process-wide settings, MPI. */
+static void test_hostile(void) {
+  const char *allow[] = {inside, NULL};
+  zorch_vm *vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .allow_write = allow, .max_instructions = 20000000,
+                                               .tensor_limit = 1 << 20});
+  ok(run(vm, "local mt = getmetatable(zorch.ones(1)) assert(mt.__name == 'zorch.Tensor' and mt.__gc == nil) "
+             "mt.__gc = function() while true do end end local t = zorch.ones(2)") == ZORCH_OK,
+     "a tensor's metatable is not reachable: %s", zorch_vm_error(vm));
+  ok(run(vm, "assert(getmetatable(zorch.ones(2).shape).__tostring == nil and getmetatable(zorch.Generator(1)).__gc == nil)") == ZORCH_OK,
+     "nor a shape's or a generator's: %s", zorch_vm_error(vm));
+  ok(run(vm, "local C = zorch.nn.Module:extend('Spin') C.__gc = function() while true do end end C()") != ZORCH_OK &&
+         strstr(zorch_vm_error(vm), "__gc"),
+     "a class with a looping __gc: refused by the modules' setmetatable too (%s)", zorch_vm_error(vm));
+  ok(run(vm, "local L = zorch.Logger{jsonl = IN .. '/h.jsonl'} local mt = getmetatable(L.jsonl) "
+             "assert(mt.__gc == nil and mt.__index == nil) L:close()") == ZORCH_OK,
+     "a Logger's file handle shows no metatable either: %s", zorch_vm_error(vm));
+  ok(run(vm, "ran = false local x = zorch.ones(1, 4, 4) "
+             "local size = setmetatable({}, {__len = function() ran = true return 2 end, __index = function() ran = true return 2 end}) "
+             "pcall(zorch.adaptive_avg_pool2d, x, size) pcall(zorch.cat, size) "
+             "pcall(zorch.conv2d, x:view(1, 1, 4, 4), zorch.ones(1, 1, 3, 3), nil, size) assert(not ran)") == ZORCH_OK,
+     "the bindings read a script's tables raw: no __index or __len runs inside them (%s)", zorch_vm_error(vm));
+  ok(run(vm, "for i = 1, 50 do local t = zorch.zeros(10000) t.grad = t local a, b = zorch.zeros(10000), zorch.zeros(10000) "
+             "a.grad = b b.grad = a end collectgarbage() collectgarbage() local big = zorch.zeros(200, 1000)") == ZORCH_OK,
+     "t.grad = t and a.grad = b, b.grad = a hold no cycle: their memory comes back (%s)", zorch_vm_error(vm));
+  ok(run(vm, "Y = zorch.ones(1, {requires_grad = true}) for i = 1, 1000000 do Y = Y:view(1) end") != ZORCH_OK &&
+         strstr(zorch_vm_error(vm), "tensor memory limit"),
+     "a chain of views counts against tensor_limit (%s)", zorch_vm_error(vm));
+  ok(run(vm, "Y = nil collectgarbage() local t = zorch.zeros(100, 1000)") == ZORCH_OK, "and gives it back");
+  ok(run(vm, "local L = zorch.Logger{tensorboard = IN .. '/runs/a/b'} L:log(1, {x = 1}) L:close()") == ZORCH_OK,
+     "a Logger's absolute tensorboard folder, two levels new, inside: %s", zorch_vm_error(vm));
+  char probe[2][2 * PATH_MAX + 64];
+  for (int i = 0; i < 2; i++) {
+    snprintf(lua, sizeof lua, "ROOT, IN, OUT = [[%s]], [[%s]], [[%s]]\nzorch.Logger{tensorboard = OUT .. '/%s/new'}", root,
+             inside, outside, i ? "missing" : ".");
+    ok(zorch_vm_dostring(vm, lua, "=t") != ZORCH_OK, "a tensorboard folder outside is refused");
+    snprintf(probe[i], sizeof probe[i], "%s", zorch_vm_error(vm));
+    char *at = strstr(probe[i], "/new");
+    if (at) memmove(strstr(probe[i], outside), at, strlen(at) + 1); /* the path's start differs, by design */
+  }
+  ok(strcmp(probe[0], probe[1]) == 0, "the same answer whether the folders above exist or not");
+  ok(run(vm, "zorch.set_num_threads(2)") != ZORCH_OK && strstr(zorch_vm_error(vm), "not allowed"),
+     "set_num_threads, a setting of the whole process, is refused");
+  setenv("SLURM_NTASKS", "2", 1);
+  ok(run(vm, "assert(zorch.dist.world():size() == 1) local e = zorch.Engine{comm_timeout = 0} assert(e.world_size == 1)") ==
+         ZORCH_OK,
+     "a launcher's environment does not make a sandbox a rank of MPI: %s", zorch_vm_error(vm));
+  unsetenv("SLURM_NTASKS");
+
+  /* a host tensor with the host's own hook: the script neither replaces nor removes it */
+  zorch_tensor *x = zorch_ones(SHAPE(3), ZORCH_F32, CPU);
+  zorch_set_requires_grad(x, true);
+  zorch_set_grad_hook(x, host_hook, NULL);
+  ok(run(vm, "function touch(x) x:register_hook(nil) end function swap(x) x:register_hook(function() end) end") ==
+         ZORCH_OK,
+     "functions that touch a host tensor's hook");
+  ok(zorch_vm_call(vm, "touch", 1, &x, 0, NULL) != ZORCH_OK && strstr(zorch_vm_error(vm), "host"),
+     "removing the host's hook is refused: %s", zorch_vm_error(vm));
+  ok(zorch_vm_call(vm, "swap", 1, &x, 0, NULL) != ZORCH_OK, "so is replacing it");
+  zorch_vm_free(vm);
+  zorch_tensor *l = zorch_sum(x, 0, NULL, false);
+  host_hook_calls = 0;
+  ok(l && zorch_backward(l, NULL, false) == ZORCH_OK && host_hook_calls == 1, "the host's hook still runs");
+  zorch_tensor_free(l);
+  zorch_tensor_free(x);
+}
+
 int main(void) {
   char tmpl[] = "/tmp/zorch-sandbox-XXXXXX";
   if (!mkdtemp(tmpl) || !realpath(tmpl, root)) return printf("Bail out! no temporary folder\n"), 1;
@@ -174,6 +248,7 @@ int main(void) {
   test_files();
   test_budget();
   test_tensor_limit();
+  test_hostile();
   char cmd[2 * PATH_MAX];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   if (system(cmd) != 0) printf("# could not remove %s\n", root);

@@ -25,6 +25,9 @@ typedef struct zero_comm {
 /* The process's communicator: "mpi" when launched by mpirun (or srun) with more
    than one rank and MPI was built in, else "local". Created once; NULL with the
    error set when MPI cannot start. */
+/* A world of one rank that never calls MPI: a sandboxed script's, which must
+   neither start MPI nor read the launcher's environment. */
+zero_comm *comm_local(void);
 zero_comm *comm_get(void);
 /* In-place sum (or max) across ranks. */
 zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max);

@@ -117,6 +117,7 @@ const char *zorch_blas_info(void) {
 static int num_threads = 0;
 
 void zorch_set_num_threads(int n) {
+  if (n > ZORCH_MAX_THREADS) n = ZORCH_MAX_THREADS;
   if (n <= 0) {
 #ifdef _OPENMP
     n = omp_get_num_procs();

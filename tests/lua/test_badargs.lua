@@ -33,7 +33,12 @@ end
 -- or the op still works; never a crash.
 do
   local t = zorch.ones(2)
-  local mt = getmetatable(t)
+  local shown = getmetatable(t)
+  tap.ok(type(shown) == "table" and shown.__name == "zorch.Tensor" and shown.__gc == nil and shown.__close == nil and
+         shown.__index == nil, "getmetatable gives only the type's name")
+  shown.__gc = function() error("ran") end
+  tap.ok(pcall(function() local u <close> = zorch.ones(1) end), "writing into that table changes nothing")
+  local mt = debug.getmetatable(t)
   tap.ok(not pcall(mt.__gc, io.stdout) and not pcall(mt.__unm, io.stdout) and not pcall(mt.__add, io.stdout, t),
          "the metamethods refuse a foreign userdata")
   for _, junk in ipairs({io.stdout, "x", zorch.ones(1)}) do
@@ -59,6 +64,95 @@ do
   debug.setmetatable(u, nil)
   tap.ok(pcall(zorch.relu, u), "a tensor whose metatable was removed still works as an argument")
   debug.setmetatable(u, mt) -- finalised again (without it, nothing would free the tensor)
+end
+
+-- Gradients: a chain set through .grad is freed without one C call per link,
+-- and a tensor can be its own gradient without a reference cycle.
+do
+  local g = zorch.zeros(1)
+  local root = g
+  for _ = 1, 300000 do
+    g.grad = zorch.zeros(1)
+    g = g.grad
+  end
+  root, g = nil, nil
+  collectgarbage()
+  collectgarbage()
+  tap.ok(true, "a chain of 300000 gradients is freed (no stack overflow)")
+  local t = zorch.ones(3)
+  t.grad = t
+  t.grad:fill_(2)
+  tap.ok(t:sum():item() == 6 and t.grad.grad == nil, "t.grad = t shares t's memory, and the alias has no gradient")
+end
+
+-- Bindings read a script's tables raw: its __index or __len never runs inside one.
+do
+  local ran = false
+  local proxy = setmetatable({}, {__len = function() ran = true return 2 end,
+                                  __index = function() ran = true return zorch.ones(2) end})
+  pcall(zorch.cat, proxy)
+  pcall(zorch.layer_norm, zorch.ones(2, 3), proxy)
+  pcall(zorch.permute, zorch.ones(2, 3), proxy)
+  pcall(zorch.zeros_like, zorch.ones(2), proxy)
+  tap.ok(not ran, "cat, layer_norm, permute, zeros_like: no metamethod of the script's table ran")
+  local ok, err = pcall(zorch.cat, proxy)
+  tap.ok(not ok and tostring(err):find("non%-empty list"), "a proxy list reads as the empty table it is: " .. tostring(err))
+end
+
+-- The atomic writer never writes through a file left at its temporary name.
+do
+  local f = io.open("/proc/self/stat")
+  local pid = f and f:read("n")
+  if f then f:close() end
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute(("mkdir '%s'"):format(dir))
+  local victim = dir .. "/victim"
+  local v = io.open(victim, "w")
+  v:write("kept")
+  v:close()
+  os.execute(("ln -s '%s' '%s/latest.tmp.%d'"):format(victim, dir, pid))
+  debug.getregistry()["zorch.private"]._write_atomic(dir .. "/latest", "new")
+  local function read(p) local h = io.open(p) local s = h:read("a") h:close() return s end
+  tap.ok(pid and read(victim) == "kept" and read(dir .. "/latest") == "new",
+         "a symlink at the temporary name is replaced, not followed")
+  -- saving never puts a file in place of a FIFO (or a device), and writes through a symlink
+  os.execute(("mkfifo '%s/fifo' && ln -s victim '%s/link'"):format(dir, dir))
+  local ok, err = pcall(zorch.save, {a = zorch.ones(2)}, dir .. "/fifo")
+  tap.ok(not ok and tostring(err):find("FIFO", 1, true) and os.execute(("test -p '%s/fifo'"):format(dir)),
+         "zorch.save onto a FIFO: refused, the FIFO stays: " .. tostring(err))
+  zorch.save({a = zorch.ones(2)}, dir .. "/link")
+  tap.ok(os.execute(("test -L '%s/link'"):format(dir)) and zorch.load(victim).a:sum():item() == 2,
+         "zorch.save through a symlink writes its target and keeps the link")
+  ok, err = pcall(zorch.save, {a = zorch.ones(1)}, dir .. "/x\0y")
+  tap.ok(not ok and tostring(err):find("NUL", 1, true) and not io.open(dir .. "/x"),
+         "a path with a NUL byte: an error, no file of the shorter name: " .. tostring(err))
+  ok, err = pcall(zorch.data.read_csv, dir)
+  tap.ok(not ok and tostring(err):find("cannot read", 1, true), "read_csv of a folder: an error: " .. tostring(err))
+  os.execute(("rm -rf '%s'"):format(dir))
+end
+
+-- A hook that closes the tensor whose backward is running; integers past C's ranges.
+do
+  local x = zorch.ones(3):requires_grad_()
+  local l = (x * x):sum()
+  x:register_hook(function() local c <close> = l end)
+  tap.ok(pcall(l.backward, l) and x.grad:sum():item() == 6, "a hook closing the root of its pass: the pass completes")
+  tap.ok(not pcall(function() return l + 1 end), "and the closed tensor is closed")
+  local row = {}
+  for i = 1, 256 do row[i] = 1 end
+  local deep = row
+  for _ = 1, 7 do local up = {} for i = 1, 256 do up[i] = deep end deep = up end
+  local ok, err = pcall(zorch.tensor, deep)
+  tap.ok(not ok and tostring(err):find("too many values"), "256^8 nested values: an error, not an overflow: " .. tostring(err))
+  ok, err = pcall(zorch.cross_entropy, zorch.randn(2, 3), zorch.tensor{1, 2}, {ignore_index = math.mininteger})
+  tap.ok(not ok and tostring(err):find("ignore_index"), "ignore_index = math.mininteger: " .. tostring(err))
+  ok, err = pcall(zorch.unsqueeze, zorch.ones(2), 2147483648)
+  tap.ok(not ok and tostring(err):find("out of range"), "unsqueeze at 2^31: " .. tostring(err))
+  ok, err = pcall(zorch.layer_norm, zorch.ones(2, 3), (1 << 32) + 1)
+  tap.ok(not ok, "layer_norm over 2^32 + 1 dims: " .. tostring(err))
+  ok, err = pcall(zorch.set_num_threads, (1 << 32) + 1)
+  tap.ok(not ok and tostring(err):find("threads"), "set_num_threads(2^32 + 1): " .. tostring(err))
 end
 
 local names = {}

@@ -53,6 +53,14 @@ raises("zeros(0, 2^40, 2^40) is refused: its strides overflow", function() retur
 ok(zorch.zeros(1 << 30, 1 << 20, 0):numel() == 0, "a zero-size tensor with large dims whose strides fit is made")
 raises("view with a -1 and an overflowing product is refused",
        function() return zorch.zeros(0):view(-1, 1 << 40, 1 << 40, 1 << 40) end, "more elements than fit in 64 bits")
+-- values leave exact: item, totable and indexing read int64 as integers, not through a double
+local edge = zorch.tensor({math.maxinteger, math.mininteger, (1 << 53) + 1})
+ok(edge:dtype() == "int64" and edge[1]:item() == math.maxinteger and edge[2]:item() == math.mininteger and
+   edge[3]:item() == (1 << 53) + 1, "item() of int64 past 2^53 is exact")
+local tt = edge:totable()
+ok(tt[1] == math.maxinteger and tt[2] == math.mininteger and tt[3] == (1 << 53) + 1 and math.type(tt[1]) == "integer",
+   "totable() of int64 is exact and integer")
+ok(zorch.tensor({{1, 2}, {3, 4}}, {dtype = "int32"}):totable()[2][1] == 3, "int32 totable")
 raises("reshape to an overflowing zero-size shape is refused",
        function() return zorch.zeros(0):reshape(0, 1 << 40, 1 << 40) end, "too large")
 tap.done()

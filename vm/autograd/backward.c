@@ -230,6 +230,7 @@ zorch_status zorch_backward(zorch_tensor *t, zorch_tensor *grad, bool retain_gra
     if (!g) return zorch_last_status();
   }
   zorch_status st;
+  zorch_tensor_retain(t); /* a hook may drop the caller's reference (a Lua <close>) */
   if (!t->grad_fn) { /* a leaf: its gradient is the given one */
     int pending = t->ag_pending; /* nonzero inside another pass */
     t->ag_pending = 1;
@@ -243,6 +244,7 @@ zorch_status zorch_backward(zorch_tensor *t, zorch_tensor *grad, bool retain_gra
     free(all.v);
   }
   zorch_tensor_free(g);
+  zorch_tensor_free(t);
   return st;
 }
 

@@ -30,14 +30,23 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
                              zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
                              const void *args, size_t nargs) {
   if (!out || !ag_needed(nin, in)) return out;
+  size_t bytes = AG_ARGS_AT + nargs + (size_t)(nin > 0 ? nin : 1) * sizeof(ag_edge);
+  zmem_account *mem;
+  if (!zmem_charge_current(bytes, &mem)) {
+    zorch_tensor_free(out);
+    return NULL;
+  }
   ag_node *n = calloc(1, AG_ARGS_AT + nargs);
   ag_edge *edges = calloc((size_t)(nin > 0 ? nin : 1), sizeof *edges);
   if (!n || !edges) {
     free(n);
     free(edges);
+    zmem_uncharge(mem, bytes);
     zorch_tensor_free(out);
     return err_null(ZORCH_ERR_OOM, "%s: out of memory recording the graph", name);
   }
+  n->mem = mem;
+  n->mem_bytes = bytes;
   n->refcount = 1;
   n->name = name;
   n->backward = fn;
@@ -119,6 +128,7 @@ void ag_node_release(ag_node *root) {
     ag_node_free_saved(n);
     zorch_tensor_free(n->gacc);
     if (n->pre_release) n->pre_release(n->pre_ud);
+    zmem_uncharge(n->mem, n->mem_bytes);
     free(n->in);
     free(n);
   }
@@ -172,9 +182,13 @@ zorch_status zorch_set_grad(zorch_tensor *t, zorch_tensor *grad) {
     zorch_device_name(t->st->device, db, sizeof db);
     return err_set(ZORCH_ERR_DEVICE, "set_grad: gradient device %s does not match tensor device %s", da, db);
   }
-  zorch_tensor_retain(grad);
+  /* kept as a fresh alias (same memory, no gradient or history of its own):
+     holding grad itself, t.grad = t or a.grad = b, b.grad = a would be a
+     reference cycle that nothing ever frees */
+  zorch_tensor *keep = NULL;
+  if (grad && !(keep = tensor_detached(grad))) return zorch_last_status();
   zorch_tensor_free(t->grad);
-  t->grad = grad;
+  t->grad = keep;
   return ZORCH_OK;
 }
 

@@ -40,6 +40,8 @@ struct ag_node {
   zorch_status (*pre_hook)(void *ud);
   void *pre_ud;
   void (*pre_release)(void *ud); /* drops the node's hold on pre_ud */
+  struct zmem_account *mem; /* charged mem_bytes for this node (a VM's tensor_limit), or NULL */
+  size_t mem_bytes;
   /* scratch of a running backward pass */
   zorch_tensor *gacc;
   int deps;

@@ -28,6 +28,12 @@ typedef struct zmem_account {
 /* A new account of `limit` bytes with one reference; NULL when out of memory. */
 zmem_account *zmem_account_new(size_t limit);
 void zmem_account_release(zmem_account *a);
+/* Charges nbytes to the current state's account, if it has one: *acct gets
+   the account (with a reference) or NULL. false, with the error set, past the
+   limit. Tensor handles and graph nodes are charged too, not only storage: a
+   script's chain of views costs host memory though it owns no storage. */
+bool zmem_charge_current(size_t nbytes, zmem_account **acct);
+void zmem_uncharge(zmem_account *a, size_t nbytes);
 
 #define ZSTATE_MSG 1024
 typedef struct zstate {

@@ -71,6 +71,15 @@ static void mem_uncharge(zmem_account *a, size_t nbytes) {
   zmem_account_release(a);
 }
 
+bool zmem_charge_current(size_t nbytes, zmem_account **acct) {
+  zmem_account *a = zstate_get()->mem;
+  *acct = NULL;
+  if (a && !mem_charge(a, nbytes)) return false;
+  *acct = a;
+  return true;
+}
+void zmem_uncharge(zmem_account *a, size_t nbytes) { mem_uncharge(a, nbytes); }
+
 /* Bytes of host tensor storage held now and at most since the last reset,
    for every thread (checkpointing's and offload's memory claims are checked
    with these). */
@@ -223,9 +232,15 @@ static zorch_tensor *tensor_handle(storage *s, int ndim, const int64_t *shape,
     return err_null(ZORCH_ERR_SHAPE, "shape %s is too large (its element count or strides overflow 64 bits)",
                     err_shape_str(ndim, shape, buf, sizeof buf));
   }
+  zmem_account *mem;
+  if (!zmem_charge_current(sizeof(zorch_tensor), &mem)) return NULL;
   zorch_tensor *t = tensor_struct_new();
-  if (!t) return err_null(ZORCH_ERR_OOM, "out of memory");
+  if (!t) {
+    mem_uncharge(mem, sizeof(zorch_tensor));
+    return err_null(ZORCH_ERR_OOM, "out of memory");
+  }
   t->refcount = 1;
+  t->mem = mem;
   t->ndim = ndim;
   t->dtype = dt;
   if (ndim) {
@@ -354,11 +369,15 @@ zorch_tensor *zorch_tensor_retain(zorch_tensor *t) {
 }
 
 void zorch_tensor_free(zorch_tensor *t) {
-  if (!t || --t->refcount > 0) return;
-  storage_release(t->st);
-  zorch_tensor_free(t->grad);
-  ag_node_release(t->grad_fn);
-  tensor_struct_free(t);
+  /* a chain of gradients (t.grad.grad...) goes in a loop, not one call deeper each */
+  while (t && --t->refcount == 0) {
+    zorch_tensor *next = t->grad;
+    storage_release(t->st);
+    ag_node_release(t->grad_fn);
+    mem_uncharge(t->mem, sizeof(zorch_tensor));
+    tensor_struct_free(t);
+    t = next;
+  }
 }
 
 int zorch_tensor_refcount(const zorch_tensor *t) { return t ? t->refcount : 0; }

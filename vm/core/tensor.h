@@ -44,6 +44,7 @@ struct zorch_tensor {
   ag_node *grad_fn;   /* the node that made this tensor (non-leaves) */
   grad_hook hook;
   int ag_pending;     /* edges still to deliver in the running backward pass */
+  struct zmem_account *mem; /* charged for this handle (a VM's tensor_limit), or NULL */
 };
 
 /* Called by every in-place op before it writes t: refuses a t whose elements
