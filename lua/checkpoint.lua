@@ -821,6 +821,11 @@ function Engine:load_pieces(where, manifest)
       end
     end
   end
+  -- a rank whose range is all padding (more ranks than the parameters fill)
+  -- got no piece: its state is zeros, as a fresh optimizer's would be
+  for _, f in ipairs(manifest.state_fields) do
+    state[f] = state[f] or zorch.zeros(target:numel(), {device = target:device()})
+  end
   if self.host then self.target:copy_(self.host.device_target) end -- (offload on a GPU rank: the host copy)
   self.inner.state[1] = state
 end

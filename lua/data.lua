@@ -165,7 +165,10 @@ function data.DataLoader(ds, opts)
   if opts.augment ~= nil then data.check_augment("DataLoader", opts.augment, 3) end
   if opts.normalize ~= nil then data.check_normalize("DataLoader", opts.normalize, 3) end
   local bs = opts.batch_size or 1
-  if math.type(bs) ~= "integer" or bs < 1 then error("DataLoader: batch_size must be a positive integer", 2) end
+  -- (at most 2^40: batch times ranks and samples stay far inside an integer)
+  if math.type(bs) ~= "integer" or bs < 1 or bs > 1 << 40 then
+    error("DataLoader: batch_size must be an integer from 1 to 2^40, got " .. tostring(bs), 2)
+  end
   if opts.device ~= nil and type(opts.device) ~= "string" then error("DataLoader: device must be a string (\"cuda\")", 2) end
   return setmetatable({dataset = ds, batch_size = bs, shuffle = opts.shuffle or false,
                        drop_last = opts.drop_last or false, seed = opts.seed or 0, epoch = 0,

@@ -102,9 +102,36 @@ local function resolve_autos(self, model, loader, opt, sched)
       fail(key, "zorch does not resolve this key")
     end
   end
+  -- a config optimizer with "auto" params runs as the script's optimizer: what
+  -- the file says explicitly must agree with it (Transformers' rule), not be dropped
+  local auto_opt = false
+  for _, key in ipairs(self.autos) do auto_opt = auto_opt or key:match("^optimizer%.") ~= nil end
+  if auto_opt and opt and c.optimizer then
+    local autos = {}
+    for _, key in ipairs(self.autos) do autos[key] = true end
+    local d = opt.defaults or {}
+    local name = tostring(getmetatable(opt) and getmetatable(opt).__name or "?")
+    local wd = (c.optimizer.params or {}).weight_decay or d.weight_decay or 0
+    local want, have = c.optimizer.type:lower(), name:match("[^.]*$"):lower()
+    local adamish = {adam = true, adamw = true}
+    if want ~= have and not (adamish[want] and adamish[have] and wd == 0) then
+      missing[#missing + 1] = ("optimizer.type (%s in the config, but the script's optimizer is %s)"):format(
+        c.optimizer.type, name)
+    end
+    local keys = {}
+    for k in pairs(c.optimizer.params or {}) do keys[#keys + 1] = k end
+    table.sort(keys)
+    for _, k in ipairs(keys) do
+      local v = c.optimizer.params[k]
+      if not autos["optimizer.params." .. k] and zorch._readable(v) ~= zorch._readable(d[k]) then
+        missing[#missing + 1] = ("optimizer.params.%s (%s in the config, %s in the script's optimizer)"):format(
+          k, zorch._readable(v), zorch._readable(d[k]))
+      end
+    end
+  end
   if #missing > 0 then
     -- a usage error (the file's, alike on every rank): its message, no traceback, exit status 2
-    local e = zorch.flags.usage_error(("Engine:prepare: these DeepSpeed config values are \"auto\" and cannot be resolved: %s"):format(
+    local e = zorch.flags.usage_error(("Engine:prepare: these DeepSpeed config values are \"auto\" and cannot be resolved, or disagree with the script's: %s"):format(
       table.concat(missing, "; ")))
     e.every_rank = true
     error(e, 0)

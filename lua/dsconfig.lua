@@ -299,6 +299,8 @@ local function from_table(ds, world)
     if fp16 then out.precision = "fp16" end
   end) end
   local zo = ds.zero_optimization
+  -- DeepSpeed's older boolean form (its tutorial's): true is stage 1, false stage 0
+  if type(zo) == "boolean" then zo = {stage = zo and 1 or 0} end
   if zo ~= nil then try(function()
     object("zero_optimization", zo)
     for k, v in pairs(zo) do try(function()

@@ -318,10 +318,15 @@ function Engine:check_batch(loader)
   if math.type(n) ~= "integer" then return end
   local b, w, k = loader.batch_size, self.world_size, self.cfg.gradient_accumulation_steps
   local global, train = (b + 0.0) * w, (b + 0.0) * w * k -- floats: no overflow
-  if loader:num_batches() == 0 then
-    error(("Engine:prepare: the global batch of %.0f samples (%d per rank x %d ranks) is larger than the data set " ..
+  if loader:num_batches() == 0 then -- the data's or the flags' mistake: a usage error, one message, status 2
+    local msg = n < w and ("Engine:prepare: the data set has %d samples, fewer than the %d ranks: a rank would get " ..
+      "none, so no step would run"):format(n, w) or
+      ("Engine:prepare: the global batch of %.0f samples (%d per rank x %d ranks) is larger than the data set " ..
       "(%d samples)%s: the loader makes no batch, so no step would run"):format(global, b, w, n,
-      loader.drop_last and " and drop_last is set" or ""), 0)
+      loader.drop_last and " and drop_last is set" or "")
+    local e = zorch.flags.usage_error(msg)
+    e.every_rank = true
+    error(e, 0)
   end
   if train > n and self.first then
     io.stderr:write(("zorch: warning: the train batch of %.0f samples (%d per rank x %d accumulation x %d ranks) is " ..
@@ -488,8 +493,7 @@ function Engine:prepare(model, loader, opt, sched)
                                     __tostring = function() return tostring(opt) end})
   function wrapped.step()
     if engine.micro % engine.cfg.gradient_accumulation_steps ~= 0 then return false end
-    engine:optimizer_step()
-    return true
+    return engine:optimizer_step() ~= false -- (false: an fp16 overflow skipped the update)
   end
   function wrapped.zero_grad()
     if engine.micro % engine.cfg.gradient_accumulation_steps == 0 then engine:zero_grad() end

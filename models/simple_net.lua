@@ -73,9 +73,11 @@ local accum = opt.accum
 local first_world = tonumber(os.getenv("ZORCH_ELASTIC_WORLD") or "")
 if first_world then
   local _, world = Z._comm()
-  if (accum * first_world) % world ~= 0 then
-    error(("simple_net: a global batch of %d x %d accumulation x %d ranks does not split over %d ranks"):format(
-      opt["batch-size"], accum, first_world, world), 0)
+  if (accum * first_world) % world ~= 0 then -- a usage error: exit status 2, so no restart tries again
+    local e = zorch.flags.usage_error(("simple_net: a global batch of %d x %d accumulation x %d ranks does not split over %d ranks"):format(
+      opt["batch-size"], accum, first_world, world))
+    e.every_rank = true
+    error(e, 0)
   end
   accum = accum * first_world // world
   if (tonumber(os.getenv("ZORCH_ELASTIC_RESTART") or "0") or 0) > 0 and opt.resume == "" and

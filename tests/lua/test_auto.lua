@@ -72,4 +72,24 @@ e = zorch.Engine(path, {hidden_size = 7})
 tap.ok(e.cfg.hidden_size == 7, "hidden_size is an Engine option")
 os.remove(path)
 os.remove(out)
+-- explicit values beside the autos must agree with the script's optimizer, not be dropped
+do
+  local p3 = os.tmpname()
+  local f3 = assert(io.open(p3, "w"))
+  f3:write([[{"train_micro_batch_size_per_gpu": 4,
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": 0.5}}}]])
+  f3:close()
+  local e3 = zorch.Engine(p3)
+  local m3 = zorch.nn.Linear(4, 8)
+  local ok3, err3 = pcall(e3.prepare, e3, m3, nil, zorch.optim.Adam(m3:parameters(), {lr = 1e-3}))
+  err3 = tostring(err3)
+  tap.ok(not ok3 and err3:find("optimizer.params.weight_decay (0.5 in the config, 0 in the script's optimizer)", 1, true)
+         and err3:find("optimizer.type (AdamW in the config", 1, true),
+         "a config's explicit optimizer values that the script's optimizer does not have: named, not dropped: " .. err3)
+  local e4 = zorch.Engine(p3)
+  local m4 = zorch.nn.Linear(4, 8)
+  tap.ok(pcall(e4.prepare, e4, m4, nil, zorch.optim.AdamW(m4:parameters(), {lr = 1e-3, weight_decay = 0.5})),
+         "an optimizer that agrees with them is used")
+  os.remove(p3)
+end
 tap.done()

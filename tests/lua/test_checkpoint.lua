@@ -175,5 +175,22 @@ tap.ok(not good and text:find("fc1.weight", 1, true) and text:find("(21, 10)", 1
        "another model is refused, naming the parameter and shapes")
 text, good = run(("env %s %s --batch-size 16 --steps 50 --resume %s --save %s/x.safetensors"):format(bin, net, c1, tmp))
 tap.ok(not good and text:find("global batch", 1, true), "another global batch is refused (the data position would differ)")
+if has_mpi then
+  -- a model smaller than one shard: rank 1's range is all padding, with no
+  -- piece in any checkpoint; resuming there starts its (empty) state at zero
+  local tiny = "../models/simple_net.lua --samples 400 --quiet --in 1 --hidden 1 --out 1"
+  local tref, ct = tmp .. "/tiny_ref.safetensors", tmp .. "/ct"
+  run(("env %s %s --batch-size 32 --steps 20 --save %s"):format(bin, tiny, tref))
+  run(("env %s %s --batch-size 32 --steps 10 --checkpoint-dir %s --save %s/unused.safetensors"):format(bin, tiny, ct, tmp))
+  for _, stage in ipairs({1, 3}) do
+    local tout = ("%s/tiny_s%d.safetensors"):format(tmp, stage)
+    local text2, good2 = run(("env %s launch -n 2 %s --zero-stage %d --batch-size 16 --steps 20 --resume %s --save %s"):format(
+      bin, tiny, stage, ct, tout))
+    local w2 = good2 and worst(zorch.load(tout), zorch.load(tref)) or math.huge
+    tap.ok(w2 < 1e-5, ("a 4-parameter model resumed on 2 ranks at stage %d (one rank all padding): worst %.2g %s"):format(
+      stage, w2, good2 and "" or text2:sub(1, 300)))
+  end
+end
+
 os.execute("rm -rf " .. tmp)
 tap.done()

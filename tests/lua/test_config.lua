@@ -244,6 +244,12 @@ for _, text in ipairs({"", "[]", "1", '{"bf16": {"enabled": []}}', '{"optimizer"
          ("_read_ds_config_text(%q): %s"):format(text, tostring(b)))
 end
 
+-- DeepSpeed's older boolean zero_optimization (its Getting Started config)
+for _, case in ipairs({{"true", 1}, {"false", 0}}) do
+  local ok, cfg = Z._read_ds_config_text(('{"train_batch_size": 8, "zero_optimization": %s}'):format(case[1]), 1)
+  tap.ok(ok and cfg.zero_stage == case[2], ('"zero_optimization": %s is stage %d'):format(case[1], case[2]))
+end
+
 -- a batch larger than the data set: an error with drop_last, else a warning
 tap.raises("drop_last with a batch larger than the data set makes no batch: an error naming both",
   function()

@@ -39,5 +39,13 @@ text, good = run(("timeout 60 env ZORCH_TEST_KILL_AT=1:5 %s launch -n 2 --max-re
                   "--save %s/x.safetensors"):format(bin, net, tmp))
 tap.ok(not good and text:find("rank 1 was killed by signal 9 %(Killed%); no restarts left %(1 of 1 used%)"),
        "with its restarts used up the job fails: " .. (text:match("zorch launch: [^\n]*no restarts[^\n]*") or ""))
+-- 5 ranks that fail twice go to 1, the largest divisor of 5 up to half: 2
+-- would not split the global batch of 5 x 4
+local small = "../models/simple_net.lua --samples 200 --quiet --steps 6"
+text, good = run(("timeout 120 env ZORCH_TEST_KILL_AT=4:3 %s launch -n 5 --max-restarts 2 %s --batch-size 4 " ..
+                  "--checkpoint-dir %s/c5 --checkpoint-every 2 --save %s/five.safetensors"):format(bin, small, tmp, tmp))
+tap.ok(good and text:find("restart 2 of 2 with 1 ranks %(it failed twice at that size%)"),
+       "5 ranks failing twice restart on 1, where the global batch still splits: " ..
+       (text:match("[^\n]*restart 2 of 2[^\n]*") or text:sub(-300)))
 os.execute("rm -rf " .. tmp)
 tap.done()

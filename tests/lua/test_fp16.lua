@@ -108,7 +108,11 @@ do
   local x, y = zorch.randn(8, 3), zorch.randn(8, 2)
   local _, _, opt = e:prepare(m, nil, zorch.optim.SGD(m:parameters(), {lr = 0.01}))
   e.overflow_steps = {[2] = true, [3] = true, [4] = true}
-  for _ = 1, 6 do opt:zero_grad(); e:backward(zorch.mse_loss(m(x), y)); opt:step() end
+  local stepped = {}
+  for i = 1, 6 do opt:zero_grad(); e:backward(zorch.mse_loss(m(x), y)); stepped[i] = tostring(opt:step()) end
+  tap.ok(table.concat(stepped, " ") == "true false false false true true" and e.steps == 3,
+         "the prepared optimizer's step() is false for a skipped step, so true steps count engine.steps: " ..
+         table.concat(stepped, " "))
   local saved = {scale = e.scaler.scale, hysteresis = e.scaler.hysteresis, attempts = e.scaler.attempts, steps = e.steps}
   e:save_checkpoint(tmp .. "/ck")
   local e2 = zorch.Engine{precision = "fp16", initial_scale_power = 4, loss_scale_window = 4, hysteresis = 2, min_loss_scale = 2}

@@ -223,10 +223,20 @@ static void on_launch_signal(int sig) {
   launch_interrupted = 1;
 }
 
+/* The world size after two failures at `world`: the largest divisor of the
+   first world size up to half of `world`, so the first launch's global batch
+   still splits evenly over the ranks (a script keeps it by accumulating
+   more), and never below min_ranks (which wins when no divisor fits). */
+static int shrunk_world(int first, int world, int min_ranks) {
+  for (int w = world / 2; w >= min_ranks && w >= 1; w--)
+    if (first % w == 0) return w;
+  return min_ranks;
+}
+
 /* Runs mpirun (av, whose rank count is written into nbuf) until the job
    succeeds or the restarts run out. Policy: a failed job restarts at the same
-   world size; a second failure in a row at one world size halves the ranks,
-   never below min_ranks. Each rank sees ZORCH_ELASTIC_RESTART (0, 1, ...) and
+   world size; a second failure in a row at one world size goes to at most
+   half the ranks (shrunk_world), never below min_ranks. Each rank sees ZORCH_ELASTIC_RESTART (0, 1, ...) and
    ZORCH_ELASTIC_WORLD (the first world size), and resumes from its latest
    checkpoint on a restart. */
 static int elastic_launch(char **av, char *nbuf, size_t ncap, int world, int max_restarts, int min_ranks,
@@ -274,7 +284,7 @@ static int elastic_launch(char **av, char *nbuf, size_t ncap, int world, int max
     }
     int before = world;
     if (++fails_here >= 2 && world > min_ranks) {
-      world = world / 2 > min_ranks ? world / 2 : min_ranks;
+      world = shrunk_world(atoi(wbuf), world, min_ranks);
       fails_here = 0;
     }
     fprintf(stderr, "zorch launch: %s; restart %d of %d with %d ranks%s, from the latest checkpoint\n", what,
