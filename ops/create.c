@@ -118,6 +118,14 @@ zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_
 
 /* Integers in [low, high): 64 random bits per element (two lanes, as the
    float64 uniforms), modulo the range; the kernel writes int64. */
+/* Whether every integer in [lo, hi] has a value in dt (PyTorch refuses a
+   range that does not, rather than wrapping or clamping). */
+static bool int_range_fits(zorch_dtype dt, int64_t lo, int64_t hi) {
+  if (dt == ZORCH_U8) return lo >= 0 && hi <= 255;
+  if (dt == ZORCH_I32) return lo >= INT32_MIN && hi <= INT32_MAX;
+  return true;
+}
+
 zorch_tensor *zorch_randint(int64_t low, int64_t high, int ndim, const int64_t *shape,
                             zorch_dtype dt, zorch_device dev, zorch_generator *gen) {
   if (high <= low)
@@ -126,6 +134,9 @@ zorch_tensor *zorch_randint(int64_t low, int64_t high, int ndim, const int64_t *
   if (dt == ZORCH_BOOL || (unsigned)dt >= ZORCH_NDTYPES)
     return err_null(ZORCH_ERR_DTYPE, "randint: needs a numeric dtype, got %s",
                     (unsigned)dt < ZORCH_NDTYPES ? zorch_dtype_name(dt) : "an invalid one");
+  if (!int_range_fits(dt, low, high - 1))
+    return err_null(ZORCH_ERR_ARG, "randint: values from %lld to %lld do not all fit %s", (long long)low,
+                    (long long)(high - 1), zorch_dtype_name(dt));
   zorch_tensor *t = zorch_empty(ndim, shape, ZORCH_I64, dev);
   if (!t) return NULL;
   uint64_t seed, off = rng_reserve(gen, zm_random_blocks(zorch_tensor_numel(t), 0), &seed);
@@ -144,6 +155,9 @@ zorch_tensor *zorch_randperm(int64_t n, zorch_dtype dt, zorch_device dev, zorch_
   if (dt == ZORCH_BOOL || (unsigned)dt >= ZORCH_NDTYPES)
     return err_null(ZORCH_ERR_DTYPE, "randperm: needs a numeric dtype, got %s",
                     (unsigned)dt < ZORCH_NDTYPES ? zorch_dtype_name(dt) : "an invalid one");
+  if (n > 0 && !int_range_fits(dt, 0, n - 1))
+    return err_null(ZORCH_ERR_ARG, "randperm: values from 0 to %lld do not all fit %s", (long long)(n - 1),
+                    zorch_dtype_name(dt));
   zorch_tensor *host = tensor_new(1, &n, ZORCH_I64, cpu_dev);
   if (!host) return NULL;
   int64_t *keys = malloc(2 * (size_t)(n ? n : 1) * sizeof(int64_t));

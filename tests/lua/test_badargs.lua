@@ -231,6 +231,12 @@ tap.raises("min: a dim out of range", function() zorch.min(x34, -3) end, "min", 
 tap.raises("randperm of a negative n", function() zorch.randperm(-1) end, "randperm", "-1")
 tap.raises("randint with high below low", function() zorch.randint(5, 2, {3}) end, "randint", "high", "low")
 tap.raises("randint wants its sizes as a table", function() zorch.randint(1, 5, 3) end, "table")
+tap.raises("randint into uint8 past 255 is refused, not clamped",
+           function() zorch.randint(0, 1000, {4}, {dtype = "uint8"}) end, "randint", "from 0 to 1000", "uint8")
+tap.raises("randperm of 1000 into uint8 is refused", function() zorch.randperm(1000, {dtype = "uint8"}) end,
+           "randperm", "uint8")
+tap.ok(zorch.randint(0, 255, {64}, {dtype = "uint8"}):max():item() <= 255 and zorch.randperm(255, {dtype = "uint8"}):numel() == 255,
+       "ranges that fit uint8 still work")
 tap.raises("randint of bool", function() zorch.randint(0, 1, {3}, {dtype = "bool"}) end, "randint", "bool")
 -- attention and multinomial name the argument and the shapes
 local q4, k4 = zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8)
