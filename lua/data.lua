@@ -149,6 +149,10 @@ function data.DataLoader(ds, opts)
     if math.type(n) ~= "integer" or n < 0 then
       error("DataLoader: the dataset's length must be a non-negative integer, got " .. tostring(n), 2)
     end
+    -- (each epoch's sample order is a Lua table of n entries)
+    if n > 1 << 31 then
+      error(("DataLoader: the dataset's length %d is more than 2^31 samples, whose order would not fit in memory"):format(n), 2)
+    end
     if n > 0 and type(ds.get) ~= "function" and ds[1] == nil then
       error("DataLoader: the dataset has no get(i) method and ds[1] is nil", 2)
     end

@@ -231,6 +231,10 @@ tap.raises("min: a dim out of range", function() zorch.min(x34, -3) end, "min", 
 tap.raises("randperm of a negative n", function() zorch.randperm(-1) end, "randperm", "-1")
 tap.raises("randint with high below low", function() zorch.randint(5, 2, {3}) end, "randint", "high", "low")
 tap.raises("randint wants its sizes as a table", function() zorch.randint(1, 5, 3) end, "table")
+tap.raises("a data set of math.maxinteger samples: an error, not an endless loop", function()
+  zorch.data.DataLoader(setmetatable({}, {__len = function() return math.maxinteger end,
+                                         __index = function() return {zorch.ones(2), 1} end}), {batch_size = 2})
+end, "DataLoader", "2^31")
 tap.raises("randint into uint8 past 255 is refused, not clamped",
            function() zorch.randint(0, 1000, {4}, {dtype = "uint8"}) end, "randint", "from 0 to 1000", "uint8")
 tap.raises("randperm of 1000 into uint8 is refused", function() zorch.randperm(1000, {dtype = "uint8"}) end,
