@@ -588,6 +588,10 @@ local function from_accelerate(y, path, world)
     end
     return ds, file, notes
   end
+  -- Accelerate reads these with int() and float(): a quoted '3' is 3
+  local function num(v) local n = type(v) == "string" and tonumber(v) if n then return math.tointeger(n) or n end return v end
+  dc.zero_stage, dc.gradient_accumulation_steps = num(dc.zero_stage), num(dc.gradient_accumulation_steps)
+  if dc.gradient_clipping ~= "none" then dc.gradient_clipping = num(dc.gradient_clipping) end
   local ds = {train_micro_batch_size_per_gpu = "auto", train_batch_size = "auto",
               gradient_accumulation_steps = dc.gradient_accumulation_steps or 1}
   local zo = {stage = dc.zero_stage}

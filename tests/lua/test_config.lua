@@ -193,6 +193,10 @@ use_cpu: false
   local cy = ey:config()
   tap.ok(cy.zero_stage == 3 and cy.precision == "bf16" and cy.gradient_accumulation_steps == 2 and cy.gradient_clipping == 0.5,
          "an Accelerate YAML file gives stage, precision, accumulation and clipping")
+  local quoted = zorch.Engine(tap.temp_file("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: '2'\n" ..
+                                            "  gradient_accumulation_steps: \"4\"\n", ".yaml")):config()
+  tap.ok(quoted.zero_stage == 2 and quoted.gradient_accumulation_steps == 4,
+         "quoted numbers read as Accelerate reads them (int('2'))")
   tap.ok(table.concat(ey.unimplemented, ",") == "num_processes" and cy.offload_optimizer.device == "cpu",
          "its optimizer offload to cpu is read, a num_processes other than the ranks is listed: " ..
          table.concat(ey.unimplemented, ","))
