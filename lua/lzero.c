@@ -408,8 +408,8 @@ static int l_register_hook(lua_State *L) {
     return luaL_error(L, "register_hook: the tensor does not require grad, so no gradient would reach the hook");
   lua_hooks *h = hooks_get(L);
   if (t->hook.fn && !(t->hook.fn == call_lua_hook && t->hook.ud == h))
-    return luaL_error(L, "register_hook: the tensor has a hook this Lua state did not set (its host's); "
-                         "it is neither replaced nor removed");
+    return luaL_error(L, "register_hook: the tensor has a hook this Lua state did not set (the host's, or "
+                         "the ZeRO engine's on a prepared parameter); it is neither replaced nor removed");
   int at = 0;
   while (at < h->n && h->ts[at] != t) at++;
   if (at == h->n && !lua_isnil(L, 2) && h->n == h->cap) {
