@@ -4,6 +4,7 @@
 #ifndef ZORCH_LUA_LZ_H
 #define ZORCH_LUA_LZ_H
 #include <lauxlib.h>
+#include <stdbool.h>
 #include <string.h>
 #include <lua.h>
 
@@ -37,27 +38,27 @@ typedef struct {
 void lz_get_opts(lua_State *L, int idx, lz_opts *o, zorch_dtype def);
 /* Reading tables a script passed: raw, so no script code (an __index or
    __len of its own) runs while a binding holds tensors it borrowed; such code
-   could close one (docs/architecture.md, "A tensor from Lua"). A userdata (a
-   tensor) is read through its C metamethods; anything else is a type error. */
-static inline void lz_need_table(lua_State *L, int idx) {
+   could close one (docs/architecture.md, "What a script can do to a
+   binding"). A tensor is read through its C metamethods; anything else (a
+   file handle, whose metatable a script can change) is a type error. */
+static inline bool lz_need_table(lua_State *L, int idx) {
+  if (zorch_to_tensor(L, idx)) return true;
   if (idx > 0) luaL_typeerror(L, idx, "table");
   luaL_error(L, "table expected, got %s", luaL_typename(L, idx));
+  return false;
 }
 static inline int lz_getfield(lua_State *L, int idx, const char *k) {
-  if (lua_type(L, idx) == LUA_TUSERDATA) return lua_getfield(L, idx, k);
-  if (!lua_istable(L, idx)) lz_need_table(L, idx);
+  if (!lua_istable(L, idx) && lz_need_table(L, idx)) return lua_getfield(L, idx, k);
   idx = lua_absindex(L, idx);
   lua_pushstring(L, k);
   return lua_rawget(L, idx);
 }
 static inline int lz_geti(lua_State *L, int idx, lua_Integer i) {
-  if (lua_type(L, idx) == LUA_TUSERDATA) return lua_geti(L, idx, i);
-  if (!lua_istable(L, idx)) lz_need_table(L, idx);
+  if (!lua_istable(L, idx) && lz_need_table(L, idx)) return lua_geti(L, idx, i);
   return lua_rawgeti(L, idx, i);
 }
 static inline lua_Integer lz_len(lua_State *L, int idx) {
-  if (lua_type(L, idx) == LUA_TUSERDATA) return luaL_len(L, idx);
-  if (!lua_istable(L, idx)) lz_need_table(L, idx);
+  if (!lua_istable(L, idx) && lz_need_table(L, idx)) return luaL_len(L, idx);
   return (lua_Integer)lua_rawlen(L, idx);
 }
 /* A userdata zorch made with `tag` (a static's address) first and `size`
