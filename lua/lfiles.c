@@ -215,15 +215,9 @@ static int l_write_atomic(lua_State *L) {
   path = target;
   size_t n;
   const char *text = luaL_checklstring(L, 2, &n);
-  char tmp[4096];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-    return luaL_error(L, "write: path too long");
-  /* a new file, never what stands at that name: a symlink left there would
-     send the text wherever it points */
-  int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  int fd = open(tmp, flags, 0666);
-  if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) fd = open(tmp, flags, 0666);
-  if (fd < 0) return luaL_error(L, "write: cannot create %s: %s", tmp, strerror(errno));
+  char tmp[IO_TMP_MAX];
+  int fd = io_create_temp("write", path, tmp);
+  if (fd < 0) return lz_fail(L);
   bool ok = write(fd, text, n) == (ssize_t)n && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) {

@@ -149,19 +149,6 @@ void lz_refuse_in_sandbox(lua_State *L, const char *what) {
   if (lz_sandboxed(L)) luaL_error(L, "%s: not allowed in this sandbox (it changes the whole host process)", what);
 }
 
-int lz_sandbox_setmetatable(lua_State *L) {
-  if (lua_istable(L, 2)) {
-    lua_pushliteral(L, "__gc");
-    if (lua_rawget(L, 2) != LUA_TNIL)
-      return luaL_error(L, "setmetatable: __gc metamethods are not allowed in this sandbox");
-    lua_pop(L, 1);
-  }
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
-}
-
 /* ---- the io and os of the embedded modules ---------------------------------------- */
 /* io.open(path, mode) once the path is allowed; upvalue 1: the real io.open */
 static int io_open_checked(lua_State *L) {

@@ -4,7 +4,6 @@
 #ifndef ZORCH_LUA_LZ_H
 #define ZORCH_LUA_LZ_H
 #include <lauxlib.h>
-#include <stdbool.h>
 #include <string.h>
 #include <lua.h>
 
@@ -39,26 +38,24 @@ void lz_get_opts(lua_State *L, int idx, lz_opts *o, zorch_dtype def);
 /* Reading tables a script passed: raw, so no script code (an __index or
    __len of its own) runs while a binding holds tensors it borrowed; such code
    could close one (docs/architecture.md, "What a script can do to a
-   binding"). A tensor is read through its C metamethods; anything else (a
-   file handle, whose metatable a script can change) is a type error. */
-static inline bool lz_need_table(lua_State *L, int idx) {
-  if (zorch_to_tensor(L, idx)) return true;
+   binding"). Anything but a table is a type error. */
+static inline void lz_need_table(lua_State *L, int idx) {
+  if (lua_istable(L, idx)) return;
   if (idx > 0) luaL_typeerror(L, idx, "table");
   luaL_error(L, "table expected, got %s", luaL_typename(L, idx));
-  return false;
 }
 static inline int lz_getfield(lua_State *L, int idx, const char *k) {
-  if (!lua_istable(L, idx) && lz_need_table(L, idx)) return lua_getfield(L, idx, k);
+  lz_need_table(L, idx);
   idx = lua_absindex(L, idx);
   lua_pushstring(L, k);
   return lua_rawget(L, idx);
 }
 static inline int lz_geti(lua_State *L, int idx, lua_Integer i) {
-  if (!lua_istable(L, idx) && lz_need_table(L, idx)) return lua_geti(L, idx, i);
+  lz_need_table(L, idx);
   return lua_rawgeti(L, idx, i);
 }
 static inline lua_Integer lz_len(lua_State *L, int idx) {
-  if (!lua_istable(L, idx) && lz_need_table(L, idx)) return luaL_len(L, idx);
+  lz_need_table(L, idx);
   return (lua_Integer)lua_rawlen(L, idx);
 }
 /* A userdata zorch made with `tag` (a static's address) first and `size`
@@ -128,11 +125,6 @@ void lz_check_path(lua_State *L, const char *path, const char *access);
 int lz_path_allowed(lua_State *L, const char *path, int write);
 /* Whether L runs in a sandbox. */
 int lz_sandboxed(lua_State *L);
-/* setmetatable without __gc (upvalue 1: the real one): Lua runs finalizers
-   with hooks off, so a looping one could not be stopped by the budget. The
-   script and, in a sandbox, the embedded modules (whose classes a script can
-   extend) get it. */
-int lz_sandbox_setmetatable(lua_State *L);
 /* Raises "not allowed in this sandbox" for a setting of the whole process
    (threads, TF32, ...) when L runs in one. */
 void lz_refuse_in_sandbox(lua_State *L, const char *what);

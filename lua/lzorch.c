@@ -274,9 +274,6 @@ static int open_module_env(lua_State *L) {
   lz_push_module_io(L);
   lua_setfield(L, env, "os");
   lua_setfield(L, env, "io");
-  lua_getfield(L, env, "setmetatable");
-  lua_pushcclosure(L, lz_sandbox_setmetatable, 1);
-  lua_setfield(L, env, "setmetatable");
   lua_createtable(L, 0, 1);
   lua_pushvalue(L, g);
   lua_setfield(L, -2, "__index");

@@ -116,8 +116,6 @@ zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_
   return random_tensor("randn", ndim, shape, dt, dev, gen, true);
 }
 
-/* Integers in [low, high): 64 random bits per element (two lanes, as the
-   float64 uniforms), modulo the range; the kernel writes int64. */
 /* Whether every integer in [lo, hi] has a value in dt (PyTorch refuses a
    range that does not, rather than wrapping or clamping). */
 static bool int_range_fits(zorch_dtype dt, int64_t lo, int64_t hi) {
@@ -126,6 +124,8 @@ static bool int_range_fits(zorch_dtype dt, int64_t lo, int64_t hi) {
   return true;
 }
 
+/* Integers in [low, high): 64 random bits per element (two lanes, as the
+   float64 uniforms), modulo the range; the kernel writes int64. */
 zorch_tensor *zorch_randint(int64_t low, int64_t high, int ndim, const int64_t *shape,
                             zorch_dtype dt, zorch_device dev, zorch_generator *gen) {
   if (high <= low)

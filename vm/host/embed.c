@@ -83,6 +83,22 @@ static int vm_collectgarbage(lua_State *L) {
   return lua_gettop(L);
 }
 
+/* setmetatable without __gc: Lua runs finalizers with hooks off, so a looping
+   one could not be stopped by the budget. Installed before zorch loads, so
+   its modules (whose classes a script can extend) get it too. */
+static int vm_setmetatable(lua_State *L) {
+  if (lua_istable(L, 2)) {
+    lua_pushliteral(L, "__gc");
+    if (lua_rawget(L, 2) != LUA_TNIL)
+      return luaL_error(L, "setmetatable: __gc metamethods are not allowed in this sandbox");
+    lua_pop(L, 1);
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
 /* The message handler of the sandbox's xpcall: the script's handler, except
    once the budget is spent (an error raised from the count hook runs its
    handler with hooks off). Upvalue 1: the script's handler. */
@@ -138,12 +154,12 @@ static int vm_open(lua_State *L) {
     lua_getglobal(L, "collectgarbage");
     lua_pushcclosure(L, vm_collectgarbage, 1);
     lua_setglobal(L, "collectgarbage");
+    lua_getglobal(L, "setmetatable");
+    lua_pushcclosure(L, vm_setmetatable, 1);
+    lua_setglobal(L, "setmetatable");
   }
   luaL_requiref(L, "zorch", luaopen_zorch, 1);
-  if (sandbox) { /* after zorch, which gave its modules their own */
-    lua_getglobal(L, "setmetatable");
-    lua_pushcclosure(L, lz_sandbox_setmetatable, 1);
-    lua_setglobal(L, "setmetatable");
+  if (sandbox) { /* after zorch: its modules keep the plain xpcall */
     lua_getglobal(L, "xpcall");
     lua_pushcclosure(L, vm_xpcall, 1);
     lua_setglobal(L, "xpcall");

@@ -43,14 +43,14 @@ static float e4m3_to_f32(uint8_t b) {
   return b & 0x80 ? -v : v;
 }
 
-/* n raw values at src into dst (the widened dtype's elements); false when a
-   U64 value does not fit int64. */
-static bool st_widen_values(st_widen w, const unsigned char *src, void *dst, uint64_t n) {
+/* n raw values of `size` bytes at src into dst (the widened dtype's
+   elements); false when a U64 value does not fit int64. */
+static bool st_widen_values(st_widen w, size_t size, const unsigned char *src, void *dst, uint64_t n) {
   int32_t *i32 = dst;
   int64_t *i64 = dst;
   float *f = dst;
   for (uint64_t i = 0; i < n; i++) {
-    const unsigned char *b = src + i * (w == W_I16 || w == W_U16 ? 2 : w == W_U32 ? 4 : w == W_U64 ? 8 : 1);
+    const unsigned char *b = src + i * size;
     switch (w) {
     case W_I8: i32[i] = (int8_t)b[0]; break;
     case W_I16: i32[i] = (int16_t)(uint16_t)(b[0] | b[1] << 8); break;
@@ -111,7 +111,7 @@ zorch_status zorch_save_safetensors_meta(const char *path, int n, const char *co
   const char ***order = malloc(sizeof *order * (size_t)(n ? n : 1));
   zorch_tensor **host = calloc((size_t)(n ? n : 1), sizeof *host);
   cJSON *root = cJSON_CreateObject();
-  char *json = NULL, *tmp = NULL;
+  char *json = NULL, tmp[IO_TMP_MAX];
   int fd = -1;
   if (!order || !host || !root) {
     st = err_set(ZORCH_ERR_OOM, "save: out of memory");
@@ -178,21 +178,12 @@ zorch_status zorch_save_safetensors_meta(const char *path, int n, const char *co
     off += bytes;
   }
   json = cJSON_PrintUnformatted(root);
-  size_t plen = strlen(path);
-  tmp = malloc(plen + 48);
-  if (!json || !tmp) {
+  if (!json) {
     st = err_set(ZORCH_ERR_OOM, "save: out of memory");
     goto done;
   }
-  /* a unique name beside the target; created with 0666 so the umask applies */
-  static _Atomic unsigned counter;
-  for (int tries = 0; tries < 100 && fd < 0; tries++) {
-    snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) {
-    st = err_set(ZORCH_ERR_IO, "save: cannot create a temporary file beside %s: %s", path, strerror(errno));
+  if ((fd = io_create_temp("save", path, tmp)) < 0) {
+    st = zorch_last_status();
     goto done;
   }
   /* header padded with spaces to a multiple of 8, so the data is aligned */
@@ -220,7 +211,6 @@ done:
   for (int i = 0; host && i < n; i++) zorch_tensor_free(host[i]);
   free(host);
   free(order);
-  free(tmp);
   cJSON_free(json);
   cJSON_Delete(root);
   return st;
@@ -348,6 +338,7 @@ typedef struct {
   const char *name;
   zorch_dtype dt;
   st_widen widen; /* how the stored values become dt's (W_NONE: they are dt's) */
+  size_t esize;   /* bytes of one stored value */
   int ndim;
   int64_t shape[ZORCH_MAX_DIMS];
   uint64_t begin, end; /* byte range in the data section */
@@ -391,12 +382,11 @@ static zorch_status st_check_entry(const char *path, const cJSON *e, st_entry *o
   out->name = nm;
   out->dt = ZORCH_NDTYPES;
   out->widen = W_NONE;
-  size_t esize = 0;
   for (size_t i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
-    if (strcmp(dt->valuestring, st_types[i].name) == 0) out->dt = st_types[i].dt, esize = dtype_sizes[out->dt];
+    if (strcmp(dt->valuestring, st_types[i].name) == 0) out->dt = st_types[i].dt, out->esize = dtype_sizes[out->dt];
   for (size_t i = 0; i < sizeof st_wide / sizeof st_wide[0]; i++)
     if (strcmp(dt->valuestring, st_wide[i].name) == 0)
-      out->dt = st_wide[i].dt, out->widen = st_wide[i].w, esize = (size_t)st_wide[i].size;
+      out->dt = st_wide[i].dt, out->widen = st_wide[i].w, out->esize = (size_t)st_wide[i].size;
   if (out->dt == ZORCH_NDTYPES)
     return BAD("load: %s: tensor '%s' has unsupported dtype '%s'", path, nm, dt->valuestring);
   int nd = cJSON_GetArraySize(shape);
@@ -413,7 +403,7 @@ static zorch_status st_check_entry(const char *path, const cJSON *e, st_entry *o
     out->shape[d] = (int64_t)x;
     overflow |= __builtin_mul_overflow(numel, x, &numel);
   }
-  if (overflow || __builtin_mul_overflow(numel, (uint64_t)esize, &nbytes))
+  if (overflow || __builtin_mul_overflow(numel, (uint64_t)out->esize, &nbytes))
     return BAD("load: %s: tensor '%s': its shape has too many elements", path, nm);
   if (!json_u64(offs->child, &out->begin) || !json_u64(offs->child->next, &out->end))
     return BAD("load: %s: tensor '%s': data_offsets are not non-negative integers", path, nm);
@@ -558,7 +548,7 @@ static zorch_status st_load(const char *path, const char *only, int *n_out, char
     }
     bool read_ok = !nb || (fseeko(f, (off_t)(8 + hlen + x->begin), SEEK_SET) == 0 && fread(raw, 1, nb, f) == nb);
     bool fits = !read_ok || x->widen == W_NONE ||
-                st_widen_values(x->widen, raw, tensor_ptr(t), (uint64_t)zorch_tensor_numel(t));
+                st_widen_values(x->widen, x->esize, raw, tensor_ptr(t), (uint64_t)zorch_tensor_numel(t));
     if (raw != tensor_ptr(t)) free(raw);
     if (!read_ok) {
       BAD("load: %s: truncated data for tensor '%s'", path, x->name);

@@ -2,10 +2,12 @@
 #include "target.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../core/error.h"
 
@@ -24,4 +26,19 @@ zorch_status io_write_target(const char *what, const char *path, char *out) {
                    S_ISDIR(sb.st_mode) ? "folder" : S_ISFIFO(sb.st_mode) ? "FIFO" :
                    S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "device" : "special file");
   return ZORCH_OK;
+}
+
+int io_create_temp(const char *what, const char *path, char *tmp) {
+  static _Atomic unsigned counter;
+  for (int tries = 0; tries < 100; tries++) {
+    if (snprintf(tmp, IO_TMP_MAX, "%s.tmp.%ld.%u", path, (long)getpid(), counter++) >= IO_TMP_MAX) {
+      err_set(ZORCH_ERR_ARG, "%s: path too long", what);
+      return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) break;
+  }
+  err_set(ZORCH_ERR_IO, "%s: cannot create a temporary file beside %s: %s", what, path, strerror(errno));
+  return -1;
 }

@@ -13,4 +13,10 @@
    a device, a FIFO or a folder (zorch.save to /dev/full as root replaced the
    device). out holds PATH_MAX bytes. */
 zorch_status io_write_target(const char *what, const char *path, char *out);
+/* Creates a new temporary file beside path, named into tmp (IO_TMP_MAX bytes),
+   and returns its descriptor (0666, so the umask applies); -1 with the error
+   set. The name is always a new file: a file or symlink already at a name
+   is never opened, so nothing left there can redirect the write. */
+#define IO_TMP_MAX (PATH_MAX + 48)
+int io_create_temp(const char *what, const char *path, char *tmp);
 #endif
