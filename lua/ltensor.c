@@ -351,6 +351,10 @@ static int t_newindex(lua_State *L) {
     lua_Integer i = luaL_checkinteger(L, 2);
     if (i == 0) return luaL_error(L, "index: indices are 1-based (0 is not an index)");
     zorch_tensor *src = lua_type(L, 3) == LUA_TNUMBER ? NULL : lz_check(L, 3);
+    if (src && zorch_requires_grad(src) && zorch_is_grad_enabled())
+      return luaL_error(L, "index assignment: the value requires grad, and zorch records no in-place write, "
+                        "so its gradient would be lost: assign v:detach() (or under zorch.no_grad) for the "
+                        "values only, or build the tensor with zorch.cat, zorch.stack or zorch.where");
     zorch_tensor *s = zorch_select(t, 0, i > 0 ? i - 1 : i);
     if (!s) return lz_fail(L);
     zorch_status st = src                   ? zorch_copy_(s, src)

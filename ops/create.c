@@ -225,6 +225,17 @@ static bool copy_overlaps(const zorch_tensor *dst, const zorch_tensor *src) {
 }
 
 zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
+  char a[ERR_SHAPE_BUF];
+  if (check_arg("copy_", "dst", dst) || check_arg("copy_", "src", src)) return zorch_last_status();
+  if (src->requires_grad && zorch_is_grad_enabled())
+    return err_set(ZORCH_ERR_STATE, "copy_: the source of shape %s requires grad, and zorch records no "
+                   "in-place write, so its gradient would be lost: copy src:detach() (or under no_grad) for "
+                   "the values only, or build the result with zorch.cat, zorch.stack or zorch.where",
+                   SHAPE(src, a));
+  return op_copy_(dst, src);
+}
+
+zorch_status op_copy_(zorch_tensor *dst, zorch_tensor *src) {
   char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
   if (check_arg("copy_", "dst", dst) || check_arg("copy_", "src", src)) return zorch_last_status();
   int n;
@@ -273,7 +284,7 @@ zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value) {
   zorch_tensor *v = tensor_new(0, NULL, ZORCH_I64, cpu_dev);
   if (!v) return zorch_last_status();
   *(int64_t *)tensor_ptr(v) = value;
-  zorch_status st = zorch_copy_(dst, v);
+  zorch_status st = op_copy_(dst, v);
   zorch_tensor_free(v);
   return st;
 }

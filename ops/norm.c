@@ -105,8 +105,8 @@ zorch_tensor *zorch_batch_norm(zorch_tensor *x, zorch_tensor *running_mean,
   if (backend_of(y)->batch_norm(y, mean, rstd, cx, cw, cb, rm, rv, args.n, args.c, args.inner,
                                 training, momentum, eps))
     goto fail;
-  if (update && ((rm != running_mean && zorch_copy_(running_mean, rm)) ||
-                 (rv != running_var && zorch_copy_(running_var, rv))))
+  if (update && ((rm != running_mean && op_copy_(running_mean, rm)) ||
+                 (rv != running_var && op_copy_(running_var, rv))))
     goto fail;
   if (!(y = op_recast(y, x->dtype))) goto fail;
   y = ag_record(y, "BatchNormBackward", batch_norm_bwd, 3, in, 4,

@@ -15,6 +15,9 @@ zorch_tensor *op_recast(zorch_tensor *out, zorch_dtype dt);
 /* dst += src in place (src broadcast to dst, converted to its dtype; 16-bit
    floats add in float32 and round once); no autograd. */
 zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src);
+/* zorch_copy_ without its refusal of a source that requires grad: the copies
+   of zorch's own buffers (parameters into the ZeRO engine's flat buffers). */
+zorch_status op_copy_(zorch_tensor *dst, zorch_tensor *src);
 /* The elementwise binary kernel k with broadcasting and promotion; no autograd. */
 zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1);
 /* Contiguous t (t itself, retained, when it is); no autograd. */

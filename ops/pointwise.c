@@ -268,7 +268,7 @@ zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src) {
                                               : backend_of(dst)->binary(BOP_ADD, dst, dst, src, 0, 0);
   } else {
     zorch_tensor *sum = zorch_add(dst, src);
-    st = sum ? zorch_copy_(dst, sum) : zorch_last_status();
+    st = sum ? op_copy_(dst, sum) : zorch_last_status();
     zorch_tensor_free(sum);
   }
   zorch_set_grad_enabled(prev);

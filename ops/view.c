@@ -70,7 +70,7 @@ static zorch_status narrow_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) 
       !(gv = a->select ? zorch_unsqueeze(g, a->dim) : zorch_tensor_retain(g)))
     st = zorch_last_status();
   else
-    st = zorch_copy_(part, gv);
+    st = op_copy_(part, gv);
   if (!st) {
     gin[0] = z;
     z = NULL;

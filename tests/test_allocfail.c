@@ -83,12 +83,15 @@ typedef struct {
   int64_t step;
 } snapshot;
 
+/* Values only: the copies neither record nor carry a gradient. */
 static void snapshot_take(snapshot *s, const net *n) {
+  bool prev = zorch_set_grad_enabled(false);
   for (int i = 0; i < NP; i++) {
     s->p[i] = zorch_clone(n->p[i]);
     s->m[i] = zorch_clone(n->m[i]);
     s->v[i] = zorch_clone(n->v[i]);
   }
+  zorch_set_grad_enabled(prev);
   s->step = n->step;
 }
 static bool snapshot_restore(const snapshot *s, net *n) {

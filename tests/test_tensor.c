@@ -378,6 +378,35 @@ static void test_inplace(void) {
   for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) zorch_tensor_free(ts[i]);
 }
 
+/* A computed tensor written in place in grad mode refuses a backward through
+   readers after the write; a source that requires grad is refused at the
+   write; leaves and no_grad writes are data. */
+static void test_inplace_history(void) {
+  zorch_tensor *x = zorch_ones(SHAPE(3), ZORCH_F32, CPU);
+  zorch_set_requires_grad(x, true);
+  zorch_tensor *y = zorch_mul_scalar(x, 2), *early = zorch_mul_scalar(y, 3);
+  ok(zorch_fill_(y, 7) == ZORCH_OK, "fill_ a computed tensor");
+  zorch_tensor *late = zorch_sum(y, 0, NULL, false), *le = zorch_sum(early, 0, NULL, false);
+  ok(zorch_backward(late, NULL, false) == ZORCH_ERR_STATE &&
+         error_has("[MulBackward] made was written in place before [SumBackward] read it") && !zorch_grad(x),
+     "backward through a reader after the write fails and leaves no gradient");
+  ok(zorch_backward(le, NULL, false) == ZORCH_OK && at(zorch_grad(x), 2) == 6,
+     "a reader from before the write keeps its gradient");
+  ok(zorch_backward(y, zorch_grad(x), false) == ZORCH_ERR_STATE && error_has("before backward read it"),
+     "backward from the overwritten tensor fails");
+  zorch_tensor *buf = zorch_zeros(SHAPE(3), ZORCH_F32, CPU);
+  ok(zorch_copy_(buf, y) == ZORCH_ERR_STATE && error_has("copy_: the source of shape (3,) requires grad") &&
+         at(buf, 0) == 0,
+     "copy_ of a source that requires grad is refused, writing nothing");
+  bool prev = zorch_set_grad_enabled(false);
+  ok(zorch_copy_(buf, y) == ZORCH_OK && at(buf, 0) == 7, "under no_grad it copies the values");
+  zorch_set_grad_enabled(true);
+  ok(zorch_fill_(x, 5) == ZORCH_OK && at(x, 0) == 5, "a leaf is written freely");
+  zorch_set_grad_enabled(prev);
+  zorch_tensor *ts[] = {x, y, early, late, le, buf};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) zorch_tensor_free(ts[i]);
+}
+
 /* Freed buffers of 64 KiB to 64 MiB come back to the next allocation that
    fits them within an eighth (hostmem.c); a much smaller or larger one gets
    another. Off where the allocation caches are (sanitizers, ZORCH_ALLOC_CACHE=0). */
@@ -439,6 +468,7 @@ int main(void) {
   test_autograd();
   test_errors();
   test_inplace();
+  test_inplace_history();
   test_large();
   test_large_reuse();
   test_huge_blocks();

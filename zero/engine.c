@@ -410,7 +410,7 @@ static zorch_status pfile_open(zero_engine *e) {
     if (c && e->pstaged) { /* (on the device: a host copy) */
       zorch_device cpu = {ZORCH_CPU, 0};
       zorch_tensor *h = zorch_empty(p->ndim, p->shape, ZORCH_F32, cpu);
-      if (h && zorch_copy_(h, c)) zorch_tensor_free(h), h = NULL;
+      if (h && op_copy_(h, c)) zorch_tensor_free(h), h = NULL;
       zorch_tensor_free(c);
       c = h;
     }
@@ -518,7 +518,7 @@ static zorch_status pfile_add(zero_engine *e, int b, int64_t start, zorch_tensor
   zorch_tensor *hp = NULL; /* staged: the device's part on the host first (gtmp's third slot) */
   if (!st && e->pstaged) {
     hp = range(e->gtmp, 2 * e->gtmp_half, n);
-    st = hp ? zorch_copy_(hp, part) : zorch_last_status();
+    st = hp ? op_copy_(hp, part) : zorch_last_status();
     part = hp;
   }
   if (!st) st = op_add_(tmp, part);
@@ -980,7 +980,7 @@ static zorch_status on_grad(zorch_tensor *leaf, void *ud) {
     if (!b->buf && !(b->buf = zorch_zeros(1, &len, ZORCH_F32, e->dev)))
       return zorch_last_status();
     zorch_tensor *dst = flat_view(b->buf, e->offset[pc->index] - b->lo, g->ndim, g->shape);
-    zorch_status st = dst ? zorch_copy_(dst, g) : zorch_last_status();
+    zorch_status st = dst ? op_copy_(dst, g) : zorch_last_status();
     zorch_tensor_free(dst);
     if (st) return st;
     zorch_set_grad(leaf, NULL);
@@ -1088,7 +1088,7 @@ static zorch_status make_groups(zero_engine *e) {
     }
     if (e->flat) {
       zorch_tensor *src = range(e->flat, g->lo, len);
-      zorch_status st = src ? zorch_copy_(g->buf, src) : zorch_last_status();
+      zorch_status st = src ? op_copy_(g->buf, src) : zorch_last_status();
       zorch_tensor_free(src);
       if (st) return st;
       g->gathered = true;
@@ -1153,7 +1153,7 @@ zero_engine *zero_engine_new(zero_comm *c, const zero_opts *o, int n, zorch_tens
   for (int i = 0; i < n; i++) {
     zorch_tensor *p = e->params[i];
     zorch_tensor *dst = flat_view(e->flat, e->offset[i], p->ndim, p->shape);
-    st = dst ? zorch_copy_(dst, p) : zorch_last_status();
+    st = dst ? op_copy_(dst, p) : zorch_last_status();
     zorch_tensor_free(dst);
     if (st) goto fail_st;
     tensor_rebind(p, e->flat, e->offset[i]);
@@ -1295,7 +1295,7 @@ static zorch_tensor *grad_f32(zero_engine *e, zorch_tensor *src) {
   if (e->pdt == ZORCH_F32) return zorch_tensor_retain(src);
   if (!e->g32) {
     if (!(e->g32 = zorch_to_dtype(src, ZORCH_F32))) return NULL;
-  } else if (zorch_copy_(e->g32, src)) {
+  } else if (op_copy_(e->g32, src)) {
     return NULL;
   }
   return zorch_tensor_retain(e->g32);
@@ -1483,7 +1483,7 @@ zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, dou
 
 zorch_status zero_engine_after_update(zero_engine *e) {
   zorch_status st = ZORCH_OK;
-  if (e->master) st = zorch_copy_(e->o.stage == 0 ? e->flat : e->pshard, e->master);
+  if (e->master) st = op_copy_(e->o.stage == 0 ? e->flat : e->pshard, e->master);
   comm_set_label("the updated parameters");
   if (!st && (e->o.stage == 1 || e->o.stage == 2)) st = comm_allgather(e->c, e->pshard, e->flat);
   if (!st && e->o.stage == 3) st = zero_engine_release(e); /* the slices changed */
@@ -1545,7 +1545,7 @@ zorch_status zero_engine_sync_shard(zero_engine *e) {
       zorch_device cpu = {ZORCH_CPU, 0};
       int64_t n = hi - lo;
       zorch_tensor *src = range(g->buf, lo - g->lo, n), *h = src ? zorch_empty(1, &n, ZORCH_F32, cpu) : NULL;
-      zorch_status st = h ? zorch_copy_(h, src) : zorch_last_status();
+      zorch_status st = h ? op_copy_(h, src) : zorch_last_status();
       if (!st) st = pfile_io(e, true, tensor_ptr(h), lo - mlo, n, 0);
       zorch_tensor_free(src), zorch_tensor_free(h);
       if (st) return st;
@@ -1559,8 +1559,8 @@ zorch_status zero_engine_sync_shard(zero_engine *e) {
     zorch_tensor *src = range(g->buf, lo - g->lo, hi - lo);
     zorch_tensor *dst = src ? range(e->pshard, lo - mlo, hi - lo) : NULL;
     zorch_tensor *mst = dst && e->master ? range(e->master, lo - mlo, hi - lo) : NULL;
-    zorch_status st = dst ? zorch_copy_(dst, src) : zorch_last_status();
-    if (!st && mst) st = zorch_copy_(mst, src);
+    zorch_status st = dst ? op_copy_(dst, src) : zorch_last_status();
+    if (!st && mst) st = op_copy_(mst, src);
     zorch_tensor_free(src);
     zorch_tensor_free(dst);
     zorch_tensor_free(mst);
@@ -1777,7 +1777,7 @@ static zorch_status host_copy_part(zero_engine *e, int64_t start, int64_t n) {
 zorch_status zero_engine_host_grad_finish(zero_engine *e) {
   if (!e->host_grad) return err_set(ZORCH_ERR_STATE, "zero: no gradient host copy was set");
   zorch_status st = e->dev.type != ZORCH_CPU ? cuda_copy_wait(e->dev.index) : ZORCH_OK;
-  if (!st && e->nhost_coef < 0) st = zorch_copy_(e->host_grad, e->gshard); /* (the factors are in gshard) */
+  if (!st && e->nhost_coef < 0) st = op_copy_(e->host_grad, e->gshard); /* (the factors are in gshard) */
   for (int k = 0; !st && k < e->nhost_coef; k++) st = scale(e->host_grad, e->host_coef[k]);
   e->nhost_coef = 0;
   return st;

@@ -137,6 +137,68 @@ do -- no false alarms: accumulating gradients, writes after backward, unrelated 
   ok(true, "writes to other tensors or after backward are fine")
 end
 
+-- ---- in-place writes to computed tensors and of values that require grad ------------------------------
+-- zorch records no in-place write: where PyTorch would rebase the history, a
+-- backward through overwritten values is an error, and so is writing a value
+-- whose gradient would be lost. Writes to leaves, and under no_grad, are data.
+do
+  local x = zorch.ones(3, {requires_grad = true})
+  local y = x * 2
+  y[2] = 5
+  raises("index assignment into a computed tensor, then backward through it", function() y:sum():backward() end,
+         "a tensor of shape (3,) that [MulBackward] made was written in place before [SumBackward] read it")
+  ok(x.grad == nil, "the refused backward wrote no gradient")
+  local y2 = x * 2
+  y2:fill_(0)
+  raises("backward from the overwritten tensor itself", function() y2:backward(zorch.ones(3)) end,
+         "[MulBackward] made was written in place before backward read it")
+  local y3 = x * 2
+  y3:narrow(1, 1, 2):copy_(zorch.zeros(2))
+  raises("a write through a view counts", function() (y3 * 3):sum():backward() end, "written in place")
+  local y4 = x * 2
+  local v4 = y4:narrow(1, 2, 2)
+  y4:fill_(1)
+  raises("a view read after the write", function() v4:sum():backward() end, "written in place")
+end
+do -- no refusal where the gradient is right
+  local x = zorch.ones(3, {requires_grad = true})
+  local y = x * 2
+  local z = y * 3
+  y:fill_(0)
+  z:sum():backward()
+  close(x.grad, zorch.full({3}, 6), 0, "a reader from before the write keeps its gradient (2 * 3)")
+  x.grad = nil
+  local q = x * 2
+  zorch.no_grad(function() q:fill_(5) end)
+  q:sum():backward()
+  close(x.grad, zorch.full({3}, 2), 0, "a write under no_grad is data: the recorded gradient stays")
+  close(q, zorch.full({3}, 5), 0, "and the values are the written ones")
+  local w = zorch.ones(3, {requires_grad = true})
+  w[1] = 4
+  w:narrow(1, 2, 1):fill_(2)
+  local v = w:narrow(1, 1, 2)
+  v:fill_(3)
+  local sq = (w * w):sum()
+  sq:backward()
+  close(w.grad, zorch.tensor{6, 6, 2}, 0, "writes to a leaf and its views are data")
+end
+do -- a source that requires grad
+  local x = zorch.ones(3, {requires_grad = true})
+  local buf = zorch.zeros(3)
+  raises("copy_ of a value that requires grad", function() buf:copy_(x * 2) end,
+         "copy_: the source of shape (3,) requires grad", "src:detach()")
+  close(buf, zorch.zeros(3), 0, "the refused copy wrote nothing")
+  local out = zorch.zeros(2, 3)
+  raises("index assignment of a value that requires grad", function() out[1] = x * 2 end,
+         "index assignment: the value requires grad")
+  close(out, zorch.zeros(2, 3), 0, "the refused assignment wrote nothing")
+  buf:copy_((x * 2):detach())
+  out[2] = x:detach()
+  zorch.no_grad(function() buf:copy_(x * 3); out[1] = x end)
+  close(buf, zorch.full({3}, 3), 0, "detached sources and no_grad copy the values")
+  close(out, zorch.ones(2, 3), 0, "and so do detached and no_grad index assignments")
+end
+
 -- ---- overlapping copy_ ---------------------------------------------------------------------------------
 do
   local x = zorch.arange(1, 7)

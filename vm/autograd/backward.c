@@ -2,6 +2,7 @@
    nodes in dependency order with grad mode off, fits each gradient to its
    input's shape and dtype, and accumulates into leaves. It sits above the ops,
    whose functions it calls to sum, convert and add gradients. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,6 +163,21 @@ static zorch_status check_saved_versions(const ag_node *n) {
   return ZORCH_OK;
 }
 
+/* Fails when what e's node made was written in place, in grad mode, before
+   the reading node read it: no in-place write is recorded, so the history
+   would not describe the values read, and the gradient would be wrong.
+   `reader` is the reading node's name, NULL for the root of the pass. */
+static zorch_status check_read(const char *reader, const ag_node *made, uint32_t read_at, int ndim,
+                               const int64_t *shape) {
+  if (!made->watch || read_at == made->made_at) return ZORCH_OK;
+  char b[ERR_SHAPE_BUF], who[96] = "backward";
+  if (reader) snprintf(who, sizeof who, "[%s]", reader);
+  return err_set(ZORCH_ERR_STATE, "backward: a tensor of shape %s that [%s] made was written in place before %s "
+                 "read it: zorch records no in-place write, so its gradient would be wrong; write into a "
+                 "clone() or build the values with zorch.where or zorch.cat (writes under no_grad are not "
+                 "counted)", err_shape_str(ndim, shape, b, sizeof b), made->name, who);
+}
+
 /* Runs n's backward on the gradient it accumulated (none: its inputs get none
    either), delivers the inputs' gradients, and frees what n saved unless the
    graph is retained. */
@@ -179,6 +195,7 @@ static zorch_status run_node(ag_node *n, bool retain, node_list *ready) {
   zorch_tensor_free(g);
   for (int j = 0; j < n->nin; j++) {
     ag_edge *e = &n->in[j];
+    if (!st && gin[j] && e->node) st = check_read(n->name, e->node, e->read_at, e->ndim, e->shape);
     if (st || (!e->node && !e->leaf))
       zorch_tensor_free(gin[j]);
     else
@@ -237,7 +254,8 @@ zorch_status zorch_backward(zorch_tensor *t, zorch_tensor *grad, bool retain_gra
     zorch_tensor *c = zorch_clone(g);
     st = c ? leaf_accumulate(t, c) : zorch_last_status();
     t->ag_pending = pending;
-  } else {
+  } else if (!(st = check_read(NULL, t->grad_fn, t->grad_fn->watch ? t->grad_fn->watch->writes : 0, t->ndim,
+                                t->shape))) {
     node_list all = {0};
     st = run_pass(t->grad_fn, g, retain_graph, &all);
     pass_cleanup(&all, st != ZORCH_OK);

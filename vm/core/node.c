@@ -56,9 +56,11 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
     n->args = (char *)n + AG_ARGS_AT;
     memcpy(n->args, args, nargs);
   }
+  bool view = false; /* the output shares an input's storage */
   for (int i = 0; i < nin; i++) {
     zorch_tensor *t = in[i];
     if (!t) continue;
+    view |= t->st == out->st;
     edges[i].ndim = t->ndim;
     memcpy(edges[i].shape, t->shape, sizeof t->shape);
     edges[i].dtype = t->dtype;
@@ -66,6 +68,7 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
     if (t->grad_fn) {
       edges[i].node = t->grad_fn;
       t->grad_fn->refcount++;
+      if (t->grad_fn->watch) edges[i].read_at = t->grad_fn->watch->writes;
     } else {
       edges[i].leaf = zorch_tensor_retain(t);
     }
@@ -81,6 +84,14 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
     }
   }
   n->nsaved = nsave;
+  /* a fresh storage is watched from now on; a view follows its base's watch */
+  n->watch = storage_watch(out->st, !view);
+  if (!n->watch && !view) {
+    ag_node_release(n);
+    zorch_tensor_free(out);
+    return NULL;
+  }
+  if (n->watch) n->made_at = n->watch->writes;
   out->grad_fn = n;
   out->requires_grad = true;
   return out;
@@ -127,6 +138,7 @@ void ag_node_release(ag_node *root) {
     }
     ag_node_free_saved(n);
     zorch_tensor_free(n->gacc);
+    ag_watch_release(n->watch);
     if (n->pre_release) n->pre_release(n->pre_ud);
     zmem_uncharge(n->mem, n->mem_bytes);
     free(n->in);

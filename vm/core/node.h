@@ -16,6 +16,7 @@ typedef struct {
   int ndim;
   int64_t shape[ZORCH_MAX_DIMS];
   zorch_dtype dtype;
+  uint32_t read_at; /* the input's watch count when this node read it (node->watch) */
 } ag_edge;
 
 /* Fills gin[i] (new references; NULL means zero) for each input from g. Runs with
@@ -36,6 +37,10 @@ struct ag_node {
      once, with the saved tensors */
   void (*free_args)(void *args);
   bool released;                     /* saved tensors freed by a backward pass */
+  /* the watch of the storage of the output (a view's: its base's), and its
+     count when the output was made; NULL for a storage no recorded op filled */
+  ag_watch *watch;
+  uint32_t made_at;
   /* runs before the node's backward (ZeRO stage 3 gathers parameters here) */
   zorch_status (*pre_hook)(void *ud);
   void *pre_ud;

@@ -30,7 +30,7 @@ typedef struct {
   void *v[STRUCT_CACHE];
   int n;
 } struct_cache;
-static _Thread_local struct_cache tensor_cache, storage_cache;
+static _Thread_local struct_cache tensor_cache, storage_cache, watch_cache;
 
 static void *cache_get(struct_cache *c, size_t size) {
   if (c->n == 0) return calloc(1, size);
@@ -48,6 +48,19 @@ static void cache_put(struct_cache *c, void *p) {
 #define tensor_struct_free(t) cache_put(&tensor_cache, (t))
 #define storage_struct_new() ((storage *)cache_get(&storage_cache, sizeof(storage)))
 #define storage_struct_free(s) cache_put(&storage_cache, (s))
+
+ag_watch *storage_watch(storage *s, bool make) {
+  if (!s->watch && make) {
+    if (!(s->watch = cache_get(&watch_cache, sizeof(ag_watch)))) return err_null(ZORCH_ERR_OOM, "out of memory");
+    s->watch->refcount = 1;
+  }
+  if (s->watch) s->watch->refcount++;
+  return s->watch;
+}
+
+void ag_watch_release(ag_watch *w) {
+  if (w && --w->refcount == 0) cache_put(&watch_cache, w);
+}
 
 /* Charges nbytes to a tensor byte account (a VM's tensor_limit), taking a
    reference to it; false, with the error set, past its limit. */
@@ -142,6 +155,7 @@ static void storage_release(storage *s) {
     if (s->device.type == ZORCH_CPU) host_count_sub(s->nbytes);
   }
   mem_uncharge(s->mem, s->nbytes);
+  ag_watch_release(s->watch);
   storage_struct_free(s);
 }
 
@@ -298,6 +312,7 @@ zorch_status tensor_mark_written(const char *op, zorch_tensor *t) {
                      "tensor refers to a single memory location (dim " ERR_IX("%d") " has stride 0); "
                      "clone() the tensor before writing to it", op, i);
   t->st->version++;
+  if (t->st->watch && zorch_is_grad_enabled()) t->st->watch->writes++;
   return ZORCH_OK;
 }
 

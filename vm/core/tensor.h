@@ -8,6 +8,16 @@
 #include "error.h"
 #include "zorch.h"
 
+/* Counts the writes made in grad mode to a storage that a recorded op filled.
+   That op's node and the nodes that read the values note the count, and the
+   backward refuses a gradient through values overwritten in between: no
+   in-place write is recorded, so the history would no longer describe them.
+   Shared by the storage and those nodes, so it outlives either. */
+typedef struct ag_watch {
+  int refcount;
+  uint32_t writes;
+} ag_watch;
+
 /* A reference-counted allocation on one device. `deleter` frees memory zorch
    does not own (wrapped host buffers); otherwise the device's backend frees it. */
 typedef struct storage {
@@ -19,6 +29,7 @@ typedef struct storage {
   void *deleter_ctx;
   bool borrowed; /* wrapped without a deleter: never freed by zorch */
   uint32_t version; /* bumped by each in-place write; autograd checks saved tensors against it */
+  ag_watch *watch;  /* made when a recorded op fills the storage, else NULL */
   struct zmem_account *mem; /* the account charged with nbytes (state.h), or NULL */
 } storage;
 
@@ -50,8 +61,13 @@ struct zorch_tensor {
 /* Called by every in-place op before it writes t: refuses a t whose elements
    share memory (a stride-0 dim of size > 1, as `expand` makes), then bumps the
    version of t's storage, so that a backward that saved a view of it fails
-   rather than using the new values. */
+   rather than using the new values, and in grad mode its watch's writes. */
 zorch_status tensor_mark_written(const char *op, zorch_tensor *t);
+
+/* A new reference to s's watch, made first when `make`; NULL when s has none
+   and make is false, or on failure to allocate (then with the error set). */
+ag_watch *storage_watch(storage *s, bool make);
+void ag_watch_release(ag_watch *w);
 
 /* Frees a device storage's memory but keeps the storage, so its views stay
    valid handles (ops refuse them, see check_arg); restore allocates it again
