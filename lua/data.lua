@@ -72,7 +72,12 @@ end
 -- One batch from a list of samples (each a value): tensors stacked along a new
 -- first dim, numbers and booleans into a tensor, strings kept as a list, and
 -- tuples and tables of fields batched field by field. `what` names it in errors.
-local function collate(list, what)
+local function collate(list, what, depth)
+  depth = depth or 1
+  if depth > 32 then
+    error(("DataLoader: a sample nests tables deeper than 32 levels (a cycle?), at %s%s"):format(what:sub(1, 60),
+          #what > 60 and "..." or ""), 0)
+  end
   local first = list[1]
   for k = 2, #list do
     local t, t1 = zorch.is_tensor(list[k]) and "tensor" or type(list[k]), zorch.is_tensor(first) and "tensor" or type(first)
@@ -95,12 +100,12 @@ local function collate(list, what)
         if s[k] == nil then error(("DataLoader: %s.%s is missing from a sample"):format(what, tostring(k)), 0) end
         col[j] = s[k]
       end
-      out[k] = collate(col, what .. "." .. tostring(k))
+      out[k] = collate(col, what .. "." .. tostring(k), depth + 1)
     end
     return out
   end
-  error(("DataLoader: %s of a sample is a %s (samples hold tensors, numbers, booleans, strings and tables)"):format(
-    what, type(first)), 0)
+  error(("DataLoader: %s of a sample is a %s (samples hold tensors, numbers, booleans, strings and tables%s)"):format(
+    what, type(first), type(first) == "userdata" and "; a closed tensor is not a tensor" or ""), 0)
 end
 
 -- The batch of dataset rows `rows` (1-based), as values: a tuple sample gives one
@@ -174,8 +179,15 @@ function data.DataLoader(ds, opts)
     error("DataLoader: batch_size must be an integer from 1 to 2^40, got " .. tostring(bs), 2)
   end
   if opts.device ~= nil and type(opts.device) ~= "string" then error("DataLoader: device must be a string (\"cuda\")", 2) end
+  local seed = opts.seed or 0
+  if not math.tointeger(seed) then error("DataLoader: seed must be an integer, got " .. tostring(seed), 2) end
+  for _, k in ipairs{"shuffle", "drop_last"} do
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      error(("DataLoader: %s must be a boolean, got %s"):format(k, tostring(opts[k])), 2)
+    end
+  end
   return setmetatable({dataset = ds, batch_size = bs, shuffle = opts.shuffle or false,
-                       drop_last = opts.drop_last or false, seed = opts.seed or 0, epoch = 0,
+                       drop_last = opts.drop_last or false, seed = math.tointeger(seed), epoch = 0,
                        rank = 0, world_size = 1, device = opts.device, augment = opts.augment,
                        normalize = opts.normalize}, DataLoader)
 end

@@ -686,6 +686,7 @@ static int f_l1_loss(lua_State *L) {
                     : r == ZORCH_REDUCE_SUM ? zorch_sum(a, 0, NULL, false) : zorch_mean(a, 0, NULL, false);
   zorch_tensor_free(d);
   zorch_tensor_free(a);
+  if (!o) err_prefix("l1_loss");
   PUSH(o);
 }
 /* targets are 1-based class indices; ignore_index is too (default -100) */

@@ -263,6 +263,8 @@ static int t_gc(lua_State *L) {
 }
 
 static int t_tostring(lua_State *L) {
+  lz_box *b = to_box(L, 1);
+  if (b && !b->t) return lua_pushliteral(L, "tensor(closed)"), 1; /* printing one is not an error */
   char *s = zorch_tensor_format(lz_check(L, 1));
   if (!s) return lz_fail(L);
   lua_pushstring(L, s);

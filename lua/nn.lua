@@ -254,41 +254,52 @@ function Module:state_dict()
 end
 
 -- Copies tensors into the parameters; every missing or unexpected name, and
--- every shape mismatch, is an error unless strict is false.
+-- every shape mismatch, is an error unless strict is false. Everything is
+-- checked before anything is written (or gathered, under ZeRO stage 3).
 function Module:load_state_dict(sd, strict)
-  if type(sd) ~= "table" then error("load_state_dict: expected a table of tensors", 2) end
+  if type(sd) ~= "table" then error("load_state_dict: expected a table of tensors, got " .. type(sd), 2) end
   if strict == nil then strict = true end
-  local engine = rawget(self, "_engine")
-  if engine then engine:gather() end
-  local seen, missing = {}, {}
+  local seen, missing, todo = {}, {}, {}
   for _, p in ipairs(each_param(self, "", {}, nil, nil, "both")) do
     local name, param = p[1], p[2]
     local t = sd[name]
     if t == nil then
       missing[#missing + 1] = name
+    elseif not zorch.is_tensor(t) then
+      error(("load_state_dict: '%s' is a %s in the state dict, not a tensor"):format(name, type(t)), 2)
     else
       seen[name] = true
       local a, b = table.concat(param.shape, ", "), table.concat(t.shape, ", ")
       if a ~= b then
         error(("load_state_dict: '%s' has shape (%s) in the model but (%s) in the state dict"):format(name, a, b), 2)
       end
-      zorch.no_grad(function() param:copy_(t) end)
-      zorch._deferred_done(param) -- (a deferred parameter keeps the loaded values)
+      todo[#todo + 1] = name
     end
   end
   if strict then
     local unexpected = {}
-    for k in pairs(sd) do if not seen[k] then unexpected[#unexpected + 1] = k end end
+    for k in pairs(sd) do if not seen[k] then unexpected[#unexpected + 1] = tostring(k) end end
     table.sort(unexpected)
     if #missing > 0 or #unexpected > 0 then
       error(("load_state_dict: missing keys {%s}, unexpected keys {%s}"):format(
         table.concat(missing, ", "), table.concat(unexpected, ", ")), 2)
     end
   end
+  local engine = rawget(self, "_engine")
+  if engine then engine:gather() end
+  local params = {}
+  for _, p in ipairs(each_param(self, "", {}, nil, nil, "both")) do params[p[1]] = p[2] end
+  local ok, err = pcall(zorch.no_grad, function()
+    for _, name in ipairs(todo) do
+      params[name]:copy_(sd[name])
+      zorch._deferred_done(params[name]) -- (a deferred parameter keeps the loaded values)
+    end
+  end)
   if engine then
-    engine:sync_shard()
+    if ok then engine:sync_shard() end
     engine:release()
   end
+  if not ok then error(err, 0) end
   return self
 end
 
@@ -511,7 +522,9 @@ function nn.Sequential:forward(x)
     local m = rawget(self, tostring(i - 1))
     local ok, res = pcall(m, x)
     if not ok then
-      error(("%s\n  in module %d (%s) of nn.Sequential"):format(tostring(res), i, getmetatable(m).__name), 0)
+      -- an error object that is not a string goes up as it is
+      if type(res) ~= "string" then error(res, 0) end
+      error(("%s\n  in module %d (%s) of nn.Sequential"):format(res, i, getmetatable(m).__name), 0)
     end
     x = res
   end

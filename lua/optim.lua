@@ -284,8 +284,15 @@ end
 function Optimizer:load_state_dict(sd)
   if type(sd) ~= "table" or type(sd.state) ~= "table" then error("load_state_dict: expected {state=, param_groups=}", 2) end
   for i, s in pairs(sd.state) do
-    local p = self.params[i]
-    if not p then error(("load_state_dict: state for parameter %d, but the optimizer has %d"):format(i, #self.params), 2) end
+    local p = math.type(i) == "integer" and self.params[i]
+    if not p then
+      error(("load_state_dict: state for parameter %s, but the optimizer has %d"):format(tostring(i), #self.params), 2)
+    end
+    if type(s) ~= "table" then error(("load_state_dict: the state of parameter %d is a %s, not a table"):format(i, type(s)), 2) end
+    local step = s.step
+    if step ~= nil and not (math.tointeger(step) and step >= 0) then
+      error(("load_state_dict: state 'step' of parameter %d must be an integer >= 0, got %s"):format(i, tostring(step)), 2)
+    end
     for k, v in pairs(s) do
       if zorch.is_tensor(v) and table.concat(v.shape, ",") ~= table.concat(p.shape, ",") then
         error(("load_state_dict: state '%s' of parameter %d has the wrong shape"):format(k, i), 2)
@@ -296,6 +303,7 @@ function Optimizer:load_state_dict(sd)
   for i, s in pairs(sd.state) do
     local c = {}
     for k, v in pairs(s) do c[k] = zorch.is_tensor(v) and v:clone() or v end
+    if c.step then c.step = math.tointeger(c.step) end
     self.state[i] = c
   end
 end
@@ -539,13 +547,22 @@ function Sched:state_dict()
   return {last_step = self.last_step, base_lr = self.base_lr, base_lrs = b}
 end
 function Sched:load_state_dict(s)
-  self.last_step, self.base_lr = s.last_step, s.base_lr
-  if type(s.base_lrs) == "table" then
-    self.base_lrs = {}
-    for i, x in ipairs(s.base_lrs) do self.base_lrs[i] = x end
-  else
-    self.base_lrs = {s.base_lr}
+  local function bad(what, v)
+    error(("lr_scheduler:load_state_dict: %s must be %s, got %s"):format(what, v, tostring(what == "state" and s or s[what])), 3)
   end
+  if type(s) ~= "table" then bad("state", "a table") end
+  if math.type(s.last_step) ~= "integer" or s.last_step < 0 then bad("last_step", "an integer >= 0") end
+  if type(s.base_lr) ~= "number" or s.base_lr ~= s.base_lr then bad("base_lr", "a number") end
+  local lrs = {s.base_lr}
+  if s.base_lrs ~= nil then
+    if type(s.base_lrs) ~= "table" then bad("base_lrs", "a list of numbers") end
+    lrs = {}
+    for i, x in ipairs(s.base_lrs) do
+      if type(x) ~= "number" or x ~= x then bad("base_lrs", "a list of numbers") end
+      lrs[i] = x
+    end
+  end
+  self.last_step, self.base_lr, self.base_lrs = s.last_step, s.base_lr, lrs
   self:set(self.last_step)
 end
 

@@ -51,17 +51,30 @@ Progress.__index = Progress
 Progress.__name = "zorch.progress"
 
 function zorch.progress(total, opts)
-  if total ~= nil and (type(total) ~= "number" or total < 0) then
-    error("progress: total must be a number >= 0 or nil, got " .. tostring(total), 2)
+  if total ~= nil and not (math.tointeger(total) and total >= 0) then
+    error("progress: total must be an integer >= 0 or nil, got " .. tostring(total), 2)
   end
+  total = total and math.tointeger(total)
   if opts ~= nil and type(opts) ~= "table" then error("progress: opts must be a table", 2) end
   opts = opts or {}
+  local function bad(k, what) error(("progress: %s must be %s, got %s"):format(k, what, tostring(opts[k])), 4) end
+  local function check(k, ok, what) if opts[k] ~= nil and not ok(opts[k]) then bad(k, what) end end
+  check("every", function(v) return math.tointeger(v) and v >= 1 end, "an integer >= 1")
+  check("interval", function(v) return type(v) == "number" and v >= 0 end, "a number >= 0")
+  check("rank", function(v) return math.tointeger(v) ~= nil end, "an integer")
+  check("tty", function(v) return type(v) == "boolean" end, "a boolean")
+  check("label", function(v) return type(v) == "string" end, "a string")
+  check("unit", function(v) return type(v) == "string" end, "a string")
+  check("out", function(v)
+    local ok, w = pcall(function() return v.write end)
+    return ok and type(w) == "function"
+  end, "a file or an object with a write method")
   local rank = opts.rank or zorch._env_rank()
   local out = opts.out or (io and io.stderr)
   local tty = opts.tty
   if tty == nil then tty = zorch._is_terminal(out) end
   local self = setmetatable({total = total, n = 0, out = out, tty = tty, t0 = zorch.clock(), last_draw = -math.huge,
-                             every = opts.every or (total and math.max(1, total // 10)) or 100,
+                             every = math.tointeger(opts.every) or (total and math.max(1, total // 10)) or 100,
                              interval = opts.interval or 0.1, label = opts.label and (opts.label .. " ") or "",
                              unit = opts.unit or "it", silent = rank ~= 0 or not out, open = false, printed = 0,
                              closed = false}, Progress)
@@ -116,7 +129,8 @@ function Progress:draw(final)
 end
 
 function Progress:update(k, info)
-  self.n = self.n + (k or 1)
+  if k ~= nil and not math.tointeger(k) then error("progress:update: k must be an integer, got " .. tostring(k), 2) end
+  self.n = self.n + (k and math.tointeger(k) or 1)
   if info ~= nil then self.info = info end
   if self.silent or self.closed then return self end
   local done = self.total ~= nil and self.n >= self.total

@@ -38,6 +38,7 @@ do
 end
 local okc, errc = pcall(function() return closed + closed end)
 ok(not okc and tostring(errc):find("closed tensor"), "arithmetic on a closed tensor says so: " .. tostring(errc))
+ok(tostring(closed) == "tensor(closed)", "a closed tensor prints as tensor(closed)")
 okc, errc = pcall(function() return 2 * closed end)
 ok(not okc and tostring(errc):find("operand 2 is a closed tensor"), "and names the operand: " .. tostring(errc))
 

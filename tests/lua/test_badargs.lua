@@ -361,4 +361,62 @@ for k = 1, 300 do
 end
 tap.ok(rejected + survived == 300, ("300 mutated files: %d rejected with an error, %d still valid, no crash"):format(rejected, survived))
 os.remove(good)
+-- Module-level functions: a bad value is an error that names the function,
+-- not an error from inside the module's Lua code.
+do
+  local nn, optim, data = zorch.nn, zorch.optim, require "zorch.data"
+  zorch.set_grad_enabled(true) -- (the bad calls above may have left it off)
+  local function named(label, fn, ...)
+    local ok, err = pcall(fn)
+    local msg = tostring(err)
+    local good = not ok and not msg:find("%.lua:%d+: attempt") and not msg:find("bad argument #%d+ to '")
+    for _, want in ipairs{...} do good = good and msg:find(want, 1, true) ~= nil end
+    tap.ok(good, label .. (good and "" or (": got " .. msg)))
+  end
+  local m = nn.Linear(2, 2)
+  local before = m.weight:clone()
+  named("load_state_dict with a string for a tensor", function() m:load_state_dict({weight = "x"}, false) end,
+        "load_state_dict: 'weight' is a string in the state dict, not a tensor")
+  named("load_state_dict with a wrong shape", function() m:load_state_dict({weight = zorch.ones(3, 2), bias = zorch.ones(2)}) end,
+        "'weight' has shape (2, 2) in the model but (3, 2)")
+  named("load_state_dict checks every name before writing", function()
+    m:load_state_dict({weight = zorch.ones(2, 2), bias = zorch.ones(3)}) end, "'bias' has shape (2)")
+  tap.close(m.weight, before, 0, "a refused load_state_dict wrote no parameter")
+  local o = optim.Adam(m:parameters(), {lr = 0.1})
+  local s = optim.lr_scheduler.StepLR(o, 1)
+  named("a scheduler state without last_step", function() s:load_state_dict({last_epoch = "x"}) end,
+        "lr_scheduler:load_state_dict: last_step must be an integer >= 0, got nil")
+  named("a scheduler state with base_lrs of strings", function()
+    s:load_state_dict({last_step = 1, base_lr = 0.1, base_lrs = {"a"}}) end, "base_lrs must be a list of numbers")
+  m(zorch.ones(1, 2)):sum():backward()
+  o:step()
+  local sd = o:state_dict()
+  sd.state[1].step = "x"
+  named("an optimizer state with a string step", function() o:load_state_dict(sd) end,
+        "state 'step' of parameter 1 must be an integer >= 0, got x")
+  sd.state[1].step = 1.0
+  o:load_state_dict(sd)
+  o:step()
+  tap.ok(math.type(o.state[1].step) == "integer" and o.state[1].step == 2, "a float step of integer value loads as an integer")
+  local ds = data.TensorDataset(zorch.zeros(4, 2))
+  named("DataLoader with a NaN seed", function() data.DataLoader(ds, {seed = 0 / 0, shuffle = true}) end,
+        "DataLoader: seed must be an integer")
+  named("DataLoader with a number for shuffle", function() data.DataLoader(ds, {shuffle = 1}) end,
+        "DataLoader: shuffle must be a boolean, got 1")
+  local cyc = {}
+  cyc.self = cyc
+  local cds = setmetatable({get = function() return cyc end}, {__len = function() return 2 end})
+  named("DataLoader over a cyclic sample", function() for _ in data.DataLoader(cds, {batch_size = 2}):iter() do end end,
+        "nests tables deeper than 32 levels")
+  named("progress with a NaN total", function() zorch.progress(0 / 0) end, "progress: total must be an integer >= 0")
+  named("progress with a number for out", function() zorch.progress(10, {out = 5}) end,
+        "progress: out must be a file or an object with a write method, got 5")
+  named("progress with every 0", function() zorch.progress(10, {every = 0}) end, "progress: every must be an integer >= 1")
+  named("l1_loss of shapes that do not broadcast", function() zorch.l1_loss(zorch.zeros(2, 2), zorch.zeros(3)) end,
+        "l1_loss: ", "(2, 2) and (3,)")
+  local E = nn.Module:extend "E"
+  function E:forward() error({code = 7}) end
+  local ok, err = pcall(function() return nn.Sequential(E())(zorch.ones(1)) end)
+  tap.ok(not ok and type(err) == "table" and err.code == 7, "nn.Sequential passes a table error object up unchanged")
+end
 tap.done()

@@ -116,7 +116,7 @@ local C = {
   tab_nested = "Tab after zorch.nn.Lin completes zorch.nn.Linear",
   tab_method = "Tab after x:resh completes a tensor method (reshape)",
   tab_odd = "completion survives __index functions that raise and odd input",
-  close = "a closed <close> tensor printed: an error, and the REPL goes on",
+  close = "a closed <close> tensor printed: tensor(closed), and the REPL goes on",
   tostring = "a raising __tostring: an error, and the REPL goes on",
   int_pcall = "Ctrl-C interrupts while true do pcall(function() end) end",
   int_coroutine = "Ctrl-C interrupts a pcall loop inside a coroutine",
@@ -150,7 +150,7 @@ s.line("bad.f\t\t\21bad:\t\t\21bad.f.g\t\21(((\t\21print(6*7)")
 s.expect("\n42\n", C.tab_odd)
 s.line("do local c <close> = zorch.ones(2); y = c end")
 s.line("y")
-s.expect("tensor was closed", C.close)
+s.expect("tensor(closed)", C.close)
 s.line("print('alive after close')")
 s.expect("\nalive after close\n", C.close)
 s.line("setmetatable({}, {__tostring = function() error('bad tostring') end})")
