@@ -196,12 +196,13 @@ ZORCH_API zorch_tensor *zorch_contiguous(zorch_tensor *t); /* t itself (retained
 ZORCH_API zorch_tensor *zorch_clone(zorch_tensor *t);
 ZORCH_API zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt); /* differentiable for floats */
 ZORCH_API zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
-/* Copies src into dst (broadcast, dtype converted); not recorded by autograd.
-   In grad mode a src that requires grad is refused (ZORCH_ERR_STATE: its
-   gradient would be lost; pass zorch_detach(src) for the values). A tensor a
-   recorded op made, written in place in grad mode by these or any in-place
-   op, refuses a backward through the ops that read it after the write
-   (docs/api.md, "In-place writes"); leaves and no_grad writes are data. */
+/* Copies src into dst (broadcast, dtype converted). In grad mode the write is
+   recorded on dst when dst has a history or src requires grad (dst's
+   grad_fn becomes CopyBackwards; FillBackward for the fills). A leaf that
+   requires grad takes constants and values without grad as data and stays
+   a leaf; a src that requires grad is refused there (ZORCH_ERR_STATE).
+   Reading, through another handle, values written since a recorded op made
+   them refuses the backward (docs/api.md, "In-place writes"). */
 ZORCH_API zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
 ZORCH_API zorch_status zorch_fill_(zorch_tensor *dst, double value);
 ZORCH_API zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value);

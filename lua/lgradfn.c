@@ -180,6 +180,12 @@ static int l_set_rng_state(lua_State *L) {
   return 0;
 }
 
+/* zorch._version(t) -> the count of in-place writes to t's storage */
+static int l_version(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)lz_check(L, 1)->st->version);
+  return 1;
+}
+
 /* zorch.host_memory() -> {in_use, peak}: bytes of host tensor storage */
 static int l_host_memory(lua_State *L) {
   size_t in_use, peak;
@@ -199,6 +205,7 @@ static int l_reset_peak(lua_State *L) {
 static const luaL_Reg gradfn_fns[] = {{"_grad_fn", l_grad_fn},
                                       {"_rng_state", l_rng_state},
                                       {"_set_rng_state", l_set_rng_state},
+                                      {"_version", l_version},
                                       {"host_memory", l_host_memory},
                                       {"reset_peak_host_memory", l_reset_peak},
                                       {NULL, NULL}};

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ops/ops.h"
 #include "../vm/core/error.h"
 #include "lz.h"
 
@@ -353,17 +354,11 @@ static int t_newindex(lua_State *L) {
     lua_Integer i = luaL_checkinteger(L, 2);
     if (i == 0) return luaL_error(L, "index: indices are 1-based (0 is not an index)");
     zorch_tensor *src = lua_type(L, 3) == LUA_TNUMBER ? NULL : lz_check(L, 3);
-    if (src && zorch_requires_grad(src) && zorch_is_grad_enabled())
-      return luaL_error(L, "index assignment: the value requires grad, and zorch records no in-place write, "
-                        "so its gradient would be lost: assign v:detach() (or under zorch.no_grad) for the "
-                        "values only, or build the tensor with zorch.cat, zorch.stack or zorch.where");
-    zorch_tensor *s = zorch_select(t, 0, i > 0 ? i - 1 : i);
-    if (!s) return lz_fail(L);
-    zorch_status st = src                   ? zorch_copy_(s, src)
-                      : lua_isinteger(L, 3) ? zorch_fill_i64_(s, lua_tointeger(L, 3))
-                                            : zorch_fill_(s, lua_tonumber(L, 3));
-    zorch_tensor_free(s);
-    return st ? lz_fail(L) : 0;
+    bool integer = !src && lua_isinteger(L, 3);
+    if (op_assign_index(t, i > 0 ? i - 1 : i, src, integer, integer ? lua_tointeger(L, 3) : 0,
+                        src || integer ? 0 : lua_tonumber(L, 3)))
+      return lz_fail(L);
+    return 0;
   }
   const char *k = luaL_checkstring(L, 2);
   if (strcmp(k, "grad") == 0) {

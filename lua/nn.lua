@@ -1075,7 +1075,19 @@ local function checkpoint_with(opts, fn, ...)
       if devices[i] ~= "cpu" then args[i] = args[i]:detach():to("cpu") end
     end
   end
+  -- an input written in place before the backward would be recomputed from
+  -- its new values: refused, as autograd refuses a saved tensor written since
+  local versions = {}
+  for _, i in ipairs(where) do versions[i] = zorch._version(args[i]) end
   local function backward(g)
+    for _, i in ipairs(where) do
+      local v = zorch._version(args[i])
+      if v ~= versions[i] then
+        error(("checkpoint: argument %d of shape (%s) was modified by an inplace operation after the forward " ..
+               "(version %d; expected version %d): the recompute would use the new values"):format(
+               i, table.concat(args[i].shape, ", "), v, versions[i]), 0)
+      end
+    end
     local again = {}
     for i = 1, args.n do again[i] = args[i] end
     local leaves = {}

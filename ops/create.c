@@ -81,7 +81,7 @@ zorch_tensor *zorch_arange_i64(int64_t start, int64_t end, int64_t step, zorch_d
 
 zorch_tensor *zorch_full_i64(int ndim, const int64_t *shape, int64_t value, zorch_dtype dt, zorch_device dev) {
   zorch_tensor *t = zorch_empty(ndim, shape, dt, dev);
-  if (t && zorch_fill_i64_(t, value)) {
+  if (t && op_fill_i64_(t, value)) {
     zorch_tensor_free(t);
     return NULL;
   }
@@ -224,15 +224,102 @@ static bool copy_overlaps(const zorch_tensor *dst, const zorch_tensor *src) {
   return dlo < dhi && slo < shi && dlo < shi && slo < dhi;
 }
 
-zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
+/* ---- in-place writes that autograd sees ---------------------------------------------------- */
+typedef struct {
+  bool part;     /* only index `index` of dim 0 was written */
+  int64_t index;
+} write_args;
+
+/* The old values get the gradient outside the written part (zeros where all
+   was written, as PyTorch gives), src the gradient of the written part (the
+   engine sums it over what src was broadcast along). */
+static zorch_status write_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const write_args *a = AG_ARGS(n, write_args);
+  if (ag_wants(n, 0) && !a->part) {
+    if (!(gin[0] = op_zeros(g, g->ndim, g->shape, g->dtype))) return zorch_last_status();
+  } else if (ag_wants(n, 0)) {
+    zorch_tensor *c = zorch_clone(g), *r = c ? zorch_select(c, 0, a->index) : NULL;
+    zorch_status st = r ? op_fill_(r, 0) : zorch_last_status();
+    zorch_tensor_free(r);
+    if (st) {
+      zorch_tensor_free(c);
+      return st;
+    }
+    gin[0] = c;
+  }
+  if (n->nin > 1 && ag_wants(n, 1) && !(gin[1] = a->part ? zorch_select(g, 0, a->index) : zorch_tensor_retain(g)))
+    return zorch_last_status();
+  return ZORCH_OK;
+}
+
+/* In grad mode, the node of t's values after a write of src (NULL: a
+   constant) into t (all of it, or index `index` of dim 0 when part), made
+   before the write so that a failure writes nothing. *node stays NULL where
+   the write is data only: grad mode off, nothing that requires grad, or t a
+   leaf that requires grad given a constant or a value without grad (as the
+   optimizers write parameters; PyTorch refuses this outside no_grad). */
+static zorch_status write_begin(const char *op, zorch_tensor *t, zorch_tensor *src, bool part, int64_t index,
+                                ag_node **node) {
   char a[ERR_SHAPE_BUF];
+  *node = NULL;
+  bool src_grad = src && src->requires_grad;
+  if (!zorch_is_grad_enabled() || !(t->grad_fn || src_grad)) return ZORCH_OK;
+  if (t->requires_grad && !t->grad_fn) {
+    if (!src_grad) return ZORCH_OK;
+    return err_set(ZORCH_ERR_STATE, "%s: a leaf tensor of shape %s that requires grad cannot take a value that "
+                   "requires grad in place (it would stop being a leaf): write under no_grad, or the value's "
+                   "detach(), for the values only", op, SHAPE(t, a));
+  }
+  write_args args = {part, index};
+  *node = ag_write_node(t, src_grad ? src : NULL, part ? "CopySlices" : src ? "CopyBackwards" : "FillBackward",
+                        write_bwd, &args, sizeof args);
+  return *node ? ZORCH_OK : zorch_last_status();
+}
+
+/* Gives t the write's node once the write st is done, or drops it. */
+static zorch_status write_end(zorch_tensor *t, ag_node *node, zorch_status st) {
+  if (node && !st) ag_write_install(t, node);
+  else if (node) ag_node_release(node);
+  return st;
+}
+
+zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
   if (check_arg("copy_", "dst", dst) || check_arg("copy_", "src", src)) return zorch_last_status();
-  if (src->requires_grad && zorch_is_grad_enabled())
-    return err_set(ZORCH_ERR_STATE, "copy_: the source of shape %s requires grad, and zorch records no "
-                   "in-place write, so its gradient would be lost: copy src:detach() (or under no_grad) for "
-                   "the values only, or build the result with zorch.cat, zorch.stack or zorch.where",
-                   SHAPE(src, a));
-  return op_copy_(dst, src);
+  ag_node *node;
+  if (write_begin("copy_", dst, src, false, 0, &node)) return zorch_last_status();
+  return write_end(dst, node, op_copy_(dst, src));
+}
+
+zorch_status zorch_fill_(zorch_tensor *dst, double value) {
+  if (check_arg("fill_", "dst", dst)) return zorch_last_status();
+  ag_node *node;
+  if (write_begin("fill_", dst, NULL, false, 0, &node)) return zorch_last_status();
+  return write_end(dst, node, op_fill_(dst, value));
+}
+
+zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value) {
+  if (check_arg("fill_", "dst", dst)) return zorch_last_status();
+  ag_node *node;
+  if (write_begin("fill_", dst, NULL, false, 0, &node)) return zorch_last_status();
+  return write_end(dst, node, op_fill_i64_(dst, value));
+}
+
+zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, bool integer, int64_t ivalue,
+                             double value) {
+  const char *op = "index assignment";
+  if (check_arg(op, "tensor", t) || (src && check_arg(op, "value", src))) return zorch_last_status();
+  bool prev = zorch_set_grad_enabled(false); /* the part written is a plain view */
+  zorch_tensor *part = zorch_select(t, 0, index);
+  zorch_set_grad_enabled(prev);
+  if (!part) return zorch_last_status();
+  ag_node *node;
+  zorch_status st = write_begin(op, t, src, true, index < 0 ? index + t->shape[0] : index, &node);
+  if (!st) {
+    st = src ? op_copy_(part, src) : integer ? op_fill_i64_(part, ivalue) : op_fill_(part, value);
+    st = write_end(t, node, st);
+  }
+  zorch_tensor_free(part);
+  return st;
 }
 
 zorch_status op_copy_(zorch_tensor *dst, zorch_tensor *src) {
@@ -270,17 +357,17 @@ zorch_status op_copy_(zorch_tensor *dst, zorch_tensor *src) {
   return st;
 }
 
-zorch_status zorch_fill_(zorch_tensor *dst, double value) {
+zorch_status op_fill_(zorch_tensor *dst, double value) {
   if (check_arg("fill_", "dst", dst) || tensor_mark_written("fill_", dst)) return zorch_last_status();
   return backend_of(dst)->fill(dst, value);
 }
 
 /* The kernels' fill takes a double, exact up to 2^53: an int64 destination
    with a value beyond that is filled by copying from an int64 scalar. */
-zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value) {
+zorch_status op_fill_i64_(zorch_tensor *dst, int64_t value) {
   if (check_arg("fill_", "dst", dst)) return zorch_last_status();
   const int64_t exact = (int64_t)1 << 53;
-  if (dst->dtype != ZORCH_I64 || (value >= -exact && value <= exact)) return zorch_fill_(dst, (double)value);
+  if (dst->dtype != ZORCH_I64 || (value >= -exact && value <= exact)) return op_fill_(dst, (double)value);
   zorch_tensor *v = tensor_new(0, NULL, ZORCH_I64, cpu_dev);
   if (!v) return zorch_last_status();
   *(int64_t *)tensor_ptr(v) = value;

@@ -15,9 +15,17 @@ zorch_tensor *op_recast(zorch_tensor *out, zorch_dtype dt);
 /* dst += src in place (src broadcast to dst, converted to its dtype; 16-bit
    floats add in float32 and round once); no autograd. */
 zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src);
-/* zorch_copy_ without its refusal of a source that requires grad: the copies
-   of zorch's own buffers (parameters into the ZeRO engine's flat buffers). */
+/* zorch_copy_ without autograd: a data write (zorch's own buffers, such as
+   parameters copied into the ZeRO engine's flat buffers). */
 zorch_status op_copy_(zorch_tensor *dst, zorch_tensor *src);
+/* zorch_fill_ and zorch_fill_i64_ without autograd: data writes. */
+zorch_status op_fill_(zorch_tensor *dst, double value);
+zorch_status op_fill_i64_(zorch_tensor *dst, int64_t value);
+/* t[index] = src, or the constant (ivalue when integer, else value) when src
+   is NULL: a write into index `index` (0-based, negative from the end) of
+   dim 0 that autograd sees, as zorch_copy_ and zorch_fill_ do for the whole. */
+zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, bool integer, int64_t ivalue,
+                             double value);
 /* The elementwise binary kernel k with broadcasting and promotion; no autograd. */
 zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1);
 /* Contiguous t (t itself, retained, when it is); no autograd. */

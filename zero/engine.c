@@ -513,7 +513,7 @@ static zorch_status pfile_add(zero_engine *e, int b, int64_t start, zorch_tensor
   if (!st && e->gwritten[b]) st = gw_wait(e, 0); /* (what the window wrote before, on the disk first) */
   if (st) return st;
   zorch_tensor *tmp = range(e->gtmp, slot * e->gtmp_half, n);
-  st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
+  st = tmp ? op_fill_(tmp, 0) : zorch_last_status();
   if (!st && e->gwritten[b]) st = pfile_io(e, false, tensor_ptr(tmp), start, n, 1);
   zorch_tensor *hp = NULL; /* staged: the device's part on the host first (gtmp's third slot) */
   if (!st && e->pstaged) {
@@ -546,7 +546,7 @@ static zorch_status pfile_fill_unwritten(zero_engine *e) {
     int64_t lo = b->lo > mlo ? b->lo : mlo, hi = b->hi < mhi ? b->hi : mhi;
     if (e->gwritten[k] || hi <= lo) continue;
     zorch_tensor *tmp = range(e->gtmp, 0, hi - lo);
-    zorch_status st = tmp ? zorch_fill_(tmp, 0) : zorch_last_status();
+    zorch_status st = tmp ? op_fill_(tmp, 0) : zorch_last_status();
     if (!st) st = pfile_io(e, true, tensor_ptr(tmp), lo - mlo, hi - lo, 1);
     if (!st) pfile_note_sums(e, (const float *)tensor_ptr(tmp), lo - mlo, hi - lo);
     zorch_tensor_free(tmp);
@@ -1492,17 +1492,17 @@ zorch_status zero_engine_after_update(zero_engine *e) {
 
 zorch_status zero_engine_zero_grad(zero_engine *e) {
   zorch_status st = ZORCH_OK;
-  if (e->gflat) st = zorch_fill_(e->gflat, 0);
+  if (e->gflat) st = op_fill_(e->gflat, 0);
   if (e->pfd >= 0) { /* the file's: stale, unread (a write behind still going lands first) */
     st = gw_wait(e, 0);
     memset(e->gwritten, 0, sizeof *e->gwritten * (size_t)e->nbuckets);
     memset(e->bvalid, 0, (size_t)e->nblk);
     e->gcoef = 1;
   }
-  else if (!st && e->gshard && e->o.stage >= 2) st = zorch_fill_(e->gshard, 0);
+  else if (!st && e->gshard && e->o.stage >= 2) st = op_fill_(e->gshard, 0);
   if (!st && e->host_grad) { /* (a side copy still in flight lands first) */
     if (e->dev.type != ZORCH_CPU) st = cuda_copy_wait(e->dev.index);
-    if (!st) st = zorch_fill_(e->host_grad, 0);
+    if (!st) st = op_fill_(e->host_grad, 0);
     e->nhost_coef = 0;
   }
   for (int i = 0; i < e->n && !st; i++) st = zorch_set_grad(e->params[i], NULL);
@@ -1759,7 +1759,7 @@ zorch_status zero_engine_set_host_grad(zero_engine *e, zorch_tensor *host) {
   zorch_tensor_free(e->host_grad);
   e->host_grad = zorch_tensor_retain(host);
   e->nhost_coef = 0;
-  return zorch_fill_(host, 0);
+  return op_fill_(host, 0);
 }
 
 /* A reduced part [start, start + n) of gshard to the host copy: on a GPU on

@@ -193,5 +193,25 @@ if tap.has_mpi(bin) then
   end
 end
 
+-- an argument written in place between forward and backward: the recompute
+-- would read the new values, so the backward refuses (as for a saved tensor)
+do
+  local x = zorch.tensor({1, 2}, {dtype = "float64", requires_grad = true})
+  local z = zorch.checkpoint(function(a) return a * a end, x):sum()
+  x[1] = 10
+  local ok, err = pcall(function() z:backward() end)
+  tap.ok(not ok and tostring(err):find("checkpoint: argument 1 of shape (2) was modified by an inplace operation", 1, true),
+         "checkpoint refuses an argument written since the forward: " .. tostring(err))
+  tap.ok(x.grad == nil, "and writes no gradient")
+  local buf = zorch.tensor({3, 4}, {dtype = "float64"})
+  local w = zorch.tensor({1, 1}, {dtype = "float64", requires_grad = true})
+  local y = zorch.checkpoint(function(a, b) return a * b * b end, w, buf):sum()
+  local y2 = zorch.checkpoint(function(a, b) return a * b end, w, buf:clone()):sum()
+  buf:copy_(zorch.tensor({10, 10}, {dtype = "float64"}))
+  tap.ok(not pcall(function() y:backward() end), "a reused input buffer written by copy_ is refused too")
+  y2:backward()
+  tap.ok(equal(w.grad, zorch.tensor({3, 4}, {dtype = "float64"})), "a clone passed instead keeps the gradient")
+end
+
 print("1.." .. tap.n)
 os.exit(tap.failed == 0 and 0 or 1)

@@ -163,9 +163,10 @@ static zorch_status check_saved_versions(const ag_node *n) {
   return ZORCH_OK;
 }
 
-/* Fails when what e's node made was written in place, in grad mode, before
-   the reading node read it: no in-place write is recorded, so the history
-   would not describe the values read, and the gradient would be wrong.
+/* Fails when what e's node made was written in place, in grad mode and
+   through another handle than the one whose history records the write,
+   before the reading node read it: the history would not describe the
+   values read, and the gradient would be wrong.
    `reader` is the reading node's name, NULL for the root of the pass. */
 static zorch_status check_read(const char *reader, const ag_node *made, uint32_t read_at, int ndim,
                                const int64_t *shape) {
@@ -173,9 +174,10 @@ static zorch_status check_read(const char *reader, const ag_node *made, uint32_t
   char b[ERR_SHAPE_BUF], who[96] = "backward";
   if (reader) snprintf(who, sizeof who, "[%s]", reader);
   return err_set(ZORCH_ERR_STATE, "backward: a tensor of shape %s that [%s] made was written in place before %s "
-                 "read it: zorch records no in-place write, so its gradient would be wrong; write into a "
-                 "clone() or build the values with zorch.where or zorch.cat (writes under no_grad are not "
-                 "counted)", err_shape_str(ndim, shape, b, sizeof b), made->name, who);
+                 "read it, through another handle to its storage (a view, detach(), an optimizer), which "
+                 "autograd does not follow, so its gradient would be wrong: write through the tensor itself "
+                 "(its copy_, fill_ and index assignment are recorded), or build the values with zorch.where "
+                 "or zorch.cat", err_shape_str(ndim, shape, b, sizeof b), made->name, who);
 }
 
 /* Runs n's backward on the gradient it accumulated (none: its inputs get none
@@ -202,9 +204,9 @@ static zorch_status run_node(ag_node *n, bool retain, node_list *ready) {
       st = deliver_grad(e, gin[j], ready);
   }
   if (gin != small) free(gin);
-  if (!retain) {
+  if (!retain) { /* a node that kept nothing can run again, as in PyTorch */
+    n->released = n->released || n->nsaved > 0 || n->free_args;
     ag_node_free_saved(n);
-    n->released = true;
   }
   return st;
 }

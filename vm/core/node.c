@@ -97,6 +97,30 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
   return out;
 }
 
+ag_node *ag_write_node(zorch_tensor *t, zorch_tensor *src, const char *name, ag_backward_fn fn, const void *args,
+                       size_t nargs) {
+  zorch_tensor *in[2] = {t, src}, *alias = tensor_detached(t);
+  if (!alias) return NULL;
+  if (!(alias = ag_record(alias, name, fn, src ? 2 : 1, in, 0, NULL, args, nargs))) return NULL;
+  ag_node *n = alias->grad_fn;
+  alias->grad_fn = NULL;
+  zorch_tensor_free(alias);
+  if (!n) return err_null(ZORCH_ERR_STATE, "%s: nothing to record", name);
+  if (!n->watch && !(n->watch = storage_watch(t->st, true))) {
+    ag_node_release(n);
+    return NULL;
+  }
+  return n;
+}
+
+void ag_write_install(zorch_tensor *t, ag_node *n) {
+  n->made_at = n->watch->writes;
+  ag_node *old = t->grad_fn;
+  t->grad_fn = n;
+  t->requires_grad = true;
+  ag_node_release(old);
+}
+
 void ag_node_free_saved(ag_node *n) {
   for (int i = 0; i < AG_MAX_SAVED; i++) {
     zorch_tensor_free(n->saved[i]);

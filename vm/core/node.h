@@ -64,6 +64,13 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
                         zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
                         const void *args, size_t nargs);
 #define AG_ARGS(n, type) ((const type *)(n)->args)
+/* An in-place write recorded: ag_write_node makes, before the write, the node
+   of t's values after it (inputs: t's history before it, and src when src is
+   not NULL); ag_write_install then makes it t's history, once the write is
+   done. Readers from before the write keep the old node. */
+ag_node *ag_write_node(zorch_tensor *t, zorch_tensor *src, const char *name, ag_backward_fn fn, const void *args,
+                       size_t nargs);
+void ag_write_install(zorch_tensor *t, ag_node *n);
 /* True when input i of the node needs a gradient. */
 static inline bool ag_wants(const ag_node *n, int i) {
   return n->in[i].node || n->in[i].leaf;
