@@ -899,7 +899,7 @@ function Engine:load_counters(manifest)
   end
   self.inner.lr = manifest.lr
   -- saved between optimizer steps: the next micro-batch opens a window, whatever the accumulation now
-  self.micro = 0
+  self.micro, self.pending = 0, 0
   self.zero:after_update() -- master weights into the parameters, then gather or release
   if self.lr_scheduler and manifest.scheduler_step then
     self.lr_scheduler.last_step = manifest.scheduler_step

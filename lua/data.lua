@@ -194,7 +194,7 @@ end
 
 DataLoader.__tostring = function(l)
   return ("DataLoader(%d samples, batch_size=%d, shuffle=%s, drop_last=%s, %d batches%s%s)"):format(
-    #l.dataset, l.batch_size, tostring(l.shuffle), tostring(l.drop_last), l:num_batches(),
+    dataset_len(l.dataset), l.batch_size, tostring(l.shuffle), tostring(l.drop_last), l:num_batches(),
     l.world_size > 1 and (", rank %d of %d"):format(l.rank, l.world_size) or "",
     l.device and (", device=" .. l.device) or "")
 end

@@ -223,7 +223,7 @@ function zorch.Engine(cfg, overrides)
   local device = c.device == "cuda" and ("cuda:" .. zorch.local_rank()) or c.device
   -- steps: the optimizer steps taken (a skipped step does not count); checkpoint
   -- tags (step<N>) and resuming use it
-  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, steps = 0,
+  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, pending = 0, steps = 0,
                           device = device, group = group, layout = c.layout or nil,
                           param_dir = param_dir, opt_dir = opt_dir, host_param = host_param,
                           first = zorch._group_world():rank() == 0,
@@ -341,6 +341,7 @@ end
 -- params come from (a table with warmup_num_steps, total_num_steps, ...).
 function Engine:prepare(model, loader, opt, sched)
   if type(model) ~= "table" or not model.parameters then error("Engine:prepare: argument 1 must be a module", 2) end
+  if self.model then error("Engine:prepare: this engine already prepared a model (one engine per model)", 2) end
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
   self.auto_lines = #self.autos > 0 and zorch._resolve_autos(self, model, loader, opt, sched) or {}
   self.model, self.loader = model, loader
@@ -486,13 +487,19 @@ function Engine:prepare(model, loader, opt, sched)
   self.user_opt = opt
   self.offload = zorch._offload_optimizer(self) -- offload_optimizer: the moments in a file
   self.io_start = zorch.clock()
-  self.runs = self:group_runs(group_of, params, opt)
+  self.group_base = group_of
+  self.runs = self:group_runs(self:stepped_groups(), params, opt)
   self.norm_runs = self:model_norm_runs(model, params)
   local engine = self
   local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,
                                     __tostring = function() return tostring(opt) end})
   function wrapped.step()
+    if engine.pending == 0 then
+      error("step: no engine:backward(loss) since the last step: call engine:backward(loss), not " ..
+            "loss:backward(), so that the engine scales, accumulates and reduces the gradients", 2)
+    end
     if engine.micro % engine.cfg.gradient_accumulation_steps ~= 0 then return false end
+    engine.pending = 0
     return engine:optimizer_step() ~= false -- (false: an fp16 overflow skipped the update)
   end
   function wrapped.zero_grad()
@@ -529,11 +536,12 @@ function Engine:prepare(model, loader, opt, sched)
   return model, loader, wrapped
 end
 
--- Parameter groups: the group (an index into opt.param_groups, or false) of
--- each of the model's parameters, when the optimizer has more than one group.
+-- Parameter groups: the group (an index into opt.param_groups, or false for
+-- a parameter in none) of each of the model's parameters; nil for an
+-- optimizer without groups. Every parameter of a group must be the model's.
 function Engine:group_indices(model, opt)
   local gs = opt.param_groups
-  if type(gs) ~= "table" or #gs < 2 then return nil end
+  if type(gs) ~= "table" then return nil end
   local gi_of = {}
   for gi, g in ipairs(gs) do for _, p in ipairs(g.params) do gi_of[p] = gi end end
   local of, seen = {}, {}
@@ -547,6 +555,33 @@ function Engine:group_indices(model, opt)
     end
   end
   return of
+end
+
+-- The groups stepped now: a frozen parameter (requires_grad false) in none,
+-- as PyTorch's optimizers skip a parameter without a gradient. nil where
+-- one group takes every parameter (the whole slice).
+function Engine:stepped_groups()
+  local base = self.group_base
+  if not base then return nil end
+  local of, whole = {}, #self.user_opt.param_groups == 1
+  self.trainable = {}
+  for i, p in ipairs(self.params) do
+    self.trainable[i] = p.requires_grad
+    of[i] = p.requires_grad and base[i]
+    whole = whole and of[i] == 1
+  end
+  return not whole and of or nil
+end
+
+-- The runs again when a parameter was frozen or unfrozen since they were made.
+function Engine:update_runs()
+  if not self.group_base then return end
+  for i, p in ipairs(self.params) do
+    if p.requires_grad ~= self.trainable[i] then
+      self.runs = self:group_runs(self:stepped_groups(), self.params, self.user_opt)
+      return
+    end
+  end
 end
 
 -- For an optimizer whose update depends on each tensor's norms (Lamb): one run
@@ -638,8 +673,9 @@ end
 -- loss / accumulation steps, then backward (which reduces buckets at stages 2-3).
 function Engine:backward(loss)
   if not zorch.is_tensor(loss) then error("Engine:backward: expected a loss tensor", 2) end
+  if not self.zero then error("Engine:backward: prepare the model first (engine:prepare(model, loader, opt))", 2) end
   local k = self.cfg.gradient_accumulation_steps
-  self.micro = self.micro + 1
+  self.micro, self.pending = self.micro + 1, self.pending + 1
   if self.zero then self.zero:begin_backward() end
   if self.cfg.steps_per_print then -- the step line's mean loss (added where the loss is, read when printed)
     self.print_loss, self.print_micro = loss:detach() + (self.print_loss or 0), (self.print_micro or 0) + 1
@@ -675,6 +711,7 @@ end
 -- norm's all-reduce carries it to every rank) skips the step: no update, no
 -- scheduler step, the step count stays; the loss scale falls.
 function Engine:optimizer_step()
+  self:update_runs()
   local t0 = self.wall and zorch.clock()
   local grad, sharded = self.zero:reduced_grad()
   local overflow
@@ -866,19 +903,17 @@ end
 -- With a prepared optimizer the engine clips inside its step, from the shards:
 -- this returns the global norm that step measured (nil before the first).
 -- Otherwise: the norm of the parameters' .grad, scaled down to max_norm.
-function Engine:clip_grad_norm(max_norm)
+function Engine:clip_grad_norm(max_norm, params)
   if self.inner then return self.last_norm end
   max_norm = max_norm or self.cfg.gradient_clipping
-  local params = self.model and self.model:parameters() or {}
-  local sq = 0
-  for _, p in ipairs(params) do if p.grad then sq = sq + zorch._sumsq(p.grad) end end
-  local norm = math.sqrt(sq)
-  if max_norm and max_norm > 0 and max_norm / (norm + 1e-6) < 1 then
-    local coef = max_norm / (norm + 1e-6)
-    for _, p in ipairs(params) do if p.grad then p.grad:copy_(p.grad * coef) end end
+  params = params or (self.model and self.model:parameters())
+  if not params then
+    error("Engine:clip_grad_norm: no model prepared: pass the parameters (clip_grad_norm(max, params)), " ..
+          "or use nn.utils.clip_grad_norm_(params, max)", 2)
   end
-  self.last_norm = norm
-  return norm
+  -- (a max of 0 or none, the config's "no clipping": the norm only)
+  self.last_norm = zorch.nn.utils.clip_grad_norm_(params, (max_norm and max_norm > 0) and max_norm or math.huge)
+  return self.last_norm
 end
 
 local SIZES = {float64 = 8, float32 = 4, bfloat16 = 2, float16 = 2}
@@ -933,6 +968,11 @@ end
 
 -- The mean of a number over ranks (for logging a loss every rank computed).
 function Engine:mean(x)
+  if zorch.is_tensor(x) and x:numel() == 1 then x = x:item() end
+  if type(x) ~= "number" then
+    error("Engine:mean: expected a number or a one-element tensor, got " ..
+          (zorch.is_tensor(x) and ("a tensor of shape (" .. table.concat(x.shape, ", ") .. ")") or type(x)), 2)
+  end
   if self.world_size == 1 then return x end
   local t = zorch.tensor({x}, {dtype = "float64"})
   zorch._comm_label("a logged value")
@@ -958,7 +998,7 @@ function Engine:backward_from(t, grad)
   if not zorch.is_tensor(t) or not zorch.is_tensor(grad) then
     error("Engine:backward_from: expected a tensor and its gradient", 2)
   end
-  self.micro = self.micro + 1
+  self.micro, self.pending = self.micro + 1, self.pending + 1
   if self.zero then self.zero:begin_backward() end
   local s = self.scaler.scale
   t:backward(s ~= 1 and grad * s or grad)

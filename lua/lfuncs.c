@@ -423,7 +423,29 @@ UNARY(gelu, zorch_gelu(T(1), lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostrin
 UNARY(clamp, zorch_clamp(T(1), luaL_optnumber(L, 2, -HUGE_VAL), luaL_optnumber(L, 3, HUGE_VAL)))
 UNARY(contiguous, zorch_contiguous(T(1)))
 UNARY(clone, zorch_clone(T(1)))
-UNARY(flatten, zorch_flatten(T(1)))
+/* flatten(x, start_dim = 1, end_dim = -1): dims start..end (1-based, negative
+   from the end) into one */
+static int f_flatten(lua_State *L) {
+  zorch_tensor *t = T(1);
+  if (lua_isnoneornil(L, 2) && lua_isnoneornil(L, 3)) PUSH(zorch_flatten(t));
+  int n = t->ndim > 0 ? t->ndim : 1, d[2];
+  for (int i = 0; i < 2; i++) {
+    int v = lua_isnoneornil(L, 2 + i) ? (i ? -1 : 0) : lz_dim(L, 2 + i); /* 0-based, or negative */
+    d[i] = v < 0 ? v + n : v;
+    if (d[i] < 0 || d[i] >= n)
+      return luaL_error(L, "flatten: %s %d out of range for a %d-d tensor (1..%d or -%d..-1)",
+                        i ? "end_dim" : "start_dim", v < 0 ? v : v + 1, t->ndim, n, n);
+  }
+  if (d[0] > d[1]) return luaL_error(L, "flatten: start_dim %d comes after end_dim %d", d[0] + 1, d[1] + 1);
+  if (t->ndim == 0) PUSH(zorch_flatten(t));
+  int64_t shape[ZORCH_MAX_DIMS];
+  int k = 0;
+  for (int i = 0; i < t->ndim; i++) {
+    if (i > d[0] && i <= d[1]) shape[k - 1] *= t->shape[i];
+    else shape[k++] = t->shape[i];
+  }
+  PUSH(zorch_reshape(t, k, shape));
+}
 
 /* The registry's elementwise ops (ops/pointwise_ops.h). Each unary op without
    parameters is bound as zorch.<name>(x) and x:<name>(); upvalue 1 is its op_info. */

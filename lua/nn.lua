@@ -34,13 +34,15 @@ end
 
 Module.__call = function(self, ...) return self:forward(...) end
 
--- Assigning a module or a tensor that requires grad registers it, in order.
+-- Assigning a module, or a leaf tensor that requires grad (an nn.Parameter),
+-- registers it, in order; a computed tensor (an activation kept in forward)
+-- is a plain field.
 Module.__newindex = function(self, k, v)
   if type(k) == "string" then
     if type(v) == "table" and getmetatable(v) and rawget(v, "_order") then
       self._children[k] = true
       table.insert(self._order, k)
-    elseif zorch.is_tensor(v) and v.requires_grad then
+    elseif zorch.is_tensor(v) and v.requires_grad and v.is_leaf then
       self._params[k] = true
       table.insert(self._order, k)
     end
@@ -394,23 +396,62 @@ end
 function nn.Dropout:forward(x) return zorch.dropout(x, self.p, self.training) end
 
 nn.Embedding = Module:extend "nn.Embedding"
-function nn.Embedding:init(num, dim)
+-- Options a module takes: any other key is an error naming the module.
+local function module_opts(name, opts, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(("%s: options must be a table"):format(name), 4) end
+  for k in pairs(opts) do
+    if not allowed[k] then
+      local names = {}
+      for n in pairs(allowed) do names[#names + 1] = n end
+      table.sort(names)
+      error(("%s: unknown option '%s' (expected %s)"):format(name, tostring(k), table.concat(names, ", ")), 4)
+    end
+  end
+  return opts
+end
+
+-- Embedding(num, dim, {padding_idx}): as PyTorch, the padding row (1-based)
+-- starts at zeros and never gets a gradient.
+function nn.Embedding:init(num, dim, opts)
   check_int("nn.Embedding", "num_embeddings", num)
   check_int("nn.Embedding", "embedding_dim", dim)
-  self.weight = nn.Parameter(zorch.randn(num, dim))
+  opts = module_opts("nn.Embedding", opts, {padding_idx = true})
+  local pad = opts.padding_idx
+  if pad ~= nil then
+    if math.type(pad) ~= "integer" or pad == 0 or pad > num or pad < -num then
+      error(("nn.Embedding: padding_idx must be an integer in 1..%d or -%d..-1, got %s"):format(num, num, tostring(pad)), 3)
+    end
+    if pad < 0 then pad = num + 1 + pad end
+  end
+  self.padding_idx = pad
+  local w = zorch.randn(num, dim)
+  if pad then w[pad] = 0 end
+  self.weight = nn.Parameter(w)
 end
-function nn.Embedding:forward(idx) return zorch.embedding(self.weight, idx) end
+function nn.Embedding:forward(idx)
+  local pad = rawget(self, "padding_idx")
+  local out = zorch.embedding(self.weight, idx)
+  if not pad or not zorch.is_grad_enabled() or not self.weight.requires_grad then return out end
+  -- the padding positions read a detached weight: same values, no gradient to its row
+  local at = idx:eq(zorch.full_like(idx, pad)):unsqueeze(-1)
+  return zorch.where(at, zorch.embedding(self.weight:detach(), idx), out)
+end
 
+-- LayerNorm(shape, {eps = 1e-5, elementwise_affine = true, bias = true})
 nn.LayerNorm = Module:extend "nn.LayerNorm"
 function nn.LayerNorm:init(shape, opts)
   if type(shape) == "number" then shape = {shape} end
+  opts = module_opts("nn.LayerNorm", opts, {eps = true, elementwise_affine = true, bias = true})
   self.normalized_shape = shape
-  self.eps = opts and opts.eps or 1e-5
-  self.weight = nn.Parameter(zorch.ones(shape))
-  self.bias = nn.Parameter(zorch.zeros(shape))
+  self.eps = opts.eps or 1e-5
+  if opts.elementwise_affine ~= false then
+    self.weight = nn.Parameter(zorch.ones(shape))
+    if opts.bias ~= false then self.bias = nn.Parameter(zorch.zeros(shape)) end
+  end
 end
 function nn.LayerNorm:forward(x)
-  return zorch.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+  return zorch.layer_norm(x, self.normalized_shape, rawget(self, "weight"), rawget(self, "bias"), self.eps)
 end
 
 -- ---- BatchNorm1d, BatchNorm2d -----------------------------------------------------------------
@@ -500,6 +541,17 @@ function nn.Sequential:init(...)
   self.n = 0
   for i, m in ipairs({...}) do self:add(m) end
 end
+-- seq[i] (1-based, negative from the end) and #seq, as for nn.ModuleList
+nn.Sequential.__index = function(self, k)
+  if math.type(k) == "integer" then
+    local n = rawget(self, "n") or 0
+    if k < 0 then k = n + 1 + k end
+    if k < 1 or k > n then return nil end
+    return rawget(self, tostring(k - 1))
+  end
+  return nn.Sequential[k]
+end
+nn.Sequential.__len = function(self) return rawget(self, "n") or 0 end
 function nn.Sequential:add(m)
   if type(m) ~= "table" or not rawget(m, "_order") then
     error(("nn.Sequential: module %d is not a module"):format(self.n + 1), 2)
@@ -531,9 +583,18 @@ function nn.Sequential:forward(x)
   return x
 end
 
-local function loss(name, fn)
+local function loss(name, fn, allowed)
   local cls = Module:extend(name)
   function cls:init(opts)
+    if opts ~= nil and type(opts) ~= "table" then error(("%s: options must be a table"):format(name), 3) end
+    for k in pairs(opts or {}) do
+      if k ~= "reduction" and not (allowed and allowed[k]) then
+        local names = {"reduction"}
+        for n in pairs(allowed or {}) do names[#names + 1] = n end
+        table.sort(names)
+        error(("%s: unknown option '%s' (expected %s)"):format(name, tostring(k), table.concat(names, ", ")), 3)
+      end
+    end
     local r = opts and opts.reduction or "mean"
     if r ~= "mean" and r ~= "sum" and r ~= "none" then
       error(("%s: reduction must be 'mean', 'sum' or 'none', got '%s'"):format(name, tostring(r)), 3)
@@ -547,8 +608,59 @@ end
 nn.MSELoss = loss("nn.MSELoss", function(s, a, b) return zorch.mse_loss(a, b, s.reduction) end)
 nn.L1Loss = loss("nn.L1Loss", function(s, a, b) return zorch.l1_loss(a, b, s.reduction) end)
 nn.CrossEntropyLoss = loss("nn.CrossEntropyLoss", function(s, x, t)
-  return zorch.cross_entropy(x, t, {reduction = s.reduction, ignore_index = s.opts.ignore_index})
-end)
+  return zorch.cross_entropy(x, t, {reduction = s.reduction, ignore_index = s.opts.ignore_index,
+                                    weight = s.opts.weight, label_smoothing = s.opts.label_smoothing})
+end, {ignore_index = true, weight = true, label_smoothing = true})
+
+-- cross_entropy(logits, targets, {reduction, ignore_index, weight, label_smoothing}):
+-- the fused kernel, or with class weights (C,) or label smoothing PyTorch's
+-- formula composed from log_softmax: per sample (1 - e) * w[t] * -logp[t]
+-- + e / C * sum_c w[c] * -logp[c], the mean divided by the sum of w[t] over
+-- the samples not ignored.
+local ce_fused = zorch.cross_entropy
+local CE_KEYS = {reduction = true, ignore_index = true, weight = true, label_smoothing = true}
+function zorch.cross_entropy(logits, targets, opts)
+  if opts ~= nil and type(opts) ~= "table" then error("cross_entropy: argument 3 must be a table of options", 2) end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if not CE_KEYS[k] then
+      error(("cross_entropy: unknown option '%s' (expected ignore_index, label_smoothing, reduction, weight)"):format(
+        tostring(k)), 2)
+    end
+  end
+  local w, eps = rawget(opts, "weight"), rawget(opts, "label_smoothing") or 0
+  local fused = {reduction = rawget(opts, "reduction"), ignore_index = rawget(opts, "ignore_index")}
+  if w == nil and eps == 0 then return ce_fused(logits, targets, fused) end
+  if type(eps) ~= "number" or not (eps >= 0 and eps <= 1) then
+    error("cross_entropy: label_smoothing must be a number from 0 to 1, got " .. tostring(eps), 2)
+  end
+  -- the fused kernel checks the shapes, dtypes and targets first
+  local okc, err = pcall(ce_fused, zorch.is_tensor(logits) and logits:detach() or logits, targets,
+                         {reduction = "none", ignore_index = fused.ignore_index})
+  if not okc then error(err, 2) end
+  local unbatched = logits:dim() == 1
+  local lg = unbatched and logits:unsqueeze(1) or logits
+  local tg = unbatched and targets:reshape({1}) or targets
+  local C = lg:size(2)
+  if w ~= nil and (not zorch.is_tensor(w) or w:dim() ~= 1 or w:size(1) ~= C) then
+    error(("cross_entropy: weight must be a tensor of shape (%d), got %s"):format(C,
+      zorch.is_tensor(w) and ("(" .. table.concat(w.shape, ", ") .. ")") or type(w)), 2)
+  end
+  local ignored = tg:eq(zorch.full_like(tg, fused.ignore_index or -100))
+  local valid = (1 - ignored:to(lg:dtype()))                                -- (N,)
+  local safe = zorch.where(ignored, zorch.ones_like(tg), tg)                -- (N,), a class for the ignored
+  local logp = zorch.log_softmax(lg, 2)                                      -- (N, C)
+  local wt = w and w:to(lg:dtype()):index_select(1, safe) * valid or valid -- (N,)
+  local per = -logp:gather(2, safe:unsqueeze(2)):squeeze(2) * wt * (1 - eps)
+  if eps > 0 then
+    local all = w and logp * w:to(lg:dtype()):unsqueeze(1) or logp
+    per = per - all:sum(2) * valid * (eps / C)
+  end
+  local r = fused.reduction or "mean"
+  if r == "none" then return unbatched and per:reshape({}) or per end
+  if r == "sum" then return per:sum() end
+  return per:sum() / wt:sum()
+end
 
 -- ---- Flatten, Softmax, LogSoftmax ----------------------------------------------------------
 
@@ -1115,6 +1227,40 @@ local function checkpoint(fn, ...) return checkpoint_with({}, fn, ...) end
 zorch.checkpoint = checkpoint
 nn.checkpoint = checkpoint
 zorch._checkpoint = checkpoint_with -- engine:checkpoint
+
+-- nn.utils.clip_grad_norm_(params, max_norm, norm_type = 2): scales the
+-- parameters' .grad so that their global norm is at most max_norm (PyTorch's
+-- factor max_norm / (norm + 1e-6), applied only below 1, so 0 zeroes them); returns the norm
+-- before clipping. norm_type 2 (summed in double) or math.huge (the largest |g|).
+nn.utils = nn.utils or {}
+function nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+  local fn = "nn.utils.clip_grad_norm_"
+  if zorch.is_tensor(params) then params = {params} end
+  if type(params) ~= "table" then error(("%s: argument 1 must be a tensor or a list of tensors, got %s"):format(fn, type(params)), 2) end
+  if type(max_norm) ~= "number" or not (max_norm >= 0) then
+    error(("%s: max_norm must be a number >= 0, got %s"):format(fn, tostring(max_norm)), 2)
+  end
+  norm_type = norm_type or 2
+  if norm_type ~= 2 and norm_type ~= math.huge then
+    error(("%s: norm_type must be 2 or math.huge, got %s"):format(fn, tostring(norm_type)), 2)
+  end
+  local grads = {}
+  for i, p in ipairs(params) do
+    if not zorch.is_tensor(p) then error(("%s: parameter %d is a %s, not a tensor"):format(fn, i, type(p)), 2) end
+    if p.grad then grads[#grads + 1] = p.grad end
+  end
+  local norm = 0
+  for _, g in ipairs(grads) do
+    if norm_type == 2 then norm = norm + zorch._sumsq(g)
+    elseif g:numel() > 0 then norm = math.max(norm, g:abs():max():item()) end
+  end
+  if norm_type == 2 then norm = math.sqrt(norm) end
+  local coef = max_norm / (norm + 1e-6)
+  if coef < 1 then
+    zorch.no_grad(function() for _, g in ipairs(grads) do g:copy_(g * coef) end end)
+  end
+  return norm
+end
 
 -- nn.Checkpoint(module): the module, recomputed in backward (its parameters
 -- are named under "module.", as PyTorch's checkpoint wrapper adds a prefix).

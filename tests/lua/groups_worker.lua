@@ -1,7 +1,7 @@
 -- A small model trained with a grouped optimizer (weights in one group, biases
 -- in another, with other options), for test_groups.lua:
 --   zorch groups_worker.lua KIND MODE OUT [STEPS [nosched]]
--- KIND adamw | sgd | lamb; MODE plain (the optimizer alone), stage0..stage3 (the
+-- KIND adamw | sgd | lamb | frozen | partial; MODE plain (the optimizer alone), stage0..stage3 (the
 -- Engine, under zorch launch for several ranks), or resumeN (stage N: a
 -- checkpoint after 3 steps, then a new model and optimizer with other group
 -- options resume from it). Rank 0 writes the parameters to OUT.
@@ -32,6 +32,11 @@ local function model_and_opt(wrong)
     o = optim.Lamb({{params = w, weight_decay = wrong and 0.5 or 0.01},
                     {params = b, lr = wrong and 0.5 or 0.02, max_coeff = wrong and 1 or 5}},
                    {lr = 0.01, betas = {0.9, 0.99}})
+  elseif kind == "frozen" then -- one group over every parameter, the first weight frozen: no decay for it
+    m["0"].weight.requires_grad = false
+    o = optim.AdamW(m:parameters(), {lr = wrong and 0.5 or 0.05, weight_decay = 0.1})
+  elseif kind == "partial" then -- one group over the last layer only: the rest is not stepped
+    o = optim.AdamW(m["2"]:parameters(), {lr = wrong and 0.5 or 0.05, weight_decay = 0.1})
   else
     o = optim.SGD({{params = w, momentum = 0.9, nesterov = true, weight_decay = wrong and 0.3 or 0.01},
                    {params = b, lr = wrong and 0.01 or 0.2}}, {lr = 0.05})

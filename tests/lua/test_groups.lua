@@ -224,7 +224,9 @@ local function worst(a, b)
   for k, v in pairs(b) do w = math.max(w, ((a[k] - v):abs() / (v:abs() + 1e-3)):max():item()) end
   return w
 end
-for _, kind in ipairs({"adamw", "sgd", "lamb"}) do
+-- (frozen: a parameter with requires_grad false in the one group; partial: an
+-- optimizer over the last layer alone; both left as the optimizer alone leaves them)
+for _, kind in ipairs({"adamw", "sgd", "lamb", "frozen", "partial"}) do
   local ref = ("%s/%s_plain.safetensors"):format(tmp, kind)
   local _, good = run(("ZORCH_QUIET=1 %s lua/groups_worker.lua %s plain %s"):format(bin, kind, ref))
   tap.ok(good, kind .. ": the optimizer alone")

@@ -41,8 +41,8 @@ tap.raises("train_batch with a bad engine", function()
   "argument 2 must be a zorch.Engine")
 
 tap.raises("train_batch with an engine prepared with another model", function()
-  local e = zorch.Engine{}
-  e:prepare(nn.Linear(2, 2), nil, zorch.optim.SGD(nn.Linear(2, 2):parameters(), {lr = 0.1}))
+  local e, other = zorch.Engine{}, nn.Linear(2, 2)
+  e:prepare(other, nil, zorch.optim.SGD(other:parameters(), {lr = 0.1}))
   nn.Pipeline{layers = {nn.Linear(2, 2)}, loss = zorch.sum}:train_batch(function() return zorch.ones(2) end, e)
 end, "prepare the engine with this pipeline first")
 

@@ -1,0 +1,231 @@
+-- A training loop as users write it: the Engine's loop contract (engine:backward,
+-- one prepare, frozen parameters), clipping with and without an engine, and the
+-- module and tensor idioms around it (Sequential indexing, flatten's dims,
+-- activations kept on a module, a DataLoader's printout).
+package.path = "lua/?.lua;" .. package.path
+local tap = require "tap"
+local zorch = require "zorch"
+local nn, optim, data = zorch.nn, zorch.optim, require "zorch.data"
+local ok, raises, close = tap.ok, tap.raises, tap.close
+
+local function net()
+  zorch.manual_seed(1)
+  return nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+end
+local X = zorch.randn(8, 4)
+
+-- ---- the Engine's loop -------------------------------------------------------------------------
+for _, stage in ipairs({0, 1, 2, 3}) do
+  local m = net()
+  local e = zorch.Engine{zero_stage = stage}
+  local model, _, o = e:prepare(m, nil, optim.SGD(m:parameters(), {lr = 0.1}))
+  e:gather()
+  local w0 = m[1].weight:clone()
+  e:release()
+  raises(("stage %d: step after loss:backward() instead of engine:backward(loss)"):format(stage), function()
+    o:zero_grad()
+    model(X):pow(2):mean():backward()
+    o:step()
+  end, "step: no engine:backward(loss) since the last step")
+  e:gather()
+  close(m[1].weight, w0, 0, ("stage %d: and nothing was stepped"):format(stage))
+  e:release()
+  o:zero_grad()
+  e:backward(model(X):pow(2):mean())
+  ok(o:step() == true, ("stage %d: engine:backward then step steps"):format(stage))
+  raises(("stage %d: a second step without a backward"):format(stage), function() o:step() end, "no engine:backward")
+  raises(("stage %d: prepare twice"):format(stage), function() e:prepare(m, nil, o) end,
+         "Engine:prepare: this engine already prepared a model")
+end
+do -- accumulation: step() is false inside the window, and needs a backward each time
+  local m = net()
+  local e = zorch.Engine{zero_stage = 1, gradient_accumulation_steps = 2}
+  local model, _, o = e:prepare(m, nil, optim.SGD(m:parameters(), {lr = 0.1}))
+  e:backward(model(X):pow(2):mean())
+  ok(o:step() == false, "inside the accumulation window step() is false")
+  e:backward(model(X):pow(2):mean())
+  ok(o:step() == true and e.steps == 1, "at its end it steps once")
+  raises("backward before prepare", function() zorch.Engine{}:backward(zorch.ones(1, {requires_grad = true}):sum()) end,
+         "Engine:backward: prepare the model first")
+end
+
+-- parameters the optimizer does not hold, or that are frozen, are not stepped
+for _, stage in ipairs({0, 2, 3}) do
+  local m = net()
+  local first = m[1].weight:clone()
+  local e = zorch.Engine{zero_stage = stage}
+  local model, _, o = e:prepare(m, nil, optim.AdamW(m[3]:parameters(), {lr = 0.05, weight_decay = 0.1}))
+  for _ = 1, 3 do o:zero_grad(); e:backward(model(X):pow(2):mean()); o:step() end
+  e:gather()
+  close(m[1].weight, first, 0, ("stage %d: an optimizer over the last layer leaves the first alone"):format(stage))
+  e:release()
+  local f = net()
+  f[1].weight.requires_grad = false
+  local frozen = f[1].weight:clone()
+  local fe = zorch.Engine{zero_stage = stage}
+  local fm, _, fo = fe:prepare(f, nil, optim.AdamW(f:parameters(), {lr = 0.05, weight_decay = 0.1}))
+  for _ = 1, 3 do fo:zero_grad(); fe:backward(fm(X):pow(2):mean()); fo:step() end
+  fe:gather()
+  close(f[1].weight, frozen, 0, ("stage %d: a frozen weight gets no weight decay"):format(stage))
+  fe:release()
+  f[1].weight.requires_grad = true
+  for _ = 1, 2 do fo:zero_grad(); fe:backward(fm(X):pow(2):mean()); fo:step() end
+  fe:gather()
+  ok((f[1].weight - frozen):abs():max():item() > 0, ("stage %d: unfrozen, it is stepped again"):format(stage))
+  fe:release()
+end
+do
+  local m, other = net(), net()
+  raises("an optimizer over another model's parameters", function()
+    zorch.Engine{}:prepare(m, nil, optim.SGD(other:parameters(), {lr = 0.1}))
+  end, "parameter 1 of the optimizer's group 1 is not a parameter of the model")
+end
+
+-- mean over ranks takes a number or a one-element tensor
+do
+  local e = zorch.Engine{}
+  ok(e:mean(zorch.tensor(1.5)) == 1.5 and e:mean(2) == 2, "Engine:mean of a one-element tensor or a number")
+  raises("Engine:mean of a string", function() e:mean("x") end, "Engine:mean: expected a number or a one-element tensor")
+end
+
+-- ---- clipping -----------------------------------------------------------------------------------
+do
+  local function grads()
+    zorch.manual_seed(3)
+    local l = nn.Linear(4, 2)
+    l(zorch.randn(8, 4) * 100):sum():backward()
+    return l
+  end
+  local function norm(ps)
+    local sq = 0
+    for _, p in ipairs(ps) do sq = sq + (p.grad:double() * p.grad:double()):sum():item() end
+    return math.sqrt(sq)
+  end
+  local l = grads()
+  local before = norm(l:parameters())
+  local g0 = l.weight.grad:clone()
+  local got = nn.utils.clip_grad_norm_(l:parameters(), 1.0)
+  close(zorch.tensor(got, {dtype = "float64"}), zorch.tensor(before, {dtype = "float64"}), 1e-6,
+        "clip_grad_norm_ returns the norm before clipping")
+  close(zorch.tensor(norm(l:parameters()), {dtype = "float64"}), zorch.tensor(1.0, {dtype = "float64"}), 1e-5,
+        "and leaves the gradients at max_norm")
+  close(l.weight.grad, g0 * (1.0 / (before + 1e-6)), 1e-6, "by PyTorch's factor max_norm / (norm + 1e-6)")
+  local l2 = grads()
+  local big = nn.utils.clip_grad_norm_(l2:parameters(), 1e9)
+  ok(math.abs(big - before) / before < 1e-6, "a max above the norm changes nothing and returns the norm")
+  local l3 = grads()
+  local inf = nn.utils.clip_grad_norm_(l3:parameters(), 1.0, math.huge)
+  ok(inf > 0 and math.abs(l3.weight.grad:abs():max():item() - 1.0) < 1e-5, "norm_type math.huge: the largest |g| to max")
+  raises("clip_grad_norm_ with norm_type 3", function() nn.utils.clip_grad_norm_(l3:parameters(), 1, 3) end,
+         "norm_type must be 2 or math.huge")
+  raises("Engine:clip_grad_norm with no model and no parameters", function() zorch.Engine{}:clip_grad_norm(1.0) end,
+         "Engine:clip_grad_norm: no model prepared")
+  local l4 = grads()
+  ok(math.abs(zorch.Engine{}:clip_grad_norm(1.0, l4:parameters()) - before) / before < 1e-6 and
+     math.abs(norm(l4:parameters()) - 1.0) < 1e-5, "Engine:clip_grad_norm(max, params) clips them")
+end
+
+-- ---- cross entropy with class weights and label smoothing (golden/ce_options.txt) ---------------
+do
+  local N, C = 5, 4
+  local lv = {}
+  for i = 0, N - 1 do
+    local row = {}
+    for j = 0, C - 1 do row[#row + 1] = math.sin(0.7 * i + j) * 2 end
+    lv[#lv + 1] = row
+  end
+  local targets = zorch.tensor{1, 4, 2, 3, 4}
+  local weight = zorch.tensor({0.5, 2.0, 1.0, 1.5}, {dtype = "float64"})
+  local cases = {w = {weight = weight}, s = {label_smoothing = 0.1}, ws = {weight = weight, label_smoothing = 0.2},
+                 wsi = {weight = weight, label_smoothing = 0.2, ignore_index = 3},
+                 si = {label_smoothing = 0.3, ignore_index = 3}}
+  local n, worst = 0, 0
+  for line in io.lines("golden/ce_options.txt") do
+    local name, red, what, rest = line:match("^(%S+) (%S+) (%S+) (.*)$")
+    local want = {}
+    for v in rest:gmatch("%S+") do want[#want + 1] = tonumber(v) end
+    local got
+    if name == "single" then
+      got = {zorch.cross_entropy(zorch.tensor(lv[1], {dtype = "float64"}), zorch.tensor(1),
+                                 {weight = weight, label_smoothing = 0.1}):item()}
+    else
+      local x = zorch.tensor(lv, {dtype = "float64", requires_grad = true})
+      local opts = {reduction = red}
+      for k, v in pairs(cases[name]) do opts[k] = v end
+      local loss = zorch.cross_entropy(x, targets, opts)
+      if what == "loss" then got = loss:reshape({-1}):totable()
+      else loss:sum():backward(); got = x.grad:reshape({-1}):totable() end
+    end
+    for i, v in ipairs(want) do worst = math.max(worst, math.abs(got[i] - v) / (math.abs(v) + 1e-12)) end
+    n = n + 1
+  end
+  ok(n == 31 and worst < 1e-12, ("cross_entropy with weight, label_smoothing and ignore_index: PyTorch's losses " ..
+     "and gradients, %d lines (worst relative error %.2g)"):format(n, worst))
+  local ce = nn.CrossEntropyLoss{weight = weight, label_smoothing = 0.2, ignore_index = 3}
+  local x = zorch.tensor(lv, {dtype = "float64"})
+  close(ce(x, targets), zorch.cross_entropy(x, targets, {weight = weight, label_smoothing = 0.2, ignore_index = 3}), 0,
+        "nn.CrossEntropyLoss passes weight and label_smoothing")
+  raises("an unknown cross_entropy option", function() zorch.cross_entropy(x, targets, {label_smothing = 0.1}) end,
+         "cross_entropy: unknown option 'label_smothing'")
+  raises("an unknown loss module option", function() nn.MSELoss{weight = 1} end, "nn.MSELoss: unknown option 'weight'")
+  raises("a weight of the wrong size", function() zorch.cross_entropy(x, targets, {weight = zorch.ones(3)}) end,
+         "cross_entropy: weight must be a tensor of shape (4)")
+end
+
+-- ---- module options that PyTorch users pass -----------------------------------------------------
+do
+  zorch.manual_seed(5)
+  local e = nn.Embedding(6, 3, {padding_idx = 2})
+  close(e.weight[2], zorch.zeros(3), 0, "Embedding padding_idx: its row starts at zeros")
+  local idx = zorch.tensor{{1, 2, 4}, {2, 2, 6}}
+  local out = e(idx)
+  close(out, zorch.embedding(e.weight, idx), 0, "the output is the plain lookup's")
+  local l = (out * out + out):sum()
+  l:backward()
+  close(e.weight.grad[2], zorch.zeros(3), 0, "and the padding row gets no gradient")
+  local plain = e.weight:detach():clone():requires_grad_()
+  local p = zorch.embedding(plain, idx)
+  local pl = (p * p + p):sum()
+  pl:backward()
+  close(e.weight.grad[4], plain.grad[4], 1e-6, "the other rows get the plain lookup's")
+  ok(nn.Embedding(6, 3, {padding_idx = -1}).padding_idx == 6, "a negative padding_idx counts from the end")
+  raises("padding_idx out of range", function() nn.Embedding(6, 3, {padding_idx = 7}) end,
+         "nn.Embedding: padding_idx must be an integer in 1..6")
+  raises("an unknown Embedding option", function() nn.Embedding(6, 3, {max_norm = 1}) end,
+         "nn.Embedding: unknown option 'max_norm'")
+  local ln = nn.LayerNorm(4, {elementwise_affine = false})
+  ok(#ln:parameters() == 0, "LayerNorm elementwise_affine = false: no parameters")
+  local x = zorch.randn(2, 4)
+  close(ln(x), zorch.layer_norm(x, {4}), 1e-6, "and the plain normalisation")
+  ok(#nn.LayerNorm(4, {bias = false}):parameters() == 1, "bias = false: the weight alone")
+  raises("an unknown LayerNorm option", function() nn.LayerNorm(4, {affine = false}) end,
+         "nn.LayerNorm: unknown option 'affine'")
+end
+
+-- ---- module and tensor idioms -------------------------------------------------------------------
+do
+  local s = net()
+  ok(#s == 3 and s[1] == s["0"] and s[-1] == s["2"] and s[4] == nil, "Sequential: s[i] from 1, s[-1], #s")
+  local x = zorch.randn(8, 32, 4, 4)
+  ok(tostring(x:flatten(2).shape) == "(8, 512)" and tostring(zorch.flatten(x, 2, 3).shape) == "(8, 128, 4)" and
+     tostring(x:flatten().shape) == "(4096,)" and tostring(x:flatten(-2).shape) == "(8, 32, 16)",
+     "flatten(x, start_dim, end_dim), dims from 1")
+  raises("flatten with start_dim past the dims", function() x:flatten(5) end, "flatten: start_dim 5 out of range")
+  raises("flatten with start_dim after end_dim", function() x:flatten(3, 2) end, "start_dim 3 comes after end_dim 2")
+  local D = nn.Module:extend "D"
+  function D:init() self.fc = nn.Linear(2, 2) end
+  function D:forward(v) local y = self.fc(v); self.last = y; return y end
+  local d = D()
+  d(zorch.ones(1, 2))
+  ok(#d:parameters() == 2 and d.last ~= nil, "an activation kept on a module is not a parameter")
+  D():load_state_dict(d:state_dict())
+  ok(true, "and a fresh module loads the state dict")
+  local DS = {}
+  DS.__index = DS
+  function DS:len() return 5 end
+  function DS:get() return zorch.ones(2) end
+  ok(tostring(data.DataLoader(setmetatable({}, DS), {batch_size = 2})):find("5 samples", 1, true),
+     "a DataLoader over a dataset with len() prints its size")
+end
+
+tap.done()
