@@ -306,7 +306,17 @@ static int t_sub(lua_State *L) { return arith(L, "sub", zorch_sub, '-'); }
 static int t_mul(lua_State *L) { return arith(L, "mul", zorch_mul, '*'); }
 static int t_div(lua_State *L) { return arith(L, "div", zorch_div, '/'); }
 static int t_pow(lua_State *L) {
-  if (!zorch_to_tensor(L, 1)) return luaL_error(L, "pow: a number raised to a tensor is not supported");
+  zorch_tensor *e = zorch_to_tensor(L, 2);
+  if (!zorch_to_tensor(L, 1) && e && lua_type(L, 1) == LUA_TNUMBER) { /* s ^ t: a 0-d base, as PyTorch's */
+    double s = lua_tonumber(L, 1);
+    zorch_dtype dt = zorch_tensor_dtype(e);
+    if (!zorch_dtype_is_float(dt)) dt = lua_isinteger(L, 1) ? ZORCH_I64 : ZORCH_F32;
+    zorch_tensor *base = zorch_full(0, NULL, s, dt, zorch_tensor_device(e));
+    if (!base) return lz_fail(L);
+    zorch_tensor *r = zorch_pow(base, e);
+    zorch_tensor_free(base);
+    return lz_push_up(L, r, 1);
+  }
   return arith(L, "pow", zorch_pow, '^');
 }
 static int t_unm(lua_State *L) { return lz_push_up(L, zorch_neg(lz_check(L, 1)), 1); }

@@ -1228,6 +1228,49 @@ zorch.checkpoint = checkpoint
 nn.checkpoint = checkpoint
 zorch._checkpoint = checkpoint_with -- engine:checkpoint
 
+-- zorch.Function{forward = f(ctx, ...), backward = b(ctx, g), name?}: an op
+-- written in Lua with its own gradient (PyTorch's autograd.Function). forward
+-- runs without recording, on the arguments as given, and returns one tensor;
+-- backward gets its gradient and returns one gradient (or nil) per tensor
+-- argument, in order. ctx:save_for_backward(...) keeps tensors for backward
+-- (ctx.saved_tensors), refused there if written in place since.
+local Ctx = {}
+Ctx.__index = Ctx
+function Ctx:save_for_backward(...)
+  local ts = table.pack(...)
+  self.saved_tensors, self._versions = {}, {}
+  for i = 1, ts.n do
+    if not zorch.is_tensor(ts[i]) then
+      error(("save_for_backward: argument %d is a %s, not a tensor"):format(i, type(ts[i])), 2)
+    end
+    self.saved_tensors[i], self._versions[i] = ts[i], zorch._version(ts[i])
+  end
+end
+function zorch.Function(def)
+  if type(def) ~= "table" or type(def.forward) ~= "function" or type(def.backward) ~= "function" then
+    error("zorch.Function: expected {forward = function(ctx, ...), backward = function(ctx, grad)}", 2)
+  end
+  local name = def.name or "Function"
+  return function(...)
+    local args, ctx = table.pack(...), setmetatable({}, Ctx)
+    local inputs = {}
+    for i = 1, args.n do if zorch.is_tensor(args[i]) then inputs[#inputs + 1] = args[i] end end
+    local out = zorch.no_grad(function() return def.forward(ctx, table.unpack(args, 1, args.n)) end)
+    if not zorch.is_tensor(out) then
+      error(("%s: forward must return one tensor, got %s"):format(name, type(out)), 2)
+    end
+    return zorch._grad_fn(out, inputs, function(g)
+      for i, t in ipairs(ctx.saved_tensors or {}) do
+        if zorch._version(t) ~= ctx._versions[i] then
+          error(("%s: saved tensor %d of shape (%s) was modified by an inplace operation after the forward"):format(
+            name, i, table.concat(t.shape, ", ")), 0)
+        end
+      end
+      return def.backward(ctx, g)
+    end)
+  end
+end
+
 -- nn.utils.clip_grad_norm_(params, max_norm, norm_type = 2): scales the
 -- parameters' .grad so that their global norm is at most max_norm (PyTorch's
 -- factor max_norm / (norm + 1e-6), applied only below 1, so 0 zeroes them); returns the norm

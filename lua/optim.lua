@@ -160,6 +160,12 @@ function Optimizer:step()
     for _, p in ipairs(group.params) do
       local g = p.grad
       if g then
+        local dt = p:dtype()
+        if dt ~= "float32" and dt ~= "float64" then
+          error(("%s: parameter %d is %s: the optimizers step float32 or float64 parameters; train in 16 bits " ..
+                 "through zorch.Engine{precision = \"bf16\"} (float32 master weights, 16-bit compute)"):format(
+                 getmetatable(self).__name, self.index[p], dt), 2)
+        end
         local i = self.index[p]
         local s = self.state[i]
         if not s then s = {}; self.state[i] = s end

@@ -55,7 +55,7 @@
   ZM_OVERLOAD2(name)
 
 /* forward */
-ZM_DEF1(zm_relu, return x > (T)0 ? x : (T)0;)
+ZM_DEF1(zm_relu, return !(x <= (T)0) ? x : (T)0;) /* NaN passes through */
 ZM_DEF1(zm_sigmoid, return (T)1 / ((T)1 + exp(-x));)
 /* silu(x) = x * sigmoid(x) (PyTorch's F.silu) */
 ZM_DEF1(zm_silu, return x / ((T)1 + exp(-x));)

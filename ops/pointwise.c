@@ -81,20 +81,32 @@ static zorch_status pow_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   zorch_tensor *a = n->saved[0], *b = n->saved[1], *y = n->saved[2];
   zorch_tensor *bm1 = NULL, *p = NULL, *bp = NULL, *la = NULL, *yl = NULL;
   bool ok = false;
+  zorch_tensor *zero = NULL, *mask = NULL, *t = NULL, *pos = NULL;
+  /* PyTorch's masks: no gradient to a where b is 0 (0 * 0^-1), none to b where
+     a is 0 and b >= 0 (0^b * log 0) */
+  if (!(zero = op_zeros(g, 0, NULL, g->dtype))) goto cleanup;
   if (ag_wants(n, 0)) {
     if (!(bm1 = zorch_add_scalar(b, -1))) goto cleanup;
     if (!(p = zorch_pow(a, bm1))) goto cleanup;
     if (!(bp = zorch_mul(b, p))) goto cleanup;
-    if (!(gin[0] = zorch_mul(g, bp))) goto cleanup;
+    if (!(t = zorch_mul(g, bp)) || !(mask = zorch_eq(b, zero))) goto cleanup;
+    if (!(gin[0] = zorch_where(mask, zero, t))) goto cleanup;
+    OP_FREE(t, mask);
+    t = mask = NULL;
   }
   if (ag_wants(n, 1)) {
     if (!(la = zorch_log(a))) goto cleanup;
     if (!(yl = zorch_mul(y, la))) goto cleanup;
-    if (!(gin[1] = zorch_mul(g, yl))) goto cleanup;
+    if (!(t = zorch_mul(g, yl)) || !(mask = zorch_eq(a, zero)) || !(pos = zorch_lt(b, zero))) goto cleanup;
+    zorch_tensor *both = zorch_gt(mask, pos); /* a == 0 and not b < 0 */
+    if (!both) goto cleanup;
+    gin[1] = zorch_where(both, zero, t);
+    zorch_tensor_free(both);
+    if (!gin[1]) goto cleanup;
   }
   ok = true;
 cleanup:
-  OP_FREE(bm1, p, bp, la, yl);
+  OP_FREE(bm1, p, bp, la, yl, zero, mask, t, pos);
   return ok ? ZORCH_OK : zorch_last_status();
 }
 

@@ -193,6 +193,30 @@ done:
   return st;
 }
 
+/* max and min over all dims or several: the gradient split evenly between
+   the tied maxima (PyTorch's max() and amax). saved: the input and the output. */
+static zorch_status max_even_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  const max_args *a = AG_ARGS(n, max_args);
+  zorch_tensor *x = n->saved[0], *y = n->saved[1];
+  int64_t shape[ZORCH_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  for (int i = 0; i < x->ndim; i++)
+    if (a->ndims == 0) shape[i] = 1;
+  for (int i = 0; i < a->ndims; i++) {
+    int d;
+    if (dim_wrap(a->min ? "min" : "max", a->dims[i], x->ndim, 0, &d)) return zorch_last_status();
+    shape[d] = 1;
+  }
+  zorch_tensor *yk = NULL, *gk = NULL, *m = NULL, *mf = NULL, *cnt = NULL, *share = NULL;
+  zorch_status st = ZORCH_OK;
+  if (!(yk = zorch_reshape(y, x->ndim, shape)) || !(gk = zorch_reshape(g, x->ndim, shape)) ||
+      !(m = zorch_eq(x, yk)) || !(mf = op_cast(m, g->dtype)) || !(cnt = zorch_sum(mf, a->ndims, a->dims, true)) ||
+      !(share = zorch_div(gk, cnt)) || !(gin[0] = zorch_mul(mf, share)))
+    st = zorch_last_status();
+  OP_FREE(yk, gk, m, mf, cnt, share);
+  return st;
+}
+
 static zorch_tensor *max_min(const char *op, red_op k, zorch_tensor *a, int ndims, const int *dims,
                              bool keepdim, zorch_tensor **indices) {
   if (indices) *indices = NULL;
@@ -203,8 +227,12 @@ static zorch_tensor *max_min(const char *op, red_op k, zorch_tensor *a, int ndim
   max_args args = {.ndims = ndims, .keepdim = keepdim, .min = k == RED_MIN};
   if (ndims > 0) memcpy(args.dims, dims, sizeof(int) * (size_t)ndims);
   zorch_tensor *out = reduce_raw(op, k, a, &p, &idx, 1);
-  out = ag_record(out, k == RED_MIN ? "MinBackward" : "MaxBackward", max_bwd, 1, &a, 1, &idx,
-                  &args, sizeof args);
+  if (out && ndims != 1) /* PyTorch's max() and amax: ties share the gradient */
+    out = ag_record(out, k == RED_MIN ? "MinBackward" : "MaxBackward", max_even_bwd, 1, &a, 2,
+                    (zorch_tensor *[]){a, out}, &args, sizeof args);
+  else
+    out = ag_record(out, k == RED_MIN ? "MinBackward" : "MaxBackward", max_bwd, 1, &a, 1, &idx,
+                    &args, sizeof args);
   if (out && indices)
     *indices = idx;
   else
@@ -242,6 +270,25 @@ zorch_tensor *zorch_argmin(zorch_tensor *a, int ndims, const int *dims, bool kee
 }
 
 /* ---- var and std: sum((x - mean)^2) / (count - correction), from other ops ---------- */
+/* std's square root: its gradient g / (2 std), and 0 where std is 0 (PyTorch's
+   mask: the gradient of a constant row is 0, not 0 * inf). saved: std. */
+static zorch_status std_root_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_tensor *y = n->saved[0], *z = NULL, *at0 = NULL, *h = NULL, *q = NULL;
+  zorch_status st = ZORCH_OK;
+  if (!(z = op_zeros(y, y->ndim, y->shape, y->dtype)) || !(at0 = zorch_eq(y, z)) ||
+      !(h = zorch_mul_scalar(g, 0.5)) || !(q = zorch_div(h, y)) || !(gin[0] = zorch_where(at0, z, q)))
+    st = zorch_last_status();
+  OP_FREE(z, at0, h, q);
+  return st;
+}
+
+static zorch_tensor *std_root(zorch_tensor *v) {
+  bool prev = zorch_set_grad_enabled(false);
+  zorch_tensor *y = zorch_sqrt(v);
+  zorch_set_grad_enabled(prev);
+  return ag_record(y, "StdBackward", std_root_bwd, 1, &v, 1, &y, NULL, 0);
+}
+
 static zorch_tensor *var_std(const char *op, zorch_tensor *a, int ndims, const int *dims,
                              bool keepdim, double correction, bool root) {
   if (check_arg(op, "input", a)) return NULL;
@@ -260,7 +307,7 @@ static zorch_tensor *var_std(const char *op, zorch_tensor *a, int ndims, const i
   if ((m = zorch_mean(a, ndims, dims, true)) && (d = zorch_sub(a, m)) && (sq = zorch_mul(d, d)) &&
       (s = zorch_sum(sq, ndims, dims, keepdim)) &&
       (v = zorch_mul_scalar(s, denom > 0 ? 1.0 / denom : INFINITY)))
-    out = root ? zorch_sqrt(v) : zorch_tensor_retain(v);
+    out = root ? std_root(v) : zorch_tensor_retain(v);
   OP_FREE(m, d, sq, s, v);
   if (!out) err_prefix(op);
   return out;

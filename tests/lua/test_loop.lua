@@ -172,6 +172,51 @@ do
          "cross_entropy: weight must be a tensor of shape (4)")
 end
 
+-- ---- gradients at the edges: PyTorch's (golden/edge_grads.txt) -----------------------------------
+do
+  local want = {}
+  for line in io.lines("golden/edge_grads.txt") do
+    local name, rest = line:match("^(%S+) (.*)$")
+    local v = {}
+    for x in rest:gmatch("%S+") do v[#v + 1] = x == "nan" and 0 / 0 or x == "-inf" and -math.huge or tonumber(x) end
+    want[name] = v
+  end
+  local function rg(v) return zorch.tensor(v, {dtype = "float64", requires_grad = true}) end
+  local got = {}
+  local function grad_of(f, ...)
+    local ins = {...}
+    local l = f(table.unpack(ins))
+    l:backward()
+    local out = {}
+    for i, t in ipairs(ins) do out[i] = t.grad:reshape({-1}):totable() end
+    return table.unpack(out)
+  end
+  got.std_const = grad_of(function(x) return x:std() end, rg({1, 1, 1}))
+  got.std_rows = grad_of(function(x) return x:std(2):sum() end, rg({{1, 1, 1}, {1, 2, 3}}))
+  got.var_rows = grad_of(function(x) return x:var(2):sum() end, rg({{1, 1, 1}, {1, 2, 3}}))
+  got.pow_s0 = grad_of(function(x) return (x ^ 0):sum() end, rg({0, 2}))
+  got.pow_s2 = grad_of(function(x) return (x ^ 2):sum() end, rg({0, 2}))
+  got.pow_a, got.pow_e = grad_of(function(a, e) return (a ^ e):sum() end, rg({0, 0}), rg({2, 0}))
+  got.pow_neg_a, got.pow_neg_e = grad_of(function(a, e) return (a ^ e):sum() end, rg({0, 2}), rg({-1, 3}))
+  got.max_all = grad_of(function(x) return (x:max()) end, rg({{5, 5}, {1, 5}}))
+  got.min_all = grad_of(function(x) return (x:min()) end, rg({{5, 5}, {1, 5}}))
+  got.amax_02 = grad_of(function(x) return (x:max({1, 3})):sum() end, rg({{{3, 3}, {1, 2}}, {{0, 3}, {3, 1}}}))
+  got.max_dim = grad_of(function(x) return (x:max(2)):sum() end, rg({{5, 5}, {1, 5}}))
+  got.relu_nan = zorch.relu(zorch.tensor({0 / 0, -1, 2})):totable()
+  local names = {}
+  for name in pairs(want) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local w, g, good = want[name], got[name], got[name] ~= nil
+    for i = 1, #w do
+      local a, b = w[i], g and g[i]
+      good = good and b ~= nil and ((a ~= a and b ~= b) or a == b or math.abs(a - b) <= 1e-12 * math.abs(a))
+    end
+    ok(good, name .. ": PyTorch's gradient (" .. table.concat(w, " ") .. ")" ..
+       (good and "" or (", got " .. (g and table.concat(g, " ") or "nothing"))))
+  end
+end
+
 -- ---- module options that PyTorch users pass -----------------------------------------------------
 do
   zorch.manual_seed(5)
@@ -200,6 +245,35 @@ do
   ok(#nn.LayerNorm(4, {bias = false}):parameters() == 1, "bias = false: the weight alone")
   raises("an unknown LayerNorm option", function() nn.LayerNorm(4, {affine = false}) end,
          "nn.LayerNorm: unknown option 'affine'")
+end
+
+-- ---- zorch.Function: an op with a gradient of its own ------------------------------------------
+do
+  local Cube = zorch.Function{name = "Cube",
+    forward = function(ctx, x, k) ctx:save_for_backward(x); ctx.k = k; return x * x * x * k end,
+    backward = function(ctx, g) local x = ctx.saved_tensors[1]; return g * 3 * x * x * ctx.k end}
+  local x = zorch.tensor({1, 2, -1}, {dtype = "float64", requires_grad = true})
+  local y = Cube(x, 2)
+  close(y, zorch.tensor({2, 16, -2}, {dtype = "float64"}), 0, "zorch.Function: forward's values")
+  y:sum():backward()
+  close(x.grad, zorch.tensor({6, 24, 6}, {dtype = "float64"}), 0, "and backward's gradient")
+  local z = Cube(x, 1)
+  x.grad = nil
+  zorch.no_grad(function() x[1] = 5 end)
+  raises("a saved tensor written since the forward", function() z:sum():backward() end,
+         "Cube: saved tensor 1 of shape (3) was modified by an inplace operation")
+  raises("forward returning a number", function()
+    zorch.Function{forward = function() return 1 end, backward = function() end}(x) end,
+    "Function: forward must return one tensor, got number")
+  local e = zorch.tensor({1, 2}, {dtype = "float64", requires_grad = true})
+  local p = 2 ^ e
+  close(p, zorch.tensor({2, 4}, {dtype = "float64"}), 0, "a number raised to a tensor")
+  p:sum():backward()
+  close(e.grad, zorch.tensor({2 * math.log(2), 4 * math.log(2)}, {dtype = "float64"}), 1e-15, "and its gradient")
+  local lin = nn.Linear(2, 1):to("bfloat16")
+  lin(zorch.ones(1, 2, {dtype = "bfloat16"})):sum():backward()
+  raises("an optimizer over bf16 parameters", function() optim.Adam(lin:parameters()):step() end,
+         "optim.Adam: parameter 1 is bfloat16", "zorch.Engine{precision = \"bf16\"}")
 end
 
 -- ---- module and tensor idioms -------------------------------------------------------------------

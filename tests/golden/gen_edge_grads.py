@@ -1,0 +1,27 @@
+"""PyTorch's gradients at the edges that tests/lua/test_loop.lua checks (std of
+a constant row, pow at a base of 0, ties in max over several dims, relu of
+NaN): python3 tests/golden/gen_edge_grads.py > tests/golden/edge_grads.txt
+Each line: a case name, then values (float64; nan as nan)."""
+import torch
+
+
+def rg(v):
+    return torch.tensor(v, dtype=torch.float64, requires_grad=True)
+
+
+def line(name, t):
+    print(name, " ".join(repr(float(v)) for v in t.detach().reshape(-1).tolist()))
+
+
+x = rg([1.0, 1.0, 1.0]); x.std().backward(); line("std_const", x.grad)
+x = rg([[1.0, 1, 1], [1, 2, 3]]); x.std(1).sum().backward(); line("std_rows", x.grad)
+x = rg([[1.0, 1, 1], [1, 2, 3]]); x.var(1).sum().backward(); line("var_rows", x.grad)
+x = rg([0.0, 2.0]); (x ** 0).sum().backward(); line("pow_s0", x.grad)
+x = rg([0.0, 2.0]); (x ** 2).sum().backward(); line("pow_s2", x.grad)
+a, e = rg([0.0, 0.0]), rg([2.0, 0.0]); (a ** e).sum().backward(); line("pow_a", a.grad); line("pow_e", e.grad)
+a, e = rg([0.0, 2.0]), rg([-1.0, 3.0]); (a ** e).sum().backward(); line("pow_neg_a", a.grad); line("pow_neg_e", e.grad)
+x = rg([[5.0, 5], [1, 5]]); x.max().backward(); line("max_all", x.grad)
+x = rg([[5.0, 5], [1, 5]]); x.min().backward(); line("min_all", x.grad)
+x = rg([[[3.0, 3], [1, 2]], [[0, 3], [3, 1]]]); x.amax((0, 2)).sum().backward(); line("amax_02", x.grad)
+x = rg([[5.0, 5], [1, 5]]); x.max(1).values.sum().backward(); line("max_dim", x.grad)
+line("relu_nan", torch.relu(torch.tensor([float("nan"), -1.0, 2.0])))
