@@ -100,7 +100,7 @@
   X(ABS_BWD, abs_bwd, NULL, SAME, ZM(abs_bwd, x, y), NO_INT, 0, NO_GRAD, KERNEL, ANY)            \
   X(POW_S_BWD, pow_scalar_bwd, NULL, SAME, p0 == 0 ? (T)0 : x * p0 * pow(y, p0 - (T)1), NO_INT, 0, NO_GRAD, \
     KERNEL, ANY)                                                                                 \
-  X(CLAMP_BWD, clamp_bwd, NULL, SAME, (y >= p0 && y <= p1) ? x : (T)0, NO_INT, 0, NO_GRAD,       \
+  X(CLAMP_BWD, clamp_bwd, NULL, SAME, (y > p0 && y < p1) ? x : (T)0, NO_INT, 0, NO_GRAD,         \
     KERNEL, ANY)                                                                                 \
   X(MUL_SCALED, mul_scaled, NULL, SAME, (T)p0 * y * x, NO_INT, 0, NO_GRAD, KERNEL, ANY)
 

@@ -1,6 +1,7 @@
 """PyTorch's gradients at the edges that tests/lua/test_loop.lua checks (std of
 a constant row, pow at a base of 0, ties in max over several dims, relu of
-NaN): python3 tests/golden/gen_edge_grads.py > tests/golden/edge_grads.txt
+NaN, clamp at its bounds, a product read before its operand is written):
+python3 tests/golden/gen_edge_grads.py > tests/golden/edge_grads.txt
 Each line: a case name, then values (float64; nan as nan)."""
 import torch
 
@@ -25,3 +26,7 @@ x = rg([[5.0, 5], [1, 5]]); x.min().backward(); line("min_all", x.grad)
 x = rg([[[3.0, 3], [1, 2]], [[0, 3], [3, 1]]]); x.amax((0, 2)).sum().backward(); line("amax_02", x.grad)
 x = rg([[5.0, 5], [1, 5]]); x.max(1).values.sum().backward(); line("max_dim", x.grad)
 line("relu_nan", torch.relu(torch.tensor([float("nan"), -1.0, 2.0])))
+x = rg([-1.0, 1.0, 0.5]); torch.clamp(x, -1, 1).sum().backward(); line("clamp_bounds", x.grad)
+x = rg([1.0, 2.0, 3.0]); c = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+y = x * 2; s = (y * c).sum()
+y[0] = 100; s.backward(); line("mul_read_then_write", x.grad)

@@ -203,6 +203,13 @@ do
   got.amax_02 = grad_of(function(x) return (x:max({1, 3})):sum() end, rg({{{3, 3}, {1, 2}}, {{0, 3}, {3, 1}}}))
   got.max_dim = grad_of(function(x) return (x:max(2)):sum() end, rg({{5, 5}, {1, 5}}))
   got.relu_nan = zorch.relu(zorch.tensor({0 / 0, -1, 2})):totable()
+  got.clamp_bounds = grad_of(function(x) return zorch.clamp(x, -1, 1):sum() end, rg({-1, 1, 0.5}))
+  got.mul_read_then_write = grad_of(function(x)
+    local y = x * 2
+    local s = (y * zorch.tensor({1, 2, 3}, {dtype = "float64"})):sum()
+    y[1] = 100 -- (the product saved only the constant: the write is no error)
+    return s
+  end, rg({1, 2, 3}))
   local names = {}
   for name in pairs(want) do names[#names + 1] = name end
   table.sort(names)
