@@ -235,6 +235,9 @@ ZORCH_API zorch_tensor *zorch_clamp(zorch_tensor *a, double min, double max); /*
 ZORCH_API zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_gt(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_ne(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_le(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_ge(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value);
 
@@ -258,6 +261,13 @@ ZORCH_API zorch_tensor *zorch_var(zorch_tensor *a, int ndims, const int *dims, b
                                   double correction);
 ZORCH_API zorch_tensor *zorch_std(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
                                   double correction);
+/* log(sum(exp(x))) over dims, computed with the max subtracted (stable; -inf
+   where every element is -inf) */
+ZORCH_API zorch_tensor *zorch_logsumexp(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+/* x with the elements above (tril) or below (triu) diagonal k of the last two
+   dims set to 0 (k > 0: above the main diagonal) */
+ZORCH_API zorch_tensor *zorch_tril(zorch_tensor *x, int64_t k);
+ZORCH_API zorch_tensor *zorch_triu(zorch_tensor *x, int64_t k);
 /* Running sum along dim (integers and bool give int64). */
 ZORCH_API zorch_tensor *zorch_cumsum(zorch_tensor *a, int dim);
 ZORCH_API zorch_tensor *zorch_softmax(zorch_tensor *a, int dim);

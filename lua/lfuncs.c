@@ -550,6 +550,9 @@ static int compare(lua_State *L, cmp_fn f) {
 static int f_eq(lua_State *L) { return compare(L, zorch_eq); }
 static int f_lt(lua_State *L) { return compare(L, zorch_lt); }
 static int f_gt(lua_State *L) { return compare(L, zorch_gt); }
+static int f_ne(lua_State *L) { return compare(L, zorch_ne); }
+static int f_le(lua_State *L) { return compare(L, zorch_le); }
+static int f_ge(lua_State *L) { return compare(L, zorch_ge); }
 
 static int f_where(lua_State *L) {
   zorch_tensor *c = T(1);
@@ -646,6 +649,12 @@ static int f_std(lua_State *L) {
   PUSH(zorch_std(T(1), n, dims, lua_toboolean(L, 3), luaL_optnumber(L, 4, 1)));
 }
 static int f_cumsum(lua_State *L) { PUSH(zorch_cumsum(T(1), lz_dim(L, 2))); }
+static int f_logsumexp(lua_State *L) {
+  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
+  PUSH(zorch_logsumexp(T(1), n, dims, lua_toboolean(L, 3)));
+}
+static int f_tril(lua_State *L) { PUSH(zorch_tril(T(1), luaL_optinteger(L, 2, 0))); }
+static int f_triu(lua_State *L) { PUSH(zorch_triu(T(1), luaL_optinteger(L, 2, 0))); }
 /* sort(x, dim?, descending?): values and 1-based indices; dim -1 by default */
 static int f_sort(lua_State *L) {
   zorch_tensor *x = T(1), *idx = NULL;
@@ -976,10 +985,11 @@ static int f_squeeze(lua_State *L) {
 static const luaL_Reg both[] = {
     {"gelu", f_gelu}, {"clamp", f_clamp}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
-    {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"masked_fill", f_masked_fill},
+    {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"ne", f_ne}, {"le", f_le}, {"ge", f_ge},
+    {"masked_fill", f_masked_fill},
     {"sum", f_sum}, {"mean", f_mean}, {"max", f_max}, {"softmax", f_softmax},
     {"min", f_min}, {"argmax", f_argmax}, {"argmin", f_argmin}, {"var", f_var}, {"std", f_std},
-    {"cumsum", f_cumsum}, {"sort", f_sort}, {"topk", f_topk}, {"gather", f_gather},
+    {"cumsum", f_cumsum}, {"logsumexp", f_logsumexp}, {"tril", f_tril}, {"triu", f_triu}, {"sort", f_sort}, {"topk", f_topk}, {"gather", f_gather},
     {"scatter", f_scatter}, {"scatter_add", f_scatter_add},
     {"log_softmax", f_log_softmax}, {"matmul", f_matmul}, {"index_select", f_index_select},
     {"view", f_view}, {"reshape", f_reshape}, {"expand", f_expand}, {"transpose", f_transpose},

@@ -1228,6 +1228,45 @@ zorch.checkpoint = checkpoint
 nn.checkpoint = checkpoint
 zorch._checkpoint = checkpoint_with -- engine:checkpoint
 
+-- zorch.split(x, size | {sizes}, dim = 1) and zorch.chunk(x, n, dim = 1):
+-- views along dim (narrow), as PyTorch's: split's pieces of `size` (the last
+-- smaller), chunk's of ceil(len / n) (so possibly fewer than n).
+function zorch.split(x, sizes, dim)
+  if not zorch.is_tensor(x) then error("split: argument 1 must be a tensor, got " .. type(x), 2) end
+  dim = dim or 1
+  if math.type(dim) ~= "integer" or dim == 0 or dim > x:dim() or dim < -x:dim() then
+    error(("split: dim %s out of range for a %d-d tensor"):format(tostring(dim), x:dim()), 2)
+  end
+  if dim < 0 then dim = x:dim() + 1 + dim end
+  local len, out, at = x:size(dim), {}, 1
+  if type(sizes) == "table" then
+    local total = 0
+    for i, n in ipairs(sizes) do
+      if math.type(n) ~= "integer" or n < 0 then error(("split: size %d must be an integer >= 0"):format(i), 2) end
+      total = total + n
+    end
+    if total ~= len then error(("split: sizes add up to %d, but dim %d has %d"):format(total, dim, len), 2) end
+    for i, n in ipairs(sizes) do out[i] = x:narrow(dim, at, n); at = at + n end
+    return out
+  end
+  if math.type(sizes) ~= "integer" or sizes < 1 then
+    error("split: size must be an integer >= 1 or a list of sizes, got " .. tostring(sizes), 2)
+  end
+  while at <= len do
+    local n = math.min(sizes, len - at + 1)
+    out[#out + 1] = x:narrow(dim, at, n)
+    at = at + n
+  end
+  return out
+end
+function zorch.chunk(x, n, dim)
+  if math.type(n) ~= "integer" or n < 1 then error("chunk: chunks must be an integer >= 1, got " .. tostring(n), 2) end
+  if not zorch.is_tensor(x) then error("chunk: argument 1 must be a tensor, got " .. type(x), 2) end
+  local d = dim or 1
+  local len = (math.type(d) == "integer" and d ~= 0 and d <= x:dim() and d >= -x:dim()) and x:size(d) or 0
+  return zorch.split(x, math.max(1, (len + n - 1) // n), dim)
+end
+
 -- zorch.Function{forward = f(ctx, ...), backward = b(ctx, g), name?}: an op
 -- written in Lua with its own gradient (PyTorch's autograd.Function). forward
 -- runs without recording, on the arguments as given, and returns one tensor;

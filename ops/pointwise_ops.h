@@ -86,6 +86,9 @@
   X(EQ, eq, NULL, BOOL, x == y, INT, x == y, NO_GRAD, API, ANY)                                  \
   X(LT, lt, NULL, BOOL, x < y, INT, x < y, NO_GRAD, API, ANY)                                    \
   X(GT, gt, NULL, BOOL, x > y, INT, x > y, NO_GRAD, API, ANY)                                    \
+  X(NE, ne, NULL, BOOL, x != y, INT, x != y, NO_GRAD, API, ANY)                                  \
+  X(LE, le, NULL, BOOL, x <= y, INT, x <= y, NO_GRAD, API, ANY)                                  \
+  X(GE, ge, NULL, BOOL, x >= y, INT, x >= y, NO_GRAD, API, ANY)                                  \
   X(RELU_BWD, relu_bwd, NULL, SAME, ZM(relu_bwd, x, y), NO_INT, 0, NO_GRAD, KERNEL, ANY)         \
   X(GELU_BWD, gelu_bwd, NULL, SAME, ZM(gelu_bwd, x, y), NO_INT, 0, NO_GRAD, KERNEL, ANY)         \
   X(GELU_TANH_BWD, gelu_tanh_bwd, NULL, SAME, ZM(gelu_tanh_bwd, x, y), NO_INT, 0, NO_GRAD,       \

@@ -323,6 +323,25 @@ zorch_tensor *zorch_std(zorch_tensor *a, int ndims, const int *dims, bool keepdi
   return var_std("std", a, ndims, dims, keepdim, correction, true);
 }
 
+/* ---- logsumexp: log(sum(exp(x - m))) + m, m the max (0 where it is infinite), from other ops */
+zorch_tensor *zorch_logsumexp(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
+  if (check_arg("logsumexp", "input", a)) return NULL;
+  if (!zorch_dtype_is_float(a->dtype))
+    return err_null(ZORCH_ERR_DTYPE, "logsumexp: needs a floating-point input, got %s", zorch_dtype_name(a->dtype));
+  bool prev = zorch_set_grad_enabled(false); /* the shift carries no gradient */
+  zorch_tensor *m = zorch_max(a, ndims, dims, true, NULL), *mm = m ? zorch_sub(m, m) : NULL;
+  zorch_tensor *z = m ? op_zeros(m, 0, NULL, m->dtype) : NULL, *fin = mm ? zorch_eq(mm, z) : NULL;
+  zorch_tensor *shift = fin ? zorch_where(fin, m, z) : NULL; /* inf - inf is nan: not finite */
+  zorch_set_grad_enabled(prev);
+  zorch_tensor *d = NULL, *e = NULL, *s = NULL, *l = NULL, *r = NULL, *out = NULL;
+  if (shift && (d = zorch_sub(a, shift)) && (e = zorch_exp(d)) && (s = zorch_sum(e, ndims, dims, true)) &&
+      (l = zorch_log(s)) && (r = zorch_add(l, shift)))
+    out = keepdim ? zorch_tensor_retain(r) : zorch_sum(r, ndims, dims, false); /* (dims of size 1 dropped) */
+  OP_FREE(m, mm, z, fin, shift, d, e, s, l, r);
+  if (!out) err_prefix("logsumexp");
+  return out;
+}
+
 /* ---- cumsum ----------------------------------------------------------------------------- */
 typedef struct {
   int dim; /* wrapped */

@@ -88,3 +88,24 @@ zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim) {
   free(u);
   return out;
 }
+
+/* ---- tril and triu: x where the last two dims' column - row is <= k (>= k for triu), else 0 */
+static zorch_tensor *tri(const char *op, zorch_tensor *x, int64_t k, bool upper) {
+  char a[ERR_SHAPE_BUF];
+  if (check_arg(op, "input", x)) return NULL;
+  if (x->ndim < 2) return err_null(ZORCH_ERR_SHAPE, "%s: needs at least 2 dims, got shape %s", op, SHAPE(x, a));
+  int64_t r = x->shape[x->ndim - 2], c = x->shape[x->ndim - 1];
+  zorch_device dev = x->st->device;
+  bool prev = zorch_set_grad_enabled(false);
+  zorch_tensor *rows = zorch_arange_i64(0, r, 1, ZORCH_I64, dev), *cols = zorch_arange_i64(0, c, 1, ZORCH_I64, dev);
+  zorch_tensor *rv = rows ? zorch_reshape(rows, 2, (int64_t[]){r, 1}) : NULL, *d = rv && cols ? zorch_sub(cols, rv) : NULL;
+  zorch_tensor *kk = zorch_full_i64(0, NULL, k, ZORCH_I64, dev), *mask = d && kk ? (upper ? zorch_ge(d, kk) : zorch_le(d, kk)) : NULL;
+  zorch_tensor *zero = mask ? op_zeros(x, 0, NULL, x->dtype) : NULL;
+  zorch_set_grad_enabled(prev);
+  zorch_tensor *out = zero ? zorch_where(mask, x, zero) : NULL;
+  OP_FREE(rows, cols, rv, d, kk, mask, zero);
+  if (!out) err_prefix(op);
+  return out;
+}
+zorch_tensor *zorch_tril(zorch_tensor *x, int64_t k) { return tri("tril", x, k, false); }
+zorch_tensor *zorch_triu(zorch_tensor *x, int64_t k) { return tri("triu", x, k, true); }

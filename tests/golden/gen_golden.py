@@ -107,6 +107,9 @@ case("pow", torch.pow, pos(3, 4), r(3, 4))
 case("eq", torch.eq, small_ints(3, 4), small_ints(4))
 case("lt", torch.lt, small_ints(3, 4), small_ints(3, 1))
 case("gt", torch.gt, small_ints(3, 4), small_ints(4))
+case("ne", torch.ne, small_ints(3, 4), small_ints(4))
+case("le", torch.le, small_ints(3, 4), small_ints(3, 1))
+case("ge", torch.ge, small_ints(3, 4), small_ints(4))
 
 # the other ops
 case("softmax", lambda x: torch.softmax(x, 1), r(2, 5, 3))

@@ -210,6 +210,18 @@ do
     y[1] = 100 -- (the product saved only the constant: the write is no error)
     return s
   end, rg({1, 2, 3}))
+  local lx = rg({{1, 2, 3}, {4, 5, 6}, {0, -math.huge, 2}})
+  local lse = zorch.logsumexp(lx, 2)
+  got.logsumexp_rows = lse:totable()
+  lse:sum():backward()
+  got.logsumexp_grad = lx.grad:reshape({-1}):totable()
+  got.logsumexp_neginf = {zorch.logsumexp(zorch.tensor({-math.huge, -math.huge}, {dtype = "float64"}), 1):item()}
+  local m = zorch.arange(1, 13, 1, {dtype = "float64"}):reshape({3, 4})
+  got.tril = zorch.tril(m):reshape({-1}):totable()
+  got.triu_1 = zorch.triu(m, 1):reshape({-1}):totable()
+  got.tril_m1 = m:tril(-1):reshape({-1}):totable()
+  got.chunk_sizes = {}
+  for i, p in ipairs(zorch.chunk(zorch.arange(1, 11), 3)) do got.chunk_sizes[i] = p:numel() end
   local names = {}
   for name in pairs(want) do names[#names + 1] = name end
   table.sort(names)
@@ -219,7 +231,7 @@ do
       local a, b = w[i], g and g[i]
       good = good and b ~= nil and ((a ~= a and b ~= b) or a == b or math.abs(a - b) <= 1e-12 * math.abs(a))
     end
-    ok(good, name .. ": PyTorch's gradient (" .. table.concat(w, " ") .. ")" ..
+    ok(good, name .. ": PyTorch's values (" .. table.concat(w, " ") .. ")" ..
        (good and "" or (", got " .. (g and table.concat(g, " ") or "nothing"))))
   end
 end
@@ -281,6 +293,16 @@ do
   lin(zorch.ones(1, 2, {dtype = "bfloat16"})):sum():backward()
   raises("an optimizer over bf16 parameters", function() optim.Adam(lin:parameters()):step() end,
          "optim.Adam: parameter 1 is bfloat16", "zorch.Engine{precision = \"bf16\"}")
+end
+
+-- ---- comparisons: PyTorch's, NaN included ---------------------------------------------------------
+do
+  local f = zorch.tensor({1, 0 / 0, 3})
+  local two = zorch.tensor(2.0)
+  local function bools(t) local r = {} for i, v in ipairs(t:totable()) do r[i] = tostring(v) end return table.concat(r, " ") end
+  ok(bools(f:ne(f)) == "false true false" and bools(f:le(f)) == "true false true" and bools(f:ge(two)) == "false false true"
+     and bools(zorch.ne(zorch.tensor{1, 2}, 2)) == "true false" and f:le(two):dtype() == "bool",
+     "ne, le and ge as PyTorch's (NaN is unequal to itself and neither <= nor >=)")
 end
 
 -- ---- module and tensor idioms -------------------------------------------------------------------
