@@ -5,6 +5,27 @@ local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn = {}
 
+-- Checks an options table for `fn`: nil gives {}; a key not in `allowed` (a
+-- list of names, or a set) is an error naming fn and the allowed names,
+-- raised at `level` as error() counts it from here. The modules, losses and
+-- layers of these files check their options with it.
+local function check_options(fn, opts, allowed, level)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fn, type(opts)), level) end
+  local set = {}
+  for k, v in pairs(allowed) do if math.type(k) == "integer" then set[v] = true else set[k] = true end end
+  for k in pairs(opts) do
+    if not set[k] then
+      local names = {}
+      for n in pairs(set) do names[#names + 1] = n end
+      table.sort(names)
+      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k), table.concat(names, ", ")), level)
+    end
+  end
+  return opts
+end
+zorch._check_options = check_options
+
 local function class_call(cls, ...)
   local self = setmetatable({_order = {}, _children = {}, _params = {}, _buffers = {}, training = true}, cls)
   self:init(...)
@@ -396,27 +417,12 @@ end
 function nn.Dropout:forward(x) return zorch.dropout(x, self.p, self.training) end
 
 nn.Embedding = Module:extend "nn.Embedding"
--- Options a module takes: any other key is an error naming the module.
-local function module_opts(name, opts, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then error(("%s: options must be a table"):format(name), 4) end
-  for k in pairs(opts) do
-    if not allowed[k] then
-      local names = {}
-      for n in pairs(allowed) do names[#names + 1] = n end
-      table.sort(names)
-      error(("%s: unknown option '%s' (expected %s)"):format(name, tostring(k), table.concat(names, ", ")), 4)
-    end
-  end
-  return opts
-end
-
 -- Embedding(num, dim, {padding_idx}): as PyTorch, the padding row (1-based)
 -- starts at zeros and never gets a gradient.
 function nn.Embedding:init(num, dim, opts)
   check_int("nn.Embedding", "num_embeddings", num)
   check_int("nn.Embedding", "embedding_dim", dim)
-  opts = module_opts("nn.Embedding", opts, {padding_idx = true})
+  opts = check_options("nn.Embedding", opts, {"padding_idx"}, 4)
   local pad = opts.padding_idx
   if pad ~= nil then
     if math.type(pad) ~= "integer" or pad == 0 or pad > num or pad < -num then
@@ -442,7 +448,7 @@ end
 nn.LayerNorm = Module:extend "nn.LayerNorm"
 function nn.LayerNorm:init(shape, opts)
   if type(shape) == "number" then shape = {shape} end
-  opts = module_opts("nn.LayerNorm", opts, {eps = true, elementwise_affine = true, bias = true})
+  opts = check_options("nn.LayerNorm", opts, {"eps", "elementwise_affine", "bias"}, 4)
   self.normalized_shape = shape
   self.eps = opts.eps or 1e-5
   if opts.elementwise_affine ~= false then
@@ -466,14 +472,7 @@ local function batch_norm_class(name, dims, expected)
   local cls = Module:extend(name)
   function cls:init(num_features, opts)
     check_int(name, "num_features", num_features)
-    if opts ~= nil and type(opts) ~= "table" then error(name .. ": options must be a table", 3) end
-    opts = opts or {}
-    for k in pairs(opts) do
-      if k ~= "eps" and k ~= "momentum" and k ~= "affine" and k ~= "track_running_stats" then
-        error(("%s: unknown option '%s' (allowed: affine, eps, momentum, track_running_stats)"):format(name,
-          tostring(k)), 3)
-      end
-    end
+    opts = check_options(name, opts, {"affine", "eps", "momentum", "track_running_stats"}, 4)
     local eps, momentum = opts.eps or 1e-5, opts.momentum
     if momentum == nil then momentum = 0.1 end
     if type(eps) ~= "number" or not (eps > 0) then error(("%s: eps must be a number > 0, got %s"):format(name, tostring(eps)), 3) end
@@ -586,16 +585,10 @@ end
 local function loss(name, fn, allowed)
   local cls = Module:extend(name)
   function cls:init(opts)
-    if opts ~= nil and type(opts) ~= "table" then error(("%s: options must be a table"):format(name), 3) end
-    for k in pairs(opts or {}) do
-      if k ~= "reduction" and not (allowed and allowed[k]) then
-        local names = {"reduction"}
-        for n in pairs(allowed or {}) do names[#names + 1] = n end
-        table.sort(names)
-        error(("%s: unknown option '%s' (expected %s)"):format(name, tostring(k), table.concat(names, ", ")), 3)
-      end
-    end
-    local r = opts and opts.reduction or "mean"
+    local keys = {reduction = true}
+    for k in pairs(allowed or {}) do keys[k] = true end
+    opts = check_options(name, opts, keys, 4)
+    local r = opts.reduction or "mean"
     if r ~= "mean" and r ~= "sum" and r ~= "none" then
       error(("%s: reduction must be 'mean', 'sum' or 'none', got '%s'"):format(name, tostring(r)), 3)
     end
@@ -720,18 +713,7 @@ local function check_size(fn, name, v, lo)
       lo > 0 and "a positive" or "a non-negative", type(v) == "table" and size_str(v) or tostring(v)), 4)
   end
 end
-local function check_opts(fn, opts, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fn, type(opts)), 4) end
-  for k in pairs(opts) do
-    local ok = false
-    for _, a in ipairs(allowed) do ok = ok or k == a end
-    if not ok then
-      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k), table.concat(allowed, ", ")), 4)
-    end
-  end
-  return opts
-end
+local function check_opts(fn, opts, allowed) return check_options(fn, opts, allowed, 4) end -- (a tail call)
 
 nn.Conv2d = Module:extend "nn.Conv2d"
 -- opts: stride, padding, dilation (numbers or pairs), groups, bias = false.
@@ -901,16 +883,9 @@ ModuleList.__len = function(self) return rawget(self, "n") end
 
 -- Checks a loss's options table: reduction and the allowed keys.
 local function loss_options(fn, opts, allowed)
-  if opts ~= nil and type(opts) ~= "table" then error(fn .. ": options must be a table", 4) end
-  opts = opts or {}
-  for k in pairs(opts) do
-    if k ~= "reduction" and not allowed[k] then
-      local names = {"reduction"}
-      for n in pairs(allowed) do names[#names + 1] = n end
-      table.sort(names)
-      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k), table.concat(names, ", ")), 4)
-    end
-  end
+  local keys = {reduction = true}
+  for k in pairs(allowed) do keys[k] = true end
+  opts = check_options(fn, opts, keys, 5)
   local r = opts.reduction or "mean"
   if r ~= "mean" and r ~= "sum" and r ~= "none" then
     error(("%s: reduction must be 'mean', 'sum' or 'none', got '%s'"):format(fn, tostring(r)), 4)

@@ -128,16 +128,7 @@ function dist.gather_last(group, x)
 end
 
 local function check_opts(fn, opts, allowed)
-  if opts == nil then opts = {} end
-  if type(opts) ~= "table" then error(("%s: options must be a table"):format(fn), 4) end
-  for k in pairs(opts) do
-    if not allowed[k] then
-      local names = {}
-      for a in pairs(allowed) do names[#names + 1] = a end
-      table.sort(names)
-      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k), table.concat(names, ", ")), 4)
-    end
-  end
+  opts = zorch._check_options(fn, opts, allowed, 5)
   if not is_group(opts.group) then
     error(("%s: option group must be a zorch.Group (the tensor group), got %s"):format(fn,
       zorch._readable(opts.group)), 4)
