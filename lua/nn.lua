@@ -879,6 +879,56 @@ ModuleList.__newindex = function(self, k, v)
 end
 ModuleList.__len = function(self) return rawget(self, "n") end
 
+-- nn.ModuleDict{name = module, ...}: children named by their keys (in sorted
+-- order: a Lua table has none of its own), so state-dict names are
+-- "name.weight" as PyTorch's; dict.name or dict["name"] reads one,
+-- dict:set(name, m) adds or replaces one, dict:keys() lists them, and
+-- dict:items() walks (name, module) pairs in order.
+nn.ModuleDict = Module:extend "nn.ModuleDict"
+local ModuleDict = nn.ModuleDict
+local RESERVED = {training = true, n = true}
+function ModuleDict:init(modules)
+  if modules == nil then return end
+  if type(modules) ~= "table" or is_module(modules) then
+    error("nn.ModuleDict: expected a table of modules ({name = m, ...}) or nothing", 3)
+  end
+  local keys = {}
+  for k in pairs(modules) do keys[#keys + 1] = k end
+  for _, k in ipairs(keys) do
+    if type(k) ~= "string" then error(("nn.ModuleDict: keys must be strings, got %s"):format(type(k)), 3) end
+  end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local ok, err = pcall(self.set, self, k, modules[k])
+    if not ok then error(err, 3) end
+  end
+end
+function ModuleDict:set(k, m)
+  if type(k) ~= "string" or k == "" or k:find("%.") or k:sub(1, 1) == "_" or RESERVED[k] or ModuleDict[k] ~= nil then
+    error(("nn.ModuleDict: '%s' cannot name a module (a string without dots, not a method or field name)"):format(
+      tostring(k)), 2)
+  end
+  if not is_module(m) then error(("nn.ModuleDict: '%s' must be a module, got %s"):format(k, type(m)), 2) end
+  if rawget(self, k) ~= nil then rawset(self, k, m) else self[k] = m end
+  return self
+end
+function ModuleDict:keys()
+  local ks = {}
+  for _, k in ipairs(self._order) do if self._children[k] then ks[#ks + 1] = k end end
+  return ks
+end
+function ModuleDict:items()
+  local ks, i = self:keys(), 0
+  return function()
+    i = i + 1
+    if ks[i] then return ks[i], rawget(self, ks[i]) end
+  end
+end
+ModuleDict.__len = function(self) return #self:keys() end
+function ModuleDict:forward()
+  error("nn.ModuleDict: a module dict has no forward; call its modules in the owner's forward", 2)
+end
+
 -- ---- losses: NLL, BCE, BCE with logits --------------------------------------------------------
 
 -- Checks a loss's options table: reduction and the allowed keys.

@@ -434,6 +434,68 @@ function optim.SGD:_apply(p, g, s, o, first)
   zorch._sgd_step(p, g, s.momentum_buffer, first, k)
 end
 
+-- RMSprop, PyTorch's formulas: g += weight_decay * p; v = alpha * v + (1 - alpha) g^2;
+-- centered: the denominator sqrt(v - mean(g)^2) + eps, else sqrt(v) + eps; with
+-- momentum a buffer of g / denominator, else p -= lr * g / denominator. Composed
+-- from the tensor ops (no kernel of its own), in place under no_grad.
+optim.RMSprop = class("optim.RMSprop")
+getmetatable(optim.RMSprop).__call = function(_, params, opts)
+  return new(optim.RMSprop, "optim.RMSprop", params, opts,
+             {lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0, centered = false},
+             {lr = nonneg, alpha = nonneg, eps = nonneg, weight_decay = nonneg, momentum = nonneg, centered = bool})
+end
+function optim.RMSprop:_begin(s, p, groups)
+  if not s.step then s.step, s.square_avg = 0, zeros_like(p) end
+  if not s.grad_avg and any(groups, function(g) return g.centered end) then s.grad_avg = zeros_like(p) end
+  if not s.momentum_buffer and any(groups, function(g) return g.momentum > 0 end) then
+    s.momentum_buffer = zeros_like(p)
+  end
+  s.step = s.step + 1
+end
+function optim.RMSprop:_apply(p, g, s, o)
+  zorch.no_grad(function()
+    if o.weight_decay ~= 0 then g = g + p * o.weight_decay end
+    s.square_avg:copy_(s.square_avg * o.alpha + g * g * (1 - o.alpha))
+    local avg
+    if o.centered then
+      s.grad_avg:copy_(s.grad_avg * o.alpha + g * (1 - o.alpha))
+      avg = (s.square_avg - s.grad_avg * s.grad_avg):sqrt() + o.eps
+    else
+      avg = s.square_avg:sqrt() + o.eps
+    end
+    if o.momentum > 0 then
+      s.momentum_buffer:copy_(s.momentum_buffer * o.momentum + g / avg)
+      p:copy_(p - s.momentum_buffer * o.lr)
+    else
+      p:copy_(p - (g / avg) * o.lr)
+    end
+  end)
+end
+
+-- Adagrad, PyTorch's formulas: g += weight_decay * p; sum += g^2;
+-- p -= lr / (1 + (step - 1) * lr_decay) * g / (sqrt(sum) + eps).
+optim.Adagrad = class("optim.Adagrad")
+getmetatable(optim.Adagrad).__call = function(_, params, opts)
+  return new(optim.Adagrad, "optim.Adagrad", params, opts,
+             {lr = 1e-2, lr_decay = 0, weight_decay = 0, initial_accumulator_value = 0, eps = 1e-10},
+             {lr = nonneg, lr_decay = nonneg, weight_decay = nonneg, initial_accumulator_value = nonneg, eps = nonneg})
+end
+function optim.Adagrad:_begin(s, p, groups)
+  if not s.step then
+    s.step = 0
+    s.sum = zorch.full_like(p, groups[1].initial_accumulator_value)
+  end
+  s.step = s.step + 1
+end
+function optim.Adagrad:_apply(p, g, s, o)
+  zorch.no_grad(function()
+    if o.weight_decay ~= 0 then g = g + p * o.weight_decay end
+    local clr = o.lr / (1 + (s.step - 1) * o.lr_decay)
+    s.sum:copy_(s.sum + g * g)
+    p:copy_(p - (g / (s.sum:sqrt() + o.eps)) * clr)
+  end)
+end
+
 -- Lamb (layer-wise adaptive moments): Adam's moments give u = m_hat / (sqrt(v_hat)
 -- + eps) + weight_decay * p per parameter tensor; p -= lr * ratio * u with ratio =
 -- ||p|| / ||u|| clamped to [min_coeff, max_coeff], and 1 (then clamped) when either
@@ -637,6 +699,36 @@ function optim.lr_scheduler.MultiStepLR(opt, opts)
       lr = lr * self.gamma
     end
     return lr
+  end
+  s:set(0)
+  return s
+end
+
+-- lr = eta_min + (base - eta_min) * (1 + cos(pi * step / T_max)) / 2, PyTorch's
+-- closed form (past T_max the cosine goes on, as PyTorch's does)
+function optim.lr_scheduler.CosineAnnealingLR(opt, opts)
+  local o = sched_options("CosineAnnealingLR", opt, opts, {T_max = false, eta_min = 0},
+                          {T_max = posint, eta_min = num}, {"T_max"})
+  local s = new_sched(opt, {T_max = o.T_max, eta_min = o.eta_min})
+  function s:lr_at(n, base)
+    base = base or self.base_lr
+    return self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * n / self.T_max)) / 2
+  end
+  s:set(0)
+  return s
+end
+
+-- lr = base * (start_factor + (end_factor - start_factor) * min(step, total_iters) / total_iters)
+function optim.lr_scheduler.LinearLR(opt, opts)
+  local o = sched_options("LinearLR", opt, opts, {start_factor = 1 / 3, end_factor = 1.0, total_iters = 5},
+                          {start_factor = num, end_factor = num, total_iters = posint})
+  if not (o.start_factor > 0 and o.start_factor <= 1 and o.end_factor >= 0 and o.end_factor <= 1) then
+    error("LinearLR: start_factor must be in (0, 1] and end_factor in [0, 1]", 2)
+  end
+  local s = new_sched(opt, {start_factor = o.start_factor, end_factor = o.end_factor, total_iters = o.total_iters})
+  function s:lr_at(n, base)
+    local t = math.min(n, self.total_iters) / self.total_iters
+    return (base or self.base_lr) * (self.start_factor + (self.end_factor - self.start_factor) * t)
   end
   s:set(0)
   return s
