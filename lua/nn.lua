@@ -219,6 +219,44 @@ function Module:children()
   return cs
 end
 
+-- Every module of the tree once, this one first (PyTorch's modules()), and
+-- with their dotted names ("" for this one); apply(fn) calls fn on each.
+function Module:named_modules()
+  local list = {}
+  local function walk(m, prefix, seen)
+    if seen[m] then return end
+    seen[m] = true
+    list[#list + 1] = {prefix, m}
+    for _, k in ipairs(m._order) do
+      local v = rawget(m, k)
+      if m._children[k] and v ~= nil then walk(v, prefix == "" and k or (prefix .. "." .. k), seen) end
+    end
+  end
+  walk(self, "", {})
+  local i = 0
+  return function()
+    i = i + 1
+    if list[i] then return list[i][1], list[i][2] end
+  end
+end
+function Module:modules()
+  local ms = {}
+  for _, m in self:named_modules() do ms[#ms + 1] = m end
+  return ms
+end
+function Module:apply(fn)
+  if type(fn) ~= "function" then error("Module:apply: expected a function, got " .. type(fn), 2) end
+  for _, m in ipairs(self:modules()) do fn(m) end
+  return self
+end
+-- requires_grad_(on = true) on every parameter: false freezes the module
+function Module:requires_grad_(on)
+  if on == nil then on = true end
+  if type(on) ~= "boolean" then error("Module:requires_grad_: expected a boolean, got " .. type(on), 2) end
+  for _, p in ipairs(self:parameters()) do p.requires_grad = on end
+  return self
+end
+
 function Module:train(on)
   if on == nil then on = true end
   each_module(self, function(m) rawset(m, "training", on) end)

@@ -386,6 +386,24 @@ do
   raises("a value that is not a module", function() nn.ModuleDict{a = 1} end, "nn.ModuleDict: 'a' must be a module")
 end
 
+-- ---- walking a model: modules, named_modules, apply, requires_grad_ -------------------------------
+do
+  local m = net()
+  local names = {}
+  for name, mod in m:named_modules() do names[#names + 1] = name .. "=" .. getmetatable(mod).__name end
+  ok(table.concat(names, " ") == "=nn.Sequential 0=nn.Linear 1=nn.ReLU 2=nn.Linear",
+     "named_modules: dotted names, the root first")
+  local count = 0
+  m:apply(function(mod) if getmetatable(mod).__name == "nn.Linear" then count = count + 1 end end)
+  ok(count == 2 and #m:modules() == 4, "apply visits each module once")
+  m[1]:requires_grad_(false)
+  ok(not m[1].weight.requires_grad and not m[1].bias.requires_grad and m[3].weight.requires_grad,
+     "requires_grad_(false) freezes one module's parameters")
+  m:requires_grad_()
+  ok(m[1].weight.requires_grad, "and requires_grad_() unfreezes them")
+  raises("apply of a number", function() m:apply(3) end, "Module:apply: expected a function")
+end
+
 -- ---- module and tensor idioms -------------------------------------------------------------------
 do
   local s = net()
