@@ -221,7 +221,7 @@ end
 
 -- Every module of the tree once, this one first (PyTorch's modules()), and
 -- with their dotted names ("" for this one); apply(fn) calls fn on each.
-function Module:named_modules()
+local function each_named_module(self)
   local list = {}
   local function walk(m, prefix, seen)
     if seen[m] then return end
@@ -233,17 +233,10 @@ function Module:named_modules()
     end
   end
   walk(self, "", {})
-  local i = 0
-  return function()
-    i = i + 1
-    if list[i] then return list[i][1], list[i][2] end
-  end
+  return list
 end
-function Module:modules()
-  local ms = {}
-  for _, m in self:named_modules() do ms[#ms + 1] = m end
-  return ms
-end
+function Module:named_modules() return iter_named(each_named_module(self)) end
+function Module:modules() return tensors_of(each_named_module(self)) end
 function Module:apply(fn)
   if type(fn) ~= "function" then error("Module:apply: expected a function, got " .. type(fn), 2) end
   for _, m in ipairs(self:modules()) do fn(m) end
