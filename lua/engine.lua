@@ -341,7 +341,7 @@ end
 -- params come from (a table with warmup_num_steps, total_num_steps, ...).
 function Engine:prepare(model, loader, opt, sched)
   if type(model) ~= "table" or not model.parameters then error("Engine:prepare: argument 1 must be a module", 2) end
-  if self.model then error("Engine:prepare: this engine already prepared a model (one engine per model)", 2) end
+  if self.prepared then error("Engine:prepare: this engine already prepared a model (one engine per model)", 2) end
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
   self.auto_lines = #self.autos > 0 and zorch._resolve_autos(self, model, loader, opt, sched) or {}
   self.model, self.loader = model, loader
@@ -474,7 +474,10 @@ function Engine:prepare(model, loader, opt, sched)
       return table.unpack(r, 1, r.n)
     end)
   end
-  if not opt then return model, loader end
+  if not opt then
+    self.prepared = true
+    return model, loader
+  end
   -- the same optimizer, over this rank's slice (the whole buffer at stage 0)
   local target = self.zero:target()
   local cls = getmetatable(opt)
@@ -533,6 +536,7 @@ function Engine:prepare(model, loader, opt, sched)
   self.optimizer = wrapped
   if self.cfg.scheduler then self.lr_scheduler = zorch._make_scheduler(self.cfg.scheduler, opt) end
   if self.first and os.getenv("ZORCH_QUIET") == nil then self:print_summary() end
+  self.prepared = true -- (set once prepare has succeeded)
   return model, loader, wrapped
 end
 
