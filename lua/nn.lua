@@ -1212,6 +1212,17 @@ function Module:summary(input, opts) return nn.summary(self, input, opts) end
 -- mask), and backpropagates through that copy into the tensor arguments and
 -- the parameters fn uses. fn returns one tensor. opts.cpu: the saved tensor
 -- arguments wait in host memory (DeepSpeed's cpu_checkpointing).
+-- Fails when t was written in place since the forward noted `version`
+-- (zorch._version): checkpoint's arguments and Function's saved tensors,
+-- as autograd refuses a saved tensor written since.
+local function check_version(what, t, version, why)
+  local v = zorch._version(t)
+  if v ~= version then
+    error(("%s of shape (%s) was modified by an inplace operation after the forward (version %d; expected " ..
+           "version %d)%s"):format(what, table.concat(t.shape, ", "), v, version, why or ""), 0)
+  end
+end
+
 local function checkpoint_with(opts, fn, ...)
   local mt = getmetatable(fn)
   if type(fn) ~= "function" and not (mt and mt.__call) then
@@ -1249,12 +1260,7 @@ local function checkpoint_with(opts, fn, ...)
   for _, i in ipairs(where) do versions[i] = zorch._version(args[i]) end
   local function backward(g)
     for _, i in ipairs(where) do
-      local v = zorch._version(args[i])
-      if v ~= versions[i] then
-        error(("checkpoint: argument %d of shape (%s) was modified by an inplace operation after the forward " ..
-               "(version %d; expected version %d): the recompute would use the new values"):format(
-               i, table.concat(args[i].shape, ", "), v, versions[i]), 0)
-      end
+      check_version("checkpoint: argument " .. i, args[i], versions[i], ": the recompute would use the new values")
     end
     local again = {}
     for i = 1, args.n do again[i] = args[i] end
@@ -1356,10 +1362,7 @@ function zorch.Function(def)
     end
     return zorch._grad_fn(out, inputs, function(g)
       for i, t in ipairs(ctx.saved_tensors or {}) do
-        if zorch._version(t) ~= ctx._versions[i] then
-          error(("%s: saved tensor %d of shape (%s) was modified by an inplace operation after the forward"):format(
-            name, i, table.concat(t.shape, ", ")), 0)
-        end
+        check_version(("%s: saved tensor %d"):format(name, i), t, ctx._versions[i])
       end
       return def.backward(ctx, g)
     end)

@@ -199,9 +199,7 @@ static zorch_status max_even_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin
   const max_args *a = AG_ARGS(n, max_args);
   zorch_tensor *x = n->saved[0], *y = n->saved[1];
   int64_t shape[ZORCH_MAX_DIMS];
-  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-  for (int i = 0; i < x->ndim; i++)
-    if (a->ndims == 0) shape[i] = 1;
+  for (int i = 0; i < x->ndim; i++) shape[i] = a->ndims == 0 ? 1 : x->shape[i]; /* no dims: all of them */
   for (int i = 0; i < a->ndims; i++) {
     int d;
     if (dim_wrap(a->min ? "min" : "max", a->dims[i], x->ndim, 0, &d)) return zorch_last_status();
