@@ -231,6 +231,22 @@ ZORCH_API zorch_tensor *zorch_silu(zorch_tensor *a); /* a * sigmoid(a) */
 ZORCH_API zorch_tensor *zorch_sin(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_cos(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_clamp(zorch_tensor *a, double min, double max); /* +-INFINITY: open */
+/* Two-input elementwise math, broadcast and promoted as above. maximum and
+   minimum pass NaN on, fmax and fmin drop it; fmod's result has the dividend's
+   sign (C's), remainder's the divisor's (Python's %); floor_divide is Python's
+   //. Integer tensors stay integer for maximum, minimum, fmax, fmin, fmod,
+   remainder and floor_divide; an integer divisor holding 0 is an error. */
+ZORCH_API zorch_tensor *zorch_maximum(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_minimum(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_fmax(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_fmin(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_atan2(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_hypot(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_logaddexp(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_copysign(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_fmod(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_remainder(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_floor_divide(zorch_tensor *a, zorch_tensor *b); /* no gradient */
 /* Comparisons give ZORCH_BOOL tensors; no gradient. */
 ZORCH_API zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b);

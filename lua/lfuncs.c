@@ -501,9 +501,32 @@ static int f_pointwise_call(lua_State *L) {
   return luaL_argerror(L, 1, lua_pushfstring(L, "no elementwise op named '%s'", name));
 }
 
-/* [-0, +0]: binds the unary ops without parameters into the tables at module
-   and methods (absolute indices). */
+/* The registry's binary ops with a public function, bound as zorch.<name>(a, b)
+   and a:<name>(b), either operand a tensor or a number (lz_binary); upvalue 1
+   is the entry. */
+typedef struct {
+  const char *name;
+  zorch_tensor *(*fn)(zorch_tensor *, zorch_tensor *);
+} binary_bind;
+#define B_BIND_API(name) {#name, zorch_##name},
+#define B_BIND_KERNEL(name)
+#define B_BIND(ID, name, node, out, fmath, ints, imath, grad, api, ...) B_BIND_##api(name)
+static const binary_bind binary_binds[] = {ZORCH_BINARY_OPS(B_BIND)};
+static int f_pointwise2(lua_State *L) {
+  const binary_bind *b = lua_touserdata(L, lua_upvalueindex(1));
+  return lz_binary(L, b->name, b->fn);
+}
+
+/* [-0, +0]: binds the unary ops without parameters and the binary ops into the
+   tables at module and methods (absolute indices). */
 static void open_pointwise(lua_State *L, int module, int methods) {
+  for (size_t i = 0; i < sizeof binary_binds / sizeof binary_binds[0]; i++) {
+    lua_pushlightuserdata(L, (void *)&binary_binds[i]);
+    lua_pushcclosure(L, f_pointwise2, 1);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, methods, binary_binds[i].name);
+    lua_setfield(L, module, binary_binds[i].name);
+  }
   int n;
   const op_info *ops = ops_pointwise(&n);
   for (int i = 0; i < n; i++) {

@@ -280,6 +280,34 @@ static int t_len(lua_State *L) {
   return 1;
 }
 
+/* PyTorch's dtype for a Python number beside a tensor of dtype dt: an integer
+   takes dt (int64 beside bool), a float takes dt when it is a float, else
+   float32; so the number never widens the tensor's dtype. */
+static zorch_dtype number_dtype(lua_State *L, int idx, zorch_dtype dt) {
+  if (zorch_dtype_is_float(dt)) return dt;
+  if (!lua_isinteger(L, idx)) return ZORCH_F32;
+  return dt == ZORCH_BOOL ? ZORCH_I64 : dt;
+}
+
+int lz_binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *, zorch_tensor *)) {
+  bool na = lua_type(L, 1) == LUA_TNUMBER, nb = lua_type(L, 2) == LUA_TNUMBER;
+  if (na && nb) return luaL_error(L, "%s: expected a tensor operand, got two numbers", name);
+  zorch_tensor *a = na ? NULL : lz_check(L, 1), *b = nb ? NULL : lz_check(L, 2);
+  if (!na && !nb) return lz_push(L, f(a, b));
+  zorch_tensor *t = na ? b : a;
+  int ni = na ? 1 : 2;
+  zorch_tensor *s = zorch_full(0, NULL, lua_tonumber(L, ni), number_dtype(L, ni, zorch_tensor_dtype(t)),
+                               zorch_tensor_device(t));
+  if (s && lua_isinteger(L, ni) && zorch_tensor_dtype(s) == ZORCH_I64 && zorch_fill_i64_(s, lua_tointeger(L, ni))) {
+    zorch_tensor_free(s); /* an int64 number past 2^53 is kept exact */
+    s = NULL;
+  }
+  if (!s) return lz_fail(L);
+  zorch_tensor *r = na ? f(s, b) : f(a, s);
+  zorch_tensor_free(s);
+  return lz_push(L, r);
+}
+
 typedef zorch_tensor *(*bin_fn)(zorch_tensor *, zorch_tensor *);
 /* a op b where either side may be a number */
 static int arith(lua_State *L, const char *name, bin_fn f, int op) {
@@ -296,7 +324,10 @@ static int arith(lua_State *L, const char *name, bin_fn f, int op) {
   switch (op) {
     case '+': return lz_push_up(L, zorch_add_scalar(t, s), 1);
     case '*': return lz_push_up(L, zorch_mul_scalar(t, s), 1);
-    case '-': return lz_push_up(L, a ? zorch_add_scalar(t, -s) : zorch_rsub_scalar(t, s), 1);
+    case '-':
+      if (zorch_tensor_dtype(t) == ZORCH_BOOL) /* as zorch_sub refuses it */
+        return luaL_error(L, "sub: subtraction with a bool tensor is not supported; for the xor of two masks use ne");
+      return lz_push_up(L, a ? zorch_add_scalar(t, -s) : zorch_rsub_scalar(t, s), 1);
     case '/': return lz_push_up(L, a ? zorch_mul_scalar(t, 1.0 / s) : zorch_rdiv_scalar(t, s), 1);
     default: return lz_push_up(L, a ? zorch_pow_scalar(t, s) : NULL, 1);
   }
@@ -319,6 +350,9 @@ static int t_pow(lua_State *L) {
   }
   return arith(L, "pow", zorch_pow, '^');
 }
+/* a // b and a % b: floor_divide and remainder, as Python's // and % */
+static int t_idiv(lua_State *L) { return lz_binary(L, "floor_divide", zorch_floor_divide); }
+static int t_mod(lua_State *L) { return lz_binary(L, "remainder", zorch_remainder); }
 static int t_unm(lua_State *L) { return lz_push_up(L, zorch_neg(lz_check(L, 1)), 1); }
 /* a .. b concatenates along the first dim */
 static int t_concat(lua_State *L) {
@@ -394,7 +428,8 @@ void lz_open_tensor(lua_State *L) {
                                   {"__len", t_len},   {"__concat", t_concat}, {"__newindex", t_newindex},
                                   {NULL, NULL}};
   static const luaL_Reg arith_meta[] = {{"__add", t_add}, {"__sub", t_sub}, {"__mul", t_mul}, {"__div", t_div},
-                                        {"__pow", t_pow}, {"__unm", t_unm}, {NULL, NULL}};
+                                        {"__pow", t_pow}, {"__unm", t_unm}, {"__idiv", t_idiv},
+                                        {"__mod", t_mod}, {NULL, NULL}};
   luaL_newmetatable(L, LZ_TENSOR);
   luaL_setfuncs(L, meta, 0);
   lua_createtable(L, 2, 0); /* the state table: the metatable and a spare box (once __gc is set: */

@@ -22,6 +22,9 @@ int lz_push(lua_State *L, zorch_tensor *t);
 int lz_push_up(lua_State *L, zorch_tensor *t, int up);
 void lz_push_state(lua_State *L);
 zorch_tensor *lz_check(lua_State *L, int idx);
+/* Pushes f(a, b) for the operands at 1 and 2: tensors, or one of them a number
+   (a 0-d tensor of PyTorch's dtype for a number beside the other tensor). */
+int lz_binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *, zorch_tensor *));
 /* Pushes t's shape: a plain array of sizes that prints as (2, 3). */
 int lz_push_shape(lua_State *L, const zorch_tensor *t);
 /* A 1-based (or negative) Lua dim to a C dim; 0 is an error. */

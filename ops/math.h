@@ -89,6 +89,68 @@ ZM_DEF2(zm_abs_bwd, return x > (T)0 ? g : (x < (T)0 ? -g : (T)0);)
 ZM_DEF2(zm_sin_bwd, return g * (T)cos(x);)
 ZM_DEF2(zm_cos_bwd, return -g * (T)sin(x);)
 
+/* ---- two-input math (x and y, the op's inputs) ---------------------------- */
+#define ZM_DEFB(name, body)                                    \
+  ZM_INLINE float name##_f32(float x, float y) {               \
+    typedef float T;                                           \
+    body                                                       \
+  }                                                            \
+  ZM_INLINE double name##_f64(double x, double y) {            \
+    typedef double T;                                          \
+    body                                                       \
+  }                                                            \
+  ZM_OVERLOAD2(name)
+
+/* maximum and minimum let NaN through (fmax and fmin drop it) */
+ZM_DEFB(zm_maximum, return (x != x || y != y) ? (T)(x + y) : (x > y ? x : y);)
+ZM_DEFB(zm_minimum, return (x != x || y != y) ? (T)(x + y) : (x < y ? x : y);)
+/* log(exp(x) + exp(y)) without overflow; equal infinities give themselves */
+ZM_DEFB(zm_logaddexp,
+        if (x == y) return x + (T)0.69314718055994530942;
+        T m = x > y ? x : y;
+        return m + log1p(exp(-fabs(x - y)));)
+/* Python's remainder: the sign of the divisor */
+ZM_DEFB(zm_remainder,
+        T r = fmod(x, y);
+        return (r != (T)0 && (r < (T)0) != (y < (T)0)) ? r + y : r;)
+/* Python's floor division: floor(x / y) taken from the exact remainder, so a
+   quotient such as 1 // 0.1 rounds the way the remainder says (9, not 10);
+   a zero divisor gives x / y (inf or NaN) */
+ZM_DEFB(zm_floor_divide,
+        if (y == (T)0) return x / y;
+        T r = fmod(x, y);
+        T q = (x - r) / y;
+        if (r != (T)0 && (r < (T)0) != (y < (T)0)) q -= (T)1;
+        if (q == (T)0) return copysign((T)0, x / y);
+        T f = floor(q);
+        return q - f > (T)0.5 ? f + (T)1 : f;)
+
+/* Integer division kernels, on int64 (each dtype's values fit). A zero divisor
+   gives 0: the op layer refuses it before a kernel runs. The most negative
+   value divided by -1 wraps in two's complement (the hardware would trap). */
+ZM_INLINE int64_t zm_ifloor_divide(int64_t x, int64_t y) {
+  if (y == 0) return 0;
+  if (y == -1) return (int64_t)(0 - (uint64_t)x);
+  int64_t q = x / y;
+  return (x % y != 0 && (x < 0) != (y < 0)) ? q - 1 : q;
+}
+ZM_INLINE int64_t zm_ifmod(int64_t x, int64_t y) { return (y == 0 || y == -1) ? 0 : x % y; }
+ZM_INLINE int64_t zm_iremainder(int64_t x, int64_t y) {
+  int64_t r = zm_ifmod(x, y);
+  return (r != 0 && (r < 0) != (y < 0)) ? r + y : r;
+}
+/* x^e wrapping in two's complement; a negative e gives 0 but for bases 1 and -1
+   (the op layer refuses a negative scalar exponent) */
+ZM_INLINE int64_t zm_ipow(int64_t x, int64_t e) {
+  if (e < 0) return x == 1 ? 1 : x == -1 ? ((e & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, b = (uint64_t)x;
+  for (; e; e >>= 1) {
+    if (e & 1) r *= b;
+    b *= b;
+  }
+  return (int64_t)r;
+}
+
 /* ---- 16-bit floats: round to nearest even, NaN kept quiet ---------------- */
 ZM_INLINE uint32_t zm_f32_bits(float f) {
   uint32_t u;

@@ -9,6 +9,8 @@
 
 /* What a node of the op saves (the registry's `save`). */
 enum { SAVE_NONE, SAVE_IN, SAVE_OUT, SAVE_BOTH };
+/* The registry's `ints`: no integer kernels, signed ones (int32, int64), all. */
+enum { INTS_NONE, INTS_SIGNED, INTS_ALL };
 
 /* An elementwise op as the op layer sees it. */
 typedef struct {
@@ -18,7 +20,7 @@ typedef struct {
   int fused;         /* for fused_bwd: the bop of the gradient kernel; else -1 */
   int save;          /* SAVE_* */
   int nparams;       /* scalar parameters (unary ops) */
-  bool ints;         /* has integer kernels: integer inputs stay integer */
+  int ints;          /* INTS_*: which integer dtypes have kernels (they stay integer) */
   bool cmp;          /* writes bool (comparisons) */
 } pw_def;
 
@@ -27,6 +29,11 @@ typedef struct {
   int fused;
   double p0, p1;
 } unary_args;
+
+/* A 0-d tensor of t's dtype and device holding v. */
+static zorch_tensor *scalar_like(const zorch_tensor *t, double v) {
+  return zorch_full(0, NULL, v, t->dtype, t->st->device);
+}
 
 /* Stores a backward's one result: OK, or the error that left it NULL. */
 static zorch_status grad_result(zorch_tensor **gin, zorch_tensor *t) {
@@ -110,6 +117,126 @@ cleanup:
   return ok ? ZORCH_OK : zorch_last_status();
 }
 
+/* maximum and minimum: the input that wins takes the gradient and a tie gives
+   each half (PyTorch's); NaN equals nothing and loses to nothing, so both take it */
+static zorch_status extremum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin, bool max) {
+  zorch_tensor *a = n->saved[0], *b = n->saved[1];
+  zorch_tensor *zero = NULL, *tie = NULL, *half = NULL, *w = NULL, *la = NULL, *lb = NULL;
+  bool ok = false;
+  if (!(zero = scalar_like(g, 0)) || !(tie = zorch_eq(a, b)) || !(half = zorch_mul_scalar(g, 0.5)) ||
+      !(w = zorch_where(tie, half, g)))
+    goto cleanup;
+  if (ag_wants(n, 0) &&
+      (!(la = max ? zorch_lt(a, b) : zorch_gt(a, b)) || !(gin[0] = zorch_where(la, zero, w))))
+    goto cleanup;
+  if (ag_wants(n, 1) &&
+      (!(lb = max ? zorch_gt(a, b) : zorch_lt(a, b)) || !(gin[1] = zorch_where(lb, zero, w))))
+    goto cleanup;
+  ok = true;
+cleanup:
+  OP_FREE(zero, tie, half, w, la, lb);
+  return ok ? ZORCH_OK : zorch_last_status();
+}
+static zorch_status maximum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  return extremum_bwd(n, g, gin, true);
+}
+static zorch_status minimum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  return extremum_bwd(n, g, gin, false);
+}
+
+/* fmax and fmin: a takes the whole gradient where it wins or ties, or where b is
+   NaN (the one that was dropped); b takes it elsewhere */
+static zorch_status fextremum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin, bool max) {
+  zorch_tensor *a = n->saved[0], *b = n->saved[1];
+  zorch_tensor *zero = NULL, *wins = NULL, *nan = NULL, *take = NULL;
+  bool ok = false;
+  if (!(zero = scalar_like(g, 0)) || !(wins = max ? zorch_ge(a, b) : zorch_le(a, b)) ||
+      !(nan = zorch_ne(b, b)) || !(take = zorch_maximum(wins, nan))) /* or, on bools */
+    goto cleanup;
+  if (ag_wants(n, 0) && !(gin[0] = zorch_where(take, g, zero))) goto cleanup;
+  if (ag_wants(n, 1) && !(gin[1] = zorch_where(take, zero, g))) goto cleanup;
+  ok = true;
+cleanup:
+  OP_FREE(zero, wins, nan, take);
+  return ok ? ZORCH_OK : zorch_last_status();
+}
+static zorch_status fmax_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  return fextremum_bwd(n, g, gin, true);
+}
+static zorch_status fmin_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  return fextremum_bwd(n, g, gin, false);
+}
+
+/* Gradients g * fa and g * fb for the factors fa, fb the caller made (either NULL
+   where not wanted); takes the factors. */
+static zorch_status scaled_pair(ag_node *n, zorch_tensor *g, zorch_tensor **gin, zorch_tensor *fa,
+                                zorch_tensor *fb) {
+  bool ok = false;
+  if (ag_wants(n, 0) && (!fa || !(gin[0] = zorch_mul(g, fa)))) goto cleanup;
+  if (ag_wants(n, 1) && (!fb || !(gin[1] = zorch_mul(g, fb)))) goto cleanup;
+  ok = true;
+cleanup:
+  OP_FREE(fa, fb);
+  return ok ? ZORCH_OK : zorch_last_status();
+}
+
+/* d atan2(a, b) = g*b/(a^2+b^2), -g*a/(a^2+b^2) */
+static zorch_status atan2_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_tensor *a = n->saved[0], *b = n->saved[1], *aa = NULL, *bb = NULL, *d = NULL, *na = NULL;
+  zorch_tensor *fa = NULL, *fb = NULL;
+  if ((aa = zorch_mul(a, a)) && (bb = zorch_mul(b, b)) && (d = zorch_add(aa, bb))) {
+    if (ag_wants(n, 0)) fa = zorch_div(b, d);
+    if (ag_wants(n, 1) && (na = zorch_neg(a))) fb = zorch_div(na, d);
+  }
+  OP_FREE(aa, bb, d, na);
+  return scaled_pair(n, g, gin, fa, fb);
+}
+
+/* d hypot(a, b) = g*a/out, g*b/out */
+static zorch_status hypot_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_tensor *y = n->saved[2];
+  zorch_tensor *fa = ag_wants(n, 0) ? zorch_div(n->saved[0], y) : NULL;
+  zorch_tensor *fb = ag_wants(n, 1) ? zorch_div(n->saved[1], y) : NULL;
+  return scaled_pair(n, g, gin, fa, fb);
+}
+
+/* d logaddexp(a, b) = g*sigmoid(a-b), g*sigmoid(b-a) */
+static zorch_status logaddexp_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_tensor *a = n->saved[0], *b = n->saved[1], *d = NULL, *e = NULL, *fa = NULL, *fb = NULL;
+  if (ag_wants(n, 0) && (d = zorch_sub(a, b))) fa = zorch_sigmoid(d);
+  if (ag_wants(n, 1) && (e = zorch_sub(b, a))) fb = zorch_sigmoid(e);
+  OP_FREE(d, e);
+  return scaled_pair(n, g, gin, fa, fb);
+}
+
+/* d copysign(a, b) = g*out/a (the sign a's magnitude took), 0 where a is 0; b
+   gets zeros */
+static zorch_status copysign_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_tensor *a = n->saved[0], *y = n->saved[2], *zero = NULL, *r = NULL, *az = NULL, *fa = NULL;
+  zorch_tensor *fb = NULL;
+  if ((zero = scalar_like(g, 0))) {
+    if (ag_wants(n, 0) && (r = zorch_div(y, a)) && (az = zorch_eq(a, zero))) fa = zorch_where(az, zero, r);
+    if (ag_wants(n, 1)) fb = zorch_tensor_retain(zero);
+  }
+  OP_FREE(zero, r, az);
+  return scaled_pair(n, g, gin, fa, fb);
+}
+
+/* fmod and remainder: a - q*b with q = trunc(a/b) or floor(a/b), so a takes g
+   and b takes -g*q (PyTorch's) */
+static zorch_status quotient_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin, bop quotient) {
+  zorch_tensor *q = NULL, *nq = NULL;
+  if (ag_wants(n, 1) && (q = op_binary(quotient, n->saved[0], n->saved[1], 0, 0))) nq = zorch_neg(q);
+  zorch_tensor_free(q);
+  return scaled_pair(n, g, gin, ag_wants(n, 0) ? scalar_like(g, 1) : NULL, nq);
+}
+static zorch_status fmod_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  return quotient_bwd(n, g, gin, BOP_TRUNC_DIV);
+}
+static zorch_status remainder_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  return quotient_bwd(n, g, gin, BOP_FLOOR_DIVIDE);
+}
+
 static zorch_status neg_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   (void)n;
   return grad_result(&gin[0], zorch_neg(g));
@@ -146,9 +273,9 @@ cleanup:
 #define GRAD_FUSED(k, s) .fn = fused_bwd, .fused = (k), .save = (s)
 #define GRAD_CUSTOM(f, s) .fn = (f), .fused = -1, .save = (s)
 #define GRAD_NO_GRAD .fn = NULL, .fused = -1, .save = SAVE_NONE
-#define HAS_INT_INT true
-#define HAS_INT_SIGNED true
-#define HAS_INT_NO_INT false
+#define HAS_INT_INT INTS_ALL
+#define HAS_INT_SIGNED INTS_SIGNED
+#define HAS_INT_NO_INT INTS_NONE
 #define IS_BOOL_SAME false
 #define IS_BOOL_BOOL true
 #define U_DEF(ID, nm, nd, fmath, ik, imath, grad, np, ...) \
@@ -160,15 +287,56 @@ static const pw_def binary_defs[] = {ZORCH_BINARY_OPS(B_DEF)};
 _Static_assert(sizeof unary_defs / sizeof unary_defs[0] == UOP_COUNT, "an entry per unary op");
 _Static_assert(sizeof binary_defs / sizeof binary_defs[0] == BOP_COUNT, "an entry per binary op");
 
+/* ---- PyTorch's type promotion --------------------------------------------------------- */
+/* The rules every elementwise op follows, beyond dtype_promote's: ops without
+   integer kernels compute integers in float32; on two bools a sum is their or
+   and a product their and (as maximum and minimum), while a difference, a
+   power and the integer divisions are refused, as is a difference with any
+   bool operand. *k gets the kernel to run (or's and and's on bools). */
+static zorch_status binary_dtype(bop *k, const zorch_tensor *a, const zorch_tensor *b, zorch_dtype *dt) {
+  const pw_def *d = &binary_defs[*k];
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
+  *dt = dtype_promote(a->dtype, b->dtype);
+  if (*k == BOP_SUB && (a->dtype == ZORCH_BOOL || b->dtype == ZORCH_BOOL))
+    return err_set(ZORCH_ERR_DTYPE,
+                   "sub: subtraction with a bool tensor is not supported (a %s %s, b %s %s); "
+                   "for the xor of two masks use ne",
+                   zorch_dtype_name(a->dtype), SHAPE(a, s1), zorch_dtype_name(b->dtype), SHAPE(b, s2));
+  if (!d->ints && !zorch_dtype_is_float(*dt)) *dt = ZORCH_F32;
+  if (d->cmp || *dt != ZORCH_BOOL) return ZORCH_OK;
+  if (*k == BOP_ADD || *k == BOP_MAXIMUM || *k == BOP_FMAX) *k = BOP_MAXIMUM;
+  else if (*k == BOP_MUL || *k == BOP_MINIMUM || *k == BOP_FMIN) *k = BOP_MINIMUM;
+  else
+    return err_set(ZORCH_ERR_DTYPE, "%s: not supported for bool tensors (a %s, b %s)", d->name,
+                   SHAPE(a, s1), SHAPE(b, s2));
+  return ZORCH_OK;
+}
+
+/* Integer division by zero is an error (PyTorch's ZeroDivisionError), found
+   before the kernel runs: the kernels give 0 there rather than trap. */
+static zorch_status check_divisor(const char *op, zorch_tensor *b) {
+  zorch_tensor *zero = scalar_like(b, 0), *hit = NULL, *n = NULL;
+  double count = 0;
+  zorch_status st = ZORCH_ERR_OOM;
+  if (zero && (hit = op_binary(BOP_EQ, b, zero, 0, 0)) && (n = zorch_sum(hit, 0, NULL, false)))
+    st = zorch_tensor_item(n, &count);
+  OP_FREE(zero, hit, n);
+  if (st) return zorch_last_status();
+  char s[ERR_SHAPE_BUF];
+  if (count > 0)
+    return err_set(ZORCH_ERR_ARG, "%s: integer division by zero (divisor b, %s %s, holds a zero)", op,
+                   zorch_dtype_name(b->dtype), SHAPE(b, s));
+  return ZORCH_OK;
+}
+
 /* ---- the raw ops (no autograd) --------------------------------------------------------- */
 /* Raw elementwise binary op (no autograd): broadcast, promote, run the kernel. */
 zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1) {
   const pw_def *d = &binary_defs[k];
   const char *op = d->name;
   if (check_arg(op, "a", a) || check_arg(op, "b", b) || check_same_device(op, a, b)) return NULL;
-  zorch_dtype dt = dtype_promote(a->dtype, b->dtype);
-  if (!d->ints && !zorch_dtype_is_float(dt)) dt = ZORCH_F32;
-  if (!d->cmp && dt == ZORCH_BOOL) dt = ZORCH_I64;
+  zorch_dtype dt;
+  if (binary_dtype(&k, a, b, &dt)) return NULL;
   zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype_on(a, dt) : dt;
   int nd;
   int64_t shape[ZORCH_MAX_DIMS];
@@ -176,6 +344,9 @@ zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, doub
   zorch_tensor *ca = NULL, *cb = NULL, *va = NULL, *vb = NULL, *out = NULL;
   if (!(ca = op_cast(a, cd))) goto cleanup;
   if (!(cb = op_cast(b, cd))) goto cleanup;
+  if (!zorch_dtype_is_float(cd) && (k == BOP_FLOOR_DIVIDE || k == BOP_REMAINDER || k == BOP_FMOD) &&
+      check_divisor(op, cb))
+    goto cleanup;
   if (!(va = op_broadcast_view(ca, nd, shape))) goto cleanup;
   if (!(vb = op_broadcast_view(cb, nd, shape))) goto cleanup;
   if (!(out = op_empty(a, nd, shape, d->cmp ? ZORCH_BOOL : cd))) goto cleanup;
@@ -192,20 +363,29 @@ cleanup:
 }
 
 /* Integer inputs stay integer when the op has integer kernels and its
-   parameters are whole numbers; bool and the rest compute in float. */
-static bool unary_keeps_int(const pw_def *d, zorch_dtype dt, double p0, double p1) {
-  if (!d->ints || dt == ZORCH_BOOL) return false;
-  if (d->nparams > 0 && p0 != floor(p0)) return false;
-  return d->nparams < 2 || p1 == floor(p1);
+   parameters are whole numbers (bool becomes int64, as in PyTorch); the rest
+   compute in float32. The signed ops (neg, abs, relu, rsub) refuse bool, as
+   PyTorch does. */
+static zorch_status unary_dtype(const pw_def *d, const zorch_tensor *a, double p0, double p1,
+                                zorch_dtype *dt) {
+  char s[ERR_SHAPE_BUF];
+  *dt = a->dtype;
+  if (zorch_dtype_is_float(*dt)) return ZORCH_OK;
+  if (*dt == ZORCH_BOOL && d->ints == INTS_SIGNED)
+    return err_set(ZORCH_ERR_DTYPE, "%s: not supported for a bool tensor (input %s); to invert a mask use "
+                   "eq(mask, 0)", d->name, SHAPE(a, s));
+  bool whole = (d->nparams < 1 || p0 == floor(p0)) && (d->nparams < 2 || p1 == floor(p1));
+  if (!d->ints || !whole) *dt = ZORCH_F32;
+  else if (*dt == ZORCH_BOOL) *dt = ZORCH_I64;
+  return ZORCH_OK;
 }
 
 /* Raw elementwise unary op (no autograd). */
 static zorch_tensor *ew_unary(uop k, zorch_tensor *a, double p0, double p1) {
   const pw_def *d = &unary_defs[k];
   const char *op = d->name;
-  if (check_arg(op, "input", a)) return NULL;
-  zorch_dtype dt = a->dtype;
-  if (!zorch_dtype_is_float(dt) && !unary_keeps_int(d, dt, p0, p1)) dt = ZORCH_F32;
+  zorch_dtype dt;
+  if (check_arg(op, "input", a) || unary_dtype(d, a, p0, p1, &dt)) return NULL;
   zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype_on(a, dt) : dt;
   zorch_tensor *ca = NULL, *out = NULL;
   if (!(ca = op_cast(a, cd))) goto cleanup;
@@ -270,6 +450,24 @@ ZORCH_BINARY_OPS(B_PUBLIC)
 zorch_tensor *zorch_gelu(zorch_tensor *a, bool tanh_approx) {
   return unary_op(tanh_approx ? UOP_GELU_TANH : UOP_GELU, a, 0, 0);
 }
+/* An integer tensor to a negative whole power is refused, as in PyTorch (only
+   1 and -1 have integer results). A large exponent is brought into the range of
+   the dtype's kernel: past the width w in bits an even base gives 0 and an odd
+   one repeats with period 2^(w-2), so w + (e - w) mod 2^(w-2) gives the same. */
+zorch_tensor *zorch_pow_scalar(zorch_tensor *a, double e) {
+  if (check_arg("pow_scalar", "input", a)) return NULL;
+  if (zorch_dtype_is_float(a->dtype) || e != floor(e)) return unary_op(UOP_POW_S, a, e, 0);
+  char s[ERR_SHAPE_BUF];
+  if (e < 0)
+    return err_null(ZORCH_ERR_ARG,
+                    "pow_scalar: integers to negative integer powers are not allowed (%s input %s, "
+                    "exponent %g)",
+                    zorch_dtype_name(a->dtype), SHAPE(a, s), e);
+  double w = a->dtype == ZORCH_U8 ? 8 : a->dtype == ZORCH_I32 ? 32 : 64;
+  if (e > w) e = w + fmod(e - w, ldexp(1, (int)w - 2));
+  return unary_op(UOP_POW_S, a, e, 0);
+}
+
 zorch_tensor *zorch_clamp(zorch_tensor *a, double lo, double hi) {
   if (lo > hi) return err_null(ZORCH_ERR_ARG, "clamp: min %g is greater than max %g", lo, hi);
   return unary_op(UOP_CLAMP, a, lo, hi);
@@ -360,10 +558,6 @@ cleanup:
   OP_FREE(ca, cb, va, vb);
   zorch_tensor_free(vc);
   return out;
-}
-
-static zorch_tensor *scalar_like(const zorch_tensor *t, double v) {
-  return zorch_full(0, NULL, v, t->dtype, t->st->device);
 }
 
 /* Which inputs of a where node take the "true" and the "false" branch of the

@@ -71,8 +71,8 @@
     CUSTOM(neg_bwd, SAVE_NONE), 1, API, ANY)                                                     \
   X(RDIV_S, rdiv_scalar, "DivBackward", p0 / x, NO_INT, 0, CUSTOM(rdiv_scalar_bwd, SAVE_BOTH),   \
     1, API, POS_A)                                                                               \
-  X(POW_S, pow_scalar, "PowBackward", p0 == (T)2 ? x * x : pow(x, p0), NO_INT, 0,                \
-    FUSED(BOP_POW_S_BWD, SAVE_IN), 1, API, POS_A)                                                \
+  X(POW_S, pow_scalar, "PowBackward", p0 == (T)2 ? x * x : pow(x, p0), INT, (T)zm_ipow(x, p0),  \
+    FUSED(BOP_POW_S_BWD, SAVE_IN), 1, HAND(zorch_pow_scalar(a, p0)), POS_A)                      \
   X(CLAMP, clamp, "ClampBackward", x < p0 ? p0 : (x > p1 ? p1 : x), INT,                         \
     x < p0 ? p0 : (x > p1 ? p1 : x), FUSED(BOP_CLAMP_BWD, SAVE_IN), 2,                           \
     HAND(zorch_clamp(a, p0, p1)), ANY)
@@ -82,13 +82,36 @@
   X(SUB, sub, "SubBackward", SAME, x - y, INT, (T)((uint64_t)x - (uint64_t)y), CUSTOM(sub_bwd, SAVE_NONE), API, ANY) \
   X(MUL, mul, "MulBackward", SAME, x * y, INT, (T)((uint64_t)x * (uint64_t)y), CUSTOM(mul_bwd, SAVE_IN), API, ANY)   \
   X(DIV, div, "DivBackward", SAME, x / y, NO_INT, 0, CUSTOM(div_bwd, SAVE_IN), API, POS_B)       \
-  X(POW, pow, "PowBackward", SAME, pow(x, y), NO_INT, 0, CUSTOM(pow_bwd, SAVE_BOTH), API, POS_A) \
+  X(POW, pow, "PowBackward", SAME, pow(x, y), INT, (T)zm_ipow(x, y), CUSTOM(pow_bwd, SAVE_BOTH), API, POS_A) \
   X(EQ, eq, NULL, BOOL, x == y, INT, x == y, NO_GRAD, API, ANY)                                  \
   X(LT, lt, NULL, BOOL, x < y, INT, x < y, NO_GRAD, API, ANY)                                    \
   X(GT, gt, NULL, BOOL, x > y, INT, x > y, NO_GRAD, API, ANY)                                    \
   X(NE, ne, NULL, BOOL, x != y, INT, x != y, NO_GRAD, API, ANY)                                  \
   X(LE, le, NULL, BOOL, x <= y, INT, x <= y, NO_GRAD, API, ANY)                                  \
   X(GE, ge, NULL, BOOL, x >= y, INT, x >= y, NO_GRAD, API, ANY)                                  \
+  X(MAXIMUM, maximum, "MaximumBackward", SAME, ZM(maximum, x, y), INT, (x > y ? x : y),          \
+    CUSTOM(maximum_bwd, SAVE_IN), API, ANY)                                                      \
+  X(MINIMUM, minimum, "MinimumBackward", SAME, ZM(minimum, x, y), INT, (x < y ? x : y),          \
+    CUSTOM(minimum_bwd, SAVE_IN), API, ANY)                                                      \
+  X(FMAX, fmax, "FmaxBackward", SAME, fmax(x, y), INT, (x > y ? x : y), CUSTOM(fmax_bwd, SAVE_IN), \
+    API, ANY)                                                                                    \
+  X(FMIN, fmin, "FminBackward", SAME, fmin(x, y), INT, (x < y ? x : y), CUSTOM(fmin_bwd, SAVE_IN), \
+    API, ANY)                                                                                    \
+  X(ATAN2, atan2, "Atan2Backward", SAME, atan2(x, y), NO_INT, 0, CUSTOM(atan2_bwd, SAVE_IN), API, \
+    ANY)                                                                                         \
+  X(HYPOT, hypot, "HypotBackward", SAME, hypot(x, y), NO_INT, 0, CUSTOM(hypot_bwd, SAVE_BOTH),   \
+    API, ANY)                                                                                    \
+  X(LOGADDEXP, logaddexp, "LogaddexpBackward", SAME, ZM(logaddexp, x, y), NO_INT, 0,             \
+    CUSTOM(logaddexp_bwd, SAVE_IN), API, ANY)                                                    \
+  X(COPYSIGN, copysign, "CopysignBackward", SAME, copysign(x, y), NO_INT, 0,                     \
+    CUSTOM(copysign_bwd, SAVE_BOTH), API, ANY)                                                   \
+  X(FMOD, fmod, "FmodBackward", SAME, fmod(x, y), INT, (T)zm_ifmod(x, y),                        \
+    CUSTOM(fmod_bwd, SAVE_IN), API, POS_B)                                                       \
+  X(REMAINDER, remainder, "RemainderBackward", SAME, ZM(remainder, x, y), INT,                   \
+    (T)zm_iremainder(x, y), CUSTOM(remainder_bwd, SAVE_IN), API, POS_B)                          \
+  X(FLOOR_DIVIDE, floor_divide, NULL, SAME, ZM(floor_divide, x, y), INT,                         \
+    (T)zm_ifloor_divide(x, y), NO_GRAD, API, POS_B)                                              \
+  X(TRUNC_DIV, trunc_div, NULL, SAME, trunc(x / y), NO_INT, 0, NO_GRAD, KERNEL, ANY)             \
   X(RELU_BWD, relu_bwd, NULL, SAME, ZM(relu_bwd, x, y), NO_INT, 0, NO_GRAD, KERNEL, ANY)         \
   X(GELU_BWD, gelu_bwd, NULL, SAME, ZM(gelu_bwd, x, y), NO_INT, 0, NO_GRAD, KERNEL, ANY)         \
   X(GELU_TANH_BWD, gelu_tanh_bwd, NULL, SAME, ZM(gelu_tanh_bwd, x, y), NO_INT, 0, NO_GRAD,       \
