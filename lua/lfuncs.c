@@ -422,6 +422,36 @@ static int m_zero_(lua_State *L) {
 UNARY(gelu, zorch_gelu(T(1), lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "tanh") == 0))
 UNARY(clamp, zorch_clamp(T(1), luaL_optnumber(L, 2, -HUGE_VAL), luaL_optnumber(L, 3, HUGE_VAL)))
 UNARY(contiguous, zorch_contiguous(T(1)))
+UNARY(clamp_min, zorch_clamp_min(T(1), luaL_checknumber(L, 2)))
+UNARY(clamp_max, zorch_clamp_max(T(1), luaL_checknumber(L, 2)))
+
+/* lerp(start, end, weight): weight a number or a tensor */
+static int f_lerp(lua_State *L) {
+  zorch_tensor *a = T(1), *b = T(2);
+  if (lua_type(L, 3) == LUA_TNUMBER) PUSH(zorch_lerp_scalar(a, b, lua_tonumber(L, 3)));
+  PUSH(zorch_lerp(a, b, T(3)));
+}
+/* addcmul(t, a, b[, value]) and addcdiv: t + value * a * b, t + value * a / b */
+static int f_addcmul(lua_State *L) { PUSH(zorch_addcmul(T(1), T(2), T(3), luaL_optnumber(L, 4, 1))); }
+static int f_addcdiv(lua_State *L) { PUSH(zorch_addcdiv(T(1), T(2), T(3), luaL_optnumber(L, 4, 1))); }
+/* isclose(a, b[, rtol[, atol[, equal_nan]]]) with PyTorch's defaults 1e-5, 1e-8, false */
+static int f_isclose(lua_State *L) {
+  PUSH(zorch_isclose(T(1), T(2), luaL_optnumber(L, 3, 1e-5), luaL_optnumber(L, 4, 1e-8), lua_toboolean(L, 5)));
+}
+/* allclose and equal give Lua booleans */
+static int f_allclose(lua_State *L) {
+  bool r;
+  if (zorch_allclose(T(1), T(2), luaL_optnumber(L, 3, 1e-5), luaL_optnumber(L, 4, 1e-8), lua_toboolean(L, 5), &r))
+    return lz_fail(L);
+  lua_pushboolean(L, r);
+  return 1;
+}
+static int f_equal(lua_State *L) {
+  bool r;
+  if (zorch_equal(T(1), T(2), &r)) return lz_fail(L);
+  lua_pushboolean(L, r);
+  return 1;
+}
 UNARY(clone, zorch_clone(T(1)))
 /* flatten(x, start_dim = 1, end_dim = -1): dims start..end (1-based, negative
    from the end) into one */
@@ -1006,7 +1036,9 @@ static int f_squeeze(lua_State *L) {
 }
 
 static const luaL_Reg both[] = {
-    {"gelu", f_gelu}, {"clamp", f_clamp}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
+    {"gelu", f_gelu}, {"clamp", f_clamp}, {"clip", f_clamp}, {"clamp_min", f_clamp_min},
+    {"clamp_max", f_clamp_max}, {"lerp", f_lerp}, {"addcmul", f_addcmul}, {"addcdiv", f_addcdiv},
+    {"isclose", f_isclose}, {"allclose", f_allclose}, {"equal", f_equal}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
     {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"ne", f_ne}, {"le", f_le}, {"ge", f_ge},
     {"masked_fill", f_masked_fill},

@@ -468,8 +468,28 @@ zorch_tensor *zorch_pow_scalar(zorch_tensor *a, double e) {
   return unary_op(UOP_POW_S, a, e, 0);
 }
 
+/* An integer clamp open at one end: the integer kernel takes both bounds in the
+   dtype, and an infinite one has no value there, so the finite bound goes
+   through maximum or minimum instead (integers have no gradient to keep). */
+static zorch_tensor *clamp_open_int(zorch_tensor *a, double lo, double hi) {
+  if (lo == INFINITY || hi == -INFINITY)
+    return err_null(ZORCH_ERR_ARG, "clamp: bound %g has no %s value", lo == INFINITY ? lo : hi,
+                    zorch_dtype_name(a->dtype));
+  if (isinf(lo) && isinf(hi)) return zorch_add_scalar(a, 0); /* a copy (int64 for bool) */
+  zorch_dtype dt = a->dtype == ZORCH_BOOL ? ZORCH_I64 : a->dtype;
+  zorch_tensor *bound = zorch_full(0, NULL, isinf(lo) ? hi : lo, dt, a->st->device);
+  if (!bound) return NULL;
+  zorch_tensor *out = isinf(lo) ? zorch_minimum(a, bound) : zorch_maximum(a, bound);
+  zorch_tensor_free(bound);
+  if (!out) err_prefix("clamp");
+  return out;
+}
+
 zorch_tensor *zorch_clamp(zorch_tensor *a, double lo, double hi) {
   if (lo > hi) return err_null(ZORCH_ERR_ARG, "clamp: min %g is greater than max %g", lo, hi);
+  if (check_arg("clamp", "input", a)) return NULL;
+  if (!zorch_dtype_is_float(a->dtype) && (isinf(lo) || isinf(hi)) && lo == floor(lo) && hi == floor(hi))
+    return clamp_open_int(a, lo, hi);
   return unary_op(UOP_CLAMP, a, lo, hi);
 }
 
