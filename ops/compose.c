@@ -10,11 +10,14 @@
 /* The broadcast of n shapes, for an error that names the op and the shapes
    before any work is done. */
 static zorch_status check_broadcast(const char *op, int n, zorch_tensor *const *ts) {
-  int nd = ts[0]->ndim;
-  int64_t shape[ZORCH_MAX_DIMS];
+  int nd = ts[0]->ndim, nout;
+  int64_t shape[ZORCH_MAX_DIMS], out[ZORCH_MAX_DIMS];
   memcpy(shape, ts[0]->shape, sizeof(int64_t) * (size_t)nd);
-  for (int i = 1; i < n; i++)
-    if (shape_broadcast(op, nd, shape, ts[i]->ndim, ts[i]->shape, &nd, shape)) return zorch_last_status();
+  for (int i = 1; i < n; i++) {
+    if (shape_broadcast(op, nd, shape, ts[i]->ndim, ts[i]->shape, &nout, out)) return zorch_last_status();
+    nd = nout;
+    memcpy(shape, out, sizeof(int64_t) * (size_t)nd);
+  }
   return ZORCH_OK;
 }
 

@@ -101,9 +101,12 @@ ZM_DEF2(zm_cos_bwd, return -g * (T)sin(x);)
   }                                                            \
   ZM_OVERLOAD2(name)
 
-/* maximum and minimum let NaN through (fmax and fmin drop it) */
-ZM_DEFB(zm_maximum, return (x != x || y != y) ? (T)(x + y) : (x > y ? x : y);)
-ZM_DEFB(zm_minimum, return (x != x || y != y) ? (T)(x + y) : (x < y ? x : y);)
+/* maximum and minimum let NaN through, fmax and fmin drop it; a tie gives x
+   (so the sign of a zero is x's), as PyTorch's */
+ZM_DEFB(zm_maximum, return (x != x || y != y) ? (T)(x + y) : (x < y ? y : x);)
+ZM_DEFB(zm_minimum, return (x != x || y != y) ? (T)(x + y) : (y < x ? y : x);)
+ZM_DEFB(zm_fmax, return x != x ? y : (y != y ? x : (x < y ? y : (T)x));)
+ZM_DEFB(zm_fmin, return x != x ? y : (y != y ? x : (y < x ? y : (T)x));)
 /* log(exp(x) + exp(y)) without overflow; equal infinities give themselves */
 ZM_DEFB(zm_logaddexp,
         if (x == y) return x + (T)0.69314718055994530942;

@@ -144,20 +144,24 @@ static zorch_status minimum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin)
   return extremum_bwd(n, g, gin, false);
 }
 
-/* fmax and fmin: a takes the whole gradient where it wins or ties, or where b is
-   NaN (the one that was dropped); b takes it elsewhere */
+/* fmax and fmin: a takes the gradient where it wins, or where b is NaN (the one
+   that was dropped), b elsewhere; a tie gives each half (PyTorch's) */
 static zorch_status fextremum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin, bool max) {
   zorch_tensor *a = n->saved[0], *b = n->saved[1];
-  zorch_tensor *zero = NULL, *wins = NULL, *nan = NULL, *take = NULL;
+  zorch_tensor *zero = NULL, *wins = NULL, *nan = NULL, *take = NULL, *tie = NULL, *half = NULL;
+  zorch_tensor *ta = NULL, *tb = NULL;
   bool ok = false;
-  if (!(zero = scalar_like(g, 0)) || !(wins = max ? zorch_ge(a, b) : zorch_le(a, b)) ||
-      !(nan = zorch_ne(b, b)) || !(take = zorch_maximum(wins, nan))) /* or, on bools */
+  if (!(zero = scalar_like(g, 0)) || !(wins = max ? zorch_gt(a, b) : zorch_lt(a, b)) ||
+      !(nan = zorch_ne(b, b)) || !(take = zorch_maximum(wins, nan)) || /* or, on bools */
+      !(tie = zorch_eq(a, b)) || !(half = zorch_mul_scalar(g, 0.5)))
     goto cleanup;
-  if (ag_wants(n, 0) && !(gin[0] = zorch_where(take, g, zero))) goto cleanup;
-  if (ag_wants(n, 1) && !(gin[1] = zorch_where(take, zero, g))) goto cleanup;
+  if (ag_wants(n, 0) && (!(ta = zorch_where(take, g, zero)) || !(gin[0] = zorch_where(tie, half, ta))))
+    goto cleanup;
+  if (ag_wants(n, 1) && (!(tb = zorch_where(take, zero, g)) || !(gin[1] = zorch_where(tie, half, tb))))
+    goto cleanup;
   ok = true;
 cleanup:
-  OP_FREE(zero, wins, nan, take);
+  OP_FREE(zero, wins, nan, take, tie, half, ta, tb);
   return ok ? ZORCH_OK : zorch_last_status();
 }
 static zorch_status fmax_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {

@@ -89,13 +89,13 @@
   X(NE, ne, NULL, BOOL, x != y, INT, x != y, NO_GRAD, API, ANY)                                  \
   X(LE, le, NULL, BOOL, x <= y, INT, x <= y, NO_GRAD, API, ANY)                                  \
   X(GE, ge, NULL, BOOL, x >= y, INT, x >= y, NO_GRAD, API, ANY)                                  \
-  X(MAXIMUM, maximum, "MaximumBackward", SAME, ZM(maximum, x, y), INT, (x > y ? x : y),          \
+  X(MAXIMUM, maximum, "MaximumBackward", SAME, ZM(maximum, x, y), INT, (x < y ? y : x),          \
     CUSTOM(maximum_bwd, SAVE_IN), API, ANY)                                                      \
-  X(MINIMUM, minimum, "MinimumBackward", SAME, ZM(minimum, x, y), INT, (x < y ? x : y),          \
+  X(MINIMUM, minimum, "MinimumBackward", SAME, ZM(minimum, x, y), INT, (y < x ? y : x),          \
     CUSTOM(minimum_bwd, SAVE_IN), API, ANY)                                                      \
-  X(FMAX, fmax, "FmaxBackward", SAME, fmax(x, y), INT, (x > y ? x : y), CUSTOM(fmax_bwd, SAVE_IN), \
+  X(FMAX, fmax, "FmaxBackward", SAME, ZM(fmax, x, y), INT, (x < y ? y : x), CUSTOM(fmax_bwd, SAVE_IN), \
     API, ANY)                                                                                    \
-  X(FMIN, fmin, "FminBackward", SAME, fmin(x, y), INT, (x < y ? x : y), CUSTOM(fmin_bwd, SAVE_IN), \
+  X(FMIN, fmin, "FminBackward", SAME, ZM(fmin, x, y), INT, (y < x ? y : x), CUSTOM(fmin_bwd, SAVE_IN), \
     API, ANY)                                                                                    \
   X(ATAN2, atan2, "Atan2Backward", SAME, atan2(x, y), NO_INT, 0, CUSTOM(atan2_bwd, SAVE_IN), API, \
     ANY)                                                                                         \
