@@ -175,6 +175,26 @@ do
   same(zorch.scatter(a, 2, idx, src), zorch.scatter(ga, 2, gidx, src:to("cuda")), 0,
        "scatter with repeated indices (the last write wins on both)")
   same(a:long():cumsum(1):float(), ga:long():cumsum(1):float(), 0, "cumsum of int64")
+  do -- the integer kernels of the two-input ops and of pow; bool's or and and
+    zorch.manual_seed(33)
+    local ia = zorch.randint(-50, 50, {40, 53})
+    local ib = zorch.randint(1, 8, {53}) * (zorch.randint(0, 1, {53}) * 2 - 1) -- no zero
+    for _, dt in ipairs({"int64", "int32", "uint8"}) do
+      local x = dt == "uint8" and ia:abs():to(dt) or ia:to(dt)
+      local y = dt == "uint8" and ib:abs():to(dt) or ib:to(dt)
+      local gx, gy = x:to("cuda"), y:to("cuda")
+      for _, name in ipairs({"maximum", "minimum", "fmax", "fmin", "fmod", "remainder", "floor_divide"}) do
+        same(zorch[name](x, y):double(), zorch[name](gx, gy):double(), 0, dt .. ": " .. name)
+      end
+      same((x ^ 3):double(), (gx ^ 3):double(), 0, dt .. ": integer pow")
+    end
+    local m1, m2 = ia:gt(0), ib:gt(0)
+    same((m1 + m2):double(), (m1:to("cuda") + m2:to("cuda")):double(), 0, "bool + bool (or)")
+    same((m1 * m2):double(), (m1:to("cuda") * m2:to("cuda")):double(), 0, "bool * bool (and)")
+    tap.raises("integer division by zero on the GPU", function()
+      return ia:to("cuda") // zorch.zeros(53, {dtype = "int64"}):to("cuda")
+    end, "floor_divide: integer division by zero")
+  end
   for _, dt in ipairs({"int64", "float32"}) do
     zorch.manual_seed(8)
     local r1, p1 = zorch.randint(-5, 1000, {999}, {dtype = dt}), zorch.randperm(777)
