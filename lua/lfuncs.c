@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ops/ops.h"
 #include "../ops/pointwise_ops.h"
 #include "../vm/core/tensor.h"
 #include "lz.h"
@@ -416,6 +417,14 @@ static int m_zero_(lua_State *L) {
   return 1;
 }
 
+/* zorch._assign(op, x, result): result written into x as the in-place op `op`
+   (lua/tensor.lua builds x:add_(y) and the others on it); returns x. */
+static int f_assign(lua_State *L) {
+  if (op_assign_(luaL_checkstring(L, 1), T(2), T(3))) return lz_fail(L);
+  lua_settop(L, 2);
+  return 1;
+}
+
 /* ---- elementwise ------------------------------------------------------------------------ */
 #define UNARY(name, call) \
   static int f_##name(lua_State *L) { PUSH(call); }
@@ -745,7 +754,7 @@ static int f_nll_loss(lua_State *L) { return nll_call(L, zorch_nll_loss); }
 /* functions only, in a list of their own (lz_open_functions adds both lists) */
 static const luaL_Reg more_functions[] = {
     {"zeros_like", f_zeros_like}, {"ones_like", f_ones_like}, {"full_like", f_full_like},
-    {"rand_like", f_rand_like}, {"randn_like", f_randn_like}, {"nll_loss", f_nll_loss}, {NULL, NULL}};
+    {"rand_like", f_rand_like}, {"randn_like", f_randn_like}, {"nll_loss", f_nll_loss}, {"_assign", f_assign}, {NULL, NULL}};
 static int f_embedding(lua_State *L) {
   zorch_tensor *w = T(1), *i = lz_index0(L, 2);
   zorch_tensor *o = zorch_embedding(w, i);
@@ -1142,6 +1151,8 @@ void lz_open_functions(lua_State *L) {
   int module = lua_gettop(L);
   luaL_getmetatable(L, LZ_TENSOR);
   lz_getfield(L, -1, "__methods");
+  lua_pushvalue(L, -1); /* zorch._tensor_methods: the Lua modules add methods */
+  lua_setfield(L, module, "_tensor_methods");
   open_pointwise(L, module, lua_gettop(L));
   lua_pushvalue(L, module);
   luaL_setfuncs(L, both, 0);

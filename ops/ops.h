@@ -24,6 +24,7 @@ zorch_status op_fill_i64_(zorch_tensor *dst, int64_t value);
 /* t[index] = src, or the constant (ivalue when integer, else value) when src
    is NULL: a write into index `index` (0-based, negative from the end) of
    dim 0 that autograd sees, as zorch_copy_ and zorch_fill_ do for the whole. */
+zorch_status op_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src);
 zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, bool integer, int64_t ivalue,
                              double value);
 /* The elementwise binary kernel k with broadcasting and promotion; no autograd. */
