@@ -55,6 +55,9 @@ end
 
 Module.__call = function(self, ...) return self:forward(...) end
 
+-- nn.Parameter(t, false): parameters made without requires_grad (weak keys).
+local FROZEN_PARAM = setmetatable({}, {__mode = "k"})
+
 -- Assigning a module, or a leaf tensor that requires grad (an nn.Parameter),
 -- registers it, in order; a computed tensor (an activation kept in forward)
 -- is a plain field.
@@ -63,7 +66,7 @@ Module.__newindex = function(self, k, v)
     if type(v) == "table" and getmetatable(v) and rawget(v, "_order") then
       self._children[k] = true
       table.insert(self._order, k)
-    elseif zorch.is_tensor(v) and v.requires_grad and v.is_leaf then
+    elseif zorch.is_tensor(v) and v.is_leaf and (v.requires_grad or FROZEN_PARAM[v]) then
       self._params[k] = true
       table.insert(self._order, k)
     end
@@ -83,10 +86,22 @@ Module.__tostring = function(self)
   return table.concat(lines, "\n")
 end
 
--- Marks a tensor as a parameter (a leaf that requires grad).
-function nn.Parameter(t)
+-- Marks a tensor as a parameter (a leaf that requires grad); with
+-- requires_grad false, a parameter that is not trained (PyTorch's
+-- Parameter(t, requires_grad=False)): registered, saved and loaded.
+function nn.Parameter(t, requires_grad)
   if not zorch.is_tensor(t) then error("nn.Parameter: expected a tensor", 2) end
-  if not t.requires_grad then t:requires_grad_(true) end
+  if requires_grad ~= nil and type(requires_grad) ~= "boolean" then
+    error("nn.Parameter: requires_grad must be a boolean, got " .. type(requires_grad), 2)
+  end
+  if not t.is_leaf then error("nn.Parameter: the tensor must be a leaf (made by " .. tostring(t.grad_fn) ..
+    "); pass its detach()", 2) end
+  if requires_grad == false then
+    if t.requires_grad then t:requires_grad_(false) end
+    FROZEN_PARAM[t] = true
+  elseif not t.requires_grad then
+    t:requires_grad_(true)
+  end
   return t
 end
 

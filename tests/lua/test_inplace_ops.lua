@@ -1,7 +1,8 @@
 -- In-place arithmetic (x:add_(y, alpha), mul_, clamp_, exp_, lerp_, ...) with
 -- autograd against PyTorch (golden/inplace_ops.txt), PyTorch's casting and
 -- shape rules for in-place results, random fills and nn.init, x.T / x.mT,
--- dtype shorthands, split/chunk as methods, and zorch.deepcopy.
+-- dtype shorthands, split/chunk as methods, zorch.deepcopy and
+-- nn.Parameter(t, false).
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
@@ -210,6 +211,24 @@ do
   ok(d.also == d.w and d.self == d and d.w ~= t.w, "a tensor met twice is copied once; cycles stay")
   local h = rg({1}) * 2
   raises("deepcopy of a non-leaf", function() zorch.deepcopy(h) end, "deepcopy: only leaf tensors can be copied")
+end
+
+do -- nn.Parameter(t, false): registered and saved, not trained
+  local M = nn.Module:extend "FrozenScale"
+  function M:init() self.scale = nn.Parameter(zorch.ones(2), false); self.fc = nn.Linear(2, 2) end
+  function M:forward(x) return self.fc(x) * self.scale end
+  local m = M()
+  ok(m:state_dict().scale ~= nil and #m:parameters() == 3 and not m.scale.requires_grad,
+     "a parameter without requires_grad is registered and in the state dict")
+  local o = zorch.optim.Adam(m:parameters(), {lr = 0.1})
+  m(zorch.ones(3, 2)):sum():backward()
+  o:step()
+  close(m.scale, zorch.ones(2), 0, "and the optimizer leaves it")
+  local m2 = M()
+  m2:load_state_dict(m:state_dict())
+  close(m2.fc.weight, m.fc.weight, 0, "a state dict with it loads into a fresh model")
+  raises("a non-leaf", function() nn.Parameter(rg({1}) * 2) end, "nn.Parameter: the tensor must be a leaf")
+  raises("a bad flag", function() nn.Parameter(zorch.ones(1), "no") end, "nn.Parameter: requires_grad must be a boolean")
 end
 
 tap.done()
