@@ -130,6 +130,31 @@ case("avg_pool1d", lambda u: F.avg_pool1d(u, 3, stride=2, padding=1, count_inclu
 case("avg_pool1d_ceil", lambda u: F.avg_pool1d(u, 2, ceil_mode=True), xc)
 case("adaptive_avg_pool1d", lambda u: F.adaptive_avg_pool1d(u, 3), xc)
 
+xs = (fixed((2, 3, 4), 34) * 1e-4).float().requires_grad_(True)
+case("rms_norm_f32", lambda u: F.rms_norm(u, [4]), xs)  # eps: float32's machine epsilon
+
+inorm = torch.nn.InstanceNorm1d(6, momentum=0.3, track_running_stats=True, affine=True)
+for _ in range(2):
+    inorm(xn)
+emit("instance_norm_running", "mean", inorm.running_mean)
+emit("instance_norm_running", "var", inorm.running_var)
+inorm.eval()
+case("instance_norm_eval", lambda u: inorm(u), xn)
+
+
+# state dicts: `sd_NAME param sizes...` (each tensor's shape in PyTorch's module)
+def shapes(name, m):
+    for k, v in m.state_dict().items():
+        print("sd_" + name, k, " ".join(str(s) for s in v.shape))
+
+
+shapes("conv1d", torch.nn.Conv1d(6, 4, 3, groups=2))
+shapes("conv1d_nobias", torch.nn.Conv1d(3, 5, 2, bias=False))
+shapes("group_norm", torch.nn.GroupNorm(3, 6))
+shapes("rms_norm", torch.nn.RMSNorm([4, 5]))
+shapes("instance_norm", torch.nn.InstanceNorm2d(4, affine=True, track_running_stats=True))
+shapes("parameter_list", torch.nn.ParameterList([torch.zeros(2, 3), torch.zeros(4)]))
+
 # ---- optimizers ----
 W = torch.tensor([1.0, 3.0, 0.5])
 
