@@ -571,6 +571,134 @@ function optim.Lamb:_step_tensors(p, g, runs, ntensors, reduce)
   end)
 end
 
+-- ---- Adamax, NAdam, RAdam, Adadelta -------------------------------------------------------------
+-- PyTorch's formulas and state names, composed from the tensor ops in place
+-- under no_grad as RMSprop is (so the Engine steps them on its flat shards too).
+
+-- Adamax: g += weight_decay p; m = b1 m + (1 - b1) g; u = max(b2 u, |g| + eps);
+-- p -= lr / (1 - b1^step) * m / u. State: step, exp_avg, exp_inf.
+optim.Adamax = class("optim.Adamax")
+getmetatable(optim.Adamax).__call = function(_, params, opts)
+  return new(optim.Adamax, "optim.Adamax", params, opts,
+             {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0},
+             {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg})
+end
+function optim.Adamax:_begin(s, p)
+  if not s.step then s.step, s.exp_avg, s.exp_inf = 0, zeros_like(p), zeros_like(p) end
+  s.step = s.step + 1
+end
+function optim.Adamax:_apply(p, g, s, o)
+  local b1, b2 = o.betas[1], o.betas[2]
+  zorch.no_grad(function()
+    if o.weight_decay ~= 0 then g = g + p * o.weight_decay end
+    s.exp_avg:copy_(s.exp_avg * b1 + g * (1 - b1))
+    local a, b = s.exp_inf * b2, g:abs() + o.eps
+    s.exp_inf:copy_(zorch.where(a:gt(b), a, b))
+    p:copy_(p - s.exp_avg / s.exp_inf * (o.lr / (1 - b1 ^ s.step)))
+  end)
+end
+
+-- The L2 or decoupled weight decay of NAdam and RAdam: the gradient with
+-- weight_decay p added, or p scaled by 1 - lr weight_decay first.
+local function weight_decay(p, g, o)
+  if o.weight_decay == 0 then return g end
+  if o.decoupled_weight_decay then
+    p:copy_(p * (1 - o.lr * o.weight_decay))
+    return g
+  end
+  return g + p * o.weight_decay
+end
+
+-- NAdam: mu_t = b1 (1 - 0.5 * 0.96^(step momentum_decay)); mu_product the
+-- product of the mu_t so far; with Adam's moments m and v,
+-- p -= lr (1 - mu_t) / (1 - mu_product) g / d + lr mu_{t+1} / (1 - mu_product mu_{t+1}) m / d,
+-- d = sqrt(v / (1 - b2^step)) + eps. State: step, mu_product (a number), exp_avg, exp_avg_sq.
+optim.NAdam = class("optim.NAdam")
+getmetatable(optim.NAdam).__call = function(_, params, opts)
+  return new(optim.NAdam, "optim.NAdam", params, opts,
+             {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, momentum_decay = 4e-3,
+              decoupled_weight_decay = false},
+             {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, momentum_decay = nonneg,
+              decoupled_weight_decay = bool})
+end
+local function nadam_mu(o, step) return o.betas[1] * (1 - 0.5 * 0.96 ^ (step * o.momentum_decay)) end
+-- mu_product advances here, once a step (a flat shard's runs share it: the first group's options)
+function optim.NAdam:_begin(s, p, groups)
+  if not s.step then s.step, s.mu_product, s.exp_avg, s.exp_avg_sq = 0, 1.0, zeros_like(p), zeros_like(p) end
+  s.step = s.step + 1
+  s.mu_product = s.mu_product * nadam_mu(groups[1], s.step)
+end
+function optim.NAdam:_apply(p, g, s, o)
+  local b1, b2 = o.betas[1], o.betas[2]
+  local mu, mu_next = nadam_mu(o, s.step), nadam_mu(o, s.step + 1)
+  zorch.no_grad(function()
+    g = weight_decay(p, g, o)
+    s.exp_avg:copy_(s.exp_avg * b1 + g * (1 - b1))
+    s.exp_avg_sq:copy_(s.exp_avg_sq * b2 + g * g * (1 - b2))
+    local denom = (s.exp_avg_sq * (1 / (1 - b2 ^ s.step))):sqrt() + o.eps
+    p:copy_(p - g / denom * (o.lr * (1 - mu) / (1 - s.mu_product))
+              - s.exp_avg / denom * (o.lr * mu_next / (1 - s.mu_product * mu_next)))
+  end)
+end
+
+-- RAdam: Adam's moments; with rho_inf = 2 / (1 - b2) - 1 and rho_t = rho_inf -
+-- 2 step b2^step / (1 - b2^step), p -= lr m_hat r sqrt(1 - b2^step) / (sqrt(v) + eps)
+-- where rho_t > 5 (r the rectification term), else p -= lr m_hat.
+-- State: step, exp_avg, exp_avg_sq.
+optim.RAdam = class("optim.RAdam")
+getmetatable(optim.RAdam).__call = function(_, params, opts)
+  return new(optim.RAdam, "optim.RAdam", params, opts,
+             {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, decoupled_weight_decay = false},
+             {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, decoupled_weight_decay = bool})
+end
+function optim.RAdam:_begin(s, p)
+  if not s.step then s.step, s.exp_avg, s.exp_avg_sq = 0, zeros_like(p), zeros_like(p) end
+  s.step = s.step + 1
+end
+function optim.RAdam:_apply(p, g, s, o)
+  local b1, b2, t = o.betas[1], o.betas[2], s.step
+  zorch.no_grad(function()
+    g = weight_decay(p, g, o)
+    s.exp_avg:copy_(s.exp_avg * b1 + g * (1 - b1))
+    s.exp_avg_sq:copy_(s.exp_avg_sq * b2 + g * g * (1 - b2))
+    local c1, c2 = 1 - b1 ^ t, 1 - b2 ^ t
+    local m_hat = s.exp_avg * (1 / c1)
+    local rho_inf = 2 / (1 - b2) - 1
+    local rho_t = rho_inf - 2 * t * b2 ^ t / c2
+    if rho_t > 5 then
+      local rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+      p:copy_(p - m_hat * o.lr * (c2 ^ 0.5 / (s.exp_avg_sq:sqrt() + o.eps)) * rect)
+    else
+      p:copy_(p - m_hat * o.lr)
+    end
+  end)
+end
+
+-- Adadelta: g += weight_decay p; v = rho v + (1 - rho) g^2; delta = sqrt(u + eps)
+-- / sqrt(v + eps) g; u = rho u + (1 - rho) delta^2; p -= lr delta.
+-- State: step, square_avg, acc_delta.
+local unit_closed = function(v) return type(v) == "number" and v >= 0 and v <= 1 end
+zorch._checks_want[unit_closed] = "a number in [0, 1]"
+optim.Adadelta = class("optim.Adadelta")
+getmetatable(optim.Adadelta).__call = function(_, params, opts)
+  return new(optim.Adadelta, "optim.Adadelta", params, opts,
+             {lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0},
+             {lr = nonneg, rho = unit_closed, eps = nonneg, weight_decay = nonneg})
+end
+function optim.Adadelta:_begin(s, p)
+  if not s.step then s.step, s.square_avg, s.acc_delta = 0, zeros_like(p), zeros_like(p) end
+  s.step = s.step + 1
+end
+function optim.Adadelta:_apply(p, g, s, o)
+  zorch.no_grad(function()
+    if o.weight_decay ~= 0 then g = g + p * o.weight_decay end
+    s.square_avg:copy_(s.square_avg * o.rho + g * g * (1 - o.rho))
+    local delta = (s.acc_delta + o.eps):sqrt() / (s.square_avg + o.eps):sqrt() * g
+    s.acc_delta:copy_(s.acc_delta * o.rho + delta * delta * (1 - o.rho))
+    p:copy_(p - delta * o.lr)
+  end)
+end
+
 -- The options of every group, in order (for checkpoints); and setting them back.
 function Optimizer:group_options()
   local gs = {}

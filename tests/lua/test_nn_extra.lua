@@ -312,4 +312,79 @@ raises("nn.Conv1d: an unknown option", function() nn.Conv1d(3, 4, 2, {padding_mo
   "nn.Conv1d: unknown option 'padding_mode'")
 raises("nn.MaxPool1d: stride 0", function() nn.MaxPool1d(2, {stride = 0}) end, "nn.MaxPool1d: stride")
 
+-- ---- optimizers ---------------------------------------------------------------------------------
+do
+  local W = zorch.tensor({1, 3, 0.5}, {dtype = "float64"})
+  local function loss(p) return (p * p * W):sum() + p:sum() end
+  -- five steps as PyTorch's; the state dict after two loaded into a new
+  -- optimizer continues the same trajectory
+  local function run(name, make)
+    local p = zorch.tensor({0.5, -1, 2}, {dtype = "float64", requires_grad = true})
+    local opt, e = make({p}), 0
+    local q, sd
+    for step = 1, 5 do
+      opt:zero_grad()
+      loss(p):backward()
+      opt:step()
+      e = math.max(e, worst(p, want[name][step]))
+      if step == 2 then sd, q = opt:state_dict(), p:detach():clone():requires_grad_(true) end
+    end
+    ok(e < 1e-12, ("%s: PyTorch's parameters over 5 steps (worst relative error %.2g)"):format(name, e))
+    local opt2 = make({q})
+    opt2:load_state_dict(sd)
+    for _ = 3, 5 do opt2:zero_grad(); loss(q):backward(); opt2:step() end
+    ok(worst(q, want[name][5]) < 1e-12, name .. ": the state dict after 2 steps, loaded, continues PyTorch's trajectory")
+    return sd
+  end
+  local sd = run("adamax", function(ps) return optim.Adamax(ps) end)
+  ok(sd.state[1].step == 2 and zorch.is_tensor(sd.state[1].exp_avg) and zorch.is_tensor(sd.state[1].exp_inf),
+     "Adamax: state names step, exp_avg, exp_inf (PyTorch's)")
+  run("adamax_wd", function(ps) return optim.Adamax(ps, {lr = 0.05, betas = {0.8, 0.9}, eps = 1e-6, weight_decay = 0.1}) end)
+  sd = run("nadam", function(ps) return optim.NAdam(ps) end)
+  ok(sd.state[1].step == 2 and type(sd.state[1].mu_product) == "number" and zorch.is_tensor(sd.state[1].exp_avg_sq),
+     "NAdam: state names step, mu_product, exp_avg, exp_avg_sq (PyTorch's)")
+  run("nadam_wd", function(ps) return optim.NAdam(ps, {lr = 0.05, weight_decay = 0.1, momentum_decay = 0.01}) end)
+  run("nadam_dwd", function(ps) return optim.NAdam(ps, {lr = 0.05, weight_decay = 0.1, decoupled_weight_decay = true}) end)
+  run("radam", function(ps) return optim.RAdam(ps, {lr = 0.1}) end)
+  run("radam_wd", function(ps) return optim.RAdam(ps, {lr = 0.1, weight_decay = 0.1, betas = {0.5, 0.6}}) end)
+  run("radam_dwd", function(ps)
+    return optim.RAdam(ps, {lr = 0.1, weight_decay = 0.1, betas = {0.5, 0.6}, decoupled_weight_decay = true}) end)
+  sd = run("adadelta", function(ps) return optim.Adadelta(ps) end)
+  ok(zorch.is_tensor(sd.state[1].square_avg) and zorch.is_tensor(sd.state[1].acc_delta),
+     "Adadelta: state names square_avg, acc_delta (PyTorch's)")
+  run("adadelta_wd", function(ps) return optim.Adadelta(ps, {lr = 0.5, rho = 0.8, eps = 1e-4, weight_decay = 0.1}) end)
+  ok(sd.param_groups[1].lr == 1.0 and sd.param_groups[1].rho == 0.9 and sd.param_groups[1].eps == 1e-6,
+     "Adadelta: PyTorch's defaults lr 1, rho 0.9, eps 1e-6")
+  local d = optim.NAdam({zorch.zeros(1, {requires_grad = true})}).param_groups[1]
+  ok(d.lr == 2e-3 and d.momentum_decay == 4e-3 and d.decoupled_weight_decay == false, "NAdam: PyTorch's defaults")
+
+  local p1 = {zorch.zeros(1, {requires_grad = true})}
+  raises("NAdam: an unknown option", function() optim.NAdam(p1, {momentum = 0.9}) end, "optim.NAdam: unknown option 'momentum'")
+  raises("RAdam: bad betas", function() optim.RAdam(p1, {betas = {1.5, 0.9}}) end, "optim.RAdam: invalid betas")
+  raises("Adamax: a negative lr", function() optim.Adamax(p1, {lr = -1}) end, "optim.Adamax: invalid lr")
+  raises("Adadelta: rho above 1", function() optim.Adadelta(p1, {rho = 2}) end, "optim.Adadelta: invalid rho",
+    "a number in [0, 1]")
+  raises("NAdam: decoupled_weight_decay not a boolean", function() optim.NAdam(p1, {decoupled_weight_decay = 1}) end,
+    "optim.NAdam: invalid decoupled_weight_decay")
+
+  -- the Engine steps them as the optimizer alone
+  local X = fixed({8, 4}, 40):float()
+  local function net()
+    zorch.manual_seed(7)
+    return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
+  end
+  for _, make in ipairs({function(ps) return optim.Adamax(ps, {lr = 0.01}) end,
+                         function(ps) return optim.NAdam(ps, {lr = 0.01, weight_decay = 0.1}) end,
+                         function(ps) return optim.RAdam(ps, {lr = 0.01, decoupled_weight_decay = true, weight_decay = 0.1}) end,
+                         function(ps) return optim.Adadelta(ps) end}) do
+    local m1, m2 = net(), net()
+    local o1 = make(m1:parameters())
+    for _ = 1, 8 do o1:zero_grad(); m1(X):pow(2):mean():backward(); o1:step() end
+    local e = zorch.Engine{zero_stage = 2}
+    local mb, _, ob = e:prepare(m2, nil, make(m2:parameters()))
+    for _ = 1, 8 do ob:zero_grad(); e:backward(mb(X):pow(2):mean()); ob:step() end
+    tap.close(m2[1].weight, m1[1].weight, 1e-5, getmetatable(o1).__name .. ": the Engine at stage 2 steps as the optimizer alone")
+  end
+end
+
 tap.done()
