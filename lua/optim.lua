@@ -1060,4 +1060,219 @@ function Plateau:load_state_dict(sd)
   end
 end
 
+-- ---- ExponentialLR, ConstantLR, PolynomialLR, MultiplicativeLR, CosineAnnealingWarmRestarts,
+-- ---- SequentialLR, ChainedScheduler, CyclicLR ----------------------------------------------------
+-- PyTorch's closed forms where it has them; each sets the lr at construction
+-- (step 0) and carries its step count through state_dict()/load_state_dict().
+local S = optim.lr_scheduler
+local function new_closed(fn, opt, fields, lr_at, base)
+  local s = new_sched(opt, fields)
+  if base then s.base_lrs, s.base_lr = {table.unpack(base.base_lrs)}, base.base_lr end -- (a combination's)
+  s.lr_at = lr_at
+  s._name = fn
+  s:set(0)
+  return s
+end
+
+-- lr = base * gamma ^ step
+function S.ExponentialLR(opt, opts)
+  local o = sched_options("ExponentialLR", opt, opts, {gamma = false}, {gamma = num}, {"gamma"})
+  return new_closed("ExponentialLR", opt, {gamma = o.gamma}, function(self, n, base)
+    return (base or self.base_lr) * self.gamma ^ n
+  end)
+end
+
+-- lr = base * factor for the first total_iters steps, then base
+function S.ConstantLR(opt, opts)
+  local o = sched_options("ConstantLR", opt, opts, {factor = 1 / 3, total_iters = 5},
+                          {factor = function(v) return type(v) == "number" and v >= 0 and v <= 1 end,
+                           total_iters = nonnegint})
+  return new_closed("ConstantLR", opt, {factor = o.factor, total_iters = o.total_iters}, function(self, n, base)
+    return (base or self.base_lr) * (n < self.total_iters and self.factor or 1)
+  end)
+end
+
+-- lr = base * (1 - min(step, total_iters) / total_iters) ^ power
+function S.PolynomialLR(opt, opts)
+  local o = sched_options("PolynomialLR", opt, opts, {total_iters = 5, power = 1.0},
+                          {total_iters = posint, power = num})
+  return new_closed("PolynomialLR", opt, {total_iters = o.total_iters, power = o.power}, function(self, n, base)
+    return (base or self.base_lr) * (1 - math.min(n, self.total_iters) / self.total_iters) ^ self.power
+  end)
+end
+
+-- lr = previous lr * lr_lambda(step) at each step (after step 0); loading a
+-- state recomputes base * the product of lr_lambda(1..step).
+function S.MultiplicativeLR(opt, opts)
+  local o = sched_options("MultiplicativeLR", opt, opts, {lr_lambda = false},
+                          {lr_lambda = function(v) return type(v) == "function" end}, {"lr_lambda"})
+  local s = new_sched(opt, {lr_lambda = o.lr_lambda})
+  local function factor(self, k)
+    local f = self.lr_lambda(k)
+    if type(f) ~= "number" then
+      error(("MultiplicativeLR: lr_lambda(%d) returned a %s, not a number"):format(k, type(f)), 4)
+    end
+    return f
+  end
+  function s:lr_at(n, base)
+    local lr = base or self.base_lr
+    for k = 1, n do lr = lr * factor(self, k) end
+    return lr
+  end
+  function s:step()
+    self.last_step = self.last_step + 1
+    local f = factor(self, self.last_step)
+    for _, g in ipairs(self.optimizer.param_groups or {self.optimizer}) do g.lr = g.lr * f end
+    return self.optimizer.lr
+  end
+  return s
+end
+
+-- Cosine annealing from base to eta_min over T_i steps, restarting at base
+-- after each period; the periods are T_0, T_0 T_mult, T_0 T_mult^2, ...
+function S.CosineAnnealingWarmRestarts(opt, opts)
+  local o = sched_options("CosineAnnealingWarmRestarts", opt, opts, {T_0 = false, T_mult = 1, eta_min = 0},
+                          {T_0 = posint, T_mult = posint, eta_min = num}, {"T_0"})
+  return new_closed("CosineAnnealingWarmRestarts", opt, {T_0 = o.T_0, T_mult = o.T_mult, eta_min = o.eta_min},
+    function(self, n, base)
+      local cur, len = n, self.T_0
+      if self.T_mult == 1 then cur = n % len
+      else while cur >= len do cur, len = cur - len, len * self.T_mult end end
+      return self.eta_min + ((base or self.base_lr) - self.eta_min) * (1 + math.cos(math.pi * cur / len)) / 2
+    end)
+end
+
+-- Checks schedulers given to SequentialLR and ChainedScheduler: a list of
+-- closed-form schedulers (not ReduceLROnPlateau, OneCycleLR or another's), all of
+-- one optimizer. They all start from the first one's base lrs, as PyTorch's
+-- initial_lr makes them.
+local function sub_schedulers(fn, opt, list)
+  if type(list) ~= "table" or #list == 0 then
+    error(("%s: schedulers must be a non-empty list of schedulers"):format(fn), 3)
+  end
+  for i, s in ipairs(list) do
+    if type(s) ~= "table" or getmetatable(s) ~= Sched or type(s.lr_at) ~= "function" then
+      error(("%s: scheduler %d is not a closed-form scheduler (ReduceLROnPlateau and OneCycleLR cannot be combined)"):format(
+        fn, i), 3)
+    end
+    if opt and s.optimizer ~= opt then error(("%s: scheduler %d steps another optimizer"):format(fn, i), 3) end
+  end
+  local first = list[1]
+  for _, s in ipairs(list) do
+    local b = {}
+    for i, x in ipairs(first.base_lrs) do b[i] = x end
+    s.base_lrs, s.base_lr = b, first.base_lr
+  end
+  return first.optimizer
+end
+
+-- schedulers[1] until milestones[1], then schedulers[2] from its own step 0, ...
+function S.SequentialLR(opt, opts)
+  local fn = "SequentialLR"
+  local o = sched_options(fn, opt, opts, {schedulers = false, milestones = false},
+    {schedulers = function(v) return type(v) == "table" end,
+     milestones = function(v)
+       if type(v) ~= "table" then return false end
+       for i, m in ipairs(v) do if not posint(m) or (i > 1 and m <= v[i - 1]) then return false end end
+       return true
+     end}, {"schedulers", "milestones"})
+  sub_schedulers(fn, opt, o.schedulers)
+  if #o.milestones ~= #o.schedulers - 1 then
+    error(("%s: expected %d milestones (one fewer than the schedulers), got %d"):format(fn, #o.schedulers - 1,
+      #o.milestones), 2)
+  end
+  local scheds, ms = {}, {}
+  for i, s in ipairs(o.schedulers) do scheds[i] = s end
+  for i, m in ipairs(o.milestones) do ms[i] = m end
+  return new_closed(fn, opt, {schedulers = scheds, milestones = ms}, function(self, n, base)
+    local k, start = 1, 0
+    while self.milestones[k] and n >= self.milestones[k] do start, k = self.milestones[k], k + 1 end
+    return self.schedulers[k]:lr_at(n - start, base)
+  end, scheds[1])
+end
+
+-- Every scheduler's factor at each step, multiplied: lr = base * prod lr_at_i(step) / base
+-- (PyTorch's chaining of their multiplicative forms)
+function S.ChainedScheduler(list, opt)
+  local o = sub_schedulers("ChainedScheduler", opt, list)
+  local scheds = {}
+  for i, s in ipairs(list) do scheds[i] = s end
+  return new_closed("ChainedScheduler", o, {schedulers = scheds}, function(self, n, base)
+    base = base or self.base_lr
+    local lr = base
+    for _, s in ipairs(self.schedulers) do lr = lr * s:lr_at(n, 1.0) end
+    return lr
+  end, scheds[1])
+end
+
+-- Cyclical lr between base_lr and max_lr (numbers, or one per group): up over
+-- step_size_up steps, down over step_size_down (default the same); mode
+-- "triangular", "triangular2" (the height halves each cycle) or "exp_range"
+-- (times gamma^step). With cycle_momentum (default) the momentum (SGD) or
+-- beta1 (Adam) goes the other way, from max_momentum to base_momentum.
+function S.CyclicLR(opt, opts)
+  local fn = "CyclicLR"
+  local per_group = function(v) if type(v) == "number" then return v > 0 end
+    if type(v) ~= "table" or #v == 0 then return false end
+    for _, x in ipairs(v) do if type(x) ~= "number" or x < 0 then return false end end
+    return true
+  end
+  zorch._checks_want[per_group] = "a number or a list of numbers (one per group)"
+  local o = sched_options(fn, opt, opts,
+    {base_lr = false, max_lr = false, step_size_up = 2000, step_size_down = false, mode = "triangular", gamma = 1.0,
+     cycle_momentum = true, base_momentum = 0.8, max_momentum = 0.9},
+    {base_lr = per_group, max_lr = per_group, step_size_up = posint, step_size_down = optional(posint),
+     mode = function(v) return v == "triangular" or v == "triangular2" or v == "exp_range" end,
+     gamma = num, cycle_momentum = bool, base_momentum = num, max_momentum = num}, {"base_lr", "max_lr"})
+  local groups = opt.param_groups or {opt}
+  local function list(v, what)
+    if type(v) == "number" then
+      local l = {}
+      for i = 1, #groups do l[i] = v end
+      return l
+    end
+    if #v ~= #groups then error(("%s: %s has %d values for %d parameter groups"):format(fn, what, #v, #groups), 3) end
+    return v
+  end
+  local base, max = list(o.base_lr, "base_lr"), list(o.max_lr, "max_lr")
+  local d = opt.defaults
+  local beta1 = type(d) == "table" and type(d.betas) == "table"
+  if o.cycle_momentum and (type(d) ~= "table" or (d.momentum == nil and not beta1)) then
+    error("CyclicLR: cycle_momentum needs an optimizer with momentum or betas (or cycle_momentum = false)", 2)
+  end
+  local up = o.step_size_up
+  local total = up + (o.step_size_down or up)
+  local s = new_sched(opt, {max_lrs = max, total_size = total, step_ratio = up / total, mode = o.mode,
+                            gamma = o.gamma, cycle_momentum = o.cycle_momentum, beta1 = beta1,
+                            base_momentum = o.base_momentum, max_momentum = o.max_momentum})
+  s.base_lrs, s.base_lr = {table.unpack(base)}, base[1]
+  -- the fraction of the height at step n
+  function s:height(n)
+    local cycle = math.floor(1 + n / self.total_size)
+    local x = 1 + n / self.total_size - cycle
+    local f = x <= self.step_ratio and x / self.step_ratio or (x - 1) / (self.step_ratio - 1)
+    if self.mode == "triangular2" then f = f / 2 ^ (cycle - 1)
+    elseif self.mode == "exp_range" then f = f * self.gamma ^ n end
+    return f
+  end
+  function s:lr_at(n, b, i)
+    b = b or self.base_lr
+    local m = self.max_lrs[i or 1]
+    return b + (m - b) * self:height(n)
+  end
+  function s:set(n)
+    local h = self:height(n)
+    for i, g in ipairs(self.optimizer.param_groups or {self.optimizer}) do
+      local b = self.base_lrs[i] or self.base_lr
+      g.lr = b + (self.max_lrs[i] - b) * h
+      if self.cycle_momentum then
+        local m = self.max_momentum - (self.max_momentum - self.base_momentum) * h
+        if self.beta1 then g.betas = {m, g.betas[2]} else g.momentum = m end
+      end
+    end
+  end
+  s:set(0)
+  return s
+end
+
 return optim

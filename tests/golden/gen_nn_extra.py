@@ -209,3 +209,21 @@ lrs("cyclic2", lambda o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=2,
                                      mode="triangular2", cycle_momentum=False), 16)
 lrs("cyclic_exp", lambda o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=3, mode="exp_range",
                                         gamma=0.9, cycle_momentum=False), 16)
+
+
+def lrs_mom(name, make, n=14):
+    p = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.5)
+    sched = make(opt)
+    lr, mom = [], []
+    for _ in range(n):
+        lr.append(opt.param_groups[0]["lr"])
+        mom.append(opt.param_groups[0]["momentum"])
+        opt.step()
+        sched.step()
+    emit(name, "lrs", lr)
+    emit(name, "moms", mom)
+
+
+lrs_mom("cyclic_mom", lambda o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=2, step_size_down=4,
+                                            mode="triangular2"))

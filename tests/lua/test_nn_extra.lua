@@ -387,4 +387,85 @@ do
   end
 end
 
+-- ---- schedulers ---------------------------------------------------------------------------------
+do
+  local S = optim.lr_scheduler
+  local function sgd() return optim.SGD({zorch.zeros(1, {requires_grad = true})}, {lr = 0.1, momentum = 0.5}) end
+  -- the lr at steps 0..n-1 as PyTorch's; a state dict saved halfway and loaded
+  -- into a fresh scheduler continues it
+  local function lrs(name, make, n, moms)
+    local exp = want[name].lrs
+    n = n or #exp
+    local opt = sgd()
+    local sched, e, me = make(opt), 0, 0
+    local half, sd = n // 2, nil
+    for i = 1, n do
+      e = math.max(e, math.abs(opt.lr - exp[i]))
+      if moms then me = math.max(me, math.abs(opt.param_groups[1].momentum - want[name].moms[i])) end
+      if i == half then sd = sched:state_dict() end
+      sched:step()
+    end
+    ok(e < 1e-15 and me < 1e-15, ("%s: PyTorch's lr%s over %d steps (worst %.2g)"):format(name,
+      moms and " and momentum" or "", n, math.max(e, me)))
+    local opt2 = sgd()
+    local s2 = make(opt2)
+    s2:load_state_dict(sd)
+    e = 0
+    for i = half, n do
+      e = math.max(e, math.abs(opt2.lr - exp[i]))
+      s2:step()
+    end
+    ok(e < 1e-15, ("%s: the state dict at step %d, loaded, continues it (worst %.2g)"):format(name, half - 1, e))
+  end
+  lrs("exponential", function(o) return S.ExponentialLR(o, {gamma = 0.8}) end)
+  lrs("constant", function(o) return S.ConstantLR(o, {factor = 0.25, total_iters = 3}) end)
+  lrs("polynomial", function(o) return S.PolynomialLR(o, {total_iters = 6, power = 2.0}) end)
+  lrs("multiplicative", function(o)
+    return S.MultiplicativeLR(o, {lr_lambda = function(e) return e % 2 == 0 and 0.9 or 0.5 end}) end)
+  lrs("warm_restarts", function(o) return S.CosineAnnealingWarmRestarts(o, {T_0 = 3, T_mult = 2, eta_min = 0.01}) end)
+  lrs("sequential", function(o)
+    return S.SequentialLR(o, {schedulers = {S.LinearLR(o, {start_factor = 0.2, total_iters = 3}),
+                                            S.ExponentialLR(o, {gamma = 0.7})}, milestones = {4}}) end)
+  lrs("chained", function(o)
+    return S.ChainedScheduler({S.ConstantLR(o, {factor = 0.5, total_iters = 4}), S.ExponentialLR(o, {gamma = 0.9})}) end)
+  lrs("cyclic", function(o) return S.CyclicLR(o, {base_lr = 0.01, max_lr = 0.1, step_size_up = 3, cycle_momentum = false}) end)
+  lrs("cyclic2", function(o) return S.CyclicLR(o, {base_lr = 0.01, max_lr = 0.1, step_size_up = 2, step_size_down = 3,
+                                                   mode = "triangular2", cycle_momentum = false}) end)
+  lrs("cyclic_exp", function(o) return S.CyclicLR(o, {base_lr = 0.01, max_lr = 0.1, step_size_up = 3, mode = "exp_range",
+                                                      gamma = 0.9, cycle_momentum = false}) end)
+  lrs("cyclic_mom", function(o) return S.CyclicLR(o, {base_lr = 0.01, max_lr = 0.1, step_size_up = 2, step_size_down = 4,
+                                                      mode = "triangular2"}) end, nil, true)
+  do -- each group follows the schedule from its own lr
+    local a, b = zorch.zeros(1, {requires_grad = true}), zorch.zeros(1, {requires_grad = true})
+    local opt = optim.SGD({{params = {a}, lr = 0.1}, {params = {b}, lr = 1.0}})
+    local sch = S.ExponentialLR(opt, {gamma = 0.8})
+    for _ = 1, 3 do sch:step() end
+    ok(math.abs(opt.param_groups[1].lr - want.exponential.lrs[4]) < 1e-15 and
+       math.abs(opt.param_groups[2].lr - 10 * want.exponential.lrs[4]) < 1e-14, "ExponentialLR: each group from its own lr")
+    local c = S.CyclicLR(opt, {base_lr = {0.01, 0.02}, max_lr = {0.1, 0.2}, step_size_up = 3, cycle_momentum = false})
+    c:step()
+    ok(math.abs(opt.param_groups[2].lr - 2 * want.cyclic.lrs[2]) < 1e-15, "CyclicLR: base_lr and max_lr per group")
+  end
+  local o = sgd()
+  raises("ExponentialLR without gamma", function() S.ExponentialLR(o, {}) end, "ExponentialLR: option 'gamma' is required")
+  raises("ConstantLR: factor above 1", function() S.ConstantLR(o, {factor = 2}) end, "ConstantLR: invalid factor")
+  raises("PolynomialLR: an unknown option", function() S.PolynomialLR(o, {steps = 3}) end,
+    "PolynomialLR: unknown option 'steps'")
+  raises("CosineAnnealingWarmRestarts: T_0 0", function() S.CosineAnnealingWarmRestarts(o, {T_0 = 0}) end,
+    "CosineAnnealingWarmRestarts: invalid T_0")
+  raises("SequentialLR: milestones that do not fit", function()
+    S.SequentialLR(o, {schedulers = {S.ExponentialLR(o, {gamma = 0.5})}, milestones = {3}}) end,
+    "SequentialLR: expected 0 milestones")
+  raises("SequentialLR: a plateau scheduler", function()
+    S.SequentialLR(o, {schedulers = {S.ReduceLROnPlateau(o), S.ExponentialLR(o, {gamma = 0.5})}, milestones = {3}}) end,
+    "SequentialLR: scheduler 1 is not a closed-form scheduler")
+  raises("ChainedScheduler: an empty list", function() S.ChainedScheduler({}) end, "ChainedScheduler: schedulers")
+  raises("CyclicLR without max_lr", function() S.CyclicLR(o, {base_lr = 0.1}) end, "CyclicLR: option 'max_lr' is required")
+  raises("CyclicLR: a bad mode", function() S.CyclicLR(o, {base_lr = 0.1, max_lr = 1, mode = "sine"}) end,
+    "CyclicLR: invalid mode")
+  raises("CyclicLR: momentum on an optimizer without it", function()
+    S.CyclicLR(optim.Adagrad({zorch.zeros(1, {requires_grad = true})}), {base_lr = 0.1, max_lr = 1}) end,
+    "CyclicLR: cycle_momentum needs")
+end
+
 tap.done()
