@@ -1143,7 +1143,7 @@ function S.CosineAnnealingWarmRestarts(opt, opts)
 end
 
 -- Checks schedulers given to SequentialLR and ChainedScheduler: a list of
--- closed-form schedulers (not ReduceLROnPlateau, OneCycleLR or another's), all of
+-- closed-form schedulers (not ReduceLROnPlateau, OneCycleLR or CyclicLR), all of
 -- one optimizer. They all start from the first one's base lrs, as PyTorch's
 -- initial_lr makes them.
 local function sub_schedulers(fn, opt, list)
@@ -1151,8 +1151,8 @@ local function sub_schedulers(fn, opt, list)
     error(("%s: schedulers must be a non-empty list of schedulers"):format(fn), 3)
   end
   for i, s in ipairs(list) do
-    if type(s) ~= "table" or getmetatable(s) ~= Sched or type(s.lr_at) ~= "function" then
-      error(("%s: scheduler %d is not a closed-form scheduler (ReduceLROnPlateau and OneCycleLR cannot be combined)"):format(
+    if type(s) ~= "table" or getmetatable(s) ~= Sched or type(s.lr_at) ~= "function" or s._own_base then
+      error(("%s: scheduler %d is not a closed-form scheduler (ReduceLROnPlateau, OneCycleLR and CyclicLR cannot be combined)"):format(
         fn, i), 3)
     end
     if opt and s.optimizer ~= opt then error(("%s: scheduler %d steps another optimizer"):format(fn, i), 3) end
@@ -1246,6 +1246,7 @@ function S.CyclicLR(opt, opts)
                             gamma = o.gamma, cycle_momentum = o.cycle_momentum, beta1 = beta1,
                             base_momentum = o.base_momentum, max_momentum = o.max_momentum})
   s.base_lrs, s.base_lr = {table.unpack(base)}, base[1]
+  s._own_base = true -- (its lr does not scale from a base: not for SequentialLR or ChainedScheduler)
   -- the fraction of the height at step n
   function s:height(n)
     local cycle = math.floor(1 + n / self.total_size)

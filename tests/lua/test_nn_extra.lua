@@ -459,6 +459,9 @@ do
   raises("SequentialLR: a plateau scheduler", function()
     S.SequentialLR(o, {schedulers = {S.ReduceLROnPlateau(o), S.ExponentialLR(o, {gamma = 0.5})}, milestones = {3}}) end,
     "SequentialLR: scheduler 1 is not a closed-form scheduler")
+  raises("ChainedScheduler: a CyclicLR", function()
+    S.ChainedScheduler({S.CyclicLR(o, {base_lr = 0.1, max_lr = 1}), S.ExponentialLR(o, {gamma = 0.5})}) end,
+    "ChainedScheduler: scheduler 1 is not a closed-form scheduler")
   raises("ChainedScheduler: an empty list", function() S.ChainedScheduler({}) end, "ChainedScheduler: schedulers")
   raises("CyclicLR without max_lr", function() S.CyclicLR(o, {base_lr = 0.1}) end, "CyclicLR: option 'max_lr' is required")
   raises("CyclicLR: a bad mode", function() S.CyclicLR(o, {base_lr = 0.1, max_lr = 1, mode = "sine"}) end,
