@@ -1556,11 +1556,19 @@ local function as_2d(fn, x)
   end
   return x:unsqueeze(-2)
 end
--- runs f on the input with a unit height, naming fn in its errors
+-- The 2-d op's message about the input with a unit height, in 1-d terms:
+-- (N, C, 1, L) as (N, C, L), a window (1, k) as k.
+local function message_1d(fn, msg)
+  msg = msg:gsub("^[^:]*:%d+: ", ""):gsub("^[%w_.]+2d", fn)
+  msg = msg:gsub("%((%d+), (%d+), 1, (%d+)%)", "(%1, %2, %3)"):gsub("%((%d+), 1, (%d+)%)", "(%1, %2)")
+  return (msg:gsub("%(1, (%d+)%)", "%1"):gsub("%(1 x (%d+)%)", "(%1)"))
+end
+-- runs f on the input with a unit height, naming fn in its errors (callers
+-- call it without a tail call, so that the error points at their caller)
 local function via_2d(fn, x, f)
   local x2 = as_2d(fn, x)
   local ok, y = pcall(f, x2)
-  if not ok then error((tostring(y):gsub("^[^:]*:%d+: ", ""):gsub("^[%w_]+2d", fn)), 3) end
+  if not ok then error(message_1d(fn, tostring(y)), 3) end
   return y:squeeze(-2)
 end
 local CONV1D = {stride = {1, function(v) return math.type(v) == "integer" and v >= 1 end, "a positive integer"},
@@ -1572,10 +1580,11 @@ function zorch.conv1d(x, w, b, opts)
   local o = read_opts("conv1d", opts, CONV1D, 3)
   need_tensor("conv1d", "weight", w)
   if w:dim() ~= 3 then error(("conv1d: weight must be (out, C / groups, k), got %s"):format(shape_str(w)), 2) end
-  return via_2d("conv1d", x, function(x2)
+  local y = via_2d("conv1d", x, function(x2)
     return zorch.conv2d(x2, w:unsqueeze(3), b, {stride = {1, o.stride}, padding = {0, o.padding},
       dilation = {1, o.dilation}, groups = o.groups})
   end)
+  return y
 end
 
 nn.Conv1d = Module:extend "nn.Conv1d"
@@ -1599,8 +1608,9 @@ function nn.Conv1d:init(in_channels, out_channels, kernel_size, opts)
   if o.bias then self.bias = uniform({out_channels}, bound) end
 end
 function nn.Conv1d:forward(x)
-  return zorch.conv1d(x, self.weight, rawget(self, "bias"), {stride = self.stride, padding = self.padding,
+  local y = zorch.conv1d(x, self.weight, rawget(self, "bias"), {stride = self.stride, padding = self.padding,
     dilation = self.dilation, groups = self.groups})
+  return y
 end
 nn.Conv1d.__tostring = function(s)
   local t = {("nn.Conv1d(%d, %d, kernel_size=(%d,), stride=(%d,)"):format(s.in_channels, s.out_channels,
@@ -1625,10 +1635,11 @@ function nn.MaxPool1d:init(kernel_size, opts)
   check_int1(fn, "dilation", self.dilation, 1)
 end
 function nn.MaxPool1d:forward(x)
-  return via_2d("nn.MaxPool1d", x, function(x2)
+  local y = via_2d("nn.MaxPool1d", x, function(x2)
     return zorch.max_pool2d(x2, {1, self.kernel_size}, {stride = {1, self.stride}, padding = {0, self.padding},
       dilation = {1, self.dilation}, ceil_mode = self.ceil_mode})
   end)
+  return y
 end
 
 -- AvgPool1d(k, {stride = k, padding = 0, ceil_mode = false, count_include_pad = true})
@@ -1643,10 +1654,11 @@ function nn.AvgPool1d:init(kernel_size, opts)
   check_int1(fn, "padding", self.padding, 0)
 end
 function nn.AvgPool1d:forward(x)
-  return via_2d("nn.AvgPool1d", x, function(x2)
+  local y = via_2d("nn.AvgPool1d", x, function(x2)
     return zorch.avg_pool2d(x2, {1, self.kernel_size}, {stride = {1, self.stride}, padding = {0, self.padding},
       ceil_mode = self.ceil_mode, count_include_pad = self.count_include_pad})
   end)
+  return y
 end
 
 -- AdaptiveAvgPool1d(n): output i averages inputs floor(i L / n) .. ceil((i + 1) L / n) - 1
@@ -1656,9 +1668,10 @@ function nn.AdaptiveAvgPool1d:init(output_size)
   self.output_size = output_size
 end
 function nn.AdaptiveAvgPool1d:forward(x)
-  return via_2d("nn.AdaptiveAvgPool1d", x, function(x2)
+  local y = via_2d("nn.AdaptiveAvgPool1d", x, function(x2)
     return zorch.adaptive_avg_pool2d(x2, {1, self.output_size})
   end)
+  return y
 end
 
 -- ParameterList{t1, t2, ...}: parameters named "0", "1", ... (PyTorch's names),
