@@ -100,6 +100,10 @@ for _, r in ipairs({"mean", "sum", "none"}) do
   check("bce_" .. r, function(a, b) return zorch.binary_cross_entropy(a, b, {reduction = r}) end, {p, tsoft})
 end
 check("bce_weight", function(a, b) return nn.BCELoss{weight = w}(a, b) end, {p, t01})
+do
+  local l = zorch.no_grad(function() return zorch.binary_cross_entropy(p, tsoft) end)
+  ok(not l.requires_grad and math.abs(l:item() - want.bce_mean.out[1]) < 1e-12, "binary_cross_entropy under no_grad")
+end
 local edge = leaf(zorch.tensor({0.0, 1.0, 0.0, 1.0, 1e-7, 1 - 1e-7}, {dtype = "float64"}))
 local tedge = zorch.tensor({0.0, 1.0, 1.0, 0.0, 0.0, 1.0}, {dtype = "float64"})
 check("bce_edge", function(a, b) return nn.BCELoss{reduction = "none"}(a, b) end, {edge, tedge}, 1e-8)
@@ -305,8 +309,10 @@ raises("InstanceNorm1d: a 4-d input", function() nn.InstanceNorm1d(6)(zorch.ones
   "nn.InstanceNorm1d: expected 2D or 3D input")
 raises("conv1d: a 4-d input", function() zorch.conv1d(zorch.ones(1, 3, 2, 2), zorch.ones(4, 3, 1)) end,
   "conv1d: expected input (N, C, L) or (C, L)")
-raises("conv1d: channels that do not match", function() zorch.conv1d(zorch.ones(1, 2, 5), zorch.ones(4, 3, 1)) end,
-  "conv1d")
+raises("conv1d: channels that do not match, in 1-d shapes", function()
+  zorch.conv1d(zorch.ones(1, 2, 5), zorch.ones(4, 3, 1)) end, "conv1d: weight (4, 3, 1)", "input (1, 2, 5)")
+raises("MaxPool1d: an input shorter than the kernel", function() nn.MaxPool1d(3)(zorch.ones(1, 2, 2)) end,
+  "nn.MaxPool1d", "input (1, 2, 2)", "kernel 3")
 raises("nn.Conv1d: a pair as kernel_size", function() nn.Conv1d(3, 4, {2, 2}) end, "nn.Conv1d: kernel_size")
 raises("nn.Conv1d: an unknown option", function() nn.Conv1d(3, 4, 2, {padding_mode = "zeros"}) end,
   "nn.Conv1d: unknown option 'padding_mode'")
