@@ -1096,9 +1096,27 @@ end
 local function need_tensor(fn, what, t)
   if not zorch.is_tensor(t) then error(("%s: %s must be a tensor, got %s"):format(fn, what, type(t)), 3) end
 end
+-- The 2-norm along dim with PyTorch's gradient x / ||x||, 0 where the norm is
+-- 0 (sqrt's would be NaN there: a zero row is common, padding)
+local l2norm_fn -- (made at the first call: zorch.Function is defined below)
+local function l2norm(x, dim, keepdim)
+  l2norm_fn = l2norm_fn or zorch.Function{name = "norm",
+    forward = function(ctx, t, d, k)
+      local n = (t * t):sum(d, true):sqrt()
+      ctx:save_for_backward(t, n)
+      ctx.dim, ctx.keepdim = d, k
+      return k and n or n:squeeze(d)
+    end,
+    backward = function(ctx, g)
+      local t, n = ctx.saved_tensors[1], ctx.saved_tensors[2]
+      if not ctx.keepdim then g = g:unsqueeze(ctx.dim) end
+      return g * t / zorch.where(n:eq(0), zorch.ones_like(n), n)
+    end}
+  return l2norm_fn(x, dim, keepdim)
+end
 -- The p-norm of x along dim: p = 2, 1, math.huge (the largest |x|) or any p > 0.
 local function pnorm(x, p, dim, keepdim)
-  if p == 2 then return (x * x):sum(dim, keepdim):sqrt() end
+  if p == 2 then return l2norm(x, dim, keepdim) end
   if p == 1 then return x:abs():sum(dim, keepdim) end
   if p == math.huge then return (x:abs():max(dim, keepdim)) end
   return (x:abs() ^ p):sum(dim, keepdim) ^ (1 / p)
@@ -1156,15 +1174,14 @@ end
 local bce_elems -- (made at the first call: zorch.Function is defined below)
 local function bce_function() return zorch.Function{name = "binary_cross_entropy",
   forward = function(ctx, x, y)
-    local lx, l1x = zorch.clamp(x:log(), -100), zorch.clamp((1 - x):log(), -100)
     ctx:save_for_backward(x, y)
-    ctx.lx, ctx.l1x = lx, l1x
-    return -(y * lx + (1 - y) * l1x)
+    return -(y * zorch.clamp(x:log(), -100) + (1 - y) * zorch.clamp((1 - x):log(), -100))
   end,
   backward = function(ctx, g)
     local x, y = ctx.saved_tensors[1], ctx.saved_tensors[2]
     local gx = g * (x - y) / zorch.clamp(x * (1 - x), 1e-12)
-    local gy = y.requires_grad and g * (ctx.l1x - ctx.lx) or nil
+    -- the target's gradient (rarely wanted): the logs again rather than kept
+    local gy = y.requires_grad and g * (zorch.clamp((1 - x):log(), -100) - zorch.clamp(x:log(), -100)) or nil
     return gx, gy
   end}
 end

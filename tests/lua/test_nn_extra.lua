@@ -119,6 +119,10 @@ check("cosine_similarity", function(u, v) return nn.CosineSimilarity()(u, v) end
 check("cosine_similarity_dim0", function(u, v) return zorch.cosine_similarity(u, v, {dim = 1, eps = 1e-3}) end, {a, b})
 check("normalize", function(u) return zorch.normalize(u) end, {a})
 check("normalize_p1_dim0", function(u) return zorch.normalize(u, {p = 1, dim = 1}) end, {a})
+local az = fixed({3, 4}, 11)
+az[2] = 0
+check("normalize_zero_row", function(u) return zorch.normalize(u) end, {leaf(az)})
+check("cosine_similarity_zero_row", function(u, v) return zorch.cosine_similarity(u, v) end, {leaf(az), b})
 check("pairwise_distance", function(u, v) return nn.PairwiseDistance()(u, v) end, {a, b})
 check("pairwise_distance_p1", function(u, v) return zorch.pairwise_distance(u, v, {p = 1, eps = 1e-3, keepdim = true}) end,
   {a, b})
