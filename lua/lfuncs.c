@@ -478,8 +478,9 @@ static int f_pointwise(lua_State *L) {
 }
 
 /* zorch._pointwise_ops(): every registered elementwise op, in registry order, as
-   {name =, nin =, nparams =, differentiable =, positive = {a, b}} (positive:
-   the inputs the op's tests draw positive). */
+   {name =, nin =, nparams =, differentiable =, positive = {a, b}, domain =}
+   (positive: the inputs the op's tests draw positive; domain: "unit" when
+   they draw input a inside (-1, 1), "gt1" above 1, else "any"). */
 static int f_pointwise_ops(lua_State *L) {
   int n;
   const op_info *ops = ops_pointwise(&n);
@@ -500,6 +501,8 @@ static int f_pointwise_ops(lua_State *L) {
     lua_pushboolean(L, ops[i].dom & OP_DOM_POS_B);
     lua_rawseti(L, -2, 2);
     lua_setfield(L, -2, "positive");
+    lua_pushstring(L, ops[i].dom & OP_DOM_UNIT_A ? "unit" : ops[i].dom & OP_DOM_GT1_A ? "gt1" : "any");
+    lua_setfield(L, -2, "domain");
     lua_rawseti(L, -2, i + 1);
   }
   return 1;
