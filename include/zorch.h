@@ -231,6 +231,63 @@ ZORCH_API zorch_tensor *zorch_silu(zorch_tensor *a); /* a * sigmoid(a) */
 ZORCH_API zorch_tensor *zorch_sin(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_cos(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_clamp(zorch_tensor *a, double min, double max); /* +-INFINITY: open */
+/* Rounding and other step functions (integer inputs stay integer; zero
+   gradient). round: half to even, at `decimals` digits (negative: left of the
+   point; integer inputs need 0). */
+ZORCH_API zorch_tensor *zorch_sign(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_floor(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_ceil(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_round(zorch_tensor *a, int decimals);
+ZORCH_API zorch_tensor *zorch_trunc(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_frac(zorch_tensor *a); /* a - trunc(a); floating-point inputs */
+ZORCH_API zorch_tensor *zorch_reciprocal(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_rsqrt(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_square(zorch_tensor *a); /* integer inputs stay integer */
+ZORCH_API zorch_tensor *zorch_log1p(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_expm1(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_log2(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_log10(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_exp2(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_erf(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_erfc(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_asin(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_acos(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_atan(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_sinh(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_cosh(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_tan(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_asinh(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_acosh(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_atanh(zorch_tensor *a);
+/* Activations, torch.nn.functional's (PyTorch's defaults in brackets). Those
+   without integer kernels in PyTorch refuse integer inputs, except softsign
+   and tanhshrink, which compute them in float32. */
+ZORCH_API zorch_tensor *zorch_leaky_relu(zorch_tensor *a, double negative_slope); /* [0.01] */
+ZORCH_API zorch_tensor *zorch_elu(zorch_tensor *a, double alpha);                 /* [1] */
+ZORCH_API zorch_tensor *zorch_selu(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_celu(zorch_tensor *a, double alpha); /* [1]; alpha != 0 */
+ZORCH_API zorch_tensor *zorch_softplus(zorch_tensor *a, double beta, double threshold); /* [1, 20] */
+/* [-1, 1]; min_val <= max_val; integer inputs stay integer */
+ZORCH_API zorch_tensor *zorch_hardtanh(zorch_tensor *a, double min_val, double max_val);
+ZORCH_API zorch_tensor *zorch_relu6(zorch_tensor *a); /* hardtanh(a, 0, 6) */
+ZORCH_API zorch_tensor *zorch_hardsigmoid(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_hardswish(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_mish(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_logsigmoid(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_softsign(zorch_tensor *a);   /* a / (1 + |a|) */
+ZORCH_API zorch_tensor *zorch_tanhshrink(zorch_tensor *a); /* a - tanh(a) */
+/* Predicates: ZORCH_BOOL tensors, no gradient (integer inputs: never NaN or
+   infinite). */
+ZORCH_API zorch_tensor *zorch_isnan(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_isinf(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_isposinf(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_isneginf(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_isfinite(zorch_tensor *a);
+/* NaN to `nan`, +inf to *posinf and -inf to *neginf (NULL: the largest and
+   the lowest finite value of a's dtype); the gradient passes where a is
+   finite. Integer inputs come back as a copy. */
+ZORCH_API zorch_tensor *zorch_nan_to_num(zorch_tensor *a, double nan, const double *posinf,
+                                         const double *neginf);
 /* Comparisons give ZORCH_BOOL tensors; no gradient. */
 ZORCH_API zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b);

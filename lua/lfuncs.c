@@ -430,6 +430,27 @@ static int f_assign(lua_State *L) {
   static int f_##name(lua_State *L) { PUSH(call); }
 UNARY(gelu, zorch_gelu(T(1), lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "tanh") == 0))
 UNARY(clamp, zorch_clamp(T(1), luaL_optnumber(L, 2, -HUGE_VAL), luaL_optnumber(L, 3, HUGE_VAL)))
+/* the registry's ops with parameters, PyTorch's defaults for those left out */
+UNARY(round, zorch_round(T(1), (int)luaL_optinteger(L, 2, 0)))
+UNARY(leaky_relu, zorch_leaky_relu(T(1), luaL_optnumber(L, 2, 0.01)))
+UNARY(elu, zorch_elu(T(1), luaL_optnumber(L, 2, 1)))
+UNARY(celu, zorch_celu(T(1), luaL_optnumber(L, 2, 1)))
+UNARY(softplus, zorch_softplus(T(1), luaL_optnumber(L, 2, 1), luaL_optnumber(L, 3, 20)))
+UNARY(hardtanh, zorch_hardtanh(T(1), luaL_optnumber(L, 2, -1), luaL_optnumber(L, 3, 1)))
+UNARY(isnan, zorch_isnan(T(1)))
+UNARY(isinf, zorch_isinf(T(1)))
+UNARY(isposinf, zorch_isposinf(T(1)))
+UNARY(isneginf, zorch_isneginf(T(1)))
+UNARY(isfinite, zorch_isfinite(T(1)))
+/* nan_to_num(x, nan = 0, posinf, neginf): nil posinf / neginf is the dtype's
+   largest / lowest finite value */
+static int f_nan_to_num(lua_State *L) {
+  zorch_tensor *t = T(1);
+  double nan = luaL_optnumber(L, 2, 0), hi = 0, lo = 0;
+  if (!lua_isnoneornil(L, 3)) hi = luaL_checknumber(L, 3);
+  if (!lua_isnoneornil(L, 4)) lo = luaL_checknumber(L, 4);
+  PUSH(zorch_nan_to_num(t, nan, lua_isnoneornil(L, 3) ? NULL : &hi, lua_isnoneornil(L, 4) ? NULL : &lo));
+}
 UNARY(contiguous, zorch_contiguous(T(1)))
 UNARY(clone, zorch_clone(T(1)))
 /* flatten(x, start_dim = 1, end_dim = -1): dims start..end (1-based, negative
@@ -466,8 +487,9 @@ static int f_pointwise(lua_State *L) {
 }
 
 /* zorch._pointwise_ops(): every registered elementwise op, in registry order, as
-   {name =, nin =, nparams =, differentiable =, positive = {a, b}} (positive:
-   the inputs the op's tests draw positive). */
+   {name =, nin =, nparams =, differentiable =, positive = {a, b}, domain =}
+   (positive: the inputs the op's tests draw positive; domain: "unit" when
+   they draw input a inside (-1, 1), "gt1" above 1, else "any"). */
 static int f_pointwise_ops(lua_State *L) {
   int n;
   const op_info *ops = ops_pointwise(&n);
@@ -488,6 +510,8 @@ static int f_pointwise_ops(lua_State *L) {
     lua_pushboolean(L, ops[i].dom & OP_DOM_POS_B);
     lua_rawseti(L, -2, 2);
     lua_setfield(L, -2, "positive");
+    lua_pushstring(L, ops[i].dom & OP_DOM_UNIT_A ? "unit" : ops[i].dom & OP_DOM_GT1_A ? "gt1" : "any");
+    lua_setfield(L, -2, "domain");
     lua_rawseti(L, -2, i + 1);
   }
   return 1;
@@ -992,7 +1016,10 @@ static int f_squeeze(lua_State *L) {
 }
 
 static const luaL_Reg both[] = {
-    {"gelu", f_gelu}, {"clamp", f_clamp}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
+    {"gelu", f_gelu}, {"clamp", f_clamp}, {"round", f_round}, {"leaky_relu", f_leaky_relu},
+    {"elu", f_elu}, {"celu", f_celu}, {"softplus", f_softplus}, {"hardtanh", f_hardtanh},
+    {"isnan", f_isnan}, {"isinf", f_isinf}, {"isposinf", f_isposinf}, {"isneginf", f_isneginf},
+    {"isfinite", f_isfinite}, {"nan_to_num", f_nan_to_num}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
     {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"ne", f_ne}, {"le", f_le}, {"ge", f_ge},
     {"masked_fill", f_masked_fill},

@@ -450,6 +450,53 @@ nn.ReLU = activation("nn.ReLU", zorch.relu)
 nn.Tanh = activation("nn.Tanh", zorch.tanh)
 nn.Sigmoid = activation("nn.Sigmoid", zorch.sigmoid)
 nn.SiLU = activation("nn.SiLU", zorch.silu)
+nn.SELU = activation("nn.SELU", zorch.selu)
+nn.ReLU6 = activation("nn.ReLU6", zorch.relu6)
+nn.Hardsigmoid = activation("nn.Hardsigmoid", zorch.hardsigmoid)
+nn.Hardswish = activation("nn.Hardswish", zorch.hardswish)
+nn.Mish = activation("nn.Mish", zorch.mish)
+nn.LogSigmoid = activation("nn.LogSigmoid", zorch.logsigmoid)
+nn.Softsign = activation("nn.Softsign", zorch.softsign)
+nn.Tanhshrink = activation("nn.Tanhshrink", zorch.tanhshrink)
+
+-- An activation with numeric parameters: `names` in the constructor's order,
+-- `defaults` PyTorch's; forward calls fn(x, the parameters...).
+local function activation_p(name, fn, names, defaults)
+  local cls = Module:extend(name)
+  cls.init = function(self, ...)
+    local args = table.pack(...)
+    for i, k in ipairs(names) do
+      local v = args[i]
+      if v == nil then v = defaults[i] end
+      if type(v) ~= "number" then
+        error(("%s: %s must be a number, got %s"):format(name, k, type(v)), 3)
+      end
+      self[k] = v
+    end
+  end
+  cls.forward = function(self, x)
+    local p = {}
+    for i, k in ipairs(names) do p[i] = self[k] end
+    return fn(x, table.unpack(p, 1, #names))
+  end
+  cls.__tostring = function(self)
+    local parts = {}
+    for _, k in ipairs(names) do parts[#parts + 1] = ("%s=%s"):format(k, tostring(self[k])) end
+    return ("%s(%s)"):format(name, table.concat(parts, ", "))
+  end
+  return cls
+end
+nn.LeakyReLU = activation_p("nn.LeakyReLU", zorch.leaky_relu, {"negative_slope"}, {0.01})
+nn.ELU = activation_p("nn.ELU", zorch.elu, {"alpha"}, {1.0})
+nn.CELU = activation_p("nn.CELU", zorch.celu, {"alpha"}, {1.0})
+nn.Softplus = activation_p("nn.Softplus", zorch.softplus, {"beta", "threshold"}, {1.0, 20.0})
+nn.Hardtanh = activation_p("nn.Hardtanh", zorch.hardtanh, {"min_val", "max_val"}, {-1.0, 1.0})
+
+-- Identity(...): returns its input; the constructor's arguments are ignored (as PyTorch's).
+nn.Identity = Module:extend "nn.Identity"
+function nn.Identity:init() end
+function nn.Identity:forward(x) return x end
+
 nn.GELU = Module:extend "nn.GELU"
 function nn.GELU:init(approximate) self.approximate = approximate end
 function nn.GELU:forward(x) return zorch.gelu(x, self.approximate) end

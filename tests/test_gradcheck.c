@@ -9,12 +9,15 @@ typedef zorch_tensor *(*op_fn)(zorch_tensor **in);
 
 static zorch_generator *gen;
 
-/* A float64 leaf of normal numbers; `pos` makes them positive (|x| + 0.5). */
+/* A float64 leaf of normal numbers; `pos` (an OP_DOM_* bit of input a, or 1)
+   maps them into the op's domain: positive (|x| + 0.5), inside (-1, 1)
+   (0.9 tanh x) or above 1 (|x| + 1.5). */
 static zorch_tensor *leaf(int ndim, const int64_t *shape, int pos) {
   zorch_tensor *t = zorch_randn(ndim, shape, ZORCH_F64, CPU, gen);
   if (pos) {
     double *p = zorch_tensor_data(t);
-    for (int64_t i = 0; i < zorch_tensor_numel(t); i++) p[i] = fabs(p[i]) + 0.5;
+    for (int64_t i = 0; i < zorch_tensor_numel(t); i++)
+      p[i] = pos & OP_DOM_UNIT_A ? 0.9 * tanh(p[i]) : fabs(p[i]) + (pos & OP_DOM_GT1_A ? 1.5 : 0.5);
   }
   zorch_set_requires_grad(t, true);
   return t;
@@ -226,7 +229,7 @@ int main(void) {
   for (int i = 0; i < nops; i++) {
     cur_op = &ops[i];
     if (!cur_op->differentiable) continue;
-    int pa = cur_op->dom & OP_DOM_POS_A, pb = cur_op->dom & OP_DOM_POS_B;
+    int pa = cur_op->dom & (OP_DOM_POS_A | OP_DOM_UNIT_A | OP_DOM_GT1_A), pb = cur_op->dom & OP_DOM_POS_B;
     if (cur_op->nin == 1) {
       run(cur_op->name, fn_registered, 1, (zorch_tensor *[]){leaf(SHAPE(3, 4), pa)});
     } else { /* same shapes, then broadcasting both ways */
