@@ -215,8 +215,9 @@ static zorch_status max_even_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin
   return st;
 }
 
+/* even: ties share the gradient even over one dim (amax and amin). */
 static zorch_tensor *max_min(const char *op, red_op k, zorch_tensor *a, int ndims, const int *dims,
-                             bool keepdim, zorch_tensor **indices) {
+                             bool keepdim, zorch_tensor **indices, bool even) {
   if (indices) *indices = NULL;
   if (check_arg(op, "input", a)) return NULL;
   red_plan p;
@@ -225,11 +226,13 @@ static zorch_tensor *max_min(const char *op, red_op k, zorch_tensor *a, int ndim
   max_args args = {.ndims = ndims, .keepdim = keepdim, .min = k == RED_MIN};
   if (ndims > 0) memcpy(args.dims, dims, sizeof(int) * (size_t)ndims);
   zorch_tensor *out = reduce_raw(op, k, a, &p, &idx, 1);
-  if (out && ndims != 1) /* PyTorch's max() and amax: ties share the gradient */
-    out = ag_record(out, k == RED_MIN ? "MinBackward" : "MaxBackward", max_even_bwd, 1, &a, 2,
+  const char *name = even ? (k == RED_MIN ? "AminBackward" : "AmaxBackward")
+                          : (k == RED_MIN ? "MinBackward" : "MaxBackward");
+  if (out && (ndims != 1 || even)) /* PyTorch's max() and amax: ties share the gradient */
+    out = ag_record(out, name, max_even_bwd, 1, &a, 2,
                     (zorch_tensor *[]){a, out}, &args, sizeof args);
   else
-    out = ag_record(out, k == RED_MIN ? "MinBackward" : "MaxBackward", max_bwd, 1, &a, 1, &idx,
+    out = ag_record(out, name, max_bwd, 1, &a, 1, &idx,
                     &args, sizeof args);
   if (out && indices)
     *indices = idx;
@@ -240,12 +243,20 @@ static zorch_tensor *max_min(const char *op, red_op k, zorch_tensor *a, int ndim
 
 zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
                         zorch_tensor **indices) {
-  return max_min("max", RED_MAX, a, ndims, dims, keepdim, indices);
+  return max_min("max", RED_MAX, a, ndims, dims, keepdim, indices, false);
 }
 
 zorch_tensor *zorch_min(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
                         zorch_tensor **indices) {
-  return max_min("min", RED_MIN, a, ndims, dims, keepdim, indices);
+  return max_min("min", RED_MIN, a, ndims, dims, keepdim, indices, false);
+}
+
+zorch_tensor *zorch_amax(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
+  return max_min("amax", RED_MAX, a, ndims, dims, keepdim, NULL, true);
+}
+
+zorch_tensor *zorch_amin(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
+  return max_min("amin", RED_MIN, a, ndims, dims, keepdim, NULL, true);
 }
 
 /* argmax and argmin: the indices of a max or min, computed without a graph. */
