@@ -394,7 +394,7 @@ ZORCH_API zorch_tensor *zorch_movedim(zorch_tensor *a, int n, const int *src, co
 ZORCH_API zorch_tensor *zorch_unflatten(zorch_tensor *a, int dim, int nsizes, const int64_t *sizes);
 typedef enum { ZORCH_PAD_CONSTANT = 0, ZORCH_PAD_REFLECT, ZORCH_PAD_REPLICATE, ZORCH_PAD_CIRCULAR } zorch_pad_mode;
 /* torch.nn.functional.pad: pads = (before, after) pairs for the last dims, the
-   last dim first; negative pads crop (constant mode). */
+   last dim first; negative pads crop (constant and circular modes). */
 ZORCH_API zorch_tensor *zorch_pad(zorch_tensor *a, int npads, const int64_t *pads, zorch_pad_mode mode, double value);
 /* n x m identity (m = -1: n). */
 ZORCH_API zorch_tensor *zorch_eye(int64_t n, int64_t m, zorch_dtype dt, zorch_device dev);

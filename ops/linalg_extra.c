@@ -43,7 +43,11 @@ zorch_tensor *zorch_dot(zorch_tensor *a, zorch_tensor *b) {
     return err_null(ZORCH_ERR_SHAPE, "dot: expects two vectors of one size, got shapes %s and %s", SHAPE(a, s1),
                     SHAPE(b, s2));
   if (check_mat("dot", a, 1, b, 1)) return NULL;
-  return zorch_matmul(a, b);
+  if (zorch_dtype_is_float(a->dtype)) return zorch_matmul(a, b);
+  zorch_tensor *p = zorch_mul(a, b), *out = p ? zorch_sum(p, 0, NULL, false) : NULL; /* integers: GEMM is float-only */
+  zorch_tensor_free(p);
+  if (!out) err_prefix("dot");
+  return out;
 }
 
 zorch_tensor *zorch_outer(zorch_tensor *a, zorch_tensor *b) {
@@ -58,8 +62,15 @@ zorch_tensor *zorch_outer(zorch_tensor *a, zorch_tensor *b) {
   return out;
 }
 
+/* c's gradient when beta is 0: zeros, as PyTorch gives. */
+static zorch_status zero_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  gin[0] = op_zeros(g, n->in[0].ndim, n->in[0].shape, g->dtype);
+  return gin[0] ? ZORCH_OK : zorch_last_status();
+}
+
 /* beta * c + alpha * (a @ b), c broadcast to the product's shape; c is not
-   read when beta is 0 (its NaNs do not spread, as PyTorch). */
+   read when beta is 0 (its NaNs do not spread, as PyTorch), and gets a zero
+   gradient through a node of its own. */
 static zorch_tensor *add_product(const char *op, zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta,
                                  double alpha, int rank) {
   char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
@@ -76,7 +87,13 @@ static zorch_tensor *add_product(const char *op, zorch_tensor *c, zorch_tensor *
   }
   zorch_tensor *p = NULL, *ps = NULL, *cs = NULL, *out = NULL;
   if ((p = zorch_matmul(a, b)) && (ps = alpha == 1 ? zorch_tensor_retain(p) : zorch_mul_scalar(p, alpha))) {
-    if (beta == 0) out = zorch_tensor_retain(ps);
+    if (beta == 0 && !(zorch_is_grad_enabled() && zorch_requires_grad(c))) out = zorch_tensor_retain(ps);
+    else if (beta == 0) {
+      bool prev = zorch_set_grad_enabled(false);
+      zorch_tensor *z = op_zeros(c, c->ndim, c->shape, ps->dtype);
+      zorch_set_grad_enabled(prev);
+      if ((cs = ag_record(z, "AddmmBackward", zero_bwd, 1, &c, 0, NULL, NULL, 0))) out = zorch_add(ps, cs);
+    }
     else if ((cs = beta == 1 ? zorch_tensor_retain(c) : zorch_mul_scalar(c, beta))) out = zorch_add(cs, ps);
   }
   OP_FREE(p, ps, cs);

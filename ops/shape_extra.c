@@ -320,13 +320,15 @@ zorch_tensor *zorch_pad(zorch_tensor *a, int npads, const int64_t *pads, zorch_p
     for (int i = 0; i < nd; i++) {
       int d = a->ndim - 1 - i;
       int64_t n = a->shape[d], lo = pads[2 * i], hi = pads[2 * i + 1];
+      if (mode == ZORCH_PAD_CIRCULAR) /* negative pads crop first; the rest wraps around what is left */
+        n -= (lo < 0 ? -lo : 0) + (hi < 0 ? -hi : 0);
       int64_t lim = mode == ZORCH_PAD_REFLECT ? n - 1 : mode == ZORCH_PAD_CIRCULAR ? n : INT64_MAX;
-      if (lo < 0 || hi < 0)
+      if (mode != ZORCH_PAD_CIRCULAR && (lo < 0 || hi < 0))
         return err_null(ZORCH_ERR_ARG, "pad: mode '%s' takes pads >= 0, got %lld and %lld for dim " ERR_IX("%d"),
                         mname, (long long)lo, (long long)hi, d);
-      if (n == 0 || lo > lim || hi > lim)
+      if (n <= 0 || lo > lim || hi > lim)
         return err_null(ZORCH_ERR_SHAPE, "pad: mode '%s' pads dim " ERR_IX("%d") " of input %s by at most %lld, "
-                        "got %lld and %lld", mname, d, SHAPE(a, s), (long long)(n ? lim : 0), (long long)lo,
+                        "got %lld and %lld", mname, d, SHAPE(a, s), (long long)(n > 0 ? lim : 0), (long long)lo,
                         (long long)hi);
     }
   }
@@ -335,7 +337,7 @@ zorch_tensor *zorch_pad(zorch_tensor *a, int npads, const int64_t *pads, zorch_p
     int d = a->ndim - 1 - i;
     int64_t lo = pads[2 * i], hi = pads[2 * i + 1], n = cur->shape[d];
     zorch_tensor *c = NULL, *next = NULL;
-    if (lo < 0 || hi < 0) { /* negative pads crop (constant mode) */
+    if (lo < 0 || hi < 0) { /* negative pads crop (constant and circular modes) */
       int64_t cl = lo < 0 ? -lo : 0, ch = hi < 0 ? -hi : 0;
       if (cl + ch > n) {
         err_set(ZORCH_ERR_SHAPE, "pad: pads %lld and %lld crop more than dim " ERR_IX("%d") " of input %s holds",

@@ -182,6 +182,7 @@ check("pad_reflect", function(x) return x:pad({2, 1}, "reflect") end)
 check("pad_reflect2", function(x) return x:pad({2, 1, 1, 2}, "reflect") end)
 check("pad_replicate", function(x) return x:pad({2, 1, 1, 0}, "replicate") end)
 check("pad_circular", function(x) return x:pad({2, 1}, "circular") end)
+check("pad_circular_crop", function(x) return x:pad({-1, 2, 1, -1}, "circular") end)
 check("pad_reflect2", function(x) return x:pad({2, 1, 1, 2}, "reflect") end, {dtype = "bfloat16", tol = 0, exact = true})
 
 -- ---- creation -------------------------------------------------------------------------------
@@ -208,6 +209,7 @@ check("mv", function(a, v) return zorch.mv(a, v) end)
 check("dot", function(a, b) return a:dot(b) end)
 check("outer", function(a, b) return zorch.outer(a, b) end)
 check("addmm", function(c, a, b) return zorch.addmm(c, a, b, 0.5, 2) end)
+check("addmm_beta0", function(c, a, b) return zorch.addmm(c, a, b, 0) end)
 check("addmm_bcast", function(c, a, b) return c:addmm(a, b) end)
 check("baddbmm", function(c, a, b) return zorch.baddbmm(c, a, b, 1.5, -1) end)
 check("diag_vec", function(x) return x:diag() end)
@@ -225,6 +227,7 @@ do
   ok(m:sum():item() == 6, "diagonal is a view")
   local a = zorch.ones(3, 3)
   local nan = zorch.full({3, 3}, 0 / 0)
+  ok(zorch.tensor{1, 2}:dot(zorch.tensor{3, 4}):item() == 11, "dot of int64 vectors")
   ok(zorch.addmm(nan, a, a, 0):sum():item() == 27, "addmm with beta 0 does not read the input (nan)")
 end
 
@@ -256,6 +259,7 @@ raises("pad: too many pads", function() x:pad({1, 1, 1, 1, 1, 1}) end, "pad", "3
 raises("pad: reflect as wide as the dim", function() x:pad({3, 0}, "reflect") end, "pad", "reflect", "at most 2")
 raises("pad: reflect of a 1-d tensor", function() zorch.ones(4):pad({1, 1}, "reflect") end, "pad", "reflect", "(4,)")
 raises("pad: negative reflect", function() x:pad({-1, 0}, "reflect") end, "pad", ">= 0")
+raises("pad: circular wider than what the crop leaves", function() x:pad({-1, 3}, "circular") end, "pad", "circular", "at most 2")
 raises("pad: crop past the dim", function() x:pad({-2, -2}) end, "pad", "crop", "(2, 3)")
 raises("pad: unknown mode", function() x:pad({1, 1}, "mirror") end, "mirror")
 raises("pad: value with reflect", function() x:pad({1, 1}, "reflect", 2) end, "pad", "no value")
