@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../vm/core/error.h"
 #include "../vm/core/tensor.h"
 #include "lz.h"
 
@@ -159,11 +160,19 @@ static int f_movedim(lua_State *L) {
   if (ns != nt) return luaL_error(L, "movedim: %d source dims for %d destinations", ns, nt);
   PUSH(zorch_movedim(x, ns, s, t));
 }
-static int f_swapaxes(lua_State *L) {
+/* Pushes t, or raises the last error with `op` in front (the aliases below
+   are made of other ops, whose names their messages would carry). */
+static int push_as(lua_State *L, zorch_tensor *t, const char *op) {
+  if (!t) err_prefix(op);
+  PUSH(t);
+}
+static int swap(lua_State *L, const char *op) {
   zorch_tensor *x = T(1);
   int a = lz_dim(L, 2), b = lz_dim(L, 3);
-  PUSH(zorch_transpose(x, a, b));
+  return push_as(L, zorch_transpose(x, a, b), op);
 }
+static int f_swapaxes(lua_State *L) { return swap(L, "swapaxes"); }
+static int f_swapdims(lua_State *L) { return swap(L, "swapdims"); }
 /* unflatten(x, dim, sizes) */
 static int f_unflatten(lua_State *L) {
   zorch_tensor *x = T(1);
@@ -178,19 +187,19 @@ static int f_broadcast_to(lua_State *L) {
   zorch_tensor *x = T(1);
   int64_t shape[ZORCH_MAX_DIMS];
   int n = lz_sizes(L, 2, shape);
-  PUSH(zorch_expand(x, n, shape));
+  return push_as(L, zorch_expand(x, n, shape), "broadcast_to");
 }
 static int f_expand_as(lua_State *L) {
   zorch_tensor *x = T(1), *o = T(2);
-  PUSH(zorch_expand(x, zorch_tensor_ndim(o), zorch_tensor_shape(o)));
+  return push_as(L, zorch_expand(x, zorch_tensor_ndim(o), zorch_tensor_shape(o)), "expand_as");
 }
 static int f_view_as(lua_State *L) {
   zorch_tensor *x = T(1), *o = T(2);
-  PUSH(zorch_view(x, zorch_tensor_ndim(o), zorch_tensor_shape(o)));
+  return push_as(L, zorch_view(x, zorch_tensor_ndim(o), zorch_tensor_shape(o)), "view_as");
 }
 static int f_type_as(lua_State *L) {
   zorch_tensor *x = T(1), *o = T(2);
-  PUSH(zorch_to_dtype(x, zorch_tensor_dtype(o)));
+  return push_as(L, zorch_to_dtype(x, zorch_tensor_dtype(o)), "type_as");
 }
 /* pad(x, pads, mode = "constant", value = 0) */
 static int f_pad(lua_State *L) {
@@ -288,7 +297,7 @@ static const luaL_Reg both[] = {
     {"prod", f_prod}, {"cumprod", f_cumprod}, {"amax", f_amax}, {"amin", f_amin}, {"any", f_any}, {"all", f_all},
     {"count_nonzero", f_count_nonzero}, {"norm", f_norm}, {"flip", f_flip}, {"roll", f_roll},
     {"repeat", f_repeat}, {"tile", f_tile}, {"repeat_interleave", f_repeat_interleave}, {"unbind", f_unbind},
-    {"movedim", f_movedim}, {"swapaxes", f_swapaxes}, {"swapdims", f_swapaxes}, {"unflatten", f_unflatten},
+    {"movedim", f_movedim}, {"moveaxis", f_movedim}, {"swapaxes", f_swapaxes}, {"swapdims", f_swapdims}, {"unflatten", f_unflatten},
     {"broadcast_to", f_broadcast_to}, {"expand_as", f_expand_as}, {"view_as", f_view_as}, {"type_as", f_type_as},
     {"pad", f_pad}, {"one_hot", f_one_hot}, {"mm", f_mm}, {"bmm", f_bmm}, {"mv", f_mv}, {"dot", f_dot},
     {"outer", f_outer}, {"addmm", f_addmm}, {"baddbmm", f_baddbmm}, {"diag", f_diag}, {"diagonal", f_diagonal},
