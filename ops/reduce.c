@@ -356,10 +356,7 @@ typedef struct {
   int dim; /* wrapped */
 } cumsum_args;
 
-/* The running sum along dim of a (from the end when `reverse`), in the kernel's
-   dtypes: float32/float64 (16-bit floats through float32), int64 for integers;
-   the result has a's float dtype, or int64. No autograd. */
-static zorch_tensor *cumsum_raw(zorch_tensor *a, int dim, bool reverse) {
+zorch_tensor *op_cumsum(zorch_tensor *a, int dim, bool reverse) {
   zorch_dtype dt = a->dtype;
   zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype(dt) : ZORCH_I64;
   int64_t outer = 1, inner = 1, n = a->ndim ? a->shape[dim] : 1;
@@ -379,7 +376,7 @@ static zorch_tensor *cumsum_raw(zorch_tensor *a, int dim, bool reverse) {
 
 /* The gradient of a running sum is the running sum of g from the end. */
 static zorch_status cumsum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  gin[0] = cumsum_raw(g, AG_ARGS(n, cumsum_args)->dim, true);
+  gin[0] = op_cumsum(g, AG_ARGS(n, cumsum_args)->dim, true);
   return gin[0] ? ZORCH_OK : zorch_last_status();
 }
 
@@ -387,7 +384,7 @@ zorch_tensor *zorch_cumsum(zorch_tensor *a, int dim) {
   if (check_arg("cumsum", "input", a)) return NULL;
   cumsum_args args;
   if (dim_wrap("cumsum", dim, a->ndim, 0, &args.dim)) return NULL;
-  zorch_tensor *out = cumsum_raw(a, args.dim, false);
+  zorch_tensor *out = op_cumsum(a, args.dim, false);
   return ag_record(out, "CumsumBackward", cumsum_bwd, 1, &a, 0, NULL, &args, sizeof args);
 }
 

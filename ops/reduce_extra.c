@@ -67,38 +67,75 @@ done:
   return out;
 }
 
+/* The running product along dim d of a (contiguous copy), no autograd: by
+   doubling strides, each step multiplying every element by the one s before
+   it (log2(n) passes). */
+static zorch_tensor *cumprod_raw(zorch_tensor *a, int d) {
+  bool prev = zorch_set_grad_enabled(false);
+  zorch_tensor *cur = zorch_clone(a);
+  int64_t n = a->ndim ? a->shape[d] : 1;
+  for (int64_t s = 1; cur && s < n; s *= 2) {
+    zorch_tensor *lo = NULL, *hi = NULL, *p = NULL;
+    zorch_status st = ZORCH_OK;
+    if (!(lo = zorch_narrow(cur, d, 0, n - s)) || !(hi = zorch_narrow(cur, d, s, n - s)) || !(p = zorch_mul(hi, lo)) ||
+        (st = op_copy_(hi, p))) {
+      zorch_tensor_free(cur);
+      cur = NULL;
+    }
+    OP_FREE(lo, hi, p);
+  }
+  zorch_set_grad_enabled(prev);
+  return cur;
+}
+
+typedef struct {
+  int dim; /* wrapped */
+} cumprod_args;
+
+/* PyTorch's gradient: before the first zero of a row, revcumsum(g * y) / x;
+   at the first zero, revcumsum(g * y') with y' the running product of x with
+   that zero as 1; after it, 0. saved: x and y. */
+static zorch_status cumprod_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  int d = AG_ARGS(n, cumprod_args)->dim;
+  zorch_tensor *x = n->saved[0], *y = n->saved[1];
+  zorch_tensor *gy = NULL, *rs = NULL, *a = NULL, *z = NULL, *one = NULL, *m = NULL, *zc = NULL, *mi = NULL;
+  zorch_tensor *zm = NULL, *i1 = NULL, *i0 = NULL, *first = NULL, *before = NULL, *x1 = NULL, *y1 = NULL;
+  zorch_tensor *gy1 = NULL, *b = NULL, *tail = NULL, *nz = NULL;
+  zorch_status st = ZORCH_OK;
+  int64_t zeros = 0;
+  if (!(gy = zorch_mul(g, y)) || !(rs = op_cumsum(gy, d, true)) || !(a = zorch_div(rs, x)) ||
+      !(z = op_zeros(x, 0, NULL, x->dtype)) || !(m = zorch_eq(x, z)) || !(nz = zorch_sum(m, 0, NULL, false)) ||
+      zorch_tensor_to_i64s(nz, &zeros, 1))
+    goto fail;
+  if (zeros == 0) { /* the usual case */
+    gin[0] = a;
+    a = NULL;
+    goto done;
+  }
+  if (!(zc = op_cumsum(m, d, false)) || !(mi = op_cast(m, ZORCH_I64)) || !(zm = zorch_mul(zc, mi)) ||
+      !(i1 = zorch_full_i64(0, NULL, 1, ZORCH_I64, x->st->device)) || !(i0 = op_zeros(zc, 0, NULL, ZORCH_I64)) ||
+      !(first = zorch_eq(zm, i1)) || !(before = zorch_eq(zc, i0)) ||
+      !(one = zorch_full(0, NULL, 1, x->dtype, x->st->device)) || !(x1 = zorch_where(first, one, x)) ||
+      !(y1 = cumprod_raw(x1, d)) || !(gy1 = zorch_mul(g, y1)) || !(b = op_cumsum(gy1, d, true)) ||
+      !(tail = zorch_where(first, b, z)) || !(gin[0] = zorch_where(before, a, tail)))
+    goto fail;
+  goto done;
+fail:
+  st = zorch_last_status();
+done:
+  OP_FREE(gy, rs, a, z, one, m, zc, mi, zm, i1, i0, first, before, x1, y1, gy1, b, tail, nz);
+  return st;
+}
+
 zorch_tensor *zorch_cumprod(zorch_tensor *a, int dim) {
   if (check_arg("cumprod", "input", a)) return NULL;
-  int d;
-  if (dim_wrap("cumprod", dim, a->ndim, 0, &d)) return NULL;
+  cumprod_args args;
+  if (dim_wrap("cumprod", dim, a->ndim, 0, &args.dim)) return NULL;
   zorch_dtype out_dt = zorch_dtype_is_float(a->dtype) ? a->dtype : ZORCH_I64;
-  int64_t n = a->ndim ? a->shape[d] : 1;
   zorch_tensor *c = as_dtype(a, prod_dtype(a->dtype)), *r = NULL, *out = NULL;
-  if (!c) goto done;
-  if (n <= 1 || a->ndim == 0) {
-    r = zorch_clone(c);
-  } else {
-    /* running products, one recorded step per slice, so that zeros get
-       PyTorch's gradients; then one copy into place */
-    zorch_tensor **parts = calloc((size_t)n, sizeof *parts);
-    if (!parts) {
-      err_set(ZORCH_ERR_OOM, "cumprod: out of memory");
-      goto done;
-    }
-    int64_t i = 0;
-    if ((parts[0] = zorch_narrow(c, d, 0, 1)))
-      for (i = 1; i < n; i++) {
-        zorch_tensor *x = zorch_narrow(c, d, i, 1);
-        parts[i] = x ? zorch_mul(parts[i - 1], x) : NULL;
-        zorch_tensor_free(x);
-        if (!parts[i]) break;
-      }
-    if (i == n) r = zorch_cat((int)n, parts, d);
-    for (int64_t k = 0; k < n; k++) zorch_tensor_free(parts[k]);
-    free(parts);
-  }
+  if (c && (r = cumprod_raw(c, args.dim)))
+    r = ag_record(r, "CumprodBackward", cumprod_bwd, 1, &c, 2, (zorch_tensor *[]){c, r}, &args, sizeof args);
   if (r) out = as_dtype(r, out_dt);
-done:
   OP_FREE(c, r);
   if (!out) err_prefix("cumprod");
   return out;
