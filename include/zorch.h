@@ -386,6 +386,8 @@ ZORCH_API zorch_tensor *zorch_repeat(zorch_tensor *a, int n, const int64_t *reps
 ZORCH_API zorch_tensor *zorch_tile(zorch_tensor *a, int n, const int64_t *reps);
 /* Each element repeated `repeats` times along *dim (the flattened input when dim is NULL). */
 ZORCH_API zorch_tensor *zorch_repeat_interleave(zorch_tensor *a, int64_t repeats, const int *dim);
+/* The same with a count per element of dim (an int64 vector of its size, or of one count). */
+ZORCH_API zorch_tensor *zorch_repeat_interleave_tensor(zorch_tensor *a, zorch_tensor *repeats, const int *dim);
 /* out[i] = select(a, dim, i) for every i: out needs room for a's size in dim. */
 ZORCH_API zorch_status zorch_unbind(zorch_tensor *a, int dim, zorch_tensor **out);
 /* A view with dims src[i] moved to dst[i], the others in their order. */

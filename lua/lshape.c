@@ -123,12 +123,14 @@ static int f_tile(lua_State *L) {
   int n = lz_sizes(L, 2, reps);
   PUSH(zorch_tile(x, n, reps));
 }
-/* repeat_interleave(x, n, dim?) */
+/* repeat_interleave(x, n | counts, dim?): counts an int64 tensor */
 static int f_repeat_interleave(lua_State *L) {
-  zorch_tensor *x = T(1);
-  lua_Integer n = luaL_checkinteger(L, 2);
+  zorch_tensor *x = T(1), *r = zorch_to_tensor(L, 2);
+  lua_Integer n = r ? 0 : luaL_checkinteger(L, 2);
   int d = lua_isnoneornil(L, 3) ? 0 : lz_dim(L, 3);
-  PUSH(zorch_repeat_interleave(x, n, lua_isnoneornil(L, 3) ? NULL : &d));
+  const int *dp = lua_isnoneornil(L, 3) ? NULL : &d;
+  if (r) PUSH(zorch_repeat_interleave_tensor(x, T(2), dp));
+  PUSH(zorch_repeat_interleave(x, n, dp));
 }
 /* unbind(x, dim = 1): a list of views */
 static int f_unbind(lua_State *L) {

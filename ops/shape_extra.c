@@ -199,6 +199,58 @@ zorch_tensor *zorch_repeat_interleave(zorch_tensor *a, int64_t repeats, const in
   return out;
 }
 
+/* Element i of dim repeated repeats[i] times (one count for all when repeats
+   has one): an index_select with the counts read to the host. */
+zorch_tensor *zorch_repeat_interleave_tensor(zorch_tensor *a, zorch_tensor *repeats, const int *dim) {
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
+  const char *op = "repeat_interleave";
+  if (check_arg(op, "input", a) || check_arg(op, "repeats", repeats)) return NULL;
+  if (repeats->dtype != ZORCH_I64 || repeats->ndim > 1)
+    return err_null(ZORCH_ERR_ARG, "%s: repeats must be an int64 tensor of 0 or 1 dims, got %s %s", op,
+                    zorch_dtype_name(repeats->dtype), SHAPE(repeats, s1));
+  int d = 0;
+  if (dim && dim_wrap(op, *dim, a->ndim, 0, &d)) return NULL;
+  zorch_tensor *src = dim && a->ndim ? zorch_tensor_retain(a) : zorch_reshape(a, 1, (int64_t[]){-1});
+  if (!src) return NULL;
+  int64_t n = src->shape[d], nr = zorch_tensor_numel(repeats), total = 0;
+  int64_t *r = NULL, *v = NULL;
+  zorch_tensor *out = NULL;
+  if (nr != 1 && nr != n) {
+    err_set(ZORCH_ERR_SHAPE, "%s: repeats %s must have one count, or one per element of dim " ERR_IX("%d")
+            " of input %s (%lld)", op, SHAPE(repeats, s1), dim ? *dim : 0, SHAPE(a, s2), (long long)n);
+    goto done;
+  }
+  if (!(r = malloc(sizeof *r * (size_t)(nr ? nr : 1)))) {
+    err_set(ZORCH_ERR_OOM, "%s: out of memory", op);
+    goto done;
+  }
+  if (zorch_tensor_to_i64s(repeats, r, nr)) goto done;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t k = r[nr == 1 ? 0 : i];
+    if (k < 0) {
+      err_set(ZORCH_ERR_ARG, "%s: repeats must be >= 0, got %lld", op, (long long)k);
+      goto done;
+    }
+    if (__builtin_add_overflow(total, k, &total)) {
+      err_set(ZORCH_ERR_ARG, "%s: the repeats add up past int64", op);
+      goto done;
+    }
+  }
+  if (!(v = malloc(sizeof *v * (size_t)(total ? total : 1)))) {
+    err_set(ZORCH_ERR_OOM, "%s: out of memory", op);
+    goto done;
+  }
+  for (int64_t i = 0, at = 0; i < n; i++)
+    for (int64_t k = 0; k < r[nr == 1 ? 0 : i]; k++) v[at++] = i;
+  out = pick(src, d, total, v);
+done:
+  free(r);
+  free(v);
+  zorch_tensor_free(src);
+  if (!out) err_prefix(op);
+  return out;
+}
+
 /* ---- unbind, movedim, unflatten ------------------------------------------------------------- */
 zorch_status zorch_unbind(zorch_tensor *a, int dim, zorch_tensor **out) {
   if (check_arg("unbind", "input", a)) return zorch_last_status();

@@ -149,6 +149,8 @@ check("repeat", function(x) return zorch["repeat"](x, {2, 1, 3}) end)
 check("tile_short", function(x) return x:tile(2) end)
 check("repeat_interleave_d1", function(x) return x:repeat_interleave(2, 2) end)
 check("repeat_interleave_flat", function(x) return zorch.repeat_interleave(x, 3) end)
+check("repeat_interleave_counts", function(x) return x:repeat_interleave(zorch.tensor{1, 0, 2}, 1) end)
+check("repeat_interleave_count1", function(x) return x:repeat_interleave(zorch.tensor{2}, -1) end)
 check("movedim", function(x) return x:movedim(1, -1) end)
 check("movedim", function(x) return zorch.moveaxis(x, 1, 3) end)
 check("movedim_list", function(x) return zorch.movedim(x, {1, 2}, {3, 1}) end)
@@ -249,6 +251,12 @@ raises("roll: several shifts without dims", function() x:roll({1, 2}) end, "roll
 raises("repeat: fewer reps than dims", function() x["repeat"](x, 2) end, "repeat", "1 repeats", "(2, 3)")
 raises("repeat: negative reps", function() x:tile(-1, 2) end, "tile", ">= 0")
 raises("repeat_interleave: negative", function() x:repeat_interleave(-1) end, "repeat_interleave", ">= 0")
+raises("repeat_interleave: negative count", function() x:repeat_interleave(zorch.tensor{1, -1}, 1) end,
+       "repeat_interleave", ">= 0")
+raises("repeat_interleave: counts of another length", function() x:repeat_interleave(zorch.tensor{1, 2, 3}, 1) end,
+       "repeat_interleave", "(3,)", "dim 1", "(2, 3)")
+raises("repeat_interleave: float counts", function() x:repeat_interleave(zorch.tensor{1.5}, 1) end,
+       "repeat_interleave", "int64")
 raises("unbind of a 0-d tensor", function() zorch.tensor(1):unbind() end, "unbind", "0-dimensional")
 raises("movedim: lengths differ", function() x:movedim({1, 2}, 1) end, "movedim", "2 source dims")
 raises("movedim: repeated", function() x:movedim({1, 1}, {1, 2}) end, "movedim", "repeated")
