@@ -432,8 +432,17 @@ static zorch_tensor *spaced(const char *op, double start, double end, int64_t st
   double *v = malloc(sizeof *v * (size_t)(steps ? steps : 1));
   if (!v) return err_null(ZORCH_ERR_OOM, "%s: out of memory", op);
   double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
+  /* float32: start, end and step rounded to float32 and each value rounded
+     once (a fused multiply-add), which is what PyTorch's CPU build gives */
+  bool f32 = dt == ZORCH_F32 && !log_;
+  if (f32) {
+    float fs = (float)start, fe = (float)end;
+    start = fs, end = fe;
+    step = steps > 1 ? (double)((fe - fs) / (float)(steps - 1)) : 0;
+  }
   for (int64_t i = 0; i < steps; i++) {
-    v[i] = i < steps / 2 || steps == 1 ? start + step * (double)i : end - step * (double)(steps - 1 - i);
+    bool lo = i < steps / 2 || steps == 1;
+    v[i] = lo ? start + step * (double)i : end - step * (double)(steps - 1 - i);
     if (log_) v[i] = pow(base, v[i]);
   }
   zorch_tensor *h = zorch_from_buffer(v, 1, &steps, ZORCH_F64), *c = h ? zorch_to_dtype(h, dt) : NULL;
