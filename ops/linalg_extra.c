@@ -24,17 +24,30 @@ static zorch_status check_mat(const char *op, const zorch_tensor *a, int ra, con
   return ZORCH_OK;
 }
 
-zorch_tensor *zorch_mm(zorch_tensor *a, zorch_tensor *b) {
-  return check_mat("mm", a, 2, b, 2) ? NULL : zorch_matmul(a, b);
+/* Integer products (GEMM is float-only): the products of every pair,
+   broadcast a (..., n, k, 1) by b (..., 1, k, m) (b (1, k) for mv), summed over
+   k, in a's dtype. Memory n * k * m: integer matrices are small. */
+static zorch_tensor *int_product(const char *op, zorch_tensor *a, zorch_tensor *b) {
+  if (a->dtype == ZORCH_BOOL) return err_null(ZORCH_ERR_DTYPE, "%s: bool matrices are not supported", op);
+  bool vec = b->ndim == 1;
+  int kd = vec ? 1 : a->ndim - 1; /* k's dim in the broadcast product */
+  zorch_tensor *u = NULL, *w = NULL, *p = NULL, *s = NULL, *out = NULL;
+  if ((u = vec ? zorch_tensor_retain(a) : zorch_unsqueeze(a, a->ndim)) && (w = zorch_unsqueeze(b, vec ? 0 : b->ndim - 2)) &&
+      (p = zorch_mul(u, w)) && (s = zorch_sum(p, 1, &kd, false)))
+    out = op_cast(s, a->dtype);
+  OP_FREE(u, w, p, s);
+  if (!out) err_prefix(op);
+  return out;
 }
 
-zorch_tensor *zorch_bmm(zorch_tensor *a, zorch_tensor *b) {
-  return check_mat("bmm", a, 3, b, 3) ? NULL : zorch_matmul(a, b);
+static zorch_tensor *product(const char *op, zorch_tensor *a, int ra, zorch_tensor *b, int rb) {
+  if (check_mat(op, a, ra, b, rb)) return NULL;
+  return zorch_dtype_is_float(a->dtype) ? zorch_matmul(a, b) : int_product(op, a, b);
 }
 
-zorch_tensor *zorch_mv(zorch_tensor *a, zorch_tensor *v) {
-  return check_mat("mv", a, 2, v, 1) ? NULL : zorch_matmul(a, v);
-}
+zorch_tensor *zorch_mm(zorch_tensor *a, zorch_tensor *b) { return product("mm", a, 2, b, 2); }
+zorch_tensor *zorch_bmm(zorch_tensor *a, zorch_tensor *b) { return product("bmm", a, 3, b, 3); }
+zorch_tensor *zorch_mv(zorch_tensor *a, zorch_tensor *v) { return product("mv", a, 2, v, 1); }
 
 zorch_tensor *zorch_dot(zorch_tensor *a, zorch_tensor *b) {
   char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];

@@ -233,6 +233,14 @@ do
   local a = zorch.ones(3, 3)
   local nan = zorch.full({3, 3}, 0 / 0)
   ok(zorch.tensor{1, 2}:dot(zorch.tensor{3, 4}):item() == 11, "dot of int64 vectors")
+  local ia, ib = zorch.tensor{{1, 2, 3}, {4, 5, 6}}, zorch.tensor{{1, 0}, {2, 1}, {-1, 3}}
+  local im = zorch.mm(ia, ib)
+  ok(im:dtype() == "int64" and im:tolist()[1][1] == 2 and im:tolist()[2][2] == 23, "mm of int64 matrices")
+  ok(zorch.mm(ia:to("int32"), ib:to("int32")):dtype() == "int32", "mm of int32 stays int32")
+  local bm = zorch.bmm(zorch.stack({ia, ia}), zorch.stack({ib, ib}))
+  ok(bm.shape[1] == 2 and bm:tolist()[2][2][1] == 8, "bmm of int64")
+  local mv = ia:mv(zorch.tensor{1, 1, 1})
+  ok(mv:tolist()[1] == 6 and mv:tolist()[2] == 15, "mv of int64")
   ok(zorch.addmm(nan, a, a, 0):sum():item() == 27, "addmm with beta 0 does not read the input (nan)")
 end
 
@@ -286,6 +294,7 @@ raises("one_hot: float classes", function() zorch.one_hot(zorch.tensor{1.5}) end
 raises("one_hot: empty without num_classes", function() zorch.one_hot(zorch.zeros(0, {dtype = "int64"})) end, "one_hot", "empty")
 raises("mm: a vector", function() zorch.mm(zorch.ones(3), x) end, "mm", "input", "matrix", "(3,)")
 raises("mm: inner sizes", function() zorch.mm(x, x) end, "mm", "(2, 3)", "cannot be multiplied")
+raises("mm: bool", function() zorch.mm(zorch.ones(2, 2, {dtype = "bool"}), zorch.ones(2, 2, {dtype = "bool"})) end, "mm", "bool")
 raises("mm: dtypes", function() zorch.mm(x, zorch.ones(3, 2, {dtype = "float64"})) end, "mm", "float32", "float64")
 raises("bmm: batch sizes", function() zorch.bmm(zorch.ones(2, 2, 3), zorch.ones(3, 3, 2)) end, "bmm", "batch")
 raises("bmm: matrices", function() zorch.bmm(x, x) end, "bmm", "batch of matrices")
