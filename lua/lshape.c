@@ -92,6 +92,8 @@ static int f_norm(lua_State *L) {
     p = luaL_checknumber(L, 2);
   }
   int dims[ZORCH_MAX_DIMS], n = opt_dims(L, 3, dims);
+  if (n > 2 && lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "fro") == 0)
+    return luaL_error(L, "norm: p 'fro' takes 1 or 2 dims (or none), got %d", n);
   PUSH(zorch_norm(x, p, n, dims, lua_toboolean(L, 4)));
 }
 
