@@ -88,6 +88,7 @@ check("prod_all_zero2", function(x) return x:prod() end)
 check("prod_odd", function(x) return x:prod(1) end)
 check("prod_empty", function(x) return x:prod(2) end)
 check("prod_d1", function(x) return x:prod(2) end, {dtype = "bfloat16", tol = 3e-2, gtol = 5e-2})
+check("prod_d1", function(x) return x:prod(-1) end, {dtype = "float16", tol = 5e-3, gtol = 1e-2})
 do
   local i = zorch.tensor{{1, 2}, {3, 4}}
   ok(i:prod():dtype() == "int64" and i:prod():item() == 24, "prod of int64: 24 as int64")
@@ -118,6 +119,7 @@ check("norm_fro_dims", function(x) return x:norm("fro", {1, 2}) end)
 check("norm_2_zero", function(x) return x:norm(2, 2) end)
 check("norm_3_zero", function(x) return x:norm(3, -1) end)
 check("norm_2", function(x) return x:norm() end, {dtype = "bfloat16", tol = 1e-2, gtol = 3e-2})
+check("norm_3", function(x) return x:norm(3) end, {dtype = "float16", tol = 3e-3, gtol = 1e-2})
 
 -- ---- any, all, count_nonzero -----------------------------------------------------------------
 check("any_all", function(x) return x:any() end, {out_dtype = "bool"})
