@@ -419,6 +419,64 @@ ZORCH_API zorch_tensor *zorch_sort(zorch_tensor *a, int dim, bool descending,
 ZORCH_API zorch_tensor *zorch_topk(zorch_tensor *a, int64_t k, int dim, bool largest, bool sorted,
                                    zorch_tensor **indices);
 
+/* ---- more reductions, shape ops, creation and matrix products (PyTorch's) -------------- */
+/* Max and min over dims with the gradient shared evenly among ties, even over one dim. */
+ZORCH_API zorch_tensor *zorch_amax(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+ZORCH_API zorch_tensor *zorch_amin(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+/* Product over one dim (ndims 1) or all (ndims 0); integers and bool give int64. */
+ZORCH_API zorch_tensor *zorch_prod(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+/* Running product along dim (integers and bool give int64). */
+ZORCH_API zorch_tensor *zorch_cumprod(zorch_tensor *a, int dim);
+/* Vector norm over dims: p = 2, 1, INFINITY, -INFINITY, 0 (the count of
+   nonzeros) or any other number: sum(|a|^p)^(1/p). Floating-point inputs. */
+ZORCH_API zorch_tensor *zorch_norm(zorch_tensor *a, double p, int ndims, const int *dims, bool keepdim);
+/* Whether any (all) elements are nonzero: bool (uint8 for a uint8 input). */
+ZORCH_API zorch_tensor *zorch_any(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+ZORCH_API zorch_tensor *zorch_all(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+ZORCH_API zorch_tensor *zorch_count_nonzero(zorch_tensor *a, int ndims, const int *dims); /* int64 */
+/* A copy with the order of dims reversed. */
+ZORCH_API zorch_tensor *zorch_flip(zorch_tensor *a, int ndims, const int *dims);
+/* Elements shifted along dims (the flattened tensor when ndims is 0, with one shift). */
+ZORCH_API zorch_tensor *zorch_roll(zorch_tensor *a, int nshifts, const int64_t *shifts, int ndims, const int *dims);
+/* PyTorch's repeat (n >= a's dims, leading reps add dims) and tile (fewer reps: 1s in front). */
+ZORCH_API zorch_tensor *zorch_repeat(zorch_tensor *a, int n, const int64_t *reps);
+ZORCH_API zorch_tensor *zorch_tile(zorch_tensor *a, int n, const int64_t *reps);
+/* Each element repeated `repeats` times along *dim (the flattened input when dim is NULL). */
+ZORCH_API zorch_tensor *zorch_repeat_interleave(zorch_tensor *a, int64_t repeats, const int *dim);
+/* The same with a count per element of dim (an int64 vector of its size, or of one count). */
+ZORCH_API zorch_tensor *zorch_repeat_interleave_tensor(zorch_tensor *a, zorch_tensor *repeats, const int *dim);
+/* out[i] = select(a, dim, i) for every i: out needs room for a's size in dim. */
+ZORCH_API zorch_status zorch_unbind(zorch_tensor *a, int dim, zorch_tensor **out);
+/* A view with dims src[i] moved to dst[i], the others in their order. */
+ZORCH_API zorch_tensor *zorch_movedim(zorch_tensor *a, int n, const int *src, const int *dst);
+/* dim split into sizes (one may be -1). */
+ZORCH_API zorch_tensor *zorch_unflatten(zorch_tensor *a, int dim, int nsizes, const int64_t *sizes);
+typedef enum { ZORCH_PAD_CONSTANT = 0, ZORCH_PAD_REFLECT, ZORCH_PAD_REPLICATE, ZORCH_PAD_CIRCULAR } zorch_pad_mode;
+/* torch.nn.functional.pad: pads = (before, after) pairs for the last dims, the
+   last dim first; negative pads crop (constant and circular modes). */
+ZORCH_API zorch_tensor *zorch_pad(zorch_tensor *a, int npads, const int64_t *pads, zorch_pad_mode mode, double value);
+/* n x m identity (m = -1: n). */
+ZORCH_API zorch_tensor *zorch_eye(int64_t n, int64_t m, zorch_dtype dt, zorch_device dev);
+ZORCH_API zorch_tensor *zorch_linspace(double start, double end, int64_t steps, zorch_dtype dt, zorch_device dev);
+ZORCH_API zorch_tensor *zorch_logspace(double start, double end, int64_t steps, double base, zorch_dtype dt,
+                                       zorch_device dev);
+/* int64 classes (0-based) to int64 one-hot rows; num_classes -1: the largest class + 1. */
+ZORCH_API zorch_tensor *zorch_one_hot(zorch_tensor *idx, int64_t num_classes);
+/* Matrix products with PyTorch's strict shapes: (n,k)(k,m), (b,n,k)(b,k,m), (n,k)(k), (k)(k). */
+ZORCH_API zorch_tensor *zorch_mm(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_bmm(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_mv(zorch_tensor *a, zorch_tensor *v);
+ZORCH_API zorch_tensor *zorch_dot(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_outer(zorch_tensor *a, zorch_tensor *b);
+/* beta * c + alpha * mm(a, b) (bmm for baddbmm); c broadcasts to the product. */
+ZORCH_API zorch_tensor *zorch_addmm(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta, double alpha);
+ZORCH_API zorch_tensor *zorch_baddbmm(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta, double alpha);
+/* The view of diagonal `offset` over dim1 and dim2, appended as the last dim. */
+ZORCH_API zorch_tensor *zorch_diagonal(zorch_tensor *t, int64_t offset, int dim1, int dim2);
+/* A vector to a square matrix with it on diagonal offset, or a matrix's diagonal (a copy). */
+ZORCH_API zorch_tensor *zorch_diag(zorch_tensor *t, int64_t offset);
+ZORCH_API zorch_tensor *zorch_trace(zorch_tensor *t);
+
 /* ---- autograd -------------------------------------------------------------------------- */
 ZORCH_API zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on); /* leaves only */
 ZORCH_API bool zorch_requires_grad(const zorch_tensor *t);

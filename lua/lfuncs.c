@@ -1191,5 +1191,6 @@ void lz_open_functions(lua_State *L) {
   luaL_setfuncs(L, conv_functions, 0);
   lua_pop(L, 1);
   luaL_setfuncs(L, both, 0);
+  lz_open_shape(L, module, lua_gettop(L));
   lua_pop(L, 2);
 }

@@ -29,6 +29,10 @@ zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, 
                              double value);
 /* The elementwise binary kernel k with broadcasting and promotion; no autograd. */
 zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1);
+/* The running sum along dim (wrapped) of a, from the end when `reverse`, in the
+   kernel's dtypes: float32/float64 (16-bit floats through float32), int64 for
+   integers; the result has a's float dtype, or int64. No autograd. */
+zorch_tensor *op_cumsum(zorch_tensor *a, int dim, bool reverse);
 /* Contiguous t (t itself, retained, when it is); no autograd. */
 zorch_tensor *op_contig(zorch_tensor *t);
 /* t converted to dt and contiguous (a new reference); no autograd. */
