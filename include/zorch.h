@@ -231,6 +231,63 @@ ZORCH_API zorch_tensor *zorch_silu(zorch_tensor *a); /* a * sigmoid(a) */
 ZORCH_API zorch_tensor *zorch_sin(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_cos(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_clamp(zorch_tensor *a, double min, double max); /* +-INFINITY: open */
+/* Rounding and other step functions (integer inputs stay integer; zero
+   gradient). round: half to even, at `decimals` digits (negative: left of the
+   point; integer inputs need 0). */
+ZORCH_API zorch_tensor *zorch_sign(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_floor(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_ceil(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_round(zorch_tensor *a, int decimals);
+ZORCH_API zorch_tensor *zorch_trunc(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_frac(zorch_tensor *a); /* a - trunc(a); floating-point inputs */
+ZORCH_API zorch_tensor *zorch_reciprocal(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_rsqrt(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_square(zorch_tensor *a); /* integer inputs stay integer */
+ZORCH_API zorch_tensor *zorch_log1p(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_expm1(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_log2(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_log10(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_exp2(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_erf(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_erfc(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_asin(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_acos(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_atan(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_sinh(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_cosh(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_tan(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_asinh(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_acosh(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_atanh(zorch_tensor *a);
+/* Activations, torch.nn.functional's (PyTorch's defaults in brackets). Those
+   without integer kernels in PyTorch refuse integer inputs, except softsign
+   and tanhshrink, which compute them in float32. */
+ZORCH_API zorch_tensor *zorch_leaky_relu(zorch_tensor *a, double negative_slope); /* [0.01] */
+ZORCH_API zorch_tensor *zorch_elu(zorch_tensor *a, double alpha);                 /* [1] */
+ZORCH_API zorch_tensor *zorch_selu(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_celu(zorch_tensor *a, double alpha); /* [1]; alpha != 0 */
+ZORCH_API zorch_tensor *zorch_softplus(zorch_tensor *a, double beta, double threshold); /* [1, 20] */
+/* [-1, 1]; min_val <= max_val; integer inputs stay integer */
+ZORCH_API zorch_tensor *zorch_hardtanh(zorch_tensor *a, double min_val, double max_val);
+ZORCH_API zorch_tensor *zorch_relu6(zorch_tensor *a); /* hardtanh(a, 0, 6) */
+ZORCH_API zorch_tensor *zorch_hardsigmoid(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_hardswish(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_mish(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_logsigmoid(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_softsign(zorch_tensor *a);   /* a / (1 + |a|) */
+ZORCH_API zorch_tensor *zorch_tanhshrink(zorch_tensor *a); /* a - tanh(a) */
+/* Predicates: ZORCH_BOOL tensors, no gradient (integer inputs: never NaN or
+   infinite). */
+ZORCH_API zorch_tensor *zorch_isnan(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_isinf(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_isposinf(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_isneginf(zorch_tensor *a);
+ZORCH_API zorch_tensor *zorch_isfinite(zorch_tensor *a);
+/* NaN to `nan`, +inf to *posinf and -inf to *neginf (NULL: the largest and
+   the lowest finite value of a's dtype); the gradient passes where a is
+   finite. Integer inputs come back as a copy. */
+ZORCH_API zorch_tensor *zorch_nan_to_num(zorch_tensor *a, double nan, const double *posinf,
+                                         const double *neginf);
 /* Two-input elementwise math, broadcast and promoted as above. maximum and
    minimum pass NaN on, fmax and fmin drop it; fmod's result has the dividend's
    sign (C's), remainder's the divisor's (Python's %); floor_divide is Python's
@@ -394,6 +451,64 @@ ZORCH_API zorch_tensor *zorch_sort(zorch_tensor *a, int dim, bool descending,
    indices (optional out). They always come sorted, whatever `sorted` says. */
 ZORCH_API zorch_tensor *zorch_topk(zorch_tensor *a, int64_t k, int dim, bool largest, bool sorted,
                                    zorch_tensor **indices);
+
+/* ---- more reductions, shape ops, creation and matrix products (PyTorch's) -------------- */
+/* Max and min over dims with the gradient shared evenly among ties, even over one dim. */
+ZORCH_API zorch_tensor *zorch_amax(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+ZORCH_API zorch_tensor *zorch_amin(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+/* Product over one dim (ndims 1) or all (ndims 0); integers and bool give int64. */
+ZORCH_API zorch_tensor *zorch_prod(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+/* Running product along dim (integers and bool give int64). */
+ZORCH_API zorch_tensor *zorch_cumprod(zorch_tensor *a, int dim);
+/* Vector norm over dims: p = 2, 1, INFINITY, -INFINITY, 0 (the count of
+   nonzeros) or any other number: sum(|a|^p)^(1/p). Floating-point inputs. */
+ZORCH_API zorch_tensor *zorch_norm(zorch_tensor *a, double p, int ndims, const int *dims, bool keepdim);
+/* Whether any (all) elements are nonzero: bool (uint8 for a uint8 input). */
+ZORCH_API zorch_tensor *zorch_any(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+ZORCH_API zorch_tensor *zorch_all(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
+ZORCH_API zorch_tensor *zorch_count_nonzero(zorch_tensor *a, int ndims, const int *dims); /* int64 */
+/* A copy with the order of dims reversed. */
+ZORCH_API zorch_tensor *zorch_flip(zorch_tensor *a, int ndims, const int *dims);
+/* Elements shifted along dims (the flattened tensor when ndims is 0, with one shift). */
+ZORCH_API zorch_tensor *zorch_roll(zorch_tensor *a, int nshifts, const int64_t *shifts, int ndims, const int *dims);
+/* PyTorch's repeat (n >= a's dims, leading reps add dims) and tile (fewer reps: 1s in front). */
+ZORCH_API zorch_tensor *zorch_repeat(zorch_tensor *a, int n, const int64_t *reps);
+ZORCH_API zorch_tensor *zorch_tile(zorch_tensor *a, int n, const int64_t *reps);
+/* Each element repeated `repeats` times along *dim (the flattened input when dim is NULL). */
+ZORCH_API zorch_tensor *zorch_repeat_interleave(zorch_tensor *a, int64_t repeats, const int *dim);
+/* The same with a count per element of dim (an int64 vector of its size, or of one count). */
+ZORCH_API zorch_tensor *zorch_repeat_interleave_tensor(zorch_tensor *a, zorch_tensor *repeats, const int *dim);
+/* out[i] = select(a, dim, i) for every i: out needs room for a's size in dim. */
+ZORCH_API zorch_status zorch_unbind(zorch_tensor *a, int dim, zorch_tensor **out);
+/* A view with dims src[i] moved to dst[i], the others in their order. */
+ZORCH_API zorch_tensor *zorch_movedim(zorch_tensor *a, int n, const int *src, const int *dst);
+/* dim split into sizes (one may be -1). */
+ZORCH_API zorch_tensor *zorch_unflatten(zorch_tensor *a, int dim, int nsizes, const int64_t *sizes);
+typedef enum { ZORCH_PAD_CONSTANT = 0, ZORCH_PAD_REFLECT, ZORCH_PAD_REPLICATE, ZORCH_PAD_CIRCULAR } zorch_pad_mode;
+/* torch.nn.functional.pad: pads = (before, after) pairs for the last dims, the
+   last dim first; negative pads crop (constant and circular modes). */
+ZORCH_API zorch_tensor *zorch_pad(zorch_tensor *a, int npads, const int64_t *pads, zorch_pad_mode mode, double value);
+/* n x m identity (m = -1: n). */
+ZORCH_API zorch_tensor *zorch_eye(int64_t n, int64_t m, zorch_dtype dt, zorch_device dev);
+ZORCH_API zorch_tensor *zorch_linspace(double start, double end, int64_t steps, zorch_dtype dt, zorch_device dev);
+ZORCH_API zorch_tensor *zorch_logspace(double start, double end, int64_t steps, double base, zorch_dtype dt,
+                                       zorch_device dev);
+/* int64 classes (0-based) to int64 one-hot rows; num_classes -1: the largest class + 1. */
+ZORCH_API zorch_tensor *zorch_one_hot(zorch_tensor *idx, int64_t num_classes);
+/* Matrix products with PyTorch's strict shapes: (n,k)(k,m), (b,n,k)(b,k,m), (n,k)(k), (k)(k). */
+ZORCH_API zorch_tensor *zorch_mm(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_bmm(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_mv(zorch_tensor *a, zorch_tensor *v);
+ZORCH_API zorch_tensor *zorch_dot(zorch_tensor *a, zorch_tensor *b);
+ZORCH_API zorch_tensor *zorch_outer(zorch_tensor *a, zorch_tensor *b);
+/* beta * c + alpha * mm(a, b) (bmm for baddbmm); c broadcasts to the product. */
+ZORCH_API zorch_tensor *zorch_addmm(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta, double alpha);
+ZORCH_API zorch_tensor *zorch_baddbmm(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta, double alpha);
+/* The view of diagonal `offset` over dim1 and dim2, appended as the last dim. */
+ZORCH_API zorch_tensor *zorch_diagonal(zorch_tensor *t, int64_t offset, int dim1, int dim2);
+/* A vector to a square matrix with it on diagonal offset, or a matrix's diagonal (a copy). */
+ZORCH_API zorch_tensor *zorch_diag(zorch_tensor *t, int64_t offset);
+ZORCH_API zorch_tensor *zorch_trace(zorch_tensor *t);
 
 /* ---- autograd -------------------------------------------------------------------------- */
 ZORCH_API zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on); /* leaves only */

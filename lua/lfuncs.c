@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ops/ops.h"
 #include "../ops/pointwise_ops.h"
 #include "../vm/core/tensor.h"
 #include "lz.h"
@@ -416,11 +417,40 @@ static int m_zero_(lua_State *L) {
   return 1;
 }
 
+/* zorch._assign(op, x, result): result written into x as the in-place op `op`
+   (lua/tensor.lua builds x:add_(y) and the others on it); returns x. */
+static int f_assign(lua_State *L) {
+  if (op_assign_(luaL_checkstring(L, 1), T(2), T(3))) return lz_fail(L);
+  lua_settop(L, 2);
+  return 1;
+}
+
 /* ---- elementwise ------------------------------------------------------------------------ */
 #define UNARY(name, call) \
   static int f_##name(lua_State *L) { PUSH(call); }
 UNARY(gelu, zorch_gelu(T(1), lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "tanh") == 0))
 UNARY(clamp, zorch_clamp(T(1), luaL_optnumber(L, 2, -HUGE_VAL), luaL_optnumber(L, 3, HUGE_VAL)))
+/* the registry's ops with parameters, PyTorch's defaults for those left out */
+UNARY(round, zorch_round(T(1), (int)luaL_optinteger(L, 2, 0)))
+UNARY(leaky_relu, zorch_leaky_relu(T(1), luaL_optnumber(L, 2, 0.01)))
+UNARY(elu, zorch_elu(T(1), luaL_optnumber(L, 2, 1)))
+UNARY(celu, zorch_celu(T(1), luaL_optnumber(L, 2, 1)))
+UNARY(softplus, zorch_softplus(T(1), luaL_optnumber(L, 2, 1), luaL_optnumber(L, 3, 20)))
+UNARY(hardtanh, zorch_hardtanh(T(1), luaL_optnumber(L, 2, -1), luaL_optnumber(L, 3, 1)))
+UNARY(isnan, zorch_isnan(T(1)))
+UNARY(isinf, zorch_isinf(T(1)))
+UNARY(isposinf, zorch_isposinf(T(1)))
+UNARY(isneginf, zorch_isneginf(T(1)))
+UNARY(isfinite, zorch_isfinite(T(1)))
+/* nan_to_num(x, nan = 0, posinf, neginf): nil posinf / neginf is the dtype's
+   largest / lowest finite value */
+static int f_nan_to_num(lua_State *L) {
+  zorch_tensor *t = T(1);
+  double nan = luaL_optnumber(L, 2, 0), hi = 0, lo = 0;
+  if (!lua_isnoneornil(L, 3)) hi = luaL_checknumber(L, 3);
+  if (!lua_isnoneornil(L, 4)) lo = luaL_checknumber(L, 4);
+  PUSH(zorch_nan_to_num(t, nan, lua_isnoneornil(L, 3) ? NULL : &hi, lua_isnoneornil(L, 4) ? NULL : &lo));
+}
 UNARY(contiguous, zorch_contiguous(T(1)))
 UNARY(clamp_min, zorch_clamp_min(T(1), luaL_checknumber(L, 2)))
 UNARY(clamp_max, zorch_clamp_max(T(1), luaL_checknumber(L, 2)))
@@ -487,8 +517,9 @@ static int f_pointwise(lua_State *L) {
 }
 
 /* zorch._pointwise_ops(): every registered elementwise op, in registry order, as
-   {name =, nin =, nparams =, differentiable =, positive = {a, b}} (positive:
-   the inputs the op's tests draw positive). */
+   {name =, nin =, nparams =, differentiable =, positive = {a, b}, domain =}
+   (positive: the inputs the op's tests draw positive; domain: "unit" when
+   they draw input a inside (-1, 1), "gt1" above 1, else "any"). */
 static int f_pointwise_ops(lua_State *L) {
   int n;
   const op_info *ops = ops_pointwise(&n);
@@ -509,6 +540,8 @@ static int f_pointwise_ops(lua_State *L) {
     lua_pushboolean(L, ops[i].dom & OP_DOM_POS_B);
     lua_rawseti(L, -2, 2);
     lua_setfield(L, -2, "positive");
+    lua_pushstring(L, ops[i].dom & OP_DOM_UNIT_A ? "unit" : ops[i].dom & OP_DOM_GT1_A ? "gt1" : "any");
+    lua_setfield(L, -2, "domain");
     lua_rawseti(L, -2, i + 1);
   }
   return 1;
@@ -798,7 +831,7 @@ static int f_nll_loss(lua_State *L) { return nll_call(L, zorch_nll_loss); }
 /* functions only, in a list of their own (lz_open_functions adds both lists) */
 static const luaL_Reg more_functions[] = {
     {"zeros_like", f_zeros_like}, {"ones_like", f_ones_like}, {"full_like", f_full_like},
-    {"rand_like", f_rand_like}, {"randn_like", f_randn_like}, {"nll_loss", f_nll_loss}, {NULL, NULL}};
+    {"rand_like", f_rand_like}, {"randn_like", f_randn_like}, {"nll_loss", f_nll_loss}, {"_assign", f_assign}, {NULL, NULL}};
 static int f_embedding(lua_State *L) {
   zorch_tensor *w = T(1), *i = lz_index0(L, 2);
   zorch_tensor *o = zorch_embedding(w, i);
@@ -1036,7 +1069,10 @@ static int f_squeeze(lua_State *L) {
 }
 
 static const luaL_Reg both[] = {
-    {"gelu", f_gelu}, {"clamp", f_clamp}, {"clip", f_clamp}, {"clamp_min", f_clamp_min},
+    {"gelu", f_gelu}, {"clamp", f_clamp}, {"round", f_round}, {"leaky_relu", f_leaky_relu},
+    {"elu", f_elu}, {"celu", f_celu}, {"softplus", f_softplus}, {"hardtanh", f_hardtanh},
+    {"isnan", f_isnan}, {"isinf", f_isinf}, {"isposinf", f_isposinf}, {"isneginf", f_isneginf},
+    {"isfinite", f_isfinite}, {"nan_to_num", f_nan_to_num}, {"clip", f_clamp}, {"clamp_min", f_clamp_min},
     {"clamp_max", f_clamp_max}, {"lerp", f_lerp}, {"addcmul", f_addcmul}, {"addcdiv", f_addcdiv},
     {"isclose", f_isclose}, {"allclose", f_allclose}, {"equal", f_equal}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
@@ -1197,6 +1233,8 @@ void lz_open_functions(lua_State *L) {
   int module = lua_gettop(L);
   luaL_getmetatable(L, LZ_TENSOR);
   lz_getfield(L, -1, "__methods");
+  lua_pushvalue(L, -1); /* zorch._tensor_methods: the Lua modules add methods */
+  lua_setfield(L, module, "_tensor_methods");
   open_pointwise(L, module, lua_gettop(L));
   lua_pushvalue(L, module);
   luaL_setfuncs(L, both, 0);
@@ -1208,5 +1246,6 @@ void lz_open_functions(lua_State *L) {
   luaL_setfuncs(L, conv_functions, 0);
   lua_pop(L, 1);
   luaL_setfuncs(L, both, 0);
+  lz_open_shape(L, module, lua_gettop(L));
   lua_pop(L, 2);
 }

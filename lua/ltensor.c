@@ -360,6 +360,18 @@ static int t_concat(lua_State *L) {
   return lz_push(L, zorch_cat(2, ts, 0));
 }
 
+/* x.T: the dims reversed (PyTorch's T); x.mT: the last two swapped. Views. */
+static int push_transposed(lua_State *L, zorch_tensor *t, bool last_two) {
+  int nd = zorch_tensor_ndim(t);
+  if (last_two) {
+    if (nd < 2) return luaL_error(L, "mT: the tensor must have at least 2 dims, got %d", nd);
+    return lz_push(L, zorch_transpose(t, nd - 2, nd - 1));
+  }
+  int dims[ZORCH_MAX_DIMS];
+  for (int i = 0; i < nd; i++) dims[i] = nd - 1 - i;
+  return lz_push(L, zorch_permute(t, dims));
+}
+
 /* x[i] selects along the first dim (1-based); other keys are methods and fields */
 static int t_index(lua_State *L) {
   zorch_tensor *t = lz_check(L, 1);
@@ -381,6 +393,7 @@ static int t_index(lua_State *L) {
     return lz_push(L, zorch_tensor_retain(g));
   }
   if (strcmp(k, "requires_grad") == 0) return lua_pushboolean(L, zorch_requires_grad(t)), 1;
+  if (strcmp(k, "T") == 0 || strcmp(k, "mT") == 0) return push_transposed(L, t, k[0] == 'm');
   if (strcmp(k, "is_leaf") == 0) return lua_pushboolean(L, zorch_is_leaf(t)), 1;
   if (strcmp(k, "grad_fn") == 0) {
     const char *n = zorch_grad_fn_name(t);

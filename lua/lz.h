@@ -90,6 +90,8 @@ zorch_tensor *lz_index0(lua_State *L, int idx);
 void lz_protect_metatable(lua_State *L);
 void lz_open_tensor(lua_State *L);
 void lz_open_functions(lua_State *L);
+/* The functions and methods of lshape.c, into the tables at module and methods. */
+void lz_open_shape(lua_State *L, int module, int methods);
 /* zorch.data.load_idx (lidx.c) */
 int lz_load_idx(lua_State *L);
 /* ---- the VM an embedding host made (lsandbox.c) ---------------------------------

@@ -55,6 +55,9 @@ end
 
 Module.__call = function(self, ...) return self:forward(...) end
 
+-- nn.Parameter(t, false): parameters made without requires_grad (weak keys).
+local FROZEN_PARAM = setmetatable({}, {__mode = "k"})
+
 -- Assigning a module, or a leaf tensor that requires grad (an nn.Parameter),
 -- registers it, in order; a computed tensor (an activation kept in forward)
 -- is a plain field.
@@ -63,7 +66,7 @@ Module.__newindex = function(self, k, v)
     if type(v) == "table" and getmetatable(v) and rawget(v, "_order") then
       self._children[k] = true
       table.insert(self._order, k)
-    elseif zorch.is_tensor(v) and v.requires_grad and v.is_leaf then
+    elseif zorch.is_tensor(v) and v.is_leaf and (v.requires_grad or FROZEN_PARAM[v]) then
       self._params[k] = true
       table.insert(self._order, k)
     end
@@ -83,10 +86,22 @@ Module.__tostring = function(self)
   return table.concat(lines, "\n")
 end
 
--- Marks a tensor as a parameter (a leaf that requires grad).
-function nn.Parameter(t)
+-- Marks a tensor as a parameter (a leaf that requires grad); with
+-- requires_grad false, a parameter that is not trained (PyTorch's
+-- Parameter(t, requires_grad=False)): registered, saved and loaded.
+function nn.Parameter(t, requires_grad)
   if not zorch.is_tensor(t) then error("nn.Parameter: expected a tensor", 2) end
-  if not t.requires_grad then t:requires_grad_(true) end
+  if requires_grad ~= nil and type(requires_grad) ~= "boolean" then
+    error("nn.Parameter: requires_grad must be a boolean, got " .. type(requires_grad), 2)
+  end
+  if not t.is_leaf then error("nn.Parameter: the tensor must be a leaf (made by " .. tostring(t.grad_fn) ..
+    "); pass its detach()", 2) end
+  if requires_grad == false then
+    if t.requires_grad then t:requires_grad_(false) end
+    FROZEN_PARAM[t] = true
+  elseif not t.requires_grad then
+    t:requires_grad_(true)
+  end
   return t
 end
 
@@ -435,6 +450,53 @@ nn.ReLU = activation("nn.ReLU", zorch.relu)
 nn.Tanh = activation("nn.Tanh", zorch.tanh)
 nn.Sigmoid = activation("nn.Sigmoid", zorch.sigmoid)
 nn.SiLU = activation("nn.SiLU", zorch.silu)
+nn.SELU = activation("nn.SELU", zorch.selu)
+nn.ReLU6 = activation("nn.ReLU6", zorch.relu6)
+nn.Hardsigmoid = activation("nn.Hardsigmoid", zorch.hardsigmoid)
+nn.Hardswish = activation("nn.Hardswish", zorch.hardswish)
+nn.Mish = activation("nn.Mish", zorch.mish)
+nn.LogSigmoid = activation("nn.LogSigmoid", zorch.logsigmoid)
+nn.Softsign = activation("nn.Softsign", zorch.softsign)
+nn.Tanhshrink = activation("nn.Tanhshrink", zorch.tanhshrink)
+
+-- An activation with numeric parameters: `names` in the constructor's order,
+-- `defaults` PyTorch's; forward calls fn(x, the parameters...).
+local function activation_p(name, fn, names, defaults)
+  local cls = Module:extend(name)
+  cls.init = function(self, ...)
+    local args = table.pack(...)
+    for i, k in ipairs(names) do
+      local v = args[i]
+      if v == nil then v = defaults[i] end
+      if type(v) ~= "number" then
+        error(("%s: %s must be a number, got %s"):format(name, k, type(v)), 3)
+      end
+      self[k] = v
+    end
+  end
+  cls.forward = function(self, x)
+    local p = {}
+    for i, k in ipairs(names) do p[i] = self[k] end
+    return fn(x, table.unpack(p, 1, #names))
+  end
+  cls.__tostring = function(self)
+    local parts = {}
+    for _, k in ipairs(names) do parts[#parts + 1] = ("%s=%s"):format(k, tostring(self[k])) end
+    return ("%s(%s)"):format(name, table.concat(parts, ", "))
+  end
+  return cls
+end
+nn.LeakyReLU = activation_p("nn.LeakyReLU", zorch.leaky_relu, {"negative_slope"}, {0.01})
+nn.ELU = activation_p("nn.ELU", zorch.elu, {"alpha"}, {1.0})
+nn.CELU = activation_p("nn.CELU", zorch.celu, {"alpha"}, {1.0})
+nn.Softplus = activation_p("nn.Softplus", zorch.softplus, {"beta", "threshold"}, {1.0, 20.0})
+nn.Hardtanh = activation_p("nn.Hardtanh", zorch.hardtanh, {"min_val", "max_val"}, {-1.0, 1.0})
+
+-- Identity(...): returns its input; the constructor's arguments are ignored (as PyTorch's).
+nn.Identity = Module:extend "nn.Identity"
+function nn.Identity:init() end
+function nn.Identity:forward(x) return x end
+
 nn.GELU = Module:extend "nn.GELU"
 function nn.GELU:init(approximate) self.approximate = approximate end
 function nn.GELU:forward(x) return zorch.gelu(x, self.approximate) end
@@ -1041,11 +1103,7 @@ function nn.BCELoss:init(opts)
 end
 function nn.BCELoss:forward(input, target)
   check_same_shape("nn.BCELoss", input, target)
-  local loss = -(target * zorch.clamp(zorch.log(input), -100) +
-                 (1 - target) * zorch.clamp(zorch.log(1 - input), -100))
-  local w = rawget(self, "weight")
-  if w then loss = loss * w end
-  return reduce(loss, self.reduction)
+  return zorch.binary_cross_entropy(input, target, {weight = rawget(self, "weight"), reduction = self.reduction})
 end
 
 -- Sigmoid and binary cross entropy in one, stable for any logit:
@@ -1059,13 +1117,748 @@ function nn.BCEWithLogitsLoss:init(opts)
 end
 function nn.BCEWithLogitsLoss:forward(input, target)
   check_same_shape("nn.BCEWithLogitsLoss", input, target)
-  local pw, w = rawget(self, "pos_weight"), rawget(self, "weight")
-  local sp = softplus(-input)
-  if pw then sp = sp * ((pw - 1) * target + 1) end
-  local loss = (1 - target) * input + sp
-  if w then loss = loss * w end
-  return reduce(loss, self.reduction)
+  return zorch.binary_cross_entropy_with_logits(input, target, {weight = rawget(self, "weight"),
+    pos_weight = rawget(self, "pos_weight"), reduction = self.reduction})
 end
+
+-- ---- more losses, distances, normalisations and 1-d layers ---------------------------------
+-- PyTorch's formulas, names and defaults, composed from the tensor ops. Dims
+-- count from 1: PyTorch's default dim=1 (the second) is dim = 2 here.
+
+-- Reads options `opts` for fn against spec {name = {default, check, want}}: an
+-- unknown key is check_options' error; a value failing check names fn, the
+-- option and what it wants. `level` is where the error points, as error() counts from here.
+local function read_opts(fn, opts, spec, level)
+  opts = check_options(fn, opts, spec, level + 1)
+  local o = {}
+  for k, s in pairs(spec) do
+    local v = opts[k]
+    if v == nil then v = s[1] end
+    if not s[2](v) then error(("%s: %s must be %s, got %s"):format(fn, k, s[3], tostring(v)), level) end
+    o[k] = v
+  end
+  return o
+end
+local function is_reduction(v) return v == "mean" or v == "sum" or v == "none" end
+local REDUCTION = {"mean", is_reduction, "'mean', 'sum' or 'none'"}
+local function num_ge0(v) return type(v) == "number" and v >= 0 end
+local function num_gt0(v) return type(v) == "number" and v > 0 end
+local function is_num(v) return type(v) == "number" end
+local function is_bool(v) return type(v) == "boolean" end
+local function opt_tensor(v) return v == nil or zorch.is_tensor(v) end
+local function nonzero_int(v) return math.type(v) == "integer" and v ~= 0 end
+local function is_p(v) return type(v) == "number" and v > 0 end
+local function spec_with(base, extra)
+  local s = {}
+  for k, v in pairs(base) do s[k] = v end
+  for k, v in pairs(extra or {}) do s[k] = v end
+  return s
+end
+
+local function need_tensor(fn, what, t)
+  if not zorch.is_tensor(t) then error(("%s: %s must be a tensor, got %s"):format(fn, what, type(t)), 3) end
+end
+-- The 2-norm along dim with PyTorch's gradient x / ||x||, 0 where the norm is
+-- 0 (sqrt's would be NaN there: a zero row is common, padding)
+local l2norm_fn -- (made at the first call: zorch.Function is defined below)
+local function l2norm(x, dim, keepdim)
+  l2norm_fn = l2norm_fn or zorch.Function{name = "norm",
+    forward = function(ctx, t, d, k)
+      local n = (t * t):sum(d, true):sqrt()
+      ctx:save_for_backward(t, n)
+      ctx.dim, ctx.keepdim = d, k
+      return k and n or n:squeeze(d)
+    end,
+    backward = function(ctx, g)
+      local t, n = ctx.saved_tensors[1], ctx.saved_tensors[2]
+      if not ctx.keepdim then g = g:unsqueeze(ctx.dim) end
+      return g * t / zorch.where(n:eq(0), zorch.ones_like(n), n)
+    end}
+  return l2norm_fn(x, dim, keepdim)
+end
+-- The p-norm of x along dim: p = 2, 1, math.huge (the largest |x|) or any p > 0.
+local function pnorm(x, p, dim, keepdim)
+  if p == 2 then return l2norm(x, dim, keepdim) end
+  if p == 1 then return x:abs():sum(dim, keepdim) end
+  if p == math.huge then return (x:abs():max(dim, keepdim)) end
+  return (x:abs() ^ p):sum(dim, keepdim) ^ (1 / p)
+end
+local function zeros_of(t) return zorch.zeros_like(t) end
+
+-- smooth_l1_loss(x, y, {beta = 1, reduction}): 0.5 d^2 / beta where |d| < beta,
+-- else |d| - 0.5 beta (beta 0: |d|)
+local SMOOTH_L1 = {beta = {1.0, num_ge0, "a number >= 0"}, reduction = REDUCTION}
+function zorch.smooth_l1_loss(x, y, opts)
+  local o = read_opts("smooth_l1_loss", opts, SMOOTH_L1, 3)
+  check_same_shape("smooth_l1_loss", x, y)
+  local d = x - y
+  local ad = d:abs()
+  if o.beta == 0 then return reduce(ad, o.reduction) end
+  return reduce(zorch.where(ad:lt(o.beta), d * d * (0.5 / o.beta), ad - 0.5 * o.beta), o.reduction)
+end
+-- huber_loss(x, y, {delta = 1, reduction}): 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta)
+local HUBER = {delta = {1.0, num_gt0, "a number > 0"}, reduction = REDUCTION}
+function zorch.huber_loss(x, y, opts)
+  local o = read_opts("huber_loss", opts, HUBER, 3)
+  check_same_shape("huber_loss", x, y)
+  local d = x - y
+  local ad = d:abs()
+  return reduce(zorch.where(ad:lt(o.delta), d * d * 0.5, (ad - 0.5 * o.delta) * o.delta), o.reduction)
+end
+
+-- kl_div(input, target, {reduction, log_target = false}) on log-probabilities:
+-- target (log target - input), 0 where the target is 0 (exp(t) (t - input) with
+-- log_target); "batchmean" divides the sum by the size of dim 1.
+local KL = {reduction = {"mean", function(v) return is_reduction(v) or v == "batchmean" end,
+                         "'mean', 'batchmean', 'sum' or 'none'"}, log_target = {false, is_bool, "true or false"}}
+function zorch.kl_div(input, target, opts)
+  local o = read_opts("kl_div", opts, KL, 3)
+  need_tensor("kl_div", "input", input)
+  need_tensor("kl_div", "target", target)
+  local loss
+  if o.log_target then
+    loss = target:exp() * (target - input)
+  else
+    -- log(1) where the target is 0: the term is then -0 * input, as xlogy's 0
+    local pos = target:gt(0)
+    loss = target * (zorch.where(pos, target, zorch.ones_like(target)):log() - input)
+  end
+  if o.reduction == "batchmean" then
+    local n = loss:dim() > 0 and loss:size(1) or 1
+    return loss:sum() / n
+  end
+  return reduce(loss, o.reduction)
+end
+
+-- binary_cross_entropy(x, y, {weight, reduction}) on probabilities: -w (y log x
+-- + (1 - y) log(1 - x)), each log clamped at -100; its gradient is PyTorch's,
+-- w (x - y) / max(x (1 - x), 1e-12), finite at x = 0 and 1.
+local bce_elems -- (made at the first call: zorch.Function is defined below)
+local function bce_function() return zorch.Function{name = "binary_cross_entropy",
+  forward = function(ctx, x, y)
+    ctx:save_for_backward(x, y)
+    return -(y * zorch.clamp(x:log(), -100) + (1 - y) * zorch.clamp((1 - x):log(), -100))
+  end,
+  backward = function(ctx, g)
+    local x, y = ctx.saved_tensors[1], ctx.saved_tensors[2]
+    local gx = g * (x - y) / zorch.clamp(x * (1 - x), 1e-12)
+    -- the target's gradient (rarely wanted): the logs again rather than kept
+    local gy = y.requires_grad and g * (zorch.clamp((1 - x):log(), -100) - zorch.clamp(x:log(), -100)) or nil
+    return gx, gy
+  end}
+end
+local BCE = {weight = {nil, opt_tensor, "a tensor"}, reduction = REDUCTION}
+function zorch.binary_cross_entropy(x, y, opts)
+  local o = read_opts("binary_cross_entropy", opts, BCE, 3)
+  check_same_shape("binary_cross_entropy", x, y)
+  bce_elems = bce_elems or bce_function()
+  local loss = bce_elems(x, y)
+  if o.weight then loss = loss * o.weight end
+  return reduce(loss, o.reduction)
+end
+
+-- binary_cross_entropy_with_logits(x, y, {weight, pos_weight, reduction}):
+-- (1 - y) x + (1 + (pos_weight - 1) y) log(1 + exp(-x)), without overflow for
+-- any logit; pos_weight broadcasts over the last dim, weight to the input.
+local BCEL = {weight = {nil, opt_tensor, "a tensor"}, pos_weight = {nil, opt_tensor, "a tensor"}, reduction = REDUCTION}
+function zorch.binary_cross_entropy_with_logits(x, y, opts)
+  local o = read_opts("binary_cross_entropy_with_logits", opts, BCEL, 3)
+  check_same_shape("binary_cross_entropy_with_logits", x, y)
+  local sp = softplus(-x)
+  if o.pos_weight then sp = sp * ((o.pos_weight - 1) * y + 1) end
+  local loss = (1 - y) * x + sp
+  if o.weight then loss = loss * o.weight end
+  return reduce(loss, o.reduction)
+end
+
+-- cosine_similarity(a, b, {dim = 2, eps = 1e-8}): sum(a b) / (max(|a|, eps) max(|b|, eps)) along dim
+local COSSIM = {dim = {2, nonzero_int, "a non-zero integer"}, eps = {1e-8, num_ge0, "a number >= 0"}}
+function zorch.cosine_similarity(a, b, opts)
+  local o = read_opts("cosine_similarity", opts, COSSIM, 3)
+  need_tensor("cosine_similarity", "x1", a)
+  need_tensor("cosine_similarity", "x2", b)
+  local na = zorch.clamp(pnorm(a, 2, o.dim), o.eps)
+  local nb = zorch.clamp(pnorm(b, 2, o.dim), o.eps)
+  return (a * b):sum(o.dim) / (na * nb)
+end
+
+-- normalize(x, {p = 2, dim = 2, eps = 1e-12}): x / max(||x||_p, eps) along dim (F.normalize)
+local NORMALIZE = {p = {2.0, is_p, "a number > 0"}, dim = {2, nonzero_int, "a non-zero integer"},
+                   eps = {1e-12, num_ge0, "a number >= 0"}}
+function zorch.normalize(x, opts)
+  local o = read_opts("normalize", opts, NORMALIZE, 3)
+  need_tensor("normalize", "input", x)
+  return x / zorch.clamp(pnorm(x, o.p, o.dim, true), o.eps)
+end
+
+-- pairwise_distance(x1, x2, {p = 2, eps = 1e-6, keepdim = false}): ||x1 - x2 + eps||_p over the last dim
+local PDIST = {p = {2.0, is_p, "a number > 0"}, eps = {1e-6, num_ge0, "a number >= 0"},
+               keepdim = {false, is_bool, "true or false"}}
+local function pairwise(x1, x2, o) return pnorm(x1 - x2 + o.eps, o.p, -1, o.keepdim) end
+function zorch.pairwise_distance(x1, x2, opts)
+  local o = read_opts("pairwise_distance", opts, PDIST, 3)
+  need_tensor("pairwise_distance", "x1", x1)
+  need_tensor("pairwise_distance", "x2", x2)
+  return pairwise(x1, x2, o)
+end
+
+-- margin_ranking_loss(x1, x2, y, {margin = 0, reduction}): max(0, -y (x1 - x2) + margin)
+local MARGIN = {margin = {0.0, is_num, "a number"}, reduction = REDUCTION}
+function zorch.margin_ranking_loss(x1, x2, y, opts)
+  local o = read_opts("margin_ranking_loss", opts, MARGIN, 3)
+  check_same_shape("margin_ranking_loss", x1, x2)
+  check_same_shape("margin_ranking_loss", x1, y)
+  return reduce(zorch.relu(-y * (x1 - x2) + o.margin), o.reduction)
+end
+
+-- hinge_embedding_loss(x, y, {margin = 1, reduction}): x where y = 1,
+-- max(0, margin - x) where y = -1 (both terms where y is neither)
+local HINGE = {margin = {1.0, is_num, "a number"}, reduction = REDUCTION}
+function zorch.hinge_embedding_loss(x, y, opts)
+  local o = read_opts("hinge_embedding_loss", opts, HINGE, 3)
+  check_same_shape("hinge_embedding_loss", x, y)
+  local z = zeros_of(x)
+  local loss = zorch.where(y:ne(1), zorch.relu(o.margin - x), z) + zorch.where(y:ne(-1), x, z)
+  return reduce(loss, o.reduction)
+end
+
+-- cosine_embedding_loss(x1, x2, y, {margin = 0, reduction}) over the last dim:
+-- 1 - cos where y = 1, max(0, cos - margin) where y = -1, with cos =
+-- sum(x1 x2) / sqrt((|x1|^2 + 1e-12) (|x2|^2 + 1e-12)) as PyTorch's
+function zorch.cosine_embedding_loss(x1, x2, y, opts)
+  local o = read_opts("cosine_embedding_loss", opts, MARGIN, 3)
+  check_same_shape("cosine_embedding_loss", x1, x2)
+  need_tensor("cosine_embedding_loss", "target", y)
+  local cos = (x1 * x2):sum(-1) / (((x1 * x1):sum(-1) + 1e-12) * ((x2 * x2):sum(-1) + 1e-12)):sqrt()
+  if shape_str(cos) ~= shape_str(y) then
+    error(("cosine_embedding_loss: target %s must have the shape %s of the inputs without their last dim"):format(
+      shape_str(y), shape_str(cos)), 2)
+  end
+  local z = zeros_of(cos)
+  local loss = zorch.where(y:eq(1), 1 - cos, z) + zorch.where(y:eq(-1), zorch.relu(cos - o.margin), z)
+  return reduce(loss, o.reduction)
+end
+
+-- triplet_margin_loss(a, p, n, {margin = 1, p = 2, eps = 1e-6, swap = false, reduction}):
+-- max(0, margin + d(a, p) - d(a, n)) with pairwise_distance; swap takes the
+-- smaller of d(a, n) and d(p, n)
+local TRIPLET = {margin = {1.0, num_gt0, "a number > 0"}, p = {2.0, is_p, "a number > 0"},
+                 eps = {1e-6, num_ge0, "a number >= 0"}, swap = {false, is_bool, "true or false"}, reduction = REDUCTION}
+function zorch.triplet_margin_loss(a, pos, neg, opts)
+  local o = read_opts("triplet_margin_loss", opts, TRIPLET, 3)
+  check_same_shape("triplet_margin_loss", a, pos)
+  check_same_shape("triplet_margin_loss", a, neg)
+  local d = {p = o.p, eps = o.eps, keepdim = false}
+  local dap, dan = pairwise(a, pos, d), pairwise(a, neg, d)
+  if o.swap then
+    local dpn = pairwise(pos, neg, d)
+    dan = zorch.where(dpn:lt(dan), dpn, dan)
+  end
+  return reduce(zorch.relu(dap - dan + o.margin), o.reduction)
+end
+
+-- poisson_nll_loss(input, target, {log_input = true, full = false, eps = 1e-8, reduction}):
+-- exp(input) - target input, or input - target log(input + eps); full adds
+-- Stirling's target log(target) - target + 0.5 log(2 pi target) where target > 1
+local POISSON = {log_input = {true, is_bool, "true or false"}, full = {false, is_bool, "true or false"},
+                 eps = {1e-8, num_ge0, "a number >= 0"}, reduction = REDUCTION}
+function zorch.poisson_nll_loss(input, target, opts)
+  local o = read_opts("poisson_nll_loss", opts, POISSON, 3)
+  check_same_shape("poisson_nll_loss", input, target)
+  local loss
+  if o.log_input then loss = input:exp() - target * input
+  else loss = input - target * (input + o.eps):log() end
+  if o.full then
+    local big = target:gt(1)
+    local t = zorch.where(big, target, zorch.ones_like(target))
+    local stirling = t * t:log() - t + (t * (2 * math.pi)):log() * 0.5
+    loss = loss + zorch.where(big, stirling, zeros_of(stirling))
+  end
+  return reduce(loss, o.reduction)
+end
+
+-- gaussian_nll_loss(input, target, var, {full = false, eps = 1e-6, reduction}):
+-- 0.5 (log v + (input - target)^2 / v) (+ 0.5 log(2 pi) with full), v = var
+-- clamped at eps with the gradient of var itself, as PyTorch's; var has the
+-- input's shape, or it without the last dim, or with the last dim 1.
+local GAUSS = {full = {false, is_bool, "true or false"}, eps = {1e-6, num_ge0, "a number >= 0"}, reduction = REDUCTION}
+function zorch.gaussian_nll_loss(input, target, var, opts)
+  local fn = "gaussian_nll_loss"
+  local o = read_opts(fn, opts, GAUSS, 3)
+  check_same_shape(fn, input, target)
+  need_tensor(fn, "var", var)
+  if shape_str(var) ~= shape_str(input) then
+    local n, vs, is = var:dim(), var.shape, input.shape
+    local lead = n == input:dim() - 1 or (n == input:dim() and vs[n] == 1)
+    for d = 1, math.min(n, input:dim() - 1) do lead = lead and vs[d] == is[d] end
+    if not lead then
+      error(("%s: var %s must have the input's shape %s, or it without the last dim or with the last dim 1"):format(
+        fn, shape_str(var), shape_str(input)), 2)
+    end
+    if n == input:dim() - 1 then var = var:unsqueeze(-1) end
+  end
+  if var:lt(0):sum():item() > 0 then error(("%s: var has negative entries"):format(fn), 2) end
+  local vd = var:detach()
+  local v = var + (zorch.clamp(vd, o.eps) - vd) -- clamped values, var's gradient
+  local loss = (v:log() + (input - target) ^ 2 / v) * 0.5
+  if o.full then loss = loss + 0.5 * math.log(2 * math.pi) end
+  return reduce(loss, o.reduction)
+end
+
+-- Loss modules over the functions: Name(opts) checks the options (an unknown
+-- key or a bad value is an error naming the module); forward(...) passes its
+-- `nargs` tensors and the options.
+local function fn_module(name, fn, spec, nargs)
+  local cls = Module:extend(name)
+  function cls:init(opts)
+    local o = read_opts(name, opts, spec, 4)
+    for k, v in pairs(o) do rawset(self, k, v) end
+    rawset(self, "_opts", o)
+  end
+  if nargs == 3 then
+    function cls:forward(a, b, c) return fn(a, b, c, self._opts) end
+  elseif nargs == 2 then
+    function cls:forward(a, b) return fn(a, b, self._opts) end
+  else
+    function cls:forward(a) return fn(a, self._opts) end
+  end
+  return cls
+end
+nn.SmoothL1Loss = fn_module("nn.SmoothL1Loss", zorch.smooth_l1_loss, SMOOTH_L1, 2)
+nn.HuberLoss = fn_module("nn.HuberLoss", zorch.huber_loss, HUBER, 2)
+nn.KLDivLoss = fn_module("nn.KLDivLoss", zorch.kl_div, KL, 2)
+nn.CosineSimilarity = fn_module("nn.CosineSimilarity", zorch.cosine_similarity, COSSIM, 2)
+nn.PairwiseDistance = fn_module("nn.PairwiseDistance", zorch.pairwise_distance, PDIST, 2)
+nn.MarginRankingLoss = fn_module("nn.MarginRankingLoss", zorch.margin_ranking_loss, MARGIN, 3)
+nn.HingeEmbeddingLoss = fn_module("nn.HingeEmbeddingLoss", zorch.hinge_embedding_loss, HINGE, 2)
+nn.CosineEmbeddingLoss = fn_module("nn.CosineEmbeddingLoss", zorch.cosine_embedding_loss, MARGIN, 3)
+nn.TripletMarginLoss = fn_module("nn.TripletMarginLoss", zorch.triplet_margin_loss, TRIPLET, 3)
+nn.PoissonNLLLoss = fn_module("nn.PoissonNLLLoss", zorch.poisson_nll_loss, POISSON, 2)
+nn.GaussianNLLLoss = fn_module("nn.GaussianNLLLoss", zorch.gaussian_nll_loss, GAUSS, 3)
+
+-- group_norm(x, num_groups, weight?, bias?, eps = 1e-5): x (N, C, ...) normalised
+-- over each group of C / num_groups channels and the rest of the dims (biased
+-- variance), then weight and bias (C,) per channel.
+local function channel_shape(x, c)
+  local s = {1, c}
+  for _ = 3, x:dim() do s[#s + 1] = 1 end
+  return s
+end
+local function affine(y, x, weight, bias)
+  local c = x.shape[2]
+  if weight then y = y * weight:reshape(channel_shape(x, c)) end
+  if bias then y = y + bias:reshape(channel_shape(x, c)) end
+  return y
+end
+local function check_affine(fn, x, c, weight, bias)
+  for _, e in ipairs({{"weight", weight}, {"bias", bias}}) do
+    local t = e[2]
+    if t ~= nil and (not zorch.is_tensor(t) or t:dim() ~= 1 or t.shape[1] ~= c) then
+      error(("%s: %s must be a tensor of shape (%d) for input %s, got %s"):format(fn, e[1], c, shape_str(x),
+        zorch.is_tensor(t) and shape_str(t) or type(t)), 3)
+    end
+  end
+end
+function zorch.group_norm(x, num_groups, weight, bias, eps)
+  local fn = "group_norm"
+  need_tensor(fn, "input", x)
+  if x:dim() < 2 then error(("%s: expected input (N, C, ...), got %s"):format(fn, shape_str(x)), 2) end
+  local c = x.shape[2]
+  if math.type(num_groups) ~= "integer" or num_groups < 1 or c % num_groups ~= 0 then
+    error(("%s: num_groups must be a positive integer dividing the %d channels of input %s, got %s"):format(fn, c,
+      shape_str(x), tostring(num_groups)), 2)
+  end
+  eps = eps or 1e-5
+  if type(eps) ~= "number" or not (eps >= 0) then error(("%s: eps must be a number >= 0, got %s"):format(fn, tostring(eps)), 2) end
+  check_affine(fn, x, c, weight, bias)
+  if x:numel() == 0 then return affine(x * 1, x, weight, bias) end
+  local y = zorch.layer_norm(x:reshape({x.shape[1], num_groups, -1}), 1, nil, nil, eps):reshape(x.shape)
+  return affine(y, x, weight, bias)
+end
+
+-- The machine epsilon of a float dtype (rms_norm's default eps, as PyTorch's).
+local EPS_OF = {float32 = 2.0 ^ -23, float64 = 2.0 ^ -52, bfloat16 = 2.0 ^ -7, float16 = 2.0 ^ -10}
+-- rms_norm(x, normalized_shape, weight?, eps?): x / sqrt(mean(x^2) + eps) over
+-- the last #normalized_shape dims, times weight; eps nil: the dtype's machine epsilon.
+function zorch.rms_norm(x, shape, weight, eps)
+  local fn = "rms_norm"
+  need_tensor(fn, "input", x)
+  if math.type(shape) == "integer" then shape = {shape} end
+  local k = type(shape) == "table" and #shape or 0
+  local fits = k >= 1 and k <= x:dim()
+  for i = 1, k do fits = fits and shape[i] == x.shape[x:dim() - k + i] end
+  if not fits then
+    error(("%s: normalized_shape %s must be the last dims of input %s"):format(fn,
+      type(shape) == "table" and "(" .. table.concat(shape, ", ") .. ")" or tostring(shape), shape_str(x)), 2)
+  end
+  if weight ~= nil and (not zorch.is_tensor(weight) or table.concat(weight.shape, ",") ~= table.concat(shape, ",")) then
+    error(("%s: weight must be a tensor of shape (%s), got %s"):format(fn, table.concat(shape, ", "),
+      zorch.is_tensor(weight) and shape_str(weight) or type(weight)), 2)
+  end
+  if eps == nil then eps = EPS_OF[x:dtype()] or 2.0 ^ -23 end
+  if type(eps) ~= "number" or not (eps >= 0) then error(("%s: eps must be a number >= 0, got %s"):format(fn, tostring(eps)), 2) end
+  local dims = {}
+  for i = x:dim() - k + 1, x:dim() do dims[#dims + 1] = i end
+  local y = x / ((x * x):mean(dims, true) + eps):sqrt()
+  if weight then y = y * weight end
+  return y
+end
+
+-- GroupNorm(num_groups, num_channels, {eps = 1e-5, affine = true}): weight ones, bias zeros (C,)
+nn.GroupNorm = Module:extend "nn.GroupNorm"
+function nn.GroupNorm:init(num_groups, num_channels, opts)
+  local fn = "nn.GroupNorm"
+  check_int(fn, "num_groups", num_groups)
+  check_int(fn, "num_channels", num_channels)
+  local o = read_opts(fn, opts, {eps = {1e-5, num_ge0, "a number >= 0"}, affine = {true, is_bool, "true or false"}}, 4)
+  if num_channels % num_groups ~= 0 then
+    error(("%s: num_groups %d must divide num_channels %d"):format(fn, num_groups, num_channels), 3)
+  end
+  rawset(self, "num_groups", num_groups)
+  rawset(self, "num_channels", num_channels)
+  rawset(self, "eps", o.eps)
+  rawset(self, "affine", o.affine)
+  if o.affine then
+    self.weight = nn.Parameter(zorch.ones(num_channels))
+    self.bias = nn.Parameter(zorch.zeros(num_channels))
+  end
+end
+function nn.GroupNorm:forward(x)
+  return zorch.group_norm(x, self.num_groups, rawget(self, "weight"), rawget(self, "bias"), self.eps)
+end
+nn.GroupNorm.__tostring = function(s)
+  return ("nn.GroupNorm(%d, %d, eps=%g, affine=%s)"):format(s.num_groups, s.num_channels, s.eps, py_bool(s.affine))
+end
+
+-- RMSNorm(normalized_shape, {eps = nil (the dtype's epsilon), elementwise_affine = true}): weight ones
+nn.RMSNorm = Module:extend "nn.RMSNorm"
+function nn.RMSNorm:init(shape, opts)
+  local fn = "nn.RMSNorm"
+  if math.type(shape) == "integer" then shape = {shape} end
+  local good = type(shape) == "table" and #shape > 0
+  for _, s in ipairs(type(shape) == "table" and shape or {}) do good = good and math.type(s) == "integer" and s > 0 end
+  if not good then error(("%s: normalized_shape must be a positive integer or a list of them, got %s"):format(fn,
+    tostring(shape)), 3) end
+  local o = read_opts(fn, opts, {eps = {nil, function(v) return v == nil or num_ge0(v) end, "a number >= 0 or nil"},
+                                 elementwise_affine = {true, is_bool, "true or false"}}, 4)
+  rawset(self, "normalized_shape", shape)
+  rawset(self, "eps", o.eps)
+  rawset(self, "elementwise_affine", o.elementwise_affine)
+  if o.elementwise_affine then self.weight = nn.Parameter(zorch.ones(shape)) end
+end
+function nn.RMSNorm:forward(x)
+  return zorch.rms_norm(x, self.normalized_shape, rawget(self, "weight"), self.eps)
+end
+
+-- InstanceNorm1d/2d(num_features, {eps = 1e-5, momentum = 0.1, affine = false,
+-- track_running_stats = false}): each sample's channel normalised over its
+-- length (1d, (N, C, L) or (C, L)) or image (2d, (N, C, H, W) or (C, H, W)).
+-- With running stats, training also updates running_mean and running_var (the
+-- unbiased variance) with the mean over the samples, and eval uses them.
+local function instance_norm_class(name, spatial)
+  local cls = Module:extend(name)
+  function cls:init(num_features, opts)
+    check_int(name, "num_features", num_features)
+    local o = read_opts(name, opts, {eps = {1e-5, num_gt0, "a number > 0"},
+      momentum = {0.1, function(v) return v == false or (type(v) == "number" and v >= 0 and v <= 1) end,
+                  "a number in [0, 1] or false (a cumulative average)"},
+      affine = {false, is_bool, "true or false"}, track_running_stats = {false, is_bool, "true or false"}}, 4)
+    rawset(self, "num_features", num_features)
+    for k, v in pairs(o) do rawset(self, k, v) end
+    if o.affine then
+      self.weight = nn.Parameter(zorch.ones(num_features))
+      self.bias = nn.Parameter(zorch.zeros(num_features))
+    end
+    if o.track_running_stats then
+      self:register_buffer("running_mean", zorch.zeros(num_features))
+      self:register_buffer("running_var", zorch.ones(num_features))
+      self:register_buffer("num_batches_tracked", zorch.tensor(0))
+    end
+  end
+  function cls:forward(x)
+    if not zorch.is_tensor(x) then error(("%s: expected a tensor, got %s"):format(name, type(x)), 2) end
+    local d = x:dim()
+    if d ~= spatial + 1 and d ~= spatial + 2 then
+      error(("%s: expected %dD or %dD input, got shape %s"):format(name, spatial + 1, spatial + 2, shape_str(x)), 2)
+    end
+    local unbatched = d == spatial + 1
+    if unbatched then x = x:unsqueeze(1) end
+    local c = x.shape[2]
+    if c ~= self.num_features and (self.affine or self.track_running_stats) then
+      error(("%s: expected %d channels, got input %s"):format(name, self.num_features, shape_str(x)), 2)
+    end
+    local rm = rawget(self, "running_mean")
+    local y
+    if rm and not self.training then
+      local s = channel_shape(x, c)
+      y = (x - rm:reshape(s)) / (self.running_var:reshape(s) + self.eps):sqrt()
+      y = affine(y, x, rawget(self, "weight"), rawget(self, "bias"))
+    else
+      y = zorch.group_norm(x, c, rawget(self, "weight"), rawget(self, "bias"), self.eps)
+      if rm then
+        zorch.no_grad(function()
+          local flatx = x:detach():reshape({x.shape[1], c, -1})
+          local nbt = self.num_batches_tracked
+          nbt:copy_(nbt + 1)
+          local m = self.momentum or 1 / nbt:item()
+          local mean = flatx:mean(3):mean(1)
+          local var = flatx:var(3, false, 1):mean(1)
+          rm:copy_(rm * (1 - m) + mean * m)
+          self.running_var:copy_(self.running_var * (1 - m) + var * m)
+        end)
+      end
+    end
+    if unbatched then y = y:squeeze(1) end
+    return y
+  end
+  cls.__tostring = function(m)
+    return ("%s(%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s)"):format(name, m.num_features, m.eps,
+      m.momentum and ("%g"):format(m.momentum) or "None", py_bool(m.affine), py_bool(m.track_running_stats))
+  end
+  return cls
+end
+nn.InstanceNorm1d = instance_norm_class("nn.InstanceNorm1d", 1)
+nn.InstanceNorm2d = instance_norm_class("nn.InstanceNorm2d", 2)
+
+-- 1-d convolution and pooling over the 2-d ops with a unit height: input
+-- (N, C, L) or (C, L); sizes are integers.
+local function check_int1(fn, name, v, lo)
+  if math.type(v) ~= "integer" or v < lo then
+    error(("%s: %s must be %s integer, got %s"):format(fn, name, lo > 0 and "a positive" or "a non-negative",
+      tostring(v)), 4)
+  end
+end
+local function as_2d(fn, x)
+  need_tensor(fn, "input", x)
+  if x:dim() ~= 2 and x:dim() ~= 3 then
+    error(("%s: expected input (N, C, L) or (C, L), got %s"):format(fn, shape_str(x)), 3)
+  end
+  return x:unsqueeze(-2)
+end
+-- The 2-d op's message about the input with a unit height, in 1-d terms:
+-- (N, C, 1, L) as (N, C, L), a window (1, k) as k.
+local function message_1d(fn, msg)
+  msg = msg:gsub("^[^:]*:%d+: ", ""):gsub("^[%w_.]+2d", fn)
+  msg = msg:gsub("%((%d+), (%d+), 1, (%d+)%)", "(%1, %2, %3)"):gsub("%((%d+), 1, (%d+)%)", "(%1, %2)")
+  return (msg:gsub("%(1, (%d+)%)", "%1"):gsub("%(1 x (%d+)%)", "(%1)"))
+end
+-- runs f on the input with a unit height, naming fn in its errors (callers
+-- call it without a tail call, so that the error points at their caller)
+local function via_2d(fn, x, f)
+  local x2 = as_2d(fn, x)
+  local ok, y = pcall(f, x2)
+  if not ok then error(message_1d(fn, tostring(y)), 3) end
+  return y:squeeze(-2)
+end
+local CONV1D = {stride = {1, function(v) return math.type(v) == "integer" and v >= 1 end, "a positive integer"},
+                padding = {0, function(v) return math.type(v) == "integer" and v >= 0 end, "a non-negative integer"},
+                dilation = {1, function(v) return math.type(v) == "integer" and v >= 1 end, "a positive integer"},
+                groups = {1, function(v) return math.type(v) == "integer" and v >= 1 end, "a positive integer"}}
+-- conv1d(x, w (out, C / groups, k), b_or_nil, {stride, padding, dilation, groups})
+function zorch.conv1d(x, w, b, opts)
+  local o = read_opts("conv1d", opts, CONV1D, 3)
+  need_tensor("conv1d", "weight", w)
+  if w:dim() ~= 3 then error(("conv1d: weight must be (out, C / groups, k), got %s"):format(shape_str(w)), 2) end
+  local y = via_2d("conv1d", x, function(x2)
+    return zorch.conv2d(x2, w:unsqueeze(3), b, {stride = {1, o.stride}, padding = {0, o.padding},
+      dilation = {1, o.dilation}, groups = o.groups})
+  end)
+  return y
+end
+
+nn.Conv1d = Module:extend "nn.Conv1d"
+-- Conv1d(in, out, kernel, {stride, padding, dilation, groups, bias = true}):
+-- weight (out, in / groups, k) and bias (out), U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+-- fan_in = in / groups * k, as PyTorch's.
+function nn.Conv1d:init(in_channels, out_channels, kernel_size, opts)
+  local fn = "nn.Conv1d"
+  local o = read_opts(fn, opts, spec_with(CONV1D, {bias = {true, is_bool, "true or false"}}), 4)
+  check_int(fn, "in_channels", in_channels)
+  check_int(fn, "out_channels", out_channels)
+  check_int(fn, "kernel_size", kernel_size)
+  if in_channels % o.groups ~= 0 or out_channels % o.groups ~= 0 then
+    error(("%s: groups %d must divide in_channels %d and out_channels %d"):format(fn, o.groups, in_channels,
+      out_channels), 3)
+  end
+  self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
+  self.stride, self.padding, self.dilation, self.groups = o.stride, o.padding, o.dilation, o.groups
+  local bound = 1 / math.sqrt(in_channels // o.groups * kernel_size)
+  self.weight = uniform({out_channels, in_channels // o.groups, kernel_size}, bound)
+  if o.bias then self.bias = uniform({out_channels}, bound) end
+end
+function nn.Conv1d:forward(x)
+  local y = zorch.conv1d(x, self.weight, rawget(self, "bias"), {stride = self.stride, padding = self.padding,
+    dilation = self.dilation, groups = self.groups})
+  return y
+end
+nn.Conv1d.__tostring = function(s)
+  local t = {("nn.Conv1d(%d, %d, kernel_size=(%d,), stride=(%d,)"):format(s.in_channels, s.out_channels,
+    s.kernel_size, s.stride)}
+  if s.padding ~= 0 then t[#t + 1] = (", padding=(%d,)"):format(s.padding) end
+  if s.dilation ~= 1 then t[#t + 1] = (", dilation=(%d,)"):format(s.dilation) end
+  if s.groups ~= 1 then t[#t + 1] = ", groups=" .. s.groups end
+  if not rawget(s, "bias") then t[#t + 1] = ", bias=False" end
+  return table.concat(t) .. ")"
+end
+
+-- MaxPool1d(k, {stride = k, padding = 0, dilation = 1, ceil_mode = false})
+nn.MaxPool1d = Module:extend "nn.MaxPool1d"
+function nn.MaxPool1d:init(kernel_size, opts)
+  local fn = "nn.MaxPool1d"
+  opts = check_opts(fn, opts, {"stride", "padding", "dilation", "ceil_mode"})
+  check_int1(fn, "kernel_size", kernel_size, 1)
+  self.kernel_size, self.stride = kernel_size, opts.stride or kernel_size
+  self.padding, self.dilation, self.ceil_mode = opts.padding or 0, opts.dilation or 1, opts.ceil_mode == true
+  check_int1(fn, "stride", self.stride, 1)
+  check_int1(fn, "padding", self.padding, 0)
+  check_int1(fn, "dilation", self.dilation, 1)
+end
+function nn.MaxPool1d:forward(x)
+  local y = via_2d("nn.MaxPool1d", x, function(x2)
+    return zorch.max_pool2d(x2, {1, self.kernel_size}, {stride = {1, self.stride}, padding = {0, self.padding},
+      dilation = {1, self.dilation}, ceil_mode = self.ceil_mode})
+  end)
+  return y
+end
+
+-- AvgPool1d(k, {stride = k, padding = 0, ceil_mode = false, count_include_pad = true})
+nn.AvgPool1d = Module:extend "nn.AvgPool1d"
+function nn.AvgPool1d:init(kernel_size, opts)
+  local fn = "nn.AvgPool1d"
+  opts = check_opts(fn, opts, {"stride", "padding", "ceil_mode", "count_include_pad"})
+  check_int1(fn, "kernel_size", kernel_size, 1)
+  self.kernel_size, self.stride, self.padding = kernel_size, opts.stride or kernel_size, opts.padding or 0
+  self.ceil_mode, self.count_include_pad = opts.ceil_mode == true, opts.count_include_pad ~= false
+  check_int1(fn, "stride", self.stride, 1)
+  check_int1(fn, "padding", self.padding, 0)
+end
+function nn.AvgPool1d:forward(x)
+  local y = via_2d("nn.AvgPool1d", x, function(x2)
+    return zorch.avg_pool2d(x2, {1, self.kernel_size}, {stride = {1, self.stride}, padding = {0, self.padding},
+      ceil_mode = self.ceil_mode, count_include_pad = self.count_include_pad})
+  end)
+  return y
+end
+
+-- AdaptiveAvgPool1d(n): output i averages inputs floor(i L / n) .. ceil((i + 1) L / n) - 1
+nn.AdaptiveAvgPool1d = Module:extend "nn.AdaptiveAvgPool1d"
+function nn.AdaptiveAvgPool1d:init(output_size)
+  check_int1("nn.AdaptiveAvgPool1d", "output_size", output_size, 1)
+  self.output_size = output_size
+end
+function nn.AdaptiveAvgPool1d:forward(x)
+  local y = via_2d("nn.AdaptiveAvgPool1d", x, function(x2)
+    return zorch.adaptive_avg_pool2d(x2, {1, self.output_size})
+  end)
+  return y
+end
+
+-- ParameterList{t1, t2, ...}: parameters named "0", "1", ... (PyTorch's names),
+-- read from 1 (list[1] is "0", list[-1] the last) with #list, ipairs and
+-- list:append(t); each tensor becomes a parameter. It has no forward.
+nn.ParameterList = Module:extend "nn.ParameterList"
+local ParameterList = nn.ParameterList
+function ParameterList:init(ts)
+  rawset(self, "n", 0)
+  if ts == nil then return end
+  if type(ts) ~= "table" or zorch.is_tensor(ts) or is_module(ts) then
+    error("nn.ParameterList: expected a list of tensors ({t1, t2, ...}) or nothing", 3)
+  end
+  for i, t in ipairs(ts) do
+    if not zorch.is_tensor(t) then error(("nn.ParameterList: item %d is a %s, not a tensor"):format(i, type(t)), 3) end
+    self:append(t)
+  end
+end
+function ParameterList:append(t)
+  if not zorch.is_tensor(t) then error(("nn.ParameterList:append: expected a tensor, got %s"):format(type(t)), 2) end
+  if not t.is_leaf then t = t:detach() end
+  self[tostring(self.n)] = nn.Parameter(t)
+  rawset(self, "n", self.n + 1)
+  return self
+end
+ParameterList.__index = function(self, k)
+  if math.type(k) == "integer" then
+    local n = rawget(self, "n")
+    if k < 0 then k = n + 1 + k end
+    if k < 1 or k > n then return nil end
+    return rawget(self, tostring(k - 1))
+  end
+  return ParameterList[k]
+end
+ParameterList.__len = function(self) return rawget(self, "n") end
+function ParameterList:forward()
+  error("nn.ParameterList: a parameter list has no forward; use its tensors in the owner's forward", 2)
+end
+ParameterList.__tostring = function(s) return ("nn.ParameterList(%d parameters)"):format(s.n) end
+
+-- Unflatten(dim, sizes): dim becomes the dims `sizes` (one of them may be -1)
+nn.Unflatten = Module:extend "nn.Unflatten"
+function nn.Unflatten:init(dim, sizes)
+  check_dim("nn.Unflatten", "dim", dim)
+  local good = type(sizes) == "table" and #sizes > 0
+  local free = 0
+  for _, s in ipairs(type(sizes) == "table" and sizes or {}) do
+    good = good and math.type(s) == "integer" and (s >= 0 or s == -1)
+    if s == -1 then free = free + 1 end
+  end
+  if not good or free > 1 then
+    error(("nn.Unflatten: sizes must be a list of integers >= 0 (one of them may be -1), got %s"):format(
+      type(sizes) == "table" and "{" .. table.concat(sizes, ", ") .. "}" or tostring(sizes)), 3)
+  end
+  self.dim, self.sizes = dim, sizes
+end
+function nn.Unflatten:forward(x)
+  if not zorch.is_tensor(x) then error(("nn.Unflatten: expected a tensor, got %s"):format(type(x)), 2) end
+  local n = x:dim()
+  local d = self.dim < 0 and n + 1 + self.dim or self.dim
+  if d < 1 or d > n then error(("nn.Unflatten: dim %d out of range for input %s"):format(self.dim, shape_str(x)), 2) end
+  local known, len = 1, x.shape[d]
+  for _, s in ipairs(self.sizes) do if s ~= -1 then known = known * s end end
+  local sizes = {}
+  for i, s in ipairs(self.sizes) do sizes[i] = s == -1 and (known > 0 and len // known or 0) or s end
+  local prod = 1
+  for _, s in ipairs(sizes) do prod = prod * s end
+  if prod ~= len then
+    error(("nn.Unflatten: sizes {%s} do not multiply to %d, the size of dim %d of input %s"):format(
+      table.concat(self.sizes, ", "), len, self.dim, shape_str(x)), 2)
+  end
+  local shape = {}
+  for i = 1, d - 1 do shape[#shape + 1] = x.shape[i] end
+  for _, s in ipairs(sizes) do shape[#shape + 1] = s end
+  for i = d + 1, n do shape[#shape + 1] = x.shape[i] end
+  return x:reshape(shape)
+end
+
+-- Dropout1d(p = 0.5), Dropout2d(p): in training each channel of each sample is
+-- zeroed whole with probability p, the rest scaled by 1 / (1 - p); identity
+-- in eval. Dropout1d takes (N, C, L) or (C, L), Dropout2d (N, C, H, W) or
+-- (C, H, W); a 3-d input to Dropout2d is (N, C, L), as PyTorch reads it.
+local function channel_dropout(name, dims)
+  local cls = Module:extend(name)
+  function cls:init(p)
+    if p == nil then p = 0.5 end
+    if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+      error(("%s: p must be a number in [0, 1], got %s"):format(name, tostring(p)), 3)
+    end
+    self.p = p
+  end
+  function cls:forward(x)
+    if not zorch.is_tensor(x) then error(("%s: expected a tensor, got %s"):format(name, type(x)), 2) end
+    if not dims[x:dim()] then error(("%s: expected %s input, got %s"):format(name, dims.want, shape_str(x)), 2) end
+    if not self.training or self.p == 0 then return x end
+    local batched = x:dim() ~= dims.unbatched
+    local shape = {}
+    for i = 1, x:dim() do shape[i] = (i <= (batched and 2 or 1)) and x.shape[i] or 1 end
+    if self.p == 1 then return x * zorch.zeros(shape, {dtype = x:dtype(), device = x:device()}) end
+    local keep = zorch.rand(shape, {device = x:device()}):ge(self.p):to(x:dtype())
+    return x * (keep * (1 / (1 - self.p)))
+  end
+  cls.__tostring = function(s) return ("%s(p=%g)"):format(name, s.p) end
+  return cls
+end
+nn.Dropout1d = channel_dropout("nn.Dropout1d", {[2] = true, [3] = true, unbatched = 2, want = "(N, C, L) or (C, L)"})
+nn.Dropout2d = channel_dropout("nn.Dropout2d", {[3] = true, [4] = true, unbatched = 0,
+                                                want = "(N, C, H, W), (C, H, W) or (N, C, L)"})
 
 -- ---- parameter counts and summaries ---------------------------------------------------------
 

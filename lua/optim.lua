@@ -571,6 +571,134 @@ function optim.Lamb:_step_tensors(p, g, runs, ntensors, reduce)
   end)
 end
 
+-- ---- Adamax, NAdam, RAdam, Adadelta -------------------------------------------------------------
+-- PyTorch's formulas and state names, composed from the tensor ops in place
+-- under no_grad as RMSprop is (so the Engine steps them on its flat shards too).
+
+-- Adamax: g += weight_decay p; m = b1 m + (1 - b1) g; u = max(b2 u, |g| + eps);
+-- p -= lr / (1 - b1^step) * m / u. State: step, exp_avg, exp_inf.
+optim.Adamax = class("optim.Adamax")
+getmetatable(optim.Adamax).__call = function(_, params, opts)
+  return new(optim.Adamax, "optim.Adamax", params, opts,
+             {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0},
+             {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg})
+end
+function optim.Adamax:_begin(s, p)
+  if not s.step then s.step, s.exp_avg, s.exp_inf = 0, zeros_like(p), zeros_like(p) end
+  s.step = s.step + 1
+end
+function optim.Adamax:_apply(p, g, s, o)
+  local b1, b2 = o.betas[1], o.betas[2]
+  zorch.no_grad(function()
+    if o.weight_decay ~= 0 then g = g + p * o.weight_decay end
+    s.exp_avg:copy_(s.exp_avg * b1 + g * (1 - b1))
+    local a, b = s.exp_inf * b2, g:abs() + o.eps
+    s.exp_inf:copy_(zorch.where(a:gt(b), a, b))
+    p:copy_(p - s.exp_avg / s.exp_inf * (o.lr / (1 - b1 ^ s.step)))
+  end)
+end
+
+-- The L2 or decoupled weight decay of NAdam and RAdam: the gradient with
+-- weight_decay p added, or p scaled by 1 - lr weight_decay first.
+local function weight_decay(p, g, o)
+  if o.weight_decay == 0 then return g end
+  if o.decoupled_weight_decay then
+    p:copy_(p * (1 - o.lr * o.weight_decay))
+    return g
+  end
+  return g + p * o.weight_decay
+end
+
+-- NAdam: mu_t = b1 (1 - 0.5 * 0.96^(step momentum_decay)); mu_product the
+-- product of the mu_t so far; with Adam's moments m and v,
+-- p -= lr (1 - mu_t) / (1 - mu_product) g / d + lr mu_{t+1} / (1 - mu_product mu_{t+1}) m / d,
+-- d = sqrt(v / (1 - b2^step)) + eps. State: step, mu_product (a number), exp_avg, exp_avg_sq.
+optim.NAdam = class("optim.NAdam")
+getmetatable(optim.NAdam).__call = function(_, params, opts)
+  return new(optim.NAdam, "optim.NAdam", params, opts,
+             {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, momentum_decay = 4e-3,
+              decoupled_weight_decay = false},
+             {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, momentum_decay = nonneg,
+              decoupled_weight_decay = bool})
+end
+local function nadam_mu(o, step) return o.betas[1] * (1 - 0.5 * 0.96 ^ (step * o.momentum_decay)) end
+-- mu_product advances here, once a step (a flat shard's runs share it: the first group's options)
+function optim.NAdam:_begin(s, p, groups)
+  if not s.step then s.step, s.mu_product, s.exp_avg, s.exp_avg_sq = 0, 1.0, zeros_like(p), zeros_like(p) end
+  s.step = s.step + 1
+  s.mu_product = s.mu_product * nadam_mu(groups[1], s.step)
+end
+function optim.NAdam:_apply(p, g, s, o)
+  local b1, b2 = o.betas[1], o.betas[2]
+  local mu, mu_next = nadam_mu(o, s.step), nadam_mu(o, s.step + 1)
+  zorch.no_grad(function()
+    g = weight_decay(p, g, o)
+    s.exp_avg:copy_(s.exp_avg * b1 + g * (1 - b1))
+    s.exp_avg_sq:copy_(s.exp_avg_sq * b2 + g * g * (1 - b2))
+    local denom = (s.exp_avg_sq * (1 / (1 - b2 ^ s.step))):sqrt() + o.eps
+    p:copy_(p - g / denom * (o.lr * (1 - mu) / (1 - s.mu_product))
+              - s.exp_avg / denom * (o.lr * mu_next / (1 - s.mu_product * mu_next)))
+  end)
+end
+
+-- RAdam: Adam's moments; with rho_inf = 2 / (1 - b2) - 1 and rho_t = rho_inf -
+-- 2 step b2^step / (1 - b2^step), p -= lr m_hat r sqrt(1 - b2^step) / (sqrt(v) + eps)
+-- where rho_t > 5 (r the rectification term), else p -= lr m_hat.
+-- State: step, exp_avg, exp_avg_sq.
+optim.RAdam = class("optim.RAdam")
+getmetatable(optim.RAdam).__call = function(_, params, opts)
+  return new(optim.RAdam, "optim.RAdam", params, opts,
+             {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, decoupled_weight_decay = false},
+             {lr = nonneg, betas = betas, eps = nonneg, weight_decay = nonneg, decoupled_weight_decay = bool})
+end
+function optim.RAdam:_begin(s, p)
+  if not s.step then s.step, s.exp_avg, s.exp_avg_sq = 0, zeros_like(p), zeros_like(p) end
+  s.step = s.step + 1
+end
+function optim.RAdam:_apply(p, g, s, o)
+  local b1, b2, t = o.betas[1], o.betas[2], s.step
+  zorch.no_grad(function()
+    g = weight_decay(p, g, o)
+    s.exp_avg:copy_(s.exp_avg * b1 + g * (1 - b1))
+    s.exp_avg_sq:copy_(s.exp_avg_sq * b2 + g * g * (1 - b2))
+    local c1, c2 = 1 - b1 ^ t, 1 - b2 ^ t
+    local m_hat = s.exp_avg * (1 / c1)
+    local rho_inf = 2 / (1 - b2) - 1
+    local rho_t = rho_inf - 2 * t * b2 ^ t / c2
+    if rho_t > 5 then
+      local rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+      p:copy_(p - m_hat * o.lr * (c2 ^ 0.5 / (s.exp_avg_sq:sqrt() + o.eps)) * rect)
+    else
+      p:copy_(p - m_hat * o.lr)
+    end
+  end)
+end
+
+-- Adadelta: g += weight_decay p; v = rho v + (1 - rho) g^2; delta = sqrt(u + eps)
+-- / sqrt(v + eps) g; u = rho u + (1 - rho) delta^2; p -= lr delta.
+-- State: step, square_avg, acc_delta.
+local unit_closed = function(v) return type(v) == "number" and v >= 0 and v <= 1 end
+zorch._checks_want[unit_closed] = "a number in [0, 1]"
+optim.Adadelta = class("optim.Adadelta")
+getmetatable(optim.Adadelta).__call = function(_, params, opts)
+  return new(optim.Adadelta, "optim.Adadelta", params, opts,
+             {lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0},
+             {lr = nonneg, rho = unit_closed, eps = nonneg, weight_decay = nonneg})
+end
+function optim.Adadelta:_begin(s, p)
+  if not s.step then s.step, s.square_avg, s.acc_delta = 0, zeros_like(p), zeros_like(p) end
+  s.step = s.step + 1
+end
+function optim.Adadelta:_apply(p, g, s, o)
+  zorch.no_grad(function()
+    if o.weight_decay ~= 0 then g = g + p * o.weight_decay end
+    s.square_avg:copy_(s.square_avg * o.rho + g * g * (1 - o.rho))
+    local delta = (s.acc_delta + o.eps):sqrt() / (s.square_avg + o.eps):sqrt() * g
+    s.acc_delta:copy_(s.acc_delta * o.rho + delta * delta * (1 - o.rho))
+    p:copy_(p - delta * o.lr)
+  end)
+end
+
 -- The options of every group, in order (for checkpoints); and setting them back.
 function Optimizer:group_options()
   local gs = {}
@@ -930,6 +1058,222 @@ function Plateau:load_state_dict(sd)
     end
     self[k] = sd[k]
   end
+end
+
+-- ---- ExponentialLR, ConstantLR, PolynomialLR, MultiplicativeLR, CosineAnnealingWarmRestarts,
+-- ---- SequentialLR, ChainedScheduler, CyclicLR ----------------------------------------------------
+-- PyTorch's closed forms where it has them; each sets the lr at construction
+-- (step 0) and carries its step count through state_dict()/load_state_dict().
+local S = optim.lr_scheduler
+local function new_closed(fn, opt, fields, lr_at, base)
+  local s = new_sched(opt, fields)
+  if base then s.base_lrs, s.base_lr = {table.unpack(base.base_lrs)}, base.base_lr end -- (a combination's)
+  s.lr_at = lr_at
+  s._name = fn
+  s:set(0)
+  return s
+end
+
+-- lr = base * gamma ^ step
+function S.ExponentialLR(opt, opts)
+  local o = sched_options("ExponentialLR", opt, opts, {gamma = false}, {gamma = num}, {"gamma"})
+  return new_closed("ExponentialLR", opt, {gamma = o.gamma}, function(self, n, base)
+    return (base or self.base_lr) * self.gamma ^ n
+  end)
+end
+
+-- lr = base * factor for the first total_iters steps, then base
+function S.ConstantLR(opt, opts)
+  local o = sched_options("ConstantLR", opt, opts, {factor = 1 / 3, total_iters = 5},
+                          {factor = function(v) return type(v) == "number" and v >= 0 and v <= 1 end,
+                           total_iters = nonnegint})
+  return new_closed("ConstantLR", opt, {factor = o.factor, total_iters = o.total_iters}, function(self, n, base)
+    return (base or self.base_lr) * (n < self.total_iters and self.factor or 1)
+  end)
+end
+
+-- lr = base * (1 - min(step, total_iters) / total_iters) ^ power
+function S.PolynomialLR(opt, opts)
+  local o = sched_options("PolynomialLR", opt, opts, {total_iters = 5, power = 1.0},
+                          {total_iters = posint, power = num})
+  return new_closed("PolynomialLR", opt, {total_iters = o.total_iters, power = o.power}, function(self, n, base)
+    return (base or self.base_lr) * (1 - math.min(n, self.total_iters) / self.total_iters) ^ self.power
+  end)
+end
+
+-- lr = previous lr * lr_lambda(step) at each step (after step 0); loading a
+-- state recomputes base * the product of lr_lambda(1..step).
+function S.MultiplicativeLR(opt, opts)
+  local o = sched_options("MultiplicativeLR", opt, opts, {lr_lambda = false},
+                          {lr_lambda = function(v) return type(v) == "function" end}, {"lr_lambda"})
+  local s = new_sched(opt, {lr_lambda = o.lr_lambda})
+  local function factor(self, k)
+    local f = self.lr_lambda(k)
+    if type(f) ~= "number" then
+      error(("MultiplicativeLR: lr_lambda(%d) returned a %s, not a number"):format(k, type(f)), 4)
+    end
+    return f
+  end
+  function s:lr_at(n, base)
+    local lr = base or self.base_lr
+    for k = 1, n do lr = lr * factor(self, k) end
+    return lr
+  end
+  function s:step()
+    self.last_step = self.last_step + 1
+    local f = factor(self, self.last_step)
+    for _, g in ipairs(self.optimizer.param_groups or {self.optimizer}) do g.lr = g.lr * f end
+    return self.optimizer.lr
+  end
+  return s
+end
+
+-- Cosine annealing from base to eta_min over T_i steps, restarting at base
+-- after each period; the periods are T_0, T_0 T_mult, T_0 T_mult^2, ...
+function S.CosineAnnealingWarmRestarts(opt, opts)
+  local o = sched_options("CosineAnnealingWarmRestarts", opt, opts, {T_0 = false, T_mult = 1, eta_min = 0},
+                          {T_0 = posint, T_mult = posint, eta_min = num}, {"T_0"})
+  return new_closed("CosineAnnealingWarmRestarts", opt, {T_0 = o.T_0, T_mult = o.T_mult, eta_min = o.eta_min},
+    function(self, n, base)
+      local cur, len = n, self.T_0
+      if self.T_mult == 1 then cur = n % len
+      else while cur >= len do cur, len = cur - len, len * self.T_mult end end
+      return self.eta_min + ((base or self.base_lr) - self.eta_min) * (1 + math.cos(math.pi * cur / len)) / 2
+    end)
+end
+
+-- Checks schedulers given to SequentialLR and ChainedScheduler: a list of
+-- closed-form schedulers (not ReduceLROnPlateau, OneCycleLR or CyclicLR), all of
+-- one optimizer. They all start from the first one's base lrs, as PyTorch's
+-- initial_lr makes them.
+local function sub_schedulers(fn, opt, list)
+  if type(list) ~= "table" or #list == 0 then
+    error(("%s: schedulers must be a non-empty list of schedulers"):format(fn), 3)
+  end
+  for i, s in ipairs(list) do
+    if type(s) ~= "table" or getmetatable(s) ~= Sched or type(s.lr_at) ~= "function" or s._own_base then
+      error(("%s: scheduler %d is not a closed-form scheduler (ReduceLROnPlateau, OneCycleLR and CyclicLR cannot be combined)"):format(
+        fn, i), 3)
+    end
+    if opt and s.optimizer ~= opt then error(("%s: scheduler %d steps another optimizer"):format(fn, i), 3) end
+  end
+  local first = list[1]
+  for _, s in ipairs(list) do
+    local b = {}
+    for i, x in ipairs(first.base_lrs) do b[i] = x end
+    s.base_lrs, s.base_lr = b, first.base_lr
+  end
+  return first.optimizer
+end
+
+-- schedulers[1] until milestones[1], then schedulers[2] from its own step 0, ...
+function S.SequentialLR(opt, opts)
+  local fn = "SequentialLR"
+  local o = sched_options(fn, opt, opts, {schedulers = false, milestones = false},
+    {schedulers = function(v) return type(v) == "table" end,
+     milestones = function(v)
+       if type(v) ~= "table" then return false end
+       for i, m in ipairs(v) do if not posint(m) or (i > 1 and m <= v[i - 1]) then return false end end
+       return true
+     end}, {"schedulers", "milestones"})
+  sub_schedulers(fn, opt, o.schedulers)
+  if #o.milestones ~= #o.schedulers - 1 then
+    error(("%s: expected %d milestones (one fewer than the schedulers), got %d"):format(fn, #o.schedulers - 1,
+      #o.milestones), 2)
+  end
+  local scheds, ms = {}, {}
+  for i, s in ipairs(o.schedulers) do scheds[i] = s end
+  for i, m in ipairs(o.milestones) do ms[i] = m end
+  return new_closed(fn, opt, {schedulers = scheds, milestones = ms}, function(self, n, base)
+    local k, start = 1, 0
+    while self.milestones[k] and n >= self.milestones[k] do start, k = self.milestones[k], k + 1 end
+    return self.schedulers[k]:lr_at(n - start, base)
+  end, scheds[1])
+end
+
+-- Every scheduler's factor at each step, multiplied: lr = base * prod lr_at_i(step) / base
+-- (PyTorch's chaining of their multiplicative forms)
+function S.ChainedScheduler(list, opt)
+  local o = sub_schedulers("ChainedScheduler", opt, list)
+  local scheds = {}
+  for i, s in ipairs(list) do scheds[i] = s end
+  return new_closed("ChainedScheduler", o, {schedulers = scheds}, function(self, n, base)
+    base = base or self.base_lr
+    local lr = base
+    for _, s in ipairs(self.schedulers) do lr = lr * s:lr_at(n, 1.0) end
+    return lr
+  end, scheds[1])
+end
+
+-- Cyclical lr between base_lr and max_lr (numbers, or one per group): up over
+-- step_size_up steps, down over step_size_down (default the same); mode
+-- "triangular", "triangular2" (the height halves each cycle) or "exp_range"
+-- (times gamma^step). With cycle_momentum (default) the momentum (SGD) or
+-- beta1 (Adam) goes the other way, from max_momentum to base_momentum.
+function S.CyclicLR(opt, opts)
+  local fn = "CyclicLR"
+  local per_group = function(v) if type(v) == "number" then return v > 0 end
+    if type(v) ~= "table" or #v == 0 then return false end
+    for _, x in ipairs(v) do if type(x) ~= "number" or x < 0 then return false end end
+    return true
+  end
+  zorch._checks_want[per_group] = "a number or a list of numbers (one per group)"
+  local o = sched_options(fn, opt, opts,
+    {base_lr = false, max_lr = false, step_size_up = 2000, step_size_down = false, mode = "triangular", gamma = 1.0,
+     cycle_momentum = true, base_momentum = 0.8, max_momentum = 0.9},
+    {base_lr = per_group, max_lr = per_group, step_size_up = posint, step_size_down = optional(posint),
+     mode = function(v) return v == "triangular" or v == "triangular2" or v == "exp_range" end,
+     gamma = num, cycle_momentum = bool, base_momentum = num, max_momentum = num}, {"base_lr", "max_lr"})
+  local groups = opt.param_groups or {opt}
+  local function list(v, what)
+    if type(v) == "number" then
+      local l = {}
+      for i = 1, #groups do l[i] = v end
+      return l
+    end
+    if #v ~= #groups then error(("%s: %s has %d values for %d parameter groups"):format(fn, what, #v, #groups), 3) end
+    return v
+  end
+  local base, max = list(o.base_lr, "base_lr"), list(o.max_lr, "max_lr")
+  local d = opt.defaults
+  local beta1 = type(d) == "table" and type(d.betas) == "table"
+  if o.cycle_momentum and (type(d) ~= "table" or (d.momentum == nil and not beta1)) then
+    error("CyclicLR: cycle_momentum needs an optimizer with momentum or betas (or cycle_momentum = false)", 2)
+  end
+  local up = o.step_size_up
+  local total = up + (o.step_size_down or up)
+  local s = new_sched(opt, {max_lrs = max, total_size = total, step_ratio = up / total, mode = o.mode,
+                            gamma = o.gamma, cycle_momentum = o.cycle_momentum, beta1 = beta1,
+                            base_momentum = o.base_momentum, max_momentum = o.max_momentum})
+  s.base_lrs, s.base_lr = {table.unpack(base)}, base[1]
+  s._own_base = true -- (its lr does not scale from a base: not for SequentialLR or ChainedScheduler)
+  -- the fraction of the height at step n
+  function s:height(n)
+    local cycle = math.floor(1 + n / self.total_size)
+    local x = 1 + n / self.total_size - cycle
+    local f = x <= self.step_ratio and x / self.step_ratio or (x - 1) / (self.step_ratio - 1)
+    if self.mode == "triangular2" then f = f / 2 ^ (cycle - 1)
+    elseif self.mode == "exp_range" then f = f * self.gamma ^ n end
+    return f
+  end
+  function s:lr_at(n, b, i)
+    b = b or self.base_lr
+    local m = self.max_lrs[i or 1]
+    return b + (m - b) * self:height(n)
+  end
+  function s:set(n)
+    local h = self:height(n)
+    for i, g in ipairs(self.optimizer.param_groups or {self.optimizer}) do
+      local b = self.base_lrs[i] or self.base_lr
+      g.lr = b + (self.max_lrs[i] - b) * h
+      if self.cycle_momentum then
+        local m = self.max_momentum - (self.max_momentum - self.base_momentum) * h
+        if self.beta1 then g.betas = {m, g.betas[2]} else g.momentum = m end
+      end
+    end
+  end
+  s:set(0)
+  return s
 end
 
 return optim

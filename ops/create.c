@@ -322,6 +322,30 @@ zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, 
   return st;
 }
 
+/* An in-place op's result `src`, already computed, written into dst as PyTorch's
+   in-place ops write: the result's dtype must cast to dst's by PyTorch's rule
+   (no float into an integer tensor, nothing but bool into bool) and its shape
+   broadcast to dst's, which keeps its shape; autograd records the write as
+   copy_ does. */
+zorch_status op_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src) {
+  char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
+  if (check_arg(op, "self", dst) || check_arg(op, "result", src)) return zorch_last_status();
+  bool float_in = zorch_dtype_is_float(src->dtype), float_out = zorch_dtype_is_float(dst->dtype);
+  if ((float_in && !float_out) || (src->dtype != ZORCH_BOOL && dst->dtype == ZORCH_BOOL))
+    return err_set(ZORCH_ERR_DTYPE, "%s: the result's dtype %s cannot be written in place into a tensor of dtype %s "
+                   "(PyTorch's casting rule); convert the tensor first, or use the op without _",
+                   op, zorch_dtype_name(src->dtype), zorch_dtype_name(dst->dtype));
+  int n;
+  int64_t shape[ZORCH_MAX_DIMS];
+  if (shape_broadcast(op, dst->ndim, dst->shape, src->ndim, src->shape, &n, shape) ||
+      n != dst->ndim || memcmp(shape, dst->shape, sizeof(int64_t) * (size_t)n) != 0)
+    return err_set(ZORCH_ERR_SHAPE, "%s: the result's shape %s does not fit the tensor of shape %s written in "
+                   "place (an in-place op keeps its tensor's shape)", op, SHAPE(src, a), SHAPE(dst, b));
+  ag_node *node;
+  if (write_begin(op, dst, src, false, 0, &node)) return zorch_last_status();
+  return write_end(dst, node, op_copy_(dst, src));
+}
+
 zorch_status op_copy_(zorch_tensor *dst, zorch_tensor *src) {
   char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
   if (check_arg("copy_", "dst", dst) || check_arg("copy_", "src", src)) return zorch_last_status();

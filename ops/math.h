@@ -54,6 +54,20 @@
   }                                                            \
   ZM_OVERLOAD2(name)
 
+/* Functions of more arguments, each declared with a parameter list PL(T) (a
+   macro of the element type): ZM_DEFP(zm_elu, ZM_ELU_PL, body). */
+#ifdef __CUDACC__
+#define ZM_DEFP(name, PL, ...)                                            \
+  ZM_INLINE float name##_f32 PL(float) { typedef float T; __VA_ARGS__ }    \
+  ZM_INLINE double name##_f64 PL(double) { typedef double T; __VA_ARGS__ } \
+  ZM_INLINE float name PL(float) { typedef float T; __VA_ARGS__ }          \
+  ZM_INLINE double name PL(double) { typedef double T; __VA_ARGS__ }
+#else
+#define ZM_DEFP(name, PL, ...)                                            \
+  ZM_INLINE float name##_f32 PL(float) { typedef float T; __VA_ARGS__ }    \
+  ZM_INLINE double name##_f64 PL(double) { typedef double T; __VA_ARGS__ }
+#endif
+
 /* forward */
 ZM_DEF1(zm_relu, return !(x <= (T)0) ? x : (T)0;) /* NaN passes through */
 ZM_DEF1(zm_sigmoid, return (T)1 / ((T)1 + exp(-x));)
@@ -65,6 +79,41 @@ ZM_DEF1(zm_gelu, return (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440))
 ZM_DEF1(zm_gelu_tanh,
         T u = (T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x);
         return (T)0.5 * x * ((T)1 + tanh(u));)
+
+/* sign: 0 for both zeros and for NaN (PyTorch's (0 < x) - (x < 0)) */
+ZM_DEF1(zm_sign, return x > (T)0 ? (T)1 : (x < (T)0 ? (T)-1 : (T)0);)
+/* frac: x - trunc(x), with the sign of x (NaN for +-inf, as PyTorch) */
+ZM_DEF1(zm_frac, return x - (T)trunc(x);)
+/* round half to even; decimals d: rint(x * 10^d) / 10^d, or for d < 0
+   rint(x / 10^-d) * 10^-d (PyTorch's two forms) */
+#define ZM_ROUND_PL(T) (T x, T d)
+ZM_DEFP(zm_round_decimals, ZM_ROUND_PL,
+        if (d == (T)0) return rint(x);
+        T ten = pow((T)10, fabs(d));
+        return d > (T)0 ? rint(x * ten) / ten : rint(x / ten) * ten;)
+/* elu and its kin: x <= 0 ? neg * expm1(x * inscale) : pos * x (PyTorch's
+   negcoef = alpha * scale, poscoef = scale, input_scale) */
+#define ZM_ELU_PL(T) (T x, T neg, T pos, T inscale)
+ZM_DEFP(zm_elu, ZM_ELU_PL, return x <= (T)0 ? expm1(x * inscale) * neg : x * pos;)
+/* softplus: log1p(exp(beta x)) / beta, x itself where beta x > threshold */
+#define ZM_SOFTPLUS_PL(T) (T x, T beta, T threshold)
+ZM_DEFP(zm_softplus, ZM_SOFTPLUS_PL,
+        return x * beta > threshold ? x : (T)log1p(exp(x * beta)) / beta;)
+/* hardsigmoid: clamp(x + 3, 0, 6) / 6; NaN kept */
+ZM_DEF1(zm_hardsigmoid,
+        T r = x + (T)3;
+        r = r < (T)0 ? (T)0 : (r > (T)6 ? (T)6 : r);
+        return r / (T)6;)
+ZM_DEF1(zm_hardswish,
+        T r = x + (T)3;
+        r = r < (T)0 ? (T)0 : (r > (T)6 ? (T)6 : r);
+        return x * r / (T)6;)
+/* mish: x * tanh(softplus(x)) */
+ZM_DEF1(zm_mish, return x * (T)tanh(log1p(exp(x)));)
+/* logsigmoid: min(x, 0) - log1p(exp(-|x|)), which neither overflows nor
+   loses the small values */
+ZM_DEF1(zm_logsigmoid, return (x < (T)0 ? x : (T)0) - log1p(exp(-fabs(x)));)
+ZM_DEF1(zm_softsign, return x / ((T)1 + fabs(x));)
 
 /* backward: g is the incoming gradient, x the input (or y the output, as named) */
 ZM_DEF2(zm_relu_bwd, return x > (T)0 ? g : (T)0;)
@@ -88,6 +137,60 @@ ZM_DEF2(zm_sqrt_bwd_y, return g * (T)0.5 / x;)            /* x is y = sqrt */
 ZM_DEF2(zm_abs_bwd, return x > (T)0 ? g : (x < (T)0 ? -g : (T)0);)
 ZM_DEF2(zm_sin_bwd, return g * (T)cos(x);)
 ZM_DEF2(zm_cos_bwd, return -g * (T)sin(x);)
+
+/* the gradients of the unary ops above and of the math library's; x is the
+   input unless the name ends in _y (then it is the output y) */
+ZM_DEF2(zm_reciprocal_bwd_y, return -g * (T)(x * x);)
+ZM_DEF2(zm_rsqrt_bwd_y, return (T)-0.5 * g * (x * x * x);)
+ZM_DEF2(zm_square_bwd, return g * (T)2 * x;)
+ZM_DEF2(zm_log1p_bwd, return g / (x + (T)1);)
+ZM_DEF2(zm_expm1_bwd_y, return g * (x + (T)1);)
+ZM_DEF2(zm_log2_bwd, return g / (x * (T)0.69314718055994530942);)
+ZM_DEF2(zm_log10_bwd, return g / (x * (T)2.30258509299404568402);)
+ZM_DEF2(zm_exp2_bwd_y, return g * x * (T)0.69314718055994530942;)
+/* 2 / sqrt(pi) */
+ZM_DEF2(zm_erf_bwd, return g * (T)1.12837916709551257390 * exp(-x * x);)
+ZM_DEF2(zm_erfc_bwd, return -g * (T)1.12837916709551257390 * exp(-x * x);)
+ZM_DEF2(zm_asin_bwd, return g / sqrt((T)1 - x * x);)
+ZM_DEF2(zm_acos_bwd, return -g / sqrt((T)1 - x * x);)
+ZM_DEF2(zm_atan_bwd, return g / (x * x + (T)1);)
+ZM_DEF2(zm_sinh_bwd, return g * (T)cosh(x);)
+ZM_DEF2(zm_cosh_bwd, return g * (T)sinh(x);)
+ZM_DEF2(zm_tan_bwd_y, return g * ((T)1 + x * x);)
+ZM_DEF2(zm_asinh_bwd, return g / sqrt(x * x + (T)1);)
+ZM_DEF2(zm_acosh_bwd, return g / sqrt(x * x - (T)1);)
+ZM_DEF2(zm_atanh_bwd, return g / ((T)1 - x * x);)
+/* PyTorch's masks at the kinks: leaky_relu's slope at 0 and below */
+#define ZM_BWD1_PL(T) (T g, T x, T p)
+ZM_DEFP(zm_leaky_relu_bwd, ZM_BWD1_PL, return x > (T)0 ? g : g * p;)
+#define ZM_ELU_BWD_PL(T) (T g, T x, T neg, T pos, T inscale)
+ZM_DEFP(zm_elu_bwd, ZM_ELU_BWD_PL,
+        return x <= (T)0 ? g * inscale * neg * exp(x * inscale) : g * pos;)
+#define ZM_BWD2_PL(T) (T g, T x, T p0, T p1)
+ZM_DEFP(zm_softplus_bwd, ZM_BWD2_PL,
+        T z = exp(x * p0);
+        return x * p0 > p1 ? g : g * z / (z + (T)1);)
+/* hardtanh: no gradient at the bounds, outside them or at NaN (PyTorch's
+   vectorised loop; its scalar one passes NaN's) */
+ZM_DEFP(zm_hardtanh_bwd, ZM_BWD2_PL, return (x > p0 && x < p1) ? g : (T)0;)
+ZM_DEF2(zm_hardsigmoid_bwd, return (x > (T)-3 && x < (T)3) ? g / (T)6 : (T)0;)
+/* hardswish: 0 up to -3, x / 3 + 1/2 inside, 1 from 3 on (and at NaN) */
+ZM_DEF2(zm_hardswish_bwd,
+        return x <= (T)-3 ? (T)0 : (x < (T)3 ? g * (x / (T)3 + (T)0.5) : g);)
+ZM_DEF2(zm_mish_bwd,
+        T t = tanh(log1p(exp(x)));
+        T s = (T)1 / ((T)1 + exp(-x));
+        return g * (t + x * s * ((T)1 - t * t));)
+ZM_DEF2(zm_logsigmoid_bwd,
+        T z = exp(-fabs(x));
+        return x < (T)0 ? g * ((T)1 - z / ((T)1 + z)) : g * (z / ((T)1 + z));)
+/* as the quotient's rule gives it: NaN at +-inf, as PyTorch */
+ZM_DEF2(zm_softsign_bwd,
+        T d = (T)1 + fabs(x);
+        return g / d - g * fabs(x) / (d * d);)
+ZM_DEF2(zm_tanhshrink_bwd,
+        T t = tanh(x);
+        return g * (t * t);)
 
 /* ---- two-input math (x and y, the op's inputs) ---------------------------- */
 #define ZM_DEFB(name, body)                                    \

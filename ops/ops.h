@@ -24,10 +24,15 @@ zorch_status op_fill_i64_(zorch_tensor *dst, int64_t value);
 /* t[index] = src, or the constant (ivalue when integer, else value) when src
    is NULL: a write into index `index` (0-based, negative from the end) of
    dim 0 that autograd sees, as zorch_copy_ and zorch_fill_ do for the whole. */
+zorch_status op_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src);
 zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, bool integer, int64_t ivalue,
                              double value);
 /* The elementwise binary kernel k with broadcasting and promotion; no autograd. */
 zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1);
+/* The running sum along dim (wrapped) of a, from the end when `reverse`, in the
+   kernel's dtypes: float32/float64 (16-bit floats through float32), int64 for
+   integers; the result has a's float dtype, or int64. No autograd. */
+zorch_tensor *op_cumsum(zorch_tensor *a, int dim, bool reverse);
 /* Contiguous t (t itself, retained, when it is); no autograd. */
 zorch_tensor *op_contig(zorch_tensor *t);
 /* t converted to dt and contiguous (a new reference); no autograd. */

@@ -2,6 +2,7 @@
    promotion, and their gradients. 16-bit floats compute in float32 and round
    back; integer inputs of float math compute in float32. The ops, their names,
    gradients and public functions come from the registry, ops/pointwise_ops.h. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@ typedef struct {
   int save;          /* SAVE_* */
   int nparams;       /* scalar parameters (unary ops) */
   int ints;          /* INTS_*: which integer dtypes have kernels (they stay integer) */
+  bool float_only;   /* integer and bool inputs are an error */
   bool cmp;          /* writes bool (comparisons) */
 } pw_def;
 
@@ -251,6 +253,12 @@ static zorch_status exp_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
 static zorch_status log_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   return grad_result(&gin[0], zorch_div(g, n->saved[0]));
 }
+/* the step functions (sign, floor, round, ...): a zero gradient, as PyTorch's */
+static zorch_status zero_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
+  (void)n;
+  return grad_result(&gin[0], op_zeros(g, g->ndim, g->shape, g->dtype));
+}
+/* also frac's: the gradient passes unchanged */
 static zorch_status add_scalar_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   (void)n;
   gin[0] = zorch_tensor_retain(g);
@@ -280,10 +288,16 @@ cleanup:
 #define HAS_INT_INT INTS_ALL
 #define HAS_INT_SIGNED INTS_SIGNED
 #define HAS_INT_NO_INT INTS_NONE
+#define HAS_INT_FLOAT INTS_NONE
+#define FLOAT_ONLY_INT false
+#define FLOAT_ONLY_SIGNED false
+#define FLOAT_ONLY_NO_INT false
+#define FLOAT_ONLY_FLOAT true
 #define IS_BOOL_SAME false
 #define IS_BOOL_BOOL true
 #define U_DEF(ID, nm, nd, fmath, ik, imath, grad, np, ...) \
-  [UOP_##ID] = {.name = #nm, .node = nd, GRAD_##grad, .nparams = np, .ints = HAS_INT_##ik},
+  [UOP_##ID] = {.name = #nm, .node = nd, GRAD_##grad, .nparams = np, .ints = HAS_INT_##ik, \
+                .float_only = FLOAT_ONLY_##ik},
 #define B_DEF(ID, nm, nd, out, fmath, ik, imath, grad, ...) \
   [BOP_##ID] = {.name = #nm, .node = nd, GRAD_##grad, .ints = HAS_INT_##ik, .cmp = IS_BOOL_##out},
 static const pw_def unary_defs[] = {ZORCH_UNARY_OPS(U_DEF)};
@@ -367,19 +381,25 @@ cleanup:
 }
 
 /* Integer inputs stay integer when the op has integer kernels and its
-   parameters are whole numbers (bool becomes int64, as in PyTorch); the rest
-   compute in float32. The signed ops (neg, abs, relu, rsub) refuse bool, as
-   PyTorch does. */
-static zorch_status unary_dtype(const pw_def *d, const zorch_tensor *a, double p0, double p1,
+   parameters are whole numbers; the rest compute in float32, and the
+   float-only ops refuse them. Bool follows PyTorch where zorch can: the signed
+   ops (neg, abs, relu, rsub) refuse it, the arithmetic with a scalar (add, mul,
+   pow, clamp) and square give int64; the other integer ops compute it in
+   float32 (docs/api.md lists where PyTorch differs). */
+static zorch_status unary_dtype(uop k, const pw_def *d, const zorch_tensor *a, double p0, double p1,
                                 zorch_dtype *dt) {
   char s[ERR_SHAPE_BUF];
   *dt = a->dtype;
   if (zorch_dtype_is_float(*dt)) return ZORCH_OK;
+  if (d->float_only)
+    return err_set(ZORCH_ERR_DTYPE, "%s: input must be a floating-point tensor, got %s", d->name,
+                   zorch_dtype_name(*dt));
   if (*dt == ZORCH_BOOL && d->ints == INTS_SIGNED)
-    return err_set(ZORCH_ERR_DTYPE, "%s: not supported for a bool tensor (input %s); to invert a mask use "
-                   "eq(mask, 0)", d->name, SHAPE(a, s));
+    return err_set(ZORCH_ERR_DTYPE, "%s: not supported for a bool tensor (input %s)%s", d->name, SHAPE(a, s),
+                   k == UOP_NEG || k == UOP_RSUB_S ? "; to invert a mask use eq(mask, 0)" : "");
   bool whole = (d->nparams < 1 || p0 == floor(p0)) && (d->nparams < 2 || p1 == floor(p1));
-  if (!d->ints || !whole) *dt = ZORCH_F32;
+  bool bool_int = k == UOP_ADD_S || k == UOP_MUL_S || k == UOP_POW_S || k == UOP_CLAMP || k == UOP_SQUARE;
+  if (!d->ints || !whole || (*dt == ZORCH_BOOL && !bool_int)) *dt = ZORCH_F32;
   else if (*dt == ZORCH_BOOL) *dt = ZORCH_I64;
   return ZORCH_OK;
 }
@@ -389,7 +409,7 @@ static zorch_tensor *ew_unary(uop k, zorch_tensor *a, double p0, double p1) {
   const pw_def *d = &unary_defs[k];
   const char *op = d->name;
   zorch_dtype dt;
-  if (check_arg(op, "input", a) || unary_dtype(d, a, p0, p1, &dt)) return NULL;
+  if (check_arg(op, "input", a) || unary_dtype(k, d, a, p0, p1, &dt)) return NULL;
   zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype_on(a, dt) : dt;
   zorch_tensor *ca = NULL, *out = NULL;
   if (!(ca = op_cast(a, cd))) goto cleanup;
@@ -439,6 +459,10 @@ static zorch_tensor *unary_op(uop k, zorch_tensor *a, double p0, double p1) {
   zorch_tensor *zorch_##name(zorch_tensor *a) { return unary_op(UOP_##ID, a, 0, 0); }
 #define U_PUBLIC_P1(ID, name) \
   zorch_tensor *zorch_##name(zorch_tensor *a, double p0) { return unary_op(UOP_##ID, a, p0, 0); }
+#define U_PUBLIC_P2(ID, name)                                             \
+  zorch_tensor *zorch_##name(zorch_tensor *a, double p0, double p1) {    \
+    return unary_op(UOP_##ID, a, p0, p1);                                 \
+  }
 #define U_PUBLIC_API(ID, name, nparams) U_PUBLIC_P##nparams(ID, name)
 #define U_PUBLIC_HAND(call) SKIP
 #define U_PUBLIC(ID, name, node, fmath, ints, imath, grad, nparams, api, ...) \
@@ -497,6 +521,23 @@ zorch_tensor *zorch_clamp(zorch_tensor *a, double lo, double hi) {
   return unary_op(UOP_CLAMP, a, lo, hi);
 }
 
+zorch_tensor *zorch_round(zorch_tensor *a, int decimals) {
+  if (decimals != 0 && a && !zorch_dtype_is_float(a->dtype))
+    return err_null(ZORCH_ERR_DTYPE, "round: decimals %d needs a floating-point input, got %s",
+                    decimals, zorch_dtype_name(a->dtype));
+  return unary_op(UOP_ROUND, a, decimals, 0);
+}
+zorch_tensor *zorch_celu(zorch_tensor *a, double alpha) {
+  if (alpha == 0) return err_null(ZORCH_ERR_ARG, "celu: alpha must not be 0");
+  return unary_op(UOP_CELU, a, alpha, 0);
+}
+zorch_tensor *zorch_hardtanh(zorch_tensor *a, double min_val, double max_val) {
+  if (min_val > max_val)
+    return err_null(ZORCH_ERR_ARG, "hardtanh: min_val %g is greater than max_val %g", min_val, max_val);
+  return unary_op(UOP_HARDTANH, a, min_val, max_val);
+}
+zorch_tensor *zorch_relu6(zorch_tensor *a) { return unary_op(UOP_RELU6, a, 0, 6); }
+
 zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src) {
   if (tensor_mark_written("add_", dst)) return zorch_last_status();
   bool prev = zorch_set_grad_enabled(false);
@@ -517,6 +558,7 @@ zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src) {
 /* call_<name>: the op through its public function, from arrays */
 #define U_CALL_P0(name) zorch_##name(a)
 #define U_CALL_P1(name) zorch_##name(a, p[0])
+#define U_CALL_P2(name) zorch_##name(a, p[0], p[1])
 #define U_CALL_API(name, nparams) U_CALL_P##nparams(name)
 #define U_CALL_HAND(call) call SKIP
 #define U_CALL(ID, name, node, fmath, ints, imath, grad, nparams, api, ...)         \
@@ -630,4 +672,81 @@ zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double valu
   zorch_tensor *in[2] = {a, mask};
   where_args args = {-1, 0};
   return ag_record(out, "MaskedFillBackward", where_bwd, 2, in, 1, &mask, &args, sizeof args);
+}
+
+/* ---- predicates and nan_to_num ----------------------------------------------------------
+   Built from the comparisons: bool results, no gradient. Integer and bool
+   inputs hold no NaN and no infinity. */
+static zorch_tensor *const_bool(const zorch_tensor *a, bool v) {
+  return v ? zorch_full(a->ndim, a->shape, 1, ZORCH_BOOL, a->st->device)
+           : op_zeros(a, a->ndim, a->shape, ZORCH_BOOL);
+}
+
+/* a compared with a value of its own dtype (k: BOP_EQ, BOP_LT, ...) */
+static zorch_tensor *cmp_value(bop k, zorch_tensor *a, double v) {
+  zorch_tensor *s = scalar_like(a, v);
+  if (!s) return NULL;
+  zorch_tensor *out = op_binary(k, a, s, 0, 0);
+  zorch_tensor_free(s);
+  return out;
+}
+
+/* op's result for an integer input is `ints`; for a float input, what cmp
+   gives (NULL: the error, prefixed with op) */
+static zorch_tensor *predicate(const char *op, zorch_tensor *a, bool ints,
+                               zorch_tensor *(*cmp)(zorch_tensor *a)) {
+  if (check_arg(op, "input", a)) return NULL;
+  zorch_tensor *out = zorch_dtype_is_float(a->dtype) ? cmp(a) : const_bool(a, ints);
+  if (!out) err_prefix(op);
+  return out;
+}
+
+static zorch_tensor *nan_mask(zorch_tensor *a) { return op_binary(BOP_NE, a, a, 0, 0); }
+static zorch_tensor *posinf_mask(zorch_tensor *a) { return cmp_value(BOP_EQ, a, INFINITY); }
+static zorch_tensor *neginf_mask(zorch_tensor *a) { return cmp_value(BOP_EQ, a, -INFINITY); }
+/* |a| == inf, and |a| < inf (false for NaN) */
+static zorch_tensor *abs_cmp_inf(zorch_tensor *a, bop k) {
+  zorch_tensor *m = ew_unary(UOP_ABS, a, 0, 0);
+  if (!m) return NULL;
+  zorch_tensor *out = cmp_value(k, m, INFINITY);
+  zorch_tensor_free(m);
+  return out;
+}
+static zorch_tensor *inf_mask(zorch_tensor *a) { return abs_cmp_inf(a, BOP_EQ); }
+static zorch_tensor *finite_mask(zorch_tensor *a) { return abs_cmp_inf(a, BOP_LT); }
+
+zorch_tensor *zorch_isnan(zorch_tensor *a) { return predicate("isnan", a, false, nan_mask); }
+zorch_tensor *zorch_isinf(zorch_tensor *a) { return predicate("isinf", a, false, inf_mask); }
+zorch_tensor *zorch_isposinf(zorch_tensor *a) { return predicate("isposinf", a, false, posinf_mask); }
+zorch_tensor *zorch_isneginf(zorch_tensor *a) { return predicate("isneginf", a, false, neginf_mask); }
+zorch_tensor *zorch_isfinite(zorch_tensor *a) { return predicate("isfinite", a, true, finite_mask); }
+
+/* The largest finite value of a floating-point dtype. */
+static double dtype_max(zorch_dtype dt) {
+  switch (dt) {
+    case ZORCH_F64: return DBL_MAX;
+    case ZORCH_BF16: return 3.38953138925153547590e38; /* 0x7f7f */
+    case ZORCH_F16: return 65504;
+    default: return FLT_MAX;
+  }
+}
+
+/* Three nested wheres: each passes the gradient where its mask is false, so
+   it reaches a where a is finite (PyTorch's grad * isfinite(a)). */
+zorch_tensor *zorch_nan_to_num(zorch_tensor *a, double nan, const double *posinf,
+                               const double *neginf) {
+  const char *op = "nan_to_num";
+  if (check_arg(op, "input", a)) return NULL;
+  if (!zorch_dtype_is_float(a->dtype)) return zorch_clone(a);
+  double hi = posinf ? *posinf : dtype_max(a->dtype), lo = neginf ? *neginf : -dtype_max(a->dtype);
+  zorch_tensor *mn = NULL, *mp = NULL, *ml = NULL, *vn = NULL, *vp = NULL, *vl = NULL;
+  zorch_tensor *t1 = NULL, *t2 = NULL, *out = NULL;
+  if (!(mn = nan_mask(a)) || !(mp = posinf_mask(a)) || !(ml = neginf_mask(a))) goto cleanup;
+  if (!(vn = scalar_like(a, nan)) || !(vp = scalar_like(a, hi)) || !(vl = scalar_like(a, lo))) goto cleanup;
+  if (!(t1 = zorch_where(ml, vl, a)) || !(t2 = zorch_where(mp, vp, t1))) goto cleanup;
+  out = zorch_where(mn, vn, t2);
+cleanup:
+  OP_FREE(mn, mp, ml, vn, vp, vl, t1, t2);
+  if (!out) err_prefix(op);
+  return out;
 }

@@ -215,8 +215,9 @@ static zorch_status max_even_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin
   return st;
 }
 
+/* even: ties share the gradient even over one dim (amax and amin). */
 static zorch_tensor *max_min(const char *op, red_op k, zorch_tensor *a, int ndims, const int *dims,
-                             bool keepdim, zorch_tensor **indices) {
+                             bool keepdim, zorch_tensor **indices, bool even) {
   if (indices) *indices = NULL;
   if (check_arg(op, "input", a)) return NULL;
   red_plan p;
@@ -225,11 +226,13 @@ static zorch_tensor *max_min(const char *op, red_op k, zorch_tensor *a, int ndim
   max_args args = {.ndims = ndims, .keepdim = keepdim, .min = k == RED_MIN};
   if (ndims > 0) memcpy(args.dims, dims, sizeof(int) * (size_t)ndims);
   zorch_tensor *out = reduce_raw(op, k, a, &p, &idx, 1);
-  if (out && ndims != 1) /* PyTorch's max() and amax: ties share the gradient */
-    out = ag_record(out, k == RED_MIN ? "MinBackward" : "MaxBackward", max_even_bwd, 1, &a, 2,
+  const char *name = even ? (k == RED_MIN ? "AminBackward" : "AmaxBackward")
+                          : (k == RED_MIN ? "MinBackward" : "MaxBackward");
+  if (out && (ndims != 1 || even)) /* PyTorch's max() and amax: ties share the gradient */
+    out = ag_record(out, name, max_even_bwd, 1, &a, 2,
                     (zorch_tensor *[]){a, out}, &args, sizeof args);
   else
-    out = ag_record(out, k == RED_MIN ? "MinBackward" : "MaxBackward", max_bwd, 1, &a, 1, &idx,
+    out = ag_record(out, name, max_bwd, 1, &a, 1, &idx,
                     &args, sizeof args);
   if (out && indices)
     *indices = idx;
@@ -240,12 +243,20 @@ static zorch_tensor *max_min(const char *op, red_op k, zorch_tensor *a, int ndim
 
 zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
                         zorch_tensor **indices) {
-  return max_min("max", RED_MAX, a, ndims, dims, keepdim, indices);
+  return max_min("max", RED_MAX, a, ndims, dims, keepdim, indices, false);
 }
 
 zorch_tensor *zorch_min(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
                         zorch_tensor **indices) {
-  return max_min("min", RED_MIN, a, ndims, dims, keepdim, indices);
+  return max_min("min", RED_MIN, a, ndims, dims, keepdim, indices, false);
+}
+
+zorch_tensor *zorch_amax(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
+  return max_min("amax", RED_MAX, a, ndims, dims, keepdim, NULL, true);
+}
+
+zorch_tensor *zorch_amin(zorch_tensor *a, int ndims, const int *dims, bool keepdim) {
+  return max_min("amin", RED_MIN, a, ndims, dims, keepdim, NULL, true);
 }
 
 /* argmax and argmin: the indices of a max or min, computed without a graph. */
@@ -345,10 +356,7 @@ typedef struct {
   int dim; /* wrapped */
 } cumsum_args;
 
-/* The running sum along dim of a (from the end when `reverse`), in the kernel's
-   dtypes: float32/float64 (16-bit floats through float32), int64 for integers;
-   the result has a's float dtype, or int64. No autograd. */
-static zorch_tensor *cumsum_raw(zorch_tensor *a, int dim, bool reverse) {
+zorch_tensor *op_cumsum(zorch_tensor *a, int dim, bool reverse) {
   zorch_dtype dt = a->dtype;
   zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype(dt) : ZORCH_I64;
   int64_t outer = 1, inner = 1, n = a->ndim ? a->shape[dim] : 1;
@@ -368,7 +376,7 @@ static zorch_tensor *cumsum_raw(zorch_tensor *a, int dim, bool reverse) {
 
 /* The gradient of a running sum is the running sum of g from the end. */
 static zorch_status cumsum_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  gin[0] = cumsum_raw(g, AG_ARGS(n, cumsum_args)->dim, true);
+  gin[0] = op_cumsum(g, AG_ARGS(n, cumsum_args)->dim, true);
   return gin[0] ? ZORCH_OK : zorch_last_status();
 }
 
@@ -376,7 +384,7 @@ zorch_tensor *zorch_cumsum(zorch_tensor *a, int dim) {
   if (check_arg("cumsum", "input", a)) return NULL;
   cumsum_args args;
   if (dim_wrap("cumsum", dim, a->ndim, 0, &args.dim)) return NULL;
-  zorch_tensor *out = cumsum_raw(a, args.dim, false);
+  zorch_tensor *out = op_cumsum(a, args.dim, false);
   return ag_record(out, "CumsumBackward", cumsum_bwd, 1, &a, 0, NULL, &args, sizeof args);
 }
 

@@ -9,12 +9,15 @@ typedef zorch_tensor *(*op_fn)(zorch_tensor **in);
 
 static zorch_generator *gen;
 
-/* A float64 leaf of normal numbers; `pos` makes them positive (|x| + 0.5). */
+/* A float64 leaf of normal numbers; `pos` (an OP_DOM_* bit of input a, or 1)
+   maps them into the op's domain: positive (|x| + 0.5), inside (-1, 1)
+   (0.9 tanh x) or above 1 (|x| + 1.5). */
 static zorch_tensor *leaf(int ndim, const int64_t *shape, int pos) {
   zorch_tensor *t = zorch_randn(ndim, shape, ZORCH_F64, CPU, gen);
   if (pos) {
     double *p = zorch_tensor_data(t);
-    for (int64_t i = 0; i < zorch_tensor_numel(t); i++) p[i] = fabs(p[i]) + 0.5;
+    for (int64_t i = 0; i < zorch_tensor_numel(t); i++)
+      p[i] = pos & OP_DOM_UNIT_A ? 0.9 * tanh(p[i]) : fabs(p[i]) + (pos & OP_DOM_GT1_A ? 1.5 : 0.5);
   }
   zorch_set_requires_grad(t, true);
   return t;
@@ -204,6 +207,30 @@ CHECK(max_pool2d_pad_dil, 1, return zorch_max_pool2d(in[0], &pool_pd, NULL);)
 CHECK(avg_pool2d, 1, return zorch_avg_pool2d(in[0], &pool_avg);)
 CHECK(avg_pool2d_excl_ceil, 1, return zorch_avg_pool2d(in[0], &pool_excl);)
 CHECK(adaptive_avg_pool2d, 1, return zorch_adaptive_avg_pool2d(in[0], 3, 2);)
+/* reductions, shape ops and matrix products composed of other ops */
+CHECK(prod_dim, 1, return zorch_prod(in[0], 1, (int[]){-1}, false);)
+CHECK(prod_all, 1, return zorch_prod(in[0], 0, NULL, true);)
+CHECK(cumprod, 1, return zorch_cumprod(in[0], 1);)
+CHECK(amax_dim, 1, return zorch_amax(in[0], 1, (int[]){0}, true);)
+CHECK(norm2, 1, return zorch_norm(in[0], 2, 1, (int[]){1}, false);)
+CHECK(norm3, 1, return zorch_norm(in[0], 3, 0, NULL, false);)
+CHECK(norm_inf, 1, return zorch_norm(in[0], INFINITY, 1, (int[]){-1}, false);)
+CHECK(flip, 1, return zorch_flip(in[0], 2, (int[]){0, 2});)
+CHECK(roll, 1, return zorch_roll(in[0], 2, (int64_t[]){1, -2}, 2, (int[]){0, 1});)
+CHECK(tile, 1, return zorch_tile(in[0], 3, (int64_t[]){2, 1, 3});)
+CHECK(repeat_interleave, 1, return zorch_repeat_interleave(in[0], 2, (int[]){1});)
+CHECK(pad_const, 1, return zorch_pad(in[0], 4, (int64_t[]){1, -1, 2, 0}, ZORCH_PAD_CONSTANT, 0.5);)
+CHECK(pad_reflect, 1, return zorch_pad(in[0], 2, (int64_t[]){2, 1}, ZORCH_PAD_REFLECT, 0);)
+CHECK(pad_replicate, 1, return zorch_pad(in[0], 2, (int64_t[]){1, 2}, ZORCH_PAD_REPLICATE, 0);)
+CHECK(pad_circular, 1, return zorch_pad(in[0], 2, (int64_t[]){2, 1}, ZORCH_PAD_CIRCULAR, 0);)
+CHECK(addmm, 3, return zorch_addmm(in[0], in[1], in[2], 0.5, 2);)
+CHECK(baddbmm, 3, return zorch_baddbmm(in[0], in[1], in[2], 1, -1);)
+CHECK(dot, 2, return zorch_dot(in[0], in[1]);)
+CHECK(outer, 2, return zorch_outer(in[0], in[1]);)
+CHECK(diag_embed, 1, return zorch_diag(in[0], -1);)
+CHECK(diag_mat, 1, return zorch_diag(in[0], 1);)
+CHECK(diagonal, 1, return zorch_diagonal(in[0], 1, 0, 2);)
+CHECK(trace, 1, return zorch_trace(in[0]);)
 
 static void run(const char *name, op_fn f, int nin, zorch_tensor **in) {
   gradcheck(name, f, nin, in);
@@ -226,7 +253,7 @@ int main(void) {
   for (int i = 0; i < nops; i++) {
     cur_op = &ops[i];
     if (!cur_op->differentiable) continue;
-    int pa = cur_op->dom & OP_DOM_POS_A, pb = cur_op->dom & OP_DOM_POS_B;
+    int pa = cur_op->dom & (OP_DOM_POS_A | OP_DOM_UNIT_A | OP_DOM_GT1_A), pb = cur_op->dom & OP_DOM_POS_B;
     if (cur_op->nin == 1) {
       run(cur_op->name, fn_registered, 1, (zorch_tensor *[]){leaf(SHAPE(3, 4), pa)});
     } else { /* same shapes, then broadcasting both ways */
@@ -320,6 +347,29 @@ int main(void) {
   }
   RUN(cat, leaf(SHAPE(2, 1, 3), 0), leaf(SHAPE(2, 4, 3), 0), leaf(SHAPE(2, 2, 3), 0));
   RUN(stack, leaf(SHAPE(2, 3), 0), leaf(SHAPE(2, 3), 0));
+  RUN(prod_dim, leaf(SHAPE(3, 5), 0));
+  RUN(prod_all, leaf(SHAPE(2, 3), 0));
+  RUN(cumprod, leaf(SHAPE(2, 4), 0));
+  RUN(amax_dim, leaf(SHAPE(3, 4), 0));
+  RUN(norm2, leaf(SHAPE(3, 4), 0));
+  RUN(norm3, leaf(SHAPE(2, 3), 0));
+  RUN(norm_inf, leaf(SHAPE(3, 4), 0));
+  RUN(flip, leaf(SHAPE(2, 3, 4), 0));
+  RUN(roll, leaf(SHAPE(3, 4), 0));
+  RUN(tile, leaf(SHAPE(2, 3), 0));
+  RUN(repeat_interleave, leaf(SHAPE(2, 3), 0));
+  RUN(pad_const, leaf(SHAPE(3, 4), 0));
+  RUN(pad_reflect, leaf(SHAPE(2, 4), 0));
+  RUN(pad_replicate, leaf(SHAPE(2, 3), 0));
+  RUN(pad_circular, leaf(SHAPE(1, 2, 3), 0));
+  RUN(addmm, leaf(SHAPE(3), 0), leaf(SHAPE(2, 4), 0), leaf(SHAPE(4, 3), 0));
+  RUN(baddbmm, leaf(SHAPE(2, 1, 3), 0), leaf(SHAPE(2, 2, 4), 0), leaf(SHAPE(2, 4, 3), 0));
+  RUN(dot, leaf(SHAPE(5), 0), leaf(SHAPE(5), 0));
+  RUN(outer, leaf(SHAPE(3), 0), leaf(SHAPE(4), 0));
+  RUN(diag_embed, leaf(SHAPE(3), 0));
+  RUN(diag_mat, leaf(SHAPE(3, 4), 0));
+  RUN(diagonal, leaf(SHAPE(3, 2, 4), 0));
+  RUN(trace, leaf(SHAPE(3, 3), 0));
   RUN(index_select, leaf(SHAPE(2, 4, 3), 0), ints(SHAPE(5), (int64_t[]){3, 0, 3, 1, 3}));
   RUN(view, leaf(SHAPE(2, 6), 0));
   RUN(reshape_t, leaf(SHAPE(3, 4), 0));

@@ -74,6 +74,7 @@
 /* Integer loops where the registry gives integer math: INT for int32, int64 and
    uint8, SIGNED for int32 and int64. */
 #define INT_LOOPS_NO_INT(LOOP, name, ...)
+#define INT_LOOPS_FLOAT(LOOP, name, ...)
 #define INT_LOOPS_SIGNED(LOOP, name, ...) \
   LOOP(name##_i32, int32_t, __VA_ARGS__) LOOP(name##_i64, int64_t, __VA_ARGS__)
 #define INT_LOOPS_INT(LOOP, name, ...) \
@@ -97,9 +98,11 @@ ZORCH_BINARY_OPS(B_LOOPS)
 
 /* ---- the tables, indexed by the enums ---------------------------------------------- */
 #define IF_NO_INT(x)
+#define IF_FLOAT(x)
 #define IF_SIGNED(x) x,
 #define IF_INT(x) x,
 #define IF8_NO_INT(x)
+#define IF8_FLOAT(x)
 #define IF8_SIGNED(x)
 #define IF8_INT(x) x,
 #define U_F32(ID, name, ...) [UOP_##ID] = u_##name##_f32,

@@ -25,6 +25,7 @@ __device__ inline T binary_math(int op, T x, T y, T p0, T p1) {
 
 // integers: the ops with integer math (the op layer sends no others), on int64
 #define CU_ICASE_NO_INT(K, e)
+#define CU_ICASE_FLOAT(K, e)
 #define CU_ICASE_SIGNED(K, e) \
   case K: return (e);
 #define CU_ICASE_INT(K, e) \
@@ -50,6 +51,7 @@ __device__ inline int64_t binary_int(int op, int64_t x, int64_t y) {
 
 // What the host checks before a launch: integer kernels, bool outputs.
 #define CU_HAS_INT_NO_INT false
+#define CU_HAS_INT_FLOAT false
 #define CU_HAS_INT_SIGNED true
 #define CU_HAS_INT_INT true
 #define CU_IS_BOOL_SAME false

@@ -40,10 +40,14 @@ for _, dt in ipairs({"float32", "float64", "bfloat16", "float16"}) do
   same(a, ga, 0, dt .. ": copies to the GPU and back")
   local pos, gpos = a:abs() + 0.5, ga:abs() + 0.5
   local posb, gposb = b:abs() + 0.5, gb:abs() + 0.5
+  local unit, gt1 = a:tanh() * 0.9, a:abs() + 1.5
+  local gunit, ggt1 = unit:to("cuda"), gt1:to("cuda")
   -- every elementwise op of the registry, by name, b broadcast against a
   for _, op in ipairs(Z._pointwise_ops()) do
     local cpu_in = {op.positive[1] and pos or a, op.positive[2] and posb or b}
     local gpu_in = {op.positive[1] and gpos or ga, op.positive[2] and gposb or gb}
+    if op.domain == "unit" then cpu_in[1], gpu_in[1] = unit, gunit end
+    if op.domain == "gt1" then cpu_in[1], gpu_in[1] = gt1, ggt1 end
     local function run(inputs)
       local args = {op.name}
       for i = 1, op.nin do args[#args + 1] = inputs[i] end
@@ -233,6 +237,8 @@ for _, op in ipairs(Z._pointwise_ops()) do
       for i = 1, op.nin do
         local x = zorch.randn(i == 1 and {6, 7} or {7}, {dtype = "float64"})
         if op.positive[i] then x = x:abs() + 0.5 end
+        if i == 1 and op.domain == "unit" then x = x:tanh() * 0.9 end
+        if i == 1 and op.domain == "gt1" then x = x:abs() + 1.5 end
         inputs[i] = x:to(device):requires_grad_()
         args[#args + 1] = inputs[i]
       end
