@@ -509,8 +509,19 @@ static int f_flatten(lua_State *L) {
 
 /* The registry's elementwise ops (ops/pointwise_ops.h). Each unary op without
    parameters is bound as zorch.<name>(x) and x:<name>(); upvalue 1 is its op_info. */
+/* Refuses arguments past the first n that are not nil: PyTorch takes alpha and
+   out only by keyword, so zorch.add(a, b, 2) is a mistake to report, not to
+   ignore. */
+static void check_max_args(lua_State *L, int n, const char *name) {
+  for (int i = lua_gettop(L); i > n; i--)
+    if (!lua_isnil(L, i))
+      luaL_error(L, "%s: takes %d argument%s, got %d (a %s at %d)", name, n, n == 1 ? "" : "s", lua_gettop(L),
+                 luaL_typename(L, i), i);
+}
+
 static int f_pointwise(lua_State *L) {
   const op_info *op = lua_touserdata(L, lua_upvalueindex(1));
+  check_max_args(L, 1, op->name);
   zorch_tensor *in[1] = {T(1)};
   double p[2] = {0, 0};
   return lz_push_up(L, op->call(in, p), 2);
@@ -577,6 +588,7 @@ typedef struct {
 static const binary_bind binary_binds[] = {ZORCH_BINARY_OPS(B_BIND)};
 static int f_pointwise2(lua_State *L) {
   const binary_bind *b = lua_touserdata(L, lua_upvalueindex(1));
+  check_max_args(L, 2, b->name);
   return lz_binary(L, b->name, b->fn);
 }
 
@@ -604,6 +616,7 @@ static void open_pointwise(lua_State *L, int module, int methods) {
 }
 
 static int binop(lua_State *L, const char *mm) {
+  check_max_args(L, 2, mm + 2);
   if (!zorch_to_tensor(L, 1) && !zorch_to_tensor(L, 2))
     return luaL_error(L, "%s: expected a tensor operand, got %s and %s", mm + 2, luaL_typename(L, 1),
                       luaL_typename(L, 2));
