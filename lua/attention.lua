@@ -30,6 +30,14 @@ local function need_tensor(fn, name, t, level)
   if not zorch.is_tensor(t) then error(("%s: %s must be a tensor, got %s"):format(fn, name, type(t)), (level or 3) + 1) end
 end
 local function default(v, d) if v == nil then return d end return v end
+-- A forward's options; a tensor where they go is a mask passed by position.
+local function forward_options(fn, opts, allowed)
+  if zorch.is_tensor(opts) then
+    error(("%s: masks go in the options table by name ({%s = mask, ...}), got a tensor %s"):format(fn, allowed[1],
+      shape_str(opts)), 3)
+  end
+  return check_options(fn, opts, allowed, 3) -- (a tail call: the forward is level 2)
+end
 
 -- ---- MultiheadAttention ------------------------------------------------------------------------
 
@@ -158,7 +166,7 @@ function MHA:_in_proj(q, k, v)
   return zorch.linear(q, wq, bq), zorch.linear(k, wk, bk), zorch.linear(v, wv, bv)
 end
 
-local MHA_FORWARD = {"key_padding_mask", "need_weights", "attn_mask", "average_attn_weights", "is_causal"}
+local MHA_FORWARD = {"attn_mask", "key_padding_mask", "need_weights", "average_attn_weights", "is_causal"}
 
 -- forward(query, key, value, {key_padding_mask, need_weights = true,
 -- attn_mask, average_attn_weights = true, is_causal = false}) -> output,
@@ -167,7 +175,7 @@ local MHA_FORWARD = {"key_padding_mask", "need_weights", "attn_mask", "average_a
 -- (added to the scores); attn_mask (L, S) or (N * num_heads, L, S).
 function MHA:forward(query, key, value, opts)
   local fn = "nn.MultiheadAttention"
-  opts = check_options(fn, opts, MHA_FORWARD, 3)
+  opts = forward_options(fn, opts, MHA_FORWARD)
   for _, k in ipairs({"need_weights", "average_attn_weights", "is_causal"}) do check_bool(fn, k, opts[k], 2) end
   local kpm, attn_mask = opts.key_padding_mask, opts.attn_mask
   local need_weights = opts.need_weights ~= false
@@ -337,7 +345,7 @@ end
 -- forward(src, {src_mask, src_key_padding_mask, is_causal})
 function ENC:forward(src, opts)
   local fn = "nn.TransformerEncoderLayer"
-  opts = check_options(fn, opts, {"src_mask", "src_key_padding_mask", "is_causal"}, 3)
+  opts = forward_options(fn, opts, {"src_mask", "src_key_padding_mask", "is_causal"})
   need_tensor(fn, "src", src, 2)
   local mask, kpm, causal = opts.src_mask, opts.src_key_padding_mask, opts.is_causal
   local x = src
@@ -379,7 +387,7 @@ local function dec_ff(self, x) return self.dropout3(self.linear2(self.dropout(se
 -- memory_key_padding_mask, tgt_is_causal, memory_is_causal})
 function DEC:forward(tgt, memory, opts)
   local fn = "nn.TransformerDecoderLayer"
-  opts = check_options(fn, opts, DEC_FORWARD, 3)
+  opts = forward_options(fn, opts, DEC_FORWARD)
   need_tensor(fn, "tgt", tgt, 2)
   need_tensor(fn, "memory", memory, 2)
   local o = opts
@@ -433,7 +441,7 @@ function ENCODER:init(layer, num_layers, opts)
 end
 -- forward(src, {mask, src_key_padding_mask, is_causal})
 function ENCODER:forward(src, opts)
-  opts = check_options("nn.TransformerEncoder", opts, {"mask", "src_key_padding_mask", "is_causal"}, 3)
+  opts = forward_options("nn.TransformerEncoder", opts, {"mask", "src_key_padding_mask", "is_causal"})
   local x = src
   for i = 1, #self.layers do
     x = self.layers[i](x, {src_mask = opts.mask, src_key_padding_mask = opts.src_key_padding_mask,
@@ -452,7 +460,7 @@ function DECODER:init(layer, num_layers, opts)
 end
 -- forward(tgt, memory, opts as TransformerDecoderLayer's)
 function DECODER:forward(tgt, memory, opts)
-  opts = check_options("nn.TransformerDecoder", opts, DEC_FORWARD, 3)
+  opts = forward_options("nn.TransformerDecoder", opts, DEC_FORWARD)
   local x = tgt
   for i = 1, #self.layers do x = self.layers[i](x, memory, opts) end
   local norm = rawget(self, "norm")
