@@ -468,9 +468,76 @@ function DECODER:forward(tgt, memory, opts)
   return x
 end
 
+-- ---- Transformer ------------------------------------------------------------------------------
+
+local TRANSFORMER = Module:extend "nn.Transformer"
+nn.Transformer = TRANSFORMER
+local TRANSFORMER_OPTS = {"d_model", "nhead", "num_encoder_layers", "num_decoder_layers", "dim_feedforward", "dropout",
+                          "activation", "custom_encoder", "custom_decoder", "layer_norm_eps", "batch_first",
+                          "norm_first", "bias"}
+
+-- Transformer({d_model = 512, nhead = 8, num_encoder_layers = 6,
+-- num_decoder_layers = 6, custom_encoder, custom_decoder, and the layers'
+-- options}): an encoder and a decoder stack, each ending in a LayerNorm;
+-- every parameter of 2 dims or more Xavier-uniform, as PyTorch resets them.
+function TRANSFORMER:init(opts)
+  local fn = "nn.Transformer"
+  opts = check_options(fn, opts, TRANSFORMER_OPTS, 4)
+  local d_model, nhead = default(opts.d_model, 512), default(opts.nhead, 8)
+  local nenc, ndec = default(opts.num_encoder_layers, 6), default(opts.num_decoder_layers, 6)
+  check_int(fn, "num_encoder_layers", nenc)
+  check_int(fn, "num_decoder_layers", ndec)
+  local lopts = {}
+  for _, k in ipairs(LAYER_OPTS) do lopts[k] = opts[k] end
+  local o = layer_options(fn, d_model, nhead, lopts)
+  local function norm() return nn.LayerNorm(d_model, {eps = o.layer_norm_eps, bias = o.bias}) end
+  for _, k in ipairs({"custom_encoder", "custom_decoder"}) do
+    local m = opts[k]
+    if m ~= nil and not (type(m) == "table" and rawget(m, "_order")) then
+      error(("%s: %s must be a module, got %s"):format(fn, k, type(m)), 3)
+    end
+  end
+  self.encoder = opts.custom_encoder or ENCODER(ENC(d_model, nhead, lopts), nenc, {norm = norm()})
+  self.decoder = opts.custom_decoder or DECODER(DEC(d_model, nhead, lopts), ndec, {norm = norm()})
+  rawset(self, "d_model", d_model)
+  rawset(self, "nhead", nhead)
+  rawset(self, "batch_first", o.batch_first)
+  for _, p in ipairs(self:parameters()) do
+    if p:dim() > 1 then nn.init.xavier_uniform_(p) end
+  end
+end
+
+local TRANSFORMER_FORWARD = {"src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask", "tgt_key_padding_mask",
+                             "memory_key_padding_mask", "src_is_causal", "tgt_is_causal", "memory_is_causal"}
+-- forward(src, tgt, {src_mask, tgt_mask, memory_mask, src_key_padding_mask,
+-- tgt_key_padding_mask, memory_key_padding_mask, src_is_causal,
+-- tgt_is_causal, memory_is_causal}): the decoder's output over the encoded src
+function TRANSFORMER:forward(src, tgt, opts)
+  local fn = "nn.Transformer"
+  opts = forward_options(fn, opts, TRANSFORMER_FORWARD)
+  need_tensor(fn, "src", src, 2)
+  need_tensor(fn, "tgt", tgt, 2)
+  if src:dim() == 3 and tgt:dim() == 3 then
+    local b = self.batch_first and 1 or 2
+    if src:size(b) ~= tgt:size(b) then
+      error(("%s: the batch sizes of src %s and tgt %s (dim %d) must be equal"):format(fn, shape_str(src),
+        shape_str(tgt), b), 2)
+    end
+  end
+  if src:dim() < 1 or tgt:dim() < 1 or src:size(-1) ~= self.d_model or tgt:size(-1) ~= self.d_model then
+    error(("%s: src %s and tgt %s must have d_model = %d as their last size"):format(fn, shape_str(src),
+      shape_str(tgt), self.d_model), 2)
+  end
+  local memory = self.encoder(src, {mask = opts.src_mask, src_key_padding_mask = opts.src_key_padding_mask,
+    is_causal = opts.src_is_causal})
+  return self.decoder(tgt, memory, {tgt_mask = opts.tgt_mask, memory_mask = opts.memory_mask,
+    tgt_key_padding_mask = opts.tgt_key_padding_mask, memory_key_padding_mask = opts.memory_key_padding_mask,
+    tgt_is_causal = opts.tgt_is_causal, memory_is_causal = opts.memory_is_causal})
+end
+
 -- nn.Transformer.generate_square_subsequent_mask(sz, {dtype, device}): the
--- float causal mask, -inf above the diagonal and 0 elsewhere.
-nn.Transformer = nn.Transformer or {}
+-- float causal mask, -inf above the diagonal and 0 elsewhere (a function of
+-- the class, as PyTorch's static method).
 function nn.Transformer.generate_square_subsequent_mask(sz, opts)
   check_int("nn.Transformer.generate_square_subsequent_mask", "sz", sz, 2)
   opts = check_options("nn.Transformer.generate_square_subsequent_mask", opts, {"dtype", "device"}, 3)

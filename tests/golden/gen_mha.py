@@ -1,5 +1,5 @@
-"""PyTorch's nn.MultiheadAttention, TransformerEncoderLayer/Encoder and
-TransformerDecoderLayer/Decoder, for tests/lua/test_mha.lua:
+"""PyTorch's nn.MultiheadAttention, TransformerEncoderLayer/Encoder,
+TransformerDecoderLayer/Decoder and Transformer, for tests/lua/test_mha.lua:
     python3 tests/golden/gen_mha.py     # writes tests/golden/mha.safetensors
 
 Every case is float64, dropout 0, and names its tensors `case.NAME`:
@@ -165,6 +165,14 @@ dlayer = nn.TransformerDecoderLayer(E, H, dim_feedforward=16, dropout=0.0, norm_
 run("decoder2", nn.TransformerDecoder(dlayer, 2, norm=nn.LayerNorm(E)),
     lambda m, i, msk: m(i["tgt"], i["memory"], tgt_mask=msk["tgt_mask"], tgt_is_causal=True),
     {"tgt": x, "memory": mem}, {"tgt_mask": causal(L)})
+
+# ---- the whole Transformer ----
+run("transformer", nn.Transformer(d_model=E, nhead=H, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=16,
+                                  dropout=0.0, batch_first=True),
+    lambda m, i, msk: m(i["src"], i["tgt"], tgt_mask=msk["tgt_mask"], src_key_padding_mask=msk["src_key_padding_mask"],
+                        memory_key_padding_mask=msk["memory_key_padding_mask"], tgt_is_causal=True),
+    {"src": mem.transpose(0, 1), "tgt": x.transpose(0, 1)},
+    {"tgt_mask": causal(L), "src_key_padding_mask": kpm(N, S), "memory_key_padding_mask": kpm(N, S)})
 
 save_file({k: v.contiguous() for k, v in out.items()},
           os.path.join(os.path.dirname(os.path.abspath(__file__)), "mha.safetensors"))

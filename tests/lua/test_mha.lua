@@ -131,6 +131,13 @@ check("dec_pre_gelu", nn.TransformerDecoderLayer(E, H, with{activation = "gelu",
 check("decoder2", nn.TransformerDecoder(nn.TransformerDecoderLayer(E, H, with{norm_first = true}), 2,
   {norm = nn.LayerNorm(E)}), dec({"tgt_mask"}, {tgt_is_causal = true}))
 
+-- ---- the whole Transformer ----
+check("transformer", nn.Transformer{d_model = E, nhead = H, num_encoder_layers = 2, num_decoder_layers = 1,
+  dim_feedforward = 16, dropout = 0.0, batch_first = true}, function(m, i, msk)
+    return m(i.src, i.tgt, {tgt_mask = msk.tgt_mask, src_key_padding_mask = msk.src_key_padding_mask,
+      memory_key_padding_mask = msk.memory_key_padding_mask, tgt_is_causal = true})
+  end)
+
 -- ---- state dicts: PyTorch's order, and a stack's deep copies ----
 local function order(m) return table.concat(getmetatable(m:state_dict()).order, " ") end
 ok(order(nn.MultiheadAttention(E, H, {kdim = 6, vdim = 7, add_bias_kv = true})) ==
@@ -270,5 +277,20 @@ raises("TransformerDecoderLayer: memory missing", function()
 raises("TransformerDecoder: unknown forward option", function()
   nn.TransformerDecoder(nn.TransformerDecoderLayer(E, H, {dim_feedforward = 16}), 1)(x, x, {src_mask = 1}) end,
   "nn.TransformerDecoder: unknown option 'src_mask'", "tgt_mask")
+
+do
+  local t = nn.Transformer{d_model = E, nhead = H, num_encoder_layers = 1, num_decoder_layers = 1, dim_feedforward = 16}
+  raises("Transformer: batch sizes differ", function() t(zorch.randn(5, 3, E), zorch.randn(4, 2, E)) end,
+    "nn.Transformer: the batch sizes of src (5, 3, 8) and tgt (4, 2, 8) (dim 2) must be equal")
+  raises("Transformer: feature sizes", function() t(zorch.randn(5, 3, E), zorch.randn(4, 3, 6)) end,
+    "nn.Transformer: src (5, 3, 8) and tgt (4, 3, 6) must have d_model = 8 as their last size")
+  raises("Transformer: unknown option", function() nn.Transformer{d_model = E, nheads = 2} end,
+    "nn.Transformer: unknown option 'nheads'", "num_encoder_layers")
+  raises("Transformer: custom_encoder not a module", function() nn.Transformer{d_model = E, nhead = H,
+    dim_feedforward = 16, custom_encoder = 1} end, "nn.Transformer: custom_encoder must be a module, got number")
+  ok(#t.encoder.layers == 1 and t.encoder.norm ~= nil and t.decoder.norm ~= nil and
+    t.encoder.layers[1].self_attn.in_proj_bias:abs():sum():item() == 0,
+    "Transformer: encoder and decoder stacks with final norms; biases stay zero")
+end
 
 tap.done()
