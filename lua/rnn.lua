@@ -6,8 +6,12 @@ local nn = zorch.nn
 local Module = nn.Module
 local linear, sigmoid, tanh = zorch.linear, zorch.sigmoid, zorch.tanh
 
-local function shape_str(t) return "(" .. table.concat(t.shape, ", ") .. ")" end
-local function tuple(...) return "(" .. table.concat({...}, ", ") .. ")" end
+-- sizes as Python writes a tuple, as tensors print their shape: (3, 4), (4,)
+local function tuple(...)
+  local n = select("#", ...)
+  return "(" .. table.concat({...}, ", ") .. (n == 1 and ",)" or ")")
+end
+local function shape_str(t) return tuple(table.unpack(t.shape)) end
 
 -- Reads options `opts` for fn against spec {name = {default, check, want}}:
 -- an unknown key is zorch._check_options' error, a bad value names the option
@@ -106,7 +110,7 @@ local function cell_class(kind)
     if not zorch.is_tensor(x) then error(("%s: input must be a tensor, got %s"):format(fn, type(x)), 2) end
     local batched = x:dim() == 2
     if not (batched or x:dim() == 1) or x.shape[x:dim()] ~= I then
-      error(("%s: expected input (N, %d) or (%d), got %s"):format(fn, I, I, shape_str(x)), 2)
+      error(("%s: expected input (N, %d) or (%d,), got %s"):format(fn, I, I, shape_str(x)), 2)
     end
     check_dtype(fn, "input", x, self.weight_ih, 2)
     local want = batched and tuple(x.shape[1], H) or tuple(H)
