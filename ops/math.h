@@ -80,8 +80,10 @@ ZM_DEF1(zm_gelu_tanh,
         T u = (T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x);
         return (T)0.5 * x * ((T)1 + tanh(u));)
 
-/* sign: 0 for both zeros and for NaN (PyTorch's (0 < x) - (x < 0)) */
-ZM_DEF1(zm_sign, return x > (T)0 ? (T)1 : (x < (T)0 ? (T)-1 : (T)0);)
+/* sign: 0 for both zeros and for NaN (PyTorch's (0 < x) - (x < 0)). Written
+   as that difference: the nested select vectorised into an x != 0 compare,
+   which valgrind's AVX emulation gets wrong for NaN. */
+ZM_DEF1(zm_sign, return (T)((T)0 < x) - (T)(x < (T)0);)
 /* frac: x - trunc(x), with the sign of x (NaN for +-inf, as PyTorch) */
 ZM_DEF1(zm_frac, return x - (T)trunc(x);)
 /* round half to even; decimals d: rint(x * 10^d) / 10^d, or for d < 0
