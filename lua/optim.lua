@@ -1135,7 +1135,8 @@ function S.CosineAnnealingWarmRestarts(opt, opts)
                           {T_0 = posint, T_mult = posint, eta_min = num}, {"T_0"})
   return new_closed("CosineAnnealingWarmRestarts", opt, {T_0 = o.T_0, T_mult = o.T_mult, eta_min = o.eta_min},
     function(self, n, base)
-      local cur, len = n, self.T_0
+      -- len in floats: integer powers of T_mult would wrap and never pass cur
+      local cur, len = n, self.T_0 + 0.0
       if self.T_mult == 1 then cur = n % len
       else while cur >= len do cur, len = cur - len, len * self.T_mult end end
       return self.eta_min + ((base or self.base_lr) - self.eta_min) * (1 + math.cos(math.pi * cur / len)) / 2
