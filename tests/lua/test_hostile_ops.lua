@@ -1,0 +1,91 @@
+-- Hostile arguments to the newer ops: sizes, repeats, offsets, pads and steps
+-- near 2^63 (refused with a clear error, never an overflowed size), values
+-- of the wrong kind where the messages used to come from Lua's internals,
+-- a scheduler whose period overflowed, and in-place ops whose other operand
+-- requires grad.
+package.path = "lua/?.lua;" .. package.path
+local tap = require "tap"
+local zorch = require "zorch"
+local nn, optim = zorch.nn, zorch.optim
+local ok, raises, close = tap.ok, tap.raises, tap.close
+local BIG, MIN = math.maxinteger, math.mininteger
+
+-- ---- sizes whose product passes 64 bits ---------------------------------------------------------
+local x = zorch.randn(2, 3)
+raises("tile: a repeat past 64 bits", function() zorch.tile(x, BIG, 2) end, "tile:", "overflow 64 bits", "(2, 3)")
+raises("tile: of an empty tensor too", function() zorch.tile(zorch.zeros(0, 3), {2, BIG // 2}) end,
+       "tile:", "overflow 64 bits")
+raises("repeat: a repeat past 64 bits", function() zorch["repeat"](x, 2, BIG) end, "repeat:", "overflow 64 bits")
+raises("repeat (method): a table of repeats", function() x["repeat"](x, {BIG, 2}) end, "repeat:", "overflow 64 bits")
+raises("repeat_interleave: repeats past 64 bits", function() zorch.repeat_interleave(x, BIG, 1) end,
+       "repeat_interleave:", "overflow 64 bits", "(2, 3)")
+raises("unflatten: sizes multiplying past 64 bits", function() zorch.unflatten(x, 2, {BIG, 2}) end,
+       "unflatten:", "past 64 bits", "(2, 3)")
+raises("diag: an offset past 64 bits", function() zorch.diag(zorch.tensor({1, 2}), BIG) end, "diag:", "past 64 bits")
+raises("diag: the most negative offset", function() zorch.diag(zorch.tensor({1, 2}), MIN) end, "diag:", "past 64 bits")
+ok(zorch.diag(x, MIN):numel() == 0 and zorch.diag(x, BIG):numel() == 0,
+   "diag of a matrix: extreme offsets give empty diagonals")
+raises("pad: the most negative pad", function() zorch.pad(x, {MIN, 1}) end, "pad:", "crop more than dim")
+raises("pad: two huge crops", function() zorch.pad(x, {MIN + 1, MIN + 1}) end, "pad:", "crop more than dim")
+raises("pad: circular, the most negative pad", function() zorch.pad(x:view(1, 2, 3), {MIN, 0}, "circular") end,
+       "pad:", "crop more than dim")
+close(zorch.pad(x, {-1, -1}), x:narrow(2, 2, 1), 0, "pad: crops within the dim still work")
+raises("linspace: steps whose buffer overflows", function() zorch.linspace(0, 1, BIG) end,
+       "linspace:", "too many")
+raises("logspace: likewise", function() zorch.logspace(0, 1, BIG) end, "logspace:", "too many")
+
+-- ---- values of the wrong kind ------------------------------------------------------------------
+raises("add_ with alpha: a table as other", function() x:clone():add_({1}, 2) end,
+       "add_: other must be a tensor or a number, got table")
+raises("sub_ with alpha: a file as other", function() x:clone():sub_(io.stdout, 2) end,
+       "sub_: other must be a tensor or a number, got userdata")
+raises("chunk: a table as dim", function() zorch.chunk(x, 2, {}) end, "chunk: dim table out of range for a 2-d tensor")
+raises("chunk: dim out of range names chunk", function() zorch.chunk(x, 2, 3) end, "chunk: dim 3 out of range")
+raises("split: a table as dim", function() zorch.split(x, 1, {}) end, "split: dim table out of range")
+raises("rms_norm: a table inside normalized_shape", function() zorch.rms_norm(x, {{}}) end,
+       "rms_norm: normalized_shape (table) must be the last dims of input (2, 3)")
+raises("nn.Unflatten: a table inside sizes", function() nn.Unflatten(2, {{}, 3}) end,
+       "nn.Unflatten: sizes must be a list of integers", "{table, 3}")
+raises("trunc_normal_: a tensor as mean", function() nn.init.trunc_normal_(zorch.empty(3), zorch.zeros(1)) end,
+       "nn.init.trunc_normal_: mean must be a number, got userdata")
+raises("trunc_normal_: a string as b", function() nn.init.trunc_normal_(zorch.empty(3), 0, 1, -2, "2") end,
+       "nn.init.trunc_normal_: b must be a number, got string")
+
+-- ---- CosineAnnealingWarmRestarts: a T_mult whose powers pass 2^63 ---------------------------------
+do
+  local p = zorch.zeros(1, {requires_grad = true})
+  local o = optim.SGD({p}, {lr = 0.1})
+  local s = optim.lr_scheduler.CosineAnnealingWarmRestarts(o, {T_0 = 2, T_mult = BIG})
+  -- an instruction budget turns the old endless loop into an error
+  debug.sethook(function() error("instruction budget spent", 2) end, "", 1e8)
+  local good, err = pcall(function() for _ = 1, 6 do o:step(); s:step() end end)
+  debug.sethook()
+  ok(good, "CosineAnnealingWarmRestarts with T_mult = maxinteger steps" .. (good and "" or (": " .. tostring(err))))
+  ok(o.lr == o.lr and o.lr > 0 and o.lr <= 0.1, "and its lr stays within [eta_min, base]")
+end
+
+-- ---- in-place ops whose other operand requires grad -----------------------------------------------
+-- x:op_(w) reads x for w's gradient; the write must not invalidate what the op saved.
+for _, c in ipairs({
+  {"mul_", function(a, w) return a:mul_(w) end, function(a, w) return a * w end},
+  {"div_", function(a, w) return a:div_(w) end, function(a, w) return a / w end},
+  {"atan2_", function(a, w) return a:atan2_(w) end, function(a, w) return zorch.atan2(a, w) end},
+  {"maximum_", function(a, w) return a:maximum_(w) end, function(a, w) return zorch.maximum(a, w) end},
+  {"lerp_", function(a, w) return a:lerp_(w, 0.25) end, function(a, w) return zorch.lerp(a, w, 0.25) end},
+}) do
+  local name, inplace, plain = c[1], c[2], c[3]
+  zorch.manual_seed(3)
+  local a0 = zorch.randn(2, 3)
+  local w1 = zorch.randn(2, 3, {requires_grad = true})
+  local w2 = w1:detach():requires_grad_()
+  local a = a0:clone()
+  inplace(a, w1)
+  local good, err = pcall(function() (a * a):sum():backward() end)
+  ok(good, name .. ": backward through x:" .. name .. "(w), w requiring grad" .. (good and "" or (": " .. tostring(err))))
+  local r = plain(a0, w2)
+  ;(r * r):sum():backward()
+  close(a, r, 1e-6, name .. ": the values are the out-of-place op's")
+  if good then close(w1.grad, w2.grad, 1e-6, name .. ": w's gradient is the out-of-place op's") end
+end
+
+tap.done()
