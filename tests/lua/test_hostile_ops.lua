@@ -34,6 +34,28 @@ raises("linspace: steps whose buffer overflows", function() zorch.linspace(0, 1,
        "linspace:", "too many")
 raises("logspace: likewise", function() zorch.logspace(0, 1, BIG) end, "logspace:", "too many")
 
+-- ---- integer clamps with bounds outside the dtype --------------------------------------------------
+-- A bound that cannot bind is dropped (PyTorch's); the kernel used to convert
+-- it to the dtype, so uint8's min -1 became 255 and clamped everything to it.
+local u8 = zorch.tensor({1, 5, 200}):byte()
+close(zorch.clamp(u8, -1, 3), zorch.clamp(u8, 0, 3), 0, "clamp: uint8 with min -1 is min 0")
+close(zorch.clamp(u8, 1, 300), zorch.clamp(u8, 1, 255), 0, "clamp: uint8 with max 300 is max 255")
+close(zorch.clamp_min(u8, -1), u8, 0, "clamp_min: uint8 with min -1 changes nothing")
+close(zorch.hardtanh(u8, -1, 3), zorch.clamp(u8, 0, 3), 0, "hardtanh: uint8 with min_val -1")
+ok(zorch.hardtanh(u8, -1, 3):dtype() == "uint8", "hardtanh: and stays uint8")
+local i32 = zorch.tensor({-7, 5}):int()
+close(zorch.clamp(i32, -2 ^ 40 | 0, 2 ^ 40 | 0), i32, 0, "clamp: int32 with bounds past its range changes nothing")
+local i64 = zorch.tensor({MIN, BIG})
+close(zorch.clamp(i64, MIN, BIG), i64, 0, "clamp: int64 between its extremes changes nothing")
+do local y = u8:clone(); y:clamp_(-1, 3); close(y, zorch.clamp(u8, 0, 3), 0, "clamp_: uint8 with min -1") end
+raises("clamp: a min above uint8's range", function() zorch.clamp(u8, 300) end, "clamp: min 300 is outside the range of uint8")
+raises("clamp_max: a max below uint8's range", function() zorch.clamp_max(u8, -1) end,
+       "max -1 is outside the range of uint8")
+raises("clamp: int32 min past its range", function() zorch.clamp(i32, 2 ^ 40 | 0) end, "outside the range of int32")
+raises("clamp: int64 min 2^63 (a float)", function() zorch.clamp(i64, 2 ^ 63) end, "outside the range of int64")
+raises("hardtanh: uint8 min_val past its range", function() zorch.hardtanh(u8, 256, 300) end,
+       "hardtanh: min 256 is outside the range of uint8")
+
 -- ---- values of the wrong kind ------------------------------------------------------------------
 raises("add_ with alpha: a table as other", function() x:clone():add_({1}, 2) end,
        "add_: other must be a tensor or a number, got table")
