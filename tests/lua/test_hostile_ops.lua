@@ -56,6 +56,14 @@ raises("clamp: int64 min 2^63 (a float)", function() zorch.clamp(i64, 2 ^ 63) en
 raises("hardtanh: uint8 min_val past its range", function() zorch.hardtanh(u8, 256, 300) end,
        "hardtanh: min 256 is outside the range of uint8")
 
+-- ---- round's decimals past int ---------------------------------------------------------------------
+-- 10^decimals overflows (or underflows) long before: every finite value gives
+-- NaN, as PyTorch's; the binding used to truncate 2^32 + 1 to 1.
+local r = zorch.tensor({1.5, 2.25}, {dtype = "float64"})
+for _, d in ipairs({BIG, MIN, 2 ^ 32 + 1 | 0, -(2 ^ 32) + 1 | 0, 2 ^ 31 | 0}) do
+  ok(zorch.round(r, d):isnan():all():item(), ("round: decimals %d gives NaN"):format(d))
+end
+
 -- ---- values of the wrong kind ------------------------------------------------------------------
 raises("add_ with alpha: a table as other", function() x:clone():add_({1}, 2) end,
        "add_: other must be a tensor or a number, got table")
