@@ -714,6 +714,15 @@ function zorch.cross_entropy(logits, targets, opts)
         tostring(k)), 2)
     end
   end
+  -- checked here: the kernel's binding would name itself, not cross_entropy
+  local red, ii = rawget(opts, "reduction"), rawget(opts, "ignore_index")
+  if red ~= nil and red ~= "mean" and red ~= "sum" and red ~= "none" then
+    error(("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(
+      type(red) == "string" and ("\"" .. red .. "\"") or tostring(red)), 2)
+  end
+  if ii ~= nil and math.tointeger(ii) == nil then
+    error("cross_entropy: ignore_index must be an integer, got " .. tostring(ii), 2)
+  end
   local w, eps = rawget(opts, "weight"), rawget(opts, "label_smoothing") or 0
   local fused = {reduction = rawget(opts, "reduction"), ignore_index = rawget(opts, "ignore_index")}
   if w == nil and eps == 0 then return ce_fused(logits, targets, fused) end

@@ -81,6 +81,22 @@ raises("trunc_normal_: a tensor as mean", function() nn.init.trunc_normal_(zorch
 raises("trunc_normal_: a string as b", function() nn.init.trunc_normal_(zorch.empty(3), 0, 1, -2, "2") end,
        "nn.init.trunc_normal_: b must be a number, got string")
 
+raises("cosine_similarity: dim out of range names it", function() zorch.cosine_similarity(x, x, {dim = BIG}) end,
+       "cosine_similarity: dim 9223372036854775807 out of range for input (2, 3)")
+raises("normalize: dim out of range names it", function() zorch.normalize(x, {dim = -3}) end,
+       "normalize: dim -3 out of range for input (2, 3)")
+close(zorch.normalize(zorch.tensor(2.0), {dim = -1}), zorch.normalize(zorch.tensor({2.0}), {dim = 1}):reshape({}), 0,
+      "normalize: a 0-d input has dim -1")
+do
+  local logits, targets = zorch.randn(2, 3), zorch.tensor({1, 3})
+  raises("cross_entropy: a number as reduction", function() zorch.cross_entropy(logits, targets, {reduction = 0}) end,
+         "cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got 0")
+  raises("cross_entropy: a float ignore_index", function() zorch.cross_entropy(logits, targets, {ignore_index = 2.5}) end,
+         "cross_entropy: ignore_index must be an integer, got 2.5")
+  close(zorch.cross_entropy(logits, targets, {ignore_index = 3.0}), zorch.cross_entropy(logits, targets, {ignore_index = 3}),
+        0, "cross_entropy: an integral float ignore_index still works")
+end
+
 -- ---- CosineAnnealingWarmRestarts: a T_mult whose powers pass 2^63 ---------------------------------
 do
   local p = zorch.zeros(1, {requires_grad = true})
