@@ -56,6 +56,33 @@ raises("clamp: int64 min 2^63 (a float)", function() zorch.clamp(i64, 2 ^ 63) en
 raises("hardtanh: uint8 min_val past its range", function() zorch.hardtanh(u8, 256, 300) end,
        "hardtanh: min 256 is outside the range of uint8")
 
+-- ---- integer numbers beside integer tensors ----------------------------------------------------------
+-- The scalar kernels take a double: an int64 past 2^53 was rounded (1 * (2^62 + 1)
+-- gave 2^62) and a number past int32's or uint8's range had no defined
+-- conversion. Each must equal the same op with the number as an int64 tensor
+-- (exact) or brought into the dtype's range (two's complement arithmetic).
+do
+  local B = (1 << 62) + 1
+  local t, tb = zorch.tensor({1, 5, -3}), zorch.tensor(B)
+  close(t * B, t * tb, 0, "int64 * (2^62 + 1) is exact")
+  close(B * t, tb * t, 0, "(2^62 + 1) * int64 is exact")
+  close(t + B, t + tb, 0, "int64 + (2^62 + 1) is exact")
+  close(t - B, t - tb, 0, "int64 - (2^62 + 1) is exact")
+  close(B - t, tb - t, 0, "(2^62 + 1) - int64 is exact")
+  close(t ^ BIG, t ^ zorch.tensor(BIG), 0, "int64 ^ maxinteger is exact")
+  close(t ^ B, t ^ tb, 0, "int64 ^ (2^62 + 1) is exact")
+  local i32 = zorch.tensor({1, 5, -3}):int()
+  close(i32 * ((1 << 32) + 3), i32 * 3, 0, "int32 * (2^32 + 3) wraps as int32 * 3")
+  close(i32 + (1 << 32), i32, 0, "int32 + 2^32 wraps to itself")
+  ok((i32 * (1 << 40)):dtype() == "int32", "and stays int32")
+  local u8 = zorch.tensor({1, 5, 200}):byte()
+  close(u8 + (-1), u8 + 255, 0, "uint8 + -1 wraps as uint8 + 255")
+  close(u8 * 256, u8 * 0, 0, "uint8 * 256 wraps as uint8 * 0")
+  close(u8 - 300, u8 - 44, 0, "uint8 - 300 wraps as uint8 - 44")
+  raises("int64 to a huge negative power is still an error", function() return t ^ -(1 << 60) end,
+         "integers to negative integer powers are not allowed")
+end
+
 -- ---- round's decimals past int ---------------------------------------------------------------------
 -- 10^decimals overflows (or underflows) long before: every finite value gives
 -- NaN, as PyTorch's; the binding used to truncate 2^32 + 1 to 1.
