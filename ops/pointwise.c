@@ -186,15 +186,17 @@ cleanup:
   return ok ? ZORCH_OK : zorch_last_status();
 }
 
-/* d atan2(a, b) = g*b/(a^2+b^2), -g*a/(a^2+b^2) */
+/* d atan2(a, b) = g*b/(a^2+b^2), -g*a/(a^2+b^2); 0 at the origin (and where
+   a^2+b^2 underflows), where PyTorch zeroes the infinite reciprocal */
 static zorch_status atan2_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   zorch_tensor *a = n->saved[0], *b = n->saved[1], *aa = NULL, *bb = NULL, *d = NULL, *na = NULL;
-  zorch_tensor *fa = NULL, *fb = NULL;
-  if ((aa = zorch_mul(a, a)) && (bb = zorch_mul(b, b)) && (d = zorch_add(aa, bb))) {
-    if (ag_wants(n, 0)) fa = zorch_div(b, d);
-    if (ag_wants(n, 1) && (na = zorch_neg(a))) fb = zorch_div(na, d);
+  zorch_tensor *r = NULL, *inf = NULL, *zero = NULL, *r0 = NULL, *fa = NULL, *fb = NULL;
+  if ((aa = zorch_mul(a, a)) && (bb = zorch_mul(b, b)) && (d = zorch_add(aa, bb)) && (r = zorch_reciprocal(d)) &&
+      (inf = zorch_isinf(r)) && (zero = scalar_like(r, 0)) && (r0 = zorch_where(inf, zero, r))) {
+    if (ag_wants(n, 0)) fa = zorch_mul(b, r0);
+    if (ag_wants(n, 1) && (na = zorch_neg(a))) fb = zorch_mul(na, r0);
   }
-  OP_FREE(aa, bb, d, na);
+  OP_FREE(aa, bb, d, na, r, inf, zero, r0);
   return scaled_pair(n, g, gin, fa, fb);
 }
 

@@ -137,6 +137,22 @@ do
   ok(o.lr == o.lr and o.lr > 0 and o.lr <= 0.1, "and its lr stays within [eta_min, base]")
 end
 
+-- ---- atan2's gradient at the origin: 0, as PyTorch's (golden/gen_hostile.py) ---------------------
+do
+  local G = {}
+  for line in io.lines("golden/hostile.txt") do
+    local key, vals = line:match("^(%S+)%s+(.*)$")
+    local t = {}
+    for w in vals:gmatch("%S+") do t[#t + 1] = tonumber(w) end
+    G[key] = zorch.tensor(t, {dtype = "float64"})
+  end
+  local a = G["atan2_origin.a"]:clone():requires_grad_()
+  local b = G["atan2_origin.b"]:clone():requires_grad_()
+  zorch.atan2(a, b):sum():backward()
+  close(a.grad, G["atan2_origin.ga"], 0, "atan2: the gradient to a at the origin and where a^2 + b^2 underflows")
+  close(b.grad, G["atan2_origin.gb"], 0, "atan2: the gradient to b there")
+end
+
 -- ---- in-place ops whose other operand requires grad -----------------------------------------------
 -- x:op_(w) reads x for w's gradient; the write must not invalidate what the op saved.
 for _, c in ipairs({
