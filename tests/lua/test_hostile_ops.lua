@@ -124,6 +124,12 @@ do
         0, "cross_entropy: an integral float ignore_index still works")
 end
 
+-- 4 gates times 2^62 rows wrapped to 0: empty weights instead of an error
+for _, name in ipairs({"LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell"}) do
+  raises("nn." .. name .. ": a hidden_size whose gate rows pass 2^63", function() nn[name](3, 1 << 62) end,
+         "nn." .. name .. ": hidden_size 4611686018427387904 is too large")
+end
+
 -- ---- CosineAnnealingWarmRestarts: a T_mult whose powers pass 2^63 ---------------------------------
 do
   local p = zorch.zeros(1, {requires_grad = true})
