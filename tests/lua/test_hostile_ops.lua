@@ -91,6 +91,14 @@ for _, d in ipairs({BIG, MIN, 2 ^ 32 + 1 | 0, -(2 ^ 32) + 1 | 0, 2 ^ 31 | 0}) do
   ok(zorch.round(r, d):isnan():all():item(), ("round: decimals %d gives NaN"):format(d))
 end
 
+-- ---- in-place ops on an expanded tensor name themselves ----------------------------------------------
+for _, name in ipairs({"exp_", "add_", "clamp_", "relu_"}) do
+  raises(name .. " on an expanded tensor", function()
+    local e = zorch.randn(1, 3):expand(2, 3)
+    if name == "add_" then e:add_(1) elseif name == "clamp_" then e:clamp_(0, 1) else e[name](e) end
+  end, name .. ": unsupported operation: more than one element")
+end
+
 -- ---- values of the wrong kind ------------------------------------------------------------------
 raises("add_ with alpha: a table as other", function() x:clone():add_({1}, 2) end,
        "add_: other must be a tensor or a number, got table")
