@@ -907,6 +907,10 @@ function optim.lr_scheduler.OneCycleLR(opt, opts)
     if not (o.epochs and o.steps_per_epoch) then
       error("OneCycleLR: give total_steps, or epochs and steps_per_epoch", 2)
     end
+    if o.epochs > math.maxinteger // o.steps_per_epoch then -- the product would wrap
+      error(("OneCycleLR: epochs (%d) times steps_per_epoch (%d) overflows 64 bits"):format(o.epochs,
+        o.steps_per_epoch), 2)
+    end
     total = o.epochs * o.steps_per_epoch
   end
   local initial = o.max_lr / o.div_factor

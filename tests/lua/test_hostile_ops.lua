@@ -167,6 +167,14 @@ do
   close(b.grad, G["atan2_origin.gb"], 0, "atan2: the gradient to b there")
 end
 
+-- ---- OneCycleLR: epochs x steps_per_epoch wrapped to a small total_steps -----------------------------
+do
+  local o = optim.SGD({zorch.zeros(1, {requires_grad = true})}, {lr = 0.1})
+  raises("OneCycleLR: epochs x steps_per_epoch past 2^63", function()
+    optim.lr_scheduler.OneCycleLR(o, {max_lr = 1, epochs = BIG, steps_per_epoch = BIG})
+  end, "OneCycleLR: epochs (9223372036854775807) times steps_per_epoch (9223372036854775807) overflows 64 bits")
+end
+
 -- ---- in-place ops whose other operand requires grad -----------------------------------------------
 -- x:op_(w) reads x for w's gradient; the write must not invalidate what the op saved.
 for _, c in ipairs({
