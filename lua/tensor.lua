@@ -19,6 +19,16 @@ local function at_caller(ok, ...)
   if type(e) == "string" then e = e:gsub("^zorch/tensor%.lua:%d+: ", "") end
   error(e, 2) -- (called in tail position: level 2 is the caller of the method)
 end
+-- The same for an in-place op: a bad argument of the op it runs is named after
+-- the in-place op (Lua would name the local variable holding that op, 'f').
+local function named_at_caller(name, ok, ...)
+  if ok then return ... end
+  local e = ...
+  if type(e) == "string" then
+    e = e:gsub("^zorch/tensor%.lua:%d+: ", ""):gsub("^(bad argument #%d+ to )'f'", "%1'" .. name .. "'")
+  end
+  error(e, 2)
+end
 
 -- x:NAME_(...): the op's result written into x (dtype and shape kept, as
 -- PyTorch's in-place ops; autograd records the write as copy_ does).
@@ -44,7 +54,7 @@ local function inplace(name, f)
   local iname = name .. "_"
   M[iname] = function(x, ...)
     check_self(iname, x)
-    return at_caller(pcall(apply, iname, f, x, ...))
+    return named_at_caller(iname, pcall(apply, iname, f, x, ...))
   end
 end
 

@@ -99,6 +99,13 @@ for _, name in ipairs({"exp_", "add_", "clamp_", "relu_"}) do
   end, name .. ": unsupported operation: more than one element")
 end
 
+-- ---- a bad argument of an in-place op is named after it ---------------------------------------------
+raises("clamp_min_: a tensor as min", function() x:clone():clamp_min_(zorch.zeros(1)) end,
+       "bad argument #2 to 'clamp_min_' (number expected, got zorch.Tensor)")
+raises("leaky_relu_: a table as negative_slope", function() x:clone():leaky_relu_({}) end,
+       "bad argument #2 to 'leaky_relu_' (number expected, got table)")
+ok(x:clone():clamp_min_(0):min():item() >= 0, "clamp_min_ still returns its tensor")
+
 -- ---- values of the wrong kind ------------------------------------------------------------------
 raises("add_ with alpha: a table as other", function() x:clone():add_({1}, 2) end,
        "add_: other must be a tensor or a number, got table")
