@@ -10,6 +10,13 @@ local is_module, py_bool, shape_str, uniform = lib.is_module, lib.py_bool, lib.s
 local read_opts, num_ge0, num_gt0, is_bool = lib.read_opts, lib.num_ge0, lib.num_gt0, lib.is_bool
 local spec_with, need_tensor = lib.spec_with, lib.need_tensor
 
+-- The items of a list the caller gave, joined for a message (any values).
+local function list_str(t)
+  local out = {}
+  for i, v in ipairs(t) do out[i] = math.type(v) and tostring(v) or type(v) end
+  return table.concat(out, ", ")
+end
+
 -- group_norm(x, num_groups, weight?, bias?, eps = 1e-5): x (N, C, ...) normalised
 -- over each group of C / num_groups channels and the rest of the dims (biased
 -- variance), then weight and bias (C,) per channel.
@@ -63,7 +70,7 @@ function zorch.rms_norm(x, shape, weight, eps)
   for i = 1, k do fits = fits and shape[i] == x.shape[x:dim() - k + i] end
   if not fits then
     error(("%s: normalized_shape %s must be the last dims of input %s"):format(fn,
-      type(shape) == "table" and "(" .. table.concat(shape, ", ") .. ")" or tostring(shape), shape_str(x)), 2)
+      type(shape) == "table" and "(" .. list_str(shape) .. ")" or tostring(shape), shape_str(x)), 2)
   end
   if weight ~= nil and (not zorch.is_tensor(weight) or table.concat(weight.shape, ",") ~= table.concat(shape, ",")) then
     error(("%s: weight must be a tensor of shape (%s), got %s"):format(fn, table.concat(shape, ", "),
@@ -377,7 +384,7 @@ function nn.Unflatten:init(dim, sizes)
   end
   if not good or free > 1 then
     error(("nn.Unflatten: sizes must be a list of integers >= 0 (one of them may be -1), got %s"):format(
-      type(sizes) == "table" and "{" .. table.concat(sizes, ", ") .. "}" or tostring(sizes)), 3)
+      type(sizes) == "table" and "{" .. list_str(sizes) .. "}" or tostring(sizes)), 3)
   end
   self.dim, self.sizes = dim, sizes
 end

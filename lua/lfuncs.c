@@ -431,7 +431,13 @@ static int f_assign(lua_State *L) {
 UNARY(gelu, zorch_gelu(T(1), lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "tanh") == 0))
 UNARY(clamp, zorch_clamp(T(1), luaL_optnumber(L, 2, -HUGE_VAL), luaL_optnumber(L, 3, HUGE_VAL)))
 /* the registry's ops with parameters, PyTorch's defaults for those left out */
-UNARY(round, zorch_round(T(1), (int)luaL_optinteger(L, 2, 0)))
+/* decimals beyond +-400 give NaN for every finite input, as 10^decimals passes
+   double's range; clamped there so the conversion to int cannot wrap them */
+static int round_decimals(lua_State *L) {
+  lua_Integer d = luaL_optinteger(L, 2, 0);
+  return d > 400 ? 400 : d < -400 ? -400 : (int)d;
+}
+UNARY(round, zorch_round(T(1), round_decimals(L)))
 UNARY(leaky_relu, zorch_leaky_relu(T(1), luaL_optnumber(L, 2, 0.01)))
 UNARY(elu, zorch_elu(T(1), luaL_optnumber(L, 2, 1)))
 UNARY(celu, zorch_celu(T(1), luaL_optnumber(L, 2, 1)))

@@ -31,6 +31,12 @@ local function l2norm(x, dim, keepdim)
     end}
   return l2norm_fn(x, dim, keepdim)
 end
+-- dim (checked a non-zero integer) within n dims (a 0-d input has one), so
+-- an error names fn rather than the sum inside.
+local function check_dim_in(fn, dim, n, x)
+  n = math.max(n, 1)
+  if dim > n or dim < -n then error(("%s: dim %d out of range for input %s"):format(fn, dim, shape_str(x)), 3) end
+end
 -- The p-norm of x along dim: p = 2, 1, math.huge (the largest |x|) or any p > 0.
 local function pnorm(x, p, dim, keepdim)
   if p == 2 then return l2norm(x, dim, keepdim) end
@@ -132,6 +138,7 @@ function zorch.cosine_similarity(a, b, opts)
   local o = read_opts("cosine_similarity", opts, COSSIM, 3)
   need_tensor("cosine_similarity", "x1", a)
   need_tensor("cosine_similarity", "x2", b)
+  check_dim_in("cosine_similarity", o.dim, math.max(a:dim(), b:dim()), a:dim() >= b:dim() and a or b)
   local na = zorch.clamp(pnorm(a, 2, o.dim), o.eps)
   local nb = zorch.clamp(pnorm(b, 2, o.dim), o.eps)
   return (a * b):sum(o.dim) / (na * nb)
@@ -143,6 +150,7 @@ local NORMALIZE = {p = {2.0, is_p, "a number > 0"}, dim = {2, nonzero_int, "a no
 function zorch.normalize(x, opts)
   local o = read_opts("normalize", opts, NORMALIZE, 3)
   need_tensor("normalize", "input", x)
+  check_dim_in("normalize", o.dim, x:dim(), x)
   return x / zorch.clamp(pnorm(x, o.p, o.dim, true), o.eps)
 end
 

@@ -309,6 +309,29 @@ int lz_binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *,
 }
 
 typedef zorch_tensor *(*bin_fn)(zorch_tensor *, zorch_tensor *);
+
+/* The scalar kernels take a double and convert it to the tensor's dtype: an
+   int64 past 2^53 would be rounded, and a value past an int32 or uint8 range
+   has no defined conversion. */
+
+/* t op v for an int64 t and such a v: v as an exact int64 0-d tensor (the
+   integer kernels of +, -, * and pow take any int64). */
+static int i64_arith(lua_State *L, zorch_tensor *t, bool t_first, bin_fn f, lua_Integer v) {
+  zorch_tensor *s = zorch_full(0, NULL, 0, ZORCH_I64, zorch_tensor_device(t)), *r = NULL;
+  if (s && !zorch_fill_i64_(s, v)) r = t_first ? f(t, s) : f(s, t);
+  zorch_tensor_free(s);
+  return lz_push_up(L, r, 1);
+}
+
+/* v beside an int32 or uint8 tensor brought into its range with the same
+   result: wrapped for +, - and * (two's complement arithmetic), and a power
+   past the dtype's width reduced as zorch_pow_scalar reduces it; a negative
+   power is kept for its error. */
+static lua_Integer narrow_int(lua_Integer v, zorch_dtype dt, int op) {
+  int w = dt == ZORCH_U8 ? 8 : 32;
+  if (op == '^') return v > w ? w + (v - w) % (INT64_C(1) << (w - 2)) : v;
+  return dt == ZORCH_U8 ? (lua_Integer)(uint8_t)v : (lua_Integer)(int32_t)(uint32_t)v;
+}
 /* a op b where either side may be a number */
 static int arith(lua_State *L, const char *name, bin_fn f, int op) {
   lz_box *ba = to_box(L, 1), *bb = to_box(L, 2);
@@ -320,6 +343,16 @@ static int arith(lua_State *L, const char *name, bin_fn f, int op) {
   if (lua_type(L, ni) != LUA_TNUMBER)
     return luaL_error(L, "%s: cannot combine a tensor with a %s", name, luaL_typename(L, ni));
   zorch_tensor *t = zorch_check_tensor(L, ti);
+  if (op != '/' && lua_isinteger(L, ni)) {
+    lua_Integer v = lua_tointeger(L, ni);
+    zorch_dtype dt = zorch_tensor_dtype(t);
+    if (dt == ZORCH_I64 && (v < -(INT64_C(1) << 53) || v > INT64_C(1) << 53) && !(op == '^' && v < 0))
+      return i64_arith(L, t, a != NULL, f, v);
+    if (dt == ZORCH_I32 || dt == ZORCH_U8) {
+      lua_pushinteger(L, narrow_int(v, dt, op));
+      lua_replace(L, ni);
+    }
+  }
   double s = lua_tonumber(L, ni);
   switch (op) {
     case '+': return lz_push_up(L, zorch_add_scalar(t, s), 1);

@@ -714,6 +714,15 @@ function zorch.cross_entropy(logits, targets, opts)
         tostring(k)), 2)
     end
   end
+  -- checked here: the kernel's binding would name itself, not cross_entropy
+  local red, ii = rawget(opts, "reduction"), rawget(opts, "ignore_index")
+  if red ~= nil and red ~= "mean" and red ~= "sum" and red ~= "none" then
+    error(("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got %s"):format(
+      type(red) == "string" and ("\"" .. red .. "\"") or tostring(red)), 2)
+  end
+  if ii ~= nil and math.tointeger(ii) == nil then
+    error("cross_entropy: ignore_index must be an integer, got " .. tostring(ii), 2)
+  end
   local w, eps = rawget(opts, "weight"), rawget(opts, "label_smoothing") or 0
   local fused = {reduction = rawget(opts, "reduction"), ignore_index = rawget(opts, "ignore_index")}
   if w == nil and eps == 0 then return ce_fused(logits, targets, fused) end
@@ -1386,7 +1395,7 @@ function zorch.split(x, sizes, dim)
   if not zorch.is_tensor(x) then error("split: argument 1 must be a tensor, got " .. type(x), 2) end
   dim = dim or 1
   if math.type(dim) ~= "integer" or dim == 0 or dim > x:dim() or dim < -x:dim() then
-    error(("split: dim %s out of range for a %d-d tensor"):format(tostring(dim), x:dim()), 2)
+    error(("split: dim %s out of range for a %d-d tensor"):format(math.type(dim) and tostring(dim) or type(dim), x:dim()), 2)
   end
   if dim < 0 then dim = x:dim() + 1 + dim end
   local len, out, at = x:size(dim), {}, 1
@@ -1414,7 +1423,10 @@ function zorch.chunk(x, n, dim)
   if math.type(n) ~= "integer" or n < 1 then error("chunk: chunks must be an integer >= 1, got " .. tostring(n), 2) end
   if not zorch.is_tensor(x) then error("chunk: argument 1 must be a tensor, got " .. type(x), 2) end
   local d = dim or 1
-  local len = (math.type(d) == "integer" and d ~= 0 and d <= x:dim() and d >= -x:dim()) and x:size(d) or 0
+  if math.type(d) ~= "integer" or d == 0 or d > x:dim() or d < -x:dim() then
+    error(("chunk: dim %s out of range for a %d-d tensor"):format(math.type(d) and tostring(d) or type(d), x:dim()), 2)
+  end
+  local len = x:size(d)
   return zorch.split(x, math.max(1, (len + n - 1) // n), dim)
 end
 

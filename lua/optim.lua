@@ -907,6 +907,10 @@ function optim.lr_scheduler.OneCycleLR(opt, opts)
     if not (o.epochs and o.steps_per_epoch) then
       error("OneCycleLR: give total_steps, or epochs and steps_per_epoch", 2)
     end
+    if o.epochs > math.maxinteger // o.steps_per_epoch then -- the product would wrap
+      error(("OneCycleLR: epochs (%d) times steps_per_epoch (%d) overflows 64 bits"):format(o.epochs,
+        o.steps_per_epoch), 2)
+    end
     total = o.epochs * o.steps_per_epoch
   end
   local initial = o.max_lr / o.div_factor
@@ -1135,7 +1139,8 @@ function S.CosineAnnealingWarmRestarts(opt, opts)
                           {T_0 = posint, T_mult = posint, eta_min = num}, {"T_0"})
   return new_closed("CosineAnnealingWarmRestarts", opt, {T_0 = o.T_0, T_mult = o.T_mult, eta_min = o.eta_min},
     function(self, n, base)
-      local cur, len = n, self.T_0
+      -- len in floats: integer powers of T_mult would wrap and never pass cur
+      local cur, len = n, self.T_0 + 0.0
       if self.T_mult == 1 then cur = n % len
       else while cur >= len do cur, len = cur - len, len * self.T_mult end end
       return self.eta_min + ((base or self.base_lr) - self.eta_min) * (1 + math.cos(math.pi * cur / len)) / 2

@@ -34,6 +34,10 @@ local function check_size(fn, name, v)
   if math.type(v) ~= "integer" or v < 1 then
     error(("%s: %s must be a positive integer, got %s"):format(fn, name, tostring(v)), 4)
   end
+  -- the gate rows (up to 4 gates times 2 directions) must not wrap past 2^63
+  if name == "hidden_size" and v > math.maxinteger // 8 then
+    error(("%s: hidden_size %d is too large (its gate rows overflow 64 bits)"):format(fn, v), 4)
+  end
 end
 
 -- U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)) for every parameter, as PyTorch's

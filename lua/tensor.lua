@@ -19,27 +19,51 @@ local function at_caller(ok, ...)
   if type(e) == "string" then e = e:gsub("^zorch/tensor%.lua:%d+: ", "") end
   error(e, 2) -- (called in tail position: level 2 is the caller of the method)
 end
+-- The same for an in-place op: a bad argument of the op it runs is named after
+-- the in-place op (Lua would name the local variable holding that op, 'f').
+local function named_at_caller(name, ok, ...)
+  if ok then return ... end
+  local e = ...
+  if type(e) == "string" then
+    e = e:gsub("^zorch/tensor%.lua:%d+: ", ""):gsub("^(bad argument #%d+ to )'f'", "%1'" .. name .. "'")
+  end
+  error(e, 2)
+end
 
 -- x:NAME_(...): the op's result written into x (dtype and shape kept, as
 -- PyTorch's in-place ops; autograd records the write as copy_ does).
 -- With a history to record, the op reads a clone of x: what it saves for its
 -- backward is then not the tensor written (PyTorch saves the original too).
+-- The same when only another operand requires grad (x:mul_(w) saves x for
+-- w's gradient).
+local function records(x, ...)
+  if not zorch.is_grad_enabled() then return false end
+  if x.requires_grad and not x.is_leaf then return true end
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    if zorch.is_tensor(v) and v.requires_grad then return true end
+  end
+  return false
+end
 local function apply(iname, f, x, ...)
   local input = x
-  if x.requires_grad and not x.is_leaf and zorch.is_grad_enabled() then input = x:clone() end
+  if records(x, ...) then input = x:clone() end
   return assign(iname, x, f(input, ...))
 end
 local function inplace(name, f)
   local iname = name .. "_"
   M[iname] = function(x, ...)
     check_self(iname, x)
-    return at_caller(pcall(apply, iname, f, x, ...))
+    return named_at_caller(iname, pcall(apply, iname, f, x, ...))
   end
 end
 
 -- add and sub take PyTorch's alpha: x + alpha * y.
 local function scaled(y, alpha, name)
   if alpha == nil then return y end
+  if type(y) ~= "number" and not zorch.is_tensor(y) then
+    error(("%s: other must be a tensor or a number, got %s"):format(name, type(y)), 4)
+  end
   if type(alpha) ~= "number" then
     error(("%s: alpha must be a number, got %s"):format(name, type(alpha)), 4)
   end
@@ -260,6 +284,11 @@ end
 function init.trunc_normal_(t, mean, std, a, b)
   mean, std, a, b = args("trunc_normal_", t, mean, {"mean", "std", "a", "b"}, std, a, b)
   mean, std, a, b = mean or 0, std or 1, a or -2, b or 2
+  for _, kv in ipairs({{"mean", mean}, {"std", std}, {"a", a}, {"b", b}}) do
+    if type(kv[2]) ~= "number" then
+      error(("nn.init.trunc_normal_: %s must be a number, got %s"):format(kv[1], type(kv[2])), 2)
+    end
+  end
   if not (a < b) then error(("nn.init.trunc_normal_: a (%g) must be below b (%g)"):format(a, b), 2) end
   if std <= 0 then error(("nn.init.trunc_normal_: std must be > 0, got %g"):format(std), 2) end
   local o = float_opts("trunc_normal_", t)

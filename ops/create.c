@@ -341,6 +341,8 @@ zorch_status op_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src) {
       n != dst->ndim || memcmp(shape, dst->shape, sizeof(int64_t) * (size_t)n) != 0)
     return err_set(ZORCH_ERR_SHAPE, "%s: the result's shape %s does not fit the tensor of shape %s written in "
                    "place (an in-place op keeps its tensor's shape)", op, SHAPE(src, a), SHAPE(dst, b));
+  for (int i = 0; i < dst->ndim; i++) /* an expanded dst: refused under op's name, not copy_'s */
+    if (dst->strides[i] == 0 && dst->shape[i] > 1) return tensor_mark_written(op, dst);
   ag_node *node;
   if (write_begin(op, dst, src, false, 0, &node)) return zorch_last_status();
   return write_end(dst, node, op_copy_(dst, src));

@@ -197,7 +197,10 @@ zorch_tensor *zorch_diag(zorch_tensor *t, int64_t offset) {
     return out;
   }
   if (t->ndim != 1) return err_null(ZORCH_ERR_SHAPE, "diag: expects a vector or a matrix, got shape %s", SHAPE(t, s));
-  int64_t n = t->shape[0] + (offset < 0 ? -offset : offset);
+  int64_t n;
+  if (offset == INT64_MIN || __builtin_add_overflow(t->shape[0], offset < 0 ? -offset : offset, &n))
+    return err_null(ZORCH_ERR_SHAPE, "diag: diagonal %lld of input %s needs a matrix past 64 bits", (long long)offset,
+                    SHAPE(t, s));
   zorch_tensor *z = op_zeros(t, 2, (int64_t[]){n, n}, t->dtype), *v = NULL;
   if (!z || !(v = diag_view(z, offset, 0, 1)) || op_copy_(v, t)) {
     OP_FREE(z, v);

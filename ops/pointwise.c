@@ -186,15 +186,17 @@ cleanup:
   return ok ? ZORCH_OK : zorch_last_status();
 }
 
-/* d atan2(a, b) = g*b/(a^2+b^2), -g*a/(a^2+b^2) */
+/* d atan2(a, b) = g*b/(a^2+b^2), -g*a/(a^2+b^2); 0 at the origin (and where
+   a^2+b^2 underflows), where PyTorch zeroes the infinite reciprocal */
 static zorch_status atan2_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   zorch_tensor *a = n->saved[0], *b = n->saved[1], *aa = NULL, *bb = NULL, *d = NULL, *na = NULL;
-  zorch_tensor *fa = NULL, *fb = NULL;
-  if ((aa = zorch_mul(a, a)) && (bb = zorch_mul(b, b)) && (d = zorch_add(aa, bb))) {
-    if (ag_wants(n, 0)) fa = zorch_div(b, d);
-    if (ag_wants(n, 1) && (na = zorch_neg(a))) fb = zorch_div(na, d);
+  zorch_tensor *r = NULL, *inf = NULL, *zero = NULL, *r0 = NULL, *fa = NULL, *fb = NULL;
+  if ((aa = zorch_mul(a, a)) && (bb = zorch_mul(b, b)) && (d = zorch_add(aa, bb)) && (r = zorch_reciprocal(d)) &&
+      (inf = zorch_isinf(r)) && (zero = scalar_like(r, 0)) && (r0 = zorch_where(inf, zero, r))) {
+    if (ag_wants(n, 0)) fa = zorch_mul(b, r0);
+    if (ag_wants(n, 1) && (na = zorch_neg(a))) fb = zorch_mul(na, r0);
   }
-  OP_FREE(aa, bb, d, na);
+  OP_FREE(aa, bb, d, na, r, inf, zero, r0);
   return scaled_pair(n, g, gin, fa, fb);
 }
 
@@ -513,9 +515,27 @@ static zorch_tensor *clamp_open_int(zorch_tensor *a, double lo, double hi) {
   return out;
 }
 
+/* Bounds of an integer clamp beyond the dtype's range: one that cannot bind
+   (a min below the lowest value) is dropped, as PyTorch's; one that would
+   bind every element to a value the dtype lacks is an error. The kernel
+   converts the bounds to the dtype, which is only defined within its range. */
+static zorch_status int_bounds(const char *op, zorch_dtype dt, double *lo, double *hi) {
+  double min = dt == ZORCH_U8 ? 0 : dt == ZORCH_I32 ? -0x1p31 : -0x1p63;
+  double top = dt == ZORCH_U8 ? 0x1p8 : dt == ZORCH_I32 ? 0x1p31 : 0x1p63; /* first value past the max */
+  if (*lo >= top || *hi < min)
+    return err_set(ZORCH_ERR_ARG, "%s: %s %g is outside the range of %s", op, *lo >= top ? "min" : "max",
+                   *lo >= top ? *lo : *hi, zorch_dtype_name(dt));
+  if (*lo < min) *lo = -INFINITY;
+  if (*hi >= top) *hi = INFINITY;
+  return ZORCH_OK;
+}
+
 zorch_tensor *zorch_clamp(zorch_tensor *a, double lo, double hi) {
   if (lo > hi) return err_null(ZORCH_ERR_ARG, "clamp: min %g is greater than max %g", lo, hi);
   if (check_arg("clamp", "input", a)) return NULL;
+  if ((a->dtype == ZORCH_U8 || a->dtype == ZORCH_I32 || a->dtype == ZORCH_I64) && lo == floor(lo) &&
+      hi == floor(hi) && int_bounds("clamp", a->dtype, &lo, &hi))
+    return NULL;
   if (!zorch_dtype_is_float(a->dtype) && (isinf(lo) || isinf(hi)) && lo == floor(lo) && hi == floor(hi))
     return clamp_open_int(a, lo, hi);
   return unary_op(UOP_CLAMP, a, lo, hi);
@@ -534,6 +554,11 @@ zorch_tensor *zorch_celu(zorch_tensor *a, double alpha) {
 zorch_tensor *zorch_hardtanh(zorch_tensor *a, double min_val, double max_val) {
   if (min_val > max_val)
     return err_null(ZORCH_ERR_ARG, "hardtanh: min_val %g is greater than max_val %g", min_val, max_val);
+  if (a && (a->dtype == ZORCH_U8 || a->dtype == ZORCH_I32 || a->dtype == ZORCH_I64) && min_val == floor(min_val) &&
+      max_val == floor(max_val)) { /* integers: clamp's (no gradient), with its bounds checked */
+    if (int_bounds("hardtanh", a->dtype, &min_val, &max_val)) return NULL;
+    return zorch_clamp(a, min_val, max_val);
+  }
   return unary_op(UOP_HARDTANH, a, min_val, max_val);
 }
 zorch_tensor *zorch_relu6(zorch_tensor *a) { return unary_op(UOP_RELU6, a, 0, 6); }

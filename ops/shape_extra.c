@@ -171,6 +171,10 @@ static zorch_tensor *repeat_op(const char *op, zorch_tensor *a, int n, const int
   for (int i = 0; i < m; i++) {
     r[i] = i < m - n ? 1 : reps[i - (m - n)];
     if (r[i] < 0) return err_null(ZORCH_ERR_ARG, "%s: repeats must be >= 0, got %lld", op, (long long)r[i]);
+    int64_t size = i < m - a->ndim ? 1 : a->shape[i - (m - a->ndim)], prod;
+    if (__builtin_mul_overflow(size, r[i], &prod))
+      return err_null(ZORCH_ERR_SHAPE, "%s: %lld repeats of a dim of size %lld of input %s overflow 64 bits", op,
+                      (long long)r[i], (long long)size, SHAPE(a, s));
   }
   zorch_tensor *out = own(repeat_n(a, m, r), a);
   if (!out) err_prefix(op);
@@ -188,6 +192,14 @@ zorch_tensor *zorch_repeat_interleave(zorch_tensor *a, int64_t repeats, const in
   if (dim && dim_wrap("repeat_interleave", *dim, a->ndim, 0, &d)) return NULL;
   zorch_tensor *src = dim && a->ndim ? zorch_tensor_retain(a) : zorch_reshape(a, 1, (int64_t[]){-1});
   zorch_tensor *u = NULL, *e = NULL, *out = NULL;
+  int64_t len;
+  if (src && __builtin_mul_overflow(src->shape[d], repeats, &len)) {
+    char s[ERR_SHAPE_BUF];
+    long long n = src->shape[d];
+    zorch_tensor_free(src);
+    return err_null(ZORCH_ERR_SHAPE, "repeat_interleave: %lld repeats of the %lld elements along the dim of input %s"
+                    " overflow 64 bits", (long long)repeats, n, SHAPE(a, s));
+  }
   if (src && (u = zorch_unsqueeze(src, d + 1))) {
     int64_t es[ZORCH_MAX_DIMS], os[ZORCH_MAX_DIMS];
     for (int i = 0; i < u->ndim; i++) es[i] = i == d + 1 ? repeats : u->shape[i];
@@ -292,6 +304,7 @@ zorch_tensor *zorch_unflatten(zorch_tensor *a, int dim, int nsizes, const int64_
     return err_null(ZORCH_ERR_SHAPE, "unflatten: the result would have more than %d dims", ZORCH_MAX_DIMS);
   int64_t sh[ZORCH_MAX_DIMS], known = 1;
   int k = 0, infer = -1;
+  bool zero = false, over = false; /* a 0 among the sizes; a product past 64 bits */
   for (int i = 0; i < a->ndim; i++) {
     if (i != d) {
       sh[k++] = a->shape[i];
@@ -303,10 +316,17 @@ zorch_tensor *zorch_unflatten(zorch_tensor *a, int dim, int nsizes, const int64_
       else if (sizes[j] < 0)
         return err_null(ZORCH_ERR_SHAPE, "unflatten: bad sizes %s (at most one -1, others >= 0)",
                         err_shape_str(nsizes, sizes, s1, sizeof s1));
-      else known *= sizes[j];
+      else {
+        zero |= sizes[j] == 0;
+        over |= __builtin_mul_overflow(known, sizes[j], &known);
+      }
     }
   }
+  if (zero) known = 0;
   int64_t n = a->shape[d];
+  if (over && !zero)
+    return err_null(ZORCH_ERR_SHAPE, "unflatten: sizes %s multiply past 64 bits, not to %lld, the size of dim " ERR_IX("%d")
+                    " of input %s", err_shape_str(nsizes, sizes, s1, sizeof s1), (long long)n, dim, SHAPE(a, s2));
   if (infer >= 0 && known && n % known == 0) sh[infer] = n / known;
   else if (infer >= 0 || known != n)
     return err_null(ZORCH_ERR_SHAPE, "unflatten: sizes %s do not multiply to %lld, the size of dim " ERR_IX("%d")
@@ -364,6 +384,13 @@ zorch_tensor *zorch_pad(zorch_tensor *a, int npads, const int64_t *pads, zorch_p
   int nd = npads / 2;
   if (nd > a->ndim)
     return err_null(ZORCH_ERR_SHAPE, "pad: %d pads pad %d dims, but input %s has %d", npads, nd, SHAPE(a, s), a->ndim);
+  for (int i = 0; i < nd; i++) { /* bounds the crops below, so negating and adding them cannot overflow */
+    int d = a->ndim - 1 - i;
+    int64_t lo = pads[2 * i], hi = pads[2 * i + 1];
+    if (lo < -a->shape[d] || hi < -a->shape[d])
+      return err_null(ZORCH_ERR_SHAPE, "pad: pads %lld and %lld crop more than dim " ERR_IX("%d") " of input %s holds",
+                      (long long)lo, (long long)hi, d, SHAPE(a, s));
+  }
   const char *mname = pad_names[mode];
   if (mode != ZORCH_PAD_CONSTANT) { /* PyTorch's: a batch and channels before 1 to 3 padded dims */
     if (nd < 1 || nd > 3 || a->ndim < nd + 1 || a->ndim > nd + 2)
@@ -429,6 +456,8 @@ zorch_tensor *zorch_eye(int64_t n, int64_t m, zorch_dtype dt, zorch_device dev) 
 static zorch_tensor *spaced(const char *op, double start, double end, int64_t steps, double base, bool log_,
                             zorch_dtype dt, zorch_device dev) {
   if (steps < 0) return err_null(ZORCH_ERR_ARG, "%s: steps must be >= 0, got %lld", op, (long long)steps);
+  if ((uint64_t)steps > SIZE_MAX / sizeof(double))
+    return err_null(ZORCH_ERR_OOM, "%s: %lld steps are too many (their size overflows 64 bits)", op, (long long)steps);
   double *v = malloc(sizeof *v * (size_t)(steps ? steps : 1));
   if (!v) return err_null(ZORCH_ERR_OOM, "%s: out of memory", op);
   double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
