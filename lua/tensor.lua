@@ -12,22 +12,16 @@ local function check_self(name, x)
   if not zorch.is_tensor(x) then error(("%s: argument 1 must be a tensor, got %s"):format(name, type(x)), 3) end
 end
 
--- Runs f protected and raises its error at the caller's line, not this file's.
-local function at_caller(ok, ...)
-  if ok then return ... end
-  local e = ...
-  if type(e) == "string" then e = e:gsub("^zorch/tensor%.lua:%d+: ", "") end
-  error(e, 2) -- (called in tail position: level 2 is the caller of the method)
-end
--- The same for an in-place op: a bad argument of the op it runs is named after
--- the in-place op (Lua would name the local variable holding that op, 'f').
+-- Raises a protected call's error at the caller's line, not this file's, with
+-- a bad argument of the op an in-place op runs named after the in-place op
+-- (Lua would name the local variable holding that op, 'f').
 local function named_at_caller(name, ok, ...)
   if ok then return ... end
   local e = ...
   if type(e) == "string" then
     e = e:gsub("^zorch/tensor%.lua:%d+: ", ""):gsub("^(bad argument #%d+ to )'f'", "%1'" .. name .. "'")
   end
-  error(e, 2)
+  error(e, 2) -- (called in tail position: level 2 is the caller of the method)
 end
 
 -- x:NAME_(...): the op's result written into x (dtype and shape kept, as
