@@ -5,7 +5,7 @@ local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn = zorch.nn
 local lib = zorch._nn_lib
-local Module, check_dim, check_int, check_opts = lib.Module, lib.check_dim, lib.check_int, lib.check_opts
+local Module, check_dim, check_int = lib.Module, lib.check_dim, lib.check_int
 local is_module, py_bool, shape_str, uniform = lib.is_module, lib.py_bool, lib.shape_str, lib.uniform
 local read_opts, num_ge0, num_gt0, is_bool = lib.read_opts, lib.num_ge0, lib.num_gt0, lib.is_bool
 local spec_with, need_tensor = lib.spec_with, lib.need_tensor
@@ -285,14 +285,7 @@ end
 -- MaxPool1d(k, {stride = k, padding = 0, dilation = 1, ceil_mode = false})
 nn.MaxPool1d = Module:extend "nn.MaxPool1d"
 function nn.MaxPool1d:init(kernel_size, opts)
-  local fn = "nn.MaxPool1d"
-  opts = check_opts(fn, opts, {"stride", "padding", "dilation", "ceil_mode"})
-  check_int1(fn, "kernel_size", kernel_size, 1)
-  self.kernel_size, self.stride = kernel_size, opts.stride or kernel_size
-  self.padding, self.dilation, self.ceil_mode = opts.padding or 0, opts.dilation or 1, opts.ceil_mode == true
-  check_int1(fn, "stride", self.stride, 1)
-  check_int1(fn, "padding", self.padding, 0)
-  check_int1(fn, "dilation", self.dilation, 1)
+  return lib.max_pool_init(self, "nn.MaxPool1d", kernel_size, opts, check_int1)
 end
 function nn.MaxPool1d:forward(x)
   local y = via_2d("nn.MaxPool1d", x, function(x2)
@@ -305,13 +298,7 @@ end
 -- AvgPool1d(k, {stride = k, padding = 0, ceil_mode = false, count_include_pad = true})
 nn.AvgPool1d = Module:extend "nn.AvgPool1d"
 function nn.AvgPool1d:init(kernel_size, opts)
-  local fn = "nn.AvgPool1d"
-  opts = check_opts(fn, opts, {"stride", "padding", "ceil_mode", "count_include_pad"})
-  check_int1(fn, "kernel_size", kernel_size, 1)
-  self.kernel_size, self.stride, self.padding = kernel_size, opts.stride or kernel_size, opts.padding or 0
-  self.ceil_mode, self.count_include_pad = opts.ceil_mode == true, opts.count_include_pad ~= false
-  check_int1(fn, "stride", self.stride, 1)
-  check_int1(fn, "padding", self.padding, 0)
+  return lib.avg_pool_init(self, "nn.AvgPool1d", kernel_size, opts, check_int1)
 end
 function nn.AvgPool1d:forward(x)
   local y = via_2d("nn.AvgPool1d", x, function(x2)

@@ -862,15 +862,29 @@ local function py_bool(b) return b and "True" or "False" end
 
 nn.MaxPool2d = Module:extend "nn.MaxPool2d"
 -- opts: stride (default: the kernel), padding, dilation, ceil_mode.
-function nn.MaxPool2d:init(kernel_size, opts)
-  local fn = "nn.MaxPool2d"
+-- The options of a max or average pooling module of any rank, each size
+-- checked by `check` (check_size here, lua/layers.lua's for 1-d); called in
+-- tail position from init, so that errors point at the caller's line.
+local function max_pool_init(self, fn, kernel_size, opts, check)
   opts = check_opts(fn, opts, {"stride", "padding", "dilation", "ceil_mode"})
-  check_size(fn, "kernel_size", kernel_size, 1)
+  check(fn, "kernel_size", kernel_size, 1)
   self.kernel_size, self.stride = kernel_size, opts.stride or kernel_size
   self.padding, self.dilation, self.ceil_mode = opts.padding or 0, opts.dilation or 1, opts.ceil_mode == true
-  check_size(fn, "stride", self.stride, 1)
-  check_size(fn, "padding", self.padding, 0)
-  check_size(fn, "dilation", self.dilation, 1)
+  check(fn, "stride", self.stride, 1)
+  check(fn, "padding", self.padding, 0)
+  check(fn, "dilation", self.dilation, 1)
+end
+local function avg_pool_init(self, fn, kernel_size, opts, check)
+  opts = check_opts(fn, opts, {"stride", "padding", "ceil_mode", "count_include_pad"})
+  check(fn, "kernel_size", kernel_size, 1)
+  self.kernel_size, self.stride, self.padding = kernel_size, opts.stride or kernel_size, opts.padding or 0
+  self.ceil_mode, self.count_include_pad = opts.ceil_mode == true, opts.count_include_pad ~= false
+  check(fn, "stride", self.stride, 1)
+  check(fn, "padding", self.padding, 0)
+end
+
+function nn.MaxPool2d:init(kernel_size, opts)
+  return max_pool_init(self, "nn.MaxPool2d", kernel_size, opts, check_size)
 end
 function nn.MaxPool2d:forward(x)
   return zorch.max_pool2d(x, self.kernel_size, {stride = self.stride, padding = self.padding,
@@ -884,13 +898,7 @@ end
 nn.AvgPool2d = Module:extend "nn.AvgPool2d"
 -- opts: stride (default: the kernel), padding, ceil_mode, count_include_pad (default true).
 function nn.AvgPool2d:init(kernel_size, opts)
-  local fn = "nn.AvgPool2d"
-  opts = check_opts(fn, opts, {"stride", "padding", "ceil_mode", "count_include_pad"})
-  check_size(fn, "kernel_size", kernel_size, 1)
-  self.kernel_size, self.stride, self.padding = kernel_size, opts.stride or kernel_size, opts.padding or 0
-  self.ceil_mode, self.count_include_pad = opts.ceil_mode == true, opts.count_include_pad ~= false
-  check_size(fn, "stride", self.stride, 1)
-  check_size(fn, "padding", self.padding, 0)
+  return avg_pool_init(self, "nn.AvgPool2d", kernel_size, opts, check_size)
 end
 function nn.AvgPool2d:forward(x)
   return zorch.avg_pool2d(x, self.kernel_size, {stride = self.stride, padding = self.padding,
@@ -1519,6 +1527,6 @@ zorch._nn_lib = {Module = Module, check_dim = check_dim, check_int = check_int, 
   shape_str = shape_str, softplus = softplus, uniform = uniform, read_opts = read_opts,
   is_reduction = is_reduction, REDUCTION = REDUCTION, num_ge0 = num_ge0, num_gt0 = num_gt0, is_num = is_num,
   is_bool = is_bool, opt_tensor = opt_tensor, nonzero_int = nonzero_int, is_p = is_p, spec_with = spec_with,
-  need_tensor = need_tensor}
+  need_tensor = need_tensor, max_pool_init = max_pool_init, avg_pool_init = avg_pool_init}
 
 return nn
