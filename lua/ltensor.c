@@ -353,6 +353,9 @@ static int arith(lua_State *L, const char *name, bin_fn f, int op) {
       lua_replace(L, ni);
     }
   }
+  /* a float number (2.0 too: Lua keeps the subtype) beside an integer or bool
+     tensor gives float32, as PyTorch's Python float does */
+  if (!lua_isinteger(L, ni) && !zorch_dtype_is_float(zorch_tensor_dtype(t))) return lz_binary(L, name, f);
   double s = lua_tonumber(L, ni);
   switch (op) {
     case '+': return lz_push_up(L, zorch_add_scalar(t, s), 1);

@@ -135,6 +135,12 @@ value_case("bool_add_1", lambda a: a + 1, M1)
 value_case("bool_mul_3", lambda a: a * 3, M1)
 value_case("bool_pow_2", lambda a: a ** 2, M1)
 value_case("bool_clamp", lambda a: a.clamp(0, 1), M1)
+# a float number with an integral value (2.0, a float in Python as in Lua) promotes
+value_case("int_add_2.0", lambda a: a + 2.0, P)
+value_case("int_mul_1.0", lambda a: a * 1.0, P)
+value_case("int_pow_2.0", lambda a: a ** 2.0, P)
+value_case("2.0_sub_int", lambda a: 2.0 - a, P)
+value_case("bool_add_1.0", lambda a: a + 1.0, M1)
 
 # ---- the composed ops -------------------------------------------------------------------
 LA, LB = f64([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]]), f64([3.0, 5.0, -9.0])
