@@ -146,15 +146,7 @@ local function instance_norm_class(name, spatial)
       affine = {false, is_bool, "true or false"}, track_running_stats = {false, is_bool, "true or false"}}, 4)
     rawset(self, "num_features", num_features)
     for k, v in pairs(o) do rawset(self, k, v) end
-    if o.affine then
-      self.weight = nn.Parameter(zorch.ones(num_features))
-      self.bias = nn.Parameter(zorch.zeros(num_features))
-    end
-    if o.track_running_stats then
-      self:register_buffer("running_mean", zorch.zeros(num_features))
-      self:register_buffer("running_var", zorch.ones(num_features))
-      self:register_buffer("num_batches_tracked", zorch.tensor(0))
-    end
+    lib.norm_state(self, num_features)
   end
   function cls:forward(x)
     if not zorch.is_tensor(x) then error(("%s: expected a tensor, got %s"):format(name, type(x)), 2) end

@@ -561,6 +561,20 @@ end
 -- (1e-5), momentum (0.1; false is PyTorch's None: a cumulative average over
 -- the batches seen), affine (true: weight ones and bias zeros, learned),
 -- track_running_stats (true; false: batch statistics in eval too).
+-- A normalisation's learned weight and bias (where self.affine) and running
+-- statistics (where self.track_running_stats), as PyTorch names them.
+local function norm_state(self, num_features)
+  if self.affine then
+    self.weight = nn.Parameter(zorch.ones(num_features))
+    self.bias = nn.Parameter(zorch.zeros(num_features))
+  end
+  if self.track_running_stats then
+    self:register_buffer("running_mean", zorch.zeros(num_features))
+    self:register_buffer("running_var", zorch.ones(num_features))
+    self:register_buffer("num_batches_tracked", zorch.tensor(0))
+  end
+end
+
 local function batch_norm_class(name, dims, expected)
   local cls = Module:extend(name)
   function cls:init(num_features, opts)
@@ -578,15 +592,7 @@ local function batch_norm_class(name, dims, expected)
     rawset(self, "momentum", momentum)
     rawset(self, "affine", opts.affine ~= false)
     rawset(self, "track_running_stats", opts.track_running_stats ~= false)
-    if self.affine then
-      self.weight = nn.Parameter(zorch.ones(num_features))
-      self.bias = nn.Parameter(zorch.zeros(num_features))
-    end
-    if self.track_running_stats then
-      self:register_buffer("running_mean", zorch.zeros(num_features))
-      self:register_buffer("running_var", zorch.ones(num_features))
-      self:register_buffer("num_batches_tracked", zorch.tensor(0))
-    end
+    norm_state(self, num_features)
   end
   -- Zeroes the running statistics (mean 0, variance 1, no batches seen).
   function cls:reset_running_stats()
@@ -1527,6 +1533,6 @@ zorch._nn_lib = {Module = Module, check_dim = check_dim, check_int = check_int, 
   shape_str = shape_str, softplus = softplus, uniform = uniform, read_opts = read_opts,
   is_reduction = is_reduction, REDUCTION = REDUCTION, num_ge0 = num_ge0, num_gt0 = num_gt0, is_num = is_num,
   is_bool = is_bool, opt_tensor = opt_tensor, nonzero_int = nonzero_int, is_p = is_p, spec_with = spec_with,
-  need_tensor = need_tensor, max_pool_init = max_pool_init, avg_pool_init = avg_pool_init}
+  need_tensor = need_tensor, max_pool_init = max_pool_init, avg_pool_init = avg_pool_init, norm_state = norm_state}
 
 return nn

@@ -65,27 +65,14 @@ local function scaled(y, alpha, name)
 end
 inplace("add", function(x, y, alpha) return x + scaled(y, alpha, "add_") end)
 inplace("sub", function(x, y, alpha) return x - scaled(y, alpha, "sub_") end)
-inplace("mul", function(x, y) return zorch.mul(x, y) end)
-inplace("div", function(x, y) return zorch.div(x, y) end)
-inplace("pow", function(x, y) return zorch.pow(x, y) end)
--- lerp_(end, weight): x + weight * (end - x), weight a number or a tensor.
-inplace("lerp", function(x, e, w)
-  if type(w) ~= "number" and not zorch.is_tensor(w) then
-    error("lerp_: weight must be a number or a tensor, got " .. type(w), 0)
-  end
-  return x + (e - x) * w
-end)
 
--- Every other elementwise op of the registry, and the ops below where zorch
--- has them, by name: x:exp_(), x:clamp_(lo, hi), x:masked_fill_(m, v), ...
-local others = {"clamp", "clamp_min", "clamp_max", "clip", "masked_fill", "lerp", "addcmul", "addcdiv",
-  "scatter", "scatter_add", "index_fill", "index_add", "index_copy", "fmod", "remainder", "floor_divide",
-  "atan2", "hypot", "copysign", "nan_to_num", "leaky_relu", "elu", "celu", "hardtanh", "softplus",
-  "tril", "triu"}
+-- Every other elementwise op of the registry, and the ops composed beside it,
+-- by name: x:exp_(), x:clamp_(lo, hi), x:masked_fill_(m, v), ...
+local others = {"clamp_min", "clamp_max", "clip", "masked_fill", "lerp", "addcmul", "addcdiv", "scatter",
+  "scatter_add", "nan_to_num", "tril", "triu"}
 for _, op in ipairs(zorch._pointwise_ops()) do others[#others + 1] = op.name end
 for _, name in ipairs(others) do
-  local f = rawget(zorch, name) or zorch[name]
-  if type(f) == "function" and M[name .. "_"] == nil then inplace(name, f) end
+  if type(zorch[name]) == "function" and M[name .. "_"] == nil then inplace(name, zorch[name]) end
 end
 
 -- Random fills, data writes from zorch's generator (as nn.init's).
@@ -232,8 +219,7 @@ function init.eye_(t)
   if not zorch.is_tensor(t) or t:dim() ~= 2 then
     error("nn.init.eye_: needs a 2-d tensor, got " .. (zorch.is_tensor(t) and tostring(t.shape) or type(t)), 2)
   end
-  local n, m = t:size(1), t:size(2)
-  local e = zorch.arange(n):view(n, 1):eq(zorch.arange(m):view(1, m))
+  local e = zorch.eye(t:size(1), t:size(2), {dtype = t:dtype(), device = t:device()})
   return zorch.no_grad(function() return assign("eye_", t, e) end)
 end
 
