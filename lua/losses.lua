@@ -13,36 +13,11 @@ local softplus, read_opts, is_reduction, REDUCTION = lib.softplus, lib.read_opts
 local num_ge0, num_gt0, is_num, is_bool = lib.num_ge0, lib.num_gt0, lib.is_num, lib.is_bool
 local opt_tensor, nonzero_int, is_p, need_tensor = lib.opt_tensor, lib.nonzero_int, lib.is_p, lib.need_tensor
 
--- The 2-norm along dim with PyTorch's gradient x / ||x||, 0 where the norm is
--- 0 (sqrt's would be NaN there: a zero row is common, padding)
-local l2norm_fn -- (made at the first call)
-local function l2norm(x, dim, keepdim)
-  l2norm_fn = l2norm_fn or zorch.Function{name = "norm",
-    forward = function(ctx, t, d, k)
-      local n = (t * t):sum(d, true):sqrt()
-      ctx:save_for_backward(t, n)
-      ctx.dim, ctx.keepdim = d, k
-      return k and n or n:squeeze(d)
-    end,
-    backward = function(ctx, g)
-      local t, n = ctx.saved_tensors[1], ctx.saved_tensors[2]
-      if not ctx.keepdim then g = g:unsqueeze(ctx.dim) end
-      return g * t / zorch.where(n:eq(0), zorch.ones_like(n), n)
-    end}
-  return l2norm_fn(x, dim, keepdim)
-end
 -- dim (checked a non-zero integer) within n dims (a 0-d input has one), so
 -- an error names fn rather than the sum inside.
 local function check_dim_in(fn, dim, n, x)
   n = math.max(n, 1)
   if dim > n or dim < -n then error(("%s: dim %d out of range for input %s"):format(fn, dim, shape_str(x)), 3) end
-end
--- The p-norm of x along dim: p = 2, 1, math.huge (the largest |x|) or any p > 0.
-local function pnorm(x, p, dim, keepdim)
-  if p == 2 then return l2norm(x, dim, keepdim) end
-  if p == 1 then return x:abs():sum(dim, keepdim) end
-  if p == math.huge then return (x:abs():max(dim, keepdim)) end
-  return (x:abs() ^ p):sum(dim, keepdim) ^ (1 / p)
 end
 local function zeros_of(t) return zorch.zeros_like(t) end
 
@@ -139,8 +114,8 @@ function zorch.cosine_similarity(a, b, opts)
   need_tensor("cosine_similarity", "x1", a)
   need_tensor("cosine_similarity", "x2", b)
   check_dim_in("cosine_similarity", o.dim, math.max(a:dim(), b:dim()), a:dim() >= b:dim() and a or b)
-  local na = zorch.clamp(pnorm(a, 2, o.dim), o.eps)
-  local nb = zorch.clamp(pnorm(b, 2, o.dim), o.eps)
+  local na = zorch.clamp(zorch.norm(a, 2, o.dim), o.eps)
+  local nb = zorch.clamp(zorch.norm(b, 2, o.dim), o.eps)
   return (a * b):sum(o.dim) / (na * nb)
 end
 
@@ -151,13 +126,13 @@ function zorch.normalize(x, opts)
   local o = read_opts("normalize", opts, NORMALIZE, 3)
   need_tensor("normalize", "input", x)
   check_dim_in("normalize", o.dim, x:dim(), x)
-  return x / zorch.clamp(pnorm(x, o.p, o.dim, true), o.eps)
+  return x / zorch.clamp(zorch.norm(x, o.p, o.dim, true), o.eps)
 end
 
 -- pairwise_distance(x1, x2, {p = 2, eps = 1e-6, keepdim = false}): ||x1 - x2 + eps||_p over the last dim
 local PDIST = {p = {2.0, is_p, "a number > 0"}, eps = {1e-6, num_ge0, "a number >= 0"},
                keepdim = {false, is_bool, "true or false"}}
-local function pairwise(x1, x2, o) return pnorm(x1 - x2 + o.eps, o.p, -1, o.keepdim) end
+local function pairwise(x1, x2, o) return zorch.norm(x1 - x2 + o.eps, o.p, -1, o.keepdim) end
 function zorch.pairwise_distance(x1, x2, opts)
   local o = read_opts("pairwise_distance", opts, PDIST, 3)
   need_tensor("pairwise_distance", "x1", x1)
