@@ -336,15 +336,7 @@ function ParameterList:append(t)
   rawset(self, "n", self.n + 1)
   return self
 end
-ParameterList.__index = function(self, k)
-  if math.type(k) == "integer" then
-    local n = rawget(self, "n")
-    if k < 0 then k = n + 1 + k end
-    if k < 1 or k > n then return nil end
-    return rawget(self, tostring(k - 1))
-  end
-  return ParameterList[k]
-end
+ParameterList.__index = lib.list_index(ParameterList)
 ParameterList.__len = function(self) return rawget(self, "n") end
 function ParameterList:forward()
   error("nn.ParameterList: a parameter list has no forward; use its tensors in the owner's forward", 2)

@@ -969,16 +969,21 @@ end
 function ModuleList:forward()
   error("nn.ModuleList: a module list has no forward; iterate over it (ipairs) in the owner's forward", 2)
 end
--- list[i] (1-based, negative from the end); methods and fields otherwise
-ModuleList.__index = function(self, k)
-  if math.type(k) == "integer" then
-    local n = rawget(self, "n")
-    if k < 0 then k = n + 1 + k end
-    if k < 1 or k > n then return nil end
-    return rawget(self, tostring(k - 1))
+-- The __index of a list kept under the keys "0", "1", ... with its length in
+-- field n (ModuleList, ParameterList): list[i] (1-based, negative from the
+-- end); methods and fields of cls otherwise.
+local function list_index(cls)
+  return function(self, k)
+    if math.type(k) == "integer" then
+      local n = rawget(self, "n")
+      if k < 0 then k = n + 1 + k end
+      if k < 1 or k > n then return nil end
+      return rawget(self, tostring(k - 1))
+    end
+    return cls[k]
   end
-  return ModuleList[k]
 end
+ModuleList.__index = list_index(ModuleList)
 -- list[i] = m replaces module i; list[#list + 1] = m appends
 ModuleList.__newindex = function(self, k, v)
   if math.type(k) == "integer" then
@@ -1533,6 +1538,7 @@ zorch._nn_lib = {Module = Module, check_dim = check_dim, check_int = check_int, 
   shape_str = shape_str, softplus = softplus, uniform = uniform, read_opts = read_opts,
   is_reduction = is_reduction, REDUCTION = REDUCTION, num_ge0 = num_ge0, num_gt0 = num_gt0, is_num = is_num,
   is_bool = is_bool, opt_tensor = opt_tensor, nonzero_int = nonzero_int, is_p = is_p, spec_with = spec_with,
-  need_tensor = need_tensor, max_pool_init = max_pool_init, avg_pool_init = avg_pool_init, norm_state = norm_state}
+  need_tensor = need_tensor, max_pool_init = max_pool_init, avg_pool_init = avg_pool_init, norm_state = norm_state,
+  list_index = list_index}
 
 return nn
