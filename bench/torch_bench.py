@@ -54,7 +54,9 @@ def emit(name, value, unit):
     print(json.dumps({"name": "torch/" + name, "value": float(f"{value:.4g}"), "unit": unit}), flush=True)
 
 
-def mlp(batch, i, h, o, adam, dtype=torch.float32, device="cpu"):
+def mlp(batch, i, h, o, adam, dtype=torch.float32, device="cpu", autocast=False):
+    """One training step of Linear-ReLU-Linear with MSE; autocast: float32
+    tensors, the step under bf16 autocast (as a mixed-precision script runs it)."""
     kw = {"dtype": dtype, "device": device}
     x, y = torch.randn(batch, i, **kw), torch.randn(batch, o, **kw)
     w1 = (torch.randn(h, i, **kw) / i**0.5).requires_grad_()
@@ -67,7 +69,8 @@ def mlp(batch, i, h, o, adam, dtype=torch.float32, device="cpu"):
     def step():
         for p in ps:
             p.grad = None
-        loss = F.mse_loss(F.linear(torch.relu(F.linear(x, w1, c1)), w2, c2), y)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+            loss = F.mse_loss(F.linear(torch.relu(F.linear(x, w1, c1)), w2, c2), y)
         loss.backward()
         if opt:
             opt.step()
@@ -281,6 +284,8 @@ def serve_case(name):
         return time_best3(lambda: a.t().contiguous())
     if name == "script_add_64":
         return script_add_64()()
+    if name == "mlp_1024_4096_1024_b256_fwd_bwd_bf16_autocast":
+        return time_best3(mlp(256, 1024, 4096, 1024, False, autocast=True))
     if name.startswith("mlp_1024_4096_1024_b256_fwd_bwd"):
         return time_best3(mlp(256, 1024, 4096, 1024, False, torch.bfloat16 if "bf16" in name else torch.float32))
     if name == "simplenet_step":

@@ -45,6 +45,9 @@ CASES = {
     "bf16_gemm_1024": ("GFLOP/s", lambda s: 2 * 1024**3 / s / GF, 2 * 1024**3, "peak_dot_bf16"),
     "mlp_1024_4096_1024_b256_fwd_bwd": ("GFLOP/s", lambda s: MLP_FLOPS / s / GF, MLP_FLOPS, "peak_fma_fp32"),
     "mlp_1024_4096_1024_b256_fwd_bwd_bf16": ("GFLOP/s", lambda s: MLP_FLOPS / s / GF, MLP_FLOPS, "peak_dot_bf16"),
+    # zorch's same bf16 MLP beside PyTorch's float32 one under bf16 autocast
+    "mlp_1024_4096_1024_b256_fwd_bwd_bf16_autocast": ("GFLOP/s", lambda s: MLP_FLOPS / s / GF, MLP_FLOPS,
+                                                      "peak_dot_bf16"),
     "attention_causal_b4h12t1024_d64_fused_fwd": ("ms", lambda s: s * 1e3, 2 * 2 * 1024 * 1024 * 64 * 48 / 2,
                                                   "peak_fma_fp32"),
     "attention_causal_b4h12t64_d64_fused_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
