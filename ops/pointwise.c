@@ -387,7 +387,13 @@ cleanup:
    float-only ops refuse them. Bool follows PyTorch where zorch can: the signed
    ops (neg, abs, relu, rsub) refuse it, the arithmetic with a scalar (add, mul,
    pow, clamp) and square give int64; the other integer ops compute it in
-   float32 (docs/api.md lists where PyTorch differs). */
+   float32, but the rounding ops and the clamps and shrinks built on signed
+   arithmetic refuse it, as PyTorch does (sign keeps bool: ew_unary). */
+static bool bool_refused(uop k) {
+  return k == UOP_FLOOR || k == UOP_CEIL || k == UOP_ROUND || k == UOP_TRUNC || k == UOP_HARDTANH ||
+         k == UOP_RELU6 || k == UOP_SOFTSIGN || k == UOP_TANHSHRINK;
+}
+
 static zorch_status unary_dtype(uop k, const pw_def *d, const zorch_tensor *a, double p0, double p1,
                                 zorch_dtype *dt) {
   char s[ERR_SHAPE_BUF];
@@ -396,7 +402,7 @@ static zorch_status unary_dtype(uop k, const pw_def *d, const zorch_tensor *a, d
   if (d->float_only)
     return err_set(ZORCH_ERR_DTYPE, "%s: input must be a floating-point tensor, got %s", d->name,
                    zorch_dtype_name(*dt));
-  if (*dt == ZORCH_BOOL && d->ints == INTS_SIGNED)
+  if (*dt == ZORCH_BOOL && (d->ints == INTS_SIGNED || bool_refused(k)))
     return err_set(ZORCH_ERR_DTYPE, "%s: not supported for a bool tensor (input %s)%s", d->name, SHAPE(a, s),
                    k == UOP_NEG || k == UOP_RSUB_S ? "; to invert a mask use eq(mask, 0)" : "");
   bool whole = (d->nparams < 1 || p0 == floor(p0)) && (d->nparams < 2 || p1 == floor(p1));
@@ -412,6 +418,7 @@ static zorch_tensor *ew_unary(uop k, zorch_tensor *a, double p0, double p1) {
   const char *op = d->name;
   zorch_dtype dt;
   if (check_arg(op, "input", a) || unary_dtype(k, d, a, p0, p1, &dt)) return NULL;
+  if (k == UOP_SIGN && a->dtype == ZORCH_BOOL) return zorch_clone(a); /* sign of a bool is itself */
   zorch_dtype cd = zorch_dtype_is_float(dt) ? op_compute_dtype_on(a, dt) : dt;
   zorch_tensor *ca = NULL, *out = NULL;
   if (!(ca = op_cast(a, cd))) goto cleanup;
