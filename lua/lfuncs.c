@@ -222,8 +222,9 @@ static int f_tensor(lua_State *L) {
     int isint = lua_isinteger(L, 1);
     lz_get_opts(L, 2, &o, lua_isboolean(L, 1) ? ZORCH_BOOL : isint ? ZORCH_I64 : ZORCH_F32);
     double v = lua_isboolean(L, 1) ? lua_toboolean(L, 1) : lua_tonumber(L, 1);
-    zorch_tensor *t = isint ? zorch_full_i64(0, NULL, lua_tointeger(L, 1), o.dtype, o.device)
-                            : zorch_full(0, NULL, v, o.dtype, o.device);
+    int64_t iv = lua_tointeger(L, 1);
+    if (isint ? op_check_fill_i64("tensor", o.dtype, &iv) : op_check_fill("tensor", o.dtype, &v)) return lz_fail(L);
+    zorch_tensor *t = isint ? zorch_full_i64(0, NULL, iv, o.dtype, o.device) : zorch_full(0, NULL, v, o.dtype, o.device);
     if (t && o.requires_grad && zorch_set_requires_grad(t, true)) zorch_tensor_free(t), t = NULL;
     PUSH(t);
   }
@@ -248,6 +249,14 @@ static int f_tensor(lua_State *L) {
   }
   lz_opts o;
   lz_get_opts(L, 2, &o, kind == 4 ? ZORCH_BOOL : (kind & 2) || kind == 0 ? ZORCH_F32 : ZORCH_I64);
+  if (o.dtype == ZORCH_I32 || o.dtype == ZORCH_I64 || o.dtype == ZORCH_U8) /* values the dtype cannot hold */
+    for (int64_t i = 0; i < n; i++) {
+      double dv;
+      memcpy(&dv, &v[i], sizeof dv);
+      if (kind & 2 ? op_check_fill("tensor", o.dtype, &dv) : op_check_fill_i64("tensor", o.dtype, &v[i]))
+        return lz_fail(L);
+      if (kind & 2) memcpy(&v[i], &dv, sizeof dv);
+    }
   zorch_tensor *d = zorch_from_buffer(v, nd, shape, kind & 2 ? ZORCH_F64 : ZORCH_I64);
   zorch_tensor *t = d ? zorch_to_dtype(d, o.dtype) : NULL;
   zorch_tensor_free(d);
@@ -641,7 +650,7 @@ static int f_pow(lua_State *L) { return binop(L, "__pow"); }
 
 static zorch_tensor *operand(lua_State *L, int i, zorch_tensor *like) {
   if (lua_type(L, i) == LUA_TNUMBER)
-    return zorch_full(0, NULL, lua_tonumber(L, i), zorch_tensor_dtype(like), zorch_tensor_device(like));
+    return op_full(0, NULL, lua_tonumber(L, i), zorch_tensor_dtype(like), zorch_tensor_device(like));
   return zorch_tensor_retain(T(i));
 }
 typedef zorch_tensor *(*cmp_fn)(zorch_tensor *, zorch_tensor *);
@@ -673,7 +682,25 @@ static int f_where(lua_State *L) {
   zorch_tensor_free(b);
   PUSH(r);
 }
-static int f_masked_fill(lua_State *L) { PUSH(zorch_masked_fill(T(1), T(2), luaL_checknumber(L, 3))); }
+/* An integer value for an integer tensor stays exact past 2^53: a where over
+   an int64 scalar (integers carry no gradient). */
+static int f_masked_fill(lua_State *L) {
+  zorch_tensor *a = T(1), *mask = T(2);
+  zorch_dtype dt = zorch_tensor_dtype(a);
+  if (!lua_isinteger(L, 3) || zorch_dtype_is_float(dt) || dt == ZORCH_BOOL)
+    PUSH(zorch_masked_fill(a, mask, luaL_checknumber(L, 3)));
+  int64_t v = lua_tointeger(L, 3);
+  if (op_check_fill_i64("masked_fill", dt, &v)) return lz_fail(L);
+  if (v >= -((int64_t)1 << 53) && v <= (int64_t)1 << 53) PUSH(zorch_masked_fill(a, mask, (double)v));
+  zorch_tensor *s = zorch_full_i64(0, NULL, v, dt, zorch_tensor_device(a));
+  zorch_tensor *r = s ? zorch_where(mask, s, a) : NULL;
+  zorch_tensor_free(s);
+  if (r && (zorch_tensor_ndim(r) != zorch_tensor_ndim(a) || zorch_tensor_numel(r) != zorch_tensor_numel(a))) {
+    zorch_tensor_free(r);
+    return luaL_error(L, "masked_fill: mask does not broadcast to the input's shape");
+  }
+  PUSH(r);
+}
 
 /* ---- reductions -------------------------------------------------------------------------- */
 /* dims: nil (all), a number, or a table of numbers */

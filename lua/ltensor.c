@@ -296,8 +296,11 @@ int lz_binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *,
   if (!na && !nb) return lz_push(L, f(a, b));
   zorch_tensor *t = na ? b : a;
   int ni = na ? 1 : 2;
-  zorch_tensor *s = zorch_full(0, NULL, lua_tonumber(L, ni), number_dtype(L, ni, zorch_tensor_dtype(t)),
-                               zorch_tensor_device(t));
+  zorch_dtype sdt = number_dtype(L, ni, zorch_tensor_dtype(t));
+  double v = lua_tonumber(L, ni);
+  if (lua_isinteger(L, ni) && sdt == ZORCH_I32) v = (int32_t)(uint32_t)lua_tointeger(L, ni); /* wraps, */
+  if (lua_isinteger(L, ni) && sdt == ZORCH_U8) v = (uint8_t)lua_tointeger(L, ni); /* as PyTorch's */
+  zorch_tensor *s = op_full(0, NULL, v, sdt, zorch_tensor_device(t));
   if (s && lua_isinteger(L, ni) && zorch_tensor_dtype(s) == ZORCH_I64 && zorch_fill_i64_(s, lua_tointeger(L, ni))) {
     zorch_tensor_free(s); /* an int64 number past 2^53 is kept exact */
     s = NULL;
@@ -378,7 +381,7 @@ static int t_pow(lua_State *L) {
     double s = lua_tonumber(L, 1);
     zorch_dtype dt = zorch_tensor_dtype(e);
     if (!zorch_dtype_is_float(dt)) dt = lua_isinteger(L, 1) ? ZORCH_I64 : ZORCH_F32;
-    zorch_tensor *base = zorch_full(0, NULL, s, dt, zorch_tensor_device(e));
+    zorch_tensor *base = op_full(0, NULL, s, dt, zorch_tensor_device(e));
     if (!base) return lz_fail(L);
     zorch_tensor *r = zorch_pow(base, e);
     zorch_tensor_free(base);

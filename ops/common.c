@@ -1,8 +1,38 @@
 /* common.c: the helpers every op definition uses (ops.h): new results on an
    input's device, dtype casts for the kernels, broadcast views, cleanup. */
+#include <math.h>
 #include <string.h>
 
 #include "ops.h"
+
+/* A fill value must fit an integer dtype, as in PyTorch: NaN, infinities and
+   values out of range are errors, not saturated. uint8 takes [0, 256) and the
+   whole numbers -255..-1, which wrap around (*v becomes the value stored;
+   PyTorch wraps only its integer negatives); float and bool dtypes take any
+   value. */
+zorch_status op_check_fill(const char *op, zorch_dtype dt, double *v) {
+  double lo, hi; /* hi is exclusive */
+  switch (dt) {
+  case ZORCH_I32: lo = -2147483648.0, hi = 2147483648.0; break;
+  case ZORCH_I64: lo = -9223372036854775808.0, hi = 9223372036854775808.0; break;
+  case ZORCH_U8: lo = -255, hi = 256; break;
+  default: return ZORCH_OK;
+  }
+  if (!(*v >= lo && *v < hi) || (dt == ZORCH_U8 && *v < 0 && *v != trunc(*v)))
+    return err_set(ZORCH_ERR_ARG, "%s: value %.17g cannot be converted to %s without overflow", op,
+                   isnan(*v) ? NAN : *v, zorch_dtype_name(dt));
+  if (dt == ZORCH_U8 && *v <= -1) *v = 256 + trunc(*v);
+  return ZORCH_OK;
+}
+
+zorch_status op_check_fill_i64(const char *op, zorch_dtype dt, int64_t *v) {
+  bool fits = dt == ZORCH_I32 ? *v >= INT32_MIN && *v <= INT32_MAX : dt == ZORCH_U8 ? *v >= -255 && *v <= 255 : true;
+  if (!fits)
+    return err_set(ZORCH_ERR_ARG, "%s: value %lld cannot be converted to %s without overflow", op, (long long)*v,
+                   zorch_dtype_name(dt));
+  if (dt == ZORCH_U8 && *v < 0) *v += 256;
+  return ZORCH_OK;
+}
 
 zorch_tensor *op_empty(const zorch_tensor *like, int ndim, const int64_t *shape, zorch_dtype dt) {
   return tensor_new(ndim, shape, dt, like->st->device);

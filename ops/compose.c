@@ -105,7 +105,7 @@ zorch_tensor *zorch_clamp_max(zorch_tensor *a, double max) {
 
 /* ---- isclose, allclose, equal ----------------------------------------------------------------- */
 static zorch_tensor *scalar_on(const zorch_tensor *like, double v) {
-  return zorch_full(0, NULL, v, like->dtype, like->st->device);
+  return op_full(0, NULL, v, like->dtype, like->st->device);
 }
 
 /* |a - b| <= atol + rtol * |b|, or a == b (equal infinities); with equal_nan two

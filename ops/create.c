@@ -16,6 +16,11 @@ zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_
 
 zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value, zorch_dtype dt,
                          zorch_device dev) {
+  if (op_check_fill("full", dt, &value)) return NULL;
+  return op_full(ndim, shape, value, dt, dev);
+}
+
+zorch_tensor *op_full(int ndim, const int64_t *shape, double value, zorch_dtype dt, zorch_device dev) {
   zorch_tensor *t = zorch_empty(ndim, shape, dt, dev);
   if (!t) return NULL;
   if (backend_of(t)->fill(t, value)) {
@@ -26,11 +31,11 @@ zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value, zorch_dty
 }
 
 zorch_tensor *zorch_zeros(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev) {
-  return zorch_full(ndim, shape, 0, dt, dev);
+  return op_full(ndim, shape, 0, dt, dev);
 }
 
 zorch_tensor *zorch_ones(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev) {
-  return zorch_full(ndim, shape, 1, dt, dev);
+  return op_full(ndim, shape, 1, dt, dev);
 }
 
 zorch_tensor *zorch_arange(double start, double end, double step, zorch_dtype dt,
@@ -80,6 +85,7 @@ zorch_tensor *zorch_arange_i64(int64_t start, int64_t end, int64_t step, zorch_d
 }
 
 zorch_tensor *zorch_full_i64(int ndim, const int64_t *shape, int64_t value, zorch_dtype dt, zorch_device dev) {
+  if (op_check_fill_i64("full", dt, &value)) return NULL;
   zorch_tensor *t = zorch_empty(ndim, shape, dt, dev);
   if (t && op_fill_i64_(t, value)) {
     zorch_tensor_free(t);
@@ -291,14 +297,14 @@ zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
 }
 
 zorch_status zorch_fill_(zorch_tensor *dst, double value) {
-  if (check_arg("fill_", "dst", dst)) return zorch_last_status();
+  if (check_arg("fill_", "dst", dst) || op_check_fill("fill_", dst->dtype, &value)) return zorch_last_status();
   ag_node *node;
   if (write_begin("fill_", dst, NULL, false, 0, &node)) return zorch_last_status();
   return write_end(dst, node, op_fill_(dst, value));
 }
 
 zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value) {
-  if (check_arg("fill_", "dst", dst)) return zorch_last_status();
+  if (check_arg("fill_", "dst", dst) || op_check_fill_i64("fill_", dst->dtype, &value)) return zorch_last_status();
   ag_node *node;
   if (write_begin("fill_", dst, NULL, false, 0, &node)) return zorch_last_status();
   return write_end(dst, node, op_fill_i64_(dst, value));
@@ -308,6 +314,8 @@ zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, 
                              double value) {
   const char *op = "index assignment";
   if (check_arg(op, "tensor", t) || (src && check_arg(op, "value", src))) return zorch_last_status();
+  if (!src && (integer ? op_check_fill_i64(op, t->dtype, &ivalue) : op_check_fill(op, t->dtype, &value)))
+    return zorch_last_status();
   bool prev = zorch_set_grad_enabled(false); /* the part written is a plain view */
   zorch_tensor *part = zorch_select(t, 0, index);
   zorch_set_grad_enabled(prev);

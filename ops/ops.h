@@ -18,6 +18,14 @@ zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src);
 /* zorch_copy_ without autograd: a data write (zorch's own buffers, such as
    parameters copied into the ZeRO engine's flat buffers). */
 zorch_status op_copy_(zorch_tensor *dst, zorch_tensor *src);
+/* An error (naming op) unless *v fits dt: integer dtypes refuse NaN,
+   infinities and out-of-range values, as PyTorch's fills do; a negative
+   value for uint8 becomes the one stored (-1: 255). */
+zorch_status op_check_fill(const char *op, zorch_dtype dt, double *v);
+zorch_status op_check_fill_i64(const char *op, zorch_dtype dt, int64_t *v);
+/* zorch_full without the range check: the kernels' conversion of value to dt
+   (integers saturate), for scalars an op makes to compute with. */
+zorch_tensor *op_full(int ndim, const int64_t *shape, double value, zorch_dtype dt, zorch_device dev);
 /* zorch_fill_ and zorch_fill_i64_ without autograd: data writes. */
 zorch_status op_fill_(zorch_tensor *dst, double value);
 zorch_status op_fill_i64_(zorch_tensor *dst, int64_t value);

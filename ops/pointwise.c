@@ -34,7 +34,7 @@ typedef struct {
 
 /* A 0-d tensor of t's dtype and device holding v. */
 static zorch_tensor *scalar_like(const zorch_tensor *t, double v) {
-  return zorch_full(0, NULL, v, t->dtype, t->st->device);
+  return op_full(0, NULL, v, t->dtype, t->st->device);
 }
 
 /* Stores a backward's one result: OK, or the error that left it NULL. */
@@ -514,7 +514,7 @@ static zorch_tensor *clamp_open_int(zorch_tensor *a, double lo, double hi) {
                     zorch_dtype_name(a->dtype));
   if (isinf(lo) && isinf(hi)) return zorch_add_scalar(a, 0); /* a copy (int64 for bool) */
   zorch_dtype dt = a->dtype == ZORCH_BOOL ? ZORCH_I64 : a->dtype;
-  zorch_tensor *bound = zorch_full(0, NULL, isinf(lo) ? hi : lo, dt, a->st->device);
+  zorch_tensor *bound = op_full(0, NULL, isinf(lo) ? hi : lo, dt, a->st->device);
   if (!bound) return NULL;
   zorch_tensor *out = isinf(lo) ? zorch_minimum(a, bound) : zorch_maximum(a, bound);
   zorch_tensor_free(bound);
@@ -686,7 +686,9 @@ zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b) 
 }
 
 zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value) {
-  if (check_arg("masked_fill", "input", a) || check_arg("masked_fill", "mask", mask)) return NULL;
+  if (check_arg("masked_fill", "input", a) || check_arg("masked_fill", "mask", mask) ||
+      op_check_fill("masked_fill", a->dtype, &value))
+    return NULL;
   zorch_tensor *v = scalar_like(a, value);
   if (!v) return NULL;
   zorch_tensor *out = where_raw(mask, v, a);

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Writes tests/golden/hostile.txt: what PyTorch gives at the edges that
 tests/lua/test_hostile_ops.lua checks against it (atan2's gradients at the
-origin and at signed zeros).
+origin and at signed zeros; fills of integer tensors with values their dtype
+cannot hold, and integer scalars beside small integer tensors).
 
 Each line is `KEY V1..Vk`, the values of a float64 tensor flattened (nan, inf
 and -inf as Python writes them). A case KEY writes KEY.a, KEY.b (inputs),
-KEY.ga and KEY.gb (the gradients of out.sum()).
+KEY.ga and KEY.gb (the gradients of out.sum()). A fill case writes
+`fill.DTYPE.LABEL.OP V..` with the values stored, or `... error` where
+PyTorch refuses the value; an arithmetic case `arith.NAME V..`.
 
 Usage: python3 tests/golden/gen_hostile.py  (needs torch)
 """
@@ -31,6 +34,45 @@ def atan2_case(key, a, b):
 
 
 atan2_case("atan2_origin", [0.0, -0.0, 0.0, -0.0, 1.0, 1e-200], [0.0, 0.0, -0.0, -0.0, 0.0, 1e-200])
+
+# The labels and values are mirrored in test_hostile_ops.lua.
+FILL_VALUES = {
+    "int64": {"p2_63": 2.0**63, "inf": float("inf"), "nan": float("nan"), "m2_63": -2.0**63, "frac": 1.5,
+              "p2_62": 2**62 + 1},
+    "int32": {"p2_31": 2**31, "m2_31m1": -2**31 - 1, "max": 2**31 - 1, "m1": -1, "big_float": 1e10},
+    "uint8": {"p300": 300, "m1": -1, "m255": -255, "m256": -256, "p255": 255, "frac": 2.5, "nan": float("nan"),
+              "mfrac": -1.5},
+}
+DTYPES = {"int64": torch.int64, "int32": torch.int32, "uint8": torch.uint8}
+
+
+def fill_ops(dt, v):
+    def assign():
+        t = torch.zeros(2, dtype=dt)
+        t[0] = v
+        return t
+    return {"fill_": lambda: torch.zeros(2, dtype=dt).fill_(v),
+            "full": lambda: torch.full((2,), v, dtype=dt),
+            "masked_fill": lambda: torch.zeros(2, dtype=dt).masked_fill(torch.tensor([True, False]), v),
+            "tensor": lambda: torch.tensor([v], dtype=dt),
+            "index": assign}
+
+
+for dname, values in FILL_VALUES.items():
+    for label, v in values.items():
+        for op, f in fill_ops(DTYPES[dname], v).items():
+            key = "fill.%s.%s.%s" % (dname, label, op)
+            try:
+                r = f()
+                lines.append(key + " " + " ".join(str(int(x)) for x in r.tolist()))
+            except RuntimeError:
+                lines.append(key + " error")
+
+u8, i32 = torch.tensor([1, 200], dtype=torch.uint8), torch.tensor([1, -7], dtype=torch.int32)
+for name, r in (("u8_add_300", u8 + 300), ("u8_sub_1", u8 - 1), ("u8_mul_257", u8 * 257),
+                ("i32_add_2_40", i32 + 2**40), ("i32_mul_2_32p3", i32 * (2**32 + 3))):
+    assert r.dtype in (torch.uint8, torch.int32)
+    lines.append("arith.%s %s" % (name, " ".join(str(int(x)) for x in r.tolist())))
 
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile.txt")
 with open(path, "w") as f:

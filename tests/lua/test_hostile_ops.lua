@@ -163,9 +163,11 @@ do
   local G = {}
   for line in io.lines("golden/hostile.txt") do
     local key, vals = line:match("^(%S+)%s+(.*)$")
+    if key:match("^fill%.") or key:match("^arith%.") then goto next end
     local t = {}
     for w in vals:gmatch("%S+") do t[#t + 1] = tonumber(w) end
     G[key] = zorch.tensor(t, {dtype = "float64"})
+    ::next::
   end
   local a = G["atan2_origin.a"]:clone():requires_grad_()
   local b = G["atan2_origin.b"]:clone():requires_grad_()
@@ -204,6 +206,58 @@ for _, c in ipairs({
   ;(r * r):sum():backward()
   close(a, r, 1e-6, name .. ": the values are the out-of-place op's")
   if good then close(w1.grad, w2.grad, 1e-6, name .. ": w's gradient is the out-of-place op's") end
+end
+
+-- ---- integer fills with values the dtype cannot hold: errors, as PyTorch's (golden/gen_hostile.py) ----
+do
+  local R = {}
+  for line in io.lines("golden/hostile.txt") do
+    local key, vals = line:match("^(%S+)%s+(.*)$")
+    if key:match("^fill%.") or key:match("^arith%.") then
+      local t = {}
+      for w in vals:gmatch("%S+") do t[#t + 1] = math.tointeger(tonumber(w)) or w end
+      R[key] = t
+    end
+  end
+  local values = { -- gen_hostile.py's FILL_VALUES
+    int64 = {p2_63 = 2.0 ^ 63, inf = math.huge, nan = 0 / 0, m2_63 = -2.0 ^ 63, frac = 1.5, p2_62 = (1 << 62) + 1},
+    int32 = {p2_31 = 1 << 31, m2_31m1 = -(1 << 31) - 1, max = (1 << 31) - 1, m1 = -1, big_float = 1e10},
+    uint8 = {p300 = 300, m1 = -1, m255 = -255, m256 = -256, p255 = 255, frac = 2.5, nan = 0 / 0, mfrac = -1.5},
+  }
+  local ops = {
+    fill_ = function(dt, v) return zorch.zeros(2, {dtype = dt}):fill_(v) end,
+    full = function(dt, v) return zorch.full({2}, v, {dtype = dt}) end,
+    masked_fill = function(dt, v) return zorch.zeros(2, {dtype = dt}):masked_fill(zorch.tensor({true, false}), v) end,
+    tensor = function(dt, v) return zorch.tensor({v}, {dtype = dt}) end,
+    index = function(dt, v) local t = zorch.zeros(2, {dtype = dt}); t[1] = v; return t end,
+  }
+  for dt, vs in pairs(values) do
+    for label, v in pairs(vs) do
+      for op, f in pairs(ops) do
+        local want = R[("fill.%s.%s.%s"):format(dt, label, op)]
+        local good, r = pcall(f, dt, v)
+        local name = ("%s of %s with %s"):format(op, dt, label)
+        if want[1] == "error" then
+          ok(not good and tostring(r):find("cannot be converted to " .. dt, 1, true) ~= nil,
+             name .. ": refused, as PyTorch (" .. tostring(r) .. ")")
+        else
+          local got = good and r:tolist() or {}
+          ok(good and got[1] == want[1] and got[#got] == want[#want] and #got == #want,
+             name .. ": PyTorch's values (" .. (good and table.concat(got, " ") or tostring(r)) .. ")")
+        end
+      end
+    end
+  end
+  ok(tostring(select(2, pcall(zorch.tensor, 0 / 0, {dtype = "int64"}))):find("^tensor: value nan") ~= nil,
+     "a scalar tensor names tensor and the value")
+  -- an integer number beside a uint8 or int32 tensor wraps to its dtype, as PyTorch's
+  local u8, i32 = zorch.tensor({1, 200}, {dtype = "uint8"}), zorch.tensor({1, -7}, {dtype = "int32"})
+  for name, r in pairs({u8_add_300 = u8 + 300, u8_sub_1 = u8 - 1, u8_mul_257 = u8 * 257,
+                        i32_add_2_40 = i32 + (1 << 40), i32_mul_2_32p3 = i32 * ((1 << 32) + 3)}) do
+    local want, got = R["arith." .. name], r:tolist()
+    ok(r:dtype() == (name:sub(1, 2) == "u8" and "uint8" or "int32") and got[1] == want[1] and got[2] == want[2],
+       name .. ": PyTorch's wrapped values (" .. table.concat(got, " ") .. ")")
+  end
 end
 
 tap.done()
