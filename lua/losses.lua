@@ -20,6 +20,17 @@ local function check_dim_in(fn, dim, n, x)
   if dim > n or dim < -n then error(("%s: dim %d out of range for input %s"):format(fn, dim, shape_str(x)), 3) end
 end
 local function zeros_of(t) return zorch.zeros_like(t) end
+-- a and b must broadcast together (NumPy's rule, from the last dim), so an
+-- error names fn and both arguments rather than the op inside.
+local function check_broadcast(fn, an, a, bn, b)
+  local na, nb = a:dim(), b:dim()
+  for i = 0, math.min(na, nb) - 1 do
+    local x, y = a:size(na - i), b:size(nb - i)
+    if x ~= y and x ~= 1 and y ~= 1 then
+      error(("%s: %s %s and %s %s cannot be broadcast together"):format(fn, an, shape_str(a), bn, shape_str(b)), 3)
+    end
+  end
+end
 
 -- smooth_l1_loss(x, y, {beta = 1, reduction}): 0.5 d^2 / beta where |d| < beta,
 -- else |d| - 0.5 beta (beta 0: |d|)
@@ -51,6 +62,7 @@ function zorch.kl_div(input, target, opts)
   local o = read_opts("kl_div", opts, KL, 3)
   need_tensor("kl_div", "input", input)
   need_tensor("kl_div", "target", target)
+  check_broadcast("kl_div", "input", input, "target", target)
   local loss
   if o.log_target then
     loss = target:exp() * (target - input)
@@ -113,6 +125,7 @@ function zorch.cosine_similarity(a, b, opts)
   local o = read_opts("cosine_similarity", opts, COSSIM, 3)
   need_tensor("cosine_similarity", "x1", a)
   need_tensor("cosine_similarity", "x2", b)
+  check_broadcast("cosine_similarity", "x1", a, "x2", b)
   check_dim_in("cosine_similarity", o.dim, math.max(a:dim(), b:dim()), a:dim() >= b:dim() and a or b)
   local na = zorch.clamp(zorch.norm(a, 2, o.dim), o.eps)
   local nb = zorch.clamp(zorch.norm(b, 2, o.dim), o.eps)
@@ -137,6 +150,7 @@ function zorch.pairwise_distance(x1, x2, opts)
   local o = read_opts("pairwise_distance", opts, PDIST, 3)
   need_tensor("pairwise_distance", "x1", x1)
   need_tensor("pairwise_distance", "x2", x2)
+  check_broadcast("pairwise_distance", "x1", x1, "x2", x2)
   return pairwise(x1, x2, o)
 end
 

@@ -208,6 +208,17 @@ for _, c in ipairs({
   if good then close(w1.grad, w2.grad, 1e-6, name .. ": w's gradient is the out-of-place op's") end
 end
 
+-- ---- losses and distances whose arguments do not broadcast: the error names the function ----------
+for _, c in ipairs({
+  {"kl_div", function(a, b) return zorch.kl_div(a, b) end, "input (3, 4) and target (3, 5)"},
+  {"pairwise_distance", function(a, b) return nn.PairwiseDistance()(a, b) end, "x1 (3, 4) and x2 (3, 5)"},
+  {"cosine_similarity", function(a, b) return zorch.cosine_similarity(a, b) end, "x1 (3, 4) and x2 (3, 5)"},
+}) do
+  raises(c[1] .. ": arguments that do not broadcast", function() c[2](zorch.randn(3, 4), zorch.randn(3, 5)) end,
+         c[1] .. ": " .. c[3] .. " cannot be broadcast together")
+  ok(pcall(c[2], zorch.randn(3, 4), zorch.randn(1, 4)), c[1] .. ": arguments that broadcast are taken")
+end
+
 -- ---- integer fills with values the dtype cannot hold: errors, as PyTorch's (golden/gen_hostile.py) ----
 do
   local R = {}
