@@ -107,6 +107,54 @@ local function float_mask(fn, name, m, dt)
   return mdt == dt and m or m:to(dt)
 end
 
+-- ---- scaled_dot_product_attention --------------------------------------------------------------
+
+-- zorch.scaled_dot_product_attention(q, k, v, {attn_mask, dropout_p = 0,
+-- is_causal = false, scale}): PyTorch's F.scaled_dot_product_attention,
+-- softmax(scale q kᵀ + mask) v over the last two dims, batch dims broadcast.
+-- A bool attn_mask is true where a query may see a key (the opposite of
+-- MultiheadAttention's masks); is_causal lets query i see keys j <= i, counted
+-- from the top left as PyTorch's. Without a mask and dropout, and with one
+-- head size and batch shape, it runs zorch.attention (memory O(T), not O(T²)).
+local SDPA = "scaled_dot_product_attention"
+function zorch.scaled_dot_product_attention(q, k, v, opts)
+  opts = check_options(SDPA, opts, {"attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"}, 3)
+  need_tensor(SDPA, "query", q, 2)
+  need_tensor(SDPA, "key", k, 2)
+  need_tensor(SDPA, "value", v, 2)
+  local mask, p, causal, scale = opts.attn_mask, default(opts.dropout_p, 0), default(opts.is_causal, false), opts.scale
+  check_bool(SDPA, "is_causal", causal, 2)
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    error(("%s: dropout_p must be a number in [0, 1], got %s"):format(SDPA, tostring(p)), 2)
+  end
+  if scale ~= nil and type(scale) ~= "number" then error(("%s: scale must be a number, got %s"):format(SDPA, type(scale)), 2) end
+  if mask ~= nil then need_tensor(SDPA, "attn_mask", mask, 2) end
+  if mask ~= nil and causal then error(SDPA .. ": attn_mask and is_causal cannot both be given", 2) end
+  if opts.enable_gqa then error(SDPA .. ": enable_gqa is not supported", 2) end
+  if q:dim() < 2 or k:dim() < 2 or v:dim() < 2 or q:size(-1) ~= k:size(-1) or k:size(-2) ~= v:size(-2) then
+    error(("%s: query %s, key %s and value %s must be (..., L, E), (..., S, E) and (..., S, Ev)"):format(SDPA,
+      shape_str(q), shape_str(k), shape_str(v)), 2)
+  end
+  local L, S = q:size(-2), k:size(-2)
+  local same = (q:dim() == 3 or q:dim() == 4) and k:dim() == q:dim() and v:dim() == q:dim() and
+    v:size(-1) == q:size(-1) and (not causal or L == S)
+  for i = 1, q:dim() - 2 do same = same and k:size(i) == q:size(i) and v:size(i) == q:size(i) end
+  if same and mask == nil and p == 0 and q:dtype() == k:dtype() and q:dtype() == v:dtype() then
+    return zorch.attention(q, k, v, {causal = causal, scale = scale})
+  end
+  local s = zorch.matmul(q, k:transpose(-2, -1)) * (scale or 1 / math.sqrt(q:size(-1)))
+  if causal then
+    s = s:masked_fill(zorch.triu(zorch.ones({L, S}, {dtype = "bool", device = q:device()}), 1), -math.huge)
+  elseif mask ~= nil and mask:dtype() == "bool" then
+    s = s:masked_fill(zorch.eq(mask, 0), -math.huge)
+  elseif mask ~= nil then
+    s = s + float_mask(SDPA, "attn_mask", mask, s:dtype())
+  end
+  local w = zorch.softmax(s, -1)
+  if p > 0 then w = zorch.dropout(w, p, true) end
+  return zorch.matmul(w, v)
+end
+
 -- Checks the inputs' ranks and sizes as PyTorch does, with the module and
 -- the shapes in the message; returns whether the input is batched.
 local function check_inputs(self, fn, query, key, value, kpm, attn_mask)

@@ -1532,6 +1532,14 @@ function nn.Checkpoint:init(m)
 end
 function nn.Checkpoint:forward(...) return checkpoint(self.module, ...) end
 
+-- nn.functional (`local F = zorch.nn.functional`, as PyTorch scripts write
+-- it): PyTorch's functional names are zorch's own functions, so F.relu is
+-- zorch.relu and F.cross_entropy zorch.cross_entropy; anything else is nil.
+nn.functional = setmetatable({}, {__index = function(_, k)
+  local f = zorch[k]
+  return type(f) == "function" and f or nil
+end, __newindex = function(_, k) error("nn.functional: read-only (set zorch." .. tostring(k) .. " instead)", 2) end})
+
 -- What lua/losses.lua and lua/layers.lua build on (private).
 zorch._nn_lib = {Module = Module, check_dim = check_dim, check_int = check_int, check_opts = check_opts,
   check_same_shape = check_same_shape, is_module = is_module, py_bool = py_bool, reduce = reduce,
