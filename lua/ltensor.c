@@ -412,8 +412,63 @@ static int push_transposed(lua_State *L, zorch_tensor *t, bool last_two) {
 }
 
 /* x[i] selects along the first dim (1-based); other keys are methods and fields */
+#define TENSOR_KEY                                                                                      \
+  "index: a tensor as an index is not supported: use index_select, gather, masked_fill or zorch.where"
+
+/* x[{i, {a, b}, {a}, {}}]: Torch7's table indexing, one entry per dim from
+   the first (dims left out stay whole). A number selects (the dim goes); {a, b}
+   keeps a..b, inclusive, negatives counting from the end; {a} keeps a alone;
+   {} the whole dim; {a, a - 1} is empty. The result is a view that autograd records as narrow and
+   select. NULL with the message in err when an entry is wrong. */
+static zorch_tensor *table_view(lua_State *L, zorch_tensor *t, int key, char *err, size_t errsz) {
+  int nd = zorch_tensor_ndim(t), n = (int)lua_rawlen(L, key), dim = 0;
+  if (n > nd) {
+    snprintf(err, errsz, "index: %d entries for a %d-d tensor", n, nd);
+    return NULL;
+  }
+  zorch_tensor *v = zorch_tensor_retain(t);
+  for (int i = 1; i <= n && v; i++) {
+    int ty = lua_rawgeti(L, key, i);
+    int64_t size = zorch_tensor_shape(v)[dim], b[2] = {1, size};
+    int nb = ty == LUA_TTABLE ? (int)lua_rawlen(L, -1) : 0;
+    bool bad = !(lua_isinteger(L, -1) || ty == LUA_TTABLE) || nb > 2;
+    for (int j = 0; j < nb && !bad; j++) {
+      bad = lua_rawgeti(L, -1, j + 1) != LUA_TNUMBER || !lua_isinteger(L, -1);
+      b[j] = bad ? 0 : lua_tointeger(L, -1);
+      lua_pop(L, 1);
+    }
+    if (nb == 1) b[1] = b[0];
+    int64_t k = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+    int64_t lo = b[0] < 0 ? b[0] + size + 1 : b[0], hi = b[1] < 0 ? b[1] + size + 1 : b[1];
+    zorch_tensor *nv = NULL;
+    if (bad)
+      snprintf(err, errsz, "index: entry %d must be an integer, {}, {a} or {a, b} of integers (got %s%s)", i,
+               luaL_typename(L, -1), nb > 2 ? " of more than 2 entries: steps are not supported" : "");
+    else if (ty != LUA_TTABLE && (k == 0 || k > size || k < -size))
+      snprintf(err, errsz, "index: entry %d (%lld) is out of range for dim %d of size %lld", i, (long long)k, i,
+               (long long)size);
+    else if (ty == LUA_TTABLE && nb > 0 && (b[0] == 0 || b[1] == 0 || lo < 1 || hi > size || lo > hi + 1))
+      snprintf(err, errsz, "index: entry %d ({%lld, %lld}) is not a range within dim %d of size %lld", i,
+               (long long)b[0], (long long)b[1], i, (long long)size);
+    else if (ty != LUA_TTABLE) nv = zorch_select(v, dim, k > 0 ? k - 1 : k);
+    else nv = zorch_narrow(v, dim++, lo - 1, hi - lo + 1);
+    if (!nv && !err[0]) snprintf(err, errsz, "%s", zorch_last_error());
+    lua_pop(L, 1);
+    zorch_tensor_free(v);
+    v = nv;
+  }
+  return v;
+}
+
 static int t_index(lua_State *L) {
   zorch_tensor *t = lz_check(L, 1);
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    char err[256] = "";
+    zorch_tensor *v = table_view(L, t, 2, err, sizeof err);
+    if (!v) return luaL_error(L, "%s", err);
+    return lz_push(L, v);
+  }
+  if (zorch_to_tensor(L, 2)) return luaL_error(L, "%s", TENSOR_KEY);
   if (lua_type(L, 2) == LUA_TNUMBER) {
     lua_Integer i = luaL_checkinteger(L, 2);
     if (i == 0) return luaL_error(L, "index: indices are 1-based (0 is not an index)");
@@ -444,6 +499,26 @@ static int t_index(lua_State *L) {
   return 1;
 }
 
+/* x[{...}] = v: a copy of v (broadcast) or a fill into the view. A write
+   through a view is not one autograd can follow, so it is refused where a
+   gradient would pass through it (a tensor that requires grad, in grad
+   mode): zorch.where, zorch.cat or x[i] = v build such values. */
+static int table_assign(lua_State *L, zorch_tensor *t) {
+  zorch_tensor *src = lua_type(L, 3) == LUA_TNUMBER ? NULL : lz_check(L, 3);
+  if (zorch_is_grad_enabled() && (zorch_requires_grad(t) || (src && zorch_requires_grad(src))))
+    return luaL_error(L, "index assignment: x[{...}] = v writes through a view, which autograd does not follow, and "
+                         "the %s requires grad; build the values with zorch.where or zorch.cat, assign x[i] = v, "
+                         "or write under zorch.no_grad", zorch_requires_grad(t) ? "tensor" : "value");
+  char err[256] = "";
+  zorch_tensor *v = table_view(L, t, 2, err, sizeof err);
+  if (!v) return luaL_error(L, "%s", err);
+  zorch_status st = src                   ? zorch_copy_(v, src)
+                    : lua_isinteger(L, 3) ? zorch_fill_i64_(v, lua_tointeger(L, 3))
+                                          : zorch_fill_(v, lua_tonumber(L, 3));
+  zorch_tensor_free(v);
+  return st ? lz_fail(L) : 0;
+}
+
 static int t_newindex(lua_State *L) {
   zorch_tensor *t = lz_check(L, 1);
   if (lua_type(L, 2) == LUA_TNUMBER) {
@@ -456,6 +531,8 @@ static int t_newindex(lua_State *L) {
       return lz_fail(L);
     return 0;
   }
+  if (lua_type(L, 2) == LUA_TTABLE) return table_assign(L, t);
+  if (zorch_to_tensor(L, 2)) return luaL_error(L, "%s", TENSOR_KEY);
   const char *k = luaL_checkstring(L, 2);
   if (strcmp(k, "grad") == 0) {
     if (zorch_set_grad(t, lua_isnil(L, 3) ? NULL : lz_check(L, 3))) return lz_fail(L);
