@@ -536,6 +536,18 @@ COPY_LOOP(copy_f64_f32, double, float, TO_F64)
 COPY_LOOP(copy_f32_i64, float, int64_t, TO_F32)
 COPY_LOOP(copy_f32_i32, float, int32_t, TO_F32)
 COPY_LOOP(copy_f32_u8, float, uint8_t, TO_F32)
+/* integer to integer: exact, and narrowing wraps around (two's complement,
+   as C's unsigned conversions and PyTorch's casts), where through double it
+   would round past 2^53 and saturate */
+#define WRAP32(x) ((int32_t)(uint32_t)(x))
+#define WRAP8(x) ((uint8_t)(x))
+#define TO_I64(x) ((int64_t)(x))
+COPY_LOOP(copy_i32_i64, int32_t, int64_t, WRAP32)
+COPY_LOOP(copy_u8_i64, uint8_t, int64_t, WRAP8)
+COPY_LOOP(copy_u8_i32, uint8_t, int32_t, WRAP8)
+COPY_LOOP(copy_i64_i32, int64_t, int32_t, TO_I64)
+COPY_LOOP(copy_i64_u8, int64_t, uint8_t, TO_I64)
+COPY_LOOP(copy_i32_u8, int32_t, uint8_t, WRAP32)
 
 static void copy_generic(char **p, const int64_t *s, int64_t n, const double *prm) {
   zorch_dtype dd = (zorch_dtype)prm[0], ds = (zorch_dtype)prm[1];
@@ -562,6 +574,12 @@ static cpu_loop copy_loop(zorch_dtype dd, zorch_dtype ds) {
   if (PAIR(F32, I64)) return copy_f32_i64;
   if (PAIR(F32, I32)) return copy_f32_i32;
   if (PAIR(F32, U8)) return copy_f32_u8;
+  if (PAIR(I32, I64)) return copy_i32_i64;
+  if (PAIR(U8, I64)) return copy_u8_i64;
+  if (PAIR(U8, I32)) return copy_u8_i32;
+  if (PAIR(I64, I32)) return copy_i64_i32;
+  if (PAIR(I64, U8)) return copy_i64_u8;
+  if (PAIR(I32, U8)) return copy_i32_u8;
 #undef PAIR
   return copy_generic;
 }

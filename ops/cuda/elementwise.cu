@@ -144,12 +144,14 @@ zorch_status cuda_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const
   return done ? cu_launched(bop_names[op]) : cu_no_kernel(bop_names[op], a->dtype);
 }
 
-// copy: same dtype byte for byte; otherwise converted through double
-__global__ void k_copy(geom g, int dd, int ds, int same, int es) {
+// copy: same dtype byte for byte; between integer dtypes exact, wrapping
+// around as C's and PyTorch's conversions do; otherwise through double
+__global__ void k_copy(geom g, int dd, int ds, int same, int es, int ints) {
   FOR(i, g.numel) {
     char *d = at(g, 0, i);
     const char *s = at(g, 1, i);
     if (same) for (int b = 0; b < es; b++) d[b] = s[b];
+    else if (ints) store_int(d, dd, load_int(s, ds));
     else store_as(d, dd, load_as(s, ds));
   }
 }
@@ -161,7 +163,9 @@ zorch_status cuda_copy(zorch_tensor *dst, const zorch_tensor *src) {
   int dev = cu_dev(dst);
   if (dst->dtype == src->dtype && zorch_tensor_is_contiguous(dst) && zorch_tensor_is_contiguous(src))
     return cuda_to_device(tensor_ptr(dst), tensor_ptr(src), (size_t)g.numel * dtype_sizes[dst->dtype], dev);
-  k_copy<<<ON(g.numel, dev)>>>(g, dst->dtype, src->dtype, dst->dtype == src->dtype, (int)dtype_sizes[dst->dtype]);
+  int ints = is_int(dst->dtype) && is_int(src->dtype) && src->dtype != ZORCH_BOOL;
+  k_copy<<<ON(g.numel, dev)>>>(g, dst->dtype, src->dtype, dst->dtype == src->dtype, (int)dtype_sizes[dst->dtype],
+                               ints);
   return cu_launched("copy");
 }
 

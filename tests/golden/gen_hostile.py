@@ -8,7 +8,8 @@ Each line is `KEY V1..Vk`, the values of a float64 tensor flattened (nan, inf
 and -inf as Python writes them). A case KEY writes KEY.a, KEY.b (inputs),
 KEY.ga and KEY.gb (the gradients of out.sum()). A fill case writes
 `fill.DTYPE.LABEL.OP V..` with the values stored, or `... error` where
-PyTorch refuses the value; an arithmetic case `arith.NAME V..`.
+PyTorch refuses the value; an arithmetic case `arith.NAME V..`; a
+conversion between integer dtypes `cast.FROM_TO V..`.
 
 Usage: python3 tests/golden/gen_hostile.py  (needs torch)
 """
@@ -73,6 +74,13 @@ for name, r in (("u8_add_300", u8 + 300), ("u8_sub_1", u8 - 1), ("u8_mul_257", u
                 ("i32_add_2_40", i32 + 2**40), ("i32_mul_2_32p3", i32 * (2**32 + 3))):
     assert r.dtype in (torch.uint8, torch.int32)
     lines.append("arith.%s %s" % (name, " ".join(str(int(x)) for x in r.tolist())))
+
+# conversions between integer dtypes: exact, narrowing wraps around
+I64 = [300, -1, 70000, 2**40 + 5, 3000000000, 2**63 - 1, -2**63, -129]
+I32 = [300, -1, 70000, -2**31, 2**31 - 1, -129]
+for name, src, dt in (("i64_u8", I64, torch.uint8), ("i64_i32", I64, torch.int32), ("i32_u8", I32, torch.uint8)):
+    t = torch.tensor(src, dtype=torch.int64 if name.startswith("i64") else torch.int32)
+    lines.append("cast.%s %s" % (name, " ".join(str(int(x)) for x in t.to(dt).tolist())))
 
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile.txt")
 with open(path, "w") as f:

@@ -163,7 +163,7 @@ do
   local G = {}
   for line in io.lines("golden/hostile.txt") do
     local key, vals = line:match("^(%S+)%s+(.*)$")
-    if key:match("^fill%.") or key:match("^arith%.") then goto next end
+    if key:match("^fill%.") or key:match("^arith%.") or key:match("^cast%.") then goto next end
     local t = {}
     for w in vals:gmatch("%S+") do t[#t + 1] = tonumber(w) end
     G[key] = zorch.tensor(t, {dtype = "float64"})
@@ -224,7 +224,7 @@ do
   local R = {}
   for line in io.lines("golden/hostile.txt") do
     local key, vals = line:match("^(%S+)%s+(.*)$")
-    if key:match("^fill%.") or key:match("^arith%.") then
+    if key:match("^fill%.") or key:match("^arith%.") or key:match("^cast%.") then
       local t = {}
       for w in vals:gmatch("%S+") do t[#t + 1] = math.tointeger(tonumber(w)) or w end
       R[key] = t
@@ -268,6 +268,16 @@ do
     local want, got = R["arith." .. name], r:tolist()
     ok(r:dtype() == (name:sub(1, 2) == "u8" and "uint8" or "int32") and got[1] == want[1] and got[2] == want[2],
        name .. ": PyTorch's wrapped values (" .. table.concat(got, " ") .. ")")
+  end
+  -- conversions between integer dtypes are exact and wrap around, as PyTorch's
+  local I64 = {300, -1, 70000, (1 << 40) + 5, 3000000000, math.maxinteger, math.mininteger, -129}
+  local I32 = {300, -1, 70000, -(1 << 31), (1 << 31) - 1, -129}
+  for _, c in ipairs({{"i64_u8", I64, "int64", "uint8"}, {"i64_i32", I64, "int64", "int32"},
+                      {"i32_u8", I32, "int32", "uint8"}}) do
+    local got, want = zorch.tensor(c[2], {dtype = c[3]}):to(c[4]):tolist(), R["cast." .. c[1]]
+    local same = #got == #want
+    for i = 1, #want do same = same and got[i] == want[i] end
+    ok(same, c[1] .. ": PyTorch's values (" .. table.concat(got, " ") .. ")")
   end
 end
 
