@@ -110,9 +110,11 @@ static zorch_tensor *matmul_nd(zorch_tensor *a, zorch_tensor *b) {
   }
   int nd = nbatch + 2;
   zorch_dtype dt = dtype_promote(a->dtype, b->dtype);
-  if (!zorch_dtype_is_float(dt))
-    return err_null(ZORCH_ERR_DTYPE, "matmul: needs floating-point tensors, got %s and %s",
-                    zorch_dtype_name(a->dtype), zorch_dtype_name(b->dtype));
+  if (!zorch_dtype_is_float(dt)) {
+    zorch_tensor *r = op_int_matmul(a, b, dt);
+    if (!r) err_prefix("matmul");
+    return r;
+  }
   zorch_dtype cd = gemm_dtype(a, dt);
   int64_t sa[ZORCH_MAX_DIMS], sb[ZORCH_MAX_DIMS];
   memcpy(sa, shape, sizeof(int64_t) * (size_t)nbatch);

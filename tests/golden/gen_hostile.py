@@ -9,7 +9,9 @@ and -inf as Python writes them). A case KEY writes KEY.a, KEY.b (inputs),
 KEY.ga and KEY.gb (the gradients of out.sum()). A fill case writes
 `fill.DTYPE.LABEL.OP V..` with the values stored, or `... error` where
 PyTorch refuses the value; an arithmetic case `arith.NAME V..`; a
-conversion between integer dtypes `cast.FROM_TO V..`.
+conversion between integer dtypes `cast.FROM_TO V..`; an integer matmul
+`matmul.NAME.a|b|out V..` (flattened) and `matmul.NAME.shapes` (a, b, out as
+2x3 ...).
 
 Usage: python3 tests/golden/gen_hostile.py  (needs torch)
 """
@@ -81,6 +83,23 @@ I32 = [300, -1, 70000, -2**31, 2**31 - 1, -129]
 for name, src, dt in (("i64_u8", I64, torch.uint8), ("i64_i32", I64, torch.int32), ("i32_u8", I32, torch.uint8)):
     t = torch.tensor(src, dtype=torch.int64 if name.startswith("i64") else torch.int32)
     lines.append("cast.%s %s" % (name, " ".join(str(int(x)) for x in t.to(dt).tolist())))
+
+# integer matmul: exact, wrapping around in the operands' dtype
+g = torch.Generator().manual_seed(5)
+MM = {"i64_2d": (torch.randint(-9, 9, (3, 4), generator=g), torch.randint(-9, 9, (4, 5), generator=g)),
+      "i64_wrap": (torch.tensor([[2**40, 3], [1, 2]]), torch.tensor([[2**40, 3], [1, 2]])),
+      "i32_batched": (torch.randint(-99, 99, (2, 1, 3, 4), generator=g).int(),
+                      torch.randint(-99, 99, (3, 4, 2), generator=g).int()),
+      "i32_wrap": (torch.tensor([[2**31 - 1, 5]], dtype=torch.int32), torch.tensor([[2], [1]], dtype=torch.int32)),
+      "u8_wrap": (torch.full((2, 3), 200, dtype=torch.uint8), torch.arange(6, dtype=torch.uint8).view(3, 2)),
+      "vec_mat": (torch.randint(-9, 9, (4,), generator=g), torch.randint(-9, 9, (4, 3), generator=g)),
+      "mat_vec": (torch.randint(-9, 9, (2, 3, 4), generator=g), torch.randint(-9, 9, (4,), generator=g))}
+for name, (a, b) in MM.items():
+    r = torch.matmul(a, b)
+    for key, t in (("a", a), ("b", b), ("out", r)):
+        lines.append("matmul.%s.%s %s" % (name, key, " ".join(str(int(x)) for x in t.reshape(-1).tolist())))
+    lines.append("matmul.%s.shapes %s" % (name, " ".join("x".join(str(d) for d in t.shape) or "0"
+                                                         for t in (a, b, r))))
 
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile.txt")
 with open(path, "w") as f:

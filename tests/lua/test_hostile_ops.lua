@@ -163,7 +163,9 @@ do
   local G = {}
   for line in io.lines("golden/hostile.txt") do
     local key, vals = line:match("^(%S+)%s+(.*)$")
-    if key:match("^fill%.") or key:match("^arith%.") or key:match("^cast%.") then goto next end
+    if key:match("^fill%.") or key:match("^arith%.") or key:match("^cast%.") or key:match("^matmul%.") then
+      goto next
+    end
     local t = {}
     for w in vals:gmatch("%S+") do t[#t + 1] = tonumber(w) end
     G[key] = zorch.tensor(t, {dtype = "float64"})
@@ -224,7 +226,7 @@ do
   local R = {}
   for line in io.lines("golden/hostile.txt") do
     local key, vals = line:match("^(%S+)%s+(.*)$")
-    if key:match("^fill%.") or key:match("^arith%.") or key:match("^cast%.") then
+    if key:match("^fill%.") or key:match("^arith%.") or key:match("^cast%.") or key:match("^matmul%.") then
       local t = {}
       for w in vals:gmatch("%S+") do t[#t + 1] = math.tointeger(tonumber(w)) or w end
       R[key] = t
@@ -279,6 +281,28 @@ do
     for i = 1, #want do same = same and got[i] == want[i] end
     ok(same, c[1] .. ": PyTorch's values (" .. table.concat(got, " ") .. ")")
   end
+  -- integer matmul: exact, wrapping around in the operands' dtype, as PyTorch's
+  for _, c in ipairs({{"i64_2d", "int64"}, {"i64_wrap", "int64"}, {"i32_batched", "int32"}, {"i32_wrap", "int32"},
+                      {"u8_wrap", "uint8"}, {"vec_mat", "int64"}, {"mat_vec", "int64"}}) do
+    local name, dt = c[1], c[2]
+    local function shaped(key, sh)
+      local dims = {}
+      for w in tostring(sh):gmatch("%d+") do dims[#dims + 1] = tonumber(w) end
+      return zorch.tensor(R["matmul." .. name .. "." .. key], {dtype = dt}):view(table.unpack(dims))
+    end
+    local sh = R["matmul." .. name .. ".shapes"]
+    local y = zorch.matmul(shaped("a", sh[1]), shaped("b", sh[2]))
+    local got, want = y:reshape(-1):tolist(), R["matmul." .. name .. ".out"]
+    local same = y:dtype() == dt and table.concat(y.shape, "x") == tostring(sh[3]) and #got == #want
+    for i = 1, #want do same = same and got[i] == want[i] end
+    ok(same, ("matmul of %s %s: PyTorch's %s %s"):format(dt, name, sh[3], dt))
+  end
+  raises("matmul of bool matrices", function()
+    zorch.matmul(zorch.ones({2, 2}, {dtype = "bool"}), zorch.ones({2, 2}, {dtype = "bool"}))
+  end, "matmul: bool matrices are not supported")
+  raises("integer matmul with mismatched sizes", function()
+    zorch.matmul(zorch.ones({2, 3}, {dtype = "int64"}), zorch.ones({2, 2}, {dtype = "int64"}))
+  end, "matmul: shapes (2, 3) and (2, 2) cannot be multiplied")
 end
 
 tap.done()
