@@ -24,22 +24,6 @@ static zorch_status check_mat(const char *op, const zorch_tensor *a, int ra, con
   return ZORCH_OK;
 }
 
-/* Integer products (GEMM is float-only): the products of every pair,
-   broadcast a (..., n, k, 1) by b (..., 1, k, m) (b (1, k) for mv), summed over
-   k, in a's dtype. Memory n * k * m: integer matrices are small. */
-static zorch_tensor *int_product(const char *op, zorch_tensor *a, zorch_tensor *b) {
-  if (a->dtype == ZORCH_BOOL) return err_null(ZORCH_ERR_DTYPE, "%s: bool matrices are not supported", op);
-  bool vec = b->ndim == 1;
-  int kd = vec ? 1 : a->ndim - 1; /* k's dim in the broadcast product */
-  zorch_tensor *u = NULL, *w = NULL, *p = NULL, *s = NULL, *out = NULL;
-  if ((u = vec ? zorch_tensor_retain(a) : zorch_unsqueeze(a, a->ndim)) && (w = zorch_unsqueeze(b, vec ? 0 : b->ndim - 2)) &&
-      (p = zorch_mul(u, w)) && (s = zorch_sum(p, 1, &kd, false)))
-    out = op_cast(s, a->dtype);
-  OP_FREE(u, w, p, s);
-  if (!out) err_prefix(op);
-  return out;
-}
-
 /* matmul of integer operands, both at least 2-D with a's last size equal to
    b's next to last (batch dims broadcast): the sum over k of a (..., m, k, 1)
    times b (..., 1, k, n), k taken in blocks that keep a block's products near
@@ -76,7 +60,10 @@ zorch_tensor *op_int_matmul(zorch_tensor *a, zorch_tensor *b, zorch_dtype dt) {
 
 static zorch_tensor *product(const char *op, zorch_tensor *a, int ra, zorch_tensor *b, int rb) {
   if (check_mat(op, a, ra, b, rb)) return NULL;
-  return zorch_dtype_is_float(a->dtype) ? zorch_matmul(a, b) : int_product(op, a, b);
+  if (a->dtype == ZORCH_BOOL) return err_null(ZORCH_ERR_DTYPE, "%s: bool matrices are not supported", op);
+  zorch_tensor *out = zorch_matmul(a, b);
+  if (!out) err_prefix(op);
+  return out;
 }
 
 zorch_tensor *zorch_mm(zorch_tensor *a, zorch_tensor *b) { return product("mm", a, 2, b, 2); }
@@ -90,9 +77,8 @@ zorch_tensor *zorch_dot(zorch_tensor *a, zorch_tensor *b) {
     return err_null(ZORCH_ERR_SHAPE, "dot: expects two vectors of one size, got shapes %s and %s", SHAPE(a, s1),
                     SHAPE(b, s2));
   if (check_mat("dot", a, 1, b, 1)) return NULL;
-  if (zorch_dtype_is_float(a->dtype)) return zorch_matmul(a, b);
-  zorch_tensor *p = zorch_mul(a, b), *out = p ? zorch_sum(p, 0, NULL, false) : NULL; /* integers: GEMM is float-only */
-  zorch_tensor_free(p);
+  if (a->dtype == ZORCH_BOOL) return err_null(ZORCH_ERR_DTYPE, "dot: bool vectors are not supported");
+  zorch_tensor *out = zorch_matmul(a, b);
   if (!out) err_prefix("dot");
   return out;
 }
