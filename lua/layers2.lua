@@ -1,0 +1,525 @@
+-- More of torch.nn, composed from the tensor ops: the activations GLU,
+-- Softmin, Threshold, the shrinks, PReLU, RReLU and Softmax2d; pixel and
+-- channel shuffles and the padding modules; interpolate and Upsample;
+-- adaptive max and power-average pooling and the functional forms of the 1-d
+-- layers; the margin losses; Bilinear, LocalResponseNorm, AlphaDropout,
+-- Unfold and Fold. PyTorch's names, defaults, state-dict names and printout;
+-- dims count from 1 and class indices are 1-based.
+local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
+local nn = zorch.nn
+local lib = zorch._nn_lib
+local Module, check_int, shape_str, uniform = lib.Module, lib.check_int, lib.shape_str, lib.uniform
+local read_opts, is_bool, is_num, num_ge0, need_tensor = lib.read_opts, lib.is_bool, lib.is_num, lib.num_ge0,
+  lib.need_tensor
+local reduce, REDUCTION, opt_tensor, softplus, py_bool = lib.reduce, lib.REDUCTION, lib.opt_tensor, lib.softplus,
+  lib.py_bool
+
+-- A number as Python's repr writes it: the shortest digits that read back,
+-- a float with an integer value ending in ".0" (so modules print PyTorch's
+-- `upper=0.3333333333333333`, `value=20.0`).
+local function py_num(v)
+  if math.type(v) ~= "float" then return tostring(v) end
+  if v ~= v then return "nan" elseif v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
+  local p = 1
+  while p < 17 and tonumber(("%." .. p .. "g"):format(v)) ~= v do p = p + 1 end
+  local e = tonumber(("%." .. (p - 1) .. "e"):format(v):match("e(.*)$"))
+  if e < -4 or e >= 16 then return ("%." .. p .. "g"):format(v) end
+  local s = ("%." .. math.max(p - 1 - e, 0) .. "f"):format(v)
+  return s:find("%.") and s or s .. ".0"
+end
+-- A size as PyTorch prints it: a number as is, a list as a tuple.
+local function tuple_str(v)
+  if type(v) ~= "table" then return py_num(v) end
+  local t = {}
+  for i, x in ipairs(v) do t[i] = py_num(x) end
+  return "(" .. table.concat(t, ", ") .. (#t == 1 and ",)" or ")")
+end
+
+-- d (1-based, negative from the end) within x's dims, or an error naming fn
+-- and the input's shape; returns the positive dim.
+local function dim_in(fn, name, d, x, level)
+  local n = x:dim()
+  if math.type(d) ~= "integer" or d == 0 or d > n or d < -n then
+    error(("%s: %s must be a non-zero integer within the %d dims of input %s (dims count from 1), got %s"):format(
+      fn, name, n, shape_str(x), tostring(d)), level + 1)
+  end
+  return d < 0 and n + 1 + d or d
+end
+local function need_number(fn, name, v, level)
+  if type(v) ~= "number" then error(("%s: %s must be a number, got %s"):format(fn, name, tostring(v)), level + 1) end
+end
+-- runs f(...) and raises its error as fn's (the op's name replaced), at level
+local function as_fn(fn, level, f, ...)
+  local r = table.pack(pcall(f, ...))
+  if not r[1] then
+    local msg = tostring(r[2]):gsub("^[^:]*:%d+: ", ""):gsub("^[%w_.]+: ", "")
+    error(fn .. ": " .. msg, level + 1)
+  end
+  return table.unpack(r, 2, r.n)
+end
+
+-- ---- activations ----------------------------------------------------------------------------
+
+-- glu(x, dim = -1): the first half of x along dim times the sigmoid of the second
+function zorch.glu(x, dim)
+  need_tensor("glu", "input", x)
+  local d = dim_in("glu", "dim", dim == nil and -1 or dim, x, 2)
+  local n = x.shape[d]
+  if n % 2 ~= 0 then
+    error(("glu: dim %d of input %s must have an even size, got %d"):format(d, shape_str(x), n), 2)
+  end
+  return x:narrow(d, 1, n // 2) * x:narrow(d, n // 2 + 1, n // 2):sigmoid()
+end
+
+-- softmin(x, dim): softmax of -x along dim
+function zorch.softmin(x, dim)
+  need_tensor("softmin", "input", x)
+  return zorch.softmax(-x, dim_in("softmin", "dim", dim, x, 2))
+end
+
+-- threshold(x, threshold, value): x where x > threshold, else value
+function zorch.threshold(x, th, value)
+  need_tensor("threshold", "input", x)
+  need_number("threshold", "threshold", th, 2)
+  need_number("threshold", "value", value, 2)
+  return zorch.where(x:gt(th), x, value)
+end
+
+-- hardshrink(x, lambd = 0.5): x where |x| > lambd, else 0
+function zorch.hardshrink(x, lambd)
+  need_tensor("hardshrink", "input", x)
+  lambd = lambd == nil and 0.5 or lambd
+  need_number("hardshrink", "lambd", lambd, 2)
+  return zorch.where(x:abs():gt(lambd), x, 0)
+end
+
+-- softshrink(x, lambd = 0.5): x - lambd above lambd, x + lambd below -lambd, else 0
+function zorch.softshrink(x, lambd)
+  need_tensor("softshrink", "input", x)
+  lambd = lambd == nil and 0.5 or lambd
+  if type(lambd) ~= "number" or not (lambd >= 0) then
+    error(("softshrink: lambd must be a number >= 0, got %s"):format(tostring(lambd)), 2)
+  end
+  return zorch.where(x:gt(lambd), x - lambd, zorch.where(x:lt(-lambd), x + lambd, 0))
+end
+
+-- prelu(x, weight): x where x > 0, else weight x; weight holds one slope or one
+-- per channel (dim 2; a 1-d input has one channel)
+function zorch.prelu(x, w)
+  need_tensor("prelu", "input", x)
+  need_tensor("prelu", "weight", w)
+  local c = x:dim() >= 2 and x.shape[2] or 1
+  if w:dim() > 1 or (w:numel() ~= 1 and w:numel() ~= c) then
+    error(("prelu: weight %s must hold 1 slope or one per channel (%d) of input %s"):format(shape_str(w), c,
+      shape_str(x)), 2)
+  end
+  if w:numel() ~= 1 then
+    local s = {1, c}
+    for _ = 3, x:dim() do s[#s + 1] = 1 end
+    w = w:reshape(s)
+  elseif x:dim() == 0 then
+    w = w:reshape({})
+  end
+  return zorch.where(x:gt(0), x, x * w)
+end
+
+-- rrelu(x, lower = 1/8, upper = 1/3, training = false): negatives times a slope
+-- drawn from U(lower, upper) for each element in training, (lower + upper) / 2 in eval
+function zorch.rrelu(x, lower, upper, training)
+  need_tensor("rrelu", "input", x)
+  lower, upper = lower == nil and 1 / 8 or lower, upper == nil and 1 / 3 or upper
+  need_number("rrelu", "lower", lower, 2)
+  need_number("rrelu", "upper", upper, 2)
+  if lower > upper then error(("rrelu: lower %s must not exceed upper %s"):format(py_num(lower), py_num(upper)), 2) end
+  if training ~= nil and type(training) ~= "boolean" then
+    error(("rrelu: training must be true or false, got %s"):format(tostring(training)), 2)
+  end
+  if not training then return zorch.leaky_relu(x, (lower + upper) / 2) end
+  local slope = zorch.rand(x.shape, {dtype = x:dtype(), device = x:device()}) * (upper - lower) + lower
+  return zorch.where(x:ge(0), x, x * slope)
+end
+
+nn.GLU = Module:extend "nn.GLU"
+function nn.GLU:init(dim)
+  dim = dim == nil and -1 or dim
+  lib.check_dim("nn.GLU", "dim", dim)
+  self.dim = dim
+end
+function nn.GLU:forward(x) return zorch.glu(x, self.dim) end
+nn.GLU.__tostring = function(s) return ("nn.GLU(dim=%d)"):format(s.dim) end
+
+nn.Softmin = Module:extend "nn.Softmin"
+function nn.Softmin:init(dim)
+  lib.check_dim("nn.Softmin", "dim", dim)
+  self.dim = dim
+end
+function nn.Softmin:forward(x) return zorch.softmin(x, self.dim) end
+nn.Softmin.__tostring = function(s) return ("nn.Softmin(dim=%d)"):format(s.dim) end
+
+nn.Threshold = Module:extend "nn.Threshold"
+function nn.Threshold:init(th, value)
+  need_number("nn.Threshold", "threshold", th, 3)
+  need_number("nn.Threshold", "value", value, 3)
+  self.threshold, self.value = th, value
+end
+function nn.Threshold:forward(x) return zorch.threshold(x, self.threshold, self.value) end
+nn.Threshold.__tostring = function(s)
+  return ("nn.Threshold(threshold=%s, value=%s)"):format(py_num(s.threshold), py_num(s.value))
+end
+
+-- Hardshrink(lambd = 0.5), Softshrink(lambd = 0.5)
+local function shrink_class(name, fn)
+  local cls = Module:extend(name)
+  function cls:init(lambd)
+    lambd = lambd == nil and 0.5 or lambd
+    if type(lambd) ~= "number" or (fn == zorch.softshrink and not (lambd >= 0)) then
+      error(("%s: lambd must be a number%s, got %s"):format(name, fn == zorch.softshrink and " >= 0" or "",
+        tostring(lambd)), 3)
+    end
+    self.lambd = lambd
+  end
+  function cls:forward(x) return fn(x, self.lambd) end
+  cls.__tostring = function(s) return ("%s(%s)"):format(name, py_num(s.lambd)) end
+  return cls
+end
+nn.Hardshrink = shrink_class("nn.Hardshrink", zorch.hardshrink)
+nn.Softshrink = shrink_class("nn.Softshrink", zorch.softshrink)
+
+-- PReLU(num_parameters = 1, init = 0.25): parameter `weight` (num_parameters,)
+nn.PReLU = Module:extend "nn.PReLU"
+function nn.PReLU:init(num_parameters, init)
+  num_parameters = num_parameters == nil and 1 or num_parameters
+  check_int("nn.PReLU", "num_parameters", num_parameters)
+  init = init == nil and 0.25 or init
+  need_number("nn.PReLU", "init", init, 3)
+  self.num_parameters = num_parameters
+  self.weight = nn.Parameter(zorch.full({num_parameters}, init))
+end
+function nn.PReLU:forward(x) return zorch.prelu(x, self.weight) end
+nn.PReLU.__tostring = function(s) return ("nn.PReLU(num_parameters=%d)"):format(s.num_parameters) end
+
+-- RReLU(lower = 1/8, upper = 1/3): random slopes in training, their mean in eval
+nn.RReLU = Module:extend "nn.RReLU"
+function nn.RReLU:init(lower, upper)
+  lower, upper = lower == nil and 1 / 8 or lower, upper == nil and 1 / 3 or upper
+  need_number("nn.RReLU", "lower", lower, 3)
+  need_number("nn.RReLU", "upper", upper, 3)
+  if lower > upper then error(("nn.RReLU: lower %s must not exceed upper %s"):format(py_num(lower), py_num(upper)), 3) end
+  self.lower, self.upper = lower, upper
+end
+function nn.RReLU:forward(x) return zorch.rrelu(x, self.lower, self.upper, self.training) end
+nn.RReLU.__tostring = function(s) return ("nn.RReLU(lower=%s, upper=%s)"):format(py_num(s.lower), py_num(s.upper)) end
+
+-- Softmax2d(): softmax over the channels of (N, C, H, W) or (C, H, W)
+nn.Softmax2d = Module:extend "nn.Softmax2d"
+function nn.Softmax2d:forward(x)
+  need_tensor("nn.Softmax2d", "input", x)
+  if x:dim() ~= 3 and x:dim() ~= 4 then
+    error(("nn.Softmax2d: expected input (N, C, H, W) or (C, H, W), got %s"):format(shape_str(x)), 2)
+  end
+  return zorch.softmax(x, -3)
+end
+
+-- ---- pixel and channel shuffles, padding ------------------------------------------------------
+
+-- The leading dims of x before its last k, multiplied (1 when there are none).
+local function lead_of(x, k)
+  local b = 1
+  for i = 1, x:dim() - k do b = b * x.shape[i] end
+  return b
+end
+local function lead_shape(x, k, tail)
+  local s = {}
+  for i = 1, x:dim() - k do s[i] = x.shape[i] end
+  for _, v in ipairs(tail) do s[#s + 1] = v end
+  return s
+end
+local function pos_int(fn, name, v, level)
+  if math.type(v) ~= "integer" or v < 1 then
+    error(("%s: %s must be a positive integer, got %s"):format(fn, name, tostring(v)), level + 1)
+  end
+end
+
+-- pixel_shuffle(x, r): (*, C r^2, H, W) to (*, C, H r, W r)
+function zorch.pixel_shuffle(x, r)
+  need_tensor("pixel_shuffle", "input", x)
+  pos_int("pixel_shuffle", "upscale_factor", r, 2)
+  local n = x:dim()
+  if n < 3 or x.shape[n - 2] % (r * r) ~= 0 then
+    error(("pixel_shuffle: expected input (*, C * %d, H, W) (channels divisible by upscale_factor^2), got %s"):format(
+      r * r, shape_str(x)), 2)
+  end
+  local c, h, w = x.shape[n - 2] // (r * r), x.shape[n - 1], x.shape[n]
+  local y = x:reshape({lead_of(x, 3), c, r, r, h, w}):permute(1, 2, 5, 3, 6, 4)
+  return y:reshape(lead_shape(x, 3, {c, h * r, w * r}))
+end
+
+-- pixel_unshuffle(x, r): (*, C, H r, W r) to (*, C r^2, H, W)
+function zorch.pixel_unshuffle(x, r)
+  need_tensor("pixel_unshuffle", "input", x)
+  pos_int("pixel_unshuffle", "downscale_factor", r, 2)
+  local n = x:dim()
+  if n < 3 or x.shape[n - 1] % r ~= 0 or x.shape[n] % r ~= 0 then
+    error(("pixel_unshuffle: expected input (*, C, H * %d, W * %d), got %s"):format(r, r, shape_str(x)), 2)
+  end
+  local c, h, w = x.shape[n - 2], x.shape[n - 1] // r, x.shape[n] // r
+  local y = x:reshape({lead_of(x, 3), c, h, r, w, r}):permute(1, 2, 4, 6, 3, 5)
+  return y:reshape(lead_shape(x, 3, {c * r * r, h, w}))
+end
+
+-- channel_shuffle(x, groups): (N, C, *) with C read as (groups, C / groups), transposed
+function zorch.channel_shuffle(x, g)
+  need_tensor("channel_shuffle", "input", x)
+  pos_int("channel_shuffle", "groups", g, 2)
+  if x:dim() < 3 or x.shape[2] % g ~= 0 then
+    error(("channel_shuffle: expected input (N, C, *) with %d groups dividing C, got %s"):format(g, shape_str(x)), 2)
+  end
+  local s = {x.shape[1], g, x.shape[2] // g}
+  for i = 3, x:dim() do s[#s + 1] = x.shape[i] end
+  return x:reshape(s):transpose(2, 3):reshape(x.shape)
+end
+
+local function scale_class(name, fn, field)
+  local cls = Module:extend(name)
+  function cls:init(v)
+    pos_int(name, field, v, 3)
+    self[field] = v
+  end
+  function cls:forward(x) return fn(x, self[field]) end
+  cls.__tostring = function(s) return ("%s(%s=%d)"):format(name, field, s[field]) end
+  return cls
+end
+nn.PixelShuffle = scale_class("nn.PixelShuffle", zorch.pixel_shuffle, "upscale_factor")
+nn.PixelUnshuffle = scale_class("nn.PixelUnshuffle", zorch.pixel_unshuffle, "downscale_factor")
+nn.ChannelShuffle = scale_class("nn.ChannelShuffle", zorch.channel_shuffle, "groups")
+
+-- The padding modules over zorch.pad: padding is one integer for every side
+-- or 2 k of them (left, right, top, bottom, front, back), PyTorch's order.
+local function pad_class(name, mode, k, with_value)
+  local cls = Module:extend(name)
+  function cls:init(padding, value)
+    local p = padding
+    if math.type(p) == "integer" then
+      p = {}
+      for i = 1, 2 * k do p[i] = padding end
+    end
+    local good = type(p) == "table" and #p == 2 * k
+    for i = 1, good and #p or 0 do good = good and math.type(p[i]) == "integer" end
+    if not good then
+      error(("%s: padding must be an integer or a list of %d integers, got %s"):format(name, 2 * k,
+        type(padding) == "table" and tuple_str(padding) or tostring(padding)), 3)
+    end
+    self.padding = p
+    if with_value then
+      need_number(name, "value", value, 3)
+      self.value = value
+    end
+  end
+  function cls:forward(x)
+    need_tensor(name, "input", x)
+    if x:dim() ~= k + 1 and x:dim() ~= k + 2 then
+      error(("%s: expected a %dD or %dD input, got %s"):format(name, k + 1, k + 2, shape_str(x)), 2)
+    end
+    return as_fn(name, 2, zorch.pad, x, self.padding, mode, self.value or 0)
+  end
+  cls.__tostring = function(s)
+    if with_value then return ("%s(padding=%s, value=%s)"):format(name, tuple_str(s.padding), py_num(s.value)) end
+    return ("%s(%s)"):format(name, tuple_str(s.padding))
+  end
+  return cls
+end
+for k = 1, 3 do
+  nn["ZeroPad" .. k .. "d"] = pad_class("nn.ZeroPad" .. k .. "d", "constant", k)
+  nn["ConstantPad" .. k .. "d"] = pad_class("nn.ConstantPad" .. k .. "d", "constant", k, true)
+  nn["ReflectionPad" .. k .. "d"] = pad_class("nn.ReflectionPad" .. k .. "d", "reflect", k)
+  nn["ReplicationPad" .. k .. "d"] = pad_class("nn.ReplicationPad" .. k .. "d", "replicate", k)
+  nn["CircularPad" .. k .. "d"] = pad_class("nn.CircularPad" .. k .. "d", "circular", k)
+end
+
+-- ---- interpolation ----------------------------------------------------------------------------
+
+-- x rounded to float32 (PyTorch computes the nearest modes' source indices in float32)
+local function f32(v) return (string.unpack("f", string.pack("f", v))) end
+
+-- The taps of one dim resized from n to m: a list of {indices (0-based), weights}
+-- per tap, weights nil for nearest. `scale` is the scale_factor the caller
+-- gave (nil with a size, or with recompute_scale_factor).
+local CUBIC_A = -0.75
+local function cubic_weights(t)
+  local a = CUBIC_A
+  local function near(u) return ((a + 2) * u - (a + 3)) * u * u + 1 end
+  local function far(u) return ((a * u - 5 * a) * u + 8 * a) * u - 4 * a end
+  return {far(t + 1), near(t), near(1 - t), far(2 - t)}
+end
+local function taps_of(mode, n, m, scale, align_corners)
+  local idx, wts = {}, {}
+  if mode == "nearest" or mode == "nearest-exact" then
+    local s = f32(scale and 1 / scale or n / m)
+    idx[1] = {}
+    for j = 0, m - 1 do
+      local src
+      if mode == "nearest" then src = math.floor(f32(j * s)) else src = math.floor((j + 0.5) * s) end
+      idx[1][j + 1] = math.min(src, n - 1)
+    end
+    return idx
+  end
+  local s
+  if align_corners then s = m > 1 and (n - 1) / (m - 1) or 0
+  else s = scale and 1 / scale or n / m end
+  local ntaps = mode == "bicubic" and 4 or 2
+  for k = 1, ntaps do idx[k], wts[k] = {}, {} end
+  for j = 0, m - 1 do
+    local src = align_corners and j * s or (j + 0.5) * s - 0.5
+    if mode == "bicubic" then
+      local i0 = math.floor(src)
+      local w = cubic_weights(src - i0)
+      for k = 1, 4 do
+        idx[k][j + 1] = math.max(0, math.min(n - 1, i0 - 2 + k))
+        wts[k][j + 1] = w[k]
+      end
+    else
+      if src < 0 then src = 0 end
+      local i0 = math.floor(src)
+      local i1 = math.min(i0 + 1, n - 1)
+      local l = src - i0
+      idx[1][j + 1], wts[1][j + 1] = i0, 1 - l
+      idx[2][j + 1], wts[2][j + 1] = i1, l
+    end
+  end
+  return idx, wts
+end
+-- x resized along dim d by the taps: sum over taps of x[idx] * weight
+local function apply_taps(x, d, idx, wts)
+  local y
+  for k = 1, #idx do
+    local ix = {}
+    for j, v in ipairs(idx[k]) do ix[j] = v + 1 end
+    local t = zorch.index_select(x, d, zorch.tensor(ix, {dtype = "int64", device = x:device()}))
+    if wts then
+      local ws = {}
+      for i = 1, x:dim() do ws[i] = i == d and #ix or 1 end
+      t = t * zorch.tensor(wts[k], {dtype = x:dtype(), device = x:device()}):reshape(ws)
+    end
+    y = y and y + t or t
+  end
+  return y
+end
+
+local MODES = {nearest = 0, ["nearest-exact"] = 0, linear = 1, bilinear = 2, bicubic = 2, trilinear = 3, area = 0}
+local INTERP = {
+  size = {nil, function(v) return v == nil or math.type(v) == "integer" or type(v) == "table" end,
+          "an integer or a list of them"},
+  scale_factor = {nil, function(v) return v == nil or type(v) == "number" or type(v) == "table" end,
+                  "a number or a list of them"},
+  mode = {"nearest", function(v) return MODES[v] ~= nil end,
+          "'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear' or 'area'"},
+  align_corners = {nil, function(v) return v == nil or is_bool(v) end, "true, false or nil"},
+  recompute_scale_factor = {nil, function(v) return v == nil or is_bool(v) end, "true, false or nil"},
+  antialias = {false, function(v) return v == false end, "false (antialiasing is not supported)"},
+}
+-- a size or scale per spatial dim: one value repeated, or a list of k
+local function per_dim(fn, name, v, k, check, level)
+  local t = type(v) == "table" and v or {}
+  if type(v) ~= "table" then for i = 1, k do t[i] = v end end
+  local good = #t == k
+  for i = 1, k do good = good and check(t[i]) end
+  if not good then
+    error(("%s: %s must be %s or a list of %d, for an input with %d spatial dims, got %s"):format(fn, name,
+      name == "size" and "a positive integer" or "a positive number", k, k,
+      type(v) == "table" and tuple_str(v) or tostring(v)), level + 1)
+  end
+  return t
+end
+
+-- interpolate(x, {size | scale_factor, mode = "nearest", align_corners,
+-- recompute_scale_factor}): x (N, C, d1, ...) with 1 to 3 spatial dims resized
+function zorch.interpolate(x, opts)
+  local fn = "interpolate"
+  local o = read_opts(fn, opts, INTERP, 3)
+  need_tensor(fn, "input", x)
+  local k = x:dim() - 2
+  if k < 1 or k > 3 then
+    error(("%s: expected input (N, C, d1, ...) with 1 to 3 spatial dims, got %s"):format(fn, shape_str(x)), 2)
+  end
+  local want = MODES[o.mode]
+  if want ~= 0 and want ~= k then
+    error(("%s: mode '%s' takes an input with %d spatial dims (%dD), got %s"):format(fn, o.mode, want, want + 2,
+      shape_str(x)), 2)
+  end
+  if o.align_corners ~= nil and want == 0 then
+    error(("%s: align_corners can only be set with the modes linear, bilinear, bicubic and trilinear, not '%s'"):format(
+      fn, o.mode), 2)
+  end
+  if (o.size == nil) == (o.scale_factor == nil) then
+    error(("%s: give either size or scale_factor (one of them), for input %s"):format(fn, shape_str(x)), 2)
+  end
+  local sizes, scales = {}, nil
+  if o.size ~= nil then
+    sizes = per_dim(fn, "size", o.size, k, function(v) return math.type(v) == "integer" and v >= 1 end, 2)
+  else
+    local sf = per_dim(fn, "scale_factor", o.scale_factor, k, function(v) return type(v) == "number" and v > 0 end, 2)
+    for i = 1, k do
+      sizes[i] = math.floor(x.shape[i + 2] * sf[i])
+      if sizes[i] < 1 then
+        error(("%s: scale_factor %s gives an empty dim %d for input %s"):format(fn, py_num(sf[i]), i + 2,
+          shape_str(x)), 2)
+      end
+    end
+    if not o.recompute_scale_factor then scales = sf end
+  end
+  if o.mode == "area" then
+    local pool = ({zorch.adaptive_avg_pool1d, zorch.adaptive_avg_pool2d})[k]
+    if not pool then error(("%s: mode 'area' takes 1 or 2 spatial dims, got %s"):format(fn, shape_str(x)), 2) end
+    return pool(x, k == 1 and sizes[1] or sizes)
+  end
+  local mode = o.mode
+  if mode == "bilinear" or mode == "trilinear" then mode = "linear" end
+  local y = x
+  for i = 1, k do
+    local n, m = x.shape[i + 2], sizes[i]
+    if n ~= m or scales then
+      local idx, wts = taps_of(mode, n, m, scales and scales[i], o.align_corners)
+      y = apply_taps(y, i + 2, idx, wts)
+    end
+  end
+  return y
+end
+
+-- Upsample{size | scale_factor, mode = "nearest", align_corners, recompute_scale_factor}
+local UPSAMPLE = {size = INTERP.size, scale_factor = INTERP.scale_factor, mode = INTERP.mode,
+                  align_corners = INTERP.align_corners, recompute_scale_factor = INTERP.recompute_scale_factor}
+local function upsample_class(name, fixed)
+  local cls = Module:extend(name)
+  function cls:init(opts)
+    local spec = UPSAMPLE
+    if fixed then spec = {size = UPSAMPLE.size, scale_factor = UPSAMPLE.scale_factor} end
+    local o = read_opts(name, opts, spec, 4)
+    if (o.size == nil) == (o.scale_factor == nil) then
+      error(("%s: give either size or scale_factor (one of them)"):format(name), 3)
+    end
+    for key, v in pairs(fixed or {}) do o[key] = v end
+    for key, v in pairs(o) do rawset(self, key, v) end
+    rawset(self, "_opts", o)
+  end
+  function cls:forward(x) return as_fn(name, 2, zorch.interpolate, x, self._opts) end
+  cls.__tostring = function(s)
+    local t = {}
+    if s.size ~= nil then t[#t + 1] = "size=" .. tuple_str(s.size) end
+    if s.scale_factor ~= nil then
+      local sf = s.scale_factor
+      if type(sf) == "table" then
+        local f = {}
+        for i, v in ipairs(sf) do f[i] = v + 0.0 end
+        sf = f
+      else sf = sf + 0.0 end
+      t[#t + 1] = "scale_factor=" .. tuple_str(sf)
+    end
+    t[#t + 1] = ("mode='%s'"):format(s.mode)
+    return ("%s(%s)"):format(name, table.concat(t, ", "))
+  end
+  return cls
+end
+nn.Upsample = upsample_class("nn.Upsample")
+nn.UpsamplingNearest2d = upsample_class("nn.UpsamplingNearest2d", {mode = "nearest"})
+nn.UpsamplingBilinear2d = upsample_class("nn.UpsamplingBilinear2d", {mode = "bilinear", align_corners = true})

@@ -1,0 +1,200 @@
+-- The activations, shape layers, interpolation, pooling, losses and other
+-- layers of lua/layers2.lua: outputs and the gradients of their inputs and
+-- parameters against PyTorch's (golden/layers2.safetensors, from
+-- golden/gen_layers2.py), state dicts, printout, random modes by their
+-- statistics, and the errors for bad arguments.
+package.path = "lua/?.lua;" .. package.path
+local tap = require "tap"
+local ok, raises, close = tap.ok, tap.raises, tap.close
+local nn, F = zorch.nn, zorch.nn.functional
+
+local G = zorch.load("golden/layers2.safetensors")
+local TOL = 1e-10 -- float64 throughout
+
+-- Runs fn on the inputs of golden case `name` (those with a gradient in the
+-- file require grad) and checks the output and the gradients of sum(out * c);
+-- returns fn's results.
+local function golden(name, fn)
+  if not G[name .. ".out"] then return ok(false, name .. ": golden case missing") end
+  local ins, i = {}, 1
+  while G[name .. ".in" .. i] do
+    local t = G[name .. ".in" .. i]:clone()
+    if G[name .. ".g" .. i] then t:requires_grad_() end
+    ins[i], i = t, i + 1
+  end
+  local r = table.pack(fn(table.unpack(ins)))
+  local y = r[1]
+  close(y, G[name .. ".out"], TOL, name .. ": the output is PyTorch's")
+  if y.requires_grad then
+    ;(y * G[name .. ".c"]):sum():backward()
+    for j = 1, #ins do
+      local g = G[name .. ".g" .. j]
+      if g then
+        if ins[j].grad then close(ins[j].grad, g, TOL, ("%s: the gradient of input %d is PyTorch's"):format(name, j))
+        else ok(false, ("%s: input %d got no gradient"):format(name, j)) end
+      end
+    end
+  end
+  return table.unpack(r, 1, r.n)
+end
+-- A module whose parameter `field` is the golden input t (so t gets its gradient).
+local function with_param(m, field, t)
+  m[field] = nn.Parameter(t)
+  return m
+end
+
+-- ---- activations ----------------------------------------------------------------------------
+golden("glu", function(x) return nn.GLU()(x) end)
+golden("glu_dim1", function(x) return F.glu(x, 2) end)
+golden("softmin", function(x) return nn.Softmin(2)(x) end)
+golden("threshold", function(x) return nn.Threshold(0.1, 20.0)(x) end)
+golden("hardshrink", function(x) return nn.Hardshrink()(x) end)
+golden("hardshrink_l", function(x) return zorch.hardshrink(x, 1.1) end)
+golden("softshrink", function(x) return nn.Softshrink()(x) end)
+golden("softshrink_l", function(x) return zorch.softshrink(x, 0.8) end)
+golden("prelu", function(x, w) return with_param(nn.PReLU(3), "weight", w)(x) end)
+golden("prelu_one", function(x, w) return zorch.prelu(x, w) end)
+golden("prelu_1d", function(x, w) return with_param(nn.PReLU(), "weight", w)(x) end)
+golden("rrelu_eval", function(x) return nn.RReLU(0.1, 0.3):eval()(x) end)
+golden("softmax2d", function(x) return nn.Softmax2d()(x) end)
+golden("softmax2d_3d", function(x) return nn.Softmax2d()(x) end)
+do
+  local m = nn.PReLU(4, 0.1)
+  local names = {}
+  for k, t in pairs(m:state_dict()) do names[#names + 1] = k .. tostring(t.shape[1]) end
+  ok(#names == 1 and names[1] == "weight4" and m.weight:sum():item() - 0.4 < 1e-6,
+     "nn.PReLU(4, 0.1): one parameter `weight` (4,) filled with init")
+  ok(tostring(nn.PReLU(3)) == "nn.PReLU(num_parameters=3)" and tostring(nn.GLU()) == "nn.GLU(dim=-1)"
+     and tostring(nn.Softmin(2)) == "nn.Softmin(dim=2)"
+     and tostring(nn.Threshold(0.1, 20.0)) == "nn.Threshold(threshold=0.1, value=20.0)"
+     and tostring(nn.Hardshrink()) == "nn.Hardshrink(0.5)" and tostring(nn.Softshrink(0.3)) == "nn.Softshrink(0.3)"
+     and tostring(nn.RReLU()) == "nn.RReLU(lower=0.125, upper=0.3333333333333333)"
+     and tostring(nn.Softmax2d()) == "nn.Softmax2d()", "the activations print as PyTorch's")
+end
+-- rrelu in training: negatives scaled by slopes in [lower, upper], uniform (mean near the middle)
+do
+  zorch.manual_seed(3)
+  local x = zorch.full({20000}, -1.0, {dtype = "float64"}):requires_grad_()
+  local m = nn.RReLU(0.1, 0.3)
+  local y = m(x)
+  local s = -y
+  ok(s:min():item() >= 0.1 and s:max():item() <= 0.3, "rrelu in training: each slope within [lower, upper]")
+  ok(math.abs(s:mean():item() - 0.2) < 0.003 and math.abs(s:var():item() - 0.04 / 12) < 3e-4,
+     ("rrelu in training: slopes uniform (mean %.4f, var %.5f)"):format(s:mean():item(), s:var():item()))
+  y:sum():backward()
+  close(x.grad, s:detach(), 0, "rrelu in training: the gradient of a negative is its slope")
+  local p = zorch.tensor({0.5, 2.0}, {dtype = "float64"})
+  close(m(p), p, 0, "rrelu in training: positives pass unchanged")
+end
+raises("glu: an odd dim is an error", function() zorch.glu(zorch.ones(2, 3)) end,
+  "glu: dim 2 of input (2, 3) must have an even size, got 3")
+raises("glu: a dim out of range", function() zorch.glu(zorch.ones(2, 4), 3) end, "glu: dim", "(2, 4)")
+raises("softmin: dim is needed", function() zorch.softmin(zorch.ones(2, 4)) end, "softmin: dim")
+raises("softshrink: a negative lambd", function() nn.Softshrink(-1) end, "nn.Softshrink: lambd must be a number >= 0")
+raises("prelu: a weight per channel must fit", function() zorch.prelu(zorch.ones(2, 3), zorch.ones(4)) end,
+  "prelu: weight (4) must hold 1 slope or one per channel (3) of input (2, 3)")
+raises("nn.PReLU: num_parameters must be positive", function() nn.PReLU(0) end, "nn.PReLU: num_parameters")
+raises("nn.RReLU: lower above upper", function() nn.RReLU(0.5, 0.1) end, "nn.RReLU: lower 0.5 must not exceed upper 0.1")
+raises("nn.Softmax2d: a 2-D input", function() nn.Softmax2d()(zorch.ones(2, 3)) end,
+  "nn.Softmax2d: expected input (N, C, H, W) or (C, H, W), got (2, 3)")
+raises("threshold: value must be a number", function() zorch.threshold(zorch.ones(2), 0.1) end,
+  "threshold: value must be a number")
+
+-- ---- shape layers ---------------------------------------------------------------------------
+golden("pixel_shuffle", function(x) return nn.PixelShuffle(2)(x) end)
+golden("pixel_shuffle_3d", function(x) return zorch.pixel_shuffle(x, 3) end)
+golden("pixel_unshuffle", function(x) return nn.PixelUnshuffle(2)(x) end)
+golden("channel_shuffle", function(x) return nn.ChannelShuffle(3)(x) end)
+golden("zero_pad1d", function(x) return nn.ZeroPad1d({1, 2})(x) end)
+golden("zero_pad2d", function(x) return nn.ZeroPad2d({1, 0, 2, 1})(x) end)
+golden("zero_pad3d", function(x) return nn.ZeroPad3d(1)(x) end)
+golden("constant_pad1d", function(x) return nn.ConstantPad1d(2, 3.5)(x) end)
+golden("constant_pad2d", function(x) return nn.ConstantPad2d({1, 1, 0, 2}, -1.0)(x) end)
+golden("constant_pad3d", function(x) return nn.ConstantPad3d({0, 1, 1, 0, 1, 1}, 2.0)(x) end)
+golden("reflection_pad1d", function(x) return nn.ReflectionPad1d({2, 1})(x) end)
+golden("reflection_pad2d", function(x) return nn.ReflectionPad2d(2)(x) end)
+golden("replication_pad1d", function(x) return nn.ReplicationPad1d({3, 1})(x) end)
+golden("replication_pad2d", function(x) return nn.ReplicationPad2d({1, 2, 2, 0})(x) end)
+golden("replication_pad3d", function(x) return nn.ReplicationPad3d(1)(x) end)
+golden("circular_pad1d", function(x) return nn.CircularPad1d({1, 2})(x) end)
+golden("circular_pad2d", function(x) return nn.CircularPad2d(1)(x) end)
+ok(tostring(nn.PixelShuffle(2)) == "nn.PixelShuffle(upscale_factor=2)"
+   and tostring(nn.PixelUnshuffle(2)) == "nn.PixelUnshuffle(downscale_factor=2)"
+   and tostring(nn.ChannelShuffle(3)) == "nn.ChannelShuffle(groups=3)"
+   and tostring(nn.ZeroPad2d({1, 2, 3, 4})) == "nn.ZeroPad2d((1, 2, 3, 4))"
+   and tostring(nn.ReflectionPad1d(2)) == "nn.ReflectionPad1d((2, 2))"
+   and tostring(nn.ConstantPad1d(2, 3.5)) == "nn.ConstantPad1d(padding=(2, 2), value=3.5)"
+   and tostring(nn.ConstantPad3d(1, 2.0)) == "nn.ConstantPad3d(padding=(1, 1, 1, 1, 1, 1), value=2.0)",
+   "the shape layers print as PyTorch's")
+raises("pixel_shuffle: channels not divisible", function() zorch.pixel_shuffle(zorch.ones(1, 6, 2, 2), 2) end,
+  "pixel_shuffle: expected input (*, C * 4, H, W)", "got (1, 6, 2, 2)")
+raises("pixel_unshuffle: sizes not divisible", function() nn.PixelUnshuffle(2)(zorch.ones(1, 1, 3, 4)) end,
+  "pixel_unshuffle: expected input (*, C, H * 2, W * 2), got (1, 1, 3, 4)")
+raises("channel_shuffle: groups not dividing", function() zorch.channel_shuffle(zorch.ones(1, 5, 2), 2) end,
+  "channel_shuffle: expected input (N, C, *) with 2 groups dividing C, got (1, 5, 2)")
+raises("nn.PixelShuffle: a bad factor", function() nn.PixelShuffle(0) end, "nn.PixelShuffle: upscale_factor")
+raises("nn.ReflectionPad2d: a padding list of the wrong length", function() nn.ReflectionPad2d({1, 2}) end,
+  "nn.ReflectionPad2d: padding must be an integer or a list of 4 integers, got (1, 2)")
+raises("nn.ReflectionPad1d: padding as large as the dim", function() nn.ReflectionPad1d(4)(zorch.ones(1, 2, 4)) end,
+  "nn.ReflectionPad1d:", "(1, 2, 4)")
+raises("nn.ReplicationPad2d: a 2-D input", function() nn.ReplicationPad2d(1)(zorch.ones(3, 3)) end,
+  "nn.ReplicationPad2d: expected a 3D or 4D input, got (3, 3)")
+raises("nn.ConstantPad1d: value is needed", function() nn.ConstantPad1d(1) end, "nn.ConstantPad1d: value must be a number")
+
+-- ---- interpolation --------------------------------------------------------------------------
+local interp = {
+  nearest_1d_size = {size = 8}, nearest_1d_scale = {scale_factor = 1.7}, nearest_1d_down = {size = 3},
+  nearest_2d_scale = {scale_factor = 2}, nearest_2d_size = {size = {3, 7}},
+  nearest_exact_1d = {size = 8, mode = "nearest-exact"},
+  nearest_exact_2d = {scale_factor = {1.5, 0.6}, mode = "nearest-exact"},
+  linear_size = {size = 8, mode = "linear"}, linear_size_ac = {size = 8, mode = "linear", align_corners = true},
+  linear_scale = {scale_factor = 1.7, mode = "linear"}, linear_down = {size = 3, mode = "linear"},
+  bilinear_size = {size = {6, 7}, mode = "bilinear"},
+  bilinear_size_ac = {size = {6, 7}, mode = "bilinear", align_corners = true},
+  bilinear_scale = {scale_factor = {1.5, 2.3}, mode = "bilinear"},
+  bilinear_scale_recompute = {scale_factor = 1.7, mode = "bilinear", recompute_scale_factor = true},
+  bicubic_size = {size = {7, 6}, mode = "bicubic"},
+  bicubic_size_ac = {size = {7, 6}, mode = "bicubic", align_corners = true},
+  bicubic_down = {size = {3, 2}, mode = "bicubic"},
+}
+local interp_names = {}
+for name in pairs(interp) do interp_names[#interp_names + 1] = name end
+table.sort(interp_names)
+for _, name in ipairs(interp_names) do golden(name, function(x) return F.interpolate(x, interp[name]) end) end
+golden("upsample_nearest2d", function(x) return nn.UpsamplingNearest2d{scale_factor = 2}(x) end)
+golden("upsample_bilinear2d", function(x) return nn.UpsamplingBilinear2d{size = {5, 8}}(x) end)
+golden("upsample_module", function(x) return nn.Upsample{scale_factor = 1.5, mode = "bilinear"}(x) end)
+ok(tostring(nn.Upsample{scale_factor = 2}) == "nn.Upsample(scale_factor=2.0, mode='nearest')"
+   and tostring(nn.Upsample{size = {3, 4}, mode = "bilinear"}) == "nn.Upsample(size=(3, 4), mode='bilinear')"
+   and tostring(nn.UpsamplingBilinear2d{size = {5, 8}}) == "nn.UpsamplingBilinear2d(size=(5, 8), mode='bilinear')",
+   "the upsampling modules print as PyTorch's")
+do
+  local x = zorch.randn(1, 2, 3, 4)
+  close(zorch.interpolate(x, {size = {3, 4}, mode = "bilinear"}), x, 0, "interpolate to the same size is the input")
+  close(zorch.interpolate(x, {size = {1, 2}, mode = "area"}), zorch.adaptive_avg_pool2d(x, {1, 2}), 0,
+        "mode 'area' is adaptive_avg_pool2d")
+end
+raises("interpolate: both size and scale_factor", function()
+  zorch.interpolate(zorch.ones(1, 1, 4), {size = 2, scale_factor = 2}) end,
+  "interpolate: give either size or scale_factor (one of them), for input (1, 1, 4)")
+raises("interpolate: bilinear on a 3-D input", function()
+  zorch.interpolate(zorch.ones(1, 1, 4), {size = 2, mode = "bilinear"}) end,
+  "interpolate: mode 'bilinear' takes an input with 2 spatial dims (4D), got (1, 1, 4)")
+raises("interpolate: align_corners with nearest", function()
+  zorch.interpolate(zorch.ones(1, 1, 4), {size = 2, align_corners = true}) end,
+  "interpolate: align_corners can only be set")
+raises("interpolate: a size list of the wrong length", function()
+  zorch.interpolate(zorch.ones(1, 1, 4, 4), {size = {2, 2, 2}}) end,
+  "interpolate: size must be a positive integer or a list of 2", "got (2, 2, 2)")
+raises("interpolate: an unknown mode", function() zorch.interpolate(zorch.ones(1, 1, 4), {size = 2, mode = "cubic"}) end,
+  "interpolate: mode must be")
+raises("interpolate: an unknown option", function() zorch.interpolate(zorch.ones(1, 1, 4), {sizes = 2}) end,
+  "interpolate: unknown option 'sizes'")
+raises("interpolate: a 2-D input", function() zorch.interpolate(zorch.ones(4, 4), {size = 2}) end,
+  "interpolate: expected input (N, C, d1, ...) with 1 to 3 spatial dims, got (4, 4)")
+raises("nn.Upsample: errors name the module", function() nn.Upsample{size = 2, mode = "bilinear"}(zorch.ones(1, 1, 4)) end,
+  "nn.Upsample: mode 'bilinear' takes an input with 2 spatial dims")
+raises("nn.UpsamplingNearest2d: no mode option", function() nn.UpsamplingNearest2d{size = 2, mode = "linear"} end,
+  "nn.UpsamplingNearest2d: unknown option 'mode'")
+
+tap.done()
