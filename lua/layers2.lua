@@ -523,3 +523,264 @@ end
 nn.Upsample = upsample_class("nn.Upsample")
 nn.UpsamplingNearest2d = upsample_class("nn.UpsamplingNearest2d", {mode = "nearest"})
 nn.UpsamplingBilinear2d = upsample_class("nn.UpsamplingBilinear2d", {mode = "bilinear", align_corners = true})
+
+-- ---- pooling, the 1-d functions, instance norm and channel dropout ---------------------------
+
+-- Max over the adaptive windows of dim d (n to m): window i spans
+-- floor(i n / m) .. ceil((i + 1) n / m) - 1; values and 0-based indices along d.
+local function adaptive_max_dim(x, d, m)
+  local n = x.shape[d]
+  local vals, idxs = {}, {}
+  for i = 0, m - 1 do
+    local s, e = i * n // m, -(-(i + 1) * n // m)
+    local v, ix = zorch.max(x:narrow(d, s + 1, e - s), d, true)
+    vals[#vals + 1], idxs[#idxs + 1] = v, ix + (s - 1)
+  end
+  return zorch.cat(vals, d), zorch.cat(idxs, d)
+end
+local function check_pool_input(fn, x, k, want)
+  need_tensor(fn, "input", x)
+  if x:dim() ~= k + 1 and x:dim() ~= k + 2 then
+    error(("%s: expected input %s, got %s"):format(fn, want, shape_str(x)), 3)
+  end
+  for i = x:dim() - k + 1, x:dim() do
+    if x.shape[i] == 0 then error(("%s: expected non-empty spatial dims, got input %s"):format(fn, shape_str(x)), 3) end
+  end
+end
+local function check_ret(fn, v)
+  if v ~= nil and type(v) ~= "boolean" then
+    error(("%s: return_indices must be true or false, got %s"):format(fn, tostring(v)), 3)
+  end
+end
+
+-- adaptive_max_pool1d(x, n, return_indices = false): x (N, C, L) or (C, L);
+-- with return_indices also the 1-based position of each maximum along L
+function zorch.adaptive_max_pool1d(x, n, return_indices)
+  local fn = "adaptive_max_pool1d"
+  check_pool_input(fn, x, 1, "(N, C, L) or (C, L)")
+  pos_int(fn, "output_size", n, 2)
+  check_ret(fn, return_indices)
+  local y, idx = adaptive_max_dim(x, x:dim(), n)
+  if return_indices then return y, idx + 1 end
+  return y
+end
+
+-- adaptive_max_pool2d(x, n | {oh, ow}, return_indices = false): x (N, C, H, W)
+-- or (C, H, W); the max over rows, then over columns; with return_indices also
+-- the 1-based position of each maximum in its flattened image (h - 1) W + w.
+function zorch.adaptive_max_pool2d(x, size, return_indices)
+  local fn = "adaptive_max_pool2d"
+  check_pool_input(fn, x, 2, "(N, C, H, W) or (C, H, W)")
+  local sz = math.type(size) == "integer" and {size, size} or size
+  if type(sz) ~= "table" or #sz ~= 2 or math.type(sz[1]) ~= "integer" or math.type(sz[2]) ~= "integer"
+      or sz[1] < 1 or sz[2] < 1 then
+    error(("%s: output_size must be a positive integer or a pair {oh, ow} of them, got %s"):format(fn,
+      type(size) == "table" and tuple_str(size) or tostring(size)), 2)
+  end
+  check_ret(fn, return_indices)
+  local n = x:dim()
+  local rows, r = adaptive_max_dim(x, n - 1, sz[1])
+  local y, c = adaptive_max_dim(rows, n, sz[2])
+  if not return_indices then return y end
+  return y, zorch.gather(r, n, c + 1) * x.shape[n] + c + 1
+end
+
+-- lp_pool1d(x, p, k, {stride = k, ceil_mode = false}) and lp_pool2d: the p-norm
+-- of each window, (sum x^p)^(1/p), as PyTorch's (an average pool of x^p times
+-- the window's size; a partial window with ceil_mode is scaled up likewise)
+local LP = {stride = {nil, function(v) return v == nil or math.type(v) == "integer" or type(v) == "table" end,
+                      "an integer or a pair of them"}, ceil_mode = {false, is_bool, "true or false"}}
+local function lp_pool(fn, k, x, p, size, opts)
+  local o = read_opts(fn, opts, LP, 4)
+  need_tensor(fn, "input", x)
+  if type(p) ~= "number" or p == 0 then error(("%s: norm_type must be a non-zero number, got %s"):format(fn,
+    tostring(p)), 3) end
+  local ks = math.type(size) == "integer" and {size, size} or size
+  if k == 1 then ks = {size, 1} end
+  if type(ks) ~= "table" or #ks ~= 2 or math.type(ks[1]) ~= "integer" or math.type(ks[2]) ~= "integer" then
+    error(("%s: kernel_size must be %s, got %s"):format(fn, k == 1 and "an integer" or
+      "an integer or a pair {kh, kw} of them", type(size) == "table" and tuple_str(size) or tostring(size)), 3)
+  end
+  local pool = k == 1 and zorch.avg_pool1d or zorch.avg_pool2d
+  local out = as_fn(fn, 3, pool, x ^ p, size, {stride = o.stride, ceil_mode = o.ceil_mode})
+  return (zorch.sign(out) * zorch.relu(out:abs()) * (ks[1] * ks[2])) ^ (1 / p)
+end
+function zorch.lp_pool1d(x, p, k, opts) return (lp_pool("lp_pool1d", 1, x, p, k, opts)) end
+function zorch.lp_pool2d(x, p, k, opts) return (lp_pool("lp_pool2d", 2, x, p, k, opts)) end
+
+local POOL1D = {stride = {nil, function(v) return v == nil or (math.type(v) == "integer" and v >= 1) end,
+                          "a positive integer"},
+                padding = {0, function(v) return math.type(v) == "integer" and v >= 0 end, "a non-negative integer"},
+                dilation = {1, function(v) return math.type(v) == "integer" and v >= 1 end, "a positive integer"},
+                ceil_mode = {false, is_bool, "true or false"}, count_include_pad = {true, is_bool, "true or false"}}
+local MAX1D = {stride = POOL1D.stride, padding = POOL1D.padding, dilation = POOL1D.dilation, ceil_mode = POOL1D.ceil_mode}
+local AVG1D = {stride = POOL1D.stride, padding = POOL1D.padding, ceil_mode = POOL1D.ceil_mode,
+               count_include_pad = POOL1D.count_include_pad}
+-- max_pool1d(x, k, {stride = k, padding = 0, dilation = 1, ceil_mode = false}): x (N, C, L) or (C, L)
+function zorch.max_pool1d(x, k, opts)
+  pos_int("max_pool1d", "kernel_size", k, 2)
+  local o = read_opts("max_pool1d", opts, MAX1D, 3)
+  local y = lib.via_2d("max_pool1d", x, function(x2)
+    return zorch.max_pool2d(x2, {1, k}, {stride = {1, o.stride or k}, padding = {0, o.padding},
+      dilation = {1, o.dilation}, ceil_mode = o.ceil_mode})
+  end)
+  return y
+end
+-- avg_pool1d(x, k, {stride = k, padding = 0, ceil_mode = false, count_include_pad = true})
+function zorch.avg_pool1d(x, k, opts)
+  pos_int("avg_pool1d", "kernel_size", k, 2)
+  local o = read_opts("avg_pool1d", opts, AVG1D, 3)
+  local y = lib.via_2d("avg_pool1d", x, function(x2)
+    return zorch.avg_pool2d(x2, {1, k}, {stride = {1, o.stride or k}, padding = {0, o.padding},
+      ceil_mode = o.ceil_mode, count_include_pad = o.count_include_pad})
+  end)
+  return y
+end
+-- adaptive_avg_pool1d(x, n)
+function zorch.adaptive_avg_pool1d(x, n)
+  pos_int("adaptive_avg_pool1d", "output_size", n, 2)
+  local y = lib.via_2d("adaptive_avg_pool1d", x, function(x2) return zorch.adaptive_avg_pool2d(x2, {1, n}) end)
+  return y
+end
+
+-- AdaptiveMaxPool1d(n, return_indices = false), AdaptiveMaxPool2d(n | {oh, ow}, return_indices)
+local function adaptive_max_class(name, fn)
+  local cls = Module:extend(name)
+  function cls:init(output_size, return_indices)
+    if return_indices ~= nil and type(return_indices) ~= "boolean" then
+      error(("%s: return_indices must be true or false, got %s"):format(name, tostring(return_indices)), 3)
+    end
+    local good = math.type(output_size) == "integer" and output_size >= 1
+    if fn == zorch.adaptive_max_pool2d and type(output_size) == "table" then
+      good = #output_size == 2 and math.type(output_size[1]) == "integer" and math.type(output_size[2]) == "integer"
+        and output_size[1] >= 1 and output_size[2] >= 1
+    end
+    if not good then error(("%s: output_size must be a positive integer%s, got %s"):format(name,
+      fn == zorch.adaptive_max_pool2d and " or a pair {oh, ow} of them" or "",
+      type(output_size) == "table" and tuple_str(output_size) or tostring(output_size)), 3) end
+    self.output_size, self.return_indices = output_size, return_indices == true
+  end
+  function cls:forward(x) return as_fn(name, 2, fn, x, self.output_size, self.return_indices) end
+  cls.__tostring = function(s) return ("%s(output_size=%s)"):format(name, tuple_str(s.output_size)) end
+  return cls
+end
+nn.AdaptiveMaxPool1d = adaptive_max_class("nn.AdaptiveMaxPool1d", zorch.adaptive_max_pool1d)
+nn.AdaptiveMaxPool2d = adaptive_max_class("nn.AdaptiveMaxPool2d", zorch.adaptive_max_pool2d)
+
+-- LPPool1d(norm_type, k, {stride, ceil_mode}), LPPool2d(norm_type, k | {kh, kw}, {stride, ceil_mode})
+local function lp_class(name, fn)
+  local cls = Module:extend(name)
+  function cls:init(p, k, opts)
+    local o = read_opts(name, opts, LP, 4)
+    need_number(name, "norm_type", p, 3)
+    local good = math.type(k) == "integer" and k >= 1
+    if fn == zorch.lp_pool2d and type(k) == "table" then
+      good = #k == 2 and math.type(k[1]) == "integer" and math.type(k[2]) == "integer" and k[1] >= 1 and k[2] >= 1
+    end
+    if not good then error(("%s: kernel_size must be a positive integer%s, got %s"):format(name,
+      fn == zorch.lp_pool2d and " or a pair {kh, kw} of them" or "", type(k) == "table" and tuple_str(k) or tostring(k)), 3) end
+    self.norm_type, self.kernel_size, self.stride, self.ceil_mode = p, k, o.stride, o.ceil_mode
+  end
+  function cls:forward(x)
+    return as_fn(name, 2, fn, x, self.norm_type, self.kernel_size, {stride = self.stride, ceil_mode = self.ceil_mode})
+  end
+  cls.__tostring = function(s)
+    return ("%s(norm_type=%s, kernel_size=%s, stride=%s, ceil_mode=%s)"):format(name, py_num(s.norm_type),
+      tuple_str(s.kernel_size), s.stride == nil and "None" or tuple_str(s.stride), py_bool(s.ceil_mode))
+  end
+  return cls
+end
+nn.LPPool1d = lp_class("nn.LPPool1d", zorch.lp_pool1d)
+nn.LPPool2d = lp_class("nn.LPPool2d", zorch.lp_pool2d)
+
+-- instance_norm(x, running_mean?, running_var?, weight?, bias?, use_input_stats =
+-- true, momentum = 0.1, eps = 1e-5): x (N, C, ...) normalised per sample and
+-- channel; with use_input_stats and running stats, these move towards the
+-- batch's mean of each sample's mean and unbiased variance; without
+-- use_input_stats the running stats normalise.
+function zorch.instance_norm(x, rm, rv, weight, bias, use_input_stats, momentum, eps)
+  local fn = "instance_norm"
+  need_tensor(fn, "input", x)
+  if x:dim() < 3 then error(("%s: expected input (N, C, ...) with spatial dims, got %s"):format(fn, shape_str(x)), 2) end
+  local c = x.shape[2]
+  for _, e in ipairs({{"running_mean", rm}, {"running_var", rv}, {"weight", weight}, {"bias", bias}}) do
+    local t = e[2]
+    if t ~= nil and (not zorch.is_tensor(t) or t:dim() ~= 1 or t.shape[1] ~= c) then
+      error(("%s: %s must be a tensor of shape (%d) for input %s, got %s"):format(fn, e[1], c, shape_str(x),
+        zorch.is_tensor(t) and shape_str(t) or type(t)), 2)
+    end
+  end
+  if (rm == nil) ~= (rv == nil) then error(("%s: give both running_mean and running_var, or neither"):format(fn), 2) end
+  if use_input_stats == nil then use_input_stats = true end
+  momentum, eps = momentum == nil and 0.1 or momentum, eps == nil and 1e-5 or eps
+  if type(use_input_stats) ~= "boolean" then
+    error(("%s: use_input_stats must be true or false, got %s"):format(fn, tostring(use_input_stats)), 2)
+  end
+  need_number(fn, "momentum", momentum, 2)
+  if type(eps) ~= "number" or not (eps >= 0) then error(("%s: eps must be a number >= 0, got %s"):format(fn, tostring(eps)), 2) end
+  local s = {1, c}
+  for _ = 3, x:dim() do s[#s + 1] = 1 end
+  local y
+  if not use_input_stats then
+    if not rm then error(("%s: use_input_stats = false needs running_mean and running_var"):format(fn), 2) end
+    y = (x - rm:reshape(s)) / (rv:reshape(s) + eps):sqrt()
+    if weight then y = y * weight:reshape(s) end
+    if bias then y = y + bias:reshape(s) end
+    return y
+  end
+  local spatial = 1
+  for i = 3, x:dim() do spatial = spatial * x.shape[i] end
+  if spatial == 1 then
+    error(("%s: expected more than 1 spatial element when normalising by the input, got input %s"):format(fn,
+      shape_str(x)), 2)
+  end
+  y = zorch.group_norm(x, c, weight, bias, eps)
+  if rm then
+    zorch.no_grad(function()
+      local flatx = x:detach():reshape({x.shape[1], c, -1})
+      rm:copy_(rm * (1 - momentum) + flatx:mean(3):mean(1) * momentum)
+      rv:copy_(rv * (1 - momentum) + flatx:var(3, false, 1):mean(1) * momentum)
+    end)
+  end
+  return y
+end
+
+-- dropout1d(x, p = 0.5, training = true), dropout2d, dropout3d: whole channels
+-- zeroed with probability p, the rest scaled by 1 / (1 - p); x (N, C, ...) or
+-- one sample (C, ...) with one spatial dim fewer (dropout2d reads a 3-D input
+-- as (N, C, L), as PyTorch does).
+local function channel_dropout(fn, x, p, training, k)
+  need_tensor(fn, "input", x)
+  if p == nil then p = 0.5 end
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    error(("%s: p must be a number in [0, 1], got %s"):format(fn, tostring(p)), 3)
+  end
+  if training ~= nil and type(training) ~= "boolean" then
+    error(("%s: training must be true or false, got %s"):format(fn, tostring(training)), 3)
+  end
+  if x:dim() ~= k + 1 and x:dim() ~= k + 2 then
+    error(("%s: expected a %dD or %dD input, got %s"):format(fn, k + 1, k + 2, shape_str(x)), 3)
+  end
+  if training == false or p == 0 then return x end
+  local batched = x:dim() == k + 2 or k == 2
+  local shape = {}
+  for i = 1, x:dim() do shape[i] = (i <= (batched and 2 or 1)) and x.shape[i] or 1 end
+  if p == 1 then return x * zorch.zeros(shape, {dtype = x:dtype(), device = x:device()}) end
+  local keep = zorch.rand(shape, {device = x:device()}):ge(p):to(x:dtype())
+  return x * (keep * (1 / (1 - p)))
+end
+function zorch.dropout1d(x, p, training) return (channel_dropout("dropout1d", x, p, training, 1)) end
+function zorch.dropout2d(x, p, training) return (channel_dropout("dropout2d", x, p, training, 2)) end
+function zorch.dropout3d(x, p, training) return (channel_dropout("dropout3d", x, p, training, 3)) end
+
+-- Dropout3d(p = 0.5): (N, C, D, H, W) or (C, D, H, W)
+nn.Dropout3d = Module:extend "nn.Dropout3d"
+function nn.Dropout3d:init(p)
+  if p == nil then p = 0.5 end
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    error(("nn.Dropout3d: p must be a number in [0, 1], got %s"):format(tostring(p)), 3)
+  end
+  self.p = p
+end
+function nn.Dropout3d:forward(x) return as_fn("nn.Dropout3d", 2, zorch.dropout3d, x, self.p, self.training) end
+nn.Dropout3d.__tostring = function(s) return ("nn.Dropout3d(p=%s)"):format(py_num(s.p)) end

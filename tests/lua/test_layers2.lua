@@ -197,4 +197,86 @@ raises("nn.Upsample: errors name the module", function() nn.Upsample{size = 2, m
 raises("nn.UpsamplingNearest2d: no mode option", function() nn.UpsamplingNearest2d{size = 2, mode = "linear"} end,
   "nn.UpsamplingNearest2d: unknown option 'mode'")
 
+-- ---- pooling, the 1-d functions, instance norm, channel dropout -----------------------------
+do
+  local function idx_of(name) return G[name .. ".idx"] + 1 end -- PyTorch's 0-based positions
+  local _, i1 = golden("adaptive_max_pool1d", function(x) return nn.AdaptiveMaxPool1d(3, true)(x) end)
+  close(i1, idx_of("adaptive_max_pool1d"), 0, "adaptive_max_pool1d: PyTorch's indices, 1-based")
+  golden("adaptive_max_pool1d_up", function(x) return zorch.adaptive_max_pool1d(x, 6) end)
+  local _, i2 = golden("adaptive_max_pool2d", function(x) return zorch.adaptive_max_pool2d(x, {2, 3}, true) end)
+  close(i2, idx_of("adaptive_max_pool2d"), 0, "adaptive_max_pool2d: PyTorch's indices, 1-based")
+  local _, i3 = golden("adaptive_max_pool2d_3d", function(x) return nn.AdaptiveMaxPool2d(3, true)(x) end)
+  close(i3, idx_of("adaptive_max_pool2d_3d"), 0, "adaptive_max_pool2d on (C, H, W): PyTorch's indices")
+  ok(i3:dtype() == "int64", "adaptive_max_pool2d: the indices are int64")
+end
+golden("lp_pool1d", function(x) return nn.LPPool1d(2.0, 3, {stride = 2})(x) end)
+golden("lp_pool1d_p3", function(x) return zorch.lp_pool1d(x, 3.0, 2, {ceil_mode = true}) end)
+golden("lp_pool2d", function(x) return nn.LPPool2d(2.0, {2, 3}, {stride = {1, 2}})(x) end)
+golden("lp_pool2d_p1", function(x) return zorch.lp_pool2d(x, 1.0, 2) end)
+golden("max_pool1d", function(x) return F.max_pool1d(x, 3, {stride = 2, padding = 1}) end)
+golden("avg_pool1d", function(x) return F.avg_pool1d(x, 3, {stride = 2, padding = 1, count_include_pad = false}) end)
+golden("instance_norm", function(x, w, b) return F.instance_norm(x, nil, nil, w, b) end)
+golden("instance_norm_2d", function(x) return zorch.instance_norm(x, nil, nil, nil, nil, true, 0.1, 1e-3) end)
+do
+  local x = zorch.randn(3, 4, 6, {dtype = "float64"})
+  close(zorch.adaptive_avg_pool1d(x, 2), nn.AdaptiveAvgPool1d(2)(x), 0, "adaptive_avg_pool1d is nn.AdaptiveAvgPool1d's")
+  local m = nn.InstanceNorm1d(4, {track_running_stats = true, momentum = 0.3}):to("float64")
+  local rm, rv = zorch.zeros(4, {dtype = "float64"}), zorch.ones(4, {dtype = "float64"})
+  local y = zorch.instance_norm(x, rm, rv, nil, nil, true, 0.3)
+  close(y, m(x), 1e-12, "instance_norm in training is nn.InstanceNorm1d's")
+  close(rm, m.running_mean, 1e-12, "instance_norm: running_mean moves as nn.InstanceNorm1d's")
+  close(rv, m.running_var, 1e-12, "instance_norm: running_var moves as nn.InstanceNorm1d's")
+  m:eval()
+  close(zorch.instance_norm(x, rm, rv, nil, nil, false), m(x), 1e-12,
+        "instance_norm with use_input_stats = false normalises with the running stats")
+end
+ok(tostring(nn.AdaptiveMaxPool2d({2, 3})) == "nn.AdaptiveMaxPool2d(output_size=(2, 3))"
+   and tostring(nn.AdaptiveMaxPool1d(3)) == "nn.AdaptiveMaxPool1d(output_size=3)"
+   and tostring(nn.LPPool1d(2, 3)) == "nn.LPPool1d(norm_type=2, kernel_size=3, stride=None, ceil_mode=False)"
+   and tostring(nn.LPPool2d(2, {2, 3}, {stride = {1, 2}}))
+       == "nn.LPPool2d(norm_type=2, kernel_size=(2, 3), stride=(1, 2), ceil_mode=False)"
+   and tostring(nn.Dropout3d()) == "nn.Dropout3d(p=0.5)", "the pooling modules print as PyTorch's")
+-- channel dropout: whole channels zeroed, the rest scaled, identity in eval
+do
+  zorch.manual_seed(5)
+  for k, f in ipairs({zorch.dropout1d, zorch.dropout2d, zorch.dropout3d}) do
+    local shape = {8, 64}
+    for _ = 1, k do shape[#shape + 1] = 3 end
+    local x = zorch.ones(shape, {dtype = "float64"})
+    local y = f(x, 0.25)
+    local per = y:reshape({8, 64, -1})
+    local whole = (per:amax(3) - per:amin(3)):abs():max():item() == 0
+    local kept = per:select(3, 1):gt(0):to("float64"):mean():item()
+    ok(whole and math.abs(kept - 0.75) < 0.08 and math.abs(per:max():item() - 1 / 0.75) < 1e-12,
+       ("dropout%dd: whole channels dropped (%.3f kept), the rest scaled by 1 / (1 - p)"):format(k, kept))
+    close(f(x, 0.25, false), x, 0, ("dropout%dd: identity when not training"):format(k))
+  end
+  local m = nn.Dropout3d(0.5)
+  local x = zorch.ones(2, 8, 2, 2, 2)
+  ok(m(x):eq(0):any():item() and m:eval()(x):eq(1):all():item(), "nn.Dropout3d drops in training, not in eval")
+end
+raises("adaptive_max_pool2d: a bad output_size", function() zorch.adaptive_max_pool2d(zorch.ones(1, 4, 4), {2}) end,
+  "adaptive_max_pool2d: output_size must be a positive integer or a pair {oh, ow} of them, got (2,)")
+raises("adaptive_max_pool1d: a 4-D input", function() zorch.adaptive_max_pool1d(zorch.ones(1, 1, 4, 4), 2) end,
+  "adaptive_max_pool1d: expected input (N, C, L) or (C, L), got (1, 1, 4, 4)")
+raises("nn.AdaptiveMaxPool2d: errors name the module", function() nn.AdaptiveMaxPool2d(2)(zorch.ones(4, 4)) end,
+  "nn.AdaptiveMaxPool2d: expected input (N, C, H, W) or (C, H, W), got (4, 4)")
+raises("lp_pool2d: a window larger than the input", function() zorch.lp_pool2d(zorch.ones(1, 1, 2, 2), 2, 3) end,
+  "lp_pool2d:")
+raises("nn.LPPool1d: an unknown option", function() nn.LPPool1d(2, 3, {padding = 1}) end,
+  "nn.LPPool1d: unknown option 'padding'")
+raises("max_pool1d: a bad kernel_size", function() zorch.max_pool1d(zorch.ones(1, 1, 4), 0) end,
+  "max_pool1d: kernel_size must be a positive integer, got 0")
+raises("avg_pool1d: a 4-D input", function() zorch.avg_pool1d(zorch.ones(1, 1, 1, 4), 2) end,
+  "avg_pool1d: expected input (N, C, L) or (C, L), got (1, 1, 1, 4)")
+raises("instance_norm: one spatial element", function() zorch.instance_norm(zorch.ones(2, 3, 1)) end,
+  "instance_norm: expected more than 1 spatial element", "(2, 3, 1)")
+raises("instance_norm: a weight of the wrong size", function()
+  zorch.instance_norm(zorch.ones(2, 3, 4), nil, nil, zorch.ones(4)) end,
+  "instance_norm: weight must be a tensor of shape (3) for input (2, 3, 4), got (4)")
+raises("dropout2d: p out of range", function() zorch.dropout2d(zorch.ones(1, 2, 2, 2), 1.5) end,
+  "dropout2d: p must be a number in [0, 1], got 1.5")
+raises("dropout3d: a 3-D input", function() zorch.dropout3d(zorch.ones(2, 2, 2)) end,
+  "dropout3d: expected a 4D or 5D input, got (2, 2, 2)")
+
 tap.done()
