@@ -784,3 +784,149 @@ function nn.Dropout3d:init(p)
 end
 function nn.Dropout3d:forward(x) return as_fn("nn.Dropout3d", 2, zorch.dropout3d, x, self.p, self.training) end
 nn.Dropout3d.__tostring = function(s) return ("nn.Dropout3d(p=%s)"):format(py_num(s.p)) end
+
+-- ---- margin losses ----------------------------------------------------------------------------
+
+local function same_shape(fn, x, y)
+  need_tensor(fn, "input", x)
+  need_tensor(fn, "target", y)
+  if shape_str(x) ~= shape_str(y) then
+    error(("%s: input %s and target %s must have the same shape"):format(fn, shape_str(x), shape_str(y)), 3)
+  end
+end
+local INT_DTYPES = {int64 = true, int32 = true, int16 = true, int8 = true, uint8 = true}
+
+-- soft_margin_loss(x, y, {reduction}): log(1 + exp(-y x)), y in {1, -1}
+local SOFT_MARGIN = {reduction = REDUCTION}
+function zorch.soft_margin_loss(x, y, opts)
+  local o = read_opts("soft_margin_loss", opts, SOFT_MARGIN, 3)
+  same_shape("soft_margin_loss", x, y)
+  return reduce(softplus(-y * x), o.reduction)
+end
+
+-- multilabel_soft_margin_loss(x, y, {weight, reduction}): over the last dim
+-- (the C classes), the mean of -(y log sigmoid(x) + (1 - y) log sigmoid(-x)),
+-- each class's term times weight (C,) when given
+local MULTILABEL_SOFT = {weight = {nil, opt_tensor, "a tensor"}, reduction = REDUCTION}
+function zorch.multilabel_soft_margin_loss(x, y, opts)
+  local fn = "multilabel_soft_margin_loss"
+  local o = read_opts(fn, opts, MULTILABEL_SOFT, 3)
+  same_shape(fn, x, y)
+  if x:dim() == 0 then error(("%s: expected input (N, C) or (C,), got %s"):format(fn, shape_str(x)), 2) end
+  local loss = y * softplus(-x) + (1 - y) * softplus(x)
+  if o.weight then
+    local c = x.shape[x:dim()]
+    if o.weight:dim() > 1 or (o.weight:numel() ~= c and o.weight:numel() ~= 1) then
+      error(("%s: weight %s must hold one weight per class (%d) of input %s"):format(fn, shape_str(o.weight), c,
+        shape_str(x)), 2)
+    end
+    loss = loss * o.weight
+  end
+  return reduce(loss:mean(-1), o.reduction)
+end
+
+-- Class targets for fn: an integer tensor of 1-based classes in 1..c.
+local function check_classes(fn, t, c, lo, level)
+  if not INT_DTYPES[t:dtype()] then
+    error(("%s: target must hold integer classes (1-based), got dtype %s"):format(fn, t:dtype()), level + 1)
+  end
+  if t:numel() == 0 then return end
+  local mn, mx = t:min():item(), t:max():item()
+  if mn < lo or mx > c then
+    error(("%s: target %d is out of range 1..%d (targets are 1-based, as Lua counts; add 1 to 0-based labels)"):format(
+      fn, (mn < lo) and mn or mx, c), level + 1)
+  end
+end
+
+-- multi_margin_loss(x, y, {p = 1, margin = 1, weight, reduction}): x (N, C) or
+-- (C,), y the 1-based classes (N,) (or () for one sample); per sample
+-- sum over i ~= y of max(0, margin - x[y] + x[i])^p / C, times weight[y]
+local MULTI_MARGIN = {p = {1, function(v) return v == 1 or v == 2 end, "1 or 2"}, margin = {1.0, is_num, "a number"},
+                      weight = {nil, opt_tensor, "a tensor"}, reduction = REDUCTION}
+function zorch.multi_margin_loss(x, y, opts)
+  local fn = "multi_margin_loss"
+  local o = read_opts(fn, opts, MULTI_MARGIN, 3)
+  need_tensor(fn, "input", x)
+  need_tensor(fn, "target", y)
+  local one = x:dim() == 1
+  if not (x:dim() == 2 or one) or (x:dim() == 2 and shape_str(y) ~= ("(%d)"):format(x.shape[1]))
+      or (one and y:numel() ~= 1) or y:dim() > 1 or x:numel() == 0 then
+    error(("%s: expected input (N, C) with target (N), or input (C) with one target, got input %s and target %s"):format(
+      fn, shape_str(x), shape_str(y)), 2)
+  end
+  local c = x.shape[x:dim()]
+  check_classes(fn, y, c, 1, 2)
+  if o.weight and (o.weight:dim() ~= 1 or o.weight.shape[1] ~= c) then
+    error(("%s: weight must be a tensor of shape (%d) for input %s, got %s"):format(fn, c, shape_str(x),
+      shape_str(o.weight)), 2)
+  end
+  local x2 = one and x:reshape({1, c}) or x
+  local yi = y:reshape({-1, 1}):to("int64")
+  local z = zorch.relu(x2 - zorch.gather(x2, 2, yi) + o.margin)
+  if o.p == 2 then z = z * z end
+  if o.weight then z = z * zorch.index_select(o.weight, 1, yi:reshape({-1})):reshape({-1, 1}) end
+  -- the target's own term (always margin) is left out
+  local other = 1 - zorch.one_hot(yi:reshape({-1}), c):to(x:dtype())
+  local per = (z * other):sum(2) / c
+  return reduce(per:reshape(y.shape), o.reduction)
+end
+
+-- multilabel_margin_loss(x, y, {reduction}): x (N, C) or (C,), y of its shape
+-- listing each sample's 1-based target classes, the list ending at the first
+-- entry below 1 (PyTorch's -1 padding plus 1 is 0); per sample sum over the
+-- targets j and the non-targets i of max(0, 1 - (x[j] - x[i])) / C.
+local MULTILABEL_MARGIN = {reduction = REDUCTION}
+function zorch.multilabel_margin_loss(x, y, opts)
+  local fn = "multilabel_margin_loss"
+  local o = read_opts(fn, opts, MULTILABEL_MARGIN, 3)
+  same_shape(fn, x, y)
+  if (x:dim() ~= 1 and x:dim() ~= 2) or x:numel() == 0 then
+    error(("%s: expected input (N, C) or (C), got %s"):format(fn, shape_str(x)), 2)
+  end
+  local c = x.shape[x:dim()]
+  if not INT_DTYPES[y:dtype()] then
+    error(("%s: target must hold integer classes (1-based), got dtype %s"):format(fn, y:dtype()), 2)
+  end
+  local rows = y:reshape({-1, c}):totable()
+  -- pairs[n][j][i]: how often target j faces non-target i in sample n
+  local pairs_ = {}
+  for n, row in ipairs(rows) do
+    local count, is_t = {}, {}
+    for _, j in ipairs(row) do
+      if j < 1 then break end
+      if j > c then error(("%s: target %d is out of range 1..%d (targets are 1-based, 0 ends a list)"):format(fn,
+        j, c), 2) end
+      count[j], is_t[j] = (count[j] or 0) + 1, true
+    end
+    local m = {}
+    for j = 1, c do
+      local r = {}
+      for i = 1, c do r[i] = (count[j] and not is_t[i]) and count[j] or 0 end
+      m[j] = r
+    end
+    pairs_[n] = m
+  end
+  local x2 = x:reshape({-1, c})
+  local mask = zorch.tensor(pairs_, {dtype = x:dtype(), device = x:device()})
+  local per = (zorch.relu(1 - x2:unsqueeze(3) + x2:unsqueeze(2)) * mask):sum(3):sum(2) / c
+  if x:dim() == 1 then per = per:reshape({}) end
+  return reduce(per, o.reduction)
+end
+
+-- The loss modules: Name(opts) with the function's options; forward(input, target)
+local function loss_class(name, fn, spec)
+  local cls = Module:extend(name)
+  function cls:init(opts)
+    local o = read_opts(name, opts, spec, 4)
+    for k, v in pairs(o) do rawset(self, k, v) end
+    rawset(self, "_opts", o)
+  end
+  function cls:forward(x, y) return as_fn(name, 2, fn, x, y, self._opts) end
+  cls.__tostring = function() return name .. "()" end
+  return cls
+end
+nn.SoftMarginLoss = loss_class("nn.SoftMarginLoss", zorch.soft_margin_loss, SOFT_MARGIN)
+nn.MultiLabelSoftMarginLoss = loss_class("nn.MultiLabelSoftMarginLoss", zorch.multilabel_soft_margin_loss,
+  MULTILABEL_SOFT)
+nn.MultiMarginLoss = loss_class("nn.MultiMarginLoss", zorch.multi_margin_loss, MULTI_MARGIN)
+nn.MultiLabelMarginLoss = loss_class("nn.MultiLabelMarginLoss", zorch.multilabel_margin_loss, MULTILABEL_MARGIN)

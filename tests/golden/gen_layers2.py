@@ -127,10 +127,13 @@ case("instance_norm_2d", lambda x: F.instance_norm(x, eps=1e-3), leaf(2, 3, 2, 3
 # ---- losses ----
 xs = leaf(3, 5)
 ys = torch.where(torch.randn(3, 5) > 0, 1.0, -1.0)
+out["target.soft_margin"] = ys
 for r in ("mean", "sum", "none"):
     case("soft_margin_" + r, lambda x: F.soft_margin_loss(x, ys, reduction=r), xs)
 y01 = (torch.randn(3, 5) > 0).double()
 wc = torch.rand(5) + 0.5
+out["target.multilabel_soft_margin"] = y01
+out["weight.classes"] = wc
 for r in ("mean", "sum", "none"):
     case("multilabel_soft_margin_" + r, lambda x: F.multilabel_soft_margin_loss(x, y01, reduction=r), xs)
 case("multilabel_soft_margin_weight", lambda x: F.multilabel_soft_margin_loss(x, y01, weight=wc), xs)

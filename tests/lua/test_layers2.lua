@@ -279,4 +279,53 @@ raises("dropout2d: p out of range", function() zorch.dropout2d(zorch.ones(1, 2, 
 raises("dropout3d: a 3-D input", function() zorch.dropout3d(zorch.ones(2, 2, 2)) end,
   "dropout3d: expected a 4D or 5D input, got (2, 2, 2)")
 
+-- ---- margin losses --------------------------------------------------------------------------
+do
+  local ys, y01, wc = G["target.soft_margin"], G["target.multilabel_soft_margin"], G["weight.classes"]
+  local ym, yml = G["target.multi_margin"] + 1, G["target.multilabel_margin"] + 1 -- 1-based, -1 padding as 0
+  for _, r in ipairs({"mean", "sum", "none"}) do
+    golden("soft_margin_" .. r, function(x) return nn.SoftMarginLoss{reduction = r}(x, ys) end)
+    golden("multilabel_soft_margin_" .. r, function(x)
+      return zorch.multilabel_soft_margin_loss(x, y01, {reduction = r}) end)
+    golden("multi_margin_" .. r, function(x) return nn.MultiMarginLoss{reduction = r}(x, ym) end)
+    golden("multilabel_margin_" .. r, function(x) return nn.MultiLabelMarginLoss{reduction = r}(x, yml) end)
+  end
+  golden("multilabel_soft_margin_weight", function(x) return nn.MultiLabelSoftMarginLoss{weight = wc}(x, y01) end)
+  golden("multi_margin_p2", function(x) return F.multi_margin_loss(x, ym, {p = 2, margin = 0.7, weight = wc}) end)
+  golden("multi_margin_1d", function(x) return zorch.multi_margin_loss(x, zorch.tensor(4, {dtype = "int64"})) end)
+  golden("multilabel_margin_1d", function(x)
+    return zorch.multilabel_margin_loss(x, zorch.tensor({5, 2, 0, 1, 1}, {dtype = "int64"})) end)
+  local x = G["multilabel_margin_1d.in1"]
+  close(zorch.multilabel_margin_loss(x, zorch.tensor({5, 2, -3, 1, 1}, {dtype = "int64"})),
+        zorch.multilabel_margin_loss(x, zorch.tensor({5, 2, 0, 0, 0}, {dtype = "int64"})), 0,
+        "multilabel_margin_loss: any entry below 1 ends the list")
+  ok(tostring(nn.MultiMarginLoss()) == "nn.MultiMarginLoss()" and tostring(nn.SoftMarginLoss()) == "nn.SoftMarginLoss()",
+     "the losses print as PyTorch's")
+  local x3 = zorch.randn(3, 5)
+  raises("multi_margin_loss: a 0-based target", function()
+    zorch.multi_margin_loss(x3, zorch.tensor({0, 1, 2}, {dtype = "int64"})) end,
+    "multi_margin_loss: target 0 is out of range 1..5 (targets are 1-based")
+  raises("multi_margin_loss: float targets", function() zorch.multi_margin_loss(x3, zorch.ones(3)) end,
+    "multi_margin_loss: target must hold integer classes (1-based), got dtype float32")
+  raises("multi_margin_loss: p must be 1 or 2", function()
+    zorch.multi_margin_loss(x3, zorch.tensor({1, 1, 1}, {dtype = "int64"}), {p = 3}) end,
+    "multi_margin_loss: p must be 1 or 2, got 3")
+  raises("multi_margin_loss: targets for another batch", function()
+    zorch.multi_margin_loss(x3, zorch.tensor({1, 1}, {dtype = "int64"})) end,
+    "multi_margin_loss: expected input (N, C) with target (N)", "input (3, 5) and target (2)")
+  raises("nn.MultiMarginLoss: a weight of the wrong size", function()
+    nn.MultiMarginLoss{weight = zorch.ones(4)}(x3, zorch.tensor({1, 2, 3}, {dtype = "int64"})) end,
+    "nn.MultiMarginLoss: weight must be a tensor of shape (5) for input (3, 5), got (4)")
+  raises("multilabel_margin_loss: a class above C", function()
+    zorch.multilabel_margin_loss(x3, zorch.tensor({{6, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {1, 0, 0, 0, 0}}, {dtype = "int64"})) end,
+    "multilabel_margin_loss: target 6 is out of range 1..5")
+  raises("multilabel_margin_loss: shapes differ", function()
+    zorch.multilabel_margin_loss(x3, zorch.ones({3, 4}, {dtype = "int64"})) end,
+    "multilabel_margin_loss: input (3, 5) and target (3, 4) must have the same shape")
+  raises("soft_margin_loss: shapes differ", function() zorch.soft_margin_loss(x3, zorch.ones(5)) end,
+    "soft_margin_loss: input (3, 5) and target (5) must have the same shape")
+  raises("nn.SoftMarginLoss: an unknown option", function() nn.SoftMarginLoss{margin = 1} end,
+    "nn.SoftMarginLoss: unknown option 'margin'")
+end
+
 tap.done()
