@@ -930,3 +930,262 @@ nn.MultiLabelSoftMarginLoss = loss_class("nn.MultiLabelSoftMarginLoss", zorch.mu
   MULTILABEL_SOFT)
 nn.MultiMarginLoss = loss_class("nn.MultiMarginLoss", zorch.multi_margin_loss, MULTI_MARGIN)
 nn.MultiLabelMarginLoss = loss_class("nn.MultiLabelMarginLoss", zorch.multilabel_margin_loss, MULTILABEL_MARGIN)
+
+-- ---- Bilinear, LocalResponseNorm, AlphaDropout, Unfold and Fold ---------------------------
+
+-- bilinear(x1, x2, weight, bias?): y[..., o] = x1 W[o] x2 + b[o] for x1 (*, in1),
+-- x2 (*, in2) of the same leading dims and weight (out, in1, in2)
+function zorch.bilinear(x1, x2, w, b)
+  local fn = "bilinear"
+  need_tensor(fn, "input1", x1)
+  need_tensor(fn, "input2", x2)
+  need_tensor(fn, "weight", w)
+  if w:dim() ~= 3 then error(("%s: weight must be (out, in1, in2), got %s"):format(fn, shape_str(w)), 2) end
+  local out, in1, in2 = w.shape[1], w.shape[2], w.shape[3]
+  local lead_ok = x1:dim() >= 1 and x1:dim() == x2:dim()
+  for i = 1, x1:dim() - 1 do lead_ok = lead_ok and x1.shape[i] == x2.shape[i] end
+  if not lead_ok or x1.shape[x1:dim()] ~= in1 or x2.shape[x2:dim()] ~= in2 then
+    error(("%s: expected input1 (*, %d) and input2 (*, %d) with the same leading dims for weight %s, got %s and %s"):format(
+      fn, in1, in2, shape_str(w), shape_str(x1), shape_str(x2)), 2)
+  end
+  if b ~= nil and (not zorch.is_tensor(b) or b:dim() ~= 1 or b.shape[1] ~= out) then
+    error(("%s: bias must be a tensor of shape (%d) for weight %s, got %s"):format(fn, out, shape_str(w),
+      zorch.is_tensor(b) and shape_str(b) or type(b)), 2)
+  end
+  -- x1 W as one matmul over (in1, out in2), then the dot with x2 per output
+  local t = zorch.matmul(x1:reshape({-1, in1}), w:permute(2, 1, 3):reshape({in1, out * in2})):reshape({-1, out, in2})
+  local y = (t * x2:reshape({-1, 1, in2})):sum(3)
+  if b then y = y + b end
+  return y:reshape(lead_shape(x1, 1, {out}))
+end
+
+-- Bilinear(in1, in2, out, {bias = true}): weight (out, in1, in2) and bias (out),
+-- U(-1/sqrt(in1), 1/sqrt(in1)) as PyTorch's
+nn.Bilinear = Module:extend "nn.Bilinear"
+function nn.Bilinear:init(in1, in2, out, opts)
+  local fn = "nn.Bilinear"
+  local o = read_opts(fn, opts, {bias = {true, is_bool, "true or false"}}, 4)
+  check_int(fn, "in1_features", in1)
+  check_int(fn, "in2_features", in2)
+  check_int(fn, "out_features", out)
+  self.in1_features, self.in2_features, self.out_features = in1, in2, out
+  local bound = 1 / math.sqrt(in1)
+  self.weight = uniform({out, in1, in2}, bound)
+  if o.bias then self.bias = uniform({out}, bound) end
+end
+function nn.Bilinear:forward(x1, x2)
+  return as_fn("nn.Bilinear", 2, zorch.bilinear, x1, x2, self.weight, rawget(self, "bias"))
+end
+nn.Bilinear.__tostring = function(s)
+  return ("nn.Bilinear(in1_features=%d, in2_features=%d, out_features=%d, bias=%s)"):format(s.in1_features,
+    s.in2_features, s.out_features, py_bool(rawget(s, "bias")))
+end
+
+-- local_response_norm(x, size, alpha = 1e-4, beta = 0.75, k = 1): x (N, C, ...)
+-- divided by (k + alpha * mean of x^2 over a window of `size` channels)^beta,
+-- the window from c - size // 2 to c + (size - 1) // 2, zeros beyond the ends
+function zorch.local_response_norm(x, size, alpha, beta, k)
+  local fn = "local_response_norm"
+  need_tensor(fn, "input", x)
+  pos_int(fn, "size", size, 2)
+  alpha, beta, k = alpha == nil and 1e-4 or alpha, beta == nil and 0.75 or beta, k == nil and 1.0 or k
+  need_number(fn, "alpha", alpha, 2)
+  need_number(fn, "beta", beta, 2)
+  need_number(fn, "k", k, 2)
+  if x:dim() < 3 then error(("%s: expected input (N, C, ...) with 3 or more dims, got %s"):format(fn, shape_str(x)), 2) end
+  if x:numel() == 0 then return x * 1 end
+  local sq = x * x
+  local function zeros_c(n)
+    local s = {}
+    for i = 1, x:dim() do s[i] = i == 2 and n or x.shape[i] end
+    return zorch.zeros(s, {dtype = x:dtype(), device = x:device()})
+  end
+  local parts = {}
+  if size // 2 > 0 then parts[#parts + 1] = zeros_c(size // 2) end
+  parts[#parts + 1] = sq
+  if (size - 1) // 2 > 0 then parts[#parts + 1] = zeros_c((size - 1) // 2) end
+  local padded = #parts > 1 and zorch.cat(parts, 2) or sq
+  local c = x.shape[2]
+  local sum = padded:narrow(2, 1, c)
+  for i = 2, size do sum = sum + padded:narrow(2, i, c) end
+  return x / (sum / size * alpha + k) ^ beta
+end
+
+-- LocalResponseNorm(size, alpha = 1e-4, beta = 0.75, k = 1)
+nn.LocalResponseNorm = Module:extend "nn.LocalResponseNorm"
+function nn.LocalResponseNorm:init(size, alpha, beta, k)
+  local fn = "nn.LocalResponseNorm"
+  pos_int(fn, "size", size, 3)
+  alpha, beta, k = alpha == nil and 1e-4 or alpha, beta == nil and 0.75 or beta, k == nil and 1.0 or k
+  need_number(fn, "alpha", alpha, 3)
+  need_number(fn, "beta", beta, 3)
+  need_number(fn, "k", k, 3)
+  self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+end
+function nn.LocalResponseNorm:forward(x)
+  return as_fn("nn.LocalResponseNorm", 2, zorch.local_response_norm, x, self.size, self.alpha, self.beta, self.k)
+end
+nn.LocalResponseNorm.__tostring = function(s)
+  return ("nn.LocalResponseNorm(%d, alpha=%s, beta=%s, k=%s)"):format(s.size, py_num(s.alpha), py_num(s.beta),
+    py_num(s.k))
+end
+
+-- alpha_dropout(x, p = 0.5, training = false): SELU's dropout; in training each
+-- element is dropped with probability p to SELU's negative saturation, and
+-- the result scaled and shifted so that a zero-mean unit-variance input keeps
+-- its mean and variance: kept a x + a alpha p, dropped a alpha (p - 1), with
+-- alpha = 1.7580993408473766 and a = ((1 - p) (1 + p alpha^2))^-1/2
+local SELU_SAT = 1.7580993408473766
+function zorch.alpha_dropout(x, p, training)
+  local fn = "alpha_dropout"
+  need_tensor(fn, "input", x)
+  if p == nil then p = 0.5 end
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    error(("%s: p must be a number in [0, 1], got %s"):format(fn, tostring(p)), 2)
+  end
+  if training ~= nil and type(training) ~= "boolean" then
+    error(("%s: training must be true or false, got %s"):format(fn, tostring(training)), 2)
+  end
+  if not training or p == 0 then return x end
+  if p == 1 then return x * 0 end
+  local a = 1 / math.sqrt((SELU_SAT * SELU_SAT * p + 1) * (1 - p))
+  local keep = zorch.rand(x.shape, {device = x:device()}):ge(p):to(x:dtype())
+  return x * (keep * a) + (keep - 1) * (SELU_SAT * a) + SELU_SAT * a * p
+end
+
+-- AlphaDropout(p = 0.5)
+nn.AlphaDropout = Module:extend "nn.AlphaDropout"
+function nn.AlphaDropout:init(p)
+  if p == nil then p = 0.5 end
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    error(("nn.AlphaDropout: p must be a number in [0, 1], got %s"):format(tostring(p)), 3)
+  end
+  self.p = p
+end
+function nn.AlphaDropout:forward(x) return as_fn("nn.AlphaDropout", 2, zorch.alpha_dropout, x, self.p, self.training) end
+nn.AlphaDropout.__tostring = function(s) return ("nn.AlphaDropout(p=%s)"):format(py_num(s.p)) end
+
+-- unfold and fold: sizes are a number or a pair {h, w}
+local FOLD = {
+  dilation = {1, nil, "a positive integer or a pair of them", 1},
+  padding = {0, nil, "a non-negative integer or a pair of them", 0},
+  stride = {1, nil, "a positive integer or a pair of them", 1},
+}
+local function pair_ok(lo)
+  return function(v)
+    if math.type(v) == "integer" then return v >= lo end
+    return type(v) == "table" and #v == 2 and math.type(v[1]) == "integer" and math.type(v[2]) == "integer"
+      and v[1] >= lo and v[2] >= lo
+  end
+end
+local FOLD_SPEC = {}
+for k, s in pairs(FOLD) do FOLD_SPEC[k] = {s[1], pair_ok(s[4]), s[3]} end
+local function two(v) return type(v) == "table" and v or {v, v} end
+local function check_pair(fn, name, v, lo, level)
+  if not pair_ok(lo)(v) then
+    error(("%s: %s must be a %s integer or a pair {h, w} of them, got %s"):format(fn, name,
+      lo > 0 and "positive" or "non-negative", type(v) == "table" and tuple_str(v) or tostring(v)), level + 1)
+  end
+end
+-- The sliding blocks over (h, w) padded: their counts per dim, or an error.
+local function blocks_of(fn, h, w, k, o, level)
+  local d, p, s = two(o.dilation), two(o.padding), two(o.stride)
+  local bh = (h + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+  local bw = (w + 2 * p[2] - d[2] * (k[2] - 1) - 1) // s[2] + 1
+  if bh < 1 or bw < 1 then
+    error(("%s: a spatial size (%d, %d) with kernel %s, dilation %s, padding %s and stride %s gives (%d, %d) sliding blocks; both must be at least 1"):format(
+      fn, h, w, tuple_str(k), tuple_str(d), tuple_str(p), tuple_str(s), bh, bw), level + 1)
+  end
+  return bh, bw, d, p, s
+end
+-- 1-based positions of kernel tap t and block b in a padded dim: t d + b s + 1, taps outer
+local function block_index(k, blocks, d, s, device)
+  local ix = {}
+  for t = 0, k - 1 do for b = 0, blocks - 1 do ix[#ix + 1] = t * d + b * s + 1 end end
+  return zorch.tensor(ix, {dtype = "int64", device = device})
+end
+
+-- unfold(x, kernel_size, {dilation = 1, padding = 0, stride = 1}): the sliding
+-- blocks of (N, C, H, W) (or (C, H, W)) as columns (N, C kh kw, L), the
+-- channels outer and the kernel positions row by row inside
+function zorch.unfold(x, kernel_size, opts)
+  local fn = "unfold"
+  local o = read_opts(fn, opts, FOLD_SPEC, 3)
+  need_tensor(fn, "input", x)
+  check_pair(fn, "kernel_size", kernel_size, 1, 2)
+  if x:dim() ~= 3 and x:dim() ~= 4 then
+    error(("%s: expected input (N, C, H, W) or (C, H, W), got %s"):format(fn, shape_str(x)), 2)
+  end
+  local one = x:dim() == 3
+  local x4 = one and x:unsqueeze(1) or x
+  local n, c, h, w = x4.shape[1], x4.shape[2], x4.shape[3], x4.shape[4]
+  local k = two(kernel_size)
+  local bh, bw, d, p, s = blocks_of(fn, h, w, k, o, 2)
+  if p[1] > 0 or p[2] > 0 then x4 = zorch.pad(x4, {p[2], p[2], p[1], p[1]}) end
+  local y = zorch.index_select(x4, 3, block_index(k[1], bh, d[1], s[1], x:device()))
+  y = zorch.index_select(y, 4, block_index(k[2], bw, d[2], s[2], x:device()))
+  y = y:reshape({n, c, k[1], bh, k[2], bw}):permute(1, 2, 3, 5, 4, 6):reshape({n, c * k[1] * k[2], bh * bw})
+  return one and y:squeeze(1) or y
+end
+
+-- fold(x, output_size, kernel_size, {dilation, padding, stride}): unfold's
+-- adjoint: columns (N, C kh kw, L) (or (C kh kw, L)) summed back into (N, C, H, W)
+-- where the blocks overlap
+function zorch.fold(x, output_size, kernel_size, opts)
+  local fn = "fold"
+  local o = read_opts(fn, opts, FOLD_SPEC, 3)
+  need_tensor(fn, "input", x)
+  check_pair(fn, "output_size", output_size, 1, 2)
+  check_pair(fn, "kernel_size", kernel_size, 1, 2)
+  if x:dim() ~= 2 and x:dim() ~= 3 then
+    error(("%s: expected input (N, C * kh * kw, L) or (C * kh * kw, L), got %s"):format(fn, shape_str(x)), 2)
+  end
+  local one = x:dim() == 2
+  local x3 = one and x:unsqueeze(1) or x
+  local k, hw = two(kernel_size), two(output_size)
+  local bh, bw, d, p, s = blocks_of(fn, hw[1], hw[2], k, o, 2)
+  local n, ck, l = x3.shape[1], x3.shape[2], x3.shape[3]
+  if ck % (k[1] * k[2]) ~= 0 or l ~= bh * bw then
+    error(("%s: input %s must be (N, C * %d, %d) for kernel %s and output %s (%d x %d blocks)"):format(fn,
+      shape_str(x), k[1] * k[2], bh * bw, tuple_str(kernel_size), tuple_str(output_size), bh, bw), 2)
+  end
+  local c = ck // (k[1] * k[2])
+  local hp, wp = hw[1] + 2 * p[1], hw[2] + 2 * p[2]
+  local y = x3:reshape({n, c, k[1], k[2], bh, bw}):permute(1, 2, 3, 5, 4, 6):reshape({n, c, k[1] * bh, k[2] * bw})
+  local opt = {dtype = x:dtype(), device = x:device()}
+  local iw = block_index(k[2], bw, d[2], s[2], x:device()):reshape({1, 1, 1, k[2] * bw}):expand({n, c, k[1] * bh, k[2] * bw})
+  y = zorch.scatter_add(zorch.zeros({n, c, k[1] * bh, wp}, opt), 4, iw:contiguous(), y)
+  local ih = block_index(k[1], bh, d[1], s[1], x:device()):reshape({1, 1, k[1] * bh, 1}):expand({n, c, k[1] * bh, wp})
+  y = zorch.scatter_add(zorch.zeros({n, c, hp, wp}, opt), 3, ih:contiguous(), y)
+  if p[1] > 0 or p[2] > 0 then y = y:narrow(3, p[1] + 1, hw[1]):narrow(4, p[2] + 1, hw[2]) end
+  return one and y:squeeze(1) or y
+end
+
+-- Unfold(kernel_size, {dilation, padding, stride}), Fold(output_size, kernel_size, {...})
+nn.Unfold = Module:extend "nn.Unfold"
+function nn.Unfold:init(kernel_size, opts)
+  local o = read_opts("nn.Unfold", opts, FOLD_SPEC, 4)
+  check_pair("nn.Unfold", "kernel_size", kernel_size, 1, 3)
+  self.kernel_size, self._opts = kernel_size, o
+end
+function nn.Unfold:forward(x) return as_fn("nn.Unfold", 2, zorch.unfold, x, self.kernel_size, self._opts) end
+nn.Unfold.__tostring = function(s)
+  local o = s._opts
+  return ("nn.Unfold(kernel_size=%s, dilation=%s, padding=%s, stride=%s)"):format(tuple_str(s.kernel_size),
+    tuple_str(o.dilation), tuple_str(o.padding), tuple_str(o.stride))
+end
+nn.Fold = Module:extend "nn.Fold"
+function nn.Fold:init(output_size, kernel_size, opts)
+  local o = read_opts("nn.Fold", opts, FOLD_SPEC, 4)
+  check_pair("nn.Fold", "output_size", output_size, 1, 3)
+  check_pair("nn.Fold", "kernel_size", kernel_size, 1, 3)
+  self.output_size, self.kernel_size, self._opts = output_size, kernel_size, o
+end
+function nn.Fold:forward(x)
+  return as_fn("nn.Fold", 2, zorch.fold, x, self.output_size, self.kernel_size, self._opts)
+end
+nn.Fold.__tostring = function(s)
+  local o = s._opts
+  return ("nn.Fold(output_size=%s, kernel_size=%s, dilation=%s, padding=%s, stride=%s)"):format(
+    tuple_str(s.output_size), tuple_str(s.kernel_size), tuple_str(o.dilation), tuple_str(o.padding), tuple_str(o.stride))
+end

@@ -328,4 +328,93 @@ do
     "nn.SoftMarginLoss: unknown option 'margin'")
 end
 
+-- ---- Bilinear, LocalResponseNorm, AlphaDropout, Unfold, Fold ----------------------------------
+golden("bilinear", function(a, b, w, bias)
+  local m = nn.Bilinear(3, 5, 4)
+  m.weight, m.bias = nn.Parameter(w), nn.Parameter(bias)
+  return m(a, b)
+end)
+golden("bilinear_nobias_3d", function(a, b, w) return F.bilinear(a, b, w) end)
+do
+  zorch.manual_seed(7)
+  local sd = nn.Bilinear(3, 5, 4):state_dict()
+  local names = {}
+  for k, t in pairs(sd) do names[#names + 1] = k .. "(" .. table.concat(t.shape, ", ") .. ")" end
+  table.sort(names)
+  local w = sd.weight
+  local bound = 1 / math.sqrt(3)
+  ok(table.concat(names, " ") == "bias(4) weight(4, 3, 5)" and w:abs():max():item() <= bound
+     and w:abs():max():item() > 0.8 * bound, "nn.Bilinear: weight (out, in1, in2) and bias (out), U(-1/sqrt(in1), 1/sqrt(in1))")
+  ok(nn.Bilinear(3, 5, 4, {bias = false}).bias == nil, "nn.Bilinear{bias = false} has no bias")
+  ok(tostring(nn.Bilinear(3, 5, 4)) == "nn.Bilinear(in1_features=3, in2_features=5, out_features=4, bias=True)"
+     and tostring(nn.Bilinear(3, 5, 4, {bias = false}))
+         == "nn.Bilinear(in1_features=3, in2_features=5, out_features=4, bias=False)", "nn.Bilinear prints as PyTorch's")
+  local y = nn.Bilinear(3, 5, 4)(zorch.randn(3), zorch.randn(5))
+  ok(table.concat(y.shape, ",") == "4", "nn.Bilinear on unbatched inputs gives (out)")
+end
+raises("bilinear: inputs that do not fit the weight", function()
+  zorch.bilinear(zorch.ones(2, 3), zorch.ones(2, 4), zorch.ones(4, 3, 5)) end,
+  "bilinear: expected input1 (*, 3) and input2 (*, 5) with the same leading dims for weight (4, 3, 5), got (2, 3) and (2, 4)")
+raises("nn.Bilinear: errors name the module", function() nn.Bilinear(3, 5, 4)(zorch.ones(2, 3), zorch.ones(3, 5)) end,
+  "nn.Bilinear: expected input1 (*, 3)")
+raises("nn.Bilinear: a bad size", function() nn.Bilinear(3, 0, 4) end, "nn.Bilinear: in2_features must be a positive integer")
+
+golden("local_response_norm", function(x) return nn.LocalResponseNorm(3)(x) end)
+golden("local_response_norm_4d", function(x) return zorch.local_response_norm(x, 2, 0.1, 0.6, 2.0) end)
+golden("local_response_norm_5d", function(x) return nn.LocalResponseNorm(4, 0.05)(x) end)
+ok(tostring(nn.LocalResponseNorm(3)) == "nn.LocalResponseNorm(3, alpha=0.0001, beta=0.75, k=1.0)",
+   "nn.LocalResponseNorm prints as PyTorch's")
+raises("local_response_norm: a 2-D input", function() zorch.local_response_norm(zorch.ones(2, 3), 2) end,
+  "local_response_norm: expected input (N, C, ...) with 3 or more dims, got (2, 3)")
+
+-- alpha dropout: kept elements a x + b, dropped ones SELU's saturation scaled;
+-- a standard normal input keeps mean 0 and variance 1
+do
+  zorch.manual_seed(11)
+  local p = 0.2
+  local x = zorch.randn(200000, {dtype = "float64"}):requires_grad_()
+  local y = zorch.alpha_dropout(x, p, true)
+  local a = 1 / math.sqrt((1.7580993408473766 ^ 2 * p + 1) * (1 - p))
+  local b = 1.7580993408473766 * a * p
+  local dropped_v = -1.7580993408473766 * a + b
+  local dropped = (y - dropped_v):abs():lt(1e-12)
+  local frac = dropped:to("float64"):mean():item()
+  local kept_err = zorch.where(dropped, 0, (y - (x * a + b)):abs()):max():item()
+  ok(math.abs(frac - p) < 0.005 and kept_err < 1e-12,
+     ("alpha_dropout: %.4f dropped to SELU's saturation, the rest a x + b"):format(frac))
+  ok(math.abs(y:mean():item()) < 0.01 and math.abs(y:var():item() - 1) < 0.01,
+     ("alpha_dropout keeps mean 0 and variance 1 (%.4f, %.4f)"):format(y:mean():item(), y:var():item()))
+  y:sum():backward()
+  close(x.grad, zorch.where(dropped, 0, zorch.full({200000}, a, {dtype = "float64"})), 1e-12, "alpha_dropout: gradient a where kept, 0 where dropped")
+  local m = nn.AlphaDropout(0.2)
+  local z = zorch.randn(10)
+  close(m:eval()(z), z, 0, "nn.AlphaDropout: identity in eval")
+  close(zorch.alpha_dropout(z, 0.5), z, 0, "alpha_dropout: identity unless training")
+  close(zorch.alpha_dropout(z, 1, true), zorch.zeros(10), 0, "alpha_dropout: p = 1 gives zeros")
+  ok(tostring(m) == "nn.AlphaDropout(p=0.2)", "nn.AlphaDropout prints its p")
+  raises("nn.AlphaDropout: p out of range", function() nn.AlphaDropout(2) end,
+    "nn.AlphaDropout: p must be a number in [0, 1], got 2")
+end
+
+golden("unfold", function(x) return nn.Unfold({2, 3}, {dilation = {1, 2}, padding = 1, stride = {2, 1}})(x) end)
+golden("unfold_3d", function(x) return zorch.unfold(x, 2) end)
+golden("fold", function(x) return nn.Fold({4, 5}, {2, 2}, {stride = {2, 1}, padding = {1, 0}})(x) end)
+golden("fold_dilation", function(x) return zorch.fold(x, {5, 5}, 2, {dilation = 2}) end)
+do
+  local x = zorch.randn(2, 3, 6, 6, {dtype = "float64"})
+  local cols = zorch.unfold(x, 2, {stride = 2})
+  close(zorch.fold(cols, 6, 2, {stride = 2}), x, 0, "fold undoes unfold where the blocks do not overlap")
+end
+ok(tostring(nn.Unfold({2, 3}, {dilation = {1, 2}, padding = 1, stride = {2, 1}}))
+     == "nn.Unfold(kernel_size=(2, 3), dilation=(1, 2), padding=1, stride=(2, 1))"
+   and tostring(nn.Fold({4, 5}, 2)) == "nn.Fold(output_size=(4, 5), kernel_size=2, dilation=1, padding=0, stride=1)",
+   "nn.Unfold and nn.Fold print as PyTorch's")
+raises("unfold: a kernel larger than the input", function() zorch.unfold(zorch.ones(1, 1, 2, 2), 3) end,
+  "unfold: a spatial size (2, 2) with kernel (3, 3)", "gives (0, 0) sliding blocks")
+raises("unfold: a 2-D input", function() zorch.unfold(zorch.ones(2, 2), 1) end,
+  "unfold: expected input (N, C, H, W) or (C, H, W), got (2, 2)")
+raises("fold: blocks that do not fit", function() zorch.fold(zorch.ones(1, 8, 5), {3, 3}, 2) end,
+  "fold: input (1, 8, 5) must be (N, C * 4, 4) for kernel 2 and output (3, 3) (2 x 2 blocks)")
+raises("nn.Fold: a bad stride", function() nn.Fold(4, 2, {stride = 0}) end, "nn.Fold: stride must be")
+
 tap.done()
