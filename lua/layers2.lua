@@ -137,7 +137,7 @@ function zorch.rrelu(x, lower, upper, training)
   end
   if not training then return zorch.leaky_relu(x, (lower + upper) / 2) end
   local slope = zorch.rand(x.shape, {dtype = x:dtype(), device = x:device()}) * (upper - lower) + lower
-  return zorch.where(x:ge(0), x, x * slope)
+  return zorch.where(x:gt(0), x, x * slope) -- (x = 0 takes its slope as gradient, as PyTorch's)
 end
 
 nn.GLU = Module:extend "nn.GLU"
