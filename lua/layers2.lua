@@ -49,6 +49,13 @@ end
 local function need_number(fn, name, v, level)
   if type(v) ~= "number" then error(("%s: %s must be a number, got %s"):format(fn, name, tostring(v)), level + 1) end
 end
+local INT_DTYPES = {int64 = true, int32 = true, int16 = true, int8 = true, uint8 = true}
+local FLOAT_DTYPES = {float32 = true, float64 = true, bfloat16 = true, float16 = true}
+local function need_float(fn, what, t, level)
+  if not FLOAT_DTYPES[t:dtype()] then
+    error(("%s: %s must be a float tensor, got dtype %s"):format(fn, what, t:dtype()), level + 1)
+  end
+end
 -- runs f(...) and raises its error as fn's (the op's name replaced), at level
 local function as_fn(fn, level, f, ...)
   local r = table.pack(pcall(f, ...))
@@ -57,6 +64,17 @@ local function as_fn(fn, level, f, ...)
     error(fn .. ": " .. msg, level + 1)
   end
   return table.unpack(r, 2, r.n)
+end
+
+-- The output of fn, shape `shape`, must fit in memory: an absurd size is the
+-- allocation's error before any loop over it in Lua.
+local function need_room(fn, shape, x, level)
+  for _, v in ipairs(shape) do
+    if math.type(v) ~= "integer" then
+      error(("%s: the output size %s is too large for input %s"):format(fn, tostring(v), shape_str(x)), level + 1)
+    end
+  end
+  as_fn(fn, level + 1, zorch.empty, shape, {dtype = x:dtype(), device = x:device()})
 end
 
 -- ---- activations ----------------------------------------------------------------------------
@@ -246,9 +264,9 @@ function zorch.pixel_shuffle(x, r)
   need_tensor("pixel_shuffle", "input", x)
   pos_int("pixel_shuffle", "upscale_factor", r, 2)
   local n = x:dim()
-  if n < 3 or x.shape[n - 2] % (r * r) ~= 0 then
-    error(("pixel_shuffle: expected input (*, C * %d, H, W) (channels divisible by upscale_factor^2), got %s"):format(
-      r * r, shape_str(x)), 2)
+  if n < 3 or r > (1 << 31) or x.shape[n - 2] % (r * r) ~= 0 then
+    error(("pixel_shuffle: expected input (*, C * %s, H, W) (channels divisible by upscale_factor^2), got %s"):format(
+      r <= (1 << 31) and tostring(r * r) or r .. "^2", shape_str(x)), 2)
   end
   local c, h, w = x.shape[n - 2] // (r * r), x.shape[n - 1], x.shape[n]
   local y = x:reshape({lead_of(x, 3), c, r, r, h, w}):permute(1, 2, 5, 3, 6, 4)
@@ -260,7 +278,7 @@ function zorch.pixel_unshuffle(x, r)
   need_tensor("pixel_unshuffle", "input", x)
   pos_int("pixel_unshuffle", "downscale_factor", r, 2)
   local n = x:dim()
-  if n < 3 or x.shape[n - 1] % r ~= 0 or x.shape[n] % r ~= 0 then
+  if n < 3 or r > (1 << 31) or x.shape[n - 1] % r ~= 0 or x.shape[n] % r ~= 0 then
     error(("pixel_unshuffle: expected input (*, C, H * %d, W * %d), got %s"):format(r, r, shape_str(x)), 2)
   end
   local c, h, w = x.shape[n - 2], x.shape[n - 1] // r, x.shape[n] // r
@@ -461,6 +479,9 @@ function zorch.interpolate(x, opts)
     local sf = per_dim(fn, "scale_factor", o.scale_factor, k, function(v) return type(v) == "number" and v > 0 end, 2)
     for i = 1, k do
       sizes[i] = math.floor(x.shape[i + 2] * sf[i])
+      if math.type(sizes[i]) ~= "integer" then
+        error(("%s: scale_factor %s gives a dim too large for input %s"):format(fn, py_num(sf[i]), shape_str(x)), 2)
+      end
       if sizes[i] < 1 then
         error(("%s: scale_factor %s gives an empty dim %d for input %s"):format(fn, py_num(sf[i]), i + 2,
           shape_str(x)), 2)
@@ -468,12 +489,19 @@ function zorch.interpolate(x, opts)
     end
     if not o.recompute_scale_factor then scales = sf end
   end
+  need_room(fn, lead_shape(x, k, sizes), x, 2)
+  for i = 3, x:dim() do
+    if x.shape[i] == 0 then error(("%s: expected non-empty spatial dims, got input %s"):format(fn, shape_str(x)), 2) end
+  end
   if o.mode == "area" then
     local pool = ({zorch.adaptive_avg_pool1d, zorch.adaptive_avg_pool2d})[k]
     if not pool then error(("%s: mode 'area' takes 1 or 2 spatial dims, got %s"):format(fn, shape_str(x)), 2) end
     return pool(x, k == 1 and sizes[1] or sizes)
   end
   local mode = o.mode
+  if want ~= 0 and not FLOAT_DTYPES[x:dtype()] then
+    error(("%s: mode '%s' takes a float input, got dtype %s"):format(fn, o.mode, x:dtype()), 2)
+  end
   if mode == "bilinear" or mode == "trilinear" then mode = "linear" end
   local y = x
   for i = 1, k do
@@ -560,6 +588,7 @@ function zorch.adaptive_max_pool1d(x, n, return_indices)
   check_pool_input(fn, x, 1, "(N, C, L) or (C, L)")
   pos_int(fn, "output_size", n, 2)
   check_ret(fn, return_indices)
+  need_room(fn, lead_shape(x, 1, {n}), x, 2)
   local y, idx = adaptive_max_dim(x, x:dim(), n)
   if return_indices then return y, idx + 1 end
   return y
@@ -578,6 +607,7 @@ function zorch.adaptive_max_pool2d(x, size, return_indices)
       type(size) == "table" and tuple_str(size) or tostring(size)), 2)
   end
   check_ret(fn, return_indices)
+  need_room(fn, lead_shape(x, 2, sz), x, 2)
   local n = x:dim()
   local rows, r = adaptive_max_dim(x, n - 1, sz[1])
   local y, c = adaptive_max_dim(rows, n, sz[2])
@@ -794,7 +824,6 @@ local function same_shape(fn, x, y)
     error(("%s: input %s and target %s must have the same shape"):format(fn, shape_str(x), shape_str(y)), 3)
   end
 end
-local INT_DTYPES = {int64 = true, int32 = true, int16 = true, int8 = true, uint8 = true}
 
 -- soft_margin_loss(x, y, {reduction}): log(1 + exp(-y x)), y in {1, -1}
 local SOFT_MARGIN = {reduction = REDUCTION}
@@ -855,6 +884,7 @@ function zorch.multi_margin_loss(x, y, opts)
       fn, shape_str(x), shape_str(y)), 2)
   end
   local c = x.shape[x:dim()]
+  need_float(fn, "input", x, 2)
   check_classes(fn, y, c, 1, 2)
   if o.weight and (o.weight:dim() ~= 1 or o.weight.shape[1] ~= c) then
     error(("%s: weight must be a tensor of shape (%d) for input %s, got %s"):format(fn, c, shape_str(x),
@@ -884,6 +914,7 @@ function zorch.multilabel_margin_loss(x, y, opts)
     error(("%s: expected input (N, C) or (C), got %s"):format(fn, shape_str(x)), 2)
   end
   local c = x.shape[x:dim()]
+  need_float(fn, "input", x, 2)
   if not INT_DTYPES[y:dtype()] then
     error(("%s: target must hold integer classes (1-based), got dtype %s"):format(fn, y:dtype()), 2)
   end
@@ -995,19 +1026,21 @@ function zorch.local_response_norm(x, size, alpha, beta, k)
   if x:dim() < 3 then error(("%s: expected input (N, C, ...) with 3 or more dims, got %s"):format(fn, shape_str(x)), 2) end
   if x:numel() == 0 then return x * 1 end
   local sq = x * x
+  local c = x.shape[2]
+  -- shifts of c or more channels meet only the zeros past the ends: left out
+  local front, back = math.min(size // 2, c - 1), math.min((size - 1) // 2, c - 1)
   local function zeros_c(n)
     local s = {}
     for i = 1, x:dim() do s[i] = i == 2 and n or x.shape[i] end
     return zorch.zeros(s, {dtype = x:dtype(), device = x:device()})
   end
   local parts = {}
-  if size // 2 > 0 then parts[#parts + 1] = zeros_c(size // 2) end
+  if front > 0 then parts[#parts + 1] = zeros_c(front) end
   parts[#parts + 1] = sq
-  if (size - 1) // 2 > 0 then parts[#parts + 1] = zeros_c((size - 1) // 2) end
+  if back > 0 then parts[#parts + 1] = zeros_c(back) end
   local padded = #parts > 1 and zorch.cat(parts, 2) or sq
-  local c = x.shape[2]
   local sum = padded:narrow(2, 1, c)
-  for i = 2, size do sum = sum + padded:narrow(2, i, c) end
+  for i = 2, front + back + 1 do sum = sum + padded:narrow(2, i, c) end
   return x / (sum / size * alpha + k) ^ beta
 end
 
@@ -1067,15 +1100,16 @@ nn.AlphaDropout.__tostring = function(s) return ("nn.AlphaDropout(p=%s)"):format
 
 -- unfold and fold: sizes are a number or a pair {h, w}
 local FOLD = {
-  dilation = {1, nil, "a positive integer or a pair of them", 1},
-  padding = {0, nil, "a non-negative integer or a pair of them", 0},
-  stride = {1, nil, "a positive integer or a pair of them", 1},
+  dilation = {1, nil, "a positive integer below 2^31 or a pair of them", 1},
+  padding = {0, nil, "a non-negative integer below 2^31 or a pair of them", 0},
+  stride = {1, nil, "a positive integer below 2^31 or a pair of them", 1},
 }
+-- (sizes below 2^31, so that the block arithmetic cannot overflow)
 local function pair_ok(lo)
+  local function one(v) return math.type(v) == "integer" and v >= lo and v < (1 << 31) end
   return function(v)
-    if math.type(v) == "integer" then return v >= lo end
-    return type(v) == "table" and #v == 2 and math.type(v[1]) == "integer" and math.type(v[2]) == "integer"
-      and v[1] >= lo and v[2] >= lo
+    if type(v) ~= "table" then return one(v) end
+    return #v == 2 and one(v[1]) and one(v[2])
   end
 end
 local FOLD_SPEC = {}
@@ -1083,7 +1117,7 @@ for k, s in pairs(FOLD) do FOLD_SPEC[k] = {s[1], pair_ok(s[4]), s[3]} end
 local function two(v) return type(v) == "table" and v or {v, v} end
 local function check_pair(fn, name, v, lo, level)
   if not pair_ok(lo)(v) then
-    error(("%s: %s must be a %s integer or a pair {h, w} of them, got %s"):format(fn, name,
+    error(("%s: %s must be a %s integer below 2^31 or a pair {h, w} of them, got %s"):format(fn, name,
       lo > 0 and "positive" or "non-negative", type(v) == "table" and tuple_str(v) or tostring(v)), level + 1)
   end
 end
@@ -1121,7 +1155,7 @@ function zorch.unfold(x, kernel_size, opts)
   local n, c, h, w = x4.shape[1], x4.shape[2], x4.shape[3], x4.shape[4]
   local k = two(kernel_size)
   local bh, bw, d, p, s = blocks_of(fn, h, w, k, o, 2)
-  if p[1] > 0 or p[2] > 0 then x4 = zorch.pad(x4, {p[2], p[2], p[1], p[1]}) end
+  if p[1] > 0 or p[2] > 0 then x4 = as_fn(fn, 2, zorch.pad, x4, {p[2], p[2], p[1], p[1]}) end
   local y = zorch.index_select(x4, 3, block_index(k[1], bh, d[1], s[1], x:device()))
   y = zorch.index_select(y, 4, block_index(k[2], bw, d[2], s[2], x:device()))
   y = y:reshape({n, c, k[1], bh, k[2], bw}):permute(1, 2, 3, 5, 4, 6):reshape({n, c * k[1] * k[2], bh * bw})

@@ -161,5 +161,6 @@ case("unfold", lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=
 case("unfold_3d", lambda x: F.unfold(x, 2), leaf(2, 3, 4))
 case("fold", lambda x: F.fold(x, (4, 5), (2, 2), stride=(2, 1), padding=(1, 0)), leaf(2, 12, 12))
 case("fold_dilation", lambda x: F.fold(x, (5, 5), 2, dilation=2), leaf(8, 9))
+case("local_response_norm_wide", lambda x: F.local_response_norm(x, 9, k=0.5), leaf(2, 3, 4, scale=2))
 
 save_file(out, os.path.join(os.path.dirname(os.path.abspath(__file__)), "layers2.safetensors"))

@@ -362,6 +362,7 @@ raises("nn.Bilinear: a bad size", function() nn.Bilinear(3, 0, 4) end, "nn.Bilin
 golden("local_response_norm", function(x) return nn.LocalResponseNorm(3)(x) end)
 golden("local_response_norm_4d", function(x) return zorch.local_response_norm(x, 2, 0.1, 0.6, 2.0) end)
 golden("local_response_norm_5d", function(x) return nn.LocalResponseNorm(4, 0.05)(x) end)
+golden("local_response_norm_wide", function(x) return zorch.local_response_norm(x, 9, nil, nil, 0.5) end)
 ok(tostring(nn.LocalResponseNorm(3)) == "nn.LocalResponseNorm(3, alpha=0.0001, beta=0.75, k=1.0)",
    "nn.LocalResponseNorm prints as PyTorch's")
 raises("local_response_norm: a 2-D input", function() zorch.local_response_norm(zorch.ones(2, 3), 2) end,
@@ -416,5 +417,28 @@ raises("unfold: a 2-D input", function() zorch.unfold(zorch.ones(2, 2), 1) end,
 raises("fold: blocks that do not fit", function() zorch.fold(zorch.ones(1, 8, 5), {3, 3}, 2) end,
   "fold: input (1, 8, 5) must be (N, C * 4, 4) for kernel 2 and output (3, 3) (2 x 2 blocks)")
 raises("nn.Fold: a bad stride", function() nn.Fold(4, 2, {stride = 0}) end, "nn.Fold: stride must be")
+
+-- absurd sizes are errors, not hangs or crashes
+raises("interpolate: a scale_factor too large", function() zorch.interpolate(zorch.ones(1, 1, 4), {scale_factor = 1e300}) end,
+  "interpolate: scale_factor 1e+300 gives a dim too large for input (1, 1, 4)")
+raises("interpolate: a size beyond memory", function() zorch.interpolate(zorch.ones(1, 1, 4), {size = 1 << 50}) end,
+  "interpolate: out of memory")
+raises("interpolate: linear modes take float inputs", function()
+  zorch.interpolate(zorch.ones({1, 1, 4, 4}, {dtype = "int64"}), {size = 8, mode = "bilinear"}) end,
+  "interpolate: mode 'bilinear' takes a float input, got dtype int64")
+raises("adaptive_max_pool1d: an output beyond memory", function() zorch.adaptive_max_pool1d(zorch.ones(1, 1, 4), 1 << 40) end,
+  "adaptive_max_pool1d: out of memory")
+raises("unfold: a kernel of 2^63 - 1", function() zorch.unfold(zorch.ones(1, 1, 4, 4), {math.maxinteger, 1}) end,
+  "unfold: kernel_size must be a positive integer below 2^31 or a pair {h, w} of them")
+raises("pixel_shuffle: a factor of 2^63 - 1", function() zorch.pixel_shuffle(zorch.ones(1, 4, 2, 2), math.maxinteger) end,
+  "pixel_shuffle: expected input (*, C * 9223372036854775807^2, H, W)")
+raises("multi_margin_loss: an integer input", function()
+  zorch.multi_margin_loss(zorch.ones({2, 3}, {dtype = "int64"}), zorch.tensor({1, 2}, {dtype = "int64"})) end,
+  "multi_margin_loss: input must be a float tensor, got dtype int64")
+do
+  local x = zorch.randn(1, 3, 2)
+  close(zorch.local_response_norm(x, math.maxinteger), x / 1, 1e-6,
+        "local_response_norm: a window of 2^63 - 1 channels runs (and divides the squares by it)")
+end
 
 tap.done()
