@@ -511,7 +511,7 @@ function zorch.interpolate(x, opts)
       y = apply_taps(y, i + 2, idx, wts)
     end
   end
-  return y
+  return rawequal(y, x) and x:clone() or y -- (a new tensor, as PyTorch's, even at the same size)
 end
 
 -- Upsample{size | scale_factor, mode = "nearest", align_corners, recompute_scale_factor}
