@@ -118,6 +118,8 @@ golden("replication_pad2d", function(x) return nn.ReplicationPad2d({1, 2, 2, 0})
 golden("replication_pad3d", function(x) return nn.ReplicationPad3d(1)(x) end)
 golden("circular_pad1d", function(x) return nn.CircularPad1d({1, 2})(x) end)
 golden("circular_pad2d", function(x) return nn.CircularPad2d(1)(x) end)
+golden("reflection_pad3d", function(x) return nn.ReflectionPad3d({1, 0, 2, 1, 1, 1})(x) end)
+golden("circular_pad3d", function(x) return nn.CircularPad3d(1)(x) end)
 ok(tostring(nn.PixelShuffle(2)) == "nn.PixelShuffle(upscale_factor=2)"
    and tostring(nn.PixelUnshuffle(2)) == "nn.PixelUnshuffle(downscale_factor=2)"
    and tostring(nn.ChannelShuffle(3)) == "nn.ChannelShuffle(groups=3)"
@@ -161,6 +163,12 @@ local interp_names = {}
 for name in pairs(interp) do interp_names[#interp_names + 1] = name end
 table.sort(interp_names)
 for _, name in ipairs(interp_names) do golden(name, function(x) return F.interpolate(x, interp[name]) end) end
+golden("trilinear_size", function(x) return F.interpolate(x, {size = {4, 3, 5}, mode = "trilinear"}) end)
+golden("trilinear_scale_ac", function(x)
+  return nn.Upsample{scale_factor = 1.5, mode = "trilinear", align_corners = true}(x) end)
+golden("nearest_3d_scale", function(x) return F.interpolate(x, {scale_factor = {2, 0.5, 1.5}}) end)
+golden("area_1d", function(x) return F.interpolate(x, {size = 3, mode = "area"}) end)
+golden("area_2d", function(x) return F.interpolate(x, {size = {2, 3}, mode = "area"}) end)
 golden("upsample_nearest2d", function(x) return nn.UpsamplingNearest2d{scale_factor = 2}(x) end)
 golden("upsample_bilinear2d", function(x) return nn.UpsamplingBilinear2d{size = {5, 8}}(x) end)
 golden("upsample_module", function(x) return nn.Upsample{scale_factor = 1.5, mode = "bilinear"}(x) end)
