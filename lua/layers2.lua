@@ -10,7 +10,7 @@ if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end
 local nn = zorch.nn
 local lib = zorch._nn_lib
 local Module, check_int, shape_str, uniform = lib.Module, lib.check_int, lib.shape_str, lib.uniform
-local read_opts, is_bool, is_num, num_ge0, need_tensor = lib.read_opts, lib.is_bool, lib.is_num, lib.num_ge0,
+local read_opts, is_bool, is_num, need_tensor = lib.read_opts, lib.is_bool, lib.is_num,
   lib.need_tensor
 local reduce, REDUCTION, opt_tensor, softplus, py_bool = lib.reduce, lib.REDUCTION, lib.opt_tensor, lib.softplus,
   lib.py_bool
