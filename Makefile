@@ -42,7 +42,7 @@ LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I$(LUA_INCDIR)
-LUA_SRC  := lua/flags.lua lua/nn.lua lua/rnn.lua lua/attention.lua lua/losses.lua lua/layers.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/dsauto.lua lua/dist.lua lua/tensorparallel.lua lua/engine.lua lua/pipeline.lua lua/offload.lua lua/checkpoint.lua \
+LUA_SRC  := lua/flags.lua lua/nn.lua lua/rnn.lua lua/attention.lua lua/losses.lua lua/layers.lua lua/layers2.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/dsauto.lua lua/dist.lua lua/tensorparallel.lua lua/engine.lua lua/pipeline.lua lua/offload.lua lua/checkpoint.lua \
             lua/progress.lua lua/metrics.lua lua/plot.lua lua/tensor.lua
 # The zorch command's own sources (the REPL, help) go into the binary only.
 CLI_SRC  := vm/host/repl.c vm/host/help.c

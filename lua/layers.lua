@@ -223,6 +223,7 @@ local function via_2d(fn, x, f)
   if not ok then error(message_1d(fn, tostring(y)), 3) end
   return y:squeeze(-2)
 end
+lib.via_2d = via_2d -- (lua/layers2.lua's 1-d functions)
 local CONV1D = {stride = {1, function(v) return math.type(v) == "integer" and v >= 1 end, "a positive integer"},
                 padding = {0, function(v) return math.type(v) == "integer" and v >= 0 end, "a non-negative integer"},
                 dilation = {1, function(v) return math.type(v) == "integer" and v >= 1 end, "a positive integer"},
