@@ -944,23 +944,12 @@ function zorch.multilabel_margin_loss(x, y, opts)
   return reduce(per, o.reduction)
 end
 
--- The loss modules: Name(opts) with the function's options; forward(input, target)
-local function loss_class(name, fn, spec)
-  local cls = Module:extend(name)
-  function cls:init(opts)
-    local o = read_opts(name, opts, spec, 4)
-    for k, v in pairs(o) do rawset(self, k, v) end
-    rawset(self, "_opts", o)
-  end
-  function cls:forward(x, y) return as_fn(name, 2, fn, x, y, self._opts) end
-  cls.__tostring = function() return name .. "()" end
-  return cls
-end
-nn.SoftMarginLoss = loss_class("nn.SoftMarginLoss", zorch.soft_margin_loss, SOFT_MARGIN)
-nn.MultiLabelSoftMarginLoss = loss_class("nn.MultiLabelSoftMarginLoss", zorch.multilabel_soft_margin_loss,
-  MULTILABEL_SOFT)
-nn.MultiMarginLoss = loss_class("nn.MultiMarginLoss", zorch.multi_margin_loss, MULTI_MARGIN)
-nn.MultiLabelMarginLoss = loss_class("nn.MultiLabelMarginLoss", zorch.multilabel_margin_loss, MULTILABEL_MARGIN)
+-- the loss modules: Name(opts) with the function's options (lua/losses.lua's factory)
+nn.SoftMarginLoss = lib.fn_module("nn.SoftMarginLoss", zorch.soft_margin_loss, SOFT_MARGIN, 2)
+nn.MultiLabelSoftMarginLoss = lib.fn_module("nn.MultiLabelSoftMarginLoss", zorch.multilabel_soft_margin_loss,
+  MULTILABEL_SOFT, 2)
+nn.MultiMarginLoss = lib.fn_module("nn.MultiMarginLoss", zorch.multi_margin_loss, MULTI_MARGIN, 2)
+nn.MultiLabelMarginLoss = lib.fn_module("nn.MultiLabelMarginLoss", zorch.multilabel_margin_loss, MULTILABEL_MARGIN, 2)
 
 -- ---- Bilinear, LocalResponseNorm, AlphaDropout, Unfold and Fold ---------------------------
 

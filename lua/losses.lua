@@ -276,6 +276,7 @@ local function fn_module(name, fn, spec, nargs)
   end
   return cls
 end
+lib.fn_module = fn_module -- (lua/layers2.lua's losses too)
 nn.SmoothL1Loss = fn_module("nn.SmoothL1Loss", zorch.smooth_l1_loss, SMOOTH_L1, 2)
 nn.HuberLoss = fn_module("nn.HuberLoss", zorch.huber_loss, HUBER, 2)
 nn.KLDivLoss = fn_module("nn.KLDivLoss", zorch.kl_div, KL, 2)

@@ -325,7 +325,7 @@ do
     "multi_margin_loss: expected input (N, C) with target (N)", "input (3, 5) and target (2)")
   raises("nn.MultiMarginLoss: a weight of the wrong size", function()
     nn.MultiMarginLoss{weight = zorch.ones(4)}(x3, zorch.tensor({1, 2, 3}, {dtype = "int64"})) end,
-    "nn.MultiMarginLoss: weight must be a tensor of shape (5) for input (3, 5), got (4)")
+    "multi_margin_loss: weight must be a tensor of shape (5) for input (3, 5), got (4)")
   raises("multilabel_margin_loss: a class above C", function()
     zorch.multilabel_margin_loss(x3, zorch.tensor({{6, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {1, 0, 0, 0, 0}}, {dtype = "int64"})) end,
     "multilabel_margin_loss: target 6 is out of range 1..5")
