@@ -135,9 +135,9 @@ local FLOATS = {"float32", "float32", "bfloat16", "float16"}
 local FAMILIES = {}
 
 function FAMILIES.softmax()
-  local dt, nd = pick(FLOATS), R(4)
+  local dt, nd = pick(FLOATS), R(5) - 1
   local s = shape(nd)
-  local dim = R(3) == 1 and R(nd) - 1 or nd - 1
+  local dim = nd == 0 and 0 or (R(3) == 1 and R(nd) - 1 or nd - 1)
   local op = pick({"softmax", "log_softmax"})
   local kind = R(8) == 1 and (dt == "float16" and "f16max" or "wide") or nil
   return {op = op, dtype = dt, args = {dim = dim}, ins = {x = input(s, dt, true, kind)},
@@ -168,11 +168,11 @@ function FAMILIES.gelu()
 end
 
 function FAMILIES.reduce()
-  local dt, nd = pick(FLOATS), R(4)
+  local dt, nd = pick(FLOATS), R(5) - 1
   local s = shape(nd)
   local op = pick({"sum", "mean"})
   local dims, keep = nil, R(2) == 1
-  if R(4) > 1 then
+  if nd > 0 and R(4) > 1 then
     dims = {}
     for d = 0, nd - 1 do if R(2) == 1 then dims[#dims + 1] = d end end
     if #dims == 0 then dims = {R(nd) - 1} end

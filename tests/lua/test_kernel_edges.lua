@@ -89,4 +89,11 @@ for _, red in ipairs({"none", "mean", "sum"}) do
   end
 end
 
+-- ---- the portable loops (ZORCH_NO_AVX512=1) on the same inputs ----------------------------
+if os.getenv("ZORCH_NO_AVX512") ~= "1" then
+  local out, good = tap.run("ZORCH_NO_AVX512=1 " .. tap.zorch() .. " lua/test_kernel_edges.lua")
+  if not good then print("#   " .. out:gsub("\n", "\n#   ")) end
+  ok(good and not out:find("not ok", 1, true), "every case again with the portable loops (ZORCH_NO_AVX512=1)")
+end
+
 tap.done()
