@@ -54,7 +54,8 @@ local function values(s, dt, kind)
   elseif kind == "offset" then x = x + (dt == "float16" and 100 or 1000)
   elseif kind == "const" then x = zorch.zeros(s) + (R() * 4 - 2)
   elseif kind == "wide" then x = x * 30
-  elseif kind == "f16max" then x = x * 3e4 end
+  elseif kind == "f16max" then x = x * 3e4
+  elseif kind == "masked" then x = zorch.where(zorch.rand(s):lt(0.4), zorch.full(s, -math.huge), x) end
   local n = numel(s)
   if kind == "special" and n > 0 then
     x = x:contiguous()
@@ -139,7 +140,7 @@ function FAMILIES.softmax()
   local s = shape(nd)
   local dim = nd == 0 and 0 or (R(3) == 1 and R(nd) - 1 or nd - 1)
   local op = pick({"softmax", "log_softmax"})
-  local kind = R(8) == 1 and (dt == "float16" and "f16max" or "wide") or nil
+  local kind = R(8) == 1 and (dt == "float16" and "f16max" or "wide") or R(8) == 1 and "masked" or nil
   return {op = op, dtype = dt, args = {dim = dim}, ins = {x = input(s, dt, true, kind)},
           run = function(v) return zorch[op](v.x, dim + 1) end}
 end
@@ -223,7 +224,8 @@ function FAMILIES.cross_entropy()
   if opts.ignore_index and n > 1 then tg[1] = opts.ignore_index end
   local zopts = copy(opts)
   if zopts.ignore_index then zopts.ignore_index = zopts.ignore_index + 1 end
-  return {op = "cross_entropy", dtype = dt, args = opts, ins = {x = input({n, c}, dt, true)}, targets = tg,
+  local kind = R(6) == 1 and "masked" or nil
+  return {op = "cross_entropy", dtype = dt, args = opts, ins = {x = input({n, c}, dt, true, kind)}, targets = tg,
           run = function(v) return zorch.cross_entropy(v.x, tg + 1, zopts) end}
 end
 
