@@ -209,6 +209,17 @@ def grad_scale(case, n, leaf, view, op, v, cot):
         other = k if n == "q" else q
         big = cot.abs().amax() * vv.amax() * other.amax() * sc * d if q.numel() and k.numel() else 0.0
         g = (g + big * (d if n != "v" else 0)) * (1 + case["smax"])
+    if op == "linear" and case["args"]["act"] in ("gelu", "gelu_tanh") and v["x"].numel() and v["w"].numel():
+        # gelu' moves by up to 0.4 times the rounding of its argument, eps |x| |w|
+        xa, wa = v["x"].detach().abs(), v["w"].detach().abs()
+        pre = F.linear(xa, wa, v["b"].detach().abs() if "b" in v else None)
+        m = cot.abs() * (1 + 0.4 * pre)
+        if n == "x":
+            g = g + m @ wa
+        elif n == "w":
+            g = g + m.reshape(-1, m.shape[-1]).T @ xa.reshape(-1, xa.shape[-1])
+        else:
+            g = g + m.reshape(-1, m.shape[-1]).sum(0)
     if op in ("softmax", "log_softmax") and view.numel():
         # y (g - sum(g y)) and g - e^y sum(g): the terms' size, not the
         # result's, which cancels where one probability is near 1
