@@ -16,11 +16,13 @@ and the gradients `g<input>`.
 - relu_nan_*: relu's gradient at NaN, infinities and zeros.
 - ce_ignored_*: cross entropy with label smoothing, where the ignored sample's
   logits hold -inf or NaN.
+- attn_nan: fused attention whose scores hold NaN and +inf (rows of NaN, not 0).
 """
 import os
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from safetensors.torch import save_file
 
 torch.manual_seed(0)
@@ -86,5 +88,16 @@ for red in ("none", "mean", "sum"):
         run("ce_ignored_%s_%s" % (name, red),
             lambda x: F.cross_entropy(x, t, reduction=red, ignore_index=2, label_smoothing=0.1), {"x": lg})
         out["ce_ignored_%s_%s.t" % (name, red)] = t + 1  # 1-based for zorch
+
+# ---- attention: a NaN or infinite score makes its row NaN -----------------------------------
+q, k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8)
+q[0, 0, 1, 3] = float("nan")  # one query of head 1: every score NaN
+k[0, 1, 4] = float("inf")  # one key of head 2: scores of +-inf
+q[0, 1, 2] = q[0, 1, 2].abs()  # (this query's score on it is +inf)
+# PyTorch's math backend (its fused CPU kernel gives 0, not NaN, for a query whose scores are all NaN)
+with sdpa_kernel(SDPBackend.MATH):
+    run("attn_nan", F.scaled_dot_product_attention, {"query": q, "key": k, "value": v})
+q[0, 0, 1, 3] = 0.5
+run("attn_inf", F.scaled_dot_product_attention, {"query": q, "key": k, "value": v})  # head 1 only
 
 save_file(out, os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_edges.safetensors"))

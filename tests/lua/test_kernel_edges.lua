@@ -2,8 +2,9 @@
 -- gradient (found by tests/fuzz/kernels.py), against PyTorch's results
 -- (golden/kernel_edges.safetensors, from golden/gen_kernel_edges.py): layer
 -- norm of rows near 1e20 and 1e30, division's gradient where the divisor's
--- square leaves the dtype's range, relu's gradient at NaN, and cross entropy
--- with label smoothing over an ignored sample holding -inf or NaN.
+-- square leaves the dtype's range, relu's gradient at NaN, cross entropy
+-- with label smoothing over an ignored sample holding -inf or NaN, and fused
+-- attention over NaN and infinite scores.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local ok = tap.ok
@@ -87,6 +88,12 @@ for _, red in ipairs({"none", "mean", "sum"}) do
     check(case, function(x) return zorch.cross_entropy(x, t, {reduction = red, ignore_index = 3, label_smoothing = 0.1}) end,
           {"x"}, 1e-5, ("cross_entropy (%s, label smoothing) with an ignored sample holding %s"):format(red, kind))
   end
+end
+
+-- ---- attention: a NaN or infinite score makes its row NaN (it gave 0) ---------------------
+for _, case in ipairs({"attn_nan", "attn_inf"}) do
+  check(case, function(q, k, v) return zorch.attention(q, k, v) end, {"query", "key", "value"}, 1e-5,
+        case .. ": fused attention with NaN and infinite scores")
 end
 
 -- ---- the portable loops (ZORCH_NO_AVX512=1) on the same inputs ----------------------------
