@@ -215,7 +215,7 @@ end
 
 function FAMILIES.cross_entropy()
   local dt = pick(FLOATS)
-  local n, c = pick({1, 2, 3, 5, 17, 64}), pick(EDGE)
+  local n, c = pick({1, 2, 3, 5, 17, 64}), R(10) == 1 and pick({8193, 20001}) or pick(EDGE)
   if n * c > LIMIT then n = math.max(1, LIMIT // c) end
   local opts = {reduction = pick({"mean", "sum", "none"})}
   if R(3) == 1 then opts.ignore_index = R(c) - 1 end
@@ -256,7 +256,7 @@ function FAMILIES.attention()
   Tk = R(2) == 1 and Tq or pick({1, 3, 16, 17, 64, 65, 200})
   local causal = R(2) == 1
   local scale = R(3) == 1 and R() * 0.5 or nil
-  local function qkv(T) return input({B, H, T, D}, dt, true, pick({"normal", "normal", "wide", "tiny"})) end
+  local function qkv(T) return input({B, H, T, D}, dt, true, pick({"normal", "normal", "wide", "tiny", "special"})) end
   return {op = "attention", dtype = dt, args = {causal = causal, scale = scale or "default"},
           ins = {q = qkv(Tq), k = qkv(Tk), v = qkv(Tk)},
           run = function(v) return zorch.attention(v.q:contiguous(), v.k:contiguous(), v.v:contiguous(),
