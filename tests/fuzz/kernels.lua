@@ -20,9 +20,17 @@ local EDGE = {1, 2, 3, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255
 local LIMIT = 300000 -- elements of the largest input
 
 -- A shape of nd dims whose last is an edge size; sometimes a dim of 0 and
--- sometimes a row longer than a cache block.
+-- sometimes a row longer than a cache block. opts.big: sometimes past the
+-- memory-bound loops' threading threshold (524288 elements, ops/cpu/cpu.h).
 local function shape(nd, opts)
   opts = opts or {}
+  if opts.big and nd > 0 and R(8) == 1 then
+    local s = {}
+    for i = 1, nd do s[i] = 1 end
+    if nd == 1 then s[1] = pick({600001, 1048576})
+    else s[nd], s[nd - 1] = pick({1023, 1024, 1025}), pick({600, 1000}) end
+    return s
+  end
   local s = {}
   for i = 1, nd do s[i] = pick({1, 2, 3, 4, 5, 7, 9}) end
   if nd > 0 then s[nd] = pick(EDGE) end
@@ -162,7 +170,7 @@ end
 
 function FAMILIES.gelu()
   local dt = pick(FLOATS)
-  local s = shape(R(4) - 1)
+  local s = shape(R(4) - 1, {big = true})
   local approx = pick({"none", "tanh"})
   return {op = "gelu", dtype = dt, args = {approximate = approx}, ins = {x = input(s, dt, true, R(4) == 1 and "wide" or nil)},
           run = function(v) return approx == "tanh" and zorch.gelu(v.x, "tanh") or zorch.gelu(v.x) end}
@@ -170,7 +178,7 @@ end
 
 function FAMILIES.reduce()
   local dt, nd = pick(FLOATS), R(5) - 1
-  local s = shape(nd)
+  local s = shape(nd, {big = true})
   local op = pick({"sum", "mean"})
   local dims, keep = nil, R(2) == 1
   if nd > 0 and R(4) > 1 then
@@ -193,7 +201,7 @@ local BINARY = {"add", "sub", "mul", "div"}
 local UNARY = {"neg", "relu", "add_s", "mul_s", "rsub_s", "clamp"}
 function FAMILIES.elementwise()
   local dt, nd = pick({"bfloat16", "float16", "bfloat16", "float16", "float32"}), R(4) - 1
-  local s = shape(nd)
+  local s = shape(nd, {big = true})
   if R(2) == 1 then
     local op = pick(BINARY)
     local sb = copy(s)
@@ -232,9 +240,9 @@ end
 -- contiguous() of a transposed (or otherwise strided) view: a copy, exact
 function FAMILIES.contiguous()
   local dt, nd = pick({"float32", "bfloat16", "float16", "float64", "int64", "int32", "uint8", "bool"}), 2 + R(2) - 1
-  local s = shape(nd)
-  if nd >= 2 and R(2) == 1 then s[nd - 1] = pick(EDGE) end
-  while numel(s) > LIMIT do s[R(nd)] = math.max(1, s[R(nd)] // 2) end
+  local s = shape(nd, {big = true})
+  if numel(s) <= LIMIT and R(2) == 1 then s[nd - 1] = pick(EDGE) end
+  while numel(s) > LIMIT * 4 do s[R(nd)] = math.max(1, s[R(nd)] // 2) end
   local bs, layout = make_layout(s)
   if #layout == 0 then
     bs = copy(s)
