@@ -230,10 +230,13 @@ function FAMILIES.cross_entropy()
   if R(3) == 1 then opts.label_smoothing = pick({0.1, 0.5}) end
   local tg = zorch.randint(0, c - 1, {n})
   if opts.ignore_index and n > 1 then tg[1] = opts.ignore_index end
+  local cw = R(4) == 1 and (zorch.rand({c}) + 0.1):to(dt) or nil -- class weights
   local zopts = copy(opts)
   if zopts.ignore_index then zopts.ignore_index = zopts.ignore_index + 1 end
+  zopts.weight = cw
+  opts.weight = cw and "cw" or nil
   local kind = R(6) == 1 and "masked" or nil
-  return {op = "cross_entropy", dtype = dt, args = opts, ins = {x = input({n, c}, dt, true, kind)}, targets = tg,
+  return {op = "cross_entropy", dtype = dt, args = opts, ins = {x = input({n, c}, dt, true, kind)}, targets = tg, cw = cw,
           run = function(v) return zorch.cross_entropy(v.x, tg + 1, zopts) end}
 end
 
@@ -410,6 +413,7 @@ for i = 1, ncases do
     saved[key .. "." .. name] = inp.base:detach():contiguous()
   end
   if c.targets then saved[key .. ".targets"] = c.targets end
+  if c.cw then saved[key .. ".cw"] = c.cw end
   if c.p0 then
     saved[key .. ".p0"] = c.p0
     for s, g in ipairs(c.grads) do saved[key .. ".grad" .. s] = g end

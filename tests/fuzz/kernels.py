@@ -141,7 +141,8 @@ def compute(case, T, dtype, with_scale=False):
     elif op == "clamp":
         y = torch.clamp(x, a["p0"], a["p0"] + a["p1"])
     elif op == "cross_entropy":
-        y = F.cross_entropy(x, T["targets"], reduction=a["reduction"], ignore_index=a.get("ignore_index", -100),
+        y = F.cross_entropy(x, T["targets"], weight=T["cw"].to(x.dtype) if "weight" in a else None,
+                            reduction=a["reduction"], ignore_index=a.get("ignore_index", -100),
                             label_smoothing=a.get("label_smoothing", 0.0))
     elif op == "contiguous":
         y = x.contiguous()
