@@ -757,6 +757,9 @@ function zorch.cross_entropy(logits, targets, opts)
     local all = w and logp * w:to(lg:dtype()):unsqueeze(1) or logp
     per = per - all:sum(2) * valid * (eps / C)
   end
+  -- an ignored sample gives 0 even when its logits hold an infinity or a NaN
+  -- (0 * inf is NaN), as PyTorch masks it
+  per = zorch.where(ignored, zorch.zeros_like(per), per)
   local r = fused.reduction or "mean"
   if r == "none" then return unbatched and per:reshape({}) or per end
   if r == "sum" then return per:sum() end

@@ -118,7 +118,7 @@ ZM_DEF1(zm_logsigmoid, return (x < (T)0 ? x : (T)0) - log1p(exp(-fabs(x)));)
 ZM_DEF1(zm_softsign, return x / ((T)1 + fabs(x));)
 
 /* backward: g is the incoming gradient, x the input (or y the output, as named) */
-ZM_DEF2(zm_relu_bwd, return x > (T)0 ? g : (T)0;)
+ZM_DEF2(zm_relu_bwd, return x <= (T)0 ? (T)0 : g;) /* a NaN passes g, as PyTorch's threshold_backward */
 ZM_DEF2(zm_gelu_bwd,
         T cdf = (T)0.5 * ((T)1 + erf(x * (T)0.70710678118654752440));
         T pdf = exp((T)-0.5 * x * x) * (T)0.39894228040143267794;

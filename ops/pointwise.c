@@ -68,20 +68,21 @@ static zorch_status mul_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
   return ag_wants(n, 1) ? grad_result(&gin[1], zorch_mul(g, n->saved[0])) : ZORCH_OK;
 }
 
-/* d(a/b) = g/b, -g*a/b^2 */
+/* d(a/b) = g/b, -g*((a/b)/b): b^2 would overflow or underflow where the
+   gradient does not (b = 1e-30 in float32, b = 300 in float16); the product
+   and its sign in one pass */
 static zorch_status div_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  zorch_tensor *a = n->saved[0], *b = n->saved[1], *ga = NULL, *bb = NULL, *q = NULL;
+  zorch_tensor *a = n->saved[0], *b = n->saved[1], *ab = NULL, *abb = NULL;
   bool ok = false;
   if (ag_wants(n, 0) && !(gin[0] = zorch_div(g, b))) goto cleanup;
   if (ag_wants(n, 1)) {
-    if (!(ga = zorch_mul(g, a))) goto cleanup;
-    if (!(bb = zorch_mul(b, b))) goto cleanup;
-    if (!(q = zorch_div(ga, bb))) goto cleanup;
-    if (!(gin[1] = zorch_neg(q))) goto cleanup;
+    if (!(ab = zorch_div(a, b))) goto cleanup;
+    if (!(abb = zorch_div(ab, b))) goto cleanup;
+    if (!(gin[1] = op_binary(BOP_MUL_SCALED, g, abb, -1, 0))) goto cleanup;
   }
   ok = true;
 cleanup:
-  OP_FREE(ga, bb, q);
+  OP_FREE(ab, abb);
   return ok ? ZORCH_OK : zorch_last_status();
 }
 

@@ -34,9 +34,12 @@
 /* e^x for x <= 0 in float32, as a polynomial the compiler vectorises (libm's
    expf is a call per element, half the forward's time): x = n ln2 + r,
    |r| <= ln2 / 2, e^r by Cephes' degree-6 polynomial (about 1 ulp), times 2^n
-   built in the exponent bits; below -87.3 (under the smallest normal) it is 0. */
+   built in the exponent bits; below -87.3 (under the smallest normal) it is 0.
+   A NaN stays NaN (the vectorised select gave 0, which dropped a NaN score
+   from its row), and the integer steps never see it (converting it is
+   undefined). */
 ATT_NOTRAP static inline float att_expf(float x) {
-  float c = x < -87.3f ? -87.3f : x;
+  float c = x >= -87.3f ? x : -87.3f;
   float fx = c * 1.44269504088896341f + 0.5f;
   int32_t n = (int32_t)(fx + 128.0f) - 128; /* floor, as fx + 128 > 0 */
   float fn = (float)n;
@@ -48,7 +51,8 @@ ATT_NOTRAP static inline float att_expf(float x) {
     int32_t i;
     float f;
   } p2 = {.i = (n + 127) * (1 << 23)};
-  return y * p2.f * (float)(x >= -87.3f);
+  float e = y * p2.f * (float)(x >= -87.3f);
+  return x == x ? e : x;
 }
 
 /* Where a tensor's heads and rows are: head h (of bh, numbered as in a

@@ -5,7 +5,8 @@
    with its own att_lay (a head's first element and the stride between rows;
    the d values of a row are adjacent); lse (bh, tq) contiguous. Query i sees
    key j when j <= i + off (off = tk - tq) or always without the causal mask. A
-   row that sees no key gets 0 and lse -inf. */
+   row that sees no key gets 0 and lse -inf; a NaN or +inf score makes its
+   row (and the gradients it reaches) NaN. */
 #define ATT_CAT_(a, b) a##_##b
 #define ATT_CAT(a, b) ATT_CAT_(a, b)
 #define ATT(name) ATT_CAT(name, SFX)
@@ -227,7 +228,7 @@ static void ATT(fwd_rows)(T *restrict out, int64_t so, T *restrict lse, const T 
   }
   for (int64_t r = 0; r < nr; r++) {
     T *o = out + (i0 + r) * so;
-    if (l[r] > 0) {
+    if (l[r] != 0) { /* a NaN or +inf score made l NaN: the row is NaN, as softmax's */
       T inv = 1 / l[r];
       for (int64_t c = 0; c < d; c++) o[c] = acc[r * d + c] * inv;
       lse[i0 + r] = m[r] + LOG(l[r]);

@@ -266,7 +266,7 @@ Z512_16(z512_add, _mm512_add_ps(x, y), 2)
 Z512_16(z512_sub, _mm512_sub_ps(x, y), 2)
 Z512_16(z512_mul, _mm512_mul_ps(x, y), 2)
 Z512_16(z512_div, _mm512_div_ps(x, y), 2)
-Z512_16(z512_relu_bwd, _mm512_maskz_mov_ps(GT(y, zero), x), 2)
+Z512_16(z512_relu_bwd, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, zero, _CMP_NLE_UQ), x), 2)
 Z512_16(z512_mul_scaled, _mm512_mul_ps(_mm512_mul_ps(p0, y), x), 2)
 Z512_16(z512_clamp_bwd,
         _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, p0, _CMP_GT_OQ) & _mm512_cmp_ps_mask(y, p1, _CMP_LT_OQ), x), 2)

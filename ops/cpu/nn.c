@@ -209,6 +209,11 @@ CPU_CLONES static void layer_norm_row_f32(float *y, float *mp, float *rp, const 
     float d = (x[j] - mu) - lo;
     ss += (double)d * (double)d;
   }
+  if (!isfinite(ss)) /* a square past float32's range: the sum again in double */
+    for (ss = 0, j = 0; j < cols; j++) {
+      float d = (x[j] - mu) - lo;
+      ss += (double)d * (double)d;
+    }
   float rs = (float)(1.0 / sqrt(ss / (double)cols + eps));
   *mp = mu;
   *rp = rs;
@@ -246,6 +251,11 @@ CPU_CLONES static void layer_norm_row_f32(float *y, float *mp, float *rp, const 
       float d = (LD(x[j]) - mu) - lo;                                                   \
       ss += (double)d * (double)d;                                                      \
     }                                                                                   \
+    if (!isfinite(ss))                                                                  \
+      for (ss = 0, j = 0; j < cols; j++) {                                              \
+        float d = (LD(x[j]) - mu) - lo;                                                 \
+        ss += (double)d * (double)d;                                                    \
+      }                                                                                 \
     float rs = (float)(1.0 / sqrt(ss / (double)cols + eps));                            \
     *mp = mu;                                                                           \
     *rp = rs;                                                                           \
@@ -306,6 +316,20 @@ ZV512_FN __m512 ln_first_pass(float *f, const void *x, int64_t cols, int kind, _
   return _mm512_add_ps(_mm512_add_ps(l0, l1), _mm512_add_ps(l2, l3));
 }
 
+/* The variance's sum in double, for a row whose float32 squares overflowed
+   (values more than 1.8e19 from the mean; PyTorch gives 0 or NaN there). */
+ZV512_FN double ln_ss_double(const void *x, int64_t cols, int kind, float mu, float lo) {
+  double ss = 0;
+  for (int64_t j = 0; j < cols; j += 16) {
+    __mmask16 m = zv512_mask(cols - j);
+    float d[16];
+    _mm512_storeu_ps(d, _mm512_maskz_sub_ps(m, _mm512_sub_ps(ln_ld(x, j, m, kind), _mm512_set1_ps(mu)),
+                                            _mm512_set1_ps(lo)));
+    for (int k = 0; k < 16; k++) ss += (double)d[k] * (double)d[k];
+  }
+  return ss;
+}
+
 /* One row from its first pass's lane sums (x0 and lane, ln_first_pass). */
 ZV512_FN void layer_norm_row_rest_512(void *y, float *mp, float *rp, const void *x, const void *w, const void *b,
                                       int64_t cols, double eps, int kind, int okind, __m512 x0, __m512 lane) {
@@ -329,7 +353,9 @@ ZV512_FN void layer_norm_row_rest_512(void *y, float *mp, float *rp, const void 
   }
 #undef LN_D
   lane = _mm512_add_ps(_mm512_add_ps(l0, l1), _mm512_add_ps(l2, l3));
-  float rs = (float)(1.0 / sqrt(ln_lanes(lane) / (double)cols + eps));
+  double ss = ln_lanes(lane);
+  if (!isfinite(ss)) ss = ln_ss_double(x, cols, kind, mu, lo);
+  float rs = (float)(1.0 / sqrt(ss / (double)cols + eps));
   __m512 vrs = _mm512_set1_ps(rs);
   *mp = mu;
   *rp = rs;

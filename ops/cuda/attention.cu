@@ -52,8 +52,9 @@ __global__ void k_att_fwd(T *out, T *lse, const T *q, const T *k, const T *v, in
       m = mnew;
       __syncthreads();  // sp is rewritten by the next chunk
     }
-    for (int64_t c = t; c < d; c += ATT_T) out[row * d + c] = l > 0 ? acc[c] / l : (T)0;
-    if (t == 0) lse[row] = l > 0 ? m + log(l) : (T)-INFINITY;
+    // l is 0 where the row sees no key, NaN where a score is NaN or infinite
+    for (int64_t c = t; c < d; c += ATT_T) out[row * d + c] = l != 0 ? acc[c] / l : (T)0;
+    if (t == 0) lse[row] = l != 0 ? m + log(l) : (T)-INFINITY;
     __syncthreads();
   }
 }
