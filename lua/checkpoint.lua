@@ -507,6 +507,25 @@ local function full_tensor(who, where, src, name, kind)
   return zorch.dist.assemble(slices, split)
 end
 
+-- The optimizer-state fields of a checkpoint (collective): every field any
+-- rank holds. A rank whose slice no step reached (every element frozen, or
+-- in groups without momentum) made none of SGD's momentum, say; its
+-- elements' state is then zeros, as a fresh optimizer's, and every rank's
+-- file still covers its slice for each field.
+local function state_fields(state, nfiles)
+  local mine = {}
+  for field, v in pairs(state) do if zorch.is_tensor(v) then mine[#mine + 1] = field end end
+  if nfiles == 1 then table.sort(mine) return mine end
+  local seen, fields = {}, {}
+  for _, text in ipairs(allgather_strings(table.concat(mine, "\n"))) do
+    for field in text:gmatch("[^\n]+") do
+      if not seen[field] then seen[field] = true; fields[#fields + 1] = field end
+    end
+  end
+  table.sort(fields)
+  return fields
+end
+
 function Engine:save_checkpoint(dir, opts)
   if not self.inner then error("save_checkpoint: call prepare with an optimizer first", 2) end
   opts = opts or {}
@@ -543,16 +562,17 @@ function Engine:save_checkpoint(dir, opts)
   local own_hi = math.min(own_lo + m.shard, numel)
   local base = target_range(self, numel)
   local target = self.zero:target()
-  local pieces, fields = {}, {}
-  for field, v in pairs(state) do if zorch.is_tensor(v) then fields[#fields + 1] = field end end
-  table.sort(fields)
+  local pieces = {}
+  local fields = state_fields(state, nfiles)
   for _, p in ipairs(params) do
     local lo, hi = math.max(own_lo, p.offset), math.min(own_hi, p.offset + p.numel)
     if hi > lo then
       local key = ("%s/%d"):format(p.name, lo - p.offset)
       pieces["param/" .. key] = target:narrow(1, lo - base + 1, hi - lo):to("float32")
       for _, field in ipairs(fields) do
-        pieces["state." .. field .. "/" .. key] = state[field]:narrow(1, lo - base + 1, hi - lo):clone()
+        local v = state[field]
+        pieces["state." .. field .. "/" .. key] = v and v:narrow(1, lo - base + 1, hi - lo):clone() or
+                                                  zorch.zeros(hi - lo)
       end
     end
   end
