@@ -178,7 +178,10 @@ end
 
 -- Steps one flat tensor p (gradient g, state self.state[1]) whose runs belong
 -- to different groups: runs = {{first (from 1), count, group}, ...}; elements
--- in no run stay as they are. The Engine steps its shard so.
+-- in no run stay as they are. The Engine steps its shard so. A run's
+-- `behind` counts the optimizer's steps its parameters missed (frozen then):
+-- a step counter (Adam's) is that much smaller for them, as PyTorch counts
+-- each parameter's steps in its own state.
 function Optimizer:_step_runs(p, g, runs)
   local s = self.state[1]
   if not s then s = {}; self.state[1] = s end
@@ -187,12 +190,13 @@ function Optimizer:_step_runs(p, g, runs)
   local first = self:_begin(s, p, groups, 1)
   if self:_store(1) then return self:_apply_runs(p, g, s, runs) end
   for _, r in ipairs(runs) do
-    local a, n = r[1], r[2]
-    if a == 1 and n == p:numel() then
+    local a, n, behind = r[1], r[2], math.type(s.step) and r.behind or 0
+    if a == 1 and n == p:numel() and behind == 0 then
       self:_apply(p, g, s, r[3], first)
     else
       local sv = {}
       for k, v in pairs(s) do sv[k] = zorch.is_tensor(v) and v:narrow(1, a, n) or v end
+      if behind > 0 then sv.step = s.step - behind end
       self:_apply(p:narrow(1, a, n), g:narrow(1, a, n), sv, r[3], first)
     end
   end
@@ -391,7 +395,9 @@ local function adam_class(name, decoupled, wd_default)
   -- the runs of a flat parameter with a store: one pass over the store
   function cls:_apply_runs(p, g, s, runs)
     local rs = {}
-    for k, r in ipairs(runs) do rs[k] = {r[1] - 1, r[2], kopts(r[3])} end
+    for k, r in ipairs(runs) do
+      rs[k] = {r[1] - 1, r[2], kopts(r[3]), (r.behind or 0) > 0 and s.step - r.behind or nil}
+    end
     self:_store(1):adam(p, g, s.step, rs)
   end
   -- store: zorch.offload's (adam, get, put, zero) for parameter i
