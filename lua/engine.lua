@@ -760,6 +760,7 @@ function Engine:optimizer_step()
     self.inner:_step_tensors(self.target, grad, self.runs, self.ntensors,
                              function(t) if sharded then group:allreduce(t) end end)
   elseif self.runs then -- each run of the slice with its group's options (as they are now)
+    for _, r in ipairs(self.runs) do if r.behind then r.fresh = r.behind == self.steps end end
     self.inner:_step_runs(self.target, grad, self.runs)
     for _, i in ipairs(self.missed or {}) do self.behind[i] = (self.behind[i] or 0) + 1 end
   else

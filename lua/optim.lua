@@ -181,7 +181,8 @@ end
 -- in no run stay as they are. The Engine steps its shard so. A run's
 -- `behind` counts the optimizer's steps its parameters missed (frozen then):
 -- a step counter (Adam's) is that much smaller for them, as PyTorch counts
--- each parameter's steps in its own state.
+-- each parameter's steps in its own state; `fresh` says they never took one
+-- (SGD's momentum then starts from the gradient, as at a first step).
 function Optimizer:_step_runs(p, g, runs)
   local s = self.state[1]
   if not s then s = {}; self.state[1] = s end
@@ -190,14 +191,14 @@ function Optimizer:_step_runs(p, g, runs)
   local first = self:_begin(s, p, groups, 1)
   if self:_store(1) then return self:_apply_runs(p, g, s, runs) end
   for _, r in ipairs(runs) do
-    local a, n, behind = r[1], r[2], math.type(s.step) and r.behind or 0
-    if a == 1 and n == p:numel() and behind == 0 then
+    local a, n, behind, fresh = r[1], r[2], math.type(s.step) and r.behind or 0, r.fresh == true
+    if a == 1 and n == p:numel() and behind == 0 and not fresh then
       self:_apply(p, g, s, r[3], first)
     else
       local sv = {}
       for k, v in pairs(s) do sv[k] = zorch.is_tensor(v) and v:narrow(1, a, n) or v end
       if behind > 0 then sv.step = s.step - behind end
-      self:_apply(p:narrow(1, a, n), g:narrow(1, a, n), sv, r[3], first)
+      self:_apply(p:narrow(1, a, n), g:narrow(1, a, n), sv, r[3], first or fresh)
     end
   end
 end

@@ -112,5 +112,28 @@ do
                      "ranks as one process trains (worst %.3g)"):format(w))
 end
 
+-- SGD with momentum and dampening on a weight unfrozen at step 3: PyTorch
+-- starts its momentum buffer from the gradient at its first step; the
+-- Engine's buffer for the slice had started at step 1, so the weight's
+-- began at zeros and took the dampened gradient (a third of the change off).
+do
+  local c = {seed = 6, global_batch = 60, steps = 5, accum = 2, clip = 0, precision = "fp32", input = 7, out = 3,
+             layers = {{t = "lin", i = 7, o = 13, bias = true}, {t = "relu"}, {t = "lin", i = 13, o = 3, bias = true}},
+             ties = {}, frozen = {{1, "weight"}}, unfreeze_at = 3,
+             opt = {type = "SGD", lr = 0.01, momentum = 0.9, dampening = 0.5, wd = 0}}
+  c.engine = {table = {zero_stage = 0}}
+  local file = write_case("dampening", c)
+  local want = launch(1, file, "plain", dir .. "/dref") and zorch.load(dir .. "/dref.safetensors")
+  -- (at 3 ranks, stage 2: shards of 64, rank 0's wholly the weight: its slice is one run)
+  for _, k in ipairs({{"stage 0 on 1 rank", 1, 0}, {"stage 2 on 3 ranks", 3, 2}}) do
+    c.engine = {table = {zero_stage = k[3], gradient_accumulation_steps = 2}}
+    file = write_case("dampening", c)
+    local ok = launch(k[2], file, "engine", dir .. "/damped")
+    local w = ok and want and worst(zorch.load(dir .. "/damped.safetensors"), want) or math.huge
+    tap.ok(w <= 1e-5, ("SGD with dampening, a weight unfrozen at step 3: %s trains as one process (worst %.3g)"):format(
+      k[1], w))
+  end
+end
+
 os.execute("rm -rf " .. dir)
 tap.done()
