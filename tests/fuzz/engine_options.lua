@@ -1,10 +1,11 @@
 -- Randomized equivalence of the Engine's communication options:
 --   ZORCH_BIN=build/cpu/zorch build/cpu/zorch tests/fuzz/engine_options.lua [FIRST [COUNT [OUTDIR]]]
 -- For each seed FIRST .. FIRST+COUNT-1 it draws a model (Linear, ReLU,
--- LayerNorm and Embedding stacks of odd sizes, tied and frozen parameters, a
--- parameter smaller than the world), a configuration (stage, buckets,
--- overlap_comm, prefetch, gather pool, reuse distance, accumulation,
--- clipping, precision, optimizer offload, DeepSpeed keys that change nothing)
+-- LayerNorm and Embedding stacks of odd sizes, tied and frozen parameters,
+-- some unfrozen later, a module run twice, a parameter smaller than the
+-- world), a configuration (stage, buckets, overlap_comm, prefetch, gather
+-- pool, reuse distance, accumulation, clipping, precision, optimizer
+-- offload, DeepSpeed keys that change nothing)
 -- and a world size of 1-5, trains a few steps under `zorch launch` (each
 -- launch under a timeout) and compares the weights and losses with one
 -- process running the optimizer alone (float32), or with the Engine's bf16
@@ -107,7 +108,7 @@ local function draw_model(case)
   else
     local din = pick({1, 3, 7, 13, 129})
     case.input = din
-    local nh = math.random(1, 3)
+    local nh = chance(0.1) and 0 or math.random(1, 3) -- (none: a model of 2-16 elements, smaller than some worlds)
     local d = din
     for _ = 1, nh do
       local h = pick({2, 7, 13, 129, 1000})
@@ -122,6 +123,10 @@ local function draw_model(case)
       ties[#ties + 1] = {a, b}
       sizes[#sizes] = nil
       if L[b].bias then sizes[#sizes] = nil; sizes[#sizes + 1] = d end
+    elseif d <= 129 and chance(0.3) then -- one module run twice in a forward
+      local a = lin(d, d, chance(0.5))
+      L[#L + 1] = {t = "relu"}
+      L[#L + 1] = {t = "same", of = a}
     end
     case.out = pick({1, 2, 3, 7})
     lin(d, case.out, true) -- (a bias of 1-3 elements: smaller than a world of 5)
@@ -163,11 +168,11 @@ local function draw_config(case, numel, smallest, nvme)
     precision = case.precision,
     comm_timeout = 120,
   }
-  if case.opt.type ~= "SGD" and chance(0.3) then
+  if case.opt.type ~= "SGD" and chance(stage == 3 and 0.5 or 0.3) then
     local dev = pick({"cpu", "nvme"})
     c.offload_optimizer = {device = dev, nvme_path = dev == "nvme" and nvme or nil,
                            chunk = pick({50, 1000, 1024, 1 << 20}), buffer_count = math.random(2, 4)}
-    if dev == "nvme" and stage == 3 and case.precision == "fp32" and chance(0.4) then
+    if dev == "nvme" and stage == 3 and case.precision == "fp32" and chance(0.7) then
       c.offload_param = {device = "nvme", nvme_path = nvme}
     end
   end
@@ -196,8 +201,11 @@ local function draw(seed, dir)
   local ot = case.precision == "bf16" and pick({"SGD", "SGD", "Adam", "AdamW"}) or pick({"Adam", "AdamW", "SGD"})
   case.opt = {type = ot, lr = ot == "SGD" and 0.003 or 0.002, wd = ot == "AdamW" and 0.1 or 0,
               momentum = chance(0.5) and 0.9 or 0}
+  case.opt.dampening = case.opt.momentum > 0 and chance(0.5) and 0.5 or 0
   local numel, smallest = draw_model(case)
   case.numel = numel
+  -- a frozen parameter trains from a later step on (Adam then counts its own steps)
+  if #case.frozen > 0 and chance(0.5) then case.unfreeze_at = math.random(2, case.steps) end
   local nvme = dir .. "/nvme"
   case.engine = draw_config(case, numel, smallest, nvme)
   case.world = math.random(1, 5)
@@ -287,9 +295,9 @@ end
 local function describe(case)
   local c = case.engine.table
   local s = case.engine.json and "json " .. case.engine.json or dump(c):gsub("%s+", " ")
-  return ("world %d, %d params, %s, accum %d, clip %g, %s %s: %s%s"):format(case.world, case.numel,
+  return ("world %d, %d params, %s, accum %d, clip %g, %s %s%s: %s%s"):format(case.world, case.numel,
     case.ids and ("ids " .. case.ids) or ("in " .. case.input), case.accum, case.clip, case.precision,
-    case.opt.type, s, case.ckpt and (" | ckpt at %d -> world %d %s"):format(case.ckpt.at, case.ckpt.world,
+    case.opt.type, case.unfreeze_at and (", unfrozen at step %d"):format(case.unfreeze_at) or "", s, case.ckpt and (" | ckpt at %d -> world %d %s"):format(case.ckpt.at, case.ckpt.world,
     case.ckpt.engine.json or dump(case.ckpt.engine.table):gsub("%s+", " ")) or "")
 end
 

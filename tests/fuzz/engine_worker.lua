@@ -25,12 +25,19 @@ local function build()
     elseif l.t == "lin" then layers[i] = nn.Linear(l.i, l.o, {bias = l.bias})
     elseif l.t == "ln" then layers[i] = nn.LayerNorm(l.d)
     elseif l.t == "relu" then layers[i] = nn.ReLU()
+    elseif l.t == "same" then layers[i] = layers[l.of] -- (one module, run twice)
     else error("unknown layer " .. tostring(l.t)) end
   end
   local m = nn.Sequential(table.unpack(layers))
   for _, t in ipairs(case.ties or {}) do m[t[2]].weight = m[t[1]].weight end
   for _, f in ipairs(case.frozen or {}) do m[f[1]][f[2]].requires_grad = false end
   return m
+end
+
+-- With case.unfreeze_at, the frozen parameters train from that step on.
+local function unfreeze(m, step)
+  if not case.unfreeze_at then return end
+  for _, f in ipairs(case.frozen or {}) do m[f[1]][f[2]].requires_grad = step >= case.unfreeze_at end
 end
 
 -- Sample s of micro-batch `micro` of step `step` (both 1-based): its input
@@ -60,7 +67,9 @@ end
 
 local function optimizer(m)
   local o = case.opt
-  if o.type == "SGD" then return optim.SGD(m:parameters(), {lr = o.lr, momentum = o.momentum}) end
+  if o.type == "SGD" then
+    return optim.SGD(m:parameters(), {lr = o.lr, momentum = o.momentum, dampening = o.dampening or 0})
+  end
   return optim[o.type](m:parameters(), {lr = o.lr, weight_decay = o.wd})
 end
 
@@ -85,6 +94,7 @@ if mode == "plain" then
   local o = optimizer(m)
   local losses = {}
   for step = 1, case.steps do
+    unfreeze(m, step)
     o:zero_grad()
     local sum = 0
     for micro = 1, A do
@@ -127,6 +137,7 @@ end
 local last = mode == "first" and case.ckpt.at or case.steps
 local losses = {}
 for step = first_step, last do
+  unfreeze(m, step)
   local sum = 0
   for micro = 1, A do
     local x, t = batch(step, micro, R * per, per)
