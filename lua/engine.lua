@@ -599,7 +599,8 @@ function Engine:tensor_runs(group_of, params, gs)
   local len = self.target:numel()
   local runs, off = {}, 0
   for i, p in ipairs(params) do
-    local n, gi = p:numel(), group_of and group_of[i] or 1
+    local n, gi = p:numel(), 1
+    if group_of then gi = group_of[i] end -- (false: frozen or in no group, not stepped)
     local a, b = math.max(off, lo), math.min(off + n, lo + len)
     if gi and a < b then runs[#runs + 1] = {a - lo + 1, b - a, gs[gi], i} end
     off = off + n

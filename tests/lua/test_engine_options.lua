@@ -135,5 +135,27 @@ do
   end
 end
 
+-- Lamb (runs per tensor) stepped a frozen parameter as if in the first
+-- group: its weight decay shrank a frozen weight (by 0.014 in 3 steps).
+do
+  local c = {seed = 7, global_batch = 60, steps = 3, accum = 1, clip = 0, precision = "fp32", input = 7, out = 3,
+             layers = {{t = "lin", i = 7, o = 13, bias = true}, {t = "relu"}, {t = "lin", i = 13, o = 3, bias = true}},
+             ties = {}, frozen = {{1, "weight"}}, opt = {type = "Lamb", lr = 0.01, wd = 0.1}}
+  c.engine = {table = {zero_stage = 0}}
+  local file = write_case("lamb", c)
+  local want = launch(1, file, "plain", dir .. "/lref") and zorch.load(dir .. "/lref.safetensors")
+  local init = want and zorch.load(dir .. "/lref.init.safetensors")
+  tap.ok(init and (want["0.weight"] - init["0.weight"]):abs():max():item() == 0,
+         "Lamb alone leaves the frozen weight as it was")
+  for _, k in ipairs({{"stage 0 on 1 rank", 1, 0}, {"stage 2 on 2 ranks", 2, 2}}) do
+    c.engine = {table = {zero_stage = k[3]}}
+    file = write_case("lamb", c)
+    local ok = launch(k[2], file, "engine", dir .. "/lamb")
+    local w = ok and want and worst(zorch.load(dir .. "/lamb.safetensors"), want) or math.huge
+    tap.ok(w <= 1e-5, ("Lamb with weight decay and a frozen weight: %s trains as one process (worst %.3g)"):format(
+      k[1], w))
+  end
+end
+
 os.execute("rm -rf " .. dir)
 tap.done()
