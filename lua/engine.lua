@@ -580,6 +580,11 @@ function Engine:stepped_groups()
   return not whole and of or nil
 end
 
+-- After a step: the parameters it did not step missed one more.
+function Engine:note_missed()
+  for _, i in ipairs(self.missed or {}) do self.behind[i] = (self.behind[i] or 0) + 1 end
+end
+
 -- The runs again when a parameter was frozen or unfrozen since they were made.
 function Engine:update_runs()
   if not self.group_base then return end
@@ -602,7 +607,10 @@ function Engine:tensor_runs(group_of, params, gs)
     local n, gi = p:numel(), 1
     if group_of then gi = group_of[i] end -- (false: frozen or in no group, not stepped)
     local a, b = math.max(off, lo), math.min(off + n, lo + len)
-    if gi and a < b then runs[#runs + 1] = {a - lo + 1, b - a, gs[gi], i} end
+    if gi and a < b then
+      local bh = self.behind and self.behind[i] or 0
+      runs[#runs + 1] = {a - lo + 1, b - a, gs[gi], i, behind = bh > 0 and bh or nil}
+    end
     off = off + n
   end
   self.ntensors = #params
@@ -760,10 +768,11 @@ function Engine:optimizer_step()
     local group = self.group
     self.inner:_step_tensors(self.target, grad, self.runs, self.ntensors,
                              function(t) if sharded then group:allreduce(t) end end)
+    self:note_missed()
   elseif self.runs then -- each run of the slice with its group's options (as they are now)
     for _, r in ipairs(self.runs) do if r.behind then r.fresh = r.behind == self.steps end end
     self.inner:_step_runs(self.target, grad, self.runs)
-    for _, i in ipairs(self.missed or {}) do self.behind[i] = (self.behind[i] or 0) + 1 end
+    self:note_missed()
   else
     self.inner.lr = self.user_opt.lr
     self.target.grad = grad

@@ -556,8 +556,8 @@ function optim.Lamb:_step_tensors(p, g, runs, ntensors, reduce)
       local b1, b2 = o.betas[1], o.betas[2]
       m:copy_(m * b1 + gv * (1 - b1))
       v:copy_(v * b2 + gv * gv * (1 - b2))
-      local c1, c2 = 1, 1
-      if o.bias_correction then c1, c2 = 1 - b1 ^ s.step, 1 - b2 ^ s.step end
+      local c1, c2, step = 1, 1, s.step - (r.behind or 0) -- (the tensor's own steps: see _step_runs)
+      if o.bias_correction then c1, c2 = 1 - b1 ^ step, 1 - b2 ^ step end
       local u = (m * (1 / c1)) / ((v * (1 / c2)):sqrt() + o.eps)
       if o.weight_decay ~= 0 then u = u + pv * o.weight_decay end
       us[k] = u

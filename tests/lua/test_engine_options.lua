@@ -157,5 +157,23 @@ do
   end
 end
 
+-- Lamb on a weight unfrozen at step 3 counts its own steps too (its bias
+-- corrections matter through the weight decay beside the trust ratio).
+do
+  local c = {seed = 8, global_batch = 60, steps = 5, accum = 1, clip = 0, precision = "fp32", input = 7, out = 3,
+             layers = {{t = "lin", i = 7, o = 13, bias = true}, {t = "relu"}, {t = "lin", i = 13, o = 3, bias = true}},
+             ties = {}, frozen = {{1, "weight"}}, unfreeze_at = 3, opt = {type = "Lamb", lr = 0.01, wd = 0.1}}
+  c.engine = {table = {zero_stage = 0}}
+  local file = write_case("lamb_unfreeze", c)
+  local want = launch(1, file, "plain", dir .. "/luref") and zorch.load(dir .. "/luref.safetensors")
+  for _, k in ipairs({{"stage 0 on 1 rank", 1, 0}, {"stage 3 on 2 ranks", 2, 3}}) do
+    c.engine = {table = {zero_stage = k[3]}}
+    file = write_case("lamb_unfreeze", c)
+    local ok = launch(k[2], file, "engine", dir .. "/lamb_unfrozen")
+    local w = ok and want and worst(zorch.load(dir .. "/lamb_unfrozen.safetensors"), want) or math.huge
+    tap.ok(w <= 1e-5, ("Lamb, a weight unfrozen at step 3: %s trains as one process (worst %.3g)"):format(k[1], w))
+  end
+end
+
 os.execute("rm -rf " .. dir)
 tap.done()
