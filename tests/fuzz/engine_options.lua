@@ -168,7 +168,7 @@ local function draw_config(case, numel, smallest, nvme)
     precision = case.precision,
     comm_timeout = 120,
   }
-  if case.opt.type ~= "SGD" and chance(stage == 3 and 0.5 or 0.3) then
+  if (case.opt.type == "Adam" or case.opt.type == "AdamW") and chance(stage == 3 and 0.5 or 0.3) then
     local dev = pick({"cpu", "nvme"})
     c.offload_optimizer = {device = dev, nvme_path = dev == "nvme" and nvme or nil,
                            chunk = pick({50, 1000, 1024, 1 << 20}), buffer_count = math.random(2, 4)}
@@ -198,10 +198,11 @@ local function draw(seed, dir)
   -- (bf16 mostly with SGD, whose update is proportional to the gradient, so
   -- the bound below means something; Adam's is lr either way for a gradient
   -- that rounds to either sign)
-  local ot = case.precision == "bf16" and pick({"SGD", "SGD", "Adam", "AdamW"}) or pick({"Adam", "AdamW", "SGD"})
+  local ot = case.precision == "bf16" and pick({"SGD", "SGD", "Adam", "AdamW"}) or pick({"Adam", "AdamW", "SGD", "Lamb"})
   case.opt = {type = ot, lr = ot == "SGD" and 0.003 or 0.002, wd = ot == "AdamW" and 0.1 or 0,
               momentum = chance(0.5) and 0.9 or 0}
   case.opt.dampening = case.opt.momentum > 0 and chance(0.5) and 0.5 or 0
+  case.opt.groups = chance(0.25) -- (two groups, the parameters in turn)
   local numel, smallest = draw_model(case)
   case.numel = numel
   -- a frozen parameter trains from a later step on (Adam then counts its own steps)
@@ -295,9 +296,9 @@ end
 local function describe(case)
   local c = case.engine.table
   local s = case.engine.json and "json " .. case.engine.json or dump(c):gsub("%s+", " ")
-  return ("world %d, %d params, %s, accum %d, clip %g, %s %s%s: %s%s"):format(case.world, case.numel,
+  return ("world %d, %d params, %s, accum %d, clip %g, %s %s%s%s: %s%s"):format(case.world, case.numel,
     case.ids and ("ids " .. case.ids) or ("in " .. case.input), case.accum, case.clip, case.precision,
-    case.opt.type, case.unfreeze_at and (", unfrozen at step %d"):format(case.unfreeze_at) or "", s, case.ckpt and (" | ckpt at %d -> world %d %s"):format(case.ckpt.at, case.ckpt.world,
+    case.opt.type, case.opt.groups and " (2 groups)" or "", case.unfreeze_at and (", unfrozen at step %d"):format(case.unfreeze_at) or "", s, case.ckpt and (" | ckpt at %d -> world %d %s"):format(case.ckpt.at, case.ckpt.world,
     case.ckpt.engine.json or dump(case.ckpt.engine.table):gsub("%s+", " ")) or "")
 end
 

@@ -65,12 +65,16 @@ local function loss_of(y, t)
   return zorch.mse_loss(y:float(), t)
 end
 
+-- The optimizer; with case.opt.groups two groups, the parameters taken in
+-- turn, the second at half the learning rate and without weight decay.
 local function optimizer(m)
   local o = case.opt
-  if o.type == "SGD" then
-    return optim.SGD(m:parameters(), {lr = o.lr, momentum = o.momentum, dampening = o.dampening or 0})
-  end
-  return optim[o.type](m:parameters(), {lr = o.lr, weight_decay = o.wd})
+  local opts = o.type == "SGD" and {lr = o.lr, momentum = o.momentum, dampening = o.dampening or 0} or
+               {lr = o.lr, weight_decay = o.wd}
+  if not o.groups then return optim[o.type](m:parameters(), opts) end
+  local a, b = {}, {}
+  for i, p in ipairs(m:parameters()) do table.insert(i % 2 == 1 and a or b, p) end
+  return optim[o.type]({{params = a}, {params = b, lr = o.lr / 2, weight_decay = 0}}, opts)
 end
 
 local function weights(m, path)
