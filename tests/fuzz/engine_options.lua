@@ -193,6 +193,22 @@ local function draw_config(case, numel, smallest, nvme)
   return {json = json(ds), table = {}}
 end
 
+-- A combination refused on purpose (docs/distributed.md, "Offload"), and
+-- what its error says: every rank must end with it, not hang.
+local function draw_refused(case, nvme)
+  local nv = {device = "nvme", nvme_path = nvme}
+  local c, want = {zero_stage = 3, offload_optimizer = nv, offload_param = nv, precision = "fp32"}
+  local r = math.random(4)
+  if r == 1 then c.zero_stage, want = math.random(0, 2), "needs zero_stage 3"
+  elseif r == 2 then c.offload_optimizer, want = pick({false, {device = "cpu"}}), "needs offload_optimizer device"
+  elseif r == 3 then c.precision, want = "bf16", "runs float32 parameters"
+  else
+    c.offload_param, want = nil, "runs optim.Adam and optim.AdamW, not"
+    case.opt = {type = pick({"SGD", "Lamb"}), lr = 0.01, wd = 0, momentum = 0}
+  end
+  return {table = c}, want
+end
+
 local function draw(seed, dir)
   math.randomseed(seed)
   local case = {seed = seed, global_batch = 60, steps = math.random(3, 5), accum = math.random(1, 4)}
@@ -216,6 +232,8 @@ local function draw(seed, dir)
   if chance(0.3) then
     case.ckpt = {at = math.random(1, case.steps - 1), world = math.random(1, 5),
                  engine = draw_config(case, numel, smallest, nvme)}
+  elseif chance(0.06) then
+    case.engine, case.refused = draw_refused(case, nvme)
   end
   return case
 end
@@ -313,7 +331,19 @@ for seed = first, first + count - 1 do
   local f = assert(io.open(case_file, "w"))
   f:write("return " .. dump(case) .. "\n")
   f:close()
-  print(("seed %d: %s"):format(seed, describe(case)))
+  print(("seed %d: %s%s"):format(seed, case.refused and "refused? " or "", describe(case)))
+  if case.refused then -- the Engine must refuse it on every rank, with its message
+    local r = launch(case.world, case_file, "engine", dir .. "/run")
+    if r.ok or r.hung or not r.text:find(case.refused, 1, true) then
+      fail(seed, ("a refused combination %s (wanted an error saying %q)"):format(
+        r.ok and "ran" or r.hung and "hung" or "failed otherwise", case.refused), r, case_file)
+    else
+      print("  refused: " .. (r.text:match("(Engine[^\n]*)") or "?"))
+      passed = passed + 1
+      if not os.getenv("ZORCH_FUZZ_KEEP") then os.execute("rm -rf " .. dir) end
+    end
+    goto next
+  end
   local bf16 = case.precision == "bf16"
   -- the reference: the optimizer alone (float32), or the Engine's bf16 on one rank at stage 0
   local ref_file = case_file
