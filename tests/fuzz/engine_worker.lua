@@ -121,10 +121,11 @@ end
 local cfg = mode == "resume" and case.ckpt.engine or case.engine
 local engine
 if cfg.json then
-  local f = assert(io.open(out .. ".ds.json", "w"))
+  local path = ("%s.%d.ds.json"):format(out, zorch.dist.rank()) -- (a file a rank: none reads one half written)
+  local f = assert(io.open(path, "w"))
   f:write(cfg.json)
   f:close()
-  engine = zorch.Engine(out .. ".ds.json", cfg.table)
+  engine = zorch.Engine(path, cfg.table)
 else
   engine = zorch.Engine(cfg.table)
 end
