@@ -3,11 +3,11 @@
 -- For each seed FIRST .. FIRST+COUNT-1 it draws a model (Linear, ReLU,
 -- LayerNorm and Embedding stacks of odd sizes, tied and frozen parameters,
 -- some unfrozen later, a module run twice, a parameter smaller than the
--- world), a configuration (stage, buckets, overlap_comm, prefetch, gather
--- pool, reuse distance, accumulation, clipping, precision, optimizer
--- offload, DeepSpeed keys that change nothing)
--- and a world size of 1-5, trains a few steps under `zorch launch` (each
--- launch under a timeout) and compares the weights and losses with one
+-- world), an optimizer, a configuration (stage, buckets, overlap_comm,
+-- prefetch, gather pool, reuse distance, accumulation, clipping, precision,
+-- optimizer offload, DeepSpeed keys that change nothing) and a world size
+-- of 1-5, trains a few steps under `zorch launch` (each launch under a
+-- timeout) and compares the weights and losses with one
 -- process running the optimizer alone (float32), or with the Engine's bf16
 -- at one rank and stage 0 (bf16). Some seeds stop at a checkpoint and resume
 -- it under another configuration, world size and stage.
@@ -30,17 +30,17 @@ local env = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ZORCH_QUI
 -- cancels into a visible one in its update: 0.3% of that change was
 -- measured at stage 0 on 3 and 5 ranks), and the whole tensor's difference
 -- within 0.5% of its change (a frozen tensor must stay within rounding). A
--- lost bucket or a gradient counted twice moves weights by about their whole
--- change (under SGD a wrong scale does too). bf16: a run is compared with the Engine's bf16 at one
--- rank and stage 0; stages 2-3 round the reduced gradient slice once more,
--- and a 16-bit weight rounds at 2^-8 of itself, so the bound is a quarter of
--- the tensor's largest change plus 1% of its largest element (with Adam,
--- plus 2 lr a step: a gradient that rounds to the other sign moves the
--- weight by lr the other way; bf16 cases therefore draw SGD more often).
--- Losses: within 2e-5 relative, 2% for bf16. Where a run is outside these
--- and plain stage 0 on as many ranks is too (a training that amplifies
--- rounding: loss going up, wide layers under Adam), the run passes within
--- 3 times what that stage-0 run differs.
+-- lost bucket or a gradient counted twice moves weights by about their
+-- whole change (under SGD a wrong scale does too). bf16: a run is compared
+-- with the Engine's bf16 at one rank and stage 0; stages 2-3 round the
+-- reduced gradient slice once more, and a 16-bit weight rounds at 2^-8 of
+-- itself, so the bound is a quarter of the tensor's largest change plus 1%
+-- of its largest element (with Adam, plus 2 lr a step: a gradient that
+-- rounds to the other sign moves the weight by lr the other way; bf16 cases
+-- therefore draw SGD more often). Losses: within 2e-5 relative, 2% for
+-- bf16. Where a run is outside these and plain stage 0 on as many ranks is
+-- too (a training that amplifies rounding: loss going up, wide layers under
+-- Adam), the run passes within 3 times what that stage-0 run differs.
 local FP32_REL, FP32_OF_CHANGE, FP32_NORM = 2e-5, 2e-2, 5e-3
 local BF16_OF_CHANGE = 0.25
 
@@ -174,7 +174,8 @@ local function draw_config(case, numel, smallest, nvme)
   if (case.opt.type == "Adam" or case.opt.type == "AdamW") and chance(stage == 3 and 0.5 or 0.3) then
     local dev = pick({"cpu", "nvme"})
     c.offload_optimizer = {device = dev, nvme_path = dev == "nvme" and nvme or nil,
-                           chunk = pick({50, 1000, 1024, 1 << 20}), buffer_count = math.random(2, 4)}
+                           chunk = pick({numel < 5000 and 1 or 7, 7, 50, 1000, 1024, 1 << 20}),
+                           buffer_count = math.random(2, 4)}
     if dev == "nvme" and stage == 3 and case.precision == "fp32" and chance(0.7) then
       c.offload_param = {device = "nvme", nvme_path = nvme}
     end
@@ -218,8 +219,8 @@ local function draw(seed, dir)
   -- the bound below means something; Adam's is lr either way for a gradient
   -- that rounds to either sign)
   local ot = case.precision == "bf16" and pick({"SGD", "SGD", "Adam", "AdamW"}) or pick({"Adam", "AdamW", "SGD", "Lamb"})
-  case.opt = {type = ot, lr = ot == "SGD" and 0.003 or 0.002, wd = ot == "AdamW" and 0.1 or 0,
-              momentum = chance(0.5) and 0.9 or 0}
+  case.opt = {type = ot, lr = ot == "SGD" and 0.003 or 0.002,
+              wd = (ot == "AdamW" or (ot ~= "SGD" and chance(0.3))) and 0.1 or 0, momentum = chance(0.5) and 0.9 or 0}
   case.opt.dampening = case.opt.momentum > 0 and chance(0.5) and 0.5 or 0
   case.opt.groups = chance(0.25) -- (two groups, the parameters in turn)
   local numel, smallest = draw_model(case)
@@ -319,7 +320,9 @@ local function describe(case)
   local s = case.engine.json and "json " .. case.engine.json or dump(c):gsub("%s+", " ")
   return ("world %d, %d params, %s, accum %d, clip %g, %s %s%s%s: %s%s"):format(case.world, case.numel,
     case.ids and ("ids " .. case.ids) or ("in " .. case.input), case.accum, case.clip, case.precision,
-    case.opt.type, case.opt.groups and " (2 groups)" or "", case.unfreeze_at and (", unfrozen at step %d"):format(case.unfreeze_at) or "", s, case.ckpt and (" | ckpt at %d -> world %d %s"):format(case.ckpt.at, case.ckpt.world,
+    case.opt.type, case.opt.groups and " (2 groups)" or "",
+    case.unfreeze_at and (", unfrozen at step %d"):format(case.unfreeze_at) or "", s,
+    case.ckpt and (" | ckpt at %d -> world %d %s"):format(case.ckpt.at, case.ckpt.world,
     case.ckpt.engine.json or dump(case.ckpt.engine.table):gsub("%s+", " ")) or "")
 end
 
