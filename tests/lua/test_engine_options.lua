@@ -175,5 +175,33 @@ do
   end
 end
 
+-- The other optimizers with a step counter, in this process (stage 0, one
+-- rank): a weight unfrozen at step 3 steps as under the optimizer alone.
+do
+  local nn, optim = zorch.nn, zorch.optim
+  local function net() zorch.manual_seed(1); return nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 2)) end
+  local X = zorch.randn(8, 4)
+  local function train(name, opts, engine)
+    local m = net()
+    m[1].weight.requires_grad = false
+    local o = optim[name](m:parameters(), opts)
+    local e = engine and zorch.Engine{zero_stage = 0}
+    if e then m, _, o = e:prepare(m, nil, o) end
+    for step = 1, 5 do
+      if step == 3 then m[1].weight.requires_grad = true end
+      o:zero_grad()
+      local loss = m(X):pow(2):mean()
+      if e then e:backward(loss) else loss:backward() end
+      o:step()
+    end
+    return m[1].weight:clone()
+  end
+  for _, c in ipairs({{"RAdam", {lr = 0.01}}, {"Adamax", {lr = 0.01}}, {"Adagrad", {lr = 0.01, lr_decay = 0.5}}}) do
+    local a, b = train(c[1], c[2], false), train(c[1], c[2], true)
+    local d = (a - b):abs():max():item()
+    tap.ok(d == 0, ("%s, a weight unfrozen at step 3: the Engine steps it as the optimizer alone (%.3g)"):format(c[1], d))
+  end
+end
+
 os.execute("rm -rf " .. dir)
 tap.done()
