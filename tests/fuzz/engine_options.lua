@@ -2,15 +2,16 @@
 --   ZORCH_BIN=build/cpu/zorch build/cpu/zorch tests/fuzz/engine_options.lua [FIRST [COUNT [OUTDIR]]]
 -- For each seed FIRST .. FIRST+COUNT-1 it draws a model (Linear, ReLU,
 -- LayerNorm and Embedding stacks of odd sizes, tied and frozen parameters,
--- some unfrozen later, a module run twice, a parameter smaller than the
--- world), an optimizer, a configuration (stage, buckets, overlap_comm,
--- prefetch, gather pool, reuse distance, accumulation, clipping, precision,
--- optimizer offload, DeepSpeed keys that change nothing) and a world size
--- of 1-5, trains a few steps under `zorch launch` (each launch under a
--- timeout) and compares the weights and losses with one
--- process running the optimizer alone (float32), or with the Engine's bf16
--- at one rank and stage 0 (bf16). Some seeds stop at a checkpoint and resume
--- it under another configuration, world size and stage.
+-- some frozen or unfrozen later, a module run twice, a parameter smaller
+-- than the world), an optimizer, a configuration (stage, buckets,
+-- overlap_comm, prefetch, gather pool, reuse distance, accumulation,
+-- clipping, precision, optimizer offload, DeepSpeed keys that change
+-- nothing) and a world size of 1-5, trains a few steps under `zorch launch`
+-- (each launch under a timeout) and compares the weights and losses with
+-- one process running the optimizer alone (float32), or with the Engine's
+-- bf16 at one rank and stage 0 (bf16). Some seeds stop at a checkpoint and
+-- resume it under another configuration, world size and stage; a few draw
+-- a combination refused on purpose and check its message.
 -- Each failing seed is listed with its case file, its command and what
 -- differed; the status is 1 when any seed failed.
 local zorch = require "zorch"
@@ -227,6 +228,8 @@ local function draw(seed, dir)
   case.numel = numel
   -- a frozen parameter trains from a later step on (Adam then counts its own steps)
   if #case.frozen > 0 and chance(0.5) then case.unfreeze_at = math.random(2, case.steps) end
+  -- or trains first and is frozen from a later step (until unfrozen, if it is)
+  if #case.frozen > 0 and chance(0.3) then case.freeze_from = math.random(2, case.unfreeze_at or case.steps) end
   local nvme = dir .. "/nvme"
   case.engine = draw_config(case, numel, smallest, nvme)
   case.world = math.random(1, 5)
@@ -321,7 +324,8 @@ local function describe(case)
   return ("world %d, %d params, %s, accum %d, clip %g, %s %s%s%s: %s%s"):format(case.world, case.numel,
     case.ids and ("ids " .. case.ids) or ("in " .. case.input), case.accum, case.clip, case.precision,
     case.opt.type, case.opt.groups and " (2 groups)" or "",
-    case.unfreeze_at and (", unfrozen at step %d"):format(case.unfreeze_at) or "", s,
+    (case.freeze_from and (", frozen at step %d"):format(case.freeze_from) or "") ..
+    (case.unfreeze_at and (", unfrozen at step %d"):format(case.unfreeze_at) or ""), s,
     case.ckpt and (" | ckpt at %d -> world %d %s"):format(case.ckpt.at, case.ckpt.world,
     case.ckpt.engine.json or dump(case.ckpt.engine.table):gsub("%s+", " ")) or "")
 end

@@ -30,14 +30,18 @@ local function build()
   end
   local m = nn.Sequential(table.unpack(layers))
   for _, t in ipairs(case.ties or {}) do m[t[2]].weight = m[t[1]].weight end
-  for _, f in ipairs(case.frozen or {}) do m[f[1]][f[2]].requires_grad = false end
+  if (case.freeze_from or 1) == 1 then
+    for _, f in ipairs(case.frozen or {}) do m[f[1]][f[2]].requires_grad = false end
+  end
   return m
 end
 
--- With case.unfreeze_at, the frozen parameters train from that step on.
+-- The parameters of case.frozen are frozen from step case.freeze_from (1 if
+-- not given) to before step case.unfreeze_at (the end if not given).
 local function unfreeze(m, step)
-  if not case.unfreeze_at then return end
-  for _, f in ipairs(case.frozen or {}) do m[f[1]][f[2]].requires_grad = step >= case.unfreeze_at end
+  if not case.unfreeze_at and not case.freeze_from then return end
+  local frozen = step >= (case.freeze_from or 1) and step < (case.unfreeze_at or math.huge)
+  for _, f in ipairs(case.frozen or {}) do m[f[1]][f[2]].requires_grad = not frozen end
 end
 
 -- Sample s of micro-batch `micro` of step `step` (both 1-based): its input
