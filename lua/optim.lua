@@ -197,7 +197,10 @@ function Optimizer:_step_runs(p, g, runs)
     else
       local sv = {}
       for k, v in pairs(s) do sv[k] = zorch.is_tensor(v) and v:narrow(1, a, n) or v end
-      if behind > 0 then sv.step = s.step - behind end
+      if behind > 0 then
+        sv.step = s.step - behind
+        if self._own_steps then self:_own_steps(sv, r[3]) end -- (state that follows the count)
+      end
       self:_apply(p:narrow(1, a, n), g:narrow(1, a, n), sv, r[3], first or fresh)
     end
   end
@@ -634,6 +637,13 @@ function optim.NAdam:_begin(s, p, groups)
   if not s.step then s.step, s.mu_product, s.exp_avg, s.exp_avg_sq = 0, 1.0, zeros_like(p), zeros_like(p) end
   s.step = s.step + 1
   s.mu_product = s.mu_product * nadam_mu(groups[1], s.step)
+end
+-- A run whose parameters missed steps while frozen (Optimizer:_step_runs):
+-- the product over their own steps, with the run's options.
+function optim.NAdam:_own_steps(s, o)
+  local prod = 1.0
+  for k = 1, s.step do prod = prod * nadam_mu(o, k) end
+  s.mu_product = prod
 end
 function optim.NAdam:_apply(p, g, s, o)
   local b1, b2 = o.betas[1], o.betas[2]

@@ -176,7 +176,8 @@ do
 end
 
 -- The other optimizers with a step counter, in this process (stage 0, one
--- rank): a weight unfrozen at step 3 steps as under the optimizer alone.
+-- rank): a weight unfrozen at step 3 steps as under the optimizer alone
+-- (NAdam: its product of momentum factors too).
 do
   local nn, optim = zorch.nn, zorch.optim
   local function net() zorch.manual_seed(1); return nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 2)) end
@@ -196,7 +197,8 @@ do
     end
     return m[1].weight:clone()
   end
-  for _, c in ipairs({{"RAdam", {lr = 0.01}}, {"Adamax", {lr = 0.01}}, {"Adagrad", {lr = 0.01, lr_decay = 0.5}}}) do
+  for _, c in ipairs({{"RAdam", {lr = 0.01}}, {"Adamax", {lr = 0.01}}, {"Adagrad", {lr = 0.01, lr_decay = 0.5}},
+                      {"NAdam", {lr = 0.01}}}) do
     local a, b = train(c[1], c[2], false), train(c[1], c[2], true)
     local d = (a - b):abs():max():item()
     tap.ok(d == 0, ("%s, a weight unfrozen at step 3: the Engine steps it as the optimizer alone (%.3g)"):format(c[1], d))
