@@ -507,6 +507,37 @@ local function full_tensor(who, where, src, name, kind)
   return zorch.dist.assemble(slices, split)
 end
 
+-- The optimizer-state fields of a checkpoint (collective): every field any
+-- rank holds. A rank whose slice no step reached (every element frozen, or
+-- in groups without momentum) made none of SGD's momentum, say; its
+-- elements' state is then zeros, as a fresh optimizer's, and every rank's
+-- file still covers its slice for each field.
+local function state_fields(state, nfiles)
+  local mine = {}
+  for field, v in pairs(state) do if zorch.is_tensor(v) then mine[#mine + 1] = field end end
+  if nfiles == 1 then table.sort(mine) return mine end
+  local seen, fields = {}, {}
+  for _, text in ipairs(allgather_strings(table.concat(mine, "\n"))) do
+    for field in text:gmatch("[^\n]+") do
+      if not seen[field] then seen[field] = true; fields[#fields + 1] = field end
+    end
+  end
+  table.sort(fields)
+  return fields
+end
+
+-- optimizer_state keys "behind/<parameter>": the optimizer steps it missed
+local BEHIND = "behind/"
+
+-- The optimizer's scalars of a manifest, without the parameters' missed steps.
+local function state_scalars(manifest)
+  local state = {}
+  for field, v in pairs(manifest.optimizer_state) do
+    if field:sub(1, #BEHIND) ~= BEHIND then state[field] = v end
+  end
+  return state
+end
+
 function Engine:save_checkpoint(dir, opts)
   if not self.inner then error("save_checkpoint: call prepare with an optimizer first", 2) end
   opts = opts or {}
@@ -543,16 +574,17 @@ function Engine:save_checkpoint(dir, opts)
   local own_hi = math.min(own_lo + m.shard, numel)
   local base = target_range(self, numel)
   local target = self.zero:target()
-  local pieces, fields = {}, {}
-  for field, v in pairs(state) do if zorch.is_tensor(v) then fields[#fields + 1] = field end end
-  table.sort(fields)
+  local pieces = {}
+  local fields = state_fields(state, nfiles)
   for _, p in ipairs(params) do
     local lo, hi = math.max(own_lo, p.offset), math.min(own_hi, p.offset + p.numel)
     if hi > lo then
       local key = ("%s/%d"):format(p.name, lo - p.offset)
       pieces["param/" .. key] = target:narrow(1, lo - base + 1, hi - lo):to("float32")
       for _, field in ipairs(fields) do
-        pieces["state." .. field .. "/" .. key] = state[field]:narrow(1, lo - base + 1, hi - lo):clone()
+        local v = state[field]
+        pieces["state." .. field .. "/" .. key] = v and v:narrow(1, lo - base + 1, hi - lo):clone() or
+                                                  zorch.zeros(hi - lo)
       end
     end
   end
@@ -581,6 +613,12 @@ function Engine:save_checkpoint(dir, opts)
     end
     local scalars = {}
     for field, v in pairs(state) do if not zorch.is_tensor(v) then scalars[field] = v end end
+    -- the steps each parameter missed while frozen (its own step count is that much less)
+    if not split_layout then
+      for i, n in pairs(self.behind or {}) do
+        if n > 0 and params[i] then scalars[BEHIND .. params[i].name] = n end
+      end
+    end
     local manifest = {
       format = FORMAT, version = VERSION, tag = tag, world_size = nfiles,
       zero_stage = self.cfg.zero_stage, precision = self.cfg.precision, numel = full_numel or numel,
@@ -758,8 +796,7 @@ function Engine:load_pieces(where, manifest)
   -- copy the pieces this rank's target covers
   local lo, hi = target_range(self, numel)
   local target = self.zero:target()
-  local state = {}
-  for field, v in pairs(manifest.optimizer_state) do state[field] = v end
+  local state = state_scalars(manifest)
   local offsets, wanted = {}, {param = true}
   for _, p in ipairs(params) do offsets[p.name] = p.offset end
   for _, f in ipairs(manifest.state_fields) do wanted["state." .. f] = true end
@@ -861,8 +898,7 @@ function Engine:load_across_layouts(where, manifest)
   local src = {sources(manifest)}
   local lo, hi = target_range(self, numel)
   local target = self.zero:target()
-  local state = {}
-  for field, v in pairs(manifest.optimizer_state) do state[field] = v end
+  local state = state_scalars(manifest)
   local kinds = {"param"}
   for _, f in ipairs(manifest.state_fields) do
     kinds[#kinds + 1] = "state." .. f
@@ -907,6 +943,17 @@ function Engine:load_counters(manifest)
     else self.user_opt.lr = self.lr_scheduler.lr_at(manifest.scheduler_step) end
   end
   self.steps = manifest.step
+  -- the steps each parameter missed while frozen, by name, and the runs they shape
+  if self.group_base then
+    local index = {}
+    for i, p in ipairs(layout(self)) do index[p.name] = i end
+    self.behind = {}
+    for field, v in pairs(manifest.optimizer_state) do
+      local i, n = field:sub(1, #BEHIND) == BEHIND and index[field:sub(#BEHIND + 1)], math.tointeger(v)
+      if i and n and n > 0 then self.behind[i] = n end
+    end
+    self.runs = self:group_runs(self:stepped_groups(), self.params, self.user_opt)
+  end
   self:reset_scaler()
   if self.cfg.precision == "fp16" and manifest.loss_scale then
     local s, ls = self.scaler, manifest.loss_scale

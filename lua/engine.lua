@@ -564,17 +564,25 @@ end
 -- The groups stepped now: a frozen parameter (requires_grad false) in none,
 -- as PyTorch's optimizers skip a parameter without a gradient. nil where
 -- one group takes every parameter (the whole slice).
+-- self.missed: the parameters not stepped now (their count of missed steps,
+-- self.behind, grows at each step; see group_runs).
 function Engine:stepped_groups()
   local base = self.group_base
   if not base then return nil end
   local of, whole = {}, #self.user_opt.param_groups == 1
-  self.trainable = {}
+  self.trainable, self.missed, self.behind = {}, {}, self.behind or {}
   for i, p in ipairs(self.params) do
     self.trainable[i] = p.requires_grad
     of[i] = p.requires_grad and base[i]
-    whole = whole and of[i] == 1
+    whole = whole and of[i] == 1 and (self.behind[i] or 0) == 0
+    if not of[i] then self.missed[#self.missed + 1] = i end
   end
   return not whole and of or nil
+end
+
+-- After a step: the parameters it did not step missed one more.
+function Engine:note_missed()
+  for _, i in ipairs(self.missed or {}) do self.behind[i] = (self.behind[i] or 0) + 1 end
 end
 
 -- The runs again when a parameter was frozen or unfrozen since they were made.
@@ -596,9 +604,13 @@ function Engine:tensor_runs(group_of, params, gs)
   local len = self.target:numel()
   local runs, off = {}, 0
   for i, p in ipairs(params) do
-    local n, gi = p:numel(), group_of and group_of[i] or 1
+    local n, gi = p:numel(), 1
+    if group_of then gi = group_of[i] end -- (false: frozen or in no group, not stepped)
     local a, b = math.max(off, lo), math.min(off + n, lo + len)
-    if gi and a < b then runs[#runs + 1] = {a - lo + 1, b - a, gs[gi], i} end
+    if gi and a < b then
+      local bh = self.behind and self.behind[i] or 0
+      runs[#runs + 1] = {a - lo + 1, b - a, gs[gi], i, behind = bh > 0 and bh or nil}
+    end
     off = off + n
   end
   self.ntensors = #params
@@ -608,7 +620,10 @@ end
 -- The runs of this rank's slice (the whole buffer at stage 0) that each group
 -- fills: {{first (from 1), count, group}, ...}, neighbours of one group merged.
 -- The flat buffer holds the parameters in order, so a group's elements are runs
--- of it, possibly split across shards. One group: the whole slice.
+-- of it, possibly split across shards. One group: the whole slice. A
+-- parameter that missed steps while frozen is a run of its own with `behind`
+-- set to their number: its step counter (Adam's bias correction) counts only
+-- the steps it took, as PyTorch's per-parameter state does.
 function Engine:group_runs(group_of, params, opt)
   local gs = opt.param_groups
   if type(gs) ~= "table" or not self.inner._step_runs then return nil end
@@ -618,13 +633,15 @@ function Engine:group_runs(group_of, params, opt)
   local lo = self.cfg.zero_stage == 0 and 0 or self.rank * shard
   local len = self.target:numel()
   local runs, off = {}, 0
+  local behind = self.behind or {}
   for i, p in ipairs(params) do
-    local n, gi = p:numel(), group_of[i]
+    local n, gi, bh = p:numel(), group_of[i], behind[i] or 0
     local a, b = math.max(off, lo), math.min(off + n, lo + len)
     if gi and a < b then
       local last = runs[#runs]
-      if last and last[3] == gs[gi] and last[1] + last[2] == a - lo + 1 then last[2] = last[2] + b - a
-      else runs[#runs + 1] = {a - lo + 1, b - a, gs[gi]} end
+      if last and last[3] == gs[gi] and last[1] + last[2] == a - lo + 1 and (last.behind or 0) == bh then
+        last[2] = last[2] + b - a
+      else runs[#runs + 1] = {a - lo + 1, b - a, gs[gi], behind = bh > 0 and bh or nil} end
     end
     off = off + n
   end
@@ -751,8 +768,11 @@ function Engine:optimizer_step()
     local group = self.group
     self.inner:_step_tensors(self.target, grad, self.runs, self.ntensors,
                              function(t) if sharded then group:allreduce(t) end end)
+    self:note_missed()
   elseif self.runs then -- each run of the slice with its group's options (as they are now)
+    for _, r in ipairs(self.runs) do if r.behind then r.fresh = r.behind == self.steps end end
     self.inner:_step_runs(self.target, grad, self.runs)
+    self:note_missed()
   else
     self.inner.lr = self.user_opt.lr
     self.target.grad = grad

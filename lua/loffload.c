@@ -62,13 +62,15 @@ static int l_adam(lua_State *L) {
   if (n < 0 || n > 1 << 20) luaL_argerror(L, 5, "too many runs");
   zoff_run *runs = lua_newuserdatauv(L, sizeof *runs * (size_t)(n > 0 ? n : 1), 0);
   for (lua_Integer i = 1; i <= n; i++) {
-    if (lz_geti(L, 5, i) != LUA_TTABLE) luaL_error(L, "store:adam: run %d must be {first, count, opts}", (int)i);
-    lz_geti(L, -1, 1), lz_geti(L, -2, 2), lz_geti(L, -3, 3);
-    if (!lua_isinteger(L, -3) || !lua_isinteger(L, -2) || !lua_istable(L, -1))
-      luaL_error(L, "store:adam: run %d must be {first, count, opts}", (int)i);
-    runs[i - 1].lo = lua_tointeger(L, -3), runs[i - 1].len = lua_tointeger(L, -2);
-    check_opts(L, lua_gettop(L), &runs[i - 1].k);
-    lua_pop(L, 4);
+    if (lz_geti(L, 5, i) != LUA_TTABLE) luaL_error(L, "store:adam: run %d must be {first, count, opts [, step]}", (int)i);
+    lz_geti(L, -1, 1), lz_geti(L, -2, 2), lz_geti(L, -3, 3), lz_geti(L, -4, 4);
+    if (!lua_isinteger(L, -4) || !lua_isinteger(L, -3) || !lua_istable(L, -2) ||
+        !(lua_isnil(L, -1) || (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1)))
+      luaL_error(L, "store:adam: run %d must be {first, count, opts [, step >= 1]}", (int)i);
+    runs[i - 1].lo = lua_tointeger(L, -4), runs[i - 1].len = lua_tointeger(L, -3);
+    runs[i - 1].step = lua_isnil(L, -1) ? 0 : lua_tointeger(L, -1);
+    check_opts(L, lua_gettop(L) - 1, &runs[i - 1].k);
+    lua_pop(L, 5);
   }
   if (zoff_adam(o, lz_check(L, 2), lz_check(L, 3), luaL_checkinteger(L, 4), (int)n, runs)) return lz_fail(L);
   return 0;

@@ -178,7 +178,11 @@ end
 
 -- Steps one flat tensor p (gradient g, state self.state[1]) whose runs belong
 -- to different groups: runs = {{first (from 1), count, group}, ...}; elements
--- in no run stay as they are. The Engine steps its shard so.
+-- in no run stay as they are. The Engine steps its shard so. A run's
+-- `behind` counts the optimizer's steps its parameters missed (frozen then):
+-- a step counter (Adam's) is that much smaller for them, as PyTorch counts
+-- each parameter's steps in its own state; `fresh` says they never took one
+-- (SGD's momentum then starts from the gradient, as at a first step).
 function Optimizer:_step_runs(p, g, runs)
   local s = self.state[1]
   if not s then s = {}; self.state[1] = s end
@@ -187,13 +191,17 @@ function Optimizer:_step_runs(p, g, runs)
   local first = self:_begin(s, p, groups, 1)
   if self:_store(1) then return self:_apply_runs(p, g, s, runs) end
   for _, r in ipairs(runs) do
-    local a, n = r[1], r[2]
-    if a == 1 and n == p:numel() then
+    local a, n, behind, fresh = r[1], r[2], math.type(s.step) and r.behind or 0, r.fresh == true
+    if a == 1 and n == p:numel() and behind == 0 and not fresh then
       self:_apply(p, g, s, r[3], first)
     else
       local sv = {}
       for k, v in pairs(s) do sv[k] = zorch.is_tensor(v) and v:narrow(1, a, n) or v end
-      self:_apply(p:narrow(1, a, n), g:narrow(1, a, n), sv, r[3], first)
+      if behind > 0 then
+        sv.step = s.step - behind
+        if self._own_steps then self:_own_steps(sv, r[3]) end -- (state that follows the count)
+      end
+      self:_apply(p:narrow(1, a, n), g:narrow(1, a, n), sv, r[3], first or fresh)
     end
   end
 end
@@ -391,7 +399,9 @@ local function adam_class(name, decoupled, wd_default)
   -- the runs of a flat parameter with a store: one pass over the store
   function cls:_apply_runs(p, g, s, runs)
     local rs = {}
-    for k, r in ipairs(runs) do rs[k] = {r[1] - 1, r[2], kopts(r[3])} end
+    for k, r in ipairs(runs) do
+      rs[k] = {r[1] - 1, r[2], kopts(r[3]), (r.behind or 0) > 0 and s.step - r.behind or nil}
+    end
     self:_store(1):adam(p, g, s.step, rs)
   end
   -- store: zorch.offload's (adam, get, put, zero) for parameter i
@@ -549,8 +559,8 @@ function optim.Lamb:_step_tensors(p, g, runs, ntensors, reduce)
       local b1, b2 = o.betas[1], o.betas[2]
       m:copy_(m * b1 + gv * (1 - b1))
       v:copy_(v * b2 + gv * gv * (1 - b2))
-      local c1, c2 = 1, 1
-      if o.bias_correction then c1, c2 = 1 - b1 ^ s.step, 1 - b2 ^ s.step end
+      local c1, c2, step = 1, 1, s.step - (r.behind or 0) -- (the tensor's own steps: see _step_runs)
+      if o.bias_correction then c1, c2 = 1 - b1 ^ step, 1 - b2 ^ step end
       local u = (m * (1 / c1)) / ((v * (1 / c2)):sqrt() + o.eps)
       if o.weight_decay ~= 0 then u = u + pv * o.weight_decay end
       us[k] = u
@@ -627,6 +637,13 @@ function optim.NAdam:_begin(s, p, groups)
   if not s.step then s.step, s.mu_product, s.exp_avg, s.exp_avg_sq = 0, 1.0, zeros_like(p), zeros_like(p) end
   s.step = s.step + 1
   s.mu_product = s.mu_product * nadam_mu(groups[1], s.step)
+end
+-- A run whose parameters missed steps while frozen (Optimizer:_step_runs):
+-- the product over their own steps, with the run's options.
+function optim.NAdam:_own_steps(s, o)
+  local prod = 1.0
+  for k = 1, s.step do prod = prod * nadam_mu(o, k) end
+  s.mu_product = prod
 end
 function optim.NAdam:_apply(p, g, s, o)
   local b1, b2 = o.betas[1], o.betas[2]

@@ -457,7 +457,8 @@ static zorch_status adam_chunk(zoff *o, float *buf, int64_t lo, int64_t len, voi
     }
     zorch_tensor *mt = zorch_tensor_wrap(field_of(o, buf, F_M) + at, ZORCH_F32, 1, &n, NULL);
     zorch_tensor *vt = zorch_tensor_wrap(field_of(o, buf, F_V) + at, ZORCH_F32, 1, &n, NULL);
-    st = p && g && mt && vt ? zorch_adam_step(p, g, mt, vt, NULL, a->step, &run->k) : zorch_last_status();
+    int64_t step = run->step > 0 ? run->step : a->step;
+    st = p && g && mt && vt ? zorch_adam_step(p, g, mt, vt, NULL, step, &run->k) : zorch_last_status();
     zorch_tensor_free(p), zorch_tensor_free(g), zorch_tensor_free(mt), zorch_tensor_free(vt);
   }
   return st;

@@ -43,10 +43,13 @@ zorch_status zoff_bind_params(zoff *o, int fd, int64_t p_off, int64_t g_off);
    update, so the gradient is read once and never written back. 1: none. The
    factor is used by one step. */
 void zoff_set_grad_scale(zoff *o, double s);
-/* The elements [lo, lo + len) of the store that one group's options update. */
+/* The elements [lo, lo + len) of the store that one group's options update;
+   step: their own step count (a parameter stepped fewer times than the
+   optimizer, having been frozen), or 0 for the call's. */
 typedef struct {
   int64_t lo, len;
   zorch_adam_opts k;
+  int64_t step;
 } zoff_run;
 /* One Adam step of param (float32, numel contiguous elements on the CPU) with
    grad, the moments streamed from and back to the file; each run's elements
