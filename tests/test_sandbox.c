@@ -196,6 +196,15 @@ static void test_hostile(void) {
   ok(run(vm, "for i = 1, 50 do local t = zorch.zeros(10000) t.grad = t local a, b = zorch.zeros(10000), zorch.zeros(10000) "
              "a.grad = b b.grad = a end collectgarbage() collectgarbage() local big = zorch.zeros(200, 1000)") == ZORCH_OK,
      "t.grad = t and a.grad = b, b.grad = a hold no cycle: their memory comes back (%s)", zorch_vm_error(vm));
+  ok(run(vm, "local big = zorch.zeros(190, 1000)") == ZORCH_OK &&
+         run(vm, "for i = 1, 100 do local t = zorch.zeros(10000) end") == ZORCH_OK,
+     "a dropped tensor of most of tensor_limit does not refuse the next script's small ones (%s)", zorch_vm_error(vm));
+  ok(run(vm, "local a = zorch.zeros(200, 1000) a = nil local b = zorch.zeros(200, 1000) b = nil "
+             "local c = zorch.zeros(200, 1000)") == ZORCH_OK,
+     "nor a script's own: its dropped tensors are collected before its next one is refused (%s)", zorch_vm_error(vm));
+  ok(run(vm, "local a = zorch.zeros(200, 1000) local b = zorch.zeros(200, 1000)") != ZORCH_OK &&
+         strstr(zorch_vm_error(vm), "tensor memory limit"),
+     "tensors still held count: two of 800 KB pass a 1 MiB limit (%s)", zorch_vm_error(vm));
   ok(run(vm, "Y = zorch.ones(1, {requires_grad = true}) for i = 1, 1000000 do Y = Y:view(1) end") != ZORCH_OK &&
          strstr(zorch_vm_error(vm), "tensor memory limit"),
      "a chain of views counts against tensor_limit (%s)", zorch_vm_error(vm));

@@ -36,6 +36,7 @@ zmem_account *zmem_account_new(size_t limit) {
   atomic_init(&a->used, 0);
   a->limit = limit;
   atomic_init(&a->refs, 1);
+  a->reclaim = NULL, a->reclaim_ud = NULL, a->reclaiming = false;
   return a;
 }
 

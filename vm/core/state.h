@@ -23,6 +23,13 @@ typedef struct zmem_account {
   _Atomic size_t used;
   size_t limit;
   _Atomic int refs;
+  /* called once when a charge would pass the limit, then the charge is tried
+     again: the VM runs a full collection, so tensors a script dropped (whose
+     memory waits for Lua's collector) do not refuse its next one. NULL once
+     the VM is gone; called only on the thread whose state holds the account. */
+  void (*reclaim)(void *ud);
+  void *reclaim_ud;
+  bool reclaiming;
 } zmem_account;
 
 /* A new account of `limit` bytes with one reference; NULL when out of memory. */

@@ -67,6 +67,13 @@ void ag_watch_release(ag_watch *w) {
 static _Thread_local bool mem_refused; /* the last storage_new failed on its account's limit */
 static bool mem_charge(zmem_account *a, size_t nbytes) {
   size_t used = atomic_fetch_add(&a->used, nbytes);
+  if ((used + nbytes < used || used + nbytes > a->limit) && a->reclaim && !a->reclaiming) {
+    atomic_fetch_sub(&a->used, nbytes); /* collect the VM's garbage, then try again */
+    a->reclaiming = true;
+    a->reclaim(a->reclaim_ud);
+    a->reclaiming = false;
+    used = atomic_fetch_add(&a->used, nbytes);
+  }
   if (used + nbytes < used || used + nbytes > a->limit) {
     atomic_fetch_sub(&a->used, nbytes);
     mem_refused = true;

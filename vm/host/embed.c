@@ -213,6 +213,15 @@ static char **dirs_resolve(const char *const *dirs) {
   return out;
 }
 
+/* A charge past tensor_limit: the script's dropped tensors are freed by a
+   full collection before the charge is refused (their boxes' finalizers only
+   free; the tensors an op is using are on the Lua stack, reachable). Not while
+   the state closes or the collector is stopped. */
+static void vm_reclaim(void *ud) {
+  zorch_vm *vm = ud;
+  if (vm->L && vm->ctx.main && lua_gc(vm->L, LUA_GCISRUNNING)) lua_gc(vm->L, LUA_GCCOLLECT);
+}
+
 static void vm_destroy(zorch_vm *vm) {
   if (vm->L) {
     VM_ENTER(vm); /* finalizers written in Lua run under the budget too */
@@ -223,6 +232,7 @@ static void vm_destroy(zorch_vm *vm) {
   }
   dirs_free(vm->ctx.read_dirs);
   dirs_free(vm->ctx.write_dirs);
+  if (vm->state && vm->state->mem) vm->state->mem->reclaim = NULL; /* the account may outlive the VM */
   zmem_account_release(vm->state ? vm->state->mem : NULL);
   zstate_free(vm->state);
   free(vm);
@@ -260,6 +270,7 @@ zorch_vm *zorch_vm_new(const zorch_vm_opts *opts) {
   }
   lua_gc(vm->L, LUA_GCGEN, 0, 0); /* as lua.c does: a script's tensors are mostly short-lived temporaries */
   vm->ctx.main = vm->L;
+  if (vm->state->mem) vm->state->mem->reclaim = vm_reclaim, vm->state->mem->reclaim_ud = vm;
   /* loading zorch's own modules is not the script's budget */
   unsigned long long max_instructions = vm->ctx.max_instructions;
   double max_seconds = vm->ctx.max_seconds;
