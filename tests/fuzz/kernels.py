@@ -232,6 +232,10 @@ def grad_scale(case, n, leaf, view, op, v, cot):
             g = g + m.reshape(-1, m.shape[-1]).T @ xa.reshape(-1, xa.shape[-1])
         else:
             g = g + m.reshape(-1, m.shape[-1]).sum(0)
+    if op == "cross_entropy" and view.numel():
+        # g (p - onehot): p near 1 cancels against the 1
+        n_rows = view.shape[0] if case["args"]["reduction"] == "mean" else 1
+        g = g + fmax(cot) / max(n_rows, 1)
     if op in ("softmax", "log_softmax") and view.numel():
         # y (g - sum(g y)) and g - e^y sum(g): the terms' size, not the
         # result's, which cancels where one probability is near 1
