@@ -1,7 +1,7 @@
 -- The Engine's options change nothing that is computed: cases that the
--- randomized checker (tests/fuzz/engine_options.lua) found, each run by its
--- worker (tests/fuzz/engine_worker.lua) under zorch launch and compared with
--- one process running the optimizer alone.
+-- randomized checker (tests/fuzz/engine_options.lua) found and their
+-- neighbours, each run by its worker (tests/fuzz/engine_worker.lua) under
+-- zorch launch and compared with one process running the optimizer alone.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
