@@ -31,14 +31,20 @@ local function affine(y, x, weight, bias)
   if bias then y = y + bias:reshape(channel_shape(x, c)) end
   return y
 end
-local function check_affine(fn, x, c, weight, bias)
-  for _, e in ipairs({{"weight", weight}, {"bias", bias}}) do
+-- Each named tensor, where given, must be a vector of the c channels (the
+-- error is at level 3: the caller of the function that checks).
+local function check_per_channel(fn, x, c, named)
+  for _, e in ipairs(named) do
     local t = e[2]
     if t ~= nil and (not zorch.is_tensor(t) or t:dim() ~= 1 or t.shape[1] ~= c) then
       error(("%s: %s must be a tensor of shape (%d) for input %s, got %s"):format(fn, e[1], c, shape_str(x),
         zorch.is_tensor(t) and shape_str(t) or type(t)), 3)
     end
   end
+end
+lib.check_per_channel = check_per_channel -- (lua/layers2.lua's instance_norm)
+local function check_affine(fn, x, c, weight, bias) -- (a tail call: the same levels)
+  return check_per_channel(fn, x, c, {{"weight", weight}, {"bias", bias}})
 end
 function zorch.group_norm(x, num_groups, weight, bias, eps)
   local fn = "group_norm"

@@ -733,13 +733,7 @@ function zorch.instance_norm(x, rm, rv, weight, bias, use_input_stats, momentum,
   need_tensor(fn, "input", x)
   if x:dim() < 3 then error(("%s: expected input (N, C, ...) with spatial dims, got %s"):format(fn, shape_str(x)), 2) end
   local c = x.shape[2]
-  for _, e in ipairs({{"running_mean", rm}, {"running_var", rv}, {"weight", weight}, {"bias", bias}}) do
-    local t = e[2]
-    if t ~= nil and (not zorch.is_tensor(t) or t:dim() ~= 1 or t.shape[1] ~= c) then
-      error(("%s: %s must be a tensor of shape (%d) for input %s, got %s"):format(fn, e[1], c, shape_str(x),
-        zorch.is_tensor(t) and shape_str(t) or type(t)), 2)
-    end
-  end
+  lib.check_per_channel(fn, x, c, {{"running_mean", rm}, {"running_var", rv}, {"weight", weight}, {"bias", bias}})
   if (rm == nil) ~= (rv == nil) then error(("%s: give both running_mean and running_var, or neither"):format(fn), 2) end
   if use_input_stats == nil then use_input_stats = true end
   momentum, eps = momentum == nil and 0.1 or momentum, eps == nil and 1e-5 or eps
@@ -803,17 +797,23 @@ function zorch.dropout1d(x, p, training) return (channel_dropout("dropout1d", x,
 function zorch.dropout2d(x, p, training) return (channel_dropout("dropout2d", x, p, training, 2)) end
 function zorch.dropout3d(x, p, training) return (channel_dropout("dropout3d", x, p, training, 3)) end
 
--- Dropout3d(p = 0.5): (N, C, D, H, W) or (C, D, H, W)
-nn.Dropout3d = Module:extend "nn.Dropout3d"
-function nn.Dropout3d:init(p)
-  if p == nil then p = 0.5 end
-  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
-    error(("nn.Dropout3d: p must be a number in [0, 1], got %s"):format(tostring(p)), 3)
+-- A dropout module over fn(x, p, training): Name(p = 0.5)
+local function dropout_module(name, fn)
+  local cls = Module:extend(name)
+  function cls:init(p)
+    if p == nil then p = 0.5 end
+    if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+      error(("%s: p must be a number in [0, 1], got %s"):format(name, tostring(p)), 3)
+    end
+    self.p = p
   end
-  self.p = p
+  function cls:forward(x) return as_fn(name, 2, fn, x, self.p, self.training) end
+  cls.__tostring = function(s) return ("%s(p=%s)"):format(name, py_num(s.p)) end
+  return cls
 end
-function nn.Dropout3d:forward(x) return as_fn("nn.Dropout3d", 2, zorch.dropout3d, x, self.p, self.training) end
-nn.Dropout3d.__tostring = function(s) return ("nn.Dropout3d(p=%s)"):format(py_num(s.p)) end
+
+-- Dropout3d(p = 0.5): (N, C, D, H, W) or (C, D, H, W)
+nn.Dropout3d = dropout_module("nn.Dropout3d", zorch.dropout3d)
 
 -- ---- margin losses ----------------------------------------------------------------------------
 
@@ -1076,16 +1076,7 @@ function zorch.alpha_dropout(x, p, training)
 end
 
 -- AlphaDropout(p = 0.5)
-nn.AlphaDropout = Module:extend "nn.AlphaDropout"
-function nn.AlphaDropout:init(p)
-  if p == nil then p = 0.5 end
-  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
-    error(("nn.AlphaDropout: p must be a number in [0, 1], got %s"):format(tostring(p)), 3)
-  end
-  self.p = p
-end
-function nn.AlphaDropout:forward(x) return as_fn("nn.AlphaDropout", 2, zorch.alpha_dropout, x, self.p, self.training) end
-nn.AlphaDropout.__tostring = function(s) return ("nn.AlphaDropout(p=%s)"):format(py_num(s.p)) end
+nn.AlphaDropout = dropout_module("nn.AlphaDropout", zorch.alpha_dropout)
 
 -- unfold and fold: sizes are a number or a pair {h, w}
 local FOLD = {
