@@ -45,9 +45,9 @@ LUA_INC  := -I$(LUA_INCDIR)
 LUA_SRC  := lua/flags.lua lua/nn.lua lua/rnn.lua lua/attention.lua lua/losses.lua lua/layers.lua lua/layers2.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/dsauto.lua lua/dist.lua lua/tensorparallel.lua lua/engine.lua lua/pipeline.lua lua/offload.lua lua/checkpoint.lua \
             lua/progress.lua lua/metrics.lua lua/plot.lua lua/tensor.lua
 # The zorch command's own sources (the REPL, help) go into the binary only.
-CLI_SRC  := vm/host/repl.c vm/host/help.c
+CLI_SRC  := vm/repl.c vm/help.c
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/help_doc.o
-LIB_SRC  := $(filter-out vm/host/main.c $(CLI_SRC) zero/nccl.c,$(wildcard vm/core/*.c ops/*.c ops/cpu/*.c vm/autograd/*.c vm/io/*.c zero/*.c lua/*.c vm/host/*.c))
+LIB_SRC  := $(filter-out vm/main.c $(CLI_SRC) zero/nccl.c,$(wildcard ops/core/*.c ops/backend/*.c ops/cpu/*.c ops/def/*.c ops/autograd/*.c ops/io/*.c zero/*.c lua/*.c vm/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
@@ -56,7 +56,7 @@ EXT_LIBS := -lcjson -lz $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) $(if $(URING),-luri
 # (host.c), the NCCL collectives and the dtype tables (constants only). Linked
 # with --no-undefined: every core function it calls comes through host.c.
 CUDA_SRC := $(wildcard ops/cuda/*.cu)
-MOD_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o) $(BUILD)/obj/ops/cuda/host.o $(BUILD)/obj/zero/nccl.o $(BUILD)/obj/vm/core/dtype.o
+MOD_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o) $(BUILD)/obj/ops/cuda/host.o $(BUILD)/obj/zero/nccl.o $(BUILD)/obj/ops/core/dtype.o
 MOD_LIBS := -L$(CUDA_DIR)/lib64 -Wl,-rpath,$(CUDA_DIR)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++ -ldl -lm -lpthread
 CUDA_MOD := $(if $(filter 1,$(CUDA)),$(BUILD)/libzorch_cuda.so,)
 NVFLAGS  := -O3 -std=c++17 -Iinclude -I$(LUA_INCDIR) -DZORCH_WITH_CUDA $(if $(filter 1,$(CUDNN)),-DZORCH_CUDNN,) \
@@ -99,8 +99,8 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(OPT_K) -c $< -o $@
 
-$(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/cuda/cuda.h ops/cuda/module.h ops/math.h ops/backend.h vm/core/device.h \
-                           vm/core/tensor.h include/zorch.h
+$(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/cuda/cuda.h ops/cuda/module.h ops/backend/math.h ops/backend/backend.h ops/core/device.h \
+                           ops/core/tensor.h include/zorch.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -127,19 +127,19 @@ $(BUILD)/libzorch_cuda.so: $(MOD_OBJ) scripts/zorch_cuda.map
 	  -o $@ $(MOD_OBJ) $(MOD_LIBS) $(if $(SAN),-fsanitize=address$(comma)undefined,)
 
 # where `make install` puts the module, the last place the library looks for it
-$(BUILD)/obj/ops/cudamod.o: CFLAGS += -DZORCH_LIBDIR='"$(LIBDIR)"'
+$(BUILD)/obj/ops/backend/cudamod.o: CFLAGS += -DZORCH_LIBDIR='"$(LIBDIR)"'
 
-$(BUILD)/zorch: vm/host/main.c $(CLI_OBJ) $(BUILD)/libzorch.a
+$(BUILD)/zorch: vm/main.c $(CLI_OBJ) $(BUILD)/libzorch.a
 	$(CC) $(CFLAGS) $< $(CLI_OBJ) -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) \
 	  $(if $(READLINE),-lreadline,) $(LDLIBS)
 
-$(BUILD)/obj/vm/host/repl.o: CFLAGS += $(if $(READLINE),-DZORCH_READLINE,)
+$(BUILD)/obj/vm/repl.o: CFLAGS += $(if $(READLINE),-DZORCH_READLINE,)
 $(BUILD)/obj/zero/offload.o: CFLAGS += $(if $(URING),-DZORCH_URING,)
 
 # help()'s text: docs/api.md made into a Lua table, with help.lua, at build time.
-$(BUILD)/gen/help_doc.c: docs/api.md vm/host/help.lua scripts/gen_help.lua | $(DEPS_OK)
+$(BUILD)/gen/help_doc.c: docs/api.md vm/help.lua scripts/gen_help.lua | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	lua5.4 scripts/gen_help.lua docs/api.md vm/host/help.lua > $@.tmp && mv $@.tmp $@
+	lua5.4 scripts/gen_help.lua docs/api.md vm/help.lua > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/gen/help_doc.o: $(BUILD)/gen/help_doc.c
 	@mkdir -p $(dir $@)
@@ -156,7 +156,7 @@ $(BUILD)/obj/gen/lua_modules.o: $(BUILD)/gen/lua_modules.c
 
 $(BUILD)/tests/%: tests/%.c tests/tap.h $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ivm/core $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Iops/core $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
 # The allocation-failure test links with the allocator wrapped: every malloc,
 # calloc, ... in libzorch.a's objects goes to the test's __wrap_ functions.

@@ -4,7 +4,7 @@
    layout from these. */
 #include <string.h>
 
-#include "../vm/core/tensor.h"
+#include "../ops/core/tensor.h"
 #include "../zero/comm.h"
 #include "lz.h"
 

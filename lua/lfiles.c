@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../vm/io/target.h"
+#include "../ops/io/target.h"
 #include "lz.h"
 
 /* ---- JSON: tables with string keys are objects, sequences arrays ------------------ */

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/ops.h"
-#include "../ops/pointwise_ops.h"
-#include "../vm/core/tensor.h"
+#include "../ops/def/ops.h"
+#include "../ops/backend/pointwise_ops.h"
+#include "../ops/core/tensor.h"
 #include "lz.h"
 
 #define T(i) lz_check(L, i)
@@ -522,7 +522,7 @@ static int f_flatten(lua_State *L) {
   PUSH(zorch_reshape(t, k, shape));
 }
 
-/* The registry's elementwise ops (ops/pointwise_ops.h). Each unary op without
+/* The registry's elementwise ops (ops/backend/pointwise_ops.h). Each unary op without
    parameters is bound as zorch.<name>(x) and x:<name>(); upvalue 1 is its op_info. */
 /* Refuses arguments past the first n that are not nil: PyTorch takes alpha and
    out only by keyword, so zorch.add(a, b, 2) is a mistake to report, not to

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../vm/core/node.h"
-#include "../vm/core/state.h"
+#include "../ops/core/node.h"
+#include "../ops/core/state.h"
 #include "lz.h"
 
 #define GRADFN_MAX_IN 64

@@ -8,7 +8,7 @@
    it as the optimizer's state store. */
 #include <string.h>
 
-#include "../ops/cudamod.h"
+#include "../ops/backend/cudamod.h"
 #include "../zero/offload.h"
 #include "lz.h"
 

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "../vm/core/state.h"
+#include "../ops/core/state.h"
 #include "lz.h"
 
 typedef struct {

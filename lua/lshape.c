@@ -1,14 +1,14 @@
 /* lshape.c: the Lua functions and methods of prod, norm, any and all, flip,
    roll, repeat and tile, pad, eye and linspace, the strict matrix products and
-   their kin (ops/reduce_extra.c, shape_extra.c, linalg_extra.c). Dims and
+   their kin (ops/def/reduce_extra.c, shape_extra.c, linalg_extra.c). Dims and
    classes are 1-based here, as everywhere in Lua. Every argument is read
    before a tensor is made, so that a Lua error leaks nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../vm/core/error.h"
-#include "../vm/core/tensor.h"
+#include "../ops/core/error.h"
+#include "../ops/core/tensor.h"
 #include "lz.h"
 
 #define T(i) lz_check(L, i)

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/ops.h"
-#include "../vm/core/error.h"
+#include "../ops/def/ops.h"
+#include "../ops/core/error.h"
 #include "lz.h"
 
 /* A tensor box is known by its size and its tag, the address of box_tag,

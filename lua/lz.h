@@ -13,7 +13,7 @@
 #define LZ_SHAPE "zorch.Shape"
 
 /* Raises the core's last error as a Lua error, its dims and indices counted
-   from 1 (vm/core/error.h marks them). */
+   from 1 (ops/core/error.h marks them). */
 int lz_fail(lua_State *L);
 /* Pushes t (taking its reference) or raises the last error when NULL. */
 int lz_push(lua_State *L, zorch_tensor *t);
@@ -95,7 +95,7 @@ void lz_open_shape(lua_State *L, int module, int methods);
 /* zorch.data.load_idx (lidx.c) */
 int lz_load_idx(lua_State *L);
 /* ---- the VM an embedding host made (lsandbox.c) ---------------------------------
-   vm/host/embed.c fills one per VM and keeps it in the registry ("zorch.vm");
+   vm/embed.c fills one per VM and keeps it in the registry ("zorch.vm");
    a Lua state without one (zorch.so loaded by lua5.4) has no limits. */
 struct zstate;
 typedef struct lz_vm {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../vm/core/tensor.h"
+#include "../ops/core/tensor.h"
 #include "../zero/comm.h"
 #include "../zero/engine.h"
 #include "lz.h"

@@ -7,13 +7,14 @@ import os, re, subprocess, sys
 
 # lowest first; a file may use its own layer and those below it
 LAYERS = [
-    ("core", ["vm/core/"]),
-    ("ops", ["ops/"]),
-    ("autograd", ["vm/autograd/"]),
-    ("io", ["vm/io/"]),
+    ("ops/core", ["ops/core/"]),
+    ("ops/kernels", ["ops/backend/", "ops/cpu/", "ops/cuda/"]),
+    ("ops/def", ["ops/def/"]),
+    ("ops/autograd", ["ops/autograd/"]),
+    ("ops/io", ["ops/io/"]),
     ("zero", ["zero/"]),
-    ("lua", ["lua/", "gen/"]),
-    ("host", ["vm/host/"]),
+    ("lua", ["lua/", "gen/lua_modules"]),
+    ("vm", ["vm/", "gen/help_doc"]),
 ]
 
 
@@ -57,12 +58,12 @@ def nm(obj, flags):
 # objects call each other and the forwarding copies of core functions in
 # ops/cuda/host.c, never the library's objects, and the library never calls
 # into it (it reaches the module through dlopen and a table). So each unit's
-# calls are resolved against its own definitions; vm/core/dtype.o (constant
+# calls are resolved against its own definitions; ops/core/dtype.o (constant
 # tables) is linked into both.
 # ops/cuda/host.o stands in for the core there (its functions forward to the
 # core's), so it counts as core.
 MODULE = ("ops/cuda/", "zero/nccl.")
-SHARED = ("vm/core/dtype.o",)
+SHARED = ("ops/core/dtype.o",)
 STAND_IN = {"ops/cuda/host.o": 0}
 
 

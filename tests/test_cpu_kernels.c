@@ -751,7 +751,7 @@ ZV512_TARGET static void phi2_512(float *y, const float *x, int64_t n) {
 #endif
 
 /* The AVX-512 16-bit conversions (vec512.h) against the library's scalar ones
-   (ops/math.h, which zorch_to_dtype runs): every 16-bit value widened; float32
+   (ops/backend/math.h, which zorch_to_dtype runs): every 16-bit value widened; float32
    values narrowed: a sweep of bit patterns, the rounding ties and their
    neighbours, subnormal halves, overflow, NaNs. */
 static void conversions512(void) {

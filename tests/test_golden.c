@@ -1,8 +1,8 @@
 /* Forward values and input gradients against PyTorch (tests/golden/ops.txt,
    written by tests/golden/gen_golden.py), in float32. Every elementwise op of the
-   registry (ops/pointwise_ops.h) runs from its case by name; a registered op
+   registry (ops/backend/pointwise_ops.h) runs from its case by name; a registered op
    without a case fails. */
-#include "../ops/pointwise_ops.h"
+#include "../ops/backend/pointwise_ops.h"
 #include "tap.h"
 
 #define MAXT 12

@@ -1,7 +1,7 @@
 /* Every differentiable op against central finite differences in float64: each
-   differentiable elementwise op of the registry (ops/pointwise_ops.h), found by
+   differentiable elementwise op of the registry (ops/backend/pointwise_ops.h), found by
    iterating it, and the other ops, listed below. */
-#include "../ops/pointwise_ops.h"
+#include "../ops/backend/pointwise_ops.h"
 #include "tap.h"
 
 #define MAXIN 4

@@ -1,13 +1,13 @@
-/* The Lua allocator's small-block pool (vm/host/lalloc.c): blocks keep their
+/* The Lua allocator's small-block pool (vm/lalloc.c): blocks keep their
    contents across size changes, pooled and unpooled; a freed block is reused
    by its class; a drained pool starts again; and a Lua state runs on it. */
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include "../vm/host/lalloc.h"
+#include "../vm/lalloc.h"
 #include "tap.h"
 
-bool alloc_cache_enabled(void); /* vm/core/tensor.h, whose SHAPE tap.h has too */
+bool alloc_cache_enabled(void); /* ops/core/tensor.h, whose SHAPE tap.h has too */
 
 static void fill(unsigned char *p, size_t n, unsigned char seed) {
   for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed + i);

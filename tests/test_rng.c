@@ -1,5 +1,5 @@
 /* Philox: known answers, reproducibility, stream layout and distributions. */
-#include "../ops/math.h"
+#include "../ops/backend/math.h"
 #include "tap.h"
 
 static void kat(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1,

@@ -17,7 +17,7 @@
 #ifdef ZORCH_WITH_CUDA
 #include <pthread.h>
 
-#include "../ops/cudamod.h"
+#include "../ops/backend/cudamod.h"
 #include "../ops/cuda/module.h"
 #include "nccl.h"
 #define ON_GPU(t) ((t)->st->device.type == ZORCH_CUDA)
@@ -32,7 +32,7 @@ static const nccl_api *nccl_table(void);
 #define ON_GPU(t) ((void)(t), false)
 #define NCCL_ROUTE(t, call) (void)0;
 #endif
-#include "../ops/backend.h"
+#include "../ops/backend/backend.h"
 
 static zero_comm the_comm = {.rank = 0, .world = 1, .backend = "local", .nccl_dev = -1};
 static bool comm_ready;

@@ -6,7 +6,7 @@
    algorithm: (N-1)/N of the buffer for a reduce-scatter or an all-gather. */
 #ifndef ZORCH_ZERO_COMM_H
 #define ZORCH_ZERO_COMM_H
-#include "../vm/core/tensor.h"
+#include "../ops/core/tensor.h"
 
 typedef struct zero_comm {
   int rank, world;

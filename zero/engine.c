@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../ops/cudamod.h"
-#include "../ops/ops.h"
+#include "../ops/backend/cudamod.h"
+#include "../ops/def/ops.h"
 #include "offload.h"
 
 #define ZERO_ALIGN 16 /* elements: every shard is a multiple of this */

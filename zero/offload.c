@@ -28,8 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../ops/ops.h"
-#include "../vm/core/error.h"
+#include "../ops/def/ops.h"
+#include "../ops/core/error.h"
 #ifdef ZORCH_URING
 #include <liburing.h>
 #endif

@@ -1,4 +1,4 @@
-/* backend.c: the CPU backend table (host memory is the core's, vm/core/hostmem.c). */
+/* backend.c: the CPU backend table (host memory is the core's, ops/core/hostmem.c). */
 #include "cpu.h"
 #include "kernels.h"
 

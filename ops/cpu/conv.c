@@ -1,12 +1,12 @@
 /* conv.c: CPU kernels of convolution (im2col and its adjoint, for the GEMMs in
-   ops/conv.c, and the whole convolution with one group, image by image) and of
+   ops/def/conv.c, and the whole convolution with one group, image by image) and of
    2-d pooling. Parallel over rows of the column matrix, blocks of images or
    image planes, so no two threads write one element. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../math.h"
+#include "../backend/math.h"
 #include "cpu.h"
 #include "kernels.h"
 #include "vec512.h"

@@ -2,7 +2,7 @@
    kernel runs on, threading, and value conversion. */
 #ifndef ZORCH_OPS_CPU_H
 #define ZORCH_OPS_CPU_H
-#include "../backend.h"
+#include "../backend/backend.h"
 
 /* Elements below which a kernel stays on the calling thread: starting a parallel
    region costs a few microseconds, which small tensors must not pay. */
@@ -20,7 +20,7 @@
 #define CPU_CLONES
 #endif
 
-/* Kernel scratch from the tensor allocator's caches (vm/core/hostmem.c): a
+/* Kernel scratch from the tensor allocator's caches (ops/core/hostmem.c): a
    buffer of 64 KiB or more from malloc came back as fresh pages on every
    call, each a fault (the attention backward's 160 KiB took 32 faults a
    transformer block step). NULL when out of memory. */
@@ -59,7 +59,7 @@ bool cpu_copy_transposed(const cpu_iter *it, size_t es);
 void cpu_t16_f32(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds);
 
 /* The error for index v at position k of an index tensor, not in 0..n-1
-   (numbers marked for the caller's numbering, vm/core/error.h). */
+   (numbers marked for the caller's numbering, ops/core/error.h). */
 zorch_status cpu_bad_index(const char *op, int64_t v, int64_t k, int64_t n);
 
 /* Value conversion through double, for the rare dtype pairs without a fast loop. */

@@ -1,5 +1,5 @@
 /* elementwise.c: CPU unary, binary, where, copy and fill kernels. The unary and
-   binary loops are generated per dtype from the op registry (ops/pointwise_ops.h);
+   binary loops are generated per dtype from the op registry (ops/backend/pointwise_ops.h);
    each has a unit-stride path the compiler vectorises, the scalar-broadcast
    paths, and a general strided path. */
 #include <math.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../math.h"
+#include "../backend/math.h"
 #include "cpu.h"
 #include "vec.h"
 #include "vec512.h"
@@ -70,7 +70,7 @@
     }                                                                                 \
   }
 
-/* ---- the loops of every registered op (ops/pointwise_ops.h) ----------------------- */
+/* ---- the loops of every registered op (ops/backend/pointwise_ops.h) ----------------------- */
 /* Integer loops where the registry gives integer math: INT for int32, int64 and
    uint8, SIGNED for int32 and int64. */
 #define INT_LOOPS_NO_INT(LOOP, name, ...)

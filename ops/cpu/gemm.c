@@ -5,7 +5,7 @@
    dnnl_f32_ready says so, the rest on BLAS. */
 #include <stdlib.h>
 
-#include "../math.h"
+#include "../backend/math.h"
 #include "blas.h"
 #include "cpu.h"
 #include "dnnl.h"

@@ -1,9 +1,9 @@
 /* index.c: CPU gather, scatter and sort along a dim. The row and line logic is
-   ops/math.h's, which the CUDA kernels run too. */
+   ops/backend/math.h's, which the CUDA kernels run too. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../math.h"
+#include "../backend/math.h"
 #include "cpu.h"
 #include "kernels.h"
 

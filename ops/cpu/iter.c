@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../math.h"
+#include "../backend/math.h"
 #include "cpu.h"
 #ifdef _OPENMP
 #include <omp.h>

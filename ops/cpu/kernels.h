@@ -1,4 +1,4 @@
-/* kernels.h: the CPU kernels that fill the backend table (see ops/backend.h for
+/* kernels.h: the CPU kernels that fill the backend table (see ops/backend/backend.h for
    what each one promises). */
 #ifndef ZORCH_OPS_CPU_KERNELS_H
 #define ZORCH_OPS_CPU_KERNELS_H

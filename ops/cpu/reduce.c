@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../math.h"
+#include "../backend/math.h"
 #include "cpu.h"
 #include "vec.h"
 #include "vec512.h"

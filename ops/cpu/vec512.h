@@ -1,6 +1,6 @@
 /* vec512.h: vec.h's float32 math written out in AVX-512 registers (FMA,
    vscalefps for 2^n, masked loads and stores for the tails), and the 16-bit
-   conversions of ops/math.h on 16 values at a time. GCC's vectorisation of
+   conversions of ops/backend/math.h on 16 values at a time. GCC's vectorisation of
    vec.h (target_clones) turned its selects into masked operations without FMA
    and spilled the constants; written by hand the same algorithms take about
    half the instructions.
@@ -49,7 +49,7 @@ static inline __mmask16 zv512_mask(int64_t n) {
   return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
 
-/* ---- 16-bit loads and stores: ops/math.h's conversions, bit for bit ---------- */
+/* ---- 16-bit loads and stores: ops/backend/math.h's conversions, bit for bit ---------- */
 ZV512_FN __m512 zv16_ld_bf16(const uint16_t *p, __mmask16 m) {
   __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));

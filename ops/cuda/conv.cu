@@ -1,4 +1,4 @@
-// conv.cu: im2col and its adjoint for the convolution GEMMs (ops/conv.c), and
+// conv.cu: im2col and its adjoint for the convolution GEMMs (ops/def/conv.c), and
 // 2-d pooling. The backward kernels gather (one thread per input pixel) and add
 // in the CPU kernels' order, so there are no atomics and the sums repeat.
 #include "cuda.h"

@@ -7,9 +7,9 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "../backend.h"
+#include "../backend/backend.h"
 }
-#include "../math.h"
+#include "../backend/math.h"
 
 #define CUDA_TRY(call)                                                                             \
   do {                                                                                             \
@@ -116,7 +116,7 @@ __device__ inline char *at(const geom &g, int k, int64_t idx) {
 }
 
 // ---- storage types: float and double as themselves, the 16-bit floats load
-// as float and store rounded (the conversions of ops/math.h, as on the CPU) ----
+// as float and store rounded (the conversions of ops/backend/math.h, as on the CPU) ----
 struct bf16_t { uint16_t v; };
 struct f16_t { uint16_t v; };
 template <typename S> struct io {

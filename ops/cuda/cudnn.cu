@@ -1,6 +1,6 @@
 // cudnn.cu: convolution (one group) and training-mode batch norm through
 // cuDNN's legacy-compatible API, where cuDNN is present; the module's own
-// kernels (im2col + cuBLASLt driven by ops/conv.c, norm.cu) otherwise.
+// kernels (im2col + cuBLASLt driven by ops/def/conv.c, norm.cu) otherwise.
 //
 // cuDNN is opened here with dlopen, on the first convolution or batch norm, not
 // linked: a machine without libcudnn.so.9 still loads the module and runs the

@@ -1,11 +1,11 @@
 // elementwise.cu: unary and binary ops over any strides and broadcasts, their
-// cases generated from the op registry (ops/pointwise_ops.h) on the per-element
-// math of ops/math.h (the formulas the CPU tests check), copies with
+// cases generated from the op registry (ops/backend/pointwise_ops.h) on the per-element
+// math of ops/backend/math.h (the formulas the CPU tests check), copies with
 // dtype conversion, fill, where, and the CPU's Philox streams. 16-bit floats
 // load as float, compute in float and round once on store, as the CPU path does.
 #include "cuda.h"
 
-// The cases of every registered op (ops/pointwise_ops.h): the registry's
+// The cases of every registered op (ops/backend/pointwise_ops.h): the registry's
 // expressions name their type T and read x (and y), p0, p1.
 #define CU_FCASE_U(ID, name, node, fmath, ...) \
   case UOP_##ID: return (fmath);
@@ -195,7 +195,7 @@ zorch_status cuda_where(zorch_tensor *out, const zorch_tensor *cond, const zorch
   return cu_launched("where");
 }
 
-// the CPU's streams, element for element (ops/math.h)
+// the CPU's streams, element for element (ops/backend/math.h)
 __global__ void k_random(char *p, int dt, int64_t n, uint64_t seed, uint64_t offset, int normal) {
   FOR(i, n) {
     double v = normal ? zm_random_normal(seed, offset, i)
@@ -211,7 +211,7 @@ zorch_status cuda_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool
   return cu_launched("random");
 }
 
-// the CPU's integers, element for element (zm_random_int, ops/math.h)
+// the CPU's integers, element for element (zm_random_int, ops/backend/math.h)
 __global__ void k_randint(int64_t *p, int64_t n, uint64_t seed, uint64_t offset, int64_t low, uint64_t range) {
   FOR(i, n) p[i] = zm_random_int(seed, offset, i, low, range);
 }

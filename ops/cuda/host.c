@@ -2,7 +2,7 @@
    a few core functions by name (err_set, shape_numel, ...); they are defined
    here and forward to the core's through the table it lent at open, so the
    module has no undefined zorch symbols and binds to nothing in the process.
-   (vm/core/dtype.c, which holds only constant tables, is linked in as it is.)
+   (ops/core/dtype.c, which holds only constant tables, is linked in as it is.)
    The module's entry point (runtime.cu) attaches the core's table first. */
 #include <stdio.h>
 

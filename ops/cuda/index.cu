@@ -1,5 +1,5 @@
 // index.cu: gather, scatter and sort along a dim. The line and row logic is
-// ops/math.h's, which the CPU kernels run too. Scatters run one thread per
+// ops/backend/math.h's, which the CPU kernels run too. Scatters run one thread per
 // line, in index order: the lines write disjoint places, so there are no
 // atomics and repeated indices give the CPU's answer. Bad indices are skipped
 // and reported at the next wait for the device (cu_report_bad).

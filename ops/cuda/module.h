@@ -3,7 +3,7 @@
    libraries: the kernels of ops/cuda, the runtime (devices, streams, the
    caching allocator), cuBLASLt, cuDNN and the NCCL collectives of zero/nccl.c.
    The core opens it with dlopen the first time a cuda device is asked for
-   (ops/cudamod.c), so a CPU run never maps cudart, cuBLAS or NCCL.
+   (ops/backend/cudamod.c), so a CPU run never maps cudart, cuBLAS or NCCL.
 
    The two sides talk through two tables of function pointers and nothing else:
    the core lends the module the few core functions its code calls (the error
@@ -17,13 +17,13 @@
 
    Both sides are compiled from the same headers in one build; the ABI number and
    the struct sizes are checked on open, so a module from another build is
-   refused with a message instead of crashing. Plain C: included by ops/cudamod.c
+   refused with a message instead of crashing. Plain C: included by ops/backend/cudamod.c
    and by the module (ops/cuda/host.c, runtime.cu). */
 #ifndef ZORCH_OPS_CUDA_MODULE_H
 #define ZORCH_OPS_CUDA_MODULE_H
 #include <stdarg.h>
 
-#include "../backend.h"
+#include "../backend/backend.h"
 
 /* Bumped whenever cuda_host, cuda_module, backend or the NCCL table change. */
 #define ZORCH_CUDA_MODULE_ABI 2

@@ -337,7 +337,7 @@ static backend make_backend() {
   b.randint = cuda_randint;
   b.adam = cuda_adam;
   b.sgd = cuda_sgd;
-  b.conv2d = cu_cudnn_conv2d;  // when cuDNN takes it; else im2col + GEMM (ops/conv.c)
+  b.conv2d = cu_cudnn_conv2d;  // when cuDNN takes it; else im2col + GEMM (ops/def/conv.c)
   b.conv2d_bwd = cu_cudnn_conv2d_bwd;
   b.conv2d_takes = cu_cudnn_conv_takes;
   b.im2col = cuda_im2col;

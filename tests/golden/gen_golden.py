@@ -7,7 +7,7 @@ one line per tensor: `tensor ROLE DTYPE NDIM D1..Dn V1..Vk` with ROLE in0.., out
 gout (the gradient fed to backward) and grad0.. (the gradients PyTorch computed
 for the inputs). Dimensions and indices are 0-based, as in zorch's C API.
 
-Every elementwise op of zorch's registry (ops/pointwise_ops.h) needs a case
+Every elementwise op of zorch's registry (ops/backend/pointwise_ops.h) needs a case
 under its registry name: test_golden fails for a registered op without one.
 Each case draws its numbers from a generator seeded by its name, so adding a
 case leaves the others' numbers as they were.

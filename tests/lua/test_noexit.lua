@@ -1,5 +1,5 @@
 -- Library code never ends the process: no exit, _exit or abort outside the
--- zorch command (vm/host/main.c), comments included.
+-- zorch command (vm/main.c), comments included.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 
@@ -9,7 +9,7 @@ local cmd = ("grep -rnE '\\b(_exit|exit|abort)\\(' %s/vm %s/ops %s/zero %s/lua "
 local p = io.popen(cmd)
 local found = {}
 for line in p:lines() do
-  if not line:find("/vm/host/main.c:", 1, true) then found[#found + 1] = line end
+  if not line:find("/vm/main.c:", 1, true) then found[#found + 1] = line end
 end
 p:close()
 tap.ok(#found == 0, "no exit, _exit or abort in library code" ..
@@ -17,7 +17,7 @@ tap.ok(#found == 0, "no exit, _exit or abort in library code" ..
 
 -- and the grep itself works: it finds the zorch command's own exit
 p = io.popen(cmd)
-local main = p:read("a"):find("/vm/host/main.c:", 1, true) ~= nil
+local main = p:read("a"):find("/vm/main.c:", 1, true) ~= nil
 p:close()
-tap.ok(main, "the check sees vm/host/main.c's exit, so it reads the sources")
+tap.ok(main, "the check sees vm/main.c's exit, so it reads the sources")
 tap.done()

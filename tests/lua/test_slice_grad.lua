@@ -1,6 +1,6 @@
 -- Gradients through several narrow/select slices of one tensor: the backward
 -- adds a later slice's gradient in place into the input's gradient gathered so
--- far (ops/view.c). Checked against the gradient built by hand, for disjoint
+-- far (ops/def/view.c). Checked against the gradient built by hand, for disjoint
 -- slices (a fused q, k, v), overlapping ones, selects, slices mixed with a
 -- direct use of the tensor, a gradient that other nodes share, and two passes.
 package.path = "lua/?.lua;" .. package.path

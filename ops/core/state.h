@@ -1,6 +1,6 @@
 /* state.h: the state a VM owns, as Lua's global_State owns a Lua universe's:
    the default generator, grad mode and the last error. Each thread has a
-   state of its own; a VM makes its state current while it runs (vm/host/embed.c
+   state of its own; a VM makes its state current while it runs (vm/embed.c
    swaps it in around every entry), so two VMs never share a generator, a grad
    mode or an error, even on one thread. What stays process-wide is listed in
    docs/architecture.md (MPI, NCCL, BLAS, the backend registry). */

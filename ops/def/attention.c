@@ -1,5 +1,5 @@
 /* attention.c: fused scaled dot-product attention, softmax(scale q k^T) v with an
-   optional causal mask, and its gradient. The kernels (ops/backend.h) never hold
+   optional causal mask, and its gradient. The kernels (ops/backend/backend.h) never hold
    the (Tq, Tk) scores: the forward saves the output and each row's log-sum-exp,
    and the backward recomputes the scores from them a block at a time. */
 #include <math.h>

@@ -1,5 +1,5 @@
 /* backend.c: the kernel backends by device type. The CPU's is built in; the
-   CUDA backend is the CUDA module's, opened on first use (ops/cudamod.c
+   CUDA backend is the CUDA module's, opened on first use (ops/backend/cudamod.c
    registers its kernels here and its allocator with the core). */
 #include "backend.h"
 

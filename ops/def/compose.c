@@ -1,4 +1,4 @@
-/* compose.c: elementwise ops built from the registry's ops (ops/pointwise.c),
+/* compose.c: elementwise ops built from the registry's ops (ops/def/pointwise.c),
    so their gradients are those of the ops they are made of: lerp, addcmul,
    addcdiv, the open-ended clamps, and the closeness tests isclose, allclose
    and equal. */

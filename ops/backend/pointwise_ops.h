@@ -1,6 +1,6 @@
 /* pointwise_ops.h: the registry of elementwise ops. Each op is declared once,
-   below; the enums of ops/backend.h, the names, autograd table and public
-   functions of ops/pointwise.c, the CPU loops of ops/cpu/elementwise.c, the
+   below; the enums of ops/backend/backend.h, the names, autograd table and public
+   functions of ops/def/pointwise.c, the CPU loops of ops/cpu/elementwise.c, the
    CUDA cases of ops/cuda/elementwise.cu, the Lua bindings and the tests are
    all expanded from these lists, so nothing is kept in step by hand.
 
@@ -11,7 +11,7 @@
      node    the autograd node's name
      fmath   the float math per element: an expression of x and the parameters
              p0, p1, all of type T (float or double); ZM(f, ...) calls zm_f of
-             ops/math.h for T, so CPU and CUDA run the same formula
+             ops/backend/math.h for T, so CPU and CUDA run the same formula
      ints    which integer dtypes have a kernel: INT (int32, int64, uint8),
              SIGNED (int32, int64), NO_INT (the op computes in float) or
              FLOAT (integer and bool inputs are an error, as PyTorch has no
@@ -22,7 +22,7 @@
              is defined (in a signed type it is undefined behaviour)
      grad    FUSED(BOP_<K>, save): the gradient is the fused binary kernel K of
              (g, saved); CUSTOM(fn, save): the backward function fn of
-             ops/pointwise.c; save is SAVE_NONE, SAVE_IN (the input),
+             ops/def/pointwise.c; save is SAVE_NONE, SAVE_IN (the input),
              SAVE_OUT (the output) or SAVE_BOTH (input and output)
      nparams the scalar parameters p0, p1 the op reads (0, 1 or 2)
      api     API: zorch_<name>(a[, p0[, p1]]) is generated; HAND(call): the public

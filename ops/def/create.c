@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "math.h"
+#include "../backend/math.h"
 #include "ops.h"
 
 static const zorch_device cpu_dev = {ZORCH_CPU, 0};

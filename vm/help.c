@@ -5,7 +5,7 @@
 #include <lua.h>
 #include <stddef.h>
 
-#include "../../lua/lz.h"
+#include "../lua/lz.h"
 #include "repl.h"
 
 extern const char help_doc_lua[], help_src_lua[];

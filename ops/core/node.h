@@ -1,5 +1,5 @@
 /* node.h: the dynamic tape's nodes. Each op that sees an input requiring grad
-   records a node on its output; the backward pass (vm/autograd/backward.c)
+   records a node on its output; the backward pass (ops/autograd/backward.c)
    walks the nodes once, in dependency order, and frees what they saved unless
    the graph is retained. */
 #ifndef ZORCH_VM_CORE_NODE_H

@@ -1,5 +1,5 @@
 /* node.c: grad mode, node recording and release, leaf properties. The
-   backward pass that runs the nodes is vm/autograd/backward.c, above the ops. */
+   backward pass that runs the nodes is ops/autograd/backward.c, above the ops. */
 #include "node.h"
 
 #include "state.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../ops/ops.h"
+#include "../def/ops.h"
 
 /* Sums g over broadcast dims down to shape (ndim, shape). */
 static zorch_tensor *ag_sum_to(zorch_tensor *g, int ndim, const int64_t *shape) {

@@ -12,9 +12,9 @@
      in the (outer, n, inner) form the op layer computes. */
 #ifndef ZORCH_OPS_BACKEND_H
 #define ZORCH_OPS_BACKEND_H
-#include "../vm/core/device.h"
-#include "../vm/core/node.h"
-#include "../vm/core/tensor.h"
+#include "../core/device.h"
+#include "../core/node.h"
+#include "../core/tensor.h"
 #include "pointwise_ops.h" /* the uop and bop enums */
 
 typedef enum { RED_SUM, RED_MAX, RED_MIN } red_op;
@@ -163,14 +163,14 @@ typedef struct backend {
   /* Philox numbers for elements [0, numel) from block `offset` on. */
   zorch_status (*random)(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
   /* int64 out: low + (64 random bits mod range) per element from block `offset`
-     on (zm_random_int of ops/math.h). */
+     on (zm_random_int of ops/backend/math.h). */
   zorch_status (*randint)(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
                           uint64_t range);
   zorch_status (*adam)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,
                        zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
   zorch_status (*sgd)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
                       const zorch_sgd_opts *o);
-  /* ---- convolution and pooling (ops/conv.c); float32 and float64, contiguous ----
+  /* ---- convolution and pooling (ops/def/conv.c); float32 and float64, contiguous ----
      im2col: col (c * kh * kw, nb * oh * ow), row (ci, ki, kj), column (image,
      oy, ox), = x (n, c, h, w) of images n0 .. n0 + nb - 1 at each window
      position (0 in the padding). col2im: the adjoint, images n0 .. n0 + nb - 1
@@ -179,7 +179,7 @@ typedef struct backend {
                          int64_t nb);
   zorch_status (*col2im)(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,
                          int64_t nb);
-  /* Optional (NULL: im2col and the GEMM above, driven by ops/conv.c): the whole
+  /* Optional (NULL: im2col and the GEMM above, driven by ops/def/conv.c): the whole
      convolution with one group. out (n, o, oh, ow) = x * w + b (b may be NULL);
      its backward writes gx and gw (either may be NULL: not wanted) from gout. */
   zorch_status (*conv2d)(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,
@@ -187,7 +187,7 @@ typedef struct backend {
   zorch_status (*conv2d_bwd)(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,
                              const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
   /* Optional (NULL: always): whether conv2d and conv2d_bwd take this convolution;
-     when false, ops/conv.c runs im2col and the GEMM (CUDA: cuDNN absent, or
+     when false, ops/def/conv.c runs im2col and the GEMM (CUDA: cuDNN absent, or
      sizes beyond its int descriptors). */
   bool (*conv2d_takes)(const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
   /* out (n, oh, ow) = the pool of each window of x (n, h, w); for POOL_MAX, idx

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../ops/math.h"
+#include "../backend/math.h"
 #include "../core/tensor.h"
 #include "target.h"
 

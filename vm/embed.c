@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/error.h"
-#include "../core/state.h"
-#include "../../lua/lz.h"
+#include "../ops/core/error.h"
+#include "../ops/core/state.h"
+#include "../lua/lz.h"
 #include "lalloc.h"
 #include "zorch.h"
 

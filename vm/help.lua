@@ -1,6 +1,6 @@
 -- help.lua: help(x), the documentation of a zorch function, module or tensor
 -- method, taken from docs/api.md (scripts/gen_help.lua makes the table at build
--- time). Loaded by vm/host/help.c with a function that loads that table and the
+-- time). Loaded by vm/help.c with a function that loads that table and the
 -- tensor methods table; returns the help function.
 local load_doc, methods = ...
 

@@ -1,8 +1,8 @@
 /* ops.h: helpers shared by the op definitions in ops/. */
 #ifndef ZORCH_OPS_OPS_H
 #define ZORCH_OPS_OPS_H
-#include "../vm/core/rng.h"
-#include "backend.h"
+#include "../core/rng.h"
+#include "../backend/backend.h"
 
 
 /* A new contiguous tensor on `like`'s device. */

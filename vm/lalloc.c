@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/tensor.h"
+#include "../ops/core/tensor.h"
 
 #define LZ_POOL_GRAIN 16u
 #define LZ_POOL_KEEP 4096u

@@ -1,7 +1,7 @@
 /* pointwise.c: elementwise ops with NumPy broadcasting and PyTorch's type
    promotion, and their gradients. 16-bit floats compute in float32 and round
    back; integer inputs of float math compute in float32. The ops, their names,
-   gradients and public functions come from the registry, ops/pointwise_ops.h. */
+   gradients and public functions come from the registry, ops/backend/pointwise_ops.h. */
 #include <float.h>
 #include <math.h>
 #include <string.h>

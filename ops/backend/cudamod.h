@@ -1,8 +1,8 @@
-/* cudamod.h: the CUDA module as the core sees it (ops/cudamod.c): opened on
+/* cudamod.h: the CUDA module as the core sees it (ops/backend/cudamod.c): opened on
    first use of a cuda device, never in a CPU run. */
 #ifndef ZORCH_OPS_CUDAMOD_H
 #define ZORCH_OPS_CUDAMOD_H
-#include "../vm/core/tensor.h"
+#include "../core/tensor.h"
 
 /* Opens the module once (later calls return at once) and registers its backend
    and allocator. True when it is loaded; false with the reason kept for

@@ -4,7 +4,7 @@
    instantiated for float (_f32) and double (_f64); <tgmath.h> picks expf for float
    in C, and CUDA's overloads do the same in device code. ZM(f, args) calls zm_f
    for the type of its first argument (C11 _Generic; overloads under nvcc), so one
-   expression serves both types (the op registry, ops/pointwise_ops.h). */
+   expression serves both types (the op registry, ops/backend/pointwise_ops.h). */
 #ifndef ZORCH_OPS_MATH_H
 #define ZORCH_OPS_MATH_H
 #include <stdint.h>

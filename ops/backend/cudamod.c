@@ -28,7 +28,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "cuda/module.h"
+#include "../cuda/module.h"
 
 static const cuda_module *mod;
 static void *mod_handle;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "math.h"
+#include "../backend/math.h"
 #include "ops.h"
 
 typedef struct {
