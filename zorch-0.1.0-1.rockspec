@@ -26,6 +26,7 @@ build = {
    build_target = "lib",
    build_variables = {
       CUDA = "0",
+      JOBS = "auto",
       BUILD = "build/luarocks",
       CC = "$(CC)",
       CFLAGS = "$(CFLAGS)",
