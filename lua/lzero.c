@@ -208,7 +208,7 @@ static int e_clip(lua_State *L) {
   double norm, ls = luaL_optnumber(L, 5, 1.0);
   bool overflow;
   if (!(ls > 0)) return luaL_argerror(L, 5, "the loss scale must be > 0");
-  if (zero_engine_clip(e, lz_check(L, 2), lua_toboolean(L, 3), luaL_checknumber(L, 4), ls, &norm, &overflow))
+  if (zero_engine_clip(e, lz_check(L, 2), lua_toboolean(L, 3), luaL_checknumber(L, 4), ls, NULL, &norm, &overflow))
     return lz_fail(L);
   lua_pushnumber(L, norm);
   lua_pushboolean(L, overflow);
