@@ -81,7 +81,7 @@ BINDIR          ?= $(PREFIX)/bin
 LUA_CMODULE_DIR ?= $(LIBDIR)/lua/5.4
 LUA_MODULE_DIR  ?= $(PREFIX)/share/lua/5.4
 all: lib
-lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch $(CUDA_MOD)
+lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch $(CUDA_MOD) $(BUILD)/examples/train_c
 
 # Installs missing Debian packages once (scripts/deps.sh says which).
 $(DEPS_OK): scripts/deps.sh
@@ -172,7 +172,7 @@ GPU_TESTS := $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.lua),)
 
 # (the test programs in $(BUILD)/tests are told where the CUDA module is; the
 # zorch command finds it beside itself)
-test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so $(BUILD)/libzorch.so $(CUDA_MOD)
+test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/examples/train_c $(BUILD)/zorch.so $(BUILD)/libzorch.so $(CUDA_MOD)
 	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) \
 	  $(if $(CUDA_MOD),ZORCH_CUDA_MODULE=$(abspath $(CUDA_MOD)),) \
 	  prove -f --exec ./runtest $(addprefix ../,$(TEST_BIN)) $(TEST_SH:tests/%=%) $(TEST_LUA:tests/%=%) $(GPU_TESTS:tests/%=%)
@@ -225,6 +225,11 @@ bench-models: $(BUILD)/zorch $(CUDA_MOD)
 	  python3 bench/torch_gpt2.py --precision $$p 2>/dev/null; \
 	  python3 bench/torch_gpt2.py --model gpt2 --context 64 --batch-size 4 --precision $$p 2>/dev/null; \
 	done; true
+
+# A C host that trains with ZeRO through the public headers alone.
+$(BUILD)/examples/train_c: examples/train_c/main.c include/zorch.h include/zorch_zero.h $(BUILD)/libzorch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
