@@ -340,7 +340,8 @@ zorch_status zorch_zero_step(zorch_zero *e, const zorch_zero_update *u, zorch_ze
                   .comms = e->ncomms};
   zorch_status st = zero_engine_clip(e->z, grad, sharded, e->o.clip, e->s.scale, &nx, &info->norm, &overflow);
   if (st) goto done;
-  double grad_scale = zero_engine_take_grad_scale(e->z);
+  int64_t p_off, g_off;
+  double grad_scale = zero_engine_param_file(e->z, &p_off, &g_off) >= 0 ? zero_engine_take_grad_scale(e->z) : 1.0;
   double t1 = comm_clock();
   info->reduce_s = t1 - t0;
   overflow = overflow && e->o.dtype == ZORCH_F16; /* (float32 and bfloat16 step as they always did) */
