@@ -88,7 +88,7 @@ BINDIR          ?= $(PREFIX)/bin
 LUA_CMODULE_DIR ?= $(LIBDIR)/lua/5.4
 LUA_MODULE_DIR  ?= $(PREFIX)/share/lua/5.4
 all: lib
-lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch $(CUDA_MOD)
+lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch $(CUDA_MOD) $(BUILD)/examples/train_c
 
 # `make` only builds: scripts/deps.sh installs what it needs (the README's two
 # commands run it). What is missing is said here, with how to get it; the
@@ -188,7 +188,7 @@ GPU_TESTS := $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.lua),)
 
 # (the test programs in $(BUILD)/tests are told where the CUDA module is; the
 # zorch command finds it beside itself)
-test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/zorch.so $(BUILD)/libzorch.so $(CUDA_MOD)
+test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/examples/train_c $(BUILD)/zorch.so $(BUILD)/libzorch.so $(CUDA_MOD)
 	$(call need_cmd,prove,perl)$(call need_cmd,mpirun,openmpi-bin)$(call need_cmd,python3,python3)
 	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) \
 	  $(if $(CUDA_MOD),ZORCH_CUDA_MODULE=$(abspath $(CUDA_MOD)),) \
@@ -243,6 +243,11 @@ bench-models: $(BUILD)/zorch $(CUDA_MOD)
 	  python3 bench/torch_gpt2.py --model gpt2 --context 64 --batch-size 4 --precision $$p 2>/dev/null; \
 	done; true
 
+# A C host that trains with ZeRO through the public headers alone.
+$(BUILD)/examples/train_c: examples/train_c/main.c include/zorch.h include/zorch_zero.h $(BUILD)/libzorch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
+
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
@@ -283,7 +288,7 @@ install-lib: lib $(BUILD)/zorch.pc
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 $(BUILD)/libzorch.a $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(BUILD)/libzorch.so $(CUDA_MOD) $(DESTDIR)$(LIBDIR)/
-	install -m 644 include/zorch.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 include/zorch.h include/zorch_zero.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(BUILD)/zorch.pc $(DESTDIR)$(PKGCONFIGDIR)/
 
 install-lua: $(BUILD)/zorch.so $(BUILD)/zorch

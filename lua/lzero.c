@@ -32,26 +32,6 @@ static int l_allreduce(lua_State *L) {
   return 0;
 }
 
-/* zorch._reduce_scatter(send, recv, {count per rank}) */
-static int l_reduce_scatter(lua_State *L) {
-  zorch_tensor *send = lz_check(L, 1), *recv = lz_check(L, 2);
-  luaL_checktype(L, 3, LUA_TTABLE);
-  zero_comm *c = get_comm(L);
-  int64_t *counts = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)c->world, 0);
-  for (int r = 0; r < c->world; r++) {
-    lz_geti(L, 3, r + 1);
-    counts[r] = luaL_checkinteger(L, -1);
-    lua_pop(L, 1);
-  }
-  if (comm_reduce_scatter(c, send, recv, counts)) return lz_fail(L);
-  return 0;
-}
-
-static int l_reduce_scatter_inplace(lua_State *L) {
-  if (comm_reduce_scatter_inplace(get_comm(L), lz_check(L, 1))) return lz_fail(L);
-  return 0;
-}
-
 /* process-wide settings: a sandbox's local world never waits on a peer */
 static int l_comm_timeout(lua_State *L) {
   double s = luaL_checknumber(L, 1);
@@ -63,19 +43,6 @@ static int l_comm_label(lua_State *L) {
   const char *label = luaL_optstring(L, 1, "");
   if (!lz_sandboxed(L)) comm_set_label(label);
   return 0;
-}
-
-static int l_allgather(lua_State *L) {
-  if (comm_allgather(get_comm(L), lz_check(L, 1), lz_check(L, 2))) return lz_fail(L);
-  return 0;
-}
-
-static int l_comm_bytes(lua_State *L) {
-  zero_comm *c = get_comm(L);
-  lua_pushinteger(L, (lua_Integer)c->sent);
-  lua_pushinteger(L, (lua_Integer)c->recv);
-  if (lua_toboolean(L, 1)) comm_reset_bytes(c);
-  return 2;
 }
 
 /* ---- the partition manager ------------------------------------------------------ */
@@ -208,7 +175,7 @@ static int e_clip(lua_State *L) {
   double norm, ls = luaL_optnumber(L, 5, 1.0);
   bool overflow;
   if (!(ls > 0)) return luaL_argerror(L, 5, "the loss scale must be > 0");
-  if (zero_engine_clip(e, lz_check(L, 2), lua_toboolean(L, 3), luaL_checknumber(L, 4), ls, &norm, &overflow))
+  if (zero_engine_clip(e, lz_check(L, 2), lua_toboolean(L, 3), luaL_checknumber(L, 4), ls, NULL, &norm, &overflow))
     return lz_fail(L);
   lua_pushnumber(L, norm);
   lua_pushboolean(L, overflow);
@@ -456,9 +423,7 @@ void lz_open_zero(lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, "zorch.finalizer");
   }
   static const luaL_Reg fns[] = {{"_comm", l_comm},           {"_allreduce", l_allreduce},
-                                 {"_reduce_scatter", l_reduce_scatter}, {"_allgather", l_allgather},
-                                 {"_reduce_scatter_inplace", l_reduce_scatter_inplace},
-                                 {"_comm_bytes", l_comm_bytes}, {"_zero_engine", l_zero_engine},
+                                 {"_zero_engine", l_zero_engine},
                                  {"_comm_timeout", l_comm_timeout}, {"_comm_label", l_comm_label},
                                  {"register_hook", l_register_hook}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);

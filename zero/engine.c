@@ -1362,13 +1362,15 @@ static double sum_squares(const float *p, int64_t n) {
 /* The global sum of squares: t (one float64, this rank's sum; freed here)
    summed over the ranks when the gradient is sharded; *norm the unscaled norm,
    *overflow when it is inf or nan. */
-static zorch_status global_norm(zero_engine *e, zorch_tensor *t, bool sharded, double loss_scale, double *norm,
-                                bool *overflow) {
+static zorch_status global_norm(zero_engine *e, zorch_tensor *t, bool sharded, const zero_norm *nx,
+                                double loss_scale, double *norm, bool *overflow) {
   zorch_status st = t ? ZORCH_OK : zorch_last_status();
   if (!st && sharded && e->c->world > 1) {
     comm_set_label("the gradient norm");
     st = comm_allreduce(e->c, t, false);
   }
+  if (nx && nx->ncomms) comm_set_label("the gradient norm over the model's ranks");
+  for (int k = 0; !st && nx && k < nx->ncomms; k++) st = comm_allreduce(nx->comms[k], t, false);
   double sq = 0;
   if (!st) st = zorch_tensor_to_doubles(t, &sq, 1);
   zorch_tensor_free(t);
@@ -1436,7 +1438,7 @@ static zorch_status pfile_clip(zero_engine *e, bool sharded, double max_norm, do
   free(buf);
   for (int64_t b = 0; b < e->nblk && !st; b++) s += e->bsum[b];
   int64_t one = 1;
-  if (!st) st = global_norm(e, zorch_full(1, &one, s, ZORCH_F64, e->dev), sharded, loss_scale, norm, overflow);
+  if (!st) st = global_norm(e, zorch_full(1, &one, s, ZORCH_F64, e->dev), sharded, NULL, loss_scale, norm, overflow);
   if (st || *overflow) return st;
   double coef = 1.0 / loss_scale, clip = max_norm / (*norm + 1e-6);
   if (max_norm > 0 && clip < 1) coef *= clip;
@@ -1450,32 +1452,57 @@ double zero_engine_take_grad_scale(zero_engine *e) {
   return c;
 }
 
+/* The sum of squares of n elements of g from element lo (float64, one
+   element, on g's device): in order on the CPU, on the device otherwise
+   (squares in float32, no float64 copy of the shard, summed in double). */
+static zorch_tensor *part_sumsq(zero_engine *e, zorch_tensor *g, int64_t lo, int64_t n) {
+  int64_t one = 1;
+  if (e->dev.type == ZORCH_CPU) return zorch_full(1, &one, sum_squares((const float *)tensor_ptr(g) + lo, n), ZORCH_F64, e->dev);
+  zorch_tensor *part = NULL, *sq2 = NULL, *s0 = NULL, *s1 = NULL, *t = NULL;
+  if ((part = zorch_narrow(g, 0, lo, n)) && (sq2 = zorch_mul(part, part)) && (s0 = zorch_sum(sq2, 0, NULL, false)) &&
+      (s1 = zorch_reshape(s0, 1, &one)))
+    t = zorch_to_dtype(s1, ZORCH_F64);
+  OP_FREE(part, sq2, s0, s1);
+  return t;
+}
+
+/* The weighted runs' sum: each run's squares times its weight, added in order. */
+static zorch_tensor *runs_sumsq(zero_engine *e, zorch_tensor *g, const zero_norm *nx) {
+  int64_t one = 1, n = zorch_tensor_numel(g);
+  double s = 0;
+  for (int k = 0; k < nx->nruns; k++) {
+    const zero_norm_run *r = &nx->runs[k];
+    if (r->lo < 0 || r->len < 0 || r->lo + r->len > n)
+      return err_null(ZORCH_ERR_ARG, "zero: a norm run [%lld, %lld) is outside the gradient's %lld elements",
+                      (long long)r->lo, (long long)(r->lo + r->len), (long long)n);
+    zorch_tensor *t = part_sumsq(e, g, r->lo, r->len);
+    double v = 0;
+    zorch_status st = t ? zorch_tensor_to_doubles(t, &v, 1) : zorch_last_status();
+    zorch_tensor_free(t);
+    if (st) return NULL;
+    s += r->w * v;
+  }
+  return zorch_full(1, &one, s, ZORCH_F64, e->dev);
+}
+
 zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *g, bool sharded, double max_norm, double loss_scale,
-                              double *norm, bool *overflow) {
+                              const zero_norm *nx, double *norm, bool *overflow) {
   if (!zorch_tensor_is_contiguous(g) || g->dtype != ZORCH_F32)
     return err_set(ZORCH_ERR_ARG, "zero: clipping needs a contiguous float32 gradient");
-  /* the sum of squares (float64 for the all-reduce): in order on the CPU, on the
-     device otherwise */
-  zorch_tensor *t = NULL;
-  if (e->pfd >= 0 && g->st == e->gshard->st) /* the gradient in the file: streamed */
+  bool in_file = e->pfd >= 0 && g->st == e->gshard->st;
+  bool weighted = nx && nx->weighted;
+  if (in_file && !weighted) /* the gradient in the file: streamed */
     return pfile_clip(e, sharded, max_norm, loss_scale, norm, overflow);
-  if (e->dev.type == ZORCH_CPU) {
-    const float *p = (const float *)tensor_ptr(g);
-    int64_t n = zorch_tensor_numel(g), one = 1;
-    t = zorch_full(1, &one, sum_squares(p, n), ZORCH_F64, e->dev);
-  } else {
-    /* squares in float32 (no float64 copy of the shard), summed in double */
-    zorch_tensor *sq2 = NULL, *s0 = NULL, *s1 = NULL;
-    int64_t one = 1;
-    if ((sq2 = zorch_mul(g, g)) && (s0 = zorch_sum(sq2, 0, NULL, false)) && (s1 = zorch_reshape(s0, 1, &one)))
-      t = zorch_to_dtype(s1, ZORCH_F64);
-    OP_FREE(sq2, s0, s1);
-  }
-  zorch_status st = global_norm(e, t, sharded, loss_scale, norm, overflow);
+  zorch_status st = in_file ? gw_wait(e, 0) : ZORCH_OK;
+  if (!st && in_file) st = pfile_apply_coef(e);
+  if (st) return st;
+  zorch_tensor *t = weighted ? runs_sumsq(e, g, nx) : part_sumsq(e, g, 0, zorch_tensor_numel(g));
+  st = global_norm(e, t, sharded, nx, loss_scale, norm, overflow);
   if (st || *overflow) return st;
   /* one factor: unscale, and clip the unscaled gradient */
   double coef = 1.0 / loss_scale, clip = max_norm / (*norm + 1e-6);
   if (max_norm > 0 && clip < 1) coef *= clip;
+  if (in_file) return e->gcoef = coef, ZORCH_OK;
   if (coef != 1.0 && e->host_grad && g->st == e->gshard->st && e->nhost_coef >= 0) /* (for the host copy) */
     e->nhost_coef < 4 ? (void)(e->host_coef[e->nhost_coef++] = coef) : (void)(e->nhost_coef = -1);
   return coef != 1.0 ? scale(g, coef) : ZORCH_OK;

@@ -70,14 +70,29 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded);
 /* What the optimizer updates: the fp32 master weights, or the parameters' flat
    buffer (stage 0) or this rank's slice of it. Borrowed. */
 zorch_tensor *zero_engine_target(zero_engine *e);
-/* Global L2 norm of the gradient (fp64 sums, one all-reduce when sharded) of a
-   gradient multiplied by loss_scale (1 without loss scaling): *norm is the
-   unscaled norm. One combined factor, 1/loss_scale times the clip to max_norm
-   when above it (max_norm <= 0: no clipping), multiplies the gradient. An inf
-   or nan anywhere makes the reduced sum inf or nan on every rank: then
-   *overflow is set, *norm is that value, and the gradient is left as it is. */
+/* What else the norm takes: weighted runs of the gradient (a model split
+   across ranks counts each element once over them: weight 0 leaves a run out)
+   and the groups its sum of squares is summed over besides the data ranks. */
+typedef struct {
+  int64_t lo, len; /* elements of the gradient */
+  double w;
+} zero_norm_run;
+typedef struct {
+  bool weighted; /* the runs' weighted sum, not the whole gradient's */
+  int nruns;
+  const zero_norm_run *runs;
+  int ncomms;
+  zero_comm *const *comms;
+} zero_norm;
+/* Global L2 norm of the gradient (fp64 sums, one all-reduce when sharded, one
+   per nx->comms) of a gradient multiplied by loss_scale (1 without loss
+   scaling): *norm is the unscaled norm. One combined factor, 1/loss_scale
+   times the clip to max_norm when above it (max_norm <= 0: no clipping),
+   multiplies the gradient. An inf or nan anywhere makes the reduced sum inf
+   or nan on every rank: then *overflow is set, *norm is that value, and the
+   gradient is left as it is. nx may be NULL. */
 zorch_status zero_engine_clip(zero_engine *e, zorch_tensor *grad, bool sharded, double max_norm,
-                              double loss_scale, double *norm, bool *overflow);
+                              double loss_scale, const zero_norm *nx, double *norm, bool *overflow);
 /* With param_dir, zero_engine_clip leaves its factor (1/loss_scale times the
    clip) pending instead of rewriting the gradient in the file: this returns
    it (1: none) and clears it. The optimizer's stream multiplies each chunk's

@@ -1,0 +1,230 @@
+/* zorch_zero.h: data-parallel training with ZeRO (stages 0-3) from C.
+
+   An engine takes a model's parameters (float32 leaves, in a fixed order that
+   every rank shares), flattens them into one padded buffer (the parameters
+   become views of it) and partitions across the ranks of a communicator what
+   the stage asks for:
+     stage 0  nothing: gradients all-reduced (plain data parallel)
+     stage 1  the optimizer's state: each rank updates its slice
+     stage 2  the gradients too, reduced in buckets during backward
+     stage 3  the parameters too: gathered around each module's forward and
+              backward (the module hooks below), released after
+   One training step is
+     zorch_zero_zero_grad(e)                  at the start of each accumulation window
+     loss = forward(...)                      (stage 3: inside module_begin/module_end)
+     zorch_zero_backward(e, loss)             every micro-step
+     zorch_zero_step(e, &update, &info)       reduces, clips, updates once a window is full
+   Every rank makes the same calls in the same order (they are collective).
+
+   Errors: every function that can fail returns a zorch_status (or NULL) and
+   sets the message zorch_last_error() returns; none aborts or exits. A failed
+   call leaves the engine usable for zorch_zero_free, and for a new attempt of
+   the step when the failure was not a collective's timeout.
+   Ownership: tensors passed in are borrowed unless said otherwise; tensors
+   returned are borrowed (valid until the engine is freed) unless said
+   otherwise. */
+#ifndef ZORCH_ZERO_H
+#define ZORCH_ZERO_H
+#include "zorch.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- communicators --------------------------------------------------------------------- */
+/* A set of ranks that run collectives together. Communicators live as long as
+   the process (freeing one is collective): never free them. */
+typedef struct zero_comm zorch_zero_comm;
+
+/* The process's communicator: MPI's world when launched by mpirun (or srun,
+   zorch launch) with more than one rank, else one local rank. Made on first
+   call; NULL with the error set when MPI cannot start. */
+ZORCH_API zorch_zero_comm *zorch_zero_world(void);
+/* A world of one rank that never starts MPI. */
+ZORCH_API zorch_zero_comm *zorch_zero_local(void);
+ZORCH_API int zorch_zero_comm_rank(const zorch_zero_comm *c); /* 0-based */
+ZORCH_API int zorch_zero_comm_size(const zorch_zero_comm *c);
+/* Collective over parent: ranks passing the same color form one group, ordered
+   by key; *out set on success. */
+ZORCH_API zorch_status zorch_zero_comm_split(zorch_zero_comm *parent, int color, int key, zorch_zero_comm **out);
+/* In-place sum over the ranks of c of a contiguous float32 or float64 tensor. */
+ZORCH_API zorch_status zorch_zero_allreduce(zorch_zero_comm *c, zorch_tensor *t);
+/* Seconds a collective may wait before it fails with ZORCH_ERR_TIMEOUT (0: never). */
+ZORCH_API void zorch_zero_set_timeout(double seconds);
+/* Ends MPI if it was started (after the last collective; safe to repeat). */
+ZORCH_API void zorch_zero_finalize(void);
+
+/* ---- options --------------------------------------------------------------------------- */
+typedef struct {
+  int stage;                     /* 0..3 */
+  double clip;                   /* max global L2 norm of the gradient; 0: no clipping */
+  int accumulation;              /* micro-steps (backward calls) per optimizer step, >= 1 */
+  zorch_dtype dtype;             /* ZORCH_F32; ZORCH_BF16 or ZORCH_F16: 16-bit parameters and
+                                    gradients, float32 master weights */
+  /* ZORCH_F16 only, DeepSpeed's dynamic loss scaler: a static scale (> 0) or 0
+     for a dynamic one starting at 2^initial_scale_power, doubled after
+     loss_scale_window good steps, halved (not below min_loss_scale) once
+     `hysteresis` overflows were absorbed */
+  double loss_scale;
+  int initial_scale_power, loss_scale_window, hysteresis;
+  bool consecutive_hysteresis;
+  double min_loss_scale;
+  int64_t bucket;                /* elements per gradient reduction (stages 2-3), >= 1 */
+  bool overlap;                  /* stages 2-3: a full bucket's reduction runs during backward */
+  /* stage 3: the parameters' owner runs: ngroups groups of group_sizes[g]
+     consecutive parameters, gathered and released together (a module's own);
+     0 groups: one per parameter. The array is copied. */
+  int ngroups;
+  const int *group_sizes;
+  int64_t max_reuse_distance, prefetch_bucket_size, max_live_parameters; /* stage 3, elements */
+  /* stage 3, float32 on the CPU: the shard and its gradient live in a file
+     made (and unlinked at once) in this folder; NULL: in memory */
+  const char *param_dir;
+  zorch_zero_comm *data;         /* the ranks holding replicas (NULL: zorch_zero_world()) */
+  zorch_zero_comm *model;        /* the ranks the model is split over (tensor or pipeline
+                                    parallel): the norm is summed over them too; NULL: none */
+} zorch_zero_options;
+
+/* The defaults: stage 0, no clipping, accumulation 1, float32, loss scaler
+   as DeepSpeed's (0, 16, 1000, 2, false, 1), bucket 500000000, no overlap,
+   stage 3's 0 / 50000000 / 1000000000, in memory, the world, no model group. */
+ZORCH_API void zorch_zero_options_init(zorch_zero_options *o);
+
+/* ---- the engine ------------------------------------------------------------------------ */
+typedef struct zorch_zero zorch_zero;
+
+/* Makes an engine over n parameters (float32 leaves on one device, each
+   requiring grad; retained). Collective over o->data. The parameters keep
+   their values and become views of the engine's buffer (at stage 3 they read
+   zeros outside a gather). *out on success; on failure the error names the
+   option or parameter at fault. */
+ZORCH_API zorch_status zorch_zero_new(const zorch_zero_options *o, int n, zorch_tensor *const *params,
+                                      zorch_zero **out);
+/* Frees the engine (the parameters then keep their own storage). NULL is fine. */
+ZORCH_API void zorch_zero_free(zorch_zero *e);
+
+/* Where this rank's slice lies in the flat buffer of the parameters (in
+   order, then padding so every shard has `shard` elements). */
+typedef struct {
+  int rank, world;         /* in the data communicator */
+  int64_t numel;           /* elements of all the parameters */
+  int64_t shard;           /* elements per rank's slice */
+  int64_t padded;          /* shard * world */
+  int64_t lo, len;         /* what the update steps: elements [lo, lo + len) of the flat
+                              buffer (stage 0: all of it, else this rank's slice) */
+} zorch_zero_geometry;
+ZORCH_API void zorch_zero_get_geometry(const zorch_zero *e, zorch_zero_geometry *g);
+/* What the update steps (float32, len elements): the master weights, or the
+   flat buffer (stage 0) or this rank's slice of it. Borrowed. */
+ZORCH_API zorch_tensor *zorch_zero_target(zorch_zero *e);
+
+/* The weight of each parameter's squares in the global norm (n values, copied):
+   1 counts it, 0 leaves it out (a copy another rank of the model group
+   holds), 1/T a parameter replicated on T ranks of the model group. Without
+   weights every parameter counts 1. */
+ZORCH_API zorch_status zorch_zero_set_norm_weights(zorch_zero *e, const double *weights);
+/* A further group the norm is summed over (a model split without one model
+   communicator: pipeline stages, tensor shards); groups add up. */
+ZORCH_API zorch_status zorch_zero_add_norm_comm(zorch_zero *e, zorch_zero_comm *c);
+
+/* Clears the gradients (call at the start of each accumulation window). */
+ZORCH_API zorch_status zorch_zero_zero_grad(zorch_zero *e);
+/* One micro-step's backward from a one-element loss: the loss times
+   1/accumulation and the loss scale, then autograd, with the gradients of
+   full buckets reduced as they are ready (stages 2-3). The loss is borrowed. */
+ZORCH_API zorch_status zorch_zero_backward(zorch_zero *e, zorch_tensor *loss);
+/* The same from a tensor and its gradient (a pipeline stage's output and the
+   gradient sent back): grad times the loss scale, no 1/accumulation. */
+ZORCH_API zorch_status zorch_zero_backward_from(zorch_zero *e, zorch_tensor *t, zorch_tensor *grad);
+
+/* ---- the step -------------------------------------------------------------------------- */
+/* What a callback update gets: the target and its gradient (reduced,
+   averaged, unscaled and clipped; float32, len elements, borrowed); with the
+   gradient in the parameter file grad_scale is the factor still to apply to
+   it as it is streamed (1: none); step is the count of updates including this
+   one. */
+typedef struct {
+  zorch_tensor *target, *grad;
+  double grad_scale;
+  int64_t step;
+} zorch_zero_update_args;
+typedef zorch_status (*zorch_zero_update_fn)(const zorch_zero_update_args *a, void *ud);
+
+typedef enum { ZORCH_ZERO_ADAM = 0, ZORCH_ZERO_SGD, ZORCH_ZERO_CALLBACK } zorch_zero_update_kind;
+typedef struct {
+  zorch_zero_update_kind kind;
+  zorch_adam_opts adam; /* ZORCH_ZERO_ADAM (and AdamW: adam.decoupled): state kept by the engine */
+  zorch_sgd_opts sgd;   /* ZORCH_ZERO_SGD: the momentum buffer kept by the engine */
+  zorch_zero_update_fn fn; /* ZORCH_ZERO_CALLBACK: an optimizer of the host's (or a script's) */
+  void *ud;
+} zorch_zero_update;
+
+typedef struct {
+  bool stepped;      /* an update ran (false: the window is not full yet, or an overflow) */
+  bool overflow;     /* float16: an inf or nan in the gradient on some rank skipped the step */
+  double norm;       /* global L2 norm of the unscaled gradient, before clipping */
+  double loss_scale; /* the scale the next backward uses (1 without float16) */
+  int64_t steps;     /* optimizer steps taken (skipped ones do not count) */
+  double reduce_s, update_s; /* seconds: reduction and norm; update and after it */
+} zorch_zero_step_info;
+
+/* Once accumulation backward calls have run since the last step: reduce the
+   gradient, compute the global norm (one sum of squares over this rank's
+   slice, summed over the data ranks and the model ranks), find overflow and
+   update the loss scale, unscale and clip by one factor, copy it to the host
+   copy when one is set, run the update, then put the updated values into the
+   parameters (all-gather at stages 1-2, release at stage 3). Earlier it does
+   nothing but set info->stepped false. ZORCH_ERR_STATE without a backward
+   since the last step. info may be NULL. An error in the update leaves the
+   parameters as the update left them. */
+ZORCH_API zorch_status zorch_zero_step(zorch_zero *e, const zorch_zero_update *u, zorch_zero_step_info *info);
+
+/* The loss scaler: its state, for checkpoints (set restores a saved one). */
+typedef struct {
+  double scale;
+  int hysteresis;
+  int64_t attempts, last_overflow, skipped;
+} zorch_zero_scaler;
+ZORCH_API void zorch_zero_get_scaler(const zorch_zero *e, zorch_zero_scaler *s);
+ZORCH_API zorch_status zorch_zero_set_scaler(zorch_zero *e, const zorch_zero_scaler *s);
+/* Micro-steps (backward calls) so far and optimizer steps taken. */
+ZORCH_API void zorch_zero_counts(const zorch_zero *e, int64_t *micro, int64_t *steps);
+
+/* Offload on a GPU rank (stages 2-3, float32): the update steps host_target
+   (float32 CPU tensors of len elements, retained) from host_grad, into which
+   each bucket's part of the reduced gradient is copied as it is reduced
+   (bucketed) or the whole gradient at the step; after the update host_target
+   is copied back to the device's target. NULLs turn it off. */
+ZORCH_API zorch_status zorch_zero_set_host(zorch_zero *e, zorch_tensor *host_target, zorch_tensor *host_grad,
+                                           bool bucketed);
+
+/* ---- checkpoints of the engine's shards ------------------------------------------------- */
+/* This rank's state to a safetensors file at path: the target, the fused
+   optimizer's state, the step counts and the loss scaler, with the stage,
+   rank, world and sizes as metadata. Every rank writes its own file. */
+ZORCH_API zorch_status zorch_zero_save(zorch_zero *e, const char *path);
+/* Reads a file zorch_zero_save wrote on the same rank of an engine with the
+   same stage, world and parameter sizes (else ZORCH_ERR_ARG naming what
+   differs; nothing changed), then puts the values into the parameters.
+   Collective (stages 1-3 gather). */
+ZORCH_API zorch_status zorch_zero_load(zorch_zero *e, const char *path);
+
+/* ---- stage 3: parameters gathered around modules ----------------------------------------- */
+/* Gather every group (for a forward outside module hooks, or reading the
+   parameters), release every group, or keep this rank's slice after the
+   gathered parameters were written. No-ops at stages 0-2. */
+ZORCH_API zorch_status zorch_zero_gather(zorch_zero *e);
+ZORCH_API zorch_status zorch_zero_release(zorch_zero *e);
+ZORCH_API zorch_status zorch_zero_sync_shard(zorch_zero *e);
+/* A module owning groups[0..n) (0-based group ids); *id its id. */
+ZORCH_API zorch_status zorch_zero_module_register(zorch_zero *e, int n, const int *groups, int *id);
+/* Before the module's forward: gathers its groups. */
+ZORCH_API zorch_status zorch_zero_module_begin(zorch_zero *e, int id);
+/* After it: releases them, and arms a hook on the node that made `out` (NULL:
+   none) that gathers them again before that node's backward. */
+ZORCH_API zorch_status zorch_zero_module_end(zorch_zero *e, int id, zorch_tensor *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

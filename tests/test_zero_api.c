@@ -1,0 +1,155 @@
+/* test_zero_api.c: include/zorch_zero.h on one local rank: options checked,
+   the step's counting, the update equal to the fused Adam's, the norm, the
+   fp16 loss scaler, shard checkpoints. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "zorch_zero.h"
+
+static zorch_tensor *param(const double *v, int ndim, const int64_t *shape) {
+  zorch_tensor *t = from_doubles(v, ndim, shape, ZORCH_F32);
+  if (t) zorch_set_requires_grad(t, true);
+  return t;
+}
+
+static const double W[6] = {0.5, -1, 2, 0.25, -0.75, 1.5}, B[3] = {0.1, -0.2, 0.3};
+static const double X[4] = {1, 2, -1, 0.5};
+
+/* sum((x W^T + b)^2) over a (2, 2) batch */
+static zorch_tensor *loss(zorch_tensor *w, zorch_tensor *b, double scale_x) {
+  double xv[4];
+  for (int i = 0; i < 4; i++) xv[i] = X[i] * scale_x;
+  zorch_tensor *x = from_doubles(xv, SHAPE(2, 2), ZORCH_F32);
+  zorch_tensor *y = zorch_linear(x, w, b);
+  zorch_tensor *sq = zorch_mul(y, y);
+  zorch_tensor *l = zorch_sum(sq, 0, NULL, false);
+  zorch_tensor_free(x), zorch_tensor_free(y), zorch_tensor_free(sq);
+  return l;
+}
+
+static zorch_status make(int stage, zorch_dtype dt, int accum, double clip, zorch_tensor **p, zorch_zero **e) {
+  zorch_zero_options o;
+  zorch_zero_options_init(&o);
+  o.stage = stage, o.dtype = dt, o.accumulation = accum, o.clip = clip, o.data = zorch_zero_local();
+  p[0] = param(W, SHAPE(3, 2));
+  p[1] = param(B, SHAPE(3));
+  return zorch_zero_new(&o, 2, p, e);
+}
+
+static bool same_bits(zorch_tensor *a, zorch_tensor *b) {
+  return zorch_tensor_numel(a) == zorch_tensor_numel(b) &&
+         !memcmp(zorch_tensor_data(a), zorch_tensor_data(b), (size_t)zorch_tensor_numel(a) * 4);
+}
+
+int main(void) {
+  zorch_zero_options o;
+  zorch_zero_options_init(&o);
+  ok(o.stage == 0 && o.accumulation == 1 && o.dtype == ZORCH_F32 && o.bucket == 500000000 && o.hysteresis == 2,
+     "options_init: the documented defaults");
+  zorch_tensor *p[2] = {param(W, SHAPE(3, 2)), param(B, SHAPE(3))};
+  zorch_zero *e = NULL;
+  o.data = zorch_zero_local();
+  o.stage = 4;
+  ok(zorch_zero_new(&o, 2, p, &e) == ZORCH_ERR_ARG && !e && error_has("stage must be 0, 1, 2 or 3"), "stage 4 refused");
+  o.stage = 1, o.clip = -1;
+  ok(zorch_zero_new(&o, 2, p, &e) == ZORCH_ERR_ARG && error_has("clip must be"), "a negative clip refused");
+  o.clip = 0, o.accumulation = 0;
+  ok(zorch_zero_new(&o, 2, p, &e) == ZORCH_ERR_ARG && error_has("accumulation"), "accumulation 0 refused");
+  zorch_set_requires_grad(p[1], false);
+  o.accumulation = 1;
+  ok(zorch_zero_new(&o, 2, p, &e) == ZORCH_ERR_ARG && error_has("parameter 2"), "a parameter without grad refused");
+  zorch_tensor_free(p[0]), zorch_tensor_free(p[1]);
+
+  /* stage 1, accumulation 2: the geometry, counting, the update */
+  ok(make(1, ZORCH_F32, 2, 0, p, &e) == ZORCH_OK && e, "an engine at stage 1");
+  zorch_zero_geometry g;
+  zorch_zero_get_geometry(e, &g);
+  ok(g.rank == 0 && g.world == 1 && g.numel == 9 && g.shard == 16 && g.lo == 0 && g.len == 16 &&
+         zorch_tensor_numel(zorch_zero_target(e)) == 16,
+     "geometry: 9 elements padded to a shard of 16");
+  zorch_zero_update u = {.kind = ZORCH_ZERO_ADAM, .adam = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}};
+  zorch_zero_step_info info;
+  ok(zorch_zero_step(e, &u, &info) == ZORCH_ERR_STATE && error_has("no zorch_zero_backward"), "a step before any backward");
+  zorch_tensor *rw = param(W, SHAPE(3, 2)), *rb = param(B, SHAPE(3)); /* the reference: plain autograd and Adam */
+  for (int k = 0; k < 2; k++) {
+    zorch_tensor *l = loss(p[0], p[1], 1), *r = loss(rw, rb, 1);
+    zorch_tensor *rh = zorch_mul_scalar(r, 0.5);
+    if (k == 0) ok(zorch_zero_zero_grad(e) == ZORCH_OK, "zero_grad");
+    ok(zorch_zero_backward(e, l) == ZORCH_OK && zorch_backward(rh, NULL, false) == ZORCH_OK, "backward %d", k + 1);
+    ok(zorch_zero_step(e, &u, &info) == ZORCH_OK && info.stepped == (k == 1), "step %d: %s", k + 1,
+       k ? "the window is full: it steps" : "half a window: no update");
+    zorch_tensor_free(l), zorch_tensor_free(r), zorch_tensor_free(rh);
+  }
+  double gv[9], sq = 0;
+  zorch_tensor_to_doubles(zorch_grad(rw), gv, 6);
+  zorch_tensor_to_doubles(zorch_grad(rb), gv + 6, 3);
+  for (int i = 0; i < 9; i++) sq += gv[i] * gv[i];
+  ok(fabs(info.norm - sqrt(sq)) < 1e-6 * sqrt(sq) && info.steps == 1 && info.loss_scale == 1,
+     "the norm of the accumulated gradient (%g, want %g)", info.norm, sqrt(sq));
+  zorch_tensor *m[2] = {zorch_zeros(SHAPE(3, 2), ZORCH_F32, CPU), zorch_zeros(SHAPE(3), ZORCH_F32, CPU)};
+  zorch_tensor *v[2] = {zorch_zeros(SHAPE(3, 2), ZORCH_F32, CPU), zorch_zeros(SHAPE(3), ZORCH_F32, CPU)};
+  zorch_set_requires_grad(rw, false), zorch_set_requires_grad(rb, false);
+  zorch_adam_step(rw, zorch_grad(rw), m[0], v[0], NULL, 1, &u.adam);
+  zorch_adam_step(rb, zorch_grad(rb), m[1], v[1], NULL, 1, &u.adam);
+  ok(same_bits(p[0], rw) && same_bits(p[1], rb), "the update is the fused Adam's on the averaged gradient, bit for bit");
+
+  /* checkpoints */
+  char path[] = "/tmp/zorch_zero_ckXXXXXX";
+  int fd = mkstemp(path);
+  if (fd >= 0) close(fd);
+  zorch_tensor *saved = zorch_clone(zorch_zero_target(e));
+  ok(zorch_zero_save(e, path) == ZORCH_OK, "save the shard");
+  for (int k = 0; k < 2; k++) {
+    zorch_tensor *l = loss(p[0], p[1], 1);
+    zorch_zero_backward(e, l);
+    zorch_zero_step(e, &u, &info);
+    zorch_tensor_free(l);
+  }
+  ok(info.stepped && info.steps == 2 && !same_bits(saved, zorch_zero_target(e)), "another step changed the target");
+  ok(zorch_zero_load(e, path) == ZORCH_OK && same_bits(saved, zorch_zero_target(e)), "load brings the saved shard back");
+  int64_t micro, steps;
+  zorch_zero_counts(e, &micro, &steps);
+  ok(micro == 2 && steps == 1, "and the counts (micro %lld, steps %lld)", (long long)micro, (long long)steps);
+  zorch_tensor *q[2];
+  zorch_zero *e0 = NULL;
+  make(0, ZORCH_F32, 1, 0, q, &e0);
+  ok(zorch_zero_load(e0, path) == ZORCH_ERR_ARG && error_has("stage 1, this engine has 0"),
+     "a checkpoint of another stage is refused, named");
+  double bad[2] = {1, -1};
+  ok(zorch_zero_set_norm_weights(e0, bad) == ZORCH_ERR_ARG && error_has("weight 2"), "a negative norm weight refused");
+  zorch_zero_free(e0), zorch_tensor_free(q[0]), zorch_tensor_free(q[1]);
+  unlink(path);
+  zorch_zero_free(e);
+  for (int i = 0; i < 2; i++) zorch_tensor_free(m[i]), zorch_tensor_free(v[i]), zorch_tensor_free(p[i]);
+  zorch_tensor_free(rw), zorch_tensor_free(rb), zorch_tensor_free(saved);
+
+  /* fp16: the dynamic scaler absorbs one overflow (hysteresis 2), halves at the second */
+  ok(make(2, ZORCH_F16, 1, 1.0, p, &e) == ZORCH_OK, "an fp16 engine at stage 2");
+  zorch_zero_scaler s;
+  zorch_zero_get_scaler(e, &s);
+  ok(s.scale == 65536 && s.hysteresis == 2, "the scale starts at 2^16");
+  zorch_tensor *pl[2] = {p[0], p[1]};
+  double scales[3];
+  bool stepped[3];
+  for (int k = 0; k < 3; k++) {
+    zorch_zero_zero_grad(e);
+    zorch_tensor *l0 = loss(pl[0], pl[1], k < 2 ? INFINITY : 1e-3);
+    zorch_tensor *l = zorch_mul_scalar(l0, 0.01); /* (small: 2^15 times its gradient fits in float16) */
+    zorch_tensor_free(l0);
+    zorch_zero_backward(e, l);
+    zorch_zero_step(e, &u, &info);
+    scales[k] = info.loss_scale, stepped[k] = info.stepped;
+    zorch_tensor_free(l);
+  }
+  ok(!stepped[0] && !stepped[1] && stepped[2] && scales[0] == 65536 && scales[1] == 32768 && scales[2] == 32768,
+     "overflows skip the step; the second halves the scale (%g, %g, %g)", scales[0], scales[1], scales[2]);
+  zorch_zero_get_scaler(e, &s);
+  ok(s.skipped == 2 && s.attempts == 3, "the scaler counts the skipped steps");
+  zorch_zero_free(e);
+  zorch_tensor_free(p[0]), zorch_tensor_free(p[1]);
+  return done_testing();
+}
