@@ -42,8 +42,12 @@ LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I$(LUA_INCDIR)
-LUA_SRC  := lua/flags.lua lua/nn.lua lua/rnn.lua lua/attention.lua lua/losses.lua lua/layers.lua lua/layers2.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/dsauto.lua lua/dist.lua lua/tensorparallel.lua lua/engine.lua lua/pipeline.lua lua/offload.lua lua/checkpoint.lua \
-            lua/progress.lua lua/metrics.lua lua/plot.lua lua/tensor.lua
+LUA_SRC  := lua/zorch/tools/flags.lua lua/zorch/nn/init.lua lua/zorch/nn/rnn.lua lua/zorch/nn/attention.lua lua/zorch/nn/loss.lua \
+            lua/zorch/nn/norm.lua lua/zorch/nn/activation.lua lua/zorch/optim/init.lua lua/zorch/data/init.lua \
+            lua/zorch/engine/init.lua lua/zorch/parallel/init.lua lua/zorch/tools/init.lua lua/zorch/engine/dsconfig.lua lua/zorch/engine/dsauto.lua lua/zorch/parallel/dist.lua \
+            lua/zorch/parallel/tensorparallel.lua lua/zorch/engine/engine.lua lua/zorch/parallel/pipeline.lua \
+            lua/zorch/engine/offload.lua lua/zorch/engine/checkpoint.lua lua/zorch/tools/progress.lua \
+            lua/zorch/tools/metrics.lua lua/zorch/tools/plot.lua lua/zorch/tensor.lua
 # The zorch command's own sources (the REPL, help) go into the binary only.
 CLI_SRC  := vm/repl.c vm/help.c
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/help_doc.o
@@ -272,7 +276,7 @@ install-lib: lib $(BUILD)/zorch.pc
 install-lua: $(BUILD)/zorch.so $(BUILD)/zorch
 	install -d $(DESTDIR)$(LUA_CMODULE_DIR) $(DESTDIR)$(LUA_MODULE_DIR)/zorch $(DESTDIR)$(BINDIR)
 	install -m 755 $(BUILD)/zorch.so $(CUDA_MOD) $(DESTDIR)$(LUA_CMODULE_DIR)/
-	install -m 644 $(LUA_SRC) $(DESTDIR)$(LUA_MODULE_DIR)/zorch/
+	for f in $(LUA_SRC:lua/%=%); do install -D -m 644 lua/$$f $(DESTDIR)$(LUA_MODULE_DIR)/$$f || exit 1; done
 	install -m 755 $(BUILD)/zorch $(DESTDIR)$(BINDIR)/
 
 # examples/embed/host.c linked statically against the libzorch.a of an

@@ -19,7 +19,7 @@ void lz_open_offload(lua_State *L);
 void lz_open_dist(lua_State *L);
 
 typedef struct {
-  const char *name;
+  const char *name, *chunk; /* zorch.nn.loss, @zorch/nn/loss.lua */
   const char *src;
   size_t len;
 } lz_module;
@@ -303,32 +303,31 @@ int luaopen_zorch(lua_State *L) {
   int priv = open_private(L, z);
   int env = open_module_env(L);
   /* the Lua modules, in order: each chunk gets the module table and returns its
-     part, which is also what `require "zorch.NAME"` gives (true for none). The
-     chunk is named after the file `make install` puts in the Lua directory
-     (share/lua/5.4/zorch/NAME.lua), as package.path would find it. What a
+     part, which is also what `require "zorch.nn.loss"` gives (true for none);
+     a top-level one's (zorch.nn) is the module table's field too. The chunk
+     is named after the file `make install` puts in the Lua directory
+     (share/lua/5.4/zorch/nn/loss.lua), as package.path would find it. What a
      chunk gets as `zorch` is the private table, which reads through to the
      module table. */
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   int loaded = lua_gettop(L);
   for (const lz_module *m = lz_modules; m->name; m++) {
-    char chunk[64], modname[64];
-    snprintf(chunk, sizeof chunk, "@zorch/%s.lua", m->name);
-    snprintf(modname, sizeof modname, "zorch.%s", m->name);
-    if (luaL_loadbuffer(L, m->src, m->len, chunk) != LUA_OK) return lua_error(L);
+    if (luaL_loadbuffer(L, m->src, m->len, m->chunk) != LUA_OK) return lua_error(L);
     if (env) {
       lua_pushvalue(L, env);
       lua_setupvalue(L, -2, 1);
     }
     lua_pushvalue(L, priv);
     lua_call(L, 1, 1);
+    const char *field = m->name + 6; /* after "zorch." */
     if (lua_isnil(L, -1)) {
       lua_pop(L, 1);
       lua_pushboolean(L, 1);
-    } else {
+    } else if (!strchr(field, '.')) {
       lua_pushvalue(L, -1);
-      lua_setfield(L, z, m->name);
+      lua_setfield(L, z, field);
     }
-    lua_setfield(L, loaded, modname);
+    lua_setfield(L, loaded, m->name);
   }
   lua_settop(L, z);
   return 1;
@@ -337,8 +336,6 @@ int luaopen_zorch(lua_State *L) {
 int lz_open_module(lua_State *L, const char *name) {
   luaL_requiref(L, "zorch", luaopen_zorch, 0);
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  lua_pushfstring(L, "zorch.%s", name);
-  if (lua_rawget(L, -2) == LUA_TNIL)
-    return luaL_error(L, "module 'zorch.%s' is not part of zorch", name);
+  if (lua_getfield(L, -1, name) == LUA_TNIL) return luaL_error(L, "module '%s' is not part of zorch", name);
   return 1;
 }

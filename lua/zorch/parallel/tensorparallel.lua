@@ -21,7 +21,7 @@
 -- listed are replicated across the tensor group. Checkpoints use this to save
 -- each slice at its place in the full tensor.
 local zorch = ...
-if type(zorch) ~= "table" then require "zorch"; return package.loaded["zorch.tensorparallel"] end
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end
 
 local nn, dist = zorch.nn, zorch.dist
 
