@@ -23,7 +23,7 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end
 
-local nn, dist = zorch.nn, zorch.dist
+local nn, dist = zorch._require "zorch.nn", zorch._require "zorch.parallel.dist"
 
 local function is_group(v)
   local mt = type(v) == "userdata" and getmetatable(v)
