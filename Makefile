@@ -42,12 +42,9 @@ LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I$(LUA_INCDIR)
-LUA_SRC  := lua/zorch/tools/flags.lua lua/zorch/nn/init.lua lua/zorch/nn/rnn.lua lua/zorch/nn/attention.lua lua/zorch/nn/loss.lua \
-            lua/zorch/nn/norm.lua lua/zorch/nn/activation.lua lua/zorch/optim/init.lua lua/zorch/data/init.lua \
-            lua/zorch/engine/init.lua lua/zorch/parallel/init.lua lua/zorch/tools/init.lua lua/zorch/engine/dsconfig.lua lua/zorch/engine/dsauto.lua lua/zorch/parallel/dist.lua \
-            lua/zorch/parallel/tensorparallel.lua lua/zorch/engine/engine.lua lua/zorch/parallel/pipeline.lua \
-            lua/zorch/engine/offload.lua lua/zorch/engine/checkpoint.lua lua/zorch/tools/progress.lua \
-            lua/zorch/tools/metrics.lua lua/zorch/tools/plot.lua lua/zorch/tensor.lua
+# Every Lua module, by path: a new file under lua/zorch/ is embedded, installed
+# and loaded by its folder's init.lua without a list to edit.
+LUA_SRC  := $(sort $(wildcard lua/zorch/*.lua lua/zorch/*/*.lua lua/zorch/*/*/*.lua))
 # The zorch command's own sources (the REPL, help) go into the binary only.
 CLI_SRC  := vm/repl.c vm/help.c
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/help_doc.o
@@ -70,7 +67,7 @@ NVFLAGS  := -O3 -std=c++17 -Iinclude -I$(LUA_INCDIR) -DZORCH_WITH_CUDA $(if $(fi
 LIB_LIBS := -llua5.4 $(EXT_LIBS)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TEST_LUA := $(wildcard tests/lua/test_*.lua)
+TEST_LUA := $(sort $(wildcard tests/lua/test_*.lua tests/lua/*/test_*.lua))
 TEST_SH  := $(wildcard tests/test_*.sh)
 DEPS_OK  := build/.deps-ok
 
