@@ -50,8 +50,9 @@ LDFLAGS := -fopenmp $(if $(SAN),-fsanitize=address$(comma)undefined,)
 LDLIBS  := -ldl -lm -lpthread
 
 LUA_INC  := -I$(LUA_INCDIR)
-LUA_SRC  := lua/flags.lua lua/nn.lua lua/rnn.lua lua/attention.lua lua/losses.lua lua/layers.lua lua/layers2.lua lua/optim.lua lua/data.lua lua/dsconfig.lua lua/dsauto.lua lua/dist.lua lua/tensorparallel.lua lua/engine.lua lua/pipeline.lua lua/offload.lua lua/checkpoint.lua \
-            lua/progress.lua lua/metrics.lua lua/plot.lua lua/tensor.lua
+# Every Lua module, by path: a new file under lua/zorch/ is embedded, installed
+# and loaded by its folder's init.lua without a list to edit.
+LUA_SRC  := $(sort $(wildcard lua/zorch/*.lua lua/zorch/*/*.lua lua/zorch/*/*/*.lua))
 # The zorch command's own sources (the REPL, help) go into the binary only.
 CLI_SRC  := vm/repl.c vm/help.c
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/help_doc.o
@@ -74,7 +75,7 @@ NVFLAGS  := -O3 -std=c++17 -Iinclude -I$(LUA_INCDIR) -DZORCH_WITH_CUDA $(if $(fi
 LIB_LIBS := -llua5.4 $(EXT_LIBS)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TEST_LUA := $(wildcard tests/lua/test_*.lua)
+TEST_LUA := $(sort $(wildcard tests/lua/test_*.lua tests/lua/*/test_*.lua))
 TEST_SH  := $(wildcard tests/test_*.sh)
 
 .PHONY: all lib test check-asan check-valgrind bench bench-models demo run clean install install-lib install-lua examples
@@ -294,7 +295,7 @@ install-lib: lib $(BUILD)/zorch.pc
 install-lua: $(BUILD)/zorch.so $(BUILD)/zorch
 	install -d $(DESTDIR)$(LUA_CMODULE_DIR) $(DESTDIR)$(LUA_MODULE_DIR)/zorch $(DESTDIR)$(BINDIR)
 	install -m 755 $(BUILD)/zorch.so $(CUDA_MOD) $(DESTDIR)$(LUA_CMODULE_DIR)/
-	install -m 644 $(LUA_SRC) $(DESTDIR)$(LUA_MODULE_DIR)/zorch/
+	for f in $(LUA_SRC:lua/%=%); do install -D -m 644 lua/$$f $(DESTDIR)$(LUA_MODULE_DIR)/$$f || exit 1; done
 	install -m 755 $(BUILD)/zorch $(DESTDIR)$(BINDIR)/
 
 # examples/embed/host.c linked statically against the libzorch.a of an

@@ -143,7 +143,8 @@ void lz_push_module_io(lua_State *L);
 struct zero_comm;
 struct zero_comm *lz_opt_group(lua_State *L, int idx);
 
-/* What `require "zorch.NAME"` gives for an embedded module (lua/NAME.lua):
-   luaopen_zorch_NAME, generated beside the sources, calls it. */
+/* What `require "zorch.nn.loss"` gives for an embedded module
+   (lua/zorch/nn/loss.lua): luaopen_zorch_nn_loss, generated beside the
+   sources, calls it with the module's name. */
 int lz_open_module(lua_State *L, const char *name);
 #endif

@@ -19,7 +19,7 @@ void lz_open_offload(lua_State *L);
 void lz_open_dist(lua_State *L);
 
 typedef struct {
-  const char *name;
+  const char *name, *chunk; /* zorch.nn.loss, @zorch/nn/loss.lua */
   const char *src;
   size_t len;
 } lz_module;
@@ -282,6 +282,71 @@ static int open_module_env(lua_State *L) {
   return env;
 }
 
+/* zorch._require(name): an embedded module (zorch.nn.loss), loaded once as
+   `require` would: its chunk, named after the installed file (@zorch/nn/loss.lua),
+   gets the private table and the name, and what it returns (true for nothing)
+   is package.loaded[name]; a top-level one's table (zorch.nn) is also the
+   module table's field. A module that needs another requires it, so the order
+   of loading is the order of these calls. Upvalues: the private table, the
+   module environment (or nil), the module table, the set of modules being loaded. */
+static const lz_module *find_module(const char *name) {
+  for (const lz_module *m = lz_modules; m->name; m++)
+    if (strcmp(m->name, name) == 0) return m;
+  return NULL;
+}
+
+static int l_require(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  lua_settop(L, 1);
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  if (lua_getfield(L, 2, name) != LUA_TNIL) return 1;
+  lua_pop(L, 1);
+  const lz_module *m = find_module(name);
+  if (!m) return luaL_error(L, "zorch._require: no module '%s' in zorch", name);
+  if (lua_getfield(L, lua_upvalueindex(4), name) != LUA_TNIL)
+    return luaL_error(L, "zorch._require: module '%s' requires itself (a cycle of requires)", name);
+  lua_pop(L, 1);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, lua_upvalueindex(4), name);
+  if (luaL_loadbuffer(L, m->src, m->len, m->chunk) != LUA_OK) return lua_error(L);
+  if (!lua_isnil(L, lua_upvalueindex(2))) {
+    lua_pushvalue(L, lua_upvalueindex(2));
+    lua_setupvalue(L, -2, 1);
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushvalue(L, 1);
+  lua_call(L, 2, 1);
+  lua_pushnil(L);
+  lua_setfield(L, lua_upvalueindex(4), name);
+  const char *field = name + 6; /* after "zorch." */
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_pushboolean(L, 1);
+  } else if (lua_istable(L, -1) && !strchr(field, '.')) {
+    lua_pushvalue(L, -1);
+    lua_setfield(L, lua_upvalueindex(3), field);
+  }
+  lua_pushvalue(L, -1);
+  lua_setfield(L, 2, name);
+  return 1;
+}
+
+/* zorch._parts(folder): the names of the embedded modules directly in a
+   folder module (zorch._parts "zorch.nn" lists zorch.nn.loss, ...), sorted:
+   a folder's init.lua loads its parts with it, so a new file is a new part. */
+static int l_parts(lua_State *L) {
+  size_t n;
+  const char *folder = luaL_checklstring(L, 1, &n);
+  lua_newtable(L);
+  int k = 0;
+  for (const lz_module *m = lz_modules; m->name; m++)
+    if (strncmp(m->name, folder, n) == 0 && m->name[n] == '.' && !strchr(m->name + n + 1, '.')) {
+      lua_pushstring(L, m->name);
+      lua_rawseti(L, -2, ++k);
+    }
+  return 1;
+}
+
 int luaopen_zorch(lua_State *L) {
   luaL_checkversion(L);
   lz_open_tensor(L);
@@ -302,33 +367,25 @@ int luaopen_zorch(lua_State *L) {
   lua_setfield(L, z, "version");
   int priv = open_private(L, z);
   int env = open_module_env(L);
-  /* the Lua modules, in order: each chunk gets the module table and returns its
-     part, which is also what `require "zorch.NAME"` gives (true for none). The
-     chunk is named after the file `make install` puts in the Lua directory
-     (share/lua/5.4/zorch/NAME.lua), as package.path would find it. What a
-     chunk gets as `zorch` is the private table, which reads through to the
-     module table. */
-  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  int loaded = lua_gettop(L);
+  /* the Lua modules: zorch._require loads each top-level one (zorch.nn, a
+     folder's init.lua, which loads its parts; zorch.tensor) and whatever it
+     requires first. lz_modules is sorted by path. */
+  lua_pushvalue(L, priv);
+  if (env) lua_pushvalue(L, env);
+  else lua_pushnil(L);
+  lua_pushvalue(L, z);
+  lua_newtable(L);
+  lua_pushcclosure(L, l_require, 4);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, priv, "_require");
+  int req = lua_gettop(L);
+  lua_pushcfunction(L, l_parts);
+  lua_setfield(L, priv, "_parts");
   for (const lz_module *m = lz_modules; m->name; m++) {
-    char chunk[64], modname[64];
-    snprintf(chunk, sizeof chunk, "@zorch/%s.lua", m->name);
-    snprintf(modname, sizeof modname, "zorch.%s", m->name);
-    if (luaL_loadbuffer(L, m->src, m->len, chunk) != LUA_OK) return lua_error(L);
-    if (env) {
-      lua_pushvalue(L, env);
-      lua_setupvalue(L, -2, 1);
-    }
-    lua_pushvalue(L, priv);
-    lua_call(L, 1, 1);
-    if (lua_isnil(L, -1)) {
-      lua_pop(L, 1);
-      lua_pushboolean(L, 1);
-    } else {
-      lua_pushvalue(L, -1);
-      lua_setfield(L, z, m->name);
-    }
-    lua_setfield(L, loaded, modname);
+    if (strchr(m->name + 6, '.')) continue;
+    lua_pushvalue(L, req);
+    lua_pushstring(L, m->name);
+    lua_call(L, 1, 0);
   }
   lua_settop(L, z);
   return 1;
@@ -337,8 +394,6 @@ int luaopen_zorch(lua_State *L) {
 int lz_open_module(lua_State *L, const char *name) {
   luaL_requiref(L, "zorch", luaopen_zorch, 0);
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  lua_pushfstring(L, "zorch.%s", name);
-  if (lua_rawget(L, -2) == LUA_TNIL)
-    return luaL_error(L, "module 'zorch.%s' is not part of zorch", name);
+  if (lua_getfield(L, -1, name) == LUA_TNIL) return luaL_error(L, "module '%s' is not part of zorch", name);
   return 1;
 }

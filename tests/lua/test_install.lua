@@ -64,22 +64,37 @@ out, ok = lua(built, 'local nn = require "zorch.nn"; assert(type(nn.Linear) == "
                      .. '; assert(require "zorch.optim" == require("zorch").optim); print "yes"')
 tap.ok(ok and out == "yes\n", "the built zorch.so alone: require \"zorch.nn\" gives zorch.nn " .. oneline(out))
 
-local installed = ('package.cpath = "%s/lib/lua/5.4/?.so;" .. package.cpath; package.path = "%s/?.lua;" .. package.path')
-                    :format(prefix, lua_dir)
+local installed = ('package.cpath = "%s/lib/lua/5.4/?.so;" .. package.cpath; package.path = "%s/?.lua;%s/?/init.lua;" .. package.path')
+                    :format(prefix, lua_dir, lua_dir)
+-- every installed file, as its module name: zorch/nn/loss.lua is zorch.nn.loss,
+-- zorch/nn/init.lua is zorch.nn
 local names = {}
-for n in run("ls " .. lua_dir .. "/zorch"):gmatch("(%w+)%.lua") do names[#names + 1] = n end
-tap.ok(#names >= 7, "make install puts the Lua sources in share/lua/5.4/zorch: " .. table.concat(names, " "))
-for _, n in ipairs(names) do
-  out, ok = lua(installed, ('local m, where = require "zorch.%s"; local z = require "zorch"'
-                            .. '; assert(m == (type(z.%s) == "table" and z.%s or true), "not zorch.%s"); print(where)'):format(n, n, n, n))
-  tap.ok(ok and out == ("%s/zorch/%s.lua\n"):format(lua_dir, n),
-         ("require \"zorch.%s\" finds the installed file and gives zorch's module %s"):format(n, oneline(out)))
+for path in run("cd " .. lua_dir .. " && find zorch -name '*.lua' | sort"):gmatch("[^\n]+") do
+  names[#names + 1] = {path, (path:gsub("%.lua$", ""):gsub("/init$", ""):gsub("/", "."))}
 end
+local listed = {}
+for _, n in ipairs(names) do listed[#listed + 1] = n[1] end
+tap.ok(#names >= 20 and listed[1]:find("^zorch/[%w_]+/"),
+       "make install puts the Lua sources in share/lua/5.4/zorch/...: " .. table.concat(listed, " "))
+for _, n in ipairs(names) do
+  local path, mod = n[1], n[2]
+  local field = mod:match("^zorch%.([%w_]+)$")
+  out, ok = lua(installed, ('local m, where = require "%s"; local z = require "zorch"; local f = %q'
+                            .. '; assert(m ~= nil and m == package.loaded["%s"], "not loaded")'
+                            .. '; assert(f == "" or m == (type(z[f]) == "table" and z[f] or true), "not zorch." .. f)'
+                            .. '; print(where)'):format(mod, field or "", mod))
+  tap.ok(ok and out == ("%s/%s\n"):format(lua_dir, path),
+         ("require \"%s\" finds the installed file %s %s"):format(mod, path, oneline(out)))
+end
+out, ok = lua(built, 'local z = require "zorch"; assert(require "zorch.nn.loss" == package.loaded["zorch.nn.loss"])'
+                     .. '; assert(require "zorch.engine" == true); print "yes"')
+tap.ok(ok and out == "yes\n", "the built zorch.so finds a nested module (zorch.nn.loss) by its luaopen_ entry "
+       .. oneline(out))
 
--- a traceback from inside nn names zorch/nn.lua, the installed file, at the line that ran
+-- a traceback from inside nn names the installed file of nn.Linear, at the line that ran
 out, ok = lua(installed, 'local z = require "zorch"; local m = z.nn.Linear(3, 2)'
                          .. '; print(select(2, xpcall(m, debug.traceback, m, z.ones(2, 5))))')
-local file, line = out:match("\n%s*(zorch/nn%.lua):(%d+): in ")
+local file, line = out:match("\n%s*(zorch/nn/[%w_/]*%.lua):(%d+): in ")
 local source = {}
 if file and exists(lua_dir .. "/" .. file) then
   for l in io.lines(lua_dir .. "/" .. file) do source[#source + 1] = l end

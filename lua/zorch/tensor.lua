@@ -5,6 +5,7 @@
 -- the C layer define is there to wrap.
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
+zorch._require "zorch.nn"
 local M = zorch._tensor_methods
 local assign = zorch._assign
 

@@ -8,6 +8,8 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn = zorch.nn
+zorch._require "zorch.nn.loss"
+zorch._require "zorch.nn.norm"
 local lib = zorch._nn_lib
 local Module, check_int, shape_str, uniform = lib.Module, lib.check_int, lib.shape_str, lib.uniform
 local read_opts, is_bool, is_num, need_tensor = lib.read_opts, lib.is_bool, lib.is_num,

@@ -5,41 +5,7 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
--- zorch._readable(v): a value as a message shows it: strings quoted, numbers as
--- written, tables as JSON-like text (keys sorted, cut short), never "table: 0x...".
-function zorch._readable(v, depth)
-  depth = depth or 0
-  local t = type(v)
-  if t == "string" then
-    local q = ("%q"):format(#v > 60 and (v:sub(1, 60) .. "...") or v)
-    return (q:gsub("\\\n", "\\n"))
-  elseif math.type(v) == "integer" then return tostring(v)
-  elseif t == "number" then
-    for digits = 15, 17 do
-      local text = ("%." .. digits .. "g"):format(v)
-      if tonumber(text) == v or digits == 17 then return text end
-    end
-  elseif t == "nil" then return "nothing"
-  elseif t ~= "table" then return tostring(v)
-  end
-  if zorch.is_tensor and zorch.is_tensor(v) then return "a tensor" end
-  if depth > 2 then return "{...}" end
-  local keys, n = {}, #v
-  for k in pairs(v) do keys[#keys + 1] = k end
-  local parts = {}
-  if #keys == n and n > 0 then
-    for i = 1, math.min(n, 8) do parts[i] = zorch._readable(v[i], depth + 1) end
-    if n > 8 then parts[#parts + 1] = "..." end
-    return "[" .. table.concat(parts, ", ") .. "]"
-  end
-  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
-  for i = 1, math.min(#keys, 8) do
-    parts[i] = zorch._readable(tostring(keys[i]), depth + 1) .. ": " .. zorch._readable(v[keys[i]], depth + 1)
-  end
-  if #keys > 8 then parts[#parts + 1] = "..." end
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
-local readable = zorch._readable
+local readable = zorch._require("zorch.util").readable
 
 local function bad(key, want, got)
   if got == "auto" then

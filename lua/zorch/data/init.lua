@@ -401,4 +401,7 @@ end
 -- shape; uint8 data stays uint8, int8/int16 widen to int32.
 function data.load_idx(path) return zorch._load_idx(path) end
 
+zorch.data = data
+for _, part in ipairs(zorch._parts "zorch.data") do zorch._require(part) end -- the folder's files
+
 return data

@@ -1,5 +1,6 @@
 """PyTorch's RMSprop, Adagrad, CosineAnnealingLR and LinearLR, for
-tests/lua/test_loop.lua: python3 tests/golden/gen_optim_extra.py > tests/golden/optim_extra.txt
+tests/lua/optim/test_schedules.lua:
+    python3 tests/lua/optim/gen_schedules.py > tests/lua/optim/schedules.txt
 Lines: `case step values...` (the parameters after each step, float64), and
 `case lrs values...` (the lr at steps 0..9)."""
 import torch

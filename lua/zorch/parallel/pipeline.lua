@@ -10,7 +10,7 @@
 -- docs/distributed.md, "Pipeline parallelism", describes the schedules.
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return nil end -- required as an installed file
-local nn = zorch.nn
+local nn = zorch._require "zorch.nn"
 
 local Pipeline = nn.Module:extend "nn.Pipeline"
 nn.Pipeline = Pipeline

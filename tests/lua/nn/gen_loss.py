@@ -1,6 +1,6 @@
 """PyTorch's extra losses, normalisation and 1-d layers, optimizers and
-schedulers, for tests/lua/test_nn_extra.lua:
-    python3 tests/golden/gen_nn_extra.py > tests/golden/nn_extra.txt
+schedulers, for tests/lua/nn/test_loss.lua:
+    python3 tests/lua/nn/gen_loss.py > tests/lua/nn/loss.txt
 
 Inputs are fixed formulas the Lua test computes too: fixed(shape, k) is
 sin(0.37 k i + k) over the flattened index i = 0, 1, ... (float64).

@@ -5,26 +5,7 @@ local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn = {}
 
--- Checks an options table for `fn`: nil gives {}; a key not in `allowed` (a
--- list of names, or a set) is an error naming fn and the allowed names,
--- raised at `level` as error() counts it from here. The modules, losses and
--- layers of these files check their options with it.
-local function check_options(fn, opts, allowed, level)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fn, type(opts)), level) end
-  local set = {}
-  for k, v in pairs(allowed) do if math.type(k) == "integer" then set[v] = true else set[k] = true end end
-  for k in pairs(opts) do
-    if not set[k] then
-      local names = {}
-      for n in pairs(set) do names[#names + 1] = n end
-      table.sort(names)
-      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k), table.concat(names, ", ")), level)
-    end
-  end
-  return opts
-end
-zorch._check_options = check_options
+local check_options = zorch._require("zorch.util").check_options
 
 local function class_call(cls, ...)
   local self = setmetatable({_order = {}, _children = {}, _params = {}, _buffers = {}, training = true}, cls)
@@ -1551,5 +1532,9 @@ zorch._nn_lib = {Module = Module, check_dim = check_dim, check_int = check_int, 
   is_bool = is_bool, opt_tensor = opt_tensor, nonzero_int = nonzero_int, is_p = is_p, spec_with = spec_with,
   need_tensor = need_tensor, max_pool_init = max_pool_init, avg_pool_init = avg_pool_init, norm_state = norm_state,
   list_index = list_index}
+
+-- The parts (lua/zorch/nn/*.lua) add their layers to zorch.nn.
+zorch.nn = nn
+for _, part in ipairs(zorch._parts "zorch.nn") do zorch._require(part) end -- the folder's files
 
 return nn

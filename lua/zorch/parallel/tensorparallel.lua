@@ -21,9 +21,9 @@
 -- listed are replicated across the tensor group. Checkpoints use this to save
 -- each slice at its place in the full tensor.
 local zorch = ...
-if type(zorch) ~= "table" then require "zorch"; return package.loaded["zorch.tensorparallel"] end
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end
 
-local nn, dist = zorch.nn, zorch.dist
+local nn, dist = zorch._require "zorch.nn", zorch._require "zorch.parallel.dist"
 
 local function is_group(v)
   local mt = type(v) == "userdata" and getmetatable(v)

@@ -1,14 +1,14 @@
 -- The activations, shape layers, interpolation, pooling, losses and other
--- layers of lua/layers2.lua: outputs and the gradients of their inputs and
--- parameters against PyTorch's (golden/layers2.safetensors, from
--- golden/gen_layers2.py), state dicts, printout, random modes by their
+-- layers of lua/zorch/nn/activation.lua: outputs and the gradients of their inputs and
+-- parameters against PyTorch's (lua/nn/activation.safetensors, from
+-- lua/nn/gen_activation.py), state dicts, printout, random modes by their
 -- statistics, and the errors for bad arguments.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local ok, raises, close = tap.ok, tap.raises, tap.close
 local nn, F = zorch.nn, zorch.nn.functional
 
-local G = zorch.load("golden/layers2.safetensors")
+local G = zorch.load("lua/nn/activation.safetensors")
 local TOL = 1e-10 -- float64 throughout
 
 -- Runs fn on the inputs of golden case `name` (those with a gradient in the

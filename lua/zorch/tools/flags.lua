@@ -342,4 +342,5 @@ function flags.help(spec, usage, args)
   return help_text(s, usage or default_usage(s, args or {}))
 end
 
-return setmetatable(flags, {__call = function(_, ...) return flags.parse(...) end})
+zorch.flags = setmetatable(flags, {__call = function(_, ...) return flags.parse(...) end})
+return zorch.flags

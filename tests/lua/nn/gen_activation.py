@@ -1,6 +1,6 @@
 """PyTorch's activations, shape layers, interpolation, pooling, losses and
-other layers of lua/layers2.lua, for tests/lua/test_layers2.lua:
-    python3 tests/golden/gen_layers2.py     # writes tests/golden/layers2.safetensors
+other layers of lua/zorch/nn/activation.lua, for tests/lua/nn/test_activation.lua:
+    python3 tests/lua/nn/gen_activation.py     # writes tests/lua/nn/activation.safetensors
 
 Every case is float64 and names its tensors `case.NAME`: case.in1, case.in2,
 ... (the inputs, in the call's order; parameters such as PReLU's weight are
@@ -171,4 +171,4 @@ case("area_2d", lambda x: F.interpolate(x, size=(2, 3), mode="area"), leaf(1, 2,
 case("reflection_pad3d", lambda x: nn.ReflectionPad3d((1, 0, 2, 1, 1, 1))(x), leaf(1, 2, 3, 3, 2))
 case("circular_pad3d", lambda x: nn.CircularPad3d(1)(x), leaf(2, 2, 3, 2))
 
-save_file(out, os.path.join(os.path.dirname(os.path.abspath(__file__)), "layers2.safetensors"))
+save_file(out, os.path.join(os.path.dirname(os.path.abspath(__file__)), "activation.safetensors"))

@@ -1,13 +1,14 @@
--- Extra losses, normalisation and 1-d layers, optimizers and schedulers:
--- values, gradients and trajectories against PyTorch's (golden/nn_extra.txt,
--- from golden/gen_nn_extra.py), state dicts, bad arguments.
+-- The losses of lua/zorch/nn/loss.lua, with the norms and 1-d layers, optimizers and schedulers
+-- tested beside them:
+-- values, gradients and trajectories against PyTorch's (lua/nn/loss.txt,
+-- from lua/nn/gen_loss.py), state dicts, bad arguments.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local ok, raises = tap.ok, tap.raises
 local nn, optim = zorch.nn, zorch.optim
 
 local want, sd_order = {}, {}
-for line in io.lines("golden/nn_extra.txt") do
+for line in io.lines("lua/nn/loss.txt") do
   local name, key, rest = line:match("^(%S+) (%S+) ?(.*)$")
   local v = {}
   for x in rest:gmatch("%S+") do

@@ -21,8 +21,9 @@
 -- before the first save).
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
+zorch._require "zorch.engine.engine"
 local Engine = zorch._Engine
-local readable = zorch._readable
+local readable = zorch._require("zorch.util").readable
 
 local function barrier() zorch._allreduce(zorch.zeros(1)) end
 

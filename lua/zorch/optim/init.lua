@@ -3,6 +3,7 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local optim = {}
+local readable = zorch._require("zorch.util").readable
 
 local Optimizer = {}
 Optimizer.__index = Optimizer
@@ -39,7 +40,7 @@ local function options(fn, given, defaults, checks, level, where)
   for k, ok in pairs(checks) do
     if not ok(o[k]) then
       error(("%s: invalid %s%s: expected %s, got %s"):format(fn, k, at, zorch._checks_want[ok] or "another value",
-        zorch._readable(o[k])), level)
+        readable(o[k])), level)
     end
   end
   return o
@@ -1297,5 +1298,8 @@ function S.CyclicLR(opt, opts)
   s:set(0)
   return s
 end
+
+zorch.optim = optim
+for _, part in ipairs(zorch._parts "zorch.optim") do zorch._require(part) end -- the folder's files
 
 return optim

@@ -3,7 +3,7 @@
 -- communicator; its collectives and point-to-point exchanges run over MPI for
 -- CPU tensors and NCCL for cuda ones, like the engine's.
 local zorch = ...
-if type(zorch) ~= "table" then require "zorch"; return package.loaded["zorch.dist"] end -- required as an installed file
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
 local dist = {}
 
@@ -67,4 +67,5 @@ function dist.rank_of(sizes, coords)
   return (coords.pipeline * sizes.data + coords.data) * sizes.tensor + coords.tensor
 end
 
+zorch.dist = dist
 return dist

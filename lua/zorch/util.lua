@@ -1,0 +1,65 @@
+-- zorch.util: the helpers every layer shares (nn, optim, engine, ...): the
+-- checker of options tables and the way a message shows a value. Also
+-- zorch._check_options and zorch._readable, for the modules and scripts
+-- that use them there.
+local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
+local util = {}
+
+-- Checks an options table for `fn`: nil gives {}; a key not in `allowed` (a
+-- list of names, or a set) is an error naming fn and the allowed names,
+-- raised at `level` as error() counts it from here.
+function util.check_options(fn, opts, allowed, level)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fn, type(opts)), level) end
+  local set = {}
+  for k, v in pairs(allowed) do if math.type(k) == "integer" then set[v] = true else set[k] = true end end
+  for k in pairs(opts) do
+    if not set[k] then
+      local names = {}
+      for n in pairs(set) do names[#names + 1] = n end
+      table.sort(names)
+      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k), table.concat(names, ", ")), level)
+    end
+  end
+  return opts
+end
+zorch._check_options = util.check_options
+
+-- util.readable(v): a value as a message shows it: strings quoted, numbers as
+-- written, tables as JSON-like text (keys sorted, cut short), never "table: 0x...".
+function util.readable(v, depth)
+  depth = depth or 0
+  local t = type(v)
+  if t == "string" then
+    local q = ("%q"):format(#v > 60 and (v:sub(1, 60) .. "...") or v)
+    return (q:gsub("\\\n", "\\n"))
+  elseif math.type(v) == "integer" then return tostring(v)
+  elseif t == "number" then
+    for digits = 15, 17 do
+      local text = ("%." .. digits .. "g"):format(v)
+      if tonumber(text) == v or digits == 17 then return text end
+    end
+  elseif t == "nil" then return "nothing"
+  elseif t ~= "table" then return tostring(v)
+  end
+  if zorch.is_tensor and zorch.is_tensor(v) then return "a tensor" end
+  if depth > 2 then return "{...}" end
+  local keys, n = {}, #v
+  for k in pairs(v) do keys[#keys + 1] = k end
+  local parts = {}
+  if #keys == n and n > 0 then
+    for i = 1, math.min(n, 8) do parts[i] = util.readable(v[i], depth + 1) end
+    if n > 8 then parts[#parts + 1] = "..." end
+    return "[" .. table.concat(parts, ", ") .. "]"
+  end
+  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
+  for i = 1, math.min(#keys, 8) do
+    parts[i] = util.readable(tostring(keys[i]), depth + 1) .. ": " .. util.readable(v[keys[i]], depth + 1)
+  end
+  if #keys > 8 then parts[#parts + 1] = "..." end
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+zorch._readable = util.readable
+
+return util
