@@ -146,4 +146,8 @@ struct zero_comm *lz_opt_group(lua_State *L, int idx);
 /* What `require "zorch.NAME"` gives for an embedded module (lua/NAME.lua):
    luaopen_zorch_NAME, generated beside the sources, calls it. */
 int lz_open_module(lua_State *L, const char *name);
+/* Pushes the helper `name` ("_consolidate", ...) the embedded modules keep in
+   zorch's private table, for the command's subcommands; raises when there is
+   none. zorch must be open. [-0, +1, e] */
+void lz_push_private(lua_State *L, const char *name);
 #endif

@@ -72,7 +72,7 @@ function zorch._offload_optimizer(engine)
   local pfile = engine.param_dir ~= nil
   local chunk = off.chunk or (pfile and op.buffer_size) or DEFAULT_CHUNK
   local nbuf = (pfile and op.buffer_count) or off.buffer_count or 4
-  local store = zorch._offload_open(engine.opt_dir, target:numel(), chunk, nbuf)
+  local store = zorch.offload_store(engine.opt_dir, target:numel(), chunk, nbuf)
   -- the parameters on nvme too (offload_param): the step streams them with the moments
   local fd, p_off, g_off = engine.zero:param_file()
   if fd then store:bind(fd, p_off, g_off); engine.offload_bound = true end

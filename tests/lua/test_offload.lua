@@ -17,7 +17,7 @@ do
   local p, g = zorch.randn({n}), zorch.randn({n})
   local p2 = p:clone()
   local m2, v2 = zorch.zeros({n}), zorch.zeros({n})
-  local store = Z._offload_open(tmp, n, 100, 3)
+  local store = zorch.offload_store(tmp, n, 100, 3)
   local k = {lr = 1e-2, beta1 = 0.9, beta2 = 0.99, eps = 1e-8, weight_decay = 0.1, decoupled = true}
   for step = 1, 4 do
     store:adam(p, g, step, {{0, n, k}})
@@ -40,9 +40,9 @@ do
              "optimizer offload", "1003")
   store:close()
   tap.raises("a closed store says so", function() store:get(m, v) end, "closed")
-  tap.raises("a missing folder is named", function() Z._offload_open(tmp .. "/nope", 10, 4, 2) end,
+  tap.raises("a missing folder is named", function() zorch.offload_store(tmp .. "/nope", 10, 4, 2) end,
              "nvme_path", tmp .. "/nope")
-  tap.raises("buffer_count below 2 is refused", function() Z._offload_open(tmp, 10, 4, 1) end, "buffer_count")
+  tap.raises("buffer_count below 2 is refused", function() zorch.offload_store(tmp, 10, 4, 1) end, "buffer_count")
 end
 
 -- direct I/O: a chunk of a multiple of 1024 elements moves with O_DIRECT (the
@@ -64,14 +64,14 @@ do
   end
   local p2, m2, v2 = p0:clone(), zorch.zeros({n}), zorch.zeros({n})
   for s = 1, 3 do Z._adam_step(p2, gs[s], m2, v2, nil, s, k) end
-  local pd, md, vd, sd = run(Z._offload_open(tmp, n, 1024, 3))
+  local pd, md, vd, sd = run(zorch.offload_store(tmp, n, 1024, 3))
   local fs = io.popen("stat -f -c %T " .. tmp):read("l")
   if fs ~= "tmpfs" then tap.ok(sd.direct == true, "a chunk of 1024 elements moves with direct I/O on " .. tostring(fs))
   else print("# the test folder is on tmpfs: no direct I/O there") end
   tap.ok(same(pd, p2) and same(md, m2) and same(vd, v2), "5 chunks of 1024 (the last 904) with direct I/O: the in-memory step's bits")
-  local pc, mc = run(Z._offload_open(tmp, n, 1000, 3))
+  local pc, mc = run(zorch.offload_store(tmp, n, 1000, 3))
   tap.ok(same(pc, p2) and same(mc, m2), "a chunk of 1000 elements (not aligned) through the page cache: the same bits")
-  local small = Z._offload_open(tmp, 300, 1 << 20, 2)
+  local small = zorch.offload_store(tmp, 300, 1 << 20, 2)
   tap.ok(small:stats().buffer_bytes == 2 * 1024 * 8, "a store smaller than its chunk: buffers of 300 rounded up to 1024 elements")
   small:close()
 end
