@@ -131,6 +131,15 @@ static int l_isatty(lua_State *L) {
   return 1;
 }
 
+/* zorch._test_hook(name) -> the test hook's value (zorch_test_hook), or nil; a
+   sandbox reads no environment, so none there */
+static int l_test_hook(lua_State *L) {
+  const char *v = lz_sandboxed(L) ? NULL : zorch_test_hook(luaL_checkstring(L, 1));
+  if (v) lua_pushstring(L, v);
+  else lua_pushnil(L);
+  return 1;
+}
+
 static int l_set_num_threads(lua_State *L) {
   lua_Integer n = luaL_checkinteger(L, 1);
   if (n < 0 || n > ZORCH_MAX_THREADS)
@@ -204,7 +213,7 @@ static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd
                                 {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
                                 {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available}, {"clock", l_clock},
                                 {"isatty", l_isatty},        {"_sleep", l_sleep},
-                                {"_tensor_bytes", l_tensor_bytes},
+                                {"_tensor_bytes", l_tensor_bytes}, {"_test_hook", l_test_hook},
                                 {NULL, NULL}};
 
 /* __newindex of the private table: names starting with '_' stay private,

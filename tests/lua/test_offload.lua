@@ -228,7 +228,7 @@ if tap.has_mpi(bin) then
     tap.ok(u and equal_sd(u, r), "the I/O thread through pread/pwrite (ZORCH_OFFLOAD_IO=pread) gives the same weights")
     -- the GPU ranks' offload (a host copy of the shard stepped by the CPU Adam,
     -- copies both ways), taken on CPU ranks: the same bits
-    local H = "ZORCH_TEST_OFFLOAD_HOST=1 "
+    local H = "ZORCH_TEST_HOOKS=offload_host "
     for stage = 1, 3 do
       for _, n in ipairs({2, 4}) do
         local want1 = job(n, stage, "-", 4, ("%s/h%d%d.st"):format(tmp, stage, n))
@@ -256,7 +256,7 @@ if tap.has_mpi(bin) then
     -- offload_param on GPU ranks: gathers read the slice into a host buffer
     -- and copy it to the group's (device) buffer, buckets come to the host to
     -- be added into the file, written shards leave the device through the
-    -- host; ZORCH_TEST_OFFLOAD_HOST=1 runs those copies on CPU ranks
+    -- host; ZORCH_TEST_HOOKS=offload_host runs those copies on CPU ranks
     for _, n in ipairs({1, 2, 3}) do
       local want = job(n, 3, "-", 4, ("%s/gs%d.st"):format(tmp, n), nil, "ZORCH_TEST_CLIP=0.05 ")
       local got = job(n, 3, tmp, 4, ("%s/gsp%d.st"):format(tmp, n), nil, H .. P .. "ZORCH_TEST_CLIP=0.05 ZORCH_TEST_CHUNK=1024 ")
@@ -264,7 +264,7 @@ if tap.has_mpi(bin) then
     end
     -- offload_param "cpu" on GPU ranks: the shard, its gradients and the
     -- moments in files in host memory (a tmpfs), gathers through host buffers
-    -- as above; on a CPU rank (no ZORCH_TEST_OFFLOAD_HOST) nothing moves
+    -- as above; on a CPU rank (no offload_host test hook) nothing moves
     for _, n in ipairs({1, 2, 3}) do
       local want = job(n, 3, "-", 4, ("%s/hm%d.st"):format(tmp, n), nil, "ZORCH_TEST_CLIP=0.05 ")
       local got, text = job(n, 3, "cpu", 4, ("%s/hmc%d.st"):format(tmp, n), nil, H .. P .. "ZORCH_TEST_CLIP=0.05 ")
