@@ -2,12 +2,11 @@
 -- io_uring or pread/pwrite (ZORCH_OFFLOAD_IO=pread): one JSON line.
 --   zorch bench/offload_io.lua [DIR] [ELEMENTS] [CHUNK] [BUFFERS] [STEPS]
 local zorch = require "zorch"
-local Z = debug.getregistry()["zorch.private"]
 local dir, n = arg[1] or "/tmp", math.tointeger(tonumber(arg[2] or "33554432"))
 local chunk, nbuf, steps = math.tointeger(tonumber(arg[3] or "1048576")), math.tointeger(tonumber(arg[4] or "4")),
   math.tointeger(tonumber(arg[5] or "5"))
 local p, g = zorch.randn({n}), zorch.randn({n})
-local store = Z._offload_open(dir, n, chunk, nbuf)
+local store = zorch.offload_store(dir, n, chunk, nbuf)
 local k = {lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01, decoupled = true}
 store:adam(p, g, 1, {{0, n, k}}) -- (the file's pages made once)
 local best, st = math.huge, nil

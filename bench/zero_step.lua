@@ -13,7 +13,6 @@
 -- ZORCH_BENCH_PRECISION=bf16 (or fp16) gives the Engine that precision (the
 -- name gains "_bf16"); bench/torch_ddp.py takes the same variable.
 local zorch = require "zorch"
-local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers (a terminal test, a barrier)
 local nn, optim = zorch.nn, zorch.optim
 local a = zorch.flags(arg, {
   {"NAME", "the benchmark's name in the JSON line"},
@@ -57,7 +56,7 @@ for _ = 1, steps do
 end
 local per = zorch.tensor({(zorch.clock() - t0) / steps}, {dtype = "float64"})
 local faults = (minflt() - f0) / steps
-Z._allreduce(per, "max")
+zorch.dist.world():allreduce(per, "max")
 local hwm = 0 -- peak resident kB (Linux)
 local f = io.open("/proc/self/status")
 if f then hwm = tonumber(f:read("a"):match("VmHWM:%s*(%d+)")) or 0; f:close() end

@@ -579,6 +579,12 @@ ZORCH_API void zorch_set_num_threads(int n);
 ZORCH_API int zorch_get_num_threads(void);
 /* BLAS in use: e.g. "OpenBLAS 0.3.21 SkylakeX"; "builtin" when none was found. */
 ZORCH_API const char *zorch_blas_info(void);
+/* Test hooks, for the test suite only: ZORCH_TEST_HOOKS holds hooks separated
+   by ':', each a name or name=value ("overflow=2,5:offload_host"). The value of
+   hook `name` (the empty string for a bare name), or NULL when it is not set
+   (docs/environment.md lists the hooks). Nothing else in zorch reads a test
+   switch. */
+ZORCH_API const char *zorch_test_hook(const char *name);
 
 /* ---- Lua ---------------------------------------------------------------------------------
    The Lua module: `require "zorch"` (zorch.so, or luaL_requiref(L, "zorch",

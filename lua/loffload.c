@@ -1,5 +1,5 @@
 /* loffload.c: the optimizer-state store on NVMe (zero/offload.c) for Lua:
-   zorch._offload_open(dir, numel, chunk, buffer_count) -> store with
+   zorch.offload_store(dir, numel, chunk, buffer_count) -> store with
    store:adam(p, g, step, runs) (runs: {{first element from 0, count, opts}, ...}),
    store:get(m, v), store:put(m, v), store:zero(), store:bind(fd, p_off, g_off)
    (the parameters' file, offload_param), store:grad_scale(s) (the clip's
@@ -167,7 +167,7 @@ static int l_host_zeros(lua_State *L) {
   return 2;
 }
 
-/* [-0, +0]: the store's metatable, and _offload_open in the module table on top. */
+/* [-0, +0]: the store's metatable, and offload_store in the module table on top. */
 void lz_open_offload(lua_State *L) {
   static const luaL_Reg methods[] = {{"adam", l_adam}, {"get", l_get}, {"put", l_put},
                                      {"zero", l_zero},   {"bind", l_bind}, {"stats", l_stats}, {"grad_scale", l_grad_scale}, {"close", l_close}, {NULL, NULL}};
@@ -180,7 +180,7 @@ void lz_open_offload(lua_State *L) {
   }
   lua_pop(L, 1);
   lua_pushcfunction(L, l_open);
-  lua_setfield(L, -2, "_offload_open");
+  lua_setfield(L, -2, "offload_store");
   lua_pushcfunction(L, l_probe);
   lua_setfield(L, -2, "_offload_probe");
   lua_pushcfunction(L, l_host_zeros);

@@ -1,6 +1,7 @@
 /* lshape.c: the Lua functions and methods of prod, norm, any and all, flip,
    roll, repeat and tile, pad, eye and linspace, the strict matrix products and
-   their kin (ops/def/reduce_extra.c, shape_extra.c, linalg_extra.c). Dims and
+   their kin (ops/def/reduce_composed.c, rearrange.c, patterns.c, products.c,
+   diagonal.c). Dims and
    classes are 1-based here, as everywhere in Lua. Every argument is read
    before a tensor is made, so that a Lua error leaks nothing. */
 #include <math.h>

@@ -147,4 +147,8 @@ struct zero_comm *lz_opt_group(lua_State *L, int idx);
    (lua/zorch/nn/loss.lua): luaopen_zorch_nn_loss, generated beside the
    sources, calls it with the module's name. */
 int lz_open_module(lua_State *L, const char *name);
+/* Pushes the helper `name` ("_consolidate", ...) the embedded modules keep in
+   zorch's private table, for the command's subcommands; raises when there is
+   none. zorch must be open. [-0, +1, e] */
+void lz_push_private(lua_State *L, const char *name);
 #endif

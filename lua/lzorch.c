@@ -17,6 +17,7 @@ void lz_open_tboard(lua_State *L);
 void lz_open_gradfn(lua_State *L);
 void lz_open_offload(lua_State *L);
 void lz_open_dist(lua_State *L);
+void lz_open_fs(lua_State *L);
 
 typedef struct {
   const char *name, *chunk; /* zorch.nn.loss, @zorch/nn/loss.lua */
@@ -123,10 +124,19 @@ static int l_sleep(lua_State *L) {
   return 0;
 }
 
-/* zorch._isatty(file) -> whether a Lua file handle (io.stdout, io.stderr) is a terminal */
+/* zorch.isatty(file) -> whether a Lua file handle (io.stdout, io.stderr) is a terminal */
 static int l_isatty(lua_State *L) {
   luaL_Stream *s = luaL_checkudata(L, 1, LUA_FILEHANDLE);
   lua_pushboolean(L, s->closef != NULL && s->f != NULL && isatty(fileno(s->f)));
+  return 1;
+}
+
+/* zorch._test_hook(name) -> the test hook's value (zorch_test_hook), or nil; a
+   sandbox reads no environment, so none there */
+static int l_test_hook(lua_State *L) {
+  const char *v = lz_sandboxed(L) ? NULL : zorch_test_hook(luaL_checkstring(L, 1));
+  if (v) lua_pushstring(L, v);
+  else lua_pushnil(L);
   return 1;
 }
 
@@ -202,8 +212,8 @@ static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd
                                 {"set_num_threads", l_set_num_threads},
                                 {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
                                 {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available}, {"clock", l_clock},
-                                {"_isatty", l_isatty},       {"_sleep", l_sleep},
-                                {"_tensor_bytes", l_tensor_bytes},
+                                {"isatty", l_isatty},        {"_sleep", l_sleep},
+                                {"_tensor_bytes", l_tensor_bytes}, {"_test_hook", l_test_hook},
                                 {NULL, NULL}};
 
 /* __newindex of the private table: names starting with '_' stay private,
@@ -359,6 +369,7 @@ int luaopen_zorch(lua_State *L) {
   lz_open_data(L);
   lz_open_zero(L);
   lz_open_files(L);
+  lz_open_fs(L);
   lz_open_tboard(L);
   lz_open_gradfn(L);
   lz_open_offload(L);
@@ -389,6 +400,13 @@ int luaopen_zorch(lua_State *L) {
   }
   lua_settop(L, z);
   return 1;
+}
+
+void lz_push_private(lua_State *L, const char *name) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "zorch.private") != LUA_TTABLE) luaL_error(L, "zorch is not open");
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+  if (!lua_isfunction(L, -1)) luaL_error(L, "zorch has no helper %s", name);
 }
 
 int lz_open_module(lua_State *L, const char *name) {

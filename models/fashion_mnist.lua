@@ -40,7 +40,7 @@ local opt = zorch.flags(arg, {
   threads = {0, "CPU threads (0: the default)"},
 }, "usage: zorch models/fashion_mnist.lua [flags]")
 -- a bad output path fails now, not after the training (rank 0 writes it)
-if debug.getregistry()["zorch.private"]._comm() == 0 then zorch.flags.check_output(opt.save, "--save") end
+if zorch.dist.rank() == 0 then zorch.flags.check_output(opt.save, "--save") end
 
 local CLASSES = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                  "Ankle boot"}

@@ -6,7 +6,6 @@
 --   build/cpu/zorch launch -n 2 models/gpt2.lua --zero-stage 3
 -- docs/gpt2.md describes the model, the flags and the file formats.
 local zorch = require "zorch"
-local Z = debug.getregistry()["zorch.private"] -- _mkdir, _write_atomic, _json_encode, _comm
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 
 local opt = zorch.flags(arg, {
@@ -104,7 +103,7 @@ if opt.init ~= "" then
   cfg.layers = n
   local f = io.open((opt.init:match("^(.*)/[^/]*$") or ".") .. "/config.json")
   if f then
-    local ok, c = pcall(Z._json_decode, f:read("a"))
+    local ok, c = pcall(zorch.json.decode, f:read("a"))
     f:close()
     if ok and type(c) == "table" and math.type(c.n_head) == "integer" then cfg.heads = c.n_head end
   end
@@ -265,7 +264,7 @@ function Head:forward(x) return self.lm_head(self.ln_f(x)) end
 local pipe_layout -- zorch.dist.layout{pipeline = P}
 if opt["pipeline-parallel"] then
   local P = opt["pipeline-parallel"]
-  local _, n = Z._comm()
+  local n = zorch.dist.size()
   if P < 1 or n % P ~= 0 then usage("--pipeline-parallel %d does not divide the %d ranks", P, n) end
   local _ = n -- (with --tensor-parallel, P x T must divide them: checked below)
   if P > cfg.layers + 2 then usage("--pipeline-parallel %d: more stages than the %d layers (embeddings, %d blocks, head)", P, cfg.layers + 2, cfg.layers) end
@@ -279,7 +278,7 @@ end
 
 -- ---- data: token ids, a train/validation split, batches --------------------------------------
 
-local rank, world = Z._comm()
+local rank, world = zorch.dist.rank(), zorch.dist.size()
 local world_rank = rank
 -- Tensor parallelism: each block's matrices, heads and the vocabulary split
 -- over T ranks; with --pipeline-parallel too, the world is tensor x data x
@@ -585,9 +584,9 @@ if opt["save-hf"] ~= "" then
     hf["transformer." .. name] = t:float():contiguous()
   end
   if rank == 0 then
-    Z._mkdir(dir)
+    zorch.fs.mkdir(dir)
     zorch.save(hf, dir .. "/model.safetensors")
-    local config = Z._json_encode({
+    local config = zorch.json.encode({
       architectures = {"GPT2LMHeadModel"}, model_type = "gpt2", vocab_size = cfg.vocab,
       n_positions = cfg.context, n_ctx = cfg.context, n_embd = cfg.dim, n_layer = cfg.layers, n_head = cfg.heads,
       activation_function = "gelu_new", layer_norm_epsilon = 1e-5,
@@ -595,7 +594,7 @@ if opt["save-hf"] ~= "" then
       bos_token_id = cfg.vocab - 1, eos_token_id = cfg.vocab - 1, tie_word_embeddings = true,
       torch_dtype = "float32",
     })
-    Z._write_atomic(dir .. "/config.json", config .. "\n")
+    zorch.fs.write_atomic(dir .. "/config.json", config .. "\n")
   end
   engine:print(("saved %s/model.safetensors and %s/config.json"):format(dir, dir))
 end

@@ -4,7 +4,6 @@
 -- On a terminal a progress bar runs under the epoch lines; --print-every adds
 -- step lines, --log/--csv/--tensorboard write the metrics (zorch plot draws them).
 local zorch = require "zorch"
-local Z = debug.getregistry()["zorch.private"] -- zorch's private helpers (a terminal test, a barrier)
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
 
 local opt = zorch.flags(arg, {
@@ -47,7 +46,7 @@ local opt = zorch.flags(arg, {
   ["offload-buffers"] = {4, "chunk buffers of the optimizer step (2-32)"},
 }, "usage: zorch models/simple_net.lua [flags]")
 -- a bad output path fails now, not after the training (rank 0 writes it)
-if debug.getregistry()["zorch.private"]._comm() == 0 then zorch.flags.check_output(opt.save, "--save") end
+if zorch.dist.rank() == 0 then zorch.flags.check_output(opt.save, "--save") end
 
 local SimpleNet = nn.Module:extend "SimpleNet"
 function SimpleNet:init(i, h, o, layers)
@@ -72,7 +71,7 @@ end
 local accum = opt.accum
 local first_world = tonumber(os.getenv("ZORCH_ELASTIC_WORLD") or "")
 if first_world then
-  local _, world = Z._comm()
+  local world = zorch.dist.size()
   if (accum * first_world) % world ~= 0 then -- a usage error: exit status 2, so no restart tries again
     local e = zorch.flags.usage_error(("simple_net: a global batch of %d x %d accumulation x %d ranks does not split over %d ranks"):format(
       opt["batch-size"], accum, first_world, world))
@@ -154,7 +153,7 @@ local logger = (opt.log ~= "" or opt.csv ~= "" or opt.tensorboard ~= "") and zor
   jsonl = opt.log ~= "" and opt.log or nil, csv = opt.csv ~= "" and opt.csv or nil,
   tensorboard = opt.tensorboard ~= "" and opt.tensorboard or nil} or nil
 local bar
-if not opt.quiet and Z._is_terminal(io.stderr) then
+if not opt.quiet and zorch.isatty(io.stderr) and os.getenv("TERM") ~= "dumb" then
   local total = (opt.epochs - first_epoch + 1) * (#loader // accum)
   if opt.steps > 0 then total = math.min(total, math.max(opt.steps - steps, 0)) end
   bar = zorch.progress(total, {unit = "step"})
@@ -226,7 +225,7 @@ if opt.report then
       end
       io.stdout:flush()
     end
-    Z._allreduce(zorch.zeros(1)) -- a barrier, so lines come out in rank order
+    zorch.dist.barrier() -- so lines come out in rank order
   end
 end
 if ckdir ~= "" then engine:save_checkpoint(ckdir) end

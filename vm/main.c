@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../lua/lz.h"
 #include "lalloc.h"
 #include "repl.h"
 #include "zorch.h"
@@ -446,12 +447,25 @@ static void usage(void) {
 
 /* Runs a subcommand's chunk (`zorch NAME args...`) with the arguments after
    NAME, which `arg` holds too; reports an error. Returns the Lua status. */
-static int run_subcommand(lua_State *L, const char *name, int argc, char **argv, const char *chunk) {
+/* Runs chunk with zorch's helper `helper` (lz_push_private) and the
+   subcommand's arguments as its varargs. */
+static int push_helper(lua_State *L) {
+  lz_push_private(L, lua_tostring(L, 1));
+  return 1;
+}
+static int run_subcommand(lua_State *L, const char *name, int argc, char **argv, const char *helper,
+                          const char *chunk) {
   make_args(L, argv, argc, 1);
   int st = luaL_loadbuffer(L, chunk, strlen(chunk), name);
   if (st == LUA_OK) {
+    lua_pushcfunction(L, push_helper);
+    lua_pushstring(L, helper);
+    st = lua_pcall(L, 1, 1, 0);
+    if (st != LUA_OK) lua_remove(L, -2); /* the chunk; the message stays for report */
+  }
+  if (st == LUA_OK) {
     for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
-    st = docall(L, argc - 2, 0);
+    st = docall(L, argc - 1, 0);
   }
   report(L, st);
   return st;
@@ -551,14 +565,14 @@ int main(int argc, char **argv) {
   if (report(L, docall(L, 0, 0))) return 1;
   int st = LUA_OK;
   if (argc > 1 && strcmp(argv[1], "consolidate") == 0) {
-    st = run_subcommand(L, "=consolidate", argc, argv,
-                        "local zorch = require 'zorch'\n"
-                        "local n = debug.getregistry()[\"zorch.private\"]._consolidate(...)\n"
-                        "print(('consolidated %d parameters into %s'):format(n, select(2, ...)))\n");
+    st = run_subcommand(L, "=consolidate", argc, argv, "_consolidate",
+                        "local consolidate, dir, out = ...\n"
+                        "local n = consolidate(select(2, ...))\n"
+                        "print(('consolidated %d parameters into %s'):format(n, out))\n");
   } else if (argc > 1 && strcmp(argv[1], "plot") == 0) {
-    st = run_subcommand(L, "=plot", argc, argv,
-                        "require('zorch')\n"
-                        "local ok, msg = debug.getregistry()[\"zorch.private\"]._plot_cli(...)\n"
+    st = run_subcommand(L, "=plot", argc, argv, "_plot_cli",
+                        "local plot_cli = ...\n"
+                        "local ok, msg = plot_cli(select(2, ...))\n"
                         "if not ok then io.stderr:write(msg, '\\n'); os.exit(2, true) end\n");
   } else if (argc > 1 && strcmp(argv[1], "-e") == 0) {
     if (argc < 3) {

@@ -156,7 +156,7 @@ struct zero_engine {
      the gradients start goff elements in, on an aligned offset */
   bool pdirect;
   int64_t goff;
-  /* the groups' buffers are not host memory (a GPU rank; ZORCH_TEST_OFFLOAD_HOST=1
+  /* the groups' buffers are not host memory (a GPU rank; the offload_host test hook
      takes the path on the CPU): the file's reads and writes go through host
      buffers (pf_send for gathers, gtmp for buckets) and copies */
   bool pstaged;
@@ -372,8 +372,7 @@ static zorch_status pf_start(zero_engine *e, group *g) {
 static zorch_status pfile_open(zero_engine *e) {
   if (e->o.stage != 3 || e->pdt != ZORCH_F32)
     return err_set(ZORCH_ERR_ARG, "zero: parameters on nvme need ZeRO stage 3 with float32 parameters");
-  const char *emu = getenv("ZORCH_TEST_OFFLOAD_HOST");
-  e->pstaged = e->dev.type != ZORCH_CPU || (emu && *emu && strcmp(emu, "0"));
+  e->pstaged = e->dev.type != ZORCH_CPU || zorch_test_hook("offload_host"); /* (a CPU rank taking the GPU's path) */
   const char *dir = e->o.param_dir;
   char *path = malloc(strlen(dir) + 32);
   if (!path) return err_set(ZORCH_ERR_OOM, "zero: out of memory");

@@ -24,17 +24,3 @@ bool zorch_device_available(zorch_device dev) {
   return m && dev.index >= 0 && dev.index < m->count();
 }
 
-zorch_status backend_check_device(const char *op, zorch_device dev) {
-  char name[32];
-  if (zorch_device_available(dev)) return ZORCH_OK;
-  zorch_device_name(dev, name, sizeof name);
-  const char *why = device_why(dev.type);
-  if (!backend_get(dev.type)) {
-    if (*why) return err_set(ZORCH_ERR_DEVICE, "%s: device %s: not available: %s", op, name, why);
-    return err_set(ZORCH_ERR_DEVICE, "%s: device %s: backend not built", op, name);
-  }
-  const device_mem *m = device_mem_get(dev.type);
-  int n = m ? m->count() : 0;
-  return err_set(ZORCH_ERR_DEVICE, "%s: device %s: not available (%d CUDA device%s present)%s%s", op, name, n,
-                 n == 1 ? "" : "s", *why ? ": " : "", why);
-}

@@ -215,6 +215,4 @@ static inline const backend *backend_of(const zorch_tensor *t) {
 void backend_register(zorch_device_type type, const backend *b);
 /* The CPU backend, defined in ops/cpu. */
 extern const backend cpu_backend;
-/* OK when dev exists and its backend was built; otherwise an error naming op. */
-zorch_status backend_check_device(const char *op, zorch_device dev);
 #endif

@@ -95,6 +95,40 @@ static zorch_status mm_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
 }
 
 /* Both operands at least 2-D. */
+/* matmul of integer operands, both at least 2-D with a's last size equal to
+   b's next to last (batch dims broadcast): the sum over k of a (..., m, k, 1)
+   times b (..., 1, k, n), k taken in blocks that keep a block's products near
+   2^24 elements, accumulated in int64 and converted to the promoted dtype
+   (wrapping around, as PyTorch's integer matmul does). */
+static zorch_tensor *int_matmul(zorch_tensor *a, zorch_tensor *b, zorch_dtype dt) {
+  if (a->dtype == ZORCH_BOOL || b->dtype == ZORCH_BOOL)
+    return err_null(ZORCH_ERR_DTYPE, "matmul: bool matrices are not supported");
+  int na = a->ndim, nb = b->ndim;
+  int64_t m = a->shape[na - 2], k = a->shape[na - 1], n = b->shape[nb - 1];
+  int64_t batch = 1; /* at most the product of both batches: enough to size the blocks */
+  for (int i = 0; i < na - 2; i++) batch *= a->shape[i] ? a->shape[i] : 1;
+  for (int i = 0; i < nb - 2; i++) batch *= b->shape[i] ? b->shape[i] : 1;
+  double per_k = (double)batch * (double)(m ? m : 1) * (double)(n ? n : 1);
+  int64_t kb = per_k >= (1 << 24) ? 1 : (int64_t)((1 << 24) / per_k);
+  zorch_tensor *acc = NULL;
+  bool prev = zorch_set_grad_enabled(false); /* integers carry no gradient */
+  for (int64_t k0 = 0; k0 < k || (k == 0 && !acc); k0 += kb) {
+    int64_t len = k - k0 < kb ? k - k0 : kb;
+    zorch_tensor *ak = NULL, *bk = NULL, *u = NULL, *w = NULL, *p = NULL, *s = NULL, *sum = NULL;
+    int kd = (na > nb ? na : nb); /* k's dim in the broadcast product (..., m, k, n) */
+    kd -= 1;
+    if ((ak = zorch_narrow(a, na - 1, k0, len)) && (bk = zorch_narrow(b, nb - 2, k0, len)) &&
+        (u = zorch_unsqueeze(ak, na)) && (w = zorch_unsqueeze(bk, nb - 2)) && (p = zorch_mul(u, w)) &&
+        (s = zorch_sum(p, 1, &kd, false)))
+      sum = acc ? zorch_add(acc, s) : zorch_tensor_retain(s);
+    OP_FREE(ak, bk, u, w, p, s, acc);
+    acc = sum;
+    if (!acc || k == 0) break;
+  }
+  zorch_set_grad_enabled(prev);
+  return acc ? op_recast(acc, dt) : NULL;
+}
+
 static zorch_tensor *matmul_nd(zorch_tensor *a, zorch_tensor *b) {
   char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
   int na = a->ndim, nb = b->ndim;
@@ -111,7 +145,7 @@ static zorch_tensor *matmul_nd(zorch_tensor *a, zorch_tensor *b) {
   int nd = nbatch + 2;
   zorch_dtype dt = dtype_promote(a->dtype, b->dtype);
   if (!zorch_dtype_is_float(dt)) {
-    zorch_tensor *r = op_int_matmul(a, b, dt);
+    zorch_tensor *r = int_matmul(a, b, dt);
     if (!r) err_prefix("matmul");
     return r;
   }

@@ -35,9 +35,6 @@ zorch_status op_fill_i64_(zorch_tensor *dst, int64_t value);
 zorch_status op_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src);
 zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, bool integer, int64_t ivalue,
                              double value);
-/* matmul of integer tensors, both at least 2-D with matching inner sizes
-   (batch dims broadcast), in dtype dt; no autograd. */
-zorch_tensor *op_int_matmul(zorch_tensor *a, zorch_tensor *b, zorch_dtype dt);
 /* The elementwise binary kernel k with broadcasting and promotion; no autograd. */
 zorch_tensor *op_binary(bop k, zorch_tensor *a, zorch_tensor *b, double p0, double p1);
 /* The running sum along dim (wrapped) of a, from the end when `reverse`, in the

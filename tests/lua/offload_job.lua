@@ -7,10 +7,10 @@
 -- ZORCH_TEST_GROUPS=1: two parameter groups (weights; biases with their own lr
 -- and no weight decay). ZORCH_TEST_PARAM=1: the parameters on nvme too
 -- (offload_param, stage 3; with NVME_DIR "cpu", offload_param and
--- offload_optimizer "cpu", which a GPU rank, or ZORCH_TEST_OFFLOAD_HOST=1,
+-- offload_optimizer "cpu", which a GPU rank, or ZORCH_TEST_HOOKS=offload_host,
 -- keeps in files in host memory). ZORCH_TEST_ACCUM=k: k micro-batches a step.
 -- ZORCH_TEST_DEFER=1: the model built under nn.deferred (filled at prepare).
--- ZORCH_TEST_OFFLOAD_HOST=1: the GPU ranks' path (a host copy of the shard
+-- ZORCH_TEST_HOOKS=offload_host: the GPU ranks' path (a host copy of the shard
 -- stepped) on CPU ranks; ZORCH_TEST_PIN=1: with pin_memory. ZORCH_TEST_CHUNK=k: chunks of k elements instead
 -- of CHUNK. ZORCH_TEST_CLIP=x: gradient_clipping x (else 0.5).
 -- With offload, rank 0 prints the last step's traffic to and from the files

@@ -64,7 +64,7 @@ for _, case in ipairs({{"folder", "first"}, {"shards", "first"}, {"manifest", "f
   local dir = ("%s/k_%s/ck"):format(tmp, step)
   os.execute("mkdir -p " .. dir)
   run(("%s %s save %s Adam 3 0 keep"):format(bin, job, dir))
-  local text, ok = run(("env ZORCH_CHECKPOINT_STOP=%s %s %s resume %s Adam 2 0 keep"):format(step, bin, job, dir))
+  local text, ok = run(("env ZORCH_TEST_HOOKS=checkpoint_stop=%s %s %s resume %s Adam 2 0 keep"):format(step, bin, job, dir))
   tap.ok(not ok and text:find("stopped after step '" .. step .. "'", 1, true),
          ("the second save of tag 'keep' stops after step '%s'"):format(step))
   text, ok = run(("%s %s load %s Adam 0 0 x"):format(bin, job, dir))

@@ -77,7 +77,7 @@ tap.ok(static, "a static loss_scale never changes, and overflowing steps are sti
 -- stages 0-3 at 1, 2 and 4 ranks against one process at stage 0, overflows included
 local common = "--steps 12 --accum 2 --clip 0.05 --seed 5 --samples 240 --bucket 64 --quiet --precision fp16"
 local ref = tmp .. "/ref.safetensors"
-local text, ok = run(("ZORCH_TEST_OVERFLOW=2,5 %s ../models/simple_net.lua %s --batch-size 24 --save %s"):format(
+local text, ok = run(("ZORCH_TEST_HOOKS=overflow=2,5 %s ../models/simple_net.lua %s --batch-size 24 --save %s"):format(
   bin, common, ref))
 if not ok then print("# " .. text:gsub("\n", "\n# ")) end
 tap.ok(ok, "one process, fp16, stage 0")
@@ -90,7 +90,7 @@ end
 for _, n in ipairs({1, 2, 4}) do
   for stage = 0, 3 do
     local out = ("%s/n%d_s%d.safetensors"):format(tmp, n, stage)
-    local t, good = run(("ZORCH_TEST_OVERFLOW=2,5 %s launch -n %d ../models/simple_net.lua %s --zero-stage %d --batch-size %d --save %s"):format(
+    local t, good = run(("ZORCH_TEST_HOOKS=overflow=2,5 %s launch -n %d ../models/simple_net.lua %s --zero-stage %d --batch-size %d --save %s"):format(
       bin, n, common, stage, 24 // n, out))
     if not good then print("# " .. t:gsub("\n", "\n# ")) end
     local w = good and want and worst(zorch.load(out), want) or math.huge

@@ -17,7 +17,7 @@ do
   local p, g = zorch.randn({n}), zorch.randn({n})
   local p2 = p:clone()
   local m2, v2 = zorch.zeros({n}), zorch.zeros({n})
-  local store = Z._offload_open(tmp, n, 100, 3)
+  local store = zorch.offload_store(tmp, n, 100, 3)
   local k = {lr = 1e-2, beta1 = 0.9, beta2 = 0.99, eps = 1e-8, weight_decay = 0.1, decoupled = true}
   for step = 1, 4 do
     store:adam(p, g, step, {{0, n, k}})
@@ -40,9 +40,9 @@ do
              "optimizer offload", "1003")
   store:close()
   tap.raises("a closed store says so", function() store:get(m, v) end, "closed")
-  tap.raises("a missing folder is named", function() Z._offload_open(tmp .. "/nope", 10, 4, 2) end,
+  tap.raises("a missing folder is named", function() zorch.offload_store(tmp .. "/nope", 10, 4, 2) end,
              "nvme_path", tmp .. "/nope")
-  tap.raises("buffer_count below 2 is refused", function() Z._offload_open(tmp, 10, 4, 1) end, "buffer_count")
+  tap.raises("buffer_count below 2 is refused", function() zorch.offload_store(tmp, 10, 4, 1) end, "buffer_count")
 end
 
 -- direct I/O: a chunk of a multiple of 1024 elements moves with O_DIRECT (the
@@ -64,14 +64,14 @@ do
   end
   local p2, m2, v2 = p0:clone(), zorch.zeros({n}), zorch.zeros({n})
   for s = 1, 3 do Z._adam_step(p2, gs[s], m2, v2, nil, s, k) end
-  local pd, md, vd, sd = run(Z._offload_open(tmp, n, 1024, 3))
+  local pd, md, vd, sd = run(zorch.offload_store(tmp, n, 1024, 3))
   local fs = io.popen("stat -f -c %T " .. tmp):read("l")
   if fs ~= "tmpfs" then tap.ok(sd.direct == true, "a chunk of 1024 elements moves with direct I/O on " .. tostring(fs))
   else print("# the test folder is on tmpfs: no direct I/O there") end
   tap.ok(same(pd, p2) and same(md, m2) and same(vd, v2), "5 chunks of 1024 (the last 904) with direct I/O: the in-memory step's bits")
-  local pc, mc = run(Z._offload_open(tmp, n, 1000, 3))
+  local pc, mc = run(zorch.offload_store(tmp, n, 1000, 3))
   tap.ok(same(pc, p2) and same(mc, m2), "a chunk of 1000 elements (not aligned) through the page cache: the same bits")
-  local small = Z._offload_open(tmp, 300, 1 << 20, 2)
+  local small = zorch.offload_store(tmp, 300, 1 << 20, 2)
   tap.ok(small:stats().buffer_bytes == 2 * 1024 * 8, "a store smaller than its chunk: buffers of 300 rounded up to 1024 elements")
   small:close()
 end
@@ -228,7 +228,7 @@ if tap.has_mpi(bin) then
     tap.ok(u and equal_sd(u, r), "the I/O thread through pread/pwrite (ZORCH_OFFLOAD_IO=pread) gives the same weights")
     -- the GPU ranks' offload (a host copy of the shard stepped by the CPU Adam,
     -- copies both ways), taken on CPU ranks: the same bits
-    local H = "ZORCH_TEST_OFFLOAD_HOST=1 "
+    local H = "ZORCH_TEST_HOOKS=offload_host "
     for stage = 1, 3 do
       for _, n in ipairs({2, 4}) do
         local want1 = job(n, stage, "-", 4, ("%s/h%d%d.st"):format(tmp, stage, n))
@@ -256,7 +256,7 @@ if tap.has_mpi(bin) then
     -- offload_param on GPU ranks: gathers read the slice into a host buffer
     -- and copy it to the group's (device) buffer, buckets come to the host to
     -- be added into the file, written shards leave the device through the
-    -- host; ZORCH_TEST_OFFLOAD_HOST=1 runs those copies on CPU ranks
+    -- host; ZORCH_TEST_HOOKS=offload_host runs those copies on CPU ranks
     for _, n in ipairs({1, 2, 3}) do
       local want = job(n, 3, "-", 4, ("%s/gs%d.st"):format(tmp, n), nil, "ZORCH_TEST_CLIP=0.05 ")
       local got = job(n, 3, tmp, 4, ("%s/gsp%d.st"):format(tmp, n), nil, H .. P .. "ZORCH_TEST_CLIP=0.05 ZORCH_TEST_CHUNK=1024 ")
@@ -264,7 +264,7 @@ if tap.has_mpi(bin) then
     end
     -- offload_param "cpu" on GPU ranks: the shard, its gradients and the
     -- moments in files in host memory (a tmpfs), gathers through host buffers
-    -- as above; on a CPU rank (no ZORCH_TEST_OFFLOAD_HOST) nothing moves
+    -- as above; on a CPU rank (no offload_host test hook) nothing moves
     for _, n in ipairs({1, 2, 3}) do
       local want = job(n, 3, "-", 4, ("%s/hm%d.st"):format(tmp, n), nil, "ZORCH_TEST_CLIP=0.05 ")
       local got, text = job(n, 3, "cpu", 4, ("%s/hmc%d.st"):format(tmp, n), nil, H .. P .. "ZORCH_TEST_CLIP=0.05 ")

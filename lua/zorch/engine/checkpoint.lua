@@ -351,12 +351,12 @@ function zorch._read_manifest_text(text)
   return true, m
 end
 
--- A test hook: ZORCH_CHECKPOINT_STOP=<step> makes save_checkpoint raise an error
+-- A test hook: ZORCH_TEST_HOOKS=checkpoint_stop=<step> makes save_checkpoint raise an error
 -- right after that step (folder, shards, manifest, latest), as a process killed
 -- there would stop, so tests can check what such a kill leaves on disk.
 local function stop_after(step)
-  if os.getenv("ZORCH_CHECKPOINT_STOP") == step then
-    error(("save_checkpoint: stopped after step '%s' (ZORCH_CHECKPOINT_STOP)"):format(step), 0)
+  if zorch._test_hook("checkpoint_stop") == step then
+    error(("save_checkpoint: stopped after step '%s' (test hook checkpoint_stop)"):format(step), 0)
   end
 end
 

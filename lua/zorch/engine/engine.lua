@@ -188,7 +188,7 @@ function zorch.Engine(cfg, overrides)
   -- with offload_optimizer "cpu") in a memory filesystem (host_dir); on a CPU
   -- rank the shard is in host memory already.
   local op, oo = c.offload_param, c.offload_optimizer
-  local on_gpu = c.device ~= "cpu" or os.getenv("ZORCH_TEST_OFFLOAD_HOST") ~= nil
+  local on_gpu = c.device ~= "cpu" or zorch._test_hook("offload_host") ~= nil
   local param_dir, opt_dir, host_param
   if op and op.device == "nvme" then
     param_dir = op.nvme_path
@@ -716,13 +716,13 @@ function Engine:backward(loss)
   end
 end
 
--- Testing overflows: ZORCH_TEST_OVERFLOW="3,7,8" makes rank 0's gradients inf
+-- Testing overflows: ZORCH_TEST_HOOKS=overflow=3,7,8 makes rank 0's gradients inf
 -- or nan (the loss times inf) in those optimizer step attempts (1-based,
 -- skipped steps included).
 function Engine:inject_overflow(attempt)
   if self.overflow_steps == nil then
     self.overflow_steps = {}
-    for n in (os.getenv("ZORCH_TEST_OVERFLOW") or ""):gmatch("%d+") do self.overflow_steps[tonumber(n)] = true end
+    for n in (zorch._test_hook("overflow") or ""):gmatch("%d+") do self.overflow_steps[tonumber(n)] = true end
   end
   return self.overflow_steps[attempt] == true
 end

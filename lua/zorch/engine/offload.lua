@@ -16,7 +16,7 @@ local DEFAULT_CHUNK = 1 << 20 -- elements per chunk (8 MiB of moments; 16 MiB wi
 -- shard back after it (Engine:optimizer_step), and refreshes the copy when
 -- the device's shard is written (load_checkpoint, sync_shard). Returns
 -- {target, grad, device_target}, or nil where the shard is on the CPU
--- already. ZORCH_TEST_OFFLOAD_HOST=1 takes this path on CPU ranks too (the
+-- already. The test hook offload_host takes this path on CPU ranks too (the
 -- tests: the same bits as without it). With pin_memory the two host tensors
 -- are page-locked (cudaMallocHost through the CUDA module; on a CPU rank, or
 -- where the driver refuses, ordinary memory: `pinned` says which). At stages
@@ -28,7 +28,7 @@ local DEFAULT_CHUNK = 1 << 20 -- elements per chunk (8 MiB of moments; 16 MiB wi
 function zorch._offload_host(engine, target)
   local off = engine.cfg.offload_optimizer
   if not off or off.device == "none" then return nil end
-  if engine.device == "cpu" and os.getenv("ZORCH_TEST_OFFLOAD_HOST") == nil then return nil end
+  if engine.device == "cpu" and zorch._test_hook("offload_host") == nil then return nil end
   -- (the parameters in a file: the target is the file's shard in host memory already)
   if engine.param_dir then return nil end
   local n = target:numel()
@@ -72,7 +72,7 @@ function zorch._offload_optimizer(engine)
   local pfile = engine.param_dir ~= nil
   local chunk = off.chunk or (pfile and op.buffer_size) or DEFAULT_CHUNK
   local nbuf = (pfile and op.buffer_count) or off.buffer_count or 4
-  local store = zorch._offload_open(engine.opt_dir, target:numel(), chunk, nbuf)
+  local store = zorch.offload_store(engine.opt_dir, target:numel(), chunk, nbuf)
   -- the parameters on nvme too (offload_param): the step streams them with the moments
   local fd, p_off, g_off = engine.zero:param_file()
   if fd then store:bind(fd, p_off, g_off); engine.offload_bound = true end

@@ -11,6 +11,7 @@ local dist = {}
 function dist.world() return zorch._group_world() end
 function dist.rank() return dist.world():rank() end
 function dist.size() return dist.world():size() end
+function dist.barrier() return dist.world():barrier() end
 
 local function positive(fn, name, v)
   if v ~= nil and not (math.type(v) == "integer" and v >= 1) then

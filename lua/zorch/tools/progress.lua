@@ -24,7 +24,7 @@ end
 function zorch._is_terminal(f)
   if not (io and io.type and io.type(f) == "file") then return false end
   local term = os and os.getenv and os.getenv("TERM")
-  return term ~= "dumb" and zorch._isatty(f)
+  return term ~= "dumb" and zorch.isatty(f)
 end
 
 local function fmt_time(s)

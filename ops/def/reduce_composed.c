@@ -1,4 +1,4 @@
-/* reduce_extra.c: prod, cumprod, norm, any, all and count_nonzero, composed of
+/* reduce_composed.c: prod, cumprod, norm, any, all and count_nonzero, composed of
    other ops: their gradients (a product holding zeros, the ties of a max norm)
    follow from the ops they are made of, as PyTorch's special cases do. */
 #include <math.h>
