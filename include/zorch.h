@@ -673,6 +673,113 @@ ZORCH_API zorch_status zorch_load_safetensors_meta(const char *path, int *n, cha
                                          int *nmeta, char ***meta_keys, char ***meta_values);
 ZORCH_API void zorch_safetensors_meta_free(int n, char **keys, char **values);
 
+/* ---- file formats: npy, IDX, CSV, token files, zorch.save trees, TensorBoard events ------
+   The readers check every header field (and the file's size against it) before
+   they allocate anything; a corrupt, truncated or hostile file is ZORCH_ERR_IO
+   with a message that names the file and the fault, never a crash. On failure
+   *out is NULL. Tensors come back on the CPU, contiguous, owned by the caller.
+   Writers replace their file atomically, as zorch_save_safetensors does. */
+/* A NumPy .npy file (versions 1 to 3): dtypes <f4 <f8 <f2 <i4 <i8 |u1 |b1 in C
+   order (Fortran order, big-endian and other dtypes are refused). */
+ZORCH_API zorch_status zorch_npy_load(const char *path, zorch_tensor **out);
+/* Writes t (any device or layout) as a version 1.0 .npy file; bfloat16 is
+   ZORCH_ERR_DTYPE (NumPy has none). */
+ZORCH_API zorch_status zorch_npy_save(const char *path, zorch_tensor *t);
+/* An IDX file (MNIST, Fashion-MNIST), plain or gzip-compressed, of the
+   stored shape: uint8 stays uint8, int8 and int16 widen to int32, int32,
+   float32 and float64 stay. At most 2^40 bytes of data; bytes past the data
+   or a damaged gzip stream are errors. */
+ZORCH_API zorch_status zorch_idx_load(const char *path, zorch_tensor **out);
+/* CSV: rows of numbers into float32 (rows, cols); every row has the first
+   row's field count, empty lines are skipped. NULL opts: no header line,
+   delimiter ','. */
+typedef struct {
+  bool header;    /* the first line names the columns: skipped */
+  char delimiter; /* 0: ',' */
+} zorch_csv_opts;
+ZORCH_API zorch_status zorch_csv_load(const char *path, const zorch_csv_opts *opts, zorch_tensor **out);
+/* A file of token ids without a header, `width` bytes each (1: bytes of text;
+   2: little-endian uint16, llm.c's .bin files), into int64 (n). */
+ZORCH_API zorch_status zorch_tokens_load(const char *path, int width, zorch_tensor **out);
+/* Writes n bytes to path atomically (a temporary file beside it, fsynced,
+   renamed over it; a symlink at path is followed). */
+ZORCH_API zorch_status zorch_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* The format of zorch.save: a tree of tensors and plain values, as a list of
+   items in pre-order. A LIST, MAP or PAIRS item opens a table that an END item
+   closes; the items between are its entries: a LIST's in order, a MAP's each
+   with `key` (UTF-8 text), a PAIRS table's alternately a key (a BOOL, INT,
+   FLOAT other than NaN, or STRING item) and its value. Strings are UTF-8
+   without NUL bytes (len 0: strlen; key_len likewise). */
+typedef enum {
+  ZORCH_TREE_BOOL = 0,
+  ZORCH_TREE_INT,
+  ZORCH_TREE_FLOAT,
+  ZORCH_TREE_STRING,
+  ZORCH_TREE_TENSOR,
+  ZORCH_TREE_LIST,
+  ZORCH_TREE_MAP,
+  ZORCH_TREE_PAIRS,
+  ZORCH_TREE_END
+} zorch_tree_kind;
+typedef struct {
+  zorch_tree_kind kind;
+  const char *key; /* a MAP entry's key, else NULL */
+  size_t key_len;
+  bool b;          /* BOOL */
+  int64_t i;       /* INT */
+  double f;        /* FLOAT */
+  const char *s;   /* STRING */
+  size_t len;
+  zorch_tensor *t; /* TENSOR: borrowed when saving, owned by the tree when loaded */
+} zorch_tree_item;
+/* Writes the tree (items[0] opens its root table, items[n-1] closes it) to
+   path: a MAP of tensors alone as a plain safetensors file, any other tree as
+   its tensors, named by their paths ("opt.state.1.exp_avg", list entries
+   counted from 1; a name taken gets "#2", ...), and the values as JSON in
+   __metadata__["zorch.values"]. Map keys and pair keys are written sorted, so
+   one tree gives one file. A malformed list (unclosed, a MAP entry without a
+   key, a repeated key, text that is not UTF-8, more than 64 tables deep) is
+   ZORCH_ERR_ARG and writes nothing. */
+ZORCH_API zorch_status zorch_tree_save(const char *path, size_t n, const zorch_tree_item *items);
+/* A tree as loaded: items as above (a file without values: one MAP of its
+   tensors), and the file's tensors the values do not name, under their names. */
+typedef struct {
+  size_t n;
+  zorch_tree_item *items;
+  int nextra;
+  const char **extra_names;
+  zorch_tensor **extra;
+} zorch_tree;
+/* Reads a file zorch_tree_save (or any safetensors writer) made; malformed
+   values are ZORCH_ERR_IO naming the file and the fault. Free with
+   zorch_tree_free, which drops the tensors' references and the strings. */
+ZORCH_API zorch_status zorch_tree_load(const char *path, zorch_tree **out);
+ZORCH_API void zorch_tree_free(zorch_tree *tree);
+
+/* TensorBoard event files (records of Event protobufs, each framed with
+   masked CRC-32Cs). The CRC-32C (Castagnoli) of n bytes; masked: TensorBoard's
+   ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+ZORCH_API uint32_t zorch_crc32c(const void *p, size_t n, bool masked);
+/* One framed record: an Event at step with n scalar values (tags[i] of
+   tag_lens[i] bytes, NULL tag_lens: strlen) and, when not NULL, file_version;
+   wall_time in seconds since the epoch (NaN: now). *out (free() it) holds *len
+   bytes. ZORCH_ERR_OOM when out of memory or over 64 MiB. */
+ZORCH_API zorch_status zorch_event_encode(int64_t step, double wall_time, const char *file_version, int n,
+                                          const char *const *tags, const size_t *tag_lens, const double *values,
+                                          void **out, size_t *len);
+/* dir/events.out.tfevents.<seconds>.<host>.<pid>, the name TensorBoard's own
+   writer uses, into buf (n bytes; too short: ZORCH_ERR_ARG). */
+ZORCH_API zorch_status zorch_events_filename(const char *dir, char *buf, size_t n);
+/* A writer of a new event file in dir (which must exist), its first record
+   the file version; add scalars, flush, close (which frees it; NULL is fine). */
+typedef struct zorch_events zorch_events;
+ZORCH_API zorch_status zorch_events_open(const char *dir, zorch_events **out);
+ZORCH_API const char *zorch_events_path(const zorch_events *w);
+ZORCH_API zorch_status zorch_events_add_scalar(zorch_events *w, const char *tag, double value, int64_t step);
+ZORCH_API zorch_status zorch_events_flush(zorch_events *w);
+ZORCH_API zorch_status zorch_events_close(zorch_events *w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -92,8 +92,6 @@ void lz_open_tensor(lua_State *L);
 void lz_open_functions(lua_State *L);
 /* The functions and methods of lshape.c, into the tables at module and methods. */
 void lz_open_shape(lua_State *L, int module, int methods);
-/* zorch.data.load_idx (lidx.c) */
-int lz_load_idx(lua_State *L);
 /* ---- the VM an embedding host made (lsandbox.c) ---------------------------------
    vm/embed.c fills one per VM and keeps it in the registry ("zorch.vm");
    a Lua state without one (zorch.so loaded by lua5.4) has no limits. */

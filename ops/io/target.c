@@ -42,3 +42,30 @@ int io_create_temp(const char *what, const char *path, char *tmp) {
   err_set(ZORCH_ERR_IO, "%s: cannot create a temporary file beside %s: %s", what, path, strerror(errno));
   return -1;
 }
+
+zorch_status io_write_all(int fd, const void *p, size_t n, const char *what, const char *path) {
+  const char *c = p;
+  while (n) {
+    ssize_t k = write(fd, c, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return err_set(ZORCH_ERR_IO, "%s: writing %s: %s", what, path, k < 0 ? strerror(errno) : "nothing written");
+    c += k;
+    n -= (size_t)k;
+  }
+  return ZORCH_OK;
+}
+
+zorch_status zorch_write_file_atomic(const char *path, const void *data, size_t n) {
+  if (!path || (n && !data)) return err_set(ZORCH_ERR_ARG, "write: path or data is NULL");
+  char target[PATH_MAX], tmp[IO_TMP_MAX];
+  zorch_status st = io_write_target("write", path, target);
+  if (st) return st;
+  int fd = io_create_temp("write", target, tmp);
+  if (fd < 0) return zorch_last_status();
+  st = io_write_all(fd, data, n, "write", target);
+  if (!st && fsync(fd) != 0) st = err_set(ZORCH_ERR_IO, "write: %s: %s", target, strerror(errno));
+  if (close(fd) != 0 && !st) st = err_set(ZORCH_ERR_IO, "write: %s: %s", target, strerror(errno));
+  if (!st && rename(tmp, target) != 0) st = err_set(ZORCH_ERR_IO, "write: %s: %s", target, strerror(errno));
+  if (st) unlink(tmp);
+  return st;
+}

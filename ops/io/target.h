@@ -19,4 +19,6 @@ zorch_status io_write_target(const char *what, const char *path, char *out);
    is never opened, so nothing left there can redirect the write. */
 #define IO_TMP_MAX (PATH_MAX + 48)
 int io_create_temp(const char *what, const char *path, char *tmp);
+/* Writes n bytes to fd, through short writes and EINTR; the error names what and path. */
+zorch_status io_write_all(int fd, const void *p, size_t n, const char *what, const char *path);
 #endif

@@ -1,14 +1,15 @@
-/* lidx.c: reading IDX files (the format of MNIST and Fashion-MNIST), plain or
+/* idx.c: IDX files (the format of MNIST and Fashion-MNIST), plain or
    gzip-compressed. The header is checked before anything is allocated, and the
    data is read in chunks as it arrives, so a header that claims more than the
    file holds costs no more memory than the file's real contents. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
-#include "lz.h"
+#include "../core/error.h"
 
 #define IDX_CHUNK (1 << 20)
 /* The largest payload accepted: 2^40 bytes. */
@@ -71,12 +72,16 @@ static void convert(const unsigned char *in, void *out, int64_t count, const idx
   }
 }
 
-/* zorch.data.load_idx(path) -> a tensor of the stored shape */
-int lz_load_idx(lua_State *L) {
-  const char *path = lz_checkpath(L, 1);
-  lz_check_path(L, path, "read");
+zorch_status zorch_idx_load(const char *path, zorch_tensor **out) {
+  if (!out) return err_set(ZORCH_ERR_ARG, "load_idx: out is NULL");
+  *out = NULL;
+  if (!path) return err_set(ZORCH_ERR_ARG, "load_idx: path is NULL");
+  errno = 0;
   gzFile f = gzopen(path, "rb"); /* reads a file that is not gzip as it is */
-  if (!f) return luaL_error(L, "load_idx: cannot open %s: %s", path, errno ? strerror(errno) : "out of memory");
+  if (!f)
+    return err_set(errno ? ZORCH_ERR_IO : ZORCH_ERR_OOM, "load_idx: cannot open %s: %s", path,
+                   errno ? strerror(errno) : "out of memory");
+  zorch_status st = ZORCH_ERR_IO;
   const char *err = NULL;
   char msg[160];
   unsigned char head[4 + 4 * ZORCH_MAX_DIMS];
@@ -132,7 +137,11 @@ int lz_load_idx(lua_State *L) {
       if (ncap < have + want) ncap = have + want;
       if (ncap > bytes) ncap = (size_t)bytes;
       unsigned char *nr = realloc(raw, ncap);
-      if (!nr) { err = "out of memory"; goto done; }
+      if (!nr) {
+        st = ZORCH_ERR_OOM;
+        err = "out of memory";
+        goto done;
+      }
       raw = nr, cap = ncap;
     }
     got = read_some(f, raw + have, want, &err);
@@ -150,6 +159,7 @@ int lz_load_idx(lua_State *L) {
   if (got < 0) goto done;
   if (got > 0) { err = "more data than the dims say (a corrupt header?)"; goto done; }
   if (!(t = zorch_empty(nd, shape, type->dt, (zorch_device){ZORCH_CPU, 0}))) {
+    st = zorch_last_status();
     err = zorch_last_error();
     goto done;
   }
@@ -166,7 +176,8 @@ done:
   gzclose(f);
   if (err) {
     zorch_tensor_free(t);
-    return luaL_error(L, "load_idx: %s: %s", path, why);
+    return err_set(st, "load_idx: %s: %s", path, why);
   }
-  return lz_push(L, t);
+  *out = t;
+  return ZORCH_OK;
 }
