@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zorch_ops.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -666,6 +668,11 @@ ZORCH_API zorch_status zorch_save_safetensors_meta(const char *path, int n, cons
 ZORCH_API zorch_status zorch_load_safetensors_meta(const char *path, int *n, char ***names, zorch_tensor ***ts,
                                          int *nmeta, char ***meta_keys, char ***meta_values);
 ZORCH_API void zorch_safetensors_meta_free(int n, char **keys, char **values);
+
+/* The declared ops (include/zorch_ops.h, documented in docs/api.md). */
+#define ZORCH_OP_PROTO_(name, ret, params, ...) ZORCH_API ret zorch_##name params;
+ZORCH_OPS(ZORCH_OP_PROTO_)
+#undef ZORCH_OP_PROTO_
 
 #ifdef __cplusplus
 }
