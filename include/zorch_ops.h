@@ -37,6 +37,30 @@
 /* a parenthesised list without its parentheses: ZORCH_EXPAND_ (a b) is a b */
 #define ZORCH_EXPAND_(...) __VA_ARGS__
 
-#define ZORCH_OPS(OP)
+#define ZORCH_OPS(OP)                                                                              \
+  /* RMSNorm over the last dim, computed in float32 (float64 for float64):                        \
+     y = x * rsqrt(mean(x^2) + eps) * weight; weight (the last dim) may be NULL.                  \
+     rms_norm: y, and rstd (rows, float32 or float64) from x (rows, cols) and w                   \
+     (cols, may be NULL), all contiguous, y and x of one dtype, w of x's.                         \
+     rms_norm_bwd: gx (rows, cols) and gw (cols, float32 or float64 as rstd,                      \
+     may be NULL: not wanted) from g and the forward's x, w, rstd. */                             \
+  OP(fused_rms_norm, zorch_tensor *, (zorch_tensor *x, zorch_tensor *weight, double eps),               \
+     (x, weight, eps), LUA_FUNCTION((LT(1), LTN(2), LNUM(3, 1e-6))),                              \
+     (KERNEL(rms_norm, (zorch_tensor *y, zorch_tensor *rstd, const zorch_tensor *x,                \
+                        const zorch_tensor *w, int64_t rows, int64_t cols, double eps))           \
+      KERNEL(rms_norm_bwd, (zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *g,             \
+                            const zorch_tensor *x, const zorch_tensor *w,                         \
+                            const zorch_tensor *rstd, int64_t rows, int64_t cols))),              \
+     (GOLDEN(fused_rms_norm, zorch_fused_rms_norm(x[0], x[1], 1e-5), 2e-5, 1e-6)                               \
+      GOLDEN(fused_rms_norm_noweight, zorch_fused_rms_norm(x[0], NULL, 1e-6), 2e-5, 1e-6)                      \
+      GRAD(fused_rms_norm, zorch_fused_rms_norm(in[0], in[1], 1e-5), (LEAF(3, 5), LEAF(5)))                    \
+      GRAD(fused_rms_norm_3d, zorch_fused_rms_norm(in[0], NULL, 1e-3), (LEAF(2, 3, 4)))                        \
+      BAD("zorch.fused_rms_norm(zorch.ones(2, 3), zorch.ones(4))", "fused_rms_norm: weight")                   \
+      BAD("zorch.fused_rms_norm(zorch.ones(2, 3), nil, -1)", "fused_rms_norm: eps")                            \
+      BAD("zorch.fused_rms_norm(zorch.ones(2, 3, {dtype = 'int64'}))", "fused_rms_norm: x")                    \
+      BAD("zorch.fused_rms_norm(zorch.ones(2, 3), zorch.ones(3, {dtype = 'float64'}))", "fused_rms_norm: weight") \
+      BAD("zorch.fused_rms_norm(zorch.tensor(1))", "fused_rms_norm: x")                                        \
+      DEVICE("zorch.fused_rms_norm(a, b, 1e-5)", (4, 33), (33), 1e-5)                                    \
+      DEVICE("zorch.fused_rms_norm(a, nil, 1e-6)", (2, 3, 1000), (1), 1e-5)))
 
 #endif

@@ -222,6 +222,15 @@ case("cross_entropy", lambda x, t: F.cross_entropy(x, t, ignore_index=1),
 case("embedding", lambda w, i: F.embedding(i, w), r(5, 3), torch.tensor([[0, 4, 4], [1, 0, 2]]))
 case("layer_norm", lambda x, w, b: F.layer_norm(x, (5,), w, b, 1e-5), r(3, 5), r(5), r(5))
 
+
+def rms_norm(x, w, eps):  # Hugging Face's LlamaRMSNorm, in float32
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return h.to(x.dtype) * w if w is not None else h.to(x.dtype)
+
+
+case("fused_rms_norm", lambda x, w: rms_norm(x, w, 1e-5), r(3, 5), r(5))
+case("fused_rms_norm_noweight", lambda x: rms_norm(x, None, 1e-6), r(2, 3, 4))
 # batch norm: the running stats are fixed numbers (test_golden.c makes the same)
 def bn_stats(c):
     k = torch.arange(c, dtype=torch.float32)
