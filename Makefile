@@ -116,7 +116,7 @@ $(BUILD)/obj/%.o: %.c
 	$(CC) $(CFLAGS) $(OPT_K) -c $< -o $@
 
 $(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/cuda/cuda.h ops/cuda/module.h ops/backend/math.h ops/backend/backend.h ops/core/device.h \
-                           ops/core/tensor.h include/zorch.h
+                           ops/core/tensor.h include/zorch.h include/zorch_ops.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -289,7 +289,7 @@ install-lib: lib $(BUILD)/zorch.pc
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 $(BUILD)/libzorch.a $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(BUILD)/libzorch.so $(CUDA_MOD) $(DESTDIR)$(LIBDIR)/
-	install -m 644 include/zorch.h include/zorch_zero.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 include/zorch.h include/zorch_zero.h include/zorch_ops.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(BUILD)/zorch.pc $(DESTDIR)$(PKGCONFIGDIR)/
 
 install-lua: $(BUILD)/zorch.so $(BUILD)/zorch

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zorch_ops.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -779,6 +781,11 @@ ZORCH_API const char *zorch_events_path(const zorch_events *w);
 ZORCH_API zorch_status zorch_events_add_scalar(zorch_events *w, const char *tag, double value, int64_t step);
 ZORCH_API zorch_status zorch_events_flush(zorch_events *w);
 ZORCH_API zorch_status zorch_events_close(zorch_events *w);
+
+/* The declared ops (include/zorch_ops.h, documented in docs/api.md). */
+#define ZORCH_OP_PROTO_(name, ret, params, ...) ZORCH_API ret zorch_##name params;
+ZORCH_OPS(ZORCH_OP_PROTO_)
+#undef ZORCH_OP_PROTO_
 
 #ifdef __cplusplus
 }

@@ -1251,6 +1251,91 @@ static void open_generator(lua_State *L) {
   lua_pop(L, 1);
 }
 
+/* ---- the declared ops (include/zorch_ops.h): bindings and test cases, expanded ---- */
+#define LT(i) T(i)
+#define LTN(i) (lua_isnoneornil(L, i) ? NULL : T(i))
+#define LNUM(i, d) luaL_optnumber(L, i, d)
+#define LINT(i, d) (int)luaL_optinteger(L, i, d)
+#define LDIM(i) lz_dim(L, i)
+#define LBOOL(i) lua_toboolean(L, i)
+#define DECL_CONV_LUA_FUNCTION(conv) conv
+#define DECL_CONV_LUA_BOTH(conv) conv
+#define DECL_METHOD_LUA_FUNCTION(conv) false
+#define DECL_METHOD_LUA_BOTH(conv) true
+#define DECL_FN_(name, ret, params, args, lua, kernels, cases) \
+  static int fdecl_##name(lua_State *L) { PUSH(zorch_##name DECL_CONV_##lua); }
+ZORCH_OPS(DECL_FN_)
+#undef DECL_FN_
+static const struct {
+  const char *name;
+  lua_CFunction fn;
+  bool method;
+} declared[] = {
+#define DECL_REG_(name, ret, params, args, lua, kernels, cases) {#name, fdecl_##name, DECL_METHOD_##lua},
+    ZORCH_OPS(DECL_REG_)
+#undef DECL_REG_
+    {NULL, NULL, false}};
+static void open_declared(lua_State *L, int module, int methods) {
+  for (size_t i = 0; declared[i].name; i++) {
+    lua_pushcfunction(L, declared[i].fn);
+    if (declared[i].method) {
+      lua_pushvalue(L, -1);
+      lua_setfield(L, methods, declared[i].name);
+    }
+    lua_setfield(L, module, declared[i].name);
+  }
+}
+
+/* zorch._op_cases(): the declared ops' Lua cases, {op, kind = "bad", code,
+   message} and {op, kind = "device", code, a, b (shapes as "(d1, d2)"), rtol} */
+typedef struct {
+  const char *kind, *code, *message, *a, *b;
+  double rtol;
+} op_case;
+#define GOLDEN(...)
+#define GRAD(...)
+#define BAD(code, msg) {"bad", code, msg, NULL, NULL, 0},
+#define DEVICE(code, a, b, rtol) {"device", code, NULL, #a, #b, rtol},
+#define DECL_CASES_(name, ret, params, args, lua, kernels, cases) \
+  static const op_case cases_##name[] = {ZORCH_EXPAND_ cases{NULL, NULL, NULL, NULL, NULL, 0}};
+ZORCH_OPS(DECL_CASES_)
+#undef DECL_CASES_
+#undef GOLDEN
+#undef GRAD
+#undef BAD
+#undef DEVICE
+static const struct {
+  const char *op;
+  const op_case *cases;
+} op_cases[] = {
+#define DECL_CASES_(name, ret, params, args, lua, kernels, cases) {#name, cases_##name},
+    ZORCH_OPS(DECL_CASES_)
+#undef DECL_CASES_
+    {NULL, NULL}};
+static void set_str(lua_State *L, const char *k, const char *v) {
+  if (!v) return;
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, k);
+}
+static int f_op_cases(lua_State *L) {
+  lua_newtable(L);
+  int n = 0;
+  for (size_t i = 0; op_cases[i].op; i++)
+    for (const op_case *c = op_cases[i].cases; c->kind; c++) {
+      lua_newtable(L);
+      set_str(L, "op", op_cases[i].op);
+      set_str(L, "kind", c->kind);
+      set_str(L, "code", c->code);
+      set_str(L, "message", c->message);
+      set_str(L, "a", c->a);
+      set_str(L, "b", c->b);
+      lua_pushnumber(L, c->rtol);
+      lua_setfield(L, -2, "rtol");
+      lua_rawseti(L, -2, ++n);
+    }
+  return 1;
+}
+
 static const luaL_Reg functions_only[] = {
     {"tensor", f_tensor}, {"zeros", f_zeros}, {"empty", f_empty}, {"ones", f_ones}, {"full", f_full},
     {"rand", f_rand}, {"randn", f_randn}, {"arange", f_arange}, {"where", f_where},
@@ -1260,6 +1345,7 @@ static const luaL_Reg functions_only[] = {
     {"dropout", f_dropout}, {"cat", f_cat}, {"stack", f_stack}, {"no_grad", f_no_grad},
     {"set_grad_enabled", f_set_grad_enabled}, {"is_grad_enabled", f_is_grad_enabled},
     {"manual_seed", f_manual_seed}, {"_pointwise_ops", f_pointwise_ops},
+    {"_op_cases", f_op_cases},
     {"_pointwise", f_pointwise_call}, {NULL, NULL}};
 
 /* ---- batch norm ---------------------------------------------------------------------------- */
@@ -1282,6 +1368,7 @@ void lz_open_functions(lua_State *L) {
   lua_pushvalue(L, -1); /* zorch._tensor_methods: the Lua modules add methods */
   lua_setfield(L, module, "_tensor_methods");
   open_pointwise(L, module, lua_gettop(L));
+  open_declared(L, module, lua_gettop(L));
   lua_pushvalue(L, module);
   luaL_setfuncs(L, both, 0);
   luaL_setfuncs(L, functions_only, 0);

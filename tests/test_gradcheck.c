@@ -236,6 +236,28 @@ static void run(const char *name, op_fn f, int nin, zorch_tensor **in) {
   gradcheck(name, f, nin, in);
   for (int i = 0; i < nin; i++) zorch_tensor_free(in[i]);
 }
+
+/* the declared ops' GRAD cases (include/zorch_ops.h) */
+#define GOLDEN(...)
+#define BAD(...)
+#define DEVICE(...)
+#define GRAD(cs, call, inputs) \
+  static zorch_tensor *grad_##cs(zorch_tensor **in) { return call; }
+#define DECL_ROW_(name, ret, params, args, lua, kernels, cases) ZORCH_EXPAND_ cases
+ZORCH_OPS(DECL_ROW_)
+#undef GRAD
+#define LEAF(...) leaf(SHAPE(__VA_ARGS__), 0)
+#define LEAF_POS(...) leaf(SHAPE(__VA_ARGS__), 1)
+#define GRAD(cs, call, inputs)                                      \
+  {                                                                 \
+    zorch_tensor *in_[] = {ZORCH_EXPAND_ inputs};                   \
+    run(#cs, grad_##cs, (int)(sizeof in_ / sizeof in_[0]), in_);    \
+  }
+static void run_declared(void) { ZORCH_OPS(DECL_ROW_) }
+#undef GRAD
+#undef GOLDEN
+#undef BAD
+#undef DEVICE
 #define RUN(name, ...)                                              \
   do {                                                              \
     zorch_tensor *in_[MAXIN] = {__VA_ARGS__};                       \
@@ -392,6 +414,7 @@ int main(void) {
   RUN(avg_pool2d, leaf(SHAPE(2, 2, 5, 6), 0));
   RUN(avg_pool2d_excl_ceil, leaf(SHAPE(1, 2, 5, 6), 0));
   RUN(adaptive_avg_pool2d, leaf(SHAPE(2, 7, 5), 0));
+  run_declared();
   zorch_generator_free(gen);
   return done_testing();
 }

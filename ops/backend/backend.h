@@ -19,6 +19,11 @@
 
 typedef enum { RED_SUM, RED_MAX, RED_MIN } red_op;
 
+/* The kernel slots of the declared ops (include/zorch_ops.h): ZORCH_OP_KERNELS
+   expands KERNEL(slot, params), defined by the user, for each, in order. */
+#define ZK_ROW_(name, ret, params, args, lua, kernels, cases) ZORCH_EXPAND_ kernels
+#define ZORCH_OP_KERNELS ZORCH_OPS(ZK_ROW_)
+
 /* Where gather and scatter read and write: the index has shape `ishape`, the
    indexed tensor `ashape` (both contiguous, `ndim` dims); outside `dim` the
    index is no larger than the indexed tensor. */
@@ -204,6 +209,10 @@ typedef struct backend {
   zorch_status (*to_host)(void *dst, const void *src, size_t n, int index);
   zorch_status (*from_host)(void *dst, const void *src, size_t n, int index);
   zorch_status (*to_device)(void *dst, const void *src, size_t n, int index);
+  /* the declared ops' kernels (include/zorch_ops.h) */
+#define KERNEL(slot, params) zorch_status(*slot) params;
+  ZORCH_OP_KERNELS
+#undef KERNEL
 } backend;
 
 /* The backend of a device type, or NULL when it was not built. */

@@ -45,4 +45,7 @@ const backend cpu_backend = {
     .conv2d_bwd = cpu_conv2d_bwd,
     .pool2d = cpu_pool2d,
     .pool2d_bwd = cpu_pool2d_bwd,
+#define KERNEL(slot, params) .slot = cpu_##slot,
+    ZORCH_OP_KERNELS
+#undef KERNEL
 };

@@ -79,4 +79,8 @@ zorch_status cpu_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const
                         const conv_geom *g);
 zorch_status cpu_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *gout,
                             const zorch_tensor *idx, const conv_geom *g);
+/* the declared ops' kernels (include/zorch_ops.h) */
+#define KERNEL(slot, params) zorch_status cpu_##slot params;
+ZORCH_OP_KERNELS
+#undef KERNEL
 #endif

@@ -103,3 +103,68 @@ zorch_status cpu_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor
                             zorch_dtype_name(x->dtype));
   }
 }
+
+/* RMSNorm rows (include/zorch_ops.h): sums of squares in double, one row per
+   iteration. With r = rstd and the row's s = sum_k g_k w_k x_k,
+   gx_j = r w_j g_j - x_j r^3 s / cols, and gw_j sums g_j x_j r over the rows. */
+#define RMS_NORM(T)                                                                     \
+  {                                                                                     \
+    T *yp = (T *)tensor_ptr(y), *rp = (T *)tensor_ptr(rstd);                            \
+    const T *xp = (const T *)tensor_ptr(x), *wp = w ? (const T *)tensor_ptr(w) : NULL;  \
+    _Pragma("omp parallel for if (rows * cols >= CPU_GRAIN)")                           \
+    for (int64_t i = 0; i < rows; i++) {                                                \
+      const T *xr = xp + i * cols;                                                      \
+      double ss = 0;                                                                    \
+      for (int64_t j = 0; j < cols; j++) ss += (double)xr[j] * (double)xr[j];           \
+      T r = (T)(1.0 / sqrt(ss / (double)cols + eps));                                   \
+      rp[i] = r;                                                                        \
+      for (int64_t j = 0; j < cols; j++) yp[i * cols + j] = wp ? xr[j] * r * wp[j] : xr[j] * r; \
+    }                                                                                   \
+  }
+
+zorch_status cpu_rms_norm(zorch_tensor *y, zorch_tensor *rstd, const zorch_tensor *x,
+                          const zorch_tensor *w, int64_t rows, int64_t cols, double eps) {
+  switch (x->dtype) {
+    case ZORCH_F32: RMS_NORM(float) return ZORCH_OK;
+    case ZORCH_F64: RMS_NORM(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "rms_norm: no CPU kernel for dtype %s",
+                            zorch_dtype_name(x->dtype));
+  }
+}
+
+#define RMS_NORM_BWD(T)                                                                 \
+  {                                                                                     \
+    T *gxp = (T *)tensor_ptr(gx);                                                       \
+    const T *gp = (const T *)tensor_ptr(g), *xp = (const T *)tensor_ptr(x);             \
+    const T *rp = (const T *)tensor_ptr(rstd), *wp = w ? (const T *)tensor_ptr(w) : NULL; \
+    _Pragma("omp parallel for if (rows * cols >= CPU_GRAIN)")                           \
+    for (int64_t i = 0; i < rows; i++) {                                                \
+      const T *gr = gp + i * cols, *xr = xp + i * cols;                                 \
+      double r = (double)rp[i], s = 0;                                                  \
+      for (int64_t j = 0; j < cols; j++) s += (double)gr[j] * (wp ? (double)wp[j] : 1.0) * (double)xr[j]; \
+      double k = r * r * r * s / (double)cols;                                          \
+      for (int64_t j = 0; j < cols; j++)                                                \
+        gxp[i * cols + j] = (T)(r * (wp ? (double)wp[j] : 1.0) * (double)gr[j] - (double)xr[j] * k); \
+    }                                                                                   \
+    if (gw) { /* rows in order per column: the same bits on every thread count */      \
+      T *gwp = (T *)tensor_ptr(gw);                                                     \
+      _Pragma("omp parallel for if (rows * cols >= CPU_GRAIN)")                         \
+      for (int64_t j = 0; j < cols; j++) {                                              \
+        double a = 0;                                                                   \
+        for (int64_t i = 0; i < rows; i++)                                              \
+          a += (double)gp[i * cols + j] * (double)xp[i * cols + j] * (double)rp[i];     \
+        gwp[j] = (T)a;                                                                  \
+      }                                                                                 \
+    }                                                                                   \
+  }
+
+zorch_status cpu_rms_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *g,
+                              const zorch_tensor *x, const zorch_tensor *w,
+                              const zorch_tensor *rstd, int64_t rows, int64_t cols) {
+  switch (x->dtype) {
+    case ZORCH_F32: RMS_NORM_BWD(float) return ZORCH_OK;
+    case ZORCH_F64: RMS_NORM_BWD(double) return ZORCH_OK;
+    default: return err_set(ZORCH_ERR_DTYPE, "rms_norm backward: no CPU kernel for dtype %s",
+                            zorch_dtype_name(x->dtype));
+  }
+}

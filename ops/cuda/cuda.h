@@ -248,4 +248,8 @@ void cuda_free(int dev, void *p);
 zorch_status cuda_to_host(void *dst, const void *src, size_t n, int dev);
 zorch_status cuda_from_host(void *dst, const void *src, size_t n, int dev);
 zorch_status cuda_to_device(void *dst, const void *src, size_t n, int dev);
+// the declared ops' kernels (include/zorch_ops.h)
+#define KERNEL(slot, params) zorch_status cuda_##slot params;
+ZORCH_OP_KERNELS
+#undef KERNEL
 #endif

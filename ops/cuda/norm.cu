@@ -99,3 +99,71 @@ zorch_status cuda_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tenso
               (const T *)tensor_ptr(mean), (const T *)tensor_ptr(rstd), w ? (const T *)tensor_ptr(w) : nullptr, n, c,
               inner, training)));
 }
+
+// ---- RMSNorm (include/zorch_ops.h), the CPU's formulas (ops/cpu/norm.c): one
+// 256-thread block per row sums the squares in double, in a fixed tree ----
+template <typename T>
+__global__ void k_rms_norm(T *y, T *rstd, const T *x, const T *w, int64_t rows, int64_t cols, double eps) {
+  for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    const T *xr = x + i * cols;
+    double ss = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) ss += (double)xr[j] * (double)xr[j];
+    T r = (T)(1.0 / sqrt(cu_block_sum(ss) / (double)cols + eps));
+    if (threadIdx.x == 0) rstd[i] = r;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) y[i * cols + j] = w ? xr[j] * r * w[j] : xr[j] * r;
+  }
+}
+
+template <typename T>
+__global__ void k_rms_norm_bwd_x(T *gx, const T *g, const T *x, const T *w, const T *rstd, int64_t rows,
+                                 int64_t cols) {
+  for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    const T *gr = g + i * cols, *xr = x + i * cols;
+    double r = (double)rstd[i], s = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      s += (double)gr[j] * (w ? (double)w[j] : 1.0) * (double)xr[j];
+    double k = r * r * r * cu_block_sum(s) / (double)cols;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      gx[i * cols + j] = (T)(r * (w ? (double)w[j] : 1.0) * (double)gr[j] - (double)xr[j] * k);
+  }
+}
+
+// gw per column, rows in order (deterministic)
+template <typename T>
+__global__ void k_rms_norm_bwd_w(T *gw, const T *g, const T *x, const T *rstd, int64_t rows, int64_t cols) {
+  FOR(j, cols) {
+    double a = 0;
+    for (int64_t i = 0; i < rows; i++) a += (double)g[i * cols + j] * (double)x[i * cols + j] * (double)rstd[i];
+    gw[j] = (T)a;
+  }
+}
+
+static unsigned rms_blocks(int64_t rows) { return (unsigned)(rows < 65535 ? rows : 65535); }
+
+template <typename T>
+static void rms_norm(T *y, T *rstd, const T *x, const T *w, int64_t rows, int64_t cols, double eps, int dev) {
+  k_rms_norm<T><<<rms_blocks(rows), 256, 0, cu_stream(dev)>>>(y, rstd, x, w, rows, cols, eps);
+}
+
+template <typename T>
+static void rms_norm_bwd(T *gx, T *gw, const T *g, const T *x, const T *w, const T *rstd, int64_t rows, int64_t cols,
+                         int dev) {
+  if (rows) k_rms_norm_bwd_x<T><<<rms_blocks(rows), 256, 0, cu_stream(dev)>>>(gx, g, x, w, rstd, rows, cols);
+  if (gw) k_rms_norm_bwd_w<T><<<ON(cols, dev)>>>(gw, g, x, rstd, rows, cols);
+}
+
+zorch_status cuda_rms_norm(zorch_tensor *y, zorch_tensor *rstd, const zorch_tensor *x, const zorch_tensor *w,
+                           int64_t rows, int64_t cols, double eps) {
+  if (rows == 0) return ZORCH_OK;
+  CU_REAL(x->dtype, "rms_norm",
+          rms_norm<T>((T *)tensor_ptr(y), (T *)tensor_ptr(rstd), (const T *)tensor_ptr(x),
+                      w ? (const T *)tensor_ptr(w) : nullptr, rows, cols, eps, cu_dev(y)));
+}
+
+zorch_status cuda_rms_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *g, const zorch_tensor *x,
+                               const zorch_tensor *w, const zorch_tensor *rstd, int64_t rows, int64_t cols) {
+  CU_REAL(x->dtype, "rms_norm backward",
+          rms_norm_bwd<T>((T *)tensor_ptr(gx), gw ? (T *)tensor_ptr(gw) : nullptr, (const T *)tensor_ptr(g),
+                          (const T *)tensor_ptr(x), w ? (const T *)tensor_ptr(w) : nullptr,
+                          (const T *)tensor_ptr(rstd), rows, cols, cu_dev(gx)));
+}

@@ -347,6 +347,9 @@ static backend make_backend() {
   b.to_host = cuda_to_host;
   b.from_host = cuda_from_host;
   b.to_device = cuda_to_device;
+#define KERNEL(slot, params) b.slot = cuda_##slot;
+  ZORCH_OP_KERNELS
+#undef KERNEL
   return b;
 }
 static const backend cuda_backend = make_backend();

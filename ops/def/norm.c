@@ -120,3 +120,74 @@ done:
   OP_FREE(cx, cw, cb, rm, rv, mean, rstd);
   return y;
 }
+
+/* ---- RMSNorm (include/zorch_ops.h) ---------------------------------------------------------- */
+typedef struct {
+  int64_t rows, cols; /* x as (rows, cols), cols its last dim */
+} rms_norm_args;
+
+/* saved: x, w (may be NULL), rstd, in the compute dtype */
+static zorch_status rms_norm_bwd(ag_node *nd, zorch_tensor *g, zorch_tensor **gin) {
+  const rms_norm_args *a = AG_ARGS(nd, rms_norm_args);
+  zorch_tensor *x = nd->saved[0], *w = nd->saved[1];
+  zorch_tensor *gc = NULL, *gx = NULL, *gw = NULL;
+  zorch_status st;
+  if (!(gc = op_cast_contig(g, x->dtype)) || !(gx = op_empty(x, x->ndim, x->shape, x->dtype)) ||
+      (w && ag_wants(nd, 1) && !(gw = op_empty(x, 1, &a->cols, x->dtype)))) {
+    st = zorch_last_status();
+    goto done;
+  }
+  st = backend_of(x)->rms_norm_bwd(gx, gw, gc, x, w, nd->saved[2], a->rows, a->cols);
+  if (st) goto done;
+  gin[0] = gx, gin[1] = gw;
+  gx = gw = NULL;
+done:
+  OP_FREE(gc, gx, gw);
+  return st;
+}
+
+static zorch_status rms_norm_check(const zorch_tensor *x, const zorch_tensor *w, double eps) {
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
+  const char *op = "fused_rms_norm";
+  if (check_arg(op, "x", x)) return zorch_last_status();
+  if (x->ndim < 1)
+    return err_set(ZORCH_ERR_SHAPE, "fused_rms_norm: x must have at least one dim, got %s", SHAPE(x, s1));
+  if (!zorch_dtype_is_float(x->dtype))
+    return err_set(ZORCH_ERR_DTYPE, "fused_rms_norm: x must be floating point, got %s", zorch_dtype_name(x->dtype));
+  if (w) {
+    if (check_arg(op, "weight", w) || check_same_device(op, x, w)) return zorch_last_status();
+    if (w->ndim != 1 || w->shape[0] != x->shape[x->ndim - 1])
+      return err_set(ZORCH_ERR_SHAPE, "fused_rms_norm: weight %s must be the last dim of x %s", SHAPE(w, s1),
+                     SHAPE(x, s2));
+    if (w->dtype != x->dtype)
+      return err_set(ZORCH_ERR_DTYPE, "fused_rms_norm: weight is %s, x %s: they must have one dtype",
+                     zorch_dtype_name(w->dtype), zorch_dtype_name(x->dtype));
+  }
+  if (!(eps >= 0) || !isfinite(eps))
+    return err_set(ZORCH_ERR_ARG, "fused_rms_norm: eps must be a number >= 0, got %g", eps);
+  return ZORCH_OK;
+}
+
+zorch_tensor *zorch_fused_rms_norm(zorch_tensor *x, zorch_tensor *w, double eps) {
+  if (rms_norm_check(x, w, eps)) return NULL;
+  rms_norm_args args = {.cols = x->shape[x->ndim - 1]};
+  args.rows = args.cols ? zorch_tensor_numel(x) / args.cols : 0;
+  zorch_dtype cd = op_compute_dtype(x->dtype); /* 16-bit rows in float32 */
+  zorch_tensor *in[2] = {x, w};
+  zorch_tensor *cx = NULL, *cw = NULL, *y = NULL, *rstd = NULL;
+  if (!(cx = op_cast_contig(x, cd)) || (w && !(cw = op_cast_contig(w, cd))) ||
+      !(y = op_empty(x, x->ndim, x->shape, cd)) || !(rstd = op_empty(x, 1, &args.rows, cd)))
+    goto fail;
+  if (backend_of(y)->rms_norm(y, rstd, cx, cw, args.rows, args.cols, eps) || !(y = op_recast(y, x->dtype)))
+    goto fail;
+  y = ag_record(y, "FusedRmsNormBackward", rms_norm_bwd, 2, in, 3, (zorch_tensor *[]){cx, cw, rstd}, &args,
+                sizeof args);
+  goto done;
+fail:
+  zorch_tensor_free(y);
+  y = NULL;
+  err_prefix("fused_rms_norm");
+done:
+  OP_FREE(cx, cw, rstd);
+  return y;
+}

@@ -683,4 +683,26 @@ do
   tap.ok((gx - x.grad):abs():max():item() == 0 and (gw - m["0"].weight.grad):abs():max():item() == 0,
          "engine:checkpoint on cuda with cpu_checkpointing gives the plain gradients")
 end
+
+-- the declared ops (include/zorch_ops.h): each DEVICE case on CUDA against the
+-- CPU, forward and the gradients of a and b
+local function dims(s) return assert(load("return {" .. s:sub(2, -2) .. "}"))() end
+for _, c in ipairs(Z._op_cases()) do
+  if c.kind == "device" then
+    zorch.manual_seed(21)
+    local a, b = zorch.randn(dims(c.a)), zorch.randn(dims(c.b))
+    local ga, gb = a:to("cuda"):requires_grad_(), b:to("cuda"):requires_grad_()
+    a:requires_grad_()
+    b:requires_grad_()
+    local run = assert(load("local a, b = ...; return " .. c.code, "=" .. c.op, "t", {zorch = zorch}))
+    local y, gy = run(a, b), run(ga, gb)
+    same(y, gy, c.rtol, c.code .. ": cuda matches the cpu")
+    local w = zorch.randn(y.shape)
+    local l, gl = (y * w):sum(), (gy * w:to("cuda")):sum()
+    l:backward()
+    gl:backward()
+    same(a.grad, ga.grad, c.rtol, c.code .. ": the gradient of a on cuda matches the cpu")
+    if b.grad then same(b.grad, gb.grad, c.rtol, c.code .. ": the gradient of b on cuda matches the cpu") end
+  end
+end
 tap.done()

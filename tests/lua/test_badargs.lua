@@ -419,4 +419,13 @@ do
   local ok, err = pcall(function() return nn.Sequential(E())(zorch.ones(1)) end)
   tap.ok(not ok and type(err) == "table" and err.code == 7, "nn.Sequential passes a table error object up unchanged")
 end
+
+-- the declared ops' bad calls (include/zorch_ops.h): each raises its message
+for _, c in ipairs(debug.getregistry()["zorch.private"]._op_cases()) do
+  if c.kind == "bad" then
+    local ok, err = pcall(assert(load(c.code, "=" .. c.op, "t", {zorch = zorch})))
+    tap.ok(not ok and tostring(err):find(c.message, 1, true) ~= nil,
+           ("%s raises %q (%s)"):format(c.code, c.message, tostring(err)))
+  end
+end
 tap.done()
