@@ -4,7 +4,8 @@
 # only its BUILD, and a missing required package is named with its remedy.
 . ./tap.sh
 R=..
-dry() { make -s -n -C "$R" --no-print-directory "$@" 2>&1; }
+# (run from `make test`, whose flags and WERROR must not reach these makes)
+dry() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u WERROR make -s -n -C "$R" --no-print-directory "$@" 2>&1; }
 no_install() { out=$(dry BUILD=/tmp/zorch-build-probe lib) || { echo "$out"; return 1; }
   ! echo "$out" | grep -n 'apt-get\|deps\.sh\|dpkg'; }
 werror_asked() { dry -B BUILD=/tmp/zorch-build-probe WERROR=1 /tmp/zorch-build-probe/obj/ops/core/state.o | grep -q -- '-Werror'; }
