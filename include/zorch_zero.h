@@ -49,6 +49,12 @@ ZORCH_API int zorch_zero_comm_size(const zorch_zero_comm *c);
 ZORCH_API zorch_status zorch_zero_comm_split(zorch_zero_comm *parent, int color, int key, zorch_zero_comm **out);
 /* In-place sum over the ranks of c of a contiguous float32 or float64 tensor. */
 ZORCH_API zorch_status zorch_zero_allreduce(zorch_zero_comm *c, zorch_tensor *t);
+/* The same with the maximum over the ranks in place of the sum. */
+ZORCH_API zorch_status zorch_zero_allreduce_max(zorch_zero_comm *c, zorch_tensor *t);
+/* The transport: "mpi", "nccl" or "local". */
+ZORCH_API const char *zorch_zero_comm_backend(const zorch_zero_comm *c);
+/* What the next collectives are for, named in a timeout's message. */
+ZORCH_API void zorch_zero_set_label(const char *label);
 /* Seconds a collective may wait before it fails with ZORCH_ERR_TIMEOUT (0: never). */
 ZORCH_API void zorch_zero_set_timeout(double seconds);
 /* Ends MPI if it was started (after the last collective; safe to repeat). */

@@ -5,43 +5,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/core/tensor.h"
-#include "../zero/comm.h"
 #include "zorch_zero.h"
 #include "lz.h"
 
-static zero_comm *get_comm(lua_State *L) {
-  zero_comm *c = lz_sandboxed(L) ? comm_local() : comm_get();
+static zorch_zero_comm *get_comm(lua_State *L) {
+  zorch_zero_comm *c = lz_sandboxed(L) ? zorch_zero_local() : zorch_zero_world();
   if (!c) lz_fail(L);
   return c;
 }
 
 /* zorch._comm() -> rank (0-based), world size, backend name */
 static int l_comm(lua_State *L) {
-  zero_comm *c = get_comm(L);
-  lua_pushinteger(L, c->rank);
-  lua_pushinteger(L, c->world);
-  lua_pushstring(L, c->backend);
+  zorch_zero_comm *c = get_comm(L);
+  lua_pushinteger(L, zorch_zero_comm_rank(c));
+  lua_pushinteger(L, zorch_zero_comm_size(c));
+  lua_pushstring(L, zorch_zero_comm_backend(c));
   return 3;
 }
 
 static int l_allreduce(lua_State *L) {
   zorch_tensor *t = lz_check(L, 1);
   bool max = lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "max") == 0;
-  if (comm_allreduce(get_comm(L), t, max)) return lz_fail(L);
+  if ((max ? zorch_zero_allreduce_max : zorch_zero_allreduce)(get_comm(L), t)) return lz_fail(L);
   return 0;
 }
 
 /* process-wide settings: a sandbox's local world never waits on a peer */
 static int l_comm_timeout(lua_State *L) {
   double s = luaL_checknumber(L, 1);
-  if (!lz_sandboxed(L)) comm_set_timeout(s);
+  if (!lz_sandboxed(L)) zorch_zero_set_timeout(s);
   return 0;
 }
 
 static int l_comm_label(lua_State *L) {
   const char *label = luaL_optstring(L, 1, "");
-  if (!lz_sandboxed(L)) comm_set_label(label);
+  if (!lz_sandboxed(L)) zorch_zero_set_label(label);
   return 0;
 }
 
@@ -192,7 +190,7 @@ static zorch_status call_update(const zorch_zero_update_args *a, void *ud) {
   if (st == LUA_OK) return ZORCH_OK;
   u->failed = true;
   const char *m = lua_tostring(L, -1);
-  return err_set(st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE, "update: %s", m ? m : "(not a string)");
+  return zorch_set_error(st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE, "update: %s", m ? m : "(not a string)");
 }
 
 /* engine:step(fn) -> {stepped, overflow, norm, loss_scale, steps, reduce_s, update_s}:
@@ -437,7 +435,7 @@ static int run_lua_hook(lua_State *L) {
    (grad mode as the pass has it), its budget counting. */
 static zorch_status call_lua_hook(zorch_tensor *leaf, void *ud) {
   lua_State *L = ((lua_hooks *)ud)->L;
-  if (!lua_checkstack(L, 2)) return err_set(ZORCH_ERR_OOM, "gradient hook: out of memory (Lua stack)");
+  if (!lua_checkstack(L, 2)) return zorch_set_error(ZORCH_ERR_OOM, "gradient hook: out of memory (Lua stack)");
   lz_vm *vm = lz_vm_get(L);
   bool grad = zorch_is_grad_enabled();
   struct zstate *prev = vm ? lz_vm_enter(vm) : NULL;
@@ -456,7 +454,7 @@ static zorch_status call_lua_hook(zorch_tensor *leaf, void *ud) {
   if (vm) lz_vm_leave(vm, prev);
   if (st == LUA_OK) return ZORCH_OK;
   zorch_status code = st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE;
-  return err_set(code, "gradient hook: %s", msg);
+  return zorch_set_error(code, "gradient hook: %s", msg);
 }
 
 /* Removes the hooks of a closing Lua state from tensors that still carry them. */
@@ -465,7 +463,8 @@ static int hooks_gc(lua_State *L) {
   if (!h) return 0;
   for (int i = 0; i < h->n; i++) {
     zorch_tensor *t = h->ts[i];
-    if (t->hook.fn == call_lua_hook && t->hook.ud == h) zorch_set_grad_hook(t, NULL, NULL);
+    void *ud;
+    if (zorch_get_grad_hook(t, &ud) == call_lua_hook && ud == h) zorch_set_grad_hook(t, NULL, NULL);
     zorch_tensor_free(t);
   }
   free(h->ts);
@@ -503,7 +502,9 @@ static int l_register_hook(lua_State *L) {
   if (!lua_isnil(L, 2) && !zorch_requires_grad(t))
     return luaL_error(L, "register_hook: the tensor does not require grad, so no gradient would reach the hook");
   lua_hooks *h = hooks_get(L);
-  if (t->hook.fn && !(t->hook.fn == call_lua_hook && t->hook.ud == h))
+  void *hud;
+  zorch_grad_hook hfn = zorch_get_grad_hook(t, &hud);
+  if (hfn && !(hfn == call_lua_hook && hud == h))
     return luaL_error(L, "register_hook: the tensor has a hook this Lua state did not set (the host's, or "
                          "the ZeRO engine's on a prepared parameter); it is neither replaced nor removed");
   int at = 0;
@@ -537,7 +538,7 @@ static int l_register_hook(lua_State *L) {
 /* MPI is finalised when the Lua state closes. */
 static int l_finalize(lua_State *L) {
   (void)L;
-  comm_finalize();
+  zorch_zero_finalize();
   return 0;
 }
 

@@ -43,6 +43,12 @@ zorch_status zorch_zero_allreduce(zorch_zero_comm *c, zorch_tensor *t) {
   if (!c || !t) return err_set(ZORCH_ERR_ARG, "zorch_zero_allreduce: NULL argument");
   return comm_allreduce(c, t, false);
 }
+zorch_status zorch_zero_allreduce_max(zorch_zero_comm *c, zorch_tensor *t) {
+  if (!c || !t) return err_set(ZORCH_ERR_ARG, "zorch_zero_allreduce_max: NULL argument");
+  return comm_allreduce(c, t, true);
+}
+const char *zorch_zero_comm_backend(const zorch_zero_comm *c) { return c ? c->backend : "local"; }
+void zorch_zero_set_label(const char *label) { comm_set_label(label); }
 void zorch_zero_set_timeout(double seconds) { comm_set_timeout(seconds); }
 void zorch_zero_finalize(void) { comm_finalize(); }
 
