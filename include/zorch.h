@@ -75,6 +75,13 @@ typedef struct zorch_generator zorch_generator;
 ZORCH_API zorch_status zorch_last_status(void);
 ZORCH_API const char *zorch_last_error(void);
 ZORCH_API void zorch_clear_error(void);
+/* Sets the error zorch_last_error() reports and returns code: a host's
+   callback (a gradient hook, an update) reports its failure this way. */
+ZORCH_API zorch_status zorch_set_error(zorch_status code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* ---- dtypes and devices ---------------------------------------------------- */
 ZORCH_API size_t zorch_dtype_size(zorch_dtype dt);
@@ -532,6 +539,8 @@ ZORCH_API bool zorch_is_grad_enabled(void);
    non-OK return stops the backward pass with that error. */
 typedef zorch_status (*zorch_grad_hook)(zorch_tensor *leaf, void *ud);
 ZORCH_API zorch_status zorch_set_grad_hook(zorch_tensor *leaf, zorch_grad_hook fn, void *ud);
+/* The leaf's hook (NULL: none), *ud its data when ud is not NULL. */
+ZORCH_API zorch_grad_hook zorch_get_grad_hook(const zorch_tensor *leaf, void **ud);
 
 /* ---- random numbers (Philox4x32-10, counter based) -------------------------------------- */
 ZORCH_API zorch_generator *zorch_generator_new(uint64_t seed);

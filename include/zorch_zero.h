@@ -49,6 +49,12 @@ ZORCH_API int zorch_zero_comm_size(const zorch_zero_comm *c);
 ZORCH_API zorch_status zorch_zero_comm_split(zorch_zero_comm *parent, int color, int key, zorch_zero_comm **out);
 /* In-place sum over the ranks of c of a contiguous float32 or float64 tensor. */
 ZORCH_API zorch_status zorch_zero_allreduce(zorch_zero_comm *c, zorch_tensor *t);
+/* The same with the maximum over the ranks in place of the sum. */
+ZORCH_API zorch_status zorch_zero_allreduce_max(zorch_zero_comm *c, zorch_tensor *t);
+/* The transport: "mpi", "nccl" or "local". */
+ZORCH_API const char *zorch_zero_comm_backend(const zorch_zero_comm *c);
+/* What the next collectives are for, named in a timeout's message. */
+ZORCH_API void zorch_zero_set_label(const char *label);
 /* Seconds a collective may wait before it fails with ZORCH_ERR_TIMEOUT (0: never). */
 ZORCH_API void zorch_zero_set_timeout(double seconds);
 /* Ends MPI if it was started (after the last collective; safe to repeat). */
@@ -93,8 +99,8 @@ ZORCH_API void zorch_zero_options_init(zorch_zero_options *o);
 /* ---- the engine ------------------------------------------------------------------------ */
 typedef struct zorch_zero zorch_zero;
 
-/* Makes an engine over n parameters (float32 leaves on one device, each
-   requiring grad; retained). Collective over o->data. The parameters keep
+/* Makes an engine over n parameters (float32 leaves on one device;
+   retained; a frozen one, not requiring grad, gets no gradient: zeros). Collective over o->data. The parameters keep
    their values and become views of the engine's buffer (at stage 3 they read
    zeros outside a gather). *out on success; on failure the error names the
    option or parameter at fault. */
@@ -198,6 +204,39 @@ ZORCH_API void zorch_zero_counts(const zorch_zero *e, int64_t *micro, int64_t *s
 ZORCH_API zorch_status zorch_zero_set_host(zorch_zero *e, zorch_tensor *host_target, zorch_tensor *host_grad,
                                            bool bucketed);
 
+/* Sets the counts (a checkpoint's, restored by the host): micro-steps so
+   far and optimizer steps taken; the next backward opens a window. */
+ZORCH_API zorch_status zorch_zero_set_counts(zorch_zero *e, int64_t micro, int64_t steps);
+/* The loss scaler back to its start (the options' scale, no overflow seen). */
+ZORCH_API void zorch_zero_reset_scaler(zorch_zero *e);
+/* Puts the target's values into the parameters (after the host wrote the
+   target: a restored checkpoint): all-gather at stages 1-2, release at 3. */
+ZORCH_API zorch_status zorch_zero_publish(zorch_zero *e);
+
+/* ---- what the engine holds and spent ------------------------------------------------ */
+typedef struct {
+  int64_t parameters, gradients, master_weights, buffers; /* bytes held now */
+  int64_t numel, shard;                                   /* elements */
+} zorch_zero_memory;
+ZORCH_API void zorch_zero_get_memory(const zorch_zero *e, zorch_zero_memory *m);
+/* Stages 2-3: seconds the gradient reductions were in flight and seconds
+   backward waited in them since the last reset (reset: start again). */
+ZORCH_API void zorch_zero_comm_times(zorch_zero *e, double *in_flight, double *waited, bool reset);
+/* Stage 3: the same for the parameter gathers. */
+ZORCH_API void zorch_zero_gather_times(zorch_zero *e, double *in_flight, double *waited, bool reset);
+/* With param_dir: the parameter file's descriptor (the engine's: dup it to
+   keep it) and the byte offsets of the shard and of its gradient; -1 without. */
+ZORCH_API int zorch_zero_param_file(const zorch_zero *e, int64_t *p_off, int64_t *g_off);
+/* The parameter file's traffic since the last reset; zeros without param_dir. */
+typedef struct {
+  int64_t file_bytes, read_bytes, write_bytes;
+  double io_s;          /* seconds in reads and writes */
+  int64_t ahead_bytes;  /* of read_bytes: read ahead on the read-ahead thread */
+  int64_t behind_bytes; /* of write_bytes: written behind on the writer thread */
+  double sync_s;        /* of io_s: the calling thread's */
+} zorch_zero_io;
+ZORCH_API void zorch_zero_get_io(zorch_zero *e, zorch_zero_io *io, bool reset);
+
 /* ---- checkpoints of the engine's shards ------------------------------------------------- */
 /* This rank's state to a safetensors file at path: the target, the fused
    optimizer's state, the step counts and the loss scaler, with the stage,
@@ -216,6 +255,8 @@ ZORCH_API zorch_status zorch_zero_load(zorch_zero *e, const char *path);
 ZORCH_API zorch_status zorch_zero_gather(zorch_zero *e);
 ZORCH_API zorch_status zorch_zero_release(zorch_zero *e);
 ZORCH_API zorch_status zorch_zero_sync_shard(zorch_zero *e);
+/* Stage 3: gather the group holding parameter i (0-based) alone. */
+ZORCH_API zorch_status zorch_zero_gather_param(zorch_zero *e, int i);
 /* A module owning groups[0..n) (0-based group ids); *id its id. */
 ZORCH_API zorch_status zorch_zero_module_register(zorch_zero *e, int n, const int *groups, int *id);
 /* Before the module's forward: gathers its groups. */

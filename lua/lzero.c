@@ -5,54 +5,52 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/core/tensor.h"
-#include "../zero/comm.h"
-#include "../zero/engine.h"
+#include "zorch_zero.h"
 #include "lz.h"
 
-static zero_comm *get_comm(lua_State *L) {
-  zero_comm *c = lz_sandboxed(L) ? comm_local() : comm_get();
+static zorch_zero_comm *get_comm(lua_State *L) {
+  zorch_zero_comm *c = lz_sandboxed(L) ? zorch_zero_local() : zorch_zero_world();
   if (!c) lz_fail(L);
   return c;
 }
 
 /* zorch._comm() -> rank (0-based), world size, backend name */
 static int l_comm(lua_State *L) {
-  zero_comm *c = get_comm(L);
-  lua_pushinteger(L, c->rank);
-  lua_pushinteger(L, c->world);
-  lua_pushstring(L, c->backend);
+  zorch_zero_comm *c = get_comm(L);
+  lua_pushinteger(L, zorch_zero_comm_rank(c));
+  lua_pushinteger(L, zorch_zero_comm_size(c));
+  lua_pushstring(L, zorch_zero_comm_backend(c));
   return 3;
 }
 
 static int l_allreduce(lua_State *L) {
   zorch_tensor *t = lz_check(L, 1);
   bool max = lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "max") == 0;
-  if (comm_allreduce(get_comm(L), t, max)) return lz_fail(L);
+  if ((max ? zorch_zero_allreduce_max : zorch_zero_allreduce)(get_comm(L), t)) return lz_fail(L);
   return 0;
 }
 
 /* process-wide settings: a sandbox's local world never waits on a peer */
 static int l_comm_timeout(lua_State *L) {
   double s = luaL_checknumber(L, 1);
-  if (!lz_sandboxed(L)) comm_set_timeout(s);
+  if (!lz_sandboxed(L)) zorch_zero_set_timeout(s);
   return 0;
 }
 
 static int l_comm_label(lua_State *L) {
   const char *label = luaL_optstring(L, 1, "");
-  if (!lz_sandboxed(L)) comm_set_label(label);
+  if (!lz_sandboxed(L)) zorch_zero_set_label(label);
   return 0;
 }
 
-/* ---- the partition manager ------------------------------------------------------ */
+/* ---- the engine (include/zorch_zero.h) ------------------------------------------ */
 #define LZ_ENGINE "zorch.ZeroEngine"
 
 typedef struct {
-  zero_engine *e;
+  zorch_zero *e;
 } lz_engine;
 
-static zero_engine *check_engine(lua_State *L) {
+static zorch_zero *check_engine(lua_State *L) {
   lz_engine *b = luaL_checkudata(L, 1, LZ_ENGINE);
   if (!b->e) luaL_argerror(L, 1, "engine was freed");
   return b->e;
@@ -60,7 +58,7 @@ static zero_engine *check_engine(lua_State *L) {
 
 static int e_gc(lua_State *L) {
   lz_engine *b = luaL_checkudata(L, 1, LZ_ENGINE);
-  zero_engine_free(b->e);
+  zorch_zero_free(b->e);
   b->e = NULL;
   return 0;
 }
@@ -80,12 +78,15 @@ static int *int_list(lua_State *L, int idx, int *n) {
 
 /* zorch._zero_engine({params}, {stage, bucket, dtype = "bf16" | "fp16" | nil, groups = {sizes},
    group = a zorch.Group (the ranks it partitions over; the world's if nil)},
-   param_dir = folder for the parameter file (offload_param nvme) | nil}) */
+   param_dir = folder for the parameter file (offload_param nvme) | nil,
+   clip, accumulation, the loss scaler's loss_scale, initial_scale_power,
+   loss_scale_window, hysteresis, consecutive_hysteresis, min_loss_scale}) */
 static int l_zero_engine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
-  zero_opts o = {.stage = 0, .bucket = 500000000, .dtype = ZORCH_F32, .ngroups = 0, .group_sizes = NULL};
+  zorch_zero_options o;
+  zorch_zero_options_init(&o);
   lz_getfield(L, 2, "stage");
   o.stage = (int)luaL_checkinteger(L, -1);
   lz_getfield(L, 2, "bucket");
@@ -108,6 +109,22 @@ static int l_zero_engine(lua_State *L) {
   lz_getfield(L, 2, "param_dir");
   o.param_dir = luaL_optstring(L, -1, NULL);
   if (o.param_dir) lz_check_path(L, o.param_dir, "write");
+  lz_getfield(L, 2, "clip");
+  o.clip = luaL_optnumber(L, -1, o.clip);
+  lz_getfield(L, 2, "accumulation");
+  o.accumulation = (int)luaL_optinteger(L, -1, o.accumulation);
+  lz_getfield(L, 2, "loss_scale");
+  o.loss_scale = luaL_optnumber(L, -1, o.loss_scale);
+  lz_getfield(L, 2, "initial_scale_power");
+  o.initial_scale_power = (int)luaL_optinteger(L, -1, o.initial_scale_power);
+  lz_getfield(L, 2, "loss_scale_window");
+  o.loss_scale_window = (int)luaL_optinteger(L, -1, o.loss_scale_window);
+  lz_getfield(L, 2, "hysteresis");
+  o.hysteresis = (int)luaL_optinteger(L, -1, o.hysteresis);
+  lz_getfield(L, 2, "consecutive_hysteresis");
+  o.consecutive_hysteresis = lua_toboolean(L, -1);
+  lz_getfield(L, 2, "min_loss_scale");
+  o.min_loss_scale = luaL_optnumber(L, -1, o.min_loss_scale);
   int n = (int)lz_len(L, 1);
   zorch_tensor **ps = lua_newuserdatauv(L, sizeof *ps * (size_t)(n ? n : 1), 0);
   for (int i = 0; i < n; i++) {
@@ -116,92 +133,182 @@ static int l_zero_engine(lua_State *L) {
     lua_pop(L, 1);
   }
   lz_getfield(L, 2, "group");
-  zero_comm *c = lz_opt_group(L, lua_gettop(L));
+  o.data = lz_opt_group(L, lua_gettop(L));
   lz_engine *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->e = NULL;
   lz_setmetatable(L, LZ_ENGINE);
-  if (!(b->e = zero_engine_new(c, &o, n, ps))) return lz_fail(L);
+  if (zorch_zero_new(&o, n, ps, &b->e)) return lz_fail(L);
   return 1;
 }
 
 static int e_status(lua_State *L, zorch_status st) { return st ? lz_fail(L) : 0; }
-static int e_begin(lua_State *L) { return e_status(L, zero_engine_begin_backward(check_engine(L))); }
-static int e_end(lua_State *L) { return e_status(L, zero_engine_end_backward(check_engine(L))); }
-static int e_after(lua_State *L) { return e_status(L, zero_engine_after_update(check_engine(L))); }
-static int e_zero_grad(lua_State *L) { return e_status(L, zero_engine_zero_grad(check_engine(L))); }
-static int e_gather(lua_State *L) { return e_status(L, zero_engine_gather(check_engine(L))); }
-static int e_release(lua_State *L) { return e_status(L, zero_engine_release(check_engine(L))); }
+static int e_zero_grad(lua_State *L) { return e_status(L, zorch_zero_zero_grad(check_engine(L))); }
+static int e_gather(lua_State *L) { return e_status(L, zorch_zero_gather(check_engine(L))); }
+static int e_release(lua_State *L) { return e_status(L, zorch_zero_release(check_engine(L))); }
+static int e_publish(lua_State *L) { return e_status(L, zorch_zero_publish(check_engine(L))); }
 static int e_gather_param(lua_State *L) {
-  return e_status(L, zero_engine_gather_param(check_engine(L), (int)luaL_checkinteger(L, 2)));
+  return e_status(L, zorch_zero_gather_param(check_engine(L), (int)luaL_checkinteger(L, 2)));
 }
-static int e_sync(lua_State *L) { return e_status(L, zero_engine_sync_shard(check_engine(L))); }
+static int e_sync(lua_State *L) { return e_status(L, zorch_zero_sync_shard(check_engine(L))); }
 
-/* engine:module_register({group ids, 0-based}) -> module id */
-static int e_module_register(lua_State *L) {
-  zero_engine *e = check_engine(L);
-  int n;
-  int *groups = int_list(L, 2, &n);
-  int id;
-  if (zero_engine_module_register(e, n, groups, &id)) return lz_fail(L);
-  lua_pushinteger(L, id);
+/* engine:backward(loss), engine:backward_from(t, grad): one micro-step */
+static int e_backward(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  return e_status(L, zorch_zero_backward(e, lz_check(L, 2)));
+}
+static int e_backward_from(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  return e_status(L, zorch_zero_backward_from(e, lz_check(L, 2), lz_check(L, 3)));
+}
+
+/* The Lua update of engine:step: fn(target, grad, grad_scale, step), run
+   protected; its error object stays on the stack for e_step to raise. */
+typedef struct {
+  lua_State *L;
+  int fn;
+  bool failed;
+} lua_update;
+
+static int run_update(lua_State *L) {
+  const zorch_zero_update_args *a = lua_touserdata(L, 2);
+  lua_pushvalue(L, 1);
+  lz_push(L, zorch_tensor_retain(a->target));
+  lz_push(L, zorch_tensor_retain(a->grad));
+  lua_pushnumber(L, a->grad_scale);
+  lua_pushinteger(L, a->step);
+  lua_call(L, 4, 0);
+  return 0;
+}
+
+static zorch_status call_update(const zorch_zero_update_args *a, void *ud) {
+  lua_update *u = ud;
+  lua_State *L = u->L;
+  lua_pushcfunction(L, run_update);
+  lua_pushvalue(L, u->fn);
+  lua_pushlightuserdata(L, (void *)a);
+  int st = lua_pcall(L, 2, 0, 0);
+  if (st == LUA_OK) return ZORCH_OK;
+  u->failed = true;
+  const char *m = lua_tostring(L, -1);
+  return zorch_set_error(st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE, "update: %s", m ? m : "(not a string)");
+}
+
+/* engine:step(fn) -> {stepped, overflow, norm, loss_scale, steps, reduce_s, update_s}:
+   the whole optimizer step, fn the update (a Lua optimizer's) */
+static int e_step(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_settop(L, 2);
+  lua_update lu = {.L = L, .fn = 2};
+  zorch_zero_update u = {.kind = ZORCH_ZERO_CALLBACK, .fn = call_update, .ud = &lu};
+  zorch_zero_step_info info;
+  zorch_status st = zorch_zero_step(e, &u, &info);
+  if (lu.failed) return lua_error(L); /* the update's own error, as it raised it */
+  if (st) return lz_fail(L);
+  lua_createtable(L, 0, 7);
+  lua_pushboolean(L, info.stepped), lua_setfield(L, -2, "stepped");
+  lua_pushboolean(L, info.overflow), lua_setfield(L, -2, "overflow");
+  lua_pushnumber(L, info.norm), lua_setfield(L, -2, "norm");
+  lua_pushnumber(L, info.loss_scale), lua_setfield(L, -2, "loss_scale");
+  lua_pushinteger(L, info.steps), lua_setfield(L, -2, "steps");
+  lua_pushnumber(L, info.reduce_s), lua_setfield(L, -2, "reduce_s");
+  lua_pushnumber(L, info.update_s), lua_setfield(L, -2, "update_s");
   return 1;
 }
-static int e_module_begin(lua_State *L) {
-  zero_engine *e = check_engine(L);
-  return e_status(L, zero_engine_module_begin(e, (int)luaL_checkinteger(L, 2)));
+
+/* engine:scaler() -> {scale, hysteresis, attempts, last_overflow, skipped} */
+static int e_scaler(lua_State *L) {
+  zorch_zero_scaler s;
+  zorch_zero_get_scaler(check_engine(L), &s);
+  lua_createtable(L, 0, 5);
+  lua_pushnumber(L, s.scale), lua_setfield(L, -2, "scale");
+  lua_pushinteger(L, s.hysteresis), lua_setfield(L, -2, "hysteresis");
+  lua_pushinteger(L, s.attempts), lua_setfield(L, -2, "attempts");
+  lua_pushinteger(L, s.last_overflow), lua_setfield(L, -2, "last_overflow");
+  lua_pushinteger(L, s.skipped), lua_setfield(L, -2, "skipped");
+  return 1;
 }
-/* engine:module_end(id, output tensor or nil) */
-static int e_module_end(lua_State *L) {
-  zero_engine *e = check_engine(L);
-  int id = (int)luaL_checkinteger(L, 2);
-  return e_status(L, zero_engine_module_end(e, id, zorch_to_tensor(L, 3)));
+
+/* engine:set_scaler(t | nil): a saved state, or nil for the start */
+static int e_set_scaler(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  if (lua_isnoneornil(L, 2)) return zorch_zero_reset_scaler(e), 0;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  zorch_zero_scaler s;
+  lz_getfield(L, 2, "scale");
+  s.scale = luaL_checknumber(L, -1);
+  lz_getfield(L, 2, "hysteresis");
+  s.hysteresis = (int)luaL_checkinteger(L, -1);
+  lz_getfield(L, 2, "attempts");
+  s.attempts = luaL_checkinteger(L, -1);
+  lz_getfield(L, 2, "last_overflow");
+  s.last_overflow = luaL_checkinteger(L, -1);
+  lz_getfield(L, 2, "skipped");
+  s.skipped = luaL_checkinteger(L, -1);
+  return e_status(L, zorch_zero_set_scaler(e, &s));
+}
+
+/* engine:counts() -> micro-steps, optimizer steps; engine:set_counts(micro, steps) */
+static int e_counts(lua_State *L) {
+  int64_t micro, steps;
+  zorch_zero_counts(check_engine(L), &micro, &steps);
+  lua_pushinteger(L, micro);
+  lua_pushinteger(L, steps);
+  return 2;
+}
+static int e_set_counts(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  return e_status(L, zorch_zero_set_counts(e, luaL_checkinteger(L, 2), luaL_checkinteger(L, 3)));
+}
+
+/* engine:geometry() -> {rank, world, numel, shard, padded, lo, len} (lo 0-based) */
+static int e_geometry(lua_State *L) {
+  zorch_zero_geometry g;
+  zorch_zero_get_geometry(check_engine(L), &g);
+  lua_createtable(L, 0, 7);
+  lua_pushinteger(L, g.rank), lua_setfield(L, -2, "rank");
+  lua_pushinteger(L, g.world), lua_setfield(L, -2, "world");
+  lua_pushinteger(L, g.numel), lua_setfield(L, -2, "numel");
+  lua_pushinteger(L, g.shard), lua_setfield(L, -2, "shard");
+  lua_pushinteger(L, g.padded), lua_setfield(L, -2, "padded");
+  lua_pushinteger(L, g.lo), lua_setfield(L, -2, "lo");
+  lua_pushinteger(L, g.len), lua_setfield(L, -2, "len");
+  return 1;
+}
+
+/* engine:set_norm_weights({w per parameter} | nil), engine:add_norm_comm(group) */
+static int e_set_norm_weights(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  if (lua_isnoneornil(L, 2)) return e_status(L, zorch_zero_set_norm_weights(e, NULL));
+  luaL_checktype(L, 2, LUA_TTABLE);
+  int n = (int)lz_len(L, 2);
+  double *w = lua_newuserdatauv(L, sizeof *w * (size_t)(n ? n : 1), 0);
+  for (int i = 0; i < n; i++) {
+    lz_geti(L, 2, i + 1);
+    w[i] = luaL_checknumber(L, -1);
+    lua_pop(L, 1);
+  }
+  return e_status(L, zorch_zero_set_norm_weights(e, w));
+}
+static int e_add_norm_comm(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  return e_status(L, zorch_zero_add_norm_comm(e, lz_opt_group(L, 2)));
 }
 
 static int e_target(lua_State *L) {
-  return lz_push(L, zorch_tensor_retain(zero_engine_target(check_engine(L))));
+  return lz_push(L, zorch_tensor_retain(zorch_zero_target(check_engine(L))));
 }
 
-/* engine:reduced_grad() -> gradient, sharded */
-static int e_reduced_grad(lua_State *L) {
-  bool sharded;
-  lz_push(L, zero_engine_reduced_grad(check_engine(L), &sharded));
-  lua_pushboolean(L, sharded);
-  return 2;
-}
-
-/* engine:clip(grad, sharded, max_norm [, loss_scale]) -> norm, overflow */
-static int e_clip(lua_State *L) {
-  zero_engine *e = check_engine(L);
-  double norm, ls = luaL_optnumber(L, 5, 1.0);
-  bool overflow;
-  if (!(ls > 0)) return luaL_argerror(L, 5, "the loss scale must be > 0");
-  if (zero_engine_clip(e, lz_check(L, 2), lua_toboolean(L, 3), luaL_checknumber(L, 4), ls, NULL, &norm, &overflow))
-    return lz_fail(L);
-  lua_pushnumber(L, norm);
-  lua_pushboolean(L, overflow);
-  return 2;
-}
-
-/* engine:set_host_grad(t), engine:host_grad_finish(): offload on a GPU rank */
-static int e_set_host_grad(lua_State *L) {
-  if (zero_engine_set_host_grad(check_engine(L), lz_check(L, 2))) return lz_fail(L);
-  return 0;
-}
-static int e_host_grad_finish(lua_State *L) {
-  if (zero_engine_host_grad_finish(check_engine(L))) return lz_fail(L);
-  return 0;
-}
-
-/* engine:take_grad_scale() -> the clip's factor still to multiply the
-   gradient in the parameter file (offload_param nvme; 1: none), cleared */
-static int e_take_grad_scale(lua_State *L) {
-  lua_pushnumber(L, zero_engine_take_grad_scale(check_engine(L)));
-  return 1;
+/* engine:set_host(target, grad, bucketed) | engine:set_host(): offload on a GPU rank */
+static int e_set_host(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  zorch_tensor *t = lua_isnoneornil(L, 2) ? NULL : lz_check(L, 2), *g = lua_isnoneornil(L, 3) ? NULL : lz_check(L, 3);
+  return e_status(L, zorch_zero_set_host(e, t, g, lua_toboolean(L, 4)));
 }
 
 static int e_memory(lua_State *L) {
-  zero_memory m;
-  zero_engine_memory(check_engine(L), &m);
+  zorch_zero_memory m;
+  zorch_zero_get_memory(check_engine(L), &m);
   lua_createtable(L, 0, 6);
   lua_pushinteger(L, m.parameters), lua_setfield(L, -2, "parameters");
   lua_pushinteger(L, m.gradients), lua_setfield(L, -2, "gradients");
@@ -213,7 +320,7 @@ static int e_memory(lua_State *L) {
 }
 
 /* Seconds in flight and seconds waited, from one of the engine's timers. */
-static int push_times(lua_State *L, void (*times)(zero_engine *, double *, double *, bool)) {
+static int push_times(lua_State *L, void (*times)(zorch_zero *, double *, double *, bool)) {
   double flight, waited;
   times(check_engine(L), &flight, &waited, lua_toboolean(L, 2));
   lua_pushnumber(L, flight);
@@ -222,15 +329,15 @@ static int push_times(lua_State *L, void (*times)(zero_engine *, double *, doubl
 }
 
 /* engine:comm_times(reset) -> seconds reductions were in flight, seconds waited */
-static int e_comm_times(lua_State *L) { return push_times(L, zero_engine_comm_times); }
+static int e_comm_times(lua_State *L) { return push_times(L, zorch_zero_comm_times); }
 
 /* engine:gather_times(reset) -> seconds stage 3's gathers were in flight, seconds waited */
-static int e_gather_times(lua_State *L) { return push_times(L, zero_engine_gather_times); }
+static int e_gather_times(lua_State *L) { return push_times(L, zorch_zero_gather_times); }
 
 /* engine:param_file() -> fd, byte offset of the shard, of its gradient; nil without one */
 static int e_param_file(lua_State *L) {
   int64_t p_off, g_off;
-  int fd = zero_engine_param_file(check_engine(L), &p_off, &g_off);
+  int fd = zorch_zero_param_file(check_engine(L), &p_off, &g_off);
   if (fd < 0) return 0;
   lua_pushinteger(L, fd);
   lua_pushinteger(L, p_off);
@@ -238,11 +345,11 @@ static int e_param_file(lua_State *L) {
   return 3;
 }
 
-/* engine:io([reset]) -> {file_bytes, read_bytes, write_bytes, io_s}: the parameter file's traffic */
+/* engine:io([reset]) -> {file_bytes, read_bytes, write_bytes, io_s, ...}: the parameter file's traffic */
 static int e_io(lua_State *L) {
-  zero_io io;
-  zero_engine_io(check_engine(L), &io, lua_toboolean(L, 2));
-  lua_createtable(L, 0, 4);
+  zorch_zero_io io;
+  zorch_zero_get_io(check_engine(L), &io, lua_toboolean(L, 2));
+  lua_createtable(L, 0, 7);
   lua_pushinteger(L, io.file_bytes), lua_setfield(L, -2, "file_bytes");
   lua_pushinteger(L, io.read_bytes), lua_setfield(L, -2, "read_bytes");
   lua_pushinteger(L, io.write_bytes), lua_setfield(L, -2, "write_bytes");
@@ -253,17 +360,37 @@ static int e_io(lua_State *L) {
   return 1;
 }
 
+/* engine:module_register({group ids, 0-based}) -> module id */
+static int e_module_register(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  int n;
+  int *groups = int_list(L, 2, &n);
+  int id;
+  if (zorch_zero_module_register(e, n, groups, &id)) return lz_fail(L);
+  lua_pushinteger(L, id);
+  return 1;
+}
+static int e_module_begin(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  return e_status(L, zorch_zero_module_begin(e, (int)luaL_checkinteger(L, 2)));
+}
+/* engine:module_end(id, output tensor or nil) */
+static int e_module_end(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  int id = (int)luaL_checkinteger(L, 2);
+  return e_status(L, zorch_zero_module_end(e, id, zorch_to_tensor(L, 3)));
+}
+
 static void open_engine_type(lua_State *L) {
-  static const luaL_Reg methods[] = {{"begin_backward", e_begin}, {"end_backward", e_end},
-                                     {"reduced_grad", e_reduced_grad}, {"target", e_target},
-                                     {"clip", e_clip}, {"after_update", e_after}, {"zero_grad", e_zero_grad},
-                                     {"gather", e_gather}, {"release", e_release}, {"sync_shard", e_sync},
-                                     {"memory", e_memory}, {"module_register", e_module_register}, {"comm_times", e_comm_times},
-                                     {"gather_times", e_gather_times},
-                                     {"module_begin", e_module_begin}, {"module_end", e_module_end},
-                                     {"param_file", e_param_file}, {"io", e_io}, {"gather_param", e_gather_param},
-                                     {"take_grad_scale", e_take_grad_scale}, {"set_host_grad", e_set_host_grad},
-                                     {"host_grad_finish", e_host_grad_finish}, {NULL, NULL}};
+  static const luaL_Reg methods[] = {
+      {"backward", e_backward}, {"backward_from", e_backward_from}, {"step", e_step},
+      {"scaler", e_scaler}, {"set_scaler", e_set_scaler}, {"counts", e_counts}, {"set_counts", e_set_counts},
+      {"geometry", e_geometry}, {"set_norm_weights", e_set_norm_weights}, {"add_norm_comm", e_add_norm_comm},
+      {"target", e_target}, {"publish", e_publish}, {"zero_grad", e_zero_grad},
+      {"gather", e_gather}, {"release", e_release}, {"sync_shard", e_sync}, {"gather_param", e_gather_param},
+      {"memory", e_memory}, {"comm_times", e_comm_times}, {"gather_times", e_gather_times},
+      {"module_register", e_module_register}, {"module_begin", e_module_begin}, {"module_end", e_module_end},
+      {"param_file", e_param_file}, {"io", e_io}, {"set_host", e_set_host}, {NULL, NULL}};
   luaL_newmetatable(L, LZ_ENGINE);
   lua_pushcfunction(L, e_gc);
   lua_setfield(L, -2, "__gc");
@@ -308,7 +435,7 @@ static int run_lua_hook(lua_State *L) {
    (grad mode as the pass has it), its budget counting. */
 static zorch_status call_lua_hook(zorch_tensor *leaf, void *ud) {
   lua_State *L = ((lua_hooks *)ud)->L;
-  if (!lua_checkstack(L, 2)) return err_set(ZORCH_ERR_OOM, "gradient hook: out of memory (Lua stack)");
+  if (!lua_checkstack(L, 2)) return zorch_set_error(ZORCH_ERR_OOM, "gradient hook: out of memory (Lua stack)");
   lz_vm *vm = lz_vm_get(L);
   bool grad = zorch_is_grad_enabled();
   struct zstate *prev = vm ? lz_vm_enter(vm) : NULL;
@@ -327,7 +454,7 @@ static zorch_status call_lua_hook(zorch_tensor *leaf, void *ud) {
   if (vm) lz_vm_leave(vm, prev);
   if (st == LUA_OK) return ZORCH_OK;
   zorch_status code = st == LUA_ERRMEM ? ZORCH_ERR_OOM : ZORCH_ERR_STATE;
-  return err_set(code, "gradient hook: %s", msg);
+  return zorch_set_error(code, "gradient hook: %s", msg);
 }
 
 /* Removes the hooks of a closing Lua state from tensors that still carry them. */
@@ -336,7 +463,8 @@ static int hooks_gc(lua_State *L) {
   if (!h) return 0;
   for (int i = 0; i < h->n; i++) {
     zorch_tensor *t = h->ts[i];
-    if (t->hook.fn == call_lua_hook && t->hook.ud == h) zorch_set_grad_hook(t, NULL, NULL);
+    void *ud;
+    if (zorch_get_grad_hook(t, &ud) == call_lua_hook && ud == h) zorch_set_grad_hook(t, NULL, NULL);
     zorch_tensor_free(t);
   }
   free(h->ts);
@@ -374,7 +502,9 @@ static int l_register_hook(lua_State *L) {
   if (!lua_isnil(L, 2) && !zorch_requires_grad(t))
     return luaL_error(L, "register_hook: the tensor does not require grad, so no gradient would reach the hook");
   lua_hooks *h = hooks_get(L);
-  if (t->hook.fn && !(t->hook.fn == call_lua_hook && t->hook.ud == h))
+  void *hud;
+  zorch_grad_hook hfn = zorch_get_grad_hook(t, &hud);
+  if (hfn && !(hfn == call_lua_hook && hud == h))
     return luaL_error(L, "register_hook: the tensor has a hook this Lua state did not set (the host's, or "
                          "the ZeRO engine's on a prepared parameter); it is neither replaced nor removed");
   int at = 0;
@@ -408,7 +538,7 @@ static int l_register_hook(lua_State *L) {
 /* MPI is finalised when the Lua state closes. */
 static int l_finalize(lua_State *L) {
   (void)L;
-  comm_finalize();
+  zorch_zero_finalize();
   return 0;
 }
 

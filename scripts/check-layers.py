@@ -68,7 +68,6 @@ def include_errors(root):
 # emptied; a file on it that no longer needs it is an error too, so it only
 # shrinks.
 BINDING_EXCEPTIONS = {
-    "lua/lzero.c",  # the ZeRO engine's bindings
     "lua/lfuncs.c", "lua/ltensor.c", "lua/lshape.c", "lua/lgradfn.c",  # op table, scalars, dims, custom nodes
     "lua/ldist.c", "lua/loffload.c",  # process groups and the offload store
     "lua/lsandbox.c",  # the VM's state swap

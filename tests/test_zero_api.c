@@ -59,9 +59,16 @@ int main(void) {
   ok(zorch_zero_new(&o, 2, p, &e) == ZORCH_ERR_ARG && error_has("clip must be"), "a negative clip refused");
   o.clip = 0, o.accumulation = 0;
   ok(zorch_zero_new(&o, 2, p, &e) == ZORCH_ERR_ARG && error_has("accumulation"), "accumulation 0 refused");
-  zorch_set_requires_grad(p[1], false);
   o.accumulation = 1;
-  ok(zorch_zero_new(&o, 2, p, &e) == ZORCH_ERR_ARG && error_has("parameter 2"), "a parameter without grad refused");
+  zorch_tensor *nul[2] = {p[0], NULL};
+  ok(zorch_zero_new(&o, 2, nul, &e) == ZORCH_ERR_ARG && !e && error_has("parameter 2 is NULL"), "a NULL parameter refused");
+  /* a frozen parameter is the engine's too (it gets no gradient, as a script's frozen weight) */
+  zorch_set_requires_grad(p[1], false);
+  double b1[3] = {0};
+  ok(zorch_zero_new(&o, 2, p, &e) == ZORCH_OK && e && zorch_tensor_to_doubles(p[1], b1, 3) == ZORCH_OK &&
+         b1[0] == (float)B[0] && b1[1] == (float)B[1] && b1[2] == (float)B[2],
+     "a frozen parameter taken, its values kept");
+  zorch_zero_free(e), e = NULL;
   zorch_tensor_free(p[0]), zorch_tensor_free(p[1]);
 
   /* stage 1, accumulation 2: the geometry, counting, the update */

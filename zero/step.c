@@ -43,6 +43,12 @@ zorch_status zorch_zero_allreduce(zorch_zero_comm *c, zorch_tensor *t) {
   if (!c || !t) return err_set(ZORCH_ERR_ARG, "zorch_zero_allreduce: NULL argument");
   return comm_allreduce(c, t, false);
 }
+zorch_status zorch_zero_allreduce_max(zorch_zero_comm *c, zorch_tensor *t) {
+  if (!c || !t) return err_set(ZORCH_ERR_ARG, "zorch_zero_allreduce_max: NULL argument");
+  return comm_allreduce(c, t, true);
+}
+const char *zorch_zero_comm_backend(const zorch_zero_comm *c) { return c ? c->backend : "local"; }
+void zorch_zero_set_label(const char *label) { comm_set_label(label); }
 void zorch_zero_set_timeout(double seconds) { comm_set_timeout(seconds); }
 void zorch_zero_finalize(void) { comm_finalize(); }
 
@@ -89,9 +95,7 @@ zorch_status zorch_zero_new(const zorch_zero_options *o, int n, zorch_tensor *co
   zorch_status st = check_options(o);
   if (st) return st;
   for (int i = 0; i < n; i++)
-    if (!params[i] || !zorch_requires_grad(params[i]))
-      return err_set(ZORCH_ERR_ARG, "zorch_zero_new: parameter %d is %s", i + 1,
-                     params[i] ? "a tensor that does not require grad" : "NULL");
+    if (!params[i]) return err_set(ZORCH_ERR_ARG, "zorch_zero_new: parameter %d is NULL", i + 1);
   zero_comm *data = o->data ? o->data : comm_get();
   if (!data) return zorch_last_status();
   zorch_zero *e = calloc(1, sizeof *e);
@@ -515,4 +519,41 @@ zorch_status zorch_zero_module_begin(zorch_zero *e, int id) {
 zorch_status zorch_zero_module_end(zorch_zero *e, int id, zorch_tensor *out) {
   NEED(e, "zorch_zero_module_end");
   return zero_engine_module_end(e->z, id, out);
+}
+zorch_status zorch_zero_gather_param(zorch_zero *e, int i) {
+  NEED(e, "zorch_zero_gather_param");
+  if (i < 0 || i >= e->n) return err_set(ZORCH_ERR_ARG, "zorch_zero_gather_param: parameter %d of %d", i, e->n);
+  return zero_engine_gather_param(e->z, i);
+}
+
+/* ---- counts and reports ---- */
+zorch_status zorch_zero_set_counts(zorch_zero *e, int64_t micro, int64_t steps) {
+  NEED(e, "zorch_zero_set_counts");
+  if (micro < 0 || steps < 0) return err_set(ZORCH_ERR_ARG, "zorch_zero_set_counts: counts must be >= 0");
+  e->micro = micro, e->steps = steps, e->updates = steps, e->pending = 0;
+  return ZORCH_OK;
+}
+void zorch_zero_reset_scaler(zorch_zero *e) { scaler_reset(e); }
+zorch_status zorch_zero_publish(zorch_zero *e) {
+  NEED(e, "zorch_zero_publish");
+  return zero_engine_after_update(e->z);
+}
+void zorch_zero_get_memory(const zorch_zero *e, zorch_zero_memory *m) {
+  zero_memory z;
+  zero_engine_memory(e->z, &z);
+  *m = (zorch_zero_memory){z.parameters, z.gradients, z.master_weights, z.buffers, z.numel, z.shard};
+}
+void zorch_zero_comm_times(zorch_zero *e, double *in_flight, double *waited, bool reset) {
+  zero_engine_comm_times(e->z, in_flight, waited, reset);
+}
+void zorch_zero_gather_times(zorch_zero *e, double *in_flight, double *waited, bool reset) {
+  zero_engine_gather_times(e->z, in_flight, waited, reset);
+}
+int zorch_zero_param_file(const zorch_zero *e, int64_t *p_off, int64_t *g_off) {
+  return zero_engine_param_file(e->z, p_off, g_off);
+}
+void zorch_zero_get_io(zorch_zero *e, zorch_zero_io *io, bool reset) {
+  zero_io z;
+  zero_engine_io(e->z, &z, reset);
+  *io = (zorch_zero_io){z.file_bytes, z.read_bytes, z.write_bytes, z.io_s, z.ahead_bytes, z.behind_bytes, z.sync_s};
 }

@@ -118,3 +118,11 @@ void zorch_clear_error(void) {
   s->err_msg[0] = 0;
   s->err_raw[0] = 0;
 }
+
+zorch_status zorch_set_error(zorch_status code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  zorch_status st = err_setv(code, fmt, ap);
+  va_end(ap);
+  return st;
+}

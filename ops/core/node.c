@@ -233,6 +233,11 @@ zorch_tensor *zorch_detach(zorch_tensor *t) {
   return tensor_detached(t);
 }
 
+zorch_grad_hook zorch_get_grad_hook(const zorch_tensor *leaf, void **ud) {
+  if (ud) *ud = leaf ? leaf->hook.ud : NULL;
+  return leaf ? leaf->hook.fn : NULL;
+}
+
 zorch_status zorch_set_grad_hook(zorch_tensor *leaf, zorch_grad_hook fn, void *ud) {
   if (!leaf) return err_set(ZORCH_ERR_ARG, "set_grad_hook: tensor is NULL");
   if (leaf->grad_fn)

@@ -936,14 +936,13 @@ function Engine:load_counters(manifest)
   end
   self.inner.lr = manifest.lr
   -- saved between optimizer steps: the next micro-batch opens a window, whatever the accumulation now
-  self.micro, self.pending = 0, 0
-  self.zero:after_update() -- master weights into the parameters, then gather or release
+  self:set_counts(0, manifest.step)
+  self.zero:publish() -- master weights into the parameters, then gather or release
   if self.lr_scheduler and manifest.scheduler_step then
     self.lr_scheduler.last_step = manifest.scheduler_step
     if self.lr_scheduler.set_lr then self.lr_scheduler.set_lr(manifest.scheduler_step)
     else self.user_opt.lr = self.lr_scheduler.lr_at(manifest.scheduler_step) end
   end
-  self.steps = manifest.step
   -- the steps each parameter missed while frozen, by name, and the runs they shape
   if self.group_base then
     local index = {}
@@ -955,11 +954,12 @@ function Engine:load_counters(manifest)
     end
     self.runs = self:group_runs(self:stepped_groups(), self.params, self.user_opt)
   end
-  self:reset_scaler()
+  local s = self:reset_scaler()
   if self.cfg.precision == "fp16" and manifest.loss_scale then
-    local s, ls = self.scaler, manifest.loss_scale
+    local ls = manifest.loss_scale
     if s.dynamic then s.scale, s.hysteresis = ls.scale, math.min(ls.hysteresis, self.cfg.hysteresis) end
     s.attempts, s.last_overflow, s.skipped = ls.attempts, ls.last_overflow, ls.skipped
+    self:reset_scaler(s)
   end
   if self.loader and manifest.loader then self.loader:load_state(manifest.loader) end
   zorch._rng_set_offset(manifest.rng_offset)

@@ -228,7 +228,7 @@ function zorch.Engine(cfg, overrides)
                           param_dir = param_dir, opt_dir = opt_dir, host_param = host_param,
                           first = zorch._group_world():rank() == 0,
                           printer = zorch._group_world():rank() == 0}, Engine)
-  e:reset_scaler()
+  e:read_scaler()
   if #unimplemented > 0 and rank == 0 then
     for _, g in ipairs(zorch._unimplemented_groups(unimplemented)) do
       io.stderr:write(("zorch: warning: DeepSpeed config keys %s: %s\n"):format(g.title, table.concat(g.keys, ", ")))
@@ -239,44 +239,27 @@ function zorch.Engine(cfg, overrides)
   return e
 end
 
--- fp16 loss scaling, DeepSpeed's DynamicLossScaler: the scale, the overflows
--- it may still absorb (hysteresis), and the optimizer steps tried
--- (attempts, skipped ones too) and the last one that overflowed. Without fp16
--- the scale stays 1.
-function Engine:reset_scaler()
+-- fp16 loss scaling, DeepSpeed's DynamicLossScaler, runs in the C engine's
+-- step (zorch_zero_step): self.scaler is what Lua reads of it (printing,
+-- checkpoints): the scale, the overflows it may still absorb (hysteresis),
+-- the optimizer steps tried (attempts, skipped ones too) and the last one
+-- that overflowed. Without fp16 the scale stays 1. Before prepare (no
+-- engine yet) the scale the engine will start from.
+function Engine:read_scaler()
   local c = self.cfg
   local fp16 = c.precision == "fp16"
-  self.scaler = {
-    scale = fp16 and (c.loss_scale > 0 and c.loss_scale or 2.0 ^ c.initial_scale_power) or 1,
-    dynamic = fp16 and c.loss_scale == 0,
-    hysteresis = c.hysteresis,
-    attempts = 0, last_overflow = -1, skipped = 0,
-  }
+  local s = self.zero and self.zero:scaler() or
+    {scale = fp16 and (c.loss_scale > 0 and c.loss_scale or 2.0 ^ c.initial_scale_power) or 1,
+     hysteresis = c.hysteresis, attempts = 0, last_overflow = -1, skipped = 0}
+  s.dynamic = fp16 and c.loss_scale == 0
+  self.scaler = s
+  return s
 end
 
--- After a step tried (overflowed or not), as DeepSpeed's update_scale: an
--- overflow uses up the hysteresis first, then halves the scale (not below
--- min_loss_scale); loss_scale_window good steps since the last overflow double it.
-function Engine:update_scale(overflow)
-  local s, c = self.scaler, self.cfg
-  if overflow then s.skipped = s.skipped + 1 end
-  if s.dynamic then
-    if overflow then
-      if c.hysteresis == 1 or s.hysteresis == 1 then
-        s.scale = math.max(s.scale / 2, c.min_loss_scale)
-      else
-        s.hysteresis = s.hysteresis - 1
-      end
-      s.last_overflow = s.attempts
-    else
-      if c.consecutive_hysteresis then s.hysteresis = c.hysteresis end
-      if (s.attempts - s.last_overflow) % c.loss_scale_window == 0 then
-        if not c.consecutive_hysteresis then s.hysteresis = c.hysteresis end
-        s.scale = s.scale * 2
-      end
-    end
-  end
-  s.attempts = s.attempts + 1
+-- The scaler back to its start; with a saved state (a checkpoint's) that one.
+function Engine:reset_scaler(saved)
+  if self.zero then self.zero:set_scaler(saved) end
+  return self:read_scaler()
 end
 
 -- The loss scale now (1 without fp16).
@@ -417,7 +400,16 @@ function Engine:prepare(model, loader, opt, sched)
                                           prefetch_bucket_size = self.cfg.prefetch_bucket_size,
                                           max_live_parameters = self.cfg.max_live_parameters,
                                           dtype = self.cfg.precision, groups = groups,
-                                          param_dir = self.param_dir})
+                                          param_dir = self.param_dir,
+                                          clip = self.cfg.gradient_clipping,
+                                          accumulation = self.cfg.gradient_accumulation_steps,
+                                          loss_scale = self.cfg.loss_scale,
+                                          initial_scale_power = self.cfg.initial_scale_power,
+                                          loss_scale_window = self.cfg.loss_scale_window,
+                                          hysteresis = self.cfg.hysteresis,
+                                          consecutive_hysteresis = self.cfg.consecutive_hysteresis,
+                                          min_loss_scale = self.cfg.min_loss_scale})
+  self:read_scaler()
   if pfile then -- deferred parameters: each group gathered, filled, written to its shards, released
     for i, p in ipairs(params) do
       local fill = zorch._deferred_init(p)
@@ -492,7 +484,8 @@ function Engine:prepare(model, loader, opt, sched)
   self.io_start = zorch.clock()
   self.group_base = group_of
   self.runs = self:group_runs(self:stepped_groups(), params, opt)
-  self.norm_runs = self:model_norm_runs(model, params)
+  self.norm_model = model
+  self:set_norm()
   local engine = self
   local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,
                                     __tostring = function() return tostring(opt) end})
@@ -599,9 +592,8 @@ end
 -- For an optimizer whose update depends on each tensor's norms (Lamb): one run
 -- per piece of a parameter in this rank's slice, {first, count, group, index}.
 function Engine:tensor_runs(group_of, params, gs)
-  local shard = self.zero:memory().shard
-  local lo = self.cfg.zero_stage == 0 and 0 or self.rank * shard
-  local len = self.target:numel()
+  local g = self.zero:geometry()
+  local lo, len = g.lo, g.len
   local runs, off = {}, 0
   for i, p in ipairs(params) do
     local n, gi = p:numel(), 1
@@ -628,10 +620,9 @@ function Engine:group_runs(group_of, params, opt)
   local gs = opt.param_groups
   if type(gs) ~= "table" or not self.inner._step_runs then return nil end
   if self.inner._per_tensor then return self:tensor_runs(group_of, params, gs) end
-  if not group_of then return {{1, self.target:numel(), gs[1]}} end
-  local shard = self.zero:memory().shard
-  local lo = self.cfg.zero_stage == 0 and 0 or self.rank * shard
-  local len = self.target:numel()
+  local g = self.zero:geometry()
+  if not group_of then return {{1, g.len, gs[1]}} end
+  local lo, len = g.lo, g.len
   local runs, off = {}, 0
   local behind = self.behind or {}
   for i, p in ipairs(params) do
@@ -686,34 +677,32 @@ function Engine:sync_shard()
   if self.host then self.target:copy_(self.host.device_target) end -- (offload on a GPU rank)
 end
 
+-- The counts a checkpoint restores: micro-steps so far and optimizer steps
+-- taken (the next backward opens a window).
+function Engine:set_counts(micro, steps)
+  self.zero:set_counts(micro, steps)
+  self.micro, self.pending, self.steps = micro, 0, steps
+end
+
 -- Clears the gradients of the next accumulation window.
 function Engine:zero_grad()
   if self.zero then self.zero:zero_grad() end
 end
 
--- loss / accumulation steps, then backward (which reduces buckets at stages 2-3).
+-- One micro-step: the engine scales the loss (1 / accumulation steps, the
+-- loss scale), runs backward and reduces buckets (stages 2-3), in one call.
 function Engine:backward(loss)
   if not zorch.is_tensor(loss) then error("Engine:backward: expected a loss tensor", 2) end
   if not self.zero then error("Engine:backward: prepare the model first (engine:prepare(model, loader, opt))", 2) end
-  local k = self.cfg.gradient_accumulation_steps
-  self.micro, self.pending = self.micro + 1, self.pending + 1
-  if self.zero then self.zero:begin_backward() end
   if self.cfg.steps_per_print then -- the step line's mean loss (added where the loss is, read when printed)
     self.print_loss, self.print_micro = loss:detach() + (self.print_loss or 0), (self.print_micro or 0) + 1
     self.print_t0 = self.print_t0 or zorch.clock()
   end
-  if k > 1 then loss = loss * (1 / k) end
-  local s = self.scaler
-  if s.scale ~= 1 then loss = loss * s.scale end
-  if self.rank == 0 and self:inject_overflow(s.attempts + 1) then loss = loss * math.huge end
+  if self.rank == 0 and self:inject_overflow(self.scaler.attempts + 1) then loss = loss * math.huge end
   local t0 = self.wall and zorch.clock()
-  loss:backward()
-  local t1 = self.wall and zorch.clock()
-  if self.zero then self.zero:end_backward() end
-  if self.wall then -- (stages 2-3 reduce buckets inside backward; the rest is reduction)
-    self.wall.backward = self.wall.backward + (t1 - t0)
-    self.wall.reduction = self.wall.reduction + (zorch.clock() - t1)
-  end
+  self.zero:backward(loss)
+  self.micro, self.pending = self.micro + 1, self.pending + 1
+  if self.wall then self.wall.backward = self.wall.backward + (zorch.clock() - t0) end
 end
 
 -- Testing overflows: ZORCH_TEST_HOOKS=overflow=3,7,8 makes rank 0's gradients inf
@@ -727,64 +716,59 @@ function Engine:inject_overflow(attempt)
   return self.overflow_steps[attempt] == true
 end
 
--- Reduce, unscale and clip (global norm from the slices, one factor), update,
--- then gather or release. With fp16 an inf or nan in any rank's gradients (the
--- norm's all-reduce carries it to every rank) skips the step: no update, no
+-- The update the engine's step runs (zorch_zero_step's callback): the
+-- inner optimizer over the target with the reduced, unscaled and clipped
+-- gradient; grad_scale, with the gradient in the parameter file, the factor
+-- the optimizer's stream still applies as it reads it.
+function Engine:update(target, grad, grad_scale)
+  if self.offload and self.offload_bound then self.offload:grad_scale(grad_scale) end
+  target = self.target -- (the tensor the inner optimizer holds)
+  if self.runs and self.inner._per_tensor then -- norms per tensor, over the ranks holding its pieces
+    local group, sharded = self.group, self.cfg.zero_stage > 0
+    self.inner:_step_tensors(target, grad, self.runs, self.ntensors,
+                             function(t) if sharded then group:allreduce(t) end end)
+  elseif self.runs then -- each run of the slice with its group's options (as they are now)
+    for _, r in ipairs(self.runs) do if r.behind then r.fresh = r.behind == self.steps end end
+    self.inner:_step_runs(target, grad, self.runs)
+  else
+    self.inner.lr = self.user_opt.lr
+    target.grad = grad
+    self.inner:step()
+    target.grad = nil
+  end
+end
+
+-- One call into the engine: reduce, the global norm (over the data ranks and
+-- the model's), overflow and the loss scaler, unscale and clip by one factor,
+-- the host copy, the update (Engine:update), then gather or release. With
+-- fp16 an inf or nan in any rank's gradients skips the step: no update, no
 -- scheduler step, the step count stays; the loss scale falls.
 function Engine:optimizer_step()
   self:update_runs()
-  local t0 = self.wall and zorch.clock()
-  local grad, sharded = self.zero:reduced_grad()
-  local overflow
-  if self.norm_runs or self.norm_groups then -- a model split across ranks: its whole norm (below)
-    self.last_norm, overflow = self:model_clip(grad, sharded)
-  else
-    self.last_norm, overflow = self.zero:clip(grad, sharded, self.cfg.gradient_clipping, self.scaler.scale)
+  if not self.update_fn then
+    self.update_fn = function(target, grad, grad_scale) self:update(target, grad, grad_scale) end
   end
-  -- the gradient in the parameter file (offload_param nvme): the clip's factor
-  -- goes to the optimizer's stream, which applies it as it reads each chunk
-  if self.offload and self.offload_bound then self.offload:grad_scale(self.zero:take_grad_scale()) end
-  local t1 = self.wall and zorch.clock()
-  if self.wall then self.wall.reduction = self.wall.reduction + (t1 - t0) end
-  overflow = overflow and self.cfg.precision == "fp16" -- (fp32 and bf16 step as they always did)
-  self:update_scale(overflow)
-  if overflow then
+  local info = self.zero:step(self.update_fn)
+  self:read_scaler()
+  self.last_norm = info.norm
+  if self.wall then
+    self.wall.reduction = self.wall.reduction + info.reduce_s
+    self.wall.step = self.wall.step + info.update_s
+  end
+  if info.overflow then
     self.last_skipped = true
     if self.first and os.getenv("ZORCH_QUIET") == nil then
       io.stderr:write(("zorch: step %d overflowed (gradient norm %s): skipped, loss scale now %g\n"):format(
         self.steps + 1, tostring(self.last_norm), self.scaler.scale))
     end
-    self.zero:release() -- (stage 3; the parameters did not change)
     self:note_comm()
     return false
   end
   self.last_skipped = false
-  if self.host then -- offload on a GPU rank: the clipped gradient to the host copy's side
-    if self.host.bucketed then self.zero:host_grad_finish() -- (copied as its buckets were reduced)
-    else self.host.grad:copy_(grad) end
-    grad = self.host.grad
-  end
-  if self.runs and self.inner._per_tensor then -- norms per tensor, over the ranks holding its pieces
-    local group = self.group
-    self.inner:_step_tensors(self.target, grad, self.runs, self.ntensors,
-                             function(t) if sharded then group:allreduce(t) end end)
-    self:note_missed()
-  elseif self.runs then -- each run of the slice with its group's options (as they are now)
-    for _, r in ipairs(self.runs) do if r.behind then r.fresh = r.behind == self.steps end end
-    self.inner:_step_runs(self.target, grad, self.runs)
-    self:note_missed()
-  else
-    self.inner.lr = self.user_opt.lr
-    self.target.grad = grad
-    self.inner:step()
-    self.target.grad = nil
-  end
-  if self.host then self.host.device_target:copy_(self.target) end -- the updated shard back to the device
-  self.zero:after_update()
+  if self.runs then self:note_missed() end
   if self.offload then self:note_io() end
-  if self.wall then self.wall.step = self.wall.step + (zorch.clock() - t1) end
   if self.lr_scheduler then self.lr_scheduler.step() end
-  self.steps = self.steps + 1
+  self.steps = info.steps
   if self.cfg.steps_per_print then self:print_step() end
   self:note_comm()
 end
@@ -873,55 +857,18 @@ function Engine:model_norm_weights(model, params)
   return weight
 end
 
--- The runs {first (from 1), count, weight} of this rank's slice, by weight.
-function Engine:model_norm_runs(model, params)
-  self.norm_model, self.norm_params = model, params
-  local weight = self:model_norm_weights(model, params)
-  if not weight then return nil end
-  local shard = self.zero:memory().shard
-  local lo = self.cfg.zero_stage == 0 and 0 or self.rank * shard
-  local len = self.zero:target():numel()
-  local runs, off = {}, 0
-  for k, p in ipairs(params) do
-    local a, b = math.max(off, lo), math.min(off + p:numel(), lo + len)
-    if a < b and weight[k] ~= 0 then
-      local last = runs[#runs]
-      if last and last[3] == weight[k] and last[1] + last[2] == a - lo + 1 then last[2] = last[2] + b - a
-      else runs[#runs + 1] = {a - lo + 1, b - a, weight[k]} end
-    end
-    off = off + p:numel()
-  end
-  return runs
-end
-
--- The global norm (the sum of squares over the data group's shards, then over
--- the model group, or the norm groups without a layout), and the gradient
--- unscaled and clipped by one factor. Returns the norm and whether it
--- overflowed.
-function Engine:model_clip(grad, sharded)
-  if not self.norm_runs then self.norm_runs = self:model_norm_runs(self.norm_model, self.norm_params) end
-  local sq = 0
-  for _, r in ipairs(self.norm_runs) do sq = sq + r[3] * zorch._sumsq(grad:narrow(1, r[1], r[2])) end
-  local t = zorch.tensor({sq}, {dtype = "float64"})
-  if sharded and self.world_size > 1 then
-    zorch._comm_label("the gradient norm")
-    self.group:allreduce(t)
-  end
-  zorch._comm_label("the gradient norm over the model's ranks")
+-- The engine's norm over a split model: each parameter's weight, and the
+-- groups the sum of squares is summed over besides the data ranks (the
+-- layout's model group, or the norm groups without one).
+function Engine:set_norm()
+  local weight = self:model_norm_weights(self.norm_model, self.params)
+  if not weight then return end
+  self.zero:set_norm_weights(weight)
   if self.layout and self.layout.model:size() > 1 then
-    self.layout.model:allreduce(t)
+    self.zero:add_norm_comm(self.layout.model)
   else
-    for _, g in ipairs(self.norm_groups or {}) do g:allreduce(t) end
+    for _, g in ipairs(self.norm_groups or {}) do self.zero:add_norm_comm(g) end
   end
-  sq = t:item()
-  local scale, max_norm = self.scaler.scale, self.cfg.gradient_clipping
-  local norm = math.sqrt(sq) / scale
-  if not (sq == sq and sq < math.huge) then return norm, true end
-  local coef, clip = 1 / scale, max_norm / (norm + 1e-6)
-  if max_norm > 0 and clip < 1 then coef = coef * clip end
-  -- (the engine's clip with no norm limit scales by 1 / loss_scale: coef)
-  if coef ~= 1 then self.zero:clip(grad, false, 0, 1 / coef) end
-  return norm, false
 end
 
 -- With a prepared optimizer the engine clips inside its step, from the shards:
@@ -1022,11 +969,9 @@ function Engine:backward_from(t, grad)
   if not zorch.is_tensor(t) or not zorch.is_tensor(grad) then
     error("Engine:backward_from: expected a tensor and its gradient", 2)
   end
+  if not self.zero then error("Engine:backward_from: prepare the model first", 2) end
+  self.zero:backward_from(t, grad)
   self.micro, self.pending = self.micro + 1, self.pending + 1
-  if self.zero then self.zero:begin_backward() end
-  local s = self.scaler.scale
-  t:backward(s ~= 1 and grad * s or grad)
-  if self.zero then self.zero:end_backward() end
 end
 
 -- The mean loss of micro-batches whose loss was taken on another rank (a
@@ -1053,7 +998,7 @@ function Engine:add_norm_group(group, duplicates)
   if not known then self.norm_groups[#self.norm_groups + 1] = group end
   self.norm_duplicates = self.norm_duplicates or {}
   for _, t in ipairs(duplicates or {}) do self.norm_duplicates[t] = true end
-  self.norm_runs = nil -- made again, with these, at the next clip
+  if self.zero and self.norm_model then self:set_norm() end -- (else at prepare)
 end
 
 

@@ -12,8 +12,8 @@ local DEFAULT_CHUNK = 1 << 20 -- elements per chunk (8 MiB of moments; 16 MiB wi
 -- Offload on a GPU rank (device "cpu" or "nvme"): the optimizer steps a
 -- float32 copy of the rank's shard (its master weights) in host memory, with
 -- the CPU Adam, so the moments live there too (or, nvme, in the file); the
--- Engine copies the clipped gradient over before the step and the updated
--- shard back after it (Engine:optimizer_step), and refreshes the copy when
+-- engine's step copies the clipped gradient over before the update and the
+-- updated shard back after it (zorch_zero_set_host), and refreshes the copy when
 -- the device's shard is written (load_checkpoint, sync_shard). Returns
 -- {target, grad, device_target}, or nil where the shard is on the CPU
 -- already. The test hook offload_host takes this path on CPU ranks too (the
@@ -21,7 +21,7 @@ local DEFAULT_CHUNK = 1 << 20 -- elements per chunk (8 MiB of moments; 16 MiB wi
 -- are page-locked (cudaMallocHost through the CUDA module; on a CPU rank, or
 -- where the driver refuses, ordinary memory: `pinned` says which). At stages
 -- 2-3 in float32 the gradient's copy is made bucket by bucket as backward
--- reduces them (zero_engine_set_host_grad: on a GPU on a side stream,
+-- reduces them (zorch_zero_set_host: on a GPU on a side stream,
 -- overlapping backward), and the step only waits for the copies and applies
 -- the clip's factor to them (bucketed); otherwise it is copied whole after
 -- the clip.
@@ -37,10 +37,9 @@ function zorch._offload_host(engine, target)
   local grad, gpinned = zorch._host_zeros(n, pin)
   host:copy_(target)
   local h = {target = host, grad = grad, device_target = target, pinned = pinned and gpinned}
-  if engine.cfg.zero_stage >= 2 and engine.cfg.precision == "fp32" and os.getenv("ZORCH_OFFLOAD_BUCKET_COPY") ~= "0" then
-    engine.zero:set_host_grad(grad)
-    h.bucketed = true
-  end
+  h.bucketed = engine.cfg.zero_stage >= 2 and engine.cfg.precision == "fp32" and
+    os.getenv("ZORCH_OFFLOAD_BUCKET_COPY") ~= "0"
+  engine.zero:set_host(host, grad, h.bucketed) -- (the engine's step copies to and from them)
   return h
 end
 
