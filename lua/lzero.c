@@ -9,6 +9,7 @@
 #include "../zero/comm.h"
 #include "../zero/engine.h"
 #include "lz.h"
+#include "zorch_zero.h"
 
 static zero_comm *get_comm(lua_State *L) {
   zero_comm *c = lz_sandboxed(L) ? comm_local() : comm_get();
@@ -78,31 +79,42 @@ static int *int_list(lua_State *L, int idx, int *n) {
   return v;
 }
 
-/* zorch._zero_engine({params}, {stage, bucket, dtype = "bf16" | "fp16" | nil, groups = {sizes},
-   group = a zorch.Group (the ranks it partitions over; the world's if nil)},
-   param_dir = folder for the parameter file (offload_param nvme) | nil}) */
+/* The options of the table at idx, by their Engine names (the schema's rows
+   in zorch_zero_options.h); an absent one keeps its default. */
+#define LZ_OPT_INT(f) o->f = (int)luaL_checkinteger(L, -1)
+#define LZ_OPT_INT64(f) o->f = (int64_t)luaL_checkinteger(L, -1)
+#define LZ_OPT_DOUBLE(f) o->f = luaL_checknumber(L, -1)
+#define LZ_OPT_BOOL(f) o->f = lua_toboolean(L, -1)
+#define LZ_OPT_DTYPE(f) o->f = lz_precision(L)
+static zorch_dtype lz_precision(lua_State *L) {
+  const char *dt = luaL_checkstring(L, -1);
+  if (!strcmp(dt, "bf16")) return ZORCH_BF16;
+  if (!strcmp(dt, "fp16")) return ZORCH_F16;
+  if (strcmp(dt, "fp32")) luaL_error(L, "zero engine: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"%s\"", dt);
+  return ZORCH_F32;
+}
+static void lz_zero_options(lua_State *L, int idx, zorch_zero_options *o) {
+  zorch_zero_options_init(o);
+#define FILL(KIND, type, field, name, def, lo, hi, want, doc) \
+  if (lz_getfield(L, idx, name) != LUA_TNIL) LZ_OPT_##KIND(field); \
+  lua_pop(L, 1);
+  ZORCH_ZERO_OPTIONS(FILL)
+#undef FILL
+}
+
+/* zorch._zero_engine({params}, {the Engine's options (zero_stage, reduce_bucket_size,
+   precision, ...), groups = {sizes}, group = a zorch.Group (the ranks it partitions
+   over; the world's if nil), param_dir = folder for the parameter file (offload_param
+   nvme) | nil}) */
 static int l_zero_engine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
-  zero_opts o = {.stage = 0, .bucket = 500000000, .dtype = ZORCH_F32, .ngroups = 0, .group_sizes = NULL};
-  lz_getfield(L, 2, "stage");
-  o.stage = (int)luaL_checkinteger(L, -1);
-  lz_getfield(L, 2, "bucket");
-  o.bucket = luaL_optinteger(L, -1, o.bucket);
-  lz_getfield(L, 2, "dtype");
-  const char *dt = luaL_optstring(L, -1, "fp32");
-  if (!strcmp(dt, "bf16")) o.dtype = ZORCH_BF16;
-  else if (!strcmp(dt, "fp16")) o.dtype = ZORCH_F16;
-  else if (strcmp(dt, "fp32")) return luaL_error(L, "zero engine: dtype must be \"fp32\", \"bf16\" or \"fp16\", got \"%s\"", dt);
-  lz_getfield(L, 2, "overlap");
-  o.overlap = lua_toboolean(L, -1);
-  lz_getfield(L, 2, "max_reuse_distance");
-  o.max_reuse_distance = luaL_optinteger(L, -1, 0);
-  lz_getfield(L, 2, "prefetch_bucket_size");
-  o.prefetch_bucket_size = luaL_optinteger(L, -1, 0);
-  lz_getfield(L, 2, "max_live_parameters");
-  o.max_live_parameters = luaL_optinteger(L, -1, 0);
+  zorch_zero_options zz;
+  lz_zero_options(L, 2, &zz);
+  zero_opts o = {.stage = zz.stage, .bucket = zz.bucket, .dtype = zz.dtype, .overlap = zz.overlap,
+                 .max_reuse_distance = zz.max_reuse_distance, .prefetch_bucket_size = zz.prefetch_bucket_size,
+                 .max_live_parameters = zz.max_live_parameters};
   lz_getfield(L, 2, "groups");
   if (!lua_isnil(L, -1)) o.group_sizes = int_list(L, lua_gettop(L), &o.ngroups);
   lz_getfield(L, 2, "param_dir");

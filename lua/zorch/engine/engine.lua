@@ -311,13 +311,9 @@ function Engine:prepare(model, loader, opt, sched)
     end
   end
   -- parameters become views of the engine's buffers, padded so shards are equal
-  self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size, group = self.group,
-                                          overlap = self.cfg.overlap_comm,
-                                          max_reuse_distance = self.cfg.max_reuse_distance,
-                                          prefetch_bucket_size = self.cfg.prefetch_bucket_size,
-                                          max_live_parameters = self.cfg.max_live_parameters,
-                                          dtype = self.cfg.precision, groups = groups,
-                                          param_dir = self.param_dir})
+  local zo = {group = self.group, groups = groups, param_dir = self.param_dir} -- (and the options C reads)
+  for k, v in pairs(self.cfg) do zo[k] = v end
+  self.zero = zorch._zero_engine(params, zo)
   if pfile then -- deferred parameters: each group gathered, filled, written to its shards, released
     for i, p in ipairs(params) do
       local fill = zorch._deferred_init(p)
