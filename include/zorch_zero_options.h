@@ -25,6 +25,7 @@
   X(INT, int, loss_scale_window, "loss_scale_window", 1000, 1, HUGE_VAL, "an integer >= 1", "fp16: good steps in a row after which the scale doubles") \
   X(INT, int, hysteresis, "hysteresis", 2, 1, HUGE_VAL, "an integer >= 1", "fp16: overflows absorbed before the scale halves") \
   X(BOOL, bool, consecutive_hysteresis, "consecutive_hysteresis", false, 0, 0, "true or false", "fp16: a good step restores the hysteresis") \
-  X(DOUBLE, double, min_loss_scale, "min_loss_scale", 1, DBL_MIN, HUGE_VAL, "a number > 0", "fp16: the dynamic scale never falls below this")
+  X(DOUBLE, double, min_loss_scale, "min_loss_scale", 1, DBL_MIN, HUGE_VAL, "a number > 0", "fp16: the dynamic scale never falls below this") \
+  X(BOOL, bool, check_grad_overflow, "check_grad_overflow", false, 0, 0, "true or false", "fp32 and bf16: a step whose gradients hold an inf or nan is skipped, as fp16's are (DeepSpeed's bf16 key)")
 
 #endif

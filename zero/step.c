@@ -341,7 +341,7 @@ zorch_status zorch_zero_step(zorch_zero *e, const zorch_zero_update *u, zorch_ze
   double grad_scale = zero_engine_param_file(e->z, &p_off, &g_off) >= 0 ? zero_engine_take_grad_scale(e->z) : 1.0;
   double t1 = comm_clock();
   info->reduce_s = t1 - t0;
-  overflow = overflow && e->o.dtype == ZORCH_F16; /* (float32 and bfloat16 step as they always did) */
+  overflow = overflow && (e->o.dtype == ZORCH_F16 || e->o.check_grad_overflow);
   update_scale(e, overflow);
   info->loss_scale = e->s.scale;
   if (overflow) {

@@ -45,4 +45,28 @@ ok(okr and un.kind["zero_optimization.reduce_scatter"] == "no effect" and un.kin
 local okb, msg = read('{"zero_optimization": {"reduce_scatter": 3}}')
 ok(not okb and msg:find("zero_optimization.reduce_scatter must be true or false", 1, true), "an ignored key's value is checked")
 
+-- a key that reaches C: bf16.check_grad_overflow (one row; used by the step)
+local okc, c2 = read('{"bf16": {"enabled": true, "check_grad_overflow": true}}')
+ok(okc and c2.check_grad_overflow == true and c2.precision == "bf16", "bf16.check_grad_overflow reads into check_grad_overflow")
+local okd, c3 = read('{"bf16": {"enabled": false, "check_grad_overflow": true}}')
+ok(okd and c3.check_grad_overflow == nil, "bf16.check_grad_overflow is not read while bf16 is off")
+local function inf_step(check)
+  zorch.manual_seed(1)
+  local e = zorch.Engine{precision = "bf16", check_grad_overflow = check}
+  local m = zorch.nn.Linear(3, 2)
+  local _, _, opt = e:prepare(m, nil, zorch.optim.SGD(m:parameters(), {lr = 0.1}))
+  local before = m.weight:float():totable()
+  opt:zero_grad()
+  e:backward(zorch.mse_loss(m(zorch.randn(4, 3)), zorch.randn(4, 2)) * math.huge)
+  local stepped = opt:step()
+  local w = m.weight:float():totable()
+  local finite = true
+  for _, row in ipairs(w) do for _, v in ipairs(row) do finite = finite and v == v and v - v == 0 end end
+  return stepped, e.steps, finite, before[1][1] == w[1][1]
+end
+local s1, n1, f1, same1 = inf_step(true)
+ok(s1 == false and n1 == 0 and f1 and same1, "bf16 with check_grad_overflow: an inf gradient skips the step")
+local s2, n2, f2 = inf_step(false)
+ok(s2 == true and n2 == 1 and not f2, "bf16 without it: the step is taken (the weights are no longer finite)")
+
 tap.done()

@@ -642,7 +642,7 @@ function Engine:optimizer_step()
   if self.offload and self.offload_bound then self.offload:grad_scale(self.zero:take_grad_scale()) end
   local t1 = self.wall and zorch.clock()
   if self.wall then self.wall.reduction = self.wall.reduction + (t1 - t0) end
-  overflow = overflow and self.cfg.precision == "fp16" -- (fp32 and bf16 step as they always did)
+  overflow = overflow and (self.cfg.precision == "fp16" or self.cfg.check_grad_overflow)
   self:update_scale(overflow)
   if overflow then
     self.last_skipped = true

@@ -116,6 +116,9 @@ S.rows = {
    c = {field = "consecutive_hysteresis", type = "bool"}, doc = "fp16: a good step restores the hysteresis"},
   {name = "min_loss_scale", ds = {"fp16.min_loss_scale"}, only = "fp16", kind = "number", above = 0, ds_min = 0,
    default = 1, c = {field = "min_loss_scale", type = "double"}, doc = "fp16: the dynamic scale never falls below this"},
+  {name = "check_grad_overflow", ds = {"bf16.check_grad_overflow"}, only = "bf16", kind = "bool", default = false,
+   c = {field = "check_grad_overflow", type = "bool"},
+   doc = "fp32 and bf16: a step whose gradients hold an inf or nan is skipped, as fp16's are (DeepSpeed's bf16 key)"},
   {name = "device", kind = "table", default = "cpu",
    check = function(v) return v == "cpu" or v == "cuda" or (type(v) == "string" and v:match("^cuda:%d+$") ~= nil) end,
    want = "\"cpu\", \"cuda\" or \"cuda:N\"",
@@ -174,7 +177,7 @@ keys("no effect", "any", {"zero_allow_untested_optimizer", "zero_force_ds_cpu_op
 keys("no effect", "any", {"flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "monitor_config",
   "comms_logger", "comms_config", "memory_breakdown", "dump_state", "_comment"}, "logging and monitoring")
 keys("no effect", "any", {"bf16.loss_scale", "bf16.initial_scale_power", "bf16.loss_scale_window", "bf16.hysteresis",
-  "bf16.min_loss_scale", "bf16.consecutive_hysteresis", "bf16.immediate_grad_update", "bf16.check_grad_overflow"},
+  "bf16.min_loss_scale", "bf16.consecutive_hysteresis", "bf16.immediate_grad_update"},
   "bf16: DeepSpeed reads no loss scale for bf16")
 keys("changes training", "any", {"compression_training", "curriculum_learning", "data_efficiency",
   "progressive_layer_drop", "quantize_training", "sparse_attention", "eigenvalue", "amp", "elasticity", "data_types",
