@@ -245,7 +245,7 @@ bench-models: $(BUILD)/zorch $(CUDA_MOD)
 	done; true
 
 # A C host that trains with ZeRO through the public headers alone.
-$(BUILD)/examples/train_c: examples/train_c/main.c include/zorch.h include/zorch_zero.h $(BUILD)/libzorch.a
+$(BUILD)/examples/train_c: examples/train_c/main.c include/zorch.h include/zorch_zero.h include/zorch_zero_options.h $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
@@ -289,7 +289,7 @@ install-lib: lib $(BUILD)/zorch.pc
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 $(BUILD)/libzorch.a $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(BUILD)/libzorch.so $(CUDA_MOD) $(DESTDIR)$(LIBDIR)/
-	install -m 644 include/zorch.h include/zorch_zero.h include/zorch_ops.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 include/zorch.h include/zorch_zero.h include/zorch_zero_options.h include/zorch_ops.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(BUILD)/zorch.pc $(DESTDIR)$(PKGCONFIGDIR)/
 
 install-lua: $(BUILD)/zorch.so $(BUILD)/zorch

@@ -61,28 +61,25 @@ ZORCH_API void zorch_zero_set_timeout(double seconds);
 ZORCH_API void zorch_zero_finalize(void);
 
 /* ---- options --------------------------------------------------------------------------- */
+/* The fields the Engine's options fill come from the schema, one row each
+   (include/zorch_zero_options.h: the field, its default, range and doc; see
+   docs/config.md). stage 0..3; clip the max global L2 norm (0: none);
+   accumulation micro-steps per step; dtype ZORCH_F32, or ZORCH_BF16 /
+   ZORCH_F16 (16-bit parameters and gradients, float32 master weights); fp16's
+   loss scaler as DeepSpeed's (loss_scale 0: dynamic from 2^initial_scale_power,
+   doubled after loss_scale_window good steps, halved, not below
+   min_loss_scale, once `hysteresis` overflows were absorbed); bucket elements
+   per reduction and overlap (stages 2-3); stage 3's sizes in elements. */
+#include "zorch_zero_options.h"
 typedef struct {
-  int stage;                     /* 0..3 */
-  double clip;                   /* max global L2 norm of the gradient; 0: no clipping */
-  int accumulation;              /* micro-steps (backward calls) per optimizer step, >= 1 */
-  zorch_dtype dtype;             /* ZORCH_F32; ZORCH_BF16 or ZORCH_F16: 16-bit parameters and
-                                    gradients, float32 master weights */
-  /* ZORCH_F16 only, DeepSpeed's dynamic loss scaler: a static scale (> 0) or 0
-     for a dynamic one starting at 2^initial_scale_power, doubled after
-     loss_scale_window good steps, halved (not below min_loss_scale) once
-     `hysteresis` overflows were absorbed */
-  double loss_scale;
-  int initial_scale_power, loss_scale_window, hysteresis;
-  bool consecutive_hysteresis;
-  double min_loss_scale;
-  int64_t bucket;                /* elements per gradient reduction (stages 2-3), >= 1 */
-  bool overlap;                  /* stages 2-3: a full bucket's reduction runs during backward */
+#define ZORCH_ZERO_OPTION_FIELD(KIND, type, field, name, def, lo, hi, want, doc) type field;
+  ZORCH_ZERO_OPTIONS(ZORCH_ZERO_OPTION_FIELD)
+#undef ZORCH_ZERO_OPTION_FIELD
   /* stage 3: the parameters' owner runs: ngroups groups of group_sizes[g]
      consecutive parameters, gathered and released together (a module's own);
      0 groups: one per parameter. The array is copied. */
   int ngroups;
   const int *group_sizes;
-  int64_t max_reuse_distance, prefetch_bucket_size, max_live_parameters; /* stage 3, elements */
   /* stage 3, float32 on the CPU: the shard and its gradient live in a file
      made (and unlinked at once) in this folder; NULL: in memory */
   const char *param_dir;
@@ -91,9 +88,10 @@ typedef struct {
                                     parallel): the norm is summed over them too; NULL: none */
 } zorch_zero_options;
 
-/* The defaults: stage 0, no clipping, accumulation 1, float32, loss scaler
-   as DeepSpeed's (0, 16, 1000, 2, false, 1), bucket 500000000, no overlap,
-   stage 3's 0 / 50000000 / 1000000000, in memory, the world, no model group. */
+/* The defaults: the schema's (stage 0, no clipping, accumulation 1, float32,
+   loss scaler as DeepSpeed's 0, 16, 1000, 2, false, 1, bucket 500000000, no
+   overlap, stage 3's 0 / 50000000 / 1000000000), in memory, the world, no
+   model group. */
 ZORCH_API void zorch_zero_options_init(zorch_zero_options *o);
 
 /* ---- the engine ------------------------------------------------------------------------ */

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zorch_zero.h"
 #include "lz.h"
+#include "zorch_zero.h"
 
 static zorch_zero_comm *get_comm(lua_State *L) {
   zorch_zero_comm *c = lz_sandboxed(L) ? zorch_zero_local() : zorch_zero_world();
@@ -76,55 +76,44 @@ static int *int_list(lua_State *L, int idx, int *n) {
   return v;
 }
 
-/* zorch._zero_engine({params}, {stage, bucket, dtype = "bf16" | "fp16" | nil, groups = {sizes},
-   group = a zorch.Group (the ranks it partitions over; the world's if nil)},
-   param_dir = folder for the parameter file (offload_param nvme) | nil,
-   clip, accumulation, the loss scaler's loss_scale, initial_scale_power,
-   loss_scale_window, hysteresis, consecutive_hysteresis, min_loss_scale}) */
+/* The options of the table at idx, by their Engine names (the schema's rows
+   in zorch_zero_options.h); an absent one keeps its default. */
+#define LZ_OPT_INT(f) o->f = (int)luaL_checkinteger(L, -1)
+#define LZ_OPT_INT64(f) o->f = (int64_t)luaL_checkinteger(L, -1)
+#define LZ_OPT_DOUBLE(f) o->f = luaL_checknumber(L, -1)
+#define LZ_OPT_BOOL(f) o->f = lua_toboolean(L, -1)
+#define LZ_OPT_DTYPE(f) o->f = lz_precision(L)
+static zorch_dtype lz_precision(lua_State *L) {
+  const char *dt = luaL_checkstring(L, -1);
+  if (!strcmp(dt, "bf16")) return ZORCH_BF16;
+  if (!strcmp(dt, "fp16")) return ZORCH_F16;
+  if (strcmp(dt, "fp32")) luaL_error(L, "zero engine: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"%s\"", dt);
+  return ZORCH_F32;
+}
+static void lz_zero_options(lua_State *L, int idx, zorch_zero_options *o) {
+  zorch_zero_options_init(o);
+#define FILL(KIND, type, field, name, def, lo, hi, want, doc) \
+  if (lz_getfield(L, idx, name) != LUA_TNIL) LZ_OPT_##KIND(field); \
+  lua_pop(L, 1);
+  ZORCH_ZERO_OPTIONS(FILL)
+#undef FILL
+}
+
+/* zorch._zero_engine({params}, {the Engine's options (zero_stage, reduce_bucket_size,
+   precision, ...), groups = {sizes}, group = a zorch.Group (the ranks it partitions
+   over; the world's if nil), param_dir = folder for the parameter file (offload_param
+   nvme) | nil}) */
 static int l_zero_engine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
   zorch_zero_options o;
-  zorch_zero_options_init(&o);
-  lz_getfield(L, 2, "stage");
-  o.stage = (int)luaL_checkinteger(L, -1);
-  lz_getfield(L, 2, "bucket");
-  o.bucket = luaL_optinteger(L, -1, o.bucket);
-  lz_getfield(L, 2, "dtype");
-  const char *dt = luaL_optstring(L, -1, "fp32");
-  if (!strcmp(dt, "bf16")) o.dtype = ZORCH_BF16;
-  else if (!strcmp(dt, "fp16")) o.dtype = ZORCH_F16;
-  else if (strcmp(dt, "fp32")) return luaL_error(L, "zero engine: dtype must be \"fp32\", \"bf16\" or \"fp16\", got \"%s\"", dt);
-  lz_getfield(L, 2, "overlap");
-  o.overlap = lua_toboolean(L, -1);
-  lz_getfield(L, 2, "max_reuse_distance");
-  o.max_reuse_distance = luaL_optinteger(L, -1, 0);
-  lz_getfield(L, 2, "prefetch_bucket_size");
-  o.prefetch_bucket_size = luaL_optinteger(L, -1, 0);
-  lz_getfield(L, 2, "max_live_parameters");
-  o.max_live_parameters = luaL_optinteger(L, -1, 0);
+  lz_zero_options(L, 2, &o);
   lz_getfield(L, 2, "groups");
   if (!lua_isnil(L, -1)) o.group_sizes = int_list(L, lua_gettop(L), &o.ngroups);
   lz_getfield(L, 2, "param_dir");
   o.param_dir = luaL_optstring(L, -1, NULL);
   if (o.param_dir) lz_check_path(L, o.param_dir, "write");
-  lz_getfield(L, 2, "clip");
-  o.clip = luaL_optnumber(L, -1, o.clip);
-  lz_getfield(L, 2, "accumulation");
-  o.accumulation = (int)luaL_optinteger(L, -1, o.accumulation);
-  lz_getfield(L, 2, "loss_scale");
-  o.loss_scale = luaL_optnumber(L, -1, o.loss_scale);
-  lz_getfield(L, 2, "initial_scale_power");
-  o.initial_scale_power = (int)luaL_optinteger(L, -1, o.initial_scale_power);
-  lz_getfield(L, 2, "loss_scale_window");
-  o.loss_scale_window = (int)luaL_optinteger(L, -1, o.loss_scale_window);
-  lz_getfield(L, 2, "hysteresis");
-  o.hysteresis = (int)luaL_optinteger(L, -1, o.hysteresis);
-  lz_getfield(L, 2, "consecutive_hysteresis");
-  o.consecutive_hysteresis = lua_toboolean(L, -1);
-  lz_getfield(L, 2, "min_loss_scale");
-  o.min_loss_scale = luaL_optnumber(L, -1, o.min_loss_scale);
   int n = (int)lz_len(L, 1);
   zorch_tensor **ps = lua_newuserdatauv(L, sizeof *ps * (size_t)(n ? n : 1), 0);
   for (int i = 0; i < n; i++) {

@@ -54,31 +54,28 @@ void zorch_zero_finalize(void) { comm_finalize(); }
 
 /* ---- options and lifecycle ---- */
 void zorch_zero_options_init(zorch_zero_options *o) {
-  *o = (zorch_zero_options){.stage = 0, .clip = 0, .accumulation = 1, .dtype = ZORCH_F32, .loss_scale = 0,
-                            .initial_scale_power = 16, .loss_scale_window = 1000, .hysteresis = 2,
-                            .consecutive_hysteresis = false, .min_loss_scale = 1, .bucket = 500000000,
-                            .prefetch_bucket_size = 50000000, .max_live_parameters = 1000000000};
+#define DEFAULT(KIND, type, field, name, def, lo, hi, want, doc) .field = def,
+  *o = (zorch_zero_options){ZORCH_ZERO_OPTIONS(DEFAULT)};
+#undef DEFAULT
 }
 
+/* The schema's ranges (zorch_zero_options.h); the dtype by its values. */
+#define CHECK_INT(f, lo, hi, want) CHECK_RANGE(f, lo, hi, want)
+#define CHECK_INT64(f, lo, hi, want) CHECK_RANGE(f, lo, hi, want)
+#define CHECK_DOUBLE(f, lo, hi, want) CHECK_RANGE(f, lo, hi, want)
+#define CHECK_BOOL(f, lo, hi, want)
+#define CHECK_DTYPE(f, lo, hi, want)
+#define CHECK_RANGE(f, lo, hi, want)                                                                   \
+  if (!((double)o->f >= (lo) && (double)o->f <= (hi)))                                                 \
+    return err_set(ZORCH_ERR_ARG, "zorch_zero: " #f " must be %s, got %g", want, (double)o->f);
+#define CHECK(KIND, type, field, name, def, lo, hi, want, doc) CHECK_##KIND(field, lo, hi, want)
 static zorch_status check_options(const zorch_zero_options *o) {
-  if (o->stage < 0 || o->stage > 3) return err_set(ZORCH_ERR_ARG, "zorch_zero: stage must be 0, 1, 2 or 3, got %d", o->stage);
-  if (!(o->clip >= 0)) return err_set(ZORCH_ERR_ARG, "zorch_zero: clip must be a number >= 0 (0: off), got %g", o->clip);
-  if (o->accumulation < 1)
-    return err_set(ZORCH_ERR_ARG, "zorch_zero: accumulation must be >= 1, got %d", o->accumulation);
+  ZORCH_ZERO_OPTIONS(CHECK)
   if (o->dtype != ZORCH_F32 && o->dtype != ZORCH_BF16 && o->dtype != ZORCH_F16)
     return err_set(ZORCH_ERR_ARG, "zorch_zero: dtype must be float32, bfloat16 or float16, got %s",
                    zorch_dtype_name(o->dtype));
-  if (o->bucket < 1) return err_set(ZORCH_ERR_ARG, "zorch_zero: bucket must be >= 1, got %" PRId64, o->bucket);
-  if (!(o->loss_scale >= 0)) return err_set(ZORCH_ERR_ARG, "zorch_zero: loss_scale must be >= 0 (0: dynamic)");
-  if (o->initial_scale_power < 0 || o->initial_scale_power > 64)
-    return err_set(ZORCH_ERR_ARG, "zorch_zero: initial_scale_power must be in 0..64, got %d", o->initial_scale_power);
-  if (o->loss_scale_window < 1 || o->hysteresis < 1)
-    return err_set(ZORCH_ERR_ARG, "zorch_zero: loss_scale_window and hysteresis must be >= 1");
-  if (!(o->min_loss_scale > 0)) return err_set(ZORCH_ERR_ARG, "zorch_zero: min_loss_scale must be > 0");
   if (o->ngroups < 0 || (o->ngroups > 0 && !o->group_sizes))
     return err_set(ZORCH_ERR_ARG, "zorch_zero: ngroups %d without group_sizes", o->ngroups);
-  if (o->max_reuse_distance < 0 || o->prefetch_bucket_size < 0 || o->max_live_parameters < 0)
-    return err_set(ZORCH_ERR_ARG, "zorch_zero: stage 3's sizes must be >= 0");
   return ZORCH_OK;
 }
 
@@ -348,7 +345,7 @@ zorch_status zorch_zero_step(zorch_zero *e, const zorch_zero_update *u, zorch_ze
   double grad_scale = zero_engine_param_file(e->z, &p_off, &g_off) >= 0 ? zero_engine_take_grad_scale(e->z) : 1.0;
   double t1 = comm_clock();
   info->reduce_s = t1 - t0;
-  overflow = overflow && e->o.dtype == ZORCH_F16; /* (float32 and bfloat16 step as they always did) */
+  overflow = overflow && (e->o.dtype == ZORCH_F16 || e->o.check_grad_overflow);
   update_scale(e, overflow);
   info->loss_scale = e->s.scale;
   if (overflow) {

@@ -59,54 +59,13 @@ local function object(key, v)
   return v
 end
 
--- Keys zorch reads but does not implement, in two groups for the one warning:
--- those that change speed, memory or logging but not the numbers a run
--- computes ("no effect on results"), and those that change what is trained
--- ("changes training"). Others are "not recognised". A key set to false, an
--- empty object or one whose "enabled" is false is off, and not listed.
-local function set(list) local t = {} for _, k in ipairs(list) do t[k] = true end return t end
-local NO_EFFECT = set {
-  -- speed and memory: communication, buckets, prefetching, placement, compilation
-  "zero_optimization.contiguous_gradients", "zero_optimization.allgather_partitions",
-  "zero_optimization.reduce_scatter", "zero_optimization.allgather_bucket_size", "zero_optimization.round_robin_gradients",
-  "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.param_persistence_threshold",
-  "zero_optimization.stage3_model_persistence_threshold", "zero_optimization.model_persistence_threshold",
-
-  "zero_optimization.sub_group_size", "zero_optimization.elastic_checkpoint", "zero_optimization.load_from_fp32_weights",
-  "zero_optimization.ignore_unused_parameters", "zero_optimization.legacy_stage1", "zero_optimization.memory_efficient_linear",
-  "zero_optimization.zero_hpz_partition_size", "zero_optimization.mics_shard_size",
-  "zero_optimization.mics_hierarchical_params_gather", "zero_optimization.use_multi_rank_bucket_allreduce",
-  "zero_optimization.stage3_module_granularity_threshold", "zero_optimization.module_granularity_threshold",
-  "zero_optimization.use_all_reduce_for_fetch_params", "zero_optimization.log_trace_cache_warnings",
-  "zero_optimization.offload_optimizer", "zero_optimization.offload_param", "zero_optimization.cpu_offload",
-  "zero_optimization.cpu_offload_params", "zero_optimization.cpu_offload_use_pin_memory",
-  "zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_optimizer.fast_init",
-  "zero_optimization.offload_optimizer.pipeline_read", "zero_optimization.offload_optimizer.pipeline_write",
-  "zero_optimization.offload_optimizer.pipeline", "zero_optimization.offload_optimizer.ratio",
-  "zero_optimization.offload_optimizer.buffer_size", "zero_optimization.offload_optimizer.max_in_cpu",
-  "zero_optimization.offload_param.pin_memory", "zero_optimization.offload_param.max_in_cpu",
-  "prescale_gradients", "gradient_predivide_factor", "communication_data_type", "seq_parallel_communication_data_type",
-  "disable_allgather", "sparse_gradients", "compile", "tensor_parallel", "pipeline", "aio",
-  -- activation checkpointing: the model calls engine:checkpoint; these shape only
-  -- DeepSpeed's buffers (model-parallel partitions, one contiguous block, syncs, timers)
-  "activation_checkpointing.partition_activations", "activation_checkpointing.contiguous_memory_optimization",
-  "activation_checkpointing.number_checkpoints", "activation_checkpointing.synchronize_checkpoint_boundary",
-  "activation_checkpointing.profile",
-  "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "hybrid_engine", "checkpoint", "nebula",
-  "autotuning", "cuda_visible_devices", "torch_autocast",
-  -- logging and monitoring
-  "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "monitor_config", "comms_logger", "comms_config",
-  "memory_breakdown", "dump_state", "_comment",
-  -- bf16: DeepSpeed reads no loss scale for bf16
-  "bf16.loss_scale", "bf16.initial_scale_power", "bf16.loss_scale_window", "bf16.hysteresis", "bf16.min_loss_scale",
-  "bf16.consecutive_hysteresis", "bf16.immediate_grad_update", "bf16.check_grad_overflow",
-}
-local CHANGES_TRAINING = set {
-  "compression_training", "curriculum_learning", "data_efficiency", "progressive_layer_drop", "quantize_training",
-  "sparse_attention", "eigenvalue", "amp", "elasticity", "data_types", "fp16.fp16_master_weights_and_grads",
-  "zero_optimization.zero_quantized_weights", "zero_optimization.zero_quantized_gradients",
-  "zero_optimization.zero_quantized_nontrainable_weights",
-}
+-- The schema (options.lua): each key's row says how it is read, or in which
+-- group of the one warning it is listed when zorch does not implement it ("no
+-- effect on results" or "changes training"; a key without a row is "not
+-- recognised"). A key set to false, an empty object or one whose "enabled" is
+-- false is off, and not listed.
+local OPTIONS = zorch._require("zorch.engine.options")
+local function one_of(v, list) for _, x in ipairs(list) do if v == x then return true end end return false end
 
 -- Off: false, 0, an empty object, {"enabled": false}, an offload to device "none".
 local function is_off(v)
@@ -118,13 +77,41 @@ local function is_off(v)
   return v.device == "none"
 end
 
--- Checks of the values of some listed keys.
-local IGNORED = {
-  ["zero_optimization.contiguous_gradients"] = boolean,
-  ["zero_optimization.allgather_partitions"] = boolean, ["zero_optimization.reduce_scatter"] = boolean,
-  ["zero_optimization.allgather_bucket_size"] = function(k, v) number(k, v, 0) end,
-  ["zero_optimization.stage3_param_persistence_threshold"] = function(k, v) number(k, v, 0) end,
+-- How a row's DeepSpeed value is read (by its ds_read, else its kind).
+local READ = {
+  bool = function(_, key, v) return boolean(key, v) end,
+  number = function(r, key, v) return number(key, v, r.ds_min or r.min or 0) end,
+  int = function(r, key, v) return integer(key, v, r.min) end,
+  posint = function(_, key, v) return posint(key, v) end,
+  enum = function(r, key, v)
+    if not one_of(v, r.values) then bad(key, OPTIONS.want(r), v) end
+    return math.tointeger(v) or v
+  end,
+  count = function(_, key, v) -- (often written 5e7)
+    if type(v) ~= "number" or v < 0 or v > 2^53 then bad(key, "a number of parameters >= 0", v) end
+    return math.floor(v)
+  end,
+  whole = function(_, key, v)
+    if type(v) ~= "number" or v < 1 or v > 2^53 or v ~= math.floor(v) then bad(key, "a whole number from 1 to 2^53", v) end
+    return math.tointeger(v)
+  end,
+  any = function() end,
 }
+
+-- One key of the file by its row: an Engine option read into out, a key without
+-- one checked, one zorch does not implement checked and listed, one without a
+-- row listed.
+local function leaf(out, note, prefix, k, v)
+  local key = prefix .. tostring(k)
+  local r = type(k) == "string" and not k:find(".", 1, true) and OPTIONS.by_path[key] or nil
+  if r and r.structural then r = nil end
+  if r and r.name then out[r.name] = READ[r.ds_read or r.kind](r, key, v)
+  elseif r and r.status == "implemented" then READ[r.kind](r, key, v)
+  else
+    if r then READ[r.kind](r, key, v) end
+    note(key, v)
+  end
+end
 
 -- Optimizer params zorch's optimizers take, and DeepSpeed's own that change nothing here.
 local function betas(key, v)
@@ -198,7 +185,8 @@ local function from_table(ds, world)
   local function note(k, v)
     if is_off(v) then return end
     unimplemented[#unimplemented + 1] = k
-    unimplemented.kind[k] = NO_EFFECT[k] and "no effect" or CHANGES_TRAINING[k] and "changes training" or "not recognised"
+    local r = OPTIONS.by_path[k]
+    unimplemented.kind[k] = r and r.status ~= "implemented" and r.status or "not recognised"
   end
   -- DeepSpeed's older spelling of bf16
   if ds.bfloat16 ~= nil and ds.bf16 == nil then ds.bf16, ds.bfloat16 = ds.bfloat16, nil end
@@ -235,13 +223,12 @@ local function from_table(ds, world)
   out.gradient_accumulation_steps = ga
   out.train_micro_batch_size = mb
   end)
-  if ds.gradient_clipping ~= nil then out.gradient_clipping = try(number, "gradient_clipping", ds.gradient_clipping, 0) end
   if ds.bf16 ~= nil then try(function()
     object("bf16", ds.bf16)
     local on = ds.bf16.enabled ~= nil and boolean("bf16.enabled", ds.bf16.enabled)
     if on then out.precision = "bf16" end
     for k, v in pairs(ds.bf16) do
-      if k ~= "enabled" and on then note("bf16." .. tostring(k), v) end
+      if k ~= "enabled" and on then leaf(out, note, "bf16.", k, v) end
     end
   end) end
   if ds.fp16 ~= nil then try(function()
@@ -249,18 +236,8 @@ local function from_table(ds, world)
     object("fp16", ds.fp16)
     local fp16 = ds.fp16.enabled ~= nil and boolean("fp16.enabled", ds.fp16.enabled)
     if fp16 and out.precision == "bf16" then error("Engine: fp16 and bf16 are both enabled; enable one", 0) end
-    for k, v in pairs(ds.fp16) do
-      local key = "fp16." .. tostring(k)
-      if k == "enabled" then -- (read above)
-      elseif k == "loss_scale" or k == "min_loss_scale" then
-        if fp16 then out[k] = number(key, v, 0) end
-      elseif k == "initial_scale_power" or k == "loss_scale_window" or k == "hysteresis" then
-        if fp16 then out[k] = integer(key, v, k == "initial_scale_power" and 0 or 1) end
-      elseif k == "consecutive_hysteresis" or k == "auto_cast" then
-        if fp16 then out[k] = boolean(key, v) end
-      elseif fp16 then
-        note(key, v)
-      end
+    for k, v in pairs(ds.fp16) do -- (the loss scaler's rows: read only when fp16 is on)
+      if k ~= "enabled" and fp16 then leaf(out, note, "fp16.", k, v) end
     end
     if fp16 then out.precision = "fp16" end
   end) end
@@ -271,24 +248,7 @@ local function from_table(ds, world)
     object("zero_optimization", zo)
     for k, v in pairs(zo) do try(function()
       local key = "zero_optimization." .. tostring(k)
-      if k == "stage" then
-        if v ~= 0 and v ~= 1 and v ~= 2 and v ~= 3 then bad(key, "0, 1, 2 or 3", v) end
-        out.zero_stage = math.tointeger(v)
-      elseif k == "overlap_comm" then
-        out.overlap_comm = boolean(key, v)
-      elseif k == "stage3_max_reuse_distance" or k == "max_reuse_distance" then
-        if type(v) ~= "number" or v < 0 or v > 2^53 then bad(key, "a number of parameters >= 0", v) end
-        out.max_reuse_distance = math.floor(v)
-      elseif k == "stage3_prefetch_bucket_size" or k == "prefetch_bucket_size" then
-        if type(v) ~= "number" or v < 0 or v > 2^53 then bad(key, "a number of parameters >= 0", v) end
-        out.prefetch_bucket_size = math.floor(v)
-      elseif k == "stage3_max_live_parameters" or k == "max_live_parameters" then
-        if type(v) ~= "number" or v < 0 or v > 2^53 then bad(key, "a number of parameters >= 0", v) end
-        out.max_live_parameters = math.floor(v)
-      elseif k == "reduce_bucket_size" then
-        if type(v) ~= "number" or v < 1 or v > 2^53 or v ~= math.floor(v) then bad(key, "a whole number from 1 to 2^53", v) end
-        out.reduce_bucket_size = math.tointeger(v)
-      elseif k == "offload_optimizer" or k == "offload_param" then
+      if k == "offload_optimizer" or k == "offload_param" then
         object(key, v)
         if v.device ~= nil and type(v.device) ~= "string" then bad(key .. ".device", '"none", "cpu" or "nvme"', v.device) end
         if v.device ~= nil and v.device ~= "none" and v.device ~= "cpu" and v.device ~= "nvme" then
@@ -330,22 +290,15 @@ local function from_table(ds, world)
         if boolean(key, v) and not (type(zo.offload_optimizer) == "table" and zo.offload_optimizer.device) then
           out.offload_optimizer = out.offload_optimizer or {device = "cpu"}
         end
-      elseif k == "stage3_gather_16bit_weights_on_model_save" or k == "stage3_gather_fp16_weights_on_model_save" or
-             k == "gather_16bit_weights_on_model_save" then
-        -- zorch's saved state dict always holds the full weights (gathered at stage 3),
-        -- in the parameters' dtype: what true asks for
-        boolean(key, v)
-      elseif IGNORED[key] then
-        IGNORED[key](key, v)
-        note(key, v)
       else
-        note(key, v)
+        leaf(out, note, "zero_optimization.", k, v)
       end
     end) end
   end) end
   if ds.optimizer ~= nil then try(function()
     local o = ds.optimizer
-    local types = {adam = "Adam", adamw = "AdamW", sgd = "SGD", lamb = "Lamb"}
+    local types, names = {}, OPTIONS.optimizer_types
+    for _, t in ipairs(names) do types[t:lower()] = t end
     object("optimizer", o)
     -- DeepSpeed's 1-bit optimizers compress communication; zorch has none of them.
     local onebit = {onebitadam = "Adam", zerooneadam = "Adam", onebitlamb = "Lamb"}
@@ -353,7 +306,8 @@ local function from_table(ds, world)
       error(("Engine: DeepSpeed optimizer '%s' is not implemented; use %s instead"):format(o.type,
         onebit[o.type:lower()]), 0)
     end
-    if type(o.type) ~= "string" or not types[o.type:lower()] then bad("optimizer.type", "Adam, AdamW, SGD or Lamb", o.type) end
+    if type(o.type) ~= "string" or not types[o.type:lower()] then bad("optimizer.type",
+      table.concat(names, ", ", 1, #names - 1) .. " or " .. names[#names], o.type) end
     local t = types[o.type:lower()]
     local params = o.params == nil and {} or object("optimizer.params", o.params)
     local p = check_params("optimizer.params", params, OPT_PARAMS[t], OPT_NOTED, note)
@@ -391,26 +345,17 @@ local function from_table(ds, world)
     end
     for k, v in pairs(s) do if k ~= "type" and k ~= "params" then note("scheduler." .. tostring(k), v) end end
   end) end
-  if ds.steps_per_print ~= nil then out.steps_per_print = try(posint, "steps_per_print", ds.steps_per_print) end
-  if ds.wall_clock_breakdown ~= nil then
-    out.wall_clock_breakdown = try(boolean, "wall_clock_breakdown", ds.wall_clock_breakdown)
-  end
   -- activation_checkpointing: cpu_checkpointing keeps engine:checkpoint's saved
   -- inputs in host memory; the other keys are listed
   if ds.activation_checkpointing ~= nil then try(function()
     object("activation_checkpointing", ds.activation_checkpointing)
-    for k, v in pairs(ds.activation_checkpointing) do
-      local key = "activation_checkpointing." .. tostring(k)
-      if k == "cpu_checkpointing" then out.cpu_checkpointing = boolean(key, v)
-      else note(key, v) end
-    end
+    for k, v in pairs(ds.activation_checkpointing) do leaf(out, note, "activation_checkpointing.", k, v) end
   end) end
-  -- zorch's own key: seconds a collective may wait (Engine's comm_timeout; 0: never)
-  if ds.comm_timeout ~= nil then out.comm_timeout = try(number, "comm_timeout", ds.comm_timeout, 0) end
-  local known = {train_batch_size = 1, train_micro_batch_size_per_gpu = 1, gradient_accumulation_steps = 1,
-                 gradient_clipping = 1, bf16 = 1, fp16 = 1, zero_optimization = 1, optimizer = 1, scheduler = 1,
-                 steps_per_print = 1, comm_timeout = 1, wall_clock_breakdown = 1, activation_checkpointing = 1}
-  for k, v in pairs(ds) do if not known[k] then note(tostring(k), v) end end
+  -- the other top-level keys, each by its row
+  local sections = {train_batch_size = 1, train_micro_batch_size_per_gpu = 1, gradient_accumulation_steps = 1,
+                    bf16 = 1, fp16 = 1, zero_optimization = 1, optimizer = 1, scheduler = 1, activation_checkpointing = 1}
+  for k, v in pairs(ds) do if not sections[k] then try(leaf, out, note, "", k, v) end end
+
   table.sort(unimplemented)
   return out, unimplemented
 end
@@ -556,22 +501,26 @@ local function from_accelerate(y, path, world)
   end
   -- Accelerate reads these with int() and float(): a quoted '3' is 3
   local function num(v) local n = type(v) == "string" and tonumber(v) if n then return math.tointeger(n) or n end return v end
-  dc.zero_stage, dc.gradient_accumulation_steps = num(dc.zero_stage), num(dc.gradient_accumulation_steps)
-  if dc.gradient_clipping ~= "none" then dc.gradient_clipping = num(dc.gradient_clipping) end
-  local ds = {train_micro_batch_size_per_gpu = "auto", train_batch_size = "auto",
-              gradient_accumulation_steps = dc.gradient_accumulation_steps or 1}
-  local zo = {stage = dc.zero_stage}
-  ds.zero_optimization = zo
-  if dc.gradient_clipping ~= nil and dc.gradient_clipping ~= "none" then ds.gradient_clipping = dc.gradient_clipping end
-  if dc.offload_optimizer_device ~= nil then zo.offload_optimizer = {device = dc.offload_optimizer_device} end
-  if dc.offload_param_device ~= nil then zo.offload_param = {device = dc.offload_param_device} end
-  if dc.zero3_save_16bit_model ~= nil then zo.stage3_gather_16bit_weights_on_model_save = dc.zero3_save_16bit_model end
-  if mp == "fp16" then ds.fp16 = {enabled = true} elseif mp == "bf16" then ds.bf16 = {enabled = true} end
-  local read_keys = {zero_stage = 1, gradient_accumulation_steps = 1, gradient_clipping = 1, offload_optimizer_device = 1,
-                     offload_param_device = 1, zero3_save_16bit_model = 1,
-                     -- the launcher's and the model loader's, not the training's
+  -- each row with an Accelerate name: the value at the row's DeepSpeed path
+  local ds = {train_micro_batch_size_per_gpu = "auto", train_batch_size = "auto"}
+  local read_keys = {-- the launcher's and the model loader's, not the training's
                      deepspeed_multinode_launcher = 1, deepspeed_hostfile = 1, deepspeed_exclusion_filter = 1,
                      deepspeed_inclusion_filter = 1, zero3_init_flag = 1}
+  for _, r in ipairs(OPTIONS.rows) do
+    local a = r.accelerate
+    if a and a ~= "mixed_precision" then -- (mixed_precision: top level, below)
+      read_keys[a] = 1
+      local v = dc[a]
+      if r.kind == "int" or r.kind == "number" or r.kind == "enum" then v = num(v) end
+      if v ~= nil and not (r.kind == "number" and v == "none") then -- (gradient_clipping: none is off)
+        local t, path = ds, r.accelerate_path or r.ds[1]
+        for part in path:gmatch("([^.]+)%.") do t[part] = t[part] or {}; t = t[part] end
+        t[path:match("[^.]+$")] = v
+      end
+    end
+  end
+  ds.gradient_accumulation_steps = ds.gradient_accumulation_steps or 1
+  if mp == "fp16" then ds.fp16 = {enabled = true} elseif mp == "bf16" then ds.bf16 = {enabled = true} end
   for k, v in pairs(dc) do
     if not read_keys[k] then notes[#notes + 1] = "deepspeed_config." .. tostring(k) end
   end

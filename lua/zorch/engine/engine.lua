@@ -19,110 +19,10 @@ local function is_group(v)
   return mt and mt.__name == "zorch.Group" or false
 end
 
--- Every option with its default: the one place defaults live.
-local DEFAULTS = {
-  zero_stage = 0,                  -- 0..3: what is partitioned across ranks
-  gradient_clipping = 0,           -- max global L2 norm of the gradients; 0 is off
-  gradient_accumulation_steps = 1, -- micro-steps per optimizer step
-  reduce_bucket_size = 500000000,  -- elements per gradient reduction (stages 2-3)
-  overlap_comm = false,            -- stages 2-3: a full bucket's reduction runs while backward goes on
-  max_reuse_distance = 0,          -- stage 3: a module stays gathered after forward when fewer parameter
-                                   -- elements are used before its backward (0: released at once)
-  prefetch_bucket_size = 50000000, -- stage 3: elements of the next modules' parameters gathered ahead (the
-                                   -- gathers run while the current module computes); 0: none
-  max_live_parameters = 1000000000, -- stage 3: gathers ahead stop, and the pool of gather buffers keeps no
-                                   -- more, where the gathered parameters would exceed this many elements
-  seed = false,                    -- an integer seeds zorch's default generator
-  hidden_size = false,             -- the model's hidden size for a DeepSpeed config's "auto" bucket sizes
-  comm_timeout = 600,              -- seconds a collective may wait before it times out; 0: never
-  train_micro_batch_size = false,  -- per-rank batch: prepare sets the loader's batch size
-  optimizer = false,               -- {type = "Adam" | "AdamW" | "SGD" | "Lamb", params = {...}}: made by prepare
-  scheduler = false,               -- {type = "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR", params}
-  steps_per_print = false,         -- print a progress line every so many optimizer steps
-  wall_clock_breakdown = false,    -- with the progress line: forward, backward, reduction and step times
-  cpu_checkpointing = false,       -- engine:checkpoint keeps its saved inputs in host memory
-  offload_optimizer = false,       -- {device = "cpu" | "nvme", nvme_path, buffer_count = 4, chunk = 2^20}:
-                                   -- "nvme" keeps Adam's moments of the shard in a file (lua/offload.lua)
-  offload_param = false,           -- {device = "cpu" | "nvme", nvme_path, buffer_count, buffer_size, max_in_cpu,
-                                   -- pin_memory}: "nvme" (stage 3, with offload_optimizer "nvme") keeps the
-                                   -- parameter shard and its gradients in a file too (lua/offload.lua); "cpu"
-                                   -- on a GPU rank (stage 3) the same in files in host memory
-  precision = "fp32",              -- "fp32", or "bf16" / "fp16": 16-bit parameters and gradients,
-                                   -- fp32 master weights and moments in the shards
-  auto_cast = true,                -- with bf16 / fp16: the prepared model's forward casts its float32 and
-                                   -- float64 tensor arguments to that precision (DeepSpeed's fp16.auto_cast;
-                                   -- Accelerate's mixed precision); false passes them as given, and a
-                                   -- 16-bit layer then computes in float32 (the wider dtype wins)
-  -- fp16 only (DeepSpeed's fp16 section, the same names and defaults):
-  loss_scale = 0,                  -- a static loss scale; 0: dynamic, starting at 2^initial_scale_power
-  initial_scale_power = 16,
-  loss_scale_window = 1000,        -- good steps in a row after which the dynamic scale doubles
-  hysteresis = 2,                  -- overflows the scale absorbs before it halves
-  consecutive_hysteresis = false,  -- true: a good step restores the hysteresis
-  min_loss_scale = 1,              -- the dynamic scale never falls below this
-  device = "cpu",                  -- "cpu", "cuda" (this rank's GPU: cuda:<local rank>) or "cuda:N";
-                                   -- prepare moves the model there; cuda collectives run over NCCL
-  data_group = false,              -- a zorch.Group: the ranks holding replicas of this model, over which
-                                   -- ZeRO partitions and gradients are averaged (default: every rank)
-  layout = false,                  -- a zorch.dist.layout: data_group is its data group, the clipping norm is
-                                   -- summed over its model group, checkpoints record each rank's place
-}
-
-local CHECKS = {
-  zero_stage = {function(v) return v == 0 or v == 1 or v == 2 or v == 3 end, "0, 1, 2 or 3"},
-  gradient_clipping = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0 turns it off)"},
-  gradient_accumulation_steps = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
-  reduce_bucket_size = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
-  overlap_comm = {function(v) return type(v) == "boolean" end, "true or false"},
-  max_reuse_distance = {function(v) return math.type(v) == "integer" and v >= 0 end, "an integer >= 0"},
-  prefetch_bucket_size = {function(v) return math.type(v) == "integer" and v >= 0 end, "an integer >= 0"},
-  max_live_parameters = {function(v) return math.type(v) == "integer" and v >= 0 end, "an integer >= 0"},
-  seed = {function(v) return v == false or math.type(v) == "integer" end, "an integer"},
-  hidden_size = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
-  comm_timeout = {function(v) return type(v) == "number" and v >= 0 end, "a number of seconds >= 0"},
-  train_micro_batch_size = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
-  optimizer = {function(v) return v == false or (type(v) == "table" and (v.type == "Adam" or v.type == "AdamW" or v.type == "SGD" or v.type == "Lamb")) end,
-               "{type = \"Adam\" | \"AdamW\" | \"SGD\" | \"Lamb\", params = {...}}"},
-  scheduler = {function(v) return v == false or (type(v) == "table" and (v.type == "WarmupLR" or v.type == "WarmupDecayLR" or v.type == "WarmupCosineLR" or v.type == "OneCycle" or v.type == "LRRangeTest")) end,
-               "{type = \"WarmupLR\" | \"WarmupDecayLR\" | \"WarmupCosineLR\" | \"OneCycle\" | \"LRRangeTest\", params = {...}}"},
-  steps_per_print = {function(v) return v == false or (math.type(v) == "integer" and v >= 1) end, "an integer >= 1"},
-  wall_clock_breakdown = {function(v) return type(v) == "boolean" end, "true or false"},
-  cpu_checkpointing = {function(v) return type(v) == "boolean" end, "true or false"},
-  offload_optimizer = {function(v)
-    if v == false then return true end
-    if type(v) ~= "table" or (v.device ~= "cpu" and v.device ~= "nvme" and v.device ~= "none") then return false end
-    if v.device == "nvme" and (type(v.nvme_path) ~= "string" or v.nvme_path == "") then return false end
-    if v.buffer_count ~= nil and not (math.type(v.buffer_count) == "integer" and v.buffer_count >= 2 and v.buffer_count <= 32) then return false end
-    if v.pin_memory ~= nil and type(v.pin_memory) ~= "boolean" then return false end
-    return v.chunk == nil or (math.type(v.chunk) == "integer" and v.chunk >= 1)
-  end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, chunk >= 1, " ..
-       "pin_memory (true or false)}"},
-  offload_param = {function(v)
-    if v == false then return true end
-    if type(v) ~= "table" or (v.device ~= "cpu" and v.device ~= "nvme" and v.device ~= "none") then return false end
-    if v.device == "nvme" and (type(v.nvme_path) ~= "string" or v.nvme_path == "") then return false end
-    if v.buffer_count ~= nil and not (math.type(v.buffer_count) == "integer" and v.buffer_count >= 2 and v.buffer_count <= 32) then return false end
-    if v.buffer_size ~= nil and not (math.type(v.buffer_size) == "integer" and v.buffer_size >= 1) then return false end
-    if v.max_in_cpu ~= nil and type(v.max_in_cpu) ~= "number" then return false end
-    return v.pin_memory == nil or type(v.pin_memory) == "boolean"
-  end, "false or {device = \"cpu\" | \"nvme\", nvme_path (for nvme), buffer_count in 2..32, buffer_size >= 1 (elements), " ..
-       "max_in_cpu (a number), pin_memory (true or false)}"},
-  precision = {function(v) return v == "fp32" or v == "bf16" or v == "fp16" end, "\"fp32\", \"bf16\" or \"fp16\""},
-  auto_cast = {function(v) return type(v) == "boolean" end, "true or false"},
-  loss_scale = {function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (0: dynamic)"},
-  initial_scale_power = {function(v) return math.type(v) == "integer" and v >= 0 and v <= 64 end, "an integer in 0..64"},
-  loss_scale_window = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
-  hysteresis = {function(v) return math.type(v) == "integer" and v >= 1 end, "an integer >= 1"},
-  consecutive_hysteresis = {function(v) return type(v) == "boolean" end, "true or false"},
-  min_loss_scale = {function(v) return type(v) == "number" and v > 0 end, "a number > 0"},
-  device = {function(v) return v == "cpu" or v == "cuda" or (type(v) == "string" and v:match("^cuda:%d+$") ~= nil) end,
-            "\"cpu\", \"cuda\" or \"cuda:N\""},
-  data_group = {function(v) return v == false or is_group(v) end, "false or a zorch.Group"},
-  layout = {function(v)
-    return v == false or (type(v) == "table" and is_group(v.data) and is_group(v.model) and is_group(v.tensor)
-      and type(v.sizes) == "table" and type(v.coords) == "table")
-  end, "false or a zorch.dist.layout{...}"},
-}
+-- Every option's default and check come from the schema (options.lua).
+local OPTIONS = zorch._require("zorch.engine.options")
+local DEFAULTS = {}
+for _, r in ipairs(OPTIONS.rows) do if r.name then DEFAULTS[r.name] = r.default end end
 
 -- This process's rank among those on its machine (one GPU each).
 function zorch.local_rank()
@@ -176,9 +76,9 @@ function zorch.Engine(cfg, overrides)
     end
     c[k] = v
   end
-  for k, chk in pairs(CHECKS) do
-    if not chk[1](c[k]) then
-      error(("Engine: %s must be %s, got %s"):format(k, chk[2], zorch._readable(c[k])), 2)
+  for _, r in ipairs(OPTIONS.rows) do
+    if r.name and not OPTIONS.valid(r, c[r.name]) then
+      error(("Engine: %s must be %s, got %s"):format(r.name, OPTIONS.want(r), zorch._readable(c[r.name])), 2)
     end
   end
   -- Where the files of the offloaded state go: offload_param "nvme" keeps the
@@ -394,21 +294,9 @@ function Engine:prepare(model, loader, opt, sched)
     end
   end
   -- parameters become views of the engine's buffers, padded so shards are equal
-  self.zero = zorch._zero_engine(params, {stage = stage, bucket = self.cfg.reduce_bucket_size, group = self.group,
-                                          overlap = self.cfg.overlap_comm,
-                                          max_reuse_distance = self.cfg.max_reuse_distance,
-                                          prefetch_bucket_size = self.cfg.prefetch_bucket_size,
-                                          max_live_parameters = self.cfg.max_live_parameters,
-                                          dtype = self.cfg.precision, groups = groups,
-                                          param_dir = self.param_dir,
-                                          clip = self.cfg.gradient_clipping,
-                                          accumulation = self.cfg.gradient_accumulation_steps,
-                                          loss_scale = self.cfg.loss_scale,
-                                          initial_scale_power = self.cfg.initial_scale_power,
-                                          loss_scale_window = self.cfg.loss_scale_window,
-                                          hysteresis = self.cfg.hysteresis,
-                                          consecutive_hysteresis = self.cfg.consecutive_hysteresis,
-                                          min_loss_scale = self.cfg.min_loss_scale})
+  local zo = {group = self.group, groups = groups, param_dir = self.param_dir} -- (and the options C reads)
+  for k, v in pairs(self.cfg) do zo[k] = v end
+  self.zero = zorch._zero_engine(params, zo)
   self:read_scaler()
   if pfile then -- deferred parameters: each group gathered, filled, written to its shards, released
     for i, p in ipairs(params) do
