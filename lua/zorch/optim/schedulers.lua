@@ -1,4 +1,5 @@
--- zorch.optim.schedulers: optim.lr_scheduler, PyTorch's learning-rate schedulers.
+-- zorch.optim.schedulers: optim.lr_scheduler, PyTorch's learning-rate schedulers
+-- and DeepSpeed's (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest).
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local optim = zorch.optim
@@ -575,4 +576,128 @@ function S.CyclicLR(opt, opts)
   end
   s:set(0)
   return s
+end
+
+-- DeepSpeed's learning-rate schedules (their documented formulas), stepping the
+-- optimizer's lr after every optimizer step. Warm-up is "log" unless
+-- warmup_type is "linear".
+local function warm(p, step)
+  local n = math.max(2, p.warmup_num_steps or 1000) -- DeepSpeed: max(2, warmup_num_steps)
+  if step >= n then return 1 end
+  if (p.warmup_type or "log") == "linear" then return step / n end
+  return math.log(step + 1) / math.log(n)
+end
+
+local function deepspeed(kind, opt, p)
+  local base = opt.lr
+  local s = {optimizer = opt, last_step = 0}
+  -- each parameter group's lr; WarmupCosineLR scales each group's own initial lr
+  local groups = opt.param_groups
+  local bases = {}
+  for i, g in ipairs(groups or {}) do bases[i] = g.lr end
+  if kind == "WarmupLR" then
+    local lo, hi = p.warmup_min_lr or 0, p.warmup_max_lr or 0.001
+    function s.lr_at(n) return n < 0 and lo or lo + (hi - lo) * warm(p, n) end
+  elseif kind == "WarmupDecayLR" then
+    local lo, hi, total = p.warmup_min_lr or 0, p.warmup_max_lr or 0.001, p.total_num_steps
+    if math.type(total) ~= "integer" then error("Engine: scheduler WarmupDecayLR needs params.total_num_steps", 0) end
+    local n = math.max(2, p.warmup_num_steps or 1000)
+    function s.lr_at(k)
+      if k < 0 then return lo end
+      if k < n then return lo + (hi - lo) * warm(p, k) end
+      return lo + (hi - lo) * math.max(0, (total - k) / math.max(1, total - n))
+    end
+  elseif kind == "LRRangeTest" then
+    -- DeepSpeed's LRRangeTest: lr = min_lr * (1 + step_rate * interval), interval =
+    -- (iteration + 1) / step_size, floored when lr_range_test_staircase
+    local lo, size, rate = p.lr_range_test_min_lr or 0.001, p.lr_range_test_step_size or 2000,
+                           p.lr_range_test_step_rate or 1.0
+    function s.lr_at(k)
+      local interval = (k + 1) / size
+      if p.lr_range_test_staircase then interval = math.floor(interval) end
+      return lo * (1 + rate * interval)
+    end
+  elseif kind == "OneCycle" then
+    -- DeepSpeed's OneCycle: a triangle from cycle_min_lr up to cycle_max_lr over
+    -- cycle_first_step_size steps and back over cycle_second_step_size, then the lr
+    -- decays as min_lr / (1 + decay_lr_rate * k / decay_step_size); momentum runs
+    -- the other way (max down to min and back), then grows by (1 + decay_mom_rate *
+    -- k / decay_step_size). The stair counts are accepted and, as in DeepSpeed, unused.
+    local first = p.cycle_first_step_size or 2000
+    local total = first + (p.cycle_second_step_size or first)
+    local ratio = first / total
+    local lo, hi, lrate = p.cycle_min_lr, p.cycle_max_lr, p.decay_lr_rate or 0
+    local mlo, mhi, mrate = p.cycle_min_mom or 0.8, p.cycle_max_mom or 0.9, p.decay_mom_rate or 0
+    local dsize = p.decay_step_size or 0
+    local function scale(k) -- _get_scale_factor
+      local it = k + 1
+      local x = 1 + it / total - math.floor(1 + it / total)
+      if x <= ratio then return x / ratio end
+      return (x - 1) / (ratio - 1)
+    end
+    function s.lr_at(k)
+      if k < total then return lo + (hi - lo) * scale(k) end
+      if dsize == 0 or lrate == 0 then return lo end
+      return lo / (1 + lrate * (k - total + 1) / dsize)
+    end
+    function s.mom_at(k)
+      if k < 0 then return mlo end -- set at construction
+      if k < total then return mhi - (mhi - mlo) * scale(k) end
+      if dsize == 0 or mrate == 0 then return mhi end
+      return mhi * (1 + mrate * (k - total + 1) / dsize)
+    end
+    if p.cycle_momentum ~= false then
+      -- Adam's betas[1] (its second beta is kept), or SGD's momentum
+      local d = opt.defaults
+      local all = {d} -- the defaults and every group
+      for _, g in ipairs(groups or {}) do all[#all + 1] = g end
+      if d and type(d.betas) == "table" then
+        function s.set_mom(m) for _, g in ipairs(all) do g.betas = {m, g.betas[2]} end end
+      elseif d and d.momentum ~= nil then
+        function s.set_mom(m) for _, g in ipairs(all) do g.momentum = m end end
+      end
+    end
+  else -- WarmupCosineLR: ratios of the optimizer's lr
+    local total = p.total_num_steps
+    if math.type(total) ~= "integer" then error("Engine: scheduler WarmupCosineLR needs params.total_num_steps", 0) end
+    local n, wmin, cmin = math.max(2, p.warmup_num_steps or 1000), p.warmup_min_ratio or 0, p.cos_min_ratio or 0.0001
+    function s.lr_at(k, b)
+      b = b or base
+      if k < 0 then return 0 end
+      if k < n then return b * (wmin + (1 - wmin) * warm(p, k)) end
+      -- DeepSpeed's get_lr_ratio: (k - n + 1) / (total - n), not clamped at 1
+      local t = (k - n + 1) / (total - n)
+      return b * math.max(0, cmin + (1 - cmin) * (1 + math.cos(math.pi * t)) / 2)
+    end
+    s.per_group = true
+  end
+  -- DeepSpeed's count: last_batch_iteration starts at -1 (lr_at(-1) at construction),
+  -- so after k steps the lr is lr_at(k - 1).
+  -- every group's lr at k: the same for all, or (per_group) from each group's own
+  function s.set_lr(k)
+    if s.per_group and groups then
+      for i, g in ipairs(groups) do g.lr = s.lr_at(k, bases[i]) end
+    else
+      opt.lr = s.lr_at(k)
+    end
+  end
+  function s.step()
+    s.last_step = s.last_step + 1
+    s.set_lr(s.last_step - 1)
+    if s.set_mom then s.set_mom(s.mom_at(s.last_step - 1)) end
+  end
+  s.set_lr(-1)
+  if s.set_mom then s.set_mom(s.mom_at(-1)) end
+  return s
+end
+
+-- optim.lr_scheduler.WarmupLR(opt, params), ... : DeepSpeed's schedules, params
+-- as in its config's "scheduler.params" (the Engine checks those it reads).
+for _, kind in ipairs({"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"}) do
+  optim.lr_scheduler[kind] = function(opt, params)
+    if params ~= nil and type(params) ~= "table" then
+      error(("optim.lr_scheduler.%s: params must be a table, got %s"):format(kind, type(params)), 2)
+    end
+    return deepspeed(kind, opt, params or {})
+  end
 end
