@@ -1,4 +1,4 @@
--- zorch.nn.norm: the normalisations: LayerNorm, BatchNorm, GroupNorm, RMSNorm,
+-- zorch.nn.norm: the normalisations: LayerNorm, BatchNorm (1d, 2d, 3d), GroupNorm, RMSNorm,
 -- InstanceNorm and LocalResponseNorm, with their functions, PyTorch's names,
 -- defaults and state-dict names.
 local zorch = ...
@@ -90,10 +90,13 @@ local function batch_norm_class(name, dims, expected)
     end
     -- eval without running stats normalises with the batch's, as PyTorch does
     local use_batch = self.training or not rm
-    local ok, y = pcall(zorch.batch_norm, x, rm, rv, rawget(self, "weight"), rawget(self, "bias"), use_batch,
+    -- (N, C, D, H, W) as (N, C, D H, W): the same statistics per channel
+    local s = x.shape
+    local x4 = x:dim() == 5 and x:reshape({s[1], s[2], s[3] * s[4], s[5]}) or x
+    local ok, y = pcall(zorch.batch_norm, x4, rm, rv, rawget(self, "weight"), rawget(self, "bias"), use_batch,
       factor, self.eps)
     if not ok then error(("%s: %s"):format(name, tostring(y):gsub("^[^:]*:%d+: ", "")), 2) end
-    return y
+    return x4 == x and y or y:reshape(s)
   end
   cls.__tostring = function(m)
     return ("%s(%d, eps=%s, momentum=%s, affine=%s, track_running_stats=%s)"):format(name, m.num_features,
@@ -104,6 +107,7 @@ local function batch_norm_class(name, dims, expected)
 end
 nn.BatchNorm1d = batch_norm_class("nn.BatchNorm1d", {[2] = true, [3] = true}, "2D or 3D (N, C) or (N, C, L)")
 nn.BatchNorm2d = batch_norm_class("nn.BatchNorm2d", {[4] = true}, "4D (N, C, H, W)")
+nn.BatchNorm3d = batch_norm_class("nn.BatchNorm3d", {[5] = true}, "5D (N, C, D, H, W)")
 
 -- group_norm(x, num_groups, weight?, bias?, eps = 1e-5): x (N, C, ...) normalised
 -- over each group of C / num_groups channels and the rest of the dims (biased

@@ -88,3 +88,14 @@ shapes("group_norm", torch.nn.GroupNorm(3, 6))
 shapes("rms_norm", torch.nn.RMSNorm([4, 5]))
 shapes("instance_norm", torch.nn.InstanceNorm2d(4, affine=True, track_running_stats=True))
 shapes("parameter_list", torch.nn.ParameterList([torch.zeros(2, 3), torch.zeros(4)]))
+
+# BatchNorm3d: a training step (output, input gradient, running statistics), then eval
+bn3 = torch.nn.BatchNorm3d(3)
+with torch.no_grad():
+    bn3.weight.copy_(fixed((3,), 31) + 1)
+    bn3.bias.copy_(fixed((3,), 32))
+case("batch_norm3d", bn3, leaf(fixed((2, 3, 2, 3, 2), 30) * 2 + 0.5))
+emit("batch_norm3d", "running_mean", bn3.running_mean)
+emit("batch_norm3d", "running_var", bn3.running_var)
+bn3.eval()
+case("batch_norm3d_eval", bn3, leaf(fixed((2, 3, 2, 2, 2), 33)))

@@ -203,4 +203,23 @@ raises("nn.Conv1d: an unknown option", function() nn.Conv1d(3, 4, 2, {padding_mo
   "nn.Conv1d: unknown option 'padding_mode'")
 raises("nn.MaxPool1d: stride 0", function() nn.MaxPool1d(2, {stride = 0}) end, "nn.MaxPool1d: stride")
 
+-- BatchNorm3d: a training step (values, input gradient, running statistics), then eval
+do
+  local m = nn.BatchNorm3d(3):to("float64")
+  zorch.no_grad(function()
+    m.weight:copy_(fixed({3}, 31) + 1)
+    m.bias:copy_(fixed({3}, 32))
+  end)
+  check("batch_norm3d", function(u) return m(u) end, {leaf(fixed({2, 3, 2, 3, 2}, 30) * 2 + 0.5)}, 1e-9)
+  local e = math.max(worst(m.running_mean, want.batch_norm3d.running_mean),
+                     worst(m.running_var, want.batch_norm3d.running_var))
+  ok(e <= 1e-9, ("batch_norm3d: PyTorch's running statistics after a step (worst %.2g)"):format(e))
+  m:eval()
+  check("batch_norm3d_eval", function(u) return m(u) end, {leaf(fixed({2, 3, 2, 2, 2}, 33))}, 1e-9)
+  ok(tostring(m) == "nn.BatchNorm3d(3, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)",
+    "nn.BatchNorm3d prints as PyTorch's")
+  raises("nn.BatchNorm3d: a 4-d input", function() m(zorch.zeros(2, 3, 4, 4)) end,
+    "nn.BatchNorm3d: expected 5D (N, C, D, H, W) input, got shape (2, 3, 4, 4)")
+end
+
 tap.done()
