@@ -62,4 +62,16 @@ function util.readable(v, depth)
 end
 zorch._readable = util.readable
 
+-- The dtype and device a random fill of x draws in (float64 stays float64, the
+-- other float dtypes draw in float32); x must be a float tensor. Errors name
+-- `name` and point at the caller of the function that calls this one.
+function util.float_opts(name, x)
+  if not zorch.is_tensor(x) then error(("%s: argument 1 must be a tensor, got %s"):format(name, type(x)), 3) end
+  local dt = x:dtype()
+  if dt ~= "float32" and dt ~= "float64" and dt ~= "bfloat16" and dt ~= "float16" then
+    error(("%s: needs a floating point tensor, got %s"):format(name, dt), 3)
+  end
+  return {dtype = dt == "float64" and "float64" or "float32", device = x:device()}
+end
+
 return util

@@ -5,7 +5,7 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn = zorch.nn
-local Module = nn.Module
+local Module = zorch._require("zorch.nn.module").Module
 local check_options = zorch._check_options
 
 local function shape_str(t) return "(" .. table.concat(t.shape, ", ") .. ")" end

@@ -1,21 +1,113 @@
--- Normalisations and 1-d layers beyond those of lua/nn.lua: group norm, RMS
--- norm, instance norm, Conv1d, 1-d pooling, ParameterList, Unflatten and the
--- channel dropouts, with PyTorch's names, defaults and state-dict names.
+-- zorch.nn.norm: the normalisations: LayerNorm, BatchNorm (1d, 2d, 3d), GroupNorm, RMSNorm,
+-- InstanceNorm and LocalResponseNorm, with their functions, PyTorch's names,
+-- defaults and state-dict names.
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn = zorch.nn
-local lib = zorch._nn_lib
-local Module, check_dim, check_int = lib.Module, lib.check_dim, lib.check_int
-local is_module, py_bool, shape_str, uniform = lib.is_module, lib.py_bool, lib.shape_str, lib.uniform
-local read_opts, num_ge0, num_gt0, is_bool = lib.read_opts, lib.num_ge0, lib.num_gt0, lib.is_bool
-local spec_with, need_tensor = lib.spec_with, lib.need_tensor
+local check_options = zorch._require("zorch.util").check_options
+local M = zorch._require "zorch.nn.module"
+local Module, as_fn, check_int, is_bool, list_str = M.Module, M.as_fn, M.check_int, M.is_bool, M.list_str
+local need_number, need_tensor, num_ge0, num_gt0 = M.need_number, M.need_tensor, M.num_ge0, M.num_gt0
+local pos_int, py_bool, py_num, read_opts = M.pos_int, M.py_bool, M.py_num, M.read_opts
+local shape_str = M.shape_str
 
--- The items of a list the caller gave, joined for a message (any values).
-local function list_str(t)
-  local out = {}
-  for i, v in ipairs(t) do out[i] = math.type(v) and tostring(v) or type(v) end
-  return table.concat(out, ", ")
+-- LayerNorm(shape, {eps = 1e-5, elementwise_affine = true, bias = true})
+nn.LayerNorm = Module:extend "nn.LayerNorm"
+function nn.LayerNorm:init(shape, opts)
+  if type(shape) == "number" then shape = {shape} end
+  opts = check_options("nn.LayerNorm", opts, {"eps", "elementwise_affine", "bias"}, 4)
+  self.normalized_shape = shape
+  self.eps = opts.eps or 1e-5
+  if opts.elementwise_affine ~= false then
+    self.weight = nn.Parameter(zorch.ones(shape))
+    if opts.bias ~= false then self.bias = nn.Parameter(zorch.zeros(shape)) end
+  end
 end
+function nn.LayerNorm:forward(x)
+  return zorch.layer_norm(x, self.normalized_shape, rawget(self, "weight"), rawget(self, "bias"), self.eps)
+end
+
+
+-- Batch normalisation over dim 2 (the channels): in training the batch's
+-- statistics, which also update the running ones (buffers running_mean,
+-- running_var, num_batches_tracked); in eval the running ones. opts: eps
+-- (1e-5), momentum (0.1; false is PyTorch's None: a cumulative average over
+-- the batches seen), affine (true: weight ones and bias zeros, learned),
+-- track_running_stats (true; false: batch statistics in eval too).
+-- A normalisation's learned weight and bias (where self.affine) and running
+-- statistics (where self.track_running_stats), as PyTorch names them.
+local function norm_state(self, num_features)
+  if self.affine then
+    self.weight = nn.Parameter(zorch.ones(num_features))
+    self.bias = nn.Parameter(zorch.zeros(num_features))
+  end
+  if self.track_running_stats then
+    self:register_buffer("running_mean", zorch.zeros(num_features))
+    self:register_buffer("running_var", zorch.ones(num_features))
+    self:register_buffer("num_batches_tracked", zorch.tensor(0))
+  end
+end
+
+local function batch_norm_class(name, dims, expected)
+  local cls = Module:extend(name)
+  function cls:init(num_features, opts)
+    check_int(name, "num_features", num_features)
+    opts = check_options(name, opts, {"affine", "eps", "momentum", "track_running_stats"}, 4)
+    local eps, momentum = opts.eps or 1e-5, opts.momentum
+    if momentum == nil then momentum = 0.1 end
+    if type(eps) ~= "number" or not (eps > 0) then error(("%s: eps must be a number > 0, got %s"):format(name, tostring(eps)), 3) end
+    if momentum ~= false and (type(momentum) ~= "number" or not (momentum >= 0 and momentum <= 1)) then
+      error(("%s: momentum must be a number in [0, 1] or false (a cumulative average), got %s"):format(name,
+        tostring(momentum)), 3)
+    end
+    rawset(self, "num_features", num_features)
+    rawset(self, "eps", eps)
+    rawset(self, "momentum", momentum)
+    rawset(self, "affine", opts.affine ~= false)
+    rawset(self, "track_running_stats", opts.track_running_stats ~= false)
+    norm_state(self, num_features)
+  end
+  -- Zeroes the running statistics (mean 0, variance 1, no batches seen).
+  function cls:reset_running_stats()
+    local rm = rawget(self, "running_mean")
+    if rm then
+      rm:fill_(0)
+      self.running_var:fill_(1)
+      self.num_batches_tracked:fill_(0)
+    end
+  end
+  function cls:forward(x)
+    if not zorch.is_tensor(x) then error(("%s: expected a tensor, got %s"):format(name, type(x)), 2) end
+    if not dims[x:dim()] then
+      error(("%s: expected %s input, got shape (%s)"):format(name, expected, table.concat(x.shape, ", ")), 2)
+    end
+    local rm, rv = rawget(self, "running_mean"), rawget(self, "running_var")
+    local factor = self.momentum or 0.0
+    if self.training and rm then
+      local nbt = self.num_batches_tracked
+      nbt:copy_(nbt + 1)
+      if not self.momentum then factor = 1 / nbt:item() end
+    end
+    -- eval without running stats normalises with the batch's, as PyTorch does
+    local use_batch = self.training or not rm
+    -- (N, C, D, H, W) as (N, C, D H, W): the same statistics per channel
+    local s = x.shape
+    local x4 = x:dim() == 5 and x:reshape({s[1], s[2], s[3] * s[4], s[5]}) or x
+    local ok, y = pcall(zorch.batch_norm, x4, rm, rv, rawget(self, "weight"), rawget(self, "bias"), use_batch,
+      factor, self.eps)
+    if not ok then error(("%s: %s"):format(name, tostring(y):gsub("^[^:]*:%d+: ", "")), 2) end
+    return x4 == x and y or y:reshape(s)
+  end
+  cls.__tostring = function(m)
+    return ("%s(%d, eps=%s, momentum=%s, affine=%s, track_running_stats=%s)"):format(name, m.num_features,
+      ("%g"):format(m.eps), m.momentum and ("%g"):format(m.momentum) or "None", m.affine and "True" or "False",
+      m.track_running_stats and "True" or "False")
+  end
+  return cls
+end
+nn.BatchNorm1d = batch_norm_class("nn.BatchNorm1d", {[2] = true, [3] = true}, "2D or 3D (N, C) or (N, C, L)")
+nn.BatchNorm2d = batch_norm_class("nn.BatchNorm2d", {[4] = true}, "4D (N, C, H, W)")
+nn.BatchNorm3d = batch_norm_class("nn.BatchNorm3d", {[5] = true}, "5D (N, C, D, H, W)")
 
 -- group_norm(x, num_groups, weight?, bias?, eps = 1e-5): x (N, C, ...) normalised
 -- over each group of C / num_groups channels and the rest of the dims (biased
@@ -42,7 +134,6 @@ local function check_per_channel(fn, x, c, named)
     end
   end
 end
-lib.check_per_channel = check_per_channel -- (lua/layers2.lua's instance_norm)
 local function check_affine(fn, x, c, weight, bias) -- (a tail call: the same levels)
   return check_per_channel(fn, x, c, {{"weight", weight}, {"bias", bias}})
 end
@@ -152,7 +243,7 @@ local function instance_norm_class(name, spatial)
       affine = {false, is_bool, "true or false"}, track_running_stats = {false, is_bool, "true or false"}}, 4)
     rawset(self, "num_features", num_features)
     for k, v in pairs(o) do rawset(self, k, v) end
-    lib.norm_state(self, num_features)
+    norm_state(self, num_features)
   end
   function cls:forward(x)
     if not zorch.is_tensor(x) then error(("%s: expected a tensor, got %s"):format(name, type(x)), 2) end
@@ -199,223 +290,99 @@ end
 nn.InstanceNorm1d = instance_norm_class("nn.InstanceNorm1d", 1)
 nn.InstanceNorm2d = instance_norm_class("nn.InstanceNorm2d", 2)
 
--- 1-d convolution and pooling over the 2-d ops with a unit height: input
--- (N, C, L) or (C, L); sizes are integers.
-local function check_int1(fn, name, v, lo)
-  if math.type(v) ~= "integer" or v < lo then
-    error(("%s: %s must be %s integer, got %s"):format(fn, name, lo > 0 and "a positive" or "a non-negative",
-      tostring(v)), 4)
-  end
-end
-local function as_2d(fn, x)
+-- instance_norm(x, running_mean?, running_var?, weight?, bias?, use_input_stats =
+-- true, momentum = 0.1, eps = 1e-5): x (N, C, ...) normalised per sample and
+-- channel; with use_input_stats and running stats, these move towards the
+-- batch's mean of each sample's mean and unbiased variance; without
+-- use_input_stats the running stats normalise.
+function zorch.instance_norm(x, rm, rv, weight, bias, use_input_stats, momentum, eps)
+  local fn = "instance_norm"
   need_tensor(fn, "input", x)
-  if x:dim() ~= 2 and x:dim() ~= 3 then
-    error(("%s: expected input (N, C, L) or (C, L), got %s"):format(fn, shape_str(x)), 3)
+  if x:dim() < 3 then error(("%s: expected input (N, C, ...) with spatial dims, got %s"):format(fn, shape_str(x)), 2) end
+  local c = x.shape[2]
+  check_per_channel(fn, x, c, {{"running_mean", rm}, {"running_var", rv}, {"weight", weight}, {"bias", bias}})
+  if (rm == nil) ~= (rv == nil) then error(("%s: give both running_mean and running_var, or neither"):format(fn), 2) end
+  if use_input_stats == nil then use_input_stats = true end
+  momentum, eps = momentum == nil and 0.1 or momentum, eps == nil and 1e-5 or eps
+  if type(use_input_stats) ~= "boolean" then
+    error(("%s: use_input_stats must be true or false, got %s"):format(fn, tostring(use_input_stats)), 2)
   end
-  return x:unsqueeze(-2)
-end
--- The 2-d op's message about the input with a unit height, in 1-d terms:
--- (N, C, 1, L) as (N, C, L), a window (1, k) as k.
-local function message_1d(fn, msg)
-  msg = msg:gsub("^[^:]*:%d+: ", ""):gsub("^[%w_.]+2d", fn)
-  msg = msg:gsub("%((%d+), (%d+), 1, (%d+)%)", "(%1, %2, %3)"):gsub("%((%d+), 1, (%d+)%)", "(%1, %2)")
-  return (msg:gsub("%(1, (%d+)%)", "%1"):gsub("%(1 x (%d+)%)", "(%1)"))
-end
--- runs f on the input with a unit height, naming fn in its errors (callers
--- call it without a tail call, so that the error points at their caller)
-local function via_2d(fn, x, f)
-  local x2 = as_2d(fn, x)
-  local ok, y = pcall(f, x2)
-  if not ok then error(message_1d(fn, tostring(y)), 3) end
-  return y:squeeze(-2)
-end
-lib.via_2d = via_2d -- (lua/layers2.lua's 1-d functions)
-local CONV1D = {stride = {1, function(v) return math.type(v) == "integer" and v >= 1 end, "a positive integer"},
-                padding = {0, function(v) return math.type(v) == "integer" and v >= 0 end, "a non-negative integer"},
-                dilation = {1, function(v) return math.type(v) == "integer" and v >= 1 end, "a positive integer"},
-                groups = {1, function(v) return math.type(v) == "integer" and v >= 1 end, "a positive integer"}}
--- conv1d(x, w (out, C / groups, k), b_or_nil, {stride, padding, dilation, groups})
-function zorch.conv1d(x, w, b, opts)
-  local o = read_opts("conv1d", opts, CONV1D, 3)
-  need_tensor("conv1d", "weight", w)
-  if w:dim() ~= 3 then error(("conv1d: weight must be (out, C / groups, k), got %s"):format(shape_str(w)), 2) end
-  local y = via_2d("conv1d", x, function(x2)
-    return zorch.conv2d(x2, w:unsqueeze(3), b, {stride = {1, o.stride}, padding = {0, o.padding},
-      dilation = {1, o.dilation}, groups = o.groups})
-  end)
+  need_number(fn, "momentum", momentum, 2)
+  if type(eps) ~= "number" or not (eps >= 0) then error(("%s: eps must be a number >= 0, got %s"):format(fn, tostring(eps)), 2) end
+  local s = {1, c}
+  for _ = 3, x:dim() do s[#s + 1] = 1 end
+  local y
+  if not use_input_stats then
+    if not rm then error(("%s: use_input_stats = false needs running_mean and running_var"):format(fn), 2) end
+    y = (x - rm:reshape(s)) / (rv:reshape(s) + eps):sqrt()
+    if weight then y = y * weight:reshape(s) end
+    if bias then y = y + bias:reshape(s) end
+    return y
+  end
+  local spatial = 1
+  for i = 3, x:dim() do spatial = spatial * x.shape[i] end
+  if spatial == 1 then
+    error(("%s: expected more than 1 spatial element when normalising by the input, got input %s"):format(fn,
+      shape_str(x)), 2)
+  end
+  y = zorch.group_norm(x, c, weight, bias, eps)
+  if rm then
+    zorch.no_grad(function()
+      local flatx = x:detach():reshape({x.shape[1], c, -1})
+      rm:copy_(rm * (1 - momentum) + flatx:mean(3):mean(1) * momentum)
+      rv:copy_(rv * (1 - momentum) + flatx:var(3, false, 1):mean(1) * momentum)
+    end)
+  end
   return y
 end
 
-nn.Conv1d = Module:extend "nn.Conv1d"
--- Conv1d(in, out, kernel, {stride, padding, dilation, groups, bias = true}):
--- weight (out, in / groups, k) and bias (out), U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
--- fan_in = in / groups * k, as PyTorch's.
-function nn.Conv1d:init(in_channels, out_channels, kernel_size, opts)
-  local fn = "nn.Conv1d"
-  local o = read_opts(fn, opts, spec_with(CONV1D, {bias = {true, is_bool, "true or false"}}), 4)
-  check_int(fn, "in_channels", in_channels)
-  check_int(fn, "out_channels", out_channels)
-  check_int(fn, "kernel_size", kernel_size)
-  if in_channels % o.groups ~= 0 or out_channels % o.groups ~= 0 then
-    error(("%s: groups %d must divide in_channels %d and out_channels %d"):format(fn, o.groups, in_channels,
-      out_channels), 3)
+-- local_response_norm(x, size, alpha = 1e-4, beta = 0.75, k = 1): x (N, C, ...)
+-- divided by (k + alpha * mean of x^2 over a window of `size` channels)^beta,
+-- the window from c - size // 2 to c + (size - 1) // 2, zeros beyond the ends
+function zorch.local_response_norm(x, size, alpha, beta, k)
+  local fn = "local_response_norm"
+  need_tensor(fn, "input", x)
+  pos_int(fn, "size", size, 2)
+  alpha, beta, k = alpha == nil and 1e-4 or alpha, beta == nil and 0.75 or beta, k == nil and 1.0 or k
+  need_number(fn, "alpha", alpha, 2)
+  need_number(fn, "beta", beta, 2)
+  need_number(fn, "k", k, 2)
+  if x:dim() < 3 then error(("%s: expected input (N, C, ...) with 3 or more dims, got %s"):format(fn, shape_str(x)), 2) end
+  if x:numel() == 0 then return x * 1 end
+  local sq = x * x
+  local c = x.shape[2]
+  -- shifts of c or more channels meet only the zeros past the ends: left out
+  local front, back = math.min(size // 2, c - 1), math.min((size - 1) // 2, c - 1)
+  local function zeros_c(n)
+    local s = {}
+    for i = 1, x:dim() do s[i] = i == 2 and n or x.shape[i] end
+    return zorch.zeros(s, {dtype = x:dtype(), device = x:device()})
   end
-  self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
-  self.stride, self.padding, self.dilation, self.groups = o.stride, o.padding, o.dilation, o.groups
-  local bound = 1 / math.sqrt(in_channels // o.groups * kernel_size)
-  self.weight = uniform({out_channels, in_channels // o.groups, kernel_size}, bound)
-  if o.bias then self.bias = uniform({out_channels}, bound) end
-end
-function nn.Conv1d:forward(x)
-  local y = zorch.conv1d(x, self.weight, rawget(self, "bias"), {stride = self.stride, padding = self.padding,
-    dilation = self.dilation, groups = self.groups})
-  return y
-end
-nn.Conv1d.__tostring = function(s)
-  local t = {("nn.Conv1d(%d, %d, kernel_size=(%d,), stride=(%d,)"):format(s.in_channels, s.out_channels,
-    s.kernel_size, s.stride)}
-  if s.padding ~= 0 then t[#t + 1] = (", padding=(%d,)"):format(s.padding) end
-  if s.dilation ~= 1 then t[#t + 1] = (", dilation=(%d,)"):format(s.dilation) end
-  if s.groups ~= 1 then t[#t + 1] = ", groups=" .. s.groups end
-  if not rawget(s, "bias") then t[#t + 1] = ", bias=False" end
-  return table.concat(t) .. ")"
+  local parts = {}
+  if front > 0 then parts[#parts + 1] = zeros_c(front) end
+  parts[#parts + 1] = sq
+  if back > 0 then parts[#parts + 1] = zeros_c(back) end
+  local padded = #parts > 1 and zorch.cat(parts, 2) or sq
+  local sum = padded:narrow(2, 1, c)
+  for i = 2, front + back + 1 do sum = sum + padded:narrow(2, i, c) end
+  return x / (sum / size * alpha + k) ^ beta
 end
 
--- MaxPool1d(k, {stride = k, padding = 0, dilation = 1, ceil_mode = false})
-nn.MaxPool1d = Module:extend "nn.MaxPool1d"
-function nn.MaxPool1d:init(kernel_size, opts)
-  return lib.max_pool_init(self, "nn.MaxPool1d", kernel_size, opts, check_int1)
+-- LocalResponseNorm(size, alpha = 1e-4, beta = 0.75, k = 1)
+nn.LocalResponseNorm = Module:extend "nn.LocalResponseNorm"
+function nn.LocalResponseNorm:init(size, alpha, beta, k)
+  local fn = "nn.LocalResponseNorm"
+  pos_int(fn, "size", size, 3)
+  alpha, beta, k = alpha == nil and 1e-4 or alpha, beta == nil and 0.75 or beta, k == nil and 1.0 or k
+  need_number(fn, "alpha", alpha, 3)
+  need_number(fn, "beta", beta, 3)
+  need_number(fn, "k", k, 3)
+  self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
 end
-function nn.MaxPool1d:forward(x)
-  local y = via_2d("nn.MaxPool1d", x, function(x2)
-    return zorch.max_pool2d(x2, {1, self.kernel_size}, {stride = {1, self.stride}, padding = {0, self.padding},
-      dilation = {1, self.dilation}, ceil_mode = self.ceil_mode})
-  end)
-  return y
+function nn.LocalResponseNorm:forward(x)
+  return as_fn("nn.LocalResponseNorm", 2, zorch.local_response_norm, x, self.size, self.alpha, self.beta, self.k)
 end
-
--- AvgPool1d(k, {stride = k, padding = 0, ceil_mode = false, count_include_pad = true})
-nn.AvgPool1d = Module:extend "nn.AvgPool1d"
-function nn.AvgPool1d:init(kernel_size, opts)
-  return lib.avg_pool_init(self, "nn.AvgPool1d", kernel_size, opts, check_int1)
+nn.LocalResponseNorm.__tostring = function(s)
+  return ("nn.LocalResponseNorm(%d, alpha=%s, beta=%s, k=%s)"):format(s.size, py_num(s.alpha), py_num(s.beta),
+    py_num(s.k))
 end
-function nn.AvgPool1d:forward(x)
-  local y = via_2d("nn.AvgPool1d", x, function(x2)
-    return zorch.avg_pool2d(x2, {1, self.kernel_size}, {stride = {1, self.stride}, padding = {0, self.padding},
-      ceil_mode = self.ceil_mode, count_include_pad = self.count_include_pad})
-  end)
-  return y
-end
-
--- AdaptiveAvgPool1d(n): output i averages inputs floor(i L / n) .. ceil((i + 1) L / n) - 1
-nn.AdaptiveAvgPool1d = Module:extend "nn.AdaptiveAvgPool1d"
-function nn.AdaptiveAvgPool1d:init(output_size)
-  check_int1("nn.AdaptiveAvgPool1d", "output_size", output_size, 1)
-  self.output_size = output_size
-end
-function nn.AdaptiveAvgPool1d:forward(x)
-  local y = via_2d("nn.AdaptiveAvgPool1d", x, function(x2)
-    return zorch.adaptive_avg_pool2d(x2, {1, self.output_size})
-  end)
-  return y
-end
-
--- ParameterList{t1, t2, ...}: parameters named "0", "1", ... (PyTorch's names),
--- read from 1 (list[1] is "0", list[-1] the last) with #list, ipairs and
--- list:append(t); each tensor becomes a parameter. It has no forward.
-nn.ParameterList = Module:extend "nn.ParameterList"
-local ParameterList = nn.ParameterList
-function ParameterList:init(ts)
-  rawset(self, "n", 0)
-  if ts == nil then return end
-  if type(ts) ~= "table" or zorch.is_tensor(ts) or is_module(ts) then
-    error("nn.ParameterList: expected a list of tensors ({t1, t2, ...}) or nothing", 3)
-  end
-  for i, t in ipairs(ts) do
-    if not zorch.is_tensor(t) then error(("nn.ParameterList: item %d is a %s, not a tensor"):format(i, type(t)), 3) end
-    self:append(t)
-  end
-end
-function ParameterList:append(t)
-  if not zorch.is_tensor(t) then error(("nn.ParameterList:append: expected a tensor, got %s"):format(type(t)), 2) end
-  if not t.is_leaf then t = t:detach() end
-  self[tostring(self.n)] = nn.Parameter(t)
-  rawset(self, "n", self.n + 1)
-  return self
-end
-ParameterList.__index = lib.list_index(ParameterList)
-ParameterList.__len = function(self) return rawget(self, "n") end
-function ParameterList:forward()
-  error("nn.ParameterList: a parameter list has no forward; use its tensors in the owner's forward", 2)
-end
-ParameterList.__tostring = function(s) return ("nn.ParameterList(%d parameters)"):format(s.n) end
-
--- Unflatten(dim, sizes): dim becomes the dims `sizes` (one of them may be -1)
-nn.Unflatten = Module:extend "nn.Unflatten"
-function nn.Unflatten:init(dim, sizes)
-  check_dim("nn.Unflatten", "dim", dim)
-  local good = type(sizes) == "table" and #sizes > 0
-  local free = 0
-  for _, s in ipairs(type(sizes) == "table" and sizes or {}) do
-    good = good and math.type(s) == "integer" and (s >= 0 or s == -1)
-    if s == -1 then free = free + 1 end
-  end
-  if not good or free > 1 then
-    error(("nn.Unflatten: sizes must be a list of integers >= 0 (one of them may be -1), got %s"):format(
-      type(sizes) == "table" and "{" .. list_str(sizes) .. "}" or tostring(sizes)), 3)
-  end
-  self.dim, self.sizes = dim, sizes
-end
-function nn.Unflatten:forward(x)
-  if not zorch.is_tensor(x) then error(("nn.Unflatten: expected a tensor, got %s"):format(type(x)), 2) end
-  local n = x:dim()
-  local d = self.dim < 0 and n + 1 + self.dim or self.dim
-  if d < 1 or d > n then error(("nn.Unflatten: dim %d out of range for input %s"):format(self.dim, shape_str(x)), 2) end
-  local known, len = 1, x.shape[d]
-  for _, s in ipairs(self.sizes) do if s ~= -1 then known = known * s end end
-  local sizes = {}
-  for i, s in ipairs(self.sizes) do sizes[i] = s == -1 and (known > 0 and len // known or 0) or s end
-  local prod = 1
-  for _, s in ipairs(sizes) do prod = prod * s end
-  if prod ~= len then
-    error(("nn.Unflatten: sizes {%s} do not multiply to %d, the size of dim %d of input %s"):format(
-      table.concat(self.sizes, ", "), len, self.dim, shape_str(x)), 2)
-  end
-  local shape = {}
-  for i = 1, d - 1 do shape[#shape + 1] = x.shape[i] end
-  for _, s in ipairs(sizes) do shape[#shape + 1] = s end
-  for i = d + 1, n do shape[#shape + 1] = x.shape[i] end
-  return x:reshape(shape)
-end
-
--- Dropout1d(p = 0.5), Dropout2d(p): in training each channel of each sample is
--- zeroed whole with probability p, the rest scaled by 1 / (1 - p); identity
--- in eval. Dropout1d takes (N, C, L) or (C, L), Dropout2d (N, C, H, W) or
--- (C, H, W); a 3-d input to Dropout2d is (N, C, L), as PyTorch reads it.
-local function channel_dropout(name, dims)
-  local cls = Module:extend(name)
-  function cls:init(p)
-    if p == nil then p = 0.5 end
-    if type(p) ~= "number" or not (p >= 0 and p <= 1) then
-      error(("%s: p must be a number in [0, 1], got %s"):format(name, tostring(p)), 3)
-    end
-    self.p = p
-  end
-  function cls:forward(x)
-    if not zorch.is_tensor(x) then error(("%s: expected a tensor, got %s"):format(name, type(x)), 2) end
-    if not dims[x:dim()] then error(("%s: expected %s input, got %s"):format(name, dims.want, shape_str(x)), 2) end
-    if not self.training or self.p == 0 then return x end
-    local batched = x:dim() ~= dims.unbatched
-    local shape = {}
-    for i = 1, x:dim() do shape[i] = (i <= (batched and 2 or 1)) and x.shape[i] or 1 end
-    if self.p == 1 then return x * zorch.zeros(shape, {dtype = x:dtype(), device = x:device()}) end
-    local keep = zorch.rand(shape, {device = x:device()}):ge(self.p):to(x:dtype())
-    return x * (keep * (1 / (1 - self.p)))
-  end
-  cls.__tostring = function(s) return ("%s(p=%g)"):format(name, s.p) end
-  return cls
-end
-nn.Dropout1d = channel_dropout("nn.Dropout1d", {[2] = true, [3] = true, unbatched = 2, want = "(N, C, L) or (C, L)"})
-nn.Dropout2d = channel_dropout("nn.Dropout2d", {[3] = true, [4] = true, unbatched = 0,
-                                                want = "(N, C, H, W), (C, H, W) or (N, C, L)"})
-

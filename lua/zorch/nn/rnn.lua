@@ -3,7 +3,7 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn = zorch.nn
-local Module = nn.Module
+local Module = zorch._require("zorch.nn.module").Module
 local linear, sigmoid, tanh = zorch.linear, zorch.sigmoid, zorch.tanh
 
 -- sizes as Python writes a tuple, as tensors print their shape: (3, 4), (4,)

@@ -1,13 +1,13 @@
 -- nn.MultiheadAttention and the Transformer encoder/decoder layers: outputs,
--- attention weights and gradients against PyTorch's (golden/mha.safetensors,
--- from golden/gen_mha.py), state-dict names and shapes, dropout in training,
+-- attention weights and gradients against PyTorch's (lua/nn/mha.safetensors,
+-- from lua/nn/gen_mha.py), state-dict names and shapes, dropout in training,
 -- and the errors for bad arguments.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local ok, raises, close = tap.ok, tap.raises, tap.close
 local nn = zorch.nn
 
-local G = zorch.load("golden/mha.safetensors")
+local G = zorch.load("lua/nn/mha.safetensors")
 local TOL = 1e-9 -- float64 throughout
 
 local function same_shape(a, b) return table.concat(a.shape, ",") == table.concat(b.shape, ",") end

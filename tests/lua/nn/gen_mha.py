@@ -1,6 +1,6 @@
 """PyTorch's nn.MultiheadAttention, TransformerEncoderLayer/Encoder,
-TransformerDecoderLayer/Decoder and Transformer, for tests/lua/test_mha.lua:
-    python3 tests/golden/gen_mha.py     # writes tests/golden/mha.safetensors
+TransformerDecoderLayer/Decoder and Transformer, for tests/lua/nn/test_mha.lua:
+    python3 tests/lua/nn/gen_mha.py     # writes tests/lua/nn/mha.safetensors
 
 Every case is float64, dropout 0, and names its tensors `case.NAME`:
     case.p.<param>   the module's state dict (random values, biases included)

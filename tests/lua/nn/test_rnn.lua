@@ -1,13 +1,13 @@
 -- Recurrent layers and cells (nn.RNN, nn.LSTM, nn.GRU, nn.RNNCell, nn.LSTMCell,
 -- nn.GRUCell): outputs, final states and gradients against PyTorch's
--- (golden/rnn.safetensors, from golden/gen_rnn.py), state-dict names and
+-- (lua/nn/rnn.safetensors, from lua/nn/gen_rnn.py), state-dict names and
 -- shapes, shapes of every layout, dropout, a short training run, bad arguments.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local ok, raises = tap.ok, tap.raises
 local nn, optim = zorch.nn, zorch.optim
 
-local golden = zorch.load("golden/rnn.safetensors").cases
+local golden = zorch.load("lua/nn/rnn.safetensors").cases
 
 -- the largest |a - b| relative to the largest |b| (0 for both empty)
 local function rel(a, b)
@@ -60,7 +60,7 @@ local function run_case(c, dtype)
 end
 
 -- ---- PyTorch's values and gradients ---------------------------------------------------------------
-ok(#golden >= 28, ("golden/rnn.safetensors has its %d cases"):format(#golden))
+ok(#golden >= 28, ("lua/nn/rnn.safetensors has its %d cases"):format(#golden))
 for _, c in ipairs(golden) do
   local e, g, m = run_case(c, "float64")
   ok(e <= 1e-12 and g <= 1e-12, ("%s: PyTorch's outputs and states (worst %.2g) and gradients (worst %.2g)"):format(

@@ -1,5 +1,5 @@
-"""PyTorch's recurrent layers and cells, for tests/lua/test_rnn.lua:
-    python3 tests/golden/gen_rnn.py      (writes tests/golden/rnn.safetensors)
+"""PyTorch's recurrent layers and cells, for tests/lua/nn/test_rnn.lua:
+    python3 tests/lua/nn/gen_rnn.py      (writes tests/lua/nn/rnn.safetensors)
 
 Each case builds a module under a fixed seed in float64 (PyTorch's own
 initialisation gives the weights), runs it on a random input (and initial

@@ -1,11 +1,11 @@
 -- nn modules, losses, schedulers and summaries against PyTorch's values
--- (golden/modules.lua, written by golden/gen_modules.py).
+-- (lua/nn/modules.lua, written by lua/nn/gen_modules.py).
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
 local nn, optim = zorch.nn, zorch.optim
 local ok, raises, close = tap.ok, tap.raises, tap.close
-local G = dofile("golden/modules.lua")
+local G = dofile("lua/nn/modules.lua")
 
 local function shape(t) return "(" .. table.concat(t.shape, ", ") .. ")" end
 local function opts_str(o)
