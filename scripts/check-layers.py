@@ -69,8 +69,11 @@ def include_errors(root):
 # shrinks.
 BINDING_EXCEPTIONS = {
     "lua/lzero.c",  # the ZeRO engine's bindings
-    "lua/lfuncs.c", "lua/ltensor.c", "lua/lshape.c", "lua/lgradfn.c",  # op table, scalars, dims, custom nodes
-    "lua/ldist.c", "lua/loffload.c",  # process groups and the offload store
+    "lua/lfuncs.c",  # the op table
+    "lua/lshape.c",  # dims
+    "lua/lgradfn.c",  # custom nodes
+    "lua/ldist.c",  # process groups
+    "lua/loffload.c",  # the offload store
     "lua/lsandbox.c",  # the VM's state swap
 }
 
