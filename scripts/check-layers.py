@@ -72,7 +72,6 @@ BINDING_EXCEPTIONS = {
     "lua/lfuncs.c",  # the op table
     "lua/ldist.c",  # process groups
     "lua/loffload.c",  # the offload store
-    "lua/lsandbox.c",  # the VM's state swap
 }
 
 
