@@ -70,7 +70,6 @@ def include_errors(root):
 BINDING_EXCEPTIONS = {
     "lua/lzero.c",  # the ZeRO engine's bindings
     "lua/lfuncs.c",  # the op table
-    "lua/loffload.c",  # the offload store
 }
 
 
