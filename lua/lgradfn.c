@@ -181,6 +181,17 @@ static int l_set_rng_state(lua_State *L) {
   return 0;
 }
 
+/* zorch._rng_offset() -> the default generator's offset (its seed is the run's), to resume a stream. */
+static int l_rng_offset(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)zorch_generator_offset(zorch_default_generator()));
+  return 1;
+}
+
+static int l_rng_set_offset(lua_State *L) {
+  zorch_generator_set_offset(zorch_default_generator(), (uint64_t)luaL_checkinteger(L, 1));
+  return 0;
+}
+
 /* zorch._version(t) -> the count of in-place writes to t's storage */
 static int l_version(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)zorch_tensor_version(lz_check(L, 1)));
@@ -206,6 +217,8 @@ static int l_reset_peak(lua_State *L) {
 static const luaL_Reg gradfn_fns[] = {{"_grad_fn", l_grad_fn},
                                       {"_rng_state", l_rng_state},
                                       {"_set_rng_state", l_set_rng_state},
+                                      {"_rng_offset", l_rng_offset},
+                                      {"_rng_set_offset", l_rng_set_offset},
                                       {"_version", l_version},
                                       {"host_memory", l_host_memory},
                                       {"reset_peak_host_memory", l_reset_peak},
