@@ -75,8 +75,9 @@ typedef struct zorch_generator zorch_generator;
 ZORCH_API zorch_status zorch_last_status(void);
 ZORCH_API const char *zorch_last_error(void);
 ZORCH_API void zorch_clear_error(void);
-/* Sets the error zorch_last_error() reports and returns code: a host's
-   callback (a gradient hook, an update) reports its failure this way. */
+/* Records a failure (code and printf-style message, which zorch_last_error()
+   then gives) and returns code: how code outside zorch that zorch calls (a
+   gradient hook, an update callback, a custom node's backward) reports one. */
 ZORCH_API zorch_status zorch_set_error(zorch_status code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -596,6 +597,102 @@ ZORCH_API const char *zorch_blas_info(void);
    (docs/environment.md lists the hooks). Nothing else in zorch reads a test
    switch. */
 ZORCH_API const char *zorch_test_hook(const char *name);
+
+/* ---- for language bindings: messages, dims, scalar operands, item writes -----------------
+   What a binding (the Lua layer is one) needs beyond the ops to map its own
+   conventions onto them: it counts dims and indices from 1, names its own
+   functions in messages, and turns numbers into operands. */
+/* The last error's message with its dims and indices counted from base (0:
+   the text zorch_last_error() gives; 1: as a 1-based binding shows them) into
+   out (n >= 1 bytes, cut to fit); returns out. "" when there is no error. */
+ZORCH_API const char *zorch_last_error_based(int base, char *out, size_t n);
+/* Puts "op: " in front of the last message unless it starts so already: a
+   function made of other ops names itself in their errors. */
+ZORCH_API void zorch_error_prefix(const char *op);
+/* dim (negative: from the end) of a tensor of ndim dims (ndim + extra
+   positions: extra 1 for an insert position, as unsqueeze's) as 0..ndim+extra-1
+   in *out. Out of range: ZORCH_ERR_ARG naming op and the valid range (a 0-d
+   tensor takes 0 and -1). */
+ZORCH_API zorch_status zorch_wrap_dim(const char *op, int dim, int ndim, int extra, int *out);
+/* A 0-d tensor of value in dt on dev: the operand a number stands for beside a
+   tensor. Unlike zorch_full it takes any value: converted as a kernel converts
+   its scalar argument (integers saturate), not refused when out of dt's range. */
+ZORCH_API zorch_tensor *zorch_scalar(double value, zorch_dtype dt, zorch_device dev);
+/* t[index] = src (broadcast to the entry), or a constant: a write into entry
+   index (0-based, negative from the end) of dim 0 that autograd records as
+   zorch_copy_ and the fills record theirs. The constants are range-checked as
+   zorch_fill_ and zorch_fill_i64_ check them. */
+ZORCH_API zorch_status zorch_setitem_(zorch_tensor *t, int64_t index, zorch_tensor *src);
+ZORCH_API zorch_status zorch_setitem_fill_(zorch_tensor *t, int64_t index, double value);
+ZORCH_API zorch_status zorch_setitem_fill_i64_(zorch_tensor *t, int64_t index, int64_t value);
+
+/* ---- custom autograd nodes: PyTorch's autograd.Function, from C ---------------------------
+   The caller computes a function's output itself (any way it likes, under
+   zorch_set_grad_enabled(false) or not) and then records one node that stands
+   for the whole computation: backward gets the output's gradient and returns
+   each input's. Activation checkpointing is one: its backward recomputes the
+   segment and differentiates it. */
+#define ZORCH_CUSTOM_MAX_SAVED 5
+typedef struct {
+  /* the node's name, what zorch_grad_fn_name() gives ("MyOpBackward"); it
+     must outlive the node (a string literal) */
+  const char *name;
+  /* Sets grad_in[i] (NULL on entry) to input i's gradient from grad, the
+     output's: a new reference of the input's shape or one that broadcasts to
+     it (summed and converted as for every op), or NULL for none. saved: the
+     tensors given when recording, unchanged since (an in-place write to one
+     fails the backward before this runs). Runs with grad mode off. An error:
+     return it, with its message set by zorch_set_error; the backward pass
+     fails with it, and frees the gradients set so far. */
+  zorch_status (*backward)(void *ctx, zorch_tensor *grad, zorch_tensor *const *saved, int nin,
+                           zorch_tensor **grad_in);
+  /* Drops ctx, exactly once: when the node's saved state goes (after a
+     backward that did not retain the graph, or when the graph is freed), or
+     before zorch_custom_node returns when it recorded nothing. NULL: nothing
+     to drop. */
+  void (*release)(void *ctx);
+} zorch_custom_fn;
+/* True when grad mode is on and one of the n tensors requires grad: whether
+   zorch_custom_node would record a node for them. */
+ZORCH_API bool zorch_grad_needed(int n, zorch_tensor *const *ts);
+/* A new tensor with out's values (sharing its storage) whose grad_fn is a node
+   of fn over the nin inputs (at most 64), keeping the nsave tensors
+   (ZORCH_CUSTOM_MAX_SAVED at most) for backward. fn is copied; ctx is
+   passed to its functions. Without grad mode, or when no input requires
+   grad, the result is out detached and nothing is recorded. NULL on failure
+   (ctx released). A second backward through the node after its saved state
+   went is ZORCH_ERR_STATE, as for every op. */
+#define ZORCH_CUSTOM_MAX_IN 64
+ZORCH_API zorch_tensor *zorch_custom_node(zorch_tensor *out, int nin, zorch_tensor *const *inputs, int nsave,
+                                          zorch_tensor *const *save, const zorch_custom_fn *fn, void *ctx);
+/* The count of in-place writes to t's storage so far (what autograd compares
+   for the tensors a node saved). */
+ZORCH_API uint32_t zorch_tensor_version(const zorch_tensor *t);
+/* The seed g was last seeded with (PyTorch's initial_seed); with
+   zorch_generator_offset it is all of g's state. */
+ZORCH_API uint64_t zorch_generator_initial_seed(const zorch_generator *g);
+
+/* ---- per-thread state: what an embedded VM runs under -----------------------------------
+   The default generator, grad mode, the last error and the account that
+   tensor memory is charged to belong to a state. Each thread has its own; an
+   embedding host gives each VM one and makes it current while the VM runs, so
+   that VMs on one thread do not see each other's seeds, modes or errors. */
+typedef struct zstate zorch_state;
+/* A fresh state: default seed, grad mode on, no error. NULL when out of memory. */
+ZORCH_API zorch_state *zorch_state_new(void);
+/* Frees a state that is not current on any thread; NULL is fine. */
+ZORCH_API void zorch_state_free(zorch_state *s);
+/* Makes s current on this thread (NULL: the thread's own) and returns the one
+   that was, to be swapped back when the VM returns. */
+ZORCH_API zorch_state *zorch_state_swap(zorch_state *s);
+
+/* ---- page-locked host memory -------------------------------------------------------------- */
+/* A CPU tensor of zeros in page-locked memory (cudaMallocHost, through the CUDA
+   module) when pin is true and that is possible, else in ordinary memory;
+   *pinned (may be NULL) says which. Page-locked memory moves to and from a
+   GPU faster; without the module, a GPU, or with the driver refusing, the
+   tensor is ordinary. */
+ZORCH_API zorch_tensor *zorch_host_zeros(int ndim, const int64_t *shape, zorch_dtype dt, bool pin, bool *pinned);
 
 /* ---- Lua ---------------------------------------------------------------------------------
    The Lua module: `require "zorch"` (zorch.so, or luaL_requiref(L, "zorch",

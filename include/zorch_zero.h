@@ -60,6 +60,85 @@ ZORCH_API void zorch_zero_set_timeout(double seconds);
 /* Ends MPI if it was started (after the last collective; safe to repeat). */
 ZORCH_API void zorch_zero_finalize(void);
 
+/* ---- collectives over a communicator (process groups) ----------------------------------
+   Every rank of c makes the same calls in the same order. Tensors are
+   contiguous; ranks are c's, from 0. */
+/* In-place maximum over the ranks of c (zorch_zero_allreduce sums). */
+ZORCH_API zorch_status zorch_zero_allreduce_max(zorch_zero_comm *c, zorch_tensor *t);
+/* Every rank's send (equal sizes) concatenated into recv, in rank order. */
+ZORCH_API zorch_status zorch_zero_allgather(zorch_zero_comm *c, const zorch_tensor *send, zorch_tensor *recv);
+/* send summed over the ranks; this rank gets counts[rank] elements into recv.
+   counts has one entry per rank (NULL: recv's size for every rank). */
+ZORCH_API zorch_status zorch_zero_reduce_scatter(zorch_zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
+                                                 const int64_t *counts);
+/* root's t copied into every rank's t (any dtype). */
+ZORCH_API zorch_status zorch_zero_broadcast(zorch_zero_comm *c, zorch_tensor *t, int root);
+/* Point to point, both halves at once so that neighbours exchanging both ways
+   cannot deadlock: send (or NULL) to rank dst, recv (or NULL) filled from rank
+   src; the message must fill recv exactly. */
+ZORCH_API zorch_status zorch_zero_sendrecv(zorch_zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv,
+                                           int src);
+ZORCH_API zorch_status zorch_zero_barrier(zorch_zero_comm *c);
+/* The world rank of c's rank r (r itself for the world; -1 out of range). */
+ZORCH_API int zorch_zero_comm_world_rank(const zorch_zero_comm *c, int r);
+/* Bytes this rank sent and received over c since the last reset (either
+   pointer may be NULL); reset: start counting again from 0 after reading. */
+ZORCH_API void zorch_zero_comm_bytes(zorch_zero_comm *c, uint64_t *sent, uint64_t *received, bool reset);
+
+/* ---- optimizer state on NVMe (ZeRO-Infinity's offload_optimizer "nvme") ---------------
+   Adam's two moments of numel elements live in one file under a folder, in
+   chunks of `chunk` elements; a step streams them through nbuf >= 2 buffers,
+   reading ahead and writing behind on an I/O thread, so memory holds nbuf
+   chunks, not the state. Each chunk's update is zorch_adam_step: the same
+   arithmetic, element for element, as over the whole. */
+typedef struct zoff zorch_offload;
+/* A store of zeros in a new file under dir (unlinked at once: it goes when
+   the store closes or the process ends). A chunk that is a multiple of 1024
+   elements moves with direct I/O where the filesystem allows it. NULL with
+   the error set. */
+ZORCH_API zorch_offload *zorch_offload_open(const char *dir, int64_t numel, int64_t chunk, int nbuf);
+ZORCH_API void zorch_offload_close(zorch_offload *o); /* NULL is fine */
+/* The elements [lo, lo + len) that one parameter group's options update;
+   step: their own step count (a parameter stepped fewer times, having been
+   frozen), or 0 for the call's. */
+typedef struct {
+  int64_t lo, len;
+  zorch_adam_opts k;
+  int64_t step;
+} zorch_offload_run;
+/* One Adam step of param (float32, numel contiguous elements, CPU) with grad,
+   the moments streamed from and back to the file; each run's elements with
+   its options, the others left as they are. */
+ZORCH_API zorch_status zorch_offload_adam(zorch_offload *o, zorch_tensor *param, zorch_tensor *grad, int64_t step,
+                                          int nruns, const zorch_offload_run *runs);
+/* The parameters and gradients live in the file fd too (float32 from byte
+   offsets p_off and g_off; fd is duplicated): from now on adam reads them with
+   the moments and writes the parameters back, ignoring the data of the
+   tensors it is given (their sizes are still checked). */
+ZORCH_API zorch_status zorch_offload_bind_params(zorch_offload *o, int fd, int64_t p_off, int64_t g_off);
+/* With the parameters bound: the next adam multiplies each chunk's gradient
+   by s first (the clip and loss-scale factor), for that step only. */
+ZORCH_API void zorch_offload_set_grad_scale(zorch_offload *o, double s);
+/* The moments, whole, into m and v (float32, numel, contiguous), or from them
+   into the file (checkpoints); zero: both to zeros (a fresh state). */
+ZORCH_API zorch_status zorch_offload_get(zorch_offload *o, zorch_tensor *m, zorch_tensor *v);
+ZORCH_API zorch_status zorch_offload_put(zorch_offload *o, const zorch_tensor *m, const zorch_tensor *v);
+ZORCH_API zorch_status zorch_offload_zero(zorch_offload *o);
+typedef struct {
+  int64_t file_bytes;              /* on disk: the moments */
+  int64_t buffer_bytes;            /* in memory: the chunk buffers */
+  double read_s, write_s, wait_s;  /* the last step: I/O thread reading, writing; the step waiting for it */
+  double step_s;                   /* the last step, start to end */
+  int64_t read_bytes, write_bytes; /* the last step (parameters and gradients included when bound) */
+  bool uring;                      /* the I/O went through io_uring (else pread/pwrite) */
+  bool direct;                     /* the moments' file moves with direct I/O */
+} zorch_offload_stats;
+ZORCH_API void zorch_offload_get_stats(const zorch_offload *o, zorch_offload_stats *s);
+/* The disk under dir, measured: `bytes` written then read back (direct I/O
+   where allowed, *direct says) in a file made and unlinked there, in MB/s. */
+ZORCH_API zorch_status zorch_offload_probe(const char *dir, int64_t bytes, double *write_mbps, double *read_mbps,
+                                           bool *direct);
+
 /* ---- options --------------------------------------------------------------------------- */
 /* The fields the Engine's options fill come from the schema, one row each
    (include/zorch_zero_options.h: the field, its default, range and doc; see

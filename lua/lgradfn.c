@@ -8,11 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/core/node.h"
-#include "../ops/core/state.h"
 #include "lz.h"
 
-#define GRADFN_MAX_IN 64
+#define GRADFN_MAX_IN ZORCH_CUSTOM_MAX_IN
 
 /* The Lua state the nodes call into, shared by them and the state: a node can
    outlive the state (a host holding a tensor after closing its VM), and then
@@ -56,20 +54,22 @@ static int gradfn_call_lua(lua_State *L) {
   return 0;
 }
 
-static zorch_status gradfn_backward(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  const gradfn_args *a = AG_ARGS(n, gradfn_args);
-  if (a->home->closed) return err_set(ZORCH_ERR_STATE, "the Lua state that recorded this node was closed");
+static zorch_status gradfn_backward(void *ctx, zorch_tensor *g, zorch_tensor *const *saved, int nin,
+                                    zorch_tensor **gin) {
+  (void)saved;
+  const gradfn_args *a = ctx;
+  if (a->home->closed) return zorch_set_error(ZORCH_ERR_STATE, "the Lua state that recorded this node was closed");
   lua_State *T = a->home->T;
-  gradfn_call c = {a->ref, n->nin, g, gin};
+  gradfn_call c = {a->ref, nin, g, gin};
   int top = lua_gettop(T);
-  if (!lua_checkstack(T, n->nin + 8)) return err_set(ZORCH_ERR_OOM, "out of Lua stack");
+  if (!lua_checkstack(T, nin + 8)) return zorch_set_error(ZORCH_ERR_OOM, "out of Lua stack");
   lua_pushcfunction(T, gradfn_call_lua);
   lua_pushlightuserdata(T, &c);
   zorch_status st = ZORCH_OK;
   if (lua_pcall(T, 1, 0, 0) != LUA_OK) {
     const char *msg = lua_tostring(T, -1);
-    st = err_set(ZORCH_ERR_STATE, "%s", msg ? msg : "error in the Lua backward function");
-    for (int i = 0; i < n->nin; i++) {
+    st = zorch_set_error(ZORCH_ERR_STATE, "%s", msg ? msg : "error in the Lua backward function");
+    for (int i = 0; i < nin; i++) {
       zorch_tensor_free(gin[i]);
       gin[i] = NULL;
     }
@@ -78,11 +78,14 @@ static zorch_status gradfn_backward(ag_node *n, zorch_tensor *g, zorch_tensor **
   return st;
 }
 
-static void gradfn_free(void *args) {
-  gradfn_args *a = args;
+static void gradfn_free(void *ctx) {
+  gradfn_args *a = ctx;
   if (!a->home->closed) luaL_unref(a->home->T, LUA_REGISTRYINDEX, a->ref);
   home_release(a->home);
+  free(a);
 }
+
+static const zorch_custom_fn gradfn_fn = {"CheckpointBackward", gradfn_backward, gradfn_free};
 
 /* The registry's box of the home (tagged: see lz_tagged). */
 typedef struct {
@@ -147,27 +150,25 @@ static int l_grad_fn(lua_State *L) {
     in[i] = lz_check(L, -1);
     lua_pop(L, 1);
   }
-  zorch_tensor *d = zorch_detach(out);
-  if (!d) return lz_fail(L);
-  if (!ag_needed(nin, in)) return lz_push(L, d);
+  if (!zorch_grad_needed(nin, in)) return lz_push(L, zorch_detach(out));
   gradfn_home *home = gradfn_home_get(L);
   lua_pushvalue(L, 3);
-  gradfn_args a = {home, luaL_ref(L, LUA_REGISTRYINDEX)};
-  zorch_tensor *r = ag_record(d, "CheckpointBackward", gradfn_backward, nin, in, 0, NULL, &a, sizeof a);
-  if (!r) {
-    luaL_unref(L, LUA_REGISTRYINDEX, a.ref);
-    return lz_fail(L);
+  int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  gradfn_args *a = malloc(sizeof *a);
+  if (!a) {
+    luaL_unref(L, LUA_REGISTRYINDEX, ref);
+    return luaL_error(L, "_grad_fn: out of memory");
   }
-  home->refs++;
-  r->grad_fn->free_args = gradfn_free;
-  return lz_push(L, r);
+  *a = (gradfn_args){home, ref};
+  home->refs++; /* the node's, dropped by gradfn_free (also when recording fails) */
+  return lz_push(L, zorch_custom_node(out, nin, in, 0, NULL, &gradfn_fn, a));
 }
 
 /* zorch._rng_state() -> seed, offset of the default generator */
 static int l_rng_state(lua_State *L) {
   const zorch_generator *g = zorch_default_generator();
-  lua_pushinteger(L, (lua_Integer)g->seed);
-  lua_pushinteger(L, (lua_Integer)g->offset);
+  lua_pushinteger(L, (lua_Integer)zorch_generator_initial_seed(g));
+  lua_pushinteger(L, (lua_Integer)zorch_generator_offset(g));
   return 2;
 }
 
@@ -180,9 +181,20 @@ static int l_set_rng_state(lua_State *L) {
   return 0;
 }
 
+/* zorch._rng_offset() -> the default generator's offset (its seed is the run's), to resume a stream. */
+static int l_rng_offset(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)zorch_generator_offset(zorch_default_generator()));
+  return 1;
+}
+
+static int l_rng_set_offset(lua_State *L) {
+  zorch_generator_set_offset(zorch_default_generator(), (uint64_t)luaL_checkinteger(L, 1));
+  return 0;
+}
+
 /* zorch._version(t) -> the count of in-place writes to t's storage */
 static int l_version(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)lz_check(L, 1)->st->version);
+  lua_pushinteger(L, (lua_Integer)zorch_tensor_version(lz_check(L, 1)));
   return 1;
 }
 
@@ -205,6 +217,8 @@ static int l_reset_peak(lua_State *L) {
 static const luaL_Reg gradfn_fns[] = {{"_grad_fn", l_grad_fn},
                                       {"_rng_state", l_rng_state},
                                       {"_set_rng_state", l_set_rng_state},
+                                      {"_rng_offset", l_rng_offset},
+                                      {"_rng_set_offset", l_rng_set_offset},
                                       {"_version", l_version},
                                       {"host_memory", l_host_memory},
                                       {"reset_peak_host_memory", l_reset_peak},

@@ -1,4 +1,4 @@
-/* loffload.c: the optimizer-state store on NVMe (zero/offload.c) for Lua:
+/* loffload.c: the optimizer-state store on NVMe (include/zorch_zero.h) for Lua:
    zorch.offload_store(dir, numel, chunk, buffer_count) -> store with
    store:adam(p, g, step, runs) (runs: {{first element from 0, count, opts}, ...}),
    store:get(m, v), store:put(m, v), store:zero(), store:bind(fd, p_off, g_off)
@@ -6,19 +6,15 @@
    factor for the next adam's bound gradient), store:stats(), store:close() (also at
    collection). lua/optim.lua's Adam steps through it once lua/offload.lua set
    it as the optimizer's state store. */
-#include <string.h>
-
-#include "../ops/backend/cudamod.h"
-#include "../zero/offload.h"
 #include "lz.h"
 
 #define OFFLOAD_MT "zorch.offload"
 
 typedef struct {
-  zoff *o;
+  zorch_offload *o;
 } offload_box;
 
-static zoff *check_store(lua_State *L) {
+static zorch_offload *check_store(lua_State *L) {
   offload_box *b = luaL_checkudata(L, 1, OFFLOAD_MT);
   if (!b->o) luaL_argerror(L, 1, "the optimizer state store was closed");
   return b->o;
@@ -32,7 +28,7 @@ static int l_open(lua_State *L) {
   offload_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->o = NULL;
   lz_setmetatable(L, OFFLOAD_MT);
-  if (!(b->o = zoff_open(dir, numel, chunk, (int)nbuf))) return lz_fail(L);
+  if (!(b->o = zorch_offload_open(dir, numel, chunk, (int)nbuf))) return lz_fail(L);
   return 1;
 }
 
@@ -56,11 +52,11 @@ static void check_opts(lua_State *L, int idx, zorch_adam_opts *k) {
 }
 
 static int l_adam(lua_State *L) {
-  zoff *o = check_store(L);
+  zorch_offload *o = check_store(L);
   luaL_checktype(L, 5, LUA_TTABLE);
   lua_Integer n = lz_len(L, 5);
   if (n < 0 || n > 1 << 20) luaL_argerror(L, 5, "too many runs");
-  zoff_run *runs = lua_newuserdatauv(L, sizeof *runs * (size_t)(n > 0 ? n : 1), 0);
+  zorch_offload_run *runs = lua_newuserdatauv(L, sizeof *runs * (size_t)(n > 0 ? n : 1), 0);
   for (lua_Integer i = 1; i <= n; i++) {
     if (lz_geti(L, 5, i) != LUA_TTABLE) luaL_error(L, "store:adam: run %d must be {first, count, opts [, step]}", (int)i);
     lz_geti(L, -1, 1), lz_geti(L, -2, 2), lz_geti(L, -3, 3), lz_geti(L, -4, 4);
@@ -72,41 +68,41 @@ static int l_adam(lua_State *L) {
     check_opts(L, lua_gettop(L) - 1, &runs[i - 1].k);
     lua_pop(L, 5);
   }
-  if (zoff_adam(o, lz_check(L, 2), lz_check(L, 3), luaL_checkinteger(L, 4), (int)n, runs)) return lz_fail(L);
+  if (zorch_offload_adam(o, lz_check(L, 2), lz_check(L, 3), luaL_checkinteger(L, 4), (int)n, runs)) return lz_fail(L);
   return 0;
 }
 
 /* store:grad_scale(s): the next adam's factor for the bound gradient */
 static int l_grad_scale(lua_State *L) {
-  zoff_set_grad_scale(check_store(L), luaL_checknumber(L, 2));
+  zorch_offload_set_grad_scale(check_store(L), luaL_checknumber(L, 2));
   return 0;
 }
 
 static int l_bind(lua_State *L) {
-  zoff *o = check_store(L);
-  if (zoff_bind_params(o, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4)))
+  zorch_offload *o = check_store(L);
+  if (zorch_offload_bind_params(o, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4)))
     return lz_fail(L);
   return 0;
 }
 
 static int l_zero(lua_State *L) {
-  if (zoff_zero(check_store(L))) return lz_fail(L);
+  if (zorch_offload_zero(check_store(L))) return lz_fail(L);
   return 0;
 }
 
 static int l_get(lua_State *L) {
-  if (zoff_get(check_store(L), lz_check(L, 2), lz_check(L, 3))) return lz_fail(L);
+  if (zorch_offload_get(check_store(L), lz_check(L, 2), lz_check(L, 3))) return lz_fail(L);
   return 0;
 }
 
 static int l_put(lua_State *L) {
-  if (zoff_put(check_store(L), lz_check(L, 2), lz_check(L, 3))) return lz_fail(L);
+  if (zorch_offload_put(check_store(L), lz_check(L, 2), lz_check(L, 3))) return lz_fail(L);
   return 0;
 }
 
 static int l_stats(lua_State *L) {
-  zoff_stats s;
-  zoff_get_stats(check_store(L), &s);
+  zorch_offload_stats s;
+  zorch_offload_get_stats(check_store(L), &s);
   lua_createtable(L, 0, 8);
   lua_pushnumber(L, s.step_s), lua_setfield(L, -2, "step_s");
   lua_pushstring(L, s.uring ? "io_uring" : "pread"), lua_setfield(L, -2, "io");
@@ -123,7 +119,7 @@ static int l_stats(lua_State *L) {
 
 static int l_close(lua_State *L) {
   offload_box *b = luaL_checkudata(L, 1, OFFLOAD_MT);
-  zoff_close(b->o);
+  zorch_offload_close(b->o);
   b->o = NULL;
   return 0;
 }
@@ -134,36 +130,22 @@ static int l_probe(lua_State *L) {
   lz_check_path(L, dir, "write");
   double w, r;
   bool direct;
-  if (zoff_probe(dir, luaL_checkinteger(L, 2), &w, &r, &direct)) return lz_fail(L);
+  if (zorch_offload_probe(dir, luaL_checkinteger(L, 2), &w, &r, &direct)) return lz_fail(L);
   lua_pushnumber(L, w);
   lua_pushnumber(L, r);
   lua_pushboolean(L, direct);
   return 3;
 }
 
-static void pinned_deleter(void *data, void *ctx) {
-  (void)ctx;
-  cuda_host_free(data);
-}
-
 /* zorch._host_zeros(n, pin) -> a float32 CPU tensor of n zeros, and whether
-   it is page-locked (pin: cudaMallocHost through the CUDA module; ordinary
-   memory where there is no module, no GPU or the driver refuses) */
+   it is page-locked (pin: through the CUDA module; ordinary memory where
+   there is no module, no GPU or the driver refuses) */
 static int l_host_zeros(lua_State *L) {
   int64_t n = luaL_checkinteger(L, 1);
   if (n < 0) return luaL_argerror(L, 1, "the element count must be >= 0");
-  void *p = lua_toboolean(L, 2) ? cuda_host_alloc((size_t)(n > 0 ? n : 1) * sizeof(float)) : NULL;
-  zorch_tensor *t = NULL;
-  if (p) {
-    memset(p, 0, (size_t)n * sizeof(float));
-    if (!(t = zorch_tensor_wrap_owned(p, ZORCH_F32, 1, &n, NULL, pinned_deleter, NULL))) cuda_host_free(p);
-  } else {
-    zorch_device cpu = {ZORCH_CPU, 0};
-    t = zorch_zeros(1, &n, ZORCH_F32, cpu);
-  }
-  if (!t) return lz_fail(L);
-  lz_push(L, t);
-  lua_pushboolean(L, p != NULL);
+  bool pinned;
+  lz_push(L, zorch_host_zeros(1, &n, ZORCH_F32, lua_toboolean(L, 2), &pinned));
+  lua_pushboolean(L, pinned);
   return 2;
 }
 

@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "../ops/core/state.h"
 #include "lz.h"
 
 typedef struct {
@@ -73,8 +72,8 @@ void lz_vm_hook(lz_vm *vm) {
   if (vm->max_instructions || vm->max_seconds > 0) lua_sethook(vm->main, budget_hook, LUA_MASKCOUNT, hook_every(vm));
 }
 
-zstate *lz_vm_enter(lz_vm *vm) {
-  zstate *prev = zstate_swap(vm->state);
+zorch_state *lz_vm_enter(lz_vm *vm) {
+  zorch_state *prev = zorch_state_swap(vm->state);
   if (vm->depth++ == 0) {
     vm->steps = 0;
     vm->exceeded = 0;
@@ -84,12 +83,12 @@ zstate *lz_vm_enter(lz_vm *vm) {
   return prev;
 }
 
-void lz_vm_leave(lz_vm *vm, zstate *prev) {
+void lz_vm_leave(lz_vm *vm, zorch_state *prev) {
   if (--vm->depth == 0 && vm->exceeded) {
     vm->exceeded = 0;
     lz_vm_hook(vm);
   }
-  zstate_swap(prev);
+  zorch_state_swap(prev);
 }
 
 /* ---- paths ------------------------------------------------------------------------ */

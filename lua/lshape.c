@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/core/error.h"
-#include "../ops/core/tensor.h"
 #include "lz.h"
 
 #define T(i) lz_check(L, i)
@@ -143,7 +141,7 @@ static int f_unbind(lua_State *L) {
     zorch_unbind(x, d, NULL); /* sets its error */
     return lz_fail(L);
   }
-  if (dim_wrap("unbind", d, zorch_tensor_ndim(x), 0, &w)) return lz_fail(L);
+  if (zorch_wrap_dim("unbind", d, zorch_tensor_ndim(x), 0, &w)) return lz_fail(L);
   int64_t n = zorch_tensor_shape(x)[w];
   lua_createtable(L, (int)n, 0);
   zorch_tensor **parts = lua_newuserdatauv(L, sizeof *parts * (size_t)(n ? n : 1), 0);
@@ -168,7 +166,7 @@ static int f_movedim(lua_State *L) {
 /* Pushes t, or raises the last error with `op` in front (the aliases below
    are made of other ops, whose names their messages would carry). */
 static int push_as(lua_State *L, zorch_tensor *t, const char *op) {
-  if (!t) err_prefix(op);
+  if (!t) zorch_error_prefix(op);
   PUSH(t);
 }
 static int swap(lua_State *L, const char *op) {

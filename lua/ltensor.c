@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/def/ops.h"
-#include "../ops/core/error.h"
 #include "lz.h"
 
 /* A tensor box is known by its size and its tag, the address of box_tag,
@@ -49,7 +47,7 @@ static _Thread_local size_t lz_since_full;
 
 int lz_fail(lua_State *L) {
   char msg[1536]; /* the core's message, each marked number at most one digit longer */
-  return luaL_error(L, "%s", err_render(1, msg, sizeof msg));
+  return luaL_error(L, "%s", zorch_last_error_based(1, msg, sizeof msg));
 }
 
 /* Pushes an empty tensor box; st is the state table's index. [-0, +1, m] */
@@ -300,7 +298,7 @@ int lz_binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *,
   double v = lua_tonumber(L, ni);
   if (lua_isinteger(L, ni) && sdt == ZORCH_I32) v = (int32_t)(uint32_t)lua_tointeger(L, ni); /* wraps, */
   if (lua_isinteger(L, ni) && sdt == ZORCH_U8) v = (uint8_t)lua_tointeger(L, ni); /* as PyTorch's */
-  zorch_tensor *s = op_full(0, NULL, v, sdt, zorch_tensor_device(t));
+  zorch_tensor *s = zorch_scalar(v, sdt, zorch_tensor_device(t));
   if (s && lua_isinteger(L, ni) && zorch_tensor_dtype(s) == ZORCH_I64 && zorch_fill_i64_(s, lua_tointeger(L, ni))) {
     zorch_tensor_free(s); /* an int64 number past 2^53 is kept exact */
     s = NULL;
@@ -381,7 +379,7 @@ static int t_pow(lua_State *L) {
     double s = lua_tonumber(L, 1);
     zorch_dtype dt = zorch_tensor_dtype(e);
     if (!zorch_dtype_is_float(dt)) dt = lua_isinteger(L, 1) ? ZORCH_I64 : ZORCH_F32;
-    zorch_tensor *base = op_full(0, NULL, s, dt, zorch_tensor_device(e));
+    zorch_tensor *base = zorch_scalar(s, dt, zorch_tensor_device(e));
     if (!base) return lz_fail(L);
     zorch_tensor *r = zorch_pow(base, e);
     zorch_tensor_free(base);
@@ -526,8 +524,9 @@ static int t_newindex(lua_State *L) {
     if (i == 0) return luaL_error(L, "index: indices are 1-based (0 is not an index)");
     zorch_tensor *src = lua_type(L, 3) == LUA_TNUMBER ? NULL : lz_check(L, 3);
     bool integer = !src && lua_isinteger(L, 3);
-    if (op_assign_index(t, i > 0 ? i - 1 : i, src, integer, integer ? lua_tointeger(L, 3) : 0,
-                        src || integer ? 0 : lua_tonumber(L, 3)))
+    int64_t at = i > 0 ? i - 1 : i;
+    if (src ? zorch_setitem_(t, at, src)
+            : integer ? zorch_setitem_fill_i64_(t, at, lua_tointeger(L, 3)) : zorch_setitem_fill_(t, at, lua_tonumber(L, 3)))
       return lz_fail(L);
     return 0;
   }

@@ -8,6 +8,7 @@
 #include <lua.h>
 
 #include "zorch.h"
+#include "zorch_zero.h"
 
 #define LZ_TENSOR "zorch.Tensor"
 #define LZ_SHAPE "zorch.Shape"
@@ -95,9 +96,8 @@ void lz_open_shape(lua_State *L, int module, int methods);
 /* ---- the VM an embedding host made (lsandbox.c) ---------------------------------
    vm/embed.c fills one per VM and keeps it in the registry ("zorch.vm");
    a Lua state without one (zorch.so loaded by lua5.4) has no limits. */
-struct zstate;
 typedef struct lz_vm {
-  struct zstate *state;        /* the VM's zorch state, current while it runs */
+  zorch_state *state;          /* the VM's zorch state, current while it runs */
   lua_State *main;             /* its main thread */
   int sandbox;                 /* files only in the folders below */
   char **read_dirs, **write_dirs; /* resolved folders, NULL-terminated (write implies read) */
@@ -116,8 +116,8 @@ lz_vm *lz_vm_get(lua_State *L);
 void lz_vm_attach(lua_State *L, lz_vm *vm);
 /* Enters the VM (its state current, its budget counted from the outermost
    entry); returns the state to give lz_vm_leave. */
-struct zstate *lz_vm_enter(lz_vm *vm);
-void lz_vm_leave(lz_vm *vm, struct zstate *prev);
+zorch_state *lz_vm_enter(lz_vm *vm);
+void lz_vm_leave(lz_vm *vm, zorch_state *prev);
 /* Installs the instruction/time budget hook when the VM has a budget. */
 void lz_vm_hook(lz_vm *vm);
 /* Raises "not allowed" unless the VM may `access` ("read" or "write") path:
@@ -138,8 +138,7 @@ void lz_push_module_io(lua_State *L);
 
 /* A process group argument (ldist.c): a zorch.Group, or the world's when
    absent. */
-struct zero_comm;
-struct zero_comm *lz_opt_group(lua_State *L, int idx);
+zorch_zero_comm *lz_opt_group(lua_State *L, int idx);
 
 /* What `require "zorch.nn.loss"` gives for an embedded module
    (lua/zorch/nn/loss.lua): luaopen_zorch_nn_loss, generated beside the

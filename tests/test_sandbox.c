@@ -71,6 +71,8 @@ static void test_files(void) {
      "the message holds no bytes of the file");
   REFUSED(vm, "zorch.load('/nonexistent/file')", "a missing file outside: the same answer");
   REFUSED(vm, "zorch.save({a = zorch.ones(2)}, OUT .. '/w.safetensors')", "zorch.save outside");
+  REFUSED(vm, "zorch.fs.write_atomic(OUT .. '/w', 'x')", "zorch.fs.write_atomic outside");
+  REFUSED(vm, "zorch.fs.mkdir(OUT .. '/made', true)", "zorch.fs.mkdir outside");
   REFUSED(vm, "zorch.load(IN .. '/../' .. OUT:match('[^/]+$') .. '/keep')", "reading through ..");
   REFUSED(vm, "zorch.save({a = zorch.ones(2)}, IN .. '/../w.safetensors')", "writing through ..");
   REFUSED(vm, "zorch.data.read_csv(IN .. '/link/secret.csv')", "reading through a symlink");

@@ -632,3 +632,47 @@ bool zoff_pio(int fd, bool direct, bool write, void *buf, size_t len, off_t at) 
   errno = e;
   return ok;
 }
+
+/* ---- public: include/zorch_zero.h ---- */
+#define NEED_STORE(o) \
+  if (!(o)) return err_set(ZORCH_ERR_ARG, "%s: the store is NULL", __func__)
+
+zorch_offload *zorch_offload_open(const char *dir, int64_t numel, int64_t chunk, int nbuf) {
+  if (!dir) return err_null(ZORCH_ERR_ARG, "zorch_offload_open: dir is NULL");
+  return zoff_open(dir, numel, chunk, nbuf);
+}
+void zorch_offload_close(zorch_offload *o) { zoff_close(o); }
+zorch_status zorch_offload_adam(zorch_offload *o, zorch_tensor *param, zorch_tensor *grad, int64_t step, int nruns,
+                                const zorch_offload_run *runs) {
+  NEED_STORE(o);
+  if (nruns < 0 || (nruns && !runs)) return err_set(ZORCH_ERR_ARG, "zorch_offload_adam: no runs");
+  return zoff_adam(o, param, grad, step, nruns, runs);
+}
+zorch_status zorch_offload_bind_params(zorch_offload *o, int fd, int64_t p_off, int64_t g_off) {
+  NEED_STORE(o);
+  return zoff_bind_params(o, fd, p_off, g_off);
+}
+void zorch_offload_set_grad_scale(zorch_offload *o, double s) {
+  if (o) zoff_set_grad_scale(o, s);
+}
+zorch_status zorch_offload_get(zorch_offload *o, zorch_tensor *m, zorch_tensor *v) {
+  NEED_STORE(o);
+  return zoff_get(o, m, v);
+}
+zorch_status zorch_offload_put(zorch_offload *o, const zorch_tensor *m, const zorch_tensor *v) {
+  NEED_STORE(o);
+  return zoff_put(o, m, v);
+}
+zorch_status zorch_offload_zero(zorch_offload *o) {
+  NEED_STORE(o);
+  return zoff_zero(o);
+}
+void zorch_offload_get_stats(const zorch_offload *o, zorch_offload_stats *s) {
+  if (!s) return;
+  if (!o) *s = (zorch_offload_stats){0};
+  else zoff_get_stats(o, s);
+}
+zorch_status zorch_offload_probe(const char *dir, int64_t bytes, double *write_mbps, double *read_mbps, bool *direct) {
+  if (!dir || !write_mbps || !read_mbps || !direct) return err_set(ZORCH_ERR_ARG, "zorch_offload_probe: NULL argument");
+  return zoff_probe(dir, bytes, write_mbps, read_mbps, direct);
+}

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "zorch.h"
+#include "zorch_zero.h"
 
 typedef struct zoff zoff;
 
@@ -46,11 +46,7 @@ void zoff_set_grad_scale(zoff *o, double s);
 /* The elements [lo, lo + len) of the store that one group's options update;
    step: their own step count (a parameter stepped fewer times than the
    optimizer, having been frozen), or 0 for the call's. */
-typedef struct {
-  int64_t lo, len;
-  zorch_adam_opts k;
-  int64_t step;
-} zoff_run;
+typedef zorch_offload_run zoff_run; /* include/zorch_zero.h */
 /* One Adam step of param (float32, numel contiguous elements on the CPU) with
    grad, the moments streamed from and back to the file; each run's elements
    with its options, the others left as they are. */
@@ -61,15 +57,7 @@ zorch_status zoff_get(zoff *o, zorch_tensor *m, zorch_tensor *v);
 zorch_status zoff_put(zoff *o, const zorch_tensor *m, const zorch_tensor *v);
 zorch_status zoff_zero(zoff *o);
 
-typedef struct {
-  int64_t file_bytes;   /* on disk: the moments */
-  int64_t buffer_bytes; /* in memory, the chunk buffers */
-  double read_s, write_s, wait_s; /* the last step: I/O thread busy reading, writing; the step waiting for it */
-  double step_s;                  /* the last step, start to end */
-  int64_t read_bytes, write_bytes; /* the last step (parameters and gradients included when bound) */
-  bool uring; /* the I/O went through io_uring (else pread/pwrite) */
-  bool direct; /* the moments' file moves with direct I/O (else through the page cache) */
-} zoff_stats;
+typedef zorch_offload_stats zoff_stats;
 void zoff_get_stats(const zoff *o, zoff_stats *s);
 
 /* The disk under dir, measured: `bytes` written then read back with direct

@@ -119,10 +119,20 @@ void zorch_clear_error(void) {
   s->err_raw[0] = 0;
 }
 
+/* ---- public: for language bindings ---- */
+const char *zorch_last_error_based(int base, char *out, size_t n) {
+  if (!out || n == 0) return out;
+  return err_render(base, out, n);
+}
+
+void zorch_error_prefix(const char *op) {
+  if (op) err_prefix(op);
+}
+
 zorch_status zorch_set_error(zorch_status code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  zorch_status st = err_setv(code, fmt, ap);
+  err_vset(code, fmt ? fmt : "", ap);
   va_end(ap);
-  return st;
+  return code;
 }

@@ -27,6 +27,7 @@ void zorch_generator_seed(zorch_generator *g, uint64_t seed) {
   g->offset = 0;
 }
 uint64_t zorch_generator_offset(const zorch_generator *g) { return g->offset; }
+uint64_t zorch_generator_initial_seed(const zorch_generator *g) { return g->seed; }
 void zorch_generator_set_offset(zorch_generator *g, uint64_t offset) { g->offset = offset; }
 zorch_generator *zorch_default_generator(void) { return &default_gen; }
 void zorch_manual_seed(uint64_t seed) { zorch_generator_seed(&default_gen, seed); }

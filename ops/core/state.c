@@ -43,3 +43,8 @@ zmem_account *zmem_account_new(size_t limit) {
 void zmem_account_release(zmem_account *a) {
   if (a && atomic_fetch_sub(&a->refs, 1) == 1) free(a);
 }
+
+/* ---- public: the state a VM runs under ---- */
+zorch_state *zorch_state_new(void) { return zstate_new(); }
+void zorch_state_free(zorch_state *s) { zstate_free(s); }
+zorch_state *zorch_state_swap(zorch_state *s) { return zstate_swap(s); }

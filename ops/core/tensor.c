@@ -469,3 +469,11 @@ zorch_tensor *zorch_tensor_wrap_owned(void *data, zorch_dtype dt, int ndim,
                                       void (*deleter)(void *, void *), void *ctx) {
   return wrap(data, dt, ndim, shape, strides, deleter, ctx);
 }
+
+zorch_status zorch_wrap_dim(const char *op, int dim, int ndim, int extra, int *out) {
+  if (!out || ndim < 0 || extra < 0)
+    return err_set(ZORCH_ERR_ARG, "%s: zorch_wrap_dim: bad arguments", op ? op : "wrap_dim");
+  return dim_wrap(op ? op : "wrap_dim", dim, ndim, extra, out);
+}
+
+uint32_t zorch_tensor_version(const zorch_tensor *t) { return t ? t->st->version : 0; }

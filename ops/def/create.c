@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/cudamod.h"
 #include "../backend/math.h"
 #include "ops.h"
 
@@ -533,4 +534,46 @@ zorch_status zorch_tensor_get(const zorch_tensor *t, const int64_t *index, doubl
   zorch_status st = zorch_tensor_to_doubles(one, out, 1);
   zorch_tensor_free(one);
   return st;
+}
+
+/* ---- public: for language bindings ---- */
+zorch_tensor *zorch_scalar(double value, zorch_dtype dt, zorch_device dev) {
+  return op_full(0, NULL, value, dt, dev);
+}
+
+zorch_status zorch_setitem_(zorch_tensor *t, int64_t index, zorch_tensor *src) {
+  if (!src) return err_set(ZORCH_ERR_ARG, "index assignment: value is NULL");
+  return op_assign_index(t, index, src, false, 0, 0);
+}
+
+zorch_status zorch_setitem_fill_(zorch_tensor *t, int64_t index, double value) {
+  return op_assign_index(t, index, NULL, false, 0, value);
+}
+
+zorch_status zorch_setitem_fill_i64_(zorch_tensor *t, int64_t index, int64_t value) {
+  return op_assign_index(t, index, NULL, true, value, 0);
+}
+
+static void pinned_free(void *data, void *ctx) {
+  (void)ctx;
+  cuda_host_free(data);
+}
+
+zorch_tensor *zorch_host_zeros(int ndim, const int64_t *shape, zorch_dtype dt, bool pin, bool *pinned) {
+  if (pinned) *pinned = false;
+  if ((unsigned)dt >= ZORCH_NDTYPES) return err_null(ZORCH_ERR_DTYPE, "host_zeros: invalid dtype %d", (int)dt);
+  if (ndim < 0 || ndim > ZORCH_MAX_DIMS || (ndim && !shape) || !shape_fits(ndim, shape))
+    return zorch_zeros(ndim, shape, dt, cpu_dev); /* its error */
+  int64_t n = shape_numel(ndim, shape);
+  size_t bytes = (size_t)n * zorch_dtype_size(dt);
+  void *p = pin ? cuda_host_alloc(bytes ? bytes : 1) : NULL;
+  if (!p) return zorch_zeros(ndim, shape, dt, cpu_dev);
+  memset(p, 0, bytes);
+  zorch_tensor *t = zorch_tensor_wrap_owned(p, dt, ndim, shape, NULL, pinned_free, NULL);
+  if (!t) {
+    cuda_host_free(p);
+    return NULL;
+  }
+  if (pinned) *pinned = true;
+  return t;
 }

@@ -103,10 +103,10 @@ end
 
 -- rewrites a checkpoint's manifest (and its hash, so only the fields are wrong)
 local function rewrite(where, change)
-  local m = Z._json_decode(io.open(where .. "/manifest.json"):read("a"))
+  local m = Z.json.decode(io.open(where .. "/manifest.json"):read("a"))
   change(m)
   local h = io.open(where .. "/manifest.json", "w")
-  h:write(Z._json_encode(m))
+  h:write(Z.json.encode(m))
   h:close()
   h = io.open(where .. "/manifest.hash", "w")
   h:write(Z._file_hash(where .. "/manifest.json"))

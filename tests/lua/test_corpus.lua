@@ -25,7 +25,7 @@ tap.ok(#files >= 60, ("%d configuration files in the corpus"):format(#files))
 
 -- The sizes a file sets for the batch: the world size they imply when all three are given.
 local function implied_world(text)
-  local ok, ds = pcall(Z._json_decode, text, true)
+  local ok, ds = pcall(Z.json.decode, text, true)
   if not ok or type(ds) ~= "table" then return nil end
   local tb, mb, ga = ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps
   if math.type(tb) == "integer" and math.type(mb) == "integer" and math.type(ga) == "integer" and mb * ga > 0 and

@@ -16,7 +16,7 @@ local function header(path)
   local n = string.unpack("<I8", f:read(8))
   local h = f:read(n)
   f:close()
-  return Z._json_decode(h)
+  return Z.json.decode(h)
 end
 
 -- Deep equality with Lua 5.4's number subtypes: a float 1.0 is not an integer 1.
@@ -106,7 +106,7 @@ ok(same(model:state_dict(), model2:state_dict()) and same(opt:state_dict(), opt2
 local h = header(path)
 ok(h["model.0.weight"] and h["opt.state.1.exp_avg"] and h["opt.state.4.exp_avg_sq"], "tensors are named by their paths")
 ok(type(h.__metadata__) == "table" and type(h.__metadata__["zorch.values"]) == "string", "the values are metadata")
-local v = Z._json_decode(h.__metadata__["zorch.values"])
+local v = Z.json.decode(h.__metadata__["zorch.values"])
 ok(v.version == 1 and v.value.map.epoch == 3 and v.value.map.cfg.map.warm.float == "1" and
    v.value.map.model.map["0.weight"].tensor == "model.0.weight", "the documented JSON layout")
 -- a table of tensors alone: no metadata, names as given (PyTorch's layout)

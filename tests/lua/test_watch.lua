@@ -31,7 +31,7 @@ local function u32(s, i) return string.unpack("<I4", s, i) end
 
 local dir = os.tmpname()
 os.remove(dir)
-Z._mkdir(dir)
+Z.fs.mkdir(dir)
 
 -- ---- CRC32C and the TensorBoard record encoding ------------------------------------
 tap.ok(Z._crc32c("123456789") == 0xE3069283, ("crc32c('123456789') = 0xE3069283 (got 0x%08X)"):format(
@@ -125,11 +125,11 @@ log:close()
 log:close()
 local jl = {}
 for line in read(dir .. "/l.jsonl"):gmatch("[^\n]+") do jl[#jl + 1] = line end
-local r1, r2 = Z._json_decode(jl[1]), Z._json_decode(jl[2])
+local r1, r2 = Z.json.decode(jl[1]), Z.json.decode(jl[2])
 tap.ok(#jl == 4 and r1.step == 1 and r1.loss == 0.5 and r1.lr == 0.001 and r2.loss == 0.25 and type(r1.time) == "number",
        "JSON lines: step, time and the values (a tensor read as a number): " .. jl[1])
-tap.ok(Z._json_decode(jl[3]).note == 'a, "b"' and jl[4]:find('"loss": null', 1, true) and
-       Z._json_decode(jl[4]).ok == 1, "strings kept, NaN written as null, booleans as 1/0")
+tap.ok(Z.json.decode(jl[3]).note == 'a, "b"' and jl[4]:find('"loss": null', 1, true) and
+       Z.json.decode(jl[4]).ok == 1, "strings kept, NaN written as null, booleans as 1/0")
 local csv = {}
 for line in read(dir .. "/l.csv"):gmatch("[^\n]+") do csv[#csv + 1] = line end
 tap.ok(csv[1] == "step,time,loss,lr,epoch,note,ok", "the CSV header grows with new names: " .. csv[1])
@@ -171,7 +171,7 @@ print(json.dumps({t: [[e.step, value(e.value)] for e in ea.Scalars(t)] for t in 
 write(dir .. "/read_tb.py", read_tb)
 if python_tb then
   out = run(("python3 %s/read_tb.py %s"):format(dir, tbdir))
-  local okj, sc = pcall(Z._json_decode, out:match("{.*}") or "")
+  local okj, sc = pcall(Z.json.decode, out:match("{.*}") or "")
   tap.ok(okj and sc.loss and #sc.loss == 3 and sc.loss[1][1] == 1 and sc.loss[1][2] == 0.5 and sc.loss[2][2] == 0.25 and
          sc.loss[3][2] == "nan" and #sc.lr == 3 and math.abs(sc.lr[3][2] - 0.003) < 1e-9 and sc.epoch[1][1] == 2 and not sc.note,
          "tensorboard's EventAccumulator reads the logged scalars: " .. out:sub(1, 300))
@@ -192,7 +192,7 @@ tap.ok(epoch_line and epoch_line:match("grad norm: [%d.]+  lr: [%d.e-]+  samples
 tap.ok(select(2, out:gsub("\nstep %d+ ", "")) + (out:match("^step ") and 1 or 0) == 6, "a step line every 10 of 60 steps")
 local rows, epochs = {}, {}
 for line in (read(dir .. "/m.jsonl") or ""):gmatch("[^\n]+") do
-  local r = Z._json_decode(line)
+  local r = Z.json.decode(line)
   if r.epoch then epochs[#epochs + 1] = r else rows[#rows + 1] = r end
 end
 tap.ok(#rows == 60 and rows[60].step == 60 and rows[1].loss > 0 and rows[1].lr == 0.00015 and rows[1].grad_norm > 0,
@@ -208,7 +208,7 @@ tap.ok(#csv == 64 and csv[1] == "step,time,grad_norm,loss,lr,epoch,epoch_loss,sa
        tonumber(c2[4]) == rows[1].loss, "--csv: the same rows and values: " .. (csv[1] or ""))
 if python_tb then
   out = run(("python3 %s/read_tb.py %s/tb/run"):format(dir, dir))
-  local okj, sc = pcall(Z._json_decode, out:match("{.*}") or "")
+  local okj, sc = pcall(Z.json.decode, out:match("{.*}") or "")
   local match = okj and sc.loss and #sc.loss == 60
   for i = 1, 60 do
     match = match and sc.loss[i][1] == rows[i].step and math.abs(sc.loss[i][2] - rows[i].loss) <= 1e-6 * rows[i].loss

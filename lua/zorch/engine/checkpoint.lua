@@ -344,7 +344,7 @@ end
 -- (and checks manifest.hash and the files besides).
 function zorch._read_manifest_text(text)
   if type(text) ~= "string" then return false, "manifest: expected a string" end
-  local ok, m = pcall(zorch._json_decode, text, true)
+  local ok, m = pcall(zorch.json.decode, text, true)
   if not ok then return false, "manifest.json is not valid JSON: " .. tostring(m):gsub("^json: ", "") end
   local why = manifest_error(m)
   if why then return false, "manifest.json " .. why end
@@ -430,10 +430,10 @@ end
 -- model's parameters (each name once, in stage then part order).
 local function manifest_layout(engine, part)
   local L = engine.layout
-  local texts = allgather_strings(zorch._json_encode(part))
+  local texts = allgather_strings(zorch.json.encode(part))
   local parts, seen = {}, {}
   for _, text in ipairs(texts) do
-    local q = zorch._json_decode(text, true)
+    local q = zorch.json.decode(text, true)
     local key = q.tensor .. "," .. q.pipeline
     if not seen[key] then seen[key] = true; parts[#parts + 1] = q end
   end
@@ -557,7 +557,7 @@ function Engine:save_checkpoint(dir, opts)
   local world = zorch._group_world()
   local lead, wrank, nfiles = world:rank() == 0, world:rank(), world:size()
   if lead then
-    zorch._mkdir(dir)
+    zorch.fs.mkdir(dir)
     gen:fill_(next_generation(dir))
   end
   if nfiles > 1 then
@@ -566,7 +566,7 @@ function Engine:save_checkpoint(dir, opts)
   end
   local folder = ("%s@%d"):format(tag, math.tointeger(gen:item()))
   local where = dir .. "/" .. folder
-  if lead then zorch._mkdir(where) end
+  if lead then zorch.fs.mkdir(where) end
   stop_after("folder")
   barrier()
   -- this rank's pieces: the part of [lo, hi) its shard owns (stage 0: its share)
@@ -632,14 +632,14 @@ function Engine:save_checkpoint(dir, opts)
       loss_scale = self.cfg.precision == "fp16" and {scale = self.scaler.scale, hysteresis = self.scaler.hysteresis,
         attempts = self.scaler.attempts, last_overflow = self.scaler.last_overflow, skipped = self.scaler.skipped} or false,
     }
-    local text = zorch._json_encode(manifest)
+    local text = zorch.json.encode(manifest)
     local ok, why = zorch._read_manifest_text(text)
     if not ok then error("save_checkpoint: the manifest it would write is invalid: " .. why, 2) end
     -- the hash first: a manifest.json present always has its hash beside it
-    zorch._write_atomic(where .. "/manifest.hash", text_hash(text) .. "\n")
-    zorch._write_atomic(where .. "/manifest.json", text)
+    zorch.fs.write_atomic(where .. "/manifest.hash", text_hash(text) .. "\n")
+    zorch.fs.write_atomic(where .. "/manifest.json", text)
     stop_after("manifest")
-    zorch._write_atomic(dir .. "/latest", folder) -- the publication
+    zorch.fs.write_atomic(dir .. "/latest", folder) -- the publication
     stop_after("latest")
     -- only now: older folders of this tag (and what older zorch versions left)
     for _, name in ipairs(zorch._list_dir(dir) or {}) do
@@ -1002,7 +1002,7 @@ function zorch._consolidate(...)
     off = off + #buffer_bytes[i]
   end
   -- (an empty table encodes as {}: a 0-d buffer's shape must be [])
-  local text = zorch._json_encode(header):gsub("%s", ""):gsub('"shape":{}', '"shape":[]')
+  local text = zorch.json.encode(header):gsub("%s", ""):gsub('"shape":{}', '"shape":[]')
   text = text .. string.rep(" ", (8 - #text % 8) % 8)
   local tmp = out .. ".partial"
   local f = assert(io.open(tmp, "wb"))

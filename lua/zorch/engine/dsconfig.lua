@@ -384,7 +384,7 @@ local function mistake(message)
 end
 
 local function decode(text, what)
-  local ok, cfg = pcall(zorch._json_decode, text, true)
+  local ok, cfg = pcall(zorch.json.decode, text, true)
   if not ok then
     error(mistake(("%s is not a JSON object: %s"):format(what, tostring(cfg):gsub("^json: ", ""))))
   end

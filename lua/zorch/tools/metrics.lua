@@ -35,7 +35,7 @@ local function open(path, mode, what)
 end
 
 -- mkdir -p
-local function make_dirs(dir) zorch._mkdir(dir, true) end
+local function make_dirs(dir) zorch.fs.mkdir(dir, true) end
 
 -- The shortest of %.15g, %.16g and %.17g that reads back as the same number.
 local function fmt_number(v)

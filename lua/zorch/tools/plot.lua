@@ -30,7 +30,7 @@ local function read_jsonl(path)
   local rows, columns, seen = {}, {}, {}
   for line in read_all(path):gmatch("[^\n]+") do
     -- a line being written while training runs may be cut short: skip it
-    local ok, row = pcall(zorch._json_decode, line)
+    local ok, row = pcall(zorch.json.decode, line)
     if ok and type(row) == "table" then
       rows[#rows + 1] = row
       local names = {}
