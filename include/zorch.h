@@ -434,17 +434,6 @@ ZORCH_API zorch_tensor *zorch_avg_pool2d(zorch_tensor *x, const zorch_pool2d_opt
 ZORCH_API zorch_tensor *zorch_adaptive_avg_pool2d(zorch_tensor *x, int64_t oh, int64_t ow);
 ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
 ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
-ZORCH_API zorch_tensor *zorch_index_select(zorch_tensor *a, int dim, zorch_tensor *idx);
-/* out[i][j][k] = a[i][idx[i][j][k]][k] for dim 1 (likewise for any dim): idx is
-   int64 with a's dims, no larger than a outside dim; out has idx's shape. */
-ZORCH_API zorch_tensor *zorch_gather(zorch_tensor *a, int dim, zorch_tensor *idx);
-/* A copy of a with src (idx's shape, a's dtype) written at idx along dim:
-   out[i][idx[i][j][k]][k] = src[i][j][k] for dim 1. Where indices repeat, the
-   last in row-major order wins. scatter_add adds instead (deterministically, in
-   index order). Out of place. */
-ZORCH_API zorch_tensor *zorch_scatter(zorch_tensor *a, int dim, zorch_tensor *idx, zorch_tensor *src);
-ZORCH_API zorch_tensor *zorch_scatter_add(zorch_tensor *a, int dim, zorch_tensor *idx,
-                                          zorch_tensor *src);
 /* Values sorted along dim (stable: equal values keep their order; NaN counts as
    the largest); `indices` (optional out, int64) gets where each came from. */
 ZORCH_API zorch_tensor *zorch_sort(zorch_tensor *a, int dim, bool descending,

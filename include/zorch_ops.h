@@ -12,7 +12,14 @@
      function and the method x:NAME(...), or LUA_NONE. conv lists how each
      argument is read from the Lua stack, in order: LT(i) a tensor, LTN(i) a
      tensor or nil (NULL), LNUM(i, default) a number, LDIM(i) a dim counted from
-     1 (negative from the end), LINT(i, default) an integer, LBOOL(i) a boolean.
+     1 (negative from the end), LDIM_OR(i, cdim) the same or the C dim cdim when
+     absent, LINT(i, default) an integer, LBOOL(i) a boolean, LBOOL_OR(i,
+     default) one with a default, LDIMS(i) nil, a dim or a table of dims (the C
+     count and array), LIDX(i) an int64 tensor of 1-based indices (passed
+     0-based), LOUT the address of an out tensor (an op's indices), LCONST(v) a
+     C value, LREAD(fn, i) an int from `static int fn(lua_State *, int)` of
+     lua/lfuncs.c. LUA_FUNCTION_VI and LUA_BOTH_VI return the values and the
+     1-based LOUT indices; LUA_FUNCTION_I and LUA_BOTH_I the result + 1.
    - kernels: the backend slots the op's definition calls, KERNEL(slot,
      params) each (a kernel returns a status); every backend gets cpu_SLOT and
      cuda_SLOT, declared for it. Contracts are the comment above the row.
@@ -29,8 +36,11 @@
      DEVICE(lua, ashape, bshape, rtol): on CUDA, the chunk's tensor, from
        random inputs a and b of those shapes made on the device, against the
        same on the CPU, and the gradients of a and b (tests/gpu/test_cuda.lua).
-   The rows hold only the library's public types; the backend's other slots
-   (copies, elementwise ops, GEMM, ...) are listed in ops/backend/backend.h. */
+   The signatures hold only the library's public types; a kernel's parameters
+   may name the backend's (ops/backend/backend.h: index_geom, red_op, ...),
+   since only the library expands them. The backend's other slots (copies,
+   elementwise ops, GEMM, ...) are listed in ops/backend/backend.h.
+     GRAD's inputs may also be INDEX((dims...), (values...)), an int64 tensor. */
 #ifndef ZORCH_OPS_H
 #define ZORCH_OPS_H
 
@@ -38,6 +48,56 @@
 #define ZORCH_EXPAND_(...) __VA_ARGS__
 
 #define ZORCH_OPS(OP)                                                                              \
+  /* ---- index ops: indices are int64, 0-based in C and 1-based in Lua ---- */                      \
+  /* out (outer, nidx, inner) = a (outer, n, inner) at idx (int64, nidx);                          \
+     index_add, its backward: out (outer, n, inner) += src (outer, nidx, inner) at idx,           \
+     in index order. */                                                                            \
+  OP(index_select, zorch_tensor *, (zorch_tensor *a, int dim, zorch_tensor *idx), (a, dim, idx),   \
+     LUA_BOTH((LT(1), LDIM(2), LIDX(3))),                                                          \
+     (KERNEL(index_select, (zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,     \
+                            int64_t outer, int64_t n, int64_t inner))                              \
+      KERNEL(index_add, (zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx,      \
+                         int64_t outer, int64_t n, int64_t inner))),                               \
+     (GOLDEN(index_select, zorch_index_select(x[0], 1, x[1]), 2e-5, 1e-6)                          \
+      GRAD(index_select, zorch_index_select(in[0], 1, in[1]),                                      \
+           (LEAF(2, 4, 3), INDEX((5), (3, 0, 3, 1, 3))))                                           \
+      BAD("zorch.index_select(zorch.ones(2, 3), 2, zorch.ones(2))", "int64")                       \
+      BAD("zorch.index_select(zorch.ones(2, 3), 3, zorch.tensor{1})", "index_select")              \
+      DEVICE("zorch.index_select(a, 2, zorch.tensor{3, 1, 3}:to(a:device()))", (4, 5), (1), 1e-6))) \
+  /* out[i][j][k] = a[i][idx[i][j][k]][k] for dim 1 (likewise for any dim): idx is                 \
+     int64 with a's dims, no larger than a outside dim; out has idx's shape.                       \
+     gather: out (the index's shape) = a at idx along g->dim; any dtype. */                       \
+  OP(gather, zorch_tensor *, (zorch_tensor *a, int dim, zorch_tensor *idx), (a, dim, idx),         \
+     LUA_BOTH((LT(1), LDIM(2), LIDX(3))),                                                          \
+     (KERNEL(gather, (zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,           \
+                      const index_geom *g))),                                                      \
+     (GOLDEN(gather, zorch_gather(x[0], 1, x[1]), 2e-5, 1e-6)                                      \
+      /* the index smaller than the input outside the gathered dim, with repeats */               \
+      GRAD(gather, zorch_gather(in[0], 1, in[1]),                                                  \
+           (LEAF(3, 4), INDEX((2, 5), (3, 0, 0, 2, 3, 1, 1, 1, 0, 2))))                            \
+      DEVICE("zorch.gather(a, 2, zorch.tensor{{1, 3, 3}, {2, 2, 1}}:to(a:device()))", (2, 4), (1), 1e-6))) \
+  /* A copy of a with src (idx's shape, a's dtype) written at idx along dim:                       \
+     out[i][idx[i][j][k]][k] = src[i][j][k] for dim 1. Where indices repeat, the                   \
+     last in row-major order wins. scatter_add adds instead (deterministically, in                 \
+     index order). Out of place.                                                                   \
+     scatter: out (g->ashape) at idx along g->dim = src (the index's shape), in                    \
+     index order (the last write wins), or += src when `add` (float32, float64,                    \
+     int64); any dtype otherwise. */                                                               \
+  OP(scatter, zorch_tensor *, (zorch_tensor *a, int dim, zorch_tensor *idx, zorch_tensor *src),    \
+     (a, dim, idx, src), LUA_BOTH((LT(1), LDIM(2), LIDX(3), LT(4))),                               \
+     (KERNEL(scatter, (zorch_tensor *out, const zorch_tensor *idx, const zorch_tensor *src,        \
+                       const index_geom *g, bool add))),                                           \
+     (GOLDEN(scatter, zorch_scatter(x[0], 1, x[1], x[2]), 2e-5, 1e-6)                              \
+      /* distinct indices per row (a repeated one makes the gradient ambiguous) */                \
+      GRAD(scatter, zorch_scatter(in[0], 1, in[2], in[1]),                                         \
+           (LEAF(3, 5), LEAF(2, 3), INDEX((2, 3), (4, 0, 2, 1, 3, 0))))                            \
+      DEVICE("zorch.scatter(a, 2, zorch.tensor{{1, 3}, {2, 4}}:to(a:device()), b)", (2, 4), (2, 2), 1e-6))) \
+  OP(scatter_add, zorch_tensor *, (zorch_tensor *a, int dim, zorch_tensor *idx, zorch_tensor *src), \
+     (a, dim, idx, src), LUA_BOTH((LT(1), LDIM(2), LIDX(3), LT(4))), (),                           \
+     (GOLDEN(scatter_add, zorch_scatter_add(x[0], 0, x[1], x[2]), 2e-5, 1e-6)                      \
+      GRAD(scatter_add, zorch_scatter_add(in[0], 0, in[2], in[1]),                                 \
+           (LEAF(3, 4), LEAF(4, 2), INDEX((4, 2), (0, 2, 0, 2, 1, 1, 0, 0))))                      \
+      DEVICE("zorch.scatter_add(a, 2, zorch.tensor{{1, 1}, {4, 4}}:to(a:device()), b)", (2, 4), (2, 2), 1e-6))) \
   /* RMSNorm over the last dim, computed in float32 (float64 for float64):                        \
      y = x * rsqrt(mean(x^2) + eps) * weight; weight (the last dim) may be NULL.                  \
      rms_norm: y, and rstd (rows, float32 or float64) from x (rows, cols) and w                   \

@@ -129,9 +129,6 @@ static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
     zorch_tensor_free(v);
     return i;
   }
-  if (IS("gather")) return zorch_gather(x[0], 1, x[1]);
-  if (IS("scatter")) return zorch_scatter(x[0], 1, x[1], x[2]);
-  if (IS("scatter_add")) return zorch_scatter_add(x[0], 0, x[1], x[2]);
   if (IS("matmul") || IS("matmul_vec")) return zorch_matmul(x[0], x[1]);
   if (IS("linear")) return zorch_linear(x[0], x[1], x[2]);
   if (IS("mse_loss")) return zorch_mse_loss(x[0], x[1], ZORCH_REDUCE_MEAN);
@@ -159,7 +156,6 @@ static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
   if (IS("masked_fill")) return zorch_masked_fill(x[0], x[1], 2.0);
   if (IS("cat")) return zorch_cat(2, x, 1);
   if (IS("stack")) return zorch_stack(2, x, 1);
-  if (IS("index_select")) return zorch_index_select(x[0], 1, x[1]);
   if (IS("mlp")) {
     zorch_tensor *h = zorch_linear(x[0], x[1], x[2]), *r = zorch_relu(h);
     zorch_tensor *o = zorch_linear(r, x[3], x[4]);

@@ -90,14 +90,6 @@ typedef struct backend {
      along n, stably; NaN is larger than every number (PyTorch's order). */
   zorch_status (*sort)(zorch_tensor *values, zorch_tensor *idx, const zorch_tensor *a,
                        int64_t outer, int64_t n, int64_t inner, bool descending);
-  /* out (the index's shape) = a at idx (int64) along g->dim; any dtype. */
-  zorch_status (*gather)(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
-                         const index_geom *g);
-  /* out (g->ashape) at idx along g->dim = src (the index's shape), in index
-     order (the last write wins), or += src when `add` (float32, float64,
-     int64); any dtype otherwise. */
-  zorch_status (*scatter)(zorch_tensor *out, const zorch_tensor *idx, const zorch_tensor *src,
-                          const index_geom *g, bool add);
   /* gin (outer, r, inner), zero-filled, gets g (outer, inner) at idx. */
   zorch_status (*max_bwd)(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
                           int64_t outer, int64_t r, int64_t inner);
@@ -109,12 +101,6 @@ typedef struct backend {
   zorch_status (*softmax_bwd)(zorch_tensor *gx, const zorch_tensor *g, const zorch_tensor *y,
                               int64_t outer, int64_t c, bool log);
   zorch_status (*gemm)(const gemm_args *g);
-  /* out (outer, nidx, inner) = a (outer, n, inner) at idx (int64, nidx). */
-  zorch_status (*index_select)(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
-                               int64_t outer, int64_t n, int64_t inner);
-  /* out (outer, n, inner) += src (outer, nidx, inner) at idx, in index order. */
-  zorch_status (*index_add)(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx,
-                            int64_t outer, int64_t n, int64_t inner);
   /* loss (n) = -logp[i, t[i]] (0 where t[i] == ignore); logp (n, c). */
   zorch_status (*nll)(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t,
                       int64_t n, int64_t c, int64_t ignore);

@@ -202,16 +202,9 @@ zorch_status cuda_cumsum(zorch_tensor *out, const zorch_tensor *a, int64_t outer
                          bool reverse);
 zorch_status cuda_sort(zorch_tensor *values, zorch_tensor *idx, const zorch_tensor *a, int64_t outer, int64_t n,
                        int64_t inner, bool descending);
-zorch_status cuda_gather(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx, const index_geom *g);
-zorch_status cuda_scatter(zorch_tensor *out, const zorch_tensor *idx, const zorch_tensor *src, const index_geom *g,
-                          bool add);
 zorch_status cuda_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range);
 zorch_status cuda_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c, int64_t inner, bool log_);
 zorch_status cuda_gemm(const gemm_args *g);
-zorch_status cuda_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx, int64_t outer,
-                               int64_t n, int64_t inner);
-zorch_status cuda_index_add(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx, int64_t outer,
-                            int64_t n, int64_t inner);
 zorch_status cuda_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n, int64_t c,
                       int64_t ignore);
 zorch_status cuda_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n, int64_t c,

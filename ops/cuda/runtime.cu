@@ -319,12 +319,8 @@ static backend make_backend() {
   b.max_bwd = cuda_max_bwd;
   b.cumsum = cuda_cumsum;
   b.sort = cuda_sort;
-  b.gather = cuda_gather;
-  b.scatter = cuda_scatter;
   b.softmax = cuda_softmax;
   b.gemm = cuda_gemm;
-  b.index_select = cuda_index_select;
-  b.index_add = cuda_index_add;
   b.nll = cuda_nll;
   b.nll_bwd = cuda_nll_bwd;
   b.layer_norm = cuda_layer_norm;
