@@ -720,14 +720,6 @@ static int get_dims(lua_State *L, int idx, int *dims) {
   }
   return n;
 }
-static int f_sum(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  PUSH(zorch_sum(T(1), n, dims, lua_toboolean(L, 3)));
-}
-static int f_mean(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  PUSH(zorch_mean(T(1), n, dims, lua_toboolean(L, 3)));
-}
 /* values, and (for one dim) the 1-based indices of the maxima */
 static int f_max(lua_State *L) {
   int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
@@ -774,42 +766,12 @@ static int arg_max_min(lua_State *L, bool min) {
 }
 static int f_argmax(lua_State *L) { return arg_max_min(L, false); }
 static int f_argmin(lua_State *L) { return arg_max_min(L, true); }
-/* var(x, dims?, keepdim?, correction?), std: correction 1 by default */
-static int f_var(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  PUSH(zorch_var(T(1), n, dims, lua_toboolean(L, 3), luaL_optnumber(L, 4, 1)));
-}
-static int f_std(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  PUSH(zorch_std(T(1), n, dims, lua_toboolean(L, 3), luaL_optnumber(L, 4, 1)));
-}
-static int f_cumsum(lua_State *L) { PUSH(zorch_cumsum(T(1), lz_dim(L, 2))); }
 static int f_logsumexp(lua_State *L) {
   int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
   PUSH(zorch_logsumexp(T(1), n, dims, lua_toboolean(L, 3)));
 }
 static int f_tril(lua_State *L) { PUSH(zorch_tril(T(1), luaL_optinteger(L, 2, 0))); }
 static int f_triu(lua_State *L) { PUSH(zorch_triu(T(1), luaL_optinteger(L, 2, 0))); }
-/* sort(x, dim?, descending?): values and 1-based indices; dim -1 by default */
-static int f_sort(lua_State *L) {
-  zorch_tensor *x = T(1), *idx = NULL;
-  int d = lua_isnoneornil(L, 2) ? -1 : lz_dim(L, 2);
-  zorch_tensor *v = zorch_sort(x, d, lua_toboolean(L, 3), &idx);
-  return push_values_indices(L, v, idx);
-}
-/* topk(x, k, dim?, largest?, sorted?): values and 1-based indices; dim -1 and
-   largest by default */
-static int f_topk(lua_State *L) {
-  zorch_tensor *x = T(1), *idx = NULL;
-  lua_Integer k = luaL_checkinteger(L, 2);
-  int d = lua_isnoneornil(L, 3) ? -1 : lz_dim(L, 3);
-  bool largest = lua_isnoneornil(L, 4) || lua_toboolean(L, 4);
-  bool sorted = lua_isnoneornil(L, 5) || lua_toboolean(L, 5);
-  zorch_tensor *v = zorch_topk(x, k, d, largest, sorted, &idx);
-  return push_values_indices(L, v, idx);
-}
-static int f_softmax(lua_State *L) { PUSH(zorch_softmax(T(1), lz_dim(L, 2))); }
-static int f_log_softmax(lua_State *L) { PUSH(zorch_log_softmax(T(1), lz_dim(L, 2))); }
 
 /* ---- nn ------------------------------------------------------------------------------------ */
 static int f_matmul(lua_State *L) { PUSH(zorch_matmul(T(1), T(2))); }
@@ -1099,10 +1061,9 @@ static const luaL_Reg both[] = {
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
     {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"ne", f_ne}, {"le", f_le}, {"ge", f_ge},
     {"masked_fill", f_masked_fill},
-    {"sum", f_sum}, {"mean", f_mean}, {"max", f_max}, {"softmax", f_softmax},
-    {"min", f_min}, {"argmax", f_argmax}, {"argmin", f_argmin}, {"var", f_var}, {"std", f_std},
-    {"cumsum", f_cumsum}, {"logsumexp", f_logsumexp}, {"tril", f_tril}, {"triu", f_triu}, {"sort", f_sort}, {"topk", f_topk},
-    {"log_softmax", f_log_softmax}, {"matmul", f_matmul},
+    {"max", f_max}, {"min", f_min}, {"argmax", f_argmax}, {"argmin", f_argmin},
+    {"logsumexp", f_logsumexp}, {"tril", f_tril}, {"triu", f_triu},
+    {"matmul", f_matmul},
     {"view", f_view}, {"reshape", f_reshape}, {"expand", f_expand}, {"transpose", f_transpose},
     {"t", f_t}, {"permute", f_permute}, {"narrow", f_narrow}, {"select", f_select},
     {"unsqueeze", f_unsqueeze}, {"squeeze", f_squeeze}, {"item", m_item}, {"totable", m_totable},
@@ -1247,6 +1208,7 @@ static void check_index(lua_State *L, int i) {
 #define LTN(i) (LTN, i)
 #define LNUM(i, d) (LNUM, i, d)
 #define LINT(i, d) (LINT, i, d)
+#define LINT_REQ(i) (LINT_REQ, i)
 #define LDIM(i) (LDIM, i)
 #define LDIM_OR(i, d) (LDIM_OR, i, d)
 #define LBOOL(i) (LBOOL, i)
@@ -1261,6 +1223,7 @@ static void check_index(lua_State *L, int i) {
 #define LTN_CHECK(i) (a_.t[i] = lua_isnoneornil(L, i) ? NULL : T(i))
 #define LNUM_CHECK(i, d) (a_.n[i] = luaL_optnumber(L, i, d))
 #define LINT_CHECK(i, d) (a_.k[i] = luaL_optinteger(L, i, d))
+#define LINT_REQ_CHECK(i) (a_.k[i] = luaL_checkinteger(L, i))
 #define LDIM_CHECK(i) (a_.k[i] = lz_dim(L, i))
 #define LDIM_OR_CHECK(i, d) (a_.k[i] = lua_isnoneornil(L, i) ? (d) : lz_dim(L, i))
 #define LBOOL_CHECK(i) (a_.k[i] = lua_toboolean(L, i))
@@ -1275,6 +1238,7 @@ static void check_index(lua_State *L, int i) {
 #define LTN_USE(i) a_.t[i]
 #define LNUM_USE(i, d) a_.n[i]
 #define LINT_USE(i, d) a_.k[i]
+#define LINT_REQ_USE(i) a_.k[i]
 #define LDIM_USE(i) (int)a_.k[i]
 #define LDIM_OR_USE(i, d) (int)a_.k[i]
 #define LBOOL_USE(i) (a_.k[i] != 0)
@@ -1290,6 +1254,7 @@ static void check_index(lua_State *L, int i) {
 #define LTN_ALLOC LZ_NOP_
 #define LNUM_ALLOC LZ_NOP_
 #define LINT_ALLOC LZ_NOP_
+#define LINT_REQ_ALLOC LZ_NOP_
 #define LDIM_ALLOC LZ_NOP_
 #define LDIM_OR_ALLOC LZ_NOP_
 #define LBOOL_ALLOC LZ_NOP_
@@ -1302,6 +1267,7 @@ static void check_index(lua_State *L, int i) {
 #define LTN_FREE LZ_NOP_
 #define LNUM_FREE LZ_NOP_
 #define LINT_FREE LZ_NOP_
+#define LINT_REQ_FREE LZ_NOP_
 #define LDIM_FREE LZ_NOP_
 #define LDIM_OR_FREE LZ_NOP_
 #define LBOOL_FREE LZ_NOP_
