@@ -32,7 +32,7 @@
      GRAD(case, call, inputs): the float64 gradient against central finite
        differences (tests/test_gradcheck.c), `call` on in[0..], from inputs
        (LEAF(dims...) normal numbers, LEAF_POS(dims...) positive ones, both
-       requiring grad).
+       requiring grad; INDEX((dims...), (values...)) an int64 tensor).
      BAD(lua, message): a Lua chunk that must raise an error containing
        `message` (tests/lua/test_badargs.lua).
      DEVICE(lua, ashape, bshape, rtol): on CUDA, the chunk's tensor, from
@@ -41,8 +41,7 @@
    The signatures hold only the library's public types; a kernel's parameters
    may name the backend's (ops/backend/backend.h: index_geom, red_op, ...),
    since only the library expands them. The backend's other slots (copies,
-   elementwise ops, GEMM, ...) are listed in ops/backend/backend.h.
-     GRAD's inputs may also be INDEX((dims...), (values...)), an int64 tensor. */
+   elementwise ops, GEMM, ...) are listed in ops/backend/backend.h. */
 #ifndef ZORCH_OPS_H
 #define ZORCH_OPS_H
 
