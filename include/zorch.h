@@ -342,8 +342,6 @@ ZORCH_API zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_t
 ZORCH_API zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value);
 
 /* ---- reductions (dims: list of ndims entries; ndims 0 means all) ---------------------- */
-ZORCH_API zorch_tensor *zorch_sum(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-ZORCH_API zorch_tensor *zorch_mean(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
 /* Values of the maximum; `indices` (optional out, int64, flat index within the reduced
    dims) gets the first position of each maximum. */
 ZORCH_API zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
@@ -354,13 +352,6 @@ ZORCH_API zorch_tensor *zorch_min(zorch_tensor *a, int ndims, const int *dims, b
 /* Only the indices (int64) of zorch_max / zorch_min; no gradient. */
 ZORCH_API zorch_tensor *zorch_argmax(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
 ZORCH_API zorch_tensor *zorch_argmin(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-/* Variance and standard deviation over dims: sum((a - mean)^2) / (count -
-   correction); correction 1 is PyTorch's unbiased default (count <= correction
-   gives inf or nan, as PyTorch). Floating-point inputs. */
-ZORCH_API zorch_tensor *zorch_var(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
-                                  double correction);
-ZORCH_API zorch_tensor *zorch_std(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
-                                  double correction);
 /* log(sum(exp(x))) over dims, computed with the max subtracted (stable; -inf
    where every element is -inf) */
 ZORCH_API zorch_tensor *zorch_logsumexp(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
@@ -368,10 +359,6 @@ ZORCH_API zorch_tensor *zorch_logsumexp(zorch_tensor *a, int ndims, const int *d
    dims set to 0 (k > 0: above the main diagonal) */
 ZORCH_API zorch_tensor *zorch_tril(zorch_tensor *x, int64_t k);
 ZORCH_API zorch_tensor *zorch_triu(zorch_tensor *x, int64_t k);
-/* Running sum along dim (integers and bool give int64). */
-ZORCH_API zorch_tensor *zorch_cumsum(zorch_tensor *a, int dim);
-ZORCH_API zorch_tensor *zorch_softmax(zorch_tensor *a, int dim);
-ZORCH_API zorch_tensor *zorch_log_softmax(zorch_tensor *a, int dim);
 
 /* ---- linear algebra and nn ------------------------------------------------------------- */
 ZORCH_API zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b);
@@ -442,25 +429,6 @@ ZORCH_API zorch_tensor *zorch_avg_pool2d(zorch_tensor *x, const zorch_pool2d_opt
 ZORCH_API zorch_tensor *zorch_adaptive_avg_pool2d(zorch_tensor *x, int64_t oh, int64_t ow);
 ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
 ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
-ZORCH_API zorch_tensor *zorch_index_select(zorch_tensor *a, int dim, zorch_tensor *idx);
-/* out[i][j][k] = a[i][idx[i][j][k]][k] for dim 1 (likewise for any dim): idx is
-   int64 with a's dims, no larger than a outside dim; out has idx's shape. */
-ZORCH_API zorch_tensor *zorch_gather(zorch_tensor *a, int dim, zorch_tensor *idx);
-/* A copy of a with src (idx's shape, a's dtype) written at idx along dim:
-   out[i][idx[i][j][k]][k] = src[i][j][k] for dim 1. Where indices repeat, the
-   last in row-major order wins. scatter_add adds instead (deterministically, in
-   index order). Out of place. */
-ZORCH_API zorch_tensor *zorch_scatter(zorch_tensor *a, int dim, zorch_tensor *idx, zorch_tensor *src);
-ZORCH_API zorch_tensor *zorch_scatter_add(zorch_tensor *a, int dim, zorch_tensor *idx,
-                                          zorch_tensor *src);
-/* Values sorted along dim (stable: equal values keep their order; NaN counts as
-   the largest); `indices` (optional out, int64) gets where each came from. */
-ZORCH_API zorch_tensor *zorch_sort(zorch_tensor *a, int dim, bool descending,
-                                   zorch_tensor **indices);
-/* The k largest (or smallest) values along dim, 0 <= k <= size, and their
-   indices (optional out). They always come sorted, whatever `sorted` says. */
-ZORCH_API zorch_tensor *zorch_topk(zorch_tensor *a, int64_t k, int dim, bool largest, bool sorted,
-                                   zorch_tensor **indices);
 
 /* ---- more reductions, shape ops, creation and matrix products (PyTorch's) -------------- */
 /* Max and min over dims with the gradient shared evenly among ties, even over one dim. */

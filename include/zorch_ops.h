@@ -12,10 +12,19 @@
      function and the method x:NAME(...), or LUA_NONE. conv lists how each
      argument is read from the Lua stack, in order: LT(i) a tensor, LTN(i) a
      tensor or nil (NULL), LNUM(i, default) a number, LDIM(i) a dim counted from
-     1 (negative from the end), LINT(i, default) an integer, LBOOL(i) a boolean.
+     1 (negative from the end), LDIM_OR(i, cdim) the same or the C dim cdim when
+     absent, LINT(i, default) an integer, LINT_REQ(i) one that must be given, LBOOL(i) a boolean, LBOOL_OR(i,
+     default) one with a default, LDIMS(i) nil, a dim or a table of dims (the C
+     count and array), LIDX(i) an int64 tensor of 1-based indices (passed
+     0-based), LOUT the address of an out tensor (an op's indices), LCONST(v) a
+     C value, LREAD(fn, i) an int from `static int fn(lua_State *, int)` of
+     lua/lfuncs.c. LUA_FUNCTION_VI and LUA_BOTH_VI return the values and the
+     1-based LOUT indices; LUA_FUNCTION_I and LUA_BOTH_I the result + 1.
    - kernels: the backend slots the op's definition calls, KERNEL(slot,
      params) each (a kernel returns a status); every backend gets cpu_SLOT and
-     cuda_SLOT, declared for it. Contracts are the comment above the row.
+     cuda_SLOT, declared for it. KERNEL_OPT(slot, params): a slot only the CPU
+     fills (cpu_SLOT); the op layer does without it elsewhere. A slot that
+     several ops call is in the row of one of them. Contracts are the comment above the row.
    - cases: the tests' samples.
      GOLDEN(case, call, rtol, atol): tests/golden/gen_golden.py's case `case`
        (PyTorch's values), run as `call` on inputs x[0..] (float32); an op
@@ -23,14 +32,16 @@
      GRAD(case, call, inputs): the float64 gradient against central finite
        differences (tests/test_gradcheck.c), `call` on in[0..], from inputs
        (LEAF(dims...) normal numbers, LEAF_POS(dims...) positive ones, both
-       requiring grad).
+       requiring grad; INDEX((dims...), (values...)) an int64 tensor).
      BAD(lua, message): a Lua chunk that must raise an error containing
        `message` (tests/lua/test_badargs.lua).
      DEVICE(lua, ashape, bshape, rtol): on CUDA, the chunk's tensor, from
        random inputs a and b of those shapes made on the device, against the
        same on the CPU, and the gradients of a and b (tests/gpu/test_cuda.lua).
-   The rows hold only the library's public types; the backend's other slots
-   (copies, elementwise ops, GEMM, ...) are listed in ops/backend/backend.h. */
+   The signatures hold only the library's public types; a kernel's parameters
+   may name the backend's (ops/backend/backend.h: index_geom, red_op, ...),
+   since only the library expands them. The backend's other slots (copies,
+   elementwise ops, GEMM, ...) are listed in ops/backend/backend.h. */
 #ifndef ZORCH_OPS_H
 #define ZORCH_OPS_H
 
@@ -38,6 +49,148 @@
 #define ZORCH_EXPAND_(...) __VA_ARGS__
 
 #define ZORCH_OPS(OP)                                                                              \
+  /* ---- reductions (dims: list of ndims entries; ndims 0 means all) ---- */                         \
+  /* reduce: out (outer, inner) = reduce over r of a (outer, r, inner); idx (int64,                 \
+     may be NULL) gets the argmax for RED_MAX, the argmin for RED_MIN (the first                   \
+     one; NaN wins). */                                                                            \
+  OP(sum, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims, bool keepdim),             \
+     (a, ndims, dims, keepdim), LUA_BOTH((LT(1), LDIMS(2), LBOOL(3))),                             \
+     (KERNEL(reduce, (red_op op, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *a,      \
+                      int64_t outer, int64_t r, int64_t inner))),                                  \
+     (GOLDEN(sum_dims, zorch_sum(x[0], 2, (int[]){0, 2}, true), 2e-5, 1e-6)                         \
+      GOLDEN(sum_all, zorch_sum(x[0], 0, NULL, false), 2e-5, 1e-6)                                 \
+      GRAD(sum_all, zorch_sum(in[0], 0, NULL, false), (LEAF(2, 3)))                                \
+      GRAD(sum_dims, zorch_sum(in[0], 2, (int[]){0, 2}, true), (LEAF(2, 3, 4)))                    \
+      BAD("zorch.sum(zorch.ones(2, 3), 3)", "sum")                                                 \
+      DEVICE("zorch.sum(a, {1, 3}, true)", (3, 4, 5), (1), 1e-5)))                                  \
+  OP(mean, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims, bool keepdim),            \
+     (a, ndims, dims, keepdim), LUA_BOTH((LT(1), LDIMS(2), LBOOL(3))), (),                         \
+     (GOLDEN(mean_dim, zorch_mean(x[0], 1, (int[]){1}, false), 2e-5, 1e-6)                         \
+      GRAD(mean_dim, zorch_mean(in[0], 1, (int[]){1}, false), (LEAF(2, 3, 4)))                     \
+      DEVICE("zorch.mean(a, 2)", (3, 4, 5), (1), 1e-5)))                                            \
+  /* Variance and standard deviation over dims: sum((a - mean)^2) / (count -                       \
+     correction); correction 1 is PyTorch's unbiased default (count <= correction                  \
+     gives inf or nan, as PyTorch). Floating-point inputs. */                                      \
+  OP(var, zorch_tensor *,                                                                          \
+     (zorch_tensor *a, int ndims, const int *dims, bool keepdim, double correction),               \
+     (a, ndims, dims, keepdim, correction), LUA_BOTH((LT(1), LDIMS(2), LBOOL(3), LNUM(4, 1))), (), \
+     (GOLDEN(var_dim, zorch_var(x[0], 1, (int[]){1}, false, 1), 2e-5, 1e-6)                        \
+      GOLDEN(var_all_corr0, zorch_var(x[0], 0, NULL, false, 0), 2e-5, 1e-6)                        \
+      GRAD(var_dim, zorch_var(in[0], 1, (int[]){1}, false, 1), (LEAF(2, 5, 3)))                    \
+      GRAD(var_all0, zorch_var(in[0], 0, NULL, false, 0), (LEAF(3, 4)))                            \
+      DEVICE("zorch.var(a, 2)", (3, 40), (1), 1e-4)))                                               \
+  OP(std, zorch_tensor *,                                                                          \
+     (zorch_tensor *a, int ndims, const int *dims, bool keepdim, double correction),               \
+     (a, ndims, dims, keepdim, correction), LUA_BOTH((LT(1), LDIMS(2), LBOOL(3), LNUM(4, 1))), (), \
+     (GOLDEN(std_dims, zorch_std(x[0], 2, (int[]){0, 2}, true, 1), 2e-5, 1e-6)                     \
+      GRAD(std_dims, zorch_std(in[0], 2, (int[]){0, 2}, true, 1), (LEAF(2, 3, 4)))                 \
+      BAD("zorch.std(zorch.ones(2, 3), 1, false, -2)", "std")))                                    \
+  /* Running sum along dim (integers and bool give int64).                                         \
+     cumsum: out (outer, n, inner) = the inclusive running sum of a along n (from                  \
+     the end when `reverse`); float32/float64 accumulate in double, int64 in int64. */            \
+  OP(cumsum, zorch_tensor *, (zorch_tensor *a, int dim), (a, dim), LUA_BOTH((LT(1), LDIM(2))),     \
+     (KERNEL(cumsum, (zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t n,          \
+                      int64_t inner, bool reverse))),                                              \
+     (GOLDEN(cumsum, zorch_cumsum(x[0], 1), 2e-5, 1e-6)                                            \
+      GOLDEN(cumsum_int, zorch_cumsum(x[0], 0), 2e-5, 1e-6)                                        \
+      GRAD(cumsum0, zorch_cumsum(in[0], 0), (LEAF(4, 3)))                                          \
+      GRAD(cumsum1, zorch_cumsum(in[0], -1), (LEAF(2, 3, 5)))                                      \
+      DEVICE("zorch.cumsum(a, 2)", (3, 70), (1), 1e-5)))                                           \
+  /* Values sorted along dim (stable: equal values keep their order; NaN counts as                 \
+     the largest); `indices` (optional out, int64) gets where each came from.                      \
+     sort: values and idx (int64), both (outer, n, inner) = a (outer, n, inner)                    \
+     sorted along n, stably; NaN is larger than every number (PyTorch's order). */                \
+  OP(sort, zorch_tensor *, (zorch_tensor *a, int dim, bool descending, zorch_tensor **indices),    \
+     (a, dim, descending, indices), LUA_BOTH_VI((LT(1), LDIM_OR(2, -1), LBOOL(3), LOUT)),          \
+     (KERNEL(sort, (zorch_tensor *values, zorch_tensor *idx, const zorch_tensor *a,                \
+                    int64_t outer, int64_t n, int64_t inner, bool descending))),                   \
+     (GOLDEN(sort_desc, zorch_sort(x[0], 1, true, NULL), 2e-5, 1e-6)                               \
+      GOLDEN(sort_stable_indices, sort_indices(x[0], -1, false), 2e-5, 1e-6)                       \
+      GRAD(sort, zorch_sort(in[0], -1, false, NULL), (LEAF(3, 6)))                                 \
+      GRAD(sort_desc0, zorch_sort(in[0], 0, true, NULL), (LEAF(5, 2, 3)))                          \
+      DEVICE("zorch.sort(a, 2, true)", (3, 50), (1), 0)))                                          \
+  /* The k largest (or smallest) values along dim, 0 <= k <= size, and their                       \
+     indices (optional out). They always come sorted, whatever `sorted` says. */                   \
+  OP(topk, zorch_tensor *,                                                                         \
+     (zorch_tensor *a, int64_t k, int dim, bool largest, bool sorted, zorch_tensor **indices),     \
+     (a, k, dim, largest, sorted, indices),                                                        \
+     LUA_BOTH_VI((LT(1), LINT_REQ(2), LDIM_OR(3, -1), LBOOL_OR(4, true), LBOOL_OR(5, true), LOUT)), \
+     (), (GOLDEN(topk, zorch_topk(x[0], 3, 1, true, true, NULL), 2e-5, 1e-6)                       \
+          GOLDEN(topk_smallest, zorch_topk(x[0], 2, 0, false, true, NULL), 2e-5, 1e-6)             \
+          GOLDEN(topk_indices, topk_indices(x[0], 3, -1), 2e-5, 1e-6)                              \
+          GRAD(topk, zorch_topk(in[0], 2, 1, true, true, NULL), (LEAF(3, 5, 2)))                   \
+          GRAD(topk_smallest, zorch_topk(in[0], 3, 0, false, true, NULL), (LEAF(4, 3)))            \
+          BAD("zorch.topk(zorch.ones(3, 4))", "number expected")                                   \
+          DEVICE("zorch.topk(a, 3, 1, false)", (6, 5), (1), 0)))                                   \
+  /* softmax: over c of a (outer, c, inner), or its log. softmax_bwd (optional):                   \
+     gx = y * (g - sum(g * y)), or for log_softmax gx = g - exp(y) * sum(g), over                 \
+     rows of c (inner 1); gx, g and y of one dtype; where a backend has none the                   \
+     op layer composes it from other ops. */                                                       \
+  OP(softmax, zorch_tensor *, (zorch_tensor *a, int dim), (a, dim), LUA_BOTH((LT(1), LDIM(2))),    \
+     (KERNEL(softmax, (zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,         \
+                       int64_t inner, bool log))                                                   \
+      KERNEL_OPT(softmax_bwd, (zorch_tensor *gx, const zorch_tensor *g, const zorch_tensor *y,     \
+                               int64_t outer, int64_t c, bool log))),                              \
+     (GOLDEN(softmax, zorch_softmax(x[0], 1), 2e-5, 1e-6)                                          \
+      GRAD(softmax0, zorch_softmax(in[0], 0), (LEAF(3, 4)))                                        \
+      GRAD(softmax1, zorch_softmax(in[0], -1), (LEAF(2, 3, 4)))                                    \
+      BAD("zorch.softmax(zorch.ones(2, 3), 3)", "softmax")                                         \
+      DEVICE("zorch.softmax(a, 2)", (3, 100), (1), 1e-5)))                                         \
+  OP(log_softmax, zorch_tensor *, (zorch_tensor *a, int dim), (a, dim),                            \
+     LUA_BOTH((LT(1), LDIM(2))), (),                                                               \
+     (GOLDEN(log_softmax, zorch_log_softmax(x[0], 0), 2e-5, 1e-6)                                  \
+      GRAD(log_softmax, zorch_log_softmax(in[0], 1), (LEAF(2, 5, 3)))                              \
+      DEVICE("zorch.log_softmax(a, 1)", (30, 4), (1), 1e-5)))                                      \
+  /* ---- index ops: indices are int64, 0-based in C and 1-based in Lua ---- */                      \
+  /* out (outer, nidx, inner) = a (outer, n, inner) at idx (int64, nidx);                          \
+     index_add, its backward: out (outer, n, inner) += src (outer, nidx, inner) at idx,           \
+     in index order. */                                                                            \
+  OP(index_select, zorch_tensor *, (zorch_tensor *a, int dim, zorch_tensor *idx), (a, dim, idx),   \
+     LUA_BOTH((LT(1), LDIM(2), LIDX(3))),                                                          \
+     (KERNEL(index_select, (zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,     \
+                            int64_t outer, int64_t n, int64_t inner))                              \
+      KERNEL(index_add, (zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx,      \
+                         int64_t outer, int64_t n, int64_t inner))),                               \
+     (GOLDEN(index_select, zorch_index_select(x[0], 1, x[1]), 2e-5, 1e-6)                          \
+      GRAD(index_select, zorch_index_select(in[0], 1, in[1]),                                      \
+           (LEAF(2, 4, 3), INDEX((5), (3, 0, 3, 1, 3))))                                           \
+      BAD("zorch.index_select(zorch.ones(2, 3), 2, zorch.ones(2))", "int64")                       \
+      BAD("zorch.index_select(zorch.ones(2, 3), 3, zorch.tensor{1})", "index_select")              \
+      DEVICE("zorch.index_select(a, 2, zorch.tensor{3, 1, 3}:to(a:device()))", (4, 5), (1), 1e-6))) \
+  /* out[i][j][k] = a[i][idx[i][j][k]][k] for dim 1 (likewise for any dim): idx is                 \
+     int64 with a's dims, no larger than a outside dim; out has idx's shape.                       \
+     gather: out (the index's shape) = a at idx along g->dim; any dtype. */                       \
+  OP(gather, zorch_tensor *, (zorch_tensor *a, int dim, zorch_tensor *idx), (a, dim, idx),         \
+     LUA_BOTH((LT(1), LDIM(2), LIDX(3))),                                                          \
+     (KERNEL(gather, (zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,           \
+                      const index_geom *g))),                                                      \
+     (GOLDEN(gather, zorch_gather(x[0], 1, x[1]), 2e-5, 1e-6)                                      \
+      /* the index smaller than the input outside the gathered dim, with repeats */               \
+      GRAD(gather, zorch_gather(in[0], 1, in[1]),                                                  \
+           (LEAF(3, 4), INDEX((2, 5), (3, 0, 0, 2, 3, 1, 1, 1, 0, 2))))                            \
+      DEVICE("zorch.gather(a, 2, zorch.tensor{{1, 3, 3}, {2, 2, 1}}:to(a:device()))", (2, 4), (1), 1e-6))) \
+  /* A copy of a with src (idx's shape, a's dtype) written at idx along dim:                       \
+     out[i][idx[i][j][k]][k] = src[i][j][k] for dim 1. Where indices repeat, the                   \
+     last in row-major order wins. scatter_add adds instead (deterministically, in                 \
+     index order). Out of place.                                                                   \
+     scatter: out (g->ashape) at idx along g->dim = src (the index's shape), in                    \
+     index order (the last write wins), or += src when `add` (float32, float64,                    \
+     int64); any dtype otherwise. */                                                               \
+  OP(scatter, zorch_tensor *, (zorch_tensor *a, int dim, zorch_tensor *idx, zorch_tensor *src),    \
+     (a, dim, idx, src), LUA_BOTH((LT(1), LDIM(2), LIDX(3), LT(4))),                               \
+     (KERNEL(scatter, (zorch_tensor *out, const zorch_tensor *idx, const zorch_tensor *src,        \
+                       const index_geom *g, bool add))),                                           \
+     (GOLDEN(scatter, zorch_scatter(x[0], 1, x[1], x[2]), 2e-5, 1e-6)                              \
+      /* distinct indices per row (a repeated one makes the gradient ambiguous) */                \
+      GRAD(scatter, zorch_scatter(in[0], 1, in[2], in[1]),                                         \
+           (LEAF(3, 5), LEAF(2, 3), INDEX((2, 3), (4, 0, 2, 1, 3, 0))))                            \
+      DEVICE("zorch.scatter(a, 2, zorch.tensor{{1, 3}, {2, 4}}:to(a:device()), b)", (2, 4), (2, 2), 1e-6))) \
+  OP(scatter_add, zorch_tensor *, (zorch_tensor *a, int dim, zorch_tensor *idx, zorch_tensor *src), \
+     (a, dim, idx, src), LUA_BOTH((LT(1), LDIM(2), LIDX(3), LT(4))), (),                           \
+     (GOLDEN(scatter_add, zorch_scatter_add(x[0], 0, x[1], x[2]), 2e-5, 1e-6)                      \
+      GRAD(scatter_add, zorch_scatter_add(in[0], 0, in[2], in[1]),                                 \
+           (LEAF(3, 4), LEAF(4, 2), INDEX((4, 2), (0, 2, 0, 2, 1, 1, 0, 0))))                      \
+      DEVICE("zorch.scatter_add(a, 2, zorch.tensor{{1, 1}, {4, 4}}:to(a:device()), b)", (2, 4), (2, 2), 1e-6))) \
   /* RMSNorm over the last dim, computed in float32 (float64 for float64):                        \
      y = x * rsqrt(mean(x^2) + eps) * weight; weight (the last dim) may be NULL.                  \
      rms_norm: y, and rstd (rows, float32 or float64) from x (rows, cols) and w                   \

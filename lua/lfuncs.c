@@ -720,14 +720,6 @@ static int get_dims(lua_State *L, int idx, int *dims) {
   }
   return n;
 }
-static int f_sum(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  PUSH(zorch_sum(T(1), n, dims, lua_toboolean(L, 3)));
-}
-static int f_mean(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  PUSH(zorch_mean(T(1), n, dims, lua_toboolean(L, 3)));
-}
 /* values, and (for one dim) the 1-based indices of the maxima */
 static int f_max(lua_State *L) {
   int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
@@ -759,74 +751,27 @@ static int f_min(lua_State *L) {
   zorch_tensor *v = zorch_min(T(1), n, dims, lua_toboolean(L, 3), &idx);
   return push_values_indices(L, v, idx);
 }
+/* Pushes the 1-based form of the C indices idx (taking the reference). */
+static int push_indices(lua_State *L, zorch_tensor *idx) {
+  zorch_tensor *i1 = idx ? zorch_add_scalar(idx, 1) : NULL;
+  zorch_tensor_free(idx);
+  PUSH(i1);
+}
 /* argmax(x, dims?, keepdim?), argmin: 1-based indices */
 static int arg_max_min(lua_State *L, bool min) {
   int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
   zorch_tensor *x = T(1);
   bool keep = lua_toboolean(L, 3);
-  zorch_tensor *idx = min ? zorch_argmin(x, n, dims, keep) : zorch_argmax(x, n, dims, keep);
-  zorch_tensor *i1 = idx ? zorch_add_scalar(idx, 1) : NULL;
-  zorch_tensor_free(idx);
-  PUSH(i1);
+  return push_indices(L, min ? zorch_argmin(x, n, dims, keep) : zorch_argmax(x, n, dims, keep));
 }
 static int f_argmax(lua_State *L) { return arg_max_min(L, false); }
 static int f_argmin(lua_State *L) { return arg_max_min(L, true); }
-/* var(x, dims?, keepdim?, correction?), std: correction 1 by default */
-static int f_var(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  PUSH(zorch_var(T(1), n, dims, lua_toboolean(L, 3), luaL_optnumber(L, 4, 1)));
-}
-static int f_std(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  PUSH(zorch_std(T(1), n, dims, lua_toboolean(L, 3), luaL_optnumber(L, 4, 1)));
-}
-static int f_cumsum(lua_State *L) { PUSH(zorch_cumsum(T(1), lz_dim(L, 2))); }
 static int f_logsumexp(lua_State *L) {
   int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
   PUSH(zorch_logsumexp(T(1), n, dims, lua_toboolean(L, 3)));
 }
 static int f_tril(lua_State *L) { PUSH(zorch_tril(T(1), luaL_optinteger(L, 2, 0))); }
 static int f_triu(lua_State *L) { PUSH(zorch_triu(T(1), luaL_optinteger(L, 2, 0))); }
-/* sort(x, dim?, descending?): values and 1-based indices; dim -1 by default */
-static int f_sort(lua_State *L) {
-  zorch_tensor *x = T(1), *idx = NULL;
-  int d = lua_isnoneornil(L, 2) ? -1 : lz_dim(L, 2);
-  zorch_tensor *v = zorch_sort(x, d, lua_toboolean(L, 3), &idx);
-  return push_values_indices(L, v, idx);
-}
-/* topk(x, k, dim?, largest?, sorted?): values and 1-based indices; dim -1 and
-   largest by default */
-static int f_topk(lua_State *L) {
-  zorch_tensor *x = T(1), *idx = NULL;
-  lua_Integer k = luaL_checkinteger(L, 2);
-  int d = lua_isnoneornil(L, 3) ? -1 : lz_dim(L, 3);
-  bool largest = lua_isnoneornil(L, 4) || lua_toboolean(L, 4);
-  bool sorted = lua_isnoneornil(L, 5) || lua_toboolean(L, 5);
-  zorch_tensor *v = zorch_topk(x, k, d, largest, sorted, &idx);
-  return push_values_indices(L, v, idx);
-}
-/* gather(x, dim, idx) with 1-based int64 indices */
-static int f_gather(lua_State *L) {
-  zorch_tensor *x = T(1);
-  int d = lz_dim(L, 2);
-  zorch_tensor *i = lz_index0(L, 3);
-  zorch_tensor *o = zorch_gather(x, d, i);
-  zorch_tensor_free(i);
-  PUSH(o);
-}
-/* scatter(x, dim, idx, src) and scatter_add: 1-based indices, out of place */
-static int scatter(lua_State *L, bool add) {
-  zorch_tensor *x = T(1), *src = T(4);
-  int d = lz_dim(L, 2);
-  zorch_tensor *i = lz_index0(L, 3);
-  zorch_tensor *o = add ? zorch_scatter_add(x, d, i, src) : zorch_scatter(x, d, i, src);
-  zorch_tensor_free(i);
-  PUSH(o);
-}
-static int f_scatter(lua_State *L) { return scatter(L, false); }
-static int f_scatter_add(lua_State *L) { return scatter(L, true); }
-static int f_softmax(lua_State *L) { PUSH(zorch_softmax(T(1), lz_dim(L, 2))); }
-static int f_log_softmax(lua_State *L) { PUSH(zorch_log_softmax(T(1), lz_dim(L, 2))); }
 
 /* ---- nn ------------------------------------------------------------------------------------ */
 static int f_matmul(lua_State *L) { PUSH(zorch_matmul(T(1), T(2))); }
@@ -881,14 +826,6 @@ static const luaL_Reg more_functions[] = {
 static int f_embedding(lua_State *L) {
   zorch_tensor *w = T(1), *i = lz_index0(L, 2);
   zorch_tensor *o = zorch_embedding(w, i);
-  zorch_tensor_free(i);
-  PUSH(o);
-}
-static int f_index_select(lua_State *L) {
-  zorch_tensor *a = T(1);
-  int d = lz_dim(L, 2);
-  zorch_tensor *i = lz_index0(L, 3);
-  zorch_tensor *o = zorch_index_select(a, d, i);
   zorch_tensor_free(i);
   PUSH(o);
 }
@@ -1124,11 +1061,9 @@ static const luaL_Reg both[] = {
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
     {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"ne", f_ne}, {"le", f_le}, {"ge", f_ge},
     {"masked_fill", f_masked_fill},
-    {"sum", f_sum}, {"mean", f_mean}, {"max", f_max}, {"softmax", f_softmax},
-    {"min", f_min}, {"argmax", f_argmax}, {"argmin", f_argmin}, {"var", f_var}, {"std", f_std},
-    {"cumsum", f_cumsum}, {"logsumexp", f_logsumexp}, {"tril", f_tril}, {"triu", f_triu}, {"sort", f_sort}, {"topk", f_topk}, {"gather", f_gather},
-    {"scatter", f_scatter}, {"scatter_add", f_scatter_add},
-    {"log_softmax", f_log_softmax}, {"matmul", f_matmul}, {"index_select", f_index_select},
+    {"max", f_max}, {"min", f_min}, {"argmax", f_argmax}, {"argmin", f_argmin},
+    {"logsumexp", f_logsumexp}, {"tril", f_tril}, {"triu", f_triu},
+    {"matmul", f_matmul},
     {"view", f_view}, {"reshape", f_reshape}, {"expand", f_expand}, {"transpose", f_transpose},
     {"t", f_t}, {"permute", f_permute}, {"narrow", f_narrow}, {"select", f_select},
     {"unsqueeze", f_unsqueeze}, {"squeeze", f_squeeze}, {"item", m_item}, {"totable", m_totable},
@@ -1252,18 +1187,154 @@ static void open_generator(lua_State *L) {
 }
 
 /* ---- the declared ops (include/zorch_ops.h): bindings and test cases, expanded ---- */
-#define LT(i) T(i)
-#define LTN(i) (lua_isnoneornil(L, i) ? NULL : T(i))
-#define LNUM(i, d) luaL_optnumber(L, i, d)
-#define LINT(i, d) (int)luaL_optinteger(L, i, d)
-#define LDIM(i) lz_dim(L, i)
-#define LBOOL(i) lua_toboolean(L, i)
+/* Each argument reader of a row becomes (KIND, args) and runs in phases: every
+   check that can raise first (in argument order), then what allocates (the
+   0-based copies of indices), the call, and the frees, so an error leaks nothing. */
+#define LZA_MAX 10
+typedef struct {
+  zorch_tensor *t[LZA_MAX], *out;
+  lua_Integer k[LZA_MAX];
+  double n[LZA_MAX];
+  int dims[LZA_MAX][ZORCH_MAX_DIMS];
+} decl_args;
+/* lz_index0's check without its copy */
+static void check_index(lua_State *L, int i) {
+  zorch_tensor *t = T(i);
+  if (zorch_tensor_dtype(t) != ZORCH_I64)
+    luaL_argerror(L, i, lua_pushfstring(L, "int64 indices expected, got %s",
+                                        zorch_dtype_name(zorch_tensor_dtype(t))));
+}
+#define LT(i) (LT, i)
+#define LTN(i) (LTN, i)
+#define LNUM(i, d) (LNUM, i, d)
+#define LINT(i, d) (LINT, i, d)
+#define LINT_REQ(i) (LINT_REQ, i)
+#define LDIM(i) (LDIM, i)
+#define LDIM_OR(i, d) (LDIM_OR, i, d)
+#define LBOOL(i) (LBOOL, i)
+#define LBOOL_OR(i, d) (LBOOL_OR, i, d)
+#define LDIMS(i) (LDIMS, i)
+#define LIDX(i) (LIDX, i)
+#define LOUT (LOUT, 0)
+#define LCONST(v) (LCONST, v)
+#define LREAD(fn, i) (LREAD, i, fn)
+/* the phases of each reader: CHECK (may raise), ALLOC, USE (the C arguments), FREE */
+#define LT_CHECK(i) (a_.t[i] = T(i))
+#define LTN_CHECK(i) (a_.t[i] = lua_isnoneornil(L, i) ? NULL : T(i))
+#define LNUM_CHECK(i, d) (a_.n[i] = luaL_optnumber(L, i, d))
+#define LINT_CHECK(i, d) (a_.k[i] = luaL_optinteger(L, i, d))
+#define LINT_REQ_CHECK(i) (a_.k[i] = luaL_checkinteger(L, i))
+#define LDIM_CHECK(i) (a_.k[i] = lz_dim(L, i))
+#define LDIM_OR_CHECK(i, d) (a_.k[i] = lua_isnoneornil(L, i) ? (d) : lz_dim(L, i))
+#define LBOOL_CHECK(i) (a_.k[i] = lua_toboolean(L, i))
+#define LBOOL_OR_CHECK(i, d) (a_.k[i] = lua_isnoneornil(L, i) ? (d) : lua_toboolean(L, i))
+#define LDIMS_CHECK(i) (a_.k[i] = get_dims(L, i, a_.dims[i]))
+#define LIDX_CHECK(i) check_index(L, i)
+#define LOUT_CHECK(i) (void)0
+#define LCONST_CHECK(v) (void)0
+#define LREAD_CHECK(i, fn) (a_.k[i] = fn(L, i))
+#define LIDX_ALLOC(i) (a_.t[i] = lz_index0(L, i))
+#define LT_USE(i) a_.t[i]
+#define LTN_USE(i) a_.t[i]
+#define LNUM_USE(i, d) a_.n[i]
+#define LINT_USE(i, d) a_.k[i]
+#define LINT_REQ_USE(i) a_.k[i]
+#define LDIM_USE(i) (int)a_.k[i]
+#define LDIM_OR_USE(i, d) (int)a_.k[i]
+#define LBOOL_USE(i) (a_.k[i] != 0)
+#define LBOOL_OR_USE(i, d) (a_.k[i] != 0)
+#define LDIMS_USE(i) (int)a_.k[i], a_.dims[i]
+#define LIDX_USE(i) a_.t[i]
+#define LOUT_USE(i) &a_.out
+#define LCONST_USE(v) v
+#define LREAD_USE(i, fn) (int)a_.k[i]
+#define LIDX_FREE(i) zorch_tensor_free(a_.t[i])
+#define LZ_NOP_(...) (void)0
+#define LT_ALLOC LZ_NOP_
+#define LTN_ALLOC LZ_NOP_
+#define LNUM_ALLOC LZ_NOP_
+#define LINT_ALLOC LZ_NOP_
+#define LINT_REQ_ALLOC LZ_NOP_
+#define LDIM_ALLOC LZ_NOP_
+#define LDIM_OR_ALLOC LZ_NOP_
+#define LBOOL_ALLOC LZ_NOP_
+#define LBOOL_OR_ALLOC LZ_NOP_
+#define LDIMS_ALLOC LZ_NOP_
+#define LOUT_ALLOC LZ_NOP_
+#define LCONST_ALLOC LZ_NOP_
+#define LREAD_ALLOC LZ_NOP_
+#define LT_FREE LZ_NOP_
+#define LTN_FREE LZ_NOP_
+#define LNUM_FREE LZ_NOP_
+#define LINT_FREE LZ_NOP_
+#define LINT_REQ_FREE LZ_NOP_
+#define LDIM_FREE LZ_NOP_
+#define LDIM_OR_FREE LZ_NOP_
+#define LBOOL_FREE LZ_NOP_
+#define LBOOL_OR_FREE LZ_NOP_
+#define LDIMS_FREE LZ_NOP_
+#define LOUT_FREE LZ_NOP_
+#define LCONST_FREE LZ_NOP_
+#define LREAD_FREE LZ_NOP_
+#define LZ_CAT_(a, b) LZ_CAT2_(a, b)
+#define LZ_CAT2_(a, b) a##b
+#define LZ_PH_(ph, r) LZ_PH2_(ph, ZORCH_EXPAND_ r)
+#define LZ_PH2_(ph, ...) LZ_PH3_(ph, __VA_ARGS__)
+#define LZ_PH3_(ph, k, ...) k##_##ph(__VA_ARGS__)
+#define LZ_N_(...) LZ_N2_(__VA_ARGS__, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define LZ_N2_(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, n, ...) n
+#define LZ_EACH_(ph, ...) LZ_CAT_(LZ_EACH, LZ_N_(__VA_ARGS__))(ph, __VA_ARGS__)
+#define LZ_EACH1(ph, a) LZ_PH_(ph, a)
+#define LZ_EACH2(ph, a, ...) LZ_PH_(ph, a), LZ_EACH1(ph, __VA_ARGS__)
+#define LZ_EACH3(ph, a, ...) LZ_PH_(ph, a), LZ_EACH2(ph, __VA_ARGS__)
+#define LZ_EACH4(ph, a, ...) LZ_PH_(ph, a), LZ_EACH3(ph, __VA_ARGS__)
+#define LZ_EACH5(ph, a, ...) LZ_PH_(ph, a), LZ_EACH4(ph, __VA_ARGS__)
+#define LZ_EACH6(ph, a, ...) LZ_PH_(ph, a), LZ_EACH5(ph, __VA_ARGS__)
+#define LZ_EACH7(ph, a, ...) LZ_PH_(ph, a), LZ_EACH6(ph, __VA_ARGS__)
+#define LZ_EACH8(ph, a, ...) LZ_PH_(ph, a), LZ_EACH7(ph, __VA_ARGS__)
+#define LZ_EACH9(ph, a, ...) LZ_PH_(ph, a), LZ_EACH8(ph, __VA_ARGS__)
+#define LZ_EACH10(ph, a, ...) LZ_PH_(ph, a), LZ_EACH9(ph, __VA_ARGS__)
+#define LZ_ALL_(ph, conv) LZ_ALL2_(ph, ZORCH_EXPAND_ conv)
+#define LZ_ALL2_(ph, ...) LZ_EACH_(ph, __VA_ARGS__)
+/* The kinds: the style of the result, the readers and whether it is a method too.
+   _VI: values and the 1-based indices of the LOUT argument; _I: 1-based indices. */
+#define DECL_STYLE_LUA_NONE NONE
+#define DECL_STYLE_LUA_FUNCTION(conv) ONE
+#define DECL_STYLE_LUA_BOTH(conv) ONE
+#define DECL_STYLE_LUA_FUNCTION_VI(conv) VI
+#define DECL_STYLE_LUA_BOTH_VI(conv) VI
+#define DECL_STYLE_LUA_FUNCTION_I(conv) IX
+#define DECL_STYLE_LUA_BOTH_I(conv) IX
+#define DECL_CONV_LUA_NONE ()
 #define DECL_CONV_LUA_FUNCTION(conv) conv
 #define DECL_CONV_LUA_BOTH(conv) conv
+#define DECL_CONV_LUA_FUNCTION_VI(conv) conv
+#define DECL_CONV_LUA_BOTH_VI(conv) conv
+#define DECL_CONV_LUA_FUNCTION_I(conv) conv
+#define DECL_CONV_LUA_BOTH_I(conv) conv
 #define DECL_METHOD_LUA_FUNCTION(conv) false
 #define DECL_METHOD_LUA_BOTH(conv) true
+#define DECL_METHOD_LUA_FUNCTION_VI(conv) false
+#define DECL_METHOD_LUA_BOTH_VI(conv) true
+#define DECL_METHOD_LUA_FUNCTION_I(conv) false
+#define DECL_METHOD_LUA_BOTH_I(conv) true
+#define DECL_BODY_(name, conv)                \
+  decl_args a_ = {0};                         \
+  (void)(LZ_ALL_(CHECK, conv));               \
+  (void)(LZ_ALL_(ALLOC, conv));               \
+  zorch_tensor *r_ = zorch_##name(LZ_ALL_(USE, conv)); \
+  (void)(LZ_ALL_(FREE, conv));
+#define DECL_FN_NONE(name, conv)
+#define DECL_FN_ONE(name, conv) \
+  static int fdecl_##name(lua_State *L) { DECL_BODY_(name, conv) PUSH(r_); }
+#define DECL_FN_VI(name, conv) \
+  static int fdecl_##name(lua_State *L) { DECL_BODY_(name, conv) return push_values_indices(L, r_, a_.out); }
+#define DECL_FN_IX(name, conv) \
+  static int fdecl_##name(lua_State *L) { DECL_BODY_(name, conv) return push_indices(L, r_); }
+#define DECL_FN2_(name, style, conv) DECL_FN3_(name, style, conv)
+#define DECL_FN3_(name, style, conv) DECL_FN_##style(name, conv)
 #define DECL_FN_(name, ret, params, args, lua, kernels, cases) \
-  static int fdecl_##name(lua_State *L) { PUSH(zorch_##name DECL_CONV_##lua); }
+  DECL_FN2_(name, DECL_STYLE_##lua, DECL_CONV_##lua)
 ZORCH_OPS(DECL_FN_)
 #undef DECL_FN_
 static const struct {
@@ -1271,7 +1342,15 @@ static const struct {
   lua_CFunction fn;
   bool method;
 } declared[] = {
-#define DECL_REG_(name, ret, params, args, lua, kernels, cases) {#name, fdecl_##name, DECL_METHOD_##lua},
+#define DECL_REG_NONE(name, method)
+#define DECL_REG_ONE(name, method) {#name, fdecl_##name, method},
+#define DECL_REG_VI DECL_REG_ONE
+#define DECL_REG_IX DECL_REG_ONE
+#define DECL_REG2_(name, style, method) DECL_REG3_(name, style, method)
+#define DECL_REG3_(name, style, method) DECL_REG_##style(name, method)
+#define DECL_METHOD_LUA_NONE false
+#define DECL_REG_(name, ret, params, args, lua, kernels, cases) \
+  DECL_REG2_(name, DECL_STYLE_##lua, DECL_METHOD_##lua)
     ZORCH_OPS(DECL_REG_)
 #undef DECL_REG_
     {NULL, NULL, false}};

@@ -20,7 +20,8 @@
 typedef enum { RED_SUM, RED_MAX, RED_MIN } red_op;
 
 /* The kernel slots of the declared ops (include/zorch_ops.h): ZORCH_OP_KERNELS
-   expands KERNEL(slot, params), defined by the user, for each, in order. */
+   expands KERNEL(slot, params) and KERNEL_OPT(slot, params) (a slot the CPU
+   alone fills), defined by the user, for each, in order. */
 #define ZK_ROW_(name, ret, params, args, lua, kernels, cases) ZORCH_EXPAND_ kernels
 #define ZORCH_OP_KERNELS ZORCH_OPS(ZK_ROW_)
 
@@ -77,44 +78,10 @@ typedef struct backend {
                          double p0, double p1);
   zorch_status (*where)(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a,
                         const zorch_tensor *b);
-  /* out (outer, inner) = reduce over r of a (outer, r, inner); idx (int64, may be
-     NULL) gets the argmax for RED_MAX, the argmin for RED_MIN (the first one;
-     NaN wins). */
-  zorch_status (*reduce)(red_op op, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *a,
-                         int64_t outer, int64_t r, int64_t inner);
-  /* out (outer, n, inner) = the inclusive running sum of a along n (from the end
-     when `reverse`); float32/float64 accumulate in double, int64 in int64. */
-  zorch_status (*cumsum)(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t n,
-                         int64_t inner, bool reverse);
-  /* values and idx (int64), both (outer, n, inner) = a (outer, n, inner) sorted
-     along n, stably; NaN is larger than every number (PyTorch's order). */
-  zorch_status (*sort)(zorch_tensor *values, zorch_tensor *idx, const zorch_tensor *a,
-                       int64_t outer, int64_t n, int64_t inner, bool descending);
-  /* out (the index's shape) = a at idx (int64) along g->dim; any dtype. */
-  zorch_status (*gather)(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
-                         const index_geom *g);
-  /* out (g->ashape) at idx along g->dim = src (the index's shape), in index
-     order (the last write wins), or += src when `add` (float32, float64,
-     int64); any dtype otherwise. */
-  zorch_status (*scatter)(zorch_tensor *out, const zorch_tensor *idx, const zorch_tensor *src,
-                          const index_geom *g, bool add);
   /* gin (outer, r, inner), zero-filled, gets g (outer, inner) at idx. */
   zorch_status (*max_bwd)(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
                           int64_t outer, int64_t r, int64_t inner);
-  zorch_status (*softmax)(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
-                          int64_t inner, bool log);
-  /* gx = y * (g - sum(g * y)), or for log_softmax gx = g - exp(y) * sum(g), over
-     rows of c (inner 1); gx, g and y of one dtype. May be NULL (the op layer then
-     composes it from other ops). */
-  zorch_status (*softmax_bwd)(zorch_tensor *gx, const zorch_tensor *g, const zorch_tensor *y,
-                              int64_t outer, int64_t c, bool log);
   zorch_status (*gemm)(const gemm_args *g);
-  /* out (outer, nidx, inner) = a (outer, n, inner) at idx (int64, nidx). */
-  zorch_status (*index_select)(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
-                               int64_t outer, int64_t n, int64_t inner);
-  /* out (outer, n, inner) += src (outer, nidx, inner) at idx, in index order. */
-  zorch_status (*index_add)(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx,
-                            int64_t outer, int64_t n, int64_t inner);
   /* loss (n) = -logp[i, t[i]] (0 where t[i] == ignore); logp (n, c). */
   zorch_status (*nll)(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t,
                       int64_t n, int64_t c, int64_t ignore);
@@ -211,7 +178,9 @@ typedef struct backend {
   zorch_status (*to_device)(void *dst, const void *src, size_t n, int index);
   /* the declared ops' kernels (include/zorch_ops.h) */
 #define KERNEL(slot, params) zorch_status(*slot) params;
+#define KERNEL_OPT KERNEL
   ZORCH_OP_KERNELS
+#undef KERNEL_OPT
 #undef KERNEL
 } backend;
 

@@ -10,22 +10,13 @@ const backend cpu_backend = {
     .native16 = true, /* unary and binary a block at a time (elementwise.c) */
     .gemm16 = true,
     .rows16 = true, /* sums, softmax, layer norm and nll read 16-bit in place */
-    .softmax_bwd = cpu_softmax_bwd,
     .copy = cpu_copy,
     .fill = cpu_fill,
     .unary = cpu_unary,
     .binary = cpu_binary,
     .where = cpu_where,
-    .reduce = cpu_reduce,
     .max_bwd = cpu_max_bwd,
-    .cumsum = cpu_cumsum,
-    .sort = cpu_sort,
-    .gather = cpu_gather,
-    .scatter = cpu_scatter,
-    .softmax = cpu_softmax,
     .gemm = cpu_gemm,
-    .index_select = cpu_index_select,
-    .index_add = cpu_index_add,
     .nll = cpu_nll,
     .nll_bwd = cpu_nll_bwd,
     .layer_norm = cpu_layer_norm,
@@ -46,6 +37,8 @@ const backend cpu_backend = {
     .pool2d = cpu_pool2d,
     .pool2d_bwd = cpu_pool2d_bwd,
 #define KERNEL(slot, params) .slot = cpu_##slot,
+#define KERNEL_OPT KERNEL
     ZORCH_OP_KERNELS
+#undef KERNEL_OPT
 #undef KERNEL
 };

@@ -11,27 +11,9 @@ zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const 
                         double p0, double p1);
 zorch_status cpu_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a,
                        const zorch_tensor *b);
-zorch_status cpu_reduce(red_op op, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *a,
-                        int64_t outer, int64_t r, int64_t inner);
 zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
                          int64_t outer, int64_t r, int64_t inner);
-zorch_status cpu_cumsum(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t n,
-                        int64_t inner, bool reverse);
-zorch_status cpu_sort(zorch_tensor *values, zorch_tensor *idx, const zorch_tensor *a,
-                      int64_t outer, int64_t n, int64_t inner, bool descending);
-zorch_status cpu_gather(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
-                        const index_geom *g);
-zorch_status cpu_scatter(zorch_tensor *out, const zorch_tensor *idx, const zorch_tensor *src,
-                         const index_geom *g, bool add);
-zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c,
-                         int64_t inner, bool log);
-zorch_status cpu_softmax_bwd(zorch_tensor *gx, const zorch_tensor *g, const zorch_tensor *y,
-                             int64_t outer, int64_t c, bool log);
 zorch_status cpu_gemm(const gemm_args *g);
-zorch_status cpu_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx,
-                              int64_t outer, int64_t n, int64_t inner);
-zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx,
-                           int64_t outer, int64_t n, int64_t inner);
 zorch_status cpu_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n,
                      int64_t c, int64_t ignore);
 zorch_status cpu_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n,
@@ -81,6 +63,8 @@ zorch_status cpu_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *g
                             const zorch_tensor *idx, const conv_geom *g);
 /* the declared ops' kernels (include/zorch_ops.h) */
 #define KERNEL(slot, params) zorch_status cpu_##slot params;
+#define KERNEL_OPT KERNEL
 ZORCH_OP_KERNELS
+#undef KERNEL_OPT
 #undef KERNEL
 #endif

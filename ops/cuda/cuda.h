@@ -194,24 +194,10 @@ zorch_status cuda_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const
                          double p1);
 zorch_status cuda_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a, const zorch_tensor *b);
 zorch_status cuda_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
-zorch_status cuda_reduce(red_op op, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *a, int64_t outer,
-                         int64_t r, int64_t inner);
 zorch_status cuda_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx, int64_t outer, int64_t r,
                           int64_t inner);
-zorch_status cuda_cumsum(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t n, int64_t inner,
-                         bool reverse);
-zorch_status cuda_sort(zorch_tensor *values, zorch_tensor *idx, const zorch_tensor *a, int64_t outer, int64_t n,
-                       int64_t inner, bool descending);
-zorch_status cuda_gather(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx, const index_geom *g);
-zorch_status cuda_scatter(zorch_tensor *out, const zorch_tensor *idx, const zorch_tensor *src, const index_geom *g,
-                          bool add);
 zorch_status cuda_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range);
-zorch_status cuda_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c, int64_t inner, bool log_);
 zorch_status cuda_gemm(const gemm_args *g);
-zorch_status cuda_index_select(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *idx, int64_t outer,
-                               int64_t n, int64_t inner);
-zorch_status cuda_index_add(zorch_tensor *out, const zorch_tensor *src, const zorch_tensor *idx, int64_t outer,
-                            int64_t n, int64_t inner);
 zorch_status cuda_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n, int64_t c,
                       int64_t ignore);
 zorch_status cuda_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n, int64_t c,
@@ -250,6 +236,8 @@ zorch_status cuda_from_host(void *dst, const void *src, size_t n, int dev);
 zorch_status cuda_to_device(void *dst, const void *src, size_t n, int dev);
 // the declared ops' kernels (include/zorch_ops.h)
 #define KERNEL(slot, params) zorch_status cuda_##slot params;
+#define KERNEL_OPT(slot, params)
 ZORCH_OP_KERNELS
+#undef KERNEL_OPT
 #undef KERNEL
 #endif

@@ -315,16 +315,8 @@ static backend make_backend() {
   b.unary = cuda_unary;
   b.binary = cuda_binary;
   b.where = cuda_where;
-  b.reduce = cuda_reduce;
   b.max_bwd = cuda_max_bwd;
-  b.cumsum = cuda_cumsum;
-  b.sort = cuda_sort;
-  b.gather = cuda_gather;
-  b.scatter = cuda_scatter;
-  b.softmax = cuda_softmax;
   b.gemm = cuda_gemm;
-  b.index_select = cuda_index_select;
-  b.index_add = cuda_index_add;
   b.nll = cuda_nll;
   b.nll_bwd = cuda_nll_bwd;
   b.layer_norm = cuda_layer_norm;
@@ -348,7 +340,9 @@ static backend make_backend() {
   b.from_host = cuda_from_host;
   b.to_device = cuda_to_device;
 #define KERNEL(slot, params) b.slot = cuda_##slot;
+#define KERNEL_OPT(slot, params)
   ZORCH_OP_KERNELS
+#undef KERNEL_OPT
 #undef KERNEL
   return b;
 }
