@@ -63,8 +63,6 @@ ZORCH_API void zorch_zero_finalize(void);
 /* ---- collectives over a communicator (process groups) ----------------------------------
    Every rank of c makes the same calls in the same order. Tensors are
    contiguous; ranks are c's, from 0. */
-/* In-place maximum over the ranks of c (zorch_zero_allreduce sums). */
-ZORCH_API zorch_status zorch_zero_allreduce_max(zorch_zero_comm *c, zorch_tensor *t);
 /* Every rank's send (equal sizes) concatenated into recv, in rank order. */
 ZORCH_API zorch_status zorch_zero_allgather(zorch_zero_comm *c, const zorch_tensor *send, zorch_tensor *recv);
 /* send summed over the ranks; this rank gets counts[rank] elements into recv.

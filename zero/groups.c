@@ -9,11 +9,6 @@
 #define NEED(c, ...) \
   if (!(c) || !(__VA_ARGS__)) return err_set(ZORCH_ERR_ARG, "%s: NULL argument", __func__)
 
-zorch_status zorch_zero_allreduce_max(zorch_zero_comm *c, zorch_tensor *t) {
-  NEED(c, t);
-  return comm_allreduce(c, t, true);
-}
-
 zorch_status zorch_zero_allgather(zorch_zero_comm *c, const zorch_tensor *send, zorch_tensor *recv) {
   NEED(c, send && recv);
   return comm_allgather(c, send, recv);
