@@ -16,39 +16,78 @@
 #include "lz.h"
 
 /* ---- JSON: tables with string keys are objects, sequences arrays ------------------ */
-static cJSON *to_json(lua_State *L, int idx, int depth) {
-  if (depth > 32) luaL_error(L, "json: nested too deep");
+/* The tree being built hangs from a userdata whose __gc frees it, and every node
+   joins its parent before it is filled: a Lua error raised part-way (a __len or
+   __index metamethod, a table nested too deep) leaks nothing. */
+typedef struct {
+  cJSON *root;
+} json_box;
+
+static int json_box_gc(lua_State *L) {
+  json_box *b = lua_touserdata(L, 1);
+  cJSON_Delete(b->root);
+  b->root = NULL;
+  return 0;
+}
+
+/* A node for the value at idx: a scalar, or an empty array/object for a table. */
+static cJSON *json_node(lua_State *L, int idx) {
+  cJSON *j;
   switch (lua_type(L, idx)) {
-    case LUA_TBOOLEAN: return cJSON_CreateBool(lua_toboolean(L, idx));
-    case LUA_TNUMBER: return cJSON_CreateNumber(lua_tonumber(L, idx));
-    case LUA_TSTRING: return cJSON_CreateString(lua_tostring(L, idx));
-    case LUA_TTABLE: break;
-    default: return cJSON_CreateNull();
+    case LUA_TBOOLEAN: j = cJSON_CreateBool(lua_toboolean(L, idx)); break;
+    case LUA_TNUMBER: j = cJSON_CreateNumber(lua_tonumber(L, idx)); break;
+    case LUA_TSTRING: j = cJSON_CreateString(lua_tostring(L, idx)); break;
+    case LUA_TTABLE: j = lz_len(L, idx) > 0 ? cJSON_CreateArray() : cJSON_CreateObject(); break;
+    default: j = cJSON_CreateNull();
   }
+  if (!j) luaL_error(L, "json: out of memory");
+  return j;
+}
+
+static void json_fill(lua_State *L, int idx, cJSON *out, int depth);
+
+/* Adds the value on top of the stack to out (under key when out is an object). */
+static void json_add(lua_State *L, cJSON *out, const char *key, int depth) {
+  cJSON *j = json_node(L, -1);
+  if (!(key ? cJSON_AddItemToObject(out, key, j) : cJSON_AddItemToArray(out, j))) {
+    cJSON_Delete(j);
+    luaL_error(L, "json: out of memory");
+  }
+  if (lua_type(L, -1) == LUA_TTABLE) json_fill(L, -1, j, depth + 1);
+}
+
+static void json_fill(lua_State *L, int idx, cJSON *out, int depth) {
+  if (depth > 32) luaL_error(L, "json: nested too deep");
+  luaL_checkstack(L, 4, "json");
   idx = lua_absindex(L, idx);
-  lua_Integer n = lz_len(L, idx);
-  cJSON *out = n > 0 ? cJSON_CreateArray() : cJSON_CreateObject();
-  if (!out) return NULL;
-  if (n > 0) {
+  if (cJSON_IsArray(out)) {
+    lua_Integer n = lz_len(L, idx);
     for (lua_Integer i = 1; i <= n; i++) {
       lz_geti(L, idx, i);
-      cJSON_AddItemToArray(out, to_json(L, -1, depth + 1));
+      json_add(L, out, NULL, depth);
       lua_pop(L, 1);
     }
-    return out;
+    return;
   }
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    if (lua_type(L, -2) == LUA_TSTRING) cJSON_AddItemToObject(out, lua_tostring(L, -2), to_json(L, -1, depth + 1));
+    if (lua_type(L, -2) == LUA_TSTRING) json_add(L, out, lua_tostring(L, -2), depth);
     lua_pop(L, 1);
   }
-  return out;
 }
 
 static int l_json_encode(lua_State *L) {
-  cJSON *j = to_json(L, 1, 0);
-  char *s = j ? cJSON_Print(j) : NULL;
-  cJSON_Delete(j);
+  lua_settop(L, 1);
+  json_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->root = NULL;
+  if (luaL_newmetatable(L, "zorch.json_tree")) {
+    lua_pushcfunction(L, json_box_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  b->root = json_node(L, 1);
+  if (lua_type(L, 1) == LUA_TTABLE) json_fill(L, 1, b->root, 0);
+  char *s = cJSON_Print(b->root);
   if (!s) return luaL_error(L, "json: out of memory");
   lua_pushstring(L, s);
   cJSON_free(s);
