@@ -216,8 +216,30 @@ ZORCH_API zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
 ZORCH_API zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
 ZORCH_API zorch_status zorch_fill_(zorch_tensor *dst, double value);
 ZORCH_API zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value);
+/* An in-place op's result src, already computed, written into dst as
+   PyTorch's in-place ops write (x:add_(y) is zorch_assign_("add_", x, x + y)):
+   src's dtype must cast to dst's by PyTorch's rule (no float into an integer
+   tensor, nothing but bool into bool) and its shape broadcast to dst's, which
+   keeps its shape; autograd records the write as zorch_copy_ does. Errors
+   name op. */
+ZORCH_API zorch_status zorch_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src);
 
 /* ---- elementwise ops (NumPy broadcasting, PyTorch type promotion) ------------------ */
+/* The registry's user-facing elementwise ops (ops/backend/pointwise_ops.h),
+   unary first, in registry order, for bindings and tests that go over every
+   op: its name, tensor inputs (1 or 2), scalar parameters, whether it records
+   a gradient, the inputs the tests draw (ZORCH_DOM_* bits) and a call that
+   runs its public function on in[0..nin) and p[0..nparams). *n gets the count. */
+enum { ZORCH_DOM_ANY = 0, ZORCH_DOM_POS_A = 1, ZORCH_DOM_POS_B = 2, ZORCH_DOM_UNIT_A = 4, ZORCH_DOM_GT1_A = 8 };
+typedef struct zorch_pointwise_op {
+  const char *name;
+  int nin;
+  int nparams;
+  int differentiable;
+  int dom; /* positive a (POS_A) or b (POS_B), a inside (-1, 1) (UNIT_A), a above 1 (GT1_A) */
+  zorch_tensor *(*call)(zorch_tensor *const *in, const double *p);
+} zorch_pointwise_op;
+ZORCH_API const zorch_pointwise_op *zorch_pointwise_ops(int *n);
 ZORCH_API zorch_tensor *zorch_add(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_sub(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_mul(zorch_tensor *a, zorch_tensor *b);
@@ -577,6 +599,10 @@ ZORCH_API const char *zorch_last_error_based(int base, char *out, size_t n);
 /* Puts "op: " in front of the last message unless it starts so already: a
    function made of other ops names itself in their errors. */
 ZORCH_API void zorch_error_prefix(const char *op);
+/* shape as the messages print it, "(2, 3)" ("(4,)" for one dim), into buf
+   (n bytes; ZORCH_SHAPE_BUF holds any shape); returns buf. */
+#define ZORCH_SHAPE_BUF 160
+ZORCH_API const char *zorch_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
 /* dim (negative: from the end) of a tensor of ndim dims (ndim + extra
    positions: extra 1 for an insert position, as unsqueeze's) as 0..ndim+extra-1
    in *out. Out of range: ZORCH_ERR_ARG naming op and the valid range (a 0-d
@@ -586,6 +612,13 @@ ZORCH_API zorch_status zorch_wrap_dim(const char *op, int dim, int ndim, int ext
    tensor. Unlike zorch_full it takes any value: converted as a kernel converts
    its scalar argument (integers saturate), not refused when out of dt's range. */
 ZORCH_API zorch_tensor *zorch_scalar(double value, zorch_dtype dt, zorch_device dev);
+/* An error (naming op) unless *v fits dt, checked before anything is
+   allocated: integer dtypes refuse NaN, infinities and out-of-range values, as
+   PyTorch's fills do; a negative value for uint8 becomes the one stored (-1:
+   255). What zorch_full and the fills check, for a binding that converts
+   values itself. */
+ZORCH_API zorch_status zorch_check_fill(const char *op, zorch_dtype dt, double *v);
+ZORCH_API zorch_status zorch_check_fill_i64(const char *op, zorch_dtype dt, int64_t *v);
 /* t[index] = src (broadcast to the entry), or a constant: a write into entry
    index (0-based, negative from the end) of dim 0 that autograd records as
    zorch_copy_ and the fills record theirs. The constants are range-checked as

@@ -6,9 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/def/ops.h"
-#include "../ops/backend/pointwise_ops.h"
-#include "../ops/core/tensor.h"
 #include "lz.h"
 
 #define T(i) lz_check(L, i)
@@ -223,7 +220,7 @@ static int f_tensor(lua_State *L) {
     lz_get_opts(L, 2, &o, lua_isboolean(L, 1) ? ZORCH_BOOL : isint ? ZORCH_I64 : ZORCH_F32);
     double v = lua_isboolean(L, 1) ? lua_toboolean(L, 1) : lua_tonumber(L, 1);
     int64_t iv = lua_tointeger(L, 1);
-    if (isint ? op_check_fill_i64("tensor", o.dtype, &iv) : op_check_fill("tensor", o.dtype, &v)) return lz_fail(L);
+    if (isint ? zorch_check_fill_i64("tensor", o.dtype, &iv) : zorch_check_fill("tensor", o.dtype, &v)) return lz_fail(L);
     zorch_tensor *t = isint ? zorch_full_i64(0, NULL, iv, o.dtype, o.device) : zorch_full(0, NULL, v, o.dtype, o.device);
     if (t && o.requires_grad && zorch_set_requires_grad(t, true)) zorch_tensor_free(t), t = NULL;
     PUSH(t);
@@ -253,7 +250,7 @@ static int f_tensor(lua_State *L) {
     for (int64_t i = 0; i < n; i++) {
       double dv;
       memcpy(&dv, &v[i], sizeof dv);
-      if (kind & 2 ? op_check_fill("tensor", o.dtype, &dv) : op_check_fill_i64("tensor", o.dtype, &v[i]))
+      if (kind & 2 ? zorch_check_fill("tensor", o.dtype, &dv) : zorch_check_fill_i64("tensor", o.dtype, &v[i]))
         return lz_fail(L);
       if (kind & 2) memcpy(&v[i], &dv, sizeof dv);
     }
@@ -323,7 +320,7 @@ static int m_size(lua_State *L) {
   if (!lua_isnoneornil(L, 2)) {
     int d;
     if (zorch_tensor_ndim(t) == 0) return luaL_error(L, "size: a 0-d tensor has no dims");
-    if (dim_wrap("size", lz_dim(L, 2), zorch_tensor_ndim(t), 0, &d)) return lz_fail(L);
+    if (zorch_wrap_dim("size", lz_dim(L, 2), zorch_tensor_ndim(t), 0, &d)) return lz_fail(L);
     lua_pushinteger(L, zorch_tensor_shape(t)[d]);
     return 1;
   }
@@ -429,7 +426,7 @@ static int m_zero_(lua_State *L) {
 /* zorch._assign(op, x, result): result written into x as the in-place op `op`
    (lua/tensor.lua builds x:add_(y) and the others on it); returns x. */
 static int f_assign(lua_State *L) {
-  if (op_assign_(luaL_checkstring(L, 1), T(2), T(3))) return lz_fail(L);
+  if (zorch_assign_(luaL_checkstring(L, 1), T(2), T(3))) return lz_fail(L);
   lua_settop(L, 2);
   return 1;
 }
@@ -502,28 +499,30 @@ UNARY(clone, zorch_clone(T(1)))
    from the end) into one */
 static int f_flatten(lua_State *L) {
   zorch_tensor *t = T(1);
+  int nd = zorch_tensor_ndim(t);
+  const int64_t *ts = zorch_tensor_shape(t);
   if (lua_isnoneornil(L, 2) && lua_isnoneornil(L, 3)) PUSH(zorch_flatten(t));
-  int n = t->ndim > 0 ? t->ndim : 1, d[2];
+  int n = nd > 0 ? nd : 1, d[2];
   for (int i = 0; i < 2; i++) {
     int v = lua_isnoneornil(L, 2 + i) ? (i ? -1 : 0) : lz_dim(L, 2 + i); /* 0-based, or negative */
     d[i] = v < 0 ? v + n : v;
     if (d[i] < 0 || d[i] >= n)
       return luaL_error(L, "flatten: %s %d out of range for a %d-d tensor (1..%d or -%d..-1)",
-                        i ? "end_dim" : "start_dim", v < 0 ? v : v + 1, t->ndim, n, n);
+                        i ? "end_dim" : "start_dim", v < 0 ? v : v + 1, nd, n, n);
   }
   if (d[0] > d[1]) return luaL_error(L, "flatten: start_dim %d comes after end_dim %d", d[0] + 1, d[1] + 1);
-  if (t->ndim == 0) PUSH(zorch_flatten(t));
+  if (nd == 0) PUSH(zorch_flatten(t));
   int64_t shape[ZORCH_MAX_DIMS];
   int k = 0;
-  for (int i = 0; i < t->ndim; i++) {
-    if (i > d[0] && i <= d[1]) shape[k - 1] *= t->shape[i];
-    else shape[k++] = t->shape[i];
+  for (int i = 0; i < nd; i++) {
+    if (i > d[0] && i <= d[1]) shape[k - 1] *= ts[i];
+    else shape[k++] = ts[i];
   }
   PUSH(zorch_reshape(t, k, shape));
 }
 
 /* The registry's elementwise ops (ops/backend/pointwise_ops.h). Each unary op without
-   parameters is bound as zorch.<name>(x) and x:<name>(); upvalue 1 is its op_info. */
+   parameters is bound as zorch.<name>(x) and x:<name>(); upvalue 1 is its zorch_pointwise_op. */
 /* Refuses arguments past the first n that are not nil: PyTorch takes alpha and
    out only by keyword, so zorch.add(a, b, 2) is a mistake to report, not to
    ignore. */
@@ -535,7 +534,7 @@ static void check_max_args(lua_State *L, int n, const char *name) {
 }
 
 static int f_pointwise(lua_State *L) {
-  const op_info *op = lua_touserdata(L, lua_upvalueindex(1));
+  const zorch_pointwise_op *op = lua_touserdata(L, lua_upvalueindex(1));
   check_max_args(L, 1, op->name);
   zorch_tensor *in[1] = {T(1)};
   double p[2] = {0, 0};
@@ -548,7 +547,7 @@ static int f_pointwise(lua_State *L) {
    they draw input a inside (-1, 1), "gt1" above 1, else "any"). */
 static int f_pointwise_ops(lua_State *L) {
   int n;
-  const op_info *ops = ops_pointwise(&n);
+  const zorch_pointwise_op *ops = zorch_pointwise_ops(&n);
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
     lua_createtable(L, 0, 5);
@@ -561,12 +560,12 @@ static int f_pointwise_ops(lua_State *L) {
     lua_pushboolean(L, ops[i].differentiable);
     lua_setfield(L, -2, "differentiable");
     lua_createtable(L, 2, 0);
-    lua_pushboolean(L, ops[i].dom & OP_DOM_POS_A);
+    lua_pushboolean(L, ops[i].dom & ZORCH_DOM_POS_A);
     lua_rawseti(L, -2, 1);
-    lua_pushboolean(L, ops[i].dom & OP_DOM_POS_B);
+    lua_pushboolean(L, ops[i].dom & ZORCH_DOM_POS_B);
     lua_rawseti(L, -2, 2);
     lua_setfield(L, -2, "positive");
-    lua_pushstring(L, ops[i].dom & OP_DOM_UNIT_A ? "unit" : ops[i].dom & OP_DOM_GT1_A ? "gt1" : "any");
+    lua_pushstring(L, ops[i].dom & ZORCH_DOM_UNIT_A ? "unit" : ops[i].dom & ZORCH_DOM_GT1_A ? "gt1" : "any");
     lua_setfield(L, -2, "domain");
     lua_rawseti(L, -2, i + 1);
   }
@@ -578,7 +577,7 @@ static int f_pointwise_ops(lua_State *L) {
 static int f_pointwise_call(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   int n;
-  const op_info *ops = ops_pointwise(&n);
+  const zorch_pointwise_op *ops = zorch_pointwise_ops(&n);
   for (int i = 0; i < n; i++) {
     if (strcmp(ops[i].name, name) != 0) continue;
     zorch_tensor *in[2] = {NULL, NULL};
@@ -590,40 +589,28 @@ static int f_pointwise_call(lua_State *L) {
   return luaL_argerror(L, 1, lua_pushfstring(L, "no elementwise op named '%s'", name));
 }
 
-/* The registry's binary ops with a public function, bound as zorch.<name>(a, b)
-   and a:<name>(b), either operand a tensor or a number (lz_binary); upvalue 1
-   is the entry. */
-typedef struct {
-  const char *name;
-  zorch_tensor *(*fn)(zorch_tensor *, zorch_tensor *);
-} binary_bind;
-#define B_BIND_API(name) {#name, zorch_##name},
-#define B_BIND_KERNEL(name)
-#define B_BIND(ID, name, node, out, fmath, ints, imath, grad, api, ...) B_BIND_##api(name)
-static const binary_bind binary_binds[] = {ZORCH_BINARY_OPS(B_BIND)};
+/* The registry's binary ops, bound as zorch.<name>(a, b) and a:<name>(b),
+   either operand a tensor or a number (lz_binary_op); upvalue 1 is the entry. */
 static int f_pointwise2(lua_State *L) {
-  const binary_bind *b = lua_touserdata(L, lua_upvalueindex(1));
-  check_max_args(L, 2, b->name);
-  return lz_binary(L, b->name, b->fn);
+  const zorch_pointwise_op *op = lua_touserdata(L, lua_upvalueindex(1));
+  check_max_args(L, 2, op->name);
+  return lz_binary_op(L, op);
 }
 
 /* [-0, +0]: binds the unary ops without parameters and the binary ops into the
    tables at module and methods (absolute indices). */
 static void open_pointwise(lua_State *L, int module, int methods) {
-  for (size_t i = 0; i < sizeof binary_binds / sizeof binary_binds[0]; i++) {
-    lua_pushlightuserdata(L, (void *)&binary_binds[i]);
-    lua_pushcclosure(L, f_pointwise2, 1);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, methods, binary_binds[i].name);
-    lua_setfield(L, module, binary_binds[i].name);
-  }
   int n;
-  const op_info *ops = ops_pointwise(&n);
+  const zorch_pointwise_op *ops = zorch_pointwise_ops(&n);
   for (int i = 0; i < n; i++) {
-    if (ops[i].nin != 1 || ops[i].nparams != 0) continue;
+    if (ops[i].nparams != 0) continue;
     lua_pushlightuserdata(L, (void *)&ops[i]);
-    lz_push_state(L);
-    lua_pushcclosure(L, f_pointwise, 2);
+    if (ops[i].nin == 1) {
+      lz_push_state(L);
+      lua_pushcclosure(L, f_pointwise, 2);
+    } else {
+      lua_pushcclosure(L, f_pointwise2, 1);
+    }
     lua_pushvalue(L, -1);
     lua_setfield(L, methods, ops[i].name);
     lua_setfield(L, module, ops[i].name);
@@ -650,7 +637,7 @@ static int f_pow(lua_State *L) { return binop(L, "__pow"); }
 
 static zorch_tensor *operand(lua_State *L, int i, zorch_tensor *like) {
   if (lua_type(L, i) == LUA_TNUMBER)
-    return op_full(0, NULL, lua_tonumber(L, i), zorch_tensor_dtype(like), zorch_tensor_device(like));
+    return zorch_scalar(lua_tonumber(L, i), zorch_tensor_dtype(like), zorch_tensor_device(like));
   return zorch_tensor_retain(T(i));
 }
 typedef zorch_tensor *(*cmp_fn)(zorch_tensor *, zorch_tensor *);
@@ -690,7 +677,7 @@ static int f_masked_fill(lua_State *L) {
   if (!lua_isinteger(L, 3) || zorch_dtype_is_float(dt) || dt == ZORCH_BOOL)
     PUSH(zorch_masked_fill(a, mask, luaL_checknumber(L, 3)));
   int64_t v = lua_tointeger(L, 3);
-  if (op_check_fill_i64("masked_fill", dt, &v)) return lz_fail(L);
+  if (zorch_check_fill_i64("masked_fill", dt, &v)) return lz_fail(L);
   if (v >= -((int64_t)1 << 53) && v <= (int64_t)1 << 53) PUSH(zorch_masked_fill(a, mask, (double)v));
   zorch_tensor *s = zorch_full_i64(0, NULL, v, dt, zorch_tensor_device(a));
   zorch_tensor *r = s ? zorch_where(mask, s, a) : NULL;
@@ -794,7 +781,7 @@ static int f_l1_loss(lua_State *L) {
                     : r == ZORCH_REDUCE_SUM ? zorch_sum(a, 0, NULL, false) : zorch_mean(a, 0, NULL, false);
   zorch_tensor_free(d);
   zorch_tensor_free(a);
-  if (!o) err_prefix("l1_loss");
+  if (!o) zorch_error_prefix("l1_loss");
   PUSH(o);
 }
 /* targets are 1-based class indices; ignore_index is too (default -100) */
@@ -847,9 +834,9 @@ static int f_layer_norm(lua_State *L) {
       if (ok && ns[i] != xs[nd - n + i]) ok = false;
     }
     if (!ok) {
-      char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
-      err_shape_str(n < ZORCH_MAX_DIMS ? n : ZORCH_MAX_DIMS, ns, a, sizeof a);
-      err_shape_str(nd, xs, b, sizeof b);
+      char a[ZORCH_SHAPE_BUF], b[ZORCH_SHAPE_BUF];
+      zorch_shape_str(n < ZORCH_MAX_DIMS ? n : ZORCH_MAX_DIMS, ns, a, sizeof a);
+      zorch_shape_str(nd, xs, b, sizeof b);
       return luaL_error(L, "layer_norm: normalized_shape %s does not match the last dims of the input's "
                         "shape %s", a, b);
     }

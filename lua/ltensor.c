@@ -287,11 +287,18 @@ static zorch_dtype number_dtype(lua_State *L, int idx, zorch_dtype dt) {
   return dt == ZORCH_BOOL ? ZORCH_I64 : dt;
 }
 
-int lz_binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *, zorch_tensor *)) {
+/* f(a, b), or op's call when f is NULL */
+static zorch_tensor *call2(zorch_tensor *(*f)(zorch_tensor *, zorch_tensor *), const zorch_pointwise_op *op,
+                           zorch_tensor *a, zorch_tensor *b) {
+  return f ? f(a, b) : op->call((zorch_tensor *[]){a, b}, NULL);
+}
+
+static int binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *, zorch_tensor *),
+                  const zorch_pointwise_op *op) {
   bool na = lua_type(L, 1) == LUA_TNUMBER, nb = lua_type(L, 2) == LUA_TNUMBER;
   if (na && nb) return luaL_error(L, "%s: expected a tensor operand, got two numbers", name);
   zorch_tensor *a = na ? NULL : lz_check(L, 1), *b = nb ? NULL : lz_check(L, 2);
-  if (!na && !nb) return lz_push(L, f(a, b));
+  if (!na && !nb) return lz_push(L, call2(f, op, a, b));
   zorch_tensor *t = na ? b : a;
   int ni = na ? 1 : 2;
   zorch_dtype sdt = number_dtype(L, ni, zorch_tensor_dtype(t));
@@ -304,10 +311,15 @@ int lz_binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *,
     s = NULL;
   }
   if (!s) return lz_fail(L);
-  zorch_tensor *r = na ? f(s, b) : f(a, s);
+  zorch_tensor *r = na ? call2(f, op, s, b) : call2(f, op, a, s);
   zorch_tensor_free(s);
   return lz_push(L, r);
 }
+
+int lz_binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *, zorch_tensor *)) {
+  return binary(L, name, f, NULL);
+}
+int lz_binary_op(lua_State *L, const zorch_pointwise_op *op) { return binary(L, op->name, NULL, op); }
 
 typedef zorch_tensor *(*bin_fn)(zorch_tensor *, zorch_tensor *);
 

@@ -63,15 +63,6 @@ def include_errors(root):
     return errs
 
 
-# Bindings that still include internal headers, until what they use becomes
-# public functions (zorch_*) or moves into the library. The list is to be
-# emptied; a file on it that no longer needs it is an error too, so it only
-# shrinks.
-BINDING_EXCEPTIONS = {
-    "lua/lfuncs.c",  # the op table
-}
-
-
 def binding_errors(root):
     errs = []
     bindings = sorted(f for f in os.listdir(os.path.join(root, "lua")) if f.endswith(".c")) \
@@ -79,10 +70,7 @@ def binding_errors(root):
     for f in bindings:
         src = "lua/" + f
         bad = [t for t in includes(root, src) if not (t.startswith("include/") or t == "lua/lz.h")]
-        if bad and src not in BINDING_EXCEPTIONS:
-            errs += [f"{src} includes {t} (a binding includes only include/*.h and lua/lz.h)" for t in bad]
-        elif not bad and src in BINDING_EXCEPTIONS:
-            errs.append(f"{src} includes only public headers now: take it off BINDING_EXCEPTIONS")
+        errs += [f"{src} includes {t} (a binding includes only include/*.h and lua/lz.h)" for t in bad]
     return errs
 
 

@@ -14,9 +14,9 @@ typedef struct {
 } gcase;
 
 /* The registered elementwise op named `name`, or NULL. */
-static const op_info *registered(const char *name) {
+static const zorch_pointwise_op *registered(const char *name) {
   int n;
-  const op_info *ops = ops_pointwise(&n);
+  const zorch_pointwise_op *ops = zorch_pointwise_ops(&n);
   for (int i = 0; i < n; i++)
     if (strcmp(ops[i].name, name) == 0) return &ops[i];
   return NULL;
@@ -99,7 +99,7 @@ static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
   const declared_case *d = declared_of(n);
   if (d) return d->call(x);
 #define IS(s) (strcmp(n, s) == 0)
-  const op_info *op = registered(n);
+  const zorch_pointwise_op *op = registered(n);
   if (op) return op->call(x, c->p);
   if (strncmp(n, "round_decimals", 14) == 0) return zorch_round(x[0], (int)c->p[0]);
   if (IS("isnan")) return zorch_isnan(x[0]);
@@ -230,7 +230,7 @@ static void check_case(gcase *c) {
     if (c->gout && zorch_dtype_is_float(zorch_tensor_dtype(x[i]))) zorch_set_requires_grad(x[i], true);
   }
   (void)optim;
-  const op_info *op = registered(c->name);
+  const zorch_pointwise_op *op = registered(c->name);
   if (op && op->differentiable)
     ok(c->gout && c->grad[0] && (op->nin < 2 || c->grad[1]), "%s: the golden case has gradients",
        c->name);
@@ -277,7 +277,7 @@ int main(void) {
   if (!ok(f != NULL, "golden file opens")) return done_testing();
   static char line[1 << 16];
   int nops;
-  const op_info *ops = ops_pointwise(&nops);
+  const zorch_pointwise_op *ops = zorch_pointwise_ops(&nops);
   bool *seen = calloc((size_t)nops, sizeof *seen);
   bool dseen[sizeof declared / sizeof declared[0]] = {0};
   gcase c = {0};
@@ -290,7 +290,7 @@ int main(void) {
       char *save = NULL, *tok = strtok_r(line + 5, " \n", &save);
       snprintf(c.name, sizeof c.name, "%.63s", tok ? tok : "");
       for (int i = 0; i < 2 && (tok = strtok_r(NULL, " \n", &save)); i++) c.p[i] = strtod(tok, NULL);
-      const op_info *op = registered(c.name);
+      const zorch_pointwise_op *op = registered(c.name);
       if (op) seen[op - ops] = true;
       const declared_case *d = declared_of(c.name);
       if (d) dseen[d - declared] = true;

@@ -9,7 +9,7 @@ typedef zorch_tensor *(*op_fn)(zorch_tensor **in);
 
 static zorch_generator *gen;
 
-/* A float64 leaf of normal numbers; `pos` (an OP_DOM_* bit of input a, or 1)
+/* A float64 leaf of normal numbers; `pos` (an ZORCH_DOM_* bit of input a, or 1)
    maps them into the op's domain: positive (|x| + 0.5), inside (-1, 1)
    (0.9 tanh x) or above 1 (|x| + 1.5). */
 static zorch_tensor *leaf(int ndim, const int64_t *shape, int pos) {
@@ -17,7 +17,7 @@ static zorch_tensor *leaf(int ndim, const int64_t *shape, int pos) {
   if (pos) {
     double *p = zorch_tensor_data(t);
     for (int64_t i = 0; i < zorch_tensor_numel(t); i++)
-      p[i] = pos & OP_DOM_UNIT_A ? 0.9 * tanh(p[i]) : fabs(p[i]) + (pos & OP_DOM_GT1_A ? 1.5 : 0.5);
+      p[i] = pos & ZORCH_DOM_UNIT_A ? 0.9 * tanh(p[i]) : fabs(p[i]) + (pos & ZORCH_DOM_GT1_A ? 1.5 : 0.5);
   }
   zorch_set_requires_grad(t, true);
   return t;
@@ -97,7 +97,7 @@ static void gradcheck(const char *name, op_fn f, int nin, zorch_tensor **in) {
 /* ---- the ops ----------------------------------------------------------------------- */
 /* the registry's ops: the op being checked, with parameters every op accepts
    (clamp needs p0 <= p1; pow_scalar and rdiv_scalar get positive inputs) */
-static const op_info *cur_op;
+static const zorch_pointwise_op *cur_op;
 static const double op_params[2] = {-0.5, 0.7};
 CHECK(registered, 0, return cur_op->call(in, op_params);)
 CHECK(square, 1, return zorch_pow_scalar(in[0], 2);) /* the x * x path */
@@ -253,11 +253,11 @@ static void run_declared(void) { ZORCH_OPS(DECL_ROW_) }
 int main(void) {
   gen = zorch_generator_new(1234);
   int nops;
-  const op_info *ops = ops_pointwise(&nops);
+  const zorch_pointwise_op *ops = zorch_pointwise_ops(&nops);
   for (int i = 0; i < nops; i++) {
     cur_op = &ops[i];
     if (!cur_op->differentiable) continue;
-    int pa = cur_op->dom & (OP_DOM_POS_A | OP_DOM_UNIT_A | OP_DOM_GT1_A), pb = cur_op->dom & OP_DOM_POS_B;
+    int pa = cur_op->dom & (ZORCH_DOM_POS_A | ZORCH_DOM_UNIT_A | ZORCH_DOM_GT1_A), pb = cur_op->dom & ZORCH_DOM_POS_B;
     if (cur_op->nin == 1) {
       run(cur_op->name, fn_registered, 1, (zorch_tensor *[]){leaf(SHAPE(3, 4), pa)});
     } else { /* same shapes, then broadcasting both ways */

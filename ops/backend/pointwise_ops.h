@@ -240,26 +240,12 @@ typedef enum { ZORCH_BINARY_OPS(ZORCH_OP_ENUM_B) BOP_COUNT } bop;
 #undef ZORCH_OP_ENUM_U
 #undef ZORCH_OP_ENUM_B
 
-/* What the tests draw for an op's inputs (bits: input a, input b positive). */
-enum { OP_DOM_ANY = 0, OP_DOM_POS_A = 1, OP_DOM_POS_B = 2, OP_DOM_UNIT_A = 4, OP_DOM_GT1_A = 8 };
 
 /* SELU's constants (Klambauer et al.): elu with negcoef alpha * scale and
    poscoef scale, the product taken in T as PyTorch does. */
 #define ZM_SELU_SCALE(T) ((T)1.0507009873554804934193349852946)
 #define ZM_SELU_NEG(T) ((T)1.6732632423543772848170429916717 * ZM_SELU_SCALE(T))
 
-/* A user-facing op of the lists (the gradient kernels excluded), for the Lua
-   bindings and the tests that go over every op. */
-typedef struct op_info {
-  const char *name;
-  int nin;            /* tensor inputs: 1 or 2 */
-  int nparams;        /* scalar parameters */
-  int differentiable; /* records a gradient */
-  int dom;            /* OP_DOM_* bits */
-  /* Runs the op through its public function on in[0..nin) and p[0..nparams). */
-  struct zorch_tensor *(*call)(struct zorch_tensor *const *in, const double *p);
-} op_info;
-
-/* The user-facing elementwise ops, unary first, in list order; *n gets the count. */
-const op_info *ops_pointwise(int *n);
+/* zorch_pointwise_op and zorch_pointwise_ops (the user-facing ops of the
+   lists) are public: include/zorch.h. */
 #endif

@@ -107,6 +107,10 @@ const char *err_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
   return buf;
 }
 
+const char *zorch_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
+  return err_shape_str(ndim, shape, buf, n);
+}
+
 zorch_status zorch_last_status(void) { return zstate_get()->err_code; }
 const char *zorch_last_error(void) {
   zstate *s = zstate_get();

@@ -10,7 +10,7 @@
    whole numbers -255..-1, which wrap around (*v becomes the value stored;
    PyTorch wraps only its integer negatives); float and bool dtypes take any
    value. */
-zorch_status op_check_fill(const char *op, zorch_dtype dt, double *v) {
+zorch_status zorch_check_fill(const char *op, zorch_dtype dt, double *v) {
   double lo, hi; /* hi is exclusive */
   switch (dt) {
   case ZORCH_I32: lo = -2147483648.0, hi = 2147483648.0; break;
@@ -25,7 +25,7 @@ zorch_status op_check_fill(const char *op, zorch_dtype dt, double *v) {
   return ZORCH_OK;
 }
 
-zorch_status op_check_fill_i64(const char *op, zorch_dtype dt, int64_t *v) {
+zorch_status zorch_check_fill_i64(const char *op, zorch_dtype dt, int64_t *v) {
   bool fits = dt == ZORCH_I32 ? *v >= INT32_MIN && *v <= INT32_MAX : dt == ZORCH_U8 ? *v >= -255 && *v <= 255 : true;
   if (!fits)
     return err_set(ZORCH_ERR_ARG, "%s: value %lld cannot be converted to %s without overflow", op, (long long)*v,

@@ -17,7 +17,7 @@ zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_
 
 zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value, zorch_dtype dt,
                          zorch_device dev) {
-  if (op_check_fill("full", dt, &value)) return NULL;
+  if (zorch_check_fill("full", dt, &value)) return NULL;
   return op_full(ndim, shape, value, dt, dev);
 }
 
@@ -86,7 +86,7 @@ zorch_tensor *zorch_arange_i64(int64_t start, int64_t end, int64_t step, zorch_d
 }
 
 zorch_tensor *zorch_full_i64(int ndim, const int64_t *shape, int64_t value, zorch_dtype dt, zorch_device dev) {
-  if (op_check_fill_i64("full", dt, &value)) return NULL;
+  if (zorch_check_fill_i64("full", dt, &value)) return NULL;
   zorch_tensor *t = zorch_empty(ndim, shape, dt, dev);
   if (t && op_fill_i64_(t, value)) {
     zorch_tensor_free(t);
@@ -298,14 +298,14 @@ zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
 }
 
 zorch_status zorch_fill_(zorch_tensor *dst, double value) {
-  if (check_arg("fill_", "dst", dst) || op_check_fill("fill_", dst->dtype, &value)) return zorch_last_status();
+  if (check_arg("fill_", "dst", dst) || zorch_check_fill("fill_", dst->dtype, &value)) return zorch_last_status();
   ag_node *node;
   if (write_begin("fill_", dst, NULL, false, 0, &node)) return zorch_last_status();
   return write_end(dst, node, op_fill_(dst, value));
 }
 
 zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value) {
-  if (check_arg("fill_", "dst", dst) || op_check_fill_i64("fill_", dst->dtype, &value)) return zorch_last_status();
+  if (check_arg("fill_", "dst", dst) || zorch_check_fill_i64("fill_", dst->dtype, &value)) return zorch_last_status();
   ag_node *node;
   if (write_begin("fill_", dst, NULL, false, 0, &node)) return zorch_last_status();
   return write_end(dst, node, op_fill_i64_(dst, value));
@@ -315,7 +315,7 @@ zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, 
                              double value) {
   const char *op = "index assignment";
   if (check_arg(op, "tensor", t) || (src && check_arg(op, "value", src))) return zorch_last_status();
-  if (!src && (integer ? op_check_fill_i64(op, t->dtype, &ivalue) : op_check_fill(op, t->dtype, &value)))
+  if (!src && (integer ? zorch_check_fill_i64(op, t->dtype, &ivalue) : zorch_check_fill(op, t->dtype, &value)))
     return zorch_last_status();
   bool prev = zorch_set_grad_enabled(false); /* the part written is a plain view */
   zorch_tensor *part = zorch_select(t, 0, index);
@@ -336,7 +336,7 @@ zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, 
    (no float into an integer tensor, nothing but bool into bool) and its shape
    broadcast to dst's, which keeps its shape; autograd records the write as
    copy_ does. */
-zorch_status op_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src) {
+zorch_status zorch_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src) {
   char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
   if (check_arg(op, "self", dst) || check_arg(op, "result", src)) return zorch_last_status();
   bool float_in = zorch_dtype_is_float(src->dtype), float_out = zorch_dtype_is_float(dst->dtype);

@@ -18,11 +18,6 @@ zorch_status op_add_(zorch_tensor *dst, zorch_tensor *src);
 /* zorch_copy_ without autograd: a data write (zorch's own buffers, such as
    parameters copied into the ZeRO engine's flat buffers). */
 zorch_status op_copy_(zorch_tensor *dst, zorch_tensor *src);
-/* An error (naming op) unless *v fits dt: integer dtypes refuse NaN,
-   infinities and out-of-range values, as PyTorch's fills do; a negative
-   value for uint8 becomes the one stored (-1: 255). */
-zorch_status op_check_fill(const char *op, zorch_dtype dt, double *v);
-zorch_status op_check_fill_i64(const char *op, zorch_dtype dt, int64_t *v);
 /* zorch_full without the range check: the kernels' conversion of value to dt
    (integers saturate), for scalars an op makes to compute with. */
 zorch_tensor *op_full(int ndim, const int64_t *shape, double value, zorch_dtype dt, zorch_device dev);
@@ -32,7 +27,7 @@ zorch_status op_fill_i64_(zorch_tensor *dst, int64_t value);
 /* t[index] = src, or the constant (ivalue when integer, else value) when src
    is NULL: a write into index `index` (0-based, negative from the end) of
    dim 0 that autograd sees, as zorch_copy_ and zorch_fill_ do for the whole. */
-zorch_status op_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src);
+/* zorch_assign_ (the in-place ops' write) is public: include/zorch.h. */
 zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, bool integer, int64_t ivalue,
                              double value);
 /* The elementwise binary kernel k with broadcasting and promotion; no autograd. */

@@ -616,13 +616,13 @@ ZORCH_BINARY_OPS(B_CALL)
 #define DIFF_CUSTOM(...) 1
 #define DIFF_NO_GRAD 0
 #define U_INFO(ID, name, node, fmath, ints, imath, grad, nparams, api, dom) \
-  {#name, 1, nparams, DIFF_##grad, OP_DOM_##dom, call_##name},
-#define B_INFO_API(name, grad, dom) {#name, 2, 0, DIFF_##grad, OP_DOM_##dom, call_##name},
+  {#name, 1, nparams, DIFF_##grad, ZORCH_DOM_##dom, call_##name},
+#define B_INFO_API(name, grad, dom) {#name, 2, 0, DIFF_##grad, ZORCH_DOM_##dom, call_##name},
 #define B_INFO_KERNEL(name, grad, dom)
 #define B_INFO(ID, name, node, out, fmath, ints, imath, grad, api, dom) B_INFO_##api(name, grad, dom)
-static const op_info pointwise_infos[] = {ZORCH_UNARY_OPS(U_INFO) ZORCH_BINARY_OPS(B_INFO)};
+static const zorch_pointwise_op pointwise_infos[] = {ZORCH_UNARY_OPS(U_INFO) ZORCH_BINARY_OPS(B_INFO)};
 
-const op_info *ops_pointwise(int *n) {
+const zorch_pointwise_op *zorch_pointwise_ops(int *n) {
   *n = (int)(sizeof pointwise_infos / sizeof pointwise_infos[0]);
   return pointwise_infos;
 }
@@ -688,7 +688,7 @@ zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b) 
 
 zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value) {
   if (check_arg("masked_fill", "input", a) || check_arg("masked_fill", "mask", mask) ||
-      op_check_fill("masked_fill", a->dtype, &value))
+      zorch_check_fill("masked_fill", a->dtype, &value))
     return NULL;
   zorch_tensor *v = scalar_like(a, value);
   if (!v) return NULL;
