@@ -1,6 +1,6 @@
 /* test_zero_api.c: include/zorch_zero.h on one local rank: options checked,
    the step's counting, the update equal to the fused Adam's, the norm, the
-   fp16 loss scaler, shard checkpoints. */
+   fp16 loss scaler, shard checkpoints, check_grad_overflow. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +43,114 @@ static zorch_status make(int stage, zorch_dtype dt, int accum, double clip, zorc
 static bool same_bits(zorch_tensor *a, zorch_tensor *b) {
   return zorch_tensor_numel(a) == zorch_tensor_numel(b) &&
          !memcmp(zorch_tensor_data(a), zorch_tensor_data(b), (size_t)zorch_tensor_numel(a) * 4);
+}
+
+/* An engine whose options check for overflow (check_grad_overflow) or not. */
+static zorch_status make_checked(int stage, zorch_dtype dt, bool check, zorch_tensor **p, zorch_zero **e) {
+  zorch_zero_options o;
+  zorch_zero_options_init(&o);
+  o.stage = stage, o.dtype = dt, o.check_grad_overflow = check, o.data = zorch_zero_local();
+  p[0] = param(W, SHAPE(3, 2));
+  p[1] = param(B, SHAPE(3));
+  return zorch_zero_new(&o, 2, p, e);
+}
+
+/* One micro-step and step on loss(scale_x) (stage 3 gathers for the forward
+   first; a no-op at the others). */
+static zorch_status step_on(zorch_zero *e, zorch_tensor **p, double scale_x, const zorch_zero_update *u,
+                            zorch_zero_step_info *info) {
+  zorch_status st = zorch_zero_gather(e);
+  zorch_tensor *l = st ? NULL : loss(p[0], p[1], scale_x);
+  if (!st && !l) st = zorch_last_status();
+  if (!st) st = zorch_zero_zero_grad(e);
+  if (!st) st = zorch_zero_backward(e, l);
+  if (!st) st = zorch_zero_step(e, u, info);
+  zorch_tensor_free(l);
+  return st;
+}
+
+static bool all_finite(zorch_tensor *t) {
+  int64_t n = zorch_tensor_numel(t);
+  double *v = malloc(sizeof(double) * (size_t)n);
+  bool fin = v && zorch_tensor_to_doubles(t, v, n) == ZORCH_OK;
+  for (int64_t i = 0; fin && i < n; i++) fin = isfinite(v[i]);
+  free(v);
+  return fin;
+}
+
+/* check_grad_overflow (fp32, bf16): a step on a nan or inf gradient is
+   skipped, leaving the target and the optimizer's state as they were; off, the
+   step runs on it as the header says (overflow is float16's only). */
+static void check_grad_overflow(void) {
+  zorch_zero_update u = {.kind = ZORCH_ZERO_ADAM, .adam = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}};
+  static const struct {
+    int stage;
+    zorch_dtype dt;
+  } cases[] = {{1, ZORCH_F32}, {3, ZORCH_F32}, {2, ZORCH_BF16}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int stage = cases[c].stage;
+    const char *dn = cases[c].dt == ZORCH_F32 ? "fp32" : "bf16";
+    zorch_tensor *p[2], *q[2];
+    zorch_zero *e = NULL, *ref = NULL;
+    if (make_checked(stage, cases[c].dt, true, p, &e) || make_checked(stage, cases[c].dt, true, q, &ref)) {
+      ok(0, "%s stage %d: engines with check_grad_overflow (%s)", dn, stage, zorch_last_error());
+      zorch_zero_free(e), zorch_zero_free(ref);
+      continue;
+    }
+    zorch_tensor *before = zorch_clone(zorch_zero_target(e));
+    zorch_zero_step_info info[2];
+    static const double bad[2] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+      zorch_status st = step_on(e, p, bad[k], &u, &info[k]);
+      ok(st == ZORCH_OK && !info[k].stepped && info[k].overflow && info[k].steps == 0 && info[k].loss_scale == 1 &&
+             !isfinite(info[k].norm),
+         "%s stage %d, check_grad_overflow: %s gradient skips the step (stepped %d, overflow %d, norm %g)", dn, stage,
+         k ? "an inf" : "a nan", info[k].stepped, info[k].overflow, info[k].norm);
+      ok(same_bits(before, zorch_zero_target(e)), "%s stage %d: the target unchanged after the %s step", dn, stage,
+         k ? "inf" : "nan");
+    }
+    zorch_zero_scaler s;
+    zorch_zero_get_scaler(e, &s);
+    int64_t micro, steps;
+    zorch_zero_counts(e, &micro, &steps);
+    ok(s.skipped == 2 && s.attempts == 2 && s.scale == 1 && steps == 0,
+       "%s stage %d: two skipped, none taken (skipped %lld, steps %lld)", dn, stage, (long long)s.skipped,
+       (long long)steps);
+    /* the next finite step is the first update: the same bits as an engine that saw only it (Adam's moments
+       and step count untouched by the skipped ones) */
+    zorch_zero_step_info fi, ri;
+    ok(step_on(e, p, 1, &u, &fi) == ZORCH_OK && fi.stepped && !fi.overflow && fi.steps == 1 && isfinite(fi.norm) &&
+           !same_bits(before, zorch_zero_target(e)),
+       "%s stage %d: a following finite step updates", dn, stage);
+    ok(step_on(ref, q, 1, &u, &ri) == ZORCH_OK && ri.stepped && same_bits(zorch_zero_target(ref), zorch_zero_target(e)) &&
+           fi.norm == ri.norm,
+       "%s stage %d: and it is the first update's, bit for bit (the optimizer state untouched)", dn, stage);
+    zorch_zero_free(e), zorch_zero_free(ref);
+    for (int i = 0; i < 2; i++) zorch_tensor_free(p[i]), zorch_tensor_free(q[i]);
+    zorch_tensor_free(before);
+  }
+
+  /* off (the default): fp32 does not look for overflow; the update runs on the nan gradient */
+  zorch_tensor *p[2];
+  zorch_zero *e = NULL;
+  zorch_zero_options o;
+  zorch_zero_options_init(&o);
+  ok(!o.check_grad_overflow, "check_grad_overflow is off by default");
+  if (make_checked(1, ZORCH_F32, false, p, &e)) {
+    ok(0, "an fp32 engine without check_grad_overflow (%s)", zorch_last_error());
+    return;
+  }
+  zorch_zero_step_info info;
+  bool finite0 = all_finite(zorch_zero_target(e));
+  zorch_status st = step_on(e, p, NAN, &u, &info);
+  ok(finite0 && st == ZORCH_OK && info.stepped && !info.overflow && info.steps == 1 && isnan(info.norm),
+     "without check_grad_overflow a nan gradient's step runs (stepped %d, overflow %d, norm %g)", info.stepped,
+     info.overflow, info.norm);
+  zorch_zero_scaler s;
+  zorch_zero_get_scaler(e, &s);
+  ok(s.skipped == 0 && !all_finite(zorch_zero_target(e)), "nothing skipped: the nan reached the target");
+  zorch_zero_free(e);
+  zorch_tensor_free(p[0]), zorch_tensor_free(p[1]);
 }
 
 int main(void) {
@@ -158,5 +266,7 @@ int main(void) {
   ok(s.skipped == 2 && s.attempts == 3, "the scaler counts the skipped steps");
   zorch_zero_free(e);
   zorch_tensor_free(p[0]), zorch_tensor_free(p[1]);
+
+  check_grad_overflow();
   return done_testing();
 }

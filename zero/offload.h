@@ -66,7 +66,7 @@ void zoff_get_stats(const zoff *o, zoff_stats *s);
    is through the page cache and *direct says so. ZORCH_OK or the error. */
 zorch_status zoff_probe(const char *dir, int64_t bytes, double *write_mbps, double *read_mbps, bool *direct);
 
-/* Direct I/O, shared with the parameter file (zero/engine.c). */
+/* Direct I/O, shared with the parameter file (zero/param_file.c). */
 #define ZOFF_ALIGN 4096 /* bytes: offsets, lengths and buffers of direct transfers */
 /* A new descriptor for the file behind fd (read and write, its own open file
    description), with O_DIRECT when `direct`, without it otherwise; -1 with

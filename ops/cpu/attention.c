@@ -76,7 +76,7 @@ static att_lay att_lay_of(const zorch_tensor *t) {
 
 
 #define T float
-#define SFX f32
+#define SFX float /* (the per-type functions are named by T: the dispatch's BODY(T) calls them) */
 #define ATT_BLOCK_T cpu_t16_f32
 #define EXP att_expf
 #define LOG logf
@@ -88,7 +88,7 @@ static att_lay att_lay_of(const zorch_tensor *t) {
 #undef ATT_BLOCK_T
 
 #define T double
-#define SFX f64
+#define SFX double
 #define EXP exp
 #define LOG log
 #include "attention_tpl.h"
@@ -101,17 +101,9 @@ zorch_status cpu_attention(zorch_tensor *out, zorch_tensor *lse, const zorch_ten
                            const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,
                            int64_t tk, int64_t d, bool causal, double scale) {
   att_lay lo = att_lay_of(out), lq = att_lay_of(q), lk = att_lay_of(k), lv = att_lay_of(v);
-  switch (q->dtype) {
-    case ZORCH_F32:
-      return fwd_f32(P(out), &lo, P(lse), P(q), &lq, P(k), &lk, P(v), &lv, bh, tq, tk, d, causal,
-                     (float)scale);
-    case ZORCH_F64:
-      return fwd_f64(P(out), &lo, P(lse), P(q), &lq, P(k), &lk, P(v), &lv, bh, tq, tk, d, causal,
-                     scale);
-    default:
-      return err_set(ZORCH_ERR_DTYPE, "attention: no CPU kernel for dtype %s",
-                     zorch_dtype_name(q->dtype));
-  }
+#define ATT_FWD(T) return fwd_##T(P(out), &lo, P(lse), P(q), &lq, P(k), &lk, P(v), &lv, bh, tq, tk, d, causal, (T)scale);
+  CPU_FLOAT_DISPATCH(q->dtype, "attention", ATT_FWD);
+#undef ATT_FWD
 }
 
 zorch_status cpu_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,
@@ -121,15 +113,9 @@ zorch_status cpu_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor 
                                int64_t tq, int64_t tk, int64_t d, bool causal, double scale) {
   att_lay ldq = att_lay_of(dq), ldk = att_lay_of(dk), ldv = att_lay_of(dv), lg = att_lay_of(g),
           lq = att_lay_of(q), lk = att_lay_of(k), lv = att_lay_of(v), lo = att_lay_of(out);
-  switch (q->dtype) {
-    case ZORCH_F32:
-      return bwd_f32(P(dq), &ldq, P(dk), &ldk, P(dv), &ldv, P(g), &lg, P(q), &lq, P(k), &lk, P(v),
-                     &lv, P(out), &lo, P(lse), bh, tq, tk, d, causal, (float)scale);
-    case ZORCH_F64:
-      return bwd_f64(P(dq), &ldq, P(dk), &ldk, P(dv), &ldv, P(g), &lg, P(q), &lq, P(k), &lk, P(v),
-                     &lv, P(out), &lo, P(lse), bh, tq, tk, d, causal, scale);
-    default:
-      return err_set(ZORCH_ERR_DTYPE, "attention: no CPU backward for dtype %s",
-                     zorch_dtype_name(q->dtype));
-  }
+#define ATT_BWD(T)                                                                                   \
+  return bwd_##T(P(dq), &ldq, P(dk), &ldk, P(dv), &ldv, P(g), &lg, P(q), &lq, P(k), &lk, P(v), &lv, P(out), &lo, \
+                 P(lse), bh, tq, tk, d, causal, (T)scale);
+  CPU_FLOAT_DISPATCH(q->dtype, "attention backward", ATT_BWD);
+#undef ATT_BWD
 }

@@ -1,5 +1,5 @@
 /* attention_tpl.h: the attention kernels over one element type, included by
-   attention.c once per type with T (float or double), SFX (f32 or f64), EXP and
+   attention.c once per type with T (float or double), SFX (T's name), EXP and
    LOG (expf, logf or exp, log) set.
    Layout: q (bh, tq, d), k and v (bh, tk, d), out and dout (bh, tq, d), each
    with its own att_lay (a head's first element and the stride between rows;

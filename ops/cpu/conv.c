@@ -55,12 +55,10 @@ IM2COL(double)
 
 zorch_status cpu_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0,
                         int64_t nb) {
-  switch (x->dtype) {
-    case ZORCH_F32: im2col_float((float *)tensor_ptr(col), (const float *)tensor_ptr(x), g, n0, nb); return ZORCH_OK;
-    case ZORCH_F64: im2col_double((double *)tensor_ptr(col), (const double *)tensor_ptr(x), g, n0, nb); return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU kernel for dtype %s",
-                            zorch_dtype_name(x->dtype));
-  }
+#define IM2COL_RUN(T) im2col_##T((T *)tensor_ptr(col), (const T *)tensor_ptr(x), g, n0, nb);
+  CPU_FLOAT_DISPATCH(x->dtype, "conv2d", IM2COL_RUN);
+#undef IM2COL_RUN
+  return ZORCH_OK;
 }
 
 /* One thread per (image, channel) plane: the plane is cleared, then every
@@ -95,12 +93,10 @@ COL2IM(double)
 
 zorch_status cpu_col2im(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,
                         int64_t nb) {
-  switch (gx->dtype) {
-    case ZORCH_F32: col2im_float((float *)tensor_ptr(gx), (const float *)tensor_ptr(col), g, n0, nb); return ZORCH_OK;
-    case ZORCH_F64: col2im_double((double *)tensor_ptr(gx), (const double *)tensor_ptr(col), g, n0, nb); return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU backward for dtype %s",
-                            zorch_dtype_name(gx->dtype));
-  }
+#define COL2IM_RUN(T) col2im_##T((T *)tensor_ptr(gx), (const T *)tensor_ptr(col), g, n0, nb);
+  CPU_FLOAT_DISPATCH(gx->dtype, "conv2d backward", COL2IM_RUN);
+#undef COL2IM_RUN
+  return ZORCH_OK;
 }
 
 /* ---- the whole convolution (groups = 1), image by image ----------------------------------
@@ -163,11 +159,7 @@ zorch_status cpu_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_te
   zorch_dtype dt = x->dtype;
   int failed = 0;
   if (conv_sizes_fit(K, L, O, 1)) return zorch_last_status();
-  switch (dt) {
-    case ZORCH_F32: CONV_FWD(float) break;
-    case ZORCH_F64: CONV_FWD(double) break;
-    default: return err_set(ZORCH_ERR_DTYPE, "conv2d: no CPU kernel for dtype %s", zorch_dtype_name(dt));
-  }
+  CPU_FLOAT_DISPATCH(dt, "conv2d", CONV_FWD);
   if (failed) return err_set(ZORCH_ERR_OOM, "conv2d: out of memory for the column buffer");
   return ZORCH_OK;
 }
@@ -386,16 +378,10 @@ zorch_status cpu_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const
   int ad = k == POOL_ADAPTIVE_AVG, inc = k == POOL_AVG;
   (void)ad, (void)inc;
   bool fast = k == POOL_MAX && maxpool2_fits(g);
-  switch (x->dtype) {
-    case ZORCH_F32:
-      if (fast) MAXPOOL2(float) else if (k == POOL_MAX) MAXPOOL(float) else AVGPOOL(float)
-      return ZORCH_OK;
-    case ZORCH_F64:
-      if (fast) MAXPOOL2(double) else if (k == POOL_MAX) MAXPOOL(double) else AVGPOOL(double)
-      return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "pool2d: no CPU kernel for dtype %s",
-                            zorch_dtype_name(x->dtype));
-  }
+#define POOL_FWD(T) if (fast) MAXPOOL2(T) else if (k == POOL_MAX) MAXPOOL(T) else AVGPOOL(T)
+  CPU_FLOAT_DISPATCH(x->dtype, "pool2d", POOL_FWD);
+#undef POOL_FWD
+  return ZORCH_OK;
 }
 
 /* Per plane (one thread each): max pooling adds each gradient at its argmax;
@@ -485,10 +471,6 @@ zorch_status cpu_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *g
     return ZORCH_OK;
   }
 #endif
-  switch (gx->dtype) {
-    case ZORCH_F32: POOL_BWD(float) return ZORCH_OK;
-    case ZORCH_F64: POOL_BWD(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "pool2d: no CPU backward for dtype %s",
-                            zorch_dtype_name(gx->dtype));
-  }
+  CPU_FLOAT_DISPATCH(gx->dtype, "pool2d backward", POOL_BWD);
+  return ZORCH_OK;
 }

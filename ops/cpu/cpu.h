@@ -62,6 +62,47 @@ void cpu_t16_f32(float *restrict dst, int64_t ldd, const float *restrict src, in
    (numbers marked for the caller's numbering, ops/core/error.h). */
 zorch_status cpu_bad_index(const char *op, int64_t v, int64_t k, int64_t n);
 
+/* Dtype dispatch, the one idiom of the CPU kernels: a kernel's body is
+   written once over its element type T, as a macro BODY(T) or, for the
+   attention kernels, as attention_tpl.h included once per type (its per-type
+   functions named by T, called from a BODY(T)); these expand BODY for each
+   type they cover and give every other dtype the one error,
+   "<op>: no CPU kernel for dtype <name>" (op a string). BODY runs as the
+   case of a switch: a `break` in it ends the dispatch, and the code after
+   the macro runs next. */
+#define CPU_NO_KERNEL(dt, op) err_set(ZORCH_ERR_DTYPE, "%s: no CPU kernel for dtype %s", (op), zorch_dtype_name(dt))
+/* float32 and float64 */
+#define CPU_FLOAT_DISPATCH(dt, op, BODY)        \
+  do {                                          \
+    switch (dt) {                               \
+      case ZORCH_F32: { BODY(float) } break;    \
+      case ZORCH_F64: { BODY(double) } break;   \
+      default: return CPU_NO_KERNEL(dt, op);    \
+    }                                           \
+  } while (0)
+/* float32, float64 and int64 */
+#define CPU_REAL_DISPATCH(dt, op, BODY)         \
+  do {                                          \
+    switch (dt) {                               \
+      case ZORCH_F32: { BODY(float) } break;    \
+      case ZORCH_F64: { BODY(double) } break;   \
+      case ZORCH_I64: { BODY(int64_t) } break;  \
+      default: return CPU_NO_KERNEL(dt, op);    \
+    }                                           \
+  } while (0)
+/* float32, float64, and bfloat16 and float16 through float32:
+   BODY16(load, store) with the 16-bit type's conversions (ops/backend/math.h) */
+#define CPU_FLOAT16_DISPATCH(dt, op, BODY, BODY16)                       \
+  do {                                                                   \
+    switch (dt) {                                                        \
+      case ZORCH_F32: { BODY(float) } break;                             \
+      case ZORCH_F64: { BODY(double) } break;                            \
+      case ZORCH_BF16: { BODY16(zm_bf16_to_f32, zm_f32_to_bf16) } break; \
+      case ZORCH_F16: { BODY16(zm_f16_to_f32, zm_f32_to_f16) } break;    \
+      default: return CPU_NO_KERNEL(dt, op);                             \
+    }                                                                    \
+  } while (0)
+
 /* Value conversion through double, for the rare dtype pairs without a fast loop. */
 double cpu_load(const char *p, zorch_dtype dt);
 void cpu_store(char *p, zorch_dtype dt, double v);

@@ -70,13 +70,8 @@ zorch_status cpu_scatter(zorch_tensor *out, const zorch_tensor *idx, const zorch
   if (st) return st;
   int64_t si = inner_of(g->ishape, nd, d), sa = inner_of(g->ashape, nd, d);
   if (add) {
-    switch (out->dtype) {
-      case ZORCH_F32: SCATTER_ADD(float) return ZORCH_OK;
-      case ZORCH_F64: SCATTER_ADD(double) return ZORCH_OK;
-      case ZORCH_I64: SCATTER_ADD(int64_t) return ZORCH_OK;
-      default: return err_set(ZORCH_ERR_DTYPE, "scatter_add: no CPU kernel for dtype %s",
-                              zorch_dtype_name(out->dtype));
-    }
+    CPU_REAL_DISPATCH(out->dtype, "scatter_add", SCATTER_ADD);
+    return ZORCH_OK;
   }
   size_t es = dtype_sizes[out->dtype];
   const char *s = tensor_ptr(src);

@@ -60,14 +60,8 @@ zorch_status cpu_index_add(zorch_tensor *out, const zorch_tensor *src, const zor
   int64_t ni = shape_numel(idx->ndim, idx->shape);
   for (int64_t k = 0; k < ni; k++)
     if (ix[k] < 0 || ix[k] >= n) return cpu_bad_index("index_add", ix[k], k, n);
-  switch (out->dtype) {
-    case ZORCH_F32: INDEX_ADD(float) return ZORCH_OK;
-    case ZORCH_F64: INDEX_ADD(double) return ZORCH_OK;
-    case ZORCH_BF16: INDEX_ADD16(zm_bf16_to_f32, zm_f32_to_bf16) return ZORCH_OK;
-    case ZORCH_F16: INDEX_ADD16(zm_f16_to_f32, zm_f32_to_f16) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "index_add: no CPU kernel for dtype %s",
-                            zorch_dtype_name(out->dtype));
-  }
+  CPU_FLOAT16_DISPATCH(out->dtype, "index_add", INDEX_ADD, INDEX_ADD16);
+  return ZORCH_OK;
 }
 
 #define NLL(T)                                                              \
@@ -123,12 +117,8 @@ zorch_status cpu_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_t
     NLL16(zm_f16_to_f32)
     return ZORCH_OK;
   }
-  switch (logp->dtype) {
-    case ZORCH_F32: NLL(float) return ZORCH_OK;
-    case ZORCH_F64: NLL(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "nll: no CPU kernel for dtype %s",
-                            zorch_dtype_name(logp->dtype));
-  }
+  CPU_FLOAT_DISPATCH(logp->dtype, "nll", NLL);
+  return ZORCH_OK;
 }
 
 zorch_status cpu_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n,
@@ -142,12 +132,8 @@ zorch_status cpu_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_t
     NLL_BWD16(zm_f32_to_f16)
     return ZORCH_OK;
   }
-  switch (gin->dtype) {
-    case ZORCH_F32: NLL_BWD(float) return ZORCH_OK;
-    case ZORCH_F64: NLL_BWD(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "nll: no CPU backward for dtype %s",
-                            zorch_dtype_name(gin->dtype));
-  }
+  CPU_FLOAT_DISPATCH(gin->dtype, "nll backward", NLL_BWD);
+  return ZORCH_OK;
 }
 
 /* Statistics in double; mean and rstd are stored per row in the input dtype. */
@@ -447,12 +433,8 @@ zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *r
       layer_norm_row_f32(yp + r * cols, mp + r, rp + r, xp + r * cols, wp, bp, cols, eps);
     return ZORCH_OK;
   }
-  switch (x->dtype) {
-    case ZORCH_F32: LAYER_NORM(float) return ZORCH_OK;
-    case ZORCH_F64: LAYER_NORM(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "layer_norm: no CPU kernel for dtype %s",
-                            zorch_dtype_name(x->dtype));
-  }
+  CPU_FLOAT_DISPATCH(x->dtype, "layer_norm", LAYER_NORM);
+  return ZORCH_OK;
 }
 
 /* gx = rstd * (gh - mean(gh) - xh * mean(gh * xh)) with gh = g * w, xh the
@@ -670,12 +652,8 @@ zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor
     layer_norm_bwd_f32(gx, gw, gb, g, x, mean, rstd, w, rows, cols);
     return ZORCH_OK;
   }
-  switch (x->dtype) {
-    case ZORCH_F32: LAYER_NORM_BWD(float) return ZORCH_OK;
-    case ZORCH_F64: LAYER_NORM_BWD(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "layer_norm: no CPU backward for dtype %s",
-                            zorch_dtype_name(x->dtype));
-  }
+  CPU_FLOAT_DISPATCH(x->dtype, "layer_norm backward", LAYER_NORM_BWD);
+  return ZORCH_OK;
 }
 
 /* Element i of a stream: see zm_random_* in math.h for the mapping that every

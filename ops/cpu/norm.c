@@ -49,12 +49,8 @@ zorch_status cpu_batch_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *r
                             const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
                             zorch_tensor *rm, zorch_tensor *rv, int64_t n, int64_t c,
                             int64_t inner, bool training, double momentum, double eps) {
-  switch (x->dtype) {
-    case ZORCH_F32: BATCH_NORM(float) return ZORCH_OK;
-    case ZORCH_F64: BATCH_NORM(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "batch_norm: no CPU kernel for dtype %s",
-                            zorch_dtype_name(x->dtype));
-  }
+  CPU_FLOAT_DISPATCH(x->dtype, "batch_norm", BATCH_NORM);
+  return ZORCH_OK;
 }
 
 /* With xh = (x - mean) * rstd and sums over a channel's m elements:
@@ -96,12 +92,8 @@ zorch_status cpu_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor
                                 const zorch_tensor *mean, const zorch_tensor *rstd,
                                 const zorch_tensor *w, int64_t n, int64_t c, int64_t inner,
                                 bool training) {
-  switch (x->dtype) {
-    case ZORCH_F32: BATCH_NORM_BWD(float) return ZORCH_OK;
-    case ZORCH_F64: BATCH_NORM_BWD(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "batch_norm: no CPU backward for dtype %s",
-                            zorch_dtype_name(x->dtype));
-  }
+  CPU_FLOAT_DISPATCH(x->dtype, "batch_norm backward", BATCH_NORM_BWD);
+  return ZORCH_OK;
 }
 
 /* RMSNorm rows (include/zorch_ops.h): sums of squares in double, one row per
@@ -124,12 +116,8 @@ zorch_status cpu_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor
 
 zorch_status cpu_rms_norm(zorch_tensor *y, zorch_tensor *rstd, const zorch_tensor *x,
                           const zorch_tensor *w, int64_t rows, int64_t cols, double eps) {
-  switch (x->dtype) {
-    case ZORCH_F32: RMS_NORM(float) return ZORCH_OK;
-    case ZORCH_F64: RMS_NORM(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "rms_norm: no CPU kernel for dtype %s",
-                            zorch_dtype_name(x->dtype));
-  }
+  CPU_FLOAT_DISPATCH(x->dtype, "rms_norm", RMS_NORM);
+  return ZORCH_OK;
 }
 
 #define RMS_NORM_BWD(T)                                                                 \
@@ -161,10 +149,6 @@ zorch_status cpu_rms_norm(zorch_tensor *y, zorch_tensor *rstd, const zorch_tenso
 zorch_status cpu_rms_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *g,
                               const zorch_tensor *x, const zorch_tensor *w,
                               const zorch_tensor *rstd, int64_t rows, int64_t cols) {
-  switch (x->dtype) {
-    case ZORCH_F32: RMS_NORM_BWD(float) return ZORCH_OK;
-    case ZORCH_F64: RMS_NORM_BWD(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "rms_norm backward: no CPU kernel for dtype %s",
-                            zorch_dtype_name(x->dtype));
-  }
+  CPU_FLOAT_DISPATCH(x->dtype, "rms_norm backward", RMS_NORM_BWD);
+  return ZORCH_OK;
 }

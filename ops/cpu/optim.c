@@ -104,12 +104,8 @@ zorch_status cpu_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, z
     adam_f32_threads(p, g, m, v, n, &k);
     return ZORCH_OK;
   }
-  switch (p->dtype) {
-    case ZORCH_F32: ADAM(float) return ZORCH_OK;
-    case ZORCH_F64: ADAM(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "adam_step: no CPU kernel for dtype %s",
-                            zorch_dtype_name(p->dtype));
-  }
+  CPU_FLOAT_DISPATCH(p->dtype, "adam_step", ADAM);
+  return ZORCH_OK;
 }
 
 #define SGD(T)                                                                         \
@@ -134,10 +130,6 @@ zorch_status cpu_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, z
 zorch_status cpu_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
                      const zorch_sgd_opts *o) {
   int64_t n = shape_numel(p->ndim, p->shape);
-  switch (p->dtype) {
-    case ZORCH_F32: SGD(float) return ZORCH_OK;
-    case ZORCH_F64: SGD(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "sgd_step: no CPU kernel for dtype %s",
-                            zorch_dtype_name(p->dtype));
-  }
+  CPU_FLOAT_DISPATCH(p->dtype, "sgd_step", SGD);
+  return ZORCH_OK;
 }

@@ -269,39 +269,17 @@ zorch_status cpu_reduce(red_op op, zorch_tensor *outt, zorch_tensor *idxt, const
       default: break;
     }
   } else if (r > 0) {
-    switch (at->dtype) {
-      case ZORCH_F32: {
-        float *out = (float *)tensor_ptr(outt);
-        const float *a = (const float *)tensor_ptr(at);
-        if (op == RED_MAX) {
-          MAX_BODY(float, >)
-        } else {
-          MAX_BODY(float, <)
-        }
-        return ZORCH_OK;
-      }
-      case ZORCH_F64: {
-        double *out = (double *)tensor_ptr(outt);
-        const double *a = (const double *)tensor_ptr(at);
-        if (op == RED_MAX) {
-          MAX_BODY(double, >)
-        } else {
-          MAX_BODY(double, <)
-        }
-        return ZORCH_OK;
-      }
-      case ZORCH_I64: {
-        int64_t *out = (int64_t *)tensor_ptr(outt);
-        const int64_t *a = (const int64_t *)tensor_ptr(at);
-        if (op == RED_MAX) {
-          MAX_BODY(int64_t, >)
-        } else {
-          MAX_BODY(int64_t, <)
-        }
-        return ZORCH_OK;
-      }
-      default: break;
-    }
+#define MINMAX(T)                                \
+  T *out = (T *)tensor_ptr(outt);                \
+  const T *a = (const T *)tensor_ptr(at);        \
+  if (op == RED_MAX) {                           \
+    MAX_BODY(T, >)                               \
+  } else {                                       \
+    MAX_BODY(T, <)                               \
+  }
+    CPU_REAL_DISPATCH(at->dtype, op == RED_MAX ? "max" : "min", MINMAX);
+#undef MINMAX
+    return ZORCH_OK;
   }
   return err_set(ZORCH_ERR_DTYPE, "%s: no CPU kernel for dtype %s",
                  op == RED_SUM ? "sum" : op == RED_MAX ? "max" : "min",
@@ -323,12 +301,8 @@ zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_t
                          int64_t outer, int64_t r, int64_t inner) {
   const int64_t *idx = (const int64_t *)tensor_ptr(idxt);
   (void)r;
-  switch (gin->dtype) {
-    case ZORCH_F32: MAX_BWD(float) return ZORCH_OK;
-    case ZORCH_F64: MAX_BWD(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "max: no CPU backward for dtype %s",
-                            zorch_dtype_name(gin->dtype));
-  }
+  CPU_FLOAT_DISPATCH(gin->dtype, "max backward", MAX_BWD);
+  return ZORCH_OK;
 }
 
 #define CUMSUM(T, ACC)                                                        \
@@ -349,13 +323,14 @@ zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_t
 
 zorch_status cpu_cumsum(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t n,
                         int64_t inner, bool reverse) {
-  switch (a->dtype) {
-    case ZORCH_F32: CUMSUM(float, double) return ZORCH_OK;
-    case ZORCH_F64: CUMSUM(double, double) return ZORCH_OK;
-    case ZORCH_I64: CUMSUM(int64_t, uint64_t) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "cumsum: no CPU kernel for dtype %s",
-                            zorch_dtype_name(a->dtype));
-  }
+  /* (the running sum: double for the floats, unsigned for int64 so overflow wraps) */
+#define CUMSUM_ACC_float double
+#define CUMSUM_ACC_double double
+#define CUMSUM_ACC_int64_t uint64_t
+#define CUMSUM_T(T) CUMSUM(T, CUMSUM_ACC_##T)
+  CPU_REAL_DISPATCH(a->dtype, "cumsum", CUMSUM_T);
+#undef CUMSUM_T
+  return ZORCH_OK;
 }
 
 #define SOFTMAX(T)                                                               \
@@ -615,12 +590,8 @@ zorch_status cpu_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer
     for (int64_t o = 0; o < outer; o++) softmax_row_f32(y + o * c, x + o * c, c, log_);
     return ZORCH_OK;
   }
-  switch (a->dtype) {
-    case ZORCH_F32: SOFTMAX(float) return ZORCH_OK;
-    case ZORCH_F64: SOFTMAX(double) return ZORCH_OK;
-    default: return err_set(ZORCH_ERR_DTYPE, "softmax: no CPU kernel for dtype %s",
-                            zorch_dtype_name(a->dtype));
-  }
+  CPU_FLOAT_DISPATCH(a->dtype, "softmax", SOFTMAX);
+  return ZORCH_OK;
 }
 
 /* The softmax gradient of one row in float32 registers: s = sum(g * y) (softmax)
