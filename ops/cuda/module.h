@@ -59,7 +59,7 @@ typedef struct cuda_module {
   zorch_status (*synchronize)(int dev);
   /* "CUDA runtime 13.0, driver 13.0, cuBLASLt 13.0, cuDNN 9.x (conv2d, batch_norm), NCCL 2.x" */
   void (*describe)(char *buf, size_t n);
-  /* Offload on GPU ranks (zero/engine.c, lua/offload.lua): page-locked host
+  /* Offload on GPU ranks (zero/buckets.c, lua/zorch/engine/offload.lua): page-locked host
      memory (cudaMallocHost) for the offloaded shard, and copies to it on the
      device's side stream: copy_to_host_async queues n bytes after the work
      queued on the device's stream so far (an event between the two) and
