@@ -21,6 +21,7 @@ end
 
 -- Every option's default and check come from the schema (options.lua).
 local OPTIONS = zorch._require("zorch.engine.options")
+local ckpt = zorch._require("zorch.engine.checkpoint") -- the folder format
 local DEFAULTS = {}
 for _, r in ipairs(OPTIONS.rows) do if r.name then DEFAULTS[r.name] = r.default end end
 
@@ -35,6 +36,9 @@ end
 
 local Engine = {}
 Engine.__index = Engine
+
+-- Whether x is a zorch.Engine (what zorch.Engine{...} returns).
+function zorch.is_engine(x) return getmetatable(x) == Engine end
 Engine.__tostring = function(e)
   local c = e.cfg
   return ("zorch.Engine(zero_stage=%d, precision=%s, gradient_clipping=%s, gradient_accumulation_steps=%d, "
@@ -226,7 +230,8 @@ function Engine:prepare(model, loader, opt, sched)
   if type(model) ~= "table" or not model.parameters then error("Engine:prepare: argument 1 must be a module", 2) end
   if self.prepared then error("Engine:prepare: this engine already prepared a model (one engine per model)", 2) end
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
-  self.auto_lines = #self.autos > 0 and zorch._resolve_autos(self, model, loader, opt, sched) or {}
+  self.auto_lines = {}
+  if #self.autos > 0 then self.auto_lines = self:set_autos(zorch._resolve_autos(self, model, loader, opt, sched)) end
   self.model, self.loader = model, loader
   if loader then loader.rank, loader.world_size = self.rank, self.world_size end
   if loader then loader.accumulation = self.cfg.gradient_accumulation_steps end -- (checkpoints: samples per step)
@@ -368,7 +373,9 @@ function Engine:prepare(model, loader, opt, sched)
   self.inner = cls({target}, opt.defaults)
   self.target = target
   self.user_opt = opt
-  self.offload = zorch._offload_optimizer(self) -- offload_optimizer: the moments in a file
+  -- offload_optimizer: the moments in a file (bound: the parameter file's
+  -- stream too; disk: the bandwidth measured at prepare, or nil)
+  self.offload, self.offload_bound, self.disk = zorch._offload_optimizer(self)
   self.io_start = zorch.clock()
   self.group_base = group_of
   self.runs = self:group_runs(self:stepped_groups(), params, opt)
@@ -419,6 +426,17 @@ function Engine:prepare(model, loader, opt, sched)
   if self.first and os.getenv("ZORCH_QUIET") == nil then self:print_summary() end
   self.prepared = true -- (set once prepare has succeeded)
   return model, loader, wrapped
+end
+
+-- The "auto" values a DeepSpeed file left to prepare, as engine/dsauto.lua
+-- resolved them, into the configuration; returns the summary lines.
+function Engine:set_autos(lines, fill)
+  local c = self.cfg
+  if fill.reduce_bucket_size then c.reduce_bucket_size = fill.reduce_bucket_size end
+  if fill.prefetch_bucket_size then c.prefetch_bucket_size = fill.prefetch_bucket_size end
+  for k, v in pairs(fill.optimizer) do c.optimizer.params[k] = v end
+  for k, v in pairs(fill.scheduler) do c.scheduler.params[k] = v end
+  return lines
 end
 
 -- Parameter groups: the group (an index into opt.param_groups, or false for
@@ -843,6 +861,13 @@ function Engine:print(...)
   if self.printer then print(...) end
 end
 
+-- Whether engine:print prints on this rank (world rank 0's by default; a
+-- pipeline sets it so that one rank of the world prints).
+function Engine:set_printer(on) self.printer = on and true or false end
+
+-- Whether prepare ran with this model.
+function Engine:prepared_with(model) return self.zero ~= nil and self.model == model end
+
 -- (rank 0 writes; a state dict taken under stage 3 was gathered by the model)
 function Engine:save(tbl, path)
   if self.first then zorch.save(tbl, path) end
@@ -889,6 +914,102 @@ function Engine:add_norm_group(group, duplicates)
   if self.zero and self.norm_model then self:set_norm() end -- (else at prepare)
 end
 
+-- ---- checkpoints (engine/checkpoint.lua: the folder format) ----
+-- The checkpoint module reaches the engine only through the four methods below.
 
-zorch._Engine = Engine -- for lua/checkpoint.lua
+-- engine:save_checkpoint(dir, {tag?, extra?}) -> tag: this rank's slice and (rank
+-- 0) the manifest, published through dir/latest.
+function Engine:save_checkpoint(dir, opts)
+  if not self.inner then error("save_checkpoint: call prepare with an optimizer first", 2) end
+  return ckpt.save(self, dir, opts)
+end
+
+-- engine:load_checkpoint(dir) -> manifest: resumes from dir/latest (or dir
+-- itself when it holds a manifest), resharding to this run's layout.
+function Engine:load_checkpoint(dir)
+  if not self.inner then error("load_checkpoint: call prepare with an optimizer first", 2) end
+  return ckpt.load(self, dir)
+end
+
+-- What a checkpoint reads of the engine's layout: the model (names, shapes,
+-- buffers), the data rank, the ZeRO stage and precision, the shard size, the
+-- flat optimizer target (a load writes it in place), the optimizer's name
+-- and the layout splitting the model (nil without one).
+function Engine:checkpoint_layout()
+  return {model = self.model, rank = self.rank, stage = self.cfg.zero_stage, precision = self.cfg.precision,
+          shard = self.zero:memory().shard, target = self.zero:target(),
+          optimizer = getmetatable(self.inner).__name or "optimizer", layout = self.layout}
+end
+
+-- What a save writes besides the pieces: the optimizer state of this rank's
+-- slice (tensors and scalars), the counts, the learning rate and the groups'
+-- options, the scheduler's step, the loss scaler (fp16), the loader's state
+-- and the steps each parameter missed while frozen (by name, those > 0).
+function Engine:checkpoint_state()
+  local micro, steps = self.micro, self.steps
+  local missed, i = {}, 0
+  for name in self.model:named_parameters() do
+    i = i + 1
+    local n = self.behind and self.behind[i]
+    if n and n > 0 then missed[name] = n end
+  end
+  local s, opt = self.scaler, self.user_opt
+  return {
+    optimizer_state = self.inner:full_state(1) or {}, steps = steps, micro = micro, lr = opt.lr,
+    param_groups = opt.group_options and opt:group_options() or nil,
+    scheduler_step = self.lr_scheduler and self.lr_scheduler.last_step or nil,
+    loss_scale = self.cfg.precision == "fp16" and {scale = s.scale, hysteresis = s.hysteresis, attempts = s.attempts,
+      last_overflow = s.last_overflow, skipped = s.skipped} or nil,
+    loader = self.loader and self.loader:state() or nil, missed = missed,
+  }
+end
+
+-- After a load wrote the target: the optimizer state of this rank's slice,
+-- and (offload on a GPU rank) the host copy the optimizer steps.
+function Engine:restore_optimizer_state(state)
+  if self.host then self.target:copy_(self.host.device_target) end
+  self.inner.state[1] = state
+end
+
+-- A checkpoint's counters {lr, param_groups?, steps, scheduler_step?, missed
+-- (by name), loss_scale?, loader?, rng_offset}, after its parameters and state
+-- are in place. Returns its further arguments (load tail-calls it: the
+-- groups' errors are the caller's, level 3).
+function Engine:restore_counters(c, ...)
+  if c.param_groups and self.user_opt._load_groups then -- every group's options, as saved
+    self.user_opt:_load_groups(c.param_groups, "load_checkpoint", 3)
+  else
+    self.user_opt.lr = c.lr
+  end
+  self.inner.lr = c.lr
+  -- saved between optimizer steps: the next micro-batch opens a window, whatever the accumulation now
+  self:set_counts(0, c.steps)
+  self.zero:publish() -- master weights into the parameters, then gather or release
+  if self.lr_scheduler and c.scheduler_step then
+    self.lr_scheduler.last_step = c.scheduler_step
+    if self.lr_scheduler.set_lr then self.lr_scheduler.set_lr(c.scheduler_step)
+    else self.user_opt.lr = self.lr_scheduler.lr_at(c.scheduler_step) end
+  end
+  -- the steps each parameter missed while frozen, and the runs they shape
+  if self.group_base then
+    local index, i = {}, 0
+    for name in self.model:named_parameters() do i = i + 1; index[name] = i end
+    self.behind = {}
+    for name, n in pairs(c.missed or {}) do
+      if index[name] then self.behind[index[name]] = n end
+    end
+    self.runs = self:group_runs(self:stepped_groups(), self.params, self.user_opt)
+  end
+  local s = self:reset_scaler()
+  if self.cfg.precision == "fp16" and c.loss_scale then
+    local ls = c.loss_scale
+    if s.dynamic then s.scale, s.hysteresis = ls.scale, math.min(ls.hysteresis, self.cfg.hysteresis) end
+    s.attempts, s.last_overflow, s.skipped = ls.attempts, ls.last_overflow, ls.skipped
+    self:reset_scaler(s)
+  end
+  if self.loader and c.loader then self.loader:load_state(c.loader) end
+  zorch._rng_set_offset(c.rng_offset)
+  return ...
+end
+
 return nil
