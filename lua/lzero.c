@@ -237,13 +237,16 @@ static int e_set_scaler(lua_State *L) {
   return e_status(L, zorch_zero_set_scaler(e, &s));
 }
 
-/* engine:counts() -> micro-steps, optimizer steps; engine:set_counts(micro, steps) */
+/* engine:counts() -> micro-steps, optimizer steps, backward calls since the
+   last step; engine:set_counts(micro, steps) */
 static int e_counts(lua_State *L) {
+  zorch_zero *e = check_engine(L);
   int64_t micro, steps;
-  zorch_zero_counts(check_engine(L), &micro, &steps);
+  zorch_zero_counts(e, &micro, &steps);
   lua_pushinteger(L, micro);
   lua_pushinteger(L, steps);
-  return 2;
+  lua_pushinteger(L, zorch_zero_pending(e));
+  return 3;
 }
 static int e_set_counts(lua_State *L) {
   zorch_zero *e = check_engine(L);

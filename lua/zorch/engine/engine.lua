@@ -35,7 +35,12 @@ function zorch.local_rank()
 end
 
 local Engine = {}
-Engine.__index = Engine
+-- engine.steps: the optimizer steps taken, as the C engine counts them
+-- (0 before prepare); every other key is a field or a method
+Engine.__index = function(e, k)
+  if k == "steps" then return select(2, e:counts()) end
+  return Engine[k]
+end
 
 -- Whether x is a zorch.Engine (what zorch.Engine{...} returns).
 function zorch.is_engine(x) return getmetatable(x) == Engine end
@@ -125,10 +130,8 @@ function zorch.Engine(cfg, overrides)
   local rank, world = group:rank(), group:size()
   zorch._comm_timeout(c.comm_timeout)
   local device = c.device == "cuda" and ("cuda:" .. zorch.local_rank()) or c.device
-  -- steps: the optimizer steps taken (a skipped step does not count); checkpoint
-  -- tags (step<N>) and resuming use it
-  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, pending = 0, steps = 0,
-                          device = device, group = group, layout = c.layout or nil,
+  -- (the counts are the C engine's: Engine:counts, engine.steps)
+  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, device = device, group = group, layout = c.layout or nil,
                           param_dir = param_dir, opt_dir = opt_dir, host_param = host_param,
                           first = zorch._group_world():rank() == 0,
                           printer = zorch._group_world():rank() == 0}, Engine)
@@ -385,16 +388,16 @@ function Engine:prepare(model, loader, opt, sched)
   local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,
                                     __tostring = function() return tostring(opt) end})
   function wrapped.step()
-    if engine.pending == 0 then
+    local micro, _, pending = engine:counts()
+    if pending == 0 then
       error("step: no engine:backward(loss) since the last step: call engine:backward(loss), not " ..
             "loss:backward(), so that the engine scales, accumulates and reduces the gradients", 2)
     end
-    if engine.micro % engine.cfg.gradient_accumulation_steps ~= 0 then return false end
-    engine.pending = 0
+    if micro % engine.cfg.gradient_accumulation_steps ~= 0 then return false end
     return engine:optimizer_step() ~= false -- (false: an fp16 overflow skipped the update)
   end
   function wrapped.zero_grad()
-    if engine.micro % engine.cfg.gradient_accumulation_steps == 0 then engine:zero_grad() end
+    if engine:counts() % engine.cfg.gradient_accumulation_steps == 0 then engine:zero_grad() end
   end
   -- the state of this rank's slice, with the options of the optimizer's groups
   function wrapped.state_dict()
@@ -583,11 +586,18 @@ function Engine:sync_shard()
   if self.host then self.target:copy_(self.host.device_target) end -- (offload on a GPU rank)
 end
 
+-- The C engine's counts: micro-steps (backward calls) so far, optimizer steps
+-- taken (a skipped step does not count: checkpoint tags step<N> and resuming
+-- use it) and backward calls since the last step; zeros before prepare.
+function Engine:counts()
+  if self.zero then return self.zero:counts() end
+  return 0, 0, 0
+end
+
 -- The counts a checkpoint restores: micro-steps so far and optimizer steps
 -- taken (the next backward opens a window).
 function Engine:set_counts(micro, steps)
   self.zero:set_counts(micro, steps)
-  self.micro, self.pending, self.steps = micro, 0, steps
 end
 
 -- Clears the gradients of the next accumulation window.
@@ -607,7 +617,6 @@ function Engine:backward(loss)
   if self.rank == 0 and self:inject_overflow(self.scaler.attempts + 1) then loss = loss * math.huge end
   local t0 = self.wall and zorch.clock()
   self.zero:backward(loss)
-  self.micro, self.pending = self.micro + 1, self.pending + 1
   if self.wall then self.wall.backward = self.wall.backward + (zorch.clock() - t0) end
 end
 
@@ -634,7 +643,8 @@ function Engine:update(target, grad, grad_scale)
     self.inner:_step_tensors(target, grad, self.runs, self.ntensors,
                              function(t) if sharded then group:allreduce(t) end end)
   elseif self.runs then -- each run of the slice with its group's options (as they are now)
-    for _, r in ipairs(self.runs) do if r.behind then r.fresh = r.behind == self.steps end end
+    local steps = self.steps
+    for _, r in ipairs(self.runs) do if r.behind then r.fresh = r.behind == steps end end
     self.inner:_step_runs(target, grad, self.runs)
   else
     self.inner.lr = self.user_opt.lr
@@ -674,7 +684,6 @@ function Engine:optimizer_step()
   if self.runs then self:note_missed() end
   if self.offload then self:note_io() end
   if self.lr_scheduler then self.lr_scheduler.step() end
-  self.steps = info.steps
   if self.cfg.steps_per_print then self:print_step() end
   self:note_comm()
 end
@@ -884,7 +893,6 @@ function Engine:backward_from(t, grad)
   end
   if not self.zero then error("Engine:backward_from: prepare the model first", 2) end
   self.zero:backward_from(t, grad)
-  self.micro, self.pending = self.micro + 1, self.pending + 1
 end
 
 -- The mean loss of micro-batches whose loss was taken on another rank (a
@@ -946,7 +954,7 @@ end
 -- options, the scheduler's step, the loss scaler (fp16), the loader's state
 -- and the steps each parameter missed while frozen (by name, those > 0).
 function Engine:checkpoint_state()
-  local micro, steps = self.micro, self.steps
+  local micro, steps = self:counts()
   local missed, i = {}, 0
   for name in self.model:named_parameters() do
     i = i + 1
