@@ -122,6 +122,13 @@ do
   local l2 = grads()
   local big = nn.utils.clip_grad_norm_(l2:parameters(), 1e9)
   ok(math.abs(big - before) / before < 1e-6, "a max above the norm changes nothing and returns the norm")
+  local l5 = grads() -- gradients of two dtypes: the norm of them all
+  local p64 = zorch.tensor({3, 4}, {dtype = "float64", requires_grad = true})
+  p64:pow(2):sum():backward() -- (its gradient 6, 8: norm 10)
+  local ps = l5:parameters()
+  ps[#ps + 1] = p64
+  local mixed, want = nn.utils.clip_grad_norm_(ps, 1e9), math.sqrt(before * before + 100)
+  ok(math.abs(mixed - want) / want < 1e-6, ("float32 and float64 gradients: norm %.9g, want %.9g"):format(mixed, want))
   local l3 = grads()
   local inf = nn.utils.clip_grad_norm_(l3:parameters(), 1.0, math.huge)
   ok(inf > 0 and math.abs(l3.weight.grad:abs():max():item() - 1.0) < 1e-5, "norm_type math.huge: the largest |g| to max")
