@@ -44,6 +44,7 @@ end
 
 -- Whether x is a zorch.Engine (what zorch.Engine{...} returns).
 function zorch.is_engine(x) return getmetatable(x) == Engine end
+
 Engine.__tostring = function(e)
   local c = e.cfg
   return ("zorch.Engine(zero_stage=%d, precision=%s, gradient_clipping=%s, gradient_accumulation_steps=%d, "
@@ -131,7 +132,8 @@ function zorch.Engine(cfg, overrides)
   zorch._comm_timeout(c.comm_timeout)
   local device = c.device == "cuda" and ("cuda:" .. zorch.local_rank()) or c.device
   -- (the counts are the C engine's: Engine:counts, engine.steps)
-  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, device = device, group = group, layout = c.layout or nil,
+  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, device = device,
+                          group = group, layout = c.layout or nil,
                           param_dir = param_dir, opt_dir = opt_dir, host_param = host_param,
                           first = zorch._group_world():rank() == 0,
                           printer = zorch._group_world():rank() == 0}, Engine)
