@@ -270,6 +270,9 @@ ZORCH_API void zorch_zero_get_scaler(const zorch_zero *e, zorch_zero_scaler *s);
 ZORCH_API zorch_status zorch_zero_set_scaler(zorch_zero *e, const zorch_zero_scaler *s);
 /* Micro-steps (backward calls) so far and optimizer steps taken. */
 ZORCH_API void zorch_zero_counts(const zorch_zero *e, int64_t *micro, int64_t *steps);
+/* Backward calls since the last step that closed a window (0: a step now is
+   ZORCH_ERR_STATE). */
+ZORCH_API int64_t zorch_zero_pending(const zorch_zero *e);
 
 /* Offload on a GPU rank (stages 2-3, float32): the update steps host_target
    (float32 CPU tensors of len elements, retained) from host_grad, into which

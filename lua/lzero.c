@@ -63,17 +63,44 @@ static int e_gc(lua_State *L) {
   return 0;
 }
 
-/* Integers of the table at idx into a new userdata array (on the stack). */
-static int *int_list(lua_State *L, int idx, int *n) {
+/* The numbers of the list at idx (an absolute index) into a new userdata
+   array on the stack, freed with it: ints, or doubles when ints is false. */
+static void *number_list(lua_State *L, int idx, int *n, bool ints) {
   luaL_checktype(L, idx, LUA_TTABLE);
   *n = (int)lz_len(L, idx);
-  int *v = lua_newuserdatauv(L, sizeof(int) * (size_t)(*n ? *n : 1), 0);
+  size_t size = ints ? sizeof(int) : sizeof(double);
+  void *v = lua_newuserdatauv(L, size * (size_t)(*n ? *n : 1), 0);
   for (int i = 0; i < *n; i++) {
     lz_geti(L, idx, i + 1);
-    v[i] = (int)luaL_checkinteger(L, -1);
+    if (ints) ((int *)v)[i] = (int)luaL_checkinteger(L, -1);
+    else ((double *)v)[i] = luaL_checknumber(L, -1);
     lua_pop(L, 1);
   }
   return v;
+}
+
+/* A record of named numbers, the shape of what the getters return. */
+typedef enum { FIELD_INT, FIELD_NUM, FIELD_BOOL } field_kind;
+typedef struct {
+  const char *name;
+  field_kind kind;
+  double num;
+  int64_t i;
+} lz_field;
+#define F_INT(name, v) {name, FIELD_INT, 0, (int64_t)(v)}
+#define F_NUM(name, v) {name, FIELD_NUM, (double)(v), 0}
+#define F_BOOL(name, v) {name, FIELD_BOOL, 0, (v) ? 1 : 0}
+#define NFIELDS(f) ((int)(sizeof(f) / sizeof *(f)))
+
+static int push_fields(lua_State *L, const lz_field *f, int n) {
+  lua_createtable(L, 0, n);
+  for (int k = 0; k < n; k++) {
+    if (f[k].kind == FIELD_INT) lua_pushinteger(L, f[k].i);
+    else if (f[k].kind == FIELD_BOOL) lua_pushboolean(L, (int)f[k].i);
+    else lua_pushnumber(L, f[k].num);
+    lua_setfield(L, -2, f[k].name);
+  }
+  return 1;
 }
 
 /* The options of the table at idx, by their Engine names (the schema's rows
@@ -110,7 +137,7 @@ static int l_zero_engine(lua_State *L) {
   zorch_zero_options o;
   lz_zero_options(L, 2, &o);
   lz_getfield(L, 2, "groups");
-  if (!lua_isnil(L, -1)) o.group_sizes = int_list(L, lua_gettop(L), &o.ngroups);
+  if (!lua_isnil(L, -1)) o.group_sizes = number_list(L, lua_gettop(L), &o.ngroups, true);
   lz_getfield(L, 2, "param_dir");
   o.param_dir = luaL_optstring(L, -1, NULL);
   if (o.param_dir) lz_check_path(L, o.param_dir, "write");
@@ -194,28 +221,19 @@ static int e_step(lua_State *L) {
   zorch_status st = zorch_zero_step(e, &u, &info);
   if (lu.failed) return lua_error(L); /* the update's own error, as it raised it */
   if (st) return lz_fail(L);
-  lua_createtable(L, 0, 7);
-  lua_pushboolean(L, info.stepped), lua_setfield(L, -2, "stepped");
-  lua_pushboolean(L, info.overflow), lua_setfield(L, -2, "overflow");
-  lua_pushnumber(L, info.norm), lua_setfield(L, -2, "norm");
-  lua_pushnumber(L, info.loss_scale), lua_setfield(L, -2, "loss_scale");
-  lua_pushinteger(L, info.steps), lua_setfield(L, -2, "steps");
-  lua_pushnumber(L, info.reduce_s), lua_setfield(L, -2, "reduce_s");
-  lua_pushnumber(L, info.update_s), lua_setfield(L, -2, "update_s");
-  return 1;
+  const lz_field f[] = {F_BOOL("stepped", info.stepped), F_BOOL("overflow", info.overflow), F_NUM("norm", info.norm),
+                        F_NUM("loss_scale", info.loss_scale), F_INT("steps", info.steps),
+                        F_NUM("reduce_s", info.reduce_s), F_NUM("update_s", info.update_s)};
+  return push_fields(L, f, NFIELDS(f));
 }
 
 /* engine:scaler() -> {scale, hysteresis, attempts, last_overflow, skipped} */
 static int e_scaler(lua_State *L) {
   zorch_zero_scaler s;
   zorch_zero_get_scaler(check_engine(L), &s);
-  lua_createtable(L, 0, 5);
-  lua_pushnumber(L, s.scale), lua_setfield(L, -2, "scale");
-  lua_pushinteger(L, s.hysteresis), lua_setfield(L, -2, "hysteresis");
-  lua_pushinteger(L, s.attempts), lua_setfield(L, -2, "attempts");
-  lua_pushinteger(L, s.last_overflow), lua_setfield(L, -2, "last_overflow");
-  lua_pushinteger(L, s.skipped), lua_setfield(L, -2, "skipped");
-  return 1;
+  const lz_field f[] = {F_NUM("scale", s.scale), F_INT("hysteresis", s.hysteresis), F_INT("attempts", s.attempts),
+                        F_INT("last_overflow", s.last_overflow), F_INT("skipped", s.skipped)};
+  return push_fields(L, f, NFIELDS(f));
 }
 
 /* engine:set_scaler(t | nil): a saved state, or nil for the start */
@@ -237,13 +255,16 @@ static int e_set_scaler(lua_State *L) {
   return e_status(L, zorch_zero_set_scaler(e, &s));
 }
 
-/* engine:counts() -> micro-steps, optimizer steps; engine:set_counts(micro, steps) */
+/* engine:counts() -> micro-steps, optimizer steps, backward calls since the
+   last step; engine:set_counts(micro, steps) */
 static int e_counts(lua_State *L) {
+  zorch_zero *e = check_engine(L);
   int64_t micro, steps;
-  zorch_zero_counts(check_engine(L), &micro, &steps);
+  zorch_zero_counts(e, &micro, &steps);
   lua_pushinteger(L, micro);
   lua_pushinteger(L, steps);
-  return 2;
+  lua_pushinteger(L, zorch_zero_pending(e));
+  return 3;
 }
 static int e_set_counts(lua_State *L) {
   zorch_zero *e = check_engine(L);
@@ -254,29 +275,18 @@ static int e_set_counts(lua_State *L) {
 static int e_geometry(lua_State *L) {
   zorch_zero_geometry g;
   zorch_zero_get_geometry(check_engine(L), &g);
-  lua_createtable(L, 0, 7);
-  lua_pushinteger(L, g.rank), lua_setfield(L, -2, "rank");
-  lua_pushinteger(L, g.world), lua_setfield(L, -2, "world");
-  lua_pushinteger(L, g.numel), lua_setfield(L, -2, "numel");
-  lua_pushinteger(L, g.shard), lua_setfield(L, -2, "shard");
-  lua_pushinteger(L, g.padded), lua_setfield(L, -2, "padded");
-  lua_pushinteger(L, g.lo), lua_setfield(L, -2, "lo");
-  lua_pushinteger(L, g.len), lua_setfield(L, -2, "len");
-  return 1;
+  const lz_field f[] = {F_INT("rank", g.rank),     F_INT("world", g.world), F_INT("numel", g.numel),
+                        F_INT("shard", g.shard),   F_INT("padded", g.padded), F_INT("lo", g.lo),
+                        F_INT("len", g.len)};
+  return push_fields(L, f, NFIELDS(f));
 }
 
 /* engine:set_norm_weights({w per parameter} | nil), engine:add_norm_comm(group) */
 static int e_set_norm_weights(lua_State *L) {
   zorch_zero *e = check_engine(L);
   if (lua_isnoneornil(L, 2)) return e_status(L, zorch_zero_set_norm_weights(e, NULL));
-  luaL_checktype(L, 2, LUA_TTABLE);
-  int n = (int)lz_len(L, 2);
-  double *w = lua_newuserdatauv(L, sizeof *w * (size_t)(n ? n : 1), 0);
-  for (int i = 0; i < n; i++) {
-    lz_geti(L, 2, i + 1);
-    w[i] = luaL_checknumber(L, -1);
-    lua_pop(L, 1);
-  }
+  int n;
+  double *w = number_list(L, 2, &n, false);
   return e_status(L, zorch_zero_set_norm_weights(e, w));
 }
 static int e_add_norm_comm(lua_State *L) {
@@ -298,14 +308,10 @@ static int e_set_host(lua_State *L) {
 static int e_memory(lua_State *L) {
   zorch_zero_memory m;
   zorch_zero_get_memory(check_engine(L), &m);
-  lua_createtable(L, 0, 6);
-  lua_pushinteger(L, m.parameters), lua_setfield(L, -2, "parameters");
-  lua_pushinteger(L, m.gradients), lua_setfield(L, -2, "gradients");
-  lua_pushinteger(L, m.master_weights), lua_setfield(L, -2, "master_weights");
-  lua_pushinteger(L, m.buffers), lua_setfield(L, -2, "buffers");
-  lua_pushinteger(L, m.numel), lua_setfield(L, -2, "numel");
-  lua_pushinteger(L, m.shard), lua_setfield(L, -2, "shard");
-  return 1;
+  const lz_field f[] = {F_INT("parameters", m.parameters), F_INT("gradients", m.gradients),
+                        F_INT("master_weights", m.master_weights), F_INT("buffers", m.buffers),
+                        F_INT("numel", m.numel), F_INT("shard", m.shard)};
+  return push_fields(L, f, NFIELDS(f));
 }
 
 /* Seconds in flight and seconds waited, from one of the engine's timers. */
@@ -338,22 +344,18 @@ static int e_param_file(lua_State *L) {
 static int e_io(lua_State *L) {
   zorch_zero_io io;
   zorch_zero_get_io(check_engine(L), &io, lua_toboolean(L, 2));
-  lua_createtable(L, 0, 7);
-  lua_pushinteger(L, io.file_bytes), lua_setfield(L, -2, "file_bytes");
-  lua_pushinteger(L, io.read_bytes), lua_setfield(L, -2, "read_bytes");
-  lua_pushinteger(L, io.write_bytes), lua_setfield(L, -2, "write_bytes");
-  lua_pushnumber(L, io.io_s), lua_setfield(L, -2, "io_s");
-  lua_pushinteger(L, io.ahead_bytes), lua_setfield(L, -2, "ahead_bytes");
-  lua_pushinteger(L, io.behind_bytes), lua_setfield(L, -2, "behind_bytes");
-  lua_pushnumber(L, io.sync_s), lua_setfield(L, -2, "sync_s");
-  return 1;
+  const lz_field f[] = {F_INT("file_bytes", io.file_bytes), F_INT("read_bytes", io.read_bytes),
+                        F_INT("write_bytes", io.write_bytes), F_NUM("io_s", io.io_s),
+                        F_INT("ahead_bytes", io.ahead_bytes), F_INT("behind_bytes", io.behind_bytes),
+                        F_NUM("sync_s", io.sync_s)};
+  return push_fields(L, f, NFIELDS(f));
 }
 
 /* engine:module_register({group ids, 0-based}) -> module id */
 static int e_module_register(lua_State *L) {
   zorch_zero *e = check_engine(L);
   int n;
-  int *groups = int_list(L, 2, &n);
+  int *groups = number_list(L, 2, &n, true);
   int id;
   if (zorch_zero_module_register(e, n, groups, &id)) return lz_fail(L);
   lua_pushinteger(L, id);

@@ -65,32 +65,6 @@ static int l_sgd_step(lua_State *L) {
   return 0;
 }
 
-/* Sum of squares of a tensor's elements, accumulated in double. */
-static int l_sumsq(lua_State *L) {
-  zorch_tensor *t = lz_check(L, 1);
-  int64_t n = zorch_tensor_numel(t);
-  const void *p = zorch_tensor_is_contiguous(t) ? zorch_tensor_data(t) : NULL;
-  double s = 0;
-  if (p && zorch_tensor_dtype(t) == ZORCH_F32) {
-    const float *f = p;
-    for (int64_t i = 0; i < n; i++) s += (double)f[i] * f[i];
-  } else if (p && zorch_tensor_dtype(t) == ZORCH_F64) {
-    const double *d = p;
-    for (int64_t i = 0; i < n; i++) s += d[i] * d[i];
-  } else {
-    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    if (!v) return luaL_error(L, "out of memory");
-    if (zorch_tensor_to_doubles(t, v, n)) {
-      free(v);
-      return lz_fail(L);
-    }
-    for (int64_t i = 0; i < n; i++) s += v[i] * v[i];
-    free(v);
-  }
-  lua_pushnumber(L, s);
-  return 1;
-}
-
 /* The raw bytes of a tensor (contiguous, host), for streaming writers. */
 static int l_tensor_bytes(lua_State *L) {
   zorch_tensor *t = zorch_contiguous(lz_check(L, 1));
@@ -208,7 +182,6 @@ static const luaL_Reg cuda_fns[] = {{"available", l_cuda_available},   {"built",
 static int l_is_tensor(lua_State *L) { return lua_pushboolean(L, zorch_to_tensor(L, 1) != NULL), 1; }
 
 static const luaL_Reg misc[] = {{"_adam_step", l_adam_step}, {"_sgd_step", l_sgd_step},
-                                {"_sumsq", l_sumsq},
                                 {"set_num_threads", l_set_num_threads},
                                 {"get_num_threads", l_get_num_threads}, {"blas_info", l_blas_info},
                                 {"is_tensor", l_is_tensor},  {"cuda_available", l_cuda_available}, {"clock", l_clock},

@@ -197,6 +197,8 @@ int main(void) {
     ok(zorch_zero_backward(e, l) == ZORCH_OK && zorch_backward(rh, NULL, false) == ZORCH_OK, "backward %d", k + 1);
     ok(zorch_zero_step(e, &u, &info) == ZORCH_OK && info.stepped == (k == 1), "step %d: %s", k + 1,
        k ? "the window is full: it steps" : "half a window: no update");
+    ok(zorch_zero_pending(e) == (k ? 0 : 1), "backward calls pending after step %d: %lld", k + 1,
+       (long long)zorch_zero_pending(e));
     zorch_tensor_free(l), zorch_tensor_free(r), zorch_tensor_free(rh);
   }
   double gv[9], sq = 0;

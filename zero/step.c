@@ -276,6 +276,7 @@ void zorch_zero_counts(const zorch_zero *e, int64_t *micro, int64_t *steps) {
   if (micro) *micro = e->micro;
   if (steps) *steps = e->steps;
 }
+int64_t zorch_zero_pending(const zorch_zero *e) { return e->pending; }
 
 zorch_status zorch_zero_set_host(zorch_zero *e, zorch_tensor *host_target, zorch_tensor *host_grad, bool bucketed) {
   if (!e) return err_set(ZORCH_ERR_ARG, "zorch_zero_set_host: NULL engine");

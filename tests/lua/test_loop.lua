@@ -40,11 +40,20 @@ end
 do -- accumulation: step() is false inside the window, and needs a backward each time
   local m = net()
   local e = zorch.Engine{zero_stage = 1, gradient_accumulation_steps = 2}
+  local c0 = {zorch.Engine{}:counts()}
+  ok(c0[1] == 0 and c0[2] == 0 and c0[3] == 0 and zorch.Engine{}.steps == 0, "counts are zeros before prepare")
+  ok(zorch.is_engine(e) and not zorch.is_engine({}) and not zorch.is_engine(nil), "zorch.is_engine")
+  ok(not e:prepared_with(m), "prepared_with is false before prepare")
   local model, _, o = e:prepare(m, nil, optim.SGD(m:parameters(), {lr = 0.1}))
+  ok(e:prepared_with(m) and not e:prepared_with(net()), "prepared_with names the prepared model")
   e:backward(model(X):pow(2):mean())
   ok(o:step() == false, "inside the accumulation window step() is false")
+  local c1 = {e:counts()}
+  ok(c1[1] == 1 and c1[2] == 0 and c1[3] == 1, ("counts inside the window: %d %d %d"):format(c1[1], c1[2], c1[3]))
   e:backward(model(X):pow(2):mean())
   ok(o:step() == true and e.steps == 1, "at its end it steps once")
+  local c2 = {e:counts()}
+  ok(c2[1] == 2 and c2[2] == 1 and c2[3] == 0, ("counts after the step: %d %d %d"):format(c2[1], c2[2], c2[3]))
   raises("backward before prepare", function() zorch.Engine{}:backward(zorch.ones(1, {requires_grad = true}):sum()) end,
          "Engine:backward: prepare the model first")
 end
@@ -113,6 +122,13 @@ do
   local l2 = grads()
   local big = nn.utils.clip_grad_norm_(l2:parameters(), 1e9)
   ok(math.abs(big - before) / before < 1e-6, "a max above the norm changes nothing and returns the norm")
+  local l5 = grads() -- gradients of two dtypes: the norm of them all
+  local p64 = zorch.tensor({3, 4}, {dtype = "float64", requires_grad = true})
+  p64:pow(2):sum():backward() -- (its gradient 6, 8: norm 10)
+  local ps = l5:parameters()
+  ps[#ps + 1] = p64
+  local mixed, want = nn.utils.clip_grad_norm_(ps, 1e9), math.sqrt(before * before + 100)
+  ok(math.abs(mixed - want) / want < 1e-6, ("float32 and float64 gradients: norm %.9g, want %.9g"):format(mixed, want))
   local l3 = grads()
   local inf = nn.utils.clip_grad_norm_(l3:parameters(), 1.0, math.huge)
   ok(inf > 0 and math.abs(l3.weight.grad:abs():max():item() - 1.0) < 1e-5, "norm_type math.huge: the largest |g| to max")

@@ -19,10 +19,18 @@
 -- the same tag removed. No step renames a folder, so a process killed between
 -- any two steps leaves latest naming a complete checkpoint (or no latest at all
 -- before the first save).
+-- The module reaches the engine only through the methods engine.lua defines
+-- for it (docs/architecture.md, "The Engine on the Lua side"):
+--   engine:checkpoint_layout()        the model, data rank, stage, precision,
+--                                     shard, flat target, optimizer name, layout
+--   engine:checkpoint_state()         what a save writes besides the pieces
+--   engine:restore_optimizer_state(s) the slice's optimizer state, once loaded
+--   engine:restore_counters(c, ...)   counters, options, scheduler, loss scale,
+--                                     loader and generator (returns ...)
+-- Engine:save_checkpoint and Engine:load_checkpoint call save and load.
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
-zorch._require "zorch.engine.engine"
-local Engine = zorch._Engine
+local M = {}
 local readable = zorch._require("zorch.util").readable
 
 local function barrier() zorch._allreduce(zorch.zeros(1)) end
@@ -39,9 +47,9 @@ local FORMAT, VERSION = "zorch-checkpoint", 2
 local TAG_PATTERN = "^[%w_%-%.]+$"
 
 -- (name, offset, numel, shape) of every parameter, in the engine's flat order.
-local function layout(engine)
+local function layout(info)
   local out, off = {}, 0
-  for name, p in engine.model:named_parameters() do
+  for name, p in info.model:named_parameters() do
     out[#out + 1] = {name = name, offset = off, numel = p:numel(), shape = p.shape}
     off = off + p:numel()
   end
@@ -49,11 +57,10 @@ local function layout(engine)
 end
 
 -- The flat range [lo, hi) the optimizer target of this rank covers.
-local function target_range(engine, numel)
-  local m = engine.zero:memory()
-  if engine.cfg.zero_stage == 0 then return 0, numel end
-  local lo = engine.rank * m.shard
-  return lo, math.min(lo + m.shard, numel)
+local function target_range(info, numel)
+  if info.stage == 0 then return 0, numel end
+  local lo = info.rank * info.shard
+  return lo, math.min(lo + info.shard, numel)
 end
 
 -- ---- the manifest: every field checked (type and range), errors name the field ----
@@ -380,13 +387,13 @@ end
 
 -- Whether the engine's model is split across ranks (a layout with tensor or
 -- pipeline > 1): then files go by world rank and the manifest has a layout.
-local function split_model(engine) return engine.layout ~= nil and engine.layout.model:size() > 1 end
+local function split_model(info) return info.layout ~= nil and info.layout.model:size() > 1 end
 
 -- This rank's part: its coordinates, flat size and shard, and its parameters
 -- (local shapes) with the split of each sliced one.
-local function my_part(engine, params, numel)
-  local L = engine.layout
-  local splits = zorch.nn.tp_splits(engine.model)
+local function my_part(info, params, numel)
+  local L = info.layout
+  local splits = zorch.nn.tp_splits(info.model)
   local out = {}
   for i, p in ipairs(params) do
     local e = {name = p.name, offset = p.offset, numel = p.numel, shape = p.shape}
@@ -394,7 +401,7 @@ local function my_part(engine, params, numel)
     out[i] = e
   end
   return {tensor = L and L.coords.tensor or 0, pipeline = L and L.coords.pipeline or 0, numel = numel,
-          shard = engine.zero:memory().shard, params = out}
+          shard = info.shard, params = out}
 end
 
 -- The full shape of a parameter of a part in a layout of T tensor ranks.
@@ -428,8 +435,8 @@ end
 
 -- The layout for the manifest (collective): every part once, and the full
 -- model's parameters (each name once, in stage then part order).
-local function manifest_layout(engine, part)
-  local L = engine.layout
+local function manifest_layout(info, part)
+  local L = info.layout
   local texts = allgather_strings(zorch.json.encode(part))
   local parts, seen = {}, {}
   for _, text in ipairs(texts) do
@@ -539,18 +546,21 @@ local function state_scalars(manifest)
   return state
 end
 
-function Engine:save_checkpoint(dir, opts)
-  if not self.inner then error("save_checkpoint: call prepare with an optimizer first", 2) end
+-- save(engine, dir, opts): Engine:save_checkpoint's work (it tail-calls this,
+-- so level 2 is the caller's).
+function M.save(engine, dir, opts)
   opts = opts or {}
   if type(dir) ~= "string" then error("save_checkpoint: argument 1 must be a folder name", 2) end
   -- (with offload_optimizer nvme the moments come back from their file)
-  local state = self.inner:full_state(1) or {}
-  local step = self.steps
+  local saved = engine:checkpoint_state()
+  local info = engine:checkpoint_layout()
+  local state = saved.optimizer_state
+  local step = saved.steps
   local tag = opts.tag or ("step" .. step)
   if type(tag) ~= "string" or not tag:match(TAG_PATTERN) then
     error("save_checkpoint: tag must be letters, digits, _ - ., got " .. readable(tag), 2)
   end
-  local params, numel = layout(self)
+  local params, numel = layout(info)
   -- rank 0 picks a folder no save used before and tells the others its generation
   local gen = zorch.zeros(1, {dtype = "float64"})
   -- (one rank leads: world rank 0; files are named by world rank)
@@ -570,11 +580,10 @@ function Engine:save_checkpoint(dir, opts)
   stop_after("folder")
   barrier()
   -- this rank's pieces: the part of [lo, hi) its shard owns (stage 0: its share)
-  local m = self.zero:memory()
-  local own_lo = self.rank * m.shard
-  local own_hi = math.min(own_lo + m.shard, numel)
-  local base = target_range(self, numel)
-  local target = self.zero:target()
+  local own_lo = info.rank * info.shard
+  local own_hi = math.min(own_lo + info.shard, numel)
+  local base = target_range(info, numel)
+  local target = info.target
   local pieces = {}
   local fields = state_fields(state, nfiles)
   for _, p in ipairs(params) do
@@ -592,14 +601,14 @@ function Engine:save_checkpoint(dir, opts)
   -- buffers are not sharded: each rank keeps its own, rank 0's are saved
   local buffers = {}
   if lead then
-    for name, b in self.model:named_buffers() do
+    for name, b in info.model:named_buffers() do
       pieces["buffer/" .. name] = b:to("cpu")
       buffers[#buffers + 1] = {name = name, shape = b.shape, dtype = b:dtype()}
     end
   end
   zorch.save(pieces, ("%s/rank%d.safetensors"):format(where, wrank))
   local split_layout, full_params, full_numel
-  if split_model(self) then split_layout, full_params, full_numel = manifest_layout(self, my_part(self, params, numel)) end
+  if split_model(info) then split_layout, full_params, full_numel = manifest_layout(info, my_part(info, params, numel)) end
   barrier()
   stop_after("shards")
   if lead then
@@ -616,21 +625,16 @@ function Engine:save_checkpoint(dir, opts)
     for field, v in pairs(state) do if not zorch.is_tensor(v) then scalars[field] = v end end
     -- the steps each parameter missed while frozen (its own step count is that much less)
     if not split_layout then
-      for i, n in pairs(self.behind or {}) do
-        if n > 0 and params[i] then scalars[BEHIND .. params[i].name] = n end
-      end
+      for name, n in pairs(saved.missed) do scalars[BEHIND .. name] = n end
     end
     local manifest = {
       format = FORMAT, version = VERSION, tag = tag, world_size = nfiles,
-      zero_stage = self.cfg.zero_stage, precision = self.cfg.precision, numel = full_numel or numel,
-      params = full_params or params, files = files, step = step, shard = m.shard, layout = split_layout, micro = self.micro, lr = self.user_opt.lr,
-      optimizer = getmetatable(self.inner).__name or "optimizer",
-      optimizer_state = scalars, state_fields = fields, loader = self.loader and self.loader:state() or false,
-      param_groups = self.user_opt.group_options and self.user_opt:group_options() or nil,
-      rng_offset = zorch._rng_offset(), extra = opts.extra or false, buffers = buffers,
-      scheduler_step = self.lr_scheduler and self.lr_scheduler.last_step or false,
-      loss_scale = self.cfg.precision == "fp16" and {scale = self.scaler.scale, hysteresis = self.scaler.hysteresis,
-        attempts = self.scaler.attempts, last_overflow = self.scaler.last_overflow, skipped = self.scaler.skipped} or false,
+      zero_stage = info.stage, precision = info.precision, numel = full_numel or numel,
+      params = full_params or params, files = files, step = step, shard = info.shard, layout = split_layout,
+      micro = saved.micro, lr = saved.lr, optimizer = info.optimizer,
+      optimizer_state = scalars, state_fields = fields, loader = saved.loader or false,
+      param_groups = saved.param_groups, rng_offset = zorch._rng_offset(), extra = opts.extra or false,
+      buffers = buffers, scheduler_step = saved.scheduler_step or false, loss_scale = saved.loss_scale or false,
     }
     local text = zorch.json.encode(manifest)
     local ok, why = zorch._read_manifest_text(text)
@@ -756,24 +760,11 @@ local function first_gap(intervals, lo, hi)
   if at < hi then return at end
 end
 
--- Resumes from DIR/latest (or DIR itself when it holds a manifest), resharding
--- to this run's world size and stage. Returns the manifest.
-function Engine:load_checkpoint(dir)
-  if not self.inner then error("load_checkpoint: call prepare with an optimizer first", 2) end
-  local where, manifest = open_checkpoint(dir, "load_checkpoint", self.rank)
-  if manifest.layout or split_model(self) then
-    self:load_across_layouts(where, manifest)
-  else
-    self:load_pieces(where, manifest)
-  end
-  return self:load_counters(manifest)
-end
-
 -- The parameters and optimizer state of a checkpoint without a layout into an
 -- engine without one: the pieces this rank's target covers.
-function Engine:load_pieces(where, manifest)
+local function load_pieces(engine, info, where, manifest)
   -- the model must be the one saved
-  local params, numel = layout(self)
+  local params, numel = layout(info)
   local saved = {}
   for _, p in ipairs(manifest.params) do saved[p.name] = p end
   for _, p in ipairs(params) do
@@ -785,7 +776,7 @@ function Engine:load_pieces(where, manifest)
     end
   end
   if #manifest.params ~= #params then error("load_checkpoint: the checkpoint has other parameters than the model", 3) end
-  local optname = getmetatable(self.inner).__name or "optimizer"
+  local optname = info.optimizer
   if manifest.optimizer ~= optname then
     error(("load_checkpoint: %s was saved with %s, this run uses %s"):format(where, manifest.optimizer, optname), 3)
   end
@@ -795,15 +786,15 @@ function Engine:load_pieces(where, manifest)
     for k, t in pairs(zorch.load(where .. "/" .. f.file)) do pieces[k] = t end
   end
   -- copy the pieces this rank's target covers
-  local lo, hi = target_range(self, numel)
-  local target = self.zero:target()
+  local lo, hi = target_range(info, numel)
+  local target = info.target
   local state = state_scalars(manifest)
   local offsets, wanted = {}, {param = true}
   for _, p in ipairs(params) do offsets[p.name] = p.offset end
   for _, f in ipairs(manifest.state_fields) do wanted["state." .. f] = true end
   -- the buffers, every rank from rank 0's file
   local model_buffers = {}
-  for name, b in self.model:named_buffers() do model_buffers[name] = b end
+  for name, b in info.model:named_buffers() do model_buffers[name] = b end
   for _, b in ipairs(manifest.buffers or {}) do
     local mine, t = model_buffers[b.name], pieces["buffer/" .. b.name]
     if not mine then error(("load_checkpoint: %s has a buffer '%s' the model lacks"):format(where, b.name), 3) end
@@ -864,18 +855,18 @@ function Engine:load_pieces(where, manifest)
   for _, f in ipairs(manifest.state_fields) do
     state[f] = state[f] or zorch.zeros(target:numel(), {device = target:device()})
   end
-  if self.host then self.target:copy_(self.host.device_target) end -- (offload on a GPU rank: the host copy)
-  self.inner.state[1] = state
+  engine:restore_optimizer_state(state)
 end
 
 -- Any layout into any other: for every parameter this rank's target covers,
 -- the full tensor assembled from the checkpoint's parts, this rank's slice cut
 -- from it (one full parameter in memory at a time).
-function Engine:load_across_layouts(where, manifest)
+local function load_across_layouts(engine, info, where, manifest)
   local who = "load_checkpoint"
-  local params, numel = layout(self)
-  local part = my_part(self, params, numel)
-  local T, t = self.layout and self.layout.sizes.tensor or 1, self.layout and self.layout.coords.tensor or 0
+  local L = info.layout
+  local params, numel = layout(info)
+  local part = my_part(info, params, numel)
+  local T, t = L and L.sizes.tensor or 1, L and L.coords.tensor or 0
   local saved = {}
   for _, p in ipairs(manifest.params) do saved[p.name] = p end
   for _, e in ipairs(part.params) do
@@ -887,18 +878,18 @@ function Engine:load_across_layouts(where, manifest)
         e.name, table.concat(s.shape, ", "), where, table.concat(want, ", "), T), 3)
     end
   end
-  local whole_model = (self.layout == nil or self.layout.sizes.pipeline == 1) and
+  local whole_model = (L == nil or L.sizes.pipeline == 1) and
                       (manifest.layout == nil or manifest.layout.pipeline == 1)
   if whole_model and #manifest.params ~= #params then
     error("load_checkpoint: the checkpoint has other parameters than the model", 3)
   end
-  local optname = getmetatable(self.inner).__name or "optimizer"
+  local optname = info.optimizer
   if manifest.optimizer ~= optname then
     error(("load_checkpoint: %s was saved with %s, this run uses %s"):format(where, manifest.optimizer, optname), 3)
   end
   local src = {sources(manifest)}
-  local lo, hi = target_range(self, numel)
-  local target = self.zero:target()
+  local lo, hi = target_range(info, numel)
+  local target = info.target
   local state = state_scalars(manifest)
   local kinds = {"param"}
   for _, f in ipairs(manifest.state_fields) do
@@ -918,52 +909,36 @@ function Engine:load_across_layouts(where, manifest)
   end
   -- the buffers this rank's model has, from the leading rank's file
   local model_buffers = {}
-  for name, buf in self.model:named_buffers() do model_buffers[name] = buf end
+  for name, buf in info.model:named_buffers() do model_buffers[name] = buf end
   for _, buf in ipairs(manifest.buffers or {}) do
     local mine = model_buffers[buf.name]
     if mine then mine:copy_(zorch.load(where .. "/rank0.safetensors", "buffer/" .. buf.name)) end
   end
-  self.inner.state[1] = state
+  engine:restore_optimizer_state(state)
 end
 
--- The counters, options, scheduler, loss scale, loader and generator of a
--- checkpoint, after its parameters and state are in place. Returns the manifest.
-function Engine:load_counters(manifest)
-  if manifest.param_groups and self.user_opt._load_groups then -- every group's options, as saved
-    self.user_opt:_load_groups(manifest.param_groups, "load_checkpoint", 3)
+-- load(engine, dir): Engine:load_checkpoint's work (it tail-calls this, so
+-- level 2 is the caller's). Resumes from DIR/latest (or DIR itself when it
+-- holds a manifest), resharding to this run's world size and stage; then the
+-- counters, options, scheduler, loss scale, loader and generator, after the
+-- parameters and state are in place. Returns the manifest.
+function M.load(engine, dir)
+  local info = engine:checkpoint_layout()
+  local where, manifest = open_checkpoint(dir, "load_checkpoint", info.rank)
+  if manifest.layout or split_model(info) then
+    load_across_layouts(engine, info, where, manifest)
   else
-    self.user_opt.lr = manifest.lr
+    load_pieces(engine, info, where, manifest)
   end
-  self.inner.lr = manifest.lr
-  -- saved between optimizer steps: the next micro-batch opens a window, whatever the accumulation now
-  self:set_counts(0, manifest.step)
-  self.zero:publish() -- master weights into the parameters, then gather or release
-  if self.lr_scheduler and manifest.scheduler_step then
-    self.lr_scheduler.last_step = manifest.scheduler_step
-    if self.lr_scheduler.set_lr then self.lr_scheduler.set_lr(manifest.scheduler_step)
-    else self.user_opt.lr = self.lr_scheduler.lr_at(manifest.scheduler_step) end
+  -- the steps each parameter missed while frozen, by name
+  local missed = {}
+  for field, v in pairs(manifest.optimizer_state) do
+    local name, n = field:sub(1, #BEHIND) == BEHIND and field:sub(#BEHIND + 1), math.tointeger(v)
+    if name and n and n > 0 then missed[name] = n end
   end
-  -- the steps each parameter missed while frozen, by name, and the runs they shape
-  if self.group_base then
-    local index = {}
-    for i, p in ipairs(layout(self)) do index[p.name] = i end
-    self.behind = {}
-    for field, v in pairs(manifest.optimizer_state) do
-      local i, n = field:sub(1, #BEHIND) == BEHIND and index[field:sub(#BEHIND + 1)], math.tointeger(v)
-      if i and n and n > 0 then self.behind[i] = n end
-    end
-    self.runs = self:group_runs(self:stepped_groups(), self.params, self.user_opt)
-  end
-  local s = self:reset_scaler()
-  if self.cfg.precision == "fp16" and manifest.loss_scale then
-    local ls = manifest.loss_scale
-    if s.dynamic then s.scale, s.hysteresis = ls.scale, math.min(ls.hysteresis, self.cfg.hysteresis) end
-    s.attempts, s.last_overflow, s.skipped = ls.attempts, ls.last_overflow, ls.skipped
-    self:reset_scaler(s)
-  end
-  if self.loader and manifest.loader then self.loader:load_state(manifest.loader) end
-  zorch._rng_set_offset(manifest.rng_offset)
-  return manifest
+  return engine:restore_counters({lr = manifest.lr, param_groups = manifest.param_groups, steps = manifest.step,
+    scheduler_step = manifest.scheduler_step, missed = missed, loss_scale = manifest.loss_scale or nil,
+    loader = manifest.loader or nil, rng_offset = manifest.rng_offset}, manifest)
 end
 
 -- zorch consolidate DIR OUT [bf16]: the full state dict of a checkpoint as one
@@ -1033,4 +1008,4 @@ function zorch._consolidate(...)
   return #manifest.params
 end
 
-return nil
+return M

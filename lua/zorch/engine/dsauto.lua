@@ -1,6 +1,6 @@
 -- "auto" in a DeepSpeed JSON configuration, as Hugging Face Accelerate resolves
 -- it: zorch._ds_take_autos(ds) takes the "auto" values out of the decoded file
--- (before it is checked) and zorch._resolve_autos fills them in at prepare from
+-- (before it is checked) and zorch._resolve_autos resolves them at prepare (the engine sets them) from
 -- the script's loader, optimizer, scheduler, model and the Engine's options.
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
@@ -43,10 +43,13 @@ local function hidden_size(engine, model)
   end
 end
 
--- Fills in every "auto" (self.autos) or raises one error listing those it cannot.
--- Returns the summary lines ("auto: KEY = VALUE (from ...)").
+-- Resolves every "auto" (self.autos) or raises one error listing those it cannot.
+-- Returns the summary lines ("auto: KEY = VALUE (from ...)") and the values
+-- for the engine to set (Engine:set_autos): {reduce_bucket_size?,
+-- prefetch_bucket_size?, optimizer = {param = value}, scheduler = {param = value}}.
 local function resolve_autos(self, model, loader, opt, sched)
   local c, lines, missing = self.cfg, {}, {}
+  local fill = {optimizer = {}, scheduler = {}}
   local given = self.overrides or {}
   local function set(key, value, from) lines[#lines + 1] = ("auto: %s = %s (%s)"):format(key, zorch._readable(value), from) end
   local function fail(key, why) missing[#missing + 1] = ("%s (%s)"):format(key, why) end
@@ -73,24 +76,24 @@ local function resolve_autos(self, model, loader, opt, sched)
       if not opt then fail(key, "no optimizer passed to prepare")
       elseif (opt.defaults or {})[opt_key] == nil then fail(key, "the script's optimizer has no " .. opt_key)
       else
-        if c.optimizer then c.optimizer.params[opt_key] = opt.defaults[opt_key] end
+        if c.optimizer then fill.optimizer[opt_key] = opt.defaults[opt_key] end
         set(key, opt.defaults[opt_key], "from the script's optimizer")
       end
     elseif sched_key and c.scheduler then
       local v = type(sched) == "table" and (sched[sched_key] or (type(sched.params) == "table" and sched.params[sched_key]))
       if not sched then fail(key, "no scheduler passed to prepare")
       elseif v == nil then fail(key, "the script's scheduler has no " .. sched_key)
-      else c.scheduler.params[sched_key] = v; set(key, v, "from the script's scheduler") end
+      else fill.scheduler[sched_key] = v; set(key, v, "from the script's scheduler") end
     elseif key == "zero_optimization.reduce_bucket_size" or key == "zero_optimization.stage3_prefetch_bucket_size"
            or key == "zero_optimization.stage3_param_persistence_threshold" then
       if not hidden then hidden, hidden_from = hidden_size(self, model) end
       if not hidden then fail(key, "no hidden size: give the Engine a hidden_size option")
       elseif key == "zero_optimization.reduce_bucket_size" then
-        c.reduce_bucket_size = hidden * hidden
+        fill.reduce_bucket_size = hidden * hidden
         set(key, hidden * hidden, ("hidden size %d squared, from %s"):format(hidden, hidden_from))
       elseif key == "zero_optimization.stage3_prefetch_bucket_size" then
-        c.prefetch_bucket_size = math.floor(0.9 * hidden * hidden)
-        set(key, c.prefetch_bucket_size, ("0.9 x hidden size %d squared, from %s"):format(hidden, hidden_from))
+        fill.prefetch_bucket_size = math.floor(0.9 * hidden * hidden)
+        set(key, fill.prefetch_bucket_size, ("0.9 x hidden size %d squared, from %s"):format(hidden, hidden_from))
       else
         set(key, 10 * hidden, ("10 x hidden size %d, from %s; no effect in zorch"):format(hidden, hidden_from))
       end
@@ -136,7 +139,7 @@ local function resolve_autos(self, model, loader, opt, sched)
     e.every_rank = true
     error(e, 0)
   end
-  return lines
+  return lines, fill
 end
 zorch._resolve_autos = resolve_autos
 

@@ -21,6 +21,7 @@ end
 
 -- Every option's default and check come from the schema (options.lua).
 local OPTIONS = zorch._require("zorch.engine.options")
+local ckpt = zorch._require("zorch.engine.checkpoint") -- the folder format
 local DEFAULTS = {}
 for _, r in ipairs(OPTIONS.rows) do if r.name then DEFAULTS[r.name] = r.default end end
 
@@ -34,7 +35,16 @@ function zorch.local_rank()
 end
 
 local Engine = {}
-Engine.__index = Engine
+-- engine.steps: the optimizer steps taken, as the C engine counts them
+-- (0 before prepare); every other key is a field or a method
+Engine.__index = function(e, k)
+  if k == "steps" then return select(2, e:counts()) end
+  return Engine[k]
+end
+
+-- Whether x is a zorch.Engine (what zorch.Engine{...} returns).
+function zorch.is_engine(x) return getmetatable(x) == Engine end
+
 Engine.__tostring = function(e)
   local c = e.cfg
   return ("zorch.Engine(zero_stage=%d, precision=%s, gradient_clipping=%s, gradient_accumulation_steps=%d, "
@@ -121,10 +131,9 @@ function zorch.Engine(cfg, overrides)
   local rank, world = group:rank(), group:size()
   zorch._comm_timeout(c.comm_timeout)
   local device = c.device == "cuda" and ("cuda:" .. zorch.local_rank()) or c.device
-  -- steps: the optimizer steps taken (a skipped step does not count); checkpoint
-  -- tags (step<N>) and resuming use it
-  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, micro = 0, pending = 0, steps = 0,
-                          device = device, group = group, layout = c.layout or nil,
+  -- (the counts are the C engine's: Engine:counts, engine.steps)
+  local e = setmetatable({cfg = c, rank = rank, world_size = world, backend = backend, device = device,
+                          group = group, layout = c.layout or nil,
                           param_dir = param_dir, opt_dir = opt_dir, host_param = host_param,
                           first = zorch._group_world():rank() == 0,
                           printer = zorch._group_world():rank() == 0}, Engine)
@@ -226,7 +235,8 @@ function Engine:prepare(model, loader, opt, sched)
   if type(model) ~= "table" or not model.parameters then error("Engine:prepare: argument 1 must be a module", 2) end
   if self.prepared then error("Engine:prepare: this engine already prepared a model (one engine per model)", 2) end
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
-  self.auto_lines = #self.autos > 0 and zorch._resolve_autos(self, model, loader, opt, sched) or {}
+  self.auto_lines = {}
+  if #self.autos > 0 then self.auto_lines = self:set_autos(zorch._resolve_autos(self, model, loader, opt, sched)) end
   self.model, self.loader = model, loader
   if loader then loader.rank, loader.world_size = self.rank, self.world_size end
   if loader then loader.accumulation = self.cfg.gradient_accumulation_steps end -- (checkpoints: samples per step)
@@ -368,7 +378,9 @@ function Engine:prepare(model, loader, opt, sched)
   self.inner = cls({target}, opt.defaults)
   self.target = target
   self.user_opt = opt
-  self.offload = zorch._offload_optimizer(self) -- offload_optimizer: the moments in a file
+  -- offload_optimizer: the moments in a file (bound: the parameter file's
+  -- stream too; disk: the bandwidth measured at prepare, or nil)
+  self.offload, self.offload_bound, self.disk = zorch._offload_optimizer(self)
   self.io_start = zorch.clock()
   self.group_base = group_of
   self.runs = self:group_runs(self:stepped_groups(), params, opt)
@@ -378,16 +390,16 @@ function Engine:prepare(model, loader, opt, sched)
   local wrapped = setmetatable({}, {__index = opt, __newindex = function(_, k, v) opt[k] = v end,
                                     __tostring = function() return tostring(opt) end})
   function wrapped.step()
-    if engine.pending == 0 then
+    local micro, _, pending = engine:counts()
+    if pending == 0 then
       error("step: no engine:backward(loss) since the last step: call engine:backward(loss), not " ..
             "loss:backward(), so that the engine scales, accumulates and reduces the gradients", 2)
     end
-    if engine.micro % engine.cfg.gradient_accumulation_steps ~= 0 then return false end
-    engine.pending = 0
+    if micro % engine.cfg.gradient_accumulation_steps ~= 0 then return false end
     return engine:optimizer_step() ~= false -- (false: an fp16 overflow skipped the update)
   end
   function wrapped.zero_grad()
-    if engine.micro % engine.cfg.gradient_accumulation_steps == 0 then engine:zero_grad() end
+    if engine:counts() % engine.cfg.gradient_accumulation_steps == 0 then engine:zero_grad() end
   end
   -- the state of this rank's slice, with the options of the optimizer's groups
   function wrapped.state_dict()
@@ -419,6 +431,17 @@ function Engine:prepare(model, loader, opt, sched)
   if self.first and os.getenv("ZORCH_QUIET") == nil then self:print_summary() end
   self.prepared = true -- (set once prepare has succeeded)
   return model, loader, wrapped
+end
+
+-- The "auto" values a DeepSpeed file left to prepare, as engine/dsauto.lua
+-- resolved them, into the configuration; returns the summary lines.
+function Engine:set_autos(lines, fill)
+  local c = self.cfg
+  if fill.reduce_bucket_size then c.reduce_bucket_size = fill.reduce_bucket_size end
+  if fill.prefetch_bucket_size then c.prefetch_bucket_size = fill.prefetch_bucket_size end
+  for k, v in pairs(fill.optimizer) do c.optimizer.params[k] = v end
+  for k, v in pairs(fill.scheduler) do c.scheduler.params[k] = v end
+  return lines
 end
 
 -- Parameter groups: the group (an index into opt.param_groups, or false for
@@ -565,11 +588,18 @@ function Engine:sync_shard()
   if self.host then self.target:copy_(self.host.device_target) end -- (offload on a GPU rank)
 end
 
+-- The C engine's counts: micro-steps (backward calls) so far, optimizer steps
+-- taken (a skipped step does not count: checkpoint tags step<N> and resuming
+-- use it) and backward calls since the last step; zeros before prepare.
+function Engine:counts()
+  if self.zero then return self.zero:counts() end
+  return 0, 0, 0
+end
+
 -- The counts a checkpoint restores: micro-steps so far and optimizer steps
 -- taken (the next backward opens a window).
 function Engine:set_counts(micro, steps)
   self.zero:set_counts(micro, steps)
-  self.micro, self.pending, self.steps = micro, 0, steps
 end
 
 -- Clears the gradients of the next accumulation window.
@@ -589,7 +619,6 @@ function Engine:backward(loss)
   if self.rank == 0 and self:inject_overflow(self.scaler.attempts + 1) then loss = loss * math.huge end
   local t0 = self.wall and zorch.clock()
   self.zero:backward(loss)
-  self.micro, self.pending = self.micro + 1, self.pending + 1
   if self.wall then self.wall.backward = self.wall.backward + (zorch.clock() - t0) end
 end
 
@@ -616,7 +645,8 @@ function Engine:update(target, grad, grad_scale)
     self.inner:_step_tensors(target, grad, self.runs, self.ntensors,
                              function(t) if sharded then group:allreduce(t) end end)
   elseif self.runs then -- each run of the slice with its group's options (as they are now)
-    for _, r in ipairs(self.runs) do if r.behind then r.fresh = r.behind == self.steps end end
+    local steps = self.steps
+    for _, r in ipairs(self.runs) do if r.behind then r.fresh = r.behind == steps end end
     self.inner:_step_runs(target, grad, self.runs)
   else
     self.inner.lr = self.user_opt.lr
@@ -656,7 +686,6 @@ function Engine:optimizer_step()
   if self.runs then self:note_missed() end
   if self.offload then self:note_io() end
   if self.lr_scheduler then self.lr_scheduler.step() end
-  self.steps = info.steps
   if self.cfg.steps_per_print then self:print_step() end
   self:note_comm()
 end
@@ -843,6 +872,13 @@ function Engine:print(...)
   if self.printer then print(...) end
 end
 
+-- Whether engine:print prints on this rank (world rank 0's by default; a
+-- pipeline sets it so that one rank of the world prints).
+function Engine:set_printer(on) self.printer = on and true or false end
+
+-- Whether prepare ran with this model.
+function Engine:prepared_with(model) return self.zero ~= nil and self.model == model end
+
 -- (rank 0 writes; a state dict taken under stage 3 was gathered by the model)
 function Engine:save(tbl, path)
   if self.first then zorch.save(tbl, path) end
@@ -859,7 +895,6 @@ function Engine:backward_from(t, grad)
   end
   if not self.zero then error("Engine:backward_from: prepare the model first", 2) end
   self.zero:backward_from(t, grad)
-  self.micro, self.pending = self.micro + 1, self.pending + 1
 end
 
 -- The mean loss of micro-batches whose loss was taken on another rank (a
@@ -889,6 +924,102 @@ function Engine:add_norm_group(group, duplicates)
   if self.zero and self.norm_model then self:set_norm() end -- (else at prepare)
 end
 
+-- ---- checkpoints (engine/checkpoint.lua: the folder format) ----
+-- The checkpoint module reaches the engine only through the four methods below.
 
-zorch._Engine = Engine -- for lua/checkpoint.lua
+-- engine:save_checkpoint(dir, {tag?, extra?}) -> tag: this rank's slice and (rank
+-- 0) the manifest, published through dir/latest.
+function Engine:save_checkpoint(dir, opts)
+  if not self.inner then error("save_checkpoint: call prepare with an optimizer first", 2) end
+  return ckpt.save(self, dir, opts)
+end
+
+-- engine:load_checkpoint(dir) -> manifest: resumes from dir/latest (or dir
+-- itself when it holds a manifest), resharding to this run's layout.
+function Engine:load_checkpoint(dir)
+  if not self.inner then error("load_checkpoint: call prepare with an optimizer first", 2) end
+  return ckpt.load(self, dir)
+end
+
+-- What a checkpoint reads of the engine's layout: the model (names, shapes,
+-- buffers), the data rank, the ZeRO stage and precision, the shard size, the
+-- flat optimizer target (a load writes it in place), the optimizer's name
+-- and the layout splitting the model (nil without one).
+function Engine:checkpoint_layout()
+  return {model = self.model, rank = self.rank, stage = self.cfg.zero_stage, precision = self.cfg.precision,
+          shard = self.zero:memory().shard, target = self.zero:target(),
+          optimizer = getmetatable(self.inner).__name or "optimizer", layout = self.layout}
+end
+
+-- What a save writes besides the pieces: the optimizer state of this rank's
+-- slice (tensors and scalars), the counts, the learning rate and the groups'
+-- options, the scheduler's step, the loss scaler (fp16), the loader's state
+-- and the steps each parameter missed while frozen (by name, those > 0).
+function Engine:checkpoint_state()
+  local micro, steps = self:counts()
+  local missed, i = {}, 0
+  for name in self.model:named_parameters() do
+    i = i + 1
+    local n = self.behind and self.behind[i]
+    if n and n > 0 then missed[name] = n end
+  end
+  local s, opt = self.scaler, self.user_opt
+  return {
+    optimizer_state = self.inner:full_state(1) or {}, steps = steps, micro = micro, lr = opt.lr,
+    param_groups = opt.group_options and opt:group_options() or nil,
+    scheduler_step = self.lr_scheduler and self.lr_scheduler.last_step or nil,
+    loss_scale = self.cfg.precision == "fp16" and {scale = s.scale, hysteresis = s.hysteresis, attempts = s.attempts,
+      last_overflow = s.last_overflow, skipped = s.skipped} or nil,
+    loader = self.loader and self.loader:state() or nil, missed = missed,
+  }
+end
+
+-- After a load wrote the target: the optimizer state of this rank's slice,
+-- and (offload on a GPU rank) the host copy the optimizer steps.
+function Engine:restore_optimizer_state(state)
+  if self.host then self.target:copy_(self.host.device_target) end
+  self.inner.state[1] = state
+end
+
+-- A checkpoint's counters {lr, param_groups?, steps, scheduler_step?, missed
+-- (by name), loss_scale?, loader?, rng_offset}, after its parameters and state
+-- are in place. Returns its further arguments (load tail-calls it: the
+-- groups' errors are the caller's, level 3).
+function Engine:restore_counters(c, ...)
+  if c.param_groups and self.user_opt._load_groups then -- every group's options, as saved
+    self.user_opt:_load_groups(c.param_groups, "load_checkpoint", 3)
+  else
+    self.user_opt.lr = c.lr
+  end
+  self.inner.lr = c.lr
+  -- saved between optimizer steps: the next micro-batch opens a window, whatever the accumulation now
+  self:set_counts(0, c.steps)
+  self.zero:publish() -- master weights into the parameters, then gather or release
+  if self.lr_scheduler and c.scheduler_step then
+    self.lr_scheduler.last_step = c.scheduler_step
+    if self.lr_scheduler.set_lr then self.lr_scheduler.set_lr(c.scheduler_step)
+    else self.user_opt.lr = self.lr_scheduler.lr_at(c.scheduler_step) end
+  end
+  -- the steps each parameter missed while frozen, and the runs they shape
+  if self.group_base then
+    local index, i = {}, 0
+    for name in self.model:named_parameters() do i = i + 1; index[name] = i end
+    self.behind = {}
+    for name, n in pairs(c.missed or {}) do
+      if index[name] then self.behind[index[name]] = n end
+    end
+    self.runs = self:group_runs(self:stepped_groups(), self.params, self.user_opt)
+  end
+  local s = self:reset_scaler()
+  if self.cfg.precision == "fp16" and c.loss_scale then
+    local ls = c.loss_scale
+    if s.dynamic then s.scale, s.hysteresis = ls.scale, math.min(ls.hysteresis, self.cfg.hysteresis) end
+    s.attempts, s.last_overflow, s.skipped = ls.attempts, ls.last_overflow, ls.skipped
+    self:reset_scaler(s)
+  end
+  if self.loader and c.loader then self.loader:load_state(c.loader) end
+  zorch._rng_set_offset(c.rng_offset)
+  return ...
+end
+
 return nil

@@ -44,7 +44,9 @@ function zorch._offload_host(engine, target)
 end
 
 -- Sets up engine.inner (made by prepare over engine.target) for the config's
--- offload_optimizer; returns the store, or nil when the state stays in memory.
+-- offload_optimizer; returns the store (nil when the state stays in memory),
+-- whether the parameter file streams with it, and the disk's bandwidth
+-- {write, read, direct} (nil when not measured), for the engine to keep.
 -- The moments' file goes to engine.opt_dir: nvme_path for "nvme"; for "cpu"
 -- beside offload_param "cpu" on a GPU rank, a memory filesystem (zorch._host_dir).
 function zorch._offload_optimizer(engine)
@@ -74,17 +76,19 @@ function zorch._offload_optimizer(engine)
   local store = zorch.offload_store(engine.opt_dir, target:numel(), chunk, nbuf)
   -- the parameters on nvme too (offload_param): the step streams them with the moments
   local fd, p_off, g_off = engine.zero:param_file()
-  if fd then store:bind(fd, p_off, g_off); engine.offload_bound = true end
+  local bound = fd ~= nil or nil
+  if fd then store:bind(fd, p_off, g_off) end
   -- the disk's bandwidth, measured once (32 MB with direct I/O) for the step
   -- lines to log the achieved I/O against; ZORCH_OFFLOAD_PROBE=0 skips it
+  local disk
   if os.getenv("ZORCH_OFFLOAD_PROBE") ~= "0" then
     local w, r, direct = zorch._offload_probe(engine.opt_dir, 32 << 20)
-    engine.disk = {write = w, read = r, direct = direct}
+    disk = {write = w, read = r, direct = direct}
   end
   -- the one plug-in point: every step of the inner optimizer asks the store
   -- for the moments (lua/optim.lua, state stores)
   inner:_set_store(1, store)
-  return store
+  return store, bound, disk
 end
 
 -- A folder in host memory for the files of offload_param "cpu" on GPU ranks:

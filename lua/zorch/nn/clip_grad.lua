@@ -6,7 +6,8 @@ local nn = zorch.nn
 -- nn.utils.clip_grad_norm_(params, max_norm, norm_type = 2): scales the
 -- parameters' .grad so that their global norm is at most max_norm (PyTorch's
 -- factor max_norm / (norm + 1e-6), applied only below 1, so 0 zeroes them); returns the norm
--- before clipping. norm_type 2 (summed in double) or math.huge (the largest |g|).
+-- before clipping. norm_type 2 (the squares summed in float64 on each gradient's
+-- device) or math.huge (the largest |g|).
 nn.utils = nn.utils or {}
 function nn.utils.clip_grad_norm_(params, max_norm, norm_type)
   local fn = "nn.utils.clip_grad_norm_"
@@ -25,11 +26,24 @@ function nn.utils.clip_grad_norm_(params, max_norm, norm_type)
     if p.grad then grads[#grads + 1] = p.grad end
   end
   local norm = 0
-  for _, g in ipairs(grads) do
-    if norm_type == 2 then norm = norm + zorch._sumsq(g)
-    elseif g:numel() > 0 then norm = math.max(norm, g:abs():max():item()) end
+  if norm_type == 2 then
+    -- each gradient's squares summed in float64 where it lives, one sum per
+    -- device; one read back per device
+    local sums, order = {}, {}
+    zorch.no_grad(function()
+      for _, g in ipairs(grads) do
+        local d, dev = g:double(), g:device()
+        local s = (d * d):sum()
+        if sums[dev] then sums[dev] = sums[dev] + s else sums[dev], order[#order + 1] = s, dev end
+      end
+    end)
+    for _, dev in ipairs(order) do norm = norm + sums[dev]:item() end
+    norm = math.sqrt(norm)
+  else
+    for _, g in ipairs(grads) do
+      if g:numel() > 0 then norm = math.max(norm, g:abs():max():item()) end
+    end
   end
-  if norm_type == 2 then norm = math.sqrt(norm) end
   local coef = max_norm / (norm + 1e-6)
   if coef < 1 then
     zorch.no_grad(function() for _, g in ipairs(grads) do g:copy_(g * coef) end end)

@@ -311,20 +311,21 @@ local function like(t) return zorch.zeros(t.shape, {dtype = t:dtype(), device = 
 -- the micro-batches (on every stage: the last stage's, broadcast).
 function Pipeline:train_batch(batches, engine)
   if type(batches) ~= "function" then error("Pipeline:train_batch: argument 1 must be a function(m) -> input, target", 2) end
-  if engine ~= nil and getmetatable(engine) ~= zorch._Engine then
+  if engine ~= nil and not zorch.is_engine(engine) then
     error("Pipeline:train_batch: argument 2 must be a zorch.Engine", 2)
   end
   local M = self.micro_batches
   if engine then
-    local k = engine.cfg.gradient_accumulation_steps
+    local cfg = engine:config()
+    local k = cfg.gradient_accumulation_steps
     if M and M ~= k then
       error(("Pipeline:train_batch: %d micro-batches but the engine accumulates %d (gradient_accumulation_steps)"):format(M, k), 2)
     end
     M = k
-    if engine.cfg.zero_stage > 1 then
-      error(("Pipeline:train_batch: the engine runs ZeRO stage %d; a pipeline takes stage 0 or 1"):format(engine.cfg.zero_stage), 2)
+    if cfg.zero_stage > 1 then
+      error(("Pipeline:train_batch: the engine runs ZeRO stage %d; a pipeline takes stage 0 or 1"):format(cfg.zero_stage), 2)
     end
-    if not engine.zero or engine.model ~= self then
+    if not engine:prepared_with(self) then
       error("Pipeline:train_batch: prepare the engine with this pipeline first (engine:prepare(pipe, nil, optimizer))", 2)
     end
     self:attach(engine)
@@ -536,7 +537,7 @@ function Pipeline:attach(engine)
     for _, t in ipairs(self.ties) do if t.copy then copies[#copies + 1] = t.param end end
     engine:add_norm_group(self.group, copies)
   end
-  engine.printer = zorch.dist.rank() == 0
+  engine:set_printer(zorch.dist.rank() == 0)
 end
 
 -- The theoretical bubble of the schedules with P stages and M micro-batches:
@@ -556,7 +557,7 @@ function Pipeline:report()
   local sent, recv = self.group:bytes(true)
   local mem = 0 -- the engine's bytes of this stage: parameters, gradients, optimizer state, master weights
   local e = rawget(self, "engine")
-  if e and e.zero then
+  if e and e:prepared_with(self) then
     local m = e:memory_report()
     mem = m.parameters + m.gradients + m.optimizer_state + m.master_weights
   end
