@@ -76,6 +76,7 @@ ZORCH_API zorch_status zorch_zero_broadcast(zorch_zero_comm *c, zorch_tensor *t,
    src; the message must fill recv exactly. */
 ZORCH_API zorch_status zorch_zero_sendrecv(zorch_zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv,
                                            int src);
+/* Returns once every rank of c has called it. */
 ZORCH_API zorch_status zorch_zero_barrier(zorch_zero_comm *c);
 /* The world rank of c's rank r (r itself for the world; -1 out of range). */
 ZORCH_API int zorch_zero_comm_world_rank(const zorch_zero_comm *c, int r);
@@ -131,6 +132,7 @@ typedef struct {
   bool uring;                      /* the I/O went through io_uring (else pread/pwrite) */
   bool direct;                     /* the moments' file moves with direct I/O */
 } zorch_offload_stats;
+/* The store's sizes and the last step's I/O into *s. */
 ZORCH_API void zorch_offload_get_stats(const zorch_offload *o, zorch_offload_stats *s);
 /* The disk under dir, measured: `bytes` written then read back (direct I/O
    where allowed, *direct says) in a file made and unlinked there, in MB/s. */
@@ -194,6 +196,7 @@ typedef struct {
   int64_t lo, len;         /* what the update steps: elements [lo, lo + len) of the flat
                               buffer (stage 0: all of it, else this rank's slice) */
 } zorch_zero_geometry;
+/* The flat buffer's geometry on this rank into *g. */
 ZORCH_API void zorch_zero_get_geometry(const zorch_zero *e, zorch_zero_geometry *g);
 /* What the update steps (float32, len elements): the master weights, or the
    flat buffer (stage 0) or this rank's slice of it. Borrowed. */
@@ -266,6 +269,8 @@ typedef struct {
   int hysteresis;
   int64_t attempts, last_overflow, skipped;
 } zorch_zero_scaler;
+/* get: the scaler's state into *s; set: restores one (a checkpoint's), refusing
+   a scale that is not finite and positive or a negative count. */
 ZORCH_API void zorch_zero_get_scaler(const zorch_zero *e, zorch_zero_scaler *s);
 ZORCH_API zorch_status zorch_zero_set_scaler(zorch_zero *e, const zorch_zero_scaler *s);
 /* Micro-steps (backward calls) so far and optimizer steps taken. */
@@ -296,6 +301,7 @@ typedef struct {
   int64_t parameters, gradients, master_weights, buffers; /* bytes held now */
   int64_t numel, shard;                                   /* elements */
 } zorch_zero_memory;
+/* What the engine holds now on this rank into *m. */
 ZORCH_API void zorch_zero_get_memory(const zorch_zero *e, zorch_zero_memory *m);
 /* Stages 2-3: seconds the gradient reductions were in flight and seconds
    backward waited in them since the last reset (reset: start again). */
@@ -313,6 +319,7 @@ typedef struct {
   int64_t behind_bytes; /* of write_bytes: written behind on the writer thread */
   double sync_s;        /* of io_s: the calling thread's */
 } zorch_zero_io;
+/* The parameter file's I/O so far into *io; reset: the counts start again from 0. */
 ZORCH_API void zorch_zero_get_io(zorch_zero *e, zorch_zero_io *io, bool reset);
 
 /* ---- checkpoints of the engine's shards ------------------------------------------------- */
