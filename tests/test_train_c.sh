@@ -20,7 +20,13 @@ LUA
 "$Z" ../models/simple_net.lua --in 6 --hidden 8 --out 3 --epochs 0 --quiet --save "$D/init.st" >/dev/null ||
   { echo "Bail out! simple_net.lua cannot save its initial weights"; exit 1; }
 F="--in 6 --hidden 8 --out 3 --batch-size 16 --lr 0.01 --steps 5 --load $D/init.st --data $D/data.st"
-ranks() { if [ "$1" = 1 ]; then shift; "$@"; else np=$1; shift; mpirun --oversubscribe -n "$np" "$@"; fi; }
+# under sanitizers, launched ranks skip leak checks (Open MPI's plugins leave
+# allocations LeakSanitizer cannot attribute; one process is checked in full)
+mpi() {
+  if [ -n "${ZORCH_TEST_SANITIZED:-}" ]; then ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 mpirun "$@"
+  else mpirun "$@"; fi
+}
+ranks() { if [ "$1" = 1 ]; then shift; "$@"; else np=$1; shift; mpi --oversubscribe -n "$np" "$@"; fi; }
 # runs both on $1 ranks with flags $2, then compares their files
 same() {
   ranks "$1" "$Z" ../models/simple_net.lua $F $2 --no-shuffle --quiet --save "$D/lua.st" >/dev/null || return 1
@@ -66,6 +72,6 @@ check "a missing --resume folder: one line, status 2, nothing written" bad "resu
 check "an unknown flag: one line, status 2, nothing written" bad "unknown flag '--stage'" --stage 1
 # (mpirun adds its own notes about the exit status; the program's line is one)
 [ -n "$have_mpi" ] && check "--zero-stage 4 on 2 ranks: one line from the ranks" sh -c \
-  "mpirun --oversubscribe -n 2 '$T' --zero-stage 4 >'$D/err2' 2>&1; [ \$? != 0 ] && [ \$(grep -c '^train_c:' '$D/err2') = 1 ]"
+  "ASAN_OPTIONS=detect_leaks=0 mpirun --oversubscribe -n 2 '$T' --zero-stage 4 >'$D/err2' 2>&1; [ \$? != 0 ] && [ \$(grep -c '^train_c:' '$D/err2') = 1 ]"
 echo "1..$n"
 [ "$fails" = 0 ]
