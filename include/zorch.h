@@ -342,26 +342,8 @@ ZORCH_API zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_t
 ZORCH_API zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value);
 
 /* ---- reductions (dims: list of ndims entries; ndims 0 means all) ---------------------- */
-/* Values of the maximum; `indices` (optional out, int64, flat index within the reduced
-   dims) gets the first position of each maximum. */
-ZORCH_API zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
-                        zorch_tensor **indices);
-/* The same for the minimum. */
-ZORCH_API zorch_tensor *zorch_min(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
-                                  zorch_tensor **indices);
-/* Only the indices (int64) of zorch_max / zorch_min; no gradient. */
-ZORCH_API zorch_tensor *zorch_argmax(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-ZORCH_API zorch_tensor *zorch_argmin(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-/* log(sum(exp(x))) over dims, computed with the max subtracted (stable; -inf
-   where every element is -inf) */
-ZORCH_API zorch_tensor *zorch_logsumexp(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-/* x with the elements above (tril) or below (triu) diagonal k of the last two
-   dims set to 0 (k > 0: above the main diagonal) */
-ZORCH_API zorch_tensor *zorch_tril(zorch_tensor *x, int64_t k);
-ZORCH_API zorch_tensor *zorch_triu(zorch_tensor *x, int64_t k);
 
 /* ---- linear algebra and nn ------------------------------------------------------------- */
-ZORCH_API zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b);
 /* x (..., in) · w (out, in)ᵀ + b (out); b may be NULL. */
 ZORCH_API zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b);
 /* linear followed by an activation, fused into the GEMM where the device can
@@ -431,20 +413,6 @@ ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
 ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
 
 /* ---- more reductions, shape ops, creation and matrix products (PyTorch's) -------------- */
-/* Max and min over dims with the gradient shared evenly among ties, even over one dim. */
-ZORCH_API zorch_tensor *zorch_amax(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-ZORCH_API zorch_tensor *zorch_amin(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-/* Product over one dim (ndims 1) or all (ndims 0); integers and bool give int64. */
-ZORCH_API zorch_tensor *zorch_prod(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-/* Running product along dim (integers and bool give int64). */
-ZORCH_API zorch_tensor *zorch_cumprod(zorch_tensor *a, int dim);
-/* Vector norm over dims: p = 2, 1, INFINITY, -INFINITY, 0 (the count of
-   nonzeros) or any other number: sum(|a|^p)^(1/p). Floating-point inputs. */
-ZORCH_API zorch_tensor *zorch_norm(zorch_tensor *a, double p, int ndims, const int *dims, bool keepdim);
-/* Whether any (all) elements are nonzero: bool (uint8 for a uint8 input). */
-ZORCH_API zorch_tensor *zorch_any(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-ZORCH_API zorch_tensor *zorch_all(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-ZORCH_API zorch_tensor *zorch_count_nonzero(zorch_tensor *a, int ndims, const int *dims); /* int64 */
 /* A copy with the order of dims reversed. */
 ZORCH_API zorch_tensor *zorch_flip(zorch_tensor *a, int ndims, const int *dims);
 /* Elements shifted along dims (the flattened tensor when ndims is 0, with one shift). */
@@ -473,20 +441,6 @@ ZORCH_API zorch_tensor *zorch_logspace(double start, double end, int64_t steps, 
                                        zorch_device dev);
 /* int64 classes (0-based) to int64 one-hot rows; num_classes -1: the largest class + 1. */
 ZORCH_API zorch_tensor *zorch_one_hot(zorch_tensor *idx, int64_t num_classes);
-/* Matrix products with PyTorch's strict shapes: (n,k)(k,m), (b,n,k)(b,k,m), (n,k)(k), (k)(k). */
-ZORCH_API zorch_tensor *zorch_mm(zorch_tensor *a, zorch_tensor *b);
-ZORCH_API zorch_tensor *zorch_bmm(zorch_tensor *a, zorch_tensor *b);
-ZORCH_API zorch_tensor *zorch_mv(zorch_tensor *a, zorch_tensor *v);
-ZORCH_API zorch_tensor *zorch_dot(zorch_tensor *a, zorch_tensor *b);
-ZORCH_API zorch_tensor *zorch_outer(zorch_tensor *a, zorch_tensor *b);
-/* beta * c + alpha * mm(a, b) (bmm for baddbmm); c broadcasts to the product. */
-ZORCH_API zorch_tensor *zorch_addmm(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta, double alpha);
-ZORCH_API zorch_tensor *zorch_baddbmm(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta, double alpha);
-/* The view of diagonal `offset` over dim1 and dim2, appended as the last dim. */
-ZORCH_API zorch_tensor *zorch_diagonal(zorch_tensor *t, int64_t offset, int dim1, int dim2);
-/* A vector to a square matrix with it on diagonal offset, or a matrix's diagonal (a copy). */
-ZORCH_API zorch_tensor *zorch_diag(zorch_tensor *t, int64_t offset);
-ZORCH_API zorch_tensor *zorch_trace(zorch_tensor *t);
 
 /* ---- autograd -------------------------------------------------------------------------- */
 ZORCH_API zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on); /* leaves only */

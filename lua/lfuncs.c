@@ -712,24 +712,13 @@ static int get_dims(lua_State *L, int idx, int *dims) {
   }
   luaL_checktype(L, idx, LUA_TTABLE);
   int n = (int)lz_len(L, idx);
-  if (n > ZORCH_MAX_DIMS) luaL_argerror(L, idx, "too many dims");
+  if (n > ZORCH_MAX_DIMS) luaL_argerror(L, idx, "too many dims (at most 8)");
   for (int i = 0; i < n; i++) {
     lz_geti(L, idx, i + 1);
     dims[i] = lz_dim(L, lua_gettop(L));
     lua_pop(L, 1);
   }
   return n;
-}
-/* values, and (for one dim) the 1-based indices of the maxima */
-static int f_max(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  zorch_tensor *idx = NULL;
-  zorch_tensor *v = zorch_max(T(1), n, dims, lua_toboolean(L, 3), &idx);
-  lz_push(L, v);
-  zorch_tensor *i1 = zorch_add_scalar(idx, 1);
-  zorch_tensor_free(idx);
-  lz_push(L, i1);
-  return 2;
 }
 /* Pushes values and the 1-based form of the C indices idx (taking both
    references); raises the last error when either is missing. */
@@ -744,37 +733,27 @@ static int push_values_indices(lua_State *L, zorch_tensor *v, zorch_tensor *idx)
   lz_push(L, i1);
   return 2;
 }
-/* min(x, dims?, keepdim?): values and 1-based indices, as max */
-static int f_min(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  zorch_tensor *idx = NULL;
-  zorch_tensor *v = zorch_min(T(1), n, dims, lua_toboolean(L, 3), &idx);
-  return push_values_indices(L, v, idx);
-}
 /* Pushes the 1-based form of the C indices idx (taking the reference). */
 static int push_indices(lua_State *L, zorch_tensor *idx) {
   zorch_tensor *i1 = idx ? zorch_add_scalar(idx, 1) : NULL;
   zorch_tensor_free(idx);
   PUSH(i1);
 }
-/* argmax(x, dims?, keepdim?), argmin: 1-based indices */
-static int arg_max_min(lua_State *L, bool min) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  zorch_tensor *x = T(1);
-  bool keep = lua_toboolean(L, 3);
-  return push_indices(L, min ? zorch_argmin(x, n, dims, keep) : zorch_argmax(x, n, dims, keep));
+/* norm's p: a number (math.huge for inf), "fro", "inf" or "-inf" (2 by
+   default); "fro" takes at most 2 dims (argument i + 1) */
+static double norm_p(lua_State *L, int i) {
+  if (lua_type(L, i) != LUA_TSTRING) return luaL_optnumber(L, i, 2);
+  const char *s = lua_tostring(L, i);
+  if (strcmp(s, "inf") == 0) return INFINITY;
+  if (strcmp(s, "-inf") == 0) return -INFINITY;
+  if (strcmp(s, "fro") != 0)
+    luaL_argerror(L, i, lua_pushfstring(L, "norm: p must be a number, 'fro', 'inf' or '-inf', got '%s'", s));
+  lua_Integer n = lua_type(L, i + 1) == LUA_TTABLE ? lz_len(L, i + 1) : 0;
+  if (n > 2) luaL_error(L, "norm: p 'fro' takes 1 or 2 dims (or none), got %d", (int)n);
+  return 2;
 }
-static int f_argmax(lua_State *L) { return arg_max_min(L, false); }
-static int f_argmin(lua_State *L) { return arg_max_min(L, true); }
-static int f_logsumexp(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  PUSH(zorch_logsumexp(T(1), n, dims, lua_toboolean(L, 3)));
-}
-static int f_tril(lua_State *L) { PUSH(zorch_tril(T(1), luaL_optinteger(L, 2, 0))); }
-static int f_triu(lua_State *L) { PUSH(zorch_triu(T(1), luaL_optinteger(L, 2, 0))); }
 
 /* ---- nn ------------------------------------------------------------------------------------ */
-static int f_matmul(lua_State *L) { PUSH(zorch_matmul(T(1), T(2))); }
 static int f_linear(lua_State *L) {
   static const char *const acts[] = {"none", "relu", "gelu", "gelu_tanh", NULL};
   zorch_activation act = (zorch_activation)luaL_checkoption(L, 4, "none", acts);
@@ -1061,9 +1040,6 @@ static const luaL_Reg both[] = {
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
     {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"ne", f_ne}, {"le", f_le}, {"ge", f_ge},
     {"masked_fill", f_masked_fill},
-    {"max", f_max}, {"min", f_min}, {"argmax", f_argmax}, {"argmin", f_argmin},
-    {"logsumexp", f_logsumexp}, {"tril", f_tril}, {"triu", f_triu},
-    {"matmul", f_matmul},
     {"view", f_view}, {"reshape", f_reshape}, {"expand", f_expand}, {"transpose", f_transpose},
     {"t", f_t}, {"permute", f_permute}, {"narrow", f_narrow}, {"select", f_select},
     {"unsqueeze", f_unsqueeze}, {"squeeze", f_squeeze}, {"item", m_item}, {"totable", m_totable},
@@ -1218,6 +1194,8 @@ static void check_index(lua_State *L, int i) {
 #define LOUT (LOUT, 0)
 #define LCONST(v) (LCONST, v)
 #define LREAD(fn, i) (LREAD, i, fn)
+#define LREADN(fn, i) (LREADN, i, fn)
+#define LDIM_OPT(i) (LDIM_OPT, i)
 /* the phases of each reader: CHECK (may raise), ALLOC, USE (the C arguments), FREE */
 #define LT_CHECK(i) (a_.t[i] = T(i))
 #define LTN_CHECK(i) (a_.t[i] = lua_isnoneornil(L, i) ? NULL : T(i))
@@ -1233,6 +1211,8 @@ static void check_index(lua_State *L, int i) {
 #define LOUT_CHECK(i) (void)0
 #define LCONST_CHECK(v) (void)0
 #define LREAD_CHECK(i, fn) (a_.k[i] = fn(L, i))
+#define LREADN_CHECK(i, fn) (a_.n[i] = fn(L, i))
+#define LDIM_OPT_CHECK(i) (a_.k[i] = lua_isnoneornil(L, i) ? 0 : (a_.dims[i][0] = lz_dim(L, i), 1))
 #define LIDX_ALLOC(i) (a_.t[i] = lz_index0(L, i))
 #define LT_USE(i) a_.t[i]
 #define LTN_USE(i) a_.t[i]
@@ -1248,6 +1228,8 @@ static void check_index(lua_State *L, int i) {
 #define LOUT_USE(i) &a_.out
 #define LCONST_USE(v) v
 #define LREAD_USE(i, fn) (int)a_.k[i]
+#define LREADN_USE(i, fn) a_.n[i]
+#define LDIM_OPT_USE(i) (int)a_.k[i], a_.dims[i]
 #define LIDX_FREE(i) zorch_tensor_free(a_.t[i])
 #define LZ_NOP_(...) (void)0
 #define LT_ALLOC LZ_NOP_
@@ -1263,6 +1245,8 @@ static void check_index(lua_State *L, int i) {
 #define LOUT_ALLOC LZ_NOP_
 #define LCONST_ALLOC LZ_NOP_
 #define LREAD_ALLOC LZ_NOP_
+#define LREADN_ALLOC LZ_NOP_
+#define LDIM_OPT_ALLOC LZ_NOP_
 #define LT_FREE LZ_NOP_
 #define LTN_FREE LZ_NOP_
 #define LNUM_FREE LZ_NOP_
@@ -1276,6 +1260,8 @@ static void check_index(lua_State *L, int i) {
 #define LOUT_FREE LZ_NOP_
 #define LCONST_FREE LZ_NOP_
 #define LREAD_FREE LZ_NOP_
+#define LREADN_FREE LZ_NOP_
+#define LDIM_OPT_FREE LZ_NOP_
 #define LZ_CAT_(a, b) LZ_CAT2_(a, b)
 #define LZ_CAT2_(a, b) a##b
 #define LZ_PH_(ph, r) LZ_PH2_(ph, ZORCH_EXPAND_ r)

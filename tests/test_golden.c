@@ -49,7 +49,7 @@ static zorch_tensor *parse_tensor(char *line, char *role) {
   return t;
 }
 
-/* the indices of sort and topk, for the cases that compare them */
+/* the indices of sort, topk and min, for the cases that compare them */
 static zorch_tensor *sort_indices(zorch_tensor *x, int dim, bool descending) {
   zorch_tensor *i = NULL, *v = zorch_sort(x, dim, descending, &i);
   zorch_tensor_free(v);
@@ -57,6 +57,11 @@ static zorch_tensor *sort_indices(zorch_tensor *x, int dim, bool descending) {
 }
 static zorch_tensor *topk_indices(zorch_tensor *x, int64_t k, int dim) {
   zorch_tensor *i = NULL, *v = zorch_topk(x, k, dim, true, true, &i);
+  zorch_tensor_free(v);
+  return i;
+}
+static zorch_tensor *min_indices(zorch_tensor *x, int dim, bool keepdim) {
+  zorch_tensor *i = NULL, *v = zorch_min(x, 1, &dim, keepdim, &i);
   zorch_tensor_free(v);
   return i;
 }
@@ -109,16 +114,6 @@ static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
   if (IS("isfinite")) return zorch_isfinite(x[0]);
   if (IS("nan_to_num")) return zorch_nan_to_num(x[0], 0, NULL, NULL);
   if (IS("nan_to_num_values")) return zorch_nan_to_num(x[0], 1.5, &(double){100}, &(double){-7});
-  if (IS("max_dim")) return zorch_max(x[0], 1, (int[]){-1}, false, NULL);
-  if (IS("min_dim")) return zorch_min(x[0], 1, (int[]){-1}, false, NULL);
-  if (IS("min_indices")) {
-    zorch_tensor *i = NULL, *v = zorch_min(x[0], 1, (int[]){0}, true, &i);
-    zorch_tensor_free(v);
-    return i;
-  }
-  if (IS("argmax_dim")) return zorch_argmax(x[0], 1, (int[]){1}, false);
-  if (IS("argmin_all")) return zorch_argmin(x[0], 0, NULL, false);
-  if (IS("matmul") || IS("matmul_vec")) return zorch_matmul(x[0], x[1]);
   if (IS("linear")) return zorch_linear(x[0], x[1], x[2]);
   if (IS("mse_loss")) return zorch_mse_loss(x[0], x[1], ZORCH_REDUCE_MEAN);
   if (IS("cross_entropy")) return zorch_cross_entropy(x[0], x[1], ZORCH_REDUCE_MEAN, 1);
