@@ -286,18 +286,6 @@ ZORCH_API zorch_tensor *zorch_mish(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_logsigmoid(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_softsign(zorch_tensor *a);   /* a / (1 + |a|) */
 ZORCH_API zorch_tensor *zorch_tanhshrink(zorch_tensor *a); /* a - tanh(a) */
-/* Predicates: ZORCH_BOOL tensors, no gradient (integer inputs: never NaN or
-   infinite). */
-ZORCH_API zorch_tensor *zorch_isnan(zorch_tensor *a);
-ZORCH_API zorch_tensor *zorch_isinf(zorch_tensor *a);
-ZORCH_API zorch_tensor *zorch_isposinf(zorch_tensor *a);
-ZORCH_API zorch_tensor *zorch_isneginf(zorch_tensor *a);
-ZORCH_API zorch_tensor *zorch_isfinite(zorch_tensor *a);
-/* NaN to `nan`, +inf to *posinf and -inf to *neginf (NULL: the largest and
-   the lowest finite value of a's dtype); the gradient passes where a is
-   finite. Integer inputs come back as a copy. */
-ZORCH_API zorch_tensor *zorch_nan_to_num(zorch_tensor *a, double nan, const double *posinf,
-                                         const double *neginf);
 /* Two-input elementwise math, broadcast and promoted as above. maximum and
    minimum pass NaN on, fmax and fmin drop it; fmod's result has the dividend's
    sign (C's), remainder's the divisor's (Python's %); floor_divide is Python's
@@ -338,8 +326,6 @@ ZORCH_API zorch_tensor *zorch_gt(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_ne(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_le(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_ge(zorch_tensor *a, zorch_tensor *b);
-ZORCH_API zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b);
-ZORCH_API zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value);
 
 /* ---- reductions (dims: list of ndims entries; ndims 0 means all) ---------------------- */
 
@@ -409,38 +395,16 @@ ZORCH_API zorch_tensor *zorch_max_pool2d(zorch_tensor *x, const zorch_pool2d_opt
 ZORCH_API zorch_tensor *zorch_avg_pool2d(zorch_tensor *x, const zorch_pool2d_opts *o);
 /* Output (oh, ow): the window of output i spans floor(i * H / oh) .. ceil((i + 1) * H / oh). */
 ZORCH_API zorch_tensor *zorch_adaptive_avg_pool2d(zorch_tensor *x, int64_t oh, int64_t ow);
-ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
-ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
 
 /* ---- more reductions, shape ops, creation and matrix products (PyTorch's) -------------- */
-/* A copy with the order of dims reversed. */
-ZORCH_API zorch_tensor *zorch_flip(zorch_tensor *a, int ndims, const int *dims);
-/* Elements shifted along dims (the flattened tensor when ndims is 0, with one shift). */
-ZORCH_API zorch_tensor *zorch_roll(zorch_tensor *a, int nshifts, const int64_t *shifts, int ndims, const int *dims);
-/* PyTorch's repeat (n >= a's dims, leading reps add dims) and tile (fewer reps: 1s in front). */
-ZORCH_API zorch_tensor *zorch_repeat(zorch_tensor *a, int n, const int64_t *reps);
-ZORCH_API zorch_tensor *zorch_tile(zorch_tensor *a, int n, const int64_t *reps);
-/* Each element repeated `repeats` times along *dim (the flattened input when dim is NULL). */
-ZORCH_API zorch_tensor *zorch_repeat_interleave(zorch_tensor *a, int64_t repeats, const int *dim);
-/* The same with a count per element of dim (an int64 vector of its size, or of one count). */
-ZORCH_API zorch_tensor *zorch_repeat_interleave_tensor(zorch_tensor *a, zorch_tensor *repeats, const int *dim);
 /* out[i] = select(a, dim, i) for every i: out needs room for a's size in dim. */
 ZORCH_API zorch_status zorch_unbind(zorch_tensor *a, int dim, zorch_tensor **out);
-/* A view with dims src[i] moved to dst[i], the others in their order. */
-ZORCH_API zorch_tensor *zorch_movedim(zorch_tensor *a, int n, const int *src, const int *dst);
-/* dim split into sizes (one may be -1). */
-ZORCH_API zorch_tensor *zorch_unflatten(zorch_tensor *a, int dim, int nsizes, const int64_t *sizes);
 typedef enum { ZORCH_PAD_CONSTANT = 0, ZORCH_PAD_REFLECT, ZORCH_PAD_REPLICATE, ZORCH_PAD_CIRCULAR } zorch_pad_mode;
-/* torch.nn.functional.pad: pads = (before, after) pairs for the last dims, the
-   last dim first; negative pads crop (constant and circular modes). */
-ZORCH_API zorch_tensor *zorch_pad(zorch_tensor *a, int npads, const int64_t *pads, zorch_pad_mode mode, double value);
 /* n x m identity (m = -1: n). */
 ZORCH_API zorch_tensor *zorch_eye(int64_t n, int64_t m, zorch_dtype dt, zorch_device dev);
 ZORCH_API zorch_tensor *zorch_linspace(double start, double end, int64_t steps, zorch_dtype dt, zorch_device dev);
 ZORCH_API zorch_tensor *zorch_logspace(double start, double end, int64_t steps, double base, zorch_dtype dt,
                                        zorch_device dev);
-/* int64 classes (0-based) to int64 one-hot rows; num_classes -1: the largest class + 1. */
-ZORCH_API zorch_tensor *zorch_one_hot(zorch_tensor *idx, int64_t num_classes);
 
 /* ---- autograd -------------------------------------------------------------------------- */
 ZORCH_API zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on); /* leaves only */

@@ -17,6 +17,10 @@
      default) one with a default, LDIMS(i) nil, a dim or a table of dims (the C
      count and array), LIDX(i) an int64 tensor of 1-based indices (passed
      0-based), LDIM_OPT(i) nil or one dim (the C count, 0 or 1, and array),
+     LDIMS_REQ(i) as LDIMS but nil is an error, LINTS(i) a number or a table of
+     integers (the C count and int64 array), LSIZES(i) sizes as zorch.zeros
+     takes them, numbers from i on or one table (the C count and int64 array),
+     LNUMP(i) nil (NULL) or a number (its address),
      LOUT the address of an out tensor (an op's indices), LCONST(v) a C value,
      LREAD(fn, i) an int from `static int fn(lua_State *, int)` of
      lua/lfuncs.c, LREADN(fn, i) a double from `static double fn(lua_State *,
@@ -34,7 +38,8 @@
      GRAD(case, call, inputs): the float64 gradient against central finite
        differences (tests/test_gradcheck.c), `call` on in[0..], from inputs
        (LEAF(dims...) normal numbers, LEAF_POS(dims...) positive ones, both
-       requiring grad; INDEX((dims...), (values...)) an int64 tensor).
+       requiring grad; INDEX((dims...), (values...)) an int64 tensor;
+       MASK(dims...) a bool tensor, about half true).
      BAD(lua, message): a Lua chunk that must raise an error containing
        `message` (tests/lua/test_badargs.lua).
      DEVICE(lua, ashape, bshape, rtol): on CUDA, the chunk's tensor, from
@@ -347,6 +352,113 @@
   OP(triu, zorch_tensor *, (zorch_tensor *x, int64_t k), (x, k), LUA_BOTH((LT(1), LINT(2, 0))), (), \
      (GOLDEN(triu, zorch_triu(x[0], 1), 2e-5, 1e-6)                                                 \
       GRAD(triu, zorch_triu(in[0], 1), (LEAF(2, 3, 4)))))                                           \
+  /* ---- selection, joining and rearranging ---- */                                                \
+  /* Lua: the hand binding (a number for either branch, at the other's dtype). */                   \
+  OP(where, zorch_tensor *, (zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b), (cond, a, b),   \
+     LUA_NONE, (),                                                                                  \
+     (GOLDEN(where, zorch_where(x[2], x[0], x[1]), 2e-5, 1e-6)                                      \
+      GRAD(where, zorch_where(in[2], in[0], in[1]), (LEAF(3, 4), LEAF(4), MASK(3, 4)))              \
+      DEVICE("zorch.where(a:gt(0), a, b)", (3, 4), (4), 0)))                                        \
+  /* Lua: the hand binding (an integer fill of an integer tensor stays exact past 2^53). */         \
+  OP(masked_fill, zorch_tensor *, (zorch_tensor *a, zorch_tensor *mask, double value),              \
+     (a, mask, value), LUA_NONE, (),                                                                \
+     (GOLDEN(masked_fill, zorch_masked_fill(x[0], x[1], 2.0), 2e-5, 1e-6)                           \
+      GRAD(masked_fill, zorch_masked_fill(in[0], in[1], 2.0), (LEAF(3, 4), MASK(3, 4)))))           \
+  /* Lua: the hand bindings (a list of tensors, its entries named in the messages). */              \
+  OP(cat, zorch_tensor *, (int n, zorch_tensor *const *ts, int dim), (n, ts, dim), LUA_NONE, (),    \
+     (GOLDEN(cat, zorch_cat(2, x, 1), 2e-5, 1e-6)                                                   \
+      GRAD(cat, zorch_cat(3, in, 1), (LEAF(2, 1, 3), LEAF(2, 4, 3), LEAF(2, 2, 3)))                 \
+      DEVICE("zorch.cat({a, b}, 1)", (2, 3), (4, 3), 0)))                                           \
+  OP(stack, zorch_tensor *, (int n, zorch_tensor *const *ts, int dim), (n, ts, dim), LUA_NONE, (),  \
+     (GOLDEN(stack, zorch_stack(2, x, 1), 2e-5, 1e-6)                                               \
+      GRAD(stack, zorch_stack(2, in, 1), (LEAF(2, 3), LEAF(2, 3)))))                                \
+  /* A copy with the order of dims reversed. */                                                     \
+  OP(flip, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims), (a, ndims, dims),         \
+     LUA_BOTH((LT(1), LDIMS_REQ(2))), (),                                                           \
+     (GOLDEN(flip, zorch_flip(x[0], 2, (int[]){0, 2}), 2e-5, 1e-6)                                  \
+      GRAD(flip, zorch_flip(in[0], 2, (int[]){0, 2}), (LEAF(2, 3, 4)))                              \
+      BAD("zorch.flip(zorch.ones(2, 3))", "dims expected (a number or a table)")                    \
+      DEVICE("zorch.flip(a, {1, 3})", (3, 4, 5), (1), 0)))                                          \
+  /* Elements shifted along dims (the flattened tensor when ndims is 0, with one shift). */         \
+  OP(roll, zorch_tensor *,                                                                          \
+     (zorch_tensor *a, int nshifts, const int64_t *shifts, int ndims, const int *dims),             \
+     (a, nshifts, shifts, ndims, dims), LUA_BOTH((LT(1), LINTS(2), LDIMS(3))), (),                  \
+     (GOLDEN(roll, zorch_roll(x[0], 2, (int64_t[]){1, -2}, 2, (int[]){0, 1}), 2e-5, 1e-6)           \
+      GOLDEN(roll_flat, zorch_roll(x[0], 1, (int64_t[]){2}, 0, NULL), 2e-5, 1e-6)                   \
+      GRAD(roll, zorch_roll(in[0], 2, (int64_t[]){1, -2}, 2, (int[]){0, 1}), (LEAF(3, 4)))          \
+      BAD("zorch.roll(zorch.ones(2, 3), {1, 'a'})", "expected integers")                            \
+      DEVICE("zorch.roll(a, {2, -1}, {1, 2})", (4, 5), (1), 0)))                                    \
+  /* PyTorch's repeat (n >= a's dims, leading reps add dims) and tile (fewer reps: 1s in front). */ \
+  OP(repeat, zorch_tensor *, (zorch_tensor *a, int n, const int64_t *reps), (a, n, reps),           \
+     LUA_BOTH((LT(1), LSIZES(2))), (),                                                              \
+     (GOLDEN(repeat, zorch_repeat(x[0], 3, (int64_t[]){2, 1, 3}), 2e-5, 1e-6)                       \
+      DEVICE("zorch['repeat'](a, 2, 1, 3)", (2, 3), (1), 0)))                                                 \
+  OP(tile, zorch_tensor *, (zorch_tensor *a, int n, const int64_t *reps), (a, n, reps),             \
+     LUA_BOTH((LT(1), LSIZES(2))), (),                                                              \
+     (GOLDEN(tile, zorch_tile(x[0], 1, (int64_t[]){2}), 2e-5, 1e-6)                                 \
+      GRAD(tile, zorch_tile(in[0], 3, (int64_t[]){2, 1, 3}), (LEAF(2, 3)))))                        \
+  /* Each element repeated `repeats` times along *dim (the flattened input when dim is NULL).       \
+     Lua: the hand binding, one function for a count or a tensor of counts. */                      \
+  OP(repeat_interleave, zorch_tensor *, (zorch_tensor *a, int64_t repeats, const int *dim),         \
+     (a, repeats, dim), LUA_NONE, (),                                                               \
+     (GOLDEN(repeat_interleave, zorch_repeat_interleave(x[0], 2, (int[]){1}), 2e-5, 1e-6)           \
+      GRAD(repeat_interleave, zorch_repeat_interleave(in[0], 2, (int[]){1}), (LEAF(2, 3)))))        \
+  /* The same with a count per element of dim (an int64 vector of its size, or of one count). */    \
+  OP(repeat_interleave_tensor, zorch_tensor *, (zorch_tensor *a, zorch_tensor *repeats, const int *dim), \
+     (a, repeats, dim), LUA_NONE, (),                                                               \
+     (GOLDEN(repeat_interleave_tensor, zorch_repeat_interleave_tensor(x[0], x[1], (int[]){0}), 2e-5, 1e-6) \
+      GRAD(repeat_interleave_tensor, zorch_repeat_interleave_tensor(in[0], in[1], (int[]){0}),      \
+           (LEAF(3, 2), INDEX((3), (1, 0, 3))))))                                                   \
+  /* A view with dims src[i] moved to dst[i], the others in their order.                            \
+     Lua: the hand binding (moveaxis too; the two lists' lengths checked). */                       \
+  OP(movedim, zorch_tensor *, (zorch_tensor *a, int n, const int *src, const int *dst),             \
+     (a, n, src, dst), LUA_NONE, (),                                                                \
+     (GOLDEN(movedim, zorch_movedim(x[0], 2, (int[]){0, 1}, (int[]){2, 0}), 2e-5, 1e-6)))           \
+  /* dim split into sizes (one may be -1). Lua: the hand binding (sizes a table only). */           \
+  OP(unflatten, zorch_tensor *, (zorch_tensor *a, int dim, int nsizes, const int64_t *sizes),       \
+     (a, dim, nsizes, sizes), LUA_NONE, (),                                                         \
+     (GOLDEN(unflatten, zorch_unflatten(x[0], 1, 2, (int64_t[]){2, -1}), 2e-5, 1e-6)))              \
+  /* torch.nn.functional.pad: pads = (before, after) pairs for the last dims, the                   \
+     last dim first; negative pads crop (constant and circular modes).                              \
+     Lua: the hand binding (the mode by name; a value only for 'constant'). */                      \
+  OP(pad, zorch_tensor *,                                                                           \
+     (zorch_tensor *a, int npads, const int64_t *pads, zorch_pad_mode mode, double value),          \
+     (a, npads, pads, mode, value), LUA_NONE, (),                                                   \
+     (GOLDEN(pad_const, zorch_pad(x[0], 4, (int64_t[]){1, -1, 2, 0}, ZORCH_PAD_CONSTANT, 0.5), 2e-5, 1e-6) \
+      GOLDEN(pad_reflect, zorch_pad(x[0], 2, (int64_t[]){2, 1}, ZORCH_PAD_REFLECT, 0), 2e-5, 1e-6)  \
+      GOLDEN(pad_replicate, zorch_pad(x[0], 2, (int64_t[]){1, 2}, ZORCH_PAD_REPLICATE, 0), 2e-5, 1e-6) \
+      GOLDEN(pad_circular, zorch_pad(x[0], 2, (int64_t[]){2, 1}, ZORCH_PAD_CIRCULAR, 0), 2e-5, 1e-6) \
+      GRAD(pad_const, zorch_pad(in[0], 4, (int64_t[]){1, -1, 2, 0}, ZORCH_PAD_CONSTANT, 0.5), (LEAF(3, 4))) \
+      GRAD(pad_reflect, zorch_pad(in[0], 2, (int64_t[]){2, 1}, ZORCH_PAD_REFLECT, 0), (LEAF(2, 4))) \
+      GRAD(pad_replicate, zorch_pad(in[0], 2, (int64_t[]){1, 2}, ZORCH_PAD_REPLICATE, 0), (LEAF(2, 3))) \
+      GRAD(pad_circular, zorch_pad(in[0], 2, (int64_t[]){2, 1}, ZORCH_PAD_CIRCULAR, 0), (LEAF(1, 2, 3))) \
+      DEVICE("zorch.pad(a, {2, 1, 1, 0}, 'reflect')", (2, 3, 4), (1), 0)))                          \
+  /* int64 classes (0-based) to int64 one-hot rows; num_classes -1: the largest class + 1. */       \
+  OP(one_hot, zorch_tensor *, (zorch_tensor *idx, int64_t num_classes), (idx, num_classes),         \
+     LUA_BOTH((LIDX(1), LINT(2, -1))), (),                                                          \
+     (GOLDEN(one_hot, zorch_one_hot(x[0], 5), 0, 0)                                                 \
+      BAD("zorch.one_hot(zorch.tensor{1.5})", "int64 indices expected, got float32")))              \
+  /* Predicates: ZORCH_BOOL tensors, no gradient (integer inputs: never NaN or                      \
+     infinite). */                                                                                  \
+  OP(isnan, zorch_tensor *, (zorch_tensor *a), (a), LUA_BOTH((LT(1))), (),                          \
+     (GOLDEN(isnan, zorch_isnan(x[0]), 0, 0)))                                                      \
+  OP(isinf, zorch_tensor *, (zorch_tensor *a), (a), LUA_BOTH((LT(1))), (),                          \
+     (GOLDEN(isinf, zorch_isinf(x[0]), 0, 0)))                                                      \
+  OP(isposinf, zorch_tensor *, (zorch_tensor *a), (a), LUA_BOTH((LT(1))), (),                       \
+     (GOLDEN(isposinf, zorch_isposinf(x[0]), 0, 0)))                                                \
+  OP(isneginf, zorch_tensor *, (zorch_tensor *a), (a), LUA_BOTH((LT(1))), (),                       \
+     (GOLDEN(isneginf, zorch_isneginf(x[0]), 0, 0)))                                                \
+  OP(isfinite, zorch_tensor *, (zorch_tensor *a), (a), LUA_BOTH((LT(1))), (),                       \
+     (GOLDEN(isfinite, zorch_isfinite(x[0]), 0, 0)))                                                \
+  /* NaN to `nan`, +inf to *posinf and -inf to *neginf (NULL: the largest and                       \
+     the lowest finite value of a's dtype); the gradient passes where a is                          \
+     finite. Integer inputs come back as a copy. */                                                 \
+  OP(nan_to_num, zorch_tensor *,                                                                    \
+     (zorch_tensor *a, double nan, const double *posinf, const double *neginf),                     \
+     (a, nan, posinf, neginf), LUA_BOTH((LT(1), LNUM(2, 0), LNUMP(3), LNUMP(4))), (),               \
+     (GOLDEN(nan_to_num, zorch_nan_to_num(x[0], 0, NULL, NULL), 2e-5, 1e-6)                         \
+      GOLDEN(nan_to_num_values, zorch_nan_to_num(x[0], 1.5, &(double){100}, &(double){-7}), 2e-5, 1e-6) \
+      BAD("zorch.nan_to_num(zorch.ones(2), 0, 'x')", "number expected")))                           \
   /* RMSNorm over the last dim, computed in float32 (float64 for float64):                        \
      y = x * rsqrt(mean(x^2) + eps) * weight; weight (the last dim) may be NULL.                  \
      rms_norm: y, and rstd (rows, float32 or float64) from x (rows, cols) and w                   \

@@ -452,20 +452,6 @@ UNARY(elu, zorch_elu(T(1), luaL_optnumber(L, 2, 1)))
 UNARY(celu, zorch_celu(T(1), luaL_optnumber(L, 2, 1)))
 UNARY(softplus, zorch_softplus(T(1), luaL_optnumber(L, 2, 1), luaL_optnumber(L, 3, 20)))
 UNARY(hardtanh, zorch_hardtanh(T(1), luaL_optnumber(L, 2, -1), luaL_optnumber(L, 3, 1)))
-UNARY(isnan, zorch_isnan(T(1)))
-UNARY(isinf, zorch_isinf(T(1)))
-UNARY(isposinf, zorch_isposinf(T(1)))
-UNARY(isneginf, zorch_isneginf(T(1)))
-UNARY(isfinite, zorch_isfinite(T(1)))
-/* nan_to_num(x, nan = 0, posinf, neginf): nil posinf / neginf is the dtype's
-   largest / lowest finite value */
-static int f_nan_to_num(lua_State *L) {
-  zorch_tensor *t = T(1);
-  double nan = luaL_optnumber(L, 2, 0), hi = 0, lo = 0;
-  if (!lua_isnoneornil(L, 3)) hi = luaL_checknumber(L, 3);
-  if (!lua_isnoneornil(L, 4)) lo = luaL_checknumber(L, 4);
-  PUSH(zorch_nan_to_num(t, nan, lua_isnoneornil(L, 3) ? NULL : &hi, lua_isnoneornil(L, 4) ? NULL : &lo));
-}
 UNARY(contiguous, zorch_contiguous(T(1)))
 UNARY(clamp_min, zorch_clamp_min(T(1), luaL_checknumber(L, 2)))
 UNARY(clamp_max, zorch_clamp_max(T(1), luaL_checknumber(L, 2)))
@@ -1033,8 +1019,7 @@ static int f_squeeze(lua_State *L) {
 static const luaL_Reg both[] = {
     {"gelu", f_gelu}, {"clamp", f_clamp}, {"round", f_round}, {"leaky_relu", f_leaky_relu},
     {"elu", f_elu}, {"celu", f_celu}, {"softplus", f_softplus}, {"hardtanh", f_hardtanh},
-    {"isnan", f_isnan}, {"isinf", f_isinf}, {"isposinf", f_isposinf}, {"isneginf", f_isneginf},
-    {"isfinite", f_isfinite}, {"nan_to_num", f_nan_to_num}, {"clip", f_clamp}, {"clamp_min", f_clamp_min},
+    {"clip", f_clamp}, {"clamp_min", f_clamp_min},
     {"clamp_max", f_clamp_max}, {"lerp", f_lerp}, {"addcmul", f_addcmul}, {"addcdiv", f_addcdiv},
     {"isclose", f_isclose}, {"allclose", f_allclose}, {"equal", f_equal}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
@@ -1172,6 +1157,7 @@ typedef struct {
   lua_Integer k[LZA_MAX];
   double n[LZA_MAX];
   int dims[LZA_MAX][ZORCH_MAX_DIMS];
+  int64_t ints[LZA_MAX][ZORCH_MAX_DIMS];
 } decl_args;
 /* lz_index0's check without its copy */
 static void check_index(lua_State *L, int i) {
@@ -1196,6 +1182,10 @@ static void check_index(lua_State *L, int i) {
 #define LREAD(fn, i) (LREAD, i, fn)
 #define LREADN(fn, i) (LREADN, i, fn)
 #define LDIM_OPT(i) (LDIM_OPT, i)
+#define LDIMS_REQ(i) (LDIMS_REQ, i)
+#define LINTS(i) (LINTS, i)
+#define LSIZES(i) (LSIZES, i)
+#define LNUMP(i) (LNUMP, i)
 /* the phases of each reader: CHECK (may raise), ALLOC, USE (the C arguments), FREE */
 #define LT_CHECK(i) (a_.t[i] = T(i))
 #define LTN_CHECK(i) (a_.t[i] = lua_isnoneornil(L, i) ? NULL : T(i))
@@ -1213,6 +1203,12 @@ static void check_index(lua_State *L, int i) {
 #define LREAD_CHECK(i, fn) (a_.k[i] = fn(L, i))
 #define LREADN_CHECK(i, fn) (a_.n[i] = fn(L, i))
 #define LDIM_OPT_CHECK(i) (a_.k[i] = lua_isnoneornil(L, i) ? 0 : (a_.dims[i][0] = lz_dim(L, i), 1))
+#define LDIMS_REQ_CHECK(i)                                                                \
+  (lua_isnoneornil(L, i) ? (void)luaL_argerror(L, i, "dims expected (a number or a table)") : (void)0, \
+   a_.k[i] = get_dims(L, i, a_.dims[i]))
+#define LINTS_CHECK(i) (a_.k[i] = lz_ints(L, i, a_.ints[i], ZORCH_MAX_DIMS))
+#define LSIZES_CHECK(i) (a_.k[i] = lz_sizes(L, i, a_.ints[i]))
+#define LNUMP_CHECK(i) (a_.k[i] = !lua_isnoneornil(L, i), a_.n[i] = a_.k[i] ? luaL_checknumber(L, i) : 0)
 #define LIDX_ALLOC(i) (a_.t[i] = lz_index0(L, i))
 #define LT_USE(i) a_.t[i]
 #define LTN_USE(i) a_.t[i]
@@ -1230,6 +1226,10 @@ static void check_index(lua_State *L, int i) {
 #define LREAD_USE(i, fn) (int)a_.k[i]
 #define LREADN_USE(i, fn) a_.n[i]
 #define LDIM_OPT_USE(i) (int)a_.k[i], a_.dims[i]
+#define LDIMS_REQ_USE(i) (int)a_.k[i], a_.dims[i]
+#define LINTS_USE(i) (int)a_.k[i], a_.ints[i]
+#define LSIZES_USE(i) (int)a_.k[i], a_.ints[i]
+#define LNUMP_USE(i) (a_.k[i] ? &a_.n[i] : NULL)
 #define LIDX_FREE(i) zorch_tensor_free(a_.t[i])
 #define LZ_NOP_(...) (void)0
 #define LT_ALLOC LZ_NOP_
@@ -1247,6 +1247,10 @@ static void check_index(lua_State *L, int i) {
 #define LREAD_ALLOC LZ_NOP_
 #define LREADN_ALLOC LZ_NOP_
 #define LDIM_OPT_ALLOC LZ_NOP_
+#define LDIMS_REQ_ALLOC LZ_NOP_
+#define LINTS_ALLOC LZ_NOP_
+#define LSIZES_ALLOC LZ_NOP_
+#define LNUMP_ALLOC LZ_NOP_
 #define LT_FREE LZ_NOP_
 #define LTN_FREE LZ_NOP_
 #define LNUM_FREE LZ_NOP_
@@ -1262,6 +1266,10 @@ static void check_index(lua_State *L, int i) {
 #define LREAD_FREE LZ_NOP_
 #define LREADN_FREE LZ_NOP_
 #define LDIM_OPT_FREE LZ_NOP_
+#define LDIMS_REQ_FREE LZ_NOP_
+#define LINTS_FREE LZ_NOP_
+#define LSIZES_FREE LZ_NOP_
+#define LNUMP_FREE LZ_NOP_
 #define LZ_CAT_(a, b) LZ_CAT2_(a, b)
 #define LZ_CAT2_(a, b) a##b
 #define LZ_PH_(ph, r) LZ_PH2_(ph, ZORCH_EXPAND_ r)

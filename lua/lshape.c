@@ -1,5 +1,6 @@
-/* lshape.c: the Lua functions and methods of flip, roll, repeat and tile,
-   pad, eye and linspace (ops/def/rearrange.c, patterns.c). Dims and
+/* lshape.c: the Lua functions and methods of repeat_interleave, unbind,
+   movedim and its aliases, unflatten, pad, eye and linspace (ops/def/rearrange.c,
+   patterns.c). Dims and
    classes are 1-based here, as everywhere in Lua. Every argument is read
    before a tensor is made, so that a Lua error leaks nothing. */
 #include <math.h>
@@ -29,53 +30,7 @@ static int opt_dims(lua_State *L, int idx, int *dims) {
   return (int)n;
 }
 
-/* integers: a number or a table of numbers (shifts, pads, sizes) */
-static int int_list(lua_State *L, int idx, int64_t *out, int cap) {
-  if (lua_type(L, idx) == LUA_TNUMBER) {
-    out[0] = luaL_checkinteger(L, idx);
-    return 1;
-  }
-  luaL_checktype(L, idx, LUA_TTABLE);
-  lua_Integer n = lz_len(L, idx);
-  if (n > cap) luaL_argerror(L, idx, lua_pushfstring(L, "too many entries (at most %d)", cap));
-  for (int i = 0; i < (int)n; i++) {
-    lz_geti(L, idx, i + 1);
-    int ok;
-    out[i] = lua_tointegerx(L, -1, &ok);
-    if (!ok) luaL_argerror(L, idx, "expected integers");
-    lua_pop(L, 1);
-  }
-  return (int)n;
-}
-
 /* ---- shape ops ---------------------------------------------------------------------------- */
-static int f_flip(lua_State *L) {
-  zorch_tensor *x = T(1);
-  if (lua_isnoneornil(L, 2)) return luaL_argerror(L, 2, "flip: dims expected (a number or a table)");
-  int dims[ZORCH_MAX_DIMS], n = opt_dims(L, 2, dims);
-  PUSH(zorch_flip(x, n, dims));
-}
-/* roll(x, shifts, dims?) */
-static int f_roll(lua_State *L) {
-  zorch_tensor *x = T(1);
-  int64_t shifts[ZORCH_MAX_DIMS];
-  int ns = int_list(L, 2, shifts, ZORCH_MAX_DIMS);
-  int dims[ZORCH_MAX_DIMS], nd = opt_dims(L, 3, dims);
-  PUSH(zorch_roll(x, ns, shifts, nd, dims));
-}
-/* repeat(x, reps...) and tile(x, reps...): numbers or one table */
-static int f_repeat(lua_State *L) {
-  zorch_tensor *x = T(1);
-  int64_t reps[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 2, reps);
-  PUSH(zorch_repeat(x, n, reps));
-}
-static int f_tile(lua_State *L) {
-  zorch_tensor *x = T(1);
-  int64_t reps[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 2, reps);
-  PUSH(zorch_tile(x, n, reps));
-}
 /* repeat_interleave(x, n | counts, dim?): counts an int64 tensor */
 static int f_repeat_interleave(lua_State *L) {
   zorch_tensor *x = T(1), *r = zorch_to_tensor(L, 2);
@@ -134,7 +89,7 @@ static int f_unflatten(lua_State *L) {
   int d = lz_dim(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
   int64_t sizes[ZORCH_MAX_DIMS];
-  int n = int_list(L, 3, sizes, ZORCH_MAX_DIMS);
+  int n = lz_ints(L, 3, sizes, ZORCH_MAX_DIMS);
   PUSH(zorch_unflatten(x, d, n, sizes));
 }
 /* broadcast_to(x, sizes): expand's rules */
@@ -162,7 +117,7 @@ static int f_pad(lua_State *L) {
   zorch_tensor *x = T(1);
   luaL_checktype(L, 2, LUA_TTABLE);
   int64_t pads[2 * ZORCH_MAX_DIMS];
-  int n = int_list(L, 2, pads, 2 * ZORCH_MAX_DIMS);
+  int n = lz_ints(L, 2, pads, 2 * ZORCH_MAX_DIMS);
   zorch_pad_mode mode = (zorch_pad_mode)luaL_checkoption(L, 3, "constant", modes);
   double value = luaL_optnumber(L, 4, 0);
   if (mode != ZORCH_PAD_CONSTANT && !lua_isnoneornil(L, 4) && value != 0)
@@ -206,21 +161,11 @@ static int f_logspace(lua_State *L) {
   lz_get_opts(L, oi, &o, ZORCH_F32);
   return push_new(L, zorch_logspace(a, b, steps, base, o.dtype, o.device), &o);
 }
-/* one_hot(classes, num_classes = -1): 1-based int64 classes, class k sets column k */
-static int f_one_hot(lua_State *L) {
-  T(1);
-  lua_Integer c = luaL_optinteger(L, 2, -1);
-  zorch_tensor *i0 = lz_index0(L, 1), *o = zorch_one_hot(i0, c);
-  zorch_tensor_free(i0);
-  PUSH(o);
-}
-
 static const luaL_Reg both[] = {
-    {"flip", f_flip}, {"roll", f_roll},
-    {"repeat", f_repeat}, {"tile", f_tile}, {"repeat_interleave", f_repeat_interleave}, {"unbind", f_unbind},
+    {"repeat_interleave", f_repeat_interleave}, {"unbind", f_unbind},
     {"movedim", f_movedim}, {"moveaxis", f_movedim}, {"swapaxes", f_swapaxes}, {"swapdims", f_swapdims}, {"unflatten", f_unflatten},
     {"broadcast_to", f_broadcast_to}, {"expand_as", f_expand_as}, {"view_as", f_view_as}, {"type_as", f_type_as},
-    {"pad", f_pad}, {"one_hot", f_one_hot}, {NULL, NULL}};
+    {"pad", f_pad}, {NULL, NULL}};
 
 static const luaL_Reg functions_only[] = {
     {"eye", f_eye}, {"linspace", f_linspace}, {"logspace", f_logspace}, {NULL, NULL}};
