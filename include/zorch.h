@@ -191,19 +191,9 @@ ZORCH_API zorch_status zorch_tensor_get(const zorch_tensor *t, const int64_t *in
 ZORCH_API char *zorch_tensor_format(const zorch_tensor *t);
 
 /* ---- views (share storage; differentiable) ------------------------------------- */
-ZORCH_API zorch_tensor *zorch_view(zorch_tensor *t, int ndim, const int64_t *shape); /* -1 infers */
-ZORCH_API zorch_tensor *zorch_reshape(zorch_tensor *t, int ndim, const int64_t *shape);
-ZORCH_API zorch_tensor *zorch_transpose(zorch_tensor *t, int d0, int d1);
-ZORCH_API zorch_tensor *zorch_permute(zorch_tensor *t, const int *dims);
-ZORCH_API zorch_tensor *zorch_narrow(zorch_tensor *t, int dim, int64_t start, int64_t length);
-ZORCH_API zorch_tensor *zorch_select(zorch_tensor *t, int dim, int64_t index);
-ZORCH_API zorch_tensor *zorch_expand(zorch_tensor *t, int ndim, const int64_t *shape); /* -1 keeps */
-ZORCH_API zorch_tensor *zorch_unsqueeze(zorch_tensor *t, int dim);
-ZORCH_API zorch_tensor *zorch_squeeze(zorch_tensor *t, int dim);
-ZORCH_API zorch_tensor *zorch_flatten(zorch_tensor *t);
+/* (view ... flatten are rows of include/zorch_ops.h) */
 /* ---- copies ------------------------------------------------------------------------- */
-ZORCH_API zorch_tensor *zorch_contiguous(zorch_tensor *t); /* t itself (retained) when contiguous */
-ZORCH_API zorch_tensor *zorch_clone(zorch_tensor *t);
+/* (contiguous and clone are rows of include/zorch_ops.h) */
 ZORCH_API zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt); /* differentiable for floats */
 ZORCH_API zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
 /* Copies src into dst (broadcast, dtype converted). In grad mode the write is

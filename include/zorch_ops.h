@@ -20,7 +20,8 @@
      LDIMS_REQ(i) as LDIMS but nil is an error, LINTS(i) a number or a table of
      integers (the C count and int64 array), LSIZES(i) sizes as zorch.zeros
      takes them, numbers from i on or one table (the C count and int64 array),
-     LNUMP(i) nil (NULL) or a number (its address),
+     LNUMP(i) nil (NULL) or a number (its address), LPOS(i) an index counted
+     from 1 (negative from the end; 0 is an error), passed 0-based,
      LOUT the address of an out tensor (an op's indices), LCONST(v) a C value,
      LREAD(fn, i) an int from `static int fn(lua_State *, int)` of
      lua/lfuncs.c, LREADN(fn, i) a double from `static double fn(lua_State *,
@@ -459,6 +460,56 @@
      (GOLDEN(nan_to_num, zorch_nan_to_num(x[0], 0, NULL, NULL), 2e-5, 1e-6)                         \
       GOLDEN(nan_to_num_values, zorch_nan_to_num(x[0], 1.5, &(double){100}, &(double){-7}), 2e-5, 1e-6) \
       BAD("zorch.nan_to_num(zorch.ones(2), 0, 'x')", "number expected")))                           \
+  /* ---- views (share storage; differentiable) and copies ---- */                                  \
+  /* -1 infers */                                                                                   \
+  OP(view, zorch_tensor *, (zorch_tensor *t, int ndim, const int64_t *shape), (t, ndim, shape),     \
+     LUA_BOTH((LT(1), LSIZES(2))), (),                                                              \
+     (GOLDEN(view, zorch_view(x[0], SHAPE(4, 3)), 0, 0)                                             \
+      GRAD(view, zorch_view(in[0], SHAPE(4, 3)), (LEAF(2, 6)))                                      \
+      BAD("zorch.ones(2, 3):view(4, 4)", "view: shape (4, 4) is invalid for input of shape (2, 3)"))) \
+  OP(reshape, zorch_tensor *, (zorch_tensor *t, int ndim, const int64_t *shape), (t, ndim, shape),  \
+     LUA_BOTH((LT(1), LSIZES(2))), (),                                                              \
+     (GOLDEN(reshape, zorch_reshape(x[0], SHAPE(3, -1)), 0, 0)                                      \
+      GRAD(reshape_t, transposed_reshape(in[0]), (LEAF(3, 4)))))                                    \
+  OP(transpose, zorch_tensor *, (zorch_tensor *t, int d0, int d1), (t, d0, d1),                     \
+     LUA_BOTH((LT(1), LDIM(2), LDIM(3))), (),                                                       \
+     (GOLDEN(transpose, zorch_transpose(x[0], 0, 2), 0, 0)))                                        \
+  /* Lua: the hand binding (dims as numbers or one table, one per dim). */                          \
+  OP(permute, zorch_tensor *, (zorch_tensor *t, const int *dims), (t, dims), LUA_NONE, (),          \
+     (GOLDEN(permute, zorch_permute(x[0], (int[]){2, 0, 1}), 0, 0)                                  \
+      GRAD(permute, zorch_permute(in[0], (int[]){2, 0, 1}), (LEAF(2, 3, 4)))))                      \
+  OP(narrow, zorch_tensor *, (zorch_tensor *t, int dim, int64_t start, int64_t length),             \
+     (t, dim, start, length), LUA_BOTH((LT(1), LDIM(2), LPOS(3), LINT_REQ(4))), (),                 \
+     (GOLDEN(narrow, zorch_narrow(x[0], 1, 1, 2), 0, 0)                                             \
+      GRAD(narrow, zorch_narrow(in[0], 1, 1, 2), (LEAF(3, 4)))                                      \
+      BAD("zorch.narrow(zorch.ones(2, 3), 1, 0, 1)", "indices are 1-based (0 is not an index)")))   \
+  OP(select, zorch_tensor *, (zorch_tensor *t, int dim, int64_t index), (t, dim, index),            \
+     LUA_BOTH((LT(1), LDIM(2), LPOS(3))), (),                                                       \
+     (GOLDEN(select, zorch_select(x[0], 0, -1), 0, 0)                                               \
+      GRAD(select, zorch_select(in[0], 0, -1), (LEAF(3, 4)))))                                      \
+  /* -1 keeps */                                                                                    \
+  OP(expand, zorch_tensor *, (zorch_tensor *t, int ndim, const int64_t *shape), (t, ndim, shape),   \
+     LUA_BOTH((LT(1), LSIZES(2))), (),                                                              \
+     (GOLDEN(expand, zorch_expand(x[0], SHAPE(2, 3, 4)), 0, 0)                                      \
+      GRAD(expand, zorch_expand(in[0], SHAPE(2, 3, 4)), (LEAF(3, 1)))))                             \
+  OP(unsqueeze, zorch_tensor *, (zorch_tensor *t, int dim), (t, dim), LUA_BOTH((LT(1), LDIM(2))), (), \
+     (GOLDEN(unsqueeze, zorch_unsqueeze(x[0], 1), 0, 0)                                             \
+      GRAD(unsqueeze, zorch_unsqueeze(in[0], 1), (LEAF(3, 4)))))                                    \
+  /* Lua: the hand binding (without a dim, every dim of size 1). */                                 \
+  OP(squeeze, zorch_tensor *, (zorch_tensor *t, int dim), (t, dim), LUA_NONE, (),                   \
+     (GOLDEN(squeeze, zorch_squeeze(x[0], 1), 0, 0)                                                 \
+      GRAD(squeeze, zorch_squeeze(in[0], 1), (LEAF(3, 1, 4)))))                                     \
+  /* Lua: the hand binding (start_dim and end_dim, made of view). */                                \
+  OP(flatten, zorch_tensor *, (zorch_tensor *t), (t), LUA_NONE, (),                                 \
+     (GOLDEN(flatten, zorch_flatten(x[0]), 0, 0)))                                                  \
+  /* t itself (retained) when contiguous */                                                         \
+  OP(contiguous, zorch_tensor *, (zorch_tensor *t), (t), LUA_BOTH((LT(1))), (),                     \
+     (GOLDEN(contiguous, transposed_contiguous(x[0]), 0, 0)                                         \
+      GRAD(contiguous, transposed_contiguous(in[0]), (LEAF(3, 4)))                                  \
+      DEVICE("a:t():contiguous()", (5, 7), (1), 0)))                                                \
+  OP(clone, zorch_tensor *, (zorch_tensor *t), (t), LUA_BOTH((LT(1))), (),                          \
+     (GOLDEN(clone, zorch_clone(x[0]), 0, 0)                                                        \
+      GRAD(clone, zorch_clone(in[0]), (LEAF(3, 4)))))                                               \
   /* RMSNorm over the last dim, computed in float32 (float64 for float64):                        \
      y = x * rsqrt(mean(x^2) + eps) * weight; weight (the last dim) may be NULL.                  \
      rms_norm: y, and rstd (rows, float32 or float64) from x (rows, cols) and w                   \

@@ -452,7 +452,6 @@ UNARY(elu, zorch_elu(T(1), luaL_optnumber(L, 2, 1)))
 UNARY(celu, zorch_celu(T(1), luaL_optnumber(L, 2, 1)))
 UNARY(softplus, zorch_softplus(T(1), luaL_optnumber(L, 2, 1), luaL_optnumber(L, 3, 20)))
 UNARY(hardtanh, zorch_hardtanh(T(1), luaL_optnumber(L, 2, -1), luaL_optnumber(L, 3, 1)))
-UNARY(contiguous, zorch_contiguous(T(1)))
 UNARY(clamp_min, zorch_clamp_min(T(1), luaL_checknumber(L, 2)))
 UNARY(clamp_max, zorch_clamp_max(T(1), luaL_checknumber(L, 2)))
 
@@ -483,7 +482,6 @@ static int f_equal(lua_State *L) {
   lua_pushboolean(L, r);
   return 1;
 }
-UNARY(clone, zorch_clone(T(1)))
 /* flatten(x, start_dim = 1, end_dim = -1): dims start..end (1-based, negative
    from the end) into one */
 static int f_flatten(lua_State *L) {
@@ -951,22 +949,6 @@ static int f_cat(lua_State *L) { return list_op(L, false); }
 static int f_stack(lua_State *L) { return list_op(L, true); }
 
 /* ---- views ------------------------------------------------------------------------------------ */
-static int f_view(lua_State *L) {
-  int64_t s[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 2, s);
-  PUSH(zorch_view(T(1), n, s));
-}
-static int f_reshape(lua_State *L) {
-  int64_t s[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 2, s);
-  PUSH(zorch_reshape(T(1), n, s));
-}
-static int f_expand(lua_State *L) {
-  int64_t s[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 2, s);
-  PUSH(zorch_expand(T(1), n, s));
-}
-static int f_transpose(lua_State *L) { PUSH(zorch_transpose(T(1), lz_dim(L, 2), lz_dim(L, 3))); }
 static int f_t(lua_State *L) {
   zorch_tensor *x = T(1);
   if (zorch_tensor_ndim(x) > 2) return luaL_error(L, "t: expects a tensor with at most 2 dims, got %d", zorch_tensor_ndim(x));
@@ -987,21 +969,6 @@ static int f_permute(lua_State *L) {
     return luaL_error(L, "permute: %d dims given for a %d-dimensional tensor", n, zorch_tensor_ndim(x));
   PUSH(zorch_permute(x, d));
 }
-/* narrow(x, dim, start, length) with a 1-based start */
-static int f_narrow(lua_State *L) {
-  lua_Integer s = luaL_checkinteger(L, 3);
-  if (s == 0) return luaL_argerror(L, 3, "indices are 1-based (0 is not an index)");
-  PUSH(zorch_narrow(T(1), lz_dim(L, 2), s > 0 ? s - 1 : s, luaL_checkinteger(L, 4)));
-}
-static int f_select(lua_State *L) {
-  lua_Integer i = luaL_checkinteger(L, 3);
-  if (i == 0) return luaL_argerror(L, 3, "indices are 1-based (0 is not an index)");
-  PUSH(zorch_select(T(1), lz_dim(L, 2), i > 0 ? i - 1 : i));
-}
-static int f_unsqueeze(lua_State *L) {
-  zorch_tensor *x = T(1);
-  PUSH(zorch_unsqueeze(x, lz_dim(L, 2)));
-}
 static int f_squeeze(lua_State *L) {
   zorch_tensor *x = T(1);
   if (lua_isnoneornil(L, 2)) { /* every size-1 dim */
@@ -1021,13 +988,11 @@ static const luaL_Reg both[] = {
     {"elu", f_elu}, {"celu", f_celu}, {"softplus", f_softplus}, {"hardtanh", f_hardtanh},
     {"clip", f_clamp}, {"clamp_min", f_clamp_min},
     {"clamp_max", f_clamp_max}, {"lerp", f_lerp}, {"addcmul", f_addcmul}, {"addcdiv", f_addcdiv},
-    {"isclose", f_isclose}, {"allclose", f_allclose}, {"equal", f_equal}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
+    {"isclose", f_isclose}, {"allclose", f_allclose}, {"equal", f_equal}, {"flatten", f_flatten},
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
     {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"ne", f_ne}, {"le", f_le}, {"ge", f_ge},
     {"masked_fill", f_masked_fill},
-    {"view", f_view}, {"reshape", f_reshape}, {"expand", f_expand}, {"transpose", f_transpose},
-    {"t", f_t}, {"permute", f_permute}, {"narrow", f_narrow}, {"select", f_select},
-    {"unsqueeze", f_unsqueeze}, {"squeeze", f_squeeze}, {"item", m_item}, {"totable", m_totable},
+    {"t", f_t}, {"permute", f_permute}, {"squeeze", f_squeeze}, {"item", m_item}, {"totable", m_totable},
     {"size", m_size}, {"dim", m_dim}, {"numel", m_numel}, {"dtype", m_dtype}, {"device", m_device},
     {"is_contiguous", m_is_contiguous}, {"to", m_to}, {"float", m_float}, {"double", m_double},
     {"long", m_long}, {"backward", m_backward}, {"requires_grad_", m_requires_grad_},
@@ -1159,7 +1124,13 @@ typedef struct {
   int dims[LZA_MAX][ZORCH_MAX_DIMS];
   int64_t ints[LZA_MAX][ZORCH_MAX_DIMS];
 } decl_args;
-/* lz_index0's check without its copy */
+/* lz_index0's check without its copy *//* a 1-based index (negative from the end), 0-based */
+static lua_Integer pos0(lua_State *L, int i) {
+  lua_Integer v = luaL_checkinteger(L, i);
+  if (v == 0) luaL_argerror(L, i, "indices are 1-based (0 is not an index)");
+  return v > 0 ? v - 1 : v;
+}
+
 static void check_index(lua_State *L, int i) {
   zorch_tensor *t = T(i);
   if (zorch_tensor_dtype(t) != ZORCH_I64)
@@ -1186,6 +1157,7 @@ static void check_index(lua_State *L, int i) {
 #define LINTS(i) (LINTS, i)
 #define LSIZES(i) (LSIZES, i)
 #define LNUMP(i) (LNUMP, i)
+#define LPOS(i) (LPOS, i)
 /* the phases of each reader: CHECK (may raise), ALLOC, USE (the C arguments), FREE */
 #define LT_CHECK(i) (a_.t[i] = T(i))
 #define LTN_CHECK(i) (a_.t[i] = lua_isnoneornil(L, i) ? NULL : T(i))
@@ -1209,6 +1181,7 @@ static void check_index(lua_State *L, int i) {
 #define LINTS_CHECK(i) (a_.k[i] = lz_ints(L, i, a_.ints[i], ZORCH_MAX_DIMS))
 #define LSIZES_CHECK(i) (a_.k[i] = lz_sizes(L, i, a_.ints[i]))
 #define LNUMP_CHECK(i) (a_.k[i] = !lua_isnoneornil(L, i), a_.n[i] = a_.k[i] ? luaL_checknumber(L, i) : 0)
+#define LPOS_CHECK(i) (a_.k[i] = pos0(L, i))
 #define LIDX_ALLOC(i) (a_.t[i] = lz_index0(L, i))
 #define LT_USE(i) a_.t[i]
 #define LTN_USE(i) a_.t[i]
@@ -1230,6 +1203,7 @@ static void check_index(lua_State *L, int i) {
 #define LINTS_USE(i) (int)a_.k[i], a_.ints[i]
 #define LSIZES_USE(i) (int)a_.k[i], a_.ints[i]
 #define LNUMP_USE(i) (a_.k[i] ? &a_.n[i] : NULL)
+#define LPOS_USE(i) a_.k[i]
 #define LIDX_FREE(i) zorch_tensor_free(a_.t[i])
 #define LZ_NOP_(...) (void)0
 #define LT_ALLOC LZ_NOP_
@@ -1251,6 +1225,7 @@ static void check_index(lua_State *L, int i) {
 #define LINTS_ALLOC LZ_NOP_
 #define LSIZES_ALLOC LZ_NOP_
 #define LNUMP_ALLOC LZ_NOP_
+#define LPOS_ALLOC LZ_NOP_
 #define LT_FREE LZ_NOP_
 #define LTN_FREE LZ_NOP_
 #define LNUM_FREE LZ_NOP_
@@ -1270,6 +1245,7 @@ static void check_index(lua_State *L, int i) {
 #define LINTS_FREE LZ_NOP_
 #define LSIZES_FREE LZ_NOP_
 #define LNUMP_FREE LZ_NOP_
+#define LPOS_FREE LZ_NOP_
 #define LZ_CAT_(a, b) LZ_CAT2_(a, b)
 #define LZ_CAT2_(a, b) a##b
 #define LZ_PH_(ph, r) LZ_PH2_(ph, ZORCH_EXPAND_ r)

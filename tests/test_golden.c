@@ -60,6 +60,12 @@ static zorch_tensor *topk_indices(zorch_tensor *x, int64_t k, int dim) {
   zorch_tensor_free(v);
   return i;
 }
+/* contiguous of a transposed (strided) view */
+static zorch_tensor *transposed_contiguous(zorch_tensor *x) {
+  zorch_tensor *t = zorch_transpose(x, 0, 1), *r = zorch_contiguous(t);
+  zorch_tensor_free(t);
+  return r;
+}
 static zorch_tensor *min_indices(zorch_tensor *x, int dim, bool keepdim) {
   zorch_tensor *i = NULL, *v = zorch_min(x, 1, &dim, keepdim, &i);
   zorch_tensor_free(v);
