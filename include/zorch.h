@@ -191,19 +191,9 @@ ZORCH_API zorch_status zorch_tensor_get(const zorch_tensor *t, const int64_t *in
 ZORCH_API char *zorch_tensor_format(const zorch_tensor *t);
 
 /* ---- views (share storage; differentiable) ------------------------------------- */
-ZORCH_API zorch_tensor *zorch_view(zorch_tensor *t, int ndim, const int64_t *shape); /* -1 infers */
-ZORCH_API zorch_tensor *zorch_reshape(zorch_tensor *t, int ndim, const int64_t *shape);
-ZORCH_API zorch_tensor *zorch_transpose(zorch_tensor *t, int d0, int d1);
-ZORCH_API zorch_tensor *zorch_permute(zorch_tensor *t, const int *dims);
-ZORCH_API zorch_tensor *zorch_narrow(zorch_tensor *t, int dim, int64_t start, int64_t length);
-ZORCH_API zorch_tensor *zorch_select(zorch_tensor *t, int dim, int64_t index);
-ZORCH_API zorch_tensor *zorch_expand(zorch_tensor *t, int ndim, const int64_t *shape); /* -1 keeps */
-ZORCH_API zorch_tensor *zorch_unsqueeze(zorch_tensor *t, int dim);
-ZORCH_API zorch_tensor *zorch_squeeze(zorch_tensor *t, int dim);
-ZORCH_API zorch_tensor *zorch_flatten(zorch_tensor *t);
+/* (view ... flatten are rows of include/zorch_ops.h) */
 /* ---- copies ------------------------------------------------------------------------- */
-ZORCH_API zorch_tensor *zorch_contiguous(zorch_tensor *t); /* t itself (retained) when contiguous */
-ZORCH_API zorch_tensor *zorch_clone(zorch_tensor *t);
+/* (contiguous and clone are rows of include/zorch_ops.h) */
 ZORCH_API zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt); /* differentiable for floats */
 ZORCH_API zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
 /* Copies src into dst (broadcast, dtype converted). In grad mode the write is
@@ -308,18 +298,6 @@ ZORCH_API zorch_tensor *zorch_mish(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_logsigmoid(zorch_tensor *a);
 ZORCH_API zorch_tensor *zorch_softsign(zorch_tensor *a);   /* a / (1 + |a|) */
 ZORCH_API zorch_tensor *zorch_tanhshrink(zorch_tensor *a); /* a - tanh(a) */
-/* Predicates: ZORCH_BOOL tensors, no gradient (integer inputs: never NaN or
-   infinite). */
-ZORCH_API zorch_tensor *zorch_isnan(zorch_tensor *a);
-ZORCH_API zorch_tensor *zorch_isinf(zorch_tensor *a);
-ZORCH_API zorch_tensor *zorch_isposinf(zorch_tensor *a);
-ZORCH_API zorch_tensor *zorch_isneginf(zorch_tensor *a);
-ZORCH_API zorch_tensor *zorch_isfinite(zorch_tensor *a);
-/* NaN to `nan`, +inf to *posinf and -inf to *neginf (NULL: the largest and
-   the lowest finite value of a's dtype); the gradient passes where a is
-   finite. Integer inputs come back as a copy. */
-ZORCH_API zorch_tensor *zorch_nan_to_num(zorch_tensor *a, double nan, const double *posinf,
-                                         const double *neginf);
 /* Two-input elementwise math, broadcast and promoted as above. maximum and
    minimum pass NaN on, fmax and fmin drop it; fmod's result has the dividend's
    sign (C's), remainder's the divisor's (Python's %); floor_divide is Python's
@@ -360,30 +338,10 @@ ZORCH_API zorch_tensor *zorch_gt(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_ne(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_le(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_ge(zorch_tensor *a, zorch_tensor *b);
-ZORCH_API zorch_tensor *zorch_where(zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b);
-ZORCH_API zorch_tensor *zorch_masked_fill(zorch_tensor *a, zorch_tensor *mask, double value);
 
 /* ---- reductions (dims: list of ndims entries; ndims 0 means all) ---------------------- */
-/* Values of the maximum; `indices` (optional out, int64, flat index within the reduced
-   dims) gets the first position of each maximum. */
-ZORCH_API zorch_tensor *zorch_max(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
-                        zorch_tensor **indices);
-/* The same for the minimum. */
-ZORCH_API zorch_tensor *zorch_min(zorch_tensor *a, int ndims, const int *dims, bool keepdim,
-                                  zorch_tensor **indices);
-/* Only the indices (int64) of zorch_max / zorch_min; no gradient. */
-ZORCH_API zorch_tensor *zorch_argmax(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-ZORCH_API zorch_tensor *zorch_argmin(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-/* log(sum(exp(x))) over dims, computed with the max subtracted (stable; -inf
-   where every element is -inf) */
-ZORCH_API zorch_tensor *zorch_logsumexp(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-/* x with the elements above (tril) or below (triu) diagonal k of the last two
-   dims set to 0 (k > 0: above the main diagonal) */
-ZORCH_API zorch_tensor *zorch_tril(zorch_tensor *x, int64_t k);
-ZORCH_API zorch_tensor *zorch_triu(zorch_tensor *x, int64_t k);
 
 /* ---- linear algebra and nn ------------------------------------------------------------- */
-ZORCH_API zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b);
 /* x (..., in) · w (out, in)ᵀ + b (out); b may be NULL. */
 ZORCH_API zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b);
 /* linear followed by an activation, fused into the GEMM where the device can
@@ -449,66 +407,16 @@ ZORCH_API zorch_tensor *zorch_max_pool2d(zorch_tensor *x, const zorch_pool2d_opt
 ZORCH_API zorch_tensor *zorch_avg_pool2d(zorch_tensor *x, const zorch_pool2d_opts *o);
 /* Output (oh, ow): the window of output i spans floor(i * H / oh) .. ceil((i + 1) * H / oh). */
 ZORCH_API zorch_tensor *zorch_adaptive_avg_pool2d(zorch_tensor *x, int64_t oh, int64_t ow);
-ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
-ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
 
 /* ---- more reductions, shape ops, creation and matrix products (PyTorch's) -------------- */
-/* Max and min over dims with the gradient shared evenly among ties, even over one dim. */
-ZORCH_API zorch_tensor *zorch_amax(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-ZORCH_API zorch_tensor *zorch_amin(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-/* Product over one dim (ndims 1) or all (ndims 0); integers and bool give int64. */
-ZORCH_API zorch_tensor *zorch_prod(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-/* Running product along dim (integers and bool give int64). */
-ZORCH_API zorch_tensor *zorch_cumprod(zorch_tensor *a, int dim);
-/* Vector norm over dims: p = 2, 1, INFINITY, -INFINITY, 0 (the count of
-   nonzeros) or any other number: sum(|a|^p)^(1/p). Floating-point inputs. */
-ZORCH_API zorch_tensor *zorch_norm(zorch_tensor *a, double p, int ndims, const int *dims, bool keepdim);
-/* Whether any (all) elements are nonzero: bool (uint8 for a uint8 input). */
-ZORCH_API zorch_tensor *zorch_any(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-ZORCH_API zorch_tensor *zorch_all(zorch_tensor *a, int ndims, const int *dims, bool keepdim);
-ZORCH_API zorch_tensor *zorch_count_nonzero(zorch_tensor *a, int ndims, const int *dims); /* int64 */
-/* A copy with the order of dims reversed. */
-ZORCH_API zorch_tensor *zorch_flip(zorch_tensor *a, int ndims, const int *dims);
-/* Elements shifted along dims (the flattened tensor when ndims is 0, with one shift). */
-ZORCH_API zorch_tensor *zorch_roll(zorch_tensor *a, int nshifts, const int64_t *shifts, int ndims, const int *dims);
-/* PyTorch's repeat (n >= a's dims, leading reps add dims) and tile (fewer reps: 1s in front). */
-ZORCH_API zorch_tensor *zorch_repeat(zorch_tensor *a, int n, const int64_t *reps);
-ZORCH_API zorch_tensor *zorch_tile(zorch_tensor *a, int n, const int64_t *reps);
-/* Each element repeated `repeats` times along *dim (the flattened input when dim is NULL). */
-ZORCH_API zorch_tensor *zorch_repeat_interleave(zorch_tensor *a, int64_t repeats, const int *dim);
-/* The same with a count per element of dim (an int64 vector of its size, or of one count). */
-ZORCH_API zorch_tensor *zorch_repeat_interleave_tensor(zorch_tensor *a, zorch_tensor *repeats, const int *dim);
 /* out[i] = select(a, dim, i) for every i: out needs room for a's size in dim. */
 ZORCH_API zorch_status zorch_unbind(zorch_tensor *a, int dim, zorch_tensor **out);
-/* A view with dims src[i] moved to dst[i], the others in their order. */
-ZORCH_API zorch_tensor *zorch_movedim(zorch_tensor *a, int n, const int *src, const int *dst);
-/* dim split into sizes (one may be -1). */
-ZORCH_API zorch_tensor *zorch_unflatten(zorch_tensor *a, int dim, int nsizes, const int64_t *sizes);
 typedef enum { ZORCH_PAD_CONSTANT = 0, ZORCH_PAD_REFLECT, ZORCH_PAD_REPLICATE, ZORCH_PAD_CIRCULAR } zorch_pad_mode;
-/* torch.nn.functional.pad: pads = (before, after) pairs for the last dims, the
-   last dim first; negative pads crop (constant and circular modes). */
-ZORCH_API zorch_tensor *zorch_pad(zorch_tensor *a, int npads, const int64_t *pads, zorch_pad_mode mode, double value);
 /* n x m identity (m = -1: n). */
 ZORCH_API zorch_tensor *zorch_eye(int64_t n, int64_t m, zorch_dtype dt, zorch_device dev);
 ZORCH_API zorch_tensor *zorch_linspace(double start, double end, int64_t steps, zorch_dtype dt, zorch_device dev);
 ZORCH_API zorch_tensor *zorch_logspace(double start, double end, int64_t steps, double base, zorch_dtype dt,
                                        zorch_device dev);
-/* int64 classes (0-based) to int64 one-hot rows; num_classes -1: the largest class + 1. */
-ZORCH_API zorch_tensor *zorch_one_hot(zorch_tensor *idx, int64_t num_classes);
-/* Matrix products with PyTorch's strict shapes: (n,k)(k,m), (b,n,k)(b,k,m), (n,k)(k), (k)(k). */
-ZORCH_API zorch_tensor *zorch_mm(zorch_tensor *a, zorch_tensor *b);
-ZORCH_API zorch_tensor *zorch_bmm(zorch_tensor *a, zorch_tensor *b);
-ZORCH_API zorch_tensor *zorch_mv(zorch_tensor *a, zorch_tensor *v);
-ZORCH_API zorch_tensor *zorch_dot(zorch_tensor *a, zorch_tensor *b);
-ZORCH_API zorch_tensor *zorch_outer(zorch_tensor *a, zorch_tensor *b);
-/* beta * c + alpha * mm(a, b) (bmm for baddbmm); c broadcasts to the product. */
-ZORCH_API zorch_tensor *zorch_addmm(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta, double alpha);
-ZORCH_API zorch_tensor *zorch_baddbmm(zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta, double alpha);
-/* The view of diagonal `offset` over dim1 and dim2, appended as the last dim. */
-ZORCH_API zorch_tensor *zorch_diagonal(zorch_tensor *t, int64_t offset, int dim1, int dim2);
-/* A vector to a square matrix with it on diagonal offset, or a matrix's diagonal (a copy). */
-ZORCH_API zorch_tensor *zorch_diag(zorch_tensor *t, int64_t offset);
-ZORCH_API zorch_tensor *zorch_trace(zorch_tensor *t);
 
 /* ---- autograd -------------------------------------------------------------------------- */
 ZORCH_API zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on); /* leaves only */

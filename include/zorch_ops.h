@@ -16,9 +16,16 @@
      absent, LINT(i, default) an integer, LINT_REQ(i) one that must be given, LBOOL(i) a boolean, LBOOL_OR(i,
      default) one with a default, LDIMS(i) nil, a dim or a table of dims (the C
      count and array), LIDX(i) an int64 tensor of 1-based indices (passed
-     0-based), LOUT the address of an out tensor (an op's indices), LCONST(v) a
-     C value, LREAD(fn, i) an int from `static int fn(lua_State *, int)` of
-     lua/lfuncs.c. LUA_FUNCTION_VI and LUA_BOTH_VI return the values and the
+     0-based), LDIM_OPT(i) nil or one dim (the C count, 0 or 1, and array),
+     LDIMS_REQ(i) as LDIMS but nil is an error, LINTS(i) a number or a table of
+     integers (the C count and int64 array), LSIZES(i) sizes as zorch.zeros
+     takes them, numbers from i on or one table (the C count and int64 array),
+     LNUMP(i) nil (NULL) or a number (its address), LPOS(i) an index counted
+     from 1 (negative from the end; 0 is an error), passed 0-based,
+     LOUT the address of an out tensor (an op's indices), LCONST(v) a C value,
+     LREAD(fn, i) an int from `static int fn(lua_State *, int)` of
+     lua/lfuncs.c, LREADN(fn, i) a double from `static double fn(lua_State *,
+     int)` there. LUA_FUNCTION_VI and LUA_BOTH_VI return the values and the
      1-based LOUT indices; LUA_FUNCTION_I and LUA_BOTH_I the result + 1.
    - kernels: the backend slots the op's definition calls, KERNEL(slot,
      params) each (a kernel returns a status); every backend gets cpu_SLOT and
@@ -32,7 +39,8 @@
      GRAD(case, call, inputs): the float64 gradient against central finite
        differences (tests/test_gradcheck.c), `call` on in[0..], from inputs
        (LEAF(dims...) normal numbers, LEAF_POS(dims...) positive ones, both
-       requiring grad; INDEX((dims...), (values...)) an int64 tensor).
+       requiring grad; INDEX((dims...), (values...)) an int64 tensor;
+       MASK(dims...) a bool tensor, about half true).
      BAD(lua, message): a Lua chunk that must raise an error containing
        `message` (tests/lua/test_badargs.lua).
      DEVICE(lua, ashape, bshape, rtol): on CUDA, the chunk's tensor, from
@@ -122,6 +130,92 @@
           GRAD(topk_smallest, zorch_topk(in[0], 3, 0, false, true, NULL), (LEAF(4, 3)))            \
           BAD("zorch.topk(zorch.ones(3, 4))", "number expected")                                   \
           DEVICE("zorch.topk(a, 3, 1, false)", (6, 5), (1), 0)))                                   \
+  /* Values of the maximum; `indices` (optional out, int64, flat index within the reduced           \
+     dims) gets the first position of each maximum.                                                 \
+     max_bwd: gin (outer, r, inner), zero-filled, gets g (outer, inner) at idx. */                  \
+  OP(max, zorch_tensor *,                                                                           \
+     (zorch_tensor *a, int ndims, const int *dims, bool keepdim, zorch_tensor **indices),           \
+     (a, ndims, dims, keepdim, indices), LUA_BOTH_VI((LT(1), LDIMS(2), LBOOL(3), LOUT)),            \
+     (KERNEL(max_bwd, (zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,           \
+                       int64_t outer, int64_t r, int64_t inner))),                                  \
+     (GOLDEN(max_dim, zorch_max(x[0], 1, (int[]){-1}, false, NULL), 2e-5, 1e-6)                     \
+      GRAD(max_dim, zorch_max(in[0], 1, (int[]){-1}, false, NULL), (LEAF(3, 5)))                    \
+      GRAD(max_dims, zorch_max(in[0], 2, (int[]){0, 2}, true, NULL), (LEAF(2, 3, 4)))               \
+      GRAD(max_all, zorch_max(in[0], 0, NULL, false, NULL), (LEAF(2, 3)))                           \
+      DEVICE("zorch.max(a, 2)", (3, 70), (1), 0)))                                                  \
+  /* The same for the minimum. */                                                                   \
+  OP(min, zorch_tensor *,                                                                           \
+     (zorch_tensor *a, int ndims, const int *dims, bool keepdim, zorch_tensor **indices),           \
+     (a, ndims, dims, keepdim, indices), LUA_BOTH_VI((LT(1), LDIMS(2), LBOOL(3), LOUT)), (),        \
+     (GOLDEN(min_dim, zorch_min(x[0], 1, (int[]){-1}, false, NULL), 2e-5, 1e-6)                     \
+      GOLDEN(min_indices, min_indices(x[0], 0, true), 2e-5, 1e-6)                                   \
+      GRAD(min_dim, zorch_min(in[0], 1, (int[]){-1}, false, NULL), (LEAF(3, 5)))                    \
+      GRAD(min_dims, zorch_min(in[0], 2, (int[]){0, 2}, true, NULL), (LEAF(2, 3, 4)))               \
+      BAD("zorch.min(zorch.randn(3, 4), -3)", "min: dim -3 out of range for a 2-d tensor")                                          \
+      DEVICE("zorch.min(a, {1, 2}, true)", (4, 5, 3), (1), 0)))                                     \
+  /* Only the indices (int64) of zorch_max / zorch_min; no gradient. */                             \
+  OP(argmax, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims, bool keepdim),           \
+     (a, ndims, dims, keepdim), LUA_BOTH_I((LT(1), LDIMS(2), LBOOL(3))), (),                        \
+     (GOLDEN(argmax_dim, zorch_argmax(x[0], 1, (int[]){1}, false), 2e-5, 1e-6)                      \
+      BAD("zorch.argmax(zorch.ones(0, 3), 1)", "argmax: cannot take the max over an empty dimension")))                                  \
+  OP(argmin, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims, bool keepdim),           \
+     (a, ndims, dims, keepdim), LUA_BOTH_I((LT(1), LDIMS(2), LBOOL(3))), (),                        \
+     (GOLDEN(argmin_all, zorch_argmin(x[0], 0, NULL, false), 2e-5, 1e-6)))                          \
+  /* Max and min over dims with the gradient shared evenly among ties, even over one dim. */        \
+  OP(amax, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims, bool keepdim),             \
+     (a, ndims, dims, keepdim), LUA_BOTH((LT(1), LDIMS(2), LBOOL(3))), (),                          \
+     (GOLDEN(amax_dims, zorch_amax(x[0], 2, (int[]){0, 2}, true), 2e-5, 1e-6)                       \
+      GRAD(amax_dim, zorch_amax(in[0], 1, (int[]){0}, true), (LEAF(3, 4)))                          \
+      DEVICE("zorch.amax(a, {1, 3})", (3, 4, 5), (1), 0)))                                          \
+  OP(amin, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims, bool keepdim),             \
+     (a, ndims, dims, keepdim), LUA_BOTH((LT(1), LDIMS(2), LBOOL(3))), (),                          \
+     (GOLDEN(amin_dim, zorch_amin(x[0], 1, (int[]){1}, false), 2e-5, 1e-6)                          \
+      GRAD(amin_all, zorch_amin(in[0], 0, NULL, false), (LEAF(3, 4)))))                             \
+  /* log(sum(exp(x))) over dims, computed with the max subtracted (stable; -inf                     \
+     where every element is -inf) */                                                                \
+  OP(logsumexp, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims, bool keepdim),        \
+     (a, ndims, dims, keepdim), LUA_BOTH((LT(1), LDIMS(2), LBOOL(3))), (),                          \
+     (GOLDEN(logsumexp_dim, zorch_logsumexp(x[0], 1, (int[]){1}, false), 2e-5, 1e-6)                \
+      GRAD(logsumexp_dims, zorch_logsumexp(in[0], 2, (int[]){0, -1}, true), (LEAF(2, 3, 4)))        \
+      DEVICE("zorch.logsumexp(a, 2)", (3, 40), (1), 1e-5)))                                         \
+  /* Product over one dim (ndims 1) or all (ndims 0); integers and bool give int64. */              \
+  OP(prod, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims, bool keepdim),             \
+     (a, ndims, dims, keepdim), LUA_BOTH((LT(1), LDIM_OPT(2), LBOOL(3))), (),                       \
+     (GOLDEN(prod_dim, zorch_prod(x[0], 1, (int[]){1}, false), 2e-5, 1e-6)                          \
+      GOLDEN(prod_all, zorch_prod(x[0], 0, NULL, false), 2e-5, 1e-6)                                \
+      GRAD(prod_dim, zorch_prod(in[0], 1, (int[]){-1}, false), (LEAF(3, 5)))                        \
+      GRAD(prod_all, zorch_prod(in[0], 0, NULL, true), (LEAF(2, 3)))                                \
+      BAD("zorch.prod(zorch.ones(2, 3), {1, 2})", "number expected")                                \
+      DEVICE("zorch.prod(a, 2)", (3, 6), (1), 1e-5)))                                               \
+  /* Running product along dim (integers and bool give int64). */                                   \
+  OP(cumprod, zorch_tensor *, (zorch_tensor *a, int dim), (a, dim), LUA_BOTH((LT(1), LDIM(2))), (), \
+     (GOLDEN(cumprod, zorch_cumprod(x[0], 1), 2e-5, 1e-6)                                           \
+      GRAD(cumprod, zorch_cumprod(in[0], 1), (LEAF(2, 4)))                                          \
+      DEVICE("zorch.cumprod(a, 1)", (5, 3), (1), 1e-5)))                                            \
+  /* Vector norm over dims: p = 2, 1, INFINITY, -INFINITY, 0 (the count of                          \
+     nonzeros) or any other number: sum(|a|^p)^(1/p). Floating-point inputs. */                     \
+  OP(norm, zorch_tensor *, (zorch_tensor *a, double p, int ndims, const int *dims, bool keepdim),   \
+     (a, p, ndims, dims, keepdim), LUA_BOTH((LT(1), LREADN(norm_p, 2), LDIMS(3), LBOOL(4))), (),    \
+     (GOLDEN(norm_dim, zorch_norm(x[0], 2, 1, (int[]){1}, false), 2e-5, 1e-6)                       \
+      GOLDEN(norm_p3_all, zorch_norm(x[0], 3, 0, NULL, false), 2e-5, 1e-6)                          \
+      GOLDEN(norm_inf, zorch_norm(x[0], INFINITY, 1, (int[]){-1}, true), 2e-5, 1e-6)                \
+      GRAD(norm2, zorch_norm(in[0], 2, 1, (int[]){1}, false), (LEAF(3, 4)))                         \
+      GRAD(norm3, zorch_norm(in[0], 3, 0, NULL, false), (LEAF(2, 3)))                               \
+      GRAD(norm_inf, zorch_norm(in[0], INFINITY, 1, (int[]){-1}, false), (LEAF(3, 4)))              \
+      BAD("zorch.norm(zorch.ones(2, 2, 2), 'fro', {1, 2, 3})", "norm: p 'fro' takes 1 or 2 dims (or none), got 3") \
+      BAD("zorch.norm(zorch.ones(2, 3), 'nuc')", "norm: p must be a number, 'fro', 'inf' or '-inf', got 'nuc'") \
+      DEVICE("zorch.norm(a, 3, 2)", (4, 30), (1), 1e-5)))                                           \
+  /* Whether any (all) elements are nonzero: bool (uint8 for a uint8 input). */                     \
+  OP(any, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims, bool keepdim),              \
+     (a, ndims, dims, keepdim), LUA_BOTH((LT(1), LDIMS(2), LBOOL(3))), (),                          \
+     (GOLDEN(any_dim, zorch_any(x[0], 1, (int[]){1}, false), 0, 0)))                                \
+  OP(all, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims, bool keepdim),              \
+     (a, ndims, dims, keepdim), LUA_BOTH((LT(1), LDIMS(2), LBOOL(3))), (),                          \
+     (GOLDEN(all_dims, zorch_all(x[0], 1, (int[]){0}, false), 0, 0)))                               \
+  /* int64 */                                                                                       \
+  OP(count_nonzero, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims),                  \
+     (a, ndims, dims), LUA_BOTH((LT(1), LDIMS(2))), (),                                             \
+     (GOLDEN(count_nonzero_dims, zorch_count_nonzero(x[0], 2, (int[]){0, 2}), 0, 0)))               \
   /* softmax: over c of a (outer, c, inner), or its log. softmax_bwd (optional):                   \
      gx = y * (g - sum(g * y)), or for log_softmax gx = g - exp(y) * sum(g), over                 \
      rows of c (inner 1); gx, g and y of one dtype; where a backend has none the                   \
@@ -191,6 +285,231 @@
       GRAD(scatter_add, zorch_scatter_add(in[0], 0, in[2], in[1]),                                 \
            (LEAF(3, 4), LEAF(4, 2), INDEX((4, 2), (0, 2, 0, 2, 1, 1, 0, 0))))                      \
       DEVICE("zorch.scatter_add(a, 2, zorch.tensor{{1, 1}, {4, 4}}:to(a:device()), b)", (2, 4), (2, 2), 1e-6))) \
+  /* ---- linear algebra ---- */                                                                    \
+  /* PyTorch's matmul: vectors, matrices and broadcast batches of matrices.                         \
+     gemm: row-major C (m, n) = epilogue(alpha * op(A) op(B) + beta * C) on device                  \
+     pointers of device g->dev (gemm_args, ops/backend/backend.h); the epilogue adds                \
+     `bias` (n, may be NULL) to every row, then applies relu when asked. */                         \
+  OP(matmul, zorch_tensor *, (zorch_tensor *a, zorch_tensor *b), (a, b),                            \
+     LUA_BOTH((LT(1), LT(2))), (KERNEL(gemm, (const gemm_args *g))),                                \
+     (GOLDEN(matmul, zorch_matmul(x[0], x[1]), 2e-5, 1e-6)                                          \
+      GOLDEN(matmul_vec, zorch_matmul(x[0], x[1]), 2e-5, 1e-6)                                      \
+      GRAD(matmul, zorch_matmul(in[0], in[1]), (LEAF(3, 4), LEAF(4, 2)))                            \
+      GRAD(matmul_3d_2d, zorch_matmul(in[0], in[1]), (LEAF(2, 3, 4), LEAF(4, 5)))                   \
+      GRAD(matmul_broadcast, zorch_matmul(in[0], in[1]), (LEAF(2, 1, 3, 4), LEAF(3, 4, 2)))         \
+      GRAD(matmul_vec_mat, zorch_matmul(in[0], in[1]), (LEAF(4), LEAF(4, 3)))                       \
+      GRAD(matmul_3d_vec, zorch_matmul(in[0], in[1]), (LEAF(2, 3, 4), LEAF(4)))                     \
+      GRAD(matmul_vec_vec, zorch_matmul(in[0], in[1]), (LEAF(4), LEAF(4)))                          \
+      BAD("zorch.matmul(zorch.ones(64, 10), zorch.ones(20, 2))", "matmul: shapes (64, 10) and (20, 2) cannot be multiplied")                        \
+      DEVICE("zorch.matmul(a, b)", (2, 3, 5), (5, 4), 1e-5)))                                       \
+  /* Matrix products with PyTorch's strict shapes: (n,k)(k,m), (b,n,k)(b,k,m), (n,k)(k), (k)(k). */ \
+  OP(mm, zorch_tensor *, (zorch_tensor *a, zorch_tensor *b), (a, b), LUA_BOTH((LT(1), LT(2))), (),  \
+     (GOLDEN(mm, zorch_mm(x[0], x[1]), 2e-5, 1e-6)                                                  \
+      DEVICE("zorch.mm(a, b)", (3, 7), (7, 2), 1e-5)))                                              \
+  OP(bmm, zorch_tensor *, (zorch_tensor *a, zorch_tensor *b), (a, b), LUA_BOTH((LT(1), LT(2))), (), \
+     (GOLDEN(bmm, zorch_bmm(x[0], x[1]), 2e-5, 1e-6)                                                \
+      DEVICE("zorch.bmm(a, b)", (2, 3, 4), (2, 4, 5), 1e-5)))                                       \
+  OP(mv, zorch_tensor *, (zorch_tensor *a, zorch_tensor *v), (a, v), LUA_BOTH((LT(1), LT(2))), (),  \
+     (GOLDEN(mv, zorch_mv(x[0], x[1]), 2e-5, 1e-6)))                                                \
+  OP(dot, zorch_tensor *, (zorch_tensor *a, zorch_tensor *b), (a, b), LUA_BOTH((LT(1), LT(2))), (), \
+     (GOLDEN(dot, zorch_dot(x[0], x[1]), 2e-5, 1e-6)                                                \
+      GRAD(dot, zorch_dot(in[0], in[1]), (LEAF(5), LEAF(5)))))                                      \
+  OP(outer, zorch_tensor *, (zorch_tensor *a, zorch_tensor *b), (a, b), LUA_BOTH((LT(1), LT(2))), (), \
+     (GOLDEN(outer, zorch_outer(x[0], x[1]), 2e-5, 1e-6)                                            \
+      GRAD(outer, zorch_outer(in[0], in[1]), (LEAF(3), LEAF(4)))))                                  \
+  /* beta * c + alpha * mm(a, b) (bmm for baddbmm); c broadcasts to the product. */                 \
+  OP(addmm, zorch_tensor *,                                                                         \
+     (zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta, double alpha),                \
+     (c, a, b, beta, alpha), LUA_BOTH((LT(1), LT(2), LT(3), LNUM(4, 1), LNUM(5, 1))), (),           \
+     (GOLDEN(addmm, zorch_addmm(x[0], x[1], x[2], 0.5, 2), 2e-5, 1e-6)                              \
+      GRAD(addmm, zorch_addmm(in[0], in[1], in[2], 0.5, 2), (LEAF(3), LEAF(2, 4), LEAF(4, 3)))))    \
+  OP(baddbmm, zorch_tensor *,                                                                       \
+     (zorch_tensor *c, zorch_tensor *a, zorch_tensor *b, double beta, double alpha),                \
+     (c, a, b, beta, alpha), LUA_BOTH((LT(1), LT(2), LT(3), LNUM(4, 1), LNUM(5, 1))), (),           \
+     (GOLDEN(baddbmm, zorch_baddbmm(x[0], x[1], x[2], 1, -1), 2e-5, 1e-6)                           \
+      GRAD(baddbmm, zorch_baddbmm(in[0], in[1], in[2], 1, -1),                                      \
+           (LEAF(2, 1, 3), LEAF(2, 2, 4), LEAF(2, 4, 3)))))                                         \
+  /* The view of diagonal `offset` over dim1 and dim2, appended as the last dim. */                 \
+  OP(diagonal, zorch_tensor *, (zorch_tensor *t, int64_t offset, int dim1, int dim2),               \
+     (t, offset, dim1, dim2), LUA_BOTH((LT(1), LINT(2, 0), LDIM_OR(3, 0), LDIM_OR(4, 1))), (),      \
+     (GOLDEN(diagonal, zorch_diagonal(x[0], 1, 0, 2), 2e-5, 1e-6)                                   \
+      GRAD(diagonal, zorch_diagonal(in[0], 1, 0, 2), (LEAF(3, 2, 4)))))                             \
+  /* A vector to a square matrix with it on diagonal offset, or a matrix's diagonal (a copy). */    \
+  OP(diag, zorch_tensor *, (zorch_tensor *t, int64_t offset), (t, offset),                          \
+     LUA_BOTH((LT(1), LINT(2, 0))), (),                                                             \
+     (GOLDEN(diag_embed, zorch_diag(x[0], -1), 2e-5, 1e-6)                                          \
+      GOLDEN(diag_mat, zorch_diag(x[0], 1), 2e-5, 1e-6)                                             \
+      GRAD(diag_embed, zorch_diag(in[0], -1), (LEAF(3)))                                            \
+      GRAD(diag_mat, zorch_diag(in[0], 1), (LEAF(3, 4)))))                                          \
+  OP(trace, zorch_tensor *, (zorch_tensor *t), (t), LUA_BOTH((LT(1))), (),                          \
+     (GOLDEN(trace, zorch_trace(x[0]), 2e-5, 1e-6)                                                  \
+      GRAD(trace, zorch_trace(in[0]), (LEAF(3, 3)))))                                               \
+  /* x with the elements above (tril) or below (triu) diagonal k of the last two                    \
+     dims set to 0 (k > 0: above the main diagonal) */                                              \
+  OP(tril, zorch_tensor *, (zorch_tensor *x, int64_t k), (x, k), LUA_BOTH((LT(1), LINT(2, 0))), (), \
+     (GOLDEN(tril, zorch_tril(x[0], -1), 2e-5, 1e-6)                                                \
+      GRAD(tril, zorch_tril(in[0], -1), (LEAF(4, 5)))                                               \
+      DEVICE("zorch.tril(a, 1)", (3, 5, 4), (1), 0)))                                               \
+  OP(triu, zorch_tensor *, (zorch_tensor *x, int64_t k), (x, k), LUA_BOTH((LT(1), LINT(2, 0))), (), \
+     (GOLDEN(triu, zorch_triu(x[0], 1), 2e-5, 1e-6)                                                 \
+      GRAD(triu, zorch_triu(in[0], 1), (LEAF(2, 3, 4)))))                                           \
+  /* ---- selection, joining and rearranging ---- */                                                \
+  /* Lua: the hand binding (a number for either branch, at the other's dtype). */                   \
+  OP(where, zorch_tensor *, (zorch_tensor *cond, zorch_tensor *a, zorch_tensor *b), (cond, a, b),   \
+     LUA_NONE, (),                                                                                  \
+     (GOLDEN(where, zorch_where(x[2], x[0], x[1]), 2e-5, 1e-6)                                      \
+      GRAD(where, zorch_where(in[2], in[0], in[1]), (LEAF(3, 4), LEAF(4), MASK(3, 4)))              \
+      DEVICE("zorch.where(a:gt(0), a, b)", (3, 4), (4), 0)))                                        \
+  /* Lua: the hand binding (an integer fill of an integer tensor stays exact past 2^53). */         \
+  OP(masked_fill, zorch_tensor *, (zorch_tensor *a, zorch_tensor *mask, double value),              \
+     (a, mask, value), LUA_NONE, (),                                                                \
+     (GOLDEN(masked_fill, zorch_masked_fill(x[0], x[1], 2.0), 2e-5, 1e-6)                           \
+      GRAD(masked_fill, zorch_masked_fill(in[0], in[1], 2.0), (LEAF(3, 4), MASK(3, 4)))))           \
+  /* Lua: the hand bindings (a list of tensors, its entries named in the messages). */              \
+  OP(cat, zorch_tensor *, (int n, zorch_tensor *const *ts, int dim), (n, ts, dim), LUA_NONE, (),    \
+     (GOLDEN(cat, zorch_cat(2, x, 1), 2e-5, 1e-6)                                                   \
+      GRAD(cat, zorch_cat(3, in, 1), (LEAF(2, 1, 3), LEAF(2, 4, 3), LEAF(2, 2, 3)))                 \
+      DEVICE("zorch.cat({a, b}, 1)", (2, 3), (4, 3), 0)))                                           \
+  OP(stack, zorch_tensor *, (int n, zorch_tensor *const *ts, int dim), (n, ts, dim), LUA_NONE, (),  \
+     (GOLDEN(stack, zorch_stack(2, x, 1), 2e-5, 1e-6)                                               \
+      GRAD(stack, zorch_stack(2, in, 1), (LEAF(2, 3), LEAF(2, 3)))))                                \
+  /* A copy with the order of dims reversed. */                                                     \
+  OP(flip, zorch_tensor *, (zorch_tensor *a, int ndims, const int *dims), (a, ndims, dims),         \
+     LUA_BOTH((LT(1), LDIMS_REQ(2))), (),                                                           \
+     (GOLDEN(flip, zorch_flip(x[0], 2, (int[]){0, 2}), 2e-5, 1e-6)                                  \
+      GRAD(flip, zorch_flip(in[0], 2, (int[]){0, 2}), (LEAF(2, 3, 4)))                              \
+      BAD("zorch.flip(zorch.ones(2, 3))", "dims expected (a number or a table)")                    \
+      DEVICE("zorch.flip(a, {1, 3})", (3, 4, 5), (1), 0)))                                          \
+  /* Elements shifted along dims (the flattened tensor when ndims is 0, with one shift). */         \
+  OP(roll, zorch_tensor *,                                                                          \
+     (zorch_tensor *a, int nshifts, const int64_t *shifts, int ndims, const int *dims),             \
+     (a, nshifts, shifts, ndims, dims), LUA_BOTH((LT(1), LINTS(2), LDIMS(3))), (),                  \
+     (GOLDEN(roll, zorch_roll(x[0], 2, (int64_t[]){1, -2}, 2, (int[]){0, 1}), 2e-5, 1e-6)           \
+      GOLDEN(roll_flat, zorch_roll(x[0], 1, (int64_t[]){2}, 0, NULL), 2e-5, 1e-6)                   \
+      GRAD(roll, zorch_roll(in[0], 2, (int64_t[]){1, -2}, 2, (int[]){0, 1}), (LEAF(3, 4)))          \
+      BAD("zorch.roll(zorch.ones(2, 3), {1, 'a'})", "expected integers")                            \
+      DEVICE("zorch.roll(a, {2, -1}, {1, 2})", (4, 5), (1), 0)))                                    \
+  /* PyTorch's repeat (n >= a's dims, leading reps add dims) and tile (fewer reps: 1s in front). */ \
+  OP(repeat, zorch_tensor *, (zorch_tensor *a, int n, const int64_t *reps), (a, n, reps),           \
+     LUA_BOTH((LT(1), LSIZES(2))), (),                                                              \
+     (GOLDEN(repeat, zorch_repeat(x[0], 3, (int64_t[]){2, 1, 3}), 2e-5, 1e-6)                       \
+      DEVICE("zorch['repeat'](a, 2, 1, 3)", (2, 3), (1), 0)))                                                 \
+  OP(tile, zorch_tensor *, (zorch_tensor *a, int n, const int64_t *reps), (a, n, reps),             \
+     LUA_BOTH((LT(1), LSIZES(2))), (),                                                              \
+     (GOLDEN(tile, zorch_tile(x[0], 1, (int64_t[]){2}), 2e-5, 1e-6)                                 \
+      GRAD(tile, zorch_tile(in[0], 3, (int64_t[]){2, 1, 3}), (LEAF(2, 3)))))                        \
+  /* Each element repeated `repeats` times along *dim (the flattened input when dim is NULL).       \
+     Lua: the hand binding, one function for a count or a tensor of counts. */                      \
+  OP(repeat_interleave, zorch_tensor *, (zorch_tensor *a, int64_t repeats, const int *dim),         \
+     (a, repeats, dim), LUA_NONE, (),                                                               \
+     (GOLDEN(repeat_interleave, zorch_repeat_interleave(x[0], 2, (int[]){1}), 2e-5, 1e-6)           \
+      GRAD(repeat_interleave, zorch_repeat_interleave(in[0], 2, (int[]){1}), (LEAF(2, 3)))))        \
+  /* The same with a count per element of dim (an int64 vector of its size, or of one count). */    \
+  OP(repeat_interleave_tensor, zorch_tensor *, (zorch_tensor *a, zorch_tensor *repeats, const int *dim), \
+     (a, repeats, dim), LUA_NONE, (),                                                               \
+     (GOLDEN(repeat_interleave_tensor, zorch_repeat_interleave_tensor(x[0], x[1], (int[]){0}), 2e-5, 1e-6) \
+      GRAD(repeat_interleave_tensor, zorch_repeat_interleave_tensor(in[0], in[1], (int[]){0}),      \
+           (LEAF(3, 2), INDEX((3), (1, 0, 3))))))                                                   \
+  /* A view with dims src[i] moved to dst[i], the others in their order.                            \
+     Lua: the hand binding (moveaxis too; the two lists' lengths checked). */                       \
+  OP(movedim, zorch_tensor *, (zorch_tensor *a, int n, const int *src, const int *dst),             \
+     (a, n, src, dst), LUA_NONE, (),                                                                \
+     (GOLDEN(movedim, zorch_movedim(x[0], 2, (int[]){0, 1}, (int[]){2, 0}), 2e-5, 1e-6)))           \
+  /* dim split into sizes (one may be -1). Lua: the hand binding (sizes a table only). */           \
+  OP(unflatten, zorch_tensor *, (zorch_tensor *a, int dim, int nsizes, const int64_t *sizes),       \
+     (a, dim, nsizes, sizes), LUA_NONE, (),                                                         \
+     (GOLDEN(unflatten, zorch_unflatten(x[0], 1, 2, (int64_t[]){2, -1}), 2e-5, 1e-6)))              \
+  /* torch.nn.functional.pad: pads = (before, after) pairs for the last dims, the                   \
+     last dim first; negative pads crop (constant and circular modes).                              \
+     Lua: the hand binding (the mode by name; a value only for 'constant'). */                      \
+  OP(pad, zorch_tensor *,                                                                           \
+     (zorch_tensor *a, int npads, const int64_t *pads, zorch_pad_mode mode, double value),          \
+     (a, npads, pads, mode, value), LUA_NONE, (),                                                   \
+     (GOLDEN(pad_const, zorch_pad(x[0], 4, (int64_t[]){1, -1, 2, 0}, ZORCH_PAD_CONSTANT, 0.5), 2e-5, 1e-6) \
+      GOLDEN(pad_reflect, zorch_pad(x[0], 2, (int64_t[]){2, 1}, ZORCH_PAD_REFLECT, 0), 2e-5, 1e-6)  \
+      GOLDEN(pad_replicate, zorch_pad(x[0], 2, (int64_t[]){1, 2}, ZORCH_PAD_REPLICATE, 0), 2e-5, 1e-6) \
+      GOLDEN(pad_circular, zorch_pad(x[0], 2, (int64_t[]){2, 1}, ZORCH_PAD_CIRCULAR, 0), 2e-5, 1e-6) \
+      GRAD(pad_const, zorch_pad(in[0], 4, (int64_t[]){1, -1, 2, 0}, ZORCH_PAD_CONSTANT, 0.5), (LEAF(3, 4))) \
+      GRAD(pad_reflect, zorch_pad(in[0], 2, (int64_t[]){2, 1}, ZORCH_PAD_REFLECT, 0), (LEAF(2, 4))) \
+      GRAD(pad_replicate, zorch_pad(in[0], 2, (int64_t[]){1, 2}, ZORCH_PAD_REPLICATE, 0), (LEAF(2, 3))) \
+      GRAD(pad_circular, zorch_pad(in[0], 2, (int64_t[]){2, 1}, ZORCH_PAD_CIRCULAR, 0), (LEAF(1, 2, 3))) \
+      DEVICE("zorch.pad(a, {2, 1, 1, 0}, 'reflect')", (2, 3, 4), (1), 0)))                          \
+  /* int64 classes (0-based) to int64 one-hot rows; num_classes -1: the largest class + 1. */       \
+  OP(one_hot, zorch_tensor *, (zorch_tensor *idx, int64_t num_classes), (idx, num_classes),         \
+     LUA_BOTH((LIDX(1), LINT(2, -1))), (),                                                          \
+     (GOLDEN(one_hot, zorch_one_hot(x[0], 5), 0, 0)                                                 \
+      BAD("zorch.one_hot(zorch.tensor{1.5})", "int64 indices expected, got float32")))              \
+  /* Predicates: ZORCH_BOOL tensors, no gradient (integer inputs: never NaN or                      \
+     infinite). */                                                                                  \
+  OP(isnan, zorch_tensor *, (zorch_tensor *a), (a), LUA_BOTH((LT(1))), (),                          \
+     (GOLDEN(isnan, zorch_isnan(x[0]), 0, 0)))                                                      \
+  OP(isinf, zorch_tensor *, (zorch_tensor *a), (a), LUA_BOTH((LT(1))), (),                          \
+     (GOLDEN(isinf, zorch_isinf(x[0]), 0, 0)))                                                      \
+  OP(isposinf, zorch_tensor *, (zorch_tensor *a), (a), LUA_BOTH((LT(1))), (),                       \
+     (GOLDEN(isposinf, zorch_isposinf(x[0]), 0, 0)))                                                \
+  OP(isneginf, zorch_tensor *, (zorch_tensor *a), (a), LUA_BOTH((LT(1))), (),                       \
+     (GOLDEN(isneginf, zorch_isneginf(x[0]), 0, 0)))                                                \
+  OP(isfinite, zorch_tensor *, (zorch_tensor *a), (a), LUA_BOTH((LT(1))), (),                       \
+     (GOLDEN(isfinite, zorch_isfinite(x[0]), 0, 0)))                                                \
+  /* NaN to `nan`, +inf to *posinf and -inf to *neginf (NULL: the largest and                       \
+     the lowest finite value of a's dtype); the gradient passes where a is                          \
+     finite. Integer inputs come back as a copy. */                                                 \
+  OP(nan_to_num, zorch_tensor *,                                                                    \
+     (zorch_tensor *a, double nan, const double *posinf, const double *neginf),                     \
+     (a, nan, posinf, neginf), LUA_BOTH((LT(1), LNUM(2, 0), LNUMP(3), LNUMP(4))), (),               \
+     (GOLDEN(nan_to_num, zorch_nan_to_num(x[0], 0, NULL, NULL), 2e-5, 1e-6)                         \
+      GOLDEN(nan_to_num_values, zorch_nan_to_num(x[0], 1.5, &(double){100}, &(double){-7}), 2e-5, 1e-6) \
+      BAD("zorch.nan_to_num(zorch.ones(2), 0, 'x')", "number expected")))                           \
+  /* ---- views (share storage; differentiable) and copies ---- */                                  \
+  /* -1 infers */                                                                                   \
+  OP(view, zorch_tensor *, (zorch_tensor *t, int ndim, const int64_t *shape), (t, ndim, shape),     \
+     LUA_BOTH((LT(1), LSIZES(2))), (),                                                              \
+     (GOLDEN(view, zorch_view(x[0], SHAPE(4, 3)), 0, 0)                                             \
+      GRAD(view, zorch_view(in[0], SHAPE(4, 3)), (LEAF(2, 6)))                                      \
+      BAD("zorch.ones(2, 3):view(4, 4)", "view: shape (4, 4) is invalid for input of shape (2, 3)"))) \
+  OP(reshape, zorch_tensor *, (zorch_tensor *t, int ndim, const int64_t *shape), (t, ndim, shape),  \
+     LUA_BOTH((LT(1), LSIZES(2))), (),                                                              \
+     (GOLDEN(reshape, zorch_reshape(x[0], SHAPE(3, -1)), 0, 0)                                      \
+      GRAD(reshape_t, transposed_reshape(in[0]), (LEAF(3, 4)))))                                    \
+  OP(transpose, zorch_tensor *, (zorch_tensor *t, int d0, int d1), (t, d0, d1),                     \
+     LUA_BOTH((LT(1), LDIM(2), LDIM(3))), (),                                                       \
+     (GOLDEN(transpose, zorch_transpose(x[0], 0, 2), 0, 0)))                                        \
+  /* Lua: the hand binding (dims as numbers or one table, one per dim). */                          \
+  OP(permute, zorch_tensor *, (zorch_tensor *t, const int *dims), (t, dims), LUA_NONE, (),          \
+     (GOLDEN(permute, zorch_permute(x[0], (int[]){2, 0, 1}), 0, 0)                                  \
+      GRAD(permute, zorch_permute(in[0], (int[]){2, 0, 1}), (LEAF(2, 3, 4)))))                      \
+  OP(narrow, zorch_tensor *, (zorch_tensor *t, int dim, int64_t start, int64_t length),             \
+     (t, dim, start, length), LUA_BOTH((LT(1), LDIM(2), LPOS(3), LINT_REQ(4))), (),                 \
+     (GOLDEN(narrow, zorch_narrow(x[0], 1, 1, 2), 0, 0)                                             \
+      GRAD(narrow, zorch_narrow(in[0], 1, 1, 2), (LEAF(3, 4)))                                      \
+      BAD("zorch.narrow(zorch.ones(2, 3), 1, 0, 1)", "indices are 1-based (0 is not an index)")))   \
+  OP(select, zorch_tensor *, (zorch_tensor *t, int dim, int64_t index), (t, dim, index),            \
+     LUA_BOTH((LT(1), LDIM(2), LPOS(3))), (),                                                       \
+     (GOLDEN(select, zorch_select(x[0], 0, -1), 0, 0)                                               \
+      GRAD(select, zorch_select(in[0], 0, -1), (LEAF(3, 4)))))                                      \
+  /* -1 keeps */                                                                                    \
+  OP(expand, zorch_tensor *, (zorch_tensor *t, int ndim, const int64_t *shape), (t, ndim, shape),   \
+     LUA_BOTH((LT(1), LSIZES(2))), (),                                                              \
+     (GOLDEN(expand, zorch_expand(x[0], SHAPE(2, 3, 4)), 0, 0)                                      \
+      GRAD(expand, zorch_expand(in[0], SHAPE(2, 3, 4)), (LEAF(3, 1)))))                             \
+  OP(unsqueeze, zorch_tensor *, (zorch_tensor *t, int dim), (t, dim), LUA_BOTH((LT(1), LDIM(2))), (), \
+     (GOLDEN(unsqueeze, zorch_unsqueeze(x[0], 1), 0, 0)                                             \
+      GRAD(unsqueeze, zorch_unsqueeze(in[0], 1), (LEAF(3, 4)))))                                    \
+  /* Lua: the hand binding (without a dim, every dim of size 1). */                                 \
+  OP(squeeze, zorch_tensor *, (zorch_tensor *t, int dim), (t, dim), LUA_NONE, (),                   \
+     (GOLDEN(squeeze, zorch_squeeze(x[0], 1), 0, 0)                                                 \
+      GRAD(squeeze, zorch_squeeze(in[0], 1), (LEAF(3, 1, 4)))))                                     \
+  /* Lua: the hand binding (start_dim and end_dim, made of view). */                                \
+  OP(flatten, zorch_tensor *, (zorch_tensor *t), (t), LUA_NONE, (),                                 \
+     (GOLDEN(flatten, zorch_flatten(x[0]), 0, 0)))                                                  \
+  /* t itself (retained) when contiguous */                                                         \
+  OP(contiguous, zorch_tensor *, (zorch_tensor *t), (t), LUA_BOTH((LT(1))), (),                     \
+     (GOLDEN(contiguous, transposed_contiguous(x[0]), 0, 0)                                         \
+      GRAD(contiguous, transposed_contiguous(in[0]), (LEAF(3, 4)))                                  \
+      DEVICE("a:t():contiguous()", (5, 7), (1), 0)))                                                \
+  OP(clone, zorch_tensor *, (zorch_tensor *t), (t), LUA_BOTH((LT(1))), (),                          \
+     (GOLDEN(clone, zorch_clone(x[0]), 0, 0)                                                        \
+      GRAD(clone, zorch_clone(in[0]), (LEAF(3, 4)))))                                               \
   /* RMSNorm over the last dim, computed in float32 (float64 for float64):                        \
      y = x * rsqrt(mean(x^2) + eps) * weight; weight (the last dim) may be NULL.                  \
      rms_norm: y, and rstd (rows, float32 or float64) from x (rows, cols) and w                   \

@@ -449,21 +449,6 @@ UNARY(elu, zorch_elu(T(1), luaL_optnumber(L, 2, 1)))
 UNARY(celu, zorch_celu(T(1), luaL_optnumber(L, 2, 1)))
 UNARY(softplus, zorch_softplus(T(1), luaL_optnumber(L, 2, 1), luaL_optnumber(L, 3, 20)))
 UNARY(hardtanh, zorch_hardtanh(T(1), luaL_optnumber(L, 2, -1), luaL_optnumber(L, 3, 1)))
-UNARY(isnan, zorch_isnan(T(1)))
-UNARY(isinf, zorch_isinf(T(1)))
-UNARY(isposinf, zorch_isposinf(T(1)))
-UNARY(isneginf, zorch_isneginf(T(1)))
-UNARY(isfinite, zorch_isfinite(T(1)))
-/* nan_to_num(x, nan = 0, posinf, neginf): nil posinf / neginf is the dtype's
-   largest / lowest finite value */
-static int f_nan_to_num(lua_State *L) {
-  zorch_tensor *t = T(1);
-  double nan = luaL_optnumber(L, 2, 0), hi = 0, lo = 0;
-  if (!lua_isnoneornil(L, 3)) hi = luaL_checknumber(L, 3);
-  if (!lua_isnoneornil(L, 4)) lo = luaL_checknumber(L, 4);
-  PUSH(zorch_nan_to_num(t, nan, lua_isnoneornil(L, 3) ? NULL : &hi, lua_isnoneornil(L, 4) ? NULL : &lo));
-}
-UNARY(contiguous, zorch_contiguous(T(1)))
 UNARY(clamp_min, zorch_clamp_min(T(1), luaL_checknumber(L, 2)))
 UNARY(clamp_max, zorch_clamp_max(T(1), luaL_checknumber(L, 2)))
 
@@ -494,7 +479,6 @@ static int f_equal(lua_State *L) {
   lua_pushboolean(L, r);
   return 1;
 }
-UNARY(clone, zorch_clone(T(1)))
 /* flatten(x, start_dim = 1, end_dim = -1): dims start..end (1-based, negative
    from the end) into one */
 static int f_flatten(lua_State *L) {
@@ -699,24 +683,13 @@ static int get_dims(lua_State *L, int idx, int *dims) {
   }
   luaL_checktype(L, idx, LUA_TTABLE);
   int n = (int)lz_len(L, idx);
-  if (n > ZORCH_MAX_DIMS) luaL_argerror(L, idx, "too many dims");
+  if (n > ZORCH_MAX_DIMS) luaL_argerror(L, idx, "too many dims (at most 8)");
   for (int i = 0; i < n; i++) {
     lz_geti(L, idx, i + 1);
     dims[i] = lz_dim(L, lua_gettop(L));
     lua_pop(L, 1);
   }
   return n;
-}
-/* values, and (for one dim) the 1-based indices of the maxima */
-static int f_max(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  zorch_tensor *idx = NULL;
-  zorch_tensor *v = zorch_max(T(1), n, dims, lua_toboolean(L, 3), &idx);
-  lz_push(L, v);
-  zorch_tensor *i1 = zorch_add_scalar(idx, 1);
-  zorch_tensor_free(idx);
-  lz_push(L, i1);
-  return 2;
 }
 /* Pushes values and the 1-based form of the C indices idx (taking both
    references); raises the last error when either is missing. */
@@ -731,37 +704,27 @@ static int push_values_indices(lua_State *L, zorch_tensor *v, zorch_tensor *idx)
   lz_push(L, i1);
   return 2;
 }
-/* min(x, dims?, keepdim?): values and 1-based indices, as max */
-static int f_min(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  zorch_tensor *idx = NULL;
-  zorch_tensor *v = zorch_min(T(1), n, dims, lua_toboolean(L, 3), &idx);
-  return push_values_indices(L, v, idx);
-}
 /* Pushes the 1-based form of the C indices idx (taking the reference). */
 static int push_indices(lua_State *L, zorch_tensor *idx) {
   zorch_tensor *i1 = idx ? zorch_add_scalar(idx, 1) : NULL;
   zorch_tensor_free(idx);
   PUSH(i1);
 }
-/* argmax(x, dims?, keepdim?), argmin: 1-based indices */
-static int arg_max_min(lua_State *L, bool min) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  zorch_tensor *x = T(1);
-  bool keep = lua_toboolean(L, 3);
-  return push_indices(L, min ? zorch_argmin(x, n, dims, keep) : zorch_argmax(x, n, dims, keep));
+/* norm's p: a number (math.huge for inf), "fro", "inf" or "-inf" (2 by
+   default); "fro" takes at most 2 dims (argument i + 1) */
+static double norm_p(lua_State *L, int i) {
+  if (lua_type(L, i) != LUA_TSTRING) return luaL_optnumber(L, i, 2);
+  const char *s = lua_tostring(L, i);
+  if (strcmp(s, "inf") == 0) return INFINITY;
+  if (strcmp(s, "-inf") == 0) return -INFINITY;
+  if (strcmp(s, "fro") != 0)
+    luaL_argerror(L, i, lua_pushfstring(L, "norm: p must be a number, 'fro', 'inf' or '-inf', got '%s'", s));
+  lua_Integer n = lua_type(L, i + 1) == LUA_TTABLE ? lz_len(L, i + 1) : 0;
+  if (n > 2) luaL_error(L, "norm: p 'fro' takes 1 or 2 dims (or none), got %d", (int)n);
+  return 2;
 }
-static int f_argmax(lua_State *L) { return arg_max_min(L, false); }
-static int f_argmin(lua_State *L) { return arg_max_min(L, true); }
-static int f_logsumexp(lua_State *L) {
-  int dims[ZORCH_MAX_DIMS], n = get_dims(L, 2, dims);
-  PUSH(zorch_logsumexp(T(1), n, dims, lua_toboolean(L, 3)));
-}
-static int f_tril(lua_State *L) { PUSH(zorch_tril(T(1), luaL_optinteger(L, 2, 0))); }
-static int f_triu(lua_State *L) { PUSH(zorch_triu(T(1), luaL_optinteger(L, 2, 0))); }
 
 /* ---- nn ------------------------------------------------------------------------------------ */
-static int f_matmul(lua_State *L) { PUSH(zorch_matmul(T(1), T(2))); }
 static int f_linear(lua_State *L) {
   static const char *const acts[] = {"none", "relu", "gelu", "gelu_tanh", NULL};
   zorch_activation act = (zorch_activation)luaL_checkoption(L, 4, "none", acts);
@@ -973,22 +936,6 @@ static int f_cat(lua_State *L) { return list_op(L, false); }
 static int f_stack(lua_State *L) { return list_op(L, true); }
 
 /* ---- views ------------------------------------------------------------------------------------ */
-static int f_view(lua_State *L) {
-  int64_t s[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 2, s);
-  PUSH(zorch_view(T(1), n, s));
-}
-static int f_reshape(lua_State *L) {
-  int64_t s[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 2, s);
-  PUSH(zorch_reshape(T(1), n, s));
-}
-static int f_expand(lua_State *L) {
-  int64_t s[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 2, s);
-  PUSH(zorch_expand(T(1), n, s));
-}
-static int f_transpose(lua_State *L) { PUSH(zorch_transpose(T(1), lz_dim(L, 2), lz_dim(L, 3))); }
 static int f_t(lua_State *L) {
   zorch_tensor *x = T(1);
   if (zorch_tensor_ndim(x) > 2) return luaL_error(L, "t: expects a tensor with at most 2 dims, got %d", zorch_tensor_ndim(x));
@@ -1009,21 +956,6 @@ static int f_permute(lua_State *L) {
     return luaL_error(L, "permute: %d dims given for a %d-dimensional tensor", n, zorch_tensor_ndim(x));
   PUSH(zorch_permute(x, d));
 }
-/* narrow(x, dim, start, length) with a 1-based start */
-static int f_narrow(lua_State *L) {
-  lua_Integer s = luaL_checkinteger(L, 3);
-  if (s == 0) return luaL_argerror(L, 3, "indices are 1-based (0 is not an index)");
-  PUSH(zorch_narrow(T(1), lz_dim(L, 2), s > 0 ? s - 1 : s, luaL_checkinteger(L, 4)));
-}
-static int f_select(lua_State *L) {
-  lua_Integer i = luaL_checkinteger(L, 3);
-  if (i == 0) return luaL_argerror(L, 3, "indices are 1-based (0 is not an index)");
-  PUSH(zorch_select(T(1), lz_dim(L, 2), i > 0 ? i - 1 : i));
-}
-static int f_unsqueeze(lua_State *L) {
-  zorch_tensor *x = T(1);
-  PUSH(zorch_unsqueeze(x, lz_dim(L, 2)));
-}
 static int f_squeeze(lua_State *L) {
   zorch_tensor *x = T(1);
   if (lua_isnoneornil(L, 2)) { /* every size-1 dim */
@@ -1041,19 +973,13 @@ static int f_squeeze(lua_State *L) {
 static const luaL_Reg both[] = {
     {"gelu", f_gelu}, {"clamp", f_clamp}, {"round", f_round}, {"leaky_relu", f_leaky_relu},
     {"elu", f_elu}, {"celu", f_celu}, {"softplus", f_softplus}, {"hardtanh", f_hardtanh},
-    {"isnan", f_isnan}, {"isinf", f_isinf}, {"isposinf", f_isposinf}, {"isneginf", f_isneginf},
-    {"isfinite", f_isfinite}, {"nan_to_num", f_nan_to_num}, {"clip", f_clamp}, {"clamp_min", f_clamp_min},
+    {"clip", f_clamp}, {"clamp_min", f_clamp_min},
     {"clamp_max", f_clamp_max}, {"lerp", f_lerp}, {"addcmul", f_addcmul}, {"addcdiv", f_addcdiv},
-    {"isclose", f_isclose}, {"allclose", f_allclose}, {"equal", f_equal}, {"contiguous", f_contiguous}, {"clone", f_clone}, {"flatten", f_flatten},
+    {"isclose", f_isclose}, {"allclose", f_allclose}, {"equal", f_equal}, {"flatten", f_flatten},
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
     {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"ne", f_ne}, {"le", f_le}, {"ge", f_ge},
     {"masked_fill", f_masked_fill},
-    {"max", f_max}, {"min", f_min}, {"argmax", f_argmax}, {"argmin", f_argmin},
-    {"logsumexp", f_logsumexp}, {"tril", f_tril}, {"triu", f_triu},
-    {"matmul", f_matmul},
-    {"view", f_view}, {"reshape", f_reshape}, {"expand", f_expand}, {"transpose", f_transpose},
-    {"t", f_t}, {"permute", f_permute}, {"narrow", f_narrow}, {"select", f_select},
-    {"unsqueeze", f_unsqueeze}, {"squeeze", f_squeeze}, {"item", m_item}, {"totable", m_totable},
+    {"t", f_t}, {"permute", f_permute}, {"squeeze", f_squeeze}, {"item", m_item}, {"totable", m_totable},
     {"size", m_size}, {"dim", m_dim}, {"numel", m_numel}, {"dtype", m_dtype}, {"device", m_device},
     {"is_contiguous", m_is_contiguous}, {"to", m_to}, {"float", m_float}, {"double", m_double},
     {"long", m_long}, {"backward", m_backward}, {"requires_grad_", m_requires_grad_},
@@ -1183,8 +1109,15 @@ typedef struct {
   lua_Integer k[LZA_MAX];
   double n[LZA_MAX];
   int dims[LZA_MAX][ZORCH_MAX_DIMS];
+  int64_t ints[LZA_MAX][ZORCH_MAX_DIMS];
 } decl_args;
-/* lz_index0's check without its copy */
+/* lz_index0's check without its copy *//* a 1-based index (negative from the end), 0-based */
+static lua_Integer pos0(lua_State *L, int i) {
+  lua_Integer v = luaL_checkinteger(L, i);
+  if (v == 0) luaL_argerror(L, i, "indices are 1-based (0 is not an index)");
+  return v > 0 ? v - 1 : v;
+}
+
 static void check_index(lua_State *L, int i) {
   zorch_tensor *t = T(i);
   if (zorch_tensor_dtype(t) != ZORCH_I64)
@@ -1205,6 +1138,13 @@ static void check_index(lua_State *L, int i) {
 #define LOUT (LOUT, 0)
 #define LCONST(v) (LCONST, v)
 #define LREAD(fn, i) (LREAD, i, fn)
+#define LREADN(fn, i) (LREADN, i, fn)
+#define LDIM_OPT(i) (LDIM_OPT, i)
+#define LDIMS_REQ(i) (LDIMS_REQ, i)
+#define LINTS(i) (LINTS, i)
+#define LSIZES(i) (LSIZES, i)
+#define LNUMP(i) (LNUMP, i)
+#define LPOS(i) (LPOS, i)
 /* the phases of each reader: CHECK (may raise), ALLOC, USE (the C arguments), FREE */
 #define LT_CHECK(i) (a_.t[i] = T(i))
 #define LTN_CHECK(i) (a_.t[i] = lua_isnoneornil(L, i) ? NULL : T(i))
@@ -1220,6 +1160,15 @@ static void check_index(lua_State *L, int i) {
 #define LOUT_CHECK(i) (void)0
 #define LCONST_CHECK(v) (void)0
 #define LREAD_CHECK(i, fn) (a_.k[i] = fn(L, i))
+#define LREADN_CHECK(i, fn) (a_.n[i] = fn(L, i))
+#define LDIM_OPT_CHECK(i) (a_.k[i] = lua_isnoneornil(L, i) ? 0 : (a_.dims[i][0] = lz_dim(L, i), 1))
+#define LDIMS_REQ_CHECK(i)                                                                \
+  (lua_isnoneornil(L, i) ? (void)luaL_argerror(L, i, "dims expected (a number or a table)") : (void)0, \
+   a_.k[i] = get_dims(L, i, a_.dims[i]))
+#define LINTS_CHECK(i) (a_.k[i] = lz_ints(L, i, a_.ints[i], ZORCH_MAX_DIMS))
+#define LSIZES_CHECK(i) (a_.k[i] = lz_sizes(L, i, a_.ints[i]))
+#define LNUMP_CHECK(i) (a_.k[i] = !lua_isnoneornil(L, i), a_.n[i] = a_.k[i] ? luaL_checknumber(L, i) : 0)
+#define LPOS_CHECK(i) (a_.k[i] = pos0(L, i))
 #define LIDX_ALLOC(i) (a_.t[i] = lz_index0(L, i))
 #define LT_USE(i) a_.t[i]
 #define LTN_USE(i) a_.t[i]
@@ -1235,6 +1184,13 @@ static void check_index(lua_State *L, int i) {
 #define LOUT_USE(i) &a_.out
 #define LCONST_USE(v) v
 #define LREAD_USE(i, fn) (int)a_.k[i]
+#define LREADN_USE(i, fn) a_.n[i]
+#define LDIM_OPT_USE(i) (int)a_.k[i], a_.dims[i]
+#define LDIMS_REQ_USE(i) (int)a_.k[i], a_.dims[i]
+#define LINTS_USE(i) (int)a_.k[i], a_.ints[i]
+#define LSIZES_USE(i) (int)a_.k[i], a_.ints[i]
+#define LNUMP_USE(i) (a_.k[i] ? &a_.n[i] : NULL)
+#define LPOS_USE(i) a_.k[i]
 #define LIDX_FREE(i) zorch_tensor_free(a_.t[i])
 #define LZ_NOP_(...) (void)0
 #define LT_ALLOC LZ_NOP_
@@ -1250,6 +1206,13 @@ static void check_index(lua_State *L, int i) {
 #define LOUT_ALLOC LZ_NOP_
 #define LCONST_ALLOC LZ_NOP_
 #define LREAD_ALLOC LZ_NOP_
+#define LREADN_ALLOC LZ_NOP_
+#define LDIM_OPT_ALLOC LZ_NOP_
+#define LDIMS_REQ_ALLOC LZ_NOP_
+#define LINTS_ALLOC LZ_NOP_
+#define LSIZES_ALLOC LZ_NOP_
+#define LNUMP_ALLOC LZ_NOP_
+#define LPOS_ALLOC LZ_NOP_
 #define LT_FREE LZ_NOP_
 #define LTN_FREE LZ_NOP_
 #define LNUM_FREE LZ_NOP_
@@ -1263,6 +1226,13 @@ static void check_index(lua_State *L, int i) {
 #define LOUT_FREE LZ_NOP_
 #define LCONST_FREE LZ_NOP_
 #define LREAD_FREE LZ_NOP_
+#define LREADN_FREE LZ_NOP_
+#define LDIM_OPT_FREE LZ_NOP_
+#define LDIMS_REQ_FREE LZ_NOP_
+#define LINTS_FREE LZ_NOP_
+#define LSIZES_FREE LZ_NOP_
+#define LNUMP_FREE LZ_NOP_
+#define LPOS_FREE LZ_NOP_
 #define LZ_CAT_(a, b) LZ_CAT2_(a, b)
 #define LZ_CAT2_(a, b) a##b
 #define LZ_PH_(ph, r) LZ_PH2_(ph, ZORCH_EXPAND_ r)

@@ -1,7 +1,6 @@
-/* lshape.c: the Lua functions and methods of prod, norm, any and all, flip,
-   roll, repeat and tile, pad, eye and linspace, the strict matrix products and
-   their kin (ops/def/reduce_composed.c, rearrange.c, patterns.c, products.c,
-   diagonal.c). Dims and
+/* lshape.c: the Lua functions and methods of repeat_interleave, unbind,
+   movedim and its aliases, unflatten, pad, eye and linspace (ops/def/rearrange.c,
+   patterns.c). Dims and
    classes are 1-based here, as everywhere in Lua. Every argument is read
    before a tensor is made, so that a Lua error leaks nothing. */
 #include <math.h>
@@ -31,99 +30,7 @@ static int opt_dims(lua_State *L, int idx, int *dims) {
   return (int)n;
 }
 
-/* integers: a number or a table of numbers (shifts, pads, sizes) */
-static int int_list(lua_State *L, int idx, int64_t *out, int cap) {
-  if (lua_type(L, idx) == LUA_TNUMBER) {
-    out[0] = luaL_checkinteger(L, idx);
-    return 1;
-  }
-  luaL_checktype(L, idx, LUA_TTABLE);
-  lua_Integer n = lz_len(L, idx);
-  if (n > cap) luaL_argerror(L, idx, lua_pushfstring(L, "too many entries (at most %d)", cap));
-  for (int i = 0; i < (int)n; i++) {
-    lz_geti(L, idx, i + 1);
-    int ok;
-    out[i] = lua_tointegerx(L, -1, &ok);
-    if (!ok) luaL_argerror(L, idx, "expected integers");
-    lua_pop(L, 1);
-  }
-  return (int)n;
-}
-
-/* ---- reductions ------------------------------------------------------------------------- */
-/* prod(x, dim?, keepdim?) */
-static int f_prod(lua_State *L) {
-  zorch_tensor *x = T(1);
-  int d = lua_isnoneornil(L, 2) ? 0 : lz_dim(L, 2);
-  PUSH(zorch_prod(x, lua_isnoneornil(L, 2) ? 0 : 1, &d, lua_toboolean(L, 3)));
-}
-static int f_cumprod(lua_State *L) {
-  zorch_tensor *x = T(1);
-  PUSH(zorch_cumprod(x, lz_dim(L, 2)));
-}
-#define DIMS_KEEP(name, call)                                       \
-  static int f_##name(lua_State *L) {                               \
-    zorch_tensor *x = T(1);                                         \
-    int dims[ZORCH_MAX_DIMS], n = opt_dims(L, 2, dims);             \
-    PUSH(call(x, n, dims, lua_toboolean(L, 3)));                    \
-  }
-DIMS_KEEP(amax, zorch_amax)
-DIMS_KEEP(amin, zorch_amin)
-DIMS_KEEP(any, zorch_any)
-DIMS_KEEP(all, zorch_all)
-static int f_count_nonzero(lua_State *L) {
-  zorch_tensor *x = T(1);
-  int dims[ZORCH_MAX_DIMS], n = opt_dims(L, 2, dims);
-  PUSH(zorch_count_nonzero(x, n, dims));
-}
-/* norm(x, p = 2, dims?, keepdim?): p a number (math.huge for inf), "fro",
-   "inf" or "-inf" */
-static int f_norm(lua_State *L) {
-  zorch_tensor *x = T(1);
-  double p = 2;
-  if (lua_type(L, 2) == LUA_TSTRING) {
-    const char *s = lua_tostring(L, 2);
-    if (strcmp(s, "fro") == 0) p = 2;
-    else if (strcmp(s, "inf") == 0) p = INFINITY;
-    else if (strcmp(s, "-inf") == 0) p = -INFINITY;
-    else return luaL_argerror(L, 2, lua_pushfstring(L, "norm: p must be a number, 'fro', 'inf' or '-inf', got '%s'", s));
-  } else if (!lua_isnoneornil(L, 2)) {
-    p = luaL_checknumber(L, 2);
-  }
-  int dims[ZORCH_MAX_DIMS], n = opt_dims(L, 3, dims);
-  if (n > 2 && lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "fro") == 0)
-    return luaL_error(L, "norm: p 'fro' takes 1 or 2 dims (or none), got %d", n);
-  PUSH(zorch_norm(x, p, n, dims, lua_toboolean(L, 4)));
-}
-
 /* ---- shape ops ---------------------------------------------------------------------------- */
-static int f_flip(lua_State *L) {
-  zorch_tensor *x = T(1);
-  if (lua_isnoneornil(L, 2)) return luaL_argerror(L, 2, "flip: dims expected (a number or a table)");
-  int dims[ZORCH_MAX_DIMS], n = opt_dims(L, 2, dims);
-  PUSH(zorch_flip(x, n, dims));
-}
-/* roll(x, shifts, dims?) */
-static int f_roll(lua_State *L) {
-  zorch_tensor *x = T(1);
-  int64_t shifts[ZORCH_MAX_DIMS];
-  int ns = int_list(L, 2, shifts, ZORCH_MAX_DIMS);
-  int dims[ZORCH_MAX_DIMS], nd = opt_dims(L, 3, dims);
-  PUSH(zorch_roll(x, ns, shifts, nd, dims));
-}
-/* repeat(x, reps...) and tile(x, reps...): numbers or one table */
-static int f_repeat(lua_State *L) {
-  zorch_tensor *x = T(1);
-  int64_t reps[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 2, reps);
-  PUSH(zorch_repeat(x, n, reps));
-}
-static int f_tile(lua_State *L) {
-  zorch_tensor *x = T(1);
-  int64_t reps[ZORCH_MAX_DIMS];
-  int n = lz_sizes(L, 2, reps);
-  PUSH(zorch_tile(x, n, reps));
-}
 /* repeat_interleave(x, n | counts, dim?): counts an int64 tensor */
 static int f_repeat_interleave(lua_State *L) {
   zorch_tensor *x = T(1), *r = zorch_to_tensor(L, 2);
@@ -182,7 +89,7 @@ static int f_unflatten(lua_State *L) {
   int d = lz_dim(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
   int64_t sizes[ZORCH_MAX_DIMS];
-  int n = int_list(L, 3, sizes, ZORCH_MAX_DIMS);
+  int n = lz_ints(L, 3, sizes, ZORCH_MAX_DIMS);
   PUSH(zorch_unflatten(x, d, n, sizes));
 }
 /* broadcast_to(x, sizes): expand's rules */
@@ -210,7 +117,7 @@ static int f_pad(lua_State *L) {
   zorch_tensor *x = T(1);
   luaL_checktype(L, 2, LUA_TTABLE);
   int64_t pads[2 * ZORCH_MAX_DIMS];
-  int n = int_list(L, 2, pads, 2 * ZORCH_MAX_DIMS);
+  int n = lz_ints(L, 2, pads, 2 * ZORCH_MAX_DIMS);
   zorch_pad_mode mode = (zorch_pad_mode)luaL_checkoption(L, 3, "constant", modes);
   double value = luaL_optnumber(L, 4, 0);
   if (mode != ZORCH_PAD_CONSTANT && !lua_isnoneornil(L, 4) && value != 0)
@@ -254,57 +161,11 @@ static int f_logspace(lua_State *L) {
   lz_get_opts(L, oi, &o, ZORCH_F32);
   return push_new(L, zorch_logspace(a, b, steps, base, o.dtype, o.device), &o);
 }
-/* one_hot(classes, num_classes = -1): 1-based int64 classes, class k sets column k */
-static int f_one_hot(lua_State *L) {
-  T(1);
-  lua_Integer c = luaL_optinteger(L, 2, -1);
-  zorch_tensor *i0 = lz_index0(L, 1), *o = zorch_one_hot(i0, c);
-  zorch_tensor_free(i0);
-  PUSH(o);
-}
-
-/* ---- matrix products ------------------------------------------------------------------------ */
-#define BIN(name, call)                              \
-  static int f_##name(lua_State *L) {                \
-    zorch_tensor *a = T(1), *b = T(2);               \
-    PUSH(call(a, b));                                \
-  }
-BIN(mm, zorch_mm)
-BIN(bmm, zorch_bmm)
-BIN(mv, zorch_mv)
-BIN(dot, zorch_dot)
-BIN(outer, zorch_outer)
-/* addmm(c, a, b, beta = 1, alpha = 1), baddbmm */
-static int f_addmm(lua_State *L) {
-  zorch_tensor *c = T(1), *a = T(2), *b = T(3);
-  PUSH(zorch_addmm(c, a, b, luaL_optnumber(L, 4, 1), luaL_optnumber(L, 5, 1)));
-}
-static int f_baddbmm(lua_State *L) {
-  zorch_tensor *c = T(1), *a = T(2), *b = T(3);
-  PUSH(zorch_baddbmm(c, a, b, luaL_optnumber(L, 4, 1), luaL_optnumber(L, 5, 1)));
-}
-static int f_diag(lua_State *L) {
-  zorch_tensor *x = T(1);
-  PUSH(zorch_diag(x, luaL_optinteger(L, 2, 0)));
-}
-/* diagonal(x, offset = 0, dim1 = 1, dim2 = 2) */
-static int f_diagonal(lua_State *L) {
-  zorch_tensor *x = T(1);
-  lua_Integer off = luaL_optinteger(L, 2, 0);
-  int d1 = lua_isnoneornil(L, 3) ? 0 : lz_dim(L, 3), d2 = lua_isnoneornil(L, 4) ? 1 : lz_dim(L, 4);
-  PUSH(zorch_diagonal(x, off, d1, d2));
-}
-static int f_trace(lua_State *L) { PUSH(zorch_trace(T(1))); }
-
 static const luaL_Reg both[] = {
-    {"prod", f_prod}, {"cumprod", f_cumprod}, {"amax", f_amax}, {"amin", f_amin}, {"any", f_any}, {"all", f_all},
-    {"count_nonzero", f_count_nonzero}, {"norm", f_norm}, {"flip", f_flip}, {"roll", f_roll},
-    {"repeat", f_repeat}, {"tile", f_tile}, {"repeat_interleave", f_repeat_interleave}, {"unbind", f_unbind},
+    {"repeat_interleave", f_repeat_interleave}, {"unbind", f_unbind},
     {"movedim", f_movedim}, {"moveaxis", f_movedim}, {"swapaxes", f_swapaxes}, {"swapdims", f_swapdims}, {"unflatten", f_unflatten},
     {"broadcast_to", f_broadcast_to}, {"expand_as", f_expand_as}, {"view_as", f_view_as}, {"type_as", f_type_as},
-    {"pad", f_pad}, {"one_hot", f_one_hot}, {"mm", f_mm}, {"bmm", f_bmm}, {"mv", f_mv}, {"dot", f_dot},
-    {"outer", f_outer}, {"addmm", f_addmm}, {"baddbmm", f_baddbmm}, {"diag", f_diag}, {"diagonal", f_diagonal},
-    {"trace", f_trace}, {NULL, NULL}};
+    {"pad", f_pad}, {NULL, NULL}};
 
 static const luaL_Reg functions_only[] = {
     {"eye", f_eye}, {"linspace", f_linspace}, {"logspace", f_logspace}, {NULL, NULL}};

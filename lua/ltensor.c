@@ -165,6 +165,24 @@ int lz_dim(lua_State *L, int idx) {
   return d > 0 ? (int)d - 1 : (int)d;
 }
 
+int lz_ints(lua_State *L, int idx, int64_t *out, int cap) {
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    out[0] = luaL_checkinteger(L, idx);
+    return 1;
+  }
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_Integer n = lz_len(L, idx);
+  if (n > cap) luaL_argerror(L, idx, lua_pushfstring(L, "too many entries (at most %d)", cap));
+  for (int i = 0; i < (int)n; i++) {
+    lz_geti(L, idx, i + 1);
+    int ok;
+    out[i] = lua_tointegerx(L, -1, &ok);
+    if (!ok) luaL_argerror(L, idx, "expected integers");
+    lua_pop(L, 1);
+  }
+  return (int)n;
+}
+
 int lz_sizes(lua_State *L, int idx, int64_t *shape) {
   int n = 0;
   if (lua_istable(L, idx)) {

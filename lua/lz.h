@@ -34,6 +34,9 @@ int lz_push_shape(lua_State *L, const zorch_tensor *t);
 int lz_dim(lua_State *L, int idx);
 /* Sizes from varargs numbers starting at idx, or from a table at idx. */
 int lz_sizes(lua_State *L, int idx, int64_t *shape);
+/* Integers at idx: a number or a table of at most cap numbers (shifts, pads,
+   sizes); returns the count. */
+int lz_ints(lua_State *L, int idx, int64_t *out, int cap);
 /* The options table at idx (or none): dtype, device, requires_grad. */
 typedef struct {
   zorch_dtype dtype;

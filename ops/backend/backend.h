@@ -33,9 +33,10 @@ typedef struct index_geom {
   int64_t ishape[ZORCH_MAX_DIMS], ashape[ZORCH_MAX_DIMS];
 } index_geom;
 
-/* Row-major C (m, n) = epilogue(alpha * op(A) op(B) + beta * C) on device
-   pointers of device `dev`; the epilogue adds `bias` (n, may be NULL) to every
-   row, then applies relu when asked. */
+/* The gemm slot's arguments (matmul's row in include/zorch_ops.h): row-major
+   C (m, n) = epilogue(alpha * op(A) op(B) + beta * C) on device pointers of
+   device `dev`; the epilogue adds `bias` (n, may be NULL) to every row, then
+   applies relu when asked. */
 typedef struct gemm_args {
   zorch_dtype dt;
   int dev;
@@ -78,10 +79,6 @@ typedef struct backend {
                          double p0, double p1);
   zorch_status (*where)(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a,
                         const zorch_tensor *b);
-  /* gin (outer, r, inner), zero-filled, gets g (outer, inner) at idx. */
-  zorch_status (*max_bwd)(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
-                          int64_t outer, int64_t r, int64_t inner);
-  zorch_status (*gemm)(const gemm_args *g);
   /* loss (n) = -logp[i, t[i]] (0 where t[i] == ignore); logp (n, c). */
   zorch_status (*nll)(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t,
                       int64_t n, int64_t c, int64_t ignore);

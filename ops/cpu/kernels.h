@@ -11,9 +11,6 @@ zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const 
                         double p0, double p1);
 zorch_status cpu_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a,
                        const zorch_tensor *b);
-zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
-                         int64_t outer, int64_t r, int64_t inner);
-zorch_status cpu_gemm(const gemm_args *g);
 zorch_status cpu_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n,
                      int64_t c, int64_t ignore);
 zorch_status cpu_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n,

@@ -194,10 +194,7 @@ zorch_status cuda_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const
                          double p1);
 zorch_status cuda_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a, const zorch_tensor *b);
 zorch_status cuda_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
-zorch_status cuda_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx, int64_t outer, int64_t r,
-                          int64_t inner);
 zorch_status cuda_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range);
-zorch_status cuda_gemm(const gemm_args *g);
 zorch_status cuda_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n, int64_t c,
                       int64_t ignore);
 zorch_status cuda_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n, int64_t c,

@@ -315,8 +315,6 @@ static backend make_backend() {
   b.unary = cuda_unary;
   b.binary = cuda_binary;
   b.where = cuda_where;
-  b.max_bwd = cuda_max_bwd;
-  b.gemm = cuda_gemm;
   b.nll = cuda_nll;
   b.nll_bwd = cuda_nll_bwd;
   b.layer_norm = cuda_layer_norm;

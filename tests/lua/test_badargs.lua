@@ -185,8 +185,6 @@ end
 tap.ok(checked == total, ("%d bad calls over %d functions ran without crashing (%d raised)"):format(total, #names, raised))
 
 -- messages name the function, the argument and the shapes
-tap.raises("matmul names both shapes", function() zorch.matmul(zorch.ones(64, 10), zorch.ones(20, 2)) end,
-           "matmul", "(64, 10)", "(20, 2)")
 tap.raises("add names the broadcast shapes", function() return t23 + t45 end, "add", "(2, 3)", "(4, 5)")
 tap.raises("a string operand is named", function() return t23 + "x" end, "add", "string")
 tap.raises("a bad argument type is named", function() zorch.relu("x") end, "relu", "tensor expected")
@@ -227,8 +225,6 @@ tap.raises("sort: a dim out of range", function() zorch.sort(x34, 3) end, "sort"
 tap.raises("cumsum: a dim out of range", function() zorch.cumsum(x34, 5) end, "cumsum", "dim")
 tap.raises("std of integers", function() zorch.std(zorch.tensor{1, 2, 3}) end, "std", "floating-point", "int64")
 tap.raises("var: a negative correction", function() zorch.var(x34, 1, false, -1) end, "var", "correction")
-tap.raises("argmax of an empty dim", function() zorch.argmax(zorch.ones(0, 3), 1) end, "argmax", "empty")
-tap.raises("min: a dim out of range", function() zorch.min(x34, -3) end, "min", "dim")
 tap.raises("randperm of a negative n", function() zorch.randperm(-1) end, "randperm", "-1")
 tap.raises("randint with high below low", function() zorch.randint(5, 2, {3}) end, "randint", "high", "low")
 tap.raises("randint wants its sizes as a table", function() zorch.randint(1, 5, 3) end, "table")
@@ -315,7 +311,6 @@ tap.raises("adaptive_avg_pool2d: output size 0", function() zorch.adaptive_avg_p
            "adaptive_avg_pool2d", "output_size")
 tap.raises("adaptive_avg_pool2d: an empty image", function() zorch.adaptive_avg_pool2d(zorch.ones(1, 0, 4), 2) end,
            "adaptive_avg_pool2d", "(1, 0, 4)")
-tap.raises("view of a bad size", function() t23:view(4, 4) end, "view", "(4, 4)", "(2, 3)")
 tap.raises("tensor of a ragged table", function() zorch.tensor{{1, 2}, {3}} end, "ragged")
 tap.raises("tensor of strings", function() zorch.tensor{"a"} end, "expected numbers")
 tap.raises("unknown dtype", function() zorch.zeros(2, {dtype = "float7"}) end, "unknown dtype 'float7'")
