@@ -369,38 +369,8 @@ ZORCH_API zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_ten
    right after the GEMM and is one autograd node with it. */
 typedef enum { ZORCH_ACT_NONE, ZORCH_ACT_RELU, ZORCH_ACT_GELU, ZORCH_ACT_GELU_TANH } zorch_activation;
 ZORCH_API zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act);
+/* how a loss reduces over the batch (the losses are in include/zorch_ops.h) */
 typedef enum { ZORCH_REDUCE_MEAN = 0, ZORCH_REDUCE_SUM, ZORCH_REDUCE_NONE } zorch_reduction;
-ZORCH_API zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target, zorch_reduction r);
-/* logits (N, C) or (C); target int64 (N) or () of class indices in [0, C);
-   entries equal to ignore_index add nothing. */
-ZORCH_API zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target,
-                                  zorch_reduction r, int64_t ignore_index);
-/* The same on log-probabilities logp (N, C) or (C): -logp[target], reduced. */
-ZORCH_API zorch_tensor *zorch_nll_loss(zorch_tensor *logp, zorch_tensor *target,
-                                       zorch_reduction r, int64_t ignore_index);
-/* weight (V, D), idx int64 of any shape -> (*idx.shape, D). */
-ZORCH_API zorch_tensor *zorch_embedding(zorch_tensor *weight, zorch_tensor *idx);
-/* Normalises over the last `nnorm` dims; weight and bias (their shape) may be NULL. */
-ZORCH_API zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tensor *weight,
-                               zorch_tensor *bias, double eps);
-/* Scaled dot-product attention, softmax(scale q k^T) v, fused: q (B, H, Tq, D),
-   k and v (B, H, Tk, D) (or (BH, T, D)), one float dtype -> (B, H, Tq, D).
-   scale <= 0 means 1/sqrt(D). With `causal`, query i (0-based) sees key j only
-   when j <= i + Tk - Tq (the mask aligned to the bottom right: lower triangular
-   for Tq == Tk, every key for one query over a key/value cache); a query that
-   sees no key gets zeros. Memory beyond the output is O(B H Tq).
-   Differentiable in q, k and v. */
-ZORCH_API zorch_tensor *zorch_attention(zorch_tensor *q, zorch_tensor *k, zorch_tensor *v, bool causal,
-                                        double scale);
-/* Batch normalisation of x (N, C), (N, C, L) or (N, C, H, W) over all dims but
-   C, as torch.nn.functional.batch_norm. training: the batch's statistics, and
-   running_mean/running_var (C, may be NULL) updated in place with `momentum`
-   (unbiased variance); otherwise the running stats. weight, bias may be NULL. */
-ZORCH_API zorch_tensor *zorch_batch_norm(zorch_tensor *x, zorch_tensor *running_mean,
-                                         zorch_tensor *running_var, zorch_tensor *weight,
-                                         zorch_tensor *bias, bool training, double momentum,
-                                         double eps);
-ZORCH_API zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_generator *gen);
 /* ---- convolution and pooling over NCHW images (x (N, C, H, W) or one image
    (C, H, W)); PyTorch's shapes and output sizes. Zeros in the options mean the
    defaults, so `{0}` (or NULL for conv2d) is PyTorch's default call. */

@@ -18,8 +18,12 @@
      count and array), LIDX(i) an int64 tensor of 1-based indices (passed
      0-based), LOUT the address of an out tensor (an op's indices), LCONST(v) a
      C value, LREAD(fn, i) an int from `static int fn(lua_State *, int)` of
-     lua/lfuncs.c. LUA_FUNCTION_VI and LUA_BOTH_VI return the values and the
-     1-based LOUT indices; LUA_FUNCTION_I and LUA_BOTH_I the result + 1.
+     lua/lfuncs.c (read_norm_dims: a count of dims or the trailing shape of
+     argument 1; read_reduction: "mean", "sum" or "none"; read_training: a
+     boolean, true when absent). LUA_FUNCTION_VI and LUA_BOTH_VI return the
+     values and the 1-based LOUT indices; LUA_FUNCTION_I and LUA_BOTH_I the
+     result + 1. LUA_NONE keeps a hand binding, a comment beside it saying why
+     (an options table, 1-based values, ...).
    - kernels: the backend slots the op's definition calls, KERNEL(slot,
      params) each (a kernel returns a status); every backend gets cpu_SLOT and
      cuda_SLOT, declared for it. KERNEL_OPT(slot, params): a slot only the CPU
@@ -27,12 +31,17 @@
      several ops call is in the row of one of them. Contracts are the comment above the row.
    - cases: the tests' samples.
      GOLDEN(case, call, rtol, atol): tests/golden/gen_golden.py's case `case`
-       (PyTorch's values), run as `call` on inputs x[0..] (float32); an op
-       without one does not build (tests/test_golden.c).
+       (PyTorch's values), run as `call` on inputs x[0..] (float32; NULL past
+       the case's last) and the case line's parameters p[0..1]; an op without
+       one (nor NO_GOLDEN) does not build (tests/test_golden.c). Set-up a call
+       needs is a static helper of tests/test_golden.c (batch_norm_case, ...).
+     NO_GOLDEN(why): an op PyTorch cannot check (its random draws differ) or
+       that has no case yet, `why` saying which.
      GRAD(case, call, inputs): the float64 gradient against central finite
        differences (tests/test_gradcheck.c), `call` on in[0..], from inputs
        (LEAF(dims...) normal numbers, LEAF_POS(dims...) positive ones, both
-       requiring grad; INDEX((dims...), (values...)) an int64 tensor).
+       requiring grad; NOGRAD(input) one of them held fixed; INDEX((dims...),
+       (values...)) an int64 tensor).
      BAD(lua, message): a Lua chunk that must raise an error containing
        `message` (tests/lua/test_badargs.lua).
      DEVICE(lua, ashape, bshape, rtol): on CUDA, the chunk's tensor, from
@@ -214,6 +223,211 @@
       BAD("zorch.fused_rms_norm(zorch.ones(2, 3), zorch.ones(3, {dtype = 'float64'}))", "fused_rms_norm: weight") \
       BAD("zorch.fused_rms_norm(zorch.tensor(1))", "fused_rms_norm: x")                                        \
       DEVICE("zorch.fused_rms_norm(a, b, 1e-5)", (4, 33), (33), 1e-5)                                    \
-      DEVICE("zorch.fused_rms_norm(a, nil, 1e-6)", (2, 3, 1000), (1), 1e-5)))
+      DEVICE("zorch.fused_rms_norm(a, nil, 1e-6)", (2, 3, 1000), (1), 1e-5)))                       \
+  /* ---- nn: normalisation, losses, embedding, attention, dropout ---- */                          \
+  /* Normalises over the last `nnorm` dims; weight and bias (their shape) may be NULL.              \
+     layer_norm: y, mean, rstd over rows of cols; w, b (cols) may be NULL.                          \
+     layer_norm_bwd: gx; gw, gb (cols) may be NULL (then not computed). */                          \
+  OP(layer_norm, zorch_tensor *,                                                                    \
+     (zorch_tensor *x, int nnorm, zorch_tensor *weight, zorch_tensor *bias, double eps),            \
+     (x, nnorm, weight, bias, eps),                                                                 \
+     LUA_FUNCTION((LT(1), LREAD(read_norm_dims, 2), LTN(3), LTN(4), LNUM(5, 1e-5))),                \
+     (KERNEL(layer_norm, (zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,                  \
+                          const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,      \
+                          int64_t rows, int64_t cols, double eps))                                  \
+      KERNEL(layer_norm_bwd, (zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,                 \
+                              const zorch_tensor *g, const zorch_tensor *x,                         \
+                              const zorch_tensor *mean, const zorch_tensor *rstd,                   \
+                              const zorch_tensor *w, int64_t rows, int64_t cols))),                 \
+     (GOLDEN(layer_norm, zorch_layer_norm(x[0], 1, x[1], x[2], 1e-5), 2e-5, 1e-6)                   \
+      GRAD(layer_norm, zorch_layer_norm(in[0], 1, in[1], in[2], 1e-5), (LEAF(3, 5), LEAF(5), LEAF(5))) \
+      GRAD(layer_norm2, zorch_layer_norm(in[0], 2, NULL, NULL, 1e-5), (LEAF(2, 3, 4)))              \
+      BAD("zorch.layer_norm(zorch.ones(2, 3), (1 << 32) + 1)", "too many dims")                     \
+      DEVICE("zorch.layer_norm(a, 1)", (67, 129), (1), 1e-5)                                        \
+      DEVICE("zorch.layer_norm(a, 1, b, b * 0.5)", (67, 129), (129), 1e-5)))                        \
+  /* Batch normalisation of x (N, C), (N, C, L) or (N, C, H, W) over all dims but                   \
+     C, as torch.nn.functional.batch_norm. training: the batch's statistics, and                    \
+     running_mean/running_var (C, may be NULL) updated in place with `momentum`                     \
+     (unbiased variance); otherwise the running stats. weight, bias may be NULL.                    \
+     batch_norm: of x (n, c, inner): y, and mean, rstd (c) get the statistics                       \
+     used: the batch's (biased variance) when `training`, else rm and rv's. In                      \
+     training, rm and rv (c, may be NULL) are updated in place with the                             \
+     unbiased variance: r = (1 - momentum) r + momentum stat. w, b (c) may be                       \
+     NULL; every tensor contiguous, in x's dtype; n * inner > 1 in training.                        \
+     batch_norm_bwd: gx (may be NULL), gw, gb (c, may be NULL) from g and the                       \
+     forward's x, mean, rstd and w (may be NULL); `training` as in the forward. */                  \
+  OP(batch_norm, zorch_tensor *,                                                                    \
+     (zorch_tensor *x, zorch_tensor *running_mean, zorch_tensor *running_var, zorch_tensor *weight, \
+      zorch_tensor *bias, bool training, double momentum, double eps),                              \
+     (x, running_mean, running_var, weight, bias, training, momentum, eps),                         \
+     LUA_FUNCTION((LT(1), LTN(2), LTN(3), LTN(4), LTN(5), LBOOL(6), LNUM(7, 0.1), LNUM(8, 1e-5))),  \
+     (KERNEL(batch_norm, (zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,                  \
+                          const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,      \
+                          zorch_tensor *rm, zorch_tensor *rv, int64_t n, int64_t c,                 \
+                          int64_t inner, bool training, double momentum, double eps))               \
+      KERNEL(batch_norm_bwd, (zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,                 \
+                              const zorch_tensor *g, const zorch_tensor *x,                         \
+                              const zorch_tensor *mean, const zorch_tensor *rstd,                   \
+                              const zorch_tensor *w, int64_t n, int64_t c, int64_t inner,           \
+                              bool training))),                                                     \
+     (GOLDEN(batch_norm_train, batch_norm_case(x, true, false), 2e-5, 1e-6)                         \
+      GOLDEN(batch_norm_train_2d, batch_norm_case(x, true, false), 2e-5, 1e-6)                      \
+      GOLDEN(batch_norm_eval, batch_norm_case(x, false, false), 2e-5, 1e-6)                         \
+      GOLDEN(batch_norm_eval_4d, batch_norm_case(x, false, false), 2e-5, 1e-6)                      \
+      GOLDEN(batch_norm_running, batch_norm_case(x, true, true), 2e-5, 1e-6)                        \
+      /* training (batch statistics, no running stats; with them, the output is                     \
+         the same), and eval with fixed running stats in[2], in[3] */                               \
+      GRAD(batch_norm_train, zorch_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5),    \
+           (LEAF(4, 3), LEAF(3), LEAF(3)))                                                          \
+      GRAD(batch_norm_train_3d, zorch_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5), \
+           (LEAF(2, 3, 4), LEAF(3), LEAF(3)))                                                       \
+      GRAD(batch_norm_train_noaffine, zorch_batch_norm(in[0], NULL, NULL, NULL, NULL, true, 0.1, 1e-5), \
+           (LEAF(2, 2, 3, 2)))                                                                      \
+      GRAD(batch_norm_eval, zorch_batch_norm(in[0], in[2], in[3], in[1], NULL, false, 0.1, 1e-5),   \
+           (LEAF(2, 3, 2), LEAF(3), NOGRAD(LEAF(3)), NOGRAD(LEAF_POS(3))))                          \
+      BAD("zorch.batch_norm(zorch.ones(3), zorch.zeros(3), zorch.ones(3))",                         \
+          "batch_norm: input must be (N, C), (N, C, L) or (N, C, H, W), got (3,)")                  \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), zorch.zeros(4), zorch.ones(3), nil, nil, true)",     \
+          "batch_norm: running_mean (4,) must have one element per channel of the input (4, 3)")    \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), zorch.zeros(3), zorch.ones(3), zorch.ones(2))",      \
+          "batch_norm: weight (2,)")                                                                \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), nil, nil, nil, nil, false)",                         \
+          "batch_norm: eval mode needs running_mean")                                               \
+      BAD("zorch.batch_norm(zorch.ones(1, 3), nil, nil, nil, nil, true)",                           \
+          "batch_norm: expected more than 1 value per channel when training, got input (1, 3)")     \
+      BAD("zorch.batch_norm(zorch.tensor{{1, 2}, {3, 4}}, nil, nil, nil, nil, true)",               \
+          "batch_norm: needs a floating-point input, got int64")                                    \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), zorch.zeros(3):requires_grad_(true), zorch.ones(3), nil, nil, true)", \
+          "batch_norm: running_mean is updated in place and must not require grad")                 \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), zorch.zeros(3), zorch.ones(3), nil, nil, true, 2)",  \
+          "batch_norm: momentum must be in [0, 1], got 2")                                          \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), zorch.zeros(3), zorch.ones(3), nil, nil, true, 0.1, -1)", \
+          "batch_norm: eps must be a positive number, got -1")))                                    \
+  /* logits (N, C) or (C); target int64 (N) or () of class indices in [0, C);                       \
+     entries equal to ignore_index add nothing. */                                                  \
+  OP(cross_entropy, zorch_tensor *,                                                                 \
+     (zorch_tensor *logits, zorch_tensor *target, zorch_reduction r, int64_t ignore_index),         \
+     (logits, target, r, ignore_index), LUA_NONE /* the options table {reduction, ignore_index} */, (), \
+     (GOLDEN(cross_entropy, zorch_cross_entropy(x[0], x[1], ZORCH_REDUCE_MEAN, 1), 2e-5, 1e-6)      \
+      GRAD(cross_entropy, zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_MEAN, 1),                  \
+           (LEAF(4, 5), INDEX((4), (0, 1, 4, 2))))                                                  \
+      GRAD(cross_entropy_none, zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_NONE, -100),          \
+           (LEAF(3, 4), INDEX((3), (3, 0, 1))))                                                     \
+      GRAD(cross_entropy_1d, zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_MEAN, 1),               \
+           (LEAF(5), INDEX((), (2))))                                                               \
+      BAD("zorch.cross_entropy(zorch.randn(2, 3), zorch.tensor{1, 2}, "                             \
+          "{ignore_index = -9223372036854775807 - 1})", "ignore_index out of range")                \
+      BAD("zorch.cross_entropy(zorch.ones(2, 3), zorch.tensor{1, 9})",                              \
+          "cross_entropy: target 9 at position 2 is out of range 1..3")                             \
+      BAD("zorch.cross_entropy(zorch.ones(2, 3), zorch.ones(2))", "int64 indices expected, got float32") \
+      DEVICE("zorch.cross_entropy(a:narrow(1, 1, 4), zorch.tensor{1, 5, 3, 2}:to(a:device()))",     \
+             (67, 129), (1), 1e-5)                                                                  \
+      DEVICE("zorch.cross_entropy(a:narrow(1, 1, 4), zorch.tensor{1, 0, 3, 0}:to(a:device()), "     \
+             "{ignore_index = 0})", (67, 129), (1), 1e-5)))                                         \
+  /* The same on log-probabilities logp (N, C) or (C): -logp[target], reduced.                      \
+     nll: loss (n) = -logp[i, t[i]] (0 where t[i] == ignore); logp (n, c).                          \
+     nll_bwd: gin (n, c), zero-filled: gin[i, t[i]] = -g[i]. */                                     \
+  OP(nll_loss, zorch_tensor *,                                                                      \
+     (zorch_tensor *logp, zorch_tensor *target, zorch_reduction r, int64_t ignore_index),           \
+     (logp, target, r, ignore_index), LUA_NONE /* as cross_entropy */,                              \
+     (KERNEL(nll, (zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t,             \
+                   int64_t n, int64_t c, int64_t ignore))                                           \
+      KERNEL(nll_bwd, (zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t,             \
+                       int64_t n, int64_t c, int64_t ignore))),                                     \
+     (NO_GOLDEN("no PyTorch case yet: cross_entropy's runs its kernels")                            \
+      GRAD(nll_loss, zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_MEAN, 1),                            \
+           (LEAF(4, 5), INDEX((4), (0, 1, 4, 2))))                                                  \
+      GRAD(nll_loss_sum, zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_SUM, -100),                      \
+           (LEAF(3, 4), INDEX((3), (3, 0, 1))))                                                     \
+      BAD("zorch.nll_loss(zorch.ones(2, 3), zorch.tensor{1, 4})",                                   \
+          "nll_loss: target 4 at position 2 is out of range 1..3")                                  \
+      BAD("zorch.nll_loss(zorch.ones(2, 3), zorch.tensor{1})", "nll_loss: input (2, 3) and target (1,)"))) \
+  OP(mse_loss, zorch_tensor *, (zorch_tensor *input, zorch_tensor *target, zorch_reduction r),      \
+     (input, target, r), LUA_FUNCTION((LT(1), LT(2), LREAD(read_reduction, 3))), (),                 \
+     (GOLDEN(mse_loss, zorch_mse_loss(x[0], x[1], ZORCH_REDUCE_MEAN), 2e-5, 1e-6)                   \
+      GRAD(mse, zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_MEAN), (LEAF(4, 3), LEAF(4, 3)))          \
+      GRAD(mse_sum, zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_SUM), (LEAF(4, 3), LEAF(4, 3)))       \
+      GRAD(mse_none, zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_NONE), (LEAF(4, 3), LEAF(4, 3)))     \
+      DEVICE("zorch.mse_loss(a, a * 0.5)", (67, 129), (1), 1e-6)))                                  \
+  /* weight (V, D), idx int64 of any shape -> (*idx.shape, D). */                                   \
+  OP(embedding, zorch_tensor *, (zorch_tensor *weight, zorch_tensor *idx), (weight, idx),           \
+     LUA_FUNCTION((LT(1), LIDX(2))), (),                                                            \
+     (GOLDEN(embedding, zorch_embedding(x[0], x[1]), 2e-5, 1e-6)                                    \
+      GRAD(embedding, zorch_embedding(in[0], in[1]), (LEAF(5, 3), INDEX((2, 3), (0, 4, 4, 1, 0, 2)))) \
+      DEVICE("zorch.embedding(a, zorch.tensor{1, 5, 3, 2}:to(a:device()))", (67, 129), (1), 0)))    \
+  /* Scaled dot-product attention, softmax(scale q k^T) v, fused: q (B, H, Tq, D),                  \
+     k and v (B, H, Tk, D) (or (BH, T, D)), one float dtype -> (B, H, Tq, D).                       \
+     scale <= 0 means 1/sqrt(D). With `causal`, query i (0-based) sees key j only                   \
+     when j <= i + Tk - Tq (the mask aligned to the bottom right: lower triangular                  \
+     for Tq == Tk, every key for one query over a key/value cache); a query that                    \
+     sees no key gets zeros. Memory beyond the output is O(B H Tq).                                 \
+     Differentiable in q, k and v.                                                                  \
+     attention: over bh heads: out (bh, tq, d) = softmax(scale q k^T, masked) v                     \
+     and lse (bh, tq) = the log-sum-exp of each row's scores, from q (bh, tq, d),                   \
+     k and v (bh, tk, d); all contiguous, float32 or float64. With `causal`,                        \
+     query i sees key j only when j <= i + tk - tq; a row that sees no key gets                     \
+     0 and lse -inf. attention_bwd: dq, dk, dv (q's, k's, v's shapes;                               \
+     overwritten) from g = dL/dout (bh, tq, d) and the forward's out and lse.                       \
+     Where the backend's attention_strided is set, both also take q, k, v, out,                     \
+     g and the gradients as strided views whose last dim is contiguous. */                          \
+  OP(attention, zorch_tensor *,                                                                     \
+     (zorch_tensor *q, zorch_tensor *k, zorch_tensor *v, bool causal, double scale),                \
+     (q, k, v, causal, scale), LUA_NONE /* the options table {causal, scale} */,                    \
+     (KERNEL(attention, (zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,               \
+                         const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,      \
+                         int64_t tk, int64_t d, bool causal, double scale))                         \
+      KERNEL(attention_bwd, (zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,                  \
+                             const zorch_tensor *g, const zorch_tensor *q,                          \
+                             const zorch_tensor *k, const zorch_tensor *v,                          \
+                             const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,          \
+                             int64_t tq, int64_t tk, int64_t d, bool causal, double scale))),       \
+     (GOLDEN(attention, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)             \
+      GOLDEN(attention_causal, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)      \
+      GOLDEN(attention_causal_kv, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)   \
+      GOLDEN(attention_long, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)        \
+      /* causal and not, Tq != Tk (both ways), odd head dims, (BH, T, D) inputs,                    \
+         and 70 keys and queries, which the 64-wide blocks do not divide */                         \
+      GRAD(attention, zorch_attention(in[0], in[1], in[2], false, 0),                               \
+           (LEAF(2, 2, 4, 3), LEAF(2, 2, 6, 3), LEAF(2, 2, 6, 3)))                                  \
+      GRAD(attention_causal, zorch_attention(in[0], in[1], in[2], true, 0),                         \
+           (LEAF(1, 2, 5, 5), LEAF(1, 2, 5, 5), LEAF(1, 2, 5, 5)))                                  \
+      GRAD(attention_causal_3d, zorch_attention(in[0], in[1], in[2], true, 0),                      \
+           (LEAF(3, 3, 7), LEAF(3, 8, 7), LEAF(3, 8, 7)))                                           \
+      GRAD(attention_causal_kv, zorch_attention(in[0], in[1], in[2], true, 0),                      \
+           (LEAF(1, 1, 1, 4), LEAF(1, 1, 6, 4), LEAF(1, 1, 6, 4)))                                  \
+      GRAD(attention_scaled, zorch_attention(in[0], in[1], in[2], true, 0.7),                       \
+           (LEAF(2, 5, 2), LEAF(2, 5, 2), LEAF(2, 5, 2)))                                           \
+      GRAD(attention_causal_70, zorch_attention(in[0], in[1], in[2], true, 0),                      \
+           (LEAF(1, 70, 3), LEAF(1, 70, 3), LEAF(1, 70, 3)))                                        \
+      GRAD(attention_67_130, zorch_attention(in[0], in[1], in[2], false, 0),                        \
+           (LEAF(1, 1, 67, 3), LEAF(1, 1, 130, 3), LEAF(1, 1, 130, 3)))                             \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 7))", \
+          "attention: q (2, 3, 4, 8), k (2, 3, 5, 8) and v (2, 3, 5, 7)")                           \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 6), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8))", \
+          "attention: q (2, 3, 4, 6), k (2, 3, 5, 8)")                                              \
+      BAD("zorch.attention(zorch.ones(1, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8))", \
+          "attention: q (1, 3, 4, 8)")                                                              \
+      BAD("zorch.attention(zorch.ones(2, 3), zorch.ones(2, 3), zorch.ones(2, 3))",                  \
+          "attention: q (2, 3), k (2, 3) and v (2, 3) do not fit (expected q (B, H, Tq, D)")        \
+      BAD("zorch.attention(zorch.ones(6, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8))",   \
+          "attention: q (6, 4, 8)")                                                                 \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8):double(), zorch.ones(2, 3, 5, 8))", \
+          "attention: q, k and v must have one floating-point dtype, got float32, float64")         \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8):long(), zorch.ones(2, 3, 5, 8):long(), "          \
+          "zorch.ones(2, 3, 5, 8):long())", "attention: q, k and v must have one floating-point dtype, got int64") \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), {causal = 1})", \
+          "attention: option 'causal' must be a boolean")                                           \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), {scale = -1})", \
+          "attention: option 'scale' must be a positive number")))                                  \
+  /* With `training`, each element zeroed with probability p (0 <= p <= 1), the                     \
+     others scaled by 1 / (1 - p); x itself otherwise. gen NULL: the default                         \
+     generator. */                                                                                  \
+  OP(dropout, zorch_tensor *, (zorch_tensor *x, double p, bool training, zorch_generator *gen),     \
+     (x, p, training, gen),                                                                         \
+     LUA_FUNCTION((LT(1), LNUM(2, 0.5), LREAD(read_training, 3), LCONST(NULL))), (),                 \
+     (NO_GOLDEN("random: PyTorch's generator draws other masks")                                    \
+      GRAD(dropout, dropout_seeded(in[0]), (LEAF(4, 5)))                                            \
+      DEVICE("(function() zorch.manual_seed(4) return zorch.dropout(a, 0.3, true) end)()",          \
+             (67, 129), (1), 1e-6)))
 
 #endif

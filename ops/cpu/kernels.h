@@ -14,34 +14,6 @@ zorch_status cpu_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_
 zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
                          int64_t outer, int64_t r, int64_t inner);
 zorch_status cpu_gemm(const gemm_args *g);
-zorch_status cpu_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n,
-                     int64_t c, int64_t ignore);
-zorch_status cpu_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n,
-                         int64_t c, int64_t ignore);
-zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
-                            const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
-                            int64_t rows, int64_t cols, double eps);
-zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
-                                const zorch_tensor *g, const zorch_tensor *x,
-                                const zorch_tensor *mean, const zorch_tensor *rstd,
-                                const zorch_tensor *w, int64_t rows, int64_t cols);
-zorch_status cpu_attention(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,
-                           const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,
-                           int64_t tk, int64_t d, bool causal, double scale);
-zorch_status cpu_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,
-                               const zorch_tensor *g, const zorch_tensor *q,
-                               const zorch_tensor *k, const zorch_tensor *v,
-                               const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,
-                               int64_t tq, int64_t tk, int64_t d, bool causal, double scale);
-zorch_status cpu_batch_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
-                            const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
-                            zorch_tensor *rm, zorch_tensor *rv, int64_t n, int64_t c,
-                            int64_t inner, bool training, double momentum, double eps);
-zorch_status cpu_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
-                                const zorch_tensor *g, const zorch_tensor *x,
-                                const zorch_tensor *mean, const zorch_tensor *rstd,
-                                const zorch_tensor *w, int64_t n, int64_t c, int64_t inner,
-                                bool training);
 zorch_status cpu_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
 zorch_status cpu_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
                          uint64_t range);

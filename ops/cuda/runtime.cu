@@ -317,14 +317,6 @@ static backend make_backend() {
   b.where = cuda_where;
   b.max_bwd = cuda_max_bwd;
   b.gemm = cuda_gemm;
-  b.nll = cuda_nll;
-  b.nll_bwd = cuda_nll_bwd;
-  b.layer_norm = cuda_layer_norm;
-  b.layer_norm_bwd = cuda_layer_norm_bwd;
-  b.attention = cuda_attention;
-  b.attention_bwd = cuda_attention_bwd;
-  b.batch_norm = cuda_batch_norm;
-  b.batch_norm_bwd = cuda_batch_norm_bwd;
   b.random = cuda_random;
   b.randint = cuda_randint;
   b.adam = cuda_adam;

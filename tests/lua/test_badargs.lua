@@ -146,12 +146,8 @@ do
   for _ = 1, 7 do local up = {} for i = 1, 256 do up[i] = deep end deep = up end
   local ok, err = pcall(zorch.tensor, deep)
   tap.ok(not ok and tostring(err):find("too many values"), "256^8 nested values: an error, not an overflow: " .. tostring(err))
-  ok, err = pcall(zorch.cross_entropy, zorch.randn(2, 3), zorch.tensor{1, 2}, {ignore_index = math.mininteger})
-  tap.ok(not ok and tostring(err):find("ignore_index"), "ignore_index = math.mininteger: " .. tostring(err))
   ok, err = pcall(zorch.unsqueeze, zorch.ones(2), 2147483648)
   tap.ok(not ok and tostring(err):find("out of range"), "unsqueeze at 2^31: " .. tostring(err))
-  ok, err = pcall(zorch.layer_norm, zorch.ones(2, 3), (1 << 32) + 1)
-  tap.ok(not ok, "layer_norm over 2^32 + 1 dims: " .. tostring(err))
   ok, err = pcall(zorch.set_num_threads, (1 << 32) + 1)
   tap.ok(not ok and tostring(err):find("threads"), "set_num_threads(2^32 + 1): " .. tostring(err))
 end
@@ -193,11 +189,6 @@ tap.raises("a bad argument type is named", function() zorch.relu("x") end, "relu
 tap.raises("1-based dims: 0 is refused", function() t23:sum(0) end, "1-based")
 tap.raises("indices are 1-based", function() return t23[0] end, "1-based")
 tap.raises("out-of-range index", function() return t23[3] end, "select", "(2, 3)")
-tap.raises("cross_entropy checks the class range", function() zorch.cross_entropy(t23, zorch.tensor{1, 9}) end, "target")
-tap.raises("cross_entropy wants int64 targets", function() zorch.cross_entropy(t23, zorch.ones(2)) end, "int64")
-tap.raises("nll_loss checks the class range", function() zorch.nll_loss(t23, zorch.tensor{1, 4}) end,
-           "nll_loss", "target 4 at position 2 is out of range 1..3")
-tap.raises("nll_loss names both shapes", function() zorch.nll_loss(t23, zorch.tensor{1}) end, "nll_loss", "(2, 3)", "(1,)")
 tap.raises("zeros_like wants a tensor", function() zorch.zeros_like(3) end, "zeros_like", "tensor expected")
 tap.raises("randn_like wants a float dtype", function() zorch.randn_like(t23, {dtype = "int64"}) end,
            "randn_like", "int64")
@@ -243,45 +234,11 @@ tap.raises("randperm of 1000 into uint8 is refused", function() zorch.randperm(1
 tap.ok(zorch.randint(0, 255, {64}, {dtype = "uint8"}):max():item() <= 255 and zorch.randperm(255, {dtype = "uint8"}):numel() == 255,
        "ranges that fit uint8 still work")
 tap.raises("randint of bool", function() zorch.randint(0, 1, {3}, {dtype = "bool"}) end, "randint", "bool")
--- attention and multinomial name the argument and the shapes
-local q4, k4 = zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8)
-tap.raises("attention: v of another shape than k", function() zorch.attention(q4, k4, zorch.ones(2, 3, 5, 7)) end,
-           "attention", "q (2, 3, 4, 8)", "k (2, 3, 5, 8)", "v (2, 3, 5, 7)")
-tap.raises("attention: q and k of other head dims", function() zorch.attention(zorch.ones(2, 3, 4, 6), k4, k4) end,
-           "attention", "(2, 3, 4, 6)", "(2, 3, 5, 8)")
-tap.raises("attention: other batch dims", function() zorch.attention(zorch.ones(1, 3, 4, 8), k4, k4) end,
-           "attention", "(1, 3, 4, 8)")
-tap.raises("attention: 2-d inputs", function() zorch.attention(t23, t23, t23) end, "attention", "(2, 3)", "(B, H, Tq, D)")
-tap.raises("attention: dims that differ", function() zorch.attention(zorch.ones(6, 4, 8), k4, k4) end,
-           "attention", "(6, 4, 8)")
-tap.raises("attention: mixed dtypes", function() zorch.attention(q4, k4:double(), k4) end,
-           "attention", "float32", "float64")
-tap.raises("attention: integer inputs", function() zorch.attention(q4:long(), k4:long(), k4:long()) end,
-           "attention", "int64")
-tap.raises("attention: a bad causal option", function() zorch.attention(q4, k4, k4, {causal = 1}) end,
-           "attention", "causal", "boolean")
-tap.raises("attention: a bad scale", function() zorch.attention(q4, k4, k4, {scale = -1}) end, "attention", "scale")
+-- multinomial names the argument
 tap.raises("multinomial of integer weights", function() zorch.multinomial(zorch.tensor{1, 2}, 1) end,
            "multinomial", "floating point", "int64")
 tap.raises("multinomial of 0 samples", function() zorch.multinomial(zorch.ones(3), 0) end, "multinomial", "at least 1")
 tap.raises("Generator wants a seed", function() zorch.Generator() end, "Generator")
--- batch_norm: shapes, modes and the running stats
-local bx, bm, bv = zorch.randn(4, 3), zorch.zeros(3), zorch.ones(3)
-tap.raises("batch_norm: a 1-D input", function() zorch.batch_norm(zorch.ones(3), bm, bv) end, "batch_norm", "(N, C)", "(3,)")
-tap.raises("batch_norm: running_mean of the wrong size", function() zorch.batch_norm(bx, zorch.zeros(4), bv, nil, nil, true) end,
-           "batch_norm", "running_mean", "(4,)", "(4, 3)")
-tap.raises("batch_norm: weight of the wrong size", function() zorch.batch_norm(bx, bm, bv, zorch.ones(2)) end,
-           "batch_norm", "weight", "(2,)")
-tap.raises("batch_norm: eval without running stats", function() zorch.batch_norm(bx, nil, nil, nil, nil, false) end,
-           "batch_norm", "eval mode needs running_mean")
-tap.raises("batch_norm: one value per channel in training", function() zorch.batch_norm(zorch.ones(1, 3), nil, nil, nil, nil, true) end,
-           "batch_norm", "more than 1 value per channel", "(1, 3)")
-tap.raises("batch_norm: integer input", function() zorch.batch_norm(zorch.tensor{{1, 2}, {3, 4}}, nil, nil, nil, nil, true) end,
-           "batch_norm", "int64")
-tap.raises("batch_norm: running stats that require grad", function()
-  zorch.batch_norm(bx, zorch.zeros(3):requires_grad_(true), bv, nil, nil, true) end, "batch_norm", "running_mean", "grad")
-tap.raises("batch_norm: a bad momentum", function() zorch.batch_norm(bx, bm, bv, nil, nil, true, 2) end, "batch_norm", "momentum")
-tap.raises("batch_norm: a bad eps", function() zorch.batch_norm(bx, bm, bv, nil, nil, true, 0.1, -1) end, "batch_norm", "eps")
 tap.raises("linear names input and weight", function() zorch.linear(t23, t45) end, "linear", "(2, 3)", "(4, 5)")
 -- convolution and pooling name the function, the argument and the shapes
 local img = zorch.ones(8, 1, 28, 28)
