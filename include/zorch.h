@@ -362,27 +362,20 @@ ZORCH_API zorch_tensor *zorch_triu(zorch_tensor *x, int64_t k);
 
 /* ---- linear algebra and nn ------------------------------------------------------------- */
 ZORCH_API zorch_tensor *zorch_matmul(zorch_tensor *a, zorch_tensor *b);
-/* x (..., in) · w (out, in)ᵀ + b (out); b may be NULL. */
-ZORCH_API zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b);
-/* linear followed by an activation, fused into the GEMM where the device can
-   (cuBLASLt's bias and relu epilogues); GELU (erf form, or the tanh form) runs
-   right after the GEMM and is one autograd node with it. */
+/* the activations zorch_linear_act fuses (include/zorch_ops.h) */
 typedef enum { ZORCH_ACT_NONE, ZORCH_ACT_RELU, ZORCH_ACT_GELU, ZORCH_ACT_GELU_TANH } zorch_activation;
-ZORCH_API zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act);
 /* how a loss reduces over the batch (the losses are in include/zorch_ops.h) */
 typedef enum { ZORCH_REDUCE_MEAN = 0, ZORCH_REDUCE_SUM, ZORCH_REDUCE_NONE } zorch_reduction;
 /* ---- convolution and pooling over NCHW images (x (N, C, H, W) or one image
    (C, H, W)); PyTorch's shapes and output sizes. Zeros in the options mean the
-   defaults, so `{0}` (or NULL for conv2d) is PyTorch's default call. */
+   defaults, so `{0}` (or NULL for conv2d) is PyTorch's default call. The ops
+   (conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d) are in include/zorch_ops.h. */
 typedef struct {
   int64_t stride[2];   /* 0: 1 */
   int64_t padding[2];  /* zeros added on each side */
   int64_t dilation[2]; /* 0: 1 */
   int64_t groups;      /* 0: 1 */
 } zorch_conv2d_opts;
-/* w (out, C / groups, kh, kw), b (out) or NULL -> (N, out, OH, OW); o may be NULL. */
-ZORCH_API zorch_tensor *zorch_conv2d(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b,
-                                     const zorch_conv2d_opts *o);
 typedef struct {
   int64_t kernel[2];   /* required */
   int64_t stride[2];   /* 0: the kernel */
@@ -391,12 +384,6 @@ typedef struct {
   bool ceil_mode;      /* round the output size up (a window must start inside the input or its left padding) */
   bool exclude_pad;    /* avg_pool2d divides by the inputs inside the image (PyTorch's count_include_pad = false) */
 } zorch_pool2d_opts;
-/* indices (may be NULL) gets each maximum's position iy * W + ix in its plane (int64). */
-ZORCH_API zorch_tensor *zorch_max_pool2d(zorch_tensor *x, const zorch_pool2d_opts *o,
-                                         zorch_tensor **indices);
-ZORCH_API zorch_tensor *zorch_avg_pool2d(zorch_tensor *x, const zorch_pool2d_opts *o);
-/* Output (oh, ow): the window of output i spans floor(i * H / oh) .. ceil((i + 1) * H / oh). */
-ZORCH_API zorch_tensor *zorch_adaptive_avg_pool2d(zorch_tensor *x, int64_t oh, int64_t ow);
 ZORCH_API zorch_tensor *zorch_cat(int n, zorch_tensor *const *ts, int dim);
 ZORCH_API zorch_tensor *zorch_stack(int n, zorch_tensor *const *ts, int dim);
 

@@ -428,6 +428,157 @@
      (NO_GOLDEN("random: PyTorch's generator draws other masks")                                    \
       GRAD(dropout, dropout_seeded(in[0]), (LEAF(4, 5)))                                            \
       DEVICE("(function() zorch.manual_seed(4) return zorch.dropout(a, 0.3, true) end)()",          \
-             (67, 129), (1), 1e-6)))
+             (67, 129), (1), 1e-6)))                                                                \
+  /* ---- nn: linear layers, convolution and pooling ---- */                                        \
+  /* x (..., in) · w (out, in)ᵀ + b (out); b may be NULL. */                                        \
+  OP(linear, zorch_tensor *, (zorch_tensor *x, zorch_tensor *w, zorch_tensor *b), (x, w, b),        \
+     LUA_NONE /* zorch.linear(x, w, b, act) is linear_act, its activation named by a string */, (), \
+     (GOLDEN(linear, zorch_linear(x[0], x[1], x[2]), 2e-5, 1e-6)                                    \
+      GOLDEN(mlp, mlp_case(x), 2e-5, 1e-6)                                                          \
+      GRAD(linear, zorch_linear(in[0], in[1], in[2]), (LEAF(5, 3), LEAF(4, 3), LEAF(4)))            \
+      GRAD(linear_3d, zorch_linear(in[0], in[1], in[2]), (LEAF(2, 5, 3), LEAF(4, 3), LEAF(4)))      \
+      GRAD(linear_nobias, zorch_linear(in[0], in[1], NULL), (LEAF(5, 3), LEAF(2, 3)))               \
+      BAD("zorch.linear(zorch.ones(2, 3), zorch.ones(4, 5))", "linear: input (2, 3) and weight (4, 5)"))) \
+  /* linear followed by an activation, fused into the GEMM where the device can                     \
+     (cuBLASLt's bias and relu epilogues); GELU (erf form, or the tanh form) runs                   \
+     right after the GEMM and is one autograd node with it. */                                      \
+  OP(linear_act, zorch_tensor *, (zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act), \
+     (x, w, b, act), LUA_NONE /* as linear */, (),                                                  \
+     (NO_GOLDEN("no PyTorch case yet: linear's and mlp's run its GEMM")                             \
+      GRAD(linear_relu, zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_RELU),                      \
+           (LEAF(6, 3), LEAF(4, 3), LEAF(4)))                                                       \
+      GRAD(linear_relu_3d, zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_RELU),                   \
+           (LEAF(2, 5, 3), LEAF(4, 3), LEAF(4)))                                                    \
+      GRAD(linear_gelu, zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU),                      \
+           (LEAF(2, 5, 3), LEAF(4, 3), LEAF(4)))                                                    \
+      GRAD(linear_gelu_tanh, zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU_TANH),            \
+           (LEAF(6, 3), LEAF(4, 3), LEAF(4)))                                                       \
+      GRAD(linear_relu_nobias, zorch_linear_act(in[0], in[1], NULL, ZORCH_ACT_RELU),                \
+           (LEAF(5, 3), LEAF(2, 3)))))                                                              \
+  /* w (out, C / groups, kh, kw), b (out) or NULL -> (N, out, OH, OW); o may be NULL.               \
+     Float32 and float64, contiguous. im2col: col (c * kh * kw, nb * oh * ow),                      \
+     row (ci, ki, kj), column (image, oy, ox), = x (n, c, h, w) of images n0 ..                     \
+     n0 + nb - 1 at each window position (0 in the padding). col2im: the adjoint,                   \
+     images n0 .. n0 + nb - 1 of gx (overwritten) = the sum of col's entries that                   \
+     read each pixel. conv2d: the whole convolution with one group, out (n, o,                      \
+     oh, ow) = x * w + b (b may be NULL); conv2d_bwd writes gx and gw (either may                   \
+     be NULL: not wanted) from gout. The op layer takes them only where the                         \
+     backend's conv2d_takes (NULL: always) says so; otherwise it runs im2col and                    \
+     the GEMM (CUDA: cuDNN absent, or sizes beyond its int descriptors). */                         \
+  OP(conv2d, zorch_tensor *, (zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, const zorch_conv2d_opts *o), \
+     (x, w, b, o), LUA_NONE /* the options table {stride, padding, dilation, groups} */,            \
+     (KERNEL(im2col, (zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0,     \
+                      int64_t nb))                                                                  \
+      KERNEL(col2im, (zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,    \
+                      int64_t nb))                                                                  \
+      KERNEL(conv2d, (zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,              \
+                      const zorch_tensor *b, const conv_geom *g))                                   \
+      KERNEL(conv2d_bwd, (zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,             \
+                          const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g))),      \
+     (GOLDEN(conv2d, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){0}), 2e-5, 1e-6)           \
+      GOLDEN(conv2d_stride_pad, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){{2, 1}, {1, 2}, {1, 1}, 1}), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(conv2d_dilation, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){{1, 1}, {1, 1}, {2, 1}, 1}), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(conv2d_groups, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){{2, 2}, {1, 1}, {1, 1}, 2}), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(conv2d_3d, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){0}), 2e-5, 1e-6)        \
+      GOLDEN(conv2d_batch, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){{1, 1}, {1, 1}, {1, 1}, 1}), \
+             2e-5, 1e-6)                                                                            \
+      /* stride, padding, dilation, groups; 10 images are 2 blocks */                               \
+      GRAD(conv2d, zorch_conv2d(in[0], in[1], in[2], NULL),                                         \
+           (LEAF(2, 3, 5, 4), LEAF(2, 3, 3, 2), LEAF(2)))                                           \
+      GRAD(conv2d_3d, zorch_conv2d(in[0], in[1], in[2], NULL), (LEAF(2, 4, 4), LEAF(3, 2, 2, 2), LEAF(3))) \
+      GRAD(conv2d_blocks, zorch_conv2d(in[0], in[1], in[2], NULL),                                  \
+           (LEAF(10, 2, 4, 3), LEAF(3, 2, 2, 2), LEAF(3)))                                          \
+      GRAD(conv2d_stride_pad, zorch_conv2d(in[0], in[1], in[2], &(zorch_conv2d_opts){{2, 1}, {1, 2}, {1, 1}, 1}), \
+           (LEAF(2, 2, 5, 4), LEAF(3, 2, 3, 3), LEAF(3)))                                           \
+      GRAD(conv2d_dil_groups, zorch_conv2d(in[0], in[1], NULL, &(zorch_conv2d_opts){{1, 2}, {2, 1}, {2, 1}, 2}), \
+           (LEAF(1, 4, 6, 5), LEAF(4, 2, 2, 3)))                                                    \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(32, 3, 3, 3))",                        \
+          "conv2d: weight (32, 3, 3, 3) expects 3 input channels per group, input (8, 1, 28, 28) has 1") \
+      BAD("zorch.conv2d(zorch.ones(2, 3, 5, 5), zorch.ones(4, 1, 3, 3), nil, {groups = 2})",        \
+          "conv2d: groups 2 does not divide the 3 channels of input (2, 3, 5, 5)")                  \
+      BAD("zorch.conv2d(zorch.ones(1, 1, 2, 2), zorch.ones(1, 1, 5, 5))",                           \
+          "conv2d: the output would be empty: input (1, 1, 2, 2)")                                  \
+      BAD("zorch.conv2d(zorch.ones(1, 1, 4, 4):long(), zorch.ones(1, 1, 3, 3))",                    \
+          "conv2d: needs a floating-point input, got int64")                                        \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(2, 1, 3, 3):double())",                \
+          "conv2d: input (float32), weight (float64) must have one dtype")                          \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(2, 3, 3))", "conv2d: weight (2, 3, 3)") \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(2, 1, 3, 3), zorch.ones(5))", "conv2d: bias (5,)") \
+      BAD("zorch.conv2d(zorch.ones(1, 1, 1, 4, 4), zorch.ones(2, 1, 3, 3))", "conv2d: input (1, 1, 1, 4, 4)") \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(2, 1, 3, 3), nil, {padding = 1 << 40})", \
+          "conv2d: padding")                                                                        \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(2, 1, 3, 3), nil, {groups = 0})",      \
+          "conv2d: groups must be a positive integer")))                                            \
+  /* indices (may be NULL) gets each maximum's position iy * W + ix in its plane (int64).           \
+     pool2d: out (n, oh, ow) = the pool of each window of x (n, h, w); for                          \
+     POOL_MAX, idx (int64, same shape) gets the argmax as iy * w + ix within its                    \
+     plane (NaN wins; the first maximum otherwise). pool2d_bwd: gx (n, h, w),                       \
+     overwritten, = the adjoint of pool2d applied to gout (n, oh, ow); idx is                       \
+     pool2d's for POOL_MAX (NULL otherwise). */                                                     \
+  OP(max_pool2d, zorch_tensor *, (zorch_tensor *x, const zorch_pool2d_opts *o, zorch_tensor **indices), \
+     (x, o, indices), LUA_NONE /* kernel_size and the options table {stride, padding, ...} */,      \
+     (KERNEL(pool2d, (pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,     \
+                      const conv_geom *g))                                                          \
+      KERNEL(pool2d_bwd, (pool_kind k, zorch_tensor *gx, const zorch_tensor *gout,                  \
+                          const zorch_tensor *idx, const conv_geom *g))),                           \
+     (GOLDEN(max_pool2d, zorch_max_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {2, 2}}, NULL), 2e-5, 1e-6) \
+      GOLDEN(max_pool2d_pad,                                                                        \
+             zorch_max_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}, \
+                              NULL), 2e-5, 1e-6)                                                    \
+      GOLDEN(max_pool2d_ceil_dil,                                                                   \
+             zorch_max_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 0}, \
+                                                         .dilation = {2, 1}, .ceil_mode = true}, NULL), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(max_pool2d_indices,                                                                    \
+             pool_indices(x[0], &(zorch_pool2d_opts){.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}), \
+             2e-5, 1e-6)                                                                            \
+      GRAD(max_pool2d, zorch_max_pool2d(in[0], &(zorch_pool2d_opts){.kernel = {2, 2}}, NULL), (LEAF(2, 2, 4, 5))) \
+      GRAD(max_pool2d_pad_dil,                                                                      \
+           zorch_max_pool2d(in[0], &(zorch_pool2d_opts){.kernel = {3, 2}, .stride = {2, 1}, .padding = {1, 1}, \
+                                                        .dilation = {2, 1}, .ceil_mode = true}, NULL), \
+           (LEAF(1, 2, 7, 5)))                                                                      \
+      BAD("zorch.max_pool2d(zorch.ones(8, 1, 28, 28), 30)",                                         \
+          "max_pool2d: the output would be empty (0 x 0): input (8, 1, 28, 28) is smaller than the kernel (30, 30)") \
+      BAD("zorch.max_pool2d(zorch.ones(8, 1, 28, 28), 2, {padding = 2})",                           \
+          "max_pool2d: padding (2, 2) must be at most half the kernel")                             \
+      BAD("zorch.max_pool2d(zorch.ones(4, 4), 2)", "max_pool2d: input (4, 4)")                      \
+      BAD("zorch.max_pool2d(zorch.ones(8, 1, 28, 28), {2, 2, 2})",                                  \
+          "max_pool2d: kernel_size must be an integer or a pair")))                                 \
+  OP(avg_pool2d, zorch_tensor *, (zorch_tensor *x, const zorch_pool2d_opts *o), (x, o),             \
+     LUA_NONE /* as max_pool2d */, (),                                                              \
+     (GOLDEN(avg_pool2d, zorch_avg_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {2, 2}}), 2e-5, 1e-6) \
+      GOLDEN(avg_pool2d_pad,                                                                        \
+             zorch_avg_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(avg_pool2d_excl_ceil,                                                                  \
+             zorch_avg_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, \
+                                                         .ceil_mode = true, .exclude_pad = true}),  \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(avg_pool2d_ceil,                                                                       \
+             zorch_avg_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {2, 2}, .stride = {2, 2}, .padding = {1, 1}, \
+                                                         .ceil_mode = true}),                       \
+             2e-5, 1e-6)                                                                            \
+      GRAD(avg_pool2d,                                                                              \
+           zorch_avg_pool2d(in[0], &(zorch_pool2d_opts){.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}), \
+           (LEAF(2, 2, 5, 6)))                                                                      \
+      GRAD(avg_pool2d_excl_ceil,                                                                    \
+           zorch_avg_pool2d(in[0], &(zorch_pool2d_opts){.kernel = {2, 3}, .stride = {2, 2}, .padding = {1, 1}, \
+                                                        .ceil_mode = true, .exclude_pad = true}),   \
+           (LEAF(1, 2, 5, 6)))                                                                      \
+      BAD("zorch.avg_pool2d(zorch.ones(8, 1, 28, 28), 2, {stride = 0})", "avg_pool2d: stride (0, 0) must be positive") \
+      BAD("zorch.avg_pool2d(zorch.ones(1, 4, 4):long(), 2)", "avg_pool2d: needs a floating-point input, got int64"))) \
+  /* Output (oh, ow): the window of output i spans floor(i * H / oh) .. ceil((i + 1) * H / oh). */  \
+  OP(adaptive_avg_pool2d, zorch_tensor *, (zorch_tensor *x, int64_t oh, int64_t ow), (x, oh, ow),   \
+     LUA_NONE /* output_size: a number or a pair, two C arguments */, (),                           \
+     (GOLDEN(adaptive_avg_pool2d, zorch_adaptive_avg_pool2d(x[0], 3, 4), 2e-5, 1e-6)                \
+      GOLDEN(adaptive_avg_pool2d_1, zorch_adaptive_avg_pool2d(x[0], 1, 1), 2e-5, 1e-6)              \
+      GOLDEN(adaptive_avg_pool2d_up, zorch_adaptive_avg_pool2d(x[0], 5, 4), 2e-5, 1e-6)             \
+      GRAD(adaptive_avg_pool2d, zorch_adaptive_avg_pool2d(in[0], 3, 2), (LEAF(2, 7, 5)))            \
+      BAD("zorch.adaptive_avg_pool2d(zorch.ones(8, 1, 28, 28), {0, 2})",                            \
+          "adaptive_avg_pool2d: output_size (0, 2) must be positive")                               \
+      BAD("zorch.adaptive_avg_pool2d(zorch.ones(1, 0, 4), 2)", "adaptive_avg_pool2d: input (1, 0, 4) has an empty image")))
 
 #endif

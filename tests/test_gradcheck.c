@@ -107,12 +107,6 @@ CHECK(max_all, 1, return zorch_max(in[0], 0, NULL, false, NULL);)
 CHECK(min_dim, 1, return zorch_min(in[0], 1, (int[]){-1}, false, NULL);)
 CHECK(min_dims, 1, return zorch_min(in[0], 2, (int[]){0, 2}, true, NULL);)
 CHECK(matmul, 2, return zorch_matmul(in[0], in[1]);)
-CHECK(linear, 3, return zorch_linear(in[0], in[1], in[2]);)
-CHECK(linear_nobias, 2, return zorch_linear(in[0], in[1], NULL);)
-CHECK(linear_relu, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_RELU);)
-CHECK(linear_relu_nobias, 2, return zorch_linear_act(in[0], in[1], NULL, ZORCH_ACT_RELU);)
-CHECK(linear_gelu, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU);)
-CHECK(linear_gelu_tanh, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU_TANH);)
 CHECK(where, 3, return zorch_where(in[2], in[0], in[1]);)
 CHECK(masked_fill, 2, return zorch_masked_fill(in[0], in[1], 2.0);)
 CHECK(cat, 3, return zorch_cat(3, in, 1);)
@@ -149,23 +143,6 @@ CHECK(chain, 2, {
   return o;
 })
 
-/* convolution and pooling, with stride, padding, dilation, groups, ceil mode */
-static const zorch_conv2d_opts conv_sp = {{2, 1}, {1, 2}, {1, 1}, 1};
-static const zorch_conv2d_opts conv_dg = {{1, 2}, {2, 1}, {2, 1}, 2};
-CHECK(conv2d, 3, return zorch_conv2d(in[0], in[1], in[2], NULL);)
-CHECK(conv2d_stride_pad, 3, return zorch_conv2d(in[0], in[1], in[2], &conv_sp);)
-CHECK(conv2d_dil_groups, 2, return zorch_conv2d(in[0], in[1], NULL, &conv_dg);)
-static const zorch_pool2d_opts pool_k2 = {.kernel = {2, 2}};
-static const zorch_pool2d_opts pool_pd = {.kernel = {3, 2}, .stride = {2, 1}, .padding = {1, 1},
-                                          .dilation = {2, 1}, .ceil_mode = true};
-static const zorch_pool2d_opts pool_avg = {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
-static const zorch_pool2d_opts pool_excl = {.kernel = {2, 3}, .stride = {2, 2}, .padding = {1, 1},
-                                            .ceil_mode = true, .exclude_pad = true};
-CHECK(max_pool2d, 1, return zorch_max_pool2d(in[0], &pool_k2, NULL);)
-CHECK(max_pool2d_pad_dil, 1, return zorch_max_pool2d(in[0], &pool_pd, NULL);)
-CHECK(avg_pool2d, 1, return zorch_avg_pool2d(in[0], &pool_avg);)
-CHECK(avg_pool2d_excl_ceil, 1, return zorch_avg_pool2d(in[0], &pool_excl);)
-CHECK(adaptive_avg_pool2d, 1, return zorch_adaptive_avg_pool2d(in[0], 3, 2);)
 /* reductions, shape ops and matrix products composed of other ops */
 CHECK(prod_dim, 1, return zorch_prod(in[0], 1, (int[]){-1}, false);)
 CHECK(prod_all, 1, return zorch_prod(in[0], 0, NULL, true);)
@@ -272,14 +249,6 @@ int main(void) {
   RUN(matmul, leaf(SHAPE(4), 0), leaf(SHAPE(4, 3), 0));
   RUN(matmul, leaf(SHAPE(2, 3, 4), 0), leaf(SHAPE(4), 0));
   RUN(matmul, leaf(SHAPE(4), 0), leaf(SHAPE(4), 0));
-  RUN(linear, leaf(SHAPE(5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear_nobias, leaf(SHAPE(5, 3), 0), leaf(SHAPE(2, 3), 0));
-  RUN(linear_relu, leaf(SHAPE(6, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear_relu, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear_gelu, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear_gelu_tanh, leaf(SHAPE(6, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear_relu_nobias, leaf(SHAPE(5, 3), 0), leaf(SHAPE(2, 3), 0));
   {
     zorch_tensor *c0 = zorch_randn(SHAPE(3, 4), ZORCH_F64, CPU, gen);
     zorch_tensor *z = zorch_zeros(0, NULL, ZORCH_F64, CPU);
@@ -326,16 +295,6 @@ int main(void) {
   RUN(contiguous, leaf(SHAPE(3, 4), 0));
   RUN(clone, leaf(SHAPE(3, 4), 0));
   RUN(chain, leaf(SHAPE(4, 3), 0), leaf(SHAPE(5, 3), 0));
-  RUN(conv2d, leaf(SHAPE(2, 3, 5, 4), 0), leaf(SHAPE(2, 3, 3, 2), 0), leaf(SHAPE(2), 0));
-  RUN(conv2d, leaf(SHAPE(2, 4, 4), 0), leaf(SHAPE(3, 2, 2, 2), 0), leaf(SHAPE(3), 0));
-  RUN(conv2d, leaf(SHAPE(10, 2, 4, 3), 0), leaf(SHAPE(3, 2, 2, 2), 0), leaf(SHAPE(3), 0)); /* 2 blocks */
-  RUN(conv2d_stride_pad, leaf(SHAPE(2, 2, 5, 4), 0), leaf(SHAPE(3, 2, 3, 3), 0), leaf(SHAPE(3), 0));
-  RUN(conv2d_dil_groups, leaf(SHAPE(1, 4, 6, 5), 0), leaf(SHAPE(4, 2, 2, 3), 0));
-  RUN(max_pool2d, leaf(SHAPE(2, 2, 4, 5), 0));
-  RUN(max_pool2d_pad_dil, leaf(SHAPE(1, 2, 7, 5), 0));
-  RUN(avg_pool2d, leaf(SHAPE(2, 2, 5, 6), 0));
-  RUN(avg_pool2d_excl_ceil, leaf(SHAPE(1, 2, 5, 6), 0));
-  RUN(adaptive_avg_pool2d, leaf(SHAPE(2, 7, 5), 0));
   run_declared();
   zorch_generator_free(gen);
   return done_testing();

@@ -96,35 +96,10 @@ typedef struct backend {
                        zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
   zorch_status (*sgd)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
                       const zorch_sgd_opts *o);
-  /* ---- convolution and pooling (ops/def/conv.c); float32 and float64, contiguous ----
-     im2col: col (c * kh * kw, nb * oh * ow), row (ci, ki, kj), column (image,
-     oy, ox), = x (n, c, h, w) of images n0 .. n0 + nb - 1 at each window
-     position (0 in the padding). col2im: the adjoint, images n0 .. n0 + nb - 1
-     of gx (overwritten) = the sum of col's entries that read each pixel. */
-  zorch_status (*im2col)(zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0,
-                         int64_t nb);
-  zorch_status (*col2im)(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,
-                         int64_t nb);
-  /* Optional (NULL: im2col and the GEMM above, driven by ops/def/conv.c): the whole
-     convolution with one group. out (n, o, oh, ow) = x * w + b (b may be NULL);
-     its backward writes gx and gw (either may be NULL: not wanted) from gout. */
-  zorch_status (*conv2d)(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,
-                         const zorch_tensor *b, const conv_geom *g);
-  zorch_status (*conv2d_bwd)(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,
-                             const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
-  /* Optional (NULL: always): whether conv2d and conv2d_bwd take this convolution;
-     when false, ops/def/conv.c runs im2col and the GEMM (CUDA: cuDNN absent, or
-     sizes beyond its int descriptors). */
+  /* Optional (NULL: always): whether conv2d and conv2d_bwd (include/zorch_ops.h)
+     take this convolution; when false, ops/def/conv.c runs im2col and the GEMM
+     (CUDA: cuDNN absent, or sizes beyond its int descriptors). */
   bool (*conv2d_takes)(const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
-  /* out (n, oh, ow) = the pool of each window of x (n, h, w); for POOL_MAX, idx
-     (int64, same shape) gets the argmax as iy * w + ix within its plane (NaN
-     wins; the first maximum otherwise). */
-  zorch_status (*pool2d)(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,
-                         const conv_geom *g);
-  /* gx (n, h, w), overwritten, = the adjoint of pool2d applied to gout (n, oh,
-     ow); idx is pool2d's for POOL_MAX (NULL otherwise). */
-  zorch_status (*pool2d_bwd)(pool_kind k, zorch_tensor *gx, const zorch_tensor *gout,
-                             const zorch_tensor *idx, const conv_geom *g);
   /* host <-> device and device -> device copies of contiguous bytes (NULL on
      the CPU backend); to_host waits for the device's queued work. */
   zorch_status (*to_host)(void *dst, const void *src, size_t n, int index);

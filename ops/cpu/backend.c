@@ -22,12 +22,6 @@ const backend cpu_backend = {
     .randint = cpu_randint,
     .adam = cpu_adam,
     .sgd = cpu_sgd,
-    .im2col = cpu_im2col,
-    .col2im = cpu_col2im,
-    .conv2d = cpu_conv2d,
-    .conv2d_bwd = cpu_conv2d_bwd,
-    .pool2d = cpu_pool2d,
-    .pool2d_bwd = cpu_pool2d_bwd,
 #define KERNEL(slot, params) .slot = cpu_##slot,
 #define KERNEL_OPT KERNEL
     ZORCH_OP_KERNELS

@@ -21,18 +21,6 @@ zorch_status cpu_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, z
                       zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
 zorch_status cpu_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
                      const zorch_sgd_opts *o);
-zorch_status cpu_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0,
-                        int64_t nb);
-zorch_status cpu_col2im(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,
-                        int64_t nb);
-zorch_status cpu_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,
-                        const zorch_tensor *b, const conv_geom *g);
-zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,
-                            const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
-zorch_status cpu_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,
-                        const conv_geom *g);
-zorch_status cpu_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *gout,
-                            const zorch_tensor *idx, const conv_geom *g);
 /* the declared ops' kernels (include/zorch_ops.h) */
 #define KERNEL(slot, params) zorch_status cpu_##slot params;
 #define KERNEL_OPT KERNEL

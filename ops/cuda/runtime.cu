@@ -321,13 +321,7 @@ static backend make_backend() {
   b.randint = cuda_randint;
   b.adam = cuda_adam;
   b.sgd = cuda_sgd;
-  b.conv2d = cu_cudnn_conv2d;  // when cuDNN takes it; else im2col + GEMM (ops/def/conv.c)
-  b.conv2d_bwd = cu_cudnn_conv2d_bwd;
-  b.conv2d_takes = cu_cudnn_conv_takes;
-  b.im2col = cuda_im2col;
-  b.col2im = cuda_col2im;
-  b.pool2d = cuda_pool2d;
-  b.pool2d_bwd = cuda_pool2d_bwd;
+  b.conv2d_takes = cu_cudnn_conv_takes;  // cuda_conv2d when cuDNN takes it; else im2col + GEMM (ops/def/conv.c)
   b.to_host = cuda_to_host;
   b.from_host = cuda_from_host;
   b.to_device = cuda_to_device;

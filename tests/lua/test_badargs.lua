@@ -239,39 +239,6 @@ tap.raises("multinomial of integer weights", function() zorch.multinomial(zorch.
            "multinomial", "floating point", "int64")
 tap.raises("multinomial of 0 samples", function() zorch.multinomial(zorch.ones(3), 0) end, "multinomial", "at least 1")
 tap.raises("Generator wants a seed", function() zorch.Generator() end, "Generator")
-tap.raises("linear names input and weight", function() zorch.linear(t23, t45) end, "linear", "(2, 3)", "(4, 5)")
--- convolution and pooling name the function, the argument and the shapes
-local img = zorch.ones(8, 1, 28, 28)
-tap.raises("conv2d: input channels per group", function() zorch.conv2d(img, zorch.ones(32, 3, 3, 3)) end,
-           "conv2d", "weight (32, 3, 3, 3) expects 3 input channels per group, input (8, 1, 28, 28) has 1")
-tap.raises("conv2d: groups not dividing the channels", function() zorch.conv2d(zorch.ones(2, 3, 5, 5), zorch.ones(4, 1, 3, 3), nil, {groups = 2}) end,
-           "conv2d", "groups 2", "(2, 3, 5, 5)")
-tap.raises("conv2d: an output of size 0", function() zorch.conv2d(zorch.ones(1, 1, 2, 2), zorch.ones(1, 1, 5, 5)) end,
-           "conv2d", "empty", "(1, 1, 2, 2)")
-tap.raises("conv2d: int64 input", function() zorch.conv2d(zorch.ones(1, 1, 4, 4):long(), zorch.ones(1, 1, 3, 3)) end,
-           "conv2d", "int64")
-tap.raises("conv2d: dtypes differ", function() zorch.conv2d(img, zorch.ones(2, 1, 3, 3):double()) end,
-           "conv2d", "float32", "float64")
-tap.raises("conv2d: a weight of 3 dims", function() zorch.conv2d(img, zorch.ones(2, 3, 3)) end, "conv2d", "weight (2, 3, 3)")
-tap.raises("conv2d: a bias of the wrong size", function() zorch.conv2d(img, zorch.ones(2, 1, 3, 3), zorch.ones(5)) end,
-           "conv2d", "bias (5,)")
-tap.raises("conv2d: a 5-d input", function() zorch.conv2d(zorch.ones(1, 1, 1, 4, 4), zorch.ones(2, 1, 3, 3)) end,
-           "conv2d", "(1, 1, 1, 4, 4)")
-tap.raises("conv2d: a huge padding", function() zorch.conv2d(img, zorch.ones(2, 1, 3, 3), nil, {padding = 1 << 40}) end,
-           "conv2d", "padding")
-tap.raises("conv2d: groups 0", function() zorch.conv2d(img, zorch.ones(2, 1, 3, 3), nil, {groups = 0}) end, "conv2d", "groups")
-tap.raises("max_pool2d: a kernel larger than the image", function() zorch.max_pool2d(img, 30) end,
-           "max_pool2d", "(8, 1, 28, 28)", "(30, 30)")
-tap.raises("max_pool2d: padding over half the kernel", function() zorch.max_pool2d(img, 2, {padding = 2}) end,
-           "max_pool2d", "padding")
-tap.raises("max_pool2d: a 2-d input", function() zorch.max_pool2d(zorch.ones(4, 4), 2) end, "max_pool2d", "(4, 4)")
-tap.raises("max_pool2d: a kernel pair of three", function() zorch.max_pool2d(img, {2, 2, 2}) end, "max_pool2d", "kernel_size")
-tap.raises("avg_pool2d: stride 0", function() zorch.avg_pool2d(img, 2, {stride = 0}) end, "avg_pool2d", "stride")
-tap.raises("avg_pool2d: int64 input", function() zorch.avg_pool2d(zorch.ones(1, 4, 4):long(), 2) end, "avg_pool2d", "int64")
-tap.raises("adaptive_avg_pool2d: output size 0", function() zorch.adaptive_avg_pool2d(img, {0, 2}) end,
-           "adaptive_avg_pool2d", "output_size")
-tap.raises("adaptive_avg_pool2d: an empty image", function() zorch.adaptive_avg_pool2d(zorch.ones(1, 0, 4), 2) end,
-           "adaptive_avg_pool2d", "(1, 0, 4)")
 tap.raises("view of a bad size", function() t23:view(4, 4) end, "view", "(4, 4)", "(2, 3)")
 tap.raises("tensor of a ragged table", function() zorch.tensor{{1, 2}, {3}} end, "ragged")
 tap.raises("tensor of strings", function() zorch.tensor{"a"} end, "expected numbers")
