@@ -137,19 +137,7 @@ ZORCH_API zorch_tensor *zorch_full_i64(int ndim, const int64_t *shape, int64_t v
                                        zorch_device dev);
 ZORCH_API zorch_tensor *zorch_arange_i64(int64_t start, int64_t end, int64_t step, zorch_dtype dt,
                                          zorch_device dev);
-/* Uniform [0, 1) and standard normal from a counter-based generator (NULL: the
-   default one). The same seed gives the same numbers on every device. */
-ZORCH_API zorch_tensor *zorch_rand(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
-                         zorch_generator *gen);
-ZORCH_API zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
-                          zorch_generator *gen);
-/* Integers uniform in [low, high) (high > low), drawn as int64 and converted to
-   dt; and a random permutation of 0..n-1. Counter based like rand: the same seed
-   gives the same numbers on every device. */
-ZORCH_API zorch_tensor *zorch_randint(int64_t low, int64_t high, int ndim, const int64_t *shape,
-                                      zorch_dtype dt, zorch_device dev, zorch_generator *gen);
-ZORCH_API zorch_tensor *zorch_randperm(int64_t n, zorch_dtype dt, zorch_device dev,
-                                       zorch_generator *gen);
+/* rand, randn, randint, randperm, eye, linspace and logspace are in include/zorch_ops.h. */
 /* Copies `shape`'s worth of contiguous elements from a host buffer. */
 ZORCH_API zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape,
                                 zorch_dtype dt);
@@ -423,11 +411,6 @@ typedef enum { ZORCH_PAD_CONSTANT = 0, ZORCH_PAD_REFLECT, ZORCH_PAD_REPLICATE, Z
 /* torch.nn.functional.pad: pads = (before, after) pairs for the last dims, the
    last dim first; negative pads crop (constant and circular modes). */
 ZORCH_API zorch_tensor *zorch_pad(zorch_tensor *a, int npads, const int64_t *pads, zorch_pad_mode mode, double value);
-/* n x m identity (m = -1: n). */
-ZORCH_API zorch_tensor *zorch_eye(int64_t n, int64_t m, zorch_dtype dt, zorch_device dev);
-ZORCH_API zorch_tensor *zorch_linspace(double start, double end, int64_t steps, zorch_dtype dt, zorch_device dev);
-ZORCH_API zorch_tensor *zorch_logspace(double start, double end, int64_t steps, double base, zorch_dtype dt,
-                                       zorch_device dev);
 /* int64 classes (0-based) to int64 one-hot rows; num_classes -1: the largest class + 1. */
 ZORCH_API zorch_tensor *zorch_one_hot(zorch_tensor *idx, int64_t num_classes);
 /* Matrix products with PyTorch's strict shapes: (n,k)(k,m), (b,n,k)(b,k,m), (n,k)(k), (k)(k). */
@@ -476,37 +459,23 @@ ZORCH_API uint64_t zorch_generator_offset(const zorch_generator *g);
 ZORCH_API void zorch_generator_set_offset(zorch_generator *g, uint64_t offset);
 ZORCH_API zorch_generator *zorch_default_generator(void);
 ZORCH_API void zorch_manual_seed(uint64_t seed); /* seeds the default generator */
-
-/* n indices (int64) drawn from each row of probs, (N) or (B, N) non-negative
-   finite weights (normalised or not), as torch.multinomial: with replacement
-   each draw is independent; without, a category is drawn at most once (n <= the
-   row's positive weights). Result (n) or (B, n) on probs' device; gen NULL draws
-   from the default generator. */
-ZORCH_API zorch_tensor *zorch_multinomial(zorch_tensor *probs, int64_t n, bool replacement,
-                                          zorch_generator *gen);
+/* the random constructors and multinomial are in include/zorch_ops.h */
 /* ---- host memory: bytes of host (CPU) tensor storage, all threads ---------------- */
 ZORCH_API void zorch_host_memory_stats(size_t *in_use, size_t *peak);
 ZORCH_API void zorch_host_memory_reset_peak(void); /* the peak becomes what is in use now */
 
-/* ---- fused optimizer updates: one pass, in place, PyTorch's formulas --------------------
-   param, grad and state tensors share a shape, dtype f32 or f64 and contiguity. */
+/* ---- the options of the fused optimizer updates (zorch_adam_step and
+   zorch_sgd_step, include/zorch_ops.h) ----------------------------------------------------- */
 typedef struct {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled; /* AdamW: weight decay applied to the parameter, not the gradient */
   bool amsgrad;   /* uses max_v */
   bool no_bias_correction; /* DeepSpeed's bias_correction false: step size lr, denominator sqrt(v) + eps */
 } zorch_adam_opts;
-ZORCH_API zorch_status zorch_adam_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *m,
-                             zorch_tensor *v, zorch_tensor *max_v, int64_t step,
-                             const zorch_adam_opts *o);
 typedef struct {
   double lr, momentum, dampening, weight_decay;
   bool nesterov;
 } zorch_sgd_opts;
-/* `buf` is the momentum buffer (NULL when momentum is 0); first_step copies the
-   gradient into it, as PyTorch does on its first step. */
-ZORCH_API zorch_status zorch_sgd_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *buf,
-                            bool first_step, const zorch_sgd_opts *o);
 
 /* ---- runtime ------------------------------------------------------------------------------- */
 /* Number of threads CPU kernels use (and BLAS); 0 asks for the default (cores).

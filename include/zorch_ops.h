@@ -579,6 +579,93 @@
       GRAD(adaptive_avg_pool2d, zorch_adaptive_avg_pool2d(in[0], 3, 2), (LEAF(2, 7, 5)))            \
       BAD("zorch.adaptive_avg_pool2d(zorch.ones(8, 1, 28, 28), {0, 2})",                            \
           "adaptive_avg_pool2d: output_size (0, 2) must be positive")                               \
-      BAD("zorch.adaptive_avg_pool2d(zorch.ones(1, 0, 4), 2)", "adaptive_avg_pool2d: input (1, 0, 4) has an empty image")))
+      BAD("zorch.adaptive_avg_pool2d(zorch.ones(1, 0, 4), 2)", "adaptive_avg_pool2d: input (1, 0, 4) has an empty image"))) \
+  /* ---- fused optimizer updates: one pass, in place, PyTorch's formulas; param,                   \
+     grad and state tensors share a shape, dtype f32 or f64 and contiguity ---- */                  \
+  /* adam: the update of p (and m, v, vmax when amsgrad) from g at `step`. */                       \
+  OP(adam_step, zorch_status,                                                                       \
+     (zorch_tensor *param, zorch_tensor *grad, zorch_tensor *m, zorch_tensor *v, zorch_tensor *max_v, \
+      int64_t step, const zorch_adam_opts *o),                                                      \
+     (param, grad, m, v, max_v, step, o), LUA_NONE /* zorch._adam_step, lua/lzorch.c */,            \
+     (KERNEL(adam, (zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,       \
+                    zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o))),                  \
+     (GOLDEN(adam, adam_case(x, (zorch_adam_opts){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(adam_wd, adam_case(x, (zorch_adam_opts){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, \
+                                                     .weight_decay = 0.1}), 2e-5, 1e-6)             \
+      GOLDEN(adam_amsgrad, adam_case(x, (zorch_adam_opts){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, \
+                                                          .eps = 1e-8, .amsgrad = true}), 2e-5, 1e-6) \
+      GOLDEN(adamw, adam_case(x, (zorch_adam_opts){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, \
+                                                   .weight_decay = 0.1, .decoupled = true}), 2e-5, 1e-6))) \
+  /* `buf` is the momentum buffer (NULL when momentum is 0); first_step copies the                  \
+     gradient into it, as PyTorch does on its first step.                                           \
+     sgd: the update of p (and buf, NULL when momentum is 0) from g. */                             \
+  OP(sgd_step, zorch_status,                                                                        \
+     (zorch_tensor *param, zorch_tensor *grad, zorch_tensor *buf, bool first_step, const zorch_sgd_opts *o), \
+     (param, grad, buf, first_step, o), LUA_NONE /* zorch._sgd_step, lua/lzorch.c */,               \
+     (KERNEL(sgd, (zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,           \
+                   const zorch_sgd_opts *o))),                                                      \
+     (GOLDEN(sgd, sgd_case(x, (zorch_sgd_opts){.lr = 0.1}), 2e-5, 1e-6)                             \
+      GOLDEN(sgd_momentum, sgd_case(x, (zorch_sgd_opts){.lr = 0.1, .momentum = 0.9, .dampening = 0.1, \
+                                                        .weight_decay = 0.01}), 2e-5, 1e-6)         \
+      GOLDEN(sgd_nesterov, sgd_case(x, (zorch_sgd_opts){.lr = 0.1, .momentum = 0.9, .nesterov = true}), \
+             2e-5, 1e-6)))                                                                          \
+  /* ---- random constructors: counter based (Philox4x32-10); gen NULL draws from                   \
+     the default generator ---- */                                                                  \
+  /* Uniform [0, 1) and standard normal from a counter-based generator (NULL: the                   \
+     default one). The same seed gives the same numbers on every device.                            \
+     random: Philox numbers for elements [0, numel) from block `offset` on. */                      \
+  OP(rand, zorch_tensor *,                                                                          \
+     (int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev, zorch_generator *gen),      \
+     (ndim, shape, dt, dev, gen), LUA_NONE /* sizes, then an options table */,                      \
+     (KERNEL(random, (zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal))),            \
+     (NO_GOLDEN("random: PyTorch's generator draws other numbers")))                                \
+  OP(randn, zorch_tensor *,                                                                         \
+     (int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev, zorch_generator *gen),      \
+     (ndim, shape, dt, dev, gen), LUA_NONE /* as rand */, (),                                       \
+     (NO_GOLDEN("random: PyTorch's generator draws other numbers")))                                \
+  /* Integers uniform in [low, high) (high > low), drawn as int64 and converted to                  \
+     dt; and a random permutation of 0..n-1. Counter based like rand: the same seed                 \
+     gives the same numbers on every device.                                                        \
+     randint: int64 out: low + (64 random bits mod range) per element from block                    \
+     `offset` on (zm_random_int of ops/backend/math.h). */                                          \
+  OP(randint, zorch_tensor *,                                                                       \
+     (int64_t low, int64_t high, int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,  \
+      zorch_generator *gen),                                                                        \
+     (low, high, ndim, shape, dt, dev, gen), LUA_NONE /* 1-based bounds, a sizes table, options */, \
+     (KERNEL(randint, (zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,              \
+                       uint64_t range))),                                                           \
+     (NO_GOLDEN("random: PyTorch's generator draws other numbers")                                  \
+      BAD("zorch.randint(5, 2, {3})", "randint: high (2) must be at least low (5)")                 \
+      BAD("zorch.randint(1, 5, 3)", "table expected, got number")                                   \
+      BAD("zorch.randint(0, 1000, {4}, {dtype = 'uint8'})", "randint: values from 0 to 1000 do not all fit uint8") \
+      BAD("zorch.randint(0, 1, {3}, {dtype = 'bool'})", "randint: needs a numeric dtype, got bool"))) \
+  OP(randperm, zorch_tensor *, (int64_t n, zorch_dtype dt, zorch_device dev, zorch_generator *gen), \
+     (n, dt, dev, gen), LUA_NONE /* 1-based values, options */, (),                                 \
+     (NO_GOLDEN("random: PyTorch's generator draws other numbers")                                  \
+      BAD("zorch.randperm(-1)", "randperm: n must be >= 0, got -1")                                 \
+      BAD("zorch.randperm(1000, {dtype = 'uint8'})", "randperm: values from 1 to 1000 do not all fit uint8"))) \
+  /* n indices (int64) drawn from each row of probs, (N) or (B, N) non-negative                     \
+     finite weights (normalised or not), as torch.multinomial: with replacement                     \
+     each draw is independent; without, a category is drawn at most once (n <= the                  \
+     row's positive weights). Result (n) or (B, n) on probs' device; gen NULL draws                 \
+     from the default generator. */                                                                 \
+  OP(multinomial, zorch_tensor *, (zorch_tensor *probs, int64_t n, bool replacement, zorch_generator *gen), \
+     (probs, n, replacement, gen), LUA_NONE /* 1-based indices, the options table {replacement, generator} */, \
+     (), (NO_GOLDEN("random: PyTorch's generator draws other numbers")                              \
+      BAD("zorch.multinomial(zorch.tensor{1, 2}, 1)", "multinomial: probs must be floating point, got int64") \
+      BAD("zorch.multinomial(zorch.ones(3), 0)", "multinomial: the number of samples must be at least 1"))) \
+  /* ---- other constructors ---- */                                                                \
+  /* n x m identity (m = -1: n). */                                                                 \
+  OP(eye, zorch_tensor *, (int64_t n, int64_t m, zorch_dtype dt, zorch_device dev), (n, m, dt, dev), \
+     LUA_NONE /* options table (lua/lshape.c) */, (),                                               \
+     (NO_GOLDEN("no PyTorch case yet")))                                                            \
+  OP(linspace, zorch_tensor *, (double start, double end, int64_t steps, zorch_dtype dt, zorch_device dev), \
+     (start, end, steps, dt, dev), LUA_NONE /* options table (lua/lshape.c) */, (),                 \
+     (NO_GOLDEN("no PyTorch case yet")))                                                            \
+  OP(logspace, zorch_tensor *,                                                                      \
+     (double start, double end, int64_t steps, double base, zorch_dtype dt, zorch_device dev),      \
+     (start, end, steps, base, dt, dev), LUA_NONE /* options table (lua/lshape.c) */, (),           \
+     (NO_GOLDEN("no PyTorch case yet")))
 
 #endif

@@ -86,16 +86,6 @@ typedef struct backend {
      strided views whose last dim is contiguous (the heads of a fused QKV
      projection in place), not only contiguous tensors. */
   bool attention_strided;
-  /* Philox numbers for elements [0, numel) from block `offset` on. */
-  zorch_status (*random)(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
-  /* int64 out: low + (64 random bits mod range) per element from block `offset`
-     on (zm_random_int of ops/backend/math.h). */
-  zorch_status (*randint)(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
-                          uint64_t range);
-  zorch_status (*adam)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,
-                       zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
-  zorch_status (*sgd)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
-                      const zorch_sgd_opts *o);
   /* Optional (NULL: always): whether conv2d and conv2d_bwd (include/zorch_ops.h)
      take this convolution; when false, ops/def/conv.c runs im2col and the GEMM
      (CUDA: cuDNN absent, or sizes beyond its int descriptors). */

@@ -18,10 +18,6 @@ const backend cpu_backend = {
     .max_bwd = cpu_max_bwd,
     .gemm = cpu_gemm,
     .attention_strided = true,
-    .random = cpu_random,
-    .randint = cpu_randint,
-    .adam = cpu_adam,
-    .sgd = cpu_sgd,
 #define KERNEL(slot, params) .slot = cpu_##slot,
 #define KERNEL_OPT KERNEL
     ZORCH_OP_KERNELS

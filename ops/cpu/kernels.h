@@ -14,13 +14,6 @@ zorch_status cpu_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_
 zorch_status cpu_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx,
                          int64_t outer, int64_t r, int64_t inner);
 zorch_status cpu_gemm(const gemm_args *g);
-zorch_status cpu_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
-zorch_status cpu_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
-                         uint64_t range);
-zorch_status cpu_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,
-                      zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
-zorch_status cpu_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
-                     const zorch_sgd_opts *o);
 /* the declared ops' kernels (include/zorch_ops.h) */
 #define KERNEL(slot, params) zorch_status cpu_##slot params;
 #define KERNEL_OPT KERNEL

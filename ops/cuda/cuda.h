@@ -190,14 +190,9 @@ zorch_status cuda_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double
 zorch_status cuda_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b, double p0,
                          double p1);
 zorch_status cuda_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a, const zorch_tensor *b);
-zorch_status cuda_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
 zorch_status cuda_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *idx, int64_t outer, int64_t r,
                           int64_t inner);
-zorch_status cuda_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range);
 zorch_status cuda_gemm(const gemm_args *g);
-zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v, zorch_tensor *vmax,
-                       int64_t step, const zorch_adam_opts *o);
-zorch_status cuda_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first, const zorch_sgd_opts *o);
 void *cuda_alloc(int dev, size_t nbytes);
 void cuda_free(int dev, void *p);
 zorch_status cuda_to_host(void *dst, const void *src, size_t n, int dev);

@@ -317,10 +317,6 @@ static backend make_backend() {
   b.where = cuda_where;
   b.max_bwd = cuda_max_bwd;
   b.gemm = cuda_gemm;
-  b.random = cuda_random;
-  b.randint = cuda_randint;
-  b.adam = cuda_adam;
-  b.sgd = cuda_sgd;
   b.conv2d_takes = cu_cudnn_conv_takes;  // cuda_conv2d when cuDNN takes it; else im2col + GEMM (ops/def/conv.c)
   b.to_host = cuda_to_host;
   b.from_host = cuda_from_host;
