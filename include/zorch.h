@@ -137,19 +137,7 @@ ZORCH_API zorch_tensor *zorch_full_i64(int ndim, const int64_t *shape, int64_t v
                                        zorch_device dev);
 ZORCH_API zorch_tensor *zorch_arange_i64(int64_t start, int64_t end, int64_t step, zorch_dtype dt,
                                          zorch_device dev);
-/* Uniform [0, 1) and standard normal from a counter-based generator (NULL: the
-   default one). The same seed gives the same numbers on every device. */
-ZORCH_API zorch_tensor *zorch_rand(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
-                         zorch_generator *gen);
-ZORCH_API zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,
-                          zorch_generator *gen);
-/* Integers uniform in [low, high) (high > low), drawn as int64 and converted to
-   dt; and a random permutation of 0..n-1. Counter based like rand: the same seed
-   gives the same numbers on every device. */
-ZORCH_API zorch_tensor *zorch_randint(int64_t low, int64_t high, int ndim, const int64_t *shape,
-                                      zorch_dtype dt, zorch_device dev, zorch_generator *gen);
-ZORCH_API zorch_tensor *zorch_randperm(int64_t n, zorch_dtype dt, zorch_device dev,
-                                       zorch_generator *gen);
+/* rand, randn, randint, randperm, eye, linspace and logspace are in include/zorch_ops.h. */
 /* Copies `shape`'s worth of contiguous elements from a host buffer. */
 ZORCH_API zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape,
                                 zorch_dtype dt);
@@ -339,60 +327,21 @@ ZORCH_API zorch_tensor *zorch_ne(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_le(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_ge(zorch_tensor *a, zorch_tensor *b);
 
-/* ---- reductions (dims: list of ndims entries; ndims 0 means all) ---------------------- */
-
 /* ---- linear algebra and nn ------------------------------------------------------------- */
-/* x (..., in) · w (out, in)ᵀ + b (out); b may be NULL. */
-ZORCH_API zorch_tensor *zorch_linear(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b);
-/* linear followed by an activation, fused into the GEMM where the device can
-   (cuBLASLt's bias and relu epilogues); GELU (erf form, or the tanh form) runs
-   right after the GEMM and is one autograd node with it. */
+/* the activations zorch_linear_act fuses (include/zorch_ops.h) */
 typedef enum { ZORCH_ACT_NONE, ZORCH_ACT_RELU, ZORCH_ACT_GELU, ZORCH_ACT_GELU_TANH } zorch_activation;
-ZORCH_API zorch_tensor *zorch_linear_act(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act);
+/* how a loss reduces over the batch (the losses are in include/zorch_ops.h) */
 typedef enum { ZORCH_REDUCE_MEAN = 0, ZORCH_REDUCE_SUM, ZORCH_REDUCE_NONE } zorch_reduction;
-ZORCH_API zorch_tensor *zorch_mse_loss(zorch_tensor *input, zorch_tensor *target, zorch_reduction r);
-/* logits (N, C) or (C); target int64 (N) or () of class indices in [0, C);
-   entries equal to ignore_index add nothing. */
-ZORCH_API zorch_tensor *zorch_cross_entropy(zorch_tensor *logits, zorch_tensor *target,
-                                  zorch_reduction r, int64_t ignore_index);
-/* The same on log-probabilities logp (N, C) or (C): -logp[target], reduced. */
-ZORCH_API zorch_tensor *zorch_nll_loss(zorch_tensor *logp, zorch_tensor *target,
-                                       zorch_reduction r, int64_t ignore_index);
-/* weight (V, D), idx int64 of any shape -> (*idx.shape, D). */
-ZORCH_API zorch_tensor *zorch_embedding(zorch_tensor *weight, zorch_tensor *idx);
-/* Normalises over the last `nnorm` dims; weight and bias (their shape) may be NULL. */
-ZORCH_API zorch_tensor *zorch_layer_norm(zorch_tensor *x, int nnorm, zorch_tensor *weight,
-                               zorch_tensor *bias, double eps);
-/* Scaled dot-product attention, softmax(scale q k^T) v, fused: q (B, H, Tq, D),
-   k and v (B, H, Tk, D) (or (BH, T, D)), one float dtype -> (B, H, Tq, D).
-   scale <= 0 means 1/sqrt(D). With `causal`, query i (0-based) sees key j only
-   when j <= i + Tk - Tq (the mask aligned to the bottom right: lower triangular
-   for Tq == Tk, every key for one query over a key/value cache); a query that
-   sees no key gets zeros. Memory beyond the output is O(B H Tq).
-   Differentiable in q, k and v. */
-ZORCH_API zorch_tensor *zorch_attention(zorch_tensor *q, zorch_tensor *k, zorch_tensor *v, bool causal,
-                                        double scale);
-/* Batch normalisation of x (N, C), (N, C, L) or (N, C, H, W) over all dims but
-   C, as torch.nn.functional.batch_norm. training: the batch's statistics, and
-   running_mean/running_var (C, may be NULL) updated in place with `momentum`
-   (unbiased variance); otherwise the running stats. weight, bias may be NULL. */
-ZORCH_API zorch_tensor *zorch_batch_norm(zorch_tensor *x, zorch_tensor *running_mean,
-                                         zorch_tensor *running_var, zorch_tensor *weight,
-                                         zorch_tensor *bias, bool training, double momentum,
-                                         double eps);
-ZORCH_API zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_generator *gen);
 /* ---- convolution and pooling over NCHW images (x (N, C, H, W) or one image
    (C, H, W)); PyTorch's shapes and output sizes. Zeros in the options mean the
-   defaults, so `{0}` (or NULL for conv2d) is PyTorch's default call. */
+   defaults, so `{0}` (or NULL for conv2d) is PyTorch's default call. The ops
+   (conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d) are in include/zorch_ops.h. */
 typedef struct {
   int64_t stride[2];   /* 0: 1 */
   int64_t padding[2];  /* zeros added on each side */
   int64_t dilation[2]; /* 0: 1 */
   int64_t groups;      /* 0: 1 */
 } zorch_conv2d_opts;
-/* w (out, C / groups, kh, kw), b (out) or NULL -> (N, out, OH, OW); o may be NULL. */
-ZORCH_API zorch_tensor *zorch_conv2d(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b,
-                                     const zorch_conv2d_opts *o);
 typedef struct {
   int64_t kernel[2];   /* required */
   int64_t stride[2];   /* 0: the kernel */
@@ -401,22 +350,11 @@ typedef struct {
   bool ceil_mode;      /* round the output size up (a window must start inside the input or its left padding) */
   bool exclude_pad;    /* avg_pool2d divides by the inputs inside the image (PyTorch's count_include_pad = false) */
 } zorch_pool2d_opts;
-/* indices (may be NULL) gets each maximum's position iy * W + ix in its plane (int64). */
-ZORCH_API zorch_tensor *zorch_max_pool2d(zorch_tensor *x, const zorch_pool2d_opts *o,
-                                         zorch_tensor **indices);
-ZORCH_API zorch_tensor *zorch_avg_pool2d(zorch_tensor *x, const zorch_pool2d_opts *o);
-/* Output (oh, ow): the window of output i spans floor(i * H / oh) .. ceil((i + 1) * H / oh). */
-ZORCH_API zorch_tensor *zorch_adaptive_avg_pool2d(zorch_tensor *x, int64_t oh, int64_t ow);
 
 /* ---- more reductions, shape ops, creation and matrix products (PyTorch's) -------------- */
 /* out[i] = select(a, dim, i) for every i: out needs room for a's size in dim. */
 ZORCH_API zorch_status zorch_unbind(zorch_tensor *a, int dim, zorch_tensor **out);
 typedef enum { ZORCH_PAD_CONSTANT = 0, ZORCH_PAD_REFLECT, ZORCH_PAD_REPLICATE, ZORCH_PAD_CIRCULAR } zorch_pad_mode;
-/* n x m identity (m = -1: n). */
-ZORCH_API zorch_tensor *zorch_eye(int64_t n, int64_t m, zorch_dtype dt, zorch_device dev);
-ZORCH_API zorch_tensor *zorch_linspace(double start, double end, int64_t steps, zorch_dtype dt, zorch_device dev);
-ZORCH_API zorch_tensor *zorch_logspace(double start, double end, int64_t steps, double base, zorch_dtype dt,
-                                       zorch_device dev);
 
 /* ---- autograd -------------------------------------------------------------------------- */
 ZORCH_API zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on); /* leaves only */
@@ -449,37 +387,23 @@ ZORCH_API uint64_t zorch_generator_offset(const zorch_generator *g);
 ZORCH_API void zorch_generator_set_offset(zorch_generator *g, uint64_t offset);
 ZORCH_API zorch_generator *zorch_default_generator(void);
 ZORCH_API void zorch_manual_seed(uint64_t seed); /* seeds the default generator */
-
-/* n indices (int64) drawn from each row of probs, (N) or (B, N) non-negative
-   finite weights (normalised or not), as torch.multinomial: with replacement
-   each draw is independent; without, a category is drawn at most once (n <= the
-   row's positive weights). Result (n) or (B, n) on probs' device; gen NULL draws
-   from the default generator. */
-ZORCH_API zorch_tensor *zorch_multinomial(zorch_tensor *probs, int64_t n, bool replacement,
-                                          zorch_generator *gen);
+/* the random constructors and multinomial are in include/zorch_ops.h */
 /* ---- host memory: bytes of host (CPU) tensor storage, all threads ---------------- */
 ZORCH_API void zorch_host_memory_stats(size_t *in_use, size_t *peak);
 ZORCH_API void zorch_host_memory_reset_peak(void); /* the peak becomes what is in use now */
 
-/* ---- fused optimizer updates: one pass, in place, PyTorch's formulas --------------------
-   param, grad and state tensors share a shape, dtype f32 or f64 and contiguity. */
+/* ---- the options of the fused optimizer updates (zorch_adam_step and
+   zorch_sgd_step, include/zorch_ops.h) ----------------------------------------------------- */
 typedef struct {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled; /* AdamW: weight decay applied to the parameter, not the gradient */
   bool amsgrad;   /* uses max_v */
   bool no_bias_correction; /* DeepSpeed's bias_correction false: step size lr, denominator sqrt(v) + eps */
 } zorch_adam_opts;
-ZORCH_API zorch_status zorch_adam_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *m,
-                             zorch_tensor *v, zorch_tensor *max_v, int64_t step,
-                             const zorch_adam_opts *o);
 typedef struct {
   double lr, momentum, dampening, weight_decay;
   bool nesterov;
 } zorch_sgd_opts;
-/* `buf` is the momentum buffer (NULL when momentum is 0); first_step copies the
-   gradient into it, as PyTorch does on its first step. */
-ZORCH_API zorch_status zorch_sgd_step(zorch_tensor *param, zorch_tensor *grad, zorch_tensor *buf,
-                            bool first_step, const zorch_sgd_opts *o);
 
 /* ---- runtime ------------------------------------------------------------------------------- */
 /* Number of threads CPU kernels use (and BLAS); 0 asks for the default (cores).

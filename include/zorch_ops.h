@@ -24,9 +24,13 @@
      from 1 (negative from the end; 0 is an error), passed 0-based,
      LOUT the address of an out tensor (an op's indices), LCONST(v) a C value,
      LREAD(fn, i) an int from `static int fn(lua_State *, int)` of
-     lua/lfuncs.c, LREADN(fn, i) a double from `static double fn(lua_State *,
-     int)` there. LUA_FUNCTION_VI and LUA_BOTH_VI return the values and the
-     1-based LOUT indices; LUA_FUNCTION_I and LUA_BOTH_I the result + 1.
+     lua/lfuncs.c (read_norm_dims: a count of dims or the trailing shape of
+     argument 1; read_reduction: "mean", "sum" or "none"; read_training: a
+     boolean, true when absent), LREADN(fn, i) a double from `static double
+     fn(lua_State *, int)` there. LUA_FUNCTION_VI and LUA_BOTH_VI return the
+     values and the 1-based LOUT indices; LUA_FUNCTION_I and LUA_BOTH_I the
+     result + 1. LUA_NONE keeps a hand binding, a comment beside it saying why
+     (an options table, 1-based values, ...).
    - kernels: the backend slots the op's definition calls, KERNEL(slot,
      params) each (a kernel returns a status); every backend gets cpu_SLOT and
      cuda_SLOT, declared for it. KERNEL_OPT(slot, params): a slot only the CPU
@@ -34,13 +38,18 @@
      several ops call is in the row of one of them. Contracts are the comment above the row.
    - cases: the tests' samples.
      GOLDEN(case, call, rtol, atol): tests/golden/gen_golden.py's case `case`
-       (PyTorch's values), run as `call` on inputs x[0..] (float32); an op
-       without one does not build (tests/test_golden.c).
+       (PyTorch's values), run as `call` on inputs x[0..] (float32; NULL past
+       the case's last) and the case line's parameters p[0..1]; an op without
+       one (nor NO_GOLDEN) does not build (tests/test_golden.c). Set-up a call
+       needs is a static helper of tests/test_golden.c (batch_norm_case, ...).
+     NO_GOLDEN(why): an op PyTorch cannot check (its random draws differ) or
+       that has no case yet, `why` saying which.
      GRAD(case, call, inputs): the float64 gradient against central finite
        differences (tests/test_gradcheck.c), `call` on in[0..], from inputs
        (LEAF(dims...) normal numbers, LEAF_POS(dims...) positive ones, both
-       requiring grad; INDEX((dims...), (values...)) an int64 tensor;
-       MASK(dims...) a bool tensor, about half true).
+       requiring grad; NOGRAD(input) one of them held fixed; INDEX((dims...),
+       (values...)) an int64 tensor; MASK(dims...) a bool tensor, about half
+       true).
      BAD(lua, message): a Lua chunk that must raise an error containing
        `message` (tests/lua/test_badargs.lua).
      DEVICE(lua, ashape, bshape, rtol): on CUDA, the chunk's tensor, from
@@ -533,6 +542,449 @@
       BAD("zorch.fused_rms_norm(zorch.ones(2, 3), zorch.ones(3, {dtype = 'float64'}))", "fused_rms_norm: weight") \
       BAD("zorch.fused_rms_norm(zorch.tensor(1))", "fused_rms_norm: x")                                        \
       DEVICE("zorch.fused_rms_norm(a, b, 1e-5)", (4, 33), (33), 1e-5)                                    \
-      DEVICE("zorch.fused_rms_norm(a, nil, 1e-6)", (2, 3, 1000), (1), 1e-5)))
+      DEVICE("zorch.fused_rms_norm(a, nil, 1e-6)", (2, 3, 1000), (1), 1e-5)))                       \
+  /* ---- nn: normalisation, losses, embedding, attention, dropout ---- */                          \
+  /* Normalises over the last `nnorm` dims; weight and bias (their shape) may be NULL.              \
+     layer_norm: y, mean, rstd over rows of cols; w, b (cols) may be NULL.                          \
+     layer_norm_bwd: gx; gw, gb (cols) may be NULL (then not computed). */                          \
+  OP(layer_norm, zorch_tensor *,                                                                    \
+     (zorch_tensor *x, int nnorm, zorch_tensor *weight, zorch_tensor *bias, double eps),            \
+     (x, nnorm, weight, bias, eps),                                                                 \
+     LUA_FUNCTION((LT(1), LREAD(read_norm_dims, 2), LTN(3), LTN(4), LNUM(5, 1e-5))),                \
+     (KERNEL(layer_norm, (zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,                  \
+                          const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,      \
+                          int64_t rows, int64_t cols, double eps))                                  \
+      KERNEL(layer_norm_bwd, (zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,                 \
+                              const zorch_tensor *g, const zorch_tensor *x,                         \
+                              const zorch_tensor *mean, const zorch_tensor *rstd,                   \
+                              const zorch_tensor *w, int64_t rows, int64_t cols))),                 \
+     (GOLDEN(layer_norm, zorch_layer_norm(x[0], 1, x[1], x[2], 1e-5), 2e-5, 1e-6)                   \
+      GRAD(layer_norm, zorch_layer_norm(in[0], 1, in[1], in[2], 1e-5), (LEAF(3, 5), LEAF(5), LEAF(5))) \
+      GRAD(layer_norm2, zorch_layer_norm(in[0], 2, NULL, NULL, 1e-5), (LEAF(2, 3, 4)))              \
+      BAD("zorch.layer_norm(zorch.ones(2, 3), (1 << 32) + 1)", "too many dims")                     \
+      DEVICE("zorch.layer_norm(a, 1)", (67, 129), (1), 1e-5)                                        \
+      DEVICE("zorch.layer_norm(a, 1, b, b * 0.5)", (67, 129), (129), 1e-5)))                        \
+  /* Batch normalisation of x (N, C), (N, C, L) or (N, C, H, W) over all dims but                   \
+     C, as torch.nn.functional.batch_norm. training: the batch's statistics, and                    \
+     running_mean/running_var (C, may be NULL) updated in place with `momentum`                     \
+     (unbiased variance); otherwise the running stats. weight, bias may be NULL.                    \
+     batch_norm: of x (n, c, inner): y, and mean, rstd (c) get the statistics                       \
+     used: the batch's (biased variance) when `training`, else rm and rv's. In                      \
+     training, rm and rv (c, may be NULL) are updated in place with the                             \
+     unbiased variance: r = (1 - momentum) r + momentum stat. w, b (c) may be                       \
+     NULL; every tensor contiguous, in x's dtype; n * inner > 1 in training.                        \
+     batch_norm_bwd: gx (may be NULL), gw, gb (c, may be NULL) from g and the                       \
+     forward's x, mean, rstd and w (may be NULL); `training` as in the forward. */                  \
+  OP(batch_norm, zorch_tensor *,                                                                    \
+     (zorch_tensor *x, zorch_tensor *running_mean, zorch_tensor *running_var, zorch_tensor *weight, \
+      zorch_tensor *bias, bool training, double momentum, double eps),                              \
+     (x, running_mean, running_var, weight, bias, training, momentum, eps),                         \
+     LUA_FUNCTION((LT(1), LTN(2), LTN(3), LTN(4), LTN(5), LBOOL(6), LNUM(7, 0.1), LNUM(8, 1e-5))),  \
+     (KERNEL(batch_norm, (zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,                  \
+                          const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,      \
+                          zorch_tensor *rm, zorch_tensor *rv, int64_t n, int64_t c,                 \
+                          int64_t inner, bool training, double momentum, double eps))               \
+      KERNEL(batch_norm_bwd, (zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,                 \
+                              const zorch_tensor *g, const zorch_tensor *x,                         \
+                              const zorch_tensor *mean, const zorch_tensor *rstd,                   \
+                              const zorch_tensor *w, int64_t n, int64_t c, int64_t inner,           \
+                              bool training))),                                                     \
+     (GOLDEN(batch_norm_train, batch_norm_case(x, true, false), 2e-5, 1e-6)                         \
+      GOLDEN(batch_norm_train_2d, batch_norm_case(x, true, false), 2e-5, 1e-6)                      \
+      GOLDEN(batch_norm_eval, batch_norm_case(x, false, false), 2e-5, 1e-6)                         \
+      GOLDEN(batch_norm_eval_4d, batch_norm_case(x, false, false), 2e-5, 1e-6)                      \
+      GOLDEN(batch_norm_running, batch_norm_case(x, true, true), 2e-5, 1e-6)                        \
+      /* training (batch statistics, no running stats; with them, the output is                     \
+         the same), and eval with fixed running stats in[2], in[3] */                               \
+      GRAD(batch_norm_train, zorch_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5),    \
+           (LEAF(4, 3), LEAF(3), LEAF(3)))                                                          \
+      GRAD(batch_norm_train_3d, zorch_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5), \
+           (LEAF(2, 3, 4), LEAF(3), LEAF(3)))                                                       \
+      GRAD(batch_norm_train_noaffine, zorch_batch_norm(in[0], NULL, NULL, NULL, NULL, true, 0.1, 1e-5), \
+           (LEAF(2, 2, 3, 2)))                                                                      \
+      GRAD(batch_norm_eval, zorch_batch_norm(in[0], in[2], in[3], in[1], NULL, false, 0.1, 1e-5),   \
+           (LEAF(2, 3, 2), LEAF(3), NOGRAD(LEAF(3)), NOGRAD(LEAF_POS(3))))                          \
+      BAD("zorch.batch_norm(zorch.ones(3), zorch.zeros(3), zorch.ones(3))",                         \
+          "batch_norm: input must be (N, C), (N, C, L) or (N, C, H, W), got (3,)")                  \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), zorch.zeros(4), zorch.ones(3), nil, nil, true)",     \
+          "batch_norm: running_mean (4,) must have one element per channel of the input (4, 3)")    \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), zorch.zeros(3), zorch.ones(3), zorch.ones(2))",      \
+          "batch_norm: weight (2,)")                                                                \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), nil, nil, nil, nil, false)",                         \
+          "batch_norm: eval mode needs running_mean")                                               \
+      BAD("zorch.batch_norm(zorch.ones(1, 3), nil, nil, nil, nil, true)",                           \
+          "batch_norm: expected more than 1 value per channel when training, got input (1, 3)")     \
+      BAD("zorch.batch_norm(zorch.tensor{{1, 2}, {3, 4}}, nil, nil, nil, nil, true)",               \
+          "batch_norm: needs a floating-point input, got int64")                                    \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), zorch.zeros(3):requires_grad_(true), zorch.ones(3), nil, nil, true)", \
+          "batch_norm: running_mean is updated in place and must not require grad")                 \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), zorch.zeros(3), zorch.ones(3), nil, nil, true, 2)",  \
+          "batch_norm: momentum must be in [0, 1], got 2")                                          \
+      BAD("zorch.batch_norm(zorch.randn(4, 3), zorch.zeros(3), zorch.ones(3), nil, nil, true, 0.1, -1)", \
+          "batch_norm: eps must be a positive number, got -1")))                                    \
+  /* logits (N, C) or (C); target int64 (N) or () of class indices in [0, C);                       \
+     entries equal to ignore_index add nothing. */                                                  \
+  OP(cross_entropy, zorch_tensor *,                                                                 \
+     (zorch_tensor *logits, zorch_tensor *target, zorch_reduction r, int64_t ignore_index),         \
+     (logits, target, r, ignore_index), LUA_NONE /* the options table {reduction, ignore_index} */, (), \
+     (GOLDEN(cross_entropy, zorch_cross_entropy(x[0], x[1], ZORCH_REDUCE_MEAN, 1), 2e-5, 1e-6)      \
+      GRAD(cross_entropy, zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_MEAN, 1),                  \
+           (LEAF(4, 5), INDEX((4), (0, 1, 4, 2))))                                                  \
+      GRAD(cross_entropy_none, zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_NONE, -100),          \
+           (LEAF(3, 4), INDEX((3), (3, 0, 1))))                                                     \
+      GRAD(cross_entropy_1d, zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_MEAN, 1),               \
+           (LEAF(5), INDEX((), (2))))                                                               \
+      BAD("zorch.cross_entropy(zorch.randn(2, 3), zorch.tensor{1, 2}, "                             \
+          "{ignore_index = -9223372036854775807 - 1})", "ignore_index out of range")                \
+      BAD("zorch.cross_entropy(zorch.ones(2, 3), zorch.tensor{1, 9})",                              \
+          "cross_entropy: target 9 at position 2 is out of range 1..3")                             \
+      BAD("zorch.cross_entropy(zorch.ones(2, 3), zorch.ones(2))", "int64 indices expected, got float32") \
+      DEVICE("zorch.cross_entropy(a:narrow(1, 1, 4), zorch.tensor{1, 5, 3, 2}:to(a:device()))",     \
+             (67, 129), (1), 1e-5)                                                                  \
+      DEVICE("zorch.cross_entropy(a:narrow(1, 1, 4), zorch.tensor{1, 0, 3, 0}:to(a:device()), "     \
+             "{ignore_index = 0})", (67, 129), (1), 1e-5)))                                         \
+  /* The same on log-probabilities logp (N, C) or (C): -logp[target], reduced.                      \
+     nll: loss (n) = -logp[i, t[i]] (0 where t[i] == ignore); logp (n, c).                          \
+     nll_bwd: gin (n, c), zero-filled: gin[i, t[i]] = -g[i]. */                                     \
+  OP(nll_loss, zorch_tensor *,                                                                      \
+     (zorch_tensor *logp, zorch_tensor *target, zorch_reduction r, int64_t ignore_index),           \
+     (logp, target, r, ignore_index), LUA_NONE /* as cross_entropy */,                              \
+     (KERNEL(nll, (zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t,             \
+                   int64_t n, int64_t c, int64_t ignore))                                           \
+      KERNEL(nll_bwd, (zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t,             \
+                       int64_t n, int64_t c, int64_t ignore))),                                     \
+     (NO_GOLDEN("no PyTorch case yet: cross_entropy's runs its kernels")                            \
+      GRAD(nll_loss, zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_MEAN, 1),                            \
+           (LEAF(4, 5), INDEX((4), (0, 1, 4, 2))))                                                  \
+      GRAD(nll_loss_sum, zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_SUM, -100),                      \
+           (LEAF(3, 4), INDEX((3), (3, 0, 1))))                                                     \
+      BAD("zorch.nll_loss(zorch.ones(2, 3), zorch.tensor{1, 4})",                                   \
+          "nll_loss: target 4 at position 2 is out of range 1..3")                                  \
+      BAD("zorch.nll_loss(zorch.ones(2, 3), zorch.tensor{1})", "nll_loss: input (2, 3) and target (1,)"))) \
+  OP(mse_loss, zorch_tensor *, (zorch_tensor *input, zorch_tensor *target, zorch_reduction r),      \
+     (input, target, r), LUA_FUNCTION((LT(1), LT(2), LREAD(read_reduction, 3))), (),                 \
+     (GOLDEN(mse_loss, zorch_mse_loss(x[0], x[1], ZORCH_REDUCE_MEAN), 2e-5, 1e-6)                   \
+      GRAD(mse, zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_MEAN), (LEAF(4, 3), LEAF(4, 3)))          \
+      GRAD(mse_sum, zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_SUM), (LEAF(4, 3), LEAF(4, 3)))       \
+      GRAD(mse_none, zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_NONE), (LEAF(4, 3), LEAF(4, 3)))     \
+      DEVICE("zorch.mse_loss(a, a * 0.5)", (67, 129), (1), 1e-6)))                                  \
+  /* weight (V, D), idx int64 of any shape -> (*idx.shape, D). */                                   \
+  OP(embedding, zorch_tensor *, (zorch_tensor *weight, zorch_tensor *idx), (weight, idx),           \
+     LUA_FUNCTION((LT(1), LIDX(2))), (),                                                            \
+     (GOLDEN(embedding, zorch_embedding(x[0], x[1]), 2e-5, 1e-6)                                    \
+      GRAD(embedding, zorch_embedding(in[0], in[1]), (LEAF(5, 3), INDEX((2, 3), (0, 4, 4, 1, 0, 2)))) \
+      DEVICE("zorch.embedding(a, zorch.tensor{1, 5, 3, 2}:to(a:device()))", (67, 129), (1), 0)))    \
+  /* Scaled dot-product attention, softmax(scale q k^T) v, fused: q (B, H, Tq, D),                  \
+     k and v (B, H, Tk, D) (or (BH, T, D)), one float dtype -> (B, H, Tq, D).                       \
+     scale <= 0 means 1/sqrt(D). With `causal`, query i (0-based) sees key j only                   \
+     when j <= i + Tk - Tq (the mask aligned to the bottom right: lower triangular                  \
+     for Tq == Tk, every key for one query over a key/value cache); a query that                    \
+     sees no key gets zeros. Memory beyond the output is O(B H Tq).                                 \
+     Differentiable in q, k and v.                                                                  \
+     attention: over bh heads: out (bh, tq, d) = softmax(scale q k^T, masked) v                     \
+     and lse (bh, tq) = the log-sum-exp of each row's scores, from q (bh, tq, d),                   \
+     k and v (bh, tk, d); all contiguous, float32 or float64. With `causal`,                        \
+     query i sees key j only when j <= i + tk - tq; a row that sees no key gets                     \
+     0 and lse -inf. attention_bwd: dq, dk, dv (q's, k's, v's shapes;                               \
+     overwritten) from g = dL/dout (bh, tq, d) and the forward's out and lse.                       \
+     Where the backend's attention_strided is set, both also take q, k, v, out,                     \
+     g and the gradients as strided views whose last dim is contiguous. */                          \
+  OP(attention, zorch_tensor *,                                                                     \
+     (zorch_tensor *q, zorch_tensor *k, zorch_tensor *v, bool causal, double scale),                \
+     (q, k, v, causal, scale), LUA_NONE /* the options table {causal, scale} */,                    \
+     (KERNEL(attention, (zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,               \
+                         const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,      \
+                         int64_t tk, int64_t d, bool causal, double scale))                         \
+      KERNEL(attention_bwd, (zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,                  \
+                             const zorch_tensor *g, const zorch_tensor *q,                          \
+                             const zorch_tensor *k, const zorch_tensor *v,                          \
+                             const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,          \
+                             int64_t tq, int64_t tk, int64_t d, bool causal, double scale))),       \
+     (GOLDEN(attention, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)             \
+      GOLDEN(attention_causal, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)      \
+      GOLDEN(attention_causal_kv, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)   \
+      GOLDEN(attention_long, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)        \
+      /* causal and not, Tq != Tk (both ways), odd head dims, (BH, T, D) inputs,                    \
+         and 70 keys and queries, which the 64-wide blocks do not divide */                         \
+      GRAD(attention, zorch_attention(in[0], in[1], in[2], false, 0),                               \
+           (LEAF(2, 2, 4, 3), LEAF(2, 2, 6, 3), LEAF(2, 2, 6, 3)))                                  \
+      GRAD(attention_causal, zorch_attention(in[0], in[1], in[2], true, 0),                         \
+           (LEAF(1, 2, 5, 5), LEAF(1, 2, 5, 5), LEAF(1, 2, 5, 5)))                                  \
+      GRAD(attention_causal_3d, zorch_attention(in[0], in[1], in[2], true, 0),                      \
+           (LEAF(3, 3, 7), LEAF(3, 8, 7), LEAF(3, 8, 7)))                                           \
+      GRAD(attention_causal_kv, zorch_attention(in[0], in[1], in[2], true, 0),                      \
+           (LEAF(1, 1, 1, 4), LEAF(1, 1, 6, 4), LEAF(1, 1, 6, 4)))                                  \
+      GRAD(attention_scaled, zorch_attention(in[0], in[1], in[2], true, 0.7),                       \
+           (LEAF(2, 5, 2), LEAF(2, 5, 2), LEAF(2, 5, 2)))                                           \
+      GRAD(attention_causal_70, zorch_attention(in[0], in[1], in[2], true, 0),                      \
+           (LEAF(1, 70, 3), LEAF(1, 70, 3), LEAF(1, 70, 3)))                                        \
+      GRAD(attention_67_130, zorch_attention(in[0], in[1], in[2], false, 0),                        \
+           (LEAF(1, 1, 67, 3), LEAF(1, 1, 130, 3), LEAF(1, 1, 130, 3)))                             \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 7))", \
+          "attention: q (2, 3, 4, 8), k (2, 3, 5, 8) and v (2, 3, 5, 7)")                           \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 6), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8))", \
+          "attention: q (2, 3, 4, 6), k (2, 3, 5, 8)")                                              \
+      BAD("zorch.attention(zorch.ones(1, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8))", \
+          "attention: q (1, 3, 4, 8)")                                                              \
+      BAD("zorch.attention(zorch.ones(2, 3), zorch.ones(2, 3), zorch.ones(2, 3))",                  \
+          "attention: q (2, 3), k (2, 3) and v (2, 3) do not fit (expected q (B, H, Tq, D)")        \
+      BAD("zorch.attention(zorch.ones(6, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8))",   \
+          "attention: q (6, 4, 8)")                                                                 \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8):double(), zorch.ones(2, 3, 5, 8))", \
+          "attention: q, k and v must have one floating-point dtype, got float32, float64")         \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8):long(), zorch.ones(2, 3, 5, 8):long(), "          \
+          "zorch.ones(2, 3, 5, 8):long())", "attention: q, k and v must have one floating-point dtype, got int64") \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), {causal = 1})", \
+          "attention: option 'causal' must be a boolean")                                           \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), {scale = -1})", \
+          "attention: option 'scale' must be a positive number")))                                  \
+  /* With `training`, each element zeroed with probability p (0 <= p <= 1), the                     \
+     others scaled by 1 / (1 - p); x itself otherwise. gen NULL: the default                         \
+     generator. */                                                                                  \
+  OP(dropout, zorch_tensor *, (zorch_tensor *x, double p, bool training, zorch_generator *gen),     \
+     (x, p, training, gen),                                                                         \
+     LUA_FUNCTION((LT(1), LNUM(2, 0.5), LREAD(read_training, 3), LCONST(NULL))), (),                 \
+     (NO_GOLDEN("random: PyTorch's generator draws other masks")                                    \
+      GRAD(dropout, dropout_seeded(in[0]), (LEAF(4, 5)))                                            \
+      DEVICE("(function() zorch.manual_seed(4) return zorch.dropout(a, 0.3, true) end)()",          \
+             (67, 129), (1), 1e-6)))                                                                \
+  /* ---- nn: linear layers, convolution and pooling ---- */                                        \
+  /* x (..., in) · w (out, in)ᵀ + b (out); b may be NULL. */                                        \
+  OP(linear, zorch_tensor *, (zorch_tensor *x, zorch_tensor *w, zorch_tensor *b), (x, w, b),        \
+     LUA_NONE /* zorch.linear(x, w, b, act) is linear_act, its activation named by a string */, (), \
+     (GOLDEN(linear, zorch_linear(x[0], x[1], x[2]), 2e-5, 1e-6)                                    \
+      GOLDEN(mlp, mlp_case(x), 2e-5, 1e-6)                                                          \
+      GRAD(linear, zorch_linear(in[0], in[1], in[2]), (LEAF(5, 3), LEAF(4, 3), LEAF(4)))            \
+      GRAD(linear_3d, zorch_linear(in[0], in[1], in[2]), (LEAF(2, 5, 3), LEAF(4, 3), LEAF(4)))      \
+      GRAD(linear_nobias, zorch_linear(in[0], in[1], NULL), (LEAF(5, 3), LEAF(2, 3)))               \
+      BAD("zorch.linear(zorch.ones(2, 3), zorch.ones(4, 5))", "linear: input (2, 3) and weight (4, 5)"))) \
+  /* linear followed by an activation, fused into the GEMM where the device can                     \
+     (cuBLASLt's bias and relu epilogues); GELU (erf form, or the tanh form) runs                   \
+     right after the GEMM and is one autograd node with it. */                                      \
+  OP(linear_act, zorch_tensor *, (zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act), \
+     (x, w, b, act), LUA_NONE /* as linear */, (),                                                  \
+     (NO_GOLDEN("no PyTorch case yet: linear's and mlp's run its GEMM")                             \
+      GRAD(linear_relu, zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_RELU),                      \
+           (LEAF(6, 3), LEAF(4, 3), LEAF(4)))                                                       \
+      GRAD(linear_relu_3d, zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_RELU),                   \
+           (LEAF(2, 5, 3), LEAF(4, 3), LEAF(4)))                                                    \
+      GRAD(linear_gelu, zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU),                      \
+           (LEAF(2, 5, 3), LEAF(4, 3), LEAF(4)))                                                    \
+      GRAD(linear_gelu_tanh, zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU_TANH),            \
+           (LEAF(6, 3), LEAF(4, 3), LEAF(4)))                                                       \
+      GRAD(linear_relu_nobias, zorch_linear_act(in[0], in[1], NULL, ZORCH_ACT_RELU),                \
+           (LEAF(5, 3), LEAF(2, 3)))))                                                              \
+  /* w (out, C / groups, kh, kw), b (out) or NULL -> (N, out, OH, OW); o may be NULL.               \
+     Float32 and float64, contiguous. im2col: col (c * kh * kw, nb * oh * ow),                      \
+     row (ci, ki, kj), column (image, oy, ox), = x (n, c, h, w) of images n0 ..                     \
+     n0 + nb - 1 at each window position (0 in the padding). col2im: the adjoint,                   \
+     images n0 .. n0 + nb - 1 of gx (overwritten) = the sum of col's entries that                   \
+     read each pixel. conv2d: the whole convolution with one group, out (n, o,                      \
+     oh, ow) = x * w + b (b may be NULL); conv2d_bwd writes gx and gw (either may                   \
+     be NULL: not wanted) from gout. The op layer takes them only where the                         \
+     backend's conv2d_takes (NULL: always) says so; otherwise it runs im2col and                    \
+     the GEMM (CUDA: cuDNN absent, or sizes beyond its int descriptors). */                         \
+  OP(conv2d, zorch_tensor *, (zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, const zorch_conv2d_opts *o), \
+     (x, w, b, o), LUA_NONE /* the options table {stride, padding, dilation, groups} */,            \
+     (KERNEL(im2col, (zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0,     \
+                      int64_t nb))                                                                  \
+      KERNEL(col2im, (zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,    \
+                      int64_t nb))                                                                  \
+      KERNEL(conv2d, (zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,              \
+                      const zorch_tensor *b, const conv_geom *g))                                   \
+      KERNEL(conv2d_bwd, (zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,             \
+                          const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g))),      \
+     (GOLDEN(conv2d, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){0}), 2e-5, 1e-6)           \
+      GOLDEN(conv2d_stride_pad, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){{2, 1}, {1, 2}, {1, 1}, 1}), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(conv2d_dilation, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){{1, 1}, {1, 1}, {2, 1}, 1}), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(conv2d_groups, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){{2, 2}, {1, 1}, {1, 1}, 2}), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(conv2d_3d, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){0}), 2e-5, 1e-6)        \
+      GOLDEN(conv2d_batch, zorch_conv2d(x[0], x[1], x[2], &(zorch_conv2d_opts){{1, 1}, {1, 1}, {1, 1}, 1}), \
+             2e-5, 1e-6)                                                                            \
+      /* stride, padding, dilation, groups; 10 images are 2 blocks */                               \
+      GRAD(conv2d, zorch_conv2d(in[0], in[1], in[2], NULL),                                         \
+           (LEAF(2, 3, 5, 4), LEAF(2, 3, 3, 2), LEAF(2)))                                           \
+      GRAD(conv2d_3d, zorch_conv2d(in[0], in[1], in[2], NULL), (LEAF(2, 4, 4), LEAF(3, 2, 2, 2), LEAF(3))) \
+      GRAD(conv2d_blocks, zorch_conv2d(in[0], in[1], in[2], NULL),                                  \
+           (LEAF(10, 2, 4, 3), LEAF(3, 2, 2, 2), LEAF(3)))                                          \
+      GRAD(conv2d_stride_pad, zorch_conv2d(in[0], in[1], in[2], &(zorch_conv2d_opts){{2, 1}, {1, 2}, {1, 1}, 1}), \
+           (LEAF(2, 2, 5, 4), LEAF(3, 2, 3, 3), LEAF(3)))                                           \
+      GRAD(conv2d_dil_groups, zorch_conv2d(in[0], in[1], NULL, &(zorch_conv2d_opts){{1, 2}, {2, 1}, {2, 1}, 2}), \
+           (LEAF(1, 4, 6, 5), LEAF(4, 2, 2, 3)))                                                    \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(32, 3, 3, 3))",                        \
+          "conv2d: weight (32, 3, 3, 3) expects 3 input channels per group, input (8, 1, 28, 28) has 1") \
+      BAD("zorch.conv2d(zorch.ones(2, 3, 5, 5), zorch.ones(4, 1, 3, 3), nil, {groups = 2})",        \
+          "conv2d: groups 2 does not divide the 3 channels of input (2, 3, 5, 5)")                  \
+      BAD("zorch.conv2d(zorch.ones(1, 1, 2, 2), zorch.ones(1, 1, 5, 5))",                           \
+          "conv2d: the output would be empty: input (1, 1, 2, 2)")                                  \
+      BAD("zorch.conv2d(zorch.ones(1, 1, 4, 4):long(), zorch.ones(1, 1, 3, 3))",                    \
+          "conv2d: needs a floating-point input, got int64")                                        \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(2, 1, 3, 3):double())",                \
+          "conv2d: input (float32), weight (float64) must have one dtype")                          \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(2, 3, 3))", "conv2d: weight (2, 3, 3)") \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(2, 1, 3, 3), zorch.ones(5))", "conv2d: bias (5,)") \
+      BAD("zorch.conv2d(zorch.ones(1, 1, 1, 4, 4), zorch.ones(2, 1, 3, 3))", "conv2d: input (1, 1, 1, 4, 4)") \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(2, 1, 3, 3), nil, {padding = 1 << 40})", \
+          "conv2d: padding")                                                                        \
+      BAD("zorch.conv2d(zorch.ones(8, 1, 28, 28), zorch.ones(2, 1, 3, 3), nil, {groups = 0})",      \
+          "conv2d: groups must be a positive integer")))                                            \
+  /* indices (may be NULL) gets each maximum's position iy * W + ix in its plane (int64).           \
+     pool2d: out (n, oh, ow) = the pool of each window of x (n, h, w); for                          \
+     POOL_MAX, idx (int64, same shape) gets the argmax as iy * w + ix within its                    \
+     plane (NaN wins; the first maximum otherwise). pool2d_bwd: gx (n, h, w),                       \
+     overwritten, = the adjoint of pool2d applied to gout (n, oh, ow); idx is                       \
+     pool2d's for POOL_MAX (NULL otherwise). */                                                     \
+  OP(max_pool2d, zorch_tensor *, (zorch_tensor *x, const zorch_pool2d_opts *o, zorch_tensor **indices), \
+     (x, o, indices), LUA_NONE /* kernel_size and the options table {stride, padding, ...} */,      \
+     (KERNEL(pool2d, (pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,     \
+                      const conv_geom *g))                                                          \
+      KERNEL(pool2d_bwd, (pool_kind k, zorch_tensor *gx, const zorch_tensor *gout,                  \
+                          const zorch_tensor *idx, const conv_geom *g))),                           \
+     (GOLDEN(max_pool2d, zorch_max_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {2, 2}}, NULL), 2e-5, 1e-6) \
+      GOLDEN(max_pool2d_pad,                                                                        \
+             zorch_max_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}, \
+                              NULL), 2e-5, 1e-6)                                                    \
+      GOLDEN(max_pool2d_ceil_dil,                                                                   \
+             zorch_max_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 0}, \
+                                                         .dilation = {2, 1}, .ceil_mode = true}, NULL), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(max_pool2d_indices,                                                                    \
+             pool_indices(x[0], &(zorch_pool2d_opts){.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}), \
+             2e-5, 1e-6)                                                                            \
+      GRAD(max_pool2d, zorch_max_pool2d(in[0], &(zorch_pool2d_opts){.kernel = {2, 2}}, NULL), (LEAF(2, 2, 4, 5))) \
+      GRAD(max_pool2d_pad_dil,                                                                      \
+           zorch_max_pool2d(in[0], &(zorch_pool2d_opts){.kernel = {3, 2}, .stride = {2, 1}, .padding = {1, 1}, \
+                                                        .dilation = {2, 1}, .ceil_mode = true}, NULL), \
+           (LEAF(1, 2, 7, 5)))                                                                      \
+      BAD("zorch.max_pool2d(zorch.ones(8, 1, 28, 28), 30)",                                         \
+          "max_pool2d: the output would be empty (0 x 0): input (8, 1, 28, 28) is smaller than the kernel (30, 30)") \
+      BAD("zorch.max_pool2d(zorch.ones(8, 1, 28, 28), 2, {padding = 2})",                           \
+          "max_pool2d: padding (2, 2) must be at most half the kernel")                             \
+      BAD("zorch.max_pool2d(zorch.ones(4, 4), 2)", "max_pool2d: input (4, 4)")                      \
+      BAD("zorch.max_pool2d(zorch.ones(8, 1, 28, 28), {2, 2, 2})",                                  \
+          "max_pool2d: kernel_size must be an integer or a pair")))                                 \
+  OP(avg_pool2d, zorch_tensor *, (zorch_tensor *x, const zorch_pool2d_opts *o), (x, o),             \
+     LUA_NONE /* as max_pool2d */, (),                                                              \
+     (GOLDEN(avg_pool2d, zorch_avg_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {2, 2}}), 2e-5, 1e-6) \
+      GOLDEN(avg_pool2d_pad,                                                                        \
+             zorch_avg_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(avg_pool2d_excl_ceil,                                                                  \
+             zorch_avg_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, \
+                                                         .ceil_mode = true, .exclude_pad = true}),  \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(avg_pool2d_ceil,                                                                       \
+             zorch_avg_pool2d(x[0], &(zorch_pool2d_opts){.kernel = {2, 2}, .stride = {2, 2}, .padding = {1, 1}, \
+                                                         .ceil_mode = true}),                       \
+             2e-5, 1e-6)                                                                            \
+      GRAD(avg_pool2d,                                                                              \
+           zorch_avg_pool2d(in[0], &(zorch_pool2d_opts){.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}), \
+           (LEAF(2, 2, 5, 6)))                                                                      \
+      GRAD(avg_pool2d_excl_ceil,                                                                    \
+           zorch_avg_pool2d(in[0], &(zorch_pool2d_opts){.kernel = {2, 3}, .stride = {2, 2}, .padding = {1, 1}, \
+                                                        .ceil_mode = true, .exclude_pad = true}),   \
+           (LEAF(1, 2, 5, 6)))                                                                      \
+      BAD("zorch.avg_pool2d(zorch.ones(8, 1, 28, 28), 2, {stride = 0})", "avg_pool2d: stride (0, 0) must be positive") \
+      BAD("zorch.avg_pool2d(zorch.ones(1, 4, 4):long(), 2)", "avg_pool2d: needs a floating-point input, got int64"))) \
+  /* Output (oh, ow): the window of output i spans floor(i * H / oh) .. ceil((i + 1) * H / oh). */  \
+  OP(adaptive_avg_pool2d, zorch_tensor *, (zorch_tensor *x, int64_t oh, int64_t ow), (x, oh, ow),   \
+     LUA_NONE /* output_size: a number or a pair, two C arguments */, (),                           \
+     (GOLDEN(adaptive_avg_pool2d, zorch_adaptive_avg_pool2d(x[0], 3, 4), 2e-5, 1e-6)                \
+      GOLDEN(adaptive_avg_pool2d_1, zorch_adaptive_avg_pool2d(x[0], 1, 1), 2e-5, 1e-6)              \
+      GOLDEN(adaptive_avg_pool2d_up, zorch_adaptive_avg_pool2d(x[0], 5, 4), 2e-5, 1e-6)             \
+      GRAD(adaptive_avg_pool2d, zorch_adaptive_avg_pool2d(in[0], 3, 2), (LEAF(2, 7, 5)))            \
+      BAD("zorch.adaptive_avg_pool2d(zorch.ones(8, 1, 28, 28), {0, 2})",                            \
+          "adaptive_avg_pool2d: output_size (0, 2) must be positive")                               \
+      BAD("zorch.adaptive_avg_pool2d(zorch.ones(1, 0, 4), 2)", "adaptive_avg_pool2d: input (1, 0, 4) has an empty image"))) \
+  /* ---- fused optimizer updates: one pass, in place, PyTorch's formulas; param,                   \
+     grad and state tensors share a shape, dtype f32 or f64 and contiguity ---- */                  \
+  /* adam: the update of p (and m, v, vmax when amsgrad) from g at `step`. */                       \
+  OP(adam_step, zorch_status,                                                                       \
+     (zorch_tensor *param, zorch_tensor *grad, zorch_tensor *m, zorch_tensor *v, zorch_tensor *max_v, \
+      int64_t step, const zorch_adam_opts *o),                                                      \
+     (param, grad, m, v, max_v, step, o), LUA_NONE /* zorch._adam_step, lua/lzorch.c */,            \
+     (KERNEL(adam, (zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,       \
+                    zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o))),                  \
+     (GOLDEN(adam, adam_case(x, (zorch_adam_opts){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}), \
+             2e-5, 1e-6)                                                                            \
+      GOLDEN(adam_wd, adam_case(x, (zorch_adam_opts){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, \
+                                                     .weight_decay = 0.1}), 2e-5, 1e-6)             \
+      GOLDEN(adam_amsgrad, adam_case(x, (zorch_adam_opts){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, \
+                                                          .eps = 1e-8, .amsgrad = true}), 2e-5, 1e-6) \
+      GOLDEN(adamw, adam_case(x, (zorch_adam_opts){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, \
+                                                   .weight_decay = 0.1, .decoupled = true}), 2e-5, 1e-6))) \
+  /* `buf` is the momentum buffer (NULL when momentum is 0); first_step copies the                  \
+     gradient into it, as PyTorch does on its first step.                                           \
+     sgd: the update of p (and buf, NULL when momentum is 0) from g. */                             \
+  OP(sgd_step, zorch_status,                                                                        \
+     (zorch_tensor *param, zorch_tensor *grad, zorch_tensor *buf, bool first_step, const zorch_sgd_opts *o), \
+     (param, grad, buf, first_step, o), LUA_NONE /* zorch._sgd_step, lua/lzorch.c */,               \
+     (KERNEL(sgd, (zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,           \
+                   const zorch_sgd_opts *o))),                                                      \
+     (GOLDEN(sgd, sgd_case(x, (zorch_sgd_opts){.lr = 0.1}), 2e-5, 1e-6)                             \
+      GOLDEN(sgd_momentum, sgd_case(x, (zorch_sgd_opts){.lr = 0.1, .momentum = 0.9, .dampening = 0.1, \
+                                                        .weight_decay = 0.01}), 2e-5, 1e-6)         \
+      GOLDEN(sgd_nesterov, sgd_case(x, (zorch_sgd_opts){.lr = 0.1, .momentum = 0.9, .nesterov = true}), \
+             2e-5, 1e-6)))                                                                          \
+  /* ---- random constructors: counter based (Philox4x32-10); gen NULL draws from                   \
+     the default generator ---- */                                                                  \
+  /* Uniform [0, 1) and standard normal from a counter-based generator (NULL: the                   \
+     default one). The same seed gives the same numbers on every device.                            \
+     random: Philox numbers for elements [0, numel) from block `offset` on. */                      \
+  OP(rand, zorch_tensor *,                                                                          \
+     (int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev, zorch_generator *gen),      \
+     (ndim, shape, dt, dev, gen), LUA_NONE /* sizes, then an options table */,                      \
+     (KERNEL(random, (zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal))),            \
+     (NO_GOLDEN("random: PyTorch's generator draws other numbers")))                                \
+  OP(randn, zorch_tensor *,                                                                         \
+     (int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev, zorch_generator *gen),      \
+     (ndim, shape, dt, dev, gen), LUA_NONE /* as rand */, (),                                       \
+     (NO_GOLDEN("random: PyTorch's generator draws other numbers")))                                \
+  /* Integers uniform in [low, high) (high > low), drawn as int64 and converted to                  \
+     dt; and a random permutation of 0..n-1. Counter based like rand: the same seed                 \
+     gives the same numbers on every device.                                                        \
+     randint: int64 out: low + (64 random bits mod range) per element from block                    \
+     `offset` on (zm_random_int of ops/backend/math.h). */                                          \
+  OP(randint, zorch_tensor *,                                                                       \
+     (int64_t low, int64_t high, int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev,  \
+      zorch_generator *gen),                                                                        \
+     (low, high, ndim, shape, dt, dev, gen), LUA_NONE /* 1-based bounds, a sizes table, options */, \
+     (KERNEL(randint, (zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,              \
+                       uint64_t range))),                                                           \
+     (NO_GOLDEN("random: PyTorch's generator draws other numbers")                                  \
+      BAD("zorch.randint(5, 2, {3})", "randint: high (2) must be at least low (5)")                 \
+      BAD("zorch.randint(1, 5, 3)", "table expected, got number")                                   \
+      BAD("zorch.randint(0, 1000, {4}, {dtype = 'uint8'})", "randint: values from 0 to 1000 do not all fit uint8") \
+      BAD("zorch.randint(0, 1, {3}, {dtype = 'bool'})", "randint: needs a numeric dtype, got bool"))) \
+  OP(randperm, zorch_tensor *, (int64_t n, zorch_dtype dt, zorch_device dev, zorch_generator *gen), \
+     (n, dt, dev, gen), LUA_NONE /* 1-based values, options */, (),                                 \
+     (NO_GOLDEN("random: PyTorch's generator draws other numbers")                                  \
+      BAD("zorch.randperm(-1)", "randperm: n must be >= 0, got -1")                                 \
+      BAD("zorch.randperm(1000, {dtype = 'uint8'})", "randperm: values from 1 to 1000 do not all fit uint8"))) \
+  /* n indices (int64) drawn from each row of probs, (N) or (B, N) non-negative                     \
+     finite weights (normalised or not), as torch.multinomial: with replacement                     \
+     each draw is independent; without, a category is drawn at most once (n <= the                  \
+     row's positive weights). Result (n) or (B, n) on probs' device; gen NULL draws                 \
+     from the default generator. */                                                                 \
+  OP(multinomial, zorch_tensor *, (zorch_tensor *probs, int64_t n, bool replacement, zorch_generator *gen), \
+     (probs, n, replacement, gen), LUA_NONE /* 1-based indices, the options table {replacement, generator} */, \
+     (), (NO_GOLDEN("random: PyTorch's generator draws other numbers")                              \
+      BAD("zorch.multinomial(zorch.tensor{1, 2}, 1)", "multinomial: probs must be floating point, got int64") \
+      BAD("zorch.multinomial(zorch.ones(3), 0)", "multinomial: the number of samples must be at least 1"))) \
+  /* ---- other constructors ---- */                                                                \
+  /* n x m identity (m = -1: n). */                                                                 \
+  OP(eye, zorch_tensor *, (int64_t n, int64_t m, zorch_dtype dt, zorch_device dev), (n, m, dt, dev), \
+     LUA_NONE /* options table (lua/lshape.c) */, (),                                               \
+     (NO_GOLDEN("no PyTorch case yet")))                                                            \
+  OP(linspace, zorch_tensor *, (double start, double end, int64_t steps, zorch_dtype dt, zorch_device dev), \
+     (start, end, steps, dt, dev), LUA_NONE /* options table (lua/lshape.c) */, (),                 \
+     (NO_GOLDEN("no PyTorch case yet")))                                                            \
+  OP(logspace, zorch_tensor *,                                                                      \
+     (double start, double end, int64_t steps, double base, zorch_dtype dt, zorch_device dev),      \
+     (start, end, steps, base, dt, dev), LUA_NONE /* options table (lua/lshape.c) */, (),           \
+     (NO_GOLDEN("no PyTorch case yet")))
 
 #endif

@@ -735,7 +735,6 @@ static zorch_reduction get_reduction(lua_State *L, int idx) {
   static const char *const names[] = {"mean", "sum", "none", NULL};
   return (zorch_reduction)luaL_checkoption(L, idx, "mean", names);
 }
-static int f_mse_loss(lua_State *L) { PUSH(zorch_mse_loss(T(1), T(2), get_reduction(L, 3))); }
 static int f_l1_loss(lua_State *L) {
   zorch_reduction r = get_reduction(L, 3); /* everything that can raise comes first */
   zorch_tensor *d = zorch_sub(T(1), T(2));
@@ -773,43 +772,6 @@ static int f_nll_loss(lua_State *L) { return nll_call(L, zorch_nll_loss); }
 static const luaL_Reg more_functions[] = {
     {"zeros_like", f_zeros_like}, {"ones_like", f_ones_like}, {"full_like", f_full_like},
     {"rand_like", f_rand_like}, {"randn_like", f_randn_like}, {"nll_loss", f_nll_loss}, {"_assign", f_assign}, {NULL, NULL}};
-static int f_embedding(lua_State *L) {
-  zorch_tensor *w = T(1), *i = lz_index0(L, 2);
-  zorch_tensor *o = zorch_embedding(w, i);
-  zorch_tensor_free(i);
-  PUSH(o);
-}
-/* layer_norm(x, n_dims_or_shape, weight, bias, eps) */
-static int f_layer_norm(lua_State *L) {
-  zorch_tensor *x = T(1);
-  lua_Integer nn = lua_istable(L, 2) ? lz_len(L, 2) : luaL_checkinteger(L, 2);
-  if (nn < INT_MIN || nn > INT_MAX) return luaL_argerror(L, 2, "too many dims");
-  int n = (int)nn;
-  if (lua_istable(L, 2)) { /* a shape must be x's trailing dims */
-    int nd = zorch_tensor_ndim(x);
-    const int64_t *xs = zorch_tensor_shape(x);
-    bool ok = n >= 1 && n <= nd && n <= ZORCH_MAX_DIMS;
-    int64_t ns[ZORCH_MAX_DIMS];
-    for (int i = 0; i < n && i < ZORCH_MAX_DIMS; i++) {
-      lz_geti(L, 2, i + 1);
-      ns[i] = (int64_t)luaL_checkinteger(L, -1);
-      lua_pop(L, 1);
-      if (ok && ns[i] != xs[nd - n + i]) ok = false;
-    }
-    if (!ok) {
-      char a[ZORCH_SHAPE_BUF], b[ZORCH_SHAPE_BUF];
-      zorch_shape_str(n < ZORCH_MAX_DIMS ? n : ZORCH_MAX_DIMS, ns, a, sizeof a);
-      zorch_shape_str(nd, xs, b, sizeof b);
-      return luaL_error(L, "layer_norm: normalized_shape %s does not match the last dims of the input's "
-                        "shape %s", a, b);
-    }
-  }
-  PUSH(zorch_layer_norm(x, n, lua_isnoneornil(L, 3) ? NULL : T(3), lua_isnoneornil(L, 4) ? NULL : T(4),
-                        luaL_optnumber(L, 5, 1e-5)));
-}
-static int f_dropout(lua_State *L) {
-  PUSH(zorch_dropout(T(1), luaL_optnumber(L, 2, 0.5), lua_isnone(L, 3) ? true : lua_toboolean(L, 3), NULL));
-}
 
 /* ---- convolution and pooling: sizes are a number or a pair {h, w} -------------------- */
 /* The value at idx as a pair of integers >= lo (a number stands for both). */
@@ -1099,6 +1061,40 @@ static void open_generator(lua_State *L) {
   lua_pop(L, 1);
 }
 
+/* The LREAD readers of the rows: an int from argument i. */
+/* layer_norm's normalized dims: a count, or a shape that must be the trailing
+   dims of argument 1 */
+static int read_norm_dims(lua_State *L, int i) {
+  zorch_tensor *x = T(1);
+  lua_Integer nn = lua_istable(L, i) ? lz_len(L, i) : luaL_checkinteger(L, i);
+  if (nn < INT_MIN || nn > INT_MAX) return luaL_argerror(L, i, "too many dims");
+  int n = (int)nn;
+  if (lua_istable(L, i)) {
+    int nd = zorch_tensor_ndim(x);
+    const int64_t *xs = zorch_tensor_shape(x);
+    bool ok = n >= 1 && n <= nd && n <= ZORCH_MAX_DIMS;
+    int64_t ns[ZORCH_MAX_DIMS];
+    for (int k = 0; k < n && k < ZORCH_MAX_DIMS; k++) {
+      lz_geti(L, i, k + 1);
+      ns[k] = (int64_t)luaL_checkinteger(L, -1);
+      lua_pop(L, 1);
+      if (ok && ns[k] != xs[nd - n + k]) ok = false;
+    }
+    if (!ok) {
+      char a[ZORCH_SHAPE_BUF], b[ZORCH_SHAPE_BUF];
+      zorch_shape_str(n < ZORCH_MAX_DIMS ? n : ZORCH_MAX_DIMS, ns, a, sizeof a);
+      zorch_shape_str(nd, xs, b, sizeof b);
+      return luaL_error(L, "layer_norm: normalized_shape %s does not match the last dims of the input's "
+                        "shape %s", a, b);
+    }
+  }
+  return n;
+}
+/* a loss's reduction: "mean" (absent), "sum" or "none" */
+static int read_reduction(lua_State *L, int i) { return (int)get_reduction(L, i); }
+/* dropout's training flag: true when absent, and a given nil is false */
+static int read_training(lua_State *L, int i) { return lua_isnone(L, i) ? 1 : lua_toboolean(L, i); }
+
 /* ---- the declared ops (include/zorch_ops.h): bindings and test cases, expanded ---- */
 /* Each argument reader of a row becomes (KIND, args) and runs in phases: every
    check that can raise first (in argument order), then what allocates (the
@@ -1329,6 +1325,7 @@ typedef struct {
   double rtol;
 } op_case;
 #define GOLDEN(...)
+#define NO_GOLDEN(...)
 #define GRAD(...)
 #define BAD(code, msg) {"bad", code, msg, NULL, NULL, 0},
 #define DEVICE(code, a, b, rtol) {"device", code, NULL, #a, #b, rtol},
@@ -1337,6 +1334,7 @@ typedef struct {
 ZORCH_OPS(DECL_CASES_)
 #undef DECL_CASES_
 #undef GOLDEN
+#undef NO_GOLDEN
 #undef GRAD
 #undef BAD
 #undef DEVICE
@@ -1376,24 +1374,13 @@ static const luaL_Reg functions_only[] = {
     {"tensor", f_tensor}, {"zeros", f_zeros}, {"empty", f_empty}, {"ones", f_ones}, {"full", f_full},
     {"rand", f_rand}, {"randn", f_randn}, {"arange", f_arange}, {"where", f_where},
     {"randperm", f_randperm}, {"randint", f_randint},
-    {"linear", f_linear}, {"mse_loss", f_mse_loss}, {"l1_loss", f_l1_loss},
-    {"cross_entropy", f_cross_entropy}, {"embedding", f_embedding}, {"layer_norm", f_layer_norm},
-    {"dropout", f_dropout}, {"cat", f_cat}, {"stack", f_stack}, {"no_grad", f_no_grad},
+    {"linear", f_linear}, {"l1_loss", f_l1_loss},
+    {"cross_entropy", f_cross_entropy}, {"cat", f_cat}, {"stack", f_stack}, {"no_grad", f_no_grad},
     {"set_grad_enabled", f_set_grad_enabled}, {"is_grad_enabled", f_is_grad_enabled},
     {"manual_seed", f_manual_seed}, {"_pointwise_ops", f_pointwise_ops},
     {"_op_cases", f_op_cases},
     {"_pointwise", f_pointwise_call}, {NULL, NULL}};
 
-/* ---- batch norm ---------------------------------------------------------------------------- */
-static zorch_tensor *opt_tensor(lua_State *L, int i) { return lua_isnoneornil(L, i) ? NULL : T(i); }
-/* batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps),
-   torch.nn.functional.batch_norm's order and defaults (eval, 0.1, 1e-5) */
-static int f_batch_norm(lua_State *L) {
-  zorch_tensor *x = T(1);
-  PUSH(zorch_batch_norm(x, opt_tensor(L, 2), opt_tensor(L, 3), opt_tensor(L, 4), opt_tensor(L, 5),
-                        lua_toboolean(L, 6), luaL_optnumber(L, 7, 0.1), luaL_optnumber(L, 8, 1e-5)));
-}
-static const luaL_Reg norm_functions[] = {{"batch_norm", f_batch_norm}, {NULL, NULL}};
 
 /* [-0, +0]: adds the functions to the table on top, and the methods to tensors
    (the registry's ops first, so that a hand binding such as gelu's mode wins) */
@@ -1411,7 +1398,6 @@ void lz_open_functions(lua_State *L) {
   luaL_setfuncs(L, more_functions, 0);
   luaL_setfuncs(L, sample_functions, 0);
   open_generator(L);
-  luaL_setfuncs(L, norm_functions, 0);
   luaL_setfuncs(L, conv_functions, 0);
   lua_pop(L, 1);
   luaL_setfuncs(L, both, 0);

@@ -72,29 +72,94 @@ static zorch_tensor *min_indices(zorch_tensor *x, int dim, bool keepdim) {
   return i;
 }
 
+/* batch norm from gen_golden.py's bn_stats running statistics (0.1 k - 0.2
+   and 0.25 k + 0.5 over the channels k); `running`: the statistics after a
+   training step with momentum 0.3, not the output */
+static zorch_tensor *batch_norm_case(zorch_tensor **x, bool training, bool running) {
+  int64_t ch = zorch_tensor_shape(x[0])[1];
+  zorch_tensor *k = zorch_arange(0, (double)ch, 1, ZORCH_F32, CPU);
+  zorch_tensor *k1 = zorch_mul_scalar(k, 0.1), *k2 = zorch_mul_scalar(k, 0.25);
+  zorch_tensor *rm = zorch_add_scalar(k1, -0.2), *rv = zorch_add_scalar(k2, 0.5);
+  zorch_tensor *o;
+  if (running) {
+    zorch_tensor *y = zorch_batch_norm(x[0], rm, rv, NULL, NULL, true, 0.3, 1e-5);
+    zorch_tensor_free(y);
+    o = zorch_cat(2, (zorch_tensor *[]){rm, rv}, 0);
+  } else {
+    o = zorch_batch_norm(x[0], rm, rv, x[1], x[2], training, 0.1, 1e-5);
+  }
+  zorch_tensor *tmp[] = {k, k1, k2, rm, rv};
+  for (int i = 0; i < 5; i++) zorch_tensor_free(tmp[i]);
+  return o;
+}
+/* linear, relu, linear */
+static zorch_tensor *mlp_case(zorch_tensor **x) {
+  zorch_tensor *h = zorch_linear(x[0], x[1], x[2]), *r = zorch_relu(h);
+  zorch_tensor *o = zorch_linear(r, x[3], x[4]);
+  zorch_tensor_free(h);
+  zorch_tensor_free(r);
+  return o;
+}
+/* the indices of max_pool2d */
+static zorch_tensor *pool_indices(zorch_tensor *x, const zorch_pool2d_opts *o) {
+  zorch_tensor *i = NULL, *v = zorch_max_pool2d(x, o, &i);
+  zorch_tensor_free(v);
+  return i;
+}
+/* The optimizer cases: the parameter x[0] after one step for each gradient
+   x[1], x[2], ... (steps from 1; SGD's momentum buffer starts at the first). */
+static zorch_tensor *optim_case(zorch_tensor **x, const zorch_adam_opts *ao, const zorch_sgd_opts *so) {
+  zorch_tensor *p = zorch_clone(x[0]);
+  int64_t sz = zorch_tensor_numel(p);
+  zorch_tensor *m = zorch_zeros(1, &sz, ZORCH_F32, CPU), *v = zorch_zeros(1, &sz, ZORCH_F32, CPU);
+  zorch_tensor *vm = zorch_zeros(1, &sz, ZORCH_F32, CPU);
+  zorch_status st = ZORCH_OK;
+  for (int k = 1; k < MAXT && x[k] && !st; k++)
+    st = ao ? zorch_adam_step(p, x[k], m, v, vm, k, ao) : zorch_sgd_step(p, x[k], m, k == 1, so);
+  zorch_tensor_free(m);
+  zorch_tensor_free(v);
+  zorch_tensor_free(vm);
+  if (st) {
+    zorch_tensor_free(p);
+    return NULL;
+  }
+  return p;
+}
+static zorch_tensor *adam_case(zorch_tensor **x, zorch_adam_opts o) { return optim_case(x, &o, NULL); }
+static zorch_tensor *sgd_case(zorch_tensor **x, zorch_sgd_opts o) { return optim_case(x, NULL, &o); }
+
 /* The declared ops' cases (include/zorch_ops.h): GOLDEN(case, call, rtol, atol). */
 typedef struct {
   const char *name;
-  zorch_tensor *(*call)(zorch_tensor **x);
+  zorch_tensor *(*call)(zorch_tensor **x, const double *p);
   double rtol, atol;
 } declared_case;
+#define NO_GOLDEN(...)
 #define GRAD(...)
 #define BAD(...)
 #define DEVICE(...)
-#define GOLDEN(cs, call, rtol, atol) \
-  static zorch_tensor *golden_##cs(zorch_tensor **x) { return call; }
+#define GOLDEN(cs, call, rtol, atol)                                 \
+  static zorch_tensor *golden_##cs(zorch_tensor **x, const double *p) { \
+    (void)p;                                                         \
+    return call;                                                     \
+  }
 #define DECL_ROW_(name, ret, params, args, lua, kernels, cases) ZORCH_EXPAND_ cases
 ZORCH_OPS(DECL_ROW_)
 #undef GOLDEN
-/* a declared op without a GOLDEN case does not build */
+/* a declared op without a GOLDEN case (or NO_GOLDEN) does not build */
 #define GOLDEN(...) +1
+#undef NO_GOLDEN
+#define NO_GOLDEN(...) +1
 #define DECL_COUNT_(name, ret, params, args, lua, kernels, cases) \
   _Static_assert(0 ZORCH_EXPAND_ cases > 0, "the declared op " #name " has no GOLDEN case");
 ZORCH_OPS(DECL_COUNT_)
 #undef GOLDEN
+#undef NO_GOLDEN
+#define NO_GOLDEN(...)
 #define GOLDEN(cs, call, rtol, atol) {#cs, golden_##cs, rtol, atol},
 static const declared_case declared[] = {ZORCH_OPS(DECL_ROW_){NULL, NULL, 0, 0}};
 #undef GOLDEN
+#undef NO_GOLDEN
 #undef GRAD
 #undef BAD
 #undef DEVICE
@@ -108,105 +173,16 @@ static const declared_case *declared_of(const char *name) {
 static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
   const char *n = c->name;
   const declared_case *d = declared_of(n);
-  if (d) return d->call(x);
+  if (d) return d->call(x, c->p);
 #define IS(s) (strcmp(n, s) == 0)
   const zorch_pointwise_op *op = registered(n);
   if (op) return op->call(x, c->p);
   if (strncmp(n, "round_decimals", 14) == 0) return zorch_round(x[0], (int)c->p[0]);
-  if (IS("linear")) return zorch_linear(x[0], x[1], x[2]);
-  if (IS("mse_loss")) return zorch_mse_loss(x[0], x[1], ZORCH_REDUCE_MEAN);
-  if (IS("cross_entropy")) return zorch_cross_entropy(x[0], x[1], ZORCH_REDUCE_MEAN, 1);
-  if (IS("embedding")) return zorch_embedding(x[0], x[1]);
-  if (IS("layer_norm")) return zorch_layer_norm(x[0], 1, x[1], x[2], 1e-5);
-  if (strncmp(n, "batch_norm", 10) == 0) { /* running stats as gen_golden.py's bn_stats */
-    int64_t ch = zorch_tensor_shape(x[0])[1];
-    zorch_tensor *k = zorch_arange(0, (double)ch, 1, ZORCH_F32, CPU);
-    zorch_tensor *k1 = zorch_mul_scalar(k, 0.1), *k2 = zorch_mul_scalar(k, 0.25);
-    zorch_tensor *rm = zorch_add_scalar(k1, -0.2), *rv = zorch_add_scalar(k2, 0.5);
-    zorch_tensor *o;
-    if (IS("batch_norm_running")) {
-      zorch_tensor *y = zorch_batch_norm(x[0], rm, rv, NULL, NULL, true, 0.3, 1e-5);
-      zorch_tensor_free(y);
-      o = zorch_cat(2, (zorch_tensor *[]){rm, rv}, 0);
-    } else {
-      o = zorch_batch_norm(x[0], rm, rv, x[1], x[2], strstr(n, "train") != NULL, 0.1, 1e-5);
-    }
-    zorch_tensor *tmp[] = {k, k1, k2, rm, rv};
-    for (int i = 0; i < 5; i++) zorch_tensor_free(tmp[i]);
-    return o;
-  }
-  if (IS("mlp")) {
-    zorch_tensor *h = zorch_linear(x[0], x[1], x[2]), *r = zorch_relu(h);
-    zorch_tensor *o = zorch_linear(r, x[3], x[4]);
-    zorch_tensor_free(h);
-    zorch_tensor_free(r);
-    return o;
-  }
-  if (strncmp(n, "attention", 9) == 0) return zorch_attention(x[0], x[1], x[2], c->p[0] != 0, c->p[1]);
-  if (strncmp(n, "conv2d", 6) == 0) {
-    zorch_conv2d_opts o;
-    memset(&o, 0, sizeof o);
-    zorch_tensor *b = c->nin > 2 ? x[2] : NULL;
-    if (IS("conv2d_stride_pad")) o = (zorch_conv2d_opts){{2, 1}, {1, 2}, {1, 1}, 1};
-    if (IS("conv2d_dilation")) o = (zorch_conv2d_opts){{1, 1}, {1, 1}, {2, 1}, 1};
-    if (IS("conv2d_groups")) o = (zorch_conv2d_opts){{2, 2}, {1, 1}, {1, 1}, 2};
-    if (IS("conv2d_batch")) o = (zorch_conv2d_opts){{1, 1}, {1, 1}, {1, 1}, 1};
-    return zorch_conv2d(x[0], x[1], b, &o);
-  }
-  if (strncmp(n, "max_pool2d", 10) == 0 || strncmp(n, "avg_pool2d", 10) == 0) {
-    zorch_pool2d_opts o = {.kernel = {2, 2}};
-    if (IS("max_pool2d_pad") || IS("max_pool2d_indices") || IS("avg_pool2d_pad"))
-      o = (zorch_pool2d_opts){.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
-    if (IS("max_pool2d_ceil_dil"))
-      o = (zorch_pool2d_opts){.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 0},
-                              .dilation = {2, 1}, .ceil_mode = true};
-    if (IS("avg_pool2d_excl_ceil"))
-      o = (zorch_pool2d_opts){.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1},
-                              .ceil_mode = true, .exclude_pad = true};
-    if (IS("avg_pool2d_ceil"))
-      o = (zorch_pool2d_opts){.kernel = {2, 2}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true};
-    if (n[0] == 'a') return zorch_avg_pool2d(x[0], &o);
-    zorch_tensor *i = NULL, *v = zorch_max_pool2d(x[0], &o, &i);
-    if (!IS("max_pool2d_indices")) {
-      zorch_tensor_free(i);
-      return v;
-    }
-    zorch_tensor_free(v);
-    return i;
-  }
-  if (IS("adaptive_avg_pool2d")) return zorch_adaptive_avg_pool2d(x[0], 3, 4);
-  if (IS("adaptive_avg_pool2d_1")) return zorch_adaptive_avg_pool2d(x[0], 1, 1);
-  if (IS("adaptive_avg_pool2d_up")) return zorch_adaptive_avg_pool2d(x[0], 5, 4);
   if (IS("to_bf16") || IS("to_f16")) {
     zorch_tensor *h = zorch_to_dtype(x[0], IS("to_bf16") ? ZORCH_BF16 : ZORCH_F16);
     zorch_tensor *f = zorch_to_dtype(h, ZORCH_F32);
     zorch_tensor_free(h);
     return f;
-  }
-  if (strncmp(n, "adam", 4) == 0 || strncmp(n, "sgd", 3) == 0) {
-    zorch_tensor *p = zorch_clone(x[0]);
-    int64_t sz = zorch_tensor_numel(p);
-    zorch_tensor *m = zorch_zeros(1, &sz, ZORCH_F32, CPU), *v = zorch_zeros(1, &sz, ZORCH_F32, CPU);
-    zorch_tensor *vm = zorch_zeros(1, &sz, ZORCH_F32, CPU);
-    zorch_adam_opts ao = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
-    zorch_sgd_opts so = {.lr = 0.1};
-    if (IS("adam_wd")) ao.weight_decay = 0.1;
-    if (IS("adamw")) ao.weight_decay = 0.1, ao.decoupled = true;
-    if (IS("adam_amsgrad")) ao.amsgrad = true;
-    if (IS("sgd_momentum")) so.momentum = 0.9, so.dampening = 0.1, so.weight_decay = 0.01;
-    if (IS("sgd_nesterov")) so.momentum = 0.9, so.nesterov = true;
-    zorch_status st = ZORCH_OK;
-    for (int k = 1; k < c->nin && !st; k++)
-      st = n[0] == 'a' ? zorch_adam_step(p, x[k], m, v, vm, k, &ao)
-                       : zorch_sgd_step(p, x[k], m, k == 1, &so);
-    zorch_tensor_free(m);
-    zorch_tensor_free(v);
-    zorch_tensor_free(vm);
-    if (st) {
-      zorch_tensor_free(p);
-      return NULL;
-    }
-    return p;
   }
   return NULL;
 #undef IS
@@ -214,12 +190,10 @@ static zorch_tensor *run_op(const gcase *c, zorch_tensor **x) {
 
 static void check_case(gcase *c) {
   zorch_tensor *x[MAXT] = {0};
-  bool optim = strncmp(c->name, "adam", 4) == 0 || strncmp(c->name, "sgd", 3) == 0;
   for (int i = 0; i < c->nin; i++) {
     x[i] = zorch_clone(c->in[i]);
     if (c->gout && zorch_dtype_is_float(zorch_tensor_dtype(x[i]))) zorch_set_requires_grad(x[i], true);
   }
-  (void)optim;
   const zorch_pointwise_op *op = registered(c->name);
   if (op && op->differentiable)
     ok(c->gout && c->grad[0] && (op->nin < 2 || c->grad[1]), "%s: the golden case has gradients",

@@ -101,34 +101,6 @@ static const zorch_pointwise_op *cur_op;
 static const double op_params[2] = {-0.5, 0.7};
 CHECK(registered, 0, return cur_op->call(in, op_params);)
 CHECK(square, 1, return zorch_pow_scalar(in[0], 2);) /* the x * x path */
-CHECK(linear, 3, return zorch_linear(in[0], in[1], in[2]);)
-CHECK(linear_nobias, 2, return zorch_linear(in[0], in[1], NULL);)
-CHECK(linear_relu, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_RELU);)
-CHECK(linear_relu_nobias, 2, return zorch_linear_act(in[0], in[1], NULL, ZORCH_ACT_RELU);)
-CHECK(linear_gelu, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU);)
-CHECK(linear_gelu_tanh, 3, return zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_GELU_TANH);)
-CHECK(mse, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_MEAN);)
-CHECK(mse_sum, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_SUM);)
-CHECK(mse_none, 2, return zorch_mse_loss(in[0], in[1], ZORCH_REDUCE_NONE);)
-CHECK(cross_entropy, 2, return zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_MEAN, 1);)
-CHECK(cross_entropy_none, 2, return zorch_cross_entropy(in[0], in[1], ZORCH_REDUCE_NONE, -100);)
-CHECK(nll_loss, 2, return zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_MEAN, 1);)
-CHECK(nll_loss_sum, 2, return zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_SUM, -100);)
-CHECK(embedding, 2, return zorch_embedding(in[0], in[1]);)
-CHECK(layer_norm, 3, return zorch_layer_norm(in[0], 1, in[1], in[2], 1e-5);)
-CHECK(layer_norm2, 1, return zorch_layer_norm(in[0], 2, NULL, NULL, 1e-5);)
-CHECK(dropout, 1, {
-  zorch_generator_seed(gen, 99);
-  return zorch_dropout(in[0], 0.3, true, gen);
-})
-CHECK(attention, 3, return zorch_attention(in[0], in[1], in[2], false, 0);)
-CHECK(attention_causal, 3, return zorch_attention(in[0], in[1], in[2], true, 0);)
-CHECK(attention_scaled, 3, return zorch_attention(in[0], in[1], in[2], true, 0.7);)
-/* batch norm: training (batch statistics, no running stats; with them, the
-   output is the same), and eval with fixed running stats in[2], in[3] */
-CHECK(batch_norm_train, 3, return zorch_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5);)
-CHECK(batch_norm_train_noaffine, 1, return zorch_batch_norm(in[0], NULL, NULL, NULL, NULL, true, 0.1, 1e-5);)
-CHECK(batch_norm_eval, 4, return zorch_batch_norm(in[0], in[2], in[3], in[1], NULL, false, 0.1, 1e-5);)
 CHECK(chain, 2, {
   /* a small network: relu(x W^T) summed with a shared leaf used twice */
   zorch_tensor *h = zorch_linear(in[0], in[1], NULL);
@@ -141,23 +113,6 @@ CHECK(chain, 2, {
   return o;
 })
 
-/* convolution and pooling, with stride, padding, dilation, groups, ceil mode */
-static const zorch_conv2d_opts conv_sp = {{2, 1}, {1, 2}, {1, 1}, 1};
-static const zorch_conv2d_opts conv_dg = {{1, 2}, {2, 1}, {2, 1}, 2};
-CHECK(conv2d, 3, return zorch_conv2d(in[0], in[1], in[2], NULL);)
-CHECK(conv2d_stride_pad, 3, return zorch_conv2d(in[0], in[1], in[2], &conv_sp);)
-CHECK(conv2d_dil_groups, 2, return zorch_conv2d(in[0], in[1], NULL, &conv_dg);)
-static const zorch_pool2d_opts pool_k2 = {.kernel = {2, 2}};
-static const zorch_pool2d_opts pool_pd = {.kernel = {3, 2}, .stride = {2, 1}, .padding = {1, 1},
-                                          .dilation = {2, 1}, .ceil_mode = true};
-static const zorch_pool2d_opts pool_avg = {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
-static const zorch_pool2d_opts pool_excl = {.kernel = {2, 3}, .stride = {2, 2}, .padding = {1, 1},
-                                            .ceil_mode = true, .exclude_pad = true};
-CHECK(max_pool2d, 1, return zorch_max_pool2d(in[0], &pool_k2, NULL);)
-CHECK(max_pool2d_pad_dil, 1, return zorch_max_pool2d(in[0], &pool_pd, NULL);)
-CHECK(avg_pool2d, 1, return zorch_avg_pool2d(in[0], &pool_avg);)
-CHECK(avg_pool2d_excl_ceil, 1, return zorch_avg_pool2d(in[0], &pool_excl);)
-CHECK(adaptive_avg_pool2d, 1, return zorch_adaptive_avg_pool2d(in[0], 3, 2);)
 /* reductions, shape ops and matrix products composed of other ops */
 
 static zorch_tensor *ints(int ndim, const int64_t *shape, const int64_t *v) {
@@ -191,8 +146,21 @@ static void run(const char *name, op_fn f, int nin, zorch_tensor **in) {
   for (int i = 0; i < nin; i++) zorch_tensor_free(in[i]);
 }
 
+/* helpers of the declared ops' GRAD cases */
+/* t, held fixed (not requiring grad) */
+static zorch_tensor *nograd(zorch_tensor *t) {
+  zorch_set_requires_grad(t, false);
+  return t;
+}
+/* dropout draws the same mask at every evaluation */
+static zorch_tensor *dropout_seeded(zorch_tensor *x) {
+  zorch_generator_seed(gen, 99);
+  return zorch_dropout(x, 0.3, true, gen);
+}
+
 /* the declared ops' GRAD cases (include/zorch_ops.h) */
 #define GOLDEN(...)
+#define NO_GOLDEN(...)
 #define BAD(...)
 #define DEVICE(...)
 #define GRAD(cs, call, inputs) \
@@ -203,6 +171,7 @@ ZORCH_OPS(DECL_ROW_)
 #define LEAF(...) leaf(SHAPE(__VA_ARGS__), 0)
 #define LEAF_POS(...) leaf(SHAPE(__VA_ARGS__), 1)
 #define MASK(...) mask(SHAPE(__VA_ARGS__))
+#define NOGRAD(t) nograd(t)
 #define INDEX(dims, values) ints(SHAPE(ZORCH_EXPAND_ dims), (int64_t[]){ZORCH_EXPAND_ values})
 #define GRAD(cs, call, inputs)                                      \
   {                                                                 \
@@ -212,6 +181,7 @@ ZORCH_OPS(DECL_ROW_)
 static void run_declared(void) { ZORCH_OPS(DECL_ROW_) }
 #undef GRAD
 #undef GOLDEN
+#undef NO_GOLDEN
 #undef BAD
 #undef DEVICE
 #define RUN(name, ...)                                              \
@@ -238,55 +208,11 @@ int main(void) {
     }
   }
   RUN(square, leaf(SHAPE(5), 0));
-  RUN(linear, leaf(SHAPE(5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear_nobias, leaf(SHAPE(5, 3), 0), leaf(SHAPE(2, 3), 0));
-  RUN(linear_relu, leaf(SHAPE(6, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear_relu, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear_gelu, leaf(SHAPE(2, 5, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear_gelu_tanh, leaf(SHAPE(6, 3), 0), leaf(SHAPE(4, 3), 0), leaf(SHAPE(4), 0));
-  RUN(linear_relu_nobias, leaf(SHAPE(5, 3), 0), leaf(SHAPE(2, 3), 0));
-  RUN(mse, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
-  RUN(mse_sum, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
-  RUN(mse_none, leaf(SHAPE(4, 3), 0), leaf(SHAPE(4, 3), 0));
-  RUN(cross_entropy, leaf(SHAPE(4, 5), 0), ints(SHAPE(4), (int64_t[]){0, 1, 4, 2}));
-  RUN(cross_entropy_none, leaf(SHAPE(3, 4), 0), ints(SHAPE(3), (int64_t[]){3, 0, 1}));
-  RUN(cross_entropy, leaf(SHAPE(5), 0), ints(0, NULL, (int64_t[]){2}));
-  RUN(nll_loss, leaf(SHAPE(4, 5), 0), ints(SHAPE(4), (int64_t[]){0, 1, 4, 2}));
-  RUN(nll_loss_sum, leaf(SHAPE(3, 4), 0), ints(SHAPE(3), (int64_t[]){3, 0, 1}));
-  RUN(embedding, leaf(SHAPE(5, 3), 0), ints(SHAPE(2, 3), (int64_t[]){0, 4, 4, 1, 0, 2}));
-  RUN(layer_norm, leaf(SHAPE(3, 5), 0), leaf(SHAPE(5), 0), leaf(SHAPE(5), 0));
-  RUN(layer_norm2, leaf(SHAPE(2, 3, 4), 0));
-  RUN(dropout, leaf(SHAPE(4, 5), 0));
-  /* attention: causal and not, Tq != Tk (both ways), odd head dims, (BH, T, D)
-     inputs, and 70 keys and queries, which the 64-wide blocks do not divide */
-  RUN(attention, leaf(SHAPE(2, 2, 4, 3), 0), leaf(SHAPE(2, 2, 6, 3), 0), leaf(SHAPE(2, 2, 6, 3), 0));
-  RUN(attention_causal, leaf(SHAPE(1, 2, 5, 5), 0), leaf(SHAPE(1, 2, 5, 5), 0), leaf(SHAPE(1, 2, 5, 5), 0));
-  RUN(attention_causal, leaf(SHAPE(3, 3, 7), 0), leaf(SHAPE(3, 8, 7), 0), leaf(SHAPE(3, 8, 7), 0));
-  RUN(attention_causal, leaf(SHAPE(1, 1, 1, 4), 0), leaf(SHAPE(1, 1, 6, 4), 0), leaf(SHAPE(1, 1, 6, 4), 0));
-  RUN(attention_scaled, leaf(SHAPE(2, 5, 2), 0), leaf(SHAPE(2, 5, 2), 0), leaf(SHAPE(2, 5, 2), 0));
-  RUN(attention_causal, leaf(SHAPE(1, 70, 3), 0), leaf(SHAPE(1, 70, 3), 0), leaf(SHAPE(1, 70, 3), 0));
-  RUN(attention, leaf(SHAPE(1, 1, 67, 3), 0), leaf(SHAPE(1, 1, 130, 3), 0), leaf(SHAPE(1, 1, 130, 3), 0));
-  RUN(batch_norm_train, leaf(SHAPE(4, 3), 0), leaf(SHAPE(3), 0), leaf(SHAPE(3), 0));
-  RUN(batch_norm_train, leaf(SHAPE(2, 3, 4), 0), leaf(SHAPE(3), 0), leaf(SHAPE(3), 0));
-  RUN(batch_norm_train_noaffine, leaf(SHAPE(2, 2, 3, 2), 0));
   {
-    zorch_tensor *rm = leaf(SHAPE(3), 0), *rv = leaf(SHAPE(3), 1);
-    zorch_set_requires_grad(rm, false);
-    zorch_set_requires_grad(rv, false);
-    RUN(batch_norm_eval, leaf(SHAPE(2, 3, 2), 0), leaf(SHAPE(3), 0), rm, rv);
+  }
+  {
   }
   RUN(chain, leaf(SHAPE(4, 3), 0), leaf(SHAPE(5, 3), 0));
-  RUN(conv2d, leaf(SHAPE(2, 3, 5, 4), 0), leaf(SHAPE(2, 3, 3, 2), 0), leaf(SHAPE(2), 0));
-  RUN(conv2d, leaf(SHAPE(2, 4, 4), 0), leaf(SHAPE(3, 2, 2, 2), 0), leaf(SHAPE(3), 0));
-  RUN(conv2d, leaf(SHAPE(10, 2, 4, 3), 0), leaf(SHAPE(3, 2, 2, 2), 0), leaf(SHAPE(3), 0)); /* 2 blocks */
-  RUN(conv2d_stride_pad, leaf(SHAPE(2, 2, 5, 4), 0), leaf(SHAPE(3, 2, 3, 3), 0), leaf(SHAPE(3), 0));
-  RUN(conv2d_dil_groups, leaf(SHAPE(1, 4, 6, 5), 0), leaf(SHAPE(4, 2, 2, 3), 0));
-  RUN(max_pool2d, leaf(SHAPE(2, 2, 4, 5), 0));
-  RUN(max_pool2d_pad_dil, leaf(SHAPE(1, 2, 7, 5), 0));
-  RUN(avg_pool2d, leaf(SHAPE(2, 2, 5, 6), 0));
-  RUN(avg_pool2d_excl_ceil, leaf(SHAPE(1, 2, 5, 6), 0));
-  RUN(adaptive_avg_pool2d, leaf(SHAPE(2, 7, 5), 0));
   run_declared();
   zorch_generator_free(gen);
   return done_testing();

@@ -79,95 +79,14 @@ typedef struct backend {
                          double p0, double p1);
   zorch_status (*where)(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a,
                         const zorch_tensor *b);
-  /* loss (n) = -logp[i, t[i]] (0 where t[i] == ignore); logp (n, c). */
-  zorch_status (*nll)(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t,
-                      int64_t n, int64_t c, int64_t ignore);
-  /* gin (n, c), zero-filled: gin[i, t[i]] = -g[i]. */
-  zorch_status (*nll_bwd)(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t,
-                          int64_t n, int64_t c, int64_t ignore);
-  /* y, mean, rstd over rows of cols; w, b (cols) may be NULL. */
-  zorch_status (*layer_norm)(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
-                             const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
-                             int64_t rows, int64_t cols, double eps);
-  /* gx; gw, gb (cols) may be NULL (then not computed). */
-  zorch_status (*layer_norm_bwd)(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
-                                 const zorch_tensor *g, const zorch_tensor *x,
-                                 const zorch_tensor *mean, const zorch_tensor *rstd,
-                                 const zorch_tensor *w, int64_t rows, int64_t cols);
-  /* Attention over bh heads: out (bh, tq, d) = softmax(scale q k^T, masked) v
-     and lse (bh, tq) = the log-sum-exp of each row's scores, from q (bh, tq, d),
-     k and v (bh, tk, d); all contiguous, float32 or float64. With `causal`,
-     query i sees key j only when j <= i + tk - tq; a row that sees no key gets
-     0 and lse -inf. */
-  zorch_status (*attention)(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,
-                            const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,
-                            int64_t tk, int64_t d, bool causal, double scale);
-  /* dq, dk, dv (q's, k's, v's shapes; overwritten) from g = dL/dout (bh, tq, d)
-     and the forward's out and lse. */
-  zorch_status (*attention_bwd)(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,
-                                const zorch_tensor *g, const zorch_tensor *q,
-                                const zorch_tensor *k, const zorch_tensor *v,
-                                const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,
-                                int64_t tq, int64_t tk, int64_t d, bool causal, double scale);
-  /* The attention kernels also take q, k, v, out, g and the gradients as
+  /* The attention kernels (include/zorch_ops.h) also take q, k, v, out, g and the gradients as
      strided views whose last dim is contiguous (the heads of a fused QKV
      projection in place), not only contiguous tensors. */
   bool attention_strided;
-  /* Batch norm of x (n, c, inner): y, and mean, rstd (c) get the statistics
-     used: the batch's (biased variance) when `training`, else rm and rv's. In
-     training, rm and rv (c, may be NULL) are updated in place with the
-     unbiased variance: r = (1 - momentum) r + momentum stat. w, b (c) may be
-     NULL; every tensor contiguous, in x's dtype; n * inner > 1 in training. */
-  zorch_status (*batch_norm)(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
-                             const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
-                             zorch_tensor *rm, zorch_tensor *rv, int64_t n, int64_t c,
-                             int64_t inner, bool training, double momentum, double eps);
-  /* gx (may be NULL), gw, gb (c, may be NULL) from g and the forward's x,
-     mean, rstd and w (may be NULL); `training` as in the forward. */
-  zorch_status (*batch_norm_bwd)(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
-                                 const zorch_tensor *g, const zorch_tensor *x,
-                                 const zorch_tensor *mean, const zorch_tensor *rstd,
-                                 const zorch_tensor *w, int64_t n, int64_t c, int64_t inner,
-                                 bool training);
-  /* Philox numbers for elements [0, numel) from block `offset` on. */
-  zorch_status (*random)(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
-  /* int64 out: low + (64 random bits mod range) per element from block `offset`
-     on (zm_random_int of ops/backend/math.h). */
-  zorch_status (*randint)(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
-                          uint64_t range);
-  zorch_status (*adam)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,
-                       zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
-  zorch_status (*sgd)(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
-                      const zorch_sgd_opts *o);
-  /* ---- convolution and pooling (ops/def/conv.c); float32 and float64, contiguous ----
-     im2col: col (c * kh * kw, nb * oh * ow), row (ci, ki, kj), column (image,
-     oy, ox), = x (n, c, h, w) of images n0 .. n0 + nb - 1 at each window
-     position (0 in the padding). col2im: the adjoint, images n0 .. n0 + nb - 1
-     of gx (overwritten) = the sum of col's entries that read each pixel. */
-  zorch_status (*im2col)(zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0,
-                         int64_t nb);
-  zorch_status (*col2im)(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,
-                         int64_t nb);
-  /* Optional (NULL: im2col and the GEMM above, driven by ops/def/conv.c): the whole
-     convolution with one group. out (n, o, oh, ow) = x * w + b (b may be NULL);
-     its backward writes gx and gw (either may be NULL: not wanted) from gout. */
-  zorch_status (*conv2d)(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,
-                         const zorch_tensor *b, const conv_geom *g);
-  zorch_status (*conv2d_bwd)(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,
-                             const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
-  /* Optional (NULL: always): whether conv2d and conv2d_bwd take this convolution;
-     when false, ops/def/conv.c runs im2col and the GEMM (CUDA: cuDNN absent, or
-     sizes beyond its int descriptors). */
+  /* Optional (NULL: always): whether conv2d and conv2d_bwd (include/zorch_ops.h)
+     take this convolution; when false, ops/def/conv.c runs im2col and the GEMM
+     (CUDA: cuDNN absent, or sizes beyond its int descriptors). */
   bool (*conv2d_takes)(const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
-  /* out (n, oh, ow) = the pool of each window of x (n, h, w); for POOL_MAX, idx
-     (int64, same shape) gets the argmax as iy * w + ix within its plane (NaN
-     wins; the first maximum otherwise). */
-  zorch_status (*pool2d)(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,
-                         const conv_geom *g);
-  /* gx (n, h, w), overwritten, = the adjoint of pool2d applied to gout (n, oh,
-     ow); idx is pool2d's for POOL_MAX (NULL otherwise). */
-  zorch_status (*pool2d_bwd)(pool_kind k, zorch_tensor *gx, const zorch_tensor *gout,
-                             const zorch_tensor *idx, const conv_geom *g);
   /* host <-> device and device -> device copies of contiguous bytes (NULL on
      the CPU backend); to_host waits for the device's queued work. */
   zorch_status (*to_host)(void *dst, const void *src, size_t n, int index);

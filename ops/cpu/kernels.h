@@ -11,53 +11,6 @@ zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const 
                         double p0, double p1);
 zorch_status cpu_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a,
                        const zorch_tensor *b);
-zorch_status cpu_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n,
-                     int64_t c, int64_t ignore);
-zorch_status cpu_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n,
-                         int64_t c, int64_t ignore);
-zorch_status cpu_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
-                            const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
-                            int64_t rows, int64_t cols, double eps);
-zorch_status cpu_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
-                                const zorch_tensor *g, const zorch_tensor *x,
-                                const zorch_tensor *mean, const zorch_tensor *rstd,
-                                const zorch_tensor *w, int64_t rows, int64_t cols);
-zorch_status cpu_attention(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,
-                           const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,
-                           int64_t tk, int64_t d, bool causal, double scale);
-zorch_status cpu_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,
-                               const zorch_tensor *g, const zorch_tensor *q,
-                               const zorch_tensor *k, const zorch_tensor *v,
-                               const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,
-                               int64_t tq, int64_t tk, int64_t d, bool causal, double scale);
-zorch_status cpu_batch_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
-                            const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
-                            zorch_tensor *rm, zorch_tensor *rv, int64_t n, int64_t c,
-                            int64_t inner, bool training, double momentum, double eps);
-zorch_status cpu_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb,
-                                const zorch_tensor *g, const zorch_tensor *x,
-                                const zorch_tensor *mean, const zorch_tensor *rstd,
-                                const zorch_tensor *w, int64_t n, int64_t c, int64_t inner,
-                                bool training);
-zorch_status cpu_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
-zorch_status cpu_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low,
-                         uint64_t range);
-zorch_status cpu_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v,
-                      zorch_tensor *vmax, int64_t step, const zorch_adam_opts *o);
-zorch_status cpu_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first,
-                     const zorch_sgd_opts *o);
-zorch_status cpu_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0,
-                        int64_t nb);
-zorch_status cpu_col2im(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0,
-                        int64_t nb);
-zorch_status cpu_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w,
-                        const zorch_tensor *b, const conv_geom *g);
-zorch_status cpu_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout,
-                            const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
-zorch_status cpu_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,
-                        const conv_geom *g);
-zorch_status cpu_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *gout,
-                            const zorch_tensor *idx, const conv_geom *g);
 /* the declared ops' kernels (include/zorch_ops.h) */
 #define KERNEL(slot, params) zorch_status cpu_##slot params;
 #define KERNEL_OPT KERNEL

@@ -23,15 +23,12 @@ extern "C" {
 extern "C" bool cu_tf32(void);
 // "cuDNN 9.x (conv2d, batch_norm)", or why the own kernels run (cudnn.cu).
 void cu_cudnn_describe(char *buf, size_t n);
-// cuDNN's convolution and batch norm (cudnn.cu). conv_takes: whether cuDNN runs
+// cuDNN's convolution (cuda_conv2d and cuda_conv2d_bwd, declared with the op
+// table's kernels below) and batch norm (cudnn.cu). conv_takes: whether cuDNN runs
 // this convolution (present, float32/float64, sizes within its int
 // descriptors); the batch norms return false when they leave the call to the
 // own kernels (norm.cu), else true with the status in *st.
 bool cu_cudnn_conv_takes(const zorch_tensor *x, const zorch_tensor *w, const conv_geom *g);
-zorch_status cu_cudnn_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
-                             const conv_geom *g);
-zorch_status cu_cudnn_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout, const zorch_tensor *x,
-                                 const zorch_tensor *w, const conv_geom *g);
 bool cu_cudnn_batch_norm(zorch_status *st, zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd,
                          const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b, zorch_tensor *rm,
                          zorch_tensor *rv, int64_t n, int64_t c, int64_t inner, bool training, double momentum,
@@ -193,39 +190,6 @@ zorch_status cuda_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double
 zorch_status cuda_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b, double p0,
                          double p1);
 zorch_status cuda_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_tensor *a, const zorch_tensor *b);
-zorch_status cuda_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal);
-zorch_status cuda_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range);
-zorch_status cuda_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n, int64_t c,
-                      int64_t ignore);
-zorch_status cuda_nll_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t, int64_t n, int64_t c,
-                          int64_t ignore);
-zorch_status cuda_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd, const zorch_tensor *x,
-                             const zorch_tensor *w, const zorch_tensor *b, int64_t rows, int64_t cols, double eps);
-zorch_status cuda_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb, const zorch_tensor *g,
-                                 const zorch_tensor *x, const zorch_tensor *mean, const zorch_tensor *rstd,
-                                 const zorch_tensor *w, int64_t rows, int64_t cols);
-zorch_status cuda_batch_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd, const zorch_tensor *x,
-                             const zorch_tensor *w, const zorch_tensor *b, zorch_tensor *rm, zorch_tensor *rv,
-                             int64_t n, int64_t c, int64_t inner, bool training, double momentum, double eps);
-zorch_status cuda_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb, const zorch_tensor *g,
-                                 const zorch_tensor *x, const zorch_tensor *mean, const zorch_tensor *rstd,
-                                 const zorch_tensor *w, int64_t n, int64_t c, int64_t inner, bool training);
-zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, zorch_tensor *v, zorch_tensor *vmax,
-                       int64_t step, const zorch_adam_opts *o);
-zorch_status cuda_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf, bool first, const zorch_sgd_opts *o);
-zorch_status cuda_attention(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q, const zorch_tensor *k,
-                            const zorch_tensor *v, int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal,
-                            double scale);
-zorch_status cuda_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv, const zorch_tensor *g,
-                                const zorch_tensor *q, const zorch_tensor *k, const zorch_tensor *v,
-                                const zorch_tensor *out, const zorch_tensor *lse, int64_t bh, int64_t tq, int64_t tk,
-                                int64_t d, bool causal, double scale);
-zorch_status cuda_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_geom *g, int64_t n0, int64_t nb);
-zorch_status cuda_col2im(zorch_tensor *gx, const zorch_tensor *col, const conv_geom *g, int64_t n0, int64_t nb);
-zorch_status cuda_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, const zorch_tensor *x,
-                         const conv_geom *g);
-zorch_status cuda_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *gout, const zorch_tensor *idx,
-                             const conv_geom *g);
 void *cuda_alloc(int dev, size_t nbytes);
 void cuda_free(int dev, void *p);
 zorch_status cuda_to_host(void *dst, const void *src, size_t n, int dev);

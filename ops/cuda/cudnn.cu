@@ -28,11 +28,11 @@ void cu_cudnn_describe(char *buf, size_t n) {
   snprintf(buf, n, "cuDNN not built (no cudnn.h at build time): own conv2d and batch_norm kernels");
 }
 bool cu_cudnn_conv_takes(const zorch_tensor *, const zorch_tensor *, const conv_geom *) { return false; }
-zorch_status cu_cudnn_conv2d(zorch_tensor *, const zorch_tensor *, const zorch_tensor *, const zorch_tensor *,
+zorch_status cuda_conv2d(zorch_tensor *, const zorch_tensor *, const zorch_tensor *, const zorch_tensor *,
                              const conv_geom *) {
   return err_set(ZORCH_ERR_INTERNAL, "conv2d: cuDNN not built");
 }
-zorch_status cu_cudnn_conv2d_bwd(zorch_tensor *, zorch_tensor *, const zorch_tensor *, const zorch_tensor *,
+zorch_status cuda_conv2d_bwd(zorch_tensor *, zorch_tensor *, const zorch_tensor *, const zorch_tensor *,
                                  const zorch_tensor *, const conv_geom *) {
   return err_set(ZORCH_ERR_INTERNAL, "conv2d: cuDNN not built");
 }
@@ -301,7 +301,7 @@ bool cu_cudnn_conv_takes(const zorch_tensor *x, const zorch_tensor *w, const con
          zorch_tensor_numel(w) <= INT32_MAX;
 }
 
-zorch_status cu_cudnn_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
+zorch_status cuda_conv2d(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *w, const zorch_tensor *b,
                              const conv_geom *g) {
   int dev = cu_dev(x);
   zorch_dtype dt = x->dtype;
@@ -330,7 +330,7 @@ zorch_status cu_cudnn_conv2d(zorch_tensor *out, const zorch_tensor *x, const zor
   return cu_launched("conv2d");
 }
 
-zorch_status cu_cudnn_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout, const zorch_tensor *x,
+zorch_status cuda_conv2d_bwd(zorch_tensor *gx, zorch_tensor *gw, const zorch_tensor *gout, const zorch_tensor *x,
                                  const zorch_tensor *w, const conv_geom *g) {
   int dev = cu_dev(x);
   zorch_dtype dt = x->dtype;

@@ -95,17 +95,7 @@ end
 -- ops whose kernels compute in float32/float64 (16-bit goes through float32)
 local a, ga = A64:float(), A64:float():to("cuda")
 local t = zorch.tensor({1, 5, 3, 2})
-same(zorch.cross_entropy(a:narrow(1, 1, 4), t), zorch.cross_entropy(ga:narrow(1, 1, 4), t:to("cuda")), 1e-5,
-     "cross_entropy")
-same(zorch.layer_norm(a, 1), zorch.layer_norm(ga, 1), 1e-5, "layer_norm")
-local lw, lb = zorch.randn(129), zorch.randn(129)
-same(zorch.layer_norm(a, 1, lw, lb), zorch.layer_norm(ga, 1, lw:to("cuda"), lb:to("cuda")), 1e-5,
-     "layer_norm with weight and bias")
 same(zorch.index_select(a, 1, t), zorch.index_select(ga, 1, t:to("cuda")), 0, "index_select")
-local t0 = zorch.tensor({1, 0, 3, 0})
-same(zorch.cross_entropy(a:narrow(1, 1, 4), t0, {ignore_index = 0}),
-     zorch.cross_entropy(ga:narrow(1, 1, 4), t0:to("cuda"), {ignore_index = 0}), 1e-5,
-     "cross_entropy's mean over the targets that count, counted on the device")
 -- a bad index is found by the kernel and reported at the next wait, by name
 local bad_ok, bad_err = pcall(function() return zorch.index_select(ga, 1, zorch.tensor({1, 99}):to("cuda")):sum():item() end)
 tap.ok(not bad_ok and tostring(bad_err):find("index_select: index 98 out of range", 1, true),
@@ -113,8 +103,6 @@ tap.ok(not bad_ok and tostring(bad_err):find("index_select: index 98 out of rang
 local bt_ok, bt_err = pcall(function() return zorch.cross_entropy(ga:narrow(1, 1, 2), zorch.tensor({1, 500}):to("cuda")):item() end)
 tap.ok(not bt_ok and tostring(bt_err):find("cross_entropy: target 499", 1, true), "so is a bad target: " .. tostring(bt_err))
 tap.ok(zorch.ones(3, {device = "cuda"}):sum():item() == 3, "and the device works on after them")
-same(zorch.embedding(a, t), zorch.embedding(ga, t:to("cuda")), 0, "embedding")
-same(zorch.mse_loss(a, a * 0.5), zorch.mse_loss(ga, ga * 0.5), 1e-6, "mse_loss")
 for _, dt in ipairs({"float32", "float64", "bfloat16"}) do
   zorch.manual_seed(9)
   local r1, u1 = zorch.randn(1000, {dtype = dt}), zorch.rand(1000, {dtype = dt})
@@ -123,11 +111,6 @@ for _, dt in ipairs({"float32", "float64", "bfloat16"}) do
   same(r1, r2, EW[dt], dt .. ": the same normal stream on both devices")
   same(u1, u2, EW[dt], dt .. ": the same uniform stream on both devices")
 end
-zorch.manual_seed(4)
-local d1 = zorch.dropout(a, 0.3, true)
-zorch.manual_seed(4)
-local d2 = zorch.dropout(ga, 0.3, true)
-same(d1, d2, 1e-6, "dropout draws the same mask")
 local big = zorch.randn(3, 1 << 20)
 same(big:sum(2), big:to("cuda"):sum(2), 1e-6, "long rows: the block reduction")
 local bv, bi = big:max(2)

@@ -146,12 +146,8 @@ do
   for _ = 1, 7 do local up = {} for i = 1, 256 do up[i] = deep end deep = up end
   local ok, err = pcall(zorch.tensor, deep)
   tap.ok(not ok and tostring(err):find("too many values"), "256^8 nested values: an error, not an overflow: " .. tostring(err))
-  ok, err = pcall(zorch.cross_entropy, zorch.randn(2, 3), zorch.tensor{1, 2}, {ignore_index = math.mininteger})
-  tap.ok(not ok and tostring(err):find("ignore_index"), "ignore_index = math.mininteger: " .. tostring(err))
   ok, err = pcall(zorch.unsqueeze, zorch.ones(2), 2147483648)
   tap.ok(not ok and tostring(err):find("out of range"), "unsqueeze at 2^31: " .. tostring(err))
-  ok, err = pcall(zorch.layer_norm, zorch.ones(2, 3), (1 << 32) + 1)
-  tap.ok(not ok, "layer_norm over 2^32 + 1 dims: " .. tostring(err))
   ok, err = pcall(zorch.set_num_threads, (1 << 32) + 1)
   tap.ok(not ok and tostring(err):find("threads"), "set_num_threads(2^32 + 1): " .. tostring(err))
 end
@@ -191,11 +187,6 @@ tap.raises("a bad argument type is named", function() zorch.relu("x") end, "relu
 tap.raises("1-based dims: 0 is refused", function() t23:sum(0) end, "1-based")
 tap.raises("indices are 1-based", function() return t23[0] end, "1-based")
 tap.raises("out-of-range index", function() return t23[3] end, "select", "(2, 3)")
-tap.raises("cross_entropy checks the class range", function() zorch.cross_entropy(t23, zorch.tensor{1, 9}) end, "target")
-tap.raises("cross_entropy wants int64 targets", function() zorch.cross_entropy(t23, zorch.ones(2)) end, "int64")
-tap.raises("nll_loss checks the class range", function() zorch.nll_loss(t23, zorch.tensor{1, 4}) end,
-           "nll_loss", "target 4 at position 2 is out of range 1..3")
-tap.raises("nll_loss names both shapes", function() zorch.nll_loss(t23, zorch.tensor{1}) end, "nll_loss", "(2, 3)", "(1,)")
 tap.raises("zeros_like wants a tensor", function() zorch.zeros_like(3) end, "zeros_like", "tensor expected")
 tap.raises("randn_like wants a float dtype", function() zorch.randn_like(t23, {dtype = "int64"}) end,
            "randn_like", "int64")
@@ -225,92 +216,13 @@ tap.raises("sort: a dim out of range", function() zorch.sort(x34, 3) end, "sort"
 tap.raises("cumsum: a dim out of range", function() zorch.cumsum(x34, 5) end, "cumsum", "dim")
 tap.raises("std of integers", function() zorch.std(zorch.tensor{1, 2, 3}) end, "std", "floating-point", "int64")
 tap.raises("var: a negative correction", function() zorch.var(x34, 1, false, -1) end, "var", "correction")
-tap.raises("randperm of a negative n", function() zorch.randperm(-1) end, "randperm", "-1")
-tap.raises("randint with high below low", function() zorch.randint(5, 2, {3}) end, "randint", "high", "low")
-tap.raises("randint wants its sizes as a table", function() zorch.randint(1, 5, 3) end, "table")
 tap.raises("a data set of math.maxinteger samples: an error, not an endless loop", function()
   zorch.data.DataLoader(setmetatable({}, {__len = function() return math.maxinteger end,
                                          __index = function() return {zorch.ones(2), 1} end}), {batch_size = 2})
 end, "DataLoader", "2^31")
-tap.raises("randint into uint8 past 255 is refused, not clamped",
-           function() zorch.randint(0, 1000, {4}, {dtype = "uint8"}) end, "randint", "from 0 to 1000", "uint8")
-tap.raises("randperm of 1000 into uint8 is refused", function() zorch.randperm(1000, {dtype = "uint8"}) end,
-           "randperm", "uint8")
 tap.ok(zorch.randint(0, 255, {64}, {dtype = "uint8"}):max():item() <= 255 and zorch.randperm(255, {dtype = "uint8"}):numel() == 255,
        "ranges that fit uint8 still work")
-tap.raises("randint of bool", function() zorch.randint(0, 1, {3}, {dtype = "bool"}) end, "randint", "bool")
--- attention and multinomial name the argument and the shapes
-local q4, k4 = zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8)
-tap.raises("attention: v of another shape than k", function() zorch.attention(q4, k4, zorch.ones(2, 3, 5, 7)) end,
-           "attention", "q (2, 3, 4, 8)", "k (2, 3, 5, 8)", "v (2, 3, 5, 7)")
-tap.raises("attention: q and k of other head dims", function() zorch.attention(zorch.ones(2, 3, 4, 6), k4, k4) end,
-           "attention", "(2, 3, 4, 6)", "(2, 3, 5, 8)")
-tap.raises("attention: other batch dims", function() zorch.attention(zorch.ones(1, 3, 4, 8), k4, k4) end,
-           "attention", "(1, 3, 4, 8)")
-tap.raises("attention: 2-d inputs", function() zorch.attention(t23, t23, t23) end, "attention", "(2, 3)", "(B, H, Tq, D)")
-tap.raises("attention: dims that differ", function() zorch.attention(zorch.ones(6, 4, 8), k4, k4) end,
-           "attention", "(6, 4, 8)")
-tap.raises("attention: mixed dtypes", function() zorch.attention(q4, k4:double(), k4) end,
-           "attention", "float32", "float64")
-tap.raises("attention: integer inputs", function() zorch.attention(q4:long(), k4:long(), k4:long()) end,
-           "attention", "int64")
-tap.raises("attention: a bad causal option", function() zorch.attention(q4, k4, k4, {causal = 1}) end,
-           "attention", "causal", "boolean")
-tap.raises("attention: a bad scale", function() zorch.attention(q4, k4, k4, {scale = -1}) end, "attention", "scale")
-tap.raises("multinomial of integer weights", function() zorch.multinomial(zorch.tensor{1, 2}, 1) end,
-           "multinomial", "floating point", "int64")
-tap.raises("multinomial of 0 samples", function() zorch.multinomial(zorch.ones(3), 0) end, "multinomial", "at least 1")
 tap.raises("Generator wants a seed", function() zorch.Generator() end, "Generator")
--- batch_norm: shapes, modes and the running stats
-local bx, bm, bv = zorch.randn(4, 3), zorch.zeros(3), zorch.ones(3)
-tap.raises("batch_norm: a 1-D input", function() zorch.batch_norm(zorch.ones(3), bm, bv) end, "batch_norm", "(N, C)", "(3,)")
-tap.raises("batch_norm: running_mean of the wrong size", function() zorch.batch_norm(bx, zorch.zeros(4), bv, nil, nil, true) end,
-           "batch_norm", "running_mean", "(4,)", "(4, 3)")
-tap.raises("batch_norm: weight of the wrong size", function() zorch.batch_norm(bx, bm, bv, zorch.ones(2)) end,
-           "batch_norm", "weight", "(2,)")
-tap.raises("batch_norm: eval without running stats", function() zorch.batch_norm(bx, nil, nil, nil, nil, false) end,
-           "batch_norm", "eval mode needs running_mean")
-tap.raises("batch_norm: one value per channel in training", function() zorch.batch_norm(zorch.ones(1, 3), nil, nil, nil, nil, true) end,
-           "batch_norm", "more than 1 value per channel", "(1, 3)")
-tap.raises("batch_norm: integer input", function() zorch.batch_norm(zorch.tensor{{1, 2}, {3, 4}}, nil, nil, nil, nil, true) end,
-           "batch_norm", "int64")
-tap.raises("batch_norm: running stats that require grad", function()
-  zorch.batch_norm(bx, zorch.zeros(3):requires_grad_(true), bv, nil, nil, true) end, "batch_norm", "running_mean", "grad")
-tap.raises("batch_norm: a bad momentum", function() zorch.batch_norm(bx, bm, bv, nil, nil, true, 2) end, "batch_norm", "momentum")
-tap.raises("batch_norm: a bad eps", function() zorch.batch_norm(bx, bm, bv, nil, nil, true, 0.1, -1) end, "batch_norm", "eps")
-tap.raises("linear names input and weight", function() zorch.linear(t23, t45) end, "linear", "(2, 3)", "(4, 5)")
--- convolution and pooling name the function, the argument and the shapes
-local img = zorch.ones(8, 1, 28, 28)
-tap.raises("conv2d: input channels per group", function() zorch.conv2d(img, zorch.ones(32, 3, 3, 3)) end,
-           "conv2d", "weight (32, 3, 3, 3) expects 3 input channels per group, input (8, 1, 28, 28) has 1")
-tap.raises("conv2d: groups not dividing the channels", function() zorch.conv2d(zorch.ones(2, 3, 5, 5), zorch.ones(4, 1, 3, 3), nil, {groups = 2}) end,
-           "conv2d", "groups 2", "(2, 3, 5, 5)")
-tap.raises("conv2d: an output of size 0", function() zorch.conv2d(zorch.ones(1, 1, 2, 2), zorch.ones(1, 1, 5, 5)) end,
-           "conv2d", "empty", "(1, 1, 2, 2)")
-tap.raises("conv2d: int64 input", function() zorch.conv2d(zorch.ones(1, 1, 4, 4):long(), zorch.ones(1, 1, 3, 3)) end,
-           "conv2d", "int64")
-tap.raises("conv2d: dtypes differ", function() zorch.conv2d(img, zorch.ones(2, 1, 3, 3):double()) end,
-           "conv2d", "float32", "float64")
-tap.raises("conv2d: a weight of 3 dims", function() zorch.conv2d(img, zorch.ones(2, 3, 3)) end, "conv2d", "weight (2, 3, 3)")
-tap.raises("conv2d: a bias of the wrong size", function() zorch.conv2d(img, zorch.ones(2, 1, 3, 3), zorch.ones(5)) end,
-           "conv2d", "bias (5,)")
-tap.raises("conv2d: a 5-d input", function() zorch.conv2d(zorch.ones(1, 1, 1, 4, 4), zorch.ones(2, 1, 3, 3)) end,
-           "conv2d", "(1, 1, 1, 4, 4)")
-tap.raises("conv2d: a huge padding", function() zorch.conv2d(img, zorch.ones(2, 1, 3, 3), nil, {padding = 1 << 40}) end,
-           "conv2d", "padding")
-tap.raises("conv2d: groups 0", function() zorch.conv2d(img, zorch.ones(2, 1, 3, 3), nil, {groups = 0}) end, "conv2d", "groups")
-tap.raises("max_pool2d: a kernel larger than the image", function() zorch.max_pool2d(img, 30) end,
-           "max_pool2d", "(8, 1, 28, 28)", "(30, 30)")
-tap.raises("max_pool2d: padding over half the kernel", function() zorch.max_pool2d(img, 2, {padding = 2}) end,
-           "max_pool2d", "padding")
-tap.raises("max_pool2d: a 2-d input", function() zorch.max_pool2d(zorch.ones(4, 4), 2) end, "max_pool2d", "(4, 4)")
-tap.raises("max_pool2d: a kernel pair of three", function() zorch.max_pool2d(img, {2, 2, 2}) end, "max_pool2d", "kernel_size")
-tap.raises("avg_pool2d: stride 0", function() zorch.avg_pool2d(img, 2, {stride = 0}) end, "avg_pool2d", "stride")
-tap.raises("avg_pool2d: int64 input", function() zorch.avg_pool2d(zorch.ones(1, 4, 4):long(), 2) end, "avg_pool2d", "int64")
-tap.raises("adaptive_avg_pool2d: output size 0", function() zorch.adaptive_avg_pool2d(img, {0, 2}) end,
-           "adaptive_avg_pool2d", "output_size")
-tap.raises("adaptive_avg_pool2d: an empty image", function() zorch.adaptive_avg_pool2d(zorch.ones(1, 0, 4), 2) end,
-           "adaptive_avg_pool2d", "(1, 0, 4)")
 tap.raises("tensor of a ragged table", function() zorch.tensor{{1, 2}, {3}} end, "ragged")
 tap.raises("tensor of strings", function() zorch.tensor{"a"} end, "expected numbers")
 tap.raises("unknown dtype", function() zorch.zeros(2, {dtype = "float7"}) end, "unknown dtype 'float7'")
