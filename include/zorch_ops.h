@@ -42,8 +42,8 @@
        the case's last) and the case line's parameters p[0..1]; an op without
        one (nor NO_GOLDEN) does not build (tests/test_golden.c). Set-up a call
        needs is a static helper of tests/test_golden.c (batch_norm_case, ...).
-     NO_GOLDEN(why): an op PyTorch cannot check (its random draws differ) or
-       that has no case yet, `why` saying which.
+     NO_GOLDEN(why): an op PyTorch cannot check (its random draws differ),
+       `why` saying so.
      GRAD(case, call, inputs): the float64 gradient against central finite
        differences (tests/test_gradcheck.c), `call` on in[0..], from inputs
        (LEAF(dims...) normal numbers, LEAF_POS(dims...) positive ones, both
@@ -653,7 +653,8 @@
                    int64_t n, int64_t c, int64_t ignore))                                           \
       KERNEL(nll_bwd, (zorch_tensor *gin, const zorch_tensor *g, const zorch_tensor *t,             \
                        int64_t n, int64_t c, int64_t ignore))),                                     \
-     (NO_GOLDEN("no PyTorch case yet: cross_entropy's runs its kernels")                            \
+     (GOLDEN(nll_loss, zorch_nll_loss(x[0], x[1], ZORCH_REDUCE_MEAN, 1), 2e-5, 1e-6)                \
+      GOLDEN(nll_loss_sum, zorch_nll_loss(x[0], x[1], ZORCH_REDUCE_SUM, -100), 2e-5, 1e-6)          \
       GRAD(nll_loss, zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_MEAN, 1),                            \
            (LEAF(4, 5), INDEX((4), (0, 1, 4, 2))))                                                  \
       GRAD(nll_loss_sum, zorch_nll_loss(in[0], in[1], ZORCH_REDUCE_SUM, -100),                      \
@@ -763,7 +764,9 @@
      right after the GEMM and is one autograd node with it. */                                      \
   OP(linear_act, zorch_tensor *, (zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, zorch_activation act), \
      (x, w, b, act), LUA_NONE /* as linear */, (),                                                  \
-     (NO_GOLDEN("no PyTorch case yet: linear's and mlp's run its GEMM")                             \
+     (GOLDEN(linear_relu, zorch_linear_act(x[0], x[1], x[2], ZORCH_ACT_RELU), 2e-5, 1e-6)           \
+      GOLDEN(linear_gelu, zorch_linear_act(x[0], x[1], x[2], ZORCH_ACT_GELU), 2e-5, 1e-6)           \
+      GOLDEN(linear_gelu_tanh, zorch_linear_act(x[0], x[1], NULL, ZORCH_ACT_GELU_TANH), 2e-5, 1e-6) \
       GRAD(linear_relu, zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_RELU),                      \
            (LEAF(6, 3), LEAF(4, 3), LEAF(4)))                                                       \
       GRAD(linear_relu_3d, zorch_linear_act(in[0], in[1], in[2], ZORCH_ACT_RELU),                   \
@@ -978,13 +981,14 @@
   /* n x m identity (m = -1: n). */                                                                 \
   OP(eye, zorch_tensor *, (int64_t n, int64_t m, zorch_dtype dt, zorch_device dev), (n, m, dt, dev), \
      LUA_NONE /* options table (lua/lshape.c) */, (),                                               \
-     (NO_GOLDEN("no PyTorch case yet")))                                                            \
+     (GOLDEN(eye, zorch_eye(3, 4, ZORCH_F32, CPU), 0, 0)                                             \
+      GOLDEN(eye_square, zorch_eye(3, -1, ZORCH_F32, CPU), 0, 0)))                                   \
   OP(linspace, zorch_tensor *, (double start, double end, int64_t steps, zorch_dtype dt, zorch_device dev), \
      (start, end, steps, dt, dev), LUA_NONE /* options table (lua/lshape.c) */, (),                 \
-     (NO_GOLDEN("no PyTorch case yet")))                                                            \
+     (GOLDEN(linspace, zorch_linspace(-1, 2, 7, ZORCH_F32, CPU), 1e-6, 1e-7)))                      \
   OP(logspace, zorch_tensor *,                                                                      \
      (double start, double end, int64_t steps, double base, zorch_dtype dt, zorch_device dev),      \
      (start, end, steps, base, dt, dev), LUA_NONE /* options table (lua/lshape.c) */, (),           \
-     (NO_GOLDEN("no PyTorch case yet")))
+     (GOLDEN(logspace, zorch_logspace(-1, 2, 5, 2, ZORCH_F32, CPU), 1e-6, 1e-7)))
 
 #endif

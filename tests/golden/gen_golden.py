@@ -220,6 +220,15 @@ case("mse_loss", F.mse_loss, r(8, 2), r(8, 2))
 case("cross_entropy", lambda x, t: F.cross_entropy(x, t, ignore_index=1),
      r(6, 5), torch.tensor([0, 1, 4, 2, 1, 3]))
 case("embedding", lambda w, i: F.embedding(i, w), r(5, 3), torch.tensor([[0, 4, 4], [1, 0, 2]]))
+case("nll_loss", lambda x, t: F.nll_loss(x, t, ignore_index=1), r(6, 5), torch.tensor([0, 1, 4, 2, 1, 3]))
+case("nll_loss_sum", lambda x, t: F.nll_loss(x, t, reduction="sum"), r(4, 3), torch.tensor([2, 0, 1, 2]))
+case("linear_relu", lambda x, w, b: F.relu(F.linear(x, w, b)), r(2, 5, 3), r(4, 3), r(4))
+case("linear_gelu", lambda x, w, b: F.gelu(F.linear(x, w, b)), r(5, 3), r(4, 3), r(4))
+case("linear_gelu_tanh", lambda x, w: F.gelu(F.linear(x, w), approximate="tanh"), r(5, 3), r(4, 3))
+case("eye", lambda: torch.eye(3, 4), grad=False)
+case("eye_square", lambda: torch.eye(3), grad=False)
+case("linspace", lambda: torch.linspace(-1, 2, 7), grad=False)
+case("logspace", lambda: torch.logspace(-1, 2, 5, base=2), grad=False)
 case("layer_norm", lambda x, w, b: F.layer_norm(x, (5,), w, b, 1e-5), r(3, 5), r(5), r(5))
 
 
