@@ -25,10 +25,32 @@ def cat(cp):
 def white(cp):
     return chr(cp).isspace() and not 0x1C <= cp <= 0x1F
 
+# NFC's quick check: code points that NFC can change where they stand (they
+# are not in NFC, or compose with what comes before them: the second of a
+# canonical pair, Hangul's vowel and final jamo). Combining classes are
+# written apart: a mark out of canonical order is reordered by NFC.
+def _seconds():
+    out = set()
+    for cp in range(0x110000):
+        d = unicodedata.decomposition(chr(cp))
+        if d and not d.startswith("<"):
+            parts = d.split()
+            if len(parts) == 2:
+                out.add(int(parts[1], 16))
+    return out
+SECONDS = _seconds()
+
+def nfc_unsafe(cp):
+    c = chr(cp)
+    if 0xD800 <= cp <= 0xDFFF:
+        return False
+    return unicodedata.normalize("NFC", c) != c or cp in SECONDS or 0x1161 <= cp <= 0x1175 or 0x11A8 <= cp <= 0x11C2
+
 TABLES = [
     ("uc_letter", lambda cp: cat(cp).startswith("L"), "\\p{L}: Lu Ll Lt Lm Lo"),
     ("uc_number", lambda cp: cat(cp).startswith("N"), "\\p{N}: Nd Nl No"),
     ("uc_space", white, "\\s: White_Space"),
+    ("uc_nfc_maybe", nfc_unsafe, "NFC may change: not in NFC, or composing with what precedes"),
 ]
 
 def main():
@@ -50,6 +72,25 @@ def main():
         if row:
             lines.append("  " + " ".join(row))
         lines.append("};")
+    # combining classes: ranges of one class, class != 0
+    ccc, start, prev = [], None, 0
+    for cp in range(0x110001):
+        k = unicodedata.combining(chr(cp)) if cp < 0x110000 else 0
+        if k != prev:
+            if prev:
+                ccc.append((start, cp - 1, prev))
+            start, prev = cp, k
+    lines.append("/* canonical combining classes other than 0 (%d ranges) */" % len(ccc))
+    lines.append("static const uint32_t uc_ccc[][3] = {")
+    row = []
+    for a, b, k in ccc:
+        row.append("{0x%X, 0x%X, %d}," % (a, b, k))
+        if len(row) == 5:
+            lines.append("  " + " ".join(row))
+            row = []
+    if row:
+        lines.append("  " + " ".join(row))
+    lines.append("};")
     lines.append("#endif")
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -33,6 +33,7 @@ struct zorch_tokenizer {
   int n_added;
   unsigned char first[256]; /* bytes an added token starts with */
   int norm;              /* NORM_SPM: Prepend "▁" and " " -> "▁" */
+  int nfc;               /* the NFC normalizer: text it would change is refused */
   int metaspace;         /* the Metaspace pre-tokenizer: 0 none, else 1 + prepend scheme (0 always, 1 first, 2 never) */
   int add_prefix_space;  /* ByteLevel's */
   pretok_kind kind;
@@ -166,6 +167,10 @@ static zorch_status load_normalizer(zorch_tokenizer *t, const char *path, const 
   if (jnull(n)) return 0;
   const char *type = jstr(n, "type");
   if (!type) return fail(path, "normalizer.type is missing");
+  if (strcmp(type, "NFC") == 0) {
+    t->nfc = 1;
+    return 0;
+  }
   if (strcmp(type, "Sequence") != 0) return fail(path, "normalizer.type \"%s\" is not supported", type);
   const cJSON *list = jget(n, "normalizers");
   if (!cJSON_IsArray(list)) return fail(path, "normalizer.normalizers is missing");
@@ -709,6 +714,13 @@ static zorch_status encode(zorch_tokenizer *t, const char *text, size_t len, con
   if (o->special == ZORCH_SPECIAL_LIST && o->n_allowed && !o->allowed) return err_set(ZORCH_ERR_ARG, "tokenizer: encode: allowed is NULL");
   if ((unsigned)o->special > ZORCH_SPECIAL_LIST) return err_set(ZORCH_ERR_ARG, "tokenizer: encode: unknown special mode %d", (int)o->special);
   const unsigned char *s = (const unsigned char *)text;
+  uint32_t cp;
+  size_t at;
+  if (t->nfc && (at = nfc_first_change(s, len, &cp)) < len)
+    return err_set(ZORCH_ERR_ARG,
+                   "tokenizer: encode: the text is not in NFC (U+%04X at byte %zu), which this tokenizer's NFC normalizer "
+                   "would change; zorch does not implement NFC: normalize the text first",
+                   (unsigned)cp, at);
   buf_t scratch = {0};
   int r = 0;
   if (o->add_special)

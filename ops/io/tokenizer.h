@@ -16,6 +16,9 @@ typedef enum {
 } pretok_kind;
 /* The end of the word that starts at pos < n. */
 size_t pretok_next(pretok_kind k, const unsigned char *s, size_t n, size_t pos);
+/* The offset of the first code point NFC may change (*cp set), or n when
+   NFC leaves s as it is. */
+size_t nfc_first_change(const unsigned char *s, size_t n, uint32_t *cp);
 /* The kind whose regex is pattern, or -1. */
 int pretok_of_regex(const char *pattern);
 
