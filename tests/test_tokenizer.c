@@ -256,6 +256,41 @@ static void cl100k(void) {
   zorch_tokenizer_free(t);
 }
 
+/* Random bytes (UTF-8 pieces, ASCII, white space, stray continuation bytes)
+   come back from decode(encode(x)) as they were. */
+static void random_round_trip(const char *json) {
+  zorch_tokenizer *t = NULL;
+  if (!ok(!zorch_tokenizer_load_json(json, &t), "%s loads", json)) return;
+  static const char *pieces[] = {"a", "Z", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "9", "123", "\xC3\xA9", "\xE4\xB8\xAD",
+                                 "\xF0\x9F\x98\x80", "\x80", "\xFF", "\xC3", "\xE2\x96\x81", "<|end_of_text|>", "<|", "!", "\xD9\x85"};
+  uint64_t r = 42;
+  int bad = 0;
+  zorch_encode_opts o = {false, ZORCH_SPECIAL_DEFAULT, NULL, 0};
+  for (int k = 0; k < 300; k++) {
+    char text[512];
+    size_t n = 0;
+    int parts = (int)(r % 40);
+    for (int i = 0; i < parts; i++) {
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      const char *p = pieces[(r >> 33) % (sizeof pieces / sizeof pieces[0])];
+      size_t l = strlen(p);
+      if (n + l < sizeof text) memcpy(text + n, p, l), n += l;
+    }
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    int32_t *ids = NULL;
+    size_t m;
+    char *back = NULL;
+    size_t bl = 0;
+    if (zorch_tokenizer_encode(t, text, n, &o, &ids, &m) || zorch_tokenizer_decode(t, ids, m, &back, &bl) || bl != n ||
+        (n && memcmp(back, text, n) != 0))
+      bad++;
+    free(ids);
+    free(back);
+  }
+  ok(!bad, "%s: 300 random texts (with bytes that are not UTF-8) round-trip (%d differ)", json, bad);
+  zorch_tokenizer_free(t);
+}
+
 static void token_files(void) {
   zorch_tokenizer *t = NULL;
   if (!ok(!zorch_tokenizer_load("tokenizer/llama3.json", &t), "llama3.json loads")) return;
@@ -330,6 +365,8 @@ int main(void) {
     zorch_tokenizer_free(t);
   }
   bad_files();
+  random_round_trip("tokenizer/gpt2.json");
+  random_round_trip("tokenizer/llama3.json");
   small_tiktoken();
   token_files();
   cl100k();
