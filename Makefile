@@ -289,7 +289,7 @@ install-lib: lib $(BUILD)/zorch.pc
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 $(BUILD)/libzorch.a $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(BUILD)/libzorch.so $(CUDA_MOD) $(DESTDIR)$(LIBDIR)/
-	install -m 644 include/zorch.h include/zorch_zero.h include/zorch_zero_options.h include/zorch_ops.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 include/zorch.h include/zorch_zero.h include/zorch_zero_options.h include/zorch_ops.h include/zorch_tokenizer.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(BUILD)/zorch.pc $(DESTDIR)$(PKGCONFIGDIR)/
 
 install-lua: $(BUILD)/zorch.so $(BUILD)/zorch

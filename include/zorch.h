@@ -639,8 +639,11 @@ typedef struct {
   char delimiter; /* 0: ',' */
 } zorch_csv_opts;
 ZORCH_API zorch_status zorch_csv_load(const char *path, const zorch_csv_opts *opts, zorch_tensor **out);
-/* A file of token ids without a header, `width` bytes each (1: bytes of text;
-   2: little-endian uint16, llm.c's .bin files), into int64 (n). */
+/* A file of token ids into int64 (n). A file that starts with llm.c's
+   1,024-byte header (int32 magic 20240520, version 1: uint16 ids, 2: uint32
+   ids, the token count) is read by it, whatever width says; else the file has
+   no header and `width` bytes a token (1: bytes of text; 2: little-endian
+   uint16; 4: little-endian uint32). Tokenizers: include/zorch_tokenizer.h. */
 ZORCH_API zorch_status zorch_tokens_load(const char *path, int width, zorch_tensor **out);
 /* Writes n bytes to path atomically (a temporary file beside it, fsynced,
    renamed over it; a symlink at path is followed). */

@@ -44,7 +44,7 @@ static int l_load_idx(lua_State *L) {
 static int l_load_tokens(lua_State *L) {
   const char *path = lz_checkpath(L, 1);
   lua_Integer width = luaL_optinteger(L, 2, 1);
-  if (width != 1 && width != 2) return luaL_argerror(L, 2, "token width must be 1 (bytes) or 2 (uint16)");
+  if (width != 1 && width != 2 && width != 4) return luaL_argerror(L, 2, "token width must be 1 (bytes), 2 (uint16) or 4 (uint32)");
   lz_check_path(L, path, "read");
   zorch_tensor *t;
   return pushed(L, zorch_tokens_load(path, (int)width, &t), &t);

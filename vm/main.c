@@ -20,6 +20,7 @@
 #include "lalloc.h"
 #include "repl.h"
 #include "zorch.h"
+#include "zorch_tokenizer.h"
 
 #ifdef ZORCH_MPI
 #define ZORCH_HAVE_MPI 1
@@ -433,6 +434,41 @@ static void make_args(lua_State *L, char **argv, int argc, int script) {
   lua_setglobal(L, "arg");
 }
 
+/* zorch tokenize --tokenizer FILE INPUT -o OUT [--add-special] [--special all|none]:
+   INPUT's ids into an llm.c token file (header, then uint16 ids, or uint32
+   when the vocabulary exceeds 65,535). */
+static int tokenize(int argc, char **argv) {
+  const char *tok = NULL, *in = NULL, *out = NULL;
+  zorch_encode_opts o = {false, ZORCH_SPECIAL_DEFAULT, NULL, 0};
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "--tokenizer") == 0 && i + 1 < argc) tok = argv[++i];
+    else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
+    else if (strcmp(argv[i], "--add-special") == 0) o.add_special = true;
+    else if (strcmp(argv[i], "--special") == 0 && i + 1 < argc && (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "none") == 0))
+      o.special = strcmp(argv[++i], "all") == 0 ? ZORCH_SPECIAL_ALL : ZORCH_SPECIAL_NONE;
+    else if (argv[i][0] != '-' && !in) in = argv[i];
+    else {
+      fprintf(stderr, "zorch tokenize: unexpected argument %s\n", argv[i]);
+      in = NULL;
+      break;
+    }
+  }
+  if (!tok || !in || !out) {
+    fprintf(stderr, "usage: zorch tokenize --tokenizer FILE INPUT.txt -o OUT.bin [--add-special] [--special all|none]\n");
+    return 2;
+  }
+  zorch_tokenizer *t;
+  size_t n;
+  if (zorch_tokenizer_load(tok, &t) || zorch_tokenizer_encode_file(t, in, out, &o, &n)) {
+    fprintf(stderr, "zorch tokenize: %s\n", zorch_last_error());
+    zorch_tokenizer_free(t);
+    return 1;
+  }
+  printf("zorch tokenize: %zu tokens (%s) to %s\n", n, zorch_tokenizer_vocab_size(t) > 65536 ? "uint32" : "uint16", out);
+  zorch_tokenizer_free(t);
+  return 0;
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: zorch [script.lua [args...]]   run a script (no script: the REPL)\n"
@@ -441,6 +477,8 @@ static void usage(void) {
           "       zorch launch -n N [--config ds_config.json] [mpirun options] script.lua [args...]\n"
           "       zorch consolidate DIR out.safetensors [float32|bfloat16]\n"
           "       zorch plot metrics.jsonl [-o loss.png] [--y loss,lr] [--x step]   draw logged metrics\n"
+          "       zorch tokenize --tokenizer FILE INPUT.txt -o OUT.bin [--add-special] [--special all|none]\n"
+          "                                       an llm.c token file of a text file\n"
           "       zorch info                      build features, BLAS kernel, threads, devices\n"
           "       zorch --version\n");
 }
@@ -547,6 +585,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc > 1 && strcmp(argv[1], "launch") == 0) return launch(argc, argv);
+  if (argc > 1 && strcmp(argv[1], "tokenize") == 0) return tokenize(argc, argv);
   if (argc > 1 && strcmp(argv[1], "info") == 0) {
     print_info();
     return 0;

@@ -388,14 +388,17 @@ end
 
 function data.read_csv(path, opts) return zorch._read_csv(path, opts) end
 function data.load_npy(path) return zorch._load_npy(path) end
--- Token ids of a file without a header, as int64 (n,): {dtype = "uint8"} (the
--- default: each byte a token) or {dtype = "uint16"} (little-endian, llm.c's .bin).
+-- Token ids of a file, as int64 (n,). A file with llm.c's 1,024-byte header
+-- (magic 20240520; `zorch tokenize` writes them) is read by it; a file without
+-- one by {dtype = "uint8"} (the default: each byte a token), "uint16" or
+-- "uint32" (little-endian).
+local token_widths = {uint8 = 1, uint16 = 2, uint32 = 4}
 function data.load_tokens(path, opts)
   local dt = opts and opts.dtype or "uint8"
-  if dt ~= "uint8" and dt ~= "uint16" then
-    error(("data.load_tokens: dtype must be \"uint8\" or \"uint16\", got %s"):format(tostring(dt)), 2)
+  if not token_widths[dt] then
+    error(("data.load_tokens: dtype must be \"uint8\", \"uint16\" or \"uint32\", got %s"):format(tostring(dt)), 2)
   end
-  return zorch._load_tokens(path, dt == "uint8" and 1 or 2)
+  return zorch._load_tokens(path, token_widths[dt])
 end
 -- An IDX file (MNIST's format), gzip-compressed or not: a tensor of the stored
 -- shape; uint8 data stays uint8, int8/int16 widen to int32.
