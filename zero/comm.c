@@ -308,7 +308,7 @@ zorch_status comm_bcast_bytes(zero_comm *c, void *buf, size_t bytes, const char 
   zorch_status st = mpi_check(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, mcomm(c), &req), what, (int64_t)bytes);
   return st ? st : mpi_wait(c, &req, what, (int64_t)bytes);
 #else
-  (void)buf;
+  (void)buf, (void)bytes;
   return err_set(ZORCH_ERR_DEVICE, "%s: %d ranks but zorch was built without MPI", what, c->world);
 #endif
 }
@@ -643,6 +643,7 @@ zorch_status comm_split(zero_comm *parent, int color, int key, zero_comm **out) 
   g->backend = parent->backend;
   g->nccl_dev = -1;
   g->world = 1;
+  (void)key; /* only MPI orders a split group's ranks */
 #ifdef ZORCH_MPI
   if (parent->world > 1 || parent->mpi) {
     MPI_Comm *mc = malloc(sizeof *mc);

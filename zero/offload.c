@@ -175,6 +175,8 @@ static int chunk_segs(const zoff *o, int kind, int64_t c, float *buf, int fields
 static bool segs_io(zoff *o, seg *s, int ns) {
 #ifdef ZORCH_URING
   if (o->uring) return uring_io(o, s, ns);
+#else
+  (void)o;
 #endif
   for (int i = 0; i < ns; i++)
     if (!seg_io(s[i].kind, s[i].fd, s[i].p, s[i].left, s[i].at)) return false;
