@@ -5,13 +5,6 @@
 
 #include "lz.h"
 
-/* Pushes the bytes at light userdata 1 (length at 2); run protected, so a
-   memory error cannot leak them. */
-static int push_bytes(lua_State *L) {
-  lua_pushlstring(L, lua_touserdata(L, 1), (size_t)lua_tointeger(L, 2));
-  return 1;
-}
-
 /* zorch._tb_event(step, values|nil, file_version|nil [, wall_time]) -> the framed
    record (a string). values maps tags to numbers (other entries are skipped);
    wall_time defaults to now (seconds since the epoch). */
@@ -41,12 +34,7 @@ static int l_tb_event(lua_State *L) {
   void *rec;
   size_t len;
   if (zorch_event_encode(step, wall, version, n, tags, lens, values, &rec, &len)) return lz_fail(L);
-  lua_pushcfunction(L, push_bytes);
-  lua_pushlightuserdata(L, rec);
-  lua_pushinteger(L, (lua_Integer)len);
-  int st = lua_pcall(L, 2, 1, 0);
-  free(rec);
-  return st == LUA_OK ? 1 : lua_error(L);
+  return lz_push_owned(L, rec, len);
 }
 
 /* zorch._crc32c(s) -> the CRC-32C of s; zorch._crc32c(s, true) -> its masked form */

@@ -334,6 +334,20 @@ static int binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tenso
   return lz_push(L, r);
 }
 
+static int push_bytes(lua_State *L) {
+  lua_pushlstring(L, lua_touserdata(L, 1), (size_t)lua_tointeger(L, 2));
+  return 1;
+}
+
+int lz_push_owned(lua_State *L, void *p, size_t n) {
+  lua_pushcfunction(L, push_bytes);
+  lua_pushlightuserdata(L, p);
+  lua_pushinteger(L, (lua_Integer)n);
+  int st = lua_pcall(L, 2, 1, 0); /* a memory error is caught, so p is freed */
+  free(p);
+  return st == LUA_OK ? 1 : lua_error(L);
+}
+
 int lz_binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *, zorch_tensor *)) {
   return binary(L, name, f, NULL);
 }

@@ -174,11 +174,6 @@ static int m_encode_batch(lua_State *L) {
   return 1;
 }
 
-static int push_text(lua_State *L) {
-  lua_pushlstring(L, lua_touserdata(L, 1), (size_t)lua_tointeger(L, 2));
-  return 1;
-}
-
 /* tok:decode(ids) -> text; ids a table of integers or a 1-d integer tensor */
 static int m_decode(lua_State *L) {
   zorch_tokenizer *t = check_tok(L, 1);
@@ -216,12 +211,7 @@ static int m_decode(lua_State *L) {
   char *s;
   size_t len;
   if (zorch_tokenizer_decode(t, ids, n, &s, &len)) return lz_fail(L);
-  lua_pushcfunction(L, push_text);
-  lua_pushlightuserdata(L, s);
-  lua_pushinteger(L, (lua_Integer)len);
-  int st = lua_pcall(L, 2, 1, 0);
-  free(s);
-  return st == LUA_OK ? 1 : lua_error(L);
+  return lz_push_owned(L, s, len);
 }
 
 static int m_vocab_size(lua_State *L) {

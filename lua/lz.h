@@ -26,6 +26,9 @@ zorch_tensor *lz_check(lua_State *L, int idx);
 /* Pushes f(a, b) for the operands at 1 and 2: tensors, or one of them a number
    (a 0-d tensor of PyTorch's dtype for a number beside the other tensor). */
 int lz_binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tensor *, zorch_tensor *));
+/* Pushes the n bytes at p (malloc'd by the library) as a string and frees p,
+   also when the push raises. */
+int lz_push_owned(lua_State *L, void *p, size_t n);
 /* the same for a binary op of the registry (zorch_pointwise_ops) */
 int lz_binary_op(lua_State *L, const zorch_pointwise_op *op);
 /* Pushes t's shape: a plain array of sizes that prints as (2, 3). */
