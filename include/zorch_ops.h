@@ -937,6 +937,21 @@
       BAD("zorch.rope(zorch.ones(2, 3, 4), zorch.ones(3, 4), zorch.ones(3, 4))", "rope: x must be (batch, heads, seq, head_dim)") \
       DEVICE("zorch.rope(a, zorch.cos(b), zorch.sin(b))", (2, 3, 17, 8), (17, 8), 1e-5)               \
       DEVICE("zorch.rope(a, zorch.cos(b), zorch.sin(b))", (2, 4, 9, 64), (2, 9, 64), 1e-5)))          \
+  /* Llama's MLP gate, silu(a) * b (down(silu(gate(x)) * up(x))), a and b of one                    \
+     shape and float dtype, in one pass.                                                            \
+     swiglu: out = silu(a) * b over n contiguous elements, one float dtype.                         \
+     swiglu_bwd: ga = g * b * silu'(a), gb = g * silu(a) (either may be NULL: not wanted). */       \
+  OP(swiglu, zorch_tensor *, (zorch_tensor *a, zorch_tensor *b), (a, b), LUA_FUNCTION((LT(1), LT(2))), \
+     (KERNEL(swiglu, (zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b, int64_t n))  \
+      KERNEL(swiglu_bwd, (zorch_tensor *ga, zorch_tensor *gb, const zorch_tensor *g,                \
+                          const zorch_tensor *a, const zorch_tensor *b, int64_t n))),               \
+     (GOLDEN(swiglu, zorch_swiglu(x[0], x[1]), 2e-5, 1e-6)                                          \
+      GRAD(swiglu, zorch_swiglu(in[0], in[1]), (LEAF(3, 5), LEAF(3, 5)))                            \
+      GRAD(swiglu_3d, zorch_swiglu(in[0], in[1]), (LEAF(2, 3, 4), NOGRAD(LEAF(2, 3, 4))))           \
+      BAD("zorch.swiglu(zorch.ones(2, 3), zorch.ones(3, 2))", "swiglu: a (2, 3) and b (3, 2) must have one shape") \
+      BAD("zorch.swiglu(zorch.ones(2, 3, {dtype = 'int64'}), zorch.ones(2, 3, {dtype = 'int64'}))", "swiglu: a must be floating point") \
+      BAD("zorch.swiglu(zorch.ones(2, 3), zorch.ones(2, 3, {dtype = 'float64'}))", "swiglu: b is float64")  \
+      DEVICE("zorch.swiglu(a, b)", (4, 1000), (4, 1000), 1e-5)))                                    \
   /* ---- fused optimizer updates: one pass, in place, PyTorch's formulas; param,                   \
      grad and state tensors share a shape, dtype f32 or f64 and contiguity ---- */                  \
   /* adam: the update of p (and m, v, vmax when amsgrad) from g at `step`. */                       \

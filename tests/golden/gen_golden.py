@@ -392,6 +392,8 @@ def rope_tables(pos, d, theta):  # pos (seq) or (batch, seq), int64
 case("rope", apply_rope, r(2, 3, 5, 8), *rope_tables(torch.arange(5), 8, 10000.0))
 case("rope_positions", apply_rope, r(2, 2, 4, 6),
      *rope_tables(torch.tensor([[0, 1, 2, 3], [7, 8, 9, 10]]), 6, 500000.0))
+# Llama's MLP gate: down(silu(gate(x)) * up(x))
+case("swiglu", lambda a, b: F.silu(a) * b, r(3, 4, 5), r(3, 4, 5))
 
 # 16-bit conversions: round trips through bfloat16 and float16, with edge values
 edge = torch.tensor([0.0, -0.0, 1.0, 1.00390625, 1.005859375, 65504.0, 65520.0, 70000.0,
