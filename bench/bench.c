@@ -3,7 +3,8 @@
    figure is the best of several timed rounds. The GPU cases (cuda_*) run when
    a CUDA device is present; `bench --gpu` runs only those, `bench --attention`
    only the CPU attention cases, `bench --conv` only the convolution cases,
-   `bench --adam` only the optimizer cases, `bench --block [fp32|bf16] [threads]`
+   `bench --adam` only the optimizer cases, `bench --rope` only the rotary
+   embedding cases, `bench --block [fp32|bf16] [threads]`
    only the transformer block, `bench --kernels` only the 1- and 2-thread kernel
    cases; `bench --serve` answers one case at a time (see serve() below). */
 #if defined(__x86_64__)
@@ -518,6 +519,71 @@ static void adam_benches(zorch_generator *g) {
   for (int i = 0; i < 4; i++) zorch_tensor_free(fr[i]);
 }
 
+/* Rotary embedding on (4, 32, 512, 64) float32 with (512, 64) tables: zorch_rope
+   against the composed ops x * cos + rotate_half(x) * sin (narrow, neg, cat,
+   mul, add), forward and forward + backward (x requires grad). Each figure is
+   the median of 9 timed rounds of a few calls (the milliseconds per call). */
+typedef struct {
+  zorch_tensor *x, *c, *s, *g;
+  bool fused, backward;
+} ropeb;
+
+static zorch_tensor *rope_composed(zorch_tensor *x, zorch_tensor *c, zorch_tensor *s) {
+  const int64_t h = 32; /* half the head dim */
+  zorch_tensor *x1 = zorch_narrow(x, 3, 0, h), *x2 = zorch_narrow(x, 3, h, h), *n2 = zorch_neg(x2);
+  zorch_tensor *rh = zorch_cat(2, (zorch_tensor *[]){n2, x1}, 3);
+  zorch_tensor *a = zorch_mul(x, c), *b = zorch_mul(rh, s), *y = zorch_add(a, b);
+  check(y);
+  zorch_tensor *fr[] = {x1, x2, n2, rh, a, b};
+  for (int i = 0; i < 6; i++) zorch_tensor_free(fr[i]);
+  return y;
+}
+
+static void run_rope(void *ctx) {
+  ropeb *r = ctx;
+  zorch_tensor *y = r->fused ? zorch_rope(r->x, r->c, r->s) : rope_composed(r->x, r->c, r->s);
+  check(y);
+  if (r->backward) {
+    zorch_set_grad(r->x, NULL);
+    if (zorch_backward(y, r->g, false)) check(NULL);
+  }
+  zorch_tensor_free(y);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double time_median(bench_fn f, void *ctx, int reps) {
+  double t[9];
+  f(ctx);
+  for (int k = 0; k < 9; k++) {
+    double t0 = now();
+    for (int i = 0; i < reps; i++) f(ctx);
+    t[k] = (now() - t0) / reps;
+  }
+  qsort(t, 9, sizeof t[0], cmp_double);
+  return t[4];
+}
+
+static void rope_benches(zorch_generator *g) {
+  ropeb r = {zorch_randn(SHAPE(4, 32, 512, 64), ZORCH_F32, CPU, g), zorch_randn(SHAPE(512, 64), ZORCH_F32, CPU, g),
+             zorch_randn(SHAPE(512, 64), ZORCH_F32, CPU, g), zorch_randn(SHAPE(4, 32, 512, 64), ZORCH_F32, CPU, g),
+             false, false};
+  check(r.x), check(r.c), check(r.s), check(r.g);
+  zorch_set_requires_grad(r.x, true);
+  const char *names[2][2] = {{"rope_composed_4x32x512x64_fwd", "rope_composed_4x32x512x64_fwd_bwd"},
+                             {"rope_4x32x512x64_fwd", "rope_4x32x512x64_fwd_bwd"}};
+  for (int bwd = 0; bwd < 2; bwd++)
+    for (int fused = 0; fused < 2; fused++) {
+      r.fused = fused, r.backward = bwd;
+      emit(names[fused][bwd], time_median(run_rope, &r, 3) * 1e3, "ms");
+    }
+  zorch_tensor *fr[] = {r.x, r.c, r.s, r.g};
+  for (int i = 0; i < 4; i++) zorch_tensor_free(fr[i]);
+}
+
 static void gpu_benches(void) {
   on_gpu = true;
   zorch_generator *g = zorch_generator_new(0);
@@ -934,6 +1000,13 @@ int main(int argc, char **argv) {
     zorch_generator_free(g);
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "--rope") == 0) { /* only the rotary embedding cases */
+    zorch_set_num_threads(2);
+    zorch_generator *g = zorch_generator_new(0);
+    rope_benches(g);
+    zorch_generator_free(g);
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "--adam") == 0) { /* only the optimizer cases */
     zorch_generator *g = zorch_generator_new(0);
     adam_benches(g);
@@ -983,6 +1056,7 @@ int main(int argc, char **argv) {
   thread_benches(g);
   block_benches(g, NULL, 0);
   adam_benches(g);
+  rope_benches(g);
 
   zorch_tensor *fr[] = {mm.a, mm.b, small.a, small.b, big.a, big.b};
   for (int i = 0; i < 6; i++) zorch_tensor_free(fr[i]);

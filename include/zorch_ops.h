@@ -902,6 +902,56 @@
       BAD("zorch.adaptive_avg_pool2d(zorch.ones(8, 1, 28, 28), {0, 2})",                            \
           "adaptive_avg_pool2d: output_size (0, 2) must be positive")                               \
       BAD("zorch.adaptive_avg_pool2d(zorch.ones(1, 0, 4), 2)", "adaptive_avg_pool2d: input (1, 0, 4) has an empty image"))) \
+  /* Rotary position embedding as Llama applies it (Hugging Face's                                  \
+     apply_rotary_pos_emb): x * cos + rotate_half(x) * sin, rotate_half(x) =                        \
+     cat(-x2, x1) of the two halves of the last dim. x (batch, heads, seq,                          \
+     head_dim), head_dim even; cos and sin of x's dtype and one shape, (seq,                        \
+     head_dim) for one table every sequence shares or (batch, seq, head_dim) for                    \
+     each sequence's own positions. Differentiable in x, cos and sin.                               \
+     rope: out from x (batch, heads, seq, dim) and the tables ((batch when                          \
+     per_batch, else 1), seq, dim), all contiguous, one float dtype.                                \
+     rope_bwd: gx (may be NULL) = g * cos + the adjoint rotation of g * sin (the                    \
+     forward with sin negated where sin's halves are equal, as in Llama's tables),                  \
+     and gcos, gsin (the tables' shape, may be NULL: not wanted), the sums of g * x                 \
+     and g * rotate_half(x) over heads (and batch for a shared table). */                           \
+  OP(rope, zorch_tensor *, (zorch_tensor *x, zorch_tensor *cosines, zorch_tensor *sines),           \
+     (x, cosines, sines), LUA_FUNCTION((LT(1), LT(2), LT(3))),                                      \
+     (KERNEL(rope, (zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *cosines,          \
+                    const zorch_tensor *sines, int64_t batch, int64_t heads, int64_t seq,           \
+                    int64_t dim, bool per_batch))                                                   \
+      KERNEL(rope_bwd, (zorch_tensor *gx, zorch_tensor *gcos, zorch_tensor *gsin,                   \
+                        const zorch_tensor *g, const zorch_tensor *x, const zorch_tensor *cosines,  \
+                        const zorch_tensor *sines, int64_t batch, int64_t heads, int64_t seq,       \
+                        int64_t dim, bool per_batch))),                                             \
+     (GOLDEN(rope, zorch_rope(x[0], x[1], x[2]), 2e-5, 1e-6)                                        \
+      GOLDEN(rope_positions, zorch_rope(x[0], x[1], x[2]), 2e-5, 1e-6)                              \
+      GRAD(rope, zorch_rope(in[0], in[1], in[2]), (LEAF(2, 3, 4, 6), LEAF(4, 6), LEAF(4, 6)))       \
+      GRAD(rope_positions, zorch_rope(in[0], in[1], in[2]), (LEAF(2, 2, 3, 4), LEAF(2, 3, 4), LEAF(2, 3, 4))) \
+      GRAD(rope_x, zorch_rope(in[0], in[1], in[2]), (LEAF(1, 2, 5, 8), NOGRAD(LEAF(5, 8)), NOGRAD(LEAF(5, 8)))) \
+      BAD("zorch.rope(zorch.ones(1, 2, 3, 5), zorch.ones(3, 5), zorch.ones(3, 5))", "rope: head_dim 5 must be even") \
+      BAD("zorch.rope(zorch.ones(1, 2, 3, 4), zorch.ones(4, 4), zorch.ones(4, 4))", "rope: cos (4, 4) must be")     \
+      BAD("zorch.rope(zorch.ones(1, 2, 3, 4), zorch.ones(3, 4), zorch.ones(2, 3, 4))", "rope: sin (2, 3, 4) must be") \
+      BAD("zorch.rope(zorch.ones(2, 2, 3, 4), zorch.ones(3, 3, 4), zorch.ones(3, 3, 4))", "rope: cos (3, 3, 4) must be") \
+      BAD("zorch.rope(zorch.ones(1, 2, 3, 4, {dtype = 'int64'}), zorch.ones(3, 4), zorch.ones(3, 4))", "rope: x must be floating point") \
+      BAD("zorch.rope(zorch.ones(1, 2, 3, 4), zorch.ones(3, 4, {dtype = 'int64'}), zorch.ones(3, 4))", "rope: cos is int64") \
+      BAD("zorch.rope(zorch.ones(2, 3, 4), zorch.ones(3, 4), zorch.ones(3, 4))", "rope: x must be (batch, heads, seq, head_dim)") \
+      DEVICE("zorch.rope(a, zorch.cos(b), zorch.sin(b))", (2, 3, 17, 8), (17, 8), 1e-5)               \
+      DEVICE("zorch.rope(a, zorch.cos(b), zorch.sin(b))", (2, 4, 9, 64), (2, 9, 64), 1e-5)))          \
+  /* Llama's MLP gate, silu(a) * b (down(silu(gate(x)) * up(x))), a and b of one                    \
+     shape and float dtype, in one pass.                                                            \
+     swiglu: out = silu(a) * b over n contiguous elements, one float dtype.                         \
+     swiglu_bwd: ga = g * b * silu'(a), gb = g * silu(a) (either may be NULL: not wanted). */       \
+  OP(swiglu, zorch_tensor *, (zorch_tensor *a, zorch_tensor *b), (a, b), LUA_FUNCTION((LT(1), LT(2))), \
+     (KERNEL(swiglu, (zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b, int64_t n))  \
+      KERNEL(swiglu_bwd, (zorch_tensor *ga, zorch_tensor *gb, const zorch_tensor *g,                \
+                          const zorch_tensor *a, const zorch_tensor *b, int64_t n))),               \
+     (GOLDEN(swiglu, zorch_swiglu(x[0], x[1]), 2e-5, 1e-6)                                          \
+      GRAD(swiglu, zorch_swiglu(in[0], in[1]), (LEAF(3, 5), LEAF(3, 5)))                            \
+      GRAD(swiglu_3d, zorch_swiglu(in[0], in[1]), (LEAF(2, 3, 4), NOGRAD(LEAF(2, 3, 4))))           \
+      BAD("zorch.swiglu(zorch.ones(2, 3), zorch.ones(3, 2))", "swiglu: a (2, 3) and b (3, 2) must have one shape") \
+      BAD("zorch.swiglu(zorch.ones(2, 3, {dtype = 'int64'}), zorch.ones(2, 3, {dtype = 'int64'}))", "swiglu: a must be floating point") \
+      BAD("zorch.swiglu(zorch.ones(2, 3), zorch.ones(2, 3, {dtype = 'float64'}))", "swiglu: b is float64")  \
+      DEVICE("zorch.swiglu(a, b)", (4, 1000), (4, 1000), 1e-5)))                                    \
   /* ---- fused optimizer updates: one pass, in place, PyTorch's formulas; param,                   \
      grad and state tensors share a shape, dtype f32 or f64 and contiguity ---- */                  \
   /* adam: the update of p (and m, v, vmax when amsgrad) from g at `step`. */                       \

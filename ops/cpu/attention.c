@@ -119,3 +119,78 @@ zorch_status cpu_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor 
   CPU_FLOAT_DISPATCH(q->dtype, "attention backward", ATT_BWD);
 #undef ATT_BWD
 }
+
+/* ---- rotary position embedding (include/zorch_ops.h): one (b, h, s) row of
+   head_dim per iteration; row r reads table row (b when per_batch) * seq + s.
+   With h2 = dim / 2, rotate_half(x)_j is -x_{j+h2} below h2, x_{j-h2} above. */
+#define ROPE_FWD(T)                                                                          \
+  {                                                                                          \
+    T *op = (T *)tensor_ptr(out);                                                            \
+    const T *xp = (const T *)tensor_ptr(x), *cp = (const T *)tensor_ptr(cosines),            \
+            *sp = (const T *)tensor_ptr(sines);                                              \
+    _Pragma("omp parallel for if (rows * dim >= CPU_GRAIN)")                                 \
+    for (int64_t r = 0; r < rows; r++) {                                                     \
+      int64_t t = (per_batch ? r / (heads * seq) * seq : 0) + r % seq;                       \
+      const T *xr = xp + r * dim, *c = cp + t * dim, *s = sp + t * dim;                      \
+      T *o = op + r * dim;                                                                   \
+      for (int64_t j = 0; j < h2; j++) o[j] = xr[j] * c[j] - xr[j + h2] * s[j];              \
+      for (int64_t j = h2; j < dim; j++) o[j] = xr[j] * c[j] + xr[j - h2] * s[j];            \
+    }                                                                                        \
+  }
+
+zorch_status cpu_rope(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *cosines,
+                      const zorch_tensor *sines, int64_t batch, int64_t heads, int64_t seq, int64_t dim,
+                      bool per_batch) {
+  int64_t rows = batch * heads * seq, h2 = dim / 2;
+  CPU_FLOAT_DISPATCH(x->dtype, "rope", ROPE_FWD);
+  return ZORCH_OK;
+}
+
+/* gx_j = g_j c_j + g_{j+h2} s_{j+h2} below h2, g_j c_j - g_{j-h2} s_{j-h2} above;
+   the tables' gradients sum each entry's rows in order (the same bits on every
+   thread count), one table row per iteration. */
+#define ROPE_BWD(T)                                                                          \
+  {                                                                                          \
+    const T *gp = (const T *)tensor_ptr(g), *xp = (const T *)tensor_ptr(x),                  \
+            *cp = (const T *)tensor_ptr(cosines), *sp = (const T *)tensor_ptr(sines);        \
+    if (gx) {                                                                                \
+      T *gxp = (T *)tensor_ptr(gx);                                                          \
+      _Pragma("omp parallel for if (rows * dim >= CPU_GRAIN)")                               \
+      for (int64_t r = 0; r < rows; r++) {                                                   \
+        int64_t t = (per_batch ? r / (heads * seq) * seq : 0) + r % seq;                     \
+        const T *gr = gp + r * dim, *c = cp + t * dim, *s = sp + t * dim;                    \
+        T *o = gxp + r * dim;                                                                \
+        for (int64_t j = 0; j < h2; j++) o[j] = gr[j] * c[j] + gr[j + h2] * s[j + h2];       \
+        for (int64_t j = h2; j < dim; j++) o[j] = gr[j] * c[j] - gr[j - h2] * s[j - h2];     \
+      }                                                                                      \
+    }                                                                                        \
+    if (gcos || gsin) {                                                                      \
+      T *gcp = gcos ? (T *)tensor_ptr(gcos) : NULL, *gsp = gsin ? (T *)tensor_ptr(gsin) : NULL; \
+      int64_t trows = (per_batch ? batch : 1) * seq, nb = per_batch ? 1 : batch;             \
+      _Pragma("omp parallel for if (rows * dim >= CPU_GRAIN)")                               \
+      for (int64_t t = 0; t < trows; t++) {                                                  \
+        int64_t b0 = per_batch ? t / seq : 0, sq = t % seq;                                  \
+        for (int64_t j = 0; j < dim; j++) {                                                  \
+          double ac = 0, as = 0;                                                             \
+          int64_t jr = j < h2 ? j + h2 : j - h2;                                             \
+          double sign = j < h2 ? -1.0 : 1.0;                                                 \
+          for (int64_t b = b0; b < b0 + nb; b++)                                             \
+            for (int64_t h = 0; h < heads; h++) {                                            \
+              int64_t o = ((b * heads + h) * seq + sq) * dim;                                \
+              ac += (double)gp[o + j] * (double)xp[o + j];                                   \
+              as += (double)gp[o + j] * sign * (double)xp[o + jr];                           \
+            }                                                                                \
+          if (gcp) gcp[t * dim + j] = (T)ac;                                                 \
+          if (gsp) gsp[t * dim + j] = (T)as;                                                 \
+        }                                                                                    \
+      }                                                                                      \
+    }                                                                                        \
+  }
+
+zorch_status cpu_rope_bwd(zorch_tensor *gx, zorch_tensor *gcos, zorch_tensor *gsin, const zorch_tensor *g,
+                          const zorch_tensor *x, const zorch_tensor *cosines, const zorch_tensor *sines,
+                          int64_t batch, int64_t heads, int64_t seq, int64_t dim, bool per_batch) {
+  int64_t rows = batch * heads * seq, h2 = dim / 2;
+  CPU_FLOAT_DISPATCH(g->dtype, "rope backward", ROPE_BWD);
+  return ZORCH_OK;
+}

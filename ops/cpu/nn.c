@@ -688,3 +688,36 @@ zorch_status cpu_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int6
   for (int64_t i = 0; i < n; i++) p[i] = zm_random_int(seed, offset, i, low, range);
   return ZORCH_OK;
 }
+
+/* ---- SwiGLU (include/zorch_ops.h): silu(a) * b and its gradients, one pass each,
+   with the registry's silu formulas (ops/backend/math.h) ---- */
+#define SWIGLU(T)                                                                        \
+  {                                                                                      \
+    T *op = (T *)tensor_ptr(out);                                                        \
+    const T *ap = (const T *)tensor_ptr(a), *bp = (const T *)tensor_ptr(b);              \
+    _Pragma("omp parallel for if (n >= CPU_GRAIN)")                                      \
+    for (int64_t i = 0; i < n; i++) op[i] = ZM(silu, ap[i]) * bp[i];                     \
+  }
+
+zorch_status cpu_swiglu(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b, int64_t n) {
+  CPU_FLOAT_DISPATCH(a->dtype, "swiglu", SWIGLU);
+  return ZORCH_OK;
+}
+
+#define SWIGLU_BWD(T)                                                                    \
+  {                                                                                      \
+    T *gap = ga ? (T *)tensor_ptr(ga) : NULL, *gbp = gb ? (T *)tensor_ptr(gb) : NULL;    \
+    const T *gp = (const T *)tensor_ptr(g), *ap = (const T *)tensor_ptr(a),              \
+            *bp = (const T *)tensor_ptr(b);                                              \
+    _Pragma("omp parallel for if (n >= CPU_GRAIN)")                                      \
+    for (int64_t i = 0; i < n; i++) {                                                    \
+      if (gap) gap[i] = ZM(silu_bwd, gp[i] * bp[i], ap[i]);                              \
+      if (gbp) gbp[i] = gp[i] * ZM(silu, ap[i]);                                         \
+    }                                                                                    \
+  }
+
+zorch_status cpu_swiglu_bwd(zorch_tensor *ga, zorch_tensor *gb, const zorch_tensor *g, const zorch_tensor *a,
+                            const zorch_tensor *b, int64_t n) {
+  CPU_FLOAT_DISPATCH(a->dtype, "swiglu backward", SWIGLU_BWD);
+  return ZORCH_OK;
+}

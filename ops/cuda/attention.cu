@@ -213,3 +213,83 @@ zorch_status cuda_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor
     return att_bwd<double>(dq, dk, dv, g, q, k, v, out, lse, bh, tq, tk, d, causal, scale);
   return cu_no_kernel("attention", q->dtype);
 }
+
+// ---- rotary position embedding (include/zorch_ops.h), the CPU's formulas
+// (ops/cpu/attention.c): one thread an element; the tables' gradients one
+// thread a table entry, its rows summed in order in double (deterministic) ----
+__device__ static inline int64_t rope_trow(int64_t r, int64_t heads, int64_t seq, bool per_batch) {
+  return (per_batch ? r / (heads * seq) * seq : 0) + r % seq;
+}
+
+template <typename T>
+__global__ void k_rope(T *out, const T *x, const T *c, const T *s, int64_t rows, int64_t heads, int64_t seq,
+                       int64_t dim, bool per_batch) {
+  int64_t h2 = dim / 2;
+  FOR(i, rows * dim) {
+    int64_t j = i % dim, r = i / dim, t = rope_trow(r, heads, seq, per_batch) * dim + j;
+    out[i] = j < h2 ? x[i] * c[t] - x[i + h2] * s[t] : x[i] * c[t] + x[i - h2] * s[t];
+  }
+}
+
+template <typename T>
+__global__ void k_rope_bwd_x(T *gx, const T *g, const T *c, const T *s, int64_t rows, int64_t heads, int64_t seq,
+                             int64_t dim, bool per_batch) {
+  int64_t h2 = dim / 2;
+  FOR(i, rows * dim) {
+    int64_t j = i % dim, r = i / dim, t = rope_trow(r, heads, seq, per_batch) * dim + j;
+    gx[i] = j < h2 ? g[i] * c[t] + g[i + h2] * s[t + h2] : g[i] * c[t] - g[i - h2] * s[t - h2];
+  }
+}
+
+template <typename T>
+__global__ void k_rope_bwd_tab(T *gc, T *gs, const T *g, const T *x, int64_t batch, int64_t heads, int64_t seq,
+                               int64_t dim, bool per_batch) {
+  int64_t h2 = dim / 2, trows = (per_batch ? batch : 1) * seq, nb = per_batch ? 1 : batch;
+  FOR(k, trows * dim) {
+    int64_t t = k / dim, j = k % dim, b0 = per_batch ? t / seq : 0, sq = t % seq;
+    int64_t jr = j < h2 ? j + h2 : j - h2;
+    double sign = j < h2 ? -1.0 : 1.0, ac = 0, as = 0;
+    for (int64_t b = b0; b < b0 + nb; b++)
+      for (int64_t h = 0; h < heads; h++) {
+        int64_t o = ((b * heads + h) * seq + sq) * dim;
+        ac += (double)g[o + j] * (double)x[o + j];
+        as += (double)g[o + j] * sign * (double)x[o + jr];
+      }
+    if (gc) gc[k] = (T)ac;
+    if (gs) gs[k] = (T)as;
+  }
+}
+
+template <typename T>
+static void rope(T *out, const T *x, const T *c, const T *s, int64_t rows, int64_t heads, int64_t seq, int64_t dim,
+                 bool per_batch, int dev) {
+  k_rope<T><<<ON(rows * dim, dev)>>>(out, x, c, s, rows, heads, seq, dim, per_batch);
+}
+
+template <typename T>
+static void rope_bwd(T *gx, T *gc, T *gs, const T *g, const T *x, const T *c, const T *s, int64_t batch,
+                     int64_t heads, int64_t seq, int64_t dim, bool per_batch, int dev) {
+  int64_t rows = batch * heads * seq;
+  if (gx) k_rope_bwd_x<T><<<ON(rows * dim, dev)>>>(gx, g, c, s, rows, heads, seq, dim, per_batch);
+  if (gc || gs)
+    k_rope_bwd_tab<T><<<ON((per_batch ? batch : 1) * seq * dim, dev)>>>(gc, gs, g, x, batch, heads, seq, dim,
+                                                                         per_batch);
+}
+
+zorch_status cuda_rope(zorch_tensor *out, const zorch_tensor *x, const zorch_tensor *cosines,
+                       const zorch_tensor *sines, int64_t batch, int64_t heads, int64_t seq, int64_t dim,
+                       bool per_batch) {
+  CU_REAL(x->dtype, "rope",
+          rope<T>((T *)tensor_ptr(out), (const T *)tensor_ptr(x), (const T *)tensor_ptr(cosines),
+                  (const T *)tensor_ptr(sines), batch * heads * seq, heads, seq, dim, per_batch, cu_dev(out)));
+}
+
+zorch_status cuda_rope_bwd(zorch_tensor *gx, zorch_tensor *gcos, zorch_tensor *gsin, const zorch_tensor *g,
+                           const zorch_tensor *x, const zorch_tensor *cosines, const zorch_tensor *sines,
+                           int64_t batch, int64_t heads, int64_t seq, int64_t dim, bool per_batch) {
+  CU_REAL(g->dtype, "rope backward",
+          rope_bwd<T>(gx ? (T *)tensor_ptr(gx) : nullptr, gcos ? (T *)tensor_ptr(gcos) : nullptr,
+                      gsin ? (T *)tensor_ptr(gsin) : nullptr, (const T *)tensor_ptr(g), (const T *)tensor_ptr(x),
+                      (const T *)tensor_ptr(cosines), (const T *)tensor_ptr(sines), batch, heads, seq, dim,
+                      per_batch, cu_dev(g)));
+}

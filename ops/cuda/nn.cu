@@ -205,3 +205,38 @@ zorch_status cuda_layer_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tenso
   CU_REAL(x->dtype, "layer_norm backward", ln_bwd<T>(gx, gw, gb, g, x, mean, rstd, w, rows, cols, dev));
 }
 
+// ---- SwiGLU (include/zorch_ops.h): silu(a) * b, the registry's silu formulas ----
+template <typename T>
+__global__ void k_swiglu(T *out, const T *a, const T *b, int64_t n) {
+  FOR(i, n) out[i] = zm_silu(a[i]) * b[i];
+}
+
+template <typename T>
+__global__ void k_swiglu_bwd(T *ga, T *gb, const T *g, const T *a, const T *b, int64_t n) {
+  FOR(i, n) {
+    if (ga) ga[i] = zm_silu_bwd(g[i] * b[i], a[i]);
+    if (gb) gb[i] = g[i] * zm_silu(a[i]);
+  }
+}
+
+template <typename T>
+static void swiglu(T *out, const T *a, const T *b, int64_t n, int dev) {
+  k_swiglu<T><<<ON(n, dev)>>>(out, a, b, n);
+}
+
+template <typename T>
+static void swiglu_bwd(T *ga, T *gb, const T *g, const T *a, const T *b, int64_t n, int dev) {
+  k_swiglu_bwd<T><<<ON(n, dev)>>>(ga, gb, g, a, b, n);
+}
+
+zorch_status cuda_swiglu(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b, int64_t n) {
+  CU_REAL(a->dtype, "swiglu",
+          swiglu<T>((T *)tensor_ptr(out), (const T *)tensor_ptr(a), (const T *)tensor_ptr(b), n, cu_dev(out)));
+}
+
+zorch_status cuda_swiglu_bwd(zorch_tensor *ga, zorch_tensor *gb, const zorch_tensor *g, const zorch_tensor *a,
+                             const zorch_tensor *b, int64_t n) {
+  CU_REAL(a->dtype, "swiglu backward",
+          swiglu_bwd<T>(ga ? (T *)tensor_ptr(ga) : nullptr, gb ? (T *)tensor_ptr(gb) : nullptr,
+                        (const T *)tensor_ptr(g), (const T *)tensor_ptr(a), (const T *)tensor_ptr(b), n, cu_dev(g)));
+}

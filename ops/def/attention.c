@@ -129,3 +129,86 @@ done:
   OP_FREE(cq, ck, cv, o, lse);
   return y;
 }
+
+/* ---- rotary position embedding (include/zorch_ops.h) ---------------------------------------- */
+typedef struct {
+  int64_t batch, heads, seq, dim;
+  bool per_batch; /* tables (batch, seq, dim), else (seq, dim) */
+} rope_args;
+
+/* saved: x, cos, sin, contiguous in the compute dtype */
+static zorch_status rope_bwd(ag_node *nd, zorch_tensor *g, zorch_tensor **gin) {
+  const rope_args *a = AG_ARGS(nd, rope_args);
+  zorch_tensor *x = nd->saved[0], *c = nd->saved[1], *s = nd->saved[2];
+  zorch_tensor *gc = NULL, *gx = NULL, *gcos = NULL, *gsin = NULL;
+  zorch_status st;
+  if (!(gc = op_cast_contig(g, x->dtype)) || (ag_wants(nd, 0) && !(gx = op_empty(x, x->ndim, x->shape, x->dtype))) ||
+      (ag_wants(nd, 1) && !(gcos = op_empty(x, c->ndim, c->shape, x->dtype))) ||
+      (ag_wants(nd, 2) && !(gsin = op_empty(x, s->ndim, s->shape, x->dtype)))) {
+    st = zorch_last_status();
+    goto done;
+  }
+  st = backend_of(x)->rope_bwd(gx, gcos, gsin, gc, x, c, s, a->batch, a->heads, a->seq, a->dim, a->per_batch);
+  if (st) goto done;
+  gin[0] = gx, gin[1] = gcos, gin[2] = gsin;
+  gx = gcos = gsin = NULL;
+done:
+  OP_FREE(gc, gx, gcos, gsin);
+  return st;
+}
+
+static zorch_status rope_check(const zorch_tensor *x, const zorch_tensor *c, const zorch_tensor *s) {
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
+  const char *op = "rope";
+  if (check_arg(op, "x", x) || check_arg(op, "cos", c) || check_arg(op, "sin", s) ||
+      check_same_device(op, x, c) || check_same_device(op, x, s))
+    return zorch_last_status();
+  if (x->ndim != 4)
+    return err_set(ZORCH_ERR_SHAPE, "rope: x must be (batch, heads, seq, head_dim), got %s", SHAPE(x, s1));
+  if (!zorch_dtype_is_float(x->dtype))
+    return err_set(ZORCH_ERR_DTYPE, "rope: x must be floating point, got %s", zorch_dtype_name(x->dtype));
+  int64_t b = x->shape[0], n = x->shape[2], d = x->shape[3];
+  if (d % 2)
+    return err_set(ZORCH_ERR_SHAPE, "rope: head_dim %lld must be even (x %s)", (long long)d, SHAPE(x, s1));
+  const zorch_tensor *tab[2] = {c, s};
+  for (int i = 0; i < 2; i++) {
+    const zorch_tensor *t = tab[i];
+    const char *name = i ? "sin" : "cos";
+    bool shared = t->ndim == 2 && t->shape[0] == n && t->shape[1] == d;
+    bool own = t->ndim == 3 && t->shape[0] == b && t->shape[1] == n && t->shape[2] == d;
+    if (!shared && !own)
+      return err_set(ZORCH_ERR_SHAPE,
+                     "rope: %s %s must be (seq, head_dim) or (batch, seq, head_dim) of x %s (batch, heads, seq, "
+                     "head_dim)", name, SHAPE(t, s1), SHAPE(x, s2));
+    if (t->dtype != x->dtype)
+      return err_set(ZORCH_ERR_DTYPE, "rope: %s is %s, x %s: they must have one dtype", name,
+                     zorch_dtype_name(t->dtype), zorch_dtype_name(x->dtype));
+  }
+  if (c->ndim != s->ndim)
+    return err_set(ZORCH_ERR_SHAPE, "rope: cos %s and sin %s must have one shape", SHAPE(c, s1), SHAPE(s, s2));
+  return ZORCH_OK;
+}
+
+zorch_tensor *zorch_rope(zorch_tensor *x, zorch_tensor *cosines, zorch_tensor *sines) {
+  if (rope_check(x, cosines, sines)) return NULL;
+  rope_args args = {.batch = x->shape[0], .heads = x->shape[1], .seq = x->shape[2], .dim = x->shape[3],
+                    .per_batch = cosines->ndim == 3};
+  zorch_dtype cd = op_compute_dtype(x->dtype); /* 16-bit tensors in float32 */
+  zorch_tensor *in[3] = {x, cosines, sines};
+  zorch_tensor *cx = NULL, *cc = NULL, *cs = NULL, *y = NULL;
+  if (!(cx = op_cast_contig(x, cd)) || !(cc = op_cast_contig(cosines, cd)) || !(cs = op_cast_contig(sines, cd)) ||
+      !(y = op_empty(x, x->ndim, x->shape, cd)))
+    goto fail;
+  if (backend_of(y)->rope(y, cx, cc, cs, args.batch, args.heads, args.seq, args.dim, args.per_batch) ||
+      !(y = op_recast(y, x->dtype)))
+    goto fail;
+  y = ag_record(y, "RopeBackward", rope_bwd, 3, in, 3, (zorch_tensor *[]){cx, cc, cs}, &args, sizeof args);
+  goto done;
+fail:
+  zorch_tensor_free(y);
+  y = NULL;
+  err_prefix("rope");
+done:
+  OP_FREE(cx, cc, cs);
+  return y;
+}

@@ -387,3 +387,55 @@ zorch_tensor *zorch_dropout(zorch_tensor *x, double p, bool training, zorch_gene
   if (!y) err_prefix("dropout");
   return y;
 }
+
+/* ---- SwiGLU (include/zorch_ops.h) -------------------------------------------------------------- */
+typedef struct {
+  int64_t n;
+} swiglu_args;
+
+/* saved: a, b, contiguous in the compute dtype */
+static zorch_status swiglu_bwd(ag_node *nd, zorch_tensor *g, zorch_tensor **gin) {
+  zorch_tensor *a = nd->saved[0], *b = nd->saved[1];
+  zorch_tensor *gc = NULL, *ga = NULL, *gb = NULL;
+  zorch_status st;
+  if (!(gc = op_cast_contig(g, a->dtype)) || (ag_wants(nd, 0) && !(ga = op_empty(a, a->ndim, a->shape, a->dtype))) ||
+      (ag_wants(nd, 1) && !(gb = op_empty(a, a->ndim, a->shape, a->dtype)))) {
+    st = zorch_last_status();
+    goto done;
+  }
+  st = backend_of(a)->swiglu_bwd(ga, gb, gc, a, b, AG_ARGS(nd, swiglu_args)->n);
+  if (st) goto done;
+  gin[0] = ga, gin[1] = gb;
+  ga = gb = NULL;
+done:
+  OP_FREE(gc, ga, gb);
+  return st;
+}
+
+zorch_tensor *zorch_swiglu(zorch_tensor *a, zorch_tensor *b) {
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
+  if (check_arg("swiglu", "a", a) || check_arg("swiglu", "b", b) || check_same_device("swiglu", a, b)) return NULL;
+  if (!zorch_dtype_is_float(a->dtype))
+    return err_null(ZORCH_ERR_DTYPE, "swiglu: a must be floating point, got %s", zorch_dtype_name(a->dtype));
+  if (b->dtype != a->dtype)
+    return err_null(ZORCH_ERR_DTYPE, "swiglu: b is %s, a %s: they must have one dtype", zorch_dtype_name(b->dtype),
+                    zorch_dtype_name(a->dtype));
+  if (!tensor_same_shape(a, b))
+    return err_null(ZORCH_ERR_SHAPE, "swiglu: a %s and b %s must have one shape", SHAPE(a, s1), SHAPE(b, s2));
+  swiglu_args args = {zorch_tensor_numel(a)};
+  zorch_dtype cd = op_compute_dtype(a->dtype); /* 16-bit tensors in float32 */
+  zorch_tensor *in[2] = {a, b};
+  zorch_tensor *ca = NULL, *cb = NULL, *y = NULL;
+  if (!(ca = op_cast_contig(a, cd)) || !(cb = op_cast_contig(b, cd)) || !(y = op_empty(a, a->ndim, a->shape, cd)))
+    goto fail;
+  if (backend_of(y)->swiglu(y, ca, cb, args.n) || !(y = op_recast(y, a->dtype))) goto fail;
+  y = ag_record(y, "SwigluBackward", swiglu_bwd, 2, in, 2, (zorch_tensor *[]){ca, cb}, &args, sizeof args);
+  goto done;
+fail:
+  zorch_tensor_free(y);
+  y = NULL;
+  err_prefix("swiglu");
+done:
+  OP_FREE(ca, cb);
+  return y;
+}

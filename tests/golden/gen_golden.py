@@ -364,6 +364,37 @@ case("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (3, 4)), r(2, 3, 
 case("adaptive_avg_pool2d_1", lambda x: F.adaptive_avg_pool2d(x, 1), r(2, 3, 5, 5))
 case("adaptive_avg_pool2d_up", lambda x: F.adaptive_avg_pool2d(x, (5, 4)), r(2, 3, 3))
 
+
+# Llama's rotary embedding, as Hugging Face's transformers computes it
+# (modeling_llama's rotate_half and apply_rotary_pos_emb; the tables from
+# LlamaRotaryEmbedding with _compute_default_rope_parameters, in float32)
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x, cos, sin):  # x (batch, heads, seq, head_dim), tables (seq, d) or (batch, seq, d)
+    if cos.dim() == 3:
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return x * cos + rotate_half(x) * sin
+
+
+def rope_inv_freq(d, theta):
+    return 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+
+
+def rope_tables(pos, d, theta):  # pos (seq) or (batch, seq), int64
+    freqs = pos.float().unsqueeze(-1) * rope_inv_freq(d, theta)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+case("rope", apply_rope, r(2, 3, 5, 8), *rope_tables(torch.arange(5), 8, 10000.0))
+case("rope_positions", apply_rope, r(2, 2, 4, 6),
+     *rope_tables(torch.tensor([[0, 1, 2, 3], [7, 8, 9, 10]]), 6, 500000.0))
+# Llama's MLP gate: down(silu(gate(x)) * up(x))
+case("swiglu", lambda a, b: F.silu(a) * b, r(3, 4, 5), r(3, 4, 5))
+
 # 16-bit conversions: round trips through bfloat16 and float16, with edge values
 edge = torch.tensor([0.0, -0.0, 1.0, 1.00390625, 1.005859375, 65504.0, 65520.0, 70000.0,
                      6.1e-5, 5.96e-8, 2.98e-8, 1e-40, -3.3895314e38, 3.4e38, 0.1, -2.5])

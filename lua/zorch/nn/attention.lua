@@ -592,3 +592,97 @@ function nn.Transformer.generate_square_subsequent_mask(sz, opts)
   local blocked = zorch.triu(zorch.ones({sz, sz}, {dtype = "bool", device = opts.device}), 1)
   return zorch.zeros({sz, sz}, {dtype = opts.dtype or "float32", device = opts.device}):masked_fill(blocked, -math.huge)
 end
+
+-- nn.rope_tables(positions, head_dim, {theta = 10000, scaling, dtype = "float32",
+-- device}): the cos and sin tables of zorch.rope, as Hugging Face's
+-- LlamaRotaryEmbedding makes them (in float32): inv_freq = 1 / theta^(2i /
+-- head_dim), freqs = position * inv_freq, emb = cat(freqs, freqs), cos(emb) and
+-- sin(emb). positions: a count n (positions 0 .. n - 1: (n, head_dim) tables,
+-- cached per n, head_dim, theta, scaling, dtype and device; callers must not
+-- write into them) or an int64 tensor of positions, (seq) or (batch, seq).
+-- scaling: nil, or transformers' rope_scaling {rope_type = "llama3", factor,
+-- low_freq_factor, high_freq_factor, original_max_position_embeddings}
+-- (_compute_llama3_parameters: wavelengths beyond original / low_freq_factor
+-- slowed by factor, those below original / high_freq_factor kept, a blend
+-- between); rope_type "default" is no scaling.
+local rope_cache, rope_cached = {}, 0
+local LLAMA3 = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
+
+local function rope_scaling(fn, s)
+  if s == nil then return nil end
+  if type(s) ~= "table" then error(("%s: scaling must be a table, got %s"):format(fn, type(s)), 3) end
+  check_options(fn .. " scaling", s, {"rope_type", "type", table.unpack(LLAMA3)}, 4)
+  local kind = s.rope_type or s.type
+  if kind == "default" then return nil end
+  if kind ~= "llama3" then
+    error(("%s: scaling.rope_type must be \"llama3\" or \"default\", got %s"):format(fn, tostring(kind)), 3)
+  end
+  for _, k in ipairs(LLAMA3) do
+    if type(s[k]) ~= "number" or not (s[k] > 0) or s[k] == math.huge then
+      error(("%s: scaling.%s must be a positive number, got %s"):format(fn, k, tostring(s[k])), 3)
+    end
+  end
+  if not (s.high_freq_factor > s.low_freq_factor) then
+    error(("%s: scaling.high_freq_factor %g must be above low_freq_factor %g"):format(fn, s.high_freq_factor,
+      s.low_freq_factor), 3)
+  end
+  return s
+end
+
+local function rope_inv_freq(d, theta, s)
+  local inv = {}
+  for i = 0, d // 2 - 1 do inv[i + 1] = 1 / theta ^ (2 * i / d) end
+  if s then
+    local old = s.original_max_position_embeddings
+    local lo_wl, hi_wl = old / s.low_freq_factor, old / s.high_freq_factor
+    for i, f in ipairs(inv) do
+      local wl = 2 * math.pi / f
+      if wl > lo_wl then
+        inv[i] = f / s.factor
+      elseif wl >= hi_wl then
+        local k = (old / wl - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+        inv[i] = (1 - k) * f / s.factor + k * f
+      end
+    end
+  end
+  return inv
+end
+
+function nn.rope_tables(positions, head_dim, opts)
+  local fn = "nn.rope_tables"
+  opts = check_options(fn, opts, {"theta", "scaling", "dtype", "device"}, 3)
+  if math.type(head_dim) ~= "integer" or head_dim < 2 or head_dim % 2 ~= 0 then
+    error(("%s: head_dim must be a positive even integer, got %s"):format(fn, tostring(head_dim)), 2)
+  end
+  local theta = default(opts.theta, 10000)
+  if type(theta) ~= "number" or not (theta > 0) or theta == math.huge then
+    error(("%s: theta must be a positive number, got %s"):format(fn, tostring(theta)), 2)
+  end
+  local s = rope_scaling(fn, opts.scaling)
+  local dtype, key = opts.dtype or "float32", nil
+  if math.type(positions) == "integer" then
+    if positions < 1 then error(("%s: positions must be a count >= 1 or a tensor, got %d"):format(fn, positions), 2) end
+    key = ("%d %d %.17g %s %s %s"):format(positions, head_dim, theta, dtype, tostring(opts.device),
+      s and ("%.17g %.17g %.17g %.17g"):format(s.factor, s.low_freq_factor, s.high_freq_factor,
+        s.original_max_position_embeddings) or "-")
+    local hit = rope_cache[key]
+    if hit then return hit[1], hit[2] end
+  elseif not zorch.is_tensor(positions) or positions:dtype() ~= "int64" or positions:dim() < 1 or positions:dim() > 2 then
+    error(("%s: positions must be a count or an int64 tensor (seq) or (batch, seq), got %s"):format(fn,
+      zorch.is_tensor(positions) and (positions:dtype() .. " " .. shape_str(positions)) or type(positions)), 2)
+  end
+  local cos, sin
+  zorch.no_grad(function()
+    local inv = zorch.tensor(rope_inv_freq(head_dim, theta, s), {dtype = "float32"})
+    local pos = key and zorch.arange(positions, {dtype = "float32"}) or positions:to("float32")
+    if opts.device then inv, pos = inv:to(opts.device), pos:to(opts.device) end
+    local freqs = pos:unsqueeze(-1) * inv
+    local emb = zorch.cat({freqs, freqs}, -1)
+    cos, sin = emb:cos():to(dtype), emb:sin():to(dtype)
+  end)
+  if key then
+    if rope_cached >= 32 then rope_cache, rope_cached = {}, 0 end
+    rope_cache[key], rope_cached = {cos, sin}, rope_cached + 1
+  end
+  return cos, sin
+end
