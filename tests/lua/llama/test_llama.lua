@@ -56,6 +56,30 @@ for _, name in ipairs(MODELS) do
   tap.ok(r <= 1e-6, ("%s: the rotary frequencies equal Transformers' (%s; largest relative difference %.2g)"):format(
     name, c.rope.type or "default", r))
 end
+do -- the config.json of Transformers 4 (rope_theta beside rope_scaling {type = ...}) reads the same
+  local raw = hf.config(here .. "llama_gqa")
+  local rp = raw.rope_parameters
+  raw.rope_parameters, raw.rope_theta = nil, rp.rope_theta
+  raw.rope_scaling = {type = "llama3", factor = rp.factor, low_freq_factor = rp.low_freq_factor,
+                      high_freq_factor = rp.high_freq_factor,
+                      original_max_position_embeddings = rp.original_max_position_embeddings}
+  local c = hf.decoder_config(raw, "old.json")
+  tap.ok(rel(zorch.tensor(hf.rope_inv_freq(c.rope, c.head_dim)), G["llama_gqa.inv_freq"]) <= 1e-6 and c.kv_heads == 2,
+    "a Transformers 4 config.json (rope_theta, rope_scaling.type) reads as the same model")
+  raw.rope_scaling = {rope_type = "dynamic", factor = 2}
+  tap.raises("rope_scaling dynamic is refused, naming the key", function() hf.decoder_config(raw, "old.json") end,
+    "old.json: rope_scaling.rope_type dynamic is not implemented")
+  local q = hf.config(here .. "qwen2")
+  q.use_sliding_window = true
+  tap.raises("qwen2's use_sliding_window is refused", function() hf.decoder_config(q, "q.json") end,
+    "q.json: use_sliding_window true is not implemented")
+  q.use_sliding_window, q.hidden_act = false, "gelu"
+  tap.raises("an activation other than silu is refused", function() hf.decoder_config(q, "q.json") end,
+    'q.json: hidden_act "gelu" is not implemented')
+  q.hidden_act, q.num_key_value_heads = "silu", 3
+  tap.raises("key/value heads that do not divide the heads are refused", function() hf.decoder_config(q, "q.json") end,
+    "q.json: num_attention_heads 4 is not a multiple of num_key_value_heads 3")
+end
 do -- a state dict through save_pretrained (shards, then one file) and back through load
   local m = zorch.nn.Sequential(zorch.nn.Linear(8, 16), zorch.nn.Linear(16, 4))
   local files = hf.save_pretrained(m, tmp .. "/seq", {max_shard_size = 300, config = {model_type = "x"}})
@@ -95,6 +119,37 @@ for _, name in ipairs(MODELS) do
     name, #wl, worst))
   if worst > 1e-4 then print("# " .. got:gsub("\n", "\n# ")) end
 end
+
+-- the same losses with accumulation, recomputed layers, ZeRO stages; close ones in bf16
+local function losses_of(flags)
+  local got = run(("%s %s --init %sllama_gqa %s %s"):format(bin, script, here, TRAIN, flags))
+  local wl, worst = G["llama_gqa.losses"]:totable(), 0
+  for s = 1, #wl do
+    local l = tonumber(got:match(("step %d/%%d+ | loss (%%S+)"):format(s)))
+    worst = math.max(worst, l and math.abs(l - wl[s]) / wl[s] or math.huge)
+  end
+  return worst, got
+end
+local cases = {{"--batch-size 1 --accum 2 --zero-stage 1", 1e-4}, {"--checkpoint-activations --zero-stage 2", 1e-4},
+               {"--precision bf16", 0.02}}
+if tap.has_mpi(bin) then cases[#cases + 1] = {"--batch-size 1 --zero-stage 3", 1e-4, bin .. " launch -n 2"} end
+for _, c in ipairs(cases) do
+  local worst, got
+  if c[3] then
+    got = run(("%s %s --init %sllama_gqa %s %s"):format(c[3], script, here, TRAIN, c[1]))
+    worst = 0
+    for s, want in ipairs(G["llama_gqa.losses"]:totable()) do
+      local l = tonumber(got:match(("step %d/%%d+ | loss (%%S+)"):format(s)))
+      worst = math.max(worst, l and math.abs(l - want) / want or math.huge)
+    end
+  else
+    worst, got = losses_of(c[1])
+  end
+  tap.ok(worst <= c[2], ("llama_gqa %s%s: the losses within %g of Transformers' (worst relative difference %.2g)"):format(
+    c[3] and "on 2 ranks " or "", c[1], c[2], worst))
+  if worst > c[2] then print("# " .. got:gsub("\n", "\n# ")) end
+end
+if not tap.has_mpi(bin) then print("# skipped the 2-rank run: zorch was built without MPI") end
 
 -- ---- --save-hf, then --init from it ----------------------------------------------------------
 
