@@ -189,6 +189,8 @@ function CausalLM:init(c)
   self.lm_head = nn.Linear(c.dim, c.vocab, {bias = false})
   if c.tie then self.lm_head.weight = self.model.embed_tokens.weight end -- one tensor, both uses
   -- Transformers' initialisation: N(0, initializer_range) matrices, zero biases, unit norms
+  -- (not for weights a folder is about to replace)
+  if opt.init ~= "" then return end
   zorch.no_grad(function()
     local std = raw.initializer_range or 0.02
     for name, p in self:named_parameters() do

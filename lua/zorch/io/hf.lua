@@ -19,6 +19,12 @@ local function read_file(path)
   f:close()
   return s
 end
+-- (opens and closes: never reads a shard into memory)
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
 local function read_json(path)
   local s, err = read_file(path)
   if not s then fail("%s: cannot open (%s)", path, err) end
@@ -149,7 +155,7 @@ end
 -- in order, and the index's path (nil for one model.safetensors).
 local function files_of(dir)
   local index = dir .. "/model.safetensors.index.json"
-  if read_file(index) then
+  if exists(index) then
     local idx = read_json(index)
     if type(idx.weight_map) ~= "table" then fail("%s: no weight_map object", index) end
     local by, order = {}, {}
@@ -165,7 +171,7 @@ local function files_of(dir)
     for _, f in ipairs(order) do table.sort(by[f]); list[#list + 1] = {file = f, names = by[f]} end
     return list, index
   end
-  if read_file(dir .. "/model.safetensors") == nil then
+  if not exists(dir .. "/model.safetensors") then
     fail("%s: neither model.safetensors nor model.safetensors.index.json", dir)
   end
   return {{file = "model.safetensors"}}, nil
@@ -192,7 +198,7 @@ function hf.load(model, dir, opts)
   local provided, count = {}, 0
   for _, entry in ipairs(list) do
     local path = dir .. "/" .. entry.file
-    if not read_file(path) then
+    if not exists(path) then
       fail("%s: missing (%s names it for %s)", path, index or "the folder", entry.names and entry.names[1] or "its tensors")
     end
     local ok, ts = pcall(zorch.load, path)
@@ -262,7 +268,8 @@ function hf.save_pretrained(model, dir, opts)
   if opts.dtype ~= nil and not DTYPE_NAMES[opts.dtype] then
     error(("hf.save_pretrained: dtype must be float32, bfloat16 or float16, got %s"):format(tostring(opts.dtype)), 2)
   end
-  local sd = zorch.is_tensor(model) and nil or (type(model.state_dict) == "function" and model:state_dict() or model)
+  if type(model) ~= "table" then error("hf.save_pretrained: expected a model or a state dict, got " .. type(model), 2) end
+  local sd = type(model.state_dict) == "function" and model:state_dict() or model
   local skip = {}
   for _, n in ipairs(opts.skip or {}) do skip[n] = true end
   local names = {}
@@ -297,6 +304,8 @@ function hf.save_pretrained(model, dir, opts)
     end
     zorch.save(part, dir .. "/" .. file)
     files[#files + 1] = file
+    part = nil -- (one shard's copies at a time)
+    collectgarbage()
   end
   if #shards > 1 then
     zorch.fs.write_atomic(dir .. "/model.safetensors.index.json",
