@@ -1,5 +1,5 @@
--- The Lua layers: nn and optim are below engine and parallel, so no file of
--- lua/zorch/nn or lua/zorch/optim requires those modules or names what they
+-- The Lua layers: nn, optim and io are below engine and parallel, so no file of
+-- lua/zorch/nn, lua/zorch/optim or lua/zorch/io requires those modules or names what they
 -- define (zorch.Engine, zorch._readable before it moved, ...). The names come
 -- from the files of engine/ and parallel/ themselves; comments are left out.
 package.path = "lua/?.lua;" .. package.path
@@ -66,7 +66,7 @@ f:close()
 tap.ok(#reaches_up(read(tmp)) == 1, "a file requiring zorch.parallel.pipeline is found")
 os.remove(tmp)
 
-for _, dir in ipairs({"nn", "optim"}) do
+for _, dir in ipairs({"nn", "optim", "io"}) do
   local list = files(dir)
   tap.ok(#list > 0, ("lua/zorch/%s has files (%d)"):format(dir, #list))
   for _, path in ipairs(list) do

@@ -1,0 +1,377 @@
+-- Llama, Mistral and Qwen2 as a zorch script: one decoder-only model (RMSNorm,
+-- rotary embeddings, SwiGLU, grouped-query attention) for the three model_types
+-- of Hugging Face, trained through the Engine (ZeRO stages 0-3, fp32 or bf16);
+-- --init reads a Hugging Face folder, --save-hf writes one.
+--   build/cpu/zorch models/llama.lua                          a small byte-level Llama on a book
+--   build/cpu/zorch models/llama.lua --init DIR --data t.bin  from a Hugging Face folder
+-- docs/llama.md describes the model, the flags and what is refused.
+local zorch = require "zorch"
+local nn, optim, data, hf = zorch.nn, zorch.optim, zorch.data, zorch.hf
+
+local opt = zorch.flags(arg, {
+  init = {"", "start from this Hugging Face folder (config.json and model.safetensors or its shards)"},
+  ["model-type"] = {"llama", "without --init: llama, mistral or qwen2", choices = {"llama", "mistral", "qwen2"}},
+  layers = {4, "without --init: decoder layers", type = "integer"},
+  heads = {4, "without --init: attention heads", type = "integer"},
+  ["kv-heads"] = {nil, "without --init: key/value heads (default: --heads)", type = "integer"},
+  dim = {128, "without --init: hidden size", type = "integer"},
+  hidden = {nil, "without --init: the MLP's intermediate size (default: 8/3 dim, a multiple of 32)", type = "integer"},
+  vocab = {nil, "without --init: vocabulary size (default: 256 for text, 65536 for a .bin token file)", type = "integer"},
+  ["sliding-window"] = {nil, "without --init, mistral: the attention window", type = "integer"},
+  context = {64, "sequence length T of the batches (at most the model's max_position_embeddings)"},
+  ["batch-size"] = {16, "sequences per micro-batch and rank"},
+  accum = {1, "micro-batches per optimizer step (gradient accumulation)"},
+  steps = {300, "optimizer steps"},
+  lr = {1e-3, "peak learning rate"},
+  ["min-lr"] = {nil, "the cosine schedule's final learning rate (default: lr / 10)", type = "number"},
+  ["lr-schedule"] = {"cosine", "cosine (after a linear warm-up) or constant", choices = {"cosine", "constant"}},
+  warmup = {20, "warm-up steps (linear from lr / warmup to lr)"},
+  beta2 = {0.95, "AdamW's beta2 (beta1 is 0.9)"},
+  ["weight-decay"] = {0.1, "AdamW's decoupled weight decay, on the 2-d parameters only"},
+  clip = {1.0, "gradient clipping: max global norm (0: off)"},
+  ["zero-stage"] = {0, "ZeRO stage (0-3)"},
+  precision = {"fp32", "fp32 or bf16 (16-bit parameters and activations, fp32 master weights)",
+               choices = {"fp32", "bf16"}},
+  data = {"/usr/share/gocode/src/github.com/pierrec/lz4/testdata/pg1661.txt",
+          "a text file (one token a byte) or a .bin file of little-endian token ids (Hugging Face's, from 0)"},
+  ["token-bytes"] = {2, "bytes per token id in a .bin file: 2 (uint16) or 4 (uint32, vocabularies over 65536)"},
+  ["val-fraction"] = {0.1, "the last part of the tokens kept for validation"},
+  ["val-every"] = {0, "validation loss every N steps and at the end (0: only at the end)"},
+  ["val-batches"] = {8, "batches of the validation split each validation reads"},
+  ["save-hf"] = {"", "write config.json and the safetensors (sharded past --max-shard-size) into this folder"},
+  ["max-shard-size"] = {"5GB", "--save-hf's largest shard: bytes or a size such as 200MB or 2GiB"},
+  logits = {"", "write the first validation batch (tokens, from 0) and the model's logits on it to this safetensors file"},
+  ["checkpoint-dir"] = {"", "save a checkpoint here at the end (and every --checkpoint-every steps)"},
+  ["checkpoint-every"] = {0, "optimizer steps between checkpoints (0: only at the end)"},
+  resume = {"", "continue from the latest checkpoint in this folder (--steps counts the total)"},
+  seed = {1337, "seed of the weights and the batches"},
+  ["no-shuffle"] = {false, "read the data in order, llm.c's way, instead of random windows"},
+  ["checkpoint-activations"] = {false, "recompute each layer in backward instead of keeping its activations"},
+  ["print-every"] = {1, "a step line every N steps"},
+  device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
+}, "usage: zorch models/llama.lua [flags]")
+
+-- ---- configuration ------------------------------------------------------------------------
+
+local function usage(fmt, ...) error(zorch.flags.usage_error("llama: " .. fmt:format(...)), 0) end
+local function try(flag, fn, ...)
+  local ok, r = pcall(fn, ...)
+  if not ok then usage("%s: %s", flag, (tostring(r):gsub("^[^:]*:%d+: ", ""))) end
+  return r
+end
+
+local binary = opt.data:match("%.bin$") ~= nil
+if opt["token-bytes"] ~= 2 and opt["token-bytes"] ~= 4 then usage("--token-bytes must be 2 or 4, got %d", opt["token-bytes"]) end
+local raw -- config.json, as Transformers reads it
+if opt.init ~= "" then
+  raw = try("--init", hf.config, opt.init)
+else
+  local dim = opt.dim
+  raw = {model_type = opt["model-type"], vocab_size = opt.vocab or (binary and 65536 or 256), hidden_size = dim,
+         intermediate_size = opt.hidden or math.max(32, (8 * dim // 3 + 31) // 32 * 32),
+         num_hidden_layers = opt.layers, num_attention_heads = opt.heads,
+         num_key_value_heads = opt["kv-heads"] or opt.heads, max_position_embeddings = math.max(opt.context, 64),
+         rms_norm_eps = 1e-5, rope_theta = 10000.0, hidden_act = "silu", tie_word_embeddings = false,
+         sliding_window = opt["model-type"] == "mistral" and opt["sliding-window"] or nil,
+         initializer_range = 0.02}
+end
+local cfg = try("--init", hf.decoder_config, raw, opt.init ~= "" and (opt.init .. "/config.json") or "the flags")
+if opt.context > cfg.max_pos then
+  usage("--context %d exceeds the model's max_position_embeddings %d", opt.context, cfg.max_pos)
+end
+
+-- ---- the model ----------------------------------------------------------------------------
+-- Modules are named as Transformers names them (model.layers.N.self_attn.q_proj,
+-- ...), so a folder loads and saves name for name.
+
+-- cos and sin (T, head_dim) of positions 0..T-1: the angles pos * inv_freq, twice
+-- (Transformers' halves layout: the pairs are (x[i], x[i + d/2])).
+local function rope_tables(inv_freq, T, dev)
+  local pos = zorch.arange(0, T, {device = dev}):float():view(T, 1)
+  local ang = pos * inv_freq:view(1, inv_freq:numel())
+  local emb = zorch.cat({ang, ang}, 2)
+  return emb:cos(), emb:sin()
+end
+-- x (B, H, T, D) rotated: x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1).
+-- (a fused zorch.rope op plugs in here: one kernel for both halves, q and k)
+local function apply_rope(x, cos, sin)
+  local h = x:size(4) // 2
+  local rot = zorch.cat({-x:narrow(4, h + 1, h), x:narrow(4, 1, h)}, 4)
+  return x * cos + rot * sin
+end
+
+-- softmax(q kᵀ / sqrt(D)) v over (B, H, T, D), causal; with a window W, query i
+-- sees keys i - W < j <= i only (Mistral's sliding window, as Transformers masks it).
+local function attention(q, k, v, window)
+  local T = q:size(3)
+  if zorch.attention and (not window or T <= window) then return zorch.attention(q, k, v, {causal = true}) end
+  -- zorch.attention takes no mask: the window as an additive mask on explicit scores
+  local att = zorch.matmul(q, k:transpose(3, 4)) * (1 / math.sqrt(q:size(4)))
+  local i = zorch.arange(0, T, {device = q:device()}):view(T, 1)
+  local j = zorch.arange(0, T, {device = q:device()}):view(1, T)
+  att = att:masked_fill(zorch.gt(j, i), -math.huge)
+  if window then att = att:masked_fill(zorch.le(j, i - window), -math.huge) end
+  return zorch.matmul(zorch.softmax(att, -1), v)
+end
+
+-- (B, Hkv, T, D) -> (B, Hkv * rep, T, D): each key/value head repeated for the
+-- rep query heads that share it. A native GQA attention (the kernel indexing
+-- the shared head) is the next step; this copy costs rep times the memory.
+local function repeat_kv(x, rep)
+  if rep == 1 then return x end
+  local B, H, T, D = x:size(1), x:size(2), x:size(3), x:size(4)
+  return x:unsqueeze(3):expand(B, H, rep, T, D):reshape(B, H * rep, T, D)
+end
+
+local Attention = nn.Module:extend "LlamaAttention"
+function Attention:init(c)
+  self.q_proj = nn.Linear(c.dim, c.heads * c.head_dim, {bias = c.qkv_bias})
+  self.k_proj = nn.Linear(c.dim, c.kv_heads * c.head_dim, {bias = c.qkv_bias})
+  self.v_proj = nn.Linear(c.dim, c.kv_heads * c.head_dim, {bias = c.qkv_bias})
+  self.o_proj = nn.Linear(c.heads * c.head_dim, c.dim, {bias = c.o_bias})
+  rawset(self, "c", c)
+end
+function Attention:forward(x, cos, sin)
+  local c = rawget(self, "c")
+  local B, T = x:size(1), x:size(2)
+  local function heads(t, n) return t:view(B, T, n, c.head_dim):transpose(2, 3) end -- (B, n, T, D)
+  local q = apply_rope(heads(self.q_proj(x), c.heads), cos, sin)
+  local k = apply_rope(heads(self.k_proj(x), c.kv_heads), cos, sin)
+  local v = heads(self.v_proj(x), c.kv_heads)
+  local rep = c.heads // c.kv_heads
+  local y = attention(q, repeat_kv(k, rep), repeat_kv(v, rep), c.sliding_window)
+  return self.o_proj(y:transpose(2, 3):reshape(B, T, c.heads * c.head_dim))
+end
+
+-- SwiGLU: down(silu(gate(x)) * up(x))
+local MLP = nn.Module:extend "LlamaMLP"
+function MLP:init(c)
+  self.gate_proj = nn.Linear(c.dim, c.hidden, {bias = c.mlp_bias})
+  self.up_proj = nn.Linear(c.dim, c.hidden, {bias = c.mlp_bias})
+  self.down_proj = nn.Linear(c.hidden, c.dim, {bias = c.mlp_bias})
+end
+function MLP:forward(x) return self.down_proj(zorch.silu(self.gate_proj(x)) * self.up_proj(x)) end
+
+-- Transformers' RMSNorm: x / sqrt(mean(x²) + eps) * weight, in one fused op
+local RMSNorm = nn.Module:extend "LlamaRMSNorm"
+function RMSNorm:init(dim, eps)
+  self.weight = nn.Parameter(zorch.ones(dim))
+  rawset(self, "eps", eps)
+end
+function RMSNorm:forward(x) return zorch.fused_rms_norm(x, self.weight, self.eps) end
+
+local Layer = nn.Module:extend "LlamaDecoderLayer"
+function Layer:init(c)
+  self.self_attn = Attention(c)
+  self.mlp = MLP(c)
+  self.input_layernorm = RMSNorm(c.dim, c.eps)
+  self.post_attention_layernorm = RMSNorm(c.dim, c.eps)
+end
+function Layer:forward(x, cos, sin)
+  x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+  return x + self.mlp(self.post_attention_layernorm(x))
+end
+
+local Body = nn.Module:extend "LlamaModel"
+function Body:init(c)
+  self.embed_tokens = nn.Embedding(c.vocab, c.dim)
+  local layers = {}
+  for i = 1, c.layers do layers[i] = Layer(c) end
+  self.layers = nn.ModuleList(layers)
+  self.norm = RMSNorm(c.dim, c.eps)
+end
+
+local CausalLM = nn.Module:extend "LlamaForCausalLM"
+function CausalLM:init(c)
+  rawset(self, "cfg", c)
+  rawset(self, "inv_freq", zorch.tensor(hf.rope_inv_freq(c.rope, c.head_dim)))
+  self.model = Body(c)
+  self.lm_head = nn.Linear(c.dim, c.vocab, {bias = false})
+  if c.tie then self.lm_head.weight = self.model.embed_tokens.weight end -- one tensor, both uses
+  -- Transformers' initialisation: N(0, initializer_range) matrices, zero biases, unit norms
+  -- (not for weights a folder is about to replace)
+  if opt.init ~= "" then return end
+  zorch.no_grad(function()
+    local std = raw.initializer_range or 0.02
+    for name, p in self:named_parameters() do
+      if name:match("norm%.weight$") then p:fill_(1)
+      elseif p:dim() == 1 then p:zero_()
+      else p:copy_(zorch.randn(p.shape) * std) end
+    end
+  end)
+end
+-- idx: (B, T) token indices counted from 1 (Hugging Face's id t is row t + 1 of
+-- embed_tokens). Returns the logits (B, T, vocab).
+function CausalLM:forward(idx)
+  local T = idx:size(2)
+  local x = self.model.embed_tokens(idx)
+  local cos, sin = rope_tables(rawget(self, "inv_freq"):to(x:device()), T, x:device())
+  cos, sin = cos:to(x:dtype()), sin:to(x:dtype())
+  local ckpt = rawget(self, "checkpoint") -- with --checkpoint-activations (training only)
+  for _, layer in ipairs(self.model.layers) do
+    if ckpt and zorch.is_grad_enabled() then x = ckpt(function(h) return layer(h, cos, sin) end, x)
+    else x = layer(x, cos, sin) end
+  end
+  return self.lm_head(self.model.norm(x))
+end
+
+-- ---- data: token ids, a train/validation split, batches --------------------------------------
+
+local rank, world = zorch.dist.rank(), zorch.dist.size()
+local device = "cpu" -- where batches go: the Engine's device, set once it is made
+local tokens = try("--data", data.load_tokens, opt.data,
+                   {dtype = binary and (opt["token-bytes"] == 4 and "uint32" or "uint16") or "uint8"})
+local ntok = tokens:numel()
+local nval = math.floor(ntok * opt["val-fraction"])
+local split = {train = tokens:narrow(1, 1, ntok - nval), val = nval > 0 and tokens:narrow(1, ntok - nval + 1, nval) or nil}
+local B, T = opt["batch-size"], opt.context
+for name, t in pairs(split) do
+  if t:numel() < B * T * world + 1 then
+    usage("the %s split of %s has %d tokens, fewer than a batch needs (%d x %d x %d ranks + 1)",
+      name, opt.data, t:numel(), B, T, world)
+  end
+end
+if ntok > 0 and tokens:max():item() >= cfg.vocab then
+  usage("%s holds token id %d, outside the vocabulary of %d", opt.data, tokens:max():item(), cfg.vocab)
+end
+
+-- Micro-batch m (from 0) of this rank as inputs and targets (B, T), as
+-- models/gpt2.lua reads them (in order: the next B*T*ranks tokens; else B
+-- random windows). The ids become indices from 1 here, once.
+local function batch(t, m, ordered)
+  local n = t:numel()
+  local x, y
+  if ordered then
+    local chunk = B * T * world
+    local start = (m % ((n - 1) // chunk)) * chunk + rank * B * T
+    x = t:narrow(1, start + 1, B * T):view(B, T)
+    y = t:narrow(1, start + 2, B * T):view(B, T)
+  else
+    local starts = zorch.randint(0, n - T - 1, {B * world, 1}):narrow(1, rank * B + 1, B) + zorch.arange(0, T):view(1, T)
+    x = t:index_select(1, (starts + 1):view(-1)):view(B, T)
+    y = t:index_select(1, (starts + 2):view(-1)):view(B, T)
+  end
+  x, y = x:long(), y:long()
+  if device ~= "cpu" then x, y = x:to(device), y:to(device) end
+  return x + 1, y + 1
+end
+
+local function loss_of(model, x, y)
+  return zorch.cross_entropy(model(x):reshape(B * T, cfg.vocab), y:reshape(B * T))
+end
+
+-- ---- model, optimizer and engine ------------------------------------------------------------
+
+zorch.manual_seed(opt.seed)
+local model = CausalLM(cfg)
+if opt.init ~= "" then
+  -- (a tied head comes with embed_tokens; old Llama files keep rotary inv_freq buffers)
+  try("--init", hf.load, model, opt.init, {optional = cfg.tie and {"lm_head.weight"} or nil,
+                                           ignore = {"%.rotary_emb%.inv_freq$"}})
+end
+
+local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
+                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device}
+device = engine.device
+if opt["checkpoint-activations"] then rawset(model, "checkpoint", function(...) return engine:checkpoint(...) end) end
+-- AdamW: the 2-d parameters (matrices, embeddings) decay; norms and biases do not
+local decay, no_decay = {}, {}
+for _, p in ipairs(model:parameters()) do table.insert(p:dim() >= 2 and decay or no_decay, p) end
+local groups = {{params = decay, weight_decay = opt["weight-decay"]}}
+if #no_decay > 0 then groups[2] = {params = no_decay, weight_decay = 0} end
+local adam = optim.AdamW(groups, {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8})
+model, _, adam = engine:prepare(model, nil, adam)
+
+local min_lr = opt["min-lr"] or opt.lr / 10
+local function lr_at(s)
+  if opt["lr-schedule"] == "constant" then return opt.lr end
+  if s < opt.warmup then return opt.lr * (s + 1) / opt.warmup end
+  local ratio = math.min((s - opt.warmup) / math.max(opt.steps - opt.warmup, 1), 1)
+  return min_lr + 0.5 * (1 + math.cos(math.pi * ratio)) * (opt.lr - min_lr)
+end
+
+local function count(n)
+  return n >= 1e6 and ("%.2fM"):format(n / 1e6) or n >= 1e3 and ("%.1fk"):format(n / 1e3) or tostring(n)
+end
+engine:print(("llama: %s, %d layers, %d heads (%d key/value), dim %d, MLP %d, vocab %d%s%s: %s parameters; " ..
+  "%s tokens of %s (%s for validation); batch %d x %d x %d accumulation x %d ranks"):format(cfg.model_type,
+  cfg.layers, cfg.heads, cfg.kv_heads, cfg.dim, cfg.hidden, cfg.vocab, cfg.tie and ", tied head" or "",
+  cfg.sliding_window and (", window %d"):format(cfg.sliding_window) or "", count(model:num_parameters()),
+  count(ntok), opt.data, count(nval), B, T, opt.accum, world))
+
+local function validate()
+  if not split.val then return nil end
+  model:eval()
+  local total = 0
+  zorch.no_grad(function()
+    for m = 0, opt["val-batches"] - 1 do
+      local x, y = batch(split.val, m, true)
+      total = total + loss_of(model, x, y):item()
+    end
+  end)
+  model:train()
+  return engine:mean(total / opt["val-batches"])
+end
+
+-- ---- training ------------------------------------------------------------------------------
+
+local step = 0
+if opt.resume ~= "" then
+  step = engine:load_checkpoint(opt.resume).step
+  engine:print(("resumed from %s at step %d"):format(opt.resume, step))
+end
+local ordered = opt["no-shuffle"]
+local tok_per_step = B * T * opt.accum * world
+while step < opt.steps do
+  local t0 = zorch.clock()
+  adam.lr = lr_at(step)
+  adam:zero_grad()
+  local loss = 0
+  for a = 0, opt.accum - 1 do
+    local x, y = batch(split.train, step * opt.accum + a, ordered)
+    local l = loss_of(model, x, y)
+    engine:backward(l)
+    loss = loss + l:item() / opt.accum
+  end
+  adam:step()
+  step = step + 1
+  loss = engine:mean(loss)
+  local dt = zorch.clock() - t0
+  if step % opt["print-every"] == 0 or step == opt.steps then
+    engine:print(("step %d/%d | loss %.7f | lr %.4e | norm %.4f | %.1f ms | tok/s %.0f"):format(step, opt.steps,
+      loss, adam.lr, engine:clip_grad_norm() or 0, dt * 1000, tok_per_step / dt))
+  end
+  if opt["val-every"] > 0 and step % opt["val-every"] == 0 and step < opt.steps then
+    engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate()))
+  end
+  if opt["checkpoint-dir"] ~= "" and opt["checkpoint-every"] > 0 and step % opt["checkpoint-every"] == 0 then
+    engine:save_checkpoint(opt["checkpoint-dir"])
+  end
+end
+if opt.steps > 0 and split.val then engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate())) end
+if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]) end
+
+-- ---- Hugging Face export --------------------------------------------------------------------
+
+if opt["save-hf"] ~= "" then
+  local dir = opt["save-hf"]
+  local sd = model:state_dict() -- (stage 3 gathers it on every rank)
+  if rank == 0 then
+    local out = {}
+    for k, v in pairs(raw) do out[k] = v end
+    local arch = {llama = "LlamaForCausalLM", mistral = "MistralForCausalLM", qwen2 = "Qwen2ForCausalLM"}
+    out.architectures = {arch[cfg.model_type]}
+    out.dtype, out.torch_dtype = "float32", "float32"
+    try("--save-hf", hf.save_pretrained, sd, dir, {config = out, max_shard_size = opt["max-shard-size"],
+        dtype = "float32", skip = cfg.tie and {"lm_head.weight"} or nil})
+  end
+  engine:print(("saved %s (config.json and the safetensors)"):format(dir))
+end
+
+if opt.logits ~= "" then
+  model:eval()
+  local x = batch(split.val or split.train, 0, true)
+  local logits = zorch.no_grad(function() return model(x) end)
+  if rank == 0 then zorch.save({tokens = (x - 1):to("cpu"), logits = logits:float():to("cpu"):contiguous()}, opt.logits) end
+  model:train()
+end
