@@ -84,21 +84,6 @@ end
 -- Modules are named as Transformers names them (model.layers.N.self_attn.q_proj,
 -- ...), so a folder loads and saves name for name.
 
--- cos and sin (T, head_dim) of positions 0..T-1: the angles pos * inv_freq, twice
--- (Transformers' halves layout: the pairs are (x[i], x[i + d/2])).
-local function rope_tables(inv_freq, T, dev)
-  local pos = zorch.arange(0, T, {device = dev}):float():view(T, 1)
-  local ang = pos * inv_freq:view(1, inv_freq:numel())
-  local emb = zorch.cat({ang, ang}, 2)
-  return emb:cos(), emb:sin()
-end
--- x (B, H, T, D) rotated: x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1).
--- (a fused zorch.rope op plugs in here: one kernel for both halves, q and k)
-local function apply_rope(x, cos, sin)
-  local h = x:size(4) // 2
-  local rot = zorch.cat({-x:narrow(4, h + 1, h), x:narrow(4, 1, h)}, 4)
-  return x * cos + rot * sin
-end
 
 -- softmax(q kᵀ / sqrt(D)) v over (B, H, T, D), causal; with a window W, query i
 -- sees keys i - W < j <= i only (Mistral's sliding window, as Transformers masks it).
@@ -135,8 +120,8 @@ function Attention:forward(x, cos, sin)
   local c = rawget(self, "c")
   local B, T = x:size(1), x:size(2)
   local function heads(t, n) return t:view(B, T, n, c.head_dim):transpose(2, 3) end -- (B, n, T, D)
-  local q = apply_rope(heads(self.q_proj(x), c.heads), cos, sin)
-  local k = apply_rope(heads(self.k_proj(x), c.kv_heads), cos, sin)
+  local q = zorch.rope(heads(self.q_proj(x), c.heads), cos, sin)
+  local k = zorch.rope(heads(self.k_proj(x), c.kv_heads), cos, sin)
   local v = heads(self.v_proj(x), c.kv_heads)
   local rep = c.heads // c.kv_heads
   local y = attention(q, repeat_kv(k, rep), repeat_kv(v, rep), c.sliding_window)
@@ -150,7 +135,7 @@ function MLP:init(c)
   self.up_proj = nn.Linear(c.dim, c.hidden, {bias = c.mlp_bias})
   self.down_proj = nn.Linear(c.hidden, c.dim, {bias = c.mlp_bias})
 end
-function MLP:forward(x) return self.down_proj(zorch.silu(self.gate_proj(x)) * self.up_proj(x)) end
+function MLP:forward(x) return self.down_proj(zorch.swiglu(self.gate_proj(x), self.up_proj(x))) end
 
 -- Transformers' RMSNorm: x / sqrt(mean(x²) + eps) * weight, in one fused op
 local RMSNorm = nn.Module:extend "LlamaRMSNorm"
@@ -184,7 +169,6 @@ end
 local CausalLM = nn.Module:extend "LlamaForCausalLM"
 function CausalLM:init(c)
   rawset(self, "cfg", c)
-  rawset(self, "inv_freq", zorch.tensor(hf.rope_inv_freq(c.rope, c.head_dim)))
   self.model = Body(c)
   self.lm_head = nn.Linear(c.dim, c.vocab, {bias = false})
   if c.tie then self.lm_head.weight = self.model.embed_tokens.weight end -- one tensor, both uses
@@ -205,8 +189,9 @@ end
 function CausalLM:forward(idx)
   local T = idx:size(2)
   local x = self.model.embed_tokens(idx)
-  local cos, sin = rope_tables(rawget(self, "inv_freq"):to(x:device()), T, x:device())
-  cos, sin = cos:to(x:dtype()), sin:to(x:dtype())
+  local c = rawget(self, "cfg")
+  local cos, sin = nn.rope_tables(T, c.head_dim, {theta = c.rope.theta, scaling = c.rope.scaling,
+                                                  dtype = x:dtype(), device = x:device()})
   local ckpt = rawget(self, "checkpoint") -- with --checkpoint-activations (training only)
   for _, layer in ipairs(self.model.layers) do
     if ckpt and zorch.is_grad_enabled() then x = ckpt(function(h) return layer(h, cos, sin) end, x)

@@ -113,40 +113,22 @@ function hf.decoder_config(raw, path)
   local rope = {theta = num(rp, key .. ".", "rope_theta", num(raw, "", "rope_theta", 10000))}
   local rtype = rp.rope_type or rp.type or "default"
   if rtype == "llama3" then
+    -- rope.scaling is nn.rope_tables' scaling (zorch.nn computes the frequencies)
     rope.type = "llama3"
-    for _, k in ipairs({"factor", "low_freq_factor", "high_freq_factor"}) do rope[k] = num(rp, key .. ".", k) end
-    rope.original_max_position_embeddings = num(rp, key .. ".", "original_max_position_embeddings")
-    if rope.high_freq_factor <= rope.low_freq_factor then
-      fail("%s: %s.high_freq_factor %g must exceed low_freq_factor %g", path, key, rope.high_freq_factor,
-           rope.low_freq_factor)
+    local sc = {rope_type = "llama3"}
+    for _, k in ipairs({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) do
+      sc[k] = num(rp, key .. ".", k)
     end
+    if sc.high_freq_factor <= sc.low_freq_factor then
+      fail("%s: %s.high_freq_factor %g must exceed low_freq_factor %g", path, key, sc.high_freq_factor,
+           sc.low_freq_factor)
+    end
+    rope.scaling = sc
   elseif rtype ~= "default" then
     fail("%s: %s.rope_type %s is not implemented (default and llama3 are)", path, key, tostring(rtype))
   end
   c.rope = rope
   return c
-end
-
--- The inverse frequencies of the rotary embedding (head_dim / 2 numbers), as
--- Transformers' rope_init_fn computes them: theta^(-2i/d), and for llama3 the
--- long wavelengths divided by factor, the middle band smoothed between.
-function hf.rope_inv_freq(rope, head_dim)
-  local out = {}
-  for i = 0, head_dim // 2 - 1 do
-    local f = 1 / rope.theta ^ (2 * i / head_dim)
-    if rope.type == "llama3" then
-      local old = rope.original_max_position_embeddings
-      local low_wl, high_wl = old / rope.low_freq_factor, old / rope.high_freq_factor
-      local wl = 2 * math.pi / f
-      if wl > low_wl then f = f / rope.factor
-      elseif wl >= high_wl then -- the middle band
-        local s = (old / wl - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
-        f = (1 - s) * f / rope.factor + s * f
-      end
-    end
-    out[i + 1] = f
-  end
-  return out
 end
 
 -- ---- reading the tensors ------------------------------------------------------------------

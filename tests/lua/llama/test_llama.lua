@@ -51,7 +51,7 @@ tap.ok(hf.parse_size("40KB") == 40000 and hf.parse_size("2GiB") == 2 ^ 31 and hf
 tap.raises("a bad shard size is named", function() hf.parse_size("lots") end, "max_shard_size", "lots")
 for _, name in ipairs(MODELS) do
   local c = hf.decoder_config(hf.config(here .. name), name)
-  local f = zorch.tensor(hf.rope_inv_freq(c.rope, c.head_dim))
+  local f = zorch.tensor(zorch.nn.rope_inv_freq(c.head_dim, {theta = c.rope.theta, scaling = c.rope.scaling}))
   local r = rel(f, G[name .. ".inv_freq"])
   tap.ok(r <= 1e-6, ("%s: the rotary frequencies equal Transformers' (%s; largest relative difference %.2g)"):format(
     name, c.rope.type or "default", r))
@@ -64,7 +64,7 @@ do -- the config.json of Transformers 4 (rope_theta beside rope_scaling {type = 
                       high_freq_factor = rp.high_freq_factor,
                       original_max_position_embeddings = rp.original_max_position_embeddings}
   local c = hf.decoder_config(raw, "old.json")
-  tap.ok(rel(zorch.tensor(hf.rope_inv_freq(c.rope, c.head_dim)), G["llama_gqa.inv_freq"]) <= 1e-6 and c.kv_heads == 2,
+  tap.ok(rel(zorch.tensor(zorch.nn.rope_inv_freq(c.head_dim, {theta = c.rope.theta, scaling = c.rope.scaling})), G["llama_gqa.inv_freq"]) <= 1e-6 and c.kv_heads == 2,
     "a Transformers 4 config.json (rope_theta, rope_scaling.type) reads as the same model")
   raw.rope_scaling = {rope_type = "dynamic", factor = 2}
   tap.raises("rope_scaling dynamic is refused, naming the key", function() hf.decoder_config(raw, "old.json") end,
