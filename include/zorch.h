@@ -302,23 +302,8 @@ ZORCH_API zorch_tensor *zorch_copysign(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_fmod(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_remainder(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_floor_divide(zorch_tensor *a, zorch_tensor *b); /* no gradient */
-/* start + weight * (end - start), PyTorch's lerp: one float dtype for all;
-   differentiable in start, end and a weight tensor. */
-ZORCH_API zorch_tensor *zorch_lerp(zorch_tensor *start, zorch_tensor *end, zorch_tensor *weight);
-ZORCH_API zorch_tensor *zorch_lerp_scalar(zorch_tensor *start, zorch_tensor *end, double weight);
-/* t + value * a * b and t + value * a / b (addcdiv refuses two integer tensors). */
-ZORCH_API zorch_tensor *zorch_addcmul(zorch_tensor *t, zorch_tensor *a, zorch_tensor *b, double value);
-ZORCH_API zorch_tensor *zorch_addcdiv(zorch_tensor *t, zorch_tensor *a, zorch_tensor *b, double value);
-ZORCH_API zorch_tensor *zorch_clamp_min(zorch_tensor *a, double min);
-ZORCH_API zorch_tensor *zorch_clamp_max(zorch_tensor *a, double max);
-/* |a - b| <= atol + rtol * |b| (or a == b; two NaNs too with equal_nan), a bool
-   tensor; a and b of one dtype, broadcast. allclose: all of them. equal: the
-   same shape and values. No gradient. */
-ZORCH_API zorch_tensor *zorch_isclose(zorch_tensor *a, zorch_tensor *b, double rtol, double atol,
-                                      bool equal_nan);
-ZORCH_API zorch_status zorch_allclose(zorch_tensor *a, zorch_tensor *b, double rtol, double atol,
-                                      bool equal_nan, bool *out);
-ZORCH_API zorch_status zorch_equal(zorch_tensor *a, zorch_tensor *b, bool *out);
+/* lerp, lerp_scalar, addcmul, addcdiv, clamp_min, clamp_max, isclose, allclose and
+   equal are rows of include/zorch_ops.h */
 /* Comparisons give ZORCH_BOOL tensors; no gradient. */
 ZORCH_API zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b);

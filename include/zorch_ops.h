@@ -11,9 +11,10 @@
    - lua: LUA_FUNCTION(conv) for zorch.NAME(...), LUA_BOTH(conv) for the
      function and the method x:NAME(...), or LUA_NONE. conv lists how each
      argument is read from the Lua stack, in order: LT(i) a tensor, LTN(i) a
-     tensor or nil (NULL), LNUM(i, default) a number, LDIM(i) a dim counted from
-     1 (negative from the end), LDIM_OR(i, cdim) the same or the C dim cdim when
-     absent, LINT(i, default) an integer, LINT_REQ(i) one that must be given, LBOOL(i) a boolean, LBOOL_OR(i,
+     tensor or nil (NULL), LNUM(i, default) a number, LNUM_REQ(i) one that must
+     be given, LDIM(i) a dim counted from 1 (negative from the end), LDIM_OR(i,
+     cdim) the same or the C dim cdim when absent, LINT(i, default) an integer,
+     LINT_REQ(i) one that must be given, LBOOL(i) a boolean, LBOOL_OR(i,
      default) one with a default, LDIMS(i) nil, a dim or a table of dims (the C
      count and array), LIDX(i) an int64 tensor of 1-based indices (passed
      0-based), LDIM_OPT(i) nil or one dim (the C count, 0 or 1, and array),
@@ -66,6 +67,63 @@
 #define ZORCH_EXPAND_(...) __VA_ARGS__
 
 #define ZORCH_OPS(OP)                                                                              \
+  /* ---- elementwise ops made of the registry's (ops/backend/pointwise_ops.h), broadcast ---- */   \
+  /* start + weight * (end - start), PyTorch's lerp: one float dtype for all;                       \
+     differentiable in start, end and a weight tensor.                                              \
+     Lua: the hand binding (zorch.lerp: the weight a number or a tensor). */                        \
+  OP(lerp, zorch_tensor *, (zorch_tensor *start, zorch_tensor *end, zorch_tensor *weight),          \
+     (start, end, weight), LUA_NONE, (),                                                            \
+     (GOLDEN(lerp, zorch_lerp(x[0], x[1], x[2]), 2e-5, 1e-6)                                        \
+      GRAD(lerp, zorch_lerp(in[0], in[1], in[2]), (LEAF(3, 4), LEAF(4), LEAF(3, 1)))                \
+      BAD("zorch.lerp(zorch.ones(2), zorch.ones(2):double(), 0.5)", "lerp: end is float64, start is float32"))) \
+  OP(lerp_scalar, zorch_tensor *, (zorch_tensor *start, zorch_tensor *end, double weight),          \
+     (start, end, weight), LUA_NONE /* zorch.lerp's */, (),                                         \
+     (GOLDEN(lerp_scalar, zorch_lerp_scalar(x[0], x[1], p[0]), 2e-5, 1e-6)                          \
+      GOLDEN(lerp_scalar_small, zorch_lerp_scalar(x[0], x[1], p[0]), 2e-5, 1e-6)                    \
+      GRAD(lerp_scalar, zorch_lerp_scalar(in[0], in[1], 0.7), (LEAF(3, 4), LEAF(4)))))              \
+  /* t + value * a * b and t + value * a / b (addcdiv refuses two integer tensors). */              \
+  OP(addcmul, zorch_tensor *, (zorch_tensor *t, zorch_tensor *a, zorch_tensor *b, double value),    \
+     (t, a, b, value), LUA_BOTH((LT(1), LT(2), LT(3), LNUM(4, 1))), (),                             \
+     (GOLDEN(addcmul, zorch_addcmul(x[0], x[1], x[2], p[0]), 2e-5, 1e-6)                            \
+      GRAD(addcmul, zorch_addcmul(in[0], in[1], in[2], 0.5), (LEAF(3, 4), LEAF(4), LEAF(3, 1)))     \
+      BAD("zorch.addcmul(zorch.ones(2), zorch.ones(2))", "tensor expected, got no value")))          \
+  OP(addcdiv, zorch_tensor *, (zorch_tensor *t, zorch_tensor *a, zorch_tensor *b, double value),    \
+     (t, a, b, value), LUA_BOTH((LT(1), LT(2), LT(3), LNUM(4, 1))), (),                             \
+     (GOLDEN(addcdiv, zorch_addcdiv(x[0], x[1], x[2], p[0]), 2e-5, 1e-6)                            \
+      GRAD(addcdiv, zorch_addcdiv(in[0], in[1], in[2], -2), (LEAF(3, 4), LEAF(3, 1), LEAF_POS(4)))  \
+      BAD("zorch.addcdiv(zorch.ones(2), zorch.tensor{1, 2}, zorch.tensor{3, 4})",                   \
+          "addcdiv: integer division is not supported")))                                           \
+  OP(clamp_min, zorch_tensor *, (zorch_tensor *a, double min), (a, min),                            \
+     LUA_BOTH((LT(1), LNUM_REQ(2))), (),                                                            \
+     (GOLDEN(clamp_min, zorch_clamp_min(x[0], p[0]), 2e-5, 1e-6)                                    \
+      GRAD(clamp_min, zorch_clamp_min(in[0], 0.2), (LEAF(3, 4)))                                    \
+      BAD("zorch.clamp_min(zorch.ones(2))", "number expected")                                      \
+      BAD("zorch.clamp_min(zorch.ones(2), 0 / 0)", "clamp_min: min is NaN")))                       \
+  OP(clamp_max, zorch_tensor *, (zorch_tensor *a, double max), (a, max),                            \
+     LUA_BOTH((LT(1), LNUM_REQ(2))), (),                                                            \
+     (GOLDEN(clamp_max, zorch_clamp_max(x[0], p[0]), 2e-5, 1e-6)                                    \
+      GRAD(clamp_max, zorch_clamp_max(in[0], -0.3), (LEAF(3, 4)))                                   \
+      BAD("zorch.clamp_max(zorch.ones(2), 0 / 0)", "clamp_max: max is NaN")))                       \
+  /* |a - b| <= atol + rtol * |b| (or a == b; two NaNs too with equal_nan), a bool                  \
+     tensor; a and b of one dtype, broadcast. allclose: all of them. equal: the                     \
+     same shape and values. No gradient. */                                                         \
+  OP(isclose, zorch_tensor *,                                                                       \
+     (zorch_tensor *a, zorch_tensor *b, double rtol, double atol, bool equal_nan),                  \
+     (a, b, rtol, atol, equal_nan), LUA_BOTH((LT(1), LT(2), LNUM(3, 1e-5), LNUM(4, 1e-8), LBOOL(5))), (), \
+     (GOLDEN(isclose, zorch_isclose(x[0], x[1], p[0], p[1], false), 0, 0)                           \
+      GOLDEN(isclose_nan, zorch_isclose(x[0], x[1], p[0], p[1], true), 0, 0)                        \
+      BAD("zorch.isclose(zorch.ones(2), zorch.ones(2), -1)", "isclose: rtol (-1) and atol (1e-08) must be at least 0") \
+      BAD("zorch.isclose(zorch.ones(2), zorch.ones(2):double())", "isclose: a is float32 and b is float64"))) \
+  /* Lua: the hand bindings (Lua booleans). */                                                      \
+  OP(allclose, zorch_status,                                                                        \
+     (zorch_tensor *a, zorch_tensor *b, double rtol, double atol, bool equal_nan, bool *out),       \
+     (a, b, rtol, atol, equal_nan, out), LUA_NONE, (),                                              \
+     (GOLDEN(allclose, allclose_case(x[0], x[1], p[0], p[1]), 0, 0)                                 \
+      GOLDEN(allclose_true, allclose_case(x[0], x[1], p[0], p[1]), 0, 0)))                          \
+  OP(equal, zorch_status, (zorch_tensor *a, zorch_tensor *b, bool *out), (a, b, out), LUA_NONE, (), \
+     (GOLDEN(equal, equal_case(x[0], x[1]), 0, 0)                                                   \
+      GOLDEN(equal_values, equal_case(x[0], x[1]), 0, 0)                                            \
+      GOLDEN(equal_shapes, equal_case(x[0], x[1]), 0, 0)))                                          \
   /* ---- reductions (dims: list of ndims entries; ndims 0 means all) ---- */                         \
   /* reduce: out (outer, inner) = reduce over r of a (outer, r, inner); idx (int64,                 \
      may be NULL) gets the argmax for RED_MAX, the argmin for RED_MIN (the first                   \

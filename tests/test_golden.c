@@ -72,6 +72,21 @@ static zorch_tensor *min_indices(zorch_tensor *x, int dim, bool keepdim) {
   return i;
 }
 
+/* allclose and equal, their answer as a bool tensor */
+static zorch_tensor *bool_scalar(zorch_status st, bool r) {
+  return st ? NULL : zorch_full(0, NULL, r, ZORCH_BOOL, CPU);
+}
+static zorch_tensor *allclose_case(zorch_tensor *a, zorch_tensor *b, double rtol, double atol) {
+  bool r = false;
+  zorch_status st = zorch_allclose(a, b, rtol, atol, false, &r);
+  return bool_scalar(st, r);
+}
+static zorch_tensor *equal_case(zorch_tensor *a, zorch_tensor *b) {
+  bool r = false;
+  zorch_status st = zorch_equal(a, b, &r);
+  return bool_scalar(st, r);
+}
+
 /* batch norm from gen_golden.py's bn_stats running statistics (0.1 k - 0.2
    and 0.25 k + 0.5 over the channels k); `running`: the statistics after a
    training step with momentum 0.3, not the output */
