@@ -181,9 +181,7 @@ ZORCH_API char *zorch_tensor_format(const zorch_tensor *t);
 /* ---- views (share storage; differentiable) ------------------------------------- */
 /* (view ... flatten are rows of include/zorch_ops.h) */
 /* ---- copies ------------------------------------------------------------------------- */
-/* (contiguous and clone are rows of include/zorch_ops.h) */
-ZORCH_API zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt); /* differentiable for floats */
-ZORCH_API zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
+/* (contiguous, clone, to_dtype and to_device are rows of include/zorch_ops.h) */
 /* Copies src into dst (broadcast, dtype converted). In grad mode the write is
    recorded on dst when dst has a history or src requires grad (dst's
    grad_fn becomes CopyBackwards; FillBackward for the fills). A leaf that

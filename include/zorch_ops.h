@@ -577,6 +577,16 @@
   OP(clone, zorch_tensor *, (zorch_tensor *t), (t), LUA_BOTH((LT(1))), (),                          \
      (GOLDEN(clone, zorch_clone(x[0]), 0, 0)                                                        \
       GRAD(clone, zorch_clone(in[0]), (LEAF(3, 4)))))                                               \
+  /* Conversions: t itself (retained) when already of dt or on dev. to_dtype is                     \
+     differentiable for floats (the gradient comes back in t's dtype), to_device                    \
+     too (the gradient goes back to t's device).                                                    \
+     Lua: the hand bindings (x:to(...), x:float(), x:double(), x:long(), x:cuda(), x:cpu()). */     \
+  OP(to_dtype, zorch_tensor *, (zorch_tensor *t, zorch_dtype dt), (t, dt), LUA_NONE, (),            \
+     (GOLDEN(to_bf16, to_and_back(x[0], ZORCH_BF16), 0, 0)                                          \
+      GOLDEN(to_f16, to_and_back(x[0], ZORCH_F16), 0, 0)                                            \
+      GOLDEN(to_int64, zorch_to_dtype(x[0], ZORCH_I64), 0, 0)))                                     \
+  OP(to_device, zorch_tensor *, (zorch_tensor *t, zorch_device dev), (t, dev), LUA_NONE, (),        \
+     (GOLDEN(to_device, zorch_to_device(x[0], CPU), 0, 0)))                                         \
   /* RMSNorm over the last dim, computed in float32 (float64 for float64):                        \
      y = x * rsqrt(mean(x^2) + eps) * weight; weight (the last dim) may be NULL.                  \
      rms_norm: y, and rstd (rows, float32 or float64) from x (rows, cols) and w                   \

@@ -397,6 +397,8 @@ seed("16-bit")
 mixed = torch.cat([edge, torch.randn(48) * 100])
 case("to_bf16", lambda x: x.to(torch.bfloat16).float(), mixed, grad=False)
 case("to_f16", lambda x: x.to(torch.float16).float(), mixed, grad=False)
+case("to_int64", lambda x: x.to(torch.int64), lambda: 4 * torch.randn(3, 5), grad=False)  # toward zero
+case("to_device", lambda x: x.to("cpu"), r(3, 4))
 
 
 # optimizers: parameters after a few steps on fixed gradient sequences
