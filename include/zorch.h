@@ -121,23 +121,8 @@ ZORCH_API bool zorch_cuda_tf32(void);
 ZORCH_API const char *zorch_cuda_info(void);
 
 /* ---- creation ---------------------------------------------------------------- */
-ZORCH_API zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
-ZORCH_API zorch_tensor *zorch_zeros(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
-ZORCH_API zorch_tensor *zorch_ones(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
-ZORCH_API zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value, zorch_dtype dt,
-                         zorch_device dev);
-/* [start, end) by step, like torch.arange. */
-ZORCH_API zorch_tensor *zorch_arange(double start, double end, double step, zorch_dtype dt,
-                           zorch_device dev);
-/* Integer twins of full and arange (and fill_ below): the value travels as an
-   int64_t, so an int64 tensor gets all 64 bits (a double holds integers
-   exactly only up to 2^53). Other dtypes get the value converted as from
-   the double path. */
-ZORCH_API zorch_tensor *zorch_full_i64(int ndim, const int64_t *shape, int64_t value, zorch_dtype dt,
-                                       zorch_device dev);
-ZORCH_API zorch_tensor *zorch_arange_i64(int64_t start, int64_t end, int64_t step, zorch_dtype dt,
-                                         zorch_device dev);
-/* rand, randn, randint, randperm, eye, linspace and logspace are in include/zorch_ops.h. */
+/* empty, zeros, ones, full, arange, full_i64, arange_i64, rand, randn, randint,
+   randperm, eye, linspace and logspace are rows of include/zorch_ops.h. */
 /* Copies `shape`'s worth of contiguous elements from a host buffer. */
 ZORCH_API zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape,
                                 zorch_dtype dt);
@@ -191,7 +176,7 @@ ZORCH_API char *zorch_tensor_format(const zorch_tensor *t);
    them refuses the backward (docs/api.md, "In-place writes"). */
 ZORCH_API zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
 ZORCH_API zorch_status zorch_fill_(zorch_tensor *dst, double value);
-ZORCH_API zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value);
+ZORCH_API zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value); /* exact past 2^53, as full_i64 */
 /* An in-place op's result src, already computed, written into dst as
    PyTorch's in-place ops write (x:add_(y) is zorch_assign_("add_", x, x + y)):
    src's dtype must cast to dst's by PyTorch's rule (no float into an integer

@@ -1046,6 +1046,43 @@
       BAD("zorch.multinomial(zorch.tensor{1, 2}, 1)", "multinomial: probs must be floating point, got int64") \
       BAD("zorch.multinomial(zorch.ones(3), 0)", "multinomial: the number of samples must be at least 1"))) \
   /* ---- other constructors ---- */                                                                \
+  /* Plain constructors, of dt on dev. empty's values are unset (host memory the                    \
+     system hands out on first touch: nn.deferred's parameters).                                    \
+     Lua: the hand bindings (sizes, then an options table; zorch.full an                            \
+     integer fill exact past 2^53, zorch.arange integers by arange_i64). */                         \
+  OP(empty, zorch_tensor *, (int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev),     \
+     (ndim, shape, dt, dev), LUA_NONE, (),                                                          \
+     (GOLDEN(empty_shape, shape_of(zorch_empty(SHAPE(2, 0, 3), ZORCH_F32, CPU)), 0, 0)))            \
+  OP(zeros, zorch_tensor *, (int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev),     \
+     (ndim, shape, dt, dev), LUA_NONE, (),                                                          \
+     (GOLDEN(zeros, zorch_zeros(SHAPE(2, 3), ZORCH_F32, CPU), 0, 0)                                 \
+      BAD("zorch.zeros(2, {dtype = 'float7'})", "unknown dtype 'float7'")                           \
+      BAD("zorch.zeros(2, {dtyp = 'float32'})", "unknown option 'dtyp'")))                          \
+  OP(ones, zorch_tensor *, (int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev),      \
+     (ndim, shape, dt, dev), LUA_NONE, (),                                                          \
+     (GOLDEN(ones, zorch_ones(SHAPE(3, 1, 2), ZORCH_F64, CPU), 0, 0)))                              \
+  OP(full, zorch_tensor *,                                                                          \
+     (int ndim, const int64_t *shape, double value, zorch_dtype dt, zorch_device dev),              \
+     (ndim, shape, value, dt, dev), LUA_NONE, (),                                                   \
+     (GOLDEN(full, zorch_full(SHAPE(2, 3), p[0], ZORCH_F32, CPU), 0, 0)                             \
+      BAD("zorch.full({2}, 300, {dtype = 'uint8'})", "full: value 300 cannot be converted to uint8 without overflow"))) \
+  /* [start, end) by step, like torch.arange. */                                                    \
+  OP(arange, zorch_tensor *, (double start, double end, double step, zorch_dtype dt, zorch_device dev), \
+     (start, end, step, dt, dev), LUA_NONE, (),                                                     \
+     (GOLDEN(arange, zorch_arange(-1, 2, 0.25, ZORCH_F32, CPU), 0, 0)                               \
+      BAD("zorch.arange(0, 1, 0.0)", "arange: start, end and step must be finite and step nonzero"))) \
+  /* Integer twins of full and arange (as zorch_fill_i64_ is of zorch_fill_):                       \
+     the value travels as an int64_t, so an int64 tensor gets all 64 bits (a                        \
+     double holds integers exactly only up to 2^53). Other dtypes get the value                     \
+     converted as from the double path. */                                                          \
+  OP(full_i64, zorch_tensor *,                                                                      \
+     (int ndim, const int64_t *shape, int64_t value, zorch_dtype dt, zorch_device dev),             \
+     (ndim, shape, value, dt, dev), LUA_NONE, (),                                                   \
+     (GOLDEN(full_i64, zorch_full_i64(SHAPE(4), -(INT64_C(1) << 40) - 3, ZORCH_I64, CPU), 0, 0)))   \
+  OP(arange_i64, zorch_tensor *, (int64_t start, int64_t end, int64_t step, zorch_dtype dt, zorch_device dev), \
+     (start, end, step, dt, dev), LUA_NONE, (),                                                     \
+     (GOLDEN(arange_i64, zorch_arange_i64(10, -3, -4, ZORCH_I64, CPU), 0, 0)                        \
+      BAD("zorch.arange(1, 5, 0)", "arange: step must be nonzero")))                                \
   /* n x m identity (m = -1: n). */                                                                 \
   OP(eye, zorch_tensor *, (int64_t n, int64_t m, zorch_dtype dt, zorch_device dev), (n, m, dt, dev), \
      LUA_NONE /* options table (lua/lshape.c) */, (),                                               \

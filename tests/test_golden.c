@@ -72,6 +72,12 @@ static zorch_tensor *min_indices(zorch_tensor *x, int dim, bool keepdim) {
   return i;
 }
 
+/* the shape of t (taken over) as an int64 tensor: empty's values are unset */
+static zorch_tensor *shape_of(zorch_tensor *t) {
+  zorch_tensor *s = t ? zorch_from_buffer(zorch_tensor_shape(t), 1, (int64_t[]){zorch_tensor_ndim(t)}, ZORCH_I64) : NULL;
+  zorch_tensor_free(t);
+  return s;
+}
 /* a round trip through a 16-bit dtype */
 static zorch_tensor *to_and_back(zorch_tensor *x, zorch_dtype dt) {
   zorch_tensor *h = zorch_to_dtype(x, dt), *f = h ? zorch_to_dtype(h, ZORCH_F32) : NULL;

@@ -251,6 +251,13 @@ case("equal_values", lambda a, b: torch.tensor(torch.equal(a, b)), torch.tensor(
      torch.tensor([[1.0, -2.0, 3.25]]), grad=False)
 case("equal_shapes", lambda a, b: torch.tensor(torch.equal(a, b)), torch.tensor([[1.0, -2.0, 3.5]]),
      torch.tensor([1.0, -2.0, 3.5]), grad=False)
+case("empty_shape", lambda: torch.tensor(torch.empty(2, 0, 3).shape), grad=False)
+case("zeros", lambda: torch.zeros(2, 3), grad=False)
+case("ones", lambda: torch.ones(3, 1, 2, dtype=torch.float64), grad=False)
+case("full", lambda v: torch.full((2, 3), v), grad=False, params=(-1.5,))
+case("arange", lambda: torch.arange(-1, 2, 0.25), grad=False)
+case("full_i64", lambda: torch.full((4,), -(2 ** 40) - 3, dtype=torch.int64), grad=False)
+case("arange_i64", lambda: torch.arange(10, -3, -4), grad=False)
 case("eye", lambda: torch.eye(3, 4), grad=False)
 case("eye_square", lambda: torch.eye(3), grad=False)
 case("linspace", lambda: torch.linspace(-1, 2, 7), grad=False)
