@@ -580,7 +580,7 @@
   /* Conversions: t itself (retained) when already of dt or on dev. to_dtype is                     \
      differentiable for floats (the gradient comes back in t's dtype), to_device                    \
      too (the gradient goes back to t's device).                                                    \
-     Lua: the hand bindings (x:to(...), x:float(), x:double(), x:long(), x:cuda(), x:cpu()). */     \
+     Lua: the hand bindings (x:to(...), x:float(), x:double(), x:long(), x:type_as(y)). */          \
   OP(to_dtype, zorch_tensor *, (zorch_tensor *t, zorch_dtype dt), (t, dt), LUA_NONE, (),            \
      (GOLDEN(to_bf16, to_and_back(x[0], ZORCH_BF16), 0, 0)                                          \
       GOLDEN(to_f16, to_and_back(x[0], ZORCH_F16), 0, 0)                                            \
