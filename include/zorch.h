@@ -121,23 +121,8 @@ ZORCH_API bool zorch_cuda_tf32(void);
 ZORCH_API const char *zorch_cuda_info(void);
 
 /* ---- creation ---------------------------------------------------------------- */
-ZORCH_API zorch_tensor *zorch_empty(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
-ZORCH_API zorch_tensor *zorch_zeros(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
-ZORCH_API zorch_tensor *zorch_ones(int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev);
-ZORCH_API zorch_tensor *zorch_full(int ndim, const int64_t *shape, double value, zorch_dtype dt,
-                         zorch_device dev);
-/* [start, end) by step, like torch.arange. */
-ZORCH_API zorch_tensor *zorch_arange(double start, double end, double step, zorch_dtype dt,
-                           zorch_device dev);
-/* Integer twins of full and arange (and fill_ below): the value travels as an
-   int64_t, so an int64 tensor gets all 64 bits (a double holds integers
-   exactly only up to 2^53). Other dtypes get the value converted as from
-   the double path. */
-ZORCH_API zorch_tensor *zorch_full_i64(int ndim, const int64_t *shape, int64_t value, zorch_dtype dt,
-                                       zorch_device dev);
-ZORCH_API zorch_tensor *zorch_arange_i64(int64_t start, int64_t end, int64_t step, zorch_dtype dt,
-                                         zorch_device dev);
-/* rand, randn, randint, randperm, eye, linspace and logspace are in include/zorch_ops.h. */
+/* empty, zeros, ones, full, arange, full_i64, arange_i64, rand, randn, randint,
+   randperm, eye, linspace and logspace are rows of include/zorch_ops.h. */
 /* Copies `shape`'s worth of contiguous elements from a host buffer. */
 ZORCH_API zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape,
                                 zorch_dtype dt);
@@ -181,9 +166,7 @@ ZORCH_API char *zorch_tensor_format(const zorch_tensor *t);
 /* ---- views (share storage; differentiable) ------------------------------------- */
 /* (view ... flatten are rows of include/zorch_ops.h) */
 /* ---- copies ------------------------------------------------------------------------- */
-/* (contiguous and clone are rows of include/zorch_ops.h) */
-ZORCH_API zorch_tensor *zorch_to_dtype(zorch_tensor *t, zorch_dtype dt); /* differentiable for floats */
-ZORCH_API zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
+/* (contiguous, clone, to_dtype and to_device are rows of include/zorch_ops.h) */
 /* Copies src into dst (broadcast, dtype converted). In grad mode the write is
    recorded on dst when dst has a history or src requires grad (dst's
    grad_fn becomes CopyBackwards; FillBackward for the fills). A leaf that
@@ -193,7 +176,7 @@ ZORCH_API zorch_tensor *zorch_to_device(zorch_tensor *t, zorch_device dev);
    them refuses the backward (docs/api.md, "In-place writes"). */
 ZORCH_API zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
 ZORCH_API zorch_status zorch_fill_(zorch_tensor *dst, double value);
-ZORCH_API zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value);
+ZORCH_API zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value); /* exact past 2^53, as full_i64 */
 /* An in-place op's result src, already computed, written into dst as
    PyTorch's in-place ops write (x:add_(y) is zorch_assign_("add_", x, x + y)):
    src's dtype must cast to dst's by PyTorch's rule (no float into an integer
@@ -302,23 +285,8 @@ ZORCH_API zorch_tensor *zorch_copysign(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_fmod(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_remainder(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_floor_divide(zorch_tensor *a, zorch_tensor *b); /* no gradient */
-/* start + weight * (end - start), PyTorch's lerp: one float dtype for all;
-   differentiable in start, end and a weight tensor. */
-ZORCH_API zorch_tensor *zorch_lerp(zorch_tensor *start, zorch_tensor *end, zorch_tensor *weight);
-ZORCH_API zorch_tensor *zorch_lerp_scalar(zorch_tensor *start, zorch_tensor *end, double weight);
-/* t + value * a * b and t + value * a / b (addcdiv refuses two integer tensors). */
-ZORCH_API zorch_tensor *zorch_addcmul(zorch_tensor *t, zorch_tensor *a, zorch_tensor *b, double value);
-ZORCH_API zorch_tensor *zorch_addcdiv(zorch_tensor *t, zorch_tensor *a, zorch_tensor *b, double value);
-ZORCH_API zorch_tensor *zorch_clamp_min(zorch_tensor *a, double min);
-ZORCH_API zorch_tensor *zorch_clamp_max(zorch_tensor *a, double max);
-/* |a - b| <= atol + rtol * |b| (or a == b; two NaNs too with equal_nan), a bool
-   tensor; a and b of one dtype, broadcast. allclose: all of them. equal: the
-   same shape and values. No gradient. */
-ZORCH_API zorch_tensor *zorch_isclose(zorch_tensor *a, zorch_tensor *b, double rtol, double atol,
-                                      bool equal_nan);
-ZORCH_API zorch_status zorch_allclose(zorch_tensor *a, zorch_tensor *b, double rtol, double atol,
-                                      bool equal_nan, bool *out);
-ZORCH_API zorch_status zorch_equal(zorch_tensor *a, zorch_tensor *b, bool *out);
+/* lerp, lerp_scalar, addcmul, addcdiv, clamp_min, clamp_max, isclose, allclose and
+   equal are rows of include/zorch_ops.h */
 /* Comparisons give ZORCH_BOOL tensors; no gradient. */
 ZORCH_API zorch_tensor *zorch_eq(zorch_tensor *a, zorch_tensor *b);
 ZORCH_API zorch_tensor *zorch_lt(zorch_tensor *a, zorch_tensor *b);

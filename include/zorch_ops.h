@@ -11,9 +11,10 @@
    - lua: LUA_FUNCTION(conv) for zorch.NAME(...), LUA_BOTH(conv) for the
      function and the method x:NAME(...), or LUA_NONE. conv lists how each
      argument is read from the Lua stack, in order: LT(i) a tensor, LTN(i) a
-     tensor or nil (NULL), LNUM(i, default) a number, LDIM(i) a dim counted from
-     1 (negative from the end), LDIM_OR(i, cdim) the same or the C dim cdim when
-     absent, LINT(i, default) an integer, LINT_REQ(i) one that must be given, LBOOL(i) a boolean, LBOOL_OR(i,
+     tensor or nil (NULL), LNUM(i, default) a number, LNUM_REQ(i) one that must
+     be given, LDIM(i) a dim counted from 1 (negative from the end), LDIM_OR(i,
+     cdim) the same or the C dim cdim when absent, LINT(i, default) an integer,
+     LINT_REQ(i) one that must be given, LBOOL(i) a boolean, LBOOL_OR(i,
      default) one with a default, LDIMS(i) nil, a dim or a table of dims (the C
      count and array), LIDX(i) an int64 tensor of 1-based indices (passed
      0-based), LDIM_OPT(i) nil or one dim (the C count, 0 or 1, and array),
@@ -66,6 +67,63 @@
 #define ZORCH_EXPAND_(...) __VA_ARGS__
 
 #define ZORCH_OPS(OP)                                                                              \
+  /* ---- elementwise ops made of the registry's (ops/backend/pointwise_ops.h), broadcast ---- */   \
+  /* start + weight * (end - start), PyTorch's lerp: one float dtype for all;                       \
+     differentiable in start, end and a weight tensor.                                              \
+     Lua: the hand binding (zorch.lerp: the weight a number or a tensor). */                        \
+  OP(lerp, zorch_tensor *, (zorch_tensor *start, zorch_tensor *end, zorch_tensor *weight),          \
+     (start, end, weight), LUA_NONE, (),                                                            \
+     (GOLDEN(lerp, zorch_lerp(x[0], x[1], x[2]), 2e-5, 1e-6)                                        \
+      GRAD(lerp, zorch_lerp(in[0], in[1], in[2]), (LEAF(3, 4), LEAF(4), LEAF(3, 1)))                \
+      BAD("zorch.lerp(zorch.ones(2), zorch.ones(2):double(), 0.5)", "lerp: end is float64, start is float32"))) \
+  OP(lerp_scalar, zorch_tensor *, (zorch_tensor *start, zorch_tensor *end, double weight),          \
+     (start, end, weight), LUA_NONE /* zorch.lerp's */, (),                                         \
+     (GOLDEN(lerp_scalar, zorch_lerp_scalar(x[0], x[1], p[0]), 2e-5, 1e-6)                          \
+      GOLDEN(lerp_scalar_small, zorch_lerp_scalar(x[0], x[1], p[0]), 2e-5, 1e-6)                    \
+      GRAD(lerp_scalar, zorch_lerp_scalar(in[0], in[1], 0.7), (LEAF(3, 4), LEAF(4)))))              \
+  /* t + value * a * b and t + value * a / b (addcdiv refuses two integer tensors). */              \
+  OP(addcmul, zorch_tensor *, (zorch_tensor *t, zorch_tensor *a, zorch_tensor *b, double value),    \
+     (t, a, b, value), LUA_BOTH((LT(1), LT(2), LT(3), LNUM(4, 1))), (),                             \
+     (GOLDEN(addcmul, zorch_addcmul(x[0], x[1], x[2], p[0]), 2e-5, 1e-6)                            \
+      GRAD(addcmul, zorch_addcmul(in[0], in[1], in[2], 0.5), (LEAF(3, 4), LEAF(4), LEAF(3, 1)))     \
+      BAD("zorch.addcmul(zorch.ones(2), zorch.ones(2))", "tensor expected, got no value")))          \
+  OP(addcdiv, zorch_tensor *, (zorch_tensor *t, zorch_tensor *a, zorch_tensor *b, double value),    \
+     (t, a, b, value), LUA_BOTH((LT(1), LT(2), LT(3), LNUM(4, 1))), (),                             \
+     (GOLDEN(addcdiv, zorch_addcdiv(x[0], x[1], x[2], p[0]), 2e-5, 1e-6)                            \
+      GRAD(addcdiv, zorch_addcdiv(in[0], in[1], in[2], -2), (LEAF(3, 4), LEAF(3, 1), LEAF_POS(4)))  \
+      BAD("zorch.addcdiv(zorch.ones(2), zorch.tensor{1, 2}, zorch.tensor{3, 4})",                   \
+          "addcdiv: integer division is not supported")))                                           \
+  OP(clamp_min, zorch_tensor *, (zorch_tensor *a, double min), (a, min),                            \
+     LUA_BOTH((LT(1), LNUM_REQ(2))), (),                                                            \
+     (GOLDEN(clamp_min, zorch_clamp_min(x[0], p[0]), 2e-5, 1e-6)                                    \
+      GRAD(clamp_min, zorch_clamp_min(in[0], 0.2), (LEAF(3, 4)))                                    \
+      BAD("zorch.clamp_min(zorch.ones(2))", "number expected")                                      \
+      BAD("zorch.clamp_min(zorch.ones(2), 0 / 0)", "clamp_min: min is NaN")))                       \
+  OP(clamp_max, zorch_tensor *, (zorch_tensor *a, double max), (a, max),                            \
+     LUA_BOTH((LT(1), LNUM_REQ(2))), (),                                                            \
+     (GOLDEN(clamp_max, zorch_clamp_max(x[0], p[0]), 2e-5, 1e-6)                                    \
+      GRAD(clamp_max, zorch_clamp_max(in[0], -0.3), (LEAF(3, 4)))                                   \
+      BAD("zorch.clamp_max(zorch.ones(2), 0 / 0)", "clamp_max: max is NaN")))                       \
+  /* |a - b| <= atol + rtol * |b| (or a == b; two NaNs too with equal_nan), a bool                  \
+     tensor; a and b of one dtype, broadcast. allclose: all of them. equal: the                     \
+     same shape and values. No gradient. */                                                         \
+  OP(isclose, zorch_tensor *,                                                                       \
+     (zorch_tensor *a, zorch_tensor *b, double rtol, double atol, bool equal_nan),                  \
+     (a, b, rtol, atol, equal_nan), LUA_BOTH((LT(1), LT(2), LNUM(3, 1e-5), LNUM(4, 1e-8), LBOOL(5))), (), \
+     (GOLDEN(isclose, zorch_isclose(x[0], x[1], p[0], p[1], false), 0, 0)                           \
+      GOLDEN(isclose_nan, zorch_isclose(x[0], x[1], p[0], p[1], true), 0, 0)                        \
+      BAD("zorch.isclose(zorch.ones(2), zorch.ones(2), -1)", "isclose: rtol (-1) and atol (1e-08) must be at least 0") \
+      BAD("zorch.isclose(zorch.ones(2), zorch.ones(2):double())", "isclose: a is float32 and b is float64"))) \
+  /* Lua: the hand bindings (Lua booleans). */                                                      \
+  OP(allclose, zorch_status,                                                                        \
+     (zorch_tensor *a, zorch_tensor *b, double rtol, double atol, bool equal_nan, bool *out),       \
+     (a, b, rtol, atol, equal_nan, out), LUA_NONE, (),                                              \
+     (GOLDEN(allclose, allclose_case(x[0], x[1], p[0], p[1]), 0, 0)                                 \
+      GOLDEN(allclose_true, allclose_case(x[0], x[1], p[0], p[1]), 0, 0)))                          \
+  OP(equal, zorch_status, (zorch_tensor *a, zorch_tensor *b, bool *out), (a, b, out), LUA_NONE, (), \
+     (GOLDEN(equal, equal_case(x[0], x[1]), 0, 0)                                                   \
+      GOLDEN(equal_values, equal_case(x[0], x[1]), 0, 0)                                            \
+      GOLDEN(equal_shapes, equal_case(x[0], x[1]), 0, 0)))                                          \
   /* ---- reductions (dims: list of ndims entries; ndims 0 means all) ---- */                         \
   /* reduce: out (outer, inner) = reduce over r of a (outer, r, inner); idx (int64,                 \
      may be NULL) gets the argmax for RED_MAX, the argmin for RED_MIN (the first                   \
@@ -519,6 +577,16 @@
   OP(clone, zorch_tensor *, (zorch_tensor *t), (t), LUA_BOTH((LT(1))), (),                          \
      (GOLDEN(clone, zorch_clone(x[0]), 0, 0)                                                        \
       GRAD(clone, zorch_clone(in[0]), (LEAF(3, 4)))))                                               \
+  /* Conversions: t itself (retained) when already of dt or on dev. to_dtype is                     \
+     differentiable for floats (the gradient comes back in t's dtype), to_device                    \
+     too (the gradient goes back to t's device).                                                    \
+     Lua: the hand bindings (x:to(...), x:float(), x:double(), x:long(), x:type_as(y)). */          \
+  OP(to_dtype, zorch_tensor *, (zorch_tensor *t, zorch_dtype dt), (t, dt), LUA_NONE, (),            \
+     (GOLDEN(to_bf16, to_and_back(x[0], ZORCH_BF16), 0, 0)                                          \
+      GOLDEN(to_f16, to_and_back(x[0], ZORCH_F16), 0, 0)                                            \
+      GOLDEN(to_int64, zorch_to_dtype(x[0], ZORCH_I64), 0, 0)))                                     \
+  OP(to_device, zorch_tensor *, (zorch_tensor *t, zorch_device dev), (t, dev), LUA_NONE, (),        \
+     (GOLDEN(to_device, zorch_to_device(x[0], CPU), 0, 0)))                                         \
   /* RMSNorm over the last dim, computed in float32 (float64 for float64):                        \
      y = x * rsqrt(mean(x^2) + eps) * weight; weight (the last dim) may be NULL.                  \
      rms_norm: y, and rstd (rows, float32 or float64) from x (rows, cols) and w                   \
@@ -1028,6 +1096,43 @@
       BAD("zorch.multinomial(zorch.tensor{1, 2}, 1)", "multinomial: probs must be floating point, got int64") \
       BAD("zorch.multinomial(zorch.ones(3), 0)", "multinomial: the number of samples must be at least 1"))) \
   /* ---- other constructors ---- */                                                                \
+  /* Plain constructors, of dt on dev. empty's values are unset (host memory the                    \
+     system hands out on first touch: nn.deferred's parameters).                                    \
+     Lua: the hand bindings (sizes, then an options table; zorch.full an                            \
+     integer fill exact past 2^53, zorch.arange integers by arange_i64). */                         \
+  OP(empty, zorch_tensor *, (int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev),     \
+     (ndim, shape, dt, dev), LUA_NONE, (),                                                          \
+     (GOLDEN(empty_shape, shape_of(zorch_empty(SHAPE(2, 0, 3), ZORCH_F32, CPU)), 0, 0)))            \
+  OP(zeros, zorch_tensor *, (int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev),     \
+     (ndim, shape, dt, dev), LUA_NONE, (),                                                          \
+     (GOLDEN(zeros, zorch_zeros(SHAPE(2, 3), ZORCH_F32, CPU), 0, 0)                                 \
+      BAD("zorch.zeros(2, {dtype = 'float7'})", "unknown dtype 'float7'")                           \
+      BAD("zorch.zeros(2, {dtyp = 'float32'})", "unknown option 'dtyp'")))                          \
+  OP(ones, zorch_tensor *, (int ndim, const int64_t *shape, zorch_dtype dt, zorch_device dev),      \
+     (ndim, shape, dt, dev), LUA_NONE, (),                                                          \
+     (GOLDEN(ones, zorch_ones(SHAPE(3, 1, 2), ZORCH_F64, CPU), 0, 0)))                              \
+  OP(full, zorch_tensor *,                                                                          \
+     (int ndim, const int64_t *shape, double value, zorch_dtype dt, zorch_device dev),              \
+     (ndim, shape, value, dt, dev), LUA_NONE, (),                                                   \
+     (GOLDEN(full, zorch_full(SHAPE(2, 3), p[0], ZORCH_F32, CPU), 0, 0)                             \
+      BAD("zorch.full({2}, 300, {dtype = 'uint8'})", "full: value 300 cannot be converted to uint8 without overflow"))) \
+  /* [start, end) by step, like torch.arange. */                                                    \
+  OP(arange, zorch_tensor *, (double start, double end, double step, zorch_dtype dt, zorch_device dev), \
+     (start, end, step, dt, dev), LUA_NONE, (),                                                     \
+     (GOLDEN(arange, zorch_arange(-1, 2, 0.25, ZORCH_F32, CPU), 0, 0)                               \
+      BAD("zorch.arange(0, 1, 0.0)", "arange: start, end and step must be finite and step nonzero"))) \
+  /* Integer twins of full and arange (as zorch_fill_i64_ is of zorch_fill_):                       \
+     the value travels as an int64_t, so an int64 tensor gets all 64 bits (a                        \
+     double holds integers exactly only up to 2^53). Other dtypes get the value                     \
+     converted as from the double path. */                                                          \
+  OP(full_i64, zorch_tensor *,                                                                      \
+     (int ndim, const int64_t *shape, int64_t value, zorch_dtype dt, zorch_device dev),             \
+     (ndim, shape, value, dt, dev), LUA_NONE, (),                                                   \
+     (GOLDEN(full_i64, zorch_full_i64(SHAPE(4), -(INT64_C(1) << 40) - 3, ZORCH_I64, CPU), 0, 0)))   \
+  OP(arange_i64, zorch_tensor *, (int64_t start, int64_t end, int64_t step, zorch_dtype dt, zorch_device dev), \
+     (start, end, step, dt, dev), LUA_NONE, (),                                                     \
+     (GOLDEN(arange_i64, zorch_arange_i64(10, -3, -4, ZORCH_I64, CPU), 0, 0)                        \
+      BAD("zorch.arange(1, 5, 0)", "arange: step must be nonzero")))                                \
   /* n x m identity (m = -1: n). */                                                                 \
   OP(eye, zorch_tensor *, (int64_t n, int64_t m, zorch_dtype dt, zorch_device dev), (n, m, dt, dev), \
      LUA_NONE /* options table (lua/lshape.c) */, (),                                               \

@@ -449,21 +449,12 @@ UNARY(elu, zorch_elu(T(1), luaL_optnumber(L, 2, 1)))
 UNARY(celu, zorch_celu(T(1), luaL_optnumber(L, 2, 1)))
 UNARY(softplus, zorch_softplus(T(1), luaL_optnumber(L, 2, 1), luaL_optnumber(L, 3, 20)))
 UNARY(hardtanh, zorch_hardtanh(T(1), luaL_optnumber(L, 2, -1), luaL_optnumber(L, 3, 1)))
-UNARY(clamp_min, zorch_clamp_min(T(1), luaL_checknumber(L, 2)))
-UNARY(clamp_max, zorch_clamp_max(T(1), luaL_checknumber(L, 2)))
 
 /* lerp(start, end, weight): weight a number or a tensor */
 static int f_lerp(lua_State *L) {
   zorch_tensor *a = T(1), *b = T(2);
   if (lua_type(L, 3) == LUA_TNUMBER) PUSH(zorch_lerp_scalar(a, b, lua_tonumber(L, 3)));
   PUSH(zorch_lerp(a, b, T(3)));
-}
-/* addcmul(t, a, b[, value]) and addcdiv: t + value * a * b, t + value * a / b */
-static int f_addcmul(lua_State *L) { PUSH(zorch_addcmul(T(1), T(2), T(3), luaL_optnumber(L, 4, 1))); }
-static int f_addcdiv(lua_State *L) { PUSH(zorch_addcdiv(T(1), T(2), T(3), luaL_optnumber(L, 4, 1))); }
-/* isclose(a, b[, rtol[, atol[, equal_nan]]]) with PyTorch's defaults 1e-5, 1e-8, false */
-static int f_isclose(lua_State *L) {
-  PUSH(zorch_isclose(T(1), T(2), luaL_optnumber(L, 3, 1e-5), luaL_optnumber(L, 4, 1e-8), lua_toboolean(L, 5)));
 }
 /* allclose and equal give Lua booleans */
 static int f_allclose(lua_State *L) {
@@ -935,9 +926,7 @@ static int f_squeeze(lua_State *L) {
 static const luaL_Reg both[] = {
     {"gelu", f_gelu}, {"clamp", f_clamp}, {"round", f_round}, {"leaky_relu", f_leaky_relu},
     {"elu", f_elu}, {"celu", f_celu}, {"softplus", f_softplus}, {"hardtanh", f_hardtanh},
-    {"clip", f_clamp}, {"clamp_min", f_clamp_min},
-    {"clamp_max", f_clamp_max}, {"lerp", f_lerp}, {"addcmul", f_addcmul}, {"addcdiv", f_addcdiv},
-    {"isclose", f_isclose}, {"allclose", f_allclose}, {"equal", f_equal}, {"flatten", f_flatten},
+    {"clip", f_clamp}, {"lerp", f_lerp}, {"allclose", f_allclose}, {"equal", f_equal}, {"flatten", f_flatten},
     {"add", f_add2}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"pow", f_pow},
     {"eq", f_eq}, {"lt", f_lt}, {"gt", f_gt}, {"ne", f_ne}, {"le", f_le}, {"ge", f_ge},
     {"masked_fill", f_masked_fill},
@@ -1123,6 +1112,7 @@ static void check_index(lua_State *L, int i) {
 #define LT(i) (LT, i)
 #define LTN(i) (LTN, i)
 #define LNUM(i, d) (LNUM, i, d)
+#define LNUM_REQ(i) (LNUM_REQ, i)
 #define LINT(i, d) (LINT, i, d)
 #define LINT_REQ(i) (LINT_REQ, i)
 #define LDIM(i) (LDIM, i)
@@ -1145,6 +1135,7 @@ static void check_index(lua_State *L, int i) {
 #define LT_CHECK(i) (a_.t[i] = T(i))
 #define LTN_CHECK(i) (a_.t[i] = lua_isnoneornil(L, i) ? NULL : T(i))
 #define LNUM_CHECK(i, d) (a_.n[i] = luaL_optnumber(L, i, d))
+#define LNUM_REQ_CHECK(i) (a_.n[i] = luaL_checknumber(L, i))
 #define LINT_CHECK(i, d) (a_.k[i] = luaL_optinteger(L, i, d))
 #define LINT_REQ_CHECK(i) (a_.k[i] = luaL_checkinteger(L, i))
 #define LDIM_CHECK(i) (a_.k[i] = lz_dim(L, i))
@@ -1169,6 +1160,7 @@ static void check_index(lua_State *L, int i) {
 #define LT_USE(i) a_.t[i]
 #define LTN_USE(i) a_.t[i]
 #define LNUM_USE(i, d) a_.n[i]
+#define LNUM_REQ_USE(i) a_.n[i]
 #define LINT_USE(i, d) a_.k[i]
 #define LINT_REQ_USE(i) a_.k[i]
 #define LDIM_USE(i) (int)a_.k[i]
@@ -1192,6 +1184,7 @@ static void check_index(lua_State *L, int i) {
 #define LT_ALLOC LZ_NOP_
 #define LTN_ALLOC LZ_NOP_
 #define LNUM_ALLOC LZ_NOP_
+#define LNUM_REQ_ALLOC LZ_NOP_
 #define LINT_ALLOC LZ_NOP_
 #define LINT_REQ_ALLOC LZ_NOP_
 #define LDIM_ALLOC LZ_NOP_
@@ -1212,6 +1205,7 @@ static void check_index(lua_State *L, int i) {
 #define LT_FREE LZ_NOP_
 #define LTN_FREE LZ_NOP_
 #define LNUM_FREE LZ_NOP_
+#define LNUM_REQ_FREE LZ_NOP_
 #define LINT_FREE LZ_NOP_
 #define LINT_REQ_FREE LZ_NOP_
 #define LDIM_FREE LZ_NOP_

@@ -225,6 +225,39 @@ case("nll_loss_sum", lambda x, t: F.nll_loss(x, t, reduction="sum"), r(4, 3), to
 case("linear_relu", lambda x, w, b: F.relu(F.linear(x, w, b)), r(2, 5, 3), r(4, 3), r(4))
 case("linear_gelu", lambda x, w, b: F.gelu(F.linear(x, w, b)), r(5, 3), r(4, 3), r(4))
 case("linear_gelu_tanh", lambda x, w: F.gelu(F.linear(x, w), approximate="tanh"), r(5, 3), r(4, 3))
+case("lerp", torch.lerp, r(3, 4), r(4), r(3, 1))
+case("lerp_scalar", torch.lerp, r(3, 4), r(4), params=(0.7,))
+case("lerp_scalar_small", torch.lerp, r(3, 4), r(4), params=(0.3,))
+case("addcmul", lambda t, a, b, v: torch.addcmul(t, a, b, value=v), r(3, 4), r(4), r(3, 1), params=(0.5,))
+case("addcdiv", lambda t, a, b, v: torch.addcdiv(t, a, b, value=v), r(3, 4), r(3, 1), pos(4), params=(-2.0,))
+case("clamp_min", torch.clamp_min, r(3, 4), params=(0.2,))
+case("clamp_max", torch.clamp_max, r(3, 4), params=(-0.3,))
+near = lambda: torch.randint(-2, 3, (3, 4)).float() + 1e-3 * torch.randn(3, 4)  # ties, some within atol
+case("isclose", lambda a, b, rt, at: torch.isclose(a, b, rt, at), small_ints(3, 4), near, grad=False,
+     params=(0.0, 2e-3))
+nan, inf = float("nan"), float("inf")
+case("isclose_nan", lambda a, b, rt, at: torch.isclose(a, b, rt, at, equal_nan=True),
+     torch.tensor([nan, inf, -inf, 1.0, nan, 1.0, 100.0, inf]),
+     torch.tensor([nan, inf, inf, 1.000001, 1.0, nan, 100.01, 1e38]), grad=False, params=(1e-5, 1e-8))
+case("allclose", lambda a, b, rt, at: torch.tensor(torch.allclose(a, b, rt, at)), small_ints(3, 4), near,
+     grad=False, params=(0.0, 2e-3))
+seed("allclose_true")
+ac = torch.randn(3, 4)
+case("allclose_true", lambda a, b, rt, at: torch.tensor(torch.allclose(a, b, rt, at)), ac,
+     ac + 1e-4 * torch.randn(4), grad=False, params=(0.0, 1e-3))
+case("equal", lambda a, b: torch.tensor(torch.equal(a, b)), torch.tensor([[1.0, -2.0, 3.5]]),
+     torch.tensor([[1.0, -2.0, 3.5]]), grad=False)
+case("equal_values", lambda a, b: torch.tensor(torch.equal(a, b)), torch.tensor([[1.0, -2.0, 3.5]]),
+     torch.tensor([[1.0, -2.0, 3.25]]), grad=False)
+case("equal_shapes", lambda a, b: torch.tensor(torch.equal(a, b)), torch.tensor([[1.0, -2.0, 3.5]]),
+     torch.tensor([1.0, -2.0, 3.5]), grad=False)
+case("empty_shape", lambda: torch.tensor(torch.empty(2, 0, 3).shape), grad=False)
+case("zeros", lambda: torch.zeros(2, 3), grad=False)
+case("ones", lambda: torch.ones(3, 1, 2, dtype=torch.float64), grad=False)
+case("full", lambda v: torch.full((2, 3), v), grad=False, params=(-1.5,))
+case("arange", lambda: torch.arange(-1, 2, 0.25), grad=False)
+case("full_i64", lambda: torch.full((4,), -(2 ** 40) - 3, dtype=torch.int64), grad=False)
+case("arange_i64", lambda: torch.arange(10, -3, -4), grad=False)
 case("eye", lambda: torch.eye(3, 4), grad=False)
 case("eye_square", lambda: torch.eye(3), grad=False)
 case("linspace", lambda: torch.linspace(-1, 2, 7), grad=False)
@@ -402,6 +435,8 @@ seed("16-bit")
 mixed = torch.cat([edge, torch.randn(48) * 100])
 case("to_bf16", lambda x: x.to(torch.bfloat16).float(), mixed, grad=False)
 case("to_f16", lambda x: x.to(torch.float16).float(), mixed, grad=False)
+case("to_int64", lambda x: x.to(torch.int64), lambda: 4 * torch.randn(3, 5), grad=False)  # toward zero
+case("to_device", lambda x: x.to("cpu"), r(3, 4))
 
 
 # optimizers: parameters after a few steps on fixed gradient sequences
