@@ -305,7 +305,7 @@ local function lora_line()
   local n, names, first = 0, {}, nil
   for _, p in ipairs(nn.lora.parameters(model)) do n = n + p:numel() end
   for name, m in nn.lora.modules(model) do names[#names + 1] = name; first = first or m end
-  return ("; LoRA r %d, alpha %s%s on %d modules: %s trainable"):format(first.r, tostring(first.alpha),
+  return ("; LoRA r %d, alpha %g%s on %d modules: %s trainable"):format(first.r, first.alpha,
     first.rslora and " (rslora)" or "", #names, count(n))
 end
 engine:print(("llama: %s, %d layers, %d heads (%d key/value), dim %d, MLP %d, vocab %d%s%s: %s parameters; " ..
