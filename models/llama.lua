@@ -47,6 +47,13 @@ local opt = zorch.flags(arg, {
   seed = {1337, "seed of the weights and the batches"},
   ["no-shuffle"] = {false, "read the data in order, llm.c's way, instead of random windows"},
   ["checkpoint-activations"] = {false, "recompute each layer in backward instead of keeping its activations"},
+  ["lora-r"] = {0, "LoRA: the adapters' rank (0: off, every weight trained)", type = "integer"},
+  ["lora-alpha"] = {16, "LoRA: alpha (the adapter's output scaled by alpha / r)", type = "number"},
+  ["lora-dropout"] = {0.0, "LoRA: dropout on the adapter's input", type = "number"},
+  ["lora-targets"] = {"q_proj,v_proj", "LoRA: the Linear modules that take adapters (PEFT's target_modules, by the name's last part)"},
+  ["lora-rslora"] = {false, "LoRA: scale by alpha / sqrt(r) (rank-stabilised)"},
+  ["init-adapter"] = {"", "start from this PEFT LoRA folder (adapter_config.json, adapter_model.safetensors); its config sets r, alpha, dropout and the targets"},
+  ["save-adapter"] = {"", "write the adapters as a PEFT folder (adapter_config.json, adapter_model.safetensors)"},
   ["print-every"] = {1, "a step line every N steps"},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
 }, "usage: zorch models/llama.lua [flags]")
@@ -255,13 +262,28 @@ if opt.init ~= "" then
                                            ignore = {"%.rotary_emb%.inv_freq$"}})
 end
 
+-- LoRA: adapters on the targets, every base weight frozen (the optimizer steps the adapters only)
+local use_lora = opt["init-adapter"] ~= "" or opt["lora-r"] > 0
+if opt["lora-r"] < 0 then usage("--lora-r must be 0 (off) or a positive rank, got %d", opt["lora-r"]) end
+if opt["save-adapter"] ~= "" and not use_lora then usage("--save-adapter needs --lora-r or --init-adapter") end
+if opt["init-adapter"] ~= "" then
+  try("--init-adapter", nn.lora.load, model, opt["init-adapter"])
+elseif use_lora then
+  local targets = {}
+  for t in opt["lora-targets"]:gmatch("[^,%s]+") do targets[#targets + 1] = t end
+  try("--lora-r", nn.lora.apply, model, {r = opt["lora-r"], alpha = opt["lora-alpha"], dropout = opt["lora-dropout"],
+                                         rslora = opt["lora-rslora"], target_modules = targets})
+end
+
 local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
                             gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device}
 device = engine.device
 if opt["checkpoint-activations"] then rawset(model, "checkpoint", function(...) return engine:checkpoint(...) end) end
 -- AdamW: the 2-d parameters (matrices, embeddings) decay; norms and biases do not
 local decay, no_decay = {}, {}
-for _, p in ipairs(model:parameters()) do table.insert(p:dim() >= 2 and decay or no_decay, p) end
+for _, p in ipairs(use_lora and nn.lora.parameters(model) or model:parameters()) do
+  table.insert(p:dim() >= 2 and decay or no_decay, p)
+end
 local groups = {{params = decay, weight_decay = opt["weight-decay"]}}
 if #no_decay > 0 then groups[2] = {params = no_decay, weight_decay = 0} end
 local adam = optim.AdamW(groups, {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8})
@@ -278,11 +300,19 @@ end
 local function count(n)
   return n >= 1e6 and ("%.2fM"):format(n / 1e6) or n >= 1e3 and ("%.1fk"):format(n / 1e3) or tostring(n)
 end
+local function lora_line()
+  if not use_lora then return "" end
+  local n, names, first = 0, {}, nil
+  for _, p in ipairs(nn.lora.parameters(model)) do n = n + p:numel() end
+  for name, m in nn.lora.modules(model) do names[#names + 1] = name; first = first or m end
+  return ("; LoRA r %d, alpha %g%s on %d modules: %s trainable"):format(first.r, first.alpha,
+    first.rslora and " (rslora)" or "", #names, count(n))
+end
 engine:print(("llama: %s, %d layers, %d heads (%d key/value), dim %d, MLP %d, vocab %d%s%s: %s parameters; " ..
-  "%s tokens of %s (%s for validation); batch %d x %d x %d accumulation x %d ranks"):format(cfg.model_type,
+  "%s tokens of %s (%s for validation); batch %d x %d x %d accumulation x %d ranks%s"):format(cfg.model_type,
   cfg.layers, cfg.heads, cfg.kv_heads, cfg.dim, cfg.hidden, cfg.vocab, cfg.tie and ", tied head" or "",
   cfg.sliding_window and (", window %d"):format(cfg.sliding_window) or "", count(model:num_parameters()),
-  count(ntok), opt.data, count(nval), B, T, opt.accum, world))
+  count(ntok), opt.data, count(nval), B, T, opt.accum, world, lora_line()))
 
 local function validate()
   if not split.val then return nil end
@@ -341,6 +371,7 @@ if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]
 if opt["save-hf"] ~= "" then
   local dir = opt["save-hf"]
   local sd = model:state_dict() -- (stage 3 gathers it on every rank)
+  if use_lora then sd = nn.lora.merged_state_dict(model, sd) end -- the fine-tuned model, adapters folded in
   if rank == 0 then
     local out = {}
     for k, v in pairs(raw) do out[k] = v end
@@ -351,6 +382,17 @@ if opt["save-hf"] ~= "" then
         dtype = "float32", skip = cfg.tie and {"lm_head.weight"} or nil})
   end
   engine:print(("saved %s (config.json and the safetensors)"):format(dir))
+end
+
+if opt["save-adapter"] ~= "" then
+  engine:gather() -- (stage 3: every rank gathers, rank 0 writes)
+  local ok, err = true, nil
+  if rank == 0 then
+    ok, err = pcall(nn.lora.save, model, opt["save-adapter"], {base_model_name_or_path = opt.init ~= "" and opt.init or nil})
+  end
+  engine:release()
+  if not ok then usage("--save-adapter: %s", (tostring(err):gsub("^[^:]*:%d+: ", ""))) end
+  engine:print(("saved %s (adapter_config.json and adapter_model.safetensors)"):format(opt["save-adapter"]))
 end
 
 if opt.logits ~= "" then
