@@ -177,7 +177,8 @@ function Module:buffers() return tensors_of(each_buffer(self)) end
 local function is_device(where) return where == "cpu" or where:match("^cuda") ~= nil end
 
 -- Moves (or converts) every parameter: m:to("cuda"), m:to("bfloat16"). The
--- parameters are new leaves, so build the optimizer after moving the model.
+-- parameters are new leaves (frozen ones stay frozen), so build the optimizer
+-- after moving the model.
 function Module:to(where)
   if type(where) ~= "string" then
     error(("%s:to: expected a device or dtype name (string), got %s"):format(getmetatable(self).__name,
@@ -189,7 +190,7 @@ function Module:to(where)
     for _, k in ipairs(m._order) do
       local v = rawget(m, k)
       if m._params[k] and v ~= nil then
-        moved[v] = moved[v] or v:detach():to(where):requires_grad_(true)
+        moved[v] = moved[v] or v:detach():to(where):requires_grad_(v.requires_grad) -- a frozen one stays frozen
         rawset(m, k, moved[v])
       elseif rawget(m, "_buffers") and m._buffers[k] and v ~= nil then
         -- buffers follow a device; a dtype converts only the floating-point

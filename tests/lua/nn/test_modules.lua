@@ -311,4 +311,13 @@ raises("ReduceLROnPlateau step wants a metric", function()
   optim.lr_scheduler.ReduceLROnPlateau(make_opt("sgd")):step()
 end, "ReduceLROnPlateau:step", "metric")
 
+-- Module:to keeps which parameters are frozen
+do
+  local m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+  m[1].weight:requires_grad_(false)
+  m:to("float64")
+  ok(m[1].weight:dtype() == "float64" and not m[1].weight.requires_grad and m[1].bias.requires_grad
+     and m[2].weight.requires_grad, "to(dtype) keeps a frozen parameter frozen and the others trainable")
+end
+
 tap.done()
