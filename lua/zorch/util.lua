@@ -1,5 +1,6 @@
 -- zorch.util: the helpers every layer shares (nn, optim, engine, ...): the
--- checker of options tables and the way a message shows a value. Also
+-- checker of options tables, the way a message shows a value and reading a
+-- whole file. Also
 -- zorch._check_options and zorch._readable, for the modules and scripts
 -- that use them there.
 local zorch = ...
@@ -72,6 +73,16 @@ function util.float_opts(name, x)
     error(("%s: needs a floating point tensor, got %s"):format(name, dt), 3)
   end
   return {dtype = dt == "float64" and "float64" or "float32", device = x:device()}
+end
+
+-- The whole of the file at path as a string; nil and the message when it
+-- cannot be opened.
+function util.read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local s = f:read("a")
+  f:close()
+  return s
 end
 
 return util

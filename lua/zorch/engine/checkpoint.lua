@@ -658,13 +658,7 @@ function M.save(engine, dir, opts)
   return tag
 end
 
-local function read_file(path)
-  local f, err = io.open(path, "rb")
-  if not f then return nil, err end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_file = zorch._require("zorch.util").read_file
 
 -- Checks the checkpoint folder `where`: nil and (what is missing or wrong, and
 -- whether it is merely incomplete) when it cannot be used, else its manifest.

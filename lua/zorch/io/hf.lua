@@ -12,13 +12,7 @@ if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end
 local hf = {}
 
 local function fail(fmt, ...) error("hf: " .. fmt:format(...), 0) end
-local function read_file(path)
-  local f, err = io.open(path, "rb")
-  if not f then return nil, err end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_file = zorch._require("zorch.util").read_file
 -- (opens and closes: never reads a shard into memory)
 local function exists(path)
   local f = io.open(path, "rb")

@@ -274,13 +274,7 @@ function lora.save(model, dir, opts)
   return {"adapter_model.safetensors", "adapter_config.json"}
 end
 
-local function read_file(path)
-  local f, err = io.open(path, "rb")
-  if not f then return nil, err end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_file = zorch._require("zorch.util").read_file
 
 -- adapter_config.json of dir, checked: {r, alpha, dropout, rslora, target_modules};
 -- what zorch cannot honour is refused naming the file and the key.
