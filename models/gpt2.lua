@@ -322,21 +322,8 @@ end
 -- this rank its own B rows; the targets are the inputs shifted by one; at the
 -- end it starts again. Otherwise: B windows at random places (different on each rank).
 local function batch(t, m, ordered)
-  local n = t:numel()
-  local x, y
-  if ordered then
-    local chunk = B * T * world
-    local start = (m % ((n - 1) // chunk)) * chunk + rank * B * T
-    x = t:narrow(1, start + 1, B * T):view(B, T)
-    y = t:narrow(1, start + 2, B * T):view(B, T)
-  else
-    -- every rank draws the windows of all ranks (their generators stay in step) and keeps its own
-    local starts = zorch.randint(0, n - T - 1, {B * world, 1}):narrow(1, rank * B + 1, B) + zorch.arange(0, T):view(1, T)
-    x = t:index_select(1, (starts + 1):view(-1)):view(B, T)
-    y = t:index_select(1, (starts + 2):view(-1)):view(B, T)
-  end
-  if device ~= "cpu" then x, y = x:to(device), y:to(device) end
-  return x + 1, y + 1
+  return data.token_batch(t, m, {batch = B, seq = T, rank = rank, world = world, ordered = ordered == true,
+                                   device = device})
 end
 
 local function loss_of(model, x, y)

@@ -400,6 +400,46 @@ function data.load_tokens(path, opts)
   end
   return zorch._load_tokens(path, token_widths[dt])
 end
+-- data.token_batch(tokens, m, {batch, seq, rank = 0, world = 1, ordered = true,
+-- device}): micro-batch m (from 0) of a language model's stream, this rank's
+-- inputs and targets (batch, seq) as int64 indices from 1 (token id t is row
+-- t + 1). ordered (llm.c's loader): each micro-batch reads the next
+-- batch * seq * world tokens, this rank its own rows, the targets shifted by
+-- one, starting again at the end; otherwise batch windows at random places,
+-- every rank drawing all ranks' windows (the generators stay in step) and
+-- keeping its own.
+function data.token_batch(t, m, opts)
+  local fn = "data.token_batch"
+  if not zorch.is_tensor(t) or t:dim() ~= 1 then error(fn .. ": tokens must be a 1-d tensor", 2) end
+  opts = zorch._check_options(fn, opts, {"batch", "seq", "rank", "world", "ordered", "device"}, 3)
+  local B, T = opts.batch, opts.seq
+  local rank, world = opts.rank or 0, opts.world or 1
+  for k, v in pairs({batch = B, seq = T, world = world}) do
+    if math.type(v) ~= "integer" or v < 1 then error(("%s: %s must be an integer >= 1, got %s"):format(fn, k, tostring(v)), 2) end
+  end
+  if math.type(rank) ~= "integer" or rank < 0 or rank >= world then
+    error(("%s: rank must be an integer in 0..%d, got %s"):format(fn, world - 1, tostring(rank)), 2)
+  end
+  local n = t:numel()
+  if n < T + 2 or (opts.ordered ~= false and n - 1 < B * T * world) then
+    error(("%s: %d tokens are too few for batches of %d x %d on %d ranks"):format(fn, n, B, T, world), 2)
+  end
+  local x, y
+  if opts.ordered ~= false then
+    local chunk = B * T * world
+    local start = (m % ((n - 1) // chunk)) * chunk + rank * B * T
+    x = t:narrow(1, start + 1, B * T):view(B, T)
+    y = t:narrow(1, start + 2, B * T):view(B, T)
+  else
+    local starts = zorch.randint(0, n - T - 1, {B * world, 1}):narrow(1, rank * B + 1, B) + zorch.arange(0, T):view(1, T)
+    x = t:index_select(1, (starts + 1):view(-1)):view(B, T)
+    y = t:index_select(1, (starts + 2):view(-1)):view(B, T)
+  end
+  x, y = x:long(), y:long()
+  local dev = opts.device
+  if dev and dev ~= "cpu" then x, y = x:to(dev), y:to(dev) end
+  return x + 1, y + 1
+end
 -- An IDX file (MNIST's format), gzip-compressed or not: a tensor of the stored
 -- shape; uint8 data stays uint8, int8/int16 widen to int32.
 function data.load_idx(path) return zorch._load_idx(path) end
