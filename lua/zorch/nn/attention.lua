@@ -648,31 +648,31 @@ local function rope_inv_freq(d, theta, s)
   return inv
 end
 
+-- head_dim and opts.theta checked for fn (errors at fn's caller); the theta
+local function rope_dims(fn, head_dim, opts)
+  if math.type(head_dim) ~= "integer" or head_dim < 2 or head_dim % 2 ~= 0 then
+    error(("%s: head_dim must be a positive even integer, got %s"):format(fn, tostring(head_dim)), 3)
+  end
+  local theta = default(opts.theta, 10000)
+  if type(theta) ~= "number" or not (theta > 0) or theta == math.huge then
+    error(("%s: theta must be a positive number, got %s"):format(fn, tostring(theta)), 3)
+  end
+  return theta
+end
+
 -- nn.rope_inv_freq(head_dim, {theta, scaling}): the head_dim / 2 inverse
 -- frequencies (Lua numbers) the tables are made of, with the same checks.
 function nn.rope_inv_freq(head_dim, opts)
   local fn = "nn.rope_inv_freq"
   opts = check_options(fn, opts, {"theta", "scaling"}, 3)
-  if math.type(head_dim) ~= "integer" or head_dim < 2 or head_dim % 2 ~= 0 then
-    error(("%s: head_dim must be a positive even integer, got %s"):format(fn, tostring(head_dim)), 2)
-  end
-  local theta = default(opts.theta, 10000)
-  if type(theta) ~= "number" or not (theta > 0) or theta == math.huge then
-    error(("%s: theta must be a positive number, got %s"):format(fn, tostring(theta)), 2)
-  end
+  local theta = rope_dims(fn, head_dim, opts)
   return rope_inv_freq(head_dim, theta, rope_scaling(fn, opts.scaling))
 end
 
 function nn.rope_tables(positions, head_dim, opts)
   local fn = "nn.rope_tables"
   opts = check_options(fn, opts, {"theta", "scaling", "dtype", "device"}, 3)
-  if math.type(head_dim) ~= "integer" or head_dim < 2 or head_dim % 2 ~= 0 then
-    error(("%s: head_dim must be a positive even integer, got %s"):format(fn, tostring(head_dim)), 2)
-  end
-  local theta = default(opts.theta, 10000)
-  if type(theta) ~= "number" or not (theta > 0) or theta == math.huge then
-    error(("%s: theta must be a positive number, got %s"):format(fn, tostring(theta)), 2)
-  end
+  local theta = rope_dims(fn, head_dim, opts)
   local s = rope_scaling(fn, opts.scaling)
   local dtype, key = opts.dtype or "float32", nil
   if math.type(positions) == "integer" then

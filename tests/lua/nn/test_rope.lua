@@ -93,6 +93,12 @@ bad(function() nn.rope_tables(4, 5) end, "nn.rope_tables: head_dim must be a pos
 bad(function() nn.rope_tables(0, 4) end, "nn.rope_tables: positions must be a count >= 1")
 bad(function() nn.rope_tables(zorch.ones(3), 4) end, "nn.rope_tables: positions must be a count or an int64 tensor")
 bad(function() nn.rope_tables(4, 4, {theta = -1}) end, "nn.rope_tables: theta must be a positive number")
+bad(function() nn.rope_inv_freq(3) end, "nn.rope_inv_freq: head_dim must be a positive even integer, got 3")
+bad(function() nn.rope_inv_freq(4, {theta = 0}) end, "nn.rope_inv_freq: theta must be a positive number")
+do
+  local f = nn.rope_inv_freq(4, {theta = 100})
+  ok(#f == 2 and f[1] == 1 and math.abs(f[2] - 0.1) < 1e-15, "rope_inv_freq: theta^(-2i/d)")
+end
 bad(function() nn.rope_tables(4, 4, {scaling = {rope_type = "yarn"}}) end,
   "nn.rope_tables: scaling.rope_type must be \"llama3\" or \"default\", got yarn")
 bad(function() nn.rope_tables(4, 4, {scaling = {rope_type = "llama3", factor = 8}}) end,
