@@ -463,6 +463,44 @@ static void test_huge_blocks(void) {
   }
 }
 
+/* The helpers bindings use (public so a C host has them too): the registry,
+   the fill checks, the shape printer and the in-place write, with NULLs. */
+static void test_binding_helpers(void) {
+  int n = 0;
+  const zorch_pointwise_op *ops = zorch_pointwise_ops(&n);
+  bool named = n > 20;
+  for (int i = 0; i < n; i++) named = named && ops[i].name && ops[i].call && (ops[i].nin == 1 || ops[i].nin == 2);
+  ok(named, "zorch_pointwise_ops: %d ops, each named with a call", n);
+  double nan = NAN, two = 2;
+  int64_t big = (int64_t)1 << 40, small = 7;
+  ok(zorch_check_fill("fill", ZORCH_I32, &nan) == ZORCH_ERR_ARG && strstr(zorch_last_error(), "fill:"),
+     "check_fill refuses NaN for int32, naming the op");
+  ok(zorch_check_fill("fill", ZORCH_F32, &two) == ZORCH_OK && zorch_check_fill_i64("fill", ZORCH_I64, &big) == ZORCH_OK,
+     "check_fill takes what fits");
+  ok(zorch_check_fill_i64("fill", ZORCH_I32, &big) == ZORCH_ERR_ARG && zorch_check_fill_i64(NULL, ZORCH_I32, &small) == ZORCH_OK,
+     "check_fill_i64 refuses what int32 cannot hold; a NULL op name is fine");
+  ok(zorch_check_fill("fill", ZORCH_F32, NULL) == ZORCH_ERR_ARG && zorch_check_fill_i64(NULL, ZORCH_I64, NULL) == ZORCH_ERR_ARG,
+     "check_fill: a NULL value is an error, not a crash");
+  char buf[ZORCH_SHAPE_BUF];
+  ok(strcmp(zorch_shape_str(SHAPE(2, 3), buf, sizeof buf), "(2, 3)") == 0 &&
+         strcmp(zorch_shape_str(SHAPE(4), buf, sizeof buf), "(4,)") == 0 &&
+         strcmp(zorch_shape_str(0, NULL, buf, sizeof buf), "()") == 0,
+     "zorch_shape_str prints shapes as the messages do");
+  ok(zorch_shape_str(SHAPE(2), NULL, 0) == NULL && strcmp(zorch_shape_str(-1, NULL, buf, sizeof buf), "()") == 0,
+     "zorch_shape_str: no buffer or no shape is not a crash");
+  zorch_tensor *a = zorch_zeros(SHAPE(2, 2), ZORCH_F32, CPU), *b = zorch_ones(SHAPE(2), ZORCH_F32, CPU);
+  zorch_tensor *i = zorch_zeros(SHAPE(2), ZORCH_I64, CPU);
+  double v[4];
+  ok(zorch_assign_(NULL, a, b) == ZORCH_OK && zorch_tensor_to_doubles(a, v, 4) == ZORCH_OK && v[0] == 1 && v[3] == 1,
+     "zorch_assign_ writes a broadcast result (a NULL op name is fine)");
+  ok(zorch_assign_("add_", i, b) != ZORCH_OK && strstr(zorch_last_error(), "add_"),
+     "zorch_assign_ refuses a float result into an int64 tensor, naming the op");
+  ok(zorch_assign_("add_", NULL, b) != ZORCH_OK, "zorch_assign_: a NULL tensor is an error");
+  zorch_tensor_free(a);
+  zorch_tensor_free(b);
+  zorch_tensor_free(i);
+}
+
 int main(void) {
   test_released();
   test_cuda_api();
@@ -477,6 +515,7 @@ int main(void) {
   test_large();
   test_large_reuse();
   test_huge_blocks();
+  test_binding_helpers();
   zorch_clear_error();
   return done_testing();
 }

@@ -108,6 +108,9 @@ const char *err_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
 }
 
 const char *zorch_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
+  if (!buf || n == 0) return buf;
+  if (!shape || ndim < 0) ndim = 0;
+  if (ndim > ZORCH_MAX_DIMS) ndim = ZORCH_MAX_DIMS; /* no tensor has more */
   return err_shape_str(ndim, shape, buf, n);
 }
 

@@ -11,6 +11,8 @@
    PyTorch wraps only its integer negatives); float and bool dtypes take any
    value. */
 zorch_status zorch_check_fill(const char *op, zorch_dtype dt, double *v) {
+  if (!op) op = "check_fill";
+  if (!v) return err_set(ZORCH_ERR_ARG, "%s: value is NULL", op);
   double lo, hi; /* hi is exclusive */
   switch (dt) {
   case ZORCH_I32: lo = -2147483648.0, hi = 2147483648.0; break;
@@ -26,6 +28,8 @@ zorch_status zorch_check_fill(const char *op, zorch_dtype dt, double *v) {
 }
 
 zorch_status zorch_check_fill_i64(const char *op, zorch_dtype dt, int64_t *v) {
+  if (!op) op = "check_fill";
+  if (!v) return err_set(ZORCH_ERR_ARG, "%s: value is NULL", op);
   bool fits = dt == ZORCH_I32 ? *v >= INT32_MIN && *v <= INT32_MAX : dt == ZORCH_U8 ? *v >= -255 && *v <= 255 : true;
   if (!fits)
     return err_set(ZORCH_ERR_ARG, "%s: value %lld cannot be converted to %s without overflow", op, (long long)*v,

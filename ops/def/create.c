@@ -338,6 +338,7 @@ zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, 
    copy_ does. */
 zorch_status zorch_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src) {
   char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
+  if (!op) op = "assign_";
   if (check_arg(op, "self", dst) || check_arg(op, "result", src)) return zorch_last_status();
   bool float_in = zorch_dtype_is_float(src->dtype), float_out = zorch_dtype_is_float(dst->dtype);
   if ((float_in && !float_out) || (src->dtype != ZORCH_BOOL && dst->dtype == ZORCH_BOOL))
