@@ -6,7 +6,7 @@
 --   build/cpu/zorch models/llama.lua --init DIR --data t.bin  from a Hugging Face folder
 -- docs/llama.md describes the model, the flags and what is refused.
 local zorch = require "zorch"
-local nn, optim, data, hf = zorch.nn, zorch.optim, zorch.data, zorch.hf
+local nn, optim, data, hf, llama = zorch.nn, zorch.optim, zorch.data, zorch.hf, zorch.models.llama
 
 local opt = zorch.flags(arg, {
   init = {"", "start from this Hugging Face folder (config.json and model.safetensors or its shards)"},
@@ -87,125 +87,7 @@ if opt.context > cfg.max_pos then
   usage("--context %d exceeds the model's max_position_embeddings %d", opt.context, cfg.max_pos)
 end
 
--- ---- the model ----------------------------------------------------------------------------
--- Modules are named as Transformers names them (model.layers.N.self_attn.q_proj,
--- ...), so a folder loads and saves name for name.
-
-
--- softmax(q kᵀ / sqrt(D)) v over (B, H, T, D), causal; with a window W, query i
--- sees keys i - W < j <= i only (Mistral's sliding window, as Transformers masks it).
-local function attention(q, k, v, window)
-  local T = q:size(3)
-  if zorch.attention and (not window or T <= window) then return zorch.attention(q, k, v, {causal = true}) end
-  -- zorch.attention takes no mask: the window as an additive mask on explicit scores
-  local att = zorch.matmul(q, k:transpose(3, 4)) * (1 / math.sqrt(q:size(4)))
-  local i = zorch.arange(0, T, {device = q:device()}):view(T, 1)
-  local j = zorch.arange(0, T, {device = q:device()}):view(1, T)
-  att = att:masked_fill(zorch.gt(j, i), -math.huge)
-  if window then att = att:masked_fill(zorch.le(j, i - window), -math.huge) end
-  return zorch.matmul(zorch.softmax(att, -1), v)
-end
-
--- (B, Hkv, T, D) -> (B, Hkv * rep, T, D): each key/value head repeated for the
--- rep query heads that share it. A native GQA attention (the kernel indexing
--- the shared head) is the next step; this copy costs rep times the memory.
-local function repeat_kv(x, rep)
-  if rep == 1 then return x end
-  local B, H, T, D = x:size(1), x:size(2), x:size(3), x:size(4)
-  return x:unsqueeze(3):expand(B, H, rep, T, D):reshape(B, H * rep, T, D)
-end
-
-local Attention = nn.Module:extend "LlamaAttention"
-function Attention:init(c)
-  self.q_proj = nn.Linear(c.dim, c.heads * c.head_dim, {bias = c.qkv_bias})
-  self.k_proj = nn.Linear(c.dim, c.kv_heads * c.head_dim, {bias = c.qkv_bias})
-  self.v_proj = nn.Linear(c.dim, c.kv_heads * c.head_dim, {bias = c.qkv_bias})
-  self.o_proj = nn.Linear(c.heads * c.head_dim, c.dim, {bias = c.o_bias})
-  rawset(self, "c", c)
-end
-function Attention:forward(x, cos, sin)
-  local c = rawget(self, "c")
-  local B, T = x:size(1), x:size(2)
-  local function heads(t, n) return t:view(B, T, n, c.head_dim):transpose(2, 3) end -- (B, n, T, D)
-  local q = zorch.rope(heads(self.q_proj(x), c.heads), cos, sin)
-  local k = zorch.rope(heads(self.k_proj(x), c.kv_heads), cos, sin)
-  local v = heads(self.v_proj(x), c.kv_heads)
-  local rep = c.heads // c.kv_heads
-  local y = attention(q, repeat_kv(k, rep), repeat_kv(v, rep), c.sliding_window)
-  return self.o_proj(y:transpose(2, 3):reshape(B, T, c.heads * c.head_dim))
-end
-
--- SwiGLU: down(silu(gate(x)) * up(x))
-local MLP = nn.Module:extend "LlamaMLP"
-function MLP:init(c)
-  self.gate_proj = nn.Linear(c.dim, c.hidden, {bias = c.mlp_bias})
-  self.up_proj = nn.Linear(c.dim, c.hidden, {bias = c.mlp_bias})
-  self.down_proj = nn.Linear(c.hidden, c.dim, {bias = c.mlp_bias})
-end
-function MLP:forward(x) return self.down_proj(zorch.swiglu(self.gate_proj(x), self.up_proj(x))) end
-
--- Transformers' RMSNorm: x / sqrt(mean(x²) + eps) * weight, in one fused op
-local RMSNorm = nn.Module:extend "LlamaRMSNorm"
-function RMSNorm:init(dim, eps)
-  self.weight = nn.Parameter(zorch.ones(dim))
-  rawset(self, "eps", eps)
-end
-function RMSNorm:forward(x) return zorch.fused_rms_norm(x, self.weight, self.eps) end
-
-local Layer = nn.Module:extend "LlamaDecoderLayer"
-function Layer:init(c)
-  self.self_attn = Attention(c)
-  self.mlp = MLP(c)
-  self.input_layernorm = RMSNorm(c.dim, c.eps)
-  self.post_attention_layernorm = RMSNorm(c.dim, c.eps)
-end
-function Layer:forward(x, cos, sin)
-  x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-  return x + self.mlp(self.post_attention_layernorm(x))
-end
-
-local Body = nn.Module:extend "LlamaModel"
-function Body:init(c)
-  self.embed_tokens = nn.Embedding(c.vocab, c.dim)
-  local layers = {}
-  for i = 1, c.layers do layers[i] = Layer(c) end
-  self.layers = nn.ModuleList(layers)
-  self.norm = RMSNorm(c.dim, c.eps)
-end
-
-local CausalLM = nn.Module:extend "LlamaForCausalLM"
-function CausalLM:init(c)
-  rawset(self, "cfg", c)
-  self.model = Body(c)
-  self.lm_head = nn.Linear(c.dim, c.vocab, {bias = false})
-  if c.tie then self.lm_head.weight = self.model.embed_tokens.weight end -- one tensor, both uses
-  -- Transformers' initialisation: N(0, initializer_range) matrices, zero biases, unit norms
-  -- (not for weights a folder is about to replace)
-  if opt.init ~= "" then return end
-  zorch.no_grad(function()
-    local std = raw.initializer_range or 0.02
-    for name, p in self:named_parameters() do
-      if name:match("norm%.weight$") then p:fill_(1)
-      elseif p:dim() == 1 then p:zero_()
-      else p:copy_(zorch.randn(p.shape) * std) end
-    end
-  end)
-end
--- idx: (B, T) token indices counted from 1 (Hugging Face's id t is row t + 1 of
--- embed_tokens). Returns the logits (B, T, vocab).
-function CausalLM:forward(idx)
-  local T = idx:size(2)
-  local x = self.model.embed_tokens(idx)
-  local c = rawget(self, "cfg")
-  local cos, sin = nn.rope_tables(T, c.head_dim, {theta = c.rope.theta, scaling = c.rope.scaling,
-                                                  dtype = x:dtype(), device = x:device()})
-  local ckpt = rawget(self, "checkpoint") -- with --checkpoint-activations (training only)
-  for _, layer in ipairs(self.model.layers) do
-    if ckpt and zorch.is_grad_enabled() then x = ckpt(function(h) return layer(h, cos, sin) end, x)
-    else x = layer(x, cos, sin) end
-  end
-  return self.lm_head(self.model.norm(x))
-end
+-- ---- the model: zorch.models.llama (lua/zorch/models/llama.lua) ---------------------------
 
 -- ---- data: token ids, a train/validation split, batches --------------------------------------
 
@@ -242,12 +124,9 @@ end
 -- ---- model, optimizer and engine ------------------------------------------------------------
 
 zorch.manual_seed(opt.seed)
-local model = CausalLM(cfg)
-if opt.init ~= "" then
-  -- (a tied head comes with embed_tokens; old Llama files keep rotary inv_freq buffers)
-  try("--init", hf.load, model, opt.init, {optional = cfg.tie and {"lm_head.weight"} or nil,
-                                           ignore = {"%.rotary_emb%.inv_freq$"}})
-end
+local model
+if opt.init ~= "" then model = try("--init", function() return (llama.from_pretrained(opt.init)) end)
+else model = llama.new(cfg, {initializer_range = raw.initializer_range}) end
 
 -- LoRA: adapters on the targets, every base weight frozen (the optimizer steps the adapters only)
 local use_lora = opt["init-adapter"] ~= "" or opt["lora-r"] > 0
@@ -360,11 +239,7 @@ if opt["save-hf"] ~= "" then
   local sd = model:state_dict() -- (stage 3 gathers it on every rank)
   if use_lora then sd = nn.lora.merged_state_dict(model, sd) end -- the fine-tuned model, adapters folded in
   if rank == 0 then
-    local out = {}
-    for k, v in pairs(raw) do out[k] = v end
-    local arch = {llama = "LlamaForCausalLM", mistral = "MistralForCausalLM", qwen2 = "Qwen2ForCausalLM"}
-    out.architectures = {arch[cfg.model_type]}
-    out.dtype, out.torch_dtype = "float32", "float32"
+    local out = llama.hf_config(raw, cfg)
     try("--save-hf", hf.save_pretrained, sd, dir, {config = out, max_shard_size = opt["max-shard-size"],
         dtype = "float32", skip = cfg.tie and {"lm_head.weight"} or nil})
   end

@@ -1,0 +1,176 @@
+-- zorch.models.llama: the decoder of Hugging Face's Llama, Mistral and Qwen2
+-- (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention), one model for
+-- the three model_types, named module for module as Transformers names them
+-- (model.layers.N.self_attn.q_proj, ...), so a folder loads and saves name for name.
+--   llama.new(cfg, {init_weights =, initializer_range =})  cfg: hf.decoder_config's table
+--   llama.from_pretrained(dir)                             model, cfg, raw from a folder
+--   llama.hf_config(raw, cfg)                              config.json for save_pretrained
+--   model(idx, ctx)                                        logits (B, T, vocab)
+-- idx holds token indices counted from 1 (Hugging Face's id t is row t + 1 of
+-- embed_tokens). ctx (optional) describes packed batches:
+--   ctx.positions  int64 (B, T), each token's position from 0 (the rotary angle);
+--                  default 0 .. T-1 in every row
+--   ctx.segments   int64 (B, T), a sequence id per token: a token attends only to
+--                  earlier tokens of its own segment (no attention across packed sequences)
+local zorch = ...
+if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
+local nn, hf = zorch._require "zorch.nn", zorch._require "zorch.io.hf"
+local llama = {}
+
+local function check_ctx(idx, ctx)
+  if ctx == nil then return {} end
+  if type(ctx) ~= "table" then error(("llama: ctx must be a table {positions =, segments =}, got %s"):format(type(ctx)), 3) end
+  for k, v in pairs(ctx) do
+    if k ~= "positions" and k ~= "segments" then error(("llama: ctx.%s is not an option (positions, segments)"):format(k), 3) end
+    if not zorch.is_tensor(v) or v:dtype() ~= "int64" or v:dim() ~= 2 or v:size(1) ~= idx:size(1)
+       or v:size(2) ~= idx:size(2) then
+      error(("llama: ctx.%s must be int64 (%d, %d) as the tokens, got %s"):format(k, idx:size(1), idx:size(2),
+        zorch.is_tensor(v) and (v:dtype() .. " (" .. table.concat(v.shape, ", ") .. ")") or type(v)), 3)
+    end
+  end
+  return ctx
+end
+
+-- softmax(q kᵀ / sqrt(D)) v over q (B, H, T, D) and k, v (B, Hkv, T, D), causal;
+-- with a window W query i sees keys i - W < j <= i only (Mistral's sliding window,
+-- as Transformers masks it); with segments, keys of its own segment only.
+local function attention(q, k, v, ctx, c)
+  local rep = c.heads // c.kv_heads
+  if rep > 1 then -- each key/value head repeated for the rep query heads that share it
+    local B, H, T, D = k:size(1), k:size(2), k:size(3), k:size(4)
+    k = k:unsqueeze(3):expand(B, H, rep, T, D):reshape(B, H * rep, T, D)
+    v = v:unsqueeze(3):expand(B, H, rep, T, D):reshape(B, H * rep, T, D)
+  end
+  local B, T, window = q:size(1), q:size(3), c.sliding_window
+  if not ctx.segments and (not window or T <= window) then return zorch.attention(q, k, v, {causal = true}) end
+  -- a mask the fused op does not take: explicit scores
+  local att = zorch.matmul(q, k:transpose(3, 4)) * (1 / math.sqrt(q:size(4)))
+  local i = zorch.arange(0, T, {device = q:device()}):view(T, 1)
+  local j = zorch.arange(0, T, {device = q:device()}):view(1, T)
+  att = att:masked_fill(zorch.gt(j, i), -math.huge)
+  if window then att = att:masked_fill(zorch.le(j, i - window), -math.huge) end
+  if ctx.segments then
+    local s = ctx.segments
+    att = att:masked_fill(zorch.ne(s:view(B, 1, T, 1), s:view(B, 1, 1, T)), -math.huge)
+  end
+  return zorch.matmul(zorch.softmax(att, -1), v)
+end
+
+local Attention = nn.Module:extend "LlamaAttention"
+function Attention:init(c)
+  self.q_proj = nn.Linear(c.dim, c.heads * c.head_dim, {bias = c.qkv_bias})
+  self.k_proj = nn.Linear(c.dim, c.kv_heads * c.head_dim, {bias = c.qkv_bias})
+  self.v_proj = nn.Linear(c.dim, c.kv_heads * c.head_dim, {bias = c.qkv_bias})
+  self.o_proj = nn.Linear(c.heads * c.head_dim, c.dim, {bias = c.o_bias})
+  rawset(self, "c", c)
+end
+function Attention:forward(x, cos, sin, ctx)
+  local c = rawget(self, "c")
+  local B, T = x:size(1), x:size(2)
+  local function heads(t, n) return t:view(B, T, n, c.head_dim):transpose(2, 3) end -- (B, n, T, D)
+  local q = zorch.rope(heads(self.q_proj(x), c.heads), cos, sin)
+  local k = zorch.rope(heads(self.k_proj(x), c.kv_heads), cos, sin)
+  local v = heads(self.v_proj(x), c.kv_heads)
+  local y = attention(q, k, v, ctx, c)
+  return self.o_proj(y:transpose(2, 3):reshape(B, T, c.heads * c.head_dim))
+end
+
+-- SwiGLU: down(silu(gate(x)) * up(x))
+local MLP = nn.Module:extend "LlamaMLP"
+function MLP:init(c)
+  self.gate_proj = nn.Linear(c.dim, c.hidden, {bias = c.mlp_bias})
+  self.up_proj = nn.Linear(c.dim, c.hidden, {bias = c.mlp_bias})
+  self.down_proj = nn.Linear(c.hidden, c.dim, {bias = c.mlp_bias})
+end
+function MLP:forward(x) return self.down_proj(zorch.swiglu(self.gate_proj(x), self.up_proj(x))) end
+
+-- Transformers' RMSNorm: x / sqrt(mean(x²) + eps) * weight, in one fused op
+local RMSNorm = nn.Module:extend "LlamaRMSNorm"
+function RMSNorm:init(dim, eps)
+  self.weight = nn.Parameter(zorch.ones(dim))
+  rawset(self, "eps", eps)
+end
+function RMSNorm:forward(x) return zorch.fused_rms_norm(x, self.weight, self.eps) end
+
+local Layer = nn.Module:extend "LlamaDecoderLayer"
+function Layer:init(c)
+  self.self_attn = Attention(c)
+  self.mlp = MLP(c)
+  self.input_layernorm = RMSNorm(c.dim, c.eps)
+  self.post_attention_layernorm = RMSNorm(c.dim, c.eps)
+end
+function Layer:forward(x, cos, sin, ctx)
+  x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
+  return x + self.mlp(self.post_attention_layernorm(x))
+end
+
+local Body = nn.Module:extend "LlamaModel"
+function Body:init(c)
+  self.embed_tokens = nn.Embedding(c.vocab, c.dim)
+  local layers = {}
+  for i = 1, c.layers do layers[i] = Layer(c) end
+  self.layers = nn.ModuleList(layers)
+  self.norm = RMSNorm(c.dim, c.eps)
+end
+
+local CausalLM = nn.Module:extend "LlamaForCausalLM"
+llama.CausalLM = CausalLM
+function CausalLM:init(c, opts)
+  rawset(self, "cfg", c)
+  self.model = Body(c)
+  self.lm_head = nn.Linear(c.dim, c.vocab, {bias = false})
+  if c.tie then self.lm_head.weight = self.model.embed_tokens.weight end -- one tensor, both uses
+  if opts and opts.init_weights == false then return end -- (weights a folder is about to replace)
+  -- Transformers' initialisation: N(0, initializer_range) matrices, zero biases, unit norms
+  local std = opts and opts.initializer_range or 0.02
+  zorch.no_grad(function()
+    for name, p in self:named_parameters() do
+      if name:match("norm%.weight$") then p:fill_(1)
+      elseif p:dim() == 1 then p:zero_()
+      else p:copy_(zorch.randn(p.shape) * std) end
+    end
+  end)
+end
+
+function CausalLM:forward(idx, ctx)
+  ctx = check_ctx(idx, ctx)
+  local T = idx:size(2)
+  local x = self.model.embed_tokens(idx)
+  local c = rawget(self, "cfg")
+  local cos, sin = nn.rope_tables(ctx.positions or T, c.head_dim, {theta = c.rope.theta, scaling = c.rope.scaling,
+                                                                   dtype = x:dtype(), device = x:device()})
+  local ckpt = rawget(self, "checkpoint") -- a function(fn, x) recomputing fn in backward (training only)
+  for _, layer in ipairs(self.model.layers) do
+    if ckpt and zorch.is_grad_enabled() then x = ckpt(function(h) return layer(h, cos, sin, ctx) end, x)
+    else x = layer(x, cos, sin, ctx) end
+  end
+  return self.lm_head(self.model.norm(x))
+end
+
+function llama.new(cfg, opts)
+  return CausalLM(cfg, opts)
+end
+
+-- The folder's config and weights (a tied head comes with embed_tokens; old
+-- Llama files keep rotary inv_freq buffers, which are recomputed, not read).
+function llama.from_pretrained(dir)
+  local raw = hf.config(dir)
+  local cfg = hf.decoder_config(raw, dir .. "/config.json")
+  local model = CausalLM(cfg, {init_weights = false})
+  hf.load(model, dir, {optional = cfg.tie and {"lm_head.weight"} or nil, ignore = {"%.rotary_emb%.inv_freq$"}})
+  return model, cfg, raw
+end
+
+-- config.json for a folder of float32 weights, from the config it was read
+-- from (or made of) and its normalised form.
+local arch = {llama = "LlamaForCausalLM", mistral = "MistralForCausalLM", qwen2 = "Qwen2ForCausalLM"}
+function llama.hf_config(raw, cfg)
+  local out = {}
+  for k, v in pairs(raw) do out[k] = v end
+  out.architectures = {arch[cfg.model_type]}
+  out.dtype, out.torch_dtype = "float32", "float32"
+  return out
+end
+
+zorch.models.llama = llama
+return llama
