@@ -6,6 +6,8 @@
 --   DIR/TAG@G/manifest.json        names, shapes, offsets, counters, loader, RNG,
 --                                  and each file's size and FNV-1a hash
 --   DIR/latest                     the folder name (TAG@G), replaced atomically
+--   DIR/lock                       the job's lock: "host pid" of the process
+--                                  whose rank 0 saves or resumes here
 -- With a layout that splits the model (Engine{layout = ...}, tensor or pipeline
 -- > 1) there is one file per world rank, its pieces are ranges of the rank's own
 -- (tensor-sliced) parameters, and the manifest's "layout" records each part
@@ -19,6 +21,10 @@
 -- the same tag removed. No step renames a folder, so a process killed between
 -- any two steps leaves latest naming a complete checkpoint (or no latest at all
 -- before the first save).
+-- One job at a time: world rank 0 takes DIR/lock (flock) at its first save or
+-- resume and holds it until the process ends, so a second job in the same
+-- folder is refused before it writes anything (two jobs would publish and
+-- remove each other's folders).
 -- The module reaches the engine only through the methods engine.lua defines
 -- for it (docs/architecture.md, "The Engine on the Lua side"):
 --   engine:checkpoint_layout()        the model, data rank, stage, precision,
@@ -367,6 +373,30 @@ local function stop_after(step)
   end
 end
 
+-- Takes DIR/lock on world rank 0 (collective over the world): an error on
+-- every rank when another job holds it, naming the holder. With `required`
+-- false (a resume) a folder where no lock file can be made (read-only) is fine.
+local function lock_folder(dir, who, required)
+  local world = zorch._group_world()
+  local lead = world:rank() == 0
+  local ok, why, holder
+  if lead then ok, why, holder = zorch._lock_dir(dir) end
+  local bad = zorch.zeros(1, {dtype = "float64"})
+  if lead and not ok and (required or holder ~= false) then bad:fill_(1) end
+  if world:size() > 1 then
+    zorch._comm_label(who .. "'s lock of " .. dir)
+    world:allreduce(bad)
+  end
+  if bad:item() == 0 then return end
+  if not lead then error(("%s: rank 0 could not lock %s (another job uses it, or it cannot be written)"):format(who, dir), 3) end
+  local host, pid = tostring(holder or ""):match("^(%S+) (%d+)$")
+  if host then
+    error(("%s: %s is in use by another job (pid %s on host %s holds %s/lock); give each job its own checkpoint folder"):format(
+      who, dir, pid, host, dir), 3)
+  end
+  error(("%s: %s"):format(who, why), 3)
+end
+
 -- Folder names: TAG@G, and the generation G, or nil for other names.
 local function folder_parts(name)
   local tag, g = name:match("^([%w_%-%.]+)@(%d+)$")
@@ -566,10 +596,9 @@ function M.save(engine, dir, opts)
   -- (one rank leads: world rank 0; files are named by world rank)
   local world = zorch._group_world()
   local lead, wrank, nfiles = world:rank() == 0, world:rank(), world:size()
-  if lead then
-    zorch.fs.mkdir(dir)
-    gen:fill_(next_generation(dir))
-  end
+  if lead then zorch.fs.mkdir(dir) end
+  lock_folder(dir, "save_checkpoint", true)
+  if lead then gen:fill_(next_generation(dir)) end
   if nfiles > 1 then
     zorch._comm_label("save_checkpoint's folder")
     zorch._allreduce(gen)
@@ -918,6 +947,7 @@ end
 -- parameters and state are in place. Returns the manifest.
 function M.load(engine, dir)
   local info = engine:checkpoint_layout()
+  if type(dir) == "string" and not read_file(dir .. "/manifest.json") then lock_folder(dir, "load_checkpoint", false) end
   local where, manifest = open_checkpoint(dir, "load_checkpoint", info.rank)
   if manifest.layout or split_model(info) then
     load_across_layouts(engine, info, where, manifest)
