@@ -673,6 +673,7 @@ function M.save(engine, dir, opts)
     zorch.fs.write_atomic(where .. "/manifest.json", text)
     stop_after("manifest")
     zorch.fs.write_atomic(dir .. "/latest", folder) -- the publication
+    zorch._published_step = step -- (zorch.Logger flushes the lines up to it)
     stop_after("latest")
     -- only now: older folders of this tag (and what older zorch versions left)
     for _, name in ipairs(zorch._list_dir(dir) or {}) do
