@@ -30,6 +30,7 @@ local opt = zorch.flags(arg, {
   report = {false, "print each rank's memory and communication reports as JSON lines"},
   ["checkpoint-dir"] = {"", "save a checkpoint here at the end (and every --checkpoint-every steps)"},
   ["checkpoint-every"] = {0, "optimizer steps between checkpoints (0: only at the end)"},
+  ["keep-last"] = {0, "keep only the newest N checkpoints in --checkpoint-dir (0: every one)"},
   resume = {"", "continue from the latest checkpoint in this directory (--steps counts the total)"},
   config = {"", "a DeepSpeed JSON config (batch sizes, ZeRO, bf16, clipping, optimizer, scheduler)"},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
@@ -105,11 +106,12 @@ local function offload(dev, extra)
   for k, v in pairs(extra or {}) do t[k] = v end
   return t
 end
+local keep_last = opt["keep-last"] > 0 and math.tointeger(opt["keep-last"]) or nil
 local engine = config and zorch.Engine(config, {device = opt.device, steps_per_print = print_every,
-                                               comm_timeout = timeout}) or
+                                               comm_timeout = timeout, keep_last = keep_last}) or
   zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = accum,
                reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device,
-               steps_per_print = print_every, comm_timeout = opt["comm-timeout"],
+               steps_per_print = print_every, comm_timeout = opt["comm-timeout"], keep_last = keep_last,
                offload_optimizer = offload(opt["offload-optimizer"], {chunk = math.tointeger(opt["offload-chunk"]),
                                                                        buffer_count = math.tointeger(opt["offload-buffers"])}),
                offload_param = offload(opt["offload-param"])}

@@ -18,7 +18,8 @@
 -- G is a generation: a save always writes a folder no earlier save used, and a
 -- folder is complete once its manifest.json exists (written last, atomically).
 -- Publication is the atomic rename of DIR/latest; only then are older folders of
--- the same tag removed. No step renames a folder, so a process killed between
+-- the same tag removed (and, with keep_last = N, all but the newest N
+-- complete checkpoints). No step renames a folder, so a process killed between
 -- any two steps leaves latest naming a complete checkpoint (or no latest at all
 -- before the first save).
 -- One job at a time: world rank 0 takes DIR/lock (flock) at its first save or
@@ -38,6 +39,7 @@ local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local M = {}
 local readable = zorch._require("zorch.util").readable
+local read_file = zorch._require("zorch.util").read_file
 
 local function barrier() zorch._allreduce(zorch.zeros(1)) end
 
@@ -149,6 +151,21 @@ FIELDS.buffers = function(v)
     if not BUFFER_DTYPES[b.dtype] then return ("'%s': dtype must be a zorch dtype, got %s"):format(b.name, readable(b.dtype)) end
   end
 end
+-- The ranges of the optimizers' hyper-parameters a manifest records (in
+-- param_groups and optimizer_state): nil, or what the value must be.
+local function hyper_error(k, x)
+  if k == "lr" or k == "eps" or k == "weight_decay" or k == "momentum" then
+    if not finite(x) or x < 0 then return "must be a finite number >= 0" end
+  elseif k == "betas" then
+    if not is_seq(x) or #x == 0 then return "must be a list of numbers in [0, 1)" end
+    for _, b in ipairs(x) do
+      if not finite(b) or b < 0 or b >= 1 then return "must be a list of numbers in [0, 1)" end
+    end
+  elseif k == "step" then
+    if not is_int(x, 0) then return "must be an integer >= 0 (optimizer steps)" end
+  end
+end
+
 -- the options of each parameter group (optional: older manifests lack it)
 FIELDS.param_groups = function(v)
   if not is_seq(v) or #v == 0 then return "must be a non-empty list of objects (each group's options)" end
@@ -163,6 +180,8 @@ FIELDS.param_groups = function(v)
       if type(k) ~= "string" or not k:match("^[%w_]+$") or not okv then
         return ("item %d has an invalid option %s"):format(i, readable(k))
       end
+      local why = hyper_error(k, x)
+      if why then return ("item %d: '%s' %s, got %s"):format(i, k, why, readable(x)) end
     end
   end
 end
@@ -176,6 +195,9 @@ FIELDS.optimizer_state = function(v)
     if type(k) ~= "string" or not (finite(x) or type(x) == "boolean" or type(x) == "string") then
       return "must be an object of numbers, booleans and strings, got " .. readable(k) .. " = " .. readable(x)
     end
+    local why = k:sub(1, 7) == "behind/" and not is_int(x, 0) and "must be an integer >= 0 (steps missed while frozen)"
+                or hyper_error(k, x)
+    if why then return ("'%s' %s, got %s"):format(k, why, readable(x)) end
   end
 end
 FIELDS.state_fields = function(v)
@@ -403,6 +425,50 @@ local function folder_parts(name)
   return tag, g and math.tointeger(tonumber(g))
 end
 
+-- What a killed or failed save left in DIR (rank 0, holding DIR/lock, before a
+-- save: no save of this job runs, and no other job writes here): the
+-- temporary files of atomic writes (NAME.tmp.PID.N, in DIR and in its
+-- checkpoint folders) and checkpoint folders without manifest.json (a save
+-- that failed part-way, on a full disk say). The folder latest names stays.
+local TEMP_PATTERN = "%.tmp%.%d+%.%d+$"
+local function tidy(dir)
+  local f = io.open(dir .. "/latest", "rb")
+  local latest = f and f:read("a"):gsub("%s+$", "")
+  if f then f:close() end
+  for _, name in ipairs(zorch._list_dir(dir) or {}) do
+    local path = dir .. "/" .. name
+    if name:match(TEMP_PATTERN) then
+      os.remove(path)
+    elseif folder_parts(name) then
+      local inside = zorch._list_dir(path)
+      if inside then
+        local complete = false
+        for _, n in ipairs(inside) do complete = complete or n == "manifest.json" end
+        if not complete and name ~= latest then
+          zorch._remove_dir(path)
+        else
+          for _, n in ipairs(inside) do if n:match(TEMP_PATTERN) then os.remove(path .. "/" .. n) end end
+        end
+      end
+    end
+  end
+end
+
+-- After a save of folder `newest` was published: keeps the `keep` newest
+-- complete checkpoints of DIR (by generation, whatever their tags), removes
+-- the older ones. `newest` is always kept.
+local function prune(dir, keep, newest)
+  local complete = {}
+  for _, name in ipairs(zorch._list_dir(dir) or {}) do
+    local _, g = folder_parts(name)
+    if g and name ~= newest and read_file(dir .. "/" .. name .. "/manifest.json") then
+      complete[#complete + 1] = {name = name, g = g}
+    end
+  end
+  table.sort(complete, function(a, b) return a.g > b.g end)
+  for i = keep, #complete do zorch._remove_dir(dir .. "/" .. complete[i].name) end
+end
+
 -- The next generation for a save: one more than any folder of DIR uses.
 local function next_generation(dir)
   local g = 0
@@ -526,6 +592,7 @@ local function full_tensor(who, where, src, name, kind)
         local file = ("%s/rank%d.safetensors"):format(where, file_of(part, d))
         local key = ("%s/%s/%d"):format(kind, name, lo - e.offset)
         local ok, t = pcall(zorch.load, file, key)
+        if ok and zorch.is_tensor(t) then check_piece(who, file, key, t, lo - e.offset, e.numel) end
         if not ok or not zorch.is_tensor(t) or t:numel() ~= hi - lo then
           error(("%s: %s lacks '%s' covering elements %d-%d of '%s' (it belongs in rank%d.safetensors)"):format(
             who, where, key, lo - e.offset, hi - e.offset - 1, name, file_of(part, d)), 0)
@@ -586,6 +653,10 @@ function M.save(engine, dir, opts)
   local info = engine:checkpoint_layout()
   local state = saved.optimizer_state
   local step = saved.steps
+  if opts.keep_last ~= nil and opts.keep_last ~= false and not is_int(opts.keep_last, 1) then
+    error("save_checkpoint: keep_last must be an integer >= 1 (or false: keep every checkpoint), got " ..
+      readable(opts.keep_last), 2)
+  end
   local tag = opts.tag or ("step" .. step)
   if type(tag) ~= "string" or not tag:match(TAG_PATTERN) then
     error("save_checkpoint: tag must be letters, digits, _ - ., got " .. readable(tag), 2)
@@ -598,7 +669,10 @@ function M.save(engine, dir, opts)
   local lead, wrank, nfiles = world:rank() == 0, world:rank(), world:size()
   if lead then zorch.fs.mkdir(dir) end
   lock_folder(dir, "save_checkpoint", true)
-  if lead then gen:fill_(next_generation(dir)) end
+  if lead then
+    tidy(dir)
+    gen:fill_(next_generation(dir))
+  end
   if nfiles > 1 then
     zorch._comm_label("save_checkpoint's folder")
     zorch._allreduce(gen)
@@ -683,12 +757,11 @@ function M.save(engine, dir, opts)
         zorch._remove_dir(dir .. "/" .. name)
       end
     end
+    if opts.keep_last then prune(dir, opts.keep_last, folder) end
   end
   barrier()
   return tag
 end
-
-local read_file = zorch._require("zorch.util").read_file
 
 -- Checks the checkpoint folder `where`: nil and (what is missing or wrong, and
 -- whether it is merely incomplete) when it cannot be used, else its manifest.
@@ -773,6 +846,19 @@ local function open_checkpoint(dir, who, rank)
   return dir .. "/" .. name, m
 end
 
+-- Checks a piece "KIND/NAME/FIRST" of a rank file against the format: a 1-D
+-- float32 range of the parameter's numel elements starting at `first`.
+local function check_piece(who, file, key, t, first, numel)
+  if t:dtype() ~= "float32" then
+    error(("%s: %s: '%s' is %s; checkpoint pieces are float32"):format(who, file, key, t:dtype()), 0)
+  end
+  if t:dim() ~= 1 or first + t:numel() > numel then
+    error(("%s: %s: '%s' has shape (%s): a piece must be a 1-D range of its parameter's %d elements, "
+      .. "and from element %d at most %d fit"):format(who, file, key, table.concat(t.shape, ", "), numel, first,
+      math.max(numel - first, 0)), 0)
+  end
+end
+
 -- The first element of [lo, hi) that the intervals {a, b} leave uncovered, or nil.
 local function first_gap(intervals, lo, hi)
   table.sort(intervals, function(x, y) return x[1] < y[1] end)
@@ -805,16 +891,16 @@ local function load_pieces(engine, info, where, manifest)
     error(("load_checkpoint: %s was saved with %s, this run uses %s"):format(where, manifest.optimizer, optname), 3)
   end
   -- every file (its hash was checked by open_checkpoint)
-  local pieces = {}
+  local pieces, file_of = {}, {}
   for _, f in ipairs(manifest.files) do
-    for k, t in pairs(zorch.load(where .. "/" .. f.file)) do pieces[k] = t end
+    for k, t in pairs(zorch.load(where .. "/" .. f.file)) do pieces[k], file_of[k] = t, where .. "/" .. f.file end
   end
   -- copy the pieces this rank's target covers
   local lo, hi = target_range(info, numel)
   local target = info.target
   local state = state_scalars(manifest)
-  local offsets, wanted = {}, {param = true}
-  for _, p in ipairs(params) do offsets[p.name] = p.offset end
+  local offsets, numels, wanted = {}, {}, {param = true}
+  for _, p in ipairs(params) do offsets[p.name], numels[p.name] = p.offset, p.numel end
   for _, f in ipairs(manifest.state_fields) do wanted["state." .. f] = true end
   -- the buffers, every rank from rank 0's file
   local model_buffers = {}
@@ -842,6 +928,7 @@ local function load_pieces(engine, info, where, manifest)
     if not off or not f0 or not wanted[kind] then
       error(("load_checkpoint: unexpected entry '%s' in %s"):format(key, where), 3)
     end
+    check_piece("load_checkpoint", file_of[key], key, t, f0, numels[name])
     local a, b = off + f0, off + f0 + t:numel()
     local s, e = math.max(a, lo), math.min(b, hi)
     if e > s then
@@ -1018,7 +1105,9 @@ function zorch._consolidate(...)
       local lo = math.max(p.offset, r * S)
       local hi = math.min(p.offset + p.numel, (r + 1) * S, total)
       if hi > lo then
-        local piece = zorch.load(("%s/rank%d.safetensors"):format(where, r), ("param/%s/%d"):format(p.name, lo - p.offset))
+        local file, key = ("%s/rank%d.safetensors"):format(where, r), ("param/%s/%d"):format(p.name, lo - p.offset)
+        local piece = zorch.load(file, key)
+        check_piece("consolidate", file, key, piece, lo - p.offset, p.numel)
         full:narrow(1, lo - p.offset + 1, hi - lo):copy_(piece)
       end
     end
