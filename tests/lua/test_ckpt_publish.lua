@@ -182,19 +182,16 @@ do
   restore()
   -- pieces the format does not allow: an int32 one, a 2-D one larger than its parameter
   local function bad_piece(desc, change, ...)
-    local p = zorch.load(where .. "/rank0.safetensors")
-    change(p)
-    zorch.save(p, where .. "/rank0.safetensors")
-    rewrite(where, function(m) m.files[1].fnv1a64 = Z._file_hash(where .. "/rank0.safetensors") end)
-    local t, good = run(("%s %s load %s Adam 0 0 x"):format(bin, job, dir))
-    local found = not good and not t:find("narrow", 1, true)
-    for _, want in ipairs({...}) do found = found and t:find(want, 1, true) ~= nil end
-    tap.ok(found, desc .. ": " .. (t:match("load_checkpoint[^\n]*") or t:sub(1, 300)))
-    restore()
+    refused(desc, function(m)
+      local p = zorch.load(where .. "/rank0.safetensors")
+      change(p)
+      zorch.save(p, where .. "/rank0.safetensors")
+      m.files[1].fnv1a64 = Z._file_hash(where .. "/rank0.safetensors")
+    end, ...)
   end
-  bad_piece("an int32 piece is refused", function(p) p["param/weight/0"] = p["param/weight/0"]:to("int32") end,
+  bad_piece("an int32 piece", function(p) p["param/weight/0"] = p["param/weight/0"]:to("int32") end,
             "rank0.safetensors: 'param/weight/0' is int32; checkpoint pieces are float32")
-  bad_piece("a 2-D piece larger than its parameter is refused", function(p) p["state.exp_avg/bias/0"] = zorch.zeros(3, 4) end,
+  bad_piece("a 2-D piece larger than its parameter", function(p) p["state.exp_avg/bias/0"] = zorch.zeros(3, 4) end,
             "rank0.safetensors: 'state.exp_avg/bias/0' has shape (3, 4): a piece must be a 1-D range of its parameter's 2 elements")
   text, ok = run(("%s %s load %s Adam 0 0 x"):format(bin, job, dir))
   tap.ok(ok and text:find("loaded step 3", 1, true), "restored, it loads again")
