@@ -224,9 +224,12 @@ static int first_failure(const char *dir, int world, char *how, int *code) {
 }
 
 static volatile sig_atomic_t launch_interrupted;
+static volatile pid_t launch_mpirun;
+/* Ctrl-C reaches mpirun from the terminal itself; a SIGTERM sent to the
+   launcher alone is passed on, so mpirun ends the ranks. */
 static void on_launch_signal(int sig) {
-  (void)sig;
   launch_interrupted = 1;
+  if (sig != SIGINT && launch_mpirun > 0) kill(launch_mpirun, sig);
 }
 
 /* The world size after two failures at `world`: the largest divisor of the
@@ -254,6 +257,7 @@ static int elastic_launch(char **av, char *nbuf, size_t ncap, int world, int max
   if (max_restarts > 0) setenv("ZORCH_ELASTIC_WORLD", wbuf, 1);
   signal(SIGINT, on_launch_signal);
   signal(SIGTERM, on_launch_signal);
+  signal(SIGHUP, on_launch_signal);
   for (int restart = 0;; restart++) {
     char rbuf[24];
     snprintf(rbuf, sizeof rbuf, "%d", restart);
@@ -264,12 +268,15 @@ static int elastic_launch(char **av, char *nbuf, size_t ncap, int world, int max
     if (pid == 0) {
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      signal(SIGHUP, SIG_DFL);
       execvp("mpirun", av);
       fprintf(stderr, "zorch launch: cannot run mpirun: %s (install openmpi-bin)\n", strerror(errno));
       _exit(127);
     }
+    launch_mpirun = pid;
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    launch_mpirun = 0;
     rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (rc == 0 || rc == 127 || launch_interrupted) break;
     char how[16] = "";
