@@ -437,9 +437,7 @@ end
 -- that failed part-way, on a full disk say). The folder latest names stays.
 local TEMP_PATTERN = "%.tmp%.%d+%.%d+$"
 local function tidy(dir)
-  local f = io.open(dir .. "/latest", "rb")
-  local latest = f and f:read("a"):gsub("%s+$", "")
-  if f then f:close() end
+  local latest = (read_file(dir .. "/latest") or ""):gsub("%s+$", "")
   for _, name in ipairs(zorch._list_dir(dir) or {}) do
     local path = dir .. "/" .. name
     if name:match(TEMP_PATTERN) then
