@@ -482,6 +482,19 @@ local function next_generation(dir)
   return g + 1
 end
 
+-- Checks a piece "KIND/NAME/FIRST" of a rank file against the format: a 1-D
+-- float32 range of the parameter's numel elements starting at `first`.
+local function check_piece(who, file, key, t, first, numel)
+  if t:dtype() ~= "float32" then
+    error(("%s: %s: '%s' is %s; checkpoint pieces are float32"):format(who, file, key, t:dtype()), 0)
+  end
+  if t:dim() ~= 1 or first + t:numel() > numel then
+    error(("%s: %s: '%s' has shape (%s): a piece must be a 1-D range of its parameter's %d elements, "
+      .. "and from element %d at most %d fit"):format(who, file, key, table.concat(t.shape, ", "), numel, first,
+      math.max(numel - first, 0)), 0)
+  end
+end
+
 -- ---- checkpoints across layouts ----------------------------------------------------------
 
 -- Whether the engine's model is split across ranks (a layout with tensor or
@@ -847,19 +860,6 @@ local function open_checkpoint(dir, who, rank)
       why, dir, name, m.step))
   end
   return dir .. "/" .. name, m
-end
-
--- Checks a piece "KIND/NAME/FIRST" of a rank file against the format: a 1-D
--- float32 range of the parameter's numel elements starting at `first`.
-local function check_piece(who, file, key, t, first, numel)
-  if t:dtype() ~= "float32" then
-    error(("%s: %s: '%s' is %s; checkpoint pieces are float32"):format(who, file, key, t:dtype()), 0)
-  end
-  if t:dim() ~= 1 or first + t:numel() > numel then
-    error(("%s: %s: '%s' has shape (%s): a piece must be a 1-D range of its parameter's %d elements, "
-      .. "and from element %d at most %d fit"):format(who, file, key, table.concat(t.shape, ", "), numel, first,
-      math.max(numel - first, 0)), 0)
-  end
 end
 
 -- The first element of [lo, hi) that the intervals {a, b} leave uncovered, or nil.
