@@ -2,14 +2,17 @@
    zorch.fs.write_atomic(path, text), zorch.json.encode(value),
    zorch.json.decode(text [, strict]) for scripts and the embedded modules
    alike, and the private ones checkpoints use (file hashes, listing and
-   removing a checkpoint's folder). JSON goes through cJSON. Every function
-   that touches a file asks the sandbox first (lz_check_path). */
+   removing a checkpoint's folder, the lock of a checkpoint folder). JSON goes
+   through cJSON. Every function that touches a file asks the sandbox first
+   (lz_check_path). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -277,6 +280,60 @@ static int l_remove_dir(lua_State *L) {
   return 0;
 }
 
+/* zorch._lock_dir(dir): takes DIR/lock for this process, for its whole life
+   (flock: the kernel drops it when the process dies, so a dead holder's lock
+   is free again; the file's "host pid" is only for the message). Returns
+   true (also when this process holds it already), or nil, a message and the
+   holder's "host pid" when another process holds it; nil and a message (and
+   false) when the file cannot be made (a read-only folder). */
+static int l_lock_dir(lua_State *L) {
+  const char *dir = lz_checkpath(L, 1);
+  lz_check_path(L, dir, "write");
+  char path[4200];
+  if (snprintf(path, sizeof path, "%s/lock", dir) >= (int)sizeof path) return luaL_error(L, "lock %s: path too long", dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "cannot open %s: %s", path, strerror(errno));
+    lua_pushboolean(L, 0);
+    return 3;
+  }
+  struct stat st;
+  char key[64] = "";
+  if (fstat(fd, &st) == 0) snprintf(key, sizeof key, "%llu:%llu", (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+  /* the locks this process holds, by file: a second Engine of the same job is no other job */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, "zorch.dir_locks");
+  if (lz_getfield(L, -1, key) != LUA_TNIL) {
+    close(fd);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pop(L, 1);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char holder[256] = "";
+    ssize_t k = pread(fd, holder, sizeof holder - 1, 0);
+    holder[k > 0 ? k : 0] = 0;
+    holder[strcspn(holder, "\n")] = 0;
+    close(fd);
+    lua_pushnil(L);
+    if (e == EWOULDBLOCK) lua_pushfstring(L, "%s is held by another process", path);
+    else lua_pushfstring(L, "cannot lock %s: %s", path, strerror(e));
+    lua_pushstring(L, holder);
+    return 3;
+  }
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "localhost");
+  char text[320];
+  int n = snprintf(text, sizeof text, "%s %ld\n", host, (long)getpid());
+  bool wrote = ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)n, 0) == n;
+  (void)wrote; /* without it only the holder's message lacks its name */
+  lua_pushinteger(L, fd); /* kept open (and locked) until the process ends */
+  lua_setfield(L, -2, key);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 /* The names in a folder (not . and ..), in no order; nil and a message when unreadable. */
 static int l_list_dir(lua_State *L) {
   const char *path = lz_checkpath(L, 1);
@@ -332,7 +389,8 @@ void lz_open_fs(lua_State *L) {
   static const luaL_Reg fs[] = {{"mkdir", l_mkdir}, {"write_atomic", l_write_atomic}, {NULL, NULL}};
   static const luaL_Reg json[] = {{"encode", l_json_encode}, {"decode", l_json_decode}, {NULL, NULL}};
   static const luaL_Reg private[] = {{"_file_hash", l_file_hash}, {"_remove_dir", l_remove_dir},
-                                     {"_list_dir", l_list_dir}, {NULL, NULL}};
+                                     {"_list_dir", l_list_dir}, {"_lock_dir", l_lock_dir},
+                                     {NULL, NULL}};
   luaL_newlib(L, fs);
   lua_setfield(L, -2, "fs");
   luaL_newlib(L, json);

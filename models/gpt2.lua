@@ -46,6 +46,7 @@ local opt = zorch.flags(arg, {
   logits = {"", "write the first validation batch (tokens) and the model's logits on it to this safetensors file"},
   ["checkpoint-dir"] = {"", "save a checkpoint here at the end (and every --checkpoint-every steps)"},
   ["checkpoint-every"] = {0, "optimizer steps between checkpoints (0: only at the end)"},
+  ["keep-last"] = {0, "keep only the newest N checkpoints in --checkpoint-dir (0: every one)"},
   resume = {"", "continue from the latest checkpoint in this folder (--steps counts the total)"},
   seed = {1337, "seed of the weights, the batches and the sampling"},
   ["no-shuffle"] = {false, "read the data in order, llm.c's way, instead of random windows"},
@@ -410,7 +411,8 @@ if layout and TP > 1 and not pipe then tensor_parallel(model, layout.tensor) end
 
 local engine = zorch.Engine{zero_stage = opt["zero-stage"] or (TP > 1 and 1 or 0), gradient_clipping = opt.clip,
                             gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device,
-                            layout = layout or false}
+                            layout = layout or false,
+                            keep_last = opt["keep-last"] > 0 and math.tointeger(opt["keep-last"]) or false}
 device = engine.device -- (the Engine picks this rank's GPU for "cuda")
 if opt["checkpoint-activations"] then rawset(model, "checkpoint", function(...) return engine:checkpoint(...) end) end
 -- AdamW as nanoGPT and llm.c use it: every 2-d parameter (the matrices and both

@@ -30,6 +30,7 @@ local opt = zorch.flags(arg, {
   report = {false, "print each rank's memory and communication reports as JSON lines"},
   ["checkpoint-dir"] = {"", "save a checkpoint here at the end (and every --checkpoint-every steps)"},
   ["checkpoint-every"] = {0, "optimizer steps between checkpoints (0: only at the end)"},
+  ["keep-last"] = {0, "keep only the newest N checkpoints in --checkpoint-dir (0: every one)"},
   resume = {"", "continue from the latest checkpoint in this directory (--steps counts the total)"},
   config = {"", "a DeepSpeed JSON config (batch sizes, ZeRO, bf16, clipping, optimizer, scheduler)"},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
@@ -84,8 +85,12 @@ if first_world then
     opt.resume = opt["checkpoint-dir"]
   end
 end
--- a test hook: ZORCH_TEST_KILL_AT=rank:step kills that rank (SIGKILL) once it has taken that step
-local kill_rank, kill_step = (os.getenv("ZORCH_TEST_KILL_AT") or ""):match("^(%d+):(%d+)$")
+-- a test hook: ZORCH_TEST_KILL_AT=rank:step[:restart] kills that rank (SIGKILL) once it has taken
+-- that step (with restart, only in that run of an elastic job: ZORCH_ELASTIC_RESTART)
+local kill_rank, kill_step, kill_run = (os.getenv("ZORCH_TEST_KILL_AT") or ""):match("^(%d+):(%d+):?(%d*)$")
+if kill_run and kill_run ~= "" and tonumber(kill_run) ~= tonumber(os.getenv("ZORCH_ELASTIC_RESTART") or "0") then
+  kill_rank = nil
+end
 
 zorch.manual_seed(opt.seed)
 local config = opt.config ~= "" and opt.config or os.getenv("ZORCH_CONFIG")
@@ -101,11 +106,12 @@ local function offload(dev, extra)
   for k, v in pairs(extra or {}) do t[k] = v end
   return t
 end
+local keep_last = opt["keep-last"] > 0 and math.tointeger(opt["keep-last"]) or nil
 local engine = config and zorch.Engine(config, {device = opt.device, steps_per_print = print_every,
-                                               comm_timeout = timeout}) or
+                                               comm_timeout = timeout, keep_last = keep_last}) or
   zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = accum,
                reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device,
-               steps_per_print = print_every, comm_timeout = opt["comm-timeout"],
+               steps_per_print = print_every, comm_timeout = opt["comm-timeout"], keep_last = keep_last,
                offload_optimizer = offload(opt["offload-optimizer"], {chunk = math.tointeger(opt["offload-chunk"]),
                                                                        buffer_count = math.tointeger(opt["offload-buffers"])}),
                offload_param = offload(opt["offload-param"])}
@@ -141,9 +147,11 @@ model, loader, adam = engine:prepare(model, loader, adam, schedule)
 
 local steps, samples, t0 = 0, 0, zorch.clock()
 local first_epoch = 1
+local carry -- the resumed epoch's loss so far (its sum over the batches before the checkpoint, and their count)
 if opt.resume ~= "" then
   local m = engine:load_checkpoint(opt.resume)
   steps, first_epoch = m.step, m.loader and m.loader.epoch or 1
+  carry = type(m.extra) == "table" and m.extra.epoch_loss or nil
   engine:print(("resumed from %s at step %d (saved by %d ranks at stage %d)"):format(
     opt.resume, m.step, m.world_size, m.zero_stage))
 end
@@ -151,7 +159,8 @@ local ckdir, every = opt["checkpoint-dir"], opt["checkpoint-every"]
 -- metrics (rank 0 writes them) and, on a terminal, a progress bar over the run's steps
 local logger = (opt.log ~= "" or opt.csv ~= "" or opt.tensorboard ~= "") and zorch.Logger{
   jsonl = opt.log ~= "" and opt.log or nil, csv = opt.csv ~= "" and opt.csv or nil,
-  tensorboard = opt.tensorboard ~= "" and opt.tensorboard or nil} or nil
+  tensorboard = opt.tensorboard ~= "" and opt.tensorboard or nil,
+  resume = opt.resume ~= "" and steps or nil} or nil -- (a resumed run appends)
 local bar
 if not opt.quiet and zorch.isatty(io.stderr) and os.getenv("TERM") ~= "dumb" then
   local total = (opt.epochs - first_epoch + 1) * (#loader // accum)
@@ -164,9 +173,11 @@ end
 local loss, mean
 for epoch = first_epoch, opt.epochs do
   model:train()
-  local total, n = 0, 0
+  local total, n, fresh = 0, 0, 0
+  if carry then total, n, carry = carry.sum, carry.batches, nil end
   local epoch_t0, epoch_samples = zorch.clock(), 0
   for x, y in loader:iter() do
+    fresh = fresh + 1
     loss = criterion(model(x), y)
     adam:zero_grad(); engine:backward(loss)
     if adam:step() then
@@ -174,7 +185,11 @@ for epoch = first_epoch, opt.epochs do
       if kill_rank and engine.rank == tonumber(kill_rank) and steps == tonumber(kill_step) then
         os.execute("kill -9 " .. io.open("/proc/self/stat"):read("n"))
       end
-      if ckdir ~= "" and every > 0 and steps % every == 0 then engine:save_checkpoint(ckdir) end
+      if ckdir ~= "" and every > 0 and steps % every == 0 then
+        -- the epoch's loss so far, this batch's included (mean over ranks: the epoch's line is a mean anyway)
+        local sum = engine:mean((zorch.is_tensor(total) and total:item() or total) + loss:item())
+        engine:save_checkpoint(ckdir, {extra = {epoch_loss = {sum = sum, batches = n + 1}}})
+      end
       if bar then bar:update(1, {loss = loss}) end
       -- this rank's loss of the step's last micro-batch (reading it waits for a GPU)
       if logger then logger:log(steps, {loss = loss, lr = adam.lr, grad_norm = engine:clip_grad_norm() or 0}) end
@@ -186,15 +201,18 @@ for epoch = first_epoch, opt.epochs do
     epoch_samples = epoch_samples + x:size(1)
     if opt.steps > 0 and steps >= opt.steps then break end
   end
-  if zorch.is_tensor(total) then total = total:item() end
-  mean = engine:mean(total / math.max(n, 1)) -- over every rank's batches
-  local rate = engine:mean(epoch_samples) * engine.world_size / math.max(zorch.clock() - epoch_t0, 1e-9)
-  -- the epoch's mean loss: the last batch's alone is noisy
-  if not opt.quiet then
-    say(("Epoch %d loss: %.6f  grad norm: %.4f  lr: %.3g  samples/s: %.0f"):format(
-      epoch, mean, engine:clip_grad_norm() or 0, adam.lr, rate))
+  -- (a run resumed at an epoch's end finds no batch left in it: no line for it)
+  if fresh > 0 then
+    if zorch.is_tensor(total) then total = total:item() end
+    mean = engine:mean(total / math.max(n, 1)) -- over every rank's batches
+    local rate = engine:mean(epoch_samples) * engine.world_size / math.max(zorch.clock() - epoch_t0, 1e-9)
+    -- the epoch's mean loss: the last batch's alone is noisy
+    if not opt.quiet then
+      say(("Epoch %d loss: %.6f  grad norm: %.4f  lr: %.3g  samples/s: %.0f"):format(
+        epoch, mean, engine:clip_grad_norm() or 0, adam.lr, rate))
+    end
+    if logger then logger:log(steps, {epoch = epoch, epoch_loss = mean, samples_per_s = rate}) end
   end
-  if logger then logger:log(steps, {epoch = epoch, epoch_loss = mean, samples_per_s = rate}) end
   if opt.steps > 0 and steps >= opt.steps then break end
 end
 if bar then bar:close() end

@@ -157,13 +157,17 @@ static const char *self_path(void) {
 
 static pid_t rank_child;
 static void forward_signal(int sig) {
-  if (rank_child > 0) kill(rank_child, sig);
+  if (rank_child > 0) {
+    kill(rank_child, sig);
+    kill(rank_child, SIGCONT); /* a stopped rank acts on it too */
+  }
 }
 
-/* zorch launch --elastic-rank DIR script.lua args: one rank of an elastic job.
-   The script runs in a child process; when it fails, DIR/rank<r> gets the
-   wall-clock time and how it ended, so that the launcher names the rank that
-   failed first (mpirun ends the others after it). */
+/* zorch launch --elastic-rank DIR script.lua args: one rank of a job (every
+   job's ranks run under it). The script runs in a child process; when it
+   fails, DIR/rank<r> gets the wall-clock time and how it ended, so that the
+   launcher names the rank that failed first (mpirun ends the others after
+   it), a rank killed by a signal too. */
 static int elastic_rank(int argc, char **argv) {
   if (argc < 5) return 2;
   const char *dir = argv[3], *self = self_path();
@@ -220,9 +224,12 @@ static int first_failure(const char *dir, int world, char *how, int *code) {
 }
 
 static volatile sig_atomic_t launch_interrupted;
+static volatile pid_t launch_mpirun;
+/* Ctrl-C reaches mpirun from the terminal itself; a SIGTERM sent to the
+   launcher alone is passed on, so mpirun ends the ranks. */
 static void on_launch_signal(int sig) {
-  (void)sig;
   launch_interrupted = 1;
+  if (sig != SIGINT && launch_mpirun > 0) kill(launch_mpirun, sig);
 }
 
 /* The world size after two failures at `world`: the largest divisor of the
@@ -236,7 +243,8 @@ static int shrunk_world(int first, int world, int min_ranks) {
 }
 
 /* Runs mpirun (av, whose rank count is written into nbuf) until the job
-   succeeds or the restarts run out. Policy: a failed job restarts at the same
+   succeeds or the restarts run out (none with max_restarts 0: a job that
+   fails is only reported, naming the rank that failed first). Policy: a failed job restarts at the same
    world size; a second failure in a row at one world size goes to at most
    half the ranks (shrunk_world), never below min_ranks. Each rank sees ZORCH_ELASTIC_RESTART (0, 1, ...) and
    ZORCH_ELASTIC_WORLD (the first world size), and resumes from its latest
@@ -246,25 +254,29 @@ static int elastic_launch(char **av, char *nbuf, size_t ncap, int world, int max
   int fails_here = 0, rc = 1;
   char wbuf[24];
   snprintf(wbuf, sizeof wbuf, "%d", world);
-  setenv("ZORCH_ELASTIC_WORLD", wbuf, 1);
+  if (max_restarts > 0) setenv("ZORCH_ELASTIC_WORLD", wbuf, 1);
   signal(SIGINT, on_launch_signal);
   signal(SIGTERM, on_launch_signal);
+  signal(SIGHUP, on_launch_signal);
   for (int restart = 0;; restart++) {
     char rbuf[24];
     snprintf(rbuf, sizeof rbuf, "%d", restart);
-    setenv("ZORCH_ELASTIC_RESTART", rbuf, 1);
+    if (max_restarts > 0) setenv("ZORCH_ELASTIC_RESTART", rbuf, 1);
     snprintf(nbuf, ncap, "%d", world);
     pid_t pid = fork();
     if (pid < 0) return 1;
     if (pid == 0) {
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      signal(SIGHUP, SIG_DFL);
       execvp("mpirun", av);
       fprintf(stderr, "zorch launch: cannot run mpirun: %s (install openmpi-bin)\n", strerror(errno));
       _exit(127);
     }
+    launch_mpirun = pid;
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    launch_mpirun = 0;
     rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (rc == 0 || rc == 127 || launch_interrupted) break;
     char how[16] = "";
@@ -276,6 +288,11 @@ static int elastic_launch(char **av, char *nbuf, size_t ncap, int world, int max
       snprintf(what, sizeof what, "rank %d was killed by signal %d (%s)", culprit, code, strsignal(code));
     else
       snprintf(what, sizeof what, "rank %d exited with code %d", culprit, code);
+    if (max_restarts == 0) {
+      /* a rank that failed in Lua printed why; one killed by a signal printed nothing */
+      if (culprit < 0 || strcmp(how, "signal") == 0) fprintf(stderr, "zorch launch: %s\n", what);
+      break;
+    }
     if (culprit >= 0 && strcmp(how, "exit") == 0 && code == 2) {
       fprintf(stderr, "zorch launch: %s, a usage error: not restarting\n", what);
       break;
@@ -359,15 +376,17 @@ static int launch(int argc, char **argv) {
   const char *self = self_path();
   if (!self) return 1;
   av[k++] = (char *)self;
-  char dir[] = "/tmp/zorch-elastic-XXXXXX";
+  /* every rank runs under the wrapper that records how it ended: a rank killed
+     by a signal prints nothing itself, and mpirun (--quiet) does not either */
+  char dir[] = "/tmp/zorch-ranks-XXXXXX";
+  if (!mkdtemp(dir)) {
+    fprintf(stderr, "zorch launch: cannot make a folder for the ranks' exit records: %s\n", strerror(errno));
+    return 1;
+  }
+  av[k++] = "launch";
+  av[k++] = "--elastic-rank";
+  av[k++] = dir;
   if (max_restarts > 0) {
-    if (!mkdtemp(dir)) {
-      fprintf(stderr, "zorch launch: cannot make a folder for the ranks' exit records: %s\n", strerror(errno));
-      return 1;
-    }
-    av[k++] = "launch";
-    av[k++] = "--elastic-rank";
-    av[k++] = dir;
     const char *env[] = {"-x", "ZORCH_ELASTIC_RESTART", "-x", "ZORCH_ELASTIC_WORLD"};
     memmove(av + 5, av + 1, (size_t)(k - 1) * sizeof *av); /* after "mpirun" */
     memcpy(av + 1, env, sizeof env);
@@ -380,15 +399,11 @@ static int launch(int argc, char **argv) {
   long per = cores / (atol(n) > 0 ? atol(n) : 1);
   snprintf(threads, sizeof threads, "%ld", per > 0 ? per : 1);
   setenv("OMP_NUM_THREADS", threads, 0);
-  if (max_restarts > 0) {
-    if (min_ranks > atoi(n)) min_ranks = atoi(n);
-    int rc = elastic_launch(av, nbuf, sizeof nbuf, atoi(n), max_restarts, min_ranks, dir);
-    rmdir(dir);
-    return rc;
-  }
-  execvp("mpirun", av);
-  fprintf(stderr, "zorch launch: cannot run mpirun: %s (install openmpi-bin)\n", strerror(errno));
-  return 127;
+  if (min_ranks > atoi(n)) min_ranks = atoi(n);
+  int rc = elastic_launch(av, nbuf, sizeof nbuf, atoi(n), max_restarts, min_ranks, dir);
+  first_failure(dir, atoi(n), (char[16]){0}, &(int){0}); /* (removes the records left) */
+  rmdir(dir);
+  return rc;
 }
 
 static int open_all(lua_State *L) {

@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,24 +54,64 @@ static bool comm_closed; /* a collective timed out: MPI and NCCL are unusable */
 static int64_t comm_entered; /* collectives this rank has entered */
 static const char *comm_entered_what = "collective";
 
-/* Every rank publishes how many collectives it has entered in a one-sided MPI
-   window (one int64 per rank, under a lock_all epoch held for the whole run), so
-   a rank whose wait times out can read the others' counts and name the ranks
-   that never reached the collective it waits in. */
+/* Every rank publishes how many collectives it has entered, and a heartbeat
+   (wall-clock milliseconds, renewed at least every 0.1 s while it waits in a
+   collective), in a one-sided MPI window (two int64 per world rank, under a
+   lock_all epoch held for the whole run), so a rank whose wait times out can
+   read the others' and name the ranks that never reached the collective it
+   waits in, and those that reached it but stopped inside it (a stopped
+   process's heartbeat ages; a waiting one's does not). */
 #ifdef ZORCH_MPI
 static MPI_Win progress_win = MPI_WIN_NULL;
 #endif
+enum { PROGRESS_COUNT, PROGRESS_BEAT, PROGRESS_SLOTS };
+static double beat_at; /* comm_clock() of this rank's last heartbeat */
 
-static void comm_enter(const zero_comm *c, const char *what) {
-  comm_entered++;
-  comm_entered_what = what;
+static int64_t wall_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Publishes this rank's count and heartbeat (force: now; else at most every 0.1 s). */
+static void comm_beat(bool force) {
 #ifdef ZORCH_MPI
   if (progress_win == MPI_WIN_NULL) return;
-  MPI_Accumulate(&comm_entered, 1, MPI_INT64_T, c->rank, 0, 1, MPI_INT64_T, MPI_REPLACE, progress_win);
-  MPI_Win_flush(c->rank, progress_win);
+  double now = comm_clock();
+  if (!force && now - beat_at < 0.1) return;
+  beat_at = now;
+  int64_t v[PROGRESS_SLOTS] = {comm_entered, wall_ms()};
+  MPI_Accumulate(v, PROGRESS_SLOTS, MPI_INT64_T, the_comm.rank, 0, PROGRESS_SLOTS, MPI_INT64_T, MPI_REPLACE,
+                 progress_win);
+  MPI_Win_flush(the_comm.rank, progress_win);
 #else
-  (void)c;
+  (void)force;
 #endif
+}
+
+/* A test hook: ZORCH_TEST_HOOKS=comm_signal=RANK/N/SIG makes world rank RANK
+   send itself signal SIG (a number, or STOP, KILL) on entering its collective
+   #N, so tests can stop or kill a rank inside a collective. */
+static void comm_test_signal(void) {
+  static int rank = -2, sig;
+  static long long at;
+  if (rank == -2) {
+    const char *h = zorch_test_hook("comm_signal");
+    char name[16] = "";
+    rank = -1;
+    if (h && sscanf(h, "%d/%lld/%15s", &rank, &at, name) == 3)
+      sig = strcmp(name, "STOP") == 0 ? SIGSTOP : strcmp(name, "KILL") == 0 ? SIGKILL : atoi(name);
+    else rank = -1;
+  }
+  if (rank == the_comm.rank && comm_entered == at && sig > 0) raise(sig);
+}
+
+static void comm_enter(const zero_comm *c, const char *what) {
+  (void)c;
+  comm_entered++;
+  comm_entered_what = what;
+  comm_beat(true);
+  comm_test_signal();
 }
 
 /* Appends to msg (size cap) which ranks have entered fewer collectives than
@@ -81,7 +122,7 @@ static void comm_enter(const zero_comm *c, const char *what) {
 static int comm_describe_laggards(const zero_comm *c, char *msg, size_t cap) {
 #ifdef ZORCH_MPI
   if (progress_win == MPI_WIN_NULL || c->world < 2 || c->mpi) return -1;
-  int64_t *counts = calloc((size_t)c->world, sizeof *counts);
+  int64_t *counts = calloc((size_t)c->world * PROGRESS_SLOTS, sizeof *counts);
   MPI_Request *reqs = calloc((size_t)c->world, sizeof *reqs);
   if (!counts || !reqs) {
     free(counts);
@@ -91,13 +132,14 @@ static int comm_describe_laggards(const zero_comm *c, char *msg, size_t cap) {
   for (int r = 0; r < c->world; r++) {
     reqs[r] = MPI_REQUEST_NULL;
     if (r != c->rank &&
-        MPI_Rget_accumulate(NULL, 0, MPI_INT64_T, &counts[r], 1, MPI_INT64_T, r, 0, 1, MPI_INT64_T, MPI_NO_OP,
-                            progress_win, &reqs[r]) != MPI_SUCCESS)
-      reqs[r] = MPI_REQUEST_NULL, counts[r] = -1;
+        MPI_Rget_accumulate(NULL, 0, MPI_INT64_T, &counts[PROGRESS_SLOTS * r], PROGRESS_SLOTS, MPI_INT64_T, r, 0,
+                            PROGRESS_SLOTS, MPI_INT64_T, MPI_NO_OP, progress_win, &reqs[r]) != MPI_SUCCESS)
+      reqs[r] = MPI_REQUEST_NULL, counts[PROGRESS_SLOTS * r] = -1;
   }
   double t0 = comm_clock();
   int pending = 1;
   while (pending && comm_clock() - t0 < 1.0) {
+    comm_beat(false); /* (this rank still waits: the others must not take it for stopped) */
     pending = 0;
     for (int r = 0; r < c->world; r++) {
       int done = 1;
@@ -107,18 +149,26 @@ static int comm_describe_laggards(const zero_comm *c, char *msg, size_t cap) {
   }
   size_t len = strlen(msg);
   int named = 0;
+  /* a heartbeat older than this: the rank has not polled for that long */
+  double stale_s = comm_timeout_s / 2 > 1.0 ? comm_timeout_s / 2 : 1.0;
+  int64_t now_ms = wall_ms();
   for (int r = 0; r < c->world && len + 1 < cap; r++) {
     if (r == c->rank) continue;
     const char *sep = named ? "; " : ": ";
+    int64_t count = counts[PROGRESS_SLOTS * r], beat = counts[PROGRESS_SLOTS * r + PROGRESS_BEAT];
     if (reqs[r] != MPI_REQUEST_NULL) {
       snprintf(msg + len, cap - len, "%srank %d did not answer (stopped or unreachable)", sep, r);
-    } else if (counts[r] >= 0 && counts[r] < comm_entered) {
-      if (counts[r] == 0)
+    } else if (count >= 0 && count < comm_entered) {
+      if (count == 0)
         snprintf(msg + len, cap - len, "%srank %d did not reach %s #%lld (it has entered no collective)", sep, r,
                  comm_entered_what, (long long)comm_entered);
       else
         snprintf(msg + len, cap - len, "%srank %d did not reach %s #%lld (it is at #%lld)", sep, r,
-                 comm_entered_what, (long long)comm_entered, (long long)counts[r]);
+                 comm_entered_what, (long long)comm_entered, (long long)count);
+    } else if (count == comm_entered && beat > 0 && (double)(now_ms - beat) / 1000 > stale_s) {
+      snprintf(msg + len, cap - len, "%srank %d reached %s #%lld but has made no progress in it for %.1f s "
+               "(stopped, or blocked)", sep, r, comm_entered_what, (long long)comm_entered,
+               (double)(now_ms - beat) / 1000);
     } else {
       continue;
     }
@@ -149,6 +199,7 @@ double comm_clock(void) {
 }
 
 zorch_status comm_check_wait(const zero_comm *c, const char *what, int64_t n, double t0) {
+  comm_beat(false);
   double limit = comm_timeout_s;
   if (limit <= 0 || comm_clock() - t0 <= limit) return ZORCH_OK;
   char msg[1024];
@@ -281,11 +332,11 @@ zero_comm *comm_get(void) {
       the_comm.backend = "mpi";
       /* the progress counters; without them a timeout names no rank */
       int64_t *counter = NULL;
-      if (MPI_Win_allocate(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &counter,
+      if (MPI_Win_allocate(PROGRESS_SLOTS * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &counter,
                            &progress_win) != MPI_SUCCESS)
         progress_win = MPI_WIN_NULL;
       if (progress_win != MPI_WIN_NULL) {
-        *counter = 0;
+        memset(counter, 0, PROGRESS_SLOTS * sizeof(int64_t));
         MPI_Win_set_errhandler(progress_win, MPI_ERRORS_RETURN);
         if (MPI_Win_lock_all(MPI_MODE_NOCHECK, progress_win) != MPI_SUCCESS) MPI_Win_free(&progress_win);
       }

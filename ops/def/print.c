@@ -41,13 +41,17 @@ static void sb_add(sbuf *b, const char *fmt, ...) {
 enum { STYLE_INT, STYLE_FLOAT_INT, STYLE_FIXED, STYLE_SCI, STYLE_BOOL };
 typedef struct {
   int style, width;
-  const double *v;
+  const double *v;     /* the values (floats, bool) */
+  const int64_t *iv;   /* or, for integer dtypes, exactly: a double rounds past 2^53 */
   const zorch_tensor *t;
   bool summarize;
   int indent;
 } fmt_ctx;
 
-static int fmt_one(char *out, size_t n, const fmt_ctx *c, double x) {
+/* Element i of the values. */
+static int fmt_one(char *out, size_t n, const fmt_ctx *c, int64_t i) {
+  if (c->iv) return snprintf(out, n, "%lld", (long long)c->iv[i]);
+  double x = c->v[i];
   if (c->style == STYLE_BOOL) return snprintf(out, n, "%s", x != 0 ? "True" : "False");
   if (isnan(x)) return snprintf(out, n, "nan");
   if (isinf(x)) return snprintf(out, n, x > 0 ? "inf" : "-inf");
@@ -82,7 +86,7 @@ static void fmt_rec(sbuf *b, const fmt_ctx *c, int dim, int64_t off) {
       }
       if (c->summarize && n > 2 * EDGE && k == EDGE) sb_add(b, "..., ");
       char e[64];
-      fmt_one(e, sizeof e, c, c->v[off + shown_index(c, n, k)]);
+      fmt_one(e, sizeof e, c, off + shown_index(c, n, k));
       sb_add(b, "%*s", c->width, e);
     }
   } else {
@@ -128,7 +132,7 @@ static void pick_style(fmt_ctx *c, int64_t numel) {
   c->width = 1;
   char e[64];
   for (int64_t i = 0; i < numel; i++) {
-    int w = fmt_one(e, sizeof e, c, c->v[i]);
+    int w = fmt_one(e, sizeof e, c, i);
     if (w > c->width) c->width = w;
   }
 }
@@ -136,20 +140,22 @@ static void pick_style(fmt_ctx *c, int64_t numel) {
 char *zorch_tensor_format(const zorch_tensor *t) {
   if (!t) return err_null(ZORCH_ERR_ARG, "format: tensor is NULL");
   int64_t numel = zorch_tensor_numel(t);
-  double *v = malloc((size_t)(numel > 0 ? numel : 1) * sizeof(double));
+  bool exact = t->dtype != ZORCH_BOOL && !zorch_dtype_is_float(t->dtype);
+  double *v = malloc((size_t)(numel > 0 ? numel : 1) * sizeof(double)); /* (8 bytes: an int64 too) */
   if (!v) return err_null(ZORCH_ERR_OOM, "format: out of memory");
-  if (zorch_tensor_to_doubles(t, v, numel)) {
+  if (exact ? zorch_tensor_to_i64s(t, (int64_t *)(void *)v, numel) : zorch_tensor_to_doubles(t, v, numel)) {
     free(v);
     return NULL;
   }
   sbuf b = {0};
   sb_add(&b, "tensor(");
-  fmt_ctx c = {.v = v, .t = t, .summarize = numel > 1000, .indent = 7};
+  fmt_ctx c = {.v = exact ? NULL : v, .iv = exact ? (const int64_t *)(void *)v : NULL, .t = t,
+               .summarize = numel > 1000, .indent = 7};
   pick_style(&c, numel);
   char sh[ERR_SHAPE_BUF];
   if (t->ndim == 0) {
     char e[64];
-    fmt_one(e, sizeof e, &c, v[0]);
+    fmt_one(e, sizeof e, &c, 0);
     sb_add(&b, "%s", e);
   } else if (numel == 0) {
     sb_add(&b, "[], size=%s", SHAPE(t, sh));

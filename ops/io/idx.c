@@ -1,7 +1,9 @@
 /* idx.c: IDX files (the format of MNIST and Fashion-MNIST), plain or
    gzip-compressed. The header is checked before anything is allocated, and the
    data is read in chunks as it arrives, so a header that claims more than the
-   file holds costs no more memory than the file's real contents. */
+   file holds costs no more memory than the file's real contents. A gzip
+   stream must be whole: zlib checks its trailer's CRC32 and length, and a
+   stream that ends before them is refused. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -158,6 +160,15 @@ zorch_status zorch_idx_load(const char *path, zorch_tensor **out) {
   got = read_some(f, &extra, 1, &err);
   if (got < 0) goto done;
   if (got > 0) { err = "more data than the dims say (a corrupt header?)"; goto done; }
+  /* gzread ends a stream cut short without an error (a file still being
+     written), with Z_BUF_ERROR in its state: the gzip trailer (CRC32 and
+     length, which inflate checks once it has them) never arrived */
+  int zcode = Z_OK;
+  gzerror(f, &zcode);
+  if (zcode == Z_BUF_ERROR) {
+    err = "the gzip stream is cut short (its CRC32 and length trailer are missing or incomplete)";
+    goto done;
+  }
   if (!(t = zorch_empty(nd, shape, type->dt, (zorch_device){ZORCH_CPU, 0}))) {
     st = zorch_last_status();
     err = zorch_last_error();

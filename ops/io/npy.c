@@ -1,7 +1,8 @@
 /* npy.c: NumPy's .npy format: the magic "\x93NUMPY", a version, a header
    length, a Python dict {'descr', 'fortran_order', 'shape'} padded with
-   spaces, then the raw elements. The whole header, and the file's size
-   against it, is checked before anything is allocated. */
+   spaces and ended by a newline so that the data starts at a multiple of 64
+   bytes, then the raw elements. The whole header, its framing, and the
+   file's size against it, is checked before anything is allocated. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -92,6 +93,16 @@ zorch_status zorch_npy_load(const char *path, zorch_tensor **out) {
     hdr[hlen] = 0;
     if (strlen(hdr) != hlen) err = "the header holds a NUL byte";
     else err = npy_parse(hdr, &dt, &nd, shape);
+    /* the format's framing: a header length off by a few bytes would
+       otherwise move the data's offset without a word */
+    if (!err && hdr[hlen - 1] != '\n') {
+      snprintf(msg, sizeof msg, "the header (length %zu) does not end with a newline: a wrong header length?", hlen);
+      err = msg;
+    } else if (!err && (plen + hlen) % 64 != 0) {
+      snprintf(msg, sizeof msg, "the header ends at byte %zu, not at a multiple of 64 as the format requires: "
+               "a wrong header length?", plen + hlen);
+      err = msg;
+    }
   }
   uint64_t bytes = zorch_dtype_size(dt), have = (uint64_t)sb.st_size - (uint64_t)(plen + hlen);
   for (int i = 0; !err && i < nd; i++)

@@ -147,6 +147,15 @@ do
   refused("a missing field", function(m) m.lr = nil end, "field 'lr'")
   refused("an unknown field", function(m) m.surprise = 1 end, "unknown field", "surprise")
   refused("a loader state with a bad epoch", function(m) m.loader.epoch = -1 end, "field 'loader'", "epoch")
+  -- the optimizer's hyper-parameters, by range, naming the file and the key
+  refused("a negative lr in a group", function(m) m.param_groups[1].lr = -0.5 end,
+          "manifest.json field 'param_groups' item 1: 'lr' must be a finite number >= 0, got -0.5")
+  refused("a negative eps", function(m) m.param_groups[1].eps = -1e-8 end, "manifest.json", "'eps' must be", "-1e-08")
+  refused("a beta of 1", function(m) m.param_groups[1].betas = {0.9, 1} end, "'betas' must be a list of numbers in [0, 1)")
+  refused("a negative beta", function(m) m.param_groups[1].betas = {-0.1, 0.999} end, "'betas' must be")
+  refused("a negative optimizer step", function(m) m.optimizer_state.step = -1 end,
+          "manifest.json field 'optimizer_state' 'step' must be an integer >= 0 (optimizer steps), got -1")
+  refused("a fractional optimizer step", function(m) m.optimizer_state.step = 2.5 end, "'step' must be an integer", "2.5")
   -- the manifest is covered by its hash
   local h = io.open(where .. "/manifest.json", "w")
   h:write((orig_m:gsub('"step":%s*3', '"step": 2')))
@@ -171,6 +180,19 @@ do
   tap.ok(not ok and text:find("state.exp_avg_sq/" .. name, 1, true) and text:find("rank0.safetensors", 1, true),
          "a missing optimizer state piece is named: " .. (text:match("load_checkpoint[^\n]*") or text:sub(1, 300)))
   restore()
+  -- pieces the format does not allow: an int32 one, a 2-D one larger than its parameter
+  local function bad_piece(desc, change, ...)
+    refused(desc, function(m)
+      local p = zorch.load(where .. "/rank0.safetensors")
+      change(p)
+      zorch.save(p, where .. "/rank0.safetensors")
+      m.files[1].fnv1a64 = Z._file_hash(where .. "/rank0.safetensors")
+    end, ...)
+  end
+  bad_piece("an int32 piece", function(p) p["param/weight/0"] = p["param/weight/0"]:to("int32") end,
+            "rank0.safetensors: 'param/weight/0' is int32; checkpoint pieces are float32")
+  bad_piece("a 2-D piece larger than its parameter", function(p) p["state.exp_avg/bias/0"] = zorch.zeros(3, 4) end,
+            "rank0.safetensors: 'state.exp_avg/bias/0' has shape (3, 4): a piece must be a 1-D range of its parameter's 2 elements")
   text, ok = run(("%s %s load %s Adam 0 0 x"):format(bin, job, dir))
   tap.ok(ok and text:find("loaded step 3", 1, true), "restored, it loads again")
 end

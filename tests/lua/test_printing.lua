@@ -72,6 +72,14 @@ is(tostring(sgd), "optim.SGD (3 parameters, 260 elements)\n"
 sgd.lr = 0.05
 tap.ok(tostring(sgd):find("lr=0.05,", 1, true) ~= nil, "the printed lr is the current one")
 
+-- integer tensors print their values exactly, past 2^53 too (a double would round them)
+is(tostring(zorch.tensor({9007199254740993, -9007199254740993, 3})),
+   "tensor([ 9007199254740993, -9007199254740993,                 3])", "int64 past 2^53, exactly")
+is(tostring(zorch.tensor(9007199254740993)), "tensor(9007199254740993)", "a 0-d int64 past 2^53")
+is(tostring(zorch.tensor({math.maxinteger, math.mininteger})),
+   "tensor([ 9223372036854775807, -9223372036854775808])", "int64's extremes")
+is(tostring(zorch.tensor({-7, 2147483647}, {dtype = "int32"})), "tensor([        -7, 2147483647], dtype=int32)", "int32")
+
 -- engines
 local engine = zorch.Engine{zero_stage = 2, gradient_clipping = 1.0, precision = "bf16"}
 is(tostring(engine), "zorch.Engine(zero_stage=2, precision=bf16, gradient_clipping=1, "

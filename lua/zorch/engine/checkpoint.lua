@@ -6,6 +6,8 @@
 --   DIR/TAG@G/manifest.json        names, shapes, offsets, counters, loader, RNG,
 --                                  and each file's size and FNV-1a hash
 --   DIR/latest                     the folder name (TAG@G), replaced atomically
+--   DIR/lock                       the job's lock: "host pid" of the process
+--                                  whose rank 0 saves or resumes here
 -- With a layout that splits the model (Engine{layout = ...}, tensor or pipeline
 -- > 1) there is one file per world rank, its pieces are ranges of the rank's own
 -- (tensor-sliced) parameters, and the manifest's "layout" records each part
@@ -16,9 +18,14 @@
 -- G is a generation: a save always writes a folder no earlier save used, and a
 -- folder is complete once its manifest.json exists (written last, atomically).
 -- Publication is the atomic rename of DIR/latest; only then are older folders of
--- the same tag removed. No step renames a folder, so a process killed between
+-- the same tag removed (and, with keep_last = N, all but the newest N
+-- complete checkpoints). No step renames a folder, so a process killed between
 -- any two steps leaves latest naming a complete checkpoint (or no latest at all
 -- before the first save).
+-- One job at a time: world rank 0 takes DIR/lock (flock) at its first save or
+-- resume and holds it until the process ends, so a second job in the same
+-- folder is refused before it writes anything (two jobs would publish and
+-- remove each other's folders).
 -- The module reaches the engine only through the methods engine.lua defines
 -- for it (docs/architecture.md, "The Engine on the Lua side"):
 --   engine:checkpoint_layout()        the model, data rank, stage, precision,
@@ -32,6 +39,7 @@ local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local M = {}
 local readable = zorch._require("zorch.util").readable
+local read_file = zorch._require("zorch.util").read_file
 
 local function barrier() zorch._allreduce(zorch.zeros(1)) end
 
@@ -143,6 +151,21 @@ FIELDS.buffers = function(v)
     if not BUFFER_DTYPES[b.dtype] then return ("'%s': dtype must be a zorch dtype, got %s"):format(b.name, readable(b.dtype)) end
   end
 end
+-- The ranges of the optimizers' hyper-parameters a manifest records (in
+-- param_groups and optimizer_state): nil, or what the value must be.
+local function hyper_error(k, x)
+  if k == "lr" or k == "eps" or k == "weight_decay" or k == "momentum" then
+    if not finite(x) or x < 0 then return "must be a finite number >= 0" end
+  elseif k == "betas" then
+    if not is_seq(x) or #x == 0 then return "must be a list of numbers in [0, 1)" end
+    for _, b in ipairs(x) do
+      if not finite(b) or b < 0 or b >= 1 then return "must be a list of numbers in [0, 1)" end
+    end
+  elseif k == "step" then
+    if not is_int(x, 0) then return "must be an integer >= 0 (optimizer steps)" end
+  end
+end
+
 -- the options of each parameter group (optional: older manifests lack it)
 FIELDS.param_groups = function(v)
   if not is_seq(v) or #v == 0 then return "must be a non-empty list of objects (each group's options)" end
@@ -157,6 +180,8 @@ FIELDS.param_groups = function(v)
       if type(k) ~= "string" or not k:match("^[%w_]+$") or not okv then
         return ("item %d has an invalid option %s"):format(i, readable(k))
       end
+      local why = hyper_error(k, x)
+      if why then return ("item %d: '%s' %s, got %s"):format(i, k, why, readable(x)) end
     end
   end
 end
@@ -170,6 +195,9 @@ FIELDS.optimizer_state = function(v)
     if type(k) ~= "string" or not (finite(x) or type(x) == "boolean" or type(x) == "string") then
       return "must be an object of numbers, booleans and strings, got " .. readable(k) .. " = " .. readable(x)
     end
+    local why = k:sub(1, 7) == "behind/" and not is_int(x, 0) and "must be an integer >= 0 (steps missed while frozen)"
+                or hyper_error(k, x)
+    if why then return ("'%s' %s, got %s"):format(k, why, readable(x)) end
   end
 end
 FIELDS.state_fields = function(v)
@@ -367,10 +395,81 @@ local function stop_after(step)
   end
 end
 
+-- Takes DIR/lock on world rank 0 (collective over the world): an error on
+-- every rank when another job holds it, naming the holder. With `required`
+-- false (a resume) a folder where no lock file can be made (read-only, or
+-- not writable in a sandbox) is fine.
+local function lock_folder(dir, who, required)
+  local world = zorch._group_world()
+  local lead = world:rank() == 0
+  local ok, why, holder
+  if lead then
+    local called
+    called, ok, why, holder = pcall(zorch._lock_dir, dir)
+    if not called then ok, why, holder = nil, ok, false end -- (a sandbox that allows no writes there)
+  end
+  local bad = zorch.zeros(1, {dtype = "float64"})
+  if lead and not ok and (required or holder ~= false) then bad:fill_(1) end
+  if world:size() > 1 then
+    zorch._comm_label(who .. "'s lock of " .. dir)
+    world:allreduce(bad)
+  end
+  if bad:item() == 0 then return end
+  if not lead then error(("%s: rank 0 could not lock %s (another job uses it, or it cannot be written)"):format(who, dir), 3) end
+  local host, pid = tostring(holder or ""):match("^(%S+) (%d+)$")
+  if host then
+    error(("%s: %s is in use by another job (pid %s on host %s holds %s/lock); give each job its own checkpoint folder"):format(
+      who, dir, pid, host, dir), 3)
+  end
+  error(("%s: %s"):format(who, why), 3)
+end
+
 -- Folder names: TAG@G, and the generation G, or nil for other names.
 local function folder_parts(name)
   local tag, g = name:match("^([%w_%-%.]+)@(%d+)$")
   return tag, g and math.tointeger(tonumber(g))
+end
+
+-- What a killed or failed save left in DIR (rank 0, holding DIR/lock, before a
+-- save: no save of this job runs, and no other job writes here): the
+-- temporary files of atomic writes (NAME.tmp.PID.N, in DIR and in its
+-- checkpoint folders) and checkpoint folders without manifest.json (a save
+-- that failed part-way, on a full disk say). The folder latest names stays.
+local TEMP_PATTERN = "%.tmp%.%d+%.%d+$"
+local function tidy(dir)
+  local latest = (read_file(dir .. "/latest") or ""):gsub("%s+$", "")
+  for _, name in ipairs(zorch._list_dir(dir) or {}) do
+    local path = dir .. "/" .. name
+    if name:match(TEMP_PATTERN) then
+      os.remove(path)
+    elseif folder_parts(name) then
+      local inside = zorch._list_dir(path)
+      if inside then
+        local complete = false
+        for _, n in ipairs(inside) do complete = complete or n == "manifest.json" end
+        if not complete and name ~= latest then
+          zorch._remove_dir(path)
+        else
+          for _, n in ipairs(inside) do if n:match(TEMP_PATTERN) then os.remove(path .. "/" .. n) end end
+        end
+      end
+    end
+  end
+end
+
+-- After a save of folder `newest` was published: keeps the `keep` newest
+-- complete checkpoints of DIR (by generation, whatever their tags), removes
+-- the older ones. `newest` is always kept.
+local function prune(dir, keep, newest)
+  local complete = {}
+  for _, name in ipairs(zorch._list_dir(dir) or {}) do
+    local _, g = folder_parts(name)
+    if g and name ~= newest and read_file(dir .. "/" .. name .. "/manifest.json") then
+      complete[#complete + 1] = {name = name, g = g}
+    end
+  end
+  table.sort(complete, function(a, b) return a.g > b.g end)
+  for i = keep, #complete do zorch._remove_dir(dir .. "/" .. complete[i].name) end
 end
 
 -- The next generation for a save: one more than any folder of DIR uses.
@@ -381,6 +480,19 @@ local function next_generation(dir)
     if k and k > g then g = k end
   end
   return g + 1
+end
+
+-- Checks a piece "KIND/NAME/FIRST" of a rank file against the format: a 1-D
+-- float32 range of the parameter's numel elements starting at `first`.
+local function check_piece(who, file, key, t, first, numel)
+  if t:dtype() ~= "float32" then
+    error(("%s: %s: '%s' is %s; checkpoint pieces are float32"):format(who, file, key, t:dtype()), 0)
+  end
+  if t:dim() ~= 1 or first + t:numel() > numel then
+    error(("%s: %s: '%s' has shape (%s): a piece must be a 1-D range of its parameter's %d elements, "
+      .. "and from element %d at most %d fit"):format(who, file, key, table.concat(t.shape, ", "), numel, first,
+      math.max(numel - first, 0)), 0)
+  end
 end
 
 -- ---- checkpoints across layouts ----------------------------------------------------------
@@ -496,6 +608,7 @@ local function full_tensor(who, where, src, name, kind)
         local file = ("%s/rank%d.safetensors"):format(where, file_of(part, d))
         local key = ("%s/%s/%d"):format(kind, name, lo - e.offset)
         local ok, t = pcall(zorch.load, file, key)
+        if ok and zorch.is_tensor(t) then check_piece(who, file, key, t, lo - e.offset, e.numel) end
         if not ok or not zorch.is_tensor(t) or t:numel() ~= hi - lo then
           error(("%s: %s lacks '%s' covering elements %d-%d of '%s' (it belongs in rank%d.safetensors)"):format(
             who, where, key, lo - e.offset, hi - e.offset - 1, name, file_of(part, d)), 0)
@@ -556,6 +669,10 @@ function M.save(engine, dir, opts)
   local info = engine:checkpoint_layout()
   local state = saved.optimizer_state
   local step = saved.steps
+  if opts.keep_last ~= nil and opts.keep_last ~= false and not is_int(opts.keep_last, 1) then
+    error("save_checkpoint: keep_last must be an integer >= 1 (or false: keep every checkpoint), got " ..
+      readable(opts.keep_last), 2)
+  end
   local tag = opts.tag or ("step" .. step)
   if type(tag) ~= "string" or not tag:match(TAG_PATTERN) then
     error("save_checkpoint: tag must be letters, digits, _ - ., got " .. readable(tag), 2)
@@ -566,8 +683,10 @@ function M.save(engine, dir, opts)
   -- (one rank leads: world rank 0; files are named by world rank)
   local world = zorch._group_world()
   local lead, wrank, nfiles = world:rank() == 0, world:rank(), world:size()
+  if lead then zorch.fs.mkdir(dir) end
+  lock_folder(dir, "save_checkpoint", true)
   if lead then
-    zorch.fs.mkdir(dir)
+    tidy(dir)
     gen:fill_(next_generation(dir))
   end
   if nfiles > 1 then
@@ -644,6 +763,7 @@ function M.save(engine, dir, opts)
     zorch.fs.write_atomic(where .. "/manifest.json", text)
     stop_after("manifest")
     zorch.fs.write_atomic(dir .. "/latest", folder) -- the publication
+    zorch._published_step = step -- (zorch.Logger flushes the lines up to it)
     stop_after("latest")
     -- only now: older folders of this tag (and what older zorch versions left)
     for _, name in ipairs(zorch._list_dir(dir) or {}) do
@@ -653,12 +773,11 @@ function M.save(engine, dir, opts)
         zorch._remove_dir(dir .. "/" .. name)
       end
     end
+    if opts.keep_last then prune(dir, opts.keep_last, folder) end
   end
   barrier()
   return tag
 end
-
-local read_file = zorch._require("zorch.util").read_file
 
 -- Checks the checkpoint folder `where`: nil and (what is missing or wrong, and
 -- whether it is merely incomplete) when it cannot be used, else its manifest.
@@ -775,16 +894,16 @@ local function load_pieces(engine, info, where, manifest)
     error(("load_checkpoint: %s was saved with %s, this run uses %s"):format(where, manifest.optimizer, optname), 3)
   end
   -- every file (its hash was checked by open_checkpoint)
-  local pieces = {}
+  local pieces, file_of = {}, {}
   for _, f in ipairs(manifest.files) do
-    for k, t in pairs(zorch.load(where .. "/" .. f.file)) do pieces[k] = t end
+    for k, t in pairs(zorch.load(where .. "/" .. f.file)) do pieces[k], file_of[k] = t, where .. "/" .. f.file end
   end
   -- copy the pieces this rank's target covers
   local lo, hi = target_range(info, numel)
   local target = info.target
   local state = state_scalars(manifest)
-  local offsets, wanted = {}, {param = true}
-  for _, p in ipairs(params) do offsets[p.name] = p.offset end
+  local offsets, numels, wanted = {}, {}, {param = true}
+  for _, p in ipairs(params) do offsets[p.name], numels[p.name] = p.offset, p.numel end
   for _, f in ipairs(manifest.state_fields) do wanted["state." .. f] = true end
   -- the buffers, every rank from rank 0's file
   local model_buffers = {}
@@ -812,6 +931,7 @@ local function load_pieces(engine, info, where, manifest)
     if not off or not f0 or not wanted[kind] then
       error(("load_checkpoint: unexpected entry '%s' in %s"):format(key, where), 3)
     end
+    check_piece("load_checkpoint", file_of[key], key, t, f0, numels[name])
     local a, b = off + f0, off + f0 + t:numel()
     local s, e = math.max(a, lo), math.min(b, hi)
     if e > s then
@@ -918,6 +1038,7 @@ end
 -- parameters and state are in place. Returns the manifest.
 function M.load(engine, dir)
   local info = engine:checkpoint_layout()
+  if type(dir) == "string" and not read_file(dir .. "/manifest.json") then lock_folder(dir, "load_checkpoint", false) end
   local where, manifest = open_checkpoint(dir, "load_checkpoint", info.rank)
   if manifest.layout or split_model(info) then
     load_across_layouts(engine, info, where, manifest)
@@ -987,7 +1108,9 @@ function zorch._consolidate(...)
       local lo = math.max(p.offset, r * S)
       local hi = math.min(p.offset + p.numel, (r + 1) * S, total)
       if hi > lo then
-        local piece = zorch.load(("%s/rank%d.safetensors"):format(where, r), ("param/%s/%d"):format(p.name, lo - p.offset))
+        local file, key = ("%s/rank%d.safetensors"):format(where, r), ("param/%s/%d"):format(p.name, lo - p.offset)
+        local piece = zorch.load(file, key)
+        check_piece("consolidate", file, key, piece, lo - p.offset, p.numel)
         full:narrow(1, lo - p.offset + 1, hi - lo):copy_(piece)
       end
     end

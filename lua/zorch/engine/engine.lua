@@ -927,11 +927,16 @@ end
 -- ---- checkpoints (engine/checkpoint.lua: the folder format) ----
 -- The checkpoint module reaches the engine only through the four methods below.
 
--- engine:save_checkpoint(dir, {tag?, extra?}) -> tag: this rank's slice and (rank
--- 0) the manifest, published through dir/latest.
+-- engine:save_checkpoint(dir, {tag?, extra?, keep_last?}) -> tag: this rank's
+-- slice and (rank 0) the manifest, published through dir/latest; keep_last
+-- defaults to the Engine's option.
 function Engine:save_checkpoint(dir, opts)
   if not self.inner then error("save_checkpoint: call prepare with an optimizer first", 2) end
-  return ckpt.save(self, dir, opts)
+  if opts ~= nil and type(opts) ~= "table" then error("save_checkpoint: argument 2 must be a table of options", 2) end
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  if o.keep_last == nil then o.keep_last = self.cfg.keep_last end
+  return ckpt.save(self, dir, o)
 end
 
 -- engine:load_checkpoint(dir) -> manifest: resumes from dir/latest (or dir

@@ -73,6 +73,8 @@ S.rows = {
    doc = "the model's hidden size for a DeepSpeed file's \"auto\" bucket sizes"},
   {name = "comm_timeout", ds = {"comm_timeout"}, kind = "number", min = 0, want = "a number of seconds >= 0", default = 600,
    doc = "seconds a collective may wait before it times out (zorch's own DeepSpeed key); 0: never"},
+  {name = "keep_last", kind = "int", min = 1, default = false,
+   doc = "`save_checkpoint` keeps the newest N complete checkpoints of its folder, whatever their tags; false: every one"},
   {name = "optimizer", ds = {"optimizer"}, kind = "table", default = false, structural = true,
    check = function(v) return v == false or (type(v) == "table" and one_of(v.type, S.optimizer_types)) end,
    want = "{type = \"Adam\" | \"AdamW\" | \"SGD\" | \"Lamb\", params = {...}}",

@@ -10,7 +10,13 @@
 -- one-element tensors (read with :item()), booleans (1/0) or strings (JSON and
 -- CSV only). Only rank 0 writes; on other ranks log and close do nothing.
 -- Files are flushed at most every `flush_interval` seconds (default 1) and at
--- close(), which also runs on leaving a `local logger <close>` scope.
+-- close(), which also runs on leaving a `local logger <close>` scope, and at
+-- once after a checkpoint is saved (zorch._published_step), so the lines up to
+-- a checkpoint's step are on disk when a resume from it needs them.
+-- resume = step (a run resumed from a checkpoint of that step): the files are
+-- appended to, not truncated, after dropping the lines of later steps (the
+-- killed run's, which the resumed run writes again); TensorBoard gets a new
+-- event file as always.
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 
@@ -19,7 +25,7 @@ Logger.__index = Logger
 Logger.__name = "zorch.Logger"
 
 local OPTIONS = {jsonl = "a path", csv = "a path", tensorboard = "a directory", rank = "an integer",
-                 flush_interval = "seconds (a number >= 0)"}
+                 flush_interval = "seconds (a number >= 0)", resume = "a step (an integer >= 0)"}
 
 local function allowed()
   local ks = {}
@@ -32,6 +38,25 @@ local function open(path, mode, what)
   local f, err = io.open(path, mode)
   if not f then error(("Logger: cannot open the %s file: %s"):format(what, err), 3) end
   return f
+end
+
+-- A resumed run's file: the complete lines (a killed run may leave half of
+-- one) whose step, step_of(line), is at most `resume` kept, the rest dropped;
+-- opened for appending.
+local function reopen(path, what, resume, step_of)
+  local f = io.open(path, "rb")
+  if f then
+    local text = f:read("a")
+    f:close()
+    local keep = {}
+    for line in text:gmatch("([^\n]*)\n") do
+      local step = step_of(line)
+      if step and step <= resume then keep[#keep + 1] = line .. "\n" end
+    end
+    local ok, err = pcall(zorch.fs.write_atomic, path, table.concat(keep))
+    if not ok then error(("Logger: cannot rewrite the %s file: %s"):format(what, err), 3) end
+  end
+  return open(path, "a", what)
 end
 
 -- mkdir -p
@@ -79,6 +104,7 @@ function zorch.Logger(opts)
     if not OPTIONS[k] then error(("Logger: unknown option '%s' (allowed: %s)"):format(tostring(k), allowed()), 2) end
     local good
     if k == "rank" then good = math.type(v) == "integer"
+    elseif k == "resume" then good = math.type(v) == "integer" and v >= 0
     elseif k == "flush_interval" then good = type(v) == "number" and v >= 0
     else good = type(v) == "string" and v ~= "" end
     if not good then error(("Logger: %s must be %s, got %s"):format(k, OPTIONS[k], tostring(v)), 2) end
@@ -88,8 +114,28 @@ function zorch.Logger(opts)
                              jsonl_path = opts.jsonl, csv_path = opts.csv}, Logger)
   self.last_flush = self.t0
   if self.rank ~= 0 then return self end
-  if opts.jsonl then self.jsonl = open(opts.jsonl, "w", "jsonl") end
-  if opts.csv then self.csv = open(opts.csv, "w", "csv") end
+  if opts.resume then
+    if opts.jsonl then self.jsonl = reopen(opts.jsonl, "jsonl", opts.resume, function(line)
+      return tonumber(line:match('^{"step": (%-?%d+)[,}]'))
+    end) end
+    if opts.csv then
+      local header
+      self.csv = reopen(opts.csv, "csv", opts.resume, function(line)
+        if not header then header = line; return -math.huge end
+        return tonumber(line:match("^(%-?%d+),"))
+      end)
+      if header then
+        for name in header:gmatch("[^,]+") do
+          self.columns[#self.columns + 1] = name
+          self.known[name] = true
+        end
+        self.csv_rows = true
+      end
+    end
+  else
+    if opts.jsonl then self.jsonl = open(opts.jsonl, "w", "jsonl") end
+    if opts.csv then self.csv = open(opts.csv, "w", "csv") end
+  end
   if opts.tensorboard then
     local ok, err = pcall(make_dirs, opts.tensorboard)
     if not ok then error("Logger: tensorboard directory: " .. tostring(err), 2) end
@@ -169,8 +215,12 @@ function Logger:log(step, values)
     for _, k in ipairs(names) do if type(row[k]) == "number" then scalars[k] = row[k] end end
     self.tb:write(zorch._tb_event(step, scalars))
   end
-  local now = zorch.clock()
-  if now - self.last_flush >= self.flush_interval then self:flush(now) end
+  local now, published = zorch.clock(), zorch._published_step
+  if now - self.last_flush >= self.flush_interval or
+     published and (published ~= self.flushed_at or step <= published) then
+    self.flushed_at = published
+    self:flush(now)
+  end
   return self
 end
 
