@@ -249,6 +249,17 @@ static int m_special_id(lua_State *L) {
   return 1;
 }
 
+/* zorch.tokenizer.nfc(s): the Unicode NFC of s */
+static int l_nfc(lua_State *L) {
+  size_t n, on;
+  const char *s = luaL_checklstring(L, 1, &n);
+  char *out;
+  if (zorch_nfc(s, n, &out, &on)) return lz_fail(L);
+  lua_pushlstring(L, out, on);
+  free(out);
+  return 1;
+}
+
 /* tok:encode_file(in, out [, opts]) -> the count: an llm.c token file */
 static int m_encode_file(lua_State *L) {
   zorch_tokenizer *t = check_tok(L, 1);
@@ -287,7 +298,7 @@ void lz_open_tokenizer(lua_State *L) {
     lz_protect_metatable(L);
   }
   lua_pop(L, 1);
-  static const luaL_Reg fns[] = {{"load", l_load}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"load", l_load}, {"nfc", l_nfc}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_setfield(L, -2, "tokenizer");
 }
