@@ -80,12 +80,16 @@ tap.ok(jinja.compile("[{{ nope }}]{% if nope %}x{% endif %}{% for a in nope %}y{
 tap.ok(jinja.compile("{% for m in ms %}{% set x = m %}{% endfor %}[{{ x }}]"):render{ms = {1, 2}} == "[]",
        "a set in a loop does not leave it (namespace does)")
 
+tap.ok(jinja.compile("{% set x = 'a' ~ 'b }}' %}{{ x ~ \"%}\" }}"):render{} == "ab }}%}", "a tag's close inside a string is text")
+tap.ok(jinja.compile("{{ d | tojson }} {{ d.items() | list | length }}"):render{d = {b = {1, 2.5, jinja.none, true}}} ==
+       '{"b": [1, 2.5, null, true]} 1', "tojson of Lua tables and jinja.none")
+
 -- bad templates: the template's name and the line
 local cases = {
   {"{% if x %}\nno end", "t.jinja:1: 'if' is not closed by 'endif'"},
   {"line\n{% for x in %}{% endfor %}", "t.jinja:2: unexpected 'end'"},
   {"a\nb\n{{ x | nofilter }}", "t.jinja:3: unknown filter 'nofilter'"},
-  {"{{ 'open }}", "t.jinja:1: a string is not closed"},
+  {"{{ 'open }}", "t.jinja:1: '{{' is not closed"},
   {"\n{{ x ", "t.jinja:2: '{{' is not closed"},
   {"{% endif %}", "t.jinja:1: unexpected 'endif'"},
   {"{% while x %}", "t.jinja:1: unknown tag 'while'"},

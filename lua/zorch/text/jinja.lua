@@ -21,6 +21,19 @@ local function fail(name, line, fmt, ...) error(("%s:%d: %s"):format(name, line,
 
 -- ---- lexing: text and tags ---------------------------------------------------------------------
 
+-- Where the tag's close starts: the first `close` from i not inside a string.
+local function find_close(src, i, close, strings)
+  local quote
+  while i <= #src do
+    local c = src:sub(i, i)
+    if quote then
+      if c == "\\" then i = i + 1 elseif c == quote then quote = nil end
+    elseif strings and (c == "'" or c == '"') then quote = c
+    elseif src:sub(i, i + 1) == close then return i end
+    i = i + 1
+  end
+end
+
 -- The template as a list of {kind = "text"|"var"|"block", s, line}, with the
 -- white space rules applied to the text around the tags.
 local function split_tags(src, name)
@@ -36,7 +49,7 @@ local function split_tags(src, name)
       break
     end
     local lmark = src:match("^[-+]", a + 2)
-    local b = src:find(CLOSE[open], a + 2 + (lmark and 1 or 0), true)
+    local b = find_close(src, a + 2 + (lmark and 1 or 0), CLOSE[open], open ~= "#")
     if not b then fail(name, line, "'%s' is not closed", "{" .. open) end
     local rmark = b > a + 2 + (lmark and 1 or 0) and src:sub(b - 1, b - 1):match("[-+]") or nil
     local inner = src:sub(a + 2 + (lmark and 1 or 0), b - 1 - (rmark and 1 or 0))
@@ -464,6 +477,20 @@ function FILTERS.join(r, n, v, pos, kw)
   for i = 1, #v do parts[i] = str(v[i]) end
   return table.concat(parts, str(kw.d or pos[1] or ""))
 end
+function FILTERS.safe(_, _, v) return v end
+function FILTERS.items(r, n, v)
+  if not is_mapping(v) then r:err(n, "items needs a mapping") end
+  local out = {}
+  for _, k in ipairs(sorted_keys(v)) do out[#out + 1] = {k, v[k]} end
+  return out
+end
+local function replace(s, a, b)
+  if a == "" then return s end
+  return (s:gsub(a:gsub("%p", "%%%0"), (b:gsub("%%", "%%%%"))))
+end
+function FILTERS.replace(r, n, v, pos)
+  return replace(str(v), need_string(r, n, pos[1], "replace"), need_string(r, n, pos[2], "replace"))
+end
 function FILTERS.first(_, _, v) if type(v) == "table" then return v[1] end end
 function FILTERS.last(_, _, v) if type(v) == "table" then return v[#v] end end
 function FILTERS.list(_, _, v) return v end
@@ -507,15 +534,11 @@ local STRING_METHODS = {
   lower = function(s) return s:lower() end,
   title = function(s) return (s:gsub("(%a)(%a*)", function(x, y) return x:upper() .. y:lower() end)) end,
   capitalize = function(s) return s:sub(1, 1):upper() .. s:sub(2):lower() end,
-  replace = function(s, a) return (s:gsub(a[1]:gsub("%p", "%%%0"), (a[2]:gsub("%%", "%%%%")))) end,
+  replace = function(s, a) return replace(s, a[1], a[2]) end,
   find = function(s, a) local i = s:find(a[1], 1, true); return i and i - 1 or -1 end,
 }
 local MAP_METHODS = {
-  items = function(t)
-    local out = {}
-    for _, k in ipairs(sorted_keys(t)) do out[#out + 1] = {k, t[k]} end
-    return out
-  end,
+  items = function(t) return FILTERS.items(nil, nil, t) end,
   keys = function(t) return sorted_keys(t) end,
   values = function(t)
     local out = {}
@@ -581,6 +604,8 @@ function GLOBALS.range(r, n, args)
   for i = a, b - (step > 0 and 1 or -1), step do out[#out + 1] = i end
   return out
 end
+-- Transformers' strftime_now(format): the local time
+function GLOBALS.strftime_now(r, n, args) return os.date(need_string(r, n, args[1], "strftime_now")) end
 local BUILTIN = {}
 for _, f in pairs(GLOBALS) do BUILTIN[f] = true end
 
