@@ -600,6 +600,7 @@ function GLOBALS.range(r, n, args)
   if math.type(a) ~= "integer" or math.type(b) ~= "integer" or math.type(step) ~= "integer" or step == 0 then
     r:err(n, "range needs integers")
   end
+  if (b - a) // step > 100000 then r:err(n, "range of more than 100000 numbers") end -- the sandbox's cap
   local out = {}
   for i = a, b - (step > 0 and 1 or -1), step do out[#out + 1] = i end
   return out
