@@ -95,6 +95,7 @@ local cases = {
   {"{% while x %}", "t.jinja:1: unknown tag 'while'"},
   {"\n\n{{ m.role }}", "t.jinja:3: 'role' of an undefined value"},
   {"{{ 1 + 'a' }}", "t.jinja:1: '+' between number and string"},
+  {"{{ \"ab\".startswith() }}", "t.jinja:1: startswith needs 1 argument"},
   {"{% set n.x = 1 %}", "t.jinja:1: 'n.x = ...' needs a namespace"},
   {"x\n{{ raise_exception('stop here') }}", "t.jinja:2: raise_exception: stop here"},
 }

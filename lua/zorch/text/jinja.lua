@@ -456,7 +456,7 @@ local function need_string(r, node, v, what)
 end
 
 local FILTERS = {}
-function FILTERS.trim(r, n, v) return strip(need_string(r, n, str(v), "trim")) end
+function FILTERS.trim(_, _, v) return strip(str(v)) end
 function FILTERS.length(_, _, v) return length(v) end
 FILTERS.count = FILTERS.length
 function FILTERS.upper(_, _, v) return str(v):upper() end
@@ -570,7 +570,7 @@ local function index(r, node, v, k)
 end
 
 local function slice(v, a, b, step)
-  local n = type(v) == "string" and #v or #v
+  local n = #v
   step = step or 1
   local function norm(x, default)
     if x == nil or x == NONE then return default end
@@ -657,7 +657,11 @@ function Render:eval(n)
     local args = {}
     for i, e in ipairs(n[3]) do args[i] = self:eval(e) end
     if type(v) == "string" and STRING_METHODS[name] then
-      for i = 1, #args do if name ~= "strip" and name ~= "lstrip" and name ~= "rstrip" and name ~= "split" then need_string(self, n, args[i], name) end end
+      local need = ({startswith = 1, endswith = 1, find = 1, replace = 2})[name] or 0
+      if #args < need then self:err(n, "%s needs %d argument%s", name, need, need > 1 and "s" or "") end
+      for i = 1, #args do
+        if args[i] ~= NONE then need_string(self, n, args[i], name) end -- strip(None), split(None): white space
+      end
       return STRING_METHODS[name](v, args)
     end
     if is_mapping(v) and MAP_METHODS[name] and v[name] == nil then return MAP_METHODS[name](v, args) end
