@@ -347,16 +347,21 @@ local function num_str(v)
 end
 
 local str
+local function deeper(depth)
+  depth = (depth or 0) + 1
+  if depth > 64 then error("a list or mapping nested more than 64 deep (one that holds itself?)", 0) end
+  return depth
+end
 -- Python's repr of a value inside a list or dict
-local function repr(v)
+local function repr(v, depth)
   if type(v) == "string" then
     if v:find("'") and not v:find('"') then return '"' .. v .. '"' end
     return "'" .. v:gsub("\\", "\\\\"):gsub("'", "\\'"):gsub("\n", "\\n") .. "'"
   end
-  return str(v)
+  return str(v, depth)
 end
 -- Python's str
-function str(v)
+function str(v, depth)
   local t = type(v)
   if v == nil then return "" end
   if t == "string" then return v end
@@ -365,20 +370,23 @@ function str(v)
   if v == NONE then return "None" end
   if is_list(v) then
     local parts = {}
-    for i = 1, #v do parts[i] = repr(v[i]) end
+    depth = deeper(depth)
+    for i = 1, #v do parts[i] = repr(v[i], depth) end
     return "[" .. table.concat(parts, ", ") .. "]"
   end
   if t == "table" then
     local parts = {}
-    for _, k in ipairs(sorted_keys(v)) do parts[#parts + 1] = repr(k) .. ": " .. repr(v[k]) end
+    depth = deeper(depth)
+    for _, k in ipairs(sorted_keys(v)) do parts[#parts + 1] = repr(k) .. ": " .. repr(v[k], depth) end
     return "{" .. table.concat(parts, ", ") .. "}"
   end
   return tostring(v)
 end
 
 -- JSON as Python's json.dumps(ensure_ascii=False) writes it
-local function tojson(v, indent, level)
+local function tojson(v, indent, level, fail_with)
   level = level or 0
+  if level > 64 then fail_with("tojson: nested more than 64 deep (a table that holds itself?)") end
   local t = type(v)
   if v == nil or v == NONE then return "null" end
   if t == "boolean" then return tostring(v) end
@@ -389,12 +397,15 @@ local function tojson(v, indent, level)
       return e or ("\\u%04x"):format(c:byte())
     end) .. '"'
   end
+  if t ~= "table" then fail_with("tojson: cannot write a " .. t) end
   local items, open, close = {}, "[", "]"
   if is_list(v) then
-    for i = 1, #v do items[i] = tojson(v[i], indent, level + 1) end
+    for i = 1, #v do items[i] = tojson(v[i], indent, level + 1, fail_with) end
   else
     open, close = "{", "}"
-    for _, k in ipairs(sorted_keys(v)) do items[#items + 1] = tojson(str(k)) .. ": " .. tojson(v[k], indent, level + 1) end
+    for _, k in ipairs(sorted_keys(v)) do
+      items[#items + 1] = tojson(str(k)) .. ": " .. tojson(v[k], indent, level + 1, fail_with)
+    end
   end
   if #items == 0 then return open .. close end
   if not indent then return open .. table.concat(items, ", ") .. close end
@@ -463,7 +474,11 @@ function FILTERS.upper(_, _, v) return str(v):upper() end
 function FILTERS.lower(_, _, v) return str(v):lower() end
 function FILTERS.capitalize(_, _, v) local s = str(v); return s:sub(1, 1):upper() .. s:sub(2):lower() end
 function FILTERS.string(_, _, v) return str(v) end
-function FILTERS.tojson(_, _, v, pos, kw) return tojson(v, kw.indent or pos[1]) end
+function FILTERS.tojson(r, n, v, pos, kw)
+  local indent = kw.indent or pos[1]
+  if indent ~= nil and indent ~= NONE and math.type(indent) ~= "integer" then r:err(n, "tojson: indent must be an integer") end
+  return tojson(v, indent ~= NONE and indent or nil, 0, function(msg) r:err(n, "%s", msg) end)
+end
 function FILTERS.default(_, _, v, pos, kw)
   local boolean = kw.boolean or pos[2]
   if v == nil or (boolean and not truthy(v)) then return pos[1] == nil and "" or pos[1] end
@@ -806,6 +821,7 @@ function Render:exec(body)
   local out = self.out
   for _, n in ipairs(body) do
     local op = n.op
+    self.line = n.line or self.line
     if op == "text" then out[#out + 1] = n[1]
     elseif op == "out" then out[#out + 1] = str(self:eval(n[1]))
     elseif op == "if" then
@@ -876,8 +892,13 @@ end
 
 -- vars: the template's names (Lua tables are lists or mappings; jinja.none is None)
 function Template:render(vars)
-  local r = setmetatable({name = self.name, out = {}, scope = {vars = {}, parent = {vars = vars or {}}}}, Render)
-  r:exec(self.body)
+  local r = setmetatable({name = self.name, out = {}, scope = {vars = {}, parent = {vars = vars or {}}}, line = 1}, Render)
+  local ok, err = pcall(r.exec, r, self.body)
+  if not ok then -- every error names the template and a line, a Lua one (stack overflow, a caller's function) too
+    err = tostring(err)
+    if err:sub(1, #self.name + 1) ~= self.name .. ":" then err = ("%s:%d: %s"):format(self.name, r.line, err) end
+    error(err, 0)
+  end
   return table.concat(r.out)
 end
 
