@@ -15,13 +15,7 @@ local function worst(a, b)
   return ((a - b):abs():max():item()) / math.max(b:abs():max():item(), 1e-12)
 end
 -- the full tensor from every rank's slice (split as the module says)
-local function gather(slice, split)
-  local all = zorch.zeros(T * slice:numel())
-  g:allgather(slice:contiguous():view(-1), all)
-  local parts = {}
-  for r = 1, T do parts[r] = all:narrow(1, (r - 1) * slice:numel() + 1, slice:numel()):view(slice.shape) end
-  return dist.assemble(parts, split)
-end
+local function gather(slice, split) return dist.gather_split(g, slice, split) end
 local function check(name, v) lines[#lines + 1] = ("%s %.3g"):format(name, v) end
 
 -- fused blocks (GPT-2's q, k, v): rank t keeps chunk t of each block's rows
