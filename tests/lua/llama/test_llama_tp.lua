@@ -177,6 +177,16 @@ do
     local wm = worst_file(dir .. "_m/model.safetensors", tmp .. "/m1/model.safetensors")
     tap.ok(wm <= TOL, ("LoRA %s: --save-hf writes one process's merged model (worst relative %.2g)"):format(c[1], wm))
   end
+  -- dropout on the adapters' inputs: the ranks draw the masks one process draws
+  -- (the column-parallel adapters' on the replicated input alike, the
+  -- row-parallel ones' of the whole input, each rank keeping its columns)
+  local D = LTRAIN .. " --lora-dropout 0.2 --steps 4"
+  local d1 = run(("%s %s --init %s %s"):format(bin, script, init, D))
+  local d2 = run(("%s launch -n 2 %s --init %s %s --tensor-parallel 2"):format(bin, script, init, D))
+  local wd = worst_loss(d2, d1, 4)
+  tap.ok(wd <= TOL and worst_loss(d1, t1, 4) > 1e-4,
+    ("LoRA dropout 0.2 at tensor 2: one process's losses (worst relative %.2g)"):format(wd))
+  if wd > TOL then show(d1 .. d2) end
   -- PEFT's adapter cut into the ranks' parts: the logits of one process
   local logits = "--batch-size 2 --context 12 --val-fraction 0 --steps 0 --data " .. here .. "tokens.bin --init-adapter " ..
     here .. "lora_gqa --logits "
