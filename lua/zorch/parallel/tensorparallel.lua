@@ -327,13 +327,14 @@ end
 
 -- ---- vocab-parallel cross-entropy -----------------------------------------------------------
 
--- nn.vocab_parallel_cross_entropy(logits, targets, group): the mean cross-entropy
--- of logits split by vocabulary (N, V / T: this rank's range [t V/T, (t+1) V/T))
--- against targets (N,) (ids from 1 over the whole vocabulary), as
+-- nn.vocab_parallel_cross_entropy(logits, targets, group, {ignore_index}): the
+-- mean cross-entropy of logits split by vocabulary (N, V / T: this rank's range
+-- [t V/T, (t+1) V/T)) against targets (N,) (ids from 1 over the whole
+-- vocabulary; with ignore_index, the mean over the other targets), as
 -- zorch.cross_entropy of the gathered logits, without gathering them:
 -- loss = log sum_v exp(z_v - m) - (z_target - m), with the max m and the sum
 -- all-reduced over the group and the target's logit taken where it lives.
-function nn.vocab_parallel_cross_entropy(logits, targets, group)
+function nn.vocab_parallel_cross_entropy(logits, targets, group, opts)
   if not zorch.is_tensor(logits) or logits:dim() ~= 2 then
     error("nn.vocab_parallel_cross_entropy: logits must be a 2-d tensor (N, vocabulary / T)", 2)
   end
@@ -342,7 +343,12 @@ function nn.vocab_parallel_cross_entropy(logits, targets, group)
       zorch.is_tensor(targets) and ("(" .. table.concat(targets.shape, ", ") .. ")") or zorch._readable(targets)), 2)
   end
   if not is_group(group) then error("nn.vocab_parallel_cross_entropy: argument 3 must be a zorch.Group", 2) end
-  if group:size() == 1 then return zorch.cross_entropy(logits, targets) end
+  opts = zorch._check_options("nn.vocab_parallel_cross_entropy", opts, {ignore_index = true}, 3)
+  local ignore = opts.ignore_index
+  if ignore ~= nil and math.type(ignore) ~= "integer" then
+    error("nn.vocab_parallel_cross_entropy: ignore_index must be an integer, got " .. zorch._readable(ignore), 2)
+  end
+  if group:size() == 1 then return zorch.cross_entropy(logits, targets, {ignore_index = ignore}) end
   local N, per = logits:size(1), logits:size(2)
   local m = zorch.max(logits:detach(), 2, true):contiguous():clone() -- (N, 1): a shift, no gradient
   zorch._comm_label("the vocabulary-parallel max")
@@ -351,7 +357,10 @@ function nn.vocab_parallel_cross_entropy(logits, targets, group)
   local sum = dist.reduce_from(group, zorch.exp(z):sum(2))                -- (N,)
   local l, inside = local_ids(targets, group:rank() * per, per, logits:dtype())
   local zt = dist.reduce_from(group, zorch.gather(z, 2, l:view(N, 1)):view(N) * inside)
-  return (zorch.log(sum) - zt):mean()
+  local loss = zorch.log(sum) - zt
+  if ignore == nil then return loss:mean() end
+  local keep = zorch.ne(targets, ignore):to(logits:dtype()) -- (an ignored target is in no rank's range: zt is 0)
+  return (loss * keep):sum() / keep:sum()
 end
 
 -- ---- the model's split parameters -----------------------------------------------------------
