@@ -197,20 +197,30 @@ function llama.tensor_parallel(model, group)
       error(("%s: %s %d is not a multiple of the %d tensor-parallel ranks"):format(fn, d[1], d[2], T), 2)
     end
   end
-  local function col(l) return nn.ColumnParallelLinear.from(l, {group = group}) end
-  local function row(l) return nn.RowParallelLinear.from(l, {group = group}) end
+  local function linear(l, name) -- (adapters are applied after the split, to the split layers)
+    if getmetatable(l) ~= nn.Linear then
+      error(("%s: %s is a %s, not an nn.Linear: split the model before nn.lora.apply"):format(fn, name,
+        tostring(getmetatable(l) and getmetatable(l).__name)), 3)
+    end
+    return l
+  end
+  local function col(l, name) return nn.ColumnParallelLinear.from(linear(l, name), {group = group}) end
+  local function row(l, name) return nn.RowParallelLinear.from(linear(l, name), {group = group}) end
   -- the attention's counts are this rank's heads (the rep query heads of a kv head stay together)
   local lc = {}
   for k, v in pairs(c) do lc[k] = v end
   lc.heads, lc.kv_heads = c.heads // T, c.kv_heads // T
-  for _, layer in ipairs(model.model.layers) do
+  for i, layer in ipairs(model.model.layers) do
     local a, m = layer.self_attn, layer.mlp
-    a.q_proj, a.k_proj, a.v_proj, a.o_proj = col(a.q_proj), col(a.k_proj), col(a.v_proj), row(a.o_proj)
+    local at, mt = ("model.layers.%d.self_attn."):format(i - 1), ("model.layers.%d.mlp."):format(i - 1)
+    a.q_proj, a.k_proj, a.v_proj = col(a.q_proj, at .. "q_proj"), col(a.k_proj, at .. "k_proj"), col(a.v_proj, at .. "v_proj")
+    a.o_proj = row(a.o_proj, at .. "o_proj")
     rawset(a, "c", lc)
-    m.gate_proj, m.up_proj, m.down_proj = col(m.gate_proj), col(m.up_proj), row(m.down_proj)
+    m.gate_proj, m.up_proj = col(m.gate_proj, mt .. "gate_proj"), col(m.up_proj, mt .. "up_proj")
+    m.down_proj = row(m.down_proj, mt .. "down_proj")
   end
   local emb = nn.VocabParallelEmbedding.from(model.model.embed_tokens, {group = group})
-  local head = col(model.lm_head)
+  local head = col(model.lm_head, "lm_head")
   model.model.embed_tokens = emb
   if c.tie then head.weight = emb.weight end -- (one tensor: the same rows of the vocabulary)
   model.lm_head = head

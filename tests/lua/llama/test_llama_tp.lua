@@ -67,6 +67,10 @@ do
     "llama.tensor_parallel: argument 2 must be a zorch.Group")
   tap.raises("llama.tensor_parallel takes a llama model", function()
     llama.tensor_parallel(zorch.nn.Linear(2, 2), zorch.dist.world()) end, "argument 1 must be a llama model")
+  local with = llama.new(hf.decoder_config(hf.config(here .. "llama_gqa"), "llama_gqa"))
+  zorch.nn.lora.apply(with, {r = 2})
+  tap.raises("a model with adapters already", function() llama.tensor_parallel(with, zorch.dist.world()) end,
+    "llama.tensor_parallel: model.layers.0.self_attn.q_proj is a nn.LoRALinear, not an nn.Linear: split the model before nn.lora.apply")
   local idx = zorch.tensor({{1, 5, 9, 3}})
   local before = model(idx)
   llama.tensor_parallel(model, zorch.dist.world())
