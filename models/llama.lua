@@ -1,7 +1,8 @@
 -- Llama, Mistral and Qwen2 as a zorch script: one decoder-only model (RMSNorm,
 -- rotary embeddings, SwiGLU, grouped-query attention) for the three model_types
 -- of Hugging Face, trained through the Engine (ZeRO stages 0-3, fp32 or bf16);
--- --init reads a Hugging Face folder, --save-hf writes one.
+-- --init reads a Hugging Face folder, --save-hf writes one; --tensor-parallel T
+-- splits each layer over T ranks (Megatron's layers, llama.tensor_parallel).
 --   build/cpu/zorch models/llama.lua                          a small byte-level Llama on a book
 --   build/cpu/zorch models/llama.lua --init DIR --data t.bin  from a Hugging Face folder
 -- docs/llama.md describes the model, the flags and what is refused.
@@ -56,6 +57,8 @@ local opt = zorch.flags(arg, {
   ["save-adapter"] = {"", "write the adapters as a PEFT folder (adapter_config.json, adapter_model.safetensors)"},
   ["print-every"] = {1, "a step line every N steps"},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
+  ["tensor-parallel"] = {1, "tensor-parallel ranks T: each layer's matrices, its heads and the vocabulary split " ..
+                         "T ways (Megatron's layers); the data-parallel ranks are the rest"},
 }, "usage: zorch models/llama.lua [flags]")
 
 -- ---- configuration ------------------------------------------------------------------------
@@ -92,6 +95,16 @@ end
 -- ---- data: token ids, a train/validation split, batches --------------------------------------
 
 local rank, world = zorch.dist.rank(), zorch.dist.size()
+-- Tensor parallelism: the world is tensor x data ranks (zorch.dist.layout); the
+-- ranks of a tensor group read the same batches, so batches go by data rank.
+local TP = opt["tensor-parallel"]
+if TP < 1 then usage("--tensor-parallel must be >= 1, got %d", TP) end
+if world % TP ~= 0 then usage("--tensor-parallel %d does not divide the %d ranks", TP, world) end
+local layout
+if TP > 1 then
+  layout = zorch.dist.layout{tensor = TP}
+  rank, world = layout.coords.data, layout.sizes.data
+end
 local device = "cpu" -- where batches go: the Engine's device, set once it is made
 local tokens = try("--data", data.load_tokens, opt.data,
                    {dtype = binary and (opt["token-bytes"] == 4 and "uint32" or "uint16") or "uint8"})
@@ -118,7 +131,11 @@ local function batch(t, m, ordered)
 end
 
 local function loss_of(model, x, y)
-  return zorch.cross_entropy(model(x):reshape(B * T, cfg.vocab), y:reshape(B * T))
+  local logits = model(x)
+  if TP > 1 then -- logits split by vocabulary: the loss without gathering them
+    return nn.vocab_parallel_cross_entropy(logits:reshape(B * T, cfg.vocab // TP), y:reshape(B * T), layout.tensor)
+  end
+  return zorch.cross_entropy(logits:reshape(B * T, cfg.vocab), y:reshape(B * T))
 end
 
 -- ---- model, optimizer and engine ------------------------------------------------------------
@@ -127,6 +144,7 @@ zorch.manual_seed(opt.seed)
 local model
 if opt.init ~= "" then model = try("--init", function() return (llama.from_pretrained(opt.init)) end)
 else model = llama.new(cfg, {initializer_range = raw.initializer_range}) end
+if TP > 1 then try("--tensor-parallel", llama.tensor_parallel, model, layout.tensor) end -- (this rank's slices)
 
 -- LoRA: adapters on the targets, every base weight frozen (the optimizer steps the adapters only)
 local use_lora = opt["init-adapter"] ~= "" or opt["lora-r"] > 0
@@ -142,7 +160,8 @@ elseif use_lora then
 end
 
 local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
-                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device}
+                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device,
+                            layout = layout or false}
 device = engine.device
 if opt["checkpoint-activations"] then rawset(model, "checkpoint", function(...) return engine:checkpoint(...) end) end
 -- AdamW: the 2-d parameters (matrices, embeddings) decay; norms and biases do not
@@ -166,19 +185,23 @@ end
 local function count(n)
   return n >= 1e6 and ("%.2fM"):format(n / 1e6) or n >= 1e3 and ("%.1fk"):format(n / 1e3) or tostring(n)
 end
+local tp_split = nn.tp_splits(model) -- (the split parameters: the whole model's counts, --save-hf's gather)
 local function lora_line()
   if not use_lora then return "" end
   local n, names, first = 0, {}, nil
-  for _, p in ipairs(nn.lora.parameters(model)) do n = n + p:numel() end
+  for name, p in model:named_parameters() do
+    if p.requires_grad then n = n + p:numel() * (tp_split[name] and TP or 1) end
+  end
   for name, m in nn.lora.modules(model) do names[#names + 1] = name; first = first or m end
   return ("; LoRA r %d, alpha %g%s on %d modules: %s trainable"):format(first.r, first.alpha,
     first.rslora and " (rslora)" or "", #names, count(n))
 end
 engine:print(("llama: %s, %d layers, %d heads (%d key/value), dim %d, MLP %d, vocab %d%s%s: %s parameters; " ..
-  "%s tokens of %s (%s for validation); batch %d x %d x %d accumulation x %d ranks%s"):format(cfg.model_type,
+  "%s tokens of %s (%s for validation); batch %d x %d x %d accumulation x %d %sranks%s%s"):format(cfg.model_type,
   cfg.layers, cfg.heads, cfg.kv_heads, cfg.dim, cfg.hidden, cfg.vocab, cfg.tie and ", tied head" or "",
-  cfg.sliding_window and (", window %d"):format(cfg.sliding_window) or "", count(model:num_parameters()),
-  count(ntok), opt.data, count(nval), B, T, opt.accum, world, lora_line()))
+  cfg.sliding_window and (", window %d"):format(cfg.sliding_window) or "", count(nn.tp_num_parameters(model, TP)),
+  count(ntok), opt.data, count(nval), B, T, opt.accum, world, TP > 1 and "data-parallel " or "",
+  TP > 1 and (" x %d tensor-parallel"):format(TP) or "", lora_line()))
 
 local function validate()
   if not split.val then return nil end
@@ -237,8 +260,9 @@ if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]
 if opt["save-hf"] ~= "" then
   local dir = opt["save-hf"]
   local sd = model:state_dict() -- (stage 3 gathers it on every rank)
+  if TP > 1 then sd = zorch.dist.gather_state_dict(layout.tensor, sd, tp_split) end -- (every tensor rank: the whole)
   if use_lora then sd = nn.lora.merged_state_dict(model, sd) end -- the fine-tuned model, adapters folded in
-  if rank == 0 then
+  if zorch.dist.rank() == 0 then
     local out = llama.hf_config(raw, cfg)
     try("--save-hf", hf.save_pretrained, sd, dir, {config = out, max_shard_size = opt["max-shard-size"],
         dtype = "float32", skip = cfg.tie and {"lm_head.weight"} or nil})
@@ -248,9 +272,11 @@ end
 
 if opt["save-adapter"] ~= "" then
   engine:gather() -- (stage 3: every rank gathers, rank 0 writes)
+  local sd = nn.lora.state_dict(model) -- (with --tensor-parallel every rank gathers the whole adapters)
   local ok, err = true, nil
-  if rank == 0 then
-    ok, err = pcall(nn.lora.save, model, opt["save-adapter"], {base_model_name_or_path = opt.init ~= "" and opt.init or nil})
+  if zorch.dist.rank() == 0 then
+    ok, err = pcall(nn.lora.save, model, opt["save-adapter"], {state_dict = sd,
+                    base_model_name_or_path = opt.init ~= "" and opt.init or nil})
   end
   engine:release()
   if not ok then usage("--save-adapter: %s", (tostring(err):gsub("^[^:]*:%d+: ", ""))) end
@@ -261,6 +287,7 @@ if opt.logits ~= "" then
   model:eval()
   local x = batch(split.val or split.train, 0, true)
   local logits = zorch.no_grad(function() return model(x) end)
-  if rank == 0 then zorch.save({tokens = (x - 1):to("cpu"), logits = logits:float():to("cpu"):contiguous()}, opt.logits) end
+  if TP > 1 then logits = zorch.dist.gather_last(layout.tensor, logits) end -- (the vocabulary's ranges side by side)
+  if zorch.dist.rank() == 0 then zorch.save({tokens = (x - 1):to("cpu"), logits = logits:float():to("cpu"):contiguous()}, opt.logits) end
   model:train()
 end
