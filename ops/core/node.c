@@ -146,6 +146,12 @@ void ag_geom_of(ag_geom *g, const zorch_tensor *t) {
 zorch_status ag_view_sync(zorch_tensor *v) {
   if (!tensor_view_stale(v)) return ZORCH_OK;
   zorch_tensor *root = v->base;
+  char b[ERR_SHAPE_BUF];
+  if (v->view_nograd)
+    return err_set(ZORCH_ERR_STATE, "autograd: a view of shape %s made under no_grad is used after a write, with "
+                   "grad mode on, into its base or another view of it, which PyTorch refuses too (whether the "
+                   "write should be followed is ambiguous): make the view and write either both under no_grad or "
+                   "both outside it", SHAPE(v, b));
   if (!root->grad_fn->view_bwd)
     return err_set(ZORCH_ERR_INTERNAL, "autograd: the history of a view's base is not a write's");
   ag_view_args a;
@@ -232,6 +238,11 @@ zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on) {
                    "requires_grad: only floating-point tensors can require grad, got %s",
                    zorch_dtype_name(t->dtype));
   t->requires_grad = on;
+  if (on && t->base) { /* a leaf that requires grad is the root of its views' histories */
+    zorch_tensor *b = t->base;
+    t->base = NULL;
+    zorch_tensor_free(b);
+  }
   return ZORCH_OK;
 }
 
