@@ -174,10 +174,10 @@ static zorch_status check_read(const char *reader, const ag_node *made, uint32_t
   char b[ERR_SHAPE_BUF], who[96] = "backward";
   if (reader) snprintf(who, sizeof who, "[%s]", reader);
   return err_set(ZORCH_ERR_STATE, "backward: a tensor of shape %s that [%s] made was written in place before %s "
-                 "read it, through another handle to its storage (a view, detach(), an optimizer), which "
-                 "autograd does not follow, so its gradient would be wrong: write through the tensor itself "
-                 "(its copy_, fill_ and index assignment are recorded), or build the values with zorch.where "
-                 "or zorch.cat", err_shape_str(ndim, shape, b, sizeof b), made->name, who);
+                 "read it, through another handle to its storage (detach(), an optimizer), which autograd does "
+                 "not follow, so its gradient would be wrong: write through the tensor itself or a view of it "
+                 "(copy_, fill_, the in-place ops and index assignment are recorded there), or build the values "
+                 "with zorch.where or zorch.cat", err_shape_str(ndim, shape, b, sizeof b), made->name, who);
 }
 
 /* Runs n's backward on the gradient it accumulated (none: its inputs get none

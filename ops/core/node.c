@@ -16,11 +16,22 @@ bool zorch_set_grad_enabled(bool on) {
 }
 bool zorch_is_grad_enabled(void) { return zstate_get()->grad_enabled; }
 
-bool ag_needed(int n, zorch_tensor *const *in) {
+/* ag_needed, and whether an input is a stale view to sync. */
+static inline bool needed(int n, zorch_tensor *const *in, bool *stale) {
   if (!zstate_get()->grad_enabled) return false;
-  for (int i = 0; i < n; i++)
-    if (in[i] && tensor_requires_grad(in[i])) return true;
-  return false;
+  bool need = false;
+  for (int i = 0; i < n; i++) {
+    if (!in[i]) continue;
+    bool s = tensor_view_stale(in[i]);
+    *stale = *stale || s;
+    need = need || s || in[i]->requires_grad;
+  }
+  return need;
+}
+
+bool ag_needed(int n, zorch_tensor *const *in) {
+  bool stale = false;
+  return needed(n, in, &stale);
 }
 
 /* The node and its typed arguments are one allocation. */
@@ -29,8 +40,9 @@ bool ag_needed(int n, zorch_tensor *const *in) {
 zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
                              zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
                              const void *args, size_t nargs) {
-  if (!out || !ag_needed(nin, in)) return out;
-  for (int i = 0; i < nin; i++)
+  bool stale = false;
+  if (!out || !needed(nin, in, &stale)) return out;
+  for (int i = 0; stale && i < nin; i++)
     if (in[i] && ag_view_sync(in[i])) {
       zorch_tensor_free(out);
       return NULL;

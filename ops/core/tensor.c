@@ -390,17 +390,19 @@ zorch_tensor *zorch_tensor_retain(zorch_tensor *t) {
   return t;
 }
 
+static void __attribute__((noinline)) tensor_free_rare(zorch_tensor *t) { zorch_tensor_free(t); }
+
 void zorch_tensor_free(zorch_tensor *t) {
-  /* a chain of gradients (t.grad.grad...) goes in a loop, not one call deeper
-     each; a view's root is no view of its own storage, one call deeper */
+  /* a chain of gradients (t.grad.grad...) or of views' roots goes in a loop,
+     not one call deeper each (a view with a gradient, rare, takes a call) */
   while (t && --t->refcount == 0) {
     zorch_tensor *next = t->grad, *base = t->base;
     storage_release(t->st);
     ag_node_release(t->grad_fn);
     mem_uncharge(t->mem, sizeof(zorch_tensor));
     tensor_struct_free(t);
-    zorch_tensor_free(base);
-    t = next;
+    if (base && next) tensor_free_rare(base);
+    t = next ? next : base;
   }
 }
 

@@ -46,6 +46,7 @@ struct zorch_tensor {
   int ndim;
   zorch_dtype dtype;
   bool requires_grad;
+  bool view_nograd; /* a view made with grad mode off: PyTorch refuses a recorded write through it */
   int64_t shape[ZORCH_MAX_DIMS];
   int64_t strides[ZORCH_MAX_DIMS];
   int64_t offset;
@@ -55,15 +56,15 @@ struct zorch_tensor {
   ag_node *grad_fn;   /* the node that made this tensor (non-leaves) */
   grad_hook hook;
   int ag_pending;     /* edges still to deliver in the running backward pass */
-  struct zmem_account *mem; /* charged for this handle (a VM's tensor_limit), or NULL */
   /* views (PyTorch's): a view op's result holds the tensor at the root of
      its chain of views (a reference); a recorded write through the root or
      any of its views gives the root a new history (hist_gen counts them) and
      each view's grad_fn is made again from it when next used (base_gen: the
      root's hist_gen the view's grad_fn follows) */
+  uint32_t base_gen;
   zorch_tensor *base;
-  uint32_t hist_gen, base_gen;
-  bool view_nograd; /* made with grad mode off: PyTorch refuses a recorded write through it */
+  uint32_t hist_gen;
+  struct zmem_account *mem; /* charged for this handle (a VM's tensor_limit), or NULL */
 };
 
 /* The root whose history a view follows, or NULL for a tensor that is no view
