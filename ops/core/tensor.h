@@ -10,8 +10,9 @@
 
 /* Counts the writes made in grad mode to a storage that a recorded op filled.
    That op's node and the nodes that read the values note the count, and the
-   backward refuses a gradient through values overwritten in between: no
-   in-place write is recorded, so the history would no longer describe them.
+   backward refuses a gradient through values overwritten in between through
+   a handle whose history does not record the write (detach(), an alias),
+   so that the history would no longer describe them.
    Shared by the storage and those nodes, so it outlives either. */
 typedef struct ag_watch {
   int refcount;
