@@ -168,12 +168,15 @@ ZORCH_API char *zorch_tensor_format(const zorch_tensor *t);
 /* ---- copies ------------------------------------------------------------------------- */
 /* (contiguous, clone, to_dtype and to_device are rows of include/zorch_ops.h) */
 /* Copies src into dst (broadcast, dtype converted). In grad mode the write is
-   recorded on dst when dst has a history or src requires grad (dst's
-   grad_fn becomes CopyBackwards; FillBackward for the fills). A leaf that
-   requires grad takes constants and values without grad as data and stays
-   a leaf; a src that requires grad is refused there (ZORCH_ERR_STATE).
-   Reading, through another handle, values written since a recorded op made
-   them refuses the backward (docs/api.md, "In-place writes"). */
+   recorded when dst's values have a history or src requires grad: on dst
+   (grad_fn CopyBackwards; FillBackward for the fills), or, dst being a view,
+   on the tensor it views (CopySlices), whose views then follow the new
+   history. A leaf that requires grad takes constants and values without
+   grad as data and stays a leaf; a src that requires grad is refused there,
+   and any recorded write into a view of it (ZORCH_ERR_STATE). Reading,
+   through a handle that is no view (detach()), values written since a
+   recorded op made them refuses the backward (docs/api.md, "In-place
+   writes"). */
 ZORCH_API zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
 ZORCH_API zorch_status zorch_fill_(zorch_tensor *dst, double value);
 ZORCH_API zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value); /* exact past 2^53, as full_i64 */

@@ -541,16 +541,10 @@ static int t_index(lua_State *L) {
   return 1;
 }
 
-/* x[{...}] = v: a copy of v (broadcast) or a fill into the view. A write
-   through a view is not one autograd can follow, so it is refused where a
-   gradient would pass through it (a tensor that requires grad, in grad
-   mode): zorch.where, zorch.cat or x[i] = v build such values. */
+/* x[{...}] = v: a copy of v (broadcast) or a fill into the view, which
+   autograd follows as a write through any view. */
 static int table_assign(lua_State *L, zorch_tensor *t) {
   zorch_tensor *src = lua_type(L, 3) == LUA_TNUMBER ? NULL : lz_check(L, 3);
-  if (zorch_is_grad_enabled() && (zorch_requires_grad(t) || (src && zorch_requires_grad(src))))
-    return luaL_error(L, "index assignment: x[{...}] = v writes through a view, which autograd does not follow, and "
-                         "the %s requires grad; build the values with zorch.where or zorch.cat, assign x[i] = v, "
-                         "or write under zorch.no_grad", zorch_requires_grad(t) ? "tensor" : "value");
   char err[256] = "";
   zorch_tensor *v = table_view(L, t, 2, err, sizeof err);
   if (!v) return luaL_error(L, "%s", err);

@@ -446,8 +446,8 @@ static zorch_tensor *binary_op(bop k, zorch_tensor *a, zorch_tensor *b) {
   int nsave = d->save == SAVE_BOTH ? 3 : d->save == SAVE_IN ? 2 : 0;
   /* a product or quotient keeps only the operands its gradients read (as
      PyTorch: less memory, and writing the other one later is no error) */
-  if ((k == BOP_MUL || k == BOP_DIV) && !b->requires_grad) save[0] = NULL;
-  if (k == BOP_MUL && !a->requires_grad) save[1] = NULL;
+  if ((k == BOP_MUL || k == BOP_DIV) && !tensor_requires_grad(b)) save[0] = NULL;
+  if (k == BOP_MUL && !tensor_requires_grad(a)) save[1] = NULL;
   return ag_record(out, d->node, d->fn, 2, in, nsave, save, NULL, 0);
 }
 
