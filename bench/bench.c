@@ -190,7 +190,7 @@ static void run_attn(void *ctx) {
   attn *a = ctx;
   zorch_tensor *o;
   if (a->fused) {
-    o = zorch_attention(a->q, a->k, a->v, true, 0);
+    o = zorch_attention(a->q, a->k, a->v, &(zorch_attention_opts){.causal = true});
   } else {
     int64_t d = zorch_tensor_shape(a->q)[3];
     zorch_tensor *kt = zorch_transpose(a->k, 2, 3), *s = zorch_matmul(a->q, kt);
@@ -413,7 +413,7 @@ static zorch_tensor *block_attn(block *k, zorch_tensor *h) {
     hd[i] = zorch_transpose(r, 1, 2);
     zorch_tensor_free(s), zorch_tensor_free(r);
   }
-  zorch_tensor *y = zorch_attention(hd[0], hd[1], hd[2], true, 0);
+  zorch_tensor *y = zorch_attention(hd[0], hd[1], hd[2], &(zorch_attention_opts){.causal = true});
   check(y);
   zorch_tensor *yt = zorch_transpose(y, 1, 2), *yr = zorch_reshape(yt, SHAPE(b, t, c));
   zorch_tensor *o = zorch_linear(yr, k->p[4], k->p[5]);
