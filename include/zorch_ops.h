@@ -67,7 +67,8 @@
 #define ZORCH_EXPAND_(...) __VA_ARGS__
 
 /* attention's test cases: zorch_attention of t[0..2] with the options given */
-#define ZORCH_ATT_CASE_(t, ...) zorch_attention((t)[0], (t)[1], (t)[2], &(zorch_attention_opts){__VA_ARGS__})
+#define ZORCH_ATT_CASE_(t, ...) \
+  zorch_attention((t)[0], (t)[1], (t)[2], &(zorch_attention_opts){__VA_ARGS__})
 
 #define ZORCH_OPS(OP)                                                                              \
   /* ---- elementwise ops made of the registry's (ops/backend/pointwise_ops.h), broadcast ---- */   \
@@ -819,10 +820,11 @@
            (LEAF(2, 1, 4, 3), LEAF(2, 1, 5, 3), LEAF(2, 1, 5, 3),                                   \
             INDEX((2, 5), (0, 0, 1, 1, 1, 3, 3, 3, 4, 4)), INDEX((2, 4), (1, 0, 1, 2, 4, 3, 3, 4)))) \
       GRAD(attention_segments_70, ZORCH_ATT_CASE_(in, .causal = true, .segments = in[3]),           \
-           (LEAF(1, 2, 70, 3), LEAF(1, 1, 70, 3), LEAF(1, 1, 70, 3),                                  \
-            INDEX((1, 70), (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,\
-             0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,             \
-             1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2))))                         \
+           (LEAF(1, 2, 70, 3), LEAF(1, 1, 70, 3), LEAF(1, 1, 70, 3),                                \
+            INDEX((1, 70), (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,             \
+                            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,             \
+                            1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,             \
+                            2, 2, 2, 2, 2, 2, 2, 2, 2, 2))))                                        \
       GRAD(attention_window, ZORCH_ATT_CASE_(in, .causal = true, .window = 3),                      \
            (LEAF(1, 2, 6, 3), LEAF(1, 1, 6, 3), LEAF(1, 1, 6, 3)))                                  \
       GRAD(attention_window_kv, ZORCH_ATT_CASE_(in, .causal = true, .window = 4),                   \
