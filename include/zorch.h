@@ -322,6 +322,18 @@ typedef struct {
   bool exclude_pad;    /* avg_pool2d divides by the inputs inside the image (PyTorch's count_include_pad = false) */
 } zorch_pool2d_opts;
 
+/* ---- the options of zorch_attention (include/zorch_ops.h); NULL or {0}: no mask,
+   scale 1/sqrt(D). Query i (0-based) sees key j when every rule given allows it;
+   causal and the window are aligned to the bottom right (off = Tk - Tq). */
+typedef struct {
+  bool causal;              /* j <= i + off */
+  double scale;             /* <= 0: 1/sqrt(D) */
+  int64_t window;           /* > 0: i + off - window < j (Mistral's sliding window) */
+  zorch_tensor *mask;       /* bool (true: attend) or float (added to the scores), broadcast to (B, H, Tq, Tk) */
+  zorch_tensor *segments;   /* int64 (B, Tk): the keys' segment ids; a query sees its own segment's keys */
+  zorch_tensor *q_segments; /* int64 (B, Tq), the queries' ids; NULL: the last Tq of segments */
+} zorch_attention_opts;
+
 /* ---- more reductions, shape ops, creation and matrix products (PyTorch's) -------------- */
 /* out[i] = select(a, dim, i) for every i: out needs room for a's size in dim. */
 ZORCH_API zorch_status zorch_unbind(zorch_tensor *a, int dim, zorch_tensor **out);

@@ -938,27 +938,49 @@ static const luaL_Reg both[] = {
     {"zero_", m_zero_}, {NULL, NULL}};
 
 /* ---- attention and sampling ------------------------------------------------------------ */
-/* attention(q, k, v, {causal = false, scale = 1/sqrt(D)}) */
+/* Option `key` of the table at idx: a tensor or nil (NULL), borrowed from the table. */
+static zorch_tensor *attention_opt_tensor(lua_State *L, int idx, const char *key, const char *what) {
+  zorch_tensor *t = NULL;
+  if (lz_getfield(L, idx, key) != LUA_TNIL && !(t = zorch_to_tensor(L, -1)))
+    luaL_error(L, "attention: option '%s' must be %s, got %s", key, what, luaL_typename(L, -1));
+  lua_pop(L, 1);
+  return t;
+}
+
+/* attention(q, k, v, {causal = false, scale = 1/sqrt(D), window = nil, mask = nil,
+   segments = nil, q_segments = nil}) */
 static int f_attention(lua_State *L) {
+  static const char *const keys[] = {"causal", "scale", "window", "mask", "segments", "q_segments", NULL};
   zorch_tensor *q = T(1), *k = T(2), *v = T(3);
-  bool causal = false;
-  double scale = 0;
+  zorch_attention_opts o = {0};
   if (!lua_isnoneornil(L, 4)) {
-    luaL_checktype(L, 4, LUA_TTABLE);
+    conv_opts_keys(L, 4, "attention", keys);
     int t = lz_getfield(L, 4, "causal");
     if (t != LUA_TNIL && t != LUA_TBOOLEAN)
       return luaL_error(L, "attention: option 'causal' must be a boolean, got %s", luaL_typename(L, -1));
-    causal = lua_toboolean(L, -1);
+    o.causal = lua_toboolean(L, -1);
     t = lz_getfield(L, 4, "scale");
     if (t != LUA_TNIL) {
       if (t != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
         return luaL_error(L, "attention: option 'scale' must be a positive number, got %s",
                           t == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
-      scale = lua_tonumber(L, -1);
+      o.scale = lua_tonumber(L, -1);
     }
-    lua_pop(L, 2);
+    t = lz_getfield(L, 4, "window");
+    if (t != LUA_TNIL) {
+      int isint = 0;
+      lua_Integer w = lua_tointegerx(L, -1, &isint);
+      if (!isint || w < 1)
+        return luaL_error(L, "attention: option 'window' must be a positive integer, got %s",
+                          t == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+      o.window = (int64_t)w;
+    }
+    lua_pop(L, 3);
+    o.mask = attention_opt_tensor(L, 4, "mask", "a bool or float tensor broadcast to (B, H, Tq, Tk)");
+    o.segments = attention_opt_tensor(L, 4, "segments", "an int64 tensor (B, Tk)");
+    o.q_segments = attention_opt_tensor(L, 4, "q_segments", "an int64 tensor (B, Tq)");
   }
-  PUSH(zorch_attention(q, k, v, causal, scale));
+  PUSH(zorch_attention(q, k, v, &o));
 }
 
 /* zorch.Generator(seed): a random stream of its own (Philox, counter based), for

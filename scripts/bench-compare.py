@@ -51,6 +51,12 @@ CASES = {
     "attention_causal_b4h12t1024_d64_fused_fwd": ("ms", lambda s: s * 1e3, 2 * 2 * 1024 * 1024 * 64 * 48 / 2,
                                                   "peak_fma_fp32"),
     "attention_causal_b4h12t64_d64_fused_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
+    # a Llama's attention (bench.c's llama_attn): grouped heads in place or
+    # repeated; packed rows by segment ids or by a (B, 1, T, T) mask
+    "attention_gqa_b4h8kv2t512_d64_native_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
+    "attention_gqa_b4h8kv2t512_d64_repeat_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
+    "attention_packed_b4h8kv2t512_d64_segments_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
+    "attention_packed_b4h8kv2t512_d64_mask_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
     "cnn_fashion_mnist_b64_fwd_bwd": ("images/s", lambda s: 64 / s, None, None),
     "simplenet_step": ("us", lambda s: s * 1e6, None, None),
     "transformer_block_c256_t128_b16_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),

@@ -6,7 +6,7 @@
 #define ZORCH_VM_CORE_NODE_H
 #include "tensor.h"
 
-#define AG_MAX_SAVED 5
+#define AG_MAX_SAVED 8
 
 /* Where an input's gradient goes, and the input's shape and dtype so that the
    engine can sum broadcast gradients and convert dtypes for every op alike. */
