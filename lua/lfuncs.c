@@ -116,7 +116,7 @@ static int f_randperm(lua_State *L) {
   lua_Integer n = luaL_checkinteger(L, 1);
   lz_opts o;
   lz_get_opts(L, 2, &o, ZORCH_I64);
-  if ((o.dtype == ZORCH_U8 && n > 255) || (o.dtype == ZORCH_I32 && n > INT32_MAX))
+  if ((o.dtype == ZORCH_U8 && n > 255) || (o.dtype == ZORCH_I8 && n > 127) || (o.dtype == ZORCH_I32 && n > INT32_MAX))
     return luaL_error(L, "randperm: values from 1 to %I do not all fit %s", n, zorch_dtype_name(o.dtype));
   zorch_tensor *p = zorch_randperm(n, ZORCH_I64, o.device, NULL);
   zorch_tensor *p1 = p ? zorch_add_scalar(p, 1) : NULL;
@@ -246,7 +246,7 @@ static int f_tensor(lua_State *L) {
   }
   lz_opts o;
   lz_get_opts(L, 2, &o, kind == 4 ? ZORCH_BOOL : (kind & 2) || kind == 0 ? ZORCH_F32 : ZORCH_I64);
-  if (o.dtype == ZORCH_I32 || o.dtype == ZORCH_I64 || o.dtype == ZORCH_U8) /* values the dtype cannot hold */
+  if (o.dtype == ZORCH_I32 || o.dtype == ZORCH_I64 || o.dtype == ZORCH_U8 || o.dtype == ZORCH_I8) /* values the dtype cannot hold */
     for (int64_t i = 0; i < n; i++) {
       double dv;
       memcpy(&dv, &v[i], sizeof dv);
