@@ -456,6 +456,14 @@ static int f_lerp(lua_State *L) {
   if (lua_type(L, 3) == LUA_TNUMBER) PUSH(zorch_lerp_scalar(a, b, lua_tonumber(L, 3)));
   PUSH(zorch_lerp(a, b, T(3)));
 }
+/* zorch._quantize(w, bits, group) -> q, scales (zorch.quantize in Lua reads the options) */
+static int f_quantize(lua_State *L) {
+  zorch_tensor *q, *s;
+  if (zorch_quantize(T(1), (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), &q, &s)) return lz_fail(L);
+  lz_push(L, q);
+  lz_push(L, s);
+  return 2;
+}
 /* allclose and equal give Lua booleans */
 static int f_allclose(lua_State *L) {
   bool r;
@@ -1372,7 +1380,7 @@ static const luaL_Reg functions_only[] = {
     {"cross_entropy", f_cross_entropy}, {"cat", f_cat}, {"stack", f_stack}, {"no_grad", f_no_grad},
     {"set_grad_enabled", f_set_grad_enabled}, {"is_grad_enabled", f_is_grad_enabled},
     {"manual_seed", f_manual_seed}, {"_pointwise_ops", f_pointwise_ops},
-    {"_op_cases", f_op_cases},
+    {"_op_cases", f_op_cases}, {"_quantize", f_quantize},
     {"_pointwise", f_pointwise_call}, {NULL, NULL}};
 
 
