@@ -97,11 +97,12 @@ local function skipped(name, skip)
   return false
 end
 
--- quantize(model, {bits = 8, group = nil | 32, skip = {patterns}}): every
--- nn.Linear whose name matches no pattern of skip becomes an nn.QuantLinear
--- in its place (its names kept). A model's tied head is quantised as its own
--- tensor. Returns the model and the names replaced; the settings are kept for
--- nn.quantization_config.
+-- quantize(model, {bits = 8, group = nil | 32, skip = {patterns}, weights = true}):
+-- every nn.Linear whose name matches no pattern of skip becomes an
+-- nn.QuantLinear in its place (its names kept); weights = false makes zero
+-- buffers instead, for a quantised state dict or folder to load into. A
+-- model's tied head is quantised as its own tensor. Returns the model and the
+-- names replaced; the settings are kept for nn.quantization_config.
 function nn.quantize(model, opts)
   local fn = "nn.quantize"
   if type(model) ~= "table" or not model.named_modules then error(fn .. ": argument 1 must be a module", 2) end
@@ -112,6 +113,8 @@ function nn.quantize(model, opts)
     if type(p) ~= "string" then error(("%s: skip[%d] must be a pattern (string), got %s"):format(fn, i, type(p)), 2) end
   end
   local o = qopts(fn, opts and {bits = opts.bits, group = opts.group}, 2)
+  local weights = (opts or {}).weights
+  if weights ~= nil and type(weights) ~= "boolean" then error(fn .. ": weights must be true or false, got " .. type(weights), 2) end
   if rawget(model, "_quantization") then error(fn .. ": the model is already quantised", 2) end
   local todo = {}
   for name, m in model:named_modules() do
@@ -123,12 +126,23 @@ function nn.quantize(model, opts)
       end
     end
   end
-  local names = {}
-  for _, t in ipairs(todo) do
-    local ok, q = pcall(nn.QuantLinear.from, t[3], o)
+  local made = {} -- (all made before any is put in: a failure leaves the model as it was)
+  for i, t in ipairs(todo) do
+    local l = t[3]
+    local ok, q
+    if weights == false then
+      ok, q = pcall(nn.QuantLinear, l.in_features, l.out_features, {bits = o.bits, group = o.group,
+                    bias = rawget(l, "bias") ~= nil})
+    else
+      ok, q = pcall(nn.QuantLinear.from, l, o)
+    end
     if not ok then error(("%s: %s: %s (skip it, or choose another group)"):format(fn, t[4],
       tostring(q):gsub("^[^:]*:%d+: ", "")), 2) end
-    t[1][t[2]] = q -- (the key exists: a plain assignment keeps the child's place)
+    made[i] = q
+  end
+  local names = {}
+  for i, t in ipairs(todo) do
+    t[1][t[2]] = made[i] -- (the key exists: a plain assignment keeps the child's place)
     names[#names + 1] = t[4]
   end
   rawset(model, "_quantization", {bits = o.bits, group = o.group, skip = skip, modules = names})
