@@ -156,7 +156,7 @@ function nn.quantization_config(model)
   local skip = {}
   for i, p in ipairs(q.skip) do skip[i] = p end
   return {quant_method = "zorch", bits = q.bits, group_size = q.group or -1, sym = true, scale_dtype = "float16",
-          skip = skip, version = 1}
+          skip = #skip > 0 and skip or nil, version = 1}
 end
 
 -- The options of nn.quantize from a config.json entry (checked), for loading.
