@@ -61,13 +61,7 @@ end
 -- from(linear, {bits, group}): linear's weight quantised, its bias kept (float32)
 function nn.QuantLinear.from(linear, opts)
   local fn = "nn.QuantLinear.from"
-  if type(linear) ~= "table" or getmetatable(linear) ~= nn.Linear then
-    error(("%s: argument 1 must be an nn.Linear, got %s"):format(fn,
-      type(linear) == "table" and tostring(getmetatable(linear) and getmetatable(linear).__name) or type(linear)), 2)
-  end
-  if rawget(linear, "activation") then
-    error(("%s: the linear fuses activation %q, which a QuantLinear does not"):format(fn, linear.activation), 2)
-  end
+  M.need_plain_linear(fn, linear, "cannot be quantised", 2)
   local o = qopts(fn, opts, 2)
   local w, b = linear.weight, rawget(linear, "bias")
   if o.bits == 4 and w.shape[2] % o.group ~= 0 then
