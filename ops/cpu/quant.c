@@ -78,6 +78,8 @@ zorch_status cpu_quantize(zorch_tensor *q, zorch_tensor *scales, const zorch_ten
   return ZORCH_OK;
 }
 
+static void deq_row(float *dst, const void *q, const uint16_t *s, int64_t in, int64_t group);
+
 zorch_status cpu_dequantize(zorch_tensor *w, const zorch_tensor *q, const zorch_tensor *scales, int64_t group) {
   int64_t out = w->shape[0], in = w->shape[1];
   int64_t qrow = group ? in / 2 : in, srow = group ? in / group : 1;
@@ -85,8 +87,7 @@ zorch_status cpu_dequantize(zorch_tensor *w, const zorch_tensor *q, const zorch_
   const uint16_t *S = (const uint16_t *)tensor_ptr(scales);
   float *W = (float *)tensor_ptr(w);
 #pragma omp parallel for if (out * in >= CPU_GRAIN_MEM)
-  for (int64_t o = 0; o < out; o++)
-    for (int64_t k = 0; k < in; k++) W[o * in + k] = zq_weight(Q + o * qrow, S + o * srow, k, group);
+  for (int64_t o = 0; o < out; o++) deq_row(W + o * in, Q + o * qrow, S + o * srow, in, group);
   return ZORCH_OK;
 }
 
@@ -101,24 +102,30 @@ typedef struct {
   int64_t ldx, ldy, in, group;
 } qgemv;
 
-/* The portable loops: 16 partial sums a row, which the compilers keep in
-   vector registers (target_clones builds them for AVX2 and AVX-512 too). */
+/* The portable loops: 16 partial sums a row, which the compilers vectorise
+   (target_clones builds them for AVX2 and AVX-512 too); the int8 values go
+   through their unsigned bytes, the form GCC widens in vector registers. */
 CPU_CLONES static void gemv8_any(const qgemv *a, int R, int64_t o0, int64_t o1) {
   int64_t in = a->in;
   for (int64_t o = o0; o < o1; o++) {
-    const int8_t *qr = (const int8_t *)a->q + o * in;
-    float acc[QGEMV_ROWS][16] = {{0}};
+    const uint8_t *qr = (const uint8_t *)a->q + o * in;
+    float acc[QGEMV_ROWS][16] = {{0}}, sc = zm_f16_to_f32(a->s[o]);
     int64_t k = 0;
-    for (; k + 16 <= in; k += 16)
-      for (int r = 0; r < R; r++)
-        for (int j = 0; j < 16; j++) acc[r][j] += a->x[r * a->ldx + k + j] * (float)qr[k + j];
+    for (; k + 16 <= in; k += 16) {
+      const uint8_t *qb = qr + k;
+      float wf[16];
+      for (int j = 0; j < 16; j++) wf[j] = (float)((qb[j] ^ 128) - 128) * sc;
+      for (int r = 0; r < R; r++) {
+        const float *xr = a->x + r * a->ldx + k;
+        for (int j = 0; j < 16; j++) acc[r][j] += xr[j] * wf[j];
+      }
+    }
     for (; k < in; k++)
-      for (int r = 0; r < R; r++) acc[r][0] += a->x[r * a->ldx + k] * (float)qr[k];
-    float sc = zm_f16_to_f32(a->s[o]);
+      for (int r = 0; r < R; r++) acc[r][0] += a->x[r * a->ldx + k] * ((float)((qr[k] ^ 128) - 128) * sc);
     for (int r = 0; r < R; r++) {
       float t = 0;
       for (int j = 0; j < 16; j++) t += acc[r][j];
-      a->y[r * a->ldy + o] = t * sc + (a->b ? a->b[o] : 0);
+      a->y[r * a->ldy + o] = t + (a->b ? a->b[o] : 0);
     }
   }
 }
@@ -131,7 +138,7 @@ CPU_CLONES static void gemv4_any(const qgemv *a, int R, int64_t o0, int64_t o1) 
     float acc[QGEMV_ROWS][16] = {{0}};
     for (int64_t k = 0; k < in; k += ZQ_BLOCK) {
       const uint8_t *qb = qr + k / 2;
-      float sc = zm_f16_to_f32(sr[k / a->group]), lo[16], hi[16];
+      float sc = zm_f16_to_f32(sr[k / a->group]), lo[16], hi[16]; /* (the division: once per 32 weights) */
       for (int j = 0; j < 16; j++) lo[j] = (float)((qb[j] & 15) - 8) * sc, hi[j] = (float)((qb[j] >> 4) - 8) * sc;
       for (int r = 0; r < R; r++) {
         const float *xr = a->x + r * a->ldx + k;
@@ -177,41 +184,103 @@ ZV512_FN __attribute__((always_inline)) void gemv8_512_r(const qgemv *a, const i
   }
 }
 
-/* two 16-byte blocks (64 weights) per step, four accumulators a row; the
-   weights are (n - 8) * scale, one fmsub from the nibble n (exact: the
-   product of a small integer and a float16 fits float32) */
+/* A 16-byte block of a 4-bit row as its 32 levels n - 8 (floats): the
+   nibbles split and offset in bytes (cheap 128-bit operations), then widened
+   16 at a time. */
+ZV512_FN void zq_block_512(const uint8_t *qb, __m512 *lo, __m512 *hi) {
+  const __m128i m = _mm_set1_epi8(15), c8 = _mm_set1_epi8(8);
+  __m128i raw = _mm_loadu_si128((const __m128i *)qb);
+  __m128i l8 = _mm_sub_epi8(_mm_and_si128(raw, m), c8), h8 = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m), c8);
+  *lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(l8));
+  *hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h8));
+}
+
+#define QSC_CHUNK 512 /* groups whose scales are widened at once, on the stack */
+
+/* Each group's sum of levels times x, then times its scale; two groups at a
+   time into two accumulators a row (the chains interleave). The scales are
+   widened 16 at a time beforehand: per group only a broadcast from memory. */
 ZV512_FN __attribute__((always_inline)) void gemv4_512_r(const qgemv *a, const int R, int64_t o0, int64_t o1) {
-  int64_t in = a->in, ng = in / a->group;
-  const __m512i nib = _mm512_set1_epi32(15);
+  int64_t in = a->in, group = a->group, ng = in / group;
+  float scf[QSC_CHUNK];
   for (int64_t o = o0; o < o1; o++) {
     const uint8_t *qr = (const uint8_t *)a->q + o * (in / 2);
     const uint16_t *sr = a->s + o * ng;
-    __m512 acc[QGEMV_ROWS][4];
-    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k < in; k += 2 * ZQ_BLOCK) {
-      int nb = k + 2 * ZQ_BLOCK <= in ? 2 : 1;
-      for (int h = 0; h < nb; h++) {
-        int64_t kb = k + h * ZQ_BLOCK;
-        __m512 sv = _mm512_set1_ps(zm_f16_to_f32(sr[kb / a->group]));
-        __m512 s8 = _mm512_mul_ps(sv, _mm512_set1_ps(8));
-        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qr + kb / 2)));
-        __m512 lo = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, nib)), sv, s8);
-        __m512 hi = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), sv, s8);
-        for (int r = 0; r < R; r++) {
-          const float *xr = a->x + r * a->ldx + kb;
-          acc[r][2 * h] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xr), acc[r][2 * h]);
-          acc[r][2 * h + 1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), acc[r][2 * h + 1]);
-        }
+    __m512 acc[QGEMV_ROWS][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    /* group gi into accumulator A (a constant, so everything stays in registers) */
+#define QGROUP(gi, A)                                                                             \
+  do {                                                                                            \
+    __m512 t[QGEMV_ROWS], lo, hi;                                                                 \
+    int64_t kb = (gi) * group;                                                                    \
+    zq_block_512(qr + kb / 2, &lo, &hi);                                                          \
+    for (int r = 0; r < R; r++) {                                                                 \
+      const float *xr = a->x + r * a->ldx + kb;                                                   \
+      t[r] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(xr))); \
+    }                                                                                             \
+    for (kb += ZQ_BLOCK; kb < ((gi) + 1) * group; kb += ZQ_BLOCK) {                               \
+      zq_block_512(qr + kb / 2, &lo, &hi);                                                        \
+      for (int r = 0; r < R; r++) {                                                               \
+        const float *xr = a->x + r * a->ldx + kb;                                                 \
+        t[r] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), _mm512_fmadd_ps(lo, _mm512_loadu_ps(xr), t[r])); \
+      }                                                                                           \
+    }                                                                                             \
+    __m512 sv = _mm512_set1_ps(scf[(gi) - c0]);                                                   \
+    for (int r = 0; r < R; r++) acc[r][A] = _mm512_fmadd_ps(t[r], sv, acc[r][A]);                 \
+  } while (0)
+    for (int64_t c0 = 0; c0 < ng; c0 += QSC_CHUNK) {
+      int64_t c1 = c0 + QSC_CHUNK < ng ? c0 + QSC_CHUNK : ng;
+      for (int64_t i = c0; i < c1; i += 16) {
+        __mmask16 m = zv512_mask(c1 - i);
+        _mm512_mask_storeu_ps(scf + (i - c0), m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sr + i)));
       }
+      int64_t g = c0;
+      for (; g + 1 < c1; g += 2) {
+        QGROUP(g, 0);
+        QGROUP(g + 1, 1);
+      }
+      if (g < c1) QGROUP(g, 0);
     }
-    for (int r = 0; r < R; r++) {
-      __m512 t = _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]));
-      a->y[r * a->ldy + o] = _mm512_reduce_add_ps(t) + (a->b ? a->b[o] : 0);
-    }
+#undef QGROUP
+    for (int r = 0; r < R; r++)
+      a->y[r * a->ldy + o] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + (a->b ? a->b[o] : 0);
   }
 }
 
+/* One row of dequantised weights (dequantize, the GEMM path's tiles). */
+ZV512_TARGET static void deq_row_512(float *dst, const void *q, const uint16_t *s, int64_t in, int64_t group) {
+  if (group == 0) {
+    __m512 sv = _mm512_set1_ps(_cvtsh_ss(s[0]));
+    for (int64_t k = 0; k < in; k += 16) {
+      __mmask16 m = zv512_mask(in - k);
+      __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, (const int8_t *)q + k)));
+      _mm512_mask_storeu_ps(dst + k, m, _mm512_mul_ps(w, sv));
+    }
+    return;
+  }
+  for (int64_t g = 0; g < in / group; g++) {
+    __m512 sv = _mm512_set1_ps(_cvtsh_ss(s[g]));
+    for (int64_t k = g * group; k < (g + 1) * group; k += ZQ_BLOCK) {
+      __m512 lo, hi;
+      zq_block_512((const uint8_t *)q + k / 2, &lo, &hi);
+      _mm512_storeu_ps(dst + k, _mm512_mul_ps(lo, sv)); /* exact: a small integer times a float16 */
+      _mm512_storeu_ps(dst + k + 16, _mm512_mul_ps(hi, sv));
+    }
+  }
+}
+#endif
+
+static void deq_row(float *dst, const void *q, const uint16_t *s, int64_t in, int64_t group) {
+#ifdef ZV512
+  if (zv512_ok()) {
+    deq_row_512(dst, q, s, in, group);
+    return;
+  }
+#endif
+  for (int64_t k = 0; k < in; k++) dst[k] = zq_weight(q, s, k, group);
+}
+
+#ifdef ZV512
 /* R as a constant in each copy, so the accumulators stay in registers */
 ZV512_TARGET static void gemv_512(const qgemv *a, int R, int64_t o0, int64_t o1) {
 #define QCASE(n)                                                             \
@@ -265,8 +334,7 @@ static zorch_status qlinear_gemm(const qgemv *a, int64_t rows, int64_t out) {
     int64_t n = out - o0 < nt ? out - o0 : nt;
 #pragma omp parallel for if (n * in >= CPU_GRAIN)
     for (int64_t o = 0; o < n; o++)
-      for (int64_t k = 0; k < in; k++)
-        tile[o * in + k] = zq_weight((const char *)a->q + (o0 + o) * qrow, a->s + (o0 + o) * srow, k, a->group);
+      deq_row(tile + o * in, (const char *)a->q + (o0 + o) * qrow, a->s + (o0 + o) * srow, in, a->group);
     gemm_args g = {.dt = ZORCH_F32, .dev = 0, .tb = true, .m = rows, .n = n, .k = in, .lda = a->ldx, .ldb = in,
                    .ldc = a->ldy, .alpha = 1.0, .a = a->x, .b = tile, .bias = a->b ? a->b + o0 : NULL,
                    .c = a->y + o0};

@@ -1,5 +1,5 @@
 // quant.cu: the quantised weights' kernels (ops/backend/quant.h's layouts),
-// computing what ops/cpu/quant.c computes: int8 rows sum x * q and scale the
+// computing what ops/cpu/quant.c computes (its AVX-512 loops): int8 rows sum x * q and scale the
 // sum once, int4 weights are (nibble - 8) * their group's scale. qlinear runs
 // one warp per output value, its lanes striding over the inputs (coalesced
 // reads of x and the weights), for every row count; quantize is the CPU's.
