@@ -1,7 +1,8 @@
 /* quant.c: the kernels of the quantised weights (layouts in ops/backend/quant.h,
    design in docs/quantization.md). qlinear reads each weight once: up to
    QGEMV_ROWS rows of x take the GEMV loops, which widen the weights in
-   registers and multiply them with every row; more rows (a prompt) widen a
+   registers and multiply them with every row (in passes of QGEMV_ROWS, up
+   to QGEMV_MAX rows); more rows (a prompt) widen a
    tile of weight rows into a float32 block the cache holds and run the GEMM
    on it. The GEMV loops come as AVX-512 intrinsics (zv512_ok) and as portable
    loops built for the baseline, AVX2 and AVX-512 (CPU_CLONES). */
@@ -14,7 +15,8 @@
 #include "vec512.h"
 
 #define QGEMV_ROWS 4 /* rows of x the GEMV loops take at once */
-#define QTILE_BYTES (1 << 20) /* the float32 weight tile of the GEMM path */
+#define QGEMV_MAX 16 /* up to which row count the GEMV loops run (in passes), the GEMM path above */
+#define QTILE_BYTES (1 << 22) /* the float32 weight tile of the GEMM path (4 MiB) */
 
 /* ---- quantize ------------------------------------------------------------------------------ */
 /* int8: scale = max |w| / 127 (float16), q = round(w / scale) in -127..127.
@@ -350,7 +352,7 @@ zorch_status cpu_qlinear(zorch_tensor *y, const zorch_tensor *x, const zorch_ten
   qgemv a = {(float *)tensor_ptr(y), (const float *)tensor_ptr(x), b ? (const float *)tensor_ptr(b) : NULL,
              tensor_ptr(q), (const uint16_t *)tensor_ptr(scales), in, out, in, group};
   if (rows == 0 || out == 0) return ZORCH_OK;
-  if (rows <= QGEMV_ROWS || in == 0) {
+  if (rows <= QGEMV_MAX || in == 0) {
     qlinear_gemv(a, rows, out);
     return ZORCH_OK;
   }
