@@ -28,7 +28,7 @@ static zorch_status quant_format(const char *op, const zorch_tensor *q, const zo
   }
   *in = 2 * q->shape[1];
   int64_t ng = scales->ndim == 2 ? scales->shape[1] : 0;
-  if (scales->ndim != 2 || scales->shape[0] != out || ng == 0 || *in % ng || (*in / ng) % 32)
+  if (scales->ndim != 2 || scales->shape[0] != out || ng == 0 || *in == 0 || *in % ng || (*in / ng) % 32)
     return err_set(ZORCH_ERR_SHAPE, "%s: scales %s do not divide the %lld inputs into groups of a multiple of 32", op,
                    SHAPE(scales, s1), (long long)*in);
   *group = *in / ng;
@@ -50,6 +50,8 @@ zorch_status zorch_quantize(zorch_tensor *w, int bits, int64_t group, zorch_tens
                    (long long)group);
   if (bits == 4 && (group <= 0 || group % 32))
     return err_set(ZORCH_ERR_ARG, "quantize: group must be a positive multiple of 32, got %lld", (long long)group);
+  if (bits == 4 && in == 0)
+    return err_set(ZORCH_ERR_SHAPE, "quantize: 4 bits need at least one group of inputs, got in_features 0");
   if (bits == 4 && in % group)
     return err_set(ZORCH_ERR_SHAPE, "quantize: in_features %lld is not a multiple of the group %lld", (long long)in,
                    (long long)group);

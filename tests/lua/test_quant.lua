@@ -111,6 +111,16 @@ raises("qlinear: backward is an error", function()
   local x = zorch.randn(2, 256):requires_grad_()
   zorch.qlinear(x, q8, s8):sum():backward()
 end, "qlinear: no gradient")
+raises("quantize: 4 bits of no inputs", function() zorch.quantize(zorch.ones(3, 0), {bits = 4}) end,
+       "quantize: 4 bits need at least one group of inputs")
+do -- int8 of no inputs: the bias alone; strided views of q are read as they are
+  local q0, s0 = zorch.quantize(zorch.ones(3, 0), {bits = 8})
+  ok(zorch.equal(zorch.qlinear(zorch.ones(2, 0), q0, s0, zorch.tensor({1.5, 2, 3})), zorch.tensor({{1.5, 2, 3}, {1.5, 2, 3}})),
+     "qlinear with no inputs gives the bias")
+  local qv, xv = q8:narrow(2, 9, 100), zorch.randn(2, 100)
+  ok(rel_err(zorch.qlinear(xv, qv, s8), zorch.linear(xv:double(), zorch.dequantize(q8, s8):narrow(2, 9, 100):double()))
+     <= 1e-5, "qlinear of a strided view of q")
+end
 ok(not zorch.no_grad(function() return zorch.qlinear(zorch.randn(2, 256):requires_grad_(), q8, s8) end).requires_grad,
    "qlinear under no_grad records nothing")
 
