@@ -1,11 +1,10 @@
 /* quant.c: the kernels of the quantised weights (layouts in ops/backend/quant.h,
-   design in docs/quantization.md). qlinear reads each weight once: up to
-   QGEMV_ROWS rows of x take the GEMV loops, which widen the weights in
-   registers and multiply them with every row (in passes of QGEMV_ROWS, up
-   to QGEMV_MAX rows); more rows (a prompt) widen a
-   tile of weight rows into a float32 block the cache holds and run the GEMM
-   on it. The GEMV loops come as AVX-512 intrinsics (zv512_ok) and as portable
-   loops built for the baseline, AVX2 and AVX-512 (CPU_CLONES). */
+   design in docs/quantization.md). Up to QGEMV_MAX rows of x (decode),
+   qlinear's GEMV loops widen the weights in registers and multiply them with
+   QGEMV_ROWS rows of x a pass; more rows (a prompt) widen tiles of weight rows
+   into float32 blocks and run the float32 GEMM on them. The GEMV loops come
+   as AVX-512 intrinsics (zv512_ok) and as portable loops built for the
+   baseline, AVX2 and AVX-512 (CPU_CLONES). */
 #include <math.h>
 #include <string.h>
 
