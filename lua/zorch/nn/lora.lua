@@ -53,7 +53,13 @@ end
 nn.LoRALinear = Module:extend "nn.LoRALinear"
 function nn.LoRALinear:init(linear, opts)
   local fn = "nn.LoRALinear"
-  M.need_plain_linear(fn, linear, "cannot take an adapter", 3)
+  if type(linear) ~= "table" or getmetatable(linear) ~= nn.Linear then
+    error(("%s: argument 1 must be an nn.Linear, got %s"):format(fn,
+      type(linear) == "table" and tostring(getmetatable(linear) and getmetatable(linear).__name) or type(linear)), 3)
+  end
+  if rawget(linear, "activation") then
+    error(("%s: a Linear with a fused activation (%s) cannot take an adapter"):format(fn, linear.activation), 3)
+  end
   local o = read_adapter_opts(fn, opts)
   self.in_features, self.out_features = linear.in_features, linear.out_features
   self.weight = nn.Parameter(linear.weight, false)

@@ -585,8 +585,8 @@ end
 
 local function is_module(m) return type(m) == "table" and rawget(m, "_order") ~= nil end
 
--- linear must be an nn.Linear without a fused activation (the layers that wrap
--- or replace one: LoRA's adapters, quantisation); refusal ends the message for one.
+-- linear must be an nn.Linear without a fused activation (for the layers that
+-- wrap or replace one, such as quantisation's); refusal ends the message for one.
 local function need_plain_linear(fn, linear, refusal, level)
   if type(linear) ~= "table" or getmetatable(linear) ~= zorch.nn.Linear then
     error(("%s: argument 1 must be an nn.Linear, got %s"):format(fn,
