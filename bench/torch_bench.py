@@ -318,6 +318,8 @@ def serve_case(name):
         x, w = torch.randn(1, 4096), torch.randn(out, 4096)
         if name.endswith("_f32"):
             return time_best3(lambda: F.linear(x, w))
+        if not hasattr(torch, "_weight_int8pack_mm"):  # (older PyTorch)
+            return None
         q, sc = torch.randint(-127, 128, (out, 4096), dtype=torch.int8), torch.rand(out)
         return time_best3(lambda: torch._weight_int8pack_mm(x, q, sc))
     return None
