@@ -10,6 +10,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#include <inttypes.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -873,6 +874,19 @@ static void run_stream(void *ctx) {
 
 static void run_adam_fused(void *ctx) { run_adam(ctx); }
 
+/* Decode's GEMV: y (1, out) = x (1, 4096) w^T with w float32, or int8 / int4
+   (groups of 32) through qlinear: memory-bound, so the weights' bytes per call
+   over the time are read against stream_read */
+typedef struct {
+  zorch_tensor *x, *w, *q, *s;
+} qgemv;
+static void run_qgemv(void *ctx) {
+  qgemv *c = ctx;
+  zorch_tensor *y = c->q ? zorch_qlinear(c->x, c->q, c->s, NULL) : zorch_linear(c->x, c->w, NULL);
+  check(y);
+  zorch_tensor_free(y);
+}
+
 /* `c = a + b` on two 64-float tensors, n times, from a Lua loop in an embedded VM */
 typedef struct {
   zorch_vm *vm;
@@ -1026,6 +1040,18 @@ static double serve_case(const char *name, zorch_generator *g) {
       llama_attn_free(&a);
       return t;
     }
+  int64_t gout = 0;
+  char gdt[8];
+  if (sscanf(name, "gemv_4096x%" SCNd64 "_%7s", &gout, gdt) == 2 && gout > 0 &&
+      (strcmp(gdt, "f32") == 0 || strcmp(gdt, "int8") == 0 || strcmp(gdt, "int4") == 0)) {
+    qgemv c = {zorch_randn(SHAPE(1, 4096), ZORCH_F32, CPU, g), zorch_randn(SHAPE(gout, 4096), ZORCH_F32, CPU, g),
+               NULL, NULL};
+    check(c.x), check(c.w);
+    if (gdt[0] == 'i' && zorch_quantize(c.w, gdt[3] == '8' ? 8 : 4, gdt[3] == '8' ? 0 : 32, &c.q, &c.s)) check(NULL);
+    t = time_best3(run_qgemv, &c);
+    zorch_tensor_free(c.x), zorch_tensor_free(c.w), zorch_tensor_free(c.q), zorch_tensor_free(c.s);
+    return t;
+  }
   if (strcmp(name, "cnn_fashion_mnist_b64_fwd_bwd") == 0) {
     cnn m;
     cnn_init(&m, 64);

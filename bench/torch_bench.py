@@ -349,6 +349,15 @@ def serve_case(name):
             return time_best3(llama_attention(mode))
     if name == "cnn_fashion_mnist_b64_fwd_bwd":
         return time_best3(cnn_step(64))
+    if name.startswith("gemv_4096x") and name.endswith(("_f32", "_int8")):  # (no int4 CPU kernel for float32 x)
+        out = int(name.split("x")[1].split("_")[0])
+        x, w = torch.randn(1, 4096), torch.randn(out, 4096)
+        if name.endswith("_f32"):
+            return time_best3(lambda: F.linear(x, w))
+        if not hasattr(torch, "_weight_int8pack_mm"):  # (older PyTorch)
+            return None
+        q, sc = torch.randint(-127, 128, (out, 4096), dtype=torch.int8), torch.rand(out)
+        return time_best3(lambda: torch._weight_int8pack_mm(x, q, sc))
     return None
 
 

@@ -58,6 +58,7 @@ typedef enum {
   ZORCH_I64,
   ZORCH_U8,
   ZORCH_BOOL,
+  ZORCH_I8, /* signed bytes: quantised weights (docs/quantization.md) */
   ZORCH_NDTYPES
 } zorch_dtype;
 

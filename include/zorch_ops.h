@@ -923,6 +923,52 @@
            (LEAF(6, 3), LEAF(4, 3), LEAF(4)))                                                       \
       GRAD(linear_relu_nobias, zorch_linear_act(in[0], in[1], NULL, ZORCH_ACT_RELU),                \
            (LEAF(5, 3), LEAF(2, 3)))))                                                              \
+  /* ---- quantised weights (docs/quantization.md; layouts in ops/backend/quant.h) ---- */       \
+  /* w (out, in) float -> q and scales. bits 8: q int8 (out, in), scales float16 (out),             \
+     w ~ q * scale per output row (group must be 0). bits 4: q uint8 (out, in / 2), two inputs a     \
+     byte, scales float16 (out, in / group), group a multiple of 32 dividing in. quantize: q and     \
+     scales (contiguous, on the CPU) from w (float32, contiguous); the op layer goes through the     \
+     CPU on other devices. Lua: zorch.quantize(w, {bits, group}) (an options table, two results). */ \
+  OP(quantize, zorch_status,                                                                        \
+     (zorch_tensor *w, int bits, int64_t group, zorch_tensor **q, zorch_tensor **scales),           \
+     (w, bits, group, q, scales), LUA_NONE /* options table, two results */,                        \
+     (KERNEL_OPT(quantize, (zorch_tensor *q, zorch_tensor *scales, const zorch_tensor *w, int64_t group))), \
+     (GOLDEN(quantize_int8, quant_case(x[0], 8, 0, false), 0, 0)                                    \
+      GOLDEN(quantize_int4, quant_case(x[0], 4, 32, false), 0, 0)                                   \
+      BAD("zorch.quantize(zorch.ones(4, 48), {bits = 4, group = 32})",                              \
+          "quantize: in_features 48 is not a multiple of the group 32")                             \
+      BAD("zorch.quantize(zorch.ones(4, 64), {bits = 3})", "quantize: bits must be 8 or 4, got 3"))) \
+  /* The float32 weight (out, in) of a quantised one (the format told by q's dtype).                \
+     dequantize: w (out, in) float32 from q and scales (contiguous); group 0: int8. */             \
+  OP(dequantize, zorch_tensor *, (zorch_tensor *q, zorch_tensor *scales), (q, scales),              \
+     LUA_FUNCTION((LT(1), LT(2))),                                                                  \
+     (KERNEL(dequantize, (zorch_tensor *w, const zorch_tensor *q, const zorch_tensor *scales, int64_t group))), \
+     (GOLDEN(dequantize_int8, quant_case(x[0], 8, 0, true), 0, 0)                                   \
+      GOLDEN(dequantize_int4_g128, quant_case(x[0], 4, 128, true), 0, 0)                            \
+      BAD("zorch.dequantize(zorch.ones(4, 8):char(), zorch.ones(4))",                               \
+          "dequantize: scales must be float16, got float32")                                        \
+      DEVICE("(function() local q, s = zorch.quantize(b:detach(), {bits = 4, group = 32}) return zorch.dequantize(q, s) end)()", \
+             (1), (33, 96), 0)))                                                                    \
+  /* y (..., out) = x (..., in) · dequantize(q, scales)ᵀ + b: the weights read once and widened in \
+     registers. x float (computed in float32, y in x's dtype); b (out) float32 or NULL. No          \
+     gradient: inference only (a backward through it is an error). qlinear: y (rows, out) float32    \
+     from x (rows, in) float32, q, scales, b (contiguous); group 0: int8. */                        \
+  OP(qlinear, zorch_tensor *, (zorch_tensor *x, zorch_tensor *q, zorch_tensor *scales, zorch_tensor *b), \
+     (x, q, scales, b), LUA_FUNCTION((LT(1), LT(2), LT(3), LTN(4))),                                \
+     (KERNEL(qlinear, (zorch_tensor *y, const zorch_tensor *x, const zorch_tensor *q,              \
+                       const zorch_tensor *scales, const zorch_tensor *b, int64_t rows, int64_t group))), \
+     (GOLDEN(qlinear_int8, qlinear_case(x[0], x[1], x[2], 8, 0), 1e-5, 1e-5)                        \
+      GOLDEN(qlinear_int8_rows, qlinear_case(x[0], x[1], x[2], 8, 0), 1e-5, 1e-5)                   \
+      GOLDEN(qlinear_int4_g32, qlinear_case(x[0], x[1], x[2], 4, 32), 1e-5, 1e-5)                   \
+      GOLDEN(qlinear_int4_g128_rows, qlinear_case(x[0], x[1], NULL, 4, 128), 1e-5, 1e-5)            \
+      BAD("zorch.qlinear(zorch.ones(2, 5), zorch.ones(4, 3):char(), zorch.ones(4):half())",         \
+          "qlinear: input (2, 5) does not fit the quantised weight's 3 inputs")                     \
+      BAD("zorch.qlinear(zorch.ones(2, 64), zorch.ones(4, 32, {dtype = 'uint8'}), zorch.ones(4, 3):half())", \
+          "qlinear: scales (4, 3) do not divide the 64 inputs into groups of a multiple of 32")     \
+      DEVICE("(function() local q, s = zorch.quantize(b:detach(), {bits = 8}) return zorch.qlinear(a:detach(), q, s) end)()", \
+             (3, 70), (33, 70), 1e-5)                                                               \
+      DEVICE("(function() local q, s = zorch.quantize(b:detach(), {bits = 4, group = 32}) return zorch.qlinear(a:detach(), q, s) end)()", \
+             (9, 64), (7, 64), 1e-5)))                                                              \
   /* w (out, C / groups, kh, kw), b (out) or NULL -> (N, out, OH, OW); o may be NULL.               \
      Float32 and float64, contiguous. im2col: col (c * kh * kw, nb * oh * ow),                      \
      row (ci, ki, kj), column (image, oy, ox), = x (n, c, h, w) of images n0 ..                     \

@@ -116,7 +116,7 @@ static int f_randperm(lua_State *L) {
   lua_Integer n = luaL_checkinteger(L, 1);
   lz_opts o;
   lz_get_opts(L, 2, &o, ZORCH_I64);
-  if ((o.dtype == ZORCH_U8 && n > 255) || (o.dtype == ZORCH_I32 && n > INT32_MAX))
+  if ((o.dtype == ZORCH_U8 && n > 255) || (o.dtype == ZORCH_I8 && n > 127) || (o.dtype == ZORCH_I32 && n > INT32_MAX))
     return luaL_error(L, "randperm: values from 1 to %I do not all fit %s", n, zorch_dtype_name(o.dtype));
   zorch_tensor *p = zorch_randperm(n, ZORCH_I64, o.device, NULL);
   zorch_tensor *p1 = p ? zorch_add_scalar(p, 1) : NULL;
@@ -246,7 +246,7 @@ static int f_tensor(lua_State *L) {
   }
   lz_opts o;
   lz_get_opts(L, 2, &o, kind == 4 ? ZORCH_BOOL : (kind & 2) || kind == 0 ? ZORCH_F32 : ZORCH_I64);
-  if (o.dtype == ZORCH_I32 || o.dtype == ZORCH_I64 || o.dtype == ZORCH_U8) /* values the dtype cannot hold */
+  if (o.dtype == ZORCH_I32 || o.dtype == ZORCH_I64 || o.dtype == ZORCH_U8 || o.dtype == ZORCH_I8) /* values the dtype cannot hold */
     for (int64_t i = 0; i < n; i++) {
       double dv;
       memcpy(&dv, &v[i], sizeof dv);
@@ -455,6 +455,14 @@ static int f_lerp(lua_State *L) {
   zorch_tensor *a = T(1), *b = T(2);
   if (lua_type(L, 3) == LUA_TNUMBER) PUSH(zorch_lerp_scalar(a, b, lua_tonumber(L, 3)));
   PUSH(zorch_lerp(a, b, T(3)));
+}
+/* zorch._quantize(w, bits, group) -> q, scales (zorch.quantize in Lua reads the options) */
+static int f_quantize(lua_State *L) {
+  zorch_tensor *q, *s;
+  if (zorch_quantize(T(1), (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), &q, &s)) return lz_fail(L);
+  lz_push(L, q);
+  lz_push(L, s);
+  return 2;
 }
 /* allclose and equal give Lua booleans */
 static int f_allclose(lua_State *L) {
@@ -1394,7 +1402,7 @@ static const luaL_Reg functions_only[] = {
     {"cross_entropy", f_cross_entropy}, {"cat", f_cat}, {"stack", f_stack}, {"no_grad", f_no_grad},
     {"set_grad_enabled", f_set_grad_enabled}, {"is_grad_enabled", f_is_grad_enabled},
     {"manual_seed", f_manual_seed}, {"_pointwise_ops", f_pointwise_ops},
-    {"_op_cases", f_op_cases},
+    {"_op_cases", f_op_cases}, {"_quantize", f_quantize},
     {"_pointwise", f_pointwise_call}, {NULL, NULL}};
 
 

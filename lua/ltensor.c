@@ -323,6 +323,7 @@ static int binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tenso
   double v = lua_tonumber(L, ni);
   if (lua_isinteger(L, ni) && sdt == ZORCH_I32) v = (int32_t)(uint32_t)lua_tointeger(L, ni); /* wraps, */
   if (lua_isinteger(L, ni) && sdt == ZORCH_U8) v = (uint8_t)lua_tointeger(L, ni); /* as PyTorch's */
+  if (lua_isinteger(L, ni) && sdt == ZORCH_I8) v = (int8_t)(uint8_t)lua_tointeger(L, ni);
   zorch_tensor *s = zorch_scalar(v, sdt, zorch_tensor_device(t));
   if (s && lua_isinteger(L, ni) && zorch_tensor_dtype(s) == ZORCH_I64 && zorch_fill_i64_(s, lua_tointeger(L, ni))) {
     zorch_tensor_free(s); /* an int64 number past 2^53 is kept exact */
@@ -368,13 +369,14 @@ static int i64_arith(lua_State *L, zorch_tensor *t, bool t_first, bin_fn f, lua_
   return lz_push_up(L, r, 1);
 }
 
-/* v beside an int32 or uint8 tensor brought into its range with the same
+/* v beside an int32, int8 or uint8 tensor brought into its range with the same
    result: wrapped for +, - and * (two's complement arithmetic), and a power
    past the dtype's width reduced as zorch_pow_scalar reduces it; a negative
    power is kept for its error. */
 static lua_Integer narrow_int(lua_Integer v, zorch_dtype dt, int op) {
-  int w = dt == ZORCH_U8 ? 8 : 32;
+  int w = dt == ZORCH_U8 || dt == ZORCH_I8 ? 8 : 32;
   if (op == '^') return v > w ? w + (v - w) % (INT64_C(1) << (w - 2)) : v;
+  if (dt == ZORCH_I8) return (lua_Integer)(int8_t)(uint8_t)v;
   return dt == ZORCH_U8 ? (lua_Integer)(uint8_t)v : (lua_Integer)(int32_t)(uint32_t)v;
 }
 /* a op b where either side may be a number */
@@ -393,7 +395,7 @@ static int arith(lua_State *L, const char *name, bin_fn f, int op) {
     zorch_dtype dt = zorch_tensor_dtype(t);
     if (dt == ZORCH_I64 && (v < -(INT64_C(1) << 53) || v > INT64_C(1) << 53) && !(op == '^' && v < 0))
       return i64_arith(L, t, a != NULL, f, v);
-    if (dt == ZORCH_I32 || dt == ZORCH_U8) {
+    if (dt == ZORCH_I32 || dt == ZORCH_U8 || dt == ZORCH_I8) {
       lua_pushinteger(L, narrow_int(v, dt, op));
       lua_replace(L, ni);
     }

@@ -56,6 +56,7 @@ local opt = zorch.flags(arg, {
   ["init-adapter"] = {"", "start from this PEFT LoRA folder (adapter_config.json, adapter_model.safetensors); its config sets r, alpha, dropout and the targets"},
   ["save-adapter"] = {"", "write the adapters as a PEFT folder (adapter_config.json, adapter_model.safetensors)"},
   ["print-every"] = {1, "a step line every N steps"},
+  quantize = {"none", "at the end: the validation loss and perplexity before and after quantising the Linear layers (int8, or int4 in groups of 32); --save-hf then writes the quantised folder", choices = {"none", "int8", "int4"}},
   device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
   ["tensor-parallel"] = {1, "tensor-parallel ranks T: each layer's matrices, its heads and the vocabulary split " ..
                          "T ways (Megatron's layers); the data-parallel ranks are the rest"},
@@ -255,6 +256,17 @@ end
 if opt.steps > 0 and split.val then engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate())) end
 if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]) end
 
+-- ---- weight-only quantisation (docs/quantization.md) -----------------------------------------
+
+if opt.quantize ~= "none" then
+  if not split.val then usage("--quantize: needs a validation split (--val-fraction above 0)") end
+  local before = validate()
+  try("--quantize", nn.quantize, model, opt.quantize == "int8" and {bits = 8} or {bits = 4, group = 32})
+  local after = validate()
+  engine:print(("quantize %s | val loss %.6f -> %.6f | perplexity %.4f -> %.4f (%+.2f%%)"):format(opt.quantize,
+    before, after, math.exp(before), math.exp(after), 100 * (math.exp(after - before) - 1)))
+end
+
 -- ---- Hugging Face export --------------------------------------------------------------------
 
 if opt["save-hf"] ~= "" then
@@ -264,6 +276,7 @@ if opt["save-hf"] ~= "" then
   if use_lora then sd = nn.lora.merged_state_dict(model, sd) end -- the fine-tuned model, adapters folded in
   if zorch.dist.rank() == 0 then
     local out = llama.hf_config(raw, cfg)
+    out.quantization_config = nn.quantization_config(model)
     try("--save-hf", hf.save_pretrained, sd, dir, {config = out, max_shard_size = opt["max-shard-size"],
         dtype = "float32", skip = cfg.tie and {"lm_head.weight"} or nil})
   end

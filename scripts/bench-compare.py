@@ -72,6 +72,12 @@ CASES = {
     # zorch's same step beside PyTorch's foreach AdamW (adamw_8m: its fused one)
     "adamw_8m_foreach": ("Mparams/s", lambda s: (8 << 20) / s / 1e6, 7 * 4 * (8 << 20), "stream_triad"),
 }
+# decode's GEMV (1 x 4096 by the weight), float32 against the quantised
+# weights: the weight's bytes (int4: the nibbles and the float16 scales of groups of 32) against stream_read
+for out in (4096, 11008):
+    for dt, size in (("f32", 4), ("int8", 1 + 2 / 4096), ("int4", 0.5 + 2 / 32)):
+        moved = out * 4096 * size
+        CASES[f"gemv_4096x{out}_{dt}"] = ("GB/s", lambda s, m=moved: m / s / GF, moved, "stream_read")
 for k in ("gelu", "softmax", "sum", "layer_norm"):
     for dt, size in (("", 4), ("_bf16", 2)):
         n = 10000 * 1000 if k in ("gelu", "sum") else 9766 * 1024

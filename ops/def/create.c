@@ -127,6 +127,7 @@ zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_
    range that does not, rather than wrapping or clamping). */
 static bool int_range_fits(zorch_dtype dt, int64_t lo, int64_t hi) {
   if (dt == ZORCH_U8) return lo >= 0 && hi <= 255;
+  if (dt == ZORCH_I8) return lo >= -128 && hi <= 127;
   if (dt == ZORCH_I32) return lo >= INT32_MIN && hi <= INT32_MAX;
   return true;
 }

@@ -498,6 +498,52 @@ case("rope_positions", apply_rope, r(2, 2, 4, 6),
 # Llama's MLP gate: down(silu(gate(x)) * up(x))
 case("swiglu", lambda a, b: F.silu(a) * b, r(3, 4, 5), r(3, 4, 5))
 
+# quantised weights (docs/quantization.md), in float32 step for step as zorch
+# quantises: int8 rows scale = max|w| / 127, int4 groups scale = m / -8 (m the
+# weight of largest magnitude), float16 scales, round half to even; 4-bit
+# blocks of 32 inputs pack input j and j + 16 into byte j (low, high nibble)
+def quant8(w):
+    s = (w.abs().amax(1) / 127).half().float()[:, None]
+    q = torch.where(s > 0, torch.round(w / torch.where(s > 0, s, 1)), 0).clamp(-127, 127)
+    return q, s
+
+
+def quant4(w, group):
+    out, n = w.shape
+    wg = w.reshape(out, n // group, group)
+    m = wg.gather(-1, wg.abs().argmax(-1, keepdim=True))
+    d = (m / -8).half().float()
+    q = torch.where(d != 0, torch.round(wg / torch.where(d != 0, d, 1)) + 8, 8).clamp(0, 15)
+    return q.reshape(out, n), d.expand(out, n // group, group).reshape(out, n)
+
+
+def pack4(q):
+    b = q.reshape(q.shape[0], -1, 2, 16)
+    return (b[:, :, 0] + 16 * b[:, :, 1]).reshape(q.shape[0], -1)
+
+
+def dequant(w, bits, group):
+    if bits == 8:
+        q, s = quant8(w)
+        return q * s
+    q, s = quant4(w, group)
+    return (q - 8) * s
+
+
+def qlinear(x, w, b, bits, group):
+    y = x.double() @ dequant(w, bits, group).double().T
+    return (y if b is None else y + b.double()).float()
+
+
+case("quantize_int8", lambda w: quant8(w)[0], r(7, 70), grad=False)
+case("quantize_int4", lambda w: pack4(quant4(w, 32)[0]), r(5, 64), grad=False)
+case("dequantize_int8", lambda w: dequant(w, 8, 0), r(6, 33), grad=False)
+case("dequantize_int4_g128", lambda w: dequant(w, 4, 128), r(3, 256), grad=False)
+case("qlinear_int8", lambda x, w, b: qlinear(x, w, b, 8, 0), r(3, 70), r(33, 70), r(33), grad=False)
+case("qlinear_int8_rows", lambda x, w, b: qlinear(x, w, b, 8, 0), r(2, 9, 100), r(7, 100), r(7), grad=False)
+case("qlinear_int4_g32", lambda x, w, b: qlinear(x, w, b, 4, 32), r(1, 64), r(1, 64), r(1), grad=False)
+case("qlinear_int4_g128_rows", lambda x, w: qlinear(x, w, None, 4, 128), r(6, 128), r(9, 128), grad=False)
+
 # 16-bit conversions: round trips through bfloat16 and float16, with edge values
 edge = torch.tensor([0.0, -0.0, 1.0, 1.00390625, 1.005859375, 65504.0, 65520.0, 70000.0,
                      6.1e-5, 5.96e-8, 2.98e-8, 1e-40, -3.3895314e38, 3.4e38, 0.1, -2.5])

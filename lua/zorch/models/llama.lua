@@ -142,6 +142,11 @@ function llama.from_pretrained(dir)
   local raw = hf.config(dir)
   local cfg = hf.decoder_config(raw, dir .. "/config.json")
   local model = CausalLM(cfg, {init_weights = false})
+  if raw.quantization_config ~= nil then -- a quantised folder (docs/quantization.md)
+    local qo = nn.quantization_options(raw.quantization_config, dir .. "/config.json: quantization_config")
+    qo.weights = false -- (the folder's buffers replace them)
+    nn.quantize(model, qo)
+  end
   hf.load(model, dir, {optional = cfg.tie and {"lm_head.weight"} or nil, ignore = {"%.rotary_emb%.inv_freq$"}})
   return model, cfg, raw
 end
