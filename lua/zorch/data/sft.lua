@@ -3,7 +3,7 @@
 -- reads (the response, the assistant turns), then rows (one sequence each, or
 -- several packed) and batches of inputs, targets and, packed, positions and
 -- segments for a decoder's ctx.
---   sft.load(path, tok, opts)         examples {ids (0-based), train (booleans), line}
+--   sft.load(path, tok, opts)         examples {ids (0-based), train (booleans), line, targets}
 --   sft.encode(tok, record, opts)     one record's ids and train mask
 --   sft.rows(examples, opts)          an epoch's rows: lists of example indices
 --   sft.batch(examples, rows, opts)   {input, target, positions, segments, tokens}
@@ -97,11 +97,12 @@ function sft.encode(tok, rec, opts)
 end
 
 -- sft.load(path, tok, {template, eos, max_tokens, vocab}): the examples of a
--- JSON lines file (blank lines skipped), each {ids, train, line}. A sequence
+-- JSON lines file (blank lines skipped), each {ids, train, line, targets =
+-- the trained ids after the first}. A sequence
 -- longer than max_tokens is cut to its first max_tokens ids; one left with
 -- nothing to train is dropped. Returns examples, {truncated =, dropped =,
 -- chat = (some line had messages)}. Every error is one line naming the file
--- and the line.
+-- and the line ("train.jsonl: line 3: not valid JSON (near byte 12)").
 function sft.load(path, tok, opts)
   local fn = "data.sft.load"
   opts = zorch._check_options(fn, opts, {"template", "eos", "max_tokens", "vocab"}, 3)
@@ -115,7 +116,7 @@ function sft.load(path, tok, opts)
   for line in (text:sub(-1) == "\n" and text or text .. "\n"):gmatch("([^\n]*)\n") do
     n = n + 1
     if line:find("%S") then
-      local function fail(msg) error(("%s:%d: %s"):format(path, n, msg), 0) end
+      local function fail(msg) error(("%s: line %d: %s"):format(path, n, msg), 0) end
       local ok, rec = pcall(zorch.json.decode, line, true)
       if not ok then fail((tostring(rec):gsub("^json: the text is", "the line is"):gsub("^json: ", ""))) end
       local ok2, ids, train = pcall(sft.encode, tok, rec, {template = opts.template, eos = opts.eos})
@@ -128,9 +129,9 @@ function sft.load(path, tok, opts)
         stats.truncated = stats.truncated + 1
         for i = #ids, opts.max_tokens + 1, -1 do ids[i], train[i] = nil, nil end
       end
-      local any = false
-      for i = 2, #ids do any = any or train[i] end -- (the first id is never a target)
-      if any then examples[#examples + 1] = {ids = ids, train = train, line = n}
+      local targets = 0
+      for i = 2, #ids do if train[i] then targets = targets + 1 end end -- (the first id is never a target)
+      if targets > 0 then examples[#examples + 1] = {ids = ids, train = train, line = n, targets = targets}
       else stats.dropped = stats.dropped + 1 end
     end
   end
