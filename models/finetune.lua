@@ -16,7 +16,8 @@ local opt = zorch.flags(arg, train.flags({
   data = {"", "JSON lines, each {\"prompt\": ..., \"response\": ...} or {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}"},
   template = {"{prompt}", "how a prompt is written before its response: {prompt} stands for it"},
   eos = {"", "the token that ends a response, as text (default: config.json's eos_token_id)"},
-  context = {512, "tokens per row: longer sequences are cut to it; packed rows hold this many"},
+  context = {nil, "tokens per row: longer sequences are cut to it; packed rows hold this many " ..
+                  "(default: the model's max_position_embeddings, at most 1024)", type = "integer"},
   pack = {false, "pack several sequences into each row of --context tokens (no attention across them)"},
   ["batch-size"] = {8, "rows per micro-batch and rank"},
   epochs = {nil, "passes over the data (default 1 when --steps is not given)", type = "integer"},
@@ -32,7 +33,7 @@ if opt.init == "" then usage("--init DIR is needed: the Hugging Face folder to f
 if opt.data == "" then usage("--data FILE is needed: the JSON lines to fine-tune on") end
 if opt.epochs and opt.steps then usage("give --epochs or --steps, not both") end
 for _, k in ipairs{"context", "batch-size", "accum"} do
-  if opt[k] < 1 then usage("--%s must be at least 1, got %d", k, opt[k]) end
+  if (opt[k] or 1) < 1 then usage("--%s must be at least 1, got %d", k, opt[k]) end
 end
 if (opt.epochs or 1) < 1 or (opt.steps or 1) < 0 then usage("--epochs must be at least 1 and --steps at least 0") end
 
@@ -40,6 +41,7 @@ if (opt.epochs or 1) < 1 or (opt.steps or 1) < 0 then usage("--epochs must be at
 
 zorch.manual_seed(opt.seed)
 local model, cfg, raw = try("--init", llama.from_pretrained, opt.init)
+opt.context = opt.context or math.min(cfg.max_pos, 1024)
 if opt.context > cfg.max_pos then
   usage("--context %d exceeds the model's max_position_embeddings %d", opt.context, cfg.max_pos)
 end
@@ -159,8 +161,8 @@ if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]
 
 train.export(model, engine, opt, {raw = raw, cfg = cfg, use_lora = use_lora, usage = usage, try = try, base = opt.init})
 if opt["save-hf"] ~= "" and rank == 0 then -- the folder fine-tunes and samples again as it is
-  local text = zorch._require("zorch.util").read_file(tokfile)
-  if text then zorch.fs.write_atomic(opt["save-hf"] .. "/tokenizer.json", text) end
+  local f = io.open(tokfile, "rb")
+  if f then zorch.fs.write_atomic(opt["save-hf"] .. "/tokenizer.json", f:read("a")); f:close() end
 end
 
 -- ---- a sample -------------------------------------------------------------------------------
