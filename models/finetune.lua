@@ -15,7 +15,9 @@ local opt = zorch.flags(arg, train.flags({
   tokenizer = {"", "tokenizer.json (default: the one in --init)"},
   data = {"", "JSON lines, each {\"prompt\": ..., \"response\": ...} or {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}"},
   template = {"{prompt}", "how a prompt is written before its response: {prompt} stands for it"},
-  eos = {"", "the token that ends a response, as text (default: config.json's eos_token_id)"},
+  eos = {"", "the token that ends a response, as text (default: tokenizer_config.json's eos_token, else config.json's eos_token_id)"},
+  ["chat-template"] = {"", "messages: the chat template, a name (chatml, llama3, zephyr) or a template's text " ..
+                           "(default: the tokenizer_config.json's beside the tokenizer)"},
   context = {nil, "tokens per row: longer sequences are cut to it; packed rows hold this many " ..
                   "(default: the model's max_position_embeddings, at most 1024)", type = "integer"},
   pack = {false, "pack several sequences into each row of --context tokens (no attention across them)"},
@@ -48,10 +50,22 @@ end
 local tokfile = opt.tokenizer ~= "" and opt.tokenizer or opt.init .. "/tokenizer.json"
 local tok = try("--tokenizer", zorch.tokenizer.load, tokfile)
 
-local eos -- the id (from 0) that ends a response
-if opt.eos ~= "" then
-  eos = tok:special_id(opt.eos) or tok:token_to_id(opt.eos)
-  if not eos then usage("--eos %q is not a token of %s", opt.eos, tokfile) end
+-- The id (from 0) that ends a response: --eos, the tokenizer's eos_token (as
+-- Transformers' tokenizer.eos_token), else the model's eos_token_id.
+local function tokenizer_eos()
+  local f = io.open((tokfile:match("^(.*)/[^/]*$") or ".") .. "/tokenizer_config.json", "rb")
+  if not f then return nil end
+  local ok, c = pcall(zorch.json.decode, f:read("a"))
+  f:close()
+  local e = ok and type(c) == "table" and c.eos_token
+  if type(e) == "table" then e = e.content end
+  return type(e) == "string" and e or nil
+end
+local eos_text = opt.eos ~= "" and opt.eos or tokenizer_eos()
+local eos
+if eos_text then
+  eos = tok:special_id(eos_text) or tok:token_to_id(eos_text)
+  if not eos then usage("the eos token %q is not a token of %s", eos_text, tokfile) end
 else
   eos = type(raw.eos_token_id) == "table" and raw.eos_token_id[1] or raw.eos_token_id
   if math.type(eos) ~= "integer" then
@@ -62,8 +76,9 @@ if eos < 0 or eos >= cfg.vocab then usage("the eos token %d is outside the model
 
 -- ---- data: examples, an epoch's rows, this rank's batches -----------------------------------
 
+local chat_template = opt["chat-template"] ~= "" and opt["chat-template"] or nil
 local examples, stats = try("--data", sft.load, opt.data, tok, {template = opt.template, eos = eos,
-                                                                max_tokens = opt.context + 1, vocab = cfg.vocab})
+  chat_template = chat_template, max_tokens = opt.context + 1, vocab = cfg.vocab})
 local rank, world = zorch.dist.rank(), zorch.dist.size()
 local B, T, accum = opt["batch-size"], opt.context, opt.accum
 local per_step = B * world * accum -- rows an optimizer step reads, over every rank
@@ -170,7 +185,8 @@ end
 if opt.sample > 0 then
   local ids
   if opt.prompt then -- as the data wrote its prompts
-    local p = stats.chat and tok:apply_chat_template({{role = "user", content = opt.prompt}}, {add_generation_prompt = true})
+    local p = stats.chat and try("--prompt", tok.apply_chat_template, tok, {{role = "user", content = opt.prompt}},
+                                 {add_generation_prompt = true, template = chat_template})
       or tok:encode((opt.template:gsub("{prompt}", function() return opt.prompt end)), {add_special = true})
     ids = type(p) == "table" and p or tok:encode(p, {add_special = false})
   else -- the first example up to its response

@@ -32,7 +32,7 @@ end
 -- Chat messages: the whole conversation rendered once; each assistant turn's
 -- tokens are those between the render of the turns before it with the
 -- generation prompt and the render up to and with it.
-local function encode_messages(tok, msgs)
+local function encode_messages(tok, msgs, template)
   if not is_list(msgs) or #msgs == 0 then error("messages must be a non-empty list of {role, content}", 0) end
   local assistant = false
   for k, m in ipairs(msgs) do
@@ -46,7 +46,7 @@ local function encode_messages(tok, msgs)
     error("the tokenizer has no apply_chat_template (messages need a chat template)", 0)
   end
   local function render(n, gen)
-    return tok:apply_chat_template(table.move(msgs, 1, n, 1, {}), {add_generation_prompt = gen})
+    return tok:apply_chat_template(table.move(msgs, 1, n, 1, {}), {add_generation_prompt = gen, template = template})
   end
   local ids = ids_of(tok, render(#msgs, false))
   local train = {}
@@ -68,17 +68,19 @@ local function encode_messages(tok, msgs)
   return ids, train
 end
 
--- sft.encode(tok, record, {template = "{prompt}", eos =}): ids (0-based) and a
+-- sft.encode(tok, record, {template = "{prompt}", eos =, chat_template =}): ids (0-based) and a
 -- train flag per id. {prompt, response}: the template with the prompt in it,
 -- encoded with the tokenizer's special tokens (a BOS), then the response
 -- encoded alone, then eos; the response and eos are trained. {messages}: the
--- chat template (encode_messages); the assistant turns are trained.
+-- chat template (encode_messages; chat_template: apply_chat_template's
+-- template, a name or a text, for a tokenizer without one); the assistant
+-- turns are trained.
 function sft.encode(tok, rec, opts)
   opts = opts or {}
   if type(rec) ~= "table" then error("not a JSON object", 0) end
   if rec.messages ~= nil then
     if rec.prompt ~= nil or rec.response ~= nil then error("has both messages and prompt/response", 0) end
-    return encode_messages(tok, rec.messages)
+    return encode_messages(tok, rec.messages, opts.chat_template)
   end
   if rec.prompt == nil and rec.response == nil then error("has neither \"prompt\" and \"response\" nor \"messages\"", 0) end
   for _, k in ipairs{"prompt", "response"} do
@@ -96,7 +98,7 @@ function sft.encode(tok, rec, opts)
   return ids, train
 end
 
--- sft.load(path, tok, {template, eos, max_tokens, vocab}): the examples of a
+-- sft.load(path, tok, {template, eos, chat_template, max_tokens, vocab}): the examples of a
 -- JSON lines file (blank lines skipped), each {ids, train, line, targets =
 -- the trained ids after the first}. A sequence
 -- longer than max_tokens is cut to its first max_tokens ids; one left with
@@ -105,7 +107,7 @@ end
 -- and the line ("train.jsonl: line 3: not valid JSON (near byte 12)").
 function sft.load(path, tok, opts)
   local fn = "data.sft.load"
-  opts = zorch._check_options(fn, opts, {"template", "eos", "max_tokens", "vocab"}, 3)
+  opts = zorch._check_options(fn, opts, {"template", "eos", "chat_template", "max_tokens", "vocab"}, 3)
   if type(path) ~= "string" then error(fn .. ": path must be a string", 2) end
   if opts.template ~= nil and (type(opts.template) ~= "string" or not opts.template:find("{prompt}", 1, true)) then
     error(fn .. ": template must be a string holding {prompt}, got " .. zorch._require("zorch.util").readable(opts.template), 2)
@@ -119,7 +121,8 @@ function sft.load(path, tok, opts)
       local function fail(msg) error(("%s: line %d: %s"):format(path, n, msg), 0) end
       local ok, rec = pcall(zorch.json.decode, line, true)
       if not ok then fail((tostring(rec):gsub("^json: the text is", "the line is"):gsub("^json: ", ""))) end
-      local ok2, ids, train = pcall(sft.encode, tok, rec, {template = opts.template, eos = opts.eos})
+      local ok2, ids, train = pcall(sft.encode, tok, rec, {template = opts.template, eos = opts.eos,
+                                                                 chat_template = opts.chat_template})
       if not ok2 then fail(tostring(ids):gsub("^[^:]*:%d+: ", "")) end
       stats.chat = stats.chat or rec.messages ~= nil
       for _, id in ipairs(ids) do

@@ -63,8 +63,16 @@ do
   local odd = chat_tok(function(m) n = n + 1; return m.role .. (n % 2 == 0 and ": " or "= ") .. m.content .. "\n" end)
   tap.raises("a template whose prefixes are not the conversation's start is refused",
              function() sft.encode(odd, {messages = msgs}) end, "messages[", "does not tokenize as the start")
-  tap.raises("messages need a tokenizer with a chat template",
-             function() sft.encode(tok, {messages = msgs}) end, "no apply_chat_template")
+  tap.raises("messages need a chat template: the tokenizer's or one named",
+             function() sft.encode(tok, {messages = msgs}) end, "no chat_template")
+  -- the tokenizer's own apply_chat_template with zorch's ChatML and Llama 3 templates
+  for _, name in ipairs{"chatml", "llama3"} do
+    local ids2, train2 = sft.encode(tok, {messages = msgs}, {chat_template = name})
+    local whole2 = tok:apply_chat_template(msgs, {template = name})
+    local want = name == "chatml" and "Hello!<|im_end|>\nFour.<|im_end|>\n" or "Hello!<|eot_id|>Four.<|eot_id|>"
+    tap.ok(list(ids2) == list(tok:encode(whole2, {add_special = false})) and tok:decode(trained(ids2, train2)) == want,
+           ("tok:apply_chat_template %s: the assistant turns trained: %q"):format(name, tok:decode(trained(ids2, train2))):gsub("\\\n", "\\n"))
+  end
 end
 
 -- ---- bad files: one line, the file and the line ---------------------------------------------

@@ -1,6 +1,6 @@
 -- models/finetune.lua end to end on a tiny random Llama (made by models/llama.lua
 -- with tests/tokenizer/llama3.json's vocabulary): LoRA and full fine-tuning,
--- packed and padded, ZeRO stage 0 and 3 on 2 ranks give the same losses, so
+-- packed and padded, chat messages, ZeRO stage 0 and 3 on 2 ranks give the same losses, so
 -- do 2 ranks and 1 rank with twice the accumulation; resuming continues the
 -- same losses; --save-hf and --save-adapter folders load; --sample prints;
 -- bad data files are one-line errors naming the file and the line.
@@ -14,8 +14,8 @@ local script = "../models/finetune.lua"
 local TOK = "tokenizer/llama3.json"
 local BASE = tmp .. "/base"
 
-local out, ok = run(("%s ../models/llama.lua --vocab 451 --dim 32 --layers 2 --heads 4 --kv-heads 2 --context 12 " ..
-  "--batch-size 2 --steps 0 --val-fraction 0 --data lua/llama/tokens.bin --save-hf %s"):format(bin, BASE))
+local out, ok = run(("%s ../models/llama.lua --vocab 451 --dim 32 --layers 2 --heads 4 --kv-heads 2 --context 128 " ..
+  "--batch-size 1 --steps 0 --val-fraction 0 --data lua/llama/tokens.bin --save-hf %s"):format(bin, BASE))
 tap.ok(ok and io.open(BASE .. "/config.json") ~= nil, "a tiny random Llama folder from models/llama.lua --steps 0 --save-hf")
 if not ok then print("# " .. out:gsub("\n", "\n# ")) end
 
@@ -70,6 +70,28 @@ do
   tap.ok(l2[1] and l3[1] and l2[1] < l3[1], ("the merged model starts lower than the base (%.4f < %.4f)"):format(l2[1] or 0, l3[1] or 0))
 end
 
+-- ---- chat messages through the tokenizer's apply_chat_template -------------------------------
+
+local chat = {}
+for i = 1, 6 do
+  local p = pairs_[i]
+  chat[i] = zorch.json.encode({messages = {{role = "system", content = "Be brief."}, {role = "user", content = p[1]},
+                                           {role = "assistant", content = p[2]}}}):gsub("[\n\t]", "")
+end
+local CHAT = tap.temp_file(table.concat(chat, "\n") .. "\n", ".jsonl")
+do
+  local l, text, good = finetune(("--data %s --chat-template chatml --context 128 --pack --batch-size 2 --epochs 2 --lora-r 4 " ..
+    "--sample 4 --temperature 0 --prompt 'Say hello'"):format(CHAT))
+  tap.ok(good and #l >= 2 and l[#l] < l[1] and text:find("6 examples of " .. CHAT .. " (chat;", 1, true) ~= nil,
+         ("messages with --chat-template chatml: %d steps, loss %.4f -> %.4f"):format(#l, l[1] or 0, l[#l] or 0))
+  tap.ok(text:find("---- sample ----\n<|im_start|>user\nSay hello<|im_end|>\n<|im_start|>assistant\n", 1, true) ~= nil,
+         "--prompt becomes a user turn and the generation prompt")
+  if not good then show(text) end
+  local _, t2, ok2 = finetune(("--data %s --pack --steps 1"):format(CHAT))
+  tap.ok(not ok2 and t2:find(CHAT .. ": line 1: ", 1, true) and t2:find("no chat_template", 1, true),
+         "without a chat template the first line of messages is refused: " .. (t2:match("[^\n]*no chat_template[^\n]*") or t2))
+end
+
 -- ---- ranks and stages: the same losses --------------------------------------------------------
 
 if tap.has_mpi(bin) then
@@ -122,7 +144,7 @@ refused("a line without prompt/response or messages", base .. " --data " .. no_f
 local empty = tap.temp_file("", ".jsonl")
 refused("an empty file", base .. " --data " .. empty, empty .. ": holds no examples")
 refused("no eos in config.json", ("--init %s --tokenizer %s --data %s"):format(BASE, TOK, DATA), "config.json has no eos_token_id")
-refused("--context beyond the model", base .. " --data " .. DATA .. " --context 100", "max_position_embeddings 64")
+refused("--context beyond the model", base .. " --data " .. DATA .. " --context 200", "max_position_embeddings 128")
 refused("--epochs and --steps", base .. " --data " .. DATA .. " --epochs 2", "not both")
 
 tap.done()
