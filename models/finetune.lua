@@ -38,6 +38,7 @@ for _, k in ipairs{"context", "batch-size", "accum"} do
   if (opt[k] or 1) < 1 then usage("--%s must be at least 1, got %d", k, opt[k]) end
 end
 if (opt.epochs or 1) < 1 or (opt.steps or 1) < 0 then usage("--epochs must be at least 1 and --steps at least 0") end
+train.check_outputs(opt, {"log"})
 
 -- ---- the model and its tokenizer -------------------------------------------------------------
 
@@ -174,6 +175,7 @@ if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]
 
 -- ---- exports: the model (and its tokenizer) or the adapters ---------------------------------
 
+if raw.eos_token_id == nil then raw.eos_token_id = eos end -- (the saved folder knows its eos)
 train.export(model, engine, opt, {raw = raw, cfg = cfg, use_lora = use_lora, usage = usage, try = try, base = opt.init})
 if opt["save-hf"] ~= "" and rank == 0 then -- the folder fine-tunes and samples again as it is
   local f = io.open(tokfile, "rb")

@@ -35,6 +35,7 @@ local opt = zorch.flags(arg, train.flags({
 -- ---- configuration ------------------------------------------------------------------------
 
 local usage, try = train.usage("llama")
+train.check_outputs(opt, {"logits"})
 
 local binary = opt.data:match("%.bin$") ~= nil
 if opt["token-bytes"] ~= 2 and opt["token-bytes"] ~= 4 then usage("--token-bytes must be 2 or 4, got %d", opt["token-bytes"]) end

@@ -123,7 +123,7 @@ function sft.load(path, tok, opts)
       if not ok then fail((tostring(rec):gsub("^json: the text is", "the line is"):gsub("^json: ", ""))) end
       local ok2, ids, train = pcall(sft.encode, tok, rec, {template = opts.template, eos = opts.eos,
                                                                  chat_template = opts.chat_template})
-      if not ok2 then fail(tostring(ids):gsub("^[^:]*:%d+: ", "")) end
+      if not ok2 then fail(tostring(ids)) end
       stats.chat = stats.chat or rec.messages ~= nil
       for _, id in ipairs(ids) do
         if opts.vocab and id >= opts.vocab then fail(("token id %d is outside the model's vocabulary of %d"):format(id, opts.vocab)) end

@@ -6,6 +6,7 @@
 --   train.flags(spec, defaults)          the shared flags added to a zorch.flags spec
 --   train.usage(name)                    usage(fmt, ...) and try(flag, fn, ...) raising usage errors
 --   train.lora(model, opt, usage, try)   adapters from the flags; true when LoRA is on
+--   train.check_outputs(opt, more)       usage errors now for outputs that cannot be written
 --   train.engine(opt)                    the Engine of the flags
 --   train.adamw(model, opt, use_lora)    AdamW over the trained parameters, in decay groups
 --   train.lr_at(opt, steps)              the learning rate of step s (from 0)
@@ -92,6 +93,14 @@ function train.lora(model, opt, usage, try)
                                            rslora = opt["lora-rslora"], target_modules = targets})
   end
   return use_lora
+end
+
+-- --save-hf, --save-adapter and the flags named in `more` (a list): a usage
+-- error before any training when one cannot be written (a missing folder).
+function train.check_outputs(opt, more)
+  local names = {"save-hf", "save-adapter"}
+  for _, k in ipairs(more or {}) do names[#names + 1] = k end
+  for _, k in ipairs(names) do zorch.flags.check_output(opt[k], "--" .. k) end
 end
 
 function train.engine(opt)
