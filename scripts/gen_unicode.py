@@ -110,6 +110,7 @@ def nfc_tables():
     lines.append("static const uint32_t uc_decomp[][3] = {")
     rows(lines, ["{0x%X, 0x%X, 0x%X}," % r for r in dec], 5)
     lines.append("};")
+    assert len(dec) < 65536, "uc_comp's indices are uint16_t"
     comp = sorted((i for i, r in enumerate(dec) if composes(r)), key=lambda i: (dec[i][1], dec[i][2]))
     lines.append("/* the pairs NFC composes: rows of uc_decomp by (first, second) (%d) */" % len(comp))
     lines.append("static const uint16_t uc_comp[] = {")

@@ -32,7 +32,7 @@ static size_t next_cp(const unsigned char *s, size_t n, size_t i, uint32_t *cp) 
 }
 
 static int ccc_of(uint32_t cp) {
-  if (cp < 0x300) return 0;
+  if (cp < uc_ccc[0][0]) return 0;
   size_t lo = 0, hi = NR(uc_ccc);
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -56,6 +56,12 @@ static size_t quick_check(const unsigned char *s, size_t n, uint32_t *cp_out, si
     }
     uint32_t cp;
     size_t k = next_cp(s, n, i, &cp);
+    if (cp < uc_nfc_maybe[0][0] && cp < uc_ccc[0][0]) { /* Latin-1 and the like: as ASCII */
+      prev = 0;
+      *starter = i;
+      i += k;
+      continue;
+    }
     int cc = cp < RAW ? ccc_of(cp) : 0;
     if (cp < RAW && (in_ranges(uc_nfc_maybe, NR(uc_nfc_maybe), cp) || (cc && prev > cc))) {
       *cp_out = cp;

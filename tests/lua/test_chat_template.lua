@@ -95,11 +95,20 @@ local cases = {
   {"{% while x %}", "t.jinja:1: unknown tag 'while'"},
   {"\n\n{{ m.role }}", "t.jinja:3: 'role' of an undefined value"},
   {"{{ 1 + 'a' }}", "t.jinja:1: '+' between number and string"},
+  {"{{ \"ab\".startswith() }}", "t.jinja:1: startswith needs 1 argument"},
   {"{% set n.x = 1 %}", "t.jinja:1: 'n.x = ...' needs a namespace"},
   {"x\n{{ raise_exception('stop here') }}", "t.jinja:2: raise_exception: stop here"},
 }
 for _, c in ipairs(cases) do
   tap.raises(("bad template: %s"):format(c[2]), function() jinja.compile(c[1], "t.jinja"):render{} end, c[2])
 end
+local cyc = {}
+cyc[1] = cyc
+tap.raises("a table that holds itself, printed", function() jinja.compile("\n{{ t }}", "c"):render{t = cyc} end, "c:2: ", "nested more than 64")
+tap.raises("a table that holds itself, through tojson", function() jinja.compile("{{ t|tojson }}", "c"):render{t = cyc} end, "c:1: tojson")
+tap.raises("a Lua error in a caller's function names the line", function()
+  jinja.compile("\n\n{{ f() }}", "c"):render{f = function() error("boom", 0) end}
+end, "c:3: boom")
+tap.ok(jinja.compile("{{ add(2, 3) }}"):render{add = function(a, b) return a + b end} == "5", "a caller's function is called")
 tap.raises("compile of a non-string", function() jinja.compile(3) end, "jinja.compile: source must be a string")
 tap.done()

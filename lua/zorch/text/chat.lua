@@ -40,12 +40,6 @@ chat.templates = {
 
 local function fail(fmt, ...) error("apply_chat_template: " .. fmt:format(...), 0) end
 
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
-end
-
 -- a special token in tokenizer_config.json: a string or an AddedToken {content = ...}
 local function token_text(v)
   if type(v) == "table" then return v.content end
@@ -80,9 +74,8 @@ function chat.config(tokenizer_path)
       info.tokens[k] = token_text(cfg[k])
     end
   end
-  if not info.default and exists(dir .. "/chat_template.jinja") then
-    info.templates.default, info.default = read_file(dir .. "/chat_template.jinja"), "default"
-  end
+  local file = not info.default and read_file(dir .. "/chat_template.jinja")
+  if file then info.templates.default, info.default = file, "default" end
   if not text and not info.default then return nil end
   return info
 end
