@@ -46,7 +46,8 @@ typedef enum {
   ZORCH_ERR_STATE,    /* e.g. a second backward through a freed graph */
   ZORCH_ERR_IO,       /* file or library loading */
   ZORCH_ERR_INTERNAL,
-  ZORCH_ERR_TIMEOUT   /* a collective ran past comm_timeout (see zorch_set_hang_handler) */
+  ZORCH_ERR_TIMEOUT   /* a collective ran past comm_timeout (see zorch_set_hang_handler), a VM's budget
+                         ran out, or a long op was interrupted (zorch_state_set_deadline) */
 } zorch_status;
 
 typedef enum {
@@ -486,6 +487,17 @@ ZORCH_API void zorch_state_free(zorch_state *s);
 /* Makes s current on this thread (NULL: the thread's own) and returns the one
    that was, to be swapped back when the VM returns. */
 ZORCH_API zorch_state *zorch_state_swap(zorch_state *s);
+/* Long CPU work (fills, copies and pointwise ops over many elements, large
+   matmuls, file reads) looks between chunks at the current state's deadline
+   (CLOCK_MONOTONIC seconds; 0: none; a time already past stops the next
+   look) and at the interrupt flag; past either, the op fails with
+   ZORCH_ERR_TIMEOUT ("<op>: stopped: ..." or "<op>: interrupted"). A VM sets
+   its state's deadline from max_seconds. */
+ZORCH_API void zorch_state_set_deadline(zorch_state *s, double t);
+/* Raises the process-wide interrupt flag; async-signal-safe (a SIGINT
+   handler's). Every long op fails until zorch_interrupt_clear. */
+ZORCH_API void zorch_interrupt(void);
+ZORCH_API void zorch_interrupt_clear(void);
 
 /* ---- page-locked host memory -------------------------------------------------------------- */
 /* A CPU tensor of zeros in page-locked memory (cudaMallocHost, through the CUDA

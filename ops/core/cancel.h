@@ -1,0 +1,16 @@
+/* cancel.h: where long C work stops early. A kernel that runs long (a fill,
+   a copy or a pointwise op over many elements, a large matmul, a file read)
+   calls zcancel_poll between chunks of its work, on the thread that called
+   the op; past the current state's deadline or after zorch_interrupt (a
+   signal handler's Ctrl-C) it fails, and the op returns the error. */
+#ifndef ZORCH_OPS_CORE_CANCEL_H
+#define ZORCH_OPS_CORE_CANCEL_H
+#include "zorch.h"
+
+/* Elements between two polls of a pointwise kernel (a few milliseconds of work). */
+#define ZCANCEL_CHUNK ((int64_t)1 << 24)
+
+/* ZORCH_OK, or ZORCH_ERR_TIMEOUT with "<op>: interrupted" or "<op>: stopped:
+   the time limit passed" set. */
+zorch_status zcancel_poll(const char *op);
+#endif
