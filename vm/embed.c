@@ -111,6 +111,53 @@ static int vm_xpcall_handler(lua_State *L) {
   return 1;
 }
 
+/* coroutine.resume(co, ...): refused once the budget is crossed, else co
+   gets the budget hook first. Upvalue 1: the real resume. */
+static int vm_co_resume(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  if (co) lz_vm_check_resume(L, co);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* A function coroutine.wrap made, checked as vm_co_resume checks. Upvalues:
+   the real wrap's function, its coroutine. */
+static int vm_co_wrapped(lua_State *L) {
+  lz_vm_check_resume(L, lua_tothread(L, lua_upvalueindex(2)));
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* coroutine.wrap(f). Upvalue 1: the real wrap. */
+static int vm_co_wrap(lua_State *L) {
+  lua_settop(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, 1, 1);
+  if (!lua_getupvalue(L, 1, 1) || !lua_isthread(L, -1))
+    return luaL_error(L, "coroutine.wrap: no coroutine behind the function");
+  lua_pushcclosure(L, vm_co_wrapped, 2);
+  return 1;
+}
+
+/* The coroutine library with resume and wrap checked: a coroutine made at
+   any time runs under the budget of the entry that resumes it. */
+static void vm_wrap_coroutines(lua_State *L) {
+  if (lua_getglobal(L, "coroutine") == LUA_TTABLE) {
+    lua_getfield(L, -1, "resume");
+    lua_pushcclosure(L, vm_co_resume, 1);
+    lua_setfield(L, -2, "resume");
+    lua_getfield(L, -1, "wrap");
+    lua_pushcclosure(L, vm_co_wrap, 1);
+    lua_setfield(L, -2, "wrap");
+  }
+  lua_pop(L, 1);
+}
+
 /* xpcall(f, h, ...) with h wrapped by vm_xpcall_handler. Upvalue 1: xpcall. */
 static int vm_xpcall(lua_State *L) {
   luaL_checkany(L, 2);
@@ -158,6 +205,7 @@ static int vm_open(lua_State *L) {
     lua_pushcclosure(L, vm_setmetatable, 1);
     lua_setglobal(L, "setmetatable");
   }
+  vm_wrap_coroutines(L);
   luaL_requiref(L, "zorch", luaopen_zorch, 1);
   if (sandbox) { /* after zorch: its modules keep the plain xpcall */
     lua_getglobal(L, "xpcall");
@@ -169,7 +217,7 @@ static int vm_open(lua_State *L) {
 
 static zorch_status vm_fail(zorch_vm *vm, int st) {
   const char *m = lua_tostring(vm->L, -1);
-  if (vm->ctx.exceeded) {
+  if (lz_vm_crossed(&vm->ctx)) { /* also when a C op saw the deadline first */
     snprintf(vm->err, sizeof vm->err, "%s", m ? m : vm->ctx.why);
     lua_pop(vm->L, 1);
     return err_set(ZORCH_ERR_TIMEOUT, "%s", vm->err);
