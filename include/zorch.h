@@ -563,7 +563,9 @@ ZORCH_API void zorch_vm_free(zorch_vm *vm);
 ZORCH_API zorch_status zorch_vm_dofile(zorch_vm *vm, const char *path);
 ZORCH_API zorch_status zorch_vm_dostring(zorch_vm *vm, const char *chunk, const char *name);
 /* Calls the global function `fn` with nin tensors; up to nout results that are
-   tensors are stored in outs (new references; NULL for non-tensor results). */
+   tensors are stored in outs (new references; NULL for non-tensor results and
+   past the last result). nin or nout past a Lua call's limit (about a million
+   values) is ZORCH_ERR_ARG. */
 ZORCH_API zorch_status zorch_vm_call(zorch_vm *vm, const char *fn, int nin, zorch_tensor *const *ins,
                            int nout, zorch_tensor **outs);
 /* The message of the VM's last failure (with a traceback). */

@@ -379,30 +379,41 @@ typedef struct {
   zorch_tensor **outs;
 } vm_call_args;
 
-/* Runs inside a protected call: pushing values can raise (memory limit). */
+/* Runs inside a protected call: pushing values can raise (memory limit).
+   The function's results are taken as it returns them (LUA_MULTRET: Lua's
+   call records a fixed result count in a short), the missing ones NULL. */
 static int vm_call_body(lua_State *L) {
   vm_call_args *a = lua_touserdata(L, 1);
-  int need = (a->nin > a->nout ? a->nin : a->nout) + 4;
-  if (!lua_checkstack(L, need))
-    return luaL_error(L, "vm_call: %d arguments and %d results do not fit on the Lua stack", a->nin, a->nout);
+  if (!lua_checkstack(L, a->nin + 4))
+    return luaL_error(L, "vm_call: %d arguments do not fit on the Lua stack", a->nin);
   if (lua_getglobal(L, a->fn) != LUA_TFUNCTION)
     return luaL_error(L, "vm_call: global '%s' is not a function", a->fn);
   for (int i = 0; i < a->nin; i++) {
     if (a->ins[i]) zorch_push_tensor(L, zorch_tensor_retain(a->ins[i]));
     else lua_pushnil(L);
   }
-  lua_call(L, a->nin, a->nout);
-  for (int i = 0; i < a->nout; i++) {
-    zorch_tensor *t = zorch_to_tensor(L, -a->nout + i);
+  int base = lua_gettop(L) - a->nin - 1;
+  lua_call(L, a->nin, LUA_MULTRET);
+  int got = lua_gettop(L) - base;
+  for (int i = 0; i < a->nout && i < got; i++) {
+    zorch_tensor *t = zorch_to_tensor(L, base + 1 + i);
     a->outs[i] = t ? zorch_tensor_retain(t) : NULL;
   }
   return 0;
 }
 
+/* More values than this never fit on a Lua stack. */
+#define VM_MAX_VALUES (LUAI_MAXSTACK - 64)
+
 zorch_status zorch_vm_call(zorch_vm *vm, const char *fn, int nin, zorch_tensor *const *ins, int nout,
                            zorch_tensor **outs) {
   if (!vm || !fn || nin < 0 || nout < 0 || (nin && !ins) || (nout && !outs))
     return err_set(ZORCH_ERR_ARG, "vm_call: bad arguments");
+  if (nin > VM_MAX_VALUES || nout > VM_MAX_VALUES) {
+    snprintf(vm->err, sizeof vm->err, "vm_call: %d arguments and %d results: a Lua call takes and returns at most %d",
+             nin, nout, VM_MAX_VALUES);
+    return err_set(ZORCH_ERR_ARG, "%s", vm->err);
+  }
   for (int i = 0; i < nout; i++) outs[i] = NULL;
   vm_call_args a = {fn, nin, nout, ins, outs};
   lua_pushcfunction(vm->L, vm_call_body);
