@@ -545,7 +545,8 @@ typedef struct {
                        string.dump, collectgarbage("stop"); zorch's own file functions
                        (save, load, read_csv, checkpoints, Logger files, plots) only
                        inside allow_read/allow_write (examples/embed/README.md) */
-  size_t mem_limit; /* bytes of Lua heap (not tensor memory); 0: unlimited */
+  size_t mem_limit; /* bytes of Lua heap; in a sandbox without tensor_limit, of Lua heap and tensors
+                       together; 0: unlimited */
   /* Folders a sandboxed script may read (allow_read) and read and write
      (allow_write), with everything under them: NULL-terminated lists, resolved
      when the VM is made (each must exist); a path is checked after resolving

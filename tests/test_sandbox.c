@@ -243,6 +243,28 @@ static void test_tensor_limit(void) {
   zorch_tensor_free(host);
 }
 
+/* A sandbox's mem_limit bounds the Lua heap and tensors together unless
+   tensor_limit is given; outside a sandbox it is the Lua heap's alone. */
+static void test_mem_limit_covers_tensors(void) {
+  zorch_vm *vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .mem_limit = 64 << 20});
+  ok(run(vm, "local t = zorch.zeros(8192, 8192)") != ZORCH_OK && strstr(zorch_vm_error(vm), "memory limit"),
+     "a sandbox with mem_limit 64 MiB refuses a 256 MiB tensor: %.100s", zorch_vm_error(vm));
+  ok(run(vm, "keep = zorch.zeros(10 << 20)") == ZORCH_OK, "a 40 MiB tensor fits: %s", zorch_vm_error(vm));
+  ok(run(vm, "local t = {} for i = 1, 2e6 do t[i] = i end") == ZORCH_ERR_OOM &&
+         strstr(zorch_vm_error(vm), "Lua heap and tensors"),
+     "and then a 32 MiB Lua table does not: the two share the limit: %s", zorch_vm_error(vm));
+  ok(run(vm, "keep = nil collectgarbage() local t = {} for i = 1, 2e6 do t[i] = i end") == ZORCH_OK,
+     "the tensor's bytes come back when it is freed: %s", zorch_vm_error(vm));
+  zorch_vm_free(vm);
+  vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .mem_limit = 64 << 20, .tensor_limit = 512 << 20});
+  ok(run(vm, "local t = zorch.zeros(8192, 8192)") == ZORCH_OK, "tensor_limit says otherwise: %s", zorch_vm_error(vm));
+  zorch_vm_free(vm);
+  vm = zorch_vm_new(&(zorch_vm_opts){.mem_limit = 64 << 20});
+  ok(run(vm, "local t = zorch.zeros(8192, 8192)") == ZORCH_OK, "outside a sandbox mem_limit is the Lua heap's: %s",
+     zorch_vm_error(vm));
+  zorch_vm_free(vm);
+}
+
 static int host_hook_calls;
 static zorch_status host_hook(zorch_tensor *leaf, void *ud) {
   (void)leaf, (void)ud;
@@ -338,6 +360,7 @@ int main(void) {
   test_budget_nested_coroutines();
   test_budget_long_ops();
   test_tensor_limit();
+  test_mem_limit_covers_tensors();
   test_hostile();
   char cmd[2 * PATH_MAX];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

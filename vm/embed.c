@@ -3,6 +3,7 @@
 #include <lauxlib.h>
 #include <limits.h>
 #include <lua.h>
+#include <stdatomic.h>
 #include <lualib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,24 +21,37 @@ struct zorch_vm {
   lua_State *L;
   zstate *state;
   size_t used, limit;
+  zmem_account *shared; /* a sandbox's mem_limit over heap and tensors both (the state's account), or NULL */
   lz_pool pool; /* the Lua state's small blocks */
   lz_vm ctx; /* sandbox folders and budget, seen by the Lua layer */
   char err[2048];
 };
 
-/* Counts the Lua heap and refuses growth past the limit; Lua turns the refusal
-   into a memory error that the protected call reports. */
+/* Counts the Lua heap and refuses growth past the limit (and, in a sandbox
+   whose mem_limit covers tensors too, past what the tensors leave of it); Lua
+   turns the refusal into a memory error that the protected call reports. */
 static void *vm_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   zorch_vm *vm = ud;
   size_t old = ptr ? osize : 0;
   if (nsize == 0) {
     lz_pool_realloc(&vm->pool, ptr, osize, 0);
     vm->used -= old;
+    if (vm->shared) atomic_fetch_sub(&vm->shared->used, old);
     return NULL;
   }
-  if (vm->limit && nsize > old && vm->used + (nsize - old) > vm->limit) return NULL;
+  size_t grow = nsize > old ? nsize - old : 0;
+  if (vm->limit && vm->used + grow > vm->limit) return NULL;
+  if (vm->shared && grow && atomic_fetch_add(&vm->shared->used, grow) + grow > vm->shared->limit) {
+    atomic_fetch_sub(&vm->shared->used, grow);
+    return NULL;
+  }
   void *p = lz_pool_realloc(&vm->pool, ptr, osize, nsize);
-  if (p) vm->used = vm->used - old + nsize;
+  if (p) {
+    vm->used = vm->used - old + nsize;
+    if (vm->shared && nsize < old) atomic_fetch_sub(&vm->shared->used, old - nsize);
+  } else if (vm->shared && grow) {
+    atomic_fetch_sub(&vm->shared->used, grow);
+  }
   return p;
 }
 
@@ -223,7 +237,8 @@ static zorch_status vm_fail(zorch_vm *vm, int st) {
     return err_set(ZORCH_ERR_TIMEOUT, "%s", vm->err);
   }
   if (st == LUA_ERRMEM && vm->limit)
-    snprintf(vm->err, sizeof vm->err, "memory limit of %zu bytes of Lua heap reached", vm->limit);
+    snprintf(vm->err, sizeof vm->err, "memory limit of %zu bytes of %s reached", vm->limit,
+             vm->shared ? "Lua heap and tensors" : "Lua heap");
   else
     snprintf(vm->err, sizeof vm->err, "%s", m ? m : "(error without a message)");
   lua_pop(vm->L, 1);
@@ -306,10 +321,14 @@ zorch_vm *zorch_vm_new(const zorch_vm_opts *opts) {
       vm_destroy(vm);
       return err_null(code, "%s", msg);
     }
-    if (opts->tensor_limit && !(vm->state->mem = zmem_account_new(opts->tensor_limit))) {
+    /* a sandbox's mem_limit bounds all it makes unless tensor_limit says otherwise */
+    bool shared = opts->sandbox && opts->mem_limit && !opts->tensor_limit;
+    size_t tensor_limit = shared ? opts->mem_limit : opts->tensor_limit;
+    if (tensor_limit && !(vm->state->mem = zmem_account_new(tensor_limit))) {
       vm_destroy(vm);
       return err_null(ZORCH_ERR_OOM, "vm_new: out of memory");
     }
+    if (shared) vm->shared = vm->state->mem;
   }
   vm->L = lua_newstate(vm_alloc, vm);
   if (!vm->L) {
