@@ -2,6 +2,7 @@
 #include "cancel.h"
 
 #include <signal.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "error.h"
@@ -21,4 +22,16 @@ zorch_status zcancel_poll(const char *op) {
   clock_gettime(CLOCK_MONOTONIC, &t);
   if ((double)t.tv_sec + (double)t.tv_nsec * 1e-9 <= deadline) return ZORCH_OK;
   return err_set(ZORCH_ERR_TIMEOUT, "%s: stopped: the time limit passed", op);
+}
+
+zorch_status zcancel_fread(void *p, size_t n, FILE *f, const char *op) {
+  const size_t piece = (size_t)16 << 20;
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < piece ? n - done : piece;
+    zorch_status st = n > piece ? zcancel_poll(op) : ZORCH_OK;
+    if (st) return st;
+    if (fread((uint8_t *)p + done, 1, k, f) != k) return ZORCH_ERR_IO;
+    done += k;
+  }
+  return ZORCH_OK;
 }

@@ -5,6 +5,8 @@
    signal handler's Ctrl-C) it fails, and the op returns the error. */
 #ifndef ZORCH_OPS_CORE_CANCEL_H
 #define ZORCH_OPS_CORE_CANCEL_H
+#include <stdio.h>
+
 #include "zorch.h"
 
 /* Elements between two polls of a pointwise kernel (a few milliseconds of work). */
@@ -13,4 +15,8 @@
 /* ZORCH_OK, or ZORCH_ERR_TIMEOUT with "<op>: interrupted" or "<op>: stopped:
    the time limit passed" set. */
 zorch_status zcancel_poll(const char *op);
+/* fread of n bytes in pieces of 16 MiB with a poll before each (n past one piece): ZORCH_OK when
+   all were read, the poll's error when it stopped, ZORCH_ERR_IO (no message
+   set: the caller names the file) when the file ended first or failed. */
+zorch_status zcancel_fread(void *p, size_t n, FILE *f, const char *op);
 #endif
