@@ -106,6 +106,11 @@ void lz_vm_hook_thread(lua_State *L, lua_State *T) {
   if (vm && vm->depth > 0 && has_budget(vm)) hook_thread(vm, T);
 }
 
+void lz_vm_note_stop(lua_State *L) {
+  lz_vm *vm = lz_vm_get(L);
+  if (vm && vm->depth > 0 && has_budget(vm) && lz_vm_crossed(vm)) hook_thread(vm, L);
+}
+
 void lz_vm_check_resume(lua_State *L, lua_State *co) {
   lz_vm *vm = lz_vm_get(L);
   if (!vm || vm->depth == 0 || !has_budget(vm)) return;

@@ -136,6 +136,11 @@ void lz_vm_hook_thread(lua_State *L, lua_State *T);
 /* Before coroutine co of L's VM is resumed: raises once the budget is
    crossed, else gives co the budget hook. */
 void lz_vm_check_resume(lua_State *L, lua_State *co);
+/* After an op stopped at the deadline (ZORCH_ERR_TIMEOUT): the budget is
+   crossed now, and L raises at its next instruction, not at its hook's next
+   count (a script catching the op's error in a loop would redo the op's
+   set-up, its output's allocation, until then). */
+void lz_vm_note_stop(lua_State *L);
 /* Whether the running entry's budget is crossed (it becomes so, sticky until
    the entry returns, when the count or the clock is past it). */
 bool lz_vm_crossed(lz_vm *vm);
