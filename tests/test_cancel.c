@@ -34,6 +34,10 @@ static void check_long_ops(const char *why, const char *what, zorch_tensor *big,
   zorch_tensor **ts = NULL;
   ok(zorch_load_safetensors(st, &n, &names, &ts) == ZORCH_ERR_TIMEOUT && strstr(zorch_last_error(), what),
      "%s: a 32 MiB safetensors read stops: %s", why, zorch_last_error());
+  zorch_tensor *mid = zorch_full(SHAPE(128, 128), 1, ZORCH_F32, CPU);
+  ok(stopped(zorch_matmul(mid, mid), what), "%s: a 128^3 matmul (one piece) stops before it starts: %s", why,
+     zorch_last_error());
+  zorch_tensor_free(mid);
   zorch_tensor *small = zorch_full(SHAPE(1000), 2, ZORCH_F32, CPU);
   ok(small && at(small, 999) == 2, "%s: a small op does not look", why);
   zorch_tensor_free(small);

@@ -11,6 +11,10 @@
 
 /* Elements between two polls of a pointwise kernel (a few milliseconds of work). */
 #define ZCANCEL_CHUNK ((int64_t)1 << 24)
+/* Work from this many elements (or multiply-adds, for a GEMM) polls once
+   before it starts: past the deadline, a script's loop of such ops gets each
+   back at once, since the budget's hook looks only every 1000 instructions. */
+#define ZCANCEL_MIN ((int64_t)1 << 20)
 
 /* ZORCH_OK, or ZORCH_ERR_TIMEOUT with "<op>: interrupted" or "<op>: stopped:
    the time limit passed" set. */

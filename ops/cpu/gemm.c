@@ -104,7 +104,10 @@ static zorch_status gemm_whole(const gemm_args *g);
 zorch_status cpu_gemm(const gemm_args *g) {
   bool wide = g->dt == ZORCH_F32 || g->dt == ZORCH_F64;
   int64_t nk = g->n * (g->k > 0 ? g->k : 1);
-  if (!wide || g->m < 128 || g->m * nk <= GEMM_PANEL_MACS) return gemm_whole(g);
+  if (!wide || g->m < 128 || g->m * nk <= GEMM_PANEL_MACS) {
+    zorch_status st = g->m * nk >= ZCANCEL_MIN ? zcancel_poll("matmul") : ZORCH_OK;
+    return st ? st : gemm_whole(g);
+  }
   int64_t rows = (GEMM_PANEL_MACS / nk + 63) / 64 * 64;
   if (rows < 64) rows = 64;
   size_t es = dtype_sizes[g->dt];

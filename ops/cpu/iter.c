@@ -115,7 +115,7 @@ static void iter_span(const cpu_iter *it, int64_t s, int64_t e, cpu_loop fn, con
 zorch_status cpu_iter_run_grain(const cpu_iter *it, cpu_loop fn, const double *prm, int64_t grain) {
   int64_t n = it->numel;
   for (int64_t s = 0; s < n; s += ZCANCEL_CHUNK) {
-    zorch_status st = n > ZCANCEL_CHUNK ? zcancel_poll(NULL) : ZORCH_OK; /* before the first chunk too */
+    zorch_status st = n >= ZCANCEL_MIN ? zcancel_poll(NULL) : ZORCH_OK; /* before the first chunk too */
     if (st) return st;
     iter_span(it, s, n - s > ZCANCEL_CHUNK ? s + ZCANCEL_CHUNK : n, fn, prm, grain);
   }
