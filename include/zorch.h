@@ -46,7 +46,8 @@ typedef enum {
   ZORCH_ERR_STATE,    /* e.g. a second backward through a freed graph */
   ZORCH_ERR_IO,       /* file or library loading */
   ZORCH_ERR_INTERNAL,
-  ZORCH_ERR_TIMEOUT   /* a collective ran past comm_timeout (see zorch_set_hang_handler) */
+  ZORCH_ERR_TIMEOUT   /* a collective ran past comm_timeout (see zorch_set_hang_handler), a VM's budget
+                         ran out, or a long op was interrupted (zorch_state_set_deadline) */
 } zorch_status;
 
 typedef enum {
@@ -502,6 +503,17 @@ ZORCH_API void zorch_state_free(zorch_state *s);
 /* Makes s current on this thread (NULL: the thread's own) and returns the one
    that was, to be swapped back when the VM returns. */
 ZORCH_API zorch_state *zorch_state_swap(zorch_state *s);
+/* Long CPU work (fills, copies and pointwise ops over many elements, large
+   matmuls, file reads) looks between chunks at the current state's deadline
+   (CLOCK_MONOTONIC seconds; 0: none; a time already past stops the next
+   look) and at the interrupt flag; past either, the op fails with
+   ZORCH_ERR_TIMEOUT ("<op>: stopped: ..." or "<op>: interrupted"). A VM sets
+   its state's deadline from max_seconds. */
+ZORCH_API void zorch_state_set_deadline(zorch_state *s, double t);
+/* Raises the process-wide interrupt flag; async-signal-safe (a SIGINT
+   handler's). Every long op fails until zorch_interrupt_clear. */
+ZORCH_API void zorch_interrupt(void);
+ZORCH_API void zorch_interrupt_clear(void);
 
 /* ---- page-locked host memory -------------------------------------------------------------- */
 /* A CPU tensor of zeros in page-locked memory (cudaMallocHost, through the CUDA
@@ -549,7 +561,8 @@ typedef struct {
                        string.dump, collectgarbage("stop"); zorch's own file functions
                        (save, load, read_csv, checkpoints, Logger files, plots) only
                        inside allow_read/allow_write (examples/embed/README.md) */
-  size_t mem_limit; /* bytes of Lua heap (not tensor memory); 0: unlimited */
+  size_t mem_limit; /* bytes of Lua heap; in a sandbox without tensor_limit, of Lua heap and tensors
+                       together; 0: unlimited */
   /* Folders a sandboxed script may read (allow_read) and read and write
      (allow_write), with everything under them: NULL-terminated lists, resolved
      when the VM is made (each must exist); a path is checked after resolving
@@ -567,7 +580,9 @@ ZORCH_API void zorch_vm_free(zorch_vm *vm);
 ZORCH_API zorch_status zorch_vm_dofile(zorch_vm *vm, const char *path);
 ZORCH_API zorch_status zorch_vm_dostring(zorch_vm *vm, const char *chunk, const char *name);
 /* Calls the global function `fn` with nin tensors; up to nout results that are
-   tensors are stored in outs (new references; NULL for non-tensor results). */
+   tensors are stored in outs (new references; NULL for non-tensor results and
+   past the last result). nin or nout past a Lua call's limit (about a million
+   values) is ZORCH_ERR_ARG. */
 ZORCH_API zorch_status zorch_vm_call(zorch_vm *vm, const char *fn, int nin, zorch_tensor *const *ins,
                            int nout, zorch_tensor **outs);
 /* The message of the VM's last failure (with a traceback). */

@@ -47,6 +47,7 @@ static _Thread_local size_t lz_since_full;
 
 int lz_fail(lua_State *L) {
   char msg[1536]; /* the core's message, each marked number at most one digit longer */
+  if (zorch_last_status() == ZORCH_ERR_TIMEOUT) lz_vm_note_stop(L);
   return luaL_error(L, "%s", zorch_last_error_based(1, msg, sizeof msg));
 }
 

@@ -438,19 +438,16 @@ zorch_status cpu_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double 
     if (ufast[op] && it.numel >= LUT_MIN) {
       lut_ctx l = {{p0, p1}, lut_get(op, a->dtype, f16, c.prm)};
       if (l.t) {
-        cpu_iter_run_grain(&it, lut_loop, l.prm, CPU_GRAIN_MEM);
-        return ZORCH_OK;
+        return cpu_iter_run_grain(&it, lut_loop, l.prm, CPU_GRAIN_MEM);
       }
     }
     /* the one-pass simple ops are bound by memory; GELU and half_loop's
        (exp, tanh, ...) by arithmetic */
-    cpu_iter_run_grain(&it, f16, c.prm, f512 && !ufast[op] ? CPU_GRAIN_MEM : CPU_GRAIN);
-    return ZORCH_OK;
+    return cpu_iter_run_grain(&it, f16, c.prm, f512 && !ufast[op] ? CPU_GRAIN_MEM : CPU_GRAIN);
   }
   if (f512) fn = f512;
   double prm[2] = {p0, p1};
-  cpu_iter_run(&it, fn, prm);
-  return ZORCH_OK;
+  return cpu_iter_run(&it, fn, prm);
 }
 
 zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b,
@@ -465,24 +462,21 @@ zorch_status cpu_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const 
     cpu_iter it;
     cpu_iter_init(&it, 3, ts);
     double prm[2] = {p0, p1};
-    cpu_iter_run_grain(&it, f512, prm, bfast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
-    return ZORCH_OK;
+    return cpu_iter_run_grain(&it, f512, prm, bfast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
   }
   if (h) {
     const zorch_tensor *ts[3] = {out, a, b};
     cpu_iter it;
     cpu_iter_init(&it, 3, ts);
     half_ctx c = {{p0, p1}, fn, a->dtype, 2, is16(out->dtype)};
-    cpu_iter_run_grain(&it, half_loop, c.prm, bfast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
-    return ZORCH_OK;
+    return cpu_iter_run_grain(&it, half_loop, c.prm, bfast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
   }
   const zorch_tensor *ts[3] = {out, a, b};
   cpu_iter it;
   cpu_iter_init(&it, 3, ts);
   double prm[2] = {p0, p1};
   /* most binary ops are an add or a multiply per element: memory-bound */
-  cpu_iter_run_grain(&it, fn, prm, bfast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
-  return ZORCH_OK;
+  return cpu_iter_run_grain(&it, fn, prm, bfast[op] ? CPU_GRAIN : CPU_GRAIN_MEM);
 }
 
 /* where: selects by element size, so one loop serves every dtype of that size */
@@ -505,9 +499,8 @@ zorch_status cpu_where(zorch_tensor *out, const zorch_tensor *cond, const zorch_
   cpu_iter it;
   cpu_iter_init(&it, 4, ts);
   size_t es = dtype_sizes[out->dtype];
-  cpu_iter_run_grain(&it, es == 1 ? where_1 : es == 2 ? where_2 : es == 4 ? where_4 : where_8, NULL,
+  return cpu_iter_run_grain(&it, es == 1 ? where_1 : es == 2 ? where_2 : es == 4 ? where_4 : where_8, NULL,
                      CPU_GRAIN_MEM);
-  return ZORCH_OK;
 }
 
 /* ---- copy with conversion ------------------------------------------------------------ */
@@ -606,8 +599,7 @@ zorch_status cpu_copy(zorch_tensor *dst, const zorch_tensor *src) {
   cpu_loop fn = copy_loop(dst->dtype, src->dtype);
   bool same = fn == copy_1 || fn == copy_2 || fn == copy_4 || fn == copy_8;
   if (same && cpu_copy_transposed(&it, dtype_sizes[dst->dtype])) return ZORCH_OK;
-  cpu_iter_run_grain(&it, fn, prm, CPU_GRAIN_MEM);
-  return ZORCH_OK;
+  return cpu_iter_run_grain(&it, fn, prm, CPU_GRAIN_MEM);
 }
 
 static void fill_loop(char **p, const int64_t *s, int64_t n, const double *prm) {
@@ -636,6 +628,5 @@ zorch_status cpu_fill(zorch_tensor *dst, double v) {
   cpu_iter_init(&it, 1, ts);
   double prm[3] = {0, (double)dtype_sizes[dst->dtype], 0};
   cpu_store((char *)&prm[2], dst->dtype, v);
-  cpu_iter_run_grain(&it, fill_loop, prm, CPU_GRAIN_MEM);
-  return ZORCH_OK;
+  return cpu_iter_run_grain(&it, fill_loop, prm, CPU_GRAIN_MEM);
 }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/cancel.h"
 #include "../core/error.h"
 #include "target.h"
 
@@ -118,7 +119,10 @@ zorch_status zorch_npy_load(const char *path, zorch_tensor **out) {
     st = zorch_last_status();
     snprintf(msg, sizeof msg, "%s", zorch_last_error());
     err = msg;
-  } else if (!err && bytes && fread(zorch_tensor_data(t), 1, (size_t)bytes, f) != bytes) err = "truncated data";
+  } else if (!err && bytes && (st = zcancel_fread(zorch_tensor_data(t), (size_t)bytes, f, "reading"))) {
+    if (st == ZORCH_ERR_TIMEOUT) snprintf(msg, sizeof msg, "%s", zorch_last_error());
+    err = st == ZORCH_ERR_TIMEOUT ? msg : "truncated data";
+  }
   fclose(f);
   if (err) {
     zorch_tensor_free(t);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../backend/math.h"
+#include "../core/cancel.h"
 #include "../core/tensor.h"
 #include "target.h"
 
@@ -546,10 +547,18 @@ static zorch_status st_load(const char *path, const char *only, int *n_out, char
       st = err_set(ZORCH_ERR_OOM, "load: out of memory");
       goto done;
     }
-    bool read_ok = !nb || (fseeko(f, (off_t)(8 + hlen + x->begin), SEEK_SET) == 0 && fread(raw, 1, nb, f) == nb);
+    zorch_status rs = ZORCH_OK;
+    bool read_ok = !nb || (fseeko(f, (off_t)(8 + hlen + x->begin), SEEK_SET) == 0 &&
+                           !(rs = zcancel_fread(raw, (size_t)nb, f, "reading")));
     bool fits = !read_ok || x->widen == W_NONE ||
                 st_widen_values(x->widen, x->esize, raw, tensor_ptr(t), (uint64_t)zorch_tensor_numel(t));
     if (raw != tensor_ptr(t)) free(raw);
+    if (rs == ZORCH_ERR_TIMEOUT) {
+      char why[128];
+      snprintf(why, sizeof why, "%s", zorch_last_error());
+      st = err_set(rs, "load: %s: %s", path, why);
+      goto done;
+    }
     if (!read_ok) {
       BAD("load: %s: truncated data for tensor '%s'", path, x->name);
       goto done;
