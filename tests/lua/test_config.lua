@@ -74,7 +74,7 @@ refused("leading zeros are refused", [[{"train_batch_size": 08}]], "number", "by
 refused("a repeated key is refused", [[{"train_batch_size": 8, "train_batch_size": 16}]], "train_batch_size", "twice")
 -- every value type-checked, the value shown readably
 refused("a scheduler step count given as text", [[{"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "10"}}}]],
-        "scheduler.params.warmup_num_steps", "an integer >= 0", '"10"')
+        "scheduler.params.warmup_num_steps", "an integer >= 1", '"10"')
 refused("betas out of range are shown as a list", [[{"optimizer": {"type": "Adam", "params": {"betas": [0.9, 2]}}}]],
         "optimizer.params.betas", "[0.9, 2]")
 refused("an unknown optimizer parameter is named", [[{"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentun": 0.9}}}]],

@@ -164,10 +164,10 @@ local function check_params(prefix, params, spec, noted, note)
 end
 
 local SCHED_PARAMS = {
-  WarmupLR = {warmup_min_lr = "rate", warmup_max_lr = "rate", warmup_num_steps = "int0", warmup_type = "warmup_type"},
-  WarmupDecayLR = {warmup_min_lr = "rate", warmup_max_lr = "rate", warmup_num_steps = "int0",
+  WarmupLR = {warmup_min_lr = "rate", warmup_max_lr = "rate", warmup_num_steps = "int1", warmup_type = "warmup_type"},
+  WarmupDecayLR = {warmup_min_lr = "rate", warmup_max_lr = "rate", warmup_num_steps = "int1",
                    warmup_type = "warmup_type", total_num_steps = "int1"},
-  WarmupCosineLR = {warmup_min_ratio = "unit", cos_min_ratio = "unit", warmup_num_steps = "int0",
+  WarmupCosineLR = {warmup_min_ratio = "unit", cos_min_ratio = "unit", warmup_num_steps = "int1",
                     warmup_type = "warmup_type", total_num_steps = "int1"},
   OneCycle = {cycle_min_lr = "rate", cycle_max_lr = "rate", decay_lr_rate = "nonneg", cycle_first_step_size = "int1",
               cycle_second_step_size = "int1", cycle_first_stair_count = "int0", cycle_second_stair_count = "int0",
@@ -355,6 +355,10 @@ local function from_table(ds, world)
   local sections = {train_batch_size = 1, train_micro_batch_size_per_gpu = 1, gradient_accumulation_steps = 1,
                     bf16 = 1, fp16 = 1, zero_optimization = 1, optimizer = 1, scheduler = 1, activation_checkpointing = 1}
   for k, v in pairs(ds) do if not sections[k] then try(leaf, out, note, "", k, v) end end
+  -- what a key left out means to DeepSpeed, where that is not the Engine's default
+  for _, r in ipairs(OPTIONS.rows) do
+    if r.name and r.ds_default ~= nil and out[r.name] == nil then out[r.name] = r.ds_default end
+  end
 
   table.sort(unimplemented)
   return out, unimplemented

@@ -229,25 +229,25 @@ end
 
 -- Returns the model, loader and an optimizer whose step() runs once per
 -- accumulation window: reduce, clip, update this rank's slice, gather.
--- sched (optional): the script's scheduler settings, where "auto" scheduler
--- params come from (a table with warmup_num_steps, total_num_steps, ...).
-function Engine:prepare(model, loader, opt, sched)
+-- script (optional): the script's own settings, where a DeepSpeed file's "auto"
+-- values come from: its schedule's params (warmup_num_steps, total_num_steps,
+-- ...) and gradient_clipping.
+function Engine:prepare(model, loader, opt, script)
   if type(model) ~= "table" or not model.parameters then error("Engine:prepare: argument 1 must be a module", 2) end
   if self.prepared then error("Engine:prepare: this engine already prepared a model (one engine per model)", 2) end
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
   self.auto_lines = {}
-  if #self.autos > 0 then self.auto_lines = self:set_autos(zorch._resolve_autos(self, model, loader, opt, sched)) end
+  if #self.autos > 0 then self.auto_lines = self:set_autos(zorch._resolve_autos(self, model, loader, opt, script)) end
   self.model, self.loader = model, loader
   if loader then loader.rank, loader.world_size = self.rank, self.world_size end
   if loader then loader.accumulation = self.cfg.gradient_accumulation_steps end -- (checkpoints: samples per step)
   if loader and self.device ~= "cpu" then loader.device = self.device end -- batches arrive on the device
   if loader and self.cfg.train_micro_batch_size then loader.batch_size = self.cfg.train_micro_batch_size end
   if loader then self:check_batch(loader) end
-  if not opt and self.cfg.optimizer then
-    local spec = self.cfg.optimizer
-    local p = {}
-    for k, v in pairs(spec.params or {}) do p[k] = v end
-    opt = zorch.optim[spec.type](model:parameters(), p)
+  -- a config's optimizer section names the optimizer; the script's gives its groups and "auto" values
+  if self.cfg.optimizer then
+    self.script_opt = opt
+    opt = zorch._config_optimizer(self.cfg.optimizer, model, opt)
   end
   local group_of = opt and self:group_indices(model, opt) -- (before a move replaces the tensors)
   local pfile = self.param_dir ~= nil
@@ -437,6 +437,7 @@ end
 -- resolved them, into the configuration; returns the summary lines.
 function Engine:set_autos(lines, fill)
   local c = self.cfg
+  if fill.gradient_clipping then c.gradient_clipping = fill.gradient_clipping end
   if fill.reduce_bucket_size then c.reduce_bucket_size = fill.reduce_bucket_size end
   if fill.prefetch_bucket_size then c.prefetch_bucket_size = fill.prefetch_bucket_size end
   for k, v in pairs(fill.optimizer) do c.optimizer.params[k] = v end
@@ -555,13 +556,15 @@ function Engine:print_summary()
   local c = self.cfg
   local mb = self.loader and self.loader.batch_size
   local lines = {
-    ("zorch engine: %d rank%s (%s), ZeRO stage %d, %s"):format(self.world_size, self.world_size == 1 and "" or "s",
-      self.backend, c.zero_stage, c.precision),
+    ("zorch engine: %d rank%s (%s), ZeRO stage %d, %s, DeepSpeed %s semantics"):format(self.world_size,
+      self.world_size == 1 and "" or "s", self.backend, c.zero_stage, c.precision, OPTIONS.deepspeed_version),
     ("  batch: %s per rank x %d accumulation x %d ranks = %s per step"):format(tostring(mb or "?"),
       c.gradient_accumulation_steps, self.world_size, mb and tostring(mb * c.gradient_accumulation_steps * self.world_size) or "?"),
     ("  gradient clipping %s, reduce bucket %d elements, comm timeout %gs"):format(
       c.gradient_clipping > 0 and tostring(c.gradient_clipping) or "off", c.reduce_bucket_size, c.comm_timeout),
-    ("  optimizer %s%s%s"):format(getmetatable(self.user_opt or {}).__name or "none",
+    ("  optimizer %s%s%s%s"):format(getmetatable(self.user_opt or {}).__name or "none",
+      self.script_opt and (" (the config's; the script's %s gave its groups and \"auto\" values)"):format(
+        getmetatable(self.script_opt).__name or "optimizer") or "",
       self.user_opt and self.user_opt.param_groups and #self.user_opt.param_groups > 1
         and (" (%d parameter groups)"):format(#self.user_opt.param_groups) or "",
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),

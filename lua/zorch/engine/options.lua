@@ -16,10 +16,15 @@
 -- when not by the kind ("count": a number of elements >= 0, floored; "whole": a
 -- whole number 1..2^53; "posint": an integer >= 1). status: "implemented",
 -- "no effect" (speed, memory, logging) or "changes training" (ignored, zorch
--- trains without it). structural: read by a rule of dsconfig.lua's from_table,
+-- trains without it). ds_default: the value a DeepSpeed file without the key
+-- means, where DeepSpeed's default is not the Engine's. structural: read by a rule of dsconfig.lua's from_table,
 -- not by its row (batch sizes, precision, offload, optimizer, scheduler).
 
 local S = {}
+
+-- The DeepSpeed release whose reading of a config zorch follows (defaults and
+-- schedule shapes; scripts/ds_compare.py checks the corpus against it).
+S.deepspeed_version = "0.19.8"
 
 S.optimizer_types = {"Adam", "AdamW", "SGD", "Lamb"}
 S.scheduler_types = {"LRRangeTest", "OneCycle", "WarmupCosineLR", "WarmupDecayLR", "WarmupLR"}
@@ -45,8 +50,8 @@ S.rows = {
   {name = "zero_stage", ds = {"zero_optimization.stage"}, accelerate = "zero_stage", kind = "enum", values = {0, 1, 2, 3},
    default = 0, c = {field = "stage", type = "int"}, doc = "0-3: what is partitioned across ranks (`docs/distributed.md`)"},
   {name = "gradient_clipping", ds = {"gradient_clipping"}, accelerate = "gradient_clipping", kind = "number", min = 0,
-   want = "a number >= 0 (0 turns it off)", default = 0, c = {field = "clip", type = "double"},
-   doc = "max global L2 norm of the gradients; 0 is off"},
+   want = "a number >= 0 (0 turns it off)", default = 0, ds_default = 1.0, c = {field = "clip", type = "double"},
+   doc = "max global L2 norm of the gradients; 0 is off. A DeepSpeed file without the key clips at 1.0, as DeepSpeed does"},
   {name = "gradient_accumulation_steps", ds = {"gradient_accumulation_steps"}, accelerate = "gradient_accumulation_steps",
    kind = "int", min = 1, default = 1, structural = true, c = {field = "accumulation", type = "int"},
    doc = "micro-steps per optimizer step (DeepSpeed: any two of the three batch keys give the third)"},
