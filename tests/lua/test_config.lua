@@ -75,6 +75,9 @@ refused("a repeated key is refused", [[{"train_batch_size": 8, "train_batch_size
 -- every value type-checked, the value shown readably
 refused("a scheduler step count given as text", [[{"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "10"}}}]],
         "scheduler.params.warmup_num_steps", "an integer >= 1", '"10"')
+-- DeepSpeed 0.19.8 refuses a warm-up of 0 steps (earlier releases took it as 2)
+refused("no warm-up steps", [[{"scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 0, "total_num_steps": 9}}}]],
+        "scheduler.params.warmup_num_steps", "an integer >= 1", "0")
 refused("betas out of range are shown as a list", [[{"optimizer": {"type": "Adam", "params": {"betas": [0.9, 2]}}}]],
         "optimizer.params.betas", "[0.9, 2]")
 refused("an unknown optimizer parameter is named", [[{"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentun": 0.9}}}]],
