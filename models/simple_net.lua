@@ -39,6 +39,7 @@ local opt = zorch.flags(arg, {
   log = {"", "write metrics here as JSON lines: loss, lr, grad_norm each step; epoch_loss, samples_per_s each epoch"},
   csv = {"", "write the same metrics as CSV"},
   tensorboard = {"", "write the same metrics as TensorBoard event files in this directory"},
+  ["flops-profile"] = {0, "print the FLOPs of this optimizer step by module, its TFLOP/s and the share of a measured peak (0: none)"},
   ["print-every"] = {0, "a step line (loss, lr, grad norm, samples/s) every N optimizer steps (0: none)"},
   ["checkpoint-activations"] = {false, "recompute fc1 and its ReLU in backward instead of keeping their activations"},
   ["offload-optimizer"] = {"none", "none, cpu or nvme: where Adam's moments of the shard live (nvme: files under --nvme-path)"},
@@ -108,11 +109,14 @@ local function offload(dev, extra)
   return t
 end
 local keep_last = opt["keep-last"] > 0 and math.tointeger(opt["keep-last"]) or nil
+local flops = opt["flops-profile"] > 0 and {profile_step = math.tointeger(opt["flops-profile"])} or nil
 local engine = config and zorch.Engine(config, {device = opt.device, steps_per_print = print_every,
-                                               comm_timeout = timeout, keep_last = keep_last}) or
+                                               comm_timeout = timeout, keep_last = keep_last,
+                                               flops_profiler = flops}) or
   zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = accum,
                reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device,
                steps_per_print = print_every, comm_timeout = opt["comm-timeout"], keep_last = keep_last,
+               flops_profiler = flops or false,
                offload_optimizer = offload(opt["offload-optimizer"], {chunk = math.tointeger(opt["offload-chunk"]),
                                                                        buffer_count = math.tointeger(opt["offload-buffers"])}),
                offload_param = offload(opt["offload-param"])}

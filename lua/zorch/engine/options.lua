@@ -33,6 +33,10 @@ local function is_group(v)
   local mt = type(v) == "userdata" and getmetatable(v)
   return mt and mt.__name == "zorch.Group" or false
 end
+local function monitor_ok(v)
+  return v == false or (type(v) == "table" and type(v.output_path) == "string" and type(v.job_name) == "string"
+                        and v.job_name ~= "")
+end
 local function one_of(v, list) for _, x in ipairs(list) do if v == x then return true end end return false end
 local function offload_ok(v, param)
   if v == false then return true end
@@ -92,6 +96,19 @@ S.rows = {
    doc = "rank 0 prints step, loss, lr, gradient norm, samples/s and step time every so many steps"},
   {name = "wall_clock_breakdown", ds = {"wall_clock_breakdown"}, kind = "bool", default = false,
    doc = "with the progress lines (every 10 steps when not given): forward, backward, reduction and step times"},
+  {name = "tensorboard", ds = {"tensorboard"}, kind = "table", default = false, structural = true, check = monitor_ok,
+   want = "false or {output_path = \"dir\", job_name = \"name\"}",
+   doc = "`{output_path, job_name}`: rank 0 writes DeepSpeed's Train/Samples events (lr, train_loss, loss_scale) as a TensorBoard event file in output_path/job_name (`docs/deepspeed.md`)"},
+  {name = "csv_monitor", ds = {"csv_monitor"}, kind = "table", default = false, structural = true, check = monitor_ok,
+   want = "false or {output_path = \"dir\", job_name = \"name\"}",
+   doc = "`{output_path, job_name}`: the same events as DeepSpeed's CSV monitor writes them, one file each (Train_Samples_lr.csv) in output_path/job_name"},
+  {name = "comms_logger", ds = {"comms_logger.enabled"}, kind = "bool", default = false, structural = true,
+   doc = "every steps_per_print steps (10 when not given) and in `engine:comms_summary()`: each collective's calls, bytes and time"},
+  {name = "flops_profiler", ds = {"flops_profiler"}, kind = "table", default = false, structural = true,
+   check = function(v) return v == false or (type(v) == "table" and (v.profile_step == nil or
+     (math.type(v.profile_step) == "integer" and v.profile_step >= 1))) end,
+   want = "false or {profile_step = N (>= 1), output_file = path}",
+   doc = "`{profile_step = 1, output_file}`: at that optimizer step rank 0 prints the step's FLOPs by module, TFLOP/s and the utilisation of a measured peak"},
   {name = "cpu_checkpointing", ds = {"activation_checkpointing.cpu_checkpointing"}, kind = "bool", default = false,
    doc = "`engine:checkpoint` keeps its saved inputs in host memory"},
   {name = "offload_optimizer", ds = {"zero_optimization.offload_optimizer"}, accelerate = "offload_optimizer_device",
@@ -181,8 +198,13 @@ keys("no effect", "any", {"activation_checkpointing.partition_activations",
   "activation checkpointing: DeepSpeed's buffers (the model calls engine:checkpoint)")
 keys("no effect", "any", {"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "hybrid_engine", "checkpoint",
   "nebula", "autotuning", "cuda_visible_devices", "torch_autocast"}, "DeepSpeed's own machinery")
-keys("no effect", "any", {"flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "monitor_config",
-  "comms_logger", "comms_config", "memory_breakdown", "dump_state", "_comment"}, "logging and monitoring")
+keys("no effect", "any", {"comet", "monitor_config", "comms_config", "memory_breakdown", "dump_state", "_comment"},
+  "logging and monitoring")
+keys("no effect", "any", {"comms_logger.verbose", "comms_logger.prof_all", "comms_logger.prof_ops", "comms_logger.debug",
+  "flops_profiler.module_depth", "flops_profiler.top_modules", "flops_profiler.detailed",
+  "flops_profiler.recompute_fwd_factor"}, "the profilers' detail: zorch prints every collective and the top-level modules")
+S.rows[#S.rows + 1] = {ds = {"wandb"}, kind = "any", structural = true, status = "no effect",
+                       doc = "refused when enabled (zorch has no Weights & Biases client), unless WANDB_MODE is offline or disabled: then nothing is written and the summary says so"}
 keys("no effect", "any", {"bf16.loss_scale", "bf16.initial_scale_power", "bf16.loss_scale_window", "bf16.hysteresis",
   "bf16.min_loss_scale", "bf16.consecutive_hysteresis", "bf16.immediate_grad_update"},
   "bf16: DeepSpeed reads no loss scale for bf16")
