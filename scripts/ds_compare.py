@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ds_compare.py [zorch binary]: DeepSpeed's own reading of every JSON file of the
 configuration corpus (tests/configs/corpus), recorded in
-tests/configs/corpus/deepspeed-reading.json, then compared with zorch's reading
+tests/configs/deepspeed-reading.json, then compared with zorch's reading
 by scripts/ds_reading.lua (which tests/lua/test_dsreading.lua runs against the
 committed record where DeepSpeed is not installed).
 
@@ -27,7 +27,7 @@ from deepspeed.runtime import lr_schedules  # noqa: E402
 from deepspeed.runtime.config import DeepSpeedConfig  # noqa: E402
 
 CORPUS = "tests/configs/corpus"
-RECORD = os.path.join(CORPUS, "deepspeed-reading.json")
+RECORD = "tests/configs/deepspeed-reading.json"
 
 
 def has_auto(v):
@@ -129,8 +129,6 @@ def main():
     files = sorted(glob.glob(os.path.join(CORPUS, "*.json")))
     rec = {"deepspeed": deepspeed.__version__, "files": {}}
     for path in files:
-        if path == RECORD:
-            continue
         rec["files"][os.path.basename(path)] = reading(path)
     with open(RECORD, "w") as f:
         json.dump(rec, f, indent=1, sort_keys=True)
@@ -139,7 +137,7 @@ def main():
     print(f"DeepSpeed {deepspeed.__version__}: {compared} of {len(rec['files'])} files read, recorded in {RECORD}")
     zorch = sys.argv[1] if len(sys.argv) > 1 else "build/cpu/zorch"
     if os.path.exists(zorch):
-        sys.exit(subprocess.call([zorch, "scripts/ds_reading.lua", RECORD]))
+        sys.exit(subprocess.call([zorch, "scripts/ds_reading.lua", RECORD, CORPUS]))
 
 
 if __name__ == "__main__":

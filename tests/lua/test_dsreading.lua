@@ -1,14 +1,14 @@
 -- zorch reads the corpus as DeepSpeed 0.19.8 does: for every file both accept,
 -- the clipping, batch sizes, optimizer and scheduler lrs equal DeepSpeed's own
 -- reading, recorded by scripts/ds_compare.py (which runs DeepSpeedConfig) in
--- tests/configs/corpus/deepspeed-reading.json.
+-- tests/configs/deepspeed-reading.json.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
 local Z = debug.getregistry()["zorch.private"]
 
 local DIR = "configs/corpus"
-local record = zorch.json.decode(assert(io.open(DIR .. "/deepspeed-reading.json")):read("a"))
+local record = zorch.json.decode(assert(io.open("configs/deepspeed-reading.json")):read("a"))
 local compare = assert(loadfile("../scripts/ds_reading.lua"))("zorch.ds_reading")
 tap.ok(record.deepspeed == Z._require("zorch.engine.options").deepspeed_version,
        ("the record is DeepSpeed %s's, the version zorch follows"):format(record.deepspeed))

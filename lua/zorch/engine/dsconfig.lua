@@ -188,6 +188,18 @@ local function from_table(ds, world)
     local r = OPTIONS.by_path[k]
     unimplemented.kind[k] = r and r.status ~= "implemented" and r.status or "not recognised"
   end
+  -- keys of features DeepSpeed removed: it refuses a file naming one, even disabled
+  for _, r in ipairs(OPTIONS.rows) do
+    if r.status == "removed" then
+      local section, key = r.ds[1]:match("^([^.]*)%.(.*)$")
+      local t = section and ds[section] or ds
+      if type(t) == "table" and t[key or r.ds[1]] ~= nil then try(function()
+        error(("Engine: DeepSpeed config key '%s' names a feature DeepSpeed %s removed, and DeepSpeed refuses " ..
+          "a file with it; remove the key%s"):format(r.ds[1], OPTIONS.deepspeed_version,
+          r.ds[1] == "curriculum_learning" and " (its place is data_efficiency.data_sampling.curriculum_learning)" or ""), 0)
+      end) end
+    end
+  end
   -- DeepSpeed's older spelling of bf16
   if ds.bfloat16 ~= nil and ds.bf16 == nil then ds.bf16, ds.bfloat16 = ds.bfloat16, nil end
   -- batch sizes: train = micro * accumulation * world; any two give the third.

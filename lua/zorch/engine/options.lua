@@ -15,10 +15,11 @@
 -- are not those the kind and range make. ds_read: how a DeepSpeed value is read
 -- when not by the kind ("count": a number of elements >= 0, floored; "whole": a
 -- whole number 1..2^53; "posint": an integer >= 1). status: "implemented",
--- "no effect" (speed, memory, logging) or "changes training" (ignored, zorch
--- trains without it). ds_default: the value a DeepSpeed file without the key
--- means, where DeepSpeed's default is not the Engine's. structural: read by a rule of dsconfig.lua's from_table,
--- not by its row (batch sizes, precision, offload, optimizer, scheduler).
+-- "no effect" (speed, memory, logging), "changes training" (ignored, zorch
+-- trains without it) or "removed" (DeepSpeed refuses the key: so is a file
+-- naming it). ds_default: the value a DeepSpeed file without the key means,
+-- where DeepSpeed's default is not the Engine's. structural: read by a rule of
+-- dsconfig.lua's from_table, not by its row (batch sizes, precision, offload, optimizer, scheduler).
 
 local S = {}
 
@@ -178,12 +179,11 @@ keys("no effect", "any", {
   "zero_optimization.stage3_model_persistence_threshold", "zero_optimization.model_persistence_threshold",
   "zero_optimization.sub_group_size", "zero_optimization.elastic_checkpoint", "zero_optimization.load_from_fp32_weights",
   "zero_optimization.ignore_unused_parameters", "zero_optimization.legacy_stage1", "zero_optimization.memory_efficient_linear",
-  "zero_optimization.zero_hpz_partition_size", "zero_optimization.mics_shard_size",
-  "zero_optimization.mics_hierarchical_params_gather", "zero_optimization.use_multi_rank_bucket_allreduce",
+  "zero_optimization.zero_hpz_partition_size", "zero_optimization.use_multi_rank_bucket_allreduce",
   "zero_optimization.stage3_module_granularity_threshold", "zero_optimization.module_granularity_threshold",
   "zero_optimization.use_all_reduce_for_fetch_params", "zero_optimization.log_trace_cache_warnings",
   "prescale_gradients", "gradient_predivide_factor", "communication_data_type", "seq_parallel_communication_data_type",
-  "disable_allgather", "sparse_gradients", "compile", "tensor_parallel", "pipeline", "aio"},
+  "disable_allgather", "compile", "tensor_parallel", "pipeline", "aio"},
   "speed and memory: communication, buckets, prefetching, placement, compilation")
 keys("no effect", "any", {"zero_optimization.cpu_offload_params", "zero_optimization.cpu_offload_use_pin_memory",
   "zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_optimizer.fast_init",
@@ -197,7 +197,7 @@ keys("no effect", "any", {"activation_checkpointing.partition_activations",
   "activation_checkpointing.synchronize_checkpoint_boundary", "activation_checkpointing.profile"},
   "activation checkpointing: DeepSpeed's buffers (the model calls engine:checkpoint)")
 keys("no effect", "any", {"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "hybrid_engine", "checkpoint",
-  "nebula", "autotuning", "cuda_visible_devices", "torch_autocast"}, "DeepSpeed's own machinery")
+  "autotuning", "cuda_visible_devices", "torch_autocast"}, "DeepSpeed's own machinery")
 keys("no effect", "any", {"comet", "monitor_config", "comms_config", "memory_breakdown", "dump_state", "_comment"},
   "logging and monitoring")
 keys("no effect", "any", {"comms_logger.verbose", "comms_logger.prof_all", "comms_logger.prof_ops", "comms_logger.debug",
@@ -208,11 +208,16 @@ S.rows[#S.rows + 1] = {ds = {"wandb"}, kind = "any", structural = true, status =
 keys("no effect", "any", {"bf16.loss_scale", "bf16.initial_scale_power", "bf16.loss_scale_window", "bf16.hysteresis",
   "bf16.min_loss_scale", "bf16.consecutive_hysteresis", "bf16.immediate_grad_update"},
   "bf16: DeepSpeed reads no loss scale for bf16")
-keys("changes training", "any", {"compression_training", "curriculum_learning", "data_efficiency",
-  "progressive_layer_drop", "quantize_training", "sparse_attention", "eigenvalue", "amp", "elasticity", "data_types",
+keys("changes training", "any", {"data_efficiency", "data_types",
   "fp16.fp16_master_weights_and_grads", "zero_optimization.zero_quantized_weights",
   "zero_optimization.zero_quantized_gradients", "zero_optimization.zero_quantized_nontrainable_weights"},
   "DeepSpeed would train something else; zorch trains the plain model")
+
+keys("removed", "any", {"nebula", "compression_training", "amp", "quantize_training", "sparse_gradients", "eigenvalue",
+  "sparse_attention", "elasticity", "graph_harvesting", "curriculum_learning", "progressive_layer_drop",
+  "zero_optimization.mics_shard_size", "zero_optimization.mics_hierarchical_params_gather",
+  "zero_optimization.zeropp_loco_param"},
+  "DeepSpeed 0.19.8 removed the feature and refuses a file that names the key (even disabled); so does zorch")
 
 for _, r in ipairs(S.rows) do r.status = r.status or "implemented" end
 
