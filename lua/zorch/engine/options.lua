@@ -99,7 +99,7 @@ S.rows = {
    doc = "with the progress lines (every 10 steps when not given): forward, backward, reduction and step times"},
   {name = "tensorboard", ds = {"tensorboard"}, kind = "table", default = false, structural = true, check = monitor_ok,
    want = "false or {output_path = \"dir\", job_name = \"name\"}",
-   doc = "`{output_path, job_name}`: rank 0 writes DeepSpeed's Train/Samples events (lr, train_loss, loss_scale) as a TensorBoard event file in output_path/job_name (`docs/deepspeed.md`)"},
+   doc = "`{output_path, job_name}`: rank 0 writes DeepSpeed's Train/Samples events (lr, train_loss, loss_scale) as a TensorBoard event file in output_path/job_name (`docs/config.md`, Monitors)"},
   {name = "csv_monitor", ds = {"csv_monitor"}, kind = "table", default = false, structural = true, check = monitor_ok,
    want = "false or {output_path = \"dir\", job_name = \"name\"}",
    doc = "`{output_path, job_name}`: the same events as DeepSpeed's CSV monitor writes them, one file each (Train_Samples_lr.csv) in output_path/job_name"},
