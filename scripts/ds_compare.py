@@ -2,7 +2,7 @@
 """ds_compare.py [zorch binary]: DeepSpeed's own reading of every JSON file of the
 configuration corpus (tests/configs/corpus), recorded in
 tests/configs/deepspeed-reading.json, then compared with zorch's reading
-by scripts/ds_reading.lua (which tests/lua/test_dsreading.lua runs against the
+by tests/lua/ds_reading.lua (which tests/lua/test_dsreading.lua runs against the
 committed record where DeepSpeed is not installed).
 
 Per file: the clipping, the batch sizes, the optimizer that runs (its type and
@@ -137,7 +137,7 @@ def main():
     print(f"DeepSpeed {deepspeed.__version__}: {compared} of {len(rec['files'])} files read, recorded in {RECORD}")
     zorch = sys.argv[1] if len(sys.argv) > 1 else "build/cpu/zorch"
     if os.path.exists(zorch):
-        sys.exit(subprocess.call([zorch, "scripts/ds_reading.lua", RECORD, CORPUS]))
+        sys.exit(subprocess.call([zorch, "tests/lua/ds_reading.lua", RECORD, CORPUS]))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ local Z = debug.getregistry()["zorch.private"]
 
 local DIR = "configs/corpus"
 local record = zorch.json.decode(assert(io.open("configs/deepspeed-reading.json")):read("a"))
-local compare = assert(loadfile("../scripts/ds_reading.lua"))("zorch.ds_reading")
+local compare = assert(loadfile("lua/ds_reading.lua"))("zorch.ds_reading")
 tap.ok(record.deepspeed == Z._require("zorch.engine.options").deepspeed_version,
        ("the record is DeepSpeed %s's, the version zorch follows"):format(record.deepspeed))
 local diffs, compared, names = compare(record, DIR)

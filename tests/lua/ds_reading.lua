@@ -3,7 +3,7 @@
 -- (tests/configs/deepspeed-reading.json): the clipping, the batch sizes,
 -- the optimizer that runs (type and hyper-parameters) and the scheduler's lr at
 -- the recorded steps. Prints one line per file, exits 1 when any differs.
--- Run: build/cpu/zorch scripts/ds_reading.lua tests/configs/deepspeed-reading.json tests/configs/corpus
+-- Run: build/cpu/zorch tests/lua/ds_reading.lua tests/configs/deepspeed-reading.json tests/configs/corpus
 -- As a chunk (tests/lua/test_dsreading.lua): returns compare(record, dir).
 local zorch = require "zorch"
 local Z = debug.getregistry()["zorch.private"]
@@ -87,9 +87,9 @@ end
 
 if ... == "zorch.ds_reading" then return compare end -- (required as a chunk by the test)
 
-local path = assert(arg[1], "usage: zorch scripts/ds_reading.lua RECORD CORPUS")
+local path = assert(arg[1], "usage: zorch tests/lua/ds_reading.lua RECORD CORPUS")
 local record = zorch.json.decode(assert(io.open(path)):read("a"))
-local dir = assert(arg[2], "usage: zorch scripts/ds_reading.lua RECORD CORPUS")
+local dir = assert(arg[2], "usage: zorch tests/lua/ds_reading.lua RECORD CORPUS")
 local diffs, compared, names, refused = compare(record, dir)
 local bad = 0
 for _, name in ipairs(names) do
