@@ -427,7 +427,7 @@ local decay, no_decay = {}, {}
 for _, p in ipairs(model:parameters()) do table.insert(p:dim() >= 2 and decay or no_decay, p) end
 local groups = {{params = decay, weight_decay = opt["weight-decay"]}}
 if #no_decay > 0 then groups[2] = {params = no_decay, weight_decay = 0} end
-local adam = optim.AdamW(groups, {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8})
+local adam = optim.AdamW(groups, {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8, weight_decay = opt["weight-decay"]})
 -- (a config's "auto" values: this script's clipping, AdamW and schedule)
 model, _, adam = engine:prepare(model, nil, adam, {gradient_clipping = opt.clip, warmup_min_lr = 0, warmup_max_lr = opt.lr,
   warmup_num_steps = math.max(1, math.tointeger(opt.warmup)), total_num_steps = math.tointeger(opt.steps)})
