@@ -203,6 +203,17 @@ double comm_clock(void) {
 
 zorch_status comm_check_wait(const zero_comm *c, const char *what, int64_t n, double t0) {
   comm_beat(false);
+#ifdef ZORCH_MPI
+  int lost = rdv_lost();
+  if (lost >= 0) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "rank %d: %s of %lld elements%s%s cannot complete: rank %d has ended", c->rank, what,
+             (long long)n, comm_label_text[0] ? " for " : "", comm_label_text, lost);
+    comm_closed = true;
+    if (hang_fn) hang_fn(msg, hang_ud);
+    return err_set(ZORCH_ERR_IO, "%s; collectives cannot run again in this process", msg);
+  }
+#endif
   double limit = comm_timeout_s;
   if (limit <= 0 || comm_clock() - t0 <= limit) return ZORCH_OK;
   char msg[1024];
@@ -335,8 +346,10 @@ zero_comm *comm_get(void) {
       MPI_Initialized(&inited);
       world_comm = MPI_COMM_WORLD;
       if (!inited && rdv.world > 1) {
-        mpi_started = true;
-        if (rdv_join(&rdv, comm_timeout_s, &world_comm)) return NULL;
+        zorch_status st = rdv_join(&rdv, comm_timeout_s, &world_comm);
+        MPI_Initialized(&inited); /* (when it failed, perhaps after MPI started) */
+        mpi_started = inited;
+        if (st) return NULL;
       } else {
         /* funneled: only the thread that runs the collectives calls MPI */
         if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
@@ -891,6 +904,14 @@ void comm_finalize(void) {
 
 void zorch_dist_abort(int code) { comm_abort(code); }
 int zorch_dist_world(void) { return comm_ready ? the_comm.world : launcher_world(NULL); }
+int zorch_dist_rank(void) {
+  if (comm_ready) return the_comm.rank;
+  const char *v = getenv("OMPI_COMM_WORLD_RANK");
+  if (!v) v = getenv("PMIX_RANK");
+  if (v) return atoi(v);
+  rdv_env e;
+  return rdv_from_env(&e) ? e.rank : -1;
+}
 
 #ifdef ZORCH_WITH_CUDA
 /* The NCCL collectives of the CUDA module, which a cuda tensor has already

@@ -76,6 +76,21 @@ bool rdv_from_env(rdv_env *e) {
 #include <unistd.h>
 
 static pid_t server_pid = -1;
+/* The rendezvous sockets stay open for the job: MPI_Abort ends only the
+   process's own singleton job, so a rank learns that another one ended from
+   its socket closing (rank 0 watches every rank, the others rank 0). */
+static int *watch_fd, watch_n, *watch_rank;
+
+static void watch(int fd, int rank) {
+  int *f = realloc(watch_fd, sizeof(int) * (size_t)(watch_n + 1)), *r = f ? realloc(watch_rank, sizeof(int) * (size_t)(watch_n + 1)) : NULL;
+  if (f) watch_fd = f;
+  if (!r) {
+    close(fd); /* (unwatched: a lost rank is then found by the collective's timeout) */
+    return;
+  }
+  watch_rank = r;
+  watch_fd[watch_n] = fd, watch_rank[watch_n++] = rank;
+}
 
 static double clock_s(void) {
   struct timespec t;
@@ -322,8 +337,12 @@ static zorch_status join_as_root(const rdv_env *e, double deadline, MPI_Comm *cu
   if (!st && (rc = MPI_Open_port(MPI_INFO_NULL, port)) != MPI_SUCCESS) st = mpi_failed(rc, "MPI_Open_port", e);
   if (!st) st = accept_rest(e, port, 0, cur, peers);
   if (*port) MPI_Close_port(port);
-  for (int r = 1; r < e->world; r++)
-    if (peers[r] >= 0) close(peers[r]);
+  if (!st) {
+    for (int r = 1; r < e->world; r++) watch(peers[r], r);
+  } else {
+    for (int r = 1; r < e->world; r++)
+      if (peers[r] >= 0) close(peers[r]);
+  }
   free(peers);
   return st;
 }
@@ -345,8 +364,11 @@ static zorch_status join_as_peer(const rdv_env *e, double deadline, MPI_Comm *cu
   /* the port name, when rank 0 comes to this rank */
   if (!st && (r = recv_line(fd, line, sizeof line, deadline + 60)) != 1)
     st = err_set(ZORCH_ERR_IO, "comm: rendezvous: rank %d: rank 0 closed the rendezvous before this rank's turn", e->rank);
-  close(fd);
-  if (st) return st;
+  if (st) {
+    close(fd);
+    return st;
+  }
+  watch(fd, 0);
   MPI_Comm inter;
   int rc = MPI_Comm_connect(line, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
   if (rc != MPI_SUCCESS) return mpi_failed(rc, "MPI_Comm_connect", e);
@@ -376,7 +398,23 @@ zorch_status rdv_join(const rdv_env *e, double timeout_s, MPI_Comm *world) {
   return ZORCH_OK;
 }
 
+int rdv_lost(void) {
+  static double last;
+  double now = clock_s();
+  if (!watch_n || now - last < 0.1) return -1;
+  last = now;
+  for (int i = 0; i < watch_n; i++) {
+    struct pollfd p = {.fd = watch_fd[i], .events = POLLIN};
+    char c;
+    if (poll(&p, 1, 0) == 1 && read(watch_fd[i], &c, 1) <= 0) return watch_rank[i];
+  }
+  return -1;
+}
+
 void rdv_finish(void) {
+  for (int i = 0; i < watch_n; i++) close(watch_fd[i]);
+  free(watch_fd), free(watch_rank);
+  watch_fd = watch_rank = NULL, watch_n = 0;
   if (server_pid > 0) {
     kill(server_pid, SIGTERM);
     waitpid(server_pid, NULL, 0);

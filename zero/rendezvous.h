@@ -27,6 +27,9 @@ bool rdv_from_env(rdv_env *e);
 /* Starts MPI and joins the world's ranks into *world (rank order = RANK),
    waiting at most timeout_s for the others; an error names what failed. */
 zorch_status rdv_join(const rdv_env *e, double timeout_s, MPI_Comm *world);
+/* A rank of the joined world whose process has ended (its rendezvous socket
+   closed), or -1; cheap enough to ask while waiting in a collective. */
+int rdv_lost(void);
 /* After MPI_Finalize: ends what rdv_join started (rank 0's name server). */
 void rdv_finish(void);
 #endif
