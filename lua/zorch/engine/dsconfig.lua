@@ -462,20 +462,25 @@ end
 -- gradient_clipping, offload_*_device, zero3_save_16bit_model and mixed_precision,
 -- with the micro and train batch sizes "auto" (from the script's loader).
 local function from_accelerate(y, path, world)
-  local dc = y.deepspeed_config
-  if y.distributed_type ~= "DEEPSPEED" or type(dc) ~= "table" then
-    error(mistake(("%s: distributed_type is %s, not DEEPSPEED: not a DeepSpeed configuration"):format(
-      path, readable(y.distributed_type))))
-  end
   local mp = y.mixed_precision
   if mp ~= nil and mp ~= "no" and mp ~= "fp16" and mp ~= "bf16" then
     error(mistake(("%s: mixed_precision must be no, fp16 or bf16, got %s"):format(path, readable(mp))))
   end
-  local notes = {}
-  if math.type(y.num_processes) == "integer" and y.num_processes * (math.type(y.num_machines) == "integer" and
-     y.num_machines or 1) ~= world then
-    notes[#notes + 1] = "num_processes"
+  -- the file's world: its batch and shards were meant for that many ranks
+  local np, nm = y.num_processes, y.num_machines
+  if math.type(np) == "integer" and np * (math.type(nm) == "integer" and nm or 1) ~= world then
+    error(mistake(("%s: num_processes %d%s is %d ranks, but this job has %d"):format(path, np,
+      math.type(nm) == "integer" and (" x num_machines %d"):format(nm) or "", np * (math.type(nm) == "integer" and nm or 1), world)))
   end
+  local dc = y.deepspeed_config
+  if y.distributed_type ~= "DEEPSPEED" then
+    local ds, notes = zorch._require("zorch.engine.accelerate")(y, path, function(m) error(mistake(m)) end)
+    return ds, path, notes
+  end
+  if type(dc) ~= "table" then
+    error(mistake(("%s: distributed_type DEEPSPEED needs a deepspeed_config section"):format(path)))
+  end
+  local notes = {}
   if dc.deepspeed_config_file then
     local file = dc.deepspeed_config_file
     if type(file) ~= "string" then
@@ -542,7 +547,7 @@ function zorch._from_deepspeed(path, world)
   local out, unimplemented = read(ds, world, path)
   for _, k in ipairs(notes or {}) do
     unimplemented[#unimplemented + 1] = k
-    unimplemented.kind[k] = k == "num_processes" and "no effect" or "not recognised"
+    unimplemented.kind[k] = "not recognised"
   end
   table.sort(unimplemented)
   return out, unimplemented, autos
