@@ -36,9 +36,8 @@ tap.raises("a bad sharding strategy is named", function() zorch.Engine(fsdp("  f
            "fsdp_sharding_strategy", "HALF_SHARD")
 tap.raises("a strategy number out of range is named", function() zorch.Engine(fsdp("  fsdp_sharding_strategy: 7\n")) end,
            "fsdp_sharding_strategy 7")
-tap.raises("num_processes other than the world is refused", function()
-  zorch.Engine(yaml("distributed_type: MULTI_GPU\n", 2))
-end, "num_processes 2", "this job has 1")
+local e2 = zorch.Engine(yaml("distributed_type: MULTI_GPU\n", 2))
+tap.ok(table.concat(e2.unimplemented, ",") == "num_processes", "a num_processes other than the world is noted")
 tap.raises("other distributed types are refused", function() zorch.Engine(yaml("distributed_type: TPU\n")) end,
            "distributed_type is \"TPU\"", "FSDP")
 
@@ -58,6 +57,8 @@ if tap.has_mpi(bin) then
     tap.ok(oka and okb and losses(a) ~= "" and losses(a) == losses(b),
            ("%s trains as %s (%s | %s)"):format(f[3], f[2], losses(a), losses(b)) .. (oka and "" or ": " .. a))
   end
+  local three, ok3 = tap.run(("%s launch -n 3 --config %s %s --epochs 1"):format(bin, files[2][1], job))
+  tap.ok(ok3 and three:find("num_processes", 1, true), "a job of 3 ranks runs a file for 2 and says so: " .. three)
   os.execute("rm -rf " .. dir)
 end
 tap.done()

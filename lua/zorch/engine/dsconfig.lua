@@ -466,21 +466,22 @@ local function from_accelerate(y, path, world)
   if mp ~= nil and mp ~= "no" and mp ~= "fp16" and mp ~= "bf16" then
     error(mistake(("%s: mixed_precision must be no, fp16 or bf16, got %s"):format(path, readable(mp))))
   end
-  -- the file's world: its batch and shards were meant for that many ranks
+  -- the file's world: a job of other ranks runs (as `accelerate launch
+  -- --num_processes` would), and the warning says the file meant another
   local np, nm = y.num_processes, y.num_machines
+  local notes = {}
   if math.type(np) == "integer" and np * (math.type(nm) == "integer" and nm or 1) ~= world then
-    error(mistake(("%s: num_processes %d%s is %d ranks, but this job has %d"):format(path, np,
-      math.type(nm) == "integer" and (" x num_machines %d"):format(nm) or "", np * (math.type(nm) == "integer" and nm or 1), world)))
+    notes[1] = "num_processes"
   end
   local dc = y.deepspeed_config
   if y.distributed_type ~= "DEEPSPEED" then
-    local ds, notes = zorch._require("zorch.engine.accelerate")(y, path, function(m) error(mistake(m)) end)
+    local ds, more = zorch._require("zorch.engine.accelerate")(y, path, function(m) error(mistake(m)) end)
+    table.move(more, 1, #more, #notes + 1, notes)
     return ds, path, notes
   end
   if type(dc) ~= "table" then
     error(mistake(("%s: distributed_type DEEPSPEED needs a deepspeed_config section"):format(path)))
   end
-  local notes = {}
   if dc.deepspeed_config_file then
     local file = dc.deepspeed_config_file
     if type(file) ~= "string" then
@@ -547,7 +548,7 @@ function zorch._from_deepspeed(path, world)
   local out, unimplemented = read(ds, world, path)
   for _, k in ipairs(notes or {}) do
     unimplemented[#unimplemented + 1] = k
-    unimplemented.kind[k] = "not recognised"
+    unimplemented.kind[k] = k == "num_processes" and "no effect" or "not recognised"
   end
   table.sort(unimplemented)
   return out, unimplemented, autos
