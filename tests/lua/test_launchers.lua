@@ -1,7 +1,7 @@
 -- Ranks that no mpirun started: two processes given RANK, WORLD_SIZE,
 -- MASTER_ADDR and MASTER_PORT (as torchrun and DeepSpeed's launcher give them)
--- train simple_net as `zorch launch -n 2` does, loss for loss; torchrun itself
--- where it is installed; a rank that fails ends the other at once; and the
+-- train simple_net as `zorch launch -n 2` does, loss for loss; torchrun and
+-- DeepSpeed's launcher themselves where they are installed; a rank that fails ends the other at once; and the
 -- variables' mistakes are named.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
@@ -65,6 +65,14 @@ if os.execute("command -v torchrun > /dev/null 2>&1") then
   tap.ok(okt and losses(tr) == losses(ref), "torchrun --no-python starts the same job: " .. losses(tr) .. (okt and "" or ": " .. tr))
 else
   tap.ok(true, "# SKIP torchrun is not installed")
+end
+-- DeepSpeed's launcher (the same variables, from deepspeed.launcher.launch)
+if os.execute("command -v deepspeed > /dev/null 2>&1") then
+  local ds, okd = tap.run(("OMP_NUM_THREADS=1 timeout 90 deepspeed --num_gpus 2 --master_port %d --no_python --no_local_rank %s %s"):format(
+    port(), bin, job))
+  tap.ok(okd and losses(ds) == losses(ref), "deepspeed --no_python starts the same job: " .. losses(ds) .. (okd and "" or ": " .. ds))
+else
+  tap.ok(true, "# SKIP deepspeed is not installed")
 end
 os.execute("rm -rf " .. dir)
 tap.done()
