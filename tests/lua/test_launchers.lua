@@ -58,21 +58,19 @@ tap.ok(o1:find("MASTER_ADDR and MASTER_PORT", 1, true) and o1:find("rank 1 of 2"
 local o2 = tap.run(("RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=%d %s -e 'print(require(\"zorch\").dist.rank())'"):format(port(), bin))
 tap.ok(o2:find("below the world size", 1, true), "a rank outside the world is refused: " .. o2)
 
--- torchrun (its agent keeps MASTER_PORT; zorch takes the next port)
-if os.execute("command -v torchrun > /dev/null 2>&1") then
-  local tr, okt = tap.run(("OMP_NUM_THREADS=1 timeout 60 torchrun --nproc-per-node 2 --master-port %d --no-python %s %s"):format(
-    port(), bin, job))
-  tap.ok(okt and losses(tr) == losses(ref), "torchrun --no-python starts the same job: " .. losses(tr) .. (okt and "" or ": " .. tr))
-else
-  tap.ok(true, "# SKIP torchrun is not installed")
-end
+-- torchrun (its agent keeps MASTER_PORT; zorch takes the next port) and
 -- DeepSpeed's launcher (the same variables, from deepspeed.launcher.launch)
-if os.execute("command -v deepspeed > /dev/null 2>&1") then
-  local ds, okd = tap.run(("OMP_NUM_THREADS=1 timeout 90 deepspeed --num_gpus 2 --master_port %d --no_python --no_local_rank %s %s"):format(
-    port(), bin, job))
-  tap.ok(okd and losses(ds) == losses(ref), "deepspeed --no_python starts the same job: " .. losses(ds) .. (okd and "" or ": " .. ds))
-else
-  tap.ok(true, "# SKIP deepspeed is not installed")
+local launchers = {
+  {"torchrun", "torchrun --nproc-per-node 2 --master-port %d --no-python"},
+  {"deepspeed", "deepspeed --num_gpus 2 --master_port %d --no_python --no_local_rank"},
+}
+for _, l in ipairs(launchers) do
+  if os.execute(("command -v %s > /dev/null 2>&1"):format(l[1])) then
+    local o, okl = tap.run(("OMP_NUM_THREADS=1 timeout 90 %s %s %s"):format(l[2]:format(port()), bin, job))
+    tap.ok(okl and losses(o) == losses(ref), l[1] .. " starts the same job: " .. losses(o) .. (okl and "" or ": " .. o))
+  else
+    tap.ok(true, ("# SKIP %s is not installed"):format(l[1]))
+  end
 end
 os.execute("rm -rf " .. dir)
 tap.done()
