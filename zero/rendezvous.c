@@ -154,7 +154,7 @@ static zorch_status start_server(char *uri, size_t cap, double deadline) {
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) dup2(null, 0), dup2(null, 1), dup2(null, 2);
     execlp("ompi-server", "ompi-server", "--no-daemonize", "-r", file, (char *)NULL);
-    _exit(127);
+    _exit(127); /* (the forked child) exec failed: the parent sees it end */
   }
   server_pid = pid;
   bool got = false, alive = true;
