@@ -543,6 +543,9 @@ ZORCH_API zorch_tensor *zorch_to_tensor(lua_State *L, int idx);
 ZORCH_API void zorch_dist_abort(int code);
 /* The number of ranks the launcher started (1 outside a launcher). */
 ZORCH_API int zorch_dist_world(void);
+/* This process's rank: the communicator's once it started, else what the
+   launcher's variables say (-1 when none does). */
+ZORCH_API int zorch_dist_rank(void);
 /* A collective that has waited longer than its timeout (the Engine's
    comm_timeout) calls the hang handler on the thread that waits, with a message
    naming the rank, the collective, its size and what it carried. The handler

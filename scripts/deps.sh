@@ -2,13 +2,23 @@
 # Installs the Debian packages zorch builds and tests with, when missing.
 set -e
 PKGS="build-essential pkg-config libopenblas-dev libopenblas0-openmp libdnnl-dev liblua5.4-dev lua5.4 libcjson-dev libreadline-dev openmpi-bin libopenmpi-dev perl python3 valgrind gnuplot-nox luarocks zlib1g-dev dataset-fashion-mnist golang-github-pierrec-lz4-dev liburing-dev"
-missing=""
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-[ -z "$missing" ] && exit 0
-echo "zorch: installing$missing"
+# a one-node Slurm cluster for tests/lua/test_slurm.lua (about 12 MB without
+# the recommended extras; the test skips where they are missing)
+SLURM_PKGS="slurmctld slurmd slurm-client"
+absent() {
+  out=""
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || out="$out $p"
+  done
+  echo "$out"
+}
+missing=$(absent $PKGS)
+slurm=$(absent $SLURM_PKGS)
+[ -z "$missing$slurm" ] && exit 0
+echo "zorch: installing$missing$slurm"
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+[ -n "$missing" ] && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+[ -n "$slurm" ] && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $slurm
+exit 0

@@ -85,18 +85,13 @@ static int report(lua_State *L, int st) {
     if (world > 1 && usage_status < 0) {
       char host[64] = "";
       gethostname(host, sizeof host - 1);
-      const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-      if (!rank) rank = getenv("PMIX_RANK");
-      if (!rank) rank = getenv("SLURM_PROCID");
-      fprintf(stderr, "zorch: rank %s failed on %s (pid %d): %s\n", rank ? rank : "?", host, (int)getpid(),
-              lua_tostring(L, -1));
+      char rank[16] = "?";
+      if (zorch_dist_rank() >= 0) snprintf(rank, sizeof rank, "%d", zorch_dist_rank());
+      fprintf(stderr, "zorch: rank %s failed on %s (pid %d): %s\n", rank, host, (int)getpid(), lua_tostring(L, -1));
     } else if (usage_status == 0) {
       printf("%s\n", lua_tostring(L, -1));
     } else if (world > 1 && usage_every_rank) {
-      const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-      if (!rank) rank = getenv("PMIX_RANK");
-      if (!rank) rank = getenv("SLURM_PROCID");
-      if (!rank || atoi(rank) == 0) fprintf(stderr, "zorch: %s\n", lua_tostring(L, -1));
+      if (zorch_dist_rank() <= 0) fprintf(stderr, "zorch: %s\n", lua_tostring(L, -1));
     } else {
       fprintf(stderr, "zorch: %s\n", lua_tostring(L, -1));
     }

@@ -2,6 +2,7 @@
    when the process was launched with more than one rank; CPU tensors travel
    over MPI and cuda tensors over NCCL (zero/nccl.c). */
 #include "comm.h"
+#include "rendezvous.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -39,6 +40,8 @@ static zero_comm the_comm = {.rank = 0, .world = 1, .backend = "local", .nccl_de
 static bool comm_ready;
 #ifdef ZORCH_MPI
 static bool mpi_started;
+/* the world's communicator: MPI_COMM_WORLD, or the one the rendezvous joined */
+static MPI_Comm world_comm;
 #endif
 
 /* ---- timed waits: a collective that does not complete within comm_timeout
@@ -230,6 +233,17 @@ double comm_clock(void) {
 
 zorch_status comm_check_wait(const zero_comm *c, const char *what, int64_t n, double t0) {
   comm_beat(false);
+#ifdef ZORCH_MPI
+  int lost = rdv_lost();
+  if (lost >= 0) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "rank %d: %s of %lld elements%s%s cannot complete: rank %d has ended", c->rank, what,
+             (long long)n, comm_label_text[0] ? " for " : "", comm_label_text, lost);
+    comm_closed = true;
+    if (hang_fn) hang_fn(msg, hang_ud);
+    return err_set(ZORCH_ERR_IO, "%s; collectives cannot run again in this process", msg);
+  }
+#endif
   double limit = comm_timeout_s;
   if (limit <= 0 || comm_clock() - t0 <= limit) return ZORCH_OK;
   char msg[1024];
@@ -281,14 +295,21 @@ void comm_wait_pause(comm_waiter *w) {
 void comm_set_label(const char *label) { snprintf(comm_label_text, sizeof comm_label_text, "%s", label ? label : ""); }
 void comm_set_timeout(double seconds) { comm_timeout_s = seconds; }
 
-/* World size promised by the launcher's environment. */
-static int launcher_world(void) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && atoi(v) > 1) return atoi(v);
+/* World size promised by the launcher's environment: mpirun's, or a PMIx
+   server's (srun --mpi=pmix), which MPI_Init joins; else a torchrun-style or
+   Slurm one without PMIx, which zero/rendezvous.c joins (*rdv filled). */
+static int launcher_world(rdv_env *rdv) {
+  const char *v = getenv("OMPI_COMM_WORLD_SIZE");
+  if (v && atoi(v) > 1) return atoi(v);
+  if (getenv("PMIX_RANK")) {
+    static const char *const vars[] = {"PMIX_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+      if ((v = getenv(vars[i])) && atoi(v) > 1) return atoi(v);
+    return 1;
   }
-  return 1;
+  rdv_env e;
+  if (!rdv_from_env(rdv ? rdv : &e)) return 1;
+  return rdv ? rdv->world : e.world;
 }
 
 #ifdef ZORCH_MPI
@@ -333,7 +354,7 @@ static int *mpi_counts(const char *op, const zero_comm *c, const int64_t *counts
 }
 
 /* The group's MPI communicator (the world's when it is not a group). */
-static MPI_Comm mcomm(const zero_comm *c) { return c->mpi ? *(MPI_Comm *)c->mpi : MPI_COMM_WORLD; }
+static MPI_Comm mcomm(const zero_comm *c) { return c->mpi ? *(MPI_Comm *)c->mpi : world_comm; }
 
 static MPI_Datatype mpi_type(zorch_dtype dt) {
   return dt == ZORCH_F64 ? MPI_DOUBLE : dt == ZORCH_F32 ? MPI_FLOAT : MPI_UINT16_T;
@@ -347,22 +368,31 @@ zero_comm *comm_local(void) {
 
 zero_comm *comm_get(void) {
   if (!comm_ready) {
-    int world = launcher_world();
+    rdv_env rdv = {0};
+    int world = launcher_world(&rdv);
     if (world > 1) {
 #ifdef ZORCH_MPI
       int provided, inited = 0;
       MPI_Initialized(&inited);
-      /* funneled: only the thread that runs the collectives calls MPI */
-      if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return err_null(ZORCH_ERR_IO, "comm: MPI_Init failed");
-      mpi_started = !inited;
-      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-      MPI_Comm_rank(MPI_COMM_WORLD, &the_comm.rank);
-      MPI_Comm_size(MPI_COMM_WORLD, &the_comm.world);
+      world_comm = MPI_COMM_WORLD;
+      if (!inited && rdv.world > 1) {
+        zorch_status st = rdv_join(&rdv, comm_timeout_s, &world_comm);
+        MPI_Initialized(&inited); /* (when it failed, perhaps after MPI started) */
+        mpi_started = inited;
+        if (st) return NULL;
+      } else {
+        /* funneled: only the thread that runs the collectives calls MPI */
+        if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+          return err_null(ZORCH_ERR_IO, "comm: MPI_Init failed");
+        mpi_started = !inited;
+      }
+      MPI_Comm_set_errhandler(world_comm, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(world_comm, &the_comm.rank);
+      MPI_Comm_size(world_comm, &the_comm.world);
       the_comm.backend = "mpi";
       /* the progress counters; without them a timeout names no rank */
       int64_t *counter = NULL;
-      if (MPI_Win_allocate(PROGRESS_SLOTS * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &counter,
+      if (MPI_Win_allocate(PROGRESS_SLOTS * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, world_comm, &counter,
                            &progress_win) != MPI_SUCCESS)
         progress_win = MPI_WIN_NULL;
       if (progress_win != MPI_WIN_NULL) {
@@ -747,7 +777,7 @@ zorch_status comm_split(zero_comm *parent, int color, int key, zero_comm **out) 
     int *mine = malloc(sizeof(int) * (size_t)g->world);
     MPI_Group gg, wg;
     if (g->members && mine && MPI_Comm_group(*mc, &gg) == MPI_SUCCESS) {
-      MPI_Comm_group(MPI_COMM_WORLD, &wg);
+      MPI_Comm_group(world_comm, &wg);
       for (int r = 0; r < g->world; r++) mine[r] = r;
       MPI_Group_translate_ranks(gg, g->world, mine, wg, g->members);
       MPI_Group_free(&gg);
@@ -879,7 +909,7 @@ void comm_reset_bytes(zero_comm *c) { c->sent = c->recv = 0; }
 
 void comm_abort(int code) {
 #ifdef ZORCH_MPI
-  if (the_comm.world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (the_comm.world > 1) MPI_Abort(world_comm, code);
 #else
   (void)code;
 #endif
@@ -897,12 +927,21 @@ void comm_finalize(void) {
       MPI_Win_free(&progress_win);
     }
     MPI_Finalize();
+    rdv_finish();
   }
 #endif
 }
 
 void zorch_dist_abort(int code) { comm_abort(code); }
-int zorch_dist_world(void) { return comm_ready ? the_comm.world : launcher_world(); }
+int zorch_dist_world(void) { return comm_ready ? the_comm.world : launcher_world(NULL); }
+int zorch_dist_rank(void) {
+  if (comm_ready) return the_comm.rank;
+  const char *v = getenv("OMPI_COMM_WORLD_RANK");
+  if (!v) v = getenv("PMIX_RANK");
+  if (v) return atoi(v);
+  rdv_env e;
+  return rdv_from_env(&e) ? e.rank : -1;
+}
 
 #ifdef ZORCH_WITH_CUDA
 /* The NCCL collectives of the CUDA module, which a cuda tensor has already

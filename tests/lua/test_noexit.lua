@@ -1,5 +1,7 @@
 -- Library code never ends the process: no exit, _exit or abort outside the
--- zorch command (vm/main.c), comments included.
+-- zorch command (vm/main.c), comments included, except the _exit of a forked
+-- child whose exec failed (it ends the child, never the caller), marked on its
+-- line with "(the forked child)".
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 
@@ -9,7 +11,9 @@ local cmd = ("grep -rnE '\\b(_exit|exit|abort)\\(' %s/vm %s/ops %s/zero %s/lua "
 local p = io.popen(cmd)
 local found = {}
 for line in p:lines() do
-  if not line:find("/vm/main.c:", 1, true) then found[#found + 1] = line end
+  if not line:find("/vm/main.c:", 1, true) and not line:find("_exit(127); /* (the forked child)", 1, true) then
+    found[#found + 1] = line
+  end
 end
 p:close()
 tap.ok(#found == 0, "no exit, _exit or abort in library code" ..

@@ -527,19 +527,25 @@ end
 -- gradient_clipping, offload_*_device, zero3_save_16bit_model and mixed_precision,
 -- with the micro and train batch sizes "auto" (from the script's loader).
 local function from_accelerate(y, path, world)
-  local dc = y.deepspeed_config
-  if y.distributed_type ~= "DEEPSPEED" or type(dc) ~= "table" then
-    error(mistake(("%s: distributed_type is %s, not DEEPSPEED: not a DeepSpeed configuration"):format(
-      path, readable(y.distributed_type))))
-  end
   local mp = y.mixed_precision
   if mp ~= nil and mp ~= "no" and mp ~= "fp16" and mp ~= "bf16" then
     error(mistake(("%s: mixed_precision must be no, fp16 or bf16, got %s"):format(path, readable(mp))))
   end
+  -- the file's world: a job of other ranks runs (as `accelerate launch
+  -- --num_processes` would), and the warning says the file meant another
+  local np, nm = y.num_processes, y.num_machines
   local notes = {}
-  if math.type(y.num_processes) == "integer" and y.num_processes * (math.type(y.num_machines) == "integer" and
-     y.num_machines or 1) ~= world then
-    notes[#notes + 1] = "num_processes"
+  if math.type(np) == "integer" and np * (math.type(nm) == "integer" and nm or 1) ~= world then
+    notes[1] = "num_processes"
+  end
+  local dc = y.deepspeed_config
+  if y.distributed_type ~= "DEEPSPEED" then
+    local ds, more = zorch._require("zorch.engine.accelerate")(y, path, function(m) error(mistake(m)) end)
+    table.move(more, 1, #more, #notes + 1, notes)
+    return ds, path, notes
+  end
+  if type(dc) ~= "table" then
+    error(mistake(("%s: distributed_type DEEPSPEED needs a deepspeed_config section"):format(path)))
   end
   if dc.deepspeed_config_file then
     local file = dc.deepspeed_config_file

@@ -27,7 +27,8 @@ for _, r in ipairs(OPTIONS.rows) do if r.name then DEFAULTS[r.name] = r.default 
 
 -- This process's rank among those on its machine (one GPU each).
 function zorch.local_rank()
-  for _, k in ipairs({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) do
+  -- (torchrun's LOCAL_RANK before Slurm's: torchrun may run inside a Slurm task)
+  for _, k in ipairs({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"}) do
     local v = tonumber(os.getenv(k) or "")
     if v then return math.tointeger(v) end
   end

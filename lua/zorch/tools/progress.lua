@@ -13,7 +13,9 @@ if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end
 -- without starting MPI: what progress displays and loggers need to stay quiet.
 function zorch._env_rank()
   if not (os and os.getenv) then return 0 end
-  for _, k in ipairs({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"}) do
+  -- (a rank that joined by rendezvous, zero/rendezvous.c, is an MPI singleton
+  -- whose PMIX_RANK is 0: RANK and SLURM_PROCID come first)
+  for _, k in ipairs({"OMPI_COMM_WORLD_RANK", "RANK", "SLURM_PROCID", "PMIX_RANK", "PMI_RANK"}) do
     local v = math.tointeger(tonumber(os.getenv(k) or ""))
     if v then return v end
   end
