@@ -83,12 +83,11 @@ function sampler.process(logits, seq, o)
     s = s:masked_fill(s:lt(kth), NEG)
   end
   if o.top_p < 1.0 then
-    -- keep the most likely tokens until their mass reaches top_p (at least one)
+    -- keep the most likely tokens until their mass reaches top_p: drop a token
+    -- when the more likely ones hold top_p already (never the first: 0 before it)
     local sorted, order = zorch.sort(s, 1, true)
     local p = zorch.softmax(sorted, 1)
-    local before = zorch.cumsum(p, 1) - p
-    local drop = before:gt(o.top_p)
-    drop[1] = false
+    local drop = (zorch.cumsum(p, 1) - p):ge(o.top_p)
     s = zorch.scatter(s, 1, order, sorted:masked_fill(drop, NEG))
   end
   if o.min_p > 0 then

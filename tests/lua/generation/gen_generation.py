@@ -6,7 +6,12 @@ prompts of different lengths on its own (no padding), up to NEW tokens,
 stopping at eos_token_id 2.
 
 golden.safetensors holds, per model NAME and prompt i (1..8): NAME.prompt.i
-(the 0-based prompt ids) and NAME.out.i (the generated ids, eos included).
+(the 0-based prompt ids) and NAME.out.i (the generated ids, eos included); and
+for the sampler, proc.logits (V,) random logits, proc.history the 0-based ids
+so far (proc.n_prompt of them the prompt's) and, per case k of CASES,
+proc.out.k: the logits after Transformers' processors in generate()'s order
+(repetition penalty, temperature, top-k, top-p, min-p) with OpenAI's presence
+and frequency penalties (over the output ids) after the repetition penalty.
 
 Usage: python3 tests/lua/generation/gen_generation.py (needs torch, safetensors, transformers)
 """
@@ -15,6 +20,8 @@ import os
 import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
+from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
+                                                    TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
 
 here = os.path.dirname(os.path.abspath(__file__))
 models = os.path.join(here, "..", "llama")
@@ -34,5 +41,31 @@ for name in NAMES:
                                  max_new_tokens=NEW, eos_token_id=EOS, pad_token_id=0)
         out[f"{name}.prompt.{i}"] = prompt.clone()
         out[f"{name}.out.{i}"] = ids[0, n:].clone()
+# the sampler's processors, case by case (the options of test_generate.lua's CASES)
+CASES = [dict(repetition_penalty=1.3), dict(presence_penalty=0.5, frequency_penalty=0.25), dict(temperature=0.7),
+         dict(top_k=10), dict(top_p=0.8), dict(min_p=0.2),
+         dict(repetition_penalty=1.2, frequency_penalty=0.3, temperature=0.8, top_k=40, top_p=0.9, min_p=0.05)]
+V, NP = 96, 6
+logits = torch.randn(V, generator=g) * 3
+history = torch.randint(0, V, (14,), generator=g)
+history[10:] = history[:4]  # (repeats in the output)
+out["proc.logits"], out["proc.history"], out["proc.n_prompt"] = logits, history, torch.tensor([NP])
+for k, c in enumerate(CASES, 1):
+    s = logits.view(1, V).clone()
+    ids = history.view(1, -1)
+    if "repetition_penalty" in c:
+        s = RepetitionPenaltyLogitsProcessor(c["repetition_penalty"])(ids, s)
+    if "presence_penalty" in c or "frequency_penalty" in c:
+        cnt = torch.bincount(history[NP:], minlength=V).float()
+        s = s - cnt * c.get("frequency_penalty", 0) - (cnt > 0).float() * c.get("presence_penalty", 0)
+    if "temperature" in c:
+        s = TemperatureLogitsWarper(c["temperature"])(ids, s)
+    if "top_k" in c:
+        s = TopKLogitsWarper(c["top_k"])(ids, s)
+    if "top_p" in c:
+        s = TopPLogitsWarper(c["top_p"])(ids, s)
+    if "min_p" in c:
+        s = MinPLogitsWarper(c["min_p"])(ids, s)
+    out[f"proc.out.{k}"] = s[0].clone()
 save_file(out, os.path.join(here, "golden.safetensors"))
 print("wrote", len(out), "tensors")
