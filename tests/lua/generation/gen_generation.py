@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Transformers' side of tests/lua/generation/test_generate.lua: greedy
 generate() of the tiny folders of tests/lua/llama (Llama with GQA, Mistral with
-a sliding window shorter than the sequences, Qwen2 with biases), each of 8
+a sliding window shorter than the sequences, Qwen2 with biases) and of a tiny
+random GPT-2 saved here (gpt2_tiny/: 2 layers, 4 heads, width 32), each of 8
 prompts of different lengths on its own (no padding), up to NEW tokens,
 stopping at eos_token_id 2.
 
@@ -19,20 +20,27 @@ import os
 
 import torch
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
                                                     TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
 
 here = os.path.dirname(os.path.abspath(__file__))
 models = os.path.join(here, "..", "llama")
-NAMES = ["llama_gqa", "mistral", "qwen2"]
+NAMES = ["llama_gqa", "mistral", "qwen2", "gpt2_tiny"]
 LENGTHS = [1, 3, 5, 8, 13, 17, 24, 30]
 NEW, EOS = 12, 2
+
+torch.manual_seed(11)
+tiny = GPT2LMHeadModel(GPT2Config(vocab_size=96, n_positions=64, n_embd=32, n_layer=2, n_head=4, initializer_range=0.2,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=EOS))
+tiny.save_pretrained(os.path.join(here, "gpt2_tiny"), safe_serialization=True)
+FOLDERS = {name: os.path.join(models, name) for name in NAMES}
+FOLDERS["gpt2_tiny"] = os.path.join(here, "gpt2_tiny")
 
 g = torch.Generator().manual_seed(7)
 out = {}
 for name in NAMES:
-    model = AutoModelForCausalLM.from_pretrained(os.path.join(models, name), dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(FOLDERS[name], dtype=torch.float32).eval()
     V = model.config.vocab_size
     for i, n in enumerate(LENGTHS, 1):
         prompt = torch.randint(3, V, (n,), generator=g)  # (no eos in the prompt)

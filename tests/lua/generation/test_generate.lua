@@ -1,15 +1,19 @@
 -- zorch.generate and the Scheduler against Transformers' greedy generate()
 -- (tests/lua/generation/gen_generation.py): 8 prompts of different lengths in
 -- one batch give each prompt's tokens as Transformers gives them one by one,
--- for Llama (GQA), Mistral (a sliding window shorter than the sequences) and
--- Qwen2; the same when the requests arrive at different steps of a
+-- for Llama (GQA), Mistral (a sliding window shorter than the sequences),
+-- Qwen2 and GPT-2; the same when the requests arrive at different steps of a
 -- continuous Scheduler; a pool too small for a request refuses it, one too
 -- small for all at once queues them; blocks go back when sequences finish.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
 local G = zorch.load("lua/generation/golden.safetensors")
-local NAMES, N, NEW, EOS = {"llama_gqa", "mistral", "qwen2"}, 8, 12, 2
+local NAMES, N, NEW, EOS = {"llama_gqa", "mistral", "qwen2", "gpt2_tiny"}, 8, 12, 2
+local function load(name)
+  if name == "gpt2_tiny" then return zorch.models.gpt2.from_pretrained("lua/generation/gpt2_tiny") end
+  return zorch.models.llama.from_pretrained("lua/llama/" .. name)
+end
 
 local function case(name)
   local prompts, want = {}, {}
@@ -36,7 +40,7 @@ local function all_same(out, want)
 end
 
 for _, name in ipairs(NAMES) do
-  local model = zorch.models.llama.from_pretrained("lua/llama/" .. name)
+  local model = load(name)
   model:eval()
   local prompts, want = case(name)
   local out = zorch.generate(model, prompts, {max_new_tokens = NEW, eos_token_id = EOS, block_size = 4, blocks = 128})
