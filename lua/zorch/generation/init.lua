@@ -2,6 +2,7 @@
 -- the sampler, the paged KV cache, the continuous-batching Scheduler, and
 -- zorch.generate, a loop over a Scheduler.
 --   zorch.generate(model, prompts, opts)  a result per prompt: {tokens, text, logprobs, top_logprobs, finish_reason}
+--   generation.from_pretrained(dir)       the model of a folder, by its config.json's model_type
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local generation = {}
@@ -32,6 +33,16 @@ function zorch.generate(model, prompts, opts)
   for i, p in ipairs(prompts) do out[i] = s:add(p, ro) end
   while s:busy() do s:step() end
   return out
+end
+
+-- gpt2 -> zorch.models.gpt2, llama / mistral / qwen2 -> zorch.models.llama
+function generation.from_pretrained(dir)
+  if type(dir) ~= "string" then error("generation.from_pretrained: argument 1 must be a folder (a string)", 2) end
+  local raw = zorch.hf.config(dir)
+  local family = raw.model_type == "gpt2" and zorch.models.gpt2 or zorch.models.llama
+  local model = family.from_pretrained(dir)
+  model:eval()
+  return model
 end
 
 return generation
