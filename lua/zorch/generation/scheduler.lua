@@ -134,10 +134,10 @@ local function emit(self, seq, logits)
 end
 
 -- the logits of one forward of seqs through the cache
-local function forward(self, seqs, kind, idx, pos, seg)
+local function forward(self, seqs, kind, idx, pos, seg, at)
   local view = self.cache:step(seqs, kind)
   local logits = zorch.no_grad(function()
-    return self.model(idx, {positions = pos, segments = seg, cache = view})
+    return self.model(idx, {positions = pos, segments = seg, cache = view, logits_at = at})
   end)
   view:commit()
   return logits
@@ -167,10 +167,11 @@ local function prefill(self)
   end
   local N = #ids
   local function row(t) return zorch.tensor(t, {dtype = "int64"}):view(1, N) end
-  local logits = forward(self, admit, "prefill", row(ids), row(pos), row(seg))
+  -- (the logits of each prompt's last token only)
+  local logits = forward(self, admit, "prefill", row(ids), row(pos), row(seg), zorch.tensor(last, {dtype = "int64"}))
   for i, s in ipairs(admit) do
     self.running[#self.running + 1] = s
-    emit(self, s, logits[1][last[i]])
+    emit(self, s, logits[i])
   end
 end
 

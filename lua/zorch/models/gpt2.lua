@@ -8,7 +8,9 @@
 --   gpt2.from_pretrained(dir)      model, cfg from a folder (config.json, model.safetensors)
 --   model(idx, ctx)                logits (B, T, vocab); idx counted from 1
 -- ctx (optional): positions int64 (B, T) from 0 (default 0 .. T-1), segments
--- int64 (B, T) (packed sequences), cache (a KV cache's view, docs/generation.md).
+-- int64 (B, T) (packed sequences), cache (a KV cache's view, docs/generation.md),
+-- logits_at int64 (K,) (the 1-based rows of the B·T tokens whose logits are
+-- wanted: logits (K, vocab)).
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn, hf = zorch._require "zorch.nn", zorch._require "zorch.io.hf"
@@ -91,12 +93,12 @@ function GPT:init(c, opts)
   for _, b in ipairs(self.h) do gpt2.init_block(b, c) end
 end
 
-local CTX = {positions = true, segments = true, cache = true}
+local CTX = {positions = true, segments = true, cache = true, logits_at = true}
 function GPT:forward(idx, ctx)
   ctx = ctx or {}
   if type(ctx) ~= "table" then error(("GPT: ctx must be a table {positions =, segments =, cache =}, got %s"):format(type(ctx)), 2) end
   for k in pairs(ctx) do
-    if not CTX[k] then error(("GPT: ctx.%s is not an option (positions, segments, cache)"):format(k), 2) end
+    if not CTX[k] then error(("GPT: ctx.%s is not an option (positions, segments, cache, logits_at)"):format(k), 2) end
   end
   local T, c = idx:size(2), rawget(self, "cfg")
   local pos = ctx.positions
@@ -111,6 +113,7 @@ function GPT:forward(idx, ctx)
     if ckpt and not ctx.cache and zorch.is_grad_enabled() then x = ckpt(function(h) return block(h, ctx, i) end, x)
     else x = block(x, ctx, i) end
   end
+  if ctx.logits_at then x = x:reshape(-1, x:size(3)):index_select(1, ctx.logits_at) end
   return self.lm_head(self.ln_f(x))
 end
 

@@ -16,6 +16,8 @@
 --                  earlier tokens of its own segment (no attention across packed sequences)
 --   ctx.cache      a key/value cache's view of this forward (zorch.generation.PagedKVCache:
 --                  cache:step): each layer's attention goes through cache:attend (docs/generation.md)
+--   ctx.logits_at  int64 (K,): the 1-based rows of the B·T tokens whose logits are wanted;
+--                  the logits are then (K, vocab) (a prefill needs each prompt's last only)
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn, hf = zorch._require "zorch.nn", zorch._require "zorch.io.hf"
@@ -32,7 +34,16 @@ local function check_ctx(idx, ctx)
       end
       goto continue
     end
-    if k ~= "positions" and k ~= "segments" then error(("llama: ctx.%s is not an option (positions, segments, cache)"):format(k), 3) end
+    if k == "logits_at" then
+      if not zorch.is_tensor(v) or v:dtype() ~= "int64" or v:dim() ~= 1 then
+        error(("llama: ctx.logits_at must be int64 (K,) rows of the tokens, got %s"):format(
+          zorch.is_tensor(v) and (v:dtype() .. " (" .. table.concat(v.shape, ", ") .. ")") or type(v)), 3)
+      end
+      goto continue
+    end
+    if k ~= "positions" and k ~= "segments" then
+      error(("llama: ctx.%s is not an option (positions, segments, cache, logits_at)"):format(k), 3)
+    end
     if not zorch.is_tensor(v) or v:dtype() ~= "int64" or v:dim() ~= 2 or v:size(1) ~= idx:size(1)
        or v:size(2) ~= idx:size(2) then
       error(("llama: ctx.%s must be int64 (%d, %d) as the tokens, got %s"):format(k, idx:size(1), idx:size(2),
@@ -142,6 +153,7 @@ function CausalLM:forward(idx, ctx)
     if ckpt and zorch.is_grad_enabled() then x = ckpt(function(h) return layer(h, cos, sin, ctx, i) end, x)
     else x = layer(x, cos, sin, ctx, i) end
   end
+  if ctx.logits_at then x = x:reshape(-1, x:size(3)):index_select(1, ctx.logits_at) end
   return self.lm_head(self.model.norm(x))
 end
 
