@@ -83,7 +83,15 @@ do
   local small = s:add(prompts[2], {max_new_tokens = NEW, eos_token_id = EOS})
   tap.ok(big.done and big.finish_reason == "refused" and big.error:find("11 blocks", 1, true) ~= nil,
     "a request larger than the pool is refused with the reason: " .. tostring(big.error))
-  while s:busy() do s:step() end
+  s:step() -- the prefill of the 3-token prompt: one block of 4 taken, not the 4 its 15 tokens may need
+  local held = #s.running[1].blocks
+  local grew = 0
+  while s:busy() do
+    grew = math.max(grew, s.running[1] and #s.running[1].blocks or 0)
+    s:step()
+  end
+  tap.ok(held == 1 and grew == 4 and s.cache:free_blocks() == 10,
+    ("blocks are taken as the sequence grows (%d after the prefill, %d at most) and all given back"):format(held, grew))
   tap.ok(same(small.tokens, want[2]), "the request that fits still runs to its tokens")
   tap.raises("a budget below one block is an error naming it", function()
     zorch.generation.Scheduler.new(model, {budget = 10})

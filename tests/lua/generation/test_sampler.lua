@@ -83,6 +83,12 @@ do -- stop strings: a tokenizer whose ids are bytes (id b is byte b)
   local r = zorch.generate(model, {prompts[1]}, {max_new_tokens = 8, tokenizer = fake, stop = stop})[1]
   tap.ok(r.finish_reason == "stop" and r.text == text:sub(1, at - 1) and #r.tokens == at + 1,
     ("a stop string ends the request where it completes, its text cut before it (%q)"):format(r.text or "nil"))
+  local ids = {}
+  for i, t in ipairs(prompts[3]) do ids[i] = string.char(t) end
+  local st = zorch.generate(model, {table.concat(ids)}, {max_new_tokens = 8, tokenizer = fake})[1]
+  tap.ok(table.concat(st.tokens, ",") == table.concat(greedy[3].tokens, ",") and st.text == fake:decode(st.tokens),
+    "a string prompt is encoded with the tokenizer: the tokens of its ids, and their text")
+  tap.raises("a string prompt without a tokenizer is an error", function() zorch.generate(model, "abc") end, "tokenizer")
   tap.raises("a stop string without a tokenizer is an error", function()
     zorch.generate(model, {prompts[1]}, {stop = "x"})
   end, "stop must be")
