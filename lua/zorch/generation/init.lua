@@ -28,9 +28,20 @@ function zorch.generate(model, prompts, opts)
   for k, v in pairs(opts) do
     if SCHED_KEYS[k] then so[k] = v else ro[k] = v end
   end
+  local ids = {}
+  for i, p in ipairs(prompts) do -- (strings encoded once, here)
+    ids[i] = type(p) == "string" and so.tokenizer and so.tokenizer:encode(p) or p
+  end
+  if so.budget == nil and so.blocks == nil then -- a pool of what these prompts can need at most, not the default 256 MiB
+    local bs, n, new = so.block_size or 16, 0, ro.max_new_tokens or 16
+    for _, p in ipairs(ids) do
+      if type(p) == "table" and math.type(new) == "integer" then n = n + (#p + new + bs - 1) // bs end
+    end
+    if n > 0 then so.blocks = n end
+  end
   local s = generation.Scheduler.new(model, so)
   local out = {}
-  for i, p in ipairs(prompts) do out[i] = s:add(p, ro) end
+  for i, p in ipairs(ids) do out[i] = s:add(p, ro) end
   while s:busy() do s:step() end
   return out
 end
