@@ -89,7 +89,8 @@ BINDIR          ?= $(PREFIX)/bin
 LUA_CMODULE_DIR ?= $(LIBDIR)/lua/5.4
 LUA_MODULE_DIR  ?= $(PREFIX)/share/lua/5.4
 all: lib
-lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch $(CUDA_MOD) $(BUILD)/examples/train_c
+lib: $(BUILD)/libzorch.a $(BUILD)/libzorch.so $(BUILD)/zorch.so $(BUILD)/zorch $(CUDA_MOD) $(BUILD)/examples/train_c \
+     $(BUILD)/examples/generate_c
 
 # `make` only builds: scripts/deps.sh installs what it needs (the README's two
 # commands run it). What is missing is said here, with how to get it; the
@@ -189,7 +190,7 @@ GPU_TESTS := $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.lua),)
 
 # (the test programs in $(BUILD)/tests are told where the CUDA module is; the
 # zorch command finds it beside itself)
-test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/examples/train_c $(BUILD)/zorch.so $(BUILD)/libzorch.so $(CUDA_MOD)
+test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/examples/train_c $(BUILD)/examples/generate_c $(BUILD)/zorch.so $(BUILD)/libzorch.so $(CUDA_MOD)
 	$(call need_cmd,prove,perl)$(call need_cmd,mpirun,openmpi-bin)$(call need_cmd,python3,python3)
 	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) \
 	  $(if $(CUDA_MOD),ZORCH_CUDA_MODULE=$(abspath $(CUDA_MOD)),) \
@@ -249,6 +250,11 @@ $(BUILD)/examples/train_c: examples/train_c/main.c include/zorch.h include/zorch
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
 
+# A C host that generates through zorch_generate.h alone.
+$(BUILD)/examples/generate_c: examples/generate_c/main.c include/zorch.h include/zorch_generate.h $(BUILD)/libzorch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
+
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libzorch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) $(LDLIBS)
@@ -289,7 +295,7 @@ install-lib: lib $(BUILD)/zorch.pc
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 $(BUILD)/libzorch.a $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(BUILD)/libzorch.so $(CUDA_MOD) $(DESTDIR)$(LIBDIR)/
-	install -m 644 include/zorch.h include/zorch_zero.h include/zorch_zero_options.h include/zorch_ops.h include/zorch_tokenizer.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 include/zorch.h include/zorch_zero.h include/zorch_zero_options.h include/zorch_ops.h include/zorch_tokenizer.h include/zorch_generate.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(BUILD)/zorch.pc $(DESTDIR)$(PKGCONFIGDIR)/
 
 install-lua: $(BUILD)/zorch.so $(BUILD)/zorch

@@ -7,6 +7,7 @@
 -- docs/gpt2.md describes the model, the flags and the file formats.
 local zorch = require "zorch"
 local nn, optim, data = zorch.nn, zorch.optim, zorch.data
+local gpt2 = zorch.models.gpt2
 
 local opt = zorch.flags(arg, {
   model = {"small", "preset: small (4 layers, 4 heads, 128 wide, context 64, bytes) or gpt2 (124M)",
@@ -88,14 +89,7 @@ cfg.vocab = cfg.vocab or (binary and 50257 or 256)
 -- heads from a config.json beside it).
 local hf_init
 if opt.init ~= "" then
-  hf_init = {}
-  for name, t in pairs(try("--init", zorch.load, opt.init)) do
-    name = name:gsub("^transformer%.", "")
-    -- the tied head and the attention's mask buffers are not parameters
-    if name ~= "lm_head.weight" and not name:match("%.attn%.bias$") and not name:match("%.attn%.masked_bias$") then
-      hf_init[name] = t
-    end
-  end
+  hf_init = gpt2.from_hf(try("--init", zorch.load, opt.init)) -- (the model's names and layouts)
   if not hf_init["wte.weight"] or not hf_init["wpe.weight"] then
     usage("--init %s: no wte.weight or wpe.weight: not a GPT-2 state dict", opt.init)
   end
@@ -119,113 +113,8 @@ end
 
 -- ---- the model ----------------------------------------------------------------------------
 
--- softmax(q kᵀ / sqrt(D)) v over (B, H, T, D), causal: query i of Tq sees the keys
--- j <= i + Tk - Tq (the queries are the last Tq positions of the Tk keys, as
--- with a key/value cache). The fused zorch.attention when the build has it.
-local function attention(q, k, v)
-  if zorch.attention then return zorch.attention(q, k, v, {causal = true}) end
-  local Tq, Tk = q:size(3), k:size(3)
-  local att = zorch.matmul(q, k:transpose(3, 4)) * (1 / math.sqrt(q:size(4)))
-  if Tq > 1 then -- (a single query is the last position: it sees every key)
-    local i = zorch.arange(Tk - Tq, Tk, {device = q:device()}):view(Tq, 1)
-    local j = zorch.arange(0, Tk, {device = q:device()}):view(1, Tk)
-    att = att:masked_fill(zorch.gt(j, i), -math.huge)
-  end
-  return zorch.matmul(zorch.softmax(att, -1), v)
-end
-
-local CausalSelfAttention = nn.Module:extend "CausalSelfAttention"
-function CausalSelfAttention:init(c)
-  self.c_attn = nn.Linear(c.dim, 3 * c.dim) -- q, k and v in one matmul
-  self.c_proj = nn.Linear(c.dim, c.dim)
-  rawset(self, "n_head", c.heads)
-end
--- cache: nil, or a table holding this layer's past keys and values (k, v); the
--- new ones are appended to it.
-function CausalSelfAttention:forward(x, cache)
-  local B, T = x:size(1), x:size(2)
-  local H = self.n_head -- (this rank's heads under tensor parallelism)
-  local qkv = self.c_attn(x)
-  local C = qkv:size(3) // 3 -- (and their width)
-  local function heads(t) return t:reshape(B, T, H, C // H):transpose(2, 3) end -- (B, H, T, D)
-  local q = heads(qkv:narrow(3, 1, C))
-  local k = heads(qkv:narrow(3, C + 1, C))
-  local v = heads(qkv:narrow(3, 2 * C + 1, C))
-  if cache then
-    if cache.k then k, v = zorch.cat({cache.k, k}, 3), zorch.cat({cache.v, v}, 3) end
-    cache.k, cache.v = k, v
-  end
-  local y = attention(q, k, v):transpose(2, 3):reshape(B, T, C) -- heads side by side again
-  return self.c_proj(y)
-end
-
-local MLP = nn.Module:extend "MLP"
-function MLP:init(c)
-  self.c_fc = nn.Linear(c.dim, 4 * c.dim, {activation = "gelu_tanh"}) -- the GELU with its GEMM
-  self.c_proj = nn.Linear(4 * c.dim, c.dim)
-end
-function MLP:forward(x) return self.c_proj(self.c_fc(x)) end
-
--- Pre-LayerNorm: each sublayer reads a normalised copy and adds to the residual stream.
-local Block = nn.Module:extend "Block"
-function Block:init(c)
-  self.ln_1 = nn.LayerNorm(c.dim)
-  self.attn = CausalSelfAttention(c)
-  self.ln_2 = nn.LayerNorm(c.dim)
-  self.mlp = MLP(c)
-end
-function Block:forward(x, cache)
-  x = x + self.attn(self.ln_1(x), cache)
-  return x + self.mlp(self.ln_2(x))
-end
-
-local GPT = nn.Module:extend "GPT"
-function GPT:init(c)
-  rawset(self, "cfg", c)
-  self.wte = nn.Embedding(c.vocab, c.dim)   -- token embeddings
-  self.wpe = nn.Embedding(c.context, c.dim) -- position embeddings
-  local blocks = {}
-  for i = 1, c.layers do blocks[i] = Block(c) end
-  self.h = nn.ModuleList(blocks)
-  self.ln_f = nn.LayerNorm(c.dim)
-  -- the output head shares the token embedding's matrix (weight tying): one
-  -- tensor, listed once by parameters(), its gradient the sum of both uses
-  self.lm_head = nn.Linear(c.dim, c.vocab, {bias = false})
-  self.lm_head.weight = self.wte.weight
-  -- GPT-2's initialisation: weights N(0, 0.02), the projections into the
-  -- residual stream scaled down by sqrt(2 * layers) (two per block), biases 0;
-  -- LayerNorms start as the identity (ones and zeros, as nn.LayerNorm does).
-  zorch.no_grad(function()
-    local function normal(w, std) w:copy_(zorch.randn(w.shape) * std) end
-    normal(self.wte.weight, 0.02)
-    normal(self.wpe.weight, 0.02)
-    for _, b in ipairs(self.h) do
-      for _, lin in ipairs({b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj}) do
-        local proj = lin == b.attn.c_proj or lin == b.mlp.c_proj
-        normal(lin.weight, proj and 0.02 / math.sqrt(2 * c.layers) or 0.02)
-        lin.bias:zero_()
-      end
-    end
-  end)
-end
--- idx: (B, T) token indices counted from 1 (token id t is row t + 1 of wte);
--- start: the position of the first one (0 unless a cache holds the earlier ones);
--- caches: nil, or one table per block. Returns the logits (B, T, vocab).
-function GPT:forward(idx, start, caches)
-  start = start or 0
-  local T = idx:size(2)
-  if start + T > self.cfg.context then
-    error(("GPT: %d positions do not fit the context of %d"):format(start + T, self.cfg.context), 2)
-  end
-  local pos = zorch.arange(start + 1, start + T + 1, {device = idx:device()})
-  local x = self.wte(idx) + self.wpe(pos)
-  local ckpt = rawget(self, "checkpoint") -- with --checkpoint-activations (training only)
-  for i, block in ipairs(self.h) do
-    if ckpt and not caches and zorch.is_grad_enabled() then x = ckpt(block, x)
-    else x = block(x, caches and caches[i]) end
-  end
-  return self.lm_head(self.ln_f(x))
-end
+-- The model is the module zorch.models.gpt2 (lua/zorch/models/gpt2.lua).
+local Block, GPT = gpt2.Block, gpt2.GPT
 
 -- ---- pipeline parallelism: the model as a list of layers -----------------------------------
 
@@ -246,17 +135,7 @@ function Embed:forward(idx)
   local pos = zorch.arange(1, idx:size(2) + 1, {device = idx:device()})
   return self.wte(idx) + self.wpe(pos)
 end
-local function pipeline_block(c)
-  local b = Block(c)
-  zorch.no_grad(function()
-    for _, lin in ipairs({b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj}) do
-      local proj = lin == b.attn.c_proj or lin == b.mlp.c_proj
-      lin.weight:copy_(zorch.randn(lin.weight.shape) * (proj and 0.02 / math.sqrt(2 * c.layers) or 0.02))
-      lin.bias:zero_()
-    end
-  end)
-  return b
-end
+local function pipeline_block(c) return gpt2.init_block(Block(c), c) end
 local Head = nn.Module:extend "GPTHead"
 function Head:init(c)
   self.ln_f = nn.LayerNorm(c.dim)
@@ -392,15 +271,7 @@ else
   model = GPT(cfg)
 end
 if hf_init then
-  -- Hugging Face's Conv1D stores (in, out): a Linear's weight is its transpose
-  local sd = {}
-  for name, t in pairs(hf_init) do
-    if name:match("%.c_attn%.weight$") or name:match("%.c_proj%.weight$") or name:match("%.c_fc%.weight$") then
-      t = t:t():contiguous()
-    end
-    sd[name] = t:float()
-  end
-  sd["lm_head.weight"] = sd["wte.weight"]
+  local sd = hf_init
   if pipe and TP > 1 then -- a stage's layers are already this tensor rank's slices: so are their values
     for name, split in pairs(nn.tp_splits(model)) do
       if sd[name] then sd[name] = zorch.dist.slice(sd[name], split, TP, layout.coords.tensor) end
@@ -611,24 +482,31 @@ local function pick(logits) return zorch.models.pick(logits, {temperature = opt.
 
 -- Appends n tokens to ids (a list of indices from 1). The model reads a window
 -- of the last tokens; when it is full the oldest half is dropped. With the
--- cache each new token costs one position (its query against the stored keys
--- and values); the window is re-read only when it moves.
+-- cache (zorch.generation's paged one, a window's blocks) each new token costs
+-- one position (its query against the stored keys and values); the window is
+-- re-read only when it moves.
 local function generate(ids, n, use_cache)
   local ctx = cfg.context
-  local start, caches, cached = 1, nil, 0 -- the window starts at ids[start]; cached: positions in the cache
+  local cache = use_cache and zorch.generation.PagedKVCache.new{layers = cfg.layers, kv_heads = cfg.heads,
+    head_dim = cfg.dim // cfg.heads, blocks = (ctx + 15) // 16, device = device}
+  local seq, start = {len = 0}, 1 -- the window starts at ids[start]; seq: its blocks and the positions cached
+  local function row(t) return zorch.tensor({t}, {device = device}) end
   for _ = 1, n do
-    if #ids - start + 1 > ctx then start, caches = #ids - ctx // 2 + 1, nil end
+    if #ids - start + 1 > ctx then
+      start = #ids - ctx // 2 + 1
+      if cache then cache:free(seq) end
+    end
     local logits
-    if use_cache then
-      if not caches then
-        caches, cached = {}, 0
-        for i = 1, cfg.layers do caches[i] = {} end
-      end
-      local new = table.move(ids, start + cached, #ids, 1, {})
-      logits = model(zorch.tensor({new}, {device = device}), cached, caches)
-      cached = #ids - start + 1
+    if cache then -- the window's tokens not cached yet: all of it after a move, else the last one
+      local new, pos = table.move(ids, start + seq.len, #ids, 1, {}), {}
+      for i = 1, #new do pos[i] = seq.len + i - 1 end
+      assert(cache:reserve(seq, #new)) -- (the pool holds a whole window)
+      seq.pending = #new
+      local view = cache:step({seq}, seq.len == 0 and "prefill" or "decode")
+      logits = model(row(new), {positions = zorch.tensor({pos}, {dtype = "int64", device = device}), cache = view})
+      view:commit()
     else
-      logits = model(zorch.tensor({table.move(ids, start, #ids, 1, {})}, {device = device}), 0)
+      logits = model(row(table.move(ids, start, #ids, 1, {})))
     end
     ids[#ids + 1] = pick(logits[1][logits:size(2)])
   end

@@ -7,12 +7,17 @@
 --   llama.hf_config(raw, cfg)                              config.json for save_pretrained
 --   llama.tensor_parallel(model, group)                    the model split over a tensor group
 --   model(idx, ctx)                                        logits (B, T, vocab; vocab / T when split)
+--   model:cache_spec()                                     {layers, kv_heads, head_dim, vocab, max_pos} for a KV cache
 -- idx holds token indices counted from 1 (Hugging Face's id t is row t + 1 of
 -- embed_tokens). ctx (optional) describes packed batches:
 --   ctx.positions  int64 (B, T), each token's position from 0 (the rotary angle);
 --                  default 0 .. T-1 in every row
 --   ctx.segments   int64 (B, T), a sequence id per token: a token attends only to
 --                  earlier tokens of its own segment (no attention across packed sequences)
+--   ctx.cache      a key/value cache's view of this forward (zorch.generation.PagedKVCache:
+--                  cache:step): each layer's attention goes through cache:attend (docs/generation.md)
+--   ctx.logits_at  int64 (K,): the 1-based rows of the B·T tokens whose logits are wanted;
+--                  the logits are then (K, vocab) (a prefill needs each prompt's last only)
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn, hf = zorch._require "zorch.nn", zorch._require "zorch.io.hf"
@@ -23,12 +28,28 @@ local function check_ctx(idx, ctx)
   if ctx == nil then return {} end
   if type(ctx) ~= "table" then error(("llama: ctx must be a table {positions =, segments =}, got %s"):format(type(ctx)), 3) end
   for k, v in pairs(ctx) do
-    if k ~= "positions" and k ~= "segments" then error(("llama: ctx.%s is not an option (positions, segments)"):format(k), 3) end
+    if k == "cache" then
+      if type(v) ~= "table" or type(v.attend) ~= "function" then
+        error(("llama: ctx.cache must be a cache view with an attend method (PagedKVCache:step), got %s"):format(type(v)), 3)
+      end
+      goto continue
+    end
+    if k == "logits_at" then
+      if not zorch.is_tensor(v) or v:dtype() ~= "int64" or v:dim() ~= 1 then
+        error(("llama: ctx.logits_at must be int64 (K,) rows of the tokens, got %s"):format(
+          zorch.is_tensor(v) and (v:dtype() .. " (" .. table.concat(v.shape, ", ") .. ")") or type(v)), 3)
+      end
+      goto continue
+    end
+    if k ~= "positions" and k ~= "segments" then
+      error(("llama: ctx.%s is not an option (positions, segments, cache, logits_at)"):format(k), 3)
+    end
     if not zorch.is_tensor(v) or v:dtype() ~= "int64" or v:dim() ~= 2 or v:size(1) ~= idx:size(1)
        or v:size(2) ~= idx:size(2) then
       error(("llama: ctx.%s must be int64 (%d, %d) as the tokens, got %s"):format(k, idx:size(1), idx:size(2),
         zorch.is_tensor(v) and (v:dtype() .. " (" .. table.concat(v.shape, ", ") .. ")") or type(v)), 3)
     end
+    ::continue::
   end
   return ctx
 end
@@ -37,8 +58,11 @@ end
 -- in one fused op: query head h reads key/value head h / (H / Hkv) in place; with
 -- a window W query i sees keys i - W < j <= i only (Mistral's sliding window, as
 -- Transformers masks it); with segments, keys of its own segment only.
-local function attention(q, k, v, ctx, c)
-  return zorch.attention(q, k, v, {causal = true, window = c.sliding_window, segments = ctx.segments})
+-- With a cache, the keys and values so far come from it (layer: 1-based).
+local function attention(q, k, v, ctx, c, layer)
+  local o = {causal = true, window = c.sliding_window, segments = ctx.segments}
+  if ctx.cache then return ctx.cache:attend(layer, q, k, v, o) end
+  return zorch.attention(q, k, v, o)
 end
 
 local Attention = nn.Module:extend "LlamaAttention"
@@ -49,14 +73,14 @@ function Attention:init(c)
   self.o_proj = nn.Linear(c.heads * c.head_dim, c.dim, {bias = c.o_bias})
   rawset(self, "c", c)
 end
-function Attention:forward(x, cos, sin, ctx)
+function Attention:forward(x, cos, sin, ctx, layer)
   local c = rawget(self, "c")
   local B, T = x:size(1), x:size(2)
   local function heads(t, n) return t:view(B, T, n, c.head_dim):transpose(2, 3) end -- (B, n, T, D)
   local q = zorch.rope(heads(self.q_proj(x), c.heads), cos, sin)
   local k = zorch.rope(heads(self.k_proj(x), c.kv_heads), cos, sin)
   local v = heads(self.v_proj(x), c.kv_heads)
-  local y = attention(q, k, v, ctx, c)
+  local y = attention(q, k, v, ctx, c, layer)
   return self.o_proj(y:transpose(2, 3):reshape(B, T, c.heads * c.head_dim))
 end
 
@@ -84,8 +108,8 @@ function Layer:init(c)
   self.input_layernorm = RMSNorm(c.dim, c.eps)
   self.post_attention_layernorm = RMSNorm(c.dim, c.eps)
 end
-function Layer:forward(x, cos, sin, ctx)
-  x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
+function Layer:forward(x, cos, sin, ctx, i)
+  x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx, i)
   return x + self.mlp(self.post_attention_layernorm(x))
 end
 
@@ -125,11 +149,18 @@ function CausalLM:forward(idx, ctx)
   local cos, sin = nn.rope_tables(ctx.positions or T, c.head_dim, {theta = c.rope.theta, scaling = c.rope.scaling,
                                                                    dtype = x:dtype(), device = x:device()})
   local ckpt = rawget(self, "checkpoint") -- a function(fn, x) recomputing fn in backward (training only)
-  for _, layer in ipairs(self.model.layers) do
-    if ckpt and zorch.is_grad_enabled() then x = ckpt(function(h) return layer(h, cos, sin, ctx) end, x)
-    else x = layer(x, cos, sin, ctx) end
+  for i, layer in ipairs(self.model.layers) do
+    if ckpt and zorch.is_grad_enabled() then x = ckpt(function(h) return layer(h, cos, sin, ctx, i) end, x)
+    else x = layer(x, cos, sin, ctx, i) end
   end
+  if ctx.logits_at then x = x:reshape(-1, x:size(3)):index_select(1, ctx.logits_at) end
   return self.lm_head(self.model.norm(x))
+end
+
+-- what a KV cache of this model holds per token and layer (zorch.generation)
+function CausalLM:cache_spec()
+  local c = rawget(self, "cfg")
+  return {layers = c.layers, kv_heads = c.kv_heads, head_dim = c.head_dim, vocab = c.vocab, max_pos = c.max_pos}
 end
 
 function llama.new(cfg, opts)
