@@ -1,0 +1,97 @@
+/* onebit.c: the 1-bit compressed all-reduce of 1-bit Adam, 0/1 Adam and 1-bit
+   LAMB (Tang et al. 2021). Each rank ("worker") adds its error feedback to
+   its buffer, keeps one scale (the RMS) and the signs, and sends chunk r of
+   the signs to rank r (MPI_Alltoall, 8 signs a byte) with its scale
+   (MPI_Allgather). Rank r ("server" of chunk r) averages the workers'
+   scale x sign, adds its own error feedback and compresses the result the
+   same way; an all-gather of the servers' signs and scales rebuilds the
+   whole buffer on every rank. The errors (what each compression lost) are
+   added back at the next call, so nothing is lost over time. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "zorch_zero.h"
+
+int64_t comm_onebit_padded(const zero_comm *c, int64_t n) {
+  int64_t unit = 8 * (int64_t)c->world;
+  return (n + unit - 1) / unit * unit;
+}
+
+/* x += err; the scale ||x|| / sqrt(m); signs packed (bit set: x >= 0, which
+   decodes to +scale; 0 goes to +scale as sign(0) + 1 > 0 does); err = x - the
+   decoded value. */
+static float compress(float *x, float *err, int64_t m, uint8_t *bits) {
+  double sq = 0;
+  for (int64_t i = 0; i < m; i++) {
+    x[i] += err[i];
+    sq += (double)x[i] * x[i];
+  }
+  float scale = (float)(sqrt(sq) / sqrt((double)m));
+  memset(bits, 0, (size_t)(m / 8));
+  for (int64_t i = 0; i < m; i++) {
+    bool pos = x[i] >= 0;
+    if (pos) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+    err[i] = x[i] - (pos ? scale : -scale);
+  }
+  return scale;
+}
+
+static inline float decode(const uint8_t *bits, int64_t i, float scale) {
+  return (bits[i >> 3] >> (i & 7)) & 1 ? scale : -scale;
+}
+
+static zorch_status check_f32(const char *arg, const zorch_tensor *t, int64_t want) {
+  if (!t || t->dtype != ZORCH_F32 || !zorch_tensor_is_contiguous(t) || t->st->device.type != ZORCH_CPU)
+    return err_set(ZORCH_ERR_ARG, "compressed_allreduce: %s must be a contiguous float32 CPU tensor", arg);
+  if (want >= 0 && zorch_tensor_numel(t) != want)
+    return err_set(ZORCH_ERR_SHAPE, "compressed_allreduce: %s has %lld elements, expected %lld", arg,
+                   (long long)zorch_tensor_numel(t), (long long)want);
+  return ZORCH_OK;
+}
+
+zorch_status comm_compressed_allreduce(zero_comm *c, zorch_tensor *buf, zorch_tensor *worker_err,
+                                       zorch_tensor *server_err) {
+  if (!c) return err_set(ZORCH_ERR_ARG, "compressed_allreduce: NULL communicator");
+  if (check_f32("the buffer", buf, -1)) return zorch_last_status();
+  int64_t n = zorch_tensor_numel(buf), P = comm_onebit_padded(c, n), W = c->world, C = P / W;
+  if (check_f32("worker_error", worker_err, P) || check_f32("server_error", server_err, C)) return zorch_last_status();
+  if (W == 1 || n == 0) return ZORCH_OK; /* one rank: nothing to agree on, nothing compressed */
+  float *x = calloc((size_t)P, sizeof *x), *wscale = malloc(sizeof(float) * (size_t)W);
+  float *sscale = malloc(sizeof(float) * (size_t)W);
+  uint8_t *mine = malloc((size_t)P / 8), *got = malloc((size_t)P / 8), *sbits = malloc((size_t)C / 8 + 1);
+  zorch_status st = ZORCH_OK;
+  if (!x || !wscale || !sscale || !mine || !got || !sbits) {
+    st = err_set(ZORCH_ERR_OOM, "compressed_allreduce: out of memory for %lld elements", (long long)P);
+    goto done;
+  }
+  memcpy(x, tensor_ptr(buf), sizeof(float) * (size_t)n);
+  float scale = compress(x, (float *)tensor_ptr(worker_err), P, mine);
+  comm_set_label("the compressed signs");
+  if ((st = comm_alltoall_bytes(c, mine, got, (size_t)C / 8))) goto done;
+  if ((st = comm_allgather_bytes(c, &scale, wscale, sizeof scale))) goto done;
+  /* the server's chunk: the workers' mean, then compressed with its own error */
+  float *s = x; /* (x is free now: the first C elements hold the server's sum) */
+  for (int64_t i = 0; i < C; i++) {
+    float v = 0;
+    for (int64_t w = 0; w < W; w++) v += decode(got + w * (C / 8), i, wscale[w] / (float)W);
+    s[i] = v;
+  }
+  float server = compress(s, (float *)tensor_ptr(server_err), C, sbits);
+  comm_set_label("the compressed mean");
+  if ((st = comm_allgather_bytes(c, sbits, got, (size_t)C / 8))) goto done;
+  if ((st = comm_allgather_bytes(c, &server, sscale, sizeof server))) goto done;
+  float *out = (float *)tensor_ptr(buf);
+  for (int64_t i = 0; i < n; i++) out[i] = decode(got, i, sscale[i / C]);
+done:
+  free(x), free(wscale), free(sscale), free(mine), free(got), free(sbits);
+  return st;
+}
+
+zorch_status zorch_zero_compressed_allreduce(zorch_zero_comm *c, zorch_tensor *buf, zorch_tensor *worker_err,
+                                             zorch_tensor *server_err) {
+  return comm_compressed_allreduce(c, buf, worker_err, server_err);
+}
+
+int64_t zorch_zero_onebit_padded(const zorch_zero_comm *c, int64_t n) { return comm_onebit_padded(c, n); }
