@@ -1,7 +1,7 @@
 -- DeepSpeed's 1-bit optimizers (docs/onebit.md): the compressed all-reduce
 -- against the algorithm written out in float64 on 2 and 4 ranks; 1-bit Adam
 -- on 4 ranks against Adam (the same losses through the warm-up, then within
--- 1.5x and sending at most 1/16 of the bytes); 0/1 Adam and 1-bit LAMB
+-- 0.05 and sending at most 1/16 of the bytes); 0/1 Adam and 1-bit LAMB
 -- against their algorithms written out here (one process, float64), and
 -- training on 4 ranks; the DeepSpeed configs and the refusals.
 package.path = "lua/?.lua;" .. package.path
