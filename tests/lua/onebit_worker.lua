@@ -2,8 +2,9 @@
 --   zorch launch -n N onebit_worker.lua coll
 --     the compressed all-reduce over 6 calls against the algorithm written out
 --     here in float64 (every rank simulates every rank); prints "rank R ok"
---   zorch launch -n N onebit_worker.lua train OPTIMIZER STEPS OUT
---     a small net, each rank its own batches, ZeRO stage 0; rank 0 writes one
+--   zorch launch -n N onebit_worker.lua train OPTIMIZER STEPS OUT [PRECISION]
+--     a small net, each rank its own batches, ZeRO stage 0 (fp32 unless
+--     PRECISION), gradient accumulation 2 with fp16; rank 0 writes one
 --     line a step to OUT: the mean loss over the ranks and the bytes sent,
 --     and each rank prints the largest difference of its weights from rank 0's
 local zorch = require "zorch"
@@ -74,30 +75,34 @@ if arg[1] == "coll" then
 end
 
 -- train OPTIMIZER STEPS OUT
-local name, steps, out = arg[2], tonumber(arg[3]), arg[4]
+local name, steps, out, precision = arg[2], tonumber(arg[3]), arg[4], arg[5] or "fp32"
 local opts = {
   Adam = {lr = 0.01, bias_correction = false},
   OneBitAdam = {lr = 0.01, freeze_step = 10},
-  ZeroOneAdam = {lr = 0.01, var_freeze_step = 20, var_update_scaler = 2, local_step_scaler = 4, local_step_clipper = 4},
+  ZeroOneAdam = {lr = 0.002, var_freeze_step = 20, var_update_scaler = 2, local_step_scaler = 4, local_step_clipper = 4},
   Lamb = {lr = 0.01, bias_correction = false},
   OneBitLamb = {lr = 0.01, freeze_step = 10},
 }
 zorch.manual_seed(7)
 local model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2))
-local engine = zorch.Engine{zero_stage = 0}
+local accum = precision == "fp16" and 2 or 1
+local engine = zorch.Engine{zero_stage = 0, precision = precision, gradient_accumulation_steps = accum}
 local opt = optim[name](model:parameters(), opts[name])
 model, _, opt = engine:prepare(model, nil, opt)
 local crit = nn.MSELoss()
 local W1 = zorch.randn(10, 2) -- the target function, the same on every rank
 local f = R == 0 and assert(io.open(out, "w"))
 for step = 1, steps do
-  zorch.manual_seed(100 * step + R)
-  local x = zorch.randn(32, 10)
-  local y = x:matmul(W1):tanh()
-  local loss = crit(model(x), y)
-  opt:zero_grad()
-  engine:backward(loss)
-  opt:step()
+  local loss
+  for a = 1, accum do
+    zorch.manual_seed(100 * step + 10 * a + R)
+    local x = zorch.randn(32, 10)
+    local y = x:matmul(W1):tanh()
+    loss = crit(model(x), y)
+    opt:zero_grad()
+    engine:backward(loss)
+    opt:step()
+  end
   local mean = engine:mean(loss:item())
   local sent = engine:comm_report().sent
   if f then f:write(("%d %.9g %d\n"):format(step, mean, sent)) end

@@ -187,10 +187,10 @@ end
 
 local dir = tap.tmpdir()
 local curves = {}
-local function train(name, steps)
-  local path = dir .. "/" .. name
-  local out, ok = tap.run(("ZORCH_QUIET=1 %s launch -n 4 lua/onebit_worker.lua train %s %d %s"):format(bin, name,
-    steps, path))
+local function train(name, steps, ranks, precision)
+  local path = dir .. "/" .. name .. (precision or "")
+  local out, ok = tap.run(("ZORCH_QUIET=1 %s launch -n %d lua/onebit_worker.lua train %s %d %s %s"):format(bin,
+    ranks or 4, name, steps, path, precision or ""))
   local c = {}
   for line in io.lines(ok and path or "/dev/null") do
     local t, loss, sent = line:match("^(%d+) (%S+) (%d+)$")
@@ -198,7 +198,7 @@ local function train(name, steps)
   end
   local spread = 0
   for d in out:gmatch("differ from rank 0's by (%S+)") do spread = math.max(spread, tonumber(d)) end
-  curves[name] = c
+  if not precision then curves[name] = c end
   return ok and #c == steps, c, spread, out
 end
 local function mean_loss(c, a, b)
@@ -240,6 +240,13 @@ for _, name in ipairs({"ZeroOneAdam", "OneBitLamb"}) do
     tap.ok(sent * 16 <= full, ("%s: %d bytes sent over steps 31-60, against %d with Adam"):format(name, sent, full))
     tap.ok(spread < 1e-5, ("%s: the ranks' weights agree after a sync (largest difference %g)"):format(name, spread))
   end
+end
+-- fp16 (the loss scaler's overflow check agreed over the ranks) with accumulation 2, on 2 ranks
+for _, name in ipairs({"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) do
+  local ok, c, spread, out = train(name, 40, 2, "fp16")
+  local first, last = ok and c[1].loss, ok and mean_loss(c, 31, 40)
+  tap.ok(ok and last < 0.7 * first and spread < 1e-3, ("%s, fp16, accumulation 2, 2 ranks: loss %s from %s, " ..
+    "weights within %s"):format(name, tostring(last), tostring(first), tostring(spread)) .. (ok and "" or ": " .. out))
 end
 os.execute("rm -rf " .. dir)
 tap.done()
