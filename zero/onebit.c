@@ -22,24 +22,38 @@ int64_t comm_onebit_padded(const zero_comm *c, int64_t n) {
 /* x += err; the scale ||x|| / sqrt(m); signs packed (bit set: x >= 0, which
    decodes to +scale; 0 goes to +scale as sign(0) + 1 > 0 does); err = x - the
    decoded value. */
+/* (branch-free: the signs are random, a branch on them mispredicts half the time) */
 static float compress(float *x, float *err, int64_t m, uint8_t *bits) {
   double sq = 0;
+#pragma omp parallel for reduction(+ : sq) if (m > (1 << 18))
   for (int64_t i = 0; i < m; i++) {
     x[i] += err[i];
     sq += (double)x[i] * x[i];
   }
   float scale = (float)(sqrt(sq) / sqrt((double)m));
-  memset(bits, 0, (size_t)(m / 8));
-  for (int64_t i = 0; i < m; i++) {
-    bool pos = x[i] >= 0;
-    if (pos) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
-    err[i] = x[i] - (pos ? scale : -scale);
+#pragma omp parallel for if (m > (1 << 18))
+  for (int64_t b = 0; b < m / 8; b++) { /* (m is a multiple of 8) */
+    unsigned byte = 0;
+    for (int k = 0; k < 8; k++) {
+      int64_t i = 8 * b + k;
+      unsigned pos = !(x[i] < 0);
+      byte |= pos << k;
+      err[i] = x[i] - scale * (float)(2 * (int)pos - 1);
+    }
+    bits[b] = (uint8_t)byte;
   }
   return scale;
 }
 
-static inline float decode(const uint8_t *bits, int64_t i, float scale) {
-  return (bits[i >> 3] >> (i & 7)) & 1 ? scale : -scale;
+/* out[i] (+)= +-scale for the m signs at bits */
+static void decode(const uint8_t *bits, int64_t m, float scale, float *out, bool add) {
+#pragma omp parallel for if (m > (1 << 18))
+  for (int64_t b = 0; b < m / 8; b++)
+    for (int k = 0; k < 8; k++) {
+      float v = scale * (float)(2 * (int)((bits[b] >> k) & 1) - 1);
+      if (add) out[8 * b + k] += v;
+      else out[8 * b + k] = v;
+    }
 }
 
 static zorch_status check_f32(const char *arg, const zorch_tensor *t, int64_t want) {
@@ -73,17 +87,14 @@ zorch_status comm_compressed_allreduce(zero_comm *c, zorch_tensor *buf, zorch_te
   if ((st = comm_allgather_bytes(c, &scale, wscale, sizeof scale))) goto done;
   /* the server's chunk: the workers' mean, then compressed with its own error */
   float *s = x; /* (x is free now: the first C elements hold the server's sum) */
-  for (int64_t i = 0; i < C; i++) {
-    float v = 0;
-    for (int64_t w = 0; w < W; w++) v += decode(got + w * (C / 8), i, wscale[w] / (float)W);
-    s[i] = v;
-  }
+  for (int64_t w = 0; w < W; w++) decode(got + w * (C / 8), C, wscale[w] / (float)W, s, w > 0);
   float server = compress(s, (float *)tensor_ptr(server_err), C, sbits);
   comm_set_label("the compressed mean");
   if ((st = comm_allgather_bytes(c, sbits, got, (size_t)C / 8))) goto done;
   if ((st = comm_allgather_bytes(c, &server, sscale, sizeof server))) goto done;
-  float *out = (float *)tensor_ptr(buf);
-  for (int64_t i = 0; i < n; i++) out[i] = decode(got, i, sscale[i / C]);
+  /* (into x, then the buffer's n elements: the padding is not the caller's) */
+  for (int64_t r = 0; r < W; r++) decode(got + r * (C / 8), C, sscale[r], x + r * C, false);
+  memcpy(tensor_ptr(buf), x, sizeof(float) * (size_t)n);
 done:
   free(x), free(wscale), free(sscale), free(mine), free(got), free(sbits);
   return st;
