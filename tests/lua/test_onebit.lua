@@ -160,6 +160,35 @@ do
              "OneBitAdam runs at zero_stage 0 only", "got zero_stage 2")
 end
 
+-- a checkpoint keeps their state: a restored engine's next step is the first's
+do
+  local function step(model, engine, opt, seed)
+    zorch.manual_seed(seed)
+    local loss = (model(zorch.randn(3, 4)) ^ 2):mean()
+    opt:zero_grad(); engine:backward(loss); opt:step()
+  end
+  local freeze = {OneBitAdam = "freeze_step", ZeroOneAdam = "var_freeze_step", OneBitLamb = "freeze_step"}
+  for name, key in pairs(freeze) do
+    local function make()
+      zorch.manual_seed(1)
+      local model, engine = zorch.nn.Linear(4, 2), zorch.Engine{zero_stage = 0}
+      local model2, _, opt = engine:prepare(model, nil, optim[name](model:parameters(), {lr = 0.01, [key] = 2}))
+      return model2, engine, opt
+    end
+    local m1, e1, o1 = make()
+    for i = 1, 4 do step(m1, e1, o1, i) end
+    local dir = tap.tmpdir()
+    e1:save_checkpoint(dir)
+    step(m1, e1, o1, 9)
+    local m2, e2, o2 = make()
+    e2:load_checkpoint(dir)
+    step(m2, e2, o2, 9)
+    local d = (m1.weight - m2.weight):abs():max():item() + (m1.bias - m2.bias):abs():max():item()
+    tap.ok(d == 0, ("%s: a step after a restored checkpoint equals the original's (difference %g)"):format(name, d))
+    os.execute("rm -rf " .. dir)
+  end
+end
+
 -- the DeepSpeed config names them (case as DeepSpeed: any) with their parameters
 do
   for _, name in ipairs({"OneBitAdam", "onebitadam", "ZeroOneAdam", "OneBitLamb"}) do

@@ -206,6 +206,10 @@ optim.OneBitLamb = make("optim.OneBitLamb", {freeze_step = {100000, count}, max_
                                              factor_threshold = {0.1, nonneg}})
 optim.OneBitLamb._per_tensor = true
 local function norm(t) return math.sqrt((t * t):sum():item()) end
+-- Per-tensor numbers live in the state as fields of their own ("coeff_freeze_3"),
+-- which checkpoints keep as they keep the step.
+local function get(s, what, t, default) local v = s[what .. "_" .. t]; if v == nil then return default end return v end
+local function put(s, what, t, v) s[what .. "_" .. t] = v end
 
 -- One step of state s over the flat p (gradient g): runs = {{first, count,
 -- group, tensor}, ...}, one per tensor.
@@ -213,7 +217,7 @@ local function lamb_flat(self, s, p, g, runs)
   local d = self.defaults
   if not s.step then
     init_moments(s, p)
-    s.exp_avg_sq_fresh, s.coeff_freeze, s.last_factor = zeros_like(p), {}, {}
+    s.exp_avg_sq_fresh = zeros_like(p)
   end
   s.step = s.step + 1
   local m, v, vf = s.exp_avg, s.exp_avg_sq, s.exp_avg_sq_fresh
@@ -230,32 +234,32 @@ local function lamb_flat(self, s, p, g, runs)
         local upd = adam_update(pv, mv, vv, o)
         local wn, un, coeff = norm(pv), norm(upd), 1
         if wn ~= 0 and un ~= 0 then coeff = math.min(math.max(wn / un, o.min_coeff), o.max_coeff) end
-        if coeff ~= 1 then s.coeff_freeze[t] = d.coeff_beta * (s.coeff_freeze[t] or 0) + (1 - d.coeff_beta) * coeff end
+        if coeff ~= 1 then put(s, "coeff_freeze", t, d.coeff_beta * get(s, "coeff_freeze", t, 0) + (1 - d.coeff_beta) * coeff) end
         pv:copy_(pv - upd * (o.lr * coeff))
       end
       if s.step == d.freeze_step then vf:copy_(v) end
       if s.step >= d.freeze_step then s.frozen = true end
       return
     end
-    if not s.scaling then -- each tensor's momentum scaled to the tensors' mean RMS
+    if not s.scaled then -- each tensor's momentum scaled to the tensors' mean RMS
       local rms, mean = {}, 0
       for k, r in ipairs(runs) do rms[k] = norm(m:narrow(1, r[1], r[2])) / math.sqrt(r[2]); mean = mean + rms[k] end
       mean = mean / #runs
-      s.scaling = {}
-      for k, r in ipairs(runs) do s.scaling[r[4]] = rms[k] > 0 and mean / rms[k] or 1 end
+      for k, r in ipairs(runs) do put(s, "scaling", r[4], rms[k] > 0 and mean / rms[k] or 1) end
+      s.scaled = true
     end
     local last = m:clone()
     for _, r in ipairs(runs) do
       local o = r[3]
       local mv, gv = m:narrow(1, r[1], r[2]), g:narrow(1, r[1], r[2])
-      mv:copy_((mv * o.betas[1] + gv * (1 - o.betas[1])) * s.scaling[r[4]])
+      mv:copy_((mv * o.betas[1] + gv * (1 - o.betas[1])) * get(s, "scaling", r[4], 1))
     end
     compress(self, s, "m", m)
     for _, r in ipairs(runs) do
       local o, t = r[3], r[4]
       local b1, b2 = o.betas[1], o.betas[2]
       local pv, mv, vv = views(r)
-      mv:copy_(mv * (1 / s.scaling[t]))
+      mv:copy_(mv * (1 / get(s, "scaling", t, 1)))
       local rebuilt = (mv - last:narrow(1, r[1], r[2]) * b1) * (1 / (1 - b1)) -- the mean gradient, from the momenta
       local fv = vf:narrow(1, r[1], r[2])
       fv:copy_(fv * b2 + rebuilt * rebuilt * (1 - b2))
@@ -268,10 +272,10 @@ local function lamb_flat(self, s, p, g, runs)
         factor = factor * ratio + (1 - ratio)
       end
       factor = math.min(math.max(factor, d.factor_min), d.factor_max)
-      local lf = s.last_factor[t] or 1
+      local lf = get(s, "last_factor", t, 1)
       factor = math.min(math.max(factor, lf * (1 - d.factor_threshold)), lf * (1 + d.factor_threshold))
-      s.last_factor[t] = factor
-      pv:copy_(pv - upd * (o.lr * (s.coeff_freeze[t] or 0) * factor))
+      put(s, "last_factor", t, factor)
+      pv:copy_(pv - upd * (o.lr * get(s, "coeff_freeze", t, 0) * factor))
     end
   end)
 end
