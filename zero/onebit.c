@@ -6,12 +6,14 @@
    scale x sign, adds its own error feedback and compresses the result the
    same way; an all-gather of the servers' signs and scales rebuilds the
    whole buffer on every rank. The errors (what each compression lost) are
-   added back at the next call, so nothing is lost over time. */
+   added back at the next call, so nothing is lost over time. A cuda buffer
+   is copied to the host and compressed there (its bytes go over MPI). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
+#include "../ops/backend/backend.h"
 #include "zorch_zero.h"
 
 int64_t comm_onebit_padded(const zero_comm *c, int64_t n) {
@@ -56,9 +58,10 @@ static void decode(const uint8_t *bits, int64_t m, float scale, float *out, bool
     }
 }
 
-static zorch_status check_f32(const char *arg, const zorch_tensor *t, int64_t want) {
-  if (!t || t->dtype != ZORCH_F32 || !zorch_tensor_is_contiguous(t) || t->st->device.type != ZORCH_CPU)
-    return err_set(ZORCH_ERR_ARG, "compressed_allreduce: %s must be a contiguous float32 CPU tensor", arg);
+static zorch_status check_f32(const char *arg, const zorch_tensor *t, int64_t want, bool host) {
+  if (!t || t->dtype != ZORCH_F32 || !zorch_tensor_is_contiguous(t) || (host && t->st->device.type != ZORCH_CPU))
+    return err_set(ZORCH_ERR_ARG, "compressed_allreduce: %s must be a contiguous float32%s tensor", arg,
+                   host ? " CPU" : "");
   if (want >= 0 && zorch_tensor_numel(t) != want)
     return err_set(ZORCH_ERR_SHAPE, "compressed_allreduce: %s has %lld elements, expected %lld", arg,
                    (long long)zorch_tensor_numel(t), (long long)want);
@@ -68,9 +71,15 @@ static zorch_status check_f32(const char *arg, const zorch_tensor *t, int64_t wa
 zorch_status comm_compressed_allreduce(zero_comm *c, zorch_tensor *buf, zorch_tensor *worker_err,
                                        zorch_tensor *server_err) {
   if (!c) return err_set(ZORCH_ERR_ARG, "compressed_allreduce: NULL communicator");
-  if (check_f32("the buffer", buf, -1)) return zorch_last_status();
+  if (check_f32("the buffer", buf, -1, false)) return zorch_last_status();
   int64_t n = zorch_tensor_numel(buf), P = comm_onebit_padded(c, n), W = c->world, C = P / W;
-  if (check_f32("worker_error", worker_err, P) || check_f32("server_error", server_err, C)) return zorch_last_status();
+  if (check_f32("worker_error", worker_err, P, true) || check_f32("server_error", server_err, C, true))
+    return zorch_last_status();
+  /* a device buffer is compressed on the host: its errors live there, its
+     bytes travel over MPI like a CPU buffer's */
+  bool dev = buf->st->device.type != ZORCH_CPU;
+  const backend *be = backend_of(buf);
+  int di = buf->st->device.index;
   if (W == 1 || n == 0) return ZORCH_OK; /* one rank: nothing to agree on, nothing compressed */
   float *x = calloc((size_t)P, sizeof *x), *wscale = malloc(sizeof(float) * (size_t)W);
   float *sscale = malloc(sizeof(float) * (size_t)W);
@@ -80,7 +89,9 @@ zorch_status comm_compressed_allreduce(zero_comm *c, zorch_tensor *buf, zorch_te
     st = err_set(ZORCH_ERR_OOM, "compressed_allreduce: out of memory for %lld elements", (long long)P);
     goto done;
   }
-  memcpy(x, tensor_ptr(buf), sizeof(float) * (size_t)n);
+  if (dev) st = be->to_host(x, tensor_ptr(buf), sizeof(float) * (size_t)n, di);
+  else memcpy(x, tensor_ptr(buf), sizeof(float) * (size_t)n);
+  if (st) goto done;
   float scale = compress(x, (float *)tensor_ptr(worker_err), P, mine);
   comm_set_label("the compressed signs");
   if ((st = comm_alltoall_bytes(c, mine, got, (size_t)C / 8))) goto done;
@@ -94,7 +105,8 @@ zorch_status comm_compressed_allreduce(zero_comm *c, zorch_tensor *buf, zorch_te
   if ((st = comm_allgather_bytes(c, &server, sscale, sizeof server))) goto done;
   /* (into x, then the buffer's n elements: the padding is not the caller's) */
   for (int64_t r = 0; r < W; r++) decode(got + r * (C / 8), C, sscale[r], x + r * C, false);
-  memcpy(tensor_ptr(buf), x, sizeof(float) * (size_t)n);
+  if (dev) st = be->from_host(tensor_ptr(buf), x, sizeof(float) * (size_t)n, di);
+  else memcpy(tensor_ptr(buf), x, sizeof(float) * (size_t)n);
 done:
   free(x), free(wscale), free(sscale), free(mine), free(got), free(sbits);
   return st;

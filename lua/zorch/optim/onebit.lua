@@ -43,10 +43,6 @@ local function make(name, extra)
       error(("Engine:prepare: %s runs at zero_stage 0 only (DeepSpeed refuses its 1-bit optimizers with " ..
              "ZeRO partitioning), got zero_stage %d"):format(name:gsub("^optim%.", ""), cfg.zero_stage), 3)
     end
-    if engine.device ~= "cpu" then
-      error(("Engine:prepare: %s's compressed all-reduce runs on CPU tensors (over MPI); device %s is not " ..
-             "supported yet"):format(name:gsub("^optim%.", ""), engine.device), 3)
-    end
     if cfg.offload_optimizer then
       error(("Engine:prepare: %s keeps its state in memory: offload_optimizer is not available with it"):format(
         name:gsub("^optim%.", "")), 3)
