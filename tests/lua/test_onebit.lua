@@ -155,6 +155,10 @@ do
              "unknown option 'freeze_step'")
   local model = zorch.nn.Linear(4, 2)
   local e = zorch.Engine{zero_stage = 2}
+  local m2 = zorch.nn.Linear(4, 2)
+  tap.raises("two parameter groups refused under the Engine", function()
+    zorch.Engine{}:prepare(m2, nil, optim.ZeroOneAdam({{params = {m2.weight}}, {params = {m2.bias}, weight_decay = 0.1}}))
+  end, "ZeroOneAdam", "one parameter group, not 2")
   tap.raises("ZeRO stage 2 refused, as DeepSpeed refuses it",
              function() e:prepare(model, nil, optim.OneBitAdam(model:parameters())) end,
              "OneBitAdam runs at zero_stage 0 only", "got zero_stage 2")

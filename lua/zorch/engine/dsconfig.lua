@@ -135,7 +135,8 @@ local function backend(key, v)
   return v
 end
 local ONEBIT = {lr = "rate", betas = betas, eps = "nonneg", weight_decay = "nonneg", bias_correction = "bool",
-                eps_inside_sqrt = "bool", amsgrad = "bool", cuda_aware = "bool", comm_backend_name = backend}
+                eps_inside_sqrt = "bool", amsgrad = "bool", cuda_aware = "bool", comm_backend_name = backend,
+                max_grad_norm = "nonneg"} -- (DeepSpeed's 1-bit optimizers take it, and ignore it)
 local function onebit(extra)
   local t = {}
   for k, v in pairs(ONEBIT) do t[k] = v end

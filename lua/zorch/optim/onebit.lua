@@ -37,7 +37,7 @@ local function make(name, extra)
   getmetatable(cls).__call = function(_, params, opts) return new(cls, name, params, opts, d, c) end
   -- Under the Engine: its data group and its switch for unreduced gradients.
   -- DeepSpeed refuses the 1-bit optimizers with ZeRO partitioning.
-  function cls:_attach(engine)
+  function cls:_attach(engine, user)
     local cfg = engine.cfg
     if cfg.zero_stage ~= 0 then
       error(("Engine:prepare: %s runs at zero_stage 0 only (DeepSpeed refuses its 1-bit optimizers with " ..
@@ -46,6 +46,10 @@ local function make(name, extra)
     if cfg.offload_optimizer then
       error(("Engine:prepare: %s keeps its state in memory: offload_optimizer is not available with it"):format(
         name:gsub("^optim%.", "")), 3)
+    end
+    if not cls._per_tensor and #user.param_groups > 1 then
+      error(("Engine:prepare: %s steps the engine's one flat buffer with one set of options: give it one " ..
+             "parameter group, not %d"):format(name:gsub("^optim%.", ""), #user.param_groups), 3)
     end
     rawset(self, "_group", engine.group)
     rawset(self, "_zero", engine.zero)
