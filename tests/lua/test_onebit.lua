@@ -274,6 +274,15 @@ for _, name in ipairs({"ZeroOneAdam", "OneBitLamb"}) do
     tap.ok(spread < 1e-5, ("%s: the ranks' weights agree after a sync (largest difference %g)"):format(name, spread))
   end
 end
+-- the reference job from a DeepSpeed config on 4 ranks, through the warm-up into the compressed steps
+do
+  local save = dir .. "/model.safetensors"
+  local out, ok = tap.run(("ZORCH_QUIET=1 %s launch -n 4 ../models/simple_net.lua --config " ..
+    "configs/ds_config_onebitadam.json --steps 120 --quiet --save %s"):format(bin, save))
+  tap.ok(ok and io.open(save) ~= nil, "models/simple_net.lua with ds_config_onebitadam.json: 120 steps on 4 ranks" ..
+         (ok and "" or ": " .. out))
+end
+
 -- fp16 (the loss scaler's overflow check agreed over the ranks) with accumulation 2, on 2 ranks
 for _, name in ipairs({"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) do
   local ok, c, spread, out = train(name, 40, 2, "fp16")
