@@ -136,6 +136,20 @@ do
   tap.ok(worst(got, x) < 1e-12, ("OneBitLamb: 12 steps as the formula (worst %g)"):format(worst(got, x)))
 end
 
+-- the compressed all-reduce's arguments: sizes and dtypes checked before anything moves
+do
+  local w = zorch.dist.world()
+  local P, C = w:onebit_sizes(10)
+  tap.ok(P == 16 and C == 16, ("error buffers for 10 elements on one rank: %d and %d"):format(P, C))
+  tap.raises("an error buffer of the wrong size", function() w:compressed_allreduce(zorch.zeros(10), zorch.zeros(3),
+    zorch.zeros(C)) end, "compressed_allreduce", "worker_error has 3 elements, expected 16")
+  tap.raises("a float64 buffer", function() w:compressed_allreduce(zorch.zeros(10, {dtype = "f64"}), zorch.zeros(P),
+    zorch.zeros(C)) end, "compressed_allreduce", "float32")
+  local b = zorch.tensor({1.5, -2.0})
+  w:compressed_allreduce(b, zorch.zeros(w:onebit_sizes(2)), zorch.zeros(select(2, w:onebit_sizes(2))))
+  tap.ok(b[1]:item() == 1.5 and b[2]:item() == -2, "one rank: the buffer stays as it is")
+end
+
 -- options: DeepSpeed's names and defaults; the rest refused
 do
   local p = zorch.zeros(3)
