@@ -46,7 +46,8 @@ typedef enum {
   ZORCH_ERR_STATE,    /* e.g. a second backward through a freed graph */
   ZORCH_ERR_IO,       /* file or library loading */
   ZORCH_ERR_INTERNAL,
-  ZORCH_ERR_TIMEOUT   /* a collective ran past comm_timeout (see zorch_set_hang_handler) */
+  ZORCH_ERR_TIMEOUT   /* a collective ran past comm_timeout (see zorch_set_hang_handler), a VM's budget
+                         ran out, or a long op was interrupted (zorch_state_set_deadline) */
 } zorch_status;
 
 typedef enum {
@@ -58,6 +59,7 @@ typedef enum {
   ZORCH_I64,
   ZORCH_U8,
   ZORCH_BOOL,
+  ZORCH_I8, /* signed bytes: quantised weights (docs/quantization.md) */
   ZORCH_NDTYPES
 } zorch_dtype;
 
@@ -168,12 +170,15 @@ ZORCH_API char *zorch_tensor_format(const zorch_tensor *t);
 /* ---- copies ------------------------------------------------------------------------- */
 /* (contiguous, clone, to_dtype and to_device are rows of include/zorch_ops.h) */
 /* Copies src into dst (broadcast, dtype converted). In grad mode the write is
-   recorded on dst when dst has a history or src requires grad (dst's
-   grad_fn becomes CopyBackwards; FillBackward for the fills). A leaf that
-   requires grad takes constants and values without grad as data and stays
-   a leaf; a src that requires grad is refused there (ZORCH_ERR_STATE).
-   Reading, through another handle, values written since a recorded op made
-   them refuses the backward (docs/api.md, "In-place writes"). */
+   recorded when dst's values have a history or src requires grad: on dst
+   (grad_fn CopyBackwards; FillBackward for the fills), or, dst being a view,
+   on the tensor it views (CopySlices), whose views then follow the new
+   history. A leaf that requires grad takes constants and values without
+   grad as data and stays a leaf; a src that requires grad is refused there,
+   and any recorded write into a view of it (ZORCH_ERR_STATE). Reading,
+   through a handle that is no view (detach()), values written since a
+   recorded op made them refuses the backward (docs/api.md, "In-place
+   writes"). */
 ZORCH_API zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
 ZORCH_API zorch_status zorch_fill_(zorch_tensor *dst, double value);
 ZORCH_API zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value); /* exact past 2^53, as full_i64 */
@@ -318,6 +323,18 @@ typedef struct {
   bool ceil_mode;      /* round the output size up (a window must start inside the input or its left padding) */
   bool exclude_pad;    /* avg_pool2d divides by the inputs inside the image (PyTorch's count_include_pad = false) */
 } zorch_pool2d_opts;
+
+/* ---- the options of zorch_attention (include/zorch_ops.h); NULL or {0}: no mask,
+   scale 1/sqrt(D). Query i (0-based) sees key j when every rule given allows it;
+   causal and the window are aligned to the bottom right (off = Tk - Tq). */
+typedef struct {
+  bool causal;              /* j <= i + off */
+  double scale;             /* <= 0: 1/sqrt(D) */
+  int64_t window;           /* > 0: i + off - window < j (Mistral's sliding window) */
+  zorch_tensor *mask;       /* bool (true: attend) or float (added to the scores), broadcast to (B, H, Tq, Tk) */
+  zorch_tensor *segments;   /* int64 (B, Tk): the keys' segment ids; a query sees its own segment's keys */
+  zorch_tensor *q_segments; /* int64 (B, Tq), the queries' ids; NULL: the last Tq of segments */
+} zorch_attention_opts;
 
 /* ---- more reductions, shape ops, creation and matrix products (PyTorch's) -------------- */
 /* out[i] = select(a, dim, i) for every i: out needs room for a's size in dim. */
@@ -486,6 +503,17 @@ ZORCH_API void zorch_state_free(zorch_state *s);
 /* Makes s current on this thread (NULL: the thread's own) and returns the one
    that was, to be swapped back when the VM returns. */
 ZORCH_API zorch_state *zorch_state_swap(zorch_state *s);
+/* Long CPU work (fills, copies and pointwise ops over many elements, large
+   matmuls, file reads) looks between chunks at the current state's deadline
+   (CLOCK_MONOTONIC seconds; 0: none; a time already past stops the next
+   look) and at the interrupt flag; past either, the op fails with
+   ZORCH_ERR_TIMEOUT ("<op>: stopped: ..." or "<op>: interrupted"). A VM sets
+   its state's deadline from max_seconds. */
+ZORCH_API void zorch_state_set_deadline(zorch_state *s, double t);
+/* Raises the process-wide interrupt flag; async-signal-safe (a SIGINT
+   handler's). Every long op fails until zorch_interrupt_clear. */
+ZORCH_API void zorch_interrupt(void);
+ZORCH_API void zorch_interrupt_clear(void);
 
 /* ---- page-locked host memory -------------------------------------------------------------- */
 /* A CPU tensor of zeros in page-locked memory (cudaMallocHost, through the CUDA
@@ -533,7 +561,8 @@ typedef struct {
                        string.dump, collectgarbage("stop"); zorch's own file functions
                        (save, load, read_csv, checkpoints, Logger files, plots) only
                        inside allow_read/allow_write (examples/embed/README.md) */
-  size_t mem_limit; /* bytes of Lua heap (not tensor memory); 0: unlimited */
+  size_t mem_limit; /* bytes of Lua heap; in a sandbox without tensor_limit, of Lua heap and tensors
+                       together; 0: unlimited */
   /* Folders a sandboxed script may read (allow_read) and read and write
      (allow_write), with everything under them: NULL-terminated lists, resolved
      when the VM is made (each must exist); a path is checked after resolving
@@ -551,7 +580,9 @@ ZORCH_API void zorch_vm_free(zorch_vm *vm);
 ZORCH_API zorch_status zorch_vm_dofile(zorch_vm *vm, const char *path);
 ZORCH_API zorch_status zorch_vm_dostring(zorch_vm *vm, const char *chunk, const char *name);
 /* Calls the global function `fn` with nin tensors; up to nout results that are
-   tensors are stored in outs (new references; NULL for non-tensor results). */
+   tensors are stored in outs (new references; NULL for non-tensor results and
+   past the last result). nin or nout past a Lua call's limit (about a million
+   values) is ZORCH_ERR_ARG. */
 ZORCH_API zorch_status zorch_vm_call(zorch_vm *vm, const char *fn, int nin, zorch_tensor *const *ins,
                            int nout, zorch_tensor **outs);
 /* The message of the VM's last failure (with a traceback). */

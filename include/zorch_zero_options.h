@@ -12,7 +12,7 @@
 
 #define ZORCH_ZERO_OPTIONS(X) \
   X(INT, int, stage, "zero_stage", 0, 0, 3, "0, 1, 2 or 3", "0-3: what is partitioned across ranks (`docs/distributed.md`)") \
-  X(DOUBLE, double, clip, "gradient_clipping", 0, 0, HUGE_VAL, "a number >= 0 (0 turns it off)", "max global L2 norm of the gradients; 0 is off") \
+  X(DOUBLE, double, clip, "gradient_clipping", 0, 0, HUGE_VAL, "a number >= 0 (0 turns it off)", "max global L2 norm of the gradients; 0 is off. A DeepSpeed file without the key clips at 1.0, as DeepSpeed does") \
   X(INT, int, accumulation, "gradient_accumulation_steps", 1, 1, HUGE_VAL, "an integer >= 1", "micro-steps per optimizer step (DeepSpeed: any two of the three batch keys give the third)") \
   X(INT64, int64_t, bucket, "reduce_bucket_size", 500000000, 1, HUGE_VAL, "an integer >= 1", "elements per gradient reduction (stages 2-3)") \
   X(BOOL, bool, overlap, "overlap_comm", false, 0, 0, "true or false", "stages 2-3: a full bucket's reduction runs while backward goes on (`docs/distributed.md`, \"Overlap\")") \

@@ -63,6 +63,7 @@ static zorch_status gradfn_backward(void *ctx, zorch_tensor *g, zorch_tensor *co
   gradfn_call c = {a->ref, nin, g, gin};
   int top = lua_gettop(T);
   if (!lua_checkstack(T, nin + 8)) return zorch_set_error(ZORCH_ERR_OOM, "out of Lua stack");
+  lz_vm_hook_thread(T, T); /* made in an earlier entry, it runs under this one's budget */
   lua_pushcfunction(T, gradfn_call_lua);
   lua_pushlightuserdata(T, &c);
   zorch_status st = ZORCH_OK;

@@ -41,35 +41,81 @@ static double now_seconds(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+static bool has_budget(const lz_vm *vm) { return vm->max_instructions || vm->max_seconds > 0; }
+
+/* The hook count a thread runs with: every instruction once the budget is
+   crossed, so each thread that runs again raises at once. */
 static int hook_every(const lz_vm *vm) {
+  if (vm->exceeded) return 1;
   return vm->max_instructions && vm->max_instructions < HOOK_EVERY ? (int)vm->max_instructions : HOOK_EVERY;
 }
 
-/* The count hook: past the budget it raises, and from then on raises at every
-   instruction of the running thread and of the main thread, so a script's
-   pcall cannot keep going: each instruction after the pcall returns raises
-   again, until the entry returns to the host. */
+static void budget_hook(lua_State *L, lua_Debug *ar);
+
+/* Gives thread T the VM's hook unless it has it already (setting a hook
+   restarts its count: a coroutine resumed over and over must keep counting). */
+static void hook_thread(lz_vm *vm, lua_State *T) {
+  int every = hook_every(vm);
+  if (lua_gethook(T) != budget_hook || lua_gethookcount(T) != every) lua_sethook(T, budget_hook, LUA_MASKCOUNT, every);
+}
+
+/* Marks the budget crossed (sticky until the outermost entry returns): the
+   main thread's hook tightens, and the C ops of the VM's state stop at their
+   next look at the deadline. */
+static void budget_cross(lz_vm *vm) {
+  vm->exceeded = 1;
+  zorch_state_set_deadline(vm->state, 1e-9); /* a time long past */
+  if (vm->main) hook_thread(vm, vm->main);
+}
+
+bool lz_vm_crossed(lz_vm *vm) {
+  if (vm->exceeded) return true;
+  if (vm->depth == 0) return false;
+  if (vm->max_instructions && vm->steps >= vm->max_instructions)
+    snprintf(vm->why, sizeof vm->why, "instruction limit of %llu reached", vm->max_instructions);
+  else if (vm->max_seconds > 0 && now_seconds() > vm->deadline)
+    snprintf(vm->why, sizeof vm->why, "time limit of %g seconds reached", vm->max_seconds);
+  else
+    return false;
+  budget_cross(vm);
+  return true;
+}
+
+/* The count hook, on every thread of the VM: it counts the instructions that
+   thread ran since its last call; past the budget it raises, and from then on
+   every thread that runs raises at its next instruction, so neither pcall nor
+   a coroutine that catches the error can keep going. */
 static void budget_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   lz_vm *vm = lz_vm_get(L);
   if (!vm || vm->depth == 0) return;
   if (!vm->exceeded) {
-    vm->steps += (unsigned long long)hook_every(vm);
-    if (vm->max_instructions && vm->steps >= vm->max_instructions)
-      snprintf(vm->why, sizeof vm->why, "instruction limit of %llu reached", vm->max_instructions);
-    else if (vm->max_seconds > 0 && now_seconds() > vm->deadline)
-      snprintf(vm->why, sizeof vm->why, "time limit of %g seconds reached", vm->max_seconds);
-    else
-      return;
-    vm->exceeded = 1;
-    lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
-    if (vm->main && vm->main != L) lua_sethook(vm->main, budget_hook, LUA_MASKCOUNT, 1);
+    vm->steps += (unsigned long long)lua_gethookcount(L);
+    if (!lz_vm_crossed(vm)) return;
   }
+  hook_thread(vm, L);
   luaL_error(L, "%s", vm->why);
 }
 
 void lz_vm_hook(lz_vm *vm) {
-  if (vm->max_instructions || vm->max_seconds > 0) lua_sethook(vm->main, budget_hook, LUA_MASKCOUNT, hook_every(vm));
+  if (vm->main && has_budget(vm)) hook_thread(vm, vm->main);
+}
+
+void lz_vm_hook_thread(lua_State *L, lua_State *T) {
+  lz_vm *vm = lz_vm_get(L);
+  if (vm && vm->depth > 0 && has_budget(vm)) hook_thread(vm, T);
+}
+
+void lz_vm_note_stop(lua_State *L) {
+  lz_vm *vm = lz_vm_get(L);
+  if (vm && vm->depth > 0 && has_budget(vm) && lz_vm_crossed(vm)) hook_thread(vm, L);
+}
+
+void lz_vm_check_resume(lua_State *L, lua_State *co) {
+  lz_vm *vm = lz_vm_get(L);
+  if (!vm || vm->depth == 0 || !has_budget(vm)) return;
+  if (lz_vm_crossed(vm)) luaL_error(L, "%s", vm->why);
+  hook_thread(vm, co);
 }
 
 zorch_state *lz_vm_enter(lz_vm *vm) {
@@ -78,15 +124,19 @@ zorch_state *lz_vm_enter(lz_vm *vm) {
     vm->steps = 0;
     vm->exceeded = 0;
     vm->deadline = now_seconds() + vm->max_seconds;
+    zorch_state_set_deadline(vm->state, vm->max_seconds > 0 ? vm->deadline : 0);
     lz_vm_hook(vm);
   }
   return prev;
 }
 
 void lz_vm_leave(lz_vm *vm, zorch_state *prev) {
-  if (--vm->depth == 0 && vm->exceeded) {
-    vm->exceeded = 0;
-    lz_vm_hook(vm);
+  if (--vm->depth == 0) {
+    zorch_state_set_deadline(vm->state, 0);
+    if (vm->exceeded) {
+      vm->exceeded = 0;
+      lz_vm_hook(vm);
+    }
   }
   zorch_state_swap(prev);
 }

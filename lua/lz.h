@@ -128,8 +128,22 @@ void lz_vm_attach(lua_State *L, lz_vm *vm);
    entry); returns the state to give lz_vm_leave. */
 zorch_state *lz_vm_enter(lz_vm *vm);
 void lz_vm_leave(lz_vm *vm, zorch_state *prev);
-/* Installs the instruction/time budget hook when the VM has a budget. */
+/* Installs the instruction/time budget hook on the main thread when the VM
+   has a budget. */
 void lz_vm_hook(lz_vm *vm);
+/* Gives thread T (of L's VM) the budget hook before C code runs Lua in it. */
+void lz_vm_hook_thread(lua_State *L, lua_State *T);
+/* Before coroutine co of L's VM is resumed: raises once the budget is
+   crossed, else gives co the budget hook. */
+void lz_vm_check_resume(lua_State *L, lua_State *co);
+/* After an op stopped at the deadline (ZORCH_ERR_TIMEOUT): the budget is
+   crossed now, and L raises at its next instruction, not at its hook's next
+   count (a script catching the op's error in a loop would redo the op's
+   set-up, its output's allocation, until then). */
+void lz_vm_note_stop(lua_State *L);
+/* Whether the running entry's budget is crossed (it becomes so, sticky until
+   the entry returns, when the count or the clock is past it). */
+bool lz_vm_crossed(lz_vm *vm);
 /* Raises "not allowed" unless the VM may `access` ("read" or "write") path:
    every zorch function that touches a file calls it first. The message names
    the path as given and nothing about the file. */

@@ -37,6 +37,26 @@ static int l_comm_timeout(lua_State *L) {
   return 0;
 }
 
+/* zorch._comm_kinds([reset]) -> {{name =, calls =, bytes =}, ...}: per kind of collective. */
+static int l_comm_kinds(lua_State *L) {
+  bool reset = lua_toboolean(L, 1);
+  lua_newtable(L);
+  const char *name;
+  int64_t calls;
+  uint64_t bytes;
+  for (int i = 0; zorch_zero_comm_kind(i, &name, &calls, &bytes, reset); i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, name);
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, (lua_Integer)calls);
+    lua_setfield(L, -2, "calls");
+    lua_pushinteger(L, (lua_Integer)bytes);
+    lua_setfield(L, -2, "bytes");
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
 static int l_comm_label(lua_State *L) {
   const char *label = luaL_optstring(L, 1, "");
   if (!lz_sandboxed(L)) zorch_zero_set_label(label);
@@ -553,7 +573,7 @@ void lz_open_zero(lua_State *L) {
   }
   static const luaL_Reg fns[] = {{"_comm", l_comm},           {"_allreduce", l_allreduce},
                                  {"_zero_engine", l_zero_engine},
-                                 {"_comm_timeout", l_comm_timeout}, {"_comm_label", l_comm_label},
+                                 {"_comm_timeout", l_comm_timeout}, {"_comm_label", l_comm_label}, {"_comm_kinds", l_comm_kinds},
                                  {"register_hook", l_register_hook}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
   luaL_getmetatable(L, LZ_TENSOR);

@@ -26,6 +26,8 @@ local opt = zorch.flags(arg, {
   beta2 = {0.99, "AdamW's beta2 (beta1 is 0.9)"},
   ["weight-decay"] = {0.1, "AdamW's decoupled weight decay, on the 2-d parameters only"},
   clip = {1.0, "gradient clipping: max global norm (0: off)"},
+  config = {"", "a DeepSpeed JSON config (ZeRO, precision, clipping, optimizer, scheduler, monitors); its \"auto\" values take this script's"},
+  ["flops-profile"] = {0, "print the FLOPs of this optimizer step by module, its TFLOP/s and the share of a measured peak (0: none)"},
   ["zero-stage"] = {nil, "ZeRO stage (0-3; default 0, or 1 over the data-parallel ranks with --tensor-parallel)",
                    type = "integer"},
   precision = {"fp32", "fp32 or bf16 (16-bit parameters and activations, fp32 master weights)",
@@ -409,10 +411,13 @@ end
 
 if layout and TP > 1 and not pipe then tensor_parallel(model, layout.tensor) end
 
-local engine = zorch.Engine{zero_stage = opt["zero-stage"] or (TP > 1 and 1 or 0), gradient_clipping = opt.clip,
-                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device,
-                            layout = layout or false,
-                            keep_last = opt["keep-last"] > 0 and math.tointeger(opt["keep-last"]) or false}
+local flops = opt["flops-profile"] > 0 and {profile_step = math.tointeger(opt["flops-profile"])} or false
+local keep_last = opt["keep-last"] > 0 and math.tointeger(opt["keep-last"]) or false
+local engine = opt.config ~= "" and
+  zorch.Engine(opt.config, {device = opt.device, layout = layout or false, keep_last = keep_last, flops_profiler = flops or nil}) or
+  zorch.Engine{zero_stage = opt["zero-stage"] or (TP > 1 and 1 or 0), gradient_clipping = opt.clip,
+               gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device,
+               layout = layout or false, keep_last = keep_last, flops_profiler = flops}
 device = engine.device -- (the Engine picks this rank's GPU for "cuda")
 if opt["checkpoint-activations"] then rawset(model, "checkpoint", function(...) return engine:checkpoint(...) end) end
 -- AdamW as nanoGPT and llm.c use it: every 2-d parameter (the matrices and both
@@ -422,8 +427,10 @@ local decay, no_decay = {}, {}
 for _, p in ipairs(model:parameters()) do table.insert(p:dim() >= 2 and decay or no_decay, p) end
 local groups = {{params = decay, weight_decay = opt["weight-decay"]}}
 if #no_decay > 0 then groups[2] = {params = no_decay, weight_decay = 0} end
-local adam = optim.AdamW(groups, {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8})
-model, _, adam = engine:prepare(model, nil, adam)
+local adam = optim.AdamW(groups, {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8, weight_decay = opt["weight-decay"]})
+-- (a config's "auto" values: this script's clipping, AdamW and schedule)
+model, _, adam = engine:prepare(model, nil, adam, {gradient_clipping = opt.clip, warmup_min_lr = 0, warmup_max_lr = opt.lr,
+  warmup_num_steps = math.max(1, math.tointeger(opt.warmup)), total_num_steps = math.tointeger(opt.steps)})
 
 -- the learning rate of step s (from 0): linear warm-up, then cosine down to min-lr
 local min_lr = opt["min-lr"] or opt.lr / 10
@@ -521,7 +528,7 @@ local ordered = opt["no-shuffle"]
 local tok_per_step = B * T * opt.accum * world
 while step < opt.steps do
   local t0 = zorch.clock()
-  adam.lr = lr_at(step)
+  if not engine.lr_scheduler then adam.lr = lr_at(step) end -- (a config's scheduler steps it)
   adam:zero_grad()
   local loss = 0
   if pipe then -- the micro-batches through the stages; the loss from the last
@@ -598,24 +605,9 @@ end
 
 -- ---- generation -----------------------------------------------------------------------------
 
--- The next token (from 1) from logits (vocab,): greedy at temperature 0, else a
--- draw from softmax(logits / temperature) over the top-k.
-local function pick(logits)
-  logits = logits:float():to("cpu")
-  if opt.temperature == 0 then return zorch.argmax(logits):item() end
-  logits = logits / opt.temperature
-  local k = opt["top-k"]
-  if k > 0 and k < cfg.vocab then
-    local kth = zorch.topk(logits, k)[k]:item()
-    logits = logits:masked_fill(zorch.lt(logits, kth), -math.huge)
-  end
-  local probs = zorch.softmax(logits, 1)
-  if zorch.multinomial then return zorch.multinomial(probs, 1):item() end
-  -- one uniform draw against the cumulative sum: the first index whose sum exceeds it
-  local u = zorch.rand(1):item()
-  local below = zorch.lt(zorch.cumsum(probs, 1), u):sum():item()
-  return math.min(below, cfg.vocab - 1) + 1
-end
+-- The next token (from 1) from logits (vocab,): zorch.models.pick, greedy at
+-- temperature 0, else a draw over the top-k.
+local function pick(logits) return zorch.models.pick(logits, {temperature = opt.temperature, top_k = opt["top-k"]}) end
 
 -- Appends n tokens to ids (a list of indices from 1). The model reads a window
 -- of the last tokens; when it is full the oldest half is dropped. With the

@@ -11,6 +11,7 @@ local opt = zorch.flags(arg, {
   steps = {0, "stop after this many optimizer steps (0: no limit)"},
   ["batch-size"] = {64, "samples per batch"},
   lr = {0.00015, "Adam learning rate"},
+  ["weight-decay"] = {0.0, "Adam's weight decay (L2; a config's AdamW with \"auto\" params takes it as its decoupled decay)"},
   ["in"] = {10, "input features"},
   hidden = {20, "hidden units"},
   layers = {1, "hidden layers (more than 1 adds hidden x hidden layers between fc1 and fc2)"},
@@ -38,6 +39,7 @@ local opt = zorch.flags(arg, {
   log = {"", "write metrics here as JSON lines: loss, lr, grad_norm each step; epoch_loss, samples_per_s each epoch"},
   csv = {"", "write the same metrics as CSV"},
   tensorboard = {"", "write the same metrics as TensorBoard event files in this directory"},
+  ["flops-profile"] = {0, "print the FLOPs of this optimizer step by module, its TFLOP/s and the share of a measured peak (0: none)"},
   ["print-every"] = {0, "a step line (loss, lr, grad norm, samples/s) every N optimizer steps (0: none)"},
   ["checkpoint-activations"] = {false, "recompute fc1 and its ReLU in backward instead of keeping their activations"},
   ["offload-optimizer"] = {"none", "none, cpu or nvme: where Adam's moments of the shard live (nvme: files under --nvme-path)"},
@@ -107,11 +109,14 @@ local function offload(dev, extra)
   return t
 end
 local keep_last = opt["keep-last"] > 0 and math.tointeger(opt["keep-last"]) or nil
+local flops = opt["flops-profile"] > 0 and {profile_step = math.tointeger(opt["flops-profile"])} or nil
 local engine = config and zorch.Engine(config, {device = opt.device, steps_per_print = print_every,
-                                               comm_timeout = timeout, keep_last = keep_last}) or
+                                               comm_timeout = timeout, keep_last = keep_last,
+                                               flops_profiler = flops}) or
   zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip, gradient_accumulation_steps = accum,
                reduce_bucket_size = opt.bucket, precision = opt.precision, device = opt.device,
                steps_per_print = print_every, comm_timeout = opt["comm-timeout"], keep_last = keep_last,
+               flops_profiler = flops or false,
                offload_optimizer = offload(opt["offload-optimizer"], {chunk = math.tointeger(opt["offload-chunk"]),
                                                                        buffer_count = math.tointeger(opt["offload-buffers"])}),
                offload_param = offload(opt["offload-param"])}
@@ -132,17 +137,15 @@ local pfile = engine.param_dir ~= nil -- (offload_param nvme; cpu on GPU ranks: 
 local function build() return SimpleNet(opt["in"], opt.hidden, opt.out, math.tointeger(opt.layers)) end
 local model = pfile and nn.deferred(build) or build()
 if opt.load ~= "" then model:load_state_dict(zorch.load(opt.load)) end
--- a config that names an optimizer gets it from the engine
--- a DeepSpeed config whose optimizer params are "auto" takes them from this script's Adam
-local auto_opt = false
-for _, k in ipairs(engine.autos or {}) do auto_opt = auto_opt or k:match("^optimizer%.") ~= nil end
-local adam = (not engine.cfg.optimizer or auto_opt) and optim.Adam(model:parameters(), {lr = opt.lr}) or nil
+-- a config that names an optimizer gets it from the engine, its "auto" params from this script's Adam
+local adam = optim.Adam(model:parameters(), {lr = opt.lr, weight_decay = opt["weight-decay"]})
 local criterion = nn.MSELoss()
 -- the schedule's settings, for a config whose scheduler params are "auto" (Transformers' rule: warm-up
--- from 0 to --lr; no warm-up steps; the run's optimizer steps)
-local schedule = {warmup_min_lr = 0, warmup_max_lr = opt.lr, warmup_num_steps = 0,
+-- from 0 to --lr; one warm-up step, as Accelerate gives DeepSpeed, which refuses 0; the run's optimizer steps)
+local schedule = {warmup_min_lr = 0, warmup_max_lr = opt.lr, warmup_num_steps = 1,
                   total_num_steps = opt.steps > 0 and math.tointeger(opt.steps) or
-                    math.max(1, math.tointeger(opt.epochs) * math.ceil(opt.samples / opt["batch-size"]) // accum)}
+                    math.max(1, math.tointeger(opt.epochs) * math.ceil(opt.samples / opt["batch-size"]) // accum),
+                  gradient_clipping = opt.clip} -- (and a config's "auto" clipping: --clip)
 model, loader, adam = engine:prepare(model, loader, adam, schedule)
 
 local steps, samples, t0 = 0, 0, zorch.clock()

@@ -61,7 +61,9 @@ local function doc_table()
       for i, p in ipairs(r.ds or {}) do ds[i] = "`" .. p .. "`" end
       local d = table.concat(ds, ", ")
       if r.accelerate then d = d .. " (`" .. r.accelerate .. "`)" end
-      out[#out + 1] = ("| `%s` | %s | %s | %s | %s | %s |"):format(r.name, d, shown(r, r.default), md(S.want(r)),
+      local default = shown(r, r.default)
+      if r.ds_default ~= nil then default = ("%s (DeepSpeed file: %s)"):format(default, shown(r, r.ds_default)) end
+      out[#out + 1] = ("| `%s` | %s | %s | %s | %s | %s |"):format(r.name, d, default, md(S.want(r)),
         r.c and ("`" .. r.c.field .. "`") or "", md(r.doc))
     end
   end

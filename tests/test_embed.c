@@ -104,9 +104,23 @@ int main(void) {
   ok(zorch_vm_call(mv, "many", 0, NULL, 300, many) == ZORCH_OK && many[299] && at(many[299], 0) == 1,
      "vm_call takes 300 results: %s", zorch_vm_error(mv));
   for (int i = 0; i < 300; i++) zorch_tensor_free(many[i]);
+  /* past a short's range: Lua's call keeps a fixed result count in one */
+  zorch_tensor **wide = calloc(40000, sizeof *wide);
+  ok(wide && zorch_vm_call(mv, "many", 0, NULL, 40000, wide) == ZORCH_OK && wide[299] && !wide[300] && !wide[39999],
+     "vm_call takes 40000 results of a function returning 300: %s", zorch_vm_error(mv));
+  for (int i = 0; wide && i < 40000; i++) zorch_tensor_free(wide[i]);
+  ok(zorch_vm_dostring(mv, "function lots() local t = {} for i = 1, 40000 do t[i] = zorch.ones(1) end "
+                           "return table.unpack(t) end", "=t") == ZORCH_OK &&
+         wide && zorch_vm_call(mv, "lots", 0, NULL, 40000, wide) == ZORCH_OK && wide[39999] && at(wide[39999], 0) == 1,
+     "and 40000 results of a function returning 40000: %s", zorch_vm_error(mv));
+  for (int i = 0; wide && i < 40000; i++) zorch_tensor_free(wide[i]);
+  free(wide);
   zorch_tensor **huge = calloc(2000000, sizeof *huge);
-  ok(zorch_vm_call(mv, "many", 0, NULL, 2000000, huge) != ZORCH_OK && strstr(zorch_vm_error(mv), "results"),
-     "too many results is an error: %s", zorch_vm_error(mv));
+  ok(zorch_vm_call(mv, "many", 0, NULL, 2000000, huge) == ZORCH_ERR_ARG && strstr(zorch_vm_error(mv), "results") &&
+         strstr(zorch_last_error(), "results"),
+     "more results than a Lua call returns is an error: %s", zorch_vm_error(mv));
+  ok(zorch_vm_call(mv, "many", 0, NULL, 300, many) == ZORCH_OK, "and the VM runs the next call");
+  for (int i = 0; i < 300; i++) zorch_tensor_free(many[i]);
   free(huge);
   zorch_vm_free(mv);
 

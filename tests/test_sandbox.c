@@ -3,10 +3,12 @@
    library's io and os, binary chunks, runaway loops, tensor memory), allowed
    folders work, and the lifetimes of what a VM leaves on host tensors. */
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tap.h"
@@ -147,6 +149,86 @@ static void test_budget(void) {
   zorch_vm_free(vm);
 }
 
+/* A test that would hang fails instead. */
+static void on_watchdog(int sig) {
+  (void)sig;
+  static const char msg[] = "Bail out! a budgeted entry did not return to the host\n";
+  if (write(1, msg, sizeof msg - 1) < 0) _exit(2);
+  _exit(1);
+}
+
+/* The budget crossed inside coroutine B, resumed by coroutine A, which
+   catches each "limit reached" with pcall and loops: every thread raises
+   again, so the entry still returns. */
+static void test_budget_nested_coroutines(void) {
+  static const char *escape =
+      "local B = coroutine.create(function() while true do end end) "
+      "local A = coroutine.create(function() coroutine.resume(B) "
+      "  while true do pcall(function() while true do end end) end end) "
+      "while true do pcall(coroutine.resume, A) end";
+  static const char *escape_wrap =
+      "local A = coroutine.wrap(function() local B = coroutine.wrap(function() while true do end end) "
+      "  pcall(B) while true do pcall(function() local x = 0 for i = 1, 1e12 do x = x + i end end) end end) "
+      "A()";
+  static const char *resume_after =
+      "local C = coroutine.create(function() while true do coroutine.yield() end end) "
+      "local B = coroutine.create(function() while true do end end) "
+      "while true do pcall(coroutine.resume, B) local ok, msg = pcall(coroutine.resume, C) "
+      "  if not ok then CAUGHT = msg end end";
+  signal(SIGALRM, on_watchdog);
+  alarm(30);
+  zorch_vm_opts opts[] = {{.sandbox = 1, .max_instructions = 100000000, .max_seconds = 2},
+                          {.sandbox = 1, .max_instructions = 1000000, .max_seconds = 1}};
+  for (int i = 0; i < 2; i++) {
+    zorch_vm *vm = zorch_vm_new(&opts[i]);
+    ok(run(vm, escape) == ZORCH_ERR_TIMEOUT, "budget %llu/%gs: a coroutine A catching B's stop with pcall still stops: %s",
+       opts[i].max_instructions, opts[i].max_seconds, zorch_vm_error(vm));
+    ok(run(vm, escape_wrap) == ZORCH_ERR_TIMEOUT, "and with coroutine.wrap: %s", zorch_vm_error(vm));
+    ok(run(vm, "x = 0 for i = 1, 1000 do x = x + i end assert(x == 500500)") == ZORCH_OK, "the next entry runs: %s",
+       zorch_vm_error(vm));
+    zorch_vm_free(vm);
+  }
+  zorch_vm *vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .max_instructions = 1000000});
+  ok(run(vm, resume_after) == ZORCH_ERR_TIMEOUT, "a coroutine resumed after the stop: %s", zorch_vm_error(vm));
+  ok(run(vm, "co = coroutine.wrap(function() while true do coroutine.yield() end end) co()") == ZORCH_OK &&
+         run(vm, "while true do co() end") == ZORCH_ERR_TIMEOUT && run(vm, "for i = 1, 20000 do co() end") == ZORCH_OK,
+     "a coroutine of an entry that overran runs under the next entry's fresh budget: %s", zorch_vm_error(vm));
+  zorch_vm_free(vm);
+  alarm(0);
+}
+
+/* One long C op (a fill of 1 GiB, a 4000x4000 matmul) stops at the time
+   limit between its chunks, not when it is done; a pcall around it does not
+   keep the script going. */
+static void test_budget_long_ops(void) {
+  alarm(30);
+  zorch_vm *vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .max_seconds = 0.05});
+  ok(run(vm, "local t = zorch.full({16384, 16384}, 1.5)") == ZORCH_ERR_TIMEOUT &&
+         strstr(zorch_vm_error(vm), "stopped"),
+     "a 1 GiB fill stops inside the op: %.80s", zorch_vm_error(vm));
+  zorch_vm_free(vm);
+  vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .max_seconds = 0.15});
+  ok(run(vm, "local a = zorch.ones(4000, 4000) local c = zorch.matmul(a, a)") == ZORCH_ERR_TIMEOUT &&
+         strstr(zorch_vm_error(vm), "matmul") && strstr(zorch_vm_error(vm), "stopped"),
+     "a 4000x4000 matmul stops between its panels: %.80s", zorch_vm_error(vm));
+  /* past the deadline the stopped op's error crosses the budget at once: the
+     loop does not redo the op's set-up (its output's 64 MB) until the hook's
+     next count; bound: the budget and one panel, on a loaded machine */
+  ok(run(vm, "A = zorch.ones(4000, 4000)") == ZORCH_OK, "a 4000x4000 operand");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  zorch_status st = run(vm, "while true do pcall(zorch.matmul, A, A) end");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  ok(st == ZORCH_ERR_TIMEOUT && took < 0.6, "a pcall around it does not keep the script going (%.2f s of 0.15): %.80s",
+     took, zorch_vm_error(vm));
+  ok(run(vm, "A = nil collectgarbage()") == ZORCH_OK, "the operand freed");
+  ok(run(vm, "local a = zorch.ones(300, 300) assert(zorch.matmul(a, a)[1][1]:item() == 300)") == ZORCH_OK,
+     "the next entry's ops run: %s", zorch_vm_error(vm));
+  zorch_vm_free(vm);
+  alarm(0);
+}
+
 static void test_tensor_limit(void) {
   zorch_vm *vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .tensor_limit = 1 << 20});
   ok(run(vm, "local t = zorch.zeros(1000, 1000)") != ZORCH_OK && strstr(zorch_vm_error(vm), "tensor memory limit"),
@@ -164,6 +246,28 @@ static void test_tensor_limit(void) {
   ok(at(out, 0) == 1, "a VM's tensor outlives the VM");
   zorch_tensor_free(out);
   zorch_tensor_free(host);
+}
+
+/* A sandbox's mem_limit bounds the Lua heap and tensors together unless
+   tensor_limit is given; outside a sandbox it is the Lua heap's alone. */
+static void test_mem_limit_covers_tensors(void) {
+  zorch_vm *vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .mem_limit = 64 << 20});
+  ok(run(vm, "local t = zorch.zeros(8192, 8192)") != ZORCH_OK && strstr(zorch_vm_error(vm), "memory limit"),
+     "a sandbox with mem_limit 64 MiB refuses a 256 MiB tensor: %.100s", zorch_vm_error(vm));
+  ok(run(vm, "keep = zorch.zeros(10 << 20)") == ZORCH_OK, "a 40 MiB tensor fits: %s", zorch_vm_error(vm));
+  ok(run(vm, "local t = {} for i = 1, 2e6 do t[i] = i end") == ZORCH_ERR_OOM &&
+         strstr(zorch_vm_error(vm), "Lua heap and tensors"),
+     "and then a 32 MiB Lua table does not: the two share the limit: %s", zorch_vm_error(vm));
+  ok(run(vm, "keep = nil collectgarbage() local t = {} for i = 1, 2e6 do t[i] = i end") == ZORCH_OK,
+     "the tensor's bytes come back when it is freed: %s", zorch_vm_error(vm));
+  zorch_vm_free(vm);
+  vm = zorch_vm_new(&(zorch_vm_opts){.sandbox = 1, .mem_limit = 64 << 20, .tensor_limit = 512 << 20});
+  ok(run(vm, "local t = zorch.zeros(8192, 8192)") == ZORCH_OK, "tensor_limit says otherwise: %s", zorch_vm_error(vm));
+  zorch_vm_free(vm);
+  vm = zorch_vm_new(&(zorch_vm_opts){.mem_limit = 64 << 20});
+  ok(run(vm, "local t = zorch.zeros(8192, 8192)") == ZORCH_OK, "outside a sandbox mem_limit is the Lua heap's: %s",
+     zorch_vm_error(vm));
+  zorch_vm_free(vm);
 }
 
 static int host_hook_calls;
@@ -258,7 +362,10 @@ int main(void) {
   mkdir(outside, 0700);
   test_files();
   test_budget();
+  test_budget_nested_coroutines();
+  test_budget_long_ops();
   test_tensor_limit();
+  test_mem_limit_covers_tensors();
   test_hostile();
   char cmd[2 * PATH_MAX];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

@@ -3,6 +3,7 @@
 #include <lauxlib.h>
 #include <limits.h>
 #include <lua.h>
+#include <stdatomic.h>
 #include <lualib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,24 +21,37 @@ struct zorch_vm {
   lua_State *L;
   zstate *state;
   size_t used, limit;
+  zmem_account *shared; /* a sandbox's mem_limit over heap and tensors both (the state's account), or NULL */
   lz_pool pool; /* the Lua state's small blocks */
   lz_vm ctx; /* sandbox folders and budget, seen by the Lua layer */
   char err[2048];
 };
 
-/* Counts the Lua heap and refuses growth past the limit; Lua turns the refusal
-   into a memory error that the protected call reports. */
+/* Counts the Lua heap and refuses growth past the limit (and, in a sandbox
+   whose mem_limit covers tensors too, past what the tensors leave of it); Lua
+   turns the refusal into a memory error that the protected call reports. */
 static void *vm_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   zorch_vm *vm = ud;
   size_t old = ptr ? osize : 0;
   if (nsize == 0) {
     lz_pool_realloc(&vm->pool, ptr, osize, 0);
     vm->used -= old;
+    if (vm->shared) atomic_fetch_sub(&vm->shared->used, old);
     return NULL;
   }
-  if (vm->limit && nsize > old && vm->used + (nsize - old) > vm->limit) return NULL;
+  size_t grow = nsize > old ? nsize - old : 0;
+  if (vm->limit && vm->used + grow > vm->limit) return NULL;
+  if (vm->shared && grow && atomic_fetch_add(&vm->shared->used, grow) + grow > vm->shared->limit) {
+    atomic_fetch_sub(&vm->shared->used, grow);
+    return NULL;
+  }
   void *p = lz_pool_realloc(&vm->pool, ptr, osize, nsize);
-  if (p) vm->used = vm->used - old + nsize;
+  if (p) {
+    vm->used = vm->used - old + nsize;
+    if (vm->shared && nsize < old) atomic_fetch_sub(&vm->shared->used, old - nsize);
+  } else if (vm->shared && grow) {
+    atomic_fetch_sub(&vm->shared->used, grow);
+  }
   return p;
 }
 
@@ -111,6 +125,53 @@ static int vm_xpcall_handler(lua_State *L) {
   return 1;
 }
 
+/* coroutine.resume(co, ...): refused once the budget is crossed, else co
+   gets the budget hook first. Upvalue 1: the real resume. */
+static int vm_co_resume(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  if (co) lz_vm_check_resume(L, co);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* A function coroutine.wrap made, checked as vm_co_resume checks. Upvalues:
+   the real wrap's function, its coroutine. */
+static int vm_co_wrapped(lua_State *L) {
+  lz_vm_check_resume(L, lua_tothread(L, lua_upvalueindex(2)));
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* coroutine.wrap(f). Upvalue 1: the real wrap. */
+static int vm_co_wrap(lua_State *L) {
+  lua_settop(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, 1, 1);
+  if (!lua_getupvalue(L, 1, 1) || !lua_isthread(L, -1))
+    return luaL_error(L, "coroutine.wrap: no coroutine behind the function");
+  lua_pushcclosure(L, vm_co_wrapped, 2);
+  return 1;
+}
+
+/* The coroutine library with resume and wrap checked: a coroutine made at
+   any time runs under the budget of the entry that resumes it. */
+static void vm_wrap_coroutines(lua_State *L) {
+  if (lua_getglobal(L, "coroutine") == LUA_TTABLE) {
+    lua_getfield(L, -1, "resume");
+    lua_pushcclosure(L, vm_co_resume, 1);
+    lua_setfield(L, -2, "resume");
+    lua_getfield(L, -1, "wrap");
+    lua_pushcclosure(L, vm_co_wrap, 1);
+    lua_setfield(L, -2, "wrap");
+  }
+  lua_pop(L, 1);
+}
+
 /* xpcall(f, h, ...) with h wrapped by vm_xpcall_handler. Upvalue 1: xpcall. */
 static int vm_xpcall(lua_State *L) {
   luaL_checkany(L, 2);
@@ -158,6 +219,7 @@ static int vm_open(lua_State *L) {
     lua_pushcclosure(L, vm_setmetatable, 1);
     lua_setglobal(L, "setmetatable");
   }
+  vm_wrap_coroutines(L);
   luaL_requiref(L, "zorch", luaopen_zorch, 1);
   if (sandbox) { /* after zorch: its modules keep the plain xpcall */
     lua_getglobal(L, "xpcall");
@@ -169,13 +231,14 @@ static int vm_open(lua_State *L) {
 
 static zorch_status vm_fail(zorch_vm *vm, int st) {
   const char *m = lua_tostring(vm->L, -1);
-  if (vm->ctx.exceeded) {
+  if (lz_vm_crossed(&vm->ctx)) { /* also when a C op saw the deadline first */
     snprintf(vm->err, sizeof vm->err, "%s", m ? m : vm->ctx.why);
     lua_pop(vm->L, 1);
     return err_set(ZORCH_ERR_TIMEOUT, "%s", vm->err);
   }
   if (st == LUA_ERRMEM && vm->limit)
-    snprintf(vm->err, sizeof vm->err, "memory limit of %zu bytes of Lua heap reached", vm->limit);
+    snprintf(vm->err, sizeof vm->err, "memory limit of %zu bytes of %s reached", vm->limit,
+             vm->shared ? "Lua heap and tensors" : "Lua heap");
   else
     snprintf(vm->err, sizeof vm->err, "%s", m ? m : "(error without a message)");
   lua_pop(vm->L, 1);
@@ -258,10 +321,14 @@ zorch_vm *zorch_vm_new(const zorch_vm_opts *opts) {
       vm_destroy(vm);
       return err_null(code, "%s", msg);
     }
-    if (opts->tensor_limit && !(vm->state->mem = zmem_account_new(opts->tensor_limit))) {
+    /* a sandbox's mem_limit bounds all it makes unless tensor_limit says otherwise */
+    bool shared = opts->sandbox && opts->mem_limit && !opts->tensor_limit;
+    size_t tensor_limit = shared ? opts->mem_limit : opts->tensor_limit;
+    if (tensor_limit && !(vm->state->mem = zmem_account_new(tensor_limit))) {
       vm_destroy(vm);
       return err_null(ZORCH_ERR_OOM, "vm_new: out of memory");
     }
+    if (shared) vm->shared = vm->state->mem;
   }
   vm->L = lua_newstate(vm_alloc, vm);
   if (!vm->L) {
@@ -331,30 +398,41 @@ typedef struct {
   zorch_tensor **outs;
 } vm_call_args;
 
-/* Runs inside a protected call: pushing values can raise (memory limit). */
+/* Runs inside a protected call: pushing values can raise (memory limit).
+   The function's results are taken as it returns them (LUA_MULTRET: Lua's
+   call records a fixed result count in a short), the missing ones NULL. */
 static int vm_call_body(lua_State *L) {
   vm_call_args *a = lua_touserdata(L, 1);
-  int need = (a->nin > a->nout ? a->nin : a->nout) + 4;
-  if (!lua_checkstack(L, need))
-    return luaL_error(L, "vm_call: %d arguments and %d results do not fit on the Lua stack", a->nin, a->nout);
+  if (!lua_checkstack(L, a->nin + 4))
+    return luaL_error(L, "vm_call: %d arguments do not fit on the Lua stack", a->nin);
   if (lua_getglobal(L, a->fn) != LUA_TFUNCTION)
     return luaL_error(L, "vm_call: global '%s' is not a function", a->fn);
   for (int i = 0; i < a->nin; i++) {
     if (a->ins[i]) zorch_push_tensor(L, zorch_tensor_retain(a->ins[i]));
     else lua_pushnil(L);
   }
-  lua_call(L, a->nin, a->nout);
-  for (int i = 0; i < a->nout; i++) {
-    zorch_tensor *t = zorch_to_tensor(L, -a->nout + i);
+  int base = lua_gettop(L) - a->nin - 1;
+  lua_call(L, a->nin, LUA_MULTRET);
+  int got = lua_gettop(L) - base;
+  for (int i = 0; i < a->nout && i < got; i++) {
+    zorch_tensor *t = zorch_to_tensor(L, base + 1 + i);
     a->outs[i] = t ? zorch_tensor_retain(t) : NULL;
   }
   return 0;
 }
 
+/* More values than this never fit on a Lua stack. */
+#define VM_MAX_VALUES (LUAI_MAXSTACK - 64)
+
 zorch_status zorch_vm_call(zorch_vm *vm, const char *fn, int nin, zorch_tensor *const *ins, int nout,
                            zorch_tensor **outs) {
   if (!vm || !fn || nin < 0 || nout < 0 || (nin && !ins) || (nout && !outs))
     return err_set(ZORCH_ERR_ARG, "vm_call: bad arguments");
+  if (nin > VM_MAX_VALUES || nout > VM_MAX_VALUES) {
+    snprintf(vm->err, sizeof vm->err, "vm_call: %d arguments and %d results: a Lua call takes and returns at most %d",
+             nin, nout, VM_MAX_VALUES);
+    return err_set(ZORCH_ERR_ARG, "%s", vm->err);
+  }
   for (int i = 0; i < nout; i++) outs[i] = NULL;
   vm_call_args a = {fn, nin, nout, ins, outs};
   lua_pushcfunction(vm->L, vm_call_body);

@@ -4,8 +4,11 @@
    file gets every input as it is entered (~/.zorch_history, or
    $ZORCH_HISTORY), and Tab completes globals, fields and methods from the live
    Lua state. Ctrl-C at the prompt abandons the line; while a chunk runs it
-   raises "interrupted" at every call until the chunk has returned, so a
-   script's own pcall cannot swallow it. Results print in protected mode. */
+   raises "interrupted" in every thread that runs until the chunk has
+   returned, so a script's own pcall or coroutines cannot swallow it, and
+   stops a long tensor op at its next chunk (zorch_interrupt). Pressing it
+   again only interrupts again: it never ends the REPL. Results print in
+   protected mode. */
 #include <errno.h>
 #include <lauxlib.h>
 #include <lua.h>
@@ -33,28 +36,40 @@ static volatile sig_atomic_t repl_cancel;   /* Ctrl-C came at the prompt */
 
 static int repl_traceback(lua_State *L);
 
-/* The hook stays installed for calls in every thread (coroutines inherit it when
-   they are made) and raises while a stop is pending; the signal handler adds
-   the count event so a loop without calls stops too. The REPL's own message
-   handler is let through: an error there would hide the traceback. */
+/* The hook, on calls and every REPL_EVERY instructions, stays installed in
+   every thread (coroutines inherit it when they are made), so a loop without
+   calls in a coroutine is seen too. While a stop is pending it raises, and
+   tightens its thread to every instruction; after, a tightened thread goes
+   back to the light count. The REPL's own message handler is let through:
+   an error there would hide the traceback. */
+#define REPL_MASK (LUA_MASKCALL | LUA_MASKCOUNT)
+#define REPL_EVERY 1000
 static void repl_hook(lua_State *L, lua_Debug *ar) {
-  if (!repl_stop) return;
+  if (!repl_stop) {
+    if (lua_gethookcount(L) != REPL_EVERY) lua_sethook(L, repl_hook, REPL_MASK, REPL_EVERY);
+    return;
+  }
   if (ar->event == LUA_HOOKCALL && lua_getinfo(L, "f", ar)) {
     bool ours = lua_tocfunction(L, -1) == repl_traceback;
     lua_pop(L, 1);
     if (ours) return;
   }
+  if (lua_gethookcount(L) != 1) lua_sethook(L, repl_hook, REPL_MASK, 1);
   luaL_error(L, "interrupted");
 }
 
+/* Every Ctrl-C while a chunk runs is the same request: stop it (a long C
+   op at its next chunk, Lua at its next instruction). The handler stays, so
+   a second press while an op runs cannot end the process. */
 static void repl_on_sigint(int sig) {
+  (void)sig;
   if (!repl_running) {
     repl_cancel = 1;
     return;
   }
   repl_stop = 1;
-  signal(sig, SIG_DFL); /* a second Ctrl-C ends a chunk stuck in C code */
-  lua_sethook(repl_L, repl_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  zorch_interrupt();
+  lua_sethook(repl_L, repl_hook, REPL_MASK, 1);
 }
 
 /* SIGINT to the REPL's handler, without SA_RESTART: a read at the prompt
@@ -81,12 +96,13 @@ static int repl_call(lua_State *L, int nargs, int nres) {
   lua_pushcfunction(L, repl_traceback);
   lua_insert(L, base);
   repl_stop = 0;
+  zorch_interrupt_clear();
   repl_running = 1;
   int st = lua_pcall(L, nargs, nres, base);
   repl_running = 0;
   repl_stop = 0;
-  lua_sethook(L, repl_hook, LUA_MASKCALL, 0);
-  repl_catch_sigint();
+  zorch_interrupt_clear();
+  lua_sethook(L, repl_hook, REPL_MASK, REPL_EVERY);
   lua_remove(L, base);
   return st;
 }
@@ -485,7 +501,7 @@ void repl_run(lua_State *L, const char *script, int nargs, char **args) {
   bool tty = isatty(0);
   repl_L = L;
   repl_catch_sigint();
-  lua_sethook(L, repl_hook, LUA_MASKCALL, 0);
+  lua_sethook(L, repl_hook, REPL_MASK, REPL_EVERY);
   int top = lua_gettop(L);
   if (script) {
     int st = luaL_loadfile(L, script);

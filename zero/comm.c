@@ -106,8 +106,38 @@ static void comm_test_signal(void) {
   if (rank == the_comm.rank && comm_entered == at && sig > 0) raise(sig);
 }
 
-static void comm_enter(const zero_comm *c, const char *what) {
+/* Calls and bytes this rank sent per kind of collective since the last
+   comm_kind_stats(reset): the engine's comms_logger report. */
+#define COMM_KINDS 16
+static struct {
+  char name[24];
+  int64_t calls;
+  uint64_t bytes;
+} comm_kinds[COMM_KINDS];
+
+static void comm_count(const char *what, uint64_t bytes) {
+  for (int i = 0; i < COMM_KINDS; i++) {
+    if (!comm_kinds[i].name[0]) snprintf(comm_kinds[i].name, sizeof comm_kinds[i].name, "%s", what);
+    if (!strncmp(comm_kinds[i].name, what, sizeof comm_kinds[i].name - 1)) {
+      comm_kinds[i].calls++;
+      comm_kinds[i].bytes += bytes;
+      return;
+    }
+  }
+}
+
+int comm_kind_stats(int i, const char **name, int64_t *calls, uint64_t *bytes, bool reset) {
+  if (i < 0 || i >= COMM_KINDS || !comm_kinds[i].name[0]) return 0;
+  *name = comm_kinds[i].name;
+  *calls = comm_kinds[i].calls;
+  *bytes = comm_kinds[i].bytes;
+  if (reset) comm_kinds[i].calls = 0, comm_kinds[i].bytes = 0;
+  return 1;
+}
+
+static void comm_enter(const zero_comm *c, const char *what, uint64_t bytes) {
   (void)c;
+  comm_count(what, bytes);
   comm_entered++;
   comm_entered_what = what;
   comm_beat(true);
@@ -352,7 +382,7 @@ zero_comm *comm_get(void) {
 zorch_status comm_bcast_bytes(zero_comm *c, void *buf, size_t bytes, const char *what) {
   if (c->world == 1) return ZORCH_OK;
   if (check_open(c, what)) return zorch_last_status();
-  comm_enter(c, "broadcast");
+  comm_enter(c, "broadcast", c->rank == 0 ? bytes : 0);
 #ifdef ZORCH_MPI
   if (bytes > INT_MAX) return err_set(ZORCH_ERR_ARG, "%s: %zu bytes is more than one MPI call takes", what, bytes);
   MPI_Request req;
@@ -406,7 +436,7 @@ zorch_status comm_allreduce(zero_comm *c, zorch_tensor *t, bool max) {
   uint64_t bytes = (uint64_t)n * dtype_sizes[t->dtype];
   if (local_only(c, t)) return ZORCH_OK;
   if (check_open(c, "allreduce")) return zorch_last_status();
-  comm_enter(c, "allreduce");
+  comm_enter(c, "allreduce", 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world);
   /* a ring all-reduce sends 2(N-1)/N of the buffer */
   c->sent += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
   c->recv += 2 * bytes * (uint64_t)(c->world - 1) / (uint64_t)c->world;
@@ -473,7 +503,7 @@ static zorch_status start_reduce_scatter(zero_comm *c, const zorch_tensor *send,
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
   if (check_open(c, "reduce_scatter")) return zorch_last_status();
-  comm_enter(c, "reduce_scatter");
+  comm_enter(c, "reduce_scatter", (uint64_t)(total - counts[c->rank]) * es);
   c->sent += (uint64_t)(total - counts[c->rank]) * es;
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
 #ifdef ZORCH_WITH_CUDA
@@ -563,8 +593,8 @@ zorch_status comm_reduce_scatter_inplace(zero_comm *c, zorch_tensor *buf) {
                    (long long)total, c->world);
   if (local_only(c, buf)) return ZORCH_OK;
   if (check_open(c, "reduce_scatter")) return zorch_last_status();
-  comm_enter(c, "reduce_scatter");
   size_t es = dtype_sizes[buf->dtype];
+  comm_enter(c, "reduce_scatter", (uint64_t)(total - n) * es);
   c->sent += (uint64_t)(total - n) * es;
   c->recv += (uint64_t)(total - n) * es;
   NCCL_ROUTE(buf, reduce_scatter_inplace(c, buf, n))
@@ -599,7 +629,7 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)n * es);
   if (check_open(c, "allgather")) return zorch_last_status();
-  comm_enter(c, "allgather");
+  comm_enter(c, "allgather", (uint64_t)n * es * (uint64_t)(c->world - 1));
   c->sent += (uint64_t)n * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)n * es * (uint64_t)(c->world - 1);
   NCCL_ROUTE(send, allgather(c, send, recv, n))
@@ -629,7 +659,7 @@ static zorch_status start_allgatherv(zero_comm *c, const zorch_tensor *send, zor
   size_t es = dtype_sizes[send->dtype];
   if (local_only(c, send)) return local_copy(recv, tensor_ptr(recv), tensor_ptr(send), (size_t)total * es);
   if (check_open(c, "allgatherv")) return zorch_last_status();
-  comm_enter(c, "allgather");
+  comm_enter(c, "allgather", (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1));
   c->sent += (uint64_t)counts[c->rank] * es * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)(total - counts[c->rank]) * es;
 #ifdef ZORCH_WITH_CUDA
@@ -681,10 +711,10 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
 /* op is MPI_Alltoall (send holds world pieces of `per` bytes, recv gets piece
    `rank` of every rank) or MPI_Allgather (send is one piece of `per` bytes). */
 static zorch_status byte_collective(zero_comm *c, bool alltoall, const void *send, void *recv, size_t per) {
-  const char *what = alltoall ? "alltoall" : "allgather";
+  const char *what = alltoall ? "1-bit alltoall" : "1-bit allgather";
   if (c->world == 1) return memmove(recv, send, per), ZORCH_OK;
   if (check_open(c, what)) return zorch_last_status();
-  comm_enter(c, what);
+  comm_enter(c, what, (uint64_t)per * (uint64_t)(c->world - 1));
   c->sent += (uint64_t)per * (uint64_t)(c->world - 1);
   c->recv += (uint64_t)per * (uint64_t)(c->world - 1);
 #ifdef ZORCH_MPI
@@ -734,7 +764,7 @@ zorch_status comm_split(zero_comm *parent, int color, int key, zero_comm **out) 
       free(g);
       return err_set(ZORCH_ERR_OOM, "comm_split: out of memory");
     }
-    comm_enter(parent, "comm_split");
+    comm_enter(parent, "comm_split", 0);
     zorch_status st = mpi_check(MPI_Comm_split(mcomm(parent), color, key, mc), "comm_split", 1);
     if (st) {
       free(mc);
@@ -809,7 +839,7 @@ zorch_status comm_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorc
     return err_set(ZORCH_ERR_ARG, "%s: a %s with no matching %s in a group of one rank", op, send ? "send" : "receive",
                    send ? "receive" : "send");
   if (check_open(c, op)) return zorch_last_status();
-  comm_enter(c, op);
+  comm_enter(c, op, sb);
   c->sent += sb;
   c->recv += rb;
   NCCL_ROUTE(send ? send : recv, sendrecv(c, send, dst, recv, src))
@@ -849,7 +879,7 @@ zorch_status comm_broadcast(zero_comm *c, zorch_tensor *t, int root) {
   size_t n = (size_t)zorch_tensor_numel(t) * dtype_sizes[t->dtype];
   if (c->world == 1) return ZORCH_OK;
   if (check_open(c, "broadcast")) return zorch_last_status();
-  comm_enter(c, "broadcast");
+  comm_enter(c, "broadcast", c->rank == root ? n : 0);
   if (c->rank == root) c->sent += n;
   else c->recv += n;
   NCCL_ROUTE(t, broadcast(c, t, root))
@@ -866,7 +896,7 @@ zorch_status comm_broadcast(zero_comm *c, zorch_tensor *t, int root) {
 zorch_status comm_barrier(zero_comm *c) {
   if (c->world == 1) return ZORCH_OK;
   if (check_open(c, "barrier")) return zorch_last_status();
-  comm_enter(c, "barrier");
+  comm_enter(c, "barrier", 0);
 #ifdef ZORCH_MPI
   MPI_Request req;
   zorch_status st = mpi_check(MPI_Ibarrier(mcomm(c), &req), "barrier", 0);

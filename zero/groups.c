@@ -46,6 +46,11 @@ int zorch_zero_comm_world_rank(const zorch_zero_comm *c, int r) {
   return comm_world_rank(c, r);
 }
 
+int zorch_zero_comm_kind(int i, const char **name, int64_t *calls, uint64_t *bytes, bool reset) {
+  if (!name || !calls || !bytes) return 0;
+  return comm_kind_stats(i, name, calls, bytes, reset);
+}
+
 void zorch_zero_comm_bytes(zorch_zero_comm *c, uint64_t *sent, uint64_t *received, bool reset) {
   if (sent) *sent = c ? c->sent : 0;
   if (received) *received = c ? c->recv : 0;

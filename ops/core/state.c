@@ -6,7 +6,7 @@
 
 /* The default seed is fixed: runs are reproducible unless asked otherwise. */
 #define RNG_DEFAULT_SEED 20240229u
-#define ZSTATE_INIT {{RNG_DEFAULT_SEED, 0, true}, true, ZORCH_OK, "", "", NULL}
+#define ZSTATE_INIT {{RNG_DEFAULT_SEED, 0, true}, true, ZORCH_OK, "", "", NULL, 0}
 
 static _Thread_local zstate thread_state = ZSTATE_INIT;
 static _Thread_local zstate *current;
@@ -48,3 +48,6 @@ void zmem_account_release(zmem_account *a) {
 zorch_state *zorch_state_new(void) { return zstate_new(); }
 void zorch_state_free(zorch_state *s) { zstate_free(s); }
 zorch_state *zorch_state_swap(zorch_state *s) { return zstate_swap(s); }
+void zorch_state_set_deadline(zorch_state *s, double t) {
+  if (s) s->deadline = t > 0 ? t : 0;
+}

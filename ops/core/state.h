@@ -50,6 +50,7 @@ typedef struct zstate {
   char err_msg[ZSTATE_MSG]; /* the message, 0-based (zorch_last_error) */
   char err_raw[ZSTATE_MSG]; /* the same with its numbers marked (error.h) */
   zmem_account *mem;        /* tensor storage allocated while current is charged here (NULL: none) */
+  double deadline;          /* CLOCK_MONOTONIC seconds past which long ops stop (0: none; cancel.h) */
 } zstate;
 
 /* The current state of this thread (its own unless a VM swapped one in). */

@@ -44,9 +44,11 @@ typedef void (*cpu_loop)(char **p, const int64_t *s, int64_t n, const double *pr
 /* ts[0] gives the shape; the others must have it (stride 0 where broadcast). */
 void cpu_iter_init(cpu_iter *it, int nops, const zorch_tensor *const *ts);
 /* Runs fn over every element, on several threads when numel >= CPU_GRAIN
-   (cpu_iter_run_grain: >= grain). */
-void cpu_iter_run(const cpu_iter *it, cpu_loop fn, const double *prm);
-void cpu_iter_run_grain(const cpu_iter *it, cpu_loop fn, const double *prm, int64_t grain);
+   (cpu_iter_run_grain: >= grain), in chunks of ZCANCEL_CHUNK elements with a
+   look at the deadline and the interrupt flag between two (ZORCH_ERR_TIMEOUT
+   when one stops it, the output partly written). */
+zorch_status cpu_iter_run(const cpu_iter *it, cpu_loop fn, const double *prm);
+zorch_status cpu_iter_run_grain(const cpu_iter *it, cpu_loop fn, const double *prm, int64_t grain);
 
 int cpu_threads(void);
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../backend/math.h"
+#include "../core/cancel.h"
 #include "cpu.h"
 #ifdef _OPENMP
 #include <omp.h>
@@ -85,16 +86,16 @@ static void iter_range(const cpu_iter *it, int64_t start, int64_t end, cpu_loop 
   }
 }
 
-void cpu_iter_run(const cpu_iter *it, cpu_loop fn, const double *prm) {
-  cpu_iter_run_grain(it, fn, prm, CPU_GRAIN);
+zorch_status cpu_iter_run(const cpu_iter *it, cpu_loop fn, const double *prm) {
+  return cpu_iter_run_grain(it, fn, prm, CPU_GRAIN);
 }
 
-void cpu_iter_run_grain(const cpu_iter *it, cpu_loop fn, const double *prm, int64_t grain) {
-  int64_t n = it->numel;
-  if (n == 0) return;
+/* Runs elements [s, e), split across the threads when there are enough. */
+static void iter_span(const cpu_iter *it, int64_t s, int64_t e, cpu_loop fn, const double *prm, int64_t grain) {
+  int64_t n = e - s;
   int nt = cpu_threads();
   if (n < grain || nt <= 1) {
-    iter_range(it, 0, n, fn, prm);
+    iter_range(it, s, e, fn, prm);
     return;
   }
 #pragma omp parallel num_threads(nt)
@@ -106,9 +107,19 @@ void cpu_iter_run_grain(const cpu_iter *it, cpu_loop fn, const double *prm, int6
 #endif
     /* chunks aligned to 16 elements keep vector loops whole */
     int64_t per = ((n + tn - 1) / tn + 15) & ~(int64_t)15;
-    int64_t s = per * tid, e = s + per < n ? s + per : n;
-    if (s < e) iter_range(it, s, e, fn, prm);
+    int64_t a = s + per * tid, b = a + per < e ? a + per : e;
+    if (a < b) iter_range(it, a, b, fn, prm);
   }
+}
+
+zorch_status cpu_iter_run_grain(const cpu_iter *it, cpu_loop fn, const double *prm, int64_t grain) {
+  int64_t n = it->numel;
+  for (int64_t s = 0; s < n; s += ZCANCEL_CHUNK) {
+    zorch_status st = n >= ZCANCEL_MIN ? zcancel_poll(NULL) : ZORCH_OK; /* before the first chunk too */
+    if (st) return st;
+    iter_span(it, s, n - s > ZCANCEL_CHUNK ? s + ZCANCEL_CHUNK : n, fn, prm, grain);
+  }
+  return ZORCH_OK;
 }
 
 double cpu_load(const char *p, zorch_dtype dt) {
@@ -120,6 +131,7 @@ double cpu_load(const char *p, zorch_dtype dt) {
     case ZORCH_I32: { int32_t v; memcpy(&v, p, 4); return v; }
     case ZORCH_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
     case ZORCH_U8: case ZORCH_BOOL: return (unsigned char)*p;
+    case ZORCH_I8: return (signed char)*p;
     default: return 0;
   }
 }
@@ -139,6 +151,7 @@ void cpu_store(char *p, zorch_dtype dt, double v) {
     case ZORCH_I32: { int32_t i = (int32_t)sat(v, -2147483648.0, 2147483647.0); memcpy(p, &i, 4); break; }
     case ZORCH_I64: { int64_t i = (int64_t)sat(v, -9223372036854775808.0, 9223372036854774784.0); memcpy(p, &i, 8); break; }
     case ZORCH_U8: *(unsigned char *)p = (unsigned char)sat(v, 0, 255); break;
+    case ZORCH_I8: *(signed char *)p = (signed char)sat(v, -128, 127); break;
     case ZORCH_BOOL: *(unsigned char *)p = v != 0; break;
     default: break;
   }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/cancel.h"
 #include "../core/error.h"
 #include "target.h"
 
@@ -20,7 +21,8 @@ static const struct {
   const char *descr;
   zorch_dtype dt;
 } npy_types[] = {{"<f4", ZORCH_F32}, {"<f8", ZORCH_F64}, {"<f2", ZORCH_F16}, {"<i4", ZORCH_I32},
-                 {"<i8", ZORCH_I64}, {"|u1", ZORCH_U8},  {"|b1", ZORCH_BOOL}};
+                 {"<i8", ZORCH_I64}, {"|u1", ZORCH_U8},  {"|b1", ZORCH_BOOL},
+                 {"|i1", ZORCH_I8}};
 
 /* The value text after 'key': in the header dict, or NULL. */
 static const char *npy_field(const char *hdr, const char *key) {
@@ -117,7 +119,10 @@ zorch_status zorch_npy_load(const char *path, zorch_tensor **out) {
     st = zorch_last_status();
     snprintf(msg, sizeof msg, "%s", zorch_last_error());
     err = msg;
-  } else if (!err && bytes && fread(zorch_tensor_data(t), 1, (size_t)bytes, f) != bytes) err = "truncated data";
+  } else if (!err && bytes && (st = zcancel_fread(zorch_tensor_data(t), (size_t)bytes, f, "reading"))) {
+    if (st == ZORCH_ERR_TIMEOUT) snprintf(msg, sizeof msg, "%s", zorch_last_error());
+    err = st == ZORCH_ERR_TIMEOUT ? msg : "truncated data";
+  }
   fclose(f);
   if (err) {
     zorch_tensor_free(t);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../backend/math.h"
+#include "../core/cancel.h"
 #include "../core/tensor.h"
 #include "target.h"
 
@@ -21,19 +22,20 @@ static const struct {
   const char *name;
   zorch_dtype dt;
 } st_types[] = {{"F32", ZORCH_F32}, {"F64", ZORCH_F64}, {"BF16", ZORCH_BF16}, {"F16", ZORCH_F16},
-                {"I32", ZORCH_I32}, {"I64", ZORCH_I64}, {"U8", ZORCH_U8},     {"BOOL", ZORCH_BOOL}};
+                {"I32", ZORCH_I32}, {"I64", ZORCH_I64}, {"U8", ZORCH_U8},     {"BOOL", ZORCH_BOOL},
+                {"I8", ZORCH_I8}};
 
 /* The format's dtypes zorch has no dtype for, read into the nearest wider one
-   (as load_idx widens): the small integers to int32, U32 and U64 to int64 (a
+   (as load_idx widens): the 16-bit integers to int32, U32 and U64 to int64 (a
    U64 value past int64's range is an error), both float8 kinds to float32
    (each of their values is exact there). Never written. */
-typedef enum { W_NONE, W_I8, W_I16, W_U16, W_U32, W_U64, W_E4M3, W_E5M2 } st_widen;
+typedef enum { W_NONE, W_I16, W_U16, W_U32, W_U64, W_E4M3, W_E5M2 } st_widen;
 static const struct {
   const char *name;
   st_widen w;
   int size;
   zorch_dtype dt;
-} st_wide[] = {{"I8", W_I8, 1, ZORCH_I32},       {"I16", W_I16, 2, ZORCH_I32},          {"U16", W_U16, 2, ZORCH_I32},
+} st_wide[] = {{"I16", W_I16, 2, ZORCH_I32},          {"U16", W_U16, 2, ZORCH_I32},
                {"U32", W_U32, 4, ZORCH_I64},     {"U64", W_U64, 8, ZORCH_I64},          {"F8_E4M3", W_E4M3, 1, ZORCH_F32},
                {"F8_E5M2", W_E5M2, 1, ZORCH_F32}};
 
@@ -52,7 +54,6 @@ static bool st_widen_values(st_widen w, size_t size, const unsigned char *src, v
   for (uint64_t i = 0; i < n; i++) {
     const unsigned char *b = src + i * size;
     switch (w) {
-    case W_I8: i32[i] = (int8_t)b[0]; break;
     case W_I16: i32[i] = (int16_t)(uint16_t)(b[0] | b[1] << 8); break;
     case W_U16: i32[i] = (int32_t)(b[0] | b[1] << 8); break;
     case W_U32: i64[i] = (int64_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24); break;
@@ -546,10 +547,18 @@ static zorch_status st_load(const char *path, const char *only, int *n_out, char
       st = err_set(ZORCH_ERR_OOM, "load: out of memory");
       goto done;
     }
-    bool read_ok = !nb || (fseeko(f, (off_t)(8 + hlen + x->begin), SEEK_SET) == 0 && fread(raw, 1, nb, f) == nb);
+    zorch_status rs = ZORCH_OK;
+    bool read_ok = !nb || (fseeko(f, (off_t)(8 + hlen + x->begin), SEEK_SET) == 0 &&
+                           !(rs = zcancel_fread(raw, (size_t)nb, f, "reading")));
     bool fits = !read_ok || x->widen == W_NONE ||
                 st_widen_values(x->widen, x->esize, raw, tensor_ptr(t), (uint64_t)zorch_tensor_numel(t));
     if (raw != tensor_ptr(t)) free(raw);
+    if (rs == ZORCH_ERR_TIMEOUT) {
+      char why[128];
+      snprintf(why, sizeof why, "%s", zorch_last_error());
+      st = err_set(rs, "load: %s: %s", path, why);
+      goto done;
+    }
     if (!read_ok) {
       BAD("load: %s: truncated data for tensor '%s'", path, x->name);
       goto done;

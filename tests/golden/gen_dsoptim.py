@@ -64,9 +64,9 @@ def warmup_cosine_lr(p, base):
         if it < n:
             r = warm_gamma(it, n, kind)
             return base * (wmin + r * (1.0 - wmin))
-        real_last = it - n + 1  # WarmupCosineLR.get_lr_ratio
-        real_total = total - n
-        r = (1 + math.cos(math.pi * real_last / real_total)) / 2
+        real_last = it - n + 1  # WarmupCosineLR.get_lr_ratio (DeepSpeed 0.19.8: progress clamped at 1)
+        real_total = max(1, total - n)
+        r = (1 + math.cos(math.pi * min(1.0, real_last / real_total))) / 2
         return base * max(0.0, cmin + (1.0 - cmin) * r)
     return lr
 
@@ -131,7 +131,7 @@ CASES = [
     ({"type": "WarmupLR", "params": {"warmup_min_lr": 0.001, "warmup_max_lr": 0.01, "warmup_num_steps": 15,
                                       "warmup_type": "linear"}}, 0.001),
     ({"type": "WarmupLR", "params": {"warmup_max_lr": 0.01, "warmup_num_steps": 1}}, 0.001),
-    ({"type": "WarmupLR", "params": {"warmup_max_lr": 0.01, "warmup_num_steps": 0, "warmup_type": "linear"}}, 0.001),
+    ({"type": "WarmupLR", "params": {"warmup_max_lr": 0.01, "warmup_num_steps": 2, "warmup_type": "linear"}}, 0.001),
     ({"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.02, "warmup_num_steps": 8,
                                            "total_num_steps": 30}}, 0.001),
     ({"type": "WarmupDecayLR", "params": {"warmup_max_lr": 0.02, "warmup_num_steps": 5, "warmup_type": "linear",

@@ -20,7 +20,7 @@ for _, stage in ipairs({"zero2", "zero3"}) do
     tap.ok(text:find("auto: train_micro_batch_size_per_gpu = 64 (from the loader)", 1, true)
            and text:find(("auto: train_batch_size = %d "):format(64 * ranks), 1, true)
            and text:find("auto: gradient_accumulation_steps = 1", 1, true)
-           and text:find("auto: gradient_clipping = 0 (off", 1, true)
+           and text:find("auto: gradient_clipping = 1 (from the script)", 1, true)
            and text:find("auto: bf16.enabled = false (from the Engine's precision option)", 1, true)
            and text:find("auto: optimizer.params.lr = 0.00015 (from the script's optimizer)", 1, true)
            and text:find("auto: scheduler.params.warmup_max_lr = 0.00015 (from the script's scheduler)", 1, true),
@@ -72,7 +72,8 @@ e = zorch.Engine(path, {hidden_size = 7})
 tap.ok(e.cfg.hidden_size == 7, "hidden_size is an Engine option")
 os.remove(path)
 os.remove(out)
--- explicit values beside the autos must agree with the script's optimizer, not be dropped
+-- as Accelerate: explicit values beside the autos win, the autos take the script's,
+-- and the section's type is the optimizer that runs
 do
   local p3 = os.tmpname()
   local f3 = assert(io.open(p3, "w"))
@@ -81,15 +82,43 @@ do
   f3:close()
   local e3 = zorch.Engine(p3)
   local m3 = zorch.nn.Linear(4, 8)
-  local ok3, err3 = pcall(e3.prepare, e3, m3, nil, zorch.optim.Adam(m3:parameters(), {lr = 1e-3}))
-  err3 = tostring(err3)
-  tap.ok(not ok3 and err3:find("optimizer.params.weight_decay (0.5 in the config, 0 in the script's optimizer)", 1, true)
-         and err3:find("optimizer.type (AdamW in the config", 1, true),
-         "a config's explicit optimizer values that the script's optimizer does not have: named, not dropped: " .. err3)
-  local e4 = zorch.Engine(p3)
-  local m4 = zorch.nn.Linear(4, 8)
-  tap.ok(pcall(e4.prepare, e4, m4, nil, zorch.optim.AdamW(m4:parameters(), {lr = 1e-3, weight_decay = 0.5})),
-         "an optimizer that agrees with them is used")
+  local _, _, o3 = e3:prepare(m3, nil, zorch.optim.Adam(m3:parameters(), {lr = 1e-3}))
+  local d = e3.user_opt.defaults
+  tap.ok(getmetatable(e3.user_opt).__name == "optim.AdamW" and d.weight_decay == 0.5 and d.lr == 1e-3 and o3.lr == 1e-3,
+         ("the config's AdamW runs, its weight decay 0.5, the script's lr: %s wd %s lr %s"):format(
+           getmetatable(e3.user_opt).__name, d.weight_decay, d.lr))
   os.remove(p3)
+end
+-- the script's values fill "auto" clipping and AdamW's params: the weights are those of the
+-- same run with the values written in (and differ from a run with other values)
+do
+  local dir = tap.tmpdir()
+  local function job(name, json, flags)
+    local cfg = dir .. "/" .. name .. ".json"
+    if json then local f = assert(io.open(cfg, "w")); f:write(json); f:close() end
+    local save = dir .. "/" .. name .. ".safetensors"
+    local text, ok = run(("%s ../models/simple_net.lua %s --steps 4 --samples 256 --quiet --save %s %s"):format(
+      bin, json and ("--config " .. cfg) or "", save, flags))
+    tap.ok(ok, name .. " runs: " .. (ok and "" or text))
+    return zorch.load(save), text
+  end
+  local function same(a, b)
+    for k, t in pairs(a) do if not zorch.equal(t, b[k]) then return false end end
+    return true
+  end
+  local auto_clip, text = job("auto_clip", [[{"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto",
+    "zero_optimization": {"stage": 2}}]], "--clip 0.5 --lr 0.05")
+  tap.ok(text:find("auto: gradient_clipping = 0.5 (from the script)", 1, true), "the summary: clipping 0.5 from --clip")
+  local clip05 = job("clip05", nil, "--clip 0.5 --lr 0.05")
+  local clip1 = job("clip1", nil, "--clip 1 --lr 0.05")
+  tap.ok(same(auto_clip, clip05) and not same(auto_clip, clip1), "\"auto\" clipping with --clip 0.5 clips at 0.5")
+  local auto_w = job("auto_adamw", [[{"train_micro_batch_size_per_gpu": "auto",
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}}}]], "--weight-decay 0.1 --lr 0.05")
+  local adamw = job("adamw", [[{"train_micro_batch_size_per_gpu": 64,
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.05, "weight_decay": 0.1}}}]], "")
+  local adamw0 = job("adamw0", [[{"train_micro_batch_size_per_gpu": 64,
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.05, "weight_decay": 0}}}]], "")
+  tap.ok(same(auto_w, adamw) and not same(auto_w, adamw0),
+         "AdamW with \"auto\" params runs AdamW with the script's weight decay 0.1")
 end
 tap.done()

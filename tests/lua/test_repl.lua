@@ -1,5 +1,6 @@
 -- The REPL at a terminal, driven through a pseudo-terminal (tests/pty_drive.py):
--- Ctrl-C at the prompt and while a chunk runs (through pcall and coroutines),
+-- Ctrl-C at the prompt and while a chunk runs (through pcall and coroutines,
+-- in loops without calls, repeated while a long op runs),
 -- Tab completion, help(), protected printing, the history file of a killed
 -- REPL, and zorch -i.
 package.path = "lua/?.lua;" .. package.path
@@ -193,6 +194,46 @@ for _, k in ipairs {"banner", "ctrlc_prompt", "help", "help_class", "help_none",
 end
 check(res, PROMPTED)
 tap.ok(res.transcript:find("\nnever\n", 1, true) == nil, "the line abandoned with Ctrl-C did not run")
+
+-- Ctrl-C in a coroutine's loop without calls, and pressed again and again
+-- while a long matmul runs: each press only interrupts, the REPL lives on
+s = session()
+local I = {
+  callfree = "Ctrl-C interrupts a loop without calls inside a coroutine",
+  twice = "a second Ctrl-C during a long matmul only interrupts it; the REPL and its globals live on",
+  many = "five Ctrl-C in a row during matmuls in a pcall loop: interrupted, the REPL lives on",
+}
+s.line("co = coroutine.wrap(function() print('spin' .. 'ning'); while true do end end); co()")
+s.expect("\nspinning\n", I.callfree)
+s.sleep(0.3)
+s.interrupt()
+s.expect("interrupted", I.callfree)
+s.line("print('back' .. 3)")
+s.expect("\nback3\n", I.callfree)
+res = s.run()
+check(res, I.callfree)
+s = session()
+s.line("keep = 'kept'; x = zorch.ones(3000, 3000); print('mat' .. 'mul'); for i = 1, 1000 do y = zorch.matmul(x, x) end")
+s.expect("\nmatmul\n", I.twice)
+s.sleep(0.2)
+s.interrupt()
+s.sleep(0.05)
+s.interrupt()
+s.expect("interrupted", I.twice)
+s.line("print(keep .. 4)")
+s.expect("\nkept4\n", I.twice)
+s.line("print('pc' .. 'all'); while true do pcall(zorch.matmul, x, x) end")
+s.expect("\npcall\n", I.many)
+for _ = 1, 5 do
+  s.sleep(0.1)
+  s.interrupt()
+end
+s.expect("interrupted", I.many)
+s.line("print(zorch.matmul(zorch.ones(2, 2), zorch.ones(2, 2))[1][1]:item() + 1)")
+s.expect("\n3.0\n", I.many)
+res = s.run()
+for _, k in ipairs {"twice", "many"} do check(res, I[k]) end
+tap.ok(res.exit == 0, "and it exits 0 at Ctrl-D after them (exit " .. tostring(res.exit) .. ")")
 
 -- the history file, written as the REPL went
 local f = io.open(history)

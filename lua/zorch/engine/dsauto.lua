@@ -28,6 +28,7 @@ function zorch._ds_take_autos(ds)
 end
 
 local OPT_KEYS = {lr = true, betas = true, eps = true, weight_decay = true}
+local CLIP_DEFAULT = zorch._require("zorch.engine.options").by_name.gradient_clipping.ds_default
 
 -- The model's hidden size: the Engine's hidden_size option, else
 -- model.config.hidden_size, else the largest dimension of the first 2-D parameter.
@@ -45,9 +46,13 @@ end
 
 -- Resolves every "auto" (self.autos) or raises one error listing those it cannot.
 -- Returns the summary lines ("auto: KEY = VALUE (from ...)") and the values
--- for the engine to set (Engine:set_autos): {reduce_bucket_size?,
+-- for the engine to set (Engine:set_autos): {gradient_clipping?, reduce_bucket_size?,
 -- prefetch_bucket_size?, optimizer = {param = value}, scheduler = {param = value}}.
-local function resolve_autos(self, model, loader, opt, sched)
+-- script: the script's own settings (prepare's fourth argument): its schedule's
+-- params (warmup_num_steps, total_num_steps, ...) and gradient_clipping.
+-- As Accelerate (must_match=False): a value the file gives explicitly wins, an
+-- "auto" one takes the script's.
+local function resolve_autos(self, model, loader, opt, script)
   local c, lines, missing = self.cfg, {}, {}
   local fill = {optimizer = {}, scheduler = {}}
   local given = self.overrides or {}
@@ -69,7 +74,13 @@ local function resolve_autos(self, model, loader, opt, sched)
             ("micro batch %d x accumulation %d x %d ranks"):format(mb, c.gradient_accumulation_steps, self.world_size))
       else fail(key, "no loader passed to prepare") end
     elseif key == "gradient_clipping" then
-      set(key, c.gradient_clipping, given.gradient_clipping and "from the Engine's options" or "off: not in the Engine's options")
+      -- the script's own clipping (Transformers' max_grad_norm), else the Engine's
+      -- option, else Accelerate's fill: 1.0 (DeepSpeed's default)
+      local v, from = CLIP_DEFAULT, "the default: neither the script nor the Engine's options give one"
+      if script and script.gradient_clipping ~= nil then v, from = script.gradient_clipping, "from the script"
+      elseif given.gradient_clipping ~= nil then v, from = given.gradient_clipping, "from the Engine's options" end
+      if type(v) ~= "number" or v < 0 then fail(key, "the script's gradient_clipping must be a number >= 0")
+      else fill.gradient_clipping = v; set(key, v, from) end
     elseif key == "fp16.enabled" or key == "bf16.enabled" then
       set(key, c.precision == key:sub(1, 4), "from the Engine's precision option")
     elseif opt_key and OPT_KEYS[opt_key] then
@@ -80,8 +91,8 @@ local function resolve_autos(self, model, loader, opt, sched)
         set(key, opt.defaults[opt_key], "from the script's optimizer")
       end
     elseif sched_key and c.scheduler then
-      local v = type(sched) == "table" and (sched[sched_key] or (type(sched.params) == "table" and sched.params[sched_key]))
-      if not sched then fail(key, "no scheduler passed to prepare")
+      local v = type(script) == "table" and (script[sched_key] or (type(script.params) == "table" and script.params[sched_key]))
+      if not script then fail(key, "no scheduler passed to prepare")
       elseif v == nil then fail(key, "the script's scheduler has no " .. sched_key)
       else fill.scheduler[sched_key] = v; set(key, v, "from the script's scheduler") end
     elseif key == "zero_optimization.reduce_bucket_size" or key == "zero_optimization.stage3_prefetch_bucket_size"
@@ -105,33 +116,6 @@ local function resolve_autos(self, model, loader, opt, sched)
       fail(key, "zorch does not resolve this key")
     end
   end
-  -- a config optimizer with "auto" params runs as the script's optimizer: what
-  -- the file says explicitly must agree with it (Transformers' rule), not be dropped
-  local auto_opt = false
-  for _, key in ipairs(self.autos) do auto_opt = auto_opt or key:match("^optimizer%.") ~= nil end
-  if auto_opt and opt and c.optimizer then
-    local autos = {}
-    for _, key in ipairs(self.autos) do autos[key] = true end
-    local d = opt.defaults or {}
-    local name = tostring(getmetatable(opt) and getmetatable(opt).__name or "?")
-    local wd = (c.optimizer.params or {}).weight_decay or d.weight_decay or 0
-    local want, have = c.optimizer.type:lower(), name:match("[^.]*$"):lower()
-    local adamish = {adam = true, adamw = true}
-    if want ~= have and not (adamish[want] and adamish[have] and wd == 0) then
-      missing[#missing + 1] = ("optimizer.type (%s in the config, but the script's optimizer is %s)"):format(
-        c.optimizer.type, name)
-    end
-    local keys = {}
-    for k in pairs(c.optimizer.params or {}) do keys[#keys + 1] = k end
-    table.sort(keys)
-    for _, k in ipairs(keys) do
-      local v = c.optimizer.params[k]
-      if not autos["optimizer.params." .. k] and zorch._readable(v) ~= zorch._readable(d[k]) then
-        missing[#missing + 1] = ("optimizer.params.%s (%s in the config, %s in the script's optimizer)"):format(
-          k, zorch._readable(v), zorch._readable(d[k]))
-      end
-    end
-  end
   if #missing > 0 then
     -- a usage error (the file's, alike on every rank): its message, no traceback, exit status 2
     local e = zorch.flags.usage_error(("Engine:prepare: these DeepSpeed config values are \"auto\" and cannot be resolved, or disagree with the script's: %s"):format(
@@ -142,5 +126,25 @@ local function resolve_autos(self, model, loader, opt, sched)
   return lines, fill
 end
 zorch._resolve_autos = resolve_autos
+
+-- The optimizer a config's "optimizer" section names, as Accelerate's DummyOptim
+-- stands for it: the section's type and explicit params; the script's optimizer
+-- (opt, or none) gives the parameter groups and the options a group sets apart
+-- from its defaults (a group without weight decay stays so); its "auto" params
+-- were filled in spec.params at resolve_autos.
+function zorch._config_optimizer(spec, model, opt)
+  local p = {}
+  for k, v in pairs(spec.params or {}) do p[k] = v end
+  local make = zorch._require("zorch.optim")[spec.type]
+  if not opt or not opt.param_groups then return make(model:parameters(), p) end
+  local readable, d, groups = zorch._readable, opt.defaults or {}, {}
+  for i, g in ipairs(opt.param_groups) do
+    groups[i] = {params = g.params}
+    for k in pairs(OPT_KEYS) do
+      if g[k] ~= nil and readable(g[k]) ~= readable(d[k]) then groups[i][k] = g[k] end
+    end
+  end
+  return make(groups, p)
+end
 
 return nil

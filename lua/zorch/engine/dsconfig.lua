@@ -183,10 +183,10 @@ local function check_params(prefix, params, spec, noted, note)
 end
 
 local SCHED_PARAMS = {
-  WarmupLR = {warmup_min_lr = "rate", warmup_max_lr = "rate", warmup_num_steps = "int0", warmup_type = "warmup_type"},
-  WarmupDecayLR = {warmup_min_lr = "rate", warmup_max_lr = "rate", warmup_num_steps = "int0",
+  WarmupLR = {warmup_min_lr = "rate", warmup_max_lr = "rate", warmup_num_steps = "int1", warmup_type = "warmup_type"},
+  WarmupDecayLR = {warmup_min_lr = "rate", warmup_max_lr = "rate", warmup_num_steps = "int1",
                    warmup_type = "warmup_type", total_num_steps = "int1"},
-  WarmupCosineLR = {warmup_min_ratio = "unit", cos_min_ratio = "unit", warmup_num_steps = "int0",
+  WarmupCosineLR = {warmup_min_ratio = "unit", cos_min_ratio = "unit", warmup_num_steps = "int1",
                     warmup_type = "warmup_type", total_num_steps = "int1"},
   OneCycle = {cycle_min_lr = "rate", cycle_max_lr = "rate", decay_lr_rate = "nonneg", cycle_first_step_size = "int1",
               cycle_second_step_size = "int1", cycle_first_stair_count = "int0", cycle_second_stair_count = "int0",
@@ -206,6 +206,18 @@ local function from_table(ds, world)
     unimplemented[#unimplemented + 1] = k
     local r = OPTIONS.by_path[k]
     unimplemented.kind[k] = r and r.status ~= "implemented" and r.status or "not recognised"
+  end
+  -- keys of features DeepSpeed removed: it refuses a file naming one, even disabled
+  for _, r in ipairs(OPTIONS.rows) do
+    if r.status == "removed" then
+      local section, key = r.ds[1]:match("^([^.]*)%.(.*)$")
+      local t = section and ds[section] or ds
+      if type(t) == "table" and t[key or r.ds[1]] ~= nil then try(function()
+        error(("Engine: DeepSpeed config key '%s' names a feature DeepSpeed %s removed, and DeepSpeed refuses " ..
+          "a file with it; remove the key%s"):format(r.ds[1], OPTIONS.deepspeed_version,
+          r.ds[1] == "curriculum_learning" and " (its place is data_efficiency.data_sampling.curriculum_learning)" or ""), 0)
+      end) end
+    end
   end
   -- DeepSpeed's older spelling of bf16
   if ds.bfloat16 ~= nil and ds.bf16 == nil then ds.bf16, ds.bfloat16 = ds.bfloat16, nil end
@@ -364,10 +376,63 @@ local function from_table(ds, world)
     object("activation_checkpointing", ds.activation_checkpointing)
     for k, v in pairs(ds.activation_checkpointing) do leaf(out, note, "activation_checkpointing.", k, v) end
   end) end
+  -- the monitors and profilers (engine/monitor.lua, engine/flops.lua): an enabled section is the Engine option
+  local function enabled(k)
+    if ds[k] == nil then return false end
+    local v = object(k, ds[k])
+    return v.enabled ~= nil and boolean(k .. ".enabled", v.enabled), v
+  end
+  for _, k in ipairs({"tensorboard", "csv_monitor"}) do try(function()
+    local on, v = enabled(k)
+    if not on then return end
+    local m = {output_path = "", job_name = "DeepSpeedJobName"} -- (DeepSpeed's defaults)
+    for kk, vv in pairs(v) do
+      local sub = k .. "." .. tostring(kk)
+      if kk == "output_path" or kk == "job_name" then
+        if type(vv) ~= "string" or (kk == "job_name" and vv == "") then bad(sub, "a folder name", vv) end
+        m[kk] = vv
+      elseif kk ~= "enabled" then note(sub, vv) end
+    end
+    out[k] = m
+  end) end
+  try(function()
+    local on, v = enabled("wandb")
+    if not on then return end
+    local mode = (os.getenv("WANDB_MODE") or ""):lower()
+    if mode ~= "offline" and mode ~= "disabled" then
+      error("Engine: DeepSpeed config key 'wandb' is enabled, but zorch has no Weights & Biases client: use " ..
+        "tensorboard or csv_monitor, or set WANDB_MODE=offline to train writing nothing for it", 0)
+    end
+    note("wandb", v) -- (listed: WANDB_MODE asks for no upload, and zorch writes nothing)
+  end)
+  try(function()
+    local on, v = enabled("comms_logger")
+    if on then out.comms_logger = true end
+    for kk, vv in pairs(v or {}) do if kk ~= "enabled" and on then leaf(out, note, "comms_logger.", kk, vv) end end
+  end)
+  try(function()
+    local on, v = enabled("flops_profiler")
+    if not on then return end
+    local f = {profile_step = 1}
+    for kk, vv in pairs(v) do
+      local sub = "flops_profiler." .. tostring(kk)
+      if kk == "profile_step" then f.profile_step = integer(sub, vv, 1)
+      elseif kk == "output_file" then
+        if vv ~= nil and type(vv) ~= "string" then bad(sub, "a file name or null", vv) end
+        f.output_file = vv
+      elseif kk ~= "enabled" then leaf(out, note, "flops_profiler.", kk, vv) end
+    end
+    out.flops_profiler = f
+  end)
   -- the other top-level keys, each by its row
   local sections = {train_batch_size = 1, train_micro_batch_size_per_gpu = 1, gradient_accumulation_steps = 1,
-                    bf16 = 1, fp16 = 1, zero_optimization = 1, optimizer = 1, scheduler = 1, activation_checkpointing = 1}
+                    bf16 = 1, fp16 = 1, zero_optimization = 1, optimizer = 1, scheduler = 1, activation_checkpointing = 1,
+                    tensorboard = 1, csv_monitor = 1, wandb = 1, comms_logger = 1, flops_profiler = 1}
   for k, v in pairs(ds) do if not sections[k] then try(leaf, out, note, "", k, v) end end
+  -- what a key left out means to DeepSpeed, where that is not the Engine's default
+  for _, r in ipairs(OPTIONS.rows) do
+    if r.name and r.ds_default ~= nil and out[r.name] == nil then out[r.name] = r.ds_default end
+  end
 
   table.sort(unimplemented)
   return out, unimplemented

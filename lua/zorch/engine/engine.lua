@@ -122,7 +122,7 @@ function zorch.Engine(cfg, overrides)
   end
   if c.seed then zorch.manual_seed(c.seed) end
   -- wall_clock_breakdown prints with the step lines: every steps_per_print steps, DeepSpeed's default 10
-  if c.wall_clock_breakdown and not c.steps_per_print then c.steps_per_print = 10 end
+  if (c.wall_clock_breakdown or c.comms_logger) and not c.steps_per_print then c.steps_per_print = 10 end
   local _, _, backend = zorch._comm()
   if c.layout and c.data_group and c.data_group ~= c.layout.data then
     error("Engine: data_group and layout disagree: give layout alone (its data group is the engine's)", 2)
@@ -229,25 +229,25 @@ end
 
 -- Returns the model, loader and an optimizer whose step() runs once per
 -- accumulation window: reduce, clip, update this rank's slice, gather.
--- sched (optional): the script's scheduler settings, where "auto" scheduler
--- params come from (a table with warmup_num_steps, total_num_steps, ...).
-function Engine:prepare(model, loader, opt, sched)
+-- script (optional): the script's own settings, where a DeepSpeed file's "auto"
+-- values come from: its schedule's params (warmup_num_steps, total_num_steps,
+-- ...) and gradient_clipping.
+function Engine:prepare(model, loader, opt, script)
   if type(model) ~= "table" or not model.parameters then error("Engine:prepare: argument 1 must be a module", 2) end
   if self.prepared then error("Engine:prepare: this engine already prepared a model (one engine per model)", 2) end
   if opt ~= nil and (type(opt) ~= "table" or not opt.step) then error("Engine:prepare: argument 3 must be an optimizer", 2) end
   self.auto_lines = {}
-  if #self.autos > 0 then self.auto_lines = self:set_autos(zorch._resolve_autos(self, model, loader, opt, sched)) end
+  if #self.autos > 0 then self.auto_lines = self:set_autos(zorch._resolve_autos(self, model, loader, opt, script)) end
   self.model, self.loader = model, loader
   if loader then loader.rank, loader.world_size = self.rank, self.world_size end
   if loader then loader.accumulation = self.cfg.gradient_accumulation_steps end -- (checkpoints: samples per step)
   if loader and self.device ~= "cpu" then loader.device = self.device end -- batches arrive on the device
   if loader and self.cfg.train_micro_batch_size then loader.batch_size = self.cfg.train_micro_batch_size end
   if loader then self:check_batch(loader) end
-  if not opt and self.cfg.optimizer then
-    local spec = self.cfg.optimizer
-    local p = {}
-    for k, v in pairs(spec.params or {}) do p[k] = v end
-    opt = zorch.optim[spec.type](model:parameters(), p)
+  -- a config's optimizer section names the optimizer; the script's gives its groups and "auto" values
+  if self.cfg.optimizer then
+    self.script_opt = opt
+    opt = zorch._config_optimizer(self.cfg.optimizer, model, opt)
   end
   local group_of = opt and self:group_indices(model, opt) -- (before a move replaces the tensors)
   local pfile = self.param_dir ~= nil
@@ -429,6 +429,12 @@ function Engine:prepare(model, loader, opt, sched)
   end
   self.optimizer = wrapped
   if self.cfg.scheduler then self.lr_scheduler = zorch._make_scheduler(self.cfg.scheduler, opt) end
+  self.monitor = zorch._monitors(self) -- (tensorboard, csv_monitor: rank 0)
+  if self.cfg.flops_profiler then
+    self.flops = zorch._flops_profiler(model, self.device, self.cfg.flops_profiler)
+    if (self.cfg.flops_profiler.profile_step or 1) == 1 then self.flops:start() end
+  end
+  if self.cfg.comms_logger then zorch._comm_kinds(true) end -- (counted from here)
   if self.first and os.getenv("ZORCH_QUIET") == nil then self:print_summary() end
   self.prepared = true -- (set once prepare has succeeded)
   return model, loader, wrapped
@@ -438,6 +444,7 @@ end
 -- resolved them, into the configuration; returns the summary lines.
 function Engine:set_autos(lines, fill)
   local c = self.cfg
+  if fill.gradient_clipping then c.gradient_clipping = fill.gradient_clipping end
   if fill.reduce_bucket_size then c.reduce_bucket_size = fill.reduce_bucket_size end
   if fill.prefetch_bucket_size then c.prefetch_bucket_size = fill.prefetch_bucket_size end
   for k, v in pairs(fill.optimizer) do c.optimizer.params[k] = v end
@@ -556,13 +563,15 @@ function Engine:print_summary()
   local c = self.cfg
   local mb = self.loader and self.loader.batch_size
   local lines = {
-    ("zorch engine: %d rank%s (%s), ZeRO stage %d, %s"):format(self.world_size, self.world_size == 1 and "" or "s",
-      self.backend, c.zero_stage, c.precision),
+    ("zorch engine: %d rank%s (%s), ZeRO stage %d, %s, DeepSpeed %s semantics"):format(self.world_size,
+      self.world_size == 1 and "" or "s", self.backend, c.zero_stage, c.precision, OPTIONS.deepspeed_version),
     ("  batch: %s per rank x %d accumulation x %d ranks = %s per step"):format(tostring(mb or "?"),
       c.gradient_accumulation_steps, self.world_size, mb and tostring(mb * c.gradient_accumulation_steps * self.world_size) or "?"),
     ("  gradient clipping %s, reduce bucket %d elements, comm timeout %gs"):format(
       c.gradient_clipping > 0 and tostring(c.gradient_clipping) or "off", c.reduce_bucket_size, c.comm_timeout),
-    ("  optimizer %s%s%s"):format(getmetatable(self.user_opt or {}).__name or "none",
+    ("  optimizer %s%s%s%s"):format(getmetatable(self.user_opt or {}).__name or "none",
+      self.script_opt and (" (the config's; the script's %s gave its groups and \"auto\" values)"):format(
+        getmetatable(self.script_opt).__name or "optimizer") or "",
       self.user_opt and self.user_opt.param_groups and #self.user_opt.param_groups > 1
         and (" (%d parameter groups)"):format(#self.user_opt.param_groups) or "",
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
@@ -573,6 +582,14 @@ function Engine:print_summary()
       self.offload:stats().io, self.disk and ("; %s measured: write %.0f MB/s, read %.0f MB/s%s"):format(
         self.host_param and "its folder" or "the disk", self.disk.write, self.disk.read, self.disk.direct and " (direct I/O)" or " (page cache)") or "")
   end
+  local mons = {}
+  for _, k in ipairs({"tensorboard", "csv_monitor"}) do
+    local m = c[k]
+    if m then mons[#mons + 1] = ("%s in %s/%s"):format(k, m.output_path == "" and "." or m.output_path, m.job_name) end
+  end
+  if c.comms_logger then mons[#mons + 1] = ("comms_logger every %d steps"):format(c.steps_per_print) end
+  if c.flops_profiler then mons[#mons + 1] = ("flops_profiler at step %d"):format(c.flops_profiler.profile_step or 1) end
+  if #mons > 0 then lines[#lines + 1] = "  monitors: " .. table.concat(mons, ", ") end
   for _, l in ipairs(self.auto_lines or {}) do lines[#lines + 1] = "  " .. l end
   for _, g in ipairs(zorch._unimplemented_groups(self.unimplemented)) do
     lines[#lines + 1] = ("  %s: %s"):format(g.title, table.concat(g.keys, ", "))
@@ -617,6 +634,7 @@ function Engine:backward(loss)
     self.print_loss, self.print_micro = loss:detach() + (self.print_loss or 0), (self.print_micro or 0) + 1
     self.print_t0 = self.print_t0 or zorch.clock()
   end
+  if self.monitor then self.mon_loss, self.mon_micro = loss:detach() + (self.mon_loss or 0), (self.mon_micro or 0) + 1 end
   if self.rank == 0 and self:inject_overflow(self.scaler.attempts + 1) then loss = loss * math.huge end
   local t0 = self.wall and zorch.clock()
   self.zero:backward(loss)
@@ -687,8 +705,53 @@ function Engine:optimizer_step()
   if self.runs then self:note_missed() end
   if self.offload then self:note_io() end
   if self.lr_scheduler then self.lr_scheduler.step() end
-  if self.cfg.steps_per_print then self:print_step() end
   self:note_comm()
+  if self.cfg.steps_per_print then self:print_step() end
+  if self.monitor then
+    local loss = self.mon_loss and self.mon_loss:item() / self.mon_micro
+    self.mon_loss, self.mon_micro = nil, nil
+    zorch._monitor_step(self.monitor, self, (self.loader and self.loader.batch_size or 1) *
+      self.cfg.gradient_accumulation_steps * self.world_size, loss)
+  end
+  if self.flops then self:flops_step() end
+end
+
+-- The FLOPs profiler (engine/flops.lua): counting over optimizer step
+-- profile_step, its report printed by rank 0 (and written to output_file).
+function Engine:flops_step()
+  local at = self.cfg.flops_profiler.profile_step or 1
+  if self.steps == at - 1 then self.flops:start()
+  elseif self.steps == at and self.flops.t0 then
+    self.flops_report = self.flops:stop()
+    local lines = zorch._flops_lines(self.flops_report, at)
+    for _, l in ipairs(lines) do self:print(l) end
+    local file = self.cfg.flops_profiler.output_file
+    if file and self.first then
+      local f = io.open(file, "w")
+      if not f then error(("Engine: flops_profiler.output_file %s cannot be written"):format(file), 0) end
+      f:write(table.concat(lines, "\n"), "\n")
+      f:close()
+    end
+  end
+end
+
+-- comms_logger: per kind of collective, the calls and bytes this rank sent since
+-- the last summary, with the reductions' and gathers' time in flight and
+-- waited (the communication report's); printed with the step lines.
+function Engine:comms_summary()
+  local t = self.comm_time or {}
+  self.comm_time = nil
+  local lines = {}
+  for _, k in ipairs(zorch._comm_kinds(true)) do
+    if k.calls > 0 then
+      lines[#lines + 1] = ("comms: %-16s %6d calls  %12.4g MB sent  %10.4g MB/call"):format(k.name, k.calls,
+        k.bytes / 1e6, k.bytes / 1e6 / k.calls)
+    end
+  end
+  lines[#lines + 1] = ("comms: reductions %.3f ms in flight, %.3f ms waited; gathers %.3f ms in flight, %.3f ms waited"):format(
+    1000 * (t.in_flight_s or 0), 1000 * (t.waited_s or 0), 1000 * (t.gather_in_flight_s or 0),
+    1000 * (t.gather_waited_s or 0))
+  return lines
 end
 
 -- What this step moved, from the end of the previous one (stage 3 gathers in
@@ -700,6 +763,11 @@ function Engine:note_comm()
   local gflight, gwaited = self.zero:gather_times(true)
   self.last_comm = {sent = sent, received = recv, in_flight_s = flight, waited_s = waited,
                     gather_in_flight_s = gflight, gather_waited_s = gwaited}
+  if self.cfg.comms_logger then -- (summed until the next summary)
+    local t = self.comm_time or {}
+    for k, v in pairs(self.last_comm) do t[k] = (t[k] or 0) + v end
+    self.comm_time = t
+  end
 end
 
 -- Every steps_per_print steps, as DeepSpeed reports them: the step, the mean loss
@@ -730,6 +798,7 @@ function Engine:print_step()
       ("; the disk: write %.0f MB/s, read %.0f MB/s%s"):format(self.disk.write, self.disk.read,
         self.disk.direct and " (direct I/O, at prepare)" or " (through the page cache: no direct I/O there)") or ""))
   end
+  if self.cfg.comms_logger then for _, l in ipairs(self:comms_summary()) do self:print(l) end end
   if self.wall then -- wall_clock_breakdown: rank 0's times, per optimizer step over those steps
     local w = self.wall
     self:print(("step %d  time (ms/step)  forward %.3f  backward %.3f  reduction %.3f  step %.3f"):format(self.steps,

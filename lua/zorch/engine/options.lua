@@ -15,11 +15,17 @@
 -- are not those the kind and range make. ds_read: how a DeepSpeed value is read
 -- when not by the kind ("count": a number of elements >= 0, floored; "whole": a
 -- whole number 1..2^53; "posint": an integer >= 1). status: "implemented",
--- "no effect" (speed, memory, logging) or "changes training" (ignored, zorch
--- trains without it). structural: read by a rule of dsconfig.lua's from_table,
--- not by its row (batch sizes, precision, offload, optimizer, scheduler).
+-- "no effect" (speed, memory, logging), "changes training" (ignored, zorch
+-- trains without it) or "removed" (DeepSpeed refuses the key: so is a file
+-- naming it). ds_default: the value a DeepSpeed file without the key means,
+-- where DeepSpeed's default is not the Engine's. structural: read by a rule of
+-- dsconfig.lua's from_table, not by its row (batch sizes, precision, offload, optimizer, scheduler).
 
 local S = {}
+
+-- The DeepSpeed release whose reading of a config zorch follows (defaults and
+-- schedule shapes; scripts/ds_compare.py checks the corpus against it).
+S.deepspeed_version = "0.19.8"
 
 S.optimizer_types = {"Adam", "AdamW", "SGD", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"}
 S.scheduler_types = {"LRRangeTest", "OneCycle", "WarmupCosineLR", "WarmupDecayLR", "WarmupLR"}
@@ -27,6 +33,10 @@ S.scheduler_types = {"LRRangeTest", "OneCycle", "WarmupCosineLR", "WarmupDecayLR
 local function is_group(v)
   local mt = type(v) == "userdata" and getmetatable(v)
   return mt and mt.__name == "zorch.Group" or false
+end
+local function monitor_ok(v)
+  return v == false or (type(v) == "table" and type(v.output_path) == "string" and type(v.job_name) == "string"
+                        and v.job_name ~= "")
 end
 local function one_of(v, list) for _, x in ipairs(list) do if v == x then return true end end return false end
 local function offload_ok(v, param)
@@ -45,8 +55,8 @@ S.rows = {
   {name = "zero_stage", ds = {"zero_optimization.stage"}, accelerate = "zero_stage", kind = "enum", values = {0, 1, 2, 3},
    default = 0, c = {field = "stage", type = "int"}, doc = "0-3: what is partitioned across ranks (`docs/distributed.md`)"},
   {name = "gradient_clipping", ds = {"gradient_clipping"}, accelerate = "gradient_clipping", kind = "number", min = 0,
-   want = "a number >= 0 (0 turns it off)", default = 0, c = {field = "clip", type = "double"},
-   doc = "max global L2 norm of the gradients; 0 is off"},
+   want = "a number >= 0 (0 turns it off)", default = 0, ds_default = 1.0, c = {field = "clip", type = "double"},
+   doc = "max global L2 norm of the gradients; 0 is off. A DeepSpeed file without the key clips at 1.0, as DeepSpeed does"},
   {name = "gradient_accumulation_steps", ds = {"gradient_accumulation_steps"}, accelerate = "gradient_accumulation_steps",
    kind = "int", min = 1, default = 1, structural = true, c = {field = "accumulation", type = "int"},
    doc = "micro-steps per optimizer step (DeepSpeed: any two of the three batch keys give the third)"},
@@ -87,6 +97,19 @@ S.rows = {
    doc = "rank 0 prints step, loss, lr, gradient norm, samples/s and step time every so many steps"},
   {name = "wall_clock_breakdown", ds = {"wall_clock_breakdown"}, kind = "bool", default = false,
    doc = "with the progress lines (every 10 steps when not given): forward, backward, reduction and step times"},
+  {name = "tensorboard", ds = {"tensorboard"}, kind = "table", default = false, structural = true, check = monitor_ok,
+   want = "false or {output_path = \"dir\", job_name = \"name\"}",
+   doc = "`{output_path, job_name}`: rank 0 writes DeepSpeed's Train/Samples events (lr, train_loss, loss_scale) as a TensorBoard event file in output_path/job_name (`docs/config.md`, Monitors)"},
+  {name = "csv_monitor", ds = {"csv_monitor"}, kind = "table", default = false, structural = true, check = monitor_ok,
+   want = "false or {output_path = \"dir\", job_name = \"name\"}",
+   doc = "`{output_path, job_name}`: the same events as DeepSpeed's CSV monitor writes them, one file each (Train_Samples_lr.csv) in output_path/job_name"},
+  {name = "comms_logger", ds = {"comms_logger.enabled"}, kind = "bool", default = false, structural = true,
+   doc = "every steps_per_print steps (10 when not given) and in `engine:comms_summary()`: each collective's calls, bytes and time"},
+  {name = "flops_profiler", ds = {"flops_profiler"}, kind = "table", default = false, structural = true,
+   check = function(v) return v == false or (type(v) == "table" and (v.profile_step == nil or
+     (math.type(v.profile_step) == "integer" and v.profile_step >= 1))) end,
+   want = "false or {profile_step = N (>= 1), output_file = path}",
+   doc = "`{profile_step = 1, output_file}`: at that optimizer step rank 0 prints the step's FLOPs by module, TFLOP/s and the utilisation of a measured peak"},
   {name = "cpu_checkpointing", ds = {"activation_checkpointing.cpu_checkpointing"}, kind = "bool", default = false,
    doc = "`engine:checkpoint` keeps its saved inputs in host memory"},
   {name = "offload_optimizer", ds = {"zero_optimization.offload_optimizer"}, accelerate = "offload_optimizer_device",
@@ -156,12 +179,11 @@ keys("no effect", "any", {
   "zero_optimization.stage3_model_persistence_threshold", "zero_optimization.model_persistence_threshold",
   "zero_optimization.sub_group_size", "zero_optimization.elastic_checkpoint", "zero_optimization.load_from_fp32_weights",
   "zero_optimization.ignore_unused_parameters", "zero_optimization.legacy_stage1", "zero_optimization.memory_efficient_linear",
-  "zero_optimization.zero_hpz_partition_size", "zero_optimization.mics_shard_size",
-  "zero_optimization.mics_hierarchical_params_gather", "zero_optimization.use_multi_rank_bucket_allreduce",
+  "zero_optimization.zero_hpz_partition_size", "zero_optimization.use_multi_rank_bucket_allreduce",
   "zero_optimization.stage3_module_granularity_threshold", "zero_optimization.module_granularity_threshold",
   "zero_optimization.use_all_reduce_for_fetch_params", "zero_optimization.log_trace_cache_warnings",
   "prescale_gradients", "gradient_predivide_factor", "communication_data_type", "seq_parallel_communication_data_type",
-  "disable_allgather", "sparse_gradients", "compile", "tensor_parallel", "pipeline", "aio"},
+  "disable_allgather", "compile", "tensor_parallel", "pipeline", "aio"},
   "speed and memory: communication, buckets, prefetching, placement, compilation")
 keys("no effect", "any", {"zero_optimization.cpu_offload_params", "zero_optimization.cpu_offload_use_pin_memory",
   "zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_optimizer.fast_init",
@@ -175,17 +197,27 @@ keys("no effect", "any", {"activation_checkpointing.partition_activations",
   "activation_checkpointing.synchronize_checkpoint_boundary", "activation_checkpointing.profile"},
   "activation checkpointing: DeepSpeed's buffers (the model calls engine:checkpoint)")
 keys("no effect", "any", {"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "hybrid_engine", "checkpoint",
-  "nebula", "autotuning", "cuda_visible_devices", "torch_autocast"}, "DeepSpeed's own machinery")
-keys("no effect", "any", {"flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "monitor_config",
-  "comms_logger", "comms_config", "memory_breakdown", "dump_state", "_comment"}, "logging and monitoring")
+  "autotuning", "cuda_visible_devices", "torch_autocast"}, "DeepSpeed's own machinery")
+keys("no effect", "any", {"comet", "monitor_config", "comms_config", "memory_breakdown", "dump_state", "_comment"},
+  "logging and monitoring")
+keys("no effect", "any", {"comms_logger.verbose", "comms_logger.prof_all", "comms_logger.prof_ops", "comms_logger.debug",
+  "flops_profiler.module_depth", "flops_profiler.top_modules", "flops_profiler.detailed",
+  "flops_profiler.recompute_fwd_factor"}, "the profilers' detail: zorch prints every collective and the top-level modules")
+S.rows[#S.rows + 1] = {ds = {"wandb"}, kind = "any", structural = true, status = "no effect",
+                       doc = "refused when enabled (zorch has no Weights & Biases client), unless WANDB_MODE is offline or disabled: then nothing is written and the summary says so"}
 keys("no effect", "any", {"bf16.loss_scale", "bf16.initial_scale_power", "bf16.loss_scale_window", "bf16.hysteresis",
   "bf16.min_loss_scale", "bf16.consecutive_hysteresis", "bf16.immediate_grad_update"},
   "bf16: DeepSpeed reads no loss scale for bf16")
-keys("changes training", "any", {"compression_training", "curriculum_learning", "data_efficiency",
-  "progressive_layer_drop", "quantize_training", "sparse_attention", "eigenvalue", "amp", "elasticity", "data_types",
+keys("changes training", "any", {"data_efficiency", "data_types",
   "fp16.fp16_master_weights_and_grads", "zero_optimization.zero_quantized_weights",
   "zero_optimization.zero_quantized_gradients", "zero_optimization.zero_quantized_nontrainable_weights"},
   "DeepSpeed would train something else; zorch trains the plain model")
+
+keys("removed", "any", {"nebula", "compression_training", "amp", "quantize_training", "sparse_gradients", "eigenvalue",
+  "sparse_attention", "elasticity", "graph_harvesting", "curriculum_learning", "progressive_layer_drop",
+  "zero_optimization.mics_shard_size", "zero_optimization.mics_hierarchical_params_gather",
+  "zero_optimization.zeropp_loco_param"},
+  "DeepSpeed 0.19.8 removed the feature and refuses a file that names the key (even disabled); so does zorch")
 
 for _, r in ipairs(S.rows) do r.status = r.status or "implemented" end
 

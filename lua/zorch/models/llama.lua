@@ -33,29 +33,12 @@ local function check_ctx(idx, ctx)
   return ctx
 end
 
--- softmax(q kᵀ / sqrt(D)) v over q (B, H, T, D) and k, v (B, Hkv, T, D), causal;
--- with a window W query i sees keys i - W < j <= i only (Mistral's sliding window,
--- as Transformers masks it); with segments, keys of its own segment only.
+-- softmax(q kᵀ / sqrt(D)) v over q (B, H, T, D) and k, v (B, Hkv, T, D), causal,
+-- in one fused op: query head h reads key/value head h / (H / Hkv) in place; with
+-- a window W query i sees keys i - W < j <= i only (Mistral's sliding window, as
+-- Transformers masks it); with segments, keys of its own segment only.
 local function attention(q, k, v, ctx, c)
-  local rep = c.heads // c.kv_heads
-  if rep > 1 then -- each key/value head repeated for the rep query heads that share it
-    local B, H, T, D = k:size(1), k:size(2), k:size(3), k:size(4)
-    k = k:unsqueeze(3):expand(B, H, rep, T, D):reshape(B, H * rep, T, D)
-    v = v:unsqueeze(3):expand(B, H, rep, T, D):reshape(B, H * rep, T, D)
-  end
-  local B, T, window = q:size(1), q:size(3), c.sliding_window
-  if not ctx.segments and (not window or T <= window) then return zorch.attention(q, k, v, {causal = true}) end
-  -- a mask the fused op does not take: explicit scores
-  local att = zorch.matmul(q, k:transpose(3, 4)) * (1 / math.sqrt(q:size(4)))
-  local i = zorch.arange(0, T, {device = q:device()}):view(T, 1)
-  local j = zorch.arange(0, T, {device = q:device()}):view(1, T)
-  att = att:masked_fill(zorch.gt(j, i), -math.huge)
-  if window then att = att:masked_fill(zorch.le(j, i - window), -math.huge) end
-  if ctx.segments then
-    local s = ctx.segments
-    att = att:masked_fill(zorch.ne(s:view(B, 1, T, 1), s:view(B, 1, 1, T)), -math.huge)
-  end
-  return zorch.matmul(zorch.softmax(att, -1), v)
+  return zorch.attention(q, k, v, {causal = true, window = c.sliding_window, segments = ctx.segments})
 end
 
 local Attention = nn.Module:extend "LlamaAttention"
@@ -159,6 +142,11 @@ function llama.from_pretrained(dir)
   local raw = hf.config(dir)
   local cfg = hf.decoder_config(raw, dir .. "/config.json")
   local model = CausalLM(cfg, {init_weights = false})
+  if raw.quantization_config ~= nil then -- a quantised folder (docs/quantization.md)
+    local qo = nn.quantization_options(raw.quantization_config, dir .. "/config.json: quantization_config")
+    qo.weights = false -- (the folder's buffers replace them)
+    nn.quantize(model, qo)
+  end
   hf.load(model, dir, {optional = cfg.tie and {"lm_head.weight"} or nil, ignore = {"%.rotary_emb%.inv_freq$"}})
   return model, cfg, raw
 end

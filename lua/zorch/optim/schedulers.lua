@@ -665,8 +665,9 @@ local function deepspeed(kind, opt, p)
       b = b or base
       if k < 0 then return 0 end
       if k < n then return b * (wmin + (1 - wmin) * warm(p, k)) end
-      -- DeepSpeed's get_lr_ratio: (k - n + 1) / (total - n), not clamped at 1
-      local t = (k - n + 1) / (total - n)
+      -- DeepSpeed's get_lr_ratio (0.19.8): the progress (k - n + 1) / max(1, total - n)
+      -- clamped at 1, so past total_num_steps the lr stays at cos_min_ratio
+      local t = math.min(1, (k - n + 1) / math.max(1, total - n))
       return b * math.max(0, cmin + (1 - cmin) * (1 + math.cos(math.pi * t)) / 2)
     end
     s.per_group = true
