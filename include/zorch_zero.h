@@ -76,6 +76,15 @@ ZORCH_API zorch_status zorch_zero_broadcast(zorch_zero_comm *c, zorch_tensor *t,
    src; the message must fill recv exactly. */
 ZORCH_API zorch_status zorch_zero_sendrecv(zorch_zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv,
                                            int src);
+/* The 1-bit compressed all-reduce (zero/onebit.c): buf (float32, CPU) becomes
+   its mean over c's ranks, sent as sign bits (8 a byte) and one scale per
+   rank's chunk, with error feedback: worker_err has
+   zorch_zero_onebit_padded(c, numel) elements, server_err that over the
+   size of c; both start at zero and carry each call's compression error to
+   the next. With one rank buf stays as it is. */
+ZORCH_API zorch_status zorch_zero_compressed_allreduce(zorch_zero_comm *c, zorch_tensor *buf, zorch_tensor *worker_err,
+                                                       zorch_tensor *server_err);
+ZORCH_API int64_t zorch_zero_onebit_padded(const zorch_zero_comm *c, int64_t n);
 /* Returns once every rank of c has called it. */
 ZORCH_API zorch_status zorch_zero_barrier(zorch_zero_comm *c);
 /* The world rank of c's rank r (r itself for the world; -1 out of range). */
@@ -290,6 +299,12 @@ ZORCH_API int64_t zorch_zero_pending(const zorch_zero *e);
    is copied back to the device's target. NULLs turn it off. */
 ZORCH_API zorch_status zorch_zero_set_host(zorch_zero *e, zorch_tensor *host_target, zorch_tensor *host_grad,
                                            bool bucketed);
+
+/* Stage 0: on, the step keeps each rank's own (unreduced) gradient for an
+   optimizer that reduces what it needs itself (the 1-bit optimizers after
+   their warm-up); the gradient norm is then each rank's own, and an
+   overflow on any rank skips the step on every rank. */
+ZORCH_API zorch_status zorch_zero_set_local_grads(zorch_zero *e, bool on);
 
 /* Sets the counts (a checkpoint's, restored by the host): micro-steps so
    far and optimizer steps taken; the next backward opens a window. */

@@ -152,6 +152,26 @@ static int g_recv(lua_State *L) {
   return 1;
 }
 
+/* group:compressed_allreduce(buf, worker_error, server_error) -> buf, now the
+   mean over the group through 1-bit compression with error feedback */
+static int g_compressed_allreduce(lua_State *L) {
+  zorch_zero_comm *c = lz_check_group(L, 1);
+  if (zorch_zero_compressed_allreduce(c, lz_check(L, 2), lz_check(L, 3), lz_check(L, 4))) return lz_fail(L);
+  lua_settop(L, 2);
+  return 1;
+}
+
+/* group:onebit_sizes(n) -> the worker and server error buffers' sizes for n elements */
+static int g_onebit_sizes(lua_State *L) {
+  zorch_zero_comm *c = lz_check_group(L, 1);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  if (n < 0) return luaL_argerror(L, 2, "Group:onebit_sizes: a number of elements >= 0");
+  int64_t p = zorch_zero_onebit_padded(c, n);
+  lua_pushinteger(L, p);
+  lua_pushinteger(L, p / zorch_zero_comm_size(c));
+  return 2;
+}
+
 static int g_barrier(lua_State *L) {
   if (zorch_zero_barrier(lz_check_group(L, 1))) return lz_fail(L);
   return 0;
@@ -193,7 +213,8 @@ void lz_open_dist(lua_State *L) {
       {"ranks", g_ranks},         {"allreduce", g_allreduce}, {"allgather", g_allgather},
       {"reduce_scatter", g_reduce_scatter}, {"broadcast", g_broadcast}, {"sendrecv", g_sendrecv},
       {"send", g_send},           {"recv", g_recv},         {"barrier", g_barrier},
-      {"bytes", g_bytes},         {NULL, NULL}};
+      {"bytes", g_bytes},         {"compressed_allreduce", g_compressed_allreduce},
+      {"onebit_sizes", g_onebit_sizes}, {NULL, NULL}};
   if (luaL_newmetatable(L, LZ_GROUP)) {
     luaL_newlib(L, methods);
     lua_setfield(L, -2, "__index");

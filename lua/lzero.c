@@ -291,6 +291,13 @@ static int e_set_counts(lua_State *L) {
   return e_status(L, zorch_zero_set_counts(e, luaL_checkinteger(L, 2), luaL_checkinteger(L, 3)));
 }
 
+/* engine:set_local_grads(on): stage 0 steps keep each rank's own gradient */
+static int e_set_local_grads(lua_State *L) {
+  zorch_zero *e = check_engine(L);
+  luaL_checktype(L, 2, LUA_TBOOLEAN);
+  return e_status(L, zorch_zero_set_local_grads(e, lua_toboolean(L, 2)));
+}
+
 /* engine:geometry() -> {rank, world, numel, shard, padded, lo, len} (lo 0-based) */
 static int e_geometry(lua_State *L) {
   zorch_zero_geometry g;
@@ -396,6 +403,7 @@ static void open_engine_type(lua_State *L) {
   static const luaL_Reg methods[] = {
       {"backward", e_backward}, {"backward_from", e_backward_from}, {"step", e_step},
       {"scaler", e_scaler}, {"set_scaler", e_set_scaler}, {"counts", e_counts}, {"set_counts", e_set_counts},
+      {"set_local_grads", e_set_local_grads},
       {"geometry", e_geometry}, {"set_norm_weights", e_set_norm_weights}, {"add_norm_comm", e_add_norm_comm},
       {"target", e_target}, {"publish", e_publish}, {"zero_grad", e_zero_grad},
       {"gather", e_gather}, {"release", e_release}, {"sync_shard", e_sync}, {"gather_param", e_gather_param},

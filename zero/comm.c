@@ -737,6 +737,37 @@ zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tenso
   return st ? st : comm_wait(r);
 }
 
+/* ---- byte collectives (the compressed all-reduce's packed signs and scales) ---- */
+/* op is MPI_Alltoall (send holds world pieces of `per` bytes, recv gets piece
+   `rank` of every rank) or MPI_Allgather (send is one piece of `per` bytes). */
+static zorch_status byte_collective(zero_comm *c, bool alltoall, const void *send, void *recv, size_t per) {
+  const char *what = alltoall ? "1-bit alltoall" : "1-bit allgather";
+  if (c->world == 1) return memmove(recv, send, per), ZORCH_OK;
+  if (check_open(c, what)) return zorch_last_status();
+  comm_enter(c, what, (uint64_t)per * (uint64_t)(c->world - 1));
+  c->sent += (uint64_t)per * (uint64_t)(c->world - 1);
+  c->recv += (uint64_t)per * (uint64_t)(c->world - 1);
+#ifdef ZORCH_MPI
+  if (per > INT_MAX) return err_set(ZORCH_ERR_ARG, "%s: %zu bytes per rank is more than one MPI call takes", what, per);
+  MPI_Request req;
+  int n = (int)per;
+  zorch_status st = mpi_check(alltoall ? MPI_Ialltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, mcomm(c), &req)
+                                       : MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, mcomm(c), &req),
+                              what, (int64_t)per);
+  return st ? st : mpi_wait(c, &req, what, (int64_t)per * c->world);
+#else
+  (void)send, (void)recv;
+  return err_set(ZORCH_ERR_DEVICE, "%s: %d ranks but zorch was built without MPI", what, c->world);
+#endif
+}
+
+zorch_status comm_alltoall_bytes(zero_comm *c, const void *send, void *recv, size_t per) {
+  return byte_collective(c, true, send, recv, per);
+}
+zorch_status comm_allgather_bytes(zero_comm *c, const void *send, void *recv, size_t per) {
+  return byte_collective(c, false, send, recv, per);
+}
+
 /* ---- groups and point to point ---------------------------------------------------- */
 /* Every group made. They stay (reachable from here) for the process's life:
    another Lua state may still hold one, and freeing a communicator is

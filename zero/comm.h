@@ -77,6 +77,19 @@ int comm_world_rank(const zero_comm *c, int r);
    is filled from rank src (ranks of c). Buffers are contiguous, of any dtype;
    the message must fill recv exactly. */
 zorch_status comm_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorch_tensor *recv, int src);
+/* Host bytes: piece r (per bytes) of this rank's send goes to rank r, which
+   puts it at piece `rank` of its recv (alltoall); or every rank's piece of per
+   bytes concatenated in rank order (allgather). Counted as the all-gather is. */
+zorch_status comm_alltoall_bytes(zero_comm *c, const void *send, void *recv, size_t per);
+zorch_status comm_allgather_bytes(zero_comm *c, const void *send, void *recv, size_t per);
+/* The 1-bit compressed all-reduce (zero/onebit.c): buf (float32, n elements)
+   becomes the mean over ranks as sign bits and one scale per rank's chunk,
+   with error feedback: worker_err (n padded to a multiple of 8 x world) and
+   server_err (that over world) carry what the compression lost to the next
+   call. A world of one leaves buf as it is. */
+int64_t comm_onebit_padded(const zero_comm *c, int64_t n);
+zorch_status comm_compressed_allreduce(zero_comm *c, zorch_tensor *buf, zorch_tensor *worker_err,
+                                       zorch_tensor *server_err);
 /* root's t copied into every rank's t (any contiguous dtype). */
 zorch_status comm_broadcast(zero_comm *c, zorch_tensor *t, int root);
 zorch_status comm_barrier(zero_comm *c);

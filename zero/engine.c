@@ -214,6 +214,7 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded) {
   comm_set_label("the gradients");
   if (e->o.stage == 0) {
     g = grad_f32(e, e->gflat);
+    if (e->local_grads) return g;
     if (g && comm_allreduce(e->c, g, false)) zorch_tensor_free(g), g = NULL;
   } else if (e->o.stage == 1) {
     zorch_tensor *full = grad_f32(e, e->gflat);
@@ -227,6 +228,8 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded) {
   if (g && N > 1 && e->o.stage < 2 && scale(g, 1.0 / N)) zorch_tensor_free(g), g = NULL;
   return g;
 }
+
+void zero_engine_set_local_grads(zero_engine *e, bool on) { e->local_grads = on; }
 
 zorch_tensor *zero_engine_target(zero_engine *e) {
   if (e->master) return e->master;

@@ -70,6 +70,8 @@ zorch_tensor *zero_engine_reduced_grad(zero_engine *e, bool *sharded);
 /* What the optimizer updates: the fp32 master weights, or the parameters' flat
    buffer (stage 0) or this rank's slice of it. Borrowed. */
 zorch_tensor *zero_engine_target(zero_engine *e);
+/* Stage 0: keep each rank's gradient unreduced at the step (zorch_zero_set_local_grads). */
+void zero_engine_set_local_grads(zero_engine *e, bool on);
 /* What else the norm takes: weighted runs of the gradient (a model split
    across ranks counts each element once over them: weight 0 leaves a run out)
    and the groups its sum of squares is summed over besides the data ranks. */

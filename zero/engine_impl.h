@@ -107,6 +107,7 @@ struct zero_engine {
   int *flight, nflight, flight_head;
   double t_flight, t_wait;
   bool leaked; /* a reduction or a gather timed out: its buffers stay with MPI */
+  bool local_grads; /* stage 0: the step keeps each rank's own gradient (the 1-bit optimizers reduce) */
   /* stage 3 on the CPU: the gather pool. `live` is the bytes of the buffers
      groups hold, `peak` the most they held at once; free buffers are kept
      while the pool stays within both the peak and max_live_parameters */

@@ -67,6 +67,16 @@ static zorch_status global_norm(zero_engine *e, zorch_tensor *t, bool sharded, c
   zorch_tensor_free(t);
   if (st) return st;
   *overflow = !isfinite(sq);
+  if (e->local_grads && e->c->world > 1) { /* each rank's own norm: every rank must skip an overflow alike */
+    double any = *overflow;
+    int64_t one = 1;
+    zorch_tensor *f = zorch_tensor_wrap(&any, ZORCH_F64, 1, &one, NULL);
+    comm_set_label("the overflow check");
+    st = f ? comm_allreduce(e->c, f, true) : zorch_last_status();
+    zorch_tensor_free(f);
+    if (st) return st;
+    *overflow = any != 0;
+  }
   *norm = sqrt(sq) / loss_scale;
   return ZORCH_OK;
 }

@@ -378,6 +378,14 @@ done:
   return st;
 }
 
+zorch_status zorch_zero_set_local_grads(zorch_zero *e, bool on) {
+  if (!e) return err_set(ZORCH_ERR_ARG, "zorch_zero_set_local_grads: NULL engine");
+  if (on && e->o.stage != 0)
+    return err_set(ZORCH_ERR_ARG, "zorch_zero_set_local_grads: only at ZeRO stage 0 (the gradient is whole on every rank)");
+  zero_engine_set_local_grads(e->z, on);
+  return ZORCH_OK;
+}
+
 /* ---- checkpoints ---- */
 #define CK_META 12
 zorch_status zorch_zero_save(zorch_zero *e, const char *path) {

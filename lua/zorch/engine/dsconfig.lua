@@ -129,6 +129,25 @@ local OPT_PARAMS = {
 OPT_PARAMS.AdamW = OPT_PARAMS.Adam
 OPT_PARAMS.Lamb = {lr = "rate", betas = betas, eps = "nonneg", weight_decay = "nonneg", bias_correction = "bool",
                    max_coeff = "nonneg", min_coeff = "nonneg"}
+-- DeepSpeed's 1-bit optimizers (lua/zorch/optim/onebit.lua): its parameter names.
+local function backend(key, v)
+  if type(v) ~= "string" then bad(key, '"nccl", "mpi", "hccl" or "compressed"', v) end
+  return v
+end
+local ONEBIT = {lr = "rate", betas = betas, eps = "nonneg", weight_decay = "nonneg", bias_correction = "bool",
+                eps_inside_sqrt = "bool", amsgrad = "bool", cuda_aware = "bool", comm_backend_name = backend,
+                max_grad_norm = "nonneg"} -- (DeepSpeed's 1-bit optimizers take it, and ignore it)
+local function onebit(extra)
+  local t = {}
+  for k, v in pairs(ONEBIT) do t[k] = v end
+  for k, v in pairs(extra) do t[k] = v end
+  return t
+end
+OPT_PARAMS.OneBitAdam = onebit{freeze_step = "int0"}
+OPT_PARAMS.ZeroOneAdam = onebit{var_freeze_step = "int0", var_update_scaler = "int1", local_step_scaler = "int1",
+                                local_step_clipper = "int1"}
+OPT_PARAMS.OneBitLamb = onebit{freeze_step = "int0", max_coeff = "nonneg", min_coeff = "nonneg", coeff_beta = "nonneg",
+                               factor_max = "nonneg", factor_min = "nonneg", factor_threshold = "nonneg"}
 local OPT_NOTED = {fused = true}
 
 local function check_params(prefix, params, spec, noted, note)
@@ -312,12 +331,6 @@ local function from_table(ds, world)
     local types, names = {}, OPTIONS.optimizer_types
     for _, t in ipairs(names) do types[t:lower()] = t end
     object("optimizer", o)
-    -- DeepSpeed's 1-bit optimizers compress communication; zorch has none of them.
-    local onebit = {onebitadam = "Adam", zerooneadam = "Adam", onebitlamb = "Lamb"}
-    if type(o.type) == "string" and onebit[o.type:lower()] then
-      error(("Engine: DeepSpeed optimizer '%s' is not implemented; use %s instead"):format(o.type,
-        onebit[o.type:lower()]), 0)
-    end
     if type(o.type) ~= "string" or not types[o.type:lower()] then bad("optimizer.type",
       table.concat(names, ", ", 1, #names - 1) .. " or " .. names[#names], o.type) end
     local t = types[o.type:lower()]

@@ -377,6 +377,7 @@ function Engine:prepare(model, loader, opt, script)
   self.host = zorch._offload_host(self, target)
   if self.host then target = self.host.target end
   self.inner = cls({target}, opt.defaults)
+  if self.inner._attach then self.inner:_attach(self, opt) end -- (the 1-bit optimizers reduce for themselves)
   self.target = target
   self.user_opt = opt
   -- offload_optimizer: the moments in a file (bound: the parameter file's

@@ -27,7 +27,7 @@ local S = {}
 -- schedule shapes; scripts/ds_compare.py checks the corpus against it).
 S.deepspeed_version = "0.19.8"
 
-S.optimizer_types = {"Adam", "AdamW", "SGD", "Lamb"}
+S.optimizer_types = {"Adam", "AdamW", "SGD", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"}
 S.scheduler_types = {"LRRangeTest", "OneCycle", "WarmupCosineLR", "WarmupDecayLR", "WarmupLR"}
 
 local function is_group(v)
@@ -87,8 +87,8 @@ S.rows = {
    doc = "`save_checkpoint` keeps the newest N complete checkpoints of its folder, whatever their tags; false: every one"},
   {name = "optimizer", ds = {"optimizer"}, kind = "table", default = false, structural = true,
    check = function(v) return v == false or (type(v) == "table" and one_of(v.type, S.optimizer_types)) end,
-   want = "{type = \"Adam\" | \"AdamW\" | \"SGD\" | \"Lamb\", params = {...}}",
-   doc = "`{type = \"Adam\" | \"AdamW\" | \"SGD\" | \"Lamb\", params = {...}}`: `prepare` makes it when given no optimizer"},
+   want = "{type = \"Adam\" | \"AdamW\" | \"SGD\" | \"Lamb\" | \"OneBitAdam\" | \"ZeroOneAdam\" | \"OneBitLamb\", params = {...}}",
+   doc = "`{type = \"Adam\" | \"AdamW\" | \"SGD\" | \"Lamb\" | \"OneBitAdam\" | \"ZeroOneAdam\" | \"OneBitLamb\", params = {...}}`: `prepare` makes it when given no optimizer (the 1-bit ones: docs/onebit.md)"},
   {name = "scheduler", ds = {"scheduler"}, kind = "table", default = false, structural = true,
    check = function(v) return v == false or (type(v) == "table" and one_of(v.type, S.scheduler_types)) end,
    want = "{type = \"WarmupLR\" | \"WarmupDecayLR\" | \"WarmupCosineLR\" | \"OneCycle\" | \"LRRangeTest\", params = {...}}",

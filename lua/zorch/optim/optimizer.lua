@@ -381,5 +381,5 @@ end
 -- What the algorithm files share.
 return {
   any = any, betas = betas, bool = bool, class = class, new = new, nonneg = nonneg, options = options,
-  weight_decay = weight_decay, zeros_like = zeros_like,
+  weight_decay = weight_decay, zeros_like = zeros_like, Optimizer = Optimizer,
 }
