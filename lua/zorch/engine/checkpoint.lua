@@ -54,10 +54,11 @@ end
 local FORMAT, VERSION = "zorch-checkpoint", 2
 local TAG_PATTERN = "^[%w_%-%.]+$"
 
--- (name, offset, numel, shape) of every parameter, in the engine's flat order.
+-- (name, offset, numel, shape) of every parameter of the engine, in its flat order.
 local function layout(info)
   local out, off = {}, 0
-  for name, p in info.model:named_parameters() do
+  for _, np in ipairs(info.params) do
+    local name, p = np[1], np[2]
     out[#out + 1] = {name = name, offset = off, numel = p:numel(), shape = p.shape}
     off = off + p:numel()
   end
@@ -720,7 +721,8 @@ function M.save(engine, dir, opts)
   -- buffers are not sharded: each rank keeps its own, rank 0's are saved
   local buffers = {}
   if lead then
-    for name, b in info.model:named_buffers() do
+    for _, nb in ipairs(info.buffers) do
+      local name, b = nb[1], nb[2]
       pieces["buffer/" .. name] = b:to("cpu")
       buffers[#buffers + 1] = {name = name, shape = b.shape, dtype = b:dtype()}
     end
@@ -907,7 +909,7 @@ local function load_pieces(engine, info, where, manifest)
   for _, f in ipairs(manifest.state_fields) do wanted["state." .. f] = true end
   -- the buffers, every rank from rank 0's file
   local model_buffers = {}
-  for name, b in info.model:named_buffers() do model_buffers[name] = b end
+  for _, nb in ipairs(info.buffers) do model_buffers[nb[1]] = nb[2] end
   for _, b in ipairs(manifest.buffers or {}) do
     local mine, t = model_buffers[b.name], pieces["buffer/" .. b.name]
     if not mine then error(("load_checkpoint: %s has a buffer '%s' the model lacks"):format(where, b.name), 3) end
@@ -1023,7 +1025,7 @@ local function load_across_layouts(engine, info, where, manifest)
   end
   -- the buffers this rank's model has, from the leading rank's file
   local model_buffers = {}
-  for name, buf in info.model:named_buffers() do model_buffers[name] = buf end
+  for _, nb in ipairs(info.buffers) do model_buffers[nb[1]] = nb[2] end
   for _, buf in ipairs(manifest.buffers or {}) do
     local mine = model_buffers[buf.name]
     if mine then mine:copy_(zorch.load(where .. "/rank0.safetensors", "buffer/" .. buf.name)) end
