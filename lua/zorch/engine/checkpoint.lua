@@ -28,7 +28,9 @@
 -- remove each other's folders).
 -- The module reaches the engine only through the methods engine.lua defines
 -- for it (docs/architecture.md, "The Engine on the Lua side"):
---   engine:checkpoint_layout()        the model, data rank, stage, precision,
+--   engine:checkpoint_layout()        the model, the engine's parameters, what
+--                                     rank 0 writes whole (buffers, frozen
+--                                     parameters), data rank, stage, precision,
 --                                     shard, flat target, optimizer name, layout
 --   engine:checkpoint_state()         what a save writes besides the pieces
 --   engine:restore_optimizer_state(s) the slice's optimizer state, once loaded
@@ -129,7 +131,8 @@ FIELDS.loss_scale = function(v, m)
     end
   end
 end
--- the model's buffers (rank 0's, in rank0.safetensors as "buffer/<name>");
+-- the model's buffers and the frozen parameters outside the engine (rank 0's,
+-- in rank0.safetensors as "buffer/<name>");
 -- optional: older manifests lack it
 local BUFFER_DTYPES = {float32 = true, float64 = true, bfloat16 = true, float16 = true, int64 = true, int32 = true,
                        uint8 = true, int8 = true, bool = true}
@@ -718,7 +721,8 @@ function M.save(engine, dir, opts)
       end
     end
   end
-  -- buffers are not sharded: each rank keeps its own, rank 0's are saved
+  -- buffers (and the frozen parameters outside the engine) are not sharded:
+  -- each rank keeps its own, rank 0's are saved
   local buffers = {}
   if lead then
     for _, nb in ipairs(info.buffers) do

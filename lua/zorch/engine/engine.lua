@@ -576,6 +576,11 @@ function Engine:print_summary()
       self.offload:stats().io, self.disk and ("; %s measured: write %.0f MB/s, read %.0f MB/s%s"):format(
         self.host_param and "its folder" or "the disk", self.disk.write, self.disk.read, self.disk.direct and " (direct I/O)" or " (page cache)") or "")
   end
+  if #self.frozen > 0 then
+    local b, n = frozen.size(self.frozen)
+    lines[#lines + 1] = ("  frozen: %d parameters (%d elements, %.1f MB) held by the model, no optimizer state"):format(
+      #self.frozen, n, b / 1e6)
+  end
   for _, l in ipairs(self.auto_lines or {}) do lines[#lines + 1] = "  " .. l end
   for _, g in ipairs(zorch._unimplemented_groups(self.unimplemented)) do
     lines[#lines + 1] = ("  %s: %s"):format(g.title, table.concat(g.keys, ", "))
