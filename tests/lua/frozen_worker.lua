@@ -3,14 +3,15 @@
 --   zorch frozen_worker.lua STAGE PRECISION MODE OUT [OFFLOAD]
 -- MODE run (6 steps), or resume (3 steps and a checkpoint in OUT.ckpt, then a
 -- model built from another seed, so its base weights are wrong, resumes from
--- it and takes 3 more). OFFLOAD "cpu": offload_optimizer device cpu. Rank 0
+-- it and takes 3 more), or regroup (the same from a checkpoint whose first
+-- run had the base in the optimizer's group: in the engine's flat pieces). OFFLOAD "cpu": offload_optimizer device cpu. Rank 0
 -- writes to OUT: the losses, the memory report and the frozen tensors' dtypes.
 local zorch = require "zorch"
 local nn = zorch.nn
 local stage, precision, mode, out = math.tointeger(tonumber(arg[1])), arg[2], arg[3], arg[4]
 local offload = arg[5]
 
-local function build(seed)
+local function build(seed, grouped)
   zorch.manual_seed(seed)
   local m = nn.Sequential(nn.Linear(16, 24), nn.Tanh(), nn.Linear(24, 24), nn.Tanh(), nn.Linear(24, 8))
   m:requires_grad_(false)
@@ -18,7 +19,8 @@ local function build(seed)
   nn.lora.apply(m, {r = 4, alpha = 8, target_modules = {"0", "2"}})
   local engine = zorch.Engine{zero_stage = stage, precision = precision, gradient_clipping = 0.5,
                               offload_optimizer = offload and {device = offload} or nil}
-  local opt = zorch.optim.AdamW(nn.lora.parameters(m), {lr = 0.05, weight_decay = 0.1})
+  -- grouped: the frozen base in the optimizer's group too (so in the engine's buffer)
+  local opt = zorch.optim.AdamW(grouped and m:parameters() or nn.lora.parameters(m), {lr = 0.05, weight_decay = 0.1})
   local model, _, o = engine:prepare(m, nil, opt)
   return model, o, engine
 end
@@ -37,7 +39,7 @@ local function train(model, o, engine, from, to)
   end
 end
 
-local model, o, engine = build(1)
+local model, o, engine = build(1, mode == "regroup")
 if mode == "run" then
   train(model, o, engine, 1, 6)
 else

@@ -69,6 +69,17 @@ for _, c in ipairs({{1, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 1}, {2, 3}}) do
   end
 end
 
+-- a checkpoint that holds the base weights in its flat pieces (its run kept
+-- them in the engine) resumes a run that leaves them out
+for _, c in ipairs({{1, 0}, {1, 3}, {2, 2}}) do
+  local n, stage = c[1], c[2]
+  if n == 1 or has_mpi then
+    local r = worker(n, stage, "bf16", "regroup")
+    tap.ok(r.losses == ref.losses, ("%d rank%s, stage %d: resumed from a checkpoint with the base in its pieces: " ..
+      "the uninterrupted losses"):format(n, n == 1 and "" or "s", stage))
+  end
+end
+
 -- offload_optimizer "cpu" steps the same adapters; fp32 keeps float32 frozen tensors
 local off = worker(1, 2, "bf16", "run", "cpu")
 tap.ok(off.losses == ref.losses and off.numel == adapters, "offload_optimizer cpu, stage 2: the same losses, adapters only")

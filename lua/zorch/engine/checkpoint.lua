@@ -981,7 +981,7 @@ end
 -- Any layout into any other: for every parameter this rank's target covers,
 -- the full tensor assembled from the checkpoint's parts, this rank's slice cut
 -- from it (one full parameter in memory at a time).
-local function load_across_layouts(engine, info, where, manifest)
+local function load_across_layouts(engine, info, where, manifest, nfrozen)
   local who = "load_checkpoint"
   local L = info.layout
   local params, numel = layout(info)
@@ -1000,7 +1000,7 @@ local function load_across_layouts(engine, info, where, manifest)
   end
   local whole_model = (L == nil or L.sizes.pipeline == 1) and
                       (manifest.layout == nil or manifest.layout.pipeline == 1)
-  if whole_model and #manifest.params ~= #params then
+  if whole_model and #manifest.params - (nfrozen or 0) ~= #params then
     error("load_checkpoint: the checkpoint has other parameters than the model", 3)
   end
   local optname = info.optimizer
@@ -1037,6 +1037,29 @@ local function load_across_layouts(engine, info, where, manifest)
   engine:restore_optimizer_state(state)
 end
 
+-- A checkpoint whose flat parameters hold some of this engine's frozen ones
+-- (saved by a run that kept them in the engine: before they were left out,
+-- or with them in an optimizer group): their values into the model's
+-- tensors. Returns how many.
+local function load_frozen_params(info, where, manifest)
+  local frozen, src, n = {}, nil, 0
+  for _, f in ipairs(info.frozen) do frozen[f[1]] = f[2] end
+  for _, p in ipairs(manifest.params) do
+    local t = frozen[p.name]
+    if t then
+      src = src or {sources(manifest)}
+      local full = full_tensor("load_checkpoint", where, src, p.name, "param")
+      if table.concat(full.shape, ",") ~= table.concat(t.shape, ",") then
+        error(("load_checkpoint: '%s' has shape (%s) in %s but (%s) in the model"):format(p.name,
+          table.concat(full.shape, ", "), where, table.concat(t.shape, ", ")), 3)
+      end
+      zorch.no_grad(function() t:copy_(full) end)
+      n = n + 1
+    end
+  end
+  return n
+end
+
 -- load(engine, dir): Engine:load_checkpoint's work (it tail-calls this, so
 -- level 2 is the caller's). Resumes from DIR/latest (or DIR itself when it
 -- holds a manifest), resharding to this run's world size and stage; then the
@@ -1046,8 +1069,9 @@ function M.load(engine, dir)
   local info = engine:checkpoint_layout()
   if type(dir) == "string" and not read_file(dir .. "/manifest.json") then lock_folder(dir, "load_checkpoint", false) end
   local where, manifest = open_checkpoint(dir, "load_checkpoint", info.rank)
-  if manifest.layout or split_model(info) then
-    load_across_layouts(engine, info, where, manifest)
+  local nfrozen = load_frozen_params(info, where, manifest)
+  if nfrozen > 0 or manifest.layout or split_model(info) then
+    load_across_layouts(engine, info, where, manifest, nfrozen)
   else
     load_pieces(engine, info, where, manifest)
   end
