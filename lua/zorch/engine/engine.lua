@@ -957,16 +957,17 @@ end
 -- What a checkpoint reads of the engine's layout: the model, the engine's
 -- parameters in its flat order ({{name, tensor}, ...}), what rank 0 writes
 -- whole (the model's buffers, then the frozen parameters outside the engine)
--- and those frozen parameters alone ({{name, tensor}, ...}), the data rank, the ZeRO stage and precision, the shard size, the flat
--- optimizer target (a load writes it in place), the optimizer's name and the
--- layout splitting the model (nil without one).
+-- and those frozen parameters alone ({{name, tensor}, ...}), the data rank,
+-- the ZeRO stage and precision, the shard size, the flat optimizer target (a
+-- load writes it in place), the optimizer's name and the layout splitting
+-- the model (nil without one).
 function Engine:checkpoint_layout()
   local params, whole = {}, {}
   for i, p in ipairs(self.params) do params[i] = {self.param_names[i], p} end
   for name, b in self.model:named_buffers() do whole[#whole + 1] = {name, b} end
   for _, f in ipairs(self.frozen) do whole[#whole + 1] = f end
-  return {model = self.model, params = params, buffers = whole, frozen = self.frozen, rank = self.rank, stage = self.cfg.zero_stage,
-          precision = self.cfg.precision,
+  return {model = self.model, params = params, buffers = whole, frozen = self.frozen, rank = self.rank,
+          stage = self.cfg.zero_stage, precision = self.cfg.precision,
           shard = self.zero:memory().shard, target = self.zero:target(),
           optimizer = getmetatable(self.inner).__name or "optimizer", layout = self.layout}
 end
