@@ -570,16 +570,16 @@ function Engine:print_summary()
         and (" (%d parameter groups)"):format(#self.user_opt.param_groups) or "",
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
   }
+  if #self.frozen > 0 then
+    local b, n = frozen.size(self.frozen)
+    lines[#lines + 1] = ("  frozen: %d parameters (%d elements, %.1f MB) held by the model, no optimizer state"):format(
+      #self.frozen, n, b / 1e6)
+  end
   if self.offload then
     lines[#lines + 1] = ("  offload to %s: optimizer state%s in %s, I/O by %s%s"):format(
       self.host_param and "host memory" or "nvme", self.param_dir and ", parameters and gradients" or "", self.opt_dir,
       self.offload:stats().io, self.disk and ("; %s measured: write %.0f MB/s, read %.0f MB/s%s"):format(
         self.host_param and "its folder" or "the disk", self.disk.write, self.disk.read, self.disk.direct and " (direct I/O)" or " (page cache)") or "")
-  end
-  if #self.frozen > 0 then
-    local b, n = frozen.size(self.frozen)
-    lines[#lines + 1] = ("  frozen: %d parameters (%d elements, %.1f MB) held by the model, no optimizer state"):format(
-      #self.frozen, n, b / 1e6)
   end
   for _, l in ipairs(self.auto_lines or {}) do lines[#lines + 1] = "  " .. l end
   for _, g in ipairs(zorch._unimplemented_groups(self.unimplemented)) do
