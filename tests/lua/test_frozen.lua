@@ -59,24 +59,21 @@ for _, n in ipairs({1, 2}) do
 end
 
 -- a checkpoint holds the frozen weights: the resumed run (its base drawn from
--- another seed) takes the uninterrupted run's losses
-for _, c in ipairs({{1, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 1}, {2, 3}}) do
-  local n, stage = c[1], c[2]
-  if n == 1 or has_mpi then
-    local r = worker(n, stage, "bf16", "resume")
-    tap.ok(r.losses == ref.losses, ("%d rank%s, stage %d: 3 steps, a checkpoint, a model with other base weights " ..
-      "resumes from it: the uninterrupted losses"):format(n, n == 1 and "" or "s", stage))
-  end
-end
-
--- a checkpoint that holds the base weights in its flat pieces (its run kept
--- them in the engine) resumes a run that leaves them out
-for _, c in ipairs({{1, 0}, {1, 3}, {2, 2}}) do
-  local n, stage = c[1], c[2]
-  if n == 1 or has_mpi then
-    local r = worker(n, stage, "bf16", "regroup")
-    tap.ok(r.losses == ref.losses, ("%d rank%s, stage %d: resumed from a checkpoint with the base in its pieces: " ..
-      "the uninterrupted losses"):format(n, n == 1 and "" or "s", stage))
+-- another seed) takes the uninterrupted run's losses; regroup: the checkpoint
+-- holds the base in its flat pieces (its run kept it in the engine, in the
+-- optimizer's group) and resumes a run that leaves it out
+local RESUMES = {
+  resume = {{1, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 1}, {2, 3}},
+  regroup = {{1, 0}, {1, 3}, {2, 2}},
+}
+for _, mode in ipairs({"resume", "regroup"}) do
+  for _, c in ipairs(RESUMES[mode]) do
+    local n, stage = c[1], c[2]
+    if n == 1 or has_mpi then
+      local r = worker(n, stage, "bf16", mode)
+      tap.ok(r.losses == ref.losses, ("%s, %d rank%s, stage %d: 3 steps, a checkpoint, a model with other base " ..
+        "weights resumes from it: the uninterrupted losses"):format(mode, n, n == 1 and "" or "s", stage))
+    end
   end
 end
 
