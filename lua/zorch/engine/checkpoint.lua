@@ -28,7 +28,9 @@
 -- remove each other's folders).
 -- The module reaches the engine only through the methods engine.lua defines
 -- for it (docs/architecture.md, "The Engine on the Lua side"):
---   engine:checkpoint_layout()        the model, data rank, stage, precision,
+--   engine:checkpoint_layout()        the model, the engine's parameters, what
+--                                     rank 0 writes whole (buffers, frozen
+--                                     parameters), data rank, stage, precision,
 --                                     shard, flat target, optimizer name, layout
 --   engine:checkpoint_state()         what a save writes besides the pieces
 --   engine:restore_optimizer_state(s) the slice's optimizer state, once loaded
@@ -54,10 +56,11 @@ end
 local FORMAT, VERSION = "zorch-checkpoint", 2
 local TAG_PATTERN = "^[%w_%-%.]+$"
 
--- (name, offset, numel, shape) of every parameter, in the engine's flat order.
+-- (name, offset, numel, shape) of every parameter of the engine, in its flat order.
 local function layout(info)
   local out, off = {}, 0
-  for name, p in info.model:named_parameters() do
+  for _, np in ipairs(info.params) do
+    local name, p = np[1], np[2]
     out[#out + 1] = {name = name, offset = off, numel = p:numel(), shape = p.shape}
     off = off + p:numel()
   end
@@ -128,7 +131,8 @@ FIELDS.loss_scale = function(v, m)
     end
   end
 end
--- the model's buffers (rank 0's, in rank0.safetensors as "buffer/<name>");
+-- the model's buffers and the frozen parameters outside the engine (rank 0's,
+-- in rank0.safetensors as "buffer/<name>");
 -- optional: older manifests lack it
 local BUFFER_DTYPES = {float32 = true, float64 = true, bfloat16 = true, float16 = true, int64 = true, int32 = true,
                        uint8 = true, int8 = true, bool = true}
@@ -717,10 +721,12 @@ function M.save(engine, dir, opts)
       end
     end
   end
-  -- buffers are not sharded: each rank keeps its own, rank 0's are saved
+  -- buffers (and the frozen parameters outside the engine) are not sharded:
+  -- each rank keeps its own, rank 0's are saved
   local buffers = {}
   if lead then
-    for name, b in info.model:named_buffers() do
+    for _, nb in ipairs(info.buffers) do
+      local name, b = nb[1], nb[2]
       pieces["buffer/" .. name] = b:to("cpu")
       buffers[#buffers + 1] = {name = name, shape = b.shape, dtype = b:dtype()}
     end
@@ -907,7 +913,7 @@ local function load_pieces(engine, info, where, manifest)
   for _, f in ipairs(manifest.state_fields) do wanted["state." .. f] = true end
   -- the buffers, every rank from rank 0's file
   local model_buffers = {}
-  for name, b in info.model:named_buffers() do model_buffers[name] = b end
+  for _, nb in ipairs(info.buffers) do model_buffers[nb[1]] = nb[2] end
   for _, b in ipairs(manifest.buffers or {}) do
     local mine, t = model_buffers[b.name], pieces["buffer/" .. b.name]
     if not mine then error(("load_checkpoint: %s has a buffer '%s' the model lacks"):format(where, b.name), 3) end
@@ -975,7 +981,7 @@ end
 -- Any layout into any other: for every parameter this rank's target covers,
 -- the full tensor assembled from the checkpoint's parts, this rank's slice cut
 -- from it (one full parameter in memory at a time).
-local function load_across_layouts(engine, info, where, manifest)
+local function load_across_layouts(engine, info, where, manifest, nfrozen)
   local who = "load_checkpoint"
   local L = info.layout
   local params, numel = layout(info)
@@ -994,7 +1000,7 @@ local function load_across_layouts(engine, info, where, manifest)
   end
   local whole_model = (L == nil or L.sizes.pipeline == 1) and
                       (manifest.layout == nil or manifest.layout.pipeline == 1)
-  if whole_model and #manifest.params ~= #params then
+  if whole_model and #manifest.params - (nfrozen or 0) ~= #params then
     error("load_checkpoint: the checkpoint has other parameters than the model", 3)
   end
   local optname = info.optimizer
@@ -1023,12 +1029,35 @@ local function load_across_layouts(engine, info, where, manifest)
   end
   -- the buffers this rank's model has, from the leading rank's file
   local model_buffers = {}
-  for name, buf in info.model:named_buffers() do model_buffers[name] = buf end
+  for _, nb in ipairs(info.buffers) do model_buffers[nb[1]] = nb[2] end
   for _, buf in ipairs(manifest.buffers or {}) do
     local mine = model_buffers[buf.name]
     if mine then mine:copy_(zorch.load(where .. "/rank0.safetensors", "buffer/" .. buf.name)) end
   end
   engine:restore_optimizer_state(state)
+end
+
+-- A checkpoint whose flat parameters hold some of this engine's frozen ones
+-- (saved by a run that kept them in the engine: before they were left out,
+-- or with them in an optimizer group): their values into the model's
+-- tensors. Returns how many.
+local function load_frozen_params(info, where, manifest)
+  local frozen, src, n = {}, nil, 0
+  for _, f in ipairs(info.frozen) do frozen[f[1]] = f[2] end
+  for _, p in ipairs(manifest.params) do
+    local t = frozen[p.name]
+    if t then
+      src = src or {sources(manifest)}
+      local full = full_tensor("load_checkpoint", where, src, p.name, "param")
+      if table.concat(full.shape, ",") ~= table.concat(t.shape, ",") then
+        error(("load_checkpoint: '%s' has shape (%s) in %s but (%s) in the model"):format(p.name,
+          table.concat(full.shape, ", "), where, table.concat(t.shape, ", ")), 3)
+      end
+      zorch.no_grad(function() t:copy_(full) end)
+      n = n + 1
+    end
+  end
+  return n
 end
 
 -- load(engine, dir): Engine:load_checkpoint's work (it tail-calls this, so
@@ -1040,8 +1069,9 @@ function M.load(engine, dir)
   local info = engine:checkpoint_layout()
   if type(dir) == "string" and not read_file(dir .. "/manifest.json") then lock_folder(dir, "load_checkpoint", false) end
   local where, manifest = open_checkpoint(dir, "load_checkpoint", info.rank)
-  if manifest.layout or split_model(info) then
-    load_across_layouts(engine, info, where, manifest)
+  local nfrozen = load_frozen_params(info, where, manifest)
+  if nfrozen > 0 or manifest.layout or split_model(info) then
+    load_across_layouts(engine, info, where, manifest, nfrozen)
   else
     load_pieces(engine, info, where, manifest)
   end

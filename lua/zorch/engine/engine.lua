@@ -22,6 +22,7 @@ end
 -- Every option's default and check come from the schema (options.lua).
 local OPTIONS = zorch._require("zorch.engine.options")
 local ckpt = zorch._require("zorch.engine.checkpoint") -- the folder format
+local frozen = zorch._require("zorch.engine.frozen") -- frozen parameters outside the buffers
 local DEFAULTS = {}
 for _, r in ipairs(OPTIONS.rows) do if r.name then DEFAULTS[r.name] = r.default end end
 
@@ -259,11 +260,13 @@ function Engine:prepare(model, loader, opt, script)
     local ok, err = pcall(model.to, model, self.device)
     if not ok then error(("Engine:prepare: cannot move the model to %s: %s"):format(self.device, err), 2) end
   end
-  local params = model:parameters()
-  if #params == 0 then error("Engine:prepare: the model has no parameters", 2) end
+  if #model:parameters() == 0 then error("Engine:prepare: the model has no parameters", 2) end
+  -- (frozen parameters in no group stay plain tensors of the model: engine/frozen.lua)
+  local params, names
+  params, names, group_of, self.frozen = frozen.split(self, model, group_of, opt)
   local numel = 0
   for _, p in ipairs(params) do numel = numel + p:numel() end
-  self.params = params
+  self.params, self.param_names = params, names
   self:check_agreement(#params, numel)
   self.group:bytes(true)
   local stage = self.cfg.zero_stage
@@ -273,12 +276,13 @@ function Engine:prepare(model, loader, opt, script)
   -- owner's group by every module that holds it)
   local groups, owner_groups, owners = nil, {}, {}
   if stage == 3 then
-    local index, holders, group_of = {}, {}, {}
+    local index, holders, group_of, mine = {}, {}, {}, {}
+    for _, p in ipairs(params) do mine[p] = true end
     local function walk(m, path)
       path[m] = true
       for _, k in ipairs(m._order) do
         local v = rawget(m, k)
-        if m._params[k] and v ~= nil then
+        if m._params[k] and v ~= nil and mine[v] then
           if index[v] then holders[#holders + 1] = {m, index[v]}
           else owners[#owners + 1] = m; index[v] = #owners end
         elseif m._children[k] and v ~= nil and not path[v] then walk(v, path) end
@@ -577,6 +581,11 @@ function Engine:print_summary()
         and (" (%d parameter groups)"):format(#self.user_opt.param_groups) or "",
       c.scheduler and (", scheduler " .. c.scheduler.type) or ""),
   }
+  if #self.frozen > 0 then
+    local b, n = frozen.size(self.frozen)
+    lines[#lines + 1] = ("  frozen: %d parameters (%d elements, %.1f MB) held by the model, no optimizer state"):format(
+      #self.frozen, n, b / 1e6)
+  end
   if self.offload then
     lines[#lines + 1] = ("  offload to %s: optimizer state%s in %s, I/O by %s%s"):format(
       self.host_param and "host memory" or "nvme", self.param_dir and ", parameters and gradients" or "", self.opt_dir,
@@ -834,11 +843,8 @@ function Engine:model_norm_weights(model, params)
   if not split_model and not self.norm_groups then return nil end
   local T = L and L.sizes.tensor or 1
   local split = T > 1 and zorch.nn.tp_splits(model) or {}
-  local weight, i = {}, 0
-  for name in model:named_parameters() do
-    i = i + 1
-    weight[i] = (T == 1 or split[name] ~= nil) and 1 or 1 / T
-  end
+  local weight = {}
+  for i, name in ipairs(self.param_names) do weight[i] = (T == 1 or split[name] ~= nil) and 1 or 1 / T end
   for k, p in ipairs(params) do
     if self.norm_duplicates and self.norm_duplicates[p] then weight[k] = 0 end
   end
@@ -875,8 +881,7 @@ function Engine:clip_grad_norm(max_norm, params)
   return self.last_norm
 end
 
-local SIZES = {float64 = 8, float32 = 4, bfloat16 = 2, float16 = 2}
-local function bytes(t) return t and t:numel() * SIZES[t:dtype()] or 0 end
+local bytes = frozen.bytes
 
 -- zorch.checkpoint(fn, ...) with the config's activation checkpointing options.
 function Engine:checkpoint(fn, ...)
@@ -891,6 +896,7 @@ function Engine:memory_report()
     for _, v in pairs(s) do if zorch.is_tensor(v) then opt_bytes = opt_bytes + bytes(v) end end
   end
   local m = self.zero:memory()
+  local frozen_bytes, frozen_numel = frozen.size(self.frozen)
   local st = self.offload and self.offload:stats()
   local pio = self.zero:io(false)
   local on_nvme = not self.host_param -- (offload_param "cpu" on a GPU rank: the files are in host memory)
@@ -909,6 +915,8 @@ function Engine:memory_report()
     master_weights = m.master_weights,
     buffers = m.buffers, -- bucket staging exists only while a bucket fills
     numel = m.numel,
+    frozen = frozen_bytes, -- frozen parameters outside the engine: the model's plain tensors
+    frozen_numel = frozen_numel,
     world_size = self.world_size,
     stage = self.cfg.zero_stage,
   }
@@ -1017,12 +1025,20 @@ function Engine:load_checkpoint(dir)
   return ckpt.load(self, dir)
 end
 
--- What a checkpoint reads of the engine's layout: the model (names, shapes,
--- buffers), the data rank, the ZeRO stage and precision, the shard size, the
--- flat optimizer target (a load writes it in place), the optimizer's name
--- and the layout splitting the model (nil without one).
+-- What a checkpoint reads of the engine's layout: the model, the engine's
+-- parameters in its flat order ({{name, tensor}, ...}), what rank 0 writes
+-- whole (the model's buffers, then the frozen parameters outside the engine)
+-- and those frozen parameters alone ({{name, tensor}, ...}), the data rank,
+-- the ZeRO stage and precision, the shard size, the flat optimizer target (a
+-- load writes it in place), the optimizer's name and the layout splitting
+-- the model (nil without one).
 function Engine:checkpoint_layout()
-  return {model = self.model, rank = self.rank, stage = self.cfg.zero_stage, precision = self.cfg.precision,
+  local params, whole = {}, {}
+  for i, p in ipairs(self.params) do params[i] = {self.param_names[i], p} end
+  for name, b in self.model:named_buffers() do whole[#whole + 1] = {name, b} end
+  for _, f in ipairs(self.frozen) do whole[#whole + 1] = f end
+  return {model = self.model, params = params, buffers = whole, frozen = self.frozen, rank = self.rank,
+          stage = self.cfg.zero_stage, precision = self.cfg.precision,
           shard = self.zero:memory().shard, target = self.zero:target(),
           optimizer = getmetatable(self.inner).__name or "optimizer", layout = self.layout}
 end
@@ -1033,9 +1049,8 @@ end
 -- and the steps each parameter missed while frozen (by name, those > 0).
 function Engine:checkpoint_state()
   local micro, steps = self:counts()
-  local missed, i = {}, 0
-  for name in self.model:named_parameters() do
-    i = i + 1
+  local missed = {}
+  for i, name in ipairs(self.param_names) do
     local n = self.behind and self.behind[i]
     if n and n > 0 then missed[name] = n end
   end
@@ -1078,8 +1093,8 @@ function Engine:restore_counters(c, ...)
   end
   -- the steps each parameter missed while frozen, and the runs they shape
   if self.group_base then
-    local index, i = {}, 0
-    for name in self.model:named_parameters() do i = i + 1; index[name] = i end
+    local index = {}
+    for i, name in ipairs(self.param_names) do index[name] = i end
     self.behind = {}
     for name, n in pairs(c.missed or {}) do
       if index[name] then self.behind[index[name]] = n end
