@@ -118,6 +118,8 @@ typedef struct {
   size_t nall, allcap;
   pt_storage *st;
   int nst, stcap;
+  uint64_t storage_bytes; /* all storages', at most the file's size (no two share bytes) */
+  size_t memo_len;        /* entries stored, MEMOIZE's next index */
 } pt;
 
 static zorch_status oom(void) { return err_set(ZORCH_ERR_OOM, "load: out of memory"); }
@@ -320,6 +322,10 @@ static zorch_status load_storage(pt *r, const pv *pid, pv **out) {
     if (!s->key) return oom();
     r->nst++;
     uint64_t off = 0, nb = (uint64_t)numel * (uint64_t)globals[g].fsize;
+    if (nb > r->fsize - r->storage_bytes)
+      return BAD("load: %s: storage %s (%lld elements) and those before it hold more bytes than the file", r->path,
+                 s->key, (long long)numel);
+    r->storage_bytes += nb;
     const zip_entry *z = NULL;
     char name[80];
     snprintf(name, sizeof name, "data/%s", s->key);
@@ -330,9 +336,6 @@ static zorch_status load_storage(pt *r, const pv *pid, pv **out) {
       if (z->size != nb)
         return BAD("load: %s: storage %s holds %llu bytes, not the %llu of %lld %s elements", r->path, s->key,
                    (unsigned long long)z->size, (unsigned long long)nb, (long long)numel, globals[g].name);
-    } else if (nb > r->fsize) {
-      return BAD("load: %s: storage %s claims %lld elements, more than the file holds", r->path, s->key,
-                 (long long)numel);
     }
     s->flat = tensor_new(1, &numel, globals[g].dt, (zorch_device){ZORCH_CPU, 0});
     if (!s->flat) return zorch_last_status();
@@ -491,7 +494,7 @@ static zorch_status unpickle(pt *r, pv **out) {
   r->sp = 0;
   r->nmarks = 0;
   for (size_t i = 0; i < r->memo_cap; i++) r->memo[i] = NULL;
-  size_t limit = (size_t)(r->end - r->start); /* memo indices run from 0, one a PUT */
+  r->memo_len = 0;
   for (;;) {
     if (r->p >= r->end) return BAD("load: %s: the pickle ends without STOP (truncated?)", r->path);
     unsigned op = *r->p++;
@@ -577,17 +580,17 @@ static zorch_status unpickle(pt *r, pv **out) {
         break;
       }
       case 'q': case 'r': case 0x94: { /* BINPUT, LONG_BINPUT, MEMOIZE */
-        uint64_t i = 0;
-        if (op == 0x94) {
-          while (i < r->memo_cap && r->memo[i]) i++;
-        } else {
+        uint64_t i = r->memo_len;
+        if (op != 0x94) {
           if (!(q = take(r, op == 'q' ? 1 : 4))) goto truncated;
           i = le(q, op == 'q' ? 1 : 4);
         }
-        if (i >= limit) return BAD("load: %s: memo index %llu at byte %zu is out of range", r->path, (unsigned long long)i, at(r));
+        /* a pickler numbers its entries from 0, so none is past the values made */
+        if (i > r->nall) return BAD("load: %s: memo index %llu at byte %zu is out of range", r->path, (unsigned long long)i, at(r));
         size_t cap = r->memo_cap;
         if (!grow((void **)&r->memo, &r->memo_cap, (size_t)i + 1, sizeof *r->memo)) return oom();
         for (size_t k = cap; k < r->memo_cap; k++) r->memo[k] = NULL;
+        r->memo_len += !r->memo[i];
         r->memo[i] = r->stack[r->sp - 1];
         break;
       }
