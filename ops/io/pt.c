@@ -622,32 +622,20 @@ static zorch_status unpickle(pt *r, pv **out) {
         st = push(r, v);
         break;
       }
-      case 'a': case 'e': { /* APPEND, APPENDS */
-        size_t from = op == 'a' ? r->sp - 1 : base;
-        if (op == 'e' && (!r->nmarks || base == 0))
-          return BAD("load: %s: APPENDS at byte %zu without a MARK above a list", r->path, at(r));
-        pv *list = r->stack[from - 1];
-        if (list->kind != V_LIST)
-          return BAD("load: %s: APPEND at byte %zu to a %s (zorch.load appends to lists only)", r->path, at(r),
-                     vnames[list->kind]);
+      case 'a': case 'e': case 's': case 'u': { /* APPEND, APPENDS, SETITEM, SETITEMS */
+        bool many = op == 'e' || op == 'u', dict = op == 's' || op == 'u';
+        size_t from = many ? base : r->sp - (dict ? 2 : 1);
+        if (many && (!r->nmarks || base == 0 || (dict && (r->sp - base) % 2)))
+          return BAD("load: %s: %s at byte %zu without a MARK above a %s", r->path, dict ? "SETITEMS" : "APPENDS",
+                     at(r), dict ? "dict and pairs" : "list");
+        pv *into = r->stack[from - 1];
+        if (into->kind != (dict ? V_DICT : V_LIST))
+          return BAD("load: %s: %s at byte %zu on a %s (zorch.load %s)", r->path, dict ? "SETITEM" : "APPEND", at(r),
+                     vnames[into->kind], dict ? "sets items of dicts only" : "appends to lists only");
         for (size_t k = from; k < r->sp; k++)
-          if (!seq_add(list, r->stack[k])) return oom();
+          if (!seq_add(into, r->stack[k])) return oom();
         r->sp = from;
-        if (op == 'e') r->nmarks--;
-        break;
-      }
-      case 's': case 'u': { /* SETITEM, SETITEMS */
-        size_t from = op == 's' ? r->sp - 2 : base;
-        if (op == 'u' && (!r->nmarks || base == 0 || (r->sp - base) % 2))
-          return BAD("load: %s: SETITEMS at byte %zu without a MARK above a dict and pairs", r->path, at(r));
-        pv *dict = r->stack[from - 1];
-        if (dict->kind != V_DICT)
-          return BAD("load: %s: SETITEM at byte %zu on a %s (zorch.load sets items of dicts only)", r->path, at(r),
-                     vnames[dict->kind]);
-        for (size_t k = from; k < r->sp; k++)
-          if (!seq_add(dict, r->stack[k])) return oom();
-        r->sp = from;
-        if (op == 'u') r->nmarks--;
+        if (many) r->nmarks--;
         break;
       }
       case 'c': { /* GLOBAL "module\nname\n" */

@@ -94,10 +94,8 @@ ok((model:state_dict()["2.weight"] - sd["2.weight"]):abs():max():item() == 0, "s
 -- a Hugging Face folder with pytorch_model.bin and no safetensors: hf.load reads it
 local hfdir = tap.tmpdir()
 local src = assert(io.open(dir .. "state_fp32.pt", "rb"))
-local dst = assert(io.open(hfdir .. "/pytorch_model.bin", "wb"))
-dst:write(src:read("a"))
+zorch.fs.write_atomic(hfdir .. "/pytorch_model.bin", src:read("a"))
 src:close()
-dst:close()
 local m2 = nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3), nn.Linear(3, 2))
 ok(zorch.hf.load(m2, hfdir) == 6, "hf.load reads pytorch_model.bin: 6 tensors")
 ok((m2:state_dict()["0.weight"] - sd["0.weight"]):abs():max():item() == 0, "hf.load: the weights are the file's")
@@ -113,17 +111,8 @@ raises("a whole nn.Module is refused, naming its class", function() zorch.load(d
        "whole_module.pt", "torch.nn.modules.container.Sequential")
 
 local tmp = tap.tmpdir()
-local function bytes_of(path)
-  local h = assert(io.open(path, "rb"))
-  local s = h:read("a")
-  h:close()
-  return s
-end
-local function write(path, s)
-  local h = assert(io.open(path, "wb"))
-  h:write(s)
-  h:close()
-end
+local function bytes_of(path) return assert(io.open(path, "rb")):read("a") end -- (closed by the collector)
+local write = zorch.fs.write_atomic
 
 -- a pickle of our own in a torch.save-shaped zip (one stored entry, no compression)
 local function crc32(s)
