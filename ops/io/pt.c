@@ -180,7 +180,8 @@ static zorch_status zip_directory(pt *r, uint64_t *cd_off, uint64_t *cd_size, ui
   if (*count == 0xFFFF || *cd_size == 0xFFFFFFFF || *cd_off == 0xFFFFFFFF) {
     uint64_t eocd = r->fsize - n + (uint64_t)at;
     unsigned char loc[20], z[56];
-    if (eocd < 20 || (st = read_at(r, eocd - 20, loc, 20, "the zip64 locator"))) return st ? st : BAD("load: %s: no zip64 locator", r->path);
+    if (eocd < 20) return BAD("load: %s: no zip64 locator before the end record", r->path);
+    if ((st = read_at(r, eocd - 20, loc, 20, "the zip64 locator"))) return st;
     if (le(loc, 4) != 0x07064b50) return BAD("load: %s: the zip64 end record's locator is missing", r->path);
     if ((st = read_at(r, le(loc + 8, 8), z, 56, "the zip64 end record"))) return st;
     if (le(z, 4) != 0x06064b50) return BAD("load: %s: a bad zip64 end record", r->path);

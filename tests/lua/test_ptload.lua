@@ -123,14 +123,23 @@ local function crc32(s)
   end
   return c ~ 0xFFFFFFFF
 end
-local function zip_of(pkl)
-  local name = "archive/data.pkl"
+-- zip64: the sizes and offsets in the zip64 extra field and end record, as
+-- files past 4 GiB have them
+local function zip_of(pkl, zip64)
+  local name, ones = "archive/data.pkl", 0xFFFFFFFF
   local lh = string.pack("<I4I2I2I2I2I2I4I4I4I2I2", 0x04034b50, 20, 0, 0, 0, 0, crc32(pkl), #pkl, #pkl, #name, 0)
   local local_part = lh .. name .. pkl
-  local cd = string.pack("<I4I2I2I2I2I2I2I4I4I4I2I2I2I2I2I4I4", 0x02014b50, 20, 20, 0, 0, 0, 0, crc32(pkl), #pkl,
-                         #pkl, #name, 0, 0, 0, 0, 0, 0) .. name
-  local eocd = string.pack("<I4I2I2I2I2I4I4I2", 0x06054b50, 0, 0, 1, 1, #cd, #local_part, 0)
-  return local_part .. cd .. eocd
+  local extra = zip64 and string.pack("<I2I2I8I8I8", 1, 24, #pkl, #pkl, 0) or ""
+  local cd = string.pack("<I4I2I2I2I2I2I2I4I4I4I2I2I2I2I2I4I4", 0x02014b50, 45, 45, 0, 0, 0, 0, crc32(pkl),
+                         zip64 and ones or #pkl, zip64 and ones or #pkl, #name, #extra, 0, 0, 0, 0,
+                         zip64 and ones or 0) .. name .. extra
+  if not zip64 then
+    return local_part .. cd .. string.pack("<I4I2I2I2I2I4I4I2", 0x06054b50, 0, 0, 1, 1, #cd, #local_part, 0)
+  end
+  local at = #local_part + #cd
+  local z64 = string.pack("<I4I8I2I2I4I4I8I8I8I8", 0x06064b50, 44, 45, 45, 0, 0, 1, 1, #cd, #local_part)
+  local locator = string.pack("<I4I4I8I4", 0x07064b50, 0, at, 1)
+  return local_part .. cd .. z64 .. locator .. string.pack("<I4I2I2I2I2I4I4I2", 0x06054b50, 0, 0, 0xFFFF, 0xFFFF, ones, ones, 0)
 end
 local function load_pickle(pkl)
   local p = tmp .. "/p.pt"
@@ -140,6 +149,13 @@ end
 
 local good, v = load_pickle("\x80\x02}q\x00(X\x01\x00\x00\x00aK\x05u.")
 ok(good and v.a == 5, "a hand-made pickle in a hand-made zip loads ({a = 5})")
+write(tmp .. "/z64.pt", zip_of("\x80\x02}q\x00(X\x01\x00\x00\x00aK\x06u.", true))
+good, v = pcall(zorch.load, tmp .. "/z64.pt")
+ok(good and v.a == 6, "a zip64 archive loads ({a = 6}) " .. tostring(not good and v or ""))
+local z = zip_of("\x80\x02K\x01.", true)
+write(tmp .. "/z64cut.pt", z:sub(1, -43) .. z:sub(-22))
+good, v = pcall(zorch.load, tmp .. "/z64cut.pt")
+ok(not good and tostring(v):find("zip64", 1, true), "a zip64 end record without its locator is refused")
 local cases = {
   {"\x80\x02cos\nsystem\nX\x02\x00\x00\x00idtR.", "the global os.system"},
   {"\x80\x02ctorch\nFloatStorage\n)R.", "REDUCE at byte", "calls torch.FloatStorage"},
