@@ -699,7 +699,14 @@ typedef struct {
 } zorch_tree;
 /* Reads a file zorch_tree_save (or any safetensors writer) made; malformed
    values are ZORCH_ERR_IO naming the file and the fault. Free with
-   zorch_tree_free, which drops the tensors' references and the strings. */
+   zorch_tree_free, which drops the tensors' references and the strings.
+   A torch.save file (zip, or the format before it) is read as
+   torch.load(weights_only=True) reads it, onto the CPU: tensors (views of
+   shared storages stay views), dicts (MAP, or PAIRS for other keys), lists
+   and tuples (LIST), numbers, strings, booleans; None leaves its entry out
+   (a list with one is a PAIRS table under 1-based indices), and a root that
+   is no table is the tree's one item (none for None). Any other global,
+   callable or opcode is refused naming it, before anything runs. */
 ZORCH_API zorch_status zorch_tree_load(const char *path, zorch_tree **out);
 ZORCH_API void zorch_tree_free(zorch_tree *tree);
 

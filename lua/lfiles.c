@@ -1,4 +1,5 @@
-/* lfiles.c: zorch.save and zorch.load (the format is ops/io/tree.c's). */
+/* lfiles.c: zorch.save and zorch.load (the format is ops/io/tree.c's; torch.save
+   files are read through it too, by ops/io/pt.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +148,7 @@ static int l_load(lua_State *L) {
   zorch_tree *tr;
   if (zorch_tree_load(path, &tr)) return lz_fail(L);
   b->p = tr;
+  if (!tr->n) lua_pushnil(L); /* a torch.save file of None */
   /* the open tables are on the stack; count[d]: the entries of the one at depth d so far */
   size_t open[LZ_TREE_DEPTH + 2], count[LZ_TREE_DEPTH + 2];
   int d = -1;

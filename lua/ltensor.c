@@ -533,6 +533,8 @@ static int t_index(lua_State *L) {
   }
   if (strcmp(k, "requires_grad") == 0) return lua_pushboolean(L, zorch_requires_grad(t)), 1;
   if (strcmp(k, "T") == 0 || strcmp(k, "mT") == 0) return push_transposed(L, t, k[0] == 'm');
+  if (strcmp(k, "ndim") == 0) return lua_pushinteger(L, zorch_tensor_ndim(t)), 1;
+  if (strcmp(k, "data") == 0) return lz_push(L, zorch_detach(t)); /* PyTorch's .data: detach() */
   if (strcmp(k, "is_leaf") == 0) return lua_pushboolean(L, zorch_is_leaf(t)), 1;
   if (strcmp(k, "grad_fn") == 0) {
     const char *n = zorch_grad_fn_name(t);

@@ -164,6 +164,13 @@ typedef int (*reader_fn)(zorch_vm *vm, const char *path);
 static int read_st(zorch_vm *vm, const char *path) {
   return fuzz_safetensors_c(path) && fuzz_lua(vm, "zorch.load(P)", path);
 }
+/* torch.save files: the tree reader in C (all freed) and zorch.load */
+static int read_pt(zorch_vm *vm, const char *path) {
+  zorch_tree *tree;
+  if (zorch_tree_load(path, &tree) == ZORCH_OK) zorch_tree_free(tree);
+  else if (!zorch_last_error()[0]) return 0;
+  return fuzz_lua(vm, "zorch.load(P)", path);
+}
 static int read_npy(zorch_vm *vm, const char *path) { return fuzz_lua(vm, "zorch.data.load_npy(P)", path); }
 /* The checkpoint-manifest reader that load_checkpoint uses (JSON, then every
    field checked), and the DeepSpeed config reader behind zorch.Engine(json):
@@ -267,6 +274,18 @@ int main(void) {
   add_seed_file(&npy, "golden/small.npy");
   got = fuzz(vm, "npy", &npy, read_npy, count, "npy");
   ok(got == count, "npy: %d of %d mutated files load or fail cleanly", got, count);
+
+  /* torch.save files (zip and the format before it): PyTorch's own, from golden/gen_pt.py */
+  rng_state = seed + 4;
+  corpus pt = {.lenfield = 0, .lensize = 0};
+  const char *pts[] = {"dtypes", "views", "nested", "legacy", "proto4", "state_fp32", "evil_system"};
+  for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
+    snprintf(p, sizeof p, "golden/pt/%s.pt", pts[i]);
+    add_seed_file(&pt, p);
+  }
+  ok(pt.nseed == 7, "seven torch.save seeds");
+  got = fuzz(vm, "torch.save", &pt, read_pt, count, "pt");
+  ok(got == count, "torch.save files: %d of %d mutated files load or fail cleanly", got, count);
 
   /* the checkpoint manifest */
   rng_state = seed + 2;

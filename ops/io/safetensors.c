@@ -17,6 +17,7 @@
 #include "../core/cancel.h"
 #include "../core/tensor.h"
 #include "target.h"
+#include "tree.h"
 
 static const struct {
   const char *name;
@@ -479,6 +480,10 @@ static zorch_status st_load(const char *path, const char *only, int *n_out, char
   uint64_t hlen = 0;
   for (int b = 0; b < 8; b++) hlen |= (uint64_t)len8[b] << (8 * b);
   uint64_t fsize = (uint64_t)sb.st_size;
+  if (pt_is_torch_file(len8, 8)) {
+    BAD("load: %s is a torch.save file, not safetensors (zorch.load(path) reads it whole)", path);
+    goto done;
+  }
   if (hlen < 2 || hlen > 100000000 || hlen > fsize - 8) {
     BAD("load: %s: header length %llu does not fit a file of %llu bytes", path,
         (unsigned long long)hlen, (unsigned long long)fsize);

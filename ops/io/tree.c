@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "tree.h"
 
 #define TREE_KEY "zorch.values"
 #define TREE_VERSION 1
@@ -355,6 +356,8 @@ typedef struct {
   char **file_names; /* the file's tensors */
   zorch_tensor **file_ts;
   bool *referenced;
+  char **strs; /* strings tree_push copied (another reader's tree) */
+  size_t nstrs, strs_cap;
 } tree_owned;
 
 typedef struct {
@@ -368,8 +371,42 @@ static zorch_status bad(tree_reader *r, const char *what) {
   return err_set(ZORCH_ERR_IO, MALFORMED "%s", r->path, what);
 }
 
+static zorch_status tree_append(zorch_tree *tree, zorch_tree_item it);
 static zorch_status push(tree_reader *r, zorch_tree_item it) {
   tree_owned *o = r->o;
+  return tree_append(&o->pub, it);
+}
+
+zorch_tree *tree_new(void) {
+  tree_owned *o = calloc(1, sizeof *o);
+  return o ? &o->pub : err_null(ZORCH_ERR_OOM, "load: out of memory");
+}
+
+/* A copy of s[0..n) that the tree frees. */
+static const char *keep(tree_owned *o, const char *s, size_t n) {
+  if (o->nstrs == o->strs_cap) {
+    size_t cap = o->strs_cap ? 2 * o->strs_cap : 64;
+    char **p = realloc(o->strs, sizeof *p * cap);
+    if (!p) return NULL;
+    o->strs = p, o->strs_cap = cap;
+  }
+  char *c = malloc(n + 1);
+  if (!c) return NULL;
+  memcpy(c, s, n);
+  c[n] = 0;
+  return o->strs[o->nstrs++] = c;
+}
+
+zorch_status tree_push(zorch_tree *tree, zorch_tree_item it) {
+  tree_owned *o = (tree_owned *)tree;
+  if ((it.key && !(it.key = keep(o, it.key, it.key_len))) ||
+      (it.kind == ZORCH_TREE_STRING && !(it.s = keep(o, it.s, it.len))))
+    return err_set(ZORCH_ERR_OOM, "load: out of memory");
+  return tree_append(tree, it);
+}
+
+static zorch_status tree_append(zorch_tree *tree, zorch_tree_item it) {
+  tree_owned *o = (tree_owned *)tree;
   if (o->pub.n == o->cap) {
     size_t cap = o->cap ? 2 * o->cap : 64;
     zorch_tree_item *items = realloc(o->pub.items, sizeof *items * cap);
@@ -458,6 +495,8 @@ void zorch_tree_free(zorch_tree *tree) {
   free(o->pub.extra_names);
   free(o->pub.extra);
   free(o->referenced);
+  for (size_t i = 0; i < o->nstrs; i++) free(o->strs[i]);
+  free(o->strs);
   zorch_safetensors_free(o->nfile, o->file_names, o->file_ts);
   cJSON_Delete(o->json);
   free(o);
@@ -466,6 +505,11 @@ void zorch_tree_free(zorch_tree *tree) {
 zorch_status zorch_tree_load(const char *path, zorch_tree **out) {
   if (!path || !out) return err_set(ZORCH_ERR_ARG, "load: bad arguments");
   *out = NULL;
+  FILE *f = fopen(path, "rb");
+  unsigned char head[8];
+  size_t nhead = f ? fread(head, 1, sizeof head, f) : 0;
+  if (f) fclose(f);
+  if (pt_is_torch_file(head, nhead)) return pt_load(path, out);
   tree_owned *o = calloc(1, sizeof *o);
   if (!o) return err_set(ZORCH_ERR_OOM, "load: out of memory");
   int nmeta;

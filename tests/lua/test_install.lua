@@ -91,10 +91,11 @@ out, ok = lua(built, 'local z = require "zorch"; assert(require "zorch.nn.loss" 
 tap.ok(ok and out == "yes\n", "the built zorch.so finds a nested module (zorch.nn.loss) by its luaopen_ entry "
        .. oneline(out))
 
--- a traceback from inside nn names the installed file of nn.Linear, at the line that ran
+-- an error from inside nn names the installed file of nn.Linear, at the line that ran
+-- (in its message: the traceback starts where the error left the module's call)
 out, ok = lua(installed, 'local z = require "zorch"; local m = z.nn.Linear(3, 2)'
                          .. '; print(select(2, xpcall(m, debug.traceback, m, z.ones(2, 5))))')
-local file, line = out:match("\n%s*(zorch/nn/[%w_/]*%.lua):(%d+): in ")
+local file, line = out:match("(zorch/nn/[%w_/]*%.lua):(%d+): ")
 local source = {}
 if file and exists(lua_dir .. "/" .. file) then
   for l in io.lines(lua_dir .. "/" .. file) do source[#source + 1] = l end

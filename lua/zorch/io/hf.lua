@@ -1,5 +1,6 @@
 -- zorch.hf: Hugging Face model folders (config.json, model.safetensors or the
--- shards model-0000k-of-0000n.safetensors with model.safetensors.index.json).
+-- shards model-0000k-of-0000n.safetensors with model.safetensors.index.json;
+-- without them pytorch_model.bin, or its shards and pytorch_model.bin.index.json).
 --   hf.config(dir)                   config.json as a table
 --   hf.decoder_config(raw, path)     a Llama/Mistral/Qwen2 config.json, checked and normalised
 --   hf.load(model, dir, opts)        the folder's tensors into the model's parameters, shard by shard
@@ -128,29 +129,32 @@ end
 -- ---- reading the tensors ------------------------------------------------------------------
 
 -- The folder's files: {{file = name, names = {tensor names it should hold} or nil}}
--- in order, and the index's path (nil for one model.safetensors).
+-- in order, the index's path (nil for one file), and the file a message names
+-- when a parameter is missing. Safetensors files first; without them,
+-- PyTorch's pytorch_model.bin (or its shards and index), which zorch.load
+-- reads with its restricted unpickler.
 local function files_of(dir)
-  local index = dir .. "/model.safetensors.index.json"
-  if exists(index) then
-    local idx = read_json(index)
-    if type(idx.weight_map) ~= "table" then fail("%s: no weight_map object", index) end
-    local by, order = {}, {}
-    for name, file in pairs(idx.weight_map) do
-      if type(file) ~= "string" or file:find("/", 1, true) or file == ".." then
-        fail("%s: weight_map.%s must name a file of the folder, got %s", index, name, tostring(file))
+  for _, base in ipairs({"model.safetensors", "pytorch_model.bin"}) do
+    local index = dir .. "/" .. base .. ".index.json"
+    if exists(index) then
+      local idx = read_json(index)
+      if type(idx.weight_map) ~= "table" then fail("%s: no weight_map object", index) end
+      local by, order = {}, {}
+      for name, file in pairs(idx.weight_map) do
+        if type(file) ~= "string" or file:find("/", 1, true) or file == ".." then
+          fail("%s: weight_map.%s must name a file of the folder, got %s", index, name, tostring(file))
+        end
+        if not by[file] then by[file] = {}; order[#order + 1] = file end
+        table.insert(by[file], name)
       end
-      if not by[file] then by[file] = {}; order[#order + 1] = file end
-      table.insert(by[file], name)
+      table.sort(order)
+      local list = {}
+      for _, f in ipairs(order) do table.sort(by[f]); list[#list + 1] = {file = f, names = by[f]} end
+      return list, index, index
     end
-    table.sort(order)
-    local list = {}
-    for _, f in ipairs(order) do table.sort(by[f]); list[#list + 1] = {file = f, names = by[f]} end
-    return list, index
+    if exists(dir .. "/" .. base) then return {{file = base}}, nil, dir .. "/" .. base end
   end
-  if not exists(dir .. "/model.safetensors") then
-    fail("%s: neither model.safetensors nor model.safetensors.index.json", dir)
-  end
-  return {{file = "model.safetensors"}}, nil
+  fail("%s: neither model.safetensors nor model.safetensors.index.json (nor pytorch_model.bin or its index)", dir)
 end
 
 -- hf.load(model, dir, {optional = {names}, ignore = {lua patterns}}): copies
@@ -170,7 +174,7 @@ function hf.load(model, dir, opts)
     for _, p in ipairs(opts.ignore or {}) do if name:match(p) then return true end end
     return false
   end
-  local list, index = files_of(dir)
+  local list, index, source = files_of(dir)
   local provided, count = {}, 0
   for _, entry in ipairs(list) do
     local path = dir .. "/" .. entry.file
@@ -209,7 +213,7 @@ function hf.load(model, dir, opts)
   end
   table.sort(missing)
   if #missing > 0 then
-    fail("%s: no file provides %s%s", index or (dir .. "/model.safetensors"), missing[1],
+    fail("%s: no file provides %s%s", source, missing[1],
          #missing > 1 and (" (nor %d more)"):format(#missing - 1) or "")
   end
   return count

@@ -40,17 +40,10 @@ nn.Sequential.__tostring = function(self)
   lines[#lines + 1] = ")"
   return table.concat(lines, "\n")
 end
+-- (an error names the module as seq[i] does: "in module [3] (nn.Linear) of
+-- nn.Sequential", written by Module.__call)
 function nn.Sequential:forward(x)
-  for i = 1, self.n do
-    local m = rawget(self, tostring(i - 1))
-    local ok, res = pcall(m, x)
-    if not ok then
-      -- an error object that is not a string goes up as it is
-      if type(res) ~= "string" then error(res, 0) end
-      error(("%s\n  in module %d (%s) of nn.Sequential"):format(res, i, getmetatable(m).__name), 0)
-    end
-    x = res
-  end
+  for i = 1, self.n do x = rawget(self, tostring(i - 1))(x) end
   return x
 end
 

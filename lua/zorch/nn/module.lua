@@ -36,7 +36,95 @@ function Module:forward()
   error(("%s: forward is not defined"):format(getmetatable(self).__name), 2)
 end
 
-Module.__call = function(self, ...) return self:forward(...) end
+-- ---- errors raised inside forward name the module ----------------------------
+-- module(x) runs forward in a protected call (not a tail call), so an error
+-- raised anywhere below gets, as it goes up through each module, the path of
+-- the innermost module from the outermost one, written as Lua reaches it
+-- (blocks[4].attn: list children from 1), its class, and where the innermost
+-- forward written outside zorch is (the line it had reached when its frame
+-- was still there, else where it is defined): a `return self.fc2(h)` tail
+-- call leaves no frame of the user's in the traceback. Only strings are
+-- annotated; other error objects go up untouched.
+local getinfo = debug and debug.getinfo
+local last = {} -- the message written last, and what the levels below knew
+
+local function own(src) return src:sub(1, 7) == "@zorch/" end
+
+-- The message handler: runs where the error was raised (the stack still
+-- whole) and, as a rethrow passes each module, there again.
+local function on_error(msg)
+  if type(msg) ~= "string" or msg == last.msg or not getinfo then return msg end
+  last.msg, last.orig, last.path, last.inner, last.child, last.where = nil, msg, nil, nil, nil, nil
+  last.site_fn, last.site_line, last.site = nil, nil, nil
+  for level = 2, 60 do
+    local info = getinfo(level, "Slf")
+    if not info then break end
+    if info.what == "Lua" and not own(info.source) then
+      last.site_fn, last.site_line = info.func, info.short_src .. ":" .. info.currentline
+      break
+    end
+  end
+  return msg
+end
+
+-- The path from parent down to child, a descendant (a module may call a
+-- grandchild, as a forward that loops over a ModuleList does).
+local function path_to(parent, child, depth)
+  if depth > 32 then return nil end
+  for k in pairs(parent._children) do
+    local m = rawget(parent, k)
+    local step = rawget(parent, "n") and k:match("^%d+$") and "[" .. (tonumber(k) + 1) .. "]"
+      or (k:match("^[%a_][%w_]*$") and "." .. k or ("[%q]"):format(k))
+    if m == child then return step end
+    local below = type(m) == "table" and rawget(m, "_children") and path_to(m, child, depth + 1)
+    if below then return step .. below end
+  end
+  return nil
+end
+
+local function annotate(self, msg)
+  local name = getmetatable(self).__name
+  if msg ~= last.msg then -- the innermost module: a new error
+    if msg ~= last.orig then on_error(msg) end
+    last.inner, last.path = name, ""
+  else
+    last.path = (path_to(self, last.child, 0) or "[?]") .. last.path
+  end
+  last.child = self
+  local fwd = self.forward
+  if getinfo and type(fwd) == "function" then
+    local info = getinfo(fwd, "S")
+    if not own(info.source) then
+      if fwd == last.site_fn and not last.site then
+        last.site = ("%s:forward at %s"):format(name, last.site_line)
+        last.where = last.where or last.site -- the innermost one's frame is there: its line, once
+      end
+      last.where = last.where or ("%s:forward (defined at %s:%d)"):format(name, info.short_src, info.linedefined)
+    end
+  end
+  local text = last.orig
+  -- error(msg, 2) in a layer's forward now finds xpcall at level 2, a C
+  -- function, so no position: the caller's line it meant is the site
+  if last.site_line and not text:find("^[^\n]-:%d+: ") then text = last.site_line .. ": " .. text end
+  if last.path ~= "" then
+    text = ("%s\n  in module %s (%s) of %s"):format(text, last.path:gsub("^%.", ""), last.inner, name)
+  elseif last.where then -- (a layer of zorch's called alone: its message names it already)
+    text = ("%s\n  in %s"):format(text, last.inner)
+  end
+  if last.where then text = text .. ", in " .. last.where end
+  if last.site and last.site ~= last.where then text = text .. ", from " .. last.site end
+  last.msg = text
+  return text
+end
+
+local function finish(self, ok, ...)
+  if ok then return ... end
+  local e = ...
+  if type(e) ~= "string" then error(e, 0) end
+  error(annotate(self, e), 0)
+end
+
+Module.__call = function(self, ...) return finish(self, xpcall(self.forward, on_error, self, ...)) end
 
 -- nn.Parameter(t, false): parameters made without requires_grad (weak keys).
 local FROZEN_PARAM = setmetatable({}, {__mode = "k"})
