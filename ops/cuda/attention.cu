@@ -23,7 +23,7 @@ __device__ inline T att_dot(const T *a, const T *b, int64_t d) {
 template <typename T>
 __global__ void k_att_fwd(T *out, T *lse, const T *q, const T *k, const T *v, int64_t bh, int64_t tq, int64_t tk,
                           int64_t d, bool causal, T scale) {
-  extern __shared__ unsigned char att_sh[];
+  CU_DYNAMIC_SHARED(unsigned char, att_sh);
   T *sq = (T *)att_sh, *acc = sq + d, *sp = acc + d;
   int t = threadIdx.x;
   int64_t off = tk - tq;
@@ -64,7 +64,7 @@ __global__ void k_att_fwd(T *out, T *lse, const T *q, const T *k, const T *v, in
 template <typename T>
 __global__ void k_att_dq(T *dq, T *dsum, const T *g, const T *q, const T *k, const T *v, const T *o, const T *lse,
                          int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
-  extern __shared__ unsigned char att_sh[];
+  CU_DYNAMIC_SHARED(unsigned char, att_sh);
   T *sq = (T *)att_sh, *sg = sq + d, *acc = sg + d, *sds = acc + d;
   int t = threadIdx.x;
   int64_t off = tk - tq;
@@ -107,7 +107,7 @@ __global__ void k_att_dq(T *dq, T *dsum, const T *g, const T *q, const T *k, con
 template <typename T>
 __global__ void k_att_dkv(T *dk, T *dv, const T *g, const T *q, const T *k, const T *v, const T *lse,
                           const T *dsum, int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
-  extern __shared__ unsigned char att_sh[];
+  CU_DYNAMIC_SHARED(unsigned char, att_sh);
   T *sk = (T *)att_sh, *sv = sk + d, *ak = sv + d, *av = ak + d, *sp = av + d, *sds = sp + ATT_T;
   int t = threadIdx.x;
   int64_t off = tk - tq;
@@ -158,7 +158,7 @@ static zorch_status att_fwd(zorch_tensor *out, zorch_tensor *lse, const zorch_te
   size_t sh;
   if (att_smem(d, 2, 1, sizeof(T), &sh)) return zorch_last_status();
   if (bh * tq == 0) return ZORCH_OK;
-  k_att_fwd<T><<<att_blocks(bh * tq), ATT_T, sh, cu_stream(cu_dev(out))>>>(
+  CU_LAUNCH((att_blocks(bh * tq), ATT_T, sh, cu_stream(cu_dev(out))), k_att_fwd<T>)(
       (T *)tensor_ptr(out), (T *)tensor_ptr(lse), (const T *)tensor_ptr(q), (const T *)tensor_ptr(k),
       (const T *)tensor_ptr(v), bh, tq, tk, d, causal, (T)scale);
   return cu_launched("attention");
@@ -189,12 +189,12 @@ static zorch_status att_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv
   if (bh * tq == 0) return ZORCH_OK;
   T *dsum = (T *)cuda_alloc(dev, (size_t)(bh * tq) * sizeof(T));
   if (!dsum) return err_set(ZORCH_ERR_OOM, "attention: out of device memory for the backward's row sums");
-  k_att_dq<T><<<att_blocks(bh * tq), ATT_T, sh_q, s>>>(
+  CU_LAUNCH((att_blocks(bh * tq), ATT_T, sh_q, s), k_att_dq<T>)(
       (T *)tensor_ptr(dq), dsum, (const T *)tensor_ptr(g), (const T *)tensor_ptr(q), (const T *)tensor_ptr(k),
       (const T *)tensor_ptr(v), (const T *)tensor_ptr(out), (const T *)tensor_ptr(lse), bh, tq, tk, d, causal,
       (T)scale);
   if (bh * tk > 0)
-    k_att_dkv<T><<<att_blocks(bh * tk), ATT_T, sh_kv, s>>>(
+    CU_LAUNCH((att_blocks(bh * tk), ATT_T, sh_kv, s), k_att_dkv<T>)(
         (T *)tensor_ptr(dk), (T *)tensor_ptr(dv), (const T *)tensor_ptr(g), (const T *)tensor_ptr(q),
         (const T *)tensor_ptr(k), (const T *)tensor_ptr(v), (const T *)tensor_ptr(lse), dsum, bh, tq, tk, d, causal,
         (T)scale);
@@ -263,16 +263,16 @@ __global__ void k_rope_bwd_tab(T *gc, T *gs, const T *g, const T *x, int64_t bat
 template <typename T>
 static void rope(T *out, const T *x, const T *c, const T *s, int64_t rows, int64_t heads, int64_t seq, int64_t dim,
                  bool per_batch, int dev) {
-  k_rope<T><<<ON(rows * dim, dev)>>>(out, x, c, s, rows, heads, seq, dim, per_batch);
+  CU_LAUNCH(ON(rows * dim, dev), k_rope<T>)(out, x, c, s, rows, heads, seq, dim, per_batch);
 }
 
 template <typename T>
 static void rope_bwd(T *gx, T *gc, T *gs, const T *g, const T *x, const T *c, const T *s, int64_t batch,
                      int64_t heads, int64_t seq, int64_t dim, bool per_batch, int dev) {
   int64_t rows = batch * heads * seq;
-  if (gx) k_rope_bwd_x<T><<<ON(rows * dim, dev)>>>(gx, g, c, s, rows, heads, seq, dim, per_batch);
+  if (gx) CU_LAUNCH(ON(rows * dim, dev), k_rope_bwd_x<T>)(gx, g, c, s, rows, heads, seq, dim, per_batch);
   if (gc || gs)
-    k_rope_bwd_tab<T><<<ON((per_batch ? batch : 1) * seq * dim, dev)>>>(gc, gs, g, x, batch, heads, seq, dim,
+    CU_LAUNCH(ON((per_batch ? batch : 1) * seq * dim, dev), k_rope_bwd_tab<T>)(gc, gs, g, x, batch, heads, seq, dim,
                                                                          per_batch);
 }
 

@@ -98,10 +98,10 @@ local t = zorch.tensor({1, 5, 3, 2})
 same(zorch.index_select(a, 1, t), zorch.index_select(ga, 1, t:to("cuda")), 0, "index_select")
 -- a bad index is found by the kernel and reported at the next wait, by name
 local bad_ok, bad_err = pcall(function() return zorch.index_select(ga, 1, zorch.tensor({1, 99}):to("cuda")):sum():item() end)
-tap.ok(not bad_ok and tostring(bad_err):find("index_select: index 98 out of range", 1, true),
+tap.ok(not bad_ok and tostring(bad_err):find("index_select: index 99 is out of range 1..67", 1, true),
        "a bad index on the GPU is an error naming the op and the index: " .. tostring(bad_err))
 local bt_ok, bt_err = pcall(function() return zorch.cross_entropy(ga:narrow(1, 1, 2), zorch.tensor({1, 500}):to("cuda")):item() end)
-tap.ok(not bt_ok and tostring(bt_err):find("cross_entropy: target 499", 1, true), "so is a bad target: " .. tostring(bt_err))
+tap.ok(not bt_ok and tostring(bt_err):find("cross_entropy: target 500 is out of range", 1, true), "so is a bad target: " .. tostring(bt_err))
 tap.ok(zorch.ones(3, {device = "cuda"}):sum():item() == 3, "and the device works on after them")
 for _, dt in ipairs({"float32", "float64", "bfloat16"}) do
   zorch.manual_seed(9)
@@ -121,7 +121,7 @@ local mid = zorch.randn(5, 5000)
 same(mid:sum(2), mid:to("cuda"):sum(2), 1e-6, "rows of 5000: one block a row")
 local ties = zorch.zeros(2, 70000)
 local tv, ti = ties:to("cuda"):max(2)
-same(ti:float(), ties:max(2):float() * 0 + 1, 0, "a row of equal values gives the first index")
+same(ties:max(2):float() * 0 + 1, ti:float(), 0, "a row of equal values gives the first index")
 local huge = zorch.randn(1 << 23)
 same(huge:mean(), huge:to("cuda"):mean(), 1e-6, "the mean of 8M elements: many blocks for one row")
 
@@ -193,7 +193,7 @@ do
   local function grads(device)
     zorch.manual_seed(32)
     local xs = x:float():to(device):requires_grad_()
-    local src_d = src:to(device):requires_grad_()
+    local src_d = src:detach():to(device):requires_grad_() -- (src itself stays a plain leaf)
     local i_d = idx:to(device)
     local w = zorch.randn(20, 53):to(device)
     local loss = (xs:sort(2) * xs):sum() + xs:topk(3, 1):sum() + (zorch.gather(xs, 2, i_d) * w):sum() +
@@ -206,7 +206,7 @@ do
   same(gc[1], gg[1], 1e-4, "autograd on the GPU: sort, topk, gather, scatter, cumsum, std, min")
   same(gc[2], gg[2], 1e-4, "autograd on the GPU: the scatter sources")
   local bad_ok, bad_err = pcall(function() return zorch.gather(ga, 2, zorch.tensor({{1, 99}}):to("cuda")):sum():item() end)
-  tap.ok(not bad_ok and tostring(bad_err):find("gather: index 98 out of range", 1, true),
+  tap.ok(not bad_ok and tostring(bad_err):find("gather: index 99 is out of range 1..53", 1, true),
          "a bad gather index on the GPU is an error naming the op and the index: " .. tostring(bad_err))
   tap.ok(zorch.ones(3, {device = "cuda"}):sum():item() == 3, "and the device works on after it")
 end
@@ -438,7 +438,9 @@ do
   -- the own kernels, in a process with cuDNN switched off, give the CPU's values too
   local script = tap.temp_file([[
     local zorch = require "zorch"
-    assert(zorch.cuda.info():find("ZORCH_CUDNN=0", 1, true), zorch.cuda.info())
+    assert(zorch.cuda.available(), "no cuda device") -- (opens the module, so info() describes it)
+    local info = zorch.cuda.info()
+    assert(info:find("ZORCH_CUDNN=0", 1, true) or info:find("cuDNN not built", 1, true), info)
     zorch.manual_seed(5)
     local x, w = zorch.randn(4, 6, 11, 11), zorch.randn(9, 6, 3, 3)
     local d1 = (zorch.conv2d(x, w, nil, {padding = 1}) -
@@ -506,7 +508,7 @@ local function engine_run(device, stage, precision)
     opt:zero_grad(); e:backward(loss); opt:step()
   end
   e:gather()
-  local w = m:state_dict()["2.weight"]:to("cpu")
+  local w = m:state_dict()["2.weight"]:clone() -- (a copy, kept after the release)
   e:release()
   return w
 end
@@ -592,7 +594,7 @@ os.execute("rm -rf " .. dir)
 
 -- the allocator: blocks reused (no cudaMalloc per op), out-of-memory as an error
 local x = zorch.ones(1000, {device = "cuda"})
-for _ = 1, 3 do local _ = (x + 1) * 2 end
+for _ = 1, 200 do local _ = (x + 1) * 2 end -- warm: as many blocks as the collector leaves alive
 collectgarbage()
 local before = zorch.cuda.memory_stats()
 for _ = 1, 200 do local _ = (x + 1) * 2 end
