@@ -14,6 +14,7 @@ end
 
 -- worst |gpu - cpu| / (1 + max |cpu|)
 local function rel(cpu, gpu)
+  if cpu:numel() == 0 then return (gpu:numel() == 0 and cpu:dim() == gpu:dim()) and 0 or math.huge end
   local c = cpu:to("float64")
   local d = (gpu:to("cpu"):to("float64") - c):abs():max():item()
   return d / (1 + c:abs():max():item())
@@ -299,6 +300,50 @@ for i, name in ipairs({"layer_norm of rows of 1000", "its input gradient", "its 
   same(lc[i], lg[i], 1e-5, "long rows: " .. name)
 end
 
+-- each kernel's size thresholds from both sides (256-thread blocks, rows of
+-- 256 and 1024, a block per row), odd sizes, a transposed view, empty tensors:
+-- forward and backward against the CPU
+do
+  local function edge(device, n, transposed)
+    zorch.manual_seed(44)
+    local x = zorch.randn(5, n)
+    if transposed then x = zorch.randn(n, 5):t() end
+    x = x:to(device):requires_grad_()
+    local w = zorch.randn(n):to(device):requires_grad_()
+    local r = zorch.randn(5, n):to(device)
+    local ln = zorch.layer_norm(x, 1, w)
+    local rn = zorch.fused_rms_norm(x, w)
+    local sm = zorch.log_softmax(x, 2)
+    local mx = x:max(2)
+    local loss = (ln * r):sum() + (rn * r):sum() + (sm * r):sum() + (x:sum(2) * mx):sum() + x:mean(1):sum()
+    loss:backward()
+    local v, i = x:detach():max(2)
+    return {ln:detach(), rn:detach(), sm:detach(), x:detach():sum(2), v, i:double(), x.grad, w.grad,
+            x:detach():cumsum(2)}
+  end
+  local names = {"layer_norm", "fused_rms_norm", "log_softmax", "sum", "max values", "max indices",
+                 "input gradient", "weight gradient", "cumsum"}
+  for _, n in ipairs({1, 255, 256, 257, 1023, 1024, 1025, 4099}) do
+    for _, tr in ipairs({false, true}) do
+      local c, g = edge("cpu", n, tr), edge("cuda", n, tr)
+      for i, name in ipairs(names) do
+        same(c[i], g[i], 1e-5, ("rows of %d%s: %s"):format(n, tr and " (a transposed view)" or "", name))
+      end
+    end
+  end
+  local e, ge = zorch.randn(0, 7), zorch.randn(0, 7):to("cuda")
+  same(e:sum(2), ge:sum(2), 0, "empty: sum over a dim")
+  same(e:sum(1), ge:sum(1), 0, "empty: sum over the empty dim (zeros)")
+  same(zorch.softmax(e, 2), zorch.softmax(ge, 2), 0, "empty: softmax")
+  same(zorch.layer_norm(e, 1), zorch.layer_norm(ge, 1), 0, "empty: layer_norm")
+  same(zorch.matmul(e, zorch.randn(7, 3)), zorch.matmul(ge, zorch.randn(7, 3):to("cuda")), 0, "empty: matmul")
+  same(e:exp() + 1, ge:exp() + 1, 0, "empty: elementwise")
+  same(e:t():contiguous(), ge:t():contiguous(), 0, "empty: strided copy")
+  local ei = zorch.tensor({}, {dtype = "int64"})
+  same(zorch.index_select(zorch.randn(4, 3), 1, ei), zorch.index_select(zorch.randn(4, 3):to("cuda"), 1, ei:to("cuda")),
+       0, "empty: index_select of no indices")
+end
+
 -- attention (causal and not, Tq < Tk, blocks that do not divide T) and multinomial
 local function attn(device, dt, causal, tq, tk, d)
   zorch.manual_seed(31)
@@ -310,7 +355,8 @@ local function attn(device, dt, causal, tq, tk, d)
   return {o:detach(), q.grad, k.grad, v.grad}
 end
 for _, c in ipairs({{"float32", true, 300, 300, 64}, {"float64", false, 7, 270, 33}, {"float32", true, 5, 9, 16},
-                    {"bfloat16", true, 40, 40, 32}}) do
+                    {"bfloat16", true, 40, 40, 32}, {"float64", true, 256, 256, 8}, {"float32", false, 3, 255, 257},
+                    {"float32", true, 2, 257, 1}, {"float32", false, 1, 1, 300}}) do
   local ac, ag = attn("cpu", table.unpack(c)), attn("cuda", table.unpack(c))
   for i, name in ipairs({"output", "dq", "dk", "dv"}) do
     same(ac[i], ag[i], MM[c[1]],
@@ -481,6 +527,32 @@ local function train(device)
   return model:state_dict()["2.weight"]
 end
 same(train("cpu"), train("cuda"), 1e-5, "SimpleNet, 8 Adam steps: the GPU matches the CPU")
+
+-- SGD's kernel (momentum, dampening, Nesterov, weight decay, none), per float
+-- dtype, on parameters of 1 and 1000 elements, three steps
+for _, dt in ipairs({"float32", "float64"}) do
+  for _, o in ipairs({{lr = 0.1}, {lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 0.01},
+                      {lr = 0.05, momentum = 0.5, dampening = 0.3}}) do
+    local function sgd(device)
+      zorch.manual_seed(14)
+      local ps = {zorch.randn(1000, {dtype = dt}):to(device):requires_grad_(),
+                  zorch.randn(1, {dtype = dt}):to(device):requires_grad_()}
+      local opt = zorch.optim.SGD(ps, o)
+      local w = zorch.randn(1000, {dtype = dt}):to(device)
+      for _ = 1, 3 do
+        opt:zero_grad()
+        local loss = (ps[1] * ps[1] * w):sum() + (ps[2] * ps[2]):sum()
+        loss:backward()
+        opt:step()
+      end
+      return ps
+    end
+    local c, g = sgd("cpu"), sgd("cuda")
+    local what = ("%s: SGD momentum %s nesterov %s"):format(dt, tostring(o.momentum or 0), tostring(o.nesterov or false))
+    same(c[1], g[1], MM[dt], what .. ": a parameter of 1000")
+    same(c[2], g[2], MM[dt], what .. ": a parameter of 1")
+  end
+end
 
 -- loaders hand batches over on the device, from CPU or GPU datasets
 do
