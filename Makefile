@@ -248,6 +248,7 @@ test-cuda-emu-here: $(BUILD)/zorch $(BUILD)/libzorch_cuda.so $(BUILD)/tests/test
 	  ZORCH_CUDA_MODULE=$(abspath $(BUILD)/libzorch_cuda.so) ZORCH_CUDA_EMU_LOG=$(abspath $(BUILD)/kernels.log) \
 	  $(if $(SAN),ZORCH_TEST_SANITIZED=1 ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1,) \
 	  prove -f --exec ./runtest ../$(BUILD)/tests/test_emu_model gpu/test_cuda.lua gpu/test_cuda_emu.sh
+	@cd tests && ZORCH_CUDA_EMU_LOG=$(abspath $(BUILD)/kernels.log) sh gpu/test_cuda_emu.sh --count | sed 's/^# //'
 
 $(BUILD)/tests/test_emu_model: tests/gpu/test_emu_model.cc $(filter %/emu/emu.o,$(MOD_OBJ))
 	@mkdir -p $(dir $@)
