@@ -534,9 +534,10 @@ cudaError_t launch(const char *name, const void *kernel, dim3 g, dim3 b, size_t 
     f.lane = t % WARP, f.warp = t / WARP;
   }
   // dynamic shared memory: NaN bytes to start (as uninitialised as on a GPU,
-  // but visible), a guard after it checked after each block
+  // but visible), a guard after it checked after each block (under ASan, the
+  // exact size: ASan's redzone is the guard)
   const size_t SG = GUARD ? 64 : 0;
-  unsigned char *dyn = (unsigned char *)malloc(shmem + SG + 1);
+  unsigned char *dyn = (unsigned char *)malloc(shmem + SG ? shmem + SG : 1);
   cudaError_t rc = cudaSuccess;
   const char *why = nullptr;
   ctx = L;
