@@ -10,6 +10,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#include <inttypes.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -190,7 +191,7 @@ static void run_attn(void *ctx) {
   attn *a = ctx;
   zorch_tensor *o;
   if (a->fused) {
-    o = zorch_attention(a->q, a->k, a->v, true, 0);
+    o = zorch_attention(a->q, a->k, a->v, &(zorch_attention_opts){.causal = true});
   } else {
     int64_t d = zorch_tensor_shape(a->q)[3];
     zorch_tensor *kt = zorch_transpose(a->k, 2, 3), *s = zorch_matmul(a->q, kt);
@@ -209,6 +210,79 @@ static void run_attn(void *ctx) {
   }
   zorch_tensor_free(o);
 }
+
+/* A Llama's attention at (B 4, H 8, Hkv 2, T 512, D 64), causal, forward and
+   backward (of the output's sum): grouped heads read in place or repeated
+   (expand and reshape, as a model without them does), and packed rows (4
+   sequences each) by segment ids or by an explicit (B, 1, T, T) mask. */
+enum { LA_NATIVE, LA_REPEAT, LA_SEGMENTS, LA_MASK };
+typedef struct {
+  zorch_tensor *q, *k, *v, *seg, *mask;
+  int mode;
+} llama_attn;
+
+#define LA_B 4
+#define LA_H 8
+#define LA_HKV 2
+#define LA_T 512
+#define LA_D 64
+
+static zorch_tensor *la_repeat(zorch_tensor *t) {
+  zorch_tensor *u = zorch_unsqueeze(t, 2);
+  zorch_tensor *e = zorch_expand(u, SHAPE(LA_B, LA_HKV, LA_H / LA_HKV, LA_T, LA_D));
+  zorch_tensor *r = zorch_reshape(e, SHAPE(LA_B, LA_H, LA_T, LA_D));
+  zorch_tensor_free(u), zorch_tensor_free(e);
+  return r;
+}
+
+static void run_llama_attn(void *ctx) {
+  llama_attn *a = ctx;
+  zorch_attention_opts o = {.causal = true};
+  zorch_tensor *k = zorch_tensor_retain(a->k), *v = zorch_tensor_retain(a->v);
+  if (a->mode == LA_REPEAT) {
+    zorch_tensor_free(k), zorch_tensor_free(v);
+    check(k = la_repeat(a->k)), check(v = la_repeat(a->v));
+  }
+  if (a->mode == LA_SEGMENTS) o.segments = a->seg;
+  if (a->mode == LA_MASK) o.mask = a->mask;
+  zorch_tensor *y = zorch_attention(a->q, k, v, &o);
+  check(y);
+  zorch_tensor *l = zorch_sum(y, 0, NULL, false);
+  check(l);
+  if (zorch_backward(l, NULL, false)) check(NULL);
+  zorch_tensor_free(l), zorch_tensor_free(y), zorch_tensor_free(k), zorch_tensor_free(v);
+  zorch_set_grad(a->q, NULL), zorch_set_grad(a->k, NULL), zorch_set_grad(a->v, NULL);
+}
+
+/* The case's inputs; each row packs 4 sequences of uneven lengths. */
+static llama_attn llama_attn_new(int mode, zorch_generator *g) {
+  llama_attn a = {zorch_randn(SHAPE(LA_B, LA_H, LA_T, LA_D), ZORCH_F32, CPU, g),
+                  zorch_randn(SHAPE(LA_B, LA_HKV, LA_T, LA_D), ZORCH_F32, CPU, g),
+                  zorch_randn(SHAPE(LA_B, LA_HKV, LA_T, LA_D), ZORCH_F32, CPU, g), NULL, NULL, mode};
+  check(a.q), check(a.k), check(a.v);
+  zorch_set_requires_grad(a.q, true), zorch_set_requires_grad(a.k, true), zorch_set_requires_grad(a.v, true);
+  static const int64_t lens[4] = {100, 156, 90, 166};
+  int64_t ids[LA_B * LA_T];
+  for (int b = 0; b < LA_B; b++)
+    for (int64_t t = 0, s = 0, end = lens[b % 4]; t < LA_T; t++) {
+      if (t == end) s++, end += lens[(b + s) % 4];
+      ids[b * LA_T + t] = s;
+    }
+  check(a.seg = zorch_from_buffer(ids, SHAPE(LA_B, LA_T), ZORCH_I64));
+  zorch_tensor *qs = zorch_view(a.seg, SHAPE(LA_B, 1, LA_T, 1)), *ks = zorch_view(a.seg, SHAPE(LA_B, 1, 1, LA_T));
+  check(a.mask = zorch_eq(qs, ks));
+  zorch_tensor_free(qs), zorch_tensor_free(ks);
+  return a;
+}
+
+static void llama_attn_free(llama_attn *a) {
+  zorch_tensor *all[] = {a->q, a->k, a->v, a->seg, a->mask};
+  for (int i = 0; i < 5; i++) zorch_tensor_free(all[i]);
+}
+
+static const char *const LLAMA_ATTN_CASES[] = {
+    "attention_gqa_b4h8kv2t512_d64_native_fwd_bwd", "attention_gqa_b4h8kv2t512_d64_repeat_fwd_bwd",
+    "attention_packed_b4h8kv2t512_d64_segments_fwd_bwd", "attention_packed_b4h8kv2t512_d64_mask_fwd_bwd"};
 
 static void attn_benches(zorch_device dev, const char *prefix, zorch_generator *g) {
   char name[96];
@@ -413,7 +487,7 @@ static zorch_tensor *block_attn(block *k, zorch_tensor *h) {
     hd[i] = zorch_transpose(r, 1, 2);
     zorch_tensor_free(s), zorch_tensor_free(r);
   }
-  zorch_tensor *y = zorch_attention(hd[0], hd[1], hd[2], true, 0);
+  zorch_tensor *y = zorch_attention(hd[0], hd[1], hd[2], &(zorch_attention_opts){.causal = true});
   check(y);
   zorch_tensor *yt = zorch_transpose(y, 1, 2), *yr = zorch_reshape(yt, SHAPE(b, t, c));
   zorch_tensor *o = zorch_linear(yr, k->p[4], k->p[5]);
@@ -800,6 +874,19 @@ static void run_stream(void *ctx) {
 
 static void run_adam_fused(void *ctx) { run_adam(ctx); }
 
+/* Decode's GEMV: y (1, out) = x (1, 4096) w^T with w float32, or int8 / int4
+   (groups of 32) through qlinear: memory-bound, so the weights' bytes per call
+   over the time are read against stream_read */
+typedef struct {
+  zorch_tensor *x, *w, *q, *s;
+} qgemv;
+static void run_qgemv(void *ctx) {
+  qgemv *c = ctx;
+  zorch_tensor *y = c->q ? zorch_qlinear(c->x, c->q, c->s, NULL) : zorch_linear(c->x, c->w, NULL);
+  check(y);
+  zorch_tensor_free(y);
+}
+
 /* `c = a + b` on two 64-float tensors, n times, from a Lua loop in an embedded VM */
 typedef struct {
   zorch_vm *vm;
@@ -944,6 +1031,25 @@ static double serve_case(const char *name, zorch_generator *g) {
     zorch_set_requires_grad(a.q, bwd), zorch_set_requires_grad(a.k, bwd), zorch_set_requires_grad(a.v, bwd);
     t = time_best3(run_attn, &a);
     zorch_tensor_free(a.q), zorch_tensor_free(a.k), zorch_tensor_free(a.v);
+    return t;
+  }
+  for (int mode = 0; mode < 4; mode++)
+    if (strcmp(name, LLAMA_ATTN_CASES[mode]) == 0) {
+      llama_attn a = llama_attn_new(mode, g);
+      t = time_best3(run_llama_attn, &a);
+      llama_attn_free(&a);
+      return t;
+    }
+  int64_t gout = 0;
+  char gdt[8];
+  if (sscanf(name, "gemv_4096x%" SCNd64 "_%7s", &gout, gdt) == 2 && gout > 0 &&
+      (strcmp(gdt, "f32") == 0 || strcmp(gdt, "int8") == 0 || strcmp(gdt, "int4") == 0)) {
+    qgemv c = {zorch_randn(SHAPE(1, 4096), ZORCH_F32, CPU, g), zorch_randn(SHAPE(gout, 4096), ZORCH_F32, CPU, g),
+               NULL, NULL};
+    check(c.x), check(c.w);
+    if (gdt[0] == 'i' && zorch_quantize(c.w, gdt[3] == '8' ? 8 : 4, gdt[3] == '8' ? 0 : 32, &c.q, &c.s)) check(NULL);
+    t = time_best3(run_qgemv, &c);
+    zorch_tensor_free(c.x), zorch_tensor_free(c.w), zorch_tensor_free(c.q), zorch_tensor_free(c.s);
     return t;
   }
   if (strcmp(name, "cnn_fashion_mnist_b64_fwd_bwd") == 0) {

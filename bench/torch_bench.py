@@ -117,6 +117,38 @@ def attention(t, fused, backward, device="cpu"):
     return step
 
 
+def llama_attention(mode):
+    """bench.c's Llama attention cases at (B 4, H 8, Hkv 2, T 512, D 64), causal,
+    forward and backward: grouped heads (enable_gqa) or repeated; packed rows
+    (4 sequences each, bench.c's lengths) through a (B, 1, T, T) bool mask, as
+    PyTorch has no segment ids (so both packed cases run the same call)."""
+    b, h, hkv, t, d = 4, 8, 2, 512, 64
+    q = torch.randn(b, h, t, d, requires_grad=True)
+    k, v = (torch.randn(b, hkv, t, d, requires_grad=True) for _ in range(2))
+    lens, ids = (100, 156, 90, 166), torch.empty(b, t, dtype=torch.int64)
+    for r in range(b):
+        s, end = 0, lens[r % 4]
+        for i in range(t):
+            if i == end:
+                s += 1
+                end += lens[(r + s) % 4]
+            ids[r, i] = s
+    keep = (ids.view(b, 1, t, 1) == ids.view(b, 1, 1, t)) & torch.ones(t, t, dtype=torch.bool).tril()
+
+    def step():
+        for x in (q, k, v):
+            x.grad = None
+        if mode == "native":
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        elif mode == "repeat":
+            o = F.scaled_dot_product_attention(q, k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1),
+                                               is_causal=True)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
+        o.sum().backward()
+    return step
+
+
 def attention_benches(prefix="", device="cpu"):
     for t in (64, 1024):
         for bwd in (False, True):
@@ -311,8 +343,21 @@ def serve_case(name):
         return time_best3(attention(1024, True, False))
     if name == "attention_causal_b4h12t64_d64_fused_fwd_bwd":
         return time_best3(attention(64, True, True))
+    for mode in ("native", "repeat", "segments", "mask"):
+        group = "gqa" if mode in ("native", "repeat") else "packed"
+        if name == f"attention_{group}_b4h8kv2t512_d64_{mode}_fwd_bwd":
+            return time_best3(llama_attention(mode))
     if name == "cnn_fashion_mnist_b64_fwd_bwd":
         return time_best3(cnn_step(64))
+    if name.startswith("gemv_4096x") and name.endswith(("_f32", "_int8")):  # (no int4 CPU kernel for float32 x)
+        out = int(name.split("x")[1].split("_")[0])
+        x, w = torch.randn(1, 4096), torch.randn(out, 4096)
+        if name.endswith("_f32"):
+            return time_best3(lambda: F.linear(x, w))
+        if not hasattr(torch, "_weight_int8pack_mm"):  # (older PyTorch)
+            return None
+        q, sc = torch.randint(-127, 128, (out, 4096), dtype=torch.int8), torch.rand(out)
+        return time_best3(lambda: torch._weight_int8pack_mm(x, q, sc))
     return None
 
 

@@ -58,6 +58,7 @@ typedef enum {
   ZORCH_I64,
   ZORCH_U8,
   ZORCH_BOOL,
+  ZORCH_I8, /* signed bytes: quantised weights (docs/quantization.md) */
   ZORCH_NDTYPES
 } zorch_dtype;
 
@@ -168,12 +169,15 @@ ZORCH_API char *zorch_tensor_format(const zorch_tensor *t);
 /* ---- copies ------------------------------------------------------------------------- */
 /* (contiguous, clone, to_dtype and to_device are rows of include/zorch_ops.h) */
 /* Copies src into dst (broadcast, dtype converted). In grad mode the write is
-   recorded on dst when dst has a history or src requires grad (dst's
-   grad_fn becomes CopyBackwards; FillBackward for the fills). A leaf that
-   requires grad takes constants and values without grad as data and stays
-   a leaf; a src that requires grad is refused there (ZORCH_ERR_STATE).
-   Reading, through another handle, values written since a recorded op made
-   them refuses the backward (docs/api.md, "In-place writes"). */
+   recorded when dst's values have a history or src requires grad: on dst
+   (grad_fn CopyBackwards; FillBackward for the fills), or, dst being a view,
+   on the tensor it views (CopySlices), whose views then follow the new
+   history. A leaf that requires grad takes constants and values without
+   grad as data and stays a leaf; a src that requires grad is refused there,
+   and any recorded write into a view of it (ZORCH_ERR_STATE). Reading,
+   through a handle that is no view (detach()), values written since a
+   recorded op made them refuses the backward (docs/api.md, "In-place
+   writes"). */
 ZORCH_API zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src);
 ZORCH_API zorch_status zorch_fill_(zorch_tensor *dst, double value);
 ZORCH_API zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value); /* exact past 2^53, as full_i64 */
@@ -318,6 +322,18 @@ typedef struct {
   bool ceil_mode;      /* round the output size up (a window must start inside the input or its left padding) */
   bool exclude_pad;    /* avg_pool2d divides by the inputs inside the image (PyTorch's count_include_pad = false) */
 } zorch_pool2d_opts;
+
+/* ---- the options of zorch_attention (include/zorch_ops.h); NULL or {0}: no mask,
+   scale 1/sqrt(D). Query i (0-based) sees key j when every rule given allows it;
+   causal and the window are aligned to the bottom right (off = Tk - Tq). */
+typedef struct {
+  bool causal;              /* j <= i + off */
+  double scale;             /* <= 0: 1/sqrt(D) */
+  int64_t window;           /* > 0: i + off - window < j (Mistral's sliding window) */
+  zorch_tensor *mask;       /* bool (true: attend) or float (added to the scores), broadcast to (B, H, Tq, Tk) */
+  zorch_tensor *segments;   /* int64 (B, Tk): the keys' segment ids; a query sees its own segment's keys */
+  zorch_tensor *q_segments; /* int64 (B, Tq), the queries' ids; NULL: the last Tq of segments */
+} zorch_attention_opts;
 
 /* ---- more reductions, shape ops, creation and matrix products (PyTorch's) -------------- */
 /* out[i] = select(a, dim, i) for every i: out needs room for a's size in dim. */

@@ -66,6 +66,10 @@
 /* a parenthesised list without its parentheses: ZORCH_EXPAND_ (a b) is a b */
 #define ZORCH_EXPAND_(...) __VA_ARGS__
 
+/* attention's test cases: zorch_attention of t[0..2] with the options given */
+#define ZORCH_ATT_CASE_(t, ...) \
+  zorch_attention((t)[0], (t)[1], (t)[2], &(zorch_attention_opts){__VA_ARGS__})
+
 #define ZORCH_OPS(OP)                                                                              \
   /* ---- elementwise ops made of the registry's (ops/backend/pointwise_ops.h), broadcast ---- */   \
   /* start + weight * (end - start), PyTorch's lerp: one float dtype for all;                       \
@@ -743,52 +747,92 @@
      (GOLDEN(embedding, zorch_embedding(x[0], x[1]), 2e-5, 1e-6)                                    \
       GRAD(embedding, zorch_embedding(in[0], in[1]), (LEAF(5, 3), INDEX((2, 3), (0, 4, 4, 1, 0, 2)))) \
       DEVICE("zorch.embedding(a, zorch.tensor{1, 5, 3, 2}:to(a:device()))", (67, 129), (1), 0)))    \
-  /* Scaled dot-product attention, softmax(scale q k^T) v, fused: q (B, H, Tq, D),                  \
-     k and v (B, H, Tk, D) (or (BH, T, D)), one float dtype -> (B, H, Tq, D).                       \
-     scale <= 0 means 1/sqrt(D). With `causal`, query i (0-based) sees key j only                   \
-     when j <= i + Tk - Tq (the mask aligned to the bottom right: lower triangular                  \
-     for Tq == Tk, every key for one query over a key/value cache); a query that                    \
-     sees no key gets zeros. Memory beyond the output is O(B H Tq).                                 \
-     Differentiable in q, k and v.                                                                  \
-     attention: over bh heads: out (bh, tq, d) = softmax(scale q k^T, masked) v                     \
-     and lse (bh, tq) = the log-sum-exp of each row's scores, from q (bh, tq, d),                   \
-     k and v (bh, tk, d); all contiguous, float32 or float64. With `causal`,                        \
-     query i sees key j only when j <= i + tk - tq; a row that sees no key gets                     \
-     0 and lse -inf. attention_bwd: dq, dk, dv (q's, k's, v's shapes;                               \
-     overwritten) from g = dL/dout (bh, tq, d) and the forward's out and lse.                       \
-     Where the backend's attention_strided is set, both also take q, k, v, out,                     \
-     g and the gradients as strided views whose last dim is contiguous. */                          \
+  /* Scaled dot-product attention, softmax(scale q k^T + mask) v, fused: q (B, H, Tq, D),           \
+     k and v (B, Hkv, Tk, D) with Hkv dividing H (grouped-query attention: query                    \
+     head h reads key/value head h / (H / Hkv), not repeated in memory), or 3-d                     \
+     (BH, T, D) and (BHkv, T, D); one float dtype -> (B, H, Tq, D). opts (NULL: none,               \
+     include/zorch.h): causal, scale, a sliding window, a bool or additive mask                     \
+     broadcast to (B, H, Tq, Tk), and int64 segment ids (B, Tk) (queries: the last                  \
+     Tq, or q_segments (B, Tq)); a query sees a key only when every rule given                      \
+     allows it, a query that sees no key gets zeros. Memory beyond the output is                    \
+     O(B H Tq): no (Tq, Tk) mask is made. Differentiable in q, k and v.                             \
+     attention: out (bh, tq, d) = softmax(scale q k^T + mask) v and lse (bh, tq)                    \
+     the log-sum-exp of each row's scores over the keys it sees, from q (bh, tq,                    \
+     d), k and v (bh / group, tk, d), as g (ops/backend/backend.h) says; all                        \
+     contiguous, float32 or float64; a row that sees no key gets 0 and lse -inf.                    \
+     attention_bwd: dq, dk, dv (q's, k's, v's shapes; overwritten; dk and dv sum                    \
+     over the group's query heads) from g = dL/dout (bh, tq, d) and the forward's                   \
+     out and lse. Where the backend's attention_strided is set, both also take q,                   \
+     k, v, out, g and the gradients as strided views whose last dim is contiguous. */               \
   OP(attention, zorch_tensor *,                                                                     \
-     (zorch_tensor *q, zorch_tensor *k, zorch_tensor *v, bool causal, double scale),                \
-     (q, k, v, causal, scale), LUA_NONE /* the options table {causal, scale} */,                    \
+     (zorch_tensor *q, zorch_tensor *k, zorch_tensor *v, const zorch_attention_opts *opts),         \
+     (q, k, v, opts), LUA_NONE /* the options table {causal, scale, window, mask, segments, ...} */, \
      (KERNEL(attention, (zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,               \
-                         const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,      \
-                         int64_t tk, int64_t d, bool causal, double scale))                         \
+                         const zorch_tensor *k, const zorch_tensor *v, const att_geom *g))          \
       KERNEL(attention_bwd, (zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,                  \
-                             const zorch_tensor *g, const zorch_tensor *q,                          \
+                             const zorch_tensor *dout, const zorch_tensor *q,                       \
                              const zorch_tensor *k, const zorch_tensor *v,                          \
-                             const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,          \
-                             int64_t tq, int64_t tk, int64_t d, bool causal, double scale))),       \
-     (GOLDEN(attention, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)             \
-      GOLDEN(attention_causal, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)      \
-      GOLDEN(attention_causal_kv, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)   \
-      GOLDEN(attention_long, zorch_attention(x[0], x[1], x[2], p[0] != 0, p[1]), 2e-5, 1e-6)        \
+                             const zorch_tensor *out, const zorch_tensor *lse,                      \
+                             const att_geom *g))),                                                  \
+     (GOLDEN(attention, ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .scale = p[1]), 2e-5, 1e-6)         \
+      GOLDEN(attention_causal, ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .scale = p[1]), 2e-5, 1e-6)  \
+      GOLDEN(attention_causal_kv, ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .scale = p[1]), 2e-5, 1e-6) \
+      GOLDEN(attention_long, ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .scale = p[1]), 2e-5, 1e-6)    \
+      GOLDEN(attention_gqa, ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .scale = p[1]), 2e-5, 1e-6)     \
+      GOLDEN(attention_bool_mask, ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .mask = x[3]), 2e-5, 1e-6) \
+      GOLDEN(attention_add_mask, ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .mask = x[3]), 2e-5, 1e-6) \
+      GOLDEN(attention_segments, ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .segments = x[3]), 2e-5, 1e-6) \
+      GOLDEN(attention_q_segments,                                                                  \
+             ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .segments = x[3], .q_segments = x[4]), 2e-5, 1e-6) \
+      GOLDEN(attention_window, ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .window = (int64_t)p[1]), 2e-5, 1e-6) \
+      GOLDEN(attention_window_kv, ZORCH_ATT_CASE_(x, .causal = p[0] != 0, .window = (int64_t)p[1]), 2e-5, 1e-6) \
       /* causal and not, Tq != Tk (both ways), odd head dims, (BH, T, D) inputs,                    \
-         and 70 keys and queries, which the 64-wide blocks do not divide */                         \
-      GRAD(attention, zorch_attention(in[0], in[1], in[2], false, 0),                               \
-           (LEAF(2, 2, 4, 3), LEAF(2, 2, 6, 3), LEAF(2, 2, 6, 3)))                                  \
-      GRAD(attention_causal, zorch_attention(in[0], in[1], in[2], true, 0),                         \
+         and 70 keys and queries, which the 64-wide blocks do not divide; then                      \
+         each rule: grouped heads, masks, segments, the window */                                   \
+      GRAD(attention, ZORCH_ATT_CASE_(in, 0), (LEAF(2, 2, 4, 3), LEAF(2, 2, 6, 3), LEAF(2, 2, 6, 3))) \
+      GRAD(attention_causal, ZORCH_ATT_CASE_(in, .causal = true),                                   \
            (LEAF(1, 2, 5, 5), LEAF(1, 2, 5, 5), LEAF(1, 2, 5, 5)))                                  \
-      GRAD(attention_causal_3d, zorch_attention(in[0], in[1], in[2], true, 0),                      \
+      GRAD(attention_causal_3d, ZORCH_ATT_CASE_(in, .causal = true),                                \
            (LEAF(3, 3, 7), LEAF(3, 8, 7), LEAF(3, 8, 7)))                                           \
-      GRAD(attention_causal_kv, zorch_attention(in[0], in[1], in[2], true, 0),                      \
+      GRAD(attention_causal_kv, ZORCH_ATT_CASE_(in, .causal = true),                                \
            (LEAF(1, 1, 1, 4), LEAF(1, 1, 6, 4), LEAF(1, 1, 6, 4)))                                  \
-      GRAD(attention_scaled, zorch_attention(in[0], in[1], in[2], true, 0.7),                       \
+      GRAD(attention_scaled, ZORCH_ATT_CASE_(in, .causal = true, .scale = 0.7),                     \
            (LEAF(2, 5, 2), LEAF(2, 5, 2), LEAF(2, 5, 2)))                                           \
-      GRAD(attention_causal_70, zorch_attention(in[0], in[1], in[2], true, 0),                      \
+      GRAD(attention_causal_70, ZORCH_ATT_CASE_(in, .causal = true),                                \
            (LEAF(1, 70, 3), LEAF(1, 70, 3), LEAF(1, 70, 3)))                                        \
-      GRAD(attention_67_130, zorch_attention(in[0], in[1], in[2], false, 0),                        \
+      GRAD(attention_67_130, ZORCH_ATT_CASE_(in, 0),                                                \
            (LEAF(1, 1, 67, 3), LEAF(1, 1, 130, 3), LEAF(1, 1, 130, 3)))                             \
+      GRAD(attention_gqa, ZORCH_ATT_CASE_(in, .causal = true),                                      \
+           (LEAF(2, 4, 5, 3), LEAF(2, 2, 5, 3), LEAF(2, 2, 5, 3)))                                  \
+      GRAD(attention_gqa_3d_kv, ZORCH_ATT_CASE_(in, 0), (LEAF(6, 3, 2), LEAF(2, 4, 2), LEAF(2, 4, 2))) \
+      GRAD(attention_bool_mask, ZORCH_ATT_CASE_(in, .mask = in[3]),                                 \
+           (LEAF(2, 2, 4, 3), LEAF(2, 2, 6, 3), LEAF(2, 2, 6, 3), MASK(2, 1, 1, 6)))                \
+      GRAD(attention_bool_mask_causal, ZORCH_ATT_CASE_(in, .causal = true, .mask = in[3]),          \
+           (LEAF(1, 2, 5, 3), LEAF(1, 2, 5, 3), LEAF(1, 2, 5, 3), MASK(5, 5)))                      \
+      GRAD(attention_add_mask, ZORCH_ATT_CASE_(in, .causal = true, .mask = in[3]),                  \
+           (LEAF(2, 2, 4, 3), LEAF(2, 1, 6, 3), LEAF(2, 1, 6, 3), NOGRAD(LEAF(2, 1, 4, 6))))        \
+      GRAD(attention_segments, ZORCH_ATT_CASE_(in, .causal = true, .segments = in[3]),              \
+           (LEAF(2, 2, 6, 3), LEAF(2, 1, 6, 3), LEAF(2, 1, 6, 3),                                   \
+            INDEX((2, 6), (0, 0, 1, 1, 1, 2, 0, 1, 1, 1, 1, 1))))                                   \
+      GRAD(attention_segments_kv, ZORCH_ATT_CASE_(in, .causal = true, .segments = in[3]),           \
+           (LEAF(1, 2, 3, 3), LEAF(1, 2, 7, 3), LEAF(1, 2, 7, 3), INDEX((1, 7), (0, 0, 1, 1, 2, 2, 2)))) \
+      GRAD(attention_q_segments, ZORCH_ATT_CASE_(in, .segments = in[3], .q_segments = in[4]),       \
+           (LEAF(2, 1, 4, 3), LEAF(2, 1, 5, 3), LEAF(2, 1, 5, 3),                                   \
+            INDEX((2, 5), (0, 0, 1, 1, 1, 3, 3, 3, 4, 4)), INDEX((2, 4), (1, 0, 1, 2, 4, 3, 3, 4)))) \
+      GRAD(attention_segments_70, ZORCH_ATT_CASE_(in, .causal = true, .segments = in[3]),           \
+           (LEAF(1, 2, 70, 3), LEAF(1, 1, 70, 3), LEAF(1, 1, 70, 3),                                \
+            INDEX((1, 70), (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,             \
+                            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,             \
+                            1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,             \
+                            2, 2, 2, 2, 2, 2, 2, 2, 2, 2))))                                        \
+      GRAD(attention_window, ZORCH_ATT_CASE_(in, .causal = true, .window = 3),                      \
+           (LEAF(1, 2, 6, 3), LEAF(1, 1, 6, 3), LEAF(1, 1, 6, 3)))                                  \
+      GRAD(attention_window_kv, ZORCH_ATT_CASE_(in, .causal = true, .window = 4),                   \
+           (LEAF(1, 1, 3, 3), LEAF(1, 1, 9, 3), LEAF(1, 1, 9, 3)))                                  \
+      GRAD(attention_window_70, ZORCH_ATT_CASE_(in, .causal = true, .window = 20),                  \
+           (LEAF(1, 70, 3), LEAF(1, 70, 3), LEAF(1, 70, 3)))                                        \
+      GRAD(attention_window_open, ZORCH_ATT_CASE_(in, .window = 2),                                 \
+           (LEAF(1, 1, 5, 2), LEAF(1, 1, 5, 2), LEAF(1, 1, 5, 2)))                                  \
       BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 7))", \
           "attention: q (2, 3, 4, 8), k (2, 3, 5, 8) and v (2, 3, 5, 7)")                           \
       BAD("zorch.attention(zorch.ones(2, 3, 4, 6), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8))", \
@@ -799,6 +843,8 @@
           "attention: q (2, 3), k (2, 3) and v (2, 3) do not fit (expected q (B, H, Tq, D)")        \
       BAD("zorch.attention(zorch.ones(6, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8))",   \
           "attention: q (6, 4, 8)")                                                                 \
+      BAD("zorch.attention(zorch.ones(2, 4, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8))", \
+          "attention: q (2, 4, 4, 8), k (2, 3, 5, 8) and v (2, 3, 5, 8) do not fit")                \
       BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8):double(), zorch.ones(2, 3, 5, 8))", \
           "attention: q, k and v must have one floating-point dtype, got float32, float64")         \
       BAD("zorch.attention(zorch.ones(2, 3, 4, 8):long(), zorch.ones(2, 3, 5, 8):long(), "          \
@@ -806,7 +852,39 @@
       BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), {causal = 1})", \
           "attention: option 'causal' must be a boolean")                                           \
       BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), {scale = -1})", \
-          "attention: option 'scale' must be a positive number")))                                  \
+          "attention: option 'scale' must be a positive number")                                    \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), {window = 0})", \
+          "attention: option 'window' must be a positive integer, got 0")                           \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), {casual = true})", \
+          "attention: unknown option 'casual'")                                                     \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), " \
+          "{mask = zorch.ones(2, 1, 4, 4):gt(0)})",                                                 \
+          "attention: mask (2, 1, 4, 4) does not broadcast to (B, H, Tq, Tk) = (2, 3, 4, 5)")       \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), " \
+          "{mask = zorch.ones(5):long()})", "attention: mask must be bool (true: attend) or floating point")   \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), " \
+          "{segments = zorch.ones(2, 4):long()})",                                                  \
+          "attention: segments (2, 4) must be (B, Tk) = (2, 5)")                                    \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), " \
+          "{segments = zorch.ones(2, 5)})", "attention: segments must be int64, got float32")       \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), " \
+          "{segments = zorch.ones(2, 5):long(), q_segments = zorch.ones(2, 5):long()})",            \
+          "attention: q_segments (2, 5) must be (B, Tq) = (2, 4)")                                  \
+      BAD("zorch.attention(zorch.ones(2, 3, 6, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), " \
+          "{segments = zorch.ones(2, 5):long()})",                                                  \
+          "attention: segments (2, 5) give no ids to the 6 queries (Tq > Tk): pass q_segments (B, Tq)") \
+      BAD("zorch.attention(zorch.ones(2, 3, 4, 8), zorch.ones(2, 3, 5, 8), zorch.ones(2, 3, 5, 8), " \
+          "{q_segments = zorch.ones(2, 4):long()})", "attention: q_segments needs segments")        \
+      BAD("zorch.attention(zorch.ones(6, 4, 8), zorch.ones(6, 5, 8), zorch.ones(6, 5, 8), "         \
+          "{segments = zorch.ones(6, 5):long()})", "attention: segments need 4-d q (B, H, Tq, D), got q (6, 4, 8)") \
+      DEVICE("zorch.attention(a, b, b, {causal = true, window = 5})", (2, 4, 9, 8), (2, 2, 9, 8), 1e-4) \
+      DEVICE("zorch.attention(a, b, b, {causal = true, segments = "                                 \
+             "zorch.tensor{{1, 1, 1, 2, 2, 2, 2, 3, 3}, {1, 2, 2, 2, 2, 2, 3, 3, 3}}:to(a:device())})", \
+             (2, 4, 9, 8), (2, 1, 9, 8), 1e-4)                                                      \
+      DEVICE("zorch.attention(a, b, b, {mask = zorch.randn(2, 1, 1, 9):to(a:device()):gt(0)})",     \
+             (2, 2, 5, 8), (2, 2, 9, 8), 1e-4)                                                      \
+      DEVICE("zorch.attention(a, b, b, {causal = true, mask = zorch.randn(5, 9):to(a:device())})",  \
+             (2, 2, 5, 8), (2, 2, 9, 8), 1e-4)))                                                    \
   /* With `training`, each element zeroed with probability p (0 <= p <= 1), the                     \
      others scaled by 1 / (1 - p); x itself otherwise. gen NULL: the default                         \
      generator. */                                                                                  \
@@ -845,6 +923,52 @@
            (LEAF(6, 3), LEAF(4, 3), LEAF(4)))                                                       \
       GRAD(linear_relu_nobias, zorch_linear_act(in[0], in[1], NULL, ZORCH_ACT_RELU),                \
            (LEAF(5, 3), LEAF(2, 3)))))                                                              \
+  /* ---- quantised weights (docs/quantization.md; layouts in ops/backend/quant.h) ---- */       \
+  /* w (out, in) float -> q and scales. bits 8: q int8 (out, in), scales float16 (out),             \
+     w ~ q * scale per output row (group must be 0). bits 4: q uint8 (out, in / 2), two inputs a     \
+     byte, scales float16 (out, in / group), group a multiple of 32 dividing in. quantize: q and     \
+     scales (contiguous, on the CPU) from w (float32, contiguous); the op layer goes through the     \
+     CPU on other devices. Lua: zorch.quantize(w, {bits, group}) (an options table, two results). */ \
+  OP(quantize, zorch_status,                                                                        \
+     (zorch_tensor *w, int bits, int64_t group, zorch_tensor **q, zorch_tensor **scales),           \
+     (w, bits, group, q, scales), LUA_NONE /* options table, two results */,                        \
+     (KERNEL_OPT(quantize, (zorch_tensor *q, zorch_tensor *scales, const zorch_tensor *w, int64_t group))), \
+     (GOLDEN(quantize_int8, quant_case(x[0], 8, 0, false), 0, 0)                                    \
+      GOLDEN(quantize_int4, quant_case(x[0], 4, 32, false), 0, 0)                                   \
+      BAD("zorch.quantize(zorch.ones(4, 48), {bits = 4, group = 32})",                              \
+          "quantize: in_features 48 is not a multiple of the group 32")                             \
+      BAD("zorch.quantize(zorch.ones(4, 64), {bits = 3})", "quantize: bits must be 8 or 4, got 3"))) \
+  /* The float32 weight (out, in) of a quantised one (the format told by q's dtype).                \
+     dequantize: w (out, in) float32 from q and scales (contiguous); group 0: int8. */             \
+  OP(dequantize, zorch_tensor *, (zorch_tensor *q, zorch_tensor *scales), (q, scales),              \
+     LUA_FUNCTION((LT(1), LT(2))),                                                                  \
+     (KERNEL(dequantize, (zorch_tensor *w, const zorch_tensor *q, const zorch_tensor *scales, int64_t group))), \
+     (GOLDEN(dequantize_int8, quant_case(x[0], 8, 0, true), 0, 0)                                   \
+      GOLDEN(dequantize_int4_g128, quant_case(x[0], 4, 128, true), 0, 0)                            \
+      BAD("zorch.dequantize(zorch.ones(4, 8):char(), zorch.ones(4))",                               \
+          "dequantize: scales must be float16, got float32")                                        \
+      DEVICE("(function() local q, s = zorch.quantize(b:detach(), {bits = 4, group = 32}) return zorch.dequantize(q, s) end)()", \
+             (1), (33, 96), 0)))                                                                    \
+  /* y (..., out) = x (..., in) · dequantize(q, scales)ᵀ + b: the weights read once and widened in \
+     registers. x float (computed in float32, y in x's dtype); b (out) float32 or NULL. No          \
+     gradient: inference only (a backward through it is an error). qlinear: y (rows, out) float32    \
+     from x (rows, in) float32, q, scales, b (contiguous); group 0: int8. */                        \
+  OP(qlinear, zorch_tensor *, (zorch_tensor *x, zorch_tensor *q, zorch_tensor *scales, zorch_tensor *b), \
+     (x, q, scales, b), LUA_FUNCTION((LT(1), LT(2), LT(3), LTN(4))),                                \
+     (KERNEL(qlinear, (zorch_tensor *y, const zorch_tensor *x, const zorch_tensor *q,              \
+                       const zorch_tensor *scales, const zorch_tensor *b, int64_t rows, int64_t group))), \
+     (GOLDEN(qlinear_int8, qlinear_case(x[0], x[1], x[2], 8, 0), 1e-5, 1e-5)                        \
+      GOLDEN(qlinear_int8_rows, qlinear_case(x[0], x[1], x[2], 8, 0), 1e-5, 1e-5)                   \
+      GOLDEN(qlinear_int4_g32, qlinear_case(x[0], x[1], x[2], 4, 32), 1e-5, 1e-5)                   \
+      GOLDEN(qlinear_int4_g128_rows, qlinear_case(x[0], x[1], NULL, 4, 128), 1e-5, 1e-5)            \
+      BAD("zorch.qlinear(zorch.ones(2, 5), zorch.ones(4, 3):char(), zorch.ones(4):half())",         \
+          "qlinear: input (2, 5) does not fit the quantised weight's 3 inputs")                     \
+      BAD("zorch.qlinear(zorch.ones(2, 64), zorch.ones(4, 32, {dtype = 'uint8'}), zorch.ones(4, 3):half())", \
+          "qlinear: scales (4, 3) do not divide the 64 inputs into groups of a multiple of 32")     \
+      DEVICE("(function() local q, s = zorch.quantize(b:detach(), {bits = 8}) return zorch.qlinear(a:detach(), q, s) end)()", \
+             (3, 70), (33, 70), 1e-5)                                                               \
+      DEVICE("(function() local q, s = zorch.quantize(b:detach(), {bits = 4, group = 32}) return zorch.qlinear(a:detach(), q, s) end)()", \
+             (9, 64), (7, 64), 1e-5)))                                                              \
   /* w (out, C / groups, kh, kw), b (out) or NULL -> (N, out, OH, OW); o may be NULL.               \
      Float32 and float64, contiguous. im2col: col (c * kh * kw, nb * oh * ow),                      \
      row (ci, ki, kj), column (image, oy, ox), = x (n, c, h, w) of images n0 ..                     \

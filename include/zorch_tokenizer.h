@@ -88,6 +88,10 @@ ZORCH_API const char *zorch_tokenizer_id_to_token(const zorch_tokenizer *t, int3
 ZORCH_API int32_t zorch_tokenizer_token_to_id(const zorch_tokenizer *t, const char *token, size_t len);
 /* The id of a special (added) token by its text, or -1. */
 ZORCH_API int32_t zorch_tokenizer_special_id(const zorch_tokenizer *t, const char *text);
+/* Unicode NFC (the version docs/tokenizers.md names) of len bytes of UTF-8:
+   *out (free() it, NUL-terminated) holds *out_len bytes. Bytes that are not
+   UTF-8 are kept as they are. */
+ZORCH_API zorch_status zorch_nfc(const char *text, size_t len, char **out, size_t *out_len);
 
 /* Tokenizes a text file into an llm.c token file: the 1,024-byte header
    (int32 magic 20240520, version 1 with uint16 ids or 2 with uint32 ids when

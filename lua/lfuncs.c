@@ -116,7 +116,7 @@ static int f_randperm(lua_State *L) {
   lua_Integer n = luaL_checkinteger(L, 1);
   lz_opts o;
   lz_get_opts(L, 2, &o, ZORCH_I64);
-  if ((o.dtype == ZORCH_U8 && n > 255) || (o.dtype == ZORCH_I32 && n > INT32_MAX))
+  if ((o.dtype == ZORCH_U8 && n > 255) || (o.dtype == ZORCH_I8 && n > 127) || (o.dtype == ZORCH_I32 && n > INT32_MAX))
     return luaL_error(L, "randperm: values from 1 to %I do not all fit %s", n, zorch_dtype_name(o.dtype));
   zorch_tensor *p = zorch_randperm(n, ZORCH_I64, o.device, NULL);
   zorch_tensor *p1 = p ? zorch_add_scalar(p, 1) : NULL;
@@ -246,7 +246,7 @@ static int f_tensor(lua_State *L) {
   }
   lz_opts o;
   lz_get_opts(L, 2, &o, kind == 4 ? ZORCH_BOOL : (kind & 2) || kind == 0 ? ZORCH_F32 : ZORCH_I64);
-  if (o.dtype == ZORCH_I32 || o.dtype == ZORCH_I64 || o.dtype == ZORCH_U8) /* values the dtype cannot hold */
+  if (o.dtype == ZORCH_I32 || o.dtype == ZORCH_I64 || o.dtype == ZORCH_U8 || o.dtype == ZORCH_I8) /* values the dtype cannot hold */
     for (int64_t i = 0; i < n; i++) {
       double dv;
       memcpy(&dv, &v[i], sizeof dv);
@@ -455,6 +455,14 @@ static int f_lerp(lua_State *L) {
   zorch_tensor *a = T(1), *b = T(2);
   if (lua_type(L, 3) == LUA_TNUMBER) PUSH(zorch_lerp_scalar(a, b, lua_tonumber(L, 3)));
   PUSH(zorch_lerp(a, b, T(3)));
+}
+/* zorch._quantize(w, bits, group) -> q, scales (zorch.quantize in Lua reads the options) */
+static int f_quantize(lua_State *L) {
+  zorch_tensor *q, *s;
+  if (zorch_quantize(T(1), (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), &q, &s)) return lz_fail(L);
+  lz_push(L, q);
+  lz_push(L, s);
+  return 2;
 }
 /* allclose and equal give Lua booleans */
 static int f_allclose(lua_State *L) {
@@ -938,27 +946,49 @@ static const luaL_Reg both[] = {
     {"zero_", m_zero_}, {NULL, NULL}};
 
 /* ---- attention and sampling ------------------------------------------------------------ */
-/* attention(q, k, v, {causal = false, scale = 1/sqrt(D)}) */
+/* Option `key` of the table at idx: a tensor or nil (NULL), borrowed from the table. */
+static zorch_tensor *attention_opt_tensor(lua_State *L, int idx, const char *key, const char *what) {
+  zorch_tensor *t = NULL;
+  if (lz_getfield(L, idx, key) != LUA_TNIL && !(t = zorch_to_tensor(L, -1)))
+    luaL_error(L, "attention: option '%s' must be %s, got %s", key, what, luaL_typename(L, -1));
+  lua_pop(L, 1);
+  return t;
+}
+
+/* attention(q, k, v, {causal = false, scale = 1/sqrt(D), window = nil, mask = nil,
+   segments = nil, q_segments = nil}) */
 static int f_attention(lua_State *L) {
+  static const char *const keys[] = {"causal", "scale", "window", "mask", "segments", "q_segments", NULL};
   zorch_tensor *q = T(1), *k = T(2), *v = T(3);
-  bool causal = false;
-  double scale = 0;
+  zorch_attention_opts o = {0};
   if (!lua_isnoneornil(L, 4)) {
-    luaL_checktype(L, 4, LUA_TTABLE);
+    conv_opts_keys(L, 4, "attention", keys);
     int t = lz_getfield(L, 4, "causal");
     if (t != LUA_TNIL && t != LUA_TBOOLEAN)
       return luaL_error(L, "attention: option 'causal' must be a boolean, got %s", luaL_typename(L, -1));
-    causal = lua_toboolean(L, -1);
+    o.causal = lua_toboolean(L, -1);
     t = lz_getfield(L, 4, "scale");
     if (t != LUA_TNIL) {
       if (t != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
         return luaL_error(L, "attention: option 'scale' must be a positive number, got %s",
                           t == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
-      scale = lua_tonumber(L, -1);
+      o.scale = lua_tonumber(L, -1);
     }
-    lua_pop(L, 2);
+    t = lz_getfield(L, 4, "window");
+    if (t != LUA_TNIL) {
+      int isint = 0;
+      lua_Integer w = lua_tointegerx(L, -1, &isint);
+      if (!isint || w < 1)
+        return luaL_error(L, "attention: option 'window' must be a positive integer, got %s",
+                          t == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+      o.window = (int64_t)w;
+    }
+    lua_pop(L, 3);
+    o.mask = attention_opt_tensor(L, 4, "mask", "a bool or float tensor broadcast to (B, H, Tq, Tk)");
+    o.segments = attention_opt_tensor(L, 4, "segments", "an int64 tensor (B, Tk)");
+    o.q_segments = attention_opt_tensor(L, 4, "q_segments", "an int64 tensor (B, Tq)");
   }
-  PUSH(zorch_attention(q, k, v, causal, scale));
+  PUSH(zorch_attention(q, k, v, &o));
 }
 
 /* zorch.Generator(seed): a random stream of its own (Philox, counter based), for
@@ -1372,7 +1402,7 @@ static const luaL_Reg functions_only[] = {
     {"cross_entropy", f_cross_entropy}, {"cat", f_cat}, {"stack", f_stack}, {"no_grad", f_no_grad},
     {"set_grad_enabled", f_set_grad_enabled}, {"is_grad_enabled", f_is_grad_enabled},
     {"manual_seed", f_manual_seed}, {"_pointwise_ops", f_pointwise_ops},
-    {"_op_cases", f_op_cases},
+    {"_op_cases", f_op_cases}, {"_quantize", f_quantize},
     {"_pointwise", f_pointwise_call}, {NULL, NULL}};
 
 

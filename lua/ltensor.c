@@ -323,6 +323,7 @@ static int binary(lua_State *L, const char *name, zorch_tensor *(*f)(zorch_tenso
   double v = lua_tonumber(L, ni);
   if (lua_isinteger(L, ni) && sdt == ZORCH_I32) v = (int32_t)(uint32_t)lua_tointeger(L, ni); /* wraps, */
   if (lua_isinteger(L, ni) && sdt == ZORCH_U8) v = (uint8_t)lua_tointeger(L, ni); /* as PyTorch's */
+  if (lua_isinteger(L, ni) && sdt == ZORCH_I8) v = (int8_t)(uint8_t)lua_tointeger(L, ni);
   zorch_tensor *s = zorch_scalar(v, sdt, zorch_tensor_device(t));
   if (s && lua_isinteger(L, ni) && zorch_tensor_dtype(s) == ZORCH_I64 && zorch_fill_i64_(s, lua_tointeger(L, ni))) {
     zorch_tensor_free(s); /* an int64 number past 2^53 is kept exact */
@@ -368,13 +369,14 @@ static int i64_arith(lua_State *L, zorch_tensor *t, bool t_first, bin_fn f, lua_
   return lz_push_up(L, r, 1);
 }
 
-/* v beside an int32 or uint8 tensor brought into its range with the same
+/* v beside an int32, int8 or uint8 tensor brought into its range with the same
    result: wrapped for +, - and * (two's complement arithmetic), and a power
    past the dtype's width reduced as zorch_pow_scalar reduces it; a negative
    power is kept for its error. */
 static lua_Integer narrow_int(lua_Integer v, zorch_dtype dt, int op) {
-  int w = dt == ZORCH_U8 ? 8 : 32;
+  int w = dt == ZORCH_U8 || dt == ZORCH_I8 ? 8 : 32;
   if (op == '^') return v > w ? w + (v - w) % (INT64_C(1) << (w - 2)) : v;
+  if (dt == ZORCH_I8) return (lua_Integer)(int8_t)(uint8_t)v;
   return dt == ZORCH_U8 ? (lua_Integer)(uint8_t)v : (lua_Integer)(int32_t)(uint32_t)v;
 }
 /* a op b where either side may be a number */
@@ -393,7 +395,7 @@ static int arith(lua_State *L, const char *name, bin_fn f, int op) {
     zorch_dtype dt = zorch_tensor_dtype(t);
     if (dt == ZORCH_I64 && (v < -(INT64_C(1) << 53) || v > INT64_C(1) << 53) && !(op == '^' && v < 0))
       return i64_arith(L, t, a != NULL, f, v);
-    if (dt == ZORCH_I32 || dt == ZORCH_U8) {
+    if (dt == ZORCH_I32 || dt == ZORCH_U8 || dt == ZORCH_I8) {
       lua_pushinteger(L, narrow_int(v, dt, op));
       lua_replace(L, ni);
     }
@@ -541,16 +543,10 @@ static int t_index(lua_State *L) {
   return 1;
 }
 
-/* x[{...}] = v: a copy of v (broadcast) or a fill into the view. A write
-   through a view is not one autograd can follow, so it is refused where a
-   gradient would pass through it (a tensor that requires grad, in grad
-   mode): zorch.where, zorch.cat or x[i] = v build such values. */
+/* x[{...}] = v: a copy of v (broadcast) or a fill into the view, which
+   autograd follows as a write through any view. */
 static int table_assign(lua_State *L, zorch_tensor *t) {
   zorch_tensor *src = lua_type(L, 3) == LUA_TNUMBER ? NULL : lz_check(L, 3);
-  if (zorch_is_grad_enabled() && (zorch_requires_grad(t) || (src && zorch_requires_grad(src))))
-    return luaL_error(L, "index assignment: x[{...}] = v writes through a view, which autograd does not follow, and "
-                         "the %s requires grad; build the values with zorch.where or zorch.cat, assign x[i] = v, "
-                         "or write under zorch.no_grad", zorch_requires_grad(t) ? "tensor" : "value");
   char err[256] = "";
   zorch_tensor *v = table_view(L, t, 2, err, sizeof err);
   if (!v) return luaL_error(L, "%s", err);

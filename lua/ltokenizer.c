@@ -3,6 +3,7 @@
    tiktoken (not 1-based positions): they go unchanged into an embedding's
    index tensor built with them. */
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "lz.h"
 #include "zorch_tokenizer.h"
@@ -27,13 +28,21 @@ static int tok_gc(lua_State *L) {
 }
 
 /* zorch.tokenizer.load(path [, {pattern = "cl100k"|"gpt2", specials = {[text] = id, ...}}]):
-   a tokenizer.json or a tiktoken file (by its first byte); a tiktoken file
-   with specials (or pattern) given loads with those. */
+   a tokenizer.json or a tiktoken file (by its first byte), or a folder's
+   tokenizer.json; a tiktoken file with specials (or pattern) given loads with
+   those. The chat template and special tokens of a tokenizer_config.json
+   beside the file (zorch._chat_config) are the user value. */
 static int l_load(lua_State *L) {
   const char *path = lz_checkpath(L, 1);
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
   lz_check_path(L, path, "read");
-  ltok *b = lua_newuserdatauv(L, sizeof *b, 0);
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    lua_pushfstring(L, "%s/tokenizer.json", path);
+    lua_replace(L, 1);
+    path = lua_tostring(L, 1);
+  }
+  ltok *b = lua_newuserdatauv(L, sizeof *b, 1);
   b->t = NULL;
   lz_setmetatable(L, LZ_TOKENIZER);
   int ud = lua_gettop(L);
@@ -73,6 +82,24 @@ static int l_load(lua_State *L) {
   }
   if (st) return lz_fail(L);
   lua_settop(L, ud);
+  lz_push_private(L, "_chat_config");
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 1);
+  lua_setiuservalue(L, ud, 1);
+  return 1;
+}
+
+/* tok:apply_chat_template(messages [, opts]): zorch.text.chat's, with the
+   template and tokens the tokenizer loaded with */
+static int m_apply_chat_template(lua_State *L) {
+  check_tok(L, 1);
+  lua_settop(L, 3);
+  lz_push_private(L, "_chat_apply");
+  lua_pushvalue(L, 1);
+  lua_getiuservalue(L, 1, 1);
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, 3);
+  lua_call(L, 4, 1);
   return 1;
 }
 
@@ -249,6 +276,17 @@ static int m_special_id(lua_State *L) {
   return 1;
 }
 
+/* zorch.tokenizer.nfc(s): the Unicode NFC of s */
+static int l_nfc(lua_State *L) {
+  size_t n, on;
+  const char *s = luaL_checklstring(L, 1, &n);
+  char *out;
+  if (zorch_nfc(s, n, &out, &on)) return lz_fail(L);
+  lua_pushlstring(L, out, on);
+  free(out);
+  return 1;
+}
+
 /* tok:encode_file(in, out [, opts]) -> the count: an llm.c token file */
 static int m_encode_file(lua_State *L) {
   zorch_tokenizer *t = check_tok(L, 1);
@@ -274,7 +312,8 @@ static int tok_tostring(lua_State *L) {
 void lz_open_tokenizer(lua_State *L) {
   static const luaL_Reg methods[] = {{"encode", m_encode},           {"encode_batch", m_encode_batch}, {"decode", m_decode},
                                      {"vocab_size", m_vocab_size},   {"token_to_id", m_token_to_id},   {"id_to_token", m_id_to_token},
-                                     {"special_id", m_special_id},   {"encode_file", m_encode_file},   {NULL, NULL}};
+                                     {"special_id", m_special_id},   {"encode_file", m_encode_file},
+                                     {"apply_chat_template", m_apply_chat_template}, {NULL, NULL}};
   if (luaL_newmetatable(L, LZ_TOKENIZER)) {
     luaL_newlib(L, methods);
     lua_setfield(L, -2, "__index");
@@ -287,7 +326,7 @@ void lz_open_tokenizer(lua_State *L) {
     lz_protect_metatable(L);
   }
   lua_pop(L, 1);
-  static const luaL_Reg fns[] = {{"load", l_load}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"load", l_load}, {"nfc", l_nfc}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_setfield(L, -2, "tokenizer");
 }

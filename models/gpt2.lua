@@ -598,24 +598,9 @@ end
 
 -- ---- generation -----------------------------------------------------------------------------
 
--- The next token (from 1) from logits (vocab,): greedy at temperature 0, else a
--- draw from softmax(logits / temperature) over the top-k.
-local function pick(logits)
-  logits = logits:float():to("cpu")
-  if opt.temperature == 0 then return zorch.argmax(logits):item() end
-  logits = logits / opt.temperature
-  local k = opt["top-k"]
-  if k > 0 and k < cfg.vocab then
-    local kth = zorch.topk(logits, k)[k]:item()
-    logits = logits:masked_fill(zorch.lt(logits, kth), -math.huge)
-  end
-  local probs = zorch.softmax(logits, 1)
-  if zorch.multinomial then return zorch.multinomial(probs, 1):item() end
-  -- one uniform draw against the cumulative sum: the first index whose sum exceeds it
-  local u = zorch.rand(1):item()
-  local below = zorch.lt(zorch.cumsum(probs, 1), u):sum():item()
-  return math.min(below, cfg.vocab - 1) + 1
-end
+-- The next token (from 1) from logits (vocab,): zorch.models.pick, greedy at
+-- temperature 0, else a draw over the top-k.
+local function pick(logits) return zorch.models.pick(logits, {temperature = opt.temperature, top_k = opt["top-k"]}) end
 
 -- Appends n tokens to ids (a list of indices from 1). The model reads a window
 -- of the last tokens; when it is full the oldest half is dropped. With the

@@ -1,14 +1,15 @@
 -- Llama, Mistral and Qwen2 as a zorch script: one decoder-only model (RMSNorm,
 -- rotary embeddings, SwiGLU, grouped-query attention) for the three model_types
 -- of Hugging Face, trained through the Engine (ZeRO stages 0-3, fp32 or bf16);
--- --init reads a Hugging Face folder, --save-hf writes one.
+-- --init reads a Hugging Face folder, --save-hf writes one; --tensor-parallel T
+-- splits each layer over T ranks (Megatron's layers, llama.tensor_parallel).
 --   build/cpu/zorch models/llama.lua                          a small byte-level Llama on a book
 --   build/cpu/zorch models/llama.lua --init DIR --data t.bin  from a Hugging Face folder
 -- docs/llama.md describes the model, the flags and what is refused.
 local zorch = require "zorch"
-local nn, optim, data, hf, llama = zorch.nn, zorch.optim, zorch.data, zorch.hf, zorch.models.llama
+local nn, data, hf, llama, train = zorch.nn, zorch.data, zorch.hf, zorch.models.llama, zorch.models.train
 
-local opt = zorch.flags(arg, {
+local opt = zorch.flags(arg, train.flags({
   init = {"", "start from this Hugging Face folder (config.json and model.safetensors or its shards)"},
   ["model-type"] = {"llama", "without --init: llama, mistral or qwen2", choices = {"llama", "mistral", "qwen2"}},
   layers = {4, "without --init: decoder layers", type = "integer"},
@@ -20,52 +21,25 @@ local opt = zorch.flags(arg, {
   ["sliding-window"] = {nil, "without --init, mistral: the attention window", type = "integer"},
   context = {64, "sequence length T of the batches (at most the model's max_position_embeddings)"},
   ["batch-size"] = {16, "sequences per micro-batch and rank"},
-  accum = {1, "micro-batches per optimizer step (gradient accumulation)"},
-  steps = {300, "optimizer steps"},
-  lr = {1e-3, "peak learning rate"},
-  ["min-lr"] = {nil, "the cosine schedule's final learning rate (default: lr / 10)", type = "number"},
-  ["lr-schedule"] = {"cosine", "cosine (after a linear warm-up) or constant", choices = {"cosine", "constant"}},
-  warmup = {20, "warm-up steps (linear from lr / warmup to lr)"},
-  beta2 = {0.95, "AdamW's beta2 (beta1 is 0.9)"},
-  ["weight-decay"] = {0.1, "AdamW's decoupled weight decay, on the 2-d parameters only"},
-  clip = {1.0, "gradient clipping: max global norm (0: off)"},
-  ["zero-stage"] = {0, "ZeRO stage (0-3)"},
-  precision = {"fp32", "fp32 or bf16 (16-bit parameters and activations, fp32 master weights)",
-               choices = {"fp32", "bf16"}},
   data = {"/usr/share/gocode/src/github.com/pierrec/lz4/testdata/pg1661.txt",
           "a text file (one token a byte) or a .bin file of little-endian token ids (Hugging Face's, from 0)"},
   ["token-bytes"] = {2, "bytes per token id in a .bin file: 2 (uint16) or 4 (uint32, vocabularies over 65536)"},
   ["val-fraction"] = {0.1, "the last part of the tokens kept for validation"},
   ["val-every"] = {0, "validation loss every N steps and at the end (0: only at the end)"},
   ["val-batches"] = {8, "batches of the validation split each validation reads"},
-  ["save-hf"] = {"", "write config.json and the safetensors (sharded past --max-shard-size) into this folder"},
-  ["max-shard-size"] = {"5GB", "--save-hf's largest shard: bytes or a size such as 200MB or 2GiB"},
   logits = {"", "write the first validation batch (tokens, from 0) and the model's logits on it to this safetensors file"},
-  ["checkpoint-dir"] = {"", "save a checkpoint here at the end (and every --checkpoint-every steps)"},
-  ["checkpoint-every"] = {0, "optimizer steps between checkpoints (0: only at the end)"},
-  resume = {"", "continue from the latest checkpoint in this folder (--steps counts the total)"},
-  seed = {1337, "seed of the weights and the batches"},
   ["no-shuffle"] = {false, "read the data in order, llm.c's way, instead of random windows"},
-  ["checkpoint-activations"] = {false, "recompute each layer in backward instead of keeping its activations"},
-  ["lora-r"] = {0, "LoRA: the adapters' rank (0: off, every weight trained)", type = "integer"},
-  ["lora-alpha"] = {16, "LoRA: alpha (the adapter's output scaled by alpha / r)", type = "number"},
-  ["lora-dropout"] = {0.0, "LoRA: dropout on the adapter's input", type = "number"},
-  ["lora-targets"] = {"q_proj,v_proj", "LoRA: the Linear modules that take adapters (PEFT's target_modules, by the name's last part)"},
-  ["lora-rslora"] = {false, "LoRA: scale by alpha / sqrt(r) (rank-stabilised)"},
-  ["init-adapter"] = {"", "start from this PEFT LoRA folder (adapter_config.json, adapter_model.safetensors); its config sets r, alpha, dropout and the targets"},
-  ["save-adapter"] = {"", "write the adapters as a PEFT folder (adapter_config.json, adapter_model.safetensors)"},
-  ["print-every"] = {1, "a step line every N steps"},
-  device = {"cpu", "cpu, cuda (each rank its own GPU) or cuda:N"},
-}, "usage: zorch models/llama.lua [flags]")
+  quantize = {"none", "at the end: the validation loss and perplexity before and after quantising the Linear layers (int8, or int4 in groups of 32); --save-hf then writes the quantised folder", choices = {"none", "int8", "int4"}},
+  ["tensor-parallel"] = {1, "tensor-parallel ranks T: each layer's matrices, its heads and the vocabulary split " ..
+                         "T ways (Megatron's layers); the data-parallel ranks are the rest"},
+  prompt = {nil, "--sample's start: text (a byte a token) or, with a .bin file, token ids separated by spaces " ..
+                 "(default: a newline, or the last id)", type = "string"},
+}), "usage: zorch models/llama.lua [flags]")
 
 -- ---- configuration ------------------------------------------------------------------------
 
-local function usage(fmt, ...) error(zorch.flags.usage_error("llama: " .. fmt:format(...)), 0) end
-local function try(flag, fn, ...)
-  local ok, r = pcall(fn, ...)
-  if not ok then usage("%s: %s", flag, (tostring(r):gsub("^[^:]*:%d+: ", ""))) end
-  return r
-end
+local usage, try = train.usage("llama")
+train.check_outputs(opt, {"logits"})
 
 local binary = opt.data:match("%.bin$") ~= nil
 if opt["token-bytes"] ~= 2 and opt["token-bytes"] ~= 4 then usage("--token-bytes must be 2 or 4, got %d", opt["token-bytes"]) end
@@ -92,6 +66,17 @@ end
 -- ---- data: token ids, a train/validation split, batches --------------------------------------
 
 local rank, world = zorch.dist.rank(), zorch.dist.size()
+-- Tensor parallelism: the world is tensor x data ranks (zorch.dist.layout); the
+-- ranks of a tensor group read the same batches, so batches go by data rank.
+local TP = opt["tensor-parallel"]
+if TP < 1 then usage("--tensor-parallel must be >= 1, got %d", TP) end
+if world % TP ~= 0 then usage("--tensor-parallel %d does not divide the %d ranks", TP, world) end
+local layout
+if TP > 1 then
+  layout = zorch.dist.layout{tensor = TP}
+  rank, world = layout.coords.data, layout.sizes.data
+  if opt.sample > 0 then usage("--sample needs the whole model: not with --tensor-parallel") end
+end
 local device = "cpu" -- where batches go: the Engine's device, set once it is made
 local tokens = try("--data", data.load_tokens, opt.data,
                    {dtype = binary and (opt["token-bytes"] == 4 and "uint32" or "uint16") or "uint8"})
@@ -118,7 +103,11 @@ local function batch(t, m, ordered)
 end
 
 local function loss_of(model, x, y)
-  return zorch.cross_entropy(model(x):reshape(B * T, cfg.vocab), y:reshape(B * T))
+  local logits = model(x)
+  if TP > 1 then -- logits split by vocabulary: the loss without gathering them
+    return nn.vocab_parallel_cross_entropy(logits:reshape(B * T, cfg.vocab // TP), y:reshape(B * T), layout.tensor)
+  end
+  return zorch.cross_entropy(logits:reshape(B * T, cfg.vocab), y:reshape(B * T))
 end
 
 -- ---- model, optimizer and engine ------------------------------------------------------------
@@ -127,58 +116,23 @@ zorch.manual_seed(opt.seed)
 local model
 if opt.init ~= "" then model = try("--init", function() return (llama.from_pretrained(opt.init)) end)
 else model = llama.new(cfg, {initializer_range = raw.initializer_range}) end
+if TP > 1 then try("--tensor-parallel", llama.tensor_parallel, model, layout.tensor) end -- (this rank's slices)
 
--- LoRA: adapters on the targets, every base weight frozen (the optimizer steps the adapters only)
-local use_lora = opt["init-adapter"] ~= "" or opt["lora-r"] > 0
-if opt["lora-r"] < 0 then usage("--lora-r must be 0 (off) or a positive rank, got %d", opt["lora-r"]) end
-if opt["save-adapter"] ~= "" and not use_lora then usage("--save-adapter needs --lora-r or --init-adapter") end
-if opt["init-adapter"] ~= "" then
-  try("--init-adapter", nn.lora.load, model, opt["init-adapter"])
-elseif use_lora then
-  local targets = {}
-  for t in opt["lora-targets"]:gmatch("[^,%s]+") do targets[#targets + 1] = t end
-  try("--lora-r", nn.lora.apply, model, {r = opt["lora-r"], alpha = opt["lora-alpha"], dropout = opt["lora-dropout"],
-                                         rslora = opt["lora-rslora"], target_modules = targets})
-end
-
-local engine = zorch.Engine{zero_stage = opt["zero-stage"], gradient_clipping = opt.clip,
-                            gradient_accumulation_steps = opt.accum, precision = opt.precision, device = opt.device}
+local use_lora = train.lora(model, opt, usage, try)
+local engine = train.engine(opt, {layout = layout})
 device = engine.device
 if opt["checkpoint-activations"] then rawset(model, "checkpoint", function(...) return engine:checkpoint(...) end) end
--- AdamW: the 2-d parameters (matrices, embeddings) decay; norms and biases do not
-local decay, no_decay = {}, {}
-for _, p in ipairs(use_lora and nn.lora.parameters(model) or model:parameters()) do
-  table.insert(p:dim() >= 2 and decay or no_decay, p)
-end
-local groups = {{params = decay, weight_decay = opt["weight-decay"]}}
-if #no_decay > 0 then groups[2] = {params = no_decay, weight_decay = 0} end
-local adam = optim.AdamW(groups, {lr = opt.lr, betas = {0.9, opt.beta2}, eps = 1e-8})
-model, _, adam = engine:prepare(model, nil, adam)
+local adam
+model, _, adam = engine:prepare(model, nil, train.adamw(model, opt, use_lora))
+local lr_at = train.lr_at(opt, opt.steps)
 
-local min_lr = opt["min-lr"] or opt.lr / 10
-local function lr_at(s)
-  if opt["lr-schedule"] == "constant" then return opt.lr end
-  if s < opt.warmup then return opt.lr * (s + 1) / opt.warmup end
-  local ratio = math.min((s - opt.warmup) / math.max(opt.steps - opt.warmup, 1), 1)
-  return min_lr + 0.5 * (1 + math.cos(math.pi * ratio)) * (opt.lr - min_lr)
-end
-
-local function count(n)
-  return n >= 1e6 and ("%.2fM"):format(n / 1e6) or n >= 1e3 and ("%.1fk"):format(n / 1e3) or tostring(n)
-end
-local function lora_line()
-  if not use_lora then return "" end
-  local n, names, first = 0, {}, nil
-  for _, p in ipairs(nn.lora.parameters(model)) do n = n + p:numel() end
-  for name, m in nn.lora.modules(model) do names[#names + 1] = name; first = first or m end
-  return ("; LoRA r %d, alpha %g%s on %d modules: %s trainable"):format(first.r, first.alpha,
-    first.rslora and " (rslora)" or "", #names, count(n))
-end
+local nparams, lora_line = train.summary(model, use_lora, TP)
 engine:print(("llama: %s, %d layers, %d heads (%d key/value), dim %d, MLP %d, vocab %d%s%s: %s parameters; " ..
-  "%s tokens of %s (%s for validation); batch %d x %d x %d accumulation x %d ranks%s"):format(cfg.model_type,
+  "%s tokens of %s (%s for validation); batch %d x %d x %d accumulation x %d %sranks%s%s"):format(cfg.model_type,
   cfg.layers, cfg.heads, cfg.kv_heads, cfg.dim, cfg.hidden, cfg.vocab, cfg.tie and ", tied head" or "",
-  cfg.sliding_window and (", window %d"):format(cfg.sliding_window) or "", count(model:num_parameters()),
-  count(ntok), opt.data, count(nval), B, T, opt.accum, world, lora_line()))
+  cfg.sliding_window and (", window %d"):format(cfg.sliding_window) or "", nparams,
+  train.count(ntok), opt.data, train.count(nval), B, T, opt.accum, world, TP > 1 and "data-parallel " or "",
+  TP > 1 and (" x %d tensor-parallel"):format(TP) or "", lora_line))
 
 local function validate()
   if not split.val then return nil end
@@ -232,35 +186,45 @@ end
 if opt.steps > 0 and split.val then engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate())) end
 if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]) end
 
+-- ---- weight-only quantisation (docs/quantization.md) -----------------------------------------
+
+if opt.quantize ~= "none" then
+  if not split.val then usage("--quantize: needs a validation split (--val-fraction above 0)") end
+  local before = validate()
+  try("--quantize", nn.quantize, model, opt.quantize == "int8" and {bits = 8} or {bits = 4, group = 32})
+  local after = validate()
+  engine:print(("quantize %s | val loss %.6f -> %.6f | perplexity %.4f -> %.4f (%+.2f%%)"):format(opt.quantize,
+    before, after, math.exp(before), math.exp(after), 100 * (math.exp(after - before) - 1)))
+end
+
 -- ---- Hugging Face export --------------------------------------------------------------------
 
-if opt["save-hf"] ~= "" then
-  local dir = opt["save-hf"]
-  local sd = model:state_dict() -- (stage 3 gathers it on every rank)
-  if use_lora then sd = nn.lora.merged_state_dict(model, sd) end -- the fine-tuned model, adapters folded in
-  if rank == 0 then
-    local out = llama.hf_config(raw, cfg)
-    try("--save-hf", hf.save_pretrained, sd, dir, {config = out, max_shard_size = opt["max-shard-size"],
-        dtype = "float32", skip = cfg.tie and {"lm_head.weight"} or nil})
-  end
-  engine:print(("saved %s (config.json and the safetensors)"):format(dir))
-end
-
-if opt["save-adapter"] ~= "" then
-  engine:gather() -- (stage 3: every rank gathers, rank 0 writes)
-  local ok, err = true, nil
-  if rank == 0 then
-    ok, err = pcall(nn.lora.save, model, opt["save-adapter"], {base_model_name_or_path = opt.init ~= "" and opt.init or nil})
-  end
-  engine:release()
-  if not ok then usage("--save-adapter: %s", (tostring(err):gsub("^[^:]*:%d+: ", ""))) end
-  engine:print(("saved %s (adapter_config.json and adapter_model.safetensors)"):format(opt["save-adapter"]))
-end
+train.export(model, engine, opt, {raw = raw, cfg = cfg, use_lora = use_lora, usage = usage, try = try,
+                                  base = opt.init ~= "" and opt.init or nil, tensor = layout and layout.tensor})
 
 if opt.logits ~= "" then
   model:eval()
   local x = batch(split.val or split.train, 0, true)
   local logits = zorch.no_grad(function() return model(x) end)
-  if rank == 0 then zorch.save({tokens = (x - 1):to("cpu"), logits = logits:float():to("cpu"):contiguous()}, opt.logits) end
+  if TP > 1 then logits = zorch.dist.gather_last(layout.tensor, logits) end -- (the vocabulary's ranges side by side)
+  if zorch.dist.rank() == 0 then zorch.save({tokens = (x - 1):to("cpu"), logits = logits:float():to("cpu"):contiguous()}, opt.logits) end
   model:train()
+end
+
+-- ---- a sample -------------------------------------------------------------------------------
+
+if opt.sample > 0 then
+  local prompt, ids = opt.prompt or (binary and tostring(cfg.vocab - 1) or "\n"), {}
+  if binary then for w in prompt:gmatch("%d+") do ids[#ids + 1] = tonumber(w) + 1 end
+  else for i = 1, #prompt do ids[i] = prompt:byte(i) + 1 end end
+  if #ids == 0 then usage("--prompt %q gives no token ids", prompt) end
+  local plen = #ids
+  local _, dt = train.sample(model, engine, ids, opt, {context = cfg.max_pos})
+  if zorch.dist.rank() == 0 then
+    local out = {}
+    for i = plen + 1, #ids do out[#out + 1] = binary and tostring(ids[i] - 1) or ids[i] <= 256 and string.char(ids[i] - 1) or ("<%d>"):format(ids[i] - 1) end
+    local sep = binary and " " or ""
+    io.stdout:write("---- sample ----\n", prompt, sep, table.concat(out, sep), "\n---- end ----\n")
+    io.stderr:write(("llama: %d tokens in %.2f s (%.1f tokens/s, no cache)\n"):format(#ids - plen, dt, (#ids - plen) / dt))
+  end
 end

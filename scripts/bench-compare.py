@@ -51,6 +51,12 @@ CASES = {
     "attention_causal_b4h12t1024_d64_fused_fwd": ("ms", lambda s: s * 1e3, 2 * 2 * 1024 * 1024 * 64 * 48 / 2,
                                                   "peak_fma_fp32"),
     "attention_causal_b4h12t64_d64_fused_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
+    # a Llama's attention (bench.c's llama_attn): grouped heads in place or
+    # repeated; packed rows by segment ids or by a (B, 1, T, T) mask
+    "attention_gqa_b4h8kv2t512_d64_native_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
+    "attention_gqa_b4h8kv2t512_d64_repeat_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
+    "attention_packed_b4h8kv2t512_d64_segments_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
+    "attention_packed_b4h8kv2t512_d64_mask_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
     "cnn_fashion_mnist_b64_fwd_bwd": ("images/s", lambda s: 64 / s, None, None),
     "simplenet_step": ("us", lambda s: s * 1e6, None, None),
     "transformer_block_c256_t128_b16_fwd_bwd": ("ms", lambda s: s * 1e3, None, None),
@@ -66,6 +72,12 @@ CASES = {
     # zorch's same step beside PyTorch's foreach AdamW (adamw_8m: its fused one)
     "adamw_8m_foreach": ("Mparams/s", lambda s: (8 << 20) / s / 1e6, 7 * 4 * (8 << 20), "stream_triad"),
 }
+# decode's GEMV (1 x 4096 by the weight), float32 against the quantised
+# weights: the weight's bytes (int4: the nibbles and the float16 scales of groups of 32) against stream_read
+for out in (4096, 11008):
+    for dt, size in (("f32", 4), ("int8", 1 + 2 / 4096), ("int4", 0.5 + 2 / 32)):
+        moved = out * 4096 * size
+        CASES[f"gemv_4096x{out}_{dt}"] = ("GB/s", lambda s, m=moved: m / s / GF, moved, "stream_read")
 for k in ("gelu", "softmax", "sum", "layer_norm"):
     for dt, size in (("", 4), ("_bf16", 2)):
         n = 10000 * 1000 if k in ("gelu", "sum") else 9766 * 1024

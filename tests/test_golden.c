@@ -84,6 +84,23 @@ static zorch_tensor *to_and_back(zorch_tensor *x, zorch_dtype dt) {
   zorch_tensor_free(h);
   return f;
 }
+/* quantize's q (the stored integers, as float32: the packed bytes for 4 bits)
+   or dequantize's weights, of x quantised with bits and group */
+static zorch_tensor *quant_case(zorch_tensor *x, int bits, int64_t group, bool dequantized) {
+  zorch_tensor *q = NULL, *s = NULL, *r = NULL;
+  if (!zorch_quantize(x, bits, group, &q, &s)) r = dequantized ? zorch_dequantize(q, s) : zorch_to_dtype(q, ZORCH_F32);
+  zorch_tensor_free(q);
+  zorch_tensor_free(s);
+  return r;
+}
+/* qlinear over w quantised with bits and group */
+static zorch_tensor *qlinear_case(zorch_tensor *x, zorch_tensor *w, zorch_tensor *b, int bits, int64_t group) {
+  zorch_tensor *q = NULL, *s = NULL, *r = NULL;
+  if (!zorch_quantize(w, bits, group, &q, &s)) r = zorch_qlinear(x, q, s, b);
+  zorch_tensor_free(q);
+  zorch_tensor_free(s);
+  return r;
+}
 /* allclose and equal, their answer as a bool tensor */
 static zorch_tensor *bool_scalar(zorch_status st, bool r) {
   return st ? NULL : zorch_full(0, NULL, r, ZORCH_BOOL, CPU);

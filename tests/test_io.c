@@ -87,7 +87,7 @@ static size_t npy_frame(unsigned char *f, const char *dict) {
 }
 
 static void test_npy(void) {
-  static const zorch_dtype dts[] = {ZORCH_F32, ZORCH_F64, ZORCH_F16, ZORCH_I32, ZORCH_I64, ZORCH_U8, ZORCH_BOOL};
+  static const zorch_dtype dts[] = {ZORCH_F32, ZORCH_F64, ZORCH_F16, ZORCH_I32, ZORCH_I64, ZORCH_U8, ZORCH_I8, ZORCH_BOOL};
   static const int64_t shapes[][8] = {{0}, {5}, {2, 3}, {0, 4}, {1, 2, 1, 2, 1, 2, 1, 2}};
   static const int ndims[] = {0, 1, 2, 2, 8};
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {

@@ -412,6 +412,31 @@ static void test_inplace_history(void) {
   for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) zorch_tensor_free(ts[i]);
 }
 
+/* A write through a view rebases its base's history (PyTorch's CopySlices)
+   from C too: z = zeros(3, 3); z.t()[1].copy_(w); sum(z * z) + sum(w) gives
+   w 2w + 1; a view of a leaf that requires grad is refused, naming the op. */
+static void test_view_write(void) {
+  double wv[3] = {1, -2, 3}, got[3] = {0};
+  zorch_tensor *w = from_doubles(wv, SHAPE(3), ZORCH_F64);
+  zorch_set_requires_grad(w, true);
+  zorch_tensor *z = zorch_zeros(SHAPE(3, 3), ZORCH_F64, CPU), *zt = zorch_transpose(z, 0, 1),
+               *col = zorch_select(zt, 0, 1);
+  ok(zorch_copy_(col, w) == ZORCH_OK && strcmp(zorch_grad_fn_name(z), "CopySlices") == 0 &&
+         strcmp(zorch_grad_fn_name(col), "AsStridedBackward") == 0,
+     "copy_ into a column of a constant: the base records CopySlices, the view follows");
+  zorch_tensor *zz = zorch_mul(z, z), *s1 = zorch_sum(zz, 0, NULL, false), *s2 = zorch_sum(w, 0, NULL, false),
+               *l = zorch_add(s1, s2);
+  ok(zorch_backward(l, NULL, false) == ZORCH_OK && zorch_tensor_to_doubles(zorch_grad(w), got, 3) == ZORCH_OK &&
+         got[0] == 3 && got[1] == -3 && got[2] == 7,
+     "and w's gradient is 2w + 1 (%g %g %g)", got[0], got[1], got[2]);
+  zorch_tensor *row = zorch_select(w, 0, 0);
+  ok(zorch_fill_(row, 0) == ZORCH_ERR_STATE && error_has("fill_: a view of a leaf tensor that requires grad") &&
+         at(w, 0) == 1,
+     "a view of a leaf that requires grad is refused, and nothing is written");
+  zorch_tensor *ts[] = {w, z, zt, col, zz, s1, s2, l, row};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) zorch_tensor_free(ts[i]);
+}
+
 /* Freed buffers of 64 KiB to 64 MiB come back to the next allocation that
    fits them within an eighth (hostmem.c); a much smaller or larger one gets
    another. Off where the allocation caches are (sanitizers, ZORCH_ALLOC_CACHE=0). */
@@ -512,6 +537,7 @@ int main(void) {
   test_errors();
   test_inplace();
   test_inplace_history();
+  test_view_write();
   test_large();
   test_large_reuse();
   test_huge_blocks();

@@ -105,7 +105,7 @@ function M.bernoulli_(x, p)
 end
 
 -- dtype shorthands beside float(), double() and long().
-for name, dt in pairs{int = "int32", bool = "bool", half = "float16", bfloat16 = "bfloat16", byte = "uint8"} do
+for name, dt in pairs{int = "int32", bool = "bool", half = "float16", bfloat16 = "bfloat16", byte = "uint8", char = "int8"} do
   if M[name] == nil then M[name] = function(x) check_self(name, x); return x:to(dt) end end
 end
 

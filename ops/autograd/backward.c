@@ -56,7 +56,7 @@ static zorch_tensor *grad_fit(zorch_tensor *g, const ag_edge *e) {
 static zorch_status leaf_accumulate(zorch_tensor *leaf, zorch_tensor *g) {
   if (g) {
     if (!leaf->grad) {
-      bool own = g->refcount == 1 && g->st->refcount == 1 && zorch_tensor_is_contiguous(g);
+      bool own = tensor_owns_storage(g) && zorch_tensor_is_contiguous(g);
       leaf->grad = own ? g : zorch_clone(g);
       if (!own) zorch_tensor_free(g);
       if (!leaf->grad) return zorch_last_status();
@@ -174,10 +174,10 @@ static zorch_status check_read(const char *reader, const ag_node *made, uint32_t
   char b[ERR_SHAPE_BUF], who[96] = "backward";
   if (reader) snprintf(who, sizeof who, "[%s]", reader);
   return err_set(ZORCH_ERR_STATE, "backward: a tensor of shape %s that [%s] made was written in place before %s "
-                 "read it, through another handle to its storage (a view, detach(), an optimizer), which "
-                 "autograd does not follow, so its gradient would be wrong: write through the tensor itself "
-                 "(its copy_, fill_ and index assignment are recorded), or build the values with zorch.where "
-                 "or zorch.cat", err_shape_str(ndim, shape, b, sizeof b), made->name, who);
+                 "read it, through another handle to its storage (detach(), an optimizer), which autograd does "
+                 "not follow, so its gradient would be wrong: write through the tensor itself or a view of it "
+                 "(copy_, fill_, the in-place ops and index assignment are recorded there), or build the values "
+                 "with zorch.where or zorch.cat", err_shape_str(ndim, shape, b, sizeof b), made->name, who);
 }
 
 /* Runs n's backward on the gradient it accumulated (none: its inputs get none
@@ -229,10 +229,11 @@ static zorch_status run_pass(ag_node *root, zorch_tensor *grad, bool retain, nod
 zorch_status zorch_backward(zorch_tensor *t, zorch_tensor *grad, bool retain_graph) {
   char a[ERR_SHAPE_BUF], b[ERR_SHAPE_BUF];
   if (!t) return err_set(ZORCH_ERR_ARG, "backward: tensor is NULL");
-  if (!t->requires_grad)
+  if (!tensor_requires_grad(t))
     return err_set(ZORCH_ERR_STATE,
                    "backward: tensor of shape %s does not require grad and has no grad_fn",
                    SHAPE(t, a));
+  if (ag_view_sync(t)) return zorch_last_status();
   zorch_tensor *g;
   if (grad) {
     if (!tensor_same_shape(grad, t))

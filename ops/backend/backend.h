@@ -54,6 +54,19 @@ typedef struct conv_geom {
   int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
 } conv_geom;
 
+/* What the attention kernels compute over (attention's row in include/zorch_ops.h):
+   bh query heads (B * H), tq queries and tk keys of head dim d; query head h
+   reads key/value head h / group; heads is H, so head h is batch h / heads.
+   mask: NULL, or a bool (true: attend) or compute-dtype (added) view of
+   (B, H, tq, tk), stride 0 where it broadcasts. kseg and qseg: NULL, or int64
+   (B, tk) and (B, tq) with unit column stride. window 0: none. */
+typedef struct att_geom {
+  int64_t bh, tq, tk, d, heads, group, window;
+  bool causal;
+  double scale;
+  const zorch_tensor *mask, *kseg, *qseg;
+} att_geom;
+
 /* The pooling kinds: max (argmax kept), average counting the padding or not,
    and adaptive average (PyTorch's windows floor(i*h/oh) .. ceil((i+1)*h/oh)). */
 typedef enum { POOL_MAX, POOL_AVG, POOL_AVG_EXCL_PAD, POOL_ADAPTIVE_AVG } pool_kind;

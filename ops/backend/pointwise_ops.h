@@ -13,7 +13,7 @@
              p0, p1, all of type T (float or double); ZM(f, ...) calls zm_f of
              ops/backend/math.h for T, so CPU and CUDA run the same formula
      ints    which integer dtypes have a kernel: INT (int32, int64, uint8),
-             SIGNED (int32, int64), NO_INT (the op computes in float) or
+             SIGNED (int32, int64, int8), NO_INT (the op computes in float) or
              FLOAT (integer and bool inputs are an error, as PyTorch has no
              kernel for them)
      imath   the integer math (same names, T the integer type); 0 under NO_INT.

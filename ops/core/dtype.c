@@ -3,9 +3,9 @@
 
 #include "tensor.h"
 
-const size_t dtype_sizes[ZORCH_NDTYPES] = {4, 8, 2, 2, 4, 8, 1, 1};
+const size_t dtype_sizes[ZORCH_NDTYPES] = {4, 8, 2, 2, 4, 8, 1, 1, 1};
 static const char *const dtype_names[ZORCH_NDTYPES] = {
-    "float32", "float64", "bfloat16", "float16", "int32", "int64", "uint8", "bool"};
+    "float32", "float64", "bfloat16", "float16", "int32", "int64", "uint8", "bool", "int8"};
 
 size_t zorch_dtype_size(zorch_dtype dt) {
   return (unsigned)dt < ZORCH_NDTYPES ? dtype_sizes[dt] : 0;
@@ -22,7 +22,7 @@ zorch_status zorch_dtype_parse(const char *name, zorch_dtype *out) {
   } aliases[] = {{"f32", ZORCH_F32},  {"float", ZORCH_F32}, {"f64", ZORCH_F64},
                  {"double", ZORCH_F64}, {"bf16", ZORCH_BF16}, {"f16", ZORCH_F16},
                  {"half", ZORCH_F16}, {"i32", ZORCH_I32},   {"int", ZORCH_I32},
-                 {"i64", ZORCH_I64},  {"long", ZORCH_I64},  {"u8", ZORCH_U8}};
+                 {"i64", ZORCH_I64},  {"long", ZORCH_I64},  {"u8", ZORCH_U8},  {"i8", ZORCH_I8}};
   if (!name) return err_set(ZORCH_ERR_ARG, "dtype: name is NULL");
   for (int i = 0; i < ZORCH_NDTYPES; i++)
     if (strcmp(name, dtype_names[i]) == 0) {
@@ -36,7 +36,7 @@ zorch_status zorch_dtype_parse(const char *name, zorch_dtype *out) {
     }
   return err_set(ZORCH_ERR_ARG,
                  "dtype: unknown dtype '%s' (expected float32, float64, bfloat16, float16, "
-                 "int32, int64, uint8 or bool)",
+                 "int32, int64, uint8, int8 or bool)",
                  name);
 }
 
@@ -57,6 +57,8 @@ zorch_dtype dtype_promote(zorch_dtype a, zorch_dtype b) {
   if (b == ZORCH_BOOL) return a;
   if (a == ZORCH_I64 || b == ZORCH_I64) return ZORCH_I64;
   if (a == ZORCH_I32 || b == ZORCH_I32) return ZORCH_I32;
+  /* uint8 with int8: PyTorch gives int16, which zorch lacks; int32 holds both */
+  if (a == ZORCH_I8 || b == ZORCH_I8) return ZORCH_I32;
   return ZORCH_U8;
 }
 

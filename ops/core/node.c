@@ -16,11 +16,22 @@ bool zorch_set_grad_enabled(bool on) {
 }
 bool zorch_is_grad_enabled(void) { return zstate_get()->grad_enabled; }
 
-bool ag_needed(int n, zorch_tensor *const *in) {
+/* ag_needed, and whether an input is a stale view to sync. */
+static inline bool needed(int n, zorch_tensor *const *in, bool *stale) {
   if (!zstate_get()->grad_enabled) return false;
-  for (int i = 0; i < n; i++)
-    if (in[i] && in[i]->requires_grad) return true;
-  return false;
+  bool need = false;
+  for (int i = 0; i < n; i++) {
+    if (!in[i]) continue;
+    bool s = tensor_view_stale(in[i]);
+    *stale = *stale || s;
+    need = need || s || in[i]->requires_grad;
+  }
+  return need;
+}
+
+bool ag_needed(int n, zorch_tensor *const *in) {
+  bool stale = false;
+  return needed(n, in, &stale);
 }
 
 /* The node and its typed arguments are one allocation. */
@@ -29,7 +40,13 @@ bool ag_needed(int n, zorch_tensor *const *in) {
 zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, int nin,
                              zorch_tensor *const *in, int nsave, zorch_tensor *const *save,
                              const void *args, size_t nargs) {
-  if (!out || !ag_needed(nin, in)) return out;
+  bool stale = false;
+  if (!out || !needed(nin, in, &stale)) return out;
+  for (int i = 0; stale && i < nin; i++)
+    if (in[i] && ag_view_sync(in[i])) {
+      zorch_tensor_free(out);
+      return NULL;
+    }
   size_t bytes = AG_ARGS_AT + nargs + (size_t)(nin > 0 ? nin : 1) * sizeof(ag_edge);
   zmem_account *mem;
   if (!zmem_charge_current(bytes, &mem)) {
@@ -97,20 +114,28 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
   return out;
 }
 
-ag_node *ag_write_node(zorch_tensor *t, zorch_tensor *src, const char *name, ag_backward_fn fn, const void *args,
-                       size_t nargs) {
-  zorch_tensor *in[2] = {t, src}, *alias = tensor_detached(t);
+/* The node ag_record makes for values with `like`'s geometry and storage,
+   taken off the alias it was recorded on; the storage is watched. */
+static ag_node *node_for(const zorch_tensor *like, const char *name, ag_backward_fn fn, int nin,
+                         zorch_tensor *const *in, const void *args, size_t nargs) {
+  zorch_tensor *alias = tensor_detached(like);
   if (!alias) return NULL;
-  if (!(alias = ag_record(alias, name, fn, src ? 2 : 1, in, 0, NULL, args, nargs))) return NULL;
+  if (!(alias = ag_record(alias, name, fn, nin, in, 0, NULL, args, nargs))) return NULL;
   ag_node *n = alias->grad_fn;
   alias->grad_fn = NULL;
   zorch_tensor_free(alias);
   if (!n) return err_null(ZORCH_ERR_STATE, "%s: nothing to record", name);
-  if (!n->watch && !(n->watch = storage_watch(t->st, true))) {
+  if (!n->watch && !(n->watch = storage_watch(like->st, true))) {
     ag_node_release(n);
     return NULL;
   }
   return n;
+}
+
+ag_node *ag_write_node(zorch_tensor *t, zorch_tensor *src, const char *name, ag_backward_fn fn, const void *args,
+                       size_t nargs) {
+  zorch_tensor *in[2] = {t, src};
+  return node_for(t, name, fn, src ? 2 : 1, in, args, nargs);
 }
 
 void ag_write_install(zorch_tensor *t, ag_node *n) {
@@ -118,7 +143,39 @@ void ag_write_install(zorch_tensor *t, ag_node *n) {
   ag_node *old = t->grad_fn;
   t->grad_fn = n;
   t->requires_grad = true;
+  t->hist_gen++;
   ag_node_release(old);
+}
+
+void ag_geom_of(ag_geom *g, const zorch_tensor *t) {
+  memset(g, 0, sizeof *g);
+  g->ndim = t->ndim;
+  memcpy(g->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  memcpy(g->strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
+  g->offset = t->offset;
+}
+
+zorch_status ag_view_sync(zorch_tensor *v) {
+  if (!tensor_view_stale(v)) return ZORCH_OK;
+  zorch_tensor *root = v->base;
+  char b[ERR_SHAPE_BUF];
+  if (v->view_nograd)
+    return err_set(ZORCH_ERR_STATE, "autograd: a view of shape %s made under no_grad is used after a write, with "
+                   "grad mode on, into its base or another view of it, which PyTorch refuses too (whether the "
+                   "write should be followed is ambiguous): make the view and write either both under no_grad or "
+                   "both outside it", SHAPE(v, b));
+  if (!root->grad_fn->view_bwd)
+    return err_set(ZORCH_ERR_INTERNAL, "autograd: the history of a view's base is not a write's");
+  ag_view_args a;
+  ag_geom_of(&a.base, root);
+  ag_geom_of(&a.view, v);
+  ag_node *n = node_for(v, AG_VIEW_NODE, root->grad_fn->view_bwd, 1, &root, &a, sizeof a);
+  if (!n) return zorch_last_status();
+  ag_node_release(v->grad_fn);
+  v->grad_fn = n;
+  v->requires_grad = true;
+  v->base_gen = root->hist_gen;
+  return ZORCH_OK;
 }
 
 void ag_node_free_saved(ag_node *n) {
@@ -185,7 +242,7 @@ void ag_set_pre_hook(zorch_tensor *t, zorch_status (*fn)(void *ud), void *ud, vo
 /* ---- leaf properties ---------------------------------------------------------- */
 zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on) {
   if (!t) return err_set(ZORCH_ERR_ARG, "requires_grad: tensor is NULL");
-  if (t->grad_fn)
+  if (!tensor_is_leaf(t))
     return err_set(ZORCH_ERR_STATE,
                    "requires_grad: only leaf tensors can change requires_grad; use detach()");
   if (on && !zorch_dtype_is_float(t->dtype))
@@ -193,13 +250,19 @@ zorch_status zorch_set_requires_grad(zorch_tensor *t, bool on) {
                    "requires_grad: only floating-point tensors can require grad, got %s",
                    zorch_dtype_name(t->dtype));
   t->requires_grad = on;
+  if (on && t->base) { /* a leaf that requires grad is the root of its views' histories */
+    zorch_tensor *b = t->base;
+    t->base = NULL;
+    zorch_tensor_free(b);
+  }
   return ZORCH_OK;
 }
 
-bool zorch_requires_grad(const zorch_tensor *t) { return t && t->requires_grad; }
-bool zorch_is_leaf(const zorch_tensor *t) { return t && !t->grad_fn; }
+bool zorch_requires_grad(const zorch_tensor *t) { return t && tensor_requires_grad(t); }
+bool zorch_is_leaf(const zorch_tensor *t) { return t && tensor_is_leaf(t); }
 zorch_tensor *zorch_grad(const zorch_tensor *t) { return t ? t->grad : NULL; }
 const char *zorch_grad_fn_name(const zorch_tensor *t) {
+  if (t && tensor_view_stale(t)) return AG_VIEW_NODE; /* the name its grad_fn gets when next used */
   return t && t->grad_fn ? t->grad_fn->name : NULL;
 }
 
@@ -240,7 +303,7 @@ zorch_grad_hook zorch_get_grad_hook(const zorch_tensor *leaf, void **ud) {
 
 zorch_status zorch_set_grad_hook(zorch_tensor *leaf, zorch_grad_hook fn, void *ud) {
   if (!leaf) return err_set(ZORCH_ERR_ARG, "set_grad_hook: tensor is NULL");
-  if (leaf->grad_fn)
+  if (!tensor_is_leaf(leaf))
     return err_set(ZORCH_ERR_STATE, "set_grad_hook: hooks go on leaf tensors only");
   leaf->hook.fn = fn;
   leaf->hook.ud = ud;

@@ -6,7 +6,7 @@
 #define ZORCH_VM_CORE_NODE_H
 #include "tensor.h"
 
-#define AG_MAX_SAVED 5
+#define AG_MAX_SAVED 8
 
 /* Where an input's gradient goes, and the input's shape and dtype so that the
    engine can sum broadcast gradients and convert dtypes for every op alike. */
@@ -45,6 +45,9 @@ struct ag_node {
   zorch_status (*pre_hook)(void *ud);
   void *pre_ud;
   void (*pre_release)(void *ud); /* drops the node's hold on pre_ud */
+  /* a write's node on a root: the backward of its views' nodes made again
+     from it (ag_view_sync), from ops/def */
+  ag_backward_fn view_bwd;
   struct zmem_account *mem; /* charged mem_bytes for this node (a VM's tensor_limit), or NULL */
   size_t mem_bytes;
   /* scratch of a running backward pass */
@@ -70,7 +73,24 @@ zorch_tensor *ag_record(zorch_tensor *out, const char *name, ag_backward_fn fn, 
    done. Readers from before the write keep the old node. */
 ag_node *ag_write_node(zorch_tensor *t, zorch_tensor *src, const char *name, ag_backward_fn fn, const void *args,
                        size_t nargs);
+/* Also moves t's views on to the new history (t is the root written through
+   itself or a view). */
 void ag_write_install(zorch_tensor *t, ag_node *n);
+/* A tensor's geometry over its storage, in elements. */
+typedef struct {
+  int ndim;
+  int64_t shape[ZORCH_MAX_DIMS], strides[ZORCH_MAX_DIMS], offset;
+} ag_geom;
+void ag_geom_of(ag_geom *g, const zorch_tensor *t);
+/* The arguments of a view's node made again from its root's history: the
+   root's geometry and the view's, over the one storage. */
+typedef struct {
+  ag_geom base, view;
+} ag_view_args;
+#define AG_VIEW_NODE "AsStridedBackward"
+/* Makes a stale view's grad_fn again (AG_VIEW_NODE, from its root's history,
+   as PyTorch's as_strided view replay); nothing for any other tensor. */
+zorch_status ag_view_sync(zorch_tensor *v);
 /* True when input i of the node needs a gradient. */
 static inline bool ag_wants(const ag_node *n, int i) {
   return n->in[i].node || n->in[i].leaf;

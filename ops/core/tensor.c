@@ -393,16 +393,35 @@ zorch_tensor *zorch_tensor_retain(zorch_tensor *t) {
   return t;
 }
 
+static void __attribute__((noinline)) tensor_free_rare(zorch_tensor *t) { zorch_tensor_free(t); }
+
 void zorch_tensor_free(zorch_tensor *t) {
-  /* a chain of gradients (t.grad.grad...) goes in a loop, not one call deeper each */
+  /* a chain of gradients (t.grad.grad...) or of views' roots goes in a loop,
+     not one call deeper each (a view with a gradient, rare, takes a call) */
   while (t && --t->refcount == 0) {
-    zorch_tensor *next = t->grad;
+    zorch_tensor *next = t->grad, *base = t->base;
     storage_release(t->st);
     ag_node_release(t->grad_fn);
     mem_uncharge(t->mem, sizeof(zorch_tensor));
     tensor_struct_free(t);
-    t = next;
+    if (base && next) tensor_free_rare(base);
+    t = next ? next : base;
   }
+}
+
+void tensor_set_view_of(zorch_tensor *v, zorch_tensor *t) {
+  zorch_tensor *root = tensor_view_root(t);
+  if (!root) root = t;
+  v->base = zorch_tensor_retain(root);
+  v->base_gen = root->hist_gen;
+  v->view_nograd = !zorch_is_grad_enabled() || (root != t && t->view_nograd);
+}
+
+bool tensor_owns_storage(const zorch_tensor *t) {
+  if (t->refcount != 1) return false;
+  if (t->st->refcount == 1) return true;
+  const zorch_tensor *b = tensor_view_root(t);
+  return b && b->refcount == 1 && t->st->refcount == 2;
 }
 
 int zorch_tensor_refcount(const zorch_tensor *t) { return t ? t->refcount : 0; }

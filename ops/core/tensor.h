@@ -10,8 +10,9 @@
 
 /* Counts the writes made in grad mode to a storage that a recorded op filled.
    That op's node and the nodes that read the values note the count, and the
-   backward refuses a gradient through values overwritten in between: no
-   in-place write is recorded, so the history would no longer describe them.
+   backward refuses a gradient through values overwritten in between through
+   a handle whose history does not record the write (detach(), an alias),
+   so that the history would no longer describe them.
    Shared by the storage and those nodes, so it outlives either. */
 typedef struct ag_watch {
   int refcount;
@@ -46,6 +47,7 @@ struct zorch_tensor {
   int ndim;
   zorch_dtype dtype;
   bool requires_grad;
+  bool view_nograd; /* a view made with grad mode off: PyTorch refuses a recorded write through it */
   int64_t shape[ZORCH_MAX_DIMS];
   int64_t strides[ZORCH_MAX_DIMS];
   int64_t offset;
@@ -55,8 +57,36 @@ struct zorch_tensor {
   ag_node *grad_fn;   /* the node that made this tensor (non-leaves) */
   grad_hook hook;
   int ag_pending;     /* edges still to deliver in the running backward pass */
+  /* views (PyTorch's): a view op's result holds the tensor at the root of
+     its chain of views (a reference); a recorded write through the root or
+     any of its views gives the root a new history (hist_gen counts them) and
+     each view's grad_fn is made again from it when next used (base_gen: the
+     root's hist_gen the view's grad_fn follows) */
+  uint32_t base_gen;
+  zorch_tensor *base;
+  uint32_t hist_gen;
   struct zmem_account *mem; /* charged for this handle (a VM's tensor_limit), or NULL */
 };
+
+/* The root whose history a view follows, or NULL for a tensor that is no view
+   (or a view whose root was since moved to other memory, by a ZeRO rebind). */
+static inline zorch_tensor *tensor_view_root(const zorch_tensor *t) {
+  return t->base && t->base->st == t->st ? t->base : NULL;
+}
+/* A view whose root's history was rebased by a write since its grad_fn was
+   made: ag_view_sync makes it again. */
+static inline bool tensor_view_stale(const zorch_tensor *t) {
+  const zorch_tensor *b = tensor_view_root(t);
+  return b && t->base_gen != b->hist_gen && b->grad_fn;
+}
+/* requires_grad and leafness as they will be once a stale view is synced. */
+static inline bool tensor_requires_grad(const zorch_tensor *t) { return t->requires_grad || tensor_view_stale(t); }
+static inline bool tensor_is_leaf(const zorch_tensor *t) { return !t->grad_fn && !tensor_view_stale(t); }
+/* Makes v a view of t for autograd (v shares t's storage): v holds t's root. */
+void tensor_set_view_of(zorch_tensor *v, zorch_tensor *t);
+/* Whether t is the only handle on its memory (a view and the root only it
+   holds count as one), so that it can be taken over rather than copied. */
+bool tensor_owns_storage(const zorch_tensor *t);
 
 /* Called by every in-place op before it writes t: refuses a t whose elements
    share memory (a stride-0 dim of size > 1, as `expand` makes), then bumps the

@@ -75,6 +75,78 @@ static att_lay att_lay_of(const zorch_tensor *t) {
 }
 
 
+/* The rules every head shares: query i sees key j only inside its band
+   [i + off - win + 1, i + off] (each side only with the window, causal), and
+   only where the head's mask and segments allow. */
+typedef struct {
+  int64_t tq, tk, off, win; /* win 0: no window */
+  bool causal;
+} att_rules;
+
+static att_rules att_rules_of(const att_geom *g) {
+  return (att_rules){g->tq, g->tk, g->tk - g->tq, g->window, g->causal};
+}
+
+/* The band of query i as block-relative columns [*jlo, *jhi) of the key block
+   [kb, kb + kn). */
+static inline void att_band(const att_rules *ru, int64_t i, int64_t kb, int64_t kn, int64_t *jlo,
+                            int64_t *jhi) {
+  int64_t lo = ru->win ? i + ru->off - ru->win + 1 - kb : 0, hi = ru->causal ? i + ru->off + 1 - kb : kn;
+  *jlo = lo < 0 ? 0 : lo > kn ? kn : lo;
+  *jhi = hi < 0 ? 0 : hi > kn ? kn : hi;
+}
+
+/* The keys [klo, khi) some query of [i0, i1) may see under the band. */
+static inline void att_key_range(const att_rules *ru, int64_t i0, int64_t i1, int64_t *klo, int64_t *khi) {
+  int64_t lo = ru->win ? i0 + ru->off - ru->win + 1 : 0, hi = ru->causal ? i1 + ru->off : ru->tk;
+  *klo = lo < 0 ? 0 : lo > ru->tk ? ru->tk : lo;
+  *khi = hi < *klo ? *klo : hi > ru->tk ? ru->tk : hi;
+}
+
+/* The queries [qlo, qhi) that may see some key of [k0, k1) under the band. */
+static inline void att_query_range(const att_rules *ru, int64_t k0, int64_t k1, int64_t *qlo, int64_t *qhi) {
+  int64_t lo = ru->causal ? k0 - ru->off : 0, hi = ru->win ? k1 - 1 - ru->off + ru->win : ru->tq;
+  *qlo = lo < 0 ? 0 : lo > ru->tq ? ru->tq : lo;
+  *qhi = hi < *qlo ? *qlo : hi > ru->tq ? ru->tq : hi;
+}
+
+/* One head's mask and segments: keep (bool) or add (the compute dtype) at
+   [i * mq + j * mk]; qs[i] and ks[j] the segment ids of its batch. */
+typedef struct {
+  const bool *keep;
+  const void *add;
+  int64_t mq, mk;
+  const int64_t *qs, *ks;
+} att_hm;
+
+static att_hm att_hm_of(const att_geom *g, int64_t h) {
+  att_hm hm = {0};
+  int64_t b = h / g->heads, hh = h % g->heads;
+  if (g->mask) {
+    const zorch_tensor *m = g->mask;
+    const char *base = tensor_ptr(m) + (b * m->strides[0] + hh * m->strides[1]) * (int64_t)dtype_sizes[m->dtype];
+    if (m->dtype == ZORCH_BOOL) hm.keep = (const bool *)base;
+    else hm.add = base;
+    hm.mq = m->strides[2], hm.mk = m->strides[3];
+  }
+  if (g->kseg) {
+    hm.ks = (const int64_t *)tensor_ptr(g->kseg) + b * g->kseg->strides[0];
+    hm.qs = (const int64_t *)tensor_ptr(g->qseg) + b * g->qseg->strides[0];
+  }
+  return hm;
+}
+
+/* Whether the segment ids a[0..n) and b[0..m) may share one: their ranges
+   meet (packed sequences keep ids in runs, so disjoint ranges are the rule). */
+static bool att_segs_meet(const int64_t *a, int64_t n, const int64_t *b, int64_t m) {
+  if (n <= 0 || m <= 0) return false;
+  int64_t alo = a[0], ahi = a[0], blo = b[0], bhi = b[0];
+  for (int64_t i = 1; i < n; i++) alo = a[i] < alo ? a[i] : alo, ahi = a[i] > ahi ? a[i] : ahi;
+  for (int64_t i = 1; i < m; i++) blo = b[i] < blo ? b[i] : blo, bhi = b[i] > bhi ? b[i] : bhi;
+  return alo <= bhi && blo <= ahi;
+}
+
+
 #define T float
 #define SFX float /* (the per-type functions are named by T: the dispatch's BODY(T) calls them) */
 #define ATT_BLOCK_T cpu_t16_f32
@@ -98,24 +170,22 @@ static att_lay att_lay_of(const zorch_tensor *t) {
 #undef LOG
 
 zorch_status cpu_attention(zorch_tensor *out, zorch_tensor *lse, const zorch_tensor *q,
-                           const zorch_tensor *k, const zorch_tensor *v, int64_t bh, int64_t tq,
-                           int64_t tk, int64_t d, bool causal, double scale) {
+                           const zorch_tensor *k, const zorch_tensor *v, const att_geom *g) {
   att_lay lo = att_lay_of(out), lq = att_lay_of(q), lk = att_lay_of(k), lv = att_lay_of(v);
-#define ATT_FWD(T) return fwd_##T(P(out), &lo, P(lse), P(q), &lq, P(k), &lk, P(v), &lv, bh, tq, tk, d, causal, (T)scale);
+#define ATT_FWD(T) return fwd_##T(P(out), &lo, P(lse), P(q), &lq, P(k), &lk, P(v), &lv, g);
   CPU_FLOAT_DISPATCH(q->dtype, "attention", ATT_FWD);
 #undef ATT_FWD
 }
 
 zorch_status cpu_attention_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv,
-                               const zorch_tensor *g, const zorch_tensor *q,
+                               const zorch_tensor *dout, const zorch_tensor *q,
                                const zorch_tensor *k, const zorch_tensor *v,
-                               const zorch_tensor *out, const zorch_tensor *lse, int64_t bh,
-                               int64_t tq, int64_t tk, int64_t d, bool causal, double scale) {
-  att_lay ldq = att_lay_of(dq), ldk = att_lay_of(dk), ldv = att_lay_of(dv), lg = att_lay_of(g),
+                               const zorch_tensor *out, const zorch_tensor *lse, const att_geom *g) {
+  att_lay ldq = att_lay_of(dq), ldk = att_lay_of(dk), ldv = att_lay_of(dv), lg = att_lay_of(dout),
           lq = att_lay_of(q), lk = att_lay_of(k), lv = att_lay_of(v), lo = att_lay_of(out);
 #define ATT_BWD(T)                                                                                   \
-  return bwd_##T(P(dq), &ldq, P(dk), &ldk, P(dv), &ldv, P(g), &lg, P(q), &lq, P(k), &lk, P(v), &lv, P(out), &lo, \
-                 P(lse), bh, tq, tk, d, causal, (T)scale);
+  return bwd_##T(P(dq), &ldq, P(dk), &ldk, P(dv), &ldv, P(dout), &lg, P(q), &lq, P(k), &lk, P(v), &lv, P(out), \
+                 &lo, P(lse), g);
   CPU_FLOAT_DISPATCH(q->dtype, "attention backward", ATT_BWD);
 #undef ATT_BWD
 }

@@ -3,10 +3,11 @@
    LOG (expf, logf or exp, log) set.
    Layout: q (bh, tq, d), k and v (bh, tk, d), out and dout (bh, tq, d), each
    with its own att_lay (a head's first element and the stride between rows;
-   the d values of a row are adjacent); lse (bh, tq) contiguous. Query i sees
-   key j when j <= i + off (off = tk - tq) or always without the causal mask. A
-   row that sees no key gets 0 and lse -inf; a NaN or +inf score makes its
-   row (and the gradients it reaches) NaN. */
+   the d values of a row are adjacent); lse (bh, tq) contiguous. Query head h
+   reads key/value head h / group. Query i sees key j inside its band
+   (att_band) where the head's mask and segments allow (prep_row). A row that
+   sees no key gets 0 and lse -inf; a NaN or +inf score makes its row (and the
+   gradients it reaches) NaN. */
 #define ATT_CAT_(a, b) a##_##b
 #define ATT_CAT(a, b) ATT_CAT_(a, b)
 #define ATT(name) ATT_CAT(name, SFX)
@@ -157,24 +158,38 @@ ATT_FMA CPU_CLONES static void ATT(tile_acc)(T *restrict o, int64_t ldo, int64_t
 #undef ATT_ACC_PASS
 #undef ATT_ROWS4
 
-/* How many keys of the block [kb, kb + kn) query i sees. */
-static inline int64_t ATT(visible)(int64_t i, int64_t kb, int64_t kn, int64_t off, bool causal) {
-  if (!causal) return kn;
-  int64_t n = i + off - kb + 1;
-  return n < 0 ? 0 : n > kn ? kn : n;
+/* Row i's scores in the columns [jlo, jhi) of key block kb become scale s plus
+   the mask's value, -inf where the mask or the segments hide the key. */
+ATT_NOTRAP CPU_CLONES static void ATT(prep_row)(T *restrict row, int64_t jlo, int64_t jhi, T scale,
+                                     const att_hm *hm, int64_t i, int64_t kb) {
+  for (int64_t j = jlo; j < jhi; j++) row[j] *= scale;
+  if (hm->add) {
+    const T *a = (const T *)hm->add + i * hm->mq + kb * hm->mk;
+    for (int64_t j = jlo; j < jhi; j++) row[j] += a[j * hm->mk];
+  }
+  if (hm->keep) {
+    const bool *m = hm->keep + i * hm->mq + kb * hm->mk;
+    for (int64_t j = jlo; j < jhi; j++) row[j] = m[j * hm->mk] ? row[j] : -INFINITY;
+  }
+  if (hm->ks) {
+    const int64_t *ks = hm->ks + kb, sid = hm->qs[i];
+    for (int64_t j = jlo; j < jhi; j++) row[j] = ks[j] == sid ? row[j] : -INFINITY;
+  }
 }
 
 /* One row of a score tile in the online softmax: the row's running max m grows
-   to the max of its first lim scores (what was summed under the old max, l and
-   the output row acc, is rescaled), the scores become e^(scale s - m), the rest
-   of the kn columns 0, and l gets their sum. The omp simd reductions let the
-   max and the sum vectorise (in a fixed order, so results still repeat). */
-ATT_NOTRAP CPU_CLONES static void ATT(online_row)(T *restrict row, int64_t lim, int64_t kn, T scale,
+   to the max of its scores in [jlo, jhi) (prep_row's; what was summed under
+   the old max, l and the output row acc, is rescaled), those become e^(s - m),
+   the rest of the kn columns 0, and l gets their sum. A row whose keys are all
+   hidden so far (m still -inf) adds nothing, but a NaN. The omp simd
+   reductions let the max and the sum vectorise (in a fixed order, so results
+   still repeat). */
+ATT_NOTRAP CPU_CLONES static void ATT(online_row)(T *restrict row, int64_t jlo, int64_t jhi, int64_t kn,
                                        T *restrict m, T *restrict l, T *restrict acc, int64_t d) {
-  if (lim > 0) {
+  if (jhi > jlo) {
     T mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < lim; j++) mx = row[j] * scale > mx ? row[j] * scale : mx;
+    for (int64_t j = jlo; j < jhi; j++) mx = row[j] > mx ? row[j] : mx;
     if (mx > *m) {
       T alpha = *m == -INFINITY ? 0 : EXP(*m - mx);
       *l *= alpha;
@@ -182,49 +197,61 @@ ATT_NOTRAP CPU_CLONES static void ATT(online_row)(T *restrict row, int64_t lim, 
       *m = mx;
     }
     T mm = *m, sum = 0;
-    for (int64_t j = 0; j < lim; j++) row[j] = EXP(row[j] * scale - mm);
+    if (mm == -INFINITY)
+      for (int64_t j = jlo; j < jhi; j++) row[j] = row[j] == -INFINITY ? 0 : EXP(row[j] - mm);
+    else
+      for (int64_t j = jlo; j < jhi; j++) row[j] = EXP(row[j] - mm);
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < lim; j++) sum += row[j];
+    for (int64_t j = jlo; j < jhi; j++) sum += row[j];
     *l += sum;
   }
-  for (int64_t j = lim > 0 ? lim : 0; j < kn; j++) row[j] = 0;
+  for (int64_t j = 0; j < jlo; j++) row[j] = 0;
+  for (int64_t j = jhi > jlo ? jhi : jlo; j < kn; j++) row[j] = 0;
 }
 
-/* Turns the scores of one backward row into P (in ps) and dS (in pd, from dP). */
-ATT_NOTRAP CPU_CLONES static void ATT(bwd_row)(T *restrict ps, T *restrict pd, int64_t lim, int64_t kn,
-                                    T scale, T lse, T dsum) {
-  for (int64_t j = 0; j < lim; j++) {
-    T p = EXP(ps[j] * scale - lse);
+/* Turns prep_row's scores of one backward row into P (in ps) and dS (in pd,
+   from dP); a hidden key's dS is 0 whatever its dP. */
+ATT_NOTRAP CPU_CLONES static void ATT(bwd_row)(T *restrict ps, T *restrict pd, int64_t jlo, int64_t jhi,
+                                    int64_t kn, T scale, T lse, T dsum) {
+  for (int64_t j = jlo; j < jhi; j++) {
+    T z = ps[j], p = EXP(z - lse);
     ps[j] = p;
-    pd[j] = p * (pd[j] - dsum) * scale;
+    pd[j] = z == -INFINITY ? 0 : p * (pd[j] - dsum) * scale;
   }
-  for (int64_t j = lim > 0 ? lim : 0; j < kn; j++) ps[j] = 0, pd[j] = 0;
+  for (int64_t j = 0; j < jlo; j++) ps[j] = 0, pd[j] = 0;
+  for (int64_t j = jhi > jlo ? jhi : jlo; j < kn; j++) ps[j] = 0, pd[j] = 0;
 }
 
 /* The forward over queries [i0, i1) of one head: the scores of a key block as one
    tile, a running max m and sum l per row (the online softmax), the output
-   accumulated in acc and rescaled when a row's max grows. The row strides of
-   out, q, k and v are so, sq, sk, sv; q points at query i0. Scratch: kt (d * ATT_BK), s (ATT_BQ *
-   ATT_BK), acc ((i1 - i0) * d), m and l (i1 - i0). */
+   accumulated in acc and rescaled when a row's max grows. Key blocks outside
+   the rows' bands, or without a key of their segments, are skipped. The row
+   strides of out, q, k and v are so, sq, sk, sv; q points at query i0.
+   Scratch: kt (d * ATT_BK), s (ATT_BQ * ATT_BK), acc ((i1 - i0) * d), m and l
+   (i1 - i0). */
 static void ATT(fwd_rows)(T *restrict out, int64_t so, T *restrict lse, const T *restrict q,
                           int64_t sq, const T *restrict k, int64_t sk, const T *restrict v,
-                          int64_t sv, int64_t i0, int64_t i1, int64_t tk, int64_t d, int64_t off,
-                          bool causal, T scale, T *restrict kt, T *restrict s, T *restrict acc,
+                          int64_t sv, int64_t i0, int64_t i1, int64_t d, const att_rules *ru,
+                          const att_hm *hm, T scale, T *restrict kt, T *restrict s, T *restrict acc,
                           T *restrict m, T *restrict l) {
-  int64_t nr = i1 - i0;
+  int64_t nr = i1 - i0, tk = ru->tk, off = ru->off, klo, khi;
   for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0;
   for (int64_t c = 0; c < nr * d; c++) acc[c] = 0;
-  int64_t kend = causal ? i1 - 1 + off + 1 : tk; /* keys the last row sees */
-  if (kend > tk) kend = tk;
-  for (int64_t kb = 0; kb < kend; kb += ATT_BK) {
+  att_key_range(ru, i0, i1, &klo, &khi);
+  for (int64_t kb = klo / ATT_BK * ATT_BK; kb < khi; kb += ATT_BK) {
     int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK;
+    if (hm->ks && !att_segs_meet(hm->qs + i0, nr, hm->ks + kb, kn)) continue;
     ATT(transpose)(kt, k + kb * sk, kn, d, sk);
-    int64_t hi0 = causal ? i0 + off - kb + 1 : ATT_ALL; /* row r sees keys < hi0 + r */
+    /* row r sees keys in [lo0 + r, hi0 + r) of the block */
+    int64_t hi0 = ru->causal ? i0 + off - kb + 1 : ATT_ALL, lo0 = ru->win ? i0 + off - ru->win + 1 - kb : -ATT_ALL;
     ATT(tile_abt)(s, q, nr, kt, d, sq, hi0);
-    for (int64_t r = 0; r < nr; r++) /* scores -> probabilities under the running max */
-      ATT(online_row)(s + r * ATT_BK, ATT(visible)(i0 + r, kb, kn, off, causal), kn, scale,
-                      &m[r], &l[r], acc + r * d, d);
-    ATT(tile_acc)(acc, d, nr, s, ATT_BK, 1, kn, v + kb * sv, sv, d, -ATT_ALL, hi0);
+    for (int64_t r = 0; r < nr; r++) { /* scores -> probabilities under the running max */
+      int64_t jlo, jhi;
+      att_band(ru, i0 + r, kb, kn, &jlo, &jhi);
+      ATT(prep_row)(s + r * ATT_BK, jlo, jhi, scale, hm, i0 + r, kb);
+      ATT(online_row)(s + r * ATT_BK, jlo, jhi, kn, &m[r], &l[r], acc + r * d, d);
+    }
+    ATT(tile_acc)(acc, d, nr, s, ATT_BK, 1, kn, v + kb * sv, sv, d, lo0, hi0);
   }
   for (int64_t r = 0; r < nr; r++) {
     T *o = out + (i0 + r) * so;
@@ -258,8 +285,10 @@ static void ATT(pack)(T *restrict dst, const T *restrict src, int64_t rows, int6
 
 static zorch_status ATT(fwd)(T *out, const att_lay *lo, T *lse, const T *q, const att_lay *lq,
                              const T *k, const att_lay *lk, const T *v, const att_lay *lv,
-                             int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
-  int64_t nqb = (tq + ATT_BQ - 1) / ATT_BQ, off = tk - tq;
+                             const att_geom *g) {
+  int64_t bh = g->bh, tq = g->tq, tk = g->tk, d = g->d, nqb = (tq + ATT_BQ - 1) / ATT_BQ;
+  att_rules ru = att_rules_of(g);
+  T scale = (T)g->scale;
   bool oom = false;
   bool par = bh * tq * tk * d >= CPU_GRAIN;
   bool pack = lq->st != d || lk->st != d || lv->st != d; /* strided inputs: copied per item */
@@ -275,24 +304,29 @@ static zorch_status ATT(fwd)(T *out, const att_lay *lo, T *lse, const T *q, cons
 #pragma omp for schedule(dynamic)
     for (int64_t w = 0; w < bh * nqb; w++) {
       if (!buf) continue;
-      int64_t h = w / nqb, i0 = (w % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq;
+      int64_t h = w / nqb, kvh = h / g->group, i0 = (w % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq;
       T *kt = buf, *s = kt + d * ATT_BK, *acc = s + ATT_BQ * ATT_BK, *m = acc + ATT_BQ * d;
       T *l = m + ATT_BQ;
-      const T *qh = q + att_head(lq, h), *kh = k + att_head(lk, h), *vh = v + att_head(lv, h);
+      const T *qh = q + att_head(lq, h), *kh = k + att_head(lk, kvh), *vh = v + att_head(lv, kvh);
       int64_t sq = lq->st, sk = lk->st, sv = lv->st;
+      att_hm hm = att_hm_of(g, h);
       qh += i0 * sq;
-      if (pack) { /* this item's queries, and the key blocks they see */
+      if (pack) { /* this item's queries, and the key blocks they may see (at their rows) */
         T *qp = l + ATT_BQ, *kp = qp + ATT_BQ * d, *vp = kp + tk * d;
-        int64_t kend = causal ? i1 + off : tk;
-        kend = kend < 0 ? 0 : (kend + ATT_BK - 1) / ATT_BK * ATT_BK;
-        kend = kend > tk ? tk : kend;
+        int64_t klo, khi;
+        att_key_range(&ru, i0, i1, &klo, &khi);
+        klo = klo / ATT_BK * ATT_BK;
+        khi = (khi + ATT_BK - 1) / ATT_BK * ATT_BK;
+        khi = khi > tk ? tk : khi;
         ATT(pack)(qp, qh, i1 - i0, sq, d);
-        ATT(pack)(kp, kh, kend, sk, d);
-        ATT(pack)(vp, vh, kend, sv, d);
+        if (khi > klo) {
+          ATT(pack)(kp + klo * d, kh + klo * sk, khi - klo, sk, d);
+          ATT(pack)(vp + klo * d, vh + klo * sv, khi - klo, sv, d);
+        }
         qh = qp, kh = kp, vh = vp, sq = sk = sv = d;
       }
-      ATT(fwd_rows)(out + att_head(lo, h), lo->st, lse + h * tq, qh, sq, kh, sk, vh, sv, i0, i1,
-                    tk, d, off, causal, scale, kt, s, acc, m, l);
+      ATT(fwd_rows)(out + att_head(lo, h), lo->st, lse + h * tq, qh, sq, kh, sk, vh, sv, i0, i1, d, &ru,
+                    &hm, scale, kt, s, acc, m, l);
     }
     cpu_scratch_free(buf);
   }
@@ -311,31 +345,30 @@ static zorch_status ATT(fwd)(T *out, const att_lay *lo, T *lse, const T *q, cons
 static void ATT(bwd_block)(T *restrict dq, T *restrict dkb, T *restrict dvb,
                            const T *restrict g, const T *restrict q, const T *restrict k,
                            const int64_t *st, const T *restrict lse, const T *restrict dsum,
-                           int64_t kb, int64_t kn, int64_t i0, int64_t i1, int64_t off,
-                           int64_t d, bool causal, T scale, const T *restrict kt,
+                           int64_t kb, int64_t kn, int64_t i0, int64_t i1, const att_rules *ru,
+                           const att_hm *hm, int64_t d, T scale, const T *restrict kt,
                            const T *restrict vt, T *restrict s, T *restrict dp) {
-  int64_t sdq = st[0], sg = st[1], sq = st[2], sk = st[3];
+  int64_t sdq = st[0], sg = st[1], sq = st[2], sk = st[3], off = ru->off, win = ru->win;
   for (int64_t ib = i0; ib < i1; ib += ATT_BQ) {
     int64_t nr = i1 - ib < ATT_BQ ? i1 - ib : ATT_BQ;
-    /* query ib + r sees keys kb + j for j < hi0 + r; key kb + r is seen by
-       queries ib + j for j >= lo0 + r */
-    int64_t hi0 = causal ? ib + off - kb + 1 : ATT_ALL, lo0 = causal ? kb - ib - off : -ATT_ALL;
+    if (hm->ks && !att_segs_meet(hm->qs + ib, nr, hm->ks + kb, kn)) continue;
+    /* query ib + r sees keys kb + j for j in [lq0 + r, hi0 + r); key kb + r is
+       seen by queries ib + j for j in [lo0 + r, hk0 + r) */
+    int64_t hi0 = ru->causal ? ib + off - kb + 1 : ATT_ALL, lo0 = ru->causal ? kb - ib - off : -ATT_ALL;
+    int64_t lq0 = win ? ib + off - win + 1 - kb : -ATT_ALL, hk0 = win ? kb - ib - off + win : ATT_ALL;
     ATT(tile_abt)(s, q + ib * sq, nr, kt, d, sq, hi0);
     ATT(tile_abt)(dp, g + ib * sg, nr, vt, d, sg, hi0);
     for (int64_t r = 0; r < nr; r++) { /* s becomes P, dp becomes dS */
-      int64_t i = ib + r, lim = ATT(visible)(i, kb, kn, off, causal);
-      ATT(bwd_row)(s + r * ATT_BK, dp + r * ATT_BK, lse[i] == -INFINITY ? 0 : lim, kn, scale,
-                   lse[i], dsum[i]);
+      int64_t i = ib + r, jlo, jhi;
+      att_band(ru, i, kb, kn, &jlo, &jhi);
+      if (lse[i] == -INFINITY) jhi = jlo; /* the row sees no key */
+      ATT(prep_row)(s + r * ATT_BK, jlo, jhi, scale, hm, i, kb);
+      ATT(bwd_row)(s + r * ATT_BK, dp + r * ATT_BK, jlo, jhi, kn, scale, lse[i], dsum[i]);
     }
-    if (dvb) ATT(tile_acc)(dvb, d, kn, s, 1, ATT_BK, nr, g + ib * sg, sg, d, lo0, ATT_ALL);
-    if (dkb) ATT(tile_acc)(dkb, d, kn, dp, 1, ATT_BK, nr, q + ib * sq, sq, d, lo0, ATT_ALL);
-    if (dq) ATT(tile_acc)(dq + ib * sdq, sdq, nr, dp, ATT_BK, 1, kn, k + kb * sk, sk, d, -ATT_ALL, hi0);
+    if (dvb) ATT(tile_acc)(dvb, d, kn, s, 1, ATT_BK, nr, g + ib * sg, sg, d, lo0, hk0);
+    if (dkb) ATT(tile_acc)(dkb, d, kn, dp, 1, ATT_BK, nr, q + ib * sq, sq, d, lo0, hk0);
+    if (dq) ATT(tile_acc)(dq + ib * sdq, sdq, nr, dp, ATT_BK, 1, kn, k + kb * sk, sk, d, lq0, hi0);
   }
-}
-
-/* The first query of tq that sees key kb. */
-static inline int64_t ATT(first_query)(int64_t kb, int64_t off, bool causal) {
-  return causal && kb - off > 0 ? kb - off : 0;
 }
 
 /* The dot product of two rows of d, in vector lanes (a fixed order). */
@@ -372,7 +405,7 @@ static T *ATT(scratch_new)(ATT(scratch) *w, int64_t d) {
 }
 
 /* One head's pointers and row strides in the backward: dq, g, q, k (in
-   bwd_block's order), then dk, dv, v. */
+   bwd_block's order), then dk, dv, v; k, v, dk and dv are its key/value head's. */
 typedef struct {
   T *dq, *dk, *dv;
   const T *g, *q, *k, *v;
@@ -382,44 +415,58 @@ typedef struct {
 static ATT(head) ATT(head_at)(T *dq, const att_lay *ldq, T *dk, const att_lay *ldk, T *dv,
                               const att_lay *ldv, const T *g, const att_lay *lg, const T *q,
                               const att_lay *lq, const T *k, const att_lay *lk, const T *v,
-                              const att_lay *lv, int64_t h) {
-  return (ATT(head)){.dq = dq + att_head(ldq, h), .dk = dk + att_head(ldk, h),
-                     .dv = dv + att_head(ldv, h), .g = g + att_head(lg, h),
-                     .q = q + att_head(lq, h), .k = k + att_head(lk, h), .v = v + att_head(lv, h),
+                              const att_lay *lv, int64_t h, int64_t kvh) {
+  return (ATT(head)){.dq = dq + att_head(ldq, h), .dk = dk + att_head(ldk, kvh),
+                     .dv = dv + att_head(ldv, kvh), .g = g + att_head(lg, h),
+                     .q = q + att_head(lq, h), .k = k + att_head(lk, kvh), .v = v + att_head(lv, kvh),
                      .st = {ldq->st, lg->st, lq->st, lk->st, ldk->st, ldv->st, lv->st}};
 }
 
-/* dK and dV of key block kb of a head (and dQ += its part when with_dq). */
-static void ATT(bwd_keys)(const ATT(head) *hd, bool with_dq, const T *lse, const T *dsum,
-                          int64_t kb, int64_t tq, int64_t tk, int64_t d, bool causal, T scale,
+/* dK and dV of key block kb from one query head (and dQ += its part when
+   with_dq): written, or with `add` added to what the group's earlier heads
+   wrote, so every thread count sums the heads in one order. */
+static void ATT(bwd_keys)(const ATT(head) *hd, bool with_dq, bool add, const T *lse, const T *dsum,
+                          const att_hm *hm, int64_t kb, const att_rules *ru, int64_t d, T scale,
                           ATT(scratch) *w) {
-  int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK, off = tk - tq;
+  int64_t kn = ru->tk - kb < ATT_BK ? ru->tk - kb : ATT_BK, qlo, qhi;
   int64_t sk = hd->st[3], sdk = hd->st[4], sdv = hd->st[5], sv = hd->st[6];
-  ATT(transpose)(w->kt, hd->k + kb * sk, kn, d, sk);
-  ATT(transpose)(w->vt, hd->v + kb * sv, kn, d, sv);
   for (int64_t c = 0; c < kn * d; c++) w->dkb[c] = 0, w->dvb[c] = 0;
-  ATT(bwd_block)(with_dq ? hd->dq : NULL, w->dkb, w->dvb, hd->g, hd->q, hd->k, hd->st, lse, dsum,
-                 kb, kn, ATT(first_query)(kb, off, causal), tq, off, d, causal, scale, w->kt,
-                 w->vt, w->s, w->dp);
+  att_query_range(ru, kb, kb + kn, &qlo, &qhi);
+  if (qhi > qlo) {
+    ATT(transpose)(w->kt, hd->k + kb * sk, kn, d, sk);
+    ATT(transpose)(w->vt, hd->v + kb * sv, kn, d, sv);
+    ATT(bwd_block)(with_dq ? hd->dq : NULL, w->dkb, w->dvb, hd->g, hd->q, hd->k, hd->st, lse, dsum, kb, kn,
+                   qlo, qhi, ru, hm, d, scale, w->kt, w->vt, w->s, w->dp);
+  }
   for (int64_t r = 0; r < kn; r++) {
-    memcpy(hd->dk + (kb + r) * sdk, w->dkb + r * d, sizeof(T) * (size_t)d);
-    memcpy(hd->dv + (kb + r) * sdv, w->dvb + r * d, sizeof(T) * (size_t)d);
+    T *dkr = hd->dk + (kb + r) * sdk, *dvr = hd->dv + (kb + r) * sdv;
+    const T *ak = w->dkb + r * d, *av = w->dvb + r * d;
+    if (add) {
+      for (int64_t c = 0; c < d; c++) dkr[c] += ak[c], dvr[c] += av[c];
+    } else {
+      memcpy(dkr, ak, sizeof(T) * (size_t)d);
+      memcpy(dvr, av, sizeof(T) * (size_t)d);
+    }
   }
 }
 
-/* The backward. With a head per thread or more, a thread takes whole heads
-   (walking the key blocks, dQ summed in place). With fewer heads than threads,
-   two passes share the work out finer: dK and dV per (head, key block), then
-   dQ per (head, query block), which recomputes the scores once more. */
+/* The backward. With a key/value head per thread or more, a thread takes
+   whole key/value heads (walking the key blocks for each query head of the
+   group, dQ summed in place). With fewer than threads, two passes share the
+   work out finer: dK and dV per (key/value head, key block), then dQ per
+   (head, query block), which recomputes the scores once more. */
 static zorch_status ATT(bwd)(T *dq, const att_lay *ldq, T *dk, const att_lay *ldk, T *dv,
                              const att_lay *ldv, const T *g, const att_lay *lg, const T *q,
                              const att_lay *lq, const T *k, const att_lay *lk, const T *v,
                              const att_lay *lv, const T *o, const att_lay *lo, const T *lse,
-                             int64_t bh, int64_t tq, int64_t tk, int64_t d, bool causal, T scale) {
+                             const att_geom *geo) {
+  int64_t bh = geo->bh, tq = geo->tq, tk = geo->tk, d = geo->d, grp = geo->group, nkv = bh / grp;
+  att_rules ru = att_rules_of(geo);
+  T scale = (T)geo->scale;
   bool oom = false;
   bool par = bh * tq * tk * d >= CPU_GRAIN;
-  bool split = par && bh < cpu_threads();
-  int64_t nkb = (tk + ATT_BK - 1) / ATT_BK, nqb = (tq + ATT_BQ - 1) / ATT_BQ, off = tk - tq;
+  bool split = par && nkv < cpu_threads();
+  int64_t nkb = (tk + ATT_BK - 1) / ATT_BK, nqb = (tq + ATT_BQ - 1) / ATT_BQ;
   T *dsum = cpu_scratch(sizeof(T) * (size_t)(bh * tq > 0 ? bh * tq : 1));
   if (!dsum) return err_set(ZORCH_ERR_OOM, "attention: out of memory for the backward's row sums");
   ATT(row_dots)(dsum, g, lg, o, lo, bh, tq, d);
@@ -429,7 +476,7 @@ static zorch_status ATT(bwd)(T *dq, const att_lay *ldq, T *dk, const att_lay *ld
   if (!pack)
     for (int64_t h = 0; h < bh; h++)
       for (int64_t t = 0; t < tq; t++) memset(dq + att_head(ldq, h) + t * ldq->st, 0, sizeof(T) * (size_t)d);
-#define HEAD(h) ATT(head_at)(dq, ldq, dk, ldk, dv, ldv, g, lg, q, lq, k, lk, v, lv, h)
+#define HEAD(h) ATT(head_at)(dq, ldq, dk, ldk, dv, ldv, g, lg, q, lq, k, lk, v, lv, h, (h) / grp)
 #pragma omp parallel if (par)
   {
     ATT(scratch) w = {0};
@@ -441,47 +488,60 @@ static zorch_status ATT(bwd)(T *dq, const att_lay *ldq, T *dk, const att_lay *ld
     }
     if (!split) {
 #pragma omp for schedule(dynamic)
-      for (int64_t h = 0; h < bh; h++) {
+      for (int64_t kvh = 0; kvh < nkv; kvh++) {
         if (!buf || (pack && !pk)) continue;
-        ATT(head) hd = HEAD(h);
-        T *dqh = hd.dq;
-        if (pack) {
-          T *qp = pk, *gp = qp + tq * d, *kp = gp + tq * d, *vp = kp + tk * d, *dqp = vp + tk * d;
-          ATT(pack)(qp, hd.q, tq, hd.st[2], d);
-          ATT(pack)(gp, hd.g, tq, hd.st[1], d);
-          ATT(pack)(kp, hd.k, tk, hd.st[3], d);
-          ATT(pack)(vp, hd.v, tk, hd.st[6], d);
-          memset(dqp, 0, sizeof(T) * (size_t)(tq * d));
-          hd.q = qp, hd.g = gp, hd.k = kp, hd.v = vp, hd.dq = dqp;
-          hd.st[0] = hd.st[1] = hd.st[2] = hd.st[3] = hd.st[6] = d;
+        T *qp = pk, *gp = pack ? qp + tq * d : NULL, *kp = pack ? gp + tq * d : NULL;
+        T *vp = pack ? kp + tk * d : NULL, *dqp = pack ? vp + tk * d : NULL;
+        for (int64_t gi = 0; gi < grp; gi++) {
+          int64_t h = kvh * grp + gi;
+          ATT(head) hd = HEAD(h);
+          att_hm hm = att_hm_of(geo, h);
+          T *dqh = hd.dq;
+          if (pack) {
+            if (gi == 0) {
+              ATT(pack)(kp, hd.k, tk, hd.st[3], d);
+              ATT(pack)(vp, hd.v, tk, hd.st[6], d);
+            }
+            ATT(pack)(qp, hd.q, tq, hd.st[2], d);
+            ATT(pack)(gp, hd.g, tq, hd.st[1], d);
+            memset(dqp, 0, sizeof(T) * (size_t)(tq * d));
+            hd.q = qp, hd.g = gp, hd.k = kp, hd.v = vp, hd.dq = dqp;
+            hd.st[0] = hd.st[1] = hd.st[2] = hd.st[3] = hd.st[6] = d;
+          }
+          for (int64_t kb = 0; kb < tk; kb += ATT_BK)
+            ATT(bwd_keys)(&hd, true, gi > 0, lse + h * tq, dsum + h * tq, &hm, kb, &ru, d, scale, &w);
+          if (pack)
+            for (int64_t t = 0; t < tq; t++) memcpy(dqh + t * ldq->st, hd.dq + t * d, sizeof(T) * (size_t)d);
         }
-        for (int64_t kb = 0; kb < tk; kb += ATT_BK)
-          ATT(bwd_keys)(&hd, true, lse + h * tq, dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
-        if (pack)
-          for (int64_t t = 0; t < tq; t++)
-            memcpy(dqh + t * ldq->st, hd.dq + t * d, sizeof(T) * (size_t)d);
       }
     } else {
 #pragma omp for schedule(dynamic)
-      for (int64_t t = 0; t < bh * nkb; t++) {
+      for (int64_t t = 0; t < nkv * nkb; t++) {
         if (!buf) continue;
-        int64_t h = t / nkb, kb = (t % nkb) * ATT_BK;
-        ATT(head) hd = HEAD(h);
-        ATT(bwd_keys)(&hd, false, lse + h * tq, dsum + h * tq, kb, tq, tk, d, causal, scale, &w);
+        int64_t kvh = t / nkb, kb = (t % nkb) * ATT_BK;
+        for (int64_t gi = 0; gi < grp; gi++) {
+          int64_t h = kvh * grp + gi;
+          ATT(head) hd = HEAD(h);
+          att_hm hm = att_hm_of(geo, h);
+          ATT(bwd_keys)(&hd, false, gi > 0, lse + h * tq, dsum + h * tq, &hm, kb, &ru, d, scale, &w);
+        }
       }
 #pragma omp for schedule(dynamic)
       for (int64_t t = 0; t < bh * nqb; t++) {
         if (!buf) continue;
-        int64_t h = t / nqb, i0 = (t % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq;
+        int64_t h = t / nqb, i0 = (t % nqb) * ATT_BQ, i1 = i0 + ATT_BQ < tq ? i0 + ATT_BQ : tq, klo, khi;
         ATT(head) hd = HEAD(h);
-        for (int64_t kb = 0; kb < tk; kb += ATT_BK) {
-          int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK, first = ATT(first_query)(kb, off, causal);
-          if (first >= i1) break; /* later blocks are hidden from these rows too */
+        att_hm hm = att_hm_of(geo, h);
+        att_key_range(&ru, i0, i1, &klo, &khi);
+        for (int64_t kb = klo / ATT_BK * ATT_BK; kb < khi; kb += ATT_BK) {
+          int64_t kn = tk - kb < ATT_BK ? tk - kb : ATT_BK, qlo, qhi;
+          att_query_range(&ru, kb, kb + kn, &qlo, &qhi);
+          qlo = qlo > i0 ? qlo : i0, qhi = qhi < i1 ? qhi : i1;
+          if (qlo >= qhi) continue;
           ATT(transpose)(w.kt, hd.k + kb * hd.st[3], kn, d, hd.st[3]);
           ATT(transpose)(w.vt, hd.v + kb * hd.st[6], kn, d, hd.st[6]);
-          ATT(bwd_block)(hd.dq, NULL, NULL, hd.g, hd.q, hd.k, hd.st, lse + h * tq, dsum + h * tq, kb,
-                         kn, first > i0 ? first : i0, i1, off, d, causal, scale, w.kt, w.vt, w.s,
-                         w.dp);
+          ATT(bwd_block)(hd.dq, NULL, NULL, hd.g, hd.q, hd.k, hd.st, lse + h * tq, dsum + h * tq, kb, kn, qlo,
+                         qhi, &ru, &hm, d, scale, w.kt, w.vt, w.s, w.dp);
         }
       }
     }

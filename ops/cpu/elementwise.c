@@ -71,12 +71,12 @@
   }
 
 /* ---- the loops of every registered op (ops/backend/pointwise_ops.h) ----------------------- */
-/* Integer loops where the registry gives integer math: INT for int32, int64 and
-   uint8, SIGNED for int32 and int64. */
+/* Integer loops where the registry gives integer math: INT for int32, int64,
+   int8 and uint8, SIGNED for int32, int64 and int8. */
 #define INT_LOOPS_NO_INT(LOOP, name, ...)
 #define INT_LOOPS_FLOAT(LOOP, name, ...)
 #define INT_LOOPS_SIGNED(LOOP, name, ...) \
-  LOOP(name##_i32, int32_t, __VA_ARGS__) LOOP(name##_i64, int64_t, __VA_ARGS__)
+  LOOP(name##_i32, int32_t, __VA_ARGS__) LOOP(name##_i64, int64_t, __VA_ARGS__) LOOP(name##_i8, int8_t, __VA_ARGS__)
 #define INT_LOOPS_INT(LOOP, name, ...) \
   INT_LOOPS_SIGNED(LOOP, name, __VA_ARGS__) LOOP(name##_u8, uint8_t, __VA_ARGS__)
 
@@ -110,21 +110,24 @@ ZORCH_BINARY_OPS(B_LOOPS)
 #define U_I32(ID, name, node, fmath, ints, ...) IF_##ints([UOP_##ID] = u_##name##_i32)
 #define U_I64(ID, name, node, fmath, ints, ...) IF_##ints([UOP_##ID] = u_##name##_i64)
 #define U_U8(ID, name, node, fmath, ints, ...) IF8_##ints([UOP_##ID] = u_##name##_u8)
+#define U_I8(ID, name, node, fmath, ints, ...) IF_##ints([UOP_##ID] = u_##name##_i8)
 #define B_F32(ID, name, ...) [BOP_##ID] = b_##name##_f32,
 #define B_F64(ID, name, ...) [BOP_##ID] = b_##name##_f64,
 #define B_I32(ID, name, node, out, fmath, ints, ...) IF_##ints([BOP_##ID] = b_##name##_i32)
 #define B_I64(ID, name, node, out, fmath, ints, ...) IF_##ints([BOP_##ID] = b_##name##_i64)
 #define B_U8(ID, name, node, out, fmath, ints, ...) IF8_##ints([BOP_##ID] = b_##name##_u8)
+#define B_I8(ID, name, node, out, fmath, ints, ...) IF_##ints([BOP_##ID] = b_##name##_i8)
 
 static const cpu_loop utab[ZORCH_NDTYPES][UOP_COUNT] = {
     [ZORCH_F32] = {ZORCH_UNARY_OPS(U_F32)}, [ZORCH_F64] = {ZORCH_UNARY_OPS(U_F64)},
     [ZORCH_I32] = {ZORCH_UNARY_OPS(U_I32)}, [ZORCH_I64] = {ZORCH_UNARY_OPS(U_I64)},
-    [ZORCH_U8] = {ZORCH_UNARY_OPS(U_U8)}};
+    [ZORCH_U8] = {ZORCH_UNARY_OPS(U_U8)},   [ZORCH_I8] = {ZORCH_UNARY_OPS(U_I8)}};
 /* bool operands (comparisons of bools) run the uint8 loops */
 static const cpu_loop btab[ZORCH_NDTYPES][BOP_COUNT] = {
     [ZORCH_F32] = {ZORCH_BINARY_OPS(B_F32)}, [ZORCH_F64] = {ZORCH_BINARY_OPS(B_F64)},
     [ZORCH_I32] = {ZORCH_BINARY_OPS(B_I32)}, [ZORCH_I64] = {ZORCH_BINARY_OPS(B_I64)},
-    [ZORCH_U8] = {ZORCH_BINARY_OPS(B_U8)},   [ZORCH_BOOL] = {ZORCH_BINARY_OPS(B_U8)}};
+    [ZORCH_U8] = {ZORCH_BINARY_OPS(B_U8)},   [ZORCH_BOOL] = {ZORCH_BINARY_OPS(B_U8)},
+    [ZORCH_I8] = {ZORCH_BINARY_OPS(B_I8)}};
 
 #define U_NAME(ID, name, ...) [UOP_##ID] = #name,
 #define B_NAME(ID, name, ...) [BOP_##ID] = #name,
@@ -536,11 +539,13 @@ COPY_LOOP(copy_f64_f32, double, float, TO_F64)
 COPY_LOOP(copy_f32_i64, float, int64_t, TO_F32)
 COPY_LOOP(copy_f32_i32, float, int32_t, TO_F32)
 COPY_LOOP(copy_f32_u8, float, uint8_t, TO_F32)
+COPY_LOOP(copy_f32_i8, float, int8_t, TO_F32)
 /* integer to integer: exact, and narrowing wraps around (two's complement,
    as C's unsigned conversions and PyTorch's casts), where through double it
    would round past 2^53 and saturate */
 #define WRAP32(x) ((int32_t)(uint32_t)(x))
 #define WRAP8(x) ((uint8_t)(x))
+#define WRAPS8(x) ((int8_t)(uint8_t)(x))
 #define TO_I64(x) ((int64_t)(x))
 COPY_LOOP(copy_i32_i64, int32_t, int64_t, WRAP32)
 COPY_LOOP(copy_u8_i64, uint8_t, int64_t, WRAP8)
@@ -548,6 +553,10 @@ COPY_LOOP(copy_u8_i32, uint8_t, int32_t, WRAP8)
 COPY_LOOP(copy_i64_i32, int64_t, int32_t, TO_I64)
 COPY_LOOP(copy_i64_u8, int64_t, uint8_t, TO_I64)
 COPY_LOOP(copy_i32_u8, int32_t, uint8_t, WRAP32)
+COPY_LOOP(copy_i8_i64, int8_t, int64_t, WRAPS8)
+COPY_LOOP(copy_i8_i32, int8_t, int32_t, WRAPS8)
+COPY_LOOP(copy_i64_i8, int64_t, int8_t, TO_I64)
+COPY_LOOP(copy_i32_i8, int32_t, int8_t, TO_I64)
 
 static void copy_generic(char **p, const int64_t *s, int64_t n, const double *prm) {
   zorch_dtype dd = (zorch_dtype)prm[0], ds = (zorch_dtype)prm[1];
@@ -574,12 +583,17 @@ static cpu_loop copy_loop(zorch_dtype dd, zorch_dtype ds) {
   if (PAIR(F32, I64)) return copy_f32_i64;
   if (PAIR(F32, I32)) return copy_f32_i32;
   if (PAIR(F32, U8)) return copy_f32_u8;
+  if (PAIR(F32, I8)) return copy_f32_i8;
   if (PAIR(I32, I64)) return copy_i32_i64;
   if (PAIR(U8, I64)) return copy_u8_i64;
   if (PAIR(U8, I32)) return copy_u8_i32;
   if (PAIR(I64, I32)) return copy_i64_i32;
   if (PAIR(I64, U8)) return copy_i64_u8;
   if (PAIR(I32, U8)) return copy_i32_u8;
+  if (PAIR(I8, I64)) return copy_i8_i64;
+  if (PAIR(I8, I32)) return copy_i8_i32;
+  if (PAIR(I64, I8)) return copy_i64_i8;
+  if (PAIR(I32, I8)) return copy_i32_i8;
 #undef PAIR
   return copy_generic;
 }

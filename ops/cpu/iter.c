@@ -120,6 +120,7 @@ double cpu_load(const char *p, zorch_dtype dt) {
     case ZORCH_I32: { int32_t v; memcpy(&v, p, 4); return v; }
     case ZORCH_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
     case ZORCH_U8: case ZORCH_BOOL: return (unsigned char)*p;
+    case ZORCH_I8: return (signed char)*p;
     default: return 0;
   }
 }
@@ -139,6 +140,7 @@ void cpu_store(char *p, zorch_dtype dt, double v) {
     case ZORCH_I32: { int32_t i = (int32_t)sat(v, -2147483648.0, 2147483647.0); memcpy(p, &i, 4); break; }
     case ZORCH_I64: { int64_t i = (int64_t)sat(v, -9223372036854775808.0, 9223372036854774784.0); memcpy(p, &i, 8); break; }
     case ZORCH_U8: *(unsigned char *)p = (unsigned char)sat(v, 0, 255); break;
+    case ZORCH_I8: *(signed char *)p = (signed char)sat(v, -128, 127); break;
     case ZORCH_BOOL: *(unsigned char *)p = v != 0; break;
     default: break;
   }

@@ -189,6 +189,7 @@ __device__ inline double load_as(const char *p, int dt) {
     case ZORCH_F16: return zm_f16_to_f32(*(const uint16_t *)p);
     case ZORCH_I32: return *(const int32_t *)p;
     case ZORCH_I64: return (double)*(const int64_t *)p;
+    case ZORCH_I8: return *(const signed char *)p;
     default: return *(const unsigned char *)p;
   }
 }
@@ -200,6 +201,7 @@ __device__ inline void store_as(char *p, int dt, double v) {
     case ZORCH_F16: *(uint16_t *)p = zm_f32_to_f16((float)v); break;
     case ZORCH_I32: *(int32_t *)p = (int32_t)v; break;
     case ZORCH_I64: *(int64_t *)p = (int64_t)v; break;
+    case ZORCH_I8: *(signed char *)p = (signed char)v; break;
     case ZORCH_BOOL: *(unsigned char *)p = v != 0; break;
     default: *(unsigned char *)p = (unsigned char)v; break;
   }

@@ -75,6 +75,7 @@ __device__ inline int64_t load_int(const char *p, int dt) {
   switch (dt) {
     case ZORCH_I64: return *(const int64_t *)p;
     case ZORCH_I32: return *(const int32_t *)p;
+    case ZORCH_I8: return *(const signed char *)p;
     default: return *(const unsigned char *)p;
   }
 }
@@ -83,6 +84,7 @@ __device__ inline void store_int(char *p, int dt, int64_t v) {
     case ZORCH_I64: *(int64_t *)p = v; break;
     case ZORCH_I32: *(int32_t *)p = (int32_t)v; break;
     case ZORCH_BOOL: *(unsigned char *)p = v != 0; break;
+    case ZORCH_I8: *(signed char *)p = (signed char)v; break;
     default: *(unsigned char *)p = (unsigned char)v; break;
   }
 }
@@ -110,7 +112,7 @@ __global__ void k_binary_int(geom g, int dt, int odt, int op) {
 }
 
 static bool is_int(zorch_dtype dt) {
-  return dt == ZORCH_I32 || dt == ZORCH_I64 || dt == ZORCH_U8 || dt == ZORCH_BOOL;
+  return dt == ZORCH_I32 || dt == ZORCH_I64 || dt == ZORCH_U8 || dt == ZORCH_I8 || dt == ZORCH_BOOL;
 }
 
 zorch_status cuda_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double p0, double p1) {

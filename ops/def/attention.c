@@ -1,5 +1,6 @@
-/* attention.c: fused scaled dot-product attention, softmax(scale q k^T) v with an
-   optional causal mask, and its gradient. The kernels (ops/backend/backend.h) never hold
+/* attention.c: fused scaled dot-product attention, softmax(scale q k^T + mask) v
+   with grouped key/value heads, causal, window, mask and segment rules, and its
+   gradient. The kernels (ops/backend/backend.h) never hold
    the (Tq, Tk) scores: the forward saves the output and each row's log-sum-exp,
    and the backward recomputes the scores from them a block at a time. */
 #include <math.h>
@@ -7,10 +8,9 @@
 
 #include "ops.h"
 
+/* the kernels' geometry; its tensors are NULL here, the saved ones in the backward */
 typedef struct {
-  int64_t bh, tq, tk, d; /* heads (B * H), queries, keys, head dim */
-  bool causal;
-  double scale;
+  att_geom g;
 } attention_args;
 
 /* t in dtype dt as the kernels of be take it: itself when it already is in dt
@@ -38,10 +38,11 @@ static zorch_tensor *att_empty(bool bthd, const zorch_tensor *t, zorch_dtype dt)
   return r;
 }
 
-/* saved: q, k, v, out (compute dtype; strided where the backend takes it) and
-   lse (bh * tq) */
+/* saved: q, k, v, out (compute dtype; strided where the backend takes it), lse
+   (bh * tq), then the mask view and the key and query segments (or NULL) */
 static zorch_status attention_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  const attention_args *a = AG_ARGS(n, attention_args);
+  att_geom geo = AG_ARGS(n, attention_args)->g;
+  geo.mask = n->saved[5], geo.kseg = n->saved[6], geo.qseg = n->saved[7];
   zorch_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2];
   zorch_tensor *gc = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
   const backend *be = backend_of(q);
@@ -52,8 +53,7 @@ static zorch_status attention_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gi
     st = zorch_last_status();
     goto done;
   }
-  st = be->attention_bwd(dq, dk, dv, gc, q, k, v, n->saved[3], n->saved[4], a->bh, a->tq, a->tk,
-                         a->d, a->causal, a->scale);
+  st = be->attention_bwd(dq, dk, dv, gc, q, k, v, n->saved[3], n->saved[4], &geo);
   if (st) goto done;
   gin[0] = dq, gin[1] = dk, gin[2] = dv;
   dq = dk = dv = NULL;
@@ -62,8 +62,8 @@ done:
   return st;
 }
 
-/* q (B, H, Tq, D) or (BH, Tq, D); k and v (B, H, Tk, D) or (BH, Tk, D); one
-   float dtype, one device. */
+/* q (B, H, Tq, D) or (BH, Tq, D); k and v (B, Hkv, Tk, D) or (BHkv, Tk, D) with
+   Hkv dividing H; one float dtype, one device. */
 static zorch_status attention_check(const zorch_tensor *q, const zorch_tensor *k,
                                     const zorch_tensor *v) {
   const char *op = "attention";
@@ -85,48 +85,125 @@ static zorch_status attention_check(const zorch_tensor *q, const zorch_tensor *k
     return err_set(ZORCH_ERR_DTYPE, "attention: q, k and v must have one floating-point dtype, "
                    "got %s, %s and %s", zorch_dtype_name(q->dtype), zorch_dtype_name(k->dtype),
                    zorch_dtype_name(v->dtype));
-  bool fit = (q->ndim == 3 || q->ndim == 4) && k->ndim == q->ndim && v->ndim == q->ndim &&
-             tensor_same_shape(k, v) && q->shape[q->ndim - 1] == k->shape[k->ndim - 1];
-  for (int i = 0; fit && i < q->ndim - 2; i++) fit = q->shape[i] == k->shape[i];
+  int nd = q->ndim;
+  bool fit = (nd == 3 || nd == 4) && k->ndim == nd && v->ndim == nd && tensor_same_shape(k, v) &&
+             q->shape[nd - 1] == k->shape[nd - 1];
+  if (fit && nd == 4) fit = q->shape[0] == k->shape[0];
+  int64_t hq = fit ? q->shape[nd - 3] : 0, hk = fit ? k->shape[nd - 3] : 0;
+  if (fit) fit = hq == hk || (hk > 0 && hq % hk == 0);
   if (!fit)
     return err_set(ZORCH_ERR_SHAPE, "attention: q %s, k %s and v %s do not fit (expected q "
-                   "(B, H, Tq, D) with k and v (B, H, Tk, D), or (BH, Tq, D) with (BH, Tk, D))",
-                   SHAPE(q, s1), SHAPE(k, s2), SHAPE(v, s3));
+                   "(B, H, Tq, D) with k and v (B, Hkv, Tk, D), or (BH, Tq, D) with (BHkv, Tk, D), "
+                   "Hkv dividing H)", SHAPE(q, s1), SHAPE(k, s2), SHAPE(v, s3));
   return ZORCH_OK;
 }
 
-zorch_tensor *zorch_attention(zorch_tensor *q, zorch_tensor *k, zorch_tensor *v, bool causal,
-                              double scale) {
+/* The mask as the kernels read it: bool, or float in the compute dtype cd, as a
+   view of (B, H, Tq, Tk) (shape4; a 3-d q's heads are (1, BH)). */
+static zorch_tensor *att_mask_view(zorch_tensor *m, const zorch_tensor *q, const int64_t *shape4,
+                                   zorch_dtype cd) {
+  char s1[ERR_SHAPE_BUF], s2[ERR_SHAPE_BUF];
+  if (check_arg("attention", "mask", m) || check_same_device("attention", q, m)) return NULL;
+  if (m->dtype != ZORCH_BOOL && !zorch_dtype_is_float(m->dtype))
+    return err_null(ZORCH_ERR_DTYPE, "attention: mask must be bool (true: attend) or floating point "
+                    "(added to the scores), got %s", zorch_dtype_name(m->dtype));
+  int nd = q->ndim, lead = 4 - nd;
+  bool fit = m->ndim <= nd;
+  for (int i = 0; fit && i < m->ndim; i++) {
+    int64_t want = shape4[4 - m->ndim + i];
+    fit = m->shape[i] == want || m->shape[i] == 1;
+  }
+  if (!fit)
+    return err_null(ZORCH_ERR_SHAPE, "attention: mask %s does not broadcast to %s = %s",
+                    SHAPE(m, s1), nd == 4 ? "(B, H, Tq, Tk)" : "(BH, Tq, Tk)",
+                    err_shape_str(nd, shape4 + lead, s2, sizeof s2));
+  zorch_tensor *c = m->dtype == ZORCH_BOOL ? zorch_tensor_retain(m) : op_cast(m, cd);
+  zorch_tensor *r = c ? op_broadcast_view(c, 4, shape4) : NULL;
+  zorch_tensor_free(c);
+  return r;
+}
+
+/* One segment-id tensor: int64 (B, n), its rows with a unit stride. */
+static zorch_tensor *att_segments(zorch_tensor *s, const char *name, const zorch_tensor *q, int64_t b,
+                                  int64_t n, const char *what) {
+  char s1[ERR_SHAPE_BUF];
+  if (check_arg("attention", name, s) || check_same_device("attention", q, s)) return NULL;
+  if (s->dtype != ZORCH_I64)
+    return err_null(ZORCH_ERR_DTYPE, "attention: %s must be int64, got %s", name, zorch_dtype_name(s->dtype));
+  if (s->ndim != 2 || s->shape[0] != b || s->shape[1] != n)
+    return err_null(ZORCH_ERR_SHAPE, "attention: %s %s must be %s = (%lld, %lld)", name, SHAPE(s, s1), what,
+                    (long long)b, (long long)n);
+  return s->strides[1] == 1 || n == 1 ? zorch_tensor_retain(s) : op_contig(s);
+}
+
+/* The segment ids of the keys and queries (both NULL without segments). */
+static zorch_status att_segment_pair(const zorch_attention_opts *o, const zorch_tensor *q, int64_t tq,
+                                     int64_t tk, zorch_tensor **ks, zorch_tensor **qs) {
+  char s1[ERR_SHAPE_BUF];
+  *ks = *qs = NULL;
+  if (!o->segments) {
+    if (o->q_segments) return err_set(ZORCH_ERR_ARG, "attention: q_segments needs segments");
+    return ZORCH_OK;
+  }
+  if (q->ndim != 4)
+    return err_set(ZORCH_ERR_SHAPE, "attention: segments need 4-d q (B, H, Tq, D), got q %s", SHAPE(q, s1));
+  int64_t b = q->shape[0];
+  if (!(*ks = att_segments(o->segments, "segments", q, b, tk, "(B, Tk)"))) return zorch_last_status();
+  if (o->q_segments)
+    *qs = att_segments(o->q_segments, "q_segments", q, b, tq, "(B, Tq)");
+  else if (tq > tk)
+    return err_set(ZORCH_ERR_SHAPE, "attention: segments %s give no ids to the %lld queries (Tq > Tk): pass "
+                   "q_segments (B, Tq)", SHAPE(*ks, s1), (long long)tq);
+  else
+    *qs = zorch_narrow(*ks, 1, tk - tq, tq);
+  return *qs ? ZORCH_OK : zorch_last_status();
+}
+
+zorch_tensor *zorch_attention(zorch_tensor *q, zorch_tensor *k, zorch_tensor *v,
+                              const zorch_attention_opts *opts) {
+  const zorch_attention_opts none = {0}, *o = opts ? opts : &none;
   if (attention_check(q, k, v)) return NULL;
-  if (!isfinite(scale))
-    return err_null(ZORCH_ERR_ARG, "attention: scale must be a finite number, got %g", scale);
+  if (!isfinite(o->scale))
+    return err_null(ZORCH_ERR_ARG, "attention: scale must be a finite number, got %g", o->scale);
+  if (o->window < 0)
+    return err_null(ZORCH_ERR_ARG, "attention: window must be at least 0 (0: none), got %lld",
+                    (long long)o->window);
   const backend *be = backend_of(q);
   if (!be->attention || !be->attention_bwd)
     return err_null(ZORCH_ERR_DEVICE, "attention: no kernel on device %s", be->name);
   int nd = q->ndim;
-  attention_args args = {.tq = q->shape[nd - 2], .tk = k->shape[nd - 2], .d = q->shape[nd - 1],
-                         .causal = causal, .scale = scale};
-  args.bh = shape_numel(nd - 2, q->shape);
-  if (args.scale <= 0) args.scale = args.d > 0 ? 1 / sqrt((double)args.d) : 1;
+  attention_args args = {.g = {.tq = q->shape[nd - 2], .tk = k->shape[nd - 2], .d = q->shape[nd - 1],
+                               .heads = q->shape[nd - 3], .causal = o->causal, .scale = o->scale,
+                               .window = o->window}};
+  att_geom *g = &args.g;
+  g->bh = shape_numel(nd - 2, q->shape);
+  g->group = k->shape[nd - 3] > 0 ? q->shape[nd - 3] / k->shape[nd - 3] : 1;
+  if (g->scale <= 0) g->scale = g->d > 0 ? 1 / sqrt((double)g->d) : 1;
   zorch_dtype cd = op_compute_dtype(q->dtype);
-  int64_t nlse = args.bh * args.tq;
+  int64_t nlse = g->bh * g->tq;
+  int64_t shape4[4] = {nd == 4 ? q->shape[0] : 1, g->heads, g->tq, g->tk};
   zorch_tensor *in[3] = {q, k, v};
-  zorch_tensor *cq = NULL, *ck = NULL, *cv = NULL, *o = NULL, *lse = NULL, *y = NULL;
+  zorch_tensor *cq = NULL, *ck = NULL, *cv = NULL, *o4 = NULL, *lse = NULL, *y = NULL;
+  zorch_tensor *mask = NULL, *ks = NULL, *qs = NULL;
+  if ((o->mask && !(mask = att_mask_view(o->mask, q, shape4, cd))) ||
+      att_segment_pair(o, q, g->tq, g->tk, &ks, &qs))
+    goto done; /* the messages name the option already */
   if (!(cq = att_operand(be, q, cd)) || !(ck = att_operand(be, k, cd)) ||
-      !(cv = att_operand(be, v, cd)) || !(o = att_empty(be->attention_strided && cd == q->dtype, q, cd)) ||
+      !(cv = att_operand(be, v, cd)) || !(o4 = att_empty(be->attention_strided && cd == q->dtype, q, cd)) ||
       !(lse = op_empty(q, 1, &nlse, cd)))
     goto fail;
-  if (be->attention(o, lse, cq, ck, cv, args.bh, args.tq, args.tk, args.d, causal, args.scale))
-    goto fail;
+  g->mask = mask, g->kseg = ks, g->qseg = qs;
+  if (be->attention(o4, lse, cq, ck, cv, g)) goto fail;
+  g->mask = g->kseg = g->qseg = NULL; /* the backward reads the saved ones */
   /* the output in q's dtype; the backward reads the compute dtype's */
-  if (!(y = op_cast(o, q->dtype))) goto fail;
-  y = ag_record(y, "AttentionBackward", attention_bwd, 3, in, 5,
-                (zorch_tensor *[]){cq, ck, cv, o, lse}, &args, sizeof args);
+  if (!(y = op_cast(o4, q->dtype))) goto fail;
+  y = ag_record(y, "AttentionBackward", attention_bwd, 3, in, 8,
+                (zorch_tensor *[]){cq, ck, cv, o4, lse, mask, ks, qs}, &args, sizeof args);
   goto done;
 fail:
   err_prefix("attention");
 done:
-  OP_FREE(cq, ck, cv, o, lse);
+  OP_FREE(cq, ck, cv, o4, lse, mask, ks, qs);
   return y;
 }
 

@@ -18,6 +18,7 @@ zorch_status zorch_check_fill(const char *op, zorch_dtype dt, double *v) {
   case ZORCH_I32: lo = -2147483648.0, hi = 2147483648.0; break;
   case ZORCH_I64: lo = -9223372036854775808.0, hi = 9223372036854775808.0; break;
   case ZORCH_U8: lo = -255, hi = 256; break;
+  case ZORCH_I8: lo = -128, hi = 128; break;
   default: return ZORCH_OK;
   }
   if (!(*v >= lo && *v < hi) || (dt == ZORCH_U8 && *v < 0 && *v != trunc(*v)))
@@ -30,7 +31,10 @@ zorch_status zorch_check_fill(const char *op, zorch_dtype dt, double *v) {
 zorch_status zorch_check_fill_i64(const char *op, zorch_dtype dt, int64_t *v) {
   if (!op) op = "check_fill";
   if (!v) return err_set(ZORCH_ERR_ARG, "%s: value is NULL", op);
-  bool fits = dt == ZORCH_I32 ? *v >= INT32_MIN && *v <= INT32_MAX : dt == ZORCH_U8 ? *v >= -255 && *v <= 255 : true;
+  bool fits = dt == ZORCH_I32  ? *v >= INT32_MIN && *v <= INT32_MAX
+              : dt == ZORCH_U8 ? *v >= -255 && *v <= 255
+              : dt == ZORCH_I8 ? *v >= -128 && *v <= 127
+                               : true;
   if (!fits)
     return err_set(ZORCH_ERR_ARG, "%s: value %lld cannot be converted to %s without overflow", op, (long long)*v,
                    zorch_dtype_name(dt));

@@ -127,6 +127,7 @@ zorch_tensor *zorch_randn(int ndim, const int64_t *shape, zorch_dtype dt, zorch_
    range that does not, rather than wrapping or clamping). */
 static bool int_range_fits(zorch_dtype dt, int64_t lo, int64_t hi) {
   if (dt == ZORCH_U8) return lo >= 0 && hi <= 255;
+  if (dt == ZORCH_I8) return lo >= -128 && hi <= 127;
   if (dt == ZORCH_I32) return lo >= INT32_MIN && hi <= INT32_MAX;
   return true;
 }
@@ -202,19 +203,10 @@ zorch_tensor *zorch_from_buffer(const void *data, int ndim, const int64_t *shape
 /* The bytes [*lo, *hi) of t's storage that t's elements lie in (empty for no
    elements). */
 static void storage_span(const zorch_tensor *t, int64_t *lo, int64_t *hi) {
-  int64_t a = t->offset, b = t->offset;
-  for (int i = 0; i < t->ndim; i++) {
-    if (t->shape[i] == 0) {
-      *lo = *hi = 0;
-      return;
-    }
-    int64_t d = (t->shape[i] - 1) * t->strides[i];
-    if (d < 0) a += d;
-    else b += d;
-  }
+  op_span(t->ndim, t->shape, t->strides, t->offset, lo, hi);
   int64_t es = (int64_t)dtype_sizes[t->dtype];
-  *lo = a * es;
-  *hi = (b + 1) * es;
+  *lo *= es;
+  *hi *= es;
 }
 
 /* Whether copying src into dst elementwise could read an element after writing
@@ -231,84 +223,26 @@ static bool copy_overlaps(const zorch_tensor *dst, const zorch_tensor *src) {
   return dlo < dhi && slo < shi && dlo < shi && slo < dhi;
 }
 
-/* ---- in-place writes that autograd sees ---------------------------------------------------- */
-typedef struct {
-  bool part;     /* only index `index` of dim 0 was written */
-  int64_t index;
-} write_args;
-
-/* The old values get the gradient outside the written part (zeros where all
-   was written, as PyTorch gives), src the gradient of the written part (the
-   engine sums it over what src was broadcast along). */
-static zorch_status write_bwd(ag_node *n, zorch_tensor *g, zorch_tensor **gin) {
-  const write_args *a = AG_ARGS(n, write_args);
-  if (ag_wants(n, 0) && !a->part) {
-    if (!(gin[0] = op_zeros(g, g->ndim, g->shape, g->dtype))) return zorch_last_status();
-  } else if (ag_wants(n, 0)) {
-    zorch_tensor *c = zorch_clone(g), *r = c ? zorch_select(c, 0, a->index) : NULL;
-    zorch_status st = r ? op_fill_(r, 0) : zorch_last_status();
-    zorch_tensor_free(r);
-    if (st) {
-      zorch_tensor_free(c);
-      return st;
-    }
-    gin[0] = c;
-  }
-  if (n->nin > 1 && ag_wants(n, 1) && !(gin[1] = a->part ? zorch_select(g, 0, a->index) : zorch_tensor_retain(g)))
-    return zorch_last_status();
-  return ZORCH_OK;
-}
-
-/* In grad mode, the node of t's values after a write of src (NULL: a
-   constant) into t (all of it, or index `index` of dim 0 when part), made
-   before the write so that a failure writes nothing. *node stays NULL where
-   the write is data only: grad mode off, nothing that requires grad, or t a
-   leaf that requires grad given a constant or a value without grad (as the
-   optimizers write parameters; PyTorch refuses this outside no_grad). */
-static zorch_status write_begin(const char *op, zorch_tensor *t, zorch_tensor *src, bool part, int64_t index,
-                                ag_node **node) {
-  char a[ERR_SHAPE_BUF];
-  *node = NULL;
-  bool src_grad = src && src->requires_grad;
-  if (!zorch_is_grad_enabled() || !(t->grad_fn || src_grad)) return ZORCH_OK;
-  if (t->requires_grad && !t->grad_fn) {
-    if (!src_grad) return ZORCH_OK;
-    return err_set(ZORCH_ERR_STATE, "%s: a leaf tensor of shape %s that requires grad cannot take a value that "
-                   "requires grad in place (it would stop being a leaf): write under no_grad, or the value's "
-                   "detach(), for the values only", op, SHAPE(t, a));
-  }
-  write_args args = {part, index};
-  *node = ag_write_node(t, src_grad ? src : NULL, part ? "CopySlices" : src ? "CopyBackwards" : "FillBackward",
-                        write_bwd, &args, sizeof args);
-  return *node ? ZORCH_OK : zorch_last_status();
-}
-
-/* Gives t the write's node once the write st is done, or drops it. */
-static zorch_status write_end(zorch_tensor *t, ag_node *node, zorch_status st) {
-  if (node && !st) ag_write_install(t, node);
-  else if (node) ag_node_release(node);
-  return st;
-}
-
+/* ---- in-place writes that autograd sees (inplace.c records them) ---------------------------------- */
 zorch_status zorch_copy_(zorch_tensor *dst, zorch_tensor *src) {
   if (check_arg("copy_", "dst", dst) || check_arg("copy_", "src", src)) return zorch_last_status();
-  ag_node *node;
-  if (write_begin("copy_", dst, src, false, 0, &node)) return zorch_last_status();
-  return write_end(dst, node, op_copy_(dst, src));
+  op_write w;
+  if (op_write_begin("copy_", dst, dst, src, &w)) return zorch_last_status();
+  return op_write_end(&w, op_copy_(dst, src));
 }
 
 zorch_status zorch_fill_(zorch_tensor *dst, double value) {
   if (check_arg("fill_", "dst", dst) || zorch_check_fill("fill_", dst->dtype, &value)) return zorch_last_status();
-  ag_node *node;
-  if (write_begin("fill_", dst, NULL, false, 0, &node)) return zorch_last_status();
-  return write_end(dst, node, op_fill_(dst, value));
+  op_write w;
+  if (op_write_begin("fill_", dst, dst, NULL, &w)) return zorch_last_status();
+  return op_write_end(&w, op_fill_(dst, value));
 }
 
 zorch_status zorch_fill_i64_(zorch_tensor *dst, int64_t value) {
   if (check_arg("fill_", "dst", dst) || zorch_check_fill_i64("fill_", dst->dtype, &value)) return zorch_last_status();
-  ag_node *node;
-  if (write_begin("fill_", dst, NULL, false, 0, &node)) return zorch_last_status();
-  return write_end(dst, node, op_fill_i64_(dst, value));
+  op_write w;
+  if (op_write_begin("fill_", dst, dst, NULL, &w)) return zorch_last_status();
+  return op_write_end(&w, op_fill_i64_(dst, value));
 }
 
 zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, bool integer, int64_t ivalue,
@@ -321,12 +255,9 @@ zorch_status op_assign_index(zorch_tensor *t, int64_t index, zorch_tensor *src, 
   zorch_tensor *part = zorch_select(t, 0, index);
   zorch_set_grad_enabled(prev);
   if (!part) return zorch_last_status();
-  ag_node *node;
-  zorch_status st = write_begin(op, t, src, true, index < 0 ? index + t->shape[0] : index, &node);
-  if (!st) {
-    st = src ? op_copy_(part, src) : integer ? op_fill_i64_(part, ivalue) : op_fill_(part, value);
-    st = write_end(t, node, st);
-  }
+  op_write w;
+  zorch_status st = op_write_begin(op, t, part, src, &w);
+  if (!st) st = op_write_end(&w, src ? op_copy_(part, src) : integer ? op_fill_i64_(part, ivalue) : op_fill_(part, value));
   zorch_tensor_free(part);
   return st;
 }
@@ -353,9 +284,9 @@ zorch_status zorch_assign_(const char *op, zorch_tensor *dst, zorch_tensor *src)
                    "place (an in-place op keeps its tensor's shape)", op, SHAPE(src, a), SHAPE(dst, b));
   for (int i = 0; i < dst->ndim; i++) /* an expanded dst: refused under op's name, not copy_'s */
     if (dst->strides[i] == 0 && dst->shape[i] > 1) return tensor_mark_written(op, dst);
-  ag_node *node;
-  if (write_begin(op, dst, src, false, 0, &node)) return zorch_last_status();
-  return write_end(dst, node, op_copy_(dst, src));
+  op_write w;
+  if (op_write_begin(op, dst, dst, src, &w)) return zorch_last_status();
+  return op_write_end(&w, op_copy_(dst, src));
 }
 
 zorch_status op_copy_(zorch_tensor *dst, zorch_tensor *src) {

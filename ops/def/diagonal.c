@@ -53,6 +53,7 @@ zorch_tensor *zorch_diagonal(zorch_tensor *t, int64_t offset, int dim1, int dim2
   if (args.d1 == args.d2)
     return err_null(ZORCH_ERR_ARG, "diagonal: dim1 and dim2 are the same dim (" ERR_IX("%d") ")", dim1);
   zorch_tensor *v = diag_view(t, offset, args.d1, args.d2);
+  if (v) tensor_set_view_of(v, t);
   return ag_record(v, "DiagonalBackward", diagonal_bwd, 1, &t, 0, NULL, &args, sizeof args);
 }
 

@@ -60,7 +60,7 @@ static zorch_status batch_norm_check(const zorch_tensor *x, zorch_tensor *const 
     if (i >= 2 && !zorch_dtype_is_float(t->dtype))
       return err_set(ZORCH_ERR_DTYPE, "batch_norm: %s must be floating point, got %s", names[i],
                      zorch_dtype_name(t->dtype));
-    if (i >= 2 && training && t->requires_grad)
+    if (i >= 2 && training && tensor_requires_grad(t))
       return err_set(ZORCH_ERR_ARG, "batch_norm: %s is updated in place and must not require grad",
                      names[i]);
   }

@@ -24,6 +24,19 @@ zorch_tensor *op_full(int ndim, const int64_t *shape, double value, zorch_dtype 
 /* zorch_fill_ and zorch_fill_i64_ without autograd: data writes. */
 zorch_status op_fill_(zorch_tensor *dst, double value);
 zorch_status op_fill_i64_(zorch_tensor *dst, int64_t value);
+/* The storage span [*lo, *hi) of a geometry, in elements (empty for no elements). */
+void op_span(int ndim, const int64_t *shape, const int64_t *strides, int64_t offset, int64_t *lo, int64_t *hi);
+/* An in-place write that autograd sees (inplace.c): op_write_begin, before
+   writing src (NULL: a constant) into `part` (t, or a part of t), makes in
+   grad mode the node of the values after it, on the root of t's views, or
+   fails naming op where PyTorch refuses the write; op_write_end, given the
+   write's status, installs the node (the views then follow it) or drops it. */
+typedef struct {
+  ag_node *node; /* NULL: the write is data only */
+  zorch_tensor *root;
+} op_write;
+zorch_status op_write_begin(const char *op, zorch_tensor *t, zorch_tensor *part, zorch_tensor *src, op_write *w);
+zorch_status op_write_end(op_write *w, zorch_status st);
 /* t[index] = src, or the constant (ivalue when integer, else value) when src
    is NULL: a write into index `index` (0-based, negative from the end) of
    dim 0 that autograd sees, as zorch_copy_ and zorch_fill_ do for the whole. */

@@ -446,8 +446,8 @@ static zorch_tensor *binary_op(bop k, zorch_tensor *a, zorch_tensor *b) {
   int nsave = d->save == SAVE_BOTH ? 3 : d->save == SAVE_IN ? 2 : 0;
   /* a product or quotient keeps only the operands its gradients read (as
      PyTorch: less memory, and writing the other one later is no error) */
-  if ((k == BOP_MUL || k == BOP_DIV) && !b->requires_grad) save[0] = NULL;
-  if (k == BOP_MUL && !a->requires_grad) save[1] = NULL;
+  if ((k == BOP_MUL || k == BOP_DIV) && !tensor_requires_grad(b)) save[0] = NULL;
+  if (k == BOP_MUL && !tensor_requires_grad(a)) save[1] = NULL;
   return ag_record(out, d->node, d->fn, 2, in, nsave, save, NULL, 0);
 }
 
@@ -501,7 +501,7 @@ zorch_tensor *zorch_pow_scalar(zorch_tensor *a, double e) {
                     "pow_scalar: integers to negative integer powers are not allowed (%s input %s, "
                     "exponent %g)",
                     zorch_dtype_name(a->dtype), SHAPE(a, s), e);
-  double w = a->dtype == ZORCH_U8 ? 8 : a->dtype == ZORCH_I32 ? 32 : 64;
+  double w = a->dtype == ZORCH_U8 || a->dtype == ZORCH_I8 ? 8 : a->dtype == ZORCH_I32 ? 32 : 64;
   if (e > w) e = w + fmod(e - w, ldexp(1, (int)w - 2));
   return unary_op(UOP_POW_S, a, e, 0);
 }
@@ -528,8 +528,8 @@ static zorch_tensor *clamp_open_int(zorch_tensor *a, double lo, double hi) {
    bind every element to a value the dtype lacks is an error. The kernel
    converts the bounds to the dtype, which is only defined within its range. */
 static zorch_status int_bounds(const char *op, zorch_dtype dt, double *lo, double *hi) {
-  double min = dt == ZORCH_U8 ? 0 : dt == ZORCH_I32 ? -0x1p31 : -0x1p63;
-  double top = dt == ZORCH_U8 ? 0x1p8 : dt == ZORCH_I32 ? 0x1p31 : 0x1p63; /* first value past the max */
+  double min = dt == ZORCH_U8 ? 0 : dt == ZORCH_I8 ? -0x1p7 : dt == ZORCH_I32 ? -0x1p31 : -0x1p63;
+  double top = dt == ZORCH_U8 ? 0x1p8 : dt == ZORCH_I8 ? 0x1p7 : dt == ZORCH_I32 ? 0x1p31 : 0x1p63; /* first value past the max */
   if (*lo >= top || *hi < min)
     return err_set(ZORCH_ERR_ARG, "%s: %s %g is outside the range of %s", op, *lo >= top ? "min" : "max",
                    *lo >= top ? *lo : *hi, zorch_dtype_name(dt));
@@ -541,7 +541,7 @@ static zorch_status int_bounds(const char *op, zorch_dtype dt, double *lo, doubl
 zorch_tensor *zorch_clamp(zorch_tensor *a, double lo, double hi) {
   if (lo > hi) return err_null(ZORCH_ERR_ARG, "clamp: min %g is greater than max %g", lo, hi);
   if (check_arg("clamp", "input", a)) return NULL;
-  if ((a->dtype == ZORCH_U8 || a->dtype == ZORCH_I32 || a->dtype == ZORCH_I64) && lo == floor(lo) &&
+  if (!zorch_dtype_is_float(a->dtype) && a->dtype != ZORCH_BOOL && lo == floor(lo) &&
       hi == floor(hi) && int_bounds("clamp", a->dtype, &lo, &hi))
     return NULL;
   if (!zorch_dtype_is_float(a->dtype) && (isinf(lo) || isinf(hi)) && lo == floor(lo) && hi == floor(hi))
@@ -562,7 +562,7 @@ zorch_tensor *zorch_celu(zorch_tensor *a, double alpha) {
 zorch_tensor *zorch_hardtanh(zorch_tensor *a, double min_val, double max_val) {
   if (min_val > max_val)
     return err_null(ZORCH_ERR_ARG, "hardtanh: min_val %g is greater than max_val %g", min_val, max_val);
-  if (a && (a->dtype == ZORCH_U8 || a->dtype == ZORCH_I32 || a->dtype == ZORCH_I64) && min_val == floor(min_val) &&
+  if (a && !zorch_dtype_is_float(a->dtype) && a->dtype != ZORCH_BOOL && min_val == floor(min_val) &&
       max_val == floor(max_val)) { /* integers: clamp's (no gradient), with its bounds checked */
     if (int_bounds("hardtanh", a->dtype, &min_val, &max_val)) return NULL;
     return zorch_clamp(a, min_val, max_val);

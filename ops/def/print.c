@@ -169,9 +169,9 @@ char *zorch_tensor_format(const zorch_tensor *t) {
     zorch_device_name(t->st->device, d, sizeof d);
     sb_add(&b, ", device='%s'", d);
   }
-  if (t->grad_fn)
-    sb_add(&b, ", grad_fn=<%s>", t->grad_fn->name);
-  else if (t->requires_grad)
+  if (zorch_grad_fn_name(t))
+    sb_add(&b, ", grad_fn=<%s>", zorch_grad_fn_name(t));
+  else if (tensor_requires_grad(t))
     sb_add(&b, ", requires_grad=True");
   sb_add(&b, ")");
   free(v);

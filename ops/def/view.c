@@ -38,7 +38,7 @@ typedef struct {
    reference, no view of its storage), in g's dtype and the input's shape. */
 static zorch_tensor *narrow_sink(const ag_edge *e, const zorch_tensor *g) {
   zorch_tensor *t = e->node ? e->node->gacc : NULL;
-  if (!t || t->refcount != 1 || t->st->refcount != 1 || t->dtype != g->dtype ||
+  if (!t || !tensor_owns_storage(t) || t->dtype != g->dtype ||
       t->ndim != e->ndim || memcmp(t->shape, e->shape, sizeof(int64_t) * (size_t)e->ndim) != 0 ||
       !zorch_tensor_is_contiguous(t))
     return NULL;
@@ -92,6 +92,7 @@ static zorch_tensor *view_of(zorch_tensor *t, int ndim, const int64_t *shape, co
                              int64_t off, const char *name, ag_backward_fn fn, const void *args,
                              size_t nargs) {
   zorch_tensor *v = tensor_alias(t, ndim, shape, st, off);
+  if (v) tensor_set_view_of(v, t);
   return ag_record(v, name, fn, 1, &t, 0, NULL, args, nargs);
 }
 

@@ -20,7 +20,8 @@ static const struct {
   const char *descr;
   zorch_dtype dt;
 } npy_types[] = {{"<f4", ZORCH_F32}, {"<f8", ZORCH_F64}, {"<f2", ZORCH_F16}, {"<i4", ZORCH_I32},
-                 {"<i8", ZORCH_I64}, {"|u1", ZORCH_U8},  {"|b1", ZORCH_BOOL}};
+                 {"<i8", ZORCH_I64}, {"|u1", ZORCH_U8},  {"|b1", ZORCH_BOOL},
+                 {"|i1", ZORCH_I8}};
 
 /* The value text after 'key': in the header dict, or NULL. */
 static const char *npy_field(const char *hdr, const char *key) {

@@ -9,7 +9,7 @@
 
 enum { C_OTHER = 0, C_L = 1, C_N = 2, C_WS = 4, C_NL = 8 | 4 };
 
-static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp) {
+int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp) {
   size_t lo = 0, hi = n;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -186,50 +186,4 @@ int pretok_of_regex(const char *pattern) {
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
     if (strcmp(known[i].re, pattern) == 0) return (int)known[i].kind;
   return -1;
-}
-
-static int ccc_of(uint32_t cp) {
-  size_t lo = 0, hi = NR(uc_ccc);
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (cp < uc_ccc[mid][0]) hi = mid;
-    else if (cp > uc_ccc[mid][1]) lo = mid + 1;
-    else return (int)uc_ccc[mid][2];
-  }
-  return 0;
-}
-
-/* NFC's quick check: a code point that NFC may change where it stands, or a
-   mark out of canonical order, makes the answer "maybe". */
-size_t nfc_first_change(const unsigned char *s, size_t n, uint32_t *cp_out) {
-  int prev = 0;
-  for (size_t i = 0; i < n;) {
-    unsigned c = s[i];
-    if (c < 0xC0) { /* ASCII (all of it NFC and of class 0), or a stray byte */
-      prev = 0;
-      i++;
-      continue;
-    }
-    size_t k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-    if (i + k > n) break;
-    uint32_t cp = c & (0x7F >> k);
-    int bad = 0;
-    for (size_t j = 1; j < k; j++) {
-      bad |= (s[i + j] & 0xC0) != 0x80;
-      cp = cp << 6 | (s[i + j] & 0x3F);
-    }
-    if (bad) {
-      prev = 0;
-      i++;
-      continue;
-    }
-    int cc = ccc_of(cp);
-    if (in_ranges(uc_nfc_maybe, NR(uc_nfc_maybe), cp) || (cc && prev > cc)) {
-      *cp_out = cp;
-      return i;
-    }
-    prev = cc;
-    i += k;
-  }
-  return n;
 }

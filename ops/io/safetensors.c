@@ -21,19 +21,20 @@ static const struct {
   const char *name;
   zorch_dtype dt;
 } st_types[] = {{"F32", ZORCH_F32}, {"F64", ZORCH_F64}, {"BF16", ZORCH_BF16}, {"F16", ZORCH_F16},
-                {"I32", ZORCH_I32}, {"I64", ZORCH_I64}, {"U8", ZORCH_U8},     {"BOOL", ZORCH_BOOL}};
+                {"I32", ZORCH_I32}, {"I64", ZORCH_I64}, {"U8", ZORCH_U8},     {"BOOL", ZORCH_BOOL},
+                {"I8", ZORCH_I8}};
 
 /* The format's dtypes zorch has no dtype for, read into the nearest wider one
-   (as load_idx widens): the small integers to int32, U32 and U64 to int64 (a
+   (as load_idx widens): the 16-bit integers to int32, U32 and U64 to int64 (a
    U64 value past int64's range is an error), both float8 kinds to float32
    (each of their values is exact there). Never written. */
-typedef enum { W_NONE, W_I8, W_I16, W_U16, W_U32, W_U64, W_E4M3, W_E5M2 } st_widen;
+typedef enum { W_NONE, W_I16, W_U16, W_U32, W_U64, W_E4M3, W_E5M2 } st_widen;
 static const struct {
   const char *name;
   st_widen w;
   int size;
   zorch_dtype dt;
-} st_wide[] = {{"I8", W_I8, 1, ZORCH_I32},       {"I16", W_I16, 2, ZORCH_I32},          {"U16", W_U16, 2, ZORCH_I32},
+} st_wide[] = {{"I16", W_I16, 2, ZORCH_I32},          {"U16", W_U16, 2, ZORCH_I32},
                {"U32", W_U32, 4, ZORCH_I64},     {"U64", W_U64, 8, ZORCH_I64},          {"F8_E4M3", W_E4M3, 1, ZORCH_F32},
                {"F8_E5M2", W_E5M2, 1, ZORCH_F32}};
 
@@ -52,7 +53,6 @@ static bool st_widen_values(st_widen w, size_t size, const unsigned char *src, v
   for (uint64_t i = 0; i < n; i++) {
     const unsigned char *b = src + i * size;
     switch (w) {
-    case W_I8: i32[i] = (int8_t)b[0]; break;
     case W_I16: i32[i] = (int16_t)(uint16_t)(b[0] | b[1] << 8); break;
     case W_U16: i32[i] = (int32_t)(b[0] | b[1] << 8); break;
     case W_U32: i64[i] = (int64_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24); break;

@@ -33,7 +33,7 @@ struct zorch_tokenizer {
   int n_added;
   unsigned char first[256]; /* bytes an added token starts with */
   int norm;              /* NORM_SPM: Prepend "▁" and " " -> "▁" */
-  int nfc;               /* the NFC normalizer: text it would change is refused */
+  int nfc;               /* the NFC normalizer */
   int metaspace;         /* the Metaspace pre-tokenizer: 0 none, else 1 + prepend scheme (0 always, 1 first, 2 never) */
   int add_prefix_space;  /* ByteLevel's */
   pretok_kind kind;
@@ -674,8 +674,14 @@ static int ids_push(ids_t *v, int32_t id) {
 }
 
 /* The words of one segment of text (no added token in it) into v. */
-static int encode_segment(zorch_tokenizer *t, const unsigned char *s, size_t n, int first, ids_t *v, buf_t *scratch) {
+static int encode_segment(zorch_tokenizer *t, const unsigned char *s, size_t n, int first, ids_t *v, buf_t *scratch, buf_t *nfc) {
   if (!n) return 0;
+  uint32_t cp;
+  if (t->nfc && nfc_first_change(s, n, &cp) < n) {
+    if (nfc_normalize(s, n, &nfc->p, &nfc->n, &nfc->cap)) return -1;
+    s = (const unsigned char *)nfc->p;
+    n = nfc->n;
+  }
   int spm = t->norm == NORM_SPM || t->metaspace;
   int prefix = t->norm == NORM_SPM || (t->metaspace == 1) || (t->metaspace == 2 && first);
   if (spm || (t->add_prefix_space && s[0] != ' ')) {
@@ -714,14 +720,7 @@ static zorch_status encode(zorch_tokenizer *t, const char *text, size_t len, con
   if (o->special == ZORCH_SPECIAL_LIST && o->n_allowed && !o->allowed) return err_set(ZORCH_ERR_ARG, "tokenizer: encode: allowed is NULL");
   if ((unsigned)o->special > ZORCH_SPECIAL_LIST) return err_set(ZORCH_ERR_ARG, "tokenizer: encode: unknown special mode %d", (int)o->special);
   const unsigned char *s = (const unsigned char *)text;
-  uint32_t cp;
-  size_t at;
-  if (t->nfc && (at = nfc_first_change(s, len, &cp)) < len)
-    return err_set(ZORCH_ERR_ARG,
-                   "tokenizer: encode: the text is not in NFC (U+%04X at byte %zu), which this tokenizer's NFC normalizer "
-                   "would change; zorch does not implement NFC: normalize the text first",
-                   (unsigned)cp, at);
-  buf_t scratch = {0};
+  buf_t scratch = {0}, nfc = {0};
   int r = 0;
   if (o->add_special)
     for (int i = 0; i < t->n_pre && !r; i++) r = ids_push(v, t->pre[i]);
@@ -739,15 +738,16 @@ static zorch_status encode(zorch_tokenizer *t, const char *text, size_t len, con
       i++;
       continue;
     }
-    r = encode_segment(t, s + seg, i - seg, seg == 0, v, &scratch);
+    r = encode_segment(t, s + seg, i - seg, seg == 0, v, &scratch, &nfc);
     if (!r) r = ids_push(v, best->id);
     i += best->len;
     seg = i;
   }
-  if (!r) r = encode_segment(t, s + seg, len - seg, seg == 0, v, &scratch);
+  if (!r) r = encode_segment(t, s + seg, len - seg, seg == 0, v, &scratch, &nfc);
   if (o->add_special)
     for (int i = 0; i < t->n_post && !r; i++) r = ids_push(v, t->post[i]);
   free(scratch.p);
+  free(nfc.p);
   return r ? OOM() : 0;
 }
 
@@ -834,6 +834,20 @@ int32_t zorch_tokenizer_special_id(const zorch_tokenizer *t, const char *text) {
   for (int k = 0; k < t->n_added; k++)
     if (t->added[k].len == n && memcmp(t->names + t->added[k].off, text, n) == 0) return t->added[k].id;
   return -1;
+}
+
+zorch_status zorch_nfc(const char *text, size_t len, char **out, size_t *out_len) {
+  if (!out || !out_len) return err_set(ZORCH_ERR_ARG, "nfc: out or out_len is NULL");
+  *out = NULL, *out_len = 0;
+  if (!text && len) return err_set(ZORCH_ERR_ARG, "nfc: text is NULL");
+  size_t cap = 0;
+  if (nfc_normalize((const unsigned char *)text, len, out, out_len, &cap)) {
+    free(*out);
+    *out = NULL;
+    return err_set(ZORCH_ERR_OOM, "nfc: out of memory");
+  }
+  (*out)[*out_len] = 0;
+  return 0;
 }
 
 /* ---- llm.c token files ---- */

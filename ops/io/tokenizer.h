@@ -16,11 +16,18 @@ typedef enum {
 } pretok_kind;
 /* The end of the word that starts at pos < n. */
 size_t pretok_next(pretok_kind k, const unsigned char *s, size_t n, size_t pos);
-/* The offset of the first code point NFC may change (*cp set), or n when
-   NFC leaves s as it is. */
-size_t nfc_first_change(const unsigned char *s, size_t n, uint32_t *cp);
+/* Whether cp is in one of n sorted inclusive ranges. */
+int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp);
 /* The kind whose regex is pattern, or -1. */
 int pretok_of_regex(const char *pattern);
+
+/* ---- nfc.c: Unicode NFC (bytes that are not UTF-8 stay as they are) ---- */
+/* The offset of the first code point NFC may change (*cp set), or n when
+   NFC leaves s as it is (its quick check). */
+size_t nfc_first_change(const unsigned char *s, size_t n, uint32_t *cp);
+/* The NFC of s[0..n) into *out (grown as needed, *cap its size), *len bytes;
+   0, or -1 out of memory. */
+int nfc_normalize(const unsigned char *s, size_t n, char **out, size_t *len, size_t *cap);
 
 /* ---- bpe.c: maps of byte strings and of id pairs ---- */
 typedef struct {

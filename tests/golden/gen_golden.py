@@ -371,6 +371,76 @@ case("attention_causal_kv", attention, r(2, 1, 3, 5), r(2, 1, 7, 5), r(2, 1, 7, 
 case("attention_long", attention, r(2, 70, 5), r(2, 70, 5), r(2, 70, 5), params=(1, 0.3))
 
 
+# the rules of zorch's attention as one explicit (B, H, Tq, Tk) bool mask: causal
+# (bottom right), the window (query i sees key j when i + Tk - Tq - window < j),
+# segments (equal ids; the queries' the last Tq of the keys' unless given)
+def attention_rules(q, k, causal=False, window=0, segments=None, q_segments=None):
+    tq, tk = q.shape[-2], k.shape[-2]
+    i = torch.arange(tq).view(tq, 1) + (tk - tq)
+    j = torch.arange(tk).view(1, tk)
+    keep = torch.ones(tq, tk, dtype=torch.bool)
+    if causal:
+        keep = keep & (j <= i)
+    if window:
+        keep = keep & (j > i - window)
+    keep = keep.view(1, 1, tq, tk)
+    if segments is not None:
+        qs = q_segments if q_segments is not None else segments[:, tk - tq:]
+        keep = keep & (qs.view(-1, 1, tq, 1) == segments.view(-1, 1, 1, tk))
+    return keep
+
+
+# PyTorch gives NaN to a query that sees no key; zorch gives zeros (the cases
+# below have none, so the two agree)
+def sdpa(q, k, v, keep, extra=None, scale=None):
+    mask = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+    if extra is not None:
+        mask = mask + extra
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+def attention_gqa(q, k, v, causal, scale):
+    return sdpa(q, k, v, attention_rules(q, k, causal=bool(causal)), scale=scale or None)
+
+
+def attention_bool_mask(q, k, v, mask, causal):
+    return sdpa(q, k, v, attention_rules(q, k, causal=bool(causal)) & mask)
+
+
+def attention_add_mask(q, k, v, mask, causal):  # the mask is no leaf: zorch's has no gradient
+    return sdpa(q, k, v, attention_rules(q, k, causal=bool(causal)), extra=mask.detach())
+
+
+def attention_segments(q, k, v, segments, causal):
+    return sdpa(q, k, v, attention_rules(q, k, causal=bool(causal), segments=segments))
+
+
+def attention_q_segments(q, k, v, segments, q_segments, causal):
+    return sdpa(q, k, v, attention_rules(q, k, causal=bool(causal), segments=segments, q_segments=q_segments))
+
+
+def attention_window(q, k, v, causal, window):
+    return sdpa(q, k, v, attention_rules(q, k, causal=bool(causal), window=int(window)))
+
+
+def packed_ids(b, t, seed_ids):  # runs of ids, as packed sequences have
+    return lambda: torch.tensor(seed_ids, dtype=torch.int64).view(b, t)
+
+
+case("attention_gqa", attention_gqa, r(2, 6, 5, 8), r(2, 2, 7, 8), r(2, 2, 7, 8), params=(1, 0))
+case("attention_bool_mask", attention_bool_mask, r(2, 4, 5, 8), r(2, 2, 7, 8), r(2, 2, 7, 8),
+     lambda: torch.tensor([[1, 1, 0, 1, 1, 1, 0], [1, 0, 1, 1, 1, 1, 1]], dtype=torch.bool).view(2, 1, 1, 7),
+     params=(1,))
+case("attention_add_mask", attention_add_mask, r(2, 2, 5, 4), r(2, 2, 5, 4), r(2, 2, 5, 4), r(2, 1, 5, 5),
+     params=(1,))
+case("attention_segments", attention_segments, r(2, 4, 6, 8), r(2, 2, 6, 8), r(2, 2, 6, 8),
+     packed_ids(2, 6, [0, 0, 0, 1, 1, 2, 5, 5, 5, 5, 7, 7]), params=(1,))
+case("attention_q_segments", attention_q_segments, r(2, 2, 3, 8), r(2, 2, 6, 8), r(2, 2, 6, 8),
+     packed_ids(2, 6, [0, 0, 0, 1, 1, 2, 5, 5, 5, 5, 7, 7]), packed_ids(2, 3, [0, 1, 2, 5, 7, 7]), params=(0,))
+case("attention_window", attention_window, r(1, 4, 70, 8), r(1, 2, 70, 8), r(1, 2, 70, 8), params=(1, 9))
+case("attention_window_kv", attention_window, r(2, 2, 4, 8), r(2, 1, 9, 8), r(2, 1, 9, 8), params=(1, 3))
+
+
 # convolution and pooling (tests/test_golden.c passes the same options)
 case("conv2d", F.conv2d, r(2, 3, 7, 6), r(4, 3, 3, 3), r(4))
 case("conv2d_stride_pad", lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 2)),
@@ -427,6 +497,52 @@ case("rope_positions", apply_rope, r(2, 2, 4, 6),
      *rope_tables(torch.tensor([[0, 1, 2, 3], [7, 8, 9, 10]]), 6, 500000.0))
 # Llama's MLP gate: down(silu(gate(x)) * up(x))
 case("swiglu", lambda a, b: F.silu(a) * b, r(3, 4, 5), r(3, 4, 5))
+
+# quantised weights (docs/quantization.md), in float32 step for step as zorch
+# quantises: int8 rows scale = max|w| / 127, int4 groups scale = m / -8 (m the
+# weight of largest magnitude), float16 scales, round half to even; 4-bit
+# blocks of 32 inputs pack input j and j + 16 into byte j (low, high nibble)
+def quant8(w):
+    s = (w.abs().amax(1) / 127).half().float()[:, None]
+    q = torch.where(s > 0, torch.round(w / torch.where(s > 0, s, 1)), 0).clamp(-127, 127)
+    return q, s
+
+
+def quant4(w, group):
+    out, n = w.shape
+    wg = w.reshape(out, n // group, group)
+    m = wg.gather(-1, wg.abs().argmax(-1, keepdim=True))
+    d = (m / -8).half().float()
+    q = torch.where(d != 0, torch.round(wg / torch.where(d != 0, d, 1)) + 8, 8).clamp(0, 15)
+    return q.reshape(out, n), d.expand(out, n // group, group).reshape(out, n)
+
+
+def pack4(q):
+    b = q.reshape(q.shape[0], -1, 2, 16)
+    return (b[:, :, 0] + 16 * b[:, :, 1]).reshape(q.shape[0], -1)
+
+
+def dequant(w, bits, group):
+    if bits == 8:
+        q, s = quant8(w)
+        return q * s
+    q, s = quant4(w, group)
+    return (q - 8) * s
+
+
+def qlinear(x, w, b, bits, group):
+    y = x.double() @ dequant(w, bits, group).double().T
+    return (y if b is None else y + b.double()).float()
+
+
+case("quantize_int8", lambda w: quant8(w)[0], r(7, 70), grad=False)
+case("quantize_int4", lambda w: pack4(quant4(w, 32)[0]), r(5, 64), grad=False)
+case("dequantize_int8", lambda w: dequant(w, 8, 0), r(6, 33), grad=False)
+case("dequantize_int4_g128", lambda w: dequant(w, 4, 128), r(3, 256), grad=False)
+case("qlinear_int8", lambda x, w, b: qlinear(x, w, b, 8, 0), r(3, 70), r(33, 70), r(33), grad=False)
+case("qlinear_int8_rows", lambda x, w, b: qlinear(x, w, b, 8, 0), r(2, 9, 100), r(7, 100), r(7), grad=False)
+case("qlinear_int4_g32", lambda x, w, b: qlinear(x, w, b, 4, 32), r(1, 64), r(1, 64), r(1), grad=False)
+case("qlinear_int4_g128_rows", lambda x, w: qlinear(x, w, None, 4, 128), r(6, 128), r(9, 128), grad=False)
 
 # 16-bit conversions: round trips through bfloat16 and float16, with edge values
 edge = torch.tensor([0.0, -0.0, 1.0, 1.00390625, 1.005859375, 65504.0, 65520.0, 70000.0,

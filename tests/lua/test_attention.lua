@@ -88,22 +88,31 @@ for _, dt in ipairs{"float64", "float32"} do
   end
 end
 
--- the backward splits its work differently with fewer heads than threads; the
--- sums run in the same order, so the gradients are the same bit for bit
+-- the backward splits its work differently with fewer (key/value) heads than
+-- threads; the sums run in the same order, so the gradients are the same bit
+-- for bit (also for grouped heads, summed over their group, under segments and
+-- a window)
 do
-  local function grads(threads)
-    zorch.set_num_threads(threads)
-    local function leaf() return zorch.randn(1, 2, 200, 24):requires_grad_() end
-    zorch.manual_seed(4)
-    local q, k, v = leaf(), leaf(), leaf()
-    zorch.attention(q, k, v, {causal = true}):sum():backward()
-    return {q.grad, k.grad, v.grad}
-  end
-  local prev = zorch.get_num_threads()
-  local one, many = grads(1), grads(4)
-  zorch.set_num_threads(prev)
-  for i, n in ipairs{"dq", "dk", "dv"} do
-    tap.close(one[i], many[i], 0, n .. " is the same on 1 thread and on 4 (2 heads: the split backward)")
+  local T = 200
+  local seg = zorch.cat({zorch.zeros(1, 37), zorch.ones(1, 101), zorch.full({1, 62}, 2)}, 2):long()
+  local cases = {{"2 heads", 2, 2, {causal = true}},
+                 {"4 heads over 2 key/value heads, segments, a window", 4, 2,
+                  {causal = true, segments = seg, window = 80}}}
+  for _, c in ipairs(cases) do
+    local function grads(threads)
+      zorch.set_num_threads(threads)
+      zorch.manual_seed(4)
+      local q = zorch.randn(1, c[2], T, 24):requires_grad_()
+      local k, v = zorch.randn(1, c[3], T, 24):requires_grad_(), zorch.randn(1, c[3], T, 24):requires_grad_()
+      zorch.attention(q, k, v, c[4]):sum():backward()
+      return {q.grad, k.grad, v.grad}
+    end
+    local prev = zorch.get_num_threads()
+    local one, many = grads(1), grads(4)
+    zorch.set_num_threads(prev)
+    for i, n in ipairs{"dq", "dk", "dv"} do
+      tap.close(one[i], many[i], 0, ("%s is the same on 1 thread and on 4 (%s: the split backward)"):format(n, c[1]))
+    end
   end
 end
 

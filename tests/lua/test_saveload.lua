@@ -147,8 +147,9 @@ local f = assert(io.open(wide, "wb"))
 f:write(string.pack("<I8", #h), h, raw)
 f:close()
 local w = zorch.load(wide)
-ok(w.i8:dtype() == "int32" and w.i8[1]:item() == -128 and w.i8[2]:item() == 127 and w.i16[1]:item() == -32768 and
-   w.u16:dtype() == "int32" and w.u16[1]:item() == 65535, "I8, I16, U16 load as int32 with their values")
+ok(w.i8:dtype() == "int8" and w.i8[1]:item() == -128 and w.i8[2]:item() == 127, "I8 loads as int8")
+ok(w.i16:dtype() == "int32" and w.i16[1]:item() == -32768 and w.u16:dtype() == "int32" and w.u16[1]:item() == 65535,
+   "I16, U16 load as int32 with their values")
 ok(w.u32:dtype() == "int64" and w.u32[1]:item() == 4294967295 and w.u64[1]:item() == (1 << 62) + 1,
    "U32 and U64 load as int64, exact")
 local e4, e5 = w.e4m3:totable(), w.e5m2:totable()

@@ -52,6 +52,12 @@ do
   tap.raises("cross-entropy targets of another length", function()
     nn.vocab_parallel_cross_entropy(zorch.randn(4, 3), zorch.tensor{1, 2}, g)
   end, "nn.vocab_parallel_cross_entropy: targets must be 1-d with 4 ids, got (2)")
+  tap.raises("cross-entropy: an unknown option", function()
+    nn.vocab_parallel_cross_entropy(zorch.randn(2, 3), zorch.tensor{1, 2}, g, {ignore = -100})
+  end, "nn.vocab_parallel_cross_entropy: unknown option 'ignore' (allowed: ignore_index)")
+  tap.ok(math.abs(nn.vocab_parallel_cross_entropy(zorch.tensor{{1.0, 2.0}, {0.5, 0.0}}, zorch.tensor{2, -100}, g,
+    {ignore_index = -100}):item() - zorch.cross_entropy(zorch.tensor{{1.0, 2.0}}, zorch.tensor{2}):item()) < 1e-7,
+    "a group of one rank: ignore_index leaves the ignored rows out of the mean")
   tap.raises("cross-entropy without a group", function()
     nn.vocab_parallel_cross_entropy(zorch.randn(2, 3), zorch.tensor{1, 2})
   end, "argument 3 must be a zorch.Group")
@@ -79,7 +85,7 @@ do
   for _, k in ipairs({"init_blocks", "init_column", "init_row", "init_embedding", "blocks_forward"}) do near(k, 0) end
   for _, k in ipairs({"mlp_forward", "mlp_input_grad", "column_weight_grad", "column_bias_grad", "row_weight_grad",
                       "row_bias_grad", "gather_output_forward", "gather_output_input_grad", "vocab_loss",
-                      "vocab_weight_grad"}) do
+                      "vocab_weight_grad", "vocab_loss_ignore", "vocab_grad_ignore"}) do
     near(k, 1e-6)
   end
   tap.ok((got.error_column or ""):find("nn.ColumnParallelLinear: dim 1 of size 5 does not split into 1 block x 2 ranks",

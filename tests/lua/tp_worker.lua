@@ -15,13 +15,7 @@ local function worst(a, b)
   return ((a - b):abs():max():item()) / math.max(b:abs():max():item(), 1e-12)
 end
 -- the full tensor from every rank's slice (split as the module says)
-local function gather(slice, split)
-  local all = zorch.zeros(T * slice:numel())
-  g:allgather(slice:contiguous():view(-1), all)
-  local parts = {}
-  for r = 1, T do parts[r] = all:narrow(1, (r - 1) * slice:numel() + 1, slice:numel()):view(slice.shape) end
-  return dist.assemble(parts, split)
-end
+local function gather(slice, split) return dist.gather_split(g, slice, split) end
 local function check(name, v) lines[#lines + 1] = ("%s %.3g"):format(name, v) end
 
 -- fused blocks (GPT-2's q, k, v): rank t keeps chunk t of each block's rows
@@ -98,6 +92,18 @@ do
   l1:backward()
   l2:backward()
   check("vocab_weight_grad", worst(gather(vemb.weight.grad, 1), emb.weight.grad))
+  -- ignored targets (SFT's prompt tokens): the mean over the others
+  zorch.manual_seed(12)
+  local logits = zorch.randn(6, 10)
+  local ids = zorch.tensor({2, -100, 10, -100, 6, 5})
+  local z1 = logits:clone():requires_grad_(true)
+  local z2 = logits:narrow(2, t * (10 // T) + 1, 10 // T):contiguous():requires_grad_(true)
+  local c1 = zorch.cross_entropy(z1, ids, {ignore_index = -100})
+  local c2 = nn.vocab_parallel_cross_entropy(z2, ids, g, {ignore_index = -100})
+  check("vocab_loss_ignore", math.abs(c2:item() - c1:item()) / math.abs(c1:item()))
+  c1:backward()
+  c2:backward()
+  check("vocab_grad_ignore", worst(dist.gather_last(g, z2.grad), z1.grad))
 end
 
 -- errors name the layer and the sizes

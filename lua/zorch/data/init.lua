@@ -229,17 +229,27 @@ end
 -- The samples in the data set.
 function DataLoader:num_samples() return dataset_len(self.dataset) end
 
-function DataLoader:order()
-  local n = dataset_len(self.dataset)
+-- data.permutation(n, seed): 1..n in an order drawn from seed (Fisher-Yates from
+-- the end over the generator above): the same on every machine and rank.
+function data.permutation(n, seed)
+  if math.type(n) ~= "integer" or n < 0 then error("data.permutation: n must be an integer >= 0, got " .. tostring(n), 2) end
+  if not math.tointeger(seed) then error("data.permutation: seed must be an integer, got " .. tostring(seed), 2) end
   local idx = {}
   for i = 1, n do idx[i] = i end
-  if self.shuffle then
-    local r = rng(self.seed * 1000003 + self.epoch)
-    for i = n, 2, -1 do
-      local j = r(i)
-      idx[i], idx[j] = idx[j], idx[i]
-    end
+  local r = rng(math.tointeger(seed))
+  for i = n, 2, -1 do
+    local j = r(i)
+    idx[i], idx[j] = idx[j], idx[i]
   end
+  return idx
+end
+
+-- An epoch's order: shuffled by seed * 1000003 + epoch.
+function DataLoader:order()
+  local n = dataset_len(self.dataset)
+  if self.shuffle then return data.permutation(n, self.seed * 1000003 + self.epoch) end
+  local idx = {}
+  for i = 1, n do idx[i] = i end
   return idx
 end
 

@@ -131,7 +131,7 @@ end
 -- the model's buffers (rank 0's, in rank0.safetensors as "buffer/<name>");
 -- optional: older manifests lack it
 local BUFFER_DTYPES = {float32 = true, float64 = true, bfloat16 = true, float16 = true, int64 = true, int32 = true,
-                       uint8 = true, bool = true}
+                       uint8 = true, int8 = true, bool = true}
 FIELDS.buffers = function(v)
   if not is_seq(v) then return "must be a list of buffers" end
   local names = {}
@@ -1087,7 +1087,7 @@ function zorch._consolidate(...)
     local t = zorch.load(("%s/rank0.safetensors"):format(where), "buffer/" .. b.name)
     buffer_bytes[i] = zorch._tensor_bytes(t)
     local st = ({float32 = "F32", float64 = "F64", bfloat16 = "BF16", float16 = "F16", int64 = "I64", int32 = "I32",
-                 uint8 = "U8", bool = "BOOL"})[t:dtype()]
+                 uint8 = "U8", int8 = "I8", bool = "BOOL"})[t:dtype()]
     header[b.name] = {dtype = st, shape = b.shape, data_offsets = {off, off + #buffer_bytes[i]}}
     off = off + #buffer_bytes[i]
   end

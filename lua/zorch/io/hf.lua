@@ -231,9 +231,22 @@ function hf.parse_size(s)
 end
 
 local DTYPE_NAMES = {float32 = "float32", bfloat16 = "bfloat16", float16 = "float16"}
+-- integer tensors, and the scales beside a quantised weight (docs/quantization.md),
+-- are saved as they are
+local INT_BYTES = {int8 = 1, uint8 = 1, int32 = 4, int64 = 8, bool = 1}
+-- the dtype sd[name] is saved in: its own for those, else want (or its own
+-- float dtype, float32 for float64)
+local function saved_dtype_of(sd, name, want)
+  local t = sd[name]
+  local dt = t:dtype()
+  local stem = name:match("^(.*)%.scales$")
+  if INT_BYTES[dt] or (stem and sd[stem .. ".qweight"]) then return dt end
+  dt = want or dt
+  return DTYPE_NAMES[dt] and dt or "float32"
+end
 
 -- hf.save_pretrained(model or state dict, dir, {config = table, max_shard_size =
--- "5GB", dtype = nil (each tensor's), skip = {names}}): config.json, and
+-- "5GB", dtype = nil (each float tensor's; integer ones keep theirs), skip = {names}}): config.json, and
 -- model.safetensors, or the shards and model.safetensors.index.json when the
 -- tensors exceed max_shard_size (filled in name order, a new shard when the next
 -- tensor would not fit, as Transformers fills them). Returns the file names.
@@ -259,10 +272,9 @@ function hf.save_pretrained(model, dir, opts)
   local shards, cur, size, total, saved_dtype = {}, nil, 0, 0, nil
   for _, name in ipairs(names) do
     local t = sd[name]
-    local dt = opts.dtype or t:dtype()
-    if not DTYPE_NAMES[dt] then dt = "float32" end
-    saved_dtype = saved_dtype or dt
-    local bytes = t:numel() * (dt == "float32" and 4 or 2)
+    local dt = saved_dtype_of(sd, name, opts.dtype)
+    if not INT_BYTES[dt] and not name:match("%.scales$") then saved_dtype = saved_dtype or dt end
+    local bytes = t:numel() * (INT_BYTES[dt] or (dt == "float32" and 4 or 2))
     if not cur or (size + bytes > max and size > 0) then cur = {}; shards[#shards + 1] = cur; size = 0 end
     cur[#cur + 1] = name
     size, total = size + bytes, total + bytes
@@ -274,8 +286,7 @@ function hf.save_pretrained(model, dir, opts)
     local file = #shards == 1 and "model.safetensors" or ("model-%05d-of-%05d.safetensors"):format(k, #shards)
     local part = {}
     for _, name in ipairs(list) do
-      part[name] = sd[name]:to(opts.dtype or (DTYPE_NAMES[sd[name]:dtype()] and sd[name]:dtype() or "float32"))
-        :to("cpu"):contiguous()
+      part[name] = sd[name]:to(saved_dtype_of(sd, name, opts.dtype)):to("cpu"):contiguous()
       map[name] = file
     end
     zorch.save(part, dir .. "/" .. file)

@@ -5,7 +5,8 @@
 --   llama.new(cfg, {init_weights =, initializer_range =})  cfg: hf.decoder_config's table
 --   llama.from_pretrained(dir)                             model, cfg, raw from a folder
 --   llama.hf_config(raw, cfg)                              config.json for save_pretrained
---   model(idx, ctx)                                        logits (B, T, vocab)
+--   llama.tensor_parallel(model, group)                    the model split over a tensor group
+--   model(idx, ctx)                                        logits (B, T, vocab; vocab / T when split)
 -- idx holds token indices counted from 1 (Hugging Face's id t is row t + 1 of
 -- embed_tokens). ctx (optional) describes packed batches:
 --   ctx.positions  int64 (B, T), each token's position from 0 (the rotary angle);
@@ -15,6 +16,7 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn, hf = zorch._require "zorch.nn", zorch._require "zorch.io.hf"
+zorch._require "zorch.parallel.tensorparallel" -- (nn.ColumnParallelLinear, ...: llama.tensor_parallel)
 local llama = {}
 
 local function check_ctx(idx, ctx)
@@ -31,29 +33,12 @@ local function check_ctx(idx, ctx)
   return ctx
 end
 
--- softmax(q kᵀ / sqrt(D)) v over q (B, H, T, D) and k, v (B, Hkv, T, D), causal;
--- with a window W query i sees keys i - W < j <= i only (Mistral's sliding window,
--- as Transformers masks it); with segments, keys of its own segment only.
+-- softmax(q kᵀ / sqrt(D)) v over q (B, H, T, D) and k, v (B, Hkv, T, D), causal,
+-- in one fused op: query head h reads key/value head h / (H / Hkv) in place; with
+-- a window W query i sees keys i - W < j <= i only (Mistral's sliding window, as
+-- Transformers masks it); with segments, keys of its own segment only.
 local function attention(q, k, v, ctx, c)
-  local rep = c.heads // c.kv_heads
-  if rep > 1 then -- each key/value head repeated for the rep query heads that share it
-    local B, H, T, D = k:size(1), k:size(2), k:size(3), k:size(4)
-    k = k:unsqueeze(3):expand(B, H, rep, T, D):reshape(B, H * rep, T, D)
-    v = v:unsqueeze(3):expand(B, H, rep, T, D):reshape(B, H * rep, T, D)
-  end
-  local B, T, window = q:size(1), q:size(3), c.sliding_window
-  if not ctx.segments and (not window or T <= window) then return zorch.attention(q, k, v, {causal = true}) end
-  -- a mask the fused op does not take: explicit scores
-  local att = zorch.matmul(q, k:transpose(3, 4)) * (1 / math.sqrt(q:size(4)))
-  local i = zorch.arange(0, T, {device = q:device()}):view(T, 1)
-  local j = zorch.arange(0, T, {device = q:device()}):view(1, T)
-  att = att:masked_fill(zorch.gt(j, i), -math.huge)
-  if window then att = att:masked_fill(zorch.le(j, i - window), -math.huge) end
-  if ctx.segments then
-    local s = ctx.segments
-    att = att:masked_fill(zorch.ne(s:view(B, 1, T, 1), s:view(B, 1, 1, T)), -math.huge)
-  end
-  return zorch.matmul(zorch.softmax(att, -1), v)
+  return zorch.attention(q, k, v, {causal = true, window = c.sliding_window, segments = ctx.segments})
 end
 
 local Attention = nn.Module:extend "LlamaAttention"
@@ -157,6 +142,11 @@ function llama.from_pretrained(dir)
   local raw = hf.config(dir)
   local cfg = hf.decoder_config(raw, dir .. "/config.json")
   local model = CausalLM(cfg, {init_weights = false})
+  if raw.quantization_config ~= nil then -- a quantised folder (docs/quantization.md)
+    local qo = nn.quantization_options(raw.quantization_config, dir .. "/config.json: quantization_config")
+    qo.weights = false -- (the folder's buffers replace them)
+    nn.quantize(model, qo)
+  end
   hf.load(model, dir, {optional = cfg.tie and {"lm_head.weight"} or nil, ignore = {"%.rotary_emb%.inv_freq$"}})
   return model, cfg, raw
 end
@@ -170,6 +160,60 @@ function llama.hf_config(raw, cfg)
   out.architectures = {arch[cfg.model_type]}
   out.dtype, out.torch_dtype = "float32", "float32"
   return out
+end
+
+-- llama.tensor_parallel(model, group): Megatron's split of the model over the
+-- T ranks of a tensor group, each rank keeping its slices of the weights the
+-- model holds (so a folder loaded whole, or the same seed, gives every rank
+-- the one-process model's parts). Per layer: q, k and v column-parallel by
+-- heads (rank t: query heads t H/T .. (t+1) H/T - 1 and the Hkv/T key/value
+-- heads they share), o_proj row-parallel; gate and up column-parallel, down
+-- row-parallel; embed_tokens vocabulary-parallel and lm_head column-parallel
+-- (tied: the embedding's slice), so the logits are this rank's vocabulary
+-- range (nn.vocab_parallel_cross_entropy takes them; dist.gather_last joins
+-- them). Call it before LoRA and Engine:prepare. Returns the model.
+function llama.tensor_parallel(model, group)
+  local fn = "llama.tensor_parallel"
+  if getmetatable(model) ~= CausalLM then error(fn .. ": argument 1 must be a llama model (llama.new, from_pretrained)", 2) end
+  local mt = type(group) == "userdata" and getmetatable(group)
+  if not (mt and mt.__name == "zorch.Group") then error(fn .. ": argument 2 must be a zorch.Group (the tensor group)", 2) end
+  if rawget(model, "tensor_group") then error(fn .. ": the model is split already", 2) end
+  local c, T = rawget(model, "cfg"), group:size()
+  for _, d in ipairs({{"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads},
+                      {"intermediate_size", c.hidden}, {"vocab_size", c.vocab}}) do
+    if d[2] % T ~= 0 then
+      error(("%s: %s %d is not a multiple of the %d tensor-parallel ranks"):format(fn, d[1], d[2], T), 2)
+    end
+  end
+  local function linear(l, name) -- (adapters are applied after the split, to the split layers)
+    if getmetatable(l) ~= nn.Linear then
+      error(("%s: %s is a %s, not an nn.Linear: split the model before nn.lora.apply"):format(fn, name,
+        tostring(getmetatable(l) and getmetatable(l).__name)), 3)
+    end
+    return l
+  end
+  local function col(l, name) return nn.ColumnParallelLinear.from(linear(l, name), {group = group}) end
+  local function row(l, name) return nn.RowParallelLinear.from(linear(l, name), {group = group}) end
+  -- the attention's counts are this rank's heads (the rep query heads of a kv head stay together)
+  local lc = {}
+  for k, v in pairs(c) do lc[k] = v end
+  lc.heads, lc.kv_heads = c.heads // T, c.kv_heads // T
+  for i, layer in ipairs(model.model.layers) do
+    local a, m = layer.self_attn, layer.mlp
+    local at, mt = ("model.layers.%d.self_attn."):format(i - 1), ("model.layers.%d.mlp."):format(i - 1)
+    a.q_proj, a.k_proj, a.v_proj = col(a.q_proj, at .. "q_proj"), col(a.k_proj, at .. "k_proj"), col(a.v_proj, at .. "v_proj")
+    a.o_proj = row(a.o_proj, at .. "o_proj")
+    rawset(a, "c", lc)
+    m.gate_proj, m.up_proj = col(m.gate_proj, mt .. "gate_proj"), col(m.up_proj, mt .. "up_proj")
+    m.down_proj = row(m.down_proj, mt .. "down_proj")
+  end
+  local emb = nn.VocabParallelEmbedding.from(model.model.embed_tokens, {group = group})
+  local head = col(model.lm_head, "lm_head")
+  model.model.embed_tokens = emb
+  if c.tie then head.weight = emb.weight end -- (one tensor: the same rows of the vocabulary)
+  model.lm_head = head
+  rawset(model, "tensor_group", group)
+  return model
 end
 
 zorch.models.llama = llama

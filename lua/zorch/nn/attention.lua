@@ -1,7 +1,8 @@
 -- zorch.nn's attention modules: MultiheadAttention and the Transformer
 -- encoder and decoder layers, built from the ops (linear, matmul, softmax,
--- layer_norm, dropout; zorch.attention where no mask and no weights are asked
--- for). Names, defaults, shapes and state-dict names follow PyTorch's.
+-- layer_norm, dropout; zorch.attention, the masks added to its scores, where
+-- no weights and no dropout are asked for). Names, defaults, shapes and
+-- state-dict names follow PyTorch's.
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn = zorch.nn
@@ -289,9 +290,12 @@ function MHA:forward(query, key, value, opts)
   local Sk = k:size(3)
   local p = self.training and self.dropout or 0.0
   local out, w
-  if not need_weights and attn_mask == nil and kpm == nil and p == 0 and (not causal or L == Sk) then
-    -- the fused kernel: memory O(L) per query, no weights kept
-    out = zorch.attention(q:contiguous(), k:contiguous(), v:contiguous(), {causal = causal})
+  if not need_weights and p == 0 and (not causal or L == Sk) then
+    -- the fused kernel, the masks added to its scores: memory O(L) per query, no
+    -- weights kept (causal: PyTorch's hint that attn_mask is the causal one)
+    local mask = not causal and attn_mask or nil
+    if kpm ~= nil then mask = mask and mask + kpm or kpm end
+    out = zorch.attention(q:contiguous(), k:contiguous(), v:contiguous(), {causal = causal, mask = mask})
   else
     if causal then -- PyTorch's causal pattern: query i sees keys 1..i (top left)
       local blocked = zorch.triu(zorch.ones({L, Sk}, {dtype = "bool", device = q:device()}), 1)

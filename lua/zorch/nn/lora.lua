@@ -11,6 +11,11 @@
 -- model still loads and saves name for name; the adapter adds `q_proj.lora_A`
 -- (r, in) and `q_proj.lora_B` (out, r), saved as PEFT's
 -- `base_model.model.<path>.lora_A.weight`.
+-- Other layers take adapters through lora.register(layer class, adapter class),
+-- the adapter class a subclass of nn.LoRALinear (the tensor-parallel layers'
+-- are in zorch/parallel/tplora.lua): lora_A and lora_B are then this rank's
+-- parts, and the adapter's _whole(name) and _slice(name, full) turn them into
+-- the whole layer's and back, so the files hold the whole model's adapters.
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn = zorch.nn
@@ -51,10 +56,24 @@ end
 -- nn.Linear's weight (kaiming-uniform, a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))),
 -- B zero, so the adapter starts as the identity; "gaussian": A ~ N(0, 1/r).
 nn.LoRALinear = Module:extend "nn.LoRALinear"
+local base_of = {} -- adapter class -> the layer class it wraps
+local adapter_for = {} -- layer class -> its adapter class
+
+-- lora.register(layer_class, adapter_class): apply wraps the layers of that
+-- class in the adapter (a subclass of nn.LoRALinear, whose init takes the layer).
+function lora.register(layer_class, adapter_class)
+  if type(layer_class) ~= "table" or type(adapter_class) ~= "table" then
+    error("nn.lora.register: expected (layer class, adapter class)", 2)
+  end
+  adapter_for[layer_class], base_of[adapter_class] = adapter_class, layer_class
+end
+lora.register(nn.Linear, nn.LoRALinear)
+
 function nn.LoRALinear:init(linear, opts)
-  local fn = "nn.LoRALinear"
-  if type(linear) ~= "table" or getmetatable(linear) ~= nn.Linear then
-    error(("%s: argument 1 must be an nn.Linear, got %s"):format(fn,
+  local cls = getmetatable(self)
+  local fn, base = cls.__name, base_of[cls]
+  if type(linear) ~= "table" or getmetatable(linear) ~= base then
+    error(("%s: argument 1 must be an %s, got %s"):format(fn, base.__name,
       type(linear) == "table" and tostring(getmetatable(linear) and getmetatable(linear).__name) or type(linear)), 3)
   end
   if rawget(linear, "activation") then
@@ -78,9 +97,14 @@ function nn.LoRALinear:init(linear, opts)
     local bound = 1 / math.sqrt(self.in_features)
     a = zorch.rand({o.r, self.in_features}) * (2 * bound) - bound
   end
-  self.lora_A = nn.Parameter(a:to(like.dtype):to(like.device))
-  self.lora_B = nn.Parameter(zorch.zeros({self.out_features, o.r}, like))
+  -- (the whole layer's A and B, drawn as one process draws them; a split layer keeps its part)
+  self.lora_A = nn.Parameter(self:_slice("lora_A", a:to(like.dtype):to(like.device)))
+  self.lora_B = nn.Parameter(self:_slice("lora_B", zorch.zeros({self.out_features, o.r}, like)))
 end
+-- This rank's part of the whole layer's lora_A or lora_B (all of it here).
+function nn.LoRALinear:_slice(_, full) return full end
+-- The whole layer's lora_A or lora_B (detached); collective for a split layer.
+function nn.LoRALinear:_whole(name) return self[name]:detach() end
 function nn.LoRALinear:forward(x)
   local y = zorch.linear(x, self.weight, rawget(self, "bias"))
   if rawget(self, "merged") then return y end
@@ -125,11 +149,11 @@ local function matches(name, targets)
   return false
 end
 
--- every (name, LoRALinear) of the model, in module order
+-- every (name, adapter) of the model, in module order
 local function adapters(model)
   local out = {}
   for name, m in model:named_modules() do
-    if getmetatable(m) == nn.LoRALinear then out[#out + 1] = {name, m} end
+    if base_of[getmetatable(m)] then out[#out + 1] = {name, m} end
   end
   return out
 end
@@ -144,8 +168,9 @@ end
 
 -- apply(model, {r = 8, alpha = 8, dropout = 0, target_modules = {"q_proj", "v_proj"},
 -- init = "default", rslora = false}): replaces each nn.Linear whose name matches
--- a target by an nn.LoRALinear around it and freezes every other parameter of
--- the model (PEFT's bias "none"). Returns the model and the names wrapped.
+-- a target by an nn.LoRALinear around it (a registered layer by its adapter)
+-- and freezes every other parameter of the model (PEFT's bias "none").
+-- Returns the model and the names wrapped.
 function lora.apply(model, opts)
   local fn = "nn.lora.apply"
   if type(model) ~= "table" or not model.named_modules then error(fn .. ": argument 1 must be a module", 2) end
@@ -163,7 +188,7 @@ function lora.apply(model, opts)
     for _, k in ipairs(m._order) do
       local child = rawget(m, k)
       local full = name == "" and k or (name .. "." .. k)
-      if m._children[k] and getmetatable(child) == nn.Linear and matches(full, targets) then
+      if m._children[k] and adapter_for[getmetatable(child)] and matches(full, targets) then
         todo[#todo + 1] = {m, k, child, full}
       end
     end
@@ -174,7 +199,7 @@ function lora.apply(model, opts)
   for _, p in ipairs(model:parameters()) do nn.Parameter(p, false) end
   local names = {}
   for _, t in ipairs(todo) do
-    local ok, w = pcall(nn.LoRALinear, t[3], o)
+    local ok, w = pcall(adapter_for[getmetatable(t[3])], t[3], o)
     if not ok then error(("%s: %s: %s"):format(fn, t[4], tostring(w):gsub("^[^:]*:%d+: ", "")), 2) end
     t[1][t[2]] = w -- (the key exists: a plain assignment keeps the child's place)
     names[#names + 1] = t[4]
@@ -210,12 +235,14 @@ function lora.unmerge(model)
 end
 
 local PREFIX = "base_model.model."
--- {PEFT name = tensor (detached, on the CPU, contiguous)}
+-- {PEFT name = tensor (detached, on the CPU, contiguous)}: the whole layers'
+-- adapters (a tensor-parallel model's gathered: every rank of its group calls it)
 function lora.state_dict(model)
   local sd = {}
   for _, e in ipairs(need_adapters("nn.lora.state_dict", model)) do
-    sd[PREFIX .. e[1] .. ".lora_A.weight"] = e[2].lora_A:detach():to("cpu"):contiguous()
-    sd[PREFIX .. e[1] .. ".lora_B.weight"] = e[2].lora_B:detach():to("cpu"):contiguous()
+    for _, k in ipairs({"lora_A", "lora_B"}) do
+      sd[PREFIX .. e[1] .. "." .. k .. ".weight"] = e[2]:_whole(k):to("cpu"):contiguous()
+    end
   end
   return sd
 end
@@ -236,8 +263,10 @@ function lora.merged_state_dict(model, sd)
   return out
 end
 
--- save(model, dir, {base_model_name_or_path = ""}): PEFT's adapter folder,
--- adapter_config.json and adapter_model.safetensors (fp32). Returns the file names.
+-- save(model, dir, {base_model_name_or_path = "", state_dict =}): PEFT's adapter
+-- folder, adapter_config.json and adapter_model.safetensors (fp32), of
+-- lora.state_dict(model) or the state_dict given (a split model's, gathered by
+-- every rank before one of them saves). Returns the file names.
 function lora.save(model, dir, opts)
   local fn = "nn.lora.save"
   local list = need_adapters(fn, model)
@@ -261,8 +290,8 @@ function lora.save(model, dir, opts)
   table.sort(targets)
   local ok, err = pcall(zorch.fs.mkdir, dir)
   if not ok then fail("%s: cannot make the folder (%s)", dir, tostring(err)) end
-  local sd = lora.state_dict(model)
-  for k, v in pairs(sd) do if v:dtype() ~= "float32" then sd[k] = v:float() end end
+  local sd = {}
+  for k, v in pairs(opts.state_dict or lora.state_dict(model)) do sd[k] = v:dtype() ~= "float32" and v:float() or v end
   zorch.save(sd, dir .. "/adapter_model.safetensors")
   local config = {
     peft_type = "LORA", task_type = opts.task_type or "CAUSAL_LM", r = c.r, lora_alpha = c.alpha,
@@ -337,12 +366,12 @@ function lora.load(model, dir)
                                              target_modules = c.target_modules})
     if not ok2 then fail("%s: %s", dir .. "/adapter_config.json", tostring(e):gsub("^[^:]*:%d+: ", "")) end
   end
-  local dst = {}
+  local dst = {} -- PEFT name -> {adapter, "lora_A" or "lora_B", the whole layer's shape}
   for _, e in ipairs(adapters(model)) do
     local m = e[2]
     if m.r ~= c.r then fail("%s: r %d, the model's adapter %s has r %d", dir .. "/adapter_config.json", c.r, e[1], m.r) end
-    dst[PREFIX .. e[1] .. ".lora_A.weight"] = m.lora_A
-    dst[PREFIX .. e[1] .. ".lora_B.weight"] = m.lora_B
+    dst[PREFIX .. e[1] .. ".lora_A.weight"] = {m, "lora_A", ("(%d, %d)"):format(m.r, m.in_features)}
+    dst[PREFIX .. e[1] .. ".lora_B.weight"] = {m, "lora_B", ("(%d, %d)"):format(m.out_features, m.r)}
   end
   local names = {}
   for k in pairs(ts) do names[#names + 1] = k end
@@ -351,7 +380,7 @@ function lora.load(model, dir)
     local t, d = ts[k], dst[k:gsub("%.default%.weight$", ".weight")]
     if not d then fail("%s: %s is no adapter of the model", path, k) end
     if not zorch.is_tensor(t) then fail("%s: %s is not a tensor", path, k) end
-    if shape_str(t) ~= shape_str(d) then fail("%s: %s has shape %s, the model's is %s", path, k, shape_str(t), shape_str(d)) end
+    if shape_str(t) ~= d[3] then fail("%s: %s has shape %s, the model's is %s", path, k, shape_str(t), d[3]) end
   end
   local provided = {}
   for _, k in ipairs(names) do provided[(k:gsub("%.default%.weight$", ".weight"))] = true end
@@ -364,7 +393,8 @@ function lora.load(model, dir)
   zorch.no_grad(function()
     for _, k in ipairs(names) do
       local d = dst[k:gsub("%.default%.weight$", ".weight")]
-      d:copy_(ts[k]:to(d:dtype()):to(d:device()))
+      local p = d[1][d[2]]
+      p:copy_(d[1]:_slice(d[2], ts[k]):to(p:dtype()):to(p:device()))
     end
   end)
   return model, c

@@ -585,6 +585,18 @@ end
 
 local function is_module(m) return type(m) == "table" and rawget(m, "_order") ~= nil end
 
+-- linear must be an nn.Linear without a fused activation (for the layers that
+-- wrap or replace one, such as quantisation's); refusal ends the message for one.
+local function need_plain_linear(fn, linear, refusal, level)
+  if type(linear) ~= "table" or getmetatable(linear) ~= zorch.nn.Linear then
+    error(("%s: argument 1 must be an nn.Linear, got %s"):format(fn,
+      type(linear) == "table" and tostring(getmetatable(linear) and getmetatable(linear).__name) or type(linear)), level + 1)
+  end
+  if rawget(linear, "activation") then
+    error(("%s: a Linear with a fused activation (%s) %s"):format(fn, linear.activation, refusal), level + 1)
+  end
+end
+
 -- What the layer files share.
 return {
   FLOAT_DTYPES = FLOAT_DTYPES, INT_DTYPES = INT_DTYPES, Module = Module, REDUCTION = REDUCTION,
@@ -592,7 +604,7 @@ return {
   check_opts = check_opts, check_size = check_size, dim_in = dim_in, each_param = each_param,
   is_bool = is_bool, is_module = is_module, is_num = is_num, is_p = is_p,
   is_reduction = is_reduction, lead_of = lead_of, lead_shape = lead_shape, list_str = list_str,
-  need_float = need_float, need_number = need_number, need_room = need_room,
+  need_float = need_float, need_plain_linear = need_plain_linear, need_number = need_number, need_room = need_room,
   need_tensor = need_tensor, nonzero_int = nonzero_int, num_ge0 = num_ge0, num_gt0 = num_gt0,
   opt_tensor = opt_tensor, pair_of = pair_of, pos_int = pos_int, py_bool = py_bool, py_num = py_num,
   read_opts = read_opts, shape_str = shape_str, size_str = size_str, spec_with = spec_with,

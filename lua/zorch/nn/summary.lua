@@ -6,7 +6,7 @@ local nn = zorch.nn
 local M = zorch._require "zorch.nn.module"
 local Module, each_param, is_module, shape_str = M.Module, M.each_param, M.is_module, M.shape_str
 
-local dtype_bytes = {float32 = 4, float64 = 8, bfloat16 = 2, float16 = 2, int32 = 4, int64 = 8, uint8 = 1,
+local dtype_bytes = {float32 = 4, float64 = 8, bfloat16 = 2, float16 = 2, int32 = 4, int64 = 8, uint8 = 1, int8 = 1,
                      bool = 1}
 
 -- Counts of the distinct parameters of m (a parameter shared by two modules

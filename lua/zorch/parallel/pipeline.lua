@@ -278,7 +278,7 @@ end
 
 -- An activation travels after a header of its dtype and shape, so the
 -- receiver can allocate it; its gradient comes back in the shape it has.
-local DTYPES = {"float32", "bfloat16", "float16", "float64", "int64", "int32", "uint8"}
+local DTYPES = {"float32", "bfloat16", "float16", "float64", "int64", "int32", "uint8", "int8"}
 local CODE = {}
 for i, d in ipairs(DTYPES) do CODE[d] = i end
 local HDR = 10 -- dtype, dims, 8 sizes

@@ -106,25 +106,64 @@ function dist.reduce_from(group, x)
   return zorch._grad_fn(s, {x}, function(g) return g end)
 end
 
+-- The ranks' copies of x (detached) side by side, flat (T * numel), in x's
+-- dtype; 16-bit tensors travel as float32 (the CPU collectives' widths).
+local function allgather_(group, x, label)
+  local dt = x:dtype()
+  local wide = dt == "float32" or dt == "float64"
+  local send = wide and x:detach():contiguous() or x:detach():float()
+  local recv = zorch.zeros(group:size() * x:numel(), {dtype = send:dtype(), device = x:device()})
+  zorch._comm_label(label)
+  group:allgather(send:view(-1), recv)
+  return wide and recv or recv:to(dt)
+end
+
 -- The gathered last dim (each rank's chunk side by side); backward keeps this rank's chunk.
 function dist.gather_last(group, x)
   local T = group:size()
   if T == 1 then return x end
   local c = x:size(x:dim())
   local lead = x:numel() // c
-  local dt = x:dtype()
-  local wide = dt == "float32" or dt == "float64"
-  local send = wide and x:detach():contiguous() or x:detach():float()
-  local recv = zorch.zeros(T * x:numel(), {dtype = send:dtype(), device = x:device()})
-  zorch._comm_label("a tensor-parallel gather")
-  group:allgather(send:view(-1), recv)
-  if not wide then recv = recv:to(dt) end
+  local recv = allgather_(group, x, "a tensor-parallel gather")
   local shape = {}
   for i = 1, x:dim() - 1 do shape[i] = x:size(i) end
   shape[#shape + 1] = T * c
   local full = recv:view(T, lead, c):permute(2, 1, 3):contiguous():view(shape)
   local t = group:rank()
   return zorch._grad_fn(full, {x}, function(g) return g:narrow(g:dim(), t * c + 1, c):contiguous() end)
+end
+
+-- dist.gather_split(group, t, split): the full tensor of which t is this rank's
+-- slice (split as in tp_split); every rank of the group calls it with its own.
+function dist.gather_split(group, t, split)
+  if not is_group(group) then error("dist.gather_split: argument 1 must be a zorch.Group", 2) end
+  if not zorch.is_tensor(t) then error("dist.gather_split: argument 2 must be a tensor, got " .. zorch._readable(t), 2) end
+  local spec, why = dist.split_spec(split)
+  if not spec then error("dist.gather_split: " .. why, 2) end
+  if group:size() == 1 then return t:detach():contiguous() end
+  local n = t:numel()
+  local recv = allgather_(group, t, "a tensor-parallel slice gathered")
+  local slices = {}
+  for r = 1, group:size() do slices[r] = recv:narrow(1, (r - 1) * n + 1, n):view(t.shape) end
+  return dist.assemble(slices, spec)
+end
+
+-- dist.gather_state_dict(group, sd, splits): sd with each tensor that splits
+-- (nn.tp_splits' {name = split}) names replaced by the whole tensor (the
+-- others as they are); every rank of the tensor group calls it, the names in
+-- one order on all of them.
+function dist.gather_state_dict(group, sd, splits)
+  if type(sd) ~= "table" or type(splits) ~= "table" then
+    error("dist.gather_state_dict: expected (group, state dict, {name = split})", 2)
+  end
+  local out, names = {}, {}
+  for k, v in pairs(sd) do
+    out[k] = v
+    if splits[k] ~= nil then names[#names + 1] = k end
+  end
+  table.sort(names)
+  for _, k in ipairs(names) do out[k] = dist.gather_split(group, sd[k], splits[k]) end
+  return out
 end
 
 local function check_opts(fn, opts, allowed)
@@ -288,13 +327,14 @@ end
 
 -- ---- vocab-parallel cross-entropy -----------------------------------------------------------
 
--- nn.vocab_parallel_cross_entropy(logits, targets, group): the mean cross-entropy
--- of logits split by vocabulary (N, V / T: this rank's range [t V/T, (t+1) V/T))
--- against targets (N,) (ids from 1 over the whole vocabulary), as
+-- nn.vocab_parallel_cross_entropy(logits, targets, group, {ignore_index}): the
+-- mean cross-entropy of logits split by vocabulary (N, V / T: this rank's range
+-- [t V/T, (t+1) V/T)) against targets (N,) (ids from 1 over the whole
+-- vocabulary; with ignore_index, the mean over the other targets), as
 -- zorch.cross_entropy of the gathered logits, without gathering them:
 -- loss = log sum_v exp(z_v - m) - (z_target - m), with the max m and the sum
 -- all-reduced over the group and the target's logit taken where it lives.
-function nn.vocab_parallel_cross_entropy(logits, targets, group)
+function nn.vocab_parallel_cross_entropy(logits, targets, group, opts)
   if not zorch.is_tensor(logits) or logits:dim() ~= 2 then
     error("nn.vocab_parallel_cross_entropy: logits must be a 2-d tensor (N, vocabulary / T)", 2)
   end
@@ -303,7 +343,12 @@ function nn.vocab_parallel_cross_entropy(logits, targets, group)
       zorch.is_tensor(targets) and ("(" .. table.concat(targets.shape, ", ") .. ")") or zorch._readable(targets)), 2)
   end
   if not is_group(group) then error("nn.vocab_parallel_cross_entropy: argument 3 must be a zorch.Group", 2) end
-  if group:size() == 1 then return zorch.cross_entropy(logits, targets) end
+  opts = zorch._check_options("nn.vocab_parallel_cross_entropy", opts, {ignore_index = true}, 3)
+  local ignore = opts.ignore_index
+  if ignore ~= nil and math.type(ignore) ~= "integer" then
+    error("nn.vocab_parallel_cross_entropy: ignore_index must be an integer, got " .. zorch._readable(ignore), 2)
+  end
+  if group:size() == 1 then return zorch.cross_entropy(logits, targets, {ignore_index = ignore}) end
   local N, per = logits:size(1), logits:size(2)
   local m = zorch.max(logits:detach(), 2, true):contiguous():clone() -- (N, 1): a shift, no gradient
   zorch._comm_label("the vocabulary-parallel max")
@@ -312,7 +357,10 @@ function nn.vocab_parallel_cross_entropy(logits, targets, group)
   local sum = dist.reduce_from(group, zorch.exp(z):sum(2))                -- (N,)
   local l, inside = local_ids(targets, group:rank() * per, per, logits:dtype())
   local zt = dist.reduce_from(group, zorch.gather(z, 2, l:view(N, 1)):view(N) * inside)
-  return (zorch.log(sum) - zt):mean()
+  local loss = zorch.log(sum) - zt
+  if ignore == nil then return loss:mean() end
+  local keep = zorch.ne(targets, ignore):to(logits:dtype()) -- (an ignored target is in no rank's range: zt is 0)
+  return (loss * keep):sum() / keep:sum()
 end
 
 -- ---- the model's split parameters -----------------------------------------------------------
@@ -333,6 +381,14 @@ function nn.tp_splits(model)
   end
   walk(model, "", {})
   return out
+end
+
+-- nn.tp_num_parameters(model, T): the whole model's parameter count, from a
+-- rank's slices (a split parameter counts T times, a replicated one once).
+function nn.tp_num_parameters(model, T)
+  local split, n = nn.tp_splits(model), 0
+  for name, p in model:named_parameters() do n = n + (split[name] and p:numel() * T or p:numel()) end
+  return n
 end
 
 return nil

@@ -242,4 +242,31 @@ d = copy("llama_tied")
 os.remove(d .. "/model.safetensors")
 bad("a folder without weights", d, d .. ": neither model.safetensors nor model.safetensors.index.json")
 
+-- ---- packed batches: one row holding several sequences ---------------------------------------
+
+-- ctx.segments and ctx.positions make a packed row's logits those of its
+-- sequences run alone (GQA's shared heads; Mistral's window counted inside each)
+for _, name in ipairs({"llama_gqa", "mistral"}) do
+  local model = zorch.models.llama.from_pretrained(here .. name)
+  model:eval()
+  local lens, ids = {5, 3, 7}, G[name .. ".tokens"]:view(-1)
+  local seqs, pos, seg, at = {}, {}, {}, 0
+  for s, n in ipairs(lens) do
+    seqs[s] = ids:narrow(1, at + 1, n):view(1, n)
+    for t = 0, n - 1 do pos[#pos + 1], seg[#seg + 1] = t, s end
+    at = at + n
+  end
+  local packed = zorch.no_grad(function()
+    return model(zorch.cat(seqs, 2), {positions = zorch.tensor({pos}):long(), segments = zorch.tensor({seg}):long()})
+  end)
+  local worst, at2 = 0, 0
+  for s, n in ipairs(lens) do
+    local alone = zorch.no_grad(function() return model(seqs[s]) end)
+    worst = math.max(worst, rel(packed:narrow(2, at2 + 1, n), alone))
+    at2 = at2 + n
+  end
+  tap.ok(worst <= 1e-5, ("%s: a packed row (segments and positions) gives its sequences' own logits (largest "
+    .. "difference %.2g of the largest logit)"):format(name, worst))
+end
+
 tap.done()
