@@ -32,11 +32,22 @@ URING ?= $(if $(wildcard /usr/include/liburing.h),1,)
 # CUDA's is mapped in a CPU run. cuDNN (when its header is found: CUDNN=1) is
 # opened by the module itself at run time, with the own kernels as fallback.
 # `make CUDA=0` builds the CPU-only library; sanitizer builds are CPU-only.
+# EMU=1 (make test-cuda-emu, in build/emu) builds the same module from the same
+# sources with g++ against the emulated CUDA of ops/cuda/emu: the kernels run on
+# the host under the CUDA execution model, cuBLASLt on the CPU's BLAS, NCCL for
+# one rank (docs/cuda.md). It needs no CUDA toolkit, and sanitizers apply.
+EMU      ?= 0
 CUDA_DIR ?= /usr/local/cuda
 NVCC     ?= $(CUDA_DIR)/bin/nvcc
+ifeq ($(EMU),1)
+override CUDA := 1
+override CUDNN := 0
+CUDA_FLAGS := -DZORCH_WITH_CUDA -DZORCH_CUDA_EMU -Iops/cuda/emu
+else
 CUDA     ?= $(if $(SAN),0,$(if $(wildcard $(NVCC)),1,0))
 CUDA_FLAGS := $(if $(filter 1,$(CUDA)),-DZORCH_WITH_CUDA -I$(CUDA_DIR)/include,)
 CUDNN    ?= $(if $(wildcard $(CUDA_DIR)/include/cudnn.h),1,0)
+endif
 # Lua's headers (LuaRocks passes LUA_INCDIR); CFLAGS given on the command line
 # (LuaRocks passes its own) come after zorch's. Warnings are errors only where
 # asked (`make WERROR=1`: development and CI), so a newer compiler's new
@@ -67,6 +78,16 @@ EXT_LIBS := -lcjson -lz $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) $(if $(URING),-luri
 CUDA_SRC := $(wildcard ops/cuda/*.cu)
 MOD_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o) $(BUILD)/obj/ops/cuda/host.o $(BUILD)/obj/zero/nccl.o $(BUILD)/obj/ops/core/dtype.o
 MOD_LIBS := -L$(CUDA_DIR)/lib64 -Wl,-rpath,$(CUDA_DIR)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++ -ldl -lm -lpthread
+EMU_SRC  := $(wildcard ops/cuda/emu/*.cc)
+ifeq ($(EMU),1)
+MOD_OBJ  += $(EMU_SRC:%.cc=$(BUILD)/obj/%.o)
+MOD_LIBS := -lstdc++ -ldl -lm -lpthread
+endif
+# the emulated build's C++: the .cu files as host code (CU_BREAK_* are the
+# broken variants tests/gpu/test_cuda_emu.sh builds)
+EMU_CXXFLAGS = -x c++ -std=c++17 $(OPT) -g -Wall $(if $(WERROR),-Werror,) -fPIC -fvisibility=hidden -Iinclude \
+               -I$(LUA_INCDIR) $(CUDA_FLAGS) -MMD -MP \
+               $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
 CUDA_MOD := $(if $(filter 1,$(CUDA)),$(BUILD)/libzorch_cuda.so,)
 NVFLAGS  := -O3 -std=c++17 -Iinclude -I$(LUA_INCDIR) -DZORCH_WITH_CUDA $(if $(filter 1,$(CUDNN)),-DZORCH_CUDNN,) \
             -Xcompiler -fPIC,-fvisibility=hidden,-Wall$(if $(WERROR),$(comma)-Werror -Werror all-warnings,) \
@@ -78,7 +99,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LUA := $(sort $(wildcard tests/lua/test_*.lua tests/lua/*/test_*.lua))
 TEST_SH  := $(wildcard tests/test_*.sh)
 
-.PHONY: all lib test check-asan check-valgrind bench bench-models demo run clean install install-lib install-lua examples
+.PHONY: all lib test test-cuda-emu test-cuda-emu-here check-asan check-valgrind bench bench-models demo run clean install install-lib install-lua examples
 # Where `make install` puts things. LuaRocks sets the last three (the rockspec
 # passes its BINDIR, LIBDIR and LUADIR) and runs install-lua.
 PREFIX          ?= /usr/local
@@ -119,7 +140,23 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/ops/cuda/%.o: ops/cuda/%.cu ops/cuda/cuda.h ops/cuda/module.h ops/backend/math.h ops/backend/backend.h ops/core/device.h \
                            ops/core/tensor.h include/zorch.h include/zorch_ops.h
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(if $(filter 1,$(EMU)),$(CXX) $(EMU_CXXFLAGS),$(NVCC) $(NVFLAGS)) -c $< -o $@
+
+$(BUILD)/obj/ops/cuda/emu/%.o: ops/cuda/emu/%.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+# A broken variant of the emulated module (build/emu/broken/SYNC.so, ...): the
+# module with one file rebuilt with -DCU_BREAK_<variant> (ops/cuda/cuda.h).
+EMU_BROKEN_FILE_BOUND := reduce
+EMU_BROKEN_FILE_SYNC  := reduce
+EMU_BROKEN_FILE_SHMEM := attention
+$(BUILD)/broken/%.so: $(MOD_OBJ) ops/cuda/cuda.h
+	@mkdir -p $(BUILD)/broken
+	$(CXX) $(EMU_CXXFLAGS) -DCU_BREAK_$* -c ops/cuda/$(EMU_BROKEN_FILE_$*).cu -o $(BUILD)/broken/$*.o
+	$(CC) -shared -Wl,--version-script=scripts/zorch_cuda.map -Wl,--no-undefined -o $@ \
+	  $(filter-out %/ops/cuda/$(EMU_BROKEN_FILE_$*).o,$(MOD_OBJ)) $(BUILD)/broken/$*.o $(MOD_LIBS) \
+	  $(if $(SAN),-fsanitize=address$(comma)undefined,)
 
 $(BUILD)/libzorch.a: $(LIB_OBJ)
 	@rm -f $@
@@ -195,6 +232,29 @@ test: $(TEST_BIN) $(BUILD)/zorch $(BUILD)/examples/train_c $(BUILD)/examples/gen
 	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) \
 	  $(if $(CUDA_MOD),ZORCH_CUDA_MODULE=$(abspath $(CUDA_MOD)),) \
 	  prove -f --exec ./runtest $(addprefix ../,$(TEST_BIN)) $(TEST_SH:tests/%=%) $(TEST_LUA:tests/%=%) $(GPU_TESTS:tests/%=%)
+
+# The CUDA kernels on the emulated device (EMU=1 in build/emu, docs/cuda.md):
+# the execution model's own test, tests/gpu/test_cuda.lua against the CPU, then
+# the count of kernels run and the broken variants (tests/gpu/test_cuda_emu.sh).
+# EMU_SAN=1 does it under ASan and UBSan (in build/emu-asan).
+EMU_BUILD := $(if $(EMU_SAN),build/emu-asan,build/emu)
+test-cuda-emu:
+	$(MAKE) EMU=1 BUILD=$(EMU_BUILD) $(if $(EMU_SAN),SAN=1 OPT=-O1,) test-cuda-emu-here
+
+test-cuda-emu-here: $(BUILD)/zorch $(BUILD)/libzorch_cuda.so $(BUILD)/tests/test_emu_model \
+                    $(addprefix $(BUILD)/broken/,BOUND.so SYNC.so SHMEM.so)
+	$(call need_cmd,prove,perl)
+	@rm -f $(BUILD)/kernels.log
+	@cd tests && ZORCH_QUIET=1 ZORCH_BIN=../$(BUILD)/zorch ZORCH_BUILD=../$(BUILD) \
+	  ZORCH_CUDA_MODULE=$(abspath $(BUILD)/libzorch_cuda.so) ZORCH_CUDA_EMU_LOG=$(abspath $(BUILD)/kernels.log) \
+	  $(if $(SAN),ZORCH_TEST_SANITIZED=1 ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1,) \
+	  prove -f --exec ./runtest ../$(BUILD)/tests/test_emu_model gpu/test_cuda.lua gpu/test_cuda_emu.sh
+	@cd tests && ZORCH_CUDA_EMU_LOG=$(abspath $(BUILD)/kernels.log) sh gpu/test_cuda_emu.sh --count | sed 's/^# //'
+
+$(BUILD)/tests/test_emu_model: tests/gpu/test_emu_model.cc $(filter %/emu/emu.o,$(MOD_OBJ))
+	@mkdir -p $(dir $@)
+	$(CXX) $(filter-out -x c++ -MMD -MP,$(EMU_CXXFLAGS)) $< $(filter %/emu/emu.o,$(MOD_OBJ)) -o $@ \
+	  $(if $(SAN),-fsanitize=address$(comma)undefined,)
 
 check-asan:
 	ZORCH_TEST_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -316,4 +376,4 @@ examples:
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(BUILD)/obj/ops/cuda/host.d $(BUILD)/obj/zero/nccl.d
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(BUILD)/obj/ops/cuda/host.d $(BUILD)/obj/zero/nccl.d $(if $(filter 1,$(EMU)),$(MOD_OBJ:.o=.d),)

@@ -12,12 +12,18 @@
 
 #ifdef __CUDACC__
 #define ZM_INLINE __host__ __device__ static inline
+#elif defined(__cplusplus) /* the emulated CUDA build (ops/cuda/emu): C++'s overloads */
+#include <math.h>
+#define ZM_INLINE static inline
 #else
 #include <tgmath.h>
 #define ZM_INLINE static inline
 #endif
+#if defined(__CUDACC__) || defined(__cplusplus)
+#define ZM_CXX 1
+#endif
 
-#ifdef __CUDACC__
+#ifdef ZM_CXX
 #define ZM(f, ...) zm_##f(__VA_ARGS__)
 #define ZM_OVERLOAD1(name)                                                  \
   ZM_INLINE float name(float x) { return name##_f32(x); }                   \
@@ -56,7 +62,7 @@
 
 /* Functions of more arguments, each declared with a parameter list PL(T) (a
    macro of the element type): ZM_DEFP(zm_elu, ZM_ELU_PL, body). */
-#ifdef __CUDACC__
+#ifdef ZM_CXX
 #define ZM_DEFP(name, PL, ...)                                            \
   ZM_INLINE float name##_f32 PL(float) { typedef float T; __VA_ARGS__ }    \
   ZM_INLINE double name##_f64 PL(double) { typedef double T; __VA_ARGS__ } \

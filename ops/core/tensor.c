@@ -2,6 +2,7 @@
 #include "tensor.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -280,10 +281,12 @@ zorch_tensor *tensor_new(int ndim, const int64_t *shape, zorch_dtype dt, zorch_d
   storage *s = storage_new((size_t)n * dtype_sizes[dt], dev);
   if (!s) {
     if (zorch_last_status() == ZORCH_ERR_OOM && !mem_refused) {
-      char buf[ERR_SHAPE_BUF];
-      err_set(ZORCH_ERR_OOM, "out of memory allocating %lld bytes for a %s tensor of shape %s",
+      char buf[ERR_SHAPE_BUF], why[256] = "";
+      /* a device's allocator says what it holds and what is free: keep that */
+      if (dev.type != ZORCH_CPU) snprintf(why, sizeof why, " (%s)", zorch_last_error());
+      err_set(ZORCH_ERR_OOM, "out of memory allocating %lld bytes for a %s tensor of shape %s%s",
               (long long)(n * (int64_t)dtype_sizes[dt]), zorch_dtype_name(dt),
-              err_shape_str(ndim, shape, buf, sizeof buf));
+              err_shape_str(ndim, shape, buf, sizeof buf), why);
     }
     return NULL;
   }

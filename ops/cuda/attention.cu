@@ -73,7 +73,7 @@ __device__ inline T att_mod(const att_rules<T> &r, int64_t h, int64_t i, int64_t
 // chunk's max and sum over the block, the output rescaled when the max grows.
 template <typename T>
 __global__ void k_att_fwd(T *out, T *lse, const T *q, const T *k, const T *v, att_rules<T> r, T scale) {
-  extern __shared__ unsigned char att_sh[];
+  CU_DYNAMIC_SHARED(unsigned char, att_sh);
   int64_t d = r.d, tq = r.tq, tk = r.tk;
   T *sq = (T *)att_sh, *acc = sq + d, *sp = acc + d;
   int t = threadIdx.x;
@@ -113,7 +113,7 @@ __global__ void k_att_fwd(T *out, T *lse, const T *q, const T *k, const T *v, at
 template <typename T>
 __global__ void k_att_dq(T *dq, T *dsum, const T *g, const T *q, const T *k, const T *v, const T *o, const T *lse,
                          att_rules<T> r, T scale) {
-  extern __shared__ unsigned char att_sh[];
+  CU_DYNAMIC_SHARED(unsigned char, att_sh);
   int64_t d = r.d, tq = r.tq, tk = r.tk;
   T *sq = (T *)att_sh, *sg = sq + d, *acc = sg + d, *sds = acc + d;
   int t = threadIdx.x;
@@ -157,7 +157,7 @@ __global__ void k_att_dq(T *dq, T *dsum, const T *g, const T *q, const T *k, con
 template <typename T>
 __global__ void k_att_dkv(T *dk, T *dv, const T *g, const T *q, const T *k, const T *v, const T *lse,
                           const T *dsum, att_rules<T> r, T scale) {
-  extern __shared__ unsigned char att_sh[];
+  CU_DYNAMIC_SHARED(unsigned char, att_sh);
   int64_t d = r.d, tq = r.tq, tk = r.tk;
   T *sk = (T *)att_sh, *sv = sk + d, *ak = sv + d, *av = ak + d, *sp = av + d, *sds = sp + ATT_T;
   int t = threadIdx.x;
@@ -215,7 +215,7 @@ static zorch_status att_fwd(zorch_tensor *out, zorch_tensor *lse, const zorch_te
   size_t sh;
   if (att_smem(g->d, 2, 1, sizeof(T), &sh)) return zorch_last_status();
   if (g->bh * g->tq == 0) return ZORCH_OK;
-  k_att_fwd<T><<<att_blocks(g->bh * g->tq), ATT_T, sh, cu_stream(cu_dev(out))>>>(
+  CU_LAUNCH((att_blocks(g->bh * g->tq), ATT_T, sh, cu_stream(cu_dev(out))), k_att_fwd<T>)(
       (T *)tensor_ptr(out), (T *)tensor_ptr(lse), (const T *)tensor_ptr(q), (const T *)tensor_ptr(k),
       (const T *)tensor_ptr(v), att_rules_of<T>(g), (T)g->scale);
   return cu_launched("attention");
@@ -246,11 +246,11 @@ static zorch_status att_bwd(zorch_tensor *dq, zorch_tensor *dk, zorch_tensor *dv
   T *dsum = (T *)cuda_alloc(dev, (size_t)nq * sizeof(T));
   if (!dsum) return err_set(ZORCH_ERR_OOM, "attention: out of device memory for the backward's row sums");
   att_rules<T> r = att_rules_of<T>(geo);
-  k_att_dq<T><<<att_blocks(nq), ATT_T, sh_q, s>>>(
+  CU_LAUNCH((att_blocks(nq), ATT_T, sh_q, s), k_att_dq<T>)(
       (T *)tensor_ptr(dq), dsum, (const T *)tensor_ptr(g), (const T *)tensor_ptr(q), (const T *)tensor_ptr(k),
       (const T *)tensor_ptr(v), (const T *)tensor_ptr(out), (const T *)tensor_ptr(lse), r, (T)geo->scale);
   if (nk > 0)
-    k_att_dkv<T><<<att_blocks(nk), ATT_T, sh_kv, s>>>(
+    CU_LAUNCH((att_blocks(nk), ATT_T, sh_kv, s), k_att_dkv<T>)(
         (T *)tensor_ptr(dk), (T *)tensor_ptr(dv), (const T *)tensor_ptr(g), (const T *)tensor_ptr(q),
         (const T *)tensor_ptr(k), (const T *)tensor_ptr(v), (const T *)tensor_ptr(lse), dsum, r, (T)geo->scale);
   zorch_status st = cu_launched("attention");
@@ -315,16 +315,16 @@ __global__ void k_rope_bwd_tab(T *gc, T *gs, const T *g, const T *x, int64_t bat
 template <typename T>
 static void rope(T *out, const T *x, const T *c, const T *s, int64_t rows, int64_t heads, int64_t seq, int64_t dim,
                  bool per_batch, int dev) {
-  k_rope<T><<<ON(rows * dim, dev)>>>(out, x, c, s, rows, heads, seq, dim, per_batch);
+  CU_LAUNCH(ON(rows * dim, dev), k_rope<T>)(out, x, c, s, rows, heads, seq, dim, per_batch);
 }
 
 template <typename T>
 static void rope_bwd(T *gx, T *gc, T *gs, const T *g, const T *x, const T *c, const T *s, int64_t batch,
                      int64_t heads, int64_t seq, int64_t dim, bool per_batch, int dev) {
   int64_t rows = batch * heads * seq;
-  if (gx) k_rope_bwd_x<T><<<ON(rows * dim, dev)>>>(gx, g, c, s, rows, heads, seq, dim, per_batch);
+  if (gx) CU_LAUNCH(ON(rows * dim, dev), k_rope_bwd_x<T>)(gx, g, c, s, rows, heads, seq, dim, per_batch);
   if (gc || gs)
-    k_rope_bwd_tab<T><<<ON((per_batch ? batch : 1) * seq * dim, dev)>>>(gc, gs, g, x, batch, heads, seq, dim,
+    CU_LAUNCH(ON((per_batch ? batch : 1) * seq * dim, dev), k_rope_bwd_tab<T>)(gc, gs, g, x, batch, heads, seq, dim,
                                                                          per_batch);
 }
 

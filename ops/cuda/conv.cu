@@ -20,7 +20,7 @@ zorch_status cuda_im2col(zorch_tensor *col, const zorch_tensor *x, const conv_ge
   if (total == 0) return ZORCH_OK;
   int dev = cu_dev(x);
   CU_REAL(x->dtype, "conv2d",
-          (k_im2col<T><<<ON(total, dev)>>>((T *)tensor_ptr(col), (const T *)tensor_ptr(x), *g, n0, nb)));
+          (CU_LAUNCH(ON(total, dev), k_im2col<T>)((T *)tensor_ptr(col), (const T *)tensor_ptr(x), *g, n0, nb)));
 }
 
 // One thread per pixel of images n0 .. n0 + nb - 1: the column entries that read
@@ -54,7 +54,7 @@ zorch_status cuda_col2im(zorch_tensor *gx, const zorch_tensor *col, const conv_g
   if (total == 0) return ZORCH_OK;
   int dev = cu_dev(gx);
   CU_REAL(gx->dtype, "conv2d",
-          (k_col2im<T><<<ON(total, dev)>>>((T *)tensor_ptr(gx), (const T *)tensor_ptr(col), *g, n0, nb)));
+          (CU_LAUNCH(ON(total, dev), k_col2im<T>)((T *)tensor_ptr(gx), (const T *)tensor_ptr(col), *g, n0, nb)));
 }
 
 // One thread per output: the CPU's loops (the first NaN wins, else the first
@@ -105,7 +105,7 @@ zorch_status cuda_pool2d(pool_kind k, zorch_tensor *out, zorch_tensor *idx, cons
   int dev = cu_dev(x);
   int64_t *ip = idx ? (int64_t *)tensor_ptr(idx) : NULL;
   CU_REAL(x->dtype, "pool2d",
-          (k_pool<T><<<ON(total, dev)>>>((int)k, (T *)tensor_ptr(out), ip, (const T *)tensor_ptr(x), *g)));
+          (CU_LAUNCH(ON(total, dev), k_pool<T>)((int)k, (T *)tensor_ptr(out), ip, (const T *)tensor_ptr(x), *g)));
 }
 
 // One thread per input pixel: the outputs whose window holds it, in row-major
@@ -165,5 +165,5 @@ zorch_status cuda_pool2d_bwd(pool_kind k, zorch_tensor *gx, const zorch_tensor *
   int dev = cu_dev(gx);
   const int64_t *ip = idx ? (const int64_t *)tensor_ptr(idx) : NULL;
   CU_REAL(gx->dtype, "pool2d",
-          (k_pool_bwd<T><<<ON(total, dev)>>>((int)k, (T *)tensor_ptr(gx), (const T *)tensor_ptr(gout), ip, *g)));
+          (CU_LAUNCH(ON(total, dev), k_pool_bwd<T>)((int)k, (T *)tensor_ptr(gx), (const T *)tensor_ptr(gout), ip, *g)));
 }

@@ -57,8 +57,23 @@ static inline unsigned cu_blocks(int64_t n) {
   int64_t b = (n + 255) / 256;
   return (unsigned)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
 }
-// <<<ON(n, dev)>>>: enough 256-thread blocks for n, on the device's stream.
-#define ON(n, dev) cu_blocks(n), 256, 0, cu_stream(dev)
+// Every launch is CU_LAUNCH((grid, block, shared bytes, stream), kernel)(args):
+// nvcc's <<<>>>, or under the emulated build (ops/cuda/emu, docs/cuda.md) a
+// call that runs the grid on the host. ON(n, dev): enough 256-thread blocks
+// for n, on the device's stream.
+#define CU_ARGS(...) __VA_ARGS__
+#ifdef CU_BREAK_SHMEM  // (a broken variant for tests/gpu/test_cuda_emu.sh: 8 bytes short)
+#define CU_GEOM(g, b, sh, s) g, b, (sh) > 8 ? (sh) - 8 : (sh), s
+#else
+#define CU_GEOM(g, b, sh, s) g, b, sh, s
+#endif
+#ifdef ZORCH_CUDA_EMU
+#define CU_LAUNCH(geom, ...) ::cu_emu::make_launch(#__VA_ARGS__, &__VA_ARGS__, CU_GEOM geom)
+#else
+#define CU_LAUNCH(geom, ...) __VA_ARGS__<<<CU_GEOM geom>>>
+#define CU_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+#define ON(n, dev) (cu_blocks(n), 256, 0, cu_stream(dev))
 #define FOR(i, n) \
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
@@ -78,9 +93,16 @@ __device__ inline double cu_block_fold(double v) {
   int t = threadIdx.x;
   sh[t] = v;
   __syncthreads();
+  // (CU_BREAK_BOUND and CU_BREAK_SYNC: broken variants for tests/gpu/test_cuda_emu.sh)
+#ifdef CU_BREAK_BOUND
+  for (int w = 128; w > 1; w >>= 1) {
+#else
   for (int w = 128; w > 0; w >>= 1) {
+#endif
     if (t < w) sh[t] = F()(sh[t], sh[t + w]);
+#ifndef CU_BREAK_SYNC
     __syncthreads();
+#endif
   }
   double r = sh[0];
   __syncthreads();  // sh is reused by the next call

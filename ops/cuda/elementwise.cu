@@ -122,11 +122,11 @@ zorch_status cuda_unary(uop op, zorch_tensor *out, const zorch_tensor *a, double
   int dev = cu_dev(out);
   if (is_int(a->dtype)) {
     if (!uop_ints[op]) return cu_no_kernel(uop_names[op], a->dtype);
-    k_unary_int<<<ON(g.numel, dev)>>>(g, a->dtype, op, p0, p1);
+    CU_LAUNCH(ON(g.numel, dev), k_unary_int)(g, a->dtype, op, p0, p1);
     return cu_launched(uop_names[op]);
   }
   bool done = false;
-  CU_FLOAT_DISPATCH(a->dtype, (k_unary<S><<<ON(g.numel, dev)>>>(g, op, p0, p1), done = true));
+  CU_FLOAT_DISPATCH(a->dtype, (CU_LAUNCH(ON(g.numel, dev), k_unary<S>)(g, op, p0, p1), done = true));
   return done ? cu_launched(uop_names[op]) : cu_no_kernel(uop_names[op], a->dtype);
 }
 
@@ -138,11 +138,11 @@ zorch_status cuda_binary(bop op, zorch_tensor *out, const zorch_tensor *a, const
   int dev = cu_dev(out), cmp = bop_cmp[op];
   if (is_int(a->dtype)) {
     if (!bop_ints[op]) return cu_no_kernel(bop_names[op], a->dtype);
-    k_binary_int<<<ON(g.numel, dev)>>>(g, a->dtype, out->dtype, op);
+    CU_LAUNCH(ON(g.numel, dev), k_binary_int)(g, a->dtype, out->dtype, op);
     return cu_launched(bop_names[op]);
   }
   bool done = false;
-  CU_FLOAT_DISPATCH(a->dtype, (k_binary<S><<<ON(g.numel, dev)>>>(g, op, cmp, p0, p1), done = true));
+  CU_FLOAT_DISPATCH(a->dtype, (CU_LAUNCH(ON(g.numel, dev), k_binary<S>)(g, op, cmp, p0, p1), done = true));
   return done ? cu_launched(bop_names[op]) : cu_no_kernel(bop_names[op], a->dtype);
 }
 
@@ -166,7 +166,7 @@ zorch_status cuda_copy(zorch_tensor *dst, const zorch_tensor *src) {
   if (dst->dtype == src->dtype && zorch_tensor_is_contiguous(dst) && zorch_tensor_is_contiguous(src))
     return cuda_to_device(tensor_ptr(dst), tensor_ptr(src), (size_t)g.numel * dtype_sizes[dst->dtype], dev);
   int ints = is_int(dst->dtype) && is_int(src->dtype) && src->dtype != ZORCH_BOOL;
-  k_copy<<<ON(g.numel, dev)>>>(g, dst->dtype, src->dtype, dst->dtype == src->dtype, (int)dtype_sizes[dst->dtype],
+  CU_LAUNCH(ON(g.numel, dev), k_copy)(g, dst->dtype, src->dtype, dst->dtype == src->dtype, (int)dtype_sizes[dst->dtype],
                                ints);
   return cu_launched("copy");
 }
@@ -177,7 +177,7 @@ zorch_status cuda_fill(zorch_tensor *dst, double v) {
   const zorch_tensor *ts[1] = {dst};
   geom g = cu_geom(1, ts);
   if (!g.numel) return ZORCH_OK;
-  k_fill<<<ON(g.numel, cu_dev(dst))>>>(g, dst->dtype, v);
+  CU_LAUNCH(ON(g.numel, cu_dev(dst)), k_fill)(g, dst->dtype, v);
   return cu_launched("fill");
 }
 
@@ -193,7 +193,7 @@ zorch_status cuda_where(zorch_tensor *out, const zorch_tensor *cond, const zorch
   const zorch_tensor *ts[4] = {out, cond, a, b};
   geom g = cu_geom(4, ts);
   if (!g.numel) return ZORCH_OK;
-  k_where<<<ON(g.numel, cu_dev(out))>>>(g, (int)dtype_sizes[out->dtype]);
+  CU_LAUNCH(ON(g.numel, cu_dev(out)), k_where)(g, (int)dtype_sizes[out->dtype]);
   return cu_launched("where");
 }
 
@@ -209,7 +209,7 @@ __global__ void k_random(char *p, int dt, int64_t n, uint64_t seed, uint64_t off
 zorch_status cuda_random(zorch_tensor *out, uint64_t seed, uint64_t offset, bool normal) {
   int64_t n = shape_numel(out->ndim, out->shape);
   if (!n) return ZORCH_OK;
-  k_random<<<ON(n, cu_dev(out))>>>(tensor_ptr(out), out->dtype, n, seed, offset, normal);
+  CU_LAUNCH(ON(n, cu_dev(out)), k_random)(tensor_ptr(out), out->dtype, n, seed, offset, normal);
   return cu_launched("random");
 }
 
@@ -222,6 +222,6 @@ zorch_status cuda_randint(zorch_tensor *out, uint64_t seed, uint64_t offset, int
   if (out->dtype != ZORCH_I64) return cu_no_kernel("randint", out->dtype);
   int64_t n = shape_numel(out->ndim, out->shape);
   if (!n) return ZORCH_OK;
-  k_randint<<<ON(n, cu_dev(out))>>>((int64_t *)tensor_ptr(out), n, seed, offset, low, range);
+  CU_LAUNCH(ON(n, cu_dev(out)), k_randint)((int64_t *)tensor_ptr(out), n, seed, offset, low, range);
   return cu_launched("randint");
 }

@@ -226,7 +226,7 @@ zorch_status cuda_gemm(const gemm_args *g) {
   double beta = g->beta;
   int dev = g->dev;
   if (g->bias) {
-    CU_FLOAT_DISPATCH(g->dt, (k_bias_rows<S><<<ON(g->m * g->n, dev)>>>((char *)g->c, (const char *)g->bias, g->m,
+    CU_FLOAT_DISPATCH(g->dt, (CU_LAUNCH(ON(g->m * g->n, dev), k_bias_rows<S>)((char *)g->c, (const char *)g->bias, g->m,
                                                                           g->n, g->ldc)));
     if ((st = cu_launched("linear"))) return st;
     beta = 1;
@@ -241,7 +241,7 @@ zorch_status cuda_gemm(const gemm_args *g) {
   }
   if (st) return st;
   if (g->relu) {
-    CU_FLOAT_DISPATCH(g->dt, (k_relu_rows<S><<<ON(g->m * g->n, dev)>>>((char *)g->c, g->m, g->n, g->ldc)));
+    CU_FLOAT_DISPATCH(g->dt, (CU_LAUNCH(ON(g->m * g->n, dev), k_relu_rows<S>)((char *)g->c, g->m, g->n, g->ldc)));
     return cu_launched("relu");
   }
   return ZORCH_OK;

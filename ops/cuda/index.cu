@@ -43,7 +43,7 @@ zorch_status cuda_gather(zorch_tensor *out, const zorch_tensor *a, const zorch_t
   int64_t numel = shape_numel(g->ndim, g->ishape);
   if (!numel) return ZORCH_OK;
   int dev = cu_dev(out);
-  k_gather<<<ON(numel, dev)>>>(tensor_ptr(out), tensor_ptr(a), (const int64_t *)tensor_ptr(idx), *g, numel,
+  CU_LAUNCH(ON(numel, dev), k_gather)(tensor_ptr(out), tensor_ptr(a), (const int64_t *)tensor_ptr(idx), *g, numel,
                                inner_of(g->ishape, g->ndim, g->dim), inner_of(g->ashape, g->ndim, g->dim),
                                dtype_sizes[a->dtype], cu_bad_index_word(dev));
   return cu_launched("gather");
@@ -90,14 +90,14 @@ zorch_status cuda_scatter(zorch_tensor *out, const zorch_tensor *idx, const zorc
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
   int64_t *bad = cu_bad_index_word(dev);
   if (!add) {
-    k_scatter<<<ON(lines, dev)>>>(tensor_ptr(out), ix, tensor_ptr(src), *g, lines, si, sa, dtype_sizes[out->dtype],
+    CU_LAUNCH(ON(lines, dev), k_scatter)(tensor_ptr(out), ix, tensor_ptr(src), *g, lines, si, sa, dtype_sizes[out->dtype],
                                   bad);
   } else if (out->dtype == ZORCH_I64) {
-    k_scatter_add<int64_t><<<ON(lines, dev)>>>((int64_t *)tensor_ptr(out), ix, (const int64_t *)tensor_ptr(src), *g,
+    CU_LAUNCH(ON(lines, dev), k_scatter_add<int64_t>)((int64_t *)tensor_ptr(out), ix, (const int64_t *)tensor_ptr(src), *g,
                                                lines, si, sa, bad);
   } else {
     CU_REAL(out->dtype, "scatter_add",
-            (k_scatter_add<T><<<ON(lines, dev)>>>((T *)tensor_ptr(out), ix, (const T *)tensor_ptr(src), *g, lines, si,
+            (CU_LAUNCH(ON(lines, dev), k_scatter_add<T>)((T *)tensor_ptr(out), ix, (const T *)tensor_ptr(src), *g, lines, si,
                                                   sa, bad)));
   }
   return cu_launched(add ? "scatter_add" : "scatter");
@@ -139,13 +139,13 @@ zorch_status cuda_sort(zorch_tensor *values, zorch_tensor *idx, const zorch_tens
   if (!scratch) return zorch_last_status();
   int64_t *ix = (int64_t *)tensor_ptr(idx);
   if (a->dtype == ZORCH_F32)
-    k_sort<float><<<ON(outer * inner, dev)>>>((float *)tensor_ptr(values), ix, (const float *)tensor_ptr(a), outer, n,
+    CU_LAUNCH(ON(outer * inner, dev), k_sort<float>)((float *)tensor_ptr(values), ix, (const float *)tensor_ptr(a), outer, n,
                                               inner, descending, scratch);
   else if (a->dtype == ZORCH_F64)
-    k_sort<double><<<ON(outer * inner, dev)>>>((double *)tensor_ptr(values), ix, (const double *)tensor_ptr(a), outer,
+    CU_LAUNCH(ON(outer * inner, dev), k_sort<double>)((double *)tensor_ptr(values), ix, (const double *)tensor_ptr(a), outer,
                                                n, inner, descending, scratch);
   else
-    k_sort<int64_t><<<ON(outer * inner, dev)>>>((int64_t *)tensor_ptr(values), ix, (const int64_t *)tensor_ptr(a),
+    CU_LAUNCH(ON(outer * inner, dev), k_sort<int64_t>)((int64_t *)tensor_ptr(values), ix, (const int64_t *)tensor_ptr(a),
                                                 outer, n, inner, descending, scratch);
   zorch_status st = cu_launched("sort");
   cuda_free(dev, scratch);  // reused only by work queued after the kernel

@@ -22,7 +22,7 @@ zorch_status cuda_index_select(zorch_tensor *out, const zorch_tensor *a, const z
   int dev = cu_dev(out);
   int64_t ni = shape_numel(idx->ndim, idx->shape), row = inner * (int64_t)dtype_sizes[a->dtype];
   if (outer * ni * row == 0) return ZORCH_OK;
-  k_index_select<<<ON(outer * ni * row, dev)>>>(tensor_ptr(out), tensor_ptr(a), (const int64_t *)tensor_ptr(idx), outer,
+  CU_LAUNCH(ON(outer * ni * row, dev), k_index_select)(tensor_ptr(out), tensor_ptr(a), (const int64_t *)tensor_ptr(idx), outer,
                                                 n, ni, row, cu_bad_index_word(dev));
   return cu_launched("index_select");
 }
@@ -54,7 +54,7 @@ zorch_status cuda_index_add(zorch_tensor *out, const zorch_tensor *src, const zo
   if (outer * inner == 0) return ZORCH_OK;
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
   bool done = false;
-  CU_FLOAT_DISPATCH(out->dtype, (k_index_add<S><<<ON(outer * inner, dev)>>>((char *)tensor_ptr(out),
+  CU_FLOAT_DISPATCH(out->dtype, (CU_LAUNCH(ON(outer * inner, dev), k_index_add<S>)((char *)tensor_ptr(out),
                                    (const char *)tensor_ptr(src), ix, outer, n, ni, inner, cu_bad_index_word(dev)),
                                  done = true));
   return done ? cu_launched("index_add") : cu_no_kernel("index_add", out->dtype);
@@ -84,7 +84,7 @@ static zorch_status nll_any(zorch_tensor *dst, const zorch_tensor *src, const zo
   if (n == 0) return ZORCH_OK;
   const int64_t *tg = (const int64_t *)tensor_ptr(t);
   CU_REAL(dst->dtype, "cross_entropy",
-          (k_nll<T><<<ON(n, dev)>>>((T *)tensor_ptr(dst), bwd ? nullptr : (const T *)tensor_ptr(src), tg, n, c, ignore,
+          (CU_LAUNCH(ON(n, dev), k_nll<T>)((T *)tensor_ptr(dst), bwd ? nullptr : (const T *)tensor_ptr(src), tg, n, c, ignore,
                                     bwd ? (const T *)tensor_ptr(src) : nullptr, bwd, cu_bad_index_word(dev))));
 }
 zorch_status cuda_nll(zorch_tensor *loss, const zorch_tensor *logp, const zorch_tensor *t, int64_t n, int64_t c,
@@ -130,9 +130,9 @@ template <typename T>
 static void layer_norm(T *y, T *mean, T *rstd, const T *x, const T *w, const T *b, int64_t rows, int64_t cols,
                        double eps, int dev) {
   if (cols >= 256)
-    k_layer_norm<T, true><<<row_blocks(rows), 256, 0, cu_stream(dev)>>>(y, mean, rstd, x, w, b, rows, cols, eps);
+    CU_LAUNCH((row_blocks(rows), 256, 0, cu_stream(dev)), k_layer_norm<T, true>)(y, mean, rstd, x, w, b, rows, cols, eps);
   else
-    k_layer_norm<T, false><<<ON(rows, dev)>>>(y, mean, rstd, x, w, b, rows, cols, eps);
+    CU_LAUNCH(ON(rows, dev), k_layer_norm<T, false>)(y, mean, rstd, x, w, b, rows, cols, eps);
 }
 
 zorch_status cuda_layer_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *rstd, const zorch_tensor *x,
@@ -188,11 +188,11 @@ static void ln_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tensor *gb, const z
   const T *gp = (const T *)tensor_ptr(g), *xp = (const T *)tensor_ptr(x), *mp = (const T *)tensor_ptr(mean),
           *rp = (const T *)tensor_ptr(rstd), *wp = w ? (const T *)tensor_ptr(w) : nullptr;
   if (cols >= 256)
-    k_ln_bwd_x<T, true><<<row_blocks(rows), 256, 0, cu_stream(dev)>>>(gxp, gp, xp, mp, rp, wp, rows, cols);
+    CU_LAUNCH((row_blocks(rows), 256, 0, cu_stream(dev)), k_ln_bwd_x<T, true>)(gxp, gp, xp, mp, rp, wp, rows, cols);
   else
-    k_ln_bwd_x<T, false><<<ON(rows, dev)>>>(gxp, gp, xp, mp, rp, wp, rows, cols);
+    CU_LAUNCH(ON(rows, dev), k_ln_bwd_x<T, false>)(gxp, gp, xp, mp, rp, wp, rows, cols);
   if (gw || gb)
-    k_ln_bwd_wb<T><<<ON(cols, dev)>>>(gw ? (T *)tensor_ptr(gw) : nullptr, gb ? (T *)tensor_ptr(gb) : nullptr,
+    CU_LAUNCH(ON(cols, dev), k_ln_bwd_wb<T>)(gw ? (T *)tensor_ptr(gw) : nullptr, gb ? (T *)tensor_ptr(gb) : nullptr,
                                    (const T *)tensor_ptr(g), (const T *)tensor_ptr(x), (const T *)tensor_ptr(mean),
                                    (const T *)tensor_ptr(rstd), rows, cols);
 }
@@ -221,12 +221,12 @@ __global__ void k_swiglu_bwd(T *ga, T *gb, const T *g, const T *a, const T *b, i
 
 template <typename T>
 static void swiglu(T *out, const T *a, const T *b, int64_t n, int dev) {
-  k_swiglu<T><<<ON(n, dev)>>>(out, a, b, n);
+  CU_LAUNCH(ON(n, dev), k_swiglu<T>)(out, a, b, n);
 }
 
 template <typename T>
 static void swiglu_bwd(T *ga, T *gb, const T *g, const T *a, const T *b, int64_t n, int dev) {
-  k_swiglu_bwd<T><<<ON(n, dev)>>>(ga, gb, g, a, b, n);
+  CU_LAUNCH(ON(n, dev), k_swiglu_bwd<T>)(ga, gb, g, a, b, n);
 }
 
 zorch_status cuda_swiglu(zorch_tensor *out, const zorch_tensor *a, const zorch_tensor *b, int64_t n) {

@@ -50,7 +50,7 @@ zorch_status cuda_batch_norm(zorch_tensor *y, zorch_tensor *mean, zorch_tensor *
   zorch_status st;
   if (cu_cudnn_batch_norm(&st, y, mean, rstd, x, w, b, rm, rv, n, c, inner, training, momentum, eps)) return st;
   CU_REAL(x->dtype, "batch_norm",
-          (k_batch_norm<T><<<channel_blocks(c), 256, 0, cu_stream(dev)>>>(
+          (CU_LAUNCH((channel_blocks(c), 256, 0, cu_stream(dev)), k_batch_norm<T>)(
               (T *)tensor_ptr(y), (T *)tensor_ptr(mean), (T *)tensor_ptr(rstd), (const T *)tensor_ptr(x),
               w ? (const T *)tensor_ptr(w) : nullptr, b ? (const T *)tensor_ptr(b) : nullptr,
               rm ? (T *)tensor_ptr(rm) : nullptr, rv ? (T *)tensor_ptr(rv) : nullptr, n, c, inner, training,
@@ -93,7 +93,7 @@ zorch_status cuda_batch_norm_bwd(zorch_tensor *gx, zorch_tensor *gw, zorch_tenso
   zorch_status st;
   if (cu_cudnn_batch_norm_bwd(&st, gx, gw, gb, g, x, mean, rstd, w, n, c, inner, training)) return st;
   CU_REAL(x->dtype, "batch_norm backward",
-          (k_batch_norm_bwd<T><<<channel_blocks(c), 256, 0, cu_stream(dev)>>>(
+          (CU_LAUNCH((channel_blocks(c), 256, 0, cu_stream(dev)), k_batch_norm_bwd<T>)(
               gx ? (T *)tensor_ptr(gx) : nullptr, gw ? (T *)tensor_ptr(gw) : nullptr,
               gb ? (T *)tensor_ptr(gb) : nullptr, (const T *)tensor_ptr(g), (const T *)tensor_ptr(x),
               (const T *)tensor_ptr(mean), (const T *)tensor_ptr(rstd), w ? (const T *)tensor_ptr(w) : nullptr, n, c,
@@ -142,14 +142,14 @@ static unsigned rms_blocks(int64_t rows) { return (unsigned)(rows < 65535 ? rows
 
 template <typename T>
 static void rms_norm(T *y, T *rstd, const T *x, const T *w, int64_t rows, int64_t cols, double eps, int dev) {
-  k_rms_norm<T><<<rms_blocks(rows), 256, 0, cu_stream(dev)>>>(y, rstd, x, w, rows, cols, eps);
+  CU_LAUNCH((rms_blocks(rows), 256, 0, cu_stream(dev)), k_rms_norm<T>)(y, rstd, x, w, rows, cols, eps);
 }
 
 template <typename T>
 static void rms_norm_bwd(T *gx, T *gw, const T *g, const T *x, const T *w, const T *rstd, int64_t rows, int64_t cols,
                          int dev) {
-  if (rows) k_rms_norm_bwd_x<T><<<rms_blocks(rows), 256, 0, cu_stream(dev)>>>(gx, g, x, w, rstd, rows, cols);
-  if (gw) k_rms_norm_bwd_w<T><<<ON(cols, dev)>>>(gw, g, x, rstd, rows, cols);
+  if (rows) CU_LAUNCH((rms_blocks(rows), 256, 0, cu_stream(dev)), k_rms_norm_bwd_x<T>)(gx, g, x, w, rstd, rows, cols);
+  if (gw) CU_LAUNCH(ON(cols, dev), k_rms_norm_bwd_w<T>)(gw, g, x, rstd, rows, cols);
 }
 
 zorch_status cuda_rms_norm(zorch_tensor *y, zorch_tensor *rstd, const zorch_tensor *x, const zorch_tensor *w,

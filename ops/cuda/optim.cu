@@ -32,7 +32,7 @@ zorch_status cuda_adam(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *m, 
   if (o->no_bias_correction) bc1 = bc2 = 1;
   int l2 = o->weight_decay != 0 && !o->decoupled, dec = o->weight_decay != 0 && o->decoupled;
   CU_REAL(p->dtype, "adam_step",
-          (k_adam<T><<<ON(n, dev)>>>((T *)tensor_ptr(p), (const T *)tensor_ptr(g), (T *)tensor_ptr(m), (T *)tensor_ptr(v),
+          (CU_LAUNCH(ON(n, dev), k_adam<T>)((T *)tensor_ptr(p), (const T *)tensor_ptr(g), (T *)tensor_ptr(m), (T *)tensor_ptr(v),
                                   vmax ? (T *)tensor_ptr(vmax) : nullptr, n, (T)(1 - o->beta1), (T)o->beta2,
                                   (T)(1 - o->beta2), (T)o->weight_decay, (T)(1 - o->lr * o->weight_decay),
                                   (T)(o->lr / bc1), (T)1 / (T)sqrt(bc2), (T)o->eps, l2, dec)));
@@ -58,7 +58,7 @@ zorch_status cuda_sgd(zorch_tensor *p, const zorch_tensor *g, zorch_tensor *buf,
   int64_t n = shape_numel(p->ndim, p->shape);
   if (!n) return ZORCH_OK;
   CU_REAL(p->dtype, "sgd_step",
-          (k_sgd<T><<<ON(n, dev)>>>((T *)tensor_ptr(p), (const T *)tensor_ptr(g), buf ? (T *)tensor_ptr(buf) : nullptr, n,
+          (CU_LAUNCH(ON(n, dev), k_sgd<T>)((T *)tensor_ptr(p), (const T *)tensor_ptr(g), buf ? (T *)tensor_ptr(buf) : nullptr, n,
                                  (T)o->lr, (T)o->weight_decay, (T)o->momentum, (T)(1 - o->dampening), first,
                                  o->nesterov, o->weight_decay != 0)));
 }

@@ -36,7 +36,7 @@ __global__ void k_qlinear(float *y, const float *x, const char *q, const uint16_
 zorch_status cuda_dequantize(zorch_tensor *w, const zorch_tensor *q, const zorch_tensor *scales, int64_t group) {
   int64_t out = w->shape[0], in = w->shape[1];
   if (out * in == 0) return ZORCH_OK;
-  k_dequantize<<<ON(out * in, cu_dev(w))>>>((float *)tensor_ptr(w), tensor_ptr(q),
+  CU_LAUNCH(ON(out * in, cu_dev(w)), k_dequantize)((float *)tensor_ptr(w), tensor_ptr(q),
                                              (const uint16_t *)tensor_ptr(scales), out, in, group);
   return cu_launched("dequantize");
 }
@@ -45,7 +45,7 @@ zorch_status cuda_qlinear(zorch_tensor *y, const zorch_tensor *x, const zorch_te
                           const zorch_tensor *b, int64_t rows, int64_t group) {
   int64_t out = q->shape[0], in = x->shape[x->ndim - 1];
   if (rows * out == 0) return ZORCH_OK;
-  k_qlinear<<<ON(rows * out * 32, cu_dev(y))>>>((float *)tensor_ptr(y), (const float *)tensor_ptr(x), tensor_ptr(q),
+  CU_LAUNCH(ON(rows * out * 32, cu_dev(y)), k_qlinear)((float *)tensor_ptr(y), (const float *)tensor_ptr(x), tensor_ptr(q),
                                                  (const uint16_t *)tensor_ptr(scales),
                                                  b ? (const float *)tensor_ptr(b) : nullptr, rows, out, in, group);
   return cu_launched("qlinear");

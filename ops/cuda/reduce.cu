@@ -118,7 +118,7 @@ static zorch_status launch_rows(int op, T *out, int64_t *ix, const T *a, int64_t
   int64_t chunk = (r + parts - 1) / parts;
   cudaStream_t st = cu_stream(dev);
   if (parts == 1) {
-    k_reduce_rows<T><<<(unsigned)outer, RED_THREADS, 0, st>>>(op, out, ix, a, r, 1, chunk, nullptr, nullptr, nullptr);
+    CU_LAUNCH(((unsigned)outer, RED_THREADS, 0, st), k_reduce_rows<T>)(op, out, ix, a, r, 1, chunk, nullptr, nullptr, nullptr);
     return ZORCH_OK;
   }
   size_t n = (size_t)(outer * parts);
@@ -127,8 +127,8 @@ static zorch_status launch_rows(int op, T *out, int64_t *ix, const T *a, int64_t
   double *ps = (double *)scratch;
   int64_t *pi = (int64_t *)(ps + n);
   T *pv = (T *)(pi + n);
-  k_reduce_rows<T><<<(unsigned)n, RED_THREADS, 0, st>>>(op, out, ix, a, r, (int)parts, chunk, ps, pv, pi);
-  k_fold_parts<T><<<(unsigned)outer, RED_THREADS, 0, st>>>(op, out, ix, (int)parts, ps, pv, pi);
+  CU_LAUNCH(((unsigned)n, RED_THREADS, 0, st), k_reduce_rows<T>)(op, out, ix, a, r, (int)parts, chunk, ps, pv, pi);
+  CU_LAUNCH(((unsigned)outer, RED_THREADS, 0, st), k_fold_parts<T>)(op, out, ix, (int)parts, ps, pv, pi);
   cuda_free(dev, scratch);  // reused only by work queued after these kernels
   return ZORCH_OK;
 }
@@ -138,7 +138,7 @@ static zorch_status launch_reduce(int op, T *out, int64_t *ix, const T *a, int64
                                   int dev) {
   if (!std::is_integral<T>::value && inner == 1 && r >= 1024 && outer <= 65535 && r > outer)
     return launch_rows<T>(op, out, ix, a, outer, r, dev);
-  k_reduce<T><<<ON(outer * inner, dev)>>>(op, out, ix, a, outer, r, inner);
+  CU_LAUNCH(ON(outer * inner, dev), k_reduce<T>)(op, out, ix, a, outer, r, inner);
   return ZORCH_OK;
 }
 
@@ -173,7 +173,7 @@ zorch_status cuda_max_bwd(zorch_tensor *gin, const zorch_tensor *g, const zorch_
   const int64_t *ix = (const int64_t *)tensor_ptr(idx);
   int dev = cu_dev(gin);
   CU_REAL(gin->dtype, "max",
-          (k_max_bwd<T><<<ON(outer * inner, dev)>>>((T *)tensor_ptr(gin), (const T *)tensor_ptr(g), ix, outer, r, inner)));
+          (CU_LAUNCH(ON(outer * inner, dev), k_max_bwd<T>)((T *)tensor_ptr(gin), (const T *)tensor_ptr(g), ix, outer, r, inner)));
 }
 
 // one thread per (outer, inner) line, in order: the CPU's sums, in the same
@@ -196,13 +196,13 @@ zorch_status cuda_cumsum(zorch_tensor *out, const zorch_tensor *a, int64_t outer
   if (outer * inner == 0) return ZORCH_OK;
   int dev = cu_dev(a);
   if (a->dtype == ZORCH_F32)
-    k_cumsum<float, double><<<ON(outer * inner, dev)>>>((float *)tensor_ptr(out), (const float *)tensor_ptr(a), outer,
+    CU_LAUNCH(ON(outer * inner, dev), k_cumsum<float, double>)((float *)tensor_ptr(out), (const float *)tensor_ptr(a), outer,
                                                         n, inner, reverse);
   else if (a->dtype == ZORCH_F64)
-    k_cumsum<double, double><<<ON(outer * inner, dev)>>>((double *)tensor_ptr(out), (const double *)tensor_ptr(a),
+    CU_LAUNCH(ON(outer * inner, dev), k_cumsum<double, double>)((double *)tensor_ptr(out), (const double *)tensor_ptr(a),
                                                          outer, n, inner, reverse);
   else if (a->dtype == ZORCH_I64)
-    k_cumsum<int64_t, int64_t><<<ON(outer * inner, dev)>>>((int64_t *)tensor_ptr(out), (const int64_t *)tensor_ptr(a),
+    CU_LAUNCH(ON(outer * inner, dev), k_cumsum<int64_t, int64_t>)((int64_t *)tensor_ptr(out), (const int64_t *)tensor_ptr(a),
                                                            outer, n, inner, reverse);
   else
     return cu_no_kernel("cumsum", a->dtype);
@@ -245,9 +245,9 @@ __global__ void k_softmax_rows(T *y, const T *x, int64_t c, int log_) {
 template <typename T>
 static void launch_softmax(T *y, const T *x, int64_t outer, int64_t c, int64_t inner, int log_, int dev) {
   if (inner == 1 && c >= 256 && outer < (1LL << 31))
-    k_softmax_rows<T><<<(unsigned)outer, 256, 0, cu_stream(dev)>>>(y, x, c, log_);
+    CU_LAUNCH(((unsigned)outer, 256, 0, cu_stream(dev)), k_softmax_rows<T>)(y, x, c, log_);
   else
-    k_softmax<T><<<ON(outer * inner, dev)>>>(y, x, outer, c, inner, log_);
+    CU_LAUNCH(ON(outer * inner, dev), k_softmax<T>)(y, x, outer, c, inner, log_);
 }
 
 zorch_status cuda_softmax(zorch_tensor *out, const zorch_tensor *a, int64_t outer, int64_t c, int64_t inner, bool log_) {

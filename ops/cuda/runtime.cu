@@ -348,7 +348,11 @@ static void describe(char *buf, size_t n) {
   cudaGetLastError();
   char dn[160];
   cu_cudnn_describe(dn, sizeof dn);
+#ifdef ZORCH_CUDA_EMU
+  int len = snprintf(buf, n, "emulated on the CPU (ops/cuda/emu), CUDA runtime %d.%d, ", rt / 1000, rt % 1000 / 10);
+#else
   int len = snprintf(buf, n, "CUDA runtime %d.%d, ", rt / 1000, rt % 1000 / 10);
+#endif
   if (len >= 0 && (size_t)len < n)
     len += drv ? snprintf(buf + len, n - len, "driver %d.%d, ", drv / 1000, drv % 1000 / 10)
                : snprintf(buf + len, n - len, "no driver, ");
