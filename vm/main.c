@@ -351,6 +351,7 @@ static int launch(int argc, char **argv) {
       int v = atoi(argv[i + 1]);
       if (v < (restarts ? 0 : 1)) {
         fprintf(stderr, "zorch launch: %s takes an integer >= %d, got %s\n", argv[i], restarts ? 0 : 1, argv[i + 1]);
+        free(av);
         return 2;
       }
       if (restarts) max_restarts = v;
@@ -369,13 +370,17 @@ static int launch(int argc, char **argv) {
   av[k++] = "-x";
   av[k++] = "OMP_NUM_THREADS";
   const char *self = self_path();
-  if (!self) return 1;
+  if (!self) {
+    free(av);
+    return 1;
+  }
   av[k++] = (char *)self;
   /* every rank runs under the wrapper that records how it ended: a rank killed
      by a signal prints nothing itself, and mpirun (--quiet) does not either */
   char dir[] = "/tmp/zorch-ranks-XXXXXX";
   if (!mkdtemp(dir)) {
     fprintf(stderr, "zorch launch: cannot make a folder for the ranks' exit records: %s\n", strerror(errno));
+    free(av);
     return 1;
   }
   av[k++] = "launch";
@@ -398,6 +403,7 @@ static int launch(int argc, char **argv) {
   int rc = elastic_launch(av, nbuf, sizeof nbuf, atoi(n), max_restarts, min_ranks, dir);
   first_failure(dir, atoi(n), (char[16]){0}, &(int){0}); /* (removes the records left) */
   rmdir(dir);
+  free(av);
   return rc;
 }
 
