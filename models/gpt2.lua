@@ -488,7 +488,8 @@ local function pick(logits) return zorch.models.pick(logits, {temperature = opt.
 local function generate(ids, n, use_cache)
   local ctx = cfg.context
   local cache = use_cache and zorch.generation.PagedKVCache.new{layers = cfg.layers, kv_heads = cfg.heads,
-    head_dim = cfg.dim // cfg.heads, blocks = (ctx + 15) // 16, device = device}
+    head_dim = cfg.dim // cfg.heads, blocks = (ctx + 15) // 16, device = device,
+    dtype = model:parameters()[1]:dtype()} -- (the keys and values the model makes: bfloat16 at bf16)
   local seq, start = {len = 0}, 1 -- the window starts at ids[start]; seq: its blocks and the positions cached
   local function row(t) return zorch.tensor({t}, {device = device}) end
   for _ = 1, n do

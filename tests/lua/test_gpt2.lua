@@ -192,5 +192,9 @@ for _, f in ipairs({"--temperature 0", "--temperature 1 --top-k 1", "--temperatu
   texts[#texts + 1] = with
 end
 tap.ok(texts[1] and texts[1] == texts[2], "top-k 1 is greedy: " .. tostring(texts[1]) .. " / " .. tostring(texts[2]))
+-- at bf16 the cache holds the model's bfloat16 keys and values
+local bf, obf = sample("--precision bf16 --temperature 0")
+tap.ok(bf and #bf == 70, "bf16: 60 tokens through the cache")
+if not bf then print((("# " .. obf):gsub("\n", "\n# "))) end
 
 tap.done()
