@@ -666,10 +666,17 @@ os.execute("rm -rf " .. dir)
 
 -- the allocator: blocks reused (no cudaMalloc per op), out-of-memory as an error
 local x = zorch.ones(1000, {device = "cuda"})
-for _ = 1, 200 do local _ = (x + 1) * 2 end -- warm: as many blocks as the collector leaves alive
+-- (the collector stopped in both loops: each keeps every block alive, so the
+-- second needs exactly the blocks the first made and freed into the cache)
+collectgarbage()
+collectgarbage("stop")
+for _ = 1, 200 do local _ = (x + 1) * 2 end -- warm
+collectgarbage("restart")
 collectgarbage()
 local before = zorch.cuda.memory_stats()
+collectgarbage("stop")
 for _ = 1, 200 do local _ = (x + 1) * 2 end
+collectgarbage("restart")
 collectgarbage()
 local after = zorch.cuda.memory_stats()
 tap.ok(after.mallocs == before.mallocs and after.in_use <= before.in_use,
