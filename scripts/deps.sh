@@ -20,5 +20,9 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 $SUDO apt-get update -qq
 [ -n "$missing" ] && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
-[ -n "$slurm" ] && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $slurm
+# (optional: a failure here leaves the Slurm test skipping, not the set-up failed)
+if [ -n "$slurm" ]; then
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $slurm ||
+    echo "zorch: the Slurm packages did not install; tests/lua/test_slurm.lua will skip"
+fi
 exit 0
