@@ -184,20 +184,10 @@ if TP > 1 or pipe_layout then
   rank, world = layout.coords.data, layout.sizes.data
 end
 local device = "cpu" -- where batches go: the Engine's device, set once it is made
-local tokens = try("--data", data.load_tokens, opt.data, {dtype = binary and "uint16" or "uint8"})
-local ntok = tokens:numel()
-local nval = math.floor(ntok * opt["val-fraction"])
-local split = {train = tokens:narrow(1, 1, ntok - nval), val = nval > 0 and tokens:narrow(1, ntok - nval + 1, nval) or nil}
 local B, T = opt["batch-size"], cfg.context
-for name, t in pairs(split) do
-  if t:numel() < B * T * world + 1 then
-    usage("the %s split of %s has %d tokens, fewer than a batch needs (%d x %d x %d ranks + 1)",
-      name, opt.data, t:numel(), B, T, world)
-  end
-end
-if tokens:max():item() >= cfg.vocab then
-  usage("%s holds token id %d, outside the vocabulary of %d", opt.data, tokens:max():item(), cfg.vocab)
-end
+local tokens, split, nval = zorch.models.train.token_data(opt, {dtype = binary and "uint16" or "uint8", batch = B,
+  seq = T, world = world, vocab = cfg.vocab, usage = usage, try = try})
+local ntok = tokens:numel()
 
 -- Micro-batch m (from 0) of this rank as inputs and targets (B, T), indices from 1.
 -- In order (llm.c's loader): every micro-batch reads the next B*T*ranks tokens,
@@ -208,13 +198,7 @@ local function batch(t, m, ordered)
                                    device = device})
 end
 
-local function loss_of(model, x, y)
-  local logits = model(x)
-  if TP > 1 then -- logits split by vocabulary: the loss without gathering them
-    return nn.vocab_parallel_cross_entropy(logits:reshape(B * T, logits:size(3)), y:reshape(B * T), layout.tensor)
-  end
-  return zorch.cross_entropy(logits:reshape(B * T, cfg.vocab), y:reshape(B * T))
-end
+local function loss_of(model, x, y) return zorch.models.train.lm_loss(model(x), y, TP > 1 and layout.tensor or nil) end
 
 -- Megatron's layers in place of the full ones, each rank keeping its slices of
 -- the weights the model was made with: per block, the fused q, k, v matmul

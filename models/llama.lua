@@ -78,21 +78,10 @@ if TP > 1 then
   if opt.sample > 0 then usage("--sample needs the whole model: not with --tensor-parallel") end
 end
 local device = "cpu" -- where batches go: the Engine's device, set once it is made
-local tokens = try("--data", data.load_tokens, opt.data,
-                   {dtype = binary and (opt["token-bytes"] == 4 and "uint32" or "uint16") or "uint8"})
-local ntok = tokens:numel()
-local nval = math.floor(ntok * opt["val-fraction"])
-local split = {train = tokens:narrow(1, 1, ntok - nval), val = nval > 0 and tokens:narrow(1, ntok - nval + 1, nval) or nil}
 local B, T = opt["batch-size"], opt.context
-for name, t in pairs(split) do
-  if t:numel() < B * T * world + 1 then
-    usage("the %s split of %s has %d tokens, fewer than a batch needs (%d x %d x %d ranks + 1)",
-      name, opt.data, t:numel(), B, T, world)
-  end
-end
-if ntok > 0 and tokens:max():item() >= cfg.vocab then
-  usage("%s holds token id %d, outside the vocabulary of %d", opt.data, tokens:max():item(), cfg.vocab)
-end
+local tokens, split, nval = train.token_data(opt, {dtype = binary and (opt["token-bytes"] == 4 and "uint32" or "uint16")
+  or "uint8", batch = B, seq = T, world = world, vocab = cfg.vocab, usage = usage, try = try})
+local ntok = tokens:numel()
 
 -- Micro-batch m (from 0) of this rank as inputs and targets (B, T), as
 -- models/gpt2.lua reads them (in order: the next B*T*ranks tokens; else B
@@ -102,13 +91,7 @@ local function batch(t, m, ordered)
                                    device = device})
 end
 
-local function loss_of(model, x, y)
-  local logits = model(x)
-  if TP > 1 then -- logits split by vocabulary: the loss without gathering them
-    return nn.vocab_parallel_cross_entropy(logits:reshape(B * T, cfg.vocab // TP), y:reshape(B * T), layout.tensor)
-  end
-  return zorch.cross_entropy(logits:reshape(B * T, cfg.vocab), y:reshape(B * T))
-end
+local function loss_of(model, x, y) return train.lm_loss(model(x), y, TP > 1 and layout.tensor or nil) end
 
 -- ---- model, optimizer and engine ------------------------------------------------------------
 

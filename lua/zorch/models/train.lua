@@ -7,7 +7,9 @@
 --   train.usage(name)                    usage(fmt, ...) and try(flag, fn, ...) raising usage errors
 --   train.lora(model, opt, usage, try)   adapters from the flags; true when LoRA is on
 --   train.check_outputs(opt, more)       usage errors now for outputs that cannot be written
---   train.engine(opt)                    the Engine of the flags
+--   train.token_data(opt, x)             --data's tokens and their checked train/validation split
+--   train.lm_loss(logits, y, group)      the language-model loss (vocabulary-parallel with a group)
+--   train.engine(opt, x)                 the Engine of the flags
 --   train.adamw(model, opt, use_lora)    AdamW over the trained parameters, in decay groups
 --   train.lr_at(opt, steps)              the learning rate of step s (from 0)
 --   train.summary(model, use_lora)       the parameter count and the LoRA part of the first line
@@ -101,6 +103,39 @@ function train.check_outputs(opt, more)
   local names = {"save-hf", "save-adapter"}
   for _, k in ipairs(more or {}) do names[#names + 1] = k end
   for _, k in ipairs(names) do zorch.flags.check_output(opt[k], "--" .. k) end
+end
+
+-- The token file of --data (dtype: uint8 for text, uint16/uint32 ids), its
+-- train/validation split by --val-fraction, checked against what one batch
+-- needs (x: {dtype, batch, seq, world, vocab, usage, try}). Returns
+-- tokens, split {train, val}, nval.
+function train.token_data(opt, x)
+  local tokens = x.try("--data", zorch.data.load_tokens, opt.data, {dtype = x.dtype})
+  local ntok = tokens:numel()
+  local nval = math.floor(ntok * opt["val-fraction"])
+  local split = {train = tokens:narrow(1, 1, ntok - nval),
+                 val = nval > 0 and tokens:narrow(1, ntok - nval + 1, nval) or nil}
+  for name, t in pairs(split) do
+    if t:numel() < x.batch * x.seq * x.world + 1 then
+      x.usage("the %s split of %s has %d tokens, fewer than a batch needs (%d x %d x %d ranks + 1)",
+        name, opt.data, t:numel(), x.batch, x.seq, x.world)
+    end
+  end
+  if ntok > 0 and tokens:max():item() >= x.vocab then
+    x.usage("%s holds token id %d, outside the vocabulary of %d", opt.data, tokens:max():item(), x.vocab)
+  end
+  return tokens, split, nval
+end
+
+-- The mean cross-entropy of logits (B, T, V) against targets (B, T); with a
+-- tensor-parallel group the logits are this rank's vocabulary slice and the
+-- loss is taken without gathering them.
+function train.lm_loss(logits, y, tensor_group)
+  local n = y:numel()
+  if tensor_group then
+    return nn.vocab_parallel_cross_entropy(logits:reshape(n, logits:size(3)), y:reshape(n), tensor_group)
+  end
+  return zorch.cross_entropy(logits:reshape(n, logits:size(3)), y:reshape(n))
 end
 
 -- x: {layout = zorch.dist.layout's table with tensor parallelism}
