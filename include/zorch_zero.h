@@ -93,9 +93,11 @@ ZORCH_API int zorch_zero_comm_world_rank(const zorch_zero_comm *c, int r);
    pointer may be NULL); reset: start counting again from 0 after reading. */
 ZORCH_API void zorch_zero_comm_bytes(zorch_zero_comm *c, uint64_t *sent, uint64_t *received, bool reset);
 /* The i-th kind of collective this process has entered (0-based; returns 0
-   past the last): its name, calls and bytes this rank sent, counted since the
-   last call with reset (which zeroes that kind's counts). */
-ZORCH_API int zorch_zero_comm_kind(int i, const char **name, int64_t *calls, uint64_t *bytes, bool reset);
+   past the last): its name, calls, bytes this rank sent and seconds from each
+   call's start to its completion as this rank saw it (seconds may be NULL),
+   counted since the last call with reset (which zeroes that kind's counts). */
+ZORCH_API int zorch_zero_comm_kind(int i, const char **name, int64_t *calls, uint64_t *bytes, double *seconds,
+                                   bool reset);
 
 /* ---- optimizer state on NVMe (ZeRO-Infinity's offload_optimizer "nvme") ---------------
    Adam's two moments of numel elements live in one file under a folder, in

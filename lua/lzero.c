@@ -37,15 +37,18 @@ static int l_comm_timeout(lua_State *L) {
   return 0;
 }
 
-/* zorch._comm_kinds([reset]) -> {{name =, calls =, bytes =}, ...}: per kind of collective. */
+/* zorch._comm_kinds([reset]) -> {{name =, calls =, bytes =, seconds =}, ...}: per kind of collective. */
 static int l_comm_kinds(lua_State *L) {
   bool reset = lua_toboolean(L, 1);
   lua_newtable(L);
   const char *name;
   int64_t calls;
   uint64_t bytes;
-  for (int i = 0; zorch_zero_comm_kind(i, &name, &calls, &bytes, reset); i++) {
-    lua_createtable(L, 0, 3);
+  double seconds;
+  for (int i = 0; zorch_zero_comm_kind(i, &name, &calls, &bytes, &seconds, reset); i++) {
+    lua_createtable(L, 0, 4);
+    lua_pushnumber(L, seconds);
+    lua_setfield(L, -2, "seconds");
     lua_pushstring(L, name);
     lua_setfield(L, -2, "name");
     lua_pushinteger(L, (lua_Integer)calls);

@@ -109,38 +109,53 @@ static void comm_test_signal(void) {
   if (rank == the_comm.rank && comm_entered == at && sig > 0) raise(sig);
 }
 
-/* Calls and bytes this rank sent per kind of collective since the last
-   comm_kind_stats(reset): the engine's comms_logger report. */
+/* Calls, bytes this rank sent and seconds per kind of collective since the
+   last comm_kind_stats(reset): the engine's comms_logger report. A call's
+   seconds run from its start to the moment this rank sees it complete (for a
+   started one, its wait or successful test), so they include the time it was
+   in flight behind compute. */
 #define COMM_KINDS 16
 static struct {
   char name[24];
   int64_t calls;
   uint64_t bytes;
+  double seconds;
 } comm_kinds[COMM_KINDS];
+/* the collective entered last: a blocking call waits on it next */
+static int comm_cur_kind = -1;
+static double comm_cur_t0;
 
-static void comm_count(const char *what, uint64_t bytes) {
+static int comm_count(const char *what, uint64_t bytes) {
   for (int i = 0; i < COMM_KINDS; i++) {
     if (!comm_kinds[i].name[0]) snprintf(comm_kinds[i].name, sizeof comm_kinds[i].name, "%s", what);
     if (!strncmp(comm_kinds[i].name, what, sizeof comm_kinds[i].name - 1)) {
       comm_kinds[i].calls++;
       comm_kinds[i].bytes += bytes;
-      return;
+      return i;
     }
   }
+  return -1;
 }
 
-int comm_kind_stats(int i, const char **name, int64_t *calls, uint64_t *bytes, bool reset) {
+/* A collective of kind `kind` started at t0 has completed. */
+static void comm_lap(int kind, double t0) {
+  if (kind >= 0 && kind < COMM_KINDS) comm_kinds[kind].seconds += comm_clock() - t0;
+}
+
+int comm_kind_stats(int i, const char **name, int64_t *calls, uint64_t *bytes, double *seconds, bool reset) {
   if (i < 0 || i >= COMM_KINDS || !comm_kinds[i].name[0]) return 0;
   *name = comm_kinds[i].name;
   *calls = comm_kinds[i].calls;
   *bytes = comm_kinds[i].bytes;
-  if (reset) comm_kinds[i].calls = 0, comm_kinds[i].bytes = 0;
+  *seconds = comm_kinds[i].seconds;
+  if (reset) comm_kinds[i].calls = 0, comm_kinds[i].bytes = 0, comm_kinds[i].seconds = 0;
   return 1;
 }
 
 static void comm_enter(const zero_comm *c, const char *what, uint64_t bytes) {
   (void)c;
-  comm_count(what, bytes);
+  comm_cur_kind = comm_count(what, bytes);
+  comm_cur_t0 = comm_clock();
   comm_entered++;
   comm_entered_what = what;
   comm_beat(true);
@@ -322,16 +337,24 @@ static zorch_status mpi_check(int rc, const char *what, int64_t n) {
                  the_comm.rank, msg);
 }
 /* Waits for a non-blocking collective, polling so that the wait can be timed. */
-static zorch_status mpi_wait(const zero_comm *c, MPI_Request *req, const char *what, int64_t n) {
+/* Waits for req, a collective of kind `kind` started at t0 (its time counted on completion). */
+static zorch_status mpi_wait_timed(const zero_comm *c, MPI_Request *req, const char *what, int64_t n, int kind,
+                                   double t0) {
   comm_waiter w;
   comm_wait_begin(&w);
   for (;;) {
     int done = 0;
     zorch_status st = mpi_check(MPI_Test(req, &done, MPI_STATUS_IGNORE), what, n);
+    if (!st && done) comm_lap(kind, t0);
     if (st || done) return st;
     if ((st = comm_check_wait(c, what, n, w.t0))) return st;
     comm_wait_pause(&w);
   }
+}
+
+/* A blocking call's wait: on the collective it has just entered. */
+static zorch_status mpi_wait(const zero_comm *c, MPI_Request *req, const char *what, int64_t n) {
+  return mpi_wait_timed(c, req, what, n, comm_cur_kind, comm_cur_t0);
 }
 
 /* MPI's int counts and displacements (2 x world entries, freed by the caller);
@@ -498,6 +521,9 @@ struct comm_request {
   zero_comm *c;
   const char *what;
   int64_t n;
+  int kind;  /* its comms_logger kind */
+  double t0; /* when it started */
+  bool timed; /* its completion has been counted */
 #ifdef ZORCH_WITH_CUDA
   void *ev; /* cuda buffers: the NCCL collective's completion on the side stream */
 #endif
@@ -515,7 +541,7 @@ static zorch_status nccl_request(zero_comm *c, const char *what, int64_t n, void
     (void)nccl_table()->wait_done(c, ev, what, n);
     return err_set(ZORCH_ERR_OOM, "%s: out of memory", what);
   }
-  *g = (comm_request){.c = c, .what = what, .n = n, .ev = ev};
+  *g = (comm_request){.c = c, .what = what, .n = n, .kind = comm_cur_kind, .t0 = comm_cur_t0, .ev = ev};
   *req = g;
   return ZORCH_OK;
 }
@@ -552,7 +578,7 @@ static zorch_status start_reduce_scatter(zero_comm *c, const zorch_tensor *send,
     free(rc);
     return rc ? err_set(ZORCH_ERR_OOM, "reduce_scatter: out of memory") : zorch_last_status();
   }
-  *r = (comm_request){.c = c, .what = "reduce_scatter", .n = total, .counts = rc};
+  *r = (comm_request){.c = c, .what = "reduce_scatter", .n = total, .kind = comm_cur_kind, .t0 = comm_cur_t0, .counts = rc};
   zorch_status st = mpi_check(MPI_Ireduce_scatter(tensor_ptr(send), tensor_ptr(recv), rc, mpi_type(send->dtype),
                                                   MPI_SUM, mcomm(c), &r->req), "reduce_scatter", total);
   if (st) {
@@ -571,12 +597,17 @@ zorch_status comm_test(comm_request *r, bool *done) {
   *done = true;
   if (!r) return ZORCH_OK;
 #ifdef ZORCH_WITH_CUDA
-  if (r->ev) return nccl_table()->test(r->c, r->ev, r->what, r->n, done);
+  if (r->ev) {
+    zorch_status st = nccl_table()->test(r->c, r->ev, r->what, r->n, done);
+    if (!st && *done && !r->timed) comm_lap(r->kind, r->t0), r->timed = true;
+    return st;
+  }
 #endif
 #ifdef ZORCH_MPI
   int flag = 0;
   zorch_status st = mpi_check(MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE), r->what, r->n);
   *done = flag != 0;
+  if (!st && *done && !r->timed) comm_lap(r->kind, r->t0), r->timed = true;
   return st;
 #else
   return ZORCH_OK;
@@ -588,12 +619,13 @@ zorch_status comm_wait(comm_request *r) {
 #ifdef ZORCH_WITH_CUDA
   if (r->ev) {
     zorch_status st = nccl_table()->wait_done(r->c, r->ev, r->what, r->n);
+    if (!st && !r->timed) comm_lap(r->kind, r->t0);
     free(r);
     return st;
   }
 #endif
 #ifdef ZORCH_MPI
-  zorch_status st = mpi_wait(r->c, &r->req, r->what, r->n);
+  zorch_status st = mpi_wait_timed(r->c, &r->req, r->what, r->n, r->timed ? -1 : r->kind, r->t0);
   if (st != ZORCH_ERR_TIMEOUT) free(r->counts); /* a pending request may still read them */
   free(r);
   return st;
@@ -708,7 +740,7 @@ static zorch_status start_allgatherv(zero_comm *c, const zorch_tensor *send, zor
     free(rc);
     return rc ? err_set(ZORCH_ERR_OOM, "allgatherv: out of memory") : zorch_last_status();
   }
-  *r = (comm_request){.c = c, .what = "allgather", .n = total, .counts = rc};
+  *r = (comm_request){.c = c, .what = "allgather", .n = total, .kind = comm_cur_kind, .t0 = comm_cur_t0, .counts = rc};
   int *displs = rc + c->world;
   zorch_status st = mpi_check(MPI_Iallgatherv(tensor_ptr(send), rc[c->rank], mpi_type(send->dtype), tensor_ptr(recv),
                                               rc, displs, mpi_type(send->dtype), mcomm(c), &r->req),
@@ -887,7 +919,10 @@ zorch_status comm_sendrecv(zero_comm *c, const zorch_tensor *send, int dst, zorc
   for (;;) {
     int done = 0;
     if ((st = mpi_check(MPI_Testall(2, req, &done, stat), op, (int64_t)(sb + rb)))) return st;
-    if (done) break;
+    if (done) {
+      comm_lap(comm_cur_kind, comm_cur_t0);
+      break;
+    }
     if ((st = comm_check_wait(c, op, (int64_t)(sb + rb), w.t0))) return st;
     comm_wait_pause(&w);
   }

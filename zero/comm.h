@@ -45,8 +45,8 @@ zorch_status comm_allgather(zero_comm *c, const zorch_tensor *send, zorch_tensor
 zorch_status comm_allgatherv(zero_comm *c, const zorch_tensor *send, zorch_tensor *recv,
                              const int64_t *counts);
 void comm_reset_bytes(zero_comm *c);
-/* Per kind of collective: calls and bytes sent (zorch_zero_comm_kind). */
-int comm_kind_stats(int i, const char **name, int64_t *calls, uint64_t *bytes, bool reset);
+/* Per kind of collective: calls, bytes sent and seconds to completion (zorch_zero_comm_kind). */
+int comm_kind_stats(int i, const char **name, int64_t *calls, uint64_t *bytes, double *seconds, bool reset);
 /* A reduce-scatter started without waiting (comm_reduce_scatter's arguments),
    for overlapping it with compute: *req is NULL when it already completed (one
    rank), else a request that comm_test polls (each poll also moves MPI's

@@ -46,9 +46,10 @@ int zorch_zero_comm_world_rank(const zorch_zero_comm *c, int r) {
   return comm_world_rank(c, r);
 }
 
-int zorch_zero_comm_kind(int i, const char **name, int64_t *calls, uint64_t *bytes, bool reset) {
+int zorch_zero_comm_kind(int i, const char **name, int64_t *calls, uint64_t *bytes, double *seconds, bool reset) {
+  double s;
   if (!name || !calls || !bytes) return 0;
-  return comm_kind_stats(i, name, calls, bytes, reset);
+  return comm_kind_stats(i, name, calls, bytes, seconds ? seconds : &s, reset);
 }
 
 void zorch_zero_comm_bytes(zorch_zero_comm *c, uint64_t *sent, uint64_t *received, bool reset) {

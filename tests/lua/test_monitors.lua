@@ -69,7 +69,13 @@ if tap.has_mpi(bin) then
   -- a rank sends the other rank's part of SimpleNet's 262 gradients: some, at most all of them
   local mb = tonumber(text:match("comms: reduce_scatter%s+%d+ calls%s+([%d.e+-]+) MB sent"))
   tap.ok(mb and mb > 0 and mb <= 2 * 262 * 4 / 1e6, "the reduce-scatters' bytes, 2 calls: " .. tostring(mb))
+  -- their time: start to completion, the total over the calls and its mean per call
+  local ms, per = text:match("comms: reduce_scatter%s+%d+ calls%s+[%d.e+-]+ MB sent%s+[%d.e+-]+ MB/call%s+([%d.]+) ms%s+([%d.]+) ms/call")
+  ms, per = tonumber(ms), tonumber(per)
+  tap.ok(ms and ms > 0 and math.abs(ms - 2 * per) <= 0.002 + 1e-3 * ms, ("the reduce-scatters' time: %s ms, %s ms/call"):format(
+    tostring(ms), tostring(per)))
 else
+  tap.ok(true, "# SKIP comms_logger time: no MPI")
   tap.ok(true, "# SKIP comms_logger over ranks: no MPI")
   tap.ok(true, "# SKIP comms_logger bytes: no MPI")
 end

@@ -745,17 +745,19 @@ function Engine:flops_step()
   end
 end
 
--- comms_logger: per kind of collective, the calls and bytes this rank sent since
--- the last summary, with the reductions' and gathers' time in flight and
--- waited (the communication report's); printed with the step lines.
+-- comms_logger: per kind of collective, the calls, bytes this rank sent and
+-- time from start to completion (DeepSpeed's latency; algbw = bytes / time)
+-- since the last summary, with the reductions' and gathers' time in flight
+-- and waited (the communication report's); printed with the step lines.
 function Engine:comms_summary()
   local t = self.comm_time or {}
   self.comm_time = nil
   local lines = {}
   for _, k in ipairs(zorch._comm_kinds(true)) do
     if k.calls > 0 then
-      lines[#lines + 1] = ("comms: %-16s %6d calls  %12.4g MB sent  %10.4g MB/call"):format(k.name, k.calls,
-        k.bytes / 1e6, k.bytes / 1e6 / k.calls)
+      lines[#lines + 1] = ("comms: %-16s %6d calls  %12.4g MB sent  %10.4g MB/call  %10.3f ms  %8.3f ms/call  %9.4g GB/s"):format(
+        k.name, k.calls, k.bytes / 1e6, k.bytes / 1e6 / k.calls, 1000 * k.seconds, 1000 * k.seconds / k.calls,
+        k.seconds > 0 and k.bytes / 1e9 / k.seconds or 0)
     end
   end
   lines[#lines + 1] = ("comms: reductions %.3f ms in flight, %.3f ms waited; gathers %.3f ms in flight, %.3f ms waited"):format(
