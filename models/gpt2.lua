@@ -200,26 +200,8 @@ end
 
 local function loss_of(model, x, y) return zorch.models.train.lm_loss(model(x), y, TP > 1 and layout.tensor or nil) end
 
--- Megatron's layers in place of the full ones, each rank keeping its slices of
--- the weights the model was made with: per block, the fused q, k, v matmul
--- column-parallel by head groups and the output projection row-parallel (one
--- all-reduce), the MLP's c_fc column- and c_proj row-parallel (one more); the
--- token embedding split by vocabulary, with the tied head reading its slice.
-local function tp_block(b, g)
-  b.attn.c_attn = nn.ColumnParallelLinear.from(b.attn.c_attn, {group = g, blocks = 3})
-  b.attn.c_proj = nn.RowParallelLinear.from(b.attn.c_proj, {group = g})
-  rawset(b.attn, "n_head", cfg.heads // g:size())
-  b.mlp.c_fc = nn.ColumnParallelLinear.from(b.mlp.c_fc, {group = g})
-  b.mlp.c_proj = nn.RowParallelLinear.from(b.mlp.c_proj, {group = g})
-  return b
-end
-local function tensor_parallel(m, g)
-  for _, b in ipairs(m.h) do tp_block(b, g) end
-  m.wte = nn.VocabParallelEmbedding.from(m.wte, {group = g})
-  local head = nn.ColumnParallelLinear.from(m.lm_head, {group = g})
-  head.weight = m.wte.weight -- (tied: the same slice of rows)
-  m.lm_head = head
-end
+-- (Megatron's split of a block and of the model: zorch.models.gpt2.tp_block, tensor_parallel)
+local tp_block = zorch.models.gpt2.tp_block
 
 -- ---- model, optimizer and engine ------------------------------------------------------------
 
@@ -264,7 +246,7 @@ if hf_init then
   try("--init " .. opt.init, model.load_state_dict, model, sd, not pipe) -- (a stage loads its own names)
 end
 
-if layout and TP > 1 and not pipe then tensor_parallel(model, layout.tensor) end
+if layout and TP > 1 and not pipe then zorch.models.gpt2.tensor_parallel(model, layout.tensor) end
 
 local flops = opt["flops-profile"] > 0 and {profile_step = math.tointeger(opt["flops-profile"])} or false
 local keep_last = opt["keep-last"] > 0 and math.tointeger(opt["keep-last"]) or false

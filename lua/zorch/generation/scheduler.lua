@@ -30,7 +30,9 @@ function Scheduler.new(model, o)
   local cache = o.cache or Cache.new{layers = spec.layers, kv_heads = spec.kv_heads, head_dim = spec.head_dim,
     block_size = o.block_size, budget = o.budget or (o.blocks == nil and 256 * 2 ^ 20 or nil), blocks = o.blocks,
     dtype = p and p:dtype() or "float32", device = p and p:device() or nil}
-  return setmetatable({model = model, cache = cache, spec = spec, tokenizer = o.tokenizer, max_batch = o.max_batch or 64,
+  local group = rawget(model, "tensor_group") -- (a model split by heads: the cache holds this rank's)
+  if group and group:size() == 1 then group = nil end
+  return setmetatable({model = model, cache = cache, spec = spec, group = group, tokenizer = o.tokenizer, max_batch = o.max_batch or 64,
                        waiting = {}, running = {}, promised = 0, n = 0, steps = 0}, Scheduler)
 end
 
@@ -108,9 +110,23 @@ local function finish(self, seq, reason)
   self.done[#self.done + 1] = seq.req
 end
 
+-- the next token of each seq from its row of logits (1-based rows, their
+-- logprobs and tops). Under tensor parallelism every rank samples the same
+-- gathered logits; the ids of the group's first rank are taken by all, so an
+-- unseeded draw (each rank's default generator) cannot set the ranks apart.
+local function choose(self, seqs, row)
+  local ids, lps, tops = {}, {}, {}
+  for b, s in ipairs(seqs) do ids[b], lps[b], tops[b] = sampler.next(row(b), s, s.o) end
+  if self.group then
+    local t = zorch.tensor(ids, {dtype = "float64"})
+    self.group:broadcast(t, 0)
+    for b, v in ipairs(t:totable()) do ids[b] = math.tointeger(v) end
+  end
+  return ids, lps, tops
+end
+
 -- a sampled token (1-based row) joins seq; whether seq is finished
-local function emit(self, seq, logits)
-  local id, lp, top = sampler.next(logits, seq, seq.o)
+local function emit(self, seq, id, lp, top)
   local r = seq.req
   seq.tokens[#seq.tokens + 1] = id
   r.tokens[#r.tokens + 1] = id - 1
@@ -140,6 +156,8 @@ local function forward(self, seqs, kind, idx, pos, seg, at)
     return self.model(idx, {positions = pos, segments = seg, cache = view, logits_at = at})
   end)
   view:commit()
+  -- (a split model's logits are this rank's vocabulary range: every rank samples the whole row)
+  if self.group then logits = zorch.dist.gather_last(self.group, logits) end
   return logits
 end
 
@@ -169,9 +187,10 @@ local function prefill(self)
   local function row(t) return zorch.tensor(t, {dtype = "int64"}):view(1, N) end
   -- (the logits of each prompt's last token only)
   local logits = forward(self, admit, "prefill", row(ids), row(pos), row(seg), zorch.tensor(last, {dtype = "int64"}))
+  local ids, lps, tops = choose(self, admit, function(i) return logits[i] end)
   for i, s in ipairs(admit) do
     self.running[#self.running + 1] = s
-    emit(self, s, logits[i])
+    emit(self, s, ids[i], lps[i], tops[i])
   end
 end
 
@@ -186,7 +205,8 @@ local function decode(self, seqs)
   end
   local logits = forward(self, seqs, "decode", zorch.tensor(ids, {dtype = "int64"}):view(B, 1),
     zorch.tensor(pos, {dtype = "int64"}):view(B, 1))
-  for b, s in ipairs(seqs) do emit(self, s, logits[b][1]) end
+  local nx, lps, tops = choose(self, seqs, function(b) return logits[b][1] end)
+  for b, s in ipairs(seqs) do emit(self, s, nx[b], lps[b], tops[b]) end
 end
 
 local function drop_finished(self)

@@ -8,6 +8,7 @@
 --   llama.tensor_parallel(model, group)                    the model split over a tensor group
 --   model(idx, ctx)                                        logits (B, T, vocab; vocab / T when split)
 --   model:cache_spec()                                     {layers, kv_heads, head_dim, vocab, max_pos} for a KV cache
+--                                                          (split: this rank's kv_heads)
 -- idx holds token indices counted from 1 (Hugging Face's id t is row t + 1 of
 -- embed_tokens). ctx (optional) describes packed batches:
 --   ctx.positions  int64 (B, T), each token's position from 0 (the rotary angle);
@@ -159,8 +160,8 @@ end
 
 -- what a KV cache of this model holds per token and layer (zorch.generation)
 function CausalLM:cache_spec()
-  local c = rawget(self, "cfg")
-  return {layers = c.layers, kv_heads = c.kv_heads, head_dim = c.head_dim, vocab = c.vocab, max_pos = c.max_pos}
+  local c, g = rawget(self, "cfg"), rawget(self, "tensor_group")
+  return {layers = c.layers, kv_heads = c.kv_heads // (g and g:size() or 1), head_dim = c.head_dim, vocab = c.vocab, max_pos = c.max_pos}
 end
 
 function llama.new(cfg, opts)
