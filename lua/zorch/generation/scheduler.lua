@@ -13,6 +13,7 @@ local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local sampler = zorch._require "zorch.generation.sampler"
 local Cache = zorch._require "zorch.generation.kvcache"
+local detok = zorch._require "zorch.generation.detok"
 local Scheduler = {}
 Scheduler.__index = Scheduler
 Scheduler.__name = "zorch.generation.Scheduler"
@@ -86,7 +87,15 @@ function Scheduler:add(prompt, opts)
   local r = {id = self.n, tokens = {}, logprobs = so.logprobs and {} or nil, top_logprobs = so.top_logprobs > 0 and {} or nil,
              done = false}
   local seq = {req = r, tokens = toks, n_prompt = #toks, max_new = max_new, o = so, stop_ids = stop_ids, stop = stop,
-               on_token = opts.on_token, generator = so.seed and zorch.Generator(so.seed) or nil}
+               on_token = opts.on_token, generator = so.seed and zorch.Generator(so.seed) or nil,
+               detok = self.tokenizer and detok.new(self.tokenizer) or nil, stop_len = 0}
+  if self.tokenizer then r.text = "" end
+  for i, st in ipairs(stop or {}) do
+    if type(st) ~= "string" or #st == 0 then
+      error(("%s: stop[%d] must be a non-empty string, got %s"):format(fn, i, tostring(st)), 2)
+    end
+    seq.stop_len = math.max(seq.stop_len, #st)
+  end
   local total = #toks + max_new
   seq.need = self.cache:blocks_for(total)
   if seq.need > self.cache.n_blocks or (self.spec.max_pos and total > self.spec.max_pos) then
@@ -133,20 +142,22 @@ local function emit(self, seq, id, lp, top)
   if r.logprobs then r.logprobs[#r.logprobs + 1] = lp end
   if r.top_logprobs then r.top_logprobs[#r.top_logprobs + 1] = top end
   local piece
-  if self.tokenizer then
-    local text = self.tokenizer:decode(r.tokens)
-    piece = text:sub(#(r.text or "") + 1)
-    r.text = text
+  if seq.detok then
+    piece = seq.detok:push(r.tokens)
+    r.text = r.text .. piece
   end
   if seq.on_token then seq.on_token(r, id - 1, piece) end
-  if seq.stop_ids[id] then return finish(self, seq, "stop") end
-  if seq.stop then
+  local function flush() if seq.detok then r.text = r.text .. seq.detok:flush(r.tokens) end end -- (a character held back)
+  if seq.stop_ids[id] then flush(); return finish(self, seq, "stop") end
+  -- a stop string ends in the new piece: look at the tail that can hold it only
+  if seq.stop and #piece > 0 then
+    local from = math.max(1, #r.text - #piece - seq.stop_len + 2)
     for _, s in ipairs(seq.stop) do
-      local at = r.text:find(s, 1, true)
+      local at = r.text:find(s, from, true)
       if at then r.text = r.text:sub(1, at - 1); return finish(self, seq, "stop") end
     end
   end
-  if #r.tokens >= seq.max_new then return finish(self, seq, "length") end
+  if #r.tokens >= seq.max_new then flush(); return finish(self, seq, "length") end
 end
 
 -- the logits of one forward of seqs through the cache
