@@ -5,7 +5,7 @@
 -- decodes one token of every running sequence in one batched forward; a
 -- finished sequence leaves at once and gives its blocks back. A request that
 -- can never fit the pool is refused (finish_reason "refused"), never a crash.
---   Scheduler.new(model, {budget = bytes | blocks =, block_size = 16, tokenizer =, max_batch = 64})
+--   Scheduler.new(model, {budget = bytes | blocks =, block_size = 16, tokenizer =, max_batch = 64, prefill_chunk = 512})
 --   s:add(prompt, opts)   a request: prompt a list of 0-based ids or a string (with the tokenizer)
 --   s:step()              one step; the requests that finished in it
 --   s:busy()              whether a request waits or runs
@@ -31,9 +31,14 @@ function Scheduler.new(model, o)
   local cache = o.cache or Cache.new{layers = spec.layers, kv_heads = spec.kv_heads, head_dim = spec.head_dim,
     block_size = o.block_size, budget = o.budget or (o.blocks == nil and 256 * 2 ^ 20 or nil), blocks = o.blocks,
     dtype = p and p:dtype() or "float32", device = p and p:device() or nil}
+  local chunk = o.prefill_chunk or 512
+  if math.type(chunk) ~= "integer" or chunk < 1 then
+    error(fn .. ": prefill_chunk must be a positive integer (tokens a prefill forward), got " .. tostring(chunk), 2)
+  end
   local group = rawget(model, "tensor_group") -- (a model split by heads: the cache holds this rank's)
   if group and group:size() == 1 then group = nil end
   return setmetatable({model = model, cache = cache, spec = spec, group = group, tokenizer = o.tokenizer, max_batch = o.max_batch or 64,
+                       prefill_chunk = chunk,
                        waiting = {}, running = {}, promised = 0, n = 0, steps = 0}, Scheduler)
 end
 
@@ -172,6 +177,37 @@ local function forward(self, seqs, kind, idx, pos, seg, at)
   return logits
 end
 
+local function row(t) return zorch.tensor(t, {dtype = "int64"}):view(1, #t) end
+
+-- the prompts of seqs packed in one forward (segments apart, positions from 0
+-- each): the logits of each one's last token
+local function prefill_packed(self, seqs)
+  local ids, pos, seg, last = {}, {}, {}, {}
+  for i, s in ipairs(seqs) do
+    s.pending = s.n_prompt
+    for p = 1, s.n_prompt do
+      ids[#ids + 1], pos[#pos + 1], seg[#seg + 1] = s.tokens[p], p - 1, i
+    end
+    last[i] = #ids
+  end
+  return forward(self, seqs, "prefill", row(ids), row(pos), row(seg), zorch.tensor(last, {dtype = "int64"}))
+end
+
+-- a long prompt in chunks of prefill_chunk tokens, each attending over the
+-- cached keys of the chunks before it: the logits of its last token
+local function prefill_chunks(self, s)
+  local C, logits = self.prefill_chunk, nil
+  for off = 0, s.n_prompt - 1, C do
+    local n = math.min(C, s.n_prompt - off)
+    local ids, pos, seg = {}, {}, {}
+    for p = 1, n do ids[p], pos[p], seg[p] = s.tokens[off + p], off + p - 1, 1 end
+    s.pending = n
+    logits = forward(self, {s}, off == 0 and "prefill" or "chunk", row(ids), row(pos), row(seg),
+      zorch.tensor({n}, {dtype = "int64"}))
+  end
+  return logits
+end
+
 -- admit waiting requests the pool can promise, in arrival order, and prefill them together
 local function prefill(self)
   local admit = {}
@@ -183,25 +219,25 @@ local function prefill(self)
     admit[#admit + 1] = seq
   end
   if #admit == 0 then return end
-  local ids, pos, seg, last = {}, {}, {}, {}
-  for i, s in ipairs(admit) do
-    local ok = self.cache:reserve(s, s.n_prompt)
+  -- whole prompts packed up to prefill_chunk tokens a forward; a longer one alone, in chunks
+  local units, cur, n = {}, nil, 0
+  for _, sq in ipairs(admit) do
+    local ok = self.cache:reserve(sq, sq.n_prompt)
     assert(ok, "the pool promised these blocks")
-    self.promised = self.promised - #s.blocks
-    s.pending = s.n_prompt
-    for p = 1, s.n_prompt do
-      ids[#ids + 1], pos[#pos + 1], seg[#seg + 1] = s.tokens[p], p - 1, i
+    self.promised = self.promised - #sq.blocks
+    if sq.n_prompt > self.prefill_chunk then units[#units + 1] = {sq}; cur = nil
+    else
+      if not cur or n + sq.n_prompt > self.prefill_chunk then cur, n = {}, 0; units[#units + 1] = cur end
+      cur[#cur + 1], n = sq, n + sq.n_prompt
     end
-    last[i] = #ids
   end
-  local N = #ids
-  local function row(t) return zorch.tensor(t, {dtype = "int64"}):view(1, N) end
-  -- (the logits of each prompt's last token only)
-  local logits = forward(self, admit, "prefill", row(ids), row(pos), row(seg), zorch.tensor(last, {dtype = "int64"}))
-  local ids, lps, tops = choose(self, admit, function(i) return logits[i] end)
-  for i, s in ipairs(admit) do
-    self.running[#self.running + 1] = s
-    emit(self, s, ids[i], lps[i], tops[i])
+  for _, u in ipairs(units) do
+    local logits = u[1].n_prompt > self.prefill_chunk and prefill_chunks(self, u[1]) or prefill_packed(self, u)
+    local ids, lps, tops = choose(self, u, function(i) return logits[i] end)
+    for i, sq in ipairs(u) do
+      self.running[#self.running + 1] = sq
+      emit(self, sq, ids[i], lps[i], tops[i])
+    end
   end
 end
 
