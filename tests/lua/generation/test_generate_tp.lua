@@ -2,7 +2,8 @@
 -- each rank caching its heads' keys and values): the greedy tokens of 8
 -- ragged prompts are Transformers' (golden.safetensors) and one process's,
 -- for the tiny Llama with GQA and GPT-2; seeded sampling gives the same
--- tokens on both ranks and as one process.
+-- tokens on both ranks and as one process; a prefill in chunks of 4 the
+-- same greedy tokens.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"
@@ -28,16 +29,19 @@ for _, name in ipairs({"llama_gqa", "gpt2_tiny"}) do
   if not ok1 then diag(t1) end
   if not ok2 then diag(t2) end
   local a, r0, r1 = lines(one .. ".0"), lines(two .. ".0"), lines(two .. ".1")
-  local golden = #a == 16
+  local golden = #a == 24
   for i = 1, 8 do
     local want = table.concat(G[("%s.out.%d"):format(name, i)]:totable(), " ")
     golden = golden and a[i] == ("greedy %d %s"):format(i, want) and r0[i] == a[i]
     if r0[i] ~= a[i] then diag(("%s: %s against %s"):format(name, tostring(r0[i]), tostring(a[i]))) end
   end
   tap.ok(ok1 and ok2 and golden, name .. ": split over 2 ranks, 8 ragged prompts give Transformers' greedy tokens and one process's")
-  local same = #r0 == 16 and #r1 == 16
+  local same = #r0 == 24 and #r1 == 24
   for i = 1, 16 do same = same and r0[i] == r1[i] and r0[i] == a[i] end
   tap.ok(same, name .. ": both ranks take the same tokens (seeded sampling as one process)")
+  local chunked = #r0 == 24
+  for i = 1, 8 do chunked = chunked and r0[16 + i] == "chunked" .. a[i]:sub(7) and r1[16 + i] == r0[16 + i] end
+  tap.ok(chunked, name .. ": a prefill in chunks of 4 over the split cache gives the same greedy tokens")
 end
 
 if not os.getenv("KEEP_TMP") then os.execute("rm -rf " .. tmp) end

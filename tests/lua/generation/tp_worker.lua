@@ -3,7 +3,8 @@
 --   zorch launch -n N generation/tp_worker.lua NAME OUT
 -- NAME: a model of golden.safetensors (llama_gqa, gpt2_tiny); every rank
 -- generates the 8 prompts greedily and seeded-sampled and writes OUT.RANK:
--- "greedy I ids..." and "sampled I ids..." lines.
+-- "greedy I ids...", "sampled I ids..." and "chunked I ids..." (greedy, a
+-- prefill in chunks of 4) lines.
 local zorch = require "zorch"
 local name, out = arg[1], arg[2]
 local G = zorch.load("lua/generation/golden.safetensors")
@@ -25,4 +26,7 @@ end
 put("greedy", zorch.generate(model, prompts, {max_new_tokens = 12, eos_token_id = 2, block_size = 4, blocks = 128}))
 put("sampled", zorch.generate(model, prompts, {max_new_tokens = 12, block_size = 4, blocks = 128, do_sample = true,
   temperature = 0.9, top_k = 20, seed = 7}))
+-- (prompts of more than 4 tokens prefilled in chunks of 4 over the split cache)
+put("chunked", zorch.generate(model, prompts, {max_new_tokens = 12, eos_token_id = 2, block_size = 4, blocks = 128,
+  prefill_chunk = 4}))
 f:close()
