@@ -4,7 +4,8 @@
 -- accumulation, gives the losses, clipped norms and final weights of one
 -- process with the same global batch; its checkpoint resumes on 1 process, at
 -- (data 4) and at (tensor 4), continuing as the uninterrupted run; zorch
--- consolidate writes the full model from it.
+-- consolidate writes the full model from it; --sample at tensor 2 prints one
+-- process's greedy tokens, with and without the cache.
 package.path = "lua/?.lua;" .. package.path
 local tap = require "tap"
 local zorch = require "zorch"

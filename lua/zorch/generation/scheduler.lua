@@ -5,6 +5,10 @@
 -- decodes one token of every running sequence in one batched forward; a
 -- finished sequence leaves at once and gives its blocks back. A request that
 -- can never fit the pool is refused (finish_reason "refused"), never a crash.
+-- A prompt longer than prefill_chunk is prefilled in chunks through the cache.
+-- A model split by tensor_parallel runs the same steps on every rank of its
+-- group: the cache holds the rank's heads, the logits are gathered, and every
+-- rank takes the first rank's ids.
 --   Scheduler.new(model, {budget = bytes | blocks =, block_size = 16, tokenizer =, max_batch = 64, prefill_chunk = 512})
 --   s:add(prompt, opts)   a request: prompt a list of 0-based ids or a string (with the tokenizer)
 --   s:step()              one step; the requests that finished in it

@@ -147,10 +147,7 @@ end
 
 function gpt2.tensor_parallel(m, g)
   local fn = "gpt2.tensor_parallel"
-  if getmetatable(m) ~= GPT then error(fn .. ": argument 1 must be a gpt2 model (gpt2.new, from_pretrained)", 2) end
-  local mt = type(g) == "userdata" and getmetatable(g)
-  if not (mt and mt.__name == "zorch.Group") then error(fn .. ": argument 2 must be a zorch.Group (the tensor group)", 2) end
-  if rawget(m, "tensor_group") then error(fn .. ": the model is split already", 2) end
+  zorch.dist.check_model_split(fn, m, GPT, "gpt2 model (gpt2.new, from_pretrained)", g)
   local c = rawget(m, "cfg")
   if c.heads % g:size() ~= 0 or c.vocab % g:size() ~= 0 then
     error(("%s: heads %d and vocab %d must be multiples of the %d tensor-parallel ranks"):format(fn, c.heads, c.vocab, g:size()), 2)

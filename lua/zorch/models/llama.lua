@@ -206,10 +206,7 @@ end
 -- them). Call it before LoRA and Engine:prepare. Returns the model.
 function llama.tensor_parallel(model, group)
   local fn = "llama.tensor_parallel"
-  if getmetatable(model) ~= CausalLM then error(fn .. ": argument 1 must be a llama model (llama.new, from_pretrained)", 2) end
-  local mt = type(group) == "userdata" and getmetatable(group)
-  if not (mt and mt.__name == "zorch.Group") then error(fn .. ": argument 2 must be a zorch.Group (the tensor group)", 2) end
-  if rawget(model, "tensor_group") then error(fn .. ": the model is split already", 2) end
+  zorch.dist.check_model_split(fn, model, CausalLM, "llama model (llama.new, from_pretrained)", group)
   local c, T = rawget(model, "cfg"), group:size()
   for _, d in ipairs({{"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads},
                       {"intermediate_size", c.hidden}, {"vocab_size", c.vocab}}) do
