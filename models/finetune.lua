@@ -202,12 +202,12 @@ if opt.sample > 0 then
   local idx = {}
   for i, id in ipairs(ids) do idx[i] = id + 1 end
   local plen = #idx
-  local _, dt = train.sample(model, engine, idx, opt, {context = cfg.max_pos, eos = eos + 1})
+  local _, dt = try("--sample", train.sample, model, engine, idx, opt, {context = cfg.max_pos, eos = eos + 1})
   if rank == 0 then
     local out = {}
     for i = plen + 1, #idx do if idx[i] ~= eos + 1 then out[#out + 1] = idx[i] - 1 end end
     io.stdout:write("---- sample ----\n", tok:decode(ids), tok:decode(out), "\n---- end ----\n")
-    io.stderr:write(("finetune: %d tokens in %.2f s (%.1f tokens/s, no cache%s)\n"):format(#idx - plen, dt,
+    io.stderr:write(("finetune: %d tokens in %.2f s (%.1f tokens/s, paged cache%s)\n"):format(#idx - plen, dt,
       (#idx - plen) / dt, idx[#idx] == eos + 1 and ", ended by eos" or ""))
   end
 end

@@ -173,7 +173,7 @@ if TP > 1 then
   if world % (TP * PP) ~= 0 then usage("--tensor-parallel %d x --pipeline-parallel %d does not divide the %d ranks", TP, PP, world) end
   if cfg.heads % TP ~= 0 then usage("--heads %d is not a multiple of --tensor-parallel %d", cfg.heads, TP) end
   if cfg.vocab % TP ~= 0 then usage("--vocab %d is not a multiple of --tensor-parallel %d", cfg.vocab, TP) end
-  for _, f in ipairs({"sample", "save-hf", "logits"}) do
+  for _, f in ipairs({"save-hf", "logits"}) do
     if opt[f] ~= 0 and opt[f] ~= "" then usage("--%s needs the whole model: not with --tensor-parallel", f) end
   end
 end
@@ -200,26 +200,8 @@ end
 
 local function loss_of(model, x, y) return zorch.models.train.lm_loss(model(x), y, TP > 1 and layout.tensor or nil) end
 
--- Megatron's layers in place of the full ones, each rank keeping its slices of
--- the weights the model was made with: per block, the fused q, k, v matmul
--- column-parallel by head groups and the output projection row-parallel (one
--- all-reduce), the MLP's c_fc column- and c_proj row-parallel (one more); the
--- token embedding split by vocabulary, with the tied head reading its slice.
-local function tp_block(b, g)
-  b.attn.c_attn = nn.ColumnParallelLinear.from(b.attn.c_attn, {group = g, blocks = 3})
-  b.attn.c_proj = nn.RowParallelLinear.from(b.attn.c_proj, {group = g})
-  rawset(b.attn, "n_head", cfg.heads // g:size())
-  b.mlp.c_fc = nn.ColumnParallelLinear.from(b.mlp.c_fc, {group = g})
-  b.mlp.c_proj = nn.RowParallelLinear.from(b.mlp.c_proj, {group = g})
-  return b
-end
-local function tensor_parallel(m, g)
-  for _, b in ipairs(m.h) do tp_block(b, g) end
-  m.wte = nn.VocabParallelEmbedding.from(m.wte, {group = g})
-  local head = nn.ColumnParallelLinear.from(m.lm_head, {group = g})
-  head.weight = m.wte.weight -- (tied: the same slice of rows)
-  m.lm_head = head
-end
+-- (Megatron's split of a block and of the model: zorch.models.gpt2.tp_block, tensor_parallel)
+local tp_block = zorch.models.gpt2.tp_block
 
 -- ---- model, optimizer and engine ------------------------------------------------------------
 
@@ -264,7 +246,7 @@ if hf_init then
   try("--init " .. opt.init, model.load_state_dict, model, sd, not pipe) -- (a stage loads its own names)
 end
 
-if layout and TP > 1 and not pipe then tensor_parallel(model, layout.tensor) end
+if layout and TP > 1 and not pipe then zorch.models.gpt2.tensor_parallel(model, layout.tensor) end
 
 local flops = opt["flops-profile"] > 0 and {profile_step = math.tointeger(opt["flops-profile"])} or false
 local keep_last = opt["keep-last"] > 0 and math.tointeger(opt["keep-last"]) or false
@@ -460,9 +442,21 @@ end
 
 -- ---- generation -----------------------------------------------------------------------------
 
--- The next token (from 1) from logits (vocab,): zorch.models.pick, greedy at
--- temperature 0, else a draw over the top-k.
-local function pick(logits) return zorch.models.pick(logits, {temperature = opt.temperature, top_k = opt["top-k"]}) end
+-- The next token (from 1) of seq from the logits (vocab,): zorch.generation's
+-- sampler, greedy at temperature 0, else a draw over the top-k. With
+-- --tensor-parallel the logits are gathered (every rank samples the whole
+-- vocabulary) and every rank takes the first rank's token.
+local sampling = zorch.generation.sampler.options({do_sample = opt.temperature > 0, temperature = opt.temperature,
+                                                   top_k = opt["top-k"]}, "gpt2 --sample")
+local tgroup = TP > 1 and layout.tensor or nil
+local function pick(logits, seq)
+  if tgroup then logits = zorch.dist.gather_last(tgroup, logits) end
+  local id = zorch.generation.sampler.next(logits:float():to("cpu"), seq, sampling)
+  if not tgroup then return id end
+  local t = zorch.tensor({id}, {dtype = "float64"})
+  tgroup:broadcast(t, 0)
+  return math.tointeger(t[1]:item())
+end
 
 -- Appends n tokens to ids (a list of indices from 1). The model reads a window
 -- of the last tokens; when it is full the oldest half is dropped. With the
@@ -471,7 +465,7 @@ local function pick(logits) return zorch.models.pick(logits, {temperature = opt.
 -- re-read only when it moves.
 local function generate(ids, n, use_cache)
   local ctx = cfg.context
-  local cache = use_cache and zorch.generation.PagedKVCache.new{layers = cfg.layers, kv_heads = cfg.heads,
+  local cache = use_cache and zorch.generation.PagedKVCache.new{layers = cfg.layers, kv_heads = cfg.heads // TP,
     head_dim = cfg.dim // cfg.heads, blocks = (ctx + 15) // 16, device = device,
     dtype = model:parameters()[1]:dtype()} -- (the keys and values the model makes: bfloat16 at bf16)
   local seq, start = {len = 0}, 1 -- the window starts at ids[start]; seq: its blocks and the positions cached
@@ -493,7 +487,7 @@ local function generate(ids, n, use_cache)
     else
       logits = model(row(table.move(ids, start, #ids, 1, {})))
     end
-    ids[#ids + 1] = pick(logits[1][logits:size(2)])
+    ids[#ids + 1] = pick(logits[1][logits:size(2)], {tokens = ids, n_prompt = #ids})
   end
   return ids
 end

@@ -75,7 +75,6 @@ local layout
 if TP > 1 then
   layout = zorch.dist.layout{tensor = TP}
   rank, world = layout.coords.data, layout.sizes.data
-  if opt.sample > 0 then usage("--sample needs the whole model: not with --tensor-parallel") end
 end
 local device = "cpu" -- where batches go: the Engine's device, set once it is made
 local B, T = opt["batch-size"], opt.context
@@ -202,12 +201,12 @@ if opt.sample > 0 then
   else for i = 1, #prompt do ids[i] = prompt:byte(i) + 1 end end
   if #ids == 0 then usage("--prompt %q gives no token ids", prompt) end
   local plen = #ids
-  local _, dt = train.sample(model, engine, ids, opt, {context = cfg.max_pos})
+  local _, dt = try("--sample", train.sample, model, engine, ids, opt, {context = cfg.max_pos})
   if zorch.dist.rank() == 0 then
     local out = {}
     for i = plen + 1, #ids do out[#out + 1] = binary and tostring(ids[i] - 1) or ids[i] <= 256 and string.char(ids[i] - 1) or ("<%d>"):format(ids[i] - 1) end
     local sep = binary and " " or ""
     io.stdout:write("---- sample ----\n", prompt, sep, table.concat(out, sep), "\n---- end ----\n")
-    io.stderr:write(("llama: %d tokens in %.2f s (%.1f tokens/s, no cache)\n"):format(#ids - plen, dt, (#ids - plen) / dt))
+    io.stderr:write(("llama: %d tokens in %.2f s (%.1f tokens/s, paged cache)\n"):format(#ids - plen, dt, (#ids - plen) / dt))
   end
 end

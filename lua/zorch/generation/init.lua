@@ -10,7 +10,8 @@ zorch.generation = generation
 for _, part in ipairs(zorch._parts "zorch.generation") do zorch._require(part) end -- the folder's files
 
 -- the scheduler's own options; the rest are each request's
-local SCHED_KEYS = {budget = true, blocks = true, block_size = true, tokenizer = true, max_batch = true}
+local SCHED_KEYS = {budget = true, blocks = true, block_size = true, tokenizer = true, max_batch = true,
+                    prefill_chunk = true}
 
 -- prompts: a list of prompts (each a list of 0-based ids or a string) or one
 -- prompt; opts: the Scheduler's and the requests' options in one table.

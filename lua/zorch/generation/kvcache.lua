@@ -7,7 +7,8 @@
 --   cache:reserve(seq, n)   blocks for n more tokens of seq (a table); false, why when the pool is short
 --   cache:free(seq)         its blocks back to the pool
 --   cache:step(seqs, kind)  the ctx.cache of one forward: "prefill" (the seqs' prompts packed in one
---                           row) or "decode" (one token of each seq, a row each)
+--                           row), "chunk" (one seq's next prompt tokens, after those cached) or
+--                           "decode" (one token of each seq, a row each)
 -- A model's attention calls view:attend(layer, q, k, v, opts): the new keys and
 -- values are written into their blocks and the output is computed over the
 -- sequence's keys so far, gathered from its blocks into contiguous K/V for
@@ -133,6 +134,16 @@ function View:attend(layer, q, k, v, opts)
     end
     return zorch.attention(q, k, v, {causal = true, window = opts.window, segments = opts.segments})
   end
+  if self.kind == "chunk" then -- one sequence's next tokens over its keys so far (bottom-right causal)
+    local s, n = self.seqs[1], k:size(3)
+    write(c, K, s, s.len, k[1]:transpose(1, 2))
+    write(c, Vp, s, s.len, v[1]:transpose(1, 2))
+    local rows = {}
+    for p = 0, s.len + n - 1 do rows[p + 1] = slot(c, s, p) end
+    local idx = zorch.tensor(rows, {dtype = "int64"}):to(K:device())
+    local function gather(pool) return pool:index_select(1, idx):transpose(1, 2):unsqueeze(1) end -- (1, Hkv, L, D)
+    return zorch.attention(q, gather(K), gather(Vp), {causal = true, window = opts.window})
+  end
   local B = #self.seqs
   local ks, vs = k:select(3, 1), v:select(3, 1) -- (B, Hkv, D)
   for b, s in ipairs(self.seqs) do
@@ -147,7 +158,7 @@ end
 
 -- the forward is done: the sequences hold its tokens
 function View:commit()
-  for _, s in ipairs(self.seqs) do s.len = s.len + (self.kind == "prefill" and s.pending or 1) end
+  for _, s in ipairs(self.seqs) do s.len = s.len + (self.kind == "decode" and 1 or s.pending) end
 end
 
 zorch.generation.PagedKVCache = Cache

@@ -5,7 +5,11 @@
 -- decodes one token of every running sequence in one batched forward; a
 -- finished sequence leaves at once and gives its blocks back. A request that
 -- can never fit the pool is refused (finish_reason "refused"), never a crash.
---   Scheduler.new(model, {budget = bytes | blocks =, block_size = 16, tokenizer =, max_batch = 64})
+-- A prompt longer than prefill_chunk is prefilled in chunks through the cache.
+-- A model split by tensor_parallel runs the same steps on every rank of its
+-- group: the cache holds the rank's heads, the logits are gathered, and every
+-- rank takes the first rank's ids.
+--   Scheduler.new(model, {budget = bytes | blocks =, block_size = 16, tokenizer =, max_batch = 64, prefill_chunk = 512})
 --   s:add(prompt, opts)   a request: prompt a list of 0-based ids or a string (with the tokenizer)
 --   s:step()              one step; the requests that finished in it
 --   s:busy()              whether a request waits or runs
@@ -13,6 +17,7 @@ local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local sampler = zorch._require "zorch.generation.sampler"
 local Cache = zorch._require "zorch.generation.kvcache"
+local detok = zorch._require "zorch.generation.detok"
 local Scheduler = {}
 Scheduler.__index = Scheduler
 Scheduler.__name = "zorch.generation.Scheduler"
@@ -30,7 +35,14 @@ function Scheduler.new(model, o)
   local cache = o.cache or Cache.new{layers = spec.layers, kv_heads = spec.kv_heads, head_dim = spec.head_dim,
     block_size = o.block_size, budget = o.budget or (o.blocks == nil and 256 * 2 ^ 20 or nil), blocks = o.blocks,
     dtype = p and p:dtype() or "float32", device = p and p:device() or nil}
-  return setmetatable({model = model, cache = cache, spec = spec, tokenizer = o.tokenizer, max_batch = o.max_batch or 64,
+  local chunk = o.prefill_chunk or 512
+  if math.type(chunk) ~= "integer" or chunk < 1 then
+    error(fn .. ": prefill_chunk must be a positive integer (tokens a prefill forward), got " .. tostring(chunk), 2)
+  end
+  local group = rawget(model, "tensor_group") -- (a model split by heads: the cache holds this rank's)
+  if group and group:size() == 1 then group = nil end
+  return setmetatable({model = model, cache = cache, spec = spec, group = group, tokenizer = o.tokenizer, max_batch = o.max_batch or 64,
+                       prefill_chunk = chunk,
                        waiting = {}, running = {}, promised = 0, n = 0, steps = 0}, Scheduler)
 end
 
@@ -84,7 +96,15 @@ function Scheduler:add(prompt, opts)
   local r = {id = self.n, tokens = {}, logprobs = so.logprobs and {} or nil, top_logprobs = so.top_logprobs > 0 and {} or nil,
              done = false}
   local seq = {req = r, tokens = toks, n_prompt = #toks, max_new = max_new, o = so, stop_ids = stop_ids, stop = stop,
-               on_token = opts.on_token, generator = so.seed and zorch.Generator(so.seed) or nil}
+               on_token = opts.on_token, generator = so.seed and zorch.Generator(so.seed) or nil,
+               detok = self.tokenizer and detok.new(self.tokenizer) or nil, stop_len = 0}
+  if self.tokenizer then r.text = "" end
+  for i, st in ipairs(stop or {}) do
+    if type(st) ~= "string" or #st == 0 then
+      error(("%s: stop[%d] must be a non-empty string, got %s"):format(fn, i, tostring(st)), 2)
+    end
+    seq.stop_len = math.max(seq.stop_len, #st)
+  end
   local total = #toks + max_new
   seq.need = self.cache:blocks_for(total)
   if seq.need > self.cache.n_blocks or (self.spec.max_pos and total > self.spec.max_pos) then
@@ -108,29 +128,45 @@ local function finish(self, seq, reason)
   self.done[#self.done + 1] = seq.req
 end
 
+-- the next token of each seq from its row of logits (1-based rows, their
+-- logprobs and tops). Under tensor parallelism every rank samples the same
+-- gathered logits; the ids of the group's first rank are taken by all, so an
+-- unseeded draw (each rank's default generator) cannot set the ranks apart.
+local function choose(self, seqs, row)
+  local ids, lps, tops = {}, {}, {}
+  for b, s in ipairs(seqs) do ids[b], lps[b], tops[b] = sampler.next(row(b), s, s.o) end
+  if self.group then
+    local t = zorch.tensor(ids, {dtype = "float64"})
+    self.group:broadcast(t, 0)
+    for b, v in ipairs(t:totable()) do ids[b] = math.tointeger(v) end
+  end
+  return ids, lps, tops
+end
+
 -- a sampled token (1-based row) joins seq; whether seq is finished
-local function emit(self, seq, logits)
-  local id, lp, top = sampler.next(logits, seq, seq.o)
+local function emit(self, seq, id, lp, top)
   local r = seq.req
   seq.tokens[#seq.tokens + 1] = id
   r.tokens[#r.tokens + 1] = id - 1
   if r.logprobs then r.logprobs[#r.logprobs + 1] = lp end
   if r.top_logprobs then r.top_logprobs[#r.top_logprobs + 1] = top end
   local piece
-  if self.tokenizer then
-    local text = self.tokenizer:decode(r.tokens)
-    piece = text:sub(#(r.text or "") + 1)
-    r.text = text
+  if seq.detok then
+    piece = seq.detok:push(r.tokens)
+    r.text = r.text .. piece
   end
   if seq.on_token then seq.on_token(r, id - 1, piece) end
-  if seq.stop_ids[id] then return finish(self, seq, "stop") end
-  if seq.stop then
+  local function flush() if seq.detok then r.text = r.text .. seq.detok:flush(r.tokens) end end -- (a character held back)
+  if seq.stop_ids[id] then flush(); return finish(self, seq, "stop") end
+  -- a stop string ends in the new piece: look at the tail that can hold it only
+  if seq.stop and #piece > 0 then
+    local from = math.max(1, #r.text - #piece - seq.stop_len + 2)
     for _, s in ipairs(seq.stop) do
-      local at = r.text:find(s, 1, true)
+      local at = r.text:find(s, from, true)
       if at then r.text = r.text:sub(1, at - 1); return finish(self, seq, "stop") end
     end
   end
-  if #r.tokens >= seq.max_new then return finish(self, seq, "length") end
+  if #r.tokens >= seq.max_new then flush(); return finish(self, seq, "length") end
 end
 
 -- the logits of one forward of seqs through the cache
@@ -140,6 +176,39 @@ local function forward(self, seqs, kind, idx, pos, seg, at)
     return self.model(idx, {positions = pos, segments = seg, cache = view, logits_at = at})
   end)
   view:commit()
+  -- (a split model's logits are this rank's vocabulary range: every rank samples the whole row)
+  if self.group then logits = zorch.dist.gather_last(self.group, logits) end
+  return logits
+end
+
+local function row(t) return zorch.tensor(t, {dtype = "int64"}):view(1, #t) end
+
+-- the prompts of seqs packed in one forward (segments apart, positions from 0
+-- each): the logits of each one's last token
+local function prefill_packed(self, seqs)
+  local ids, pos, seg, last = {}, {}, {}, {}
+  for i, s in ipairs(seqs) do
+    s.pending = s.n_prompt
+    for p = 1, s.n_prompt do
+      ids[#ids + 1], pos[#pos + 1], seg[#seg + 1] = s.tokens[p], p - 1, i
+    end
+    last[i] = #ids
+  end
+  return forward(self, seqs, "prefill", row(ids), row(pos), row(seg), zorch.tensor(last, {dtype = "int64"}))
+end
+
+-- a long prompt in chunks of prefill_chunk tokens, each attending over the
+-- cached keys of the chunks before it: the logits of its last token
+local function prefill_chunks(self, s)
+  local C, logits = self.prefill_chunk, nil
+  for off = 0, s.n_prompt - 1, C do
+    local n = math.min(C, s.n_prompt - off)
+    local ids, pos, seg = {}, {}, {}
+    for p = 1, n do ids[p], pos[p], seg[p] = s.tokens[off + p], off + p - 1, 1 end
+    s.pending = n
+    logits = forward(self, {s}, off == 0 and "prefill" or "chunk", row(ids), row(pos), row(seg),
+      zorch.tensor({n}, {dtype = "int64"}))
+  end
   return logits
 end
 
@@ -154,24 +223,25 @@ local function prefill(self)
     admit[#admit + 1] = seq
   end
   if #admit == 0 then return end
-  local ids, pos, seg, last = {}, {}, {}, {}
-  for i, s in ipairs(admit) do
-    local ok = self.cache:reserve(s, s.n_prompt)
+  -- whole prompts packed up to prefill_chunk tokens a forward; a longer one alone, in chunks
+  local units, cur, n = {}, nil, 0
+  for _, sq in ipairs(admit) do
+    local ok = self.cache:reserve(sq, sq.n_prompt)
     assert(ok, "the pool promised these blocks")
-    self.promised = self.promised - #s.blocks
-    s.pending = s.n_prompt
-    for p = 1, s.n_prompt do
-      ids[#ids + 1], pos[#pos + 1], seg[#seg + 1] = s.tokens[p], p - 1, i
+    self.promised = self.promised - #sq.blocks
+    if sq.n_prompt > self.prefill_chunk then units[#units + 1] = {sq}; cur = nil
+    else
+      if not cur or n + sq.n_prompt > self.prefill_chunk then cur, n = {}, 0; units[#units + 1] = cur end
+      cur[#cur + 1], n = sq, n + sq.n_prompt
     end
-    last[i] = #ids
   end
-  local N = #ids
-  local function row(t) return zorch.tensor(t, {dtype = "int64"}):view(1, N) end
-  -- (the logits of each prompt's last token only)
-  local logits = forward(self, admit, "prefill", row(ids), row(pos), row(seg), zorch.tensor(last, {dtype = "int64"}))
-  for i, s in ipairs(admit) do
-    self.running[#self.running + 1] = s
-    emit(self, s, logits[i])
+  for _, u in ipairs(units) do
+    local logits = u[1].n_prompt > self.prefill_chunk and prefill_chunks(self, u[1]) or prefill_packed(self, u)
+    local ids, lps, tops = choose(self, u, function(i) return logits[i] end)
+    for i, sq in ipairs(u) do
+      self.running[#self.running + 1] = sq
+      emit(self, sq, ids[i], lps[i], tops[i])
+    end
   end
 end
 
@@ -186,7 +256,8 @@ local function decode(self, seqs)
   end
   local logits = forward(self, seqs, "decode", zorch.tensor(ids, {dtype = "int64"}):view(B, 1),
     zorch.tensor(pos, {dtype = "int64"}):view(B, 1))
-  for b, s in ipairs(seqs) do emit(self, s, logits[b][1]) end
+  local nx, lps, tops = choose(self, seqs, function(b) return logits[b][1] end)
+  for b, s in ipairs(seqs) do emit(self, s, nx[b], lps[b], tops[b]) end
 end
 
 local function drop_finished(self)

@@ -6,6 +6,7 @@
 --   gpt2.Block(cfg), gpt2.init_block(b, cfg)   one block and its initialisation
 --   gpt2.from_hf(tensors)          the state dict of Hugging Face tensors (Conv1D transposed)
 --   gpt2.from_pretrained(dir)      model, cfg from a folder (config.json, model.safetensors)
+--   gpt2.tensor_parallel(model, g) the model split over a tensor group (gpt2.tp_block: one block)
 --   model(idx, ctx)                logits (B, T, vocab); idx counted from 1
 -- ctx (optional): positions int64 (B, T) from 0 (default 0 .. T-1), segments
 -- int64 (B, T) (packed sequences), cache (a KV cache's view, docs/generation.md),
@@ -14,6 +15,7 @@
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local nn, hf = zorch._require "zorch.nn", zorch._require "zorch.io.hf"
+zorch._require "zorch.parallel.tensorparallel" -- (nn.ColumnParallelLinear, ...: gpt2.tensor_parallel)
 local gpt2 = {}
 
 local CausalSelfAttention = nn.Module:extend "CausalSelfAttention"
@@ -118,11 +120,46 @@ function GPT:forward(idx, ctx)
 end
 
 function GPT:cache_spec()
-  local c = rawget(self, "cfg")
-  return {layers = c.layers, kv_heads = c.heads, head_dim = c.dim // c.heads, vocab = c.vocab, max_pos = c.context}
+  local c, g = rawget(self, "cfg"), rawget(self, "tensor_group")
+  return {layers = c.layers, kv_heads = c.heads // (g and g:size() or 1), head_dim = c.dim // c.heads, vocab = c.vocab, max_pos = c.context}
 end
 
 function gpt2.new(cfg, opts) return GPT(cfg, opts) end
+
+-- Megatron's layers in place of the full ones, each rank keeping its slices of
+-- the weights the model was made with: per block, the fused q, k, v matmul
+-- column-parallel by head groups and the output projection row-parallel (one
+-- all-reduce), the MLP's c_fc column- and c_proj row-parallel (one more); the
+-- token embedding split by vocabulary, with the tied head reading its slice
+-- (the logits are this rank's vocabulary range).
+function gpt2.tp_block(b, g)
+  local heads = rawget(b.attn, "n_head")
+  if heads % g:size() ~= 0 then
+    error(("gpt2.tp_block: %d heads are not a multiple of the %d tensor-parallel ranks"):format(heads, g:size()), 2)
+  end
+  b.attn.c_attn = nn.ColumnParallelLinear.from(b.attn.c_attn, {group = g, blocks = 3})
+  b.attn.c_proj = nn.RowParallelLinear.from(b.attn.c_proj, {group = g})
+  rawset(b.attn, "n_head", heads // g:size())
+  b.mlp.c_fc = nn.ColumnParallelLinear.from(b.mlp.c_fc, {group = g})
+  b.mlp.c_proj = nn.RowParallelLinear.from(b.mlp.c_proj, {group = g})
+  return b
+end
+
+function gpt2.tensor_parallel(m, g)
+  local fn = "gpt2.tensor_parallel"
+  zorch.dist.check_model_split(fn, m, GPT, "gpt2 model (gpt2.new, from_pretrained)", g)
+  local c = rawget(m, "cfg")
+  if c.heads % g:size() ~= 0 or c.vocab % g:size() ~= 0 then
+    error(("%s: heads %d and vocab %d must be multiples of the %d tensor-parallel ranks"):format(fn, c.heads, c.vocab, g:size()), 2)
+  end
+  for _, b in ipairs(m.h) do gpt2.tp_block(b, g) end
+  m.wte = nn.VocabParallelEmbedding.from(m.wte, {group = g})
+  local head = nn.ColumnParallelLinear.from(m.lm_head, {group = g})
+  head.weight = m.wte.weight -- (tied: the same slice of rows)
+  m.lm_head = head
+  rawset(m, "tensor_group", g)
+  return m
+end
 
 -- Hugging Face's tensors as this model's state dict: the "transformer." prefix
 -- dropped, the attention's mask buffers left out, Conv1D's (in, out) weights

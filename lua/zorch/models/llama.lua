@@ -8,6 +8,7 @@
 --   llama.tensor_parallel(model, group)                    the model split over a tensor group
 --   model(idx, ctx)                                        logits (B, T, vocab; vocab / T when split)
 --   model:cache_spec()                                     {layers, kv_heads, head_dim, vocab, max_pos} for a KV cache
+--                                                          (split: this rank's kv_heads)
 -- idx holds token indices counted from 1 (Hugging Face's id t is row t + 1 of
 -- embed_tokens). ctx (optional) describes packed batches:
 --   ctx.positions  int64 (B, T), each token's position from 0 (the rotary angle);
@@ -159,8 +160,8 @@ end
 
 -- what a KV cache of this model holds per token and layer (zorch.generation)
 function CausalLM:cache_spec()
-  local c = rawget(self, "cfg")
-  return {layers = c.layers, kv_heads = c.kv_heads, head_dim = c.head_dim, vocab = c.vocab, max_pos = c.max_pos}
+  local c, g = rawget(self, "cfg"), rawget(self, "tensor_group")
+  return {layers = c.layers, kv_heads = c.kv_heads // (g and g:size() or 1), head_dim = c.head_dim, vocab = c.vocab, max_pos = c.max_pos}
 end
 
 function llama.new(cfg, opts)
@@ -205,10 +206,7 @@ end
 -- them). Call it before LoRA and Engine:prepare. Returns the model.
 function llama.tensor_parallel(model, group)
   local fn = "llama.tensor_parallel"
-  if getmetatable(model) ~= CausalLM then error(fn .. ": argument 1 must be a llama model (llama.new, from_pretrained)", 2) end
-  local mt = type(group) == "userdata" and getmetatable(group)
-  if not (mt and mt.__name == "zorch.Group") then error(fn .. ": argument 2 must be a zorch.Group (the tensor group)", 2) end
-  if rawget(model, "tensor_group") then error(fn .. ": the model is split already", 2) end
+  zorch.dist.check_model_split(fn, model, CausalLM, "llama model (llama.new, from_pretrained)", group)
   local c, T = rawget(model, "cfg"), group:size()
   for _, d in ipairs({{"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads},
                       {"intermediate_size", c.hidden}, {"vocab_size", c.vocab}}) do

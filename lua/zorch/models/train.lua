@@ -224,20 +224,28 @@ function train.export(model, engine, opt, x)
 end
 
 -- --sample tokens appended to ids (a list of indices from 1) by
--- zorch.models.generate, with --temperature and --top-k; x: {context = the
--- window, eos = an index that ends it}. Every rank holds the whole model
--- meanwhile (stage 3 gathers it). Returns ids and the seconds it took.
+-- zorch.generate (the paged cache and the sampler), with --temperature and
+-- --top-k; x: {context = the model's positions, eos = an index that ends it}.
+-- Every rank holds the whole model meanwhile (stage 3 gathers it), or its
+-- tensor-parallel slices (each rank caches its heads). Returns ids and the
+-- seconds it took.
 function train.sample(model, engine, ids, opt, x)
+  x = x or {}
+  local n = opt.sample
+  if x.context and #ids + n > x.context then
+    error(("--sample %d after a prompt of %d tokens exceeds the model's %d positions"):format(n, #ids, x.context), 2)
+  end
+  local prompt = {}
+  for i, id in ipairs(ids) do prompt[i] = id - 1 end
   model:eval()
   engine:gather()
   local t0 = zorch.clock()
-  zorch.no_grad(function()
-    zorch.models.generate(model, ids, opt.sample, {context = x and x.context, eos = x and x.eos,
-      temperature = opt.temperature, top_k = opt["top-k"], device = engine.device})
-  end)
+  local r = zorch.generate(model, prompt, {max_new_tokens = n, eos_token_id = x.eos and x.eos - 1 or nil,
+    do_sample = opt.temperature > 0, temperature = opt.temperature, top_k = opt["top-k"]})[1]
   local dt = zorch.clock() - t0
   engine:release()
   model:train()
+  for _, t in ipairs(r.tokens) do ids[#ids + 1] = t + 1 end
   return ids, dt
 end
 

@@ -30,6 +30,15 @@ local function is_group(v)
   return mt and mt.__name == "zorch.Group" or false
 end
 
+-- The checks of a model family's tensor_parallel(model, group) (fn): model is
+-- a `class` (what: its name in the message), group a Group, the model not
+-- split yet. Errors name the caller's call.
+function dist.check_model_split(fn, model, class, what, group)
+  if getmetatable(model) ~= class then error(("%s: argument 1 must be a %s"):format(fn, what), 3) end
+  if not is_group(group) then error(fn .. ": argument 2 must be a zorch.Group (the tensor group)", 3) end
+  if rawget(model, "tensor_group") then error(fn .. ": the model is split already", 3) end
+end
+
 -- {dim, blocks} of a tp_split entry (a dim or {dim = d, blocks = b}), or nil and why.
 function dist.split_spec(s)
   if math.type(s) == "integer" and s >= 1 then return {dim = s, blocks = 1} end

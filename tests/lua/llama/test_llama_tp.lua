@@ -119,6 +119,16 @@ for _, name in ipairs({"llama_gqa", "mistral", "qwen2"}) do
   local r = worst_file(l2, l1)
   tap.ok(r <= TOL, ("%s: logits at tensor 2 equal one process's (relative %.2g)"):format(name, r))
   if r > TOL then show(o1 .. o2) end
+  -- --sample through zorch.generate on the split model (each rank caching its heads)
+  local sflags = "--batch-size 2 --context 12 --val-fraction 0 --steps 0 --data " .. here ..
+    "tokens.bin --sample 10 --temperature 0 --prompt '5 9 3'"
+  local s1 = run(("%s %s --init %s %s 2>/dev/null"):format(bin, script, init, sflags)) -- (stdout: the sample alone)
+  local s2 = run(("%s launch -n 2 %s --init %s --tensor-parallel 2 %s 2>/dev/null"):format(bin, script, init, sflags))
+  local g1 = s1:match("%-%-%-%- sample %-%-%-%-\n(.-)\n%-%-%-%- end")
+  local g2 = s2:match("%-%-%-%- sample %-%-%-%-\n(.-)\n%-%-%-%- end")
+  tap.ok(g1 and g1 == g2 and select(2, g1:gsub("%d+", "")) == 13,
+    ("%s: --sample 10 at tensor 2 prints one process's greedy tokens (%s)"):format(name, tostring(g2)))
+  if not (g1 and g1 == g2) then show(s1 .. s2) end
 
   local h1, h2 = tmp .. "/" .. name .. "_hf1", tmp .. "/" .. name .. "_hf2"
   local t1 = run(("%s %s --init %s %s --save-hf %s"):format(bin, script, init, TRAIN, h1))
