@@ -12,6 +12,11 @@ function tap.ok(cond, desc)
   return cond
 end
 
+-- A diagnostic line (TAP's "# ..."), one per line of msg.
+function tap.diag(msg)
+  for line in (tostring(msg) .. "\n"):gmatch("([^\n]*)\n") do print("# " .. line) end
+end
+
 -- fn(...) must raise an error whose message contains every pattern (plain text).
 function tap.raises(desc, fn, ...)
   local pats = {...}
