@@ -148,3 +148,21 @@ function zorch.deepcopy(...)
   if not ok then error(r, 2) end
   return r
 end
+
+-- zorch.argsort(x, {dim = -1, descending = false, stable = false}): sort's
+-- 1-based indices alone. sort is always stable, so `stable` only is checked.
+local argsort_keys = {dim = "number", descending = "boolean", stable = "boolean"}
+function zorch.argsort(x, opts)
+  check_self("argsort", x)
+  opts = opts or {}
+  if type(opts) ~= "table" then error(("argsort: argument 2 (options) must be a table, got %s"):format(type(opts)), 2) end
+  for k, v in pairs(opts) do
+    local want = argsort_keys[k]
+    if not want then error(("argsort: unknown option '%s' (allowed: dim, descending, stable)"):format(tostring(k)), 2) end
+    if type(v) ~= want then error(("argsort: option %s must be a %s, got %s"):format(k, want, type(v)), 2) end
+  end
+  local ok, _, idx = pcall(zorch.sort, x, opts.dim or -1, opts.descending or false)
+  if not ok then error(_, 2) end
+  return idx
+end
+if M.argsort == nil then M.argsort = zorch.argsort end

@@ -124,7 +124,50 @@ local function finish(self, ok, ...)
   error(annotate(self, e), 0)
 end
 
-Module.__call = function(self, ...) return finish(self, xpcall(self.forward, on_error, self, ...)) end
+-- Forward hooks (PyTorch's): pre-hooks fn(module, args) run before forward,
+-- args the call's arguments as a packed table; values they return replace the
+-- arguments. Hooks fn(module, args, output) run after; a value returned
+-- replaces the output. Each list is kept in registration order on the
+-- instance; a handle's remove() takes its hook out.
+local function add_hook(self, field, name, fn)
+  local mt = getmetatable(fn)
+  if type(fn) ~= "function" and not (mt and mt.__call) then
+    error(("%s: argument 1 (hook) must be a function, got %s"):format(name, type(fn)), 3)
+  end
+  local list = rawget(self, field)
+  if not list then list = {}; rawset(self, field, list) end
+  local entry = {fn = fn}
+  list[#list + 1] = entry
+  return {remove = function()
+    for i, e in ipairs(list) do if e == entry then table.remove(list, i); return end end
+  end}
+end
+function Module:register_forward_pre_hook(fn)
+  return add_hook(self, "_forward_pre_hooks", "register_forward_pre_hook", fn)
+end
+function Module:register_forward_hook(fn)
+  return add_hook(self, "_forward_hooks", "register_forward_hook", fn)
+end
+
+local function run_forward(self, ...) return finish(self, xpcall(self.forward, on_error, self, ...)) end
+local function hooked(self, pre, post, ...)
+  local args = table.pack(...)
+  for _, e in ipairs({table.unpack(pre or {})}) do
+    local r = table.pack(e.fn(self, args))
+    if r.n > 0 and r[1] ~= nil then args = r end
+  end
+  local out = table.pack(run_forward(self, table.unpack(args, 1, args.n)))
+  for _, e in ipairs({table.unpack(post or {})}) do
+    local r = table.pack(e.fn(self, args, table.unpack(out, 1, out.n)))
+    if r.n > 0 and r[1] ~= nil then out = r end
+  end
+  return table.unpack(out, 1, out.n)
+end
+Module.__call = function(self, ...)
+  local pre, post = rawget(self, "_forward_pre_hooks"), rawget(self, "_forward_hooks")
+  if (pre and #pre > 0) or (post and #post > 0) then return hooked(self, pre, post, ...) end
+  return run_forward(self, ...)
+end
 
 -- nn.Parameter(t, false): parameters made without requires_grad (weak keys).
 local FROZEN_PARAM = setmetatable({}, {__mode = "k"})
