@@ -1,0 +1,38 @@
+-- What a PyTorch user writes first: positional bias, Lua's false, misspelt
+-- options and flags, and the messages that say what was meant.
+package.path = "lua/?.lua;" .. package.path
+local tap = require "tap"
+local zorch = require "zorch"
+local nn = zorch.nn
+local ok, raises = tap.ok, tap.raises
+
+ok(nn.Linear(2, 3, false).bias == nil, "nn.Linear(2, 3, false): PyTorch's positional bias=False, no bias")
+ok(nn.Linear(2, 3, true).bias ~= nil and nn.Linear(2, 3, true).bias.shape[1] == 3, "nn.Linear(2, 3, true) has a bias of 3")
+ok(nn.Linear(2, 3, {bias = false}).bias == nil, "{bias = false} leaves the bias out")
+raises("a non-boolean bias names Lua's booleans", function() nn.Linear(2, 3, {bias = 0}) end,
+       "nn.Linear: bias must be true or false (Lua's lowercase booleans), got 0")
+raises("a third argument that is neither", function() nn.Linear(2, 3, "no") end,
+       "nn.Linear: the third argument must be the bias (a boolean) or an options table, got string")
+raises("a misspelt option: did you mean", function() nn.Linear(2, 3, {bais = false}) end,
+       "nn.Linear: unknown option 'bais'; did you mean 'bias'?")
+raises("a misspelt Engine option: did you mean", function() zorch.Engine{zero_stag = 2} end,
+       "Engine: unknown option 'zero_stag'; did you mean 'zero_stage'?")
+local _, e = pcall(zorch.Engine, {completely_other = 1})
+ok(tostring(e):find("unknown option 'completely_other' (allowed:", 1, true) ~= nil,
+   "a name near none: no guess, the allowed names (" .. tostring(e):sub(1, 60) .. ")")
+
+local spec = {["stop-at"] = {0, "step to stop at"}, max_len = {8, "longest"}, quiet = {false, "no output"}}
+ok(zorch.flags({"--stop_at", "5"}, spec)["stop-at"] == 5, "--stop_at sets the flag spelt stop-at")
+ok(zorch.flags({"--stop-at", "6"}, spec)["stop-at"] == 6, "--stop-at sets it too")
+ok(zorch.flags({"--max-len", "3"}, spec).max_len == 3, "--max-len sets the flag spelt max_len")
+ok(zorch.flags({"--no_quiet"}, spec).quiet == false, "--no_quiet negates a boolean")
+local okp, err = pcall(zorch.flags, {"--stop-al", "1"}, spec)
+ok(not okp and tostring(err):find("unknown flag '--stop-al'; did you mean '--stop-at'?", 1, true) ~= nil,
+   "a misspelt flag: did you mean (" .. tostring(err):match("[^\n]*") .. ")")
+
+local p = io.popen((os.getenv("ZORCH_BIN") or "../build/zorch") .. " ../models/simple_net.lua --help 2>/dev/null; echo rc=$?")
+local out = p:read("a")
+p:close()
+ok(out:find("usage: ", 1, true) ~= nil and out:find("--epochs", 1, true) ~= nil and out:find("\nrc=0\n", 1, true) ~= nil,
+   "--help prints the usage to stdout and exits 0")
+tap.done()
