@@ -30,6 +30,28 @@ local okp, err = pcall(zorch.flags, {"--stop-al", "1"}, spec)
 ok(not okp and tostring(err):find("unknown flag '--stop-al'; did you mean '--stop-at'?", 1, true) ~= nil,
    "a misspelt flag: did you mean (" .. tostring(err):match("[^\n]*") .. ")")
 
+-- the loader called by a for loop, as PyTorch's `for x, y in loader`
+local data = zorch.data
+local X, Y = zorch.arange(10):reshape({10, 1}):float(), zorch.arange(10):float()
+local loader = data.DataLoader(data.TensorDataset(X, Y), {batch_size = 4})
+local seen, firsts = 0, {}
+for x, y in loader do
+  seen = seen + x:size(1)
+  firsts[#firsts + 1] = y[1]:item()
+end
+ok(seen == 10 and #firsts == 3 and firsts[3] == 8, "for x, y in loader do: every sample once, in 3 batches (" .. seen .. ")")
+for _ in loader do break end -- an abandoned epoch
+local again = 0
+for x in loader do again = again + x:size(1) end
+ok(again == 10, "a loop after a break starts a whole epoch (" .. again .. " samples)")
+
+local path = os.tmpname()
+raises("zorch.save of a module says to save its state dict", function() zorch.save(nn.Linear(2, 2), path) end,
+       "save: got a module (nn.Linear), not its weights; save model:state_dict() instead")
+zorch.save(nn.Linear(2, 2, false):state_dict(), path)
+ok(zorch.load(path).weight ~= nil and zorch.load(path).bias == nil, "its state dict saves: weight, no bias")
+os.remove(path)
+
 local p = io.popen((os.getenv("ZORCH_BIN") or "../build/zorch") .. " ../models/simple_net.lua --help 2>/dev/null; echo rc=$?")
 local out = p:read("a")
 p:close()
