@@ -381,6 +381,9 @@ if opt.resume ~= "" then
 end
 local ordered = opt["no-shuffle"]
 local tok_per_step = B * T * opt.accum * world
+-- on a terminal a bar under the step lines; in a log a line every 30 s of a long run
+local bar <close> = zorch.progress(math.max(opt.steps - step, 0), {unit = "step", every_s = 30})
+local function say(line) if bar.tty then bar:print(line) else engine:print(line) end end
 while step < opt.steps do
   local t0 = zorch.clock()
   if not engine.lr_scheduler then adam.lr = lr_at(step) end -- (a config's scheduler steps it)
@@ -403,16 +406,18 @@ while step < opt.steps do
   local dt = zorch.clock() - t0
   if step % opt["print-every"] == 0 or step == opt.steps then
     local bubble = pipe and (" | " .. nn.Pipeline.report_line(pipe:report())) or ""
-    engine:print(("step %d/%d | loss %.6f | lr %.4e | norm %.4f | %.1f ms | tok/s %.0f%s"):format(step, opt.steps,
+    say(("step %d/%d | loss %.6f | lr %.4e | norm %.4f | %.1f ms | tok/s %.0f%s"):format(step, opt.steps,
       loss, adam.lr, engine:clip_grad_norm() or 0, dt * 1000, tok_per_step / dt, bubble))
   end
   if opt["val-every"] > 0 and step % opt["val-every"] == 0 and step < opt.steps then
-    engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate()))
+    say(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate()))
   end
+  bar:update(1, {loss = loss})
   if opt["checkpoint-dir"] ~= "" and opt["checkpoint-every"] > 0 and step % opt["checkpoint-every"] == 0 then
     engine:save_checkpoint(opt["checkpoint-dir"])
   end
 end
+bar:close()
 if opt.steps > 0 and split.val then engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate())) end
 if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]) end
 if layout then -- bytes per group over the run (rank 0's: its tensor group and its data group)

@@ -52,6 +52,36 @@ zorch.save(nn.Linear(2, 2, false):state_dict(), path)
 ok(zorch.load(path).weight ~= nil and zorch.load(path).bias == nil, "its state dict saves: weight, no bias")
 os.remove(path)
 
+-- a log (not a terminal) with every_s: nothing for a short run, a line once the seconds pass
+local lines = {}
+local sink = {write = function(_, s) lines[#lines + 1] = s end}
+local bar = zorch.progress(50, {every_s = 0.05, tty = false, out = sink, label = "epoch 1", rank = 0})
+for _ = 1, 5 do bar:update(1, {loss = 0.25}) end
+ok(#lines == 0, "every_s: no line before the seconds pass (" .. #lines .. ")")
+local t = zorch.clock()
+while zorch.clock() - t < 0.06 do end
+bar:update(1)
+ok(#lines == 1 and lines[1]:find("^epoch 1 6/50") and lines[1]:find("ETA", 1, true) and lines[1]:find("loss 0.250000", 1, true),
+   "then one plain line with the count, rate, ETA and loss: " .. (lines[1] or ""):gsub("\n", ""))
+bar:update(1)
+bar:close()
+ok(#lines == 2 and lines[2]:find("7/50", 1, true), "close ends a log that had lines with the last state")
+lines = {}
+bar = zorch.progress(50, {every_s = 60, tty = false, out = sink, rank = 0})
+for _ = 1, 50 do bar:update() end
+bar:close()
+ok(#lines == 0, "a run shorter than every_s prints nothing (" .. #lines .. " lines)")
+
+do -- the reference job in a log: its epoch lines, and no progress line in a run of under 30 s
+  local p = io.popen((os.getenv("ZORCH_BIN") or "../build/zorch") .. " ../models/simple_net.lua --epochs 3 --save '' 2>&1")
+  local out = p:read("a")
+  p:close()
+  local losses = {}
+  for l in out:gmatch("Epoch %d+ loss: (%d+%.%d+)") do losses[#losses + 1] = l end
+  ok(#losses == 3 and not out:find("step/s", 1, true), "simple_net --epochs 3 in a log: 3 epoch lines, no progress line ("
+     .. table.concat(losses, " ") .. ")")
+end
+
 local p = io.popen((os.getenv("ZORCH_BIN") or "../build/zorch") .. " ../models/simple_net.lua --help 2>/dev/null; echo rc=$?")
 local out = p:read("a")
 p:close()
