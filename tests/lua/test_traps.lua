@@ -73,7 +73,34 @@ bar:close()
 ok(#lines == 0, "a run shorter than every_s prints nothing (" .. #lines .. " lines)")
 
 do -- the reference job in a log: its epoch lines, and no progress line in a run of under 30 s
-  local p = io.popen((os.getenv("ZORCH_BIN") or "../build/zorch") .. " ../models/simple_net.lua --epochs 3 --save '' 2>&1")
+  -- indices of any integer dtype, and probability targets, as torch takes them
+zorch.manual_seed(3)
+local logits = zorch.randn(4, 5)
+local idx = zorch.tensor({1, 5, 3, 2}, {dtype = "int64"})
+local ref = zorch.cross_entropy(logits, idx):item()
+for _, dt in ipairs({"int32", "uint8"}) do
+  ok(zorch.cross_entropy(logits, idx:to(dt)):item() == ref, "cross_entropy takes " .. dt .. " class indices")
+  local e = nn.Embedding(6, 3)
+  ok(zorch.equal(e(idx:to(dt)), e(idx)), "nn.Embedding takes " .. dt .. " indices")
+end
+local onehot = zorch.zeros(4, 5)
+for i = 1, 4 do onehot[i][idx[i]:item()] = 1 end
+for _, red in ipairs({"mean", "sum", "none"}) do
+  for _, eps in ipairs({0, 0.1}) do
+    local a = zorch.cross_entropy(logits, onehot, {reduction = red, label_smoothing = eps})
+    local b = zorch.cross_entropy(logits, idx, {reduction = red, label_smoothing = eps})
+    ok(zorch.allclose(a, b, 1e-6, 1e-6), ("one-hot probability targets give the index targets' loss (%s, smoothing %g)"):format(red, eps))
+  end
+end
+local lg = zorch.randn(4, 5):requires_grad_()
+local soft = zorch.softmax(zorch.randn(4, 5), 2)
+nn.CrossEntropyLoss()(lg, soft):backward()
+ok(lg.grad and zorch.allclose(lg.grad, (zorch.softmax(lg:detach(), 2) - soft) / 4, 1e-5, 1e-6),
+   "soft targets: the gradient is (softmax - p) / N")
+raises("probability targets of another shape", function() zorch.cross_entropy(logits, zorch.zeros(4, 4)) end,
+       "cross_entropy: probability targets must have the logits' shape (4, 5), got (4, 4)")
+
+local p = io.popen((os.getenv("ZORCH_BIN") or "../build/zorch") .. " ../models/simple_net.lua --epochs 3 --save '' 2>&1")
   local out = p:read("a")
   p:close()
   local losses = {}
