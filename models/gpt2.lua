@@ -95,6 +95,13 @@ if opt.init ~= "" then
   end
   cfg.vocab, cfg.dim = hf_init["wte.weight"]:size(1), hf_init["wte.weight"]:size(2)
   cfg.context = hf_init["wpe.weight"]:size(1)
+  if opt.context then -- a shorter context: the first position embeddings, as a cropped GPT-2
+    if opt.context > cfg.context then
+      usage("--context %d: %s has position embeddings for %d tokens only", opt.context, opt.init, cfg.context)
+    end
+    hf_init["wpe.weight"] = hf_init["wpe.weight"]:narrow(1, 1, opt.context):contiguous()
+    cfg.context = opt.context
+  end
   local n = 0
   while hf_init[("h.%d.ln_1.weight"):format(n)] do n = n + 1 end
   cfg.layers = n

@@ -100,6 +100,24 @@ ok(lg.grad and zorch.allclose(lg.grad, (zorch.softmax(lg:detach(), 2) - soft) / 
 raises("probability targets of another shape", function() zorch.cross_entropy(logits, zorch.zeros(4, 4)) end,
        "cross_entropy: probability targets must have the logits' shape (4, 5), got (4, 4)")
 
+do -- gpt2.lua --init F --context T: the first T position embeddings, or a clear refusal
+  local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
+  local dir = tap.tmpdir()
+  local function run(args)
+    local p = io.popen(("OMP_NUM_THREADS=1 %s ../models/gpt2.lua %s 2>&1; echo rc=$?"):format(bin, args))
+    local out = p:read("a")
+    p:close()
+    return out
+  end
+  run("--steps 0 --save-hf " .. dir)
+  local out = run(("--init %s/model.safetensors --context 16 --steps 1 --batch-size 2"):format(dir))
+  ok(out:find("context 16,", 1, true) and out:find("step 1/1 | loss", 1, true) and out:find("rc=0", 1, true),
+     "--init with --context 16 trains at context 16 (" .. (out:match("gpt2: [^\n]*context %d+") or out:sub(1, 200)) .. ")")
+  out = run(("--init %s/model.safetensors --context 100 --steps 1"):format(dir))
+  ok(out:find("--context 100: " .. dir .. "/model.safetensors has position embeddings for 64 tokens only", 1, true)
+     and out:find("rc=2", 1, true), "a --context longer than the file's positions is a usage error")
+end
+
 local p = io.popen((os.getenv("ZORCH_BIN") or "../build/zorch") .. " ../models/simple_net.lua --epochs 3 --save '' 2>&1")
   local out = p:read("a")
   p:close()
