@@ -6,12 +6,8 @@ local tap = require "tap"
 local bin = os.getenv("ZORCH_BIN") or "../build/zorch"
 if not bin:match("^/") then bin = "tests/" .. bin end -- run from the root, as the docs' commands are
 
-local function read(path)
-  local f = assert(io.open(path))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+require "zorch"
+local read = require("zorch.util").read_file
 
 local default_build = read("../Makefile"):match("\nBUILD%s*%??:?=%s*(%S+)")
 tap.ok(default_build == "build", "make builds into build/ by default (" .. tostring(default_build) .. ")")
