@@ -125,6 +125,16 @@ static void tree_walk(lua_State *L, tree_items *ti, int idx, const char *path, i
    beside them. */
 static int l_save(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  /* a module (torch.save(model) habit): its fields are not its weights' names */
+  if (lua_getmetatable(L, 1)) {
+    lua_pop(L, 1);
+    if (lua_getfield(L, 1, "state_dict") == LUA_TFUNCTION) {
+      const char *name = luaL_typename(L, 1);
+      if (luaL_getmetafield(L, 1, "__name") == LUA_TSTRING) name = lua_tostring(L, -1);
+      return luaL_error(L, "save: got a module (%s), not its weights; save model:state_dict() instead", name);
+    }
+    lua_pop(L, 1);
+  }
   const char *path = lz_checkpath(L, 2);
   lz_check_path(L, path, "write");
   lua_settop(L, 2);

@@ -153,6 +153,9 @@ for epoch = 1, opt.epochs do
   end
   model:train()
   local total, n, epoch_t0 = 0, 0, zorch.clock()
+  -- a bar on a terminal; in a log a line every 30 s of a long epoch
+  local bar <close> = zorch.progress(#loader, {label = ("epoch %d"):format(epoch), unit = "step", every_s = 30,
+                                                rank = opt.quiet and 1 or nil})
   for x, y in loader:iter() do
     local loss = criterion(model(x), y)
     optimizer:zero_grad()
@@ -163,7 +166,9 @@ for epoch = 1, opt.epochs do
     if steps <= opt["print-steps"] then engine:print(("step %d loss %.8f"):format(steps, l)) end
     if logger then logger:log(steps, {loss = l}) end
     total, n = total + l, n + 1
+    bar:update(1, {loss = l})
   end
+  bar:close()
   local train_loss = engine:mean(total / math.max(n, 1))
   accuracy, confusion = evaluate()
   say(("Epoch %d train loss: %.4f  test accuracy: %.2f%%  (%.1fs)"):format(epoch, train_loss, 100 * accuracy,

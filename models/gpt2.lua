@@ -95,6 +95,13 @@ if opt.init ~= "" then
   end
   cfg.vocab, cfg.dim = hf_init["wte.weight"]:size(1), hf_init["wte.weight"]:size(2)
   cfg.context = hf_init["wpe.weight"]:size(1)
+  if opt.context then -- a shorter context: the first position embeddings, as a cropped GPT-2
+    if opt.context > cfg.context then
+      usage("--context %d: %s has position embeddings for %d tokens only", opt.context, opt.init, cfg.context)
+    end
+    hf_init["wpe.weight"] = hf_init["wpe.weight"]:narrow(1, 1, opt.context):contiguous()
+    cfg.context = opt.context
+  end
   local n = 0
   while hf_init[("h.%d.ln_1.weight"):format(n)] do n = n + 1 end
   cfg.layers = n
@@ -363,6 +370,9 @@ if opt.resume ~= "" then
 end
 local ordered = opt["no-shuffle"]
 local tok_per_step = B * T * opt.accum * world
+-- on a terminal a bar under the step lines; in a log a line every 30 s of a long run
+local bar <close> = zorch.progress(math.max(opt.steps - step, 0), {unit = "step", every_s = 30})
+local function say(line) if bar.tty then bar:print(line) else engine:print(line) end end
 while step < opt.steps do
   local t0 = zorch.clock()
   if not engine.lr_scheduler then adam.lr = lr_at(step) end -- (a config's scheduler steps it)
@@ -385,16 +395,18 @@ while step < opt.steps do
   local dt = zorch.clock() - t0
   if step % opt["print-every"] == 0 or step == opt.steps then
     local bubble = pipe and (" | " .. nn.Pipeline.report_line(pipe:report())) or ""
-    engine:print(("step %d/%d | loss %.6f | lr %.4e | norm %.4f | %.1f ms | tok/s %.0f%s"):format(step, opt.steps,
+    say(("step %d/%d | loss %.6f | lr %.4e | norm %.4f | %.1f ms | tok/s %.0f%s"):format(step, opt.steps,
       loss, adam.lr, engine:clip_grad_norm() or 0, dt * 1000, tok_per_step / dt, bubble))
   end
   if opt["val-every"] > 0 and step % opt["val-every"] == 0 and step < opt.steps then
-    engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate()))
+    say(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate()))
   end
+  bar:update(1, {loss = loss})
   if opt["checkpoint-dir"] ~= "" and opt["checkpoint-every"] > 0 and step % opt["checkpoint-every"] == 0 then
     engine:save_checkpoint(opt["checkpoint-dir"])
   end
 end
+bar:close()
 if opt.steps > 0 and split.val then engine:print(("step %d/%d | val loss %.6f"):format(step, opt.steps, validate())) end
 if opt["checkpoint-dir"] ~= "" then engine:save_checkpoint(opt["checkpoint-dir"]) end
 if layout then -- bytes per group over the run (rank 0's: its tensor group and its data group)

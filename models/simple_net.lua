@@ -159,19 +159,20 @@ if opt.resume ~= "" then
     opt.resume, m.step, m.world_size, m.zero_stage))
 end
 local ckdir, every = opt["checkpoint-dir"], opt["checkpoint-every"]
--- metrics (rank 0 writes them) and, on a terminal, a progress bar over the run's steps
+-- metrics (rank 0 writes them) and a progress display over the run's steps
 local logger = (opt.log ~= "" or opt.csv ~= "" or opt.tensorboard ~= "") and zorch.Logger{
   jsonl = opt.log ~= "" and opt.log or nil, csv = opt.csv ~= "" and opt.csv or nil,
   tensorboard = opt.tensorboard ~= "" and opt.tensorboard or nil,
   resume = opt.resume ~= "" and steps or nil} or nil -- (a resumed run appends)
+-- (on a terminal a bar; in a log a line every 30 s of a long run)
 local bar
-if not opt.quiet and zorch.isatty(io.stderr) and os.getenv("TERM") ~= "dumb" then
+if not opt.quiet then
   local total = (opt.epochs - first_epoch + 1) * (#loader // accum)
   if opt.steps > 0 then total = math.min(total, math.max(opt.steps - steps, 0)) end
-  bar = zorch.progress(total, {unit = "step"})
+  bar = zorch.progress(total, {unit = "step", every_s = 30})
 end
 local function say(line)
-  if bar then bar:print(line) else engine:print(line) end
+  if bar and bar.tty then bar:print(line) else engine:print(line) end
 end
 local loss, mean
 for epoch = first_epoch, opt.epochs do

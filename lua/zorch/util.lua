@@ -10,6 +10,30 @@ local util = {}
 -- Checks an options table for `fn`: nil gives {}; a key not in `allowed` (a
 -- list of names, or a set) is an error naming fn and the allowed names,
 -- raised at `level` as error() counts it from here.
+-- util.closest(name, names): the name of `names` (a list) nearest to `name`
+-- by edit distance (a swap of two letters one edit), when it is within a third of its length (a typo), else nil.
+function util.closest(name, names)
+  name = tostring(name)
+  local best, best_d
+  for _, n in ipairs(names) do
+    local prev, before = {}, nil -- rows i-1 and i-2 (a swap of two letters counts as one edit)
+    for j = 0, #n do prev[j] = j end
+    for i = 1, #name do
+      local cur = {[0] = i}
+      for j = 1, #n do
+        local cost = name:sub(i, i) == n:sub(j, j) and 0 or 1
+        cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+        if before and j > 1 and name:sub(i, i) == n:sub(j - 1, j - 1) and name:sub(i - 1, i - 1) == n:sub(j, j) then
+          cur[j] = math.min(cur[j], before[j - 2] + 1)
+        end
+      end
+      prev, before = cur, prev
+    end
+    if not best_d or prev[#n] < best_d then best, best_d = n, prev[#n] end
+  end
+  if best and best_d <= math.max(1, #name // 3) then return best end
+end
+
 function util.check_options(fn, opts, allowed, level)
   if opts == nil then return {} end
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(fn, type(opts)), level) end
@@ -20,7 +44,9 @@ function util.check_options(fn, opts, allowed, level)
       local names = {}
       for n in pairs(set) do names[#names + 1] = n end
       table.sort(names)
-      error(("%s: unknown option '%s' (allowed: %s)"):format(fn, tostring(k), table.concat(names, ", ")), level)
+      local near = util.closest(k, names)
+      error(("%s: unknown option '%s'%s (allowed: %s)"):format(fn, tostring(k),
+        near and ("; did you mean '" .. near .. "'?") or "", table.concat(names, ", ")), level)
     end
   end
   return opts

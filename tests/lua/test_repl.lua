@@ -202,6 +202,7 @@ local I = {
   callfree = "Ctrl-C interrupts a loop without calls inside a coroutine",
   twice = "a second Ctrl-C during a long matmul only interrupts it; the REPL and its globals live on",
   many = "five Ctrl-C in a row during matmuls in a pcall loop: interrupted, the REPL lives on",
+  burst = "ten Ctrl-C at once during a long matmul loop: the next line is answered, the globals live on",
 }
 s.line("co = coroutine.wrap(function() print('spin' .. 'ning'); while true do end end); co()")
 s.expect("\nspinning\n", I.callfree)
@@ -231,8 +232,15 @@ end
 s.expect("interrupted", I.many)
 s.line("print(zorch.matmul(zorch.ones(2, 2), zorch.ones(2, 2))[1][1]:item() + 1)")
 s.expect("\n3.0\n", I.many)
+s.line("print('bur' .. 'st'); for i = 1, 1000 do y = zorch.matmul(x, x) end")
+s.expect("\nburst\n", I.burst)
+s.sleep(0.2)
+for _ = 1, 10 do s.interrupt() end -- no pause between the presses
+s.expect("interrupted", I.burst)
+s.line("print(keep .. x:size(1))")
+s.expect("\nkept3000\n", I.burst)
 res = s.run()
-for _, k in ipairs {"twice", "many"} do check(res, I[k]) end
+for _, k in ipairs {"twice", "many", "burst"} do check(res, I[k]) end
 tap.ok(res.exit == 0, "and it exits 0 at Ctrl-D after them (exit " .. tostring(res.exit) .. ")")
 
 -- the history file, written as the REPL went

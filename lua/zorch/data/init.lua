@@ -311,6 +311,15 @@ function DataLoader:iter()
   end
 end
 
+-- `for x, y in loader do` as `for x, y in loader:iter() do`: the for loop calls
+-- the loader with a nil control value first (a new epoch), then with the last batch.
+DataLoader.__call = function(self, _, control)
+  if control == nil then rawset(self, "_loop", self:iter()) end
+  local loop = rawget(self, "_loop")
+  if not loop then return nil end
+  return loop()
+end
+
 -- The loader's augmentation, then normalisation, of a batch's first tensor (the images).
 function DataLoader:transform(x, ...)
   if zorch.is_tensor(x) then

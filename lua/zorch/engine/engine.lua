@@ -55,13 +55,6 @@ Engine.__tostring = function(e)
     e.world_size, e.device, e.params and (", prepared: %d parameters"):format(#e.params) or "")
 end
 
-local function allowed_keys()
-  local ks = {}
-  for k in pairs(DEFAULTS) do ks[#ks + 1] = k end
-  table.sort(ks)
-  return table.concat(ks, ", ")
-end
-
 -- zorch.Engine(cfg [, overrides]): cfg a table or a DeepSpeed JSON file;
 -- overrides (a table) win over it (e.g. {device = "cuda"} with a JSON file).
 function zorch.Engine(cfg, overrides)
@@ -82,12 +75,8 @@ function zorch.Engine(cfg, overrides)
   end
   local c = {}
   for k, v in pairs(DEFAULTS) do c[k] = v end
-  for k, v in pairs(cfg) do
-    if DEFAULTS[k] == nil then
-      error(("Engine: unknown option '%s' (allowed: %s)"):format(tostring(k), allowed_keys()), 2)
-    end
-    c[k] = v
-  end
+  zorch._check_options("Engine", cfg, DEFAULTS, 3) -- (an unknown key: "did you mean" the nearest)
+  for k, v in pairs(cfg) do c[k] = v end
   for _, r in ipairs(OPTIONS.rows) do
     if r.name and not OPTIONS.valid(r, c[r.name]) then
       error(("Engine: %s must be %s, got %s"):format(r.name, OPTIONS.want(r), zorch._readable(c[r.name])), 2)

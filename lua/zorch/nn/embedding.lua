@@ -27,6 +27,10 @@ function nn.Embedding:init(num, dim, opts)
 end
 function nn.Embedding:forward(idx)
   local pad = rawget(self, "padding_idx")
+  if zorch.is_tensor(idx) then
+    local dt = idx:dtype()
+    if dt == "int32" or dt == "uint8" or dt == "int8" or dt == "int16" then idx = idx:to("int64") end -- as torch takes int32
+  end
   local out = zorch.embedding(self.weight, idx)
   if not pad or not zorch.is_grad_enabled() or not self.weight.requires_grad then return out end
   -- the padding positions read a detached weight: same values, no gradient to its row

@@ -6,14 +6,24 @@ local M = zorch._require "zorch.nn.module"
 local Module, as_fn, check_int, is_bool = M.Module, M.as_fn, M.check_int, M.is_bool
 local lead_shape, need_tensor, py_bool, read_opts = M.lead_shape, M.need_tensor, M.py_bool, M.read_opts
 local shape_str, uniform = M.shape_str, M.uniform
+local check_options = zorch._require("zorch.util").check_options
 
 nn.Linear = Module:extend "nn.Linear"
 -- opts: bias = false; activation = "relu" fuses a ReLU into the layer (one GEMM
 -- with a bias and relu epilogue on the GPU), "gelu" or "gelu_tanh" a GELU (one
--- autograd node with the GEMM).
+-- autograd node with the GEMM). A boolean third argument is the bias, as
+-- PyTorch's positional bias: nn.Linear(2, 2, false).
 function nn.Linear:init(in_features, out_features, opts)
   check_int("nn.Linear", "in_features", in_features)
   check_int("nn.Linear", "out_features", out_features)
+  if type(opts) == "boolean" then opts = {bias = opts} end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("nn.Linear: the third argument must be the bias (a boolean) or an options table, got " .. type(opts), 3)
+  end
+  if opts and opts.bias ~= nil and type(opts.bias) ~= "boolean" then
+    error("nn.Linear: bias must be true or false (Lua's lowercase booleans), got " .. tostring(opts.bias), 3)
+  end
+  check_options("nn.Linear", opts, {"bias", "activation"}, 4)
   local act = opts and opts.activation
   if act ~= nil and act ~= "relu" and act ~= "gelu" and act ~= "gelu_tanh" then
     error(("nn.Linear: activation must be \"relu\", \"gelu\", \"gelu_tanh\" or nil, got %s"):format(tostring(act)), 3)

@@ -61,11 +61,35 @@ function zorch.cross_entropy(logits, targets, opts)
     error("cross_entropy: ignore_index must be an integer, got " .. tostring(ii), 2)
   end
   local w, eps = rawget(opts, "weight"), rawget(opts, "label_smoothing") or 0
-  local fused = {reduction = rawget(opts, "reduction"), ignore_index = rawget(opts, "ignore_index")}
-  if w == nil and eps == 0 then return ce_fused(logits, targets, fused) end
   if type(eps) ~= "number" or not (eps >= 0 and eps <= 1) then
     error("cross_entropy: label_smoothing must be a number from 0 to 1, got " .. tostring(eps), 2)
   end
+  if zorch.is_tensor(targets) and zorch.is_tensor(logits) then
+    local dt = targets:dtype()
+    if dt == "int32" or dt == "uint8" or dt == "int8" or dt == "int16" then
+      targets = targets:to("int64") -- class indices of any integer dtype, as torch widens them
+    elseif (dt == "float32" or dt == "float64" or dt == "bfloat16" or dt == "float16")
+        and targets:dim() == logits:dim() and logits:dim() >= 1 then
+      -- probabilities per class (torch's soft targets): -sum_c p[c] log softmax[c]
+      if w ~= nil or ii ~= nil then
+        error("cross_entropy: weight and ignore_index need class-index targets, not probabilities", 2)
+      end
+      for i = 1, logits:dim() do
+        if targets.shape[i] ~= logits.shape[i] then
+          error(("cross_entropy: probability targets must have the logits' shape %s, got %s"):format(
+            M.shape_str(logits), M.shape_str(targets)), 2)
+        end
+      end
+      local cdim = logits:dim() == 1 and 1 or 2
+      local p = targets:to(logits:dtype())
+      if eps > 0 then p = p * (1 - eps) + eps / logits.shape[cdim] end
+      local per = -(p * zorch.log_softmax(logits, cdim)):sum(cdim)
+      if red == "sum" then return per:sum() elseif red == "none" then return per end
+      return per:mean()
+    end
+  end
+  local fused = {reduction = rawget(opts, "reduction"), ignore_index = rawget(opts, "ignore_index")}
+  if w == nil and eps == 0 then return ce_fused(logits, targets, fused) end
   -- the fused kernel checks the shapes, dtypes and targets first
   local okc, err = pcall(ce_fused, zorch.is_tensor(logits) and logits:detach() or logits, targets,
                          {reduction = "none", ignore_index = fused.ignore_index})

@@ -279,12 +279,22 @@ function flags.parse(args, spec, usage)
       local name, value = a:match("^%-%-([^=]+)=(.*)$")
       name = name or a:sub(3)
       if name == "help" then help() end
-      local f, negated = s.by_name[name], false
-      if not f and name:sub(1, 3) == "no-" and s.by_name[name:sub(4)] then
-        f, negated = s.by_name[name:sub(4)], true
+      -- --stop_at and --stop-at name the same flag, whichever the spec spells
+      local f, negated = s.by_name[name] or s.by_name[name:gsub("_", "-")] or s.by_name[name:gsub("-", "_")], false
+      local plain = name:sub(4)
+      plain = s.by_name[plain] and plain or s.by_name[plain:gsub("_", "-")] and plain:gsub("_", "-")
+        or s.by_name[plain:gsub("-", "_")] and plain:gsub("-", "_") or plain
+      if not f and name:match("^no[-_]") and s.by_name[plain] then
+        f, negated = s.by_name[plain], true
         if f.type ~= "boolean" then fail(("--%s: only a boolean flag has a --no- form"):format(name)) end
       end
-      if not f then fail(("unknown flag '--%s'"):format(name)) end
+      if not f then
+        local names = {}
+        for n in pairs(s.by_name) do names[#names + 1] = n end
+        table.sort(names)
+        local near = zorch._require("zorch.util").closest(name, names)
+        fail(("unknown flag '--%s'%s"):format(name, near and ("; did you mean '--" .. near .. "'?") or ""))
+      end
       if negated then
         if value ~= nil then fail(("--%s takes no value"):format(name)) end
         out[f.name] = false

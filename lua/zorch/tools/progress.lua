@@ -3,7 +3,8 @@
 -- it; on other ranks every method does nothing. bar:update(k, info) after k
 -- steps (info: loss and other numbers or one-element tensors, read only when
 -- drawn). On a terminal it redraws one line at most every `interval` seconds;
--- otherwise it prints a plain line every `every` steps. bar:print(s) prints a
+-- otherwise it prints a plain line every `every` steps, or with `every_s` every
+-- that many seconds (a log stays quiet for a short run). bar:print(s) prints a
 -- line above the bar, bar:stats() gives {n, total, elapsed, rate, eta} and
 -- bar:close() ends the display (also on leaving a `local bar <close>` scope).
 local zorch = ...
@@ -63,6 +64,7 @@ function zorch.progress(total, opts)
   local function check(k, ok, what) if opts[k] ~= nil and not ok(opts[k]) then bad(k, what) end end
   check("every", function(v) return math.tointeger(v) and v >= 1 end, "an integer >= 1")
   check("interval", function(v) return type(v) == "number" and v >= 0 end, "a number >= 0")
+  check("every_s", function(v) return type(v) == "number" and v > 0 end, "a number > 0")
   check("rank", function(v) return math.tointeger(v) ~= nil end, "an integer")
   check("tty", function(v) return type(v) == "boolean" end, "a boolean")
   check("label", function(v) return type(v) == "string" end, "a string")
@@ -79,7 +81,8 @@ function zorch.progress(total, opts)
                              every = math.tointeger(opts.every) or (total and math.max(1, total // 10)) or 100,
                              interval = opts.interval or 0.1, label = opts.label and (opts.label .. " ") or "",
                              unit = opts.unit or "it", silent = rank ~= 0 or not out, open = false, printed = 0,
-                             closed = false}, Progress)
+                             closed = false, every_s = opts.every_s}, Progress)
+  if self.every_s then self.last_draw = self.t0 end
   return self
 end
 
@@ -143,6 +146,8 @@ function Progress:update(k, info)
     elseif zorch.clock() - self.last_draw >= self.interval then
       self:draw(false)
     end
+  elseif self.every_s then
+    if zorch.clock() - self.last_draw >= self.every_s then self:draw(false) end
   elseif self.n - self.printed >= self.every or (done and self.printed ~= self.n) then
     self:draw(false)
   end
@@ -169,7 +174,7 @@ function Progress:close()
     if not self.silent then
       if self.tty then
         if not self.finished and self.n > 0 then self:draw(true) end
-      elseif self.n > 0 and self.printed ~= self.n then
+      elseif self.n > 0 and self.printed ~= self.n and not (self.every_s and self.printed == 0) then
         self:draw(false)
       end
     end
