@@ -493,6 +493,8 @@ static void usage(void) {
           "       zorch launch -n N [--config ds_config.json] [mpirun options] script.lua [args...]\n"
           "       zorch consolidate DIR out.safetensors [float32|bfloat16]\n"
           "       zorch plot metrics.jsonl [-o loss.png] [--y loss,lr] [--x step]   draw logged metrics\n"
+          "       zorch generate MODEL_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--seed S] [--chat]\n"
+          "                                       a completion, printed as it is generated\n"
           "       zorch tokenize --tokenizer FILE INPUT.txt -o OUT.bin [--add-special] [--special all|none]\n"
           "                                       an llm.c token file of a text file\n"
           "       zorch info                      build features, BLAS kernel, threads, devices\n"
@@ -629,6 +631,8 @@ int main(int argc, char **argv) {
                         "local plot_cli = ...\n"
                         "local ok, msg = plot_cli(select(2, ...))\n"
                         "if not ok then io.stderr:write(msg, '\\n'); os.exit(2, true) end\n");
+  } else if (argc > 1 && strcmp(argv[1], "generate") == 0) {
+    st = run_subcommand(L, "=generate", argc, argv, "_generate_cli", "local generate_cli = ...\ngenerate_cli(select(2, ...))\n");
   } else if (argc > 1 && strcmp(argv[1], "-e") == 0) {
     if (argc < 3) {
       usage();
