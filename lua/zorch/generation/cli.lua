@@ -17,17 +17,6 @@ local function id_list(s)
   return #ids > 0 and ids or nil
 end
 
--- the folder's end-of-text id(s): generation_config.json's, else config.json's
-local function eos_ids(dir)
-  for _, name in ipairs({"/generation_config.json", "/config.json"}) do
-    local f = io.open(dir .. name, "rb")
-    if f then
-      local ok, v = pcall(zorch.json.decode, f:read("a"))
-      f:close()
-      if ok and type(v) == "table" and v.eos_token_id ~= nil then return v.eos_token_id end
-    end
-  end
-end
 
 function zorch._generate_cli(...)
   local a = zorch.flags({...}, {
@@ -58,7 +47,7 @@ function zorch._generate_cli(...)
     if a.chat then prompt = tok:apply_chat_template({{role = "user", content = prompt}}, {add_generation_prompt = true}) end
     prompt = tok:encode(prompt)
   end
-  local eos = eos_ids(a.MODEL_DIR)
+  local eos = zorch.generation.eos_token_id(a.MODEL_DIR)
   local first = true
   local out = zorch.generate(model, prompt, {
     tokenizer = tok, max_new_tokens = a["max-new-tokens"], eos_token_id = eos,

@@ -18,16 +18,6 @@ local function bytes_of(s)
   return math.tointeger(n) * (({k = 1024, m = 1024 ^ 2, g = 1024 ^ 3})[unit:lower()] or 1) // 1
 end
 
-local function eos_of(dir)
-  for _, name in ipairs({"/generation_config.json", "/config.json"}) do
-    local f = io.open(dir .. name, "rb")
-    if f then
-      local ok, v = pcall(json.decode, f:read("a"))
-      f:close()
-      if ok and type(v) == "table" and v.eos_token_id ~= nil then return v.eos_token_id end
-    end
-  end
-end
 
 local function sse(t) return "data: " .. json.encode(t, COMPACT) .. "\n\n" end
 
@@ -77,7 +67,7 @@ function zorch._serve_cli(stop, ...)
   if a.quantize ~= "" then zorch.nn.quantize(model, {bits = a.quantize == "int8" and 8 or 4}) end
   local has_tok, tok = pcall(zorch.tokenizer.load, dir)
   if not has_tok then tok = nil end
-  local eos = eos_of(dir)
+  local eos = zorch.generation.eos_token_id(dir)
   local name = dir:gsub("/+$", ""):match("[^/]+$") or dir
   local sched = zorch.generation.Scheduler.new(model, {budget = budget, tokenizer = tok})
   local srv, port = zorch._http_server{host = a.host, port = a.port, max_body = a["max-body"], queue = a.queue, stop = stop}
