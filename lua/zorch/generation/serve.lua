@@ -208,7 +208,24 @@ function zorch._serve_cli(stop, ...)
       if stopping then fail(job.id, openai.error(503, "the server is shutting down")) else handle(job) end
     end
     if sched:busy() then
-      for _, req in ipairs(sched:step()) do finished(req) end
+      local ok, done = pcall(sched.step, sched)
+      if ok then
+        for _, req in ipairs(done) do finished(req) end
+      else -- the step failed: its requests get a 500, a fresh scheduler takes the next ones
+        io.stderr:write("zorch serve: ", tostring(done), "\n")
+        local told = {}
+        for _, c in pairs(live) do
+          local g = c.g
+          if not c.dropped and not told[g] then
+            told[g] = true
+            local e = openai.error(500, tostring(done))
+            if g.stream then srv:write(g.job, sse({error = e.error}) .. "data: [DONE]\n\n"); srv:finish(g.job)
+            else fail(g.job, e) end
+          end
+        end
+        live = {}
+        sched = zorch.generation.Scheduler.new(model, {budget = budget, tokenizer = tok})
+      end
     elseif stopping then
       break
     end
