@@ -339,7 +339,6 @@ PC_NAME_lua5.4 := lua5.4
 PC_NAME_cjson  := libcjson
 PC_NAME_z      := zlib
 PC_NAME_mpi    := ompi-c
-PC_NAME_microhttpd := libmicrohttpd
 PC_REQUIRES := $(foreach l,$(patsubst -l%,%,$(filter -l%,$(PC_LIBS))),$(PC_NAME_$(l)))
 ZORCH_VERSION = $(shell sed -n 's/.*ZORCH_VERSION "\(.*\)"/\1/p' include/zorch.h)
 
