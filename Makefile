@@ -24,6 +24,8 @@ MPI_FLAGS := $(if $(MPI),-DZORCH_MPI -I$(MPI_DIR)/include,)
 READLINE ?= $(if $(wildcard /usr/include/readline/readline.h),1,)
 # liburing for the offload files' I/O thread (zero/offload.c), when installed
 URING ?= $(if $(wildcard /usr/include/liburing.h),1,)
+# libmicrohttpd for `zorch serve` (lua/lhttp.c), when pkg-config finds it
+MHD ?= $(if $(shell pkg-config --exists libmicrohttpd 2>/dev/null && echo 1),1,)
 # CUDA: built when nvcc is found (or `make CUDA=1`): ops/cuda for sm_80 and
 # sm_90 (+ PTX) with the toolkit at CUDA_DIR, and zero/nccl.c, go into the CUDA
 # module libzorch_cuda.so (beside libzorch.so), which links cudart, cuBLASLt
@@ -71,7 +73,7 @@ LIB_SRC  := $(filter-out vm/main.c $(CLI_SRC) zero/nccl.c,$(wildcard ops/core/*.
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/lua_modules.o
 # libzorch links liblua (for the embedding API); zorch.so, loaded by a Lua
 # interpreter, must not: it takes Lua's symbols from the host.
-EXT_LIBS := -lcjson -lz $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) $(if $(URING),-luring,)
+EXT_LIBS := -lcjson -lz $(if $(MHD),$(shell pkg-config --libs libmicrohttpd),) $(if $(MPI),-L$(MPI_DIR)/lib -lmpi,) $(if $(URING),-luring,)
 # The CUDA module: the kernels, the module's side of ops/cuda/module.h
 # (host.c), the NCCL collectives and the dtype tables (constants only). Linked
 # with --no-undefined: every core function it calls comes through host.c.
@@ -123,6 +125,7 @@ $(call need,/usr/include/cjson/cJSON.h,cJSON,libcjson-dev)
 $(call need,/usr/include/zlib.h,zlib,zlib1g-dev)
 $(if $(MPI),,$(info zorch: building without MPI (one process only): apt-get install libopenmpi-dev openmpi-bin))
 $(if $(READLINE),,$(info zorch: building the REPL without line editing: apt-get install libreadline-dev))
+$(if $(MHD),,$(info zorch: building without `zorch serve` (no libmicrohttpd): apt-get install libmicrohttpd-dev))
 endif
 # the programs the build and the suite run
 need_cmd = $(if $(shell command -v $(1) 2>/dev/null),,$(error zorch: `$(1)` is missing: run scripts/deps.sh, or apt-get install $(2)))
@@ -187,6 +190,7 @@ $(BUILD)/zorch: vm/main.c $(CLI_OBJ) $(BUILD)/libzorch.a
 	$(CC) $(CFLAGS) $< $(CLI_OBJ) -o $@ $(LDFLAGS) $(BUILD)/libzorch.a $(LIB_LIBS) \
 	  $(if $(READLINE),-lreadline,) $(LDLIBS)
 
+$(BUILD)/obj/lua/lhttp.o: CFLAGS += $(if $(MHD),-DZORCH_MHD,)
 $(BUILD)/obj/vm/repl.o: CFLAGS += $(if $(READLINE),-DZORCH_READLINE,)
 $(BUILD)/obj/zero/offload.o: CFLAGS += $(if $(URING),-DZORCH_URING,)
 

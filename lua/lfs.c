@@ -79,7 +79,13 @@ static void json_fill(lua_State *L, int idx, cJSON *out, int depth) {
   }
 }
 
+/* json.encode(v [, {compact = true}]): compact is one line (server-sent events) */
 static int l_json_encode(lua_State *L) {
+  int compact = 0;
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    lua_getfield(L, 2, "compact");
+    compact = lua_toboolean(L, -1);
+  }
   lua_settop(L, 1);
   json_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->root = NULL;
@@ -90,7 +96,7 @@ static int l_json_encode(lua_State *L) {
   lua_setmetatable(L, -2);
   b->root = json_node(L, 1);
   if (lua_type(L, 1) == LUA_TTABLE) json_fill(L, 1, b->root, 0);
-  char *s = cJSON_Print(b->root);
+  char *s = compact ? cJSON_PrintUnformatted(b->root) : cJSON_Print(b->root);
   if (!s) return luaL_error(L, "json: out of memory");
   lua_pushstring(L, s);
   cJSON_free(s);

@@ -101,6 +101,8 @@ void lz_open_tensor(lua_State *L);
 void lz_open_functions(lua_State *L);
 /* zorch.tokenizer (ltokenizer.c), into the table on top. */
 void lz_open_tokenizer(lua_State *L);
+/* zorch._http_server (lhttp.c), into the table on top. */
+void lz_open_http(lua_State *L);
 /* The functions and methods of lshape.c, into the tables at module and methods. */
 void lz_open_shape(lua_State *L, int module, int methods);
 /* ---- the VM an embedding host made (lsandbox.c) ---------------------------------

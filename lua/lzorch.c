@@ -348,6 +348,7 @@ int luaopen_zorch(lua_State *L) {
   lz_open_offload(L);
   lz_open_dist(L);
   lz_open_tokenizer(L);
+  lz_open_http(L);
   lua_pushliteral(L, ZORCH_VERSION);
   lua_setfield(L, z, "version");
   int priv = open_private(L, z);

@@ -1,10 +1,12 @@
 #!/bin/sh
 # Installs the Debian packages zorch builds and tests with, when missing.
 set -e
-PKGS="build-essential pkg-config libopenblas-dev libopenblas0-openmp libdnnl-dev liblua5.4-dev lua5.4 libcjson-dev libreadline-dev openmpi-bin libopenmpi-dev perl python3 valgrind gnuplot-nox luarocks zlib1g-dev dataset-fashion-mnist golang-github-pierrec-lz4-dev liburing-dev"
+PKGS="build-essential pkg-config libopenblas-dev libopenblas0-openmp libdnnl-dev liblua5.4-dev lua5.4 libcjson-dev libreadline-dev openmpi-bin libopenmpi-dev perl python3 valgrind gnuplot-nox luarocks zlib1g-dev dataset-fashion-mnist golang-github-pierrec-lz4-dev liburing-dev libmicrohttpd-dev"
 # a one-node Slurm cluster for tests/lua/test_slurm.lua (about 12 MB without
 # the recommended extras; the test skips where they are missing)
 SLURM_PKGS="slurmctld slurmd slurm-client"
+# optional PyPI packages: the openai client drives tests/lua/generation/test_serve.lua
+PYPI_OPTIONAL="openai"
 absent() {
   out=""
   for p in "$@"; do
@@ -12,9 +14,16 @@ absent() {
   done
   echo "$out"
 }
+pip_optional() {
+  for p in $PYPI_OPTIONAL; do
+    python3 -c "import $p" 2>/dev/null && continue
+    python3 -m pip install -q "$p" 2>/dev/null || python3 -m pip install -q --break-system-packages "$p" 2>/dev/null ||
+      echo "zorch: python $p did not install; the tests that use it will skip"
+  done
+}
 missing=$(absent $PKGS)
 slurm=$(absent $SLURM_PKGS)
-[ -z "$missing$slurm" ] && exit 0
+[ -z "$missing$slurm" ] && { pip_optional; exit 0; }
 echo "zorch: installing$missing$slurm"
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -25,4 +34,5 @@ if [ -n "$slurm" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $slurm ||
     echo "zorch: the Slurm packages did not install; tests/lua/test_slurm.lua will skip"
 fi
+pip_optional
 exit 0

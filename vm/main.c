@@ -493,6 +493,9 @@ static void usage(void) {
           "       zorch launch -n N [--config ds_config.json] [mpirun options] script.lua [args...]\n"
           "       zorch consolidate DIR out.safetensors [float32|bfloat16]\n"
           "       zorch plot metrics.jsonl [-o loss.png] [--y loss,lr] [--x step]   draw logged metrics\n"
+          "       zorch serve MODEL_DIR [--host H] [--port P] [--queue N] ...   an OpenAI-compatible HTTP server\n"
+          "       zorch generate MODEL_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--seed S] [--chat]\n"
+          "                                       a completion, printed as it is generated\n"
           "       zorch tokenize --tokenizer FILE INPUT.txt -o OUT.bin [--add-special] [--special all|none]\n"
           "                                       an llm.c token file of a text file\n"
           "       zorch info                      build features, BLAS kernel, threads, devices\n"
@@ -521,6 +524,29 @@ static int run_subcommand(lua_State *L, const char *name, int argc, char **argv,
     for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
     st = docall(L, argc - 1, 0);
   }
+  report(L, st);
+  return st;
+}
+
+/* `zorch serve`: SIGTERM and SIGINT set a flag the server's loop reads
+   (zorch._serve_cli's first argument); it stops taking requests, finishes
+   those in flight and returns. */
+static volatile sig_atomic_t serve_stop;
+static void on_stop_signal(int sig) {
+  (void)sig;
+  serve_stop = 1;
+}
+static int serve(lua_State *L, int argc, char **argv) {
+  struct sigaction sa = {.sa_handler = on_stop_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN); /* a client gone mid-answer is an error of that write only */
+  make_args(L, argv, argc, 1);
+  lz_push_private(L, "_serve_cli");
+  lua_pushlightuserdata(L, (void *)&serve_stop);
+  for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
+  int st = docall(L, argc - 1, 0);
   report(L, st);
   return st;
 }
@@ -629,6 +655,10 @@ int main(int argc, char **argv) {
                         "local plot_cli = ...\n"
                         "local ok, msg = plot_cli(select(2, ...))\n"
                         "if not ok then io.stderr:write(msg, '\\n'); os.exit(2, true) end\n");
+  } else if (argc > 1 && strcmp(argv[1], "serve") == 0) {
+    st = serve(L, argc, argv);
+  } else if (argc > 1 && strcmp(argv[1], "generate") == 0) {
+    st = run_subcommand(L, "=generate", argc, argv, "_generate_cli", "local generate_cli = ...\ngenerate_cli(select(2, ...))\n");
   } else if (argc > 1 && strcmp(argv[1], "-e") == 0) {
     if (argc < 3) {
       usage();

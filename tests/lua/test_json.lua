@@ -28,4 +28,11 @@ c = ok32
 for _ = 1, 31 do c[1] = {}; c = c[1] end
 ok(pcall(zorch.json.encode, ok32), "encode: 32 levels")
 
+-- compact: one line, no spaces, the same value
+local compact = zorch.json.encode(v, {compact = true})
+local cback = zorch.json.decode(compact)
+ok(not compact:find("[\n\t ]") and cback.nested.list[2] == "b" and cback.steps[3] == 3 and cback.nested.ratio == 0.25,
+  "encode compact: one line without spaces, the same value: " .. compact)
+ok(zorch.json.encode(v):find("\n") ~= nil, "encode: indented by default")
+
 tap.done()

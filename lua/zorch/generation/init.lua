@@ -3,6 +3,7 @@
 -- zorch.generate, a loop over a Scheduler.
 --   zorch.generate(model, prompts, opts)  a result per prompt: {tokens, text, logprobs, top_logprobs, finish_reason}
 --   generation.from_pretrained(dir)       the model of a folder, by its config.json's model_type
+--   generation.eos_token_id(dir)          the folder's end-of-text id(s)
 local zorch = ...
 if type(zorch) ~= "table" then require "zorch"; return package.loaded[zorch] end -- required as an installed file
 local generation = {}
@@ -45,6 +46,18 @@ function zorch.generate(model, prompts, opts)
   for i, p in ipairs(ids) do out[i] = s:add(p, ro) end
   while s:busy() do s:step() end
   return out
+end
+
+-- the end-of-text id(s) of a folder: generation_config.json's, else config.json's (nil: none)
+function generation.eos_token_id(dir)
+  for _, name in ipairs({"/generation_config.json", "/config.json"}) do
+    local f = io.open(dir .. name, "rb")
+    if f then
+      local ok, v = pcall(zorch.json.decode, f:read("a"))
+      f:close()
+      if ok and type(v) == "table" and v.eos_token_id ~= nil then return v.eos_token_id end
+    end
+  end
 end
 
 -- gpt2 -> zorch.models.gpt2, llama / mistral / qwen2 -> zorch.models.llama
