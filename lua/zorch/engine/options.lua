@@ -104,7 +104,7 @@ S.rows = {
    want = "false or {output_path = \"dir\", job_name = \"name\"}",
    doc = "`{output_path, job_name}`: the same events as DeepSpeed's CSV monitor writes them, one file each (Train_Samples_lr.csv) in output_path/job_name"},
   {name = "comms_logger", ds = {"comms_logger.enabled"}, kind = "bool", default = false, structural = true,
-   doc = "every steps_per_print steps (10 when not given) and in `engine:comms_summary()`: each collective's calls, bytes and time"},
+   doc = "every steps_per_print steps (10 when not given) and in `engine:comms_summary()`: each collective's calls, bytes, total and per-call time (start to completion) and GB/s"},
   {name = "flops_profiler", ds = {"flops_profiler"}, kind = "table", default = false, structural = true,
    check = function(v) return v == false or (type(v) == "table" and (v.profile_step == nil or
      (math.type(v.profile_step) == "integer" and v.profile_step >= 1))) end,
