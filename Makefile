@@ -101,7 +101,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LUA := $(sort $(wildcard tests/lua/test_*.lua tests/lua/*/test_*.lua))
 TEST_SH  := $(wildcard tests/test_*.sh)
 
-.PHONY: all lib test test-cuda-emu test-cuda-emu-here check-asan check-valgrind bench bench-models demo run clean install install-lib install-lua examples
+.PHONY: all lib test test-cuda-emu test-cuda-emu-here check-asan check-valgrind bench bench-llamacpp bench-models demo run clean install install-lib install-lua examples
 # Where `make install` puts things. LuaRocks sets the last three (the rockspec
 # passes its BINDIR, LIBDIR and LUADIR) and runs install-lua.
 PREFIX          ?= /usr/local
@@ -280,6 +280,11 @@ bench: $(BUILD)/bench/bench $(CUDA_MOD)
 	@$(if $(CUDA_MOD),ZORCH_CUDA_MODULE=$(abspath $(CUDA_MOD)) ,)python3 scripts/bench-compare.py --bench $(BUILD)/bench/bench --out $(BUILD)/bench.jsonl
 
 # whole training steps: the ZeRO engine from Lua, the Fashion-MNIST CNN, GPT-2
+# zorch's decode beside llama.cpp (built from PyPI's llama-cpp-python sources) and
+# Transformers on one random Llama; skips without pip or cmake
+bench-llamacpp: $(BUILD)/zorch $(BUILD)/bench/bench
+	@python3 scripts/bench-llamacpp.py --zorch $(BUILD)/zorch --bench $(BUILD)/bench/bench || echo "bench-llamacpp: skipped"
+
 bench-models: $(BUILD)/zorch $(CUDA_MOD)
 	@for n in 1 4; do for s in 0 1 2 3; do \
 	  $(BUILD)/zorch launch -n $$n bench/zero_step.lua simplenet_step $$s 10 20 2 64 500; \
