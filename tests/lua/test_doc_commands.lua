@@ -13,7 +13,7 @@ local default_build = read("../Makefile"):match("\nBUILD%s*%??:?=%s*(%S+)")
 tap.ok(default_build == "build", "make builds into build/ by default (" .. tostring(default_build) .. ")")
 
 local docs = {"README.md", "docs/guide.md", "docs/gpt2.md", "docs/llama.md", "docs/vision.md",
-              "docs/distributed.md", "docs/generation.md", "docs/quantization.md"}
+              "docs/distributed.md", "docs/generation.md", "docs/quantization.md", "docs/serve.md"}
 local helps = {}
 for _, doc in ipairs(docs) do
   local text = read("../" .. doc)
